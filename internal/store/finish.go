@@ -1,0 +1,113 @@
+package store
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// FinishTx is what a driver provides inside one write transaction so that the
+// shared Finish logic can run on it.
+type FinishTx interface {
+	// EndAttempt applies t to its job, guarded on (id, running, lease
+	// token), appends t.Record to the history, and returns the job's limit
+	// keys and group. It returns ErrConflict when the guard fails.
+	EndAttempt(t Transition) (keys []string, group int64, err error)
+	// LockKeysWait returns the named keys' states, locked; it waits for
+	// locks held by others (lease transactions never wait, so no cycle).
+	LockKeysWait(names []string) (map[string]*admission.State, error)
+	// SaveKeys writes back the given key states.
+	SaveKeys(keys []*admission.State) error
+	// GroupReady records that the group has a job eligible at at.
+	GroupReady(group int64, at time.Time) error
+}
+
+// Finish applies a batch of transitions on a driver's transaction: all job
+// rows first, then every touched key once, in name order, so that two
+// concurrent finishes on a multi-node driver lock keys in the same order.
+func Finish(tx FinishTx, ts []Transition) ([]error, error) {
+	errs := make([]error, len(ts))
+	type applied struct {
+		t    *Transition
+		keys []string
+	}
+	var done []applied
+	var names []string
+	for i := range ts {
+		t := &ts[i]
+		if !job.CanTransition(job.StateRunning, t.To) {
+			errs[i] = errors.New("finish: running -> " + string(t.To) + " is not a transition")
+			continue
+		}
+		keys, group, err := tx.EndAttempt(*t)
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			errs[i] = ErrConflict
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t.To == job.StateWaiting || t.To == job.StateRetryScheduled {
+			if err := tx.GroupReady(group, t.EligibleAt); err != nil {
+				return nil, err
+			}
+		}
+		done = append(done, applied{t, keys})
+		names = append(names, keys...)
+	}
+	if len(done) == 0 {
+		return errs, nil
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	states, err := tx.LockKeysWait(names)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range done {
+		ApplyKeyEffect(states, a.keys, a.t.Keys)
+	}
+	save := make([]*admission.State, 0, len(states))
+	for _, n := range names {
+		if st := states[n]; st != nil {
+			save = append(save, st)
+		}
+	}
+	return errs, tx.SaveKeys(save)
+}
+
+// ApplyKeyEffect applies one finished attempt to its keys: the in-flight
+// lease is released on every key, then the outcome's effects (adaptive
+// increase, pause and decrease, hints, cost reconciliation) are applied.
+// Keys missing from states are ignored.
+func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, e KeyEffect) {
+	scope := e.Scope
+	if len(scope) == 0 {
+		scope = jobKeys
+	}
+	for _, name := range jobKeys {
+		st := states[name]
+		if st == nil {
+			continue
+		}
+		st.Release()
+		inScope := slices.Contains(scope, name)
+		switch {
+		case e.RateLimited && inScope:
+			st.RateLimited(e.Now, e.PauseUntil)
+		case !e.PauseUntil.IsZero() && inScope:
+			st.Pause(e.PauseUntil)
+		case e.Success:
+			st.Succeeded()
+		}
+		for _, h := range e.Hints {
+			if h.Key == "" || h.Key == name {
+				st.Hint(e.Now, h)
+			}
+		}
+		st.Reconcile(e.Now, e.Estimated, e.Actual)
+	}
+}

@@ -1,0 +1,234 @@
+package store
+
+import (
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// Group is the set of waiting jobs that share lane, tenant, kind and limit
+// keys. Such jobs are admitted by exactly the same keys, so the scheduler
+// looks at the head of each ready group rather than scanning jobs: a group
+// whose key has no token is skipped without blocking the others (no
+// head-of-line blocking), and groups are served round-robin, so one tenant's
+// backlog never delays another tenant's job by more than a round.
+type Group struct {
+	ID     int64
+	Lane   job.Lane
+	Tenant string
+	Kind   string
+	Keys   []string
+}
+
+// Candidate is a job at the head of a group.
+type Candidate struct {
+	ID   string
+	Cost int64
+}
+
+// Leased is a candidate admitted by all its keys, with its new lease token.
+type Leased struct {
+	ID    string
+	Token string
+}
+
+// LeaseTx is what a driver provides inside one write transaction so that the
+// shared Lease logic can run on it. On a multi-node driver every method
+// locks what it returns for the rest of the transaction.
+type LeaseTx interface {
+	// PromoteDue moves retry_scheduled jobs whose eligible_at has come to
+	// waiting.
+	PromoteDue(now time.Time) error
+	// OldestReady returns the eligible_at of the oldest eligible waiting job
+	// of the lane; ok is false when there is none.
+	OldestReady(lane job.Lane, now time.Time) (at time.Time, ok bool, err error)
+	// ReadyGroups returns up to limit groups of the lane that may have an
+	// eligible job and are not known to be blocked, least recently served
+	// first. Groups locked by another transaction are skipped.
+	ReadyGroups(lane job.Lane, kinds []string, now time.Time, limit int) ([]Group, error)
+	// Heads returns up to limit eligible waiting jobs of the group in
+	// scheduling order: priority (high first), eligible_at, id.
+	Heads(g Group, now time.Time, limit int) ([]Candidate, error)
+	// LockKeys returns the states of the named keys, locked. A key locked by
+	// another transaction may be left out; the caller then skips the group.
+	LockKeys(names []string) (map[string]*admission.State, error)
+	// SaveKeys writes back the given key states.
+	SaveKeys(keys []*admission.State) error
+	// TouchGroup marks a group as served now (it moves to the back of the
+	// round), records when it is blocked until, and, when empty is true,
+	// recomputes when it next has an eligible job.
+	TouchGroup(id int64, blockedUntil time.Time, empty bool) error
+	// MarkLeased moves the jobs to running with their tokens and lease
+	// expiry, counts an attempt, and returns them.
+	MarkLeased(jobs []Leased, now, until time.Time) ([]*job.Job, error)
+}
+
+// Lease runs ratelane's scheduling order on a driver's transaction: batch's
+// minimum share first (only while interactive work is within its budget),
+// then interactive, then batch; within a lane, groups round-robin; a job is
+// taken only when every one of its keys admits it.
+func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	if err := tx.PromoteDue(p.Now); err != nil {
+		return nil, err
+	}
+	batchFirst := min(p.BatchMin, p.Max)
+	if batchFirst > 0 && p.InteractiveBudget > 0 {
+		oldest, ok, err := tx.OldestReady(job.LaneInteractive, p.Now)
+		if err != nil {
+			return nil, err
+		}
+		if ok && p.Now.Sub(oldest) > p.InteractiveBudget {
+			batchFirst = 0
+		}
+	}
+	l := &leaser{tx: tx, p: p, keys: map[string]*admission.State{}, newToken: newToken}
+	steps := []struct {
+		lane job.Lane
+		n    int
+	}{{job.LaneBatch, batchFirst}, {job.LaneInteractive, p.Max}, {job.LaneBatch, p.Max}}
+	for _, s := range steps {
+		if want := min(s.n, p.Max-len(l.chosen)); want > 0 {
+			if err := l.lane(s.lane, want); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(l.chosen) == 0 {
+		return nil, nil
+	}
+	if err := tx.SaveKeys(l.dirtyKeys()); err != nil {
+		return nil, err
+	}
+	return tx.MarkLeased(l.chosen, p.Now, p.Now.Add(p.LeaseFor))
+}
+
+type leaser struct {
+	tx       LeaseTx
+	p        LeaseParams
+	keys     map[string]*admission.State
+	dirty    []*admission.State
+	chosen   []Leased
+	newToken func() string
+}
+
+type groupCursor struct {
+	g       Group
+	heads   []Candidate
+	next    int
+	fetched bool
+	empty   bool
+	blocked time.Time
+}
+
+// lane takes up to want jobs from the lane's ready groups, one job per group
+// per pass, so the groups share the slots evenly.
+func (l *leaser) lane(lane job.Lane, want int) error {
+	groups, err := l.tx.ReadyGroups(lane, l.p.Kinds, l.p.Now, 2*want+16)
+	if err != nil || len(groups) == 0 {
+		return err
+	}
+	cursors := make([]*groupCursor, len(groups))
+	for i, g := range groups {
+		cursors[i] = &groupCursor{g: g}
+	}
+	active := cursors
+	for want > 0 && len(active) > 0 {
+		var still []*groupCursor
+		for _, c := range active {
+			if want == 0 {
+				break
+			}
+			took, err := l.step(c, want)
+			if err != nil {
+				return err
+			}
+			if took {
+				want--
+				still = append(still, c)
+			}
+		}
+		active = still
+	}
+	for _, c := range cursors {
+		if !c.fetched {
+			continue // not examined this call: keeps its place in the round
+		}
+		if err := l.tx.TouchGroup(c.g.ID, c.blocked, c.empty); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step tries to admit the next head of one group.
+func (l *leaser) step(c *groupCursor, want int) (bool, error) {
+	if !c.fetched {
+		heads, err := l.tx.Heads(c.g, l.p.Now, want)
+		if err != nil {
+			return false, err
+		}
+		c.heads, c.fetched = heads, true
+	}
+	if c.next >= len(c.heads) {
+		c.empty = len(c.heads) == 0
+		return false, nil
+	}
+	keys, err := l.lockKeys(c.g.Keys)
+	if err != nil || keys == nil {
+		return false, err
+	}
+	cand := c.heads[c.next]
+	for _, k := range keys {
+		if ok, next := k.Check(l.p.Now, cand.Cost); !ok {
+			if next.After(c.blocked) {
+				c.blocked = next
+			}
+		}
+	}
+	if !c.blocked.IsZero() {
+		return false, nil
+	}
+	for _, k := range keys {
+		k.Take(l.p.Now, cand.Cost)
+	}
+	c.next++
+	l.chosen = append(l.chosen, Leased{ID: cand.ID, Token: l.newToken()})
+	return true, nil
+}
+
+// lockKeys returns the group's key states, loading and locking those not
+// seen yet in this transaction; nil when one is locked elsewhere or missing.
+func (l *leaser) lockKeys(names []string) ([]*admission.State, error) {
+	var missing []string
+	for _, n := range names {
+		if _, ok := l.keys[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		got, err := l.tx.LockKeys(missing)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range missing {
+			st := got[n]
+			l.keys[n] = st // nil records "unavailable" for the rest of the call
+			if st != nil {
+				l.dirty = append(l.dirty, st)
+			}
+		}
+	}
+	out := make([]*admission.State, len(names))
+	for i, n := range names {
+		if out[i] = l.keys[n]; out[i] == nil {
+			return nil, nil
+		}
+	}
+	return out, nil
+}
+
+func (l *leaser) dirtyKeys() []*admission.State { return l.dirty }

@@ -1,0 +1,367 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Insert persists jobs in one durable write; see store.Store.
+func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	out := make([]store.InsertResult, len(jobs))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		seenKeys := map[string]bool{}
+		for i, j := range jobs {
+			res, err := s.insertOne(tx, j, def, seenKeys)
+			if err != nil {
+				return fmt.Errorf("insert job %s: %w", j.ID, err)
+			}
+			out[i] = res
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s *Store) insertOne(tx *sql.Tx, j *job.Job, def admission.Config, seenKeys map[string]bool) (store.InsertResult, error) {
+	if j.IdempotencyKey != "" {
+		var id string
+		err := s.queryRow(tx, `SELECT id FROM jobs WHERE tenant = ? AND idempotency_key = ?`, j.Tenant, j.IdempotencyKey).Scan(&id)
+		if err == nil {
+			existing, err := s.getTx(tx, id)
+			return store.InsertResult{Job: existing, Existing: true}, err
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return store.InsertResult{}, err
+		}
+	}
+	for _, k := range j.LimitKeys {
+		if seenKeys[k] {
+			continue
+		}
+		seenKeys[k] = true
+		if err := s.ensureKey(tx, k, def, j.CreatedAt); err != nil {
+			return store.InsertResult{}, err
+		}
+	}
+	var ready any
+	if j.State == job.StateWaiting {
+		ready = ns(j.EligibleAt)
+	}
+	var group int64
+	err := s.queryRow(tx, `INSERT INTO job_groups (lane, tenant, kind, keys, ready_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (lane, tenant, kind, keys) DO UPDATE SET ready_at = CASE
+			WHEN excluded.ready_at IS NULL THEN job_groups.ready_at
+			WHEN job_groups.ready_at IS NULL OR excluded.ready_at < job_groups.ready_at THEN excluded.ready_at
+			ELSE job_groups.ready_at END
+		RETURNING id`, j.Lane, j.Tenant, j.Kind, groupKeys(j.LimitKeys), ready).Scan(&group)
+	if err != nil {
+		return store.InsertResult{}, err
+	}
+	keys, _ := json.Marshal(j.LimitKeys)
+	_, err = s.exec(tx, `INSERT INTO jobs (id, kind, region, lane, tenant, limit_keys, cost, priority, payload,
+		idempotency_key, deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, group_id,
+		state, eligible_at, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		j.ID, j.Kind, j.Region, j.Lane, j.Tenant, string(keys), j.Cost, j.Priority, []byte(j.Payload),
+		j.IdempotencyKey, nullNS(j.Deadline), j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema,
+		j.ParentID, j.Depth, group, j.State, ns(j.EligibleAt), ns(j.CreatedAt), ns(j.CreatedAt))
+	if err != nil {
+		return store.InsertResult{}, err
+	}
+	cp := *j
+	cp.UpdatedAt = j.CreatedAt
+	return store.InsertResult{Job: &cp}, nil
+}
+
+func (s *Store) ensureKey(tx *sql.Tx, name string, def admission.Config, now time.Time) error {
+	def.Name = name
+	st := admission.NewState(def)
+	_, err := s.exec(tx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+		st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(now))
+	return err
+}
+
+// Get returns one job with its attempt history.
+func (s *Store) Get(ctx context.Context, id string) (*job.Job, error) {
+	st, err := s.stmt(s.rdb, `SELECT `+jobCols+` FROM jobs WHERE id = ?`)
+	if err != nil {
+		return nil, err
+	}
+	j, err := scanJob(st.QueryRowContext(ctx, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	hist, err := s.stmt(s.rdb, `SELECT record FROM job_attempts WHERE job_id = ? ORDER BY seq`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := hist.QueryContext(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	j.History, err = scanHistory(rows)
+	return j, err
+}
+
+func scanHistory(rows *sql.Rows) ([]job.AttemptRecord, error) {
+	defer rows.Close()
+	var out []job.AttemptRecord
+	for rows.Next() {
+		var raw string
+		var r job.AttemptRecord
+		if err := rows.Scan(&raw); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(raw), &r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) getTx(tx *sql.Tx, id string) (*job.Job, error) {
+	j, err := scanJob(s.queryRow(tx, `SELECT `+jobCols+` FROM jobs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	return j, err
+}
+
+// List returns jobs matching p, newest first.
+func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		where = append(where, cond)
+		args = append(args, v)
+	}
+	if p.Tenant != "" {
+		add("tenant = ?", p.Tenant)
+	}
+	if p.State != "" {
+		add("state = ?", p.State)
+	}
+	if p.Kind != "" {
+		add("kind = ?", p.Kind)
+	}
+	if p.Lane != "" {
+		add("lane = ?", p.Lane)
+	}
+	if p.Parent != "" {
+		add("parent_id = ?", p.Parent)
+	}
+	if p.After != "" {
+		add("id < ?", p.After)
+	}
+	q := `SELECT ` + jobCols + ` FROM jobs`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	limit := p.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	q += fmt.Sprintf(" ORDER BY id DESC LIMIT %d", limit)
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*job.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// Publish is the compare-and-set validated -> published.
+func (s *Store) Publish(ctx context.Context, id string, now time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(tx, `UPDATE jobs SET state = 'published', finished_at = ?, updated_at = ?
+			WHERE id = ? AND state = 'validated'`, ns(now), ns(now), id)
+		return s.guarded(tx, res, err, id)
+	})
+}
+
+// guarded turns a guarded UPDATE's result into nil, ErrConflict (the row is
+// there but was not in the expected state) or ErrNotFound.
+func (s *Store) guarded(tx *sql.Tx, res sql.Result, err error, id string) error {
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	var one int
+	if err := s.queryRow(tx, `SELECT 1 FROM jobs WHERE id = ?`, id).Scan(&one); errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	return store.ErrConflict
+}
+
+// Heartbeat extends a running job's lease if the token still holds it.
+func (s *Store) Heartbeat(ctx context.Context, id, token string, until time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(tx, `UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND state = 'running' AND lease_token = ?`,
+			ns(until), id, token)
+		return s.guarded(tx, res, err, id)
+	})
+}
+
+// Cancel ends a non-final job as terminal/cancelled.
+func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job, error) {
+	var out *job.Job
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		j, err := s.getTx(tx, id)
+		if err != nil {
+			return err
+		}
+		if j.State.Final() {
+			return store.ErrConflict
+		}
+		_, err = s.exec(tx, `UPDATE jobs SET state = 'terminal', reason = 'cancelled', lease_token = NULL,
+			lease_expires_at = NULL, finished_at = ?, updated_at = ? WHERE id = ?`, ns(now), ns(now), id)
+		if err != nil {
+			return err
+		}
+		if err := s.appendRecord(tx, id, job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassCancelled}); err != nil {
+			return err
+		}
+		if j.State == job.StateRunning {
+			if err := s.releaseKeys(tx, j.LimitKeys); err != nil {
+				return err
+			}
+		}
+		out, err = s.getTx(tx, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) releaseKeys(tx *sql.Tx, names []string) error {
+	states, err := s.loadKeys(tx, names)
+	if err != nil {
+		return err
+	}
+	var save []*admission.State
+	for _, st := range states {
+		st.Release()
+		save = append(save, st)
+	}
+	return s.saveKeys(tx, save)
+}
+
+func (s *Store) appendRecord(tx *sql.Tx, id string, r job.AttemptRecord) error {
+	_, err := s.exec(tx, `INSERT INTO job_attempts (job_id, seq, record)
+		VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM job_attempts WHERE job_id = ?), ?)`, id, id, recordJSON(r))
+	return err
+}
+
+// Redrive returns a terminal job to waiting with fresh budgets.
+func (s *Store) Redrive(ctx context.Context, id string, now time.Time) (*job.Job, error) {
+	var out *job.Job
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var group int64
+		res, err := s.exec(tx, `UPDATE jobs SET state = 'waiting', reason = '', finished_at = NULL, eligible_at = ?,
+			attempts_congestion = 0, attempts_transient = 0, attempts_schema = 0, result = NULL, updated_at = ?
+			WHERE id = ? AND state = 'terminal'`, ns(now), ns(now), id)
+		if err := s.guarded(tx, res, err, id); err != nil {
+			return err
+		}
+		if err := s.queryRow(tx, `SELECT group_id FROM jobs WHERE id = ?`, id).Scan(&group); err != nil {
+			return err
+		}
+		if err := s.groupReady(tx, group, now); err != nil {
+			return err
+		}
+		if err := s.appendRecord(tx, id, job.AttemptRecord{At: now, Outcome: job.ClassRedriven, Why: "redriven by an operator with fresh budgets"}); err != nil {
+			return err
+		}
+		out, err = s.getTx(tx, id)
+		return err
+	})
+	return out, err
+}
+
+// Delete removes a dead letter.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(tx, `DELETE FROM jobs WHERE id = ? AND state = 'terminal'`, id)
+		if err := s.guarded(tx, res, err, id); err != nil {
+			return err
+		}
+		_, err = s.exec(tx, `DELETE FROM job_attempts WHERE job_id = ?`, id)
+		return err
+	})
+}
+
+// ExpireDeadlines ends not-yet-running jobs whose deadline passed.
+func (s *Store) ExpireDeadlines(ctx context.Context, now time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(tx, `UPDATE jobs SET state = 'terminal', reason = 'deadline_exceeded', finished_at = ?, updated_at = ?
+			WHERE deadline IS NOT NULL AND deadline < ? AND state IN ('accepted', 'waiting', 'retry_scheduled')`,
+			ns(now), ns(now), ns(now))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// Prune deletes up to 10,000 finished jobs that finished before before; call
+// it until it returns 0.
+func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		sel := `SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? LIMIT 10000`
+		if _, err := s.exec(tx, `DELETE FROM job_attempts WHERE job_id IN (`+sel+`)`, ns(before)); err != nil {
+			return err
+		}
+		res, err := s.exec(tx, `DELETE FROM jobs WHERE id IN (`+sel+`)`, ns(before))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// Expired returns running jobs whose lease expired before now.
+func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*job.Job, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobCols+` FROM jobs
+		WHERE state = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?`, ns(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*job.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}

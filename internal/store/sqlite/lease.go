@@ -1,0 +1,217 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Lease admits and leases jobs in one write; see store.Lease for the order.
+func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	var out []*job.Job
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = store.Lease(&txOps{s: s, tx: tx}, p, newToken)
+		return err
+	})
+	return out, err
+}
+
+// Finish applies attempt-ending transitions in one write.
+func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, error) {
+	var out []error
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = store.Finish(&txOps{s: s, tx: tx}, ts)
+		return err
+	})
+	return out, err
+}
+
+// txOps implements store.LeaseTx and store.FinishTx on the writer's
+// transaction. The single writer makes every lock trivially held.
+type txOps struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+func (o *txOps) PromoteDue(now time.Time) error {
+	_, err := o.s.exec(o.tx, `UPDATE jobs SET state = 'waiting', updated_at = ?
+		WHERE state = 'retry_scheduled' AND eligible_at <= ?`, ns(now), ns(now))
+	return err
+}
+
+func (o *txOps) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, error) {
+	var at sql.NullInt64
+	err := o.s.queryRow(o.tx, `SELECT min(eligible_at) FROM jobs WHERE state = 'waiting' AND lane = ? AND eligible_at <= ?`,
+		lane, ns(now)).Scan(&at)
+	return tm(at), at.Valid, err
+}
+
+func (o *txOps) ReadyGroups(lane job.Lane, kinds []string, now time.Time, limit int) ([]store.Group, error) {
+	q := `SELECT id, lane, tenant, kind, keys FROM job_groups
+		WHERE lane = ? AND ready_at IS NOT NULL AND ready_at <= ? AND blocked_until <= ?`
+	args := []any{lane, ns(now), ns(now)}
+	if len(kinds) > 0 {
+		q += ` AND kind IN (` + placeholders(len(kinds)) + `)`
+		args = append(args, anys(kinds)...)
+	}
+	q += ` ORDER BY served_seq LIMIT ?`
+	rows, err := o.s.query(o.tx, q, append(args, limit)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Group
+	for rows.Next() {
+		var g store.Group
+		var keys string
+		if err := rows.Scan(&g.ID, &g.Lane, &g.Tenant, &g.Kind, &keys); err != nil {
+			return nil, err
+		}
+		if err := jsonStrings(keys, &g.Keys); err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidate, error) {
+	rows, err := o.s.query(o.tx, `SELECT id, cost FROM jobs WHERE group_id = ? AND state = 'waiting' AND eligible_at <= ?
+		ORDER BY priority DESC, eligible_at, id LIMIT ?`, g.ID, ns(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Candidate
+	for rows.Next() {
+		var c store.Candidate
+		if err := rows.Scan(&c.ID, &c.Cost); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (o *txOps) LockKeys(names []string) (map[string]*admission.State, error) {
+	return o.s.loadKeys(o.tx, names)
+}
+
+func (o *txOps) LockKeysWait(names []string) (map[string]*admission.State, error) {
+	return o.s.loadKeys(o.tx, names)
+}
+
+func (o *txOps) SaveKeys(keys []*admission.State) error { return o.s.saveKeys(o.tx, keys) }
+
+func (o *txOps) TouchGroup(id int64, blockedUntil time.Time, empty bool) error {
+	_, err := o.s.exec(o.tx, `UPDATE job_groups SET blocked_until = ?,
+		served_seq = (SELECT coalesce(max(served_seq), 0) + 1 FROM job_groups) WHERE id = ?`, ns(blockedUntil), id)
+	if err != nil || !empty {
+		return err
+	}
+	// The group had no eligible job: its next ready time is its earliest
+	// waiting or scheduled job, or none.
+	_, err = o.s.exec(o.tx, `UPDATE job_groups SET ready_at = (SELECT min(eligible_at) FROM jobs
+		WHERE group_id = ?1 AND state IN ('waiting', 'retry_scheduled')) WHERE id = ?1`, id)
+	return err
+}
+
+func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.Job, error) {
+	out := make([]*job.Job, 0, len(leased))
+	for _, l := range leased {
+		j, err := scanJob(o.s.queryRow(o.tx, `UPDATE jobs SET state = 'running', lease_token = ?, lease_expires_at = ?,
+			attempt = attempt + 1, updated_at = ? WHERE id = ? AND state = 'waiting' RETURNING `+jobCols,
+			l.Token, ns(until), ns(now), l.ID))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+func (o *txOps) EndAttempt(t store.Transition) ([]string, int64, error) {
+	var keys string
+	var group int64
+	now := t.Keys.Now
+	var finished any
+	if t.To.Final() {
+		finished = ns(now)
+	}
+	err := o.s.queryRow(o.tx, `UPDATE jobs SET state = ?, reason = ?, eligible_at = CASE WHEN ? = 0 THEN eligible_at ELSE ? END,
+		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?, result = coalesce(?, result),
+		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?
+		WHERE id = ? AND state = 'running' AND lease_token = ? RETURNING limit_keys, group_id`,
+		t.To, t.Reason, ns(t.EligibleAt), ns(t.EligibleAt), t.Attempts.Congestion, t.Attempts.Transient,
+		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), t.ID, t.LeaseToken).Scan(&keys, &group)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, store.ErrConflict
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var names []string
+	if err := jsonStrings(keys, &names); err != nil {
+		return nil, 0, err
+	}
+	return names, group, o.s.appendRecord(o.tx, t.ID, t.Record)
+}
+
+func (o *txOps) GroupReady(group int64, at time.Time) error { return o.s.groupReady(o.tx, group, at) }
+
+func (s *Store) groupReady(tx *sql.Tx, group int64, at time.Time) error {
+	_, err := s.exec(tx, `UPDATE job_groups SET ready_at = CASE WHEN ready_at IS NULL OR ready_at > ?1 THEN ?1 ELSE ready_at END
+		WHERE id = ?2`, ns(at), group)
+	return err
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// Stats counts jobs by lane and state.
+func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
+	st := store.Stats{Counts: map[job.Lane]map[job.State]int64{}, OldestReady: map[job.Lane]time.Duration{}}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT lane, state, count(*) FROM jobs GROUP BY lane, state`)
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var lane job.Lane
+		var state job.State
+		var n int64
+		if err := rows.Scan(&lane, &state, &n); err != nil {
+			return st, err
+		}
+		if st.Counts[lane] == nil {
+			st.Counts[lane] = map[job.State]int64{}
+		}
+		st.Counts[lane][state] = n
+		if state == job.StateRunning {
+			st.Running += n
+		}
+	}
+	for _, lane := range job.Lanes {
+		var at sql.NullInt64
+		err := s.rdb.QueryRowContext(ctx, `SELECT min(eligible_at) FROM jobs WHERE lane = ? AND eligible_at <= ?
+			AND state IN ('waiting', 'retry_scheduled')`, lane, ns(now)).Scan(&at)
+		if err != nil {
+			return st, err
+		}
+		if at.Valid {
+			st.OldestReady[lane] = now.Sub(tm(at))
+		}
+	}
+	return st, rows.Err()
+}

@@ -1,0 +1,124 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+func (s *Store) loadKeys(tx *sql.Tx, names []string) (map[string]*admission.State, error) {
+	out := make(map[string]*admission.State, len(names))
+	for _, n := range names {
+		st, err := scanKey(s.queryRow(tx, `SELECT `+keyCols+` FROM limit_keys WHERE name = ?`, n))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[n] = st
+	}
+	return out, nil
+}
+
+func (s *Store) saveKeys(tx *sql.Tx, keys []*admission.State) error {
+	for _, st := range keys {
+		_, err := s.exec(tx, `UPDATE limit_keys SET rate = ?, burst = ?, concurrency = ?, adaptive = ?, min_rate = ?,
+			learned_rate = ?, tat = ?, paused_until = ?, in_flight = ?, last_decrease = ? WHERE name = ?`,
+			st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
+			ns(st.PausedUntil), st.InFlight, ns(st.LastDecrease), st.Name)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpsertLimit creates or reconfigures a limit key, keeping its live state.
+func (s *Store) UpsertLimit(ctx context.Context, c admission.Config) (admission.State, error) {
+	var out admission.State
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.ensureKey(tx, c.Name, c, time.Now()); err != nil {
+			return err
+		}
+		states, err := s.loadKeys(tx, []string{c.Name})
+		if err != nil {
+			return err
+		}
+		st := states[c.Name]
+		st.Reconfigure(c)
+		out = *st
+		return s.saveKeys(tx, []*admission.State{st})
+	})
+	return out, err
+}
+
+// GetLimit returns one key.
+func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, error) {
+	st, err := s.stmt(s.rdb, `SELECT `+keyCols+` FROM limit_keys WHERE name = ?`)
+	if err != nil {
+		return admission.State{}, err
+	}
+	k, err := scanKey(st.QueryRowContext(ctx, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return admission.State{}, store.ErrNotFound
+	}
+	if err != nil {
+		return admission.State{}, err
+	}
+	return *k, nil
+}
+
+// ListLimits returns every key by name.
+func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+keyCols+` FROM limit_keys ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []admission.State
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *k)
+	}
+	return out, rows.Err()
+}
+
+// Backlog returns the waiting cost per key for the lane and lanes before it.
+func (s *Store) Backlog(ctx context.Context, lane job.Lane, keys []string) (map[string]int64, error) {
+	lanes := []string{string(job.LaneInteractive)}
+	if lane == job.LaneBatch {
+		lanes = append(lanes, string(job.LaneBatch))
+	}
+	out := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		var n sql.NullInt64
+		err := s.rdb.QueryRowContext(ctx, `SELECT sum(j.cost) FROM job_groups g JOIN jobs j ON j.group_id = g.id
+			WHERE g.lane IN (`+placeholders(len(lanes))+`) AND j.state IN ('waiting', 'retry_scheduled')
+			AND EXISTS (SELECT 1 FROM json_each(g.keys) WHERE value = ?)`, append(anys(lanes), k)...).Scan(&n)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = n.Int64
+	}
+	return out, nil
+}
+
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+func anys[T any](v []T) []any {
+	out := make([]any, len(v))
+	for i := range v {
+		out[i] = v[i]
+	}
+	return out
+}

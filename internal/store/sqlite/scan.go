@@ -1,0 +1,105 @@
+package sqlite
+
+import (
+	"database/sql"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// ns converts a time to the stored Unix nanoseconds; the zero time is 0.
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// nullNS is ns for nullable columns: the zero time is NULL.
+func nullNS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+// tm converts stored Unix nanoseconds back; 0 and NULL are the zero time.
+func tm(n sql.NullInt64) time.Time {
+	if !n.Valid || n.Int64 == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n.Int64).UTC()
+}
+
+// groupKeys is the canonical form of a key set: sorted, as JSON. Jobs
+// naming the same keys in another order share a group.
+func groupKeys(keys []string) string {
+	k := slices.Clone(keys)
+	slices.Sort(k)
+	b, _ := json.Marshal(k)
+	return string(b)
+}
+
+const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, payload, idempotency_key,
+	deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, state, reason,
+	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema, lease_token,
+	lease_expires_at, result, created_at, updated_at, finished_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(r scanner) (*job.Job, error) {
+	var (
+		j                                 job.Job
+		keys                              string
+		payload, result                   []byte
+		token                             sql.NullString
+		deadline, eligible, lease, create sql.NullInt64
+		update, finish                    sql.NullInt64
+	)
+	err := r.Scan(&j.ID, &j.Kind, &j.Region, &j.Lane, &j.Tenant, &keys, &j.Cost, &j.Priority, &payload,
+		&j.IdempotencyKey, &deadline, &j.Budgets.Congestion, &j.Budgets.Transient, &j.Budgets.Schema,
+		&j.ParentID, &j.Depth, &j.State, &j.Reason, &eligible, &j.Attempt, &j.Attempts.Congestion,
+		&j.Attempts.Transient, &j.Attempts.Schema, &token, &lease, &result, &create, &update, &finish)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(keys), &j.LimitKeys); err != nil {
+		return nil, err
+	}
+	if len(payload) > 0 {
+		j.Payload = payload
+	}
+	if len(result) > 0 {
+		j.Result = result
+	}
+	j.LeaseToken = token.String
+	j.Deadline, j.EligibleAt, j.LeaseExpiresAt = tm(deadline), tm(eligible), tm(lease)
+	j.CreatedAt, j.UpdatedAt, j.FinishedAt = tm(create), tm(update), tm(finish)
+	return &j, nil
+}
+
+const keyCols = `name, rate, burst, concurrency, adaptive, min_rate, learned_rate, tat, paused_until, in_flight, last_decrease`
+
+func scanKey(r scanner) (*admission.State, error) {
+	var (
+		st                   admission.State
+		tat, paused, lastDec sql.NullInt64
+	)
+	err := r.Scan(&st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
+		&st.LearnedRate, &tat, &paused, &st.InFlight, &lastDec)
+	if err != nil {
+		return nil, err
+	}
+	st.TAT, st.PausedUntil, st.LastDecrease = tm(tat), tm(paused), tm(lastDec)
+	return &st, nil
+}
+
+func recordJSON(r job.AttemptRecord) string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+func jsonStrings(s string, out *[]string) error { return json.Unmarshal([]byte(s), out) }

@@ -1,0 +1,268 @@
+// Package sqlite is ratelane's embedded store: one SQLite database file per
+// region, in WAL mode, with a single writer connection.
+//
+// Acknowledged means durable: by default every commit is synchronous=FULL, so
+// an acknowledged job survives kill -9 and power loss. What makes FULL fast
+// is group commit: every write goes through one writer goroutine, which runs
+// all the writes waiting at that moment in one transaction (each inside its
+// own savepoint, so one failing write does not fail its neighbours) and
+// answers them all after a single fsync. synchronous=NORMAL is a documented
+// opt-in that survives kill -9 but may lose the last commits on power loss.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Synchronous modes.
+const (
+	// SyncFull fsyncs every commit: durable across power loss (default).
+	SyncFull = "FULL"
+	// SyncNormal fsyncs at checkpoints only: durable across process crashes,
+	// may lose the last commits on power loss.
+	SyncNormal = "NORMAL"
+)
+
+// Config configures Open.
+type Config struct {
+	// Path is the database file. Open creates it and its directory.
+	Path string
+	// Region is the region the store holds.
+	Region string
+	// Synchronous is SyncFull (default) or SyncNormal.
+	Synchronous string
+	// MaxBatch is the most writes group-committed in one transaction;
+	// zero means 256.
+	MaxBatch int
+	// Readers is the size of the read connection pool; zero means 4.
+	Readers int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Synchronous == "" {
+		c.Synchronous = SyncFull
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 256
+	}
+	if c.Readers == 0 {
+		c.Readers = 4
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Path == "":
+		return errors.New("sqlite: Path is required")
+	case c.Region == "":
+		return errors.New("sqlite: Region is required")
+	case c.Synchronous != SyncFull && c.Synchronous != SyncNormal:
+		return fmt.Errorf("sqlite: Synchronous must be %s or %s, got %q", SyncFull, SyncNormal, c.Synchronous)
+	case c.MaxBatch < 1:
+		return fmt.Errorf("sqlite: MaxBatch must be at least 1, got %d", c.MaxBatch)
+	}
+	return nil
+}
+
+// Store is the SQLite driver. It is safe for concurrent use.
+type Store struct {
+	cfg  Config
+	wdb  *sql.DB // exactly one connection: the single writer
+	rdb  *sql.DB // read-only pool
+	reqs chan *writeReq
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	mu         sync.Mutex
+	stmts      map[*sql.DB]map[string]*sql.Stmt // read statements, prepared once
+	batchStmts map[string]*sql.Stmt             // the writer's, per batch
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at cfg.Path, applies the
+// migrations, and starts the writer.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o755); err != nil {
+		return nil, fmt.Errorf("sqlite: create data directory: %w", err)
+	}
+	wdb, err := sql.Open("sqlite", dsn(cfg.Path, cfg.Synchronous, false))
+	if err != nil {
+		return nil, err
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	rdb, err := sql.Open("sqlite", dsn(cfg.Path, cfg.Synchronous, true))
+	if err != nil {
+		wdb.Close()
+		return nil, err
+	}
+	rdb.SetMaxOpenConns(cfg.Readers)
+	s := &Store{
+		cfg: cfg, wdb: wdb, rdb: rdb,
+		reqs:  make(chan *writeReq, 4*cfg.MaxBatch),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		stmts: map[*sql.DB]map[string]*sql.Stmt{},
+	}
+	if err := s.migrateUp(ctx); err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, err
+	}
+	go s.writer()
+	return s, nil
+}
+
+func dsn(path, sync string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+sync+")")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Region returns the region this store holds.
+func (s *Store) Region() string { return s.cfg.Region }
+
+// Path returns the database file.
+func (s *Store) Path() string { return s.cfg.Path }
+
+// Migrate applies the embedded migrations; Open already did, so this is a
+// no-op unless the file was changed underneath.
+func (s *Store) Migrate(ctx context.Context) error { return s.migrateUp(ctx) }
+
+func (s *Store) migrateUp(ctx context.Context) error {
+	if _, err := s.wdb.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	for _, m := range migrationFiles(".up.sql", false) {
+		var n int
+		if err := s.wdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+			return fmt.Errorf("sqlite: migrate: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		if err := s.execMigration(ctx, m, `INSERT INTO schema_migrations (version) VALUES (?)`); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MigrateDown reverts every migration (for tests and CI, which migrate up
+// and down on every driver).
+func (s *Store) MigrateDown(ctx context.Context) error {
+	for _, m := range migrationFiles(".down.sql", true) {
+		if err := s.execMigration(ctx, m, `DELETE FROM schema_migrations WHERE version = ?`); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type migration struct {
+	version int
+	name    string
+}
+
+func migrationFiles(suffix string, reverse bool) []migration {
+	entries, _ := fs.ReadDir(migrations, "migrations")
+	var out []migration
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), suffix) {
+			continue
+		}
+		var v int
+		fmt.Sscanf(e.Name(), "%d_", &v)
+		out = append(out, migration{v, e.Name()})
+	}
+	sort.Slice(out, func(i, j int) bool { return (out[i].version < out[j].version) != reverse })
+	return out
+}
+
+func (s *Store) execMigration(ctx context.Context, m migration, record string) error {
+	body, err := migrations.ReadFile("migrations/" + m.name)
+	if err != nil {
+		return err
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+		return fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	}
+	if _, err := tx.ExecContext(ctx, record, m.version); err != nil {
+		return fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	}
+	return tx.Commit()
+}
+
+// Close stops the writer after the writes already queued and closes the
+// database. It is idempotent.
+func (s *Store) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		err = errors.Join(s.wdb.Close(), s.rdb.Close())
+	})
+	return err
+}
+
+// stmt returns a prepared statement for query on db, prepared once.
+func (s *Store) stmt(db *sql.DB, query string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.stmts[db]
+	if m == nil {
+		m = map[string]*sql.Stmt{}
+		s.stmts[db] = m
+	}
+	if st, ok := m[query]; ok {
+		return st, nil
+	}
+	st, err := db.Prepare(query)
+	if err != nil {
+		return nil, err
+	}
+	m[query] = st
+	return st, nil
+}
+
+func newToken() string { return uuid.NewString() }

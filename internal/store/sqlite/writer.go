@@ -1,0 +1,165 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// errClosed is returned for writes submitted after Close.
+var errClosed = errors.New("sqlite: store is closed")
+
+type writeReq struct {
+	fn   func(tx *sql.Tx) error
+	done chan error
+}
+
+// write runs fn in the writer's transaction and returns once it is durably
+// committed (or failed). fn may run together with other writes in one
+// transaction, inside its own savepoint: it must not commit or roll back.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	r := &writeReq{fn: fn, done: make(chan error, 1)}
+	select {
+	case s.reqs <- r:
+	case <-s.stop:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the write is waited for even if ctx ends: the caller
+	// must learn whether it happened.
+	return <-r.done
+}
+
+// writer is the single goroutine that owns the writer connection. It takes
+// every write waiting at the moment (up to MaxBatch) and commits them
+// together: one fsync for the batch.
+func (s *Store) writer() {
+	defer close(s.done)
+	for {
+		select {
+		case r := <-s.reqs:
+			s.commit(s.drain(r))
+		case <-s.stop:
+			for {
+				select {
+				case r := <-s.reqs:
+					s.commit(s.drain(r))
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (s *Store) drain(first *writeReq) []*writeReq {
+	batch := []*writeReq{first}
+	for len(batch) < s.cfg.MaxBatch {
+		select {
+		case r := <-s.reqs:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (s *Store) commit(batch []*writeReq) {
+	errs := make([]error, len(batch))
+	err := s.runBatch(batch, errs)
+	for i, r := range batch {
+		if err != nil {
+			r.done <- err
+		} else {
+			r.done <- errs[i]
+		}
+	}
+}
+
+func (s *Store) runBatch(batch []*writeReq, errs []error) error {
+	tx, err := s.wdb.Begin()
+	if err != nil {
+		return fmt.Errorf("sqlite: begin: %w", err)
+	}
+	s.batchStmts = map[string]*sql.Stmt{} // closed with the transaction
+	for i, r := range batch {
+		errs[i] = s.runOne(tx, r.fn, len(batch) > 1)
+	}
+	if err := tx.Commit(); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	return nil
+}
+
+// runOne runs one write; inside a shared transaction it gets a savepoint so
+// that its failure rolls back only its own changes.
+func (s *Store) runOne(tx *sql.Tx, fn func(tx *sql.Tx) error, shared bool) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("sqlite: write panicked: %v", p)
+		}
+	}()
+	if !shared {
+		return fn(tx)
+	}
+	if _, err := tx.Exec(`SAVEPOINT w`); err != nil {
+		return err
+	}
+	if ferr := fn(tx); ferr != nil {
+		if _, err := tx.Exec(`ROLLBACK TO w`); err != nil {
+			return errors.Join(ferr, err)
+		}
+		tx.Exec(`RELEASE w`)
+		return ferr
+	}
+	_, err = tx.Exec(`RELEASE w`)
+	return err
+}
+
+// txStmt returns query prepared on the writer's current transaction. The
+// cache lives for one batch: the writer connection is the only one, so
+// statements cannot be prepared outside the open transaction, and a batch
+// reuses the same few statements many times. Only the writer goroutine
+// calls it.
+func (s *Store) txStmt(tx *sql.Tx, query string) (*sql.Stmt, error) {
+	if st, ok := s.batchStmts[query]; ok {
+		return st, nil
+	}
+	st, err := tx.Prepare(query)
+	if err != nil {
+		return nil, err
+	}
+	s.batchStmts[query] = st
+	return st, nil
+}
+
+// exec runs a prepared statement inside tx.
+func (s *Store) exec(tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st, err := s.txStmt(tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.Exec(args...)
+}
+
+// query runs a prepared query inside tx.
+func (s *Store) query(tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.txStmt(tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.Query(args...)
+}
+
+// queryRow runs a prepared single-row query inside tx.
+func (s *Store) queryRow(tx *sql.Tx, query string, args ...any) *sql.Row {
+	st, err := s.txStmt(tx, query)
+	if err != nil {
+		return tx.QueryRow(query, args...) // reports the same prepare error on Scan
+	}
+	return st.QueryRow(args...)
+}

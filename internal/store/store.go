@@ -1,0 +1,186 @@
+// Package store defines the contract every ratelane storage driver meets: the
+// Store interface, its parameter types and its errors, plus the parts of the
+// lease and finish logic that are the same on every driver (they work on the
+// small Tx primitives each driver provides inside its own transaction).
+//
+// A Store holds the jobs and limit keys of exactly one region. Every write
+// that changes a job's state is guarded on the state (and lease token) the
+// caller expects, so a worker that lost its lease cannot write an outcome and
+// a validated job publishes at most once.
+//
+// Drivers live in subpackages (sqlite, postgres) and all pass the conformance
+// suite in storetest.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no job or key with that id in this store.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the row was not in the state the guarded write expected
+	// (a lost lease, a second publish, a cancel of a finished job).
+	ErrConflict = errors.New("conflict: job is not in the expected state")
+)
+
+// Store is one region's durable job and limit-key storage. Implementations
+// are safe for concurrent use. Times passed in are the caller's clock; stores
+// never read the wall clock for decisions, so tests control time.
+type Store interface {
+	// Region is the region this store holds. A store wired to a worker or
+	// API of another region is a start-up error.
+	Region() string
+	// Migrate applies the embedded schema migrations (idempotent).
+	Migrate(ctx context.Context) error
+	// Close releases the store's connections.
+	Close() error
+
+	// Insert persists jobs. Each job arrives complete (ID, State accepted or
+	// waiting, EligibleAt, CreatedAt set by the caller). A job whose
+	// idempotency key (per tenant) already exists is not inserted; its
+	// result carries the existing job and Existing=true. Unknown limit keys
+	// are created with def.
+	Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]InsertResult, error)
+	// Get returns one job or ErrNotFound.
+	Get(ctx context.Context, id string) (*job.Job, error)
+	// List returns jobs matching p, newest first, with cursor pagination.
+	List(ctx context.Context, p ListParams) ([]*job.Job, error)
+
+	// Lease atomically admits and leases up to p.Max eligible jobs: a job is
+	// leased only when every one of its limit keys admits it (not paused, a
+	// token available, below the concurrency cap).
+	Lease(ctx context.Context, p LeaseParams) ([]*job.Job, error)
+	// Heartbeat extends a running job's lease; ErrConflict when the lease
+	// was lost (expired and recovered, or the job was cancelled).
+	Heartbeat(ctx context.Context, id, token string, until time.Time) error
+	// Finish applies the transitions that end attempts, in one durable
+	// write. Each is guarded on (id, running, lease token); the returned
+	// slice holds nil or ErrConflict per transition.
+	Finish(ctx context.Context, ts []Transition) ([]error, error)
+	// Expired returns up to limit running jobs whose lease expired before
+	// now, for the reaper to finish with a lease_expired outcome.
+	Expired(ctx context.Context, now time.Time, limit int) ([]*job.Job, error)
+	// Publish moves a validated job to published: a compare-and-set that
+	// succeeds at most once (ErrConflict afterwards).
+	Publish(ctx context.Context, id string, now time.Time) error
+	// Cancel ends a non-final job as terminal/cancelled, releasing its keys
+	// if it was running. ErrConflict when it is already final.
+	Cancel(ctx context.Context, id string, now time.Time) (*job.Job, error)
+	// Redrive returns a terminal job to waiting with fresh budgets and the
+	// redrive recorded in its history.
+	Redrive(ctx context.Context, id string, now time.Time) (*job.Job, error)
+	// Delete removes a terminal job (a dead letter). ErrConflict otherwise.
+	Delete(ctx context.Context, id string) error
+	// ExpireDeadlines ends waiting, scheduled and accepted jobs whose
+	// deadline passed before now as terminal/deadline_exceeded.
+	ExpireDeadlines(ctx context.Context, now time.Time) (int, error)
+	// Prune deletes finished jobs that finished before before.
+	Prune(ctx context.Context, before time.Time) (int, error)
+
+	// UpsertLimit creates or reconfigures a limit key, keeping its live state.
+	UpsertLimit(ctx context.Context, c admission.Config) (admission.State, error)
+	// GetLimit returns one key's configuration and live state.
+	GetLimit(ctx context.Context, name string) (admission.State, error)
+	// ListLimits returns every key, ordered by name.
+	ListLimits(ctx context.Context) ([]admission.State, error)
+
+	// Stats counts jobs by lane and state and reports the oldest ready job
+	// per lane.
+	Stats(ctx context.Context, now time.Time) (Stats, error)
+	// Backlog returns, for each named key, the cost of the jobs waiting on
+	// it (waiting or retry_scheduled) in the given lane and every lane
+	// scheduled before it; the API predicts queue age from it.
+	Backlog(ctx context.Context, lane job.Lane, keys []string) (map[string]int64, error)
+}
+
+// InsertResult is the result of inserting one job.
+type InsertResult struct {
+	Job      *job.Job
+	Existing bool
+}
+
+// ListParams filters List. Zero fields match everything.
+type ListParams struct {
+	Tenant string
+	State  job.State
+	Kind   string
+	Lane   job.Lane
+	Parent string
+	// After is the id of the last job of the previous page; ids sort by
+	// creation time, so pagination is stable.
+	After string
+	// Limit is the page size, at most 1000; zero means 100.
+	Limit int
+}
+
+// LeaseParams describes one lease call.
+type LeaseParams struct {
+	Now time.Time
+	// Max is the number of jobs wanted (free worker slots).
+	Max int
+	// LeaseFor is how long the lease lasts before it expires.
+	LeaseFor time.Duration
+	// Kinds restricts the lease to these kinds; empty means any kind.
+	Kinds []string
+	// BatchMin is how many of the Max slots batch work gets first, its
+	// minimum share; it is ignored while the oldest ready interactive job has
+	// waited longer than InteractiveBudget.
+	BatchMin int
+	// InteractiveBudget is the interactive lane's latency budget.
+	InteractiveBudget time.Duration
+}
+
+// Transition ends one attempt of a running job. The engine computes it from
+// the job and the handler's outcome; the store applies it guarded on ID,
+// state running and LeaseToken, and applies Keys to the job's limit keys in
+// the same transaction.
+type Transition struct {
+	ID         string
+	LeaseToken string
+	To         job.State
+	Reason     job.Reason
+	EligibleAt time.Time
+	Attempts   job.Attempts
+	Record     job.AttemptRecord
+	Result     json.RawMessage
+	Keys       KeyEffect
+}
+
+// KeyEffect is what an attempt's outcome does to the job's limit keys. Every
+// finished attempt releases one in-flight lease on each key.
+type KeyEffect struct {
+	Now time.Time
+	// Success raises adaptive rates.
+	Success bool
+	// RateLimited lowers adaptive rates of the Scope keys and pauses them
+	// until PauseUntil.
+	RateLimited bool
+	// PauseUntil pauses the Scope keys (also without RateLimited, e.g. for a
+	// spent provider quota).
+	PauseUntil time.Time
+	// Scope names the keys a pause applies to; empty means all of the job's keys.
+	Scope []string
+	// Hints feed remaining-quota information to the buckets.
+	Hints []job.Hint
+	// Estimated and Actual reconcile the bucket with the real cost.
+	Estimated, Actual int64
+}
+
+// Stats is a snapshot of one store.
+type Stats struct {
+	// Counts[lane][state] is the number of jobs.
+	Counts map[job.Lane]map[job.State]int64
+	// OldestReady[lane] is the age of the oldest job that is eligible now
+	// (waiting or retry_scheduled with eligible_at <= now).
+	OldestReady map[job.Lane]time.Duration
+	// Running is the number of leases in flight.
+	Running int64
+}

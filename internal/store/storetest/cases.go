@@ -1,0 +1,582 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+func testInsertGet(t *testing.T, open Opener) {
+	s := open(t)
+	j := NewJob("acme", job.LaneInteractive, "a", "b")
+	j.Priority, j.Deadline, j.Depth = 5, T0.Add(time.Hour), "degraded"
+	res := insert(t, s, j)
+	if res[0].Existing {
+		t.Fatal("a new job was reported as existing")
+	}
+	got := get(t, s, j.ID)
+	if got.State != job.StateWaiting || got.Tenant != "acme" || got.Priority != 5 || got.Depth != "degraded" ||
+		!got.Deadline.Equal(j.Deadline) || !got.EligibleAt.Equal(T0) || string(got.Payload) != `{"n":1}` ||
+		len(got.LimitKeys) != 2 || got.LimitKeys[1] != "b" || got.Budgets != job.DefaultBudgets {
+		t.Fatalf("round trip lost data: %+v", got)
+	}
+	if _, err := s.Get(context.Background(), "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get missing: %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetLimit(context.Background(), "a"); err != nil {
+		t.Fatalf("insert did not create limit key a: %v", err)
+	}
+}
+
+func testIdempotentInsert(t *testing.T, open Opener) {
+	s := open(t)
+	a := NewJob("acme", job.LaneBatch, "k")
+	a.IdempotencyKey = "evt-1:sub-1:1"
+	insert(t, s, a)
+	b := NewJob("acme", job.LaneBatch, "k")
+	b.IdempotencyKey = a.IdempotencyKey
+	res := insert(t, s, b)
+	if !res[0].Existing || res[0].Job.ID != a.ID {
+		t.Fatalf("second insert = %+v, want the existing job %s", res[0], a.ID)
+	}
+	other := NewJob("globex", job.LaneBatch, "k")
+	other.IdempotencyKey = a.IdempotencyKey
+	if res := insert(t, s, other); res[0].Existing {
+		t.Fatal("idempotency keys must be scoped to the tenant")
+	}
+	if _, err := s.Get(context.Background(), b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("duplicate was stored: %v", err)
+	}
+}
+
+func testConcurrentIdempotency(t *testing.T, open Opener) {
+	s := open(t)
+	var wg sync.WaitGroup
+	created := make(chan string, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j := NewJob("acme", job.LaneBatch, "k")
+			j.IdempotencyKey = "same"
+			res, err := s.Insert(context.Background(), []*job.Job{j}, Unpaced)
+			if err != nil {
+				t.Errorf("insert: %v", err)
+				return
+			}
+			created <- res[0].Job.ID
+		}()
+	}
+	wg.Wait()
+	close(created)
+	distinct := map[string]bool{}
+	for id := range created {
+		distinct[id] = true
+	}
+	if len(distinct) != 1 {
+		t.Fatalf("20 concurrent inserts with one idempotency key created %d jobs", len(distinct))
+	}
+}
+
+func testLeaseBasics(t *testing.T, open Opener) {
+	s := open(t)
+	a, b := NewJob("acme", job.LaneInteractive, "k"), NewJob("acme", job.LaneInteractive, "k")
+	insert(t, s, a, b)
+	got := lease(t, s, T0, 10)
+	if len(got) != 2 {
+		t.Fatalf("leased %d jobs, want 2", len(got))
+	}
+	for _, j := range got {
+		if j.State != job.StateRunning || j.LeaseToken == "" || !j.LeaseExpiresAt.Equal(T0.Add(30*time.Second)) || j.Attempt != 1 {
+			t.Fatalf("leased job %+v lacks running state, token, expiry or attempt", j)
+		}
+	}
+	if again := lease(t, s, T0, 10); len(again) != 0 {
+		t.Fatalf("a running job was leased again: %d", len(again))
+	}
+	if k, _ := s.GetLimit(context.Background(), "k"); k.InFlight != 2 {
+		t.Fatalf("in flight = %d, want 2", k.InFlight)
+	}
+	mustOK(t, finish(t, s, success(got[0], T0), success(got[1], T0)))
+	if k, _ := s.GetLimit(context.Background(), "k"); k.InFlight != 0 {
+		t.Fatalf("in flight after finish = %d, want 0", k.InFlight)
+	}
+	done := get(t, s, a.ID)
+	if done.State != job.StatePublished || done.FinishedAt.IsZero() || len(done.History) != 1 || done.History[0].Outcome != job.ClassSuccess {
+		t.Fatalf("finished job = %+v", done)
+	}
+}
+
+func testLeaseRespectsEligible(t *testing.T, open Opener) {
+	s := open(t)
+	later := NewJob("acme", job.LaneBatch, "k")
+	later.EligibleAt = T0.Add(time.Minute)
+	insert(t, s, later)
+	if got := lease(t, s, T0, 5); len(got) != 0 {
+		t.Fatal("a job was leased before its eligible_at")
+	}
+	if got := lease(t, s, T0.Add(time.Minute), 5); len(got) != 1 {
+		t.Fatalf("job not leased at its eligible_at: %d", len(got))
+	}
+}
+
+func testGuardedFinish(t *testing.T, open Opener) {
+	s := open(t)
+	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
+	j := lease(t, s, T0, 1)[0]
+	stale := success(j, T0)
+	stale.LeaseToken = "not-the-token"
+	if errs := finish(t, s, stale); !errors.Is(errs[0], store.ErrConflict) {
+		t.Fatalf("finish with a wrong token = %v, want ErrConflict", errs[0])
+	}
+	mustOK(t, finish(t, s, success(j, T0)))
+	if errs := finish(t, s, success(j, T0)); !errors.Is(errs[0], store.ErrConflict) {
+		t.Fatalf("second finish = %v, want ErrConflict", errs[0])
+	}
+	if err := s.Heartbeat(context.Background(), j.ID, j.LeaseToken, T0.Add(time.Minute)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("heartbeat of a finished job = %v, want ErrConflict", err)
+	}
+}
+
+func testPublishOnce(t *testing.T, open Opener) {
+	s := open(t)
+	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
+	j := lease(t, s, T0, 1)[0]
+	tr := success(j, T0)
+	tr.To, tr.Result = job.StateValidated, []byte(`{"findings":[]}`)
+	mustOK(t, finish(t, s, tr))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.Publish(context.Background(), j.ID, T0)
+			if err == nil {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			} else if !errors.Is(err, store.ErrConflict) {
+				t.Errorf("publish: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d publishes succeeded, want exactly 1", wins)
+	}
+	if got := get(t, s, j.ID); got.State != job.StatePublished || string(got.Result) != `{"findings":[]}` {
+		t.Fatalf("published job = %+v", got)
+	}
+}
+
+// testTokenBucketPacing checks invariant 6: over any window t, admitted
+// starts never exceed rate*t + burst, and a backlogged key reaches its rate.
+func testTokenBucketPacing(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "k", Rate: 10, Burst: 3})
+	var jobs []*job.Job
+	for range 100 {
+		jobs = append(jobs, NewJob("acme", job.LaneBatch, "k"))
+	}
+	insert(t, s, jobs...)
+	var starts []time.Time
+	for step := 0; step <= 50; step++ { // 5 s in 100 ms steps
+		now := T0.Add(time.Duration(step) * 100 * time.Millisecond)
+		for _, j := range lease(t, s, now, 100) {
+			starts = append(starts, now)
+			mustOK(t, finish(t, s, success(j, now)))
+		}
+	}
+	for i := range starts {
+		for k := i; k < len(starts); k++ {
+			window := starts[k].Sub(starts[i]).Seconds()
+			if n := float64(k - i + 1); n > 10*window+3+1e-9 {
+				t.Fatalf("%v starts in %.1fs exceeds rate*t+burst = %.1f", n, window, 10*window+3)
+			}
+		}
+	}
+	if want := 10*5 + 3; len(starts) < want-1 {
+		t.Fatalf("only %d starts in 5s, want about %d", len(starts), want)
+	}
+}
+
+func testConcurrencyCap(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "k", Concurrency: 3})
+	for range 10 {
+		insert(t, s, NewJob("acme", job.LaneBatch, "k"))
+	}
+	first := lease(t, s, T0, 10)
+	if len(first) != 3 {
+		t.Fatalf("leased %d with a cap of 3", len(first))
+	}
+	if more := lease(t, s, T0.Add(time.Second), 10); len(more) != 0 {
+		t.Fatalf("leased %d more beyond the cap", len(more))
+	}
+	mustOK(t, finish(t, s, success(first[0], T0.Add(time.Second))))
+	if more := lease(t, s, T0.Add(2*time.Second), 10); len(more) != 1 {
+		t.Fatalf("after one finished, leased %d, want 1", len(more))
+	}
+}
+
+// testAllKeysAdmit checks that a job is leased only when all of its keys
+// admit it, and that a blocked key does not block other keys' jobs.
+func testAllKeysAdmit(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "tight", Rate: 1, Burst: 1})
+	setLimit(t, s, admission.Config{Name: "shared", Rate: 1000, Burst: 1000})
+	both1, both2 := NewJob("acme", job.LaneBatch, "shared", "tight"), NewJob("acme", job.LaneBatch, "shared", "tight")
+	both2.EligibleAt = T0.Add(time.Millisecond) // behind both1 in its group
+	free := NewJob("acme", job.LaneBatch, "shared", "other")
+	insert(t, s, both1, both2, free)
+	got := ids(lease(t, s, T0.Add(time.Millisecond), 10))
+	if len(got) != 2 || !got[both1.ID] || !got[free.ID] {
+		t.Fatalf("leased %v, want both1 and free (tight has one token)", got)
+	}
+	shared, _ := s.GetLimit(context.Background(), "shared")
+	if shared.InFlight != 2 {
+		t.Fatalf("shared in flight = %d, want 2: a refused job must not spend other keys", shared.InFlight)
+	}
+	if got := lease(t, s, T0.Add(time.Second+time.Millisecond), 10); len(got) != 1 || got[0].ID != both2.ID {
+		t.Fatalf("after a second, leased %v, want both2", ids(got))
+	}
+}
+
+// testPauseIsShared checks invariant 5: a rate-limited outcome pauses the
+// key in the store, so no lease call (any node) admits it before
+// paused_until, while other keys keep flowing.
+func testPauseIsShared(t *testing.T, open Opener) {
+	s := open(t)
+	var jobs []*job.Job
+	for range 5 {
+		jobs = append(jobs, NewJob("acme", job.LaneInteractive, "hot"))
+	}
+	insert(t, s, jobs...)
+	j := lease(t, s, T0, 1)[0]
+	pause := T0.Add(2 * time.Second)
+	tr := store.Transition{
+		ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled, EligibleAt: pause,
+		Attempts: job.Attempts{Congestion: 1},
+		Record:   job.AttemptRecord{At: T0, Attempt: 1, Outcome: job.ClassRateLimited, Status: 429, Delay: 2 * time.Second, Why: "retry-after"},
+		Keys:     store.KeyEffect{Now: T0, RateLimited: true, PauseUntil: pause},
+	}
+	mustOK(t, finish(t, s, tr))
+	insert(t, s, NewJob("acme", job.LaneInteractive, "cold"))
+	for _, at := range []time.Duration{0, time.Second, 1999 * time.Millisecond} {
+		for _, l := range lease(t, s, T0.Add(at), 10) {
+			if l.LimitKeys[0] == "hot" {
+				t.Fatalf("job on paused key leased at +%v", at)
+			}
+		}
+	}
+	if k, _ := s.GetLimit(context.Background(), "hot"); !k.PausedUntil.Equal(pause) {
+		t.Fatalf("paused_until = %v, want %v", k.PausedUntil, pause)
+	}
+	if got := lease(t, s, pause, 10); len(got) == 0 {
+		t.Fatal("nothing leased once the pause ended")
+	}
+	if h := get(t, s, j.ID).History; len(h) == 0 || h[0].Status != 429 || h[0].Why != "retry-after" {
+		t.Fatalf("history = %+v, want the 429 recorded", h)
+	}
+}
+
+func testRetryScheduled(t *testing.T, open Opener) {
+	s := open(t)
+	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
+	j := lease(t, s, T0, 1)[0]
+	tr := store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled, EligibleAt: T0.Add(5 * time.Second),
+		Attempts: job.Attempts{Transient: 1}, Record: job.AttemptRecord{At: T0, Attempt: 1, Outcome: job.ClassTransient, Status: 503},
+		Keys: store.KeyEffect{Now: T0}}
+	mustOK(t, finish(t, s, tr))
+	if got := get(t, s, j.ID); got.State != job.StateRetryScheduled || got.Attempts.Transient != 1 || got.LeaseToken != "" {
+		t.Fatalf("scheduled job = %+v", got)
+	}
+	if got := lease(t, s, T0.Add(4*time.Second), 1); len(got) != 0 {
+		t.Fatal("leased before its retry time")
+	}
+	got := lease(t, s, T0.Add(5*time.Second), 1)
+	if len(got) != 1 || got[0].Attempt != 2 {
+		t.Fatalf("retry lease = %+v, want attempt 2", got)
+	}
+}
+
+// testExpiredLease checks invariant 3: an abandoned lease is found once it
+// expires, and the lost worker's late outcome is refused.
+func testExpiredLease(t *testing.T, open Opener) {
+	s := open(t)
+	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
+	j := lease(t, s, T0, 1)[0]
+	if err := s.Heartbeat(context.Background(), j.ID, j.LeaseToken, T0.Add(40*time.Second)); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	if exp, _ := s.Expired(context.Background(), T0.Add(35*time.Second), 10); len(exp) != 0 {
+		t.Fatal("a heartbeated lease was reported expired")
+	}
+	exp, err := s.Expired(context.Background(), T0.Add(41*time.Second), 10)
+	if err != nil || len(exp) != 1 || exp[0].LeaseToken != j.LeaseToken {
+		t.Fatalf("expired = %v, %v", exp, err)
+	}
+	reap := store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateWaiting, EligibleAt: T0.Add(41 * time.Second),
+		Attempts: job.Attempts{Transient: 1}, Record: job.AttemptRecord{At: T0.Add(41 * time.Second), Attempt: 1, Outcome: job.ClassLeaseExpired},
+		Keys: store.KeyEffect{Now: T0.Add(41 * time.Second)}}
+	mustOK(t, finish(t, s, reap))
+	if errs := finish(t, s, success(j, T0.Add(42*time.Second))); !errors.Is(errs[0], store.ErrConflict) {
+		t.Fatalf("late outcome of the lost worker = %v, want ErrConflict", errs[0])
+	}
+	again := lease(t, s, T0.Add(42*time.Second), 1)
+	if len(again) != 1 || again[0].LeaseToken == j.LeaseToken {
+		t.Fatalf("recovered job not leased with a new token: %+v", again)
+	}
+}
+
+func testInteractiveFirst(t *testing.T, open Opener) {
+	s := open(t)
+	var batch []*job.Job
+	for range 50 {
+		batch = append(batch, NewJob("acme", job.LaneBatch, "k"))
+	}
+	insert(t, s, batch...)
+	inter := NewJob("acme", job.LaneInteractive, "k")
+	inter.EligibleAt = T0.Add(time.Second) // newer than every batch job
+	insert(t, s, inter)
+	got := lease(t, s, T0.Add(time.Second), 1)
+	if len(got) != 1 || got[0].ID != inter.ID {
+		t.Fatalf("leased %v, want the interactive job first", ids(got))
+	}
+}
+
+func testBatchMinShare(t *testing.T, open Opener) {
+	s := open(t)
+	for range 20 {
+		insert(t, s, NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneInteractive, "k"))
+	}
+	p := store.LeaseParams{Now: T0.Add(time.Second), Max: 10, LeaseFor: time.Minute, BatchMin: 1, InteractiveBudget: 30 * time.Second}
+	got, err := s.Lease(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countLane(got, job.LaneBatch); n != 1 {
+		t.Fatalf("batch got %d of 10 slots, want its minimum share of 1", n)
+	}
+	// Once interactive work is over its budget, batch yields entirely.
+	p.Now = T0.Add(time.Minute)
+	got, err = s.Lease(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countLane(got, job.LaneBatch); n != 0 || len(got) != 10 {
+		t.Fatalf("over budget: batch got %d of %d, want 0 of 10", n, len(got))
+	}
+}
+
+func countLane(jobs []*job.Job, lane job.Lane) int {
+	n := 0
+	for _, j := range jobs {
+		if j.Lane == lane {
+			n++
+		}
+	}
+	return n
+}
+
+// testTenantFairness: one tenant's large backlog must not delay another
+// tenant's single job by more than one scheduling round.
+func testTenantFairness(t *testing.T, open Opener) {
+	s := open(t)
+	var big []*job.Job
+	for range 500 {
+		big = append(big, NewJob("big", job.LaneBatch, "k"))
+	}
+	insert(t, s, big...)
+	small := NewJob("small", job.LaneBatch, "k")
+	small.EligibleAt = T0.Add(time.Second)
+	insert(t, s, small)
+	got := lease(t, s, T0.Add(time.Second), 2)
+	if !ids(got)[small.ID] {
+		t.Fatalf("the small tenant's job waited behind the big tenant's backlog: leased %v", ids(got))
+	}
+}
+
+func testKindsFilter(t *testing.T, open Opener) {
+	s := open(t)
+	a := NewJob("acme", job.LaneBatch, "k")
+	b := NewJob("acme", job.LaneBatch, "k")
+	b.Kind = "webhook"
+	insert(t, s, a, b)
+	got, err := s.Lease(context.Background(), store.LeaseParams{Now: T0, Max: 10, LeaseFor: time.Minute, Kinds: []string{"webhook"}})
+	if err != nil || len(got) != 1 || got[0].ID != b.ID {
+		t.Fatalf("kinds filter leased %v (%v), want only the webhook job", ids(got), err)
+	}
+}
+
+func testCancelRedriveDelete(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	waiting, running := NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k")
+	insert(t, s, running)
+	r := lease(t, s, T0, 1)[0]
+	insert(t, s, waiting)
+	for _, id := range []string{waiting.ID, r.ID} {
+		c, err := s.Cancel(ctx, id, T0)
+		if err != nil || c.State != job.StateTerminal || c.Reason != job.ReasonCancelled {
+			t.Fatalf("cancel %s = %+v, %v", id, c, err)
+		}
+	}
+	if k, _ := s.GetLimit(ctx, "k"); k.InFlight != 0 {
+		t.Fatalf("cancelling a running job left in_flight = %d", k.InFlight)
+	}
+	if errs := finish(t, s, success(r, T0)); !errors.Is(errs[0], store.ErrConflict) {
+		t.Fatal("a cancelled job accepted its worker's outcome")
+	}
+	if _, err := s.Cancel(ctx, waiting.ID, T0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("cancel of a final job = %v, want ErrConflict", err)
+	}
+	red, err := s.Redrive(ctx, waiting.ID, T0.Add(time.Second))
+	if err != nil || red.State != job.StateWaiting || red.Reason != "" || !red.FinishedAt.IsZero() {
+		t.Fatalf("redrive = %+v, %v", red, err)
+	}
+	if h := get(t, s, waiting.ID).History; len(h) < 2 || h[len(h)-1].Outcome != job.ClassRedriven {
+		t.Fatalf("redrive not recorded in history: %+v", h)
+	}
+	if got := lease(t, s, T0.Add(time.Second), 10); !ids(got)[waiting.ID] {
+		t.Fatal("redriven job was not leased")
+	}
+	if err := s.Delete(ctx, waiting.ID); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("delete of a running job = %v, want ErrConflict", err)
+	}
+	if err := s.Delete(ctx, r.ID); err != nil {
+		t.Fatalf("delete dead letter: %v", err)
+	}
+	if _, err := s.Get(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted job still there: %v", err)
+	}
+}
+
+func testDeadlines(t *testing.T, open Opener) {
+	s := open(t)
+	j := NewJob("acme", job.LaneBatch, "k")
+	j.Deadline = T0.Add(time.Minute)
+	j.EligibleAt = T0.Add(2 * time.Minute)
+	insert(t, s, j)
+	n, err := s.ExpireDeadlines(context.Background(), T0.Add(61*time.Second))
+	if err != nil || n != 1 {
+		t.Fatalf("expire deadlines = %d, %v", n, err)
+	}
+	if got := get(t, s, j.ID); got.State != job.StateTerminal || got.Reason != job.ReasonDeadlineExceeded {
+		t.Fatalf("job past its deadline = %s/%s", got.State, got.Reason)
+	}
+}
+
+func testPrune(t *testing.T, open Opener) {
+	s := open(t)
+	old, fresh := NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k")
+	insert(t, s, old)
+	j := lease(t, s, T0, 1)[0]
+	mustOK(t, finish(t, s, success(j, T0)))
+	insert(t, s, fresh)
+	n, err := s.Prune(context.Background(), T0.Add(time.Hour))
+	if err != nil || n != 1 {
+		t.Fatalf("prune = %d, %v; want 1", n, err)
+	}
+	if _, err := s.Get(context.Background(), old.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatal("pruned job still there")
+	}
+	get(t, s, fresh.ID) // a waiting job is never pruned
+}
+
+func testLimits(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	setLimit(t, s, admission.Config{Name: "b", Rate: 5, Burst: 2, Concurrency: 4, Adaptive: true})
+	setLimit(t, s, admission.Config{Name: "a", Rate: 1})
+	got, err := s.GetLimit(ctx, "b")
+	if err != nil || got.Rate != 5 || got.Burst != 2 || got.Concurrency != 4 || !got.Adaptive || got.LearnedRate != 5 {
+		t.Fatalf("get limit = %+v, %v", got, err)
+	}
+	all, err := s.ListLimits(ctx)
+	if err != nil || len(all) != 2 || all[0].Name != "a" {
+		t.Fatalf("list limits = %+v, %v", all, err)
+	}
+	if _, err := s.GetLimit(ctx, "zzz"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing key: %v", err)
+	}
+}
+
+func testStatsAndBacklog(t *testing.T, open Opener) {
+	s := open(t)
+	for range 3 {
+		insert(t, s, NewJob("acme", job.LaneInteractive, "k"))
+	}
+	b := NewJob("acme", job.LaneBatch, "k", "other")
+	b.Cost = 7
+	insert(t, s, b)
+	lease(t, s, T0, 1)
+	st, err := s.Stats(context.Background(), T0.Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Counts[job.LaneInteractive][job.StateWaiting] != 2 || st.Running != 1 || st.Counts[job.LaneBatch][job.StateWaiting] != 1 {
+		t.Fatalf("stats counts = %+v", st)
+	}
+	if st.OldestReady[job.LaneInteractive] != 10*time.Second {
+		t.Fatalf("oldest ready = %v, want 10s", st.OldestReady[job.LaneInteractive])
+	}
+	bl, err := s.Backlog(context.Background(), job.LaneInteractive, []string{"k", "other"})
+	if err != nil || bl["k"] != 2 || bl["other"] != 0 {
+		t.Fatalf("interactive backlog = %v, %v", bl, err)
+	}
+	bl, err = s.Backlog(context.Background(), job.LaneBatch, []string{"k", "other"})
+	if err != nil || bl["k"] != 9 || bl["other"] != 7 {
+		t.Fatalf("batch backlog = %v, %v", bl, err)
+	}
+}
+
+func testList(t *testing.T, open Opener) {
+	s := open(t)
+	var all []*job.Job
+	for i := range 5 {
+		j := NewJob(fmt.Sprintf("t%d", i%2), job.LaneBatch, "k")
+		all = append(all, j)
+		insert(t, s, j)
+	}
+	page, err := s.List(context.Background(), store.ListParams{Tenant: "t0", Limit: 2})
+	if err != nil || len(page) != 2 || page[0].ID != all[4].ID || page[1].ID != all[2].ID {
+		t.Fatalf("first page = %v, %v", ids(page), err)
+	}
+	next, err := s.List(context.Background(), store.ListParams{Tenant: "t0", Limit: 2, After: page[1].ID})
+	if err != nil || len(next) != 1 || next[0].ID != all[0].ID {
+		t.Fatalf("second page = %v, %v", ids(next), err)
+	}
+}
+
+func testAdaptiveKey(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "ad", Rate: 100, Burst: 1, Adaptive: true})
+	for range 3 {
+		insert(t, s, NewJob("acme", job.LaneBatch, "ad"))
+	}
+	j := lease(t, s, T0, 1)[0]
+	mustOK(t, finish(t, s, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled,
+		EligibleAt: T0.Add(time.Second), Attempts: job.Attempts{Congestion: 1},
+		Record: job.AttemptRecord{At: T0, Attempt: 1, Outcome: job.ClassRateLimited, Status: 429},
+		Keys:   store.KeyEffect{Now: T0, RateLimited: true, PauseUntil: T0.Add(time.Second)}}))
+	k, _ := s.GetLimit(context.Background(), "ad")
+	if k.LearnedRate >= 100 || k.LearnedRate <= 0 {
+		t.Fatalf("learned rate after a 429 = %v, want below the ceiling", k.LearnedRate)
+	}
+	j = lease(t, s, T0.Add(2*time.Second), 1)[0]
+	mustOK(t, finish(t, s, success(j, T0.Add(2*time.Second))))
+	k2, _ := s.GetLimit(context.Background(), "ad")
+	if k2.LearnedRate <= k.LearnedRate {
+		t.Fatalf("learned rate after a success = %v, want above %v", k2.LearnedRate, k.LearnedRate)
+	}
+}

@@ -1,0 +1,158 @@
+// Package storetest is the conformance suite every store driver runs. A
+// store change without a change here is incomplete: each behaviour the
+// engine relies on (guarded transitions, atomic multi-key admission,
+// pacing, pauses, fairness, idempotency) is pinned by a test below, on
+// every driver.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Opener returns a fresh, empty, migrated store for one test; the store is
+// closed and removed by the opener's own t.Cleanup.
+type Opener func(t *testing.T) store.Store
+
+// T0 is the suite's fixed clock origin. Stores never read the wall clock for
+// decisions, so every test drives time explicitly from here.
+var T0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// Unpaced is the default configuration the suite gives unknown keys.
+var Unpaced = admission.Config{}
+
+// Run runs the whole conformance suite against the driver.
+func Run(t *testing.T, open Opener) {
+	tests := map[string]func(*testing.T, Opener){
+		"InsertGet":             testInsertGet,
+		"IdempotentInsert":      testIdempotentInsert,
+		"ConcurrentIdempotency": testConcurrentIdempotency,
+		"LeaseBasics":           testLeaseBasics,
+		"LeaseRespectsEligible": testLeaseRespectsEligible,
+		"GuardedFinish":         testGuardedFinish,
+		"PublishOnce":           testPublishOnce,
+		"TokenBucketPacing":     testTokenBucketPacing,
+		"ConcurrencyCap":        testConcurrencyCap,
+		"AllKeysAdmit":          testAllKeysAdmit,
+		"PauseIsShared":         testPauseIsShared,
+		"RetryScheduled":        testRetryScheduled,
+		"ExpiredLease":          testExpiredLease,
+		"InteractiveFirst":      testInteractiveFirst,
+		"BatchMinShare":         testBatchMinShare,
+		"TenantFairness":        testTenantFairness,
+		"KindsFilter":           testKindsFilter,
+		"CancelRedriveDelete":   testCancelRedriveDelete,
+		"Deadlines":             testDeadlines,
+		"Prune":                 testPrune,
+		"Limits":                testLimits,
+		"StatsAndBacklog":       testStatsAndBacklog,
+		"List":                  testList,
+		"AdaptiveKey":           testAdaptiveKey,
+	}
+	for name, fn := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, open)
+		})
+	}
+}
+
+// NewJob returns a waiting job ready to insert, eligible at T0.
+func NewJob(tenant string, lane job.Lane, keys ...string) *job.Job {
+	id, _ := uuid.NewV7()
+	return &job.Job{
+		ID: id.String(), Kind: "noop", Region: "us", Lane: lane, Tenant: tenant, LimitKeys: keys,
+		Cost: 1, Budgets: job.DefaultBudgets, State: job.StateWaiting, EligibleAt: T0, CreatedAt: T0,
+		Payload: json.RawMessage(`{"n":1}`),
+	}
+}
+
+func insert(t *testing.T, s store.Store, jobs ...*job.Job) []store.InsertResult {
+	t.Helper()
+	res, err := s.Insert(context.Background(), jobs, Unpaced)
+	if err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	return res
+}
+
+func lease(t *testing.T, s store.Store, now time.Time, max int) []*job.Job {
+	t.Helper()
+	got, err := s.Lease(context.Background(), store.LeaseParams{Now: now, Max: max, LeaseFor: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("lease: %v", err)
+	}
+	return got
+}
+
+func setLimit(t *testing.T, s store.Store, c admission.Config) {
+	t.Helper()
+	if _, err := s.UpsertLimit(context.Background(), c); err != nil {
+		t.Fatalf("upsert limit %s: %v", c.Name, err)
+	}
+}
+
+// success is the transition of a successful attempt of a kind with no
+// validation step.
+func success(j *job.Job, now time.Time) store.Transition {
+	return store.Transition{
+		ID: j.ID, LeaseToken: j.LeaseToken, To: job.StatePublished, Attempts: j.Attempts,
+		Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
+		Keys:   store.KeyEffect{Now: now, Success: true},
+	}
+}
+
+func finish(t *testing.T, s store.Store, ts ...store.Transition) []error {
+	t.Helper()
+	errs, err := s.Finish(context.Background(), ts)
+	if err != nil {
+		t.Fatalf("finish: %v", err)
+	}
+	return errs
+}
+
+func mustOK(t *testing.T, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("transition %d: %v", i, err)
+		}
+	}
+}
+
+func get(t *testing.T, s store.Store, id string) *job.Job {
+	t.Helper()
+	j, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return j
+}
+
+func ids(jobs []*job.Job) map[string]bool {
+	out := map[string]bool{}
+	for _, j := range jobs {
+		out[j.ID] = true
+	}
+	return out
+}
+
+func wantErr(t *testing.T, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("error = %v, want %v", err, want)
+	}
+}
+
+func key(t *testing.T) string { return fmt.Sprintf("k-%s", t.Name()) }
