@@ -1,0 +1,161 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// promoteBatch bounds how many due retries one lease call promotes, so that
+// a large wave of retries cannot make one lease transaction long.
+const promoteBatch = 1000
+
+// Lease admits and leases up to p.Max jobs in one short transaction; see
+// store.Lease for the scheduling order and the package comment for why it
+// never waits on another node.
+func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	var out []*job.Job
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx}, p, newToken)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	return out, nil
+}
+
+// leaseTx implements store.LeaseTx on one transaction. Every row it returns
+// is locked with SKIP LOCKED, so it never waits for another transaction.
+type leaseTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+var _ store.LeaseTx = (*leaseTx)(nil)
+
+// PromoteDue moves due retries to waiting. Rows locked elsewhere (a cancel,
+// another node's promotion) are skipped rather than waited for; a later
+// call promotes them. Their groups need no update: a scheduled job's group
+// already has ready_at <= its eligible_at (see GroupReady and TouchGroup).
+func (l *leaseTx) PromoteDue(now time.Time) error {
+	_, err := l.tx.Exec(l.ctx, `UPDATE jobs SET state = 'waiting', updated_at = $1
+		WHERE id IN (SELECT id FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= $1
+			ORDER BY eligible_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED)`, ns(now), promoteBatch)
+	return err
+}
+
+func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, error) {
+	var at *int64
+	err := l.tx.QueryRow(l.ctx, `SELECT min(eligible_at) FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2`,
+		string(lane), ns(now)).Scan(&at)
+	return nullTM(at), at != nil, err
+}
+
+// ReadyGroups locks the groups it returns, so two nodes take different
+// groups. The lock is FOR NO KEY UPDATE rather than FOR UPDATE: it still
+// excludes other lease transactions, but not the key-share lock a
+// concurrent Insert takes on the group through the jobs.group_id foreign key.
+func (l *leaseTx) ReadyGroups(lane job.Lane, kinds []string, now time.Time, limit int) ([]store.Group, error) {
+	if kinds == nil {
+		kinds = []string{}
+	}
+	rows, err := l.tx.Query(l.ctx, `SELECT id, lane, tenant, kind, keys FROM job_groups
+		WHERE lane = $1 AND ready_at <= $2 AND blocked_until <= $2 AND (cardinality($3::text[]) = 0 OR kind = ANY($3))
+		ORDER BY served_seq LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED`, string(lane), ns(now), kinds, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Group, error) {
+		var g store.Group
+		var lane string
+		err := r.Scan(&g.ID, &lane, &g.Tenant, &g.Kind, &g.Keys)
+		g.Lane = job.Lane(lane)
+		return g, err
+	})
+}
+
+func (l *leaseTx) Heads(g store.Group, now time.Time, limit int) ([]store.Candidate, error) {
+	rows, err := l.tx.Query(l.ctx, `SELECT id, cost FROM jobs WHERE group_id = $1 AND state = 'waiting' AND eligible_at <= $2
+		ORDER BY priority DESC, eligible_at, id LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED`, g.ID, ns(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[store.Candidate])
+}
+
+// LockKeys leaves out keys another transaction holds; the shared code then
+// skips the group for this call, which is what keeps two nodes from both
+// spending one key's tokens.
+func (l *leaseTx) LockKeys(names []string) (map[string]*admission.State, error) {
+	return lockKeys(l.ctx, l.tx, names, true)
+}
+
+func (l *leaseTx) SaveKeys(keys []*admission.State) error { return saveKeys(l.ctx, l.tx, keys) }
+
+// TouchGroup moves the group to the back of the round by drawing a new
+// served_seq. When it had no eligible job, its ready_at becomes the earliest
+// eligible_at of its waiting and scheduled jobs (NULL when none), a lower
+// bound that GroupReady and Insert only ever lower.
+func (l *leaseTx) TouchGroup(id int64, blockedUntil time.Time, empty bool) error {
+	_, err := l.tx.Exec(l.ctx, `UPDATE job_groups SET served_seq = nextval('job_groups_served_seq'), blocked_until = $2,
+		ready_at = CASE WHEN $3 THEN (SELECT min(eligible_at) FROM jobs
+			WHERE group_id = $1 AND state IN ('waiting', 'retry_scheduled')) ELSE ready_at END
+		WHERE id = $1`, id, ns(blockedUntil), empty)
+	return err
+}
+
+// MarkLeased leases every chosen job in one UPDATE, each with its own token,
+// and returns them in the order they were chosen.
+func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.Job, error) {
+	ids, tokens := make([]string, len(leased)), make([]string, len(leased))
+	for i, c := range leased {
+		ids[i], tokens[i] = c.ID, c.Token
+	}
+	jobs, err := collectJobs(l.tx.Query(l.ctx, `UPDATE jobs SET state = 'running', lease_token = u.token,
+			lease_expires_at = $4, attempt = attempt + 1, updated_at = $3
+		FROM unnest($1::text[], $2::text[]) AS u(leased_id, token)
+		WHERE id = u.leased_id AND state = 'waiting'
+		RETURNING `+jobCols, ids, tokens, ns(now), ns(until)))
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) != len(leased) {
+		// Heads locked every candidate, so this is a bug, not a race.
+		return nil, fmt.Errorf("mark leased: %d of %d jobs were no longer waiting", len(leased)-len(jobs), len(leased))
+	}
+	byID := make(map[string]*job.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	for i, c := range leased {
+		jobs[i] = byID[c.ID]
+	}
+	return jobs, nil
+}
+
+// Heartbeat extends a running job's lease to until, if token still holds
+// it: ErrConflict when the lease was lost, ErrNotFound when there is no job.
+func (s *Store) Heartbeat(ctx context.Context, id, token string, until time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET lease_expires_at = $3 WHERE id = $1 AND state = 'running' AND lease_token = $2`,
+		id, token, ns(until))
+	return guarded(ctx, s.pool, tag, err, id)
+}
+
+// Expired returns up to limit running jobs whose lease expired before now,
+// oldest expiry first. It locks nothing: the reaper ends each with a
+// guarded Finish, which a worker that is merely late loses or wins cleanly.
+func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*job.Job, error) {
+	return collectJobs(s.pool.Query(ctx, `SELECT `+jobCols+` FROM jobs
+		WHERE state = 'running' AND lease_expires_at < $1 ORDER BY lease_expires_at LIMIT $2`, ns(now), limit))
+}

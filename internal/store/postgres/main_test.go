@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+)
+
+// urlEnv names the database the tests use. Unset, every test skips; set, a
+// database that cannot be reached fails the tests (CI must not pass by
+// skipping).
+const urlEnv = "RATELANE_TEST_POSTGRES_URL"
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func testURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(urlEnv)
+	if u == "" {
+		t.Skipf("%s is not set; set it (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the PostgreSQL driver tests", urlEnv)
+	}
+	return u
+}
+
+// newSchema returns a fresh schema name, dropped with everything in it when
+// the test ends.
+func newSchema(t testing.TB) string {
+	t.Helper()
+	url := testURL(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "rl_test_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// openStore opens a store on schema, closed when the test ends. It does not
+// migrate.
+func openStore(t testing.TB, schema, region string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{URL: testURL(t), Schema: schema, Region: region, MaxConns: 4})
+	if err != nil {
+		t.Fatalf("open %s: %v", schema, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// newStore returns a migrated store of region "us" on a fresh schema.
+func newStore(t testing.TB) *Store {
+	t.Helper()
+	s := openStore(t, newSchema(t), "us")
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return s
+}
+
+// twoNodes returns two stores with separate pools on one migrated schema:
+// two ratelane nodes sharing a region's database.
+func twoNodes(t testing.TB) (*Store, *Store) {
+	t.Helper()
+	a := newStore(t)
+	return a, openStore(t, a.Schema(), "us")
+}
