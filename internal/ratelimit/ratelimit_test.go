@@ -1,0 +1,297 @@
+package ratelimit
+
+import (
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// now is the receive time used by the Parse tests.
+var now = time.Date(2024, time.May, 1, 12, 0, 0, 0, time.UTC)
+
+// hdr builds a canonical http.Header from name, value pairs.
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// q builds a Quota; src is the reset header name ("" when Reset unknown).
+func q(limit, remaining int64, reset time.Duration, src string) Quota {
+	return Quota{Limit: limit, Remaining: remaining, Reset: reset, resetSrc: src}
+}
+
+func TestParseEmpty(t *testing.T) {
+	t.Parallel()
+	for _, h := range []http.Header{nil, {}} {
+		got := Parse(h, now)
+		want := Info{Requests: unknownQuota, Tokens: unknownQuota, InputTokens: unknownQuota, OutputTokens: unknownQuota}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Parse(%v) = %+v; want %+v", h, got, want)
+		}
+		if _, _, ok := got.Delay(); ok {
+			t.Errorf("Delay() ok on empty headers")
+		}
+	}
+	if _, _, ok := (Info{}).Delay(); ok {
+		t.Errorf("zero Info: Delay() ok")
+	}
+}
+
+func TestParseOpenAI(t *testing.T) {
+	t.Parallel()
+	// The example response headers of OpenAI's "Rate limits" guide.
+	h := hdr(
+		"x-ratelimit-limit-requests", "60",
+		"x-ratelimit-limit-tokens", "150000",
+		"x-ratelimit-remaining-requests", "59",
+		"x-ratelimit-remaining-tokens", "149984",
+		"x-ratelimit-reset-requests", "1s",
+		"x-ratelimit-reset-tokens", "6m0s",
+	)
+	got := Parse(h, now)
+	if want := q(60, 59, time.Second, "x-ratelimit-reset-requests"); got.Requests != want {
+		t.Errorf("Requests = %+v; want %+v", got.Requests, want)
+	}
+	if want := q(150000, 149984, 6*time.Minute, "x-ratelimit-reset-tokens"); got.Tokens != want {
+		t.Errorf("Tokens = %+v; want %+v", got.Tokens, want)
+	}
+	if got.InputTokens.Known() || got.OutputTokens.Known() || got.HasRetryAfter || got.Policies != nil {
+		t.Errorf("unexpected extra fields: %+v", got)
+	}
+	if _, _, ok := got.Delay(); ok {
+		t.Errorf("Delay() ok with no exhausted quota")
+	}
+}
+
+func TestParseOpenAI429(t *testing.T) {
+	t.Parallel()
+	// A 429 from OpenAI / Azure OpenAI: retry-after-ms and retry-after
+	// together, tokens exhausted.
+	h := hdr(
+		"retry-after-ms", "2500",
+		"retry-after", "3",
+		"x-ratelimit-remaining-tokens", "0",
+		"x-ratelimit-reset-tokens", "2.5s",
+	)
+	got := Parse(h, now)
+	if !got.HasRetryAfter || got.RetryAfter != 2500*time.Millisecond || got.Source != "retry-after-ms" {
+		t.Errorf("RetryAfter = %v, %v, %q", got.RetryAfter, got.HasRetryAfter, got.Source)
+	}
+	if want := q(-1, 0, 2500*time.Millisecond, "x-ratelimit-reset-tokens"); got.Tokens != want {
+		t.Errorf("Tokens = %+v; want %+v", got.Tokens, want)
+	}
+}
+
+func TestParseAnthropic(t *testing.T) {
+	t.Parallel()
+	// The header set of Anthropic's "Rate limits" page ("Response
+	// headers"), values illustrative; resets are RFC 3339 timestamps, as
+	// documented there.
+	h := hdr(
+		"retry-after", "30",
+		"anthropic-ratelimit-requests-limit", "50",
+		"anthropic-ratelimit-requests-remaining", "0",
+		"anthropic-ratelimit-requests-reset", "2024-05-01T12:00:30Z",
+		"anthropic-ratelimit-tokens-limit", "40000",
+		"anthropic-ratelimit-tokens-remaining", "12000",
+		"anthropic-ratelimit-tokens-reset", "2024-05-01T12:00:05.5Z",
+		"anthropic-ratelimit-input-tokens-limit", "30000",
+		"anthropic-ratelimit-input-tokens-remaining", "12000",
+		"anthropic-ratelimit-input-tokens-reset", "2024-05-01T14:00:05+02:00",
+		"anthropic-ratelimit-output-tokens-limit", "10000",
+		"anthropic-ratelimit-output-tokens-remaining", "9000",
+		"anthropic-ratelimit-output-tokens-reset", "2024-05-01T11:59:00Z", // past
+	)
+	got := Parse(h, now)
+	want := Info{
+		RetryAfter: 30 * time.Second, HasRetryAfter: true, Source: "retry-after",
+		Requests:     q(50, 0, 30*time.Second, "anthropic-ratelimit-requests-reset"),
+		Tokens:       q(40000, 12000, 5500*time.Millisecond, "anthropic-ratelimit-tokens-reset"),
+		InputTokens:  q(30000, 12000, 5*time.Second, "anthropic-ratelimit-input-tokens-reset"),
+		OutputTokens: q(10000, 9000, 0, "anthropic-ratelimit-output-tokens-reset"),
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParseAnthropicTokensFromInputOutput(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		h    http.Header
+		want Quota
+	}{
+		{
+			"smaller fraction remaining wins",
+			hdr(
+				"anthropic-ratelimit-input-tokens-limit", "400000",
+				"anthropic-ratelimit-input-tokens-remaining", "300000", // 75%
+				"anthropic-ratelimit-output-tokens-limit", "80000",
+				"anthropic-ratelimit-output-tokens-remaining", "20000", // 25%
+				"anthropic-ratelimit-output-tokens-reset", "2024-05-01T12:00:10Z",
+			),
+			q(80000, 20000, 10*time.Second, "anthropic-ratelimit-output-tokens-reset"),
+		},
+		{
+			"exhausted wins",
+			hdr(
+				"anthropic-ratelimit-input-tokens-limit", "400000",
+				"anthropic-ratelimit-input-tokens-remaining", "0",
+				"anthropic-ratelimit-input-tokens-reset", "2024-05-01T12:00:20Z",
+				"anthropic-ratelimit-output-tokens-limit", "80000",
+				"anthropic-ratelimit-output-tokens-remaining", "1",
+			),
+			q(400000, 0, 20*time.Second, "anthropic-ratelimit-input-tokens-reset"),
+		},
+		{
+			"both exhausted: later reset",
+			hdr(
+				"anthropic-ratelimit-input-tokens-remaining", "0",
+				"anthropic-ratelimit-input-tokens-reset", "2024-05-01T12:00:20Z",
+				"anthropic-ratelimit-output-tokens-remaining", "0",
+				"anthropic-ratelimit-output-tokens-reset", "2024-05-01T12:00:40Z",
+			),
+			q(-1, 0, 40*time.Second, "anthropic-ratelimit-output-tokens-reset"),
+		},
+		{
+			"only one known",
+			hdr("anthropic-ratelimit-output-tokens-remaining", "7"),
+			q(-1, 7, 0, ""),
+		},
+		{
+			"combined tokens header wins over input/output",
+			hdr(
+				"anthropic-ratelimit-tokens-remaining", "5",
+				"anthropic-ratelimit-output-tokens-remaining", "0",
+			),
+			q(-1, 5, 0, ""),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := Parse(tt.h, now).Tokens; got != tt.want {
+				t.Errorf("Tokens = %+v; want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseGarbageIsUnknown(t *testing.T) {
+	t.Parallel()
+	h := hdr(
+		"retry-after-ms", "-5",
+		"retry-after", "tomorrow",
+		"x-ratelimit-limit-requests", "-1",
+		"x-ratelimit-remaining-requests", "1.5",
+		"x-ratelimit-reset-requests", "-1s",
+		"x-ratelimit-limit-tokens", "99999999999999999999",
+		"x-ratelimit-remaining-tokens", "+3",
+		"x-ratelimit-reset-tokens", "soon",
+		"anthropic-ratelimit-input-tokens-reset", "2024-05-01 12:00:00",
+		"anthropic-ratelimit-output-tokens-reset", "1714564800",
+		"ratelimit-policy", `"default";q=100;w=60,`,
+		"ratelimit", `"default";r=`,
+	)
+	got := Parse(h, now)
+	want := Info{Requests: unknownQuota, Tokens: unknownQuota, InputTokens: unknownQuota, OutputTokens: unknownQuota}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParseRetryAfterMsFallsBack(t *testing.T) {
+	t.Parallel()
+	got := Parse(hdr("retry-after-ms", "soon", "retry-after", "2"), now)
+	if !got.HasRetryAfter || got.RetryAfter != 2*time.Second || got.Source != "retry-after" {
+		t.Errorf("got %v, %v, %q; want 2s from retry-after", got.RetryAfter, got.HasRetryAfter, got.Source)
+	}
+}
+
+func TestParseHeaderNameCase(t *testing.T) {
+	t.Parallel()
+	want := Parse(hdr("Retry-After-Ms", "10", "X-Ratelimit-Remaining-Requests", "3"), now)
+	for name, h := range map[string]http.Header{
+		"lower via Set": hdr("retry-after-ms", "10", "x-ratelimit-remaining-requests", "3"),
+		"upper via Set": hdr("RETRY-AFTER-MS", "10", "X-RATELIMIT-REMAINING-REQUESTS", "3"),
+		// A hand-built map skips canonicalisation; Parse still finds it.
+		"lower map literal": {"retry-after-ms": {"10"}, "x-ratelimit-remaining-requests": {"3"}},
+		"mixed map literal": {"RETRY-after-MS": {"10"}, "X-Ratelimit-Remaining-Requests": {"3"}},
+		// Same name twice in different case: sorted key order decides.
+		"duplicate keys": {"Retry-After-Ms": {"10"}, "retry-after-ms": {"99"}, "x-ratelimit-remaining-requests": {"3"}},
+	} {
+		if got := Parse(h, now); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Parse = %+v; want %+v", name, got, want)
+		}
+	}
+	if want.RetryAfter != 10*time.Millisecond || want.Requests.Remaining != 3 {
+		t.Errorf("canonical parse wrong: %+v", want)
+	}
+}
+
+func TestDelay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		h      http.Header
+		want   time.Duration
+		source string
+		ok     bool
+	}{
+		{"nothing", hdr(), 0, "", false},
+		{"retry-after-ms beats retry-after", hdr("retry-after", "9", "retry-after-ms", "1200"), 1200 * time.Millisecond, "retry-after-ms", true},
+		{"retry-after beats quota reset", hdr("retry-after", "9", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20s"), 9 * time.Second, "retry-after", true},
+		{"retry-after zero still wins", hdr("retry-after", "0", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20s"), 0, "retry-after", true},
+		{"retry-after date in the past", hdr("retry-after", "Wed, 01 May 2024 11:00:00 GMT"), 0, "retry-after", true},
+		{"retry-after date", hdr("retry-after", "Wed, 01 May 2024 12:01:00 GMT"), time.Minute, "retry-after", true},
+		{"exhausted requests", hdr("x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20s"), 20 * time.Second, "x-ratelimit-reset-requests", true},
+		{"not exhausted: no delay", hdr("x-ratelimit-remaining-requests", "1", "x-ratelimit-reset-requests", "20s"), 0, "", false},
+		{"exhausted without reset: no delay", hdr("x-ratelimit-remaining-tokens", "0"), 0, "", false},
+		{"exhausted, reset in the past: no delay", hdr("anthropic-ratelimit-requests-remaining", "0", "anthropic-ratelimit-requests-reset", "2024-05-01T11:00:00Z"), 0, "", false},
+		{
+			"longest exhausted reset wins",
+			hdr(
+				"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20s",
+				"x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "1m",
+			),
+			time.Minute, "x-ratelimit-reset-tokens", true,
+		},
+		{
+			"anthropic output tokens exhausted",
+			hdr(
+				"anthropic-ratelimit-tokens-remaining", "100",
+				"anthropic-ratelimit-output-tokens-remaining", "0",
+				"anthropic-ratelimit-output-tokens-reset", "2024-05-01T12:00:42Z",
+			),
+			42 * time.Second, "anthropic-ratelimit-output-tokens-reset", true,
+		},
+		{"ietf policy exhausted", hdr("ratelimit-policy", `"default";q=100;w=60`, "ratelimit", `"default";r=0;t=30`), 30 * time.Second, "ratelimit", true},
+		{"ietf older draft exhausted", hdr("ratelimit-remaining", "0", "ratelimit-reset", "12"), 12 * time.Second, "ratelimit-reset", true},
+		{"more than MaxDelay is reported", hdr("retry-after", "864000"), 240 * time.Hour, "retry-after", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, src, ok := Parse(tt.h, now).Delay()
+			if d != tt.want || src != tt.source || ok != tt.ok {
+				t.Errorf("Delay() = %v, %q, %v; want %v, %q, %v", d, src, ok, tt.want, tt.source, tt.ok)
+			}
+		})
+	}
+}
+
+func TestMaxDelay(t *testing.T) {
+	t.Parallel()
+	d, _, _ := Parse(hdr("retry-after", "864000"), now).Delay()
+	if d <= MaxDelay {
+		t.Errorf("10 days should exceed MaxDelay (%v)", MaxDelay)
+	}
+	if MaxDelay != 168*time.Hour {
+		t.Errorf("MaxDelay = %v; want 168h", MaxDelay)
+	}
+}
