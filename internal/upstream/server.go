@@ -1,0 +1,338 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server is a running upstream simulator. Create it with [New] and stop it
+// with [Server.Close]; all methods are safe for concurrent use.
+type Server struct {
+	cfg  Config
+	rand *lockedRand
+	srv  *http.Server
+	url  string
+	seq  atomic.Uint64 // response and request ids
+
+	routesMu sync.RWMutex
+	byName   map[string]*route
+
+	lifeMu    sync.Mutex // orders handler entry against Close
+	done      chan struct{}
+	handlers  sync.WaitGroup
+	serving   sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg, listens on cfg.Addr (default 127.0.0.1 on a free port)
+// and serves until [Server.Close]. Unlike httptest.Server it has no
+// dependency on package testing, so the demo and benchmarks can use it.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("upstream config: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("upstream listen %s: %w", cfg.Addr, err)
+	}
+	s := &Server{
+		cfg:    cfg,
+		rand:   newLockedRand(cfg.Seed),
+		url:    "http://" + ln.Addr().String(),
+		byName: make(map[string]*route, len(cfg.Routes)),
+		done:   make(chan struct{}),
+	}
+	now := cfg.Now()
+	for name, rc := range cfg.Routes {
+		keys, _ := decodeSecrets(rc.Secrets) // validated above
+		s.byName[name] = newRoute(rc, keys, now, cfg.MaxTrackedIDs, cfg.TimelineSeconds)
+	}
+	s.srv = &http.Server{Handler: s.track(s.routes()), ReadHeaderTimeout: 10 * time.Second}
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		_ = s.srv.Serve(ln) // always http.ErrServerClosed after Close
+	}()
+	return s, nil
+}
+
+// URL returns the base URL, "http://127.0.0.1:<port>", without a trailing slash.
+func (s *Server) URL() string { return s.url }
+
+// RouteURL returns the webhook receiver URL of route name, URL()+"/hooks/"+name.
+func (s *Server) RouteURL(name string) string { return s.url + "/hooks/" + url.PathEscape(name) }
+
+// LLMBaseURL returns the base under which route name serves the LLM
+// endpoints: append "/v1/chat/completions" or "/v1/messages". It is the
+// base URL for the Anthropic SDK; the OpenAI SDK wants LLMBaseURL+"/v1".
+func (s *Server) LLMBaseURL(name string) string { return s.url + "/r/" + url.PathEscape(name) }
+
+// SetLimit makes route name a token bucket of rate requests per second and
+// capacity burst (0 means max(1, ceil(rate))), atomically, keeping the
+// tokens it holds (capped at the new burst). A rate of 0 removes the limit.
+// It fails for an unknown route or an invalid limit.
+func (s *Server) SetLimit(name string, rate float64, burst int) error {
+	return s.UpdateRoute(name, func(rc *RouteConfig) {
+		rc.Algorithm, rc.Rate, rc.Burst, rc.Window, rc.Limit = AlgorithmTokenBucket, rate, burst, 0, 0
+		if rate == 0 {
+			rc.Algorithm = AlgorithmNone
+		}
+	})
+}
+
+// UpdateRoute changes route name's configuration atomically: fn edits a
+// copy (with Algorithm already resolved), which is validated and then
+// replaces the old one; requests see either the old or the new
+// configuration. Limiter state carries over when the algorithm stays the
+// same. fn runs under the route's lock and must not call the Server. Most
+// callers want [Server.SetLimit]; use UpdateRoute to rotate Secrets or to
+// switch faults on and off.
+func (s *Server) UpdateRoute(name string, fn func(*RouteConfig)) error {
+	rt := s.route(name)
+	if rt == nil {
+		return fmt.Errorf("upstream: unknown route %q", name)
+	}
+	if err := rt.update(fn, s.cfg.Now()); err != nil {
+		return fmt.Errorf("upstream route %q: %w", name, err)
+	}
+	return nil
+}
+
+// AddRoute adds route name, or replaces its configuration if it exists
+// (keeping its counters). Use it for routes created during a run, e.g. one
+// per webhook subscriber.
+func (s *Server) AddRoute(name string, rc RouteConfig) error {
+	if err := validRouteName(name); err != nil {
+		return err
+	}
+	rc = rc.WithDefaults()
+	if err := rc.validate(); err != nil {
+		return fmt.Errorf("upstream route %q: %w", name, err)
+	}
+	keys, _ := decodeSecrets(rc.Secrets)
+	now := s.cfg.Now()
+	s.routesMu.Lock()
+	defer s.routesMu.Unlock()
+	if rt, ok := s.byName[name]; ok {
+		rt.reconfigure(rc, keys, now)
+		return nil
+	}
+	s.byName[name] = newRoute(rc, keys, now, s.cfg.MaxTrackedIDs, s.cfg.TimelineSeconds)
+	return nil
+}
+
+// Script queues canned responses for route name. Each request to the
+// route, on any endpoint, takes the next one before any other step runs,
+// in order, until the queue is empty; then normal behaviour resumes. Tests
+// use it to script sequences such as "429, then bad output, then good".
+func (s *Server) Script(name string, rs ...Response) error {
+	rt := s.route(name)
+	if rt == nil {
+		return fmt.Errorf("upstream: unknown route %q", name)
+	}
+	queued := make([]Response, len(rs))
+	for i, r := range rs {
+		if r.Status < 200 || r.Status > 999 {
+			return fmt.Errorf("upstream: Script response %d: status %d not in 200..999", i, r.Status)
+		}
+		queued[i] = Response{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
+	}
+	rt.enqueue(queued)
+	return nil
+}
+
+// Stats returns a snapshot of every route's counters.
+func (s *Server) Stats() Report {
+	now := s.cfg.Now()
+	s.routesMu.RLock()
+	routes := maps.Clone(s.byName)
+	s.routesMu.RUnlock()
+	rep := Report{Now: now, Routes: make(map[string]RouteReport, len(routes))}
+	for name, rt := range routes {
+		rep.Routes[name] = rt.snapshot(now)
+	}
+	return rep
+}
+
+// Close stops the server: it closes the listener and every connection,
+// cuts short any latency being simulated, and waits for all handlers and
+// goroutines to finish. It is idempotent and returns the first close error.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.lifeMu.Lock()
+		close(s.done)
+		s.lifeMu.Unlock()
+		s.closeErr = s.srv.Close()
+		s.handlers.Wait()
+		s.serving.Wait()
+	})
+	return s.closeErr
+}
+
+func (s *Server) route(name string) *route {
+	s.routesMu.RLock()
+	defer s.routesMu.RUnlock()
+	return s.byName[name]
+}
+
+// routes is the one table of the simulator's endpoints.
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /hooks/{name}", s.handlePostHook)
+	mux.HandleFunc("POST /v1/chat/completions", s.handlePostChatCompletions)
+	mux.HandleFunc("POST /r/{name}/v1/chat/completions", s.handlePostChatCompletions)
+	mux.HandleFunc("POST /v1/messages", s.handlePostMessages)
+	mux.HandleFunc("POST /r/{name}/v1/messages", s.handlePostMessages)
+	mux.HandleFunc("GET /_stats", s.handleGetStats)
+	mux.HandleFunc("GET /_healthz", s.handleGetHealth)
+	return mux
+}
+
+// track counts in-flight handlers so Close can wait for them, and refuses
+// requests that race with Close.
+func (s *Server) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.enter() {
+			http.Error(w, "upstream simulator closed", http.StatusServiceUnavailable)
+			return
+		}
+		defer s.handlers.Done()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) enter() bool {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	select {
+	case <-s.done:
+		return false
+	default:
+		s.handlers.Add(1)
+		return true
+	}
+}
+
+// wait sleeps for d unless the request or the server ends first, and
+// reports whether the answer should still be written.
+func (s *Server) wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.done:
+		return false
+	}
+}
+
+func (s *Server) handleGetStats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.Stats())
+}
+
+func (s *Server) handleGetHealth(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// serve answers one request to route name on endpoint d: it reads the
+// body, decides, waits the latency and writes the answer in d's format.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string, d dialect) {
+	rt := s.route(name)
+	if rt == nil {
+		d.writeError(w, http.StatusNotFound, stepInvalid, "unknown route")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+			d.writeError(w, http.StatusRequestEntityTooLarge, stepInvalid, "request body too large")
+		}
+		return // the client went away
+	}
+	req, invalid := d.parse(body, name)
+	now := s.cfg.Now()
+	v := rt.decide(s, now, incoming{endpoint: d.endpoint(), header: r.Header, body: body, invalid: invalid != ""})
+	if v.step == stepScripted {
+		writeScripted(w, v.script)
+		return
+	}
+	if !s.wait(r.Context(), v.delay) {
+		// Returning would send an implicit 200; abort the connection instead.
+		panic(http.ErrAbortHandler)
+	}
+	h := w.Header()
+	if name := d.requestIDHeader(); name != "" {
+		h.Set(name, "req_"+s.nextID())
+	}
+	writeLimitHeaders(h, headerStyle(v.cfg.Headers, d), v.dec, now)
+	if v.step == stepOverLimit {
+		writeRetryAfter(h, v.cfg.OverLimit, v.dec.retryAfter, now)
+	}
+	s.writeVerdict(w, d, v, req, invalid)
+}
+
+func headerStyle(style HeaderStyle, d dialect) HeaderStyle {
+	if style == HeaderStyleNative {
+		return d.nativeHeaders()
+	}
+	return style
+}
+
+// writeVerdict writes the status and body of a non-scripted answer.
+func (s *Server) writeVerdict(w http.ResponseWriter, d dialect, v verdict, req LLMRequest, invalid string) {
+	switch {
+	case v.status >= 200 && v.status <= 299:
+		d.writeSuccess(w, s, v.status, req)
+	case v.step == stepInvalid:
+		d.writeError(w, v.status, v.step, invalid)
+	default:
+		d.writeError(w, v.status, v.step, "")
+	}
+}
+
+// writeScripted writes r exactly: no Date, no sniffed Content-Type.
+func writeScripted(w http.ResponseWriter, r Response) {
+	h := w.Header()
+	maps.Copy(h, r.Header)
+	if _, ok := h["Date"]; !ok {
+		h["Date"] = nil
+	}
+	if _, ok := h["Content-Type"]; !ok {
+		h["Content-Type"] = nil
+	}
+	w.WriteHeader(r.Status)
+	_, _ = w.Write(r.Body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encode response", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// nextID returns a process-unique, deterministic suffix for response ids.
+func (s *Server) nextID() string { return fmt.Sprintf("sim%012d", s.seq.Add(1)) }
