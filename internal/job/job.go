@@ -231,3 +231,51 @@ func contains(list []string, v string) bool {
 	}
 	return false
 }
+
+// DefaultTenant is the tenant of jobs inserted without one.
+const DefaultTenant = "default"
+
+// Prepare completes a producer's job description for insertion at now: it
+// sets the id, the defaults (tenant, lane, cost, budgets), the state
+// (waiting, or accepted when the kind splits work into parts first) and the
+// timestamps. delay is added to now unless EligibleAt is already set.
+func (j *Job) Prepare(id string, now time.Time, delay time.Duration, accepted bool) {
+	j.ID = id
+	if j.Tenant == "" {
+		j.Tenant = DefaultTenant
+	}
+	if j.Lane == "" {
+		j.Lane = LaneBatch
+	}
+	if j.Cost == 0 {
+		j.Cost = 1
+	}
+	j.Budgets = j.Budgets.WithDefaults()
+	j.State = StateWaiting
+	if accepted {
+		j.State = StateAccepted
+	}
+	if j.EligibleAt.IsZero() {
+		j.EligibleAt = now.Add(delay)
+	}
+	j.CreatedAt, j.UpdatedAt = now, now
+}
+
+// CheckSchedule validates when a job may run relative to now: not more than
+// MaxDelay ahead, and a deadline, if any, after its eligible time.
+func (j *Job) CheckSchedule(now time.Time) error {
+	ve := &ValidationError{}
+	if j.EligibleAt.Sub(now) > MaxDelay {
+		ve.add("run_at", "a job may be scheduled at most %s ahead", MaxDelay)
+	}
+	if j.EligibleAt.Before(now.Add(-time.Minute)) {
+		ve.add("run_at", "run_at is in the past")
+	}
+	if !j.Deadline.IsZero() && !j.Deadline.After(j.EligibleAt) {
+		ve.add("deadline", "deadline must be after the time the job becomes eligible")
+	}
+	if len(ve.Fields) > 0 {
+		return ve
+	}
+	return nil
+}

@@ -172,7 +172,6 @@ func releaseKeys(ctx context.Context, q querier, names []string) error {
 	return saveKeys(ctx, q, save)
 }
 
-
 // Redrive returns a terminal job to waiting, eligible at now, with its
 // per-budget attempt counters reset (the total Attempt keeps counting, so
 // history lines stay distinct) and the redrive recorded in its history.

@@ -131,7 +131,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		done:  make(chan struct{}),
 		stmts: map[*sql.DB]map[string]*sql.Stmt{},
 	}
-	if err := s.migrateUp(ctx); err != nil {
+	if err := errors.Join(s.migrateUp(ctx), s.checkRegion(ctx)); err != nil {
 		wdb.Close()
 		rdb.Close()
 		return nil, err
@@ -152,6 +152,26 @@ func dsn(path, sync string, readOnly bool) string {
 		q.Add("_txlock", "immediate")
 	}
 	return "file:" + path + "?" + q.Encode()
+}
+
+// checkRegion records the region in a new database and refuses to open one
+// that holds another region: a store wired to the wrong region must stop
+// start-up, not mix content.
+func (s *Store) checkRegion(ctx context.Context) error {
+	if _, err := s.wdb.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS store_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)`); err != nil {
+		return err
+	}
+	if _, err := s.wdb.ExecContext(ctx, `INSERT INTO store_meta (k, v) VALUES ('region', ?) ON CONFLICT DO NOTHING`, s.cfg.Region); err != nil {
+		return err
+	}
+	var held string
+	if err := s.wdb.QueryRowContext(ctx, `SELECT v FROM store_meta WHERE k = 'region'`).Scan(&held); err != nil {
+		return err
+	}
+	if held != s.cfg.Region {
+		return fmt.Errorf("sqlite: %s holds region %q but is configured for region %q", s.cfg.Path, held, s.cfg.Region)
+	}
+	return nil
 }
 
 // Region returns the region this store holds.

@@ -1,0 +1,325 @@
+package ratelane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/postgres"
+	"github.com/ratelane/ratelane/internal/store/sqlite"
+)
+
+// ErrNotFound is returned for a job or key that does not exist in the region.
+var ErrNotFound = store.ErrNotFound
+
+// ErrConflict is returned when a job is not in a state that allows the
+// operation (cancelling a finished job, redriving one that is not terminal).
+var ErrConflict = store.ErrConflict
+
+// RegionBound is implemented by resources that belong to one region (a
+// provider endpoint, a sink). Wiring one to another region's kind fails in
+// NewClient, before any job runs.
+type RegionBound interface {
+	Region() string
+}
+
+// Client is ratelane's entry point: one store and one engine per region.
+// It is safe for concurrent use.
+type Client struct {
+	cfg     Config
+	regions map[string]*regionRT
+	order   []string
+}
+
+type regionRT struct {
+	store  store.Store
+	engine *engine.Engine
+}
+
+// NewClient opens every region's store (creating and migrating it), checks
+// region wiring, upserts the configured limits and returns a client ready to
+// Start.
+func NewClient(ctx context.Context, cfg Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, regions: map[string]*regionRT{}}
+	for _, r := range cfg.Regions {
+		if err := c.openRegion(ctx, r); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Client) openRegion(ctx context.Context, r Region) error {
+	st, err := openStore(ctx, r)
+	if err != nil {
+		return fmt.Errorf("ratelane: open region %q: %w", r.Name, err)
+	}
+	rt := &regionRT{store: st}
+	c.regions[r.Name] = rt
+	c.order = append(c.order, r.Name)
+	for _, l := range c.cfg.Limits {
+		if _, err := st.UpsertLimit(ctx, l); err != nil {
+			return fmt.Errorf("ratelane: region %q: limit %q: %w", r.Name, l.Name, err)
+		}
+	}
+	kinds, err := c.kindsFor(r.Name)
+	if err != nil || len(kinds) == 0 {
+		return err
+	}
+	rt.engine, err = engine.New(engine.Config{
+		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
+		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, Retention: c.cfg.Retention,
+		Now: c.cfg.Now, Logger: c.cfg.Logger,
+	})
+	return err
+}
+
+// kindsFor returns the kinds a region runs, refusing a region-bound handler
+// or publisher that belongs to another region.
+func (c *Client) kindsFor(region string) (map[string]engine.Kind, error) {
+	for _, b := range c.cfg.bound {
+		if b.region != "" && b.region != region {
+			continue
+		}
+		for _, res := range []any{b.handler, b.publisher} {
+			if rb, ok := res.(RegionBound); ok && rb.Region() != region {
+				return nil, fmt.Errorf("ratelane: kind %q in region %q is wired to a resource of region %q; "+
+					"register region-bound handlers per region with HandleIn", b.kind, region, rb.Region())
+			}
+		}
+	}
+	out := map[string]engine.Kind{}
+	for _, r := range []string{"", region} {
+		for kind, k := range c.cfg.kinds[r] {
+			out[kind] = k
+		}
+	}
+	return out, nil
+}
+
+func openStore(ctx context.Context, r Region) (store.Store, error) {
+	if r.PostgresURL != "" {
+		return postgres.Open(ctx, postgres.Config{URL: r.PostgresURL, Schema: r.PostgresSchema, Region: r.Name})
+	}
+	return sqlite.Open(ctx, sqlite.Config{Path: r.SQLitePath, Region: r.Name, Synchronous: r.Synchronous})
+}
+
+// Regions returns the configured region names in configuration order.
+func (c *Client) Regions() []string { return append([]string(nil), c.order...) }
+
+// Store returns a region's store, for the HTTP API and tools in this module.
+func (c *Client) store(region string) (store.Store, error) {
+	rt, ok := c.regions[region]
+	if !ok {
+		return nil, fmt.Errorf("ratelane: unknown region %q; configured regions are %v", region, c.order)
+	}
+	return rt.store, nil
+}
+
+// Start starts every region's engine. Jobs of kinds with handlers begin to
+// run.
+func (c *Client) Start(ctx context.Context) error {
+	for _, name := range c.order {
+		if e := c.regions[name].engine; e != nil {
+			if err := e.Start(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Stop drains every engine: no new leases, running handlers get until ctx's
+// deadline to finish, then are cancelled (their jobs retry elsewhere or
+// after restart). Stop then closes the stores. It is idempotent.
+func (c *Client) Stop(ctx context.Context) error {
+	for _, name := range c.order {
+		if e := c.regions[name].engine; e != nil {
+			e.Stop(ctx)
+		}
+	}
+	return c.Close()
+}
+
+// Close closes the stores without draining; prefer Stop.
+func (c *Client) Close() error {
+	var errs []error
+	for _, rt := range c.regions {
+		errs = append(errs, rt.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// InsertParams describes a job to insert.
+type InsertParams struct {
+	Kind   string
+	Region string
+	// Lane defaults to LaneBatch.
+	Lane Lane
+	// Tenant defaults to "default".
+	Tenant    string
+	LimitKeys []string
+	// Args is marshalled to the JSON payload; or set Payload directly.
+	Args    any
+	Payload json.RawMessage
+	// IdempotencyKey makes the insert happen once per tenant while jobs are
+	// retained: a second insert returns the first job.
+	IdempotencyKey string
+	// RunAt or Delay schedule the job for later (at most 7 days ahead).
+	RunAt    time.Time
+	Delay    time.Duration
+	Deadline time.Time
+	// Priority orders jobs within a group: higher first (-100..100).
+	Priority int
+	// Cost is what one start takes from each key's bucket; default 1.
+	Cost    int64
+	Budgets Budgets
+}
+
+// InsertResult is the result of one insert.
+type InsertResult struct {
+	Job *Job
+	// Existing is true when the idempotency key matched an existing job,
+	// which is returned instead of a new one.
+	Existing bool
+}
+
+// Insert validates and durably inserts one job.
+func (c *Client) Insert(ctx context.Context, p InsertParams) (InsertResult, error) {
+	res, err := c.InsertMany(ctx, []InsertParams{p})
+	if err != nil {
+		return InsertResult{}, err
+	}
+	return res[0], nil
+}
+
+// InsertMany validates every job, then inserts them with one durable write
+// per region. Nothing is inserted when any job is invalid.
+func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertResult, error) {
+	now := c.cfg.Now()
+	jobs := make([]*job.Job, len(ps))
+	byRegion := map[string][]int{}
+	for i, p := range ps {
+		j, err := c.prepare(p, now)
+		if err != nil {
+			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
+		jobs[i] = j
+		byRegion[j.Region] = append(byRegion[j.Region], i)
+	}
+	out := make([]InsertResult, len(ps))
+	for region, idx := range byRegion {
+		batch := make([]*job.Job, len(idx))
+		for k, i := range idx {
+			batch[k] = jobs[i]
+		}
+		res, err := c.regions[region].store.Insert(ctx, batch, c.cfg.DefaultLimit)
+		if err != nil {
+			return nil, fmt.Errorf("ratelane: insert in region %q: %w", region, err)
+		}
+		for k, i := range idx {
+			out[i] = InsertResult{Job: res[k].Job, Existing: res[k].Existing}
+		}
+		if e := c.regions[region].engine; e != nil {
+			e.Notify()
+		}
+	}
+	return out, nil
+}
+
+func (c *Client) prepare(p InsertParams, now time.Time) (*job.Job, error) {
+	payload := p.Payload
+	if p.Args != nil {
+		b, err := json.Marshal(p.Args)
+		if err != nil {
+			return nil, fmt.Errorf("marshal args: %w", err)
+		}
+		payload = b
+	}
+	if p.Delay < 0 {
+		return nil, fmt.Errorf("delay must not be negative, got %v", p.Delay)
+	}
+	j := &job.Job{
+		Kind: p.Kind, Region: p.Region, Lane: p.Lane, Tenant: p.Tenant, LimitKeys: p.LimitKeys,
+		Payload: payload, IdempotencyKey: p.IdempotencyKey, EligibleAt: p.RunAt, Deadline: p.Deadline,
+		Priority: p.Priority, Cost: p.Cost, Budgets: p.Budgets,
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	j.Prepare(id.String(), now, p.Delay, false)
+	if err := j.Validate(c.order); err != nil {
+		return nil, err
+	}
+	return j, j.CheckSchedule(now)
+}
+
+// Job returns one job of a region, with its attempt history.
+func (c *Client) Job(ctx context.Context, region, id string) (*Job, error) {
+	st, err := c.store(region)
+	if err != nil {
+		return nil, err
+	}
+	return st.Get(ctx, id)
+}
+
+// Cancel ends a job that is not final as terminal/cancelled; a running
+// handler's context is cancelled within about a second.
+func (c *Client) Cancel(ctx context.Context, region, id string) (*Job, error) {
+	st, err := c.store(region)
+	if err != nil {
+		return nil, err
+	}
+	return st.Cancel(ctx, id, c.cfg.Now())
+}
+
+// Redrive returns a terminal job (a dead letter) to waiting with fresh
+// budgets; the redrive is recorded in its history.
+func (c *Client) Redrive(ctx context.Context, region, id string) (*Job, error) {
+	st, err := c.store(region)
+	if err != nil {
+		return nil, err
+	}
+	j, err := st.Redrive(ctx, id, c.cfg.Now())
+	if err == nil {
+		if e := c.regions[region].engine; e != nil {
+			e.Notify()
+		}
+	}
+	return j, err
+}
+
+// SetLimit creates or reconfigures a limit key in a region, keeping its live
+// state (pause, in-flight count).
+func (c *Client) SetLimit(ctx context.Context, region string, l Limit) (LimitState, error) {
+	if err := l.Validate(); err != nil {
+		return LimitState{}, err
+	}
+	st, err := c.store(region)
+	if err != nil {
+		return LimitState{}, err
+	}
+	return st.UpsertLimit(ctx, l)
+}
+
+// Limits returns every limit key of a region with its live state.
+func (c *Client) Limits(ctx context.Context, region string) ([]LimitState, error) {
+	st, err := c.store(region)
+	if err != nil {
+		return nil, err
+	}
+	return st.ListLimits(ctx)
+}

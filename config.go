@@ -1,0 +1,167 @@
+package ratelane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/engine"
+)
+
+// Region configures one region's store. Exactly one of SQLitePath and
+// PostgresURL is used; with neither, the region gets an SQLite file named
+// after it in Config.DataDir.
+type Region struct {
+	// Name is the region, e.g. "us" or "eu".
+	Name string
+	// SQLitePath is the region's SQLite database file.
+	SQLitePath string
+	// Synchronous is "FULL" (default: durable on power loss) or "NORMAL"
+	// (durable on process crash only) for SQLite.
+	Synchronous string
+	// PostgresURL is the region's PostgreSQL database.
+	PostgresURL string
+	// PostgresSchema is the schema holding the region's tables; default
+	// "ratelane_<name>".
+	PostgresSchema string
+}
+
+// Config configures a Client. Zero fields take the defaults documented on
+// each; WithDefaults fills them in and NewClient validates the result.
+type Config struct {
+	// DataDir holds the SQLite files of regions that name no store;
+	// default "./ratelane-data".
+	DataDir string
+	// Regions lists the regions this process serves; default us and eu on
+	// SQLite in DataDir.
+	Regions []Region
+	// Workers is each region's worker pool size; default 16.
+	Workers int
+	// LeaseFor is the lease period; default 30 s.
+	LeaseFor time.Duration
+	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
+	InteractiveBudget time.Duration
+	// BatchBudget is the batch lane's latency budget; default 24 h.
+	BatchBudget time.Duration
+	// BatchShare is batch's minimum share of starts while interactive work
+	// is within budget; default 0.1.
+	BatchShare float64
+	// Retention is how long finished jobs are kept (and idempotency keys
+	// remembered); default 30 days.
+	Retention time.Duration
+	// DefaultLimit configures limit keys first seen in a job and not
+	// configured before; the zero value paces nothing.
+	DefaultLimit Limit
+	// Limits are upserted in every region at start.
+	Limits []Limit
+	// Logger receives ids, never payloads; default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; default time.Now. Tests replace it.
+	Now func() time.Time
+
+	// kinds[region][kind]; the region "" applies to every region.
+	kinds map[string]map[string]engine.Kind
+	bound []boundResource
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.DataDir == "" {
+		c.DataDir = "./ratelane-data"
+	}
+	if len(c.Regions) == 0 {
+		c.Regions = []Region{{Name: "us"}, {Name: "eu"}}
+	}
+	regions := make([]Region, len(c.Regions))
+	for i, r := range c.Regions {
+		if r.PostgresURL == "" && r.SQLitePath == "" {
+			r.SQLitePath = filepath.Join(c.DataDir, r.Name+".db")
+		}
+		if r.PostgresURL != "" && r.PostgresSchema == "" {
+			r.PostgresSchema = "ratelane_" + r.Name
+		}
+		regions[i] = r
+	}
+	c.Regions = regions
+	if c.InteractiveBudget == 0 {
+		c.InteractiveBudget = 30 * time.Second
+	}
+	if c.BatchBudget == 0 {
+		c.BatchBudget = 24 * time.Hour
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+var regionName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+func (c Config) validate() error {
+	seen := map[string]bool{}
+	for _, r := range c.Regions {
+		if !regionName.MatchString(r.Name) {
+			return fmt.Errorf("ratelane: region name %q must be 1-32 lower-case letters, digits or dashes, starting with a letter", r.Name)
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("ratelane: region %q is configured twice", r.Name)
+		}
+		seen[r.Name] = true
+		if r.PostgresURL != "" && r.SQLitePath != "" {
+			return fmt.Errorf("ratelane: region %q names both an SQLite path and a PostgreSQL URL; choose one", r.Name)
+		}
+	}
+	if c.InteractiveBudget < 0 || c.BatchBudget < 0 || c.Retention < time.Hour {
+		return errors.New("ratelane: budgets must be positive and Retention at least 1h")
+	}
+	for _, l := range c.Limits {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("ratelane: limit %q: %w", l.Name, err)
+		}
+	}
+	return nil
+}
+
+// Handle registers the handler of one job kind in every region. Call it
+// before NewClient; a kind with no handler is stored but never run by this
+// process (an external worker may lease it over HTTP).
+func (c *Config) Handle(kind string, h Handler) {
+	c.HandleIn("", kind, h, nil)
+}
+
+// HandleIn registers a kind's handler and optional publisher for one region
+// ("" for all). With a publisher, a successful attempt makes the job
+// validated, the publisher delivers the result, and the compare-and-set
+// validated -> published records it exactly once. A handler or publisher
+// that implements RegionBound must belong to that region: NewClient refuses
+// cross-region wiring.
+func (c *Config) HandleIn(region, kind string, h Handler, p Publisher) {
+	if c.kinds == nil {
+		c.kinds = map[string]map[string]engine.Kind{}
+	}
+	if c.kinds[region] == nil {
+		c.kinds[region] = map[string]engine.Kind{}
+	}
+	k := engine.Kind{Handler: adapt(h)}
+	if p != nil {
+		k.Publisher = p
+	}
+	c.kinds[region][kind] = k
+	c.bound = append(c.bound, boundResource{region, kind, h, p})
+}
+
+// boundResource remembers what was registered for the region check.
+type boundResource struct {
+	region, kind string
+	handler      Handler
+	publisher    Publisher
+}

@@ -1,0 +1,429 @@
+// Package engine runs jobs: it leases admitted jobs from one region's store,
+// runs their handlers on a bounded worker pool, heartbeats long leases,
+// turns each handler's outcome into a guarded transition (the only code that
+// changes job state), recovers expired leases, expires deadlines, prunes
+// finished jobs and publishes validated results exactly once.
+//
+// Nobody sleeps on a 429: a rate-limited outcome becomes a transition that
+// pauses the limit key in the store and releases the lease at once.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Handler runs one attempt of a job and says how it went. Handlers never
+// change job state; they return an outcome and the engine decides.
+type Handler interface {
+	Handle(ctx context.Context, j *job.Job) job.Outcome
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, j *job.Job) job.Outcome
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, j *job.Job) job.Outcome { return f(ctx, j) }
+
+// Publisher delivers a validated result. It must be idempotent (the engine
+// may call it again after a crash between delivery and the compare-and-set
+// that records it); the store's validated -> published compare-and-set makes
+// the recorded publication happen once.
+type Publisher interface {
+	Publish(ctx context.Context, j *job.Job) error
+}
+
+// Kind is how the engine runs one job kind.
+type Kind struct {
+	Handler Handler
+	// Publisher, when set, makes success go to validated and then publishes;
+	// without it success goes straight to published.
+	Publisher Publisher
+}
+
+// Config configures an Engine. The zero value of every optional field is
+// replaced by WithDefaults.
+type Config struct {
+	// Store is the region's store (required).
+	Store store.Store
+	// Region must equal Store.Region(): wiring a worker to another region's
+	// store is a start-up error.
+	Region string
+	// Kinds maps job kinds to their handlers. Jobs of other kinds are not
+	// leased, so several engines (or external workers) may share a store.
+	Kinds map[string]Kind
+	// Workers is the number of jobs run at once; default 16.
+	Workers int
+	// LeaseFor is the lease period; default 30 s.
+	LeaseFor time.Duration
+	// HeartbeatEvery is how often long-running jobs' leases are extended
+	// and checked for cancellation; default 500 ms (cancel within 1 s).
+	HeartbeatEvery time.Duration
+	// PollInterval is how long an idle engine waits before leasing again
+	// when nothing woke it; default 50 ms.
+	PollInterval time.Duration
+	// ReapEvery is how often expired leases and deadlines are handled;
+	// default LeaseFor / 10.
+	ReapEvery time.Duration
+	// BatchShare is batch work's minimum share of starts while interactive
+	// work is within budget; default 0.1. Negative means none.
+	BatchShare float64
+	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
+	InteractiveBudget time.Duration
+	// Retention is how long finished jobs are kept; default 30 days.
+	Retention time.Duration
+	// Backoff is the retry timing policy.
+	Backoff Backoff
+	// MaxBatch bounds jobs per lease call and transitions per finish call;
+	// default 256.
+	MaxBatch int
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger receives ids and counts, never payloads; default slog.Default().
+	Logger *slog.Logger
+	// Observer, when set, is told of every finished attempt (metrics).
+	Observer Observer
+}
+
+// Observer is told what the engine did, for metrics. Implementations must
+// be fast and safe for concurrent use.
+type Observer interface {
+	Finished(j *job.Job, o job.Outcome, t store.Transition)
+	Leased(n int)
+}
+
+// WithDefaults returns c with zero fields replaced by their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Workers == 0 {
+		c.Workers = 16
+	}
+	if c.LeaseFor == 0 {
+		c.LeaseFor = 30 * time.Second
+	}
+	if c.HeartbeatEvery == 0 {
+		c.HeartbeatEvery = 500 * time.Millisecond
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 50 * time.Millisecond
+	}
+	if c.ReapEvery == 0 {
+		c.ReapEvery = c.LeaseFor / 10
+	}
+	if c.BatchShare == 0 {
+		c.BatchShare = 0.1
+	}
+	if c.InteractiveBudget == 0 {
+		c.InteractiveBudget = 30 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 256
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Backoff = c.Backoff.WithDefaults()
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("engine: Store is required")
+	case c.Region == "":
+		return errors.New("engine: Region is required")
+	case c.Store.Region() != c.Region:
+		return fmt.Errorf("engine: region %q is wired to the store of region %q; each region needs its own store", c.Region, c.Store.Region())
+	case len(c.Kinds) == 0:
+		return errors.New("engine: no job kinds to run")
+	case c.Workers < 1 || c.Workers > 10000:
+		return fmt.Errorf("engine: Workers must be between 1 and 10000, got %d", c.Workers)
+	case c.LeaseFor < time.Second:
+		return fmt.Errorf("engine: LeaseFor must be at least 1s, got %v", c.LeaseFor)
+	case c.HeartbeatEvery >= c.LeaseFor:
+		return fmt.Errorf("engine: HeartbeatEvery (%v) must be shorter than LeaseFor (%v)", c.HeartbeatEvery, c.LeaseFor)
+	case c.BatchShare > 1:
+		return fmt.Errorf("engine: BatchShare must be at most 1, got %v", c.BatchShare)
+	}
+	for kind, k := range c.Kinds {
+		if k.Handler == nil {
+			return fmt.Errorf("engine: kind %q has no handler", kind)
+		}
+	}
+	return nil
+}
+
+// Engine runs the jobs of one region. Start it once; Stop is idempotent.
+type Engine struct {
+	cfg   Config
+	kinds []string
+	log   *slog.Logger
+
+	wake     chan struct{}
+	results  chan result
+	slots    chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	mu      sync.Mutex
+	running map[string]*runningJob
+	credit  float64 // batch share carried between lease calls
+	rnd     *rand.Rand
+}
+
+type runningJob struct {
+	job     *job.Job
+	started time.Time
+	cancel  context.CancelCauseFunc
+}
+
+type result struct {
+	job *job.Job
+	out job.Outcome
+}
+
+// New validates cfg and returns an engine ready to Start.
+func New(cfg Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg: cfg, log: cfg.Logger.With("region", cfg.Region),
+		wake:    make(chan struct{}, 1),
+		results: make(chan result, cfg.Workers),
+		slots:   make(chan struct{}, cfg.Workers),
+		stop:    make(chan struct{}),
+		running: map[string]*runningJob{},
+		rnd:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5eed)),
+	}
+	for k := range cfg.Kinds {
+		e.kinds = append(e.kinds, k)
+	}
+	return e, nil
+}
+
+// errStopping is the cause given to handlers cancelled by Stop's deadline.
+var errStopping = errors.New("engine stopping")
+
+// errLeaseLost is the cause given to a handler whose lease was lost or whose
+// job was cancelled.
+var errLeaseLost = errors.New("lease lost or job cancelled")
+
+// Start launches the engine's goroutines and returns. Handlers' contexts
+// derive from ctx.
+func (e *Engine) Start(ctx context.Context) error {
+	e.ctx, e.cancel = context.WithCancel(ctx)
+	e.wg.Add(4)
+	go e.fetchLoop()
+	go e.finishLoop()
+	go e.heartbeatLoop()
+	go e.maintainLoop()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.publishPending()
+	}()
+	return nil
+}
+
+// Notify tells the engine that new work may be ready (e.g. after an insert),
+// so it leases at once instead of at its next poll.
+func (e *Engine) Notify() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stop stops leasing, waits for running handlers up to ctx's deadline (a
+// graceful drain), cancels the rest (their leases expire and the jobs are
+// retried), writes every outcome it has, and returns. It is idempotent.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.stopOnce.Do(func() {
+		close(e.stop)
+		drained := make(chan struct{})
+		go func() {
+			for range e.cfg.Workers {
+				e.slots <- struct{}{}
+			}
+			close(drained)
+		}()
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			e.cancelRunning(errStopping)
+			<-drained
+		}
+		close(e.results)
+		e.cancel()
+		e.wg.Wait()
+	})
+	return nil
+}
+
+func (e *Engine) cancelRunning(cause error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.running {
+		r.cancel(cause)
+	}
+}
+
+func (e *Engine) stopping() bool {
+	select {
+	case <-e.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// fetchLoop leases as many jobs as there are free worker slots and starts
+// them; when nothing was admitted it waits for a wake-up or the poll
+// interval.
+func (e *Engine) fetchLoop() {
+	defer e.wg.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		n := e.leaseAndRun()
+		if n > 0 {
+			continue
+		}
+		timer.Reset(e.cfg.PollInterval)
+		select {
+		case <-e.stop:
+			return
+		case <-e.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// leaseAndRun takes free slots, leases up to that many jobs and runs them.
+// It returns how many it started.
+func (e *Engine) leaseAndRun() int {
+	free := e.takeSlots()
+	if free == 0 {
+		select { // all workers busy: wait for one
+		case e.slots <- struct{}{}:
+			free = 1 + e.takeSlots()
+		case <-e.stop:
+			return 0
+		}
+	}
+	jobs, err := e.lease(free)
+	if err != nil && !e.stopping() {
+		e.log.Error("lease failed", "err", err)
+	}
+	for i := len(jobs); i < free; i++ {
+		<-e.slots // give back the slots not used
+	}
+	for _, j := range jobs {
+		e.run(j)
+	}
+	if e.cfg.Observer != nil && len(jobs) > 0 {
+		e.cfg.Observer.Leased(len(jobs))
+	}
+	return len(jobs)
+}
+
+// takeSlots reserves every free worker slot (up to MaxBatch) without waiting.
+func (e *Engine) takeSlots() int {
+	n := 0
+	for n < e.cfg.MaxBatch {
+		select {
+		case e.slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (e *Engine) lease(n int) ([]*job.Job, error) {
+	if e.stopping() {
+		return nil, nil
+	}
+	e.mu.Lock()
+	if e.cfg.BatchShare > 0 {
+		e.credit = min(e.credit+float64(n)*e.cfg.BatchShare, float64(n))
+	}
+	batchMin := int(e.credit)
+	e.mu.Unlock()
+	jobs, err := e.cfg.Store.Lease(e.ctx, store.LeaseParams{
+		Now: e.cfg.Now(), Max: n, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
+		BatchMin: batchMin, InteractiveBudget: e.cfg.InteractiveBudget,
+	})
+	batch := 0
+	for _, j := range jobs {
+		if j.Lane == job.LaneBatch {
+			batch++
+		}
+	}
+	e.mu.Lock()
+	e.credit = max(0, e.credit-float64(batch))
+	e.mu.Unlock()
+	return jobs, err
+}
+
+// run starts one job's handler on its own goroutine; the slot it holds is
+// released when its outcome has been handed to the finisher.
+func (e *Engine) run(j *job.Job) {
+	ctx, cancel := context.WithCancelCause(e.ctx)
+	hctx, stopDeadline := ctx, context.CancelFunc(func() {})
+	if !j.Deadline.IsZero() {
+		hctx, stopDeadline = context.WithDeadline(ctx, j.Deadline)
+	}
+	e.mu.Lock()
+	e.running[j.ID] = &runningJob{job: j, started: e.cfg.Now(), cancel: cancel}
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		out := e.handle(hctx, j)
+		stopDeadline()
+		cancel(nil)
+		e.mu.Lock()
+		delete(e.running, j.ID)
+		e.mu.Unlock()
+		e.results <- result{job: j, out: out}
+		<-e.slots
+	}()
+}
+
+// handle runs the handler, turning a panic into a transient outcome.
+func (e *Engine) handle(ctx context.Context, j *job.Job) (out job.Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("handler panicked", "job_id", j.ID, "kind", j.Kind, "panic", fmt.Sprint(p))
+			out = job.Outcome{Class: job.ClassTransient, Err: "handler panicked"}
+		}
+	}()
+	k := e.cfg.Kinds[j.Kind]
+	out = k.Handler.Handle(ctx, j)
+	if ctx.Err() != nil && out.Class != job.ClassSuccess {
+		if !j.Deadline.IsZero() && !e.cfg.Now().Before(j.Deadline) {
+			return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonDeadlineExceeded, Err: "deadline exceeded while running"}
+		}
+	}
+	return out
+}

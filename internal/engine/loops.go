@@ -1,0 +1,220 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// finishLoop turns outcomes into transitions and writes them in batches:
+// every outcome waiting at the moment goes into one Finish call.
+func (e *Engine) finishLoop() {
+	defer e.wg.Done()
+	for first := range e.results {
+		batch := []result{first}
+	drain:
+		for len(batch) < e.cfg.MaxBatch {
+			select {
+			case r, ok := <-e.results:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		e.finish(batch)
+	}
+}
+
+func (e *Engine) finish(batch []result) {
+	now := e.cfg.Now()
+	ts := make([]store.Transition, len(batch))
+	e.mu.Lock()
+	for i, r := range batch {
+		ts[i] = Decide(r.job, r.out, now, e.cfg.Kinds[r.job.Kind].Publisher != nil, e.cfg.Backoff, e.rnd.Float64())
+	}
+	e.mu.Unlock()
+	// Finishing must outlive Stop's cancellation: an outcome we have is
+	// written, or the lease expires and the job is retried.
+	ctx := context.WithoutCancel(e.ctx)
+	var errs []error
+	var err error
+	for attempt := range 5 {
+		if errs, err = e.cfg.Store.Finish(ctx, ts); err == nil {
+			break
+		}
+		e.log.Error("finish failed; retrying", "jobs", len(ts), "attempt", attempt+1, "err", err)
+		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+	}
+	if err != nil {
+		e.log.Error("finish failed; the leases will expire and the jobs be retried", "jobs", len(ts), "err", err)
+		return
+	}
+	for i, r := range batch {
+		if errs[i] != nil {
+			e.log.Warn("outcome refused: lease lost", "job_id", r.job.ID, "err", errs[i])
+			continue
+		}
+		if e.cfg.Observer != nil {
+			e.cfg.Observer.Finished(r.job, r.out, ts[i])
+		}
+		if ts[i].To == job.StateValidated {
+			e.publish(ctx, r.job.ID)
+		}
+	}
+	e.Notify() // keys were released and groups may be ready
+}
+
+// publish delivers a validated job's result and records it with the
+// compare-and-set validated -> published. A failure leaves the job validated;
+// publishPending retries it.
+func (e *Engine) publish(ctx context.Context, id string) {
+	j, err := e.cfg.Store.Get(ctx, id)
+	if err != nil || j.State != job.StateValidated {
+		return
+	}
+	k, ok := e.cfg.Kinds[j.Kind]
+	if !ok || k.Publisher == nil {
+		return
+	}
+	if err := k.Publisher.Publish(ctx, j); err != nil {
+		e.log.Warn("publish failed; will retry", "job_id", id, "kind", j.Kind, "err", err)
+		return
+	}
+	if err := e.cfg.Store.Publish(ctx, id, e.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
+		e.log.Error("record publication", "job_id", id, "err", err)
+	}
+}
+
+// publishPending publishes every validated job of this engine's kinds, e.g.
+// after a crash between validation and publication.
+func (e *Engine) publishPending() {
+	ctx := context.WithoutCancel(e.ctx)
+	for kind, k := range e.cfg.Kinds {
+		if k.Publisher == nil {
+			continue
+		}
+		after := ""
+		for {
+			jobs, err := e.cfg.Store.List(ctx, store.ListParams{State: job.StateValidated, Kind: kind, After: after, Limit: 500})
+			if err != nil || len(jobs) == 0 {
+				break
+			}
+			for _, j := range jobs {
+				e.publish(ctx, j.ID)
+			}
+			after = jobs[len(jobs)-1].ID
+		}
+	}
+}
+
+// heartbeatLoop extends the leases of jobs running longer than one tick and
+// cancels the handlers whose lease was lost or whose job was cancelled.
+func (e *Engine) heartbeatLoop() {
+	defer e.wg.Done()
+	tick := time.NewTicker(e.cfg.HeartbeatEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-tick.C:
+			e.heartbeat()
+		}
+	}
+}
+
+func (e *Engine) heartbeat() {
+	now := e.cfg.Now()
+	e.mu.Lock()
+	var due []*runningJob
+	for _, r := range e.running {
+		if now.Sub(r.started) >= e.cfg.HeartbeatEvery {
+			due = append(due, r)
+		}
+	}
+	e.mu.Unlock()
+	for _, r := range due {
+		err := e.cfg.Store.Heartbeat(e.ctx, r.job.ID, r.job.LeaseToken, now.Add(e.cfg.LeaseFor))
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			r.cancel(errLeaseLost)
+		} else if err != nil && e.ctx.Err() == nil {
+			e.log.Warn("heartbeat failed", "job_id", r.job.ID, "err", err)
+		}
+	}
+}
+
+// maintainLoop recovers expired leases, expires deadlines, retries pending
+// publications and prunes finished jobs past retention.
+func (e *Engine) maintainLoop() {
+	defer e.wg.Done()
+	tick := time.NewTicker(e.cfg.ReapEvery)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := e.Reap(e.ctx); err != nil && e.ctx.Err() == nil {
+			e.log.Error("reap", "err", err)
+		}
+		if n%30 == 29 {
+			e.publishPending()
+		}
+		if n%600 == 0 {
+			e.prune()
+		}
+	}
+}
+
+// Reap finishes every expired lease with a lease_expired outcome (one
+// transient attempt; the job returns to waiting) and ends jobs past their
+// deadline. It returns how many leases it recovered.
+func (e *Engine) Reap(ctx context.Context) (int, error) {
+	now := e.cfg.Now()
+	if _, err := e.cfg.Store.ExpireDeadlines(ctx, now); err != nil {
+		return 0, err
+	}
+	total := 0
+	for {
+		expired, err := e.cfg.Store.Expired(ctx, now, e.cfg.MaxBatch)
+		if err != nil || len(expired) == 0 {
+			return total, err
+		}
+		ts := make([]store.Transition, len(expired))
+		for i, j := range expired {
+			ts[i] = Decide(j, job.Outcome{Class: job.ClassLeaseExpired, Err: "lease expired"}, now, false, e.cfg.Backoff, 0)
+		}
+		errs, err := e.cfg.Store.Finish(ctx, ts)
+		if err != nil {
+			return total, err
+		}
+		for i, j := range expired {
+			if errs[i] == nil {
+				total++
+				e.log.Warn("lease expired; job returned to waiting", "job_id", j.ID, "kind", j.Kind)
+			}
+		}
+		if len(expired) < e.cfg.MaxBatch {
+			e.Notify()
+			return total, nil
+		}
+	}
+}
+
+func (e *Engine) prune() {
+	before := e.cfg.Now().Add(-e.cfg.Retention)
+	for e.ctx.Err() == nil {
+		n, err := e.cfg.Store.Prune(e.ctx, before)
+		if err != nil || n == 0 {
+			return
+		}
+		e.log.Info("pruned finished jobs", "count", n)
+	}
+}

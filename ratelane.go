@@ -1,0 +1,71 @@
+// Package ratelane is a durable, rate-aware job queue for work that calls
+// rate-limited APIs: LLM providers, webhook subscribers, partner APIs.
+//
+// A job names one to four limit keys; a job is leased only when every one of
+// its keys admits it (a token in the key's bucket, below its concurrency cap,
+// not paused). A 429 is a scheduling event: the handler returns RateLimited,
+// the key pauses for every worker until the server's Retry-After, and the
+// job is rescheduled with its lease released; nobody sleeps. Every region
+// has its own store (SQLite embedded by default, PostgreSQL to scale out).
+//
+// Most programs create one Client with a Config, register a handler per job
+// kind, Start it, Insert jobs, and Stop it on shutdown:
+//
+//	cfg := ratelane.Config{DataDir: "./data"}
+//	cfg.Handle("email", ratelane.WorkFunc(func(ctx context.Context, j *ratelane.Job, args Email) (any, error) { ... }))
+//	client, err := ratelane.NewClient(ctx, cfg)
+//	client.Start(ctx)
+//	client.Insert(ctx, ratelane.InsertParams{Kind: "email", Region: "eu", LimitKeys: []string{"smtp"}, Args: Email{...}})
+package ratelane
+
+import (
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// Job is one unit of work and its progress; see the internal job package
+// documentation for each field.
+type Job = job.Job
+
+// Lane is a job's lane class: LaneInteractive or LaneBatch.
+type Lane = job.Lane
+
+// State is where a job is in its life.
+type State = job.State
+
+// Reason says why a terminal job ended.
+type Reason = job.Reason
+
+// Outcome is what a low-level handler returns for one attempt.
+type Outcome = job.Outcome
+
+// Budgets are the per-class attempt budgets of a job.
+type Budgets = job.Budgets
+
+// Limit is a limit key's configuration: rate and burst of starts, a
+// concurrency cap and adaptive mode.
+type Limit = admission.Config
+
+// LimitState is a limit key's configuration plus its live shared state.
+type LimitState = admission.State
+
+// Lane classes.
+const (
+	LaneInteractive = job.LaneInteractive
+	LaneBatch       = job.LaneBatch
+)
+
+// Job states.
+const (
+	StateAccepted       = job.StateAccepted
+	StateWaiting        = job.StateWaiting
+	StateRunning        = job.StateRunning
+	StateRetryScheduled = job.StateRetryScheduled
+	StateValidated      = job.StateValidated
+	StatePublished      = job.StatePublished
+	StateTerminal       = job.StateTerminal
+)
+
+// Version is ratelane's version, set at build time with
+// -ldflags "-X github.com/ratelane/ratelane.Version=...".
+var Version = "0.1.0-dev"
