@@ -85,7 +85,7 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 			batchFirst = 0
 		}
 	}
-	l := &leaser{tx: tx, p: p, keys: map[string]*admission.State{}, newToken: newToken}
+	l := &leaser{tx: tx, p: p, keys: map[string]*admission.State{}, taken: map[string]bool{}, newToken: newToken}
 	steps := []struct {
 		lane job.Lane
 		n    int
@@ -112,6 +112,7 @@ type leaser struct {
 	keys     map[string]*admission.State
 	dirty    []*admission.State
 	chosen   []Leased
+	taken    map[string]bool // a lane may be visited twice in one call
 	newToken func() string
 }
 
@@ -173,6 +174,9 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 		}
 		c.heads, c.fetched = heads, true
 	}
+	for c.next < len(c.heads) && l.taken[c.heads[c.next].ID] {
+		c.next++
+	}
 	if c.next >= len(c.heads) {
 		c.empty = len(c.heads) == 0
 		return false, nil
@@ -196,6 +200,7 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 		k.Take(l.p.Now, cand.Cost)
 	}
 	c.next++
+	l.taken[cand.ID] = true
 	l.chosen = append(l.chosen, Leased{ID: cand.ID, Token: l.newToken()})
 	return true, nil
 }

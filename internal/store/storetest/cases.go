@@ -356,6 +356,15 @@ func testInteractiveFirst(t *testing.T, open Opener) {
 
 func testBatchMinShare(t *testing.T, open Opener) {
 	s := open(t)
+	// Only batch work: the batch lane is visited twice in one call (its
+	// minimum share, then the rest) and must not take a job twice.
+	for range 5 {
+		insert(t, s, NewJob("solo", job.LaneBatch, "solo"))
+	}
+	only, err := s.Lease(context.Background(), store.LeaseParams{Now: T0, Max: 10, LeaseFor: time.Minute, BatchMin: 1, InteractiveBudget: time.Minute})
+	if err != nil || len(only) != 5 || len(ids(only)) != 5 {
+		t.Fatalf("batch-only lease = %d jobs (%v), want the 5 distinct batch jobs", len(only), err)
+	}
 	for range 20 {
 		insert(t, s, NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneInteractive, "k"))
 	}

@@ -1,0 +1,140 @@
+package admission
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// TestBucketBound is invariant 6 as a property: whatever the arrival
+// pattern, admitted starts in any window t never exceed rate*t + burst.
+func TestBucketBound(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		rate := 1 + rng.Float64()*100
+		burst := float64(1 + rng.IntN(10))
+		s := NewState(Config{Name: "k", Rate: rate, Burst: burst})
+		now := t0
+		var starts []time.Time
+		for range 2000 {
+			now = now.Add(time.Duration(rng.ExpFloat64() * float64(time.Second) / (rate * 10)))
+			if ok, _ := s.Check(now, 1); ok {
+				s.Take(now, 1)
+				s.Release()
+				starts = append(starts, now)
+			}
+		}
+		for i := range starts {
+			for k := i; k < len(starts); k++ {
+				w := starts[k].Sub(starts[i]).Seconds()
+				if n := float64(k - i + 1); n > rate*w+burst+1e-6 {
+					t.Fatalf("trial %d: %v starts in %.3fs > rate*t+burst = %.3f (rate %.2f burst %v)", trial, n, w, rate*w+burst, rate, burst)
+				}
+			}
+		}
+		if elapsed := now.Sub(t0).Seconds(); float64(len(starts)) < rate*elapsed*0.85 {
+			t.Fatalf("trial %d: %d starts in %.1fs at %.1f/s: the bucket under-admits", trial, len(starts), elapsed, rate)
+		}
+	}
+}
+
+func TestCheckRefusals(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 1, Burst: 1, Concurrency: 1})
+	if ok, _ := s.Check(t0, 1); !ok {
+		t.Fatal("a full bucket refused")
+	}
+	s.Take(t0, 1)
+	if ok, next := s.Check(t0.Add(2*time.Second), 1); ok || next != t0.Add(2*time.Second).Add(CapRetry) {
+		t.Fatalf("concurrency cap: ok=%v next=%v", ok, next)
+	}
+	s.Release()
+	if ok, next := s.Check(t0.Add(500*time.Millisecond), 1); ok || !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("empty bucket: ok=%v next=%v, want the next token at +1s", ok, next)
+	}
+	s.Pause(t0.Add(time.Minute))
+	if ok, next := s.Check(t0.Add(30*time.Second), 1); ok || !next.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("paused: ok=%v next=%v", ok, next)
+	}
+	s.Pause(t0.Add(time.Second)) // a shorter pause never shortens a longer one
+	if !s.PausedUntil.Equal(t0.Add(time.Minute)) {
+		t.Fatal("a shorter pause shortened the current one")
+	}
+}
+
+func TestAdaptive(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 100, Adaptive: true})
+	s.RateLimited(t0, t0.Add(time.Second))
+	if s.LearnedRate != 70 {
+		t.Fatalf("learned rate after a 429 = %v, want 70", s.LearnedRate)
+	}
+	s.RateLimited(t0.Add(100*time.Millisecond), t0.Add(time.Second))
+	if s.LearnedRate != 70 {
+		t.Fatal("a second 429 within the hold-off decreased again")
+	}
+	for range 70 { // one second of traffic at 70/s
+		s.Succeeded()
+	}
+	if s.LearnedRate < 79 || s.LearnedRate > 81 {
+		t.Fatalf("after a second of successes the rate is %v, want about 70 + 10%% of 100", s.LearnedRate)
+	}
+	for range 10000 {
+		s.Succeeded()
+	}
+	if s.LearnedRate != 100 {
+		t.Fatalf("learned rate exceeded or missed the ceiling: %v", s.LearnedRate)
+	}
+	for i := range 100 {
+		s.RateLimited(t0.Add(time.Duration(i)*time.Second), t0)
+	}
+	if s.LearnedRate != s.MinRate {
+		t.Fatalf("learned rate %v fell below or missed the floor %v", s.LearnedRate, s.MinRate)
+	}
+}
+
+func TestHint(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 10, Burst: 10})
+	s.Hint(t0, job.Hint{Limit: 100, Remaining: 2, Reset: time.Minute})
+	if got := s.Tokens(t0); got < 1.99 || got > 2.01 {
+		t.Fatalf("tokens after a remaining=2 hint = %v, want 2", got)
+	}
+	s.Hint(t0, job.Hint{Limit: 100, Remaining: 0, Reset: 5 * time.Second})
+	if !s.PausedUntil.Equal(t0.Add(5 * time.Second)) {
+		t.Fatalf("remaining=0 should pause until the reset, paused until %v", s.PausedUntil)
+	}
+	s2 := NewState(Config{Name: "k", Rate: 10, Burst: 10})
+	s2.Hint(t0, job.Hint{Limit: -1, Remaining: -1})
+	if s2.Tokens(t0) != 10 {
+		t.Fatal("an unknown hint changed the bucket")
+	}
+}
+
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "tpm", Rate: 1000, Burst: 1000})
+	s.Take(t0, 500)
+	s.Reconcile(t0, 500, 100)
+	if got := s.Tokens(t0); got < 899 || got > 901 {
+		t.Fatalf("tokens after reconciling 500 estimated to 100 used = %v, want 900", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	bad := []Config{{}, {Name: "k", Rate: -1}, {Name: "k", Concurrency: -1}, {Name: "k", Adaptive: true}, {Name: "k", Rate: 1, MinRate: 2}}
+	for _, c := range bad {
+		if c.Validate() == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if err := (Config{Name: "k", Rate: 5, Burst: 2, Concurrency: 3, Adaptive: true}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
