@@ -323,3 +323,25 @@ func (c *Client) Limits(ctx context.Context, region string) ([]LimitState, error
 	}
 	return st.ListLimits(ctx)
 }
+
+// ListParams filters List; zero fields match everything.
+type ListParams struct {
+	Tenant string
+	State  State
+	Kind   string
+	Lane   Lane
+	// After is the last id of the previous page.
+	After string
+	// Limit is the page size (at most 1000; default 100).
+	Limit int
+}
+
+// List returns a region's jobs matching p, newest first, without their
+// attempt histories (use Job for one job's history).
+func (c *Client) List(ctx context.Context, region string, p ListParams) ([]*Job, error) {
+	st, err := c.store(region)
+	if err != nil {
+		return nil, err
+	}
+	return st.List(ctx, store.ListParams{Tenant: p.Tenant, State: p.State, Kind: p.Kind, Lane: p.Lane, After: p.After, Limit: p.Limit})
+}

@@ -321,6 +321,12 @@ func (e *Engine) fetchLoop() {
 // It returns how many it started.
 func (e *Engine) leaseAndRun() int {
 	free := e.takeSlots()
+	if free > 0 && free < e.cfg.Workers/8 {
+		// Only a few slots are free: give finishing jobs a moment to free
+		// more, so one lease call serves many (bounded: 1 ms).
+		time.Sleep(time.Millisecond)
+		free += e.takeSlots()
+	}
 	if free == 0 {
 		select { // all workers busy: wait for one
 		case e.slots <- struct{}{}:

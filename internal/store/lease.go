@@ -121,6 +121,8 @@ type groupCursor struct {
 	heads   []Candidate
 	next    int
 	fetched bool
+	more    bool // the last fetch was full: the group may have more heads
+	limit   int  // how many heads the next fetch asks for
 	empty   bool
 	blocked time.Time
 }
@@ -133,8 +135,9 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 		return err
 	}
 	cursors := make([]*groupCursor, len(groups))
+	first := want/len(groups) + 1 // a fair share of the slots, then more on demand
 	for i, g := range groups {
-		cursors[i] = &groupCursor{g: g}
+		cursors[i] = &groupCursor{g: g, limit: first}
 	}
 	active := cursors
 	for want > 0 && len(active) > 0 {
@@ -167,15 +170,22 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 
 // step tries to admit the next head of one group.
 func (l *leaser) step(c *groupCursor, want int) (bool, error) {
-	if !c.fetched {
-		heads, err := l.tx.Heads(c.g, l.p.Now, want)
+	for {
+		for c.next < len(c.heads) && l.taken[c.heads[c.next].ID] {
+			c.next++
+		}
+		if c.next < len(c.heads) || (c.fetched && !c.more) {
+			break
+		}
+		// Fetch again, larger: jobs taken so far are still waiting in the
+		// table until MarkLeased, and are skipped above.
+		limit := min(c.limit, len(c.heads)+want)
+		heads, err := l.tx.Heads(c.g, l.p.Now, limit)
 		if err != nil {
 			return false, err
 		}
-		c.heads, c.fetched = heads, true
-	}
-	for c.next < len(c.heads) && l.taken[c.heads[c.next].ID] {
-		c.next++
+		c.heads, c.next, c.fetched, c.more = heads, 0, true, len(heads) == limit
+		c.limit *= 4
 	}
 	if c.next >= len(c.heads) {
 		c.empty = len(c.heads) == 0

@@ -3,7 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -124,13 +126,38 @@ func (o *txOps) TouchGroup(id int64, blockedUntil time.Time, empty bool) error {
 }
 
 func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.Job, error) {
-	out := make([]*job.Job, 0, len(leased))
+	tokens := make(map[string]string, len(leased))
 	for _, l := range leased {
-		j, err := scanJob(o.s.queryRow(o.tx, `UPDATE jobs SET state = 'running', lease_token = ?, lease_expires_at = ?,
-			attempt = attempt + 1, updated_at = ? WHERE id = ? AND state = 'waiting' RETURNING `+jobCols,
-			l.Token, ns(until), ns(now), l.ID))
+		tokens[l.ID] = l.Token
+	}
+	arg, _ := json.Marshal(tokens)
+	// One statement for the whole batch: each row takes its own token from
+	// the JSON object keyed by job id.
+	rows, err := o.s.query(o.tx, `UPDATE jobs SET state = 'running',
+			lease_token = (SELECT value FROM json_each(?1) WHERE key = jobs.id),
+			lease_expires_at = ?2, attempt = attempt + 1, updated_at = ?3
+		WHERE id IN (SELECT key FROM json_each(?1)) AND state = 'waiting' RETURNING `+jobCols,
+		string(arg), ns(until), ns(now))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	byID := make(map[string]*job.Job, len(leased))
+	for rows.Next() {
+		j, err := scanJob(rows)
 		if err != nil {
 			return nil, err
+		}
+		byID[j.ID] = j
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]*job.Job, 0, len(leased))
+	for _, l := range leased {
+		j := byID[l.ID]
+		if j == nil {
+			return nil, fmt.Errorf("lease job %s: no longer waiting", l.ID)
 		}
 		out = append(out, j)
 	}

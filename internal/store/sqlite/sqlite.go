@@ -97,6 +97,10 @@ type Store struct {
 	mu         sync.Mutex
 	stmts      map[*sql.DB]map[string]*sql.Stmt // read statements, prepared once
 	batchStmts map[string]*sql.Stmt             // the writer's, per batch
+	// writerStmts are prepared on the single writer connection; only the
+	// writer goroutine touches them and toPrepare.
+	writerStmts map[string]*sql.Stmt
+	toPrepare   []string
 }
 
 var _ store.Store = (*Store)(nil)
@@ -126,10 +130,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	rdb.SetMaxOpenConns(cfg.Readers)
 	s := &Store{
 		cfg: cfg, wdb: wdb, rdb: rdb,
-		reqs:  make(chan *writeReq, 4*cfg.MaxBatch),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		stmts: map[*sql.DB]map[string]*sql.Stmt{},
+		reqs:        make(chan *writeReq, 4*cfg.MaxBatch),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		stmts:       map[*sql.DB]map[string]*sql.Stmt{},
+		writerStmts: map[string]*sql.Stmt{},
 	}
 	if err := errors.Join(s.migrateUp(ctx), s.checkRegion(ctx)); err != nil {
 		wdb.Close()

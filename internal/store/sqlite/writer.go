@@ -70,6 +70,7 @@ func (s *Store) drain(first *writeReq) []*writeReq {
 func (s *Store) commit(batch []*writeReq) {
 	errs := make([]error, len(batch))
 	err := s.runBatch(batch, errs)
+	defer s.prepareSeen()
 	for i, r := range batch {
 		if err != nil {
 			r.done <- err
@@ -129,12 +130,34 @@ func (s *Store) txStmt(tx *sql.Tx, query string) (*sql.Stmt, error) {
 	if st, ok := s.batchStmts[query]; ok {
 		return st, nil
 	}
+	if st, ok := s.writerStmts[query]; ok {
+		// Prepared on the writer connection between batches: the
+		// transaction reuses it without parsing the SQL again.
+		st = tx.Stmt(st)
+		s.batchStmts[query] = st
+		return st, nil
+	}
 	st, err := tx.Prepare(query)
 	if err != nil {
 		return nil, err
 	}
 	s.batchStmts[query] = st
+	s.toPrepare = append(s.toPrepare, query)
 	return st, nil
+}
+
+// prepareSeen prepares, on the idle writer connection, the statements first
+// seen in the last batch, so that later batches do not parse them again.
+func (s *Store) prepareSeen() {
+	for _, q := range s.toPrepare {
+		if _, ok := s.writerStmts[q]; ok {
+			continue
+		}
+		if st, err := s.wdb.Prepare(q); err == nil {
+			s.writerStmts[q] = st
+		}
+	}
+	s.toPrepare = s.toPrepare[:0]
 }
 
 // exec runs a prepared statement inside tx.

@@ -8,8 +8,6 @@ package storetest
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 
 	"testing"
 	"time"
@@ -148,11 +146,3 @@ func ids(jobs []*job.Job) map[string]bool {
 	return out
 }
 
-func wantErr(t *testing.T, err, want error) {
-	t.Helper()
-	if !errors.Is(err, want) {
-		t.Fatalf("error = %v, want %v", err, want)
-	}
-}
-
-func key(t *testing.T) string { return fmt.Sprintf("k-%s", t.Name()) }
