@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/metrics"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/postgres"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
@@ -33,9 +36,11 @@ type RegionBound interface {
 // Client is ratelane's entry point: one store and one engine per region.
 // It is safe for concurrent use.
 type Client struct {
-	cfg     Config
-	regions map[string]*regionRT
-	order   []string
+	cfg      Config
+	regions  map[string]*regionRT
+	order    []string
+	registry *prometheus.Registry
+	metrics  *metrics.Metrics
 }
 
 type regionRT struct {
@@ -51,7 +56,16 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, regions: map[string]*regionRT{}}
+	c := &Client{cfg: cfg, regions: map[string]*regionRT{}, registry: cfg.Registry}
+	if c.registry == nil {
+		c.registry = prometheus.NewRegistry()
+		c.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m, err := metrics.New(c.registry)
+	if err != nil {
+		return nil, fmt.Errorf("ratelane: metrics: %w", err)
+	}
+	c.metrics = m
 	for _, r := range cfg.Regions {
 		if err := c.openRegion(ctx, r); err != nil {
 			c.Close()
@@ -68,6 +82,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	}
 	rt := &regionRT{store: st}
 	c.regions[r.Name] = rt
+	c.metrics.AddRegion(r.Name, st)
 	c.order = append(c.order, r.Name)
 	for _, l := range c.cfg.Limits {
 		if _, err := st.UpsertLimit(ctx, l); err != nil {
@@ -81,7 +96,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	rt.engine, err = engine.New(engine.Config{
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, Retention: c.cfg.Retention,
-		Now: c.cfg.Now, Logger: c.cfg.Logger,
+		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: c.metrics,
 	})
 	return err
 }
@@ -111,7 +126,17 @@ func (c *Client) kindsFor(region string) (map[string]engine.Kind, error) {
 
 func openStore(ctx context.Context, r Region) (store.Store, error) {
 	if r.PostgresURL != "" {
-		return postgres.Open(ctx, postgres.Config{URL: r.PostgresURL, Schema: r.PostgresSchema, Region: r.Name})
+		st, err := postgres.Open(ctx, postgres.Config{URL: r.PostgresURL, Schema: r.PostgresSchema, Region: r.Name})
+		if err != nil {
+			return nil, err
+		}
+		// Migrations are embedded and applied at start; they take an
+		// advisory lock, so many nodes starting at once is safe.
+		if err := st.Migrate(ctx); err != nil {
+			st.Close()
+			return nil, err
+		}
+		return st, nil
 	}
 	return sqlite.Open(ctx, sqlite.Config{Path: r.SQLitePath, Region: r.Name, Synchronous: r.Synchronous})
 }

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratelane/ratelane/internal/engine"
 )
 
@@ -61,6 +63,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests replace it.
 	Now func() time.Time
+	// Registry receives ratelane's metrics and is served at /metrics by
+	// the HTTP API; default a new registry with Go and process collectors.
+	// ratelane never uses the global registry: it is also a library.
+	Registry *prometheus.Registry
 
 	// kinds[region][kind]; the region "" applies to every region.
 	kinds map[string]map[string]engine.Kind

@@ -38,3 +38,9 @@ func (p Principal) CanUseRegion(region string) bool {
 // Can reports whether the principal's role allows an action that needs
 // role r: admin may do everything; otherwise the roles must match.
 func (p Principal) Can(r Role) bool { return p.Role == RoleAdmin || p.Role == r }
+
+// Roles lists every role, from least to most privileged.
+var Roles = []Role{RoleProducer, RoleWorker, RoleAdmin}
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return slices.Contains(Roles, r) }

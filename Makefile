@@ -1,0 +1,24 @@
+# ratelane — developer tasks. `make test` is what the README and CI run.
+GO ?= go
+export RATELANE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+
+.PHONY: test test-short lint bench build
+
+# test runs every test under the race detector, on SQLite and PostgreSQL.
+test:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# test-short skips the subprocess and multi-second tests.
+test-short:
+	$(GO) test -short -count=1 ./...
+
+lint:
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 20000x .
+
+build:
+	$(GO) build -o bin/ratelane ./cmd/ratelane

@@ -1,0 +1,149 @@
+package ratelane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+
+	"github.com/ratelane/ratelane/internal/auth"
+	authpg "github.com/ratelane/ratelane/internal/auth/postgres"
+	authsqlite "github.com/ratelane/ratelane/internal/auth/sqlite"
+	"github.com/ratelane/ratelane/internal/httpapi"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// APIConfig configures the HTTP API served by Client.NewAPI.
+type APIConfig struct {
+	// AdminKey, when set (RATELANE_ADMIN_KEY), is accepted as an admin key.
+	// When empty, the first start generates one, writes it to
+	// DataDir/admin.key (mode 0600) and returns it once in API.AdminKey.
+	AdminKey string
+	// KeysPostgresURL stores API keys in PostgreSQL (schema
+	// ratelane_control), shared by every node. Default: the first
+	// PostgreSQL region's URL; with none, an SQLite file in DataDir.
+	KeysPostgresURL string
+	// RequestRate and RequestBurst limit each API key's own requests;
+	// defaults 100/s and 200.
+	RequestRate  float64
+	RequestBurst int
+}
+
+// API is the HTTP API of a Client.
+type API struct {
+	// Handler serves /v1, /metrics, /healthz and /readyz.
+	Handler http.Handler
+	// AdminKey is the admin key generated on this first start, to print
+	// once; empty otherwise.
+	AdminKey string
+	server   *httpapi.Server
+	keys     *auth.Keys
+}
+
+// Close stops the API's long polls and closes its key store.
+func (a *API) Close() error {
+	a.server.Close()
+	return a.keys.Close()
+}
+
+// NewAPI builds the HTTP API over the client's regions: its key store (with
+// the admin bootstrap), metrics and routes.
+func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
+	keys, err := c.openKeys(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	printed, err := auth.Bootstrap(ctx, keys, cfg.AdminKey, c.cfg.DataDir)
+	if err != nil {
+		keys.Close()
+		return nil, err
+	}
+	regions := map[string]store.Store{}
+	for name, rt := range c.regions {
+		regions[name] = rt.store
+	}
+	srv, err := httpapi.New(httpapi.Config{
+		Regions: regions, Notify: c.notify, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
+		DefaultLimit: c.cfg.DefaultLimit, InteractiveBudget: c.cfg.InteractiveBudget, BatchBudget: c.cfg.BatchBudget,
+		Registerer: c.registry, Gatherer: c.registry, Now: c.cfg.Now, Logger: c.cfg.Logger, Version: Version,
+		RequestRate: cfg.RequestRate, RequestBurst: cfg.RequestBurst,
+	})
+	if err != nil {
+		keys.Close()
+		return nil, err
+	}
+	return &API{Handler: srv.Handler(), AdminKey: printed, server: srv, keys: keys}, nil
+}
+
+func (c *Client) openKeys(ctx context.Context, cfg APIConfig) (*auth.Keys, error) {
+	url := cfg.KeysPostgresURL
+	for _, r := range c.cfg.Regions {
+		if url == "" && r.PostgresURL != "" {
+			url = r.PostgresURL
+		}
+	}
+	if url != "" {
+		b, err := authpg.Open(ctx, authpg.Config{URL: url})
+		if err != nil {
+			return nil, fmt.Errorf("ratelane: open the API key store: %w", err)
+		}
+		return auth.NewKeys(b, c.cfg.Now), nil
+	}
+	b, err := authsqlite.Open(ctx, filepath.Join(c.cfg.DataDir, authsqlite.FileName))
+	if err != nil {
+		return nil, fmt.Errorf("ratelane: open the API key store: %w", err)
+	}
+	return auth.NewKeys(b, c.cfg.Now), nil
+}
+
+func (c *Client) notify(region string) {
+	if rt, ok := c.regions[region]; ok && rt.engine != nil {
+		rt.engine.Notify()
+	}
+}
+
+// authAdapter maps the key store's errors onto the API's, so unknown and
+// revoked keys answer 401 and a store outage 503.
+type authAdapter struct{ keys *auth.Keys }
+
+func (a authAdapter) Authenticate(ctx context.Context, bearer string) (auth.Principal, error) {
+	p, err := a.keys.Authenticate(ctx, bearer)
+	switch {
+	case errors.Is(err, auth.ErrUnknownKey):
+		return p, fmt.Errorf("%w: %w", httpapi.ErrUnknownKey, err)
+	case errors.Is(err, auth.ErrRevokedKey):
+		return p, fmt.Errorf("%w: %w", httpapi.ErrRevokedKey, err)
+	}
+	return p, err
+}
+
+// keyAdapter serves /v1/keys from the key store.
+type keyAdapter struct{ keys *auth.Keys }
+
+func (k keyAdapter) Create(ctx context.Context, tenant string, role auth.Role, regions []string, name string) (string, httpapi.KeyInfo, error) {
+	secret, info, err := k.keys.Create(ctx, tenant, role, regions, name)
+	return secret, keyInfo(info), err
+}
+
+func (k keyAdapter) List(ctx context.Context) ([]httpapi.KeyInfo, error) {
+	infos, err := k.keys.List(ctx)
+	out := make([]httpapi.KeyInfo, len(infos))
+	for i, in := range infos {
+		out[i] = keyInfo(in)
+	}
+	return out, err
+}
+
+func (k keyAdapter) Revoke(ctx context.Context, id string) error {
+	err := k.keys.Revoke(ctx, id)
+	if errors.Is(err, auth.ErrNotFound) {
+		return fmt.Errorf("%w: %w", httpapi.ErrUnknownKey, err)
+	}
+	return err
+}
+
+func keyInfo(in auth.KeyInfo) httpapi.KeyInfo {
+	return httpapi.KeyInfo{ID: in.ID, Name: in.Name, Tenant: in.Tenant, Role: in.Role, Regions: in.Regions,
+		CreatedAt: in.CreatedAt, RevokedAt: in.RevokedAt}
+}

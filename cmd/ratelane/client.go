@@ -1,0 +1,401 @@
+package main
+
+// This file is the small HTTP client behind the enqueue, jobs, dlq, limits
+// and keys subcommands, and the flag and table helpers they share. The
+// client speaks the v1 JSON API only; it knows nothing of stores.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Environment variables the client reads. The API key is best passed in
+// the environment: a --api-key flag is visible to other users in ps.
+const (
+	envServer = "RATELANE_SERVER"
+	envAPIKey = "RATELANE_API_KEY"
+)
+
+const defaultServer = "http://127.0.0.1:8080"
+
+// maxResponse bounds what the client reads from a server (a list page of
+// jobs with results can be large, but not unbounded).
+const maxResponse = 64 << 20
+
+// clientFlags are the flags every client subcommand takes.
+type clientFlags struct {
+	server string
+	apiKey string
+	json   bool
+}
+
+// addClientFlags defines --server, --api-key and --json on fs. Defaults come
+// from the environment, so an explicit flag always wins.
+func addClientFlags(fs *flag.FlagSet) *clientFlags {
+	cf := &clientFlags{}
+	server := os.Getenv(envServer)
+	if server == "" {
+		server = defaultServer
+	}
+	fs.StringVar(&cf.server, "server", server, "ratelane server URL (env "+envServer+")")
+	fs.StringVar(&cf.apiKey, "api-key", os.Getenv(envAPIKey), "API key; prefer the "+envAPIKey+" environment variable")
+	fs.BoolVar(&cf.json, "json", false, "print the server's JSON instead of a table")
+	return cf
+}
+
+// client talks to one ratelane server with one API key.
+type client struct {
+	base   *url.URL
+	apiKey string
+	http   *http.Client
+	stderr io.Writer
+}
+
+// client validates the flags and returns a client; problems are usage
+// errors (exit 2).
+func (cf *clientFlags) client(stderr io.Writer) (*client, error) {
+	u, err := url.Parse(cf.server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageError{fmt.Sprintf("--server must be an http or https URL, got %q", cf.server)}
+	}
+	if cf.apiKey == "" {
+		return nil, usageError{"no API key: set " + envAPIKey + " (or pass --api-key)"}
+	}
+	return &client{base: u, apiKey: cf.apiKey, http: &http.Client{Timeout: 60 * time.Second}, stderr: stderr}, nil
+}
+
+// apiError is returned after the server answered with an error status; the
+// problem details have already been printed to stderr.
+type apiError struct {
+	method, path string
+	status       int
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%s %s: server answered %d %s", e.method, e.path, e.status, http.StatusText(e.status))
+}
+
+// response is a successful answer.
+type response struct {
+	body   []byte
+	header http.Header
+}
+
+// do sends one request. body, when not nil, is sent as JSON. A status of
+// 400 or more is printed as "error: <title>: <detail>" plus one line per
+// field error, and returned as *apiError.
+func (c *client) do(ctx context.Context, method, path string, query url.Values, body any, header http.Header) (*response, error) {
+	u := c.base.JoinPath(path)
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("User-Agent", "ratelane-cli")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// The error names the URL, never the Authorization header.
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: read response: %w", method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		printProblem(c.stderr, resp, data)
+		return nil, &apiError{method: method, path: path, status: resp.StatusCode}
+	}
+	return &response{body: data, header: resp.Header}, nil
+}
+
+// problem is an RFC 9457 problem document. Field errors are read loosely
+// (field or pointer or name; detail or message) so that the CLI prints what
+// any reasonable server sends.
+type problem struct {
+	Title  string            `json:"title"`
+	Status int               `json:"status"`
+	Detail string            `json:"detail"`
+	Errors []json.RawMessage `json:"errors"`
+}
+
+func printProblem(w io.Writer, resp *http.Response, data []byte) {
+	var p problem
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if (mt != "application/problem+json" && mt != "application/json") || json.Unmarshal(data, &p) != nil || p.Title == "" {
+		// Not a problem document (a proxy's error page): show the status and
+		// the start of the body, which may explain it.
+		text := strings.TrimSpace(string(data))
+		if len(text) > 200 {
+			text = text[:200] + "..."
+		}
+		fmt.Fprintf(w, "error: HTTP %d %s: %s\n", resp.StatusCode, http.StatusText(resp.StatusCode), text)
+		return
+	}
+	if p.Detail != "" {
+		fmt.Fprintf(w, "error: %s: %s\n", p.Title, p.Detail)
+	} else {
+		fmt.Fprintf(w, "error: %s\n", p.Title)
+	}
+	for _, raw := range p.Errors {
+		var fe map[string]any
+		if json.Unmarshal(raw, &fe) != nil {
+			fmt.Fprintf(w, "  %s\n", raw)
+			continue
+		}
+		field := firstString(fe, "field", "pointer", "name", "location")
+		detail := firstString(fe, "detail", "message", "reason")
+		if field == "" {
+			fmt.Fprintf(w, "  %s\n", detail)
+		} else {
+			fmt.Fprintf(w, "  %s: %s\n", field, detail)
+		}
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		fmt.Fprintf(w, "  retry after: %s s\n", ra)
+	}
+}
+
+func firstString(m map[string]any, keys ...string) string {
+	for _, k := range keys {
+		if s, ok := m[k].(string); ok && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// printJSON writes a response body for --json: the server's JSON, followed
+// by a newline.
+func printJSON(w io.Writer, body []byte) error {
+	_, err := fmt.Fprintf(w, "%s\n", bytes.TrimSpace(body))
+	return err
+}
+
+// decodeList reads a list response: a bare array, or an object holding the
+// array under one of keys (else its only array field), with an optional
+// next-page cursor. It is deliberately loose about the envelope so the CLI
+// keeps working as the API grows fields.
+func decodeList(body []byte, keys ...string) (items []json.RawMessage, next string, err error) {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '[' {
+		err = json.Unmarshal(body, &items)
+		return items, "", err
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, "", fmt.Errorf("unexpected response: %w", err)
+	}
+	for _, k := range []string{"next_cursor", "next", "cursor", "next_after"} {
+		if raw, ok := obj[k]; ok && json.Unmarshal(raw, &next) == nil && next != "" {
+			break
+		}
+	}
+	for _, k := range append(keys, "items", "data") {
+		if raw, ok := obj[k]; ok {
+			err = json.Unmarshal(raw, &items)
+			return items, next, err
+		}
+	}
+	names := make([]string, 0, len(obj))
+	for k := range obj {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if raw := bytes.TrimSpace(obj[k]); len(raw) > 0 && raw[0] == '[' {
+			err = json.Unmarshal(raw, &items)
+			return items, next, err
+		}
+	}
+	return nil, next, nil
+}
+
+// decodeOne reads a single object, unwrapping {"<key>": {...}} when the
+// server wraps it under one of keys.
+func decodeOne(body []byte, v any, keys ...string) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return fmt.Errorf("unexpected response: %w", err)
+	}
+	for _, k := range keys {
+		if inner := bytes.TrimSpace(obj[k]); len(inner) > 0 && inner[0] == '{' {
+			return json.Unmarshal(inner, v)
+		}
+	}
+	return json.Unmarshal(body, v)
+}
+
+// table writes aligned columns: the header (if any), then rows.
+func table(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if header != nil {
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+	}
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// cell renders a possibly empty value; "-" keeps columns aligned and
+// readable.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// when renders an RFC 3339 timestamp from the API in UTC to the second.
+func when(s string) string {
+	if s == "" {
+		return "-"
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// errHelp is returned by parseFlags for -h; helpOK turns it into success.
+var errHelp = flag.ErrHelp
+
+// newFlagSet returns a flag set that reports errors instead of exiting, with
+// a usage line printed to stderr.
+func newFlagSet(name, args, summary string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("ratelane "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: ratelane %s %s\n\n%s\n\nFlags:\n", name, args, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, allowing flags after positional arguments
+// ("jobs get ID --region eu"), and returns the positional ones. Bad flags
+// are usage errors; -h is errHelp.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, usageError{err.Error()}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		if args[0] == "--" {
+			return append(positional, args[1:]...), nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+// wantArgs checks the number of positional arguments.
+func wantArgs(fs *flag.FlagSet, got []string, names ...string) error {
+	if len(got) == len(names) {
+		return nil
+	}
+	if len(names) == 0 {
+		return usageError{fmt.Sprintf("%s takes no arguments, got %q", fs.Name(), got)}
+	}
+	return usageError{fmt.Sprintf("%s needs %s", fs.Name(), strings.Join(names, " "))}
+}
+
+// subcommand is one verb of a command with verbs (jobs ls, jobs get ...).
+type subcommand struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// dispatch runs the verb named by args[0].
+func dispatch(ctx context.Context, command string, subs []subcommand, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stderr, "Usage: ratelane %s <verb> [flags]\n\nVerbs:\n", command)
+		for _, s := range subs {
+			fmt.Fprintf(stderr, "  %-8s %s\n", s.name, s.summary)
+		}
+		if len(args) == 0 {
+			return usageError{"missing verb"}
+		}
+		return nil
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return helpOK(s.run)(ctx, args[1:], stdout, stderr)
+		}
+	}
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	return usageError{fmt.Sprintf("unknown verb %q; use one of %s", args[0], strings.Join(names, ", "))}
+}
+
+// helpOK makes -h a success: the usage was printed, nothing failed.
+func helpOK(run func(context.Context, []string, io.Writer, io.Writer) error) func(context.Context, []string, io.Writer, io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		if err := run(ctx, args, stdout, stderr); !errors.Is(err, errHelp) {
+			return err
+		}
+		return nil
+	}
+}
+
+// stringList is a repeatable string flag (--key a --key b).
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// regionQuery returns ?region=R when region is set.
+func regionQuery(region string) url.Values {
+	q := url.Values{}
+	if region != "" {
+		q.Set("region", region)
+	}
+	return q
+}

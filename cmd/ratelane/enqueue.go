@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+func init() {
+	register("enqueue", "enqueue a job through the HTTP API", helpOK(runEnqueue))
+}
+
+// enqueueRequest is the body of POST /v1/jobs. Only the fields set on the
+// command line are sent, so the server's defaults apply to the rest.
+type enqueueRequest struct {
+	Kind         string          `json:"kind"`
+	Region       string          `json:"region,omitempty"`
+	Lane         string          `json:"lane,omitempty"`
+	LimitKeys    []string        `json:"limit_keys,omitempty"`
+	Payload      json.RawMessage `json:"payload,omitempty"`
+	DelaySeconds *float64        `json:"delay_seconds,omitempty"`
+	Priority     *int            `json:"priority,omitempty"`
+	OnOverload   string          `json:"on_overload,omitempty"`
+}
+
+func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("enqueue", "--kind KIND --key LIMIT_KEY [flags]", "Enqueue one job. The payload is JSON, inline or @file (@- reads stdin).", stderr)
+	cf := addClientFlags(fs)
+	var (
+		req      enqueueRequest
+		keys     stringList
+		payload  string
+		idem     string
+		delay    time.Duration
+		priority int
+	)
+	fs.StringVar(&req.Kind, "kind", "", "job kind (required)")
+	fs.StringVar(&req.Region, "region", "", "region the job and its payload live in (server default if empty)")
+	fs.StringVar(&req.Lane, "lane", "", "lane class: interactive or batch (server default if empty)")
+	fs.Var(&keys, "key", "limit key the job is admitted on; repeat for up to 4 keys")
+	fs.StringVar(&payload, "payload", "", "JSON payload, or @file, or @- for stdin")
+	fs.StringVar(&idem, "idempotency-key", "", "idempotency key: a retried enqueue with the same key returns the first job")
+	fs.DurationVar(&delay, "delay", 0, "run no earlier than this from now, e.g. 10s")
+	fs.IntVar(&priority, "priority", 0, "priority from -100 to 100; higher runs first")
+	fs.StringVar(&req.OnOverload, "on-overload", "", "reject, degrade or queue when the lane's latency budget would be breached")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest); err != nil {
+		return err
+	}
+	if req.Kind == "" {
+		return usageError{"--kind is required"}
+	}
+	req.LimitKeys = keys
+	if req.Payload, err = readPayload(payload); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["delay"] {
+		if delay < 0 {
+			return usageError{"--delay must not be negative"}
+		}
+		s := delay.Seconds()
+		req.DelaySeconds = &s
+	}
+	if set["priority"] {
+		req.Priority = &priority
+	}
+	c, err := cf.client(stderr)
+	if err != nil {
+		return err
+	}
+	h := http.Header{}
+	if idem != "" {
+		h.Set("Idempotency-Key", idem)
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/jobs", nil, req, h)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, resp.body)
+	}
+	var j jobView
+	if err := decodeOne(resp.body, &j, "job"); err != nil {
+		return err
+	}
+	note := ""
+	if strings.EqualFold(resp.header.Get("Idempotent-Replayed"), "true") {
+		note = " (replayed: an earlier request with this idempotency key created it)"
+	}
+	fmt.Fprintf(stdout, "%s\t%s %s in %s, %s lane%s\n", j.ID, j.Kind, j.State, j.Region, j.Lane, note)
+	return nil
+}
+
+// readPayload returns the payload flag's JSON, reading it from a file for
+// @file and from stdin for @-. Invalid JSON is a usage error, caught before
+// anything is sent.
+func readPayload(v string) (json.RawMessage, error) {
+	if v == "" {
+		return nil, nil
+	}
+	data := []byte(v)
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if name == "-" {
+			data, err = io.ReadAll(os.Stdin)
+		} else {
+			data, err = os.ReadFile(name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read payload: %w", err)
+		}
+	}
+	if !json.Valid(data) {
+		return nil, usageError{"--payload is not valid JSON"}
+	}
+	return json.RawMessage(data), nil
+}

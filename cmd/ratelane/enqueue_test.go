@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const jobJSON = `{"id":"01JQ8Z7K3M2N4P5Q6R7S8T9V0W","kind":"webhook","region":"eu","lane":"interactive","tenant":"acme",
+	"limit_keys":["subscriber:store_17","tenant:acme"],"cost":1,"priority":5,"payload":{"event":"order.paid"},
+	"budgets":{"congestion":20,"transient":5,"schema":2},"state":"waiting","eligible_at":"2026-03-01T12:00:10Z",
+	"attempt":0,"attempts":{"congestion":0,"transient":0,"schema":0},"created_at":"2026-03-01T12:00:00.123Z","updated_at":"2026-03-01T12:00:00.123Z"}`
+
+func TestEnqueue(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {status: 201, body: jobJSON}})
+	payload := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(payload, []byte(`{"event":"order.paid","n":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := api.cli(t, "enqueue", "--kind", "webhook", "--region", "eu", "--lane", "interactive",
+		"--key", "subscriber:store_17", "--key", "tenant:acme", "--payload", "@"+payload,
+		"--idempotency-key", "order-42", "--delay", "10s", "--priority", "5")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	r := api.only(t, "POST", "/v1/jobs")
+	if got := r.header.Get("Idempotency-Key"); got != "order-42" {
+		t.Errorf("Idempotency-Key = %q", got)
+	}
+	want := map[string]any{
+		"kind": "webhook", "region": "eu", "lane": "interactive",
+		"limit_keys":    []any{"subscriber:store_17", "tenant:acme"},
+		"payload":       map[string]any{"event": "order.paid", "n": 1.0},
+		"delay_seconds": 10.0, "priority": 5.0,
+	}
+	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
+		t.Errorf("body = %v\nwant %v", got, want)
+	}
+	if !strings.HasPrefix(out, "01JQ8Z7K3M2N4P5Q6R7S8T9V0W\twebhook waiting in eu, interactive lane\n") {
+		t.Errorf("stdout = %q", out)
+	}
+}
+
+func TestEnqueueMinimalAndReplay(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {body: `{"job":` + jobJSON + `}`, header: map[string]string{"Idempotent-Replayed": "true"}}})
+	code, out, errOut := api.cli(t, "enqueue", "--kind", "webhook", "--key", "tenant:acme", "--payload", `{"a":1}`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	r := api.only(t, "POST", "/v1/jobs")
+	// Unset flags are not sent, so the server's defaults apply; a priority
+	// of 0 or a delay of 0 would not be the same as "unset".
+	want := map[string]any{"kind": "webhook", "limit_keys": []any{"tenant:acme"}, "payload": map[string]any{"a": 1.0}}
+	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
+		t.Errorf("body = %v, want %v", got, want)
+	}
+	if r.header.Get("Idempotency-Key") != "" {
+		t.Error("Idempotency-Key sent without --idempotency-key")
+	}
+	if !strings.Contains(out, "replayed") {
+		t.Errorf("stdout does not mention the replay: %q", out)
+	}
+}
+
+func TestEnqueueJSON(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {status: 201, body: jobJSON}})
+	code, out, _ := api.cli(t, "enqueue", "--json", "--kind", "webhook", "--key", "a:b")
+	if code != 0 || out != jobJSON+"\n" {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+func init() {
+	register("jobs", "list, show and cancel jobs through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return dispatch(ctx, "jobs", []subcommand{
+			{"ls", "list jobs (filters, cursor pagination)", runJobsList},
+			{"get", "show one job", runJobsGet},
+			{"cancel", "cancel a job that has not finished", runJobsCancel},
+		}, args, stdout, stderr)
+	})
+}
+
+// jobView is the part of the API's job representation the CLI shows. It is
+// decoded loosely: fields it does not know are ignored, so the CLI keeps
+// working as the API grows.
+type jobView struct {
+	ID         string          `json:"id"`
+	Kind       string          `json:"kind"`
+	Tenant     string          `json:"tenant"`
+	Region     string          `json:"region"`
+	Lane       string          `json:"lane"`
+	LimitKeys  []string        `json:"limit_keys"`
+	Priority   int             `json:"priority"`
+	State      string          `json:"state"`
+	Reason     string          `json:"reason"`
+	Depth      string          `json:"depth"`
+	Attempt    int             `json:"attempt"`
+	Attempts   json.RawMessage `json:"attempts"`
+	Payload    json.RawMessage `json:"payload"`
+	Result     json.RawMessage `json:"result"`
+	EligibleAt string          `json:"eligible_at"`
+	Deadline   string          `json:"deadline"`
+	CreatedAt  string          `json:"created_at"`
+	UpdatedAt  string          `json:"updated_at"`
+	FinishedAt string          `json:"finished_at"`
+}
+
+func decodeJobs(items []json.RawMessage) ([]jobView, error) {
+	jobs := make([]jobView, len(items))
+	for i, raw := range items {
+		if err := json.Unmarshal(raw, &jobs[i]); err != nil {
+			return nil, fmt.Errorf("unexpected job in response: %w", err)
+		}
+	}
+	return jobs, nil
+}
+
+func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("jobs ls", "[flags]", "List jobs, newest first.", stderr)
+	cf := addClientFlags(fs)
+	var state, kind, region, lane, tenant, after string
+	var limit int
+	fs.StringVar(&state, "state", "", "only jobs in this state (waiting, running, terminal, ...)")
+	fs.StringVar(&kind, "kind", "", "only jobs of this kind")
+	fs.StringVar(&region, "region", "", "region to list (server default if empty)")
+	fs.StringVar(&lane, "lane", "", "only jobs of this lane class")
+	fs.StringVar(&tenant, "tenant", "", "only jobs of this tenant (admin keys)")
+	fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
+	fs.StringVar(&after, "after", "", "cursor: list the page after this one")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest); err != nil {
+		return err
+	}
+	if limit < 0 {
+		return usageError{"--limit must not be negative"}
+	}
+	c, err := cf.client(stderr)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	for k, v := range map[string]string{"state": state, "kind": kind, "region": region, "lane": lane, "tenant": tenant, "after": after} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/jobs", q, nil, nil)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, resp.body)
+	}
+	items, next, err := decodeList(resp.body, "jobs")
+	if err != nil {
+		return err
+	}
+	jobs, err := decodeJobs(items)
+	if err != nil {
+		return err
+	}
+	rows := make([][]string, len(jobs))
+	for i, j := range jobs {
+		rows[i] = []string{j.ID, j.Kind, j.Region, j.Lane, j.State, cell(j.Reason), strconv.Itoa(j.Attempt),
+			cell(strings.Join(j.LimitKeys, ",")), when(j.CreatedAt)}
+	}
+	if err := table(stdout, []string{"ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT KEYS", "CREATED"}, rows); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(stderr, "more: ratelane jobs ls --after %s\n", next)
+	}
+	return nil
+}
+
+func runJobsGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("jobs get", "ID [flags]", "Show one job: state, attempts, result.", stderr)
+	cf := addClientFlags(fs)
+	region := fs.String("region", "", "the job's region (server default if empty)")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest, "ID"); err != nil {
+		return err
+	}
+	c, err := cf.client(stderr)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(rest[0]), regionQuery(*region), nil, nil)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, resp.body)
+	}
+	var j jobView
+	if err := decodeOne(resp.body, &j, "job"); err != nil {
+		return err
+	}
+	return printJob(stdout, j)
+}
+
+// printJob shows a job as aligned "field  value" lines. The payload is
+// shown by size only: it may be large, and --json has it in full.
+func printJob(w io.Writer, j jobView) error {
+	rows := [][]string{
+		{"id", j.ID}, {"kind", j.Kind}, {"tenant", cell(j.Tenant)}, {"region", j.Region}, {"lane", j.Lane},
+		{"limit keys", cell(strings.Join(j.LimitKeys, ", "))}, {"priority", strconv.Itoa(j.Priority)},
+		{"state", j.State}, {"reason", cell(j.Reason)}, {"depth", cell(j.Depth)},
+		{"attempt", strconv.Itoa(j.Attempt)}, {"attempts", cell(compact(j.Attempts))},
+		{"eligible at", when(j.EligibleAt)}, {"deadline", when(j.Deadline)},
+		{"created at", when(j.CreatedAt)}, {"updated at", when(j.UpdatedAt)}, {"finished at", when(j.FinishedAt)},
+		{"payload", fmt.Sprintf("%d bytes", len(j.Payload))}, {"result", cell(compact(j.Result))},
+	}
+	tw := [][]string{}
+	for _, r := range rows {
+		tw = append(tw, []string{r[0] + ":", r[1]})
+	}
+	return table(w, nil, tw)
+}
+
+// compact renders a small JSON value on one line.
+func compact(raw json.RawMessage) string {
+	s := strings.TrimSpace(string(raw))
+	if s == "" || s == "null" {
+		return ""
+	}
+	var v any
+	if json.Unmarshal(raw, &v) == nil {
+		if b, err := json.Marshal(v); err == nil {
+			s = string(b)
+		}
+	}
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+func runJobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("jobs cancel", "ID [flags]", "Cancel a job that has not finished; it ends terminal/cancelled.", stderr)
+	cf := addClientFlags(fs)
+	region := fs.String("region", "", "the job's region (server default if empty)")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest, "ID"); err != nil {
+		return err
+	}
+	c, err := cf.client(stderr)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(rest[0])+"/cancel", regionQuery(*region), nil, nil)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, resp.body)
+	}
+	var j jobView
+	_ = decodeOne(resp.body, &j, "job") // the answer's body is informative only
+	fmt.Fprintf(stdout, "cancelled %s%s\n", rest[0], stateNote(j))
+	return nil
+}
+
+func stateNote(j jobView) string {
+	if j.State == "" {
+		return ""
+	}
+	if j.Reason != "" {
+		return fmt.Sprintf(" (state %s, reason %s)", j.State, j.Reason)
+	}
+	return fmt.Sprintf(" (state %s)", j.State)
+}

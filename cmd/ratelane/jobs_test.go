@@ -1,0 +1,110 @@
+package main
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
+
+const jobsPage = `{"jobs":[` + jobJSON + `,{"id":"01JQ8Z7K3M2N4P5Q6R7S8T9V0X","kind":"review","region":"eu","lane":"batch",
+	"limit_keys":["openai:gpt-4o-mini"],"state":"terminal","reason":"rate_limit_budget_exhausted","attempt":21,
+	"created_at":"2026-03-01T11:00:00Z","finished_at":"2026-03-01T11:30:00Z"}],"next_cursor":"01JQ8Z7K3M2N4P5Q6R7S8T9V0X"}`
+
+func TestJobsList(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"GET /v1/jobs": {body: jobsPage}})
+	code, out, errOut := api.cli(t, "jobs", "ls", "--state", "terminal", "--kind", "review", "--region", "eu", "--limit", "2", "--after", "01JQ")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	r := api.only(t, "GET", "/v1/jobs")
+	want := url.Values{"state": {"terminal"}, "kind": {"review"}, "region": {"eu"}, "limit": {"2"}, "after": {"01JQ"}}
+	if r.query.Encode() != want.Encode() {
+		t.Errorf("query = %s, want %s", r.query.Encode(), want.Encode())
+	}
+	wantColumns(t, out, 2, "ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT", "KEYS", "CREATED")
+	for _, s := range []string{"01JQ8Z7K3M2N4P5Q6R7S8T9V0X", "rate_limit_budget_exhausted", "subscriber:store_17,tenant:acme", "2026-03-01 12:00:00Z"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("table lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "order.paid") {
+		t.Error("the table shows payloads")
+	}
+	if !strings.Contains(errOut, "--after 01JQ8Z7K3M2N4P5Q6R7S8T9V0X") {
+		t.Errorf("no next-page hint: %q", errOut)
+	}
+}
+
+func TestJobsListJSON(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"GET /v1/jobs": {body: jobsPage}})
+	code, out, _ := api.cli(t, "jobs", "ls", "--json")
+	if code != 0 || out != jobsPage+"\n" {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	if q := api.only(t, "GET", "/v1/jobs").query; len(q) != 0 {
+		t.Errorf("unset filters were sent: %v", q)
+	}
+}
+
+func TestJobsGet(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"GET /v1/jobs/01JQ8Z7K3M2N4P5Q6R7S8T9V0W": {body: jobJSON}})
+	// The flag after the id is parsed too.
+	code, out, errOut := api.cli(t, "jobs", "get", "01JQ8Z7K3M2N4P5Q6R7S8T9V0W", "--region", "eu")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	r := api.only(t, "GET", "/v1/jobs/01JQ8Z7K3M2N4P5Q6R7S8T9V0W")
+	if r.query.Get("region") != "eu" {
+		t.Errorf("query = %v", r.query)
+	}
+	for _, s := range []string{"state:", "waiting", "limit keys:", "subscriber:store_17, tenant:acme", `{"congestion":0,"schema":0,"transient":0}`, "payload:", "bytes"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "order.paid") {
+		t.Error("jobs get prints the payload; only its size belongs in the summary")
+	}
+}
+
+func TestJobsGetEscapesID(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, nil)
+	code, _, errOut := api.cli(t, "jobs", "get", "a/b?c")
+	if code != 1 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if got := api.got[0].path; got != "/v1/jobs/a%2Fb%3Fc" {
+		t.Fatalf("path = %q; the id must stay one path segment", got)
+	}
+}
+
+func TestJobsCancel(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs/j1/cancel": {body: `{"id":"j1","state":"terminal","reason":"cancelled"}`}})
+	code, out, errOut := api.cli(t, "jobs", "cancel", "j1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if r := api.only(t, "POST", "/v1/jobs/j1/cancel"); len(r.body) != 0 {
+		t.Errorf("cancel sent a body: %q", r.body)
+	}
+	if out != "cancelled j1 (state terminal, reason cancelled)\n" {
+		t.Errorf("stdout = %q", out)
+	}
+}
+
+func TestJobsCancelConflict(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs/j1/cancel": {status: 409, ctype: "application/problem+json",
+		body: `{"title":"Conflict","status":409,"detail":"job j1 is already published"}`}})
+	code, _, errOut := api.cli(t, "jobs", "cancel", "j1")
+	if code != 1 || !strings.HasPrefix(errOut, "error: Conflict: job j1 is already published\n") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}

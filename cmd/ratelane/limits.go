@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+func init() {
+	register("limits", "list and configure limit keys through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return dispatch(ctx, "limits", []subcommand{
+			{"ls", "list limit keys with their live state", runLimitsList},
+			{"set", "create or reconfigure a limit key", runLimitsSet},
+		}, args, stdout, stderr)
+	})
+}
+
+// limitView is the part of the API's limit-key representation the CLI
+// shows. Live-state fields the server may omit are pointers, shown as "-".
+type limitView struct {
+	Name          string   `json:"name"`
+	Rate          float64  `json:"rate"`
+	Burst         float64  `json:"burst"`
+	Concurrency   int      `json:"concurrency"`
+	Adaptive      bool     `json:"adaptive"`
+	LearnedRate   *float64 `json:"learned_rate"`
+	InFlight      *int64   `json:"in_flight"`
+	Waiting       *int64   `json:"waiting"`
+	PausedUntil   string   `json:"paused_until"`
+	OldestWaiting *float64 `json:"oldest_waiting_seconds"`
+}
+
+func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("limits ls", "[flags]", "List limit keys: configuration and live state.", stderr)
+	cf := addClientFlags(fs)
+	region := fs.String("region", "", "region whose keys to list (server default if empty)")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest); err != nil {
+		return err
+	}
+	c, err := cf.client(stderr)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/limits", regionQuery(*region), nil, nil)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, resp.body)
+	}
+	items, _, err := decodeList(resp.body, "limits", "keys")
+	if err != nil {
+		return err
+	}
+	rows := make([][]string, len(items))
+	for i, raw := range items {
+		var l limitView
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return fmt.Errorf("unexpected limit in response: %w", err)
+		}
+		conc := "-"
+		if l.Concurrency > 0 {
+			conc = strconv.Itoa(l.Concurrency)
+		}
+		rows[i] = []string{l.Name, num(l.Rate), num(l.Burst), conc, strconv.FormatBool(l.Adaptive),
+			optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil)}
+	}
+	return table(stdout, []string{"KEY", "RATE/S", "BURST", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL"}, rows)
+}
+
+func num(f float64) string { return strconv.FormatFloat(f, 'g', 6, 64) }
+
+func optNum(f *float64) string {
+	if f == nil {
+		return "-"
+	}
+	return num(*f)
+}
+
+func optInt(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*n, 10)
+}
+
+// limitRequest is the body of PUT /v1/limits/{key}: the key's whole
+// configuration (a PUT replaces it; live state is kept by the server).
+type limitRequest struct {
+	Rate        float64  `json:"rate"`
+	Burst       float64  `json:"burst"`
+	Concurrency int      `json:"concurrency"`
+	Adaptive    bool     `json:"adaptive"`
+	MinRate     *float64 `json:"min_rate,omitempty"`
+}
+
+func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("limits set", "KEY [flags]",
+		"Create or reconfigure a limit key, e.g. 'limits set openai:gpt-4o-mini --rate 500 --per 1m --burst 20 --adaptive'.\n"+
+			"Unset flags reset to their defaults: a PUT replaces the whole configuration.", stderr)
+	cf := addClientFlags(fs)
+	var (
+		req     limitRequest
+		rate    float64
+		per     time.Duration
+		minRate float64
+		region  string
+	)
+	fs.Float64Var(&rate, "rate", 0, "starts (cost units) allowed per --per; 0 does not pace starts")
+	fs.DurationVar(&per, "per", time.Second, "the period --rate and --min-rate are counted over")
+	fs.Float64Var(&req.Burst, "burst", 0, "cost units that may start at once from a full bucket (0: one second's worth)")
+	fs.IntVar(&req.Concurrency, "concurrency", 0, "cap on the key's jobs in flight (0: no cap)")
+	fs.BoolVar(&req.Adaptive, "adaptive", false, "learn the rate from 429s and successes, up to --rate")
+	fs.Float64Var(&minRate, "min-rate", 0, "floor of an adaptive key's learned rate, per --per")
+	fs.StringVar(&region, "region", "", "region whose key to set (server default if empty)")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest, "KEY"); err != nil {
+		return err
+	}
+	if per <= 0 {
+		return usageError{"--per must be positive, e.g. 1s or 1m"}
+	}
+	// The API counts rates per second; --per is a convenience for quotas
+	// documented per minute ("500 RPM").
+	req.Rate = rate / per.Seconds()
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "min-rate" {
+			m := minRate / per.Seconds()
+			req.MinRate = &m
+		}
+	})
+	c, err := cf.client(stderr)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPut, "/v1/limits/"+url.PathEscape(rest[0]), regionQuery(region), req, nil)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, resp.body)
+	}
+	fmt.Fprintf(stdout, "set %s: rate %s/s, burst %s, concurrency %d, adaptive %t\n",
+		rest[0], num(req.Rate), num(req.Burst), req.Concurrency, req.Adaptive)
+	return nil
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestLimitsList(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"GET /v1/limits": {body: `{"limits":[
+		{"name":"openai:gpt-4o-mini","rate":8.3333,"burst":20,"concurrency":0,"adaptive":true,"min_rate":0.1,"learned_rate":5.5,
+		 "paused_until":"2026-03-01T12:00:02Z","in_flight":3,"waiting":120},
+		{"name":"subscriber:store_17","rate":10,"burst":10,"concurrency":3,"adaptive":false,"learned_rate":10,"in_flight":0}]}`}})
+	code, out, errOut := api.cli(t, "limits", "ls", "--region", "eu")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if r := api.only(t, "GET", "/v1/limits"); r.query.Get("region") != "eu" {
+		t.Errorf("query = %v", r.query)
+	}
+	wantColumns(t, out, 2, "KEY", "RATE/S", "BURST", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN", "FLIGHT", "WAITING", "PAUSED", "UNTIL")
+	for _, s := range []string{"openai:gpt-4o-mini", "8.3333", "5.5", "120", "2026-03-01 12:00:02Z"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("table lacks %q:\n%s", s, out)
+		}
+	}
+}
+
+func TestLimitsSet(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"PUT /v1/limits/openai:gpt-4o-mini": {body: `{"name":"openai:gpt-4o-mini","rate":10}`}})
+	code, out, errOut := api.cli(t, "limits", "set", "openai:gpt-4o-mini", "--rate", "600", "--per", "1m",
+		"--burst", "5", "--concurrency", "3", "--adaptive", "--region", "us")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	r := api.only(t, "PUT", "/v1/limits/openai:gpt-4o-mini")
+	if r.query.Get("region") != "us" {
+		t.Errorf("query = %v", r.query)
+	}
+	// 600 per minute is sent as 10 per second: the API's unit.
+	want := map[string]any{"rate": 10.0, "burst": 5.0, "concurrency": 3.0, "adaptive": true}
+	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
+		t.Errorf("body = %v, want %v", got, want)
+	}
+	if !strings.Contains(out, "rate 10/s") {
+		t.Errorf("stdout = %q", out)
+	}
+}
+
+func TestLimitsSetInvalid(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"PUT /v1/limits/k": {status: 400, ctype: "application/problem+json",
+		body: `{"title":"Invalid limit","status":400,"detail":"an adaptive key needs a rate ceiling greater than 0","errors":[{"field":"rate","detail":"must be > 0"}]}`}})
+	code, _, errOut := api.cli(t, "limits", "set", "k", "--adaptive")
+	if code != 1 || !strings.Contains(errOut, "error: Invalid limit: an adaptive key needs") || !strings.Contains(errOut, "  rate: must be > 0") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+}

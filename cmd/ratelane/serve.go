@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ratelane/ratelane"
+)
+
+func init() {
+	register("serve", "run the engine and the HTTP API (embedded SQLite store by default)", runServe)
+	register("migrate", "create or upgrade every region's store, then exit", runMigrate)
+	register("version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
+		fmt.Fprintf(stdout, "ratelane %s (%s)\n", ratelane.Version, runtime.Version())
+		return nil
+	})
+}
+
+// serverFlags are the flags serve and migrate share.
+type serverFlags struct {
+	data        string
+	addr        string
+	regions     string
+	postgres    multiFlag
+	synchronous string
+	workers     int
+	config      string
+	logFormat   string
+}
+
+// multiFlag collects a repeatable flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlags, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := &serverFlags{}
+	fs.StringVar(&f.data, "data", "./ratelane-data", "data directory: SQLite files, control.db, admin.key")
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "HTTP listen address")
+	fs.StringVar(&f.regions, "regions", "us,eu", "comma-separated regions this node serves")
+	fs.Var(&f.postgres, "postgres-url", "PostgreSQL URL for every region (one schema each), or REGION=URL; repeatable")
+	fs.StringVar(&f.synchronous, "synchronous", "FULL", "SQLite durability: FULL (survives power loss) or NORMAL (survives crashes)")
+	fs.IntVar(&f.workers, "workers", 16, "jobs run at once per region")
+	fs.StringVar(&f.config, "config", "", "JSON config file (see docs/configuration.md); flags override it")
+	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return f, nil
+}
+
+// fileConfig is the JSON config file: everything a flag can say, plus limits.
+type fileConfig struct {
+	Data              string            `json:"data"`
+	Addr              string            `json:"addr"`
+	Regions           []ratelane.Region `json:"regions"`
+	Workers           int               `json:"workers"`
+	Limits            []ratelane.Limit  `json:"limits"`
+	DefaultLimit      ratelane.Limit    `json:"default_limit"`
+	InteractiveBudget string            `json:"interactive_budget"`
+	BatchBudget       string            `json:"batch_budget"`
+}
+
+// clientConfig turns flags (and the config file) into the library's Config.
+func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error) {
+	cfg := ratelane.Config{DataDir: f.data, Workers: f.workers, Logger: logger}
+	if f.config != "" {
+		if err := f.applyFile(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if len(cfg.Regions) == 0 {
+		for _, name := range strings.Split(f.regions, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				cfg.Regions = append(cfg.Regions, ratelane.Region{Name: name, Synchronous: strings.ToUpper(f.synchronous)})
+			}
+		}
+	}
+	for _, p := range f.postgres {
+		region, url, scoped := strings.Cut(p, "=")
+		if !scoped || strings.Contains(region, "://") {
+			region, url = "", p
+		}
+		matched := false
+		for i := range cfg.Regions {
+			if region == "" || cfg.Regions[i].Name == region {
+				cfg.Regions[i].PostgresURL, matched = url, true
+			}
+		}
+		if !matched {
+			return cfg, usageError{fmt.Sprintf("--postgres-url names region %q, which is not served (--regions %s)", region, f.regions)}
+		}
+	}
+	return cfg, nil
+}
+
+func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
+	b, err := os.ReadFile(f.config)
+	if err != nil {
+		return err
+	}
+	var fc fileConfig
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&fc); err != nil {
+		return fmt.Errorf("config %s: %w", f.config, err)
+	}
+	if fc.Data != "" {
+		cfg.DataDir = fc.Data
+	}
+	if fc.Addr != "" {
+		f.addr = fc.Addr
+	}
+	if fc.Workers != 0 {
+		cfg.Workers = fc.Workers
+	}
+	cfg.Regions, cfg.Limits, cfg.DefaultLimit = fc.Regions, fc.Limits, fc.DefaultLimit
+	for _, d := range []struct {
+		s   string
+		dst *time.Duration
+	}{{fc.InteractiveBudget, &cfg.InteractiveBudget}, {fc.BatchBudget, &cfg.BatchBudget}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil {
+			return fmt.Errorf("config %s: %w", f.config, err)
+		}
+		*d.dst = v
+	}
+	return nil
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseServerFlags("serve", args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	logger := newLogger(f.logFormat, stderr)
+	cfg, err := f.clientConfig(logger)
+	if err != nil {
+		return err
+	}
+	registerBuiltins(&cfg)
+	client, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	api, err := client.NewAPI(ctx, ratelane.APIConfig{AdminKey: os.Getenv("RATELANE_ADMIN_KEY")})
+	if err != nil {
+		client.Close()
+		return err
+	}
+	defer api.Close()
+	if api.AdminKey != "" {
+		fmt.Fprintln(stdout, api.AdminKey) // the bootstrap's own message: the key, once, and where it is kept
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		client.Close()
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		ln.Close()
+		client.Close()
+		return err
+	}
+	fmt.Fprintf(stdout, "ratelane: serving http://%s (regions %s; data %s)\n", ln.Addr(), strings.Join(client.Regions(), ", "), cfg.DataDir)
+	return serveUntilDone(ctx, ln, api.Handler, client, logger)
+}
+
+// serveUntilDone serves until ctx ends (SIGINT, SIGTERM), then stops
+// accepting requests, drains the engine and closes the stores.
+func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, client *ratelane.Client, logger *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	logger.Info("shutting down")
+	shut, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv.Shutdown(shut)
+	client.Stop(shut)
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		return nil
+	}
+	return serveErr
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseServerFlags("migrate", args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg, err := f.clientConfig(newLogger(f.logFormat, stderr))
+	if err != nil {
+		return err
+	}
+	client, err := ratelane.NewClient(ctx, cfg) // opening a store migrates it
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ratelane: migrated regions %s\n", strings.Join(client.Regions(), ", "))
+	return client.Close()
+}
+
+// registerBuiltins registers ratelane's built-in job kinds.
+func registerBuiltins(cfg *ratelane.Config) {}

@@ -1,0 +1,111 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/auth/authtest"
+	"github.com/ratelane/ratelane/internal/auth/postgres"
+)
+
+// urlEnv names the database the tests use. Unset, the tests skip; set, a
+// database that cannot be reached fails them (CI must not pass by skipping).
+const urlEnv = "RATELANE_TEST_POSTGRES_URL"
+
+func testURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv(urlEnv)
+	if u == "" {
+		t.Skipf("%s is not set; set it (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the PostgreSQL tests", urlEnv)
+	}
+	return u
+}
+
+// newSchema returns a fresh schema name, dropped with everything in it when
+// the test ends.
+func newSchema(t *testing.T) string {
+	t.Helper()
+	url := testURL(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "rl_authtest_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+func open(t *testing.T, schema string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: testURL(t), Schema: schema, MaxConns: 4})
+	if err != nil {
+		t.Fatalf("open %s: %v", schema, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	authtest.Run(t, func(t *testing.T) auth.Backend { return open(t, newSchema(t)) })
+}
+
+// TestSharedSchema opens one schema from two pools, as two nodes would,
+// concurrently (the advisory lock serialises the schema creation): a key
+// created on one authenticates on the other.
+func TestSharedSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := newSchema(t)
+	stores := make(chan *postgres.Store, 2)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			s, err := postgres.Open(ctx, postgres.Config{URL: testURL(t), Schema: schema, MaxConns: 2})
+			if err != nil {
+				errs <- err
+				return
+			}
+			stores <- s
+		}()
+	}
+	var nodes []*auth.Keys
+	for range 2 {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case s := <-stores:
+			t.Cleanup(func() { _ = s.Close() })
+			nodes = append(nodes, auth.NewKeys(s, nil))
+		}
+	}
+	secret, _, err := nodes[0].Create(ctx, "acme", auth.RoleProducer, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[1].Authenticate(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

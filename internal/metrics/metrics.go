@@ -1,0 +1,230 @@
+// Package metrics exposes ratelane's Prometheus metrics. Everything is
+// registered on a prometheus.Registerer the caller passes in, never on the
+// global registry, because ratelane is also a library embedded in programs
+// with metrics of their own.
+//
+// Labels are bounded by construction and never carry content: kinds, routes
+// and limit-key scopes are capped at MaxLabelValues distinct values each
+// (later ones are counted as "_other"); classes, reasons, lanes and states
+// are closed enums; a rate limit is labelled with its limit key's scope
+// prefix (the part before the first ':', e.g. "openai" for
+// "openai:gpt-4o-mini"), never the whole key, whose suffix is often a
+// per-customer id. Payloads, results and error texts are never read.
+//
+// Metrics:
+//
+//	ratelane_attempts_total{kind,class}         finished attempts by job kind and outcome class
+//	ratelane_rate_limited_total{scope}          rate-limited attempts by limit-key scope prefix
+//	ratelane_retry_delay_seconds                histogram of scheduled retry delays
+//	ratelane_terminal_total{reason}             jobs that ended terminal, by reason
+//	ratelane_leases_total                       jobs leased
+//	ratelane_idempotent_replays_total           enqueues answered from an idempotency key
+//	ratelane_jobs{region,lane,state}            jobs by state (scraped from the stores)
+//	ratelane_oldest_ready_seconds{region,lane}  age of the oldest job ready to run
+//	ratelane_leases_in_flight{region}           running jobs
+//	ratelane_store_up{region}                   1 when the last stats read succeeded
+package metrics
+
+import (
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// MaxLabelValues caps the distinct values of each label whose values come
+// from outside a closed enum (kind, scope, route). Values past the cap are
+// reported as OtherLabel, so a misbehaving producer cannot blow up the
+// series count.
+const MaxLabelValues = 100
+
+// OtherLabel replaces label values past MaxLabelValues and values that are
+// not usable as labels (too long, not UTF-8).
+const OtherLabel = "_other"
+
+// maxLabelLen bounds one label value.
+const maxLabelLen = 64
+
+// RetryDelayBuckets are the bucket bounds of ratelane_retry_delay_seconds:
+// from sub-second repair retries to the 7-day delay cap.
+var RetryDelayBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 86400, 7 * 86400}
+
+// Metrics holds ratelane's metrics. It implements engine.Observer; pass it
+// as engine.Config.Observer (metrics_test.go asserts it; this package does
+// not import engine, so the engine may import it). It is safe for concurrent use.
+type Metrics struct {
+	attempts    *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
+	retryDelay  prometheus.Histogram
+	terminal    *prometheus.CounterVec
+	leases      prometheus.Counter
+	replays     prometheus.Counter
+	stats       *statsCollector
+
+	kinds, scopes *bounded
+}
+
+// New creates the metrics and registers them on reg. It fails when reg
+// already holds metrics of the same names.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelane_attempts_total",
+			Help: "Finished job attempts by job kind and outcome class.",
+		}, []string{"kind", "class"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelane_rate_limited_total",
+			Help: "Rate-limited attempts by limit-key scope (the key's prefix before the first ':'). An attempt whose 429 applies to keys of several scopes counts once per scope.",
+		}, []string{"scope"}),
+		retryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ratelane_retry_delay_seconds",
+			Help:    "Delay of each scheduled retry.",
+			Buckets: RetryDelayBuckets,
+		}),
+		terminal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelane_terminal_total",
+			Help: "Jobs that ended terminal (dead letters), by reason.",
+		}, []string{"reason"}),
+		leases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelane_leases_total",
+			Help: "Jobs leased by the engine.",
+		}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelane_idempotent_replays_total",
+			Help: "Enqueue requests answered with the job of an earlier request with the same idempotency key.",
+		}),
+		stats:  newStatsCollector(),
+		kinds:  newBounded(MaxLabelValues),
+		scopes: newBounded(MaxLabelValues),
+	}
+	for _, c := range []prometheus.Collector{m.attempts, m.rateLimited, m.retryDelay, m.terminal, m.leases, m.replays, m.stats} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Finished records one finished attempt: its outcome class, a rate limit's
+// scope, a scheduled retry's delay and a terminal reason. It reads only the
+// job's kind and limit keys, never its payload or result.
+func (m *Metrics) Finished(j *job.Job, o job.Outcome, t store.Transition) {
+	class := classLabel(t.Record.Outcome)
+	if class == "" {
+		class = classLabel(o.Class)
+	}
+	m.attempts.WithLabelValues(m.kinds.label(j.Kind), class).Inc()
+	if o.Class == job.ClassRateLimited {
+		for _, s := range m.rateLimitScopes(j, o) {
+			m.rateLimited.WithLabelValues(s).Inc()
+		}
+	}
+	if t.To == job.StateRetryScheduled {
+		m.retryDelay.Observe(t.Record.Delay.Seconds())
+	}
+	if t.To == job.StateTerminal {
+		m.terminal.WithLabelValues(reasonLabel(t.Reason)).Inc()
+	}
+}
+
+// rateLimitScopes returns the distinct scope labels a rate limit applies
+// to: the outcome's scope key, or all of the job's keys when it named none.
+func (m *Metrics) rateLimitScopes(j *job.Job, o job.Outcome) []string {
+	keys := j.LimitKeys
+	if o.Scope != "" {
+		keys = []string{o.Scope}
+	}
+	var scopes []string
+	for _, k := range keys {
+		s := m.scopes.label(Scope(k))
+		if !contains(scopes, s) {
+			scopes = append(scopes, s)
+		}
+	}
+	return scopes
+}
+
+// Leased records n jobs leased.
+func (m *Metrics) Leased(n int) { m.leases.Add(float64(n)) }
+
+// IdempotentReplay records one enqueue answered from an earlier request with
+// the same idempotency key. The HTTP API calls it.
+func (m *Metrics) IdempotentReplay() { m.replays.Inc() }
+
+// Scope returns the scope prefix of a limit key: the part before the first
+// ':' ("openai" for "openai:gpt-4o-mini", "subscriber" for
+// "subscriber:store_17"). A key without ':' is its own scope; an empty
+// prefix is "_none".
+func Scope(key string) string {
+	prefix, _, _ := strings.Cut(key, ":")
+	if prefix == "" {
+		return "_none"
+	}
+	return prefix
+}
+
+// bounded hands out label values, admitting at most max distinct ones.
+type bounded struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]struct{}
+}
+
+func newBounded(max int) *bounded { return &bounded{max: max, seen: map[string]struct{}{}} }
+
+func (b *bounded) label(v string) string {
+	if v == "" || len(v) > maxLabelLen || !utf8.ValidString(v) {
+		return OtherLabel
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.seen[v]; ok {
+		return v
+	}
+	if len(b.seen) >= b.max {
+		return OtherLabel
+	}
+	b.seen[v] = struct{}{}
+	return v
+}
+
+var knownClasses = []job.Class{
+	job.ClassSuccess, job.ClassRateLimited, job.ClassTransient, job.ClassInvalidOutput,
+	job.ClassPermanent, job.ClassLeaseExpired, job.ClassCancelled, job.ClassRedriven,
+}
+
+// classLabel maps a class to itself when known; the engine treats unknown
+// classes as permanent, but the label says "_other" so they stand out.
+func classLabel(c job.Class) string {
+	if c == "" {
+		return ""
+	}
+	for _, k := range knownClasses {
+		if k == c {
+			return string(c)
+		}
+	}
+	return OtherLabel
+}
+
+func reasonLabel(r job.Reason) string {
+	for _, k := range job.Reasons {
+		if k == r {
+			return string(r)
+		}
+	}
+	return OtherLabel
+}
+
+func contains(list []string, v string) bool {
+	for _, s := range list {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
