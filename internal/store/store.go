@@ -95,11 +95,37 @@ type Store interface {
 	// Stats counts jobs by lane and state and reports the oldest ready job
 	// per lane.
 	Stats(ctx context.Context, now time.Time) (Stats, error)
+	// PutObject stores a small document of the region (a webhook
+	// subscriber, a review's diff) under (kind, id), replacing any previous
+	// one. Content that must stay in its region lives here, never in a
+	// job's payload.
+	PutObject(ctx context.Context, o Object) error
+	// GetObject returns one document or ErrNotFound.
+	GetObject(ctx context.Context, kind, id string) (Object, error)
+	// ListObjects returns up to limit documents of a kind with ids after
+	// after, in id order.
+	ListObjects(ctx context.Context, kind, after string, limit int) ([]Object, error)
+	// DeleteObject removes a document; ErrNotFound when there is none.
+	DeleteObject(ctx context.Context, kind, id string) error
+
 	// Backlog returns, for each named key, the cost of the jobs waiting on
 	// it (waiting or retry_scheduled) in the given lane and every lane
 	// scheduled before it; the API predicts queue age from it.
 	Backlog(ctx context.Context, lane job.Lane, keys []string) (map[string]int64, error)
 }
+
+// Object is a small document kept in a region's store. Body is opaque to
+// the store (JSON or bytes); at most MaxObjectBytes.
+type Object struct {
+	Kind      string
+	ID        string
+	Body      []byte
+	UpdatedAt time.Time
+}
+
+// MaxObjectBytes bounds one object: large enough for a big diff, small
+// enough for one row.
+const MaxObjectBytes = 16 << 20
 
 // InsertResult is the result of inserting one job.
 type InsertResult struct {

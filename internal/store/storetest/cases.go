@@ -589,3 +589,39 @@ func testAdaptiveKey(t *testing.T, open Opener) {
 		t.Fatalf("learned rate after a success = %v, want above %v", k2.LearnedRate, k.LearnedRate)
 	}
 }
+
+func testObjects(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	for _, id := range []string{"b", "a", "c"} {
+		if err := s.PutObject(ctx, store.Object{Kind: "subscriber", ID: id, Body: []byte(`{"id":"` + id + `"}`), UpdatedAt: T0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutObject(ctx, store.Object{Kind: "subscriber", ID: "a", Body: []byte(`{"v":2}`), UpdatedAt: T0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutObject(ctx, store.Object{Kind: "diff", ID: "a", Body: []byte("diff"), UpdatedAt: T0}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetObject(ctx, "subscriber", "a")
+	if err != nil || string(got.Body) != `{"v":2}` || !got.UpdatedAt.Equal(T0.Add(time.Second)) {
+		t.Fatalf("get = %+v, %v", got, err)
+	}
+	page, err := s.ListObjects(ctx, "subscriber", "a", 10)
+	if err != nil || len(page) != 2 || page[0].ID != "b" || page[1].ID != "c" {
+		t.Fatalf("list after a = %+v, %v", page, err)
+	}
+	if err := s.DeleteObject(ctx, "subscriber", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteObject(ctx, "subscriber", "b"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second delete = %v", err)
+	}
+	if _, err := s.GetObject(ctx, "subscriber", "b"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get deleted = %v", err)
+	}
+	if _, err := s.GetObject(ctx, "diff", "a"); err != nil {
+		t.Fatalf("kinds are separate namespaces: %v", err)
+	}
+}

@@ -57,6 +57,7 @@ func Run(t *testing.T, open Opener) {
 		"StatsAndBacklog":       testStatsAndBacklog,
 		"List":                  testList,
 		"AdaptiveKey":           testAdaptiveKey,
+		"Objects":               testObjects,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -145,4 +146,3 @@ func ids(jobs []*job.Job) map[string]bool {
 	}
 	return out
 }
-

@@ -1,0 +1,67 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// PutObject stores a document, replacing any previous one.
+func (s *Store) PutObject(ctx context.Context, o store.Object) error {
+	if len(o.Body) > store.MaxObjectBytes {
+		return fmt.Errorf("object %s/%s is %d bytes; the limit is %d", o.Kind, o.ID, len(o.Body), store.MaxObjectBytes)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
+		o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
+	return err
+}
+
+// GetObject returns one document.
+func (s *Store) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
+	o := store.Object{Kind: kind, ID: id}
+	var at int64
+	err := s.pool.QueryRow(ctx, `SELECT body, updated_at FROM objects WHERE kind = $1 AND id = $2`, kind, id).Scan(&o.Body, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return o, store.ErrNotFound
+	}
+	o.UpdatedAt = tm(at)
+	return o, err
+}
+
+// ListObjects returns documents of a kind in id order.
+func (s *Store) ListObjects(ctx context.Context, kind, after string, limit int) ([]store.Object, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, body, updated_at FROM objects WHERE kind = $1 AND id > $2 ORDER BY id LIMIT $3`,
+		kind, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Object
+	for rows.Next() {
+		o := store.Object{Kind: kind}
+		var at int64
+		if err := rows.Scan(&o.ID, &o.Body, &at); err != nil {
+			return nil, err
+		}
+		o.UpdatedAt = tm(at)
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// DeleteObject removes a document.
+func (s *Store) DeleteObject(ctx context.Context, kind, id string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM objects WHERE kind = $1 AND id = $2`, kind, id)
+	if err == nil && tag.RowsAffected() == 0 {
+		return store.ErrNotFound
+	}
+	return err
+}
