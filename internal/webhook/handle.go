@@ -1,0 +1,104 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// Kind is the job kind of a webhook delivery; its payload is a Payload.
+const Kind = "webhook"
+
+// Payload is the JSON payload of a webhook delivery job. It names the
+// subscriber rather than carrying its URL and secrets, so that a URL fix or
+// a secret rotation applies to queued and retried deliveries, and secrets
+// never sit in the job store:
+//
+//	{"subscriber_id": "sub_17", "event_id": "evt_01J...", "topic": "order.paid",
+//	 "version": 1, "body": {...}}
+//
+// subscriber_id, event_id and body are required; body must be JSON other
+// than null and is sent byte for byte. Unknown fields are ignored, for forward compatibility.
+type Payload struct {
+	SubscriberID string          `json:"subscriber_id"`
+	EventID      string          `json:"event_id"`
+	Topic        string          `json:"topic,omitempty"`
+	Version      int64           `json:"version"`
+	Body         json.RawMessage `json:"body"`
+}
+
+// ErrSubscriberNotFound is what a Directory returns (wrapped or not) for an
+// unknown subscriber id; Handle then ends the job as permanent.
+var ErrSubscriberNotFound = errors.New("subscriber not found")
+
+// Directory looks subscribers up by id. Handle calls it on every attempt, so
+// an implementation should be cheap (cached) and safe for concurrent use.
+// It returns ErrSubscriberNotFound for an unknown id; any other error is
+// taken as a temporary failure and the attempt is retried.
+type Directory interface {
+	Subscriber(ctx context.Context, id string) (Subscriber, error)
+}
+
+// Subscriber is a webhook endpoint and how to sign for it.
+type Subscriber struct {
+	// ID identifies the subscriber within its region.
+	ID string
+	// URL is the receiver's http or https URL.
+	URL string
+	// Region is the data plane the subscriber belongs to; a job from
+	// another region is never delivered to it. Empty matches any region.
+	Region string
+	// Secrets sign deliveries; both sign during a rotation.
+	Secrets Secrets
+	// Headers are static headers sent with every delivery; see
+	// Delivery.Headers.
+	Headers map[string]string
+	// Enabled is false for a subscriber that was switched off (by an
+	// operator, or after a 410 Gone); deliveries to it end as permanent.
+	Enabled bool
+}
+
+// Handle is the job handler for Kind: it decodes the job's Payload, looks
+// the subscriber up in the Directory and makes one delivery attempt, signed
+// with the subscriber's active secrets at the Deliverer's clock. A bad
+// payload, an unknown, disabled or other-region subscriber, or a missing
+// Directory end the job as permanent (an unknown subscriber with
+// ReasonSubscriberGone); a failed lookup is transient. Otherwise the
+// outcome is Deliver's. The bounded Response is not returned: a delivery
+// ledger that wants it should call Deliver.
+func (d *Deliverer) Handle(ctx context.Context, j *job.Job) job.Outcome {
+	var p Payload
+	if err := json.Unmarshal(j.Payload, &p); err != nil || p.SubscriberID == "" || p.EventID == "" ||
+		len(p.Body) == 0 || string(bytes.TrimSpace(p.Body)) == "null" {
+		return permanent("invalid webhook payload")
+	}
+	if d.dir == nil {
+		return permanent("no subscriber directory configured")
+	}
+	sub, err := d.dir.Subscriber(ctx, p.SubscriberID)
+	switch {
+	case errors.Is(err, ErrSubscriberNotFound):
+		return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonSubscriberGone, Err: "subscriber not found"}
+	case err != nil:
+		return job.Outcome{Class: job.ClassTransient, Err: "subscriber lookup failed"}
+	case !sub.Enabled:
+		return permanent("subscriber disabled")
+	case sub.Region != "" && sub.Region != j.Region:
+		return permanent("subscriber belongs to another region")
+	}
+	now := d.now()
+	out, _ := d.Deliver(ctx, Delivery{
+		SubscriberID: p.SubscriberID,
+		URL:          sub.URL,
+		EventID:      p.EventID,
+		Topic:        p.Topic,
+		Version:      p.Version,
+		Body:         p.Body,
+		Headers:      sub.Headers,
+		Secrets:      sub.Secrets.Active(now),
+	}, j.Attempt, now)
+	return out
+}
