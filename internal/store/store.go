@@ -71,6 +71,12 @@ type Store interface {
 	// Publish moves a validated job to published: a compare-and-set that
 	// succeeds at most once (ErrConflict afterwards).
 	Publish(ctx context.Context, id string, now time.Time) error
+	// Advance moves a job that is not running from one state to another
+	// (a parent job from accepted to validated with its aggregated result,
+	// to waiting, or to terminal), guarded on p.From; ErrConflict when the
+	// job is not in that state. Transitions out of running go through
+	// Finish instead.
+	Advance(ctx context.Context, p AdvanceParams) (*job.Job, error)
 	// Cancel ends a non-final job as terminal/cancelled, releasing its keys
 	// if it was running. ErrConflict when it is already final.
 	Cancel(ctx context.Context, id string, now time.Time) (*job.Job, error)
@@ -112,6 +118,28 @@ type Store interface {
 	// it (waiting or retry_scheduled) in the given lane and every lane
 	// scheduled before it; the API predicts queue age from it.
 	Backlog(ctx context.Context, lane job.Lane, keys []string) (map[string]int64, error)
+}
+
+// AdvanceParams describes a guarded transition of a job that is not running.
+type AdvanceParams struct {
+	ID     string
+	From   job.State
+	To     job.State
+	Reason job.Reason      // for To == terminal
+	Result json.RawMessage // kept unless nil
+	Record job.AttemptRecord
+	Now    time.Time
+}
+
+// Check reports an advance the state machine does not allow.
+func (p AdvanceParams) Check() error {
+	if p.From == job.StateRunning || !job.CanTransition(p.From, p.To) {
+		return errors.New("advance: " + string(p.From) + " -> " + string(p.To) + " is not allowed here")
+	}
+	if (p.To == job.StateTerminal) != (p.Reason != "") {
+		return errors.New("advance: a terminal job needs a reason, and only a terminal one has one")
+	}
+	return nil
 }
 
 // Object is a small document kept in a region's store. Body is opaque to

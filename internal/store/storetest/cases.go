@@ -625,3 +625,38 @@ func testObjects(t *testing.T, open Opener) {
 		t.Fatalf("kinds are separate namespaces: %v", err)
 	}
 }
+
+func testAdvance(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	parent := NewJob("acme", job.LaneInteractive, "k")
+	parent.State = job.StateAccepted
+	insert(t, s, parent)
+	if got := lease(t, s, T0, 10); len(got) != 0 {
+		t.Fatal("an accepted job was leased")
+	}
+	adv := store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateValidated, Result: []byte(`{"findings":[]}`),
+		Record: job.AttemptRecord{At: T0, Outcome: job.ClassSuccess, Why: "parts aggregated"}, Now: T0}
+	got, err := s.Advance(ctx, adv)
+	if err != nil || got.State != job.StateValidated || string(got.Result) != `{"findings":[]}` {
+		t.Fatalf("advance = %+v, %v", got, err)
+	}
+	if _, err := s.Advance(ctx, adv); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second advance = %v, want ErrConflict", err)
+	}
+	if _, err := s.Advance(ctx, store.AdvanceParams{ID: parent.ID, From: job.StateRunning, To: job.StatePublished, Now: T0}); err == nil {
+		t.Fatal("advance out of running must go through Finish")
+	}
+	if err := s.Publish(ctx, parent.ID, T0); err != nil {
+		t.Fatalf("publish the aggregated parent: %v", err)
+	}
+	held := NewJob("acme", job.LaneBatch, "k")
+	held.State = job.StateAccepted
+	insert(t, s, held)
+	if _, err := s.Advance(ctx, store.AdvanceParams{ID: held.ID, From: job.StateAccepted, To: job.StateWaiting, Now: T0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := lease(t, s, T0.Add(time.Second), 10); len(got) != 1 || got[0].ID != held.ID {
+		t.Fatalf("released job not leased: %v", ids(got))
+	}
+}

@@ -58,6 +58,7 @@ func Run(t *testing.T, open Opener) {
 		"List":                  testList,
 		"AdaptiveKey":           testAdaptiveKey,
 		"Objects":               testObjects,
+		"Advance":               testAdvance,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
