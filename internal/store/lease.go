@@ -27,6 +27,14 @@ type Candidate struct {
 	Cost int64
 }
 
+// GroupTouch is what one lease call learned about a group it examined.
+type GroupTouch struct {
+	ID           int64
+	BlockedUntil time.Time
+	// Empty means the group had no eligible job.
+	Empty bool
+}
+
 // Leased is a candidate admitted by all its keys, with its new lease token.
 type Leased struct {
 	ID    string
@@ -55,10 +63,10 @@ type LeaseTx interface {
 	LockKeys(names []string) (map[string]*admission.State, error)
 	// SaveKeys writes back the given key states.
 	SaveKeys(keys []*admission.State) error
-	// TouchGroup marks a group as served now (it moves to the back of the
-	// round), records when it is blocked until, and, when empty is true,
-	// recomputes when it next has an eligible job.
-	TouchGroup(id int64, blockedUntil time.Time, empty bool) error
+	// TouchGroups marks groups as served now (they move to the back of the
+	// round, in the given order), records when each is blocked until, and
+	// for each empty one recomputes when it next has an eligible job.
+	TouchGroups(touches []GroupTouch) error
 	// MarkLeased moves the jobs to running with their tokens and lease
 	// expiry, counts an attempt, and returns them.
 	MarkLeased(jobs []Leased, now, until time.Time) ([]*job.Job, error)
@@ -136,8 +144,13 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 	}
 	cursors := make([]*groupCursor, len(groups))
 	first := want/len(groups) + 1 // a fair share of the slots, then more on demand
+	var names []string
 	for i, g := range groups {
 		cursors[i] = &groupCursor{g: g, limit: first}
+		names = append(names, g.Keys...)
+	}
+	if _, err := l.lockKeys(names); err != nil { // one round trip for every group's keys
+		return err
 	}
 	active := cursors
 	for want > 0 && len(active) > 0 {
@@ -157,15 +170,16 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 		}
 		active = still
 	}
+	var touches []GroupTouch
 	for _, c := range cursors {
-		if !c.fetched {
-			continue // not examined this call: keeps its place in the round
-		}
-		if err := l.tx.TouchGroup(c.g.ID, c.blocked, c.empty); err != nil {
-			return err
+		if c.fetched { // groups not examined keep their place in the round
+			touches = append(touches, GroupTouch{ID: c.g.ID, BlockedUntil: c.blocked, Empty: c.empty})
 		}
 	}
-	return nil
+	if len(touches) == 0 {
+		return nil
+	}
+	return l.tx.TouchGroups(touches)
 }
 
 // step tries to admit the next head of one group.
@@ -219,8 +233,10 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 // seen yet in this transaction; nil when one is locked elsewhere or missing.
 func (l *leaser) lockKeys(names []string) ([]*admission.State, error) {
 	var missing []string
+	seen := map[string]bool{}
 	for _, n := range names {
-		if _, ok := l.keys[n]; !ok {
+		if _, ok := l.keys[n]; !ok && !seen[n] {
+			seen[n] = true
 			missing = append(missing, n)
 		}
 	}

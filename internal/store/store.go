@@ -168,6 +168,9 @@ type ListParams struct {
 	Kind   string
 	Lane   job.Lane
 	Parent string
+	// LimitKey matches jobs that name this limit key among theirs (e.g.
+	// "subscriber:store_17" for one webhook subscriber's deliveries).
+	LimitKey string
 	// After is the id of the last job of the previous page; ids sort by
 	// creation time, so pagination is stable.
 	After string

@@ -231,6 +231,10 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 	if p.Parent != "" {
 		add("parent_id =", p.Parent)
 	}
+	if p.LimitKey != "" {
+		args = append(args, p.LimitKey)
+		where = append(where, fmt.Sprintf("$%d = ANY(limit_keys)", len(args)))
+	}
 	if p.After != "" {
 		add("id <", p.After)
 	}

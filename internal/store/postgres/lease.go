@@ -103,15 +103,23 @@ func (l *leaseTx) LockKeys(names []string) (map[string]*admission.State, error) 
 
 func (l *leaseTx) SaveKeys(keys []*admission.State) error { return saveKeys(l.ctx, l.tx, keys) }
 
-// TouchGroup moves the group to the back of the round by drawing a new
-// served_seq. When it had no eligible job, its ready_at becomes the earliest
-// eligible_at of its waiting and scheduled jobs (NULL when none), a lower
-// bound that GroupReady and Insert only ever lower.
-func (l *leaseTx) TouchGroup(id int64, blockedUntil time.Time, empty bool) error {
-	_, err := l.tx.Exec(l.ctx, `UPDATE job_groups SET served_seq = nextval('job_groups_served_seq'), blocked_until = $2,
-		ready_at = CASE WHEN $3 THEN (SELECT min(eligible_at) FROM jobs
-			WHERE group_id = $1 AND state IN ('waiting', 'retry_scheduled')) ELSE ready_at END
-		WHERE id = $1`, id, ns(blockedUntil), empty)
+// TouchGroups moves the groups to the back of the round, in order, by
+// drawing new served_seq values, in one statement. An empty group's
+// ready_at becomes the earliest eligible_at of its waiting and scheduled
+// jobs (NULL when none), a lower bound that GroupReady and Insert only ever
+// lower.
+func (l *leaseTx) TouchGroups(touches []store.GroupTouch) error {
+	ids := make([]int64, len(touches))
+	blocked := make([]int64, len(touches))
+	empty := make([]bool, len(touches))
+	for i, t := range touches {
+		ids[i], blocked[i], empty[i] = t.ID, ns(t.BlockedUntil), t.Empty
+	}
+	_, err := l.tx.Exec(l.ctx, `UPDATE job_groups g SET served_seq = nextval('job_groups_served_seq'), blocked_until = u.blocked,
+		ready_at = CASE WHEN u.empty THEN (SELECT min(eligible_at) FROM jobs
+			WHERE group_id = g.id AND state IN ('waiting', 'retry_scheduled')) ELSE g.ready_at END
+		FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) WITH ORDINALITY AS u(id, blocked, empty, n)
+		WHERE g.id = u.id`, ids, blocked, empty)
 	return err
 }
 

@@ -163,6 +163,11 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 	if p.Parent != "" {
 		add("parent_id = ?", p.Parent)
 	}
+	if p.LimitKey != "" {
+		// limit_keys is a JSON array; qualified because a table of the same
+		// name exists.
+		add("EXISTS (SELECT 1 FROM json_each(jobs.limit_keys) WHERE value = ?)", p.LimitKey)
+	}
 	if p.After != "" {
 		add("id < ?", p.After)
 	}

@@ -112,7 +112,16 @@ func (o *txOps) LockKeysWait(names []string) (map[string]*admission.State, error
 
 func (o *txOps) SaveKeys(keys []*admission.State) error { return o.s.saveKeys(o.tx, keys) }
 
-func (o *txOps) TouchGroup(id int64, blockedUntil time.Time, empty bool) error {
+func (o *txOps) TouchGroups(touches []store.GroupTouch) error {
+	for _, t := range touches {
+		if err := o.touchGroup(t.ID, t.BlockedUntil, t.Empty); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *txOps) touchGroup(id int64, blockedUntil time.Time, empty bool) error {
 	_, err := o.s.exec(o.tx, `UPDATE job_groups SET blocked_until = ?,
 		served_seq = (SELECT coalesce(max(served_seq), 0) + 1 FROM job_groups) WHERE id = ?`, ns(blockedUntil), id)
 	if err != nil || !empty {

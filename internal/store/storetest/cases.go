@@ -565,6 +565,28 @@ func testList(t *testing.T, open Opener) {
 	if err != nil || len(next) != 1 || next[0].ID != all[0].ID {
 		t.Fatalf("second page = %v, %v", ids(next), err)
 	}
+	testListLimitKey(t, s)
+}
+
+// testListLimitKey lists by one of a job's limit keys, whichever position
+// it has among them, and never matches a key's prefix.
+func testListLimitKey(t *testing.T, s store.Store) {
+	a := NewJob("t0", job.LaneBatch, "subscriber:a", "tenant:x")
+	b := NewJob("t0", job.LaneBatch, "tenant:x", "subscriber:b")
+	ab := NewJob("t0", job.LaneBatch, "subscriber:ab")
+	insert(t, s, a, b, ab)
+	for key, want := range map[string][]string{
+		"subscriber:a": {a.ID}, "subscriber:b": {b.ID}, "tenant:x": {b.ID, a.ID}, "subscriber:": nil,
+	} {
+		got, err := s.List(context.Background(), store.ListParams{LimitKey: key})
+		wantIDs := map[string]bool{}
+		for _, id := range want {
+			wantIDs[id] = true
+		}
+		if err != nil || len(got) != len(want) || fmt.Sprint(ids(got)) != fmt.Sprint(wantIDs) {
+			t.Fatalf("list by limit key %q = %v, %v; want %v", key, ids(got), err, want)
+		}
+	}
 }
 
 func testAdaptiveKey(t *testing.T, open Opener) {
