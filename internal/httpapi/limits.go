@@ -1,0 +1,132 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// limitRequest is the body of PUT /v1/limits/{key}. The rate is either
+// per_second, or rate events per period.
+type limitRequest struct {
+	PerSecond   *float64 `json:"per_second,omitempty" doc:"sustained starts per second (cost units); or rate + period"`
+	Rate        *float64 `json:"rate,omitempty" doc:"starts per period, e.g. 500 with period 1m"`
+	Period      string   `json:"period,omitempty" doc:"the period of rate as a Go duration: 1s, 1m, 1h; default 1s"`
+	Burst       float64  `json:"burst,omitempty" doc:"starts allowed at once from a full bucket; default one second's worth (at least 1)"`
+	Concurrency int      `json:"concurrency,omitempty" doc:"cap on leases in flight; 0 means none"`
+	Adaptive    bool     `json:"adaptive,omitempty" doc:"429s lower the rate, successes raise it back up to the configured rate"`
+	MinRate     float64  `json:"min_rate,omitempty" doc:"floor of an adaptive key's learned rate, per second"`
+}
+
+// limitView is a limit key's configuration and live state in one region.
+type limitView struct {
+	Region string `json:"region"`
+	admission.State
+	Tokens      float64 `json:"tokens" doc:"cost units the bucket could admit now"`
+	WaitingCost *int64  `json:"waiting_cost,omitempty" doc:"cost of the jobs waiting on the key (single-key reads only)"`
+}
+
+// limitList is the answer of GET /v1/limits.
+type limitList struct {
+	Limits []limitView `json:"limits"`
+}
+
+func (s *Server) viewLimit(region string, st admission.State) limitView {
+	return limitView{Region: region, State: st, Tokens: st.Tokens(s.cfg.Now())}
+}
+
+func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var req limitRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	region, err := s.oneRegion(r, p)
+	if err != nil {
+		return err
+	}
+	c, err := req.config(r.PathValue("key"))
+	if err != nil {
+		return err
+	}
+	st, err := s.cfg.Regions[region].UpsertLimit(r.Context(), c)
+	if err != nil {
+		return err
+	}
+	s.notify(region) // a faster or unpaused key may admit waiting jobs now
+	return writeJSON(w, http.StatusOK, s.viewLimit(region, st))
+}
+
+// config validates the request into a key configuration.
+func (req limitRequest) config(name string) (admission.Config, error) {
+	c := admission.Config{Name: name, Burst: req.Burst, Concurrency: req.Concurrency, Adaptive: req.Adaptive, MinRate: req.MinRate}
+	switch {
+	case req.PerSecond != nil && (req.Rate != nil || req.Period != ""):
+		return c, fieldError("per_second", "send per_second, or rate with period, not both")
+	case req.PerSecond != nil:
+		c.Rate = *req.PerSecond
+	case req.Rate != nil:
+		period := time.Second
+		if req.Period != "" {
+			d, err := time.ParseDuration(req.Period)
+			if err != nil || d < time.Millisecond || d > 24*time.Hour {
+				return c, fieldError("period", "period must be a duration from 1ms to 24h such as 1s, 1m or 1h, got %q", req.Period)
+			}
+			period = d
+		}
+		c.Rate = *req.Rate / period.Seconds()
+	case req.Period != "":
+		return c, fieldError("rate", "period needs a rate")
+	}
+	if err := c.Validate(); err != nil {
+		return c, badRequest("limit key %q: %s", name, err.Error())
+	}
+	return c, nil
+}
+
+func (s *Server) handleListLimits(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	regions, err := s.searchRegions(r, p)
+	if err != nil {
+		return err
+	}
+	out := limitList{Limits: []limitView{}}
+	for _, region := range regions {
+		states, err := s.cfg.Regions[region].ListLimits(r.Context())
+		if err != nil {
+			return err
+		}
+		for _, st := range states {
+			out.Limits = append(out.Limits, s.viewLimit(region, st))
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleGetLimit(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	region, err := s.oneRegion(r, p)
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("key")
+	st := s.cfg.Regions[region]
+	k, err := st.GetLimit(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("limit key " + name + " in region " + region)
+	}
+	if err != nil {
+		return err
+	}
+	// The batch lane's backlog counts both lanes: everything waiting.
+	backlog, err := st.Backlog(r.Context(), job.LaneBatch, []string{name})
+	if err != nil {
+		return err
+	}
+	v := s.viewLimit(region, k)
+	waiting := backlog[name]
+	v.WaitingCost = &waiting
+	return writeJSON(w, http.StatusOK, v)
+}

@@ -1,0 +1,181 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// predictWait estimates how long j would wait in the queue before all of
+// its keys admit it. A job needs every key, so the slowest key decides: for
+// each key, the cost queued ahead of the job in its lane (and lanes leased
+// before it) plus its own cost, less the tokens in the bucket now, divided
+// by the key's admitted rate (the learned rate of an adaptive key), plus
+// the rest of a pause. An unpaced key (rate 0) adds nothing but its pause.
+// The estimate ignores concurrency caps, whose wait depends on how long
+// jobs run, which the queue does not know.
+func (s *Server) predictWait(ctx context.Context, st store.Store, j *job.Job, now time.Time) (time.Duration, error) {
+	var worst time.Duration
+	for _, name := range j.LimitKeys {
+		k, err := st.GetLimit(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			def := s.cfg.DefaultLimit
+			def.Name = name
+			k, err = admission.NewState(def), nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		var ahead int64
+		if k.Rate > 0 { // only paced keys need the backlog
+			if ahead, err = s.backlog.get(ctx, st, j.Lane, name); err != nil {
+				return 0, err
+			}
+		}
+		worst = max(worst, keyWait(&k, ahead+j.Cost, now))
+	}
+	return worst, nil
+}
+
+// keyWait is one key's share of predictWait: how long until cost units
+// queued on the key, the job's own last, have been admitted.
+func keyWait(k *admission.State, cost int64, now time.Time) time.Duration {
+	var wait time.Duration
+	start := now
+	if k.PausedUntil.After(now) {
+		wait = k.PausedUntil.Sub(now)
+		start = k.PausedUntil
+	}
+	rate := k.Rate
+	if k.Adaptive && k.LearnedRate > 0 {
+		rate = k.LearnedRate
+	}
+	if rate <= 0 {
+		return wait
+	}
+	ahead := float64(cost) - k.Tokens(start)
+	if ahead <= 0 {
+		return wait
+	}
+	return wait + time.Duration(ahead/rate*float64(time.Second))
+}
+
+// admitOverload applies the request's on_overload policy when the predicted
+// wait exceeds the lane's latency budget: reject answers 429 with
+// Retry-After (when the backlog will have drained to the budget), degrade
+// marks the job for a cheaper run, queue accepts it anyway.
+func (s *Server) admitOverload(j *job.Job, policy string, wait time.Duration) error {
+	budget := s.cfg.BatchBudget
+	if j.Lane == job.LaneInteractive {
+		budget = s.cfg.InteractiveBudget
+	}
+	if wait <= budget {
+		return nil
+	}
+	if policy == "" {
+		policy = overloadQueue
+		if j.Lane == job.LaneInteractive {
+			policy = overloadReject
+		}
+	}
+	switch policy {
+	case overloadDegrade:
+		j.Depth = "degraded"
+		return nil
+	case overloadQueue:
+		return nil
+	}
+	waitSecs, budgetSecs := wait.Seconds(), budget.Seconds()
+	e := problemf(http.StatusTooManyRequests, "overloaded",
+		"the job would wait about %.0f s for its limit keys, past the %s lane's %.0f s budget; retry after the Retry-After seconds, "+
+			"or send on_overload \"degrade\" or \"queue\" to accept it anyway", waitSecs, j.Lane, budgetSecs)
+	e.p.PredictedWaitSeconds, e.p.BudgetSeconds = &waitSecs, &budgetSecs
+	return e.withHeader("Retry-After", retryAfterSeconds(waitSecs-budgetSecs))
+}
+
+// backlogTTL is how long a key's backlog read from the store is reused.
+// Summing a key's waiting cost is a scan of its backlog, too slow to run
+// on every enqueue of a busy key; in between, the cache adds the cost of
+// the jobs this server inserted, so one node's own burst is counted at once
+// and other nodes' within backlogTTL.
+const backlogTTL = time.Second
+
+// maxBacklogEntries bounds the cache; past it, stale entries are dropped.
+const maxBacklogEntries = 10000
+
+// backlogCache caches store.Backlog per region, lane and key.
+type backlogCache struct {
+	mu      sync.Mutex
+	entries map[backlogKey]*backlogEntry
+}
+
+type backlogKey struct {
+	region string
+	lane   job.Lane
+	key    string
+}
+
+type backlogEntry struct {
+	cost    int64
+	fetched time.Time // wall clock: freshness of a cache, not a scheduling decision
+}
+
+func newBacklogCache() *backlogCache {
+	return &backlogCache{entries: map[backlogKey]*backlogEntry{}}
+}
+
+// get returns the waiting cost on key for a job of the lane, from the
+// cache when fresh.
+func (c *backlogCache) get(ctx context.Context, st store.Store, lane job.Lane, key string) (int64, error) {
+	bk := backlogKey{st.Region(), lane, key}
+	c.mu.Lock()
+	e := c.entries[bk]
+	if e != nil && time.Since(e.fetched) < backlogTTL {
+		defer c.mu.Unlock()
+		return e.cost, nil
+	}
+	c.mu.Unlock()
+	got, err := st.Backlog(ctx, lane, []string{key})
+	if err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= maxBacklogEntries {
+		c.sweep()
+	}
+	c.entries[bk] = &backlogEntry{cost: got[key], fetched: time.Now()}
+	return got[key], nil
+}
+
+// added counts a job this server inserted in the cached backlogs it joins:
+// an interactive job is ahead of both lanes' new jobs, a batch job only of
+// batch ones.
+func (c *backlogCache) added(j *job.Job) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, key := range j.LimitKeys {
+		for _, lane := range job.Lanes {
+			if lane == job.LaneInteractive && j.Lane == job.LaneBatch {
+				continue
+			}
+			if e := c.entries[backlogKey{j.Region, lane, key}]; e != nil {
+				e.cost += j.Cost
+			}
+		}
+	}
+}
+
+func (c *backlogCache) sweep() {
+	for k, e := range c.entries {
+		if time.Since(e.fetched) >= backlogTTL {
+			delete(c.entries, k)
+		}
+	}
+}

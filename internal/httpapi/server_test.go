@@ -1,0 +1,296 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// TestLongPoll: a waiting lease returns as soon as a job is inserted, and
+// a long poll whose client hangs up ends at once on the server.
+func TestLongPoll(t *testing.T) {
+	t.Parallel()
+	notified := make(chan string, 10)
+	e := newEnv(t, func(c *Config) { c.Notify = func(region string) { notified <- region } })
+	done := make(chan leaseResponse, 1)
+	start := time.Now()
+	go func() {
+		var out leaseResponse
+		r, err := e.send0("POST", "/v1/leases", workerKey, `{"region":"us","kinds":["poll.me"],"wait_seconds":20}`)
+		if err == nil {
+			err = json.Unmarshal(r.body, &out)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	time.Sleep(150 * time.Millisecond) // let the poll start waiting
+	j := e.createJob(acmeKey, jobBody("poll.me", "us"))
+	select {
+	case out := <-done:
+		if len(out.Jobs) != 1 || out.Jobs[0].ID != j.ID {
+			t.Fatalf("long poll returned %+v, want job %s", out.Jobs, j.ID)
+		}
+		if waited := time.Since(start); waited > 5*time.Second {
+			t.Fatalf("long poll took %v after the insert", waited)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long poll did not return after an insert")
+	}
+	if got := <-notified; got != "us" {
+		t.Fatalf("Notify got region %q", got)
+	}
+
+	// Nothing to lease: the poll ends with no jobs when the time is up.
+	var out leaseResponse
+	e.do("POST", "/v1/leases", workerKey, map[string]any{"region": "us", "kinds": []string{"poll.me"}, "wait_seconds": 1}).want(t, 200).json(t, &out)
+	if len(out.Jobs) != 0 {
+		t.Fatalf("empty poll returned %d jobs", len(out.Jobs))
+	}
+
+	// A client that hangs up: the handler must stop, which httptest's
+	// Close (it waits for every handler) proves by returning quickly.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.hs.URL+"/v1/leases",
+		strings.NewReader(`{"region":"us","kinds":["poll.me"],"wait_seconds":30}`))
+	req.Header.Set("Authorization", "Bearer "+workerKey)
+	req.Header.Set("Content-Type", "application/json")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := e.hs.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	time.Sleep(150 * time.Millisecond)
+	cancel()
+	<-errc
+	closed := time.Now()
+	e.hs.Close()
+	if took := time.Since(closed); took > 5*time.Second {
+		t.Fatalf("the abandoned long poll kept its handler for %v", took)
+	}
+}
+
+// TestServerCloseEndsLongPolls: Close answers waiting polls at once.
+func TestServerCloseEndsLongPolls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	done := make(chan int, 1)
+	go func() {
+		r, err := e.send0("POST", "/v1/leases", workerKey, `{"region":"eu","kinds":["x"],"wait_seconds":30}`)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r.status
+	}()
+	time.Sleep(150 * time.Millisecond)
+	e.srv.Close()
+	e.srv.Close() // idempotent
+	select {
+	case status := <-done:
+		if status != 200 {
+			t.Fatalf("closed poll answered %d", status)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the long poll")
+	}
+}
+
+// TestRequestRateLimit: each API key has its own token bucket; over it, a
+// 429 with Retry-After and the IETF RateLimit fields.
+func TestRequestRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.RequestRate, c.RequestBurst = 1, 2 })
+	for range 2 {
+		r := e.do("GET", "/v1/jobs", acmeKey, nil).want(t, 200)
+		if r.header.Get("RateLimit") == "" || r.header.Get("RateLimit-Policy") == "" {
+			t.Fatalf("no RateLimit headers: %v", r.header)
+		}
+	}
+	r := e.do("GET", "/v1/jobs", acmeKey, nil)
+	r.wantProblem(t, http.StatusTooManyRequests, "too-many-requests")
+	if r.header.Get("Retry-After") != "1" || !strings.Contains(r.header.Get("RateLimit"), "r=0") {
+		t.Fatalf("429 headers: Retry-After %q, RateLimit %q", r.header.Get("Retry-After"), r.header.Get("RateLimit"))
+	}
+	e.do("GET", "/v1/jobs", globexKey, nil).want(t, 200) // another key has its own bucket
+	e.clock.Advance(time.Second)
+	e.do("GET", "/v1/jobs", acmeKey, nil).want(t, 200)
+}
+
+// TestMetrics: requests are counted by route pattern, never raw path, and
+// GET /metrics serves the gatherer (404 without one).
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *Config) { c.Registerer, c.Gatherer = reg, reg })
+	j := e.createJob(acmeKey, jobBody("email.send", "us"))
+	e.do("GET", "/v1/jobs/"+j.ID, acmeKey, nil).want(t, 200)
+	e.do("GET", "/v1/jobs/nope", acmeKey, nil).want(t, 404)
+	e.do("GET", "/v1/missing/"+j.ID, acmeKey, nil).want(t, 404)
+	r := e.do("GET", "/metrics", "", nil).want(t, 200)
+	for _, want := range []string{
+		`ratelane_api_requests_total{route="POST /v1/jobs",status="201"} 1`,
+		`ratelane_api_requests_total{route="GET /v1/jobs/{id}",status="200"} 1`,
+		`ratelane_api_requests_total{route="GET /v1/jobs/{id}",status="404"} 1`,
+		`ratelane_api_requests_total{route="unmatched",status="404"} 1`,
+	} {
+		if !strings.Contains(string(r.body), want) {
+			t.Fatalf("metrics lack %s:\n%s", want, r.body)
+		}
+	}
+	if strings.Contains(string(r.body), j.ID) {
+		t.Fatal("a metric label carries a job id")
+	}
+	// A second server on the same registry shares the counter.
+	if _, err := New(Config{Regions: e.stores, Auth: e.keys, Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	bare := newEnv(t)
+	bare.do("GET", "/metrics", "", nil).wantProblem(t, 404, "not-found")
+}
+
+func TestKeysEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var k createKeyResponse
+	r := e.do("POST", "/v1/keys", adminKey, map[string]any{"tenant": "initech", "role": "producer", "regions": []string{"eu"}, "name": "svc"}).want(t, 201)
+	r.json(t, &k)
+	if k.Secret == "" || k.Key.Tenant != "initech" || r.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("created %+v (Cache-Control %q)", k, r.header.Get("Cache-Control"))
+	}
+	e.createJob(k.Secret, jobBody("email.send", "eu"))
+	e.do("POST", "/v1/jobs", k.Secret, jobBody("email.send", "us")).wantProblem(t, 403, "region-forbidden")
+	var list keyList
+	e.do("GET", "/v1/keys", adminKey, nil).want(t, 200).json(t, &list)
+	if len(list.Keys) < 7 {
+		t.Fatalf("listed %d keys", len(list.Keys))
+	}
+	e.do("DELETE", "/v1/keys/"+k.Key.ID, adminKey, nil).want(t, 204)
+	e.do("GET", "/v1/jobs", k.Secret, nil).wantProblem(t, 401, "unauthenticated")
+	e.do("DELETE", "/v1/keys/k_nobody", adminKey, nil).wantProblem(t, 404, "not-found")
+	e.do("POST", "/v1/keys", adminKey, map[string]any{"tenant": "x", "role": "root"}).wantProblem(t, 400, "invalid-request")
+	e.do("POST", "/v1/keys", adminKey, map[string]any{"tenant": "x", "role": "worker", "regions": []string{"mars"}}).wantProblem(t, 400, "invalid-request")
+
+	// Without a KeyManager the key routes do not exist.
+	bare := newEnv(t, func(c *Config) { c.Keys = nil })
+	bare.do("GET", "/v1/keys", adminKey, nil).wantProblem(t, 404, "not-found")
+}
+
+func TestLimitsEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var v limitView
+	e.do("PUT", "/v1/limits/openai:gpt-4o?region=us", adminKey, map[string]any{"rate": 600, "period": "1m", "burst": 20, "concurrency": 4, "adaptive": true}).
+		want(t, 200).json(t, &v)
+	if v.Rate != 10 || v.Burst != 20 || v.Concurrency != 4 || !v.Adaptive || v.Region != "us" || v.Tokens != 20 {
+		t.Fatalf("put limit -> %+v", v)
+	}
+	body := jobBody("llm.call", "us", "openai:gpt-4o")
+	body["cost"] = 3
+	e.createJob(acmeKey, body)
+	e.do("GET", "/v1/limits/openai:gpt-4o?region=us", adminKey, nil).want(t, 200).json(t, &v)
+	if v.WaitingCost == nil || *v.WaitingCost != 3 || v.LearnedRate != 10 || v.InFlight != 0 {
+		t.Fatalf("get limit -> %+v", v)
+	}
+	e.do("GET", "/v1/limits/openai:gpt-4o", adminKey, nil).wantProblem(t, 400, "invalid-request") // two regions
+	e.do("GET", "/v1/limits/openai:gpt-4o?region=eu", adminKey, nil).wantProblem(t, 404, "not-found")
+	var list limitList
+	e.do("GET", "/v1/limits", adminKey, nil).want(t, 200).json(t, &list)
+	if len(list.Limits) != 1 || list.Limits[0].Name != "openai:gpt-4o" {
+		t.Fatalf("limits %+v, want the one key", list.Limits)
+	}
+	for _, bad := range []map[string]any{
+		{"per_second": -1},
+		{"per_second": 1, "rate": 5},
+		{"rate": 5, "period": "fortnight"},
+		{"adaptive": true},
+	} {
+		e.do("PUT", "/v1/limits/k?region=us", adminKey, bad).wantProblem(t, 400, "invalid-request")
+	}
+}
+
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var h healthResponse
+	e.do("GET", "/healthz", "", nil).want(t, 200).json(t, &h)
+	if h.Status != "ok" || h.Version != "test" {
+		t.Fatalf("healthz %+v", h)
+	}
+	e.do("GET", "/readyz", "", nil).want(t, 200).json(t, &h)
+	if h.Regions["us"] != "ok" || h.Regions["eu"] != "ok" {
+		t.Fatalf("readyz %+v", h)
+	}
+	e.stores["eu"].Close()
+	e.do("GET", "/readyz", "", nil).want(t, 503).json(t, &h)
+	if h.Regions["eu"] == "ok" || h.Regions["us"] != "ok" {
+		t.Fatalf("readyz with eu closed: %+v", h)
+	}
+}
+
+// otherRegion is a store that claims another region, to test the wiring
+// check without a second database.
+type otherRegion struct{ store.Store }
+
+func (otherRegion) Region() string { return "us" }
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for name, cfg := range map[string]Config{
+		"no regions":        {Auth: e.keys},
+		"no auth":           {Regions: e.stores},
+		"cross-region wire": {Regions: map[string]store.Store{"eu": otherRegion{e.stores["eu"]}}, Auth: e.keys},
+		"tiny budget":       {Regions: e.stores, Auth: e.keys, InteractiveBudget: time.Millisecond},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted the config", name)
+		} else if name == "cross-region wire" && !strings.Contains(err.Error(), `"eu"`) {
+			t.Errorf("cross-region error %q does not name the region", err)
+		}
+	}
+}
+
+// failingAuth answers every token with an outage.
+type failingAuth struct{}
+
+func (failingAuth) Authenticate(context.Context, string) (auth.Principal, error) {
+	return auth.Principal{}, context.DeadlineExceeded
+}
+
+func TestAuthOutageIs503(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.Auth = failingAuth{} })
+	e.do("GET", "/v1/jobs", acmeKey, nil).wantProblem(t, 503, "unavailable")
+	e.do("GET", "/v1", "", nil).want(t, 200) // public docs need no key
+}
+
+// send0 sends a JSON request without failing the test, for goroutines
+// (t.Fatal must run on the test's goroutine).
+func (e *env) send0(method, path, key, body string) (response, error) {
+	req, err := http.NewRequest(method, e.hs.URL+path, strings.NewReader(body))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.hs.Client().Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: raw}, err
+}

@@ -1,0 +1,354 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/ratelimit"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Bounds of the worker endpoints.
+const (
+	maxLeaseJobs    = 100
+	maxLeaseSeconds = 600
+	maxWaitSeconds  = 30
+	maxKinds        = 50
+	maxErrorLen     = 500
+	maxHeaders      = 64
+	maxHeaderValue  = 4 << 10
+	// pollEvery is how often a long poll retries the lease when nothing
+	// woke it: another node may have inserted work, or a key refilled.
+	pollEvery = 50 * time.Millisecond
+)
+
+// leaseRequest is the body of POST /v1/leases.
+type leaseRequest struct {
+	Region       string   `json:"region" required:"true" doc:"region to lease from"`
+	Kinds        []string `json:"kinds" required:"true" doc:"job kinds this worker runs (1 to 50)"`
+	Max          int      `json:"max,omitempty" doc:"most jobs to lease, 1 to 100; default 1"`
+	LeaseSeconds int      `json:"lease_seconds,omitempty" doc:"lease length, 1 to 600; default 30; extend with heartbeat"`
+	WaitSeconds  int      `json:"wait_seconds,omitempty" doc:"long poll: wait up to 30 s for work to be admitted; default 0"`
+}
+
+// leaseResponse is the answer of POST /v1/leases.
+type leaseResponse struct {
+	Jobs []jobView `json:"jobs" doc:"leased jobs with their lease_token; empty when nothing was admitted in time"`
+}
+
+// heartbeatRequest is the body of POST /v1/jobs/{id}/heartbeat.
+type heartbeatRequest struct {
+	LeaseToken   string `json:"lease_token" required:"true" doc:"the token the lease returned"`
+	LeaseSeconds int    `json:"lease_seconds,omitempty" doc:"extend the lease to now + this, 1 to 600; default 30"`
+}
+
+// heartbeatResponse is the answer of a heartbeat.
+type heartbeatResponse struct {
+	ID             string    `json:"id"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+}
+
+// completeRequest is the body of POST /v1/jobs/{id}/complete.
+type completeRequest struct {
+	LeaseToken string            `json:"lease_token" required:"true" doc:"the token the lease returned"`
+	Result     json.RawMessage   `json:"result,omitempty" doc:"the job's result, any JSON value up to 256 KiB"`
+	Usage      int64             `json:"usage,omitempty" doc:"actual cost of the attempt (e.g. tokens), reconciled against the job's cost"`
+	Headers    map[string]string `json:"headers,omitempty" doc:"the upstream's raw response headers; remaining-quota headers slow the key before a 429"`
+}
+
+// failRequest is the body of POST /v1/jobs/{id}/fail.
+type failRequest struct {
+	LeaseToken    string `json:"lease_token" required:"true" doc:"the token the lease returned"`
+	Retryable     bool   `json:"retryable" doc:"true for 5xx, timeouts, connection errors (transient budget); false ends the job as permanent_error"`
+	InvalidOutput bool   `json:"invalid_output,omitempty" doc:"the upstream answered but its output failed validation (schema budget)"`
+	Error         string `json:"error,omitempty" doc:"a short description, at most 500 bytes; never payload or upstream output"`
+	Status        int    `json:"status,omitempty" doc:"the upstream's HTTP status, if any"`
+}
+
+// rateLimitedRequest is the body of POST /v1/jobs/{id}/rate-limited.
+type rateLimitedRequest struct {
+	LeaseToken        string            `json:"lease_token" required:"true" doc:"the token the lease returned"`
+	RetryAfterSeconds *float64          `json:"retry_after_seconds,omitempty" doc:"the delay the upstream asked for; or send headers"`
+	Headers           map[string]string `json:"headers,omitempty" doc:"the upstream's raw response headers (Retry-After, retry-after-ms, x-ratelimit-*, anthropic-ratelimit-*, RateLimit)"`
+	Scope             string            `json:"scope,omitempty" doc:"the one limit key of the job that was limited; default all of them"`
+	Status            int               `json:"status,omitempty" doc:"the upstream's status; default 429"`
+}
+
+// outcomeResponse is the answer of the outcome endpoints: where the job went.
+type outcomeResponse struct {
+	ID         string    `json:"id"`
+	State      job.State `json:"state"`
+	Reason     string    `json:"reason,omitempty"`
+	EligibleAt time.Time `json:"eligible_at,omitzero" doc:"when a rescheduled job becomes eligible again"`
+}
+
+func (s *Server) handleCreateLease(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var req leaseRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := s.checkLease(p, &req); err != nil {
+		return err
+	}
+	jobs, err := s.leaseWait(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	out := leaseResponse{Jobs: make([]jobView, len(jobs))}
+	for i, j := range jobs {
+		out.Jobs[i] = jobView{Job: j, LeaseToken: j.LeaseToken}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) checkLease(p auth.Principal, req *leaseRequest) error {
+	req.Max = defaultInt(req.Max, 1)
+	req.LeaseSeconds = defaultInt(req.LeaseSeconds, 30)
+	switch {
+	case req.Region == "":
+		return fieldError("region", "region is required")
+	case len(req.Kinds) == 0 || len(req.Kinds) > maxKinds:
+		// Kinds are required so that an external worker never takes the
+		// jobs of kinds an in-process engine runs.
+		return fieldError("kinds", "name 1 to %d job kinds this worker runs, got %d", maxKinds, len(req.Kinds))
+	case req.Max < 1 || req.Max > maxLeaseJobs:
+		return fieldError("max", "max must be from 1 to %d, got %d", maxLeaseJobs, req.Max)
+	case req.LeaseSeconds < 1 || req.LeaseSeconds > maxLeaseSeconds:
+		return fieldError("lease_seconds", "lease_seconds must be from 1 to %d, got %d", maxLeaseSeconds, req.LeaseSeconds)
+	case req.WaitSeconds < 0 || req.WaitSeconds > maxWaitSeconds:
+		return fieldError("wait_seconds", "wait_seconds must be from 0 to %d, got %d", maxWaitSeconds, req.WaitSeconds)
+	}
+	for _, k := range req.Kinds {
+		if k == "" || len(k) > job.MaxNameLen {
+			return fieldError("kinds", "each kind must be 1 to %d bytes", job.MaxNameLen)
+		}
+	}
+	return s.checkRegion(p, req.Region, "region")
+}
+
+func defaultInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// leaseWait leases at once and, for a long poll, again whenever the region
+// is woken (an insert, a redrive, a finished attempt) or every pollEvery,
+// until a job is admitted, the wait is over, the client disconnects or the
+// server closes. Waiting uses the wall clock; admission uses Config.Now.
+func (s *Server) leaseWait(ctx context.Context, req leaseRequest) ([]*job.Job, error) {
+	st := s.cfg.Regions[req.Region]
+	if req.WaitSeconds > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.WaitSeconds)*time.Second)
+		defer cancel()
+	}
+	timer := time.NewTimer(pollEvery)
+	defer timer.Stop()
+	for {
+		woken := s.wakers[req.Region].wait() // before leasing, so no wake-up is missed
+		jobs, err := st.Lease(ctx, store.LeaseParams{
+			Now: s.cfg.Now(), Max: req.Max, LeaseFor: time.Duration(req.LeaseSeconds) * time.Second, Kinds: req.Kinds,
+			BatchMin: req.Max / 10, InteractiveBudget: s.cfg.InteractiveBudget,
+		})
+		if len(jobs) > 0 || req.WaitSeconds == 0 {
+			return jobs, err
+		}
+		if err != nil && ctx.Err() == nil {
+			return nil, err
+		}
+		timer.Reset(pollEvery)
+		select {
+		case <-ctx.Done():
+			return nil, nil // the wait is over (or the client left): nothing leased
+		case <-s.closed:
+			return nil, nil
+		case <-woken:
+		case <-timer.C:
+		}
+	}
+}
+
+func (s *Server) handleHeartbeatJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var req heartbeatRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	req.LeaseSeconds = defaultInt(req.LeaseSeconds, 30)
+	if req.LeaseSeconds < 1 || req.LeaseSeconds > maxLeaseSeconds {
+		return fieldError("lease_seconds", "lease_seconds must be from 1 to %d, got %d", maxLeaseSeconds, req.LeaseSeconds)
+	}
+	j, st, now, err := s.leasedJob(r, p, req.LeaseToken)
+	if err != nil {
+		return err
+	}
+	until := now.Add(time.Duration(req.LeaseSeconds) * time.Second)
+	if err := st.Heartbeat(r.Context(), j.ID, req.LeaseToken, until); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return leaseLost(j.ID, "the lease token no longer holds the job")
+		}
+		return err
+	}
+	return writeJSON(w, http.StatusOK, heartbeatResponse{ID: j.ID, LeaseExpiresAt: until})
+}
+
+func (s *Server) handleCompleteJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var req completeRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	result, err := compactJSON(req.Result)
+	if err != nil {
+		return fieldError("result", "result is not valid JSON")
+	}
+	if len(result) > job.MaxPayloadBytes {
+		return problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
+			"result is %d bytes, the limit is %d; store large results elsewhere and return a reference", len(result), job.MaxPayloadBytes)
+	}
+	if req.Usage < 0 {
+		return fieldError("usage", "usage must not be negative")
+	}
+	hints, _, err := s.parseHeaders(req.Headers, "")
+	if err != nil {
+		return err
+	}
+	return s.finishOutcome(w, r, p, req.LeaseToken, job.Outcome{
+		Class: job.ClassSuccess, Result: result, Usage: req.Usage, Hints: hints,
+	})
+}
+
+func (s *Server) handleFailJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var req failRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Error) > maxErrorLen {
+		return fieldError("error", "error is %d bytes; keep it under %d and never include payload or upstream output", len(req.Error), maxErrorLen)
+	}
+	if req.Status < 0 || req.Status > 999 {
+		return fieldError("status", "status must be an HTTP status code, got %d", req.Status)
+	}
+	class := job.ClassPermanent
+	switch {
+	case req.InvalidOutput:
+		class = job.ClassInvalidOutput
+	case req.Retryable:
+		class = job.ClassTransient
+	}
+	// A failure reported here never takes the 429 path, whatever its
+	// status: congestion is reported to /rate-limited.
+	return s.finishOutcome(w, r, p, req.LeaseToken, job.Outcome{Class: class, Err: req.Error, Status: req.Status})
+}
+
+func (s *Server) handleReportRateLimited(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var req rateLimitedRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	o := job.Outcome{Class: job.ClassRateLimited, Scope: req.Scope, Status: req.Status}
+	if o.Status == 0 {
+		o.Status = http.StatusTooManyRequests
+	}
+	hints, info, err := s.parseHeaders(req.Headers, req.Scope)
+	if err != nil {
+		return err
+	}
+	o.Hints = hints
+	if d, src, ok := info.Delay(); ok {
+		o.RetryAfter, o.RetrySource = d, src
+	}
+	if v := req.RetryAfterSeconds; v != nil {
+		if *v < 0 || *v > job.MaxDelay.Seconds()*2 {
+			return fieldError("retry_after_seconds", "retry_after_seconds must be from 0 to %v, got %v", job.MaxDelay.Seconds()*2, *v)
+		}
+		o.RetryAfter, o.RetrySource = time.Duration(*v*float64(time.Second)), "retry_after_seconds"
+	}
+	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+}
+
+// parseHeaders reads the upstream's raw headers with internal/ratelimit:
+// the server-given delay and remaining-quota hints for the scope key (all
+// of the job's keys when scope is empty).
+func (s *Server) parseHeaders(raw map[string]string, scope string) ([]job.Hint, ratelimit.Info, error) {
+	if len(raw) > maxHeaders {
+		return nil, ratelimit.Info{}, fieldError("headers", "send at most %d headers, got %d", maxHeaders, len(raw))
+	}
+	h := make(http.Header, len(raw))
+	for k, v := range raw {
+		if len(v) > maxHeaderValue || len(k) > 256 {
+			return nil, ratelimit.Info{}, fieldError("headers", "header %.64q is too long (names up to 256 bytes, values up to %d)", k, maxHeaderValue)
+		}
+		h.Add(k, v)
+	}
+	info := ratelimit.Parse(h, s.cfg.Now())
+	var hints []job.Hint
+	if q := info.Requests; q.Known() {
+		hints = append(hints, job.Hint{Key: scope, Limit: q.Limit, Remaining: q.Remaining, Reset: q.Reset})
+	}
+	for _, p := range info.Policies {
+		if (p.QuotaUnit == "" || p.QuotaUnit == "requests") && (p.Quota >= 0 || p.Remaining >= 0 || p.Reset > 0) {
+			hints = append(hints, job.Hint{Key: scope, Limit: p.Quota, Remaining: p.Remaining, Reset: p.Reset})
+		}
+	}
+	return hints, info, nil
+}
+
+// leasedJob finds the job of an outcome request and checks that the lease
+// token still holds it: same token, still running, lease not expired (the
+// reaper may not have recovered it yet, but another worker may already be
+// about to).
+func (s *Server) leasedJob(r *http.Request, p auth.Principal, token string) (*job.Job, store.Store, time.Time, error) {
+	if token == "" || len(token) > 200 {
+		return nil, nil, time.Time{}, fieldError("lease_token", "lease_token is required: pass the token the lease returned")
+	}
+	j, st, err := s.findJob(r.Context(), r, p, anyTenant)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	now := s.cfg.Now()
+	switch {
+	case j.State != job.StateRunning || j.LeaseToken != token:
+		return nil, nil, now, leaseLost(j.ID, "this lease token does not hold the job (it is "+string(j.State)+")")
+	case !now.Before(j.LeaseExpiresAt):
+		return nil, nil, now, leaseLost(j.ID, "the lease expired at "+j.LeaseExpiresAt.UTC().Format(time.RFC3339)+"; heartbeat sooner or lease for longer")
+	}
+	return j, st, now, nil
+}
+
+// finishOutcome turns an external worker's outcome into the job's next
+// transition with engine.Decide (the engine's one classification) and
+// writes it with the store's guarded Finish.
+func (s *Server) finishOutcome(w http.ResponseWriter, r *http.Request, p auth.Principal, token string, o job.Outcome) error {
+	j, st, now, err := s.leasedJob(r, p, token)
+	if err != nil {
+		return err
+	}
+	if o.Scope != "" && !slices.Contains(j.LimitKeys, o.Scope) {
+		return fieldError("scope", "scope must be one of the job's limit keys %v, not %q", j.LimitKeys, o.Scope)
+	}
+	// External workers deliver results themselves, so success publishes.
+	t := engine.Decide(j, o, now, false, s.cfg.Backoff, rand.Float64())
+	// The outcome is written even if the worker hangs up now: it holds the
+	// lease, and dropping its outcome would cost the job an attempt.
+	errs, err := st.Finish(context.WithoutCancel(r.Context()), []store.Transition{t})
+	if err != nil {
+		return err
+	}
+	if errs[0] != nil {
+		if errors.Is(errs[0], store.ErrConflict) {
+			return leaseLost(j.ID, "the lease was lost before the outcome arrived")
+		}
+		return errs[0]
+	}
+	s.notify(j.Region) // keys were released and may admit waiting jobs
+	return writeJSON(w, http.StatusOK, outcomeResponse{ID: j.ID, State: t.To, Reason: string(t.Reason), EligibleAt: t.EligibleAt})
+}
