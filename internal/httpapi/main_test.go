@@ -75,7 +75,7 @@ func newFakeKeys() *fakeKeys {
 	add(acmeKey, auth.Principal{KeyID: "k_acme", Tenant: "acme", Role: auth.RoleProducer})
 	add(globexKey, auth.Principal{KeyID: "k_globex", Tenant: "globex", Role: auth.RoleProducer})
 	add(euKey, auth.Principal{KeyID: "k_eu", Tenant: "acme", Role: auth.RoleProducer, Regions: []string{"eu"}})
-	add(workerKey, auth.Principal{KeyID: "k_worker", Tenant: "ops", Role: auth.RoleWorker})
+	add(workerKey, auth.Principal{KeyID: "k_worker", Tenant: "acme", Role: auth.RoleWorker})
 	add(revokedKey, auth.Principal{KeyID: "k_revoked", Tenant: "acme", Role: auth.RoleProducer})
 	k.revoked["k_revoked"] = true
 	return k

@@ -98,7 +98,11 @@ func (s *Server) handleCreateLease(w http.ResponseWriter, r *http.Request, p aut
 	if err := s.checkLease(p, &req); err != nil {
 		return err
 	}
-	jobs, err := s.leaseWait(r.Context(), req)
+	tenant := p.Tenant // a worker key acts for its own tenant's jobs only
+	if p.Role == auth.RoleAdmin {
+		tenant = ""
+	}
+	jobs, err := s.leaseWait(r.Context(), req, tenant)
 	if err != nil {
 		return err
 	}
@@ -145,7 +149,7 @@ func defaultInt(v, def int) int {
 // is woken (an insert, a redrive, a finished attempt) or every pollEvery,
 // until a job is admitted, the wait is over, the client disconnects or the
 // server closes. Waiting uses the wall clock; admission uses Config.Now.
-func (s *Server) leaseWait(ctx context.Context, req leaseRequest) ([]*job.Job, error) {
+func (s *Server) leaseWait(ctx context.Context, req leaseRequest, tenant string) ([]*job.Job, error) {
 	st := s.cfg.Regions[req.Region]
 	if req.WaitSeconds > 0 {
 		var cancel context.CancelFunc
@@ -157,7 +161,7 @@ func (s *Server) leaseWait(ctx context.Context, req leaseRequest) ([]*job.Job, e
 	for {
 		woken := s.wakers[req.Region].wait() // before leasing, so no wake-up is missed
 		jobs, err := st.Lease(ctx, store.LeaseParams{
-			Now: s.cfg.Now(), Max: req.Max, LeaseFor: time.Duration(req.LeaseSeconds) * time.Second, Kinds: req.Kinds,
+			Now: s.cfg.Now(), Max: req.Max, LeaseFor: time.Duration(req.LeaseSeconds) * time.Second, Kinds: req.Kinds, Tenant: tenant,
 			BatchMin: req.Max / 10, InteractiveBudget: s.cfg.InteractiveBudget,
 		})
 		if len(jobs) > 0 || req.WaitSeconds == 0 {

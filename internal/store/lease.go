@@ -27,6 +27,12 @@ type Candidate struct {
 	Cost int64
 }
 
+// GroupFilter narrows the groups a lease looks at. Zero fields match all.
+type GroupFilter struct {
+	Kinds  []string
+	Tenant string
+}
+
 // GroupTouch is what one lease call learned about a group it examined.
 type GroupTouch struct {
 	ID           int64
@@ -54,7 +60,7 @@ type LeaseTx interface {
 	// ReadyGroups returns up to limit groups of the lane that may have an
 	// eligible job and are not known to be blocked, least recently served
 	// first. Groups locked by another transaction are skipped.
-	ReadyGroups(lane job.Lane, kinds []string, now time.Time, limit int) ([]Group, error)
+	ReadyGroups(lane job.Lane, f GroupFilter, now time.Time, limit int) ([]Group, error)
 	// Heads returns up to limit eligible waiting jobs of the group in
 	// scheduling order: priority (high first), eligible_at, id.
 	Heads(g Group, now time.Time, limit int) ([]Candidate, error)
@@ -138,7 +144,7 @@ type groupCursor struct {
 // lane takes up to want jobs from the lane's ready groups, one job per group
 // per pass, so the groups share the slots evenly.
 func (l *leaser) lane(lane job.Lane, want int) error {
-	groups, err := l.tx.ReadyGroups(lane, l.p.Kinds, l.p.Now, 2*want+16)
+	groups, err := l.tx.ReadyGroups(lane, GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}, l.p.Now, 2*want+16)
 	if err != nil || len(groups) == 0 {
 		return err
 	}

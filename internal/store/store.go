@@ -187,6 +187,9 @@ type LeaseParams struct {
 	LeaseFor time.Duration
 	// Kinds restricts the lease to these kinds; empty means any kind.
 	Kinds []string
+	// Tenant restricts the lease to one tenant's jobs (an external worker
+	// acting for that tenant); empty means every tenant.
+	Tenant string
 	// BatchMin is how many of the Max slots batch work gets first, its
 	// minimum share; it is ignored while the oldest ready interactive job has
 	// waited longer than InteractiveBudget.

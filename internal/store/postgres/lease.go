@@ -66,13 +66,15 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 // groups. The lock is FOR NO KEY UPDATE rather than FOR UPDATE: it still
 // excludes other lease transactions, but not the key-share lock a
 // concurrent Insert takes on the group through the jobs.group_id foreign key.
-func (l *leaseTx) ReadyGroups(lane job.Lane, kinds []string, now time.Time, limit int) ([]store.Group, error) {
+func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, limit int) ([]store.Group, error) {
+	kinds := f.Kinds
 	if kinds == nil {
 		kinds = []string{}
 	}
 	rows, err := l.tx.Query(l.ctx, `SELECT id, lane, tenant, kind, keys FROM job_groups
 		WHERE lane = $1 AND ready_at <= $2 AND blocked_until <= $2 AND (cardinality($3::text[]) = 0 OR kind = ANY($3))
-		ORDER BY served_seq LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED`, string(lane), ns(now), kinds, limit)
+			AND ($5 = '' OR tenant = $5)
+		ORDER BY served_seq LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED`, string(lane), ns(now), kinds, limit, f.Tenant)
 	if err != nil {
 		return nil, err
 	}

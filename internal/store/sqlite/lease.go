@@ -55,13 +55,17 @@ func (o *txOps) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, erro
 	return tm(at), at.Valid, err
 }
 
-func (o *txOps) ReadyGroups(lane job.Lane, kinds []string, now time.Time, limit int) ([]store.Group, error) {
+func (o *txOps) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, limit int) ([]store.Group, error) {
 	q := `SELECT id, lane, tenant, kind, keys FROM job_groups
 		WHERE lane = ? AND ready_at IS NOT NULL AND ready_at <= ? AND blocked_until <= ?`
 	args := []any{lane, ns(now), ns(now)}
-	if len(kinds) > 0 {
-		q += ` AND kind IN (` + placeholders(len(kinds)) + `)`
-		args = append(args, anys(kinds)...)
+	if len(f.Kinds) > 0 {
+		q += ` AND kind IN (` + placeholders(len(f.Kinds)) + `)`
+		args = append(args, anys(f.Kinds)...)
+	}
+	if f.Tenant != "" {
+		q += ` AND tenant = ?`
+		args = append(args, f.Tenant)
 	}
 	q += ` ORDER BY served_seq LIMIT ?`
 	rows, err := o.s.query(o.tx, q, append(args, limit)...)

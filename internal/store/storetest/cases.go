@@ -425,6 +425,12 @@ func testKindsFilter(t *testing.T, open Opener) {
 	if err != nil || len(got) != 1 || got[0].ID != b.ID {
 		t.Fatalf("kinds filter leased %v (%v), want only the webhook job", ids(got), err)
 	}
+	other := NewJob("globex", job.LaneBatch, "k")
+	insert(t, s, other)
+	got, err = s.Lease(context.Background(), store.LeaseParams{Now: T0, Max: 10, LeaseFor: time.Minute, Tenant: "globex"})
+	if err != nil || len(got) != 1 || got[0].ID != other.ID {
+		t.Fatalf("tenant filter leased %v (%v), want only globex's job", ids(got), err)
+	}
 }
 
 func testCancelRedriveDelete(t *testing.T, open Opener) {
