@@ -253,7 +253,7 @@ func (rc RouteConfig) validate() error {
 	case HeaderStyleNative, HeaderStyleNone, HeaderStyleXRateLimit, HeaderStyleRateLimit,
 		HeaderStyleRateLimitLegacy, HeaderStyleAnthropic:
 	default:
-		return fmt.Errorf("Headers %q: want none, x-ratelimit, ratelimit, ratelimit-legacy, anthropic or empty", rc.Headers)
+		return fmt.Errorf("route config: Headers %q: want none, x-ratelimit, ratelimit, ratelimit-legacy, anthropic or empty", rc.Headers)
 	}
 	if !(rc.TransientRate >= 0 && rc.TransientRate <= 1) {
 		return fmt.Errorf("TransientRate %v: want 0..1", rc.TransientRate)
@@ -265,7 +265,7 @@ func (rc RouteConfig) validate() error {
 		return fmt.Errorf("StatusOverride %d: want 0 or 200..599", rc.StatusOverride)
 	}
 	if rc.Quota < 0 {
-		return fmt.Errorf("Quota %d: want >= 0", rc.Quota)
+		return fmt.Errorf("route config: Quota %d: want >= 0", rc.Quota)
 	}
 	_, err := decodeSecrets(rc.Secrets)
 	return err
@@ -294,7 +294,7 @@ func decodeSecrets(secrets []string) ([][]byte, error) {
 	for i, s := range secrets {
 		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
 		if err != nil || len(key) == 0 {
-			return nil, fmt.Errorf("Secrets[%d]: want \"whsec_\" followed by non-empty standard base64", i)
+			return nil, fmt.Errorf("route config: Secrets[%d]: want \"whsec_\" followed by non-empty standard base64", i)
 		}
 		keys = append(keys, key)
 	}
