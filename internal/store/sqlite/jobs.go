@@ -33,8 +33,10 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 
 func (s *Store) insertOne(tx *sql.Tx, j *job.Job, def admission.Config, seenKeys map[string]bool) (store.InsertResult, error) {
 	if j.IdempotencyKey != "" {
+		// The repeated "<> ''" lets SQLite use the partial unique index;
+		// without it every keyed insert scans the tenant's jobs.
 		var id string
-		err := s.queryRow(tx, `SELECT id FROM jobs WHERE tenant = ? AND idempotency_key = ?`, j.Tenant, j.IdempotencyKey).Scan(&id)
+		err := s.queryRow(tx, `SELECT id FROM jobs WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''`, j.Tenant, j.IdempotencyKey).Scan(&id)
 		if err == nil {
 			existing, err := s.getTx(tx, id)
 			return store.InsertResult{Job: existing, Existing: true}, err
