@@ -163,7 +163,7 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 		add("lane = ?", p.Lane)
 	}
 	if p.Parent != "" {
-		add("parent_id = ?", p.Parent)
+		add("parent_id = ? AND parent_id <> ''", p.Parent) // repeated so the partial index applies
 	}
 	if p.LimitKey != "" {
 		// limit_keys is a JSON array; qualified because a table of the same
