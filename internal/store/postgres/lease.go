@@ -118,8 +118,9 @@ func (l *leaseTx) TouchGroups(touches []store.GroupTouch) error {
 		ids[i], blocked[i], empty[i] = t.ID, ns(t.BlockedUntil), t.Empty
 	}
 	_, err := l.tx.Exec(l.ctx, `UPDATE job_groups g SET served_seq = nextval('job_groups_served_seq'), blocked_until = u.blocked,
-		ready_at = CASE WHEN u.empty THEN (SELECT min(eligible_at) FROM jobs
-			WHERE group_id = g.id AND state IN ('waiting', 'retry_scheduled')) ELSE g.ready_at END
+		ready_at = CASE WHEN u.empty THEN LEAST(
+			(SELECT min(eligible_at) FROM jobs WHERE group_id = g.id AND state = 'waiting'),
+			(SELECT min(eligible_at) FROM jobs WHERE group_id = g.id AND state = 'retry_scheduled')) ELSE g.ready_at END
 		FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) WITH ORDINALITY AS u(id, blocked, empty, n)
 		WHERE g.id = u.id`, ids, blocked, empty)
 	return err

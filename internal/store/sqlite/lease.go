@@ -117,24 +117,30 @@ func (o *txOps) LockKeysWait(names []string) (map[string]*admission.State, error
 func (o *txOps) SaveKeys(keys []*admission.State) error { return o.s.saveKeys(o.tx, keys) }
 
 func (o *txOps) TouchGroups(touches []store.GroupTouch) error {
-	for _, t := range touches {
-		if err := o.touchGroup(t.ID, t.BlockedUntil, t.Empty); err != nil {
+	var seq int64
+	if err := o.s.queryRow(o.tx, `SELECT coalesce(max(served_seq), 0) FROM job_groups`).Scan(&seq); err != nil {
+		return err
+	}
+	for i, t := range touches {
+		if err := o.touchGroup(t.ID, seq+int64(i)+1, t.BlockedUntil, t.Empty); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (o *txOps) touchGroup(id int64, blockedUntil time.Time, empty bool) error {
-	_, err := o.s.exec(o.tx, `UPDATE job_groups SET blocked_until = ?,
-		served_seq = (SELECT coalesce(max(served_seq), 0) + 1 FROM job_groups) WHERE id = ?`, ns(blockedUntil), id)
+func (o *txOps) touchGroup(id, seq int64, blockedUntil time.Time, empty bool) error {
+	_, err := o.s.exec(o.tx, `UPDATE job_groups SET blocked_until = ?, served_seq = ? WHERE id = ?`, ns(blockedUntil), seq, id)
 	if err != nil || !empty {
 		return err
 	}
 	// The group had no eligible job: its next ready time is its earliest
 	// waiting or scheduled job, or none.
-	_, err = o.s.exec(o.tx, `UPDATE job_groups SET ready_at = (SELECT min(eligible_at) FROM jobs
-		WHERE group_id = ?1 AND state IN ('waiting', 'retry_scheduled')) WHERE id = ?1`, id)
+	// Two lookups, each on its own partial index.
+	_, err = o.s.exec(o.tx, `UPDATE job_groups SET ready_at = (SELECT min(m) FROM (
+			SELECT min(eligible_at) AS m FROM jobs WHERE group_id = ?1 AND state = 'waiting'
+			UNION ALL SELECT min(eligible_at) FROM jobs WHERE group_id = ?1 AND state = 'retry_scheduled'))
+		WHERE id = ?1`, id)
 	return err
 }
 
@@ -244,8 +250,10 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 	}
 	for _, lane := range job.Lanes {
 		var at sql.NullInt64
-		err := s.rdb.QueryRowContext(ctx, `SELECT min(eligible_at) FROM jobs WHERE lane = ? AND eligible_at <= ?
-			AND state IN ('waiting', 'retry_scheduled')`, lane, ns(now)).Scan(&at)
+		err := s.rdb.QueryRowContext(ctx, `SELECT min(m) FROM (
+			SELECT min(eligible_at) AS m FROM jobs WHERE state = 'waiting' AND lane = ?1 AND eligible_at <= ?2
+			UNION ALL SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?2 AND lane = ?1)`,
+			lane, ns(now)).Scan(&at)
 		if err != nil {
 			return st, err
 		}

@@ -102,9 +102,13 @@ func (s *Store) Backlog(ctx context.Context, lane job.Lane, keys []string) (map[
 	out := make(map[string]int64, len(keys))
 	for _, k := range keys {
 		var n sql.NullInt64
-		err := s.rdb.QueryRowContext(ctx, `SELECT sum(j.cost) FROM job_groups g JOIN jobs j ON j.group_id = g.id
-			WHERE g.lane IN (`+placeholders(len(lanes))+`) AND j.state IN ('waiting', 'retry_scheduled')
-			AND EXISTS (SELECT 1 FROM json_each(g.keys) WHERE value = ?)`, append(anys(lanes), k)...).Scan(&n)
+		// One sum per state, so each walks its own partial index per group.
+		groups := `SELECT g.id FROM job_groups g WHERE g.lane IN (` + placeholders(len(lanes)) + `)
+			AND EXISTS (SELECT 1 FROM json_each(g.keys) WHERE value = ?)`
+		args := append(anys(lanes), k)
+		err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT coalesce(sum(cost), 0) FROM jobs WHERE state = 'waiting' AND group_id IN (`+groups+`))
+			+ (SELECT coalesce(sum(cost), 0) FROM jobs WHERE state = 'retry_scheduled' AND group_id IN (`+groups+`))`,
+			append(args, args...)...).Scan(&n)
 		if err != nil {
 			return nil, err
 		}

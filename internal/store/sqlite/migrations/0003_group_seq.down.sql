@@ -1,0 +1,2 @@
+DROP INDEX job_groups_seq;
+DROP INDEX jobs_group_scheduled;
