@@ -1,0 +1,102 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/ratelane/ratelane/internal/ratelimit"
+	"github.com/ratelane/ratelane/internal/review/finding"
+)
+
+// OpenAI calls the chat completions API of OpenAI or of any
+// OpenAI-compatible endpoint with the official SDK, asking for strict
+// structured output (finding.StrictSchema).
+type OpenAI struct {
+	profile Profile
+	client  openai.Client
+	schema  map[string]any
+	now     func() time.Time
+}
+
+func newOpenAI(p Profile) *OpenAI {
+	opts := []option.RequestOption{
+		// The queue owns retries: a retry inside the SDK would hold the
+		// lease and hide the 429 from admission.
+		option.WithMaxRetries(0),
+		option.WithAPIKey(p.APIKey),
+		option.WithHTTPClient(p.HTTPClient),
+		option.WithRequestTimeout(p.Timeout),
+	}
+	if p.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(p.BaseURL))
+	}
+	return &OpenAI{profile: p, client: openai.NewClient(opts...), schema: strictSchema(), now: time.Now}
+}
+
+// strictSchema decodes the embedded strict schema once per provider.
+func strictSchema() map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal(finding.StrictSchema(), &m); err != nil {
+		panic("provider: embedded strict schema is not JSON: " + err.Error())
+	}
+	return m
+}
+
+// Region returns the profile's region.
+func (o *OpenAI) Region() string { return o.profile.Region }
+
+// Profile returns the profile.
+func (o *OpenAI) Profile() Profile { return o.profile }
+
+// Review makes one chat completion call.
+func (o *OpenAI) Review(ctx context.Context, req Request) (Response, error) {
+	system, user := Prompt(req)
+	params := openai.ChatCompletionNewParams{
+		Model:               o.profile.Model,
+		Messages:            []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(system), openai.UserMessage(user)},
+		MaxCompletionTokens: openai.Int(int64(o.profile.MaxOutputTokens)),
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
+				Name: "review_findings_v1", Strict: openai.Bool(true), Schema: o.schema,
+			},
+		}},
+	}
+	var raw *http.Response
+	c, err := o.client.Chat.Completions.New(ctx, params, option.WithResponseInto(&raw))
+	now := o.now()
+	if err != nil {
+		return Response{}, o.classify(err, now)
+	}
+	resp := Response{Usage: Usage{InputTokens: c.Usage.PromptTokens, OutputTokens: c.Usage.CompletionTokens}}
+	if raw != nil {
+		resp.Hints = Hints(o.profile, ratelimit.Parse(raw.Header, now))
+	}
+	if len(c.Choices) == 0 {
+		return resp, invalidOutput("answer has no choices", resp)
+	}
+	msg := c.Choices[0].Message
+	if msg.Refusal != "" {
+		return resp, invalidOutput("model refused", resp)
+	}
+	resp.Output = []byte(msg.Content)
+	return resp, nil
+}
+
+func (o *OpenAI) classify(err error, now time.Time) error {
+	var ae *openai.Error
+	if !errors.As(err, &ae) {
+		return &Error{Outcome: OutcomeOf(err)}
+	}
+	e := APIError{Status: ae.StatusCode, Type: ae.Type, Code: ae.Code, Message: ae.Message}
+	if ae.Response != nil {
+		e.Header = ae.Response.Header
+	}
+	return &Error{Outcome: Classify(o.profile, e, now)}
+}

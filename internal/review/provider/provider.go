@@ -1,0 +1,230 @@
+// Package provider puts every reviewer ratelane can call behind one adapter:
+// the OpenAI API (official openai-go SDK, strict structured output), the
+// Anthropic API (official anthropic-sdk-go, JSON-schema output), any
+// OpenAI-compatible endpoint, and the offline rules reviewer.
+//
+// A Provider is constructed for exactly one region (Profile.Region) and says
+// so through Region, so that ratelane refuses at start-up to wire it to
+// another region's lane. The SDKs' own retries are switched off: a 429 is a
+// scheduling decision for the queue, not a reason for the client to try
+// again. Every failure is returned as an *Error carrying the job.Outcome the
+// engine should apply (see Classify), with no prompt, diff or model output
+// in it.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/review/diff"
+)
+
+// Kinds of provider a Profile may name.
+const (
+	KindRules            = "rules"
+	KindOpenAI           = "openai"
+	KindOpenAICompatible = "openai-compatible"
+	KindAnthropic        = "anthropic"
+)
+
+// Depth is how much of a diff a reviewer is shown.
+type Depth string
+
+// Depths.
+const (
+	// DepthFull shows hunks with their context lines.
+	DepthFull Depth = "full"
+	// DepthFast shows the added lines only, with a compact prompt that asks
+	// for the few most important findings.
+	DepthFast Depth = "fast"
+)
+
+// DefaultMaxOutputTokens is the output cap of a request when the profile
+// sets none; it is also part of a part's estimated cost.
+const DefaultMaxOutputTokens = 2048
+
+// DefaultQuotaPause is how long a key pauses when the provider says the
+// account's quota or credit is spent: retrying sooner cannot help.
+const DefaultQuotaPause = time.Hour
+
+// Profile configures one provider for one region. It holds no content.
+type Profile struct {
+	// Name identifies the profile in review requests, e.g. "eu-openai".
+	Name string `json:"name"`
+	// Kind is rules, openai, openai-compatible or anthropic.
+	Kind string `json:"kind"`
+	// Region is the only region whose reviews this provider may see.
+	Region string `json:"region"`
+	// Model is the model name (not used by rules).
+	Model string `json:"model,omitempty"`
+	// BaseURL overrides the API base: for openai and openai-compatible it
+	// ends in /v1 (e.g. "https://eu.api.openai.com/v1"); for anthropic it is
+	// the host root. Required for openai-compatible.
+	BaseURL string `json:"base_url,omitempty"`
+	// APIKey authenticates to the provider. It is never logged.
+	APIKey string `json:"-"`
+	// MaxOutputTokens caps each answer; default DefaultMaxOutputTokens.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+	// RequestsKey is the limit key counting requests (RPM); default
+	// "<kind>:<model>" ("rules:local" for rules).
+	RequestsKey string `json:"requests_key,omitempty"`
+	// TokensKey, when set, is a limit key counting tokens (TPM): parts then
+	// cost their estimated tokens on it, reconciled with reported usage.
+	TokensKey string `json:"tokens_key,omitempty"`
+	// QuotaPause is how long the keys pause after a spent-quota answer;
+	// default DefaultQuotaPause.
+	QuotaPause time.Duration `json:"quota_pause,omitempty"`
+	// Timeout bounds one request; default 2 minutes.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// HTTPClient is the client the SDKs use; default a new http.Client.
+	HTTPClient *http.Client `json:"-"`
+}
+
+// WithDefaults returns p with zero fields set to their defaults.
+func (p Profile) WithDefaults() Profile {
+	if p.MaxOutputTokens == 0 {
+		p.MaxOutputTokens = DefaultMaxOutputTokens
+	}
+	if p.RequestsKey == "" {
+		model := p.Model
+		if p.Kind == KindRules || model == "" {
+			model = "local"
+		}
+		p.RequestsKey = p.Kind + ":" + model
+	}
+	if p.QuotaPause == 0 {
+		p.QuotaPause = DefaultQuotaPause
+	}
+	if p.Timeout == 0 {
+		p.Timeout = 2 * time.Minute
+	}
+	if p.HTTPClient == nil {
+		p.HTTPClient = &http.Client{}
+	}
+	return p
+}
+
+// Validate reports a profile that cannot work, naming the field.
+func (p Profile) Validate() error {
+	switch {
+	case p.Name == "":
+		return errors.New("provider profile: name is required")
+	case p.Region == "":
+		return fmt.Errorf("provider profile %q: region is required: a provider belongs to one region", p.Name)
+	case p.Kind != KindRules && p.Kind != KindOpenAI && p.Kind != KindOpenAICompatible && p.Kind != KindAnthropic:
+		return fmt.Errorf("provider profile %q: kind must be rules, openai, openai-compatible or anthropic, not %q", p.Name, p.Kind)
+	case p.Kind != KindRules && p.Model == "":
+		return fmt.Errorf("provider profile %q: model is required for kind %s", p.Name, p.Kind)
+	case p.Kind == KindOpenAICompatible && p.BaseURL == "":
+		return fmt.Errorf("provider profile %q: base_url is required for kind openai-compatible", p.Name)
+	case p.MaxOutputTokens < 0 || p.MaxOutputTokens > 128000:
+		return fmt.Errorf("provider profile %q: max_output_tokens must be between 0 (default) and 128000", p.Name)
+	}
+	return nil
+}
+
+// LimitKeys returns the keys a part reviewed by this profile names.
+func (p Profile) LimitKeys() []string {
+	if p.TokensKey != "" {
+		return []string{p.TokensKey}
+	}
+	return []string{p.RequestsKey}
+}
+
+// Request is one review call: a part of a diff at a depth.
+type Request struct {
+	// Part is the part of the diff to review (parsed from the part text).
+	Part *diff.Diff
+	// Depth selects the prompt; empty means DepthFull.
+	Depth Depth
+}
+
+// Usage is what a provider reported a call used.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// Total returns input plus output tokens.
+func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+
+// Add returns u plus v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{u.InputTokens + v.InputTokens, u.OutputTokens + v.OutputTokens}
+}
+
+// Response is a successful call: the model's raw output (to be checked
+// with finding.ValidateOutput; never logged), what it used, and what the
+// provider's headers said about the remaining quota.
+type Response struct {
+	Output []byte
+	Usage  Usage
+	Hints  []job.Hint
+}
+
+// Provider is a reviewer bound to one region. Implementations are safe for
+// concurrent use.
+type Provider interface {
+	// Region is the region this provider may serve.
+	Region() string
+	// Profile returns the provider's configuration (with defaults).
+	Profile() Profile
+	// Review makes one call. Errors are *Error values (see OutcomeOf).
+	Review(ctx context.Context, req Request) (Response, error)
+}
+
+// New returns the provider a profile describes.
+func New(p Profile) (Provider, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	p = p.WithDefaults()
+	switch p.Kind {
+	case KindRules:
+		return &Rules{profile: p}, nil
+	case KindAnthropic:
+		return newAnthropic(p), nil
+	default:
+		return newOpenAI(p), nil
+	}
+}
+
+// Error is a failed call, classified. Its message is short and holds no
+// content; Outcome is what the engine should do about it.
+type Error struct {
+	Outcome job.Outcome
+}
+
+func (e *Error) Error() string {
+	if e.Outcome.Status != 0 {
+		return fmt.Sprintf("provider: %s (HTTP %d): %s", e.Outcome.Class, e.Outcome.Status, e.Outcome.Err)
+	}
+	return fmt.Sprintf("provider: %s: %s", e.Outcome.Class, e.Outcome.Err)
+}
+
+// OutcomeOf returns the outcome err stands for: the classified outcome of
+// an *Error, a transient one for a timeout or connection failure, and a
+// cancellation is transient too (the engine decides what a cancelled
+// attempt means).
+func OutcomeOf(err error) job.Outcome {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Outcome
+	}
+	return job.Outcome{Class: job.ClassTransient, Err: "provider call failed: " + safeErr(err)}
+}
+
+// safeErr keeps the first line of an error, bounded, for the attempt
+// history. Transport errors name hosts and causes, never bodies.
+func safeErr(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
