@@ -73,7 +73,7 @@ func NewClient(cfg ClientConfig) *http.Client {
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   4,
+		MaxIdleConnsPerHost:   64, // many subscribers may share one host; keep their connections
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   min(cfg.Timeout, 10*time.Second),
 		ExpectContinueTimeout: time.Second,

@@ -1,0 +1,189 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// ResponseRecord is the bounded answer of one delivery attempt, kept for
+// diagnosis: in the job's result when the delivery succeeded, and in an
+// ObjectResponse document (id: the job id) for the last failed attempt.
+// It is never logged.
+type ResponseRecord struct {
+	JobID   string    `json:"job_id"`
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	// Status is the HTTP status; 0 when there was no answer.
+	Status int `json:"status"`
+	// Error is the outcome's short phrase for a failure.
+	Error  string      `json:"error,omitempty"`
+	Header http.Header `json:"header,omitempty"`
+	// Body is the first 4 KiB of the answer when it is UTF-8;
+	// BodyBase64 holds it otherwise.
+	Body       string  `json:"body,omitempty"`
+	BodyBase64 []byte  `json:"body_base64,omitempty"`
+	Truncated  bool    `json:"truncated,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// Handler returns the job handler of Kind for this registry's region. Each
+// attempt decodes the job's Payload, resolves the subscriber through the
+// registry's cache, makes one delivery through d and then keeps the books:
+//
+//   - success: the bounded answer becomes the job's result, and the
+//     subscriber's failure record is cleared;
+//   - 410 Gone: the subscriber is disabled (the outcome ends the job as
+//     subscriber_gone);
+//   - transient or permanent failure: the bounded answer is stored as the
+//     job's ObjectResponse document, and a subscriber failing
+//     continuously for RegistryConfig.DisableAfter is disabled;
+//   - 429: nothing beyond the outcome; the engine pauses the key.
+//
+// A bad payload, an unknown, disabled or other-region subscriber end the
+// job as permanent, as in Deliverer.Handle.
+func (r *Registry) Handler(d *Deliverer) func(ctx context.Context, j *job.Job) job.Outcome {
+	return func(ctx context.Context, j *job.Job) job.Outcome { return r.handle(ctx, d, j) }
+}
+
+func (r *Registry) handle(ctx context.Context, d *Deliverer, j *job.Job) job.Outcome {
+	p, ok := decodePayload(j.Payload)
+	if !ok {
+		return permanent("invalid webhook payload")
+	}
+	rec, err := r.lookup(ctx, p.SubscriberID)
+	switch {
+	case errors.Is(err, ErrSubscriberNotFound):
+		return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonSubscriberGone, Err: "subscriber not found"}
+	case err != nil:
+		return job.Outcome{Class: job.ClassTransient, Err: "subscriber lookup failed"}
+	case !rec.Enabled:
+		return permanent("subscriber disabled")
+	case rec.Region != "" && rec.Region != j.Region:
+		return permanent("subscriber belongs to another region")
+	}
+	now := d.now()
+	out, resp := d.Deliver(ctx, Delivery{
+		SubscriberID: p.SubscriberID, URL: rec.URL, EventID: p.EventID, Topic: p.Topic, Version: p.Version,
+		Body: p.Body, Headers: rec.Headers, Secrets: rec.Secrets.Active(now),
+	}, j.Attempt, now)
+	return r.record(ctx, j, rec, out, resp, now)
+}
+
+// decodePayload decodes and checks a delivery job's payload.
+func decodePayload(b []byte) (Payload, bool) {
+	var p Payload
+	if err := json.Unmarshal(b, &p); err != nil || p.SubscriberID == "" || p.EventID == "" ||
+		len(p.Body) == 0 || string(bytes.TrimSpace(p.Body)) == "null" {
+		return Payload{}, false
+	}
+	return p, true
+}
+
+// record keeps the registry's books on one attempt and returns the
+// outcome, with the bounded answer as the result of a success. Book-keeping
+// failures never change the outcome: the delivery happened or not
+// regardless.
+func (r *Registry) record(ctx context.Context, j *job.Job, rec Record, out job.Outcome, resp Response, now time.Time) job.Outcome {
+	diag := responseRecord(j, out, resp, now)
+	switch {
+	case out.Class == job.ClassSuccess:
+		if b, err := json.Marshal(diag); err == nil {
+			out.Result = b
+		}
+		_ = r.succeeded(ctx, rec, now)
+	case out.Class == job.ClassRateLimited:
+	case out.Reason == job.ReasonSubscriberGone && out.Status == http.StatusGone:
+		_ = r.saveResponse(ctx, diag)
+		_, _ = r.Disable(ctx, rec.ID, "subscriber answered 410 Gone")
+	default:
+		_ = r.saveResponse(ctx, diag)
+		_ = r.failed(ctx, rec, out, now)
+	}
+	return out
+}
+
+func responseRecord(j *job.Job, out job.Outcome, resp Response, now time.Time) ResponseRecord {
+	rr := ResponseRecord{JobID: j.ID, Attempt: j.Attempt, At: now.UTC(), Status: resp.Status, Header: resp.Header,
+		Truncated: resp.BodyTruncated, DurationMS: float64(resp.Duration.Microseconds()) / 1000}
+	if out.Class != job.ClassSuccess {
+		rr.Error = out.Err
+	}
+	if utf8.Valid(resp.BodyPrefix) {
+		rr.Body = string(resp.BodyPrefix)
+	} else {
+		rr.BodyBase64 = resp.BodyPrefix
+	}
+	return rr
+}
+
+func (r *Registry) saveResponse(ctx context.Context, rr ResponseRecord) error {
+	b, err := json.Marshal(rr)
+	if err != nil {
+		return err
+	}
+	return r.st.PutObject(ctx, store.Object{Kind: ObjectResponse, ID: rr.JobID, Body: b, UpdatedAt: rr.At})
+}
+
+// LastFailedResponse returns the last failed answer of a delivery job, or
+// an error wrapping store.ErrNotFound when it has none.
+func (r *Registry) LastFailedResponse(ctx context.Context, jobID string) (ResponseRecord, error) {
+	o, err := r.st.GetObject(ctx, ObjectResponse, jobID)
+	if err != nil {
+		return ResponseRecord{}, err
+	}
+	var rr ResponseRecord
+	if err := json.Unmarshal(o.Body, &rr); err != nil {
+		return ResponseRecord{}, fmt.Errorf("decode response %s: %w", jobID, err)
+	}
+	return rr, nil
+}
+
+// succeeded clears a failure record, and refreshes LastSuccessAt at most
+// once a minute, so that a busy subscriber costs no write per delivery.
+func (r *Registry) succeeded(ctx context.Context, rec Record, now time.Time) error {
+	h := rec.Health
+	if h.FailingSince.IsZero() && now.Sub(h.LastSuccessAt) < healthEvery {
+		return nil
+	}
+	_, err := r.update(ctx, rec.ID, func(rec *Record, now time.Time) bool {
+		h := &rec.Health
+		if h.FailingSince.IsZero() && now.Sub(h.LastSuccessAt) < healthEvery {
+			return false
+		}
+		h.LastSuccessAt, h.FailingSince = now, time.Time{}
+		return true
+	})
+	return err
+}
+
+// failed records a failure: the first one after a success starts the
+// failure period; later ones are written at most once a minute; once the
+// period reaches DisableAfter the subscriber is disabled.
+func (r *Registry) failed(ctx context.Context, rec Record, out job.Outcome, now time.Time) error {
+	h := rec.Health
+	if !h.FailingSince.IsZero() && now.Sub(h.LastFailureAt) < healthEvery && now.Sub(h.FailingSince) < r.cfg.DisableAfter {
+		return nil
+	}
+	_, err := r.update(ctx, rec.ID, func(rec *Record, now time.Time) bool {
+		h := &rec.Health
+		if h.FailingSince.IsZero() {
+			h.FailingSince = now
+		}
+		h.LastFailureAt, h.LastStatus, h.LastError = now, out.Status, out.Err
+		if rec.Enabled && now.Sub(h.FailingSince) >= r.cfg.DisableAfter {
+			rec.Enabled, rec.DisabledAt = false, now
+			rec.DisabledReason = fmt.Sprintf("every delivery failed for %s (since %s)", r.cfg.DisableAfter, h.FailingSince.Format(time.RFC3339))
+		}
+		return true
+	})
+	return err
+}

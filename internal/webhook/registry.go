@@ -1,0 +1,638 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Object kinds the registry keeps in its region's store.
+const (
+	// ObjectSubscriber holds one subscriber's Record, secrets included.
+	ObjectSubscriber = "subscriber"
+	// ObjectEvent holds one published event version and its deliveries.
+	ObjectEvent = "webhook_event"
+	// ObjectResponse holds the last failed answer of one delivery job.
+	ObjectResponse = "webhook_response"
+)
+
+// Registry defaults.
+const (
+	// DefaultDisableAfter is how long a subscriber may fail continuously
+	// before it is disabled: five days, as common webhook services do.
+	DefaultDisableAfter = 5 * 24 * time.Hour
+	// DefaultCacheFor is how long a node trusts its cached copy of a
+	// subscriber; changes made on another node apply within it.
+	DefaultCacheFor = 2 * time.Second
+	// DefaultHeadroom is the fraction of a subscriber's declared rate the
+	// limit key leaves unused; see RegistryConfig.Headroom.
+	DefaultHeadroom = 0.03
+	// healthEvery bounds how often a healthy subscriber's last success is
+	// written back: once a minute, not once per delivery.
+	healthEvery = time.Minute
+)
+
+// LimitKey returns the limit key of a subscriber's deliveries,
+// "subscriber:<id>".
+func LimitKey(subscriberID string) string { return "subscriber:" + subscriberID }
+
+// RegistryConfig configures a Registry. Zero fields take the defaults
+// documented on each.
+type RegistryConfig struct {
+	// Store is the region's store (required). Subscribers, events and
+	// diagnostic responses are objects in it; deliveries are its jobs.
+	Store store.Store
+	// RotationWindow is how long a rotated-out secret keeps signing;
+	// default DefaultRotationWindow (24 h).
+	RotationWindow time.Duration
+	// DisableAfter disables a subscriber that has failed continuously
+	// (no success, only transient or permanent failures; 429s count as
+	// neither) for this long; default DefaultDisableAfter (5 days).
+	DisableAfter time.Duration
+	// CacheFor is how long subscriber lookups are served from memory;
+	// default DefaultCacheFor. Writes through this Registry invalidate its
+	// own cache at once. Negative means no cache (tests).
+	CacheFor time.Duration
+	// Headroom is the fraction of a subscriber's declared rate that its
+	// limit key leaves unused, in [0, 0.5); default DefaultHeadroom (3%).
+	// The receiver's bucket and ours run on different clocks and requests
+	// arrive with network jitter; pacing exactly at the allowance turns
+	// that jitter into 429s, each of which pauses the key for a whole
+	// Retry-After. A few percent lets the receiver's bucket keep slack.
+	// Negative means none.
+	Headroom float64
+	// Lane is the lane of delivery jobs when an event names none; default
+	// batch.
+	Lane job.Lane
+	// Notify, when set, is called after delivery jobs are inserted or
+	// redriven, to wake the region's engine.
+	Notify func()
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c RegistryConfig) WithDefaults() RegistryConfig {
+	if c.RotationWindow == 0 {
+		c.RotationWindow = DefaultRotationWindow
+	}
+	if c.DisableAfter == 0 {
+		c.DisableAfter = DefaultDisableAfter
+	}
+	if c.CacheFor == 0 {
+		c.CacheFor = DefaultCacheFor
+	}
+	switch {
+	case c.Headroom == 0:
+		c.Headroom = DefaultHeadroom
+	case c.Headroom < 0:
+		c.Headroom = 0
+	}
+	if c.Lane == "" {
+		c.Lane = job.LaneBatch
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c RegistryConfig) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("webhook RegistryConfig.Store is required")
+	case c.RotationWindow < 0 || c.DisableAfter < 0:
+		return errors.New("webhook RegistryConfig: RotationWindow and DisableAfter must not be negative")
+	case c.Headroom >= 0.5:
+		return fmt.Errorf("webhook RegistryConfig.Headroom %v: want 0 to 0.5", c.Headroom)
+	case !c.Lane.Valid():
+		return fmt.Errorf("webhook RegistryConfig.Lane %q: want interactive or batch", c.Lane)
+	}
+	return nil
+}
+
+// Registry keeps one region's webhook subscribers and publishes events to
+// them. It implements Directory, so a Deliverer can resolve subscribers
+// through it, and Handler gives the job handler of Kind. It is safe for
+// concurrent use; several nodes may run a Registry over one shared store.
+type Registry struct {
+	cfg RegistryConfig
+	st  store.Store
+
+	mu    sync.Mutex
+	cache map[string]cached
+	all   *cachedList
+	locks sync.Map // id -> *sync.Mutex: serialises updates per subscriber
+}
+
+type cached struct {
+	rec Record
+	at  time.Time
+}
+
+type cachedList struct {
+	recs []Record
+	at   time.Time
+}
+
+// NewRegistry returns the registry of cfg.Store's region.
+func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Registry{cfg: cfg, st: cfg.Store, cache: map[string]cached{}}, nil
+}
+
+// Region is the region whose subscribers the registry holds.
+func (r *Registry) Region() string { return r.st.Region() }
+
+// Rate is a subscriber's allowance: Limit deliveries per Period, of which
+// Burst may start at once.
+type Rate struct {
+	// Limit is the number of deliveries per Period (at least 1).
+	Limit int `json:"limit"`
+	// Period is the window of Limit, e.g. "1s" or "1m"; default one second.
+	Period Period `json:"period,omitzero"`
+	// Burst is how many deliveries may start at once from a rested
+	// subscriber; default min(Limit, max(1, one second's worth)).
+	Burst int `json:"burst,omitempty"`
+}
+
+// Period is a duration written in JSON as a Go duration string ("1s",
+// "1m30s") or a number of seconds.
+type Period time.Duration
+
+// MarshalJSON writes the duration string.
+func (p Period) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(p).String()) }
+
+// UnmarshalJSON reads a duration string or a number of seconds.
+func (p *Period) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("period %q: want a duration such as \"1s\" or \"1m\"", s)
+		}
+		*p = Period(d)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return errors.New("period: want a duration string or a number of seconds")
+	}
+	*p = Period(secs * float64(time.Second))
+	return nil
+}
+
+// perSecond returns the declared rate in deliveries per second.
+func (rt Rate) perSecond() float64 {
+	period := time.Duration(rt.Period)
+	if period <= 0 {
+		period = time.Second
+	}
+	return float64(rt.Limit) / period.Seconds()
+}
+
+// SubscriberSpec is what an operator declares about a subscriber (PUT
+// /v1/subscribers/{id}). Zero fields take the defaults documented on each.
+type SubscriberSpec struct {
+	// ID names the subscriber in its region: 1 to 100 letters, digits,
+	// '.', '_' or '-'.
+	ID string `json:"id"`
+	// Tenant owns the subscriber; only its events reach it. Default
+	// "default".
+	Tenant string `json:"tenant,omitempty"`
+	// URL is the receiver's http or https URL.
+	URL string `json:"url"`
+	// Topics are the event topics the subscriber receives (1 to 100);
+	// "*" receives every topic.
+	Topics []string `json:"topics"`
+	// Rate is the subscriber's allowance; nil paces nothing (only
+	// Concurrency and the subscriber's 429s apply).
+	Rate *Rate `json:"rate,omitempty"`
+	// Concurrency caps deliveries in flight to the subscriber; 0 means no cap.
+	Concurrency int `json:"concurrency,omitempty"`
+	// Adaptive lets the subscriber's 429s lower the pace and successes
+	// raise it again, up to Rate.
+	Adaptive bool `json:"adaptive,omitempty"`
+	// Secret is the signing secret ("whsec_" + base64 of 24 to 64 bytes).
+	// Empty on create generates one, returned once; empty on update keeps
+	// the current secrets. A different secret replaces them at once; use
+	// RotateSecret for a rotation with overlap.
+	Secret string `json:"secret,omitempty"`
+	// Headers are static headers sent with every delivery.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Enabled defaults to true. Setting it to true re-enables a disabled
+	// subscriber and clears its failure record.
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// Record is a stored subscriber. Its JSON form (what the API shows) never
+// contains secrets.
+type Record struct {
+	ID          string            `json:"id"`
+	Tenant      string            `json:"tenant"`
+	Region      string            `json:"region"`
+	URL         string            `json:"url"`
+	Topics      []string          `json:"topics"`
+	Rate        *Rate             `json:"rate,omitempty"`
+	Concurrency int               `json:"concurrency,omitempty"`
+	Adaptive    bool              `json:"adaptive,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	Enabled     bool              `json:"enabled"`
+	// DisabledReason says why the subscriber was switched off.
+	DisabledReason string    `json:"disabled_reason,omitempty"`
+	DisabledAt     time.Time `json:"disabled_at,omitzero"`
+	// Secrets sign deliveries; never shown.
+	Secrets Secrets `json:"-"`
+	// SecretRotatingUntil is when a rotated-out secret stops signing.
+	SecretRotatingUntil time.Time `json:"secret_rotating_until,omitzero"`
+	Health              Health    `json:"health"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+}
+
+// Health is what the registry knows of a subscriber's recent deliveries.
+// LastSuccessAt is written at most once a minute while deliveries succeed.
+type Health struct {
+	LastSuccessAt time.Time `json:"last_success_at,omitzero"`
+	// FailingSince is the first failure after the last success; zero
+	// while the subscriber is healthy.
+	FailingSince  time.Time `json:"failing_since,omitzero"`
+	LastFailureAt time.Time `json:"last_failure_at,omitzero"`
+	LastStatus    int       `json:"last_status,omitempty"`
+	LastError     string    `json:"last_error,omitempty"`
+}
+
+// stored is a Record as kept in the store: with its secrets.
+type stored struct {
+	Record
+	Secrets Secrets `json:"secrets"`
+}
+
+// LimitConfig is the admission configuration of the record's limit key:
+// the declared rate less headroom, and half the declared burst (rounded
+// up). Requests reach the receiver with network and scheduling jitter, so
+// starts spaced exactly at its rate can arrive closer together than it
+// allows; the burst ratelane leaves unused stays in the receiver's bucket
+// to absorb that jitter, and the rate headroom refills it.
+func (rec Record) LimitConfig(headroom float64) admission.Config {
+	c := admission.Config{Name: LimitKey(rec.ID), Concurrency: rec.Concurrency}
+	if rec.Rate != nil {
+		c.Rate = rec.Rate.perSecond() * (1 - headroom)
+		c.Burst = math.Ceil(float64(rec.Rate.Burst) / 2)
+		c.Adaptive = rec.Adaptive
+	}
+	return c
+}
+
+func (rec Record) subscribes(topic string) bool {
+	return slices.Contains(rec.Topics, topic) || slices.Contains(rec.Topics, "*")
+}
+
+var (
+	idPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+	topicPattern = regexp.MustCompile(`^(\*|[A-Za-z0-9][A-Za-z0-9._:/-]{0,127})$`)
+)
+
+// validate checks a spec, collecting every violation.
+func (spec SubscriberSpec) validate() error {
+	ve := &job.ValidationError{}
+	add := func(field, format string, args ...any) {
+		ve.Fields = append(ve.Fields, job.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	if !idPattern.MatchString(spec.ID) {
+		add("id", "id must be 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit")
+	}
+	if spec.Tenant != "" && (len(spec.Tenant) > job.MaxNameLen || strings.ContainsAny(spec.Tenant, "\x00\r\n\t")) {
+		add("tenant", "tenant must be at most %d bytes without control characters", job.MaxNameLen)
+	}
+	if u, err := url.Parse(spec.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || len(spec.URL) > 2048 {
+		add("url", "url must be an absolute http or https URL of at most 2048 bytes, without user info")
+	}
+	if len(spec.Topics) == 0 || len(spec.Topics) > 100 {
+		add("topics", "a subscriber names 1 to 100 topics, got %d", len(spec.Topics))
+	}
+	for _, t := range spec.Topics {
+		if !topicPattern.MatchString(t) {
+			add("topics", "topic %q must be \"*\" or 1 to 128 letters, digits, '.', '_', ':', '/' or '-'", t)
+		}
+	}
+	if spec.Rate != nil {
+		validateRate(*spec.Rate, add)
+	}
+	if spec.Concurrency < 0 || spec.Concurrency > 10_000 {
+		add("concurrency", "concurrency must be 0 (no cap) to 10000, got %d", spec.Concurrency)
+	}
+	if spec.Adaptive && spec.Rate == nil {
+		add("adaptive", "an adaptive subscriber needs a rate")
+	}
+	if spec.Secret != "" {
+		if _, err := ParseSecret(spec.Secret); err != nil {
+			add("secret", "secret must be \"whsec_\" followed by standard base64 of %d to %d bytes", MinSecretBytes, MaxSecretBytes)
+		}
+	}
+	if err := ValidateHeaders(spec.Headers); err != nil {
+		add("headers", "%s", err.Error())
+	}
+	if len(ve.Fields) > 0 {
+		return ve
+	}
+	return nil
+}
+
+func validateRate(rt Rate, add func(field, format string, args ...any)) {
+	period := time.Duration(rt.Period)
+	switch {
+	case rt.Limit < 1 || rt.Limit > 1_000_000:
+		add("rate.limit", "rate.limit must be 1 to 1000000 deliveries per period, got %d", rt.Limit)
+	case period < 0 || period > 24*time.Hour || (period > 0 && period < time.Millisecond):
+		add("rate.period", "rate.period must be 1ms to 24h, got %v", period)
+	case rt.Burst < 0 || rt.Burst > 1_000_000:
+		add("rate.burst", "rate.burst must be 0 (default) to 1000000, got %d", rt.Burst)
+	}
+}
+
+// Put creates or replaces a subscriber and upserts its limit key
+// LimitKey(id) from Rate, Concurrency and Adaptive. It returns the stored
+// record, the signing secret when one was generated (shown once: it is
+// never returned again) and whether the subscriber was created. Errors are
+// a *job.ValidationError for an invalid spec, or the store's.
+func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string, bool, error) {
+	if err := spec.validate(); err != nil {
+		return Record{}, "", false, err
+	}
+	now := r.cfg.Now().UTC()
+	prev, err := r.load(ctx, spec.ID)
+	created := errors.Is(err, ErrSubscriberNotFound)
+	if err != nil && !created {
+		return Record{}, "", false, err
+	}
+	rec, generated := r.merge(spec, prev, created, now)
+	if _, err := r.st.UpsertLimit(ctx, rec.LimitConfig(r.cfg.Headroom)); err != nil {
+		return Record{}, "", false, fmt.Errorf("subscriber %s: limit key: %w", spec.ID, err)
+	}
+	if err := r.save(ctx, rec); err != nil {
+		return Record{}, "", false, err
+	}
+	return rec, generated, created, nil
+}
+
+// merge builds the record of spec over the previous one.
+func (r *Registry) merge(spec SubscriberSpec, prev Record, created bool, now time.Time) (Record, string) {
+	rec := Record{
+		ID: spec.ID, Tenant: spec.Tenant, Region: r.Region(), URL: spec.URL, Topics: slices.Clone(spec.Topics),
+		Concurrency: spec.Concurrency, Adaptive: spec.Adaptive, Headers: spec.Headers, Enabled: true,
+		CreatedAt: now, UpdatedAt: now,
+	}
+	if rec.Tenant == "" {
+		rec.Tenant = job.DefaultTenant
+	}
+	if spec.Rate != nil {
+		rt := *spec.Rate
+		if rt.Period == 0 {
+			rt.Period = Period(time.Second)
+		}
+		if rt.Burst == 0 {
+			rt.Burst = min(rt.Limit, max(1, int(math.Ceil(rt.perSecond()))))
+		}
+		rec.Rate = &rt
+	}
+	if !created {
+		rec.CreatedAt, rec.Secrets, rec.Health = prev.CreatedAt, prev.Secrets, prev.Health
+		rec.Enabled, rec.DisabledReason, rec.DisabledAt = prev.Enabled, prev.DisabledReason, prev.DisabledAt
+	}
+	if spec.Enabled != nil {
+		rec.Enabled = *spec.Enabled
+		if rec.Enabled && !prev.Enabled {
+			rec.DisabledReason, rec.DisabledAt, rec.Health = "", time.Time{}, Health{}
+		} else if !rec.Enabled && prev.Enabled || !rec.Enabled && created {
+			rec.DisabledReason, rec.DisabledAt = "disabled by an operator", now
+		}
+	}
+	generated := ""
+	switch {
+	case spec.Secret != "" && spec.Secret != rec.Secrets.Current:
+		rec.Secrets = Secrets{Current: spec.Secret}
+	case rec.Secrets.Current == "":
+		generated = NewSecret()
+		rec.Secrets = Secrets{Current: generated}
+	}
+	rec.SecretRotatingUntil = rotatingUntil(rec.Secrets, now)
+	return rec, generated
+}
+
+func rotatingUntil(s Secrets, now time.Time) time.Time {
+	if s.Previous != "" && now.Before(s.PreviousExpiresAt) {
+		return s.PreviousExpiresAt
+	}
+	return time.Time{}
+}
+
+// Get returns one subscriber, read from the store (not the cache). An
+// unknown id gives an error wrapping ErrSubscriberNotFound and
+// store.ErrNotFound.
+func (r *Registry) Get(ctx context.Context, id string) (Record, error) {
+	return r.load(ctx, id)
+}
+
+// List returns up to limit subscribers (1 to 1000; 0 means 100) with ids
+// after after, in id order.
+func (r *Registry) List(ctx context.Context, after string, limit int) ([]Record, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	objs, err := r.st.ListObjects(ctx, ObjectSubscriber, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Record, 0, len(objs))
+	for _, o := range objs {
+		rec, err := decodeRecord(o.Body)
+		if err != nil {
+			return nil, fmt.Errorf("subscriber %s: %w", o.ID, err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// Delete removes a subscriber. Its queued deliveries end as
+// subscriber_gone when they next run; its limit key stays (it holds no
+// content). An unknown id wraps ErrSubscriberNotFound.
+func (r *Registry) Delete(ctx context.Context, id string) error {
+	err := r.st.DeleteObject(ctx, ObjectSubscriber, id)
+	r.invalidate(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("subscriber %s: %w: %w", id, ErrSubscriberNotFound, err)
+	}
+	return err
+}
+
+// RotateSecret makes a new current secret, returned once, and keeps the
+// old one signing alongside it for window (<= 0 means the configured
+// RotationWindow), so the subscriber can switch its verifier at any time
+// within it.
+func (r *Registry) RotateSecret(ctx context.Context, id string, window time.Duration) (Record, string, error) {
+	if window <= 0 {
+		window = r.cfg.RotationWindow
+	}
+	next := NewSecret()
+	rec, err := r.update(ctx, id, func(rec *Record, now time.Time) bool {
+		rec.Secrets = rec.Secrets.Rotate(next, now, window)
+		rec.SecretRotatingUntil = rotatingUntil(rec.Secrets, now)
+		return true
+	})
+	if err != nil {
+		return Record{}, "", err
+	}
+	return rec, next, nil
+}
+
+// Disable switches a subscriber off with a reason; its deliveries end as
+// permanent until it is enabled again with Put.
+func (r *Registry) Disable(ctx context.Context, id, reason string) (Record, error) {
+	return r.update(ctx, id, func(rec *Record, now time.Time) bool {
+		if !rec.Enabled {
+			return false
+		}
+		rec.Enabled, rec.DisabledReason, rec.DisabledAt = false, reason, now
+		return true
+	})
+}
+
+// Subscriber implements Directory from the cache (refreshed every
+// CacheFor).
+func (r *Registry) Subscriber(ctx context.Context, id string) (Subscriber, error) {
+	rec, err := r.lookup(ctx, id)
+	if err != nil {
+		return Subscriber{}, err
+	}
+	return rec.subscriber(), nil
+}
+
+func (rec Record) subscriber() Subscriber {
+	return Subscriber{ID: rec.ID, URL: rec.URL, Region: rec.Region, Secrets: rec.Secrets, Headers: rec.Headers, Enabled: rec.Enabled}
+}
+
+// lookup returns a subscriber from the cache when fresh enough.
+func (r *Registry) lookup(ctx context.Context, id string) (Record, error) {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	c, ok := r.cache[id]
+	r.mu.Unlock()
+	if ok && now.Sub(c.at) < r.cfg.CacheFor {
+		return c.rec, nil
+	}
+	rec, err := r.load(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	r.mu.Lock()
+	r.cache[id] = cached{rec: rec, at: now}
+	r.mu.Unlock()
+	return rec, nil
+}
+
+// load reads a subscriber from the store.
+func (r *Registry) load(ctx context.Context, id string) (Record, error) {
+	o, err := r.st.GetObject(ctx, ObjectSubscriber, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Record{}, fmt.Errorf("subscriber %s: %w: %w", id, ErrSubscriberNotFound, err)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	return decodeRecord(o.Body)
+}
+
+func decodeRecord(b []byte) (Record, error) {
+	var s stored
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Record{}, fmt.Errorf("decode subscriber: %w", err)
+	}
+	s.Record.Secrets = s.Secrets
+	return s.Record, nil
+}
+
+// save writes a record and drops this node's cached copies.
+func (r *Registry) save(ctx context.Context, rec Record) error {
+	body, err := json.Marshal(stored{Record: rec, Secrets: rec.Secrets})
+	if err != nil {
+		return err
+	}
+	err = r.st.PutObject(ctx, store.Object{Kind: ObjectSubscriber, ID: rec.ID, Body: body, UpdatedAt: rec.UpdatedAt})
+	r.invalidate(rec.ID)
+	return err
+}
+
+func (r *Registry) invalidate(id string) {
+	r.mu.Lock()
+	delete(r.cache, id)
+	r.all = nil
+	r.mu.Unlock()
+}
+
+// update applies fn to the stored record and saves it when fn reports a
+// change. Updates of one subscriber through this Registry are serialised;
+// across nodes the last write wins (fields are re-read just before).
+func (r *Registry) update(ctx context.Context, id string, fn func(rec *Record, now time.Time) bool) (Record, error) {
+	mu, _ := r.locks.LoadOrStore(id, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	rec, err := r.load(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	now := r.cfg.Now().UTC()
+	if !fn(&rec, now) {
+		return rec, nil
+	}
+	rec.UpdatedAt = now
+	return rec, r.save(ctx, rec)
+}
+
+// subscribers returns every subscriber of the region, from a list cached
+// for CacheFor.
+func (r *Registry) subscribers(ctx context.Context) ([]Record, error) {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	all := r.all
+	r.mu.Unlock()
+	if all != nil && now.Sub(all.at) < r.cfg.CacheFor {
+		return all.recs, nil
+	}
+	var recs []Record
+	after := ""
+	for {
+		page, err := r.List(ctx, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, page...)
+		if len(page) < 1000 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	r.mu.Lock()
+	r.all = &cachedList{recs: recs, at: now}
+	r.mu.Unlock()
+	return recs, nil
+}
+
+// versionID formats a version so that object ids sort numerically.
+func versionID(v int64) string { return fmt.Sprintf("%020d", v) }

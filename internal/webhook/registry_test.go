@@ -1,0 +1,202 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/sqlite"
+)
+
+// clock is a settable clock for registry tests.
+type clock struct{ now atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()).UTC() }
+func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
+
+func newRegistry(t *testing.T, tweak ...func(*RegistryConfig)) (*Registry, store.Store, *clock) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: sqlite.SyncNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	c := &clock{}
+	c.now.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano())
+	cfg := RegistryConfig{Store: st, Now: c.Now, CacheFor: -1}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	r, err := NewRegistry(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, st, c
+}
+
+func TestRegistryPutValidates(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newRegistry(t)
+	_, _, _, err := r.Put(context.Background(), SubscriberSpec{ID: "bad id", URL: "ftp://x", Topics: nil,
+		Rate: &Rate{Limit: 0}, Secret: "whsec_short", Headers: map[string]string{"X": "a\nb"}})
+	var ve *job.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want a ValidationError", err)
+	}
+	fields := map[string]bool{}
+	for _, f := range ve.Fields {
+		fields[f.Field] = true
+	}
+	for _, want := range []string{"id", "url", "topics", "rate.limit", "secret", "headers"} {
+		if !fields[want] {
+			t.Errorf("no violation for %s in %v", want, ve.Fields)
+		}
+	}
+}
+
+// TestRegistryPutConfiguresLimitKey: a subscriber's declared allowance
+// becomes its limit key, less headroom, with half the burst.
+func TestRegistryPutConfiguresLimitKey(t *testing.T) {
+	t.Parallel()
+	r, st, _ := newRegistry(t)
+	rec, secret, created, err := r.Put(context.Background(), SubscriberSpec{ID: "s1", URL: "https://example.com/h",
+		Topics: []string{"a"}, Rate: &Rate{Limit: 600, Period: Period(time.Minute), Burst: 10}, Concurrency: 4})
+	if err != nil || !created || !strings.HasPrefix(secret, SecretPrefix) || rec.Secrets.Current != secret {
+		t.Fatalf("put = %+v, %q, %v, %v", rec, secret, created, err)
+	}
+	k, err := st.GetLimit(context.Background(), "subscriber:s1")
+	if err != nil || k.Rate != 10*(1-DefaultHeadroom) || k.Burst != 5 || k.Concurrency != 4 {
+		t.Fatalf("limit key = %+v, %v; want 9.7/s, burst 5, concurrency 4", k, err)
+	}
+	rec2, secret2, created2, err := r.Put(context.Background(), SubscriberSpec{ID: "s1", URL: "https://example.com/h2", Topics: []string{"a"}})
+	if err != nil || created2 || secret2 != "" || rec2.Secrets.Current != secret || !rec2.CreatedAt.Equal(rec.CreatedAt) {
+		t.Fatalf("update = %+v, %q, %v, %v; want the secret kept", rec2, secret2, created2, err)
+	}
+	b, _ := json.Marshal(rec2)
+	if strings.Contains(string(b), secret) {
+		t.Fatal("a Record's JSON shows its secret")
+	}
+}
+
+func TestRegistryRotateAndDisable(t *testing.T) {
+	t.Parallel()
+	r, _, c := newRegistry(t)
+	_, old, _, _ := r.Put(context.Background(), SubscriberSpec{ID: "s", URL: "https://example.com/h", Topics: []string{"a"}})
+	rec, next, err := r.RotateSecret(context.Background(), "s", time.Hour)
+	if err != nil || next == old {
+		t.Fatal(err)
+	}
+	if got := rec.Secrets.Active(c.Now()); len(got) != 2 || got[0] != next || got[1] != old {
+		t.Fatalf("active secrets in the window = %d, want new and old", len(got))
+	}
+	if got := rec.Secrets.Active(c.Now().Add(2 * time.Hour)); len(got) != 1 {
+		t.Fatalf("active secrets after the window = %d, want 1", len(got))
+	}
+	rec, err = r.Disable(context.Background(), "s", "maintenance")
+	if err != nil || rec.Enabled || rec.DisabledReason != "maintenance" {
+		t.Fatalf("disable = %+v, %v", rec, err)
+	}
+	on := true
+	rec, _, _, err = r.Put(context.Background(), SubscriberSpec{ID: "s", URL: "https://example.com/h", Topics: []string{"a"}, Enabled: &on})
+	if err != nil || !rec.Enabled || rec.DisabledReason != "" {
+		t.Fatalf("re-enable = %+v, %v", rec, err)
+	}
+	if _, err := r.Get(context.Background(), "nope"); !errors.Is(err, ErrSubscriberNotFound) || !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown subscriber: %v", err)
+	}
+}
+
+// TestPublishFansOut: one job per enabled subscriber of the topic and
+// tenant, with the documented keys; versions sort numerically.
+func TestPublishFansOut(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newRegistry(t)
+	ctx := context.Background()
+	for _, s := range []SubscriberSpec{
+		{ID: "a", URL: "https://a.example/h", Topics: []string{"order.paid"}},
+		{ID: "b", URL: "https://b.example/h", Topics: []string{"*"}},
+		{ID: "c", URL: "https://c.example/h", Topics: []string{"other"}},
+		{ID: "d", URL: "https://d.example/h", Topics: []string{"order.paid"}, Tenant: "globex"},
+	} {
+		if _, _, _, err := r.Put(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Disable(ctx, "b", "off"); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []int64{10, 2} {
+		res, err := r.Publish(ctx, Event{Topic: "order.paid", ID: "o-1", Version: v, Payload: json.RawMessage(`{"x":1}`)})
+		if err != nil || res.Created != 1 || res.Deliveries[0].SubscriberID != "a" {
+			t.Fatalf("publish v%d = %+v, %v", v, res, err)
+		}
+	}
+	ds, err := r.EventDeliveries(ctx, "", "o-1", "", 0)
+	if err != nil || len(ds) != 2 || ds[0].Version != 10 || ds[1].Version != 2 {
+		t.Fatalf("event deliveries = %+v, %v (creation order)", ds, err)
+	}
+	j, _ := r.st.Get(ctx, ds[1].ID)
+	if j.IdempotencyKey != "o-1:a:2" || j.LimitKeys[0] != "subscriber:a" || j.Lane != job.LaneBatch || j.Kind != Kind {
+		t.Fatalf("job = %+v", j)
+	}
+	if _, err := r.EventDeliveries(ctx, "", "o-2", "", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown event: %v", err)
+	}
+	if _, err := r.Publish(ctx, Event{Topic: "*", ID: "a/b", Payload: json.RawMessage(`null`)}); err == nil {
+		t.Fatal("an invalid event was published")
+	}
+}
+
+// TestHandlerRecordsResponses: a success keeps the answer as the result;
+// a 410 disables the subscriber and keeps the answer as an object.
+func TestHandlerRecordsResponses(t *testing.T) {
+	t.Parallel()
+	status := atomic.Int64{}
+	status.Store(200)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(int(status.Load()))
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	defer srv.Close()
+	r, st, _ := newRegistry(t)
+	ctx := context.Background()
+	if _, _, _, err := r.Put(ctx, SubscriberSpec{ID: "s", URL: srv.URL, Topics: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{AllowPrivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.CloseIdleConnections()
+	handle := r.Handler(d)
+	run := func(id string) job.Outcome {
+		res, err := r.Publish(ctx, Event{Topic: "t", ID: id, Payload: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _ := st.Get(ctx, res.Deliveries[0].ID)
+		return handle(ctx, j)
+	}
+	out := run("e1")
+	var rr ResponseRecord
+	if err := json.Unmarshal(out.Result, &rr); out.Class != job.ClassSuccess || err != nil || rr.Status != 200 || rr.Body != `{"ok":true}` {
+		t.Fatalf("success outcome %+v, result %s", out, out.Result)
+	}
+	status.Store(410)
+	out = run("e2")
+	if out.Reason != job.ReasonSubscriberGone {
+		t.Fatalf("410 outcome %+v", out)
+	}
+	if rec, _ := r.Get(ctx, "s"); rec.Enabled {
+		t.Fatal("a 410 left the subscriber enabled")
+	}
+}
