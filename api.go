@@ -60,11 +60,13 @@ func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
 		return nil, err
 	}
 	regions := map[string]store.Store{}
+	hooks := map[string]httpapi.WebhookRegistry{}
 	for name, rt := range c.regions {
 		regions[name] = rt.store
+		hooks[name] = rt.hooks
 	}
 	srv, err := httpapi.New(httpapi.Config{
-		Regions: regions, Notify: c.notify, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
+		Regions: regions, Webhooks: hooks, Reviews: reviewAdapter{c}, Notify: c.notify, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
 		DefaultLimit: c.cfg.DefaultLimit, InteractiveBudget: c.cfg.InteractiveBudget, BatchBudget: c.cfg.BatchBudget,
 		Registerer: c.registry, Gatherer: c.registry, Now: c.cfg.Now, Logger: c.cfg.Logger, Version: Version,
 		RequestRate: cfg.RequestRate, RequestBurst: cfg.RequestBurst,

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/postgres"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
+	"github.com/ratelane/ratelane/internal/webhook"
 )
 
 // ErrNotFound is returned for a job or key that does not exist in the region.
@@ -46,6 +47,7 @@ type Client struct {
 type regionRT struct {
 	store  store.Store
 	engine *engine.Engine
+	hooks  *webhook.Registry
 }
 
 // NewClient opens every region's store (creating and migrating it), checks
@@ -90,13 +92,26 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 		}
 	}
 	kinds, err := c.kindsFor(r.Name)
-	if err != nil || len(kinds) == 0 {
+	if err != nil {
 		return err
+	}
+	if err := c.openWebhooks(rt, kinds); err != nil {
+		return fmt.Errorf("ratelane: region %q: webhooks: %w", r.Name, err)
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	obs := observer{metrics: c.metrics}
+	if rv := c.cfg.reviews[r.Name]; rv != nil {
+		if err := rv.bind(c, st); err != nil {
+			return fmt.Errorf("ratelane: region %q: %w", r.Name, err)
+		}
+		obs.agg = rv.agg
 	}
 	rt.engine, err = engine.New(engine.Config{
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, Retention: c.cfg.Retention,
-		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: c.metrics,
+		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: obs,
 	})
 	return err
 }
@@ -162,6 +177,9 @@ func (c *Client) Start(ctx context.Context) error {
 				return err
 			}
 		}
+		if rv := c.cfg.reviews[name]; rv != nil && rv.agg != nil {
+			rv.agg.Start(ctx) // its first sweep aggregates reviews a crash left accepted
+		}
 	}
 	return nil
 }
@@ -173,6 +191,9 @@ func (c *Client) Stop(ctx context.Context) error {
 	for _, name := range c.order {
 		if e := c.regions[name].engine; e != nil {
 			e.Stop(ctx)
+		}
+		if rv := c.cfg.reviews[name]; rv != nil && rv.agg != nil {
+			rv.agg.Stop()
 		}
 	}
 	return c.Close()
@@ -355,6 +376,8 @@ type ListParams struct {
 	State  State
 	Kind   string
 	Lane   Lane
+	// LimitKey matches jobs that name this limit key.
+	LimitKey string
 	// After is the last id of the previous page.
 	After string
 	// Limit is the page size (at most 1000; default 100).
@@ -368,5 +391,6 @@ func (c *Client) List(ctx context.Context, region string, p ListParams) ([]*Job,
 	if err != nil {
 		return nil, err
 	}
-	return st.List(ctx, store.ListParams{Tenant: p.Tenant, State: p.State, Kind: p.Kind, Lane: p.Lane, After: p.After, Limit: p.Limit})
+	return st.List(ctx, store.ListParams{Tenant: p.Tenant, State: p.State, Kind: p.Kind, Lane: p.Lane, LimitKey: p.LimitKey,
+		After: p.After, Limit: p.Limit})
 }

@@ -63,14 +63,18 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests replace it.
 	Now func() time.Time
+	// Webhooks configures webhook subscribers, events and, when
+	// Webhooks.Deliver is set, the built-in "webhook" job kind.
+	Webhooks WebhookConfig
 	// Registry receives ratelane's metrics and is served at /metrics by
 	// the HTTP API; default a new registry with Go and process collectors.
 	// ratelane never uses the global registry: it is also a library.
 	Registry *prometheus.Registry
 
 	// kinds[region][kind]; the region "" applies to every region.
-	kinds map[string]map[string]engine.Kind
-	bound []boundResource
+	kinds   map[string]map[string]engine.Kind
+	bound   []boundResource
+	reviews map[string]*reviewRT // set by HandleReviews
 }
 
 // WithDefaults returns c with every zero field set to its default.

@@ -37,6 +37,8 @@ type serverFlags struct {
 	workers     int
 	config      string
 	logFormat   string
+	// allowPrivate switches the webhook SSRF guard off.
+	allowPrivate bool
 }
 
 // multiFlag collects a repeatable flag.
@@ -57,6 +59,8 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	fs.IntVar(&f.workers, "workers", 16, "jobs run at once per region")
 	fs.StringVar(&f.config, "config", "", "JSON config file (see docs/configuration.md); flags override it")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
+	fs.BoolVar(&f.allowPrivate, "allow-private-targets", false,
+		"let webhook deliveries reach loopback, private and link-local addresses (tests, demos, single-tenant installs only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -79,6 +83,8 @@ type fileConfig struct {
 	DefaultLimit      ratelane.Limit    `json:"default_limit"`
 	InteractiveBudget string            `json:"interactive_budget"`
 	BatchBudget       string            `json:"batch_budget"`
+	// AllowPrivateTargets is --allow-private-targets.
+	AllowPrivateTargets bool `json:"allow_private_targets"`
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -135,6 +141,7 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		cfg.Workers = fc.Workers
 	}
 	cfg.Regions, cfg.Limits, cfg.DefaultLimit = fc.Regions, fc.Limits, fc.DefaultLimit
+	f.allowPrivate = f.allowPrivate || fc.AllowPrivateTargets
 	for _, d := range []struct {
 		s   string
 		dst *time.Duration
@@ -171,7 +178,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	registerBuiltins(&cfg)
+	registerBuiltins(&cfg, f)
 	client, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		return err
@@ -242,5 +249,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return client.Close()
 }
 
-// registerBuiltins registers ratelane's built-in job kinds.
-func registerBuiltins(cfg *ratelane.Config) {}
+// registerBuiltins registers ratelane's built-in job kinds: webhook
+// deliveries (the SSRF guard stays on unless --allow-private-targets or the
+// config file's allow_private_targets says otherwise).
+func registerBuiltins(cfg *ratelane.Config, f *serverFlags) {
+	cfg.Webhooks.Deliver = true
+	cfg.Webhooks.AllowPrivateTargets = f.allowPrivate
+	registerReviews(cfg)
+}

@@ -15,7 +15,7 @@ var updateDocs = flag.Bool("update", false, "rewrite docs/api.md from the route 
 // that serves the API, GET /v1 and the OpenAPI document. Run
 // `go test ./internal/httpapi -run APIDoc -update` after changing a route.
 func TestAPIDocUpToDate(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, withWebhooks(t), withReviews(newFakeReviews("us")))
 	got := renderAPIDoc(e.srv.discoveryDoc())
 	const path = "../../docs/api.md"
 	if *updateDocs {

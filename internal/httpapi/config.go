@@ -78,6 +78,13 @@ type Config struct {
 	Auth Authenticator
 	// Keys serves /v1/keys; nil means the key endpoints are not served.
 	Keys KeyManager
+	// Webhooks maps each region to its webhook registry and serves
+	// /v1/subscribers, /v1/events and /v1/deliveries; nil means those
+	// endpoints are not served. When set, every region needs one.
+	Webhooks map[string]WebhookRegistry
+	// Reviews serves /v1/reviews; nil means the review endpoints are not
+	// served. Regions without reviews answer 501.
+	Reviews ReviewService
 	// DefaultLimit configures limit keys first named by a job; the zero
 	// value paces nothing.
 	DefaultLimit admission.Config
@@ -154,6 +161,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("httpapi: InteractiveBudget and BatchBudget must be at least 1s, got %v and %v", c.InteractiveBudget, c.BatchBudget)
 	case c.RequestBurst < 1:
 		return fmt.Errorf("httpapi: RequestBurst must be at least 1, got %d", c.RequestBurst)
+	}
+	for name := range c.Regions {
+		if c.Webhooks != nil && c.Webhooks[name] == nil {
+			return fmt.Errorf("httpapi: region %q has no webhook registry; Webhooks needs one per region", name)
+		}
 	}
 	def := c.DefaultLimit
 	def.Name = "default"

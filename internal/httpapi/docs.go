@@ -171,7 +171,11 @@ func successResponse(rt route) map[string]any {
 	case rt.path == "/metrics":
 		resp["content"] = map[string]any{"text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}
 	case rt.response != nil:
-		resp["content"] = map[string]any{"application/json": map[string]any{"schema": schemaOf(rt.response, false)}}
+		media := rt.media
+		if media == "" {
+			media = "application/json"
+		}
+		resp["content"] = map[string]any{media: map[string]any{"schema": schemaOf(rt.response, false)}}
 	}
 	return resp
 }

@@ -22,6 +22,8 @@ type route struct {
 	request any
 	// response is a zero value of the success body type; nil for none.
 	response any
+	// media is the success body's media type; default application/json.
+	media string
 	// status is the success status.
 	status int
 	params []param
@@ -146,6 +148,12 @@ func (s *Server) routes() []route {
 				handle: s.handleRevokeKey, status: 204, vars: map[string]string{"id": "KEY_ID"}},
 		)
 	}
+	if s.cfg.Webhooks != nil {
+		rts = append(rts, s.webhookRoutes()...)
+	}
+	if s.cfg.Reviews != nil {
+		rts = append(rts, s.reviewRoutes()...)
+	}
 	return rts
 }
 
@@ -157,6 +165,10 @@ var exampleVars = map[string]string{
 	"LEASE_TOKEN":      "the lease_token POST /v1/leases returned with JOB_ID",
 	"DEAD_JOB_ID":      "a terminal job's id, from GET /v1/dead-letters",
 	"KEY_ID":           "an API key id, from GET /v1/keys",
+	"SUBSCRIBER_ID":    "a webhook subscriber id of your choice for PUT /v1/subscribers/{id}, else one from GET /v1/subscribers",
+	"EVENT_ID":         "an event id, as posted to POST /v1/events",
+	"DELIVERY_ID":      "a delivery id, from POST /v1/events or a deliveries list",
+	"REVIEW_ID":        "a review id, from POST /v1/reviews",
 }
 
 // curl renders the route's runnable example. Path wildcards become shell

@@ -136,6 +136,9 @@ func addFields(t reflect.Type, request bool, props map[string]any, required *[]s
 		}
 		props[name] = fs
 		optional := strings.Contains(opts, "omitempty") || strings.Contains(opts, "omitzero")
+		if typ, ok := fs["type"].(string); ok && !request && !optional && f.Type.Kind() == reflect.Pointer {
+			fs["type"] = []string{typ, "null"} // encoding/json writes a nil pointer as null
+		}
 		if (request && f.Tag.Get("required") == "true") || (!request && !optional) {
 			*required = append(*required, name)
 		}

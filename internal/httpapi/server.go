@@ -174,7 +174,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Warn("error after the response started", "route", r.Pattern, "err", err)
 		return
 	}
-	if e.p.Status >= 500 {
+	if e.p.Status >= 500 && e.p.Status != http.StatusNotImplemented { // 501: a feature the operator did not enable
 		s.log.Error("request failed", "route", r.Pattern, "status", e.p.Status, "err", err)
 	}
 	writeProblem(w, r, e)

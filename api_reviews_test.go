@@ -1,0 +1,323 @@
+package ratelane_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane"
+)
+
+// apiReviewDiff adds an AWS access key id on line 4 of config.go.
+const apiReviewDiff = `diff --git a/config.go b/config.go
+--- a/config.go
++++ b/config.go
+@@ -1,3 +1,4 @@
+ package config
+ 
+ const region = "us-east-1"
++const awsKeyID = "AKIAQWERTYUIOPASDFGH"
+`
+
+// reviewAPI is a client with reviews in us (rules provider) and none in
+// eu, served over HTTP, with producer keys for two tenants.
+type reviewAPI struct {
+	t            *testing.T
+	c            *ratelane.Client
+	url          string
+	acme, globex string
+}
+
+func newReviewAPI(t *testing.T) *reviewAPI {
+	t.Helper()
+	ctx := context.Background()
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}}
+	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, SweepEvery: 100 * time.Millisecond})
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop", RequestRate: -1})
+	if err != nil {
+		c.Stop(ctx)
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		api.Close()
+		c.Stop(context.Background())
+	})
+	a := &reviewAPI{t: t, c: c, url: srv.URL}
+	key := func(tenant string) string {
+		var out struct {
+			Secret string `json:"secret"`
+		}
+		a.call("POST", "/v1/keys", "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop", map[string]any{"tenant": tenant, "role": "producer"}, nil, 201, &out)
+		return out.Secret
+	}
+	a.acme, a.globex = key("acme"), key("globex")
+	return a
+}
+
+// call sends a request and fails unless it answers want; the body is
+// decoded into out when out is set, and returned.
+func (a *reviewAPI) call(method, path, key string, body any, hdr map[string]string, want int, out any) *http.Response {
+	a.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, a.url+path, rd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if resp.StatusCode != want {
+		a.t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			a.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	return resp
+}
+
+type apiReview struct {
+	ID     string `json:"id"`
+	Region string `json:"region"`
+	Tenant string `json:"tenant"`
+	State  string `json:"state"`
+	Depth  string `json:"depth"`
+	Parts  struct {
+		Total, Succeeded, Pending int
+	} `json:"parts"`
+	Result *struct {
+		Findings []struct {
+			Path     string `json:"path"`
+			Line     int    `json:"line"`
+			Severity string `json:"severity"`
+			Category string `json:"category"`
+			Evidence string `json:"evidence"`
+		} `json:"findings"`
+		Quarantined []json.RawMessage `json:"quarantined"`
+		Usage       map[string]int64  `json:"usage"`
+	} `json:"result"`
+}
+
+// TestReviewHTTPEndToEnd submits a real diff over HTTP, polls the review
+// until it is published, and reads its finding and SARIF export; another
+// tenant cannot see it, a replay with the same Idempotency-Key creates
+// nothing, and a region without reviews answers 501.
+func TestReviewHTTPEndToEnd(t *testing.T) {
+	t.Parallel()
+	a := newReviewAPI(t)
+	body := map[string]any{"region": "us", "repo": "acme/app", "change": "7", "base_sha": "aaa", "head_sha": "bbb",
+		"diff": apiReviewDiff, "depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}
+	idem := map[string]string{"Idempotency-Key": "acme/app#7@bbb"}
+	var rv apiReview
+	resp := a.call("POST", "/v1/reviews", a.acme, body, idem, 202, &rv)
+	if rv.ID == "" || rv.Tenant != "acme" || rv.Region != "us" || rv.Depth != "full" {
+		t.Fatalf("submitted %+v", rv)
+	}
+	if loc := resp.Header.Get("Location"); loc != "/v1/reviews/"+rv.ID+"?region=us" {
+		t.Fatalf("Location %q", loc)
+	}
+
+	deadline := time.Now().Add(15 * time.Second)
+	for rv.State != "published" {
+		if time.Now().After(deadline) {
+			t.Fatalf("review is %s, want published", rv.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+		a.call("GET", "/v1/reviews/"+rv.ID, a.acme, nil, nil, 200, &rv)
+	}
+	if rv.Result == nil || len(rv.Result.Findings) != 1 || rv.Parts.Total < 1 || rv.Parts.Succeeded != rv.Parts.Total {
+		t.Fatalf("published review %+v", rv)
+	}
+	f := rv.Result.Findings[0]
+	if f.Path != "config.go" || f.Line != 4 || f.Severity != "error" || f.Category != "security" || !strings.Contains(f.Evidence, "AKIAQWERTYUIOPASDFGH") {
+		t.Fatalf("finding %+v", f)
+	}
+
+	var sarif struct {
+		Version string `json:"version"`
+		Runs    []struct {
+			Tool struct {
+				Driver struct {
+					Name string `json:"name"`
+				} `json:"driver"`
+			} `json:"tool"`
+			Results []struct {
+				RuleID    string `json:"ruleId"`
+				Level     string `json:"level"`
+				Locations []struct {
+					PhysicalLocation struct {
+						ArtifactLocation struct {
+							URI string `json:"uri"`
+						} `json:"artifactLocation"`
+						Region struct {
+							StartLine int `json:"startLine"`
+						} `json:"region"`
+					} `json:"physicalLocation"`
+				} `json:"locations"`
+			} `json:"results"`
+		} `json:"runs"`
+	}
+	resp = a.call("GET", "/v1/reviews/"+rv.ID+"/sarif?region=us", a.acme, nil, nil, 200, &sarif)
+	if ct := resp.Header.Get("Content-Type"); ct != "application/sarif+json" {
+		t.Fatalf("SARIF Content-Type %q", ct)
+	}
+	if sarif.Version != "2.1.0" || len(sarif.Runs) != 1 || len(sarif.Runs[0].Results) != 1 {
+		t.Fatalf("SARIF %+v", sarif)
+	}
+	res := sarif.Runs[0].Results[0]
+	if res.Level != "error" || len(res.Locations) != 1 || res.Locations[0].PhysicalLocation.ArtifactLocation.URI != "config.go" ||
+		res.Locations[0].PhysicalLocation.Region.StartLine != 4 {
+		t.Fatalf("SARIF result %+v", res)
+	}
+
+	// Tenancy: globex gets a 404 for acme's review, as for a missing one.
+	a.call("GET", "/v1/reviews/"+rv.ID, a.globex, nil, nil, 404, nil)
+	a.call("GET", "/v1/reviews/"+rv.ID+"/sarif", a.globex, nil, nil, 404, nil)
+	a.call("GET", "/v1/reviews/"+rv.ID+"?region=us", a.globex, nil, nil, 404, nil)
+
+	// A replay returns the first review and inserts no part jobs.
+	ctx := context.Background()
+	parts := func() int {
+		js, err := a.c.List(ctx, "us", ratelane.ListParams{Kind: "review.part", Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(js)
+	}
+	before := parts()
+	var again apiReview
+	a.call("POST", "/v1/reviews", a.acme, body, idem, 202, &again)
+	if again.ID != rv.ID || again.State != "published" {
+		t.Fatalf("replay answered %+v, want review %s", again, rv.ID)
+	}
+	if after := parts(); after != before {
+		t.Fatalf("the replay inserted %d part jobs", after-before)
+	}
+
+	// Job payloads carry references, never the diff.
+	js, err := a.c.List(ctx, "us", ratelane.ListParams{Tenant: "acme", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range js {
+		full, err := a.c.Job(ctx, "us", j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(full.Payload, []byte("AKIAQWERTYUIOPASDFGH")) {
+			t.Fatalf("job %s (%s) carries the diff in its payload", j.ID, j.Kind)
+		}
+	}
+
+	// Refusals: a region without reviews, a diff that does not parse, an unknown provider.
+	var p struct {
+		Type   string `json:"type"`
+		Detail string `json:"detail"`
+		Errors []struct {
+			Field string `json:"field"`
+		} `json:"errors"`
+	}
+	eu := map[string]any{"region": "eu", "diff": apiReviewDiff}
+	a.call("POST", "/v1/reviews", a.acme, eu, nil, 501, &p)
+	if !strings.HasSuffix(p.Type, "/reviews-not-configured") || !strings.Contains(p.Detail, "eu") {
+		t.Fatalf("eu problem %+v", p)
+	}
+	a.call("GET", "/v1/reviews/"+rv.ID+"?region=eu", a.acme, nil, nil, 501, nil)
+	a.call("POST", "/v1/reviews", a.acme, map[string]any{"region": "us", "diff": "not a diff"}, nil, 400, &p)
+	if len(p.Errors) != 1 || p.Errors[0].Field != "diff" {
+		t.Fatalf("bad diff problem %+v", p)
+	}
+	a.call("POST", "/v1/reviews", a.acme, map[string]any{"region": "us", "diff": apiReviewDiff, "provider": "gpt-9"}, nil, 400, &p)
+	if len(p.Errors) != 1 || p.Errors[0].Field != "provider" {
+		t.Fatalf("unknown provider problem %+v", p)
+	}
+	a.call("POST", "/v1/reviews", a.acme, map[string]any{"region": "us", "diff": apiReviewDiff,
+		"publish": map[string]any{"kind": "rdjsonl", "target": "out.jsonl"}}, nil, 400, &p)
+	if len(p.Errors) != 1 || p.Errors[0].Field != "publish" {
+		t.Fatalf("rdjsonl problem %+v", p)
+	}
+}
+
+// TestReviewHTTPDocumentedExample sends the createReview example of GET /v1
+// to a real server: its inline diff parses and the rules provider finds
+// the TODO it adds.
+func TestReviewHTTPDocumentedExample(t *testing.T) {
+	t.Parallel()
+	a := newReviewAPI(t)
+	var d struct {
+		Capabilities []struct {
+			Name    string `json:"name"`
+			Example string `json:"example"`
+		} `json:"capabilities"`
+	}
+	a.call("GET", "/v1", "", nil, nil, 200, &d)
+	var body map[string]any
+	for _, c := range d.Capabilities {
+		if c.Name == "createReview" {
+			_, js, ok := strings.Cut(c.Example, " -d '")
+			if !ok || json.Unmarshal([]byte(strings.TrimSuffix(js, "'")), &body) != nil {
+				t.Fatalf("example %s", c.Example)
+			}
+		}
+	}
+	if body == nil {
+		t.Fatal("no createReview capability")
+	}
+	body["region"] = "us" // the example names the server's first region, eu, which has no reviews here
+	var rv apiReview
+	a.call("POST", "/v1/reviews", a.acme, body, nil, 202, &rv)
+	deadline := time.Now().Add(15 * time.Second)
+	for rv.State != "published" {
+		if time.Now().After(deadline) {
+			t.Fatalf("review is %s, want published", rv.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+		a.call("GET", "/v1/reviews/"+rv.ID, a.acme, nil, nil, 200, &rv)
+	}
+	if len(rv.Result.Findings) != 1 || rv.Result.Findings[0].Path != "app.go" || rv.Result.Findings[0].Line != 3 ||
+		rv.Result.Findings[0].Category != "maintainability" {
+		t.Fatalf("example review %+v", rv.Result)
+	}
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/ratelane/ratelane/internal/demo"
+)
+
+func init() {
+	register("demo", "fan shipment events out to 20 rate-limited webhook subscribers on a temporary store, end to end", runDemo)
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := demo.Config{}
+	fs.IntVar(&cfg.Events, "events", 90, "shipment events; each goes to every subscriber (the 2/s subscriber takes about events/2 seconds)")
+	fs.IntVar(&cfg.Subscribers, "subscribers", 20, "subscribers, with allowances from 2/s to 200/s")
+	fs.DurationVar(&cfg.Duration, "duration", demo.Config{}.WithDefaults().Duration, "cap on the delivery phase")
+	asJSON := fs.Bool("json", false, "print the closing figures as one JSON object instead of the live progress and table")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if !*asJSON {
+		cfg.Out, cfg.TTY = stdout, isTerminal(stdout)
+	}
+	res, err := demo.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
+			return err
+		}
+	} else {
+		demo.WriteTable(stdout, res)
+	}
+	if !res.OK() {
+		return fmt.Errorf("%d lost, %d duplicated, %d terminal of %d deliveries (timed out: %v)",
+			res.Lost, res.Duplicates, res.Terminal, res.Deliveries, res.TimedOut)
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// the progress can be redrawn in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/review/pipeline"
+	"github.com/ratelane/ratelane/internal/review/provider"
+	"github.com/ratelane/ratelane/internal/review/report"
+)
+
+func init() {
+	register("review", "review a diff inline, with no server (offline rules by default)", runReview)
+}
+
+// stdinReader is where "-" reads from; tests replace it.
+var stdinReader io.Reader = os.Stdin
+
+func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("review", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	diffPath := fs.String("diff", "", "the unified diff to review: a file, or - for standard input (git diff | ratelane review -)")
+	format := fs.String("format", "table", "output: table, json, rdjsonl or sarif")
+	kind := fs.String("provider", "rules", "provider: rules, openai, openai-compatible or anthropic")
+	model := fs.String("model", "", "model name (openai, anthropic)")
+	baseURL := fs.String("base-url", "", "provider API base URL (required for openai-compatible)")
+	depth := fs.String("depth", "full", "full (hunks with context) or fast (added lines only)")
+	maxTokens := fs.Int("max-part-tokens", 0, "estimated-token budget of one part (default 8000)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err.Error()}
+	}
+	if *diffPath == "" && fs.NArg() == 1 {
+		*diffPath = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *diffPath == "" {
+		return usageError{"--diff FILE or - is required"}
+	}
+	text, err := readDiff(*diffPath)
+	if err != nil {
+		return err
+	}
+	p, err := provider.New(provider.Profile{Name: "cli", Kind: *kind, Region: "local", Model: *model, BaseURL: *baseURL, APIKey: apiKey(*kind)})
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	res, err := pipeline.Inline(ctx, p, text, pipeline.InlineOptions{Depth: *depth, MaxPartTokens: *maxTokens})
+	if err != nil {
+		return err
+	}
+	if res.Partial {
+		fmt.Fprintf(stderr, "ratelane review: %d of %d parts failed; the findings are partial\n", res.Parts.Failed, res.Parts.Total)
+	}
+	return printReview(stdout, *format, res)
+}
+
+func readDiff(path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(stdinReader)
+	}
+	return os.ReadFile(path)
+}
+
+// apiKey reads the provider's key from the environment, never a flag (a
+// flag would show in the process list).
+func apiKey(kind string) string {
+	if k := os.Getenv("RATELANE_REVIEW_API_KEY"); k != "" {
+		return k
+	}
+	if strings.HasPrefix(kind, "anthropic") {
+		return os.Getenv("ANTHROPIC_API_KEY")
+	}
+	return os.Getenv("OPENAI_API_KEY")
+}
+
+func printReview(w io.Writer, format string, res pipeline.Result) error {
+	switch format {
+	case "table":
+		return report.WriteText(w, res.Findings)
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	case "rdjsonl":
+		return report.WriteRDJSONL(w, res.Findings)
+	case "sarif":
+		return report.WriteSARIF(w, ratelane.Version, res.Findings)
+	}
+	return usageError{fmt.Sprintf("--format must be table, json, rdjsonl or sarif, not %q", format)}
+}
+
+// registerReviews enables reviews in every served region with the offline
+// rules provider (profile "rules"), so a server reviews with no network.
+// Provider profiles for OpenAI and Anthropic are configured through the
+// library until the config file grows a section for them.
+func registerReviews(cfg *ratelane.Config) {
+	for _, r := range cfg.Regions {
+		p, err := provider.New(provider.Profile{Name: "rules", Kind: provider.KindRules, Region: r.Name})
+		if err != nil {
+			continue // a region name the client will refuse with its own message
+		}
+		cfg.HandleReviews(r.Name, ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}})
+	}
+}

@@ -1,0 +1,185 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+
+	"github.com/ratelane/ratelane/internal/webhook"
+)
+
+// withWebhooks serves the webhook endpoints over each region's store.
+func withWebhooks(t *testing.T) func(*Config) {
+	return func(c *Config) {
+		c.Webhooks = map[string]WebhookRegistry{}
+		for name, st := range c.Regions {
+			reg, err := webhook.NewRegistry(webhook.RegistryConfig{Store: st, Now: c.Now, CacheFor: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Webhooks[name] = reg
+		}
+	}
+}
+
+func newWebhookEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnv(t, withWebhooks(t))
+}
+
+const hookURL = "https://hooks.example.com/ratelane"
+
+func (e *env) putSubscriber(id string, body map[string]any) putSubscriberResponse {
+	e.t.Helper()
+	return e.putSubscriberIn("us", id, body)
+}
+
+func (e *env) putSubscriberIn(region, id string, body map[string]any) putSubscriberResponse {
+	e.t.Helper()
+	var out putSubscriberResponse
+	e.do("PUT", "/v1/subscribers/"+id+"?region="+region, adminKey, body).want(e.t, 200).json(e.t, &out)
+	return out
+}
+
+func (e *env) publish(key string, body map[string]any) webhook.PublishResult {
+	e.t.Helper()
+	var out webhook.PublishResult
+	e.do("POST", "/v1/events", key, body).want(e.t, 202).json(e.t, &out)
+	return out
+}
+
+// webhookExampleVars prepares what one webhook capability's example needs.
+func (e *env) webhookExampleVars(c capability) map[string]string {
+	e.t.Helper()
+	key := map[string]string{"producer": acmeKey, "admin": adminKey}[c.Role]
+	vars := map[string]string{"RATELANE_URL": e.hs.URL, "RATELANE_API_KEY": key, "SUBSCRIBER_ID": "store_17"}
+	region := e.srv.regions[0] // the region of the examples
+	acmeSub := map[string]any{"url": hookURL, "topics": []string{"t"}, "tenant": "acme"}
+	switch c.Name {
+	case "putSubscriber":
+	case "listEventDeliveries":
+		vars["EVENT_ID"] = "shp_1"
+		e.putSubscriberIn(region, "acme_sub", acmeSub)
+		e.publish(acmeKey, map[string]any{"topic": "t", "id": "shp_1", "region": region, "payload": map[string]int{"n": 1}})
+	case "redeliverDelivery":
+		e.putSubscriberIn(region, "acme_sub", acmeSub)
+		res := e.publish(acmeKey, map[string]any{"topic": "t", "id": "shp_2", "region": region, "payload": map[string]int{"n": 2}})
+		id := res.Deliveries[0].ID
+		if _, err := e.stores[region].Cancel(context.Background(), id, e.clock.Now()); err != nil {
+			e.t.Fatal(err)
+		}
+		vars["DELIVERY_ID"] = id
+	default:
+		e.putSubscriberIn(region, "store_17", map[string]any{"url": hookURL, "topics": []string{"shipment.updated"}})
+	}
+	return vars
+}
+
+// TestWebhookRoutesDocumented checks the webhook endpoints as the shared
+// docs tests check the others: the OpenAPI document is valid and lists
+// exactly the served routes, and every example runs and matches it.
+func TestWebhookRoutesDocumented(t *testing.T) {
+	t.Parallel()
+	e := newWebhookEnv(t)
+	raw := e.do("GET", "/v1/openapi.json", "", nil).want(t, 200).body
+	doc, err := libopenapi.NewDocument(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		t.Fatalf("invalid OpenAPI document: %v", verrs)
+	}
+	var listed []string
+	for _, c := range e.capabilities() {
+		listed = append(listed, c.Method+" "+c.Path)
+	}
+	slices.Sort(listed)
+	if served := e.srv.sortedPatterns(); !slices.Equal(listed, served) {
+		t.Fatalf("discovery and routes differ:\nlisted %v\nserved %v", listed, served)
+	}
+	for _, c := range e.capabilities() {
+		if !strings.Contains(c.Path, "subscribers") && !strings.Contains(c.Path, "events") && !strings.Contains(c.Path, "deliveries/") {
+			continue
+		}
+		req := parseCurlT(t, c.Example, e.webhookExampleVars(c))
+		body, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		resp := e.send(req)
+		if resp.status < 200 || resp.status > 299 {
+			t.Errorf("%s answered %d: %s", c.Name, resp.status, resp.body)
+			continue
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		hr := &http.Response{StatusCode: resp.status, Header: resp.header, Body: io.NopCloser(bytes.NewReader(resp.body)), Request: req}
+		if ok, verrs := v.ValidateHttpRequestResponse(req, hr); !ok {
+			for _, ve := range verrs {
+				t.Errorf("%s: %s: %s", c.Name, ve.Message, ve.Reason)
+			}
+		}
+	}
+}
+
+// TestSubscribersAndEvents walks the endpoints: a generated secret shown
+// once, never again; roles; tenancy; idempotent events; 404s and 409s.
+func TestSubscribersAndEvents(t *testing.T) {
+	t.Parallel()
+	e := newWebhookEnv(t)
+	put := e.putSubscriber("s1", map[string]any{"url": hookURL, "topics": []string{"order.paid"}, "tenant": "acme",
+		"rate": map[string]any{"limit": 20, "burst": 5}, "headers": map[string]string{"Authorization": "Bearer t"}})
+	if !put.Created || !strings.HasPrefix(put.Secret, "whsec_") || put.Subscriber.LimitKey != "subscriber:s1" {
+		t.Fatalf("put = %+v", put)
+	}
+	got := e.do("GET", "/v1/subscribers/s1?region=us", adminKey, nil).want(t, 200)
+	if bytes.Contains(got.body, []byte("whsec_")) || bytes.Contains(got.body, []byte("Bearer t")) {
+		t.Fatalf("GET shows a secret or header value: %s", got.body)
+	}
+	again := e.putSubscriber("s1", map[string]any{"url": hookURL, "topics": []string{"order.paid"}, "tenant": "acme"})
+	if again.Created || again.Secret != "" {
+		t.Fatalf("update = %+v, want no new secret", again)
+	}
+	var lim limitView
+	e.do("GET", "/v1/limits/subscriber:s1?region=us", adminKey, nil).want(t, 200).json(t, &lim)
+
+	e.do("PUT", "/v1/subscribers/s2?region=us", acmeKey, map[string]any{"url": hookURL, "topics": []string{"x"}}).wantProblem(t, 403, "forbidden")
+	e.do("PUT", "/v1/subscribers/s2?region=us", adminKey, map[string]any{"url": "ftp://x", "topics": []string{}}).wantProblem(t, 400, "invalid-request")
+	e.do("GET", "/v1/subscribers/nope?region=us", adminKey, nil).wantProblem(t, 404, "not-found")
+
+	ev := map[string]any{"topic": "order.paid", "id": "o-1", "version": 2, "region": "us", "payload": map[string]int{"total": 5}}
+	first := e.publish(acmeKey, ev)
+	if first.Existing || first.Created != 1 || len(first.Deliveries) != 1 || first.Deliveries[0].SubscriberID != "s1" {
+		t.Fatalf("first publish = %+v", first)
+	}
+	second := e.publish(acmeKey, ev)
+	if !second.Existing || second.Created != 0 || len(second.Deliveries) != 1 || second.Deliveries[0].ID != first.Deliveries[0].ID {
+		t.Fatalf("second publish = %+v", second)
+	}
+	if other := e.publish(globexKey, ev); other.Existing || other.Created != 0 {
+		t.Fatalf("another tenant's publish = %+v, want a new event with no subscriber", other)
+	}
+	e.do("GET", "/v1/events/o-1/deliveries?region=us", globexKey, nil).want(t, 200)
+	var dl deliveryList
+	e.do("GET", "/v1/events/o-1/deliveries?region=us", acmeKey, nil).want(t, 200).json(t, &dl)
+	if len(dl.Deliveries) != 1 || dl.Deliveries[0].State != "waiting" {
+		t.Fatalf("event deliveries = %+v", dl)
+	}
+	e.do("GET", "/v1/subscribers/s1/deliveries?region=us", adminKey, nil).want(t, 200).json(t, &dl)
+	if len(dl.Deliveries) != 1 {
+		t.Fatalf("subscriber deliveries = %+v", dl)
+	}
+	id := dl.Deliveries[0].ID
+	e.do("POST", "/v1/deliveries/"+id+"/redeliver", acmeKey, nil).wantProblem(t, 409, "conflict")
+	e.do("POST", "/v1/deliveries/"+id+"/redeliver", globexKey, nil).wantProblem(t, 404, "not-found")
+	e.do("DELETE", "/v1/subscribers/s1?region=us", adminKey, nil).want(t, 204)
+	e.do("DELETE", "/v1/subscribers/s1?region=us", adminKey, nil).wantProblem(t, 404, "not-found")
+}

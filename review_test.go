@@ -1,0 +1,350 @@
+package ratelane_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/review/provider"
+	"github.com/ratelane/ratelane/internal/upstream"
+)
+
+// reviewDiff has two added lines; line 4 of app.go is the one findings use.
+const reviewDiff = `diff --git a/app.go b/app.go
+--- a/app.go
++++ b/app.go
+@@ -1,3 +1,5 @@
+ package app
+ 
+ func Run() {
++	password := "hunter2"
++	_ = password
+ }
+`
+
+// timedProvider records how long each provider call took, to prove that
+// no worker slept on a 429.
+type timedProvider struct {
+	provider.Provider
+	mu    sync.Mutex
+	calls []time.Duration
+}
+
+func (p *timedProvider) Review(ctx context.Context, req provider.Request) (provider.Response, error) {
+	start := time.Now()
+	r, err := p.Provider.Review(ctx, req)
+	p.mu.Lock()
+	p.calls = append(p.calls, time.Since(start))
+	p.mu.Unlock()
+	return r, err
+}
+
+// fakeGitHub speaks the two endpoints the GitHub publisher uses.
+type fakeGitHub struct {
+	mu       sync.Mutex
+	comments []map[string]any
+	posts    int
+}
+
+func (g *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("x-ratelimit-limit", "5000")
+	w.Header().Set("x-ratelimit-remaining", "4999")
+	w.Header().Set("x-ratelimit-reset", fmt.Sprint(time.Now().Add(time.Hour).Unix()))
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/repos/acme/app/pulls/7/comments":
+		json.NewEncoder(w).Encode(g.comments)
+	case r.Method == http.MethodPost && r.URL.Path == "/repos/acme/app/pulls/7/reviews":
+		var body struct {
+			Event    string           `json:"event"`
+			Comments []map[string]any `json:"comments"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Event != "COMMENT" {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		g.posts++
+		g.comments = append(g.comments, body.Comments...)
+		w.Write([]byte(`{"id":1,"state":"COMMENTED"}`))
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+func chatBody(content string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
+		"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
+			"message": map[string]any{"role": "assistant", "content": content, "refusal": nil}}},
+		"usage": map[string]any{"prompt_tokens": 300, "completion_tokens": 40, "total_tokens": 340},
+	})
+	return b
+}
+
+func findingJSON(line int, evidence string) string {
+	return fmt.Sprintf(`{"path":"app.go","line":%d,"end_line":null,"severity":"error","category":"security",`+
+		`"message":"hard-coded password","evidence":%q,"suggestion":null,"confidence":0.9}`, line, evidence)
+}
+
+func waitReview(t *testing.T, c *ratelane.Client, region, id string, want ratelane.State) ratelane.ReviewStatus {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		s, err := c.Review(context.Background(), region, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.State == want {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("review %s is %s, want %s", id, s.State, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReviewScriptedProvider is issue 6's scripted run: a 429 with
+// retry-after and x-ratelimit-reset-requests, malformed output, then
+// output with one real and one invented finding. The review publishes the
+// real finding once to GitHub, quarantines the invented one with its
+// reason, spends one congestion and one schema attempt, and no provider
+// call waited out the delay. A second review of the same change adds no
+// comment.
+func TestReviewScriptedProvider(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	up, err := upstream.New(upstream.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	gh := &fakeGitHub{}
+	ghs := httptest.NewServer(gh)
+	defer ghs.Close()
+
+	rateHeaders := http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"},
+		"X-Ratelimit-Reset-Requests": {"1s"}, "X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Limit-Requests": {"60"}}
+	ok := http.Header{"Content-Type": {"application/json"}}
+	if err := up.Script("openai",
+		upstream.Response{Status: 429, Header: rateHeaders,
+			Body: []byte(`{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)},
+		upstream.Response{Status: 200, Header: ok, Body: chatBody(`{"findings":[{"path":"app.go",`)},
+		upstream.Response{Status: 200, Header: ok, Body: chatBody(`{"findings":[` + findingJSON(4, `password := "hunter2"`) + `,` + findingJSON(42, "os.Exit(1)") + `]}`)},
+	); err != nil {
+		t.Fatal(err)
+	}
+	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "us-openai", Kind: "openai-compatible", Region: "us",
+		Model: "gpt-4o-mini", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "sk-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timed := &timedProvider{Provider: p}
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 4}
+	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{timed}, GitHubBaseURL: ghs.URL, SweepEvery: 100 * time.Millisecond})
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+
+	req := ratelane.ReviewRequest{Region: "us", Repo: "acme/app", Change: "7", Diff: []byte(reviewDiff), Depth: "full",
+		Publish: ratelane.ReviewPublish{Kind: "github"}}
+	sub, err := c.SubmitReview(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitReview(t, c, "us", sub.ID, ratelane.StatePublished)
+	r := s.Result
+	if len(r.Findings) != 1 || r.Findings[0].Line != 4 || r.Partial || r.Depth != "full" {
+		t.Fatalf("result = %+v, want exactly the finding on line 4, full depth, not partial", r)
+	}
+	if len(r.Quarantined) != 1 || r.Quarantined[0].Finding.Line != 42 || r.Quarantined[0].Reason != "line_not_in_diff" {
+		t.Fatalf("quarantined = %+v, want line 42 with line_not_in_diff", r.Quarantined)
+	}
+	parts, err := c.List(ctx, "us", ratelane.ListParams{Kind: "review.part"})
+	if err != nil || len(parts) != 1 {
+		t.Fatalf("parts = %d, %v", len(parts), err)
+	}
+	part, _ := c.Job(ctx, "us", parts[0].ID)
+	if part.Attempts.Congestion != 1 || part.Attempts.Schema != 1 || part.Attempts.Transient != 0 {
+		t.Errorf("attempts = %+v, want one congestion and one schema attempt", part.Attempts)
+	}
+	for _, d := range timed.calls {
+		if d > 500*time.Millisecond {
+			t.Errorf("a provider call took %v: a worker waited out the 1 s retry-after", d)
+		}
+	}
+	waitGitHub(t, gh, 1)
+
+	// A second review of the same change posts nothing new.
+	up.Script("openai", upstream.Response{Status: 200, Header: ok, Body: chatBody(`{"findings":[` + findingJSON(4, `password := "hunter2"`) + `]}`)})
+	sub2, err := c.SubmitReview(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReview(t, c, "us", sub2.ID, ratelane.StatePublished)
+	gj := waitKind(t, c, "us", "review.github", 2)
+	_ = gj
+	gh.mu.Lock()
+	defer gh.mu.Unlock()
+	if gh.posts != 1 || len(gh.comments) != 1 {
+		t.Fatalf("GitHub got %d review requests with %d comments, want 1 and 1", gh.posts, len(gh.comments))
+	}
+	if body := gh.comments[0]["body"].(string); !strings.Contains(body, "<!-- ratelane:") || gh.comments[0]["side"] != "RIGHT" {
+		t.Errorf("comment = %v", gh.comments[0])
+	}
+}
+
+func waitGitHub(t *testing.T, gh *fakeGitHub, posts int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		gh.mu.Lock()
+		n := gh.posts
+		gh.mu.Unlock()
+		if n >= posts {
+			return
+		}
+	}
+	t.Fatalf("GitHub got fewer than %d reviews", posts)
+}
+
+// waitKind waits until n jobs of kind are published.
+func waitKind(t *testing.T, c *ratelane.Client, region, kind string, n int) []*ratelane.Job {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		js, err := c.List(context.Background(), region, ratelane.ListParams{Kind: kind, State: ratelane.StatePublished})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(js) >= n {
+			return js
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %s jobs published, want %d", len(js), kind, n)
+		}
+	}
+}
+
+// TestReviewProviderOfOtherRegionStopsStartup: a US provider profile wired
+// to the EU lane is a NewClient error naming both regions.
+func TestReviewProviderOfOtherRegionStopsStartup(t *testing.T) {
+	t.Parallel()
+	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "us-rules", Kind: "rules", Region: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "eu"}}}
+	cfg.HandleReviews("eu", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}})
+	_, err = ratelane.NewClient(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), `"eu"`) || !strings.Contains(err.Error(), `"us"`) {
+		t.Fatalf("err = %v, want one naming both regions", err)
+	}
+}
+
+// TestReviewCanaryStaysInRegion: a canary string in an EU review's diff is
+// found in no US store file, no log line and no metric label.
+func TestReviewCanaryStaysInRegion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const canary = "CANARY-7f3a9c-EU-ONLY"
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(lockedWriter{&logs, &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	reg := prometheus.NewRegistry()
+	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}, Logger: logger, Registry: reg}
+	for _, region := range []string{"us", "eu"} {
+		p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: region})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.HandleReviews(region, ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, SweepEvery: 100 * time.Millisecond})
+	}
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := strings.Replace(reviewDiff, `"hunter2"`, `"`+canary+`"`, 1)
+	d = strings.Replace(d, "+\t_ = password", "+\tfmt.Println(\"debug "+canary+"\")", 1)
+	sub, err := c.SubmitReview(ctx, ratelane.ReviewRequest{Region: "eu", Repo: "acme/app", Diff: []byte(d), Depth: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitReview(t, c, "eu", sub.ID, ratelane.StatePublished)
+	if len(s.Result.Findings) == 0 || !strings.Contains(s.Result.Findings[0].Evidence, canary) {
+		t.Fatalf("the EU review should find the canary lines: %+v", s.Result)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), canary) {
+					t.Errorf("metric %s has the canary in label %s", mf.GetName(), l.GetName())
+				}
+			}
+		}
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logMu.Lock()
+	if strings.Contains(logs.String(), canary) {
+		t.Error("a log line holds the canary")
+	}
+	logMu.Unlock()
+	found := false
+	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		b, _ := os.ReadFile(path)
+		has := bytes.Contains(b, []byte(canary))
+		if strings.HasPrefix(filepath.Base(path), "us.db") && has {
+			t.Errorf("US store file %s holds the canary", path)
+		}
+		if strings.HasPrefix(filepath.Base(path), "eu.db") && has {
+			found = true
+		}
+		return nil
+	})
+	if !found {
+		t.Error("the canary is not in the EU store either: the check would prove nothing")
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

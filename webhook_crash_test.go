@@ -1,0 +1,174 @@
+package ratelane_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/upstream"
+)
+
+// hookCrashChildEnv makes the test binary act as a delivering process.
+const hookCrashChildEnv = "RATELANE_HOOK_CRASH_CHILD_DIR"
+
+// TestWebhookCrashChild is the delivering process of
+// TestWebhookKill9Recovery; it does nothing unless started by it.
+func TestWebhookCrashChild(t *testing.T) {
+	dir := os.Getenv(hookCrashChildEnv)
+	if dir == "" {
+		t.Skip("run by TestWebhookKill9Recovery as a subprocess")
+	}
+	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 32, LeaseFor: 2 * time.Second,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true}}
+	c, err := ratelane.NewClient(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {} // until killed
+}
+
+// idCounter is a reverse proxy in front of the simulator that counts the
+// accepted answers per webhook-id, so the test sees the most any one id
+// was received.
+type idCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (c *idCounter) proxy(target string) http.Handler {
+	u, _ := url.Parse(target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			c.mu.Lock()
+			c.counts[resp.Request.Header.Get("webhook-id")]++
+			c.mu.Unlock()
+		}
+		return nil
+	}
+	return rp
+}
+
+func (c *idCounter) stats() (distinct, most int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.counts {
+		most = max(most, n)
+	}
+	return len(c.counts), most
+}
+
+// TestWebhookKill9Recovery kills the delivering process with SIGKILL in
+// the middle of a fan-out of 5,000 deliveries (50 events x 100
+// subscribers), restarts it, and checks that every delivery reached its
+// subscriber, each job recorded published once, and the receiver saw no
+// webhook-id more than twice (a delivery in flight at the kill may be
+// sent again; the receiver deduplicates on webhook-id).
+func TestWebhookKill9Recovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	t.Parallel()
+	const events, subscribers = 50, 100
+	const total = events * subscribers
+	sim, err := upstream.New(upstream.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	counter := &idCounter{counts: map[string]int{}}
+	front := httptest.NewServer(counter.proxy(sim.URL()))
+	defer front.Close()
+
+	dir := t.TempDir()
+	producer, err := ratelane.NewClient(context.Background(), ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	for i := range subscribers {
+		id := fmt.Sprintf("s%03d", i)
+		if err := sim.AddRoute(id, upstream.RouteConfig{Latency: upstream.Latency{Fixed: time.Millisecond}}); err != nil {
+			t.Fatal(err)
+		}
+		// Paced so the fan-out takes a few seconds and the kill lands mid-way.
+		spec := ratelane.SubscriberSpec{ID: id, URL: front.URL + "/hooks/" + id, Topics: []string{"shipment.updated"},
+			Rate: &ratelane.SubscriberRate{Limit: 10, Burst: 2}}
+		if _, _, _, err := producer.Webhooks().PutSubscriber(context.Background(), "us", spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range events {
+		ev := ratelane.Event{Topic: "shipment.updated", ID: fmt.Sprintf("shp_%03d", i), Version: 1, Payload: []byte(`{"n":1}`)}
+		if res, err := producer.Webhooks().Publish(context.Background(), "us", ev); err != nil || res.Created != subscribers {
+			t.Fatalf("publish: %+v, %v", res, err)
+		}
+	}
+
+	child := startHookChild(t, dir)
+	waitDistinct(t, counter, 500, 30*time.Second)
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	if n, _ := counter.stats(); n > total-1000 {
+		t.Fatalf("only %d deliveries were left at the kill; the test needs over 1,000", total-n)
+	}
+	child = startHookChild(t, dir)
+	defer func() {
+		child.Process.Signal(syscall.SIGKILL)
+		child.Wait()
+	}()
+	waitPublished(t, producer, total, 120*time.Second)
+	checkPublishedOnce(t, producer, total)
+	distinct, most := counter.stats()
+	t.Logf("receiver: %d distinct webhook-ids, at most %d receptions of one", distinct, most)
+	if distinct != total || most > 2 {
+		t.Fatalf("receiver saw %d distinct webhook-ids of %d, one of them %d times", distinct, total, most)
+	}
+	if n := countState(t, producer, job.StateTerminal); n != 0 {
+		t.Fatalf("%d deliveries ended terminal", n)
+	}
+}
+
+func startHookChild(t *testing.T, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWebhookCrashChild$", "-test.v=false")
+	cmd.Env = append(os.Environ(), hookCrashChildEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func waitDistinct(t *testing.T, c *idCounter, want int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if n, _ := c.stats(); n >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d deliveries after %v", want, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
