@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -396,6 +397,21 @@ func regionQuery(region string) url.Values {
 	q := url.Values{}
 	if region != "" {
 		q.Set("region", region)
+	}
+	return q
+}
+
+// listQuery builds a list endpoint's query from its non-empty filters and
+// the page size.
+func listQuery(filters map[string]string, limit int) url.Values {
+	q := url.Values{}
+	for k, v := range filters {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
 	return q
 }

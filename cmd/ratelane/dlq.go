@@ -40,15 +40,7 @@ func runDLQList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
-	for k, v := range map[string]string{"kind": kind, "region": region, "reason": reason, "after": after} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
+	q := listQuery(map[string]string{"kind": kind, "region": region, "reason": reason, "after": after}, limit)
 	resp, err := c.do(ctx, http.MethodGet, "/v1/dead-letters", q, nil, nil)
 	if err != nil {
 		return err

@@ -82,15 +82,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
-	for k, v := range map[string]string{"state": state, "kind": kind, "region": region, "lane": lane, "tenant": tenant, "after": after} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
+	q := listQuery(map[string]string{"state": state, "kind": kind, "region": region, "lane": lane, "tenant": tenant, "after": after}, limit)
 	resp, err := c.do(ctx, http.MethodGet, "/v1/jobs", q, nil, nil)
 	if err != nil {
 		return err
