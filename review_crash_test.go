@@ -1,0 +1,301 @@
+package ratelane_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/review/pipeline"
+	"github.com/ratelane/ratelane/internal/review/provider"
+	"github.com/ratelane/ratelane/internal/review/report"
+)
+
+// reviewCrashChildEnv makes the test binary act as a reviewing worker.
+const reviewCrashChildEnv = "RATELANE_REVIEW_CRASH_CHILD_DIR"
+
+const (
+	reviewCrashPartTokens  = 500
+	reviewCrashMaxFindings = 1000
+	reviewCrashTarget      = "review.rdjsonl"
+)
+
+// slowProvider delays every part call, so that a review of many parts is
+// still running when the test kills its worker.
+type slowProvider struct {
+	ratelane.ReviewProvider
+	delay time.Duration
+}
+
+func (p slowProvider) Review(ctx context.Context, req provider.Request) (provider.Response, error) {
+	select {
+	case <-time.After(p.delay):
+	case <-ctx.Done():
+		return provider.Response{}, ctx.Err()
+	}
+	return p.ReviewProvider.Review(ctx, req)
+}
+
+// findingsDiff returns a diff of files new files of lines added lines each
+// in which every 25th line adds a TODO and every 97th an AWS access key
+// id: findings the rules provider reports.
+func findingsDiff(files, lines int) string {
+	var b strings.Builder
+	for f := range files {
+		fmt.Fprintf(&b, "diff --git a/svc/f%02d.go b/svc/f%02d.go\nnew file mode 100644\n--- /dev/null\n+++ b/svc/f%02d.go\n@@ -0,0 +1,%d @@\n", f, f, f, lines)
+		for l := range lines {
+			n := f*lines + l
+			switch {
+			case n%97 == 13:
+				fmt.Fprintf(&b, "+\tkeyID%d := \"AKIAQWERTYUIOPAS%04d\"\n", l, n)
+			case n%25 == 7:
+				fmt.Fprintf(&b, "+\t// TODO: handle case %d properly\n", n)
+			default:
+				fmt.Fprintf(&b, "+\tx%d := compute(%d, %d) // an ordinary line\n", l, f, l)
+			}
+		}
+	}
+	return b.String()
+}
+
+// reviewCrashConfig is the configuration both the producer (test) and the
+// worker (child) use: the same limits and review settings.
+func reviewCrashConfig(t *testing.T, dir string, delay time.Duration) ratelane.Config {
+	t.Helper()
+	rules, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p ratelane.ReviewProvider = rules
+	if delay > 0 {
+		p = slowProvider{ReviewProvider: rules, delay: delay}
+	}
+	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 4, LeaseFor: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// 20 parts a second: a review of ~90 parts takes a few seconds, so
+		// the kill lands in the middle.
+		Limits: []ratelane.Limit{{Name: "rules:local", Rate: 20, Burst: 1}}}
+	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, MaxPartTokens: reviewCrashPartTokens,
+		MaxFindings: reviewCrashMaxFindings, RDJSONLDir: filepath.Join(dir, "out"), SweepEvery: 100 * time.Millisecond})
+	return cfg
+}
+
+// TestReviewCrashChild is the worker process of TestReviewKill9Resumes; it
+// does nothing unless started by it.
+func TestReviewCrashChild(t *testing.T) {
+	dir := os.Getenv(reviewCrashChildEnv)
+	if dir == "" {
+		t.Skip("run by TestReviewKill9Resumes as a subprocess")
+	}
+	c, err := ratelane.NewClient(context.Background(), reviewCrashConfig(t, dir, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {} // until killed
+}
+
+// TestReviewKill9Resumes is issue 6's crash case: a 5,000-line diff is
+// submitted as a review, its worker process is killed with SIGKILL after
+// some of its parts are done, and a restarted worker finishes it. The
+// review publishes once (one aggregation, one rdjsonl file never rewritten,
+// parent published), every part is published with one recorded success,
+// and the findings are exactly those of an uninterrupted inline run.
+func TestReviewKill9Resumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	text := []byte(findingsDiff(20, 250))
+	if n := bytes.Count(text, []byte("\n+\t")); n != 5000 {
+		t.Fatalf("diff has %d added lines, want 5000", n)
+	}
+
+	// The reference: the same diff reviewed inline, uninterrupted.
+	rules, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := pipeline.Inline(ctx, rules, text, pipeline.InlineOptions{Depth: "full", MaxPartTokens: reviewCrashPartTokens,
+		MaxFindings: reviewCrashMaxFindings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Partial || len(want.Findings) < 240 || want.Capped {
+		t.Fatalf("inline reference: partial=%v capped=%v findings=%d; the test needs 240+ uncapped", want.Partial, want.Capped, len(want.Findings))
+	}
+
+	producer, err := ratelane.NewClient(ctx, reviewCrashConfig(t, dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	sub, err := producer.SubmitReview(ctx, ratelane.ReviewRequest{Region: "us", Repo: "acme/svc", Change: "9", Diff: text,
+		Depth: "full", Publish: ratelane.ReviewPublish{Kind: "rdjsonl", Target: reviewCrashTarget}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := sub.Parts.Total
+	if total < 40 || total != want.Parts.Total {
+		t.Fatalf("review has %d parts, inline %d; the test needs 40+ and the same split", total, want.Parts.Total)
+	}
+
+	child := startReviewChild(t, dir)
+	done := waitPartsPublished(t, producer, total/4, 30*time.Second)
+	child.Process.Signal(syscall.SIGKILL)
+	child.Wait()
+	atKill := countKind(t, producer, pipeline.KindPart, job.StatePublished)
+	if atKill >= total {
+		t.Fatalf("all %d parts were done at the kill; it must land in the middle", total)
+	}
+	if s, _ := producer.Review(ctx, "us", sub.ID); s.State != ratelane.StateAccepted {
+		t.Fatalf("review is %s at the kill, want accepted", s.State)
+	}
+	t.Logf("killed the worker with %d (then %d) of %d parts done", done, atKill, total)
+
+	startReviewChild(t, dir)
+	s := waitReviewFor(t, producer, sub.ID, ratelane.StatePublished, 60*time.Second)
+	out := filepath.Join(dir, "out", reviewCrashTarget)
+	first, err := os.Stat(out)
+	if err != nil {
+		t.Fatalf("rdjsonl publication: %v", err)
+	}
+
+	// Every part published, each with exactly one recorded success.
+	parts, err := producer.List(ctx, "us", ratelane.ListParams{Kind: pipeline.KindPart, Limit: 1000})
+	if err != nil || len(parts) != total {
+		t.Fatalf("%d parts listed of %d: %v", len(parts), total, err)
+	}
+	for _, p := range parts {
+		full, err := producer.Job(ctx, "us", p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if full.State != ratelane.StatePublished || successes(full) != 1 {
+			t.Fatalf("part %s is %s with %d successes: %v", p.ID, full.State, successes(full), full.History)
+		}
+	}
+
+	// The review aggregated once, published, complete.
+	r := s.Result
+	if r == nil || r.Partial || r.Parts.Succeeded != total || r.Parts.Failed != 0 || r.Depth != "full" {
+		t.Fatalf("result = %+v", r)
+	}
+	parent, err := producer.Job(ctx, "us", sub.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := successes(parent); n != 1 {
+		t.Fatalf("the review recorded %d aggregations: %v", n, parent.History)
+	}
+
+	// Its findings are the uninterrupted run's.
+	if !reflect.DeepEqual(r.Findings, want.Findings) {
+		t.Fatalf("findings differ from the inline run: %d vs %d", len(r.Findings), len(want.Findings))
+	}
+	if len(r.Quarantined) != len(want.Quarantined) {
+		t.Fatalf("quarantined %d, inline %d", len(r.Quarantined), len(want.Quarantined))
+	}
+	var wantFile bytes.Buffer
+	if err := report.WriteRDJSONL(&wantFile, want.Findings); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil || !bytes.Equal(got, wantFile.Bytes()) {
+		t.Fatalf("rdjsonl file (%d bytes) is not the inline run's findings (%d bytes): %v", len(got), wantFile.Len(), err)
+	}
+
+	// Published once: several sweeps later the file was not written again
+	// (a rewrite renames a new file over it) and the state holds.
+	time.Sleep(500 * time.Millisecond)
+	later, err := os.Stat(out)
+	if err != nil || !os.SameFile(first, later) || !later.ModTime().Equal(first.ModTime()) {
+		t.Fatalf("the rdjsonl file was rewritten after publication: %v", err)
+	}
+	if s, _ := producer.Review(ctx, "us", sub.ID); s.State != ratelane.StatePublished {
+		t.Fatalf("review is %s after publication", s.State)
+	}
+	t.Logf("%d parts, %d findings, published once", total, len(r.Findings))
+}
+
+func successes(j *ratelane.Job) int {
+	n := 0
+	for _, h := range j.History {
+		if h.Outcome == job.ClassSuccess {
+			n++
+		}
+	}
+	return n
+}
+
+// startReviewChild starts a worker; t.Cleanup kills it.
+func startReviewChild(t *testing.T, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReviewCrashChild$", "-test.v=false")
+	cmd.Env = append(os.Environ(), reviewCrashChildEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+	})
+	return cmd
+}
+
+func countKind(t *testing.T, c *ratelane.Client, kind string, state ratelane.State) int {
+	t.Helper()
+	js, err := c.List(context.Background(), "us", ratelane.ListParams{Kind: kind, State: state, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(js)
+}
+
+func waitPartsPublished(t *testing.T, c *ratelane.Client, want int, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if n := countKind(t, c, pipeline.KindPart, job.StatePublished); n >= want {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d parts published after %v", want, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitReviewFor(t *testing.T, c *ratelane.Client, id string, want ratelane.State, timeout time.Duration) ratelane.ReviewStatus {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := c.Review(context.Background(), "us", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.State == want {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("review %s is %s after %v (parts %+v), want %s", id, s.State, timeout, s.Parts, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,189 @@
+package ratelane_test
+
+import (
+	"context"
+	"encoding/json"
+	"hash/fnv"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/upstream"
+)
+
+var (
+	fullLineRE = regexp.MustCompile(`^L(\d+): \+(.*)$`)
+	fastLineRE = regexp.MustCompile(`^([^:\s]+):(\d+): (.*)$`)
+)
+
+// measureResponder answers like a model that reviews well most of the
+// time: a finding for every added TODO or AWS key it is shown (at most 5
+// at fast depth), and, for one request in four, an extra finding on a line
+// the diff lacks (which validation must quarantine).
+func measureResponder(req upstream.LLMRequest) string {
+	var user string
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			user += m.Text
+		}
+	}
+	fast := strings.Contains(req.System, "time pressure")
+	type f struct {
+		Path       string  `json:"path"`
+		Line       int     `json:"line"`
+		EndLine    *int    `json:"end_line"`
+		Severity   string  `json:"severity"`
+		Category   string  `json:"category"`
+		Message    string  `json:"message"`
+		Evidence   string  `json:"evidence"`
+		Suggestion *string `json:"suggestion"`
+		Confidence float64 `json:"confidence"`
+	}
+	var out []f
+	path := ""
+	add := func(p string, line int, text string) {
+		switch {
+		case strings.Contains(text, "AKIA"):
+			out = append(out, f{Path: p, Line: line, Severity: "error", Category: "security", Message: "AWS key committed", Evidence: text, Confidence: 0.9})
+		case strings.Contains(text, "TODO"):
+			out = append(out, f{Path: p, Line: line, Severity: "info", Category: "maintainability", Message: "TODO added", Evidence: text, Confidence: 0.7})
+		}
+	}
+	for _, l := range strings.Split(user, "\n") {
+		if p, ok := strings.CutPrefix(l, "File: "); ok {
+			path = p
+		} else if m := fullLineRE.FindStringSubmatch(l); !fast && m != nil {
+			n, _ := strconv.Atoi(m[1])
+			add(path, n, m[2])
+		} else if m := fastLineRE.FindStringSubmatch(l); fast && m != nil {
+			n, _ := strconv.Atoi(m[2])
+			add(m[1], n, m[3])
+		}
+	}
+	if fast && len(out) > 5 {
+		out = out[:5]
+	}
+	h := fnv.New32a()
+	h.Write([]byte(user))
+	if h.Sum32()%4 == 0 && len(out) > 0 {
+		inv := out[0]
+		inv.Line += 100000
+		out = append(out, inv)
+	}
+	if out == nil {
+		out = []f{}
+	}
+	b, _ := json.Marshal(map[string]any{"findings": out})
+	return string(b)
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
+// TestReviewMeasure measures issue 6's numbers: review latency p50/p99 at
+// depth fast and full against an OpenAI-compatible provider limited to
+// 25 requests/s (ratelane's key paces at 20/s), tokens per published
+// finding and the quarantine rate. Set RATELANE_REVIEW_BENCH=1 to run it.
+func TestReviewMeasure(t *testing.T) {
+	if os.Getenv("RATELANE_REVIEW_BENCH") != "1" {
+		t.Skip("set RATELANE_REVIEW_BENCH=1 to measure reviews")
+	}
+	const reviews = 30
+	const every = 400 * time.Millisecond
+	text := []byte(findingsDiff(4, 150)) // 600 added lines
+	type row struct {
+		depth                 string
+		parts                 int
+		p50, p99, max         time.Duration
+		findings, quarantined int
+		tokens                int64
+		requests, limited     int64
+	}
+	var rows []row
+	for _, depth := range []string{"fast", "full"} {
+		up, err := upstream.New(upstream.Config{Responder: measureResponder,
+			Routes: map[string]upstream.RouteConfig{"openai": {Rate: 25, Burst: 5, Latency: upstream.Latency{Fixed: 40 * time.Millisecond, Jitter: 80 * time.Millisecond}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "compat", Kind: "openai-compatible", Region: "us",
+			Model: "m", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 16,
+			Limits: []ratelane.Limit{{Name: "openai-compatible:m", Rate: 20, Burst: 2}}}
+		cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, MaxPartTokens: 1000,
+			MaxFindings: 1000, SweepEvery: 50 * time.Millisecond})
+		ctx := context.Background()
+		c, err := ratelane.NewClient(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var lat []time.Duration
+		r := row{depth: depth}
+		var wg sync.WaitGroup
+		for i := range reviews {
+			time.Sleep(every)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				sub, err := c.SubmitReview(ctx, ratelane.ReviewRequest{Region: "us", Diff: text, Depth: depth, Change: strconv.Itoa(i)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+					s, err := c.Review(ctx, "us", sub.ID)
+					if err != nil || time.Now().After(deadline) {
+						t.Errorf("review %s: %v (%s)", sub.ID, err, s.State)
+						return
+					}
+					if s.State == ratelane.StatePublished {
+						mu.Lock()
+						lat = append(lat, time.Since(start))
+						r.parts = s.Parts.Total
+						r.findings += len(s.Result.Findings)
+						r.quarantined += len(s.Result.Quarantined)
+						r.tokens += s.Result.Usage.InputTokens + s.Result.Usage.OutputTokens
+						mu.Unlock()
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		c.Stop(ctx)
+		st := up.Stats().Routes["openai"]
+		r.requests, r.limited = st.Accepted, st.RateLimited
+		up.Close()
+		if len(lat) != reviews {
+			t.Fatalf("%d of %d reviews finished", len(lat), reviews)
+		}
+		r.p50, r.p99, r.max = percentile(lat, 0.5), percentile(lat, 0.99), slices.Max(lat)
+		rows = append(rows, r)
+	}
+	t.Logf("%d reviews of a 600-added-line diff (4 files), one every %v; provider 25 req/s burst 5, 40-120 ms per answer; key 20/s burst 2",
+		reviews, every)
+	t.Logf("%-5s %5s %9s %9s %9s %9s %8s %7s %11s %10s %8s", "depth", "parts", "p50", "p99", "max", "findings", "quarant", "q-rate", "tok/finding", "requests", "429s")
+	for _, r := range rows {
+		t.Logf("%-5s %5d %9v %9v %9v %9d %8d %6.1f%% %11.0f %10d %8d", r.depth, r.parts, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond),
+			r.max.Round(time.Millisecond), r.findings, r.quarantined, 100*float64(r.quarantined)/float64(max(1, r.findings+r.quarantined)),
+			float64(r.tokens)/float64(max(1, r.findings)), r.requests, r.limited)
+	}
+}
