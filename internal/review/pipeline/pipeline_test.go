@@ -316,8 +316,9 @@ func TestNewPlan(t *testing.T) {
 	}
 	// The same review key gives the same part keys (a replay dedupes);
 	// another review key gives other keys.
-	if partIdempotencyKey("k", 0) != partIdempotencyKey("k", 0) || partIdempotencyKey("k", 0) == partIdempotencyKey("k", 1) ||
-		partIdempotencyKey("k", 0) == partIdempotencyKey("k2", 0) || len(partIdempotencyKey(strings.Repeat("k", 10000), 99)) > 64 {
+	first, again := partIdempotencyKey("k", 0), partIdempotencyKey("k", 0)
+	if first != again || first == partIdempotencyKey("k", 1) ||
+		first == partIdempotencyKey("k2", 0) || len(partIdempotencyKey(strings.Repeat("k", 10000), 99)) > 64 {
 		t.Error("part idempotency keys are not derived per review and index within a bounded length")
 	}
 }
