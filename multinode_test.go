@@ -44,7 +44,8 @@ func dropSchema(t testing.TB, url, schema string) {
 // exceed 50*10+5 and reach at least 95% of it; the cap is never exceeded.
 func TestTwoNodesShareOneKey(t *testing.T) {
 	url := postgresURL(t)
-	t.Parallel()
+	// Not parallel: it measures rates, so it runs while the package's
+	// parallel tests are paused.
 	schema := fmt.Sprintf("two_nodes_%d", time.Now().UnixNano())
 	dropSchema(t, url, schema)
 	ctx := context.Background()

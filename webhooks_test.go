@@ -130,7 +130,8 @@ func TestWebhookPacing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes about 100 s: 2,000 deliveries at 20/s")
 	}
-	t.Parallel()
+	// Not parallel: it measures rates, so it runs while the package's
+	// parallel tests are paused.
 	e := newIdleHookEnv(t, true)
 	e.subscribe("slow", 20, 5)
 	e.subscribe("fast", 200, 20)

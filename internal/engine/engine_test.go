@@ -131,7 +131,8 @@ func TestRunsEveryJobOnce(t *testing.T) {
 // it for 2s, measured in the handler) while other keys keep flowing, and the
 // rate-limited attempt returns at once instead of sleeping.
 func TestRateLimitPausesKeyForEveryWorker(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures rates, so it runs while the package's
+	// parallel tests are paused.
 	s := newStore(t)
 	var mu sync.Mutex
 	var limitedAt time.Time
