@@ -183,7 +183,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	running map[string]*runningJob
-	credit  float64 // batch share carried between lease calls
+	credit  float64 // batch starts earned (BatchShare per start) and not yet taken
 	rnd     *rand.Rand
 }
 
@@ -370,10 +370,7 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 		return nil, nil
 	}
 	e.mu.Lock()
-	if e.cfg.BatchShare > 0 {
-		e.credit = min(e.credit+float64(n)*e.cfg.BatchShare, float64(n))
-	}
-	batchMin := int(e.credit)
+	batchMin := min(int(e.credit), n)
 	e.mu.Unlock()
 	jobs, err := e.cfg.Store.Lease(e.ctx, store.LeaseParams{
 		Now: e.cfg.Now(), Max: n, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
@@ -385,8 +382,14 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 			batch++
 		}
 	}
+	// Batch earns its minimum share per start, not per lease call: on a
+	// paced key a call admits one job or two, and a credit earned per free
+	// slot would let batch go first on every call and take the key's
+	// tokens from interactive work.
 	e.mu.Lock()
-	e.credit = max(0, e.credit-float64(batch))
+	if e.cfg.BatchShare > 0 {
+		e.credit = min(max(0, e.credit+e.cfg.BatchShare*float64(len(jobs))-float64(batch)), float64(e.cfg.Workers))
+	}
 	e.mu.Unlock()
 	return jobs, err
 }

@@ -353,3 +353,60 @@ func TestCrossRegionWiringFails(t *testing.T) {
 func contains(s, sub string) bool {
 	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
 }
+
+// TestBatchShareDoesNotStarveInteractive: on a paced key with a batch
+// backlog, batch's minimum share is earned per start, so interactive jobs
+// still take most of the key's tokens instead of waiting out their budget.
+// (When the share was earned per lease call, every call let batch go
+// first and interactive jobs waited the whole 5 s budget here.)
+func TestBatchShareDoesNotStarveInteractive(t *testing.T) {
+	s := newStore(t)
+	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: 40, Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []*job.Job
+	for range 1000 {
+		batch = append(batch, storetest.NewJob("acme", job.LaneBatch, "k"))
+	}
+	insertNow(t, s, batch...)
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
+		mu.Lock()
+		started[j.ID] = time.Now()
+		mu.Unlock()
+		return job.Outcome{Class: job.ClassSuccess}
+	})
+	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 8, InteractiveBudget: 5 * time.Second})
+	time.Sleep(300 * time.Millisecond) // the batch backlog is flowing
+	inserted := map[string]time.Time{}
+	for range 10 {
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		insertNow(t, s, j)
+		inserted[j.ID] = time.Now()
+		time.Sleep(100 * time.Millisecond)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := 0
+		var worst time.Duration
+		for id, at := range inserted {
+			if st, ok := started[id]; ok {
+				n++
+				worst = max(worst, st.Sub(at))
+			}
+		}
+		mu.Unlock()
+		if n == len(inserted) {
+			if worst > 2500*time.Millisecond {
+				t.Fatalf("an interactive job waited %v behind the batch backlog (budget 5s); batch must not go first on every call", worst)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d interactive jobs started", n, len(inserted))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
