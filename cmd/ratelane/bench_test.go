@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+// benchNames are the documented JSON names each workload must report, and
+// the range each must lie in. No performance target is asserted: the
+// ranges only say the figure is a sane measurement.
+var benchNames = map[string]map[string][2]float64{
+	"throughput": {
+		"jobs_per_second": {1e-9, math.MaxFloat64}, "insert_jobs_per_second": {1e-9, math.MaxFloat64},
+		"enqueue_to_start_p50_ms": {0, 600_000}, "enqueue_to_start_p99_ms": {0, 600_000},
+	},
+	"paced": {
+		"goodput": {0, 1.2}, "rate_limited_share": {0, 1}, "duplicates": {0, 0}, "makespan_ratio": {0.5, 100},
+	},
+	"fairness": {"jain_index": {0.1, 1}},
+	"flood": {
+		"interactive_p50_ms": {0, 600_000}, "interactive_p99_ms": {0, 600_000}, "interactive_max_ms": {0, 600_000},
+		"goodput": {0, 1.2}, "duplicates": {0, 0},
+	},
+	"adapt": {
+		"goodput": {0, 1.2}, "rate_limited_share": {0, 1}, "converge_seconds": {0, 600},
+		"goodput_phase1": {0, 1.2}, "goodput_phase2": {0, 1.2}, "goodput_phase3": {0, 1.2},
+	},
+}
+
+// TestBenchAllSmoke runs `ratelane bench all --smoke --json` on the embedded
+// store and checks every documented name is present, finite and in range.
+func TestBenchAllSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every workload (about a minute)")
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "all", "--smoke", "--json"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var got map[string]map[string]float64
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, stdout.String())
+	}
+	t.Logf("%s", stdout.String())
+	for workload, names := range benchNames {
+		obj, ok := got[workload]
+		if !ok {
+			t.Errorf("no %q object", workload)
+			continue
+		}
+		for name, rng := range names {
+			v, ok := obj[name]
+			switch {
+			case !ok:
+				t.Errorf("%s: no %q", workload, name)
+			case math.IsNaN(v) || math.IsInf(v, 0) || v < rng[0] || v > rng[1]:
+				t.Errorf("%s.%s = %v, want within [%v, %v]", workload, name, v, rng[0], rng[1])
+			}
+		}
+	}
+}
+
+// TestBenchPostgresSmoke runs one paced workload on PostgreSQL when the
+// suite has one.
+func TestBenchPostgresSmoke(t *testing.T) {
+	url := os.Getenv("RATELANE_TEST_POSTGRES_URL")
+	if url == "" || testing.Short() {
+		t.Skip("set RATELANE_TEST_POSTGRES_URL")
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "throughput", "--smoke", "--json", "--store", "postgres", "--postgres-url", url}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var got map[string]float64
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if v := got["jobs_per_second"]; !(v > 0) || math.IsInf(v, 0) {
+		t.Errorf("jobs_per_second = %v", v)
+	}
+}
+
+func TestBenchUsage(t *testing.T) {
+	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, strings.TrimSpace(stderr.String()))
+		}
+	}
+}

@@ -1,0 +1,334 @@
+// Package bench runs ratelane's end-to-end benchmark workloads in process,
+// against a real store (SQLite or PostgreSQL) and, where a workload calls an
+// upstream, the rate-limited simulator of internal/upstream on loopback.
+// It backs the `ratelane bench` command; the metric names it reports are
+// stable and documented in docs/benchmarks.md.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/upstream"
+)
+
+// Options configure a run.
+type Options struct {
+	// Store is "sqlite" (default) or "postgres".
+	Store string
+	// PostgresURL is the database for Store "postgres"; each workload uses
+	// a schema of its own, dropped afterwards.
+	PostgresURL string
+	// Duration bounds each workload; default 60 s.
+	Duration time.Duration
+	// Smoke shrinks every workload to a few seconds (for CI).
+	Smoke bool
+	// Dir holds SQLite files; default a new temporary directory.
+	Dir string
+}
+
+// Metric is one named figure of a workload.
+type Metric struct {
+	Name  string
+	Value float64
+	// Unit is for the table only.
+	Unit string
+}
+
+// Result is one workload's figures, in report order.
+type Result struct {
+	Workload string
+	Metrics  []Metric
+}
+
+// Get returns a metric's value and whether it is present.
+func (r Result) Get(name string) (float64, bool) {
+	for _, m := range r.Metrics {
+		if m.Name == name {
+			return m.Value, true
+		}
+	}
+	return 0, false
+}
+
+// MarshalJSON writes the metrics as one object of name to number, in
+// report order.
+func (r Result) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, m := range r.Metrics {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, m.Name)
+		b = append(b, ':')
+		v := m.Value
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("bench: %s.%s is not finite", r.Workload, m.Name)
+		}
+		b = strconv.AppendFloat(b, round(v), 'f', -1, 64)
+	}
+	return append(b, '}'), nil
+}
+
+func round(v float64) float64 {
+	if math.Abs(v) >= 100 {
+		return math.Round(v*10) / 10
+	}
+	return math.Round(v*10000) / 10000
+}
+
+func (r *Result) add(name string, v float64, unit string) {
+	r.Metrics = append(r.Metrics, Metric{name, v, unit})
+}
+
+// Workloads lists the workloads in the order `all` runs them.
+var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt"}
+
+var runners = map[string]func(context.Context, *env) (Result, error){
+	"throughput": runThroughput,
+	"paced":      runPaced,
+	"fairness":   runFairness,
+	"flood":      runFlood,
+	"adapt":      runAdapt,
+}
+
+// Run runs one workload.
+func Run(ctx context.Context, name string, o Options) (Result, error) {
+	fn, ok := runners[name]
+	if !ok {
+		return Result{}, fmt.Errorf("unknown workload %q (want one of %v or all)", name, Workloads)
+	}
+	if o.Store == "" {
+		o.Store = "sqlite"
+	}
+	if o.Store != "sqlite" && o.Store != "postgres" {
+		return Result{}, fmt.Errorf("unknown store %q (want sqlite or postgres)", o.Store)
+	}
+	if o.Store == "postgres" && o.PostgresURL == "" {
+		return Result{}, errors.New("--store postgres needs --postgres-url")
+	}
+	if o.Duration <= 0 {
+		o.Duration = 60 * time.Second
+	}
+	dir := o.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "ratelane-bench-")
+		if err != nil {
+			return Result{}, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	e := &env{opts: o, dir: dir, name: name, http: &http.Client{
+		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512},
+		Timeout:   10 * time.Second,
+	}}
+	defer e.close()
+	res, err := fn(ctx, e)
+	res.Workload = name
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w (over the %v bound; raise --duration)", err, o.Duration)
+	}
+	return res, err
+}
+
+// env is one workload's resources, released by close.
+type env struct {
+	opts    Options
+	dir     string
+	name    string
+	http    *http.Client
+	schema  string
+	clients []*ratelane.Client
+	sims    []*upstream.Server
+}
+
+func (e *env) close() {
+	for _, c := range e.clients {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.Stop(stopCtx)
+		cancel()
+	}
+	e.http.CloseIdleConnections()
+	for _, s := range e.sims {
+		_ = s.Close()
+	}
+	if e.schema != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, e.opts.PostgresURL); err == nil {
+			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{e.schema}.Sanitize()+" CASCADE")
+			_ = conn.Close(ctx)
+		}
+	}
+}
+
+// client opens a client on the run's store with cfg's handlers and
+// limits; the region is "us".
+func (e *env) client(ctx context.Context, cfg ratelane.Config) (*ratelane.Client, error) {
+	r := ratelane.Region{Name: "us"}
+	if e.opts.Store == "postgres" {
+		e.schema = fmt.Sprintf("bench_%s_%d", e.name, time.Now().UnixNano())
+		r.PostgresURL, r.PostgresSchema = e.opts.PostgresURL, e.schema
+	} else {
+		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
+	}
+	cfg.Regions = []ratelane.Region{r}
+	cfg.DataDir = e.dir
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.clients = append(e.clients, c)
+	return c, nil
+}
+
+func (e *env) sim(routes map[string]upstream.RouteConfig) (*upstream.Server, error) {
+	s, err := upstream.New(upstream.Config{Routes: routes, Seed: 1})
+	if err != nil {
+		return nil, err
+	}
+	e.sims = append(e.sims, s)
+	return s, nil
+}
+
+// post delivers one job to a simulator route, with the job's id as
+// webhook-id so the simulator counts duplicates, and maps the answer to a
+// handler result: 2xx success, 429 RateLimited(Retry-After), else transient.
+func (e *env) post(ctx context.Context, url, id string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return ratelane.Permanent(err)
+	}
+	req.Header.Set("webhook-id", id)
+	resp, err := e.http.Do(req)
+	if err != nil {
+		return ratelane.Transient(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode == http.StatusTooManyRequests:
+		var ra time.Duration
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			ra = time.Duration(s) * time.Second
+		}
+		return ratelane.RateLimited(ra)
+	default:
+		return ratelane.Transient(fmt.Errorf("upstream answered %d", resp.StatusCode))
+	}
+}
+
+// insert inserts ps in batches of 1,000.
+func insert(ctx context.Context, c *ratelane.Client, ps []ratelane.InsertParams) error {
+	for i := 0; i < len(ps); i += 1000 {
+		if _, err := c.InsertMany(ctx, ps[i:min(len(ps), i+1000)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wait waits until cond holds, polling, or ctx ends.
+func wait(ctx context.Context, cond func() bool) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// sleepUntil sleeps until t or ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	tm := time.NewTimer(time.Until(t))
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// percentile returns the p-quantile (0..1) of ds in milliseconds
+// (nearest rank), or 0 when ds is empty. It sorts ds.
+func percentile(ds []time.Duration, p float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(p*float64(len(ds)))) - 1
+	return float64(ds[max(0, min(len(ds)-1, i))]) / float64(time.Millisecond)
+}
+
+// jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one
+// has everything.
+func jain(xs []float64) float64 {
+	var s, s2 float64
+	for _, x := range xs {
+		s += x
+		s2 += x * x
+	}
+	if s2 == 0 {
+		return 0
+	}
+	return s * s / (float64(len(xs)) * s2)
+}
+
+// WriteJSON writes results as one JSON object: the workload's object for
+// one result, or {"workload": {...}, ...} under "all".
+func WriteJSON(w io.Writer, results []Result, all bool) error {
+	var v any
+	if all {
+		m := map[string]Result{}
+		for _, r := range results {
+			m[r.Workload] = r
+		}
+		v = m
+	} else if len(results) == 1 {
+		v = results[0]
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// WriteTable writes results as a readable table.
+func WriteTable(w io.Writer, results []Result) error {
+	for _, r := range results {
+		if _, err := fmt.Fprintf(w, "%s\n", r.Workload); err != nil {
+			return err
+		}
+		for _, m := range r.Metrics {
+			v := strconv.FormatFloat(round(m.Value), 'f', -1, 64)
+			if _, err := fmt.Fprintf(w, "  %-32s %14s %s\n", m.Name, v, m.Unit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
