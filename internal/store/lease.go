@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -114,7 +115,9 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 	if len(l.chosen) == 0 {
 		return nil, nil
 	}
-	if err := tx.SaveKeys(l.dirtyKeys()); err != nil {
+	// Only keys that admitted a start changed; the others were read (and
+	// locked) to decide, and need no write.
+	if err := tx.SaveKeys(l.changed); err != nil {
 		return nil, err
 	}
 	return tx.MarkLeased(l.chosen, p.Now, p.Now.Add(p.LeaseFor))
@@ -124,7 +127,7 @@ type leaser struct {
 	tx       LeaseTx
 	p        LeaseParams
 	keys     map[string]*admission.State
-	dirty    []*admission.State
+	changed  []*admission.State // keys a start was taken from, once each
 	chosen   []Leased
 	taken    map[string]bool // a lane may be visited twice in one call
 	newToken func() string
@@ -227,6 +230,9 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 		return false, nil
 	}
 	for _, k := range keys {
+		if !slices.Contains(l.changed, k) {
+			l.changed = append(l.changed, k)
+		}
 		k.Take(l.p.Now, cand.Cost)
 	}
 	c.next++
@@ -254,9 +260,6 @@ func (l *leaser) lockKeys(names []string) ([]*admission.State, error) {
 		for _, n := range missing {
 			st := got[n]
 			l.keys[n] = st // nil records "unavailable" for the rest of the call
-			if st != nil {
-				l.dirty = append(l.dirty, st)
-			}
 		}
 	}
 	out := make([]*admission.State, len(names))
@@ -267,5 +270,3 @@ func (l *leaser) lockKeys(names []string) ([]*admission.State, error) {
 	}
 	return out, nil
 }
-
-func (l *leaser) dirtyKeys() []*admission.State { return l.dirty }
