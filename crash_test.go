@@ -61,7 +61,7 @@ func TestKill9Recovery(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	child := startChild(t, dir)
+	child := startChild(t, "TestCrashChild", crashChildEnv, dir)
 	waitPublished(t, producer, 200, 20*time.Second)
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -71,25 +71,40 @@ func TestKill9Recovery(t *testing.T) {
 		t.Fatalf("only %d jobs were unfinished at the kill; the test needs over 1,000", total-n)
 	}
 
-	child = startChild(t, dir)
-	defer func() {
-		child.Process.Signal(syscall.SIGKILL)
-		child.Wait()
-	}()
+	startChild(t, "TestCrashChild", crashChildEnv, dir) // killed by its cleanup
 	waitPublished(t, producer, total, 60*time.Second)
 	checkPublishedOnce(t, producer, total)
 	producer.Close()
 }
 
-func startChild(t *testing.T, dir string) *exec.Cmd {
+// startChild re-runs this test binary as a worker process that runs only
+// the named test, with env set to dir; t.Cleanup kills it if it still runs.
+// The kill -9 tests of jobs, webhooks and reviews all start their workers
+// this way.
+func startChild(t *testing.T, test, env, dir string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v=false")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v=false")
+	cmd.Env = append(os.Environ(), env+"="+dir)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+	})
 	return cmd
+}
+
+// successes counts the successful attempts recorded in a job's history.
+func successes(j *ratelane.Job) int {
+	n := 0
+	for _, h := range j.History {
+		if h.Outcome == job.ClassSuccess {
+			n++
+		}
+	}
+	return n
 }
 
 func countState(t *testing.T, c *ratelane.Client, state ratelane.State) int {
@@ -137,14 +152,8 @@ func checkPublishedOnce(t *testing.T, c *ratelane.Client, total int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		successes := 0
-		for _, h := range full.History {
-			if h.Outcome == job.ClassSuccess {
-				successes++
-			}
-		}
-		if successes != 1 {
-			t.Fatalf("job %s recorded %d successes: %s", j.ID, successes, fmt.Sprint(full.History))
+		if n := successes(full); n != 1 {
+			t.Fatalf("job %s recorded %d successes: %s", j.ID, n, fmt.Sprint(full.History))
 		}
 	}
 

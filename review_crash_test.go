@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -155,7 +154,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 		t.Fatalf("review has %d parts, inline %d; the test needs 40+ and the same split", total, want.Parts.Total)
 	}
 
-	child := startReviewChild(t, dir)
+	child := startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
 	done := waitPartsPublished(t, producer, total/4, 30*time.Second)
 	child.Process.Signal(syscall.SIGKILL)
 	child.Wait()
@@ -168,7 +167,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 	}
 	t.Logf("killed the worker with %d (then %d) of %d parts done", done, atKill, total)
 
-	startReviewChild(t, dir)
+	startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
 	s := waitReviewFor(t, producer, sub.ID, ratelane.StatePublished, 60*time.Second)
 	out := filepath.Join(dir, "out", reviewCrashTarget)
 	first, err := os.Stat(out)
@@ -231,32 +230,6 @@ func TestReviewKill9Resumes(t *testing.T) {
 		t.Fatalf("review is %s after publication", s.State)
 	}
 	t.Logf("%d parts, %d findings, published once", total, len(r.Findings))
-}
-
-func successes(j *ratelane.Job) int {
-	n := 0
-	for _, h := range j.History {
-		if h.Outcome == job.ClassSuccess {
-			n++
-		}
-	}
-	return n
-}
-
-// startReviewChild starts a worker; t.Cleanup kills it.
-func startReviewChild(t *testing.T, dir string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReviewCrashChild$", "-test.v=false")
-	cmd.Env = append(os.Environ(), reviewCrashChildEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
-	})
-	return cmd
 }
 
 func countKind(t *testing.T, c *ratelane.Client, kind string, state ratelane.State) int {

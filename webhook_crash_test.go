@@ -10,7 +10,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
@@ -122,7 +121,7 @@ func TestWebhookKill9Recovery(t *testing.T) {
 		}
 	}
 
-	child := startHookChild(t, dir)
+	child := startChild(t, "TestWebhookCrashChild", hookCrashChildEnv, dir)
 	waitDistinct(t, counter, 500, 30*time.Second)
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -131,11 +130,7 @@ func TestWebhookKill9Recovery(t *testing.T) {
 	if n, _ := counter.stats(); n > total-1000 {
 		t.Fatalf("only %d deliveries were left at the kill; the test needs over 1,000", total-n)
 	}
-	child = startHookChild(t, dir)
-	defer func() {
-		child.Process.Signal(syscall.SIGKILL)
-		child.Wait()
-	}()
+	startChild(t, "TestWebhookCrashChild", hookCrashChildEnv, dir) // killed by its cleanup
 	waitPublished(t, producer, total, 120*time.Second)
 	checkPublishedOnce(t, producer, total)
 	distinct, most := counter.stats()
@@ -146,17 +141,6 @@ func TestWebhookKill9Recovery(t *testing.T) {
 	if n := countState(t, producer, job.StateTerminal); n != 0 {
 		t.Fatalf("%d deliveries ended terminal", n)
 	}
-}
-
-func startHookChild(t *testing.T, dir string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWebhookCrashChild$", "-test.v=false")
-	cmd.Env = append(os.Environ(), hookCrashChildEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return cmd
 }
 
 func waitDistinct(t *testing.T, c *idCounter, want int, timeout time.Duration) {
