@@ -46,6 +46,16 @@ type Budgets = job.Budgets
 // concurrency cap and adaptive mode.
 type Limit = admission.Config
 
+// UpstreamLimit returns the Limit for a key that calls an upstream
+// declaring rate requests per second with the given burst (for instance a
+// provider's documented quota): ratelane paces 3% below the rate and keeps
+// half the burst unused, so that jitter between a start and its arrival
+// upstream does not turn into 429s, each of which would pause the key for a
+// whole Retry-After. Set Limit's fields directly to pace exactly.
+func UpstreamLimit(name string, rate, burst float64) Limit {
+	return admission.Upstream(name, rate, burst, admission.DefaultHeadroom)
+}
+
 // LimitState is a limit key's configuration plus its live shared state.
 type LimitState = admission.State
 

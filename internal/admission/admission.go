@@ -34,7 +34,28 @@ const (
 	MinRateFraction = 0.02
 	// CapRetry is how soon a key at its concurrency cap is looked at again.
 	CapRetry = 20 * time.Millisecond
+	// DefaultHeadroom is the fraction of an upstream's declared rate that
+	// [Upstream] leaves unused.
+	DefaultHeadroom = 0.03
 )
+
+// Upstream returns the configuration of a key that paces calls to an
+// upstream declaring rate requests per second with the given burst: the
+// rate less headroom (a fraction, e.g. DefaultHeadroom) and half the burst,
+// rounded up. Requests reach the upstream with network and scheduling
+// jitter, and its bucket runs on its own clock, so starts spaced exactly at
+// its rate can arrive closer together than it allows; each such arrival is
+// a 429 that pauses the key for a whole Retry-After (often a second). The
+// burst ratelane leaves unused stays in the upstream's bucket to absorb the
+// jitter, and the rate headroom refills it. A zero rate means unpaced.
+func Upstream(name string, rate, burst, headroom float64) Config {
+	c := Config{Name: name}
+	if rate > 0 {
+		c.Rate = rate * (1 - headroom)
+		c.Burst = math.Ceil(math.Max(1, burst) / 2)
+	}
+	return c
+}
 
 // Config is a limit key's configuration: what an operator sets.
 type Config struct {
@@ -207,14 +228,39 @@ func (s *State) Pause(until time.Time) {
 // DecreaseHoldoff).
 func (s *State) RateLimited(now, until time.Time) {
 	s.Pause(until)
+	if s.decrease(now) {
+		// Restart the bucket at the new rate when the pause ends.
+		s.TAT = maxTime(s.TAT, until)
+	}
+}
+
+// decrease lowers an adaptive key's learned rate, at most once per
+// DecreaseHoldoff, and reports whether it did.
+func (s *State) decrease(now time.Time) bool {
 	if !s.Adaptive || now.Sub(s.LastDecrease) < DecreaseHoldoff {
-		return
+		return false
 	}
 	s.LastDecrease = now
 	s.LearnedRate = math.Max(s.MinRate, s.rate()*DecreaseFactor)
-	// Restart the bucket empty at the new rate so the pause is not followed
-	// by a burst at the rate that caused it.
-	s.TAT = maxTime(s.TAT, until)
+	return true
+}
+
+// Throttled records a 429 that named no retry delay; until is the job's
+// own backoff. An adaptive key slows down rather than pausing: its learned
+// rate drops (at most once per DecreaseHoldoff) and its bucket is emptied,
+// because the upstream's is. Pausing it for one job's exponential backoff
+// would idle the key far longer than the upstream asked — it asked for
+// nothing — and cost seconds of its allowance on every 429. A key with a
+// fixed rate has no other way to slow down, so it pauses until until.
+func (s *State) Throttled(now, until time.Time) {
+	if !s.Adaptive {
+		s.RateLimited(now, until)
+		return
+	}
+	s.decrease(now)
+	if s.rate() > 0 {
+		s.TAT = maxTime(s.TAT, now.Add(s.tolerance()))
+	}
 }
 
 // Succeeded records a successful start: an adaptive key's learned rate

@@ -98,6 +98,46 @@ func TestAdaptive(t *testing.T) {
 	}
 }
 
+// TestThrottled checks a 429 without a retry delay: an adaptive key slows
+// down and empties its bucket but does not pause; a fixed-rate key pauses
+// for the job's backoff.
+func TestThrottled(t *testing.T) {
+	t.Parallel()
+	a := NewState(Config{Name: "a", Rate: 100, Burst: 10, Adaptive: true})
+	a.Throttled(t0, t0.Add(4*time.Second))
+	if !a.PausedUntil.IsZero() || a.LearnedRate != 70 {
+		t.Fatalf("adaptive: paused until %v, learned %v; want no pause, 70", a.PausedUntil, a.LearnedRate)
+	}
+	if got := a.Tokens(t0); got > 0.01 {
+		t.Fatalf("adaptive: %v tokens left after a 429, want an empty bucket", got)
+	}
+	if ok, next := a.Check(t0.Add(20*time.Millisecond), 1); !ok && next.Sub(t0) > 20*time.Millisecond {
+		t.Fatalf("adaptive: next start at +%v, want within one interval at 70/s", next.Sub(t0))
+	}
+	f := NewState(Config{Name: "f", Rate: 100, Burst: 10})
+	f.Throttled(t0, t0.Add(4*time.Second))
+	if !f.PausedUntil.Equal(t0.Add(4 * time.Second)) {
+		t.Fatalf("fixed: paused until %v, want +4s", f.PausedUntil)
+	}
+}
+
+func TestUpstream(t *testing.T) {
+	t.Parallel()
+	c := Upstream("u", 100, 25, DefaultHeadroom)
+	if c.Rate != 97 || c.Burst != 13 || c.Name != "u" {
+		t.Fatalf("Upstream(100/s, burst 25) = %+v, want 97/s burst 13", c)
+	}
+	if c := Upstream("u", 2, 1, 0.03); c.Burst != 1 {
+		t.Fatalf("a burst of 1 must stay 1, got %v", c.Burst)
+	}
+	if c := Upstream("u", 0, 0, 0.03); c.Rate != 0 || c.Burst != 0 {
+		t.Fatalf("an unpaced upstream stays unpaced, got %+v", c)
+	}
+	if err := Upstream("u", 10, 5, 0.03).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestHint(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 10, Burst: 10})

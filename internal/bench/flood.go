@@ -33,7 +33,7 @@ func runFlood(ctx context.Context, e *env) (Result, error) {
 		batchOK   atomic.Int64
 		interDone atomic.Int64
 	)
-	cfg := ratelane.Config{Workers: 32, Limits: []ratelane.Limit{{Name: "dest", Rate: rate, Burst: rate / 4}}}
+	cfg := ratelane.Config{Workers: 32, Limits: []ratelane.Limit{ratelane.UpstreamLimit("dest", rate, rate/4)}}
 	cfg.Handle("deliver", ratelane.WorkFunc(func(ctx context.Context, j *ratelane.Job, _ struct{}) (any, error) {
 		if j.Lane == ratelane.LaneInteractive {
 			w := time.Since(j.CreatedAt)

@@ -36,7 +36,7 @@ func runPaced(ctx context.Context, e *env) (Result, error) {
 		routes[name] = upstream.RouteConfig{Rate: float64(rate), Burst: burst}
 		rates[name] = rate
 		names = append(names, name)
-		cfg.Limits = append(cfg.Limits, ratelane.Limit{Name: name, Rate: float64(rate), Burst: float64(burst)})
+		cfg.Limits = append(cfg.Limits, ratelane.UpstreamLimit(name, float64(rate), float64(burst)))
 	}
 	sim, err := e.sim(routes)
 	if err != nil {

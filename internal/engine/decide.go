@@ -72,6 +72,7 @@ func Decide(j *job.Job, o job.Outcome, now time.Time, validates bool, b Backoff,
 		delay, why := o.RetryAfter, o.RetrySource
 		if delay <= 0 {
 			delay, why = b.Delay(j.Lane, t.Attempts.Congestion, u), "backoff"
+			t.Keys.Backoff = true
 		} else if why == "" {
 			why = "server"
 		}

@@ -31,11 +31,14 @@ func TestDecide(t *testing.T) {
 		delay      time.Duration // expected exact delay, or -1 to skip
 		attempts   job.Attempts
 		pauseUntil time.Time
+		backoff    bool // the key effect is marked as the job's own backoff
 	}{
 		{name: "success publishes", out: job.Outcome{Class: job.ClassSuccess}, to: job.StatePublished, delay: -1},
 		{name: "success validates", out: job.Outcome{Class: job.ClassSuccess}, validates: true, to: job.StateValidated, delay: -1},
 		{name: "429 with retry-after", out: job.Outcome{Class: job.ClassRateLimited, RetryAfter: 2 * time.Second, Status: 429},
 			to: job.StateRetryScheduled, delay: 2 * time.Second, attempts: job.Attempts{Congestion: 1}, pauseUntil: t0.Add(2 * time.Second)},
+		{name: "429 without retry-after backs off", out: job.Outcome{Class: job.ClassRateLimited, Status: 429},
+			to: job.StateRetryScheduled, delay: time.Second, attempts: job.Attempts{Congestion: 1}, pauseUntil: t0.Add(time.Second), backoff: true},
 		{name: "429 budget exhausted", prep: spent(3, 0, 0), out: job.Outcome{Class: job.ClassRateLimited, RetryAfter: time.Second},
 			to: job.StateTerminal, reason: job.ReasonRateLimitBudgetExhausted, delay: -1, attempts: job.Attempts{Congestion: 4}, pauseUntil: t0.Add(time.Second)},
 		{name: "429 past the 7-day cap", out: job.Outcome{Class: job.ClassRateLimited, RetryAfter: 8 * 24 * time.Hour},
@@ -80,6 +83,9 @@ func TestDecide(t *testing.T) {
 			}
 			if !tr.Keys.PauseUntil.Equal(tc.pauseUntil) {
 				t.Fatalf("pause until %v, want %v", tr.Keys.PauseUntil, tc.pauseUntil)
+			}
+			if tr.Keys.Backoff != tc.backoff {
+				t.Fatalf("key effect backoff = %v, want %v", tr.Keys.Backoff, tc.backoff)
 			}
 			if !job.CanTransition(job.StateRunning, tr.To) {
 				t.Fatalf("running -> %s is not a legal transition", tr.To)

@@ -9,6 +9,7 @@
 package engine
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -185,7 +186,16 @@ type Engine struct {
 	running map[string]*runningJob
 	credit  float64 // batch starts earned (BatchShare per start) and not yet taken
 	rnd     *rand.Rand
+
+	// admits holds, earliest first, the times at which groups the lease
+	// calls skipped (a key refused them) may be admitted; only fetchLoop
+	// touches it.
+	admits timeHeap
 }
+
+// maxAdmits bounds the admission times remembered; past it the poll
+// interval covers the rest.
+const maxAdmits = 4096
 
 type runningJob struct {
 	job     *job.Job
@@ -307,7 +317,7 @@ func (e *Engine) fetchLoop() {
 		if n > 0 {
 			continue
 		}
-		timer.Reset(e.cfg.PollInterval)
+		timer.Reset(e.nextPoll())
 		select {
 		case <-e.stop:
 			return
@@ -315,6 +325,20 @@ func (e *Engine) fetchLoop() {
 		case <-timer.C:
 		}
 	}
+}
+
+// nextPoll is how long an idle fetch loop sleeps: until the earliest time a
+// skipped group may be admitted, or the poll interval if that is sooner or
+// unknown (new work from other nodes is only seen by polling).
+func (e *Engine) nextPoll() time.Duration {
+	now := e.cfg.Now()
+	for e.admits.Len() > 0 && !e.admits[0].After(now) {
+		heap.Pop(&e.admits)
+	}
+	if e.admits.Len() == 0 {
+		return e.cfg.PollInterval
+	}
+	return min(e.cfg.PollInterval, e.admits[0].Sub(now))
 }
 
 // leaseAndRun takes free slots, leases up to that many jobs and runs them.
@@ -372,10 +396,15 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 	e.mu.Lock()
 	batchMin := min(int(e.credit), n)
 	e.mu.Unlock()
+	var admit time.Time // set by the store before Lease returns
 	jobs, err := e.cfg.Store.Lease(e.ctx, store.LeaseParams{
 		Now: e.cfg.Now(), Max: n, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
 		BatchMin: batchMin, InteractiveBudget: e.cfg.InteractiveBudget,
+		NextAdmission: func(at time.Time) { admit = at },
 	})
+	if !admit.IsZero() && e.admits.Len() < maxAdmits {
+		heap.Push(&e.admits, admit)
+	}
 	batch := 0
 	for _, j := range jobs {
 		if j.Lane == job.LaneBatch {
@@ -435,4 +464,18 @@ func (e *Engine) handle(ctx context.Context, j *job.Job) (out job.Outcome) {
 		}
 	}
 	return out
+}
+
+// timeHeap is a min-heap of times (container/heap).
+type timeHeap []time.Time
+
+func (h timeHeap) Len() int           { return len(h) }
+func (h timeHeap) Less(i, j int) bool { return h[i].Before(h[j]) }
+func (h timeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timeHeap) Push(x any)        { *h = append(*h, x.(time.Time)) }
+func (h *timeHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
 }

@@ -410,3 +410,25 @@ func TestBatchShareDoesNotStarveInteractive(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestWakesWhenAKeyAdmits checks that an idle engine sleeps until the next
+// admission of a key that refused it, not a whole poll interval: with a
+// 10 s poll and a key at 10/s, burst 1, five jobs take about half a
+// second, not 40 s.
+func TestWakesWhenAKeyAdmits(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: 10, Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var jobs []*job.Job
+	for range 5 {
+		jobs = append(jobs, storetest.NewJob("acme", job.LaneBatch, "k"))
+	}
+	insertNow(t, s, jobs...)
+	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, Workers: 4, PollInterval: 10 * time.Second})
+	st := waitFinal(t, s, 5*time.Second)
+	if n := st.Counts[job.LaneBatch][job.StatePublished]; n != 5 {
+		t.Fatalf("published %d of 5 within 5 s: the engine slept through the key's admissions", n)
+	}
+}

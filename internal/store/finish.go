@@ -96,6 +96,8 @@ func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, e KeyE
 		st.Release()
 		inScope := slices.Contains(scope, name)
 		switch {
+		case e.RateLimited && e.Backoff && inScope:
+			st.Throttled(e.Now, e.PauseUntil)
 		case e.RateLimited && inScope:
 			st.RateLimited(e.Now, e.PauseUntil)
 		case !e.PauseUntil.IsZero() && inScope:

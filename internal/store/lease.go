@@ -112,6 +112,9 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 			}
 		}
 	}
+	if p.NextAdmission != nil && !l.wake.IsZero() {
+		p.NextAdmission(l.wake)
+	}
 	if len(l.chosen) == 0 {
 		return nil, nil
 	}
@@ -131,6 +134,7 @@ type leaser struct {
 	chosen   []Leased
 	taken    map[string]bool // a lane may be visited twice in one call
 	newToken func() string
+	wake     time.Time // the earliest blocked-until of the groups skipped
 }
 
 type groupCursor struct {
@@ -181,6 +185,9 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 	}
 	var touches []GroupTouch
 	for _, c := range cursors {
+		if !c.blocked.IsZero() && (l.wake.IsZero() || c.blocked.Before(l.wake)) {
+			l.wake = c.blocked
+		}
 		if c.fetched { // groups not examined keep their place in the round
 			touches = append(touches, GroupTouch{ID: c.g.ID, BlockedUntil: c.blocked, Empty: c.empty})
 		}

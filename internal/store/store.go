@@ -196,6 +196,12 @@ type LeaseParams struct {
 	BatchMin int
 	// InteractiveBudget is the interactive lane's latency budget.
 	InteractiveBudget time.Duration
+	// NextAdmission, when set, is called once per call that skipped a
+	// group because one of its keys refused, with the earliest time such a
+	// group may be admitted. An engine sleeps until then rather than a
+	// whole poll interval: on a key allowing two starts a second, waking up
+	// to 50 ms late on every token would cost a tenth of its rate.
+	NextAdmission func(at time.Time)
 }
 
 // Transition ends one attempt of a running job. The engine computes it from
@@ -226,6 +232,10 @@ type KeyEffect struct {
 	// PauseUntil pauses the Scope keys (also without RateLimited, e.g. for a
 	// spent provider quota).
 	PauseUntil time.Time
+	// Backoff says a RateLimited PauseUntil is the job's own backoff: the
+	// upstream named no retry delay. Adaptive keys then slow down instead
+	// of pausing (see admission.State.Throttled).
+	Backoff bool
 	// Scope names the keys a pause applies to; empty means all of the job's keys.
 	Scope []string
 	// Hints feed remaining-quota information to the buckets.

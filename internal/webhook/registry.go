@@ -38,7 +38,7 @@ const (
 	DefaultCacheFor = 2 * time.Second
 	// DefaultHeadroom is the fraction of a subscriber's declared rate the
 	// limit key leaves unused; see RegistryConfig.Headroom.
-	DefaultHeadroom = 0.03
+	DefaultHeadroom = admission.DefaultHeadroom
 	// healthEvery bounds how often a healthy subscriber's last success is
 	// written back: once a minute, not once per delivery.
 	healthEvery = time.Minute
@@ -285,17 +285,14 @@ type stored struct {
 
 // LimitConfig is the admission configuration of the record's limit key:
 // the declared rate less headroom, and half the declared burst (rounded
-// up). Requests reach the receiver with network and scheduling jitter, so
-// starts spaced exactly at its rate can arrive closer together than it
-// allows; the burst ratelane leaves unused stays in the receiver's bucket
-// to absorb that jitter, and the rate headroom refills it.
+// up), as [admission.Upstream] explains.
 func (rec Record) LimitConfig(headroom float64) admission.Config {
-	c := admission.Config{Name: LimitKey(rec.ID), Concurrency: rec.Concurrency}
+	c := admission.Config{Name: LimitKey(rec.ID)}
 	if rec.Rate != nil {
-		c.Rate = rec.Rate.perSecond() * (1 - headroom)
-		c.Burst = math.Ceil(float64(rec.Rate.Burst) / 2)
+		c = admission.Upstream(c.Name, rec.Rate.perSecond(), float64(rec.Rate.Burst), headroom)
 		c.Adaptive = rec.Adaptive
 	}
+	c.Concurrency = rec.Concurrency
 	return c
 }
 

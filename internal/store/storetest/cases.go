@@ -209,6 +209,39 @@ func testTokenBucketPacing(t *testing.T, open Opener) {
 	}
 }
 
+// testNextAdmission checks that a lease call reports when the earliest
+// group it skipped for a refusing key may be admitted, so an engine can
+// sleep exactly that long.
+func testNextAdmission(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "slow", Rate: 2, Burst: 1})
+	setLimit(t, s, admission.Config{Name: "slower", Rate: 1, Burst: 1})
+	insert(t, s, NewJob("acme", job.LaneBatch, "slow"), NewJob("acme", job.LaneBatch, "slow"),
+		NewJob("acme", job.LaneBatch, "slower"), NewJob("acme", job.LaneBatch, "slower"))
+	call := func(now time.Time) (int, time.Time, int) {
+		var at time.Time
+		calls := 0
+		got, err := s.Lease(context.Background(), store.LeaseParams{Now: now, Max: 10, LeaseFor: 30 * time.Second,
+			NextAdmission: func(t time.Time) { at, calls = t, calls+1 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got), at, calls
+	}
+	n, at, calls := call(T0)
+	if n != 2 || calls != 1 || !at.Equal(T0.Add(500*time.Millisecond)) {
+		t.Fatalf("first lease: %d jobs, next admission %v (%d calls); want 2 jobs and T0+500ms once", n, at.Sub(T0), calls)
+	}
+	// The slower group is known to be blocked until T0+1s and is not
+	// examined again (it was reported once, above).
+	if n, _, calls := call(T0.Add(600 * time.Millisecond)); n != 1 || calls != 0 {
+		t.Fatalf("at T0+600ms: %d jobs, %d calls; want slow's second job and nothing skipped", n, calls)
+	}
+	if n, _, calls := call(T0.Add(1100 * time.Millisecond)); n != 1 || calls != 0 {
+		t.Fatalf("at T0+1.1s: %d jobs, %d calls; want slower's second job and nothing skipped", n, calls)
+	}
+}
+
 func testConcurrencyCap(t *testing.T, open Opener) {
 	s := open(t)
 	setLimit(t, s, admission.Config{Name: "k", Concurrency: 3})

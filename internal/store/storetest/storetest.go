@@ -41,6 +41,7 @@ func Run(t *testing.T, open Opener) {
 		"GuardedFinish":         testGuardedFinish,
 		"PublishOnce":           testPublishOnce,
 		"TokenBucketPacing":     testTokenBucketPacing,
+		"NextAdmission":         testNextAdmission,
 		"ConcurrencyCap":        testConcurrencyCap,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
