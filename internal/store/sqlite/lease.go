@@ -150,12 +150,14 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 		tokens[l.ID] = l.Token
 	}
 	arg, _ := json.Marshal(tokens)
-	// One statement for the whole batch: each row takes its own token from
-	// the JSON object keyed by job id.
+	// One statement for the whole batch: a join of the JSON object keyed by
+	// job id with the jobs table, so each row takes its own token by one
+	// primary-key lookup (a correlated subquery parsed the object once per
+	// row, quadratic in the batch).
 	rows, err := o.s.query(o.tx, `UPDATE jobs SET state = 'running',
-			lease_token = (SELECT value FROM json_each(?1) WHERE key = jobs.id),
-			lease_expires_at = ?2, attempt = attempt + 1, updated_at = ?3
-		WHERE id IN (SELECT key FROM json_each(?1)) AND state = 'waiting' RETURNING `+jobCols,
+			lease_token = t.value, lease_expires_at = ?2, attempt = attempt + 1, updated_at = ?3
+		FROM json_each(?1) AS t
+		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+jobCols,
 		string(arg), ns(until), ns(now))
 	if err != nil {
 		return nil, err
