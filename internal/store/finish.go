@@ -12,10 +12,13 @@ import (
 // FinishTx is what a driver provides inside one write transaction so that the
 // shared Finish logic can run on it.
 type FinishTx interface {
-	// EndAttempt applies t to its job, guarded on (id, running, lease
-	// token), appends t.Record to the history, and returns the job's limit
-	// keys and group. It returns ErrConflict when the guard fails.
-	EndAttempt(t Transition) (keys []string, group int64, err error)
+	// EndAttempts applies each transition to its job, guarded on (id,
+	// running, lease token), appends its Record to the job's history, and
+	// returns, in the same order, the job's limit keys and group, or
+	// Conflict when the guard failed. The transitions name distinct jobs.
+	// One call per batch lets a driver write the batch in one statement or
+	// one round trip instead of two per job.
+	EndAttempts(ts []Transition) ([]Ended, error)
 	// LockKeysWait returns the named keys' states, locked; it waits for
 	// locks held by others (lease transactions never wait, so no cycle).
 	LockKeysWait(names []string) (map[string]*admission.State, error)
@@ -23,6 +26,15 @@ type FinishTx interface {
 	SaveKeys(keys []*admission.State) error
 	// GroupReady records that the group has a job eligible at at.
 	GroupReady(group int64, at time.Time) error
+}
+
+// Ended is what FinishTx.EndAttempts reports of one transition.
+type Ended struct {
+	Keys  []string
+	Group int64
+	// Conflict means the guard failed: the job is not running under the
+	// transition's lease token (or does not exist).
+	Conflict bool
 }
 
 // Finish applies a batch of transitions on a driver's transaction: all job
@@ -36,27 +48,52 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 	}
 	var done []applied
 	var names []string
+	// Valid transitions go to EndAttempts together, a job at most once per
+	// call: a second transition of the same job in one batch would have met
+	// a finished attempt, so it goes in a later call and conflicts there.
+	var idx []int
+	var batch []Transition
 	for i := range ts {
 		t := &ts[i]
 		if !job.CanTransition(job.StateRunning, t.To) {
 			errs[i] = errors.New("finish: running -> " + string(t.To) + " is not a transition")
 			continue
 		}
-		keys, group, err := tx.EndAttempt(*t)
-		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
-			errs[i] = ErrConflict
-			continue
+		idx, batch = append(idx, i), append(batch, *t)
+	}
+	for len(batch) > 0 {
+		// Split off repeats of a job id into the next round.
+		var now, later []Transition
+		var nowIdx, laterIdx []int
+		ids := make(map[string]bool, len(batch))
+		for k, t := range batch {
+			if ids[t.ID] {
+				later, laterIdx = append(later, t), append(laterIdx, idx[k])
+				continue
+			}
+			ids[t.ID] = true
+			now, nowIdx = append(now, t), append(nowIdx, idx[k])
 		}
+		ended, err := tx.EndAttempts(now)
 		if err != nil {
 			return nil, err
 		}
-		if t.To == job.StateWaiting || t.To == job.StateRetryScheduled {
-			if err := tx.GroupReady(group, t.EligibleAt); err != nil {
-				return nil, err
+		for k, e := range ended {
+			i := nowIdx[k]
+			t := &ts[i]
+			if e.Conflict {
+				errs[i] = ErrConflict
+				continue
 			}
+			if t.To == job.StateWaiting || t.To == job.StateRetryScheduled {
+				if err := tx.GroupReady(e.Group, t.EligibleAt); err != nil {
+					return nil, err
+				}
+			}
+			done = append(done, applied{t, e.Keys})
+			names = append(names, e.Keys...)
 		}
-		done = append(done, applied{t, keys})
-		names = append(names, keys...)
+		batch, idx = later, laterIdx
 	}
 	if len(done) == 0 {
 		return errs, nil

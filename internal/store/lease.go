@@ -79,6 +79,13 @@ type LeaseTx interface {
 	MarkLeased(jobs []Leased, now, until time.Time) ([]*job.Job, error)
 }
 
+// ManyHeadsTx is an optional extension of LeaseTx for drivers where each
+// call is a network round trip: the heads of several groups at once, keyed
+// by group id, each as Heads would return them.
+type ManyHeadsTx interface {
+	ManyHeads(gs []Group, now time.Time, limit int) (map[int64][]Candidate, error)
+}
+
 // Lease runs ratelane's scheduling order on a driver's transaction: batch's
 // minimum share first (only while interactive work is within its budget),
 // then interactive, then batch; within a lane, groups round-robin; a job is
@@ -164,6 +171,25 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 	}
 	if _, err := l.lockKeys(names); err != nil { // one round trip for every group's keys
 		return err
+	}
+	// The first pass visits at least the first want groups; fetch their
+	// heads together where the driver can.
+	if mh, ok := l.tx.(ManyHeadsTx); ok && len(cursors) > 1 {
+		pre := cursors[:min(len(cursors), want)]
+		gs := make([]Group, len(pre))
+		for i, c := range pre {
+			gs[i] = c.g
+		}
+		limit := min(first, want)
+		heads, err := mh.ManyHeads(gs, l.p.Now, limit)
+		if err != nil {
+			return err
+		}
+		for _, c := range pre {
+			c.heads, c.fetched = heads[c.g.ID], true
+			c.more = len(c.heads) == limit
+			c.limit *= 4
+		}
 	}
 	active := cursors
 	for want > 0 && len(active) > 0 {

@@ -53,40 +53,55 @@ type finishTx struct {
 
 var _ store.FinishTx = (*finishTx)(nil)
 
-// EndAttempt is one statement: the guarded update of the job and the insert
-// of its attempt record. The record's sequence number is safe to compute
-// with max()+1 because every writer of a job's history holds its row lock.
-func (f *finishTx) EndAttempt(t store.Transition) ([]string, int64, error) {
-	now := nowOr(t.Keys.Now, t.Record.At)
-	var finished *int64
-	if t.To.Final() {
-		finished = nullNS(now)
+// endAttemptSQL is one statement per transition: the guarded update of the
+// job and the insert of its attempt record. The record's sequence number is
+// safe to compute with max()+1 because every writer of a job's history
+// holds its row lock.
+const endAttemptSQL = `WITH ended AS (
+		UPDATE jobs SET state = $3, reason = $4, eligible_at = coalesce($5, eligible_at),
+			attempts_congestion = $6, attempts_transient = $7, attempts_schema = $8,
+			result = coalesce($9, result), lease_token = NULL, lease_expires_at = NULL,
+			finished_at = $10, updated_at = $11
+		WHERE id = $1 AND state = 'running' AND lease_token = $2
+		RETURNING id, limit_keys, group_id
+	), recorded AS (
+		INSERT INTO job_attempts (job_id, seq, record)
+		SELECT id, coalesce((SELECT max(seq) FROM job_attempts WHERE job_id = ended.id), 0) + 1, $12 FROM ended
+	)
+	SELECT limit_keys, group_id FROM ended`
+
+// EndAttempts sends every transition's statement in one pipelined batch:
+// one round trip for the whole finish batch instead of one per job. The
+// statements run in order, so the caller's id order is the lock order.
+func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
+	b := &pgx.Batch{}
+	for _, t := range ts {
+		now := nowOr(t.Keys.Now, t.Record.At)
+		var finished *int64
+		if t.To.Final() {
+			finished = nullNS(now)
+		}
+		var eligible *int64
+		if t.To == job.StateWaiting || t.To == job.StateRetryScheduled {
+			eligible = nullNS(nowOr(t.EligibleAt, now))
+		}
+		b.Queue(endAttemptSQL, t.ID, t.LeaseToken, string(t.To), string(t.Reason), eligible, t.Attempts.Congestion,
+			t.Attempts.Transient, t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record))
 	}
-	var eligible *int64
-	if t.To == job.StateWaiting || t.To == job.StateRetryScheduled {
-		eligible = nullNS(nowOr(t.EligibleAt, now))
+	br := f.tx.SendBatch(f.ctx, b)
+	out := make([]store.Ended, len(ts))
+	for i := range ts {
+		err := br.QueryRow().Scan(&out[i].Keys, &out[i].Group)
+		if errors.Is(err, pgx.ErrNoRows) {
+			out[i].Conflict = true
+			continue
+		}
+		if err != nil {
+			br.Close()
+			return nil, err
+		}
 	}
-	var keys []string
-	var group int64
-	err := f.tx.QueryRow(f.ctx, `WITH ended AS (
-			UPDATE jobs SET state = $3, reason = $4, eligible_at = coalesce($5, eligible_at),
-				attempts_congestion = $6, attempts_transient = $7, attempts_schema = $8,
-				result = coalesce($9, result), lease_token = NULL, lease_expires_at = NULL,
-				finished_at = $10, updated_at = $11
-			WHERE id = $1 AND state = 'running' AND lease_token = $2
-			RETURNING id, limit_keys, group_id
-		), recorded AS (
-			INSERT INTO job_attempts (job_id, seq, record)
-			SELECT id, coalesce((SELECT max(seq) FROM job_attempts WHERE job_id = ended.id), 0) + 1, $12 FROM ended
-		)
-		SELECT limit_keys, group_id FROM ended`,
-		t.ID, t.LeaseToken, string(t.To), string(t.Reason), eligible, t.Attempts.Congestion,
-		t.Attempts.Transient, t.Attempts.Schema, nullBytes(t.Result), finished, ns(now),
-		recordJSON(t.Record)).Scan(&keys, &group)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, store.ErrConflict
-	}
-	return keys, group, err
+	return out, br.Close()
 }
 
 func (f *finishTx) LockKeysWait(names []string) (map[string]*admission.State, error) {

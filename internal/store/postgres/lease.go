@@ -42,7 +42,10 @@ type leaseTx struct {
 	tx  pgx.Tx
 }
 
-var _ store.LeaseTx = (*leaseTx)(nil)
+var (
+	_ store.LeaseTx     = (*leaseTx)(nil)
+	_ store.ManyHeadsTx = (*leaseTx)(nil)
+)
 
 // PromoteDue moves due retries to waiting. Rows locked elsewhere (a cancel,
 // another node's promotion) are skipped rather than waited for; a later
@@ -94,6 +97,32 @@ func (l *leaseTx) Heads(g store.Group, now time.Time, limit int) ([]store.Candid
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[store.Candidate])
+}
+
+// ManyHeads fetches several groups' heads in one round trip: a lateral
+// join runs the Heads query once per group.
+func (l *leaseTx) ManyHeads(gs []store.Group, now time.Time, limit int) (map[int64][]store.Candidate, error) {
+	ids := make([]int64, len(gs))
+	for i, g := range gs {
+		ids[i] = g.ID
+	}
+	rows, err := l.tx.Query(l.ctx, `SELECT g.id, h.id, h.cost FROM unnest($1::bigint[]) AS g(id)
+		CROSS JOIN LATERAL (SELECT id, cost FROM jobs WHERE group_id = g.id AND state = 'waiting' AND eligible_at <= $2
+			ORDER BY priority DESC, eligible_at, id LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED) AS h`, ids, ns(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[int64][]store.Candidate, len(gs))
+	for rows.Next() {
+		var g int64
+		var c store.Candidate
+		if err := rows.Scan(&g, &c.ID, &c.Cost); err != nil {
+			return nil, err
+		}
+		out[g] = append(out[g], c)
+	}
+	return out, rows.Err()
 }
 
 // LockKeys leaves out keys another transaction holds; the shared code then

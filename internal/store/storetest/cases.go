@@ -145,6 +145,52 @@ func testGuardedFinish(t *testing.T, open Opener) {
 	}
 }
 
+// testFinishBatch checks one Finish call mixing a success with a result, a
+// stale token, the same job twice and an illegal transition: each gets its
+// own answer, the result is kept byte for byte, the history has one record
+// per ended attempt, and a retry's job is back in line.
+func testFinishBatch(t *testing.T, open Opener) {
+	s := open(t)
+	insert(t, s, NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k"))
+	js := lease(t, s, T0, 3)
+	if len(js) != 3 {
+		t.Fatalf("leased %d of 3", len(js))
+	}
+	a, b, c := js[0], js[1], js[2]
+	ok := success(a, T0)
+	ok.Result = []byte(`{"findings": [1, 2],  "note": "kept as is"}`)
+	stale := success(b, T0)
+	stale.LeaseToken = "not-the-token"
+	retry := success(c, T0)
+	retry.To, retry.EligibleAt = job.StateRetryScheduled, T0.Add(time.Second)
+	retry.Record.Outcome = job.ClassTransient
+	retry.Attempts.Transient++
+	illegal := success(b, T0)
+	illegal.To = job.StateAccepted
+	errs := finish(t, s, ok, stale, success(a, T0), illegal, retry)
+	if errs[0] != nil || !errors.Is(errs[1], store.ErrConflict) || !errors.Is(errs[2], store.ErrConflict) ||
+		errs[3] == nil || errors.Is(errs[3], store.ErrConflict) || errs[4] != nil {
+		t.Fatalf("errors = %v; want nil, conflict, conflict (same job twice), illegal transition, nil", errs)
+	}
+	got := get(t, s, a.ID)
+	if got.State != job.StatePublished || string(got.Result) != string(ok.Result) {
+		t.Fatalf("a: state %s result %s; want published with the result byte for byte", got.State, got.Result)
+	}
+	if len(got.History) != 1 {
+		t.Fatalf("a: %d history records, want 1", len(got.History))
+	}
+	if got := get(t, s, b.ID); got.State != job.StateRunning {
+		t.Fatalf("b: state %s after a stale finish, want still running", got.State)
+	}
+	got = get(t, s, c.ID)
+	if got.State != job.StateRetryScheduled || !got.EligibleAt.Equal(T0.Add(time.Second)) || got.Attempts.Transient != 1 {
+		t.Fatalf("c: %s eligible %v attempts %+v; want retry_scheduled at T0+1s with one transient attempt", got.State, got.EligibleAt, got.Attempts)
+	}
+	if n := len(lease(t, s, T0.Add(2*time.Second), 3)); n != 1 {
+		t.Fatalf("leased %d after the retry's time, want c again", n)
+	}
+}
+
 func testPublishOnce(t *testing.T, open Opener) {
 	s := open(t)
 	insert(t, s, NewJob("acme", job.LaneBatch, "k"))

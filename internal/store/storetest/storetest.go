@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		"LeaseBasics":           testLeaseBasics,
 		"LeaseRespectsEligible": testLeaseRespectsEligible,
 		"GuardedFinish":         testGuardedFinish,
+		"FinishBatch":           testFinishBatch,
 		"PublishOnce":           testPublishOnce,
 		"TokenBucketPacing":     testTokenBucketPacing,
 		"NextAdmission":         testNextAdmission,
