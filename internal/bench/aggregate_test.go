@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-func TestMedian(t *testing.T) {
+func TestBenchMedian(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		xs   []float64
@@ -30,7 +30,7 @@ func TestMedian(t *testing.T) {
 	}
 }
 
-func TestAggregate(t *testing.T) {
+func TestBenchAggregate(t *testing.T) {
 	t.Parallel()
 	run := func(goodput, dups float64) Result {
 		r := Result{Workload: "paced"}
@@ -72,7 +72,7 @@ func TestAggregate(t *testing.T) {
 	}
 }
 
-func TestPlansMatchTheWorkloads(t *testing.T) {
+func TestBenchPlansMatchTheWorkloads(t *testing.T) {
 	t.Parallel()
 	p := Paced(true)
 	if len(p.Destinations) != 4 || p.Destinations[0].Rate != 2 || p.Destinations[3].Rate != 40 || p.Destinations[3].Burst != 10 {
