@@ -46,9 +46,11 @@ type job struct {
 // RetryAfter without counting a failure (River: JobSnooze; asynq:
 // RetryDelayFunc and IsFailure).
 type rateLimitedError struct {
+	// RetryAfter is the upstream's Retry-After; 0 when it sent none.
 	RetryAfter time.Duration
 }
 
+// Error says the job was rate limited (no payload, no URL).
 func (e *rateLimitedError) Error() string {
 	return fmt.Sprintf("rate limited, retry after %v", e.RetryAfter)
 }
