@@ -2,7 +2,7 @@
 GO ?= go
 export RATELANE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: test test-short lint bench build
+.PHONY: test test-short lint bench bench-peers build
 
 # test runs every test under the race detector, on SQLite and PostgreSQL.
 # -p 1: one package at a time, so the tests that measure pacing over real
@@ -21,6 +21,14 @@ lint:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20000x .
+
+# bench-peers runs the throughput, paced and flood workloads on ratelane and
+# its peers (River, asynq, BullMQ) and prints one table; see
+# bench/peers/README.md. Needs PostgreSQL, Redis (db 9 is flushed) and, for
+# BullMQ, `npm ci` in bench/peers/bullmq. Pass flags with PEERS_FLAGS, e.g.
+# make bench-peers PEERS_FLAGS="--runs 3 --workloads paced".
+bench-peers:
+	cd bench/peers && $(GO) run . $(PEERS_FLAGS)
 
 build:
 	$(GO) build -o bin/ratelane ./cmd/ratelane

@@ -27,8 +27,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var asJSON bool
 	fs.StringVar(&o.Store, "store", "sqlite", "store: sqlite (a temporary file) or postgres")
 	fs.StringVar(&o.PostgresURL, "postgres-url", "", "PostgreSQL URL for --store postgres (a schema per workload, dropped afterwards)")
-	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "upper bound of each workload's run")
+	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "upper bound of each run of a workload")
 	fs.BoolVar(&o.Smoke, "smoke", false, "shrink every workload to a few seconds (CI)")
+	fs.IntVar(&o.Runs, "runs", 1, "run each workload this many times and report each metric's median (JSON adds \"runs\": every run's value; the table shows min–max)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	// The workload may come before or after the flags.
 	var name string
@@ -49,6 +50,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if name == "" {
 		fs.Usage()
 		return usageError{"name a workload"}
+	}
+	if o.Runs < 1 {
+		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}
 	}
 	names := []string{name}
 	if name == "all" {

@@ -87,7 +87,7 @@ func TestBenchPostgresSmoke(t *testing.T) {
 }
 
 func TestBenchUsage(t *testing.T) {
-	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}} {
+	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}, {"bench", "paced", "--runs", "0"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, strings.TrimSpace(stderr.String()))

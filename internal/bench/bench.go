@@ -39,6 +39,9 @@ type Options struct {
 	Smoke bool
 	// Dir holds SQLite files; default a new temporary directory.
 	Dir string
+	// Runs is how many times Run runs the workload (default 1); the result
+	// holds each metric's median and every run's value (see Aggregate).
+	Runs int
 }
 
 // Metric is one named figure of a workload.
@@ -47,6 +50,9 @@ type Metric struct {
 	Value float64
 	// Unit is for the table only.
 	Unit string
+	// Runs holds the value of each run, in run order, when Value is the
+	// median of more than one run (see Aggregate); nil for a single run.
+	Runs []float64
 }
 
 // Result is one workload's figures, in report order.
@@ -66,22 +72,110 @@ func (r Result) Get(name string) (float64, bool) {
 }
 
 // MarshalJSON writes the metrics as one object of name to number, in
-// report order.
+// report order. A result aggregated over several runs adds a "runs" member:
+// an object of name to the array of every run's value, in run order, while
+// the metric names keep the medians.
 func (r Result) MarshalJSON() ([]byte, error) {
 	b := []byte{'{'}
+	var err error
+	multi := false
 	for i, m := range r.Metrics {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = strconv.AppendQuote(b, m.Name)
 		b = append(b, ':')
-		v := m.Value
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("bench: %s.%s is not finite", r.Workload, m.Name)
+		if b, err = appendNumber(b, r.Workload, m.Name, m.Value); err != nil {
+			return nil, err
 		}
-		b = strconv.AppendFloat(b, round(v), 'f', -1, 64)
+		multi = multi || len(m.Runs) > 1
+	}
+	if multi {
+		b = append(b, `,"runs":{`...)
+		for i, m := range r.Metrics {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, m.Name)
+			b = append(b, ':', '[')
+			for j, v := range m.Runs {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				if b, err = appendNumber(b, r.Workload, m.Name, v); err != nil {
+					return nil, err
+				}
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
 	}
 	return append(b, '}'), nil
+}
+
+func appendNumber(b []byte, workload, name string, v float64) ([]byte, error) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil, fmt.Errorf("bench: %s.%s is not finite", workload, name)
+	}
+	return strconv.AppendFloat(b, round(v), 'f', -1, 64), nil
+}
+
+// Aggregate returns one result for several runs of a workload: each metric
+// (in the first run's order) has the median of the runs' values as Value
+// (the mean of the middle two for an even count) and every run's value in
+// Runs. A metric missing from a run is left out of that run's values. One
+// run is returned as it is; none gives the zero Result.
+func Aggregate(runs []Result) Result {
+	if len(runs) <= 1 {
+		if len(runs) == 0 {
+			return Result{}
+		}
+		return runs[0]
+	}
+	agg := Result{Workload: runs[0].Workload}
+	for _, m := range runs[0].Metrics {
+		var vs []float64
+		for _, r := range runs {
+			if v, ok := r.Get(m.Name); ok {
+				vs = append(vs, v)
+			}
+		}
+		agg.Metrics = append(agg.Metrics, Metric{Name: m.Name, Value: Median(vs), Unit: m.Unit, Runs: vs})
+	}
+	return agg
+}
+
+// Median returns the median of xs (the mean of the middle two for an even
+// count), or 0 when xs is empty. It does not change xs.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Spread returns the smallest and largest of m's run values, or Value
+// twice for a single run.
+func (m Metric) Spread() (lo, hi float64) {
+	if len(m.Runs) == 0 {
+		return m.Value, m.Value
+	}
+	return slices.Min(m.Runs), slices.Max(m.Runs)
+}
+
+// Format returns m's value for a table: the median and, over several runs
+// that did not all agree, the range as "median (min–max)".
+func (m Metric) Format() string {
+	v := strconv.FormatFloat(round(m.Value), 'f', -1, 64)
+	if lo, hi := m.Spread(); len(m.Runs) > 1 && lo != hi {
+		v += " (" + strconv.FormatFloat(round(lo), 'f', -1, 64) + "–" + strconv.FormatFloat(round(hi), 'f', -1, 64) + ")"
+	}
+	return v
 }
 
 func round(v float64) float64 {
@@ -92,7 +186,7 @@ func round(v float64) float64 {
 }
 
 func (r *Result) add(name string, v float64, unit string) {
-	r.Metrics = append(r.Metrics, Metric{name, v, unit})
+	r.Metrics = append(r.Metrics, Metric{Name: name, Value: v, Unit: unit})
 }
 
 // Workloads lists the workloads in the order `all` runs them.
@@ -106,8 +200,21 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 	"adapt":      runAdapt,
 }
 
-// Run runs one workload.
+// Run runs one workload, o.Runs times (see Options.Runs).
 func Run(ctx context.Context, name string, o Options) (Result, error) {
+	if o.Runs > 1 {
+		var runs []Result
+		for range o.Runs {
+			one := o
+			one.Runs = 1
+			r, err := Run(ctx, name, one)
+			if err != nil {
+				return r, err
+			}
+			runs = append(runs, r)
+		}
+		return Aggregate(runs), nil
+	}
 	fn, ok := runners[name]
 	if !ok {
 		return Result{}, fmt.Errorf("unknown workload %q (want one of %v or all)", name, Workloads)
@@ -274,17 +381,6 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
-// percentile returns the p-quantile (0..1) of ds in milliseconds
-// (nearest rank), or 0 when ds is empty. It sorts ds.
-func percentile(ds []time.Duration, p float64) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	i := int(math.Ceil(p*float64(len(ds)))) - 1
-	return float64(ds[max(0, min(len(ds)-1, i))]) / float64(time.Millisecond)
-}
-
 // jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one
 // has everything.
 func jain(xs []float64) float64 {
@@ -317,15 +413,15 @@ func WriteJSON(w io.Writer, results []Result, all bool) error {
 	return enc.Encode(v)
 }
 
-// WriteTable writes results as a readable table.
+// WriteTable writes results as a readable table: one line per metric with
+// its value, or its median and (min–max) over several runs.
 func WriteTable(w io.Writer, results []Result) error {
 	for _, r := range results {
 		if _, err := fmt.Fprintf(w, "%s\n", r.Workload); err != nil {
 			return err
 		}
 		for _, m := range r.Metrics {
-			v := strconv.FormatFloat(round(m.Value), 'f', -1, 64)
-			if _, err := fmt.Fprintf(w, "  %-32s %14s %s\n", m.Name, v, m.Unit); err != nil {
+			if _, err := fmt.Fprintf(w, "  %-38s %22s %s\n", m.Name, m.Format(), m.Unit); err != nil {
 				return err
 			}
 		}

@@ -7,25 +7,20 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
-	"github.com/ratelane/ratelane/internal/upstream"
 )
 
-// runFlood inserts a batch backlog on a destination limited to 100/s (the
-// key paced at the same rate), starts the engine, and submits interactive
-// jobs at 5/s on the same key for the measurement window: interactive
-// enqueue-to-start waits and batch goodput (batch successes/s ÷ the 95/s
-// the interactive jobs leave).
+// runFlood inserts the plan's batch backlog (see Flood) on a destination
+// limited to 100/s (the key paced at the same rate), starts the engine, and
+// submits interactive jobs at 5/s on the same key for the measurement
+// window: interactive waits from enqueue to successful delivery and batch
+// goodput (batch successes/s ÷ the 95/s the interactive jobs leave).
 func runFlood(ctx context.Context, e *env) (Result, error) {
-	const rate, interactiveRate = 100, 5
-	backlog, window := 100_000, 20*time.Second
-	if e.opts.Smoke {
-		backlog, window = 2_000, 3*time.Second
-	}
-	sim, err := e.sim(map[string]upstream.RouteConfig{"dest": {Rate: rate, Burst: rate / 4}})
+	plan := Flood(e.opts.Smoke)
+	sim, err := e.sim(plan.Routes())
 	if err != nil {
 		return Result{}, err
 	}
-	url := sim.RouteURL("dest")
+	url := sim.RouteURL(plan.Route)
 	var (
 		mu        sync.Mutex
 		waits     []time.Duration
@@ -33,9 +28,15 @@ func runFlood(ctx context.Context, e *env) (Result, error) {
 		batchOK   atomic.Int64
 		interDone atomic.Int64
 	)
-	cfg := ratelane.Config{Workers: 32, Limits: []ratelane.Limit{ratelane.UpstreamLimit("dest", rate, rate/4)}}
+	cfg := ratelane.Config{Workers: plan.Workers, Limits: []ratelane.Limit{
+		ratelane.UpstreamLimit(plan.Route, float64(plan.Rate), float64(plan.Burst))}}
 	cfg.Handle("deliver", ratelane.WorkFunc(func(ctx context.Context, j *ratelane.Job, _ struct{}) (any, error) {
-		if j.Lane == ratelane.LaneInteractive {
+		err := e.post(ctx, url, j.ID)
+		switch {
+		case err != nil:
+		case j.Lane == ratelane.LaneInteractive:
+			// The wait that matters to whoever submitted the job: until it
+			// was delivered, not until a first attempt that may get a 429.
 			w := time.Since(j.CreatedAt)
 			mu.Lock()
 			if !seen[j.ID] {
@@ -43,14 +44,9 @@ func runFlood(ctx context.Context, e *env) (Result, error) {
 				waits = append(waits, w)
 			}
 			mu.Unlock()
-		}
-		err := e.post(ctx, url, j.ID)
-		if err == nil {
-			if j.Lane == ratelane.LaneInteractive {
-				interDone.Add(1)
-			} else {
-				batchOK.Add(1)
-			}
+			interDone.Add(1)
+		default:
+			batchOK.Add(1)
 		}
 		return nil, err
 	}))
@@ -58,9 +54,9 @@ func runFlood(ctx context.Context, e *env) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	ps := make([]ratelane.InsertParams, backlog)
+	ps := make([]ratelane.InsertParams, plan.Backlog)
 	for i := range ps {
-		ps[i] = ratelane.InsertParams{Kind: "deliver", Region: "us", LimitKeys: []string{"dest"}}
+		ps[i] = ratelane.InsertParams{Kind: "deliver", Region: "us", LimitKeys: []string{plan.Route}}
 	}
 	if err := insert(ctx, c, ps); err != nil {
 		return Result{}, err
@@ -73,17 +69,17 @@ func runFlood(ctx context.Context, e *env) (Result, error) {
 		return Result{}, err
 	}
 	b0, t0 := batchOK.Load(), time.Now()
-	tick := time.NewTicker(time.Second / interactiveRate)
+	tick := time.NewTicker(time.Second / time.Duration(plan.InteractiveRate))
 	defer tick.Stop()
 	sent := 0
-	for time.Since(t0) < window {
+	for time.Since(t0) < plan.Window {
 		select {
 		case <-ctx.Done():
 			return Result{}, ctx.Err()
 		case <-tick.C:
 		}
 		if _, err := c.Insert(ctx, ratelane.InsertParams{Kind: "deliver", Region: "us", Lane: ratelane.LaneInteractive,
-			LimitKeys: []string{"dest"}}); err != nil {
+			LimitKeys: []string{plan.Route}}); err != nil {
 			return Result{}, err
 		}
 		sent++
@@ -92,17 +88,14 @@ func runFlood(ctx context.Context, e *env) (Result, error) {
 	if err := wait(ctx, func() bool { return interDone.Load() >= int64(sent) }); err != nil {
 		return Result{}, err
 	}
-	st := sim.Stats().Routes["dest"]
 	mu.Lock()
 	defer mu.Unlock()
-	var r Result
-	r.add("batch_backlog", float64(backlog), "jobs")
-	r.add("interactive_jobs", float64(sent), "jobs")
-	r.add("interactive_p50_ms", percentile(waits, 0.5), "ms")
-	r.add("interactive_p99_ms", percentile(waits, 0.99), "ms")
-	r.add("interactive_max_ms", percentile(waits, 1), "ms")
-	r.add("goodput", float64(batch)/span/(rate-interactiveRate), "of the allowance left to batch")
-	r.add("rate_limited_share", share(st.RateLimited, st.Attempts), "of attempts")
-	r.add("duplicates", float64(st.Duplicates), "")
-	return r, nil
+	return ScoreFlood(plan, FloodOutcome{
+		Interactive:   sent,
+		P50Ms:         Percentile(waits, 0.5),
+		P99Ms:         Percentile(waits, 0.99),
+		MaxMs:         Percentile(waits, 1),
+		BatchInWindow: batch,
+		WindowSeconds: span,
+	}, sim.Stats()), nil
 }
