@@ -331,8 +331,8 @@ func runFlood(ctx context.Context, e *env, open opener) (_ bench.Result, err err
 	url := sim.RouteURL(plan.Route)
 	var (
 		interDone idSet
-		waits              durations
-		batchOK            atomic.Int64
+		waits     durations
+		batchOK   atomic.Int64
 	)
 	q, err := open(ctx, e, plan.Workers, func(ctx context.Context, id string, j job) error {
 		err := e.post(ctx, j.URL, id)
