@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,28 +91,16 @@ type env struct {
 // post delivers a job to a simulator route with id as webhook-id and maps
 // the answer: 2xx nil, 429 *rateLimitedError, anything else an error.
 func (e *env) post(ctx context.Context, url, id string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("webhook-id", id)
-	resp, err := e.http.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	status, retryAfter, err := bench.Deliver(ctx, e.http, url, id)
 	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+	case err != nil:
+		return err
+	case status >= 200 && status < 300:
 		return nil
-	case resp.StatusCode == http.StatusTooManyRequests:
-		var ra time.Duration
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-			ra = time.Duration(s) * time.Second
-		}
-		return &rateLimitedError{RetryAfter: ra}
+	case status == http.StatusTooManyRequests:
+		return &rateLimitedError{RetryAfter: retryAfter}
 	default:
-		return fmt.Errorf("upstream answered %d", resp.StatusCode)
+		return fmt.Errorf("upstream answered %d", status)
 	}
 }
 
@@ -137,32 +124,6 @@ func insertAll(ctx context.Context, q queue, jobs []job, batch int) error {
 func closeQueue(q queue, err *error) {
 	if cerr := q.close(); cerr != nil && *err == nil {
 		*err = fmt.Errorf("clean up: %w", cerr)
-	}
-}
-
-// waitFor polls cond every 5 ms until it holds or ctx ends.
-func waitFor(ctx context.Context, cond func() bool) error {
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
-// sleep sleeps for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 
@@ -246,32 +207,28 @@ func runThroughput(ctx context.Context, e *env, open opener) (_ bench.Result, er
 	if err := q.start(ctx); err != nil {
 		return bench.Result{}, err
 	}
-	if err := waitFor(ctx, func() bool { return done.Load() >= int64(plan.Jobs) }); err != nil {
+	if err := bench.WaitFor(ctx, func() bool { return done.Load() >= int64(plan.Jobs) }); err != nil {
 		return bench.Result{}, fmt.Errorf("drain: %w", err)
 	}
 	o.Rate = float64(plan.Jobs) / time.Since(t1).Seconds()
 
 	measure.Store(true)
 	o.Offered = plan.Offered(o.Rate)
-	tick := time.NewTicker(plan.Period(o.Offered))
-	defer tick.Stop()
-	end, sent := time.Now().Add(plan.Latency), 0
-	for time.Now().Before(end) {
-		select {
-		case <-ctx.Done():
-			return bench.Result{}, ctx.Err()
-		case <-tick.C:
-		}
+	calls, err := bench.Every(ctx, plan.Period(o.Offered), plan.Latency, func() error {
 		batch := make([]job, plan.SteadyBatch)
 		for i := range batch {
 			batch[i].EnqueuedNs = time.Now().UnixNano()
 		}
 		if err := q.insert(ctx, batch); err != nil {
-			return bench.Result{}, fmt.Errorf("steady insert: %w", err)
+			return fmt.Errorf("steady insert: %w", err)
 		}
-		sent += len(batch)
+		return nil
+	})
+	if err != nil {
+		return bench.Result{}, err
 	}
-	if err := waitFor(ctx, func() bool { return done.Load() >= int64(plan.Jobs+sent) }); err != nil {
+	sent := calls * plan.SteadyBatch
+	if err := bench.WaitFor(ctx, func() bool { return done.Load() >= int64(plan.Jobs+sent) }); err != nil {
 		return bench.Result{}, fmt.Errorf("steady load: %w", err)
 	}
 	p := waits.percentiles(0.5, 0.99)
@@ -312,7 +269,7 @@ func runPaced(ctx context.Context, e *env, open opener) (_ bench.Result, err err
 	if err := q.start(ctx); err != nil {
 		return bench.Result{}, err
 	}
-	if err := waitFor(ctx, func() bool { return ok.len() >= len(jobs) }); err != nil {
+	if err := bench.WaitFor(ctx, func() bool { return ok.len() >= len(jobs) }); err != nil {
 		return bench.Result{}, fmt.Errorf("%d of %d jobs succeeded: %w", ok.len(), len(jobs), err)
 	}
 	return bench.ScorePaced(plan, sim.Stats(), start), nil
@@ -364,27 +321,22 @@ func runFlood(ctx context.Context, e *env, open opener) (_ bench.Result, err err
 		return bench.Result{}, err
 	}
 	// Let the batch work reach its pace, then measure.
-	if err := sleep(ctx, time.Second); err != nil {
+	if err := bench.Sleep(ctx, time.Second); err != nil {
 		return bench.Result{}, err
 	}
 	b0, t0 := batchOK.Load(), time.Now()
-	tick := time.NewTicker(time.Second / time.Duration(plan.InteractiveRate))
-	defer tick.Stop()
-	sent := 0
-	for time.Since(t0) < plan.Window {
-		select {
-		case <-ctx.Done():
-			return bench.Result{}, ctx.Err()
-		case <-tick.C:
-		}
+	sent, err := bench.Every(ctx, time.Second/time.Duration(plan.InteractiveRate), plan.Window, func() error {
 		j := job{URL: url, Class: classInteractive, EnqueuedNs: time.Now().UnixNano()}
 		if err := q.insert(ctx, []job{j}); err != nil {
-			return bench.Result{}, fmt.Errorf("interactive insert: %w", err)
+			return fmt.Errorf("interactive insert: %w", err)
 		}
-		sent++
+		return nil
+	})
+	if err != nil {
+		return bench.Result{}, err
 	}
 	batch, span := batchOK.Load()-b0, time.Since(t0).Seconds()
-	if err := waitFor(ctx, func() bool { return interDone.len() >= sent }); err != nil {
+	if err := bench.WaitFor(ctx, func() bool { return interDone.len() >= sent }); err != nil {
 		return bench.Result{}, fmt.Errorf("%d of %d interactive jobs succeeded: %w", interDone.len(), sent, err)
 	}
 	p := waits.percentiles(0.5, 0.99, 1)

@@ -316,33 +316,42 @@ func (e *env) sim(routes map[string]upstream.RouteConfig) (*upstream.Server, err
 	return s, nil
 }
 
-// post delivers one job to a simulator route, with the job's id as
-// webhook-id so the simulator counts duplicates, and maps the answer to a
-// handler result: 2xx success, 429 RateLimited(Retry-After), else transient.
+// post delivers one job to a simulator route and maps the answer to a
+// handler result: 2xx success, 429 RateLimited(Retry-After), else
+// transient.
 func (e *env) post(ctx context.Context, url, id string) error {
+	status, retryAfter, err := Deliver(ctx, e.http, url, id)
+	switch {
+	case err != nil:
+		return ratelane.Transient(err)
+	case status >= 200 && status < 300:
+		return nil
+	case status == http.StatusTooManyRequests:
+		return ratelane.RateLimited(retryAfter)
+	default:
+		return ratelane.Transient(fmt.Errorf("upstream answered %d", status))
+	}
+}
+
+// Deliver POSTs an empty delivery to a simulator route with id as its
+// webhook-id (the simulator counts duplicates by it) and returns the
+// status code and the Retry-After (whole seconds, 0 when absent).
+func Deliver(ctx context.Context, c *http.Client, url, id string) (status int, retryAfter time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
-		return ratelane.Permanent(err)
+		return 0, 0, err
 	}
 	req.Header.Set("webhook-id", id)
-	resp, err := e.http.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
-		return ratelane.Transient(err)
+		return 0, 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return nil
-	case resp.StatusCode == http.StatusTooManyRequests:
-		var ra time.Duration
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-			ra = time.Duration(s) * time.Second
-		}
-		return ratelane.RateLimited(ra)
-	default:
-		return ratelane.Transient(fmt.Errorf("upstream answered %d", resp.StatusCode))
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		retryAfter = time.Duration(s) * time.Second
 	}
+	return resp.StatusCode, retryAfter, nil
 }
 
 // insert inserts ps in batches of 1,000.
@@ -355,8 +364,8 @@ func insert(ctx context.Context, c *ratelane.Client, ps []ratelane.InsertParams)
 	return nil
 }
 
-// wait waits until cond holds, polling, or ctx ends.
-func wait(ctx context.Context, cond func() bool) error {
+// WaitFor polls cond every 5 ms until it holds or ctx ends.
+func WaitFor(ctx context.Context, cond func() bool) error {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for !cond() {
@@ -367,6 +376,32 @@ func wait(ctx context.Context, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+// Sleep sleeps for d or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
+	return sleepUntil(ctx, time.Now().Add(d))
+}
+
+// Every calls fn once per period, on a ticker, until window has passed
+// since the call, and returns how many calls it made: the steady arrivals
+// of the throughput and flood workloads.
+func Every(ctx context.Context, period, window time.Duration, fn func() error) (int, error) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	end, n := time.Now().Add(window), 0
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-tick.C:
+		}
+		if err := fn(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // sleepUntil sleeps until t or ctx ends.

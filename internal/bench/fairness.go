@@ -65,7 +65,7 @@ func runFairness(ctx context.Context, e *env) (Result, error) {
 		}
 		return false
 	}
-	if err := wait(ctx, lightDone); err != nil {
+	if err := WaitFor(ctx, lightDone); err != nil {
 		return Result{}, err
 	}
 	mu.Lock()

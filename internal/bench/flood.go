@@ -65,27 +65,20 @@ func runFlood(ctx context.Context, e *env) (Result, error) {
 		return Result{}, err
 	}
 	// Let the batch lane reach its pace, then measure.
-	if err := sleepUntil(ctx, time.Now().Add(time.Second)); err != nil {
+	if err := Sleep(ctx, time.Second); err != nil {
 		return Result{}, err
 	}
 	b0, t0 := batchOK.Load(), time.Now()
-	tick := time.NewTicker(time.Second / time.Duration(plan.InteractiveRate))
-	defer tick.Stop()
-	sent := 0
-	for time.Since(t0) < plan.Window {
-		select {
-		case <-ctx.Done():
-			return Result{}, ctx.Err()
-		case <-tick.C:
-		}
-		if _, err := c.Insert(ctx, ratelane.InsertParams{Kind: "deliver", Region: "us", Lane: ratelane.LaneInteractive,
-			LimitKeys: []string{plan.Route}}); err != nil {
-			return Result{}, err
-		}
-		sent++
+	sent, err := Every(ctx, time.Second/time.Duration(plan.InteractiveRate), plan.Window, func() error {
+		_, err := c.Insert(ctx, ratelane.InsertParams{Kind: "deliver", Region: "us", Lane: ratelane.LaneInteractive,
+			LimitKeys: []string{plan.Route}})
+		return err
+	})
+	if err != nil {
+		return Result{}, err
 	}
 	batch, span := batchOK.Load()-b0, time.Since(t0).Seconds()
-	if err := wait(ctx, func() bool { return interDone.Load() >= int64(sent) }); err != nil {
+	if err := WaitFor(ctx, func() bool { return interDone.Load() >= int64(sent) }); err != nil {
 		return Result{}, err
 	}
 	mu.Lock()

@@ -52,7 +52,7 @@ func runPaced(ctx context.Context, e *env) (Result, error) {
 		return Result{}, err
 	}
 	total := int64(len(ps))
-	if err := wait(ctx, func() bool { return ok.Load() >= total }); err != nil {
+	if err := WaitFor(ctx, func() bool { return ok.Load() >= total }); err != nil {
 		return Result{}, err
 	}
 	return ScorePaced(plan, sim.Stats(), start), nil

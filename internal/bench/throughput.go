@@ -53,7 +53,7 @@ func runThroughput(ctx context.Context, e *env) (Result, error) {
 	if err := c.Start(ctx); err != nil {
 		return Result{}, err
 	}
-	if err := wait(ctx, func() bool { return done.Load() >= int64(n) }); err != nil {
+	if err := WaitFor(ctx, func() bool { return done.Load() >= int64(n) }); err != nil {
 		return Result{}, err
 	}
 	o.Rate = float64(n) / time.Since(t1).Seconds()
@@ -61,22 +61,15 @@ func runThroughput(ctx context.Context, e *env) (Result, error) {
 	// Steady load for enqueue-to-start: batches of SteadyBatch every period.
 	measure.Store(true)
 	o.Offered = plan.Offered(o.Rate)
-	tick := time.NewTicker(plan.Period(o.Offered))
-	defer tick.Stop()
-	end := time.Now().Add(plan.Latency)
-	sent := 0
-	for time.Now().Before(end) {
-		select {
-		case <-ctx.Done():
-			return Result{}, ctx.Err()
-		case <-tick.C:
-		}
-		if _, err := c.InsertMany(ctx, ps[:plan.SteadyBatch]); err != nil {
-			return Result{}, err
-		}
-		sent += plan.SteadyBatch
+	calls, err := Every(ctx, plan.Period(o.Offered), plan.Latency, func() error {
+		_, err := c.InsertMany(ctx, ps[:plan.SteadyBatch])
+		return err
+	})
+	if err != nil {
+		return Result{}, err
 	}
-	if err := wait(ctx, func() bool { return done.Load() >= int64(n+sent) }); err != nil {
+	sent := calls * plan.SteadyBatch
+	if err := WaitFor(ctx, func() bool { return done.Load() >= int64(n+sent) }); err != nil {
 		return Result{}, err
 	}
 	mu.Lock()
