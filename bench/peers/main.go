@@ -70,6 +70,7 @@ var systems = []system{
 	ratelaneStore("sqlite"),
 	ratelaneStore("postgres"),
 	goPeer("river-postgres", openRiverPostgres),
+	goPeer("river-postgres-tuned", openRiverPostgresTuned),
 	goPeer("river-sqlite", openRiverSQLite),
 	goPeer("asynq", openAsynq),
 	{"bullmq", runBullMQ},

@@ -153,6 +153,7 @@ type groupCursor struct {
 	limit   int  // how many heads the next fetch asks for
 	empty   bool
 	blocked time.Time
+	took    int // starts taken from the group in this call
 }
 
 // lane takes up to want jobs from the lane's ready groups, one job per group
@@ -209,15 +210,28 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 		}
 		active = still
 	}
-	var touches []GroupTouch
+	// Groups not examined keep their place in the round. Examined groups
+	// are touched in two runs: those that got no start first, then those
+	// served, so a served group goes behind every group it was preferred
+	// to. (Touching them all in round order kept the first group first
+	// forever on a key that admits one start per call: it was served, the
+	// others refused, and the order came back unchanged.)
+	var touches, served []GroupTouch
 	for _, c := range cursors {
 		if !c.blocked.IsZero() && (l.wake.IsZero() || c.blocked.Before(l.wake)) {
 			l.wake = c.blocked
 		}
-		if c.fetched { // groups not examined keep their place in the round
-			touches = append(touches, GroupTouch{ID: c.g.ID, BlockedUntil: c.blocked, Empty: c.empty})
+		if !c.fetched {
+			continue
+		}
+		t := GroupTouch{ID: c.g.ID, BlockedUntil: c.blocked, Empty: c.empty}
+		if c.took > 0 {
+			served = append(served, t)
+		} else {
+			touches = append(touches, t)
 		}
 	}
+	touches = append(touches, served...)
 	if len(touches) == 0 {
 		return nil
 	}
@@ -269,6 +283,7 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 		k.Take(l.p.Now, cand.Cost)
 	}
 	c.next++
+	c.took++
 	l.taken[cand.ID] = true
 	l.chosen = append(l.chosen, Leased{ID: cand.ID, Token: l.newToken()})
 	return true, nil

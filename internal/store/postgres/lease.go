@@ -146,11 +146,16 @@ func (l *leaseTx) TouchGroups(touches []store.GroupTouch) error {
 	for i, t := range touches {
 		ids[i], blocked[i], empty[i] = t.ID, ns(t.BlockedUntil), t.Empty
 	}
-	_, err := l.tx.Exec(l.ctx, `UPDATE job_groups g SET served_seq = nextval('job_groups_served_seq'), blocked_until = u.blocked,
+	// The sequence numbers are drawn in the given order: the innermost
+	// query is sorted by ordinality and materialized (OFFSET 0) before
+	// nextval runs over it, so the round order is the one the caller chose.
+	_, err := l.tx.Exec(l.ctx, `UPDATE job_groups g SET served_seq = u.seq, blocked_until = u.blocked,
 		ready_at = CASE WHEN u.empty THEN LEAST(
 			(SELECT min(eligible_at) FROM jobs WHERE group_id = g.id AND state = 'waiting'),
 			(SELECT min(eligible_at) FROM jobs WHERE group_id = g.id AND state = 'retry_scheduled')) ELSE g.ready_at END
-		FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) WITH ORDINALITY AS u(id, blocked, empty, n)
+		FROM (SELECT o.id, o.blocked, o.empty, nextval('job_groups_served_seq') AS seq FROM (
+			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) WITH ORDINALITY AS t(id, blocked, empty, n)
+			ORDER BY n OFFSET 0) AS o) AS u
 		WHERE g.id = u.id`, ids, blocked, empty)
 	return err
 }

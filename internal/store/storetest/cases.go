@@ -494,6 +494,38 @@ func testTenantFairness(t *testing.T, open Opener) {
 	}
 }
 
+// testFairnessOnPacedKey checks the round when a key admits one start per
+// call: tenants sharing the key take turns, whoever was served first.
+func testFairnessOnPacedKey(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "shared", Rate: 10, Burst: 1})
+	tenants := []string{"heavy", "a", "b", "c"}
+	var jobs []*job.Job
+	for _, tn := range tenants {
+		n := 5
+		if tn == "heavy" {
+			n = 100
+		}
+		for range n {
+			jobs = append(jobs, NewJob(tn, job.LaneBatch, "shared"))
+		}
+	}
+	insert(t, s, jobs...)
+	served := map[string]int{}
+	for step := range 8 { // one token every 100 ms
+		got := lease(t, s, T0.Add(time.Duration(step)*100*time.Millisecond), 10)
+		if len(got) != 1 {
+			t.Fatalf("step %d: leased %d, want the one start the key admits", step, len(got))
+		}
+		served[got[0].Tenant]++
+	}
+	for _, tn := range tenants {
+		if served[tn] != 2 {
+			t.Fatalf("starts per tenant over 8 tokens = %v, want 2 each", served)
+		}
+	}
+}
+
 func testKindsFilter(t *testing.T, open Opener) {
 	s := open(t)
 	a := NewJob("acme", job.LaneBatch, "k")

@@ -51,6 +51,7 @@ func Run(t *testing.T, open Opener) {
 		"InteractiveFirst":      testInteractiveFirst,
 		"BatchMinShare":         testBatchMinShare,
 		"TenantFairness":        testTenantFairness,
+		"FairnessOnPacedKey":    testFairnessOnPacedKey,
 		"KindsFilter":           testKindsFilter,
 		"CancelRedriveDelete":   testCancelRedriveDelete,
 		"Deadlines":             testDeadlines,
