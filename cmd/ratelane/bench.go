@@ -22,6 +22,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|all> [flags]")
 		fs.PrintDefaults()
+		fmt.Fprint(stderr, benchMetricsHelp)
 	}
 	var o bench.Options
 	var asJSON bool
@@ -78,3 +79,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	return bench.WriteTable(stdout, results)
 }
+
+// benchMetricsHelp lists the stable JSON metric names of each workload
+// (docs/benchmarks.md describes them).
+const benchMetricsHelp = `
+JSON metrics (one object per workload; under its name with "all"):
+  throughput  jobs_per_second insert_jobs_per_second enqueue_to_start_p50_ms enqueue_to_start_p99_ms
+  paced       goodput goodput_min rate_limited_share rate_limited_share_after_first_second
+              duplicates makespan_seconds makespan_ratio
+  fairness    jain_index heavy_share light_share_min backlogged_starts
+  flood       interactive_p50_ms interactive_p99_ms interactive_max_ms goodput rate_limited_share duplicates
+  adapt       goodput rate_limited_share converge_seconds goodput_phaseN rate_limited_share_phaseN
+              converge_seconds_changeN
+`

@@ -47,6 +47,23 @@ func TestBenchAllSmoke(t *testing.T) {
 		t.Fatalf("not one JSON object: %v\n%s", err, stdout.String())
 	}
 	t.Logf("%s", stdout.String())
+	// Every name `ratelane bench -h` lists is reported.
+	workload := ""
+	for _, line := range strings.Split(benchMetricsHelp, "\n")[2:] {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if !strings.HasPrefix(line, "   ") {
+			workload, fields = fields[0], fields[1:]
+		}
+		for _, name := range fields {
+			name = strings.ReplaceAll(name, "N", "1")
+			if _, ok := got[workload][name]; !ok {
+				t.Errorf("bench -h lists %s.%s, which the run does not report", workload, name)
+			}
+		}
+	}
 	for workload, names := range benchNames {
 		obj, ok := got[workload]
 		if !ok {
