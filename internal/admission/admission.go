@@ -134,13 +134,24 @@ func NewState(c Config) State {
 	return State{Config: c, LearnedRate: c.Rate}
 }
 
-// Reconfigure applies a new configuration to a live key, keeping its pause,
-// in-flight count and bucket position.
-func (s *State) Reconfigure(c Config) {
+// Reconfigure applies a new configuration to a live key at now, keeping its
+// pause, in-flight count and the tokens its bucket owes: a bucket that
+// owes n units at the old rate owes n units at the new one, so raising a
+// throttled key's rate takes effect at once instead of after the debt
+// run up at the old, slower rate.
+func (s *State) Reconfigure(c Config, now time.Time) {
+	before := s.rate()
+	owed := 0.0
+	if before > 0 && s.TAT.After(now) {
+		owed = s.TAT.Sub(now).Seconds() * before
+	}
 	c = c.WithDefaults()
 	s.Config = c
 	if !c.Adaptive || s.LearnedRate <= 0 || s.LearnedRate > c.Rate {
 		s.LearnedRate = c.Rate
+	}
+	if after := s.rate(); owed > 0 && after > 0 && after != before {
+		s.TAT = now.Add(time.Duration(owed / after * float64(time.Second)))
 	}
 }
 

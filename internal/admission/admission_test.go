@@ -178,3 +178,27 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReconfigureRescalesDebt checks that raising a throttled key's rate
+// takes effect at once: the units its bucket owes are repaid at the new
+// rate, not the old one.
+func TestReconfigureRescalesDebt(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 1, Burst: 1})
+	for range 10 { // ten starts at 1/s: the bucket owes ten seconds
+		s.Take(t0, 1)
+	}
+	if ok, next := s.Check(t0, 1); ok || next.Sub(t0) < 9*time.Second {
+		t.Fatalf("before: ok=%v next=+%v, want refused for about 10 s", ok, next.Sub(t0))
+	}
+	s.Reconfigure(Config{Name: "k", Rate: 100, Burst: 1}, t0)
+	if ok, next := s.Check(t0.Add(150*time.Millisecond), 1); !ok {
+		t.Fatalf("after raising to 100/s: next start at +%v, want within 0.15 s", next.Sub(t0))
+	}
+	s.Reconfigure(Config{Name: "k", Rate: 100, Burst: 1}, t0) // same rate: unchanged
+	u := NewState(Config{Name: "u", Rate: 10})
+	u.Reconfigure(Config{Name: "u", Rate: 20}, t0) // a full bucket stays full
+	if !u.TAT.IsZero() {
+		t.Fatalf("full bucket TAT moved to %v", u.TAT)
+	}
+}

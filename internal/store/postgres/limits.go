@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -80,11 +82,11 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config) (admission.
 			return err
 		}
 		st := states[c.Name]
-		st.Reconfigure(c)
+		st.Reconfigure(c, time.Now())
 		out = *st
 		_, err = tx.Exec(ctx, `UPDATE limit_keys SET rate = $2, burst = $3, concurrency = $4, adaptive = $5,
-			min_rate = $6, learned_rate = $7, updated_at = now() WHERE name = $1`,
-			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate)
+			min_rate = $6, learned_rate = $7, tat = $8, updated_at = now() WHERE name = $1`,
+			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT))
 		return err
 	})
 	if err != nil {

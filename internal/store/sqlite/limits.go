@@ -52,7 +52,7 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config) (admission.
 			return err
 		}
 		st := states[c.Name]
-		st.Reconfigure(c)
+		st.Reconfigure(c, time.Now())
 		out = *st
 		return s.saveKeys(tx, []*admission.State{st})
 	})
