@@ -28,7 +28,11 @@ const (
 	DecreaseHoldoff = 500 * time.Millisecond
 	// IncreasePerSecond is the additive increase, as a fraction of the
 	// configured ceiling per second of successful traffic.
-	IncreasePerSecond = 0.1
+	IncreasePerSecond = 0.05
+	// GrowthPerSecond is the multiplicative part of the increase, as a
+	// fraction of the current rate per second; the larger of the two
+	// applies.
+	GrowthPerSecond = 0.2
 	// MinRateFraction is the floor of the learned rate as a fraction of the
 	// ceiling, when Config.MinRate is zero.
 	MinRateFraction = 0.02
@@ -275,13 +279,13 @@ func (s *State) Throttled(now, until time.Time) {
 }
 
 // Succeeded records a successful start: an adaptive key's learned rate
-// grows additively, by IncreasePerSecond of the ceiling per second of
-// traffic at the current rate.
+// grows by the larger of IncreasePerSecond of the ceiling and
+// GrowthPerSecond of the current rate, per second of traffic.
 func (s *State) Succeeded() {
 	if !s.Adaptive || s.LearnedRate >= s.Rate {
 		return
 	}
-	step := s.Rate * IncreasePerSecond / s.rate()
+	step := math.Max(s.Rate*IncreasePerSecond, s.rate()*GrowthPerSecond) / s.rate()
 	s.LearnedRate = math.Min(s.Rate, s.LearnedRate+step)
 }
 

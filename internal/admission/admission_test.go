@@ -81,8 +81,18 @@ func TestAdaptive(t *testing.T) {
 	for range 70 { // one second of traffic at 70/s
 		s.Succeeded()
 	}
-	if s.LearnedRate < 79 || s.LearnedRate > 81 {
-		t.Fatalf("after a second of successes the rate is %v, want about 70 + 10%% of 100", s.LearnedRate)
+	// The larger of 5% of the ceiling and 20% of the current rate per
+	// second: about 70 * 1.2 (compounding within the second, a little more).
+	if s.LearnedRate < 83 || s.LearnedRate > 86 {
+		t.Fatalf("after a second of successes the rate is %v, want about 70 + 20%%", s.LearnedRate)
+	}
+	low := NewState(Config{Name: "low", Rate: 100, Adaptive: true, MinRate: 1})
+	low.LearnedRate = 10
+	for range 10 { // one second at 10/s: the ceiling's 5% (5/s) dominates 20% of 10
+		low.Succeeded()
+	}
+	if low.LearnedRate < 14 || low.LearnedRate > 15 { // a little under 15: the rate grows within the second
+		t.Fatalf("a low rate grew to %v in a second, want 10 + 5%% of 100", low.LearnedRate)
 	}
 	for range 10000 {
 		s.Succeeded()
