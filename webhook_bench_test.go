@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/bench"
 	"github.com/ratelane/ratelane/internal/demo"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
@@ -73,7 +74,7 @@ func TestMeasureWebhookFanout(t *testing.T) {
 	for _, s := range subs {
 		rt := e.waitAccepted(s.ID, int64(s.Rate*seconds), 5*time.Minute)
 		last = maxT(last, rt.LastAccepted)
-		g, a, l := afterFirstSecond(rt)
+		g, a, l := bench.InnerRate(rt)
 		goodputs = append(goodputs, g/float64(s.Rate))
 		accepted, limited = accepted+a, limited+l
 	}
@@ -82,23 +83,6 @@ func TestMeasureWebhookFanout(t *testing.T) {
 	t.Logf("goodput/allowance after the first second: min %.3f, median %.3f, max %.3f",
 		goodputs[0], goodputs[len(goodputs)/2], goodputs[len(goodputs)-1])
 	t.Logf("429 share after the first second: %d of %d answers (%.3f%%)", limited, accepted+limited, 100*float64(limited)/float64(accepted+limited))
-}
-
-// afterFirstSecond returns a route's accepted rate over its whole seconds
-// after the first and before the last, and the accepted and 429 answers
-// in them.
-func afterFirstSecond(rt upstream.RouteReport) (rate float64, accepted, limited int64) {
-	tl := rt.Timeline
-	if len(tl) < 3 {
-		return rt.AchievedRate, rt.Accepted, rt.RateLimited
-	}
-	inner := tl[1 : len(tl)-1]
-	for _, s := range inner {
-		accepted += s.Accepted
-		limited += s.RateLimited
-	}
-	span := float64(inner[len(inner)-1].Unix - inner[0].Unix + 1)
-	return float64(accepted) / span, accepted, limited
 }
 
 func maxT(a, b time.Time) time.Time {

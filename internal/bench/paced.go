@@ -58,9 +58,10 @@ func runPaced(ctx context.Context, e *env) (Result, error) {
 	return ScorePaced(plan, sim.Stats(), start), nil
 }
 
-// innerRate returns a route's accepted rate over its whole seconds after the
-// first and before the last, and the accepted and 429 answers in them.
-func innerRate(rt upstream.RouteReport) (rate float64, accepted, limited int64) {
+// InnerRate returns a route's accepted rate over its whole seconds after the
+// first and before the last, and the accepted and 429 answers in them: the
+// steady state, without start-up and the tail.
+func InnerRate(rt upstream.RouteReport) (rate float64, accepted, limited int64) {
 	tl := rt.Timeline
 	if len(tl) < 3 {
 		return rt.AchievedRate, rt.Accepted, rt.RateLimited

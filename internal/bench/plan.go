@@ -165,7 +165,7 @@ func ScorePaced(p PacedPlan, rep upstream.Report, start time.Time) Result {
 		limited += rt.RateLimited
 		attempts += rt.Attempts
 		dups += rt.Duplicates
-		g, a, l := innerRate(rt)
+		g, a, l := InnerRate(rt)
 		innerAcc, innerLim = innerAcc+a, innerLim+l
 		goodputs = append(goodputs, g/float64(d.Rate))
 	}
