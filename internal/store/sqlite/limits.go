@@ -54,7 +54,14 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config) (admission.
 		st := states[c.Name]
 		st.Reconfigure(c, time.Now())
 		out = *st
-		return s.saveKeys(tx, []*admission.State{st})
+		if err := s.saveKeys(tx, []*admission.State{st}); err != nil {
+			return err
+		}
+		// Groups blocked on the old configuration (a slow rate, a small
+		// cap) are looked at again at once, as on PostgreSQL.
+		_, err = s.exec(tx, `UPDATE job_groups SET blocked_until = 0
+			WHERE blocked_until > 0 AND EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`, c.Name)
+		return err
 	})
 	return out, err
 }

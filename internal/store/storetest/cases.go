@@ -255,6 +255,29 @@ func testTokenBucketPacing(t *testing.T, open Opener) {
 	}
 }
 
+// testReconfigureRepaysDebt checks that UpsertLimit rescales a key's bucket
+// debt to the new rate on the driver (the key state written back, TAT
+// included): a key at 0.1/s that just admitted a start admits the next one
+// at once after being raised to 100/s. UpsertLimit reads the wall clock, so
+// this case leases at real time.
+func testReconfigureRepaysDebt(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "slow", Rate: 0.1, Burst: 1})
+	now := time.Now()
+	a, b := NewJob("acme", job.LaneBatch, "slow"), NewJob("acme", job.LaneBatch, "slow")
+	for _, j := range []*job.Job{a, b} {
+		j.EligibleAt, j.CreatedAt = now.Add(-time.Second), now.Add(-time.Second)
+	}
+	insert(t, s, a, b)
+	if n := len(lease(t, s, now, 2)); n != 1 {
+		t.Fatalf("leased %d at 0.1/s burst 1, want 1", n)
+	}
+	setLimit(t, s, admission.Config{Name: "slow", Rate: 100, Burst: 1})
+	if n := len(lease(t, s, time.Now().Add(50*time.Millisecond), 2)); n != 1 {
+		t.Fatalf("after raising the rate to 100/s the second job waited out the old 10 s debt (leased %d)", n)
+	}
+}
+
 // testNextAdmission checks that a lease call reports when the earliest
 // group it skipped for a refusing key may be admitted, so an engine can
 // sleep exactly that long.

@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		"PublishOnce":           testPublishOnce,
 		"TokenBucketPacing":     testTokenBucketPacing,
 		"NextAdmission":         testNextAdmission,
+		"ReconfigureRepaysDebt": testReconfigureRepaysDebt,
 		"ConcurrencyCap":        testConcurrencyCap,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
