@@ -37,7 +37,7 @@ type serverFlags struct {
 	workers     int
 	config      string
 	logFormat   string
-	// allowPrivate switches the webhook SSRF guard off.
+	// allowPrivate opens loopback and private webhook targets.
 	allowPrivate bool
 }
 
@@ -60,7 +60,7 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	fs.StringVar(&f.config, "config", "", "JSON config file (see docs/configuration.md); flags override it")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fs.BoolVar(&f.allowPrivate, "allow-private-targets", false,
-		"let webhook deliveries reach loopback, private and link-local addresses (tests, demos, single-tenant installs only)")
+		"let webhook deliveries reach loopback and private (RFC 1918, fc00::/7) addresses; link-local and cloud metadata stay refused (tests, demos, single-tenant installs only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
