@@ -21,10 +21,20 @@ import (
 func init() {
 	register("serve", "run the engine and the HTTP API (embedded SQLite store by default)", runServe)
 	register("migrate", "create or upgrade every region's store, then exit", runMigrate)
-	register("version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
-		fmt.Fprintf(stdout, "ratelane %s (%s)\n", ratelane.Version, runtime.Version())
-		return nil
-	})
+	register("version", "print the version (also ratelane --version)", helpOK(runVersion))
+}
+
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", "", "Print ratelane's version and the Go version it was built with.", stderr)
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ratelane %s (%s)\n", ratelane.Version, runtime.Version())
+	return nil
 }
 
 // serverFlags are the flags serve and migrate share.

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ratelane/ratelane"
+)
+
+// TestTopLevel covers what the command does before a subcommand runs:
+// --version, help CMD [VERB], no command at all and an unknown one.
+func TestTopLevel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--version"}, 0, "ratelane " + ratelane.Version},
+		{[]string{"version"}, 0, "ratelane " + ratelane.Version},
+		{[]string{"version", "extra"}, 2, "takes no arguments"},
+		{[]string{"help"}, 0, "Commands:"},
+		{[]string{"--help"}, 0, "Commands:"},
+		{[]string{"help", "enqueue"}, 0, "Usage: ratelane enqueue"},
+		{[]string{"help", "jobs"}, 0, "Verbs:"},
+		{[]string{"help", "jobs", "ls"}, 0, "Usage: ratelane jobs ls"},
+		{[]string{"help", "frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{}, 2, "Commands:"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+	} {
+		code, out := runCLI(tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("ratelane %q: exit %d, want %d and %q in:\n%s", tc.args, code, tc.code, tc.want, out)
+		}
+	}
+}
