@@ -5,7 +5,14 @@ import (
 	"testing"
 
 	"github.com/ratelane/ratelane"
+	"go.uber.org/goleak"
 )
+
+// TestMain fails the package's tests when a goroutine outlives them (a
+// serve, demo or bench run that does not stop everything it started).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // TestTopLevel covers what the command does before a subcommand runs:
 // --version, help CMD [VERB], no command at all and an unknown one.
