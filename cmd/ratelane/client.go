@@ -186,6 +186,32 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	return &response{body: data, header: resp.Header}, nil
 }
 
+// regions reads the regions the server serves from its discovery document
+// (GET /v1, no key needed), quietly: a failure is returned, not printed.
+func (c *client) regions(ctx context.Context) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base.JoinPath("/v1").String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "ratelane-cli")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1: %s", resp.Status)
+	}
+	var d struct {
+		Regions []string `json:"regions"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponse)).Decode(&d); err != nil {
+		return nil, fmt.Errorf("GET /v1: %w", err)
+	}
+	return d.Regions, nil
+}
+
 // unwrapURLError drops net/http's *url.Error wrapper, whose message repeats
 // the method and the full request URL (query included), keeping the cause.
 func unwrapURLError(err error) error {

@@ -15,7 +15,9 @@ func TestMain(m *testing.M) {
 }
 
 // TestTopLevel covers what the command does before a subcommand runs:
-// --version, help CMD [VERB], no command at all and an unknown one.
+// --version, help CMD [VERB], no command at all and an unknown one; and
+// values the library would read as "the default" but a person did not mean
+// (demo --events 0).
 func TestTopLevel(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -34,6 +36,9 @@ func TestTopLevel(t *testing.T) {
 		{[]string{"help", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{}, 2, "Commands:"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"demo", "--events", "0"}, 2, "--events 0: want 1 to 100000"},
+		{[]string{"demo", "--subscribers", "0"}, 2, "--subscribers 0: want 1 to 1000"},
+		{[]string{"demo", "--duration", "0s"}, 2, "--duration 0s: want a positive duration"},
 	} {
 		code, out := runCLI(tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.want) {
