@@ -61,7 +61,7 @@ func (s *setString) Set(v string) error {
 	return nil
 }
 
-// addClientFlags defines --server, --api-key and --json on fs. The flags'
+// addClientFlags defines --server, --api-key, --json and -o on fs. The flags'
 // defaults are empty on purpose: the flag package prints a default in
 // every usage text (-h, any mistyped flag), so the environment is read only
 // after parsing, in client, and a secret never becomes a default.
@@ -70,6 +70,17 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	fs.Var(&cf.server, "server", "the ratelane server's `URL` (default $"+envServer+", else "+defaultServer+")")
 	fs.Var(&cf.apiKey, "api-key", "the API `KEY` (default $"+envAPIKey+"; prefer the variable: flags show in ps)")
 	fs.BoolVar(&cf.json, "json", false, "print the server's JSON instead of a table")
+	fs.Func("o", "output `FORMAT`: table (default) or json, the same as --json", func(v string) error {
+		switch v {
+		case "table":
+			cf.json = false
+		case "json":
+			cf.json = true
+		default:
+			return fmt.Errorf("want table or json, not %q", v)
+		}
+		return nil
+	})
 	return cf
 }
 

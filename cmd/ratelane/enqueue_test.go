@@ -69,9 +69,11 @@ func TestEnqueueMinimalAndReplay(t *testing.T) {
 func TestEnqueueJSON(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {status: 201, body: jobJSON}})
-	code, out, _ := api.cli(t, "enqueue", "--json", "--kind", "webhook", "--key", "a:b")
-	if code != 0 || out != jobJSON+"\n" {
-		t.Fatalf("exit %d, stdout %q", code, out)
+	for _, flags := range [][]string{{"--json"}, {"-o", "json"}} {
+		code, out, _ := api.cli(t, append(append([]string{"enqueue"}, flags...), "--kind", "webhook", "--key", "a:b")...)
+		if code != 0 || out != jobJSON+"\n" {
+			t.Fatalf("%q: exit %d, stdout %q", flags, code, out)
+		}
 	}
 }
 
