@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"syscall"
 	"time"
 
@@ -158,6 +159,31 @@ var privateTargets = []netip.Prefix{
 	netip.MustParsePrefix("127.0.0.0/8"),
 	netip.MustParsePrefix("::1/128"),
 	netip.MustParsePrefix("fc00::/7"),
+}
+
+// neverHost reports why a subscriber URL's host can never be delivered to,
+// whatever AllowPrivate says, or "" when it may be: a literal address the
+// guard always refuses (link-local, cloud metadata, unspecified), or a
+// numeric spelling that is not a canonical IP address ("2130706433",
+// "0x7f000001", "0177.0.0.1", "127.1"). No real hostname has an all-numeric
+// last label, and resolvers that accept those spellings read them as
+// addresses, so refusing them at create time costs nothing and closes a
+// bypass family early. Everything else is decided at dial time.
+func neverHost(host string) string {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.WithZone("").Unmap()
+		if inAny(neverTargets, ip) || ip.IsUnspecified() {
+			return fmt.Sprintf("%s is a link-local, cloud metadata or unspecified address, never a webhook target", ip)
+		}
+		return ""
+	}
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	last := strings.ToLower(labels[len(labels)-1])
+	if last != "" && strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") {
+		return fmt.Sprintf("host %q is a numeric address in a non-canonical form; write it as a dotted-quad IPv4 or an IPv6 address", host)
+	}
+	return ""
 }
 
 func inAny(prefixes []netip.Prefix, ip netip.Addr) bool {

@@ -7,10 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
 )
 
 // TestAddressGuard is the decision table of the dial-time check, on the
@@ -275,5 +278,45 @@ func TestNewClientNoRedirectNoProxy(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	if _, err := c.Do(req); err == nil {
 		t.Error("cancelled request succeeded")
+	}
+}
+
+// TestNeverHost: subscriber URLs whose host can never be delivered to are
+// refused when the subscriber is created (422), whatever the opt-in says;
+// the rest is left to the dial-time guard.
+func TestNeverHost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url     string
+		refused bool
+	}{
+		{"http://169.254.169.254/latest/meta-data/", true},
+		{"http://[::ffff:169.254.169.254]/", true},
+		{"http://[fd00:ec2::254]/", true},
+		{"http://100.100.100.200/", true},
+		{"http://[fe80::1%25eth0]:8080/", true},
+		{"http://0.0.0.0:8080/", true},
+		{"http://[::]/", true},
+		{"http://2130706433/", true},      // 127.0.0.1
+		{"http://2852039166/", true},      // 169.254.169.254
+		{"http://0x7f000001/", true},      // 127.0.0.1
+		{"http://0177.0.0.1/", true},      // 127.0.0.1, octal
+		{"http://127.1/", true},           // 127.0.0.1, short form
+		{"http://0xa9.254.0.1/", true},    // mixed hex
+		{"http://127.0.0.1:8080/", false}, // loopback: the dial-time guard decides (opt-in)
+		{"http://10.1.2.3/", false},
+		{"http://[::1]/", false},
+		{"https://hooks.example.com/x", false},
+		{"https://hooks.example.com./x", false},
+		{"https://1password.com/", false},
+		{"https://a.b2/", false},
+	} {
+		spec := SubscriberSpec{ID: "s1", URL: tc.url, Topics: []string{"t"}}
+		err := spec.validate()
+		var ve *job.ValidationError
+		refused := errors.As(err, &ve) && slices.ContainsFunc(ve.Fields, func(f job.FieldError) bool { return f.Field == "url" })
+		if refused != tc.refused {
+			t.Errorf("%s: url refused = %v (%v), want %v", tc.url, refused, err, tc.refused)
+		}
 	}
 }
