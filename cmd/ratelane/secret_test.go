@@ -96,8 +96,9 @@ func TestNoSecretInOutput(t *testing.T) {
 
 // TestNoSecretInErrors checks the error paths that mention the key or the
 // server: a 401, an unreachable server (whose message names the URL,
-// password redacted, and the variable it came from), a malformed server URL
-// and a malformed RATELANE_ADMIN_KEY at serve.
+// password redacted, and the variable it came from), a malformed server
+// URL, a malformed upstream --secret and a malformed RATELANE_ADMIN_KEY at
+// serve.
 func TestNoSecretInErrors(t *testing.T) {
 	api := newFakeAPI(t, map[string]canned{"GET /v1/keys": {status: 401, ctype: "application/problem+json",
 		body: `{"title":"Unauthorized","status":401,"detail":"this API key is not known; check RATELANE_API_KEY"}`}})
@@ -127,6 +128,11 @@ func TestNoSecretInErrors(t *testing.T) {
 	check("a malformed server URL", out)
 	if code != 2 || !strings.Contains(out, envServer) {
 		t.Errorf("malformed URL: exit %d, want 2 and a message naming %s:\n%s", code, envServer, out)
+	}
+
+	code, out = runCLI("upstream", "--addr", "127.0.0.1:0", "--route", "a", "--secret", "whsec_canary-upstream-secret!")
+	if code == 0 || strings.Contains(out, "canary-upstream-secret") {
+		t.Errorf("upstream with a malformed --secret: exit %d, want non-zero without the secret:\n%s", code, out)
 	}
 
 	code, out = runCLI("serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0", "--regions", "eu")
