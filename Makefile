@@ -2,7 +2,7 @@
 GO ?= go
 export RATELANE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: test test-short lint bench bench-peers build
+.PHONY: test test-short lint fuzz vulncheck bench bench-measure bench-peers build
 
 # test runs every test under the race detector, on SQLite and PostgreSQL.
 # -p 1: one package at a time, so the tests that measure pacing over real
@@ -19,8 +19,24 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
+# fuzz runs every Fuzz target for FUZZTIME each (default 10s; the webhook
+# signature verifiers FUZZTIME_SIGNATURE, default 30s); see .ci/fuzz.
+fuzz:
+	.ci/fuzz
+
+# vulncheck runs govulncheck (pinned) over ./...; any reachable finding
+# fails. See .ci/vulncheck for where the database comes from.
+vulncheck:
+	.ci/vulncheck
+
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 20000x .
+	$(GO) test -run '^$$' -bench EndToEnd -benchtime 20000x .
+
+# bench-measure runs the multi-second measurements behind docs/benchmarks.md
+# (webhook fan-out, publish to 10,000 subscribers, review latency), once
+# each; they report their figures as benchmark metrics.
+bench-measure:
+	$(GO) test -run '^$$' -bench 'WebhookFanout|Publish10k|ReviewMeasure' -benchtime 1x -timeout 30m .
 
 # bench-peers runs the throughput, paced and flood workloads on ratelane and
 # its peers (River, asynq, BullMQ) and prints one table; see

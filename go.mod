@@ -2,6 +2,12 @@ module github.com/ratelane/ratelane
 
 go 1.26.8
 
+// go1.26.11 fixes the standard-library vulnerabilities govulncheck finds
+// reachable under go1.26.8 (GO-2026-6603 ... GO-2026-6809, net/http,
+// crypto/tls, crypto/x509, net/textproto). .ci/run honours this line
+// (GOTOOLCHAIN=auto); a machine with GOTOOLCHAIN=local builds with its own.
+toolchain go1.26.11
+
 require (
 	code.dny.dev/ssrf v0.3.0
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"hash/fnv"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -90,100 +89,101 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[i]
 }
 
-// TestReviewMeasure measures issue 6's numbers: review latency p50/p99 at
-// depth fast and full against an OpenAI-compatible provider limited to
-// 25 requests/s (ratelane's key paces at 20/s), tokens per published
-// finding and the quarantine rate. Set RATELANE_REVIEW_BENCH=1 to run it.
-func TestReviewMeasure(t *testing.T) {
-	if os.Getenv("RATELANE_REVIEW_BENCH") != "1" {
-		t.Skip("set RATELANE_REVIEW_BENCH=1 to measure reviews")
+// BenchmarkReviewMeasure measures issue 6's numbers: review latency
+// p50/p99 at depth fast and full against an OpenAI-compatible provider
+// limited to 25 requests/s (ratelane's key paces at 20/s), tokens per
+// published finding and the quarantine rate. One run of a depth takes
+// about 15 s; run it with -benchtime 1x.
+func BenchmarkReviewMeasure(b *testing.B) {
+	for _, depth := range []string{"fast", "full"} {
+		b.Run("depth="+depth, func(b *testing.B) {
+			for range b.N {
+				reviewMeasure(b, depth)
+			}
+		})
 	}
+}
+
+// reviewMeasure submits 30 reviews of a 600-added-line diff (4 files), one
+// every 400 ms, at depth, and reports the figures of the run.
+func reviewMeasure(b *testing.B, depth string) {
 	const reviews = 30
 	const every = 400 * time.Millisecond
 	text := []byte(findingsDiff(4, 150)) // 600 added lines
-	type row struct {
-		depth                 string
+	up, err := upstream.New(upstream.Config{Responder: measureResponder,
+		Routes: map[string]upstream.RouteConfig{"openai": {Rate: 25, Burst: 5, Latency: upstream.Latency{Fixed: 40 * time.Millisecond, Jitter: 80 * time.Millisecond}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer up.Close()
+	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "compat", Kind: "openai-compatible", Region: "us",
+		Model: "m", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "k"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := ratelane.Config{DataDir: b.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 16,
+		Limits: []ratelane.Limit{{Name: "openai-compatible:m", Rate: 20, Burst: 2}}}
+	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, MaxPartTokens: 1000,
+		MaxFindings: 1000, SweepEvery: 50 * time.Millisecond})
+	ctx := context.Background()
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var (
+		mu                    sync.Mutex
+		lat                   []time.Duration
 		parts                 int
-		p50, p99, max         time.Duration
 		findings, quarantined int
 		tokens                int64
-		requests, limited     int64
-	}
-	var rows []row
-	for _, depth := range []string{"fast", "full"} {
-		up, err := upstream.New(upstream.Config{Responder: measureResponder,
-			Routes: map[string]upstream.RouteConfig{"openai": {Rate: 25, Burst: 5, Latency: upstream.Latency{Fixed: 40 * time.Millisecond, Jitter: 80 * time.Millisecond}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "compat", Kind: "openai-compatible", Region: "us",
-			Model: "m", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "k"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 16,
-			Limits: []ratelane.Limit{{Name: "openai-compatible:m", Rate: 20, Burst: 2}}}
-		cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, MaxPartTokens: 1000,
-			MaxFindings: 1000, SweepEvery: 50 * time.Millisecond})
-		ctx := context.Background()
-		c, err := ratelane.NewClient(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		var mu sync.Mutex
-		var lat []time.Duration
-		r := row{depth: depth}
-		var wg sync.WaitGroup
-		for i := range reviews {
-			time.Sleep(every)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				start := time.Now()
-				sub, err := c.SubmitReview(ctx, ratelane.ReviewRequest{Region: "us", Diff: text, Depth: depth, Change: strconv.Itoa(i)})
-				if err != nil {
-					t.Error(err)
+		wg                    sync.WaitGroup
+	)
+	for i := range reviews {
+		time.Sleep(every)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			sub, err := c.SubmitReview(ctx, ratelane.ReviewRequest{Region: "us", Diff: text, Depth: depth, Change: strconv.Itoa(i)})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+				s, err := c.Review(ctx, "us", sub.ID)
+				if err != nil || time.Now().After(deadline) {
+					b.Errorf("review %s: %v (%s)", sub.ID, err, s.State)
 					return
 				}
-				for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
-					s, err := c.Review(ctx, "us", sub.ID)
-					if err != nil || time.Now().After(deadline) {
-						t.Errorf("review %s: %v (%s)", sub.ID, err, s.State)
-						return
-					}
-					if s.State == ratelane.StatePublished {
-						mu.Lock()
-						lat = append(lat, time.Since(start))
-						r.parts = s.Parts.Total
-						r.findings += len(s.Result.Findings)
-						r.quarantined += len(s.Result.Quarantined)
-						r.tokens += s.Result.Usage.InputTokens + s.Result.Usage.OutputTokens
-						mu.Unlock()
-						return
-					}
+				if s.State == ratelane.StatePublished {
+					mu.Lock()
+					lat = append(lat, time.Since(start))
+					parts = s.Parts.Total
+					findings += len(s.Result.Findings)
+					quarantined += len(s.Result.Quarantined)
+					tokens += s.Result.Usage.InputTokens + s.Result.Usage.OutputTokens
+					mu.Unlock()
+					return
 				}
-			}()
-		}
-		wg.Wait()
-		c.Stop(ctx)
-		st := up.Stats().Routes["openai"]
-		r.requests, r.limited = st.Accepted, st.RateLimited
-		up.Close()
-		if len(lat) != reviews {
-			t.Fatalf("%d of %d reviews finished", len(lat), reviews)
-		}
-		r.p50, r.p99, r.max = percentile(lat, 0.5), percentile(lat, 0.99), slices.Max(lat)
-		rows = append(rows, r)
+			}
+		}()
 	}
-	t.Logf("%d reviews of a 600-added-line diff (4 files), one every %v; provider 25 req/s burst 5, 40-120 ms per answer; key 20/s burst 2",
-		reviews, every)
-	t.Logf("%-5s %5s %9s %9s %9s %9s %8s %7s %11s %10s %8s", "depth", "parts", "p50", "p99", "max", "findings", "quarant", "q-rate", "tok/finding", "requests", "429s")
-	for _, r := range rows {
-		t.Logf("%-5s %5d %9v %9v %9v %9d %8d %6.1f%% %11.0f %10d %8d", r.depth, r.parts, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond),
-			r.max.Round(time.Millisecond), r.findings, r.quarantined, 100*float64(r.quarantined)/float64(max(1, r.findings+r.quarantined)),
-			float64(r.tokens)/float64(max(1, r.findings)), r.requests, r.limited)
+	wg.Wait()
+	c.Stop(ctx)
+	st := up.Stats().Routes["openai"]
+	if len(lat) != reviews {
+		b.Fatalf("%d of %d reviews finished", len(lat), reviews)
 	}
+	b.ReportMetric(float64(parts), "parts")
+	b.ReportMetric(float64(percentile(lat, 0.5).Milliseconds()), "p50_ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Milliseconds()), "p99_ms")
+	b.ReportMetric(float64(slices.Max(lat).Milliseconds()), "max_ms")
+	b.ReportMetric(float64(findings), "findings")
+	b.ReportMetric(float64(quarantined)/float64(max(1, findings+quarantined)), "quarantine_rate")
+	b.ReportMetric(float64(tokens)/float64(max(1, findings)), "tokens/finding")
+	b.ReportMetric(float64(st.Accepted), "requests")
+	b.ReportMetric(float64(st.RateLimited), "429s")
 }

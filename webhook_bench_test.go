@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -17,20 +16,21 @@ import (
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
-// benchEnv gates the webhook measurements: they take a minute or more and
-// print figures for docs/benchmarks.md; they assert no timing.
-const benchEnv = "RATELANE_WEBHOOK_BENCH"
-
-// TestMeasureWebhookFanout measures pacing across 50 subscribers with
+// BenchmarkWebhookFanout measures pacing across 50 subscribers with
 // allowances from 1/s to 30/s (burst a quarter second's worth; 429 +
 // Retry-After beyond). Each subscriber gets its own topic and seconds x
 // allowance events, so every subscriber's ideal makespan is the same. It
-// reports goodput (accepted deliveries/s ÷ allowance) and the 429 share
-// after the first second, and the makespan against the ideal.
-func TestMeasureWebhookFanout(t *testing.T) {
-	if os.Getenv(benchEnv) == "" {
-		t.Skip("set " + benchEnv + "=1 to measure")
+// reports goodput (accepted deliveries/s ÷ allowance: min, median, max) and
+// the 429 share after the first second, and the makespan against the
+// ideal. One run takes about 20 s; run it with -benchtime 1x.
+func BenchmarkWebhookFanout(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		webhookFanout(b)
 	}
+}
+
+func webhookFanout(b *testing.B) {
 	const seconds = 20
 	// Allowances from 1/s to 30/s (about 430/s in all): this 2-core
 	// machine delivers about 840/s with the simulator in the same process,
@@ -40,7 +40,7 @@ func TestMeasureWebhookFanout(t *testing.T) {
 		rate := max(1, int(math.Round(math.Pow(30, float64(i)/49))))
 		subs[i] = demo.Allowance{ID: fmt.Sprintf("sub-%02d", i+1), Rate: rate, Burst: max(1, rate/4)}
 	}
-	e := newIdleHookEnv(t, true, func(c *ratelane.Config) { c.Workers = 64 })
+	e := newIdleHookEnv(b, true, func(c *ratelane.Config) { c.Workers = 64 })
 	var events []ratelane.Event
 	for _, s := range subs {
 		e.subscribeTopic(s.ID, s.ID, s.Rate, s.Burst)
@@ -50,8 +50,7 @@ func TestMeasureWebhookFanout(t *testing.T) {
 	}
 	total := len(events)
 	// Everything is published before the engine starts, so the figures
-	// are about pacing, not about how fast this test can publish.
-	pub := time.Now()
+	// are about pacing, not about how fast this benchmark can publish.
 	g := errgroup.Group{}
 	g.SetLimit(16)
 	for _, ev := range events {
@@ -61,12 +60,12 @@ func TestMeasureWebhookFanout(t *testing.T) {
 		})
 	}
 	if err := g.Wait(); err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
-	t.Logf("published %d events (one delivery each) from 16 goroutines in %v", total, time.Since(pub))
+	b.StartTimer()
 	start := time.Now()
 	if err := e.client.Start(context.Background()); err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	var last time.Time
 	var goodputs []float64
@@ -78,11 +77,15 @@ func TestMeasureWebhookFanout(t *testing.T) {
 		goodputs = append(goodputs, g/float64(s.Rate))
 		accepted, limited = accepted+a, limited+l
 	}
+	b.StopTimer()
 	slices.Sort(goodputs)
-	t.Logf("%d deliveries to 50 subscribers (1..30/s): makespan %.1fs, ideal %ds", total, last.Sub(start).Seconds(), seconds)
-	t.Logf("goodput/allowance after the first second: min %.3f, median %.3f, max %.3f",
-		goodputs[0], goodputs[len(goodputs)/2], goodputs[len(goodputs)-1])
-	t.Logf("429 share after the first second: %d of %d answers (%.3f%%)", limited, accepted+limited, 100*float64(limited)/float64(accepted+limited))
+	b.ReportMetric(float64(total), "deliveries")
+	b.ReportMetric(last.Sub(start).Seconds(), "makespan_s")
+	b.ReportMetric(last.Sub(start).Seconds()/seconds, "makespan_ratio")
+	b.ReportMetric(goodputs[0], "goodput_min")
+	b.ReportMetric(goodputs[len(goodputs)/2], "goodput_median")
+	b.ReportMetric(goodputs[len(goodputs)-1], "goodput_max")
+	b.ReportMetric(float64(limited)/float64(accepted+limited), "rate_limited_share")
 }
 
 func maxT(a, b time.Time) time.Time {
@@ -105,40 +108,33 @@ func (e *hookEnv) subscribeTopic(id, topic string, rate, burst int) {
 	}
 }
 
-// TestMeasurePublishLatency measures Publish of one event to 10,000
+// BenchmarkPublish10kSubscribers measures Publish of one event to 10,000
 // subscribers: 10,000 delivery jobs in one durable insert, plus the event
-// document. Nothing delivers (no webhook kind), so only publishing is
-// timed.
-func TestMeasurePublishLatency(t *testing.T) {
-	if os.Getenv(benchEnv) == "" {
-		t.Skip("set " + benchEnv + "=1 to measure")
-	}
+// document, at synchronous=FULL and NORMAL. Nothing delivers (no webhook
+// kind), so only publishing is timed; ns/op is one Publish.
+func BenchmarkPublish10kSubscribers(b *testing.B) {
 	for _, sync := range []string{"FULL", "NORMAL"} {
-		c, err := ratelane.NewClient(context.Background(), ratelane.Config{DataDir: t.TempDir(),
-			Regions: []ratelane.Region{{Name: "us", Synchronous: sync}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		start := time.Now()
-		for i := range 10_000 {
-			spec := ratelane.SubscriberSpec{ID: fmt.Sprintf("s%05d", i), URL: "https://example.com/h", Topics: []string{"t"},
-				Rate: &ratelane.SubscriberRate{Limit: 10}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
-			if _, _, _, err := c.Webhooks().PutSubscriber(context.Background(), "us", spec); err != nil {
-				t.Fatal(err)
+		b.Run("synchronous="+sync, func(b *testing.B) {
+			c, err := ratelane.NewClient(context.Background(), ratelane.Config{DataDir: b.TempDir(),
+				Regions: []ratelane.Region{{Name: "us", Synchronous: sync}}})
+			if err != nil {
+				b.Fatal(err)
 			}
-		}
-		t.Logf("synchronous=%s: 10,000 subscribers put in %v", sync, time.Since(start))
-		var lat []time.Duration
-		for i := range 5 {
-			start := time.Now()
-			res, err := c.Webhooks().Publish(context.Background(), "us", ratelane.Event{Topic: "t", ID: fmt.Sprintf("e%d", i), Payload: []byte(`{"n":1}`)})
-			if err != nil || res.Created != 10_000 {
-				t.Fatalf("publish: %d created, %v", res.Created, err)
+			defer c.Close()
+			for i := range 10_000 {
+				spec := ratelane.SubscriberSpec{ID: fmt.Sprintf("s%05d", i), URL: "https://example.com/h", Topics: []string{"t"},
+					Rate: &ratelane.SubscriberRate{Limit: 10}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+				if _, _, _, err := c.Webhooks().PutSubscriber(context.Background(), "us", spec); err != nil {
+					b.Fatal(err)
+				}
 			}
-			lat = append(lat, time.Since(start))
-		}
-		slices.Sort(lat)
-		t.Logf("synchronous=%s: Publish to 10,000 subscribers: min %v, median %v, max %v", sync, lat[0], lat[2], lat[4])
+			b.ResetTimer()
+			for i := range b.N {
+				res, err := c.Webhooks().Publish(context.Background(), "us", ratelane.Event{Topic: "t", ID: fmt.Sprintf("e%d", i), Payload: []byte(`{"n":1}`)})
+				if err != nil || res.Created != 10_000 {
+					b.Fatalf("publish: %d created, %v", res.Created, err)
+				}
+			}
+		})
 	}
 }

@@ -39,9 +39,11 @@ type WebhookConfig struct {
 	// Deliver registers the built-in "webhook" job kind in every region:
 	// this process's engines deliver events to subscribers.
 	Deliver bool
-	// AllowPrivateTargets lets deliveries reach loopback, private and
-	// link-local addresses (the SSRF guard is off): for tests, demos and
-	// single-tenant installs only. Default false.
+	// AllowPrivateTargets lets deliveries reach loopback, RFC 1918 and
+	// unique local IPv6 addresses: for tests, demos and single-tenant
+	// installs only. Link-local addresses and cloud metadata endpoints
+	// (169.254.169.254, fd00:ec2::254, 100.100.100.200) stay refused.
+	// Default false.
 	AllowPrivateTargets bool
 	// Timeout bounds one delivery attempt; default 15 s.
 	Timeout time.Duration

@@ -18,12 +18,12 @@ import (
 // hookEnv is a client delivering webhooks from an SQLite store in a temp
 // dir to an upstream simulator on loopback.
 type hookEnv struct {
-	t      *testing.T
+	t      testing.TB
 	client *ratelane.Client
 	sim    *upstream.Server
 }
 
-func newHookEnv(t *testing.T, allowPrivate bool, tweak ...func(*ratelane.Config)) *hookEnv {
+func newHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Config)) *hookEnv {
 	t.Helper()
 	e := newIdleHookEnv(t, allowPrivate, tweak...)
 	if err := e.client.Start(context.Background()); err != nil {
@@ -33,7 +33,7 @@ func newHookEnv(t *testing.T, allowPrivate bool, tweak ...func(*ratelane.Config)
 }
 
 // newIdleHookEnv is newHookEnv without starting the engine.
-func newIdleHookEnv(t *testing.T, allowPrivate bool, tweak ...func(*ratelane.Config)) *hookEnv {
+func newIdleHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Config)) *hookEnv {
 	t.Helper()
 	sim, err := upstream.New(upstream.Config{})
 	if err != nil {

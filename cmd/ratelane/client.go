@@ -26,8 +26,12 @@ import (
 // Environment variables the client reads. The API key is best passed in
 // the environment: a --api-key flag is visible to other users in ps.
 const (
-	envServer = "RATELANE_SERVER"
+	envServer = "RATELANE_URL"
 	envAPIKey = "RATELANE_API_KEY"
+	// envServerOld is the name the client read before RATELANE_URL (the
+	// name the README, the examples and the API's curl lines use). It is
+	// still read, with a deprecation warning, when RATELANE_URL is unset.
+	envServerOld = "RATELANE_SERVER"
 )
 
 const defaultServer = "http://127.0.0.1:8080"
@@ -38,44 +42,91 @@ const maxResponse = 64 << 20
 
 // clientFlags are the flags every client subcommand takes.
 type clientFlags struct {
-	server string
-	apiKey string
+	server setString
+	apiKey setString
 	json   bool
 }
 
-// addClientFlags defines --server, --api-key and --json on fs. Defaults come
-// from the environment, so an explicit flag always wins.
+// setString is a string flag that remembers whether it was given, so that
+// an explicit empty value (--api-key "") overrides the environment.
+type setString struct {
+	v   string
+	set bool
+}
+
+func (s *setString) String() string { return "" } // never a default in usage text
+
+func (s *setString) Set(v string) error {
+	s.v, s.set = v, true
+	return nil
+}
+
+// addClientFlags defines --server, --api-key, --json and -o on fs. The flags'
+// defaults are empty on purpose: the flag package prints a default in
+// every usage text (-h, any mistyped flag), so the environment is read only
+// after parsing, in client, and a secret never becomes a default.
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	cf := &clientFlags{}
-	server := os.Getenv(envServer)
-	if server == "" {
-		server = defaultServer
-	}
-	fs.StringVar(&cf.server, "server", server, "ratelane server URL (env "+envServer+")")
-	fs.StringVar(&cf.apiKey, "api-key", os.Getenv(envAPIKey), "API key; prefer the "+envAPIKey+" environment variable")
+	fs.Var(&cf.server, "server", "the ratelane server's `URL` (default $"+envServer+", else "+defaultServer+")")
+	fs.Var(&cf.apiKey, "api-key", "the API `KEY` (default $"+envAPIKey+"; prefer the variable: flags show in ps)")
 	fs.BoolVar(&cf.json, "json", false, "print the server's JSON instead of a table")
+	fs.Func("o", "output `FORMAT`: table (default) or json, the same as --json", func(v string) error {
+		switch v {
+		case "table":
+			cf.json = false
+		case "json":
+			cf.json = true
+		default:
+			return fmt.Errorf("want table or json, not %q", v)
+		}
+		return nil
+	})
 	return cf
 }
 
 // client talks to one ratelane server with one API key.
 type client struct {
-	base   *url.URL
-	apiKey string
-	http   *http.Client
-	stderr io.Writer
+	base *url.URL
+	// serverFrom and keyFrom say where the URL and the key came from (a
+	// flag, an environment variable, the default), for error messages that
+	// must point at the right setting without showing the key.
+	serverFrom, keyFrom string
+	apiKey              string
+	http                *http.Client
+	stderr              io.Writer
 }
 
-// client validates the flags and returns a client; problems are usage
-// errors (exit 2).
+// client resolves the server and key (flag, else environment, else the
+// default server), validates them and returns a client; problems are usage
+// errors (exit 2). Messages name the setting, never the key's value.
 func (cf *clientFlags) client(stderr io.Writer) (*client, error) {
-	u, err := url.Parse(cf.server)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageError{fmt.Sprintf("--server must be an http or https URL, got %q", cf.server)}
+	server, serverFrom := cf.server.v, "--server"
+	if !cf.server.set {
+		server, serverFrom = os.Getenv(envServer), envServer
 	}
-	if cf.apiKey == "" {
+	if server == "" && !cf.server.set {
+		if old := os.Getenv(envServerOld); old != "" {
+			fmt.Fprintf(stderr, "ratelane: %s is deprecated; set %s instead\n", envServerOld, envServer)
+			server, serverFrom = old, envServerOld
+		}
+	}
+	if server == "" && !cf.server.set {
+		server, serverFrom = defaultServer, "the default; set "+envServer+" or --server"
+	}
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// Not echoed: a mistyped URL may carry credentials.
+		return nil, usageError{fmt.Sprintf("the server URL from %s must be an absolute http or https URL, e.g. %s", serverFrom, defaultServer)}
+	}
+	key, keyFrom := cf.apiKey.v, "--api-key"
+	if !cf.apiKey.set {
+		key, keyFrom = os.Getenv(envAPIKey), envAPIKey
+	}
+	if key == "" {
 		return nil, usageError{"no API key: set " + envAPIKey + " (or pass --api-key)"}
 	}
-	return &client{base: u, apiKey: cf.apiKey, http: &http.Client{Timeout: 60 * time.Second}, stderr: stderr}, nil
+	return &client{base: u, serverFrom: serverFrom, keyFrom: keyFrom, apiKey: key,
+		http: &http.Client{Timeout: 60 * time.Second}, stderr: stderr}, nil
 }
 
 // apiError is returned after the server answered with an error status; the
@@ -124,8 +175,12 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		// The error names the URL, never the Authorization header.
-		return nil, err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The error names the URL (its password redacted), never the
+		// Authorization header.
+		return nil, fmt.Errorf("cannot reach the ratelane server at %s (from %s): %w", c.base.Redacted(), c.serverFrom, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
@@ -134,9 +189,48 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	if resp.StatusCode >= 400 {
 		printProblem(c.stderr, resp, data)
+		if resp.StatusCode == http.StatusUnauthorized {
+			fmt.Fprintf(c.stderr, "  the server at %s (from %s) does not accept the API key from %s\n", c.base.Redacted(), c.serverFrom, c.keyFrom)
+		}
 		return nil, &apiError{method: method, path: path, status: resp.StatusCode}
 	}
 	return &response{body: data, header: resp.Header}, nil
+}
+
+// regions reads the regions the server serves from its discovery document
+// (GET /v1, no key needed), quietly: a failure is returned, not printed.
+func (c *client) regions(ctx context.Context) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base.JoinPath("/v1").String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "ratelane-cli")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1: %s", resp.Status)
+	}
+	var d struct {
+		Regions []string `json:"regions"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponse)).Decode(&d); err != nil {
+		return nil, fmt.Errorf("GET /v1: %w", err)
+	}
+	return d.Regions, nil
+}
+
+// unwrapURLError drops net/http's *url.Error wrapper, whose message repeats
+// the method and the full request URL (query included), keeping the cause.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // problem is an RFC 9457 problem document. Field errors are read loosely

@@ -33,6 +33,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
+	// The library reads 0 as "the default"; on the command line a 0 is a
+	// mistake, not a request for 90 events.
+	switch {
+	case cfg.Events < 1 || cfg.Events > 100_000:
+		return usageError{fmt.Sprintf("--events %d: want 1 to 100000", cfg.Events)}
+	case cfg.Subscribers < 1 || cfg.Subscribers > 1000:
+		return usageError{fmt.Sprintf("--subscribers %d: want 1 to 1000", cfg.Subscribers)}
+	case cfg.Duration <= 0:
+		return usageError{fmt.Sprintf("--duration %v: want a positive duration", cfg.Duration)}
+	}
 	if !*asJSON {
 		cfg.Out, cfg.TTY = stdout, isTerminal(stdout)
 	}

@@ -41,7 +41,7 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		priority int
 	)
 	fs.StringVar(&req.Kind, "kind", "", "job kind (required)")
-	fs.StringVar(&req.Region, "region", "", "region the job and its payload live in (server default if empty)")
+	fs.StringVar(&req.Region, "region", "", "region the job and its payload live in (default: the server's region, when it serves only one)")
 	fs.StringVar(&req.Lane, "lane", "", "lane class: interactive or batch (server default if empty)")
 	fs.Var(&keys, "key", "limit key the job is admitted on; repeat for up to 4 keys")
 	fs.StringVar(&payload, "payload", "", "JSON payload, or @file, or @- for stdin")
@@ -79,6 +79,11 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if req.Region == "" {
+		if req.Region, err = onlyRegion(ctx, c); err != nil {
+			return err
+		}
+	}
 	h := http.Header{}
 	if idem != "" {
 		h.Set("Idempotency-Key", idem)
@@ -100,6 +105,21 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "%s\t%s %s in %s, %s lane%s\n", j.ID, j.Kind, j.State, j.Region, j.Lane, note)
 	return nil
+}
+
+// onlyRegion returns the server's region when it serves exactly one (read
+// from the discovery document, GET /v1), and a usage error naming them when
+// it serves several. When the document cannot be read it returns "", and
+// the server's own answer about the missing region is what the user sees.
+func onlyRegion(ctx context.Context, c *client) (string, error) {
+	regions, err := c.regions(ctx)
+	switch {
+	case err != nil || len(regions) == 0:
+		return "", nil
+	case len(regions) == 1:
+		return regions[0], nil
+	}
+	return "", usageError{fmt.Sprintf("--region is required: the server serves %s", strings.Join(regions, ", "))}
 }
 
 // readPayload returns the payload flag's JSON, reading it from a file for

@@ -69,8 +69,54 @@ func TestEnqueueMinimalAndReplay(t *testing.T) {
 func TestEnqueueJSON(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {status: 201, body: jobJSON}})
-	code, out, _ := api.cli(t, "enqueue", "--json", "--kind", "webhook", "--key", "a:b")
-	if code != 0 || out != jobJSON+"\n" {
-		t.Fatalf("exit %d, stdout %q", code, out)
+	for _, flags := range [][]string{{"--json"}, {"-o", "json"}} {
+		code, out, _ := api.cli(t, append(append([]string{"enqueue"}, flags...), "--kind", "webhook", "--key", "a:b")...)
+		if code != 0 || out != jobJSON+"\n" {
+			t.Fatalf("%q: exit %d, stdout %q", flags, code, out)
+		}
+	}
+}
+
+// TestEnqueueRegion: without --region, enqueue uses the server's region
+// when it serves only one (from GET /v1), refuses with the list when it
+// serves several, and leaves the choice to the server when the discovery
+// document cannot be read.
+func TestEnqueueRegion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, discovery string
+		code            int
+		region          any // nil: not sent
+		stderr          string
+	}{
+		{"one region", `{"regions":["eu"]}`, 0, "eu", ""},
+		{"two regions", `{"regions":["us","eu"]}`, 2, nil, "--region is required: the server serves us, eu"},
+		{"no discovery", "", 0, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			routes := map[string]canned{"POST /v1/jobs": {status: 201, body: jobJSON}}
+			if tc.discovery != "" {
+				routes["GET /v1"] = canned{body: tc.discovery}
+			}
+			api := newFakeAPI(t, routes)
+			code, _, errOut := api.cli(t, "enqueue", "--kind", "webhook", "--key", "tenant:acme")
+			if code != tc.code || !strings.Contains(errOut, tc.stderr) {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, errOut)
+			}
+			if tc.code != 0 {
+				api.mu.Lock()
+				defer api.mu.Unlock()
+				for _, r := range api.got {
+					if r.method == "POST" {
+						t.Fatalf("a usage error sent %s %s", r.method, r.path)
+					}
+				}
+				return
+			}
+			if got := jsonBody(t, api.only(t, "POST", "/v1/jobs"))["region"]; got != tc.region {
+				t.Errorf("region sent = %v, want %v", got, tc.region)
+			}
+		})
 	}
 }

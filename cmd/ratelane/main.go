@@ -41,9 +41,23 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		args = []string{"version"}
+	case "help":
+		// help CMD [VERB] is CMD [VERB] -h.
+		if len(args) == 1 {
+			usage(stdout)
+			return 0
+		}
+		args = append(args[1:len(args):len(args)], "-h")
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
@@ -73,5 +87,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'ratelane <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'ratelane help <command>' or 'ratelane <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nEnvironment: "+envServer+" (server URL, default "+defaultServer+"), "+envAPIKey+" (API key of the client commands).")
+	fmt.Fprintln(w, "Exit status: 0 success, 1 failure (the server refused, a job or review failed), 2 usage error.")
 }

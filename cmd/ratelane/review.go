@@ -33,11 +33,15 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	baseURL := fs.String("base-url", "", "provider API base URL (required for openai-compatible)")
 	depth := fs.String("depth", "full", "full (hunks with context) or fast (added lines only)")
 	maxTokens := fs.Int("max-part-tokens", 0, "estimated-token budget of one part (default 8000)")
+	asJSON := fs.Bool("json", false, "print JSON: the same as --format json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return usageError{err.Error()}
+	}
+	if *asJSON {
+		*format = "json"
 	}
 	if *diffPath == "" && fs.NArg() == 1 {
 		*diffPath = fs.Arg(0)
@@ -59,10 +63,19 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if res.Partial {
-		fmt.Fprintf(stderr, "ratelane review: %d of %d parts failed; the findings are partial\n", res.Parts.Failed, res.Parts.Total)
+	if err := printReview(stdout, *format, res); err != nil {
+		return err
 	}
-	return printReview(stdout, *format, res)
+	// The findings of the parts that succeeded are printed either way; the
+	// exit status says the review is incomplete, so a CI gate does not pass
+	// a diff nobody (or only partly) reviewed.
+	if res.Parts.Failed > 0 && res.Parts.Failed == res.Parts.Total {
+		return fmt.Errorf("all %d parts failed; nothing was reviewed", res.Parts.Total)
+	}
+	if res.Partial {
+		return fmt.Errorf("%d of %d parts failed; the findings are partial", res.Parts.Failed, res.Parts.Total)
+	}
+	return nil
 }
 
 func readDiff(path string) ([]byte, error) {

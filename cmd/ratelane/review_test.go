@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,5 +97,32 @@ func TestReviewInlineStdinFormats(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"review", "--format", "xml", "--diff", "/dev/null"}, &out, &errOut); code == 0 {
 		t.Error("an empty diff and an unknown format should fail")
+	}
+}
+
+// TestReviewAllPartsFailedExitsNonZero: a review whose provider cannot be
+// reached prints what it has (nothing) and exits 1, saying why, so that a CI
+// gate does not pass an unreviewed diff. --json is --format json.
+func TestReviewAllPartsFailedExitsNonZero(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	path := filepath.Join(t.TempDir(), "d.diff")
+	if err := os.WriteFile(path, []byte("diff --git a/a.go b/a.go\n--- a/a.go\n+++ b/a.go\n@@ -1,1 +1,2 @@\n package a\n+// TODO x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"review", "--provider", "openai-compatible", "--model", "m",
+		"--base-url", "http://" + closed + "/v1", "--diff", path, "--json"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "all 1 parts failed") {
+		t.Fatalf("exit %d, want 1 and the reason; stderr:\n%s", code, errOut.String())
+	}
+	var res pipeline.Result
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil || res.Parts.Failed != 1 {
+		t.Fatalf("--json output %q: %v, parts %+v", out.String(), err, res.Parts)
 	}
 }

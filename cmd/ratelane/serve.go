@@ -21,10 +21,20 @@ import (
 func init() {
 	register("serve", "run the engine and the HTTP API (embedded SQLite store by default)", runServe)
 	register("migrate", "create or upgrade every region's store, then exit", runMigrate)
-	register("version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
-		fmt.Fprintf(stdout, "ratelane %s (%s)\n", ratelane.Version, runtime.Version())
-		return nil
-	})
+	register("version", "print the version (also ratelane --version)", helpOK(runVersion))
+}
+
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", "", "Print ratelane's version and the Go version it was built with.", stderr)
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ratelane %s (%s)\n", ratelane.Version, runtime.Version())
+	return nil
 }
 
 // serverFlags are the flags serve and migrate share.
@@ -37,7 +47,7 @@ type serverFlags struct {
 	workers     int
 	config      string
 	logFormat   string
-	// allowPrivate switches the webhook SSRF guard off.
+	// allowPrivate opens loopback and private webhook targets.
 	allowPrivate bool
 }
 
@@ -60,7 +70,7 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	fs.StringVar(&f.config, "config", "", "JSON config file (see docs/configuration.md); flags override it")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fs.BoolVar(&f.allowPrivate, "allow-private-targets", false,
-		"let webhook deliveries reach loopback, private and link-local addresses (tests, demos, single-tenant installs only)")
+		"let webhook deliveries reach loopback and private (RFC 1918, fc00::/7) addresses; link-local and cloud metadata stay refused (tests, demos, single-tenant installs only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"syscall"
 	"time"
 
@@ -13,8 +15,9 @@ import (
 
 // ErrForbiddenAddress is wrapped by the error of a request whose destination
 // resolved to an address the SSRF guard refuses (loopback, private,
-// link-local, multicast, unspecified, CGNAT, other special-purpose ranges,
-// and their IPv4-mapped IPv6 forms). Test with errors.Is: it survives the
+// link-local, cloud metadata, multicast, unspecified, CGNAT, other
+// special-purpose ranges, and their IPv4-mapped IPv6 forms; see
+// addressGuard for what ClientConfig.AllowPrivate opens). Test with errors.Is: it survives the
 // *url.Error and *net.OpError that net/http wraps around it.
 var ErrForbiddenAddress = errors.New("destination address not allowed")
 
@@ -28,9 +31,10 @@ type ClientConfig struct {
 	// Timeout bounds a whole request, body read included; 0 or less
 	// means DefaultTimeout.
 	Timeout time.Duration
-	// AllowPrivate switches the address check off, so loopback and private
-	// receivers can be reached: for tests, demos and single-tenant
-	// on-premises installs. Never set it where tenants choose the URLs.
+	// AllowPrivate lets loopback, RFC 1918 and unique local IPv6 receivers
+	// be reached: for tests, demos and single-tenant on-premises installs.
+	// Link-local addresses and cloud metadata endpoints stay refused (see
+	// addressGuard). Never set it where tenants choose the URLs.
 	AllowPrivate bool
 	// UserAgent is sent on every request that does not set its own; empty
 	// leaves Go's default.
@@ -95,18 +99,100 @@ func NewClient(cfg ClientConfig) *http.Client {
 // (tcp4 and tcp6 only, any port, IANA special-purpose ranges denied, IPv6
 // outside global unicast denied, which covers fc00::/7, fe80::/10, ff00::/8,
 // :: and ::ffff:0:0/96) whose refusals wrap ErrForbiddenAddress, so callers
-// need not know the ssrf package. With allowPrivate it allows every address.
+// need not know the ssrf package.
+//
+// With allowPrivate it also lets through the ranges of privateTargets
+// (RFC 1918, loopback, unique local IPv6), in their IPv4-mapped IPv6 forms
+// too. Link-local addresses and the cloud metadata endpoints of
+// neverTargets stay refused in either mode: they are where the credentials
+// of the machine ratelane runs on live, and no self-hosted receiver needs
+// them. Everything else the guardian refuses (0.0.0.0/8 and ::, CGNAT,
+// multicast, documentation, NAT64 and 6to4 forms) stays refused too.
 func addressGuard(allowPrivate bool) func(network, address string, c syscall.RawConn) error {
-	if allowPrivate {
-		return func(string, string, syscall.RawConn) error { return nil }
-	}
 	g := ssrf.New(ssrf.WithAnyPort())
 	return func(network, address string, c syscall.RawConn) error {
+		if network != "tcp4" && network != "tcp6" {
+			return fmt.Errorf("%w: network %s is not tcp4 or tcp6", ErrForbiddenAddress, network)
+		}
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("%w: cannot parse %q", ErrForbiddenAddress, address)
+		}
+		// netip.Prefix.Contains is false for an address with a zone
+		// (fe80::1%eth0) or in IPv4-mapped form: compare the plain address,
+		// or the deny lists below would fail open.
+		ip := ap.Addr().WithZone("").Unmap()
+		if inAny(neverTargets, ip) {
+			return fmt.Errorf("%w: %s is a link-local or cloud metadata address, never a webhook target", ErrForbiddenAddress, ip)
+		}
+		if allowPrivate && inAny(privateTargets, ip) {
+			return nil
+		}
 		if err := g.Safe(network, address, c); err != nil {
 			return fmt.Errorf("%w: %w", ErrForbiddenAddress, err)
 		}
 		return nil
 	}
+}
+
+// neverTargets are refused even with AllowPrivate: link-local ranges (where
+// AWS, GCP, Azure and DigitalOcean serve instance metadata and credentials at
+// 169.254.169.254, and ECS at 169.254.170.2) and the metadata endpoints
+// outside them: AWS's IPv6 fd00:ec2::254 (inside fc00::/7, which
+// AllowPrivate otherwise opens), Alibaba Cloud's 100.100.100.200 and Oracle
+// Cloud's 192.0.0.192.
+var neverTargets = []netip.Prefix{
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("fd00:ec2::254/128"),
+	netip.MustParsePrefix("100.100.100.200/32"),
+	netip.MustParsePrefix("192.0.0.192/32"),
+}
+
+// privateTargets are what AllowPrivate opens: RFC 1918, IPv4 and IPv6
+// loopback (the demo and tests deliver to loopback receivers) and unique
+// local IPv6 fc00::/7.
+var privateTargets = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("fc00::/7"),
+}
+
+// neverHost reports why a subscriber URL's host can never be delivered to,
+// whatever AllowPrivate says, or "" when it may be: a literal address the
+// guard always refuses (link-local, cloud metadata, unspecified), or a
+// numeric spelling that is not a canonical IP address ("2130706433",
+// "0x7f000001", "0177.0.0.1", "127.1"). No real hostname has an all-numeric
+// last label, and resolvers that accept those spellings read them as
+// addresses, so refusing them at create time costs nothing and closes a
+// bypass family early. Everything else is decided at dial time.
+func neverHost(host string) string {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.WithZone("").Unmap()
+		if inAny(neverTargets, ip) || ip.IsUnspecified() {
+			return fmt.Sprintf("%s is a link-local, cloud metadata or unspecified address, never a webhook target", ip)
+		}
+		return ""
+	}
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	last := strings.ToLower(labels[len(labels)-1])
+	if last != "" && strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") {
+		return fmt.Sprintf("host %q is a numeric address in a non-canonical form; write it as a dotted-quad IPv4 or an IPv6 address", host)
+	}
+	return ""
+}
+
+func inAny(prefixes []netip.Prefix, ip netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // userAgent sets a default User-Agent on requests that have none.

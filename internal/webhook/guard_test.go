@@ -7,124 +7,232 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
 )
 
 // TestAddressGuard is the decision table of the dial-time check, on the
-// resolved address as net.Dialer.Control sees it.
+// resolved address as net.Dialer.Control sees it, without and with
+// AllowPrivate. Link-local and cloud metadata addresses are refused in both
+// modes, in every form (IPv4-mapped, zoned, NAT64, 6to4).
 func TestAddressGuard(t *testing.T) {
 	t.Parallel()
+	const (
+		refused = iota // in both modes
+		private        // refused by default, allowed with AllowPrivate
+		public         // allowed in both modes
+	)
 	tests := []struct {
 		network, address string
-		forbidden        bool
+		want             int
 	}{
-		{"tcp4", "127.0.0.1:80", true},       // loopback
-		{"tcp4", "127.8.9.10:8080", true},    // loopback /8
-		{"tcp6", "[::1]:443", true},          // IPv6 loopback
-		{"tcp4", "10.0.0.1:443", true},       // RFC 1918
-		{"tcp4", "172.16.0.1:443", true},     // RFC 1918
-		{"tcp4", "192.168.1.1:443", true},    // RFC 1918
-		{"tcp4", "169.254.169.254:80", true}, // link-local, cloud metadata
-		{"tcp4", "0.0.0.0:80", true},         // unspecified
-		{"tcp6", "[::]:80", true},            // unspecified
-		{"tcp4", "100.64.0.1:443", true},     // CGNAT
-		{"tcp4", "224.0.0.1:443", true},      // multicast
-		{"tcp6", "[ff02::1]:443", true},      // multicast
-		{"tcp6", "[fd00::1]:443", true},      // unique local fc00::/7
-		{"tcp6", "[fe80::1]:443", true},      // link-local
-		{"tcp6", "[::ffff:127.0.0.1]:80", true},
-		{"tcp6", "[::ffff:169.254.169.254]:80", true},
-		{"tcp6", "[::ffff:10.0.0.1]:80", true},
-		{"tcp6", "[64:ff9b::7f00:1]:80", true}, // NAT64 of 127.0.0.1
-		{"udp4", "8.8.8.8:53", true},           // not TCP
-		{"tcp4", "8.8.8.8:443", false},
-		{"tcp4", "93.184.215.14:8443", false}, // any port
-		{"tcp6", "[2606:4700:4700::1111]:443", false},
+		{"tcp4", "127.0.0.1:80", private},    // loopback
+		{"tcp4", "127.8.9.10:8080", private}, // loopback /8
+		{"tcp6", "[::1]:443", private},       // IPv6 loopback
+		{"tcp4", "10.0.0.1:443", private},    // RFC 1918
+		{"tcp4", "172.16.0.1:443", private},  // RFC 1918
+		{"tcp4", "192.168.1.1:443", private}, // RFC 1918
+		{"tcp6", "[fd00::1]:443", private},   // unique local fc00::/7
+		{"tcp6", "[fc00::1]:443", private},   // unique local fc00::/7
+		{"tcp6", "[::ffff:127.0.0.1]:80", private},
+		{"tcp6", "[::ffff:10.0.0.1]:80", private},
+		{"tcp4", "169.254.169.254:80", refused}, // AWS, GCP, Azure metadata
+		{"tcp4", "169.254.170.2:80", refused},   // ECS task metadata
+		{"tcp4", "169.254.0.1:80", refused},     // link-local
+		{"tcp6", "[fd00:ec2::254]:80", refused}, // AWS IPv6 metadata, inside fc00::/7
+		{"tcp4", "100.100.100.200:80", refused}, // Alibaba Cloud metadata
+		{"tcp4", "192.0.0.192:80", refused},     // Oracle Cloud metadata
+		{"tcp6", "[fe80::1]:443", refused},      // link-local
+		{"tcp6", "[fe80::1%lo]:443", refused},   // zoned link-local
+		{"tcp6", "[fe80::a9fe:a9fe%eth0]:80", refused},
+		{"tcp6", "[::ffff:169.254.169.254]:80", refused},
+		{"tcp6", "[::ffff:100.100.100.200]:80", refused},
+		{"tcp6", "[::ffff:a9fe:a9fe]:80", refused},     // the same, hex
+		{"tcp6", "[64:ff9b::a9fe:a9fe]:80", refused},   // NAT64 of 169.254.169.254
+		{"tcp6", "[2002:a9fe:a9fe::1]:80", refused},    // 6to4 of 169.254.169.254
+		{"tcp6", "[::a9fe:a9fe]:80", refused},          // IPv4-compatible form
+		{"tcp6", "[64:ff9b::7f00:1]:80", refused},      // NAT64 of 127.0.0.1
+		{"tcp4", "0.0.0.0:80", refused},                // unspecified: Linux connects it to the local host
+		{"tcp6", "[::]:80", refused},                   // unspecified
+		{"tcp6", "[::ffff:0.0.0.0]:80", refused},       // unspecified, mapped
+		{"tcp4", "100.64.0.1:443", refused},            // CGNAT, not RFC 1918
+		{"tcp4", "224.0.0.1:443", refused},             // multicast
+		{"tcp6", "[ff02::1]:443", refused},             // multicast
+		{"tcp4", "255.255.255.255:443", refused},       // broadcast
+		{"tcp4", "192.0.2.1:443", refused},             // documentation
+		{"udp4", "8.8.8.8:53", refused},                // not TCP
+		{"udp4", "10.0.0.1:53", refused},               // not TCP, even when private
+		{"tcp4", "8.8.8.8:443", public},                // public
+		{"tcp4", "93.184.215.14:8443", public},         // any port
+		{"tcp6", "[2606:4700:4700::1111]:443", public}, // public IPv6
+		{"tcp6", "[::ffff:8.8.8.8]:443", refused},      // mapped public: the guardian refuses the form
 	}
 	deny, allow := addressGuard(false), addressGuard(true)
 	for _, tt := range tests {
 		err := deny(tt.network, tt.address, nil)
-		if got := errors.Is(err, ErrForbiddenAddress); got != tt.forbidden {
-			t.Errorf("%s %s: guard error %v, want forbidden=%v", tt.network, tt.address, err, tt.forbidden)
+		if got, want := errors.Is(err, ErrForbiddenAddress), tt.want != public; got != want {
+			t.Errorf("%s %s: guard error %v, want forbidden=%v", tt.network, tt.address, err, want)
 		}
-		if err := allow(tt.network, tt.address, nil); err != nil {
-			t.Errorf("%s %s with AllowPrivate: %v", tt.network, tt.address, err)
+		err = allow(tt.network, tt.address, nil)
+		if got, want := errors.Is(err, ErrForbiddenAddress), tt.want == refused; got != want {
+			t.Errorf("%s %s with AllowPrivate: guard error %v, want forbidden=%v", tt.network, tt.address, err, want)
 		}
 	}
 }
 
-// loopbackServer starts an httptest server on 127.0.0.1 and, when the host
-// has IPv6 loopback, a second one on [::1]; it returns their ports.
-func loopbackServers(t *testing.T, h http.Handler) (v4port, v6port string) {
+// countingListener counts the connections a test server accepted: a
+// connection the guard refused at dial time never reaches it.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// loopbackServers starts an HTTP server on 127.0.0.1 and, when the host has
+// IPv6 loopback, a second one on [::1], both answering "ok". It returns
+// their ports and a function reporting the connections both accepted.
+func loopbackServers(t *testing.T) (v4port, v6port string, accepted func() int64) {
 	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	_, v4port, _ = net.SplitHostPort(srv.Listener.Addr().String())
-	if ln, err := net.Listen("tcp6", "[::1]:0"); err == nil {
-		srv6 := httptest.NewUnstartedServer(h)
-		srv6.Listener.Close()
-		srv6.Listener = ln
-		srv6.Start()
-		t.Cleanup(srv6.Close)
-		_, v6port, _ = net.SplitHostPort(ln.Addr().String())
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	var lns []*countingListener
+	start := func(network, addr string) string {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			return ""
+		}
+		cl := &countingListener{Listener: ln}
+		lns = append(lns, cl)
+		srv := httptest.NewUnstartedServer(h)
+		srv.Listener.Close()
+		srv.Listener = cl
+		srv.Start()
+		t.Cleanup(srv.Close)
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		return port
 	}
-	return v4port, v6port
+	if v4port = start("tcp4", "127.0.0.1:0"); v4port == "" {
+		t.Fatal("no IPv4 loopback")
+	}
+	v6port = start("tcp6", "[::1]:0")
+	return v4port, v6port, func() int64 {
+		var n int64
+		for _, l := range lns {
+			n += l.accepted.Load()
+		}
+		return n
+	}
 }
 
-// TestNewClientGuard makes real requests through NewClient: refused at dial
-// time by default (for non-loopback targets the refusal comes before any
-// packet is sent), served by real loopback servers with AllowPrivate.
+// TestNewClientGuard is T9's bypass table (RELIABILITY.md appendix 3.3)
+// through NewClient, without and with AllowPrivate, against real loopback
+// servers. Where the guard refuses, the error wraps ErrForbiddenAddress and
+// the loopback servers accept no connection: the refusal happened at dial
+// time, before any SYN. Where AllowPrivate opens a loopback target, the
+// same servers answer. Metadata and link-local targets cannot be served
+// here; for them ErrForbiddenAddress is the proof, since a dial the guard
+// let through fails differently (timeout, unreachable).
 func TestNewClientGuard(t *testing.T) {
 	t.Parallel()
-	v4, v6 := loopbackServers(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "ok")
-	}))
+	const (
+		refused    = iota // ErrForbiddenAddress
+		served            // the loopback server answers "ok"
+		dialed            // the guard let it through; no server there
+		notRefused        // odd spellings the resolver may not know: any error but a served answer
+	)
 	tests := []struct {
-		name, url string
-		loopback  bool // served by the test servers when allowed
-		needV6    bool
+		host        string // the URL's host, as a producer would write it
+		port        string // "v4" or "v6": which loopback server's port
+		def, opened int    // outcome by default and with AllowPrivate
 	}{
-		{"127.0.0.1", "http://127.0.0.1:" + v4, true, false},
-		{"::1", "http://[::1]:" + v6, true, true},
-		{"::ffff:127.0.0.1", "http://[::ffff:127.0.0.1]:" + v4, true, false},
-		{"localhost resolves to loopback", "http://localhost:" + v4, true, false},
-		{"0.0.0.0", "http://0.0.0.0:" + v4, true, false}, // Linux connects 0.0.0.0 to the local host
-		{"10.0.0.1", "http://10.0.0.1:9/", false, false},
-		{"169.254.169.254", "http://169.254.169.254/latest/meta-data/", false, false},
-		{"::", "http://[::]:" + v4, false, false},
-	}
-	deny := NewClient(ClientConfig{Timeout: 5 * time.Second})
-	allow := NewClient(ClientConfig{Timeout: 5 * time.Second, AllowPrivate: true})
-	t.Cleanup(deny.CloseIdleConnections)
-	t.Cleanup(allow.CloseIdleConnections)
-	get := func(c *http.Client, url string) (string, error) {
-		resp, err := c.Get(url)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return string(b), err
+		{"127.0.0.1", "v4", refused, served},
+		{"[::1]", "v6", refused, served},
+		{"[::ffff:127.0.0.1]", "v4", refused, served},
+		{"localhost", "v4", refused, served},
+		{"0.0.0.0", "v4", refused, refused}, // Linux would connect it to 127.0.0.1
+		{"[::]", "v6", refused, refused},    // Linux would connect it to ::1
+		{"[::ffff:0.0.0.0]", "v4", refused, refused},
+		{"[64:ff9b::7f00:1]", "v4", refused, refused},
+		{"2130706433", "v4", notRefused, notRefused}, // 127.0.0.1 as one decimal
+		{"0x7f000001", "v4", notRefused, notRefused},
+		{"0177.0.0.1", "v4", notRefused, notRefused},
+		{"127.1", "v4", notRefused, notRefused},
+		{"169.254.169.254", "v4", refused, refused},
+		{"[::ffff:169.254.169.254]", "v4", refused, refused},
+		{"[fd00:ec2::254]", "v4", refused, refused},
+		{"100.100.100.200", "v4", refused, refused},
+		{"[fe80::1%25lo]", "v6", refused, refused},
+		{"2852039166", "v4", notRefused, notRefused}, // 169.254.169.254 as one decimal
+		{"100.64.0.1", "v4", refused, refused},
+		{"10.0.0.1", "v4", refused, dialed},
+		{"[fd12:3456::1]", "v4", refused, dialed},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(tt.host, func(t *testing.T) {
 			t.Parallel()
-			if tt.needV6 && v6 == "" {
-				t.Skip("no IPv6 loopback")
+			v4, v6, accepted := loopbackServers(t)
+			port := v4
+			if tt.port == "v6" {
+				if v6 == "" {
+					t.Skip("no IPv6 loopback")
+				}
+				port = v6
 			}
-			if _, err := get(deny, tt.url); !errors.Is(err, ErrForbiddenAddress) {
-				t.Errorf("default client: err = %v, want ErrForbiddenAddress", err)
-			}
-			if !tt.loopback {
-				return
-			}
-			if body, err := get(allow, tt.url); err != nil || body != "ok" {
-				t.Errorf("AllowPrivate client: body %q, err %v", body, err)
+			url := "http://" + tt.host + ":" + port + "/"
+			for _, mode := range []struct {
+				allow bool
+				want  int
+			}{{false, tt.def}, {true, tt.opened}} {
+				before := accepted()
+				// A short timeout: a "dialed" target (no server there) may
+				// hang until it; the refused ones fail at once.
+				c := NewClient(ClientConfig{Timeout: 500 * time.Millisecond, AllowPrivate: mode.allow})
+				body, err := get(c, url)
+				c.CloseIdleConnections()
+				n := accepted() - before
+				switch mode.want {
+				case refused:
+					if !errors.Is(err, ErrForbiddenAddress) || n != 0 {
+						t.Errorf("AllowPrivate=%v: err %v, %d connections accepted; want ErrForbiddenAddress and 0", mode.allow, err, n)
+					}
+				case served:
+					if err != nil || body != "ok" || n != 1 {
+						t.Errorf("AllowPrivate=%v: body %q, err %v, %d connections accepted; want ok from 1", mode.allow, body, err, n)
+					}
+				case dialed:
+					if err == nil || errors.Is(err, ErrForbiddenAddress) {
+						t.Errorf("AllowPrivate=%v: err %v; want a dial error other than ErrForbiddenAddress", mode.allow, err)
+					}
+				case notRefused:
+					if !mode.allow && (err == nil || n != 0) {
+						t.Errorf("AllowPrivate=%v: body %q, err %v, %d connections accepted; want an error and 0", mode.allow, body, err, n)
+					}
+				}
 			}
 		})
 	}
+}
+
+// get fetches url with c and returns the body.
+func get(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 func TestNewClientNoRedirectNoProxy(t *testing.T) {
@@ -170,5 +278,45 @@ func TestNewClientNoRedirectNoProxy(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	if _, err := c.Do(req); err == nil {
 		t.Error("cancelled request succeeded")
+	}
+}
+
+// TestNeverHost: subscriber URLs whose host can never be delivered to are
+// refused when the subscriber is created (422), whatever the opt-in says;
+// the rest is left to the dial-time guard.
+func TestNeverHost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url     string
+		refused bool
+	}{
+		{"http://169.254.169.254/latest/meta-data/", true},
+		{"http://[::ffff:169.254.169.254]/", true},
+		{"http://[fd00:ec2::254]/", true},
+		{"http://100.100.100.200/", true},
+		{"http://[fe80::1%25eth0]:8080/", true},
+		{"http://0.0.0.0:8080/", true},
+		{"http://[::]/", true},
+		{"http://2130706433/", true},      // 127.0.0.1
+		{"http://2852039166/", true},      // 169.254.169.254
+		{"http://0x7f000001/", true},      // 127.0.0.1
+		{"http://0177.0.0.1/", true},      // 127.0.0.1, octal
+		{"http://127.1/", true},           // 127.0.0.1, short form
+		{"http://0xa9.254.0.1/", true},    // mixed hex
+		{"http://127.0.0.1:8080/", false}, // loopback: the dial-time guard decides (opt-in)
+		{"http://10.1.2.3/", false},
+		{"http://[::1]/", false},
+		{"https://hooks.example.com/x", false},
+		{"https://hooks.example.com./x", false},
+		{"https://1password.com/", false},
+		{"https://a.b2/", false},
+	} {
+		spec := SubscriberSpec{ID: "s1", URL: tc.url, Topics: []string{"t"}}
+		err := spec.validate()
+		var ve *job.ValidationError
+		refused := errors.As(err, &ve) && slices.ContainsFunc(ve.Fields, func(f job.FieldError) bool { return f.Field == "url" })
+		if refused != tc.refused {
+			t.Errorf("%s: url refused = %v (%v), want %v", tc.url, refused, err, tc.refused)
+		}
 	}
 }

@@ -319,6 +319,8 @@ func (spec SubscriberSpec) validate() error {
 	}
 	if u, err := url.Parse(spec.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || len(spec.URL) > 2048 {
 		add("url", "url must be an absolute http or https URL of at most 2048 bytes, without user info")
+	} else if why := neverHost(u.Hostname()); why != "" {
+		add("url", "url: %s", why)
 	}
 	if len(spec.Topics) == 0 || len(spec.Topics) > 100 {
 		add("topics", "a subscriber names 1 to 100 topics, got %d", len(spec.Topics))

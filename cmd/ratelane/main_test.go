@@ -1,0 +1,49 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ratelane/ratelane"
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests when a goroutine outlives them (a
+// serve, demo or bench run that does not stop everything it started).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestTopLevel covers what the command does before a subcommand runs:
+// --version, help CMD [VERB], no command at all and an unknown one; and
+// values the library would read as "the default" but a person did not mean
+// (demo --events 0).
+func TestTopLevel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--version"}, 0, "ratelane " + ratelane.Version},
+		{[]string{"version"}, 0, "ratelane " + ratelane.Version},
+		{[]string{"version", "extra"}, 2, "takes no arguments"},
+		{[]string{"help"}, 0, "Commands:"},
+		{[]string{"--help"}, 0, "Commands:"},
+		{[]string{"help", "enqueue"}, 0, "Usage: ratelane enqueue"},
+		{[]string{"help", "jobs"}, 0, "Verbs:"},
+		{[]string{"help", "jobs", "ls"}, 0, "Usage: ratelane jobs ls"},
+		{[]string{"help", "frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{}, 2, "Commands:"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"jobs", "ls", "-o", "yaml"}, 2, `want table or json, not "yaml"`},
+		{[]string{"demo", "--events", "0"}, 2, "--events 0: want 1 to 100000"},
+		{[]string{"demo", "--subscribers", "0"}, 2, "--subscribers 0: want 1 to 1000"},
+		{[]string{"demo", "--duration", "0s"}, 2, "--duration 0s: want a positive duration"},
+	} {
+		code, out := runCLI(tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("ratelane %q: exit %d, want %d and %q in:\n%s", tc.args, code, tc.code, tc.want, out)
+		}
+	}
+}
