@@ -313,7 +313,7 @@ func (c *Client) Review(ctx context.Context, region, id string) (ReviewStatus, e
 	s := ReviewStatus{ID: j.ID, Region: j.Region, State: j.State, Reason: string(j.Reason), Repo: args.Repo, Change: args.Change,
 		DepthRequested: args.DepthRequested, Depth: args.Depth, Provider: args.Provider, Publish: args.Publish,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
-	parts, err := pipeline.Parts(ctx, rt.st, id)
+	parts, err := pipeline.Parts(ctx, rt.st, j)
 	if err != nil {
 		return ReviewStatus{}, err
 	}
