@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
+	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/webhook"
 )
 
@@ -73,6 +75,15 @@ func (e *env) webhookExampleVars(c capability) map[string]string {
 		res := e.publish(acmeKey, map[string]any{"topic": "t", "id": "shp_2", "region": region, "payload": map[string]int{"n": 2}})
 		id := res.Deliveries[0].ID
 		if _, err := e.stores[region].Cancel(context.Background(), id, e.clock.Now()); err != nil {
+			e.t.Fatal(err)
+		}
+		vars["DELIVERY_ID"] = id
+	case "getDeliveryResponse":
+		e.putSubscriberIn(region, "acme_sub", acmeSub)
+		res := e.publish(acmeKey, map[string]any{"topic": "t", "id": "shp_3", "region": region, "payload": map[string]int{"n": 3}})
+		id := res.Deliveries[0].ID
+		rr, _ := json.Marshal(webhook.ResponseRecord{JobID: id, Attempt: 1, At: e.clock.Now(), Status: 503, Error: "server error", Body: "down"})
+		if err := e.stores[region].PutObject(context.Background(), store.Object{Kind: webhook.ObjectResponse, ID: id, Body: rr, UpdatedAt: e.clock.Now()}); err != nil {
 			e.t.Fatal(err)
 		}
 		vars["DELIVERY_ID"] = id

@@ -31,6 +31,22 @@ type Result struct {
 	DurationMS float64 `json:"duration_ms"`
 }
 
+// PublicResult re-renders a delivery job's result as a Result, dropping
+// every other field: results written before they were bounded held the
+// subscriber's headers and body. It returns nil for a result that is not
+// a JSON object.
+func PublicResult(raw json.RawMessage) json.RawMessage {
+	var r Result
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 // ResponseRecord is the bounded answer of one failed delivery attempt, kept
 // for diagnosis in an ObjectResponse document (id: the job id) for the last
 // failed attempt: the status, the diagnostic headers and at most
