@@ -180,3 +180,35 @@ func TestForgedBuiltinJobsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestAggregatorRefusesForeignDiff: a review parent whose payload names
+// another review's diff object (a forged row) ends terminal with
+// permanent_error instead of being aggregated and published.
+func TestAggregatorRefusesForeignDiff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "eu.db"), Region: "eu", Synchronous: sqlite.SyncNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Now()
+	victim := plannedReview(t, st, "acme", now)
+	payload, _ := json.Marshal(Args{DepthRequested: DepthFull, Depth: DepthFull, DiffObject: victim.Parent.ID, Publish: Publish{Kind: PublishNone}})
+	forged := &job.Job{Kind: KindReview, Region: "eu", Tenant: "globex", LimitKeys: []string{"forged:key"}, Payload: payload}
+	forged.Prepare(uuid.NewString(), now, 0, true)
+	if _, err := st.Insert(ctx, []*job.Job{forged}, admission.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	agg := NewAggregator(AggregatorConfig{Store: st, Publisher: &ReviewPublisher{Region: "eu"}})
+	if err := agg.Check(ctx, forged.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Get(ctx, forged.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != job.StateTerminal || got.Reason != job.ReasonPermanentError || len(got.Result) > 0 {
+		t.Fatalf("forged review is %s/%s with result %s; want terminal permanent_error", got.State, got.Reason, got.Result)
+	}
+}
