@@ -55,8 +55,9 @@ type ReviewConfig struct {
 	MaxPartTokens int
 	// MaxFindings caps a review's published findings; default 50.
 	MaxFindings int
-	// RDJSONLDir is where rdjsonl publications are written; empty refuses
-	// them.
+	// RDJSONLDir is where rdjsonl publications are written, each tenant's
+	// in its own subdirectory (RDJSONLDir/<tenant>/<target>); empty
+	// refuses them.
 	RDJSONLDir string
 	// GitHubBaseURL and GitHubToken configure GitHub publication; the base
 	// URL defaults to https://api.github.com.
