@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -77,6 +80,8 @@ type tenancyEnv struct {
 	url  string
 	recv *receiver
 	keys map[string]string // "acme/producer" -> secret
+	// rdjsonlDir is where reviews published as rdjsonl are written.
+	rdjsonlDir string
 
 	// The victim's records.
 	delivery, failedDelivery, review, job, dead, leaseToken string
@@ -142,7 +147,8 @@ func newTenancyEnv(t *testing.T) *tenancyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, SweepEvery: 50 * time.Millisecond})
+	rdjsonlDir := t.TempDir()
+	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, SweepEvery: 50 * time.Millisecond, RDJSONLDir: rdjsonlDir})
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +168,7 @@ func newTenancyEnv(t *testing.T) *tenancyEnv {
 		api.Close()
 		c.Stop(context.Background())
 	})
-	e := &tenancyEnv{t: t, c: c, url: srv.URL, recv: recv, keys: map[string]string{"admin": tenancyAdminKey}}
+	e := &tenancyEnv{t: t, c: c, url: srv.URL, recv: recv, keys: map[string]string{"admin": tenancyAdminKey}, rdjsonlDir: rdjsonlDir}
 	for _, tenant := range []string{"acme", "globex"} {
 		for _, role := range []string{"producer", "worker"} {
 			var out struct {
@@ -199,7 +205,8 @@ func newTenancyEnv(t *testing.T) *tenancyEnv {
 	var rv struct {
 		ID string `json:"id"`
 	}
-	e.must(e.do("POST", "/v1/reviews", e.keys["acme/producer"], map[string]any{"region": "us", "diff": victimDiff, "provider": "rules"}), 202, &rv)
+	e.must(e.do("POST", "/v1/reviews", e.keys["acme/producer"], map[string]any{"region": "us", "diff": victimDiff, "provider": "rules",
+		"publish": map[string]any{"kind": "rdjsonl", "target": "report.rdjsonl"}}), 202, &rv)
 	e.review = rv.ID
 	e.waitFinal(e.review)
 
@@ -244,6 +251,25 @@ func (e *tenancyEnv) waitFinal(ids ...string) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// waitPublished waits until a review is published.
+func (e *tenancyEnv) waitPublished(id string) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		j, err := e.c.Job(context.Background(), "us", id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if j.State == ratelane.StatePublished {
+			return
+		}
+		if j.State == ratelane.StateTerminal || time.Now().After(deadline) {
+			e.t.Fatalf("review %s is %s, want published", id, j.State)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -441,7 +467,30 @@ func TestForgedRequests(t *testing.T) {
 			t.Fatalf("InsertMany inserted %d jobs of a refused batch", len(js))
 		}
 	})
-	total := len(cases) + len(libCases) + 1
+	holes++
+	t.Run("review published over acme's rdjsonl file", func(t *testing.T) {
+		diff := strings.ReplaceAll(victimDiff, "app.go", "globex.go")
+		var rv struct {
+			ID string `json:"id"`
+		}
+		e.must(e.do("POST", "/v1/reviews", gp, map[string]any{"region": "us", "diff": diff, "provider": "rules",
+			"publish": map[string]any{"kind": "rdjsonl", "target": "report.rdjsonl"}}), 202, &rv)
+		e.waitPublished(rv.ID)
+		e.waitPublished(e.review)
+		// Wherever the files are, acme's findings are still in one of them.
+		found := false
+		_ = filepath.WalkDir(e.rdjsonlDir, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				b, _ := os.ReadFile(path)
+				found = found || bytes.Contains(b, []byte(`"app.go"`)) && !bytes.Contains(b, []byte("globex.go"))
+			}
+			return nil
+		})
+		if !found {
+			t.Fatal("globex's review overwrote acme's rdjsonl publication")
+		}
+	})
+	total := len(cases) + len(libCases) + 2
 	t.Logf("forged-request cases: %d tried and refused, of which %d were holes before issue 10", total, holes)
 
 	// Nothing the attacker did changed the victim's records or reached
