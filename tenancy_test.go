@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -254,6 +255,9 @@ func (e *tenancyEnv) waitFinal(ids ...string) {
 	}
 }
 
+// keyID is the public id part of an API key, rl_<id>_<secret>.
+func keyID(secret string) string { return strings.Split(secret, "_")[1] }
+
 // waitPublished waits until a review is published.
 func (e *tenancyEnv) waitPublished(id string) {
 	e.t.Helper()
@@ -375,6 +379,16 @@ func TestForgedRequests(t *testing.T) {
 		{name: "get subscriber", method: "GET", path: "/v1/subscribers/acme-hook?region=us", key: gp, status: 403, slug: "forbidden"},
 		{name: "delivery response", method: "GET", path: "/v1/deliveries/" + e.failedDelivery + "/response?region=us", key: gp, status: 403, slug: "forbidden"},
 		{name: "list jobs of acme", method: "GET", path: "/v1/jobs?tenant=acme", key: gp, status: 403, slug: "forbidden"},
+		// Admin-only routes with ids are out of a producer's reach.
+		{name: "replace subscriber", method: "PUT", path: "/v1/subscribers/acme-hook?region=us", key: gp,
+			body: map[string]any{"url": "https://evil.example/", "topics": []string{"*"}}, status: 403, slug: "forbidden"},
+		{name: "rotate subscriber secret", method: "POST", path: "/v1/subscribers/acme-hook/rotate-secret?region=us", key: gp, status: 403, slug: "forbidden"},
+		{name: "subscriber deliveries", method: "GET", path: "/v1/subscribers/acme-hook/deliveries?region=us", key: gp, status: 403, slug: "forbidden"},
+		{name: "delete subscriber", method: "DELETE", path: "/v1/subscribers/acme-hook?region=us", key: gp, status: 403, slug: "forbidden"},
+		{name: "reconfigure subscriber's key", method: "PUT", path: "/v1/limits/subscriber:acme-hook?region=us", key: gp,
+			body: map[string]any{"per_second": 1000}, status: 403, slug: "forbidden"},
+		{name: "read subscriber's key", method: "GET", path: "/v1/limits/subscriber:acme-hook?region=us", key: gp, status: 403, slug: "forbidden"},
+		{name: "revoke a key", method: "DELETE", path: "/v1/keys/" + keyID(e.keys["acme/producer"]), key: gp, status: 403, slug: "forbidden"},
 
 		// A review published to another tenant's subscriber would be
 		// signed with its secret.
@@ -404,6 +418,31 @@ func TestForgedRequests(t *testing.T) {
 		{name: "own delivery response (producer)", method: "GET", path: "/v1/deliveries/" + e.failedDelivery + "/response?region=us", key: ap, status: 403, slug: "forbidden"},
 		{name: "subscriber deliveries (admin)", method: "GET", path: "/v1/subscribers/acme-hook/deliveries?region=us", key: admin, status: 200, check: noLeak},
 		{name: "delivery result (admin)", hole: true, method: "GET", path: jobPath(e.delivery, ""), key: admin, status: 200, check: noLeak},
+	}
+
+	// Every route that takes an id or a name in its path is tried at
+	// least once: the list comes from the discovery document, so a new
+	// route without a case fails here.
+	var disc struct {
+		Capabilities []struct {
+			Method string `json:"method"`
+			Path   string `json:"path"`
+		} `json:"capabilities"`
+	}
+	e.must(e.do("GET", "/v1", "", nil), 200, &disc)
+	for _, c := range disc.Capabilities {
+		if !strings.Contains(c.Path, "{") {
+			continue
+		}
+		wild := regexp.MustCompile(`\{[a-z]+\}`).ReplaceAllString(c.Path, "\x00")
+		re := regexp.MustCompile("^" + strings.ReplaceAll(regexp.QuoteMeta(wild), "\x00", `[^/?]+`) + `(\?|$)`)
+		covered := false
+		for _, tc := range cases {
+			covered = covered || tc.method == c.Method && re.MatchString(tc.path)
+		}
+		if !covered {
+			t.Errorf("no forged case for %s %s", c.Method, c.Path)
+		}
 	}
 
 	holes := 0
