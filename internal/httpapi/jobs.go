@@ -28,7 +28,7 @@ const (
 
 // createJobRequest is the body of POST /v1/jobs.
 type createJobRequest struct {
-	Kind           string          `json:"kind" required:"true" doc:"job kind, e.g. email.send; built-in kinds (webhook, review, review.part, review.github, ratelane.*) are refused with 422"`
+	Kind           string          `json:"kind" required:"true" doc:"job kind, e.g. email.send; the built-in kinds listed as reserved_kinds in GET /v1 are refused with 422"`
 	Region         string          `json:"region" required:"true" doc:"region the job, its payload and results live in"`
 	Lane           job.Lane        `json:"lane,omitempty" enum:"interactive,batch" doc:"interactive (someone waits; 30 s budget) or batch (default)"`
 	Tenant         string          `json:"tenant,omitempty" doc:"admin keys only; other keys always use their own tenant"`
