@@ -9,10 +9,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/webhook"
 )
@@ -193,4 +196,42 @@ func TestSubscribersAndEvents(t *testing.T) {
 	e.do("POST", "/v1/deliveries/"+id+"/redeliver", globexKey, nil).wantProblem(t, 404, "not-found")
 	e.do("DELETE", "/v1/subscribers/s1?region=us", adminKey, nil).want(t, 204)
 	e.do("DELETE", "/v1/subscribers/s1?region=us", adminKey, nil).wantProblem(t, 404, "not-found")
+}
+
+// TestDeliveryResultNeverShown: a delivery job written before results
+// were bounded (its result held the subscriber's headers and body) is
+// shown with the status and timing alone, to its producer and to admins.
+func TestDeliveryResultNeverShown(t *testing.T) {
+	t.Parallel()
+	e := newWebhookEnv(t)
+	ctx := context.Background()
+	st := e.stores["us"]
+	const canary = "SUBSCRIBER-ANSWER-CANARY"
+	d := &job.Job{Kind: webhook.Kind, Region: "us", Tenant: "acme", LimitKeys: []string{webhook.LimitKey("s")},
+		Payload: json.RawMessage(`{"subscriber_id":"s","event_id":"e","body":{}}`)}
+	d.Prepare("01900000-0000-7000-8000-0000000000d1", e.clock.Now(), 0, false)
+	if _, err := st.Insert(ctx, []*job.Job{d}, admission.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := st.Lease(ctx, store.LeaseParams{Now: e.clock.Now(), Max: 1, LeaseFor: time.Minute, Kinds: []string{webhook.Kind}})
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("lease: %v, %d jobs", err, len(leased))
+	}
+	old := `{"job_id":"` + d.ID + `","attempt":1,"at":"2026-11-30T12:00:00Z","status":200,"header":{"X-Trace":["` + canary +
+		`"]},"body":"` + canary + `","duration_ms":3.5}`
+	errs, err := st.Finish(ctx, []store.Transition{{ID: d.ID, LeaseToken: leased[0].LeaseToken, To: job.StatePublished,
+		Result: json.RawMessage(old), Record: job.AttemptRecord{At: e.clock.Now(), Outcome: job.ClassSuccess, Status: 200}}})
+	if err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	for _, key := range []string{acmeKey, adminKey} {
+		r := e.do("GET", "/v1/jobs/"+d.ID, key, nil).want(t, 200)
+		var v struct {
+			Result map[string]any `json:"result"`
+		}
+		r.json(t, &v)
+		if strings.Contains(string(r.body), canary) || v.Result["status"] != 200.0 || v.Result["duration_ms"] != 3.5 {
+			t.Fatalf("delivery as %s: %s", key, r.body)
+		}
+	}
 }
