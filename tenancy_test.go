@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -134,14 +135,26 @@ func (e *tenancyEnv) must(a answer, status int, out any) {
 	}
 }
 
-func newTenancyEnv(t *testing.T) *tenancyEnv {
+// newTenancyEnv builds the environment on SQLite regions (and the SQLite
+// key store), or with postgres on PostgreSQL regions (and the PostgreSQL
+// key store), one schema per region dropped after the test.
+func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 	t.Helper()
 	ctx := context.Background()
 	recv := &receiver{bodies: map[string][]string{}}
 	hooks := httptest.NewServer(recv)
 	t.Cleanup(hooks.Close)
 
-	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us", Synchronous: "NORMAL"}, {Name: "eu", Synchronous: "NORMAL"}},
+	regions := []ratelane.Region{{Name: "us", Synchronous: "NORMAL"}, {Name: "eu", Synchronous: "NORMAL"}}
+	if postgres {
+		url := postgresURL(t)
+		for i := range regions {
+			schema := fmt.Sprintf("tenancy_%s_%d", regions[i].Name, time.Now().UnixNano())
+			dropSchema(t, url, schema)
+			regions[i] = ratelane.Region{Name: regions[i].Name, PostgresURL: url, PostgresSchema: schema}
+		}
+	}
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: regions,
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true}}
 	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
@@ -310,7 +323,11 @@ func noLeak(t *testing.T, a answer) {
 // create or run a built-in kind from outside, over the real HTTP API with
 // the real SQLite key store and in-process through Client.Insert.
 func TestForgedRequests(t *testing.T) {
-	e := newTenancyEnv(t)
+	t.Run("sqlite", func(t *testing.T) { testForgedRequests(t, newTenancyEnv(t, false)) })
+	t.Run("postgres", func(t *testing.T) { testForgedRequests(t, newTenancyEnv(t, true)) })
+}
+
+func testForgedRequests(t *testing.T, e *tenancyEnv) {
 	gp, gw, ap, aw, admin := e.keys["globex/producer"], e.keys["globex/worker"], e.keys["acme/producer"], e.keys["acme/worker"], e.keys["admin"]
 	forgedBody := map[string]any{"stolen": forgedCanary}
 	create := func(kind string, payload any) map[string]any {
