@@ -72,9 +72,9 @@ type Subscriber struct {
 // Handle is the job handler for Kind: it decodes the job's Payload, looks
 // the subscriber up in the Directory and makes one delivery attempt, signed
 // with the subscriber's active secrets at the Deliverer's clock. A bad
-// payload, an unknown, disabled, other-region or other-tenant subscriber, or a missing
-// Directory end the job as permanent (an unknown subscriber with
-// ReasonSubscriberGone); a failed lookup is transient. Otherwise the
+// payload, an unknown, disabled, other-region or other-tenant subscriber,
+// or a missing Directory end the job as permanent (an unknown subscriber
+// with ReasonSubscriberGone); a failed lookup is transient. Otherwise the
 // outcome is Deliver's. The bounded Response is not returned: a delivery
 // ledger that wants it should call Deliver.
 func (d *Deliverer) Handle(ctx context.Context, j *job.Job) job.Outcome {

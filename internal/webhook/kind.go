@@ -23,7 +23,7 @@ import (
 type Result struct {
 	// Status is the HTTP status of the answer.
 	Status int `json:"status"`
-	// Attempt is the attempt that succeeded.
+	// Attempt is the attempt that succeeded, and At when it was made.
 	Attempt int       `json:"attempt"`
 	At      time.Time `json:"at"`
 	// DurationMS is the time from sending the request to the end of the
