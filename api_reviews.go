@@ -31,6 +31,11 @@ func (a reviewAdapter) SubmitReview(ctx context.Context, sub httpapi.ReviewSubmi
 	if err := rt.publisher.CheckPublish(args); err != nil {
 		return httpapi.Review{}, &httpapi.ReviewInputError{Field: "publish", Err: err}
 	}
+	if err := a.c.checkReviewTarget(ctx, sub.Region, sub.Tenant, sub.Publish); errors.Is(err, errNoReviewTarget) {
+		return httpapi.Review{}, &httpapi.ReviewInputError{Field: "publish.target", Err: err}
+	} else if err != nil {
+		return httpapi.Review{}, err
+	}
 	s, err := a.c.SubmitReview(ctx, ReviewRequest{Region: sub.Region, Tenant: sub.Tenant, Lane: sub.Lane, Repo: sub.Repo,
 		Change: sub.Change, BaseSHA: sub.BaseSHA, HeadSHA: sub.HeadSHA, Diff: sub.Diff, Depth: sub.Depth,
 		Provider: sub.Provider, Publish: sub.Publish, IdempotencyKey: sub.IdempotencyKey})

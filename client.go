@@ -23,6 +23,17 @@ import (
 // ErrNotFound is returned for a job or key that does not exist in the region.
 var ErrNotFound = store.ErrNotFound
 
+// ReservedKindError is the refusal of a built-in kind by Insert or
+// InsertMany (and, over HTTP, by POST /v1/jobs and POST /v1/leases).
+type ReservedKindError = job.ReservedKindError
+
+// BuiltinKind is one reserved kind and what creates it.
+type BuiltinKind = job.BuiltinKind
+
+// ReservedKinds lists the built-in kinds that Insert refuses; kinds that
+// start with "ratelane." are reserved as well.
+func ReservedKinds() []BuiltinKind { return job.ReservedKinds() }
+
 // ErrConflict is returned when a job is not in a state that allows the
 // operation (cancelling a finished job, redriving one that is not terminal).
 var ErrConflict = store.ErrConflict
@@ -242,7 +253,10 @@ type InsertResult struct {
 	Existing bool
 }
 
-// Insert validates and durably inserts one job.
+// Insert validates and durably inserts one job. Built-in kinds (webhook
+// deliveries, reviews and their parts; see ReservedKinds) are refused with
+// a *ReservedKindError: ratelane creates those itself, through
+// Webhooks().Publish and SubmitReview.
 func (c *Client) Insert(ctx context.Context, p InsertParams) (InsertResult, error) {
 	res, err := c.InsertMany(ctx, []InsertParams{p})
 	if err != nil {
@@ -286,6 +300,9 @@ func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertRes
 }
 
 func (c *Client) prepare(p InsertParams, now time.Time) (*job.Job, error) {
+	if err := job.CheckPublicKind("kind", p.Kind); err != nil {
+		return nil, err
+	}
 	payload := p.Payload
 	if p.Args != nil {
 		b, err := json.Marshal(p.Args)

@@ -55,8 +55,9 @@ type ReviewConfig struct {
 	MaxPartTokens int
 	// MaxFindings caps a review's published findings; default 50.
 	MaxFindings int
-	// RDJSONLDir is where rdjsonl publications are written; empty refuses
-	// them.
+	// RDJSONLDir is where rdjsonl publications are written, each tenant's
+	// in its own subdirectory (RDJSONLDir/<tenant>/<target>); empty
+	// refuses them.
 	RDJSONLDir string
 	// GitHubBaseURL and GitHubToken configure GitHub publication; the base
 	// URL defaults to https://api.github.com.
@@ -253,6 +254,9 @@ func (c *Client) submission(ctx context.Context, rt *reviewRT, p ReviewProvider,
 	if err := rt.publisher.CheckPublish(args); err != nil {
 		return pipeline.Submission{}, err
 	}
+	if err := c.checkReviewTarget(ctx, r.Region, r.Tenant, r.Publish); err != nil {
+		return pipeline.Submission{}, err
+	}
 	wait := time.Duration(0)
 	if args.DepthRequested == pipeline.DepthAuto {
 		var err error
@@ -273,6 +277,36 @@ func (c *Client) submission(ctx context.Context, rt *reviewRT, p ReviewProvider,
 		Diff: r.Diff, Args: args, Profile: p.Profile(), MaxPartTokens: rt.cfg.MaxPartTokens,
 		IdempotencyKey: r.IdempotencyKey, Now: now}, nil
 }
+
+// checkReviewTarget refuses a webhook publication to a subscriber that is
+// not the tenant's own in the region: the delivery would be signed with
+// that subscriber's secret. An unknown subscriber and another tenant's are
+// refused alike, so subscriber ids of other tenants cannot be probed.
+func (c *Client) checkReviewTarget(ctx context.Context, region, tenant string, p ReviewPublish) error {
+	if p.Kind != pipeline.PublishWebhook {
+		return nil
+	}
+	if tenant == "" {
+		tenant = job.DefaultTenant
+	}
+	rt, ok := c.regions[region]
+	if !ok || rt.hooks == nil {
+		return fmt.Errorf("ratelane: unknown region %q", region)
+	}
+	rec, err := rt.hooks.Get(ctx, p.Target)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || err == nil && rec.Tenant != tenant:
+		return fmt.Errorf("%w: publish.target %q is not a webhook subscriber of tenant %q in region %s",
+			errNoReviewTarget, p.Target, tenant, region)
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// errNoReviewTarget marks a webhook publish target that is not the
+// tenant's subscriber.
+var errNoReviewTarget = errors.New("unknown webhook subscriber")
 
 func (c *Client) insertPlan(ctx context.Context, rt *reviewRT, plan pipeline.Plan) (ReviewStatus, error) {
 	for _, o := range plan.Objects {
@@ -313,7 +347,7 @@ func (c *Client) Review(ctx context.Context, region, id string) (ReviewStatus, e
 	s := ReviewStatus{ID: j.ID, Region: j.Region, State: j.State, Reason: string(j.Reason), Repo: args.Repo, Change: args.Change,
 		DepthRequested: args.DepthRequested, Depth: args.Depth, Provider: args.Provider, Publish: args.Publish,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
-	parts, err := pipeline.Parts(ctx, rt.st, id)
+	parts, err := pipeline.Parts(ctx, rt.st, j)
 	if err != nil {
 		return ReviewStatus{}, err
 	}

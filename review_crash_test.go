@@ -169,7 +169,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 
 	startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
 	s := waitReviewFor(t, producer, sub.ID, ratelane.StatePublished, 60*time.Second)
-	out := filepath.Join(dir, "out", reviewCrashTarget)
+	out := filepath.Join(dir, "out", "default", reviewCrashTarget)
 	first, err := os.Stat(out)
 	if err != nil {
 		t.Fatalf("rdjsonl publication: %v", err)

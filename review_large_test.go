@@ -73,7 +73,7 @@ func TestReviewLargeDiffWithinLimits(t *testing.T) {
 	if st.RateLimited > 2 || st.Accepted != int64(s.Parts.Total) {
 		t.Errorf("provider saw %d accepted and %d rate-limited requests for %d parts", st.Accepted, st.RateLimited, s.Parts.Total)
 	}
-	if _, err := os.Stat(filepath.Join(out, "review.rdjsonl")); err != nil {
+	if _, err := os.Stat(filepath.Join(out, "default", "review.rdjsonl")); err != nil {
 		t.Errorf("rdjsonl publication: %v", err)
 	}
 	t.Logf("%d parts in %v (key 30/s burst 3); provider rate %.1f/s", s.Parts.Total, elapsed, st.AchievedRate)

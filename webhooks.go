@@ -9,7 +9,9 @@ import (
 	"github.com/ratelane/ratelane/internal/webhook"
 )
 
-// WebhookKind is the job kind of webhook deliveries.
+// WebhookKind is the job kind of webhook deliveries. It is a built-in
+// kind: Client.Insert refuses it; deliveries are created by
+// Webhooks().Publish.
 const WebhookKind = webhook.Kind
 
 // Webhook types, shared with the HTTP API.
@@ -28,8 +30,12 @@ type (
 	PublishResult = webhook.PublishResult
 	// Delivery is one delivery of an event to one subscriber.
 	Delivery = webhook.DeliveryInfo
-	// DeliveryResponse is the bounded answer of a delivery attempt.
+	// DeliveryResponse is the bounded answer of a failed delivery
+	// attempt, for operators.
 	DeliveryResponse = webhook.ResponseRecord
+	// DeliveryResult is the result of a successful delivery job: status
+	// and timing, never the subscriber's body or headers.
+	DeliveryResult = webhook.Result
 )
 
 // WebhookConfig configures webhooks. The zero value keeps subscribers and
@@ -207,8 +213,9 @@ func (w *Webhooks) Redeliver(ctx context.Context, region, deliveryID string) (De
 }
 
 // LastFailedResponse returns the first 4 KiB (and diagnostic headers) of a
-// delivery's last failed answer; ErrNotFound when it has none. A
-// successful delivery's answer is its job's result.
+// delivery's last failed answer; ErrNotFound when it has none. It is for
+// operators: the HTTP API shows it to admin keys only. A successful
+// delivery keeps only its status and timing, as its job's result.
 func (w *Webhooks) LastFailedResponse(ctx context.Context, region, deliveryID string) (DeliveryResponse, error) {
 	reg, err := w.registry(region)
 	if err != nil {

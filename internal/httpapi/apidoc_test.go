@@ -46,6 +46,22 @@ func renderAPIDoc(d discovery) string {
 	for _, k := range vars {
 		fmt.Fprintf(&b, "- `$%s`: %s\n", k, d.Variables[k])
 	}
+	fmt.Fprintf(&b, "\n## Reserved job kinds\n\n"+
+		"These kinds are built in: ratelane creates and runs their jobs itself (their payloads name a subscriber, a review or a diff, "+
+		"and their handlers act with ratelane's credentials: a subscriber's signing secret, a GitHub token). "+
+		"`POST /v1/jobs` and `Client.Insert` refuse them, and `POST /v1/leases` refuses to lease them, with "+
+		"422 `reserved-kind` naming the `kind` (or `kinds`) field, for every role; the outcome routes answer 404 for their jobs. "+
+		"Every kind that starts with `%s` is reserved too, for future built-in kinds. "+
+		"Each built-in handler also checks that what its payload names belongs to the job's tenant and region, and ends the job "+
+		"`terminal` (`permanent_error`) otherwise.\n\n| kind | created by |\n| --- | --- |\n", d.ReservedPrefix)
+	for _, k := range d.ReservedKinds {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", k.Name, k.Owner)
+	}
+	fmt.Fprintf(&b, "\n## Tenants\n\n"+
+		"A key sees, changes and triggers only its own tenant's jobs, events, deliveries and reviews (admin keys: every tenant's). "+
+		"Another tenant's id is answered exactly like an unknown one (404), on every route, the worker outcome routes included, "+
+		"whatever lease token is sent. A webhook delivery's `result` holds only the answer's status and timing; "+
+		"the bounded last failed answer is shown to admin keys alone (`GET /v1/deliveries/{id}/response`).\n")
 	fmt.Fprintf(&b, "\n## Endpoints\n\n| method | path | role | summary |\n| --- | --- | --- | --- |\n")
 	for _, c := range d.Capabilities {
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", c.Method, c.Path, c.Role, strings.ReplaceAll(c.Summary, "|", "\\|"))

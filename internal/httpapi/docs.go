@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/job"
 )
 
 // capability is one entry of the discovery document.
@@ -40,6 +41,11 @@ type discovery struct {
 	Regions        []string          `json:"regions"`
 	Variables      map[string]string `json:"variables"`
 	Capabilities   []capability      `json:"capabilities"`
+	// ReservedKinds are the built-in job kinds POST /v1/jobs and POST
+	// /v1/leases refuse (422 reserved-kind), and ReservedPrefix the
+	// namespace kept for future ones.
+	ReservedKinds  []job.BuiltinKind `json:"reserved_kinds" doc:"built-in job kinds only ratelane creates and runs; POST /v1/jobs and POST /v1/leases refuse them"`
+	ReservedPrefix string            `json:"reserved_prefix" doc:"every kind starting with this is reserved too"`
 }
 
 var varRef = regexp.MustCompile(`\$([A-Z_]+)`)
@@ -52,6 +58,9 @@ func (s *Server) discoveryDoc() discovery {
 		Errors:    "errors are RFC 9457 application/problem+json with type " + problemBase + "<slug>, a detail to act on and per-field errors",
 		Regions:   s.regions,
 		Variables: exampleVars,
+		// The packages that own built-in kinds reserve them (job.ReserveKind);
+		// this server links webhooks and reviews, so their kinds are listed.
+		ReservedKinds: job.ReservedKinds(), ReservedPrefix: job.ReservedPrefix,
 	}
 	for _, rt := range s.table {
 		c := capability{

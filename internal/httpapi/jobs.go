@@ -16,6 +16,7 @@ import (
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/webhook"
 )
 
 // Overload policies of POST /v1/jobs.
@@ -27,7 +28,7 @@ const (
 
 // createJobRequest is the body of POST /v1/jobs.
 type createJobRequest struct {
-	Kind           string          `json:"kind" required:"true" doc:"job kind, e.g. webhook.deliver"`
+	Kind           string          `json:"kind" required:"true" doc:"job kind, e.g. email.send; the built-in kinds listed as reserved_kinds in GET /v1 are refused with 422"`
 	Region         string          `json:"region" required:"true" doc:"region the job, its payload and results live in"`
 	Lane           job.Lane        `json:"lane,omitempty" enum:"interactive,batch" doc:"interactive (someone waits; 30 s budget) or batch (default)"`
 	Tenant         string          `json:"tenant,omitempty" doc:"admin keys only; other keys always use their own tenant"`
@@ -100,6 +101,12 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 // tenant comes from the key (admins may name one), the schedule from run_at
 // or delay_seconds, and the region must be one the key may use.
 func (s *Server) buildJob(r *http.Request, p auth.Principal, req *createJobRequest, now time.Time) (*job.Job, error) {
+	// Built-in kinds name other records (a subscriber, a review) and run
+	// with ratelane's credentials; only ratelane creates them, for every
+	// role, admins included.
+	if err := job.CheckPublicKind("kind", req.Kind); err != nil {
+		return nil, err
+	}
 	idem, err := idempotencyKey(r, req.IdempotencyKey)
 	if err != nil {
 		return nil, err
@@ -211,7 +218,20 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request, p auth.Pri
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, jobView{Job: j})
+	return writeJSON(w, http.StatusOK, jobView{Job: shown(j)})
+}
+
+// shown is a job as the API returns it. A webhook delivery's result is
+// re-rendered as status and timing alone (webhook.Result): rows written
+// before results were bounded held the subscriber's answer, and what a
+// subscriber answers is never shown to anyone through a job.
+func shown(j *job.Job) *job.Job {
+	if j == nil || j.Kind != webhook.Kind || len(j.Result) == 0 {
+		return j
+	}
+	cp := *j
+	cp.Result = webhook.PublicResult(j.Result)
+	return &cp
 }
 
 func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -299,5 +319,5 @@ func (s *Server) handleCancelJob(w http.ResponseWriter, r *http.Request, p auth.
 		return err
 	}
 	s.notify(j.Region) // a cancelled running job released its keys
-	return writeJSON(w, http.StatusOK, jobView{Job: got})
+	return writeJSON(w, http.StatusOK, jobView{Job: shown(got)})
 }

@@ -199,6 +199,21 @@ func TestTenantIsolation(t *testing.T) {
 	e.do("POST", "/v1/leases", acmeKey, map[string]any{"region": "us", "kinds": []string{"email.send"}}).wantProblem(t, 403, "forbidden")
 	e.do("GET", "/v1/keys", acmeKey, nil).wantProblem(t, 403, "forbidden")
 
+	// Built-in kinds are refused for every role, and never leased.
+	for _, key := range []string{acmeKey, adminKey} {
+		p := e.do("POST", "/v1/jobs", key, jobBody("webhook", "us")).wantProblem(t, 422, "reserved-kind")
+		if len(p.Errors) != 1 || p.Errors[0].Field != "kind" || !strings.Contains(p.Detail, `"webhook"`) {
+			t.Fatalf("reserved kind problem %+v", p)
+		}
+	}
+	e.do("POST", "/v1/leases", workerKey, map[string]any{"region": "us", "kinds": []string{"review.part"}}).wantProblem(t, 422, "reserved-kind")
+
+	// A worker of acme on globex's job: 404 like an unknown id, not 409.
+	g := e.createJob(globexKey, jobBody("email.send", "us"))
+	for _, route := range []string{"heartbeat", "complete", "fail", "rate-limited"} {
+		e.do("POST", "/v1/jobs/"+g.ID+"/"+route, workerKey, map[string]any{"lease_token": "t"}).wantProblem(t, 404, "not-found")
+	}
+
 	// The admin sees and acts on every tenant's jobs.
 	e.do("POST", "/v1/dead-letters/"+dead.ID+"/redrive", adminKey, nil).want(t, 200)
 	tenantJob := jobBody("email.send", "us")

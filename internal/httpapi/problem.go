@@ -81,6 +81,7 @@ var titles = map[string]string{
 	"conflict":               "The job is not in a state that allows this",
 	"lease-lost":             "The lease was lost",
 	"idempotency-mismatch":   "The idempotency key was used with another request",
+	"reserved-kind":          "The job kind is reserved for ratelane's built-in jobs",
 	"overloaded":             "The job's predicted queue wait exceeds its lane's latency budget",
 	"too-many-requests":      "This API key sent too many requests",
 	"unavailable":            "The service is unavailable",
@@ -112,9 +113,14 @@ func leaseLost(id, why string) *apiError {
 func toProblem(err error) *apiError {
 	var ae *apiError
 	var ve *job.ValidationError
+	var rk *job.ReservedKindError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &rk):
+		e := problemf(http.StatusUnprocessableEntity, "reserved-kind", "%s", rk.Error())
+		e.p.Errors = []job.FieldError{{Field: rk.Field, Detail: rk.Error()}}
+		return e
 	case errors.Is(err, job.ErrPayloadTooLarge):
 		return problemf(http.StatusRequestEntityTooLarge, "payload-too-large", "%s", err.Error())
 	case errors.As(err, &ve):

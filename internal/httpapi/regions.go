@@ -58,11 +58,10 @@ func (s *Server) oneRegion(r *http.Request, p auth.Principal) (string, error) {
 type visibility int
 
 const (
-	// ownTenant: producers see their tenant's jobs; admins every tenant's.
+	// ownTenant: producer and worker keys see their tenant's jobs; admins
+	// every tenant's. It is the only visibility: leases are scoped by
+	// tenant too, so no route acts on another tenant's job.
 	ownTenant visibility = iota
-	// anyTenant: a worker holding a lease token acts on the leased job of
-	// any tenant, since leasing is not scoped by tenant.
-	anyTenant
 )
 
 // validID bounds path ids so that junk never reaches the stores.

@@ -116,7 +116,7 @@ type reviewRequest struct {
 // reviewPublish is where a finished review goes.
 type reviewPublish struct {
 	Kind   string `json:"kind" required:"true" enum:"none,rdjsonl,webhook,github"`
-	Target string `json:"target,omitempty" doc:"rdjsonl: a file name in the server's rdjsonl directory; webhook: a subscriber id; github: owner/repo#number (default repo#change)"`
+	Target string `json:"target,omitempty" doc:"rdjsonl: a file name in the tenant's directory of the server's rdjsonl directory; webhook: one of the tenant's subscriber ids; github: owner/repo#number (default repo#change)"`
 }
 
 // sarifLog documents the top of a SARIF 2.1.0 log.

@@ -29,6 +29,7 @@ type WebhookRegistry interface {
 	EventDeliveries(ctx context.Context, tenant, eventID, after string, limit int) ([]webhook.DeliveryInfo, error)
 	SubscriberDeliveries(ctx context.Context, subscriberID, after string, limit int) ([]webhook.DeliveryInfo, error)
 	Redeliver(ctx context.Context, id string) (webhook.DeliveryInfo, error)
+	LastFailedResponse(ctx context.Context, jobID string) (webhook.ResponseRecord, error)
 }
 
 var subscriberVars = map[string]string{"id": "SUBSCRIBER_ID"}
@@ -73,6 +74,10 @@ func (s *Server) webhookRoutes() []route {
 		{method: "POST", path: "/v1/deliveries/{id}/redeliver", name: "redeliverDelivery", role: auth.RoleProducer,
 			summary: "Send a delivery again: a terminal one is redriven, a published one copied with the same webhook-id; 409 while in progress",
 			handle:  s.handleRedeliverDelivery, response: webhook.DeliveryInfo{}, status: 200, params: []param{regionJob},
+			vars: map[string]string{"id": "DELIVERY_ID"}},
+		{method: "GET", path: "/v1/deliveries/{id}/response", name: "getDeliveryResponse", role: auth.RoleAdmin,
+			summary: "Operators only: the bounded last failed answer of a delivery (status, diagnostic headers, first 4 KiB of the body); producers never see a subscriber's answer",
+			handle:  s.handleGetDeliveryResponse, response: webhook.ResponseRecord{}, status: 200, params: []param{regionJob},
 			vars: map[string]string{"id": "DELIVERY_ID"}},
 	}
 }
@@ -441,4 +446,26 @@ func (s *Server) handleRedeliverDelivery(w http.ResponseWriter, r *http.Request,
 		return err
 	}
 	return writeJSON(w, http.StatusOK, d)
+}
+
+// handleGetDeliveryResponse shows an operator the bounded last failed
+// answer of a delivery. The route is admin-only: a subscriber's answer is
+// the subscriber's, and a producer could otherwise read whatever its URL
+// reflects back.
+func (s *Server) handleGetDeliveryResponse(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	j, _, err := s.findJob(r.Context(), r, p, ownTenant)
+	if err != nil {
+		return err
+	}
+	if j.Kind != webhook.Kind {
+		return notFound("delivery " + j.ID)
+	}
+	rr, err := s.registry(j.Region).LastFailedResponse(r.Context(), j.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("a failed answer of delivery " + j.ID)
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, rr)
 }

@@ -3,15 +3,20 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/webhook"
 )
 
@@ -73,6 +78,15 @@ func (e *env) webhookExampleVars(c capability) map[string]string {
 		res := e.publish(acmeKey, map[string]any{"topic": "t", "id": "shp_2", "region": region, "payload": map[string]int{"n": 2}})
 		id := res.Deliveries[0].ID
 		if _, err := e.stores[region].Cancel(context.Background(), id, e.clock.Now()); err != nil {
+			e.t.Fatal(err)
+		}
+		vars["DELIVERY_ID"] = id
+	case "getDeliveryResponse":
+		e.putSubscriberIn(region, "acme_sub", acmeSub)
+		res := e.publish(acmeKey, map[string]any{"topic": "t", "id": "shp_3", "region": region, "payload": map[string]int{"n": 3}})
+		id := res.Deliveries[0].ID
+		rr, _ := json.Marshal(webhook.ResponseRecord{JobID: id, Attempt: 1, At: e.clock.Now(), Status: 503, Error: "server error", Body: "down"})
+		if err := e.stores[region].PutObject(context.Background(), store.Object{Kind: webhook.ObjectResponse, ID: id, Body: rr, UpdatedAt: e.clock.Now()}); err != nil {
 			e.t.Fatal(err)
 		}
 		vars["DELIVERY_ID"] = id
@@ -182,4 +196,42 @@ func TestSubscribersAndEvents(t *testing.T) {
 	e.do("POST", "/v1/deliveries/"+id+"/redeliver", globexKey, nil).wantProblem(t, 404, "not-found")
 	e.do("DELETE", "/v1/subscribers/s1?region=us", adminKey, nil).want(t, 204)
 	e.do("DELETE", "/v1/subscribers/s1?region=us", adminKey, nil).wantProblem(t, 404, "not-found")
+}
+
+// TestDeliveryResultNeverShown: a delivery job written before results
+// were bounded (its result held the subscriber's headers and body) is
+// shown with the status and timing alone, to its producer and to admins.
+func TestDeliveryResultNeverShown(t *testing.T) {
+	t.Parallel()
+	e := newWebhookEnv(t)
+	ctx := context.Background()
+	st := e.stores["us"]
+	const canary = "SUBSCRIBER-ANSWER-CANARY"
+	d := &job.Job{Kind: webhook.Kind, Region: "us", Tenant: "acme", LimitKeys: []string{webhook.LimitKey("s")},
+		Payload: json.RawMessage(`{"subscriber_id":"s","event_id":"e","body":{}}`)}
+	d.Prepare("01900000-0000-7000-8000-0000000000d1", e.clock.Now(), 0, false)
+	if _, err := st.Insert(ctx, []*job.Job{d}, admission.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := st.Lease(ctx, store.LeaseParams{Now: e.clock.Now(), Max: 1, LeaseFor: time.Minute, Kinds: []string{webhook.Kind}})
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("lease: %v, %d jobs", err, len(leased))
+	}
+	old := `{"job_id":"` + d.ID + `","attempt":1,"at":"2026-11-30T12:00:00Z","status":200,"header":{"X-Trace":["` + canary +
+		`"]},"body":"` + canary + `","duration_ms":3.5}`
+	errs, err := st.Finish(ctx, []store.Transition{{ID: d.ID, LeaseToken: leased[0].LeaseToken, To: job.StatePublished,
+		Result: json.RawMessage(old), Record: job.AttemptRecord{At: e.clock.Now(), Outcome: job.ClassSuccess, Status: 200}}})
+	if err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	for _, key := range []string{acmeKey, adminKey} {
+		r := e.do("GET", "/v1/jobs/"+d.ID, key, nil).want(t, 200)
+		var v struct {
+			Result map[string]any `json:"result"`
+		}
+		r.json(t, &v)
+		if strings.Contains(string(r.body), canary) || v.Result["status"] != 200.0 || v.Result["duration_ms"] != 3.5 {
+			t.Fatalf("delivery as %s: %s", key, r.body)
+		}
+	}
 }

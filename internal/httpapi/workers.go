@@ -134,6 +134,12 @@ func (s *Server) checkLease(p auth.Principal, req *leaseRequest) error {
 		if k == "" || len(k) > job.MaxNameLen {
 			return fieldError("kinds", "each kind must be 1 to %d bytes", job.MaxNameLen)
 		}
+		// Built-in kinds run only in ratelane's own engines: an external
+		// worker leasing one would read its payload and could report a
+		// delivery or a review part done without doing it.
+		if err := job.CheckPublicKind("kinds", k); err != nil {
+			return err
+		}
 	}
 	return s.checkRegion(p, req.Region, "region")
 }
@@ -314,9 +320,16 @@ func (s *Server) leasedJob(r *http.Request, p auth.Principal, token string) (*jo
 	if token == "" || len(token) > 200 {
 		return nil, nil, time.Time{}, fieldError("lease_token", "lease_token is required: pass the token the lease returned")
 	}
-	j, st, err := s.findJob(r.Context(), r, p, anyTenant)
+	// Leases are scoped to the key's tenant, so a job of another tenant
+	// (or of a built-in kind, which is never leased through this API) is
+	// answered exactly like an unknown id, whatever the token: its state
+	// is none of this worker's business.
+	j, st, err := s.findJob(r.Context(), r, p, ownTenant)
 	if err != nil {
 		return nil, nil, time.Time{}, err
+	}
+	if _, builtin := job.Reserved(j.Kind); builtin {
+		return nil, nil, time.Time{}, notFound("job " + j.ID)
 	}
 	now := s.cfg.Now()
 	switch {

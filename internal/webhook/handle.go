@@ -10,7 +10,12 @@ import (
 )
 
 // Kind is the job kind of a webhook delivery; its payload is a Payload.
+// It is a built-in kind (job.ReserveKind): only Registry.Publish,
+// Registry.Redeliver and the review publisher create deliveries, so a
+// producer can never name another tenant's subscriber in one.
 const Kind = "webhook"
+
+func init() { job.ReserveKind(Kind, "webhook deliveries (POST /v1/events)") }
 
 // Payload is the JSON payload of a webhook delivery job. It names the
 // subscriber rather than carrying its URL and secrets, so that a URL fix or
@@ -51,6 +56,9 @@ type Subscriber struct {
 	// Region is the data plane the subscriber belongs to; a job from
 	// another region is never delivered to it. Empty matches any region.
 	Region string
+	// Tenant owns the subscriber; a job of another tenant is never
+	// delivered to it. Empty matches any tenant.
+	Tenant string
 	// Secrets sign deliveries; both sign during a rotation.
 	Secrets Secrets
 	// Headers are static headers sent with every delivery; see
@@ -64,9 +72,9 @@ type Subscriber struct {
 // Handle is the job handler for Kind: it decodes the job's Payload, looks
 // the subscriber up in the Directory and makes one delivery attempt, signed
 // with the subscriber's active secrets at the Deliverer's clock. A bad
-// payload, an unknown, disabled or other-region subscriber, or a missing
-// Directory end the job as permanent (an unknown subscriber with
-// ReasonSubscriberGone); a failed lookup is transient. Otherwise the
+// payload, an unknown, disabled, other-region or other-tenant subscriber,
+// or a missing Directory end the job as permanent (an unknown subscriber
+// with ReasonSubscriberGone); a failed lookup is transient. Otherwise the
 // outcome is Deliver's. The bounded Response is not returned: a delivery
 // ledger that wants it should call Deliver.
 func (d *Deliverer) Handle(ctx context.Context, j *job.Job) job.Outcome {
@@ -84,10 +92,12 @@ func (d *Deliverer) Handle(ctx context.Context, j *job.Job) job.Outcome {
 		return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonSubscriberGone, Err: "subscriber not found"}
 	case err != nil:
 		return job.Outcome{Class: job.ClassTransient, Err: "subscriber lookup failed"}
-	case !sub.Enabled:
+	}
+	if o, ok := checkOwner(j, sub.Region, sub.Tenant); !ok {
+		return o // before any other check: a foreign subscriber's state is not the job's business
+	}
+	if !sub.Enabled {
 		return permanent("subscriber disabled")
-	case sub.Region != "" && sub.Region != j.Region:
-		return permanent("subscriber belongs to another region")
 	}
 	now := d.now()
 	out, _ := d.Deliver(ctx, Delivery{
@@ -101,4 +111,19 @@ func (d *Deliverer) Handle(ctx context.Context, j *job.Job) job.Outcome {
 		Secrets:      sub.Secrets.Active(now),
 	}, j.Attempt, now)
 	return out
+}
+
+// checkOwner is the handlers' defence in depth behind the reserved kind: a
+// delivery job goes only to a subscriber of its own region and tenant.
+// Delivery jobs are created by ratelane alone, from the tenant's own
+// subscribers, so a mismatch is a bug or a forged row; the job ends
+// permanent before anything is signed or sent.
+func checkOwner(j *job.Job, region, tenant string) (job.Outcome, bool) {
+	switch {
+	case region != "" && region != j.Region:
+		return permanent("subscriber belongs to another region"), false
+	case tenant != "" && tenant != j.Tenant:
+		return permanent("subscriber belongs to another tenant than the delivery job"), false
+	}
+	return job.Outcome{}, true
 }

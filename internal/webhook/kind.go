@@ -14,10 +14,45 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// ResponseRecord is the bounded answer of one delivery attempt, kept for
-// diagnosis: in the job's result when the delivery succeeded, and in an
-// ObjectResponse document (id: the job id) for the last failed attempt.
-// It is never logged.
+// Result is the result of a successful delivery job: the status and the
+// timing of the answer, never its body or headers. A job's result is shown
+// to the producer that published the event, and what a subscriber answers
+// is the subscriber's business (it may hold the subscriber's internals, or
+// be the reflected answer of whatever the URL points at), so none of it
+// is kept where a producer key can read it.
+type Result struct {
+	// Status is the HTTP status of the answer.
+	Status int `json:"status"`
+	// Attempt is the attempt that succeeded, and At when it was made.
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	// DurationMS is the time from sending the request to the end of the
+	// bounded body read.
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// PublicResult re-renders a delivery job's result as a Result, dropping
+// every other field: results written before they were bounded held the
+// subscriber's headers and body. It returns nil for a result that is not
+// a JSON object.
+func PublicResult(raw json.RawMessage) json.RawMessage {
+	var r Result
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// ResponseRecord is the bounded answer of one failed delivery attempt, kept
+// for diagnosis in an ObjectResponse document (id: the job id) for the last
+// failed attempt: the status, the diagnostic headers and at most
+// MaxBodyPrefix bytes of the body. Only operators see it (admin keys, GET
+// /v1/deliveries/{id}/response); it never becomes a job's result and is
+// never logged.
 type ResponseRecord struct {
 	JobID   string    `json:"job_id"`
 	Attempt int       `json:"attempt"`
@@ -39,8 +74,9 @@ type ResponseRecord struct {
 // attempt decodes the job's Payload, resolves the subscriber through the
 // registry's cache, makes one delivery through d and then keeps the books:
 //
-//   - success: the bounded answer becomes the job's result, and the
-//     subscriber's failure record is cleared;
+//   - success: the status and timing (a Result, never the body or
+//     headers) become the job's result, and the subscriber's failure
+//     record is cleared;
 //   - 410 Gone: the subscriber is disabled (the outcome ends the job as
 //     subscriber_gone);
 //   - transient or permanent failure: the bounded answer is stored as the
@@ -48,8 +84,8 @@ type ResponseRecord struct {
 //     continuously for RegistryConfig.DisableAfter is disabled;
 //   - 429: nothing beyond the outcome; the engine pauses the key.
 //
-// A bad payload, an unknown, disabled or other-region subscriber end the
-// job as permanent, as in Deliverer.Handle.
+// A bad payload, an unknown, disabled, other-region or other-tenant
+// subscriber end the job as permanent, as in Deliverer.Handle.
 func (r *Registry) Handler(d *Deliverer) func(ctx context.Context, j *job.Job) job.Outcome {
 	return func(ctx context.Context, j *job.Job) job.Outcome { return r.handle(ctx, d, j) }
 }
@@ -65,10 +101,12 @@ func (r *Registry) handle(ctx context.Context, d *Deliverer, j *job.Job) job.Out
 		return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonSubscriberGone, Err: "subscriber not found"}
 	case err != nil:
 		return job.Outcome{Class: job.ClassTransient, Err: "subscriber lookup failed"}
-	case !rec.Enabled:
+	}
+	if o, ok := checkOwner(j, rec.Region, rec.Tenant); !ok {
+		return o // before any other check: a foreign subscriber's state is not the job's business
+	}
+	if !rec.Enabled {
 		return permanent("subscriber disabled")
-	case rec.Region != "" && rec.Region != j.Region:
-		return permanent("subscriber belongs to another region")
 	}
 	now := d.now()
 	out, resp := d.Deliver(ctx, Delivery{
@@ -89,14 +127,15 @@ func decodePayload(b []byte) (Payload, bool) {
 }
 
 // record keeps the registry's books on one attempt and returns the
-// outcome, with the bounded answer as the result of a success. Book-keeping
+// outcome, with the status and timing as the result of a success. Book-keeping
 // failures never change the outcome: the delivery happened or not
 // regardless.
 func (r *Registry) record(ctx context.Context, j *job.Job, rec Record, out job.Outcome, resp Response, now time.Time) job.Outcome {
 	diag := responseRecord(j, out, resp, now)
 	switch {
 	case out.Class == job.ClassSuccess:
-		if b, err := json.Marshal(diag); err == nil {
+		res := Result{Status: diag.Status, Attempt: diag.Attempt, At: diag.At, DurationMS: diag.DurationMS}
+		if b, err := json.Marshal(res); err == nil {
 			out.Result = b
 		}
 		_ = r.succeeded(ctx, rec, now)

@@ -524,7 +524,7 @@ func (r *Registry) Subscriber(ctx context.Context, id string) (Subscriber, error
 }
 
 func (rec Record) subscriber() Subscriber {
-	return Subscriber{ID: rec.ID, URL: rec.URL, Region: rec.Region, Secrets: rec.Secrets, Headers: rec.Headers, Enabled: rec.Enabled}
+	return Subscriber{ID: rec.ID, URL: rec.URL, Region: rec.Region, Tenant: rec.Tenant, Secrets: rec.Secrets, Headers: rec.Headers, Enabled: rec.Enabled}
 }
 
 // lookup returns a subscriber from the cache when fresh enough.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
@@ -156,15 +157,20 @@ func TestPublishFansOut(t *testing.T) {
 	}
 }
 
-// TestHandlerRecordsResponses: a success keeps the answer as the result;
-// a 410 disables the subscriber and keeps the answer as an object.
+// TestHandlerRecordsResponses: a success keeps the status and timing as
+// the result, never the receiver's body or headers (a producer reads the
+// result); a 410 disables the subscriber and keeps the bounded answer as
+// an object only operators read.
 func TestHandlerRecordsResponses(t *testing.T) {
 	t.Parallel()
+	const canary = "receiver-canary-4b1d"
 	status := atomic.Int64{}
 	status.Store(200)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "https://internal.example/"+canary)
 		w.WriteHeader(int(status.Load()))
-		_, _ = w.Write([]byte(`{"ok":true}`))
+		_, _ = w.Write([]byte(`{"ok":true,"secret":"` + canary + `"}`))
 	}))
 	defer srv.Close()
 	r, st, _ := newRegistry(t)
@@ -178,25 +184,81 @@ func TestHandlerRecordsResponses(t *testing.T) {
 	}
 	defer d.CloseIdleConnections()
 	handle := r.Handler(d)
-	run := func(id string) job.Outcome {
+	run := func(id string) (job.Outcome, string) {
 		res, err := r.Publish(ctx, Event{Topic: "t", ID: id, Payload: json.RawMessage(`{}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		j, _ := st.Get(ctx, res.Deliveries[0].ID)
-		return handle(ctx, j)
+		return handle(ctx, j), j.ID
 	}
-	out := run("e1")
-	var rr ResponseRecord
-	if err := json.Unmarshal(out.Result, &rr); out.Class != job.ClassSuccess || err != nil || rr.Status != 200 || rr.Body != `{"ok":true}` {
+	out, _ := run("e1")
+	var res Result
+	if err := json.Unmarshal(out.Result, &res); out.Class != job.ClassSuccess || err != nil || res.Status != 200 || res.At.IsZero() {
 		t.Fatalf("success outcome %+v, result %s", out, out.Result)
 	}
+	if strings.Contains(string(out.Result), canary) || strings.Contains(string(out.Result), "header") ||
+		strings.Contains(string(out.Result), "body") {
+		t.Fatalf("the result of a delivery keeps the receiver's answer: %s", out.Result)
+	}
 	status.Store(410)
-	out = run("e2")
-	if out.Reason != job.ReasonSubscriberGone {
+	out, id := run("e2")
+	if out.Reason != job.ReasonSubscriberGone || strings.Contains(string(out.Result)+out.Err, canary) {
 		t.Fatalf("410 outcome %+v", out)
 	}
 	if rec, _ := r.Get(ctx, "s"); rec.Enabled {
 		t.Fatal("a 410 left the subscriber enabled")
+	}
+	rr, err := r.LastFailedResponse(ctx, id)
+	if err != nil || rr.Status != 410 || !strings.Contains(rr.Body, canary) || len(rr.Body) > MaxBodyPrefix {
+		t.Fatalf("last failed response %+v, %v; want the bounded 410 answer for operators", rr, err)
+	}
+}
+
+// TestHandlerRefusesForeignSubscriber is the handler's defence in depth:
+// a delivery job that names a subscriber of another tenant or region (a
+// forged row, as a bug in ratelane's own paths would insert) ends
+// permanent, and the receiver is never called.
+func TestHandlerRefusesForeignSubscriber(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	r, st, c := newRegistry(t)
+	ctx := context.Background()
+	if _, _, _, err := r.Put(ctx, SubscriberSpec{ID: "victim", Tenant: "acme", URL: srv.URL, Topics: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{AllowPrivate: true, Directory: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.CloseIdleConnections()
+	payload := json.RawMessage(`{"subscriber_id":"victim","event_id":"e1","body":{"steal":true}}`)
+	for name, forged := range map[string]*job.Job{
+		"other tenant": {Kind: Kind, Region: "us", Tenant: "globex", LimitKeys: []string{"globex:own"}, Payload: payload},
+		"other region": {Kind: Kind, Region: "eu", Tenant: "acme", LimitKeys: []string{LimitKey("victim")}, Payload: payload},
+	} {
+		forged.Prepare(name, c.Now(), 0, false)
+		if forged.Region == "us" {
+			// Inserted through the internal path, as a bug would.
+			if _, err := st.Insert(ctx, []*job.Job{forged}, admission.Config{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for handler, handle := range map[string]func(context.Context, *job.Job) job.Outcome{
+			"Registry.Handler": r.Handler(d), "Deliverer.Handle": d.Handle,
+		} {
+			out := handle(ctx, forged)
+			if out.Class != job.ClassPermanent || out.Reason != job.ReasonPermanentError || !strings.Contains(out.Err, "another") {
+				t.Errorf("%s, %s: outcome %+v, want permanent_error naming the mismatch", name, handler, out)
+			}
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the receiver was called %d times for forged deliveries", n)
+	}
+	if rec, _ := r.Get(ctx, "victim"); !rec.Health.FailingSince.IsZero() || !rec.Enabled {
+		t.Fatalf("a forged delivery changed the victim's health: %+v", rec.Health)
 	}
 }

@@ -155,16 +155,24 @@ func (a *Aggregator) Check(ctx context.Context, id string) error {
 	return nil
 }
 
-// Parts returns every part job of a review, oldest first.
-func Parts(ctx context.Context, st store.Store, id string) ([]*job.Job, error) {
+// Parts returns every part job of review parent, oldest first. A job that
+// names the review as its parent but belongs to another tenant or region
+// is not one of its parts (ratelane never creates one; a forged or buggy
+// row must not add findings to, or fail, someone else's review) and is
+// left out.
+func Parts(ctx context.Context, st store.Store, parent *job.Job) ([]*job.Job, error) {
 	var all []*job.Job
 	after := ""
 	for {
-		js, err := st.List(ctx, store.ListParams{Parent: id, Kind: KindPart, After: after, Limit: 1000})
+		js, err := st.List(ctx, store.ListParams{Parent: parent.ID, Kind: KindPart, After: after, Limit: 1000})
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, js...)
+		for _, pj := range js {
+			if pj.Tenant == parent.Tenant && pj.Region == parent.Region {
+				all = append(all, pj)
+			}
+		}
 		if len(js) < 1000 {
 			break
 		}
@@ -176,13 +184,18 @@ func Parts(ctx context.Context, st store.Store, id string) ([]*job.Job, error) {
 // aggregate advances an accepted parent whose parts are all final; it
 // returns nil when some part is still running.
 func (a *Aggregator) aggregate(ctx context.Context, parent *job.Job) (*job.Job, error) {
-	parts, err := Parts(ctx, a.cfg.Store, parent.ID)
+	parts, err := Parts(ctx, a.cfg.Store, parent)
 	if err != nil {
 		return nil, err
 	}
 	args, err := decode[Args](parent.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("review %s: payload: %w", parent.ID, err)
+	}
+	if args.DiffObject != "" && args.DiffObject != parent.ID {
+		// A review's diff object is named after the review; any other
+		// name is another review's diff.
+		return a.end(ctx, parent, "review names another review's diff")
 	}
 	res, err := Build(args, parts, finding.AggregateOptions{MaxFindings: a.cfg.MaxFindings})
 	if err != nil || res.Parts.Pending > 0 || len(parts) < args.Parts {
@@ -205,6 +218,17 @@ func (a *Aggregator) aggregate(ctx context.Context, parent *job.Job) (*job.Job, 
 	if err == nil {
 		a.cfg.Logger.Info("review aggregated", "job_id", parent.ID, "parts", res.Parts.Total,
 			"failed_parts", res.Parts.Failed, "findings", len(res.Findings), "quarantined", len(res.Quarantined))
+	}
+	return j, err
+}
+
+// end ends an accepted review terminal with permanent_error and why.
+func (a *Aggregator) end(ctx context.Context, parent *job.Job, why string) (*job.Job, error) {
+	now := a.cfg.Now()
+	j, err := a.cfg.Store.Advance(ctx, store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateTerminal,
+		Reason: job.ReasonPermanentError, Now: now, Record: job.AttemptRecord{At: now, Outcome: job.ClassPermanent, Error: why}})
+	if errors.Is(err, store.ErrConflict) {
+		return a.cfg.Store.Get(ctx, parent.ID)
 	}
 	return j, err
 }

@@ -110,9 +110,15 @@ func (g *GitHub) Handle(ctx context.Context, j *job.Job) job.Outcome {
 	if err != nil {
 		return job.Outcome{Class: job.ClassPermanent, Err: err.Error()}
 	}
-	parent, err := g.Jobs.Get(ctx, args.Review)
-	if err != nil {
-		return job.Outcome{Class: job.ClassTransient, Err: "load review"}
+	// The review to post must be this job's parent, of its tenant and
+	// region: the job posts with ratelane's GitHub token, so a forged one
+	// must not carry another tenant's findings to a pull request.
+	if args.Review != j.ParentID {
+		return permanent("github job names a review other than its parent")
+	}
+	parent, o, ok := checkReview(ctx, g.Jobs, j, args.Review)
+	if !ok {
+		return o
 	}
 	res, err := decode[Result](parent.Result)
 	if err != nil {

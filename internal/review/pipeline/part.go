@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/diff"
@@ -59,18 +60,25 @@ type ObjectGetter interface {
 	GetObject(ctx context.Context, kind, id string) (store.Object, error)
 }
 
+// PartStore is what a part handler reads: the part's text (an object)
+// and its review (the parent job). A store satisfies it.
+type PartStore interface {
+	ObjectGetter
+	JobGetter
+}
+
 // PartHandler is the handler of KindPart jobs of one region: it loads the
 // part's text by reference from the region's store and reviews it with the
 // profile the part names. It implements engine.Handler.
 type PartHandler struct {
 	region    string
-	objects   ObjectGetter
+	objects   PartStore
 	providers map[string]provider.Provider
 }
 
 // NewPartHandler returns the part handler of region. Every provider must
 // belong to region: a provider of another region is an error naming both.
-func NewPartHandler(region string, objects ObjectGetter, providers []provider.Provider) (*PartHandler, error) {
+func NewPartHandler(region string, objects PartStore, providers []provider.Provider) (*PartHandler, error) {
 	h := &PartHandler{region: region, objects: objects, providers: map[string]provider.Provider{}}
 	for _, p := range providers {
 		if p.Region() != region {
@@ -90,11 +98,21 @@ func (h *PartHandler) Provider(name string) (provider.Provider, bool) {
 	return p, ok
 }
 
-// Handle runs one attempt of a part job.
+// Handle runs one attempt of a part job. Before loading anything it checks
+// that the part's review is its parent job, of the part's own tenant and
+// region, and that the object it names is a part of that review: parts are
+// created by ratelane alone, so a mismatch is a bug or a forged row, and
+// the part ends permanent without quoting anyone's diff.
 func (h *PartHandler) Handle(ctx context.Context, j *job.Job) job.Outcome {
 	args, err := decode[PartArgs](j.Payload)
 	if err != nil {
 		return job.Outcome{Class: job.ClassPermanent, Err: "part payload does not decode"}
+	}
+	if args.Review != j.ParentID || !strings.HasPrefix(args.Object, args.Review+"/") {
+		return permanent("part names a review or part object other than its parent review")
+	}
+	if _, o, ok := checkReview(ctx, h.objects, j, args.Review); !ok {
+		return o
 	}
 	p, ok := h.providers[args.Provider]
 	if !ok {
@@ -118,4 +136,28 @@ func (h *PartHandler) Handle(ctx context.Context, j *job.Job) job.Outcome {
 		return job.Outcome{Class: job.ClassPermanent, Err: "part result is not JSON"}
 	}
 	return o
+}
+
+// checkReview loads review id for built-in job j (a part or a GitHub
+// publication) and checks that it is a review of j's tenant and region.
+// An unknown review and a foreign one end the job alike (permanent); a
+// failed read is transient.
+func checkReview(ctx context.Context, jobs JobGetter, j *job.Job, id string) (*job.Job, job.Outcome, bool) {
+	if id == "" {
+		return nil, permanent("job names no review"), false
+	}
+	rv, err := jobs.Get(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, permanent("review not found"), false
+	case err != nil:
+		return nil, job.Outcome{Class: job.ClassTransient, Err: "load review"}, false
+	case rv.Kind != KindReview || rv.Tenant != j.Tenant || rv.Region != j.Region:
+		return nil, permanent("review belongs to another tenant or region than the job"), false
+	}
+	return rv, job.Outcome{}, true
+}
+
+func permanent(msg string) job.Outcome {
+	return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonPermanentError, Err: msg}
 }

@@ -24,6 +24,7 @@ package pipeline
 import (
 	"encoding/json"
 
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/review/provider"
 )
@@ -42,6 +43,15 @@ const (
 	// ObjectPart holds one part's diff text, id = review id + "/" + index.
 	ObjectPart = "review.part"
 )
+
+// The review kinds are built in (job.ReserveKind): only SubmitReview and
+// the ReviewPublisher create them, never a producer's POST /v1/jobs, whose
+// payload could name another tenant's review or diff object.
+func init() {
+	job.ReserveKind(KindReview, "reviews (POST /v1/reviews)")
+	job.ReserveKind(KindPart, "the parts of a review (POST /v1/reviews)")
+	job.ReserveKind(KindGitHub, "GitHub publication of a review (POST /v1/reviews with publish github)")
+}
 
 // Depths a review may ask for. DepthAuto becomes fast when the predicted
 // queue wait breaches the lane's budget and full otherwise.

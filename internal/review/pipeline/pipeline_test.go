@@ -516,13 +516,27 @@ func TestCheckPublishAndRDJSONL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "sub", "out.rdjsonl"))
+	b, err := os.ReadFile(filepath.Join(dir, "default", "sub", "out.rdjsonl"))
 	if err != nil || bytes.Count(b, []byte("\n")) != 1 || !bytes.Contains(b, []byte(`"a.go"`)) {
 		t.Fatalf("rdjsonl after two publications: %q, %v", b, err)
 	}
-	entries, _ := os.ReadDir(filepath.Join(dir, "sub"))
+	entries, _ := os.ReadDir(filepath.Join(dir, "default", "sub"))
 	if len(entries) != 1 {
 		t.Errorf("temp files left behind: %v", entries)
+	}
+	// Another tenant's review with the same target writes its own file:
+	// it never overwrites the first tenant's.
+	other := *j
+	other.Tenant = ".."
+	other.Result, _ = json.Marshal(Result{Findings: []finding.Finding{fnd("b.go", 2, finding.SeverityError, finding.CategoryBug, "other")}})
+	if err := p.Publish(context.Background(), &other); err != nil {
+		t.Fatal(err)
+	}
+	if b2, _ := os.ReadFile(filepath.Join(dir, "default", "sub", "out.rdjsonl")); !bytes.Equal(b, b2) {
+		t.Fatalf("another tenant's review overwrote the file: %q", b2)
+	}
+	if b3, err := os.ReadFile(filepath.Join(dir, "%2E%2E", "sub", "out.rdjsonl")); err != nil || !bytes.Contains(b3, []byte(`"b.go"`)) {
+		t.Fatalf("tenant \"..\"'s file: %q, %v", b3, err)
 	}
 	// webhook and github need an inserter.
 	j.Payload, _ = json.Marshal(Args{Publish: Publish{Kind: PublishWebhook, Target: "s"}})

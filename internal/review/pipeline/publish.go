@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,7 +73,7 @@ func (p *ReviewPublisher) CheckPublish(args Args) error {
 	switch args.Publish.Kind {
 	case PublishNone, "":
 	case PublishRDJSONL:
-		_, err := p.rdjsonlPath(args.Publish.Target)
+		_, err := p.rdjsonlPath("", args.Publish.Target)
 		return err
 	case PublishWebhook:
 		if args.Publish.Target == "" {
@@ -95,7 +96,11 @@ func githubTarget(a Args) string {
 	return a.Repo + "#" + a.Change
 }
 
-func (p *ReviewPublisher) rdjsonlPath(target string) (string, error) {
+// rdjsonlPath is where tenant's rdjsonl target is written:
+// RDJSONLDir/<tenant>/<target>. Each tenant has its own directory, so one
+// tenant's review can never overwrite the file another tenant's review
+// wrote under the same name.
+func (p *ReviewPublisher) rdjsonlPath(tenant, target string) (string, error) {
 	if p.RDJSONLDir == "" {
 		return "", errors.New("rdjsonl publication is not configured on this server")
 	}
@@ -103,13 +108,26 @@ func (p *ReviewPublisher) rdjsonlPath(target string) (string, error) {
 	if target == "" || filepath.IsAbs(name) || name == "." || strings.HasPrefix(name, "..") {
 		return "", errors.New("publish.target must be a relative file name inside the rdjsonl directory")
 	}
-	return filepath.Join(p.RDJSONLDir, name), nil
+	return filepath.Join(p.RDJSONLDir, tenantDir(tenant), name), nil
+}
+
+// tenantDir names a tenant's directory: the tenant path-escaped (no '/'),
+// never "." or "..".
+func tenantDir(tenant string) string {
+	if tenant == "" {
+		tenant = job.DefaultTenant
+	}
+	esc := url.PathEscape(tenant)
+	if strings.Trim(esc, ".") == "" {
+		esc = strings.ReplaceAll(esc, ".", "%2E")
+	}
+	return esc
 }
 
 // writeRDJSONL writes the findings atomically (temp file, rename), so a
 // re-run after a crash replaces the file rather than appending to it.
 func (p *ReviewPublisher) writeRDJSONL(j *job.Job, target string) error {
-	path, err := p.rdjsonlPath(target)
+	path, err := p.rdjsonlPath(j.Tenant, target)
 	if err != nil {
 		return err
 	}
