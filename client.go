@@ -111,7 +111,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	rt.engine, err = engine.New(engine.Config{
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, Retention: c.cfg.Retention,
-		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: obs,
+		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: obs, MaxRunTime: c.cfg.MaxRunTime,
 	})
 	return err
 }

@@ -44,6 +44,12 @@ type Config struct {
 	Workers int
 	// LeaseFor is the lease period; default 30 s.
 	LeaseFor time.Duration
+	// MaxRunTime bounds one attempt of any job; default 15 min
+	// (engine.DefaultMaxRunTime). Past it the handler's context is
+	// cancelled; a handler that still has not returned one heartbeat later
+	// is abandoned, its attempt recorded as a transient failure and its
+	// lease and keys released (docs/operations.md, "Stuck handlers").
+	MaxRunTime time.Duration
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
 	// BatchBudget is the batch lane's latency budget; default 24 h.
