@@ -117,6 +117,9 @@ func TestStoppedWorkerIsFenced(t *testing.T) {
 		t.Fatalf("job after the late writes = %s, history %+v; want published with one success and one recovery, as before (%d records)",
 			final.State, final.History, len(published.History))
 	}
+	if n := metricValue(t, rl, recoveredMetric); n < 1 {
+		t.Fatalf("ratelane_leases_recovered_total = %d, want at least 1", n)
+	}
 	if n := up.count(id); n != 2 {
 		t.Fatalf("the upstream saw the job %d times, want 2 (worker A's stopped call and worker B's)", n)
 	}
@@ -185,9 +188,17 @@ func waitJob(t *testing.T, base, key, id, what string, timeout time.Duration, co
 // external worker's outcome or heartbeat.
 var lateRefusal = regexp.MustCompile(`(?m)^ratelane_api_requests_total\{route="POST /v1/jobs/\{id\}/(?:complete|fail|rate-limited|heartbeat)",status="409"\} (\d+)`)
 
+var recoveredMetric = regexp.MustCompile(`(?m)^ratelane_leases_recovered_total (\d+)`)
+
 // refusedLate reads the 409 answers to outcome and heartbeat routes from
 // the server's /metrics.
 func refusedLate(t *testing.T, rl *ratelaneServer) int {
+	t.Helper()
+	return metricValue(t, rl, lateRefusal)
+}
+
+// metricValue sums the values re captures in the server's /metrics.
+func metricValue(t *testing.T, rl *ratelaneServer, re *regexp.Regexp) int {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, rl.url+"/metrics", nil)
 	if err != nil {
@@ -204,7 +215,7 @@ func refusedLate(t *testing.T, rl *ratelaneServer) int {
 		t.Fatalf("GET /metrics: %d %s", resp.StatusCode, body)
 	}
 	n := 0
-	for _, m := range lateRefusal.FindAllStringSubmatch(string(body), -1) {
+	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
 		v, _ := strconv.Atoi(m[1])
 		n += v
 	}
