@@ -68,6 +68,10 @@ type Config struct {
 	Region string
 	// Kinds maps job kinds to their handlers. Jobs of other kinds are not
 	// leased, so several engines (or external workers) may share a store.
+	// Empty makes a maintenance-only engine: it leases nothing and only
+	// recovers expired leases, expires deadlines and prunes. A region
+	// served only by external workers needs one, or a lease its worker
+	// abandoned would never be recovered.
 	Kinds map[string]Kind
 	// Workers is the number of jobs run at once; default 16.
 	Workers int
@@ -173,8 +177,6 @@ func (c Config) validate() error {
 		return errors.New("engine: Region is required")
 	case c.Store.Region() != c.Region:
 		return fmt.Errorf("engine: region %q is wired to the store of region %q; each region needs its own store", c.Region, c.Store.Region())
-	case len(c.Kinds) == 0:
-		return errors.New("engine: no job kinds to run")
 	case c.Workers < 1 || c.Workers > 10000:
 		return fmt.Errorf("engine: Workers must be between 1 and 10000, got %d", c.Workers)
 	case c.LeaseFor < time.Second:
@@ -292,8 +294,11 @@ var errLeaseLost = errors.New("lease lost or job cancelled")
 // derive from ctx.
 func (e *Engine) Start(ctx context.Context) error {
 	e.ctx, e.cancel = context.WithCancel(ctx)
-	e.wg.Add(4)
-	go e.fetchLoop()
+	if len(e.kinds) > 0 { // a maintenance-only engine leases nothing
+		e.wg.Add(1)
+		go e.fetchLoop()
+	}
+	e.wg.Add(3)
 	go e.finishLoop()
 	go e.heartbeatLoop()
 	go e.maintainLoop()
@@ -442,7 +447,7 @@ func (e *Engine) takeSlots() int {
 }
 
 func (e *Engine) lease(n int) ([]*job.Job, error) {
-	if e.stopping() {
+	if e.stopping() || len(e.kinds) == 0 { // no kinds would mean every kind to the store
 		return nil, nil
 	}
 	e.mu.Lock()

@@ -581,3 +581,51 @@ func TestRedriveGivesFreshBudgets(t *testing.T) {
 		})
 	}
 }
+
+// TestMaintenanceOnlyEngine: an engine with no kinds leases nothing (an
+// empty kind list would mean every kind to the store) but still reaps: a
+// lease an external worker abandoned is recovered.
+func TestMaintenanceOnlyEngine(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	c := &clock{}
+	w := vanished(t, s, c)
+	idle := storetest.NewJob("acme", job.LaneBatch, "k2")
+	insertNow(t, s, idle)
+	f := &faults{}
+	start(t, engine.Config{Store: s, LeaseFor: time.Second, ReapEvery: 10 * time.Millisecond, Now: c.Now, Observer: f})
+	c.Add(time.Second)
+	waitFor(t, "the abandoned lease to be recovered", func() bool { return f.recovered.Load() == 1 })
+	if got := getJob(t, s, w.ID); got.State != job.StateWaiting || got.Attempts.Transient != 1 {
+		t.Fatalf("recovered job = %s transient %d", got.State, got.Attempts.Transient)
+	}
+	if got := getJob(t, s, idle.ID); got.State != job.StateWaiting || got.Attempt != 0 {
+		t.Fatalf("a maintenance-only engine leased job %s (attempt %d)", got.State, got.Attempt)
+	}
+}
+
+// TestMaxRunTimeValidation: the setting is checked at New, naming the field.
+func TestMaxRunTimeValidation(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	for _, c := range []struct {
+		cfg  engine.Config
+		want string
+	}{
+		{engine.Config{MaxRunTime: -time.Second}, "MaxRunTime must be from"},
+		{engine.Config{MaxRunTime: 100 * time.Millisecond}, "MaxRunTime must be from HeartbeatEvery (500ms)"},
+		{engine.Config{MaxRunTime: 8 * 24 * time.Hour}, "MaxRunTime must be from"},
+		{engine.Config{Kinds: map[string]engine.Kind{"slow": {Handler: noop().Handler, MaxRunTime: time.Millisecond}}}, `kind "slow": MaxRunTime`},
+	} {
+		c.cfg.Store, c.cfg.Region = s, "us"
+		if c.cfg.Kinds == nil {
+			c.cfg.Kinds = map[string]engine.Kind{"noop": noop()}
+		}
+		if _, err := engine.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", c.cfg.MaxRunTime, err, c.want)
+		}
+	}
+	if _, err := engine.New(engine.Config{Store: s, Region: "us", Kinds: map[string]engine.Kind{"noop": noop()}}); err != nil {
+		t.Fatalf("the default MaxRunTime (%v) was refused: %v", engine.DefaultMaxRunTime, err)
+	}
+}
