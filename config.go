@@ -168,11 +168,22 @@ func (c *Config) HandleIn(region, kind string, h Handler, p Publisher) {
 		c.kinds[region] = map[string]engine.Kind{}
 	}
 	k := engine.Kind{Handler: adapt(h)}
+	if rb, ok := h.(RunTimeBound); ok {
+		k.MaxRunTime = rb.MaxRunTime()
+	}
 	if p != nil {
 		k.Publisher = p
 	}
 	c.kinds[region][kind] = k
 	c.bound = append(c.bound, boundResource{region, kind, h, p})
+}
+
+// RunTimeBound is implemented by handlers that set their kind's maximum
+// run time, overriding Config.MaxRunTime (e.g. a long LLM review or a
+// short webhook delivery). NewClient refuses a value outside 500 ms (the
+// heartbeat interval) to 7 days.
+type RunTimeBound interface {
+	MaxRunTime() time.Duration
 }
 
 // boundResource remembers what was registered for the region check.
