@@ -321,7 +321,10 @@ func (e *Engine) Notify() {
 
 // Stop stops leasing, waits for running handlers up to ctx's deadline (a
 // graceful drain), cancels the rest (their leases expire and the jobs are
-// retried), writes every outcome it has, and returns. It is idempotent.
+// retried), writes every outcome it has, and returns. A handler that
+// ignores its cancelled context holds Stop until it is abandoned at its
+// maximum run time (Config.MaxRunTime); Stop does not wait for abandoned
+// goroutines. It is idempotent.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		close(e.stop)
