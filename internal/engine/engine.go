@@ -517,7 +517,9 @@ func (e *Engine) run(j *job.Job) {
 			return
 		}
 		r.returned = true
-		delete(e.running, j.ID)
+		if e.running[j.ID] == r { // not a later lease of the same job
+			delete(e.running, j.ID)
+		}
 		e.mu.Unlock()
 		e.results <- result{job: j, out: out}
 		<-e.slots
