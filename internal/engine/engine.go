@@ -218,10 +218,13 @@ type Engine struct {
 	running map[string]*runningJob
 	// stuck holds the abandoned attempts whose handler has not returned;
 	// freed counts those of them that gave their worker slot back.
-	stuck  map[*runningJob]struct{}
-	freed  int
-	credit float64 // batch starts earned (BatchShare per start) and not yet taken
-	rnd    *rand.Rand
+	stuck map[*runningJob]struct{}
+	freed int
+	// draining is set when Stop's deadline passed: every handler still
+	// running is abandoned at the next heartbeat tick, so Stop returns.
+	draining bool
+	credit   float64 // batch starts earned (BatchShare per start) and not yet taken
+	rnd      *rand.Rand
 
 	// reapHook, set only by tests (export_test.go), runs between the
 	// reaper's selection of expired leases and their recovery.
@@ -250,6 +253,7 @@ type runningJob struct {
 	returned  bool // the handler returned and its outcome was handed on
 	abandoned bool // the engine gave up on it and recorded a timeout
 	slotFreed bool // the abandoned attempt's worker slot was given back
+	stopping  bool // abandoned because Stop's deadline passed, not its maximum run time
 }
 
 type result struct {
@@ -322,9 +326,10 @@ func (e *Engine) Notify() {
 // Stop stops leasing, waits for running handlers up to ctx's deadline (a
 // graceful drain), cancels the rest (their leases expire and the jobs are
 // retried), writes every outcome it has, and returns. A handler that
-// ignores its cancelled context holds Stop until it is abandoned at its
-// maximum run time (Config.MaxRunTime); Stop does not wait for abandoned
-// goroutines. It is idempotent.
+// ignores its cancelled context holds Stop until it is abandoned, one
+// heartbeat after the deadline (its attempt recorded as a transient
+// failure), or, past Workers stuck goroutines, until it returns; Stop does
+// not wait for abandoned goroutines. It is idempotent.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		close(e.stop)
@@ -338,6 +343,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 		select {
 		case <-drained:
 		case <-ctx.Done():
+			e.mu.Lock()
+			e.draining = true // handlers still running a tick from now are abandoned
+			e.mu.Unlock()
 			e.cancelRunning(errStopping)
 			<-drained
 		}

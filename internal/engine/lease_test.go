@@ -629,3 +629,45 @@ func TestMaxRunTimeValidation(t *testing.T) {
 		t.Fatalf("the default MaxRunTime (%v) was refused: %v", engine.DefaultMaxRunTime, err)
 	}
 }
+
+// TestStopAbandonsHandlerIgnoringCancel: Stop's deadline passes while a
+// handler ignores its cancelled context (its maximum run time an hour
+// away). Stop still returns within a few heartbeats: the attempt is
+// recorded as a transient failure (the job is retried, on this node's
+// restart or elsewhere) and the goroutine counts as stuck.
+func TestStopAbandonsHandlerIgnoringCancel(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	h := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+		close(started)
+		<-release
+		return job.Outcome{Class: job.ClassSuccess}
+	})
+	j := storetest.NewJob("acme", job.LaneInteractive, "k")
+	insertNow(t, s, j)
+	f := &faults{}
+	e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, MaxRunTime: time.Hour,
+		LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond, Observer: f})
+	t.Cleanup(func() { close(release) })
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		e.Stop(ctx)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Stop did not return while a handler ignored its cancelled context")
+	}
+	got := getJob(t, s, j.ID)
+	if got.State != job.StateRetryScheduled || len(got.History) != 1 || !strings.Contains(got.History[0].Error, "engine stopped") {
+		t.Fatalf("job = %s, history %+v; want retry_scheduled after a recorded transient attempt", got.State, got.History)
+	}
+	if e.Stuck() != 1 || f.abandoned.Load() != 1 {
+		t.Fatalf("stuck %d abandoned %d, want 1 and 1", e.Stuck(), f.abandoned.Load())
+	}
+}

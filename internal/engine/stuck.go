@@ -43,8 +43,9 @@ func maxRunOutcome(d time.Duration) job.Outcome {
 }
 
 // overrun handles, at one heartbeat tick, the attempts past their maximum
-// run time: the first tick past it cancels the handler's context and stops
-// renewing its lease; a handler still running one tick later is abandoned.
+// run time (all attempts once Stop's deadline passed): the first tick past
+// it cancels the handler's context and stops renewing its lease; a handler
+// still running one tick later is abandoned.
 // It returns the attempts still due a heartbeat.
 func (e *Engine) overrun(now time.Time) (due []*runningJob) {
 	var abandon []*runningJob
@@ -53,7 +54,7 @@ func (e *Engine) overrun(now time.Time) (due []*runningJob) {
 		switch {
 		case r.overrun:
 			// Cancelled one tick ago and still running: give up on it.
-			r.abandoned = true
+			r.abandoned, r.stopping = true, e.draining
 			delete(e.running, r.job.ID)
 			e.stuck[r] = struct{}{}
 			if e.freed < e.cfg.Workers {
@@ -61,9 +62,9 @@ func (e *Engine) overrun(now time.Time) (due []*runningJob) {
 				e.freed++
 			}
 			abandon = append(abandon, r)
-		case now.Sub(r.started) >= r.maxRun:
+		case e.draining || now.Sub(r.started) >= r.maxRun:
 			r.overrun = true
-			r.cancel(errMaxRunTime)
+			r.cancel(errMaxRunTime) // no-op after Stop's errStopping
 		case now.Sub(r.started) >= e.cfg.HeartbeatEvery:
 			due = append(due, r)
 		}
@@ -89,7 +90,11 @@ func (e *Engine) abandon(r *runningJob, now time.Time) {
 	}
 	// The goroutine's slot is still held here, so Stop has not closed
 	// results yet.
-	e.results <- result{job: r.job, out: maxRunOutcome(r.maxRun)}
+	out := maxRunOutcome(r.maxRun)
+	if r.stopping {
+		out = job.Outcome{Class: job.ClassTransient, Err: "engine stopped; the handler ignored its cancelled context"}
+	}
+	e.results <- result{job: r.job, out: out}
 	if r.slotFreed {
 		<-e.slots
 	}
