@@ -75,8 +75,7 @@ func TestKill9Recovery(t *testing.T) {
 
 	startChild(t, "TestCrashChild", crashChildEnv, dir) // killed by its cleanup
 	waitPublished(t, producer, total, 60*time.Second)
-	checkPublishedOnce(t, producer, total)
-	t.Logf("leases held at the kill and recovered once each: %d", checkRecovered(t, producer, held))
+	t.Logf("leases held at the kill and recovered once each: %d", checkPublishedOnce(t, producer, total, held))
 	producer.Close()
 }
 
@@ -127,29 +126,41 @@ func checkRecovered(t *testing.T, c *ratelane.Client, held map[string]bool) int 
 	t.Helper()
 	n := 0
 	for _, j := range allJobs(t, c, ratelane.ListParams{}) {
-		full, err := c.Job(context.Background(), "us", j.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := 0
-		for _, h := range full.History {
-			if h.Outcome == job.ClassLeaseExpired {
-				got++
-			}
-		}
-		want := 0
-		if held[j.ID] {
-			want = 1
-		}
-		if got != want {
-			t.Fatalf("job %s (%s, running at the kill: %v) has %d lease recoveries, want %d: %v", j.ID, full.Kind, held[j.ID], got, want, full.History)
-		}
-		n += got
+		n += recoveries(t, c, j.ID, held)
 	}
 	if n != len(held) {
 		t.Fatalf("%d recoveries for %d leases held at the kill", n, len(held))
 	}
 	return n
+}
+
+// recoveries returns the job's lease recoveries, failing unless it has one
+// exactly when its lease was held at the kill.
+func recoveries(t *testing.T, c *ratelane.Client, id string, held map[string]bool) int {
+	t.Helper()
+	full, err := c.Job(context.Background(), "us", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recoveriesOf(t, full, held)
+}
+
+func recoveriesOf(t *testing.T, j *ratelane.Job, held map[string]bool) int {
+	t.Helper()
+	got := 0
+	for _, h := range j.History {
+		if h.Outcome == job.ClassLeaseExpired {
+			got++
+		}
+	}
+	want := 0
+	if held[j.ID] {
+		want = 1
+	}
+	if got != want {
+		t.Fatalf("job %s (%s, running at the kill: %v) has %d lease recoveries, want %d: %v", j.ID, j.Kind, held[j.ID], got, want, j.History)
+	}
+	return got
 }
 
 // startChild re-runs this test binary as a worker process that runs only
@@ -203,13 +214,16 @@ func waitPublished(t *testing.T, c *ratelane.Client, want int, timeout time.Dura
 }
 
 // checkPublishedOnce checks every job in the store, page after page: all
-// total of them published, each with exactly one recorded success.
-func checkPublishedOnce(t *testing.T, c *ratelane.Client, total int) {
+// total of them published, each with exactly one recorded success, and
+// each lease held at the kill recovered exactly once (see recoveries). It
+// returns the number of recoveries.
+func checkPublishedOnce(t *testing.T, c *ratelane.Client, total int, held map[string]bool) int {
 	t.Helper()
 	all := allJobs(t, c, ratelane.ListParams{})
 	if len(all) != total {
 		t.Fatalf("the store holds %d jobs, want %d", len(all), total)
 	}
+	recovered := 0
 	for _, j := range all {
 		full, err := c.Job(context.Background(), "us", j.ID)
 		if err != nil {
@@ -221,5 +235,10 @@ func checkPublishedOnce(t *testing.T, c *ratelane.Client, total int) {
 		if n := successes(full); n != 1 {
 			t.Fatalf("job %s recorded %d successes: %s", j.ID, n, fmt.Sprint(full.History))
 		}
+		recovered += recoveriesOf(t, full, held)
 	}
+	if recovered != len(held) {
+		t.Fatalf("%d recoveries for %d leases held at the kill", recovered, len(held))
+	}
+	return recovered
 }
