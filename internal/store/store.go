@@ -207,8 +207,9 @@ type LeaseParams struct {
 
 // Transition ends one attempt of a running job. The engine computes it from
 // the job and the handler's outcome; the store applies it guarded on ID,
-// state running and LeaseToken, and applies Keys to the job's limit keys in
-// the same transaction.
+// state running, LeaseToken and, when Record.Attempt is set (engine.Decide
+// always sets it), the job's attempt, and applies Keys to the job's limit
+// keys in the same transaction.
 type Transition struct {
 	ID         string
 	LeaseToken string

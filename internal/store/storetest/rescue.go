@@ -225,3 +225,19 @@ func testRescueOnce(t *testing.T, open Opener) {
 		t.Fatalf("in flight = %d, want 1 (one lease left): the key was released more than once", n)
 	}
 }
+
+// testGuardOnAttempt: a transition naming another attempt of the job than
+// the one running conflicts even with the right lease token, so the guard
+// is on (id, state, attempt) as well as the token.
+func testGuardOnAttempt(t *testing.T, open Opener) {
+	s := open(t)
+	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
+	j := leaseFor(t, s, T0, 1, 30*time.Second)[0]
+	wrong := success(j, T0)
+	wrong.Record.Attempt = j.Attempt + 1
+	conflict(t, "finish naming another attempt", finish(t, s, wrong))
+	if got := get(t, s, j.ID); got.State != job.StateRunning || got.Attempt != 1 || len(got.History) != 0 {
+		t.Fatalf("the refused transition changed the job: %s attempt %d, %d records", got.State, got.Attempt, len(got.History))
+	}
+	mustOK(t, finish(t, s, success(j, T0)))
+}

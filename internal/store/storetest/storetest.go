@@ -54,6 +54,7 @@ func Run(t *testing.T, open Opener) {
 		"RescueVsHeartbeat":     testRescueVsHeartbeat,
 		"RescueHorizon":         testRescueHorizon,
 		"RescueOnce":            testRescueOnce,
+		"GuardOnAttempt":        testGuardOnAttempt,
 		"InteractiveFirst":      testInteractiveFirst,
 		"BatchMinShare":         testBatchMinShare,
 		"TenantFairness":        testTenantFairness,
