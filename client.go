@@ -109,9 +109,8 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	if err := c.openWebhooks(rt, kinds); err != nil {
 		return fmt.Errorf("ratelane: region %q: webhooks: %w", r.Name, err)
 	}
-	if len(kinds) == 0 {
-		return nil
-	}
+	// A region with no kinds of its own still gets an engine: it only
+	// reaps, so that leases its external workers abandon are recovered.
 	obs := observer{metrics: c.metrics}
 	if rv := c.cfg.reviews[r.Name]; rv != nil {
 		if err := rv.bind(c, st); err != nil {
@@ -122,7 +121,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	rt.engine, err = engine.New(engine.Config{
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, Retention: c.cfg.Retention,
-		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: obs,
+		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: obs, MaxRunTime: c.cfg.MaxRunTime,
 	})
 	return err
 }

@@ -44,6 +44,12 @@ type Config struct {
 	Workers int
 	// LeaseFor is the lease period; default 30 s.
 	LeaseFor time.Duration
+	// MaxRunTime bounds one attempt of any job; default 15 min
+	// (engine.DefaultMaxRunTime). Past it the handler's context is
+	// cancelled; a handler that still has not returned one heartbeat later
+	// is abandoned, its attempt recorded as a transient failure and its
+	// lease and keys released (docs/operations.md, "Stuck handlers").
+	MaxRunTime time.Duration
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
 	// BatchBudget is the batch lane's latency budget; default 24 h.
@@ -162,11 +168,22 @@ func (c *Config) HandleIn(region, kind string, h Handler, p Publisher) {
 		c.kinds[region] = map[string]engine.Kind{}
 	}
 	k := engine.Kind{Handler: adapt(h)}
+	if rb, ok := h.(RunTimeBound); ok {
+		k.MaxRunTime = rb.MaxRunTime()
+	}
 	if p != nil {
 		k.Publisher = p
 	}
 	c.kinds[region][kind] = k
 	c.bound = append(c.bound, boundResource{region, kind, h, p})
+}
+
+// RunTimeBound is implemented by handlers that set their kind's maximum
+// run time, overriding Config.MaxRunTime (e.g. a long LLM review or a
+// short webhook delivery). NewClient refuses a value outside 500 ms (the
+// heartbeat interval) to 7 days.
+type RunTimeBound interface {
+	MaxRunTime() time.Duration
 }
 
 // boundResource remembers what was registered for the region check.

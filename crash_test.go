@@ -63,18 +63,104 @@ func TestKill9Recovery(t *testing.T) {
 
 	child := startChild(t, "TestCrashChild", crashChildEnv, dir)
 	waitPublished(t, producer, 200, 20*time.Second)
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	child.Wait()
+	held := kill9(t, producer, child)
 	if n := countState(t, producer, job.StatePublished); n > total-1000 {
 		t.Fatalf("only %d jobs were unfinished at the kill; the test needs over 1,000", total-n)
+	}
+	// 32 workers were busy: the kill must have left leases behind, or no
+	// lease recovery was tested.
+	if len(held) == 0 {
+		t.Fatal("no job was running at the kill: the crash hit no lease")
 	}
 
 	startChild(t, "TestCrashChild", crashChildEnv, dir) // killed by its cleanup
 	waitPublished(t, producer, total, 60*time.Second)
-	checkPublishedOnce(t, producer, total)
+	t.Logf("leases held at the kill and recovered once each: %d", checkPublishedOnce(t, producer, total, held))
 	producer.Close()
+}
+
+// kill9 kills the child with SIGKILL, checks that it died of that signal
+// (it was running, not already gone: the fault happened), and returns the
+// ids of the jobs it left running: the leases the crash abandoned. The
+// child is dead, so the store's running set is exactly what it held.
+func kill9(t *testing.T, c *ratelane.Client, child *exec.Cmd) map[string]bool {
+	t.Helper()
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the child: %v", err)
+	}
+	_ = child.Wait()
+	ws, ok := child.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the child was not killed by SIGKILL mid-work: %v", child.ProcessState)
+	}
+	held := map[string]bool{}
+	for _, j := range allJobs(t, c, ratelane.ListParams{State: job.StateRunning}) {
+		held[j.ID] = true
+	}
+	return held
+}
+
+// allJobs returns every job matching p, paging through List: checks that
+// read only the first page would miss jobs past it.
+func allJobs(t *testing.T, c *ratelane.Client, p ratelane.ListParams) []*ratelane.Job {
+	t.Helper()
+	p.Limit = 1000
+	var out []*ratelane.Job
+	for {
+		page, err := c.List(context.Background(), "us", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page...)
+		if len(page) < p.Limit {
+			return out
+		}
+		p.After = page[len(page)-1].ID
+	}
+}
+
+// checkRecovered checks, over every job in the store, that each lease held
+// at the kill was recovered exactly once (one lease_expired attempt in its
+// history) and that no other job was recovered. It returns how many were.
+func checkRecovered(t *testing.T, c *ratelane.Client, held map[string]bool) int {
+	t.Helper()
+	n := 0
+	for _, j := range allJobs(t, c, ratelane.ListParams{}) {
+		n += recoveries(t, c, j.ID, held)
+	}
+	if n != len(held) {
+		t.Fatalf("%d recoveries for %d leases held at the kill", n, len(held))
+	}
+	return n
+}
+
+// recoveries returns the job's lease recoveries, failing unless it has one
+// exactly when its lease was held at the kill.
+func recoveries(t *testing.T, c *ratelane.Client, id string, held map[string]bool) int {
+	t.Helper()
+	full, err := c.Job(context.Background(), "us", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recoveriesOf(t, full, held)
+}
+
+func recoveriesOf(t *testing.T, j *ratelane.Job, held map[string]bool) int {
+	t.Helper()
+	got := 0
+	for _, h := range j.History {
+		if h.Outcome == job.ClassLeaseExpired {
+			got++
+		}
+	}
+	want := 0
+	if held[j.ID] {
+		want = 1
+	}
+	if got != want {
+		t.Fatalf("job %s (%s, running at the kill: %v) has %d lease recoveries, want %d: %v", j.ID, j.Kind, held[j.ID], got, want, j.History)
+	}
+	return got
 }
 
 // startChild re-runs this test binary as a worker process that runs only
@@ -109,18 +195,7 @@ func successes(j *ratelane.Job) int {
 
 func countState(t *testing.T, c *ratelane.Client, state ratelane.State) int {
 	t.Helper()
-	n, after := 0, ""
-	for {
-		page, err := c.List(context.Background(), "us", ratelane.ListParams{State: state, After: after, Limit: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += len(page)
-		if len(page) < 1000 {
-			return n
-		}
-		after = page[len(page)-1].ID
-	}
+	return len(allJobs(t, c, ratelane.ListParams{State: state}))
 }
 
 func waitPublished(t *testing.T, c *ratelane.Client, want int, timeout time.Duration) {
@@ -138,23 +213,32 @@ func waitPublished(t *testing.T, c *ratelane.Client, want int, timeout time.Dura
 	}
 }
 
-func checkPublishedOnce(t *testing.T, c *ratelane.Client, total int) {
+// checkPublishedOnce checks every job in the store, page after page: all
+// total of them published, each with exactly one recorded success, and
+// each lease held at the kill recovered exactly once (see recoveries). It
+// returns the number of recoveries.
+func checkPublishedOnce(t *testing.T, c *ratelane.Client, total int, held map[string]bool) int {
 	t.Helper()
-	if n := countState(t, c, job.StatePublished); n != total {
-		t.Fatalf("%d of %d published", n, total)
+	all := allJobs(t, c, ratelane.ListParams{})
+	if len(all) != total {
+		t.Fatalf("the store holds %d jobs, want %d", len(all), total)
 	}
-	page, err := c.List(context.Background(), "us", ratelane.ListParams{Limit: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range page {
+	recovered := 0
+	for _, j := range all {
 		full, err := c.Job(context.Background(), "us", j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if full.State != job.StatePublished {
+			t.Fatalf("job %s is %s, want published", j.ID, full.State)
+		}
 		if n := successes(full); n != 1 {
 			t.Fatalf("job %s recorded %d successes: %s", j.ID, n, fmt.Sprint(full.History))
 		}
+		recovered += recoveriesOf(t, full, held)
 	}
-
+	if recovered != len(held) {
+		t.Fatalf("%d recoveries for %d leases held at the kill", recovered, len(held))
+	}
+	return recovered
 }

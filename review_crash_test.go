@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -97,7 +96,7 @@ func TestReviewCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestReviewKill9Resumes as a subprocess")
 	}
-	c, err := ratelane.NewClient(context.Background(), reviewCrashConfig(t, dir, 20*time.Millisecond))
+	c, err := ratelane.NewClient(context.Background(), reviewCrashConfig(t, dir, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +155,13 @@ func TestReviewKill9Resumes(t *testing.T) {
 
 	child := startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
 	done := waitPartsPublished(t, producer, total/4, 30*time.Second)
-	child.Process.Signal(syscall.SIGKILL)
-	child.Wait()
+	// Each part takes 200 ms in the child, so parts are running nearly all
+	// the time and the kill lands on held leases.
+	waitRunning(t, producer, 10*time.Second)
+	held := kill9(t, producer, child)
+	if len(held) == 0 {
+		t.Fatal("no part was running at the kill: the crash hit no lease")
+	}
 	atKill := countKind(t, producer, pipeline.KindPart, job.StatePublished)
 	if atKill >= total {
 		t.Fatalf("all %d parts were done at the kill; it must land in the middle", total)
@@ -175,11 +179,13 @@ func TestReviewKill9Resumes(t *testing.T) {
 		t.Fatalf("rdjsonl publication: %v", err)
 	}
 
-	// Every part published, each with exactly one recorded success.
-	parts, err := producer.List(ctx, "us", ratelane.ListParams{Kind: pipeline.KindPart, Limit: 1000})
-	if err != nil || len(parts) != total {
-		t.Fatalf("%d parts listed of %d: %v", len(parts), total, err)
+	// Every part published, each with exactly one recorded success; every
+	// lease held at the kill recovered once.
+	parts := allJobs(t, producer, ratelane.ListParams{Kind: pipeline.KindPart})
+	if len(parts) != total {
+		t.Fatalf("%d parts listed of %d", len(parts), total)
 	}
+	t.Logf("leases held at the kill and recovered once each: %d", checkRecovered(t, producer, held))
 	for _, p := range parts {
 		full, err := producer.Job(ctx, "us", p.ID)
 		if err != nil {
@@ -234,11 +240,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 
 func countKind(t *testing.T, c *ratelane.Client, kind string, state ratelane.State) int {
 	t.Helper()
-	js, err := c.List(context.Background(), "us", ratelane.ListParams{Kind: kind, State: state, Limit: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(js)
+	return len(allJobs(t, c, ratelane.ListParams{Kind: kind, State: state}))
 }
 
 func waitPartsPublished(t *testing.T, c *ratelane.Client, want int, timeout time.Duration) int {

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -123,16 +122,14 @@ func TestWebhookKill9Recovery(t *testing.T) {
 
 	child := startChild(t, "TestWebhookCrashChild", hookCrashChildEnv, dir)
 	waitDistinct(t, counter, 500, 30*time.Second)
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	child.Wait()
+	waitRunning(t, producer, 10*time.Second) // so the kill lands on leases held
+	held := kill9(t, producer, child)
 	if n, _ := counter.stats(); n > total-1000 {
 		t.Fatalf("only %d deliveries were left at the kill; the test needs over 1,000", total-n)
 	}
 	startChild(t, "TestWebhookCrashChild", hookCrashChildEnv, dir) // killed by its cleanup
 	waitPublished(t, producer, total, 120*time.Second)
-	checkPublishedOnce(t, producer, total)
+	t.Logf("leases held at the kill and recovered once each: %d", checkPublishedOnce(t, producer, total, held))
 	distinct, most := counter.stats()
 	t.Logf("receiver: %d distinct webhook-ids, at most %d receptions of one", distinct, most)
 	if distinct != total || most > 2 {
@@ -140,6 +137,18 @@ func TestWebhookKill9Recovery(t *testing.T) {
 	}
 	if n := countState(t, producer, job.StateTerminal); n != 0 {
 		t.Fatalf("%d deliveries ended terminal", n)
+	}
+}
+
+// waitRunning waits until the store shows a job running (a lease held).
+func waitRunning(t *testing.T, c *ratelane.Client, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for countState(t, c, job.StateRunning) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no job running after %v", timeout)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

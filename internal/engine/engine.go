@@ -48,7 +48,15 @@ type Kind struct {
 	// Publisher, when set, makes success go to validated and then publishes;
 	// without it success goes straight to published.
 	Publisher Publisher
+	// MaxRunTime bounds one attempt of this kind; zero means
+	// Config.MaxRunTime. See Config.MaxRunTime for what happens past it.
+	MaxRunTime time.Duration
 }
+
+// DefaultMaxRunTime is Config.MaxRunTime's default: long enough for a slow
+// LLM call or a large webhook batch, short enough that a handler stuck on a
+// call with no timeout gives its job back within the hour.
+const DefaultMaxRunTime = 15 * time.Minute
 
 // Config configures an Engine. The zero value of every optional field is
 // replaced by WithDefaults.
@@ -60,6 +68,10 @@ type Config struct {
 	Region string
 	// Kinds maps job kinds to their handlers. Jobs of other kinds are not
 	// leased, so several engines (or external workers) may share a store.
+	// Empty makes a maintenance-only engine: it leases nothing and only
+	// recovers expired leases, expires deadlines and prunes. A region
+	// served only by external workers needs one, or a lease its worker
+	// abandoned would never be recovered.
 	Kinds map[string]Kind
 	// Workers is the number of jobs run at once; default 16.
 	Workers int
@@ -71,6 +83,20 @@ type Config struct {
 	// PollInterval is how long an idle engine waits before leasing again
 	// when nothing woke it; default 50 ms.
 	PollInterval time.Duration
+	// MaxRunTime bounds one attempt of a job whose kind sets no
+	// Kind.MaxRunTime; default DefaultMaxRunTime. Past it the handler's
+	// context is cancelled and its lease is no longer renewed; a handler
+	// that has not returned one heartbeat later is abandoned: the attempt is
+	// recorded as a transient failure (the job is retried or ends
+	// transient_budget_exhausted, by its budget), its keys' in-flight
+	// leases are released and its worker slot is freed, through the same
+	// guarded transition as any outcome. The abandoned goroutine is counted
+	// (StuckObserver) until it returns; its late outcome is dropped. At
+	// most Workers abandoned goroutines free their slot: past that, a stuck
+	// handler keeps its slot, so a handler stuck on every job cannot grow
+	// the goroutine count without bound (the pool shrinks instead, which
+	// the stuck gauge shows).
+	MaxRunTime time.Duration
 	// ReapEvery is how often expired leases and deadlines are handled;
 	// default LeaseFor / 10.
 	ReapEvery time.Duration
@@ -115,6 +141,9 @@ func (c Config) WithDefaults() Config {
 	if c.PollInterval == 0 {
 		c.PollInterval = 50 * time.Millisecond
 	}
+	if c.MaxRunTime == 0 {
+		c.MaxRunTime = DefaultMaxRunTime
+	}
 	if c.ReapEvery == 0 {
 		c.ReapEvery = c.LeaseFor / 10
 	}
@@ -148,8 +177,6 @@ func (c Config) validate() error {
 		return errors.New("engine: Region is required")
 	case c.Store.Region() != c.Region:
 		return fmt.Errorf("engine: region %q is wired to the store of region %q; each region needs its own store", c.Region, c.Store.Region())
-	case len(c.Kinds) == 0:
-		return errors.New("engine: no job kinds to run")
 	case c.Workers < 1 || c.Workers > 10000:
 		return fmt.Errorf("engine: Workers must be between 1 and 10000, got %d", c.Workers)
 	case c.LeaseFor < time.Second:
@@ -158,10 +185,15 @@ func (c Config) validate() error {
 		return fmt.Errorf("engine: HeartbeatEvery (%v) must be shorter than LeaseFor (%v)", c.HeartbeatEvery, c.LeaseFor)
 	case c.BatchShare > 1:
 		return fmt.Errorf("engine: BatchShare must be at most 1, got %v", c.BatchShare)
+	case c.MaxRunTime < c.HeartbeatEvery || c.MaxRunTime > job.MaxDelay:
+		return fmt.Errorf("engine: MaxRunTime must be from HeartbeatEvery (%v) to %v, got %v", c.HeartbeatEvery, job.MaxDelay, c.MaxRunTime)
 	}
 	for kind, k := range c.Kinds {
 		if k.Handler == nil {
 			return fmt.Errorf("engine: kind %q has no handler", kind)
+		}
+		if k.MaxRunTime != 0 && (k.MaxRunTime < c.HeartbeatEvery || k.MaxRunTime > job.MaxDelay) {
+			return fmt.Errorf("engine: kind %q: MaxRunTime must be from HeartbeatEvery (%v) to %v, got %v", kind, c.HeartbeatEvery, job.MaxDelay, k.MaxRunTime)
 		}
 	}
 	return nil
@@ -184,8 +216,19 @@ type Engine struct {
 
 	mu      sync.Mutex
 	running map[string]*runningJob
-	credit  float64 // batch starts earned (BatchShare per start) and not yet taken
-	rnd     *rand.Rand
+	// stuck holds the abandoned attempts whose handler has not returned;
+	// freed counts those of them that gave their worker slot back.
+	stuck map[*runningJob]struct{}
+	freed int
+	// draining is set when Stop's deadline passed: every handler still
+	// running is abandoned at the next heartbeat tick, so Stop returns.
+	draining bool
+	credit   float64 // batch starts earned (BatchShare per start) and not yet taken
+	rnd      *rand.Rand
+
+	// reapHook, set only by tests (export_test.go), runs between the
+	// reaper's selection of expired leases and their recovery.
+	reapHook func(expired []*job.Job)
 
 	// admits holds, earliest first, the times at which groups the lease
 	// calls skipped (a key refused them) may be admitted; only fetchLoop
@@ -197,10 +240,20 @@ type Engine struct {
 // interval covers the rest.
 const maxAdmits = 4096
 
+// runningJob is one attempt in progress. returned and abandoned are
+// guarded by Engine.mu: exactly one of them becomes true, and whichever does
+// hands the attempt's outcome to the finisher.
 type runningJob struct {
 	job     *job.Job
 	started time.Time
+	maxRun  time.Duration
 	cancel  context.CancelCauseFunc
+
+	overrun   bool // past maxRun: context cancelled, lease no longer renewed
+	returned  bool // the handler returned and its outcome was handed on
+	abandoned bool // the engine gave up on it and recorded a timeout
+	slotFreed bool // the abandoned attempt's worker slot was given back
+	stopping  bool // abandoned because Stop's deadline passed, not its maximum run time
 }
 
 type result struct {
@@ -221,6 +274,7 @@ func New(cfg Config) (*Engine, error) {
 		slots:   make(chan struct{}, cfg.Workers),
 		stop:    make(chan struct{}),
 		running: map[string]*runningJob{},
+		stuck:   map[*runningJob]struct{}{},
 		rnd:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5eed)),
 	}
 	for k := range cfg.Kinds {
@@ -232,6 +286,10 @@ func New(cfg Config) (*Engine, error) {
 // errStopping is the cause given to handlers cancelled by Stop's deadline.
 var errStopping = errors.New("engine stopping")
 
+// errMaxRunTime is the cause given to a handler past its kind's maximum
+// run time.
+var errMaxRunTime = errors.New("maximum run time exceeded")
+
 // errLeaseLost is the cause given to a handler whose lease was lost or whose
 // job was cancelled.
 var errLeaseLost = errors.New("lease lost or job cancelled")
@@ -240,8 +298,11 @@ var errLeaseLost = errors.New("lease lost or job cancelled")
 // derive from ctx.
 func (e *Engine) Start(ctx context.Context) error {
 	e.ctx, e.cancel = context.WithCancel(ctx)
-	e.wg.Add(4)
-	go e.fetchLoop()
+	if len(e.kinds) > 0 { // a maintenance-only engine leases nothing
+		e.wg.Add(1)
+		go e.fetchLoop()
+	}
+	e.wg.Add(3)
 	go e.finishLoop()
 	go e.heartbeatLoop()
 	go e.maintainLoop()
@@ -264,7 +325,11 @@ func (e *Engine) Notify() {
 
 // Stop stops leasing, waits for running handlers up to ctx's deadline (a
 // graceful drain), cancels the rest (their leases expire and the jobs are
-// retried), writes every outcome it has, and returns. It is idempotent.
+// retried), writes every outcome it has, and returns. A handler that
+// ignores its cancelled context holds Stop until it is abandoned, one
+// heartbeat after the deadline (its attempt recorded as a transient
+// failure), or, past Workers stuck goroutines, until it returns; Stop does
+// not wait for abandoned goroutines. It is idempotent.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		close(e.stop)
@@ -278,6 +343,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 		select {
 		case <-drained:
 		case <-ctx.Done():
+			e.mu.Lock()
+			e.draining = true // handlers still running a tick from now are abandoned
+			e.mu.Unlock()
 			e.cancelRunning(errStopping)
 			<-drained
 		}
@@ -390,7 +458,7 @@ func (e *Engine) takeSlots() int {
 }
 
 func (e *Engine) lease(n int) ([]*job.Job, error) {
-	if e.stopping() {
+	if e.stopping() || len(e.kinds) == 0 { // no kinds would mean every kind to the store
 		return nil, nil
 	}
 	e.mu.Lock()
@@ -424,28 +492,55 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 }
 
 // run starts one job's handler on its own goroutine; the slot it holds is
-// released when its outcome has been handed to the finisher.
+// released when its outcome has been handed to the finisher, or when the
+// engine abandons it (see Config.MaxRunTime).
 func (e *Engine) run(j *job.Job) {
 	ctx, cancel := context.WithCancelCause(e.ctx)
 	hctx, stopDeadline := ctx, context.CancelFunc(func() {})
 	if !j.Deadline.IsZero() {
 		hctx, stopDeadline = context.WithDeadline(ctx, j.Deadline)
 	}
+	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel}
 	e.mu.Lock()
-	e.running[j.ID] = &runningJob{job: j, started: e.cfg.Now(), cancel: cancel}
+	e.running[j.ID] = r
 	e.mu.Unlock()
 	e.wg.Add(1)
 	go func() {
-		defer e.wg.Done()
 		out := e.handle(hctx, j)
 		stopDeadline()
 		cancel(nil)
 		e.mu.Lock()
-		delete(e.running, j.ID)
+		if r.abandoned {
+			// Its timeout was recorded and the engine's wait group
+			// released when it was abandoned; the late outcome is dropped.
+			delete(e.stuck, r)
+			if r.slotFreed {
+				e.freed--
+			}
+			e.mu.Unlock()
+			e.stuckReturned(r)
+			if !r.slotFreed {
+				<-e.slots
+			}
+			return
+		}
+		r.returned = true
+		if e.running[j.ID] == r { // not a later lease of the same job
+			delete(e.running, j.ID)
+		}
 		e.mu.Unlock()
 		e.results <- result{job: j, out: out}
 		<-e.slots
+		e.wg.Done()
 	}()
+}
+
+// maxRunTime is the maximum run time of one attempt of kind.
+func (e *Engine) maxRunTime(kind string) time.Duration {
+	if d := e.cfg.Kinds[kind].MaxRunTime; d > 0 {
+		return d
+	}
+	return e.cfg.MaxRunTime
 }
 
 // handle runs the handler, turning a panic into a transient outcome.
@@ -461,6 +556,9 @@ func (e *Engine) handle(ctx context.Context, j *job.Job) (out job.Outcome) {
 	if ctx.Err() != nil && out.Class != job.ClassSuccess {
 		if !j.Deadline.IsZero() && !e.cfg.Now().Before(j.Deadline) {
 			return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonDeadlineExceeded, Err: "deadline exceeded while running"}
+		}
+		if errors.Is(context.Cause(ctx), errMaxRunTime) {
+			return maxRunOutcome(e.maxRunTime(j.Kind))
 		}
 	}
 	return out

@@ -58,6 +58,9 @@ func (e *Engine) finish(batch []result) {
 	for i, r := range batch {
 		if errs[i] != nil {
 			e.log.Warn("outcome refused: lease lost", "job_id", r.job.ID, "err", errs[i])
+			if lo := e.leaseObserver(); lo != nil && errors.Is(errs[i], store.ErrConflict) {
+				lo.OutcomeRefused(OpFinish)
+			}
 			continue
 		}
 		if e.cfg.Observer != nil {
@@ -131,18 +134,16 @@ func (e *Engine) heartbeatLoop() {
 
 func (e *Engine) heartbeat() {
 	now := e.cfg.Now()
-	e.mu.Lock()
-	var due []*runningJob
-	for _, r := range e.running {
-		if now.Sub(r.started) >= e.cfg.HeartbeatEvery {
-			due = append(due, r)
-		}
-	}
-	e.mu.Unlock()
+	// Attempts past their maximum run time are not renewed: their lease
+	// runs out unless the engine records their timeout first.
+	due := e.overrun(now)
 	for _, r := range due {
 		err := e.cfg.Store.Heartbeat(e.ctx, r.job.ID, r.job.LeaseToken, now.Add(e.cfg.LeaseFor))
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			r.cancel(errLeaseLost)
+			if lo := e.leaseObserver(); lo != nil && errors.Is(err, store.ErrConflict) {
+				lo.OutcomeRefused(OpHeartbeat)
+			}
 		} else if err != nil && e.ctx.Err() == nil {
 			e.log.Warn("heartbeat failed", "job_id", r.job.ID, "err", err)
 		}
@@ -176,32 +177,54 @@ func (e *Engine) maintainLoop() {
 // Reap finishes every expired lease with a lease_expired outcome (one
 // transient attempt; the job returns to waiting) and ends jobs past their
 // deadline. It returns how many leases it recovered.
+//
+// Selecting the expired leases and recovering them are two store calls;
+// a worker may complete, heartbeat or be re-leased in between. Each
+// recovery is therefore a guarded transition on the lease token the
+// selection saw and on the lease still being expired at now, so it either
+// wins whole or conflicts and changes nothing.
 func (e *Engine) Reap(ctx context.Context) (int, error) {
 	now := e.cfg.Now()
 	if _, err := e.cfg.Store.ExpireDeadlines(ctx, now); err != nil {
 		return 0, err
 	}
 	total := 0
+	defer func() {
+		if lo := e.leaseObserver(); lo != nil && total > 0 {
+			lo.LeasesRecovered(total)
+		}
+	}()
 	for {
 		expired, err := e.cfg.Store.Expired(ctx, now, e.cfg.MaxBatch)
 		if err != nil || len(expired) == 0 {
 			return total, err
 		}
+		if e.reapHook != nil {
+			e.reapHook(expired)
+		}
 		ts := make([]store.Transition, len(expired))
 		for i, j := range expired {
 			ts[i] = Decide(j, job.Outcome{Class: job.ClassLeaseExpired, Err: "lease expired"}, now, false, e.cfg.Backoff, 0)
+			ts[i].LeaseExpiredBy = now
 		}
 		errs, err := e.cfg.Store.Finish(ctx, ts)
 		if err != nil {
 			return total, err
 		}
+		conflicts := 0
 		for i, j := range expired {
 			if errs[i] == nil {
 				total++
-				e.log.Warn("lease expired; job returned to waiting", "job_id", j.ID, "kind", j.Kind)
+				e.log.Warn("lease expired; job returned to waiting", "job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt)
+			} else {
+				conflicts++
 			}
 		}
-		if len(expired) < e.cfg.MaxBatch {
+		// A selection of jobs that all conflicted (completed or renewed
+		// since) would be selected again only if they were still expired
+		// under the same token, which the guard just refuted; stop rather
+		// than spin.
+		if len(expired) < e.cfg.MaxBatch || conflicts == len(expired) {
 			e.Notify()
 			return total, nil
 		}

@@ -23,6 +23,10 @@
 //	ratelane_oldest_ready_seconds{region,lane}  age of the oldest job ready to run
 //	ratelane_leases_in_flight{region}           running jobs
 //	ratelane_store_up{region}                   1 when the last stats read succeeded
+//	ratelane_leases_recovered_total             expired leases the reaper recovered
+//	ratelane_late_outcomes_refused_total{op}    late finishes and heartbeats of a lost lease, refused
+//	ratelane_handlers_abandoned_total{kind}     attempts abandoned past their maximum run time
+//	ratelane_handlers_stuck                     abandoned handlers whose goroutine still runs
 package metrics
 
 import (
@@ -63,6 +67,10 @@ type Metrics struct {
 	terminal    *prometheus.CounterVec
 	leases      prometheus.Counter
 	replays     prometheus.Counter
+	recovered   prometheus.Counter
+	refused     *prometheus.CounterVec
+	abandoned   *prometheus.CounterVec
+	stuck       prometheus.Gauge
 	stats       *statsCollector
 
 	kinds, scopes *bounded
@@ -97,11 +105,28 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ratelane_idempotent_replays_total",
 			Help: "Enqueue requests answered with the job of an earlier request with the same idempotency key.",
 		}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelane_leases_recovered_total",
+			Help: "Expired leases the reaper recovered (the worker crashed, stalled or lost its lease); each costs the job one transient attempt.",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelane_late_outcomes_refused_total",
+			Help: "Finishes (op=finish) and heartbeats (op=heartbeat) of an in-process worker that had lost its lease, refused by the store's guard; they changed nothing.",
+		}, []string{"op"}),
+		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelane_handlers_abandoned_total",
+			Help: "Attempts abandoned because their handler ignored its cancelled context past the kind's maximum run time.",
+		}, []string{"kind"}),
+		stuck: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelane_handlers_stuck",
+			Help: "Abandoned handlers whose goroutine is still running. Each may hold memory, connections or a worker slot; alert when it stays above zero.",
+		}),
 		stats:  newStatsCollector(),
 		kinds:  newBounded(MaxLabelValues),
 		scopes: newBounded(MaxLabelValues),
 	}
-	for _, c := range []prometheus.Collector{m.attempts, m.rateLimited, m.retryDelay, m.terminal, m.leases, m.replays, m.stats} {
+	for _, c := range []prometheus.Collector{m.attempts, m.rateLimited, m.retryDelay, m.terminal, m.leases, m.replays,
+		m.recovered, m.refused, m.abandoned, m.stuck, m.stats} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -150,6 +175,29 @@ func (m *Metrics) rateLimitScopes(j *job.Job, o job.Outcome) []string {
 
 // Leased records n jobs leased.
 func (m *Metrics) Leased(n int) { m.leases.Add(float64(n)) }
+
+// LeasesRecovered records n expired leases recovered by the reaper.
+func (m *Metrics) LeasesRecovered(n int) { m.recovered.Add(float64(n)) }
+
+// OutcomeRefused records one late write of a lost lease refused by the
+// store: op is "finish" or "heartbeat" (anything else is counted as
+// "_other").
+func (m *Metrics) OutcomeRefused(op string) {
+	if op != "finish" && op != "heartbeat" {
+		op = OtherLabel
+	}
+	m.refused.WithLabelValues(op).Inc()
+}
+
+// HandlerAbandoned records an attempt of kind abandoned past its maximum
+// run time; its goroutine counts as stuck until StuckReturned.
+func (m *Metrics) HandlerAbandoned(kind string) {
+	m.abandoned.WithLabelValues(m.kinds.label(kind)).Inc()
+	m.stuck.Inc()
+}
+
+// StuckReturned records that an abandoned handler finally returned.
+func (m *Metrics) StuckReturned(string) { m.stuck.Dec() }
 
 // IdempotentReplay records one enqueue answered from an earlier request with
 // the same idempotency key. The HTTP API calls it.

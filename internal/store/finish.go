@@ -13,7 +13,8 @@ import (
 // shared Finish logic can run on it.
 type FinishTx interface {
 	// EndAttempts applies each transition to its job, guarded on (id,
-	// running, lease token), appends its Record to the job's history, and
+	// running, lease token, attempt when Record.Attempt is set, and lease
+	// expiry when LeaseExpiredBy is set), appends its Record to the job's history, and
 	// returns, in the same order, the job's limit keys and group, or
 	// Conflict when the guard failed. The transitions name distinct jobs.
 	// One call per batch lets a driver write the batch in one statement or

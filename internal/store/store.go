@@ -65,8 +65,9 @@ type Store interface {
 	// write. Each is guarded on (id, running, lease token); the returned
 	// slice holds nil or ErrConflict per transition.
 	Finish(ctx context.Context, ts []Transition) ([]error, error)
-	// Expired returns up to limit running jobs whose lease expired before
-	// now, for the reaper to finish with a lease_expired outcome.
+	// Expired returns up to limit running jobs whose lease expired by now
+	// (lease_expires_at <= now), for the reaper to finish with a
+	// lease_expired outcome whose Transition.LeaseExpiredBy is now.
 	Expired(ctx context.Context, now time.Time, limit int) ([]*job.Job, error)
 	// Publish moves a validated job to published: a compare-and-set that
 	// succeeds at most once (ErrConflict afterwards).
@@ -206,8 +207,9 @@ type LeaseParams struct {
 
 // Transition ends one attempt of a running job. The engine computes it from
 // the job and the handler's outcome; the store applies it guarded on ID,
-// state running and LeaseToken, and applies Keys to the job's limit keys in
-// the same transaction.
+// state running, LeaseToken and, when Record.Attempt is set (engine.Decide
+// always sets it), the job's attempt, and applies Keys to the job's limit
+// keys in the same transaction.
 type Transition struct {
 	ID         string
 	LeaseToken string
@@ -218,6 +220,14 @@ type Transition struct {
 	Record     job.AttemptRecord
 	Result     json.RawMessage
 	Keys       KeyEffect
+	// LeaseExpiredBy, when set, also guards on the lease having expired by
+	// then (lease_expires_at <= LeaseExpiredBy). The reaper sets it: a
+	// lease it selected as expired but that a heartbeat renewed before its
+	// transition ran is not recovered (ErrConflict), so a live worker keeps
+	// its job. The lease token already fences everything else: it is new
+	// at every lease (with attempt + 1), so a job completed, recovered or
+	// leased again since the reaper's selection conflicts too.
+	LeaseExpiredBy time.Time
 }
 
 // KeyEffect is what an attempt's outcome does to the job's limit keys. Every

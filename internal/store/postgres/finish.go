@@ -63,6 +63,7 @@ const endAttemptSQL = `WITH ended AS (
 			result = coalesce($9, result), lease_token = NULL, lease_expires_at = NULL,
 			finished_at = $10, updated_at = $11
 		WHERE id = $1 AND state = 'running' AND lease_token = $2
+			AND ($13::bigint IS NULL OR lease_expires_at <= $13) AND ($14::int = 0 OR attempt = $14)
 		RETURNING id, limit_keys, group_id
 	), recorded AS (
 		INSERT INTO job_attempts (job_id, seq, record)
@@ -86,7 +87,8 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 			eligible = nullNS(nowOr(t.EligibleAt, now))
 		}
 		b.Queue(endAttemptSQL, t.ID, t.LeaseToken, string(t.To), string(t.Reason), eligible, t.Attempts.Congestion,
-			t.Attempts.Transient, t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record))
+			t.Attempts.Transient, t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record),
+			nullNS(t.LeaseExpiredBy), t.Record.Attempt)
 	}
 	br := f.tx.SendBatch(f.ctx, b)
 	out := make([]store.Ended, len(ts))

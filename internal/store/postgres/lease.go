@@ -197,10 +197,10 @@ func (s *Store) Heartbeat(ctx context.Context, id, token string, until time.Time
 	return guarded(ctx, s.pool, tag, err, id)
 }
 
-// Expired returns up to limit running jobs whose lease expired before now,
+// Expired returns up to limit running jobs whose lease expired by now,
 // oldest expiry first. It locks nothing: the reaper ends each with a
 // guarded Finish, which a worker that is merely late loses or wins cleanly.
 func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*job.Job, error) {
 	return collectJobs(s.pool.Query(ctx, `SELECT `+jobCols+` FROM jobs
-		WHERE state = 'running' AND lease_expires_at < $1 ORDER BY lease_expires_at LIMIT $2`, ns(now), limit))
+		WHERE state = 'running' AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2`, ns(now), limit))
 }

@@ -354,10 +354,10 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 	return int(n), err
 }
 
-// Expired returns running jobs whose lease expired before now.
+// Expired returns running jobs whose lease expired by now.
 func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*job.Job, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobCols+` FROM jobs
-		WHERE state = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?`, ns(now), limit)
+		WHERE state = 'running' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, ns(now), limit)
 	if err != nil {
 		return nil, err
 	}

@@ -216,9 +216,12 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, error) {
 	err := o.s.queryRow(o.tx, `UPDATE jobs SET state = ?, reason = ?, eligible_at = CASE WHEN ? = 0 THEN eligible_at ELSE ? END,
 		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?, result = coalesce(?, result),
 		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?
-		WHERE id = ? AND state = 'running' AND lease_token = ? RETURNING limit_keys, group_id`,
+		WHERE id = ? AND state = 'running' AND lease_token = ? AND (? = 0 OR attempt = ?)
+			AND (? IS NULL OR lease_expires_at <= ?)
+		RETURNING limit_keys, group_id`,
 		t.To, t.Reason, ns(t.EligibleAt), ns(t.EligibleAt), t.Attempts.Congestion, t.Attempts.Transient,
-		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), t.ID, t.LeaseToken).Scan(&keys, &group)
+		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), t.ID, t.LeaseToken, t.Record.Attempt, t.Record.Attempt,
+		nullNS(t.LeaseExpiredBy), nullNS(t.LeaseExpiredBy)).Scan(&keys, &group)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, store.ErrConflict
 	}

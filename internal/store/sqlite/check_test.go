@@ -1,0 +1,37 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ratelane/ratelane/internal/store/sqlite"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// TestSchemaRefusesForbiddenRows is RELIABILITY.md T4(d) on SQLite: a
+// running row without a lease expiry cannot be written, even with SQL
+// that bypasses the store.
+func TestSchemaRefusesForbiddenRows(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "us.db")
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	exec := func(q, id string) error {
+		_, err := db.Exec(storetest.SQLitePlaceholders(q), id)
+		return err
+	}
+	storetest.RunSchemaChecks(t, s, exec, func(err error) bool {
+		return strings.Contains(err.Error(), "CHECK constraint failed")
+	})
+}

@@ -1,0 +1,84 @@
+package ratelane_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane"
+)
+
+// TestExternalLeaseRecoveredWithoutHandlers is invariant 3 for a process
+// that runs no handlers of its own and only serves external workers: an
+// external worker leases a job and vanishes, and the lease is recovered
+// (the job returns to waiting with one lease_expired attempt) though the
+// region has no in-process kind; the vanished worker's late completion is
+// then refused. A region with no kinds used to get no engine, hence no
+// reaper, and such a lease stayed running for good.
+func TestExternalLeaseRecoveredWithoutHandlers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const admin = "rl_reaptest_AdminKeyForTheReaperEndToEndTestAbcdefghijklmnopq"
+	c, err := ratelane.NewClient(ctx, ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, LeaseFor: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: admin, RequestRate: -1})
+	if err != nil {
+		c.Stop(ctx)
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		api.Close()
+		c.Stop(context.Background())
+	})
+	a := &reviewAPI{t: t, c: c, url: srv.URL}
+	key := func(role string) string {
+		var out struct {
+			Secret string `json:"secret"`
+		}
+		a.call("POST", "/v1/keys", admin, map[string]any{"tenant": "acme", "role": role, "regions": []string{"us"}}, nil, 201, &out)
+		return out.Secret
+	}
+	producer, worker := key("producer"), key("worker")
+	var created struct {
+		ID string `json:"id"`
+	}
+	a.call("POST", "/v1/jobs", producer, map[string]any{"kind": "ext.work", "region": "us", "limit_keys": []string{"ext"}}, nil, 201, &created)
+	var leased struct {
+		Jobs []struct {
+			ID         string `json:"id"`
+			LeaseToken string `json:"lease_token"`
+		} `json:"jobs"`
+	}
+	a.call("POST", "/v1/leases", worker, map[string]any{"region": "us", "kinds": []string{"ext.work"}, "lease_seconds": 1, "wait_seconds": 5}, nil, 200, &leased)
+	if len(leased.Jobs) != 1 || leased.Jobs[0].ID != created.ID {
+		t.Fatalf("leased %+v, want job %s", leased.Jobs, created.ID)
+	}
+	at := time.Now()
+	// The worker vanishes: no heartbeat, no outcome.
+	deadline := at.Add(30 * time.Second)
+	for {
+		j, err := c.Job(ctx, "us", created.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == ratelane.StateWaiting && len(j.History) == 1 && j.History[0].Outcome == "lease_expired" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the abandoned external lease was not recovered in 30s: job %s, history %+v", j.State, j.History)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("external lease of 1s recovered %v after it was taken", time.Since(at).Round(time.Millisecond))
+	a.call("POST", "/v1/jobs/"+created.ID+"/complete?region=us", worker,
+		map[string]any{"lease_token": leased.Jobs[0].LeaseToken, "result": map[string]int{"n": 1}}, nil, 409, nil)
+}
