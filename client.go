@@ -87,7 +87,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	c.metrics.AddRegion(r.Name, st)
 	c.order = append(c.order, r.Name)
 	for _, l := range c.cfg.Limits {
-		if _, err := st.UpsertLimit(ctx, l); err != nil {
+		if _, err := st.UpsertLimit(ctx, l, c.cfg.Now()); err != nil {
 			return fmt.Errorf("ratelane: region %q: limit %q: %w", r.Name, l.Name, err)
 		}
 	}
@@ -358,7 +358,7 @@ func (c *Client) SetLimit(ctx context.Context, region string, l Limit) (LimitSta
 	if err != nil {
 		return LimitState{}, err
 	}
-	return st.UpsertLimit(ctx, l)
+	return st.UpsertLimit(ctx, l, c.cfg.Now())
 }
 
 // Limits returns every limit key of a region with its live state.

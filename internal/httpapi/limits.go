@@ -53,7 +53,7 @@ func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request, p auth.P
 	if err != nil {
 		return err
 	}
-	st, err := s.cfg.Regions[region].UpsertLimit(r.Context(), c)
+	st, err := s.cfg.Regions[region].UpsertLimit(r.Context(), c, s.cfg.Now())
 	if err != nil {
 		return err
 	}

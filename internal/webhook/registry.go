@@ -379,7 +379,7 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 		return Record{}, "", false, err
 	}
 	rec, generated := r.merge(spec, prev, created, now)
-	if _, err := r.st.UpsertLimit(ctx, rec.LimitConfig(r.cfg.Headroom)); err != nil {
+	if _, err := r.st.UpsertLimit(ctx, rec.LimitConfig(r.cfg.Headroom), now); err != nil {
 		return Record{}, "", false, fmt.Errorf("subscriber %s: limit key: %w", spec.ID, err)
 	}
 	if err := r.save(ctx, rec); err != nil {

@@ -37,7 +37,7 @@ func insertN(t *testing.T, s *Store, n, tenants int, keys ...string) []*job.Job 
 
 func upsert(t *testing.T, s *Store, c admission.Config) {
 	t.Helper()
-	if _, err := s.UpsertLimit(context.Background(), c); err != nil {
+	if _, err := s.UpsertLimit(context.Background(), c, storetest.T0); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -102,7 +102,7 @@ func lease(t *testing.T, s store.Store, now time.Time, max int) []*job.Job {
 
 func setLimit(t *testing.T, s store.Store, c admission.Config) {
 	t.Helper()
-	if _, err := s.UpsertLimit(context.Background(), c); err != nil {
+	if _, err := s.UpsertLimit(context.Background(), c, T0); err != nil {
 		t.Fatalf("upsert limit %s: %v", c.Name, err)
 	}
 }
