@@ -1,9 +1,9 @@
 package sqlite
 
 import (
-	"fmt"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
