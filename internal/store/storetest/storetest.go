@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 		"TokenBucketPacing":     testTokenBucketPacing,
 		"NextAdmission":         testNextAdmission,
 		"ReconfigureRepaysDebt": testReconfigureRepaysDebt,
+		"ShapesBoundStarts":     testShapesBoundStarts,
 		"ConcurrencyCap":        testConcurrencyCap,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
