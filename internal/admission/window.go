@@ -71,7 +71,7 @@ func (w Window) validate() error {
 	return nil
 }
 
-// LogSlots bounds a window's start log: two starts closer together than
+// LogSlots bounds a window's start log: starts within the same slot of
 // Period/LogSlots share one entry. The log is exact while starts are at
 // least that far apart (a 20/s window: 2 ms), which paced starts are; a
 // dense burst is merged into slots, each counted at its latest start, so
@@ -112,7 +112,8 @@ func (l *startLog) since(horizon int64) int64 {
 }
 
 // add records cost units started at at (Unix ns), dropping entries at or
-// before horizon and merging into the last entry when it is within slot.
+// before horizon and merging into the last entry when both fall in the
+// same slot of width slot.
 // A clock that went backwards (another node's) is recorded at the latest
 // time seen, which keeps the log ordered and conservative.
 func (l *startLog) add(at, cost, horizon, slot int64) {
@@ -129,7 +130,9 @@ func (l *startLog) add(at, cost, horizon, slot int64) {
 	l.sum = satAdd(l.sum, cost)
 	if n := len(l.entries); n > 0 {
 		last := &l.entries[n-1]
-		if at <= last.at || at-last.at < slot {
+		// Same slot (aligned to the epoch, so an entry never spans more
+		// than one) or a clock behind the last entry: merge.
+		if at <= last.at || (slot > 0 && at/slot == last.at/slot) {
 			last.at = max(last.at, at)
 			last.cost = satAdd(last.cost, cost)
 			return
