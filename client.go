@@ -271,6 +271,9 @@ func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertRes
 		for k, i := range idx {
 			batch[k] = jobs[i]
 		}
+		if err := store.CheckCosts(ctx, c.regions[region].store, batch, c.cfg.DefaultLimit); err != nil {
+			return nil, err
+		}
 		res, err := c.regions[region].store.Insert(ctx, batch, c.cfg.DefaultLimit)
 		if err != nil {
 			return nil, fmt.Errorf("ratelane: insert in region %q: %w", region, err)
