@@ -36,6 +36,9 @@ const (
 	// MaxCutPerRun is the lowest fraction of its rate one run of refusals
 	// may cut a key to.
 	MaxCutPerRun = 0.5
+	// MinMeasure is the least time since the last cut over which the
+	// accepted rate is measured (unless three starts were made since).
+	MinMeasure = 20 * time.Millisecond
 )
 
 // discoveryWindow is D: the key's longest window, or DiscoveryWindow.
@@ -85,10 +88,11 @@ func (s *State) Throttled(now, until time.Time, cost int64) {
 // sent more than the estimate: it overshot) sets the learned rate just
 // under it. A refusal it does not explain (the key was sending no faster
 // than the upstream had been accepting) means the upstream's limit changed
-// silently: it trims the rate by DiscoveryMargin. A refusal of a start
-// made after the run's last cut (more starts since it than leases were in
-// flight) halves it (MaxCutPerRun), since the trailing window still holds
-// starts accepted under the old limit and says nothing yet of the new one. The key's
+// silently: it trims the rate by DiscoveryMargin. The next refusal of the
+// run measures directly: the starts made since the last cut that the
+// upstream accepted, over the time since (at least MinMeasure). That is
+// the upstream's allowance now, whatever the trailing window, which still
+// holds starts accepted under the old limit, says. The key's
 // learned window (see Check) then holds new starts until the window has
 // drained below the new limit, so the upstream's window drains too instead
 // of refusing every start meanwhile.
@@ -114,16 +118,23 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	accepted := float64(starts.since(t-dn) - refusals.since(t-dn))
 	est := math.Max(0, accepted) / d.Seconds() * (1 - DiscoveryMargin)
 	learned := math.Min(current, est)
-	switch {
-	case sameRun && starts.since(s.LastRefusal.UnixNano()) > int64(s.InFlight):
-		// Starts made after the last refusal's cut were refused too (more
-		// of them than could have been in flight at it): the estimate
-		// failed, the limit dropped under what the window remembers.
-		learned = math.Min(learned, current*MaxCutPerRun)
-	case est >= current*(1-2*DiscoveryMargin):
+	if est >= current*(1-2*DiscoveryMargin) {
 		// Refused at the rate it had been accepting: trim, and let the
-		// next refusal of the run decide.
+		// next refusal of the run measure.
 		learned = current * (1 - DiscoveryMargin)
+	}
+	if sameRun {
+		// Direct evidence: what the upstream accepted of the starts made
+		// since the last cut, over the time since. Refusals beyond the
+		// leases now in flight are of starts made after the cut.
+		since := s.LastRefusal.UnixNano()
+		span := now.Sub(s.LastRefusal)
+		made := starts.since(since)
+		if span >= MinMeasure || made >= 3 {
+			ok := made - max(0, refusals.since(since)-int64(s.InFlight))
+			r := math.Max(0, float64(ok)) / math.Max(span.Seconds(), 1e-3) * (1 - DiscoveryMargin)
+			learned = math.Min(learned, r)
+		}
 	}
 	learned = math.Max(learned, s.episode*MaxCutPerRun)
 	s.LearnedRate = math.Min(s.Rate, math.Max(s.MinRate, learned))
