@@ -905,3 +905,28 @@ func testShapesBoundStarts(t *testing.T, open Opener) {
 		t.Fatalf("bucket key admitted %d units in 12 s at 20/s, want at least 150 (all 150 of its jobs)", n)
 	}
 }
+
+// testPauseToTheNanosecond checks that a pause from a Retry-After of
+// 1.234567 s holds the key exactly that long through the driver: nothing
+// is leased a microsecond before it ends, and the next job is at its end.
+func testPauseToTheNanosecond(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "k", Rate: 1000, Burst: 10})
+	a, b := NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k")
+	insert(t, s, a, b)
+	got := lease(t, s, T0, 1)
+	if len(got) != 1 {
+		t.Fatalf("leased %d, want 1", len(got))
+	}
+	until := T0.Add(1234567 * time.Microsecond)
+	tr := store.Transition{ID: got[0].ID, LeaseToken: got[0].LeaseToken, To: job.StateRetryScheduled, EligibleAt: until.Add(time.Hour),
+		Attempts: job.Attempts{Congestion: 1}, Record: job.AttemptRecord{At: T0, Outcome: job.ClassRateLimited},
+		Keys: store.KeyEffect{Now: T0, RateLimited: true, PauseUntil: until, Estimated: 1}}
+	mustOK(t, finish(t, s, tr))
+	if n := len(lease(t, s, until.Add(-time.Microsecond), 1)); n != 0 {
+		t.Fatalf("leased %d a microsecond before the pause ends", n)
+	}
+	if n := len(lease(t, s, until, 1)); n != 1 {
+		t.Fatalf("leased %d at the end of the pause, want 1", n)
+	}
+}

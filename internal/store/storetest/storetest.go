@@ -45,6 +45,7 @@ func Run(t *testing.T, open Opener) {
 		"NextAdmission":         testNextAdmission,
 		"ReconfigureRepaysDebt": testReconfigureRepaysDebt,
 		"ShapesBoundStarts":     testShapesBoundStarts,
+		"PauseToTheNanosecond":  testPauseToTheNanosecond,
 		"ConcurrencyCap":        testConcurrencyCap,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
