@@ -406,11 +406,10 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 		return false, now.Add(CapRetry)
 	}
 	next = now
-	if s.rate() > 0 {
-		if tat := maxTime(s.TAT, now); tat.After(now) { // a full bucket admits even a cost above the burst
-			if at := addSat(tat, s.units(float64(cost))-s.tolerance()); at.After(next) {
-				next = at
-			}
+	if rate := s.rate(); rate > 0 && s.TAT.After(now) { // a full bucket admits even a cost above the burst
+		// One saturating conversion: (cost - burst) units after TAT.
+		if at := s.TAT.Add(dur((float64(cost) - s.Burst) * 1e9 / rate)); at.After(next) {
+			next = at
 		}
 	}
 	if len(s.Windows) > 0 && len(s.logs) >= len(s.Windows) {
@@ -431,6 +430,9 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 		}
 	}
 	if next.After(now) {
+		if next.Sub(now) > MaxAhead {
+			next = now.Add(MaxAhead)
+		}
 		return false, next
 	}
 	return true, now
@@ -441,8 +443,11 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 // log) and counts a lease in flight.
 func (s *State) Take(now time.Time, cost int64) {
 	s.InFlight++
-	if s.rate() > 0 {
-		s.TAT = minTime(addSat(maxTime(s.TAT, now), s.units(float64(cost))), now.Add(MaxAhead))
+	if rate := s.rate(); rate > 0 {
+		s.TAT = maxTime(s.TAT, now).Add(dur(float64(cost) * 1e9 / rate))
+		if s.TAT.Sub(now) > MaxAhead { // saturate: TAT stays representable
+			s.TAT = now.Add(MaxAhead)
+		}
 	}
 	if s.nLogs() == 0 {
 		return
