@@ -257,16 +257,11 @@ type State struct {
 	// good is the last learned rate that went a whole discovery window
 	// without a refusal: a failed probe falls back to it.
 	good float64
-	// episode is the learned rate when the current run of refusals began;
-	// one run never cuts below half of it (see refused).
-	episode float64
 	// probe is the learned rate at probeAt (Unix ns), when the current
 	// probe step began; it becomes good once a window passed without a
 	// refusal.
 	probe   float64
 	probeAt int64
-	// episodeAt is when the current run of refusals began (Unix ns).
-	episodeAt int64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -280,11 +275,10 @@ func NewState(c Config) State {
 // (start logs and learned-limit bookkeeping) as a compact byte string for
 // the store; nil when there is none. dst is reused when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.episode == 0 && s.probeAt == 0 && s.episodeAt == 0 {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 {
 		return nil
 	}
-	extra := [5]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.episode)),
-		int64(math.Float64bits(s.probe)), s.probeAt, s.episodeAt}
+	extra := [3]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 
@@ -297,14 +291,11 @@ func (s *State) UnmarshalShapes(b []byte) error {
 		return err
 	}
 	s.logs = logs
-	s.good, s.episode, s.probe, s.probeAt, s.episodeAt = 0, 0, 0, 0, 0
-	if len(extra) >= 5 {
-		s.good = math.Float64frombits(uint64(extra[0]))
-		s.episode = math.Float64frombits(uint64(extra[1]))
-		s.probe, s.probeAt = math.Float64frombits(uint64(extra[2])), extra[3]
-		s.episodeAt = extra[4]
-		if !finite(s.good) || !finite(s.episode) || !finite(s.probe) {
-			s.good, s.episode, s.probe, s.probeAt, s.episodeAt = 0, 0, 0, 0, 0
+	s.good, s.probe, s.probeAt = 0, 0, 0
+	if len(extra) >= 3 {
+		s.good, s.probe, s.probeAt = math.Float64frombits(uint64(extra[0])), math.Float64frombits(uint64(extra[1])), extra[2]
+		if !finite(s.good) || !finite(s.probe) {
+			s.good, s.probe, s.probeAt = 0, 0, 0
 		}
 	}
 	return nil
@@ -329,7 +320,7 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 		s.LearnedRate = c.Rate
 	}
 	if !c.Adaptive {
-		s.good, s.episode, s.probe, s.probeAt, s.episodeAt, s.LastRefusal = 0, 0, 0, 0, 0, time.Time{}
+		s.good, s.probe, s.probeAt, s.LastRefusal = 0, 0, 0, time.Time{}
 	}
 	s.logs = nil
 	for i, w := range c.Windows {

@@ -7,25 +7,21 @@ import (
 
 // Limit discovery. An adaptive key keeps, besides its shapes' logs, a log
 // of its own recent starts and of the refusals it met over a discovery
-// window D (its longest window, or DiscoveryWindow). A refusal (a 429, or
-// a 503 with Retry-After) is evidence of the upstream's real allowance:
-// just before refusing, it accepted the starts of the trailing window less
-// the ones it refused. The learned rate is set just under that at once
-// (DiscoveryMargin), instead of a blind multiplicative cut that undershoots
-// and oscillates. Refusals that come back together (requests already in
-// flight) each lower the count of accepted starts by their cost, which is
-// what they are evidence of; one run of refusals never cuts below
-// MaxCutPerRun of the rate it began at, because a window that straddles a
-// silent change of the upstream's limit holds starts it accepted under the
-// old limit and refusals of the new one, and counting it would undershoot.
-// The next run, a window later, sees only the new limit. See refused for
-// a change the window cannot explain.
+// window D (its longest window, or DiscoveryWindow), and enforces a learned
+// window of its learned rate's worth of starts per D besides its bucket. A
+// refusal (a 429, or a 503 with Retry-After) is evidence of the upstream's
+// real allowance: just before refusing, it accepted the starts of the
+// trailing window less the ones it refused. The learned rate moves to just
+// under that at once (see refused) instead of a blind multiplicative cut,
+// bounded per signal so that one noisy window cannot collapse it.
 //
 // The key probes upward only after a clean window (no refusal for D), by
 // the larger of IncreasePerSecond of the ceiling and GrowthPerSecond of the
-// current rate per second of successes, so that a limit that rose again is
-// found within seconds; the learned rate that last went a clean window is
-// remembered, and a refusal while probing above it falls back to it.
+// current rate per second of successes, faster the longer it stays clean
+// (up to MaxProbeSpeedup x), so that a limit that rose again is found
+// within seconds; the learned rate that last went a clean window is
+// remembered, and a refusal while probing above it falls back to it (or to
+// what the upstream accepted, if more).
 const (
 	// DiscoveryWindow is the discovery window of a key with no window
 	// shape.
@@ -33,12 +29,24 @@ const (
 	// DiscoveryMargin is how far under the estimated allowance the learned
 	// rate is set, as a fraction.
 	DiscoveryMargin = 0.03
-	// MaxCutPerRun is the lowest fraction of its rate one run of refusals
-	// may cut a key to.
-	MaxCutPerRun = 0.5
-	// MinMeasure is the least time since the last cut over which the
-	// accepted rate is measured (unless three starts were made since).
-	MinMeasure = 20 * time.Millisecond
+	// MaxCutPerSignal is the lowest fraction of its rate one refusal
+	// signal may cut a key to.
+	MaxCutPerSignal = 0.5
+	// SentShare is the share of its learned rate's worth of starts a key
+	// must have made in the trailing window for the window to estimate the
+	// upstream's allowance: a key that sent less learned nothing of what
+	// the upstream would have taken.
+	SentShare = 0.8
+	// CutHoldoff is how long after a cut further refusals count as the
+	// same signal (requests that were already in flight).
+	CutHoldoff = 500 * time.Millisecond
+	// NoiseShare is the share of a window's starts that may be refused
+	// before a refusal (not within a window of the last) teaches the key
+	// anything.
+	NoiseShare = 0.02
+	// MaxProbeSpeedup bounds how much faster than GrowthPerSecond a key
+	// that has gone several clean windows probes.
+	MaxProbeSpeedup = 3
 )
 
 // discoveryWindow is D: the key's longest window, or DiscoveryWindow.
@@ -84,18 +92,16 @@ func (s *State) Throttled(now, until time.Time, cost int64) {
 // now and reports whether the key is adaptive.
 //
 // The estimate is the cost the upstream accepted in the trailing window:
-// the key's starts there less its refusals. A refusal it explains (the key
-// sent more than the estimate: it overshot) sets the learned rate just
-// under it. A refusal it does not explain (the key was sending no faster
-// than the upstream had been accepting) means the upstream's limit changed
-// silently: it trims the rate by DiscoveryMargin. The next refusal of the
-// run measures directly: the starts made since the last cut that the
-// upstream accepted, over the time since (at least MinMeasure). That is
-// the upstream's allowance now, whatever the trailing window, which still
-// holds starts accepted under the old limit, says. The key's
-// learned window (see Check) then holds new starts until the window has
-// drained below the new limit, so the upstream's window drains too instead
-// of refusing every start meanwhile.
+// the key's starts there less its refusals. The learned rate moves toward
+// it at once, but by at least DiscoveryMargin (a refusal at the rate the
+// upstream had been accepting means its limit changed silently) and at
+// most to MaxCutPerSignal of the rate per signal: refusals within
+// CutHoldoff of the last cut are requests already in flight then, or the
+// echo of one event, and count once. A stray refusal among many
+// acceptances (under NoiseShare of the window's starts) is jitter and
+// teaches nothing. A trailing window the key sent in for less than three
+// quarters of (it just started, or was paused) is no estimate: a key that
+// started half a window ago accepted half a window's worth.
 func (s *State) refused(now time.Time, cost int64) bool {
 	if !s.Adaptive || s.Rate <= 0 {
 		return false
@@ -105,40 +111,33 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	t, dn := now.UnixNano(), int64(d)
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	refusals.add(t, cost, t-dn, dn/LogSlots)
+	inStarts, inRefusals := starts.since(t-dn), refusals.since(t-dn)
+	recent := !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < d
+	if !recent && float64(inRefusals) <= NoiseShare*float64(inStarts) {
+		return true // noise: counted, not learned from
+	}
+	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal) {
+		return true // the same signal
+	}
 	current := s.rate()
-	sameRun := !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < d
-	if !sameRun && !s.LastRefusal.IsZero() && s.good > 0 && current > s.good {
-		// A probe above the last good rate failed: go back to it.
-		current = s.good
+	est := math.Max(0, float64(inStarts-inRefusals)) / d.Seconds() * (1 - DiscoveryMargin)
+	if first, ok := starts.first(t - dn); !ok || t-first < dn*3/4 {
+		est = current
+	} else if float64(inStarts) < current*d.Seconds()*SentShare {
+		// The key sent slower than its learned rate: what it sent says
+		// nothing of what the upstream would have taken.
+		est = current
 	}
-	if s.episodeAt == 0 || t-s.episodeAt >= dn || t < s.episodeAt {
-		s.episode, s.episodeAt = current, t // a new run of refusals
+	if !recent && s.good > 0 && current > s.good {
+		// A probe above the last good rate failed: back to that rate, or
+		// to what the upstream accepted over the window if that is more.
+		current = math.Min(current, math.Max(s.good, est/(1-DiscoveryMargin)))
 	}
-	s.probe, s.probeAt = 0, 0
-	accepted := float64(starts.since(t-dn) - refusals.since(t-dn))
-	est := math.Max(0, accepted) / d.Seconds() * (1 - DiscoveryMargin)
-	learned := math.Min(current, est)
-	if est >= current*(1-2*DiscoveryMargin) {
-		// Refused at the rate it had been accepting: trim, and let the
-		// next refusal of the run measure.
-		learned = current * (1 - DiscoveryMargin)
-	}
-	if sameRun {
-		// Direct evidence: what the upstream accepted of the starts made
-		// since the last cut, over the time since. Refusals beyond the
-		// leases now in flight are of starts made after the cut.
-		since := s.LastRefusal.UnixNano()
-		span := now.Sub(s.LastRefusal)
-		made := starts.since(since)
-		if span >= MinMeasure || made >= 3 {
-			ok := made - max(0, refusals.since(since)-int64(s.InFlight))
-			r := math.Max(0, float64(ok)) / math.Max(span.Seconds(), 1e-3) * (1 - DiscoveryMargin)
-			learned = math.Min(learned, r)
-		}
-	}
-	learned = math.Max(learned, s.episode*MaxCutPerRun)
+	learned := math.Min(current*(1-DiscoveryMargin), est)
+	learned = math.Max(learned, current*MaxCutPerSignal)
 	s.LearnedRate = math.Min(s.Rate, math.Max(s.MinRate, learned))
 	s.LastRefusal = now
+	s.probe, s.probeAt = 0, 0
 	return true
 }
 
@@ -148,7 +147,10 @@ func (s *State) refused(now time.Time, cost int64) bool {
 // the ceiling and GrowthPerSecond of the current rate, per second of
 // traffic, up to the ceiling.
 func (s *State) Succeeded(now time.Time) {
-	if !s.Adaptive || s.LearnedRate >= s.Rate || s.rate() <= 0 {
+	if !s.Adaptive {
+		return
+	}
+	if s.LearnedRate >= s.Rate || s.rate() <= 0 {
 		return
 	}
 	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < s.discoveryWindow() {
@@ -161,6 +163,13 @@ func (s *State) Succeeded(now time.Time) {
 		}
 		s.probe, s.probeAt = s.LearnedRate, now.UnixNano()
 	}
-	step := math.Max(s.Rate*IncreasePerSecond, s.rate()*GrowthPerSecond) / s.rate()
+	// The longer the key has gone clean, the faster it probes (up to
+	// MaxProbeSpeedup x), so a limit that rose far is found in seconds
+	// while a probe just after a refusal stays gentle.
+	speed := float64(MaxProbeSpeedup)
+	if !s.LastRefusal.IsZero() {
+		speed = min(speed, max(1, now.Sub(s.LastRefusal).Seconds()/s.discoveryWindow().Seconds()))
+	}
+	step := math.Max(s.Rate*IncreasePerSecond, s.rate()*GrowthPerSecond*speed) / s.rate()
 	s.LearnedRate = math.Min(s.Rate, s.LearnedRate+step)
 }

@@ -111,6 +111,16 @@ func (l *startLog) since(horizon int64) int64 {
 	return in
 }
 
+// first returns the time of the oldest entry after horizon.
+func (l *startLog) first(horizon int64) (int64, bool) {
+	for _, e := range l.entries {
+		if e.at > horizon {
+			return e.at, true
+		}
+	}
+	return 0, false
+}
+
 // add records cost units started at at (Unix ns), dropping entries at or
 // before horizon and merging into the last entry when both fall in the
 // same slot of width slot.
