@@ -116,17 +116,22 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	if !recent && float64(inRefusals) <= NoiseShare*float64(inStarts) {
 		return true // noise: counted, not learned from
 	}
-	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal) {
-		return true // the same signal
-	}
 	current := s.rate()
-	est := math.Max(0, float64(inStarts-inRefusals)) / d.Seconds() * (1 - DiscoveryMargin)
+	est, valid := math.Max(0, float64(inStarts-inRefusals))/d.Seconds()*(1-DiscoveryMargin), true
 	if first, ok := starts.first(t - dn); !ok || t-first < dn*3/4 {
-		est = current
+		est, valid = current, false
 	} else if float64(inStarts) < current*d.Seconds()*SentShare {
 		// The key sent slower than its learned rate: what it sent says
 		// nothing of what the upstream would have taken.
-		est = current
+		est, valid = current, false
+	}
+	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal) {
+		// The same signal: no further trim, but a window that says the
+		// upstream accepted less than the key's rate still lowers it.
+		if valid && est < current {
+			s.LearnedRate = math.Max(s.MinRate, math.Max(est, current*MaxCutPerSignal))
+		}
+		return true
 	}
 	if !recent && s.good > 0 && current > s.good {
 		// A probe above the last good rate failed: back to that rate, or
