@@ -98,7 +98,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	c.metrics.AddRegion(r.Name, st)
 	c.order = append(c.order, r.Name)
 	for _, l := range c.cfg.Limits {
-		if _, err := st.UpsertLimit(ctx, l); err != nil {
+		if _, err := st.UpsertLimit(ctx, l, c.cfg.Now()); err != nil {
 			return fmt.Errorf("ratelane: region %q: limit %q: %w", r.Name, l.Name, err)
 		}
 	}
@@ -284,6 +284,9 @@ func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertRes
 		for k, i := range idx {
 			batch[k] = jobs[i]
 		}
+		if err := store.CheckCosts(ctx, c.regions[region].store, batch, c.cfg.DefaultLimit); err != nil {
+			return nil, err
+		}
 		res, err := c.regions[region].store.Insert(ctx, batch, c.cfg.DefaultLimit)
 		if err != nil {
 			return nil, fmt.Errorf("ratelane: insert in region %q: %w", region, err)
@@ -374,7 +377,7 @@ func (c *Client) SetLimit(ctx context.Context, region string, l Limit) (LimitSta
 	if err != nil {
 		return LimitState{}, err
 	}
-	return st.UpsertLimit(ctx, l)
+	return st.UpsertLimit(ctx, l, c.cfg.Now())
 }
 
 // Limits returns every limit key of a region with its live state.

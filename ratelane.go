@@ -19,6 +19,8 @@
 package ratelane
 
 import (
+	"time"
+
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
 )
@@ -42,18 +44,33 @@ type Outcome = job.Outcome
 // Budgets are the per-class attempt budgets of a job.
 type Budgets = job.Budgets
 
-// Limit is a limit key's configuration: rate and burst of starts, a
-// concurrency cap and adaptive mode.
+// Limit is a limit key's configuration: its shapes (a token bucket of Rate
+// and Burst, sliding Windows), a concurrency cap and adaptive mode. A start
+// is admitted only when every shape admits it.
 type Limit = admission.Config
+
+// Window is a sliding-window shape of a Limit: at most Limit cost units
+// start in any interval of length Period.
+type Window = admission.Window
 
 // UpstreamLimit returns the Limit for a key that calls an upstream
 // declaring rate requests per second with the given burst (for instance a
-// provider's documented quota): ratelane paces 3% below the rate and keeps
-// half the burst unused, so that jitter between a start and its arrival
-// upstream does not turn into 429s, each of which would pause the key for a
-// whole Retry-After. Set Limit's fields directly to pace exactly.
+// provider's documented quota). It never overruns a sliding one-second
+// window of the declared rate, the strictest reading of "rate per second":
+// a window of the rate per second lengthened by 3% (at least 20 ms), so
+// that jitter between a start and its arrival upstream does not turn into
+// 429s, and a bucket 3% below the rate with half the burst, which spreads
+// starts out. Set Limit's fields directly to pace exactly, or use
+// UpstreamWindowLimit for an allowance per minute or hour.
 func UpstreamLimit(name string, rate, burst float64) Limit {
 	return admission.Upstream(name, rate, burst, admission.DefaultHeadroom)
+}
+
+// UpstreamWindowLimit is UpstreamLimit for an upstream declaring at most
+// limit requests in any window of period (e.g. 200 per minute); burst zero
+// means one second's worth.
+func UpstreamWindowLimit(name string, limit float64, period time.Duration, burst float64) Limit {
+	return admission.UpstreamWindow(name, limit, period, burst, admission.DefaultHeadroom)
 }
 
 // LimitState is a limit key's configuration plus its live shared state.

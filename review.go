@@ -425,19 +425,7 @@ func predictWait(ctx context.Context, st store.Store, lane Lane, keys []string, 
 	return worst, nil
 }
 
+// keyWait is admission.State.Wait: every shape of the key, saturating.
 func keyWait(k *admission.State, cost int64, now time.Time) time.Duration {
-	var wait time.Duration
-	start := now
-	if k.PausedUntil.After(now) {
-		wait, start = k.PausedUntil.Sub(now), k.PausedUntil
-	}
-	rate := k.Rate
-	if k.Adaptive && k.LearnedRate > 0 {
-		rate = k.LearnedRate
-	}
-	ahead := float64(cost) - k.Tokens(start)
-	if rate <= 0 || ahead <= 0 {
-		return wait
-	}
-	return wait + time.Duration(ahead/rate*float64(time.Second))
+	return k.Wait(now, cost)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -97,16 +98,45 @@ func optInt(n *int64) string {
 // limitRequest is the body of PUT /v1/limits/{key}: the key's whole
 // configuration (a PUT replaces it; live state is kept by the server).
 type limitRequest struct {
-	Rate        float64  `json:"rate"`
-	Burst       float64  `json:"burst"`
-	Concurrency int      `json:"concurrency"`
-	Adaptive    bool     `json:"adaptive"`
-	MinRate     *float64 `json:"min_rate,omitempty"`
+	Shape       string      `json:"shape,omitempty"`
+	Rate        float64     `json:"rate"`
+	Period      string      `json:"period,omitempty"`
+	Burst       float64     `json:"burst"`
+	Windows     []windowArg `json:"windows,omitempty"`
+	Concurrency int         `json:"concurrency"`
+	Adaptive    bool        `json:"adaptive"`
+	MinRate     *float64    `json:"min_rate,omitempty"`
+}
+
+// windowArg is one --window flag: LIMIT/PERIOD, e.g. 200/1m.
+type windowArg struct {
+	Limit  float64 `json:"limit"`
+	Period string  `json:"period"`
+}
+
+// windowFlags collects repeated --window flags.
+type windowFlags []windowArg
+
+func (w *windowFlags) String() string { return "" }
+
+func (w *windowFlags) Set(v string) error {
+	n, p, ok := strings.Cut(v, "/")
+	limit, err := strconv.ParseFloat(n, 64)
+	if !ok || err != nil || limit <= 0 {
+		return fmt.Errorf("want LIMIT/PERIOD such as 200/1m, got %q", v)
+	}
+	d, err := time.ParseDuration(p)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("want LIMIT/PERIOD such as 200/1m, got %q", v)
+	}
+	*w = append(*w, windowArg{Limit: limit, Period: d.String()})
+	return nil
 }
 
 func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("limits set", "KEY [flags]",
-		"Create or reconfigure a limit key, e.g. 'limits set openai:gpt-4o-mini --rate 500 --per 1m --burst 20 --adaptive'.\n"+
+		"Create or reconfigure a limit key, e.g. 'limits set openai:gpt-4o-mini --rate 500 --per 1m --burst 20 --adaptive'\n"+
+			"or 'limits set partner --shape window --rate 20 --per 1s --window 200/1m'.\n"+
 			"Unset flags reset to their defaults: a PUT replaces the whole configuration.", stderr)
 	cf := addClientFlags(fs)
 	var (
@@ -115,7 +145,10 @@ func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		per     time.Duration
 		minRate float64
 		region  string
+		windows windowFlags
 	)
+	fs.StringVar(&req.Shape, "shape", "", "how --rate per --per is counted: bucket (default; a token bucket with --burst) or window (at most --rate starts in any --per, sliding)")
+	fs.Var(&windows, "window", "a further sliding window LIMIT/PERIOD, e.g. 200/1m (repeatable)")
 	fs.Float64Var(&rate, "rate", 0, "starts (cost units) allowed per --per; 0 does not pace starts")
 	fs.DurationVar(&per, "per", time.Second, "the period --rate and --min-rate are counted over")
 	fs.Float64Var(&req.Burst, "burst", 0, "cost units that may start at once from a full bucket (0: one second's worth)")
@@ -133,9 +166,13 @@ func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if per <= 0 {
 		return usageError{"--per must be positive, e.g. 1s or 1m"}
 	}
-	// The API counts rates per second; --per is a convenience for quotas
-	// documented per minute ("500 RPM").
+	// The API counts bucket rates per second; --per is a convenience for
+	// quotas documented per minute ("500 RPM"). A window keeps its period.
 	req.Rate = rate / per.Seconds()
+	if req.Shape == "window" {
+		req.Rate, req.Period = rate, per.String()
+	}
+	req.Windows = windows
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "min-rate" {
 			m := minRate / per.Seconds()

@@ -58,3 +58,22 @@ func TestLimitsSetInvalid(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
 	}
 }
+
+func TestLimitsSetWindows(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"PUT /v1/limits/partner": {body: `{"name":"partner","rate":0}`}})
+	code, _, errOut := api.cli(t, "limits", "set", "partner", "--shape", "window", "--rate", "20", "--per", "1s",
+		"--window", "200/1m", "--window", "5000/1h")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	r := api.only(t, "PUT", "/v1/limits/partner")
+	want := map[string]any{"shape": "window", "rate": 20.0, "period": "1s", "burst": 0.0, "concurrency": 0.0, "adaptive": false,
+		"windows": []any{map[string]any{"limit": 200.0, "period": "1m0s"}, map[string]any{"limit": 5000.0, "period": "1h0m0s"}}}
+	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
+		t.Errorf("body = %v, want %v", got, want)
+	}
+	if code, _, errOut := api.cli(t, "limits", "set", "partner", "--window", "lots"); code == 0 || !strings.Contains(errOut, "LIMIT/PERIOD") {
+		t.Fatalf("a bad --window: exit %d, stderr %s", code, errOut)
+	}
+}

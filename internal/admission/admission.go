@@ -1,12 +1,16 @@
 // Package admission decides whether a limit key admits one more start. It
-// holds ratelane's own idea of pacing: a GCRA token bucket per key that paces
-// starts (not only concurrency), a concurrency cap on in-flight leases, a
-// shared pause set from a 429, and an adaptive rate learned from 429s
-// (multiplicative decrease) and successes (additive increase).
+// holds ratelane's own idea of pacing. A key has one or more shapes, all of
+// which must admit a start: a GCRA token bucket (rate, burst) and sliding
+// windows (at most N cost units start in any window of length W, counted
+// from a start log). It also has a concurrency cap on leases in flight, a
+// shared pause set from a 429 (or 503 + Retry-After), and, when adaptive, a
+// learned limit discovered from what the upstream accepted just before it
+// refused (see discover.go), instead of a blind multiplicative cut.
 //
 // Everything here is pure and time-explicit: every method takes now. The
 // stores load a key's State inside their lease transaction, ask it, and write
-// it back, so the decision is atomic with the lease on every driver.
+// it back, so the decision is atomic with the lease on every driver. All
+// arithmetic saturates: no cost, rate or time makes a duration wrap.
 package admission
 
 import (
@@ -21,15 +25,11 @@ import (
 // because they shape convergence, which the benchmarks measure; change them
 // there, not per key.
 const (
-	// DecreaseFactor multiplies the learned rate on a 429.
-	DecreaseFactor = 0.7
-	// DecreaseHoldoff is the minimum time between two decreases, so that a
-	// burst of 429s from requests already in flight counts as one signal.
-	DecreaseHoldoff = 500 * time.Millisecond
-	// IncreasePerSecond is the additive increase, as a fraction of the
-	// configured ceiling per second of successful traffic.
+	// IncreasePerSecond is the additive part of an adaptive key's probe
+	// upward, as a fraction of the configured ceiling per second of
+	// successful traffic after a clean discovery window.
 	IncreasePerSecond = 0.05
-	// GrowthPerSecond is the multiplicative part of the increase, as a
+	// GrowthPerSecond is the multiplicative part of the probe, as a
 	// fraction of the current rate per second; the larger of the two
 	// applies.
 	GrowthPerSecond = 0.2
@@ -41,18 +41,55 @@ const (
 	// DefaultHeadroom is the fraction of an upstream's declared rate that
 	// [Upstream] leaves unused.
 	DefaultHeadroom = 0.03
+	// MinJitterGuard is the least time [Upstream] adds to a declared
+	// window, whatever its length (see [UpstreamWindow]).
+	MinJitterGuard = 20 * time.Millisecond
+	// MaxCost bounds a job's cost and a shape's burst or window limit, in
+	// cost units; admission arithmetic saturates beyond it.
+	MaxCost = 1_000_000_000_000
+	// MaxAhead is the furthest ahead of now any admission time is set (a
+	// bucket's TAT, a refusal's next time). Saturating there keeps every
+	// time representable as Unix nanoseconds in the stores.
+	MaxAhead = 100 * 365 * 24 * time.Hour
 )
 
 // Upstream returns the configuration of a key that paces calls to an
-// upstream declaring rate requests per second with the given burst: the
-// rate less headroom (a fraction, e.g. DefaultHeadroom) and half the burst,
-// rounded up. Requests reach the upstream with network and scheduling
-// jitter, and its bucket runs on its own clock, so starts spaced exactly at
-// its rate can arrive closer together than it allows; each such arrival is
-// a 429 that pauses the key for a whole Retry-After (often a second). The
-// burst ratelane leaves unused stays in the upstream's bucket to absorb the
-// jitter, and the rate headroom refills it. A zero rate means unpaced.
+// upstream declaring rate requests per second with the given burst. It is
+// the shape that never overruns a sliding one-second window of the
+// declared rate (the strictest reading of "rate per second") nor a token
+// bucket of (rate, burst), with a margin for jitter:
+//
+//   - a window of floor(rate) starts per second (for rates under 1/s, one
+//     start per 1/rate seconds), lengthened by [JitterGuard]: a start log
+//     at the sender cannot see the upstream's clock, and starts exactly one
+//     window apart can arrive closer together than that when latency varies;
+//   - a token bucket at the rate less headroom (a fraction, e.g.
+//     DefaultHeadroom) with half the burst (rounded up), which spreads
+//     starts out instead of firing a whole window at once: the burst left
+//     unused stays in an upstream bucket to absorb the same jitter.
+//
+// Each arrival the upstream refuses is a 429 that costs a key its pause,
+// so the margin costs a few percent of the allowance to save seconds. A
+// zero rate means unpaced.
 func Upstream(name string, rate, burst, headroom float64) Config {
+	c := Config{Name: name}
+	if rate > 0 && !math.IsInf(rate, 0) && !math.IsNaN(rate) {
+		c.Rate = rate * (1 - headroom)
+		c.Burst = math.Ceil(math.Max(1, burst) / 2)
+		limit, period := math.Floor(rate), time.Second
+		if rate < 1 {
+			limit, period = 1, dur(1e9/rate)
+		}
+		c.Windows = []Window{{Limit: limit, Period: period + JitterGuard(period, headroom)}}
+	}
+	return c
+}
+
+// UpstreamBucket is the configuration [Upstream] returned before windows:
+// a token bucket only, at the rate less headroom with half the burst. It
+// can overrun a sliding window of the declared rate by up to half the
+// burst; use it for an upstream that documents a token bucket.
+func UpstreamBucket(name string, rate, burst, headroom float64) Config {
 	c := Config{Name: name}
 	if rate > 0 {
 		c.Rate = rate * (1 - headroom)
@@ -61,20 +98,60 @@ func Upstream(name string, rate, burst, headroom float64) Config {
 	return c
 }
 
-// Config is a limit key's configuration: what an operator sets.
+// UpstreamWindow returns the configuration of a key that paces calls to
+// an upstream declaring at most limit requests in any window of period: a
+// window of limit per period lengthened by [JitterGuard], and a token
+// bucket at limit/period less headroom with half the burst (at least 1),
+// which spreads the window's starts instead of sending them at once. A
+// burst of zero means one second's worth, at most limit.
+func UpstreamWindow(name string, limit float64, period time.Duration, burst, headroom float64) Config {
+	c := Config{Name: name}
+	if limit <= 0 || period <= 0 {
+		return c
+	}
+	rate := limit / period.Seconds()
+	if burst <= 0 {
+		burst = math.Min(limit, math.Max(1, math.Ceil(rate)))
+	}
+	c.Rate = rate * (1 - headroom)
+	c.Burst = math.Ceil(math.Max(1, burst) / 2)
+	c.Windows = []Window{{Limit: limit, Period: period + JitterGuard(period, headroom)}}
+	return c
+}
+
+// JitterGuard is how much longer than the upstream's window of length
+// period ratelane makes its own: the larger of headroom x period and
+// MinJitterGuard. Two starts one guarded window apart arrive at least
+// period apart as long as their latencies differ by less than the guard
+// (30 ms on a one-second window, more than loopback or a regional hop
+// varies); the cost is headroom of the allowance, the same margin the
+// bucket keeps.
+func JitterGuard(period time.Duration, headroom float64) time.Duration {
+	return max(MinJitterGuard, dur(float64(period)*headroom))
+}
+
+// Config is a limit key's configuration: what an operator sets. A key
+// admits a start only when every shape it has admits it: the token bucket
+// (Rate, Burst) when Rate > 0, and each of Windows.
 type Config struct {
 	// Name is the key, e.g. "openai:gpt-4o-mini" or "subscriber:store_17".
 	Name string `json:"name"`
-	// Rate is the sustained rate of starts, in cost units per second. Zero
-	// means the key does not pace starts (only Concurrency applies).
+	// Rate is the token bucket's sustained rate of starts, in cost units
+	// per second. Zero means the key has no bucket (Windows and
+	// Concurrency still apply).
 	Rate float64 `json:"rate"`
 	// Burst is how many cost units may start at once from a full bucket.
 	// Zero means max(1, Rate) (one second's worth).
 	Burst float64 `json:"burst"`
+	// Windows are sliding-window shapes: at most Limit cost units start in
+	// any Period. Empty means none.
+	Windows []Window `json:"windows,omitempty"`
 	// Concurrency caps the key's leases in flight. Zero means no cap.
 	Concurrency int `json:"concurrency"`
-	// Adaptive lets 429s lower the rate and successes raise it again, up to
-	// Rate.
+	// Adaptive lets the key discover its upstream's real limit: a 429
+	// sets the learned rate from what the upstream accepted just before
+	// refusing, and clean windows probe back up to Rate. The learned
+	// fraction of Rate scales every window too.
 	Adaptive bool `json:"adaptive"`
 	// MinRate is the floor of an adaptive key's learned rate. Zero means
 	// MinRateFraction of Rate.
@@ -99,14 +176,55 @@ func (c Config) Validate() error {
 		return fmt.Errorf("limit key name must be 1 to %d bytes", job.MaxNameLen)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate > 1e9:
 		return fmt.Errorf("rate must be between 0 (unpaced) and 1e9 per second, got %v", c.Rate)
-	case c.Burst < 0 || math.IsNaN(c.Burst) || c.Burst > 1e12:
+	case c.Burst < 0 || math.IsNaN(c.Burst) || c.Burst > MaxCost:
 		return fmt.Errorf("burst must be between 0 (default) and 1e12, got %v", c.Burst)
 	case c.Concurrency < 0 || c.Concurrency > 1_000_000:
 		return fmt.Errorf("concurrency must be between 0 (uncapped) and 1000000, got %d", c.Concurrency)
-	case c.MinRate < 0 || c.MinRate > c.Rate:
+	case math.IsNaN(c.MinRate) || c.MinRate < 0 || c.MinRate > c.Rate:
 		return fmt.Errorf("min_rate must be between 0 and rate (%v), got %v", c.Rate, c.MinRate)
 	case c.Adaptive && c.Rate == 0:
 		return fmt.Errorf("an adaptive key needs a rate ceiling greater than 0")
+	case len(c.Windows) > MaxWindows:
+		return fmt.Errorf("windows: at most %d per key, got %d", MaxWindows, len(c.Windows))
+	}
+	for i, w := range c.Windows {
+		if err := w.validate(); err != nil {
+			return fmt.Errorf("windows[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// MaxWindows bounds the windows of one key.
+const MaxWindows = 4
+
+// MaxCost returns the largest cost one start may have on this key: the
+// bucket's burst and every window's limit bound it, since a start above
+// them could never be admitted by a shape that is not empty. It is
+// +Inf for a key with no shape (unpaced).
+func (c Config) MaxCost() float64 {
+	c = c.WithDefaults()
+	m := math.Inf(1)
+	if c.Rate > 0 {
+		m = c.Burst
+	}
+	for _, w := range c.Windows {
+		m = math.Min(m, w.Limit)
+	}
+	return m
+}
+
+// CheckCost reports a cost the key can never admit, naming the field:
+// cost must be at least 1, at most MaxCost, and within [Config.MaxCost].
+func (c Config) CheckCost(cost int64) error {
+	switch {
+	case cost < 1:
+		return fmt.Errorf("cost must be at least 1, got %d", cost)
+	case cost > MaxCost:
+		return fmt.Errorf("cost must be at most %d, got %d", int64(MaxCost), cost)
+	case float64(cost) > c.MaxCost():
+		return fmt.Errorf("cost %d can never start on limit key %q: its largest admissible start is %g (burst or window limit)",
+			cost, c.Name, c.MaxCost())
 	}
 	return nil
 }
@@ -127,8 +245,23 @@ type State struct {
 	PausedUntil time.Time `json:"paused_until,omitzero"`
 	// InFlight counts the key's jobs currently leased.
 	InFlight int `json:"in_flight"`
-	// LastDecrease is when the learned rate was last decreased.
-	LastDecrease time.Time `json:"-"`
+	// LastRefusal is when an adaptive key last met a 429 (or 503 with
+	// Retry-After); discovery probes upward only after a clean window
+	// since.
+	LastRefusal time.Time `json:"last_refusal,omitzero"`
+
+	// logs are the start logs: one per window, then (adaptive keys) the
+	// starts and the refusals of the discovery window. Encoded together
+	// with good and episode by MarshalShapes.
+	logs []startLog
+	// good is the last learned rate that went a whole discovery window
+	// without a refusal: a failed probe falls back to it.
+	good float64
+	// probe is the learned rate at probeAt (Unix ns), when the current
+	// probe step began; it becomes good once a window passed without a
+	// refusal.
+	probe   float64
+	probeAt int64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -138,24 +271,91 @@ func NewState(c Config) State {
 	return State{Config: c, LearnedRate: c.Rate}
 }
 
+// MarshalShapes returns the live state of the key's windows and discovery
+// (start logs and learned-limit bookkeeping) as a compact byte string for
+// the store; nil when there is none. dst is reused when it has room.
+func (s *State) MarshalShapes(dst []byte) []byte {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 {
+		return nil
+	}
+	extra := [3]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt}
+	return encodeLogs(dst[:0], s.logs, extra[:])
+}
+
+// UnmarshalShapes restores what MarshalShapes wrote. Logs that do not
+// match the configuration (a window added or removed since) are dropped
+// by the next Take, conservatively kept until then.
+func (s *State) UnmarshalShapes(b []byte) error {
+	logs, extra, err := decodeLogs(b)
+	if err != nil {
+		return err
+	}
+	s.logs = logs
+	s.good, s.probe, s.probeAt = 0, 0, 0
+	if len(extra) >= 3 {
+		s.good, s.probe, s.probeAt = math.Float64frombits(uint64(extra[0])), math.Float64frombits(uint64(extra[1])), extra[2]
+		if !finite(s.good) || !finite(s.probe) {
+			s.good, s.probe, s.probeAt = 0, 0, 0
+		}
+	}
+	return nil
+}
+
 // Reconfigure applies a new configuration to a live key at now, keeping its
 // pause, in-flight count and the tokens its bucket owes: a bucket that
 // owes n units at the old rate owes n units at the new one, so raising a
 // throttled key's rate takes effect at once instead of after the debt
-// run up at the old, slower rate.
+// run up at the old, slower rate. A window whose period is unchanged keeps
+// its start log (the starts really happened); other windows start empty.
 func (s *State) Reconfigure(c Config, now time.Time) {
 	before := s.rate()
 	owed := 0.0
 	if before > 0 && s.TAT.After(now) {
 		owed = s.TAT.Sub(now).Seconds() * before
 	}
+	oldWindows, oldLogs := s.Windows, s.logs
 	c = c.WithDefaults()
 	s.Config = c
 	if !c.Adaptive || s.LearnedRate <= 0 || s.LearnedRate > c.Rate {
 		s.LearnedRate = c.Rate
 	}
+	if !c.Adaptive {
+		s.good, s.probe, s.probeAt, s.LastRefusal = 0, 0, 0, time.Time{}
+	}
+	s.logs = nil
+	for i, w := range c.Windows {
+		for k, o := range oldWindows {
+			if o.Period == w.Period && k < len(oldLogs) {
+				s.ensureLogs()
+				s.logs[i] = oldLogs[k]
+				break
+			}
+		}
+	}
+	if c.Adaptive && len(oldLogs) == len(oldWindows)+2 && len(oldWindows) == len(c.Windows) {
+		s.ensureLogs()
+		copy(s.logs[len(c.Windows):], oldLogs[len(oldWindows):])
+	}
 	if after := s.rate(); owed > 0 && after > 0 && after != before {
-		s.TAT = now.Add(time.Duration(owed / after * float64(time.Second)))
+		s.TAT = addSat(now, dur(owed/after*1e9))
+	}
+}
+
+// nLogs is how many start logs the configuration needs.
+func (s *State) nLogs() int {
+	n := len(s.Windows)
+	if s.Adaptive {
+		n += 2
+	}
+	return n
+}
+
+// ensureLogs sizes s.logs to the configuration, keeping what matches.
+func (s *State) ensureLogs() {
+	if n := s.nLogs(); len(s.logs) != n {
+		logs := make([]startLog, n)
+		copy(logs, s.logs)
+		s.logs = logs
 	}
 }
 
@@ -166,20 +366,29 @@ func (s *State) rate() float64 {
 	return s.Rate
 }
 
-// interval is the time one cost unit occupies in the bucket.
-func (s *State) interval() time.Duration {
-	return time.Duration(float64(time.Second) / s.rate())
+// scale is the fraction of its configured windows an adaptive key may use:
+// its learned rate over its ceiling.
+func (s *State) scale() float64 {
+	if !s.Adaptive || s.Rate <= 0 || s.LearnedRate <= 0 {
+		return 1
+	}
+	return math.Min(1, s.LearnedRate/s.Rate)
 }
 
+// unitNS is the time one cost unit occupies in the bucket, in ns.
+func (s *State) unitNS() float64 { return 1e9 / s.rate() }
+
 // tolerance is how far TAT may run ahead of now: the burst.
-func (s *State) tolerance() time.Duration {
-	return time.Duration(s.Burst * float64(s.interval()))
-}
+func (s *State) tolerance() time.Duration { return dur(s.Burst * s.unitNS()) }
+
+// units is the time cost units occupy in the bucket, saturated.
+func (s *State) units(cost float64) time.Duration { return dur(cost * s.unitNS()) }
 
 // Check reports whether the key admits one start of the given cost at now.
 // When it does not, next is the earliest time it might (for a concurrency
-// cap, a short re-check interval, since a lease may end at any moment).
-// Check does not change s; call Take after every key of the job admitted it.
+// cap, a short re-check interval, since a lease may end at any moment);
+// next is never before now. Check does not change s; call Take after every
+// key of the job admitted it.
 func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 	if now.Before(s.PausedUntil) {
 		return false, s.PausedUntil
@@ -187,28 +396,62 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 	if s.Concurrency > 0 && s.InFlight >= s.Concurrency {
 		return false, now.Add(CapRetry)
 	}
-	if s.rate() <= 0 {
-		return true, now
+	next = now
+	if rate := s.rate(); rate > 0 && s.TAT.After(now) { // a full bucket admits even a cost above the burst
+		// One saturating conversion: (cost - burst) units after TAT.
+		if at := s.TAT.Add(dur((float64(cost) - s.Burst) * 1e9 / rate)); at.After(next) {
+			next = at
+		}
 	}
-	tat := maxTime(s.TAT, now)
-	if !tat.After(now) {
-		return true, now // a full bucket admits even a cost above the burst
+	if len(s.Windows) > 0 && len(s.logs) >= len(s.Windows) {
+		t, sc := now.UnixNano(), s.scale()
+		for i, w := range s.Windows {
+			if ok, at := s.logs[i].admitAt(t, cost, math.Max(1, w.Limit*sc), int64(w.Period)); !ok && at > next.UnixNano() {
+				next = time.Unix(0, at)
+			}
+		}
 	}
-	allowAt := tat.Add(time.Duration(cost) * s.interval()).Add(-s.tolerance())
-	if allowAt.After(now) {
-		return false, allowAt
+	if s.Adaptive && len(s.logs) == s.nLogs() && s.Rate > 0 {
+		// The learned window: no more than the learned rate's worth of
+		// starts in any discovery window (see discover.go).
+		d := s.discoveryWindow()
+		limit := math.Max(1, s.rate()*d.Seconds())
+		if ok, at := s.logs[len(s.Windows)].admitAt(now.UnixNano(), cost, limit, int64(d)); !ok && at > next.UnixNano() {
+			next = time.Unix(0, at)
+		}
+	}
+	if next.After(now) {
+		if next.Sub(now) > MaxAhead {
+			next = now.Add(MaxAhead)
+		}
+		return false, next
 	}
 	return true, now
 }
 
-// Take records one start of the given cost at now: it spends tokens and
-// counts a lease in flight.
+// Take records one start of the given cost at now: it spends tokens, logs
+// the start in every window (and, for an adaptive key, in its discovery
+// log) and counts a lease in flight.
 func (s *State) Take(now time.Time, cost int64) {
 	s.InFlight++
-	if s.rate() <= 0 {
+	if rate := s.rate(); rate > 0 {
+		s.TAT = maxTime(s.TAT, now).Add(dur(float64(cost) * 1e9 / rate))
+		if s.TAT.Sub(now) > MaxAhead { // saturate: TAT stays representable
+			s.TAT = now.Add(MaxAhead)
+		}
+	}
+	if s.nLogs() == 0 {
 		return
 	}
-	s.TAT = maxTime(s.TAT, now).Add(time.Duration(cost) * s.interval())
+	s.ensureLogs()
+	t := now.UnixNano()
+	for i, w := range s.Windows {
+		s.logs[i].add(t, cost, t-int64(w.Period), int64(w.Period)/LogSlots)
+	}
+	if s.Adaptive {
+		d := int64(s.discoveryWindow())
+		s.logs[len(s.Windows)].add(t, cost, t-d, d/LogSlots)
+	}
 }
 
 // Release ends one lease in flight.
@@ -220,14 +463,17 @@ func (s *State) Release() {
 
 // Reconcile corrects the bucket once the real cost of a start is known:
 // usage above the estimate moves TAT later, usage below gives tokens back.
+// Windows keep the estimate: their log cannot be rewritten in place, and
+// counting the estimate is what the start was admitted on.
 func (s *State) Reconcile(now time.Time, estimated, actual int64) {
 	if actual <= 0 || actual == estimated || s.rate() <= 0 {
 		return
 	}
-	s.TAT = s.TAT.Add(time.Duration(actual-estimated) * s.interval())
+	s.TAT = addSat(s.TAT, s.units(float64(actual)-float64(estimated)))
 	if floor := now.Add(-s.tolerance()); s.TAT.Before(floor) {
 		s.TAT = floor
 	}
+	s.TAT = minTime(s.TAT, now.Add(MaxAhead))
 }
 
 // Pause stops admissions until until, unless the key is already paused
@@ -238,90 +484,116 @@ func (s *State) Pause(until time.Time) {
 	}
 }
 
-// RateLimited records a 429 at now: the key pauses until until and, when
-// adaptive, its learned rate drops multiplicatively (at most once per
-// DecreaseHoldoff).
-func (s *State) RateLimited(now, until time.Time) {
-	s.Pause(until)
-	if s.decrease(now) {
-		// Restart the bucket at the new rate when the pause ends.
-		s.TAT = maxTime(s.TAT, until)
-	}
-}
-
-// decrease lowers an adaptive key's learned rate, at most once per
-// DecreaseHoldoff, and reports whether it did.
-func (s *State) decrease(now time.Time) bool {
-	if !s.Adaptive || now.Sub(s.LastDecrease) < DecreaseHoldoff {
-		return false
-	}
-	s.LastDecrease = now
-	s.LearnedRate = math.Max(s.MinRate, s.rate()*DecreaseFactor)
-	return true
-}
-
-// Throttled records a 429 that named no retry delay; until is the job's
-// own backoff. An adaptive key slows down rather than pausing: its learned
-// rate drops (at most once per DecreaseHoldoff) and its bucket is emptied,
-// because the upstream's is. Pausing it for one job's exponential backoff
-// would idle the key far longer than the upstream asked — it asked for
-// nothing — and cost seconds of its allowance on every 429. A key with a
-// fixed rate has no other way to slow down, so it pauses until until.
-func (s *State) Throttled(now, until time.Time) {
-	if !s.Adaptive {
-		s.RateLimited(now, until)
-		return
-	}
-	s.decrease(now)
-	if s.rate() > 0 {
-		s.TAT = maxTime(s.TAT, now.Add(s.tolerance()))
-	}
-}
-
-// Succeeded records a successful start: an adaptive key's learned rate
-// grows by the larger of IncreasePerSecond of the ceiling and
-// GrowthPerSecond of the current rate, per second of traffic.
-func (s *State) Succeeded() {
-	if !s.Adaptive || s.LearnedRate >= s.Rate {
-		return
-	}
-	step := math.Max(s.Rate*IncreasePerSecond, s.rate()*GrowthPerSecond) / s.rate()
-	s.LearnedRate = math.Min(s.Rate, s.LearnedRate+step)
-}
-
 // Hint applies what an upstream said about its remaining quota: with
 // nothing remaining the key pauses until the reset; otherwise the bucket is
-// emptied to the remaining quota, so that it slows down before a 429.
+// emptied to the remaining quota, so that it slows down before a 429. An
+// adaptive key with a known reset also paces the remaining quota over the
+// rest of the reset (its learned rate drops to remaining/reset when that is
+// lower), so that it does not spend the quota in a burst and meet the 429.
 func (s *State) Hint(now time.Time, h job.Hint) {
 	if h.Remaining < 0 {
 		return
 	}
 	if h.Remaining == 0 && h.Reset > 0 {
-		s.Pause(now.Add(h.Reset))
+		s.Pause(addSat(now, min(h.Reset, MaxAhead)))
 		return
 	}
 	if s.rate() <= 0 {
 		return
 	}
+	if s.Adaptive && h.Reset > 0 && h.Limit > 0 && h.Remaining < h.Limit/4 {
+		if r := float64(h.Remaining) / h.Reset.Seconds(); r < s.LearnedRate {
+			s.LearnedRate = math.Max(s.MinRate, r)
+		}
+	}
 	// At most Remaining units may start before the reset.
-	floor := now.Add(s.tolerance()).Add(-time.Duration(h.Remaining) * s.interval())
+	floor := addSat(now, s.tolerance()-s.units(float64(h.Remaining)))
 	if floor.After(s.TAT) {
 		s.TAT = floor
 	}
 }
 
-// Tokens returns the cost units the bucket could admit at now (the burst for
-// an unpaced key).
+// Tokens returns the cost units the key could admit at now: the smallest
+// free room of its bucket and windows (the burst for an unpaced key).
 func (s *State) Tokens(now time.Time) float64 {
-	if s.rate() <= 0 {
+	free := math.Inf(1)
+	if s.rate() > 0 {
+		room := s.tolerance() - maxTime(s.TAT, now).Sub(now)
+		free = math.Max(0, float64(room)/s.unitNS())
+	}
+	if len(s.logs) >= len(s.Windows) {
+		t, sc := now.UnixNano(), s.scale()
+		for i, w := range s.Windows {
+			free = math.Min(free, math.Max(0, w.Limit*sc-float64(s.logs[i].since(t-int64(w.Period)))))
+		}
+	} else {
+		for _, w := range s.Windows {
+			free = math.Min(free, w.Limit*s.scale())
+		}
+	}
+	if math.IsInf(free, 1) {
 		return s.Burst
 	}
-	free := s.tolerance() - maxTime(s.TAT, now).Sub(now)
-	return math.Max(0, float64(free)/float64(s.interval()))
+	return free
 }
+
+// Wait estimates how long until cost units, queued on the key from now
+// on, have all been admitted: the rest of a pause, then the cost less the
+// free room of the slowest shape, at that shape's sustained rate. It
+// saturates at MaxAhead and ignores the concurrency cap, whose wait
+// depends on how long jobs run.
+func (s *State) Wait(now time.Time, cost int64) time.Duration {
+	var wait time.Duration
+	start := now
+	if s.PausedUntil.After(now) {
+		wait, start = s.PausedUntil.Sub(now), s.PausedUntil
+	}
+	ahead := float64(cost) - s.Tokens(start)
+	if ahead <= 0 {
+		return wait
+	}
+	rate := math.Inf(1)
+	if s.rate() > 0 {
+		rate = s.rate()
+	}
+	for _, w := range s.Windows {
+		rate = math.Min(rate, w.Limit*s.scale()/w.Period.Seconds())
+	}
+	if math.IsInf(rate, 1) || rate <= 0 {
+		return wait
+	}
+	return min(MaxAhead, wait+dur(ahead/rate*1e9))
+}
+
+// dur converts nanoseconds to a Duration, saturating at ±MaxAhead (NaN is
+// zero), so that no cost or rate makes a duration wrap.
+func dur(ns float64) time.Duration {
+	switch {
+	case math.IsNaN(ns):
+		return 0
+	case ns >= float64(MaxAhead):
+		return MaxAhead
+	case ns <= -float64(MaxAhead):
+		return -MaxAhead
+	}
+	return time.Duration(ns)
+}
+
+// addSat is t.Add(d) for the bounded durations dur returns; it exists to
+// name the intent at call sites.
+func addSat(t time.Time, d time.Duration) time.Time { return t.Add(max(-MaxAhead, min(d, MaxAhead))) }
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

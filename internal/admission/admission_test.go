@@ -67,67 +67,151 @@ func TestCheckRefusals(t *testing.T) {
 	}
 }
 
-func TestAdaptive(t *testing.T) {
+// TestDiscoverySetsLimitFromAccepted checks limit discovery: a key told
+// 100/s whose upstream really allows 50 in any second learns about 50 from
+// what the upstream accepted in the trailing window, within two refusal
+// signals (about a second), not by x0.7 cuts after a dozen 429s, and then
+// stays there with few refusals.
+func TestDiscoverySetsLimitFromAccepted(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 100, Adaptive: true})
-	s.RateLimited(t0, t0.Add(time.Second))
-	if s.LearnedRate != 70 {
-		t.Fatalf("learned rate after a 429 = %v, want 70", s.LearnedRate)
+	s := NewState(Config{Name: "k", Rate: 100, Burst: 10, Adaptive: true})
+	var accepted []time.Time
+	now := t0
+	learnedAt := time.Duration(-1)
+	refusals := 0
+	for step := range 5000 { // 5 s in 1 ms steps
+		now = now.Add(time.Millisecond)
+		if ok, _ := s.Check(now, 1); !ok {
+			continue
+		}
+		s.Take(now, 1)
+		s.Release()
+		in := 0
+		for i := len(accepted) - 1; i >= 0 && now.Sub(accepted[i]) < time.Second; i-- {
+			in++
+		}
+		if in >= 50 {
+			if step >= 2000 {
+				refusals++ // after the learning second and the drain
+			}
+			s.Throttled(now, now.Add(4*time.Second), 1)
+			if !s.PausedUntil.IsZero() {
+				t.Fatalf("an adaptive key paused until %v on a 429 without Retry-After; its learned limit paces it", s.PausedUntil)
+			}
+			if learnedAt < 0 && s.LearnedRate <= 50 {
+				learnedAt = time.Duration(step) * time.Millisecond
+			}
+			continue
+		}
+		accepted = append(accepted, now)
+		s.Succeeded(now)
 	}
-	s.RateLimited(t0.Add(100*time.Millisecond), t0.Add(time.Second))
-	if s.LearnedRate != 70 {
-		t.Fatal("a second 429 within the hold-off decreased again")
+	if learnedAt < 0 || learnedAt > 1500*time.Millisecond {
+		t.Fatalf("learned a 50/s limit after %v (learned rate now %v), want within 1.5 s", learnedAt, s.LearnedRate)
 	}
-	for range 70 { // one second of traffic at 70/s
-		s.Succeeded()
+	if s.LearnedRate < 40 || s.LearnedRate > 60 {
+		t.Fatalf("learned rate %v at the end, want about 50", s.LearnedRate)
 	}
-	// The larger of 5% of the ceiling and 20% of the current rate per
-	// second: about 70 * 1.2 (compounding within the second, a little more).
-	if s.LearnedRate < 83 || s.LearnedRate > 86 {
-		t.Fatalf("after a second of successes the rate is %v, want about 70 + 20%%", s.LearnedRate)
+	if refusals > 5 {
+		t.Fatalf("%d refusals in the 3 s after learning, want only the odd probe", refusals)
 	}
-	low := NewState(Config{Name: "low", Rate: 100, Adaptive: true, MinRate: 1})
-	low.LearnedRate = 10
-	for range 10 { // one second at 10/s: the ceiling's 5% (5/s) dominates 20% of 10
-		low.Succeeded()
+}
+
+// TestDiscoveryHalvedLimit drives a key against a simulated sliding
+// window of 40/s that halves to 20/s: the key learns the new limit within
+// the second of the change and converges with few refusals; then the limit
+// rises to 40 again and is found within seconds.
+func TestDiscoveryHalvedLimit(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 1, Adaptive: true})
+	var accepted []time.Time
+	limit := 40
+	now := t0
+	refusals := map[int]int{}
+	for step := range 30_000 { // 30 s in 1 ms steps
+		now = now.Add(time.Millisecond)
+		sec := step / 1000
+		switch sec {
+		case 5:
+			limit = 20
+		case 15:
+			limit = 40
+		}
+		if ok, _ := s.Check(now, 1); !ok {
+			continue
+		}
+		s.Take(now, 1)
+		s.Release()
+		in := 0
+		for i := len(accepted) - 1; i >= 0 && now.Sub(accepted[i]) < time.Second; i-- {
+			in++
+		}
+		if in >= limit {
+			refusals[sec]++
+			s.Throttled(now, now.Add(time.Second), 1)
+			continue
+		}
+		accepted = append(accepted, now)
+		s.Succeeded(now)
 	}
-	if low.LearnedRate < 14 || low.LearnedRate > 15 { // a little under 15: the rate grows within the second
-		t.Fatalf("a low rate grew to %v in a second, want 10 + 5%% of 100", low.LearnedRate)
+	t.Logf("refusals per second: %v", refusals)
+	after := 0
+	for sec := 5; sec < 15; sec++ {
+		after += refusals[sec]
 	}
-	for range 10000 {
-		s.Succeeded()
+	// The trailing window straddles the change: the first second pays for
+	// it (the upstream's window is full of starts accepted at 40/s); then
+	// only the bounded probes upward are refused.
+	if refusals[5] > 20 {
+		t.Fatalf("%d refusals in the second the limit halved (%v)", refusals[5], refusals)
 	}
-	if s.LearnedRate != 100 {
-		t.Fatalf("learned rate exceeded or missed the ceiling: %v", s.LearnedRate)
+	if r := after - refusals[5]; r > 8 {
+		t.Fatalf("%d refusals in the 9 s after the second of the change (per second %v), want a few probes", r, refusals)
 	}
-	for i := range 100 {
-		s.RateLimited(t0.Add(time.Duration(i)*time.Second), t0)
+	count := func(from, to int) int {
+		n := 0
+		for _, a := range accepted {
+			if d := a.Sub(t0); d >= time.Duration(from)*time.Second && d < time.Duration(to)*time.Second {
+				n++
+			}
+		}
+		return n
 	}
-	if s.LearnedRate != s.MinRate {
-		t.Fatalf("learned rate %v fell below or missed the floor %v", s.LearnedRate, s.MinRate)
+	if got := count(10, 15); got < 5*20*80/100 {
+		t.Fatalf("%d accepted in 5 s at a 20/s limit, want at least 80%%", got)
+	}
+	if got := count(20, 30); got < 10*40*80/100 {
+		t.Fatalf("%d accepted in the 10 s from 5 s after the limit rose back to 40/s, want at least 80%% (refusals %v)", got, refusals)
 	}
 }
 
 // TestThrottled checks a 429 without a retry delay: an adaptive key slows
 // down and empties its bucket but does not pause; a fixed-rate key pauses
-// for the job's backoff.
+// for the job's backoff. A refusal with a retry delay pauses to the
+// nanosecond given.
 func TestThrottled(t *testing.T) {
 	t.Parallel()
 	a := NewState(Config{Name: "a", Rate: 100, Burst: 10, Adaptive: true})
-	a.Throttled(t0, t0.Add(4*time.Second))
-	if !a.PausedUntil.IsZero() || a.LearnedRate != 70 {
-		t.Fatalf("adaptive: paused until %v, learned %v; want no pause, 70", a.PausedUntil, a.LearnedRate)
+	a.Throttled(t0, t0.Add(4*time.Second), 1)
+	if !a.PausedUntil.IsZero() || a.LearnedRate >= 100 || a.LearnedRate < 90 {
+		t.Fatalf("adaptive: paused until %v, learned %v; want no pause, a trim (a first refusal with no history is no estimate)", a.PausedUntil, a.LearnedRate)
 	}
 	if got := a.Tokens(t0); got > 0.01 {
 		t.Fatalf("adaptive: %v tokens left after a 429, want an empty bucket", got)
 	}
-	if ok, next := a.Check(t0.Add(20*time.Millisecond), 1); !ok && next.Sub(t0) > 20*time.Millisecond {
-		t.Fatalf("adaptive: next start at +%v, want within one interval at 70/s", next.Sub(t0))
+	if ok, next := a.Check(t0.Add(25*time.Millisecond), 1); !ok && next.Sub(t0) > 25*time.Millisecond {
+		t.Fatalf("adaptive: next start at +%v, want within one interval at 97/s", next.Sub(t0))
 	}
 	f := NewState(Config{Name: "f", Rate: 100, Burst: 10})
-	f.Throttled(t0, t0.Add(4*time.Second))
+	f.Throttled(t0, t0.Add(4*time.Second), 1)
 	if !f.PausedUntil.Equal(t0.Add(4 * time.Second)) {
 		t.Fatalf("fixed: paused until %v, want +4s", f.PausedUntil)
+	}
+	r := NewState(Config{Name: "r", Rate: 100, Burst: 10, Adaptive: true})
+	until := t0.Add(1234567 * time.Microsecond)
+	r.RateLimited(t0, until, 1)
+	if ok, next := r.Check(t0.Add(time.Second), 1); ok || !next.Equal(until) {
+		t.Fatalf("Retry-After 1.234567 s: ok=%v next=%v, want refused until exactly +1.234567s", ok, next.Sub(t0))
 	}
 }
 
@@ -137,10 +221,23 @@ func TestUpstream(t *testing.T) {
 	if c.Rate != 97 || c.Burst != 13 || c.Name != "u" {
 		t.Fatalf("Upstream(100/s, burst 25) = %+v, want 97/s burst 13", c)
 	}
+	if len(c.Windows) != 1 || c.Windows[0] != (Window{Limit: 100, Period: 1030 * time.Millisecond}) {
+		t.Fatalf("Upstream(100/s) windows = %+v, want 100 per 1.03 s", c.Windows)
+	}
+	if c := Upstream("u", 0.5, 1, DefaultHeadroom); len(c.Windows) != 1 || c.Windows[0].Limit != 1 || c.Windows[0].Period != 2060*time.Millisecond {
+		t.Fatalf("Upstream(0.5/s) windows = %+v, want 1 per 2.06 s", c.Windows)
+	}
+	if c := UpstreamBucket("u", 100, 25, DefaultHeadroom); c.Rate != 97 || c.Burst != 13 || len(c.Windows) != 0 {
+		t.Fatalf("UpstreamBucket = %+v", c)
+	}
+	w := UpstreamWindow("u", 20, time.Second, 0, DefaultHeadroom)
+	if w.Windows[0] != (Window{Limit: 20, Period: 1030 * time.Millisecond}) || w.Burst != 10 {
+		t.Fatalf("UpstreamWindow(20/1s) = %+v", w)
+	}
 	if c := Upstream("u", 2, 1, 0.03); c.Burst != 1 {
 		t.Fatalf("a burst of 1 must stay 1, got %v", c.Burst)
 	}
-	if c := Upstream("u", 0, 0, 0.03); c.Rate != 0 || c.Burst != 0 {
+	if c := Upstream("u", 0, 0, 0.03); c.Rate != 0 || c.Burst != 0 || len(c.Windows) != 0 {
 		t.Fatalf("an unpaced upstream stays unpaced, got %+v", c)
 	}
 	if err := Upstream("u", 10, 5, 0.03).Validate(); err != nil {

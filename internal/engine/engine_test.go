@@ -164,10 +164,10 @@ func TestRateLimitPausesKeyForEveryWorker(t *testing.T) {
 		jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, "cold"))
 	}
 	// hot: one start at a time, so the 429 lands before the next start.
-	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "hot", Concurrency: 1}); err != nil {
+	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "hot", Concurrency: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "cold", Rate: 100, Burst: 1}); err != nil {
+	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "cold", Rate: 100, Burst: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	insertNow(t, s, jobs...)
@@ -361,7 +361,7 @@ func contains(s, sub string) bool {
 // first and interactive jobs waited the whole 5 s budget here.)
 func TestBatchShareDoesNotStarveInteractive(t *testing.T) {
 	s := newStore(t)
-	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: 40, Burst: 1}); err != nil {
+	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: 40, Burst: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var batch []*job.Job
@@ -418,7 +418,7 @@ func TestBatchShareDoesNotStarveInteractive(t *testing.T) {
 func TestWakesWhenAKeyAdmits(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: 10, Burst: 1}); err != nil {
+	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: 10, Burst: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var jobs []*job.Job

@@ -69,6 +69,9 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 		return err
 	}
 	st := s.cfg.Regions[j.Region]
+	if err := store.CheckCosts(r.Context(), st, []*job.Job{j}, s.cfg.DefaultLimit); err != nil {
+		return err
+	}
 	wait, err := s.predictWait(r.Context(), st, j, now)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -12,15 +13,25 @@ import (
 )
 
 // limitRequest is the body of PUT /v1/limits/{key}. The rate is either
-// per_second, or rate events per period.
+// per_second, or rate events per period; shape says whether it is a token
+// bucket (the default, as before shapes existed) or a sliding window, and
+// windows adds further windows to either.
 type limitRequest struct {
-	PerSecond   *float64 `json:"per_second,omitempty" doc:"sustained starts per second (cost units); or rate + period"`
-	Rate        *float64 `json:"rate,omitempty" doc:"starts per period, e.g. 500 with period 1m"`
-	Period      string   `json:"period,omitempty" doc:"the period of rate as a Go duration: 1s, 1m, 1h; default 1s"`
-	Burst       float64  `json:"burst,omitempty" doc:"starts allowed at once from a full bucket; default one second's worth (at least 1)"`
-	Concurrency int      `json:"concurrency,omitempty" doc:"cap on leases in flight; 0 means none"`
-	Adaptive    bool     `json:"adaptive,omitempty" doc:"429s lower the rate, successes raise it back up to the configured rate"`
-	MinRate     float64  `json:"min_rate,omitempty" doc:"floor of an adaptive key's learned rate, per second"`
+	Shape       string      `json:"shape,omitempty" enum:"bucket,window" doc:"how rate is counted: bucket (default) is a token bucket of rate with burst; window is at most rate starts in any period, sliding (the strictest reading of 'rate per period')"`
+	PerSecond   *float64    `json:"per_second,omitempty" doc:"sustained starts per second (cost units); or rate + period"`
+	Rate        *float64    `json:"rate,omitempty" doc:"starts per period, e.g. 500 with period 1m"`
+	Period      string      `json:"period,omitempty" doc:"the period of rate as a Go duration: 1s, 1m, 1h; default 1s"`
+	Burst       float64     `json:"burst,omitempty" doc:"bucket shape: starts allowed at once from a full bucket; default one second's worth (at least 1)"`
+	Windows     []windowDoc `json:"windows,omitempty" doc:"further sliding windows: at most limit cost units start in any period; every shape must admit a start"`
+	Concurrency int         `json:"concurrency,omitempty" doc:"cap on leases in flight; 0 means none"`
+	Adaptive    bool        `json:"adaptive,omitempty" doc:"429s lower the rate, successes raise it back up to the configured rate"`
+	MinRate     float64     `json:"min_rate,omitempty" doc:"floor of an adaptive key's learned rate, per second"`
+}
+
+// windowDoc is one window of a limit request on the wire.
+type windowDoc struct {
+	Limit  float64 `json:"limit" required:"true" doc:"cost units that may start in any window"`
+	Period string  `json:"period" required:"true" doc:"the window's length as a Go duration, 1ms to 24h: 1s, 1m"`
 }
 
 // limitView is a limit key's configuration and live state in one region.
@@ -53,7 +64,7 @@ func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request, p auth.P
 	if err != nil {
 		return err
 	}
-	st, err := s.cfg.Regions[region].UpsertLimit(r.Context(), c)
+	st, err := s.cfg.Regions[region].UpsertLimit(r.Context(), c, s.cfg.Now())
 	if err != nil {
 		return err
 	}
@@ -64,13 +75,21 @@ func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request, p auth.P
 // config validates the request into a key configuration.
 func (req limitRequest) config(name string) (admission.Config, error) {
 	c := admission.Config{Name: name, Burst: req.Burst, Concurrency: req.Concurrency, Adaptive: req.Adaptive, MinRate: req.MinRate}
+	for i, w := range req.Windows {
+		d, err := time.ParseDuration(w.Period)
+		if err != nil {
+			return c, fieldError(fmt.Sprintf("windows[%d].period", i), "period must be a duration such as 1s or 1m, got %q", w.Period)
+		}
+		c.Windows = append(c.Windows, admission.Window{Limit: w.Limit, Period: d})
+	}
+	var period time.Duration
 	switch {
 	case req.PerSecond != nil && (req.Rate != nil || req.Period != ""):
 		return c, fieldError("per_second", "send per_second, or rate with period, not both")
 	case req.PerSecond != nil:
 		c.Rate = *req.PerSecond
 	case req.Rate != nil:
-		period := time.Second
+		period = time.Second
 		if req.Period != "" {
 			d, err := time.ParseDuration(req.Period)
 			if err != nil || d < time.Millisecond || d > 24*time.Hour {
@@ -81,6 +100,27 @@ func (req limitRequest) config(name string) (admission.Config, error) {
 		c.Rate = *req.Rate / period.Seconds()
 	case req.Period != "":
 		return c, fieldError("rate", "period needs a rate")
+	}
+	switch req.Shape {
+	case "", "bucket":
+	case "window":
+		if c.Rate <= 0 {
+			return c, fieldError("rate", "a window shape needs a rate (per period) greater than 0")
+		}
+		if req.Burst != 0 {
+			return c, fieldError("burst", "burst applies to the bucket shape; a window admits up to its rate at once")
+		}
+		if c.Adaptive {
+			return c, fieldError("adaptive", "an adaptive key needs the bucket shape as its ceiling; add a window with windows")
+		}
+		if period == 0 {
+			period = time.Second
+		}
+		limit := c.Rate * period.Seconds()
+		c.Windows = append([]admission.Window{{Limit: limit, Period: period}}, c.Windows...)
+		c.Rate = 0
+	default:
+		return c, fieldError("shape", "shape must be bucket (default) or window, got %q", req.Shape)
 	}
 	if err := c.Validate(); err != nil {
 		return c, badRequest("limit key %q: %s", name, err.Error())

@@ -33,7 +33,7 @@ func (s *Server) predictWait(ctx context.Context, st store.Store, j *job.Job, no
 			return 0, err
 		}
 		var ahead int64
-		if k.Rate > 0 { // only paced keys need the backlog
+		if k.Rate > 0 || len(k.Windows) > 0 { // only paced keys need the backlog
 			if ahead, err = s.backlog.get(ctx, st, j.Lane, name); err != nil {
 				return 0, err
 			}
@@ -45,25 +45,9 @@ func (s *Server) predictWait(ctx context.Context, st store.Store, j *job.Job, no
 
 // keyWait is one key's share of predictWait: how long until cost units
 // queued on the key, the job's own last, have been admitted.
+// It is admission.State.Wait: every shape of the key, saturating.
 func keyWait(k *admission.State, cost int64, now time.Time) time.Duration {
-	var wait time.Duration
-	start := now
-	if k.PausedUntil.After(now) {
-		wait = k.PausedUntil.Sub(now)
-		start = k.PausedUntil
-	}
-	rate := k.Rate
-	if k.Adaptive && k.LearnedRate > 0 {
-		rate = k.LearnedRate
-	}
-	if rate <= 0 {
-		return wait
-	}
-	ahead := float64(cost) - k.Tokens(start)
-	if ahead <= 0 {
-		return wait
-	}
-	return wait + time.Duration(ahead/rate*float64(time.Second))
+	return k.Wait(now, cost)
 }
 
 // admitOverload applies the request's on_overload policy when the predicted

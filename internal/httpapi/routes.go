@@ -85,7 +85,7 @@ func (s *Server) routes() []route {
 			handle: s.handleGetMetrics, status: 200},
 
 		{method: "POST", path: "/v1/jobs", name: "createJob", role: auth.RoleProducer,
-			summary: "Enqueue a job. Past the lane's latency budget, on_overload decides: reject (429 + Retry-After), degrade or queue",
+			summary: "Enqueue a job. A cost one of its keys can never admit (above a burst or a window's limit) is refused (400, field cost). Past the lane's latency budget, on_overload decides: reject (429 + Retry-After), degrade or queue",
 			handle:  s.handleCreateJob, request: createJobRequest{}, response: jobView{}, status: 201,
 			params:  []param{{in: "header", name: "Idempotency-Key", doc: "a retry with the same key and body returns the first job (Idempotent-Replayed: true)"}},
 			example: `{"kind":"email.send","region":"` + region + `","lane":"interactive","limit_keys":["smtp:default"],"payload":{"to":"ada@example.com"},"idempotency_key":"signup-42"}`},
@@ -119,9 +119,9 @@ func (s *Server) routes() []route {
 			params: []param{regionJob}, vars: jobVars, example: lease + `,"headers":{"Retry-After":"2"},"scope":"smtp:default"}`},
 
 		{method: "PUT", path: "/v1/limits/{key}", name: "putLimit", role: auth.RoleAdmin,
-			summary: "Create or reconfigure a limit key, keeping its live state",
+			summary: "Create or reconfigure a limit key, keeping its live state. shape bucket (default) or window says how rate per period is counted; windows add sliding windows; every shape must admit a start",
 			handle:  s.handlePutLimit, request: limitRequest{}, response: limitView{}, status: 200, params: []param{regionOne},
-			example: `{"per_second":8,"burst":16,"concurrency":32,"adaptive":true}`},
+			example: `{"per_second":8,"burst":16,"concurrency":32,"adaptive":true,"windows":[{"limit":400,"period":"1m"}]}`},
 		{method: "GET", path: "/v1/limits", name: "listLimits", role: auth.RoleAdmin, summary: "List limit keys with their live state",
 			handle: s.handleListLimits, response: limitList{}, status: 200, params: []param{regionList}},
 		{method: "GET", path: "/v1/limits/{key}", name: "getLimit", role: auth.RoleAdmin,

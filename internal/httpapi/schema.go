@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/job"
 )
@@ -29,6 +30,8 @@ var (
 	durType  = reflect.TypeFor[time.Duration]()
 	rawType  = reflect.TypeFor[json.RawMessage]()
 	anyMap   = reflect.TypeFor[map[string]any]()
+	// windowType marshals itself (see admission.Window.MarshalJSON).
+	windowType = reflect.TypeFor[admission.Window]()
 )
 
 // enums lists the values of the vocabulary's string types.
@@ -65,6 +68,11 @@ func typeSchema(t reflect.Type, request bool) map[string]any {
 		return map[string]any{"description": "any JSON value"}
 	case anyMap:
 		return map[string]any{"type": "object"}
+	case windowType: // custom JSON: period as a duration string
+		return map[string]any{"type": "object", "required": []string{"limit", "period"}, "properties": map[string]any{
+			"limit":  map[string]any{"type": "number", "description": "cost units that may start in any window"},
+			"period": map[string]any{"type": "string", "description": "the window's length as a Go duration, 1ms to 24h: 1s, 1m"},
+		}}
 	}
 	if e, ok := enums[t]; ok {
 		return map[string]any{"type": "string", "enum": e}

@@ -216,9 +216,38 @@ func TestLimitsEndpoints(t *testing.T) {
 		{"per_second": 1, "rate": 5},
 		{"rate": 5, "period": "fortnight"},
 		{"adaptive": true},
+		{"shape": "leaky", "rate": 5},
+		{"shape": "window"},
+		{"shape": "window", "rate": 5, "burst": 2},
+		{"windows": []map[string]any{{"limit": 0, "period": "1s"}}},
+		{"windows": []map[string]any{{"limit": 5, "period": "1y"}}},
 	} {
 		e.do("PUT", "/v1/limits/k?region=us", adminKey, bad).wantProblem(t, 400, "invalid-request")
 	}
+	// A window shape, and a bucket with a further window.
+	e.do("PUT", "/v1/limits/partner?region=us", adminKey, map[string]any{"shape": "window", "rate": 20, "period": "1s"}).
+		want(t, 200).json(t, &v)
+	if v.Rate != 0 || len(v.Windows) != 1 || v.Windows[0].Limit != 20 || v.Windows[0].Period != time.Second || v.Tokens != 20 {
+		t.Fatalf("window limit -> %+v", v)
+	}
+	e.do("PUT", "/v1/limits/both?region=us", adminKey, map[string]any{"per_second": 5, "burst": 5,
+		"windows": []map[string]any{{"limit": 200, "period": "1m"}}}).want(t, 200).json(t, &v)
+	if v.Rate != 5 || len(v.Windows) != 1 || v.Windows[0].Limit != 200 || v.Windows[0].Period != time.Minute {
+		t.Fatalf("bucket + window -> %+v", v)
+	}
+	// A cost the key can never admit is refused at insert, naming the field.
+	over := jobBody("llm.call", "us", "both")
+	over["cost"] = 6
+	p := e.do("POST", "/v1/jobs", acmeKey, over).wantProblem(t, 400, "invalid-request")
+	if len(p.Errors) != 1 || p.Errors[0].Field != "cost" || !strings.Contains(p.Detail, "burst") {
+		t.Fatalf("cost above the burst: %+v", p)
+	}
+	over["limit_keys"], over["cost"] = []string{"partner"}, 21
+	if p := e.do("POST", "/v1/jobs", acmeKey, over).wantProblem(t, 400, "invalid-request"); len(p.Errors) != 1 || p.Errors[0].Field != "cost" {
+		t.Fatalf("cost above a window's limit: %+v", p)
+	}
+	over["cost"] = 20
+	e.do("POST", "/v1/jobs", acmeKey, over).want(t, 201)
 }
 
 func TestHealth(t *testing.T) {

@@ -118,8 +118,9 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 }
 
 // ApplyKeyEffect applies one finished attempt to its keys: the in-flight
-// lease is released on every key, then the outcome's effects (adaptive
-// increase, pause and decrease, hints, cost reconciliation) are applied.
+// lease is released on every key, then the outcome's effects (an adaptive
+// key's probe upward, a pause and limit discovery, hints, cost
+// reconciliation) are applied.
 // Keys missing from states are ignored.
 func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, e KeyEffect) {
 	scope := e.Scope
@@ -135,13 +136,13 @@ func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, e KeyE
 		inScope := slices.Contains(scope, name)
 		switch {
 		case e.RateLimited && e.Backoff && inScope:
-			st.Throttled(e.Now, e.PauseUntil)
+			st.Throttled(e.Now, e.PauseUntil, max(1, e.Estimated))
 		case e.RateLimited && inScope:
-			st.RateLimited(e.Now, e.PauseUntil)
+			st.RateLimited(e.Now, e.PauseUntil, max(1, e.Estimated))
 		case !e.PauseUntil.IsZero() && inScope:
 			st.Pause(e.PauseUntil)
 		case e.Success:
-			st.Succeeded()
+			st.Succeeded(e.Now)
 		}
 		for _, h := range e.Hints {
 			if h.Key == "" || h.Key == name {

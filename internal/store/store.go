@@ -92,8 +92,10 @@ type Store interface {
 	// Prune deletes finished jobs that finished before before.
 	Prune(ctx context.Context, before time.Time) (int, error)
 
-	// UpsertLimit creates or reconfigures a limit key, keeping its live state.
-	UpsertLimit(ctx context.Context, c admission.Config) (admission.State, error)
+	// UpsertLimit creates or reconfigures a limit key at now (the caller's
+	// clock, as everywhere in the store), keeping its live state; see
+	// admission.State.Reconfigure. It validates c.
+	UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error)
 	// GetLimit returns one key's configuration and live state.
 	GetLimit(ctx context.Context, name string) (admission.State, error)
 	// ListLimits returns every key, ordered by name.
@@ -234,10 +236,11 @@ type Transition struct {
 // finished attempt releases one in-flight lease on each key.
 type KeyEffect struct {
 	Now time.Time
-	// Success raises adaptive rates.
+	// Success lets adaptive keys probe upward.
 	Success bool
-	// RateLimited lowers adaptive rates of the Scope keys and pauses them
-	// until PauseUntil.
+	// RateLimited is a refusal (429, or 503 with Retry-After): the Scope
+	// keys pause until PauseUntil and adaptive ones learn their limit
+	// from it (admission.State.RateLimited).
 	RateLimited bool
 	// PauseUntil pauses the Scope keys (also without RateLimited, e.g. for a
 	// spent provider quota).

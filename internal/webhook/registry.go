@@ -160,8 +160,15 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 func (r *Registry) Region() string { return r.st.Region() }
 
 // Rate is a subscriber's allowance: Limit deliveries per Period, of which
-// Burst may start at once.
+// Burst may start at once, read as Shape says.
 type Rate struct {
+	// Shape says how the subscriber counts Limit per Period: ShapeWindow
+	// (the default, the strictest reading: at most Limit deliveries start
+	// in any Period, sliding, with Burst spreading them out) or ShapeBucket
+	// (a token bucket of Limit/Period per second and Burst, which can
+	// exceed Limit in a sliding Period by up to half the burst). Empty
+	// means ShapeWindow.
+	Shape string `json:"shape,omitempty"`
 	// Limit is the number of deliveries per Period (at least 1).
 	Limit int `json:"limit"`
 	// Period is the window of Limit, e.g. "1s" or "1m"; default one second.
@@ -196,6 +203,12 @@ func (p *Period) UnmarshalJSON(b []byte) error {
 	*p = Period(secs * float64(time.Second))
 	return nil
 }
+
+// The shapes a subscriber's Rate may name.
+const (
+	ShapeWindow = "window"
+	ShapeBucket = "bucket"
+)
 
 // perSecond returns the declared rate in deliveries per second.
 func (rt Rate) perSecond() float64 {
@@ -283,13 +296,25 @@ type stored struct {
 	Secrets Secrets `json:"secrets"`
 }
 
-// LimitConfig is the admission configuration of the record's limit key:
-// the declared rate less headroom, and half the declared burst (rounded
-// up), as [admission.Upstream] explains.
+// LimitConfig is the admission configuration of the record's limit key.
+// For the default window shape it is [admission.UpstreamWindow]: a sliding
+// window of the declared limit per period, lengthened by a jitter guard,
+// and a bucket at the rate less headroom with half the declared burst
+// (rounded up) that spreads the window's starts; it never overruns a
+// sliding window of the declared limit. For the bucket shape it is
+// [admission.UpstreamBucket], the bucket alone.
 func (rec Record) LimitConfig(headroom float64) admission.Config {
 	c := admission.Config{Name: LimitKey(rec.ID)}
 	if rec.Rate != nil {
-		c = admission.Upstream(c.Name, rec.Rate.perSecond(), float64(rec.Rate.Burst), headroom)
+		if rec.Rate.Shape == ShapeBucket {
+			c = admission.UpstreamBucket(c.Name, rec.Rate.perSecond(), float64(rec.Rate.Burst), headroom)
+		} else {
+			period := time.Duration(rec.Rate.Period)
+			if period <= 0 {
+				period = time.Second
+			}
+			c = admission.UpstreamWindow(c.Name, float64(rec.Rate.Limit), period, float64(rec.Rate.Burst), headroom)
+		}
 		c.Adaptive = rec.Adaptive
 	}
 	c.Concurrency = rec.Concurrency
@@ -362,6 +387,8 @@ func validateRate(rt Rate, add func(field, format string, args ...any)) {
 		add("rate.period", "rate.period must be 1ms to 24h, got %v", period)
 	case rt.Burst < 0 || rt.Burst > 1_000_000:
 		add("rate.burst", "rate.burst must be 0 (default) to 1000000, got %d", rt.Burst)
+	case rt.Shape != "" && rt.Shape != ShapeWindow && rt.Shape != ShapeBucket:
+		add("rate.shape", "rate.shape must be %q (default) or %q, got %q", ShapeWindow, ShapeBucket, rt.Shape)
 	}
 }
 
@@ -381,7 +408,7 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 		return Record{}, "", false, err
 	}
 	rec, generated := r.merge(spec, prev, created, now)
-	if _, err := r.st.UpsertLimit(ctx, rec.LimitConfig(r.cfg.Headroom)); err != nil {
+	if _, err := r.st.UpsertLimit(ctx, rec.LimitConfig(r.cfg.Headroom), now); err != nil {
 		return Record{}, "", false, fmt.Errorf("subscriber %s: limit key: %w", spec.ID, err)
 	}
 	if err := r.save(ctx, rec); err != nil {
@@ -404,6 +431,9 @@ func (r *Registry) merge(spec SubscriberSpec, prev Record, created bool, now tim
 		rt := *spec.Rate
 		if rt.Period == 0 {
 			rt.Period = Period(time.Second)
+		}
+		if rt.Shape == "" {
+			rt.Shape = ShapeWindow
 		}
 		if rt.Burst == 0 {
 			rt.Burst = min(rt.Limit, max(1, int(math.Ceil(rt.perSecond()))))

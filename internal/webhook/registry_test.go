@@ -65,7 +65,9 @@ func TestRegistryPutValidates(t *testing.T) {
 }
 
 // TestRegistryPutConfiguresLimitKey: a subscriber's declared allowance
-// becomes its limit key, less headroom, with half the burst.
+// becomes its limit key: by default a sliding window of the declared limit
+// per period (with the jitter guard) that never overruns it, plus a bucket
+// less headroom with half the burst; shape "bucket" keeps the bucket alone.
 func TestRegistryPutConfiguresLimitKey(t *testing.T) {
 	t.Parallel()
 	r, st, _ := newRegistry(t)
@@ -77,6 +79,23 @@ func TestRegistryPutConfiguresLimitKey(t *testing.T) {
 	k, err := st.GetLimit(context.Background(), "subscriber:s1")
 	if err != nil || k.Rate != 10*(1-DefaultHeadroom) || k.Burst != 5 || k.Concurrency != 4 {
 		t.Fatalf("limit key = %+v, %v; want 9.7/s, burst 5, concurrency 4", k, err)
+	}
+	if len(k.Windows) != 1 || k.Windows[0].Limit != 600 || k.Windows[0].Period != time.Minute+admission.JitterGuard(time.Minute, DefaultHeadroom) {
+		t.Fatalf("limit key windows = %+v; want 600 per 1m plus the jitter guard", k.Windows)
+	}
+	if rec.Rate.Shape != ShapeWindow {
+		t.Fatalf("stored shape %q, want the window default", rec.Rate.Shape)
+	}
+	if _, _, _, err := r.Put(context.Background(), SubscriberSpec{ID: "b1", URL: "https://example.com/h", Topics: []string{"a"},
+		Rate: &Rate{Shape: ShapeBucket, Limit: 20, Burst: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := st.GetLimit(context.Background(), "subscriber:b1"); err != nil || len(k.Windows) != 0 || k.Burst != 5 {
+		t.Fatalf("bucket subscriber key = %+v, %v; want a bucket alone", k, err)
+	}
+	if _, _, _, err := r.Put(context.Background(), SubscriberSpec{ID: "x1", URL: "https://example.com/h", Topics: []string{"a"},
+		Rate: &Rate{Shape: "leaky", Limit: 20}}); err == nil || !strings.Contains(err.Error(), "rate.shape") {
+		t.Fatalf("unknown shape: %v", err)
 	}
 	rec2, secret2, created2, err := r.Put(context.Background(), SubscriberSpec{ID: "s1", URL: "https://example.com/h2", Topics: []string{"a"}})
 	if err != nil || created2 || secret2 != "" || rec2.Secrets.Current != secret || !rec2.CreatedAt.Equal(rec.CreatedAt) {

@@ -39,16 +39,19 @@ func saveKeys(ctx context.Context, q querier, keys []*admission.State) error {
 		learned          = make([]float64, len(keys))
 		tat, paused, dec = make([]int64, len(keys)), make([]int64, len(keys)), make([]int64, len(keys))
 		inFlight         = make([]int32, len(keys))
+		shapes           = make([][]byte, len(keys))
 	)
 	for i, st := range keys {
 		names[i], learned[i], inFlight[i] = st.Name, st.LearnedRate, int32(st.InFlight)
-		tat[i], paused[i], dec[i] = ns(st.TAT), ns(st.PausedUntil), ns(st.LastDecrease)
+		tat[i], paused[i], dec[i] = ns(st.TAT), ns(st.PausedUntil), ns(st.LastRefusal)
+		shapes[i] = st.MarshalShapes(nil)
 	}
 	_, err := q.Exec(ctx, `UPDATE limit_keys k SET learned_rate = u.learned_rate, tat = u.tat,
-			paused_until = u.paused_until, in_flight = u.in_flight, last_decrease = u.last_decrease, updated_at = now()
-		FROM unnest($1::text[], $2::float8[], $3::int8[], $4::int8[], $5::int4[], $6::int8[])
-			AS u(name, learned_rate, tat, paused_until, in_flight, last_decrease)
-		WHERE k.name = u.name`, names, learned, tat, paused, inFlight, dec)
+			paused_until = u.paused_until, in_flight = u.in_flight, last_decrease = u.last_decrease,
+			shapes = u.shapes, updated_at = now()
+		FROM unnest($1::text[], $2::float8[], $3::int8[], $4::int8[], $5::int4[], $6::int8[], $7::bytea[])
+			AS u(name, learned_rate, tat, paused_until, in_flight, last_decrease, shapes)
+		WHERE k.name = u.name`, names, learned, tat, paused, inFlight, dec, shapes)
 	return err
 }
 
@@ -58,17 +61,18 @@ func saveKeys(ctx context.Context, q querier, keys []*admission.State) error {
 // key, and names are created in sorted order so two such waits cannot cross.
 func ensureKeys(ctx context.Context, q querier, names []string, def admission.Config) error {
 	st := admission.NewState(def)
-	_, err := q.Exec(ctx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate)
-		SELECT n, $2, $3, $4, $5, $6, $7 FROM unnest($1::text[]) AS n ORDER BY n
+	_, err := q.Exec(ctx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows)
+		SELECT n, $2, $3, $4, $5, $6, $7, $8::jsonb FROM unnest($1::text[]) AS n ORDER BY n
 		ON CONFLICT (name) DO NOTHING`,
-		slices.Sorted(slices.Values(names)), st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate)
+		slices.Sorted(slices.Values(names)), st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate,
+		windowsJSON(st.Windows))
 	return err
 }
 
-// UpsertLimit creates or reconfigures a limit key. A live key keeps its
-// pause, bucket position and in-flight count (see admission.State.Reconfigure).
-// It returns the key's state after the change.
-func (s *Store) UpsertLimit(ctx context.Context, c admission.Config) (admission.State, error) {
+// UpsertLimit creates or reconfigures a limit key at now. A live key keeps
+// its pause, bucket position, window logs and in-flight count (see
+// admission.State.Reconfigure). It returns the key's state after the change.
+func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
 	if err := c.Validate(); err != nil {
 		return admission.State{}, fmt.Errorf("limit key %q: %w", c.Name, err)
 	}
@@ -82,11 +86,13 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config) (admission.
 			return err
 		}
 		st := states[c.Name]
-		st.Reconfigure(c, time.Now())
+		st.Reconfigure(c, now)
 		out = *st
 		_, err = tx.Exec(ctx, `UPDATE limit_keys SET rate = $2, burst = $3, concurrency = $4, adaptive = $5,
-			min_rate = $6, learned_rate = $7, tat = $8, updated_at = now() WHERE name = $1`,
-			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT))
+			min_rate = $6, learned_rate = $7, tat = $8, windows = $9::jsonb, shapes = $10, last_decrease = $11,
+			updated_at = now() WHERE name = $1`,
+			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
+			windowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal))
 		return err
 	})
 	if err != nil {

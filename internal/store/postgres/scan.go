@@ -133,20 +133,42 @@ func collectJobs(rows pgx.Rows, err error) ([]*job.Job, error) {
 
 // keyCols are the columns scanKey reads, in order.
 const keyCols = `name, rate, burst, concurrency, adaptive, min_rate, learned_rate, tat, paused_until,
-	in_flight, last_decrease`
+	in_flight, last_decrease, windows, shapes`
 
 func scanKey(row pgx.Row) (*admission.State, error) {
 	var (
-		st                     admission.State
-		tat, paused, decreased int64
+		st                   admission.State
+		tat, paused, refused int64
+		windows, shapes      []byte
 	)
 	err := row.Scan(&st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
-		&st.LearnedRate, &tat, &paused, &st.InFlight, &decreased)
+		&st.LearnedRate, &tat, &paused, &st.InFlight, &refused, &windows, &shapes)
 	if err != nil {
 		return nil, err
 	}
-	st.TAT, st.PausedUntil, st.LastDecrease = tm(tat), tm(paused), tm(decreased)
+	st.TAT, st.PausedUntil, st.LastRefusal = tm(tat), tm(paused), tm(refused)
+	if len(windows) > 2 { // not "[]"
+		if err := json.Unmarshal(windows, &st.Windows); err != nil {
+			return nil, fmt.Errorf("limit key %s: windows: %w", st.Name, err)
+		}
+	}
+	if err := st.UnmarshalShapes(shapes); err != nil {
+		return nil, fmt.Errorf("limit key %s: %w", st.Name, err)
+	}
 	return &st, nil
+}
+
+// windowsJSON encodes a key's windows for the windows column.
+func windowsJSON(ws []admission.Window) string {
+	if len(ws) == 0 {
+		return "[]"
+	}
+	b, err := json.Marshal(ws)
+	if err != nil {
+		// Window has only plain fields; Marshal cannot fail on it.
+		panic(fmt.Sprintf("encode windows: %v", err))
+	}
+	return string(b)
 }
 
 // collectKeys reads every row of rows as a key state, by name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -30,9 +31,9 @@ func (s *Store) loadKeys(tx *sql.Tx, names []string) (map[string]*admission.Stat
 func (s *Store) saveKeys(tx *sql.Tx, keys []*admission.State) error {
 	for _, st := range keys {
 		_, err := s.exec(tx, `UPDATE limit_keys SET rate = ?, burst = ?, concurrency = ?, adaptive = ?, min_rate = ?,
-			learned_rate = ?, tat = ?, paused_until = ?, in_flight = ?, last_decrease = ? WHERE name = ?`,
+			learned_rate = ?, tat = ?, paused_until = ?, in_flight = ?, last_decrease = ?, windows = ?, shapes = ? WHERE name = ?`,
 			st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
-			ns(st.PausedUntil), st.InFlight, ns(st.LastDecrease), st.Name)
+			ns(st.PausedUntil), st.InFlight, ns(st.LastRefusal), windowsJSON(st.Windows), st.MarshalShapes(nil), st.Name)
 		if err != nil {
 			return err
 		}
@@ -40,11 +41,15 @@ func (s *Store) saveKeys(tx *sql.Tx, keys []*admission.State) error {
 	return nil
 }
 
-// UpsertLimit creates or reconfigures a limit key, keeping its live state.
-func (s *Store) UpsertLimit(ctx context.Context, c admission.Config) (admission.State, error) {
+// UpsertLimit creates or reconfigures a limit key at now, keeping its live
+// state (see admission.State.Reconfigure).
+func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
+	if err := c.Validate(); err != nil {
+		return admission.State{}, fmt.Errorf("limit key %q: %w", c.Name, err)
+	}
 	var out admission.State
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := s.ensureKey(tx, c.Name, c, time.Now()); err != nil {
+		if err := s.ensureKey(tx, c.Name, c, now); err != nil {
 			return err
 		}
 		states, err := s.loadKeys(tx, []string{c.Name})
@@ -52,7 +57,7 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config) (admission.
 			return err
 		}
 		st := states[c.Name]
-		st.Reconfigure(c, time.Now())
+		st.Reconfigure(c, now)
 		out = *st
 		if err := s.saveKeys(tx, []*admission.State{st}); err != nil {
 			return err

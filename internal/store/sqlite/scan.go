@@ -3,6 +3,7 @@ package sqlite
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
@@ -81,20 +82,40 @@ func scanJob(r scanner) (*job.Job, error) {
 	return &j, nil
 }
 
-const keyCols = `name, rate, burst, concurrency, adaptive, min_rate, learned_rate, tat, paused_until, in_flight, last_decrease`
+const keyCols = `name, rate, burst, concurrency, adaptive, min_rate, learned_rate, tat, paused_until, in_flight,
+	last_decrease, windows, shapes`
 
 func scanKey(r scanner) (*admission.State, error) {
 	var (
-		st                   admission.State
-		tat, paused, lastDec sql.NullInt64
+		st                      admission.State
+		tat, paused, lastRefuse sql.NullInt64
+		windows                 string
+		shapes                  []byte
 	)
 	err := r.Scan(&st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
-		&st.LearnedRate, &tat, &paused, &st.InFlight, &lastDec)
+		&st.LearnedRate, &tat, &paused, &st.InFlight, &lastRefuse, &windows, &shapes)
 	if err != nil {
 		return nil, err
 	}
-	st.TAT, st.PausedUntil, st.LastDecrease = tm(tat), tm(paused), tm(lastDec)
+	st.TAT, st.PausedUntil, st.LastRefusal = tm(tat), tm(paused), tm(lastRefuse)
+	if windows != "[]" && windows != "" {
+		if err := json.Unmarshal([]byte(windows), &st.Windows); err != nil {
+			return nil, fmt.Errorf("limit key %s: windows: %w", st.Name, err)
+		}
+	}
+	if err := st.UnmarshalShapes(shapes); err != nil {
+		return nil, fmt.Errorf("limit key %s: %w", st.Name, err)
+	}
 	return &st, nil
+}
+
+// windowsJSON encodes a key's windows for the windows column.
+func windowsJSON(ws []admission.Window) string {
+	if len(ws) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(ws) // plain fields: cannot fail
+	return string(b)
 }
 
 func recordJSON(r job.AttemptRecord) string {

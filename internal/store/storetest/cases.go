@@ -263,17 +263,17 @@ func testTokenBucketPacing(t *testing.T, open Opener) {
 func testReconfigureRepaysDebt(t *testing.T, open Opener) {
 	s := open(t)
 	setLimit(t, s, admission.Config{Name: "slow", Rate: 0.1, Burst: 1})
-	now := time.Now()
 	a, b := NewJob("acme", job.LaneBatch, "slow"), NewJob("acme", job.LaneBatch, "slow")
-	for _, j := range []*job.Job{a, b} {
-		j.EligibleAt, j.CreatedAt = now.Add(-time.Second), now.Add(-time.Second)
-	}
 	insert(t, s, a, b)
-	if n := len(lease(t, s, now, 2)); n != 1 {
+	if n := len(lease(t, s, T0, 2)); n != 1 {
 		t.Fatalf("leased %d at 0.1/s burst 1, want 1", n)
 	}
-	setLimit(t, s, admission.Config{Name: "slow", Rate: 100, Burst: 1})
-	if n := len(lease(t, s, time.Now().Add(50*time.Millisecond), 2)); n != 1 {
+	// The suite's clock, not the wall clock (a day or more away): the debt
+	// is measured at T0, where the lease ran up.
+	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "slow", Rate: 100, Burst: 1}, T0); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(lease(t, s, T0.Add(50*time.Millisecond), 2)); n != 1 {
 		t.Fatalf("after raising the rate to 100/s the second job waited out the old 10 s debt (leased %d)", n)
 	}
 }
@@ -820,5 +820,113 @@ func testAdvance(t *testing.T, open Opener) {
 	}
 	if got := lease(t, s, T0.Add(time.Second), 10); len(got) != 1 || got[0].ID != held.ID {
 		t.Fatalf("released job not leased: %v", ids(got))
+	}
+}
+
+// testShapesBoundStarts is invariant 6 from a start log: many lease calls
+// on a fake clock, at irregular steps, over a bucket key, a window key, a
+// key with two windows and a bucket, and jobs naming two keys at once;
+// every window of the recorded starts is checked against each key's
+// declared shapes, on every driver (the window logs round-trip through the
+// store on every call). The keys must also not under-admit.
+func testShapesBoundStarts(t *testing.T, open Opener) {
+	s := open(t)
+	keys := []admission.Config{
+		{Name: "bucket", Rate: 20, Burst: 5},
+		{Name: "window", Windows: []admission.Window{{Limit: 10, Period: time.Second}}},
+		{Name: "multi", Rate: 8, Burst: 4, Windows: []admission.Window{
+			{Limit: 6, Period: 500 * time.Millisecond}, {Limit: 25, Period: 4 * time.Second}}},
+		{Name: "adaptive", Rate: 15, Burst: 3, Adaptive: true, Windows: []admission.Window{{Limit: 12, Period: time.Second}}},
+	}
+	for _, c := range keys {
+		setLimit(t, s, c)
+	}
+	var jobs []*job.Job
+	for i := range 150 {
+		jobs = append(jobs, NewJob("acme", job.LaneBatch, "bucket"), NewJob("acme", job.LaneBatch, "window"),
+			NewJob("acme", job.LaneBatch, "multi"), NewJob("acme", job.LaneBatch, "adaptive"))
+		if i%3 == 0 {
+			two := NewJob("beta", job.LaneBatch, "window", "multi")
+			two.Cost = 2
+			jobs = append(jobs, two)
+		}
+	}
+	insert(t, s, jobs...)
+	type start struct {
+		at   time.Time
+		cost int64
+	}
+	starts := map[string][]start{}
+	now := T0
+	end := T0.Add(12 * time.Second)
+	for step := 0; now.Before(end); step++ {
+		now = now.Add(time.Duration(1+(step*7919)%37) * time.Millisecond) // 1-37 ms, irregular
+		for _, j := range lease(t, s, now, 8) {
+			for _, k := range j.LimitKeys {
+				starts[k] = append(starts[k], start{now, j.Cost})
+			}
+			mustOK(t, finish(t, s, success(j, now)))
+		}
+	}
+	for _, c := range keys {
+		got := starts[c.Name]
+		if len(got) == 0 {
+			t.Fatalf("key %s admitted nothing", c.Name)
+		}
+		c = c.WithDefaults()
+		for i := range got {
+			var in int64
+			for k := i; k < len(got); k++ {
+				in += got[k].cost
+				span := got[k].at.Sub(got[i].at)
+				if c.Rate > 0 && float64(in) > c.Rate*span.Seconds()+c.Burst+1e-9 {
+					t.Fatalf("key %s: %d units started in %v, over rate*t+burst = %.2f", c.Name, in, span, c.Rate*span.Seconds()+c.Burst)
+				}
+				for _, w := range c.Windows {
+					if span < w.Period && float64(in) > w.Limit {
+						t.Fatalf("key %s: %d units started within %v, over the window's %v per %v", c.Name, in, span, w.Limit, w.Period)
+					}
+				}
+			}
+		}
+	}
+	// Not under-admitting: the window key admits about its 10/s over the
+	// 12 s (jobs of cost 2 included), the bucket about its 20/s.
+	units := func(k string) (n int64) {
+		for _, st := range starts[k] {
+			n += st.cost
+		}
+		return n
+	}
+	if n := units("window"); n < 100 {
+		t.Fatalf("window key admitted %d units in 12 s at 10 per second, want at least 100", n)
+	}
+	if n := units("bucket"); n < 150 {
+		t.Fatalf("bucket key admitted %d units in 12 s at 20/s, want at least 150 (all 150 of its jobs)", n)
+	}
+}
+
+// testPauseToTheNanosecond checks that a pause from a Retry-After of
+// 1.234567 s holds the key exactly that long through the driver: nothing
+// is leased a microsecond before it ends, and the next job is at its end.
+func testPauseToTheNanosecond(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "k", Rate: 1000, Burst: 10})
+	a, b := NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k")
+	insert(t, s, a, b)
+	got := lease(t, s, T0, 1)
+	if len(got) != 1 {
+		t.Fatalf("leased %d, want 1", len(got))
+	}
+	until := T0.Add(1234567 * time.Microsecond)
+	tr := store.Transition{ID: got[0].ID, LeaseToken: got[0].LeaseToken, To: job.StateRetryScheduled, EligibleAt: until.Add(time.Hour),
+		Attempts: job.Attempts{Congestion: 1}, Record: job.AttemptRecord{At: T0, Outcome: job.ClassRateLimited},
+		Keys: store.KeyEffect{Now: T0, RateLimited: true, PauseUntil: until, Estimated: 1}}
+	mustOK(t, finish(t, s, tr))
+	if n := len(lease(t, s, until.Add(-time.Microsecond), 1)); n != 0 {
+		t.Fatalf("leased %d a microsecond before the pause ends", n)
+	}
+	if n := len(lease(t, s, until, 1)); n != 1 {
+		t.Fatalf("leased %d at the end of the pause, want 1", n)
 	}
 }

@@ -44,6 +44,8 @@ func Run(t *testing.T, open Opener) {
 		"TokenBucketPacing":     testTokenBucketPacing,
 		"NextAdmission":         testNextAdmission,
 		"ReconfigureRepaysDebt": testReconfigureRepaysDebt,
+		"ShapesBoundStarts":     testShapesBoundStarts,
+		"PauseToTheNanosecond":  testPauseToTheNanosecond,
 		"ConcurrencyCap":        testConcurrencyCap,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
@@ -108,7 +110,7 @@ func lease(t *testing.T, s store.Store, now time.Time, max int) []*job.Job {
 
 func setLimit(t *testing.T, s store.Store, c admission.Config) {
 	t.Helper()
-	if _, err := s.UpsertLimit(context.Background(), c); err != nil {
+	if _, err := s.UpsertLimit(context.Background(), c, T0); err != nil {
 		t.Fatalf("upsert limit %s: %v", c.Name, err)
 	}
 }

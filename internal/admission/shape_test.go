@@ -1,0 +1,225 @@
+package admission
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// TestWindowBound is invariant 6 for windows and multi-shape keys, as a
+// property over random shapes, costs and arrival patterns (seeded, so a
+// failure reproduces): admitted starts never exceed any window's limit
+// over its period, nor the bucket's rate*t + burst, and the start logs
+// survive MarshalShapes/UnmarshalShapes on every step, as they do
+// through a store.
+func TestWindowBound(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 150 {
+		c := Config{Name: "k"}
+		if rng.IntN(2) == 0 {
+			c.Rate, c.Burst = 1+rng.Float64()*50, float64(1+rng.IntN(8))
+		}
+		for range 1 + rng.IntN(2) {
+			c.Windows = append(c.Windows, Window{Limit: float64(1 + rng.IntN(30)),
+				Period: time.Duration(1+rng.IntN(3000)) * time.Millisecond})
+		}
+		s := NewState(c)
+		maxCost := int64(min(4, c.MaxCost()))
+		type st struct {
+			at   time.Time
+			cost int64
+		}
+		var starts []st
+		now := t0
+		var buf []byte
+		for range 1500 {
+			now = now.Add(time.Duration(rng.ExpFloat64() * float64(20*time.Millisecond)))
+			cost := 1 + rng.Int64N(maxCost)
+			ok, next := s.Check(now, cost)
+			if !ok {
+				if next.Before(now) {
+					t.Fatalf("trial %d: refused with next %v before now %v", trial, next, now)
+				}
+				continue
+			}
+			s.Take(now, cost)
+			s.Release()
+			starts = append(starts, st{now, cost})
+			buf = s.MarshalShapes(buf)
+			var back State
+			back.Config = s.Config
+			if err := back.UnmarshalShapes(buf); err != nil {
+				t.Fatal(err)
+			}
+			s.logs = back.logs
+		}
+		c = c.WithDefaults()
+		for i := range starts {
+			var in int64
+			for k := i; k < len(starts); k++ {
+				in += starts[k].cost
+				span := starts[k].at.Sub(starts[i].at)
+				if c.Rate > 0 && float64(in) > c.Rate*span.Seconds()+c.Burst+1e-6 {
+					t.Fatalf("trial %d %+v: %d units in %v over the bucket", trial, c, in, span)
+				}
+				for _, w := range c.Windows {
+					if span < w.Period && float64(in) > w.Limit {
+						t.Fatalf("trial %d %+v: %d units within %v over the window %v/%v", trial, c, in, span, w.Limit, w.Period)
+					}
+				}
+			}
+		}
+		if len(starts) == 0 {
+			t.Fatalf("trial %d %+v: nothing admitted", trial, c)
+		}
+	}
+}
+
+// TestWindowExact checks the boundary: a 3-per-second window admits three
+// starts at once, refuses the fourth until exactly one period after the
+// first, and admits it then.
+func TestWindowExact(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "w", Windows: []Window{{Limit: 3, Period: time.Second}}})
+	for i := range 3 {
+		now := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		if ok, _ := s.Check(now, 1); !ok {
+			t.Fatalf("start %d refused", i)
+		}
+		s.Take(now, 1)
+	}
+	ok, next := s.Check(t0.Add(500*time.Millisecond), 1)
+	if ok || !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("fourth start: ok=%v next=+%v, want refused until +1s", ok, next.Sub(t0))
+	}
+	if ok, _ := s.Check(next, 1); !ok {
+		t.Fatal("refused at the time Check named")
+	}
+	if got := s.Tokens(t0.Add(500 * time.Millisecond)); got != 0 {
+		t.Fatalf("tokens in a full window = %v", got)
+	}
+}
+
+// TestLogBounded checks that a dense stream of starts keeps a window's log
+// within LogSlots+1 entries and its state small.
+func TestLogBounded(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "tpm", Windows: []Window{{Limit: 1e9, Period: time.Minute}}})
+	now := t0
+	for range 100_000 {
+		now = now.Add(time.Millisecond)
+		s.Take(now, 1)
+	}
+	if n := len(s.logs[0].entries); n > LogSlots+1 {
+		t.Fatalf("log holds %d entries, want at most %d", n, LogSlots+1)
+	}
+	if b := s.MarshalShapes(nil); len(b) > 8*(LogSlots+1) {
+		t.Fatalf("encoded log is %d bytes", len(b))
+	}
+	if got := s.logs[0].since(now.Add(-time.Minute).UnixNano()); got < 60_000 || got > 60_000+int64(2*time.Minute/time.Millisecond/LogSlots) {
+		t.Fatalf("log counts %d starts in the last minute, want 60000 (conservatively rounded up by at most a slot)", got)
+	}
+}
+
+// TestOverflowSafe pins the two failures of issue 10: a cost of 1e12 on a
+// shared key froze it for a century, and about 9e9 wrapped the bucket's
+// arithmetic to a free start. Now such costs are refused by CheckCost, and
+// when they reach the arithmetic anyway it saturates.
+func TestOverflowSafe(t *testing.T) {
+	t.Parallel()
+	c := Config{Name: "shared", Rate: 1, Burst: 10} // 1 s per unit: 9.3e9 units wrapped int64 ns
+	for _, cost := range []int64{0, -1, 11, 9e9, 1e12, math.MaxInt64} {
+		if c.CheckCost(cost) == nil {
+			t.Errorf("CheckCost(%d) accepted on burst 10", cost)
+		}
+	}
+	if err := c.CheckCost(10); err != nil {
+		t.Fatal(err)
+	}
+	if err := (Config{Name: "w", Windows: []Window{{Limit: 5, Period: time.Second}}}).CheckCost(6); err == nil {
+		t.Fatal("cost above a window's limit accepted")
+	}
+	if err := (Config{Name: "free"}).CheckCost(1e9); err != nil {
+		t.Fatalf("an unpaced key refused a large cost: %v", err)
+	}
+	for _, cost := range []int64{9e9, 9_300_000_000, 1e12, math.MaxInt64} {
+		s := NewState(c)
+		s.Take(t0, 1) // not full: the cost is checked
+		ok, next := s.Check(t0, cost)
+		if ok {
+			t.Fatalf("cost %d admitted for free", cost)
+		}
+		if next.Before(t0) || next.After(t0.Add(MaxAhead)) {
+			t.Fatalf("cost %d: next %v outside [now, now+MaxAhead]", cost, next)
+		}
+		s.Take(t0, cost)
+		if s.TAT.Before(t0) || s.TAT.After(t0.Add(MaxAhead)) {
+			t.Fatalf("cost %d: TAT %v wrapped", cost, s.TAT)
+		}
+		if w := s.Wait(t0, cost); w < 0 || w > MaxAhead {
+			t.Fatalf("cost %d: wait %v", cost, w)
+		}
+	}
+}
+
+// FuzzAdmission drives one key with extreme rates, bursts, costs, windows
+// and times: nothing panics, a refusal never names a time before now, the
+// key's times stay representable, and its encoded state round-trips.
+func FuzzAdmission(f *testing.F) {
+	f.Add(10.0, 10.0, int64(1), 5.0, int64(time.Second), int64(0), int64(time.Millisecond), true)
+	f.Add(1e-9, 0.0, int64(1e12), 1.0, int64(time.Millisecond), int64(-1e18), int64(1), false)
+	f.Add(1e9, 1e12, int64(9e9), 1e12, int64(24*time.Hour), int64(4e18), int64(1e15), true)
+	f.Add(0.0, 0.0, int64(math.MaxInt64), 0.0, int64(0), int64(0), int64(0), false)
+	f.Fuzz(func(t *testing.T, rate, burst float64, cost int64, limit float64, period, start, step int64, adaptive bool) {
+		c := Config{Name: "k", Rate: rate, Burst: burst, Adaptive: adaptive}
+		if limit != 0 || period != 0 {
+			c.Windows = []Window{{Limit: limit, Period: time.Duration(period)}}
+		}
+		if c.Validate() != nil {
+			return
+		}
+		s := NewState(c)
+		// Times from 1680 to 2260: the range Unix nanoseconds hold.
+		now := time.Unix(0, start%(9e18-int64(2*MaxAhead)))
+		for i := range 50 {
+			ok, next := s.Check(now, cost)
+			if !ok && next.Before(now) {
+				t.Fatalf("refused with next %v before now %v", next, now)
+			}
+			switch i % 5 {
+			case 0, 1:
+				if ok {
+					s.Take(now, cost)
+				}
+			case 2:
+				s.Throttled(now, now.Add(time.Second), cost)
+			case 3:
+				s.RateLimited(now, now.Add(1500*time.Microsecond), cost)
+				s.Hint(now, job.Hint{Limit: 100, Remaining: cost % 100, Reset: time.Duration(step)})
+			case 4:
+				s.Succeeded(now)
+				s.Reconcile(now, cost, cost/2+1)
+			}
+			s.Release()
+			if s.TAT.After(now.Add(2 * MaxAhead)) {
+				t.Fatalf("TAT %v ran past the saturation bound", s.TAT)
+			}
+			if w := s.Wait(now, cost); w < 0 || w > MaxAhead+time.Duration(7*24*time.Hour) {
+				t.Fatalf("wait %v", w)
+			}
+			if lr := s.LearnedRate; math.IsNaN(lr) || lr < 0 || (s.Adaptive && lr > s.Rate) {
+				t.Fatalf("learned rate %v (ceiling %v)", lr, s.Rate)
+			}
+			var back State
+			back.Config = s.Config
+			if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(time.Duration(max(0, step%int64(time.Hour))))
+		}
+	})
+}
