@@ -190,7 +190,7 @@ func (r *Result) add(name string, v float64, unit string) {
 }
 
 // Workloads lists the workloads in the order `all` runs them.
-var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt"}
+var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams"}
 
 var runners = map[string]func(context.Context, *env) (Result, error){
 	"throughput": runThroughput,
@@ -198,6 +198,7 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 	"fairness":   runFairness,
 	"flood":      runFlood,
 	"adapt":      runAdapt,
+	"upstreams":  runUpstreams,
 }
 
 // Run runs one workload, o.Runs times (see Options.Runs).
@@ -240,7 +241,11 @@ func Run(ctx context.Context, name string, o Options) (Result, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.Duration)
+	bound := o.Duration
+	if name == "upstreams" { // Duration bounds each of its mixes
+		bound *= time.Duration(len(Upstreams(o.Smoke).Mixes))
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	e := &env{opts: o, dir: dir, name: name, http: &http.Client{
 		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512},
@@ -261,7 +266,7 @@ type env struct {
 	dir     string
 	name    string
 	http    *http.Client
-	schema  string
+	schemas []string
 	clients []*ratelane.Client
 	sims    []*upstream.Server
 }
@@ -276,11 +281,13 @@ func (e *env) close() {
 	for _, s := range e.sims {
 		_ = s.Close()
 	}
-	if e.schema != "" {
+	if len(e.schemas) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if conn, err := pgx.Connect(ctx, e.opts.PostgresURL); err == nil {
-			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{e.schema}.Sanitize()+" CASCADE")
+			for _, s := range e.schemas {
+				_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE")
+			}
 			_ = conn.Close(ctx)
 		}
 	}
@@ -291,8 +298,9 @@ func (e *env) close() {
 func (e *env) client(ctx context.Context, cfg ratelane.Config) (*ratelane.Client, error) {
 	r := ratelane.Region{Name: "us"}
 	if e.opts.Store == "postgres" {
-		e.schema = fmt.Sprintf("bench_%s_%d", e.name, time.Now().UnixNano())
-		r.PostgresURL, r.PostgresSchema = e.opts.PostgresURL, e.schema
+		schema := fmt.Sprintf("bench_%s_%d", e.name, time.Now().UnixNano())
+		e.schemas = append(e.schemas, schema)
+		r.PostgresURL, r.PostgresSchema = e.opts.PostgresURL, schema
 	} else {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
 	}

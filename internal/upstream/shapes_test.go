@@ -297,3 +297,41 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+func TestIdealSchedule(t *testing.T) {
+	t.Parallel()
+	start := t0.Add(250 * time.Millisecond)
+	last := func(rc RouteConfig, n int) time.Duration {
+		t.Helper()
+		ts, err := IdealSchedule(rc, n, start)
+		if err != nil || len(ts) != n {
+			t.Fatalf("IdealSchedule: %d times, %v", len(ts), err)
+		}
+		return ts[n-1].Sub(start)
+	}
+	for _, tc := range []struct {
+		name string
+		rc   RouteConfig
+		n    int
+		want time.Duration
+	}{
+		// 4 at once, then one every 100 ms: the 14th at 1 s.
+		{"bucket", RouteConfig{Rate: 10, Burst: 4}, 14, time.Second},
+		// 10 at once, 10 more a window later: the 25th at 2 s.
+		{"sliding", RouteConfig{Window: time.Second, Limit: 10}, 25, 2 * time.Second},
+		// 10 at 0.25 s, 10 at the boundary 1.0, 5 at 2.0 (start is .25 into a second).
+		{"fixed", RouteConfig{Algorithm: AlgorithmFixedWindow, Window: time.Second, Limit: 10}, 25, 1750 * time.Millisecond},
+		// Halved at 1 s: 10 at 0, then 5 at 1 s (the window frees at 1 s)...
+		{"sliding halves", RouteConfig{Window: time.Second, Limit: 10, Changes: []LimitChange{{After: time.Second, Limit: 5}}}, 20, 2 * time.Second},
+		// A rise is used the moment it happens: 2 at 0, 8 more at 0.5 s.
+		{"sliding rises", RouteConfig{Window: time.Second, Limit: 2, Changes: []LimitChange{{After: 500 * time.Millisecond, Limit: 10}}}, 10, 500 * time.Millisecond},
+		{"unlimited", RouteConfig{}, 100, 0},
+	} {
+		if got := last(tc.rc, tc.n); got != tc.want {
+			t.Errorf("%s: last admission at %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if _, err := IdealSchedule(RouteConfig{Window: -1}, 1, start); err == nil {
+		t.Error("IdealSchedule accepted an invalid route")
+	}
+}
