@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/ratelimit"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -325,8 +326,8 @@ func (e *env) sim(routes map[string]upstream.RouteConfig) (*upstream.Server, err
 }
 
 // post delivers one job to a simulator route and maps the answer to a
-// handler result: 2xx success, 429 RateLimited(Retry-After), else
-// transient.
+// handler result: 2xx success, 429 (and 503 with a Retry-After)
+// RateLimited(Retry-After), else transient.
 func (e *env) post(ctx context.Context, url, id string) error {
 	status, retryAfter, err := Deliver(ctx, e.http, url, id)
 	switch {
@@ -334,16 +335,24 @@ func (e *env) post(ctx context.Context, url, id string) error {
 		return ratelane.Transient(err)
 	case status >= 200 && status < 300:
 		return nil
-	case status == http.StatusTooManyRequests:
+	case RateLimited(status, retryAfter):
 		return ratelane.RateLimited(retryAfter)
 	default:
 		return ratelane.Transient(fmt.Errorf("upstream answered %d", status))
 	}
 }
 
+// RateLimited reports whether an answer is congestion: a 429, or a 503
+// that says when to come back (retryAfter > 0, as Deliver returns it).
+func RateLimited(status int, retryAfter time.Duration) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable && retryAfter > 0
+}
+
 // Deliver POSTs an empty delivery to a simulator route with id as its
 // webhook-id (the simulator counts duplicates by it) and returns the
-// status code and the Retry-After (whole seconds, 0 when absent).
+// status code and the server-given delay (retry-after-ms, or Retry-After
+// in seconds or as an HTTP-date read against the response's Date, parsed
+// by internal/ratelimit), 0 when absent.
 func Deliver(ctx context.Context, c *http.Client, url, id string) (status int, retryAfter time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
@@ -356,8 +365,8 @@ func Deliver(ctx context.Context, c *http.Client, url, id string) (status int, r
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-		retryAfter = time.Duration(s) * time.Second
+	if info := ratelimit.Parse(resp.Header, time.Now()); info.HasRetryAfter {
+		retryAfter = info.RetryAfter
 	}
 	return resp.StatusCode, retryAfter, nil
 }

@@ -83,7 +83,7 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	var lastCheck time.Time
 	terminal := 0
 	err = WaitFor(ctx, func() bool {
-		if delivered(sim.Stats()) >= total {
+		if Delivered(sim.Stats()) >= total {
 			return true
 		}
 		if time.Since(lastCheck) < 500*time.Millisecond {
@@ -91,7 +91,7 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 		}
 		lastCheck = time.Now()
 		terminal = countTerminal(ctx, c)
-		return delivered(sim.Stats())+terminal >= total
+		return Delivered(sim.Stats())+terminal >= total
 	})
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return MixOutcome{}, err
@@ -100,11 +100,11 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	defer stop()
 	_ = c.Stop(stopCtx)
 	rep := sim.Stats()
-	return MixOutcome{Start: start, Report: rep, Lost: max(0, total-delivered(rep))}, nil
+	return MixOutcome{Start: start, Report: rep, Lost: max(0, total-Delivered(rep))}, nil
 }
 
-// delivered counts the distinct webhook-ids the simulator accepted.
-func delivered(rep upstream.Report) int {
+// Delivered counts the distinct webhook-ids the simulator accepted.
+func Delivered(rep upstream.Report) int {
 	n := 0
 	for _, rt := range rep.Routes {
 		n += int(rt.UniqueIDs)

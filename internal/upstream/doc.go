@@ -15,6 +15,7 @@
 //	POST /r/{name}/v1/messages           Anthropic messages for route name
 //	GET  /_stats                         the current [Report] as JSON
 //	GET  /_healthz                       200 "ok"
+//	POST /_schedule                      start the schedule of limit changes now
 //
 // Every route name has its own limiter and counters ([RouteConfig]); the
 // three kinds of endpoint share them, so an OpenAI endpoint and a webhook

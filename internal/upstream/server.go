@@ -236,6 +236,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /r/{name}/v1/messages", s.handlePostMessages)
 	mux.HandleFunc("GET /_stats", s.handleGetStats)
 	mux.HandleFunc("GET /_healthz", s.handleGetHealth)
+	mux.HandleFunc("POST /_schedule", s.handlePostSchedule)
 	return mux
 }
 
@@ -284,6 +285,23 @@ func (s *Server) wait(ctx context.Context, d time.Duration) bool {
 
 func (s *Server) handleGetStats(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.Stats())
+}
+
+// handlePostSchedule starts every route's schedule of limit changes now
+// (StartSchedule), for a sender in another process that starts its
+// workers when it is ready; it answers {"epoch": ...}.
+func (s *Server) handlePostSchedule(w http.ResponseWriter, _ *http.Request) {
+	now := s.cfg.Now()
+	s.StartSchedule(now)
+	writeJSON(w, http.StatusOK, map[string]time.Time{"epoch": now})
+}
+
+// ScheduleEpoch returns the epoch of the last StartSchedule (or POST
+// /_schedule), zero when the schedule was never started.
+func (s *Server) ScheduleEpoch() time.Time {
+	s.routesMu.RLock()
+	defer s.routesMu.RUnlock()
+	return s.epoch
 }
 
 func (s *Server) handleGetHealth(w http.ResponseWriter, _ *http.Request) {

@@ -335,3 +335,21 @@ func TestIdealSchedule(t *testing.T) {
 		t.Error("IdealSchedule accepted an invalid route")
 	}
 }
+
+// TestScheduleOverHTTP: a sender in another process starts the schedule
+// with POST /_schedule.
+func TestScheduleOverHTTP(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := setup(t, Config{Now: clock.Now, Routes: map[string]RouteConfig{"sub": {
+		Window: time.Second, Limit: 1, Changes: []LimitChange{{After: time.Minute, Limit: 3}}}}})
+	clock.Advance(time.Hour)
+	resp, _ := b.post(t, b.srv.URL()+"/_schedule", "", nil)
+	if resp.StatusCode != 200 || !b.srv.ScheduleEpoch().Equal(clock.Now()) {
+		t.Fatalf("POST /_schedule = %d, epoch %v, want 200 and %v", resp.StatusCode, b.srv.ScheduleEpoch(), clock.Now())
+	}
+	clock.Advance(time.Minute)
+	if got := b.statuses(t, "sub", 4); count(got, 200) != 3 {
+		t.Errorf("a minute after the epoch: %v, want the new limit of 3", got)
+	}
+}
