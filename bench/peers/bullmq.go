@@ -122,7 +122,12 @@ func runBullMQUpstreams(ctx context.Context, e *env) (bench.Result, error) {
 				Name: d.Name, URL: sim.RouteURL(d.Name), Rate: d.Declared, Burst: d.Declared, Jobs: d.Jobs})
 		}
 		if _, err := execBullMQ(ctx, e, spec); err != nil {
-			return bench.MixOutcome{}, err
+			// The runner gives up at timeout_ms: like every peer's mix at
+			// its bound, what it did not deliver counts as lost.
+			if time.Until(deadline) > 6*time.Second || sim.ScheduleEpoch().IsZero() {
+				return bench.MixOutcome{}, err
+			}
+			fmt.Fprintf(e.log, "peers: bullmq: mix %s reached its bound; undelivered jobs count as lost\n", m.Name)
 		}
 		return outcome(sim, m, sim.ScheduleEpoch()), nil
 	})
