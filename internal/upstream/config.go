@@ -355,13 +355,13 @@ func (rc RouteConfig) validateChanges() error {
 	for i, c := range rc.Changes {
 		switch {
 		case c.After < last:
-			return fmt.Errorf("Changes[%d]: After %v before the previous change's %v", i, c.After, last)
+			return fmt.Errorf("limit change %d: After %v before the previous change's %v", i, c.After, last)
 		case rc.Algorithm == AlgorithmTokenBucket && (!(c.Rate > 0) || math.IsInf(c.Rate, 0) || c.Burst < 0 || c.Limit != 0):
-			return fmt.Errorf("Changes[%d]: a token bucket changes Rate (> 0) and optionally Burst, not Limit", i)
+			return fmt.Errorf("limit change %d: a token bucket changes Rate (> 0) and optionally Burst, not Limit", i)
 		case rc.Algorithm != AlgorithmTokenBucket && rc.Algorithm != AlgorithmNone && (c.Limit < 1 || c.Limit > 1_000_000 || c.Rate != 0 || c.Burst != 0):
-			return fmt.Errorf("Changes[%d]: a window changes Limit (1..1000000), not Rate or Burst", i)
+			return fmt.Errorf("limit change %d: a window changes Limit (1..1000000), not Rate or Burst", i)
 		case rc.Algorithm == AlgorithmNone:
-			return fmt.Errorf("Changes[%d]: an unlimited route has no limit to change", i)
+			return fmt.Errorf("limit change %d: an unlimited route has no limit to change", i)
 		}
 		last = c.After
 	}
