@@ -35,6 +35,9 @@ type bullmqSpec struct {
 	LatencyMs int64 `json:"latency_ms,omitempty"`
 
 	Destinations []bullmqDestination `json:"destinations,omitempty"`
+	// ScheduleURL (upstreams) is POSTed right before the workers start,
+	// so the simulator's limit changes run from the peer's start.
+	ScheduleURL string `json:"schedule_url,omitempty"`
 
 	URL             string `json:"url,omitempty"`
 	Rate            int    `json:"rate,omitempty"`
@@ -96,8 +99,45 @@ func checkBullMQ(ctx context.Context, dir string, install bool) error {
 	return nil
 }
 
+// runBullMQUpstreams runs every upstreams mix through the Node.js runner:
+// one queue per destination with its declared limit as the Worker
+// limiter, and BullMQ's manual rate limit on a 429 (or a 503 with
+// Retry-After), as for paced.
+func runBullMQUpstreams(ctx context.Context, e *env) (bench.Result, error) {
+	return upstreamsMixes(ctx, e, func(ctx context.Context, plan bench.UpstreamsPlan, m bench.UpstreamsMix) (bench.MixOutcome, error) {
+		sim, err := newMixSim(m)
+		if err != nil {
+			return bench.MixOutcome{}, err
+		}
+		defer sim.Close()
+		deadline, _ := ctx.Deadline()
+		spec := bullmqSpec{
+			Workload: "upstreams", RedisURL: fmt.Sprintf("redis://%s/%d", e.redisAddr, e.redisDB),
+			Prefix:  fmt.Sprintf("ratelane-peers-%d", time.Now().UnixNano()),
+			Workers: plan.Workers, TimeoutMs: max(1000, time.Until(deadline).Milliseconds()-5000),
+			ScheduleURL: sim.URL() + "/_schedule",
+		}
+		for _, d := range m.Destinations {
+			spec.Destinations = append(spec.Destinations, bullmqDestination{
+				Name: d.Name, URL: sim.RouteURL(d.Name), Rate: d.Declared, Burst: d.Declared, Jobs: d.Jobs})
+		}
+		if _, err := execBullMQ(ctx, e, spec); err != nil {
+			// The runner gives up at timeout_ms: like every peer's mix at
+			// its bound, what it did not deliver counts as lost.
+			if time.Until(deadline) > 6*time.Second || sim.ScheduleEpoch().IsZero() {
+				return bench.MixOutcome{}, err
+			}
+			fmt.Fprintf(e.log, "peers: bullmq: mix %s reached its bound; undelivered jobs count as lost\n", m.Name)
+		}
+		return outcome(sim, m, sim.ScheduleEpoch()), nil
+	})
+}
+
 // runBullMQ runs one workload through the Node.js runner.
 func runBullMQ(ctx context.Context, e *env, workload string) (bench.Result, error) {
+	if workload == "upstreams" {
+		return runBullMQUpstreams(ctx, e)
+	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(time.Hour)

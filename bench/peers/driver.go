@@ -33,6 +33,8 @@ const (
 type job struct {
 	// URL is the simulator route to POST to; empty for a no-op job.
 	URL string `json:"url,omitempty"`
+	// Dest names the destination whose limiter paces the job (upstreams).
+	Dest string `json:"dest,omitempty"`
 	// Class is the flood priority class, empty elsewhere.
 	Class class `json:"class,omitempty"`
 	// EnqueuedNs is when the job was handed to the queue, Unix nanoseconds
@@ -89,7 +91,8 @@ type env struct {
 }
 
 // post delivers a job to a simulator route with id as webhook-id and maps
-// the answer: 2xx nil, 429 *rateLimitedError, anything else an error.
+// the answer: 2xx nil, 429 (or 503 with Retry-After) *rateLimitedError,
+// anything else an error.
 func (e *env) post(ctx context.Context, url, id string) error {
 	status, retryAfter, err := bench.Deliver(ctx, e.http, url, id)
 	switch {
@@ -97,7 +100,7 @@ func (e *env) post(ctx context.Context, url, id string) error {
 		return err
 	case status >= 200 && status < 300:
 		return nil
-	case status == http.StatusTooManyRequests:
+	case bench.RateLimited(status, retryAfter):
 		return &rateLimitedError{RetryAfter: retryAfter}
 	default:
 		return fmt.Errorf("upstream answered %d", status)

@@ -30,7 +30,7 @@ import (
 )
 
 // workloads are the workloads every system implements, in run order.
-var workloads = []string{"throughput", "paced", "flood"}
+var workloads = []string{"throughput", "paced", "flood", "upstreams"}
 
 // goRunners run a workload on a Go peer through the shared driver.
 var goRunners = map[string]func(context.Context, *env, opener) (bench.Result, error){
@@ -45,10 +45,17 @@ type system struct {
 	run  func(ctx context.Context, e *env, workload string) (bench.Result, error)
 }
 
-// goPeer is a Go peer run through the shared driver.
-func goPeer(name string, open opener) system {
+// goPeer is a Go peer run through the shared driver; style is how it
+// applies its per-destination limiter in the upstreams workload.
+func goPeer(name string, open opener, style limitStyle) system {
 	return system{name, func(ctx context.Context, e *env, w string) (bench.Result, error) {
-		r, err := goRunners[w](ctx, e, open)
+		var r bench.Result
+		var err error
+		if w == "upstreams" {
+			r, err = runUpstreams(ctx, e, open, style)
+		} else {
+			r, err = goRunners[w](ctx, e, open)
+		}
 		r.Workload = w
 		return r, err
 	}}
@@ -61,6 +68,9 @@ func ratelaneStore(store string) system {
 		if dl, ok := ctx.Deadline(); ok {
 			d = time.Until(dl)
 		}
+		if w == "upstreams" { // Duration bounds each of its mixes
+			d /= time.Duration(len(bench.Upstreams(e.smoke).Mixes))
+		}
 		return bench.Run(ctx, w, bench.Options{Store: store, PostgresURL: e.postgresURL, Smoke: e.smoke, Duration: d})
 	}}
 }
@@ -69,11 +79,18 @@ func ratelaneStore(store string) system {
 var systems = []system{
 	ratelaneStore("sqlite"),
 	ratelaneStore("postgres"),
-	goPeer("river-postgres", openRiverPostgres),
-	goPeer("river-postgres-tuned", openRiverPostgresTuned),
-	goPeer("river-sqlite", openRiverSQLite),
-	goPeer("asynq", openAsynq),
+	goPeer("river-postgres", openRiverPostgres, limitWait),
+	goPeer("river-postgres-tuned", openRiverPostgresTuned, limitWait),
+	goPeer("river-sqlite", openRiverSQLite, limitWait),
+	goPeer("asynq", openAsynq, limitAllow),
 	{"bullmq", runBullMQ},
+	{"naive", runNaive},
+}
+
+// supports reports whether system name runs workload w: the naive
+// baseline runs only upstreams.
+func supports(name, w string) bool {
+	return name != "naive" || w == "upstreams"
 }
 
 func main() {
@@ -218,7 +235,7 @@ func measure(ctx context.Context, c config, log io.Writer) *report {
 		errs := map[string]error{}
 		for i := range c.runs {
 			for _, name := range c.peers {
-				if errs[name] != nil {
+				if errs[name] != nil || !supports(name, w) {
 					continue
 				}
 				fmt.Fprintf(log, "peers: %s on %s (run %d of %d)...\n", w, name, i+1, c.runs)

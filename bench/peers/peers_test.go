@@ -105,6 +105,52 @@ func smoke(t *testing.T, name, needs string) {
 			checkRange(t, r, "interactive_max_ms", p99, 60_000)
 			checkRange(t, r, "goodput", 0, 1.2)
 			checkRange(t, r, "duplicates", 0, 0)
+		case "upstreams":
+			checkUpstreams(t, r)
+		}
+	}
+}
+
+// checkUpstreams checks an upstreams result is a sane measurement. Lost
+// deliveries are allowed (a slow peer reaches its bound) but counted.
+func checkUpstreams(t *testing.T, r bench.Result) {
+	t.Helper()
+	total := 0
+	for _, m := range bench.Upstreams(true).Mixes {
+		total += m.Total()
+		checkRange(t, r, "makespan_ratio_"+m.Name, 0.5, 1000)
+		checkRange(t, r, "ideal_seconds_"+m.Name, 0.1, 60)
+	}
+	checkRange(t, r, "rate_limited_share", 0, 1)
+	checkRange(t, r, "duplicates", 0, 0)
+	checkRange(t, r, "lost", 0, float64(total))
+	checkRange(t, r, "goodput_min", 0, 1)
+}
+
+// TestNaiveSmoke runs the naive baseline's one workload.
+func TestNaiveSmoke(t *testing.T) {
+	c := testEnv(t, "")
+	r, err := runOne(context.Background(), c, "naive", "upstreams")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkUpstreams(t, r)
+	if lost, _ := r.Get("lost"); lost != 0 {
+		t.Errorf("the naive baseline lost %v deliveries: it retries until the bound", lost)
+	}
+	if _, err := runOne(context.Background(), c, "naive", "paced"); err == nil {
+		t.Error("naive ran paced, which it does not implement")
+	}
+}
+
+func TestBetterOf(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]string{
+		"makespan_ratio_issue": "lower", "goodput_issue_sliding-date": "higher", "goodput_min_many": "higher",
+		"lost_fixed": "lower", "ideal_seconds_issue": "", "rate_limited_share_rising": "lower", "goodput": "higher",
+	} {
+		if got := betterOf(name); got != want {
+			t.Errorf("betterOf(%q) = %q, want %q", name, got, want)
 		}
 	}
 }

@@ -11,9 +11,26 @@ import (
 	"github.com/ratelane/ratelane/internal/bench"
 )
 
+// betterOf says which direction is better for a metric: better's entry,
+// else that of the name without an upstreams mix (and destination)
+// suffix, so "makespan_ratio_issue" is "lower" and
+// "goodput_issue_sliding-date" "higher".
+func betterOf(name string) string {
+	if d, ok := better[name]; ok {
+		return d
+	}
+	for _, prefix := range []string{"makespan_ratio_", "makespan_seconds_", "rate_limited_share_", "duplicates_", "lost_", "goodput_min_", "goodput_"} {
+		if strings.HasPrefix(name, prefix) {
+			return better[strings.TrimSuffix(prefix, "_")]
+		}
+	}
+	return ""
+}
+
 // better says, per metric name, which direction is better; metrics not
 // listed describe the workload (sizes, offered load) and get no ratio.
 var better = map[string]string{
+	"lost":                                  "lower",
 	"insert_jobs_per_second":                "higher",
 	"jobs_per_second":                       "higher",
 	"enqueue_to_start_p50_ms":               "lower",
@@ -96,7 +113,7 @@ func (r *report) writeTable(w io.Writer) error {
 			}
 		}
 		for _, name := range metricNames(wr, r.systems) {
-			label, dir := name, better[name]
+			label, dir := name, betterOf(name)
 			if dir == "" {
 				dir = "-"
 			}
@@ -111,7 +128,7 @@ func (r *report) writeTable(w io.Writer) error {
 					continue
 				}
 				rt := ""
-				if hasBase && better[name] != "" && s != r.baseline {
+				if hasBase && betterOf(name) != "" && s != r.baseline {
 					rt = ratioOf(base, m.Value)
 				}
 				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", label, dir, s, m.Format(), rt)

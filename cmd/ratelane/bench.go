@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, all)", runBench)
+	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, all)", runBench)
 }
 
 // runBench runs `ratelane bench <workload> [flags]`.
@@ -20,7 +20,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|all> [flags]")
+		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|upstreams|all> [flags]")
 		fs.PrintDefaults()
 		fmt.Fprint(stderr, benchMetricsHelp)
 	}
@@ -91,4 +91,16 @@ JSON metrics (one object per workload; under its name with "all"):
   flood       interactive_p50_ms interactive_p99_ms interactive_max_ms goodput rate_limited_share duplicates
   adapt       goodput rate_limited_share converge_seconds goodput_phaseN rate_limited_share_phaseN
               converge_seconds_changeN
+  upstreams   makespan_ratio rate_limited_share duplicates lost goodput_min
+              makespan_ratio_issue makespan_seconds_issue ideal_seconds_issue rate_limited_share_issue
+              duplicates_issue lost_issue goodput_min_issue
+              makespan_ratio_sliding makespan_seconds_sliding ideal_seconds_sliding rate_limited_share_sliding
+              duplicates_sliding lost_sliding goodput_min_sliding
+              makespan_ratio_fixed makespan_seconds_fixed ideal_seconds_fixed rate_limited_share_fixed
+              duplicates_fixed lost_fixed goodput_min_fixed
+              makespan_ratio_rising makespan_seconds_rising ideal_seconds_rising rate_limited_share_rising
+              duplicates_rising lost_rising goodput_min_rising
+              makespan_ratio_many makespan_seconds_many ideal_seconds_many rate_limited_share_many
+              duplicates_many lost_many goodput_min_many
+              goodput_issue_sliding-date goodput_issue_half-none goodput_issue_halving-503
 `

@@ -26,6 +26,10 @@ var benchNames = map[string]map[string][2]float64{
 		"interactive_p50_ms": {0, 600_000}, "interactive_p99_ms": {0, 600_000}, "interactive_max_ms": {0, 600_000},
 		"goodput": {0, 1.2}, "duplicates": {0, 0},
 	},
+	"upstreams": {
+		"makespan_ratio": {0.5, 100}, "rate_limited_share": {0, 1}, "duplicates": {0, 0}, "lost": {0, 0},
+		"goodput_min": {0, 1}, "makespan_ratio_issue": {0.5, 100}, "ideal_seconds_many": {0.5, 100},
+	},
 	"adapt": {
 		"goodput": {0, 1.2}, "rate_limited_share": {0, 1}, "converge_seconds": {0, 600},
 		"goodput_phase1": {0, 1.2}, "goodput_phase2": {0, 1.2}, "goodput_phase3": {0, 1.2},

@@ -40,7 +40,7 @@ func parseUpstreamFlags(args []string, stderr io.Writer) (*upstreamFlags, error)
 	f := &upstreamFlags{}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8090", "listen address (port 0 picks a free one)")
 	fs.Var(&f.routes, "route", "a route NAME=RATE[:BURST] (token bucket, requests/s) or NAME (unlimited); repeatable")
-	fs.StringVar(&f.overLimit, "over-limit", "429-seconds", "answer past the limit: 429-seconds, 429-date, 429-ms, 429-none or 503")
+	fs.StringVar(&f.overLimit, "over-limit", "429-seconds", "answer past the limit: 429-seconds, 429-date, 429-ms, 429-none, 503, 503-date or 503-none")
 	fs.StringVar(&f.headers, "headers", "", "rate-limit headers: none, x-ratelimit, ratelimit, ratelimit-legacy, anthropic (default: each endpoint's own)")
 	fs.Float64Var(&f.transient, "transient-rate", 0, "probability 0..1 of a random 500/502/504")
 	fs.DurationVar(&f.latency, "latency", 0, "fixed latency of every answer")

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/ratelimit"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -190,7 +191,7 @@ func (r *Result) add(name string, v float64, unit string) {
 }
 
 // Workloads lists the workloads in the order `all` runs them.
-var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt"}
+var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams"}
 
 var runners = map[string]func(context.Context, *env) (Result, error){
 	"throughput": runThroughput,
@@ -198,6 +199,7 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 	"fairness":   runFairness,
 	"flood":      runFlood,
 	"adapt":      runAdapt,
+	"upstreams":  runUpstreams,
 }
 
 // Run runs one workload, o.Runs times (see Options.Runs).
@@ -240,7 +242,11 @@ func Run(ctx context.Context, name string, o Options) (Result, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.Duration)
+	bound := o.Duration
+	if name == "upstreams" { // Duration bounds each of its mixes
+		bound *= time.Duration(len(Upstreams(o.Smoke).Mixes))
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	e := &env{opts: o, dir: dir, name: name, http: &http.Client{
 		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512},
@@ -261,7 +267,7 @@ type env struct {
 	dir     string
 	name    string
 	http    *http.Client
-	schema  string
+	schemas []string
 	clients []*ratelane.Client
 	sims    []*upstream.Server
 }
@@ -276,11 +282,13 @@ func (e *env) close() {
 	for _, s := range e.sims {
 		_ = s.Close()
 	}
-	if e.schema != "" {
+	if len(e.schemas) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if conn, err := pgx.Connect(ctx, e.opts.PostgresURL); err == nil {
-			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{e.schema}.Sanitize()+" CASCADE")
+			for _, s := range e.schemas {
+				_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE")
+			}
 			_ = conn.Close(ctx)
 		}
 	}
@@ -291,8 +299,9 @@ func (e *env) close() {
 func (e *env) client(ctx context.Context, cfg ratelane.Config) (*ratelane.Client, error) {
 	r := ratelane.Region{Name: "us"}
 	if e.opts.Store == "postgres" {
-		e.schema = fmt.Sprintf("bench_%s_%d", e.name, time.Now().UnixNano())
-		r.PostgresURL, r.PostgresSchema = e.opts.PostgresURL, e.schema
+		schema := fmt.Sprintf("bench_%s_%d", e.name, time.Now().UnixNano())
+		e.schemas = append(e.schemas, schema)
+		r.PostgresURL, r.PostgresSchema = e.opts.PostgresURL, schema
 	} else {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
 	}
@@ -317,8 +326,8 @@ func (e *env) sim(routes map[string]upstream.RouteConfig) (*upstream.Server, err
 }
 
 // post delivers one job to a simulator route and maps the answer to a
-// handler result: 2xx success, 429 RateLimited(Retry-After), else
-// transient.
+// handler result: 2xx success, 429 (and 503 with a Retry-After)
+// RateLimited(Retry-After), else transient.
 func (e *env) post(ctx context.Context, url, id string) error {
 	status, retryAfter, err := Deliver(ctx, e.http, url, id)
 	switch {
@@ -326,16 +335,24 @@ func (e *env) post(ctx context.Context, url, id string) error {
 		return ratelane.Transient(err)
 	case status >= 200 && status < 300:
 		return nil
-	case status == http.StatusTooManyRequests:
+	case RateLimited(status, retryAfter):
 		return ratelane.RateLimited(retryAfter)
 	default:
 		return ratelane.Transient(fmt.Errorf("upstream answered %d", status))
 	}
 }
 
+// RateLimited reports whether an answer is congestion: a 429, or a 503
+// that says when to come back (retryAfter > 0, as Deliver returns it).
+func RateLimited(status int, retryAfter time.Duration) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable && retryAfter > 0
+}
+
 // Deliver POSTs an empty delivery to a simulator route with id as its
 // webhook-id (the simulator counts duplicates by it) and returns the
-// status code and the Retry-After (whole seconds, 0 when absent).
+// status code and the server-given delay (retry-after-ms, or Retry-After
+// in seconds or as an HTTP-date read against the response's Date, parsed
+// by internal/ratelimit), 0 when absent.
 func Deliver(ctx context.Context, c *http.Client, url, id string) (status int, retryAfter time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
@@ -348,8 +365,8 @@ func Deliver(ctx context.Context, c *http.Client, url, id string) (status int, r
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-		retryAfter = time.Duration(s) * time.Second
+	if info := ratelimit.Parse(resp.Header, time.Now()); info.HasRetryAfter {
+		retryAfter = info.RetryAfter
 	}
 	return resp.StatusCode, retryAfter, nil
 }

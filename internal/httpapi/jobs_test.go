@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -375,5 +376,56 @@ func TestListPagination(t *testing.T) {
 	e.do("GET", "/v1/jobs?region=eu&lane=batch&state=waiting&kind=email.send", acmeKey, nil).want(t, 200).json(t, &list)
 	if len(list.Jobs) != 3 {
 		t.Fatalf("eu filter gave %d jobs, want 3", len(list.Jobs))
+	}
+}
+
+// TestFail503WithRetryAfter: a 503 forwarded to /fail with a Retry-After
+// (here an HTTP-date from a server whose clock runs an hour ahead) is
+// congestion: the job is rescheduled at the server's delay measured from
+// its Date, and the key pauses for every worker until then. A 503 without
+// one stays a transient failure and pauses nothing.
+func TestFail503WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const key = "partner:acme"
+	serverNow := t0.Add(time.Hour)
+	a := e.createJob(acmeKey, jobBody("partner.call", "us", key))
+	l := e.lease("us", 1, "partner.call")[0]
+	var out outcomeResponse
+	e.do("POST", "/v1/jobs/"+a.ID+"/fail", workerKey, map[string]any{
+		"lease_token": l.LeaseToken, "retryable": true, "status": 503, "error": "upstream 503",
+		"headers": map[string]string{"Date": serverNow.Format(http.TimeFormat), "Retry-After": serverNow.Add(3 * time.Second).Format(http.TimeFormat)},
+	}).want(t, 200).json(t, &out)
+	if out.State != job.StateRetryScheduled || !out.EligibleAt.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("outcome %+v, want retry_scheduled at t0+3s", out)
+	}
+	if h := e.getJob(a.ID).History; len(h) != 1 || h[0].Outcome != job.ClassRateLimited || h[0].Delay != 3*time.Second {
+		t.Fatalf("history %+v, want one rate_limited attempt with a 3 s delay", h)
+	}
+	b := e.createJob(acmeKey, jobBody("partner.call", "us", key))
+	e.clock.Advance(2999 * time.Millisecond)
+	if got := e.lease("us", 10, "partner.call"); len(got) != 0 {
+		t.Fatalf("leased %d jobs of the paused key before the Retry-After", len(got))
+	}
+	e.clock.Advance(time.Millisecond)
+	got := e.lease("us", 1, "partner.call")
+	if len(got) != 1 {
+		t.Fatalf("leased %d jobs after the pause, want 1", len(got))
+	}
+	// A 503 without Retry-After: transient, no pause for the other job.
+	e.do("POST", "/v1/jobs/"+got[0].ID+"/fail", workerKey, map[string]any{
+		"lease_token": got[0].LeaseToken, "retryable": true, "status": 503,
+		"headers": map[string]string{"Date": serverNow.Format(http.TimeFormat)},
+	}).want(t, 200).json(t, &out)
+	if out.State != job.StateRetryScheduled {
+		t.Fatalf("503 without Retry-After -> %s, want retry_scheduled", out.State)
+	}
+	h := e.getJob(got[0].ID).History
+	if last := h[len(h)-1]; last.Outcome != job.ClassTransient {
+		t.Fatalf("503 without Retry-After recorded as %s, want transient", last.Outcome)
+	}
+	rest := []string{a.ID, b.ID}
+	if next := e.lease("us", 10, "partner.call"); len(next) != 1 || !slices.Contains(rest, next[0].ID) || next[0].ID == got[0].ID {
+		t.Fatalf("after a transient 503 leased %+v, want the other job at once", next)
 	}
 }

@@ -71,6 +71,9 @@ type failRequest struct {
 	InvalidOutput bool   `json:"invalid_output,omitempty" doc:"the upstream answered but its output failed validation (schema budget)"`
 	Error         string `json:"error,omitempty" doc:"a short description, at most 500 bytes; never payload or upstream output"`
 	Status        int    `json:"status,omitempty" doc:"the upstream's HTTP status, if any"`
+	// Headers lets a worker forward a 503 as it came: with a Retry-After
+	// it is congestion, not a failure (DESIGN.md, "attempt").
+	Headers map[string]string `json:"headers,omitempty" doc:"the upstream's raw response headers; a 503 whose headers carry Retry-After or retry-after-ms is taken as rate limited (the key pauses, congestion budget), as on /rate-limited"`
 }
 
 // rateLimitedRequest is the body of POST /v1/jobs/{id}/rate-limited.
@@ -254,9 +257,20 @@ func (s *Server) handleFailJob(w http.ResponseWriter, r *http.Request, p auth.Pr
 	case req.Retryable:
 		class = job.ClassTransient
 	}
-	// A failure reported here never takes the 429 path, whatever its
-	// status: congestion is reported to /rate-limited.
-	return s.finishOutcome(w, r, p, req.LeaseToken, job.Outcome{Class: class, Err: req.Error, Status: req.Status})
+	o := job.Outcome{Class: class, Err: req.Error, Status: req.Status}
+	hints, info, err := s.parseHeaders(req.Headers, "")
+	if err != nil {
+		return err
+	}
+	// A failure reported here takes the 429 path only for what the
+	// upstream itself called congestion: a 503 with a server-given delay
+	// (RFC 9110 §15.6.4). A 503 without one stays transient, and so does
+	// every other status: a 429 belongs on /rate-limited.
+	if req.Status == http.StatusServiceUnavailable && info.HasRetryAfter && !req.InvalidOutput {
+		o.Class, o.RetryAfter, o.RetrySource = job.ClassRateLimited, info.RetryAfter, info.Source
+		o.Hints = hints
+	}
+	return s.finishOutcome(w, r, p, req.LeaseToken, o)
 }
 
 func (s *Server) handleReportRateLimited(w http.ResponseWriter, r *http.Request, p auth.Principal) error {

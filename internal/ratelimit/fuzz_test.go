@@ -52,6 +52,7 @@ var fuzzHeaderNames = []string{
 	"anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-reset",
 	"anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-reset",
 	"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
+	"Date",
 }
 
 // fuzzHeader builds a header from lines "name: value" or "#index: value"
@@ -89,6 +90,8 @@ func FuzzParse(f *testing.F) {
 		"Retry-After: Fri, 31 Dec 9999 23:59:59 GMT",
 		"#0: 5\n#19: \"a\";r=0;t=999999999999999",
 		"ratelimit: \"a\";r=0;t=-5\nRATELIMIT: b;r=0;t=1.5",
+		"Date: Sun, 06 Nov 1994 08:49:37 GMT\nRetry-After: Sun, 06 Nov 1994 08:49:39 GMT",
+		"date: Sunday, 06-Nov-94 08:49:37 GMT\nretry-after: Sun Nov  6 08:49:40 1994\nretry-after-ms: 12.5",
 	}
 	for _, s := range seeds {
 		f.Add(s, now.Unix())
@@ -186,4 +189,37 @@ func checkMembers(t *testing.T, ms []sfMember) {
 			check(p.val)
 		}
 	}
+}
+
+// FuzzRetryAfterSkew checks that an HTTP-date Retry-After beside a Date
+// header gives exactly their difference, whatever the local clock says:
+// the server's clock may be ahead or behind by any amount.
+func FuzzRetryAfterSkew(f *testing.F) {
+	f.Add(rfcNow.Unix(), int64(2), int64(0), uint8(0))
+	f.Add(rfcNow.Unix(), int64(1), int64(3600), uint8(1))
+	f.Add(int64(0), int64(-5), int64(-86400), uint8(2))
+	f.Add(int64(253402300799), int64(120), int64(7), uint8(0))
+	f.Fuzz(func(t *testing.T, server, wait, skew int64, form uint8) {
+		// HTTP-dates cover years 0001..9999 in four digits.
+		const lo, hi = -62135596800, 253402300799
+		if server < lo || server > hi || wait < -86400 || wait > 86400*365 || server+wait < lo || server+wait > hi {
+			return
+		}
+		date, retry := time.Unix(server, 0).UTC(), time.Unix(server+wait, 0).UTC()
+		layouts := []string{http.TimeFormat, time.RFC850, time.ANSIC}
+		layout := layouts[int(form)%len(layouts)]
+		if layout != http.TimeFormat && (date.Year() < 1970 || retry.Year() < 1970 || date.Year() > 2069 || retry.Year() > 2069) {
+			return // two-digit years (RFC 850) are read as 1970..2069
+		}
+		h := http.Header{}
+		h.Set("Date", date.Format(layout))
+		h.Set("Retry-After", retry.Format(layout))
+		local := date.Add(time.Duration(skew) * time.Second)
+		info := Parse(h, local)
+		want := max(0, time.Duration(wait)*time.Second)
+		if !info.HasRetryAfter || info.RetryAfter != want || info.Source != "retry-after" {
+			t.Fatalf("Date %q, Retry-After %q, local %v: got %v %v %q, want %v",
+				h.Get("Date"), h.Get("Retry-After"), local, info.RetryAfter, info.HasRetryAfter, info.Source, want)
+		}
+	})
 }

@@ -26,6 +26,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -113,6 +114,16 @@ type Info struct {
 // of a structured field are joined with commas (RFC 9110 §5.3); for the
 // other headers the first line counts.
 //
+// An HTTP-date Retry-After is an instant on the server's clock, so it is
+// measured from the response's Date header (RFC 9110 §6.6.1), not from
+// now: a server whose clock runs 30 s ahead and asks for "1 s from now"
+// means one second, not 31 (see [ServerNow]). The delay is the exact
+// difference of the two dates, with no rounding: both have one-second
+// resolution, and a server that rounds its retry instant up (as it must,
+// so that no client retries early) and truncates its Date makes the
+// difference at most one second more than the wait it needs, never less.
+// Without a valid Date the delay is measured from now.
+//
 // Precedence for RetryAfter: a valid retry-after-ms wins over Retry-After,
 // because it is the more precise value and servers that send both send
 // the same delay. A malformed retry-after-ms falls back to Retry-After.
@@ -135,7 +146,7 @@ func Parse(h http.Header, now time.Time) Info {
 	var info Info
 	if d, ok := parseMillis(h.Get("Retry-After-Ms")); ok {
 		info.RetryAfter, info.HasRetryAfter, info.Source = d, true, "retry-after-ms"
-	} else if d, ok := ParseRetryAfter(h.Get("Retry-After"), now); ok {
+	} else if d, ok := ParseRetryAfter(h.Get("Retry-After"), ServerNow(h, now)); ok {
 		info.RetryAfter, info.HasRetryAfter, info.Source = d, true, "retry-after"
 	}
 	info.Requests = parseOpenAI(h, "requests")
@@ -209,6 +220,25 @@ func tighter(a, b Quota) Quota {
 		}
 	}
 	return a
+}
+
+// ServerNow returns the time on the responding server's clock at which the
+// response was generated: its Date header (any of the three HTTP-date
+// forms) when valid, else now. HTTP-dates in the same response, such as an
+// HTTP-date Retry-After, are instants on that clock, so a delay is their
+// difference with ServerNow, which is right whatever the skew between the
+// server's clock and ours. h must have canonical keys or be built with
+// http.Header.Set/Add; [Parse] canonicalises first.
+func ServerNow(h http.Header, now time.Time) time.Time {
+	v := strings.Trim(h.Get("Date"), " \t")
+	if v == "" {
+		return now
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return now
+	}
+	return t
 }
 
 // canonical returns h, or a copy with canonical keys when h was built by

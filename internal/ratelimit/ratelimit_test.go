@@ -295,3 +295,59 @@ func TestMaxDelay(t *testing.T) {
 		t.Errorf("MaxDelay = %v; want 168h", MaxDelay)
 	}
 }
+
+// TestParseRetryAfterAgainstDate checks that an HTTP-date Retry-After is
+// measured from the response's Date header, so clock skew between the
+// server and ratelane changes nothing, and that nothing is rounded.
+func TestParseRetryAfterAgainstDate(t *testing.T) {
+	t.Parallel()
+	const imf = http.TimeFormat
+	serverNow := now.Add(90 * time.Second) // the server's clock runs 90 s ahead
+	tests := []struct {
+		name string
+		h    http.Header
+		want time.Duration
+		src  string
+	}{
+		{"server ahead", hdr("Date", serverNow.Format(imf), "Retry-After", serverNow.Add(2*time.Second).Format(imf)), 2 * time.Second, "retry-after"},
+		{"server behind", hdr("Date", now.Add(-time.Hour).Format(imf), "Retry-After", now.Add(-time.Hour+time.Second).Format(imf)), time.Second, "retry-after"},
+		{"no skew", hdr("Date", now.Format(imf), "Retry-After", now.Add(3*time.Second).Format(imf)), 3 * time.Second, "retry-after"},
+		// Without Date the local clock is all there is: 92 s here.
+		{"no Date", hdr("Retry-After", serverNow.Add(2*time.Second).Format(imf)), 92 * time.Second, "retry-after"},
+		{"invalid Date", hdr("Date", "yesterday", "Retry-After", serverNow.Add(2*time.Second).Format(imf)), 92 * time.Second, "retry-after"},
+		{"Date in RFC 850 form", hdr("Date", serverNow.Format(time.RFC850), "Retry-After", serverNow.Add(2*time.Second).Format(imf)), 2 * time.Second, "retry-after"},
+		{"retry date before Date", hdr("Date", serverNow.Format(imf), "Retry-After", serverNow.Add(-time.Second).Format(imf)), 0, "retry-after"},
+		// delay-seconds do not depend on any clock.
+		{"seconds with skewed Date", hdr("Date", serverNow.Format(imf), "Retry-After", "1.25"), 1250 * time.Millisecond, "retry-after"},
+		// retry-after-ms is the more precise value and wins.
+		{"ms wins over date", hdr("Date", serverNow.Format(imf), "Retry-After", serverNow.Add(2*time.Second).Format(imf), "retry-after-ms", "1700"), 1700 * time.Millisecond, "retry-after-ms"},
+		{"hand-built lower-case map", http.Header{"date": {serverNow.Format(imf)}, "retry-after": {serverNow.Add(4 * time.Second).Format(imf)}}, 4 * time.Second, "retry-after"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Parse(tt.h, now)
+			if !got.HasRetryAfter || got.RetryAfter != tt.want || got.Source != tt.src {
+				t.Errorf("Parse = %v, %v, %q; want %v from %s", got.RetryAfter, got.HasRetryAfter, got.Source, tt.want, tt.src)
+			}
+		})
+	}
+}
+
+func TestServerNow(t *testing.T) {
+	t.Parallel()
+	date := time.Date(2026, 12, 1, 10, 0, 7, 0, time.UTC)
+	for _, tc := range []struct {
+		h    http.Header
+		want time.Time
+	}{
+		{hdr("Date", date.Format(http.TimeFormat)), date},
+		{hdr("Date", " "+date.Format(http.TimeFormat)+"\t"), date},
+		{hdr("Date", "Tue Dec  1 10:00:07 2026"), date},
+		{hdr("Date", "2026-12-01T10:00:07Z"), now}, // RFC 3339 is not an HTTP-date
+		{hdr(), now},
+	} {
+		if got := ServerNow(tc.h, now); !got.Equal(tc.want) {
+			t.Errorf("ServerNow(%v) = %v, want %v", tc.h, got, tc.want)
+		}
+	}
+}

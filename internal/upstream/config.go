@@ -25,6 +25,19 @@ const (
 	// AlgorithmSlidingWindow admits at most Limit requests in any Window
 	// (an exact sliding log, memory bounded by Limit).
 	AlgorithmSlidingWindow Algorithm = "sliding-window"
+	// AlgorithmFixedWindow admits at most Limit requests in each aligned
+	// window [k*Window, (k+1)*Window) of the Unix epoch, then answers
+	// over-limit until the next window starts (a quota that "resets at"
+	// a clock time, as GitHub's hourly one does). Up to 2*Limit may
+	// arrive within a moment across a window boundary.
+	AlgorithmFixedWindow Algorithm = "fixed-window"
+	// AlgorithmSlidingCounter is the two-window sliding counter of many
+	// edge proxies: the previous aligned window's count weighted by its
+	// overlap with the window ending now, plus the current count, must
+	// stay below Limit. It approximates the sliding window, admitting a
+	// little more or less depending on how the previous window's requests
+	// were spread.
+	AlgorithmSlidingCounter Algorithm = "sliding-counter"
 )
 
 // OverLimit says how a route answers a request over its limit.
@@ -46,7 +59,28 @@ const (
 	// OverLimit503 answers "overloaded" with Retry-After in seconds: 503 on
 	// webhook and OpenAI routes, 529 overloaded_error on Anthropic routes.
 	OverLimit503 OverLimit = "503"
+	// OverLimit503Date answers "overloaded" (503, or 529 on Anthropic
+	// routes) with Retry-After as an HTTP-date on the server's clock (see
+	// RouteConfig.DateSkew), rounded up to the next whole second.
+	OverLimit503Date OverLimit = "503-date"
+	// OverLimit503None answers "overloaded" without any Retry-After: a
+	// client cannot tell it from a fault and must treat it as transient.
+	OverLimit503None OverLimit = "503-none"
 )
+
+// LimitChange is a silent change of a route's limit at a scheduled time:
+// the upstream starts counting differently and says nothing (no header
+// changes until the new limit shows in remaining-quota headers). After is
+// measured from the server's schedule epoch ([Server.StartSchedule], by
+// default the moment the route was created). Rate (token bucket) or Limit
+// (window algorithms) is the new value; Burst, when not 0, the bucket's
+// new capacity. Limiter state carries over as with [Server.UpdateRoute].
+type LimitChange struct {
+	After time.Duration `json:"after"`
+	Rate  float64       `json:"rate,omitzero"`
+	Burst int           `json:"burst,omitzero"`
+	Limit int           `json:"limit,omitzero"`
+}
 
 // HeaderStyle says which rate-limit headers a route sends on every answer
 // that consulted the limiter (2xx, 429, 503, 401, 400, 5xx). Reset values
@@ -107,8 +141,22 @@ type RouteConfig struct {
 	Headers HeaderStyle `json:"headers,omitempty"`
 
 	// TransientRate is the probability in [0, 1] that an admitted request
-	// fails with 500, 502 or 504 (chosen uniformly).
+	// fails with one of TransientStatuses (chosen uniformly).
 	TransientRate float64 `json:"transient_rate,omitzero"`
+	// TransientStatuses are the statuses of injected faults; default 500,
+	// 502 and 504. A 503 here carries no Retry-After, as a failing
+	// backend's does. A request answered with a fault still counts
+	// against the limit: it reached the upstream.
+	TransientStatuses []int `json:"transient_statuses,omitempty"`
+	// DateSkew is how far the server's clock is from the simulator's:
+	// every answer's Date header, and an HTTP-date Retry-After, are on
+	// the skewed clock (Date truncated to the second, as servers send
+	// it). A client that reads an HTTP-date against its own clock is off
+	// by DateSkew.
+	DateSkew time.Duration `json:"date_skew,omitzero"`
+	// Changes are silent limit changes at scheduled times, in order of
+	// After (see LimitChange).
+	Changes []LimitChange `json:"changes,omitempty"`
 	// Latency delays every answer except over-limit and scripted ones.
 	Latency Latency `json:"latency,omitzero"`
 	// Secrets are Standard Webhooks secrets ("whsec_" + base64 key; the
@@ -156,6 +204,12 @@ type Config struct {
 	// detection; default 1<<20. Past the cap new ids are not remembered and
 	// RouteReport.IDsTruncated is set.
 	MaxTrackedIDs int
+	// RecordArrivals makes every route remember the arrival time of each
+	// accepted (2xx) request, at most MaxTrackedIDs per route, for
+	// [Server.Arrivals]: a benchmark computes goodput and checks for
+	// overruns from them. Off by default, since a long-running simulator
+	// would keep them all.
+	RecordArrivals bool
 	// MaxBodyBytes caps request bodies; default 4 MiB. Larger ones get 413.
 	MaxBodyBytes int64
 	// Now is the clock; default time.Now. Tests of timing may inject one.
@@ -245,9 +299,17 @@ func (rc RouteConfig) validate() error {
 		return err
 	}
 	switch rc.OverLimit {
-	case OverLimit429Seconds, OverLimit429Date, OverLimit429Millis, OverLimit429None, OverLimit503:
+	case OverLimit429Seconds, OverLimit429Date, OverLimit429Millis, OverLimit429None, OverLimit503, OverLimit503Date, OverLimit503None:
 	default:
-		return fmt.Errorf("OverLimit %q: want 429-seconds, 429-date, 429-ms, 429-none or 503", rc.OverLimit)
+		return fmt.Errorf("OverLimit %q: want 429-seconds, 429-date, 429-ms, 429-none, 503, 503-date or 503-none", rc.OverLimit)
+	}
+	for _, st := range rc.TransientStatuses {
+		if st < 500 || st > 599 {
+			return fmt.Errorf("TransientStatuses %v: want 5xx statuses", rc.TransientStatuses)
+		}
+	}
+	if err := rc.validateChanges(); err != nil {
+		return err
 	}
 	switch rc.Headers {
 	case HeaderStyleNative, HeaderStyleNone, HeaderStyleXRateLimit, HeaderStyleRateLimit,
@@ -278,14 +340,45 @@ func (rc RouteConfig) validateLimiter() error {
 		if !(rc.Rate > 0) || math.IsInf(rc.Rate, 0) || rc.Burst < 1 {
 			return fmt.Errorf("token bucket Rate %v, Burst %d: want Rate > 0 (finite) and Burst >= 1", rc.Rate, rc.Burst)
 		}
-	case AlgorithmSlidingWindow:
+	case AlgorithmSlidingWindow, AlgorithmFixedWindow, AlgorithmSlidingCounter:
 		if rc.Window <= 0 || rc.Limit < 1 || rc.Limit > 1_000_000 {
-			return fmt.Errorf("sliding window Window %v, Limit %d: want Window > 0 and Limit 1..1000000", rc.Window, rc.Limit)
+			return fmt.Errorf("%s Window %v, Limit %d: want Window > 0 and Limit 1..1000000", rc.Algorithm, rc.Window, rc.Limit)
 		}
 	default:
-		return fmt.Errorf("Algorithm %q: want token-bucket, sliding-window, none or empty", rc.Algorithm)
+		return fmt.Errorf("Algorithm %q: want token-bucket, sliding-window, fixed-window, sliding-counter, none or empty", rc.Algorithm)
 	}
 	return nil
+}
+
+func (rc RouteConfig) validateChanges() error {
+	var last time.Duration
+	for i, c := range rc.Changes {
+		switch {
+		case c.After < last:
+			return fmt.Errorf("limit change %d: After %v before the previous change's %v", i, c.After, last)
+		case rc.Algorithm == AlgorithmTokenBucket && (!(c.Rate > 0) || math.IsInf(c.Rate, 0) || c.Burst < 0 || c.Limit != 0):
+			return fmt.Errorf("limit change %d: a token bucket changes Rate (> 0) and optionally Burst, not Limit", i)
+		case rc.Algorithm != AlgorithmTokenBucket && rc.Algorithm != AlgorithmNone && (c.Limit < 1 || c.Limit > 1_000_000 || c.Rate != 0 || c.Burst != 0):
+			return fmt.Errorf("limit change %d: a window changes Limit (1..1000000), not Rate or Burst", i)
+		case rc.Algorithm == AlgorithmNone:
+			return fmt.Errorf("limit change %d: an unlimited route has no limit to change", i)
+		}
+		last = c.After
+	}
+	return nil
+}
+
+// apply returns rc with change c applied.
+func (rc RouteConfig) apply(c LimitChange) RouteConfig {
+	if rc.Algorithm == AlgorithmTokenBucket {
+		rc.Rate = c.Rate
+		if c.Burst > 0 {
+			rc.Burst = c.Burst
+		}
+		return rc
+	}
+	rc.Limit = c.Limit
+	return rc
 }
 
 // decodeSecrets turns Standard Webhooks secrets into HMAC keys.

@@ -15,6 +15,7 @@
 //	POST /r/{name}/v1/messages           Anthropic messages for route name
 //	GET  /_stats                         the current [Report] as JSON
 //	GET  /_healthz                       200 "ok"
+//	POST /_schedule                      start the schedule of limit changes now
 //
 // Every route name has its own limiter and counters ([RouteConfig]); the
 // three kinds of endpoint share them, so an OpenAI endpoint and a webhook
@@ -30,13 +31,26 @@
 //  5. request validation (LLM routes: malformed JSON, stream=true): 400;
 //  6. RouteConfig.Quota exhausted (LLM routes): OpenAI 429 insufficient_quota,
 //     Anthropic 400 credit balance too low, never a Retry-After;
-//  7. a transient 500/502/504 with probability RouteConfig.TransientRate;
+//  7. a transient fault (500/502/504, or RouteConfig.TransientStatuses) with
+//     probability RouteConfig.TransientRate;
 //  8. success: 200 (webhooks) or a provider response built by the Responder.
 //
 // Steps 2 to 8 wait for RouteConfig.Latency before answering, except an
 // over-limit answer, which comes at once as it does from a real edge proxy.
 // The limiter runs before signature checks for the same reason, so an
 // unsigned burst is still rate limited.
+//
+// Limits are counted as real upstreams count them ([Algorithm]): a token
+// bucket (Stripe, OpenAI), an exact sliding window (the strictest reading
+// of "N per second"), a fixed window aligned to the clock (GitHub's hourly
+// quota), or the two-window sliding counter of edge proxies. A route's
+// limit may change silently at scheduled times (RouteConfig.Changes,
+// from [Server.StartSchedule]); over the limit it answers 429 or 503 with
+// Retry-After in seconds, as an HTTP-date, or not at all (OverLimit).
+// Every answer carries a Date header on the server's own clock, which may
+// be skewed (RouteConfig.DateSkew). With Config.RecordArrivals the server
+// keeps each accepted request's arrival time ([Server.Arrivals]), from
+// which a benchmark computes goodput and overruns ([MaxInWindow]).
 //
 // Randomness (transient failures, latency jitter) comes from one seeded
 // generator, so a run that sends its requests one at a time is reproducible.

@@ -37,7 +37,11 @@ func writeLimitHeaders(h http.Header, style HeaderStyle, d decision, now time.Ti
 
 // writeRetryAfter adds the retry hint of an over-limit answer of style.
 // A hint is never zero: a client told "retry in 0" would spin.
-func writeRetryAfter(h http.Header, style OverLimit, retryAfter time.Duration, now time.Time) {
+// serverNow is the server's clock (the simulator's plus DateSkew): an
+// HTTP-date Retry-After is the retry instant on it, rounded up to the
+// whole second so that a client never retries early, while Date is
+// truncated; their difference is at most a second more than the wait.
+func writeRetryAfter(h http.Header, style OverLimit, retryAfter time.Duration, serverNow time.Time) {
 	switch style {
 	case OverLimit429Seconds, OverLimit503:
 		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(retryAfter, 1), 10))
@@ -45,8 +49,12 @@ func writeRetryAfter(h http.Header, style OverLimit, retryAfter time.Duration, n
 		ms := max(1, (retryAfter+time.Millisecond-1)/time.Millisecond)
 		h.Set("retry-after-ms", strconv.FormatInt(int64(ms), 10))
 		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(retryAfter, 1), 10))
-	case OverLimit429Date:
-		h.Set("Retry-After", ceilTime(now.Add(max(retryAfter, time.Second))).UTC().Format(http.TimeFormat))
+	case OverLimit429Date, OverLimit503Date:
+		at := ceilTime(serverNow.Add(max(retryAfter, time.Millisecond)))
+		if !at.After(serverNow.Truncate(time.Second)) {
+			at = serverNow.Truncate(time.Second).Add(time.Second) // never "retry now"
+		}
+		h.Set("Retry-After", at.UTC().Format(http.TimeFormat))
 	}
 }
 
@@ -54,7 +62,7 @@ func writeRetryAfter(h http.Header, style OverLimit, retryAfter time.Duration, n
 // selects Anthropic's 529 for "overloaded".
 func overLimitStatus(style OverLimit, anthropic bool) int {
 	switch {
-	case style != OverLimit503:
+	case style != OverLimit503 && style != OverLimit503Date && style != OverLimit503None:
 		return http.StatusTooManyRequests
 	case anthropic:
 		return statusOverloaded

@@ -48,6 +48,18 @@ func newLimiter(rc RouteConfig, prev limiter, now time.Time) limiter {
 			old.carryInto(w, now)
 		}
 		return w
+	case AlgorithmFixedWindow:
+		f := newFixedWindow(rc.Window, rc.Limit)
+		if old, ok := prev.(*fixedWindow); ok && old.window == rc.Window {
+			f.start, f.count = old.start, old.count
+		}
+		return f
+	case AlgorithmSlidingCounter:
+		c := newSlidingCounter(rc.Window, rc.Limit)
+		if old, ok := prev.(*slidingCounter); ok && old.window == rc.Window {
+			c.start, c.prev, c.cur = old.start, old.prev, old.cur
+		}
+		return c
 	default:
 		return unlimited{}
 	}
@@ -156,4 +168,125 @@ func (w *slidingWindow) carryInto(dst *slidingWindow, now time.Time) {
 			dst.push(t)
 		}
 	}
+}
+
+// fixedWindow counts requests per aligned window [k*W, (k+1)*W) of the
+// Unix epoch, the way a Redis INCR + EXPIRE limiter or an hourly quota
+// that "resets at" a clock time counts (GitHub's x-ratelimit-reset). It
+// admits up to limit in each window, so two windows' worth may arrive
+// within a moment across a boundary: stricter readings of "N per W" are
+// the sliding log and the sliding counter.
+type fixedWindow struct {
+	window time.Duration
+	limit  int
+	start  time.Time // start of the current window
+	count  int
+}
+
+func newFixedWindow(window time.Duration, limit int) *fixedWindow {
+	return &fixedWindow{window: window, limit: limit}
+}
+
+// windowStart is the start of the aligned window holding now.
+func windowStart(now time.Time, w time.Duration) time.Time {
+	return time.Unix(0, now.UnixNano()-now.UnixNano()%int64(w)).In(now.Location())
+}
+
+func (f *fixedWindow) roll(now time.Time) {
+	if s := windowStart(now, f.window); !s.Equal(f.start) {
+		if s.After(f.start) {
+			f.count = 0
+		}
+		f.start = s
+	}
+}
+
+func (f *fixedWindow) take(now time.Time) decision {
+	f.roll(now)
+	d := decision{limited: true, limit: f.limit, window: f.window, reset: f.start.Add(f.window).Sub(now)}
+	if f.count < f.limit {
+		f.count++
+		d.allowed = true
+	} else {
+		d.retryAfter = d.reset
+	}
+	d.remaining = f.limit - f.count
+	return d
+}
+
+// slidingCounter is the two-window "sliding window counter" many edge
+// proxies use (Cloudflare's, and most Redis recipes): the previous aligned
+// window's count, weighted by how much of it still overlaps the window
+// ending now, plus the current window's count. It admits a request when
+// that estimate is below limit. It assumes the previous window's requests
+// were spread evenly, so a sender that bunched them at the end of the
+// previous window is admitted more than limit in some sliding window, and
+// one that bunched them at its start less.
+type slidingCounter struct {
+	window    time.Duration
+	limit     int
+	start     time.Time // start of the current aligned window
+	prev, cur int
+}
+
+func newSlidingCounter(window time.Duration, limit int) *slidingCounter {
+	return &slidingCounter{window: window, limit: limit}
+}
+
+func (c *slidingCounter) roll(now time.Time) {
+	s := windowStart(now, c.window)
+	switch {
+	case !s.After(c.start):
+	case s.Sub(c.start) == c.window:
+		c.prev, c.cur, c.start = c.cur, 0, s
+	default:
+		c.prev, c.cur, c.start = 0, 0, s
+	}
+}
+
+// estimate is the weighted count at now (after roll).
+func (c *slidingCounter) estimate(now time.Time) float64 {
+	elapsed := float64(now.Sub(c.start)) / float64(c.window)
+	return float64(c.prev)*(1-elapsed) + float64(c.cur)
+}
+
+func (c *slidingCounter) take(now time.Time) decision {
+	c.roll(now)
+	d := decision{limited: true, limit: c.limit, window: c.window}
+	if c.estimate(now)+1 <= float64(c.limit)+epsilon {
+		c.cur++
+		d.allowed = true
+	} else {
+		d.retryAfter = c.wait(now)
+	}
+	d.remaining = max(0, int(math.Floor(float64(c.limit)-c.estimate(now)+epsilon)))
+	// Full again once both windows' weight is gone: the end of the next window
+	// when this one has requests, else the end of this one.
+	end := c.start.Add(c.window)
+	if c.cur > 0 {
+		end = end.Add(c.window)
+	}
+	d.reset = end.Sub(now)
+	return d
+}
+
+// wait is the time from now until one request would be admitted.
+func (c *slidingCounter) wait(now time.Time) time.Duration {
+	room := float64(c.limit - 1)
+	W := float64(c.window)
+	e := float64(now.Sub(c.start))
+	if float64(c.cur) <= room && c.prev > 0 {
+		// Within this window: prev*(1-(e+x)/W) + cur <= room.
+		x := W*(1-(room-float64(c.cur))/float64(c.prev)) - e
+		if e+x < W {
+			return time.Duration(math.Ceil(math.Max(x, 0)))
+		}
+	}
+	// In the next window the current count becomes the previous one:
+	// cur*(1-y/W) <= room.
+	y := 0.0
+	if c.cur > 0 {
+		y = math.Max(0, W*(1-room/float64(c.cur)))
+	}
+	return time.Duration(math.Ceil(W - e + y))
 }

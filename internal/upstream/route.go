@@ -3,6 +3,7 @@ package upstream
 import (
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -68,10 +69,40 @@ type route struct {
 	stats     *routeStats
 	script    []Response
 	quotaUsed int64
+	// epoch is when the schedule of cfg.Changes started; applied counts
+	// the changes already in effect.
+	epoch   time.Time
+	applied int
+	// arrivals are the decision times of accepted requests, when the
+	// server records them (Config.RecordArrivals), at most maxArrivals.
+	arrivals    []time.Time
+	maxArrivals int
 }
 
 func newRoute(rc RouteConfig, keys [][]byte, now time.Time, maxIDs, seconds int) *route {
-	return &route{cfg: rc, keys: keys, lim: newLimiter(rc, nil, now), stats: newRouteStats(maxIDs, seconds)}
+	return &route{cfg: rc, keys: keys, lim: newLimiter(rc, nil, now), stats: newRouteStats(maxIDs, seconds), epoch: now}
+}
+
+// startSchedule restarts the schedule of limit changes at epoch.
+func (rt *route) startSchedule(epoch time.Time) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.epoch, rt.applied = epoch, 0
+}
+
+// due applies every scheduled limit change whose time has come.
+func (rt *route) due(now time.Time) {
+	for rt.applied < len(rt.cfg.Changes) {
+		c := rt.cfg.Changes[rt.applied]
+		if now.Before(rt.epoch.Add(c.After)) {
+			return
+		}
+		rt.applied++
+		changes, applied := rt.cfg.Changes, rt.applied
+		rt.cfg = rt.cfg.apply(c)
+		rt.lim = newLimiter(rt.cfg, rt.lim, now)
+		rt.cfg.Changes, rt.applied = changes, applied
+	}
 }
 
 // reconfigure replaces the configuration, keeping limiter state where the
@@ -98,8 +129,10 @@ func (rt *route) update(fn func(*RouteConfig), now time.Time) error {
 	return nil
 }
 
+// setConfig installs rc. Its schedule of limit changes runs from the
+// route's epoch: changes already due apply at the next request.
 func (rt *route) setConfig(rc RouteConfig, keys [][]byte, now time.Time) {
-	rt.cfg, rt.keys = rc, keys
+	rt.cfg, rt.keys, rt.applied = rc, keys, 0
 	rt.lim = newLimiter(rc, rt.lim, now)
 }
 
@@ -124,6 +157,7 @@ func (rt *route) pipeline(s *Server, now time.Time, in incoming) verdict {
 	if rt.cfg.StatusOverride != 0 {
 		return verdict{step: stepOverride, status: rt.cfg.StatusOverride, delay: rt.latency(s.rand)}
 	}
+	rt.due(now)
 	dec := rt.lim.take(now)
 	if !dec.allowed {
 		return verdict{step: stepOverLimit, status: overLimitStatus(rt.cfg.OverLimit, in.endpoint == endpointAnthropic), dec: dec}
@@ -147,7 +181,11 @@ func (rt *route) check(s *Server, now time.Time, in incoming) (step, int) {
 		}
 		return stepQuota, http.StatusTooManyRequests
 	case rt.cfg.TransientRate > 0 && s.rand.Float64() < rt.cfg.TransientRate:
-		return stepTransient, transientStatuses[s.rand.IntN(len(transientStatuses))]
+		sts := transientStatuses
+		if len(rt.cfg.TransientStatuses) > 0 {
+			sts = rt.cfg.TransientStatuses
+		}
+		return stepTransient, sts[s.rand.IntN(len(sts))]
 	}
 	if in.endpoint != endpointHook {
 		rt.quotaUsed++
@@ -190,6 +228,9 @@ func (rt *route) account(now time.Time, in incoming, v verdict) {
 		id = in.header.Get(headerWebhookID)
 	}
 	st.answered(now, v.status, id)
+	if v.status >= 200 && v.status <= 299 && len(rt.arrivals) < rt.maxArrivals {
+		rt.arrivals = append(rt.arrivals, now)
+	}
 }
 
 // enqueue appends scripted responses.
@@ -236,4 +277,11 @@ func (l *lockedRand) Int64N(n int64) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.r.Int64N(n)
+}
+
+// arrivalTimes copies the recorded arrival times of accepted requests.
+func (rt *route) arrivalTimes() []time.Time {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return slices.Clone(rt.arrivals)
 }

@@ -27,6 +27,7 @@ type Server struct {
 
 	routesMu sync.RWMutex
 	byName   map[string]*route
+	epoch    time.Time // schedule epoch set by StartSchedule; zero until then
 
 	lifeMu    sync.Mutex // orders handler entry against Close
 	done      chan struct{}
@@ -58,7 +59,7 @@ func New(cfg Config) (*Server, error) {
 	now := cfg.Now()
 	for name, rc := range cfg.Routes {
 		keys, _ := decodeSecrets(rc.Secrets) // validated above
-		s.byName[name] = newRoute(rc, keys, now, cfg.MaxTrackedIDs, cfg.TimelineSeconds)
+		s.byName[name] = s.newRoute(rc, keys, now)
 	}
 	s.srv = &http.Server{Handler: s.track(s.routes()), ReadHeaderTimeout: 10 * time.Second}
 	s.serving.Add(1)
@@ -130,8 +131,45 @@ func (s *Server) AddRoute(name string, rc RouteConfig) error {
 		rt.reconfigure(rc, keys, now)
 		return nil
 	}
-	s.byName[name] = newRoute(rc, keys, now, s.cfg.MaxTrackedIDs, s.cfg.TimelineSeconds)
+	s.byName[name] = s.newRoute(rc, keys, now)
 	return nil
+}
+
+// newRoute builds a route; routesMu is held or the server is not serving yet.
+func (s *Server) newRoute(rc RouteConfig, keys [][]byte, now time.Time) *route {
+	rt := newRoute(rc, keys, now, s.cfg.MaxTrackedIDs, s.cfg.TimelineSeconds)
+	if !s.epoch.IsZero() {
+		rt.epoch = s.epoch
+	}
+	if s.cfg.RecordArrivals {
+		rt.maxArrivals = s.cfg.MaxTrackedIDs
+	}
+	return rt
+}
+
+// StartSchedule restarts every route's schedule of limit changes
+// (RouteConfig.Changes) at epoch, also for routes added later: a
+// benchmark calls it when its senders start, so that "the limit halves
+// 5 s in" means 5 s into the run. Until it is called a route's schedule
+// runs from the route's creation.
+func (s *Server) StartSchedule(epoch time.Time) {
+	s.routesMu.Lock()
+	defer s.routesMu.Unlock()
+	s.epoch = epoch
+	for _, rt := range s.byName {
+		rt.startSchedule(epoch)
+	}
+}
+
+// Arrivals returns the arrival times, in order, of route name's accepted
+// requests (2xx answers, stamped when the request was decided, before any
+// latency); nil for an unknown route or when Config.RecordArrivals is off.
+func (s *Server) Arrivals(name string) []time.Time {
+	rt := s.route(name)
+	if rt == nil {
+		return nil
+	}
+	return rt.arrivalTimes()
 }
 
 // Script queues canned responses for route name. Each request to the
@@ -198,6 +236,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /r/{name}/v1/messages", s.handlePostMessages)
 	mux.HandleFunc("GET /_stats", s.handleGetStats)
 	mux.HandleFunc("GET /_healthz", s.handleGetHealth)
+	mux.HandleFunc("POST /_schedule", s.handlePostSchedule)
 	return mux
 }
 
@@ -248,6 +287,23 @@ func (s *Server) handleGetStats(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.Stats())
 }
 
+// handlePostSchedule starts every route's schedule of limit changes now
+// (StartSchedule), for a sender in another process that starts its
+// workers when it is ready; it answers {"epoch": ...}.
+func (s *Server) handlePostSchedule(w http.ResponseWriter, _ *http.Request) {
+	now := s.cfg.Now()
+	s.StartSchedule(now)
+	writeJSON(w, http.StatusOK, map[string]time.Time{"epoch": now})
+}
+
+// ScheduleEpoch returns the epoch of the last StartSchedule (or POST
+// /_schedule), zero when the schedule was never started.
+func (s *Server) ScheduleEpoch() time.Time {
+	s.routesMu.RLock()
+	defer s.routesMu.RUnlock()
+	return s.epoch
+}
+
 func (s *Server) handleGetHealth(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ok\n")
@@ -283,9 +339,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string, d di
 	if name := d.requestIDHeader(); name != "" {
 		h.Set(name, "req_"+s.nextID())
 	}
+	// Date is the server's clock when it answers (after the latency), on
+	// its own, possibly skewed, clock; net/http would use the real one.
+	h.Set("Date", s.cfg.Now().Add(v.cfg.DateSkew).UTC().Format(http.TimeFormat))
 	writeLimitHeaders(h, headerStyle(v.cfg.Headers, d), v.dec, now)
 	if v.step == stepOverLimit {
-		writeRetryAfter(h, v.cfg.OverLimit, v.dec.retryAfter, now)
+		writeRetryAfter(h, v.cfg.OverLimit, v.dec.retryAfter, now.Add(v.cfg.DateSkew))
 	}
 	s.writeVerdict(w, d, v, req, invalid)
 }

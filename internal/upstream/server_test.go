@@ -424,6 +424,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{RouteConfig{StatusOverride: 99}, "StatusOverride"},
 		{RouteConfig{Secrets: []string{"whsec_!!"}}, "Secrets[0]"},
 		{RouteConfig{Quota: -1}, "Quota"},
+		{RouteConfig{Algorithm: AlgorithmFixedWindow, Limit: 1}, "Window"},
+		{RouteConfig{Algorithm: AlgorithmSlidingCounter, Window: time.Second}, "Limit"},
+		{RouteConfig{TransientStatuses: []int{429}}, "TransientStatuses"},
+		{RouteConfig{Rate: 1, Changes: []LimitChange{{After: time.Second, Limit: 3}}}, "limit change 0"},
+		{RouteConfig{Window: time.Second, Limit: 2, Changes: []LimitChange{{After: time.Second, Rate: 3}}}, "limit change 0"},
+		{RouteConfig{Window: time.Second, Limit: 2, Changes: []LimitChange{{After: 2 * time.Second, Limit: 1}, {After: time.Second, Limit: 3}}}, "limit change 1"},
+		{RouteConfig{Changes: []LimitChange{{After: time.Second, Limit: 3}}}, "unlimited"},
 	} {
 		_, err := New(Config{Routes: map[string]RouteConfig{"r": tc.rc}})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

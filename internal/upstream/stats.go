@@ -154,3 +154,19 @@ func (s *routeStats) snapshot(now time.Time, cfg RouteConfig) RouteReport {
 	}
 	return r
 }
+
+// MaxInWindow returns the largest number of times in any half-open window
+// (t-w, t] of length w: what an upstream counting a sliding window of w
+// would have seen. times must be in ascending order (as [Server.Arrivals]
+// returns them). A benchmark compares it with a destination's limit to
+// find overruns.
+func MaxInWindow(times []time.Time, w time.Duration) int {
+	best, lo := 0, 0
+	for hi, t := range times {
+		for !times[lo].Add(w).After(t) {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}

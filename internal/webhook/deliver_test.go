@@ -98,6 +98,14 @@ func TestDeliverClassification(t *testing.T) {
 		}, want{class: job.ClassRateLimited, retryAfter: 3 * time.Second, retrySource: "x-ratelimit-reset-requests",
 			hints: []job.Hint{{Limit: 60, Remaining: 0, Reset: 3 * time.Second}}}},
 		{"503 Retry-After", 503, map[string]string{"Retry-After": "30"}, rl(30*time.Second, "retry-after")},
+		// The subscriber's clock is years off ours: the HTTP-date counts
+		// from its Date header, exactly, to the second it names.
+		{"429 Retry-After HTTP-date, skewed Date", 429, map[string]string{
+			"Date": "Tue, 01 Jan 2030 00:00:00 GMT", "Retry-After": "Tue, 01 Jan 2030 00:00:02 GMT",
+		}, rl(2*time.Second, "retry-after")},
+		{"503 Retry-After HTTP-date, skewed Date", 503, map[string]string{
+			"Date": "Mon, 01 Jan 2001 00:00:00 GMT", "Retry-After": "Mon, 01 Jan 2001 00:00:05 GMT",
+		}, rl(5*time.Second, "retry-after")},
 		{"503 no Retry-After", 503, nil, transient},
 		{"503 invalid Retry-After", 503, map[string]string{"Retry-After": "-5"}, transient},
 		{"408", 408, nil, transient},

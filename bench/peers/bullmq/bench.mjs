@@ -123,11 +123,27 @@ async function deliver(url, webhookId) {
   // Drain the body so undici returns the keep-alive connection to its pool.
   await res.arrayBuffer().catch(() => {});
   if (res.status >= 200 && res.status < 300) return { ok: true };
-  if (res.status === 429) {
-    const secs = Number.parseInt(res.headers.get('retry-after') ?? '', 10);
-    return { ok: false, retryAfterMs: Number.isFinite(secs) && secs > 0 ? secs * 1000 : 1000 };
+  const retryAfterMs = parseRetryAfter(res.headers);
+  // A 503 that says when to come back is the upstream's rate limit too.
+  if (res.status === 429 || (res.status === 503 && retryAfterMs !== null)) {
+    return { ok: false, retryAfterMs: retryAfterMs !== null && retryAfterMs > 0 ? retryAfterMs : 1000 };
   }
   throw new HttpStatusError(res.status);
+}
+
+// The server's delay in ms, or null: retry-after-ms, else Retry-After as
+// seconds or as an HTTP-date read against the response's Date (the
+// server's clock), else against ours.
+function parseRetryAfter(headers) {
+  const ms = Number(headers.get('retry-after-ms') ?? '');
+  if (headers.has('retry-after-ms') && Number.isFinite(ms) && ms >= 0) return ms;
+  const v = (headers.get('retry-after') ?? '').trim();
+  if (v === '') return null;
+  if (/^\d+(\.\d+)?$/.test(v)) return Number(v) * 1000;
+  const at = Date.parse(v);
+  if (Number.isNaN(at)) return null;
+  const date = Date.parse(headers.get('date') ?? '');
+  return Math.max(0, at - (Number.isNaN(date) ? Date.now() : date));
 }
 
 // The processor shared by paced and flood: POST, and on 429 use BullMQ's
@@ -331,6 +347,12 @@ async function runPaced(connection) {
     return w;
   });
   await Promise.all(ws.map((w) => w.waitUntilReady()));
+  // upstreams: the simulator's silent limit changes run from now.
+  if (spec.schedule_url) {
+    const res = await fetch(spec.schedule_url, { method: 'POST', signal: AbortSignal.timeout(10_000) });
+    await res.arrayBuffer().catch(() => {});
+    if (!res.ok) throw new Error(`POST schedule_url: HTTP ${res.status}`);
+  }
   const startUnixMs = Date.now();
   for (const w of ws) w.run().catch((err) => log('worker run:', err.message));
   if (total > 0) await allDone;
@@ -496,7 +518,9 @@ async function main() {
     );
   });
 
-  const run = { throughput: runThroughput, paced: runPaced, flood: runFlood }[spec.workload];
+  // upstreams is paced's procedure against receivers that count in other
+  // shapes (PROTOCOL.md).
+  const run = { throughput: runThroughput, paced: runPaced, flood: runFlood, upstreams: runPaced }[spec.workload];
   if (!run) throw new Error(`spec: unknown workload ${JSON.stringify(spec.workload)}`);
 
   let result, failure;

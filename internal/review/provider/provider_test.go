@@ -137,7 +137,15 @@ func TestClassify(t *testing.T) {
 			t.Errorf("%s: %s, want %s", tc.name, got.Class, tc.want)
 		}
 	}
-	o := Classify(p, APIError{Status: 429, Header: http.Header{"X-Ratelimit-Reset-Requests": {"1s"}, "X-Ratelimit-Remaining-Requests": {"0"}}}, now)
+	// A 503 whose HTTP-date Retry-After counts from the provider's own
+	// Date, an hour ahead of ours: 4 s, not an hour and 4 s.
+	ahead := now.Add(time.Hour).UTC()
+	o := Classify(p, APIError{Status: 503, Header: http.Header{"Date": {ahead.Format(http.TimeFormat)},
+		"Retry-After": {ahead.Add(4 * time.Second).Format(http.TimeFormat)}}}, now)
+	if o.Class != job.ClassRateLimited || o.RetryAfter != 4*time.Second || o.RetrySource != "retry-after" {
+		t.Errorf("503 HTTP-date Retry-After against Date: %+v", o)
+	}
+	o = Classify(p, APIError{Status: 429, Header: http.Header{"X-Ratelimit-Reset-Requests": {"1s"}, "X-Ratelimit-Remaining-Requests": {"0"}}}, now)
 	if o.RetryAfter != time.Second || o.RetrySource == "" {
 		t.Errorf("x-ratelimit-reset-requests: %+v", o)
 	}

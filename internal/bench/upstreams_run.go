@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/upstream"
+	"github.com/ratelane/ratelane/internal/webhook"
+)
+
+// runUpstreams runs every mix of the upstreams plan through ratelane's
+// webhook deliveries, configured as a user would: one subscriber per
+// destination with its declared rate (and adaptive where the declared
+// limit may not hold), signing with its own secret, which the simulator
+// verifies. Each mix gets a fresh store and simulator and at most
+// Options.Duration; deliveries still undelivered at the bound count as
+// lost.
+func runUpstreams(ctx context.Context, e *env) (Result, error) {
+	plan := Upstreams(e.opts.Smoke)
+	var outs []MixOutcome
+	for _, m := range plan.Mixes {
+		o, err := runMix(ctx, e, plan, m)
+		if err != nil {
+			return Result{}, fmt.Errorf("mix %s: %w", m.Name, err)
+		}
+		outs = append(outs, o)
+	}
+	return ScoreUpstreams(plan, outs)
+}
+
+func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (MixOutcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.opts.Duration)
+	defer cancel()
+	routes := m.Routes()
+	secrets := map[string]string{}
+	for name, rc := range routes {
+		secrets[name] = webhook.NewSecret()
+		rc.Secrets = []string{secrets[name]}
+		routes[name] = rc
+	}
+	sim, err := upstream.New(upstream.Config{Routes: routes, Seed: 1, RecordArrivals: true})
+	if err != nil {
+		return MixOutcome{}, err
+	}
+	e.sims = append(e.sims, sim)
+	e.name = "upstreams_" + m.Name
+	c, err := e.client(ctx, ratelane.Config{Workers: plan.Workers,
+		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true}})
+	if err != nil {
+		return MixOutcome{}, err
+	}
+	for _, d := range m.Destinations {
+		spec := ratelane.SubscriberSpec{ID: d.Name, URL: sim.RouteURL(d.Name), Topics: []string{d.Name},
+			Rate: &ratelane.SubscriberRate{Limit: d.Declared, Period: webhook.Period(time.Second)}, Adaptive: d.Adaptive, Secret: secrets[d.Name]}
+		if _, _, _, err := c.Webhooks().PutSubscriber(ctx, "us", spec); err != nil {
+			return MixOutcome{}, fmt.Errorf("subscriber %s: %w", d.Name, err)
+		}
+	}
+	// Every event is published before the engine starts, so the figures
+	// are about pacing, not about publishing.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, d := range m.Order() {
+		g.Go(func() error {
+			_, err := c.Webhooks().Publish(gctx, "us", ratelane.Event{Topic: d.Name, ID: fmt.Sprintf("%s-%d", d.Name, i), Payload: []byte(`{"n":1}`)})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return MixOutcome{}, fmt.Errorf("publish: %w", err)
+	}
+	start := time.Now()
+	sim.StartSchedule(start)
+	if err := c.Start(ctx); err != nil {
+		return MixOutcome{}, err
+	}
+	total := m.Total()
+	var lastCheck time.Time
+	terminal := 0
+	err = WaitFor(ctx, func() bool {
+		if Delivered(sim.Stats()) >= total {
+			return true
+		}
+		if time.Since(lastCheck) < 500*time.Millisecond {
+			return false
+		}
+		lastCheck = time.Now()
+		terminal = countTerminal(ctx, c)
+		return Delivered(sim.Stats())+terminal >= total
+	})
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return MixOutcome{}, err
+	}
+	stopCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	_ = c.Stop(stopCtx)
+	rep := sim.Stats()
+	return MixOutcome{Start: start, Report: rep, Lost: max(0, total-Delivered(rep))}, nil
+}
+
+// Delivered counts the distinct webhook-ids the simulator accepted.
+func Delivered(rep upstream.Report) int {
+	n := 0
+	for _, rt := range rep.Routes {
+		n += int(rt.UniqueIDs)
+	}
+	return n
+}
+
+// countTerminal counts the region's terminal jobs (deliveries given up),
+// 0 on an error (the caller only uses it to stop waiting early).
+func countTerminal(ctx context.Context, c *ratelane.Client) int {
+	n, after := 0, ""
+	for {
+		jobs, err := c.List(ctx, "us", ratelane.ListParams{State: ratelane.StateTerminal, Limit: 1000, After: after})
+		if err != nil {
+			return n
+		}
+		n += len(jobs)
+		if len(jobs) < 1000 {
+			return n
+		}
+		after = jobs[len(jobs)-1].ID
+	}
+}
