@@ -357,7 +357,7 @@ func TestMaxRunTimeAbandonsStuckHandler(t *testing.T) {
 		t.Run(drv, func(t *testing.T) {
 			t.Parallel()
 			s := openDriver(t, drv)
-			if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Concurrency: 1}); err != nil {
+			if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Concurrency: 1}, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			c := &clock{}
