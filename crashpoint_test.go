@@ -262,4 +262,3 @@ func (h *hookReceiver) stats() (ids, most int) {
 	}
 	return len(h.counts), most
 }
-
