@@ -209,8 +209,9 @@ const readyTimeout = 2 * time.Second
 // (read-only, so a deleted file is reported, never recreated): it reads the
 // file header and schema from disk, not from a pooled connection's page
 // cache, and then a page of the jobs table. A file overwritten or removed
-// under a running store fails it. It is cheap (well under a millisecond on
-// a healthy store) but not a full check; callers cache its answer.
+// under a running store fails it. It is cheap (1.5 ms measured on a
+// loaded 2-core machine, BenchmarkReady) but not a full check; callers
+// cache its answer.
 func (s *Store) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()

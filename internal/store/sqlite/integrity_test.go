@@ -314,3 +314,18 @@ func BenchmarkStartupCheck(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkReady measures one readiness probe (a fresh read-only
+// connection, the header and schema, a page of jobs) on a small store.
+func BenchmarkReady(b *testing.B) {
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for range b.N {
+		if err := s.Ready(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
