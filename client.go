@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -89,7 +90,7 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 func (c *Client) openRegion(ctx context.Context, r Region) error {
-	st, err := openStore(ctx, r)
+	st, err := openStore(ctx, r, c.cfg.Logger)
 	if err != nil {
 		return fmt.Errorf("ratelane: open region %q: %w", r.Name, err)
 	}
@@ -149,21 +150,32 @@ func (c *Client) kindsFor(region string) (map[string]engine.Kind, error) {
 	return out, nil
 }
 
-func openStore(ctx context.Context, r Region) (store.Store, error) {
+func openStore(ctx context.Context, r Region, log *slog.Logger) (store.Store, error) {
 	if r.PostgresURL != "" {
 		st, err := postgres.Open(ctx, postgres.Config{URL: r.PostgresURL, Schema: r.PostgresSchema, Region: r.Name})
 		if err != nil {
 			return nil, err
 		}
 		// Migrations are embedded and applied at start; they take an
-		// advisory lock, so many nodes starting at once is safe.
-		if err := st.Migrate(ctx); err != nil {
+		// advisory lock, so many nodes starting at once is safe. Ready then
+		// reads the jobs table, so a schema this role cannot read fails the
+		// start rather than the first request.
+		if err := errors.Join(st.Migrate(ctx), st.Ready(ctx)); err != nil {
 			st.Close()
 			return nil, err
 		}
+		log.Info("store opened", "region", r.Name, "driver", "postgres", "schema", st.Schema())
 		return st, nil
 	}
-	return sqlite.Open(ctx, sqlite.Config{Path: r.SQLitePath, Region: r.Name, Synchronous: r.Synchronous})
+	warnLooseModes(log, r.Name, r.SQLitePath)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: r.SQLitePath, Region: r.Name, Synchronous: r.Synchronous})
+	if err != nil {
+		return nil, err
+	}
+	d := st.Durability()
+	log.Info("store opened", "region", r.Name, "driver", "sqlite", "path", r.SQLitePath,
+		"journal_mode", d.JournalMode, "synchronous", d.Synchronous, "integrity", "quick_check ok")
+	return st, nil
 }
 
 // Regions returns the configured region names in configuration order.

@@ -171,7 +171,17 @@ func startChild(t *testing.T, test, env, dir string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v=false")
 	cmd.Env = append(os.Environ(), env+"="+dir)
-	cmd.Stderr = os.Stderr
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd (its stderr the test's, unless set) and kills it in
+// t.Cleanup if it still runs; startChild and the `ratelane serve` children
+// of the crash-point tests share it.
+func startCmd(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

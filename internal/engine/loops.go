@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -89,6 +90,7 @@ func (e *Engine) publish(ctx context.Context, id string) {
 		e.log.Warn("publish failed; will retry", "job_id", id, "kind", j.Kind, "err", err)
 		return
 	}
+	crashpoint.Hit(crashpoint.PublishBeforeCAS)
 	if err := e.cfg.Store.Publish(ctx, id, e.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
 		e.log.Error("record publication", "job_id", id, "err", err)
 	}

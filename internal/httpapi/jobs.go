@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/webhook"
@@ -95,8 +96,12 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 		s.backlog.added(got)
 		s.notify(j.Region)
 	}
+	crashpoint.Hit(crashpoint.CommitBeforeAck)
 	secs := wait.Seconds()
 	w.Header().Set("Location", "/v1/jobs/"+got.ID+"?region="+url.QueryEscape(got.Region))
+	if crashpoint.Enabled { // test builds only; a constant false elsewhere
+		return ackThenCrash(w, http.StatusCreated, jobView{Job: got, PredictedWaitSeconds: &secs}, crashpoint.AckAfterCommit)
+	}
 	return writeJSON(w, http.StatusCreated, jobView{Job: got, PredictedWaitSeconds: &secs})
 }
 

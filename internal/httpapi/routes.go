@@ -79,7 +79,7 @@ func (s *Server) routes() []route {
 			handle: s.handleGetOpenAPI, response: map[string]any{}, status: 200},
 		{method: "GET", path: "/healthz", name: "getHealth", summary: "Liveness: the process is up",
 			handle: s.handleGetHealth, response: healthResponse{}, status: 200},
-		{method: "GET", path: "/readyz", name: "getReady", summary: "Readiness: every region's store answers",
+		{method: "GET", path: "/readyz", name: "getReady", summary: "Readiness: every region's store can be read (503 problem+json naming the region otherwise; cached for 1 s)",
 			handle: s.handleGetReady, response: healthResponse{}, status: 200},
 		{method: "GET", path: "/metrics", name: "getMetrics", summary: "Prometheus metrics (404 when not enabled)",
 			handle: s.handleGetMetrics, status: 200},

@@ -27,6 +27,7 @@ type Server struct {
 	table    []route
 	limiter  *keyLimiter
 	backlog  *backlogCache
+	ready    readyCache
 	requests *prometheus.CounterVec
 	wakers   map[string]*waker
 	closed   chan struct{}

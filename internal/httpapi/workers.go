@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/ratelimit"
@@ -380,6 +381,7 @@ func (s *Server) finishOutcome(w http.ResponseWriter, r *http.Request, p auth.Pr
 		}
 		return errs[0]
 	}
+	crashpoint.Hit(crashpoint.CASBeforeAck)
 	s.notify(j.Region) // keys were released and may admit waiting jobs
 	return writeJSON(w, http.StatusOK, outcomeResponse{ID: j.ID, State: t.To, Reason: string(t.Reason), EligibleAt: t.EligibleAt})
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/store"
@@ -237,6 +238,7 @@ func (a *Aggregator) publish(ctx context.Context, parent *job.Job) error {
 	if err := a.cfg.Publisher.Publish(ctx, parent); err != nil {
 		return fmt.Errorf("publish review %s: %w", parent.ID, err)
 	}
+	crashpoint.Hit(crashpoint.PublishBeforeCAS)
 	if err := a.cfg.Store.Publish(ctx, parent.ID, a.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
 		return err
 	}

@@ -18,8 +18,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -86,13 +84,16 @@ func (c Config) validate() error {
 
 // Store is the SQLite driver. It is safe for concurrent use.
 type Store struct {
-	cfg  Config
-	wdb  *sql.DB // exactly one connection: the single writer
-	rdb  *sql.DB // read-only pool
-	reqs chan *writeReq
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	cfg Config
+	wdb *sql.DB // exactly one connection: the single writer
+	rdb *sql.DB // read-only pool
+	// probe opens a fresh read-only connection per Ready call.
+	probe      *sql.DB
+	durability Durability
+	reqs       chan *writeReq
+	stop       chan struct{}
+	done       chan struct{}
+	once       sync.Once
 
 	mu         sync.Mutex
 	stmts      map[*sql.DB]map[string]*sql.Stmt // read statements, prepared once
@@ -105,15 +106,22 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the database at cfg.Path, applies the
-// migrations, and starts the writer.
+// Open opens (creating if needed) the database at cfg.Path, checks it,
+// applies the migrations, and starts the writer.
+//
+// A new file is created with FileMode in a directory created with DirMode.
+// An existing file must pass PRAGMA quick_check; a file that is empty, not
+// a database, truncated or damaged fails with a *CorruptError naming it.
+// The writer connection must report journal_mode=wal and the configured
+// synchronous level (see Durability), or Open fails.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o755); err != nil {
-		return nil, fmt.Errorf("sqlite: create data directory: %w", err)
+	created, err := prepareFile(cfg.Path)
+	if err != nil {
+		return nil, err
 	}
 	wdb, err := sql.Open("sqlite", dsn(cfg.Path, cfg.Synchronous, false))
 	if err != nil {
@@ -128,21 +136,51 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	rdb.SetMaxOpenConns(cfg.Readers)
+	probe, err := openProbe(cfg.Path)
+	if err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, err
+	}
 	s := &Store{
-		cfg: cfg, wdb: wdb, rdb: rdb,
+		cfg: cfg, wdb: wdb, rdb: rdb, probe: probe,
 		reqs:        make(chan *writeReq, 4*cfg.MaxBatch),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		stmts:       map[*sql.DB]map[string]*sql.Stmt{},
 		writerStmts: map[string]*sql.Stmt{},
 	}
+	if err := s.check(ctx, created); err != nil {
+		wdb.Close()
+		rdb.Close()
+		probe.Close()
+		return nil, err
+	}
 	if err := errors.Join(s.migrateUp(ctx), s.checkRegion(ctx)); err != nil {
 		wdb.Close()
 		rdb.Close()
+		probe.Close()
 		return nil, err
 	}
 	go s.writer()
 	return s, nil
+}
+
+// check reads back the durability pragmas and, for an existing file, runs
+// quick_check, before anything is migrated or written.
+func (s *Store) check(ctx context.Context, created bool) error {
+	if err := s.wdb.PingContext(ctx); err != nil {
+		return asCorrupt(s.cfg.Path, "open", err)
+	}
+	d, err := readDurability(ctx, s.wdb, s.cfg.Path, s.cfg.Synchronous)
+	if err != nil {
+		return err
+	}
+	s.durability = d
+	if created {
+		return nil
+	}
+	return quickCheck(ctx, s.wdb, s.cfg.Path)
 }
 
 func dsn(path, sync string, readOnly bool) string {
@@ -185,9 +223,15 @@ func (s *Store) Region() string { return s.cfg.Region }
 // Path returns the database file.
 func (s *Store) Path() string { return s.cfg.Path }
 
-// Migrate applies the embedded migrations; Open already did, so this is a
-// no-op unless the file was changed underneath.
-func (s *Store) Migrate(ctx context.Context) error { return s.migrateUp(ctx) }
+// Migrate checks the file with quick_check and applies the embedded
+// migrations; Open already did both, so this is a no-op unless the file
+// was changed underneath.
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := quickCheck(ctx, s.rdb, s.cfg.Path); err != nil {
+		return err
+	}
+	return s.migrateUp(ctx)
+}
 
 func (s *Store) migrateUp(ctx context.Context) error {
 	if _, err := s.wdb.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
@@ -265,7 +309,7 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
-		err = errors.Join(s.wdb.Close(), s.rdb.Close())
+		err = errors.Join(s.wdb.Close(), s.rdb.Close(), s.probe.Close())
 	})
 	return err
 }

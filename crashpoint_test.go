@@ -1,0 +1,264 @@
+package ratelane_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/crashpoint"
+)
+
+// crashed starts `ratelane serve` armed at point (a binary built with the
+// ratelane_crashpoints tag), runs provoke against it, and checks that the
+// process died there: exit status 137 and the crash point's own line on
+// stderr, so the fault is proven to have happened where the test says.
+func crashed(t *testing.T, bin, dir, point string, provoke func(s *server)) {
+	t.Helper()
+	s := startServe(t, bin, dir, crashpoint.Env+"="+point)
+	if s.url == "" {
+		t.Fatalf("the armed server exited before serving:\n%s", s.stderr)
+	}
+	provoke(s)
+	if code := s.wait(60 * time.Second); code != crashpoint.ExitCode {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, crashpoint.ExitCode, s.stderr)
+	}
+	if !strings.Contains(s.stderr.String(), "crashpoint "+point+":") {
+		t.Fatalf("the process did not die at %s; stderr:\n%s", point, s.stderr)
+	}
+}
+
+type jobAnswer struct {
+	ID      string `json:"id"`
+	State   string `json:"state"`
+	History []struct {
+		Outcome string `json:"outcome"`
+	} `json:"history"`
+}
+
+type listAnswer struct {
+	Jobs []jobAnswer `json:"jobs"`
+}
+
+func createBody(idem string) map[string]any {
+	return map[string]any{"kind": "crash.probe", "region": "us", "tenant": "acme", "limit_keys": []string{"crash:probe"},
+		"payload": map[string]int{"n": 1}, "idempotency_key": idem}
+}
+
+// jobsOf lists every job of a kind (one page is enough: the tests create a
+// handful).
+func jobsOf(t *testing.T, s *server, kind string) []jobAnswer {
+	t.Helper()
+	var l listAnswer
+	if _, _, err := s.do("GET", "/v1/jobs?region=us&tenant=acme&limit=500&kind="+kind, nil, &l); err != nil {
+		t.Fatal(err)
+	}
+	return l.Jobs
+}
+
+// TestCrashPoints is shared/RELIABILITY.md T6 level A: `ratelane serve`,
+// built with the crash points compiled in, dies (exit 137) at each of them;
+// restarted on the same data directory it shows that nothing acknowledged
+// is missing, nothing unacknowledged is half applied, a retried enqueue
+// returns the same job, and a publication happens once.
+func TestCrashPoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	t.Parallel()
+	bin := buildRatelane(t, "ratelane_crashpoints")
+
+	t.Run(crashpoint.CommitBeforeAck, func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "data")
+		crashed(t, bin, dir, crashpoint.CommitBeforeAck, func(s *server) {
+			if code, _, err := s.do("POST", "/v1/jobs", createBody("cba-1"), nil); err == nil {
+				t.Fatalf("the enqueue was acknowledged (%d) although the process died before answering", code)
+			}
+		})
+		s := startServe(t, bin, dir)
+		// The client saw no answer, so it retries with the same key: the
+		// committed job is returned, not a second one.
+		var j jobAnswer
+		_, h, err := s.do("POST", "/v1/jobs", createBody("cba-1"), &j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("the retry created a job: the commit before the crash was lost")
+		}
+		if all := jobsOf(t, s, "crash.probe"); len(all) != 1 || all[0].ID != j.ID || all[0].State != "waiting" {
+			t.Fatalf("after the retry: %+v, want the one job %s, waiting", all, j.ID)
+		}
+		s.stop()
+	})
+
+	t.Run(crashpoint.AckAfterCommit, func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "data")
+		var acked jobAnswer
+		crashed(t, bin, dir, crashpoint.AckAfterCommit, func(s *server) {
+			if _, _, err := s.do("POST", "/v1/jobs", createBody("aac-1"), &acked); err != nil {
+				t.Fatalf("the enqueue was not acknowledged: %v", err)
+			}
+		})
+		s := startServe(t, bin, dir)
+		var got jobAnswer
+		if _, _, err := s.do("GET", "/v1/jobs/"+acked.ID+"?region=us", nil, &got); err != nil {
+			t.Fatalf("the acknowledged job %s is missing after the crash: %v", acked.ID, err)
+		}
+		var again jobAnswer
+		if _, _, err := s.do("POST", "/v1/jobs", createBody("aac-1"), &again); err != nil || again.ID != acked.ID {
+			t.Fatalf("a retried enqueue returned %s (%v), want %s", again.ID, err, acked.ID)
+		}
+		if n := len(jobsOf(t, s, "crash.probe")); n != 1 {
+			t.Fatalf("%d jobs, want 1", n)
+		}
+		s.stop()
+	})
+
+	t.Run(crashpoint.CASBeforeAck, func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "data")
+		var leased struct {
+			Jobs []struct {
+				ID         string `json:"id"`
+				LeaseToken string `json:"lease_token"`
+			} `json:"jobs"`
+		}
+		crashed(t, bin, dir, crashpoint.CASBeforeAck, func(s *server) {
+			if _, _, err := s.do("POST", "/v1/jobs", createBody("cas-1"), nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.do("POST", "/v1/leases", map[string]any{"region": "us", "kinds": []string{"crash.probe"}, "lease_seconds": 30}, &leased); err != nil || len(leased.Jobs) != 1 {
+				t.Fatalf("lease: %+v, %v", leased, err)
+			}
+			path := "/v1/jobs/" + leased.Jobs[0].ID + "/complete?region=us"
+			if code, _, err := s.do("POST", path, map[string]any{"lease_token": leased.Jobs[0].LeaseToken, "result": map[string]bool{"ok": true}}, nil); err == nil {
+				t.Fatalf("the completion was acknowledged (%d) although the process died before answering", code)
+			}
+		})
+		s := startServe(t, bin, dir)
+		id, token := leased.Jobs[0].ID, leased.Jobs[0].LeaseToken
+		// The worker saw no answer and reports again: refused, the first
+		// write stands, and the job is not offered to anyone again.
+		code, _, err := s.do("POST", "/v1/jobs/"+id+"/complete?region=us", map[string]any{"lease_token": token}, nil)
+		if err == nil || code != http.StatusConflict {
+			t.Errorf("the repeated completion: %d %v, want 409", code, err)
+		}
+		var j jobAnswer
+		if _, _, err := s.do("GET", "/v1/jobs/"+id+"?region=us", nil, &j); err != nil {
+			t.Fatal(err)
+		}
+		successes := 0
+		for _, h := range j.History {
+			if h.Outcome == "success" {
+				successes++
+			}
+		}
+		if j.State != "published" || successes != 1 {
+			t.Fatalf("job %s is %s with %d successes, want published once: %+v", id, j.State, successes, j)
+		}
+		var again struct {
+			Jobs []any `json:"jobs"`
+		}
+		if _, _, err := s.do("POST", "/v1/leases", map[string]any{"region": "us", "kinds": []string{"crash.probe"}}, &again); err != nil || len(again.Jobs) != 0 {
+			t.Fatalf("a published job was leased again: %+v %v", again, err)
+		}
+		s.stop()
+	})
+
+	t.Run(crashpoint.PublishBeforeCAS, func(t *testing.T) {
+		t.Parallel()
+		recv := &hookReceiver{counts: map[string]int{}}
+		hs := httptest.NewServer(recv)
+		defer hs.Close()
+		dir := filepath.Join(t.TempDir(), "data")
+		var review struct {
+			ID string `json:"id"`
+		}
+		crashed(t, bin, dir, crashpoint.PublishBeforeCAS, func(s *server) {
+			sub := map[string]any{"url": hs.URL + "/hook", "topics": []string{"*"}, "tenant": "acme"}
+			if _, _, err := s.do("PUT", "/v1/subscribers/ci?region=us", sub, nil); err != nil {
+				t.Fatal(err)
+			}
+			body := map[string]any{"region": "us", "tenant": "acme", "repo": "acme/app", "change": "1", "provider": "rules",
+				"diff":    "diff --git a/app.go b/app.go\n--- a/app.go\n+++ b/app.go\n@@ -1,3 +1,4 @@\n package app\n \n+// TODO: handle retries\n func Run() {}\n",
+				"publish": map[string]string{"kind": "webhook", "target": "ci"}}
+			if _, _, err := s.do("POST", "/v1/reviews", body, &review); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n := recv.total(); n != 0 {
+			t.Fatalf("the receiver got %d deliveries before the crash; the crash point is past the side effect it should follow", n)
+		}
+		s := startServe(t, bin, dir)
+		deadline := time.Now().Add(60 * time.Second)
+		for recv.total() == 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		var parent jobAnswer
+		for time.Now().Before(deadline) {
+			if _, _, err := s.do("GET", "/v1/jobs/"+review.ID+"?region=us", nil, &parent); err != nil {
+				t.Fatal(err)
+			}
+			if parent.State == "published" {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// Let a duplicate, if there were one, arrive before counting.
+		deliveries := jobsOf(t, s, "webhook")
+		for _, d := range deliveries {
+			for d.State != "published" && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+				s.do("GET", "/v1/jobs/"+d.ID+"?region=us", nil, &d)
+			}
+		}
+		s.stop()
+		if parent.State != "published" {
+			t.Fatalf("review %s is %s after the restart, want published", review.ID, parent.State)
+		}
+		ids, most := recv.stats()
+		t.Logf("publish-before-CAS: %d delivery jobs, receiver saw %d webhook-ids, at most %d receptions of one", len(deliveries), ids, most)
+		if len(deliveries) != 1 || ids != 1 || most != 1 {
+			t.Fatalf("%d delivery jobs, %d webhook-ids, at most %d receptions; want the review published exactly once", len(deliveries), ids, most)
+		}
+	})
+}
+
+// hookReceiver is a loopback webhook receiver that counts receptions by
+// webhook-id and accepts them all.
+type hookReceiver struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.counts[r.Header.Get("webhook-id")]++
+	h.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *hookReceiver) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.counts {
+		n += c
+	}
+	return n
+}
+
+func (h *hookReceiver) stats() (ids, most int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.counts {
+		most = max(most, c)
+	}
+	return len(h.counts), most
+}
