@@ -332,7 +332,8 @@ func (e *Engine) Notify() {
 // ignores its cancelled context holds Stop until it is abandoned, one
 // heartbeat after the deadline (its attempt recorded as a transient
 // failure), or, past Workers stuck goroutines, until it returns; Stop does
-// not wait for abandoned goroutines. It is idempotent.
+// not wait for abandoned goroutines. It is idempotent, and safe on an engine
+// that was never started.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		close(e.stop)
@@ -353,7 +354,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 			<-drained
 		}
 		close(e.results)
-		e.cancel()
+		if e.cancel != nil { // nil when Stop comes without Start
+			e.cancel()
+		}
 		e.wg.Wait()
 	})
 	return nil

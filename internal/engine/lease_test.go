@@ -673,3 +673,20 @@ func TestStopAbandonsHandlerIgnoringCancel(t *testing.T) {
 		t.Fatalf("stuck %d abandoned %d, want 1 and 1", e.Stuck(), f.abandoned.Load())
 	}
 }
+
+// TestStopWithoutStart: a client that never starts (a producer) still
+// stops its engines, maintenance-only ones included.
+func TestStopWithoutStart(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	for _, kinds := range []map[string]engine.Kind{nil, {"noop": noop()}} {
+		e, err := engine.New(engine.Config{Store: s, Region: "us", Kinds: kinds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		e.Stop(context.Background()) // idempotent
+	}
+}
