@@ -91,7 +91,7 @@ type Config struct {
 	// transient_budget_exhausted, by its budget), its keys' in-flight
 	// leases are released and its worker slot is freed, through the same
 	// guarded transition as any outcome. The abandoned goroutine is counted
-	// (StuckObserver) until it returns; its late outcome is dropped. At
+	// (LeaseObserver) until it returns; its late outcome is dropped. At
 	// most Workers abandoned goroutines free their slot: past that, a stuck
 	// handler keeps its slot, so a handler stuck on every job cannot grow
 	// the goroutine count without bound (the pool shrinks instead, which
@@ -216,15 +216,18 @@ type Engine struct {
 
 	mu      sync.Mutex
 	running map[string]*runningJob
+	credit  float64 // batch starts earned (BatchShare per start) and not yet taken
+	rnd     *rand.Rand
+
 	// stuck holds the abandoned attempts whose handler has not returned;
-	// freed counts those of them that gave their worker slot back.
+	// freed counts those of them that gave their worker slot back (both
+	// guarded by mu).
 	stuck map[*runningJob]struct{}
 	freed int
-	// draining is set when Stop's deadline passed: every handler still
-	// running is abandoned at the next heartbeat tick, so Stop returns.
+	// draining is set (under mu) when Stop's deadline passed: every
+	// handler still running is abandoned at the next heartbeat tick, so
+	// Stop returns.
 	draining bool
-	credit   float64 // batch starts earned (BatchShare per start) and not yet taken
-	rnd      *rand.Rand
 
 	// reapHook, set only by tests (export_test.go), runs between the
 	// reaper's selection of expired leases and their recovery.
@@ -329,7 +332,8 @@ func (e *Engine) Notify() {
 // ignores its cancelled context holds Stop until it is abandoned, one
 // heartbeat after the deadline (its attempt recorded as a transient
 // failure), or, past Workers stuck goroutines, until it returns; Stop does
-// not wait for abandoned goroutines. It is idempotent.
+// not wait for abandoned goroutines. It is idempotent, and safe on an engine
+// that was never started.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		close(e.stop)
@@ -350,7 +354,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 			<-drained
 		}
 		close(e.results)
-		e.cancel()
+		if e.cancel != nil { // nil when Stop comes without Start
+			e.cancel()
+		}
 		e.wg.Wait()
 	})
 	return nil

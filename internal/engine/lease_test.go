@@ -303,7 +303,9 @@ func TestReaperRaces(t *testing.T) {
 func TestHeartbeatKeepsLongHandler(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	c := &clock{}
+	// A clock that moves only by the handler's steps: however slow this
+	// machine is, the lease can expire only if a renewal is missing.
+	c := &clock{fixed: time.Now().Add(time.Second)}
 	const lease = time.Second
 	var runs atomic.Int32
 	f := &faults{}
@@ -669,5 +671,22 @@ func TestStopAbandonsHandlerIgnoringCancel(t *testing.T) {
 	}
 	if e.Stuck() != 1 || f.abandoned.Load() != 1 {
 		t.Fatalf("stuck %d abandoned %d, want 1 and 1", e.Stuck(), f.abandoned.Load())
+	}
+}
+
+// TestStopWithoutStart: a client that never starts (a producer) still
+// stops its engines, maintenance-only ones included.
+func TestStopWithoutStart(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	for _, kinds := range []map[string]engine.Kind{nil, {"noop": noop()}} {
+		e, err := engine.New(engine.Config{Store: s, Region: "us", Kinds: kinds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		e.Stop(context.Background()) // idempotent
 	}
 }

@@ -82,7 +82,11 @@ func (e *Engine) overrun(now time.Time) (due []*runningJob) {
 // freed when the stuck count allows it, and the stuck goroutine is counted
 // until it returns. The caller has marked r abandoned.
 func (e *Engine) abandon(r *runningJob, now time.Time) {
-	e.log.Error("handler ignored its cancelled context past its maximum run time; attempt abandoned",
+	why := "past its maximum run time"
+	if r.stopping {
+		why = "after the engine's stop deadline"
+	}
+	e.log.Error("handler ignored its cancelled context "+why+"; attempt abandoned",
 		"job_id", r.job.ID, "kind", r.job.Kind, "attempt", r.job.Attempt, "max_run_time", r.maxRun.String(),
 		"running_for", now.Sub(r.started).String())
 	if lo := e.leaseObserver(); lo != nil {
