@@ -100,19 +100,7 @@ type client struct {
 // default server), validates them and returns a client; problems are usage
 // errors (exit 2). Messages name the setting, never the key's value.
 func (cf *clientFlags) client(stderr io.Writer) (*client, error) {
-	server, serverFrom := cf.server.v, "--server"
-	if !cf.server.set {
-		server, serverFrom = os.Getenv(envServer), envServer
-	}
-	if server == "" && !cf.server.set {
-		if old := os.Getenv(envServerOld); old != "" {
-			fmt.Fprintf(stderr, "ratelane: %s is deprecated; set %s instead\n", envServerOld, envServer)
-			server, serverFrom = old, envServerOld
-		}
-	}
-	if server == "" && !cf.server.set {
-		server, serverFrom = defaultServer, "the default; set "+envServer+" or --server"
-	}
+	server, serverFrom := cf.serverURL(stderr)
 	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// Not echoed: a mistyped URL may carry credentials.
@@ -127,6 +115,23 @@ func (cf *clientFlags) client(stderr io.Writer) (*client, error) {
 	}
 	return &client{base: u, serverFrom: serverFrom, keyFrom: keyFrom, apiKey: key,
 		http: &http.Client{Timeout: 60 * time.Second}, stderr: stderr}, nil
+}
+
+// serverURL returns the server URL and where it came from: --server when
+// given (even empty), else RATELANE_URL, else the deprecated RATELANE_SERVER
+// (with a warning on stderr), else the default.
+func (cf *clientFlags) serverURL(stderr io.Writer) (server, from string) {
+	if cf.server.set {
+		return cf.server.v, "--server"
+	}
+	if v := os.Getenv(envServer); v != "" {
+		return v, envServer
+	}
+	if v := os.Getenv(envServerOld); v != "" {
+		fmt.Fprintf(stderr, "ratelane: %s is deprecated; set %s instead\n", envServerOld, envServer)
+		return v, envServerOld
+	}
+	return defaultServer, "the default; set " + envServer + " or --server"
 }
 
 // apiError is returned after the server answered with an error status; the
