@@ -27,7 +27,7 @@ func TestInsertRefusesUnadmittableCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Stop(ctx) })
+	t.Cleanup(func() { c.Close() }) // never started: Close, not Stop
 	for _, tc := range []struct {
 		key  string
 		cost int64

@@ -223,3 +223,26 @@ func FuzzAdmission(f *testing.F) {
 		}
 	})
 }
+
+// TestReconfigureKeepsWindowLog checks that reconfiguring a key keeps the
+// start log of a window whose period is unchanged (the starts happened)
+// and starts a new window empty; a key that loses its windows loses its
+// logs.
+func TestReconfigureKeepsWindowLog(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "w", Windows: []Window{{Limit: 5, Period: time.Second}}})
+	for i := range 5 {
+		s.Take(t0.Add(time.Duration(i)*time.Millisecond), 1)
+	}
+	s.Reconfigure(Config{Name: "w", Windows: []Window{{Limit: 6, Period: time.Second}, {Limit: 100, Period: time.Minute}}}, t0)
+	if ok, _ := s.Check(t0.Add(10*time.Millisecond), 2); ok {
+		t.Fatal("the raised window forgot the five starts it holds")
+	}
+	if ok, _ := s.Check(t0.Add(10*time.Millisecond), 1); !ok {
+		t.Fatal("the sixth unit of a 6-per-second window was refused")
+	}
+	s.Reconfigure(Config{Name: "w", Rate: 10}, t0)
+	if len(s.logs) != 0 || s.MarshalShapes(nil) != nil {
+		t.Fatalf("a bucket-only key kept %d logs", len(s.logs))
+	}
+}

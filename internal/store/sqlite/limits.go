@@ -31,14 +31,30 @@ func (s *Store) loadKeys(tx *sql.Tx, names []string) (map[string]*admission.Stat
 func (s *Store) saveKeys(tx *sql.Tx, keys []*admission.State) error {
 	for _, st := range keys {
 		_, err := s.exec(tx, `UPDATE limit_keys SET rate = ?, burst = ?, concurrency = ?, adaptive = ?, min_rate = ?,
-			learned_rate = ?, tat = ?, paused_until = ?, in_flight = ?, last_decrease = ?, windows = ?, shapes = ? WHERE name = ?`,
+			learned_rate = ?, tat = ?, paused_until = ?, in_flight = ?, last_decrease = ? WHERE name = ?`,
 			st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
-			ns(st.PausedUntil), st.InFlight, ns(st.LastRefusal), windowsJSON(st.Windows), st.MarshalShapes(nil), st.Name)
+			ns(st.PausedUntil), st.InFlight, ns(st.LastRefusal), st.Name)
 		if err != nil {
 			return err
 		}
+		// Only keys with windows or discovery have start logs; a bucket
+		// key skips the blob (binding it measured slower on this driver).
+		if st.Adaptive || len(st.Windows) > 0 {
+			if err := s.saveShapes(tx, st); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+func (s *Store) saveShapes(tx *sql.Tx, st *admission.State) error {
+	var blob any
+	if b := st.MarshalShapes(nil); len(b) > 0 {
+		blob = b
+	}
+	_, err := s.exec(tx, `UPDATE limit_keys SET shapes = ? WHERE name = ?`, blob, st.Name)
+	return err
 }
 
 // UpsertLimit creates or reconfigures a limit key at now, keeping its live
@@ -60,6 +76,14 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		st.Reconfigure(c, now)
 		out = *st
 		if err := s.saveKeys(tx, []*admission.State{st}); err != nil {
+			return err
+		}
+		// The windows are configuration: only here do they change; the
+		// logs are written even when the key no longer has any, to clear.
+		if _, err := s.exec(tx, `UPDATE limit_keys SET windows = ? WHERE name = ?`, windowsJSON(st.Windows), st.Name); err != nil {
+			return err
+		}
+		if err := s.saveShapes(tx, st); err != nil {
 			return err
 		}
 		// Groups blocked on the old configuration (a slow rate, a small
