@@ -66,7 +66,7 @@ func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
 		hooks[name] = rt.hooks
 	}
 	srv, err := httpapi.New(httpapi.Config{
-		Regions: regions, Webhooks: hooks, Reviews: reviewAdapter{c}, Notify: c.notify, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
+		Regions: regions, Webhooks: hooks, Reviews: reviewAdapter{c}, Notify: c.notify, Handles: c.handles, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
 		DefaultLimit: c.cfg.DefaultLimit, InteractiveBudget: c.cfg.InteractiveBudget, BatchBudget: c.cfg.BatchBudget,
 		Registerer: c.registry, Gatherer: c.registry, Now: c.cfg.Now, Logger: c.cfg.Logger, Version: Version,
 		RequestRate: cfg.RequestRate, RequestBurst: cfg.RequestBurst,
@@ -97,6 +97,14 @@ func (c *Client) openKeys(ctx context.Context, cfg APIConfig) (*auth.Keys, error
 		return nil, fmt.Errorf("ratelane: open the API key store: %w", err)
 	}
 	return auth.NewKeys(b, c.cfg.Now), nil
+}
+
+// handles reports whether a handler for kind is registered in region (or
+// in every region): the API says "nothing handles kind X" otherwise.
+func (c *Client) handles(region, kind string) bool {
+	_, all := c.cfg.kinds[""][kind]
+	_, here := c.cfg.kinds[region][kind]
+	return all || here
 }
 
 func (c *Client) notify(region string) {
