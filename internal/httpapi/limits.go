@@ -40,6 +40,8 @@ type limitView struct {
 	admission.State
 	Tokens      float64 `json:"tokens" doc:"cost units the bucket could admit now"`
 	WaitingCost int64   `json:"waiting_cost" doc:"cost of the jobs waiting on the key (waiting or retry_scheduled, both lanes)"`
+	// PauseSource is the 429 behind a pause in force, when one is known.
+	PauseSource *pauseSource `json:"pause_source,omitempty" doc:"while paused: the most recent 429 recorded on a job naming the key, when one is known"`
 }
 
 // limitList is the answer of GET /v1/limits.
@@ -158,6 +160,9 @@ func (s *Server) handleListLimits(w http.ResponseWriter, r *http.Request, p auth
 		for _, k := range states {
 			v := s.viewLimit(region, k)
 			v.WaitingCost = backlog[k.Name]
+			if !v.PausedUntil.IsZero() {
+				v.PauseSource = s.pauseSource(r.Context(), st, k.Name)
+			}
 			out.Limits = append(out.Limits, v)
 		}
 	}
@@ -185,5 +190,8 @@ func (s *Server) handleGetLimit(w http.ResponseWriter, r *http.Request, p auth.P
 	}
 	v := s.viewLimit(region, k)
 	v.WaitingCost = backlog[name]
+	if !v.PausedUntil.IsZero() {
+		v.PauseSource = s.pauseSource(r.Context(), st, name)
+	}
 	return writeJSON(w, http.StatusOK, v)
 }

@@ -65,6 +65,9 @@ type kindServed struct {
 	Detail         string     `json:"detail,omitempty"`
 }
 
+// stampMillis formats times in details: RFC 3339 to the millisecond.
+const stampMillis = "2006-01-02T15:04:05.000Z07:00"
+
 // workerRecent is how long an external worker's lease request counts as
 // "something handles this kind".
 const workerRecent = 5 * time.Minute
@@ -165,13 +168,13 @@ func keyVerdict(k *admission.State, cost int64, now time.Time) keyBlock {
 	switch {
 	case kb.PausedUntil != nil:
 		kb.Why = "paused"
-		kb.Detail = fmt.Sprintf("paused by a 429 until %s (%.1f s from now)", k.PausedUntil.UTC().Format(time.RFC3339Nano), k.PausedUntil.Sub(now).Seconds())
+		kb.Detail = fmt.Sprintf("paused by a 429 until %s (%.1f s from now)", k.PausedUntil.UTC().Format(stampMillis), k.PausedUntil.Sub(now).Seconds())
 	case k.Concurrency > 0 && k.InFlight >= k.Concurrency:
 		kb.Why = "concurrency_cap"
 		kb.Detail = fmt.Sprintf("concurrency cap reached: %d in flight of %d", k.InFlight, k.Concurrency)
 	default:
 		kb.Why = "tokens"
-		kb.Detail = fmt.Sprintf("tokens short: %.2f in the bucket, the job costs %d; next admission at %s", kb.Tokens, cost, next.UTC().Format(time.RFC3339Nano))
+		kb.Detail = fmt.Sprintf("tokens short: %.2f in the bucket, the job costs %d; next admission at %s", kb.Tokens, cost, next.UTC().Format(stampMillis))
 	}
 	return kb
 }
