@@ -185,6 +185,39 @@ func TestDashboardInBrowser(t *testing.T) {
 	if after.State != "waiting" {
 		t.Fatalf("redriven job is %s, want waiting", after.State)
 	}
+
+	// Subscribers: rotate a secret through the confirmation; it is shown once.
+	s.call("PUT", "/v1/subscribers/store_17?region=us", adminKey, map[string]any{"url": "https://hooks.example.com/ratelane",
+		"topics": []string{"shipment.updated"}, "rate": map[string]any{"limit": 5, "period": "1s", "burst": 2}}, 200, nil)
+	var secret string
+	run("rotate a subscriber's secret",
+		chromedp.Navigate(s.url+"/ui/subscribers"),
+		chromedp.WaitVisible(`button.rotate`, chromedp.ByQuery),
+		chromedp.Click(`button.rotate`, chromedp.ByQuery),
+		chromedp.WaitVisible(`button.rotate.armed`, chromedp.ByQuery),
+		chromedp.Click(`button.rotate`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#secret code`, chromedp.ByQuery),
+		chromedp.Text(`#secret code`, &secret, chromedp.ByQuery),
+		shot("subscribers.png"))
+	if len(secret) < 16 {
+		t.Fatalf("rotated secret shown as %q", secret)
+	}
+
+	// Reviews: the rules reviewer finds the AWS key id in a diff.
+	var rv struct {
+		ID string `json:"id"`
+	}
+	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "7", "diff": reviewDiff,
+		"depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}, 202, &rv)
+	var findings string
+	run("a review's findings",
+		chromedp.Navigate(s.url+"/ui/reviews?id="+rv.ID+"&region=us"),
+		chromedp.Poll(`document.querySelector("#review-view table tbody tr") !== null`, nil, chromedp.WithPollingTimeout(30*time.Second)),
+		chromedp.Text("#review-view", &findings, chromedp.ByID),
+		shot("reviews.png"))
+	if !strings.Contains(findings, "config.go:4") {
+		t.Fatalf("review page: %q", findings)
+	}
 	t.Logf("screenshots in %s", out)
 }
 
@@ -192,6 +225,17 @@ func TestDashboardInBrowser(t *testing.T) {
 func setField(name, value string) chromedp.Action {
 	return chromedp.Evaluate(`document.querySelector('#filters [name="`+name+`"]').value = "`+value+`"`, nil)
 }
+
+// reviewDiff adds an AWS access key id on line 4 of config.go.
+const reviewDiff = `diff --git a/config.go b/config.go
+--- a/config.go
++++ b/config.go
+@@ -1,3 +1,4 @@
+ package config
+ 
+ const region = "us-east-1"
++const awsKeyID = "AKIAQWERTYUIOPASDFGH"
+`
 
 // seconds reads the "12.3 s" of a countdown.
 func seconds(t *testing.T, text string) float64 {

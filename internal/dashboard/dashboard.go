@@ -154,6 +154,7 @@ var pages = []struct {
 	{"jobs", "Jobs", false},
 	{"dead-letters", "Dead letters", false},
 	{"subscribers", "Subscribers", true},
+	{"reviews", "Reviews", false},
 }
 
 // pageData is what the templates render.

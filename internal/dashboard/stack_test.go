@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelane/ratelane"
 )
@@ -20,8 +21,9 @@ const adminKey = "rl_uitest01_AdminKeyForTheDashboardTestsAbcdefghijklmnopqrs"
 
 // stack is a real ratelane server for one test: SQLite stores for us and
 // eu in t.TempDir(), the API and the dashboard on loopback, and producer
-// keys for two tenants. No handler runs in process: the tests play the
-// external worker over the API.
+// keys for two tenants. Only reviews (the offline rules reviewer, in us)
+// run in process; for every other kind the tests play the external worker
+// over the API.
 type stack struct {
 	t            *testing.T
 	url          string
@@ -31,13 +33,23 @@ type stack struct {
 func newStack(t *testing.T, tls bool) *stack {
 	t.Helper()
 	ctx := context.Background()
-	c, err := ratelane.NewClient(ctx, ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}})
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}}
+	rules, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{rules}, SweepEvery: 100 * time.Millisecond})
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
 	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: adminKey, RequestRate: -1, Dashboard: true})
 	if err != nil {
-		c.Close()
+		c.Stop(ctx)
 		t.Fatal(err)
 	}
 	var srv *httptest.Server
@@ -49,7 +61,7 @@ func newStack(t *testing.T, tls bool) *stack {
 	t.Cleanup(func() {
 		srv.Close()
 		api.Close()
-		c.Close()
+		c.Stop(context.Background())
 	})
 	s := &stack{t: t, url: srv.URL}
 	key := func(tenant, role string) string {

@@ -293,6 +293,36 @@ async function subscribers() {
   })));
 }
 
+// ---- reviews
+async function review() {
+  const p = new URLSearchParams(location.search);
+  if (!p.get("id")) return;
+  const r = await api("GET", "/v1/reviews/" + encodeURIComponent(p.get("id")) + "?region=" + encodeURIComponent(p.get("region") || ""));
+  const parts = r.parts || {};
+  const res = r.result || { findings: [], quarantined: [] };
+  replace("review", el("div", { id: "review-view" },
+    el("dl", {}, ["id", "state", "reason", "region", "tenant", "repo", "change", "depth", "provider"]
+      .filter((k) => r[k]).map((k) => [el("dt", {}, k), el("dd", {}, String(r[k]))])),
+    el("p", {}, "parts: ", parts.succeeded || 0, " succeeded, ", parts.failed || 0, " failed, ", parts.pending || 0, " pending of ", parts.total || 0, " ",
+      el("meter", { min: 0, max: parts.total || 1, value: (parts.succeeded || 0) + (parts.failed || 0) })),
+    el("h2", {}, "Findings"), table(["where", "severity", "category", "message"], (res.findings || []).map((f) =>
+      el("tr", {}, el("td", {}, f.path + ":" + f.line), el("td", {}, f.severity), el("td", {}, f.category), el("td", {}, f.message)))),
+    el("h2", {}, "Quarantined"), table(["where", "message", "reason"], (res.quarantined || []).map((q) =>
+      el("tr", {}, el("td", {}, q.finding.path + ":" + q.finding.line), el("td", {}, q.finding.message), el("td", {}, typeof q.reason === "string" ? q.reason : JSON.stringify(q.reason)))))));
+}
+function setupReviews() {
+  const form = document.getElementById("review-form");
+  const params = new URLSearchParams(location.search);
+  for (const e of form.elements) if (e.name && params.get(e.name)) e.value = params.get(e.name);
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams(new FormData(form));
+    window.history.replaceState(null, "", "/ui/reviews?" + q);
+    review().catch((e) => setStatus(e.message, true));
+  });
+  poll(review, 2000);
+}
+
 const pagesJS = {
   overview: () => poll(overview, 2000),
   limits: () => poll(limits, 2000),
@@ -300,5 +330,6 @@ const pagesJS = {
   job: () => poll(jobDetail, 2000),
   "dead-letters": () => poll(dead, 2000),
   subscribers: () => poll(subscribers, 5000),
+  reviews: setupReviews,
 };
 if (pagesJS[page]) pagesJS[page]();
