@@ -34,7 +34,7 @@ type waitingFor struct {
 type keyBlock struct {
 	Key    string `json:"key"`
 	Blocks bool   `json:"blocks" doc:"true when this key refuses the job now"`
-	Why    string `json:"why,omitempty" enum:"paused,concurrency_cap,tokens" doc:"why the key refuses: paused (a 429), concurrency_cap (in flight at the cap) or tokens (the bucket is short)"`
+	Why    string `json:"why,omitempty" enum:"paused,concurrency_cap,tokens,window" doc:"why the key refuses: paused (a 429), concurrency_cap (in flight at the cap), tokens (the bucket is short) or window (a key with windows has no room in one of its shapes)"`
 	Detail string `json:"detail" doc:"a sentence for people"`
 	// AdmitsAt is the earliest time the key may admit the job.
 	AdmitsAt    *time.Time   `json:"admits_at,omitempty" doc:"earliest time the key may admit the job again"`
@@ -172,9 +172,13 @@ func keyVerdict(k *admission.State, cost int64, now time.Time) keyBlock {
 	case k.Concurrency > 0 && k.InFlight >= k.Concurrency:
 		kb.Why = "concurrency_cap"
 		kb.Detail = fmt.Sprintf("concurrency cap reached: %d in flight of %d", k.InFlight, k.Concurrency)
-	default:
+	case len(k.Windows) == 0:
 		kb.Why = "tokens"
 		kb.Detail = fmt.Sprintf("tokens short: %.2f in the bucket, the job costs %d; next admission at %s", kb.Tokens, cost, next.UTC().Format(stampMillis))
+	default:
+		// Tokens reports the room of the tightest shape, bucket or window.
+		kb.Why = "window"
+		kb.Detail = fmt.Sprintf("no room in the key's windows: %.2f of the job's cost %d available; next admission at %s", kb.Tokens, cost, next.UTC().Format(stampMillis))
 	}
 	return kb
 }

@@ -88,6 +88,24 @@ func TestWaitingForExplainsEachBlock(t *testing.T) {
 		t.Fatalf("predicted start %v, want t0+2s", w.PredictedStartAt)
 	}
 
+	// A window of two starts a minute, spent, with no bucket to pace.
+	e.do("PUT", "/v1/limits/win?region=us", adminKey, map[string]any{"windows": []map[string]any{{"limit": 2, "period": "1m"}}}).want(t, 200)
+	for range 3 {
+		e.createJob(acmeKey, jobBody("windowed", "us", "win"))
+	}
+	if got := e.lease("us", 3, "windowed"); len(got) != 2 {
+		t.Fatalf("leased %d windowed jobs, want 2", len(got))
+	}
+	var third jobList
+	e.do("GET", "/v1/jobs?state=waiting&kind=windowed", adminKey, nil).want(t, 200).json(t, &third)
+	if len(third.Jobs) != 1 {
+		t.Fatalf("waiting windowed jobs %+v", third.Jobs)
+	}
+	kb = e.getJob(third.Jobs[0].ID).WaitingFor.Keys[0]
+	if !kb.Blocks || kb.Why != "window" || kb.AdmitsAt == nil || !kb.AdmitsAt.After(t0) {
+		t.Fatalf("spent window verdict %+v", kb)
+	}
+
 	// Finished and running jobs carry no waiting_for.
 	if v := e.getJob(leased[0].ID); v.State == "running" && v.WaitingFor != nil {
 		t.Fatalf("running job has waiting_for %+v", v.WaitingFor)

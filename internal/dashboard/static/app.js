@@ -140,7 +140,8 @@ async function limits() {
     const h = (charts[id] = charts[id] || []);
     h.push({ starts, allowance: rate });
     if (h.length > 60) h.shift();
-    const shape = k.rate > 0 ? k.rate.toFixed(2) + "/s, burst " + k.burst : "unpaced";
+    const windows = (k.windows || []).map((w) => w.limit + " per " + w.period);
+    const shape = [k.rate > 0 ? k.rate.toFixed(2) + "/s, burst " + k.burst : "", ...windows].filter(Boolean).join("; ") || "unpaced";
     const pause = k.paused_until ? el("span", {}, countdown(k.paused_until),
       k.pause_source ? el("div", { class: "small" }, "from job ", k.pause_source.job_id.slice(0, 13), "… ", k.pause_source.status || "", " ", ago(k.pause_source.at)) : null) : "–";
     return el("tr", { "data-key": k.name }, el("td", {}, k.region), el("td", {}, k.name), el("td", {}, shape + (k.adaptive ? " (adaptive)" : "")),
