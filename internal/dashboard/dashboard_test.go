@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -33,8 +34,21 @@ func TestSignInCookie(t *testing.T) {
 		if _, resp := s.signIn("rl_unknown_key"); resp.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("unknown key: status %d, want 401", resp.StatusCode)
 		}
+		// A refused sign-in never echoes the key back into the page.
+		b, _ := s.signIn("rl_wrong_x")
+		form := b.get("/ui/login")
+		m := csrfField.FindStringSubmatch(form)
+		resp2, err := b.client.PostForm(s.url+"/ui/login", url.Values{"csrf": {m[1]}, "key": {"rl_typo_" + adminKey}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp2.Body)
+		resp2.Body.Close()
+		if resp2.StatusCode != http.StatusUnauthorized || strings.Contains(string(page), adminKey) || !strings.Contains(string(page), "not accepted") {
+			t.Fatalf("refused sign-in: %d %s", resp2.StatusCode, page)
+		}
 		// A form posted from elsewhere has no login cookie.
-		resp, err := insecureClient(nil).PostForm(s.url+"/ui/login", url.Values{"csrf": {"forged"}, "key": {adminKey}})
+		resp, err = insecureClient(nil).PostForm(s.url+"/ui/login", url.Values{"csrf": {"forged"}, "key": {adminKey}})
 		if err != nil {
 			t.Fatal(err)
 		}
