@@ -10,6 +10,7 @@ import (
 	"github.com/ratelane/ratelane/internal/auth"
 	authpg "github.com/ratelane/ratelane/internal/auth/postgres"
 	authsqlite "github.com/ratelane/ratelane/internal/auth/sqlite"
+	"github.com/ratelane/ratelane/internal/dashboard"
 	"github.com/ratelane/ratelane/internal/httpapi"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -28,11 +29,19 @@ type APIConfig struct {
 	// defaults 100/s and 200.
 	RequestRate  float64
 	RequestBurst int
+	// Dashboard serves the web UI under /ui/ (ratelane serve turns it on;
+	// --ui=false turns it off). Its pages read everything through the API
+	// with the signed-in key.
+	Dashboard bool
+	// SecureCookies marks the dashboard's cookies Secure on plain HTTP,
+	// for a server behind a TLS-terminating proxy.
+	SecureCookies bool
 }
 
 // API is the HTTP API of a Client.
 type API struct {
-	// Handler serves /v1, /metrics, /healthz and /readyz.
+	// Handler serves /v1, /metrics, /healthz, /readyz and, when enabled,
+	// the dashboard under /ui/.
 	Handler http.Handler
 	// AdminKey is the admin key generated on this first start, to print
 	// once; empty otherwise.
@@ -66,7 +75,7 @@ func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
 		hooks[name] = rt.hooks
 	}
 	srv, err := httpapi.New(httpapi.Config{
-		Regions: regions, Webhooks: hooks, Reviews: reviewAdapter{c}, Notify: c.notify, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
+		Regions: regions, Webhooks: hooks, Reviews: reviewAdapter{c}, Notify: c.notify, Handles: c.handles, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
 		DefaultLimit: c.cfg.DefaultLimit, InteractiveBudget: c.cfg.InteractiveBudget, BatchBudget: c.cfg.BatchBudget,
 		Registerer: c.registry, Gatherer: c.registry, Now: c.cfg.Now, Logger: c.cfg.Logger, Version: Version,
 		RequestRate: cfg.RequestRate, RequestBurst: cfg.RequestBurst,
@@ -75,7 +84,20 @@ func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
 		keys.Close()
 		return nil, err
 	}
-	return &API{Handler: srv.Handler(), AdminKey: printed, server: srv, keys: keys}, nil
+	handler := srv.Handler()
+	if cfg.Dashboard {
+		ui, err := dashboard.New(dashboard.Config{API: srv.Handler(), Auth: authAdapter{keys}, Secure: cfg.SecureCookies,
+			Now: c.cfg.Now, Logger: c.cfg.Logger, Version: Version})
+		if err != nil {
+			keys.Close()
+			return nil, err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/ui/", ui.Handler())
+		mux.Handle("/", srv.Handler())
+		handler = mux
+	}
+	return &API{Handler: handler, AdminKey: printed, server: srv, keys: keys}, nil
 }
 
 func (c *Client) openKeys(ctx context.Context, cfg APIConfig) (*auth.Keys, error) {
@@ -97,6 +119,14 @@ func (c *Client) openKeys(ctx context.Context, cfg APIConfig) (*auth.Keys, error
 		return nil, fmt.Errorf("ratelane: open the API key store: %w", err)
 	}
 	return auth.NewKeys(b, c.cfg.Now), nil
+}
+
+// handles reports whether a handler for kind is registered in region (or
+// in every region): the API says "nothing handles kind X" otherwise.
+func (c *Client) handles(region, kind string) bool {
+	_, all := c.cfg.kinds[""][kind]
+	_, here := c.cfg.kinds[region][kind]
+	return all || here
 }
 
 func (c *Client) notify(region string) {

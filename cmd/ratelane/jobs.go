@@ -44,6 +44,11 @@ type jobView struct {
 	CreatedAt  string          `json:"created_at"`
 	UpdatedAt  string          `json:"updated_at"`
 	FinishedAt string          `json:"finished_at"`
+	// WaitingFor is the server's account of what a waiting job waits for.
+	WaitingFor *struct {
+		Summary          string `json:"summary"`
+		PredictedStartAt string `json:"predicted_start_at"`
+	} `json:"waiting_for"`
 }
 
 func decodeJobs(items []json.RawMessage) ([]jobView, error) {
@@ -152,6 +157,13 @@ func printJob(w io.Writer, j jobView) error {
 		{"eligible at", when(j.EligibleAt)}, {"deadline", when(j.Deadline)},
 		{"created at", when(j.CreatedAt)}, {"updated at", when(j.UpdatedAt)}, {"finished at", when(j.FinishedAt)},
 		{"payload", fmt.Sprintf("%d bytes", len(j.Payload))}, {"result", cell(compact(j.Result))},
+	}
+	if w := j.WaitingFor; w != nil {
+		start := "never, until something handles its kind"
+		if w.PredictedStartAt != "" {
+			start = when(w.PredictedStartAt)
+		}
+		rows = append(rows, []string{"waiting for", w.Summary}, []string{"predicted start", start})
 	}
 	tw := [][]string{}
 	for _, r := range rows {

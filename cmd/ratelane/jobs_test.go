@@ -108,3 +108,21 @@ func TestJobsCancelConflict(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestJobsGetWaitingFor shows the server's waiting_for: what holds the
+// job and when it should start, or that nothing handles its kind.
+func TestJobsGetWaitingFor(t *testing.T) {
+	t.Parallel()
+	body := `{"id":"j1","kind":"email.send","region":"us","lane":"batch","limit_keys":["smtp:default"],"state":"waiting",
+		"waiting_for":{"blocked":false,"summary":"nothing handles kind \"email.send\"","keys":[],"handler":{"handled":false,"in_process":false}}}`
+	api := newFakeAPI(t, map[string]canned{"GET /v1/jobs/j1": {body: body}})
+	code, out, errOut := api.cli(t, "jobs", "get", "j1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, s := range []string{"waiting for:", `nothing handles kind "email.send"`, "predicted start:", "never, until something handles its kind"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+}

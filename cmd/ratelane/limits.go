@@ -32,7 +32,7 @@ type limitView struct {
 	Adaptive      bool     `json:"adaptive"`
 	LearnedRate   *float64 `json:"learned_rate"`
 	InFlight      *int64   `json:"in_flight"`
-	Waiting       *int64   `json:"waiting"`
+	Waiting       *int64   `json:"waiting_cost"`
 	PausedUntil   string   `json:"paused_until"`
 	OldestWaiting *float64 `json:"oldest_waiting_seconds"`
 }

@@ -10,7 +10,7 @@ func TestLimitsList(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"GET /v1/limits": {body: `{"limits":[
 		{"name":"openai:gpt-4o-mini","rate":8.3333,"burst":20,"concurrency":0,"adaptive":true,"min_rate":0.1,"learned_rate":5.5,
-		 "paused_until":"2026-03-01T12:00:02Z","in_flight":3,"waiting":120},
+		 "paused_until":"2026-03-01T12:00:02Z","in_flight":3,"waiting_cost":120},
 		{"name":"subscriber:store_17","rate":10,"burst":10,"concurrency":3,"adaptive":false,"learned_rate":10,"in_flight":0}]}`}})
 	code, out, errOut := api.cli(t, "limits", "ls", "--region", "eu")
 	if code != 0 {

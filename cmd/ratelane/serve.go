@@ -49,6 +49,8 @@ type serverFlags struct {
 	logFormat   string
 	// allowPrivate opens loopback and private webhook targets.
 	allowPrivate bool
+	// ui serves the dashboard under /ui/.
+	ui bool
 }
 
 // multiFlag collects a repeatable flag.
@@ -71,6 +73,7 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fs.BoolVar(&f.allowPrivate, "allow-private-targets", false,
 		"let webhook deliveries reach loopback and private (RFC 1918, fc00::/7) addresses; link-local and cloud metadata stay refused (tests, demos, single-tenant installs only)")
+	fs.BoolVar(&f.ui, "ui", true, "serve the web dashboard under /ui/ (sign in with an API key); --ui=false turns it off")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -193,7 +196,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	api, err := client.NewAPI(ctx, ratelane.APIConfig{AdminKey: os.Getenv("RATELANE_ADMIN_KEY")})
+	api, err := client.NewAPI(ctx, ratelane.APIConfig{AdminKey: os.Getenv("RATELANE_ADMIN_KEY"), Dashboard: f.ui})
 	if err != nil {
 		client.Close()
 		return err
@@ -213,6 +216,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "ratelane: serving http://%s (regions %s; data %s)\n", ln.Addr(), strings.Join(client.Regions(), ", "), cfg.DataDir)
+	if f.ui {
+		fmt.Fprintf(stdout, "ratelane: dashboard at http://%s/ui/ (sign in with an API key)\n", ln.Addr())
+	}
 	return serveUntilDone(ctx, ln, api.Handler, client, logger)
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -81,4 +82,30 @@ func renderAPIDoc(d discovery) string {
 		fmt.Fprintf(&b, "```sh\n%s\n```\n", c.Example)
 	}
 	return b.String()
+}
+
+// TestOpenAPIUpToDate keeps docs/openapi.json, the document CI lints with
+// Redocly CLI (tools/openapi), equal to what GET /v1/openapi.json serves.
+// Run `go test ./internal/httpapi -run OpenAPIUpToDate -update` after
+// changing a route.
+func TestOpenAPIUpToDate(t *testing.T) {
+	e := newEnv(t, withWebhooks(t), withReviews(newFakeReviews("us")), func(c *Config) { c.Version = "dev" })
+	raw, err := json.MarshalIndent(e.srv.openAPI(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(raw) + "\n"
+	const path = "../../docs/openapi.json"
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != got {
+		t.Fatalf("docs/openapi.json is out of date with the route table; run: go test ./internal/httpapi -run OpenAPIUpToDate -update")
+	}
 }

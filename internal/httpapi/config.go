@@ -74,6 +74,10 @@ type Config struct {
 	// redrive or a finished attempt, so it leases at once rather than at
 	// its next poll. Long polls of this server are woken in any case.
 	Notify func(region string)
+	// Handles, when set, reports whether a handler for kind runs inside
+	// this process in region; GET /v1/jobs/{id} says "nothing handles kind
+	// X" when neither it nor a recent external worker does.
+	Handles func(region, kind string) bool
 	// Auth resolves bearer tokens (required).
 	Auth Authenticator
 	// Keys serves /v1/keys; nil means the key endpoints are not served.

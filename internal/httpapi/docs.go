@@ -118,7 +118,12 @@ func (s *Server) openAPI() map[string]any {
 			"title":   "ratelane API",
 			"version": s.cfg.Version,
 			"summary": "A durable, rate-aware job queue: admission control at lease time, 429s pause limit keys for every worker.",
+			"license": map[string]any{"name": "Apache License 2.0", "identifier": "Apache-2.0"},
 		},
+		"servers": []any{map[string]any{
+			"url": "{base}", "description": "a ratelane server",
+			"variables": map[string]any{"base": map[string]any{"default": "http://127.0.0.1:8080", "description": "the server's base URL ($RATELANE_URL)"}},
+		}},
 		"paths": paths,
 		"components": map[string]any{
 			"securitySchemes": map[string]any{
@@ -143,7 +148,11 @@ func (s *Server) operation(rt route) map[string]any {
 		"tags":        []any{tag(rt.path)},
 		"responses": map[string]any{
 			strconv.Itoa(rt.status): successResponse(rt),
-			"default":               map[string]any{"$ref": "#/components/responses/Problem"},
+			// Every route may answer a problem: bad input, a missing or
+			// weak key, overload, an unavailable store.
+			"4XX":     map[string]any{"$ref": "#/components/responses/Problem"},
+			"5XX":     map[string]any{"$ref": "#/components/responses/Problem"},
+			"default": map[string]any{"$ref": "#/components/responses/Problem"},
 		},
 	}
 	if rt.role == "" {

@@ -49,8 +49,9 @@ type createJobRequest struct {
 // responses, the lease token, and in create responses the predicted wait.
 type jobView struct {
 	*job.Job
-	LeaseToken           string   `json:"lease_token,omitempty" doc:"present only in lease responses: pass it with every outcome"`
-	PredictedWaitSeconds *float64 `json:"predicted_wait_seconds,omitempty" doc:"present in create responses: the predicted queue wait"`
+	LeaseToken           string      `json:"lease_token,omitempty" doc:"present only in lease responses: pass it with every outcome"`
+	PredictedWaitSeconds *float64    `json:"predicted_wait_seconds,omitempty" doc:"present in create responses: the predicted queue wait"`
+	WaitingFor           *waitingFor `json:"waiting_for,omitempty" doc:"GET /v1/jobs/{id} of a waiting or retry_scheduled job: what it waits for and when it is predicted to start"`
 }
 
 // jobList is the answer of the list endpoints.
@@ -222,11 +223,17 @@ func requestDiff(existing, retry *job.Job) []string {
 }
 
 func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	j, _, err := s.findJob(r.Context(), r, p, ownTenant)
+	j, st, err := s.findJob(r.Context(), r, p, ownTenant)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, jobView{Job: shown(j)})
+	v := jobView{Job: shown(j)}
+	if j.State == job.StateWaiting || j.State == job.StateRetryScheduled {
+		if v.WaitingFor, err = s.explainWait(r.Context(), st, j); err != nil {
+			return err
+		}
+	}
+	return writeJSON(w, http.StatusOK, v)
 }
 
 // shown is a job as the API returns it. A webhook delivery's result is
@@ -280,7 +287,7 @@ func listParams(r *http.Request, p auth.Principal) (store.ListParams, error) {
 	q := r.URL.Query()
 	lp := store.ListParams{
 		State: job.State(q.Get("state")), Kind: q.Get("kind"), Lane: job.Lane(q.Get("lane")),
-		After: q.Get("after"), Limit: 100, Tenant: q.Get("tenant"),
+		After: q.Get("after"), Limit: 100, Tenant: q.Get("tenant"), LimitKey: q.Get("limit_key"),
 	}
 	if p.Role != auth.RoleAdmin {
 		if lp.Tenant != "" && lp.Tenant != p.Tenant {
@@ -293,8 +300,8 @@ func listParams(r *http.Request, p auth.Principal) (store.ListParams, error) {
 		return lp, fieldError("state", "unknown state %q; states are %s", lp.State, joinStates())
 	case lp.Lane != "" && !lp.Lane.Valid():
 		return lp, fieldError("lane", "lane must be interactive or batch, not %q", lp.Lane)
-	case len(lp.Kind) > job.MaxNameLen || len(lp.Tenant) > job.MaxNameLen || len(lp.After) > 64:
-		return lp, badRequest("kind and tenant are at most %d bytes and after at most 64", job.MaxNameLen)
+	case len(lp.Kind) > job.MaxNameLen || len(lp.Tenant) > job.MaxNameLen || len(lp.LimitKey) > job.MaxNameLen || len(lp.After) > 64:
+		return lp, badRequest("kind, tenant and limit_key are at most %d bytes and after at most 64", job.MaxNameLen)
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)

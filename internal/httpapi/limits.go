@@ -39,7 +39,9 @@ type limitView struct {
 	Region string `json:"region"`
 	admission.State
 	Tokens      float64 `json:"tokens" doc:"cost units the bucket could admit now"`
-	WaitingCost *int64  `json:"waiting_cost,omitempty" doc:"cost of the jobs waiting on the key (single-key reads only)"`
+	WaitingCost int64   `json:"waiting_cost" doc:"cost of the jobs waiting on the key (waiting or retry_scheduled, both lanes)"`
+	// PauseSource is the 429 behind a pause in force, when one is known.
+	PauseSource *pauseSource `json:"pause_source,omitempty" doc:"while paused: the most recent 429 recorded on a job naming the key, when one is known"`
 }
 
 // limitList is the answer of GET /v1/limits.
@@ -47,8 +49,14 @@ type limitList struct {
 	Limits []limitView `json:"limits"`
 }
 
+// viewLimit renders a key at now. A pause that has ended is left out: it
+// refuses nothing, and showing it made operators think the key was stuck.
 func (s *Server) viewLimit(region string, st admission.State) limitView {
-	return limitView{Region: region, State: st, Tokens: st.Tokens(s.cfg.Now())}
+	now := s.cfg.Now()
+	if !st.PausedUntil.After(now) {
+		st.PausedUntil = time.Time{}
+	}
+	return limitView{Region: region, State: st, Tokens: st.Tokens(now)}
 }
 
 func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -135,12 +143,27 @@ func (s *Server) handleListLimits(w http.ResponseWriter, r *http.Request, p auth
 	}
 	out := limitList{Limits: []limitView{}}
 	for _, region := range regions {
-		states, err := s.cfg.Regions[region].ListLimits(r.Context())
+		st := s.cfg.Regions[region]
+		states, err := st.ListLimits(r.Context())
 		if err != nil {
 			return err
 		}
-		for _, st := range states {
-			out.Limits = append(out.Limits, s.viewLimit(region, st))
+		names := make([]string, len(states))
+		for i, k := range states {
+			names[i] = k.Name
+		}
+		// The batch lane's backlog counts both lanes: everything waiting.
+		backlog, err := st.Backlog(r.Context(), job.LaneBatch, names)
+		if err != nil {
+			return err
+		}
+		for _, k := range states {
+			v := s.viewLimit(region, k)
+			v.WaitingCost = backlog[k.Name]
+			if !v.PausedUntil.IsZero() {
+				v.PauseSource = s.pauseSource(r.Context(), st, k.Name)
+			}
+			out.Limits = append(out.Limits, v)
 		}
 	}
 	return writeJSON(w, http.StatusOK, out)
@@ -166,7 +189,9 @@ func (s *Server) handleGetLimit(w http.ResponseWriter, r *http.Request, p auth.P
 		return err
 	}
 	v := s.viewLimit(region, k)
-	waiting := backlog[name]
-	v.WaitingCost = &waiting
+	v.WaitingCost = backlog[name]
+	if !v.PausedUntil.IsZero() {
+		v.PauseSource = s.pauseSource(r.Context(), st, name)
+	}
 	return writeJSON(w, http.StatusOK, v)
 }

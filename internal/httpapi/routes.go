@@ -92,7 +92,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/jobs", name: "listJobs", role: auth.RoleProducer, summary: "List jobs, newest first, without payloads",
 			handle: s.handleListJobs, response: jobList{}, status: 200,
 			params: []param{regionList, query("state", "only jobs in this state", states()...), filterKind,
-				query("lane", "only jobs of this lane", "interactive", "batch"), filterTenant, pageAfter, pageLimit}},
+				query("lane", "only jobs of this lane", "interactive", "batch"), query("limit_key", "only jobs naming this limit key"), filterTenant, pageAfter, pageLimit}},
 		{method: "GET", path: "/v1/jobs/{id}", name: "getJob", role: auth.RoleProducer, summary: "Get a job: state, attempts, history, result",
 			handle: s.handleGetJob, response: jobView{}, status: 200, params: []param{regionJob}, vars: jobVars},
 		{method: "POST", path: "/v1/jobs/{id}/cancel", name: "cancelJob", role: auth.RoleProducer,
@@ -127,6 +127,10 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/limits/{key}", name: "getLimit", role: auth.RoleAdmin,
 			summary: "Get a limit key: configuration, tokens, learned rate, pause, in flight, waiting cost",
 			handle:  s.handleGetLimit, response: limitView{}, status: 200, params: []param{regionOne}},
+
+		{method: "GET", path: "/v1/stats", name: "getStats", role: auth.RoleAdmin,
+			summary: "Queue depth by state, oldest ready age against the lane budget per region and lane, and this node's start and 429 counters",
+			handle:  s.handleGetStats, response: statsResponse{}, status: 200, params: []param{regionList}},
 
 		{method: "GET", path: "/v1/dead-letters", name: "listDeadLetters", role: auth.RoleProducer, summary: "List terminal jobs",
 			handle: s.handleListDeadLetters, response: jobList{}, status: 200,

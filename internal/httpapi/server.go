@@ -30,6 +30,7 @@ type Server struct {
 	ready    readyCache
 	requests *prometheus.CounterVec
 	wakers   map[string]*waker
+	kinds    *kindsSeen
 	closed   chan struct{}
 	once     sync.Once
 	// discovery and openapi are the documents, rendered once in New.
@@ -51,7 +52,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, regions: cfg.regionNames(), log: cfg.Logger.With("component", "httpapi"),
 		mux: http.NewServeMux(), limiter: newKeyLimiter(cfg.RequestRate, cfg.RequestBurst),
-		wakers: map[string]*waker{}, closed: make(chan struct{}), backlog: newBacklogCache(),
+		wakers: map[string]*waker{}, closed: make(chan struct{}), backlog: newBacklogCache(), kinds: newKindsSeen(),
 	}
 	for _, r := range s.regions {
 		s.wakers[r] = newWaker()

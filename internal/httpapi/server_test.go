@@ -201,7 +201,7 @@ func TestLimitsEndpoints(t *testing.T) {
 	body["cost"] = 3
 	e.createJob(acmeKey, body)
 	e.do("GET", "/v1/limits/openai:gpt-4o?region=us", adminKey, nil).want(t, 200).json(t, &v)
-	if v.WaitingCost == nil || *v.WaitingCost != 3 || v.LearnedRate != 10 || v.InFlight != 0 {
+	if v.WaitingCost != 3 || v.LearnedRate != 10 || v.InFlight != 0 {
 		t.Fatalf("get limit -> %+v", v)
 	}
 	e.do("GET", "/v1/limits/openai:gpt-4o", adminKey, nil).wantProblem(t, 400, "invalid-request") // two regions

@@ -102,6 +102,8 @@ func (s *Server) handleCreateLease(w http.ResponseWriter, r *http.Request, p aut
 	if err := s.checkLease(p, &req); err != nil {
 		return err
 	}
+	s.kinds.saw(req.Region, req.Kinds, s.cfg.Now()) // for "nothing handles kind X"
+
 	tenant := p.Tenant // a worker key acts for its own tenant's jobs only
 	if p.Role == auth.RoleAdmin {
 		tenant = ""

@@ -72,6 +72,7 @@ type Metrics struct {
 	abandoned   *prometheus.CounterVec
 	stuck       prometheus.Gauge
 	stats       *statsCollector
+	keys        *keyCollector
 
 	kinds, scopes *bounded
 }
@@ -122,11 +123,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Abandoned handlers whose goroutine is still running. Each may hold memory, connections or a worker slot; alert when it stays above zero.",
 		}),
 		stats:  newStatsCollector(),
+		keys:   newKeyCollector(),
 		kinds:  newBounded(MaxLabelValues),
 		scopes: newBounded(MaxLabelValues),
 	}
 	for _, c := range []prometheus.Collector{m.attempts, m.rateLimited, m.retryDelay, m.terminal, m.leases, m.replays,
-		m.recovered, m.refused, m.abandoned, m.stuck, m.stats} {
+		m.recovered, m.refused, m.abandoned, m.stuck, m.stats, m.keys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

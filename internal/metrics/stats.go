@@ -28,10 +28,15 @@ const StatsCacheTTL = 2 * time.Second
 const statsTimeout = 5 * time.Second
 
 // AddRegion makes scrapes report region's job counts, oldest ready ages and
-// leases in flight, read from src (normally the region's store.Store).
-// Adding a region again replaces its source.
+// leases in flight, read from src (normally the region's store.Store), and,
+// when src is also a KeySource (every store.Store is), the waiting cost,
+// leases in flight and pause of its busiest limit keys. Adding a region
+// again replaces its source.
 func (m *Metrics) AddRegion(region string, src StatsSource) {
 	m.stats.add(region, src)
+	if ks, ok := src.(KeySource); ok {
+		m.keys.add(region, ks)
+	}
 }
 
 // statsCollector reads store.Stats for every region on scrape, at most once

@@ -1,0 +1,250 @@
+package dashboard_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// artifactDir is where the browser test saves its screenshots:
+// $RATELANE_ARTIFACTS/dashboard, else testdata/out (git-ignored).
+func artifactDir(t *testing.T) string {
+	dir := filepath.Join("testdata", "out")
+	if a := os.Getenv("RATELANE_ARTIFACTS"); a != "" {
+		dir = filepath.Join(a, "dashboard")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// chromium finds the browser: $RATELANE_CHROMIUM, else Debian's chromium.
+// Under CI=true a missing browser fails the test rather than skipping it.
+func chromium(t *testing.T) string {
+	for _, p := range []string{os.Getenv("RATELANE_CHROMIUM"), "/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed (apt-get install chromium); the dashboard's browser test must run in CI")
+	}
+	t.Skip("chromium is not installed; apt-get install chromium to run the dashboard's browser test")
+	return ""
+}
+
+// TestDashboardInBrowser drives the dashboard in headless Chromium against
+// a real server and store: sign in; an external worker's 429 pauses a key
+// and the overview counts it down live; the jobs page filters by state and
+// kind; a job's page says what it waits for; a dead letter is redriven
+// through the two-step confirmation and moves back to waiting.
+func TestDashboardInBrowser(t *testing.T) {
+	exe := chromium(t)
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	s := newStack(t, false)
+	out := artifactDir(t)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:0:0],
+		chromedp.ExecPath(exe), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1360, 900),
+		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true), chromedp.Flag("mute-audio", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	defer cancelCtx()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	run := func(step string, actions ...chromedp.Action) {
+		t.Helper()
+		if err := chromedp.Run(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	shot := func(name string) chromedp.Action {
+		return chromedp.ActionFunc(func(ctx context.Context) error {
+			var png []byte
+			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(out, name), png, 0o644)
+		})
+	}
+
+	// Work for the pages: three emails on one paced key, one report of
+	// another tenant, one charge that fails.
+	s.call("PUT", "/v1/limits/smtp:acme?region=us", adminKey, map[string]any{"per_second": 2, "burst": 2, "concurrency": 4}, 200, nil)
+	for range 3 {
+		s.enqueue(s.acme, "email.send", "smtp:acme")
+	}
+	s.enqueue(s.globex, "report.build", "reports")
+	charge := s.enqueue(s.acme, "charge.card", "payments")
+
+	run("sign in",
+		chromedp.Navigate(s.url+"/ui/login"),
+		chromedp.WaitVisible("#key", chromedp.ByID),
+		chromedp.SendKeys("#key", adminKey, chromedp.ByID),
+		chromedp.Click("#signin", chromedp.ByID),
+		chromedp.WaitVisible("#queues table", chromedp.ByQuery))
+
+	// An external worker meets a 429 with Retry-After 90 on smtp:acme.
+	leased := s.lease("email.send", 1)
+	s.call("POST", "/v1/jobs/"+leased[0].ID+"/rate-limited", adminKey,
+		map[string]any{"lease_token": leased[0].LeaseToken, "headers": map[string]string{"Retry-After": "90"}}, 200, nil)
+
+	var first, second string
+	run("paused key counts down on the overview",
+		chromedp.WaitVisible(".paused-key .countdown", chromedp.ByQuery),
+		chromedp.Text(".paused-key", &first, chromedp.ByQuery),
+		chromedp.Sleep(1200*time.Millisecond), // the countdown must move on its own, without a reload
+		chromedp.Text(".paused-key .countdown", &second, chromedp.ByQuery))
+	if !strings.Contains(first, "smtp:acme") {
+		t.Fatalf("paused row %q does not name smtp:acme", first)
+	}
+	a, b := seconds(t, first), seconds(t, second)
+	if a < 80 || a > 90 || b >= a {
+		t.Fatalf("countdown %v then %v: want about 90 s, falling", a, b)
+	}
+	run("rates measured", chromedp.WaitVisible("#rate-line", chromedp.ByID), chromedp.Sleep(2500*time.Millisecond), shot("overview.png"))
+
+	run("limit keys page", chromedp.Navigate(s.url+"/ui/limits"),
+		chromedp.WaitVisible(`tr[data-key="smtp:acme"] .countdown`, chromedp.ByQuery), chromedp.Sleep(2500*time.Millisecond), shot("limits.png"))
+
+	// Filter jobs: retry_scheduled shows exactly the rate-limited one.
+	var rows []string
+	run("filter jobs by state",
+		chromedp.Navigate(s.url+"/ui/jobs"),
+		chromedp.WaitVisible("#jobs table", chromedp.ByQuery),
+		setField("state", "retry_scheduled"),
+		chromedp.Click("#filters button", chromedp.ByQuery),
+		chromedp.Poll(`[...document.querySelectorAll(".job-row")].every(r => r.dataset.state === "retry_scheduled") && document.querySelectorAll(".job-row").length === 1`, nil),
+		chromedp.Evaluate(`[...document.querySelectorAll(".job-row")].map(r => r.innerText)`, &rows))
+	if len(rows) != 1 || !strings.Contains(rows[0], "email.send") {
+		t.Fatalf("retry_scheduled filter rows %q", rows)
+	}
+	run("filter jobs by kind and tenant",
+		setField("state", ""),
+		setField("kind", "report.build"),
+		chromedp.Click("#filters button", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelectorAll(".job-row").length === 1 && document.querySelector(".job-row").innerText.includes("globex")`, nil),
+		setField("kind", ""),
+		chromedp.Click("#filters button", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelectorAll(".job-row").length === 5`, nil),
+		shot("jobs.png"))
+
+	// A waiting email says the paused key holds it.
+	var waitText string
+	run("job detail says what it waits for",
+		chromedp.Evaluate(`[...document.querySelectorAll('.job-row[data-state="waiting"]')].find(r => r.innerText.includes("email.send")).querySelector("a").click()`, nil),
+		chromedp.WaitVisible("#waiting-for", chromedp.ByID),
+		chromedp.Text("#waiting-for", &waitText, chromedp.ByID),
+		shot("job.png"))
+	if !strings.Contains(waitText, "paused") || !strings.Contains(waitText, "smtp:acme") {
+		t.Fatalf("waiting_for on the page: %q", waitText)
+	}
+
+	// The charge fails permanently: a dead letter. Redrive it.
+	got := s.lease("charge.card", 1)
+	if len(got) != 1 || got[0].ID != charge.ID {
+		t.Fatalf("leased %+v, want the charge", got)
+	}
+	s.call("POST", "/v1/jobs/"+charge.ID+"/fail", adminKey, map[string]any{"lease_token": got[0].LeaseToken, "retryable": false, "error": "card declined", "status": 402}, 200, nil)
+	row := `tr.dead-row[data-id="` + charge.ID + `"]`
+	var moved string
+	run("redrive a dead letter",
+		chromedp.Navigate(s.url+"/ui/dead-letters"),
+		chromedp.WaitVisible(row, chromedp.ByQuery),
+		chromedp.Click(row+" button.redrive", chromedp.ByQuery),
+		chromedp.WaitVisible(row+" button.redrive.armed", chromedp.ByQuery),
+		chromedp.Sleep(2500*time.Millisecond), // a refresh of the table keeps the confirmation armed
+		chromedp.WaitVisible(row+" button.redrive.armed", chromedp.ByQuery),
+		shot("dead-letters.png"),
+		chromedp.Click(row+" button.redrive", chromedp.ByQuery),
+		chromedp.WaitVisible("#moved", chromedp.ByID),
+		chromedp.Text("#moved", &moved, chromedp.ByID),
+		chromedp.WaitNotPresent(row, chromedp.ByQuery))
+	if !strings.Contains(moved, "waiting") {
+		t.Fatalf("after redrive the page says %q", moved)
+	}
+	var after job
+	s.call("GET", "/v1/jobs/"+charge.ID, adminKey, nil, 200, &after)
+	if after.State != "waiting" {
+		t.Fatalf("redriven job is %s, want waiting", after.State)
+	}
+
+	// Subscribers: rotate a secret through the confirmation; it is shown once.
+	s.call("PUT", "/v1/subscribers/store_17?region=us", adminKey, map[string]any{"url": "https://hooks.example.com/ratelane",
+		"topics": []string{"shipment.updated"}, "rate": map[string]any{"limit": 5, "period": "1s", "burst": 2}}, 200, nil)
+	var secret string
+	run("rotate a subscriber's secret",
+		chromedp.Navigate(s.url+"/ui/subscribers"),
+		chromedp.WaitVisible(`button.rotate`, chromedp.ByQuery),
+		chromedp.Click(`button.rotate`, chromedp.ByQuery),
+		chromedp.WaitVisible(`button.rotate.armed`, chromedp.ByQuery),
+		chromedp.Click(`button.rotate`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#secret code`, chromedp.ByQuery),
+		chromedp.Text(`#secret code`, &secret, chromedp.ByQuery),
+		shot("subscribers.png"))
+	if len(secret) < 16 {
+		t.Fatalf("rotated secret shown as %q", secret)
+	}
+
+	// Reviews: the rules reviewer finds the AWS key id in a diff.
+	var rv struct {
+		ID string `json:"id"`
+	}
+	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "7", "diff": reviewDiff,
+		"depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}, 202, &rv)
+	var findings string
+	run("a review's findings",
+		chromedp.Navigate(s.url+"/ui/reviews?id="+rv.ID+"&region=us"),
+		chromedp.Poll(`document.querySelector("#review-view table tbody tr") !== null`, nil, chromedp.WithPollingTimeout(30*time.Second)),
+		chromedp.Text("#review-view", &findings, chromedp.ByID),
+		shot("reviews.png"))
+	if !strings.Contains(findings, "config.go:4") {
+		t.Fatalf("review page: %q", findings)
+	}
+	t.Logf("screenshots in %s", out)
+}
+
+// setField sets a filter form field by name.
+func setField(name, value string) chromedp.Action {
+	return chromedp.Evaluate(`document.querySelector('#filters [name="`+name+`"]').value = "`+value+`"`, nil)
+}
+
+// reviewDiff adds an AWS access key id on line 4 of config.go.
+const reviewDiff = `diff --git a/config.go b/config.go
+--- a/config.go
++++ b/config.go
+@@ -1,3 +1,4 @@
+ package config
+ 
+ const region = "us-east-1"
++const awsKeyID = "AKIAQWERTYUIOPASDFGH"
+`
+
+// seconds reads the "12.3 s" of a countdown.
+func seconds(t *testing.T, text string) float64 {
+	t.Helper()
+	for _, f := range strings.Fields(text) {
+		if v, err := strconv.ParseFloat(f, 64); err == nil && strings.Contains(text, f+" s") {
+			return v
+		}
+	}
+	t.Fatalf("no countdown in %q", text)
+	return 0
+}

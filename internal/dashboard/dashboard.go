@@ -1,0 +1,359 @@
+// Package dashboard serves ratelane's operator web UI under /ui/: server
+// rendered html/template pages with embedded plain JavaScript that polls
+// the HTTP API for live data.
+//
+// The dashboard holds no data path of its own. A person signs in with an
+// API key; the key stays on the server, in memory, behind a random session
+// cookie. Every piece of data the pages show comes from the API's own
+// handler, called in-process through /ui/api/v1/... with that key as the
+// bearer token, so the key's role, tenant and region scope apply exactly
+// as they do to a curl call, and no payload or secret reaches a page the
+// key could not read over the API. State-changing calls (redrive, purge,
+// rotate a secret, sign out) need the session's CSRF token as well as the
+// SameSite=Strict cookie.
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/httpapi"
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// Cookie names. The session cookie is scoped to /ui/ so the API never sees
+// it; the API itself authenticates only bearer tokens.
+const (
+	sessionCookie = "ratelane_session"
+	loginCookie   = "ratelane_login_csrf"
+	csrfHeader    = "X-CSRF-Token"
+)
+
+// Authenticator resolves an API key to its principal; httpapi.Authenticator
+// satisfies it.
+type Authenticator interface {
+	Authenticate(ctx context.Context, bearer string) (auth.Principal, error)
+}
+
+// Config configures a Dashboard.
+type Config struct {
+	// API is the HTTP API's handler (required). Every data request of the
+	// pages is served by it, with the session's key as bearer token.
+	API http.Handler
+	// Auth checks the key a person signs in with (required).
+	Auth Authenticator
+	// SessionTTL is how long a sign-in lasts; default 12h.
+	SessionTTL time.Duration
+	// MaxSessions bounds the sessions held in memory; default 1000. Past
+	// it, the oldest is signed out.
+	MaxSessions int
+	// Secure marks cookies Secure even on plain HTTP (behind a TLS
+	// proxy). Requests that arrive over TLS always get Secure cookies.
+	Secure bool
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger receives sign-ins by key id, never keys; default slog.Default().
+	Logger *slog.Logger
+	// Version is shown in the footer.
+	Version string
+}
+
+// Dashboard is the web UI. It is safe for concurrent use.
+type Dashboard struct {
+	cfg   Config
+	tmpl  *template.Template
+	mux   *http.ServeMux
+	mu    sync.Mutex
+	byID  map[string]*session
+	order []string
+}
+
+// session is one sign-in. key is the API key itself: it never leaves the
+// server.
+type session struct {
+	id      string
+	key     string
+	csrf    string
+	p       auth.Principal
+	expires time.Time
+}
+
+// New returns a dashboard serving under /ui/.
+func New(cfg Config) (*Dashboard, error) {
+	if cfg.API == nil || cfg.Auth == nil {
+		return nil, errors.New("dashboard: API and Auth are required")
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = 1000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	tmpl, err := template.New("").Funcs(template.FuncMap{"states": func() []job.State { return job.States }}).
+		ParseFS(assets, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	d := &Dashboard{cfg: cfg, tmpl: tmpl, mux: http.NewServeMux(), byID: map[string]*session{}}
+	static, _ := fs.Sub(assets, "static")
+	d.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	d.mux.HandleFunc("GET /ui/login", d.handleGetLogin)
+	d.mux.HandleFunc("POST /ui/login", d.handlePostLogin)
+	d.mux.HandleFunc("POST /ui/logout", d.handleLogout)
+	d.mux.HandleFunc("/ui/api/", d.handleAPI)
+	d.mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/overview", http.StatusSeeOther)
+	})
+	d.mux.HandleFunc("GET /ui/{page}", d.handlePage)
+	return d, nil
+}
+
+// Handler serves /ui/ and everything below it.
+func (d *Dashboard) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		d.mux.ServeHTTP(w, r)
+	})
+}
+
+// pages are the dashboard's pages and whether they need an admin key (the
+// API would refuse their data anyway; the nav just hides them).
+var pages = []struct {
+	Name, Title string
+	Admin       bool
+}{
+	{"overview", "Overview", true},
+	{"limits", "Limit keys", true},
+	{"jobs", "Jobs", false},
+	{"dead-letters", "Dead letters", false},
+	{"subscribers", "Subscribers", true},
+	{"reviews", "Reviews", false},
+}
+
+// pageData is what the templates render.
+type pageData struct {
+	Page, Title, CSRF, Version, Error string
+	Principal                         auth.Principal
+	Nav                               []navItem
+}
+
+type navItem struct {
+	Name, Title string
+	Current     bool
+}
+
+func (d *Dashboard) handlePage(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("page")
+	title := ""
+	if name == "job" {
+		title = "Job"
+	}
+	for _, p := range pages {
+		if p.Name == name {
+			title = p.Title
+		}
+	}
+	if title == "" {
+		http.NotFound(w, r)
+		return
+	}
+	s := d.session(r)
+	if s == nil {
+		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+		return
+	}
+	data := pageData{Page: name, Title: title, CSRF: s.csrf, Version: d.cfg.Version, Principal: s.p}
+	for _, p := range pages {
+		if !p.Admin || s.p.Role == auth.RoleAdmin {
+			data.Nav = append(data.Nav, navItem{p.Name, p.Title, p.Name == name})
+		}
+	}
+	d.render(w, "page.html", data)
+}
+
+func (d *Dashboard) render(w http.ResponseWriter, name string, data pageData) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := d.tmpl.ExecuteTemplate(w, name, data); err != nil {
+		d.cfg.Logger.Error("render dashboard page", "page", data.Page, "err", err)
+	}
+}
+
+func (d *Dashboard) handleGetLogin(w http.ResponseWriter, r *http.Request) {
+	d.loginForm(w, r, "")
+}
+
+// loginForm renders the sign-in form with a fresh double-submit token, so
+// another site cannot sign a browser in with the attacker's key.
+func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request, msg string) {
+	token := randomToken()
+	http.SetCookie(w, d.cookie(r, loginCookie, token, 10*time.Minute))
+	if msg != "" {
+		w.WriteHeader(http.StatusUnauthorized)
+	}
+	d.render(w, "login.html", pageData{Page: "login", Title: "Sign in", CSRF: token, Version: d.cfg.Version, Error: msg})
+}
+
+func (d *Dashboard) handlePostLogin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	c, err := r.Cookie(loginCookie)
+	if err != nil || !equal(c.Value, r.PostFormValue("csrf")) {
+		d.loginForm(w, r, "The sign-in form expired; try again.")
+		return
+	}
+	key := strings.TrimSpace(r.PostFormValue("key"))
+	if key == "" || len(key) > 512 {
+		d.loginForm(w, r, "Enter an API key.")
+		return
+	}
+	p, err := d.cfg.Auth.Authenticate(r.Context(), key)
+	switch {
+	case errors.Is(err, httpapi.ErrUnknownKey) || errors.Is(err, httpapi.ErrRevokedKey):
+		d.loginForm(w, r, "This API key is not accepted (unknown or revoked).")
+		return
+	case err != nil:
+		d.cfg.Logger.Error("dashboard sign-in: verify key", "err", err)
+		d.loginForm(w, r, "API keys cannot be verified right now; try again shortly.")
+		return
+	}
+	s := &session{id: randomToken(), key: key, csrf: randomToken(), p: p, expires: d.cfg.Now().Add(d.cfg.SessionTTL)}
+	d.store(s)
+	d.cfg.Logger.Info("dashboard sign-in", "key_id", p.KeyID, "role", p.Role)
+	http.SetCookie(w, d.cookie(r, loginCookie, "", -1))
+	http.SetCookie(w, d.cookie(r, sessionCookie, s.id, d.cfg.SessionTTL))
+	http.Redirect(w, r, "/ui/overview", http.StatusSeeOther)
+}
+
+func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request) {
+	s := d.session(r)
+	if s == nil || !equal(s.csrf, r.PostFormValue("csrf")) {
+		http.Error(w, "missing or wrong CSRF token", http.StatusForbidden)
+		return
+	}
+	d.mu.Lock()
+	delete(d.byID, s.id)
+	d.mu.Unlock()
+	http.SetCookie(w, d.cookie(r, sessionCookie, "", -1))
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// handleAPI forwards /ui/api/v1/... to the API as /v1/... with the
+// session's key. Only the API's own checks decide what the key may do.
+func (d *Dashboard) handleAPI(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimPrefix(r.URL.Path, "/ui/api")
+	if !strings.HasPrefix(path, "/v1/") {
+		problem(w, http.StatusNotFound, "not-found", "the dashboard forwards only /ui/api/v1/...")
+		return
+	}
+	s := d.session(r)
+	if s == nil {
+		problem(w, http.StatusUnauthorized, "unauthenticated", "sign in again: the dashboard session ended")
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && !equal(s.csrf, r.Header.Get(csrfHeader)) {
+		problem(w, http.StatusForbidden, "forbidden", "a state-changing dashboard request needs the session's "+csrfHeader+" header")
+		return
+	}
+	fwd := r.Clone(r.Context())
+	fwd.URL.Path, fwd.URL.RawPath, fwd.RequestURI = path, "", ""
+	fwd.Header.Del("Cookie")
+	fwd.Header.Del(csrfHeader)
+	fwd.Header.Set("Authorization", "Bearer "+s.key)
+	d.cfg.API.ServeHTTP(w, fwd)
+}
+
+func problem(w http.ResponseWriter, status int, slug, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "https://ratelane.dev/problems/" + slug,
+		"title": strings.ReplaceAll(slug, "-", " "), "status": status, "detail": detail})
+}
+
+// session returns the request's live session, or nil.
+func (d *Dashboard) session(r *http.Request) *session {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.byID[c.Value]
+	if s == nil {
+		return nil
+	}
+	if !d.cfg.Now().Before(s.expires) {
+		delete(d.byID, s.id)
+		return nil
+	}
+	return s
+}
+
+func (d *Dashboard) store(s *session) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := d.cfg.Now()
+	kept := d.order[:0]
+	for _, id := range d.order {
+		if old := d.byID[id]; old != nil && now.Before(old.expires) {
+			kept = append(kept, id)
+		} else {
+			delete(d.byID, id)
+		}
+	}
+	d.order = kept
+	for len(d.order) >= d.cfg.MaxSessions {
+		delete(d.byID, d.order[0])
+		d.order = d.order[1:]
+	}
+	d.byID[s.id] = s
+	d.order = append(d.order, s.id)
+}
+
+// cookie builds a dashboard cookie: HttpOnly, SameSite=Strict, scoped to
+// /ui/, Secure over TLS. A negative ttl deletes it.
+func (d *Dashboard) cookie(r *http.Request, name, value string, ttl time.Duration) *http.Cookie {
+	c := &http.Cookie{Name: name, Value: value, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: d.cfg.Secure || r.TLS != nil}
+	if ttl < 0 {
+		c.MaxAge = -1
+	} else {
+		c.MaxAge = int(ttl.Seconds())
+	}
+	return c
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func equal(a, b string) bool {
+	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}

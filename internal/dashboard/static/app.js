@@ -1,0 +1,336 @@
+// ratelane dashboard: plain JavaScript, no build step. Every request goes
+// to /ui/api/v1/..., which the server forwards to the HTTP API with the
+// session's key, so what a page shows is exactly what the key may read.
+// Text is always inserted with textContent, never as HTML.
+"use strict";
+
+const csrf = document.querySelector('meta[name="csrf-token"]')?.content || "";
+const page = document.body.dataset.page;
+const role = document.body.dataset.role;
+
+async function api(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (method !== "GET") opts.headers["X-CSRF-Token"] = csrf;
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const r = await fetch("/ui/api" + path, opts);
+  if (r.status === 401) { location.href = "/ui/login"; throw new Error("signed out"); }
+  const text = await r.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!r.ok) throw new Error((data && data.detail) || r.status + " " + r.statusText);
+  return data;
+}
+
+// el builds an element; children are nodes or strings (as text).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "onclick") e.addEventListener("click", v);
+    else if (k === "class") e.className = v;
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function table(headers, rows) {
+  if (rows.length === 0) return el("p", { class: "empty" }, "none");
+  return el("table", {},
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows));
+}
+
+function setStatus(msg, bad) {
+  const s = document.getElementById("status");
+  if (!s) return;
+  s.textContent = msg;
+  s.className = bad ? "status error" : "status";
+}
+
+function replace(id, node) {
+  const t = document.getElementById(id);
+  if (t) t.replaceChildren(node);
+}
+
+// countdown renders a live "paused for 12.3 s" that the ticker updates.
+function countdown(until) {
+  return el("span", { class: "countdown", "data-until": until }, left(until));
+}
+function left(until) {
+  const s = (Date.parse(until) - Date.now()) / 1000;
+  return s > 0 ? s.toFixed(1) + " s" : "ended";
+}
+setInterval(() => {
+  for (const e of document.querySelectorAll("[data-until]")) e.textContent = left(e.dataset.until);
+}, 200);
+
+function ago(t) {
+  if (!t) return "";
+  const s = (Date.now() - Date.parse(t)) / 1000;
+  return s < 0 ? "in " + (-s).toFixed(1) + " s" : s.toFixed(1) + " s ago";
+}
+
+function poll(fn, ms) {
+  const run = async () => {
+    try { await fn(); setStatus("updated " + new Date().toLocaleTimeString()); }
+    catch (e) { setStatus(e.message, true); }
+  };
+  run();
+  return setInterval(run, ms);
+}
+
+function jobLink(j) {
+  return el("a", { href: "/ui/job?id=" + encodeURIComponent(j.id) + "&region=" + encodeURIComponent(j.region) }, j.id.slice(0, 13) + "…");
+}
+
+// ---- overview
+let lastCounters = null;
+async function overview() {
+  const [stats, limits] = await Promise.all([api("GET", "/v1/stats"), api("GET", "/v1/limits")]);
+  const states = ["accepted", "waiting", "retry_scheduled", "running", "validated", "published", "terminal"];
+  const rows = [];
+  for (const r of stats.regions) for (const l of r.lanes) {
+    const frac = l.budget_seconds > 0 ? l.oldest_ready_seconds / l.budget_seconds : 0;
+    rows.push(el("tr", {}, el("td", {}, r.region), el("td", {}, l.lane),
+      states.map((s) => el("td", { class: "num" }, l.depth[s] || 0)),
+      el("td", { class: frac >= 0.8 ? "num bad" : "num" },
+        l.oldest_ready_seconds.toFixed(1) + " s / " + l.budget_seconds + " s",
+        " ", el("meter", { min: 0, max: 1, low: 0.5, high: 0.8, optimum: 0, value: Math.min(1, frac).toFixed(3) }))));
+  }
+  replace("queues", table(["region", "lane", ...states, "oldest ready / budget"], rows));
+  const now = Date.now();
+  let rates = "measuring…";
+  if (lastCounters) {
+    const dt = (now - lastCounters.at) / 1000;
+    const c = stats.counters, p = lastCounters.c;
+    rates = "starts/s " + ((c.starts - p.starts) / dt).toFixed(2) + " · 429s/s " + ((c.rate_limited - p.rate_limited) / dt).toFixed(2) +
+      " · attempts/s " + ((c.attempts - p.attempts) / dt).toFixed(2);
+  }
+  lastCounters = { at: now, c: stats.counters };
+  replace("rates", el("p", { id: "rate-line" }, rates));
+  const paused = limits.limits.filter((k) => k.paused_until && Date.parse(k.paused_until) > Date.now());
+  replace("paused", table(["region", "key", "resumes in", "waiting cost"], paused.map((k) =>
+    el("tr", { class: "paused-key" }, el("td", {}, k.region), el("td", {}, k.name), el("td", {}, countdown(k.paused_until)),
+      el("td", { class: "num" }, k.waiting_cost)))));
+}
+
+// ---- limits
+const charts = {}; // region/key -> [{starts, allowance}]
+let lastLimits = {};
+async function limits() {
+  const data = await api("GET", "/v1/limits");
+  const now = Date.now();
+  const rows = data.limits.map((k) => {
+    const id = k.region + "/" + k.name;
+    const prev = lastLimits[id];
+    let starts = 0;
+    const rate = k.adaptive ? k.learned_rate : k.rate;
+    if (prev && rate > 0) {
+      const dt = (now - prev.at) / 1000;
+      starts = Math.max(0, (prev.tokens + rate * dt - k.tokens)) / dt; // per second, estimated
+      if (k.tokens >= k.burst - 1e-6) starts = Math.max(0, prev.tokens - k.tokens) / dt;
+    }
+    lastLimits[id] = { at: now, tokens: k.tokens };
+    const h = (charts[id] = charts[id] || []);
+    h.push({ starts, allowance: rate });
+    if (h.length > 60) h.shift();
+    const windows = (k.windows || []).map((w) => w.limit + " per " + w.period);
+    const shape = [k.rate > 0 ? k.rate.toFixed(2) + "/s, burst " + k.burst : "", ...windows].filter(Boolean).join("; ") || "unpaced";
+    const pause = k.paused_until ? el("span", {}, countdown(k.paused_until),
+      k.pause_source ? el("div", { class: "small" }, "from job ", k.pause_source.job_id.slice(0, 13), "… ", k.pause_source.status || "", " ", ago(k.pause_source.at)) : null) : "–";
+    return el("tr", { "data-key": k.name }, el("td", {}, k.region), el("td", {}, k.name), el("td", {}, shape + (k.adaptive ? " (adaptive)" : "")),
+      el("td", { class: "num" }, k.adaptive ? k.learned_rate.toFixed(2) + " / " + k.rate.toFixed(2) : "–"),
+      el("td", { class: "num" }, k.tokens.toFixed(2)), el("td", {}, pause),
+      el("td", { class: "num" }, k.in_flight + (k.concurrency ? " / " + k.concurrency : "")),
+      el("td", { class: "num" }, k.waiting_cost), el("td", {}, chart(h)));
+  });
+  replace("limits", table(["region", "key", "shape", "learned / ceiling", "tokens", "paused", "in flight / cap", "waiting cost", "starts/s vs allowance"], rows));
+}
+
+// chart draws a small SVG: starts per second (solid) against the allowance (dashed).
+function chart(h) {
+  const ns = "http://www.w3.org/2000/svg", w = 160, ht = 36;
+  const top = Math.max(1, ...h.map((p) => Math.max(p.starts, p.allowance))) * 1.1;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", w); svg.setAttribute("height", ht); svg.setAttribute("class", "chart");
+  const line = (vals, cls) => {
+    const p = document.createElementNS(ns, "polyline");
+    p.setAttribute("points", vals.map((v, i) => (i * (w / (Math.max(vals.length, 10) - 1))).toFixed(1) + "," + (ht - (v / top) * ht).toFixed(1)).join(" "));
+    p.setAttribute("class", cls);
+    svg.append(p);
+  };
+  line(h.map((p) => p.allowance), "allowance");
+  line(h.map((p) => p.starts), "starts");
+  return svg;
+}
+
+// ---- jobs
+function jobsQuery() {
+  const f = new FormData(document.getElementById("filters"));
+  const q = new URLSearchParams();
+  for (const [k, v] of f) if (v) q.set(k, v);
+  q.set("limit", "100");
+  return q;
+}
+async function jobs() {
+  const q = jobsQuery();
+  const data = await api("GET", "/v1/jobs?" + q);
+  replace("jobs", table(["id", "kind", "state", "lane", "tenant", "region", "limit keys", "attempts", "eligible"],
+    data.jobs.map((j) => el("tr", { class: "job-row", "data-state": j.state }, el("td", {}, jobLink(j)), el("td", {}, j.kind),
+      el("td", {}, el("span", { class: "state " + j.state }, j.state, j.reason ? " (" + j.reason + ")" : "")), el("td", {}, j.lane),
+      el("td", {}, j.tenant), el("td", {}, j.region), el("td", {}, j.limit_keys.join(", ")), el("td", { class: "num" }, j.attempt),
+      el("td", {}, ago(j.eligible_at))))));
+}
+function setupJobs() {
+  const form = document.getElementById("filters");
+  const params = new URLSearchParams(location.search);
+  for (const e of form.elements) if (e.name && params.get(e.name)) e.value = params.get(e.name);
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = jobsQuery(); q.delete("limit");
+    window.history.replaceState(null, "", "/ui/jobs?" + q);
+    jobs().catch((e) => setStatus(e.message, true));
+  });
+  poll(jobs, 2000);
+}
+
+// ---- job detail
+async function jobDetail() {
+  const p = new URLSearchParams(location.search);
+  const j = await api("GET", "/v1/jobs/" + encodeURIComponent(p.get("id")) + "?region=" + encodeURIComponent(p.get("region") || ""));
+  const parts = [el("dl", {},
+    ["id", "kind", "state", "reason", "region", "lane", "tenant", "cost", "priority", "attempt", "eligible_at", "created_at", "finished_at"]
+      .filter((k) => j[k] !== undefined && j[k] !== "")
+      .map((k) => [el("dt", {}, k), el("dd", {}, String(j[k]))]),
+    el("dt", {}, "limit keys"), el("dd", {}, j.limit_keys.join(", ")))];
+  const w = j.waiting_for;
+  if (w) {
+    parts.push(el("section", { id: "waiting-for", class: w.blocked || !w.handler.handled ? "waitbox blocked" : "waitbox" },
+      el("h2", {}, "What it waits for"), el("p", { class: "summary" }, w.summary),
+      w.handler.handled ? null : el("p", { class: "error" }, w.handler.detail),
+      w.not_eligible_until ? el("p", {}, "not eligible for ", countdown(w.not_eligible_until)) : null,
+      table(["key", "admits now", "why", "detail", "admits in"], w.keys.map((k) => el("tr", {},
+        el("td", {}, k.key), el("td", {}, k.blocks ? "no" : "yes"), el("td", {}, k.why || ""), el("td", {}, k.detail),
+        el("td", {}, k.admits_at ? countdown(k.admits_at) : "")))),
+      el("p", {}, "predicted start: ", w.predicted_start_at ? countdown(w.predicted_start_at) : "never, until something handles the kind")));
+  }
+  parts.push(el("h2", {}, "Attempts"), table(["at", "attempt", "outcome", "status", "delay", "why", "error"], (j.history || []).map((h) =>
+    el("tr", {}, el("td", {}, h.at), el("td", { class: "num" }, h.attempt), el("td", {}, h.outcome), el("td", {}, h.status || ""),
+      el("td", {}, h.delay_ns ? (h.delay_ns / 1e9).toFixed(2) + " s" : ""), el("td", {}, h.why || ""), el("td", {}, h.error || "")))));
+  if (j.payload !== undefined) parts.push(el("h2", {}, "Payload"), el("pre", {}, JSON.stringify(j.payload, null, 2)));
+  if (j.result !== undefined) parts.push(el("h2", {}, "Result"), el("pre", {}, JSON.stringify(j.result, null, 2)));
+  replace("job", el("div", {}, parts));
+}
+
+// confirmButton asks twice: the first click arms it, the second acts.
+// Armed buttons are remembered by key, so a refresh of the table between
+// the two clicks keeps the confirmation step.
+const armed = new Set();
+function confirmButton(key, label, confirmLabel, cls, act) {
+  const b = el("button", { class: cls, type: "button" }, label);
+  const arm = () => { b.textContent = confirmLabel; b.classList.add("armed"); };
+  if (armed.has(key)) arm();
+  b.addEventListener("click", async () => {
+    if (!armed.has(key)) { armed.add(key); arm(); return; }
+    armed.delete(key);
+    b.disabled = true;
+    try { await act(); } catch (e) { setStatus(e.message, true); }
+  });
+  return b;
+}
+
+function flash(id, node) {
+  const f = document.getElementById(id);
+  f.hidden = false;
+  f.replaceChildren(node);
+}
+
+// ---- dead letters
+async function dead() {
+  const data = await api("GET", "/v1/dead-letters?limit=100");
+  replace("dead", table(["id", "kind", "reason", "tenant", "region", "attempts", "finished", ""], data.jobs.map((j) => {
+    const q = "?region=" + encodeURIComponent(j.region);
+    return el("tr", { class: "dead-row", "data-id": j.id }, el("td", {}, jobLink(j)), el("td", {}, j.kind), el("td", {}, j.reason),
+      el("td", {}, j.tenant), el("td", {}, j.region), el("td", { class: "num" }, j.attempt), el("td", {}, ago(j.finished_at)),
+      el("td", { class: "actions" },
+        confirmButton("redrive:" + j.id, "Redrive", "Confirm redrive", "redrive", async () => {
+          const got = await api("POST", "/v1/dead-letters/" + encodeURIComponent(j.id) + "/redrive" + q);
+          flash("flash", el("span", { id: "moved" }, "Redrove ", jobLink(got), ": now ", got.state, "."));
+          await dead();
+        }),
+        confirmButton("purge:" + j.id, "Purge", "Confirm purge", "purge danger", async () => {
+          await api("DELETE", "/v1/dead-letters/" + encodeURIComponent(j.id) + q);
+          flash("flash", el("span", {}, "Purged " + j.id + "."));
+          await dead();
+        })));
+  })));
+}
+
+// ---- subscribers
+async function subscribers() {
+  const data = await api("GET", "/v1/subscribers?limit=100");
+  replace("subscribers", table(["id", "region", "url", "topics", "enabled", "health", "limit key", ""], data.subscribers.map((s) => {
+    const q = "?region=" + encodeURIComponent(s.region);
+    return el("tr", {}, el("td", {}, s.id), el("td", {}, s.region), el("td", {}, s.url), el("td", {}, (s.topics || []).join(", ")),
+      el("td", {}, s.enabled ? "yes" : "no " + (s.disabled_reason || "")), el("td", { class: "small" }, JSON.stringify(s.health)),
+      el("td", {}, s.limit_key),
+      el("td", { class: "actions" },
+        el("button", { type: "button", onclick: async () => {
+          const d = await api("GET", "/v1/subscribers/" + encodeURIComponent(s.id) + "/deliveries" + q + "&limit=10");
+          flash("secret", el("div", {}, el("h2", {}, "Recent deliveries of " + s.id),
+            table(["delivery", "state", "attempts", "last status"], d.deliveries.map((x) =>
+              el("tr", {}, el("td", {}, x.id || ""), el("td", {}, x.state || ""), el("td", { class: "num" }, x.attempts ?? ""), el("td", {}, x.last_status ?? ""))))));
+        } }, "Deliveries"),
+        confirmButton("rotate:" + s.id, "Rotate secret", "Confirm rotate", "rotate", async () => {
+          const got = await api("POST", "/v1/subscribers/" + encodeURIComponent(s.id) + "/rotate-secret" + q);
+          flash("secret", el("p", {}, "New secret for " + s.id + " (shown once): ", el("code", {}, got.secret)));
+        })));
+  })));
+}
+
+// ---- reviews
+async function review() {
+  const p = new URLSearchParams(location.search);
+  if (!p.get("id")) return;
+  const r = await api("GET", "/v1/reviews/" + encodeURIComponent(p.get("id")) + "?region=" + encodeURIComponent(p.get("region") || ""));
+  const parts = r.parts || {};
+  const res = r.result || { findings: [], quarantined: [] };
+  replace("review", el("div", { id: "review-view" },
+    el("dl", {}, ["id", "state", "reason", "region", "tenant", "repo", "change", "depth", "provider"]
+      .filter((k) => r[k]).map((k) => [el("dt", {}, k), el("dd", {}, String(r[k]))])),
+    el("p", {}, "parts: ", parts.succeeded || 0, " succeeded, ", parts.failed || 0, " failed, ", parts.pending || 0, " pending of ", parts.total || 0, " ",
+      el("meter", { min: 0, max: parts.total || 1, value: (parts.succeeded || 0) + (parts.failed || 0) })),
+    el("h2", {}, "Findings"), table(["where", "severity", "category", "message"], (res.findings || []).map((f) =>
+      el("tr", {}, el("td", {}, f.path + ":" + f.line), el("td", {}, f.severity), el("td", {}, f.category), el("td", {}, f.message)))),
+    el("h2", {}, "Quarantined"), table(["where", "message", "reason"], (res.quarantined || []).map((q) =>
+      el("tr", {}, el("td", {}, q.finding.path + ":" + q.finding.line), el("td", {}, q.finding.message), el("td", {}, typeof q.reason === "string" ? q.reason : JSON.stringify(q.reason)))))));
+}
+function setupReviews() {
+  const form = document.getElementById("review-form");
+  const params = new URLSearchParams(location.search);
+  for (const e of form.elements) if (e.name && params.get(e.name)) e.value = params.get(e.name);
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams(new FormData(form));
+    window.history.replaceState(null, "", "/ui/reviews?" + q);
+    review().catch((e) => setStatus(e.message, true));
+  });
+  poll(review, 2000);
+}
+
+const pagesJS = {
+  overview: () => poll(overview, 2000),
+  limits: () => poll(limits, 2000),
+  jobs: setupJobs,
+  job: () => poll(jobDetail, 2000),
+  "dead-letters": () => poll(dead, 2000),
+  subscribers: () => poll(subscribers, 5000),
+  reviews: setupReviews,
+};
+if (pagesJS[page]) pagesJS[page]();
