@@ -315,15 +315,7 @@ func (s *Server) parseHeaders(raw map[string]string, scope string) ([]job.Hint, 
 		h.Add(k, v)
 	}
 	info := ratelimit.Parse(h, s.cfg.Now())
-	var hints []job.Hint
-	if q := info.Requests; q.Known() {
-		hints = append(hints, job.Hint{Key: scope, Limit: q.Limit, Remaining: q.Remaining, Reset: q.Reset})
-	}
-	for _, p := range info.Policies {
-		if (p.QuotaUnit == "" || p.QuotaUnit == "requests") && (p.Quota >= 0 || p.Remaining >= 0 || p.Reset > 0) {
-			hints = append(hints, job.Hint{Key: scope, Limit: p.Quota, Remaining: p.Remaining, Reset: p.Reset})
-		}
-	}
+	hints := ratelimit.Hints(info, scope)
 	return hints, info, nil
 }
 
