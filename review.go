@@ -107,7 +107,7 @@ func (rt *reviewRT) bind(c *Client, st store.Store) error {
 	rt.github = &pipeline.GitHub{BaseURL: rt.cfg.GitHubBaseURL, Token: rt.cfg.GitHubToken, Client: rt.cfg.HTTPClient, Jobs: st, Now: c.cfg.Now}
 	rt.publisher = &pipeline.ReviewPublisher{Region: rt.region, Jobs: st, DefaultLimit: c.cfg.DefaultLimit,
 		RDJSONLDir: rt.cfg.RDJSONLDir, Now: c.cfg.Now}
-	rt.agg = pipeline.NewAggregator(pipeline.AggregatorConfig{Store: st, Publisher: rt.publisher,
+	rt.agg = pipeline.NewAggregator(pipeline.AggregatorConfig{Store: st, Jobs: c.regions[rt.region].jobs, Publisher: rt.publisher,
 		MaxFindings: rt.cfg.MaxFindings, SweepEvery: rt.cfg.SweepEvery, Now: c.cfg.Now, Logger: c.cfg.Logger})
 	return nil
 }
@@ -162,14 +162,14 @@ type observer struct {
 	agg     *pipeline.Aggregator
 }
 
-func (o observer) Finished(j *job.Job, out job.Outcome, t store.Transition) {
+func (o *observer) Finished(j *job.Job, out job.Outcome, t store.Transition) {
 	o.metrics.Finished(j, out, t)
 	if o.agg != nil && j.Kind == pipeline.KindPart && j.ParentID != "" && t.To.Final() {
 		o.agg.Wake(j.ParentID)
 	}
 }
 
-func (o observer) Leased(n int) { o.metrics.Leased(n) }
+func (o *observer) Leased(n int) { o.metrics.Leased(n) }
 
 // ReviewRequest is a review to run.
 type ReviewRequest struct {

@@ -315,14 +315,14 @@ func joinStates() string {
 }
 
 func (s *Server) handleCancelJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	j, st, err := s.findJob(r.Context(), r, p, ownTenant)
+	j, _, err := s.findJob(r.Context(), r, p, ownTenant)
 	if err != nil {
 		return err
 	}
 	if j.State.Final() {
 		return problemf(http.StatusConflict, "conflict", "job %s is already %s; only a job that is not published or terminal can be cancelled", j.ID, j.State)
 	}
-	got, err := st.Cancel(context.WithoutCancel(r.Context()), j.ID, s.cfg.Now())
+	got, err := s.jobs[j.Region].Cancel(context.WithoutCancel(r.Context()), j.ID)
 	if err != nil {
 		return err
 	}

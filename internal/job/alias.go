@@ -22,6 +22,20 @@ const (
 	DefaultTenant = rltype.DefaultTenant
 )
 
+// Defaults of every configuration; see rltype.
+const (
+	// DefaultInteractiveBudget is rltype.DefaultInteractiveBudget.
+	DefaultInteractiveBudget = rltype.DefaultInteractiveBudget
+	// DefaultBatchBudget is rltype.DefaultBatchBudget.
+	DefaultBatchBudget = rltype.DefaultBatchBudget
+	// DefaultRetention is rltype.DefaultRetention.
+	DefaultRetention = rltype.DefaultRetention
+	// DefaultWorkers is rltype.DefaultWorkers.
+	DefaultWorkers = rltype.DefaultWorkers
+	// DefaultLeaseFor is rltype.DefaultLeaseFor.
+	DefaultLeaseFor = rltype.DefaultLeaseFor
+)
+
 // Types of the vocabulary; each is the rltype type of the same name.
 type (
 	// Job is rltype.Job.

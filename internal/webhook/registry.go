@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -54,6 +55,10 @@ type RegistryConfig struct {
 	// Store is the region's store (required). Subscribers, events and
 	// diagnostic responses are objects in it; deliveries are its jobs.
 	Store store.Store
+	// Jobs is the region's writer of job state (the engine's), through
+	// which a redelivery redrives a dead delivery; nil makes one over
+	// Store.
+	Jobs *engine.Jobs
 	// RotationWindow is how long a rotated-out secret keeps signing;
 	// default DefaultRotationWindow (24 h).
 	RotationWindow time.Duration
@@ -152,6 +157,12 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Jobs == nil {
+		var err error
+		if cfg.Jobs, err = engine.NewJobs(engine.JobsConfig{Store: cfg.Store, Now: cfg.Now}); err != nil {
+			return nil, err
+		}
 	}
 	return &Registry{cfg: cfg, st: cfg.Store, cache: map[string]cached{}}, nil
 }
