@@ -180,4 +180,3 @@ func TestRoutesWriteThroughJobs(t *testing.T) {
 		t.Fatalf("job is %s/%s", got.State, got.Reason)
 	}
 }
-
