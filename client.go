@@ -311,7 +311,7 @@ func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertRes
 		if err := store.CheckCosts(ctx, c.regions[region].store, batch, c.cfg.DefaultLimit); err != nil {
 			return nil, err
 		}
-		res, err := c.regions[region].store.Insert(ctx, batch, c.cfg.DefaultLimit)
+		res, err := c.regions[region].jobs.Insert(ctx, batch, c.cfg.DefaultLimit)
 		if err != nil {
 			return nil, fmt.Errorf("ratelane: insert in region %q: %w", region, err)
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ratelane/ratelane/internal/admission"
-	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
@@ -154,22 +153,6 @@ func (providerBound) Work(context.Context, *Job) (any, error) {
 	return nil, errors.New("not a handler")
 }
 func (b providerBound) Region() string { return b.p.Region() }
-
-// observer tells the region's aggregator when a part finished, and the
-// metrics about every attempt.
-type observer struct {
-	metrics engine.Observer
-	agg     *pipeline.Aggregator
-}
-
-func (o *observer) Finished(j *job.Job, out job.Outcome, t store.Transition) {
-	o.metrics.Finished(j, out, t)
-	if o.agg != nil && j.Kind == pipeline.KindPart && j.ParentID != "" && t.To.Final() {
-		o.agg.Wake(j.ParentID)
-	}
-}
-
-func (o *observer) Leased(n int) { o.metrics.Leased(n) }
 
 // ReviewRequest is a review to run.
 type ReviewRequest struct {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -194,6 +195,32 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 		}
 	}
 	return out, nil
+}
+
+// ReplayObserver is an Observer that also counts inserts answered from an
+// idempotency key (ratelane_idempotent_replays_total). It is a separate
+// interface so Observers written before it keep compiling.
+type ReplayObserver interface {
+	IdempotentReplay()
+}
+
+// Insert durably inserts jobs (prepared and validated by the caller) with
+// def configuring limit keys they name first; an insert answered from an
+// idempotency key (InsertResult.Existing) is told to the Observer when it
+// is a ReplayObserver.
+func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	res, err := w.cfg.Store.Insert(ctx, jobs, def)
+	if err != nil {
+		return nil, err
+	}
+	if ro, ok := w.cfg.Observer.(ReplayObserver); ok {
+		for _, r := range res {
+			if r.Existing {
+				ro.IdempotentReplay()
+			}
+		}
+	}
+	return res, nil
 }
 
 // Cancel ends a job that is not final as terminal/cancelled. A running

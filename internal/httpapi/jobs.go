@@ -80,7 +80,7 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 	if err := s.admitOverload(j, req.OnOverload, wait); err != nil {
 		return err
 	}
-	res, err := st.Insert(r.Context(), []*job.Job{j}, s.cfg.DefaultLimit)
+	res, err := s.jobs[j.Region].Insert(r.Context(), []*job.Job{j}, s.cfg.DefaultLimit)
 	if err != nil {
 		return err
 	}
