@@ -109,6 +109,12 @@ type Store interface {
 	// one. Content that must stay in its region lives here, never in a
 	// job's payload.
 	PutObject(ctx context.Context, o Object) error
+	// PutObjectIf is PutObject as a guarded write: it stores o only when
+	// the stored body is exactly prev (prev nil: only when there is no
+	// such object yet), and returns ErrConflict otherwise, so that a
+	// read-modify-write of a document by two nodes at once loses neither
+	// update silently.
+	PutObjectIf(ctx context.Context, o Object, prev []byte) error
 	// GetObject returns one document or ErrNotFound.
 	GetObject(ctx context.Context, kind, id string) (Object, error)
 	// ListObjects returns up to limit documents of a kind with ids after
