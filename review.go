@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
@@ -243,9 +243,14 @@ func (c *Client) submission(ctx context.Context, rt *reviewRT, p ReviewProvider,
 	wait := time.Duration(0)
 	if args.DepthRequested == pipeline.DepthAuto {
 		var err error
-		if wait, err = predictWait(ctx, rt.st, r.Lane, p.Profile().WithDefaults().LimitKeys(), c.cfg.DefaultLimit, now); err != nil {
+		// The one prediction the HTTP API's overload check uses too.
+		pred, err := c.regions[rt.region].jobs.PredictWait(ctx, engine.PredictParams{
+			Kind: pipeline.KindPart, Lane: r.Lane, Keys: p.Profile().WithDefaults().LimitKeys(), Default: c.cfg.DefaultLimit,
+		})
+		if err != nil {
 			return pipeline.Submission{}, err
 		}
+		wait = pred.Wait
 	}
 	budget := c.cfg.BatchBudget
 	if r.Lane == LaneInteractive {
@@ -383,32 +388,4 @@ func (rt *reviewRT) providerFor(name string) (ReviewProvider, error) {
 		return p, nil
 	}
 	return nil, fmt.Errorf("ratelane: no review provider %q in region %q", name, rt.region)
-}
-
-// predictWait estimates how long a job on keys would wait for admission:
-// the slowest key's backlog (plus one unit) less its free tokens, over its
-// rate, plus the rest of a pause. It mirrors the HTTP API's overload check.
-func predictWait(ctx context.Context, st store.Store, lane Lane, keys []string, def admission.Config, now time.Time) (time.Duration, error) {
-	backlog, err := st.Backlog(ctx, lane, keys)
-	if err != nil {
-		return 0, err
-	}
-	var worst time.Duration
-	for _, name := range keys {
-		k, err := st.GetLimit(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			def.Name = name
-			k, err = admission.NewState(def), nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		worst = max(worst, keyWait(&k, backlog[name]+1, now))
-	}
-	return worst, nil
-}
-
-// keyWait is admission.State.Wait: every shape of the key, saturating.
-func keyWait(k *admission.State, cost int64, now time.Time) time.Duration {
-	return k.Wait(now, cost)
 }

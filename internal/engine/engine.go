@@ -304,6 +304,7 @@ func New(cfg Config) (*Engine, error) {
 	for k := range cfg.Kinds {
 		e.kinds = append(e.kinds, k)
 	}
+	e.jobs.Serve(e.kinds...)
 	return e, nil
 }
 

@@ -32,6 +32,7 @@ type Jobs struct {
 	mu     sync.Mutex
 	credit float64 // batch starts earned (BatchShare per start) and not yet taken
 	rnd    *rand.Rand
+	served map[string]time.Time // kind -> last lease asking for it; zero: an engine runs it
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -120,11 +121,13 @@ type LeaseParams struct {
 // batch earns BatchShare per start, not per call, so on a paced key (a job
 // or two per call) it does not go first on every call.
 func (w *Jobs) Lease(ctx context.Context, p LeaseParams) ([]*job.Job, error) {
+	now := w.cfg.Now()
+	w.leasedKinds(p.Kinds, now)
 	w.mu.Lock()
 	batchMin := min(int(w.credit), p.Max)
 	w.mu.Unlock()
 	jobs, err := w.cfg.Store.Lease(ctx, store.LeaseParams{
-		Now: w.cfg.Now(), Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant,
+		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant,
 		BatchMin: batchMin, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
 	})
 	batch := 0

@@ -73,11 +73,11 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 	if err := store.CheckCosts(r.Context(), st, []*job.Job{j}, s.cfg.DefaultLimit); err != nil {
 		return err
 	}
-	wait, err := s.predictWait(r.Context(), st, j, now)
+	pred, err := s.predictWait(r.Context(), st, j)
 	if err != nil {
 		return err
 	}
-	if err := s.admitOverload(j, req.OnOverload, wait); err != nil {
+	if err := s.admitOverload(j, req.OnOverload, pred); err != nil {
 		return err
 	}
 	res, err := s.jobs[j.Region].Insert(r.Context(), []*job.Job{j}, s.cfg.DefaultLimit)
@@ -97,7 +97,7 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 		s.notify(j.Region)
 	}
 	crashpoint.Hit(crashpoint.CommitBeforeAck)
-	secs := wait.Seconds()
+	secs := pred.Wait.Seconds()
 	w.Header().Set("Location", "/v1/jobs/"+got.ID+"?region="+url.QueryEscape(got.Region))
 	if crashpoint.Enabled { // test builds only; a constant false elsewhere
 		return ackThenCrash(w, http.StatusCreated, jobView{Job: got, PredictedWaitSeconds: &secs}, crashpoint.AckAfterCommit)
