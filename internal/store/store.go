@@ -183,7 +183,8 @@ type ListParams struct {
 	// After is the id of the last job of the previous page; ids sort by
 	// creation time, so pagination is stable.
 	After string
-	// Limit is the page size, at most 1000; zero means 100.
+	// Limit is the page size: zero means DefaultListLimit, above
+	// MaxListLimit it is MaxListLimit (PageSize).
 	Limit int
 }
 
