@@ -103,6 +103,16 @@ const (
 	StateTerminal       = rltype.StateTerminal
 )
 
+// Defaults of a zero Config field, the same in the library, the engine,
+// the HTTP API and the CLI (defined once, in rltype).
+const (
+	DefaultInteractiveBudget = rltype.DefaultInteractiveBudget // 30 s
+	DefaultBatchBudget       = rltype.DefaultBatchBudget       // 24 h
+	DefaultRetention         = rltype.DefaultRetention         // 30 days
+	DefaultWorkers           = rltype.DefaultWorkers           // 16 per region
+	DefaultLeaseFor          = rltype.DefaultLeaseFor          // 30 s
+)
+
 // Outcome classes an OutcomeHandler returns.
 const (
 	ClassSuccess       = rltype.ClassSuccess
