@@ -238,6 +238,12 @@ func (w *Jobs) Redrive(ctx context.Context, id string) (*job.Job, error) {
 	return w.cfg.Store.Redrive(ctx, id, w.cfg.Now())
 }
 
+// Delete removes a job and its history (an operator deleting a dead
+// letter); store.ErrNotFound when there is none.
+func (w *Jobs) Delete(ctx context.Context, id string) error {
+	return w.cfg.Store.Delete(ctx, id)
+}
+
 // Advance moves a parent job whose parts have all finished (a compare-and-
 // set from p.From). A zero p.Now is the writer's clock.
 func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
