@@ -33,6 +33,7 @@ type Jobs struct {
 	credit float64 // batch starts earned (BatchShare per start) and not yet taken
 	rnd    *rand.Rand
 	served map[string]time.Time // kind -> last lease asking for it; zero: an engine runs it
+	stats  *statsCache          // PredictWait's last read of the lanes' ages
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -216,6 +217,15 @@ func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config
 	if err != nil {
 		return nil, err
 	}
+	w.mu.Lock()
+	if w.stats != nil {
+		for _, r := range res {
+			if !r.Existing {
+				w.stats.inserted(r.Job)
+			}
+		}
+	}
+	w.mu.Unlock()
 	if ro, ok := w.cfg.Observer.(ReplayObserver); ok {
 		for _, r := range res {
 			if r.Existing {

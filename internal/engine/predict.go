@@ -103,13 +103,63 @@ func (w *Jobs) PredictWait(ctx context.Context, p PredictParams) (admission.Pred
 		in.Keys = append(in.Keys, admission.KeyLoad{State: k, Ahead: ahead})
 	}
 	if !in.Served {
-		st, err := w.cfg.Store.Stats(ctx, now)
+		age, err := w.oldestReady(ctx, p.Lane, now)
 		if err != nil {
 			return admission.Prediction{}, err
 		}
-		in.OldestReady = st.OldestReady[p.Lane]
+		in.OldestReady = age
 	}
 	return admission.PredictWait(in), nil
+}
+
+// statsTTL is how long a lane's oldest-ready age read from the store is
+// reused: Stats scans the jobs table, too slow to run on every enqueue of
+// a kind this node does not serve.
+const statsTTL = time.Second
+
+// oldestReady returns the age of the lane's oldest ready job, from a read
+// at most statsTTL old (aged by the time since).
+func (w *Jobs) oldestReady(ctx context.Context, lane job.Lane, now time.Time) (time.Duration, error) {
+	w.mu.Lock()
+	if c := w.stats; c != nil && time.Since(c.fetched) < statsTTL {
+		defer w.mu.Unlock()
+		if age, ok := c.oldest[lane]; ok {
+			return max(0, age+now.Sub(c.at)), nil
+		}
+		return 0, nil // no ready job then, nor inserted since (inserted notes them)
+	}
+	w.mu.Unlock()
+	st, err := w.cfg.Store.Stats(ctx, now)
+	if err != nil {
+		return 0, err
+	}
+	w.mu.Lock()
+	oldest := make(map[job.Lane]time.Duration, len(st.OldestReady))
+	for l, age := range st.OldestReady {
+		oldest[l] = age
+	}
+	w.stats = &statsCache{oldest: oldest, at: now, fetched: time.Now()}
+	w.mu.Unlock()
+	return st.OldestReady[lane], nil
+}
+
+// inserted notes new waiting jobs in the cached ages: a lane that had no
+// ready job has one from its eligible time on, so the cache need not be
+// dropped (and the table scanned again) on every insert.
+func (c *statsCache) inserted(j *job.Job) {
+	if j.State != job.StateWaiting {
+		return
+	}
+	if _, ok := c.oldest[j.Lane]; !ok {
+		c.oldest[j.Lane] = c.at.Sub(j.EligibleAt) // negative until eligible
+	}
+}
+
+// statsCache is the last Stats read of oldestReady; its map is its own.
+type statsCache struct {
+	oldest  map[job.Lane]time.Duration
+	at      time.Time // the writer's clock at the read
+	fetched time.Time // wall clock: freshness of a cache, not a scheduling decision
 }
 
 func (w *Jobs) backlog(ctx context.Context, p PredictParams, key string) (int64, error) {
