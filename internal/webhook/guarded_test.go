@@ -10,20 +10,28 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// A write of a subscriber read before another node changed it is refused
-// with store.ErrConflict and leaves the other node's change in place (it
-// used to overwrite it: last write wins).
-func TestSubscriberStaleWriteConflicts(t *testing.T) {
-	t.Parallel()
+// twoNodes returns two registries over one store (two nodes) and creates
+// subscriber "s" through the first.
+func twoNodes(t *testing.T) (*Registry, *Registry) {
+	t.Helper()
 	a, st, c := newRegistry(t)
 	b, err := NewRegistry(RegistryConfig{Store: st, Now: c.Now, CacheFor: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if _, _, _, err := a.Put(ctx, SubscriberSpec{ID: "s", URL: "https://example.com/hook", Topics: []string{"t"}}); err != nil {
+	if _, _, _, err := a.Put(context.Background(), SubscriberSpec{ID: "s", URL: "https://example.com/hook", Topics: []string{"t"}}); err != nil {
 		t.Fatal(err)
 	}
+	return a, b
+}
+
+// A write of a subscriber read before another node changed it is refused
+// with store.ErrConflict and leaves the other node's change in place (it
+// used to overwrite it: last write wins).
+func TestSubscriberStaleWriteConflicts(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ctx := context.Background()
 	prev, body, err := a.loadRaw(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
@@ -50,15 +58,8 @@ func TestSubscriberStaleWriteConflicts(t *testing.T) {
 // conflict; none is swallowed.
 func TestConcurrentSubscriberUpdates(t *testing.T) {
 	t.Parallel()
-	a, st, c := newRegistry(t)
-	b, err := NewRegistry(RegistryConfig{Store: st, Now: c.Now, CacheFor: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := twoNodes(t)
 	ctx := context.Background()
-	if _, _, _, err := a.Put(ctx, SubscriberSpec{ID: "s", URL: "https://example.com/hook", Topics: []string{"t"}}); err != nil {
-		t.Fatal(err)
-	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	ok, conflicts := 0, 0
