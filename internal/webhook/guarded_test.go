@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -94,5 +96,44 @@ func TestConcurrentSubscriberUpdates(t *testing.T) {
 	}
 	if ok == 0 {
 		t.Fatal("no rotation succeeded")
+	}
+}
+
+// Redelivering a dead delivery redrives it through the region's writer
+// (RegistryConfig.Jobs), not the store directly: a writer with its own
+// clock stamps the redrive.
+func TestRedeliverRedrivesThroughJobs(t *testing.T) {
+	t.Parallel()
+	writerNow := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var w *engine.Jobs
+	r, st, _ := newRegistry(t, func(c *RegistryConfig) {
+		var err error
+		if w, err = engine.NewJobs(engine.JobsConfig{Store: c.Store, Now: func() time.Time { return writerNow }}); err != nil {
+			t.Fatal(err)
+		}
+		c.Jobs = w
+	})
+	ctx := context.Background()
+	if _, _, _, err := r.Put(ctx, SubscriberSpec{ID: "s", URL: "https://example.com/hook", Topics: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Publish(ctx, Event{Topic: "t", ID: "e1", Payload: []byte(`{}`)})
+	if err != nil || len(res.Deliveries) != 1 {
+		t.Fatalf("publish: %+v, %v", res, err)
+	}
+	id := res.Deliveries[0].ID
+	if _, err := st.Cancel(ctx, id, writerNow.Add(-time.Hour)); err != nil { // a dead letter
+		t.Fatal(err)
+	}
+	if _, err := r.Redeliver(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	j, err := st.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := j.History[len(j.History)-1]
+	if j.State != job.StateWaiting || last.Outcome != job.ClassRedriven || !last.At.Equal(writerNow) {
+		t.Fatalf("job %s, last history %+v; want waiting, redriven at the writer's clock %v", j.State, last, writerNow)
 	}
 }
