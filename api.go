@@ -11,6 +11,7 @@ import (
 	authpg "github.com/ratelane/ratelane/internal/auth/postgres"
 	authsqlite "github.com/ratelane/ratelane/internal/auth/sqlite"
 	"github.com/ratelane/ratelane/internal/dashboard"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/httpapi"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -70,12 +71,14 @@ func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
 	}
 	regions := map[string]store.Store{}
 	hooks := map[string]httpapi.WebhookRegistry{}
+	writers := map[string]*engine.Jobs{}
 	for name, rt := range c.regions {
 		regions[name] = rt.store
 		hooks[name] = rt.hooks
+		writers[name] = rt.jobs
 	}
 	srv, err := httpapi.New(httpapi.Config{
-		Regions: regions, Webhooks: hooks, Reviews: reviewAdapter{c}, Notify: c.notify, Handles: c.handles, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
+		Regions: regions, Jobs: writers, Webhooks: hooks, Reviews: reviewAdapter{c}, Notify: c.notify, Handles: c.handles, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
 		DefaultLimit: c.cfg.DefaultLimit, InteractiveBudget: c.cfg.InteractiveBudget, BatchBudget: c.cfg.BatchBudget,
 		Registerer: c.registry, Gatherer: c.registry, Now: c.cfg.Now, Logger: c.cfg.Logger, Version: Version,
 		RequestRate: cfg.RequestRate, RequestBurst: cfg.RequestBurst,

@@ -57,7 +57,12 @@ type Client struct {
 }
 
 type regionRT struct {
-	store  store.Store
+	store store.Store
+	// jobs is the region's one writer of job state: its engine, the HTTP
+	// API's external workers, Cancel, Redrive, webhook redelivery and
+	// review aggregation all go through it.
+	jobs   *engine.Jobs
+	obs    *observer
 	engine *engine.Engine
 	hooks  *webhook.Registry
 }
@@ -107,22 +112,29 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	if err != nil {
 		return err
 	}
+	rt.obs = &observer{metrics: c.metrics}
+	rt.jobs, err = engine.NewJobs(engine.JobsConfig{
+		Store: st, BatchShare: c.cfg.BatchShare, MaxCredit: c.cfg.Workers, InteractiveBudget: c.cfg.InteractiveBudget,
+		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: rt.obs,
+	})
+	if err != nil {
+		return fmt.Errorf("ratelane: region %q: %w", r.Name, err)
+	}
 	if err := c.openWebhooks(rt, kinds); err != nil {
 		return fmt.Errorf("ratelane: region %q: webhooks: %w", r.Name, err)
 	}
 	// A region with no kinds of its own still gets an engine: it only
 	// reaps, so that leases its external workers abandon are recovered.
-	obs := observer{metrics: c.metrics}
 	if rv := c.cfg.reviews[r.Name]; rv != nil {
 		if err := rv.bind(c, st); err != nil {
 			return fmt.Errorf("ratelane: region %q: %w", r.Name, err)
 		}
-		obs.agg = rv.agg
+		rt.obs.agg = rv.agg // before anything runs: NewClient has not returned
 	}
 	rt.engine, err = engine.New(engine.Config{
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, Retention: c.cfg.Retention,
-		Now: c.cfg.Now, Logger: c.cfg.Logger, Observer: obs, MaxRunTime: c.cfg.MaxRunTime,
+		Now: c.cfg.Now, Logger: c.cfg.Logger, Jobs: rt.jobs, MaxRunTime: c.cfg.MaxRunTime,
 	})
 	return err
 }
@@ -299,7 +311,7 @@ func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertRes
 		if err := store.CheckCosts(ctx, c.regions[region].store, batch, c.cfg.DefaultLimit); err != nil {
 			return nil, err
 		}
-		res, err := c.regions[region].store.Insert(ctx, batch, c.cfg.DefaultLimit)
+		res, err := c.regions[region].jobs.Insert(ctx, batch, c.cfg.DefaultLimit)
 		if err != nil {
 			return nil, fmt.Errorf("ratelane: insert in region %q: %w", region, err)
 		}
@@ -356,27 +368,37 @@ func (c *Client) Job(ctx context.Context, region, id string) (*Job, error) {
 // Cancel ends a job that is not final as terminal/cancelled; a running
 // handler's context is cancelled within about a second.
 func (c *Client) Cancel(ctx context.Context, region, id string) (*Job, error) {
-	st, err := c.store(region)
+	w, err := c.writer(region)
 	if err != nil {
 		return nil, err
 	}
-	return st.Cancel(ctx, id, c.cfg.Now())
+	j, err := w.Cancel(ctx, id)
+	if err == nil {
+		c.notify(region) // a cancelled running job released its keys
+	}
+	return j, err
 }
 
 // Redrive returns a terminal job (a dead letter) to waiting with fresh
 // budgets; the redrive is recorded in its history.
 func (c *Client) Redrive(ctx context.Context, region, id string) (*Job, error) {
-	st, err := c.store(region)
+	w, err := c.writer(region)
 	if err != nil {
 		return nil, err
 	}
-	j, err := st.Redrive(ctx, id, c.cfg.Now())
+	j, err := w.Redrive(ctx, id)
 	if err == nil {
-		if e := c.regions[region].engine; e != nil {
-			e.Notify()
-		}
+		c.notify(region)
 	}
 	return j, err
+}
+
+// writer returns the region's one writer of job state.
+func (c *Client) writer(region string) (*engine.Jobs, error) {
+	if _, err := c.store(region); err != nil {
+		return nil, err
+	}
+	return c.regions[region].jobs, nil
 }
 
 // SetLimit creates or reconfigures a limit key in a region, keeping its live

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/rltype"
 )
 
 // Region configures one region's store. Exactly one of SQLitePath and
@@ -103,13 +104,13 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Regions = regions
 	if c.InteractiveBudget == 0 {
-		c.InteractiveBudget = 30 * time.Second
+		c.InteractiveBudget = rltype.DefaultInteractiveBudget
 	}
 	if c.BatchBudget == 0 {
-		c.BatchBudget = 24 * time.Hour
+		c.BatchBudget = rltype.DefaultBatchBudget
 	}
 	if c.Retention == 0 {
-		c.Retention = 30 * 24 * time.Hour
+		c.Retention = rltype.DefaultRetention
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -3,6 +3,7 @@ package ratelane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/ratelane/ratelane/internal/engine"
@@ -22,6 +23,41 @@ type Handler interface {
 // that also implements OutcomeHandler is called through HandleOutcome.
 type OutcomeHandler interface {
 	HandleOutcome(ctx context.Context, j *Job) Outcome
+}
+
+// OutcomeFunc adapts a function that returns an Outcome (typically built
+// with ResponseOutcome) to a Handler that Config.Handle accepts; the engine
+// calls it through HandleOutcome.
+type OutcomeFunc func(ctx context.Context, j *Job) Outcome
+
+// HandleOutcome calls f.
+func (f OutcomeFunc) HandleOutcome(ctx context.Context, j *Job) Outcome { return f(ctx, j) }
+
+// Work calls f and translates its outcome into Handler's terms: the result
+// of a success, or the error helper of the outcome's class. The engine
+// never calls it (it prefers HandleOutcome); it lets an OutcomeFunc be used
+// wherever a Handler is called directly, e.g. in a test.
+func (f OutcomeFunc) Work(ctx context.Context, j *Job) (any, error) {
+	o := f(ctx, j)
+	var cause error
+	if o.Err != "" {
+		cause = errors.New(o.Err)
+	}
+	switch o.Class {
+	case job.ClassSuccess:
+		if o.Result == nil {
+			return nil, nil
+		}
+		return o.Result, nil
+	case job.ClassRateLimited:
+		return nil, &RateLimitedError{RetryAfter: o.RetryAfter, Key: o.Scope}
+	case job.ClassPermanent:
+		return nil, Permanent(cause)
+	case job.ClassInvalidOutput:
+		return nil, InvalidOutput(cause)
+	default:
+		return nil, Transient(cause)
+	}
 }
 
 // Publisher delivers a validated result; it must be idempotent.

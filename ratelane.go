@@ -22,27 +22,37 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
-	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/rltype"
 )
 
-// Job is one unit of work and its progress; see the internal job package
-// documentation for each field.
-type Job = job.Job
+// Job is one unit of work and its progress; see package rltype for each
+// field. rltype imports only the standard library, so code that only names
+// jobs and outcomes need not import this package.
+type Job = rltype.Job
 
 // Lane is a job's lane class: LaneInteractive or LaneBatch.
-type Lane = job.Lane
+type Lane = rltype.Lane
 
 // State is where a job is in its life.
-type State = job.State
+type State = rltype.State
 
 // Reason says why a terminal job ended.
-type Reason = job.Reason
+type Reason = rltype.Reason
 
-// Outcome is what a low-level handler returns for one attempt.
-type Outcome = job.Outcome
+// Outcome is what a low-level handler (OutcomeHandler) returns for one
+// attempt; ResponseOutcome builds one from an upstream's HTTP answer.
+type Outcome = rltype.Outcome
+
+// Class classifies an Outcome: ClassSuccess, ClassRateLimited,
+// ClassTransient, ClassInvalidOutput or ClassPermanent.
+type Class = rltype.Class
+
+// Hint is an upstream's remaining-quota information about a limit key,
+// carried by an Outcome so the key slows down before a 429.
+type Hint = rltype.Hint
 
 // Budgets are the per-class attempt budgets of a job.
-type Budgets = job.Budgets
+type Budgets = rltype.Budgets
 
 // Limit is a limit key's configuration: its shapes (a token bucket of Rate
 // and Burst, sliding Windows), a concurrency cap and adaptive mode. A start
@@ -78,19 +88,38 @@ type LimitState = admission.State
 
 // Lane classes.
 const (
-	LaneInteractive = job.LaneInteractive
-	LaneBatch       = job.LaneBatch
+	LaneInteractive = rltype.LaneInteractive
+	LaneBatch       = rltype.LaneBatch
 )
 
 // Job states.
 const (
-	StateAccepted       = job.StateAccepted
-	StateWaiting        = job.StateWaiting
-	StateRunning        = job.StateRunning
-	StateRetryScheduled = job.StateRetryScheduled
-	StateValidated      = job.StateValidated
-	StatePublished      = job.StatePublished
-	StateTerminal       = job.StateTerminal
+	StateAccepted       = rltype.StateAccepted
+	StateWaiting        = rltype.StateWaiting
+	StateRunning        = rltype.StateRunning
+	StateRetryScheduled = rltype.StateRetryScheduled
+	StateValidated      = rltype.StateValidated
+	StatePublished      = rltype.StatePublished
+	StateTerminal       = rltype.StateTerminal
+)
+
+// Defaults of a zero Config field, the same in the library, the engine,
+// the HTTP API and the CLI (defined once, in rltype).
+const (
+	DefaultInteractiveBudget = rltype.DefaultInteractiveBudget // 30 s
+	DefaultBatchBudget       = rltype.DefaultBatchBudget       // 24 h
+	DefaultRetention         = rltype.DefaultRetention         // 30 days
+	DefaultWorkers           = rltype.DefaultWorkers           // 16 per region
+	DefaultLeaseFor          = rltype.DefaultLeaseFor          // 30 s
+)
+
+// Outcome classes an OutcomeHandler returns.
+const (
+	ClassSuccess       = rltype.ClassSuccess
+	ClassRateLimited   = rltype.ClassRateLimited
+	ClassTransient     = rltype.ClassTransient
+	ClassInvalidOutput = rltype.ClassInvalidOutput
+	ClassPermanent     = rltype.ClassPermanent
 )
 
 // Version is ratelane's version, set at build time with

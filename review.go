@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
@@ -107,7 +106,7 @@ func (rt *reviewRT) bind(c *Client, st store.Store) error {
 	rt.github = &pipeline.GitHub{BaseURL: rt.cfg.GitHubBaseURL, Token: rt.cfg.GitHubToken, Client: rt.cfg.HTTPClient, Jobs: st, Now: c.cfg.Now}
 	rt.publisher = &pipeline.ReviewPublisher{Region: rt.region, Jobs: st, DefaultLimit: c.cfg.DefaultLimit,
 		RDJSONLDir: rt.cfg.RDJSONLDir, Now: c.cfg.Now}
-	rt.agg = pipeline.NewAggregator(pipeline.AggregatorConfig{Store: st, Publisher: rt.publisher,
+	rt.agg = pipeline.NewAggregator(pipeline.AggregatorConfig{Store: st, Jobs: c.regions[rt.region].jobs, Publisher: rt.publisher,
 		MaxFindings: rt.cfg.MaxFindings, SweepEvery: rt.cfg.SweepEvery, Now: c.cfg.Now, Logger: c.cfg.Logger})
 	return nil
 }
@@ -154,22 +153,6 @@ func (providerBound) Work(context.Context, *Job) (any, error) {
 	return nil, errors.New("not a handler")
 }
 func (b providerBound) Region() string { return b.p.Region() }
-
-// observer tells the region's aggregator when a part finished, and the
-// metrics about every attempt.
-type observer struct {
-	metrics engine.Observer
-	agg     *pipeline.Aggregator
-}
-
-func (o observer) Finished(j *job.Job, out job.Outcome, t store.Transition) {
-	o.metrics.Finished(j, out, t)
-	if o.agg != nil && j.Kind == pipeline.KindPart && j.ParentID != "" && t.To.Final() {
-		o.agg.Wake(j.ParentID)
-	}
-}
-
-func (o observer) Leased(n int) { o.metrics.Leased(n) }
 
 // ReviewRequest is a review to run.
 type ReviewRequest struct {
@@ -260,9 +243,14 @@ func (c *Client) submission(ctx context.Context, rt *reviewRT, p ReviewProvider,
 	wait := time.Duration(0)
 	if args.DepthRequested == pipeline.DepthAuto {
 		var err error
-		if wait, err = predictWait(ctx, rt.st, r.Lane, p.Profile().WithDefaults().LimitKeys(), c.cfg.DefaultLimit, now); err != nil {
+		// The one prediction the HTTP API's overload check uses too.
+		pred, err := c.regions[rt.region].jobs.PredictWait(ctx, engine.PredictParams{
+			Kind: pipeline.KindPart, Lane: r.Lane, Keys: p.Profile().WithDefaults().LimitKeys(), Default: c.cfg.DefaultLimit,
+		})
+		if err != nil {
 			return pipeline.Submission{}, err
 		}
+		wait = pred.Wait
 	}
 	budget := c.cfg.BatchBudget
 	if r.Lane == LaneInteractive {
@@ -400,32 +388,4 @@ func (rt *reviewRT) providerFor(name string) (ReviewProvider, error) {
 		return p, nil
 	}
 	return nil, fmt.Errorf("ratelane: no review provider %q in region %q", name, rt.region)
-}
-
-// predictWait estimates how long a job on keys would wait for admission:
-// the slowest key's backlog (plus one unit) less its free tokens, over its
-// rate, plus the rest of a pause. It mirrors the HTTP API's overload check.
-func predictWait(ctx context.Context, st store.Store, lane Lane, keys []string, def admission.Config, now time.Time) (time.Duration, error) {
-	backlog, err := st.Backlog(ctx, lane, keys)
-	if err != nil {
-		return 0, err
-	}
-	var worst time.Duration
-	for _, name := range keys {
-		k, err := st.GetLimit(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			def.Name = name
-			k, err = admission.NewState(def), nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		worst = max(worst, keyWait(&k, backlog[name]+1, now))
-	}
-	return worst, nil
-}
-
-// keyWait is admission.State.Wait: every shape of the key, saturating.
-func keyWait(k *admission.State, cost int64, now time.Time) time.Duration {
-	return k.Wait(now, cost)
 }

@@ -73,7 +73,7 @@ func (c *Client) openWebhooks(rt *regionRT, kinds map[string]engine.Kind) error 
 	w := c.cfg.Webhooks
 	region := rt.store.Region()
 	reg, err := webhook.NewRegistry(webhook.RegistryConfig{
-		Store: rt.store, RotationWindow: w.RotationWindow, DisableAfter: w.DisableAfter, Headroom: w.Headroom,
+		Store: rt.store, Jobs: rt.jobs, RotationWindow: w.RotationWindow, DisableAfter: w.DisableAfter, Headroom: w.Headroom,
 		Lane: w.Lane, Now: c.cfg.Now, Notify: func() { c.notify(region) },
 	})
 	if err != nil {

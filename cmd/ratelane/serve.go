@@ -68,7 +68,7 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	fs.StringVar(&f.regions, "regions", "us,eu", "comma-separated regions this node serves")
 	fs.Var(&f.postgres, "postgres-url", "PostgreSQL URL for every region (one schema each), or REGION=URL; repeatable")
 	fs.StringVar(&f.synchronous, "synchronous", "FULL", "SQLite durability: FULL (survives power loss) or NORMAL (survives crashes)")
-	fs.IntVar(&f.workers, "workers", 16, "jobs run at once per region")
+	fs.IntVar(&f.workers, "workers", ratelane.DefaultWorkers, "jobs run at once per region")
 	fs.StringVar(&f.config, "config", "", "JSON config file (see docs/configuration.md); flags override it")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fs.BoolVar(&f.allowPrivate, "allow-private-targets", false,

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -116,8 +115,15 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives ids and counts, never payloads; default slog.Default().
 	Logger *slog.Logger
-	// Observer, when set, is told of every finished attempt (metrics).
+	// Observer, when set, is told of every lease and finished attempt
+	// (metrics). Ignored when Jobs is set: the writer's Observer counts.
 	Observer Observer
+	// Jobs, when set, is the region's writer the engine leases and reports
+	// through, shared with the HTTP API's external workers so both follow
+	// one batch-share policy and reach one Observer; its BatchShare,
+	// InteractiveBudget, Backoff and Observer apply, not this Config's.
+	// Nil makes one from this Config.
+	Jobs *Jobs
 }
 
 // Observer is told what the engine did, for metrics. Implementations must
@@ -130,10 +136,10 @@ type Observer interface {
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c Config) WithDefaults() Config {
 	if c.Workers == 0 {
-		c.Workers = 16
+		c.Workers = job.DefaultWorkers
 	}
 	if c.LeaseFor == 0 {
-		c.LeaseFor = 30 * time.Second
+		c.LeaseFor = job.DefaultLeaseFor
 	}
 	if c.HeartbeatEvery == 0 {
 		c.HeartbeatEvery = 500 * time.Millisecond
@@ -151,10 +157,10 @@ func (c Config) WithDefaults() Config {
 		c.BatchShare = 0.1
 	}
 	if c.InteractiveBudget == 0 {
-		c.InteractiveBudget = 30 * time.Second
+		c.InteractiveBudget = job.DefaultInteractiveBudget
 	}
 	if c.Retention == 0 {
-		c.Retention = 30 * 24 * time.Hour
+		c.Retention = job.DefaultRetention
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 256
@@ -187,6 +193,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("engine: BatchShare must be at most 1, got %v", c.BatchShare)
 	case c.MaxRunTime < c.HeartbeatEvery || c.MaxRunTime > job.MaxDelay:
 		return fmt.Errorf("engine: MaxRunTime must be from HeartbeatEvery (%v) to %v, got %v", c.HeartbeatEvery, job.MaxDelay, c.MaxRunTime)
+	case c.Jobs != nil && c.Jobs.Store() != c.Store:
+		return fmt.Errorf("engine: Jobs writes the store of region %q, not this engine's", c.Jobs.Region())
 	}
 	for kind, k := range c.Kinds {
 		if k.Handler == nil {
@@ -205,6 +213,8 @@ type Engine struct {
 	kinds []string
 	log   *slog.Logger
 
+	jobs *Jobs // the region's one writer of job state
+
 	wake     chan struct{}
 	results  chan result
 	slots    chan struct{}
@@ -214,10 +224,14 @@ type Engine struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 
+	// life guards started and stopped, so that Stop before Start and
+	// Start after Stop are answered, not a panic.
+	life    sync.Mutex
+	started bool
+	stopped bool
+
 	mu      sync.Mutex
 	running map[string]*runningJob
-	credit  float64 // batch starts earned (BatchShare per start) and not yet taken
-	rnd     *rand.Rand
 
 	// stuck holds the abandoned attempts whose handler has not returned;
 	// freed counts those of them that gave their worker slot back (both
@@ -278,13 +292,31 @@ func New(cfg Config) (*Engine, error) {
 		stop:    make(chan struct{}),
 		running: map[string]*runningJob{},
 		stuck:   map[*runningJob]struct{}{},
-		rnd:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5eed)),
+		jobs:    cfg.Jobs,
+	}
+	if e.jobs == nil {
+		var err error
+		e.jobs, err = NewJobs(JobsConfig{
+			Store: cfg.Store, BatchShare: cfg.BatchShare, MaxCredit: cfg.Workers, InteractiveBudget: cfg.InteractiveBudget,
+			Backoff: cfg.Backoff, Now: cfg.Now, Logger: cfg.Logger, Observer: cfg.Observer,
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	for k := range cfg.Kinds {
 		e.kinds = append(e.kinds, k)
 	}
+	e.jobs.Serve(e.kinds...)
 	return e, nil
 }
+
+// Jobs is the writer the engine leases and reports through: hand it to the
+// HTTP API so external workers of the region share it.
+func (e *Engine) Jobs() *Jobs { return e.jobs }
+
+// ErrStopped is returned by Start after Stop: an engine runs once.
+var ErrStopped = errors.New("engine: stopped")
 
 // errStopping is the cause given to handlers cancelled by Stop's deadline.
 var errStopping = errors.New("engine stopping")
@@ -300,6 +332,15 @@ var errLeaseLost = errors.New("lease lost or job cancelled")
 // Start launches the engine's goroutines and returns. Handlers' contexts
 // derive from ctx.
 func (e *Engine) Start(ctx context.Context) error {
+	e.life.Lock()
+	defer e.life.Unlock()
+	switch {
+	case e.stopped:
+		return ErrStopped
+	case e.started:
+		return errors.New("engine: already started")
+	}
+	e.started = true
 	e.ctx, e.cancel = context.WithCancel(ctx)
 	if len(e.kinds) > 0 { // a maintenance-only engine leases nothing
 		e.wg.Add(1)
@@ -332,9 +373,17 @@ func (e *Engine) Notify() {
 // ignores its cancelled context holds Stop until it is abandoned, one
 // heartbeat after the deadline (its attempt recorded as a transient
 // failure), or, past Workers stuck goroutines, until it returns; Stop does
-// not wait for abandoned goroutines. It is idempotent, and safe on an engine
-// that was never started.
+// not wait for abandoned goroutines. It is idempotent,
+// and an engine never started stops at once (it cannot start after).
 func (e *Engine) Stop(ctx context.Context) error {
+	e.life.Lock()
+	e.stopped = true
+	started := e.started
+	e.life.Unlock()
+	if !started {
+		e.stopOnce.Do(func() { close(e.stop) })
+		return nil
+	}
 	e.stopOnce.Do(func() {
 		close(e.stop)
 		drained := make(chan struct{})
@@ -443,9 +492,6 @@ func (e *Engine) leaseAndRun() int {
 	for _, j := range jobs {
 		e.run(j)
 	}
-	if e.cfg.Observer != nil && len(jobs) > 0 {
-		e.cfg.Observer.Leased(len(jobs))
-	}
 	return len(jobs)
 }
 
@@ -467,33 +513,14 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 	if e.stopping() || len(e.kinds) == 0 { // no kinds would mean every kind to the store
 		return nil, nil
 	}
-	e.mu.Lock()
-	batchMin := min(int(e.credit), n)
-	e.mu.Unlock()
 	var admit time.Time // set by the store before Lease returns
-	jobs, err := e.cfg.Store.Lease(e.ctx, store.LeaseParams{
-		Now: e.cfg.Now(), Max: n, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
-		BatchMin: batchMin, InteractiveBudget: e.cfg.InteractiveBudget,
+	jobs, err := e.jobs.Lease(e.ctx, LeaseParams{
+		Max: n, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
 		NextAdmission: func(at time.Time) { admit = at },
 	})
 	if !admit.IsZero() && e.admits.Len() < maxAdmits {
 		heap.Push(&e.admits, admit)
 	}
-	batch := 0
-	for _, j := range jobs {
-		if j.Lane == job.LaneBatch {
-			batch++
-		}
-	}
-	// Batch earns its minimum share per start, not per lease call: on a
-	// paced key a call admits one job or two, and a credit earned per free
-	// slot would let batch go first on every call and take the key's
-	// tokens from interactive work.
-	e.mu.Lock()
-	if e.cfg.BatchShare > 0 {
-		e.credit = min(max(0, e.credit+e.cfg.BatchShare*float64(len(jobs))-float64(batch)), float64(e.cfg.Workers))
-	}
-	e.mu.Unlock()
 	return jobs, err
 }
 

@@ -33,41 +33,35 @@ func (e *Engine) finishLoop() {
 }
 
 func (e *Engine) finish(batch []result) {
-	now := e.cfg.Now()
-	ts := make([]store.Transition, len(batch))
-	e.mu.Lock()
+	rs := make([]Report, len(batch))
 	for i, r := range batch {
-		ts[i] = Decide(r.job, r.out, now, e.cfg.Kinds[r.job.Kind].Publisher != nil, e.cfg.Backoff, e.rnd.Float64())
+		rs[i] = Report{Job: r.job, Outcome: r.out, Validates: e.cfg.Kinds[r.job.Kind].Publisher != nil}
 	}
-	e.mu.Unlock()
 	// Finishing must outlive Stop's cancellation: an outcome we have is
 	// written, or the lease expires and the job is retried.
 	ctx := context.WithoutCancel(e.ctx)
-	var errs []error
+	var done []Reported
 	var err error
 	for attempt := range 5 {
-		if errs, err = e.cfg.Store.Finish(ctx, ts); err == nil {
+		if done, err = e.jobs.Report(ctx, rs); err == nil {
 			break
 		}
-		e.log.Error("finish failed; retrying", "jobs", len(ts), "attempt", attempt+1, "err", err)
+		e.log.Error("finish failed; retrying", "jobs", len(rs), "attempt", attempt+1, "err", err)
 		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
 	}
 	if err != nil {
-		e.log.Error("finish failed; the leases will expire and the jobs be retried", "jobs", len(ts), "err", err)
+		e.log.Error("finish failed; the leases will expire and the jobs be retried", "jobs", len(rs), "err", err)
 		return
 	}
 	for i, r := range batch {
-		if errs[i] != nil {
-			e.log.Warn("outcome refused: lease lost", "job_id", r.job.ID, "err", errs[i])
-			if lo := e.leaseObserver(); lo != nil && errors.Is(errs[i], store.ErrConflict) {
+		if err := done[i].Err; err != nil {
+			e.log.Warn("outcome refused: lease lost", "job_id", r.job.ID, "err", err)
+			if lo := e.leaseObserver(); lo != nil && errors.Is(err, store.ErrConflict) {
 				lo.OutcomeRefused(OpFinish)
 			}
 			continue
 		}
-		if e.cfg.Observer != nil {
-			e.cfg.Observer.Finished(r.job, r.out, ts[i])
-		}
-		if ts[i].To == job.StateValidated {
+		if done[i].Transition.To == job.StateValidated {
 			e.publish(ctx, r.job.ID)
 		}
 	}
@@ -91,7 +85,7 @@ func (e *Engine) publish(ctx context.Context, id string) {
 		return
 	}
 	crashpoint.Hit(crashpoint.PublishBeforeCAS)
-	if err := e.cfg.Store.Publish(ctx, id, e.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
+	if err := e.jobs.Published(ctx, id); err != nil && !errors.Is(err, store.ErrConflict) {
 		e.log.Error("record publication", "job_id", id, "err", err)
 	}
 }
@@ -140,7 +134,7 @@ func (e *Engine) heartbeat() {
 	// runs out unless the engine records their timeout first.
 	due := e.overrun(now)
 	for _, r := range due {
-		err := e.cfg.Store.Heartbeat(e.ctx, r.job.ID, r.job.LeaseToken, now.Add(e.cfg.LeaseFor))
+		_, err := e.jobs.Heartbeat(e.ctx, r.job.ID, r.job.LeaseToken, e.cfg.LeaseFor)
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			r.cancel(errLeaseLost)
 			if lo := e.leaseObserver(); lo != nil && errors.Is(err, store.ErrConflict) {

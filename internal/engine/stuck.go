@@ -31,7 +31,7 @@ const (
 )
 
 func (e *Engine) leaseObserver() LeaseObserver {
-	lo, _ := e.cfg.Observer.(LeaseObserver)
+	lo, _ := e.jobs.cfg.Observer.(LeaseObserver) // the writer's: Config.Observer is unused when Config.Jobs is set
 	return lo
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -70,6 +71,13 @@ type Config struct {
 	// Region() differs from its name is a start-up error: a region's
 	// content must never land in another region's store.
 	Regions map[string]store.Store
+	// Jobs maps a region to the writer of its job state (engine.Jobs):
+	// external workers' leases and outcomes, cancels and redrives go
+	// through it. Pass the region's engine's writer (Engine.Jobs) so the
+	// engine and HTTP workers share one batch-share policy and one
+	// Observer; a region without one gets a writer of its own over its
+	// store, with this Config's budget and backoff and no Observer.
+	Jobs map[string]*engine.Jobs
 	// Notify, when set, wakes the region's engine after an insert, a
 	// redrive or a finished attempt, so it leases at once rather than at
 	// its next poll. Long polls of this server are woken in any case.
@@ -122,10 +130,10 @@ type Config struct {
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	if c.InteractiveBudget == 0 {
-		c.InteractiveBudget = 30 * time.Second
+		c.InteractiveBudget = job.DefaultInteractiveBudget
 	}
 	if c.BatchBudget == 0 {
-		c.BatchBudget = 24 * time.Hour
+		c.BatchBudget = job.DefaultBatchBudget
 	}
 	c.Backoff = c.Backoff.WithDefaults()
 	if c.Now == nil {
@@ -156,6 +164,9 @@ func (c Config) validate() error {
 		}
 		if st.Region() != name {
 			return fmt.Errorf("httpapi: region %q is wired to the store of region %q; each region needs its own store", name, st.Region())
+		}
+		if w := c.Jobs[name]; w != nil && w.Store() != st {
+			return fmt.Errorf("httpapi: region %q: Jobs writes another store than Regions names", name)
 		}
 	}
 	switch {

@@ -53,11 +53,11 @@ func (s *Server) deadLetter(r *http.Request, p auth.Principal) (*job.Job, store.
 }
 
 func (s *Server) handleRedriveDeadLetter(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	j, st, err := s.deadLetter(r, p)
+	j, _, err := s.deadLetter(r, p)
 	if err != nil {
 		return err
 	}
-	got, err := st.Redrive(context.WithoutCancel(r.Context()), j.ID, s.cfg.Now())
+	got, err := s.jobs[j.Region].Redrive(context.WithoutCancel(r.Context()), j.ID)
 	if err != nil {
 		return err
 	}
@@ -66,11 +66,11 @@ func (s *Server) handleRedriveDeadLetter(w http.ResponseWriter, r *http.Request,
 }
 
 func (s *Server) handleDeleteDeadLetter(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	j, st, err := s.deadLetter(r, p)
+	j, _, err := s.deadLetter(r, p)
 	if err != nil {
 		return err
 	}
-	if err := st.Delete(context.WithoutCancel(r.Context()), j.ID); err != nil {
+	if err := s.jobs[j.Region].Delete(context.WithoutCancel(r.Context()), j.ID); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

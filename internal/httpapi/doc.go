@@ -18,10 +18,12 @@
 // region the API key may use. Collection endpoints without region merge
 // every permitted region, newest first, with one id cursor.
 //
-// Honest overload: POST /v1/jobs predicts the job's queue wait from the
-// backlog on its limit keys and their admitted rates and, past the lane's
-// latency budget, rejects (429 + Retry-After), degrades or queues the job
-// as the request's on_overload says.
+// Honest overload: POST /v1/jobs predicts the job's queue wait
+// (admission.PredictWait, the prediction reviews use too) from the backlog
+// on its limit keys and their admitted rates and, when nothing leases the
+// job's kind, at least the lane's current age; past the lane's latency
+// budget it rejects (429 + Retry-After), degrades or queues the job as the
+// request's on_overload says.
 //
 // Handlers never log payloads, results or headers' values: only ids,
 // routes and statuses.

@@ -74,14 +74,14 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 	if err := store.CheckCosts(r.Context(), st, []*job.Job{j}, s.cfg.DefaultLimit); err != nil {
 		return err
 	}
-	wait, err := s.predictWait(r.Context(), st, j, now)
+	pred, err := s.predictWait(r.Context(), st, j)
 	if err != nil {
 		return err
 	}
-	if err := s.admitOverload(j, req.OnOverload, wait); err != nil {
+	if err := s.admitOverload(j, req.OnOverload, pred); err != nil {
 		return err
 	}
-	res, err := st.Insert(r.Context(), []*job.Job{j}, s.cfg.DefaultLimit)
+	res, err := s.jobs[j.Region].Insert(r.Context(), []*job.Job{j}, s.cfg.DefaultLimit)
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 		s.notify(j.Region)
 	}
 	crashpoint.Hit(crashpoint.CommitBeforeAck)
-	secs := wait.Seconds()
+	secs := pred.Wait.Seconds()
 	w.Header().Set("Location", "/v1/jobs/"+got.ID+"?region="+url.QueryEscape(got.Region))
 	if crashpoint.Enabled { // test builds only; a constant false elsewhere
 		return ackThenCrash(w, http.StatusCreated, jobView{Job: got, PredictedWaitSeconds: &secs}, crashpoint.AckAfterCommit)
@@ -322,14 +322,14 @@ func joinStates() string {
 }
 
 func (s *Server) handleCancelJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	j, st, err := s.findJob(r.Context(), r, p, ownTenant)
+	j, _, err := s.findJob(r.Context(), r, p, ownTenant)
 	if err != nil {
 		return err
 	}
 	if j.State.Final() {
 		return problemf(http.StatusConflict, "conflict", "job %s is already %s; only a job that is not published or terminal can be cancelled", j.ID, j.State)
 	}
-	got, err := st.Cancel(context.WithoutCancel(r.Context()), j.ID, s.cfg.Now())
+	got, err := s.jobs[j.Region].Cancel(context.WithoutCancel(r.Context()), j.ID)
 	if err != nil {
 		return err
 	}

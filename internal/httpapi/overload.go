@@ -2,59 +2,36 @@ package httpapi
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// predictWait estimates how long j would wait in the queue before all of
-// its keys admit it. A job needs every key, so the slowest key decides: for
-// each key, the cost queued ahead of the job in its lane (and lanes leased
-// before it) plus its own cost, less the tokens in the bucket now, divided
-// by the key's admitted rate (the learned rate of an adaptive key), plus
-// the rest of a pause. An unpaced key (rate 0) adds nothing but its pause.
-// The estimate ignores concurrency caps, whose wait depends on how long
-// jobs run, which the queue does not know.
-func (s *Server) predictWait(ctx context.Context, st store.Store, j *job.Job, now time.Time) (time.Duration, error) {
-	var worst time.Duration
-	for _, name := range j.LimitKeys {
-		k, err := st.GetLimit(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			def := s.cfg.DefaultLimit
-			def.Name = name
-			k, err = admission.NewState(def), nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		var ahead int64
-		if k.Rate > 0 || len(k.Windows) > 0 { // only paced keys need the backlog
-			if ahead, err = s.backlog.get(ctx, st, j.Lane, name); err != nil {
-				return 0, err
-			}
-		}
-		worst = max(worst, keyWait(&k, ahead+j.Cost, now))
-	}
-	return worst, nil
-}
-
-// keyWait is one key's share of predictWait: how long until cost units
-// queued on the key, the job's own last, have been admitted.
-// It is admission.State.Wait: every shape of the key, saturating.
-func keyWait(k *admission.State, cost int64, now time.Time) time.Duration {
-	return k.Wait(now, cost)
+// predictWait estimates how long j would wait in the queue with the one
+// prediction (engine.Jobs.PredictWait over admission.PredictWait): the
+// slowest key's backlog and pause and, when nothing leases the job's kind,
+// at least the lane's current age. Backlogs come from this server's cache.
+func (s *Server) predictWait(ctx context.Context, st store.Store, j *job.Job) (admission.Prediction, error) {
+	return s.jobs[j.Region].PredictWait(ctx, engine.PredictParams{
+		Kind: j.Kind, Lane: j.Lane, Keys: j.LimitKeys, Cost: j.Cost, Default: s.cfg.DefaultLimit,
+		Backlog: func(ctx context.Context, lane job.Lane, key string) (int64, error) {
+			return s.backlog.get(ctx, st, lane, key)
+		},
+	})
 }
 
 // admitOverload applies the request's on_overload policy when the predicted
 // wait exceeds the lane's latency budget: reject answers 429 with
 // Retry-After (when the backlog will have drained to the budget), degrade
 // marks the job for a cheaper run, queue accepts it anyway.
-func (s *Server) admitOverload(j *job.Job, policy string, wait time.Duration) error {
+func (s *Server) admitOverload(j *job.Job, policy string, pred admission.Prediction) error {
+	wait := pred.Wait
 	budget := s.cfg.BatchBudget
 	if j.Lane == job.LaneInteractive {
 		budget = s.cfg.InteractiveBudget
@@ -76,9 +53,13 @@ func (s *Server) admitOverload(j *job.Job, policy string, wait time.Duration) er
 		return nil
 	}
 	waitSecs, budgetSecs := wait.Seconds(), budget.Seconds()
+	why := "for its limit keys"
+	if pred.Unserved {
+		why = fmt.Sprintf("at least: no worker has leased kind %q lately and the %s lane's oldest ready job is that old", j.Kind, j.Lane)
+	}
 	e := problemf(http.StatusTooManyRequests, "overloaded",
-		"the job would wait about %.0f s for its limit keys, past the %s lane's %.0f s budget; retry after the Retry-After seconds, "+
-			"or send on_overload \"degrade\" or \"queue\" to accept it anyway", waitSecs, j.Lane, budgetSecs)
+		"the job would wait about %.0f s %s, past the %s lane's %.0f s budget; retry after the Retry-After seconds, "+
+			"or send on_overload \"degrade\" or \"queue\" to accept it anyway", waitSecs, why, j.Lane, budgetSecs)
 	e.p.PredictedWaitSeconds, e.p.BudgetSeconds = &waitSecs, &budgetSecs
 	return e.withHeader("Retry-After", retryAfterSeconds(waitSecs-budgetSecs))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/engine"
 )
 
 // Server serves ratelane's HTTP API over the stores of its regions. It is
@@ -30,7 +31,7 @@ type Server struct {
 	ready    readyCache
 	requests *prometheus.CounterVec
 	wakers   map[string]*waker
-	kinds    *kindsSeen
+	jobs     map[string]*engine.Jobs // each region's one writer of job state
 	closed   chan struct{}
 	once     sync.Once
 	// discovery and openapi are the documents, rendered once in New.
@@ -52,10 +53,21 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, regions: cfg.regionNames(), log: cfg.Logger.With("component", "httpapi"),
 		mux: http.NewServeMux(), limiter: newKeyLimiter(cfg.RequestRate, cfg.RequestBurst),
-		wakers: map[string]*waker{}, closed: make(chan struct{}), backlog: newBacklogCache(), kinds: newKindsSeen(),
+		wakers: map[string]*waker{}, closed: make(chan struct{}), backlog: newBacklogCache(),
 	}
+	s.jobs = map[string]*engine.Jobs{}
 	for _, r := range s.regions {
 		s.wakers[r] = newWaker()
+		s.jobs[r] = cfg.Jobs[r]
+		if s.jobs[r] == nil {
+			w, err := engine.NewJobs(engine.JobsConfig{
+				Store: cfg.Regions[r], InteractiveBudget: cfg.InteractiveBudget, Backoff: cfg.Backoff, Now: cfg.Now, Logger: cfg.Logger,
+			})
+			if err != nil {
+				return nil, err
+			}
+			s.jobs[r] = w
+		}
 	}
 	if err := s.registerMetrics(); err != nil {
 		return nil, err

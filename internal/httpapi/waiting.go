@@ -7,10 +7,10 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -68,44 +68,6 @@ type kindServed struct {
 // stampMillis formats times in details: RFC 3339 to the millisecond.
 const stampMillis = "2006-01-02T15:04:05.000Z07:00"
 
-// workerRecent is how long an external worker's lease request counts as
-// "something handles this kind".
-const workerRecent = 5 * time.Minute
-
-// maxSeenKinds bounds the kinds remembered from lease requests.
-const maxSeenKinds = 10000
-
-// kindsSeen remembers when external workers last asked for each kind, per
-// region, on this node.
-type kindsSeen struct {
-	mu   sync.Mutex
-	last map[[2]string]time.Time
-}
-
-func newKindsSeen() *kindsSeen { return &kindsSeen{last: map[[2]string]time.Time{}} }
-
-func (k *kindsSeen) saw(region string, kinds []string, now time.Time) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if len(k.last) > maxSeenKinds {
-		for key, at := range k.last {
-			if now.Sub(at) > workerRecent {
-				delete(k.last, key)
-			}
-		}
-	}
-	for _, kind := range kinds {
-		k.last[[2]string{region, kind}] = now
-	}
-}
-
-func (k *kindsSeen) lastLeased(region, kind string) (time.Time, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	at, ok := k.last[[2]string{region, kind}]
-	return at, ok
-}
-
 // explainWait builds the waiting_for of a waiting or retry_scheduled job.
 func (s *Server) explainWait(ctx context.Context, st store.Store, j *job.Job) (*waitingFor, error) {
 	now := s.cfg.Now()
@@ -137,7 +99,7 @@ func (s *Server) explainWait(ctx context.Context, st store.Store, j *job.Job) (*
 		w.Blocked = w.Blocked || kb.Blocks
 		// The key's whole backlog is ahead of the job at worst; the
 		// prediction is an upper estimate for a job near its head.
-		start = maxTime(start, now.Add(keyWait(&k, max(kb.WaitingCost, j.Cost), now)))
+		start = maxTime(start, now.Add(k.Wait(now, max(kb.WaitingCost, j.Cost))))
 		if kb.AdmitsAt != nil {
 			start = maxTime(start, *kb.AdmitsAt)
 		}
@@ -220,13 +182,16 @@ func (s *Server) kindServed(j *job.Job, now time.Time) kindServed {
 	if s.cfg.Handles != nil && s.cfg.Handles(j.Region, j.Kind) {
 		ks.InProcess, ks.Handled = true, true
 	}
-	if at, ok := s.kinds.lastLeased(j.Region, j.Kind); ok {
-		ks.WorkerLeasedAt = &at
-		ks.Handled = ks.Handled || now.Sub(at) <= workerRecent
+	if w := s.jobs[j.Region]; w != nil {
+		at, always, ok := w.LastLeased(j.Kind)
+		if ok && !always {
+			ks.WorkerLeasedAt = &at
+		}
+		ks.Handled = ks.Handled || w.Serves(j.Kind, now)
 	}
 	if !ks.Handled {
 		ks.Detail = fmt.Sprintf("nothing handles kind %q in region %s: no handler is registered in this server and no external worker "+
-			"has leased the kind here in the last %v; start a worker for it (POST /v1/leases with kinds [%q])", j.Kind, j.Region, workerRecent, j.Kind)
+			"has leased the kind here in the last %v; start a worker for it (POST /v1/leases with kinds [%q])", j.Kind, j.Region, engine.ServeWindow, j.Kind)
 	}
 	return ks
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"time"
@@ -102,7 +101,6 @@ func (s *Server) handleCreateLease(w http.ResponseWriter, r *http.Request, p aut
 	if err := s.checkLease(p, &req); err != nil {
 		return err
 	}
-	s.kinds.saw(req.Region, req.Kinds, s.cfg.Now()) // for "nothing handles kind X"
 
 	tenant := p.Tenant // a worker key acts for its own tenant's jobs only
 	if p.Role == auth.RoleAdmin {
@@ -121,7 +119,7 @@ func (s *Server) handleCreateLease(w http.ResponseWriter, r *http.Request, p aut
 
 func (s *Server) checkLease(p auth.Principal, req *leaseRequest) error {
 	req.Max = defaultInt(req.Max, 1)
-	req.LeaseSeconds = defaultInt(req.LeaseSeconds, 30)
+	req.LeaseSeconds = defaultInt(req.LeaseSeconds, int(job.DefaultLeaseFor/time.Second))
 	switch {
 	case req.Region == "":
 		return fieldError("region", "region is required")
@@ -162,7 +160,7 @@ func defaultInt(v, def int) int {
 // until a job is admitted, the wait is over, the client disconnects or the
 // server closes. Waiting uses the wall clock; admission uses Config.Now.
 func (s *Server) leaseWait(ctx context.Context, req leaseRequest, tenant string) ([]*job.Job, error) {
-	st := s.cfg.Regions[req.Region]
+	w := s.jobs[req.Region]
 	if req.WaitSeconds > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.WaitSeconds)*time.Second)
@@ -172,9 +170,10 @@ func (s *Server) leaseWait(ctx context.Context, req leaseRequest, tenant string)
 	defer timer.Stop()
 	for {
 		woken := s.wakers[req.Region].wait() // before leasing, so no wake-up is missed
-		jobs, err := st.Lease(ctx, store.LeaseParams{
-			Now: s.cfg.Now(), Max: req.Max, LeaseFor: time.Duration(req.LeaseSeconds) * time.Second, Kinds: req.Kinds, Tenant: tenant,
-			BatchMin: req.Max / 10, InteractiveBudget: s.cfg.InteractiveBudget,
+		// The region's writer applies the engine's batch share, so HTTP
+		// workers and in-process ones follow one policy.
+		jobs, err := w.Lease(ctx, engine.LeaseParams{
+			Max: req.Max, LeaseFor: time.Duration(req.LeaseSeconds) * time.Second, Kinds: req.Kinds, Tenant: tenant,
 		})
 		if len(jobs) > 0 || req.WaitSeconds == 0 {
 			return jobs, err
@@ -199,17 +198,17 @@ func (s *Server) handleHeartbeatJob(w http.ResponseWriter, r *http.Request, p au
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	req.LeaseSeconds = defaultInt(req.LeaseSeconds, 30)
+	req.LeaseSeconds = defaultInt(req.LeaseSeconds, int(job.DefaultLeaseFor/time.Second))
 	if req.LeaseSeconds < 1 || req.LeaseSeconds > maxLeaseSeconds {
 		return fieldError("lease_seconds", "lease_seconds must be from 1 to %d, got %d", maxLeaseSeconds, req.LeaseSeconds)
 	}
-	j, st, now, err := s.leasedJob(r, p, req.LeaseToken)
+	j, _, _, err := s.leasedJob(r, p, req.LeaseToken)
 	if err != nil {
 		return err
 	}
-	until := now.Add(time.Duration(req.LeaseSeconds) * time.Second)
-	if err := st.Heartbeat(r.Context(), j.ID, req.LeaseToken, until); err != nil {
-		if errors.Is(err, store.ErrConflict) {
+	until, err := s.jobs[j.Region].Heartbeat(r.Context(), j.ID, req.LeaseToken, time.Duration(req.LeaseSeconds)*time.Second)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			return leaseLost(j.ID, "the lease token no longer holds the job")
 		}
 		return err
@@ -317,15 +316,7 @@ func (s *Server) parseHeaders(raw map[string]string, scope string) ([]job.Hint, 
 		h.Add(k, v)
 	}
 	info := ratelimit.Parse(h, s.cfg.Now())
-	var hints []job.Hint
-	if q := info.Requests; q.Known() {
-		hints = append(hints, job.Hint{Key: scope, Limit: q.Limit, Remaining: q.Remaining, Reset: q.Reset})
-	}
-	for _, p := range info.Policies {
-		if (p.QuotaUnit == "" || p.QuotaUnit == "requests") && (p.Quota >= 0 || p.Remaining >= 0 || p.Reset > 0) {
-			hints = append(hints, job.Hint{Key: scope, Limit: p.Quota, Remaining: p.Remaining, Reset: p.Reset})
-		}
-	}
+	hints := ratelimit.Hints(info, scope)
 	return hints, info, nil
 }
 
@@ -358,31 +349,32 @@ func (s *Server) leasedJob(r *http.Request, p auth.Principal, token string) (*jo
 	return j, st, now, nil
 }
 
-// finishOutcome turns an external worker's outcome into the job's next
-// transition with engine.Decide (the engine's one classification) and
-// writes it with the store's guarded Finish.
+// finishOutcome reports an external worker's outcome through the region's
+// writer, which classifies it with engine.Decide, writes it with the
+// store's guarded Finish and counts it like an in-process attempt.
 func (s *Server) finishOutcome(w http.ResponseWriter, r *http.Request, p auth.Principal, token string, o job.Outcome) error {
-	j, st, now, err := s.leasedJob(r, p, token)
+	j, _, _, err := s.leasedJob(r, p, token)
 	if err != nil {
 		return err
 	}
 	if o.Scope != "" && !slices.Contains(j.LimitKeys, o.Scope) {
 		return fieldError("scope", "scope must be one of the job's limit keys %v, not %q", j.LimitKeys, o.Scope)
 	}
-	// External workers deliver results themselves, so success publishes.
-	t := engine.Decide(j, o, now, false, s.cfg.Backoff, rand.Float64())
-	// The outcome is written even if the worker hangs up now: it holds the
-	// lease, and dropping its outcome would cost the job an attempt.
-	errs, err := st.Finish(context.WithoutCancel(r.Context()), []store.Transition{t})
+	// External workers deliver results themselves, so success publishes
+	// (Validates false). The outcome is written even if the worker hangs
+	// up now: it holds the lease, and dropping its outcome would cost the
+	// job an attempt.
+	done, err := s.jobs[j.Region].Report(context.WithoutCancel(r.Context()), []engine.Report{{Job: j, Outcome: o}})
 	if err != nil {
 		return err
 	}
-	if errs[0] != nil {
-		if errors.Is(errs[0], store.ErrConflict) {
+	if err := done[0].Err; err != nil {
+		if errors.Is(err, store.ErrConflict) {
 			return leaseLost(j.ID, "the lease was lost before the outcome arrived")
 		}
-		return errs[0]
+		return err
 	}
+	t := done[0].Transition
 	crashpoint.Hit(crashpoint.CASBeforeAck)
 	s.notify(j.Region) // keys were released and may admit waiting jobs
 	return writeJSON(w, http.StatusOK, outcomeResponse{ID: j.ID, State: t.To, Reason: string(t.Reason), EligibleAt: t.EligibleAt})

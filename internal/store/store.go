@@ -109,6 +109,12 @@ type Store interface {
 	// one. Content that must stay in its region lives here, never in a
 	// job's payload.
 	PutObject(ctx context.Context, o Object) error
+	// PutObjectIf is PutObject as a guarded write: it stores o only when
+	// the stored body is exactly prev (prev nil: only when there is no
+	// such object yet), and returns ErrConflict otherwise, so that a
+	// read-modify-write of a document by two nodes at once loses neither
+	// update silently.
+	PutObjectIf(ctx context.Context, o Object, prev []byte) error
 	// GetObject returns one document or ErrNotFound.
 	GetObject(ctx context.Context, kind, id string) (Object, error)
 	// ListObjects returns up to limit documents of a kind with ids after
@@ -177,7 +183,8 @@ type ListParams struct {
 	// After is the id of the last job of the previous page; ids sort by
 	// creation time, so pagination is stable.
 	After string
-	// Limit is the page size, at most 1000; zero means 100.
+	// Limit is the page size: zero means DefaultListLimit, above
+	// MaxListLimit it is MaxListLimit (PageSize).
 	Limit int
 }
 

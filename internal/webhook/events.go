@@ -450,7 +450,7 @@ func (r *Registry) Redeliver(ctx context.Context, id string) (DeliveryInfo, erro
 	}
 	switch j.State {
 	case job.StateTerminal:
-		j, err = r.st.Redrive(ctx, id, r.cfg.Now())
+		j, err = r.cfg.Jobs.Redrive(ctx, id)
 		if err != nil {
 			return DeliveryInfo{}, err
 		}

@@ -138,14 +138,15 @@ func (r *Registry) record(ctx context.Context, j *job.Job, rec Record, out job.O
 		if b, err := json.Marshal(res); err == nil {
 			out.Result = b
 		}
-		_ = r.succeeded(ctx, rec, now)
+		r.logged(rec.ID, "record success", r.succeeded(ctx, rec, now))
 	case out.Class == job.ClassRateLimited:
 	case out.Reason == job.ReasonSubscriberGone && out.Status == http.StatusGone:
-		_ = r.saveResponse(ctx, diag)
-		_, _ = r.Disable(ctx, rec.ID, "subscriber answered 410 Gone")
+		r.logged(rec.ID, "record response", r.saveResponse(ctx, diag))
+		_, err := r.Disable(ctx, rec.ID, "subscriber answered 410 Gone")
+		r.logged(rec.ID, "disable", err)
 	default:
-		_ = r.saveResponse(ctx, diag)
-		_ = r.failed(ctx, rec, out, now)
+		r.logged(rec.ID, "record response", r.saveResponse(ctx, diag))
+		r.logged(rec.ID, "record failure", r.failed(ctx, rec, out, now))
 	}
 	return out
 }
@@ -184,6 +185,15 @@ func (r *Registry) LastFailedResponse(ctx context.Context, jobID string) (Respon
 		return ResponseRecord{}, fmt.Errorf("decode response %s: %w", jobID, err)
 	}
 	return rr, nil
+}
+
+// logged logs a failed write of the registry's own bookkeeping. The
+// delivery's outcome stands either way (it is the job's, written by the
+// engine), but a health record that could not be written must be seen.
+func (r *Registry) logged(subscriberID, what string, err error) {
+	if err != nil {
+		r.cfg.Logger.Warn("webhook subscriber bookkeeping failed", "subscriber_id", subscriberID, "op", what, "err", err)
+	}
 }
 
 // succeeded clears a failure record, and refreshes LastSuccessAt at most

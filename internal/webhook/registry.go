@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/url"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -54,6 +56,13 @@ type RegistryConfig struct {
 	// Store is the region's store (required). Subscribers, events and
 	// diagnostic responses are objects in it; deliveries are its jobs.
 	Store store.Store
+	// Logger receives subscriber ids and errors of the registry's own
+	// bookkeeping (health records), never payloads; default slog.Default().
+	Logger *slog.Logger
+	// Jobs is the region's writer of job state (the engine's), through
+	// which a redelivery redrives a dead delivery; nil makes one over
+	// Store.
+	Jobs *engine.Jobs
 	// RotationWindow is how long a rotated-out secret keeps signing;
 	// default DefaultRotationWindow (24 h).
 	RotationWindow time.Duration
@@ -102,6 +111,9 @@ func (c RegistryConfig) WithDefaults() RegistryConfig {
 	}
 	if c.Lane == "" {
 		c.Lane = job.LaneBatch
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -152,6 +164,12 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Jobs == nil {
+		var err error
+		if cfg.Jobs, err = engine.NewJobs(engine.JobsConfig{Store: cfg.Store, Now: cfg.Now}); err != nil {
+			return nil, err
+		}
 	}
 	return &Registry{cfg: cfg, st: cfg.Store, cache: map[string]cached{}}, nil
 }
@@ -276,6 +294,10 @@ type Record struct {
 	Health              Health    `json:"health"`
 	CreatedAt           time.Time `json:"created_at"`
 	UpdatedAt           time.Time `json:"updated_at"`
+	// Version counts the record's writes; every write is a compare-and-
+	// set on the stored record, so two nodes updating one subscriber at
+	// once never lose an update silently.
+	Version int64 `json:"version"`
 }
 
 // Health is what the registry knows of a subscriber's recent deliveries.
@@ -402,7 +424,7 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 		return Record{}, "", false, err
 	}
 	now := r.cfg.Now().UTC()
-	prev, err := r.load(ctx, spec.ID)
+	prev, prevBody, err := r.loadRaw(ctx, spec.ID)
 	created := errors.Is(err, ErrSubscriberNotFound)
 	if err != nil && !created {
 		return Record{}, "", false, err
@@ -411,7 +433,9 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 	if _, err := r.st.UpsertLimit(ctx, rec.LimitConfig(r.cfg.Headroom), now); err != nil {
 		return Record{}, "", false, fmt.Errorf("subscriber %s: limit key: %w", spec.ID, err)
 	}
-	if err := r.save(ctx, rec); err != nil {
+	// A concurrent Put or update of the same subscriber answers a
+	// conflict: replacing it would drop the other writer's change.
+	if rec, err = r.saveIf(ctx, rec, prev, prevBody); err != nil {
 		return Record{}, "", false, err
 	}
 	return rec, generated, created, nil
@@ -578,14 +602,22 @@ func (r *Registry) lookup(ctx context.Context, id string) (Record, error) {
 
 // load reads a subscriber from the store.
 func (r *Registry) load(ctx context.Context, id string) (Record, error) {
+	rec, _, err := r.loadRaw(ctx, id)
+	return rec, err
+}
+
+// loadRaw reads a subscriber and the stored body it was decoded from, the
+// guard of a write that follows (saveIf).
+func (r *Registry) loadRaw(ctx context.Context, id string) (Record, []byte, error) {
 	o, err := r.st.GetObject(ctx, ObjectSubscriber, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return Record{}, fmt.Errorf("subscriber %s: %w: %w", id, ErrSubscriberNotFound, err)
+		return Record{}, nil, fmt.Errorf("subscriber %s: %w: %w", id, ErrSubscriberNotFound, err)
 	}
 	if err != nil {
-		return Record{}, err
+		return Record{}, nil, err
 	}
-	return decodeRecord(o.Body)
+	rec, err := decodeRecord(o.Body)
+	return rec, o.Body, err
 }
 
 func decodeRecord(b []byte) (Record, error) {
@@ -597,15 +629,22 @@ func decodeRecord(b []byte) (Record, error) {
 	return s.Record, nil
 }
 
-// save writes a record and drops this node's cached copies.
-func (r *Registry) save(ctx context.Context, rec Record) error {
+// saveIf writes rec as the next version of prev, read as prevBody (nil:
+// rec is new), and drops this node's cached copies. It returns an error
+// wrapping store.ErrConflict when the stored record changed since it was
+// read, by this node or another.
+func (r *Registry) saveIf(ctx context.Context, rec, prev Record, prevBody []byte) (Record, error) {
+	rec.Version = prev.Version + 1
 	body, err := json.Marshal(stored{Record: rec, Secrets: rec.Secrets})
 	if err != nil {
-		return err
+		return Record{}, err
 	}
-	err = r.st.PutObject(ctx, store.Object{Kind: ObjectSubscriber, ID: rec.ID, Body: body, UpdatedAt: rec.UpdatedAt})
+	err = r.st.PutObjectIf(ctx, store.Object{Kind: ObjectSubscriber, ID: rec.ID, Body: body, UpdatedAt: rec.UpdatedAt}, prevBody)
 	r.invalidate(rec.ID)
-	return err
+	if err != nil {
+		return Record{}, fmt.Errorf("subscriber %s: %w", rec.ID, err)
+	}
+	return rec, nil
 }
 
 func (r *Registry) invalidate(id string) {
@@ -615,23 +654,37 @@ func (r *Registry) invalidate(id string) {
 	r.mu.Unlock()
 }
 
+// updateTries bounds how often update re-reads a record that another node
+// changed between its read and its write.
+const updateTries = 5
+
 // update applies fn to the stored record and saves it when fn reports a
-// change. Updates of one subscriber through this Registry are serialised;
-// across nodes the last write wins (fields are re-read just before).
+// change, as a compare-and-set on the record it read: when another node
+// wrote in between, fn is applied again to the fresh record, up to
+// updateTries times; then the conflict is returned (wrapping
+// store.ErrConflict). Updates of one subscriber through this Registry are
+// serialised, so only other nodes make it retry.
 func (r *Registry) update(ctx context.Context, id string, fn func(rec *Record, now time.Time) bool) (Record, error) {
 	mu, _ := r.locks.LoadOrStore(id, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
-	rec, err := r.load(ctx, id)
-	if err != nil {
-		return Record{}, err
+	var err error
+	for range updateTries {
+		var prev Record
+		var prevBody []byte
+		if prev, prevBody, err = r.loadRaw(ctx, id); err != nil {
+			return Record{}, err
+		}
+		rec, now := prev, r.cfg.Now().UTC()
+		if !fn(&rec, now) {
+			return rec, nil
+		}
+		rec.UpdatedAt = now
+		if rec, err = r.saveIf(ctx, rec, prev, prevBody); !errors.Is(err, store.ErrConflict) {
+			return rec, err
+		}
 	}
-	now := r.cfg.Now().UTC()
-	if !fn(&rec, now) {
-		return rec, nil
-	}
-	rec.UpdatedAt = now
-	return rec, r.save(ctx, rec)
+	return Record{}, err
 }
 
 // subscribers returns every subscriber of the region, from a list cached

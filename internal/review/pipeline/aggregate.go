@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/crashpoint"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/store"
@@ -25,6 +26,10 @@ type Publisher interface {
 type AggregatorConfig struct {
 	// Store is the region's store (required).
 	Store store.Store
+	// Jobs is the region's writer of job state (the engine's), through
+	// which a parent is advanced and its publication recorded; nil makes
+	// one over Store.
+	Jobs *engine.Jobs
 	// Publisher delivers aggregated reviews (required).
 	Publisher Publisher
 	// MaxFindings caps a review's findings; 0 means finding.DefaultMaxFindings.
@@ -60,6 +65,11 @@ func NewAggregator(cfg AggregatorConfig) *Aggregator {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Jobs == nil {
+		// NewJobs fails only without a store, which NewAggregator's
+		// callers always pass; a nil writer then fails at first use.
+		cfg.Jobs, _ = engine.NewJobs(engine.JobsConfig{Store: cfg.Store, Now: cfg.Now, Logger: cfg.Logger})
 	}
 	return &Aggregator{cfg: cfg, wake: make(chan string, 1024), stop: make(chan struct{})}
 }
@@ -212,7 +222,7 @@ func (a *Aggregator) aggregate(ctx context.Context, parent *job.Job) (*job.Job, 
 	if p.Result, err = json.Marshal(res); err != nil {
 		return nil, err
 	}
-	j, err := a.cfg.Store.Advance(ctx, p)
+	j, err := a.cfg.Jobs.Advance(ctx, p)
 	if errors.Is(err, store.ErrConflict) {
 		return a.cfg.Store.Get(ctx, parent.ID) // someone else aggregated it
 	}
@@ -239,7 +249,7 @@ func (a *Aggregator) publish(ctx context.Context, parent *job.Job) error {
 		return fmt.Errorf("publish review %s: %w", parent.ID, err)
 	}
 	crashpoint.Hit(crashpoint.PublishBeforeCAS)
-	if err := a.cfg.Store.Publish(ctx, parent.ID, a.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
+	if err := a.cfg.Jobs.Published(ctx, parent.ID); err != nil && !errors.Is(err, store.ErrConflict) {
 		return err
 	}
 	return nil

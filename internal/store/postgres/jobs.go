@@ -17,10 +17,6 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// pruneBatch is how many finished jobs one Prune transaction deletes, so that
-// pruning a large backlog is many short transactions, not one long one.
-const pruneBatch = 5000
-
 // groupKey identifies a group: lane, tenant, kind and the sorted key set.
 type groupKey struct {
 	lane         job.Lane
@@ -242,14 +238,7 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	limit := p.Limit
-	switch {
-	case limit <= 0:
-		limit = 100
-	case limit > 1000:
-		limit = 1000
-	}
-	args = append(args, limit)
+	args = append(args, store.PageSize(p.Limit))
 	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
 	return collectJobs(s.pool.Query(ctx, q, args...))
 }
@@ -273,21 +262,16 @@ func (s *Store) ExpireDeadlines(ctx context.Context, now time.Time) (int, error)
 	return int(tag.RowsAffected()), nil
 }
 
-// Prune deletes the jobs (and their history) that finished before before,
-// in short transactions of pruneBatch jobs, and returns how many.
+// Prune deletes up to store.PruneBatch jobs (and their history) that
+// finished before before, in one short transaction, and returns how many;
+// call it until it returns 0 (the engine does), as with every driver.
 func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
-	total := 0
-	for {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
-			WHERE finished_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, ns(before), pruneBatch)
-		if err != nil {
-			return total, fmt.Errorf("prune: %w", err)
-		}
-		total += int(tag.RowsAffected())
-		if tag.RowsAffected() < pruneBatch {
-			return total, nil
-		}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
+		WHERE finished_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, ns(before), store.PruneBatch)
+	if err != nil {
+		return 0, fmt.Errorf("prune: %w", err)
 	}
+	return int(tag.RowsAffected()), nil
 }
 
 // Stats counts jobs by lane and state and reports, per lane, the age of the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -19,6 +20,30 @@ func (s *Store) PutObject(ctx context.Context, o store.Object) error {
 		ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
 		o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
 	return err
+}
+
+// PutObjectIf stores a document only if the stored body is prev (nil: only
+// if there is none).
+func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
+	if len(o.Body) > store.MaxObjectBytes {
+		return fmt.Errorf("object %s/%s is %d bytes; the limit is %d", o.Kind, o.ID, len(o.Body), store.MaxObjectBytes)
+	}
+	var tag pgconn.CommandTag
+	var err error
+	if prev == nil {
+		tag, err = s.pool.Exec(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ($1, $2, $3, $4) ON CONFLICT (kind, id) DO NOTHING`,
+			o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
+	} else {
+		tag, err = s.pool.Exec(ctx, `UPDATE objects SET body = $1, updated_at = $2 WHERE kind = $3 AND id = $4 AND body = $5`,
+			o.Body, ns(o.UpdatedAt), o.Kind, o.ID, prev)
+	}
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("object %s/%s changed since it was read: %w", o.Kind, o.ID, store.ErrConflict)
+	}
+	return nil
 }
 
 // GetObject returns one document.

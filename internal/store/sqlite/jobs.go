@@ -177,11 +177,7 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	limit := p.Limit
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
-	q += fmt.Sprintf(" ORDER BY id DESC LIMIT %d", limit)
+	q += fmt.Sprintf(" ORDER BY id DESC LIMIT %d", store.PageSize(p.Limit))
 	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -335,12 +331,12 @@ func (s *Store) ExpireDeadlines(ctx context.Context, now time.Time) (int, error)
 	return int(n), err
 }
 
-// Prune deletes up to 10,000 finished jobs that finished before before; call
-// it until it returns 0.
+// Prune deletes up to store.PruneBatch finished jobs that finished before
+// before; call it until it returns 0.
 func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		sel := `SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? LIMIT 10000`
+		sel := fmt.Sprintf(`SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? LIMIT %d`, store.PruneBatch)
 		if _, err := s.exec(tx, `DELETE FROM job_attempts WHERE job_id IN (`+sel+`)`, ns(before)); err != nil {
 			return err
 		}

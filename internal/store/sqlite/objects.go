@@ -22,6 +22,32 @@ func (s *Store) PutObject(ctx context.Context, o store.Object) error {
 	})
 }
 
+// PutObjectIf stores a document only if the stored body is prev (nil: only
+// if there is none).
+func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
+	if len(o.Body) > store.MaxObjectBytes {
+		return fmt.Errorf("object %s/%s is %d bytes; the limit is %d", o.Kind, o.ID, len(o.Body), store.MaxObjectBytes)
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var res sql.Result
+		var err error
+		if prev == nil {
+			res, err = s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT (kind, id) DO NOTHING`,
+				o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
+		} else {
+			res, err = s.exec(tx, `UPDATE objects SET body = ?, updated_at = ? WHERE kind = ? AND id = ? AND body = ?`,
+				o.Body, ns(o.UpdatedAt), o.Kind, o.ID, prev)
+		}
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return errors.Join(err, fmt.Errorf("object %s/%s changed since it was read: %w", o.Kind, o.ID, store.ErrConflict))
+		}
+		return nil
+	})
+}
+
 // GetObject returns one document.
 func (s *Store) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
 	o := store.Object{Kind: kind, ID: id}

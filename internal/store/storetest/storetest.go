@@ -8,6 +8,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"maps"
 
 	"testing"
 	"time"
@@ -72,6 +73,7 @@ func Run(t *testing.T, open Opener) {
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
 	}
+	maps.Copy(tests, contractCases)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -1,9 +1,13 @@
-// Package job is ratelane's vocabulary: the job record, its states and the
-// transitions between them, terminal reasons, lane classes, limit keys and the
-// outcomes a handler returns. It sits at the bottom of the import graph and
-// imports only the standard library, so every other package (stores, engine,
-// HTTP API) can share one definition of what a job is.
-package job
+// Package rltype is ratelane's public vocabulary: the job record, its
+// states and the transitions between them, terminal reasons, lane classes,
+// the outcome classes a handler returns and the remaining-quota hints it may
+// attach. It imports only the standard library, so a program can name these
+// types (write an OutcomeHandler, read a job's state or reason) without
+// pulling in ratelane's engine, stores or HTTP API, the way River's rivertype
+// does. The root package ratelane re-exports the common names; the internal
+// packages alias them (internal/job), so there is one definition of what a
+// job is.
+package rltype
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package job
+package rltype
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 )
 
 // Class is the classification of one attempt's outcome. The engine maps each
-// class to exactly one kind of transition; see engine.decide.
+// class to exactly one kind of transition; see the engine's Decide.
 type Class string
 
 // Outcome classes.

@@ -1,4 +1,4 @@
-package job
+package rltype
 
 // State is where a job is in its life. The same set is enforced by a SQL CHECK
 // constraint in every store and drawn in docs/state-machine.md.

@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Jobs is the one writer of a region's job state: every lease, heartbeat,
+// outcome, cancel, redrive, parent advance and recorded publication of the
+// region goes through it, whether it comes from the engine's own workers,
+// an external worker over HTTP, an operator or a plug-in (webhook
+// redelivery, review aggregation). So batch's share of starts is one
+// policy, every outcome is classified by Decide, and every lease and
+// finished attempt reaches the same Observer, whoever ran the job.
+//
+// An Engine makes one (Engine.Jobs) unless Config.Jobs hands it one; a
+// process that serves the HTTP API for a region it runs no kinds of makes
+// its own with NewJobs. One Jobs per region and process: its batch credit
+// is in memory. It is safe for concurrent use.
+type Jobs struct {
+	cfg JobsConfig
+
+	mu     sync.Mutex
+	credit float64 // batch starts earned (BatchShare per start) and not yet taken
+	rnd    *rand.Rand
+	served map[string]time.Time // kind -> last lease asking for it; zero: an engine runs it
+	stats  *statsCache          // PredictWait's last read of the lanes' ages
+}
+
+// JobsConfig configures a Jobs. Zero optional fields take the defaults of
+// WithDefaults.
+type JobsConfig struct {
+	// Store is the region's store (required).
+	Store store.Store
+	// BatchShare is batch work's minimum share of starts while interactive
+	// work is within budget; default 0.1. Negative means none.
+	BatchShare float64
+	// MaxCredit bounds the batch starts that may be owed at once; default
+	// job.DefaultWorkers.
+	MaxCredit int
+	// InteractiveBudget is the interactive lane's latency budget; default
+	// job.DefaultInteractiveBudget. Past it, batch's share is not taken.
+	InteractiveBudget time.Duration
+	// Backoff is the retry timing of outcomes without a server-given delay.
+	Backoff Backoff
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger receives ids, never payloads; default slog.Default().
+	Logger *slog.Logger
+	// Observer, when set, is told of every lease and written outcome.
+	Observer Observer
+}
+
+// WithDefaults returns c with zero fields replaced by their defaults.
+func (c JobsConfig) WithDefaults() JobsConfig {
+	if c.BatchShare == 0 {
+		c.BatchShare = 0.1
+	}
+	if c.MaxCredit == 0 {
+		c.MaxCredit = job.DefaultWorkers
+	}
+	if c.InteractiveBudget == 0 {
+		c.InteractiveBudget = job.DefaultInteractiveBudget
+	}
+	c.Backoff = c.Backoff.WithDefaults()
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// NewJobs returns the writer of cfg.Store's region.
+func NewJobs(cfg JobsConfig) (*Jobs, error) {
+	cfg = cfg.WithDefaults()
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("engine: JobsConfig.Store is required")
+	case cfg.BatchShare > 1:
+		return nil, fmt.Errorf("engine: BatchShare must be at most 1, got %v", cfg.BatchShare)
+	case cfg.MaxCredit < 1:
+		return nil, fmt.Errorf("engine: MaxCredit must be at least 1, got %d", cfg.MaxCredit)
+	}
+	return &Jobs{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5eed))}, nil
+}
+
+// Region is the region of the store the writer writes.
+func (w *Jobs) Region() string { return w.cfg.Store.Region() }
+
+// Store is the region's store, for reads.
+func (w *Jobs) Store() store.Store { return w.cfg.Store }
+
+// LeaseParams says what a worker asks Lease for.
+type LeaseParams struct {
+	// Max is the most jobs to lease (at least 1).
+	Max int
+	// LeaseFor is the lease period.
+	LeaseFor time.Duration
+	// Kinds are the job kinds the worker runs (required: a worker never
+	// takes another's kinds).
+	Kinds []string
+	// Tenant, when set, leases that tenant's jobs only.
+	Tenant string
+	// NextAdmission, when set, is told the earliest time a key that
+	// refused this call may admit again.
+	NextAdmission func(at time.Time)
+}
+
+// Lease leases up to p.Max admitted jobs. Batch gets its minimum share of
+// starts from the credit every lease of this writer earns, whoever leases:
+// batch earns BatchShare per start, not per call, so on a paced key (a job
+// or two per call) it does not go first on every call.
+func (w *Jobs) Lease(ctx context.Context, p LeaseParams) ([]*job.Job, error) {
+	now := w.cfg.Now()
+	w.leasedKinds(p.Kinds, now)
+	w.mu.Lock()
+	batchMin := min(int(w.credit), p.Max)
+	w.mu.Unlock()
+	jobs, err := w.cfg.Store.Lease(ctx, store.LeaseParams{
+		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant,
+		BatchMin: batchMin, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
+	})
+	batch := 0
+	for _, j := range jobs {
+		if j.Lane == job.LaneBatch {
+			batch++
+		}
+	}
+	if w.cfg.BatchShare > 0 {
+		w.mu.Lock()
+		w.credit = min(max(0, w.credit+w.cfg.BatchShare*float64(len(jobs))-float64(batch)), float64(w.cfg.MaxCredit))
+		w.mu.Unlock()
+	}
+	if w.cfg.Observer != nil && len(jobs) > 0 {
+		w.cfg.Observer.Leased(len(jobs))
+	}
+	return jobs, err
+}
+
+// Heartbeat extends the lease token's hold on job id to now + leaseFor and
+// returns the new expiry. store.ErrConflict or store.ErrNotFound mean the
+// lease was lost (expired and recovered, or the job was cancelled).
+func (w *Jobs) Heartbeat(ctx context.Context, id, token string, leaseFor time.Duration) (time.Time, error) {
+	until := w.cfg.Now().Add(leaseFor)
+	return until, w.cfg.Store.Heartbeat(ctx, id, token, until)
+}
+
+// Report is one attempt's outcome, for Jobs.Report.
+type Report struct {
+	// Job is the leased job, with the lease token that ran it.
+	Job *job.Job
+	// Outcome is what the attempt returned.
+	Outcome job.Outcome
+	// Validates says the kind has a publication step: success goes to
+	// validated (and the engine publishes), not straight to published.
+	Validates bool
+}
+
+// Reported is what became of one Report.
+type Reported struct {
+	// Transition is the transition Decide chose.
+	Transition store.Transition
+	// Err is nil when it was written; store.ErrConflict when the lease no
+	// longer held the job.
+	Err error
+}
+
+// Report turns outcomes into transitions with Decide and writes them in
+// one guarded Finish; every one written is told to the Observer. The error
+// is the store's when nothing could be written.
+func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
+	now := w.cfg.Now()
+	ts := make([]store.Transition, len(rs))
+	w.mu.Lock()
+	for i, r := range rs {
+		ts[i] = Decide(r.Job, r.Outcome, now, r.Validates, w.cfg.Backoff, w.rnd.Float64())
+	}
+	w.mu.Unlock()
+	errs, err := w.cfg.Store.Finish(ctx, ts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Reported, len(rs))
+	for i, r := range rs {
+		out[i] = Reported{Transition: ts[i], Err: errs[i]}
+		if errs[i] == nil && w.cfg.Observer != nil {
+			w.cfg.Observer.Finished(r.Job, r.Outcome, ts[i])
+		}
+	}
+	return out, nil
+}
+
+// ReplayObserver is an Observer that also counts inserts answered from an
+// idempotency key (ratelane_idempotent_replays_total). It is a separate
+// interface so Observers written before it keep compiling.
+type ReplayObserver interface {
+	IdempotentReplay()
+}
+
+// Insert durably inserts jobs (prepared and validated by the caller) with
+// def configuring limit keys they name first; an insert answered from an
+// idempotency key (InsertResult.Existing) is told to the Observer when it
+// is a ReplayObserver.
+func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	res, err := w.cfg.Store.Insert(ctx, jobs, def)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	if w.stats != nil {
+		for _, r := range res {
+			if !r.Existing {
+				w.stats.inserted(r.Job)
+			}
+		}
+	}
+	w.mu.Unlock()
+	if ro, ok := w.cfg.Observer.(ReplayObserver); ok {
+		for _, r := range res {
+			if r.Existing {
+				ro.IdempotentReplay()
+			}
+		}
+	}
+	return res, nil
+}
+
+// Cancel ends a job that is not final as terminal/cancelled. A running
+// job's worker learns it at its next heartbeat.
+func (w *Jobs) Cancel(ctx context.Context, id string) (*job.Job, error) {
+	return w.cfg.Store.Cancel(ctx, id, w.cfg.Now())
+}
+
+// Redrive returns a terminal job (a dead letter) to waiting with fresh
+// budgets; the redrive is recorded in its history.
+func (w *Jobs) Redrive(ctx context.Context, id string) (*job.Job, error) {
+	return w.cfg.Store.Redrive(ctx, id, w.cfg.Now())
+}
+
+// Delete removes a job and its history (an operator deleting a dead
+// letter); store.ErrNotFound when there is none.
+func (w *Jobs) Delete(ctx context.Context, id string) error {
+	return w.cfg.Store.Delete(ctx, id)
+}
+
+// Advance moves a parent job whose parts have all finished (a compare-and-
+// set from p.From). A zero p.Now is the writer's clock.
+func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
+	if p.Now.IsZero() {
+		p.Now = w.cfg.Now()
+	}
+	return w.cfg.Store.Advance(ctx, p)
+}
+
+// Published records that a validated job's result was delivered, with the
+// compare-and-set validated -> published; store.ErrConflict means it was
+// recorded already (or the job is no longer validated).
+func (w *Jobs) Published(ctx context.Context, id string) error {
+	return w.cfg.Store.Publish(ctx, id, w.cfg.Now())
+}
