@@ -53,6 +53,8 @@ var walkthroughExpect = map[string][]*regexp.Regexp{
 		regexp.MustCompile(`(?m)^waiting for:\s+nothing handles kind "summarize"`),
 		regexp.MustCompile(`(?m)^predicted start:\s+never, until something handles its kind`),
 		regexp.MustCompile(`(?m)^set openai:gpt-4o-mini: rate`),
+		// ... and once a worker leases the kind, the job completes.
+		regexp.MustCompile(`(?m)^state:\s+published$`),
 	},
 	// The webhooks walkthrough's delivery reaches its loopback receiver.
 	"docs/webhooks.md#first-delivery": {
