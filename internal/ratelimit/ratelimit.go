@@ -110,8 +110,9 @@ type Info struct {
 // the time the response was received. Header values that are absolute
 // times (HTTP-dates, RFC 3339 timestamps, Unix times) are instants on the
 // server's clock, so they become durations from the response's Date
-// ([ServerNow]), or from now without a valid Date. Header names are matched case-insensitively, also in an
-// http.Header built by hand with non-canonical keys. Multiple field lines
+// ([ServerNow]), or from now without a valid Date. Header names are
+// matched case-insensitively, also in an http.Header built by hand with
+// non-canonical keys. Multiple field lines
 // of a structured field are joined with commas (RFC 9110 §5.3); for the
 // other headers the first line counts.
 //
