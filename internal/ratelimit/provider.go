@@ -25,7 +25,8 @@ func parseOpenAI(h http.Header, dim string) Quota {
 // remaining,reset} headers, dim being "requests", "tokens",
 // "input-tokens" or "output-tokens". Anthropic sends reset as an RFC 3339
 // timestamp ("2024-04-08T18:30:00Z"); it becomes the duration from now,
-// 0 when already past.
+// 0 when already past. Parse passes the server's now (the response's
+// Date), since the timestamp is on the server's clock.
 func parseAnthropic(h http.Header, dim string, now time.Time) Quota {
 	prefix := "Anthropic-Ratelimit-" + dim + "-"
 	q := unknownQuota

@@ -107,22 +107,24 @@ type Info struct {
 }
 
 // Parse reads every rate-limit signal this package knows from h. now is
-// the time the response was received; header values that are absolute
-// times (HTTP-dates, RFC 3339 timestamps, Unix times) become durations
-// from now. Header names are matched case-insensitively, also in an
-// http.Header built by hand with non-canonical keys. Multiple field lines
+// the time the response was received. Header values that are absolute
+// times (HTTP-dates, RFC 3339 timestamps, Unix times) are instants on the
+// server's clock, so they become durations from the response's Date
+// ([ServerNow]), or from now without a valid Date. Header names are
+// matched case-insensitively, also in an http.Header built by hand with
+// non-canonical keys. Multiple field lines
 // of a structured field are joined with commas (RFC 9110 §5.3); for the
 // other headers the first line counts.
 //
-// An HTTP-date Retry-After is an instant on the server's clock, so it is
-// measured from the response's Date header (RFC 9110 §6.6.1), not from
-// now: a server whose clock runs 30 s ahead and asks for "1 s from now"
-// means one second, not 31 (see [ServerNow]). The delay is the exact
+// An HTTP-date Retry-After is such an instant (RFC 9110 §6.6.1): a
+// server whose clock runs 30 s ahead and asks for "1 s from now" means
+// one second, not 31. The same holds for Anthropic's RFC 3339 resets and
+// for Unix-time and HTTP-date RateLimit resets. The delay is the exact
 // difference of the two dates, with no rounding: both have one-second
 // resolution, and a server that rounds its retry instant up (as it must,
 // so that no client retries early) and truncates its Date makes the
-// difference at most one second more than the wait it needs, never less.
-// Without a valid Date the delay is measured from now.
+// difference up to (not including) two seconds more than the wait it
+// needs, never less. Delays given in seconds do not depend on any clock.
 //
 // Precedence for RetryAfter: a valid retry-after-ms wins over Retry-After,
 // because it is the more precise value and servers that send both send
@@ -143,26 +145,27 @@ type Info struct {
 // to call concurrently.
 func Parse(h http.Header, now time.Time) Info {
 	h = canonical(h)
+	server := ServerNow(h, now)
 	var info Info
 	if d, ok := parseMillis(h.Get("Retry-After-Ms")); ok {
 		info.RetryAfter, info.HasRetryAfter, info.Source = d, true, "retry-after-ms"
-	} else if d, ok := ParseRetryAfter(h.Get("Retry-After"), ServerNow(h, now)); ok {
+	} else if d, ok := ParseRetryAfter(h.Get("Retry-After"), server); ok {
 		info.RetryAfter, info.HasRetryAfter, info.Source = d, true, "retry-after"
 	}
 	info.Requests = parseOpenAI(h, "requests")
 	info.Tokens = parseOpenAI(h, "tokens")
-	info.InputTokens = parseAnthropic(h, "input-tokens", now)
-	info.OutputTokens = parseAnthropic(h, "output-tokens", now)
+	info.InputTokens = parseAnthropic(h, "input-tokens", server)
+	info.OutputTokens = parseAnthropic(h, "output-tokens", server)
 	if !info.Requests.Known() {
-		info.Requests = parseAnthropic(h, "requests", now)
+		info.Requests = parseAnthropic(h, "requests", server)
 	}
 	if !info.Tokens.Known() {
-		info.Tokens = parseAnthropic(h, "tokens", now)
+		info.Tokens = parseAnthropic(h, "tokens", server)
 	}
 	if !info.Tokens.Known() {
 		info.Tokens = tighter(info.InputTokens, info.OutputTokens)
 	}
-	info.Policies = parsePolicies(h, now)
+	info.Policies = parsePolicies(h, server)
 	return info
 }
 

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"net/http"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -328,6 +330,59 @@ func TestParseRetryAfterAgainstDate(t *testing.T) {
 			got := Parse(tt.h, now)
 			if !got.HasRetryAfter || got.RetryAfter != tt.want || got.Source != tt.src {
 				t.Errorf("Parse = %v, %v, %q; want %v from %s", got.RetryAfter, got.HasRetryAfter, got.Source, tt.want, tt.src)
+			}
+		})
+	}
+}
+
+// TestAbsoluteResetsAgainstDate checks that every absolute reset (an
+// Anthropic RFC 3339 timestamp, a Unix-time or HTTP-date RateLimit-Reset)
+// is measured from the response's Date, the server's clock, like an
+// HTTP-date Retry-After, and from now only without a Date.
+func TestAbsoluteResetsAgainstDate(t *testing.T) {
+	t.Parallel()
+	const imf = http.TimeFormat
+	serverNow := now.Add(90 * time.Second) // the server's clock runs 90 s ahead
+	date := serverNow.Format(imf)
+	inFive := serverNow.Add(5 * time.Second)
+	tests := []struct {
+		name  string
+		h     http.Header
+		get   func(Info) time.Duration
+		want  time.Duration
+		delay string
+	}{
+		{"anthropic requests reset", hdr("Date", date, "anthropic-ratelimit-requests-limit", "50",
+			"anthropic-ratelimit-requests-remaining", "0", "anthropic-ratelimit-requests-reset", inFive.Format(time.RFC3339)),
+			func(i Info) time.Duration { return i.Requests.Reset }, 5 * time.Second, "anthropic-ratelimit-requests-reset"},
+		{"anthropic input tokens reset", hdr("Date", date, "anthropic-ratelimit-input-tokens-limit", "1000",
+			"anthropic-ratelimit-input-tokens-remaining", "0", "anthropic-ratelimit-input-tokens-reset", inFive.Format(time.RFC3339)),
+			func(i Info) time.Duration { return i.InputTokens.Reset }, 5 * time.Second, "anthropic-ratelimit-input-tokens-reset"},
+		{"unix-time RateLimit-Reset", hdr("Date", date, "RateLimit-Limit", "100", "RateLimit-Remaining", "0",
+			"RateLimit-Reset", strconv.FormatInt(inFive.Unix(), 10)),
+			func(i Info) time.Duration { return i.Policies[0].Reset }, 5 * time.Second, "ratelimit-reset"},
+		{"http-date RateLimit-Reset", hdr("Date", date, "RateLimit-Limit", "100", "RateLimit-Remaining", "0",
+			"RateLimit-Reset", inFive.Format(imf)),
+			func(i Info) time.Duration { return i.Policies[0].Reset }, 5 * time.Second, "ratelimit-reset"},
+		{"delta RateLimit-Reset ignores the skew", hdr("Date", date, "RateLimit-Limit", "100", "RateLimit-Remaining", "0",
+			"RateLimit-Reset", "5"),
+			func(i Info) time.Duration { return i.Policies[0].Reset }, 5 * time.Second, "ratelimit-reset"},
+		// Without Date the local clock is all there is: 95 s here.
+		{"anthropic reset, no Date", hdr("anthropic-ratelimit-requests-limit", "50",
+			"anthropic-ratelimit-requests-remaining", "0", "anthropic-ratelimit-requests-reset", inFive.Format(time.RFC3339)),
+			func(i Info) time.Duration { return i.Requests.Reset }, 95 * time.Second, "anthropic-ratelimit-requests-reset"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			info := Parse(tt.h, now)
+			if strings.HasPrefix(tt.delay, "ratelimit") && len(info.Policies) != 1 {
+				t.Fatalf("policies = %+v, want one", info.Policies)
+			}
+			if got := tt.get(info); got != tt.want {
+				t.Errorf("reset = %v, want %v", got, tt.want)
+			}
+			if d, src, ok := info.Delay(); !ok || d != tt.want || src != tt.delay {
+				t.Errorf("Delay = %v, %q, %v; want %v from %s", d, src, ok, tt.want, tt.delay)
 			}
 		})
 	}

@@ -257,7 +257,14 @@ func (g *GitHub) do(ctx context.Context, method, url string, body []byte, into a
 // or 429 and a Retry-After, or a "secondary rate limit" message (wait at
 // least a minute, as GitHub documents). Other 4xx are permanent, 5xx
 // transient. The quota headers become a hint for GitHubKey.
+//
+// now is the local time the answer arrived. x-ratelimit-reset and an
+// HTTP-date Retry-After are instants on GitHub's clock, so they are
+// measured from the answer's Date ([ratelimit.ServerNow]), not from now:
+// with our clock 30 s behind GitHub's, a reset 10 s away is a 10 s wait,
+// not 40. h must have canonical keys, as an http.Response's header has.
 func ClassifyGitHub(status int, h http.Header, body []byte, now time.Time) job.Outcome {
+	now = ratelimit.ServerNow(h, now)
 	o := job.Outcome{Status: status, Hints: githubHints(h, now)}
 	limited := status == http.StatusTooManyRequests ||
 		(status == http.StatusForbidden && (h.Get("x-ratelimit-remaining") == "0" || h.Get("retry-after") != "" ||
@@ -276,6 +283,8 @@ func ClassifyGitHub(status int, h http.Header, body []byte, now time.Time) job.O
 	return o
 }
 
+// githubDelay and githubHints take now on GitHub's clock (see
+// ClassifyGitHub).
 func githubDelay(h http.Header, now time.Time) (time.Duration, string) {
 	if d, ok := ratelimit.ParseRetryAfter(h.Get("retry-after"), now); ok {
 		return d, "retry-after"

@@ -228,6 +228,58 @@ func TestClassifyGitHub(t *testing.T) {
 	}
 }
 
+// TestClassifyGitHubClockSkew checks that GitHub's absolute times
+// (x-ratelimit-reset, an HTTP-date Retry-After) are read against the
+// answer's Date, GitHub's clock, not against ours.
+func TestClassifyGitHubClockSkew(t *testing.T) {
+	local := time.Unix(1_700_000_000, 0)
+	h := func(serverSkew, resetIn time.Duration, kv ...string) http.Header {
+		server := local.Add(serverSkew)
+		out := http.Header{}
+		out.Set("Date", server.UTC().Format(http.TimeFormat))
+		out.Set("x-ratelimit-limit", "5000")
+		out.Set("x-ratelimit-remaining", "0")
+		out.Set("x-ratelimit-reset", strconv.FormatInt(server.Add(resetIn).Unix(), 10))
+		for i := 0; i < len(kv); i += 2 {
+			out.Set(kv[i], kv[i+1])
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		h      http.Header
+		after  time.Duration
+		source string
+	}{
+		{"github ahead 30s", h(30*time.Second, 10*time.Second), 10 * time.Second, "x-ratelimit-reset"},
+		{"github behind 30s", h(-30*time.Second, 10*time.Second), 10 * time.Second, "x-ratelimit-reset"},
+		{"github ahead 1h", h(time.Hour, 45*time.Second), 45 * time.Second, "x-ratelimit-reset"},
+		{"reset in the past on github's clock", h(time.Hour, -5*time.Second), 0, "x-ratelimit-reset"},
+		{"http-date retry-after, github ahead", h(30*time.Second, time.Hour,
+			"Retry-After", local.Add(30*time.Second+7*time.Second).UTC().Format(http.TimeFormat)), 7 * time.Second, "retry-after"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := ClassifyGitHub(http.StatusForbidden, tt.h, []byte(`{"message":"API rate limit exceeded"}`), local)
+			if o.Class != job.ClassRateLimited {
+				t.Fatalf("class = %s, want rate_limited", o.Class)
+			}
+			if o.RetryAfter != tt.after || o.RetrySource != tt.source {
+				t.Errorf("retry after %v (%q), want %v (%q)", o.RetryAfter, o.RetrySource, tt.after, tt.source)
+			}
+			if tt.source == "x-ratelimit-reset" && (len(o.Hints) != 1 || o.Hints[0].Reset != tt.after) {
+				t.Errorf("hints = %+v, want reset %v", o.Hints, tt.after)
+			}
+		})
+	}
+	// Without a Date the local clock is all there is.
+	noDate := h(0, 20*time.Second)
+	noDate.Del("Date")
+	if o := ClassifyGitHub(http.StatusForbidden, noDate, nil, local); o.RetryAfter != 20*time.Second {
+		t.Errorf("no Date: retry after %v, want 20s", o.RetryAfter)
+	}
+}
+
 func testProfile(tokensKey string) provider.Profile {
 	return provider.Profile{Name: "rules", Kind: "rules", Region: "eu", TokensKey: tokensKey}
 }
