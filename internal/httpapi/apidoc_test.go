@@ -63,6 +63,14 @@ func renderAPIDoc(d discovery) string {
 		"Another tenant's id is answered exactly like an unknown one (404), on every route, the worker outcome routes included, "+
 		"whatever lease token is sent. A webhook delivery's `result` holds only the answer's status and timing; "+
 		"the bounded last failed answer is shown to admin keys alone (`GET /v1/deliveries/{id}/response`).\n")
+	fmt.Fprintf(&b, "\n## Other refusals\n\n"+
+		"- A job `cost` below 1, above one of its keys' burst or window limit, or above 1e12 is refused (400 `invalid-request` "+
+		"naming `cost`): such a job could never start, and on a shared key it would hold every tenant's jobs behind it.\n"+
+		"- A subscriber `url` whose host is a literal link-local, cloud metadata (169.254.169.254, fd00:ec2::254, 100.100.100.200, "+
+		"their IPv4-mapped forms) or unspecified address, or a numeric host in a non-canonical spelling, is refused (400 naming `url`) "+
+		"whatever `--allow-private-targets` says: those addresses hold the host's cloud credentials. Other internal addresses are "+
+		"refused when a delivery connects (the delivery ends `permanent_error`).\n"+
+		"- `GET /readyz` answers 503 naming the region when a store cannot be read; `ratelane serve` refuses to start on a damaged store.\n")
 	fmt.Fprintf(&b, "\n## Endpoints\n\n| method | path | role | summary |\n| --- | --- | --- | --- |\n")
 	for _, c := range d.Capabilities {
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", c.Method, c.Path, c.Role, strings.ReplaceAll(c.Summary, "|", "\\|"))

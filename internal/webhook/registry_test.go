@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -60,6 +61,33 @@ func TestRegistryPutValidates(t *testing.T) {
 	for _, want := range []string{"id", "url", "topics", "rate.limit", "secret", "headers"} {
 		if !fields[want] {
 			t.Errorf("no violation for %s in %v", want, ve.Fields)
+		}
+	}
+}
+
+// TestRegistryPutRefusesMetadataURLs: creating a subscriber refuses, naming
+// url, a URL whose host is a literal that can never be delivered to
+// (link-local, cloud metadata, unspecified, a non-canonical numeric
+// spelling), whatever AllowPrivate says; loopback and private literals and
+// hostnames are accepted here and decided at dial time.
+func TestRegistryPutRefusesMetadataURLs(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newRegistry(t)
+	ctx := context.Background()
+	for i, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://[::ffff:169.254.169.254]/",
+		"http://[fd00:ec2::254]/", "http://100.100.100.200/", "http://0.0.0.0:8080/", "http://2852039166/", "http://0x7f000001/"} {
+		_, _, _, err := r.Put(ctx, SubscriberSpec{ID: fmt.Sprintf("m%d", i), URL: u, Topics: []string{"t"}})
+		var ve *job.ValidationError
+		if !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "url" {
+			t.Errorf("Put(%s) = %v, want a validation error naming url", u, err)
+		}
+		if _, err := r.Get(ctx, fmt.Sprintf("m%d", i)); err == nil {
+			t.Errorf("Put(%s) was refused but the subscriber exists", u)
+		}
+	}
+	for i, u := range []string{"http://127.0.0.1:9/h", "http://10.0.0.1/h", "https://hooks.example.com/h"} {
+		if _, _, _, err := r.Put(ctx, SubscriberSpec{ID: fmt.Sprintf("ok%d", i), URL: u, Topics: []string{"t"}}); err != nil {
+			t.Errorf("Put(%s): %v, want it accepted (decided at dial time)", u, err)
 		}
 	}
 }

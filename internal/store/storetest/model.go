@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,6 +97,12 @@ type model struct {
 func RunModel(t *testing.T, open Opener) {
 	setDefaultChecks()
 	var steps, checks atomic.Int64
+	names := []string{"insert", "lease", "heartbeat", "complete", "transient", "permanent", "schema", "429",
+		"advance", "sweep", "cancel", "redrive", "stale"}
+	ran := map[string]*atomic.Int64{}
+	for _, name := range names {
+		ran[name] = new(atomic.Int64)
+	}
 	start := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
 		checks.Add(1)
@@ -103,27 +110,46 @@ func RunModel(t *testing.T, open Opener) {
 		defer st.Close()
 		m := &model{ctx: context.Background(), st: st, now: T0, byID: map[string]*mjob{}, paused: map[string]time.Time{}}
 		// Counted when they ran, not when rapid skipped them.
-		n := func(fn func(*rapid.T)) func(*rapid.T) {
-			return func(rt *rapid.T) { fn(rt); steps.Add(1) }
+		n := func(name string, fn func(*rapid.T)) func(*rapid.T) {
+			return func(rt *rapid.T) { fn(rt); steps.Add(1); ran[name].Add(1) }
 		}
-		rt.Repeat(map[string]func(*rapid.T){
-			"":          m.check,
-			"insert":    n(m.insert),
-			"lease":     n(m.lease),
-			"heartbeat": n(m.heartbeat),
-			"complete":  n(func(rt *rapid.T) { m.outcome(rt, job.ClassSuccess) }),
-			"transient": n(func(rt *rapid.T) { m.outcome(rt, job.ClassTransient) }),
-			"permanent": n(func(rt *rapid.T) { m.outcome(rt, job.ClassPermanent) }),
-			"schema":    n(func(rt *rapid.T) { m.outcome(rt, job.ClassInvalidOutput) }),
-			"429":       n(func(rt *rapid.T) { m.outcome(rt, job.ClassRateLimited) }),
-			"advance":   n(m.advance),
-			"sweep":     n(m.sweep),
-			"cancel":    n(m.cancel),
-			"redrive":   n(m.redrive),
-			"stale":     n(m.staleWrite),
-		})
+		actions := map[string]func(*rapid.T){
+			"insert":    m.insert,
+			"lease":     m.lease,
+			"heartbeat": m.heartbeat,
+			"complete":  func(rt *rapid.T) { m.outcome(rt, job.ClassSuccess) },
+			"transient": func(rt *rapid.T) { m.outcome(rt, job.ClassTransient) },
+			"permanent": func(rt *rapid.T) { m.outcome(rt, job.ClassPermanent) },
+			"schema":    func(rt *rapid.T) { m.outcome(rt, job.ClassInvalidOutput) },
+			"429":       func(rt *rapid.T) { m.outcome(rt, job.ClassRateLimited) },
+			"advance":   m.advance,
+			"sweep":     m.sweep,
+			"cancel":    m.cancel,
+			"redrive":   m.redrive,
+			"stale":     m.staleWrite,
+		}
+		sm := map[string]func(*rapid.T){"": m.check}
+		for name, fn := range actions {
+			sm[name] = n(name, fn)
+		}
+		rt.Repeat(sm)
 	})
-	t.Logf("model: %d checks, %d actions in %v", checks.Load(), steps.Load(), time.Since(start).Round(time.Millisecond))
+	var per []string
+	for _, name := range names {
+		per = append(per, fmt.Sprintf("%s=%d", name, ran[name].Load()))
+	}
+	t.Logf("model: %d checks, %d actions (%.0f per check) in %v: %s", checks.Load(), steps.Load(),
+		float64(steps.Load())/float64(max(checks.Load(), 1)), time.Since(start).Round(time.Millisecond), strings.Join(per, " "))
+	// A run of the default size that never reached an action (every try
+	// skipped for want of a job in the right state) did not test it: fail
+	// rather than pass vacuously. Smaller runs (-rapid.checks) only log.
+	if checks.Load() >= ModelChecks {
+		for _, name := range names {
+			if ran[name].Load() == 0 {
+				t.Errorf("model: action %q never ran in %d checks", name, checks.Load())
+			}
+		}
+	}
 }
 
 // setDefaultChecks sets -rapid.checks to ModelChecks unless the command
