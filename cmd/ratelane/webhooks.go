@@ -41,9 +41,9 @@ func init() {
 // mirrors the API's subscriber request.
 type subscriberFlags struct {
 	region, url, tenant, shape, period, secret string
-	topics, headers                           stringList
-	rate, burst, concurrency                  int
-	adaptive, disabled                        bool
+	topics, headers                            stringList
+	rate, burst, concurrency                   int
+	adaptive, disabled                         bool
 }
 
 func (sf *subscriberFlags) define(fs *flag.FlagSet) {
@@ -178,7 +178,9 @@ func subscriberPut(verb, doneWord string) apiCall {
 func subscriberVerbs() []subcommand {
 	var region, after, window string
 	var limit int
-	regionFlag := func(fs *flag.FlagSet) { fs.StringVar(&region, "region", "", "the subscriber's region (required unless the key has one)") }
+	regionFlag := func(fs *flag.FlagSet) {
+		fs.StringVar(&region, "region", "", "the subscriber's region (required unless the key has one)")
+	}
 	one := func(name, usage, summary, method, suffix string, q func() url.Values, show func(io.Writer, []string, []byte) error, done func([]string) string, extra func(*flag.FlagSet)) apiCall {
 		return apiCall{name: "subscribers " + name, usage: usage, summary: summary, args: []string{"ID"},
 			flags: func(fs *flag.FlagSet) {
@@ -431,8 +433,10 @@ func deliveriesList() apiCall {
 func deliveryGet() apiCall {
 	var region string
 	return apiCall{name: "deliveries get", usage: "ID [flags]", summary: "Show one delivery: its job's state, attempts and schedule (a delivery's id is its job's id).",
-		args:  []string{"ID"},
-		flags: func(fs *flag.FlagSet) { fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)") },
+		args: []string{"ID"},
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)")
+		},
 		request: func(pos []string) (string, string, url.Values, any, error) {
 			return http.MethodGet, "/v1/jobs/" + esc(pos[0]), regionQuery(region), nil, nil
 		},
@@ -450,7 +454,9 @@ func deliveryRedeliver() apiCall {
 	return apiCall{name: "deliveries redeliver", usage: "ID [flags]",
 		summary: "Send a delivery again: a terminal one is redriven, a published one copied with the same webhook-id (409 while in progress).",
 		args:    []string{"ID"},
-		flags:   func(fs *flag.FlagSet) { fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)") },
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)")
+		},
 		request: func(pos []string) (string, string, url.Values, any, error) {
 			return http.MethodPost, "/v1/deliveries/" + esc(pos[0]) + "/redeliver", regionQuery(region), nil, nil
 		},
@@ -469,7 +475,9 @@ func deliveryResponse() apiCall {
 	return apiCall{name: "deliveries response", usage: "ID [flags]",
 		summary: "Admin only: the bounded last failed answer of a delivery (status, diagnostic headers, first 4 KiB of the body).",
 		args:    []string{"ID"},
-		flags:   func(fs *flag.FlagSet) { fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)") },
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)")
+		},
 		request: func(pos []string) (string, string, url.Values, any, error) {
 			return http.MethodGet, "/v1/deliveries/" + esc(pos[0]) + "/response", regionQuery(region), nil, nil
 		},
