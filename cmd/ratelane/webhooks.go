@@ -200,6 +200,9 @@ func subscriberVerbs() []subcommand {
 			pageFlags(fs, &after, &limit)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
+			if err := checkLimit(limit); err != nil {
+				return "", "", nil, nil, err
+			}
 			return http.MethodGet, "/v1/subscribers", listQuery(map[string]string{"region": region, "after": after}, limit), nil, nil
 		},
 		show: func(w io.Writer, _ []string, body []byte) error {
@@ -258,6 +261,9 @@ func subscriberVerbs() []subcommand {
 			pageFlags(fs, &after, &limit)
 		},
 		request: func(pos []string) (string, string, url.Values, any, error) {
+			if err := checkLimit(limit); err != nil {
+				return "", "", nil, nil, err
+			}
 			return http.MethodGet, "/v1/subscribers/" + esc(pos[0]) + "/deliveries", listQuery(map[string]string{"region": region, "after": after}, limit), nil, nil
 		},
 		show: showDeliveries("subscribers deliveries")}
@@ -277,6 +283,14 @@ func subscriberVerbs() []subcommand {
 func pageFlags(fs *flag.FlagSet, after *string, limit *int) {
 	fs.StringVar(after, "after", "", "cursor: list the page after this one")
 	fs.IntVar(limit, "limit", 0, "page size, 1 to 500 (server default if 0)")
+}
+
+// checkLimit refuses a --limit the server would refuse, before asking it.
+func checkLimit(limit int) error {
+	if limit < 0 || limit > 500 {
+		return usageError{fmt.Sprintf("--limit must be from 1 to 500 (0: the server's default), got %d", limit)}
+	}
+	return nil
 }
 
 // moreHint tells how to fetch the next page.
@@ -395,6 +409,9 @@ func eventDeliveries() apiCall {
 			pageFlags(fs, &after, &limit)
 		},
 		request: func(pos []string) (string, string, url.Values, any, error) {
+			if err := checkLimit(limit); err != nil {
+				return "", "", nil, nil, err
+			}
 			return http.MethodGet, "/v1/events/" + esc(pos[0]) + "/deliveries",
 				listQuery(map[string]string{"region": region, "tenant": tenant, "after": after}, limit), nil, nil
 		},
@@ -413,6 +430,9 @@ func deliveriesList() apiCall {
 			pageFlags(fs, &after, &limit)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
+			if err := checkLimit(limit); err != nil {
+				return "", "", nil, nil, err
+			}
 			q := listQuery(map[string]string{"region": region, "after": after}, limit)
 			switch {
 			case (subscriber == "") == (event == ""):
