@@ -60,9 +60,9 @@ func (a apiCall) run(ctx context.Context, args []string, stdout, stderr io.Write
 	if cf.json {
 		if len(resp.body) == 0 {
 			// A 204 has no body; -o json still prints a document.
-			return printJSON(stdout, []byte(`{}`))
+			return cf.print(stdout, []byte(`{}`))
 		}
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	if a.show != nil {
 		return a.show(stdout, rest, resp.body)

@@ -50,7 +50,7 @@ func runDLQList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	items, next, err := decodeList(resp.body, "dead_letters", "jobs")
 	if err != nil {
@@ -94,7 +94,7 @@ func deadLetterAction(ctx context.Context, name, summary, method, suffix, done s
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	var j jobView
 	if len(resp.body) > 0 {
@@ -189,7 +189,7 @@ func runDLQPurge(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if cf.json {
 		b, _ := json.Marshal(map[string]any{"purged": *yes, "count": n, "ids": ids})
-		return printJSON(stdout, b)
+		return cf.print(stdout, b)
 	}
 	if !*yes {
 		fmt.Fprintf(stdout, "would purge %d dead letters; run again with --yes to delete them\n", n)

@@ -95,7 +95,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 		if cf.json {
-			return printJSON(stdout, resp.body)
+			return cf.print(stdout, resp.body)
 		}
 		items, next, err := decodeList(resp.body, "jobs")
 		if err != nil {
@@ -140,7 +140,7 @@ func runJobsGet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	var j jobView
 	if err := decodeOne(resp.body, &j, "job"); err != nil {
@@ -213,7 +213,7 @@ func runJobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	var j jobView
 	_ = decodeOne(resp.body, &j, "job") // the answer's body is informative only

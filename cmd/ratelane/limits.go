@@ -60,7 +60,7 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return err
 		}
 		if cf.json {
-			return printJSON(stdout, resp.body)
+			return cf.print(stdout, resp.body)
 		}
 		items, _, err := decodeList(resp.body, "limits", "keys")
 		if err != nil {
@@ -192,7 +192,7 @@ func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	fmt.Fprintf(stdout, "set %s: rate %s/s, burst %s, concurrency %d, adaptive %t\n",
 		rest[0], num(req.Rate), num(req.Burst), req.Concurrency, req.Adaptive)

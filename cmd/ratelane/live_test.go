@@ -412,3 +412,29 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("completion powershell: exit %d:\n%s", code, out)
 	}
 }
+
+// TestYAMLOutput checks -o yaml against the real API, and that the
+// re-encoding keeps the server's field order, big numbers' digits and
+// strings that would read as other YAML types.
+func TestYAMLOutput(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := printYAML(&b, []byte(`{"b":1,"a":"x: y","n":12345678901234567890,"l":[1,{"k":"true"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	const want = "b: 1\na: 'x: y'\nn: 12345678901234567890\nl:\n  - 1\n  - k: \"true\"\n"
+	if b.String() != want {
+		t.Errorf("yaml:\n%s\nwant:\n%s", b.String(), want)
+	}
+	api := newLiveAPI(t)
+	api.ok(t, "limits", "set", "smtp:default", "--rate", "5", "--region", "eu")
+	out := api.ok(t, "limits", "get", "smtp:default", "--region", "eu", "-o", "yaml")
+	if !strings.Contains(out, "region: eu\n") || !strings.Contains(out, "name: smtp:default\n") {
+		t.Errorf("limits get -o yaml:\n%s", out)
+	}
+	out = api.ok(t, "limits", "ls", "-o", "yaml")
+	if !strings.HasPrefix(out, "limits:\n  - region: eu\n") {
+		t.Errorf("limits ls -o yaml:\n%s", out)
+	}
+	api.fails(t, 2, []string{`want table, json or yaml, not "xml"`}, "limits", "ls", "-o", "xml")
+}

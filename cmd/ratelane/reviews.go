@@ -143,10 +143,10 @@ func runReviewsCreate(ctx context.Context, args []string, stdout, stderr io.Writ
 		return fmt.Errorf("unexpected response: %w", err)
 	}
 	if wait > 0 {
-		return showReview(ctx, c, cf.json, rv.ID, rv.Region, wait, stdout, stderr)
+		return showReview(ctx, c, cf, rv.ID, rv.Region, wait, stdout, stderr)
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	fmt.Fprintf(stdout, "submitted review %s (region %s, depth %s, %d parts)\n", rv.ID, rv.Region, cell(rv.Depth), rv.Parts.Total)
 	fmt.Fprintf(stdout, "follow it: ratelane reviews get %s --region %s --wait 2m\n", rv.ID, rv.Region)
@@ -180,13 +180,13 @@ func getReview(ctx context.Context, c *client, id, region string, wait time.Dura
 	}
 }
 
-func showReview(ctx context.Context, c *client, asJSON bool, id, region string, wait time.Duration, stdout, stderr io.Writer) error {
+func showReview(ctx context.Context, c *client, cf *clientFlags, id, region string, wait time.Duration, stdout, stderr io.Writer) error {
 	rv, body, err := getReview(ctx, c, id, region, wait)
 	if body == nil {
 		return err
 	}
-	if asJSON {
-		if perr := printJSON(stdout, body); perr != nil {
+	if cf.json {
+		if perr := cf.print(stdout, body); perr != nil {
 			return perr
 		}
 	} else {
@@ -227,7 +227,7 @@ func runReviewsGet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	return showReview(ctx, c, cf.json, rest[0], *region, *wait, stdout, stderr)
+	return showReview(ctx, c, cf, rest[0], *region, *wait, stdout, stderr)
 }
 
 func runReviewsFindings(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -265,7 +265,7 @@ func runReviewsFindings(ctx context.Context, args []string, stdout, stderr io.Wr
 		if err != nil {
 			return err
 		}
-		if err := printJSON(stdout, b); err != nil {
+		if err := cf.print(stdout, b); err != nil {
 			return err
 		}
 		return rv.outcome()
