@@ -492,7 +492,7 @@ func dispatch(ctx context.Context, command string, subs []subcommand, args []str
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(stderr, "Usage: ratelane %s <verb> [flags]\n\nVerbs:\n", command)
 		for _, s := range subs {
-			fmt.Fprintf(stderr, "  %-8s %s\n", s.name, s.summary)
+			fmt.Fprintf(stderr, "  %-11s %s\n", s.name, s.summary)
 		}
 		if len(args) == 0 {
 			return usageError{"missing verb"}

@@ -438,3 +438,23 @@ func TestYAMLOutput(t *testing.T) {
 	}
 	api.fails(t, 2, []string{`want table, json or yaml, not "xml"`}, "limits", "ls", "-o", "xml")
 }
+
+// TestCLIReferenceComplete keeps docs/cli.md true: every command, and every
+// verb of a command with verbs, is named in it.
+func TestCLIReferenceComplete(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range completionTable(context.Background()) {
+		if !strings.Contains(string(doc), "`"+c.name) {
+			t.Errorf("docs/cli.md does not list command %s", c.name)
+		}
+		for _, v := range c.verbs {
+			if c.name != "completion" && !strings.Contains(string(doc), "`"+c.name+" "+v.name) {
+				t.Errorf("docs/cli.md does not list %s %s", c.name, v.name)
+			}
+		}
+	}
+}
