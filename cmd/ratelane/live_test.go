@@ -458,3 +458,76 @@ func TestCLIReferenceComplete(t *testing.T) {
 		}
 	}
 }
+
+// cliFor maps every capability of the discovery document to the CLI verb
+// that uses it; notCLI lists the ones a person does not call from the CLI,
+// and why. TestEveryCapabilityHasAVerb fails when the API grows a
+// capability neither names, so the CLI keeps up with the API.
+var (
+	cliFor = map[string]string{
+		"createJob": "enqueue", "listJobs": "jobs ls", "getJob": "jobs get", "cancelJob": "jobs cancel",
+		"putLimit": "limits set", "listLimits": "limits ls", "getLimit": "limits get", "getStats": "stats",
+		"listDeadLetters": "dlq ls", "redriveDeadLetter": "dlq redrive", "deleteDeadLetter": "dlq rm",
+		"createKey": "keys create", "listKeys": "keys ls", "revokeKey": "keys revoke",
+		"putSubscriber": "subscribers create", "listSubscribers": "subscribers ls", "getSubscriber": "subscribers get",
+		"rotateSubscriberSecret": "subscribers rotate", "listSubscriberDeliveries": "subscribers deliveries",
+		"deleteSubscriber": "subscribers rm", "createEvent": "events publish", "listEventDeliveries": "events deliveries",
+		"redeliverDelivery": "deliveries redeliver", "getDeliveryResponse": "deliveries response",
+		"createReview": "reviews create", "getReview": "reviews get", "getReviewSARIF": "reviews sarif",
+	}
+	notCLI = map[string]string{
+		"getDiscovery": "the API's own index", "getOpenAPI": "the API's own schema",
+		"getHealth": "probes", "getReady": "probes", "getMetrics": "Prometheus scrapes it",
+		"createLease": "the worker protocol: programs lease jobs, people do not",
+		"heartbeatJob": "the worker protocol", "completeJob": "the worker protocol",
+		"failJob": "the worker protocol", "rateLimitedJob": "the worker protocol",
+	}
+)
+
+func TestEveryCapabilityHasAVerb(t *testing.T) {
+	t.Parallel()
+	api := newLiveAPI(t)
+	resp, err := http.Get(api.url + "/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d struct {
+		Capabilities []struct {
+			Name, Method, Path string
+		} `json:"capabilities"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	verbs := map[string]bool{}
+	for _, c := range completionTable(context.Background()) {
+		verbs[c.name] = true
+		for _, v := range c.verbs {
+			verbs[c.name+" "+v.name] = true
+		}
+	}
+	for _, c := range d.Capabilities {
+		verb, ok := cliFor[c.Name]
+		if _, skip := notCLI[c.Name]; skip {
+			continue
+		}
+		if !ok {
+			t.Errorf("capability %s (%s %s) has no CLI verb: add one and name it in cliFor", c.Name, c.Method, c.Path)
+			continue
+		}
+		if !verbs[verb] {
+			t.Errorf("capability %s maps to %q, which is not a command", c.Name, verb)
+		}
+	}
+	if len(d.Capabilities) < len(cliFor) {
+		t.Errorf("only %d capabilities served; the live server lacks webhooks, keys or reviews", len(d.Capabilities))
+	}
+
+	// stats, the one verb no other test runs.
+	out := api.ok(t, "stats")
+	if !strings.HasPrefix(out, "REGION  LANE         DEPTH  OLDEST READY  BUDGET  IN FLIGHT\neu      interactive") || !strings.Contains(out, "\nthis node: ") {
+		t.Errorf("stats:\n%s", out)
+	}
+	api.fails(t, 1, []string{"region"}, "stats", "--region", "mars")
+}
