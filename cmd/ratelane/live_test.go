@@ -478,7 +478,7 @@ var (
 	notCLI = map[string]string{
 		"getDiscovery": "the API's own index", "getOpenAPI": "the API's own schema",
 		"getHealth": "probes", "getReady": "probes", "getMetrics": "Prometheus scrapes it",
-		"createLease": "the worker protocol: programs lease jobs, people do not",
+		"createLease":  "the worker protocol: programs lease jobs, people do not",
 		"heartbeatJob": "the worker protocol", "completeJob": "the worker protocol",
 		"failJob": "the worker protocol", "rateLimitedJob": "the worker protocol",
 	}

@@ -23,7 +23,9 @@ func statsCall() apiCall {
 	var region string
 	return apiCall{name: "stats", usage: "[flags]",
 		summary: "Show queue depth by state and the oldest ready job's age against the lane's budget, per region and lane, and this node's counters.",
-		flags:   func(fs *flag.FlagSet) { fs.StringVar(&region, "region", "", "one region (default every region the key may use)") },
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "one region (default every region the key may use)")
+		},
 		request: func([]string) (string, string, url.Values, any, error) {
 			return http.MethodGet, "/v1/stats", regionQuery(region), nil, nil
 		},
