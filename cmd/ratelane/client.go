@@ -21,6 +21,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Environment variables the client reads. The API key is best passed in
@@ -44,7 +46,9 @@ const maxResponse = 64 << 20
 type clientFlags struct {
 	server setString
 	apiKey setString
-	json   bool
+	// json is set by --json, -o json and -o yaml: print the server's
+	// document rather than a table; yaml re-encodes it as YAML.
+	json, yaml bool
 }
 
 // setString is a string flag that remembers whether it was given, so that
@@ -70,14 +74,16 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	fs.Var(&cf.server, "server", "the ratelane server's `URL` (default $"+envServer+", else "+defaultServer+")")
 	fs.Var(&cf.apiKey, "api-key", "the API `KEY` (default $"+envAPIKey+"; prefer the variable: flags show in ps)")
 	fs.BoolVar(&cf.json, "json", false, "print the server's JSON instead of a table")
-	fs.Func("o", "output `FORMAT`: table (default) or json, the same as --json", func(v string) error {
+	fs.Func("o", "output `FORMAT`: table (default), json (the same as --json) or yaml", func(v string) error {
 		switch v {
 		case "table":
-			cf.json = false
+			cf.json, cf.yaml = false, false
 		case "json":
-			cf.json = true
+			cf.json, cf.yaml = true, false
+		case "yaml":
+			cf.json, cf.yaml = true, true
 		default:
-			return fmt.Errorf("want table or json, not %q", v)
+			return fmt.Errorf("want table, json or yaml, not %q", v)
 		}
 		return nil
 	})
@@ -301,6 +307,40 @@ func printJSON(w io.Writer, body []byte) error {
 	return err
 }
 
+// print writes the server's document as -o asked: JSON as sent, or YAML.
+func (cf *clientFlags) print(w io.Writer, body []byte) error {
+	if !cf.yaml {
+		return printJSON(w, body)
+	}
+	return printYAML(w, body)
+}
+
+// printYAML re-encodes a JSON document as block-style YAML. It goes
+// through yaml.Node, not map[string]any, so fields keep the server's order
+// and numbers keep their digits.
+func printYAML(w io.Writer, body []byte) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(body, &doc); err != nil {
+		return fmt.Errorf("the server's answer is not JSON: %w", err)
+	}
+	blockStyle(&doc)
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// blockStyle drops the flow and quoting styles JSON syntax gave each node,
+// so the encoder picks YAML's own (quoting only where a string needs it).
+func blockStyle(n *yaml.Node) {
+	n.Style = 0
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
+}
+
 // decodeList reads a list response: a bare array, or an object holding the
 // array under one of keys (else its only array field), with an optional
 // next-page cursor. It is deliberately loose about the envelope so the CLI
@@ -452,7 +492,7 @@ func dispatch(ctx context.Context, command string, subs []subcommand, args []str
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(stderr, "Usage: ratelane %s <verb> [flags]\n\nVerbs:\n", command)
 		for _, s := range subs {
-			fmt.Fprintf(stderr, "  %-8s %s\n", s.name, s.summary)
+			fmt.Fprintf(stderr, "  %-11s %s\n", s.name, s.summary)
 		}
 		if len(args) == 0 {
 			return usageError{"missing verb"}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,11 +12,13 @@ import (
 )
 
 func init() {
-	register("dlq", "list, redrive and delete dead letters through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	register("dlq", "list, show, redrive, delete and purge dead letters through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dispatch(ctx, "dlq", []subcommand{
 			{"ls", "list dead letters (terminal jobs)", runDLQList},
+			{"get", "show one dead letter", dlqGet().run},
 			{"redrive", "return a dead letter to waiting with fresh budgets", runDLQRedrive},
 			{"rm", "delete a dead letter", runDLQDelete},
+			{"purge", "delete every dead letter matching filters (needs --yes)", runDLQPurge},
 		}, args, stdout, stderr)
 	})
 }
@@ -46,7 +50,7 @@ func runDLQList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	items, next, err := decodeList(resp.body, "dead_letters", "jobs")
 	if err != nil {
@@ -90,7 +94,7 @@ func deadLetterAction(ctx context.Context, name, summary, method, suffix, done s
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	var j jobView
 	if len(resp.body) > 0 {
@@ -107,4 +111,90 @@ func runDLQRedrive(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 func runDLQDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return deadLetterAction(ctx, "rm", "Delete a dead letter for good.", http.MethodDelete, "", "deleted", args, stdout, stderr)
+}
+
+// dlqGet shows a dead letter through GET /v1/jobs/{id}, refusing a job
+// that is not terminal (it is not a dead letter, and redrive would fail).
+func dlqGet() apiCall {
+	var region string
+	return apiCall{name: "dlq get", usage: "ID [flags]", summary: "Show one dead letter: its reason, attempts and last error.",
+		args: []string{"ID"},
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "the job's region (default every region the key may use)")
+		},
+		request: func(pos []string) (string, string, url.Values, any, error) {
+			return http.MethodGet, "/v1/jobs/" + url.PathEscape(pos[0]), regionQuery(region), nil, nil
+		},
+		show: func(w io.Writer, pos []string, body []byte) error {
+			var j jobView
+			if err := decodeOne(body, &j, "job"); err != nil {
+				return err
+			}
+			if j.State != "terminal" {
+				return fmt.Errorf("job %s is not a dead letter (state %s); see ratelane jobs get %s", pos[0], j.State, pos[0])
+			}
+			return printJob(w, j)
+		}}
+}
+
+func runDLQPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("dlq purge", "--yes [flags]", "Delete every dead letter matching the filters (all of them without filters), page by page.", stderr)
+	cf := addClientFlags(fs)
+	var kind, region, reason string
+	yes := fs.Bool("yes", false, "really delete (without it, purge only counts what it would delete)")
+	fs.StringVar(&kind, "kind", "", "only dead letters of this kind")
+	fs.StringVar(&region, "region", "", "only this region (default every region the key may use)")
+	fs.StringVar(&reason, "reason", "", "only this terminal reason")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest); err != nil {
+		return err
+	}
+	c, err := cf.client(stderr)
+	if err != nil {
+		return err
+	}
+	var n int
+	var ids []string
+	after := ""
+	for {
+		q := listQuery(map[string]string{"kind": kind, "region": region, "reason": reason, "after": after}, 500)
+		resp, err := c.do(ctx, http.MethodGet, "/v1/dead-letters", q, nil, nil)
+		if err != nil {
+			return err
+		}
+		items, next, err := decodeList(resp.body, "dead_letters", "jobs")
+		if err != nil {
+			return err
+		}
+		jobs, err := decodeJobs(items)
+		if err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			if *yes {
+				if _, err := c.do(ctx, http.MethodDelete, "/v1/dead-letters/"+url.PathEscape(j.ID), regionQuery(j.Region), nil, nil); err != nil {
+					return fmt.Errorf("purged %d, then: %w", n, err)
+				}
+			}
+			n++
+			ids = append(ids, j.ID)
+		}
+		if next == "" || len(jobs) == 0 {
+			break
+		}
+		after = next
+	}
+	if cf.json {
+		b, _ := json.Marshal(map[string]any{"purged": *yes, "count": n, "ids": ids})
+		return cf.print(stdout, b)
+	}
+	if !*yes {
+		fmt.Fprintf(stdout, "would purge %d dead letters; run again with --yes to delete them\n", n)
+		return nil
+	}
+	fmt.Fprintf(stdout, "purged %d dead letters\n", n)
+	return nil
 }

@@ -93,7 +93,7 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	var j jobView
 	if err := decodeOne(resp.body, &j, "job"); err != nil {

@@ -73,6 +73,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&tenant, "tenant", "", "only jobs of this tenant (admin keys)")
 	fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
 	fs.StringVar(&after, "after", "", "cursor: list the page after this one")
+	wf := addWatchFlags(fs)
 	rest, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -87,34 +88,36 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	q := listQuery(map[string]string{"state": state, "kind": kind, "region": region, "lane": lane, "tenant": tenant, "after": after}, limit)
-	resp, err := c.do(ctx, http.MethodGet, "/v1/jobs", q, nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(stdout, resp.body)
-	}
-	items, next, err := decodeList(resp.body, "jobs")
-	if err != nil {
-		return err
-	}
-	jobs, err := decodeJobs(items)
-	if err != nil {
-		return err
-	}
-	rows := make([][]string, len(jobs))
-	for i, j := range jobs {
-		rows[i] = []string{j.ID, j.Kind, j.Region, j.Lane, j.State, cell(j.Reason), strconv.Itoa(j.Attempt),
-			cell(strings.Join(j.LimitKeys, ",")), when(j.CreatedAt)}
-	}
-	if err := table(stdout, []string{"ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT KEYS", "CREATED"}, rows); err != nil {
-		return err
-	}
-	if next != "" {
-		fmt.Fprintf(stderr, "more: ratelane jobs ls --after %s\n", next)
-	}
-	return nil
+	return wf.loop(ctx, "jobs ls", stdout, func() error {
+		q := listQuery(map[string]string{"state": state, "kind": kind, "region": region, "lane": lane, "tenant": tenant, "after": after}, limit)
+		resp, err := c.do(ctx, http.MethodGet, "/v1/jobs", q, nil, nil)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return cf.print(stdout, resp.body)
+		}
+		items, next, err := decodeList(resp.body, "jobs")
+		if err != nil {
+			return err
+		}
+		jobs, err := decodeJobs(items)
+		if err != nil {
+			return err
+		}
+		rows := make([][]string, len(jobs))
+		for i, j := range jobs {
+			rows[i] = []string{j.ID, j.Kind, j.Region, j.Lane, j.State, cell(j.Reason), strconv.Itoa(j.Attempt),
+				cell(strings.Join(j.LimitKeys, ",")), when(j.CreatedAt)}
+		}
+		if err := table(stdout, []string{"ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT KEYS", "CREATED"}, rows); err != nil {
+			return err
+		}
+		if next != "" {
+			fmt.Fprintf(stderr, "more: ratelane jobs ls --after %s\n", next)
+		}
+		return nil
+	})
 }
 
 func runJobsGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -137,7 +140,7 @@ func runJobsGet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	var j jobView
 	if err := decodeOne(resp.body, &j, "job"); err != nil {
@@ -210,7 +213,7 @@ func runJobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	var j jobView
 	_ = decodeOne(resp.body, &j, "job") // the answer's body is informative only

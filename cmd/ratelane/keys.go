@@ -72,7 +72,7 @@ func runKeysCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	var k keyView
 	if err := decodeOne(resp.body, &k, "key", "key_info", "info"); err != nil {
@@ -129,7 +129,7 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	items, _, err := decodeList(resp.body, "keys")
 	if err != nil {
@@ -165,7 +165,7 @@ func runKeysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	fmt.Fprintf(stdout, "revoked %s\n", rest[0])
 	return nil

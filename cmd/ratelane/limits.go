@@ -14,9 +14,10 @@ import (
 )
 
 func init() {
-	register("limits", "list and configure limit keys through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	register("limits", "list, show and configure limit keys through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dispatch(ctx, "limits", []subcommand{
 			{"ls", "list limit keys with their live state", runLimitsList},
+			{"get", "show one limit key: configuration, tokens, pause, in flight, waiting cost", limitsGet().run},
 			{"set", "create or reconfigure a limit key", runLimitsSet},
 		}, args, stdout, stderr)
 	})
@@ -41,6 +42,7 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("limits ls", "[flags]", "List limit keys: configuration and live state.", stderr)
 	cf := addClientFlags(fs)
 	region := fs.String("region", "", "region whose keys to list (server default if empty)")
+	wf := addWatchFlags(fs)
 	rest, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -52,31 +54,33 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	resp, err := c.do(ctx, http.MethodGet, "/v1/limits", regionQuery(*region), nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(stdout, resp.body)
-	}
-	items, _, err := decodeList(resp.body, "limits", "keys")
-	if err != nil {
-		return err
-	}
-	rows := make([][]string, len(items))
-	for i, raw := range items {
-		var l limitView
-		if err := json.Unmarshal(raw, &l); err != nil {
-			return fmt.Errorf("unexpected limit in response: %w", err)
+	return wf.loop(ctx, "limits ls", stdout, func() error {
+		resp, err := c.do(ctx, http.MethodGet, "/v1/limits", regionQuery(*region), nil, nil)
+		if err != nil {
+			return err
 		}
-		conc := "-"
-		if l.Concurrency > 0 {
-			conc = strconv.Itoa(l.Concurrency)
+		if cf.json {
+			return cf.print(stdout, resp.body)
 		}
-		rows[i] = []string{l.Name, num(l.Rate), num(l.Burst), conc, strconv.FormatBool(l.Adaptive),
-			optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil)}
-	}
-	return table(stdout, []string{"KEY", "RATE/S", "BURST", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL"}, rows)
+		items, _, err := decodeList(resp.body, "limits", "keys")
+		if err != nil {
+			return err
+		}
+		rows := make([][]string, len(items))
+		for i, raw := range items {
+			var l limitView
+			if err := json.Unmarshal(raw, &l); err != nil {
+				return fmt.Errorf("unexpected limit in response: %w", err)
+			}
+			conc := "-"
+			if l.Concurrency > 0 {
+				conc = strconv.Itoa(l.Concurrency)
+			}
+			rows[i] = []string{l.Name, num(l.Rate), num(l.Burst), conc, strconv.FormatBool(l.Adaptive),
+				optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil)}
+		}
+		return table(stdout, []string{"KEY", "RATE/S", "BURST", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL"}, rows)
+	})
 }
 
 func num(f float64) string { return strconv.FormatFloat(f, 'g', 6, 64) }
@@ -188,9 +192,22 @@ func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, resp.body)
+		return cf.print(stdout, resp.body)
 	}
 	fmt.Fprintf(stdout, "set %s: rate %s/s, burst %s, concurrency %d, adaptive %t\n",
 		rest[0], num(req.Rate), num(req.Burst), req.Concurrency, req.Adaptive)
 	return nil
+}
+
+func limitsGet() apiCall {
+	var region string
+	return apiCall{name: "limits get", usage: "KEY [flags]", summary: "Show one limit key: configuration, tokens, learned rate, pause and its source, in flight, waiting cost.",
+		args: []string{"KEY"},
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "the key's region (required unless the key may use one region)")
+		},
+		request: func(pos []string) (string, string, url.Values, any, error) {
+			return http.MethodGet, "/v1/limits/" + esc(pos[0]), regionQuery(region), nil, nil
+		},
+		show: func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }}
 }

@@ -36,7 +36,7 @@ func TestTopLevel(t *testing.T) {
 		{[]string{"help", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{}, 2, "Commands:"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"jobs", "ls", "-o", "yaml"}, 2, `want table or json, not "yaml"`},
+		{[]string{"jobs", "ls", "-o", "xml"}, 2, `want table, json or yaml, not "xml"`},
 		{[]string{"demo", "--events", "0"}, 2, "--events 0: want 1 to 100000"},
 		{[]string{"demo", "--subscribers", "0"}, 2, "--subscribers 0: want 1 to 1000"},
 		{[]string{"demo", "--duration", "0s"}, 2, "--duration 0s: want a positive duration"},

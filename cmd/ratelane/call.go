@@ -1,0 +1,106 @@
+package main
+
+// This file is the shared shape of the simpler client verbs: parse flags
+// and positional arguments, send one request, print the JSON (-o json) or
+// a table. Verbs with more logic (enqueue, jobs ls) keep their own code.
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strings"
+)
+
+// apiCall describes one request-and-print verb.
+type apiCall struct {
+	name, usage, summary string
+	// args names the positional arguments the verb needs.
+	args []string
+	// flags defines the verb's own flags on fs; it may be nil.
+	flags func(fs *flag.FlagSet)
+	// request builds the request from the positional arguments (after the
+	// flags were parsed); errors are usage errors.
+	request func(pos []string) (method, path string, q url.Values, body any, err error)
+	// show prints a successful answer as text; nil prints done.
+	show func(w io.Writer, pos []string, body []byte) error
+	// done is the line printed after success when show is nil.
+	done func(pos []string) string
+}
+
+// run executes the verb.
+func (a apiCall) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet(a.name, a.usage, a.summary, stderr)
+	cf := addClientFlags(fs)
+	if a.flags != nil {
+		a.flags(fs)
+	}
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, rest, a.args...); err != nil {
+		return err
+	}
+	method, path, q, body, err := a.request(rest)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(stderr)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, method, path, q, body, nil)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		if len(resp.body) == 0 {
+			// A 204 has no body; -o json still prints a document.
+			return cf.print(stdout, []byte(`{}`))
+		}
+		return cf.print(stdout, resp.body)
+	}
+	if a.show != nil {
+		return a.show(stdout, rest, resp.body)
+	}
+	_, err = fmt.Fprintln(stdout, a.done(rest))
+	return err
+}
+
+// esc escapes one path segment.
+func esc(s string) string { return url.PathEscape(s) }
+
+// showFields prints a JSON object as "field: value" lines, nested objects
+// on one line, keys in order; hide lists fields never printed as text.
+func showFields(w io.Writer, body []byte, hide ...string) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return fmt.Errorf("unexpected response: %w", err)
+	}
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var rows [][]string
+	for _, k := range keys {
+		hidden := false
+		for _, h := range hide {
+			hidden = hidden || h == k
+		}
+		if hidden {
+			continue
+		}
+		v := compact(obj[k])
+		var s string
+		if json.Unmarshal(obj[k], &s) == nil {
+			v = s
+		}
+		rows = append(rows, []string{strings.ReplaceAll(k, "_", " ") + ":", cell(v)})
+	}
+	return table(w, nil, rows)
+}
