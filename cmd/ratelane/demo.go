@@ -23,7 +23,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&cfg.Events, "events", 90, "shipment events; each goes to every subscriber (the 2/s subscriber takes about events/2 seconds)")
 	fs.IntVar(&cfg.Subscribers, "subscribers", 20, "subscribers, with allowances from 2/s to 200/s")
 	fs.DurationVar(&cfg.Duration, "duration", demo.Config{}.WithDefaults().Duration, "cap on the delivery phase")
-	asJSON := fs.Bool("json", false, "print the closing figures as one JSON object instead of the live progress and table")
+	asJSON := fs.Bool("json", false, "print the closing figures as one JSON object on stdout (the live progress goes to stderr)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -43,7 +43,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case cfg.Duration <= 0:
 		return usageError{fmt.Sprintf("--duration %v: want a positive duration", cfg.Duration)}
 	}
-	if !*asJSON {
+	// Progress goes where a person watches: stdout with the table, or
+	// stderr under --json, so that stdout stays one JSON object.
+	if *asJSON {
+		cfg.Out, cfg.TTY = stderr, isTerminal(stderr)
+	} else {
 		cfg.Out, cfg.TTY = stdout, isTerminal(stdout)
 	}
 	res, err := demo.Run(ctx, cfg)
