@@ -3,7 +3,9 @@
 package ratelane_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -72,6 +74,7 @@ func TestStoppedWorkerIsFenced(t *testing.T) {
 	if err := syscall.Kill(a.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, a.cmd.Process.Pid)
 	stopped := true
 	t.Cleanup(func() {
 		if stopped {
@@ -124,6 +127,39 @@ func TestStoppedWorkerIsFenced(t *testing.T) {
 		t.Fatalf("the upstream saw the job %d times, want 2 (worker A's stopped call and worker B's)", n)
 	}
 	t.Logf("late writes of the stopped worker refused: %d", refused-refusedBefore)
+}
+
+// waitStopped waits until every thread of pid is stopped. kill(2) only
+// queues SIGSTOP: each thread stops the next time it runs, so a thread
+// already woken by the upstream's answer (the network poller) could read it
+// and report the job before the process is really stopped. Releasing the
+// upstream only after this makes the fault the test injects certain.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("threads of %d: %v (%d found)", pid, err, len(tasks))
+		}
+		all := true
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			// The state follows the command name in parentheses: "pid (comm) T ...".
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+				all = false
+				break
+			}
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not stop within 10s of SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // holdingUpstream answers 200, holding the first call until unblock.
