@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +59,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{"name a workload"}
 	}
 	if mixes != "" {
-		o.Mixes = strings.Split(mixes, ",")
+		var known []string
+		for _, m := range bench.Upstreams(false).Mixes {
+			known = append(known, m.Name)
+		}
+		for _, m := range strings.Split(mixes, ",") {
+			if !slices.Contains(known, m) {
+				return usageError{fmt.Sprintf("--mix %q: not an upstreams mix (want some of %s)", m, strings.Join(known, ","))}
+			}
+			o.Mixes = append(o.Mixes, m)
+		}
 	}
 	if verbose {
 		o.Trace = stderr
