@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/bench"
@@ -32,6 +34,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&o.Smoke, "smoke", false, "shrink every workload to a few seconds (CI)")
 	fs.IntVar(&o.Runs, "runs", 1, "run each workload this many times and report each metric's median (JSON adds \"runs\": every run's value; the table shows min–max)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
+	var mixes string
+	var verbose bool
+	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")
+	fs.BoolVar(&verbose, "verbose", false, "upstreams only: print each mix's accepted/refused timeline to stderr")
 	// The workload may come before or after the flags.
 	var name string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -51,6 +57,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if name == "" {
 		fs.Usage()
 		return usageError{"name a workload"}
+	}
+	if mixes != "" {
+		var known []string
+		for _, m := range bench.Upstreams(false).Mixes {
+			known = append(known, m.Name)
+		}
+		for _, m := range strings.Split(mixes, ",") {
+			if !slices.Contains(known, m) {
+				return usageError{fmt.Sprintf("--mix %q: not an upstreams mix (want some of %s)", m, strings.Join(known, ","))}
+			}
+			o.Mixes = append(o.Mixes, m)
+		}
+	}
+	if verbose {
+		o.Trace = stderr
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}

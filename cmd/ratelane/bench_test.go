@@ -108,10 +108,32 @@ func TestBenchPostgresSmoke(t *testing.T) {
 }
 
 func TestBenchUsage(t *testing.T) {
-	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}, {"bench", "paced", "--runs", "0"}} {
+	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}, {"bench", "paced", "--runs", "0"}, {"bench", "upstreams", "--smoke", "--mix", "nope"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, strings.TrimSpace(stderr.String()))
 		}
+	}
+}
+
+// TestBenchUpstreamsMixVerbose runs one smoke mix with --mix and
+// --verbose: only that mix is scored, and its timeline (counts per
+// destination every 500 ms) goes to stderr.
+func TestBenchUpstreamsMixVerbose(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "upstreams", "--smoke", "--json", "--mix", "sliding", "--verbose"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "makespan_ratio_sliding") || strings.Contains(out, "makespan_ratio_issue") {
+		t.Fatalf("--mix sliding: want only the sliding mix scored, got %s", out)
+	}
+	trace := stderr.String()
+	if !strings.Contains(trace, "mix sliding: t  sliding-05 sliding-10 sliding-20 sliding-40") {
+		t.Fatalf("--verbose: no timeline header on stderr: %q", trace)
+	}
+	lines := strings.Count(trace, "\n")
+	if lines < 3 || lines > 200 {
+		t.Fatalf("--verbose: %d timeline lines for a 3 s mix, want a few (bounded)", lines)
 	}
 }

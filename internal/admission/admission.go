@@ -378,8 +378,22 @@ func (s *State) scale() float64 {
 // unitNS is the time one cost unit occupies in the bucket, in ns.
 func (s *State) unitNS() float64 { return 1e9 / s.rate() }
 
+// burst is the bucket's burst in force: for an adaptive key, the
+// configured burst scaled by its learned fraction of the ceiling (at least
+// one unit). An upstream whose real limit is half the declared one does
+// not take the declared burst either, and a bucket emptied after a refusal
+// then owes Burst/Rate seconds whatever the learned rate, instead of
+// Burst/LearnedRate (tens of seconds of idle on a key cut far down).
+func (s *State) burst() float64 {
+	sc := s.scale()
+	if sc >= 1 {
+		return s.Burst
+	}
+	return math.Min(s.Burst, math.Max(1, s.Burst*sc))
+}
+
 // tolerance is how far TAT may run ahead of now: the burst.
-func (s *State) tolerance() time.Duration { return dur(s.Burst * s.unitNS()) }
+func (s *State) tolerance() time.Duration { return dur(s.burst() * s.unitNS()) }
 
 // units is the time cost units occupy in the bucket, saturated.
 func (s *State) units(cost float64) time.Duration { return dur(cost * s.unitNS()) }
@@ -399,7 +413,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 	next = now
 	if rate := s.rate(); rate > 0 && s.TAT.After(now) { // a full bucket admits even a cost above the burst
 		// One saturating conversion: (cost - burst) units after TAT.
-		if at := s.TAT.Add(dur((float64(cost) - s.Burst) * 1e9 / rate)); at.After(next) {
+		if at := s.TAT.Add(dur((float64(cost) - s.burst()) * 1e9 / rate)); at.After(next) {
 			next = at
 		}
 	}
@@ -532,7 +546,7 @@ func (s *State) Tokens(now time.Time) float64 {
 		}
 	}
 	if math.IsInf(free, 1) {
-		return s.Burst
+		return s.burst()
 	}
 	return free
 }

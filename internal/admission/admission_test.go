@@ -309,3 +309,37 @@ func TestReconfigureRescalesDebt(t *testing.T) {
 		t.Fatalf("full bucket TAT moved to %v", u.TAT)
 	}
 }
+
+// TestLearnedBurst checks that an adaptive key cut to a fraction of its
+// ceiling fires at most that fraction of its burst at once, and that a
+// refusal with no retry delay idles it about Burst/Rate, not
+// Burst/LearnedRate: a key learned down to a twentieth of its ceiling with
+// the ceiling's burst would wait twenty times as long after each 429.
+func TestLearnedBurst(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 20, Adaptive: true})
+	s.LearnedRate = 10 // a quarter of the ceiling
+	now := t0
+	n := 0
+	for {
+		ok, _ := s.Check(now, 1)
+		if !ok {
+			break
+		}
+		s.Take(now, 1)
+		s.Release()
+		n++
+	}
+	if n != 5 {
+		t.Fatalf("a full bucket at a quarter of the ceiling admitted %d at once, want 5 (a quarter of the burst of 20)", n)
+	}
+	s = NewState(Config{Name: "k", Rate: 40, Burst: 20, Adaptive: true})
+	s.LearnedRate = 2
+	s.Throttled(now, now.Add(time.Minute), 1)
+	_, next := s.Check(now, 1)
+	// The learned rate may be trimmed by the refusal; the wait is one
+	// start's worth at that rate plus at most the scaled burst.
+	if wait := next.Sub(now); wait > 2*time.Second {
+		t.Fatalf("after a 429 at a learned 2/s of 40/s (burst 20), next start in %v, want about 1/rate (not burst/learned = 10 s)", wait)
+	}
+}

@@ -43,6 +43,12 @@ type Options struct {
 	// Runs is how many times Run runs the workload (default 1); the result
 	// holds each metric's median and every run's value (see Aggregate).
 	Runs int
+	// Mixes, when not empty, runs only the upstreams mixes so named.
+	Mixes []string
+	// Trace, when set, receives a timeline of each upstreams mix: every
+	// 500 ms each destination's accepted and refused answers since the
+	// last line. Counts only, never payloads.
+	Trace io.Writer
 }
 
 // Metric is one named figure of a workload.

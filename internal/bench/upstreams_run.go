@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -22,6 +25,18 @@ import (
 // lost.
 func runUpstreams(ctx context.Context, e *env) (Result, error) {
 	plan := Upstreams(e.opts.Smoke)
+	if len(e.opts.Mixes) > 0 {
+		var keep []UpstreamsMix
+		for _, m := range plan.Mixes {
+			if slices.Contains(e.opts.Mixes, m.Name) {
+				keep = append(keep, m)
+			}
+		}
+		if len(keep) == 0 {
+			return Result{}, fmt.Errorf("--mix %v: no such mix", e.opts.Mixes)
+		}
+		plan.Mixes = keep
+	}
 	var outs []MixOutcome
 	for _, m := range plan.Mixes {
 		o, err := runMix(ctx, e, plan, m)
@@ -82,7 +97,9 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	total := m.Total()
 	var lastCheck time.Time
 	terminal := 0
+	tr := newTracer(e.opts.Trace, m, start)
 	err = WaitFor(ctx, func() bool {
+		tr.tick(sim.Stats())
 		if Delivered(sim.Stats()) >= total {
 			return true
 		}
@@ -100,6 +117,7 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	defer stop()
 	_ = c.Stop(stopCtx)
 	rep := sim.Stats()
+	tr.flush(rep)
 	return MixOutcome{Start: start, Report: rep, Lost: max(0, total-Delivered(rep))}, nil
 }
 
@@ -127,4 +145,47 @@ func countTerminal(ctx context.Context, c *ratelane.Client) int {
 		}
 		after = jobs[len(jobs)-1].ID
 	}
+}
+
+// tracer prints a mix's timeline for --verbose: every 500 ms, per
+// destination, accepted/refused(over-limit)/faults since the previous line.
+type tracer struct {
+	w     io.Writer
+	names []string
+	start time.Time
+	last  time.Time
+	prev  map[string]upstream.RouteReport
+}
+
+func newTracer(w io.Writer, m UpstreamsMix, start time.Time) *tracer {
+	t := &tracer{w: w, start: start, last: start, prev: map[string]upstream.RouteReport{}}
+	for _, d := range m.Destinations {
+		t.names = append(t.names, d.Name)
+	}
+	if w != nil {
+		fmt.Fprintf(w, "mix %s: t  %s  (accepted/refused/faults per 500 ms)\n", m.Name, strings.Join(t.names, " "))
+	}
+	return t
+}
+
+func (t *tracer) tick(rep upstream.Report) {
+	if t.w == nil || time.Since(t.last) < 500*time.Millisecond {
+		return
+	}
+	t.flush(rep)
+}
+
+func (t *tracer) flush(rep upstream.Report) {
+	if t.w == nil {
+		return
+	}
+	t.last = time.Now()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%5.1fs", t.last.Sub(t.start).Seconds())
+	for _, n := range t.names {
+		r, p := rep.Routes[n], t.prev[n]
+		fmt.Fprintf(&b, "  %d/%d/%d", r.Accepted-p.Accepted, r.RateLimited-p.RateLimited, r.Transient-p.Transient)
+		t.prev[n] = r
+	}
+	fmt.Fprintln(t.w, b.String())
 }
