@@ -57,6 +57,10 @@ type Kind struct {
 // call with no timeout gives its job back within the hour.
 const DefaultMaxRunTime = 15 * time.Minute
 
+// DefaultBatchShare is batch work's minimum share of starts (Config and
+// JobsConfig BatchShare) while the interactive lane is within its budget.
+const DefaultBatchShare = 0.1
+
 // Config configures an Engine. The zero value of every optional field is
 // replaced by WithDefaults.
 type Config struct {
@@ -154,7 +158,7 @@ func (c Config) WithDefaults() Config {
 		c.ReapEvery = c.LeaseFor / 10
 	}
 	if c.BatchShare == 0 {
-		c.BatchShare = 0.1
+		c.BatchShare = DefaultBatchShare
 	}
 	if c.InteractiveBudget == 0 {
 		c.InteractiveBudget = job.DefaultInteractiveBudget

@@ -63,7 +63,7 @@ type JobsConfig struct {
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c JobsConfig) WithDefaults() JobsConfig {
 	if c.BatchShare == 0 {
-		c.BatchShare = 0.1
+		c.BatchShare = DefaultBatchShare
 	}
 	if c.MaxCredit == 0 {
 		c.MaxCredit = job.DefaultWorkers
