@@ -54,22 +54,14 @@ type finishTx struct {
 var _ store.FinishTx = (*finishTx)(nil)
 
 // endAttemptSQL is one statement per transition: the guarded update of the
-// job and the insert of its attempt record. The record's sequence number is
-// safe to compute with max()+1 because every writer of a job's history
-// holds its row lock.
-const endAttemptSQL = `WITH ended AS (
-		UPDATE jobs SET state = $3, reason = $4, eligible_at = coalesce($5, eligible_at),
-			attempts_congestion = $6, attempts_transient = $7, attempts_schema = $8,
-			result = coalesce($9, result), lease_token = NULL, lease_expires_at = NULL,
-			finished_at = $10, updated_at = $11
-		WHERE id = $1 AND state = 'running' AND lease_token = $2
-			AND ($13::bigint IS NULL OR lease_expires_at <= $13) AND ($14::int = 0 OR attempt = $14)
-		RETURNING id, limit_keys, group_id
-	), recorded AS (
-		INSERT INTO job_attempts (job_id, seq, record)
-		SELECT id, coalesce((SELECT max(seq) FROM job_attempts WHERE job_id = ended.id), 0) + 1, $12 FROM ended
-	)
-	SELECT limit_keys, group_id FROM ended`
+// job, which also appends the attempt record to the history in its row.
+var endAttemptSQL = `UPDATE jobs SET state = $3, reason = $4, eligible_at = coalesce($5, eligible_at),
+		attempts_congestion = $6, attempts_transient = $7, attempts_schema = $8,
+		result = coalesce($9, result), lease_token = NULL, lease_expires_at = NULL,
+		finished_at = $10, updated_at = $11, history = ` + appendHistory(12) + `
+	WHERE id = $1 AND state = 'running' AND lease_token = $2
+		AND ($13::bigint IS NULL OR lease_expires_at <= $13) AND ($14::int = 0 OR attempt = $14)
+	RETURNING limit_keys, group_id`
 
 // EndAttempts sends every transition's statement in one pipelined batch:
 // one round trip for the whole finish batch instead of one per job. The
@@ -125,8 +117,7 @@ func groupReady(ctx context.Context, q querier, group int64, at time.Time) error
 // appendRecord adds one line to a job's history. The caller holds the
 // job's row lock.
 func appendRecord(ctx context.Context, q querier, id string, r job.AttemptRecord) error {
-	_, err := q.Exec(ctx, `INSERT INTO job_attempts (job_id, seq, record)
-		VALUES ($1, (SELECT coalesce(max(seq), 0) + 1 FROM job_attempts WHERE job_id = $1), $2)`, id, recordJSON(r))
+	_, err := q.Exec(ctx, `UPDATE jobs SET history = `+appendHistory(2)+` WHERE id = $1`, id, recordJSON(r))
 	return err
 }
 
