@@ -30,7 +30,7 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 		sorted[k] = ts[i]
 	}
 	var errs []error
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inPipe(ctx, func(tx *pipeTx) error {
 		var err error
 		errs, err = store.Finish(&finishTx{ctx: ctx, tx: tx}, sorted)
 		return err
@@ -48,7 +48,7 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 // finishTx implements store.FinishTx on one transaction.
 type finishTx struct {
 	ctx context.Context
-	tx  pgx.Tx
+	tx  querier // a pipeTx: its Execs go out with the next read
 }
 
 var _ store.FinishTx = (*finishTx)(nil)

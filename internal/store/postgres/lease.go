@@ -24,7 +24,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 		return nil, nil
 	}
 	var out []*job.Job
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inPipe(ctx, func(tx *pipeTx) error {
 		var err error
 		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx}, p, newToken)
 		return err
@@ -39,7 +39,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 // is locked with SKIP LOCKED, so it never waits for another transaction.
 type leaseTx struct {
 	ctx context.Context
-	tx  pgx.Tx
+	tx  querier // a pipeTx: its Execs go out with the next read
 }
 
 var (
