@@ -46,6 +46,10 @@ type Config struct {
 	// MaxConns caps the pool's connections. Zero means pgxpool's default
 	// (the larger of 4 and the number of CPUs).
 	MaxConns int32
+
+	// tracer, set by tests, sees every statement and batch sent (the
+	// round-trip counts in bench_test.go).
+	tracer pgx.QueryTracer
 }
 
 // WithDefaults returns c with zero fields replaced by their defaults.
@@ -99,6 +103,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// Sent in the startup message, so it costs no round trip per
 	// connection; only this schema is searched (pg_catalog always is).
 	pc.ConnConfig.RuntimeParams["search_path"] = schema
+	if cfg.tracer != nil {
+		pc.ConnConfig.Tracer = cfg.tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
