@@ -26,6 +26,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 		stores["postgres"] = func(b *testing.B) ratelane.Region {
 			return ratelane.Region{Name: "us", PostgresURL: url, PostgresSchema: fmt.Sprintf("bench_%d", time.Now().UnixNano())}
 		}
+		stores["postgres-asynclease"] = func(b *testing.B) ratelane.Region {
+			return ratelane.Region{Name: "us", PostgresURL: url, PostgresSchema: fmt.Sprintf("bench_%d", time.Now().UnixNano()),
+				PostgresAsyncLease: true}
+		}
 	}
 	for name, region := range stores {
 		for _, workers := range []int{1, 8, 64} {

@@ -30,7 +30,7 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 		sorted[k] = ts[i]
 	}
 	var errs []error
-	err := s.inPipe(ctx, func(tx *pipeTx) error {
+	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
 		var err error
 		errs, err = store.Finish(&finishTx{ctx: ctx, tx: tx}, sorted)
 		return err

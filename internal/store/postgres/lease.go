@@ -24,7 +24,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 		return nil, nil
 	}
 	var out []*job.Job
-	err := s.inPipe(ctx, func(tx *pipeTx) error {
+	err := s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
 		var err error
 		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx}, p, newToken)
 		return err

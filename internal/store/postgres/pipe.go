@@ -23,8 +23,11 @@ import (
 // and fails the transaction there. Only statements whose tag is not read
 // may use it. A pipeTx is used by one goroutine.
 type pipeTx struct {
-	conn    *pgxpool.Conn
-	begun   bool
+	conn  *pgxpool.Conn
+	begun bool
+	// async sends SET LOCAL synchronous_commit = off with BEGIN: the
+	// commit does not wait for its WAL flush (see Config.AsyncLease).
+	async   bool
 	pending []pendingExec
 }
 
@@ -37,16 +40,16 @@ var _ querier = (*pipeTx)(nil)
 
 // inPipe runs fn in a pipeTx on a pooled connection and commits, retrying
 // on a deadlock or serialization failure like inTx.
-func (s *Store) inPipe(ctx context.Context, fn func(p *pipeTx) error) error {
+func (s *Store) inPipe(ctx context.Context, async bool, fn func(p *pipeTx) error) error {
 	for attempt := 1; ; attempt++ {
-		err := s.pipeOnce(ctx, fn)
+		err := s.pipeOnce(ctx, async, fn)
 		if err == nil || attempt == maxTxAttempts || !retryable(err) {
 			return err
 		}
 	}
 }
 
-func (s *Store) pipeOnce(ctx context.Context, fn func(p *pipeTx) error) error {
+func (s *Store) pipeOnce(ctx context.Context, async bool, fn func(p *pipeTx) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -54,7 +57,7 @@ func (s *Store) pipeOnce(ctx context.Context, fn func(p *pipeTx) error) error {
 	// A connection still in a transaction (a failed rollback) is closed by
 	// Release rather than reused.
 	defer conn.Release()
-	p := &pipeTx{conn: conn}
+	p := &pipeTx{conn: conn, async: async}
 	if err := fn(p); err != nil {
 		return p.rollback(ctx, err)
 	}
@@ -76,6 +79,9 @@ func (p *pipeTx) prefix() *pgx.Batch {
 	b := &pgx.Batch{}
 	if !p.begun {
 		b.Queue("BEGIN")
+		if p.async {
+			b.Queue("SET LOCAL synchronous_commit = off")
+		}
 		p.begun = true
 	}
 	for _, e := range p.pending {

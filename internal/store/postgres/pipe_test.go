@@ -25,7 +25,7 @@ func TestPipeTxCommitsQueuedWrites(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	err := s.inPipe(ctx, func(p *pipeTx) error {
+	err := s.inPipe(ctx, false, func(p *pipeTx) error {
 		p.Exec(ctx, putObjectSQL, "pipe", "a")
 		p.Exec(ctx, `UPDATE objects SET id = 'b' WHERE kind = 'pipe' AND id = 'a'`)
 		return nil
@@ -47,7 +47,7 @@ func TestPipeTxDeferredErrorRollsBack(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
 	var readErr error
-	err := s.inPipe(ctx, func(p *pipeTx) error {
+	err := s.inPipe(ctx, false, func(p *pipeTx) error {
 		p.Exec(ctx, putObjectSQL, "pipe", "a")
 		p.Exec(ctx, putObjectSQL, "pipe", "a") // duplicate key
 		var n int
@@ -62,7 +62,7 @@ func TestPipeTxDeferredErrorRollsBack(t *testing.T) {
 		t.Fatalf("%d objects committed by a failed transaction", n)
 	}
 	// Commit-time failure: the failed write is the last thing queued.
-	err = s.inPipe(ctx, func(p *pipeTx) error {
+	err = s.inPipe(ctx, false, func(p *pipeTx) error {
 		p.Exec(ctx, putObjectSQL, "pipe", "c")
 		p.Exec(ctx, `UPDATE objects SET body = NULL WHERE kind = 'pipe'`) // NOT NULL
 		return nil
@@ -75,7 +75,7 @@ func TestPipeTxDeferredErrorRollsBack(t *testing.T) {
 	}
 	// A failure of fn after statements went out rolls back too.
 	boom := errors.New("boom")
-	err = s.inPipe(ctx, func(p *pipeTx) error {
+	err = s.inPipe(ctx, false, func(p *pipeTx) error {
 		p.Exec(ctx, putObjectSQL, "pipe", "d")
 		rows, err := p.Query(ctx, `SELECT id FROM objects WHERE kind = 'pipe'`)
 		if err != nil {
@@ -95,8 +95,37 @@ func TestPipeTxDeferredErrorRollsBack(t *testing.T) {
 		t.Fatalf("%d objects committed by a failed transaction", n)
 	}
 	for range 2 * int(s.pool.Config().MaxConns) { // every connection is clean
-		if err := s.inPipe(ctx, func(p *pipeTx) error { p.Exec(ctx, `SELECT 1`); return nil }); err != nil {
+		if err := s.inPipe(ctx, false, func(p *pipeTx) error { p.Exec(ctx, `SELECT 1`); return nil }); err != nil {
 			t.Fatalf("a later transaction: %v", err)
 		}
+	}
+}
+
+// TestPipeTxAsyncIsLocal: an async pipeTx turns synchronous_commit off for
+// its own transaction only; the connection's next transaction (on a pool of
+// one) is back to the server's setting.
+func TestPipeTxAsyncIsLocal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	show := func(async bool) string {
+		var v string
+		if err := s.inPipe(ctx, async, func(p *pipeTx) error {
+			return p.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	server := show(false)
+	if got := show(true); got != "off" {
+		t.Fatalf("in an async pipeTx synchronous_commit is %q, want off", got)
+	}
+	if got := show(false); got != server || got == "off" {
+		t.Fatalf("after an async pipeTx synchronous_commit is %q, want the server's %q (not off)", got, server)
 	}
 }
