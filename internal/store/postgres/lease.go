@@ -39,7 +39,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 // is locked with SKIP LOCKED, so it never waits for another transaction.
 type leaseTx struct {
 	ctx context.Context
-	tx  querier // a pipeTx: its Execs go out with the next read
+	tx  *pipeTx // its Execs go out with the next read
 }
 
 var (
@@ -167,7 +167,8 @@ func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*jo
 	for i, c := range leased {
 		ids[i], tokens[i] = c.ID, c.Token
 	}
-	jobs, err := collectJobs(l.tx.Query(l.ctx, `UPDATE jobs SET state = 'running', lease_token = u.token,
+	// The lease's last statement: COMMIT goes out with it.
+	jobs, err := collectJobs(l.tx.QueryCommit(l.ctx, `UPDATE jobs SET state = 'running', lease_token = u.token,
 			lease_expires_at = $4, attempt = attempt + 1, updated_at = $3
 		FROM unnest($1::text[], $2::text[]) AS u(leased_id, token)
 		WHERE id = u.leased_id AND state = 'waiting'

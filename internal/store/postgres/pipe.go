@@ -29,6 +29,8 @@ type pipeTx struct {
 	// commit does not wait for its WAL flush (see Config.AsyncLease).
 	async   bool
 	pending []pendingExec
+	// committed: COMMIT went out with the last query (QueryCommit).
+	committed bool
 }
 
 type pendingExec struct {
@@ -125,6 +127,24 @@ func (p *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	return &pipeRows{Rows: rows, br: br}, nil
 }
 
+// QueryCommit sends the queued writes, the query and COMMIT in one round
+// trip: for the last statement of a transaction. The commit's result is
+// read when the rows are closed, and reported by their Err. If the query
+// fails, the server skips the COMMIT and the transaction rolls back.
+func (p *pipeTx) QueryCommit(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	br := p.send(ctx, b)
+	p.committed = true
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return &pipeRows{Rows: rows, br: br, tail: 1}, nil
+}
+
 // QueryRow is Query for one row.
 func (p *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	rows, err := p.Query(ctx, sql, args...)
@@ -132,6 +152,12 @@ func (p *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 }
 
 func (p *pipeTx) commit(ctx context.Context) error {
+	if p.committed && len(p.pending) == 0 {
+		return nil // COMMIT went out with the last query
+	}
+	if p.committed {
+		return errors.New("pipeTx: a write was queued after the commit")
+	}
 	if !p.begun && len(p.pending) == 0 {
 		return nil // nothing was sent or queued
 	}
@@ -165,6 +191,7 @@ func (p *pipeTx) rollback(ctx context.Context, cause error) error {
 type pipeRows struct {
 	pgx.Rows
 	br     pgx.BatchResults
+	tail   int // statements after the query whose results Close reads (COMMIT)
 	closed bool
 	err    error
 }
@@ -183,7 +210,16 @@ func (r *pipeRows) Close() {
 	}
 	r.closed = true
 	r.Rows.Close()
-	r.err = r.br.Close()
+	if r.Rows.Err() == nil {
+		for range r.tail {
+			if _, err := r.br.Exec(); err != nil && r.err == nil {
+				r.err = err
+			}
+		}
+	}
+	if err := r.br.Close(); r.err == nil {
+		r.err = err
+	}
 }
 
 func (r *pipeRows) Err() error {

@@ -129,3 +129,45 @@ func TestPipeTxAsyncIsLocal(t *testing.T) {
 		t.Fatalf("after an async pipeTx synchronous_commit is %q, want the server's %q (not off)", got, server)
 	}
 }
+
+// TestPipeTxQueryCommit: COMMIT sent with the last query commits what was
+// queued and the query's own writes; when the query fails, the server skips
+// the COMMIT and nothing is kept.
+func TestPipeTxQueryCommit(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	err := s.inPipe(ctx, false, func(p *pipeTx) error {
+		p.Exec(ctx, putObjectSQL, "pipe", "a")
+		rows, err := p.QueryCommit(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ('pipe', 'b', '\x00', 0) RETURNING id`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countObjects(t, s, "pipe"); n != 2 {
+		t.Fatalf("%d objects after QueryCommit, want 2", n)
+	}
+	err = s.inPipe(ctx, false, func(p *pipeTx) error {
+		p.Exec(ctx, putObjectSQL, "pipe", "c")
+		rows, err := p.QueryCommit(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ('pipe', 'a', '\x00', 0) RETURNING id`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+		}
+		return rows.Err()
+	})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		t.Fatalf("failing QueryCommit: %v, want the unique violation", err)
+	}
+	if n := countObjects(t, s, "pipe"); n != 2 {
+		t.Fatalf("%d objects after a failed QueryCommit, want still 2", n)
+	}
+}
