@@ -15,7 +15,8 @@ import (
 
 // BenchmarkEndToEnd measures no-op jobs end to end (batched insert, lease,
 // run, complete) on the embedded store and, when RATELANE_TEST_POSTGRES_URL
-// is set, on PostgreSQL; it reports jobs/s. See docs/benchmarks.md.
+// is set, on PostgreSQL, with and without Region.PostgresAsyncLease; it
+// reports jobs/s. See docs/benchmarks.md.
 func BenchmarkEndToEnd(b *testing.B) {
 	stores := map[string]func(b *testing.B) ratelane.Region{
 		"sqlite": func(b *testing.B) ratelane.Region {
@@ -25,6 +26,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 	if url := os.Getenv("RATELANE_TEST_POSTGRES_URL"); url != "" {
 		stores["postgres"] = func(b *testing.B) ratelane.Region {
 			return ratelane.Region{Name: "us", PostgresURL: url, PostgresSchema: fmt.Sprintf("bench_%d", time.Now().UnixNano())}
+		}
+		stores["postgres-asynclease"] = func(b *testing.B) ratelane.Region {
+			return ratelane.Region{Name: "us", PostgresURL: url, PostgresSchema: fmt.Sprintf("bench_%d", time.Now().UnixNano()),
+				PostgresAsyncLease: true}
 		}
 	}
 	for name, region := range stores {

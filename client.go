@@ -164,7 +164,7 @@ func (c *Client) kindsFor(region string) (map[string]engine.Kind, error) {
 
 func openStore(ctx context.Context, r Region, log *slog.Logger) (store.Store, error) {
 	if r.PostgresURL != "" {
-		st, err := postgres.Open(ctx, postgres.Config{URL: r.PostgresURL, Schema: r.PostgresSchema, Region: r.Name})
+		st, err := postgres.Open(ctx, postgres.Config{URL: r.PostgresURL, Schema: r.PostgresSchema, Region: r.Name, AsyncLease: r.PostgresAsyncLease})
 		if err != nil {
 			return nil, err
 		}

@@ -30,6 +30,13 @@ type Region struct {
 	// PostgresSchema is the schema holding the region's tables; default
 	// "ratelane_<name>".
 	PostgresSchema string
+	// PostgresAsyncLease commits PostgreSQL lease transactions without
+	// waiting for their WAL flush (synchronous_commit off for them only).
+	// If the database server crashes, the leases of the last few hundred
+	// milliseconds may be lost: those jobs run again, as after any lost
+	// lease, and their keys may admit that many extra starts. Outcomes,
+	// inserts and every other write stay durable. Default false.
+	PostgresAsyncLease bool
 }
 
 // Config configures a Client. Zero fields take the defaults documented on

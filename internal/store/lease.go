@@ -86,6 +86,13 @@ type ManyHeadsTx interface {
 	ManyHeads(gs []Group, now time.Time, limit int) (map[int64][]Candidate, error)
 }
 
+// KeysHeadsTx is an optional extension of ManyHeadsTx: LockKeys(names) and
+// then ManyHeads(gs, now, limit), in one round trip.
+type KeysHeadsTx interface {
+	ManyHeadsTx
+	LockKeysManyHeads(names []string, gs []Group, now time.Time, limit int) (map[string]*admission.State, map[int64][]Candidate, error)
+}
+
 // Lease runs ratelane's scheduling order on a driver's transaction: batch's
 // minimum share first (only while interactive work is within its budget),
 // then interactive, then batch; within a lane, groups round-robin; a job is
@@ -112,7 +119,12 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 		lane job.Lane
 		n    int
 	}{{job.LaneBatch, batchFirst}, {job.LaneInteractive, p.Max}, {job.LaneBatch, p.Max}}
-	for _, s := range steps {
+	for i, s := range steps {
+		if i == 2 && l.batchEmpty {
+			// The first step found no ready batch group at this now; a
+			// second look in the same call would only cost a query.
+			break
+		}
 		if want := min(s.n, p.Max-len(l.chosen)); want > 0 {
 			if err := l.lane(s.lane, want); err != nil {
 				return nil, err
@@ -142,6 +154,8 @@ type leaser struct {
 	taken    map[string]bool // a lane may be visited twice in one call
 	newToken func() string
 	wake     time.Time // the earliest blocked-until of the groups skipped
+	// batchEmpty: the batch lane had no ready group in this call.
+	batchEmpty bool
 }
 
 type groupCursor struct {
@@ -160,8 +174,12 @@ type groupCursor struct {
 // per pass, so the groups share the slots evenly.
 func (l *leaser) lane(lane job.Lane, want int) error {
 	groups, err := l.tx.ReadyGroups(lane, GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}, l.p.Now, 2*want+16)
-	if err != nil || len(groups) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(groups) == 0 {
+		l.batchEmpty = l.batchEmpty || lane == job.LaneBatch
+		return nil
 	}
 	cursors := make([]*groupCursor, len(groups))
 	first := want/len(groups) + 1 // a fair share of the slots, then more on demand
@@ -170,19 +188,37 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 		cursors[i] = &groupCursor{g: g, limit: first}
 		names = append(names, g.Keys...)
 	}
-	if _, err := l.lockKeys(names); err != nil { // one round trip for every group's keys
-		return err
-	}
 	// The first pass visits at least the first want groups; fetch their
-	// heads together where the driver can.
-	if mh, ok := l.tx.(ManyHeadsTx); ok && len(cursors) > 1 {
+	// heads together where the driver can, and with the keys where it can.
+	mh, many := l.tx.(ManyHeadsTx)
+	kh, keysHeads := l.tx.(KeysHeadsTx)
+	many = many && len(cursors) > 1
+	if !many || !keysHeads || len(l.missing(names)) == 0 {
+		if _, err := l.lockKeys(names); err != nil { // one round trip for every group's keys
+			return err
+		}
+		keysHeads = false
+	}
+	if many {
 		pre := cursors[:min(len(cursors), want)]
 		gs := make([]Group, len(pre))
 		for i, c := range pre {
 			gs[i] = c.g
 		}
 		limit := min(first, want)
-		heads, err := mh.ManyHeads(gs, l.p.Now, limit)
+		var heads map[int64][]Candidate
+		var err error
+		if keysHeads {
+			missing := l.missing(names)
+			var got map[string]*admission.State
+			if got, heads, err = kh.LockKeysManyHeads(missing, gs, l.p.Now, limit); err == nil {
+				for _, n := range missing {
+					l.keys[n] = got[n] // nil records "unavailable", as in lockKeys
+				}
+			}
+		} else {
+			heads, err = mh.ManyHeads(gs, l.p.Now, limit)
+		}
 		if err != nil {
 			return err
 		}
@@ -289,9 +325,8 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 	return true, nil
 }
 
-// lockKeys returns the group's key states, loading and locking those not
-// seen yet in this transaction; nil when one is locked elsewhere or missing.
-func (l *leaser) lockKeys(names []string) ([]*admission.State, error) {
+// missing returns the names not loaded yet in this transaction, once each.
+func (l *leaser) missing(names []string) []string {
 	var missing []string
 	seen := map[string]bool{}
 	for _, n := range names {
@@ -300,7 +335,13 @@ func (l *leaser) lockKeys(names []string) ([]*admission.State, error) {
 			missing = append(missing, n)
 		}
 	}
-	if len(missing) > 0 {
+	return missing
+}
+
+// lockKeys returns the group's key states, loading and locking those not
+// seen yet in this transaction; nil when one is locked elsewhere or missing.
+func (l *leaser) lockKeys(names []string) ([]*admission.State, error) {
+	if missing := l.missing(names); len(missing) > 0 {
 		got, err := l.tx.LockKeys(missing)
 		if err != nil {
 			return nil, err

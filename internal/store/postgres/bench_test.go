@@ -2,8 +2,12 @@ package postgres
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -56,4 +60,81 @@ func BenchmarkLeaseFinish(b *testing.B) {
 		}
 		n -= len(got)
 	}
+}
+
+// roundTrips counts what a store sends: one per statement sent alone and
+// one per batch (pgx sends a batch's statements together and reads their
+// results in one go). Statements counts every statement either way.
+type roundTrips struct{ trips, statements atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.trips.Add(1)
+	r.statements.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.trips.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	r.statements.Add(1)
+}
+
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// BenchmarkLeaseFinish64 is the engine's cycle in the throughput workload:
+// a lease of up to 64 jobs over 16 groups (one unpaced key each), then one
+// finish of those jobs. It reports the round trips and statements per job
+// (counted by a pgx tracer, so independent of the machine's load) besides
+// the time.
+func BenchmarkLeaseFinish64(b *testing.B) {
+	ctx := context.Background()
+	rt := &roundTrips{}
+	s, err := Open(ctx, Config{URL: testURL(b), Schema: newSchema(b), Region: "us", MaxConns: 4, tracer: rt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var n, jobs int
+	var trips, stmts int64
+	for b.Loop() {
+		b.StopTimer()
+		if n < 64 {
+			batch := make([]*job.Job, 2048)
+			for i := range batch {
+				batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
+			}
+			if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
+				b.Fatal(err)
+			}
+			n += len(batch)
+		}
+		tr0, s0 := rt.trips.Load(), rt.statements.Load()
+		b.StartTimer()
+		now := t0.Add(time.Second)
+		got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 64, LeaseFor: time.Minute, BatchMin: 8, InteractiveBudget: 30 * time.Second})
+		if err != nil || len(got) == 0 {
+			b.Fatalf("lease: %d jobs, %v", len(got), err)
+		}
+		if err := finishAll(ctx, s, got, now); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		trips += rt.trips.Load() - tr0
+		stmts += rt.statements.Load() - s0
+		n -= len(got)
+		jobs += len(got)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(trips)/float64(jobs), "roundtrips/job")
+	b.ReportMetric(float64(stmts)/float64(jobs), "statements/job")
+	b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/cycle")
+	b.ReportMetric(float64(jobs)/float64(b.N), "jobs/cycle")
 }

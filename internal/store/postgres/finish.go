@@ -30,7 +30,7 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 		sorted[k] = ts[i]
 	}
 	var errs []error
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
 		var err error
 		errs, err = store.Finish(&finishTx{ctx: ctx, tx: tx}, sorted)
 		return err
@@ -48,66 +48,121 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 // finishTx implements store.FinishTx on one transaction.
 type finishTx struct {
 	ctx context.Context
-	tx  pgx.Tx
+	tx  querier // a pipeTx: its Execs go out with the next read
+	// keys are the limit keys EndAttempts locked with the jobs.
+	keys map[string]*admission.State
 }
 
 var _ store.FinishTx = (*finishTx)(nil)
 
-// endAttemptSQL is one statement per transition: the guarded update of the
-// job and the insert of its attempt record. The record's sequence number is
-// safe to compute with max()+1 because every writer of a job's history
-// holds its row lock.
-const endAttemptSQL = `WITH ended AS (
-		UPDATE jobs SET state = $3, reason = $4, eligible_at = coalesce($5, eligible_at),
-			attempts_congestion = $6, attempts_transient = $7, attempts_schema = $8,
-			result = coalesce($9, result), lease_token = NULL, lease_expires_at = NULL,
-			finished_at = $10, updated_at = $11
-		WHERE id = $1 AND state = 'running' AND lease_token = $2
-			AND ($13::bigint IS NULL OR lease_expires_at <= $13) AND ($14::int = 0 OR attempt = $14)
-		RETURNING id, limit_keys, group_id
-	), recorded AS (
-		INSERT INTO job_attempts (job_id, seq, record)
-		SELECT id, coalesce((SELECT max(seq) FROM job_attempts WHERE job_id = ended.id), 0) + 1, $12 FROM ended
+// endAttemptsSQL ends a whole batch of attempts in one statement: the
+// guarded update of each job (state running, its lease token, its attempt
+// when given, its lease expired by then when given), which also appends the
+// attempt record to the history in its row. The arrays hold one element per
+// transition, in the caller's (id) order. locked takes the row locks first,
+// in id order, so that two finishes naming the same jobs (a worker's and the
+// reaper's) lock them in the same order; a row locked elsewhere is waited
+// for, as before. A job that is not returned met a failed guard.
+const endAttemptsSQL = `WITH u AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::int[], $8::int[],
+			$9::bytea[], $10::bigint[], $11::bigint[], $12::text[], $13::bigint[], $14::int[])
+			AS u(id, token, state, reason, eligible, congestion, transient, schema_, result, finished, now, record, expired_by, attempt)
+	), locked AS MATERIALIZED (
+		SELECT jobs.id FROM jobs WHERE jobs.id = ANY($1) ORDER BY jobs.id FOR NO KEY UPDATE
 	)
-	SELECT limit_keys, group_id FROM ended`
+	UPDATE jobs SET state = u.state, reason = u.reason, eligible_at = coalesce(u.eligible, jobs.eligible_at),
+		attempts_congestion = u.congestion, attempts_transient = u.transient, attempts_schema = u.schema_,
+		result = coalesce(u.result, jobs.result), lease_token = NULL, lease_expires_at = NULL,
+		finished_at = u.finished, updated_at = u.now,
+		history = CASE WHEN jobs.history IS NULL THEN '[' || u.record || ']'
+			ELSE left(jobs.history, -1) || ',' || u.record || ']' END
+	FROM u JOIN locked ON locked.id = u.id
+	WHERE jobs.id = u.id AND jobs.state = 'running' AND jobs.lease_token = u.token
+		AND (u.expired_by IS NULL OR jobs.lease_expires_at <= u.expired_by) AND (u.attempt = 0 OR jobs.attempt = u.attempt)
+	RETURNING jobs.id, jobs.limit_keys, jobs.group_id`
 
-// EndAttempts sends every transition's statement in one pipelined batch:
-// one round trip for the whole finish batch instead of one per job. The
-// statements run in order, so the caller's id order is the lock order.
+// EndAttempts ends every transition's attempt with one statement and, in
+// the same round trip, locks the limit keys of all the jobs, after them and
+// in name order (as LockKeysWait would, the lock order of package
+// store.Finish): the keys of a job that conflicted are locked for nothing,
+// which costs less than a round trip. (One statement per job, pipelined,
+// cost the server one execution each: 64 per batch of 64.)
 func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
-	b := &pgx.Batch{}
-	for _, t := range ts {
+	n := len(ts)
+	var (
+		ids, tokens, states, reasons, records = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		eligible, finished, expiredBy         = make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		nows                                  = make([]int64, n)
+		congestion, transient, schema, att    = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+		results                               = make([][]byte, n)
+	)
+	for i, t := range ts {
 		now := nowOr(t.Keys.Now, t.Record.At)
-		var finished *int64
 		if t.To.Final() {
-			finished = nullNS(now)
+			finished[i] = nullNS(now)
 		}
-		var eligible *int64
 		if t.To == job.StateWaiting || t.To == job.StateRetryScheduled {
-			eligible = nullNS(nowOr(t.EligibleAt, now))
+			eligible[i] = nullNS(nowOr(t.EligibleAt, now))
 		}
-		b.Queue(endAttemptSQL, t.ID, t.LeaseToken, string(t.To), string(t.Reason), eligible, t.Attempts.Congestion,
-			t.Attempts.Transient, t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record),
-			nullNS(t.LeaseExpiredBy), t.Record.Attempt)
+		ids[i], tokens[i], states[i], reasons[i] = t.ID, t.LeaseToken, string(t.To), string(t.Reason)
+		congestion[i], transient[i], schema[i] = int32(t.Attempts.Congestion), int32(t.Attempts.Transient), int32(t.Attempts.Schema)
+		results[i], nows[i], records[i] = nullBytes(t.Result), ns(now), string(recordJSON(t.Record))
+		expiredBy[i], att[i] = nullNS(t.LeaseExpiredBy), int32(t.Record.Attempt)
 	}
+	b := &pgx.Batch{}
+	b.Queue(endAttemptsSQL, ids, tokens, states, reasons, eligible, congestion, transient, schema, results, finished,
+		nows, records, expiredBy, att)
+	b.Queue(`SELECT `+keyCols+` FROM limit_keys WHERE name IN (SELECT unnest(limit_keys) FROM jobs WHERE id = ANY($1))
+		ORDER BY name FOR NO KEY UPDATE`, ids)
 	br := f.tx.SendBatch(f.ctx, b)
-	out := make([]store.Ended, len(ts))
-	for i := range ts {
-		err := br.QueryRow().Scan(&out[i].Keys, &out[i].Group)
-		if errors.Is(err, pgx.ErrNoRows) {
-			out[i].Conflict = true
-			continue
-		}
-		if err != nil {
-			br.Close()
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	type ended struct {
+		keys  []string
+		group int64
+	}
+	got := make(map[string]ended, n)
+	for rows.Next() {
+		var id string
+		var e ended
+		if err := rows.Scan(&id, &e.keys, &e.group); err != nil {
+			rows.Close()
 			return nil, err
 		}
+		got[id] = e
 	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]store.Ended, n)
+	for i, id := range ids {
+		e, ok := got[id]
+		out[i] = store.Ended{Keys: e.keys, Group: e.group, Conflict: !ok}
+	}
+	keys, err := collectKeys(br.Query())
+	if err != nil {
+		return nil, err
+	}
+	f.keys = keys
 	return out, br.Close()
 }
 
+// LockKeysWait returns the keys EndAttempts locked, or locks them now
+// when it did not lock them all.
 func (f *finishTx) LockKeysWait(names []string) (map[string]*admission.State, error) {
-	return lockKeys(f.ctx, f.tx, names, false)
+	out := make(map[string]*admission.State, len(names))
+	for _, n := range names {
+		st, ok := f.keys[n]
+		if !ok {
+			return lockKeys(f.ctx, f.tx, names, false)
+		}
+		out[n] = st
+	}
+	return out, nil
 }
 
 func (f *finishTx) SaveKeys(keys []*admission.State) error { return saveKeys(f.ctx, f.tx, keys) }
@@ -125,8 +180,7 @@ func groupReady(ctx context.Context, q querier, group int64, at time.Time) error
 // appendRecord adds one line to a job's history. The caller holds the
 // job's row lock.
 func appendRecord(ctx context.Context, q querier, id string, r job.AttemptRecord) error {
-	_, err := q.Exec(ctx, `INSERT INTO job_attempts (job_id, seq, record)
-		VALUES ($1, (SELECT coalesce(max(seq), 0) + 1 FROM job_attempts WHERE job_id = $1), $2)`, id, recordJSON(r))
+	_, err := q.Exec(ctx, `UPDATE jobs SET history = `+appendHistory(2)+` WHERE id = $1`, id, recordJSON(r))
 	return err
 }
 

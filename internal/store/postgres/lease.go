@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 		return nil, nil
 	}
 	var out []*job.Job
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
 		var err error
 		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx}, p, newToken)
 		return err
@@ -39,12 +40,13 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 // is locked with SKIP LOCKED, so it never waits for another transaction.
 type leaseTx struct {
 	ctx context.Context
-	tx  pgx.Tx
+	tx  *pipeTx // its Execs go out with the next read
 }
 
 var (
 	_ store.LeaseTx     = (*leaseTx)(nil)
 	_ store.ManyHeadsTx = (*leaseTx)(nil)
+	_ store.KeysHeadsTx = (*leaseTx)(nil)
 )
 
 // PromoteDue moves due retries to waiting. Rows locked elsewhere (a cancel,
@@ -99,21 +101,53 @@ func (l *leaseTx) Heads(g store.Group, now time.Time, limit int) ([]store.Candid
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[store.Candidate])
 }
 
-// ManyHeads fetches several groups' heads in one round trip: a lateral
-// join runs the Heads query once per group.
+// manyHeadsSQL is the Heads query run once per group by a lateral join.
+const manyHeadsSQL = `SELECT g.id, h.id, h.cost FROM unnest($1::bigint[]) AS g(id)
+	CROSS JOIN LATERAL (SELECT id, cost FROM jobs WHERE group_id = g.id AND state = 'waiting' AND eligible_at <= $2
+		ORDER BY priority DESC, eligible_at, id LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED) AS h`
+
+// ManyHeads fetches several groups' heads in one round trip.
 func (l *leaseTx) ManyHeads(gs []store.Group, now time.Time, limit int) (map[int64][]store.Candidate, error) {
+	rows, err := l.tx.Query(l.ctx, manyHeadsSQL, groupIDs(gs), ns(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	return collectHeads(rows, len(gs))
+}
+
+// LockKeysManyHeads is LockKeys and then ManyHeads in one round trip.
+func (l *leaseTx) LockKeysManyHeads(names []string, gs []store.Group, now time.Time, limit int) (map[string]*admission.State, map[int64][]store.Candidate, error) {
+	b := &pgx.Batch{}
+	b.Queue(lockKeysSQL(true), slices.Sorted(slices.Values(names)))
+	b.Queue(manyHeadsSQL, groupIDs(gs), ns(now), limit)
+	br := l.tx.SendBatch(l.ctx, b)
+	defer br.Close()
+	keys, err := collectKeys(br.Query())
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	heads, err := collectHeads(rows, len(gs))
+	if err != nil {
+		return nil, nil, err
+	}
+	return keys, heads, br.Close()
+}
+
+func groupIDs(gs []store.Group) []int64 {
 	ids := make([]int64, len(gs))
 	for i, g := range gs {
 		ids[i] = g.ID
 	}
-	rows, err := l.tx.Query(l.ctx, `SELECT g.id, h.id, h.cost FROM unnest($1::bigint[]) AS g(id)
-		CROSS JOIN LATERAL (SELECT id, cost FROM jobs WHERE group_id = g.id AND state = 'waiting' AND eligible_at <= $2
-			ORDER BY priority DESC, eligible_at, id LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED) AS h`, ids, ns(now), limit)
-	if err != nil {
-		return nil, err
-	}
+	return ids
+}
+
+func collectHeads(rows pgx.Rows, groups int) (map[int64][]store.Candidate, error) {
 	defer rows.Close()
-	out := make(map[int64][]store.Candidate, len(gs))
+	out := make(map[int64][]store.Candidate, groups)
 	for rows.Next() {
 		var g int64
 		var c store.Candidate
@@ -167,7 +201,8 @@ func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*jo
 	for i, c := range leased {
 		ids[i], tokens[i] = c.ID, c.Token
 	}
-	jobs, err := collectJobs(l.tx.Query(l.ctx, `UPDATE jobs SET state = 'running', lease_token = u.token,
+	// The lease's last statement: COMMIT goes out with it.
+	jobs, err := collectJobs(l.tx.QueryCommit(l.ctx, `UPDATE jobs SET state = 'running', lease_token = u.token,
 			lease_expires_at = $4, attempt = attempt + 1, updated_at = $3
 		FROM unnest($1::text[], $2::text[]) AS u(leased_id, token)
 		WHERE id = u.leased_id AND state = 'waiting'

@@ -20,12 +20,17 @@ import (
 // never hold a key a lease transaction waits for, since none ever waits).
 // Missing keys are left out.
 func lockKeys(ctx context.Context, q querier, names []string, skipLocked bool) (map[string]*admission.State, error) {
+	names = slices.Sorted(slices.Values(names))
+	return collectKeys(q.Query(ctx, lockKeysSQL(skipLocked), names))
+}
+
+// lockKeysSQL selects and locks the keys named by $1 in name order.
+func lockKeysSQL(skipLocked bool) string {
 	lock := `FOR NO KEY UPDATE`
 	if skipLocked {
 		lock += ` SKIP LOCKED`
 	}
-	names = slices.Sorted(slices.Values(names))
-	return collectKeys(q.Query(ctx, `SELECT `+keyCols+` FROM limit_keys WHERE name = ANY($1) ORDER BY name `+lock, names))
+	return `SELECT ` + keyCols + ` FROM limit_keys WHERE name = ANY($1) ORDER BY name ` + lock
 }
 
 // saveKeys writes back the live state of locked keys in one statement. It

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,9 +68,16 @@ const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, pay
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema, lease_token,
 	lease_expires_at, result, created_at, updated_at, finished_at`
 
-// historyCol is an extra column after jobCols: the attempt history as one
-// JSON array, so a job and its history come back in one round trip.
-const historyCol = `(SELECT json_agg(a.record ORDER BY a.seq) FROM job_attempts a WHERE a.job_id = jobs.id)`
+// historyCol is an extra column after jobCols: the attempt history, one
+// JSON array kept in the job's row (NULL before the first record).
+const historyCol = `history`
+
+// appendHistory is the new value of the history column with the record
+// $n appended, without parsing the array.
+func appendHistory(n int) string {
+	p := "$" + strconv.Itoa(n) + "::text"
+	return `CASE WHEN history IS NULL THEN '[' || ` + p + ` || ']' ELSE left(history, -1) || ',' || ` + p + ` || ']' END`
+}
 
 func scanJob(row pgx.Row) (*job.Job, error) {
 	return scan(row, false)
@@ -187,7 +195,7 @@ func collectKeys(rows pgx.Rows, err error) (map[string]*admission.State, error) 
 	return out, nil
 }
 
-// recordJSON encodes one attempt record for job_attempts.
+// recordJSON encodes one attempt record for the history column.
 func recordJSON(r job.AttemptRecord) []byte {
 	b, err := json.Marshal(r)
 	if err != nil {

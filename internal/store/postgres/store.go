@@ -46,6 +46,23 @@ type Config struct {
 	// MaxConns caps the pool's connections. Zero means pgxpool's default
 	// (the larger of 4 and the number of CPUs).
 	MaxConns int32
+	// AsyncLease commits lease transactions with synchronous_commit off
+	// (for that transaction only; finishes, inserts and every other write
+	// still wait for their WAL flush). A lease is the one write that is
+	// safe to lose: a lost lease is a lease that expired at once. If the
+	// database server crashes within a WAL-writer cycle (at most three
+	// wal_writer_delay, 600 ms by default) of a lease and before any later
+	// durable commit, which flushes it too, the job is back to waiting
+	// with its previous attempt count, runs again (at least once, as after
+	// any lost lease: its worker's outcome is refused), and the tokens the
+	// lease took from its keys are returned, so its keys may admit that
+	// many starts again. Nothing else changes: other sessions see the
+	// lease at once, so multi-node leasing is unaffected. Default false.
+	AsyncLease bool
+
+	// tracer, set by tests, sees every statement and batch sent (the
+	// round-trip counts in bench_test.go).
+	tracer pgx.QueryTracer
 }
 
 // WithDefaults returns c with zero fields replaced by their defaults.
@@ -99,6 +116,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// Sent in the startup message, so it costs no round trip per
 	// connection; only this schema is searched (pg_catalog always is).
 	pc.ConnConfig.RuntimeParams["search_path"] = schema
+	if cfg.tracer != nil {
+		pc.ConnConfig.Tracer = cfg.tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)

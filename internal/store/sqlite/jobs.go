@@ -94,44 +94,41 @@ func (s *Store) ensureKey(tx *sql.Tx, name string, def admission.Config, now tim
 
 // Get returns one job with its attempt history.
 func (s *Store) Get(ctx context.Context, id string) (*job.Job, error) {
-	st, err := s.stmt(s.rdb, `SELECT `+jobCols+` FROM jobs WHERE id = ?`)
+	st, err := s.stmt(s.rdb, `SELECT `+jobCols+`, history FROM jobs WHERE id = ?`)
 	if err != nil {
 		return nil, err
 	}
-	j, err := scanJob(st.QueryRowContext(ctx, id))
+	var hist sql.NullString
+	j, err := scanJob(withExtra{st.QueryRowContext(ctx, id), []any{&hist}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, store.ErrNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	hist, err := s.stmt(s.rdb, `SELECT record FROM job_attempts WHERE job_id = ? ORDER BY seq`)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := hist.QueryContext(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	j.History, err = scanHistory(rows)
+	j.History, err = parseHistory(hist)
 	return j, err
 }
 
-func scanHistory(rows *sql.Rows) ([]job.AttemptRecord, error) {
-	defer rows.Close()
-	var out []job.AttemptRecord
-	for rows.Next() {
-		var raw string
-		var r job.AttemptRecord
-		if err := rows.Scan(&raw); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(raw), &r); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
+// withExtra scans the columns after jobCols into extra.
+type withExtra struct {
+	r     scanner
+	extra []any
+}
+
+func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extra...)...) }
+
+// parseHistory decodes the history column: a JSON array of attempt
+// records, NULL before the first one.
+func parseHistory(h sql.NullString) ([]job.AttemptRecord, error) {
+	if !h.Valid {
+		return nil, nil
 	}
-	return out, rows.Err()
+	var out []job.AttemptRecord
+	if err := json.Unmarshal([]byte(h.String), &out); err != nil {
+		return nil, fmt.Errorf("decode attempt history: %w", err)
+	}
+	return out, nil
 }
 
 func (s *Store) getTx(tx *sql.Tx, id string) (*job.Job, error) {
@@ -271,11 +268,17 @@ func (s *Store) releaseKeys(tx *sql.Tx, names []string) error {
 	return s.saveKeys(tx, save)
 }
 
+// appendRecord adds one record to a job's history (outside Finish, which
+// appends in its own UPDATE).
 func (s *Store) appendRecord(tx *sql.Tx, id string, r job.AttemptRecord) error {
-	_, err := s.exec(tx, `INSERT INTO job_attempts (job_id, seq, record)
-		VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM job_attempts WHERE job_id = ?), ?)`, id, id, recordJSON(r))
+	_, err := s.exec(tx, `UPDATE jobs SET history = `+appendHistory+` WHERE id = ?2`, recordJSON(r), id)
 	return err
 }
+
+// appendHistory is the new value of the history column with the record ?1
+// appended: the array is kept as text and extended without parsing it.
+const appendHistory = `CASE WHEN history IS NULL THEN '[' || ?1 || ']'
+	ELSE substr(history, 1, length(history) - 1) || ',' || ?1 || ']' END`
 
 // Redrive returns a terminal job to waiting with fresh budgets.
 func (s *Store) Redrive(ctx context.Context, id string, now time.Time) (*job.Job, error) {
@@ -310,8 +313,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		if err := s.guarded(tx, res, err, id); err != nil {
 			return err
 		}
-		_, err = s.exec(tx, `DELETE FROM job_attempts WHERE job_id = ?`, id)
-		return err
+		return nil
 	})
 }
 
@@ -337,9 +339,6 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		sel := fmt.Sprintf(`SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? LIMIT %d`, store.PruneBatch)
-		if _, err := s.exec(tx, `DELETE FROM job_attempts WHERE job_id IN (`+sel+`)`, ns(before)); err != nil {
-			return err
-		}
 		res, err := s.exec(tx, `DELETE FROM jobs WHERE id IN (`+sel+`)`, ns(before))
 		if err != nil {
 			return err

@@ -185,10 +185,11 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	return out, nil
 }
 
-// EndAttempts ends each attempt with two prepared statements, a guarded
-// UPDATE of the job and an INSERT of its record. (One UPDATE joined with a
-// JSON object of the whole batch measured no faster on this driver: the
-// cost is the row and index writes, not the statements.)
+// EndAttempts ends each attempt with one prepared statement: a guarded
+// UPDATE of the job that also appends the attempt record to the history in
+// the row. (One UPDATE joined with a JSON object of the whole batch
+// measured no faster on this driver: the cost is the row and index writes,
+// not the statements.)
 func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	out := make([]store.Ended, len(ts))
 	for i, t := range ts {
@@ -213,15 +214,15 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, error) {
 	if t.To.Final() {
 		finished = ns(now)
 	}
-	err := o.s.queryRow(o.tx, `UPDATE jobs SET state = ?, reason = ?, eligible_at = CASE WHEN ? = 0 THEN eligible_at ELSE ? END,
-		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?, result = coalesce(?, result),
-		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?
-		WHERE id = ? AND state = 'running' AND lease_token = ? AND (? = 0 OR attempt = ?)
-			AND (? IS NULL OR lease_expires_at <= ?)
+	err := o.s.queryRow(o.tx, `UPDATE jobs SET state = ?2, reason = ?3, eligible_at = CASE WHEN ?4 = 0 THEN eligible_at ELSE ?4 END,
+		attempts_congestion = ?5, attempts_transient = ?6, attempts_schema = ?7, result = coalesce(?8, result),
+		lease_token = NULL, lease_expires_at = NULL, finished_at = ?9, updated_at = ?10, history = `+appendHistory+`
+		WHERE id = ?11 AND state = 'running' AND lease_token = ?12 AND (?13 = 0 OR attempt = ?13)
+			AND (?14 IS NULL OR lease_expires_at <= ?14)
 		RETURNING limit_keys, group_id`,
-		t.To, t.Reason, ns(t.EligibleAt), ns(t.EligibleAt), t.Attempts.Congestion, t.Attempts.Transient,
-		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), t.ID, t.LeaseToken, t.Record.Attempt, t.Record.Attempt,
-		nullNS(t.LeaseExpiredBy), nullNS(t.LeaseExpiredBy)).Scan(&keys, &group)
+		recordJSON(t.Record), t.To, t.Reason, ns(t.EligibleAt), t.Attempts.Congestion, t.Attempts.Transient,
+		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), t.ID, t.LeaseToken, t.Record.Attempt,
+		nullNS(t.LeaseExpiredBy)).Scan(&keys, &group)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, store.ErrConflict
 	}
@@ -232,7 +233,7 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, error) {
 	if err := jsonStrings(keys, &names); err != nil {
 		return nil, 0, err
 	}
-	return names, group, o.s.appendRecord(o.tx, t.ID, t.Record)
+	return names, group, nil
 }
 
 func (o *txOps) GroupReady(group int64, at time.Time) error { return o.s.groupReady(o.tx, group, at) }
