@@ -257,8 +257,10 @@ func (c Chunk) Reconciled(rep Report) (Chunk, error) {
 	if err := c.want("reconciled", StateResultsReady, StatePlanned, StateUploaded); err != nil {
 		return c, err
 	}
-	if c.State != StateResultsReady && !c.CancelRequested {
-		return c, fmt.Errorf("chunk %s: reconciled in state %s without a cancel", c.Key, c.State)
+	if c.State != StateResultsReady && (!c.CancelRequested || !c.CreateStartedAt.IsZero()) {
+		// Before submission only a cancel ends a chunk, and only when no
+		// create may have reached the provider (Find settles that first).
+		return c, fmt.Errorf("chunk %s: reconciled in state %s without a settled cancel", c.Key, c.State)
 	}
 	if err := rep.Check(c.CustomIDs); err != nil {
 		return c, fmt.Errorf("chunk %s: %w", c.Key, err)

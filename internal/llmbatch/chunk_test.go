@@ -151,6 +151,18 @@ func TestReconcileAccountsForEveryItem(t *testing.T) {
 	if _, err := chunkIn(llmbatch.StateResultsReady).Reconciled(rep); err == nil {
 		t.Error("Reconciled accepted a report that does not cover the chunk")
 	}
+	// Cancelled before submission: reconciled only once no create may be
+	// outstanding.
+	abc := []string{"a", "b", "c"}
+	local := llmbatch.Reconcile(abc, llmbatch.Status{Phase: llmbatch.PhaseEnded, End: llmbatch.EndCancelled}, nil)
+	c := chunkIn(llmbatch.StateUploaded).RequestCancel()
+	if got, err := c.Reconciled(local); err != nil || got.State != llmbatch.StateReconciled || got.Summary.Canceled != 3 {
+		t.Errorf("local cancel: %v, %+v", err, got)
+	}
+	c.CreateStartedAt = start
+	if _, err := c.Reconciled(local); err == nil {
+		t.Error("Reconciled a cancelled chunk whose create may have reached the provider")
+	}
 }
 
 // TestSplitProviderLimits uses the documented limits: 50,000 requests per

@@ -57,26 +57,27 @@ func Reconcile(customIDs []string, st Status, results []Result) Report {
 	for _, id := range customIDs {
 		want[id] = true
 	}
-	byID := make(map[string]Result, len(results))
+	byID := make(map[string]int, len(results)) // custom_id -> index of its first line
 	var rep Report
-	for _, r := range results {
-		switch _, dup := byID[r.CustomID]; {
-		case !want[r.CustomID]:
+	for i := range results {
+		id := results[i].CustomID
+		switch _, dup := byID[id]; {
+		case !want[id]:
 			rep.Foreign++
 		case dup:
 			rep.Duplicates++
 		default:
-			byID[r.CustomID] = r
+			byID[id] = i
 		}
 	}
 	rep.Outcomes = make([]Outcome, len(customIDs))
 	for i, id := range customIDs {
-		r, ok := byID[id]
+		j, ok := byID[id]
 		if !ok {
 			rep.Outcomes[i] = missing(id, st)
 			continue
 		}
-		rep.Outcomes[i] = fromResult(r)
+		rep.Outcomes[i] = fromResult(results[j])
 	}
 	return rep
 }
