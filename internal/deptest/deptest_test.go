@@ -104,6 +104,17 @@ func TestLayering(t *testing.T) {
 	// admission and the store contract sit on the vocabulary only.
 	allowOnly(admission, vocab, job)
 	allowOnly(st, vocab, job, admission)
+	// The batch client is a leaf the batch lane is wired onto: it may link
+	// the LLM SDKs but, within the module, only the header parsers (and
+	// their vocabulary), never the engine, the store or the API.
+	if p, ok := pkgs[mod+"/internal/llmbatch"]; ok {
+		allowed := []string{mod + "/internal/ratelimit", vocab}
+		for _, d := range p.Deps {
+			if inModule(d) && !slices.Contains(allowed, d) {
+				t.Errorf("internal/llmbatch depends on %s; within the module it may depend only on %v", d, allowed)
+			}
+		}
+	}
 
 	for name, p := range pkgs {
 		if !inModule(name) {

@@ -1,0 +1,45 @@
+package llmbatch_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/ratelane/ratelane/internal/llmbatch"
+)
+
+// BenchmarkReconcile100k reconciles a full Anthropic-sized chunk (100,000
+// items, results in reverse order, a tenth of them missing).
+func BenchmarkReconcile100k(b *testing.B) {
+	const n = 100_000
+	idsList := make([]string, n)
+	results := make([]llmbatch.Result, 0, n)
+	for i := range idsList {
+		idsList[i] = fmt.Sprintf("item-%06d", i)
+	}
+	for i := n - 1; i >= 0; i-- {
+		if i%10 != 0 {
+			results = append(results, llmbatch.Result{CustomID: idsList[i], Kind: llmbatch.KindSucceeded, Body: []byte(`{"findings":[]}`)})
+		}
+	}
+	st := llmbatch.Status{Phase: llmbatch.PhaseEnded, End: llmbatch.EndExpired}
+	b.ReportAllocs()
+	for b.Loop() {
+		rep := llmbatch.Reconcile(idsList, st, results)
+		if s := rep.Summary(); s.Succeeded != n-n/10 || s.Requeued != n/10 {
+			b.Fatalf("summary %+v", s)
+		}
+	}
+}
+
+// BenchmarkEncodedSizeOpenAI is the cost of sizing one item for Split
+// (it encodes the JSONL line with the SDK's types).
+func BenchmarkEncodedSizeOpenAI(b *testing.B) {
+	p := llmbatch.NewOpenAI(llmbatch.Config{APIKey: "unused"})
+	it := items("bench", 1)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.EncodedSize(it); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,290 @@
+package llmbatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/ratelane/ratelane/internal/ratelimit"
+)
+
+// metadataKey is the batch metadata entry that names the chunk, so that
+// Find recognises ratelane's own batches.
+const metadataKey = "ratelane_chunk"
+
+// OpenAI is the OpenAI Batch API over /v1/chat/completions, through the
+// official SDK: items go up as a JSONL file (purpose=batch), the batch
+// runs within the 24 h window, results come back as output and error
+// files joined on custom_id.
+type OpenAI struct {
+	cfg    Config
+	client openai.Client
+}
+
+// NewOpenAI returns an OpenAI provider; the SDK's retries are off (the
+// queue owns retries).
+func NewOpenAI(cfg Config) *OpenAI {
+	cfg = cfg.withDefaults(OpenAILimits)
+	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(cfg.APIKey),
+		option.WithHTTPClient(cfg.HTTPClient), option.WithRequestTimeout(cfg.Timeout)}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	return &OpenAI{cfg: cfg, client: openai.NewClient(opts...)}
+}
+
+// Name returns "openai".
+func (*OpenAI) Name() string { return "openai" }
+
+// Limits returns the configured limits (default [OpenAILimits]).
+func (o *OpenAI) Limits() Limits { return o.cfg.Limits }
+
+// NeedsUpload returns true: OpenAI batches read an uploaded file.
+func (*OpenAI) NeedsUpload() bool { return true }
+
+// openAILine is one line of a batch input file.
+type openAILine struct {
+	CustomID string                         `json:"custom_id"`
+	Method   string                         `json:"method"`
+	URL      string                         `json:"url"`
+	Body     openai.ChatCompletionNewParams `json:"body"`
+}
+
+func (*OpenAI) line(it Item) ([]byte, error) {
+	var msgs []openai.ChatCompletionMessageParamUnion
+	if it.Request.System != "" {
+		msgs = append(msgs, openai.SystemMessage(it.Request.System))
+	}
+	msgs = append(msgs, openai.UserMessage(it.Request.Prompt))
+	return json.Marshal(openAILine{CustomID: it.CustomID, Method: http.MethodPost, URL: "/v1/chat/completions",
+		Body: openai.ChatCompletionNewParams{Model: it.Request.Model, Messages: msgs,
+			MaxCompletionTokens: openai.Int(it.Request.MaxTokens)}})
+}
+
+// EncodedSize is the length of item's JSONL line without its newline.
+func (o *OpenAI) EncodedSize(it Item) (int64, error) {
+	b, err := o.line(it)
+	return int64(len(b)), err
+}
+
+// Upload writes items as JSONL and uploads it with purpose=batch.
+func (o *OpenAI) Upload(ctx context.Context, key string, items []Item) (string, error) {
+	var buf bytes.Buffer
+	for _, it := range items {
+		b, err := o.line(it)
+		if err != nil {
+			return "", fmt.Errorf("openai upload %s: encode %s: %w", key, it.CustomID, err)
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	f, err := o.client.Files.New(ctx, openai.FileNewParams{
+		File:    openai.File(&buf, key+".jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch,
+	})
+	if err != nil {
+		return "", o.wrap("upload "+key, err)
+	}
+	return f.ID, nil
+}
+
+// Create starts a batch over the uploaded fileID, naming the chunk in its
+// metadata.
+func (o *OpenAI) Create(ctx context.Context, key, fileID string, _ []Item) (string, error) {
+	b, err := o.client.Batches.New(ctx, openai.BatchNewParams{
+		InputFileID:      fileID,
+		Endpoint:         openai.BatchNewParamsEndpointV1ChatCompletions,
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h,
+		Metadata:         shared.Metadata{metadataKey: key},
+	})
+	if err != nil {
+		return "", o.wrap("create "+key, err)
+	}
+	return b.ID, nil
+}
+
+// Find lists batches newest first back to q.Since (less a minute) and
+// returns the one over q.FileID. A file id belongs to one chunk and is
+// used by one Create, so the match is exact.
+func (o *OpenAI) Find(ctx context.Context, q FindQuery) (string, bool, error) {
+	pager := o.client.Batches.ListAutoPaging(ctx, openai.BatchListParams{Limit: openai.Int(100)})
+	oldest := q.Since.Add(-time.Minute).Unix()
+	for pager.Next() {
+		b := pager.Current()
+		if b.CreatedAt < oldest {
+			break
+		}
+		if b.InputFileID == q.FileID && (b.Metadata[metadataKey] == "" || b.Metadata[metadataKey] == q.Key) {
+			return b.ID, true, nil
+		}
+	}
+	if err := pager.Err(); err != nil {
+		return "", false, o.wrap("find "+q.Key, err)
+	}
+	return "", false, nil
+}
+
+// Poll retrieves the batch.
+func (o *OpenAI) Poll(ctx context.Context, id string) (Status, error) {
+	b, err := o.client.Batches.Get(ctx, id)
+	if err != nil {
+		return Status{}, o.wrap("poll "+id, err)
+	}
+	return openAIStatus(b), nil
+}
+
+// Cancel cancels the batch; an ended batch is answered with its status.
+func (o *OpenAI) Cancel(ctx context.Context, id string) (Status, error) {
+	b, err := o.client.Batches.Cancel(ctx, id)
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusConflict {
+		return o.Poll(ctx, id)
+	}
+	if err != nil {
+		return Status{}, o.wrap("cancel "+id, err)
+	}
+	return openAIStatus(b), nil
+}
+
+func openAIStatus(b *openai.Batch) Status {
+	st := Status{ID: b.ID, Counts: Counts{Total: int(b.RequestCounts.Total),
+		Succeeded: int(b.RequestCounts.Completed), Errored: int(b.RequestCounts.Failed)}}
+	st.Counts.Processing = max(0, st.Counts.Total-st.Counts.Succeeded-st.Counts.Errored)
+	switch b.Status {
+	case openai.BatchStatusValidating:
+		st.Phase = PhaseValidating
+	case openai.BatchStatusInProgress:
+		st.Phase = PhaseInProgress
+	case openai.BatchStatusFinalizing:
+		st.Phase = PhaseFinalizing
+	case openai.BatchStatusCancelling:
+		st.Phase = PhaseCanceling
+	case openai.BatchStatusCompleted:
+		st.Phase, st.End = PhaseEnded, EndCompleted
+	case openai.BatchStatusExpired:
+		st.Phase, st.End = PhaseEnded, EndExpired
+	case openai.BatchStatusCancelled:
+		st.Phase, st.End = PhaseEnded, EndCancelled
+	case openai.BatchStatusFailed:
+		st.Phase, st.End = PhaseEnded, EndFailed
+	default:
+		st.Phase = PhaseInProgress // an unknown status is treated as still running
+	}
+	if st.Ended() {
+		st.Counts.Processing = 0
+	}
+	for _, e := range b.Errors.Data {
+		code := e.Code
+		if e.Line > 0 {
+			code = fmt.Sprintf("%s@%d", e.Code, e.Line)
+		}
+		st.Errors = append(st.Errors, code)
+	}
+	return st
+}
+
+// Collect downloads the output and error files of an ended batch.
+func (o *OpenAI) Collect(ctx context.Context, id string) ([]Result, error) {
+	b, err := o.client.Batches.Get(ctx, id)
+	if err != nil {
+		return nil, o.wrap("collect "+id, err)
+	}
+	if st := openAIStatus(b); !st.Ended() {
+		return nil, fmt.Errorf("openai collect %s: batch is %s, not ended", id, b.Status)
+	}
+	var out []Result
+	for _, fileID := range []string{b.OutputFileID, b.ErrorFileID} {
+		if fileID == "" {
+			continue
+		}
+		rs, err := o.download(ctx, fileID)
+		if err != nil {
+			return nil, fmt.Errorf("openai collect %s: %w", id, err)
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// resultLine is one line of an output or error file.
+type resultLine struct {
+	CustomID string `json:"custom_id"`
+	Response *struct {
+		StatusCode int             `json:"status_code"`
+		Body       json.RawMessage `json:"body"`
+	} `json:"response"`
+	Error *struct {
+		Code string `json:"code"`
+	} `json:"error"`
+}
+
+func (o *OpenAI) download(ctx context.Context, fileID string) ([]Result, error) {
+	resp, err := o.client.Files.Content(ctx, fileID, option.WithRequestTimeout(10*o.cfg.Timeout))
+	if err != nil {
+		return nil, o.wrap("download "+fileID, err)
+	}
+	defer resp.Body.Close()
+	var out []Result
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var l resultLine
+		if err := dec.Decode(&l); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("file %s: line %d: %w", fileID, len(out)+1, err)
+		}
+		out = append(out, openAIResult(l))
+	}
+}
+
+func openAIResult(l resultLine) Result {
+	r := Result{CustomID: l.CustomID}
+	switch {
+	case l.Error != nil && l.Error.Code == "batch_expired":
+		r.Kind = KindExpired
+	case l.Error != nil && l.Error.Code == "batch_cancelled":
+		r.Kind = KindCanceled
+	case l.Error != nil:
+		r.Kind, r.ErrorType, r.Retryable = KindErrored, l.Error.Code, true // e.g. request_timeout
+	case l.Response == nil:
+		r.Kind, r.ErrorType, r.Retryable = KindErrored, "no_response", true
+	case l.Response.StatusCode == http.StatusOK:
+		var c openai.ChatCompletion
+		if err := json.Unmarshal(l.Response.Body, &c); err != nil || len(c.Choices) == 0 {
+			r.Kind, r.ErrorType, r.Retryable = KindErrored, "unreadable_response", true
+			return r
+		}
+		r.Kind, r.Body = KindSucceeded, []byte(c.Choices[0].Message.Content)
+		r.InputTokens, r.OutputTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
+	default:
+		var e struct {
+			Error struct {
+				Type string `json:"type"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(l.Response.Body, &e) // the type is informative only
+		r.Kind, r.Status, r.ErrorType = KindErrored, l.Response.StatusCode, e.Error.Type
+		r.Retryable = l.Response.StatusCode == http.StatusTooManyRequests || l.Response.StatusCode >= 500
+	}
+	return r
+}
+
+// wrap turns a 429 (or 503 with Retry-After) into a RateLimitedError.
+func (o *OpenAI) wrap(op string, err error) error {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) && apiErr.Response != nil && congested(apiErr.StatusCode, apiErr.Response.Header) {
+		info := ratelimit.Parse(apiErr.Response.Header, o.cfg.Now())
+		return fmt.Errorf("openai %s: %w", op, &RateLimitedError{Status: apiErr.StatusCode,
+			RetryAfter: info.RetryAfter, HasRetryAfter: info.HasRetryAfter})
+	}
+	return fmt.Errorf("openai %s: %w", op, err)
+}

@@ -1,0 +1,229 @@
+package batchsim
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Server is a running batch API simulator. Create it with [New], stop it
+// with [Server.Close]. All methods are safe for concurrent use.
+type Server struct {
+	cfg Config
+	srv *http.Server
+	url string
+
+	mu       sync.Mutex
+	seq      uint64
+	files    map[string]*simFile
+	batches  map[string]*simBatch
+	order    map[string][]string // provider -> batch ids, oldest first
+	attempts map[string]int      // provider+"\x00"+custom_id -> batches seen in
+	reject   map[string]rejection
+	stats    Stats
+
+	serving sync.WaitGroup
+	once    sync.Once
+	err     error
+}
+
+// rejection is a pending series of 429 answers to creates.
+type rejection struct {
+	n          int
+	retryAfter time.Duration
+}
+
+// Stats counts what the simulator was asked to do, for tests that prove a
+// client neither duplicates nor skips a call.
+type Stats struct {
+	// Uploads counts accepted OpenAI file uploads.
+	Uploads int
+	// OpenAIBatches and AnthropicBatches count created batches.
+	OpenAIBatches, AnthropicBatches int
+	// Rejected counts creates answered 429 by RejectCreates.
+	Rejected int
+	// ResultDownloads counts downloads of OpenAI output or error files
+	// and of Anthropic results.
+	ResultDownloads int
+	// Cancels counts accepted cancel requests.
+	Cancels int
+}
+
+// New validates cfg, listens on cfg.Addr and serves until Close.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("batchsim config: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("batchsim listen %s: %w", cfg.Addr, err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		url:      "http://" + ln.Addr().String(),
+		files:    map[string]*simFile{},
+		batches:  map[string]*simBatch{},
+		order:    map[string][]string{},
+		attempts: map[string]int{},
+		reject:   map[string]rejection{},
+	}
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		_ = s.srv.Serve(ln) // http.ErrServerClosed after Close
+	}()
+	return s, nil
+}
+
+// URL returns the base URL, "http://127.0.0.1:<port>", without a trailing
+// slash. The OpenAI SDK wants URL()+"/v1/", the Anthropic SDK URL()+"/".
+func (s *Server) URL() string { return s.url }
+
+// Close stops the server and waits for its handlers. It is idempotent.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		s.err = s.srv.Close()
+		s.serving.Wait()
+	})
+	return s.err
+}
+
+// RejectCreates makes the next n batch creates of provider (ProviderOpenAI
+// or ProviderAnthropic) fail with 429 and a Retry-After of retryAfter
+// (rounded up to whole seconds, plus retry-after-ms), as the providers
+// answer when their batch queue or rate limit is full. Nothing is created.
+func (s *Server) RejectCreates(provider string, n int, retryAfter time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reject[provider] = rejection{n: n, retryAfter: retryAfter}
+}
+
+// Stats returns the counters so far.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Handler returns the simulator's routes, for mounting it in another
+// server; New serves it on its own listener.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/files", s.openAI(s.handlePostFile))
+	mux.HandleFunc("GET /v1/files/{id}", s.openAI(s.handleGetFile))
+	mux.HandleFunc("GET /v1/files/{id}/content", s.openAI(s.handleGetFileContent))
+	mux.HandleFunc("DELETE /v1/files/{id}", s.openAI(s.handleDeleteFile))
+	mux.HandleFunc("POST /v1/batches", s.openAI(s.handlePostBatch))
+	mux.HandleFunc("GET /v1/batches", s.openAI(s.handleListBatches))
+	mux.HandleFunc("GET /v1/batches/{id}", s.openAI(s.handleGetBatch))
+	mux.HandleFunc("POST /v1/batches/{id}/cancel", s.openAI(s.handleCancelBatch))
+
+	mux.HandleFunc("POST /v1/messages/batches", s.anthropic(s.handlePostMessageBatch))
+	mux.HandleFunc("GET /v1/messages/batches", s.anthropic(s.handleListMessageBatches))
+	mux.HandleFunc("GET /v1/messages/batches/{id}", s.anthropic(s.handleGetMessageBatch))
+	mux.HandleFunc("GET /v1/messages/batches/{id}/results", s.anthropic(s.handleGetMessageBatchResults))
+	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.anthropic(s.handleCancelMessageBatch))
+	mux.HandleFunc("DELETE /v1/messages/batches/{id}", s.anthropic(s.handleDeleteMessageBatch))
+	return mux
+}
+
+// nextID returns prefix followed by a fresh, sortable sequence number.
+// Call with s.mu held.
+func (s *Server) nextID(prefix string) string {
+	s.seq++
+	return fmt.Sprintf("%s%012d", prefix, s.seq)
+}
+
+// takeRejection consumes one pending 429 for provider. Call with s.mu held.
+func (s *Server) takeRejection(provider string) (time.Duration, bool) {
+	r := s.reject[provider]
+	if r.n <= 0 {
+		return 0, false
+	}
+	r.n--
+	s.reject[provider] = r
+	s.stats.Rejected++
+	return r.retryAfter, true
+}
+
+// setRetryAfter writes Retry-After in whole seconds (rounded up, so no
+// client retries early) and retry-after-ms.
+func setRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10))
+	h.Set("retry-after-ms", strconv.FormatInt(d.Milliseconds(), 10))
+}
+
+// attempt counts one more submission of customID to provider and returns
+// the count. Call with s.mu held.
+func (s *Server) attempt(provider, customID string) int {
+	k := provider + "\x00" + customID
+	s.attempts[k]++
+	return s.attempts[k]
+}
+
+// keyOK checks a presented key against Config.APIKey.
+func (s *Server) keyOK(key string) bool {
+	if s.cfg.APIKey != "" {
+		return key == s.cfg.APIKey
+	}
+	return key != ""
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encode response", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// unix is t in Unix seconds, or nil for the zero time (OpenAI sends null).
+func unix(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	v := t.Unix()
+	return &v
+}
+
+// rfc3339 is t as RFC 3339, or nil for the zero time (Anthropic sends null).
+func rfc3339(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	v := t.UTC().Format(time.RFC3339Nano)
+	return &v
+}
+
+// listLimit reads a list endpoint's limit: default 20, 1..100 (both
+// providers document that range for batch lists).
+func listLimit(q string) (int, bool) {
+	if q == "" {
+		return 20, true
+	}
+	n, err := strconv.Atoi(q)
+	if err != nil || n < 1 || n > 100 {
+		return 0, false
+	}
+	return n, true
+}
+
+// bearer returns the token of an "Authorization: Bearer" header.
+func bearer(r *http.Request) string {
+	v := r.Header.Get("Authorization")
+	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		return strings.TrimSpace(v[7:])
+	}
+	return ""
+}
