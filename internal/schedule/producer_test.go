@@ -319,3 +319,5 @@ func TestStartStop(t *testing.T) {
 func admissionConfig(name string, burst float64) admission.Config {
 	return admission.Config{Name: name, Rate: 1, Burst: burst}
 }
+
+func engineJobs(st store.Store) (*engine.Jobs, error) { return engine.NewJobs(engine.JobsConfig{Store: st}) }

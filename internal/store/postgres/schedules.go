@@ -202,7 +202,7 @@ func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.C
 		if err := insertJobs(ctx, tx, jobs, groups, res); err != nil {
 			return err
 		}
-		out = store.ClaimTickResult{Job: res[0].Job, Existing: res[0].Existing}
+		out = store.ClaimTickResult(res[0])
 		if res[0].Existing {
 			if _, err := tx.Exec(ctx, `UPDATE schedules SET last_job_id = $1 WHERE id = $2`, res[0].Job.ID, p.ScheduleID); err != nil {
 				return err

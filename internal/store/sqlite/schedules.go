@@ -206,7 +206,7 @@ func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.C
 		if err != nil {
 			return fmt.Errorf("insert job %s: %w", p.Job.ID, err)
 		}
-		out = store.ClaimTickResult{Job: ir.Job, Existing: ir.Existing}
+		out = store.ClaimTickResult(ir)
 		if ir.Existing {
 			if _, err := s.exec(tx, `UPDATE schedules SET last_job_id = ? WHERE id = ?`, ir.Job.ID, p.ScheduleID); err != nil {
 				return err
