@@ -123,7 +123,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	if err != nil {
 		return fmt.Errorf("ratelane: region %q: %w", r.Name, err)
 	}
-	if err := c.openSchedules(rt); err != nil {
+	if err := c.openSchedules(rt, r.Name); err != nil {
 		return fmt.Errorf("ratelane: region %q: schedules: %w", r.Name, err)
 	}
 	if err := c.openWebhooks(rt, kinds); err != nil {

@@ -9,7 +9,7 @@ import (
 // region's writer, and wakes the region's engine when it did. Every node
 // runs one per region; the store's guarded claim lets exactly one of them
 // enqueue each tick.
-func (c *Client) openSchedules(rt *regionRT) error {
+func (c *Client) openSchedules(rt *regionRT, region string) error {
 	p, err := schedule.New(schedule.Config{
 		Store: rt.store, Jobs: rt.jobs, Regions: c.order, DefaultLimit: c.cfg.DefaultLimit,
 		Now: c.cfg.Now, Logger: c.cfg.Logger,
@@ -18,6 +18,7 @@ func (c *Client) openSchedules(rt *regionRT) error {
 				rt.engine.Notify()
 			}
 		},
+		Observe: func(r schedule.Result) { c.metrics.ScheduleTicks(region, r.Enqueued, r.Skipped, r.Lost) },
 	})
 	rt.producer = p
 	return err

@@ -45,6 +45,8 @@ type Config struct {
 	// OnEnqueue, when set, is called after a poll that enqueued jobs (an
 	// engine's Notify, so a worker leases them without waiting a poll).
 	OnEnqueue func()
+	// Observe, when set, is told what every poll did (metrics).
+	Observe func(Result)
 }
 
 // WithDefaults returns c with zero fields replaced by their defaults.
@@ -111,11 +113,17 @@ func (p *Producer) RunOnce(ctx context.Context, now time.Time) (Result, error) {
 	var res Result
 	for _, sc := range due {
 		if err := p.produce(ctx, sc, now, &res); err != nil {
+			if p.cfg.Observe != nil {
+				p.cfg.Observe(res)
+			}
 			return res, fmt.Errorf("schedule %s: %w", sc.ID, err)
 		}
 	}
 	if res.Enqueued > 0 && p.cfg.OnEnqueue != nil {
 		p.cfg.OnEnqueue()
+	}
+	if p.cfg.Observe != nil {
+		p.cfg.Observe(res)
 	}
 	return res, nil
 }
