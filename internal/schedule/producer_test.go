@@ -320,4 +320,6 @@ func admissionConfig(name string, burst float64) admission.Config {
 	return admission.Config{Name: name, Rate: 1, Burst: burst}
 }
 
-func engineJobs(st store.Store) (*engine.Jobs, error) { return engine.NewJobs(engine.JobsConfig{Store: st}) }
+func engineJobs(st store.Store) (*engine.Jobs, error) {
+	return engine.NewJobs(engine.JobsConfig{Store: st})
+}
