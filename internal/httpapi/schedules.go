@@ -121,8 +121,7 @@ func invalidSchedule(err error) error {
 	for i, f := range ve.Fields {
 		parts[i] = "field " + f.Field + ": " + f.Detail
 	}
-	e := problemf(http.StatusUnprocessableEntity, "invalid-request", "%s", strings.Join(parts, "; "))
-	e.p.Title = "The schedule is invalid"
+	e := problemf(http.StatusUnprocessableEntity, "invalid-schedule", "%s", strings.Join(parts, "; "))
 	e.p.Errors = ve.Fields
 	return e
 }
@@ -183,8 +182,8 @@ func (s *Server) buildSchedule(ctx context.Context, p auth.Principal, req *sched
 	}
 	if prev != nil {
 		sc.ID, sc.Version, sc.CreatedAt = prev.ID, prev.Version, prev.CreatedAt
-		if prev.Cron == sc.Cron && prev.Every == sc.Every && prev.TimeZone == sc.TimeZone {
-			sc.NextAt = prev.NextAt // same ticks: keep the place
+		if prev.Cron == sc.Cron && prev.Every == sc.Every && prev.TimeZone == sc.TimeZone && (sc.Paused || !prev.Paused) {
+			sc.NextAt = prev.NextAt // same ticks: keep the place (an unpause starts after now, as resume does)
 		}
 	} else {
 		id, err := uuid.NewV7()

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,8 +127,12 @@ func TestScheduleRefusals(t *testing.T) {
 		if err := json.Unmarshal(r.body, &p); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if r.header.Get("Content-Type") != "application/problem+json" || len(p.Errors) == 0 || p.Errors[0].Field != c.field || p.Detail == "" {
-			t.Errorf("%s: %d %+v; want problem+json naming %s", c.name, r.status, p, c.field)
+		if r.header.Get("Content-Type") != "application/problem+json" || len(p.Errors) == 0 || p.Errors[0].Field != c.field ||
+			!strings.Contains(p.Detail, c.field) {
+			t.Errorf("%s: %d %+v; want problem+json naming %s in its detail and errors", c.name, r.status, p, c.field)
+		}
+		if c.status == 422 && c.field != "job.kind" && p.Type != problemBase+"invalid-schedule" {
+			t.Errorf("%s: type %s, want invalid-schedule", c.name, p.Type)
 		}
 	}
 }

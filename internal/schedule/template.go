@@ -38,15 +38,6 @@ func TickKey(id string, tick time.Time) string {
 	return IdempotencyKeyPrefix + id + "/" + tick.UTC().Format(time.RFC3339Nano)
 }
 
-// Check validates the template for a schedule of tenant in region: the
-// fields a job checks (job.Validate), built-in kinds refused (field
-// "job.kind") and the deadline. Errors are *job.ValidationError or
-// *job.ReservedKindError with field names under "job.".
-func (t Template) Check(tenant, region string, regions []string) error {
-	_, err := t.Job(&store.Schedule{ID: "00000000-0000-0000-0000-000000000000", Tenant: tenant, Region: region}, time.Unix(0, 0), time.Unix(0, 0), regions)
-	return err
-}
-
 // Job builds the job of one tick of sc, eligible at now, prepared and
 // validated against regions (empty: any region).
 func (t Template) Job(sc *store.Schedule, tick, now time.Time, regions []string) (*job.Job, error) {
