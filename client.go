@@ -15,6 +15,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/metrics"
+	"github.com/ratelane/ratelane/internal/schedule"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/postgres"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
@@ -65,6 +66,8 @@ type regionRT struct {
 	obs    *observer
 	engine *engine.Engine
 	hooks  *webhook.Registry
+	// producer enqueues the ticks of the region's schedules.
+	producer *schedule.Producer
 }
 
 // NewClient opens every region's store (creating and migrating it), checks
@@ -119,6 +122,9 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	})
 	if err != nil {
 		return fmt.Errorf("ratelane: region %q: %w", r.Name, err)
+	}
+	if err := c.openSchedules(rt, r.Name); err != nil {
+		return fmt.Errorf("ratelane: region %q: schedules: %w", r.Name, err)
 	}
 	if err := c.openWebhooks(rt, kinds); err != nil {
 		return fmt.Errorf("ratelane: region %q: webhooks: %w", r.Name, err)
@@ -214,6 +220,7 @@ func (c *Client) Start(ctx context.Context) error {
 		if rv := c.cfg.reviews[name]; rv != nil && rv.agg != nil {
 			rv.agg.Start(ctx) // its first sweep aggregates reviews a crash left accepted
 		}
+		c.regions[name].producer.Start(ctx)
 	}
 	return nil
 }
@@ -223,6 +230,7 @@ func (c *Client) Start(ctx context.Context) error {
 // after restart). Stop then closes the stores. It is idempotent.
 func (c *Client) Stop(ctx context.Context) error {
 	for _, name := range c.order {
+		c.regions[name].producer.Stop() // before the engine: it may notify it
 		if e := c.regions[name].engine; e != nil {
 			e.Stop(ctx)
 		}

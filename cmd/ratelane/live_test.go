@@ -474,6 +474,9 @@ var (
 		"deleteSubscriber": "subscribers rm", "createEvent": "events publish", "listEventDeliveries": "events deliveries",
 		"redeliverDelivery": "deliveries redeliver", "getDeliveryResponse": "deliveries response",
 		"createReview": "reviews create", "getReview": "reviews get", "getReviewSARIF": "reviews sarif",
+		"createSchedule": "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
+		"putSchedule": "schedules update", "pauseSchedule": "schedules pause", "resumeSchedule": "schedules resume",
+		"deleteSchedule": "schedules rm",
 	}
 	notCLI = map[string]string{
 		"getDiscovery": "the API's own index", "getOpenAPI": "the API's own schema",

@@ -218,6 +218,32 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(findings, "config.go:4") {
 		t.Fatalf("review page: %q", findings)
 	}
+	// Schedules: acme's schedule is listed (its next tick counts down) and
+	// pauses from the page.
+	var sc struct {
+		ID string `json:"id"`
+	}
+	s.call("POST", "/v1/schedules", s.acme, map[string]any{"name": "nightly-report", "region": "us", "cron": "30 2 * * *",
+		"timezone": "Europe/Berlin", "missed": "catch_up", "job": map[string]any{"kind": "report.build", "limit_keys": []string{"reports"}}}, 201, &sc)
+	srow := `tr.schedule-row[data-id="` + sc.ID + `"]`
+	var schedText string
+	run("pause a schedule",
+		chromedp.Navigate(s.url+"/ui/schedules"),
+		chromedp.WaitVisible(srow+` button.pause`, chromedp.ByQuery),
+		chromedp.Text(srow, &schedText, chromedp.ByQuery),
+		chromedp.Click(srow+` button.pause`, chromedp.ByQuery),
+		chromedp.WaitVisible(srow+`[data-paused="true"] button.resume`, chromedp.ByQuery),
+		shot("schedules.png"))
+	if !strings.Contains(schedText, "30 2 * * * (Europe/Berlin)") || !strings.Contains(schedText, "report.build") {
+		t.Fatalf("schedule row: %q", schedText)
+	}
+	var paused struct {
+		Paused bool `json:"paused"`
+	}
+	s.call("GET", "/v1/schedules/"+sc.ID, s.acme, nil, 200, &paused)
+	if !paused.Paused {
+		t.Fatal("the page's Pause did not pause the schedule")
+	}
 	t.Logf("screenshots in %s", out)
 }
 

@@ -154,6 +154,7 @@ var pages = []struct {
 	{"jobs", "Jobs", false},
 	{"dead-letters", "Dead letters", false},
 	{"subscribers", "Subscribers", true},
+	{"schedules", "Schedules", false},
 	{"reviews", "Reviews", false},
 }
 

@@ -98,6 +98,11 @@ func (e *env) exampleEnv(c capability) map[string]string {
 		vars["DEAD_JOB_ID"] = j.ID
 	case "getLimit":
 		e.do("PUT", "/v1/limits/openai:gpt-4o-mini?region="+region, adminKey, map[string]any{"per_second": 5}).want(e.t, 200)
+	case "getSchedule", "putSchedule", "pauseSchedule", "resumeSchedule", "deleteSchedule":
+		vars["SCHEDULE_ID"] = e.createSchedule(region, c.Name).ID
+		if c.Name == "resumeSchedule" {
+			e.do("POST", "/v1/schedules/"+vars["SCHEDULE_ID"]+"/pause", acmeKey, nil).want(e.t, 200)
+		}
 	case "revokeKey":
 		var k createKeyResponse
 		e.do("POST", "/v1/keys", adminKey, map[string]any{"tenant": "acme", "role": "worker"}).want(e.t, 201).json(e.t, &k)

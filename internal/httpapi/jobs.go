@@ -49,9 +49,10 @@ type createJobRequest struct {
 // responses, the lease token, and in create responses the predicted wait.
 type jobView struct {
 	*job.Job
-	LeaseToken           string      `json:"lease_token,omitempty" doc:"present only in lease responses: pass it with every outcome"`
-	PredictedWaitSeconds *float64    `json:"predicted_wait_seconds,omitempty" doc:"present in create responses: the predicted queue wait"`
-	WaitingFor           *waitingFor `json:"waiting_for,omitempty" doc:"GET /v1/jobs/{id} of a waiting or retry_scheduled job: what it waits for and when it is predicted to start"`
+	LeaseToken           string       `json:"lease_token,omitempty" doc:"present only in lease responses: pass it with every outcome"`
+	PredictedWaitSeconds *float64     `json:"predicted_wait_seconds,omitempty" doc:"present in create responses: the predicted queue wait"`
+	WaitingFor           *waitingFor  `json:"waiting_for,omitempty" doc:"GET /v1/jobs/{id} of a waiting or retry_scheduled job: what it waits for and when it is predicted to start"`
+	Schedule             *jobSchedule `json:"schedule,omitempty" doc:"GET /v1/jobs/{id} of a job a schedule produced: the schedule and the tick"`
 }
 
 // jobList is the answer of the list endpoints.
@@ -228,6 +229,9 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request, p auth.Pri
 		return err
 	}
 	v := jobView{Job: shown(j)}
+	if v.Schedule, err = scheduleOf(r.Context(), st, j); err != nil {
+		return err
+	}
 	if j.State == job.StateWaiting || j.State == job.StateRetryScheduled {
 		if v.WaitingFor, err = s.explainWait(r.Context(), st, j); err != nil {
 			return err

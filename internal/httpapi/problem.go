@@ -69,6 +69,7 @@ func (e *apiError) withHeader(k, v string) *apiError {
 // title does not change from occurrence to occurrence).
 var titles = map[string]string{
 	"invalid-request":        "The request is invalid",
+	"invalid-schedule":       "The schedule cannot run as described",
 	"malformed-json":         "The request body is not valid JSON",
 	"unknown-field":          "The request body has an unknown field",
 	"payload-too-large":      "The request body or payload is too large",

@@ -152,6 +152,7 @@ func (s *Server) routes() []route {
 				handle: s.handleRevokeKey, status: 204, vars: map[string]string{"id": "KEY_ID"}},
 		)
 	}
+	rts = append(rts, s.scheduleRoutes()...)
 	if s.cfg.Webhooks != nil {
 		rts = append(rts, s.webhookRoutes()...)
 	}
@@ -173,6 +174,7 @@ var exampleVars = map[string]string{
 	"EVENT_ID":         "an event id, as posted to POST /v1/events",
 	"DELIVERY_ID":      "a delivery id, from POST /v1/events or a deliveries list",
 	"REVIEW_ID":        "a review id, from POST /v1/reviews",
+	"SCHEDULE_ID":      "a schedule id, from POST /v1/schedules or GET /v1/schedules",
 }
 
 // curl renders the route's runnable example. Path wildcards become shell

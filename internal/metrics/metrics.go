@@ -71,6 +71,7 @@ type Metrics struct {
 	refused     *prometheus.CounterVec
 	abandoned   *prometheus.CounterVec
 	stuck       prometheus.Gauge
+	ticks       *prometheus.CounterVec
 	stats       *statsCollector
 	keys        *keyCollector
 
@@ -122,13 +123,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ratelane_handlers_stuck",
 			Help: "Abandoned handlers whose goroutine is still running. Each may hold memory, connections or a worker slot; alert when it stays above zero.",
 		}),
+		ticks:  newTicksCounter(),
 		stats:  newStatsCollector(),
 		keys:   newKeyCollector(),
 		kinds:  newBounded(MaxLabelValues),
 		scopes: newBounded(MaxLabelValues),
 	}
 	for _, c := range []prometheus.Collector{m.attempts, m.rateLimited, m.retryDelay, m.terminal, m.leases, m.replays,
-		m.recovered, m.refused, m.abandoned, m.stuck, m.stats, m.keys} {
+		m.recovered, m.refused, m.abandoned, m.stuck, m.ticks, m.stats, m.keys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -127,6 +127,9 @@ type Store interface {
 	// it (waiting or retry_scheduled) in the given lane and every lane
 	// scheduled before it; the API predicts queue age from it.
 	Backlog(ctx context.Context, lane job.Lane, keys []string) (map[string]int64, error)
+
+	// Schedules holds the region's periodic producers (schedule.go).
+	Schedules
 }
 
 // AdvanceParams describes a guarded transition of a job that is not running.

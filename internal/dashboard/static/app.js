@@ -208,7 +208,8 @@ async function jobDetail() {
     ["id", "kind", "state", "reason", "region", "lane", "tenant", "cost", "priority", "attempt", "eligible_at", "created_at", "finished_at"]
       .filter((k) => j[k] !== undefined && j[k] !== "")
       .map((k) => [el("dt", {}, k), el("dd", {}, String(j[k]))]),
-    el("dt", {}, "limit keys"), el("dd", {}, j.limit_keys.join(", ")))];
+    el("dt", {}, "limit keys"), el("dd", {}, j.limit_keys.join(", ")),
+    j.schedule ? [el("dt", {}, "schedule"), el("dd", { id: "job-schedule" }, j.schedule.id + " tick " + j.schedule.tick)] : null)];
   const w = j.waiting_for;
   if (w) {
     parts.push(el("section", { id: "waiting-for", class: w.blocked || !w.handler.handled ? "waitbox blocked" : "waitbox" },

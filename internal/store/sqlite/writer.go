@@ -89,6 +89,15 @@ func (s *Store) runBatch(batch []*writeReq, errs []error) error {
 	for i, r := range batch {
 		errs[i] = s.runOne(tx, r.fn, len(batch) > 1)
 	}
+	if len(batch) == 1 && errs[0] != nil {
+		// A lone write runs without a savepoint; its failure must still
+		// undo what it wrote before failing (a claimed tick whose job
+		// insert failed, the first jobs of a failed Insert).
+		if err := tx.Rollback(); err != nil {
+			return fmt.Errorf("sqlite: rollback: %w", err)
+		}
+		return nil
+	}
 	if err := tx.Commit(); err != nil {
 		tx.Rollback()
 		return fmt.Errorf("sqlite: commit: %w", err)

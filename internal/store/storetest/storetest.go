@@ -74,6 +74,7 @@ func Run(t *testing.T, open Opener) {
 		"Advance":               testAdvance,
 	}
 	maps.Copy(tests, contractCases)
+	maps.Copy(tests, scheduleCases)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
