@@ -360,8 +360,42 @@ func (d *Dashboard) handleAPI(w http.ResponseWriter, r *http.Request) {
 	fwd.Header.Del("Cookie")
 	fwd.Header.Del(csrfHeader)
 	fwd.Header.Set("Authorization", "Bearer "+s.key)
-	d.cfg.API.ServeHTTP(w, fwd)
+	sw := &statusWriter{ResponseWriter: w}
+	d.cfg.API.ServeHTTP(sw, fwd)
+	if sw.status == http.StatusUnauthorized {
+		d.revoked(s) // the key was revoked: the session holds nothing usable
+	}
 }
+
+// revoked ends s because the API no longer accepts its key.
+func (d *Dashboard) revoked(s *session) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.end(s)
+}
+
+// statusWriter remembers the status the API answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func problem(w http.ResponseWriter, status int, slug, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")

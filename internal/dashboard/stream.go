@@ -85,6 +85,7 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request) {
 		for i, p := range paths {
 			status, body := d.read(r, s, p)
 			if status == http.StatusUnauthorized {
+				d.revoked(s)
 				d.sendEnd(w, rc, "the API no longer accepts this session's key")
 				return
 			}
