@@ -229,6 +229,26 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Subscribers: rotate a secret through the confirmation; it is shown once.
 	s.call("PUT", "/v1/subscribers/store_17?region=us", adminKey, map[string]any{"url": "https://hooks.example.com/ratelane",
 		"topics": []string{"shipment.updated"}, "rate": map[string]any{"limit": 5, "period": "1s", "burst": 2}}, 200, nil)
+	// The admin key's event reaches the admin key's subscriber: both are of
+	// its own tenant, as neither names one.
+	var pub struct {
+		Created int `json:"created"`
+	}
+	s.call("POST", "/v1/events", adminKey, map[string]any{"topic": "shipment.updated", "id": "shp_1", "region": "us",
+		"payload": map[string]any{"status": "in_transit"}}, 202, &pub)
+	if pub.Created != 1 {
+		t.Fatalf("the admin's event created %d deliveries, want 1", pub.Created)
+	}
+	var delivery string
+	run("a subscriber's recent deliveries",
+		chromedp.Navigate(s.url+"/ui/subscribers"),
+		chromedp.WaitVisible(`button.deliveries`, chromedp.ByQuery),
+		chromedp.Click(`button.deliveries`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#secret .delivery-row`, chromedp.ByQuery),
+		chromedp.Text(`#secret .delivery-row`, &delivery, chromedp.ByQuery))
+	if !strings.Contains(delivery, "shp_1 v0") {
+		t.Fatalf("delivery row %q", delivery)
+	}
 	var secret string
 	run("rotate a subscriber's secret",
 		chromedp.Navigate(s.url+"/ui/subscribers"),

@@ -333,6 +333,8 @@ function confirmButton(key, label, confirmLabel, cls, act) {
     armed.delete(key);
     b.disabled = true;
     try { await act(); } catch (e) { setStatus(e.message, true); }
+    // The stream re-renders only what changed: reset the button here.
+    b.textContent = label; b.classList.remove("armed"); b.disabled = false;
   });
   return b;
 }
@@ -367,20 +369,32 @@ async function dead(all) {
 }
 
 // ---- subscribers
+// health says in words whether deliveries succeed: failing since when,
+// with the last status and error, or the last success.
+function health(h) {
+  h = h || {};
+  if (h.failing_since) return el("span", { class: "bad" }, "failing since " + ago(h.failing_since),
+    h.last_status ? " · last status " + h.last_status : "", h.last_error ? " · " + h.last_error : "");
+  if (h.last_success_at) return el("span", {}, "healthy · last success " + ago(h.last_success_at));
+  return el("span", {}, "no deliveries yet");
+}
 const subscribersPath = "/v1/subscribers?limit=100";
 async function subscribers(all) {
   const data = all[subscribersPath];
   replace("subscribers", table(["id", "region", "url", "topics", "enabled", "health", "limit key", ""], data.subscribers.map((s) => {
     const q = "?region=" + encodeURIComponent(s.region);
     return el("tr", {}, el("td", {}, s.id), el("td", {}, s.region), el("td", {}, s.url), el("td", {}, (s.topics || []).join(", ")),
-      el("td", {}, s.enabled ? "yes" : "no " + (s.disabled_reason || "")), el("td", { class: "small" }, JSON.stringify(s.health)),
+      el("td", {}, s.enabled ? "yes" : "no " + (s.disabled_reason || "")), el("td", { class: "small" }, health(s.health)),
       el("td", {}, s.limit_key),
       el("td", { class: "actions" },
-        el("button", { type: "button", onclick: async () => {
+        el("button", { type: "button", class: "deliveries", onclick: async () => {
           const d = await api("GET", "/v1/subscribers/" + encodeURIComponent(s.id) + "/deliveries" + q + "&limit=10");
           flash("secret", el("div", {}, el("h2", {}, "Recent deliveries of " + s.id),
-            table(["delivery", "state", "attempts", "last status"], d.deliveries.map((x) =>
-              el("tr", {}, el("td", {}, x.id || ""), el("td", {}, x.state || ""), el("td", { class: "num" }, x.attempts ?? ""), el("td", {}, x.last_status ?? ""))))));
+            table(["delivery", "event", "state", "attempts", "last status", "last error", "next attempt"], d.deliveries.map((x) =>
+              el("tr", { class: "delivery-row" }, el("td", {}, x.id || ""), el("td", {}, (x.event_id || "") + " v" + (x.version ?? 0)),
+                el("td", {}, el("span", { class: "state " + x.state }, x.state || "", x.reason ? " (" + x.reason + ")" : "")),
+                el("td", { class: "num" }, x.attempts ?? ""), el("td", {}, x.last_status ?? ""), el("td", {}, x.last_error || ""),
+                el("td", {}, x.next_attempt_at ? ago(x.next_attempt_at) : ""))))));
         } }, "Deliveries"),
         confirmButton("rotate:" + s.id, "Rotate secret", "Confirm rotate", "rotate", async () => {
           const got = await api("POST", "/v1/subscribers/" + encodeURIComponent(s.id) + "/rotate-secret" + q);
