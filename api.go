@@ -48,12 +48,24 @@ type API struct {
 	// once; empty otherwise.
 	AdminKey string
 	server   *httpapi.Server
+	ui       *dashboard.Dashboard // nil when the dashboard is off
 	keys     *auth.Keys
 }
 
-// Close stops the API's long polls and closes its key store.
-func (a *API) Close() error {
+// Drain ends the API's long polls and the dashboard's event streams, so an
+// http.Server's Shutdown need not wait for them (pass it to
+// RegisterOnShutdown). Requests still work; Drain is idempotent.
+func (a *API) Drain() {
 	a.server.Close()
+	if a.ui != nil {
+		a.ui.Close()
+	}
+}
+
+// Close stops the API's long polls and the dashboard's streams and closes
+// its key store.
+func (a *API) Close() error {
+	a.Drain()
 	return a.keys.Close()
 }
 
@@ -98,7 +110,7 @@ func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
 		mux := http.NewServeMux()
 		mux.Handle("/ui/", ui.Handler())
 		mux.Handle("/", srv.Handler())
-		handler = mux
+		return &API{Handler: mux, AdminKey: printed, server: srv, ui: ui, keys: keys}, nil
 	}
 	return &API{Handler: handler, AdminKey: printed, server: srv, keys: keys}, nil
 }

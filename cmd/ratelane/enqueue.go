@@ -104,6 +104,11 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		note = " (replayed: an earlier request with this idempotency key created it)"
 	}
 	fmt.Fprintf(stdout, "%s\t%s %s in %s, %s lane%s\n", j.ID, j.Kind, j.State, j.Region, j.Lane, note)
+	if j.Unserved != nil {
+		// Accepted, but it will wait until a worker for the kind runs:
+		// say so now rather than let the job sit silently.
+		fmt.Fprintf(stderr, "warning: %s\n", j.Unserved.Detail)
+	}
 	return nil
 }
 

@@ -44,6 +44,24 @@ func TestEnqueue(t *testing.T) {
 	}
 }
 
+// TestEnqueueUnservedKind: a create response that says nothing handles the
+// kind is shown as a warning on stderr, after the job's line.
+func TestEnqueueUnservedKind(t *testing.T) {
+	t.Parallel()
+	body := strings.TrimSuffix(jobJSON, "}") + `,"predicted_wait_seconds":0,"unserved":{"detail":"nothing handles kind \"webhook\" in region eu"}}`
+	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {status: 201, body: body}})
+	code, out, errOut := api.cli(t, "enqueue", "--kind", "webhook", "--region", "eu", "--key", "tenant:acme")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "01JQ8Z7K3M2N4P5Q6R7S8T9V0W\twebhook waiting in eu") || strings.Contains(out, "warning") {
+		t.Errorf("stdout = %q", out)
+	}
+	if errOut != "warning: nothing handles kind \"webhook\" in region eu\n" {
+		t.Errorf("stderr = %q", errOut)
+	}
+}
+
 func TestEnqueueMinimalAndReplay(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {body: `{"job":` + jobJSON + `}`, header: map[string]string{"Idempotent-Replayed": "true"}}})

@@ -49,6 +49,10 @@ type jobView struct {
 		Summary          string `json:"summary"`
 		PredictedStartAt string `json:"predicted_start_at"`
 	} `json:"waiting_for"`
+	// Unserved is set in create responses when nothing handles the kind.
+	Unserved *struct {
+		Detail string `json:"detail"`
+	} `json:"unserved"`
 }
 
 func decodeJobs(items []json.RawMessage) ([]jobView, error) {

@@ -219,14 +219,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.ui {
 		fmt.Fprintf(stdout, "ratelane: dashboard at http://%s/ui/ (sign in with an API key)\n", ln.Addr())
 	}
-	return serveUntilDone(ctx, ln, api.Handler, client, logger)
+	return serveUntilDone(ctx, ln, api, client, logger)
 }
 
 // serveUntilDone serves until ctx ends (SIGINT, SIGTERM), then stops
 // accepting requests, drains the engine and closes the stores.
-func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, client *ratelane.Client, logger *slog.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+func serveUntilDone(ctx context.Context, ln net.Listener, api *ratelane.API, client *ratelane.Client, logger *slog.Logger) error {
+	// WriteTimeout bounds ordinary answers; the dashboard's event streams
+	// lift it for themselves, and Drain ends them (and long polls) when
+	// Shutdown starts, so it does not wait on them.
+	srv := &http.Server{Handler: api.Handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
+	srv.RegisterOnShutdown(api.Drain)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var serveErr error

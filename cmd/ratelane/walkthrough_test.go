@@ -49,6 +49,7 @@ var walkthroughExpect = map[string][]*regexp.Regexp{
 	// README's first job is of a kind nothing handles on a fresh server: the
 	// API's job view and `ratelane jobs get` must say so, not wait silently.
 	"README.md#quickstart": {
+		regexp.MustCompile(`(?m)^warning: nothing handles kind "summarize" in region eu`),
 		regexp.MustCompile(`"waiting_for":\{[^\n]*"summary":"nothing handles kind \\"summarize\\""`),
 		regexp.MustCompile(`(?m)^waiting for:\s+nothing handles kind "summarize"`),
 		regexp.MustCompile(`(?m)^predicted start:\s+never, until something handles its kind`),

@@ -50,7 +50,7 @@ func (sf *subscriberFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&sf.region, "region", "", "the subscriber's region (required unless the key has one)")
 	fs.StringVar(&sf.url, "url", "", "the receiver's http or https `URL` (required)")
 	fs.Var(&sf.topics, "topic", "an event `TOPIC` to receive; repeat for several; * receives every topic (required)")
-	fs.StringVar(&sf.tenant, "tenant", "", "the tenant whose events it receives (default \"default\")")
+	fs.StringVar(&sf.tenant, "tenant", "", "the tenant whose events it receives (default: the key's own tenant)")
 	fs.IntVar(&sf.rate, "rate", 0, "deliveries per period; 0 paces nothing")
 	fs.StringVar(&sf.period, "period", "", "the rate's period, e.g. 1s or 1m (server default 1s)")
 	fs.IntVar(&sf.burst, "burst", 0, "deliveries that may start at once (server default)")
@@ -405,7 +405,7 @@ func eventDeliveries() apiCall {
 		args: []string{"EVENT_ID"},
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&region, "region", "", "the event's region (required unless the key has one)")
-			fs.StringVar(&tenant, "tenant", "", "admin keys only: the event's tenant")
+			fs.StringVar(&tenant, "tenant", "", "admin keys only: the event's tenant (default: the key's own)")
 			pageFlags(fs, &after, &limit)
 		},
 		request: func(pos []string) (string, string, url.Values, any, error) {

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,10 +46,15 @@ func chromium(t *testing.T) string {
 }
 
 // TestDashboardInBrowser drives the dashboard in headless Chromium against
-// a real server and store: sign in; an external worker's 429 pauses a key
-// and the overview counts it down live; the jobs page filters by state and
-// kind; a job's page says what it waits for; a dead letter is redriven
-// through the two-step confirmation and moves back to waiting.
+// a real server and store: sign in; the pages get live data over the
+// server-sent event stream (not polling); an external worker's 429 pauses
+// a key and the overview counts it down live, with the region and lane's
+// real start and 429 counts; the limit key page counts the key's admitted
+// starts; the jobs page filters by state and kind; a job's page says what
+// it waits for; another job's page follows it from waiting to running to
+// terminal without a reload; a dead letter is redriven through the
+// two-step confirmation and moves back to waiting; a subscriber's secret
+// is rotated; a review's findings are shown.
 func TestDashboardInBrowser(t *testing.T) {
 	exe := chromium(t)
 	if testing.Short() {
@@ -119,10 +125,30 @@ func TestDashboardInBrowser(t *testing.T) {
 	if a < 80 || a > 90 || b >= a {
 		t.Fatalf("countdown %v then %v: want about 90 s, falling", a, b)
 	}
-	run("rates measured", chromedp.WaitVisible("#rate-line", chromedp.ByID), chromedp.Sleep(2500*time.Millisecond), shot("overview.png"))
+	var transport string
+	var counted []float64
+	lane := `.lane-row[data-lane="us/` + leased[0].Lane + `"]`
+	run("the region and lane's real counts, live over SSE",
+		chromedp.WaitVisible("#rate-line", chromedp.ByID),
+		chromedp.Poll(`document.querySelector('`+lane+` .limited-rate').dataset.total === "1"`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Evaluate(`[+document.querySelector('`+lane+` .starts-rate').dataset.total, +document.querySelector('`+lane+` .limited-rate').dataset.total]`, &counted),
+		chromedp.Evaluate(`document.body.dataset.live`, &transport),
+		chromedp.Sleep(2500*time.Millisecond), shot("overview.png"))
+	if transport != "sse" {
+		t.Fatalf("overview live transport %q, want sse", transport)
+	}
+	if counted[0] != 1 || counted[1] != 1 {
+		t.Fatalf("us/%s starts and 429s %v, want the one lease and its 429", leased[0].Lane, counted)
+	}
 
+	var admitted string
 	run("limit keys page", chromedp.Navigate(s.url+"/ui/limits"),
-		chromedp.WaitVisible(`tr[data-key="smtp:acme"] .countdown`, chromedp.ByQuery), chromedp.Sleep(2500*time.Millisecond), shot("limits.png"))
+		chromedp.WaitVisible(`tr[data-key="smtp:acme"] .countdown`, chromedp.ByQuery),
+		chromedp.AttributeValue(`tr[data-key="smtp:acme"] .admitted`, "data-cost", &admitted, nil, chromedp.ByQuery),
+		chromedp.Sleep(2500*time.Millisecond), shot("limits.png"))
+	if admitted != "1" {
+		t.Fatalf("smtp:acme admitted cost on the page %q, want 1 (the one lease)", admitted)
+	}
 
 	// Filter jobs: retry_scheduled shows exactly the rate-limited one.
 	var rows []string
@@ -157,12 +183,26 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("waiting_for on the page: %q", waitText)
 	}
 
-	// The charge fails permanently: a dead letter. Redrive it.
+	// The charge's page follows it, without a reload, as a worker leases
+	// it (running) and it fails permanently (terminal): a dead letter.
+	view := `#job-view[data-state="%s"]`
+	run("the charge's page while it waits",
+		chromedp.Navigate(s.url+"/ui/job?id="+charge.ID+"&region=us"),
+		chromedp.WaitVisible(fmt.Sprintf(view, "waiting"), chromedp.ByQuery),
+		chromedp.Evaluate(`window.notReloaded = true`, nil))
 	got := s.lease("charge.card", 1)
 	if len(got) != 1 || got[0].ID != charge.ID {
 		t.Fatalf("leased %+v, want the charge", got)
 	}
+	run("the charge's page shows it running", chromedp.WaitVisible(fmt.Sprintf(view, "running"), chromedp.ByQuery))
 	s.call("POST", "/v1/jobs/"+charge.ID+"/fail", adminKey, map[string]any{"lease_token": got[0].LeaseToken, "retryable": false, "error": "card declined", "status": 402}, 200, nil)
+	var stayed bool
+	run("the charge's page shows it terminal",
+		chromedp.WaitVisible(fmt.Sprintf(view, "terminal"), chromedp.ByQuery),
+		chromedp.Evaluate(`window.notReloaded === true && document.body.dataset.live === "sse"`, &stayed))
+	if !stayed {
+		t.Fatal("the job page reloaded or polled to follow the job; want the event stream")
+	}
 	row := `tr.dead-row[data-id="` + charge.ID + `"]`
 	var moved string
 	run("redrive a dead letter",
@@ -189,6 +229,26 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Subscribers: rotate a secret through the confirmation; it is shown once.
 	s.call("PUT", "/v1/subscribers/store_17?region=us", adminKey, map[string]any{"url": "https://hooks.example.com/ratelane",
 		"topics": []string{"shipment.updated"}, "rate": map[string]any{"limit": 5, "period": "1s", "burst": 2}}, 200, nil)
+	// The admin key's event reaches the admin key's subscriber: both are of
+	// its own tenant, as neither names one.
+	var pub struct {
+		Created int `json:"created"`
+	}
+	s.call("POST", "/v1/events", adminKey, map[string]any{"topic": "shipment.updated", "id": "shp_1", "region": "us",
+		"payload": map[string]any{"status": "in_transit"}}, 202, &pub)
+	if pub.Created != 1 {
+		t.Fatalf("the admin's event created %d deliveries, want 1", pub.Created)
+	}
+	var delivery string
+	run("a subscriber's recent deliveries",
+		chromedp.Navigate(s.url+"/ui/subscribers"),
+		chromedp.WaitVisible(`button.deliveries`, chromedp.ByQuery),
+		chromedp.Click(`button.deliveries`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#secret .delivery-row`, chromedp.ByQuery),
+		chromedp.Text(`#secret .delivery-row`, &delivery, chromedp.ByQuery))
+	if !strings.Contains(delivery, "shp_1 v0") {
+		t.Fatalf("delivery row %q", delivery)
+	}
 	var secret string
 	run("rotate a subscriber's secret",
 		chromedp.Navigate(s.url+"/ui/subscribers"),

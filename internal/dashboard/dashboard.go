@@ -1,6 +1,8 @@
 // Package dashboard serves ratelane's operator web UI under /ui/: server
-// rendered html/template pages with embedded plain JavaScript that polls
-// the HTTP API for live data.
+// rendered html/template pages with embedded plain JavaScript that gets
+// live data from the HTTP API over a server-sent event stream (/ui/stream,
+// text/event-stream), falling back to polling when the stream cannot be
+// held.
 //
 // The dashboard holds no data path of its own. A person signs in with an
 // API key; the key stays on the server, in memory, behind a random session
@@ -11,6 +13,11 @@
 // key could not read over the API. State-changing calls (redrive, purge,
 // rotate a secret, sign out) need the session's CSRF token as well as the
 // SameSite=Strict cookie.
+//
+// Sessions live in this process's memory only: a restart signs everyone
+// out. They are bounded in number (MaxSessions), end after SessionTTL
+// whatever happens and after IdleTimeout without a page or API request,
+// and sign-out deletes the session on the server, ending its streams.
 package dashboard
 
 import (
@@ -21,10 +28,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,8 +68,27 @@ type Config struct {
 	API http.Handler
 	// Auth checks the key a person signs in with (required).
 	Auth Authenticator
-	// SessionTTL is how long a sign-in lasts; default 12h.
+	// SessionTTL is how long a sign-in lasts at most, however active;
+	// default 12h.
 	SessionTTL time.Duration
+	// IdleTimeout ends a session that made no page or API request for
+	// this long; default 1h. An open event stream alone does not keep a
+	// session alive: a dashboard left unattended signs out.
+	IdleTimeout time.Duration
+	// SignInRate is how many sign-in attempts one client address may make
+	// per minute, sustained; default 10. SignInBurst attempts may come at
+	// once; default 10. Past them the form answers 429 with Retry-After.
+	SignInRate  float64
+	SignInBurst int
+	// StreamInterval is how often an event stream reads the API; default
+	// 1s. It is the resolution of the pages' live charts and rates.
+	StreamInterval time.Duration
+	// MaxStreamsPerSession bounds one session's open event streams;
+	// default 4. Past it, /ui/stream answers 429 and the page polls.
+	MaxStreamsPerSession int
+	// MaxStreams bounds every session's open event streams together;
+	// default 256.
+	MaxStreams int
 	// MaxSessions bounds the sessions held in memory; default 1000. Past
 	// it, the oldest is signed out.
 	MaxSessions int
@@ -76,22 +105,33 @@ type Config struct {
 
 // Dashboard is the web UI. It is safe for concurrent use.
 type Dashboard struct {
-	cfg   Config
-	tmpl  *template.Template
-	mux   *http.ServeMux
-	mu    sync.Mutex
-	byID  map[string]*session
-	order []string
+	cfg     Config
+	tmpl    *template.Template
+	mux     *http.ServeMux
+	signIns *addrLimiter
+
+	closed    chan struct{} // closed by Close: every stream ends
+	closeOnce sync.Once
+
+	mu      sync.Mutex
+	byID    map[string]*session
+	order   []string
+	streams int // open event streams, every session's
 }
 
 // session is one sign-in. key is the API key itself: it never leaves the
-// server.
+// server. Fields after p are guarded by Dashboard.mu.
 type session struct {
 	id      string
 	key     string
 	csrf    string
 	p       auth.Principal
-	expires time.Time
+	expires time.Time // absolute: SessionTTL after sign-in
+	seen    time.Time // last page or API request, for IdleTimeout
+	streams int
+	// done is closed when the session ends (sign-out, expiry, eviction),
+	// which ends its event streams.
+	done chan struct{}
 }
 
 // New returns a dashboard serving under /ui/.
@@ -101,6 +141,24 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = time.Hour
+	}
+	if cfg.SignInRate == 0 {
+		cfg.SignInRate = 10
+	}
+	if cfg.SignInBurst == 0 {
+		cfg.SignInBurst = 10
+	}
+	if cfg.StreamInterval == 0 {
+		cfg.StreamInterval = time.Second
+	}
+	if cfg.MaxStreamsPerSession == 0 {
+		cfg.MaxStreamsPerSession = 4
+	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = 256
 	}
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = 1000
@@ -116,19 +174,26 @@ func New(cfg Config) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dashboard{cfg: cfg, tmpl: tmpl, mux: http.NewServeMux(), byID: map[string]*session{}}
+	d := &Dashboard{cfg: cfg, tmpl: tmpl, mux: http.NewServeMux(), byID: map[string]*session{},
+		signIns: newAddrLimiter(cfg.SignInRate/60, cfg.SignInBurst), closed: make(chan struct{})}
 	static, _ := fs.Sub(assets, "static")
 	d.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	d.mux.HandleFunc("GET /ui/login", d.handleGetLogin)
 	d.mux.HandleFunc("POST /ui/login", d.handlePostLogin)
 	d.mux.HandleFunc("POST /ui/logout", d.handleLogout)
 	d.mux.HandleFunc("/ui/api/", d.handleAPI)
+	d.mux.HandleFunc("GET /ui/stream", d.handleStream)
 	d.mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/overview", http.StatusSeeOther)
 	})
 	d.mux.HandleFunc("GET /ui/{page}", d.handlePage)
 	return d, nil
 }
+
+// Close ends every open event stream (sessions stay signed in), so an
+// http.Server's Shutdown need not wait for them; the pages reconnect to
+// whichever server answers next. It is idempotent.
+func (d *Dashboard) Close() { d.closeOnce.Do(func() { close(d.closed) }) }
 
 // Handler serves /ui/ and everything below it.
 func (d *Dashboard) Handler() http.Handler {
@@ -185,7 +250,7 @@ func (d *Dashboard) handlePage(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	s := d.session(r)
+	s := d.session(r, true)
 	if s == nil {
 		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 		return
@@ -222,6 +287,13 @@ func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request, msg string
 }
 
 func (d *Dashboard) handlePostLogin(w http.ResponseWriter, r *http.Request) {
+	if wait, ok := d.signIns.allow(clientAddr(r), d.cfg.Now()); !ok {
+		secs := int(math.Ceil(wait.Seconds()))
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		problem(w, http.StatusTooManyRequests, "too-many-sign-ins",
+			fmt.Sprintf("too many sign-in attempts from this address; try again in %d s", secs))
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	c, err := r.Cookie(loginCookie)
 	if err != nil || !equal(c.Value, r.PostFormValue("csrf")) {
@@ -243,7 +315,9 @@ func (d *Dashboard) handlePostLogin(w http.ResponseWriter, r *http.Request) {
 		d.loginForm(w, r, "API keys cannot be verified right now; try again shortly.")
 		return
 	}
-	s := &session{id: randomToken(), key: key, csrf: randomToken(), p: p, expires: d.cfg.Now().Add(d.cfg.SessionTTL)}
+	now := d.cfg.Now()
+	s := &session{id: randomToken(), key: key, csrf: randomToken(), p: p, expires: now.Add(d.cfg.SessionTTL), seen: now,
+		done: make(chan struct{})}
 	d.store(s)
 	d.cfg.Logger.Info("dashboard sign-in", "key_id", p.KeyID, "role", p.Role)
 	http.SetCookie(w, d.cookie(r, loginCookie, "", -1))
@@ -252,13 +326,13 @@ func (d *Dashboard) handlePostLogin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request) {
-	s := d.session(r)
+	s := d.session(r, false)
 	if s == nil || !equal(s.csrf, r.PostFormValue("csrf")) {
 		http.Error(w, "missing or wrong CSRF token", http.StatusForbidden)
 		return
 	}
 	d.mu.Lock()
-	delete(d.byID, s.id)
+	d.end(s)
 	d.mu.Unlock()
 	http.SetCookie(w, d.cookie(r, sessionCookie, "", -1))
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
@@ -272,7 +346,7 @@ func (d *Dashboard) handleAPI(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not-found", "the dashboard forwards only /ui/api/v1/...")
 		return
 	}
-	s := d.session(r)
+	s := d.session(r, true)
 	if s == nil {
 		problem(w, http.StatusUnauthorized, "unauthenticated", "sign in again: the dashboard session ended")
 		return
@@ -286,8 +360,42 @@ func (d *Dashboard) handleAPI(w http.ResponseWriter, r *http.Request) {
 	fwd.Header.Del("Cookie")
 	fwd.Header.Del(csrfHeader)
 	fwd.Header.Set("Authorization", "Bearer "+s.key)
-	d.cfg.API.ServeHTTP(w, fwd)
+	sw := &statusWriter{ResponseWriter: w}
+	d.cfg.API.ServeHTTP(sw, fwd)
+	if sw.status == http.StatusUnauthorized {
+		d.revoked(s) // the key was revoked: the session holds nothing usable
+	}
 }
+
+// revoked ends s because the API no longer accepts its key.
+func (d *Dashboard) revoked(s *session) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.end(s)
+}
+
+// statusWriter remembers the status the API answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func problem(w http.ResponseWriter, status int, slug, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
@@ -296,8 +404,9 @@ func problem(w http.ResponseWriter, status int, slug, detail string) {
 		"title": strings.ReplaceAll(slug, "-", " "), "status": status, "detail": detail})
 }
 
-// session returns the request's live session, or nil.
-func (d *Dashboard) session(r *http.Request) *session {
+// session returns the request's live session, or nil; active marks the
+// request as activity for the idle timeout.
+func (d *Dashboard) session(r *http.Request, active bool) *session {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
 		return nil
@@ -308,32 +417,81 @@ func (d *Dashboard) session(r *http.Request) *session {
 	if s == nil {
 		return nil
 	}
-	if !d.cfg.Now().Before(s.expires) {
-		delete(d.byID, s.id)
+	now := d.cfg.Now()
+	if !d.alive(s, now) {
+		d.end(s)
 		return nil
+	}
+	if active {
+		s.seen = now
 	}
 	return s
 }
 
+// alive reports whether s is within both its absolute and idle expiry;
+// d.mu is held.
+func (d *Dashboard) alive(s *session, now time.Time) bool {
+	return now.Before(s.expires) && now.Sub(s.seen) < d.cfg.IdleTimeout
+}
+
+// end deletes s and ends its streams; d.mu is held. Ending a session twice
+// is harmless.
+func (d *Dashboard) end(s *session) {
+	if d.byID[s.id] != s {
+		return
+	}
+	delete(d.byID, s.id)
+	close(s.done)
+}
+
+// live reports whether s is still signed in, ending it when it expired.
+func (d *Dashboard) live(s *session) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byID[s.id] != s {
+		return false
+	}
+	if !d.alive(s, d.cfg.Now()) {
+		d.end(s)
+		return false
+	}
+	return true
+}
+
+// store keeps s, first dropping expired sessions and, past MaxSessions,
+// the oldest ones.
 func (d *Dashboard) store(s *session) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := d.cfg.Now()
 	kept := d.order[:0]
 	for _, id := range d.order {
-		if old := d.byID[id]; old != nil && now.Before(old.expires) {
+		old := d.byID[id]
+		switch {
+		case old == nil:
+		case d.alive(old, now):
 			kept = append(kept, id)
-		} else {
-			delete(d.byID, id)
+		default:
+			d.end(old)
 		}
 	}
 	d.order = kept
 	for len(d.order) >= d.cfg.MaxSessions {
-		delete(d.byID, d.order[0])
+		if old := d.byID[d.order[0]]; old != nil {
+			d.end(old)
+		}
 		d.order = d.order[1:]
 	}
 	d.byID[s.id] = s
 	d.order = append(d.order, s.id)
+}
+
+// Sessions reports how many sessions are held now (signed in and not yet
+// swept), for tests and diagnostics.
+func (d *Dashboard) Sessions() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.byID)
 }
 
 // cookie builds a dashboard cookie: HttpOnly, SameSite=Strict, scoped to

@@ -110,6 +110,7 @@ type job struct {
 	State      string `json:"state"`
 	Region     string `json:"region"`
 	LeaseToken string `json:"lease_token"`
+	Lane       string `json:"lane"`
 }
 
 // enqueue creates a job as key.

@@ -34,6 +34,10 @@ type Jobs struct {
 	rnd    *rand.Rand
 	served map[string]time.Time // kind -> last lease asking for it; zero: an engine runs it
 	stats  *statsCache          // PredictWait's last read of the lanes' ages
+
+	// Counts: starts and 429s by lane, and per limit key (counts.go).
+	laneStarts, laneLimited map[job.Lane]int64
+	keyCounts               map[string]*keyCount
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -137,11 +141,12 @@ func (w *Jobs) Lease(ctx context.Context, p LeaseParams) ([]*job.Job, error) {
 			batch++
 		}
 	}
+	w.mu.Lock()
 	if w.cfg.BatchShare > 0 {
-		w.mu.Lock()
 		w.credit = min(max(0, w.credit+w.cfg.BatchShare*float64(len(jobs))-float64(batch)), float64(w.cfg.MaxCredit))
-		w.mu.Unlock()
 	}
+	w.countLeased(jobs, now)
+	w.mu.Unlock()
 	if w.cfg.Observer != nil && len(jobs) > 0 {
 		w.cfg.Observer.Leased(len(jobs))
 	}
@@ -192,6 +197,13 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 		return nil, err
 	}
 	out := make([]Reported, len(rs))
+	w.mu.Lock()
+	for i, r := range rs {
+		if errs[i] == nil && r.Outcome.Class == job.ClassRateLimited {
+			w.countRateLimited(r.Job, r.Outcome, now)
+		}
+	}
+	w.mu.Unlock()
 	for i, r := range rs {
 		out[i] = Reported{Transition: ts[i], Err: errs[i]}
 		if errs[i] == nil && w.cfg.Observer != nil {

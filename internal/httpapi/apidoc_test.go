@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/ratelane/ratelane/internal/auth"
 )
 
 var updateDocs = flag.Bool("update", false, "rewrite docs/api.md from the route table")
@@ -62,7 +64,11 @@ func renderAPIDoc(d discovery) string {
 		"A key sees, changes and triggers only its own tenant's jobs, events, deliveries and reviews (admin keys: every tenant's). "+
 		"Another tenant's id is answered exactly like an unknown one (404), on every route, the worker outcome routes included, "+
 		"whatever lease token is sent. A webhook delivery's `result` holds only the answer's status and timing; "+
-		"the bounded last failed answer is shown to admin keys alone (`GET /v1/deliveries/{id}/response`).\n")
+		"the bounded last failed answer is shown to admin keys alone (`GET /v1/deliveries/{id}/response`).\n\n"+
+		"What a request creates belongs to the tenant it names, which only admin keys may do; a request that names none acts for "+
+		"its key's own tenant, for every role and on every route: jobs, reviews, events, subscribers and the tenant filter of "+
+		"`GET /v1/events/{id}/deliveries`. The admin key `ratelane serve` makes at first start is of tenant `%s`, so an "+
+		"operator's walkthrough with it sees one tenant; to act for another tenant, name it (`tenant`) or use that tenant's key.\n", auth.AdminTenant)
 	fmt.Fprintf(&b, "\n## Other refusals\n\n"+
 		"- A job `cost` below 1, above one of its keys' burst or window limit, or above 1e12 is refused (400 `invalid-request` "+
 		"naming `cost`): such a job could never start, and on a shared key it would hold every tenant's jobs behind it.\n"+

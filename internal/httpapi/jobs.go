@@ -51,6 +51,7 @@ type jobView struct {
 	*job.Job
 	LeaseToken           string       `json:"lease_token,omitempty" doc:"present only in lease responses: pass it with every outcome"`
 	PredictedWaitSeconds *float64     `json:"predicted_wait_seconds,omitempty" doc:"present in create responses: the predicted queue wait"`
+	Unserved             *unserved    `json:"unserved,omitempty" doc:"create responses only, when nothing was seen leasing the job's kind: predicted_wait_seconds is then a lower bound, and the job waits until a worker for its kind runs"`
 	WaitingFor           *waitingFor  `json:"waiting_for,omitempty" doc:"GET /v1/jobs/{id} of a waiting or retry_scheduled job: what it waits for and when it is predicted to start"`
 	Schedule             *jobSchedule `json:"schedule,omitempty" doc:"GET /v1/jobs/{id} of a job a schedule produced: the schedule and the tick"`
 }
@@ -100,11 +101,12 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 	}
 	crashpoint.Hit(crashpoint.CommitBeforeAck)
 	secs := pred.Wait.Seconds()
+	view := jobView{Job: got, PredictedWaitSeconds: &secs, Unserved: s.unservedNote(got, pred)}
 	w.Header().Set("Location", "/v1/jobs/"+got.ID+"?region="+url.QueryEscape(got.Region))
 	if crashpoint.Enabled { // test builds only; a constant false elsewhere
-		return ackThenCrash(w, http.StatusCreated, jobView{Job: got, PredictedWaitSeconds: &secs}, crashpoint.AckAfterCommit)
+		return ackThenCrash(w, http.StatusCreated, view, crashpoint.AckAfterCommit)
 	}
-	return writeJSON(w, http.StatusCreated, jobView{Job: got, PredictedWaitSeconds: &secs})
+	return writeJSON(w, http.StatusCreated, view)
 }
 
 // buildJob turns a create request into a prepared, validated job: the

@@ -42,10 +42,22 @@ type limitView struct {
 	WaitingCost int64   `json:"waiting_cost" doc:"cost of the jobs waiting on the key (waiting or retry_scheduled, both lanes)"`
 	// PauseSource is the 429 behind a pause in force, when one is known.
 	PauseSource *pauseSource `json:"pause_source,omitempty" doc:"while paused: the most recent 429 recorded on a job naming the key, when one is known"`
+	// Admitted are this node's real counts of the key's starts.
+	Admitted *admittedCounts `json:"admitted,omitempty" doc:"this node's counts of the key's starts and 429s since it first saw one; absent before the first start here, or when the node counts too many keys"`
+}
+
+// admittedCounts is engine.KeyCounts on the wire: totals, so a client's
+// rate is the difference of two reads over the difference of their at.
+type admittedCounts struct {
+	Starts      int64     `json:"starts" doc:"jobs leased through this node that name the key"`
+	Cost        int64     `json:"cost" doc:"their summed cost: the units they took from the key's allowance (compare with its rate)"`
+	RateLimited int64     `json:"rate_limited" doc:"attempts written as rate limited (429) that applied to the key"`
+	Since       time.Time `json:"since" doc:"when this node first counted the key"`
 }
 
 // limitList is the answer of GET /v1/limits.
 type limitList struct {
+	At     time.Time   `json:"at" doc:"the server's time of this read, for rates from the admitted counts"`
 	Limits []limitView `json:"limits"`
 }
 
@@ -56,7 +68,11 @@ func (s *Server) viewLimit(region string, st admission.State) limitView {
 	if !st.PausedUntil.After(now) {
 		st.PausedUntil = time.Time{}
 	}
-	return limitView{Region: region, State: st, Tokens: st.Tokens(now)}
+	v := limitView{Region: region, State: st, Tokens: st.Tokens(now)}
+	if c, ok := s.jobs[region].KeyCounts(st.Name); ok {
+		v.Admitted = &admittedCounts{Starts: c.Starts, Cost: c.Cost, RateLimited: c.RateLimited, Since: c.Since}
+	}
+	return v
 }
 
 func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -141,7 +157,7 @@ func (s *Server) handleListLimits(w http.ResponseWriter, r *http.Request, p auth
 	if err != nil {
 		return err
 	}
-	out := limitList{Limits: []limitView{}}
+	out := limitList{At: s.cfg.Now(), Limits: []limitView{}}
 	for _, region := range regions {
 		st := s.cfg.Regions[region]
 		states, err := st.ListLimits(r.Context())

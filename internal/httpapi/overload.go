@@ -26,6 +26,27 @@ func (s *Server) predictWait(ctx context.Context, st store.Store, j *job.Job) (a
 	})
 }
 
+// unserved is the create response's note that nothing handles a job's
+// kind, so its predicted wait is only a lower bound.
+type unserved struct {
+	Detail string `json:"detail" doc:"what is missing and how to start a worker for the kind"`
+}
+
+// unservedNote says so when the prediction (engine.Jobs.PredictWait: the
+// one that decided the job's admission) saw nothing leasing j's kind and no
+// handler of this process runs it; nil otherwise. The detail is the job
+// view's (kindServed), so POST and GET /v1/jobs/{id} say the same.
+func (s *Server) unservedNote(j *job.Job, pred admission.Prediction) *unserved {
+	if !pred.Unserved {
+		return nil
+	}
+	ks := s.kindServed(j, s.cfg.Now())
+	if ks.Handled {
+		return nil
+	}
+	return &unserved{Detail: ks.Detail}
+}
+
 // admitOverload applies the request's on_overload policy when the predicted
 // wait exceeds the lane's latency budget: reject answers 429 with
 // Retry-After (when the backlog will have drained to the budget), degrade

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,7 +20,12 @@ func TestOverloadUnservedKindUsesLaneAge(t *testing.T) {
 		b["lane"] = "interactive"
 		return b
 	}
-	e.createJob(acmeKey, body())
+	first := e.createJob(acmeKey, body())
+	// On a fresh lane the wait is 0 s, a lower bound: the response says
+	// nothing handles the kind, in the words of the job's view.
+	if first.Unserved == nil || !strings.Contains(first.Unserved.Detail, `nothing handles kind "report" in region us`) {
+		t.Fatalf("create response of an unserved kind: unserved = %+v", first.Unserved)
+	}
 	e.clock.Advance(733 * time.Second)
 	p := e.do("POST", "/v1/jobs", acmeKey, body()).wantProblem(t, http.StatusTooManyRequests, "overloaded")
 	if p.PredictedWaitSeconds == nil || *p.PredictedWaitSeconds < 733 {
@@ -33,5 +39,8 @@ func TestOverloadUnservedKindUsesLaneAge(t *testing.T) {
 	v := e.createJob(acmeKey, body())
 	if v.PredictedWaitSeconds == nil || *v.PredictedWaitSeconds != 0 {
 		t.Fatalf("predicted wait %v once the kind is served, want 0", v.PredictedWaitSeconds)
+	}
+	if v.Unserved != nil {
+		t.Fatalf("served kind's create response says unserved: %+v", v.Unserved)
 	}
 }

@@ -69,7 +69,7 @@ func (s *Server) webhookRoutes() []route {
 		{method: "GET", path: "/v1/events/{id}/deliveries", name: "listEventDeliveries", role: auth.RoleProducer,
 			summary: "List the deliveries of every version of an event, in creation order",
 			handle:  s.handleListEventDeliveries, response: deliveryList{}, status: 200,
-			params: []param{regionOne, query("tenant", "admin keys only: the event's tenant; default \"default\""), pageAfter, pageLimit},
+			params: []param{regionOne, query("tenant", "admin keys only: the event's tenant; default the key's own"), pageAfter, pageLimit},
 			vars:   map[string]string{"id": "EVENT_ID"}},
 		{method: "POST", path: "/v1/deliveries/{id}/redeliver", name: "redeliverDelivery", role: auth.RoleProducer,
 			summary: "Send a delivery again: a terminal one is redriven, a published one copied with the same webhook-id; 409 while in progress",
@@ -86,7 +86,7 @@ func (s *Server) webhookRoutes() []route {
 type subscriberRequest struct {
 	URL    string   `json:"url" required:"true" doc:"the receiver's http or https URL"`
 	Topics []string `json:"topics" required:"true" doc:"event topics to receive (1 to 100); \"*\" receives every topic"`
-	Tenant string   `json:"tenant,omitempty" doc:"the tenant whose events the subscriber receives; default \"default\""`
+	Tenant string   `json:"tenant,omitempty" doc:"the tenant whose events the subscriber receives; default the key's own tenant"`
 	Rate   *rateDoc `json:"rate,omitempty" doc:"the subscriber's allowance; absent paces nothing"`
 	// Concurrency caps deliveries in flight.
 	Concurrency int               `json:"concurrency,omitempty" doc:"deliveries in flight at most; 0 means no cap"`
@@ -214,6 +214,9 @@ func (s *Server) handlePutSubscriber(w http.ResponseWriter, r *http.Request, p a
 	spec, err := req.spec(r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	if spec.Tenant == "" {
+		spec.Tenant = p.Tenant // one rule for every route: no tenant named is the key's own
 	}
 	rec, secret, created, err := s.registry(region).Put(context.WithoutCancel(r.Context()), spec)
 	if err != nil {
@@ -389,12 +392,14 @@ func (s *Server) handleCreateEvent(w http.ResponseWriter, r *http.Request, p aut
 	return writeJSON(w, http.StatusAccepted, res)
 }
 
-// eventTenant is the tenant an event request acts for: a producer's own,
-// or for an admin the one named (default "default").
+// eventTenant is the tenant an event request acts for: the one named,
+// which only admin keys may name, else the key's own, as for jobs and
+// reviews (so the bootstrap admin key's events reach the subscribers it
+// made and the jobs it enqueued share their tenant).
 func eventTenant(p auth.Principal, named string) (string, error) {
 	if p.Role == auth.RoleAdmin {
 		if named == "" {
-			return job.DefaultTenant, nil
+			return p.Tenant, nil
 		}
 		return named, nil
 	}

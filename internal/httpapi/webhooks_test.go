@@ -235,3 +235,32 @@ func TestDeliveryResultNeverShown(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminActsForItsOwnTenant: an admin request that names no tenant acts
+// for the key's tenant on every route, so an operator's job, subscriber and
+// event land in one tenant and the event reaches the subscriber.
+func TestAdminActsForItsOwnTenant(t *testing.T) {
+	t.Parallel()
+	e := newWebhookEnv(t)
+	if j := e.createJob(adminKey, jobBody("email.send", "us")); j.Tenant != "ops" {
+		t.Fatalf("admin's job is of tenant %q, want its key's tenant ops", j.Tenant)
+	}
+	put := e.putSubscriber("ops_hook", map[string]any{"url": hookURL, "topics": []string{"order.paid"}})
+	if put.Subscriber.Tenant != "ops" {
+		t.Fatalf("admin's subscriber is of tenant %q, want ops", put.Subscriber.Tenant)
+	}
+	ev := map[string]any{"topic": "order.paid", "id": "o-9", "region": "us", "payload": map[string]int{"total": 5}}
+	if got := e.publish(adminKey, ev); got.Created != 1 || got.Deliveries[0].SubscriberID != "ops_hook" {
+		t.Fatalf("admin's event = %+v, want one delivery to its own tenant's subscriber", got)
+	}
+	var dl deliveryList
+	e.do("GET", "/v1/events/o-9/deliveries?region=us", adminKey, nil).want(t, 200).json(t, &dl)
+	if len(dl.Deliveries) != 1 {
+		t.Fatalf("admin's event deliveries without tenant= : %+v", dl)
+	}
+	// Naming a tenant still acts for it.
+	if got := e.publish(adminKey, map[string]any{"topic": "order.paid", "id": "o-9", "region": "us", "tenant": "acme",
+		"payload": map[string]int{"total": 5}}); got.Existing || got.Created != 0 {
+		t.Fatalf("admin's event for acme = %+v, want a new event with no subscriber", got)
+	}
+}

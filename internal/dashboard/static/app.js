@@ -85,35 +85,104 @@ function poll(fn, ms) {
   return setInterval(run, ms);
 }
 
+// live keeps a page's data fresh: one server-sent event stream
+// (/ui/stream, text/event-stream) carries each API path's answer when it
+// changes, and the EventSource reconnects by itself after a dropped
+// connection. When the stream cannot be held (the server refuses it past
+// its per-session bound, or it fails before it opens), the page polls the
+// same paths every 2 s and tries the stream again after 30 s.
+// document.body.dataset.live says which ("sse" or "polling").
+// paths() names the API paths; render(data) gets the latest answer of
+// each, by path. Calling the returned function restarts with new paths.
+function live(paths, render) {
+  let es = null, timer = null, retry = null, data = {};
+  const show = async () => {
+    try { await render(data); } catch (e) { setStatus(e.message, true); }
+  };
+  const stop = () => {
+    if (es) { es.close(); es = null; }
+    if (timer) { clearInterval(timer); timer = null; }
+    if (retry) { clearTimeout(retry); retry = null; }
+  };
+  const fallback = () => {
+    stop();
+    document.body.dataset.live = "polling";
+    timer = poll(async () => {
+      const ps = paths();
+      const got = await Promise.all(ps.map((p) => api("GET", p)));
+      data = {};
+      ps.forEach((p, i) => { data[p] = got[i]; });
+      await render(data);
+    }, 2000);
+    retry = setTimeout(start, 30000);
+  };
+  const start = () => {
+    stop();
+    data = {};
+    if (!window.EventSource) { fallback(); return; }
+    const q = new URLSearchParams();
+    for (const p of paths()) q.append("path", p);
+    let opened = false;
+    es = new EventSource("/ui/stream?" + q);
+    es.onopen = () => { opened = true; document.body.dataset.live = "sse"; };
+    es.addEventListener("data", (ev) => {
+      const m = JSON.parse(ev.data);
+      if (m.status >= 400) { setStatus((m.body && m.body.detail) || "HTTP " + m.status, true); return; }
+      data[m.path] = m.body;
+      if (paths().every((p) => p in data)) { show(); setStatus("live · updated " + new Date().toLocaleTimeString()); }
+    });
+    es.addEventListener("end", () => { stop(); location.href = "/ui/login"; });
+    es.onerror = () => {
+      // Before it ever opened (refused: 429, 401) the browser gives up;
+      // poll instead. After, EventSource reconnects on its own.
+      if (!opened || es.readyState === EventSource.CLOSED) fallback();
+      else setStatus("reconnecting…", true);
+    };
+  };
+  start();
+  return start;
+}
+
 function jobLink(j) {
   return el("a", { href: "/ui/job?id=" + encodeURIComponent(j.id) + "&region=" + encodeURIComponent(j.region) }, j.id.slice(0, 13) + "…");
 }
 
 // ---- overview
-let lastCounters = null;
-async function overview() {
-  const [stats, limits] = await Promise.all([api("GET", "/v1/stats"), api("GET", "/v1/limits")]);
+// Rates come from the server's real counters (GET /v1/stats: each region
+// and lane's starts and 429s through this node), as the difference of two
+// reads over the difference of their server times, across the last 10 s.
+const statsHistory = [];
+function rateOver(key, field) {
+  const last = statsHistory[statsHistory.length - 1], first = statsHistory[0];
+  if (!last || last === first) return null;
+  const dt = (Date.parse(last.at) - Date.parse(first.at)) / 1000;
+  if (dt <= 0) return null;
+  return ((last.lanes[key]?.[field] || 0) - (first.lanes[key]?.[field] || 0)) / dt;
+}
+function fmtRate(v) { return v === null ? "…" : v.toFixed(2); }
+async function overview(data) {
+  const stats = data["/v1/stats"], limits = data["/v1/limits"];
+  const lanes = {};
+  for (const r of stats.regions) for (const l of r.lanes) lanes[r.region + "/" + l.lane] = l;
+  if (!statsHistory.length || statsHistory[statsHistory.length - 1].at !== stats.at) statsHistory.push({ at: stats.at, lanes });
+  while (statsHistory.length > 1 && Date.parse(stats.at) - Date.parse(statsHistory[0].at) > 10000) statsHistory.shift();
   const states = ["accepted", "waiting", "retry_scheduled", "running", "validated", "published", "terminal"];
   const rows = [];
   for (const r of stats.regions) for (const l of r.lanes) {
+    const key = r.region + "/" + l.lane;
     const frac = l.budget_seconds > 0 ? l.oldest_ready_seconds / l.budget_seconds : 0;
-    rows.push(el("tr", {}, el("td", {}, r.region), el("td", {}, l.lane),
+    const limited = rateOver(key, "rate_limited");
+    rows.push(el("tr", { class: "lane-row", "data-lane": key }, el("td", {}, r.region), el("td", {}, l.lane),
       states.map((s) => el("td", { class: "num" }, l.depth[s] || 0)),
       el("td", { class: frac >= 0.8 ? "num bad" : "num" },
         l.oldest_ready_seconds.toFixed(1) + " s / " + l.budget_seconds + " s",
-        " ", el("meter", { min: 0, max: 1, low: 0.5, high: 0.8, optimum: 0, value: Math.min(1, frac).toFixed(3) }))));
+        " ", el("meter", { min: 0, max: 1, low: 0.5, high: 0.8, optimum: 0, value: Math.min(1, frac).toFixed(3) })),
+      el("td", { class: "num starts-rate", "data-total": l.starts }, fmtRate(rateOver(key, "starts"))),
+      el("td", { class: limited > 0 ? "num bad limited-rate" : "num limited-rate", "data-total": l.rate_limited }, fmtRate(limited))));
   }
-  replace("queues", table(["region", "lane", ...states, "oldest ready / budget"], rows));
-  const now = Date.now();
-  let rates = "measuring…";
-  if (lastCounters) {
-    const dt = (now - lastCounters.at) / 1000;
-    const c = stats.counters, p = lastCounters.c;
-    rates = "starts/s " + ((c.starts - p.starts) / dt).toFixed(2) + " · 429s/s " + ((c.rate_limited - p.rate_limited) / dt).toFixed(2) +
-      " · attempts/s " + ((c.attempts - p.attempts) / dt).toFixed(2);
-  }
-  lastCounters = { at: now, c: stats.counters };
-  replace("rates", el("p", { id: "rate-line" }, rates));
+  replace("queues", table(["region", "lane", ...states, "oldest ready / budget", "starts/s", "429s/s"], rows));
+  const c = stats.counters;
+  replace("rates", el("p", { id: "rate-line" }, "since this node started: " + c.starts + " starts, " + c.rate_limited + " 429s, " + c.attempts + " finished attempts"));
   const paused = limits.limits.filter((k) => k.paused_until && Date.parse(k.paused_until) > Date.now());
   replace("paused", table(["region", "key", "resumes in", "waiting cost"], paused.map((k) =>
     el("tr", { class: "paused-key" }, el("td", {}, k.region), el("td", {}, k.name), el("td", {}, countdown(k.paused_until)),
@@ -121,39 +190,57 @@ async function overview() {
 }
 
 // ---- limits
+// The chart is real data: each point is the cost this node admitted on the
+// key (GET /v1/limits admitted.cost, counted at every lease) per second
+// between two reads of the stream, one read per second; the dashed line is
+// the key's allowance (its learned rate when adaptive, else its rate, else
+// its tightest window's limit per second). Two minutes are kept.
 const charts = {}; // region/key -> [{starts, allowance}]
-let lastLimits = {};
-async function limits() {
-  const data = await api("GET", "/v1/limits");
-  const now = Date.now();
-  const rows = data.limits.map((k) => {
+const lastAdmitted = {};
+function allowance(k) {
+  if (k.adaptive && k.learned_rate > 0) return k.learned_rate;
+  if (k.rate > 0) return k.rate;
+  const ws = (k.windows || []).map((w) => w.limit / goSeconds(w.period)).filter((v) => v > 0);
+  return ws.length ? Math.min(...ws) : 0;
+}
+async function limits(data) {
+  const list = data["/v1/limits"];
+  const at = Date.parse(list.at);
+  const rows = list.limits.map((k) => {
     const id = k.region + "/" + k.name;
-    const prev = lastLimits[id];
-    let starts = 0;
-    const rate = k.adaptive ? k.learned_rate : k.rate;
-    if (prev && rate > 0) {
-      const dt = (now - prev.at) / 1000;
-      starts = Math.max(0, (prev.tokens + rate * dt - k.tokens)) / dt; // per second, estimated
-      if (k.tokens >= k.burst - 1e-6) starts = Math.max(0, prev.tokens - k.tokens) / dt;
-    }
-    lastLimits[id] = { at: now, tokens: k.tokens };
+    const cost = k.admitted ? k.admitted.cost : 0;
+    const prev = lastAdmitted[id];
     const h = (charts[id] = charts[id] || []);
-    h.push({ starts, allowance: rate });
-    if (h.length > 60) h.shift();
+    if (prev && at > prev.at) {
+      h.push({ starts: Math.max(0, cost - prev.cost) / ((at - prev.at) / 1000), allowance: allowance(k) });
+      if (h.length > 120) h.shift();
+    }
+    if (!prev || at > prev.at) lastAdmitted[id] = { at, cost };
     const windows = (k.windows || []).map((w) => w.limit + " per " + w.period);
     const shape = [k.rate > 0 ? k.rate.toFixed(2) + "/s, burst " + k.burst : "", ...windows].filter(Boolean).join("; ") || "unpaced";
     const pause = k.paused_until ? el("span", {}, countdown(k.paused_until),
       k.pause_source ? el("div", { class: "small" }, "from job ", k.pause_source.job_id.slice(0, 13), "… ", k.pause_source.status || "", " ", ago(k.pause_source.at)) : null) : "–";
+    const now = h.length ? h[h.length - 1].starts : 0;
     return el("tr", { "data-key": k.name }, el("td", {}, k.region), el("td", {}, k.name), el("td", {}, shape + (k.adaptive ? " (adaptive)" : "")),
       el("td", { class: "num" }, k.adaptive ? k.learned_rate.toFixed(2) + " / " + k.rate.toFixed(2) : "–"),
       el("td", { class: "num" }, k.tokens.toFixed(2)), el("td", {}, pause),
       el("td", { class: "num" }, k.in_flight + (k.concurrency ? " / " + k.concurrency : "")),
-      el("td", { class: "num" }, k.waiting_cost), el("td", {}, chart(h)));
+      el("td", { class: "num" }, k.waiting_cost),
+      el("td", { class: "num admitted", "data-cost": cost }, k.admitted ? k.admitted.starts + " (" + k.admitted.rate_limited + " 429s)" : "–"),
+      el("td", {}, chart(h), el("div", { class: "small" }, now.toFixed(1) + "/s vs " + allowance(k).toFixed(1) + "/s")));
   });
-  replace("limits", table(["region", "key", "shape", "learned / ceiling", "tokens", "paused", "in flight / cap", "waiting cost", "starts/s vs allowance"], rows));
+  replace("limits", table(["region", "key", "shape", "learned / ceiling", "tokens", "paused", "in flight / cap", "waiting cost", "starts here", "admitted cost/s vs allowance (1 s points)"], rows));
 }
 
-// chart draws a small SVG: starts per second (solid) against the allowance (dashed).
+// goSeconds reads a Go duration ("1m0s", "250ms") as seconds.
+function goSeconds(d) {
+  const unit = { h: 3600, m: 60, s: 1, ms: 1e-3, us: 1e-6, "µs": 1e-6, ns: 1e-9 };
+  let total = 0;
+  for (const m of String(d).matchAll(/([0-9.]+)(h|ms|m|s|us|µs|ns)/g)) total += parseFloat(m[1]) * unit[m[2]];
+  return total;
+}
+
+// chart draws a small SVG: admitted cost per second (solid) against the allowance (dashed).
 function chart(h) {
   const ns = "http://www.w3.org/2000/svg", w = 160, ht = 36;
   const top = Math.max(1, ...h.map((p) => Math.max(p.starts, p.allowance))) * 1.1;
@@ -178,9 +265,10 @@ function jobsQuery() {
   q.set("limit", "100");
   return q;
 }
-async function jobs() {
-  const q = jobsQuery();
-  const data = await api("GET", "/v1/jobs?" + q);
+function jobsPath() { return "/v1/jobs?" + jobsQuery(); }
+async function jobs(all) {
+  const data = all[jobsPath()];
+  if (!data) return;
   replace("jobs", table(["id", "kind", "state", "lane", "tenant", "region", "limit keys", "attempts", "eligible"],
     data.jobs.map((j) => el("tr", { class: "job-row", "data-state": j.state }, el("td", {}, jobLink(j)), el("td", {}, j.kind),
       el("td", {}, el("span", { class: "state " + j.state }, j.state, j.reason ? " (" + j.reason + ")" : "")), el("td", {}, j.lane),
@@ -191,19 +279,22 @@ function setupJobs() {
   const form = document.getElementById("filters");
   const params = new URLSearchParams(location.search);
   for (const e of form.elements) if (e.name && params.get(e.name)) e.value = params.get(e.name);
+  const restart = live(() => [jobsPath()], jobs);
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const q = jobsQuery(); q.delete("limit");
     window.history.replaceState(null, "", "/ui/jobs?" + q);
-    jobs().catch((e) => setStatus(e.message, true));
+    restart();
   });
-  poll(jobs, 2000);
 }
 
 // ---- job detail
-async function jobDetail() {
+function jobPath() {
   const p = new URLSearchParams(location.search);
-  const j = await api("GET", "/v1/jobs/" + encodeURIComponent(p.get("id")) + "?region=" + encodeURIComponent(p.get("region") || ""));
+  return "/v1/jobs/" + encodeURIComponent(p.get("id") || "") + "?region=" + encodeURIComponent(p.get("region") || "");
+}
+async function jobDetail(all) {
+  const j = all[jobPath()];
   const parts = [el("dl", {},
     ["id", "kind", "state", "reason", "region", "lane", "tenant", "cost", "priority", "attempt", "eligible_at", "created_at", "finished_at"]
       .filter((k) => j[k] !== undefined && j[k] !== "")
@@ -226,7 +317,7 @@ async function jobDetail() {
       el("td", {}, h.delay_ns ? (h.delay_ns / 1e9).toFixed(2) + " s" : ""), el("td", {}, h.why || ""), el("td", {}, h.error || "")))));
   if (j.payload !== undefined) parts.push(el("h2", {}, "Payload"), el("pre", {}, JSON.stringify(j.payload, null, 2)));
   if (j.result !== undefined) parts.push(el("h2", {}, "Result"), el("pre", {}, JSON.stringify(j.result, null, 2)));
-  replace("job", el("div", {}, parts));
+  replace("job", el("div", { id: "job-view", "data-state": j.state }, parts));
 }
 
 // confirmButton asks twice: the first click arms it, the second acts.
@@ -242,6 +333,8 @@ function confirmButton(key, label, confirmLabel, cls, act) {
     armed.delete(key);
     b.disabled = true;
     try { await act(); } catch (e) { setStatus(e.message, true); }
+    // The stream re-renders only what changed: reset the button here.
+    b.textContent = label; b.classList.remove("armed"); b.disabled = false;
   });
   return b;
 }
@@ -253,8 +346,10 @@ function flash(id, node) {
 }
 
 // ---- dead letters
-async function dead() {
-  const data = await api("GET", "/v1/dead-letters?limit=100");
+const deadPath = "/v1/dead-letters?limit=100";
+let refreshDead = () => {};
+async function dead(all) {
+  const data = all[deadPath];
   replace("dead", table(["id", "kind", "reason", "tenant", "region", "attempts", "finished", ""], data.jobs.map((j) => {
     const q = "?region=" + encodeURIComponent(j.region);
     return el("tr", { class: "dead-row", "data-id": j.id }, el("td", {}, jobLink(j)), el("td", {}, j.kind), el("td", {}, j.reason),
@@ -263,30 +358,43 @@ async function dead() {
         confirmButton("redrive:" + j.id, "Redrive", "Confirm redrive", "redrive", async () => {
           const got = await api("POST", "/v1/dead-letters/" + encodeURIComponent(j.id) + "/redrive" + q);
           flash("flash", el("span", { id: "moved" }, "Redrove ", jobLink(got), ": now ", got.state, "."));
-          await dead();
+          refreshDead();
         }),
         confirmButton("purge:" + j.id, "Purge", "Confirm purge", "purge danger", async () => {
           await api("DELETE", "/v1/dead-letters/" + encodeURIComponent(j.id) + q);
           flash("flash", el("span", {}, "Purged " + j.id + "."));
-          await dead();
+          refreshDead();
         })));
   })));
 }
 
 // ---- subscribers
-async function subscribers() {
-  const data = await api("GET", "/v1/subscribers?limit=100");
+// health says in words whether deliveries succeed: failing since when,
+// with the last status and error, or the last success.
+function health(h) {
+  h = h || {};
+  if (h.failing_since) return el("span", { class: "bad" }, "failing since " + ago(h.failing_since),
+    h.last_status ? " · last status " + h.last_status : "", h.last_error ? " · " + h.last_error : "");
+  if (h.last_success_at) return el("span", {}, "healthy · last success " + ago(h.last_success_at));
+  return el("span", {}, "no deliveries yet");
+}
+const subscribersPath = "/v1/subscribers?limit=100";
+async function subscribers(all) {
+  const data = all[subscribersPath];
   replace("subscribers", table(["id", "region", "url", "topics", "enabled", "health", "limit key", ""], data.subscribers.map((s) => {
     const q = "?region=" + encodeURIComponent(s.region);
     return el("tr", {}, el("td", {}, s.id), el("td", {}, s.region), el("td", {}, s.url), el("td", {}, (s.topics || []).join(", ")),
-      el("td", {}, s.enabled ? "yes" : "no " + (s.disabled_reason || "")), el("td", { class: "small" }, JSON.stringify(s.health)),
+      el("td", {}, s.enabled ? "yes" : "no " + (s.disabled_reason || "")), el("td", { class: "small" }, health(s.health)),
       el("td", {}, s.limit_key),
       el("td", { class: "actions" },
-        el("button", { type: "button", onclick: async () => {
+        el("button", { type: "button", class: "deliveries", onclick: async () => {
           const d = await api("GET", "/v1/subscribers/" + encodeURIComponent(s.id) + "/deliveries" + q + "&limit=10");
           flash("secret", el("div", {}, el("h2", {}, "Recent deliveries of " + s.id),
-            table(["delivery", "state", "attempts", "last status"], d.deliveries.map((x) =>
-              el("tr", {}, el("td", {}, x.id || ""), el("td", {}, x.state || ""), el("td", { class: "num" }, x.attempts ?? ""), el("td", {}, x.last_status ?? ""))))));
+            table(["delivery", "event", "state", "attempts", "last status", "last error", "next attempt"], d.deliveries.map((x) =>
+              el("tr", { class: "delivery-row" }, el("td", {}, x.id || ""), el("td", {}, (x.event_id || "") + " v" + (x.version ?? 0)),
+                el("td", {}, el("span", { class: "state " + x.state }, x.state || "", x.reason ? " (" + x.reason + ")" : "")),
+                el("td", { class: "num" }, x.attempts ?? ""), el("td", {}, x.last_status ?? ""), el("td", {}, x.last_error || ""),
+                el("td", {}, x.next_attempt_at ? ago(x.next_attempt_at) : ""))))));
         } }, "Deliveries"),
         confirmButton("rotate:" + s.id, "Rotate secret", "Confirm rotate", "rotate", async () => {
           const got = await api("POST", "/v1/subscribers/" + encodeURIComponent(s.id) + "/rotate-secret" + q);
@@ -296,10 +404,13 @@ async function subscribers() {
 }
 
 // ---- reviews
-async function review() {
+function reviewPath() {
   const p = new URLSearchParams(location.search);
-  if (!p.get("id")) return;
-  const r = await api("GET", "/v1/reviews/" + encodeURIComponent(p.get("id")) + "?region=" + encodeURIComponent(p.get("region") || ""));
+  return "/v1/reviews/" + encodeURIComponent(p.get("id") || "") + "?region=" + encodeURIComponent(p.get("region") || "");
+}
+async function review(all) {
+  const r = all[reviewPath()];
+  if (!r) return;
   const parts = r.parts || {};
   const res = r.result || { findings: [], quarantined: [] };
   replace("review", el("div", { id: "review-view" },
@@ -316,22 +427,22 @@ function setupReviews() {
   const form = document.getElementById("review-form");
   const params = new URLSearchParams(location.search);
   for (const e of form.elements) if (e.name && params.get(e.name)) e.value = params.get(e.name);
+  let restart = params.get("id") ? live(() => [reviewPath()], review) : null;
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const q = new URLSearchParams(new FormData(form));
     window.history.replaceState(null, "", "/ui/reviews?" + q);
-    review().catch((e) => setStatus(e.message, true));
+    if (restart) restart(); else restart = live(() => [reviewPath()], review);
   });
-  poll(review, 2000);
 }
 
 const pagesJS = {
-  overview: () => poll(overview, 2000),
-  limits: () => poll(limits, 2000),
+  overview: () => live(() => ["/v1/stats", "/v1/limits"], overview),
+  limits: () => live(() => ["/v1/limits"], limits),
   jobs: setupJobs,
-  job: () => poll(jobDetail, 2000),
-  "dead-letters": () => poll(dead, 2000),
-  subscribers: () => poll(subscribers, 5000),
+  job: () => live(() => [jobPath()], jobDetail),
+  "dead-letters": () => { refreshDead = live(() => [deadPath], dead); },
+  subscribers: () => live(() => [subscribersPath], subscribers),
   reviews: setupReviews,
 };
 if (pagesJS[page]) pagesJS[page]();
