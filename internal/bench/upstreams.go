@@ -134,8 +134,8 @@ func Upstreams(smoke bool) UpstreamsPlan {
 	conc := sliding(20, upstream.OverLimit429None)
 	conc.MaxConcurrent = 1
 	unforeseen := UpstreamsMix{Name: "unforeseen", Destinations: []UpstreamDestination{
-		{Name: "counter-20", Declared: 20, Route: counter, Jobs: jobs(20)},
-		{Name: "concurrent-1", Declared: 20, Adaptive: true, Route: conc, Jobs: jobs(15)},
+		{Name: "counter-20", Declared: 20, Route: counter, Jobs: jobs(19)},
+		{Name: "concurrent-1", Declared: 20, Adaptive: true, Route: conc, Jobs: jobs(20)},
 	}}
 	return UpstreamsPlan{Mixes: []UpstreamsMix{issue, slide, fix, rising, many, unforeseen}, Workers: 64}
 }

@@ -164,11 +164,11 @@ func countTerminal(ctx context.Context, c *ratelane.Client) int {
 type tracer struct {
 	// limits reads the keys' live state; nil prints none.
 	limits func() map[string]ratelane.LimitState
-	w     io.Writer
-	names []string
-	start time.Time
-	last  time.Time
-	prev  map[string]upstream.RouteReport
+	w      io.Writer
+	names  []string
+	start  time.Time
+	last   time.Time
+	prev   map[string]upstream.RouteReport
 }
 
 func newTracer(w io.Writer, m UpstreamsMix, start time.Time) *tracer {
