@@ -46,7 +46,7 @@ const (
 	ProbeHold = time.Second
 	// MaxHold bounds the hold after probes that kept failing at the same
 	// level.
-	MaxHold = 8 * time.Second
+	MaxHold = 3 * time.Second
 	// SentShare is the share of its learned rate's worth of starts a key
 	// must have made in the trailing window for a refusal to show the
 	// upstream at its limit (unless RefusedShare of them were refused).
@@ -63,7 +63,7 @@ const (
 	NoiseShare = 0.02
 	// MaxProbeSpeedup bounds how much faster than GrowthPerSecond a key
 	// that has gone several clean windows probes.
-	MaxProbeSpeedup = 4
+	MaxProbeSpeedup = 3
 )
 
 // discoveryWindow is D: the key's longest window, or DiscoveryWindow.
@@ -124,11 +124,10 @@ func (s *State) Throttled(now, until time.Time, cost int64) {
 // jitter and teaches nothing.
 //
 // Each cut also sets how long the key holds the new rate before probing
-// above it (see Succeeded): a probe that failed at the same level as the
-// last one doubles the hold, up to MaxHold, so that a key sitting just
-// under a stable limit spends one refusal signal per MaxHold, not one a
-// second; a cut that lands above the last level (the limit rose and a
-// probe found it) resets the hold to ProbeHold.
+// above it (see Succeeded): a failed probe doubles the hold, up to
+// MaxHold, so that a key sitting just under a stable limit spends one
+// refusal signal per MaxHold, not one a second; a cut while holding (the
+// limit dropped) resets it to ProbeHold.
 func (s *State) refused(now time.Time, cost int64) bool {
 	if !s.Adaptive || s.Rate <= 0 {
 		return false
@@ -165,15 +164,20 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		target = current * NoEstimateCut
 	case s.level > 0 && current > s.level:
 		// A probe above the last level failed: to just under what the
-		// window measured when the key was sending fully, else back to
-		// the level or the last rate that went a whole window clean (a
-		// limit that rose was found there), never above the refused
-		// rate. Against fixed windows the measure can be high (a window
-		// straddling two of the upstream's holds up to twice its limit);
-		// the next signal, while holding, corrects it.
-		target = math.Max(s.level, math.Min(s.good, current*(1-DiscoveryMargin)))
-		if full {
-			target = math.Min(est, current) * (1 - DiscoveryMargin)
+		// window measured, but no further up than halfway from the rate
+		// that held (the level, or the last rate that went a whole window
+		// clean) to the rate that failed. The measure alone can be
+		// high: against fixed windows a window straddling two of the
+		// upstream's holds up to twice its limit, against a bucket its
+		// burst on top of its rate.
+		held := math.Min(current, math.Max(s.level, s.good))
+		target = math.Min(math.Min(est, current)*(1-DiscoveryMargin), (held+current)/2)
+		// A probe climbs within the window, so the window is held to
+		// the level the probe started from.
+		if float64(inStarts) < SentShare*s.level*active.Seconds() && float64(inRefusals) < RefusedShare*float64(inStarts) {
+			// Refused while sending under the probed rate: a bunch of
+			// arrivals, not the limit. Trim, as elsewhere.
+			target = current * (1 - DiscoveryMargin)
 		}
 		s.streak = 0
 	case est*(1-DiscoveryMargin) < current && full:
@@ -181,11 +185,12 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// one set (not probing: it never went a hold clean) means that
 		// estimate was high: its window still held acceptances from
 		// before a silent drop (a fixed window's previous count), or
-		// bunched arrivals. Each such signal in a row doubles the margin.
+		// bunched arrivals. Each such signal in a row quadruples the
+		// margin (3%, 12%, 48%, at most half).
 		margin := DiscoveryMargin
 		if s.level > 0 && current <= s.level && recent2(s, now) {
 			s.streak = min(s.streak+1, 4)
-			margin = math.Min(1-MaxCutPerSignal, DiscoveryMargin*float64(int(1)<<s.streak))
+			margin = math.Min(1-MaxCutPerSignal, DiscoveryMargin*float64(int(1)<<(2*s.streak)))
 		} else {
 			s.streak = 0
 		}
@@ -200,12 +205,12 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	target = math.Max(target, current*MaxCutPerSignal)
 	learned := math.Min(s.Rate, math.Max(s.MinRate, target))
 	hold := time.Duration(s.hold)
-	switch {
-	case s.level > 0 && current > s.level && learned <= s.level*(1+2*DiscoveryMargin):
-		// A probe above the last level failed and the limit is where it
-		// was: wait longer before the next one.
+	if s.level > 0 && current > s.level {
+		// A probe failed: the limit is not far above; wait longer
+		// before the next one. A cut while holding (the limit dropped)
+		// probes again soon.
 		hold = min(MaxHold, max(ProbeHold, 2*hold))
-	default:
+	} else {
 		hold = ProbeHold
 	}
 	s.LearnedRate, s.level, s.hold = learned, learned, int64(hold)
@@ -298,9 +303,9 @@ func (s *State) Succeeded(now time.Time) {
 		return // holding just under what the upstream was measured to take
 	}
 	// The longer the key has gone clean past its hold, the faster it
-	// probes (up to MaxProbeSpeedup x), so a limit that rose far is found
-	// in seconds while the first step above the hold stays gentle.
-	speed := math.Min(MaxProbeSpeedup, 1+(clean-hold).Seconds()/d.Seconds())
+	// probes (from 1.5x to MaxProbeSpeedup x), so a limit that rose far is
+	// found in seconds.
+	speed := math.Min(MaxProbeSpeedup, 1.5+(clean-hold).Seconds()/d.Seconds())
 	step := math.Max(s.Rate*IncreasePerSecond, s.rate()*GrowthPerSecond*speed) / s.rate()
 	s.LearnedRate = math.Min(s.Rate, s.LearnedRate+step)
 }
