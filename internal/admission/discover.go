@@ -185,12 +185,12 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// one set (not probing: it never went a hold clean) means that
 		// estimate was high: its window still held acceptances from
 		// before a silent drop (a fixed window's previous count), or
-		// bunched arrivals. Each such signal in a row quadruples the
-		// margin (3%, 12%, 48%, at most half).
+		// bunched arrivals. Each such signal in a row doubles the
+		// margin (3%, 6%, 12%, ... at most half).
 		margin := DiscoveryMargin
 		if s.level > 0 && current <= s.level && recent2(s, now) {
 			s.streak = min(s.streak+1, 4)
-			margin = math.Min(1-MaxCutPerSignal, DiscoveryMargin*float64(int(1)<<(2*s.streak)))
+			margin = math.Min(1-MaxCutPerSignal, DiscoveryMargin*float64(int(1)<<s.streak))
 		} else {
 			s.streak = 0
 		}

@@ -111,7 +111,8 @@ func TestDiscoveryFromTrailingWindow(t *testing.T) {
 // the window's end: the estimate counts what the upstream accepted since
 // the pause ended (a fixed window reset there), not the trailing window,
 // which still holds the previous window's 30. The drop must be learned
-// within a few signals, not by 3% trims for seconds.
+// within two signals, not by 3% trims for seconds, and later probes above
+// it must cost only a refusal each.
 func TestDiscoveryFixedWindowDrop(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
@@ -122,13 +123,18 @@ func TestDiscoveryFixedWindowDrop(t *testing.T) {
 		}
 		return 15
 	}}
-	refused := drive(&s, up, t0, 12*time.Second)
-	after := countIn(refused, drop, drop.Add(time.Hour))
-	if after > 6 {
-		t.Fatalf("%d refusals after the drop, want a few signals: %v", after, refused)
+	refused := drive(&s, up, t0, drop.Add(2*time.Second).Sub(t0))
+	if s.LearnedRate > 15 {
+		t.Fatalf("learned %v/s 2 s after a drop to 15 per fixed second (refusals %v), want at most 15: the since-the-pause count is the new limit",
+			s.LearnedRate, refused)
 	}
-	if s.LearnedRate > 15.5 || s.LearnedRate < 12 {
-		t.Fatalf("learned %v/s 7.7 s after a drop to 15 per fixed second, want just under 15", s.LearnedRate)
+	refused = append(refused, drive(&s, up, drop.Add(2*time.Second), 8*time.Second)...)
+	if after := countIn(refused, drop, drop.Add(time.Hour)); after > 6 {
+		t.Fatalf("%d refusals in the 10 s after the drop, want a few signals: %v", after, refused)
+	}
+	// Probes above 15 fail and bisect back; the key stays near the limit.
+	if s.LearnedRate < 12 || s.LearnedRate > 17.5 {
+		t.Fatalf("learned %v/s 10 s after a drop to 15 per fixed second, want about 15", s.LearnedRate)
 	}
 }
 
