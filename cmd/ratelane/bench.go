@@ -123,5 +123,7 @@ JSON metrics (one object per workload; under its name with "all"):
               duplicates_rising lost_rising goodput_min_rising
               makespan_ratio_many makespan_seconds_many ideal_seconds_many rate_limited_share_many
               duplicates_many lost_many goodput_min_many
+              makespan_ratio_unforeseen makespan_seconds_unforeseen ideal_seconds_unforeseen
+              rate_limited_share_unforeseen duplicates_unforeseen lost_unforeseen goodput_min_unforeseen
               goodput_issue_sliding-date goodput_issue_half-none goodput_issue_halving-503
 `

@@ -33,6 +33,9 @@ const (
 	// fraction of the current rate per second; the larger of the two
 	// applies.
 	GrowthPerSecond = 0.2
+	// AdaptiveBurst bounds the burst of an adaptive key, as the time its
+	// learned rate takes to earn it (see State.burst).
+	AdaptiveBurst = 100 * time.Millisecond
 	// MinRateFraction is the floor of the learned rate as a fraction of the
 	// ceiling, when Config.MinRate is zero.
 	MinRateFraction = 0.02
@@ -262,6 +265,13 @@ type State struct {
 	// refusal.
 	probe   float64
 	probeAt int64
+	// level is the learned rate the last cut set, and hold (ns) how long
+	// the key holds it before probing above it (see refused).
+	level float64
+	hold  int64
+	// streak counts refusal signals in a row that each came while the
+	// key still held the rate the one before set.
+	streak int64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -275,10 +285,11 @@ func NewState(c Config) State {
 // (start logs and learned-limit bookkeeping) as a compact byte string for
 // the store; nil when there is none. dst is reused when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 {
 		return nil
 	}
-	extra := [3]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt}
+	extra := [6]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
+		int64(math.Float64bits(s.level)), s.hold, s.streak}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 
@@ -291,12 +302,21 @@ func (s *State) UnmarshalShapes(b []byte) error {
 		return err
 	}
 	s.logs = logs
-	s.good, s.probe, s.probeAt = 0, 0, 0
+	s.good, s.probe, s.probeAt, s.level, s.hold, s.streak = 0, 0, 0, 0, 0, 0
 	if len(extra) >= 3 {
 		s.good, s.probe, s.probeAt = math.Float64frombits(uint64(extra[0])), math.Float64frombits(uint64(extra[1])), extra[2]
 		if !finite(s.good) || !finite(s.probe) {
 			s.good, s.probe, s.probeAt = 0, 0, 0
 		}
+	}
+	if len(extra) >= 5 { // written since probe holds
+		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(MaxHold))
+		if !finite(s.level) || s.level < 0 {
+			s.level = 0
+		}
+	}
+	if len(extra) >= 6 {
+		s.streak = min(max(extra[5], 0), 4)
 	}
 	return nil
 }
@@ -320,7 +340,7 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 		s.LearnedRate = c.Rate
 	}
 	if !c.Adaptive {
-		s.good, s.probe, s.probeAt, s.LastRefusal = 0, 0, 0, time.Time{}
+		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak = 0, 0, 0, time.Time{}, 0, 0, 0
 	}
 	s.logs = nil
 	for i, w := range c.Windows {
@@ -378,18 +398,22 @@ func (s *State) scale() float64 {
 // unitNS is the time one cost unit occupies in the bucket, in ns.
 func (s *State) unitNS() float64 { return 1e9 / s.rate() }
 
-// burst is the bucket's burst in force: for an adaptive key, the
-// configured burst scaled by its learned fraction of the ceiling (at least
-// one unit). An upstream whose real limit is half the declared one does
-// not take the declared burst either, and a bucket emptied after a refusal
-// then owes Burst/Rate seconds whatever the learned rate, instead of
-// Burst/LearnedRate (tens of seconds of idle on a key cut far down).
+// burst is the bucket's burst in force. For a fixed key it is Burst. An
+// adaptive key bursts at most AdaptiveBurst's worth of its learned rate
+// (at least two units, never more than Burst): its ceiling may not hold,
+// and a burst at a limit the upstream does not have is refused whole, all
+// at once, before the first answer can teach the key anything; once it
+// learned a limit, its own bursts would make an upstream bucket with a
+// smaller burst refuse at an average below its rate, which the next
+// estimate would take for the limit. Nearly even, it meets the upstream's
+// limit one refusal at a time, and a refusal that empties its bucket idles
+// it a tenth of a second, not Burst/LearnedRate; a burst of one unit would
+// lose a start whenever the lease loop came late.
 func (s *State) burst() float64 {
-	sc := s.scale()
-	if sc >= 1 {
+	if !s.Adaptive {
 		return s.Burst
 	}
-	return math.Min(s.Burst, math.Max(1, s.Burst*sc))
+	return math.Min(s.Burst, math.Max(2, s.rate()*AdaptiveBurst.Seconds()))
 }
 
 // tolerance is how far TAT may run ahead of now: the burst.

@@ -193,8 +193,8 @@ func TestThrottled(t *testing.T) {
 	t.Parallel()
 	a := NewState(Config{Name: "a", Rate: 100, Burst: 10, Adaptive: true})
 	a.Throttled(t0, t0.Add(4*time.Second), 1)
-	if !a.PausedUntil.IsZero() || a.LearnedRate >= 100 || a.LearnedRate < 90 {
-		t.Fatalf("adaptive: paused until %v, learned %v; want no pause, a trim (a first refusal with no history is no estimate)", a.PausedUntil, a.LearnedRate)
+	if !a.PausedUntil.IsZero() || a.LearnedRate != 100*NoEstimateCut {
+		t.Fatalf("adaptive: paused until %v, learned %v; want no pause and the rate halved (a first refusal with no history is no estimate)", a.PausedUntil, a.LearnedRate)
 	}
 	if got := a.Tokens(t0); got > 0.01 {
 		t.Fatalf("adaptive: %v tokens left after a 429, want an empty bucket", got)
@@ -310,35 +310,45 @@ func TestReconfigureRescalesDebt(t *testing.T) {
 	}
 }
 
-// TestLearnedBurst checks that an adaptive key cut to a fraction of its
-// ceiling fires at most that fraction of its burst at once, and that a
-// refusal with no retry delay idles it about Burst/Rate, not
-// Burst/LearnedRate: a key learned down to a twentieth of its ceiling with
-// the ceiling's burst would wait twenty times as long after each 429.
+// TestLearnedBurst checks that an adaptive key bursts at most a tenth of
+// a second of its learned rate (at least two units), never its declared
+// burst: an upstream whose real limit is below the declared one does not
+// take the declared burst either, and refuses it whole. A refusal with no
+// retry delay then idles the key about that tenth of a second, not
+// Burst/LearnedRate.
 func TestLearnedBurst(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 40, Burst: 20, Adaptive: true})
-	s.LearnedRate = 10 // a quarter of the ceiling
-	now := t0
-	n := 0
-	for {
-		ok, _ := s.Check(now, 1)
-		if !ok {
-			break
+	burstAt := func(learned float64) int {
+		s := NewState(Config{Name: "k", Rate: 400, Burst: 200, Adaptive: true})
+		s.LearnedRate = learned
+		n := 0
+		for {
+			ok, _ := s.Check(t0, 1)
+			if !ok {
+				return n
+			}
+			s.Take(t0, 1)
+			s.Release()
+			n++
 		}
-		s.Take(now, 1)
-		s.Release()
-		n++
 	}
-	if n != 5 {
-		t.Fatalf("a full bucket at a quarter of the ceiling admitted %d at once, want 5 (a quarter of the burst of 20)", n)
+	for _, c := range []struct {
+		learned float64
+		want    int
+	}{{400, 40}, {100, 10}, {10, 2}, {2, 2}} {
+		if got := burstAt(c.learned); got != c.want {
+			t.Errorf("learned %v/s (ceiling 400, burst 200): a full bucket admitted %d at once, want %d", c.learned, got, c.want)
+		}
 	}
-	s = NewState(Config{Name: "k", Rate: 40, Burst: 20, Adaptive: true})
+	fixed := NewState(Config{Name: "k", Rate: 40, Burst: 20})
+	if got := fixed.Tokens(t0); got != 20 {
+		t.Fatalf("a fixed key's full bucket holds %v, want its burst of 20", got)
+	}
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 20, Adaptive: true})
 	s.LearnedRate = 2
+	now := t0
 	s.Throttled(now, now.Add(time.Minute), 1)
 	_, next := s.Check(now, 1)
-	// The learned rate may be trimmed by the refusal; the wait is one
-	// start's worth at that rate plus at most the scaled burst.
 	if wait := next.Sub(now); wait > 2*time.Second {
 		t.Fatalf("after a 429 at a learned 2/s of 40/s (burst 20), next start in %v, want about 1/rate (not burst/learned = 10 s)", wait)
 	}

@@ -12,16 +12,19 @@ import (
 // refusal (a 429, or a 503 with Retry-After) is evidence of the upstream's
 // real allowance: just before refusing, it accepted the starts of the
 // trailing window less the ones it refused. The learned rate moves to just
-// under that at once (see refused) instead of a blind multiplicative cut,
-// bounded per signal so that one noisy window cannot collapse it.
+// under that at once (see refused) when the window measured it, and is
+// halved when it did not (the first refusal, a silent drop), bounded per
+// signal so that one noisy window cannot collapse it.
 //
-// The key probes upward only after a clean window (no refusal for D), by
-// the larger of IncreasePerSecond of the ceiling and GrowthPerSecond of the
-// current rate per second of successes, faster the longer it stays clean
-// (up to MaxProbeSpeedup x), so that a limit that rose again is found
-// within seconds; the learned rate that last went a clean window is
-// remembered, and a refusal while probing above it falls back to it (or to
-// what the upstream accepted, if more).
+// The key then holds its new rate for a while (ProbeHold, doubled by each
+// probe that fails at the same level, up to MaxHold) and only then probes
+// upward, by the larger of IncreasePerSecond of the ceiling and
+// GrowthPerSecond of the current rate per second of successes, faster the
+// longer it stays clean (up to MaxProbeSpeedup x): a limit that rose again
+// is found within seconds of the hold, and a stable one costs one refusal
+// signal per hold instead of one a second. The learned rate that last went
+// a clean window is remembered, and a refusal while probing above it falls
+// back to it when the window measured nothing better.
 const (
 	// DiscoveryWindow is the discovery window of a key with no window
 	// shape.
@@ -32,11 +35,25 @@ const (
 	// MaxCutPerSignal is the lowest fraction of its rate one refusal
 	// signal may cut a key to.
 	MaxCutPerSignal = 0.5
+	// NoEstimateCut is the fraction of its rate a key keeps on a refusal
+	// whose window measured nothing (the first refusal, a limit that
+	// dropped silently below what the upstream had been accepting): the
+	// limit is below the refused rate by an unknown amount, and halving,
+	// as TCP does, is a guess that the next window corrects either way.
+	NoEstimateCut = 0.5
+	// ProbeHold is how long after a cut a key holds its learned rate
+	// before probing above it.
+	ProbeHold = time.Second
+	// MaxHold bounds the hold after probes that kept failing at the same
+	// level.
+	MaxHold = 3 * time.Second
 	// SentShare is the share of its learned rate's worth of starts a key
-	// must have made in the trailing window for the window to estimate the
-	// upstream's allowance: a key that sent less learned nothing of what
-	// the upstream would have taken.
+	// must have made in the trailing window for a refusal to show the
+	// upstream at its limit (unless RefusedShare of them were refused).
 	SentShare = 0.8
+	// RefusedShare is the share of a window's starts that, refused, shows
+	// the upstream at its limit however slowly the key was sending.
+	RefusedShare = 0.1
 	// CutHoldoff is how long after a cut further refusals count as the
 	// same signal (requests that were already in flight).
 	CutHoldoff = 500 * time.Millisecond
@@ -64,8 +81,9 @@ func (s *State) discoveryWindow() time.Duration {
 // from the refusal (see refused); its bucket restarts empty at the end of
 // the pause rather than sending a burst into a window that just refused.
 func (s *State) RateLimited(now, until time.Time, cost int64) {
+	learned := s.refused(now, cost) // before the pause: it reads the last one
 	s.Pause(until)
-	if s.refused(now, cost) && s.rate() > 0 {
+	if learned && s.rate() > 0 {
 		s.TAT = maxTime(s.TAT, addSat(until, s.tolerance()))
 	}
 }
@@ -92,16 +110,24 @@ func (s *State) Throttled(now, until time.Time, cost int64) {
 // now and reports whether the key is adaptive.
 //
 // The estimate is the cost the upstream accepted in the trailing window:
-// the key's starts there less its refusals. The learned rate moves toward
-// it at once, but by at least DiscoveryMargin (a refusal at the rate the
-// upstream had been accepting means its limit changed silently) and at
-// most to MaxCutPerSignal of the rate per signal: refusals within
-// CutHoldoff of the last cut are requests already in flight then, or the
-// echo of one event, and count once. A stray refusal among many
-// acceptances (under NoiseShare of the window's starts) is jitter and
-// teaches nothing. A trailing window the key sent in for less than three
-// quarters of (it just started, or was paused) is no estimate: a key that
-// started half a window ago accepted half a window's worth.
+// the key's starts there less its refusals (see estimate). When it is
+// under the rate the key was sending, the learned rate moves at once to
+// DiscoveryMargin under it. Otherwise the refusal says only that the upstream's limit is below the rate that was
+// refused, not by how much: a failed probe falls back to the last rate
+// that went a clean window (good), and anything else (the first refusal,
+// or one at a rate the upstream had been accepting: a silent drop) cuts
+// to NoEstimateCut of the rate, the way TCP halves its window. One signal
+// never cuts below MaxCutPerSignal of the rate; refusals within CutHoldoff
+// of a cut are requests already in flight then, or the echo of one event,
+// and count once. A stray refusal among many acceptances (at most
+// NoiseShare of the window's starts, not within a window of the last) is
+// jitter and teaches nothing.
+//
+// Each cut also sets how long the key holds the new rate before probing
+// above it (see Succeeded): a failed probe doubles the hold, up to
+// MaxHold, so that a key sitting just under a stable limit spends one
+// refusal signal per MaxHold, not one a second; a cut while holding (the
+// limit dropped) resets it to ProbeHold.
 func (s *State) refused(now time.Time, cost int64) bool {
 	if !s.Adaptive || s.Rate <= 0 {
 		return false
@@ -111,46 +137,143 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	t, dn := now.UnixNano(), int64(d)
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	refusals.add(t, cost, t-dn, dn/LogSlots)
+	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal) {
+		return true // the same signal
+	}
 	inStarts, inRefusals := starts.since(t-dn), refusals.since(t-dn)
 	recent := !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < d
 	if !recent && float64(inRefusals) <= NoiseShare*float64(inStarts) {
 		return true // noise: counted, not learned from
 	}
 	current := s.rate()
-	est, valid := math.Max(0, float64(inStarts-inRefusals))/d.Seconds()*(1-DiscoveryMargin), true
-	if first, ok := starts.first(t - dn); !ok || t-first < dn*3/4 {
-		est, valid = current, false
-	} else if float64(inStarts) < current*d.Seconds()*SentShare {
-		// The key sent slower than its learned rate: what it sent says
-		// nothing of what the upstream would have taken.
-		est, valid = current, false
+	est, valid := s.estimate(now)
+	// The key sent at its learned rate, or the upstream refused a good
+	// share of what it sent: either way the upstream was at its limit,
+	// and what it accepted is that limit. A key that sent well under its
+	// rate and met one refusal met a bunch of arrivals, not the limit.
+	// A pause that ended inside the window leaves only the rest of it to
+	// send in.
+	active := d
+	if e := s.PausedUntil; !e.IsZero() && e.After(now.Add(-d)) && e.Before(now) {
+		active = now.Sub(e)
 	}
-	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal) {
-		// The same signal: no further trim, but a window that says the
-		// upstream accepted less than the key's rate still lowers it.
-		if valid && est < current {
-			s.LearnedRate = math.Max(s.MinRate, math.Max(est, current*MaxCutPerSignal))
+	full := float64(inStarts) >= SentShare*current*active.Seconds() || float64(inRefusals) >= RefusedShare*float64(inStarts)
+	var target float64
+	switch {
+	case !valid:
+		target = current * NoEstimateCut
+	case s.level > 0 && current > s.level:
+		// A probe above the last level failed: to just under what the
+		// window measured, but no further up than halfway from the rate
+		// that held (the level, or the last rate that went a whole window
+		// clean) to the rate that failed. The measure alone can be
+		// high: against fixed windows a window straddling two of the
+		// upstream's holds up to twice its limit, against a bucket its
+		// burst on top of its rate.
+		held := math.Min(current, math.Max(s.level, s.good))
+		target = math.Min(math.Min(est, current)*(1-DiscoveryMargin), (held+current)/2)
+		// A probe climbs within the window, so the window is held to
+		// the level the probe started from.
+		if float64(inStarts) < SentShare*s.level*active.Seconds() && float64(inRefusals) < RefusedShare*float64(inStarts) {
+			// Refused while sending under the probed rate: a bunch of
+			// arrivals, not the limit. Trim, as elsewhere.
+			target = current * (1 - DiscoveryMargin)
 		}
-		return true
+		s.streak = 0
+	case est*(1-DiscoveryMargin) < current && full:
+		// A second signal while the key still holds the rate the last
+		// one set (not probing: it never went a hold clean) means that
+		// estimate was high: its window still held acceptances from
+		// before a silent drop (a fixed window's previous count), or
+		// bunched arrivals. Each such signal in a row doubles the
+		// margin (3%, 6%, 12%, ... at most half).
+		margin := DiscoveryMargin
+		if s.level > 0 && current <= s.level && recent2(s, now) {
+			s.streak = min(s.streak+1, 4)
+			margin = math.Min(1-MaxCutPerSignal, DiscoveryMargin*float64(int(1)<<s.streak))
+		} else {
+			s.streak = 0
+		}
+		target = est * (1 - margin)
+	case full:
+		// Refused at more than the key's rate had been taking (a burst
+		// the upstream no longer has): by an unknown amount.
+		target = current * NoEstimateCut
+	default:
+		target = current * (1 - DiscoveryMargin)
 	}
-	if !recent && s.good > 0 && current > s.good {
-		// A probe above the last good rate failed: back to that rate, or
-		// to what the upstream accepted over the window if that is more.
-		current = math.Min(current, math.Max(s.good, est/(1-DiscoveryMargin)))
+	target = math.Max(target, current*MaxCutPerSignal)
+	learned := math.Min(s.Rate, math.Max(s.MinRate, target))
+	hold := time.Duration(s.hold)
+	if s.level > 0 && current > s.level {
+		// A probe failed: the limit is not far above; wait longer
+		// before the next one. A cut while holding (the limit dropped)
+		// probes again soon.
+		hold = min(MaxHold, max(ProbeHold, 2*hold))
+	} else {
+		hold = ProbeHold
 	}
-	learned := math.Min(current*(1-DiscoveryMargin), est)
-	learned = math.Max(learned, current*MaxCutPerSignal)
-	s.LearnedRate = math.Min(s.Rate, math.Max(s.MinRate, learned))
+	s.LearnedRate, s.level, s.hold = learned, learned, int64(hold)
 	s.LastRefusal = now
 	s.probe, s.probeAt = 0, 0
 	return true
 }
 
-// Succeeded records a successful start at now. An adaptive key that has
-// gone a whole discovery window without a refusal remembers its learned
-// rate as good and probes upward: by the larger of IncreasePerSecond of
-// the ceiling and GrowthPerSecond of the current rate, per second of
-// traffic, up to the ceiling.
+// recent2 reports whether now is within the hold the last refusal signal
+// set (at least a discovery window), plus one window, of the end of its
+// pause: the key was still holding that signal's rate when refused.
+func recent2(s *State, now time.Time) bool {
+	return !s.LastRefusal.IsZero() && now.Sub(maxTime(s.LastRefusal, s.PausedUntil)) < max(s.discoveryWindow(), time.Duration(s.hold))+s.discoveryWindow()
+}
+
+// estimate returns the upstream's allowance measured from the discovery
+// window ending at now, in cost units per second, and whether the window
+// is a measurement at all (see refused). A refusal means the upstream's
+// own window is full, whatever it counts: a sliding window of D holds what
+// it accepted in the trailing D; a fixed window at least its limit since
+// its boundary, inside the trailing D; a bucket its rate over D once its
+// burst is spent. So what it accepted in the trailing D is its allowance,
+// however fast the key was sending (see refused for a key that sent too
+// little for the refusal to mean that), except on the key's very first
+// refusal less than three quarters of a window after it began: a key that
+// started half a window ago accepted half a window's worth, plus whatever
+// burst the upstream had.
+func (s *State) estimate(now time.Time) (float64, bool) {
+	d := s.discoveryWindow()
+	t, dn := now.UnixNano(), int64(d)
+	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
+	inStarts, inRefusals := starts.since(t-dn), refusals.since(t-dn)
+	first, ok := starts.first(t - dn)
+	if !ok || (s.LastRefusal.IsZero() && s.good == 0 && t-first < dn*3/4) {
+		return 0, false
+	}
+	accepted := math.Max(0, float64(inStarts-inRefusals))
+	// A pause that ended inside the window: an upstream counting fixed
+	// windows reset at or before its end (the pause was until its reset),
+	// so what it accepted since is its new limit, while the trailing
+	// window still holds the previous fixed window's acceptances, up to
+	// twice the limit. A sliding window does not reset; it accepted less
+	// since the pause than over the window only when the pause ended as
+	// one slot freed (an exact Retry-After), and then what it accepted
+	// since is a small fraction of the window's: such a count is no
+	// estimate.
+	if e := s.PausedUntil.UnixNano(); !s.PausedUntil.IsZero() && e > t-dn && e < t {
+		since := math.Max(0, float64(starts.since(e)-refusals.since(e)))
+		if since >= NoEstimateCut*accepted {
+			accepted = since
+		}
+	}
+	return accepted / d.Seconds(), true
+}
+
+// Succeeded records a successful start at now. An adaptive key below its
+// ceiling holds its learned rate for the hold its last cut set (ProbeHold,
+// longer after probes that failed at the same level), then probes upward:
+// by the larger of IncreasePerSecond of the ceiling and GrowthPerSecond of
+// the current rate per second of traffic, faster the longer it stays clean
+// (up to MaxProbeSpeedup x), so that a limit that rose is found within
+// seconds. The rate probed a window ago that survived a whole window is
+// remembered as good: a failed probe falls back to it.
 func (s *State) Succeeded(now time.Time) {
 	if !s.Adaptive {
 		return
@@ -158,23 +281,31 @@ func (s *State) Succeeded(now time.Time) {
 	if s.LearnedRate >= s.Rate || s.rate() <= 0 {
 		return
 	}
-	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < s.discoveryWindow() {
+	d := s.discoveryWindow()
+	// Clean time counts from the end of the refusal's pause: a key that
+	// sent nothing has learned nothing of its new rate.
+	clean := time.Duration(math.MaxInt64)
+	if !s.LastRefusal.IsZero() {
+		clean = now.Sub(maxTime(s.LastRefusal, s.PausedUntil))
+	}
+	if clean < d {
 		return
 	}
 	// The rate probed a window ago survived a whole window: it is good.
-	if at := time.Unix(0, s.probeAt); s.probeAt == 0 || now.Sub(at) >= s.discoveryWindow() {
+	if at := time.Unix(0, s.probeAt); s.probeAt == 0 || now.Sub(at) >= d {
 		if s.probeAt != 0 {
 			s.good = s.probe
 		}
 		s.probe, s.probeAt = s.LearnedRate, now.UnixNano()
 	}
-	// The longer the key has gone clean, the faster it probes (up to
-	// MaxProbeSpeedup x), so a limit that rose far is found in seconds
-	// while a probe just after a refusal stays gentle.
-	speed := float64(MaxProbeSpeedup)
-	if !s.LastRefusal.IsZero() {
-		speed = min(speed, max(1, now.Sub(s.LastRefusal).Seconds()/s.discoveryWindow().Seconds()))
+	hold := max(d, time.Duration(s.hold))
+	if clean < hold {
+		return // holding just under what the upstream was measured to take
 	}
+	// The longer the key has gone clean past its hold, the faster it
+	// probes (from 1.5x to MaxProbeSpeedup x), so a limit that rose far is
+	// found in seconds.
+	speed := math.Min(MaxProbeSpeedup, 1.5+(clean-hold).Seconds()/d.Seconds())
 	step := math.Max(s.Rate*IncreasePerSecond, s.rate()*GrowthPerSecond*speed) / s.rate()
 	s.LearnedRate = math.Min(s.Rate, s.LearnedRate+step)
 }

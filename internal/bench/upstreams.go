@@ -123,7 +123,21 @@ func Upstreams(smoke bool) UpstreamsPlan {
 		many.Destinations = append(many.Destinations, UpstreamDestination{
 			Name: fmt.Sprintf("many-%02d", i), Declared: l, Route: rc, Jobs: jobs(float64(l))})
 	}
-	return UpstreamsPlan{Mixes: []UpstreamsMix{issue, slide, fix, rising, many}, Workers: 64}
+	// (f) Upstreams the pacing was not designed for, as an honest check:
+	// the two-window sliding counter of edge proxies (Cloudflare's, most
+	// Redis recipes), which admits more or less than a sliding log
+	// depending on how the previous window's requests were spread; and
+	// a receiver that also counts concurrent requests (one at a time),
+	// which a sender pacing by rate meets whenever latencies overlap.
+	counter := upstream.RouteConfig{Algorithm: upstream.AlgorithmSlidingCounter, Window: time.Second, Limit: 20,
+		OverLimit: upstream.OverLimit429Seconds, Latency: latency}
+	conc := sliding(20, upstream.OverLimit429None)
+	conc.MaxConcurrent = 1
+	unforeseen := UpstreamsMix{Name: "unforeseen", Destinations: []UpstreamDestination{
+		{Name: "counter-20", Declared: 20, Route: counter, Jobs: jobs(19)},
+		{Name: "concurrent-1", Declared: 20, Adaptive: true, Route: conc, Jobs: jobs(20)},
+	}}
+	return UpstreamsPlan{Mixes: []UpstreamsMix{issue, slide, fix, rising, many, unforeseen}, Workers: 64}
 }
 
 // Routes returns the simulator routes of the mix's destinations.

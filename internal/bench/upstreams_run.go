@@ -98,6 +98,17 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	var lastCheck time.Time
 	terminal := 0
 	tr := newTracer(e.opts.Trace, m, start)
+	tr.limits = func() map[string]ratelane.LimitState {
+		ls, err := c.Limits(ctx, "us")
+		if err != nil {
+			return nil
+		}
+		out := map[string]ratelane.LimitState{}
+		for _, l := range ls {
+			out[strings.TrimPrefix(l.Name, "subscriber:")] = l
+		}
+		return out
+	}
 	err = WaitFor(ctx, func() bool {
 		tr.tick(sim.Stats())
 		if Delivered(sim.Stats()) >= total {
@@ -148,13 +159,16 @@ func countTerminal(ctx context.Context, c *ratelane.Client) int {
 }
 
 // tracer prints a mix's timeline for --verbose: every 500 ms, per
-// destination, accepted/refused(over-limit)/faults since the previous line.
+// destination, accepted/refused(over-limit)/faults since the previous line,
+// and for an adaptive key its learned rate (and "p" while it is paused).
 type tracer struct {
-	w     io.Writer
-	names []string
-	start time.Time
-	last  time.Time
-	prev  map[string]upstream.RouteReport
+	// limits reads the keys' live state; nil prints none.
+	limits func() map[string]ratelane.LimitState
+	w      io.Writer
+	names  []string
+	start  time.Time
+	last   time.Time
+	prev   map[string]upstream.RouteReport
 }
 
 func newTracer(w io.Writer, m UpstreamsMix, start time.Time) *tracer {
@@ -182,9 +196,19 @@ func (t *tracer) flush(rep upstream.Report) {
 	t.last = time.Now()
 	var b strings.Builder
 	fmt.Fprintf(&b, "%5.1fs", t.last.Sub(t.start).Seconds())
+	var ls map[string]ratelane.LimitState
+	if t.limits != nil {
+		ls = t.limits()
+	}
 	for _, n := range t.names {
 		r, p := rep.Routes[n], t.prev[n]
 		fmt.Fprintf(&b, "  %d/%d/%d", r.Accepted-p.Accepted, r.RateLimited-p.RateLimited, r.Transient-p.Transient)
+		if l, ok := ls[n]; ok && l.Adaptive {
+			fmt.Fprintf(&b, "@%.1f", l.LearnedRate)
+			if l.PausedUntil.After(t.last) {
+				b.WriteString("p")
+			}
+		}
 		t.prev[n] = r
 	}
 	fmt.Fprintln(t.w, b.String())

@@ -173,6 +173,14 @@ type RouteConfig struct {
 	// Retry-After) or Anthropic's 400 "credit balance is too low", which a
 	// client must not treat as congestion. Webhook routes ignore it.
 	Quota int64 `json:"quota,omitzero"`
+	// MaxConcurrent, when not 0, is how many requests the route processes
+	// at once (from the limiter's decision until the answer is written, so
+	// its Latency holds a slot): one more is answered over-limit as
+	// OverLimit says, with a retry delay of one Latency.Fixed, whatever
+	// its rate limit would have said. Some APIs count concurrent requests
+	// rather than (or besides) requests per window; a sender pacing only
+	// by rate meets it whenever latencies overlap.
+	MaxConcurrent int `json:"max_concurrent,omitzero"`
 }
 
 // Config configures a [Server]. The zero value is usable: a server on
@@ -297,6 +305,9 @@ func (rc RouteConfig) WithDefaults() RouteConfig {
 func (rc RouteConfig) validate() error {
 	if err := rc.validateLimiter(); err != nil {
 		return err
+	}
+	if rc.MaxConcurrent < 0 || rc.MaxConcurrent > 1_000_000 {
+		return fmt.Errorf("MaxConcurrent %d: want 0 (no cap) to 1000000", rc.MaxConcurrent)
 	}
 	switch rc.OverLimit {
 	case OverLimit429Seconds, OverLimit429Date, OverLimit429Millis, OverLimit429None, OverLimit503, OverLimit503Date, OverLimit503None:

@@ -26,7 +26,8 @@
 //
 //  1. a scripted response queued with [Server.Script] (no limiter, no latency);
 //  2. RouteConfig.StatusOverride (e.g. 410 for a removed subscriber);
-//  3. the limiter: over the limit, answered as RouteConfig.OverLimit says;
+//  3. the limiter: over RouteConfig.MaxConcurrent requests in flight, or over
+//     the rate limit, answered as RouteConfig.OverLimit says;
 //  4. Standard Webhooks signature verification (webhook routes with Secrets): 401;
 //  5. request validation (LLM routes: malformed JSON, stream=true): 400;
 //  6. RouteConfig.Quota exhausted (LLM routes): OpenAI 429 insufficient_quota,
@@ -43,7 +44,9 @@
 // Limits are counted as real upstreams count them ([Algorithm]): a token
 // bucket (Stripe, OpenAI), an exact sliding window (the strictest reading
 // of "N per second"), a fixed window aligned to the clock (GitHub's hourly
-// quota), or the two-window sliding counter of edge proxies. A route's
+// quota), or the two-window sliding counter of edge proxies; a route may
+// also count concurrent requests (MaxConcurrent), each holding its slot
+// through its latency. A route's
 // limit may change silently at scheduled times (RouteConfig.Changes,
 // from [Server.StartSchedule]); over the limit it answers 429 or 503 with
 // Retry-After in seconds, as an HTTP-date, or not at all (OverLimit).

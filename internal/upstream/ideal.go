@@ -16,8 +16,10 @@ const maxIdeal = 10_000_000
 // earliest moment the route admits it. It runs the simulator's own
 // limiter, so the schedule is exact for every algorithm: a full bucket's
 // burst at once, a window's limit at once and again as it frees up, the
-// new limit from the moment it changes. Injected faults, latency and the
-// script queue play no part; a caller that saw f faults admitted (they
+// new limit from the moment it changes. A concurrency cap
+// (MaxConcurrent) holds each request's slot for Latency.Fixed, the least
+// latency the route answers with, so the ideal stays a lower bound.
+// Otherwise injected faults, latency and the script queue play no part; a caller that saw f faults admitted (they
 // count against the limit) asks for n+f.
 //
 // Most callers want the last time: the ideal makespan of n deliveries.
@@ -32,11 +34,35 @@ func IdealSchedule(rc RouteConfig, n int, start time.Time) ([]time.Time, error) 
 	rt := &route{cfg: rc, lim: newLimiter(rc, nil, start), epoch: start}
 	out := make([]time.Time, 0, n)
 	now := start
+	// With a concurrency cap, each request holds a slot for the least
+	// latency the route answers with: slots are the times they free.
+	var slots []time.Time
+	if rc.MaxConcurrent > 0 {
+		slots = make([]time.Time, rc.MaxConcurrent)
+		for i := range slots {
+			slots[i] = start
+		}
+	}
 	for len(out) < n {
+		slot := -1
+		if len(slots) > 0 {
+			slot = 0
+			for i, t := range slots {
+				if t.Before(slots[slot]) {
+					slot = i
+				}
+			}
+			if slots[slot].After(now) {
+				now = slots[slot]
+			}
+		}
 		rt.due(now)
 		d := rt.lim.take(now)
 		if d.allowed {
 			out = append(out, now)
+			if slot >= 0 {
+				slots[slot] = now.Add(rc.Latency.Fixed)
+			}
 			continue
 		}
 		next := now.Add(max(d.retryAfter, time.Nanosecond))

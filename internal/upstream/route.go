@@ -57,6 +57,9 @@ type verdict struct {
 	cfg    RouteConfig
 	delay  time.Duration
 	script Response
+	// held says the request holds one of the route's concurrency slots
+	// until its answer is written (see route.release).
+	held bool
 }
 
 // route is one route name's limiter, counters and script queue. Its mutex
@@ -77,6 +80,8 @@ type route struct {
 	// server records them (Config.RecordArrivals), at most maxArrivals.
 	arrivals    []time.Time
 	maxArrivals int
+	// busy counts requests holding a concurrency slot.
+	busy int
 }
 
 func newRoute(rc RouteConfig, keys [][]byte, now time.Time, maxIDs, seconds int) *route {
@@ -158,11 +163,21 @@ func (rt *route) pipeline(s *Server, now time.Time, in incoming) verdict {
 		return verdict{step: stepOverride, status: rt.cfg.StatusOverride, delay: rt.latency(s.rand)}
 	}
 	rt.due(now)
+	if c := rt.cfg.MaxConcurrent; c > 0 && rt.busy >= c {
+		// Over the concurrency cap: refused before the rate limiter,
+		// which does not count it.
+		dec := decision{limited: true, limit: c, retryAfter: max(rt.cfg.Latency.Fixed, time.Millisecond), window: rt.cfg.Latency.Fixed}
+		return verdict{step: stepOverLimit, status: overLimitStatus(rt.cfg.OverLimit, in.endpoint == endpointAnthropic), dec: dec}
+	}
 	dec := rt.lim.take(now)
 	if !dec.allowed {
 		return verdict{step: stepOverLimit, status: overLimitStatus(rt.cfg.OverLimit, in.endpoint == endpointAnthropic), dec: dec}
 	}
 	v := verdict{dec: dec, delay: rt.latency(s.rand)}
+	if rt.cfg.MaxConcurrent > 0 {
+		rt.busy++
+		v.held = true
+	}
 	v.step, v.status = rt.check(s, now, in)
 	return v
 }
@@ -194,6 +209,13 @@ func (rt *route) check(s *Server, now time.Time, in incoming) (step, int) {
 }
 
 var transientStatuses = []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout}
+
+// release frees the concurrency slot of an answered request.
+func (rt *route) release() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.busy = max(0, rt.busy-1)
+}
 
 // latency draws this answer's delay.
 func (rt *route) latency(r *lockedRand) time.Duration {

@@ -327,6 +327,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string, d di
 	req, invalid := d.parse(body, name)
 	now := s.cfg.Now()
 	v := rt.decide(s, now, incoming{endpoint: d.endpoint(), header: r.Header, body: body, invalid: invalid != ""})
+	if v.held {
+		defer rt.release()
+	}
 	if v.step == stepScripted {
 		writeScripted(w, v.script)
 		return

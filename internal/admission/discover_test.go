@@ -1,0 +1,205 @@
+package admission
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// upstreamModel answers one request at now: accepted, or refused with the
+// time the upstream says to retry at (zero: no Retry-After).
+type upstreamModel interface {
+	answer(now time.Time) (ok bool, retryAt time.Time)
+}
+
+// slidingModel admits at most limit(now) requests in any second.
+type slidingModel struct {
+	limit    func(time.Time) int
+	accepted []time.Time
+}
+
+func (m *slidingModel) answer(now time.Time) (bool, time.Time) {
+	in := 0
+	for i := len(m.accepted) - 1; i >= 0 && now.Sub(m.accepted[i]) < time.Second; i-- {
+		in++
+	}
+	if in >= m.limit(now) {
+		return false, time.Time{}
+	}
+	m.accepted = append(m.accepted, now)
+	return true, time.Time{}
+}
+
+// fixedModel admits limit(now) requests in each aligned second and
+// answers a refusal with a Retry-After of exactly the window's end.
+type fixedModel struct {
+	limit func(time.Time) int
+	start time.Time
+	count int
+}
+
+func (m *fixedModel) answer(now time.Time) (bool, time.Time) {
+	if ws := now.Truncate(time.Second); !ws.Equal(m.start) {
+		m.start, m.count = ws, 0
+	}
+	if m.count >= m.limit(now) {
+		return false, m.start.Add(time.Second)
+	}
+	m.count++
+	return true, time.Time{}
+}
+
+// drive runs s against up from start for d in 1 ms steps, answering every
+// start at once (a refusal with a retry time through RateLimited, one
+// without through Throttled), and returns the refusal times.
+func drive(s *State, up upstreamModel, start time.Time, d time.Duration) []time.Time {
+	var refused []time.Time
+	for now := start; now.Before(start.Add(d)); now = now.Add(time.Millisecond) {
+		if ok, _ := s.Check(now, 1); !ok {
+			continue
+		}
+		s.Take(now, 1)
+		s.Release()
+		ok, at := up.answer(now)
+		switch {
+		case ok:
+			s.Succeeded(now)
+		case at.IsZero():
+			refused = append(refused, now)
+			s.Throttled(now, now.Add(time.Second), 1)
+		default:
+			refused = append(refused, now)
+			s.RateLimited(now, at, 1)
+		}
+	}
+	return refused
+}
+
+func countIn(ts []time.Time, from, to time.Time) int {
+	n := 0
+	for _, t := range ts {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDiscoveryFromTrailingWindow checks the estimate on a sliding
+// window: a key told 40/s whose upstream takes 25 in any second halves on
+// its first refusal (no window yet to measure), then, probing after its
+// hold, learns from the trailing window's acceptances just under 25 and
+// stays there, with a handful of refusals in all.
+func TestDiscoveryFromTrailingWindow(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 10, Adaptive: true})
+	up := &slidingModel{limit: func(time.Time) int { return 25 }}
+	refused := drive(&s, up, t0, 10*time.Second)
+	if s.LearnedRate < 23 || s.LearnedRate > 25 {
+		t.Fatalf("learned %v/s after 10 s against a sliding 25/s, want just under 25 (refusals at %v)", s.LearnedRate, refused)
+	}
+	if len(refused) > 6 {
+		t.Fatalf("%d refusals in 10 s, want a handful: %v", len(refused), refused)
+	}
+	if got := countIn(up.accepted, t0.Add(5*time.Second), t0.Add(10*time.Second)); got < 5*23 {
+		t.Fatalf("%d accepted in the last 5 s at a 25/s limit, want at least %d", got, 5*23)
+	}
+}
+
+// TestDiscoveryFixedWindowDrop drives a key against fixed one-second
+// windows of 30 that drop silently to 15, answering with a Retry-After of
+// the window's end: the estimate counts what the upstream accepted since
+// the pause ended (a fixed window reset there), not the trailing window,
+// which still holds the previous window's 30. The drop must be learned
+// within two signals, not by 3% trims for seconds, and later probes above
+// it must cost only a refusal each.
+func TestDiscoveryFixedWindowDrop(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
+	drop := t0.Add(4*time.Second + 300*time.Millisecond)
+	up := &fixedModel{limit: func(now time.Time) int {
+		if now.Before(drop) {
+			return 30
+		}
+		return 15
+	}}
+	refused := drive(&s, up, t0, drop.Add(2*time.Second).Sub(t0))
+	if s.LearnedRate > 15 {
+		t.Fatalf("learned %v/s 2 s after a drop to 15 per fixed second (refusals %v), want at most 15: the since-the-pause count is the new limit",
+			s.LearnedRate, refused)
+	}
+	refused = append(refused, drive(&s, up, drop.Add(2*time.Second), 8*time.Second)...)
+	if after := countIn(refused, drop, drop.Add(time.Hour)); after > 6 {
+		t.Fatalf("%d refusals in the 10 s after the drop, want a few signals: %v", after, refused)
+	}
+	// Probes above 15 fail and bisect back; the key stays near the limit.
+	if s.LearnedRate < 12 || s.LearnedRate > 17.5 {
+		t.Fatalf("learned %v/s 10 s after a drop to 15 per fixed second, want about 15", s.LearnedRate)
+	}
+}
+
+// TestDiscoveryRiseFound checks bounded probing finds a limit that rises:
+// a key learned at 10/s whose upstream rises to 30 finds at least 27
+// within 4 s.
+func TestDiscoveryRiseFound(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
+	rise := t0.Add(3 * time.Second)
+	up := &slidingModel{limit: func(now time.Time) int {
+		if now.Before(rise) {
+			return 10
+		}
+		return 30
+	}}
+	drive(&s, up, t0, 3*time.Second)
+	if s.LearnedRate > 11 {
+		t.Fatalf("learned %v/s against a sliding 10/s, want about 10", s.LearnedRate)
+	}
+	drive(&s, up, rise, 4*time.Second)
+	if s.LearnedRate < 27 {
+		t.Fatalf("learned %v/s 4 s after the limit rose to 30, want at least 27", s.LearnedRate)
+	}
+}
+
+// TestProbeHold checks the hold before probing: none while the key holds
+// the rate a cut set (counted from the end of the refusal's pause), a
+// probe after it, and a doubled hold after a probe failed at the same
+// level, up to MaxHold.
+func TestProbeHold(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 10, Adaptive: true})
+	now := t0
+	s.RateLimited(now, now.Add(time.Second), 1) // first refusal: halved, paused 1 s
+	if s.LearnedRate != 20 || time.Duration(s.hold) != ProbeHold {
+		t.Fatalf("after a first refusal: learned %v hold %v, want 20 and %v", s.LearnedRate, time.Duration(s.hold), ProbeHold)
+	}
+	s.Succeeded(now.Add(1500 * time.Millisecond)) // clean only 0.5 s since the pause ended
+	if s.LearnedRate != 20 {
+		t.Fatalf("probed to %v within the hold after the pause", s.LearnedRate)
+	}
+	s.Succeeded(now.Add(2500 * time.Millisecond))
+	if s.LearnedRate <= 20 {
+		t.Fatalf("no probe after the hold (learned %v)", s.LearnedRate)
+	}
+	// Failed probes at the same level: the hold doubles each time.
+	want := ProbeHold
+	for i := range 5 {
+		now = now.Add(time.Duration(i+3) * 10 * time.Second)
+		s.LearnedRate = s.level * 1.1 // probing above the level
+		s.Throttled(now, now.Add(time.Second), 1)
+		want = min(MaxHold, 2*want)
+		if got := time.Duration(s.hold); got != want || math.Abs(s.LearnedRate-s.level) > 1e-9 {
+			t.Fatalf("failed probe %d: hold %v learned %v level %v, want hold %v and back at the level", i, got, s.LearnedRate, s.level, want)
+		}
+	}
+	// The state round-trips through the store's encoding.
+	var back State
+	back.Config = s.Config
+	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if back.level != s.level || back.hold != s.hold || back.streak != s.streak || back.good != s.good {
+		t.Fatalf("round trip: level %v hold %v streak %v good %v, want %v %v %v %v",
+			back.level, back.hold, back.streak, back.good, s.level, s.hold, s.streak, s.good)
+	}
+}
