@@ -86,7 +86,7 @@ type tenancyEnv struct {
 	rdjsonlDir string
 
 	// The victim's records.
-	delivery, failedDelivery, review, job, dead, leaseToken string
+	delivery, failedDelivery, review, job, dead, leaseToken, schedule string
 }
 
 type answer struct {
@@ -223,6 +223,14 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 		"publish": map[string]any{"kind": "rdjsonl", "target": "report.rdjsonl"}}), 202, &rv)
 	e.review = rv.ID
 	e.waitFinal(e.review)
+
+	// The victim's schedule (a long interval: it never ticks during the test).
+	var sc struct {
+		ID string `json:"id"`
+	}
+	e.must(e.do("POST", "/v1/schedules", e.keys["acme/producer"], map[string]any{"name": "acme-nightly", "region": "us", "every_seconds": 86400,
+		"job": map[string]any{"kind": "report.build", "limit_keys": []string{"reports:acme"}}}), 201, &sc)
+	e.schedule = sc.ID
 
 	// The victim's plain jobs: one running under acme's worker, one dead.
 	var j struct {
@@ -394,6 +402,13 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 		{name: "get review", method: "GET", path: "/v1/reviews/" + e.review + "?region=us", key: gp, status: 404, slug: "not-found"},
 		{name: "review SARIF", method: "GET", path: "/v1/reviews/" + e.review + "/sarif?region=us", key: gp, status: 404, slug: "not-found"},
 		{name: "get subscriber", method: "GET", path: "/v1/subscribers/acme-hook?region=us", key: gp, status: 403, slug: "forbidden"},
+		{name: "get schedule", method: "GET", path: "/v1/schedules/" + e.schedule + "?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "replace schedule", method: "PUT", path: "/v1/schedules/" + e.schedule + "?region=us", key: gp,
+			body: map[string]any{"name": "stolen", "region": "us", "every_seconds": 1, "job": map[string]any{"kind": "report.build"}}, status: 404, slug: "not-found"},
+		{name: "pause schedule", method: "POST", path: "/v1/schedules/" + e.schedule + "/pause?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "resume schedule", method: "POST", path: "/v1/schedules/" + e.schedule + "/resume?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "delete schedule", method: "DELETE", path: "/v1/schedules/" + e.schedule + "?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "list schedules of acme", method: "GET", path: "/v1/schedules?tenant=acme", key: gp, status: 403, slug: "forbidden"},
 		{name: "delivery response", method: "GET", path: "/v1/deliveries/" + e.failedDelivery + "/response?region=us", key: gp, status: 403, slug: "forbidden"},
 		{name: "list jobs of acme", method: "GET", path: "/v1/jobs?tenant=acme", key: gp, status: 403, slug: "forbidden"},
 		// Admin-only routes with ids are out of a producer's reach.
