@@ -34,6 +34,8 @@ type Jobs struct {
 	rnd    *rand.Rand
 	served map[string]time.Time // kind -> last lease asking for it; zero: an engine runs it
 	stats  *statsCache          // PredictWait's last read of the lanes' ages
+	// statsReading is set while one caller refreshes stats.
+	statsReading bool
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of

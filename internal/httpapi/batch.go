@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
@@ -169,7 +168,7 @@ func itemError(i int, err error) batchItem {
 }
 
 // enqueueBatch checks a batch's items one by one with what it learned from
-// the earlier ones: the limit keys' configurations (read once per key) and
+// the earlier ones: the limit keys' states (read once per key) and
 // the cost the batch already adds to each key's backlog, so that a batch
 // of interactive jobs is refused for overload as the same jobs sent one by
 // one would be.
@@ -177,13 +176,17 @@ type enqueueBatch struct {
 	s      *Server
 	ctx    context.Context
 	region string
-	keys   map[string]admission.Config
+	limits *limitMemo // nil when the region is not served (every item fails before using it)
 	// added is the cost of the batch's accepted jobs per lane and key.
 	added map[backlogKey]int64
 }
 
 func (s *Server) newEnqueueBatch(ctx context.Context, region string) *enqueueBatch {
-	return &enqueueBatch{s: s, ctx: ctx, region: region, keys: map[string]admission.Config{}, added: map[backlogKey]int64{}}
+	b := &enqueueBatch{s: s, ctx: ctx, region: region, added: map[backlogKey]int64{}}
+	if st, ok := s.cfg.Regions[region]; ok {
+		b.limits = newLimitMemo(st, s.cfg.DefaultLimit)
+	}
+	return b
 }
 
 // admit builds and checks one item exactly as POST /v1/jobs does, and
@@ -197,7 +200,7 @@ func (b *enqueueBatch) admit(r *http.Request, p auth.Principal, req *createJobRe
 		return nil, 0, fieldError("region", "a batch writes one region's store in one transaction: this batch is for %q (its first job's), not %q; send %q's jobs in another batch",
 			b.region, j.Region, j.Region)
 	}
-	if err := b.checkCost(j); err != nil {
+	if err := b.limits.checkCost(b.ctx, j); err != nil {
 		return nil, 0, err
 	}
 	st := b.s.cfg.Regions[j.Region]
@@ -207,6 +210,7 @@ func (b *enqueueBatch) admit(r *http.Request, p auth.Principal, req *createJobRe
 			n, err := b.s.backlog.get(ctx, st, lane, key)
 			return n + b.added[backlogKey{j.Region, lane, key}], err
 		},
+		Limit: b.limits.get,
 	})
 	if err != nil {
 		return nil, 0, err
@@ -225,31 +229,6 @@ func (b *enqueueBatch) admit(r *http.Request, p auth.Principal, req *createJobRe
 		}
 	}
 	return j, pred.Wait.Seconds(), nil
-}
-
-// checkCost is store.CheckCosts for one job, reading each key once per
-// batch.
-func (b *enqueueBatch) checkCost(j *job.Job) error {
-	for _, name := range j.LimitKeys {
-		c, ok := b.keys[name]
-		if !ok {
-			k, err := b.s.cfg.Regions[b.region].GetLimit(b.ctx, name)
-			switch {
-			case errors.Is(err, store.ErrNotFound):
-				c = b.s.cfg.DefaultLimit
-				c.Name = name
-			case err != nil:
-				return err
-			default:
-				c = k.Config
-			}
-			b.keys[name] = c
-		}
-		if err := c.CheckCost(j.Cost); err != nil {
-			return &job.ValidationError{Fields: []job.FieldError{{Field: "cost", Detail: err.Error()}}}
-		}
-	}
-	return nil
 }
 
 // completeLeasesRequest is the body of POST /v1/leases/complete.

@@ -309,7 +309,7 @@ func TestBatchCompleteLeases(t *testing.T) {
 			item(l[0].ID, l[0].LeaseToken),
 			item(l[1].ID, "not-the-token"),
 			item(foreign.ID, fl.Jobs[0].LeaseToken), // right token, other tenant
-			item(l[0].ID, l[0].LeaseToken),         // reported twice
+			item(l[0].ID, l[0].LeaseToken),          // reported twice
 			item("no-such-job", "t"),
 			item(l[2].ID, l[2].LeaseToken),
 			{"id": l[3].ID, "lease_token": l[3].LeaseToken, "usage": -1},
