@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, all)", runBench)
+	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, http-enqueue, http-batch, http-workers, all)", runBench)
 }
 
 // runBench runs `ratelane bench <workload> [flags]`.
@@ -22,7 +22,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|upstreams|all> [flags]")
+		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|upstreams|http-enqueue|http-batch|http-workers|all> [flags]")
 		fs.PrintDefaults()
 		fmt.Fprint(stderr, benchMetricsHelp)
 	}
@@ -126,4 +126,7 @@ JSON metrics (one object per workload; under its name with "all"):
               makespan_ratio_unforeseen makespan_seconds_unforeseen ideal_seconds_unforeseen
               rate_limited_share_unforeseen duplicates_unforeseen lost_unforeseen goodput_min_unforeseen
               goodput_issue_sliding-date goodput_issue_half-none goodput_issue_halving-503
+  http-enqueue requests_per_second p50_ms p99_ms
+  http-batch  jobs_per_second batch_p50_ms batch_p99_ms
+  http-workers jobs_per_second lease_p99_ms complete_p99_ms
 `

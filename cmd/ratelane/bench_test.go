@@ -34,6 +34,9 @@ var benchNames = map[string]map[string][2]float64{
 		"goodput": {0, 1.2}, "rate_limited_share": {0, 1}, "converge_seconds": {0, 600},
 		"goodput_phase1": {0, 1.2}, "goodput_phase2": {0, 1.2}, "goodput_phase3": {0, 1.2},
 	},
+	"http-enqueue": {"requests_per_second": {1e-9, math.MaxFloat64}, "p50_ms": {0, 600_000}, "p99_ms": {0, 600_000}},
+	"http-batch":   {"jobs_per_second": {1e-9, math.MaxFloat64}, "batch_p50_ms": {0, 600_000}, "batch_p99_ms": {0, 600_000}},
+	"http-workers": {"jobs_per_second": {1e-9, math.MaxFloat64}, "lease_p99_ms": {0, 600_000}, "complete_p99_ms": {0, 600_000}},
 }
 
 // TestBenchAllSmoke runs `ratelane bench all --smoke --json` on the embedded

@@ -30,7 +30,9 @@ type enqueueRequest struct {
 }
 
 func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("enqueue", "--kind KIND --key LIMIT_KEY [flags]", "Enqueue one job. The payload is JSON, inline or @file (@- reads stdin).", stderr)
+	fs := newFlagSet("enqueue", "--kind KIND --key LIMIT_KEY [flags] | --file JOBS.ndjson",
+		"Enqueue one job. The payload is JSON, inline or @file (@- reads stdin). With --file, enqueue every job of an NDJSON file\n"+
+			"(one POST /v1/jobs body per line) with POST /v1/jobs/batch, 1000 a request; each line is reported by its number.", stderr)
 	cf := addClientFlags(fs)
 	var (
 		req      enqueueRequest
@@ -49,12 +51,30 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&delay, "delay", 0, "run no earlier than this from now, e.g. 10s")
 	fs.IntVar(&priority, "priority", 0, "priority from -100 to 100; higher runs first")
 	fs.StringVar(&req.OnOverload, "on-overload", "", "reject, degrade or queue when the lane's latency budget would be breached")
+	var file string
+	fs.StringVar(&file, "file", "", "enqueue the jobs of this NDJSON file (- for stdin) in batches; lines without region get --region")
 	rest, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
 	if err := wantArgs(fs, rest); err != nil {
 		return err
+	}
+	if file != "" {
+		var other []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "file" && f.Name != "region" && f.Name != "server" && f.Name != "api-key" && f.Name != "json" && f.Name != "o" {
+				other = append(other, "--"+f.Name)
+			}
+		})
+		if len(other) > 0 {
+			return usageError{fmt.Sprintf("--file takes each job's fields from its line; drop %s", strings.Join(other, ", "))}
+		}
+		c, err := cf.client(stderr)
+		if err != nil {
+			return err
+		}
+		return runEnqueueFile(ctx, c, file, req.Region, cf.json, stdout)
 	}
 	if req.Kind == "" {
 		return usageError{"--kind is required"}

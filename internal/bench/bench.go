@@ -197,7 +197,7 @@ func (r *Result) add(name string, v float64, unit string) {
 }
 
 // Workloads lists the workloads in the order `all` runs them.
-var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams"}
+var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams", "http-enqueue", "http-batch", "http-workers"}
 
 var runners = map[string]func(context.Context, *env) (Result, error){
 	"throughput": runThroughput,
@@ -206,6 +206,10 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 	"flood":      runFlood,
 	"adapt":      runAdapt,
 	"upstreams":  runUpstreams,
+	// The HTTP workloads (httpapi.go): the API on loopback.
+	"http-enqueue": runHTTPEnqueue,
+	"http-batch":   runHTTPBatch,
+	"http-workers": runHTTPWorkers,
 }
 
 // Run runs one workload, o.Runs times (see Options.Runs).

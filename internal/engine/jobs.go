@@ -38,6 +38,8 @@ type Jobs struct {
 	// Counts: starts and 429s by lane, and per limit key (counts.go).
 	laneStarts, laneLimited map[job.Lane]int64
 	keyCounts               map[string]*keyCount
+	// statsReading is set while one caller refreshes stats.
+	statsReading bool
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of

@@ -22,10 +22,15 @@ const maxBody = job.MaxPayloadBytes + 64<<10
 // another media type (415), unknown fields (400), malformed JSON (400) and
 // oversized bodies (413).
 func decode(w http.ResponseWriter, r *http.Request, dst any) error {
+	return decodeMax(w, r, dst, maxBody)
+}
+
+// decodeMax is decode with a body bound of limit bytes.
+func decodeMax(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
 	if err := checkJSONType(r); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err)

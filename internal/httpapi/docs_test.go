@@ -85,7 +85,7 @@ func (e *env) exampleEnv(c capability) map[string]string {
 		vars["JOB_ID"] = e.createJob(acmeKey, jobBody("email.send", region)).ID
 	case "createLease":
 		e.createJob(acmeKey, jobBody("email.send", region))
-	case "heartbeatJob", "completeJob", "failJob", "rateLimitedJob":
+	case "heartbeatJob", "completeJob", "failJob", "rateLimitedJob", "completeLeases":
 		e.createJob(acmeKey, jobBody("email.send", region))
 		l := e.lease(region, 1, "email.send")
 		if len(l) != 1 {

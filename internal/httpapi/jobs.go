@@ -73,10 +73,11 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 		return err
 	}
 	st := s.cfg.Regions[j.Region]
-	if err := store.CheckCosts(r.Context(), st, []*job.Job{j}, s.cfg.DefaultLimit); err != nil {
+	limits := newLimitMemo(st, s.cfg.DefaultLimit)
+	if err := limits.checkCost(r.Context(), j); err != nil {
 		return err
 	}
-	pred, err := s.predictWait(r.Context(), st, j)
+	pred, err := s.predictWait(r.Context(), st, j, limits)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -17,12 +18,15 @@ import (
 // prediction (engine.Jobs.PredictWait over admission.PredictWait): the
 // slowest key's backlog and pause and, when nothing leases the job's kind,
 // at least the lane's current age. Backlogs come from this server's cache.
-func (s *Server) predictWait(ctx context.Context, st store.Store, j *job.Job) (admission.Prediction, error) {
+// The keys' states come from limits, read once per request (the cost check
+// read them already).
+func (s *Server) predictWait(ctx context.Context, st store.Store, j *job.Job, limits *limitMemo) (admission.Prediction, error) {
 	return s.jobs[j.Region].PredictWait(ctx, engine.PredictParams{
 		Kind: j.Kind, Lane: j.Lane, Keys: j.LimitKeys, Cost: j.Cost, Default: s.cfg.DefaultLimit,
 		Backlog: func(ctx context.Context, lane job.Lane, key string) (int64, error) {
 			return s.backlog.get(ctx, st, lane, key)
 		},
+		Limit: limits.get,
 	})
 }
 
@@ -45,6 +49,58 @@ func (s *Server) unservedNote(j *job.Job, pred admission.Prediction) *unserved {
 		return nil
 	}
 	return &unserved{Detail: ks.Detail}
+}
+
+// limitMemo reads each limit key's state from a store at most once: a
+// request checks a job's cost against its keys and predicts its wait from
+// the same states, and a batch reads each key once for all its items.
+type limitMemo struct {
+	st   store.Store
+	def  admission.Config
+	seen map[string]limitRead
+}
+
+type limitRead struct {
+	state admission.State
+	err   error // nil or store.ErrNotFound
+}
+
+func newLimitMemo(st store.Store, def admission.Config) *limitMemo {
+	return &limitMemo{st: st, def: def, seen: map[string]limitRead{}}
+}
+
+// get returns the key's state, or store.ErrNotFound for a key the store
+// does not know yet (Insert will create it with the default).
+func (m *limitMemo) get(ctx context.Context, name string) (admission.State, error) {
+	if r, ok := m.seen[name]; ok {
+		return r.state, r.err
+	}
+	k, err := m.st.GetLimit(ctx, name)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return k, err // not remembered: a failed read is not an answer
+	}
+	m.seen[name] = limitRead{state: k, err: err}
+	return k, err
+}
+
+// checkCost is store.CheckCosts for one job over the memo: a cost that one
+// of the job's keys can never admit is a 400 naming cost.
+func (m *limitMemo) checkCost(ctx context.Context, j *job.Job) error {
+	for _, name := range j.LimitKeys {
+		k, err := m.get(ctx, name)
+		c := k.Config
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			c = m.def
+			c.Name = name
+		case err != nil:
+			return err
+		}
+		if err := c.CheckCost(j.Cost); err != nil {
+			return &job.ValidationError{Fields: []job.FieldError{{Field: "cost", Detail: err.Error()}}}
+		}
+	}
+	return nil
 }
 
 // admitOverload applies the request's on_overload policy when the predicted

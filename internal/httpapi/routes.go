@@ -141,6 +141,7 @@ func (s *Server) routes() []route {
 		{method: "DELETE", path: "/v1/dead-letters/{id}", name: "deleteDeadLetter", role: auth.RoleProducer, summary: "Delete a terminal job",
 			handle: s.handleDeleteDeadLetter, status: 204, params: []param{regionJob}, vars: map[string]string{"id": "DEAD_JOB_ID"}},
 	}
+	rts = append(rts, s.batchRoutes()...)
 	if s.cfg.Keys != nil {
 		rts = append(rts,
 			route{method: "POST", path: "/v1/keys", name: "createKey", role: auth.RoleAdmin, summary: "Create an API key; the secret is shown once",
@@ -200,6 +201,7 @@ func (rt route) curl(region string) string {
 	}
 	if rt.example != "" {
 		body := strings.ReplaceAll(rt.example, "$LEASE_TOKEN", `'"$LEASE_TOKEN"'`)
+		body = strings.ReplaceAll(body, "$JOB_ID", `'"$JOB_ID"'`)
 		b.WriteString(` -H "Content-Type: application/json" -d '` + body + `'`)
 	}
 	return b.String()

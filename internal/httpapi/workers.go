@@ -221,24 +221,32 @@ func (s *Server) handleCompleteJob(w http.ResponseWriter, r *http.Request, p aut
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	result, err := compactJSON(req.Result)
-	if err != nil {
-		return fieldError("result", "result is not valid JSON")
-	}
-	if len(result) > job.MaxPayloadBytes {
-		return problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
-			"result is %d bytes, the limit is %d; store large results elsewhere and return a reference", len(result), job.MaxPayloadBytes)
-	}
-	if req.Usage < 0 {
-		return fieldError("usage", "usage must not be negative")
-	}
-	hints, _, err := s.parseHeaders(req.Headers, "")
+	o, err := s.successOutcome(&req)
 	if err != nil {
 		return err
 	}
-	return s.finishOutcome(w, r, p, req.LeaseToken, job.Outcome{
-		Class: job.ClassSuccess, Result: result, Usage: req.Usage, Hints: hints,
-	})
+	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+}
+
+// successOutcome checks a success report (result, usage, headers) and
+// returns its outcome.
+func (s *Server) successOutcome(req *completeRequest) (job.Outcome, error) {
+	result, err := compactJSON(req.Result)
+	if err != nil {
+		return job.Outcome{}, fieldError("result", "result is not valid JSON")
+	}
+	if len(result) > job.MaxPayloadBytes {
+		return job.Outcome{}, problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
+			"result is %d bytes, the limit is %d; store large results elsewhere and return a reference", len(result), job.MaxPayloadBytes)
+	}
+	if req.Usage < 0 {
+		return job.Outcome{}, fieldError("usage", "usage must not be negative")
+	}
+	hints, _, err := s.parseHeaders(req.Headers, "")
+	if err != nil {
+		return job.Outcome{}, err
+	}
+	return job.Outcome{Class: job.ClassSuccess, Result: result, Usage: req.Usage, Hints: hints}, nil
 }
 
 func (s *Server) handleFailJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -325,8 +333,8 @@ func (s *Server) parseHeaders(raw map[string]string, scope string) ([]job.Hint, 
 // reaper may not have recovered it yet, but another worker may already be
 // about to).
 func (s *Server) leasedJob(r *http.Request, p auth.Principal, token string) (*job.Job, store.Store, time.Time, error) {
-	if token == "" || len(token) > 200 {
-		return nil, nil, time.Time{}, fieldError("lease_token", "lease_token is required: pass the token the lease returned")
+	if err := checkToken(token); err != nil {
+		return nil, nil, time.Time{}, err
 	}
 	// Leases are scoped to the key's tenant, so a job of another tenant
 	// (or of a built-in kind, which is never leased through this API) is
@@ -336,17 +344,36 @@ func (s *Server) leasedJob(r *http.Request, p auth.Principal, token string) (*jo
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
-	if _, builtin := job.Reserved(j.Kind); builtin {
-		return nil, nil, time.Time{}, notFound("job " + j.ID)
-	}
 	now := s.cfg.Now()
-	switch {
-	case j.State != job.StateRunning || j.LeaseToken != token:
-		return nil, nil, now, leaseLost(j.ID, "this lease token does not hold the job (it is "+string(j.State)+")")
-	case !now.Before(j.LeaseExpiresAt):
-		return nil, nil, now, leaseLost(j.ID, "the lease expired at "+j.LeaseExpiresAt.UTC().Format(time.RFC3339)+"; heartbeat sooner or lease for longer")
+	if err := checkHeld(j, token, now); err != nil {
+		return nil, nil, now, err
 	}
 	return j, st, now, nil
+}
+
+// checkToken checks the shape of an outcome's lease token.
+func checkToken(token string) error {
+	if token == "" || len(token) > 200 {
+		return fieldError("lease_token", "lease_token is required: pass the token the lease returned")
+	}
+	return nil
+}
+
+// checkHeld reports whether token still holds j at now: same token, still
+// running, lease not expired (the reaper may not have recovered it yet,
+// but another worker may already be about to). A built-in job is answered
+// as not found: external workers never lease one.
+func checkHeld(j *job.Job, token string, now time.Time) error {
+	if _, builtin := job.Reserved(j.Kind); builtin {
+		return notFound("job " + j.ID)
+	}
+	switch {
+	case j.State != job.StateRunning || j.LeaseToken != token:
+		return leaseLost(j.ID, "this lease token does not hold the job (it is "+string(j.State)+")")
+	case !now.Before(j.LeaseExpiresAt):
+		return leaseLost(j.ID, "the lease expired at "+j.LeaseExpiresAt.UTC().Format(time.RFC3339)+"; heartbeat sooner or lease for longer")
+	}
+	return nil
 }
 
 // finishOutcome reports an external worker's outcome through the region's
