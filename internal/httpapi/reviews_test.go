@@ -192,8 +192,8 @@ func TestReviewRoutesDocumented(t *testing.T) {
 			}
 		}
 	}
-	if n != 3 {
-		t.Fatalf("%d review capabilities, want 3", n)
+	if n != 4 {
+		t.Fatalf("%d review capabilities, want 4 (create, list, get, sarif)", n)
 	}
 	slices.Sort(listed)
 	if served := e.srv.sortedPatterns(); !slices.Equal(listed, served) {
@@ -207,7 +207,7 @@ func TestReviewRoutesDocumented(t *testing.T) {
 	}
 }
 
-// TestReviewsNotServedWithoutService: no ReviewService, no routes.
+// TestReviewsNotServedWithoutService: no review mount, no routes.
 func TestReviewsNotServedWithoutService(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
