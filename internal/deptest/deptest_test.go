@@ -177,7 +177,7 @@ func TestLayering(t *testing.T) {
 
 	// The core library and its HTTP API link no LLM SDK: a program that
 	// only wants a queue does not pay for reviews (before reviews became a
-	// plug-in, `go list -deps .` listed 437 packages, 50 of them the OpenAI
+	// plug-in, `go list -deps .` listed 439 packages, 50 of them the OpenAI
 	// and Anthropic SDKs).
 	for _, core := range []string{mod, httpapi} {
 		for _, d := range pkgs[core].Deps {
