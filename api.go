@@ -13,6 +13,7 @@ import (
 	"github.com/ratelane/ratelane/internal/dashboard"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/httpapi"
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -90,7 +91,7 @@ func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
 		writers[name] = rt.jobs
 	}
 	srv, err := httpapi.New(httpapi.Config{
-		Regions: regions, Jobs: writers, Webhooks: hooks, Reviews: reviewAdapter{c}, Notify: c.notify, Handles: c.handles, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
+		Regions: regions, Jobs: writers, Webhooks: hooks, Mounts: c.mounts(), Notify: c.notify, Handles: c.handles, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
 		DefaultLimit: c.cfg.DefaultLimit, InteractiveBudget: c.cfg.InteractiveBudget, BatchBudget: c.cfg.BatchBudget,
 		Registerer: c.registry, Gatherer: c.registry, Now: c.cfg.Now, Logger: c.cfg.Logger, Version: Version,
 		RequestRate: cfg.RequestRate, RequestBurst: cfg.RequestBurst,
@@ -136,12 +137,26 @@ func (c *Client) openKeys(ctx context.Context, cfg APIConfig) (*auth.Keys, error
 	return auth.NewKeys(b, c.cfg.Now), nil
 }
 
-// handles reports whether a handler for kind is registered in region (or
-// in every region): the API says "nothing handles kind X" otherwise.
+// mounts returns the routes of the plug-ins that serve some (Router).
+func (c *Client) mounts() []mount.Mount {
+	var out []mount.Mount
+	for _, p := range c.cfg.Plugins {
+		if r, ok := p.(Router); ok {
+			out = append(out, r.Routes())
+		}
+	}
+	return out
+}
+
+// handles reports whether a handler for kind runs in region (registered
+// with Handle or HandleIn, or built in: webhooks, a plug-in's kinds): the API says "nothing handles kind X" otherwise.
 func (c *Client) handles(region, kind string) bool {
-	_, all := c.cfg.kinds[""][kind]
-	_, here := c.cfg.kinds[region][kind]
-	return all || here
+	rt, ok := c.regions[region]
+	if !ok {
+		return false
+	}
+	_, ok = rt.kinds[kind]
+	return ok
 }
 
 func (c *Client) notify(region string) {

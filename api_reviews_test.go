@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/review"
 )
 
 // apiReviewDiff adds an AWS access key id on line 4 of config.go.
@@ -38,11 +39,11 @@ func newReviewAPI(t *testing.T) *reviewAPI {
 	t.Helper()
 	ctx := context.Background()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}}
-	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
+	p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, SweepEvery: 100 * time.Millisecond})
+	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 100 * time.Millisecond})
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -319,5 +320,77 @@ func TestReviewHTTPDocumentedExample(t *testing.T) {
 	if len(rv.Result.Findings) != 1 || rv.Result.Findings[0].Path != "app.go" || rv.Result.Findings[0].Line != 3 ||
 		rv.Result.Findings[0].Category != "maintainability" {
 		t.Fatalf("example review %+v", rv.Result)
+	}
+}
+
+// TestReviewHTTPList: GET /v1/reviews lists a tenant's own reviews newest
+// first (never another tenant's, never the parts), pages with next_cursor
+// as GET /v1/jobs does, filters by state and region, lets an admin see
+// every tenant, and refuses a foreign tenant filter and a bad limit.
+func TestReviewHTTPList(t *testing.T) {
+	t.Parallel()
+	a := newReviewAPI(t)
+	submit := func(key, change string) string {
+		var rv apiReview
+		a.call("POST", "/v1/reviews", key, map[string]any{"region": "us", "repo": "acme/app", "change": change, "diff": apiReviewDiff, "provider": "rules"}, nil, 202, &rv)
+		return rv.ID
+	}
+	first, second := submit(a.acme, "1"), submit(a.acme, "2")
+	theirs := submit(a.globex, "3")
+
+	type list struct {
+		Reviews []struct {
+			ID, Tenant, Region, State, Repo, Change string
+		} `json:"reviews"`
+		NextCursor string `json:"next_cursor"`
+	}
+	var l list
+	a.call("GET", "/v1/reviews", a.acme, nil, nil, 200, &l)
+	if len(l.Reviews) != 2 || l.Reviews[0].ID != second || l.Reviews[1].ID != first || l.NextCursor != "" {
+		t.Fatalf("acme's list: %+v", l)
+	}
+	if r := l.Reviews[0]; r.Tenant != "acme" || r.Region != "us" || r.Repo != "acme/app" || r.Change != "2" {
+		t.Fatalf("summary: %+v", r)
+	}
+	// One per page: the cursor leads to the older review, then ends.
+	a.call("GET", "/v1/reviews?limit=1", a.acme, nil, nil, 200, &l)
+	if len(l.Reviews) != 1 || l.Reviews[0].ID != second || l.NextCursor != second {
+		t.Fatalf("page 1: %+v", l)
+	}
+	a.call("GET", "/v1/reviews?limit=1&after="+l.NextCursor, a.acme, nil, nil, 200, &l)
+	if len(l.Reviews) != 1 || l.Reviews[0].ID != first {
+		t.Fatalf("page 2: %+v", l)
+	}
+	// Filters: region eu has no reviews; a state no review is in lists none.
+	a.call("GET", "/v1/reviews?region=eu", a.acme, nil, nil, 200, &l)
+	if len(l.Reviews) != 0 {
+		t.Fatalf("eu: %+v", l)
+	}
+	a.call("GET", "/v1/reviews?state=terminal", a.acme, nil, nil, 200, &l)
+	if len(l.Reviews) != 0 {
+		t.Fatalf("terminal: %+v", l)
+	}
+	// An admin sees every tenant's, or one tenant's.
+	const admin = "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop"
+	a.call("GET", "/v1/reviews?tenant=globex", admin, nil, nil, 200, &l)
+	if len(l.Reviews) != 1 || l.Reviews[0].ID != theirs {
+		t.Fatalf("admin, globex: %+v", l)
+	}
+	a.call("GET", "/v1/reviews", admin, nil, nil, 200, &l)
+	if len(l.Reviews) != 3 {
+		t.Fatalf("admin: %+v", l)
+	}
+	// Refusals, as problem+json naming what to fix.
+	for path, want := range map[string]int{
+		"/v1/reviews?tenant=globex":    403,
+		"/v1/reviews?limit=0":          400,
+		"/v1/reviews?state=sleeping":   400,
+		"/v1/reviews?region=mars":      400,
+		"/v1/reviews?kind=review.part": 400,
+	} {
+		resp := a.call("GET", path, a.acme, nil, nil, want, nil)
+		if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+			t.Errorf("%s: Content-Type %q", path, ct)
+		}
 	}
 }

@@ -68,6 +68,12 @@ type regionRT struct {
 	hooks  *webhook.Registry
 	// producer enqueues the ticks of the region's schedules.
 	producer *schedule.Producer
+	// kinds are the kinds the region's engine runs; read-only after
+	// NewClient.
+	kinds map[string]engine.Kind
+	// starts and stops are the plug-ins' lifecycle hooks (OnStart, OnStop).
+	starts []func(context.Context)
+	stops  []func()
 }
 
 // NewClient opens every region's store (creating and migrating it), checks
@@ -129,14 +135,12 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	if err := c.openWebhooks(rt, kinds); err != nil {
 		return fmt.Errorf("ratelane: region %q: webhooks: %w", r.Name, err)
 	}
+	if err := c.bindPlugins(ctx, r.Name, rt, kinds); err != nil {
+		return fmt.Errorf("ratelane: region %q: %w", r.Name, err)
+	}
+	rt.kinds = kinds
 	// A region with no kinds of its own still gets an engine: it only
 	// reaps, so that leases its external workers abandon are recovered.
-	if rv := c.cfg.reviews[r.Name]; rv != nil {
-		if err := rv.bind(c, st); err != nil {
-			return fmt.Errorf("ratelane: region %q: %w", r.Name, err)
-		}
-		rt.obs.agg = rv.agg // before anything runs: NewClient has not returned
-	}
 	rt.engine, err = engine.New(engine.Config{
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, Retention: c.cfg.Retention,
@@ -217,8 +221,8 @@ func (c *Client) Start(ctx context.Context) error {
 				return err
 			}
 		}
-		if rv := c.cfg.reviews[name]; rv != nil && rv.agg != nil {
-			rv.agg.Start(ctx) // its first sweep aggregates reviews a crash left accepted
+		for _, fn := range c.regions[name].starts {
+			fn(ctx)
 		}
 		c.regions[name].producer.Start(ctx)
 	}
@@ -234,8 +238,8 @@ func (c *Client) Stop(ctx context.Context) error {
 		if e := c.regions[name].engine; e != nil {
 			e.Stop(ctx)
 		}
-		if rv := c.cfg.reviews[name]; rv != nil && rv.agg != nil {
-			rv.agg.Stop()
+		for _, fn := range c.regions[name].stops {
+			fn()
 		}
 	}
 	return c.Close()
@@ -287,7 +291,7 @@ type InsertResult struct {
 // Insert validates and durably inserts one job. Built-in kinds (webhook
 // deliveries, reviews and their parts; see ReservedKinds) are refused with
 // a *ReservedKindError: ratelane creates those itself, through
-// Webhooks().Publish and SubmitReview.
+// Webhooks().Publish and the review plug-in's Submit.
 func (c *Client) Insert(ctx context.Context, p InsertParams) (InsertResult, error) {
 	res, err := c.InsertMany(ctx, []InsertParams{p})
 	if err != nil {

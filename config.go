@@ -85,10 +85,14 @@ type Config struct {
 	// ratelane never uses the global registry: it is also a library.
 	Registry *prometheus.Registry
 
+	// Plugins add built-in features (reviews: package review) with their
+	// kinds, HTTP routes and commands; see Plugin. NewClient binds each to
+	// every region, in order.
+	Plugins []Plugin
+
 	// kinds[region][kind]; the region "" applies to every region.
-	kinds   map[string]map[string]engine.Kind
-	bound   []boundResource
-	reviews map[string]*reviewRT // set by HandleReviews
+	kinds map[string]map[string]engine.Kind
+	bound []boundResource
 }
 
 // WithDefaults returns c with every zero field set to its default.

@@ -3,22 +3,24 @@ package ratelane
 import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/metrics"
-	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
 // observer is the Observer of a region's writer (engine.Jobs): it tells the
 // metrics about every lease, attempt and idempotent replay, whoever ran the
-// job, and the region's review aggregator when a part finished.
+// job, and the plug-ins that asked (PluginRegion.OnFinished), e.g. the
+// review aggregator when a part finished.
 type observer struct {
 	metrics *metrics.Metrics
-	agg     *pipeline.Aggregator
+	// finished is set by plug-ins' Bind, before anything runs, and only
+	// read afterwards.
+	finished []func(*Job, State)
 }
 
 func (o *observer) Finished(j *job.Job, out job.Outcome, t store.Transition) {
 	o.metrics.Finished(j, out, t)
-	if o.agg != nil && j.Kind == pipeline.KindPart && j.ParentID != "" && t.To.Final() {
-		o.agg.Wake(j.ParentID)
+	for _, fn := range o.finished {
+		fn(j, t.To)
 	}
 }
 

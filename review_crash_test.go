@@ -18,6 +18,7 @@ import (
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
 	"github.com/ratelane/ratelane/internal/review/report"
+	"github.com/ratelane/ratelane/review"
 )
 
 // reviewCrashChildEnv makes the test binary act as a reviewing worker.
@@ -32,7 +33,7 @@ const (
 // slowProvider delays every part call, so that a review of many parts is
 // still running when the test kills its worker.
 type slowProvider struct {
-	ratelane.ReviewProvider
+	review.Provider
 	delay time.Duration
 }
 
@@ -42,7 +43,7 @@ func (p slowProvider) Review(ctx context.Context, req provider.Request) (provide
 	case <-ctx.Done():
 		return provider.Response{}, ctx.Err()
 	}
-	return p.ReviewProvider.Review(ctx, req)
+	return p.Provider.Review(ctx, req)
 }
 
 // findingsDiff returns a diff of files new files of lines added lines each
@@ -71,20 +72,20 @@ func findingsDiff(files, lines int) string {
 // worker (child) use: the same limits and review settings.
 func reviewCrashConfig(t *testing.T, dir string, delay time.Duration) ratelane.Config {
 	t.Helper()
-	rules, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
+	rules, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var p ratelane.ReviewProvider = rules
+	var p review.Provider = rules
 	if delay > 0 {
-		p = slowProvider{ReviewProvider: rules, delay: delay}
+		p = slowProvider{Provider: rules, delay: delay}
 	}
 	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 4, LeaseFor: 2 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		// 20 parts a second: a review of ~90 parts takes a few seconds, so
 		// the kill lands in the middle.
 		Limits: []ratelane.Limit{{Name: "rules:local", Rate: 20, Burst: 1}}}
-	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, MaxPartTokens: reviewCrashPartTokens,
+	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, MaxPartTokens: reviewCrashPartTokens,
 		MaxFindings: reviewCrashMaxFindings, RDJSONLDir: filepath.Join(dir, "out"), SweepEvery: 100 * time.Millisecond})
 	return cfg
 }
@@ -125,7 +126,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 	}
 
 	// The reference: the same diff reviewed inline, uninterrupted.
-	rules, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
+	rules, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,13 +139,15 @@ func TestReviewKill9Resumes(t *testing.T) {
 		t.Fatalf("inline reference: partial=%v capped=%v findings=%d; the test needs 240+ uncapped", want.Partial, want.Capped, len(want.Findings))
 	}
 
-	producer, err := ratelane.NewClient(ctx, reviewCrashConfig(t, dir, 0))
+	pcfg := reviewCrashConfig(t, dir, 0)
+	reviews := reviewsIn(pcfg)
+	producer, err := ratelane.NewClient(ctx, pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer producer.Close()
-	sub, err := producer.SubmitReview(ctx, ratelane.ReviewRequest{Region: "us", Repo: "acme/svc", Change: "9", Diff: text,
-		Depth: "full", Publish: ratelane.ReviewPublish{Kind: "rdjsonl", Target: reviewCrashTarget}})
+	sub, err := reviews.Submit(ctx, review.Request{Region: "us", Repo: "acme/svc", Change: "9", Diff: text,
+		Depth: "full", Publish: review.Publish{Kind: "rdjsonl", Target: reviewCrashTarget}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,13 +169,13 @@ func TestReviewKill9Resumes(t *testing.T) {
 	if atKill >= total {
 		t.Fatalf("all %d parts were done at the kill; it must land in the middle", total)
 	}
-	if s, _ := producer.Review(ctx, "us", sub.ID); s.State != ratelane.StateAccepted {
+	if s, _ := reviews.Get(ctx, "us", sub.ID); s.State != ratelane.StateAccepted {
 		t.Fatalf("review is %s at the kill, want accepted", s.State)
 	}
 	t.Logf("killed the worker with %d (then %d) of %d parts done", done, atKill, total)
 
 	startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
-	s := waitReviewFor(t, producer, sub.ID, ratelane.StatePublished, 60*time.Second)
+	s := waitReviewFor(t, reviews, sub.ID, ratelane.StatePublished, 60*time.Second)
 	out := filepath.Join(dir, "out", "default", reviewCrashTarget)
 	first, err := os.Stat(out)
 	if err != nil {
@@ -232,7 +235,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 	if err != nil || !os.SameFile(first, later) || !later.ModTime().Equal(first.ModTime()) {
 		t.Fatalf("the rdjsonl file was rewritten after publication: %v", err)
 	}
-	if s, _ := producer.Review(ctx, "us", sub.ID); s.State != ratelane.StatePublished {
+	if s, _ := reviews.Get(ctx, "us", sub.ID); s.State != ratelane.StatePublished {
 		t.Fatalf("review is %s after publication", s.State)
 	}
 	t.Logf("%d parts, %d findings, published once", total, len(r.Findings))
@@ -257,11 +260,11 @@ func waitPartsPublished(t *testing.T, c *ratelane.Client, want int, timeout time
 	}
 }
 
-func waitReviewFor(t *testing.T, c *ratelane.Client, id string, want ratelane.State, timeout time.Duration) ratelane.ReviewStatus {
+func waitReviewFor(t *testing.T, c *review.Plugin, id string, want ratelane.State, timeout time.Duration) review.Status {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		s, err := c.Review(context.Background(), "us", id)
+		s, err := c.Get(context.Background(), "us", id)
 		if err != nil {
 			t.Fatal(err)
 		}

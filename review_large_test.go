@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/upstream"
+	"github.com/ratelane/ratelane/review"
 )
 
 // largeDiff returns a diff of files new files with lines added lines each.
@@ -40,7 +41,7 @@ func TestReviewLargeDiffWithinLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "compat", Kind: "openai-compatible", Region: "us",
+	p, err := review.NewProvider(review.Profile{Name: "compat", Kind: "openai-compatible", Region: "us",
 		Model: "m", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "k"})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestReviewLargeDiffWithinLimits(t *testing.T) {
 	out := t.TempDir()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 16,
 		Limits: []ratelane.Limit{{Name: "openai-compatible:m", Rate: 30, Burst: 3}}}
-	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, MaxPartTokens: 1000,
+	reviews := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, MaxPartTokens: 1000,
 		RDJSONLDir: out, SweepEvery: 100 * time.Millisecond})
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
@@ -59,12 +60,12 @@ func TestReviewLargeDiffWithinLimits(t *testing.T) {
 	}
 	defer c.Stop(ctx)
 	start := time.Now()
-	sub, err := c.SubmitReview(ctx, ratelane.ReviewRequest{Region: "us", Diff: []byte(largeDiff(20, 250)), Depth: "full",
-		Publish: ratelane.ReviewPublish{Kind: "rdjsonl", Target: "review.rdjsonl"}})
+	sub, err := reviews.Submit(ctx, review.Request{Region: "us", Diff: []byte(largeDiff(20, 250)), Depth: "full",
+		Publish: review.Publish{Kind: "rdjsonl", Target: "review.rdjsonl"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := waitReview(t, c, "us", sub.ID, ratelane.StatePublished)
+	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished)
 	elapsed := time.Since(start)
 	if s.Parts.Total < 20 || s.Parts.Succeeded != s.Parts.Total || s.Result.Partial {
 		t.Fatalf("parts = %+v, want 20+ parts, all succeeded", s.Parts)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/upstream"
+	"github.com/ratelane/ratelane/review"
 )
 
 var (
@@ -116,14 +117,14 @@ func reviewMeasure(b *testing.B, depth string) {
 		b.Fatal(err)
 	}
 	defer up.Close()
-	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "compat", Kind: "openai-compatible", Region: "us",
+	p, err := review.NewProvider(review.Profile{Name: "compat", Kind: "openai-compatible", Region: "us",
 		Model: "m", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "k"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	cfg := ratelane.Config{DataDir: b.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 16,
 		Limits: []ratelane.Limit{{Name: "openai-compatible:m", Rate: 20, Burst: 2}}}
-	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, MaxPartTokens: 1000,
+	rvp := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, MaxPartTokens: 1000,
 		MaxFindings: 1000, SweepEvery: 50 * time.Millisecond})
 	ctx := context.Background()
 	c, err := ratelane.NewClient(ctx, cfg)
@@ -147,13 +148,13 @@ func reviewMeasure(b *testing.B, depth string) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			sub, err := c.SubmitReview(ctx, ratelane.ReviewRequest{Region: "us", Diff: text, Depth: depth, Change: strconv.Itoa(i)})
+			sub, err := rvp.Submit(ctx, review.Request{Region: "us", Diff: text, Depth: depth, Change: strconv.Itoa(i)})
 			if err != nil {
 				b.Error(err)
 				return
 			}
 			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
-				s, err := c.Review(ctx, "us", sub.ID)
+				s, err := rvp.Get(ctx, "us", sub.ID)
 				if err != nil || time.Now().After(deadline) {
 					b.Errorf("review %s: %v (%s)", sub.ID, err, s.State)
 					return

@@ -21,6 +21,7 @@ import (
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/review/provider"
 	"github.com/ratelane/ratelane/internal/upstream"
+	"github.com/ratelane/ratelane/review"
 )
 
 // reviewDiff has two added lines; line 4 of app.go is the one findings use.
@@ -102,11 +103,11 @@ func findingJSON(line int, evidence string) string {
 		`"message":"hard-coded password","evidence":%q,"suggestion":null,"confidence":0.9}`, line, evidence)
 }
 
-func waitReview(t *testing.T, c *ratelane.Client, region, id string, want ratelane.State) ratelane.ReviewStatus {
+func waitReview(t *testing.T, c *review.Plugin, region, id string, want ratelane.State) review.Status {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		s, err := c.Review(context.Background(), region, id)
+		s, err := c.Get(context.Background(), region, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,14 +151,14 @@ func TestReviewScriptedProvider(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "us-openai", Kind: "openai-compatible", Region: "us",
+	p, err := review.NewProvider(review.Profile{Name: "us-openai", Kind: "openai-compatible", Region: "us",
 		Model: "gpt-4o-mini", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "sk-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	timed := &timedProvider{Provider: p}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 4}
-	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{timed}, GitHubBaseURL: ghs.URL, SweepEvery: 100 * time.Millisecond})
+	reviews := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{timed}, GitHubBaseURL: ghs.URL, SweepEvery: 100 * time.Millisecond})
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -167,13 +168,13 @@ func TestReviewScriptedProvider(t *testing.T) {
 	}
 	defer c.Stop(ctx)
 
-	req := ratelane.ReviewRequest{Region: "us", Repo: "acme/app", Change: "7", Diff: []byte(reviewDiff), Depth: "full",
-		Publish: ratelane.ReviewPublish{Kind: "github"}}
-	sub, err := c.SubmitReview(ctx, req)
+	req := review.Request{Region: "us", Repo: "acme/app", Change: "7", Diff: []byte(reviewDiff), Depth: "full",
+		Publish: review.Publish{Kind: "github"}}
+	sub, err := reviews.Submit(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := waitReview(t, c, "us", sub.ID, ratelane.StatePublished)
+	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished)
 	r := s.Result
 	if len(r.Findings) != 1 || r.Findings[0].Line != 4 || r.Partial || r.Depth != "full" {
 		t.Fatalf("result = %+v, want exactly the finding on line 4, full depth, not partial", r)
@@ -198,11 +199,11 @@ func TestReviewScriptedProvider(t *testing.T) {
 
 	// A second review of the same change posts nothing new.
 	up.Script("openai", upstream.Response{Status: 200, Header: ok, Body: chatBody(`{"findings":[` + findingJSON(4, `password := "hunter2"`) + `]}`)})
-	sub2, err := c.SubmitReview(ctx, req)
+	sub2, err := reviews.Submit(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReview(t, c, "us", sub2.ID, ratelane.StatePublished)
+	waitReview(t, reviews, "us", sub2.ID, ratelane.StatePublished)
 	gj := waitKind(t, c, "us", "review.github", 2)
 	_ = gj
 	gh.mu.Lock()
@@ -249,12 +250,12 @@ func waitKind(t *testing.T, c *ratelane.Client, region, kind string, n int) []*r
 // to the EU lane is a NewClient error naming both regions.
 func TestReviewProviderOfOtherRegionStopsStartup(t *testing.T) {
 	t.Parallel()
-	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "us-rules", Kind: "rules", Region: "us"})
+	p, err := review.NewProvider(review.Profile{Name: "us-rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "eu"}}}
-	cfg.HandleReviews("eu", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}})
+	withReviews(&cfg, "eu", review.RegionConfig{Providers: []review.Provider{p}})
 	_, err = ratelane.NewClient(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), `"eu"`) || !strings.Contains(err.Error(), `"us"`) {
 		t.Fatalf("err = %v, want one naming both regions", err)
@@ -273,13 +274,16 @@ func TestReviewCanaryStaysInRegion(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(lockedWriter{&logs, &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewRegistry()
 	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}, Logger: logger, Registry: reg}
+	rc := review.Config{Regions: map[string]review.RegionConfig{}}
 	for _, region := range []string{"us", "eu"} {
-		p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: region})
+		p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: region})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.HandleReviews(region, ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, SweepEvery: 100 * time.Millisecond})
+		rc.Regions[region] = review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 100 * time.Millisecond}
 	}
+	reviews := review.New(rc)
+	cfg.Plugins = append(cfg.Plugins, reviews)
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -289,11 +293,11 @@ func TestReviewCanaryStaysInRegion(t *testing.T) {
 	}
 	d := strings.Replace(reviewDiff, `"hunter2"`, `"`+canary+`"`, 1)
 	d = strings.Replace(d, "+\t_ = password", "+\tfmt.Println(\"debug "+canary+"\")", 1)
-	sub, err := c.SubmitReview(ctx, ratelane.ReviewRequest{Region: "eu", Repo: "acme/app", Diff: []byte(d), Depth: "full"})
+	sub, err := reviews.Submit(ctx, review.Request{Region: "eu", Repo: "acme/app", Diff: []byte(d), Depth: "full"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := waitReview(t, c, "eu", sub.ID, ratelane.StatePublished)
+	s := waitReview(t, reviews, "eu", sub.ID, ratelane.StatePublished)
 	if len(s.Result.Findings) == 0 || !strings.Contains(s.Result.Findings[0].Evidence, canary) {
 		t.Fatalf("the EU review should find the canary lines: %+v", s.Result)
 	}
@@ -347,4 +351,22 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// withReviews enables reviews in one region of cfg, as HandleReviews did
+// before reviews became a plug-in, and returns the plug-in.
+func withReviews(cfg *ratelane.Config, region string, rc review.RegionConfig) *review.Plugin {
+	p := review.New(review.Config{Regions: map[string]review.RegionConfig{region: rc}})
+	cfg.Plugins = append(cfg.Plugins, p)
+	return p
+}
+
+// reviewsIn returns the review plug-in of cfg (nil without one).
+func reviewsIn(cfg ratelane.Config) *review.Plugin {
+	for _, p := range cfg.Plugins {
+		if rv, ok := p.(*review.Plugin); ok {
+			return rv
+		}
+	}
+	return nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/webhook"
+	"github.com/ratelane/ratelane/review"
 )
 
 // Canaries: the victim's diff line, the victim's receiver's answer, and
@@ -157,12 +158,12 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: regions,
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true}}
-	p, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
+	p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdjsonlDir := t.TempDir()
-	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}, SweepEvery: 50 * time.Millisecond, RDJSONLDir: rdjsonlDir})
+	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 50 * time.Millisecond, RDJSONLDir: rdjsonlDir})
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -289,6 +289,21 @@ func TestLiveReviews(t *testing.T) {
 	if rv["result"] == nil {
 		t.Errorf("create --wait -o json: no result: %v", rv)
 	}
+	// Both reviews are listed, newest first; a page of one points at the next.
+	out = api.ok(t, "reviews", "ls")
+	wantColumns(t, out, 2, "ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "CREATED")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[1], rv["id"].(string)) ||
+		!strings.HasPrefix(lines[2], id) || !strings.Contains(lines[2], "acme/app") {
+		t.Errorf("reviews ls:\n%s", out)
+	}
+	var page struct {
+		Reviews    []map[string]any `json:"reviews"`
+		NextCursor string           `json:"next_cursor"`
+	}
+	api.okJSON(t, &page, "reviews", "ls", "--limit", "1")
+	if len(page.Reviews) != 1 || page.NextCursor != rv["id"] {
+		t.Errorf("reviews ls --limit 1: %+v", page)
+	}
 
 	api.fails(t, 2, []string{"--diff FILE or - is required"}, "reviews", "create")
 	api.fails(t, 1, []string{"depth"}, "reviews", "create", "--diff", diff, "--depth", "deep")
@@ -473,7 +488,7 @@ var (
 		"rotateSubscriberSecret": "subscribers rotate", "listSubscriberDeliveries": "subscribers deliveries",
 		"deleteSubscriber": "subscribers rm", "createEvent": "events publish", "listEventDeliveries": "events deliveries",
 		"redeliverDelivery": "deliveries redeliver", "getDeliveryResponse": "deliveries response",
-		"createReview": "reviews create", "getReview": "reviews get", "getReviewSARIF": "reviews sarif",
+		"createReview": "reviews create", "listReviews": "reviews ls", "getReview": "reviews get", "getReviewSARIF": "reviews sarif",
 		"createSchedule": "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
 		"putSchedule": "schedules update", "pauseSchedule": "schedules pause", "resumeSchedule": "schedules resume",
 		"deleteSchedule": "schedules rm",

@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/ratelane/ratelane"
 )
 
 // command is one subcommand. Each file of this package registers its own in
@@ -68,7 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cmd.run(ctx, args[1:], stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "ratelane %s: %v\n", args[0], err)
 		var ue usageError
-		if errors.As(err, &ue) {
+		if errors.As(err, &ue) || errors.Is(err, ratelane.ErrUsage) {
 			return 2
 		}
 		return 1

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/review"
 )
 
 const adminKey = "rl_uitest01_AdminKeyForTheDashboardTestsAbcdefghijklmnopqrs"
@@ -34,11 +35,13 @@ func newStack(t *testing.T, tls bool) *stack {
 	t.Helper()
 	ctx := context.Background()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}}
-	rules, err := ratelane.NewReviewProvider(ratelane.ReviewProfile{Name: "rules", Kind: "rules", Region: "us"})
+	rules, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.HandleReviews("us", ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{rules}, SweepEvery: 100 * time.Millisecond})
+	cfg.Plugins = append(cfg.Plugins, review.New(review.Config{Regions: map[string]review.RegionConfig{
+		"us": {Providers: []review.Provider{rules}, SweepEvery: 100 * time.Millisecond},
+	}}))
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -71,12 +72,13 @@ type Config struct {
 	// Region() differs from its name is a start-up error: a region's
 	// content must never land in another region's store.
 	Regions map[string]store.Store
-	// Jobs maps a region to the writer of its job state (engine.Jobs):
-	// external workers' leases and outcomes, cancels and redrives go
-	// through it. Pass the region's engine's writer (Engine.Jobs) so the
-	// engine and HTTP workers share one batch-share policy and one
-	// Observer; a region without one gets a writer of its own over its
-	// store, with this Config's budget and backoff and no Observer.
+	// Jobs maps each region to the one writer of its job state
+	// (engine.Jobs), required for every region: external workers' leases
+	// and outcomes, cancels and redrives go through it. Pass the writer the
+	// region's engine uses (ratelane.Client does), so that the engine and
+	// HTTP workers share one batch-share policy, one backoff and one
+	// Observer; the server never builds a writer of its own, so no region
+	// ever has two.
 	Jobs map[string]*engine.Jobs
 	// Notify, when set, wakes the region's engine after an insert, a
 	// redrive or a finished attempt, so it leases at once rather than at
@@ -94,9 +96,11 @@ type Config struct {
 	// /v1/subscribers, /v1/events and /v1/deliveries; nil means those
 	// endpoints are not served. When set, every region needs one.
 	Webhooks map[string]WebhookRegistry
-	// Reviews serves /v1/reviews; nil means the review endpoints are not
-	// served. Regions without reviews answer 501.
-	Reviews ReviewService
+	// Mounts add plug-ins' routes (reviews' /v1/reviews, for one), served
+	// with the same authentication, role, request-rate, region and
+	// problem+json handling as the core's and listed in GET /v1 and the
+	// OpenAPI document. A pattern served twice is a start-up error.
+	Mounts []mount.Mount
 	// DefaultLimit configures limit keys first named by a job; the zero
 	// value paces nothing.
 	DefaultLimit admission.Config
@@ -104,9 +108,6 @@ type Config struct {
 	InteractiveBudget time.Duration
 	// BatchBudget is the batch lane's latency budget; default 24 h.
 	BatchBudget time.Duration
-	// Backoff is the retry policy for outcomes reported by external workers
-	// without a server-given delay; zero fields take engine defaults.
-	Backoff engine.Backoff
 	// Registerer, when set, receives ratelane_api_requests_total{route,status}.
 	Registerer prometheus.Registerer
 	// Gatherer, when set, is served at GET /metrics; nil answers 404.
@@ -135,7 +136,6 @@ func (c Config) WithDefaults() Config {
 	if c.BatchBudget == 0 {
 		c.BatchBudget = job.DefaultBatchBudget
 	}
-	c.Backoff = c.Backoff.WithDefaults()
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -165,7 +165,11 @@ func (c Config) validate() error {
 		if st.Region() != name {
 			return fmt.Errorf("httpapi: region %q is wired to the store of region %q; each region needs its own store", name, st.Region())
 		}
-		if w := c.Jobs[name]; w != nil && w.Store() != st {
+		w := c.Jobs[name]
+		if w == nil {
+			return fmt.Errorf("httpapi: region %q has no writer of job state; Jobs needs the region engine's (Engine.Jobs)", name)
+		}
+		if w.Store() != st {
 			return fmt.Errorf("httpapi: region %q: Jobs writes another store than Regions names", name)
 		}
 	}

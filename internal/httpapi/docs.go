@@ -57,9 +57,9 @@ func (s *Server) discoveryDoc() discovery {
 			"roles: producer (enqueue, read, cancel and redrive its tenant's jobs), worker (lease, heartbeat, report outcomes), admin (everything, every tenant)",
 		Errors:    "errors are RFC 9457 application/problem+json with type " + problemBase + "<slug>, a detail to act on and per-field errors",
 		Regions:   s.regions,
-		Variables: exampleVars,
+		Variables: s.vars,
 		// The packages that own built-in kinds reserve them (job.ReserveKind);
-		// this server links webhooks and reviews, so their kinds are listed.
+		// the kinds of every package linked into this program are listed.
 		ReservedKinds: job.ReservedKinds(), ReservedPrefix: job.ReservedPrefix,
 	}
 	for _, rt := range s.table {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 )
@@ -156,6 +157,20 @@ func newEnv(t *testing.T, tweak ...func(*Config)) *env {
 	for _, f := range tweak {
 		f(&cfg)
 	}
+	// Every region needs its one writer (the engine's, in production); a
+	// test that brings none gets one per region here.
+	jobs := map[string]*engine.Jobs{}
+	for name, st := range cfg.Regions {
+		jobs[name] = cfg.Jobs[name]
+		if jobs[name] == nil {
+			w, err := engine.NewJobs(engine.JobsConfig{Store: st, InteractiveBudget: cfg.InteractiveBudget, Now: cfg.Now, Logger: cfg.Logger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs[name] = w
+		}
+	}
+	cfg.Jobs = jobs
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -115,9 +116,12 @@ func toProblem(err error) *apiError {
 	var ae *apiError
 	var ve *job.ValidationError
 	var rk *job.ReservedKindError
+	var mp *mount.Problem
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &mp):
+		return mountedProblem(mp)
 	case errors.As(err, &rk):
 		e := problemf(http.StatusUnprocessableEntity, "reserved-kind", "%s", rk.Error())
 		e.p.Errors = []job.FieldError{{Field: rk.Field, Detail: rk.Error()}}

@@ -21,10 +21,14 @@ import (
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
 	"github.com/ratelane/ratelane/internal/review/report"
+	"github.com/ratelane/ratelane/internal/review/reviewapi"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// fakeReviews is an in-memory ReviewService for the regions in configured.
+// Review is the routes' review, as these tests name it.
+type Review = reviewapi.Review
+
+// fakeReviews is an in-memory reviewapi.Service for the regions in configured.
 type fakeReviews struct {
 	mu         sync.Mutex
 	configured map[string]bool
@@ -42,19 +46,19 @@ func newFakeReviews(regions ...string) *fakeReviews {
 	return f
 }
 
-func (f *fakeReviews) SubmitReview(_ context.Context, sub ReviewSubmission) (Review, error) {
+func (f *fakeReviews) SubmitReview(_ context.Context, sub reviewapi.Submission) (Review, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.configured[sub.Region] {
-		return Review{}, fmt.Errorf("ratelane: %w: %q", ErrReviewsNotConfigured, sub.Region)
+		return Review{}, fmt.Errorf("ratelane: %w: %q", reviewapi.ErrNotConfigured, sub.Region)
 	}
 	switch {
 	case sub.Provider == "store-down":
 		return Review{}, fmt.Errorf("insert review: database is locked")
 	case sub.Provider != "" && sub.Provider != "rules":
-		return Review{}, &ReviewInputError{Field: "provider", Err: fmt.Errorf("no review provider %q in region %q", sub.Provider, sub.Region)}
+		return Review{}, &reviewapi.InputError{Field: "provider", Err: fmt.Errorf("no review provider %q in region %q", sub.Provider, sub.Region)}
 	case !bytes.HasPrefix(sub.Diff, []byte("diff --git ")) && !bytes.HasPrefix(sub.Diff, []byte("--- ")):
-		return Review{}, &ReviewInputError{Field: "diff", Err: errors.New("parse diff: no file diff in the input")}
+		return Review{}, &reviewapi.InputError{Field: "diff", Err: errors.New("parse diff: no file diff in the input")}
 	}
 	if sub.IdempotencyKey != "" {
 		if id, ok := f.idem[sub.Tenant+"\x00"+sub.IdempotencyKey]; ok {
@@ -78,7 +82,7 @@ func (f *fakeReviews) Review(_ context.Context, region, id string) (Review, erro
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.configured[region] {
-		return Review{}, fmt.Errorf("ratelane: %w: %q", ErrReviewsNotConfigured, region)
+		return Review{}, fmt.Errorf("ratelane: %w: %q", reviewapi.ErrNotConfigured, region)
 	}
 	rv, ok := f.reviews[id]
 	if !ok || rv.Region != region {
@@ -113,7 +117,7 @@ func (f *fakeReviews) finish(id string) {
 
 // withReviews serves the review endpoints over a fake configured in us.
 func withReviews(f *fakeReviews) func(*Config) {
-	return func(c *Config) { c.Reviews = f }
+	return func(c *Config) { c.Mounts = append(c.Mounts, reviewapi.Routes(f)) }
 }
 
 func newReviewEnv(t *testing.T, tweak ...func(*Config)) (*env, *fakeReviews) {
@@ -188,8 +192,8 @@ func TestReviewRoutesDocumented(t *testing.T) {
 			}
 		}
 	}
-	if n != 3 {
-		t.Fatalf("%d review capabilities, want 3", n)
+	if n != 4 {
+		t.Fatalf("%d review capabilities, want 4 (create, list, get, sarif)", n)
 	}
 	slices.Sort(listed)
 	if served := e.srv.sortedPatterns(); !slices.Equal(listed, served) {
@@ -203,7 +207,7 @@ func TestReviewRoutesDocumented(t *testing.T) {
 	}
 }
 
-// TestReviewsNotServedWithoutService: no ReviewService, no routes.
+// TestReviewsNotServedWithoutService: no review mount, no routes.
 func TestReviewsNotServedWithoutService(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -338,15 +342,15 @@ func TestReviewValidation(t *testing.T) {
 	e.do("POST", "/v1/reviews", acmeKey, idem, "Idempotency-Key", "a").wantProblem(t, 400, "invalid-request")
 
 	// Size: a diff past 8 MiB is a 413, and so is a body past the reader's limit.
-	big := "diff --git a/a b/a\n" + strings.Repeat("a", MaxReviewDiffBytes)
+	big := "diff --git a/a b/a\n" + strings.Repeat("a", reviewapi.MaxReviewDiffBytes)
 	p := e.do("POST", "/v1/reviews", acmeKey, with("diff", big)).wantProblem(t, 413, "payload-too-large")
 	if !strings.Contains(p.Detail, "8 MiB") {
 		t.Fatalf("413 detail %q", p.Detail)
 	}
-	huge := strings.Repeat("\n", maxReviewBody/2+1) // each newline is two bytes of JSON
+	huge := strings.Repeat("\n", reviewapi.MaxReviewBody/2+1) // each newline is two bytes of JSON
 	e.do("POST", "/v1/reviews", acmeKey, with("diff", huge)).wantProblem(t, 413, "payload-too-large")
 	// A diff just under the limit is accepted: the body limit leaves room for escaping.
-	ok := "diff --git a/a b/a\n" + strings.Repeat("+\"x\"\t\n", (MaxReviewDiffBytes-64)/6)
+	ok := "diff --git a/a b/a\n" + strings.Repeat("+\"x\"\t\n", (reviewapi.MaxReviewDiffBytes-64)/6)
 	e.do("POST", "/v1/reviews", acmeKey, with("diff", ok)).want(t, 202)
 }
 

@@ -157,9 +157,6 @@ func (s *Server) routes() []route {
 	if s.cfg.Webhooks != nil {
 		rts = append(rts, s.webhookRoutes()...)
 	}
-	if s.cfg.Reviews != nil {
-		rts = append(rts, s.reviewRoutes()...)
-	}
 	return rts
 }
 
@@ -174,7 +171,6 @@ var exampleVars = map[string]string{
 	"SUBSCRIBER_ID":    "a webhook subscriber id of your choice for PUT /v1/subscribers/{id}, else one from GET /v1/subscribers",
 	"EVENT_ID":         "an event id, as posted to POST /v1/events",
 	"DELIVERY_ID":      "a delivery id, from POST /v1/events or a deliveries list",
-	"REVIEW_ID":        "a review id, from POST /v1/reviews",
 	"SCHEDULE_ID":      "a schedule id, from POST /v1/schedules or GET /v1/schedules",
 }
 

@@ -34,6 +34,9 @@ type Server struct {
 	jobs     map[string]*engine.Jobs // each region's one writer of job state
 	closed   chan struct{}
 	once     sync.Once
+	// vars documents the examples' shell variables, the core's and the
+	// mounted routes'.
+	vars map[string]string
 	// discovery and openapi are the documents, rendered once in New.
 	discovery, openapi []byte
 }
@@ -58,25 +61,19 @@ func New(cfg Config) (*Server, error) {
 	s.jobs = map[string]*engine.Jobs{}
 	for _, r := range s.regions {
 		s.wakers[r] = newWaker()
-		s.jobs[r] = cfg.Jobs[r]
-		if s.jobs[r] == nil {
-			w, err := engine.NewJobs(engine.JobsConfig{
-				Store: cfg.Regions[r], InteractiveBudget: cfg.InteractiveBudget, Backoff: cfg.Backoff, Now: cfg.Now, Logger: cfg.Logger,
-			})
-			if err != nil {
-				return nil, err
-			}
-			s.jobs[r] = w
-		}
+		s.jobs[r] = cfg.Jobs[r] // validate checked that every region has one
 	}
 	if err := s.registerMetrics(); err != nil {
 		return nil, err
 	}
-	s.table = s.routes()
+	table, err := s.mountRoutes(s.routes())
+	if err != nil {
+		return nil, err
+	}
+	s.table = table
 	for _, rt := range s.table {
 		s.mux.Handle(rt.pattern(), s.wrap(rt))
 	}
-	var err error
 	if s.discovery, err = json.Marshal(s.discoveryDoc()); err != nil {
 		return nil, fmt.Errorf("httpapi: render discovery document: %w", err)
 	}

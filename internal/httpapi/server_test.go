@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -154,7 +155,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal("a metric label carries a job id")
 	}
 	// A second server on the same registry shares the counter.
-	if _, err := New(Config{Regions: e.stores, Auth: e.keys, Registerer: reg}); err != nil {
+	if _, err := New(Config{Regions: e.stores, Jobs: e.srv.cfg.Jobs, Auth: e.keys, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
 	bare := newEnv(t)
@@ -292,14 +293,22 @@ func TestConfigValidate(t *testing.T) {
 	e := newEnv(t)
 	for name, cfg := range map[string]Config{
 		"no regions":        {Auth: e.keys},
-		"no auth":           {Regions: e.stores},
-		"cross-region wire": {Regions: map[string]store.Store{"eu": otherRegion{e.stores["eu"]}}, Auth: e.keys},
-		"tiny budget":       {Regions: e.stores, Auth: e.keys, InteractiveBudget: time.Millisecond},
+		"no auth":           {Regions: e.stores, Jobs: e.srv.cfg.Jobs},
+		"cross-region wire": {Regions: map[string]store.Store{"eu": otherRegion{e.stores["eu"]}}, Jobs: e.srv.cfg.Jobs, Auth: e.keys},
+		"tiny budget":       {Regions: e.stores, Jobs: e.srv.cfg.Jobs, Auth: e.keys, InteractiveBudget: time.Millisecond},
+		// Without the engine's writer the server would build a second
+		// writer of the region's job state; it refuses instead.
+		"no writer":  {Regions: e.stores, Auth: e.keys},
+		"one writer": {Regions: e.stores, Jobs: map[string]*engine.Jobs{"us": e.srv.cfg.Jobs["us"]}, Auth: e.keys},
+		"wrong writer": {Regions: e.stores, Jobs: map[string]*engine.Jobs{"us": e.srv.cfg.Jobs["eu"], "eu": e.srv.cfg.Jobs["eu"]},
+			Auth: e.keys},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted the config", name)
 		} else if name == "cross-region wire" && !strings.Contains(err.Error(), `"eu"`) {
 			t.Errorf("cross-region error %q does not name the region", err)
+		} else if name == "one writer" && !strings.Contains(err.Error(), `region "eu" has no writer`) {
+			t.Errorf("missing writer error %q does not name the region", err)
 		}
 	}
 }

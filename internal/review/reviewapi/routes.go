@@ -1,9 +1,14 @@
-package httpapi
+// Package reviewapi is the HTTP face of the review plug-in: the
+// /v1/reviews routes, mounted into the API server through
+// internal/httpapi/mount and served over a Service (the review plug-in,
+// package review, implements it over its region runtimes). It imports
+// neither the server nor the root package, so the server's tests mount the
+// real route table over a fake Service.
+package reviewapi
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -13,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/store"
@@ -22,31 +28,31 @@ import (
 // past it). The diff is stored once as a region object, never in a job.
 const MaxReviewDiffBytes = 8 << 20
 
-// maxReviewBody bounds the JSON body of POST /v1/reviews: the diff as a
+// MaxReviewBody bounds the JSON body of POST /v1/reviews: the diff as a
 // JSON string (escaping its newlines, tabs and quotes rarely doubles it)
 // plus room for the other fields.
-const maxReviewBody = 2*MaxReviewDiffBytes + 64<<10
+const MaxReviewBody = 2*MaxReviewDiffBytes + 64<<10
 
-// ErrReviewsNotConfigured is what a ReviewService's error wraps for a
-// region where reviews are not enabled; the API answers 501.
-var ErrReviewsNotConfigured = errors.New("reviews are not configured in this region")
+// ErrNotConfigured is what a Service's error wraps for a region where
+// reviews are not enabled; the API answers 501.
+var ErrNotConfigured = errors.New("reviews are not configured in this region")
 
-// ReviewInputError is a ReviewService's refusal of a submission because of
+// InputError is a Service's refusal of a submission because of
 // one request field (an unknown provider, a publish target it cannot
 // honour, a diff that does not parse); the API answers 400 naming Field.
 // Err's message is shown to the caller, so it must never quote the diff.
-type ReviewInputError struct {
+type InputError struct {
 	Field string
 	Err   error
 }
 
-func (e *ReviewInputError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *InputError) Error() string { return e.Field + ": " + e.Err.Error() }
 
-func (e *ReviewInputError) Unwrap() error { return e.Err }
+func (e *InputError) Unwrap() error { return e.Err }
 
-// ReviewSubmission is a validated POST /v1/reviews request: the tenant
+// Submission is a validated POST /v1/reviews request: the tenant
 // comes from the API key, the region is one the key may use.
-type ReviewSubmission struct {
+type Submission struct {
 	Region         string
 	Tenant         string
 	Lane           job.Lane
@@ -81,16 +87,16 @@ type Review struct {
 	UpdatedAt      time.Time         `json:"updated_at"`
 }
 
-// ReviewService runs reviews for POST /v1/reviews and GET /v1/reviews/{id}.
-// The root package implements it over ratelane.Client. Errors: one wrapping
-// ErrReviewsNotConfigured for a region without reviews (501), a
-// *ReviewInputError for a bad field (400), store.ErrNotFound for an id that
+// Service runs reviews for POST /v1/reviews and GET /v1/reviews/{id}.
+// Package review implements it over its region runtimes. Errors: one wrapping
+// ErrNotConfigured for a region without reviews (501), a
+// *InputError for a bad field (400), store.ErrNotFound for an id that
 // is not a review of the region (404).
-type ReviewService interface {
+type Service interface {
 	// SubmitReview stores the diff in the region and enqueues the review.
 	// A submission with the IdempotencyKey of an earlier one of the same
 	// tenant returns that earlier review.
-	SubmitReview(ctx context.Context, sub ReviewSubmission) (Review, error)
+	SubmitReview(ctx context.Context, sub Submission) (Review, error)
 	// Review returns a review of a region.
 	Review(ctx context.Context, region, id string) (Review, error)
 	// ReviewSARIF writes an aggregated review's findings as SARIF 2.1.0.
@@ -132,60 +138,79 @@ var reviewVars = map[string]string{"id": "REVIEW_ID"}
 // built-in rules provider reports. JSON escapes keep it on one line.
 const reviewExampleDiff = `diff --git a/app.go b/app.go\n--- a/app.go\n+++ b/app.go\n@@ -1,3 +1,4 @@\n package app\n \n+// TODO: handle retries\n func Run() {}\n`
 
-// reviewRoutes are the review endpoints, served when Config.Reviews is set.
-func (s *Server) reviewRoutes() []route {
-	region := s.regions[0]
-	return []route{
-		{method: "POST", path: "/v1/reviews", name: "createReview", role: auth.RoleProducer,
-			summary: "Review a unified diff (at most 8 MiB): it is stored in the region, split into parts reviewed as jobs, validated against the diff and published once",
-			handle:  s.handleCreateReview, request: reviewRequest{}, response: Review{}, status: 202,
-			params: []param{{in: "header", name: "Idempotency-Key", doc: "a retry with the same key returns the first review"}},
-			example: `{"region":"` + region + `","repo":"acme/app","change":"42","diff":"` + reviewExampleDiff +
-				`","depth":"auto","lane":"interactive","provider":"rules","publish":{"kind":"none"}}`},
-		{method: "GET", path: "/v1/reviews/{id}", name: "getReview", role: auth.RoleProducer,
-			summary: "Get a review: state, depth used, parts progress and, once aggregated, findings, quarantined findings with reasons and provider usage",
-			handle:  s.handleGetReview, response: Review{}, status: 200, params: []param{reviewRegion}, vars: reviewVars},
-		{method: "GET", path: "/v1/reviews/{id}/sarif", name: "getReviewSARIF", role: auth.RoleProducer,
-			summary: "Export an aggregated review's findings as SARIF 2.1.0 (409 until the review is validated)",
-			handle:  s.handleGetReviewSARIF, response: sarifLog{}, media: "application/sarif+json", status: 200,
-			params: []param{reviewRegion}, vars: reviewVars},
+// Routes returns the review endpoints over svc, for httpapi.Config.Mounts.
+func Routes(svc Service) mount.Mount {
+	return func(h mount.Host) []mount.Route {
+		s := &server{h: h, svc: svc}
+		region := h.Regions()[0]
+		return []mount.Route{
+			{Method: "POST", Path: "/v1/reviews", Name: "createReview", Role: auth.RoleProducer,
+				Summary: "Review a unified diff (at most 8 MiB): it is stored in the region, split into parts reviewed as jobs, validated against the diff and published once",
+				Handle:  s.handleCreateReview, Request: reviewRequest{}, Response: Review{}, Status: 202,
+				Params: []mount.Param{{In: "header", Name: "Idempotency-Key", Doc: "a retry with the same key returns the first review"}},
+				Example: `{"region":"` + region + `","repo":"acme/app","change":"42","diff":"` + reviewExampleDiff +
+					`","depth":"auto","lane":"interactive","provider":"rules","publish":{"kind":"none"}}`},
+			{Method: "GET", Path: "/v1/reviews", Name: "listReviews", Role: auth.RoleProducer,
+				Summary: "List reviews, newest first, without their findings (GET /v1/reviews/{id} has them)",
+				Handle:  s.handleListReviews, Response: reviewList{}, Status: 200,
+				Params: []mount.Param{mount.Query("region", "list one region; without it every region the key may use, merged newest first"),
+					mount.Query("state", "only reviews in this state", "accepted", "validated", "published", "terminal"),
+					mount.Query("lane", "only reviews of this lane", "interactive", "batch"),
+					mount.Query("tenant", "admin keys only: only this tenant's reviews"),
+					mount.Query("after", "next_cursor of the previous page"), mount.Query("limit", "page size, 1 to 500; default 100")}},
+			{Method: "GET", Path: "/v1/reviews/{id}", Name: "getReview", Role: auth.RoleProducer,
+				Summary: "Get a review: state, depth used, parts progress and, once aggregated, findings, quarantined findings with reasons and provider usage",
+				Handle:  s.handleGetReview, Response: Review{}, Status: 200, Params: []mount.Param{reviewRegion}, Vars: reviewVars,
+				VarDocs: map[string]string{"REVIEW_ID": "a review id, from POST /v1/reviews"}},
+			{Method: "GET", Path: "/v1/reviews/{id}/sarif", Name: "getReviewSARIF", Role: auth.RoleProducer,
+				Summary: "Export an aggregated review's findings as SARIF 2.1.0 (409 until the review is validated)",
+				Handle:  s.handleGetReviewSARIF, Response: sarifLog{}, Media: "application/sarif+json", Status: 200,
+				Params: []mount.Param{reviewRegion}, Vars: reviewVars},
+		}
 	}
 }
 
-var reviewRegion = query("region", "the review's region; without it every region the key may use is searched")
+// server serves the routes over one host and service.
+type server struct {
+	h   mount.Host
+	svc Service
+}
 
-func (s *Server) handleCreateReview(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+var reviewRegion = mount.Query("region", "the review's region; without it every region the key may use is searched")
+
+func (s *server) handleCreateReview(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	var req reviewRequest
-	if err := decodeReview(w, r, &req); err != nil {
+	if err := s.h.Decode(w, r, &req, MaxReviewBody,
+		"a review's diff may hold at most 8388608 bytes (8 MiB): split the change or review it in pieces"); err != nil {
 		return err
 	}
 	sub, err := s.reviewSubmission(r, p, &req)
 	if err != nil {
 		return err
 	}
-	rv, err := s.cfg.Reviews.SubmitReview(context.WithoutCancel(r.Context()), sub)
+	rv, err := s.svc.SubmitReview(context.WithoutCancel(r.Context()), sub)
 	if err != nil {
 		return reviewError(err, sub.Region)
 	}
 	if sub.IdempotencyKey != "" {
 		if diff := reviewDiff(rv, sub); len(diff) > 0 {
-			return problemf(http.StatusUnprocessableEntity, "idempotency-mismatch",
+			return mount.Problemf(http.StatusUnprocessableEntity, "idempotency-mismatch",
 				"idempotency key %q was first used for review %s with a different %s; use a new key for a different request",
 				sub.IdempotencyKey, rv.ID, strings.Join(diff, ", "))
 		}
 	}
-	s.notify(rv.Region)
+	s.h.Notify(rv.Region)
 	w.Header().Set("Location", "/v1/reviews/"+rv.ID+"?region="+url.QueryEscape(rv.Region))
-	return writeJSON(w, http.StatusAccepted, rv)
+	return mount.WriteJSON(w, http.StatusAccepted, rv)
 }
 
 // reviewSubmission validates a request and resolves its tenant and region.
-func (s *Server) reviewSubmission(r *http.Request, p auth.Principal, req *reviewRequest) (ReviewSubmission, error) {
-	idem, err := idempotencyKey(r, req.IdempotencyKey)
+func (s *server) reviewSubmission(r *http.Request, p auth.Principal, req *reviewRequest) (Submission, error) {
+	idem, err := s.h.IdempotencyKey(r, req.IdempotencyKey)
 	if err != nil {
-		return ReviewSubmission{}, err
+		return Submission{}, err
 	}
-	sub := ReviewSubmission{Region: req.Region, Tenant: p.Tenant, Lane: req.Lane, Repo: req.Repo, Change: req.Change,
+	sub := Submission{Region: req.Region, Tenant: p.Tenant, Lane: req.Lane, Repo: req.Repo, Change: req.Change,
 		BaseSHA: req.BaseSHA, HeadSHA: req.HeadSHA, Diff: []byte(req.Diff), Depth: req.Depth, Provider: req.Provider,
 		IdempotencyKey: idem}
 	if p.Role == auth.RoleAdmin && req.Tenant != "" {
@@ -207,30 +232,30 @@ func (s *Server) reviewSubmission(r *http.Request, p auth.Principal, req *review
 		"head_sha": sub.HeadSHA, "provider": sub.Provider, "publish.target": sub.Publish.Target,
 		"idempotency_key": sub.IdempotencyKey, "tenant": sub.Tenant} {
 		if len(v) > job.MaxNameLen || strings.ContainsAny(v, "\x00\n\r\t") {
-			return sub, fieldError(field, "%s must be at most %d bytes without control characters", field, job.MaxNameLen)
+			return sub, mount.FieldError(field, "%s must be at most %d bytes without control characters", field, job.MaxNameLen)
 		}
 	}
 	switch {
 	case sub.Region == "":
-		return sub, fieldError("region", "region is required: one of %s", strings.Join(s.regions, ", "))
+		return sub, mount.FieldError("region", "region is required: one of %s", strings.Join(s.h.Regions(), ", "))
 	case len(sub.Diff) == 0:
-		return sub, fieldError("diff", "diff is required: the unified diff text, as git diff prints it")
+		return sub, mount.FieldError("diff", "diff is required: the unified diff text, as git diff prints it")
 	case len(sub.Diff) > MaxReviewDiffBytes:
-		return sub, problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
+		return sub, mount.Problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
 			"the diff is %d bytes; a review takes at most %d bytes (8 MiB): split the change or review it in pieces", len(sub.Diff), MaxReviewDiffBytes)
 	case !slices.Contains([]string{pipeline.DepthAuto, pipeline.DepthFull, pipeline.DepthFast}, sub.Depth):
-		return sub, fieldError("depth", "depth must be auto, full or fast, not %q", sub.Depth)
+		return sub, mount.FieldError("depth", "depth must be auto, full or fast, not %q", sub.Depth)
 	case !sub.Lane.Valid():
-		return sub, fieldError("lane", "lane must be interactive or batch, not %q", sub.Lane)
+		return sub, mount.FieldError("lane", "lane must be interactive or batch, not %q", sub.Lane)
 	case !slices.Contains([]string{pipeline.PublishNone, pipeline.PublishRDJSONL, pipeline.PublishWebhook, pipeline.PublishGitHub}, sub.Publish.Kind):
-		return sub, fieldError("publish.kind", "publish.kind must be none, rdjsonl, webhook or github, not %q", sub.Publish.Kind)
+		return sub, mount.FieldError("publish.kind", "publish.kind must be none, rdjsonl, webhook or github, not %q", sub.Publish.Kind)
 	}
-	return sub, s.checkRegion(p, sub.Region, "region")
+	return sub, s.h.CheckRegion(p, sub.Region, "region")
 }
 
 // reviewDiff names the fields in which a retried submission differs from
 // the review its idempotency key already created.
-func reviewDiff(rv Review, sub ReviewSubmission) []string {
+func reviewDiff(rv Review, sub Submission) []string {
 	var diff []string
 	add := func(differs bool, field string) {
 		if differs {
@@ -246,25 +271,25 @@ func reviewDiff(rv Review, sub ReviewSubmission) []string {
 	return diff
 }
 
-func (s *Server) handleGetReview(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+func (s *server) handleGetReview(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	rv, err := s.findReview(r, p)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, rv)
+	return mount.WriteJSON(w, http.StatusOK, rv)
 }
 
-func (s *Server) handleGetReviewSARIF(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+func (s *server) handleGetReviewSARIF(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	rv, err := s.findReview(r, p)
 	if err != nil {
 		return err
 	}
 	if rv.Result == nil {
-		return problemf(http.StatusConflict, "conflict",
+		return mount.Problemf(http.StatusConflict, "conflict",
 			"review %s is %s and has no findings yet; poll GET /v1/reviews/%s until its state is validated or published", rv.ID, rv.State, rv.ID)
 	}
 	var buf bytes.Buffer
-	if err := s.cfg.Reviews.ReviewSARIF(r.Context(), rv.Region, rv.ID, &buf); err != nil {
+	if err := s.svc.ReviewSARIF(r.Context(), rv.Region, rv.ID, &buf); err != nil {
 		return reviewError(err, rv.Region)
 	}
 	w.Header().Set("Content-Type", "application/sarif+json")
@@ -277,21 +302,21 @@ func (s *Server) handleGetReviewSARIF(w http.ResponseWriter, r *http.Request, p 
 // findReview looks a review up by id in the request's regions, with the
 // rules of jobs: another tenant's review is a 404 like a missing one.
 // Regions without reviews are skipped when searching; naming one is a 501.
-func (s *Server) findReview(r *http.Request, p auth.Principal) (Review, error) {
+func (s *server) findReview(r *http.Request, p auth.Principal) (Review, error) {
 	id := r.PathValue("id")
-	regions, err := s.searchRegions(r, p)
+	regions, err := s.h.SearchRegions(r, p)
 	if err != nil {
 		return Review{}, err
 	}
-	if !validID(id) {
-		return Review{}, notFound("review " + id)
+	if !mount.ValidID(id) {
+		return Review{}, mount.NotFound("review " + id)
 	}
 	explicit := r.URL.Query().Get("region") != ""
 	var unconfigured []string
 	for _, region := range regions {
-		rv, err := s.cfg.Reviews.Review(r.Context(), region, id)
+		rv, err := s.svc.Review(r.Context(), region, id)
 		switch {
-		case errors.Is(err, ErrReviewsNotConfigured) && !explicit:
+		case errors.Is(err, ErrNotConfigured) && !explicit:
 			unconfigured = append(unconfigured, region)
 			continue
 		case errors.Is(err, store.ErrNotFound):
@@ -307,53 +332,27 @@ func (s *Server) findReview(r *http.Request, p auth.Principal) (Review, error) {
 	if len(unconfigured) == len(regions) {
 		return Review{}, notConfigured(unconfigured...)
 	}
-	return Review{}, notFound("review " + id)
+	return Review{}, mount.NotFound("review " + id)
 }
 
-// reviewError maps a ReviewService error onto a problem.
+// reviewError maps a Service error onto a problem.
 func reviewError(err error, region string) error {
-	var in *ReviewInputError
+	var in *InputError
 	switch {
-	case errors.Is(err, ErrReviewsNotConfigured):
+	case errors.Is(err, ErrNotConfigured):
 		return notConfigured(region)
 	case errors.As(err, &in):
-		return fieldError(in.Field, "%s", in.Err.Error())
+		return mount.FieldError(in.Field, "%s", in.Err.Error())
 	case errors.Is(err, store.ErrNotFound):
-		return notFound("the review")
+		return mount.NotFound("the review")
 	}
 	return err
 }
 
-func notConfigured(regions ...string) *apiError {
-	e := problemf(http.StatusNotImplemented, "reviews-not-configured",
-		"reviews are not configured in region %s on this server; an operator enables them per region (Config.HandleReviews)",
+func notConfigured(regions ...string) *mount.Problem {
+	e := mount.Problemf(http.StatusNotImplemented, "reviews-not-configured",
+		"reviews are not configured in region %s on this server; an operator enables them per region (review.Config.Regions)",
 		strings.Join(regions, ", "))
-	e.p.Title = "Reviews are not configured in this region"
+	e.Title = "Reviews are not configured in this region"
 	return e
-}
-
-// decodeReview is decode with the larger body limit of a review, whose
-// diff may be up to MaxReviewDiffBytes.
-func decodeReview(w http.ResponseWriter, r *http.Request, dst *reviewRequest) error {
-	if err := checkJSONType(r); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReviewBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	var tooBig *http.MaxBytesError
-	if err == nil {
-		if err = dec.Decode(&struct{}{}); errors.Is(err, io.EOF) {
-			return nil
-		}
-		if !errors.As(err, &tooBig) {
-			return problemf(http.StatusBadRequest, "malformed-json", "the body must hold exactly one JSON object, with nothing after it")
-		}
-	}
-	if errors.As(err, &tooBig) {
-		return problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
-			"the request body exceeds %d bytes; a review's diff may hold at most %d bytes (8 MiB): split the change or review it in pieces",
-			maxReviewBody, MaxReviewDiffBytes)
-	}
-	return decodeError(err)
 }

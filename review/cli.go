@@ -1,4 +1,4 @@
-package main
+package review
 
 import (
 	"context"
@@ -16,14 +16,23 @@ import (
 	"github.com/ratelane/ratelane/internal/review/report"
 )
 
-func init() {
-	register("review", "review a diff inline, with no server (offline rules by default)", runReview)
+// Commands returns the plug-in's commands of the ratelane binary
+// (ratelane.Commander): review, an inline review with no server. The
+// server-side verbs (ratelane reviews create|list|get|findings|sarif) are
+// a client of the routes and live with the binary's other API clients.
+func (p *Plugin) Commands() []ratelane.Command {
+	return []ratelane.Command{{Name: "review", Summary: "review a diff inline, with no server (offline rules by default)", Run: runInline}}
 }
 
-// stdinReader is where "-" reads from; tests replace it.
-var stdinReader io.Reader = os.Stdin
+// usageError is a command-line mistake: the binary exits 2.
+type usageError string
 
-func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (e usageError) Error() string { return string(e) }
+
+// Is makes a usageError match ratelane.ErrUsage.
+func (usageError) Is(target error) bool { return target == ratelane.ErrUsage }
+
+func runInline(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("review", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	diffPath := fs.String("diff", "", "the unified diff to review: a file, or - for standard input (git diff | ratelane review -)")
@@ -38,7 +47,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return usageError{err.Error()}
+		return usageError(err.Error())
 	}
 	if *asJSON {
 		*format = "json"
@@ -46,18 +55,18 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *diffPath == "" && fs.NArg() == 1 {
 		*diffPath = fs.Arg(0)
 	} else if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+		return usageError(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	if *diffPath == "" {
-		return usageError{"--diff FILE or - is required"}
+		return usageError("--diff FILE or - is required")
 	}
-	text, err := readDiff(*diffPath)
+	text, err := readDiff(*diffPath, stdin)
 	if err != nil {
 		return err
 	}
 	p, err := provider.New(provider.Profile{Name: "cli", Kind: *kind, Region: "local", Model: *model, BaseURL: *baseURL, APIKey: apiKey(*kind)})
 	if err != nil {
-		return usageError{err.Error()}
+		return usageError(err.Error())
 	}
 	res, err := pipeline.Inline(ctx, p, text, pipeline.InlineOptions{Depth: *depth, MaxPartTokens: *maxTokens})
 	if err != nil {
@@ -78,9 +87,9 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-func readDiff(path string) ([]byte, error) {
+func readDiff(path string, stdin io.Reader) ([]byte, error) {
 	if path == "-" {
-		return io.ReadAll(stdinReader)
+		return io.ReadAll(stdin)
 	}
 	return os.ReadFile(path)
 }
@@ -110,19 +119,5 @@ func printReview(w io.Writer, format string, res pipeline.Result) error {
 	case "sarif":
 		return report.WriteSARIF(w, ratelane.Version, res.Findings)
 	}
-	return usageError{fmt.Sprintf("--format must be table, json, rdjsonl or sarif, not %q", format)}
-}
-
-// registerReviews enables reviews in every served region with the offline
-// rules provider (profile "rules"), so a server reviews with no network.
-// Provider profiles for OpenAI and Anthropic are configured through the
-// library until the config file grows a section for them.
-func registerReviews(cfg *ratelane.Config) {
-	for _, r := range cfg.Regions {
-		p, err := provider.New(provider.Profile{Name: "rules", Kind: provider.KindRules, Region: r.Name})
-		if err != nil {
-			continue // a region name the client will refuse with its own message
-		}
-		cfg.HandleReviews(r.Name, ratelane.ReviewConfig{Providers: []ratelane.ReviewProvider{p}})
-	}
+	return usageError(fmt.Sprintf("--format must be table, json, rdjsonl or sarif, not %q", format))
 }

@@ -1,0 +1,143 @@
+package ratelane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Plugin is a feature built on the core queue that brings its own job
+// kinds, HTTP routes and CLI commands: reviews (package review) are one.
+// A program enables a plug-in by handing it to Config.Plugins; the core
+// never imports a plug-in, so a program that only wants a queue links
+// none of them (and no LLM SDK). The shape follows River's explicit
+// worker registration (river.AddWorker into a Workers value passed in
+// river.Config) and Caddy's module provisioning: no init side effects, no
+// global registry.
+//
+// NewClient calls Bind once per configured region, in configuration order,
+// after the region's store and its one writer of job state exist and
+// before its engine is built: the plug-in registers its kinds there and
+// keeps what it needs of the region. A Bind error fails NewClient (a
+// provider of another region, say), before any job runs. A plug-in that
+// also implements Router mounts routes in Client.NewAPI; one that
+// implements Commander adds commands to cmd/ratelane.
+//
+// Bind and the routes name internal types (the region's store and writer,
+// the API's mount point), so plug-ins live in this module; programs only
+// compose them.
+type Plugin interface {
+	// Name names the plug-in in errors and logs, e.g. "reviews".
+	Name() string
+	// Bind binds the plug-in to one region of a client being created.
+	Bind(ctx context.Context, r *PluginRegion) error
+}
+
+// Router is a Plugin that serves HTTP routes. Client.NewAPI mounts them
+// into the API server, which serves them with the same authentication,
+// roles, request rate, tenant and region checks and problem+json errors as
+// its own routes, and lists them in GET /v1 and the OpenAPI document.
+type Router interface {
+	Routes() mount.Mount
+}
+
+// Commander is a Plugin that adds subcommands to the ratelane binary.
+type Commander interface {
+	Commands() []Command
+}
+
+// Command is one subcommand of the ratelane binary, e.g. "review". Run
+// receives the arguments after the command's name and the process's
+// standard streams; an error it returns is printed and exits 1, or 2 when
+// it matches ErrUsage (errors.Is). -h prints the flags and exits 0.
+type Command struct {
+	Name, Summary string
+	Run           func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+}
+
+// ErrUsage marks a Command error caused by the command line (exit 2).
+var ErrUsage = errors.New("usage")
+
+// PluginRegion is one region of a client as a plug-in's Bind sees it. Its
+// registration methods (Handle, OnFinished, OnStart, OnStop) may be called
+// only during Bind; its accessors any time after.
+type PluginRegion struct {
+	c      *Client
+	name   string
+	rt     *regionRT
+	kinds  map[string]engine.Kind
+	plugin string
+	bound  bool
+}
+
+// Name returns the region's name.
+func (r *PluginRegion) Name() string { return r.name }
+
+// Client returns the client being created; its methods may be called once
+// NewClient has returned (e.g. from a handler or a route).
+func (r *PluginRegion) Client() *Client { return r.c }
+
+// Config returns the client's configuration with defaults applied.
+func (r *PluginRegion) Config() Config { return r.c.cfg }
+
+// Logger returns the client's logger.
+func (r *PluginRegion) Logger() *slog.Logger { return r.c.cfg.Logger }
+
+// Store returns the region's store. A plug-in reads it and stores its own
+// objects in it; job state it changes only through Jobs.
+func (r *PluginRegion) Store() store.Store { return r.rt.store }
+
+// Jobs returns the region's one writer of job state (the engine's): every
+// insert, cancel, redrive, outcome and a parent's advance goes through it.
+func (r *PluginRegion) Jobs() *engine.Jobs { return r.rt.jobs }
+
+// Notify wakes the region's engine after an insert.
+func (r *PluginRegion) Notify() { r.c.notify(r.name) }
+
+// Handle registers a built-in kind of the plug-in in this region. A kind
+// another plug-in or Config.Handle already registered is refused.
+func (r *PluginRegion) Handle(kind string, k engine.Kind) error {
+	if r.bound {
+		return fmt.Errorf("ratelane: plug-in %s registered kind %q after Bind returned", r.plugin, kind)
+	}
+	if _, taken := r.kinds[kind]; taken {
+		return fmt.Errorf("ratelane: plug-in %s: kind %q is already registered in region %q", r.plugin, kind, r.name)
+	}
+	if k.Handler == nil {
+		return fmt.Errorf("ratelane: plug-in %s: kind %q has no handler", r.plugin, kind)
+	}
+	r.kinds[kind] = k
+	return nil
+}
+
+// OnFinished calls fn after every attempt that moved a job of the region,
+// from whichever worker (in process or over HTTP): a plug-in's parent
+// aggregation hears of its parts this way. fn must return quickly.
+func (r *PluginRegion) OnFinished(fn func(j *Job, to State)) {
+	r.rt.obs.finished = append(r.rt.obs.finished, fn)
+}
+
+// OnStart calls fn when Client.Start starts the region, after its engine.
+func (r *PluginRegion) OnStart(fn func(ctx context.Context)) { r.rt.starts = append(r.rt.starts, fn) }
+
+// OnStop calls fn when Client.Stop drains the region, after its engine.
+func (r *PluginRegion) OnStop(fn func()) { r.rt.stops = append(r.rt.stops, fn) }
+
+// bindPlugins binds every plug-in to one region, adding their kinds.
+func (c *Client) bindPlugins(ctx context.Context, name string, rt *regionRT, kinds map[string]engine.Kind) error {
+	for _, p := range c.cfg.Plugins {
+		pr := &PluginRegion{c: c, name: name, rt: rt, kinds: kinds, plugin: p.Name()}
+		err := p.Bind(ctx, pr)
+		pr.bound = true
+		if err != nil {
+			return fmt.Errorf("plug-in %s: %w", p.Name(), err)
+		}
+	}
+	return nil
+}

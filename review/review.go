@@ -1,0 +1,239 @@
+// Package review is ratelane's code-review plug-in: a unified diff is
+// stored once in its region, split into parts reviewed as jobs (by the
+// offline rules reviewer, OpenAI, an OpenAI-compatible endpoint or
+// Anthropic), validated against the diff, aggregated and published once.
+//
+// A program enables reviews by handing a *Plugin to ratelane.Config.Plugins:
+//
+//	rules, _ := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
+//	reviews := review.New(review.Config{Regions: map[string]review.RegionConfig{
+//		"us": {Providers: []review.Provider{rules}},
+//	}})
+//	cfg.Plugins = append(cfg.Plugins, reviews)
+//	client, err := ratelane.NewClient(ctx, cfg)
+//	st, err := reviews.Submit(ctx, review.Request{Region: "us", Diff: diff})
+//
+// The plug-in registers the built-in kinds review (the parent, aggregated
+// from its parts, never run), review.part and review.github; the routes
+// POST /v1/reviews, GET /v1/reviews, GET /v1/reviews/{id} and GET
+// /v1/reviews/{id}/sarif; and the inline review command of the ratelane
+// binary.
+//
+// It is a public package, not one under internal/, because a program that
+// embeds ratelane must be able to enable reviews, configure providers and
+// submit diffs, and it is outside the root package because it links the
+// OpenAI and Anthropic SDKs: a program that imports only ratelane does not
+// (internal/deptest enforces it).
+package review
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/review/pipeline"
+	"github.com/ratelane/ratelane/internal/review/provider"
+	"github.com/ratelane/ratelane/internal/review/reviewapi"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Profile configures one review provider for one region: its kind (rules,
+// openai, openai-compatible, anthropic), model, base URL, API key and
+// limit keys.
+type Profile = provider.Profile
+
+// Provider is a reviewer bound to one region; make one with NewProvider.
+type Provider = provider.Provider
+
+// Publish says where a finished review goes: none, rdjsonl (a file name in
+// RegionConfig.RDJSONLDir), webhook (a subscriber id) or github
+// ("owner/repo#number").
+type Publish = pipeline.Publish
+
+// Result is a finished review: findings, quarantined findings with their
+// reasons, parts, depth used and provider usage.
+type Result = pipeline.Result
+
+// Progress counts a review's parts.
+type Progress = pipeline.Progress
+
+// The built-in kinds the plug-in registers.
+const (
+	KindReview = pipeline.KindReview
+	KindPart   = pipeline.KindPart
+	KindGitHub = pipeline.KindGitHub
+)
+
+// NewProvider returns the provider a profile describes. The SDK clients it
+// builds never retry on their own.
+func NewProvider(p Profile) (Provider, error) { return provider.New(p) }
+
+// RegionConfig configures reviews in one region.
+type RegionConfig struct {
+	// Providers are the region's providers, looked up by profile name. Each
+	// must belong to the region: NewClient refuses one of another region.
+	Providers []Provider
+	// DefaultProvider is the profile used when a request names none;
+	// default the first provider.
+	DefaultProvider string
+	// MaxPartTokens is the estimated-token budget of one part; default
+	// 8000.
+	MaxPartTokens int
+	// MaxFindings caps a review's published findings; default 50.
+	MaxFindings int
+	// RDJSONLDir is where rdjsonl publications are written, each tenant's
+	// in its own subdirectory (RDJSONLDir/<tenant>/<target>); empty
+	// refuses them.
+	RDJSONLDir string
+	// GitHubBaseURL and GitHubToken configure GitHub publication; the base
+	// URL defaults to https://api.github.com.
+	GitHubBaseURL string
+	GitHubToken   string
+	// HTTPClient is used for GitHub; default a client with a 30 s timeout.
+	HTTPClient *http.Client
+	// SweepEvery is how often accepted reviews are re-checked; default 2 s.
+	SweepEvery time.Duration
+}
+
+// Config configures the plug-in.
+type Config struct {
+	// Regions enables reviews in each named region; a region of the client
+	// that is not named answers 501 on the review routes and
+	// ErrNotConfigured in Submit.
+	Regions map[string]RegionConfig
+}
+
+// ErrNotConfigured is returned for a region without reviews.
+var ErrNotConfigured = errors.New("review: reviews are not configured in this region")
+
+// Plugin is the review plug-in (a ratelane.Plugin, Router and Commander).
+// One Plugin serves one Client: binding a region twice is refused. It is
+// safe for concurrent use once NewClient has returned.
+type Plugin struct {
+	cfg     Config
+	mu      sync.Mutex
+	regions map[string]*regionRT
+}
+
+// New returns the plug-in for cfg; hand it to ratelane.Config.Plugins.
+func New(cfg Config) *Plugin { return &Plugin{cfg: cfg, regions: map[string]*regionRT{}} }
+
+// Name is "reviews".
+func (p *Plugin) Name() string { return "reviews" }
+
+// Routes returns the /v1/reviews routes (ratelane.Router).
+func (p *Plugin) Routes() mount.Mount { return reviewapi.Routes(service{p}) }
+
+var (
+	_ ratelane.Plugin    = (*Plugin)(nil)
+	_ ratelane.Router    = (*Plugin)(nil)
+	_ ratelane.Commander = (*Plugin)(nil)
+)
+
+// regionRT is one region's review runtime.
+type regionRT struct {
+	region    string
+	cfg       RegionConfig
+	r         *ratelane.PluginRegion
+	st        store.Store
+	parts     *pipeline.PartHandler
+	github    *pipeline.GitHub
+	publisher *pipeline.ReviewPublisher
+	agg       *pipeline.Aggregator
+}
+
+// Bind enables reviews in one region when the Config names it: it checks
+// that every provider belongs to the region, registers the three review
+// kinds, wakes the aggregator when a part finishes and runs it while the
+// client runs (its first sweep aggregates reviews a crash left accepted).
+func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
+	rc, ok := p.cfg.Regions[r.Name()]
+	if !ok {
+		return nil
+	}
+	for _, pr := range rc.Providers {
+		if pr.Region() != r.Name() {
+			return fmt.Errorf("kind %q in region %q is wired to provider %q of region %q; configure each region's providers in its own RegionConfig",
+				KindPart, r.Name(), pr.Profile().Name, pr.Region())
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, dup := p.regions[r.Name()]; dup {
+		return fmt.Errorf("region %q is already bound: a review.Plugin serves one Client", r.Name())
+	}
+	rt, err := newRegionRT(r, rc)
+	if err != nil {
+		return err
+	}
+	for kind, k := range map[string]engine.Kind{
+		KindPart:   {Handler: engine.HandlerFunc(rt.parts.Handle)},
+		KindReview: {Handler: engine.HandlerFunc(parentHandle), Publisher: rt.publisher},
+		KindGitHub: {Handler: engine.HandlerFunc(rt.github.Handle)},
+	} {
+		if err := r.Handle(kind, k); err != nil {
+			return err
+		}
+	}
+	r.OnFinished(func(j *ratelane.Job, to ratelane.State) {
+		if j.Kind == KindPart && j.ParentID != "" && to.Final() {
+			rt.agg.Wake(j.ParentID)
+		}
+	})
+	r.OnStart(rt.agg.Start)
+	r.OnStop(rt.agg.Stop)
+	p.regions[r.Name()] = rt
+	return nil
+}
+
+func newRegionRT(r *ratelane.PluginRegion, rc RegionConfig) (*regionRT, error) {
+	st, cfg := r.Store(), r.Config()
+	parts, err := pipeline.NewPartHandler(r.Name(), st, rc.Providers)
+	if err != nil {
+		return nil, err
+	}
+	rt := &regionRT{region: r.Name(), cfg: rc, r: r, st: st, parts: parts}
+	rt.github = &pipeline.GitHub{BaseURL: rc.GitHubBaseURL, Token: rc.GitHubToken, Client: rc.HTTPClient, Jobs: st, Now: cfg.Now}
+	rt.publisher = &pipeline.ReviewPublisher{Region: r.Name(), Jobs: st, DefaultLimit: cfg.DefaultLimit,
+		RDJSONLDir: rc.RDJSONLDir, Now: cfg.Now}
+	rt.agg = pipeline.NewAggregator(pipeline.AggregatorConfig{Store: st, Jobs: r.Jobs(), Publisher: rt.publisher,
+		MaxFindings: rc.MaxFindings, SweepEvery: rc.SweepEvery, Now: cfg.Now, Logger: cfg.Logger})
+	return rt, nil
+}
+
+// parentHandle runs only if an operator redrives a review's parent: the
+// parent is aggregated from its parts, never run.
+func parentHandle(context.Context, *job.Job) job.Outcome {
+	return job.Outcome{Class: job.ClassPermanent, Err: "a review is aggregated from its parts; submit it again"}
+}
+
+// runtime returns a region's review runtime.
+func (p *Plugin) runtime(region string) (*regionRT, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rt := p.regions[region]
+	if rt == nil {
+		return nil, fmt.Errorf("%w: %q", ErrNotConfigured, region)
+	}
+	return rt, nil
+}
+
+func (rt *regionRT) providerFor(name string) (Provider, error) {
+	if name == "" {
+		name = rt.cfg.DefaultProvider
+	}
+	if name == "" && len(rt.cfg.Providers) > 0 {
+		name = rt.cfg.Providers[0].Profile().Name
+	}
+	if p, ok := rt.parts.Provider(name); ok {
+		return p, nil
+	}
+	return nil, fmt.Errorf("review: no review provider %q in region %q", name, rt.region)
+}

@@ -1,0 +1,82 @@
+package review
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/ratelane/ratelane/internal/review/diff"
+	"github.com/ratelane/ratelane/internal/review/pipeline"
+	"github.com/ratelane/ratelane/internal/review/reviewapi"
+)
+
+// service serves the /v1/reviews routes (reviewapi.Service) from the
+// plug-in's region runtimes. It maps the plug-in's errors onto the
+// routes': a region without reviews wraps reviewapi.ErrNotConfigured (501)
+// and a refused field is a *reviewapi.InputError (400). Neither ever
+// quotes the diff.
+type service struct{ p *Plugin }
+
+func (s service) SubmitReview(ctx context.Context, sub reviewapi.Submission) (reviewapi.Review, error) {
+	rt, err := s.p.runtime(sub.Region)
+	if err != nil {
+		return reviewapi.Review{}, apiError(err)
+	}
+	// Checked here too so that the caller's mistakes answer 400 with the
+	// field to fix rather than 500.
+	if _, err := rt.providerFor(sub.Provider); err != nil {
+		return reviewapi.Review{}, &reviewapi.InputError{Field: "provider", Err: err}
+	}
+	args := pipeline.Args{Repo: sub.Repo, Change: sub.Change, Publish: sub.Publish}
+	if err := rt.publisher.CheckPublish(args); err != nil {
+		return reviewapi.Review{}, &reviewapi.InputError{Field: "publish", Err: err}
+	}
+	if err := rt.checkTarget(ctx, sub.Tenant, sub.Publish); errors.Is(err, errNoTarget) {
+		return reviewapi.Review{}, &reviewapi.InputError{Field: "publish.target", Err: err}
+	} else if err != nil {
+		return reviewapi.Review{}, err
+	}
+	st, err := s.p.Submit(ctx, Request{Region: sub.Region, Tenant: sub.Tenant, Lane: sub.Lane, Repo: sub.Repo,
+		Change: sub.Change, BaseSHA: sub.BaseSHA, HeadSHA: sub.HeadSHA, Diff: sub.Diff, Depth: sub.Depth,
+		Provider: sub.Provider, Publish: sub.Publish, IdempotencyKey: sub.IdempotencyKey})
+	var pe *diff.ParseError
+	switch {
+	case errors.As(err, &pe), errors.Is(err, diff.ErrNoFiles):
+		return reviewapi.Review{}, &reviewapi.InputError{Field: "diff", Err: contentFree{err}}
+	case err != nil:
+		return reviewapi.Review{}, apiError(err)
+	}
+	return apiReview(st), nil
+}
+
+func (s service) Review(ctx context.Context, region, id string) (reviewapi.Review, error) {
+	st, err := s.p.Get(ctx, region, id)
+	if err != nil {
+		return reviewapi.Review{}, apiError(err)
+	}
+	return apiReview(st), nil
+}
+
+func (s service) ReviewSARIF(ctx context.Context, region, id string, w io.Writer) error {
+	return apiError(s.p.SARIF(ctx, region, id, w))
+}
+
+func apiReview(s Status) reviewapi.Review {
+	return reviewapi.Review{ID: s.ID, Region: s.Region, Tenant: s.Tenant, State: s.State, Reason: s.Reason, Repo: s.Repo,
+		Change: s.Change, DepthRequested: s.DepthRequested, Depth: s.Depth, Provider: s.Provider, Publish: s.Publish,
+		Parts: s.Parts, Result: s.Result, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+}
+
+func apiError(err error) error {
+	if errors.Is(err, ErrNotConfigured) {
+		return fmt.Errorf("%w: %w", reviewapi.ErrNotConfigured, err)
+	}
+	return err
+}
+
+// contentFree shows a diff error's message (a line number and a fixed
+// reason) and hides the parser error it wraps, which may quote the diff.
+type contentFree struct{ err error }
+
+func (e contentFree) Error() string { return e.err.Error() }
