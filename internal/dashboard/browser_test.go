@@ -297,6 +297,25 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(findings, "config.go:4") || !strings.Contains(findings, rv.ID) {
 		t.Fatalf("review page opened from the list: %q", findings)
 	}
+	// Paging: with one review a page, the newer review comes first and the
+	// next page (the API's cursor) holds the first one.
+	var rv2 struct {
+		ID string `json:"id"`
+	}
+	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "8", "diff": reviewDiff,
+		"depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}, 202, &rv2)
+	var firstPage, secondPage int
+	run("page through the reviews",
+		chromedp.Navigate(s.url+"/ui/reviews?limit=1"),
+		chromedp.WaitVisible(`tr.review-row[data-id="`+rv2.ID+`"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("tr.review-row").length`, &firstPage),
+		chromedp.Click(`button.next-page`, chromedp.ByQuery),
+		chromedp.WaitVisible(rrow, chromedp.ByQuery),
+		chromedp.WaitVisible(`button.first-page`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("tr.review-row").length`, &secondPage))
+	if firstPage != 1 || secondPage != 1 {
+		t.Fatalf("review pages of 1 held %d and %d rows", firstPage, secondPage)
+	}
 	// Schedules: acme's schedule is listed (its next tick counts down) and
 	// pauses from the page.
 	var sc struct {

@@ -428,25 +428,30 @@ async function review(all) {
 // parts progress or findings (one store query per region), so the rows on
 // the page read each review's detail (GET /v1/reviews/{id}) for those:
 // once per review after it is aggregated (its counts are final then), and
-// every 2 s while its parts run. A page holds at most reviewPageSize rows.
+// every 2 s while its parts run. A page holds reviewPageSize rows unless the
+// address says limit=.
 const reviewPageSize = 25;
 const reviewDetails = {}; // region/id -> GET /v1/reviews/{id} answer
 let reviewRows = [];
 function reviewLink(r) {
   return el("a", { class: "review-link", href: "/ui/reviews?id=" + encodeURIComponent(r.id) + "&region=" + encodeURIComponent(r.region) }, r.id.slice(0, 13) + "…");
 }
-function reviewsQuery(withPaging) {
+// reviewsQuery is the filters, the page size when the address names one
+// (limit=, else reviewPageSize) and, withAfter, the page's cursor.
+function reviewsQuery(withAfter) {
   const f = new FormData(document.getElementById("review-filters"));
+  const here = new URLSearchParams(location.search);
   const q = new URLSearchParams();
   for (const [k, v] of f) if (v) q.set(k, v);
-  if (withPaging) {
-    const after = new URLSearchParams(location.search).get("after");
-    if (after) q.set("after", after);
-    q.set("limit", String(reviewPageSize));
-  }
+  if (here.get("limit")) q.set("limit", here.get("limit"));
+  if (withAfter && here.get("after")) q.set("after", here.get("after"));
   return q;
 }
-function reviewsPath() { return "/v1/reviews?" + reviewsQuery(true); }
+function reviewsPath() {
+  const q = reviewsQuery(true);
+  if (!q.get("limit")) q.set("limit", String(reviewPageSize));
+  return "/v1/reviews?" + q;
+}
 function reviewDetailPath(r) { return "/v1/reviews/" + encodeURIComponent(r.id) + "?region=" + encodeURIComponent(r.region); }
 async function fetchReviewDetails() {
   const todo = reviewRows.filter((r) => !reviewDetails[r.region + "/" + r.id] || reviewDetails[r.region + "/" + r.id].state === "accepted");
