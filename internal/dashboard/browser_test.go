@@ -54,7 +54,8 @@ func chromium(t *testing.T) string {
 // it waits for; another job's page follows it from waiting to running to
 // terminal without a reload; a dead letter is redriven through the
 // two-step confirmation and moves back to waiting; a subscriber's secret
-// is rotated; a review's findings are shown.
+// is rotated; a review is listed with its counts, a state filter hides it,
+// and its findings open from its row.
 func TestDashboardInBrowser(t *testing.T) {
 	exe := chromium(t)
 	if testing.Short() {
@@ -269,14 +270,51 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "7", "diff": reviewDiff,
 		"depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}, 202, &rv)
-	var findings string
-	run("a review's findings",
-		chromedp.Navigate(s.url+"/ui/reviews?id="+rv.ID+"&region=us"),
+	// It is listed with its parts done and findings counted, a state filter
+	// that excludes it hides it, and its detail opens from its row.
+	rrow := `tr.review-row[data-id="` + rv.ID + `"]`
+	var listed, findings string
+	run("a review in the list, its detail from it",
+		chromedp.Navigate(s.url+"/ui/reviews"),
+		chromedp.Poll(`(() => { const r = document.querySelector('`+rrow+`'); return r !== null && r.dataset.state !== "accepted" && Number(r.querySelector("td.findings").textContent) > 0; })()`,
+			nil, chromedp.WithPollingTimeout(30*time.Second)),
+		chromedp.Text(rrow, &listed, chromedp.ByQuery),
+		shot("reviews-list.png"),
+		chromedp.SetValue(`#review-filters select[name="state"]`, "terminal", chromedp.ByQuery),
+		chromedp.Click(`#review-filters button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#reviews p.empty`, chromedp.ByQuery),
+		chromedp.SetValue(`#review-filters select[name="state"]`, "", chromedp.ByQuery),
+		chromedp.Click(`#review-filters button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(rrow+` a.review-link`, chromedp.ByQuery),
+		chromedp.Click(rrow+` a.review-link`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#review-view`, chromedp.ByQuery),
 		chromedp.Poll(`document.querySelector("#review-view table tbody tr") !== null`, nil, chromedp.WithPollingTimeout(30*time.Second)),
 		chromedp.Text("#review-view", &findings, chromedp.ByID),
 		shot("reviews.png"))
-	if !strings.Contains(findings, "config.go:4") {
-		t.Fatalf("review page: %q", findings)
+	if !strings.Contains(listed, "acme/app #7") || !strings.Contains(listed, "1 / 1") {
+		t.Fatalf("review row: %q", listed)
+	}
+	if !strings.Contains(findings, "config.go:4") || !strings.Contains(findings, rv.ID) {
+		t.Fatalf("review page opened from the list: %q", findings)
+	}
+	// Paging: with one review a page, the newer review comes first and the
+	// next page (the API's cursor) holds the first one.
+	var rv2 struct {
+		ID string `json:"id"`
+	}
+	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "8", "diff": reviewDiff,
+		"depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}, 202, &rv2)
+	var firstPage, secondPage int
+	run("page through the reviews",
+		chromedp.Navigate(s.url+"/ui/reviews?limit=1"),
+		chromedp.WaitVisible(`tr.review-row[data-id="`+rv2.ID+`"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("tr.review-row").length`, &firstPage),
+		chromedp.Click(`button.next-page`, chromedp.ByQuery),
+		chromedp.WaitVisible(rrow, chromedp.ByQuery),
+		chromedp.WaitVisible(`button.first-page`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("tr.review-row").length`, &secondPage))
+	if firstPage != 1 || secondPage != 1 {
+		t.Fatalf("review pages of 1 held %d and %d rows", firstPage, secondPage)
 	}
 	// Schedules: acme's schedule is listed (its next tick counts down) and
 	// pauses from the page.

@@ -414,6 +414,7 @@ async function review(all) {
   const parts = r.parts || {};
   const res = r.result || { findings: [], quarantined: [] };
   replace("review", el("div", { id: "review-view" },
+    el("p", {}, el("a", { class: "back", href: "/ui/reviews" }, "← all reviews")),
     el("dl", {}, ["id", "state", "reason", "region", "tenant", "repo", "change", "depth", "provider"]
       .filter((k) => r[k]).map((k) => [el("dt", {}, k), el("dd", {}, String(r[k]))])),
     el("p", {}, "parts: ", parts.succeeded || 0, " succeeded, ", parts.failed || 0, " failed, ", parts.pending || 0, " pending of ", parts.total || 0, " ",
@@ -423,17 +424,100 @@ async function review(all) {
     el("h2", {}, "Quarantined"), table(["where", "message", "reason"], (res.quarantined || []).map((q) =>
       el("tr", {}, el("td", {}, q.finding.path + ":" + q.finding.line), el("td", {}, q.finding.message), el("td", {}, typeof q.reason === "string" ? q.reason : JSON.stringify(q.reason)))))));
 }
+// The list (GET /v1/reviews) is live like the jobs list; it carries no
+// parts progress or findings (one store query per region), so the rows on
+// the page read each review's detail (GET /v1/reviews/{id}) for those:
+// once per review after it is aggregated (its counts are final then), and
+// every 2 s while its parts run. A page holds reviewPageSize rows unless the
+// address says limit=.
+const reviewPageSize = 25;
+const reviewDetails = {}; // region/id -> GET /v1/reviews/{id} answer
+let reviewRows = [];
+function reviewLink(r) {
+  return el("a", { class: "review-link", href: "/ui/reviews?id=" + encodeURIComponent(r.id) + "&region=" + encodeURIComponent(r.region) }, r.id.slice(0, 13) + "…");
+}
+// reviewsQuery is the filters, the page size when the address names one
+// (limit=, else reviewPageSize) and, withAfter, the page's cursor.
+function reviewsQuery(withAfter) {
+  const f = new FormData(document.getElementById("review-filters"));
+  const here = new URLSearchParams(location.search);
+  const q = new URLSearchParams();
+  for (const [k, v] of f) if (v) q.set(k, v);
+  if (here.get("limit")) q.set("limit", here.get("limit"));
+  if (withAfter && here.get("after")) q.set("after", here.get("after"));
+  return q;
+}
+function reviewsPath() {
+  const q = reviewsQuery(true);
+  if (!q.get("limit")) q.set("limit", String(reviewPageSize));
+  return "/v1/reviews?" + q;
+}
+function reviewDetailPath(r) { return "/v1/reviews/" + encodeURIComponent(r.id) + "?region=" + encodeURIComponent(r.region); }
+async function fetchReviewDetails() {
+  const todo = reviewRows.filter((r) => !reviewDetails[r.region + "/" + r.id] || reviewDetails[r.region + "/" + r.id].state === "accepted");
+  const got = await Promise.all(todo.map((r) => api("GET", reviewDetailPath(r)).catch(() => null)));
+  todo.forEach((r, i) => { if (got[i]) reviewDetails[r.region + "/" + r.id] = got[i]; });
+}
+function renderReviewRows(next) {
+  const rows = reviewRows.map((r) => {
+    const d = reviewDetails[r.region + "/" + r.id];
+    const p = d ? d.parts || {} : null;
+    const res = d && d.result;
+    return el("tr", { class: "review-row", "data-id": r.id, "data-state": r.state },
+      el("td", {}, reviewLink(r)), el("td", {}, [r.repo, r.change].filter(Boolean).join(" #")),
+      el("td", {}, el("span", { class: "state " + r.state }, r.state, r.reason ? " (" + r.reason + ")" : "")),
+      el("td", {}, r.lane), el("td", {}, r.tenant), el("td", {}, r.region),
+      el("td", { class: "num parts" }, p ? [(p.succeeded || 0) + (p.failed || 0) + " / " + (p.total || 0), p.failed ? " (" + p.failed + " failed)" : "", " ",
+        el("meter", { min: 0, max: p.total || 1, value: (p.succeeded || 0) + (p.failed || 0) })] : "…"),
+      el("td", { class: "num findings" }, d ? (res ? (res.findings || []).length : "–") : "…"),
+      el("td", { class: "num quarantined" }, d ? (res ? (res.quarantined || []).length : "–") : "…"),
+      el("td", { title: r.created_at }, ago(r.created_at)));
+  });
+  const nav = el("p", { class: "paging" },
+    new URLSearchParams(location.search).get("after") ? el("button", { type: "button", class: "first-page", onclick: () => reviewsPage("") }, "First page") : null,
+    next ? el("button", { type: "button", class: "next-page", onclick: () => reviewsPage(next) }, "Next page") : null);
+  replace("reviews", el("div", {}, table(["id", "change", "state", "lane", "tenant", "region", "parts done", "findings", "quarantined", "created"], rows), nav));
+}
+let restartReviews = () => {};
+let reviewsNext = "";
+function reviewsPage(after) {
+  const q = reviewsQuery(false);
+  if (after) q.set("after", after);
+  window.history.replaceState(null, "", "/ui/reviews?" + q);
+  restartReviews();
+}
+async function reviewsList(all) {
+  const data = all[reviewsPath()];
+  if (!data) return;
+  reviewRows = data.reviews;
+  reviewsNext = data.next_cursor || "";
+  renderReviewRows(reviewsNext);
+  await fetchReviewDetails();
+  renderReviewRows(reviewsNext);
+}
 function setupReviews() {
   const form = document.getElementById("review-form");
+  const filters = document.getElementById("review-filters");
   const params = new URLSearchParams(location.search);
-  for (const e of form.elements) if (e.name && params.get(e.name)) e.value = params.get(e.name);
-  let restart = params.get("id") ? live(() => [reviewPath()], review) : null;
+  for (const f of [form, filters]) for (const e of f.elements) if (e.name && params.get(e.name)) e.value = params.get(e.name);
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    const q = new URLSearchParams(new FormData(form));
-    window.history.replaceState(null, "", "/ui/reviews?" + q);
-    if (restart) restart(); else restart = live(() => [reviewPath()], review);
+    location.href = "/ui/reviews?" + new URLSearchParams(new FormData(form));
   });
+  if (params.get("id")) {
+    // One review: its detail, live; the filters lead back to the list.
+    document.getElementById("review").hidden = false;
+    filters.addEventListener("submit", (ev) => { ev.preventDefault(); location.href = "/ui/reviews?" + reviewsQuery(false); });
+    live(() => [reviewPath()], review);
+    return;
+  }
+  document.getElementById("reviews").hidden = false;
+  restartReviews = live(() => [reviewsPath()], reviewsList);
+  filters.addEventListener("submit", (ev) => { ev.preventDefault(); reviewsPage(""); });
+  setInterval(async () => {
+    if (!reviewRows.some((r) => { const d = reviewDetails[r.region + "/" + r.id]; return !d || d.state === "accepted"; })) return;
+    try { await fetchReviewDetails(); renderReviewRows(reviewsNext); } catch (e) { setStatus(e.message, true); }
+  }, 2000);
 }
 
 const pagesJS = {
