@@ -2,14 +2,12 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // urlEnv names the database the tests use. Unset, every test skips; set, a
@@ -34,23 +32,7 @@ func testURL(t testing.TB) string {
 // the test ends.
 func newSchema(t testing.TB) string {
 	t.Helper()
-	url := testURL(t)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "rl_test_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
+	_, schema := testkit.PostgresSchema(t, "rl_test_")
 	return schema
 }
 
