@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,22 +9,16 @@ import (
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
-// urlEnv names the database the tests use. Unset, every test skips; set, a
-// database that cannot be reached fails the tests (CI must not pass by
-// skipping).
-const urlEnv = "RATELANE_TEST_POSTGRES_URL"
-
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// testURL is the test database (testkit.PostgresURLEnv); unset, the tests
+// skip, and set, a database that cannot be reached fails them (CI must not
+// pass by skipping).
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		t.Skipf("%s is not set; set it (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the PostgreSQL driver tests", urlEnv)
-	}
-	return u
+	return testkit.PostgresURL(t)
 }
 
 // newSchema returns a fresh schema name, dropped with everything in it when
