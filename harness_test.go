@@ -3,6 +3,7 @@ package ratelane_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -27,4 +28,32 @@ func waitForJob(t testing.TB, c *ratelane.Client, id string, timeout time.Durati
 		return nil
 	})
 	return j
+}
+
+// serveAPI starts a client on cfg and serves its HTTP API (admin key
+// admin, no request rate limit) on loopback; t.Cleanup stops both. It
+// returns the client and the server's URL.
+func serveAPI(t testing.TB, cfg ratelane.Config, admin string) (*ratelane.Client, string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: admin, RequestRate: -1})
+	if err != nil {
+		c.Stop(ctx)
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		api.Close()
+		c.Stop(context.Background())
+	})
+	return c, srv.URL
 }

@@ -1,8 +1,6 @@
 package ratelane_test
 
 import (
-	"context"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -19,28 +17,9 @@ import (
 // reaper, and such a lease stayed running for good.
 func TestExternalLeaseRecoveredWithoutHandlers(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	const admin = "rl_reaptest_AdminKeyForTheReaperEndToEndTestAbcdefghijklmnopq"
-	c, err := ratelane.NewClient(ctx, ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, LeaseFor: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: admin, RequestRate: -1})
-	if err != nil {
-		c.Stop(ctx)
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		c.Stop(context.Background())
-	})
-	a := &reviewAPI{t: t, c: c, url: srv.URL}
+	c, url := serveAPI(t, ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, LeaseFor: time.Second}, admin)
+	a := &reviewAPI{t: t, c: c, url: url}
 	key := func(role string) string {
 		var out struct {
 			Secret string `json:"secret"`

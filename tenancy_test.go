@@ -162,26 +162,8 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 	}
 	rdjsonlDir := t.TempDir()
 	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 50 * time.Millisecond, RDJSONLDir: rdjsonlDir})
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: tenancyAdminKey, RequestRate: -1})
-	if err != nil {
-		c.Stop(ctx)
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		c.Stop(context.Background())
-	})
-	e := &tenancyEnv{t: t, c: c, url: srv.URL, recv: recv, keys: map[string]string{"admin": tenancyAdminKey}, rdjsonlDir: rdjsonlDir}
+	c, url := serveAPI(t, cfg, tenancyAdminKey)
+	e := &tenancyEnv{t: t, c: c, url: url, recv: recv, keys: map[string]string{"admin": tenancyAdminKey}, rdjsonlDir: rdjsonlDir}
 	for _, tenant := range []string{"acme", "globex"} {
 		for _, role := range []string{"producer", "worker"} {
 			var out struct {
