@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // crashChildEnv makes the test binary act as a worker process.
@@ -213,17 +214,12 @@ func countState(t *testing.T, c *ratelane.Client, state ratelane.State) int {
 // is generous enough for a -race run on a loaded 2-core machine.
 func waitPublished(t *testing.T, c *ratelane.Client, want int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		n := countState(t, c, job.StatePublished)
-		if n >= want {
-			return
+	testkit.Eventually(t, timeout, fmt.Sprintf("%d jobs to publish", want), func() error {
+		if n := countState(t, c, job.StatePublished); n < want {
+			return fmt.Errorf("%d of %d published", n, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d published after %v", n, want, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // checkPublishedOnce checks every job in the store, page after page: all

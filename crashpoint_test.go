@@ -1,6 +1,7 @@
 package ratelane_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/crashpoint"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // crashed starts `ratelane serve` armed at point (a binary built with the
@@ -196,32 +198,27 @@ func TestCrashPoints(t *testing.T) {
 			t.Fatalf("the receiver got %d deliveries before the crash; the crash point is past the side effect it should follow", n)
 		}
 		s := startServe(t, bin, dir)
-		deadline := time.Now().Add(60 * time.Second)
-		for recv.total() == 0 && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		var parent jobAnswer
-		for time.Now().Before(deadline) {
-			if _, _, err := s.do("GET", "/v1/jobs/"+review.ID+"?region=us", nil, &parent); err != nil {
-				t.Fatal(err)
+		const wait = 60 * time.Second
+		testkit.WaitFor(t, wait, "the receiver to get the review's delivery", func() bool { return recv.total() > 0 })
+		published := func(id string) func() error {
+			return func() error {
+				var j jobAnswer
+				if _, _, err := s.do("GET", "/v1/jobs/"+id+"?region=us", nil, &j); err != nil {
+					t.Fatal(err)
+				}
+				if j.State != "published" {
+					return fmt.Errorf("job %s is %s", id, j.State)
+				}
+				return nil
 			}
-			if parent.State == "published" {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
+		testkit.Eventually(t, wait, "the review to publish after the restart", published(review.ID))
 		// Let a duplicate, if there were one, arrive before counting.
 		deliveries := jobsOf(t, s, "webhook")
 		for _, d := range deliveries {
-			for d.State != "published" && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-				s.do("GET", "/v1/jobs/"+d.ID+"?region=us", nil, &d)
-			}
+			testkit.Eventually(t, wait, "the delivery to publish", published(d.ID))
 		}
 		s.stop()
-		if parent.State != "published" {
-			t.Fatalf("review %s is %s after the restart, want published", review.ID, parent.State)
-		}
 		ids, most := recv.stats()
 		t.Logf("publish-before-CAS: %d delivery jobs, receiver saw %d webhook-ids, at most %d receptions of one", len(deliveries), ids, most)
 		if len(deliveries) != 1 || ids != 1 || most != 1 {

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // TestExamples runs examples/go-worker and examples/node-worker end to end,
@@ -178,20 +180,21 @@ func startRatelane(t *testing.T, bin string) *ratelaneServer {
 		[]string{"serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0", "--regions", "eu", "--log-format", "text"},
 		[]string{"RATELANE_ADMIN_KEY=" + admin})
 	url := p.waitLine(t, regexp.MustCompile(`ratelane: serving (http://\S+)`), 30*time.Second)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return &ratelaneServer{url: url, adminKey: admin}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s/readyz not ready after 20s: %v", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	testkit.Eventually(t, testkit.Timeout, url+"/readyz to answer 200", func() error { return ready(url) })
+	return &ratelaneServer{url: url, adminKey: admin}
+}
+
+// ready is nil when the server at url answers its readiness probe with 200.
+func ready(url string) error {
+	resp, err := http.Get(url + "/readyz")
+	if err != nil {
+		return err
 	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
 }
 
 func (s *ratelaneServer) createKey(t *testing.T, tenant, role string) string {
@@ -460,15 +463,16 @@ func (p *proc) waitExit(t *testing.T, timeout time.Duration) {
 // waitLine waits for an output line matching re and returns its first group.
 func (p *proc) waitLine(t *testing.T, re *regexp.Regexp, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var line string
+	testkit.Eventually(t, timeout, fmt.Sprintf("%s to print %q", p.name, re), func() error {
 		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
 		for sc.Scan() {
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				line = m[0]
 				if len(m) > 1 {
-					return m[1]
+					line = m[1]
 				}
-				return m[0]
+				return nil
 			}
 		}
 		select {
@@ -476,11 +480,9 @@ func (p *proc) waitLine(t *testing.T, re *regexp.Regexp, timeout time.Duration) 
 			t.Fatalf("%s exited (%v) before printing %q\n%s", p.name, p.err, re, p.out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s printed no %q in %v\n%s", p.name, re, timeout, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("its output so far:\n%s", p.out.String())
+	})
+	return line
 }
 
 // lockedBuffer is a bytes.Buffer the process's output goroutines and the

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // hangOnce ignores its context on the first attempt of a job, until
@@ -57,21 +58,9 @@ func TestHandlerMaxRunTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-h.started
-	deadline := time.Now().Add(30 * time.Second)
-	var j *ratelane.Job
-	for {
-		if j, err = c.Job(ctx, "us", res.Job.ID); err != nil {
-			t.Fatal(err)
-		}
-		if j.State == ratelane.StatePublished {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job is %s after 30s; the stuck attempt was never abandoned: %+v", j.State, j.History)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Recv(t, h.started, testkit.Timeout, "the first attempt to start")
+	j := waitForJob(t, c, res.Job.ID, testkit.Timeout, "the stuck attempt to be abandoned and the retry to publish",
+		func(j *ratelane.Job) bool { return j.State == ratelane.StatePublished })
 	if len(j.History) != 2 || !strings.Contains(j.History[0].Error, "maximum run time 1s exceeded") || j.Attempts.Transient != 1 {
 		t.Fatalf("history %+v, attempts %+v; want a timeout (transient) then a success", j.History, j.Attempts)
 	}
@@ -79,12 +68,8 @@ func TestHandlerMaxRunTime(t *testing.T) {
 		t.Fatalf("ratelane_handlers_stuck = %v while the first attempt still blocks, want 1", got)
 	}
 	release.Do(func() { close(h.release) })
-	for gauge(t, reg, "ratelane_handlers_stuck") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("ratelane_handlers_stuck did not return to 0 after the handler returned")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, testkit.Timeout, "ratelane_handlers_stuck to return to 0 after the handler returned",
+		func() bool { return gauge(t, reg, "ratelane_handlers_stuck") == 0 })
 }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {

@@ -1,12 +1,11 @@
 package ratelane_test
 
 import (
-	"context"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // TestExternalLeaseRecoveredWithoutHandlers is invariant 3 for a process
@@ -18,28 +17,9 @@ import (
 // reaper, and such a lease stayed running for good.
 func TestExternalLeaseRecoveredWithoutHandlers(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	const admin = "rl_reaptest_AdminKeyForTheReaperEndToEndTestAbcdefghijklmnopq"
-	c, err := ratelane.NewClient(ctx, ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, LeaseFor: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: admin, RequestRate: -1})
-	if err != nil {
-		c.Stop(ctx)
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		c.Stop(context.Background())
-	})
-	a := &reviewAPI{t: t, c: c, url: srv.URL}
+	c, url := serveAPI(t, ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, LeaseFor: time.Second}, admin)
+	a := &reviewAPI{t: t, c: c, url: url}
 	key := func(role string) string {
 		var out struct {
 			Secret string `json:"secret"`
@@ -64,20 +44,9 @@ func TestExternalLeaseRecoveredWithoutHandlers(t *testing.T) {
 	}
 	at := time.Now()
 	// The worker vanishes: no heartbeat, no outcome.
-	deadline := at.Add(30 * time.Second)
-	for {
-		j, err := c.Job(ctx, "us", created.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.State == ratelane.StateWaiting && len(j.History) == 1 && j.History[0].Outcome == "lease_expired" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the abandoned external lease was not recovered in 30s: job %s, history %+v", j.State, j.History)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForJob(t, c, created.ID, testkit.Timeout, "the abandoned external lease to be recovered", func(j *ratelane.Job) bool {
+		return j.State == ratelane.StateWaiting && len(j.History) == 1 && j.History[0].Outcome == "lease_expired"
+	})
 	t.Logf("external lease of 1s recovered %v after it was taken", time.Since(at).Round(time.Millisecond))
 	a.call("POST", "/v1/jobs/"+created.ID+"/complete?region=us", worker,
 		map[string]any{"lease_token": leased.Jobs[0].LeaseToken, "result": map[string]int{"n": 1}}, nil, 409, nil)

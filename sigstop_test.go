@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // TestStoppedWorkerIsFenced is RELIABILITY.md T4(b): an external worker
@@ -100,15 +102,13 @@ func TestStoppedWorkerIsFenced(t *testing.T) {
 	}
 	stopped = false
 	a.waitLine(t, regexp.MustCompile(`"msg":"report failed".*409|"msg":"heartbeat failed".*409`), 30*time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	refused := refusedLate(t, rl)
-	for refused <= refusedBefore && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-		refused = refusedLate(t, rl)
-	}
-	if refused-refusedBefore < 1 {
-		t.Fatalf("no late write of worker A was refused (409 count %d -> %d)\n%s", refusedBefore, refused, a.out.String())
-	}
+	var refused int
+	testkit.Eventually(t, testkit.Timeout, "a late write of worker A to be refused", func() error {
+		if refused = refusedLate(t, rl); refused <= refusedBefore {
+			return fmt.Errorf("409 count %d -> %d; worker A's output:\n%s", refusedBefore, refused, a.out.String())
+		}
+		return nil
+	})
 
 	// The late writes changed nothing.
 	var final exampleJob
@@ -136,30 +136,21 @@ func TestStoppedWorkerIsFenced(t *testing.T) {
 // upstream only after this makes the fault the test injects certain.
 func waitStopped(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("every thread of process %d to stop after SIGSTOP", pid), func() bool {
 		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
 		if err != nil || len(tasks) == 0 {
 			t.Fatalf("threads of %d: %v (%d found)", pid, err, len(tasks))
 		}
-		all := true
 		for _, f := range tasks {
 			b, err := os.ReadFile(f)
 			// The state follows the command name in parentheses: "pid (comm) T ...".
 			i := bytes.LastIndexByte(b, ')')
 			if err != nil || i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
-				all = false
-				break
+				return false
 			}
 		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d did not stop within 10s of SIGSTOP", pid)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return true
+	})
 }
 
 // holdingUpstream answers 200, holding the first call until unblock.
@@ -204,20 +195,18 @@ func countHistory(j exampleJob, outcome string) int {
 
 func waitJob(t *testing.T, base, key, id, what string, timeout time.Duration, cond func(exampleJob) bool) exampleJob {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var j exampleJob
+	var j exampleJob
+	testkit.Eventually(t, timeout, what, func() error {
+		j = exampleJob{}
 		if status := doJSON(t, http.MethodGet, base+"/v1/jobs/"+id+"?region=eu", key, "", &j); status != http.StatusOK {
 			t.Fatalf("GET job %s: %d", id, status)
 		}
-		if cond(j) {
-			return j
+		if !cond(j) {
+			return fmt.Errorf("job %s: %+v", id, j)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: timed out waiting for %s: %+v", id, what, j)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return j
 }
 
 // lateRefusal matches the API's counter of lease-lost answers to an

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/webhook"
 	"github.com/ratelane/ratelane/review"
 )
@@ -148,10 +148,8 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 
 	regions := []ratelane.Region{{Name: "us", Synchronous: "NORMAL"}, {Name: "eu", Synchronous: "NORMAL"}}
 	if postgres {
-		url := postgresURL(t)
 		for i := range regions {
-			schema := fmt.Sprintf("tenancy_%s_%d", regions[i].Name, time.Now().UnixNano())
-			dropSchema(t, url, schema)
+			url, schema := testkit.PostgresSchema(t, "rl_tenancy_"+regions[i].Name+"_")
 			regions[i] = ratelane.Region{Name: regions[i].Name, PostgresURL: url, PostgresSchema: schema}
 		}
 	}
@@ -164,26 +162,8 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 	}
 	rdjsonlDir := t.TempDir()
 	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 50 * time.Millisecond, RDJSONLDir: rdjsonlDir})
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: tenancyAdminKey, RequestRate: -1})
-	if err != nil {
-		c.Stop(ctx)
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		c.Stop(context.Background())
-	})
-	e := &tenancyEnv{t: t, c: c, url: srv.URL, recv: recv, keys: map[string]string{"admin": tenancyAdminKey}, rdjsonlDir: rdjsonlDir}
+	c, url := serveAPI(t, cfg, tenancyAdminKey)
+	e := &tenancyEnv{t: t, c: c, url: url, recv: recv, keys: map[string]string{"admin": tenancyAdminKey}, rdjsonlDir: rdjsonlDir}
 	for _, tenant := range []string{"acme", "globex"} {
 		for _, role := range []string{"producer", "worker"} {
 			var out struct {
@@ -259,21 +239,10 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 // waitFinal waits until every job is published or terminal.
 func (e *tenancyEnv) waitFinal(ids ...string) {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
 	for _, id := range ids {
-		for {
-			j, err := e.c.Job(context.Background(), "us", id)
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			if j.State.Final() || j.State == ratelane.StateValidated {
-				break
-			}
-			if time.Now().After(deadline) {
-				e.t.Fatalf("job %s still %s", id, j.State)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitForJob(e.t, e.c, id, testkit.Timeout, "the job to end", func(j *ratelane.Job) bool {
+			return j.State.Final() || j.State == ratelane.StateValidated
+		})
 	}
 }
 
@@ -283,19 +252,9 @@ func keyID(secret string) string { return strings.Split(secret, "_")[1] }
 // waitPublished waits until a review is published.
 func (e *tenancyEnv) waitPublished(id string) {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		j, err := e.c.Job(context.Background(), "us", id)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if j.State == ratelane.StatePublished {
-			return
-		}
-		if j.State == ratelane.StateTerminal || time.Now().After(deadline) {
-			e.t.Fatalf("review %s is %s, want published", id, j.State)
-		}
-		time.Sleep(10 * time.Millisecond)
+	j := waitForJob(e.t, e.c, id, testkit.Timeout, "the review to publish", func(j *ratelane.Job) bool { return j.State.Final() })
+	if j.State != ratelane.StatePublished {
+		e.t.Fatalf("review %s is %s/%s, want published", id, j.State, j.Reason)
 	}
 }
 

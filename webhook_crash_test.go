@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -143,25 +144,15 @@ func TestWebhookKill9Recovery(t *testing.T) {
 // waitRunning waits until the store shows a job running (a lease held).
 func waitRunning(t *testing.T, c *ratelane.Client, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for countState(t, c, job.StateRunning) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no job running after %v", timeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, timeout, "a job to run", func() bool { return countState(t, c, job.StateRunning) > 0 })
 }
 
 func waitDistinct(t *testing.T, c *idCounter, want int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if n, _ := c.stats(); n >= want {
-			return
+	testkit.Eventually(t, timeout, fmt.Sprintf("%d distinct deliveries", want), func() error {
+		if n, _ := c.stats(); n < want {
+			return fmt.Errorf("%d received", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d deliveries after %v", want, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

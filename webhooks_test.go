@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/webhook"
 )
@@ -89,81 +90,19 @@ func (e *hookEnv) publish(id string, version int64) ratelane.PublishResult {
 // waitDelivery waits until a delivery is final and returns it.
 func (e *hookEnv) waitDelivery(id string, timeout time.Duration) *ratelane.Job {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		j, err := e.client.Job(context.Background(), "us", id)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if j.State.Final() {
-			return j
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("delivery %s still %s after %v", id, j.State, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return waitForJob(e.t, e.client, id, timeout, "the delivery to end", func(j *ratelane.Job) bool { return j.State.Final() })
 }
 
 // waitAccepted waits until route has accepted n distinct webhook-ids.
 func (e *hookEnv) waitAccepted(route string, n int64, timeout time.Duration) upstream.RouteReport {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		rt := e.sim.Stats().Routes[route]
-		if rt.UniqueIDs >= n {
-			return rt
+	testkit.Eventually(e.t, timeout, fmt.Sprintf("route %s to accept %d webhook-ids", route, n), func() error {
+		if got := e.sim.Stats().Routes[route].UniqueIDs; got < n {
+			return fmt.Errorf("%d accepted", got)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("route %s accepted %d of %d after %v", route, rt.UniqueIDs, n, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// TestWebhookPacing is the acceptance test: a subscriber allowing
-// 20/s with a burst of 5 (429 + Retry-After beyond) receives 2,000
-// deliveries with at most 2% of attempts answered 429, at 90% or more of
-// its allowance, with no duplicate webhook-id, while a 200/s subscriber
-// beside it is not slowed.
-func TestWebhookPacing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("takes about 100 s: 2,000 deliveries at 20/s")
-	}
-	// Not parallel: it measures rates, so it runs while the package's
-	// parallel tests are paused.
-	e := newIdleHookEnv(t, true)
-	e.subscribe("slow", 20, 5)
-	e.subscribe("fast", 200, 20)
-	const n = 2000
-	// Published before the engine starts: the test is about pacing, not
-	// about how fast it can publish (under -race, slower than 200/s).
-	for i := range n {
-		e.publish(fmt.Sprintf("shp_%05d", i), 1)
-	}
-	if err := e.client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	fast := e.waitAccepted("fast", n, 60*time.Second)
-	slow := e.waitAccepted("slow", n, 200*time.Second)
-	for name, rt := range map[string]upstream.RouteReport{"slow": slow, "fast": fast} {
-		allowance := rt.Config.Rate
-		share := float64(rt.RateLimited) / float64(rt.Attempts)
-		t.Logf("%s: %d accepted at %.1f/s of %.0f/s, %d of %d attempts answered 429 (%.2f%%), %d duplicates",
-			name, rt.Accepted, rt.AchievedRate, allowance, rt.RateLimited, rt.Attempts, 100*share, rt.Duplicates)
-		if rt.Duplicates != 0 || rt.UniqueIDs != n {
-			t.Errorf("%s: %d duplicates, %d distinct of %d", name, rt.Duplicates, rt.UniqueIDs, n)
-		}
-		if share > 0.02 {
-			t.Errorf("%s: %.2f%% of attempts answered 429, want at most 2%%", name, 100*share)
-		}
-		if raceEnabled && name == "fast" {
-			continue // the race detector, not the pacing, limits 200/s on a small machine
-		}
-		if rt.AchievedRate < 0.9*allowance {
-			t.Errorf("%s: achieved %.1f/s, want at least 90%% of %.0f/s", name, rt.AchievedRate, allowance)
-		}
-	}
+		return nil
+	})
+	return e.sim.Stats().Routes[route]
 }
 
 // TestWebhookSSRFGuard: a subscriber on 127.0.0.1 is refused by default

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // liveAdminKey is the admin key of the live test servers.
@@ -108,18 +109,6 @@ func (a *liveAPI) okJSON(t *testing.T, v any, args ...string) {
 	out := a.ok(t, append(args, "-o", "json")...)
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		t.Fatalf("ratelane %q -o json: %v\n%s", args, err, out)
-	}
-}
-
-// eventually polls cond until it holds or 30 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -218,7 +207,7 @@ func TestLiveSubscribersEventsDeliveries(t *testing.T) {
 	api.fails(t, 1, []string{"Not Found"}, "deliveries", "get", "nope")
 
 	// redeliver a published delivery: a copy with the same webhook-id.
-	eventually(t, "the delivery to be published", func() bool {
+	testkit.WaitFor(t, testkit.Timeout, "the delivery to be published", func() bool {
 		var dl struct {
 			Deliveries []deliveryView `json:"deliveries"`
 		}
@@ -236,7 +225,7 @@ func TestLiveSubscribersEventsDeliveries(t *testing.T) {
 	api.ok(t, "events", "publish", "--topic", "fail.topic", "--id", "f1", "--region", "eu", "--payload", "{}")
 	api.okJSON(t, &dl, "events", "deliveries", "f1", "--region", "eu")
 	failID := dl.Deliveries[0].ID
-	eventually(t, "a failed answer to be recorded", func() bool {
+	testkit.WaitFor(t, testkit.Timeout, "a failed answer to be recorded", func() bool {
 		code, _, _ := api.cli(t, "deliveries", "response", failID)
 		return code == 0
 	})

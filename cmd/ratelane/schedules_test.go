@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // The schedule verbs end to end against a live server whose client runs
@@ -31,7 +33,7 @@ func TestLiveSchedules(t *testing.T) {
 		t.Fatalf("ls table: %s", out)
 	}
 	var jobID string
-	eventually(t, "a tick's job", func() bool {
+	testkit.WaitFor(t, testkit.Timeout, "a tick's job", func() bool {
 		var sc struct {
 			LastJobID string `json:"last_job_id"`
 		}

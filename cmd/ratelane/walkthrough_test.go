@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // A walkthrough is a sequence of shell blocks in README.md or docs/*.md
@@ -303,23 +305,22 @@ func freeAddr(t *testing.T) string {
 // waitServing polls the discovery document until the server answers.
 func waitServing(t *testing.T, url string, exited <-chan error, log *syncBuffer) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, 60*time.Second, "ratelane serve to answer at "+url, func() error {
 		select {
 		case err := <-exited:
 			t.Fatalf("ratelane serve exited: %v\n%s", err, log.String())
 		default:
 		}
 		resp, err := http.Get(url + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return fmt.Errorf("%v; its log:\n%s", err, log.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("ratelane serve did not answer at %s within 60s\n%s", url, log.String())
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz answers %d; its log:\n%s", resp.StatusCode, log.String())
+		}
+		return nil
+	})
 }
 
 // apiKeyPattern matches an API key, which serve prints once at first start:

@@ -322,7 +322,7 @@ func TestLearnedBurst(t *testing.T) {
 		s := NewState(Config{Name: "k", Rate: 400, Burst: 200, Adaptive: true})
 		s.LearnedRate = learned
 		n := 0
-		for {
+		for n < 1000 { // bounded: a bucket that never refused fails the test, not hangs it
 			ok, _ := s.Check(t0, 1)
 			if !ok {
 				return n
@@ -331,6 +331,7 @@ func TestLearnedBurst(t *testing.T) {
 			s.Release()
 			n++
 		}
+		return n
 	}
 	for _, c := range []struct {
 		learned float64

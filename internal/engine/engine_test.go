@@ -2,10 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -16,8 +18,16 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/store/storetest"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
+// Most tests here run an engine on a real SQLite file inside a
+// testing/synctest bubble: the store's file I/O runs for real, while the
+// engine's timers, the handlers' sleeps and the tests' waits run on the
+// bubble's fake clock, which moves only when every goroutine waits. A slow
+// machine takes longer in real time but cannot change what a test sees.
+// Tests that also run on PostgreSQL stay on the real clock, with
+// internal/testkit's waits: a bubble cannot wait through network I/O.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newStore(t *testing.T) store.Store {
@@ -68,10 +78,10 @@ func insertNow(t *testing.T, s store.Store, jobs ...*job.Job) {
 // waitFinal waits until no job is left unfinished or the timeout passes.
 func waitFinal(t *testing.T, s store.Store, timeout time.Duration) store.Stats {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st, err := s.Stats(context.Background(), time.Now())
-		if err != nil {
+	var st store.Stats
+	testkit.Eventually(t, timeout, "every job to finish", func() error {
+		var err error
+		if st, err = s.Stats(context.Background(), time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		open := int64(0)
@@ -82,14 +92,26 @@ func waitFinal(t *testing.T, s store.Store, timeout time.Duration) store.Stats {
 				}
 			}
 		}
-		if open == 0 {
-			return st
+		if open > 0 {
+			return fmt.Errorf("%d jobs still unfinished: %+v", open, st.Counts)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d jobs still unfinished after %v: %+v", open, timeout, st.Counts)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	return st
+}
+
+// pacedBacklog sets key k to rate per second, burst 1, and inserts n
+// batch jobs on it.
+func pacedBacklog(t *testing.T, s store.Store, rate float64, n int) {
+	t.Helper()
+	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: rate, Burst: 1}, time.Now()); err != nil {
+		t.Fatal(err)
 	}
+	var jobs []*job.Job
+	for range n {
+		jobs = append(jobs, storetest.NewJob("acme", job.LaneBatch, "k"))
+	}
+	insertNow(t, s, jobs...)
 }
 
 func noop() engine.Kind {
@@ -100,56 +122,32 @@ func noop() engine.Kind {
 
 func TestRunsEveryJobOnce(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	var mu sync.Mutex
-	seen := map[string]int{}
-	kind := engine.Kind{Handler: engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
-		mu.Lock()
-		seen[j.ID]++
-		mu.Unlock()
-		return job.Outcome{Class: job.ClassSuccess, Result: []byte(`{"ok":true}`)}
-	})}
-	var jobs []*job.Job
-	for range 500 {
-		jobs = append(jobs, storetest.NewJob("acme", job.LaneBatch, "k"))
-	}
-	insertNow(t, s, jobs...)
-	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": kind}, Workers: 8})
-	st := waitFinal(t, s, 90*time.Second)
-	if st.Counts[job.LaneBatch][job.StatePublished] != 500 {
-		t.Fatalf("published %d of 500", st.Counts[job.LaneBatch][job.StatePublished])
-	}
-	for id, n := range seen {
-		if n != 1 {
-			t.Fatalf("job %s ran %d times", id, n)
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		var mu sync.Mutex
+		seen := map[string]int{}
+		kind := engine.Kind{Handler: engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
+			mu.Lock()
+			seen[j.ID]++
+			mu.Unlock()
+			return job.Outcome{Class: job.ClassSuccess, Result: []byte(`{"ok":true}`)}
+		})}
+		var jobs []*job.Job
+		for range 500 {
+			jobs = append(jobs, storetest.NewJob("acme", job.LaneBatch, "k"))
 		}
-	}
-}
-
-// pauseClock is the engines' clock in TestRateLimitPausesKeyForEveryWorker:
-// it stands still at a chosen instant until released, then runs with real
-// time from a later instant.
-type pauseClock struct {
-	mu     sync.Mutex
-	frozen bool
-	at     time.Time
-	shift  time.Duration
-}
-
-func (c *pauseClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.frozen {
-		return c.at
-	}
-	return time.Now().Add(c.shift)
-}
-
-// release lets the clock run from at.
-func (c *pauseClock) release(at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.frozen, c.shift = false, time.Until(at)
+		insertNow(t, s, jobs...)
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": kind}, Workers: 8})
+		st := waitFinal(t, s, 90*time.Second)
+		if st.Counts[job.LaneBatch][job.StatePublished] != 500 {
+			t.Fatalf("published %d of 500", st.Counts[job.LaneBatch][job.StatePublished])
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Fatalf("job %s ran %d times", id, n)
+			}
+		}
+	})
 }
 
 // TestRateLimitPausesKeyForEveryWorker is invariants 4 and 5: a 429 with
@@ -161,231 +159,251 @@ func (c *pauseClock) release(at time.Time) {
 // only then moves to the end of the pause: the test cannot fail because the
 // machine is slow (issue 11 item 6), and a pause that let a start through,
 // or blocked the other key, fails it whatever the speed. The hot key has
-// no rate and no cap, so only the pause can hold its jobs back.
+// no rate and no cap, so only the pause can hold its jobs back. In a
+// synctest bubble, so the waits' deadlines are on the fake clock too: a
+// slow machine takes longer in real time, not in the test's.
 func TestRateLimitPausesKeyForEveryWorker(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	clk := &pauseClock{frozen: true, at: time.Now()}
-	t0 := clk.Now()
-	var mu sync.Mutex
-	var hotStarts []time.Time
-	var coldStarts atomic.Int64
-	h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
-		if j.LimitKeys[0] == "cold" {
-			coldStarts.Add(1)
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		clk := testkit.NewClock(time.Now())
+		t0 := clk.Now()
+		var mu sync.Mutex
+		var hotStarts []time.Time
+		var coldStarts atomic.Int64
+		h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
+			if j.LimitKeys[0] == "cold" {
+				coldStarts.Add(1)
+				return job.Outcome{Class: job.ClassSuccess}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			hotStarts = append(hotStarts, clk.Now())
+			if len(hotStarts) == 1 {
+				return job.Outcome{Class: job.ClassRateLimited, RetryAfter: 2 * time.Second, Status: 429}
+			}
 			return job.Outcome{Class: job.ClassSuccess}
+		})
+		insertAt := func(jobs ...*job.Job) {
+			t.Helper()
+			for _, j := range jobs {
+				j.EligibleAt, j.CreatedAt = t0, t0
+			}
+			if _, err := s.Insert(context.Background(), jobs, admission.Config{}); err != nil {
+				t.Fatal(err)
+			}
 		}
+		first := storetest.NewJob("acme", job.LaneInteractive, "hot")
+		insertAt(first)
+		kinds := map[string]engine.Kind{"noop": {Handler: h}}
+		start(t, engine.Config{Store: s, Kinds: kinds, Workers: 4, Now: clk.Now})
+		start(t, engine.Config{Store: s, Kinds: kinds, Workers: 4, Now: clk.Now}) // a second node on the same store
+
+		// The 429 is recorded once the attempt is scheduled for retry; the
+		// pause was written in the same transition.
+		testkit.WaitFor(t, testkit.Timeout, "the 429 to be recorded", func() bool {
+			got, err := s.Get(context.Background(), first.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got.State == job.StateRetryScheduled
+		})
+		// Hot jobs first, so nothing but the pause keeps them behind the cold ones.
+		var more []*job.Job
+		for range 19 {
+			more = append(more, storetest.NewJob("acme", job.LaneInteractive, "hot"))
+		}
+		for range 300 {
+			more = append(more, storetest.NewJob("acme", job.LaneInteractive, "cold"))
+		}
+		insertAt(more...)
+		testkit.WaitFor(t, testkit.Timeout, "every cold job to start during the pause", func() bool { return coldStarts.Load() == 300 })
+		mu.Lock()
+		if len(hotStarts) != 1 {
+			t.Fatalf("%d starts of the paused key while the clock stood inside the pause", len(hotStarts)-1)
+		}
+		mu.Unlock()
+
+		clk.Set(t0.Add(2 * time.Second))
+		clk.Run()
+		waitFinal(t, s, 90*time.Second)
 		mu.Lock()
 		defer mu.Unlock()
-		hotStarts = append(hotStarts, clk.Now())
-		if len(hotStarts) == 1 {
-			return job.Outcome{Class: job.ClassRateLimited, RetryAfter: 2 * time.Second, Status: 429}
+		if len(hotStarts) != 21 {
+			t.Fatalf("hot starts = %d, want 21 (20 jobs + 1 retry)", len(hotStarts))
 		}
-		return job.Outcome{Class: job.ClassSuccess}
+		for _, at := range hotStarts[1:] {
+			if at.Before(t0.Add(2 * time.Second)) {
+				t.Fatalf("a job on the paused key started %v after the 429", at.Sub(t0))
+			}
+		}
 	})
-	insertAt := func(jobs ...*job.Job) {
-		t.Helper()
-		for _, j := range jobs {
-			j.EligibleAt, j.CreatedAt = t0, t0
-		}
-		if _, err := s.Insert(context.Background(), jobs, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first := storetest.NewJob("acme", job.LaneInteractive, "hot")
-	insertAt(first)
-	kinds := map[string]engine.Kind{"noop": {Handler: h}}
-	start(t, engine.Config{Store: s, Kinds: kinds, Workers: 4, Now: clk.Now})
-	start(t, engine.Config{Store: s, Kinds: kinds, Workers: 4, Now: clk.Now}) // a second node on the same store
-
-	// The 429 is recorded once the attempt is scheduled for retry; the
-	// pause was written in the same transition.
-	waitFor(t, "the 429 to be recorded", func() bool {
-		got, err := s.Get(context.Background(), first.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.State == job.StateRetryScheduled
-	})
-	// Hot jobs first, so nothing but the pause keeps them behind the cold ones.
-	var more []*job.Job
-	for range 19 {
-		more = append(more, storetest.NewJob("acme", job.LaneInteractive, "hot"))
-	}
-	for range 300 {
-		more = append(more, storetest.NewJob("acme", job.LaneInteractive, "cold"))
-	}
-	insertAt(more...)
-	waitFor(t, "every cold job to start during the pause", func() bool { return coldStarts.Load() == 300 })
-	mu.Lock()
-	if len(hotStarts) != 1 {
-		t.Fatalf("%d starts of the paused key while the clock stood inside the pause", len(hotStarts)-1)
-	}
-	mu.Unlock()
-
-	clk.release(t0.Add(2 * time.Second))
-	waitFinal(t, s, 90*time.Second)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(hotStarts) != 21 {
-		t.Fatalf("hot starts = %d, want 21 (20 jobs + 1 retry)", len(hotStarts))
-	}
-	for _, at := range hotStarts[1:] {
-		if at.Before(t0.Add(2 * time.Second)) {
-			t.Fatalf("a job on the paused key started %v after the 429", at.Sub(t0))
-		}
-	}
 }
 
+// TestCancelRunningJobWithinASecond: a job cancelled while its handler
+// runs has the handler's context cancelled within a second (the engine
+// sees the cancel at its next heartbeat), and the late outcome changes
+// nothing. In a synctest bubble, the second is measured on the fake clock,
+// which moves only when every goroutine waits: the bound tests the
+// engine's heartbeat, not this machine's speed.
 func TestCancelRunningJobWithinASecond(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	started := make(chan struct{})
-	stopped := make(chan time.Time, 1)
-	h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
-		close(started)
-		<-ctx.Done()
-		stopped <- time.Now()
-		return job.Outcome{Class: job.ClassTransient, Err: "cancelled"}
-	})
-	j := storetest.NewJob("acme", job.LaneInteractive, "k")
-	insertNow(t, s, j)
-	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}})
-	<-started
-	time.Sleep(600 * time.Millisecond) // running longer than a heartbeat tick
-	at := time.Now()
-	if _, err := s.Cancel(context.Background(), j.ID, at); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-stopped:
-		if d := got.Sub(at); d > time.Second {
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		started := make(chan struct{})
+		stopped := make(chan time.Time, 1)
+		h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			close(started)
+			<-ctx.Done()
+			stopped <- time.Now()
+			return job.Outcome{Class: job.ClassTransient, Err: "cancelled"}
+		})
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		insertNow(t, s, j)
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}})
+		testkit.Recv(t, started, testkit.Timeout, "the handler to start")
+		time.Sleep(600 * time.Millisecond) // running longer than a heartbeat tick
+		at := time.Now()
+		if _, err := s.Cancel(context.Background(), j.ID, at); err != nil {
+			t.Fatal(err)
+		}
+		if d := testkit.Recv(t, stopped, 3*time.Second, "the running handler to be cancelled").Sub(at); d > time.Second {
 			t.Fatalf("handler context cancelled %v after the cancel, want within 1s", d)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the running handler was never cancelled")
-	}
-	got, _ := s.Get(context.Background(), j.ID)
-	if got.State != job.StateTerminal || got.Reason != job.ReasonCancelled {
-		t.Fatalf("job after cancel = %s/%s; the late outcome must not overwrite it", got.State, got.Reason)
-	}
+		synctest.Wait() // the late outcome refused
+		got, _ := s.Get(context.Background(), j.ID)
+		if got.State != job.StateTerminal || got.Reason != job.ReasonCancelled {
+			t.Fatalf("job after cancel = %s/%s; the late outcome must not overwrite it", got.State, got.Reason)
+		}
+	})
 }
 
 // TestBudgetsAreIndependent is invariant 7: congestion, transient and schema
 // attempts are counted separately, and permanent errors are never retried.
 func TestBudgetsAreIndependent(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	script := []job.Outcome{
-		{Class: job.ClassRateLimited, RetryAfter: 20 * time.Millisecond, Status: 429},
-		{Class: job.ClassTransient, Status: 502},
-		{Class: job.ClassInvalidOutput, Err: "schema"},
-		{Class: job.ClassRateLimited, Status: 429},
-		{Class: job.ClassSuccess},
-	}
-	var calls atomic.Int32
-	var permCalls atomic.Int32
-	kinds := map[string]engine.Kind{
-		"noop": {Handler: engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
-			return script[calls.Add(1)-1]
-		})},
-		"perm": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
-			permCalls.Add(1)
-			return job.Outcome{Class: job.ClassPermanent, Status: 401, Err: "unauthorized"}
-		})},
-	}
-	j := storetest.NewJob("acme", job.LaneInteractive, "k")
-	j.Budgets = job.Budgets{Congestion: 2, Transient: 1, Schema: 1}
-	p := storetest.NewJob("acme", job.LaneInteractive, "k2")
-	p.Kind = "perm"
-	insertNow(t, s, j, p)
-	start(t, engine.Config{Store: s, Kinds: kinds})
-	waitFinal(t, s, 90*time.Second)
-	got, _ := s.Get(context.Background(), j.ID)
-	if got.State != job.StatePublished || got.Attempts != (job.Attempts{Congestion: 2, Transient: 1, Schema: 1}) {
-		t.Fatalf("job = %s, attempts %+v; want published after 2 congestion, 1 transient, 1 schema", got.State, got.Attempts)
-	}
-	if len(got.History) != 5 || got.History[1].Status != 502 {
-		t.Fatalf("history has %d records: %+v", len(got.History), got.History)
-	}
-	pj, _ := s.Get(context.Background(), p.ID)
-	if pj.State != job.StateTerminal || pj.Reason != job.ReasonPermanentError || permCalls.Load() != 1 {
-		t.Fatalf("permanent job = %s/%s after %d calls; want terminal after exactly 1", pj.State, pj.Reason, permCalls.Load())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		script := []job.Outcome{
+			{Class: job.ClassRateLimited, RetryAfter: 20 * time.Millisecond, Status: 429},
+			{Class: job.ClassTransient, Status: 502},
+			{Class: job.ClassInvalidOutput, Err: "schema"},
+			{Class: job.ClassRateLimited, Status: 429},
+			{Class: job.ClassSuccess},
+		}
+		var calls atomic.Int32
+		var permCalls atomic.Int32
+		kinds := map[string]engine.Kind{
+			"noop": {Handler: engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
+				return script[calls.Add(1)-1]
+			})},
+			"perm": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+				permCalls.Add(1)
+				return job.Outcome{Class: job.ClassPermanent, Status: 401, Err: "unauthorized"}
+			})},
+		}
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		j.Budgets = job.Budgets{Congestion: 2, Transient: 1, Schema: 1}
+		p := storetest.NewJob("acme", job.LaneInteractive, "k2")
+		p.Kind = "perm"
+		insertNow(t, s, j, p)
+		start(t, engine.Config{Store: s, Kinds: kinds})
+		waitFinal(t, s, 90*time.Second)
+		got, _ := s.Get(context.Background(), j.ID)
+		if got.State != job.StatePublished || got.Attempts != (job.Attempts{Congestion: 2, Transient: 1, Schema: 1}) {
+			t.Fatalf("job = %s, attempts %+v; want published after 2 congestion, 1 transient, 1 schema", got.State, got.Attempts)
+		}
+		if len(got.History) != 5 || got.History[1].Status != 502 {
+			t.Fatalf("history has %d records: %+v", len(got.History), got.History)
+		}
+		pj, _ := s.Get(context.Background(), p.ID)
+		if pj.State != job.StateTerminal || pj.Reason != job.ReasonPermanentError || permCalls.Load() != 1 {
+			t.Fatalf("permanent job = %s/%s after %d calls; want terminal after exactly 1", pj.State, pj.Reason, permCalls.Load())
+		}
+	})
 }
 
 // TestAbandonedLeaseRecovered is invariant 3: a lease taken by a worker that
-// then vanished is recovered within one lease period, and the lost worker's
-// late outcome is refused.
+// then vanished is recovered within one lease period (plus a reap tick),
+// and the lost worker's late outcome is refused. In a synctest bubble, so
+// the bound is exact on the fake clock.
 func TestAbandonedLeaseRecovered(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	j := storetest.NewJob("acme", job.LaneBatch, "k")
-	insertNow(t, s, j)
-	leased, err := s.Lease(context.Background(), store.LeaseParams{Now: time.Now(), Max: 1, LeaseFor: time.Second})
-	if err != nil || len(leased) != 1 {
-		t.Fatalf("lease: %v %v", leased, err)
-	}
-	lost := leased[0]
-	at := time.Now()
-	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, LeaseFor: time.Second, ReapEvery: 50 * time.Millisecond, HeartbeatEvery: 200 * time.Millisecond})
-	waitFinal(t, s, 30*time.Second)
-	// The lease expires 1 s after it was taken and the reaper runs every
-	// 50 ms: recovery is due within about a second. The bound is loose
-	// only to stay true on a loaded machine.
-	if d := time.Since(at); d > 3*time.Second {
-		t.Fatalf("recovery took %v, want within one lease period (1s) plus a reap tick", d)
-	}
-	got, _ := s.Get(context.Background(), j.ID)
-	if got.State != job.StatePublished || got.Attempts.Transient != 1 || got.History[0].Outcome != job.ClassLeaseExpired {
-		t.Fatalf("recovered job = %s attempts %+v history %+v", got.State, got.Attempts, got.History)
-	}
-	late := engine.Decide(lost, job.Outcome{Class: job.ClassSuccess}, time.Now(), false, engine.Backoff{}, 0)
-	errs, err := s.Finish(context.Background(), []store.Transition{late})
-	if err != nil || errs[0] == nil {
-		t.Fatalf("the lost worker's late outcome was accepted: %v %v", errs, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		j := storetest.NewJob("acme", job.LaneBatch, "k")
+		insertNow(t, s, j)
+		leased, err := s.Lease(context.Background(), store.LeaseParams{Now: time.Now(), Max: 1, LeaseFor: time.Second})
+		if err != nil || len(leased) != 1 {
+			t.Fatalf("lease: %v %v", leased, err)
+		}
+		lost := leased[0]
+		at := time.Now()
+		const reapEvery = 50 * time.Millisecond
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, LeaseFor: time.Second, ReapEvery: reapEvery, HeartbeatEvery: 200 * time.Millisecond})
+		var recoveredAt time.Time
+		testkit.WaitFor(t, time.Minute, "the lease to be recovered", func() bool {
+			if getJob(t, s, j.ID).Attempts.Transient == 0 {
+				return false
+			}
+			recoveredAt = time.Now()
+			return true
+		})
+		// The lease expires 1 s after it was taken, the reaper runs every
+		// 50 ms, and the wait above polls at most every 50 ms.
+		if d := recoveredAt.Sub(at); d < time.Second || d > time.Second+2*reapEvery {
+			t.Fatalf("recovery seen %v after the lease was taken, want from 1s (the lease) to 1s + a reap tick + a poll", d)
+		}
+		waitFinal(t, s, time.Minute)
+		got := getJob(t, s, j.ID)
+		if got.State != job.StatePublished || got.Attempts.Transient != 1 || got.History[0].Outcome != job.ClassLeaseExpired {
+			t.Fatalf("recovered job = %s attempts %+v history %+v", got.State, got.Attempts, got.History)
+		}
+		late := engine.Decide(lost, job.Outcome{Class: job.ClassSuccess}, time.Now(), false, engine.Backoff{}, 0)
+		errs, err := s.Finish(context.Background(), []store.Transition{late})
+		if err != nil || errs[0] == nil {
+			t.Fatalf("the lost worker's late outcome was accepted: %v %v", errs, err)
+		}
+	})
 }
 
 // TestInteractiveOvertakesBatchBacklog: an interactive job inserted behind a
 // 10,000-job batch backlog on the same key starts within one scheduling
-// round.
+// round. In a synctest bubble: the handlers' millisecond of work is on the
+// fake clock, so batch starts cannot run ahead while the test inserts.
 func TestInteractiveOvertakesBatchBacklog(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	var batchStarts atomic.Int64
-	var interactiveAfter atomic.Int64
-	interactiveAfter.Store(-1)
-	var insertedAt atomic.Int64
-	h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
-		if j.Lane == job.LaneInteractive {
-			interactiveAfter.Store(batchStarts.Load() - insertedAt.Load())
-		} else {
-			batchStarts.Add(1)
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		var batchStarts atomic.Int64
+		var interactiveAfter atomic.Int64
+		interactiveAfter.Store(-1)
+		var insertedAt atomic.Int64
+		h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
+			if j.Lane == job.LaneInteractive {
+				interactiveAfter.Store(batchStarts.Load() - insertedAt.Load())
+			} else {
+				batchStarts.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		var batch []*job.Job
+		for range 10000 {
+			batch = append(batch, storetest.NewJob("acme", job.LaneBatch, "k"))
 		}
-		time.Sleep(time.Millisecond)
-		return job.Outcome{Class: job.ClassSuccess}
+		insertNow(t, s, batch...)
+		const workers = 4
+		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: workers})
+		testkit.WaitFor(t, testkit.Timeout, "200 batch starts", func() bool { return batchStarts.Load() >= 200 })
+		insertedAt.Store(batchStarts.Load())
+		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
+		e.Notify()
+		testkit.WaitFor(t, testkit.Timeout, "the interactive job to start", func() bool { return interactiveAfter.Load() >= 0 })
+		if n := interactiveAfter.Load(); n < 0 || n > 2*workers {
+			t.Fatalf("interactive job started after %d more batch starts, want within one round (<= %d)", n, 2*workers)
+		}
 	})
-	var batch []*job.Job
-	for range 10000 {
-		batch = append(batch, storetest.NewJob("acme", job.LaneBatch, "k"))
-	}
-	insertNow(t, s, batch...)
-	const workers = 4
-	e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: workers})
-	for batchStarts.Load() < 200 {
-		time.Sleep(5 * time.Millisecond)
-	}
-	insertedAt.Store(batchStarts.Load())
-	insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
-	e.Notify()
-	deadline := time.Now().Add(5 * time.Second)
-	for interactiveAfter.Load() < 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if n := interactiveAfter.Load(); n < 0 || n > 2*workers {
-		t.Fatalf("interactive job started after %d more batch starts, want within one round (<= %d)", n, 2*workers)
-	}
 }
 
 func TestCrossRegionWiringFails(t *testing.T) {
@@ -405,77 +423,74 @@ func contains(s, sub string) bool {
 // backlog, batch's minimum share is earned per start, so interactive jobs
 // still take most of the key's tokens instead of waiting out their budget.
 // (When the share was earned per lease call, every call let batch go
-// first and interactive jobs waited the whole 5 s budget here.)
+// first and interactive jobs waited the whole 5 s budget here.) In a
+// synctest bubble, so the key's 40/s and the waits are on the fake clock:
+// the machine's speed cannot starve the interactive jobs, only the policy.
 func TestBatchShareDoesNotStarveInteractive(t *testing.T) {
-	s := newStore(t)
-	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: 40, Burst: 1}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	var batch []*job.Job
-	for range 1000 {
-		batch = append(batch, storetest.NewJob("acme", job.LaneBatch, "k"))
-	}
-	insertNow(t, s, batch...)
-	var mu sync.Mutex
-	started := map[string]time.Time{}
-	h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
-		mu.Lock()
-		started[j.ID] = time.Now()
-		mu.Unlock()
-		return job.Outcome{Class: job.ClassSuccess}
-	})
-	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 8, InteractiveBudget: 5 * time.Second})
-	time.Sleep(300 * time.Millisecond) // the batch backlog is flowing
-	inserted := map[string]time.Time{}
-	for range 10 {
-		j := storetest.NewJob("acme", job.LaneInteractive, "k")
-		insertNow(t, s, j)
-		inserted[j.ID] = time.Now()
-		time.Sleep(100 * time.Millisecond)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := 0
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		pacedBacklog(t, s, 40, 1000)
+		var mu sync.Mutex
+		started := map[string]time.Time{}
+		h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
+			mu.Lock()
+			started[j.ID] = time.Now()
+			mu.Unlock()
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 8, InteractiveBudget: 5 * time.Second})
+		time.Sleep(300 * time.Millisecond) // the batch backlog is flowing
+		inserted := map[string]time.Time{}
+		for range 10 {
+			j := storetest.NewJob("acme", job.LaneInteractive, "k")
+			insertNow(t, s, j)
+			inserted[j.ID] = time.Now()
+			time.Sleep(100 * time.Millisecond)
+		}
 		var worst time.Duration
-		for id, at := range inserted {
-			if st, ok := started[id]; ok {
-				n++
-				worst = max(worst, st.Sub(at))
+		testkit.Eventually(t, 10*time.Second, "every interactive job to start", func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for id, at := range inserted {
+				if st, ok := started[id]; ok {
+					n++
+					worst = max(worst, st.Sub(at))
+				}
 			}
-		}
-		mu.Unlock()
-		if n == len(inserted) {
-			if worst > 2500*time.Millisecond {
-				t.Fatalf("an interactive job waited %v behind the batch backlog (budget 5s); batch must not go first on every call", worst)
+			if n < len(inserted) {
+				return fmt.Errorf("%d of %d started", n, len(inserted))
 			}
-			return
+			return nil
+		})
+		// At 40/s with batch's minimum share, ten interactive jobs 100 ms
+		// apart each start within a few tokens; the budget is 5 s.
+		if worst > 2500*time.Millisecond {
+			t.Fatalf("an interactive job waited %v behind the batch backlog (budget 5s); batch must not go first on every call", worst)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d interactive jobs started", n, len(inserted))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		t.Logf("worst interactive wait %v (fake clock)", worst)
+	})
 }
 
 // TestWakesWhenAKeyAdmits checks that an idle engine sleeps until the next
 // admission of a key that refused it, not a whole poll interval: with a
-// 10 s poll and a key at 10/s, burst 1, five jobs take about half a
-// second, not 40 s.
+// 10 s poll and a key at 10/s, burst 1, five jobs take 0.4 s, not 40 s. In
+// a synctest bubble, so the bound is on the fake clock and can be tight.
 func TestWakesWhenAKeyAdmits(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Rate: 10, Burst: 1}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	var jobs []*job.Job
-	for range 5 {
-		jobs = append(jobs, storetest.NewJob("acme", job.LaneBatch, "k"))
-	}
-	insertNow(t, s, jobs...)
-	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, Workers: 4, PollInterval: 10 * time.Second})
-	st := waitFinal(t, s, 5*time.Second)
-	if n := st.Counts[job.LaneBatch][job.StatePublished]; n != 5 {
-		t.Fatalf("published %d of 5 within 5 s: the engine slept through the key's admissions", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		pacedBacklog(t, s, 10, 5)
+		at := time.Now()
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, Workers: 4, PollInterval: 10 * time.Second})
+		st := waitFinal(t, s, 5*time.Second)
+		if n := st.Counts[job.LaneBatch][job.StatePublished]; n != 5 {
+			t.Fatalf("published %d of 5", n)
+		}
+		// Four refills of 100 ms, and the wait's last poll of at most 50 ms.
+		if d := time.Since(at); d > 500*time.Millisecond {
+			t.Fatalf("five jobs at 10/s took %v, want about 0.4s: the engine slept through the key's admissions", d)
+		}
+	})
 }

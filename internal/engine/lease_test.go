@@ -2,17 +2,14 @@ package engine_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
@@ -20,34 +17,12 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/postgres"
 	"github.com/ratelane/ratelane/internal/store/storetest"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // The lease tests of RELIABILITY.md T3 and T4 at the engine: the reaper
 // racing completions, heartbeats keeping long handlers, handlers that
 // ignore their context, and the counters that prove each fault happened.
-
-// clock is a test clock: wall time plus an offset the test moves forward,
-// or, when fixed is set, a clock that moves only when told.
-type clock struct {
-	mu    sync.Mutex
-	off   time.Duration
-	fixed time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.fixed.IsZero() {
-		return c.fixed.Add(c.off)
-	}
-	return time.Now().Add(c.off)
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.off += d
-	c.mu.Unlock()
-}
 
 // faults records what the engine reports to an Observer and LeaseObserver.
 type faults struct {
@@ -84,43 +59,16 @@ func openDriver(t *testing.T, name string) store.Store {
 	if name == "sqlite" {
 		return newStore(t)
 	}
-	url := os.Getenv("RATELANE_TEST_POSTGRES_URL")
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "rl_engine_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	s, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 4})
+	url, schema := testkit.PostgresSchema(t, "rl_engine_")
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		s.Close()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema: %v", err)
-		}
-	})
-	if err := s.Migrate(ctx); err != nil {
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// waitFor polls cond every few milliseconds until it holds or 30 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func getJob(t *testing.T, s store.Store, id string) *job.Job {
@@ -144,7 +92,7 @@ func outcomes(j *job.Job, c job.Class) int {
 
 // reaperOnly returns an engine, not started, whose kinds match no job of
 // the tests: only its Reap is used, on the clock c.
-func reaperOnly(t *testing.T, s store.Store, c *clock, obs engine.Observer) *engine.Engine {
+func reaperOnly(t *testing.T, s store.Store, c *testkit.Clock, obs engine.Observer) *engine.Engine {
 	t.Helper()
 	e, err := engine.New(engine.Config{Store: s, Region: "us", Kinds: map[string]engine.Kind{"other": noop()},
 		LeaseFor: time.Second, Now: c.Now, Observer: obs})
@@ -156,7 +104,7 @@ func reaperOnly(t *testing.T, s store.Store, c *clock, obs engine.Observer) *eng
 
 // vanished leases one job for a worker that will not come back (the test
 // plays it), at the clock's time, for one second.
-func vanished(t *testing.T, s store.Store, c *clock) *job.Job {
+func vanished(t *testing.T, s store.Store, c *testkit.Clock) *job.Job {
 	t.Helper()
 	j := storetest.NewJob("acme", job.LaneBatch, "k")
 	j.EligibleAt, j.CreatedAt = c.Now(), c.Now()
@@ -181,7 +129,7 @@ func TestReaperRaces(t *testing.T) {
 		t.Run(drv+"/completed in the gap", func(t *testing.T) {
 			t.Parallel()
 			s := openDriver(t, drv)
-			c := &clock{fixed: storetest.T0}
+			c := testkit.NewClock(storetest.T0)
 			w := vanished(t, s, c)
 			c.Add(2 * time.Second)
 			f := &faults{}
@@ -210,7 +158,7 @@ func TestReaperRaces(t *testing.T) {
 		t.Run(drv+"/re-leased in the gap", func(t *testing.T) {
 			t.Parallel()
 			s := openDriver(t, drv)
-			c := &clock{fixed: storetest.T0}
+			c := testkit.NewClock(storetest.T0)
 			w := vanished(t, s, c)
 			c.Add(2 * time.Second)
 			f := &faults{}
@@ -243,7 +191,7 @@ func TestReaperRaces(t *testing.T) {
 		t.Run(drv+"/heartbeat in the gap", func(t *testing.T) {
 			t.Parallel()
 			s := openDriver(t, drv)
-			c := &clock{fixed: storetest.T0}
+			c := testkit.NewClock(storetest.T0)
 			w := vanished(t, s, c)
 			c.Add(2 * time.Second)
 			e := reaperOnly(t, s, c, nil)
@@ -262,7 +210,7 @@ func TestReaperRaces(t *testing.T) {
 		t.Run(drv+"/horizon", func(t *testing.T) {
 			t.Parallel()
 			s := openDriver(t, drv)
-			c := &clock{fixed: storetest.T0}
+			c := testkit.NewClock(storetest.T0)
 			w := vanished(t, s, c)
 			f := &faults{}
 			e := reaperOnly(t, s, c, f)
@@ -297,53 +245,35 @@ func TestReaperRaces(t *testing.T) {
 
 // TestHeartbeatKeepsLongHandler is T4(a): a handler running three lease
 // periods while the engine heartbeats every lease/6 keeps its lease: it
-// runs once and is never recovered, though the reaper sweeps all along.
-// The clock is stepped by lease/6 only after each renewal is seen, so the
-// test proves renewal rather than racing it.
+// runs once and is never recovered, though the reaper sweeps every 10 ms
+// all along. It runs in a synctest bubble: time moves only when every
+// goroutine waits, so however slow this machine is, the lease can expire
+// only if a renewal is missing.
 func TestHeartbeatKeepsLongHandler(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	// A clock that moves only by the handler's steps: however slow this
-	// machine is, the lease can expire only if a renewal is missing.
-	c := &clock{fixed: time.Now().Add(time.Second)}
-	const lease = time.Second
-	var runs atomic.Int32
-	f := &faults{}
-	h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
-		runs.Add(1)
-		last := j.LeaseExpiresAt
-		for range 18 { // 18 x lease/6 = 3 lease periods
-			c.Add(lease / 6)
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				cur, err := s.Get(ctx, j.ID)
-				if err != nil || cur.State != job.StateRunning {
-					return job.Outcome{Class: job.ClassPermanent, Err: "lost the job while running"}
-				}
-				if cur.LeaseExpiresAt.After(last) {
-					last = cur.LeaseExpiresAt
-					break
-				}
-				if time.Now().After(deadline) {
-					return job.Outcome{Class: job.ClassPermanent, Err: "lease not renewed"}
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		const lease = time.Second
+		var runs atomic.Int32
+		f := &faults{}
+		h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			runs.Add(1)
+			time.Sleep(3 * lease)
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		j := storetest.NewJob("acme", job.LaneBatch, "k")
+		insertNow(t, s, j)
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, LeaseFor: lease,
+			HeartbeatEvery: lease / 6, ReapEvery: 10 * time.Millisecond, Observer: f})
+		testkit.WaitFor(t, time.Minute, "the job to finish", func() bool { return getJob(t, s, j.ID).State.Final() })
+		got := getJob(t, s, j.ID)
+		if got.State != job.StatePublished || runs.Load() != 1 || got.Attempt != 1 || len(got.History) != 1 {
+			t.Fatalf("job = %s after %d runs, attempt %d, history %+v; want published after one run", got.State, runs.Load(), got.Attempt, got.History)
 		}
-		return job.Outcome{Class: job.ClassSuccess}
+		if f.recovered.Load() != 0 || outcomes(got, job.ClassLeaseExpired) != 0 {
+			t.Fatalf("the heartbeated lease was recovered %d times", f.recovered.Load())
+		}
 	})
-	j := storetest.NewJob("acme", job.LaneBatch, "k")
-	insertNow(t, s, j)
-	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, LeaseFor: lease,
-		HeartbeatEvery: lease / 6, ReapEvery: 10 * time.Millisecond, Now: c.Now, Observer: f})
-	waitFor(t, "the job to finish", func() bool { return getJob(t, s, j.ID).State.Final() })
-	got := getJob(t, s, j.ID)
-	if got.State != job.StatePublished || runs.Load() != 1 || got.Attempt != 1 || len(got.History) != 1 {
-		t.Fatalf("job = %s after %d runs, attempt %d, history %+v; want published after one run", got.State, runs.Load(), got.Attempt, got.History)
-	}
-	if f.recovered.Load() != 0 || outcomes(got, job.ClassLeaseExpired) != 0 {
-		t.Fatalf("the heartbeated lease was recovered %d times", f.recovered.Load())
-	}
 }
 
 // TestMaxRunTimeAbandonsStuckHandler is issue 10 item 7 and T4(c): a
@@ -362,7 +292,7 @@ func TestMaxRunTimeAbandonsStuckHandler(t *testing.T) {
 			if _, err := s.UpsertLimit(context.Background(), admission.Config{Name: "k", Concurrency: 1}, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			c := &clock{}
+			c := testkit.NewRunningClock()
 			release := make(chan struct{})
 			var once sync.Once
 			cause := make(chan error, 1)
@@ -388,7 +318,7 @@ func TestMaxRunTimeAbandonsStuckHandler(t *testing.T) {
 			// Registered after start's Stop, so it runs first: a stuck
 			// handler must not hold up the engine's Stop if the test fails.
 			t.Cleanup(func() { once.Do(func() { close(release) }) })
-			waitFor(t, "the retry to publish", func() bool { return getJob(t, s, j.ID).State == job.StatePublished })
+			testkit.WaitFor(t, testkit.Timeout, "the retry to publish", func() bool { return getJob(t, s, j.ID).State == job.StatePublished })
 			got := getJob(t, s, j.ID)
 			if got.Attempt != 2 || got.Attempts.Transient != 1 || len(got.History) != 2 ||
 				got.History[0].Outcome != job.ClassTransient || !strings.Contains(got.History[0].Error, "maximum run time 2s exceeded") {
@@ -405,7 +335,7 @@ func TestMaxRunTimeAbandonsStuckHandler(t *testing.T) {
 			if err := <-cause; err == nil || !strings.Contains(err.Error(), "maximum run time") {
 				t.Fatalf("the stuck handler's context cause = %v, want the maximum run time", err)
 			}
-			waitFor(t, "the stuck goroutine to be counted back", func() bool { return e.Stuck() == 0 && f.returned.Load() == 1 })
+			testkit.WaitFor(t, testkit.Timeout, "the stuck goroutine to be counted back", func() bool { return e.Stuck() == 0 && f.returned.Load() == 1 })
 			if after := getJob(t, s, j.ID); !reflect.DeepEqual(after, got) {
 				t.Fatalf("the abandoned handler's late outcome changed the job:\n%+v\n%+v", got, after)
 			}
@@ -417,80 +347,79 @@ func TestMaxRunTimeAbandonsStuckHandler(t *testing.T) {
 // only up to Workers of them. Past that a stuck handler keeps its slot, so
 // a handler that hangs on every attempt shrinks the pool (visibly: Stuck
 // and the gauge) instead of growing goroutines without bound; when the
-// handlers return, the pool is whole again and the job finishes.
+// handlers return, the pool is whole again and the job finishes. In a
+// synctest bubble, so "no third start" is checked after every goroutine
+// has settled and a minute has passed, not after a guessed sleep.
 func TestStuckHandlersAreBounded(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	c := &clock{}
-	release := make(chan struct{})
-	var once sync.Once
-	var starts atomic.Int32
-	h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
-		starts.Add(1)
-		select {
-		case <-release:
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		release := make(chan struct{})
+		var once sync.Once
+		var starts atomic.Int32
+		h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			starts.Add(1)
+			<-release // ignoring ctx, past the 1 s maximum run time
 			return job.Outcome{Class: job.ClassSuccess}
-		default:
+		})
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		j.Budgets.Transient = 5
+		insertNow(t, s, j)
+		f := &faults{}
+		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h, MaxRunTime: time.Second}},
+			Workers: 1, LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond, Observer: f})
+		t.Cleanup(func() { once.Do(func() { close(release) }) })
+		testkit.WaitFor(t, time.Minute, "two abandoned attempts", func() bool { return f.abandoned.Load() == 2 })
+		testkit.WaitFor(t, time.Minute, "the second timeout to be recorded", func() bool { return getJob(t, s, j.ID).Attempts.Transient == 2 })
+		// The second stuck handler keeps the only slot: no third start,
+		// however long the job has been eligible (a minute is past any
+		// backoff).
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := starts.Load(); n != 2 || e.Stuck() != 2 {
+			t.Fatalf("%d starts with %d stuck; want 2 and 2 (the pool of 1 is held by the second)", n, e.Stuck())
 		}
-		c.Add(2 * time.Second)
-		<-release
-		return job.Outcome{Class: job.ClassSuccess}
+		once.Do(func() { close(release) })
+		testkit.WaitFor(t, time.Minute, "the job to publish", func() bool { return getJob(t, s, j.ID).State == job.StatePublished })
+		testkit.WaitFor(t, time.Minute, "no stuck handler", func() bool { return e.Stuck() == 0 })
+		if got := getJob(t, s, j.ID); got.Attempt != 3 || got.Attempts.Transient != 2 {
+			t.Fatalf("job attempt %d transient %d; want the third attempt to publish", got.Attempt, got.Attempts.Transient)
+		}
 	})
-	j := storetest.NewJob("acme", job.LaneInteractive, "k")
-	j.Budgets.Transient = 5
-	insertNow(t, s, j)
-	f := &faults{}
-	e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h, MaxRunTime: time.Second}},
-		Workers: 1, LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond, Now: c.Now, Observer: f})
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	waitFor(t, "two abandoned attempts", func() bool { return f.abandoned.Load() == 2 })
-	// The second stuck handler kept the only slot: no third start, however
-	// long the job has been eligible.
-	waitFor(t, "the second timeout to be recorded", func() bool { return getJob(t, s, j.ID).Attempts.Transient == 2 })
-	c.Add(time.Minute) // past any backoff
-	time.Sleep(200 * time.Millisecond)
-	if n := starts.Load(); n != 2 || e.Stuck() != 2 {
-		t.Fatalf("%d starts with %d stuck; want 2 and 2 (the pool of 1 is held by the second)", n, e.Stuck())
-	}
-	once.Do(func() { close(release) })
-	waitFor(t, "the job to publish", func() bool { return getJob(t, s, j.ID).State == job.StatePublished })
-	waitFor(t, "no stuck handler", func() bool { return e.Stuck() == 0 })
-	if got := getJob(t, s, j.ID); got.Attempt != 3 || got.Attempts.Transient != 2 {
-		t.Fatalf("job attempt %d transient %d; want the third attempt to publish", got.Attempt, got.Attempts.Transient)
-	}
 }
 
 // TestMaxRunTimeBudgetEndsTerminal: a job whose every attempt hangs ends
 // terminal with transient_budget_exhausted, by its budget, like any
-// transient failure.
+// transient failure; in a synctest bubble, so the 1 s maximum run time
+// passes on the fake clock.
 func TestMaxRunTimeBudgetEndsTerminal(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	c := &clock{}
-	release := make(chan struct{})
-	var once sync.Once
-	h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
-		c.Add(2 * time.Second)
-		<-release
-		return job.Outcome{Class: job.ClassSuccess}
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		release := make(chan struct{})
+		var once sync.Once
+		h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			<-release
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		j.Budgets.Transient = 1
+		insertNow(t, s, j)
+		f := &faults{}
+		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, MaxRunTime: time.Second,
+			Workers: 4, LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond, Observer: f})
+		t.Cleanup(func() { once.Do(func() { close(release) }) })
+		testkit.WaitFor(t, time.Minute, "the job to end", func() bool { return getJob(t, s, j.ID).State.Final() })
+		got := getJob(t, s, j.ID)
+		if got.State != job.StateTerminal || got.Reason != job.ReasonTransientBudgetExhausted || got.Attempts.Transient != 2 {
+			t.Fatalf("job = %s/%s transient %d; want terminal transient_budget_exhausted after 2", got.State, got.Reason, got.Attempts.Transient)
+		}
+		if e.Stuck() != 2 || f.abandoned.Load() != 2 {
+			t.Fatalf("stuck %d abandoned %d, want 2 and 2", e.Stuck(), f.abandoned.Load())
+		}
+		once.Do(func() { close(release) })
+		testkit.WaitFor(t, time.Minute, "no stuck handler", func() bool { return e.Stuck() == 0 })
 	})
-	j := storetest.NewJob("acme", job.LaneInteractive, "k")
-	j.Budgets.Transient = 1
-	insertNow(t, s, j)
-	f := &faults{}
-	e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, MaxRunTime: time.Second,
-		Workers: 4, LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond, Now: c.Now, Observer: f})
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	waitFor(t, "the job to end", func() bool { return getJob(t, s, j.ID).State.Final() })
-	got := getJob(t, s, j.ID)
-	if got.State != job.StateTerminal || got.Reason != job.ReasonTransientBudgetExhausted || got.Attempts.Transient != 2 {
-		t.Fatalf("job = %s/%s transient %d; want terminal transient_budget_exhausted after 2", got.State, got.Reason, got.Attempts.Transient)
-	}
-	if e.Stuck() != 2 || f.abandoned.Load() != 2 {
-		t.Fatalf("stuck %d abandoned %d, want 2 and 2", e.Stuck(), f.abandoned.Load())
-	}
-	once.Do(func() { close(release) })
-	waitFor(t, "no stuck handler", func() bool { return e.Stuck() == 0 })
 }
 
 // TestLostLeaseWritesAreRefusedAndCounted: a running job cancelled from
@@ -499,28 +428,30 @@ func TestMaxRunTimeBudgetEndsTerminal(t *testing.T) {
 // nothing.
 func TestLostLeaseWritesAreRefusedAndCounted(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	started := make(chan struct{})
-	h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
-		close(started)
-		<-ctx.Done()
-		return job.Outcome{Class: job.ClassSuccess} // a late success
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		started := make(chan struct{})
+		h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			close(started)
+			<-ctx.Done()
+			return job.Outcome{Class: job.ClassSuccess} // a late success
+		})
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		insertNow(t, s, j)
+		f := &faults{}
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, HeartbeatEvery: 20 * time.Millisecond, Observer: f})
+		testkit.Recv(t, started, testkit.Timeout, "the handler to start")
+		if _, err := s.Cancel(context.Background(), j.ID, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, testkit.Timeout, "the late outcome to be refused", func() bool { return f.refusedFinish.Load() == 1 })
+		if f.refusedHeartbeat.Load() < 1 {
+			t.Fatalf("refused heartbeats = %d, want at least 1", f.refusedHeartbeat.Load())
+		}
+		if got := getJob(t, s, j.ID); got.State != job.StateTerminal || got.Reason != job.ReasonCancelled || outcomes(got, job.ClassSuccess) != 0 {
+			t.Fatalf("job = %s/%s with %d successes; the late outcome must change nothing", got.State, got.Reason, outcomes(got, job.ClassSuccess))
+		}
 	})
-	j := storetest.NewJob("acme", job.LaneInteractive, "k")
-	insertNow(t, s, j)
-	f := &faults{}
-	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, HeartbeatEvery: 20 * time.Millisecond, Observer: f})
-	<-started
-	if _, err := s.Cancel(context.Background(), j.ID, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the late outcome to be refused", func() bool { return f.refusedFinish.Load() == 1 })
-	if f.refusedHeartbeat.Load() < 1 {
-		t.Fatalf("refused heartbeats = %d, want at least 1", f.refusedHeartbeat.Load())
-	}
-	if got := getJob(t, s, j.ID); got.State != job.StateTerminal || got.Reason != job.ReasonCancelled || outcomes(got, job.ClassSuccess) != 0 {
-		t.Fatalf("job = %s/%s with %d successes; the late outcome must change nothing", got.State, got.Reason, outcomes(got, job.ClassSuccess))
-	}
 }
 
 // TestRedriveGivesFreshBudgets is T5's redrive line: a job that spent its
@@ -545,7 +476,7 @@ func TestRedriveGivesFreshBudgets(t *testing.T) {
 			insertNow(t, s, j)
 			start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}})
 			final := func() bool { return getJob(t, s, j.ID).State == job.StateTerminal }
-			waitFor(t, "the budget to be spent", final)
+			testkit.WaitFor(t, testkit.Timeout, "the budget to be spent", final)
 			first := getJob(t, s, j.ID)
 			if first.Reason != job.ReasonTransientBudgetExhausted || first.Attempts.Transient != 4 || runs.Load() != 4 {
 				t.Fatalf("first run: %s transient %d after %d runs; want transient_budget_exhausted after 4", first.Reason, first.Attempts.Transient, runs.Load())
@@ -557,7 +488,7 @@ func TestRedriveGivesFreshBudgets(t *testing.T) {
 			if r.ID != j.ID || r.IdempotencyKey != "order-17" || r.State != job.StateWaiting || r.Attempts != (job.Attempts{}) || r.Reason != "" {
 				t.Fatalf("redriven job = %s %q %s %+v %q; want the same id and key, waiting, counters at zero", r.ID, r.IdempotencyKey, r.State, r.Attempts, r.Reason)
 			}
-			waitFor(t, "the fresh budget to be spent", final)
+			testkit.WaitFor(t, testkit.Timeout, "the fresh budget to be spent", final)
 			second := getJob(t, s, j.ID)
 			if second.Reason != job.ReasonTransientBudgetExhausted || second.Attempts.Transient != 4 || runs.Load() != 8 {
 				t.Fatalf("after redrive: %s transient %d after %d runs in all; want 4 more attempts", second.Reason, second.Attempts.Transient, runs.Load())
@@ -589,21 +520,23 @@ func TestRedriveGivesFreshBudgets(t *testing.T) {
 // lease an external worker abandoned is recovered.
 func TestMaintenanceOnlyEngine(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	c := &clock{}
-	w := vanished(t, s, c)
-	idle := storetest.NewJob("acme", job.LaneBatch, "k2")
-	insertNow(t, s, idle)
-	f := &faults{}
-	start(t, engine.Config{Store: s, LeaseFor: time.Second, ReapEvery: 10 * time.Millisecond, Now: c.Now, Observer: f})
-	c.Add(time.Second)
-	waitFor(t, "the abandoned lease to be recovered", func() bool { return f.recovered.Load() == 1 })
-	if got := getJob(t, s, w.ID); got.State != job.StateWaiting || got.Attempts.Transient != 1 {
-		t.Fatalf("recovered job = %s transient %d", got.State, got.Attempts.Transient)
-	}
-	if got := getJob(t, s, idle.ID); got.State != job.StateWaiting || got.Attempt != 0 {
-		t.Fatalf("a maintenance-only engine leased job %s (attempt %d)", got.State, got.Attempt)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		c := testkit.NewRunningClock()
+		w := vanished(t, s, c)
+		idle := storetest.NewJob("acme", job.LaneBatch, "k2")
+		insertNow(t, s, idle)
+		f := &faults{}
+		start(t, engine.Config{Store: s, LeaseFor: time.Second, ReapEvery: 10 * time.Millisecond, Now: c.Now, Observer: f})
+		c.Add(time.Second)
+		testkit.WaitFor(t, testkit.Timeout, "the abandoned lease to be recovered", func() bool { return f.recovered.Load() == 1 })
+		if got := getJob(t, s, w.ID); got.State != job.StateWaiting || got.Attempts.Transient != 1 {
+			t.Fatalf("recovered job = %s transient %d", got.State, got.Attempts.Transient)
+		}
+		if got := getJob(t, s, idle.ID); got.State != job.StateWaiting || got.Attempt != 0 {
+			t.Fatalf("a maintenance-only engine leased job %s (attempt %d)", got.State, got.Attempt)
+		}
+	})
 }
 
 // TestMaxRunTimeValidation: the setting is checked at New, naming the field.
@@ -639,39 +572,37 @@ func TestMaxRunTimeValidation(t *testing.T) {
 // restart or elsewhere) and the goroutine counts as stuck.
 func TestStopAbandonsHandlerIgnoringCancel(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	started, release := make(chan struct{}), make(chan struct{})
-	h := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
-		close(started)
-		<-release
-		return job.Outcome{Class: job.ClassSuccess}
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		started, release := make(chan struct{}), make(chan struct{})
+		h := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+			close(started)
+			<-release
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		insertNow(t, s, j)
+		f := &faults{}
+		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, MaxRunTime: time.Hour,
+			LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond, Observer: f})
+		t.Cleanup(func() { close(release) })
+		testkit.Recv(t, started, testkit.Timeout, "the handler to start")
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		stopped := make(chan struct{})
+		go func() {
+			e.Stop(ctx)
+			close(stopped)
+		}()
+		testkit.Recv(t, stopped, 20*time.Second, "Stop to return while a handler ignores its cancelled context")
+		got := getJob(t, s, j.ID)
+		if got.State != job.StateRetryScheduled || len(got.History) != 1 || !strings.Contains(got.History[0].Error, "engine stopped") {
+			t.Fatalf("job = %s, history %+v; want retry_scheduled after a recorded transient attempt", got.State, got.History)
+		}
+		if e.Stuck() != 1 || f.abandoned.Load() != 1 {
+			t.Fatalf("stuck %d abandoned %d, want 1 and 1", e.Stuck(), f.abandoned.Load())
+		}
 	})
-	j := storetest.NewJob("acme", job.LaneInteractive, "k")
-	insertNow(t, s, j)
-	f := &faults{}
-	e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, MaxRunTime: time.Hour,
-		LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond, Observer: f})
-	t.Cleanup(func() { close(release) })
-	<-started
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	stopped := make(chan struct{})
-	go func() {
-		e.Stop(ctx)
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(20 * time.Second):
-		t.Fatal("Stop did not return while a handler ignored its cancelled context")
-	}
-	got := getJob(t, s, j.ID)
-	if got.State != job.StateRetryScheduled || len(got.History) != 1 || !strings.Contains(got.History[0].Error, "engine stopped") {
-		t.Fatalf("job = %s, history %+v; want retry_scheduled after a recorded transient attempt", got.State, got.History)
-	}
-	if e.Stuck() != 1 || f.abandoned.Load() != 1 {
-		t.Fatalf("stuck %d abandoned %d, want 1 and 1", e.Stuck(), f.abandoned.Load())
-	}
 }
 
 // TestStopWithoutStart: a client that never starts (a producer) still

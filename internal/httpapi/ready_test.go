@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,20 +18,21 @@ import (
 
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/postgres"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
-// waitReady polls /readyz (cached for a second) until it answers status or
-// the deadline passes, and returns the last answer.
+// waitReady polls /readyz (cached for a second) until it answers status,
+// and returns that answer.
 func waitReady(t *testing.T, e *env, status int) response {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := e.do("GET", "/readyz", "", nil)
-		if r.status == status || time.Now().After(deadline) {
-			return r
+	var r response
+	testkit.Eventually(t, testkit.Timeout, fmt.Sprintf("/readyz to answer %d", status), func() error {
+		if r = e.do("GET", "/readyz", "", nil); r.status != status {
+			return fmt.Errorf("it answers %d: %s", r.status, r.body)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 // wantNotReady checks a 503 problem+json whose detail and regions name the

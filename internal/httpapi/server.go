@@ -295,6 +295,10 @@ func (h *headerRecorder) WriteHeader(code int) {
 type waker struct {
 	mu sync.Mutex
 	ch chan struct{}
+	// onBlock, when a test sets it (under mu, before any poll), is called
+	// each time a long poll found nothing and is about to wait: the test
+	// signal that lets a test insert a job only once the poll waits.
+	onBlock func()
 }
 
 func newWaker() *waker { return &waker{ch: make(chan struct{})} }
@@ -303,6 +307,17 @@ func (k *waker) wait() <-chan struct{} {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.ch
+}
+
+// blocking is the point where a long poll, having leased nothing, waits
+// for a wake-up; it calls the test hook, if any.
+func (k *waker) blocking() {
+	k.mu.Lock()
+	f := k.onBlock
+	k.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 func (k *waker) wake() {

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // TestLongPoll: a waiting lease returns as soon as a job is inserted, and
@@ -22,6 +23,7 @@ func TestLongPoll(t *testing.T) {
 	t.Parallel()
 	notified := make(chan string, 10)
 	e := newEnv(t, func(c *Config) { c.Notify = func(region string) { notified <- region } })
+	waiting := pollSignal(e, "us")
 	done := make(chan leaseResponse, 1)
 	start := time.Now()
 	go func() {
@@ -35,20 +37,18 @@ func TestLongPoll(t *testing.T) {
 		}
 		done <- out
 	}()
-	time.Sleep(150 * time.Millisecond) // let the poll start waiting
+	testkit.Recv(t, waiting, testkit.Timeout, "the poll to wait")
 	j := e.createJob(acmeKey, jobBody("poll.me", "us"))
-	select {
-	case out := <-done:
-		if len(out.Jobs) != 1 || out.Jobs[0].ID != j.ID {
-			t.Fatalf("long poll returned %+v, want job %s", out.Jobs, j.ID)
-		}
-		if waited := time.Since(start); waited > 5*time.Second {
-			t.Fatalf("long poll took %v after the insert", waited)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the long poll did not return after an insert")
+	// The poll waits up to 20 s and re-leases every pollEvery anyway; only
+	// the insert's wake-up returns it well before that.
+	got := testkit.Recv(t, done, 10*time.Second, "the long poll to return after an insert")
+	if len(got.Jobs) != 1 || got.Jobs[0].ID != j.ID {
+		t.Fatalf("long poll returned %+v, want job %s", got.Jobs, j.ID)
 	}
-	if got := <-notified; got != "us" {
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("long poll took %v after the insert", waited)
+	}
+	if got := testkit.Recv(t, notified, testkit.Timeout, "Notify"); got != "us" {
 		t.Fatalf("Notify got region %q", got)
 	}
 
@@ -74,9 +74,9 @@ func TestLongPoll(t *testing.T) {
 		}
 		errc <- err
 	}()
-	time.Sleep(150 * time.Millisecond)
+	testkit.Recv(t, waiting, testkit.Timeout, "the poll to wait")
 	cancel()
-	<-errc
+	testkit.Recv(t, errc, testkit.Timeout, "the client to give up")
 	closed := time.Now()
 	e.hs.Close()
 	if took := time.Since(closed); took > 5*time.Second {
@@ -88,6 +88,7 @@ func TestLongPoll(t *testing.T) {
 func TestServerCloseEndsLongPolls(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	waiting := pollSignal(e, "eu")
 	done := make(chan int, 1)
 	go func() {
 		r, err := e.send0("POST", "/v1/leases", workerKey, `{"region":"eu","kinds":["x"],"wait_seconds":30}`)
@@ -96,17 +97,29 @@ func TestServerCloseEndsLongPolls(t *testing.T) {
 		}
 		done <- r.status
 	}()
-	time.Sleep(150 * time.Millisecond)
+	testkit.Recv(t, waiting, testkit.Timeout, "the poll to wait")
 	e.srv.Close()
 	e.srv.Close() // idempotent
-	select {
-	case status := <-done:
-		if status != 200 {
-			t.Fatalf("closed poll answered %d", status)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not end the long poll")
+	if status := testkit.Recv(t, done, 5*time.Second, "Close to end the long poll"); status != 200 {
+		t.Fatalf("closed poll answered %d", status)
 	}
+}
+
+// pollSignal returns a channel that receives each time a long poll of the
+// region has leased nothing and waits: the test signal to act on instead
+// of a sleep that guesses when the poll got there.
+func pollSignal(e *env, region string) <-chan struct{} {
+	waiting := make(chan struct{}, 1)
+	k := e.srv.wakers[region]
+	k.mu.Lock()
+	k.onBlock = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	k.mu.Unlock()
+	return waiting
 }
 
 // TestRequestRateLimit: each API key has its own token bucket; over it, a
@@ -268,12 +281,7 @@ func TestHealth(t *testing.T) {
 	}
 	e.stores["eu"].Close()
 	// The answer is cached for a second: poll until the probe sees it.
-	deadline := time.Now().Add(10 * time.Second)
-	r := e.do("GET", "/readyz", "", nil)
-	for r.status == 200 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-		r = e.do("GET", "/readyz", "", nil)
-	}
+	r := waitReady(t, e, 503)
 	r.wantProblem(t, 503, "unavailable")
 	var p readyProblem
 	r.json(t, &p)

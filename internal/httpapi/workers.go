@@ -182,6 +182,7 @@ func (s *Server) leaseWait(ctx context.Context, req leaseRequest, tenant string)
 			return nil, err
 		}
 		timer.Reset(pollEvery)
+		s.wakers[req.Region].blocking()
 		select {
 		case <-ctx.Done():
 			return nil, nil // the wait is over (or the client left): nothing leased

@@ -11,6 +11,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/metrics"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // counter returns the value of the counter series name{labels...} in reg,
@@ -83,13 +84,7 @@ func TestExternalWorkerSharesEngineMetrics(t *testing.T) {
 		t.Fatalf("leased %+v, want job %s", leased, ext.ID)
 	}
 	e.do("POST", "/v1/jobs/"+ext.ID+"/complete", workerKey, map[string]any{"lease_token": leased[0].LeaseToken}).want(t, http.StatusOK)
-	deadline := time.Now().Add(10 * time.Second)
-	for e.getJob(in.ID).State != job.StatePublished {
-		if time.Now().After(deadline) {
-			t.Fatalf("in-process job is %s, want published", e.getJob(in.ID).State)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, testkit.Timeout, "the in-process job to publish", func() bool { return e.getJob(in.ID).State == job.StatePublished })
 	for _, kind := range []string{"inproc", "ext"} {
 		if got := counter(t, reg, "ratelane_attempts_total", "kind", kind, "class", "success"); got != 1 {
 			t.Errorf("ratelane_attempts_total{kind=%q,class=success} = %v, want 1", kind, got)

@@ -2,16 +2,12 @@ package schedule_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -22,6 +18,7 @@ import (
 	"github.com/ratelane/ratelane/internal/store/postgres"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/store/storetest"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -66,26 +63,7 @@ func twoSQLiteNodes(t *testing.T) (node, node) {
 // schema of RATELANE_TEST_POSTGRES_URL, dropped when the test ends.
 func twoPostgresNodes(t *testing.T) (node, node) {
 	t.Helper()
-	url := os.Getenv("RATELANE_TEST_POSTGRES_URL")
-	if url == "" {
-		t.Skip("RATELANE_TEST_POSTGRES_URL is not set")
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "rl_sched_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
+	url, schema := testkit.PostgresSchema(t, "rl_sched_")
 	var nodes []node
 	for range 2 {
 		st, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 4})

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -92,25 +93,8 @@ func count(statuses []int, status int) int {
 	return n
 }
 
-// fakeClock is a settable clock, so limiter behaviour over HTTP is tested
-// by moving time rather than sleeping.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+// newFakeClock returns a clock standing still, so limiter behaviour over
+// HTTP is tested by moving time rather than sleeping.
+func newFakeClock() *testkit.Clock {
+	return testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 }

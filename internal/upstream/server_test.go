@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // TestTokenBucketOverHTTP sends a bounded concurrent burst and checks the
@@ -53,7 +55,7 @@ func TestRefillWithFakeClock(t *testing.T) {
 	if got := b.statuses(t, "sub", 3); !slices.Equal(got, []int{200, 200, 429}) {
 		t.Fatalf("statuses = %v, want 200 200 429", got)
 	}
-	clock.Advance(500 * time.Millisecond)
+	clock.Add(500 * time.Millisecond)
 	if got := b.statuses(t, "sub", 2); !slices.Equal(got, []int{200, 429}) {
 		t.Fatalf("after 0.5s statuses = %v, want 200 429", got)
 	}
@@ -188,7 +190,7 @@ func TestXRateLimitResetOfWindow(t *testing.T) {
 		"sub": {Window: 6 * time.Minute, Limit: 2, Headers: HeaderStyleXRateLimit},
 	}})
 	b.hook(t, "sub", "")
-	clock.Advance(12 * time.Millisecond)
+	clock.Add(12 * time.Millisecond)
 	resp := b.hook(t, "sub", "")
 	if got := resp.Header.Get("x-ratelimit-reset-requests"); got != "6m0s" {
 		t.Errorf("reset = %q, want 6m0s", got)
@@ -212,7 +214,7 @@ func TestDuplicatesCounted(t *testing.T) {
 	if resp := b.hook(t, "sub", "msg_c"); resp.StatusCode != 429 {
 		t.Fatalf("fifth delivery status %d, want 429", resp.StatusCode)
 	}
-	clock.Advance(time.Second)
+	clock.Add(time.Second)
 	b.hook(t, "sub", "msg_c") // first accepted delivery of msg_c: not a duplicate
 	r := b.srv.Stats().Routes["sub"]
 	if r.Accepted != 5 || r.Duplicates != 1 || r.UniqueIDs != 3 || r.IDsTruncated {
@@ -252,7 +254,7 @@ func TestSetLimit(t *testing.T) {
 	if got := b.hook(t, "sub", "").StatusCode; got != 429 {
 		t.Errorf("raising the rate refilled the drained bucket: status %d", got)
 	}
-	clock.Advance(10 * time.Millisecond)
+	clock.Add(10 * time.Millisecond)
 	if got := b.hook(t, "sub", "").StatusCode; got != 200 {
 		t.Errorf("new rate not applied after 10ms: status %d", got)
 	}
@@ -372,13 +374,7 @@ func TestCloseStopsEverything(t *testing.T) {
 		}
 		errc <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.Stats().Routes["slow"].Attempts == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("request never reached the server")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, testkit.Timeout, "the request to reach the server", func() bool { return srv.Stats().Routes["slow"].Attempts > 0 })
 	start := time.Now()
 	if err := srv.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

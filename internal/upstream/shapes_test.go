@@ -179,14 +179,14 @@ func TestDateSkewAndRetryAfterDate(t *testing.T) {
 		t.Run(string(tc.style), func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
-			clock.Advance(300 * time.Millisecond)
+			clock.Add(300 * time.Millisecond)
 			const skew = 42*time.Minute + 700*time.Millisecond
 			b := setup(t, Config{Now: clock.Now, Routes: map[string]RouteConfig{
 				"sub": {Window: time.Second, Limit: 1, OverLimit: tc.style, DateSkew: skew}}})
 			if resp := b.hook(t, "sub", ""); resp.StatusCode != 200 {
 				t.Fatalf("first = %d", resp.StatusCode)
 			}
-			clock.Advance(100 * time.Millisecond) // the window frees up 900 ms from now
+			clock.Add(100 * time.Millisecond) // the window frees up 900 ms from now
 			resp := b.hook(t, "sub", "")
 			if resp.StatusCode != tc.status {
 				t.Fatalf("second = %d, want %d", resp.StatusCode, tc.status)
@@ -245,12 +245,12 @@ func TestScheduledChanges(t *testing.T) {
 		Window: time.Second, Limit: 10,
 		Changes: []LimitChange{{After: 2 * time.Second, Limit: 5}, {After: 4 * time.Second, Limit: 20}},
 	}}})
-	clock.Advance(time.Hour) // the schedule runs from StartSchedule, not from creation
+	clock.Add(time.Hour) // the schedule runs from StartSchedule, not from creation
 	start := clock.Now()
 	b.srv.StartSchedule(start)
 	for range 600 { // 6 s at one request every 10 ms: far more than any limit
 		b.hook(t, "sub", "")
-		clock.Advance(10 * time.Millisecond)
+		clock.Add(10 * time.Millisecond)
 	}
 	arr := b.srv.Arrivals("sub")
 	perSecond := make([]int, 6)
@@ -278,7 +278,7 @@ func TestScheduledBucketChange(t *testing.T) {
 	b.srv.StartSchedule(clock.Now())
 	for range 200 {
 		b.hook(t, "sub", "")
-		clock.Advance(10 * time.Millisecond)
+		clock.Add(10 * time.Millisecond)
 	}
 	n := len(b.srv.Arrivals("sub"))
 	if want := 20 + 5; math.Abs(float64(n-want)) > 1 {
@@ -343,12 +343,12 @@ func TestScheduleOverHTTP(t *testing.T) {
 	clock := newFakeClock()
 	b := setup(t, Config{Now: clock.Now, Routes: map[string]RouteConfig{"sub": {
 		Window: time.Second, Limit: 1, Changes: []LimitChange{{After: time.Minute, Limit: 3}}}}})
-	clock.Advance(time.Hour)
+	clock.Add(time.Hour)
 	resp, _ := b.post(t, b.srv.URL()+"/_schedule", "", nil)
 	if resp.StatusCode != 200 || !b.srv.ScheduleEpoch().Equal(clock.Now()) {
 		t.Fatalf("POST /_schedule = %d, epoch %v, want 200 and %v", resp.StatusCode, b.srv.ScheduleEpoch(), clock.Now())
 	}
-	clock.Advance(time.Minute)
+	clock.Add(time.Minute)
 	if got := b.statuses(t, "sub", 4); count(got, 200) != 3 {
 		t.Errorf("a minute after the epoch: %v, want the new limit of 3", got)
 	}

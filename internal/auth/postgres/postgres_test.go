@@ -2,54 +2,30 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/auth/authtest"
 	"github.com/ratelane/ratelane/internal/auth/postgres"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
-// urlEnv names the database the tests use. Unset, the tests skip; set, a
-// database that cannot be reached fails them (CI must not pass by skipping).
-const urlEnv = "RATELANE_TEST_POSTGRES_URL"
-
+// testURL is the test database (testkit.PostgresURLEnv); unset, the tests
+// skip, and set, a database that cannot be reached fails them (CI must not
+// pass by skipping).
 func testURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		t.Skipf("%s is not set; set it (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the PostgreSQL tests", urlEnv)
-	}
-	return u
+	return testkit.PostgresURL(t)
 }
 
 // newSchema returns a fresh schema name, dropped with everything in it when
 // the test ends.
 func newSchema(t *testing.T) string {
 	t.Helper()
-	url := testURL(t)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "rl_authtest_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
+	_, schema := testkit.PostgresSchema(t, "rl_authtest_")
 	return schema
 }
 

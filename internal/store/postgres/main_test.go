@@ -2,55 +2,30 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
-)
 
-// urlEnv names the database the tests use. Unset, every test skips; set, a
-// database that cannot be reached fails the tests (CI must not pass by
-// skipping).
-const urlEnv = "RATELANE_TEST_POSTGRES_URL"
+	"github.com/ratelane/ratelane/internal/testkit"
+)
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// testURL is the test database (testkit.PostgresURLEnv); unset, the tests
+// skip, and set, a database that cannot be reached fails them (CI must not
+// pass by skipping).
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		t.Skipf("%s is not set; set it (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the PostgreSQL driver tests", urlEnv)
-	}
-	return u
+	return testkit.PostgresURL(t)
 }
 
 // newSchema returns a fresh schema name, dropped with everything in it when
 // the test ends.
 func newSchema(t testing.TB) string {
 	t.Helper()
-	url := testURL(t)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "rl_test_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
+	_, schema := testkit.PostgresSchema(t, "rl_test_")
 	return schema
 }
 

@@ -1,6 +1,6 @@
 //go:build race
 
-package ratelane_test
+package realtime_test
 
 // raceEnabled is set when the race detector runs, which slows delivery
 // several times: throughput figures are not checked then.

@@ -1,0 +1,59 @@
+package ratelane_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
+)
+
+// waitForJob waits until job id of region us satisfies cond and returns it;
+// a timeout names what and the job's state and history as last read. The
+// root package's tests wait for a job this way rather than polling by hand.
+func waitForJob(t testing.TB, c *ratelane.Client, id string, timeout time.Duration, what string, cond func(*ratelane.Job) bool) *ratelane.Job {
+	t.Helper()
+	var j *ratelane.Job
+	testkit.Eventually(t, timeout, what, func() error {
+		var err error
+		if j, err = c.Job(context.Background(), "us", id); err != nil {
+			t.Fatal(err)
+		}
+		if !cond(j) {
+			return fmt.Errorf("job %s is %s/%s, history %+v", id, j.State, j.Reason, j.History)
+		}
+		return nil
+	})
+	return j
+}
+
+// serveAPI starts a client on cfg and serves its HTTP API (admin key
+// admin, no request rate limit) on loopback; t.Cleanup stops both. It
+// returns the client and the server's URL.
+func serveAPI(t testing.TB, cfg ratelane.Config, admin string) (*ratelane.Client, string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: admin, RequestRate: -1})
+	if err != nil {
+		c.Stop(ctx)
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		api.Close()
+		c.Stop(context.Background())
+	})
+	return c, srv.URL
+}
