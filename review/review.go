@@ -201,7 +201,7 @@ func newRegionRT(r *ratelane.PluginRegion, rc RegionConfig) (*regionRT, error) {
 	}
 	rt := &regionRT{region: r.Name(), cfg: rc, r: r, st: st, parts: parts}
 	rt.github = &pipeline.GitHub{BaseURL: rc.GitHubBaseURL, Token: rc.GitHubToken, Client: rc.HTTPClient, Jobs: st, Now: cfg.Now}
-	rt.publisher = &pipeline.ReviewPublisher{Region: r.Name(), Jobs: st, DefaultLimit: cfg.DefaultLimit,
+	rt.publisher = &pipeline.ReviewPublisher{Region: r.Name(), Jobs: r.Jobs(), DefaultLimit: cfg.DefaultLimit,
 		RDJSONLDir: rc.RDJSONLDir, Now: cfg.Now}
 	rt.agg = pipeline.NewAggregator(pipeline.AggregatorConfig{Store: st, Jobs: r.Jobs(), Publisher: rt.publisher,
 		MaxFindings: rc.MaxFindings, SweepEvery: rc.SweepEvery, Now: cfg.Now, Logger: cfg.Logger})

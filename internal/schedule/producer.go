@@ -9,24 +9,21 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
-
-// Claimer is the region's writer of job state (engine.Jobs): a tick's job
-// is created through it, like every other job, so its stats and observer
-// see it.
-type Claimer interface {
-	ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.ClaimTickResult, error)
-}
 
 // Config configures a Producer. Zero optional fields take the defaults of
 // WithDefaults.
 type Config struct {
 	// Store is the region's store (required): due schedules are read from it.
 	Store store.Store
-	// Jobs claims ticks and inserts their jobs (required; engine.Jobs).
-	Jobs Claimer
+	// Jobs is the region's writer of job state (required): it claims
+	// ticks and inserts their jobs, like every other job, so its stats
+	// and observer see them. Not an interface a store also satisfies: the
+	// store's ClaimTick would write around it (internal/deptest).
+	Jobs *engine.Jobs
 	// Regions are the configured region names produced jobs are validated
 	// against; empty accepts the store's region.
 	Regions []string

@@ -177,7 +177,7 @@ func (r *Registry) Publish(ctx context.Context, ev Event) (PublishResult, error)
 	res := PublishResult{EventID: ev.ID, Version: ev.Version, Topic: ev.Topic, Deliveries: []DeliveryInfo{}}
 	doc := eventDoc{EventID: ev.ID, Version: ev.Version, Topic: ev.Topic, Tenant: ev.Tenant, PublishedAt: r.cfg.Now().UTC()}
 	if len(jobs) > 0 {
-		inserted, err := r.st.Insert(ctx, jobs, admission.Config{})
+		inserted, err := r.cfg.Jobs.Insert(ctx, jobs, admission.Config{})
 		if err != nil {
 			return PublishResult{}, fmt.Errorf("publish event %s: %w", ev.ID, err)
 		}
@@ -472,7 +472,7 @@ func (r *Registry) redeliverCopy(ctx context.Context, orig *job.Job) (DeliveryIn
 	if err != nil {
 		return DeliveryInfo{}, err
 	}
-	res, err := r.st.Insert(ctx, []*job.Job{j}, admission.Config{})
+	res, err := r.cfg.Jobs.Insert(ctx, []*job.Job{j}, admission.Config{})
 	if err != nil {
 		return DeliveryInfo{}, err
 	}

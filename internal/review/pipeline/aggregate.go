@@ -236,7 +236,7 @@ func (a *Aggregator) aggregate(ctx context.Context, parent *job.Job) (*job.Job, 
 // end ends an accepted review terminal with permanent_error and why.
 func (a *Aggregator) end(ctx context.Context, parent *job.Job, why string) (*job.Job, error) {
 	now := a.cfg.Now()
-	j, err := a.cfg.Store.Advance(ctx, store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateTerminal,
+	j, err := a.cfg.Jobs.Advance(ctx, store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateTerminal,
 		Reason: job.ReasonPermanentError, Now: now, Record: job.AttemptRecord{At: now, Outcome: job.ClassPermanent, Error: why}})
 	if errors.Is(err, store.ErrConflict) {
 		return a.cfg.Store.Get(ctx, parent.ID)

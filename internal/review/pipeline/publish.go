@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/report"
-	"github.com/ratelane/ratelane/internal/store"
 )
 
 // GitHubKey is the limit key of GitHub publication jobs: GitHub's primary
@@ -24,11 +24,6 @@ const GitHubKey = "github:api"
 // WebhookTopic is the topic of a review's webhook delivery.
 const WebhookTopic = "review.completed"
 
-// JobInserter inserts jobs into the region's store; a store satisfies it.
-type JobInserter interface {
-	Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error)
-}
-
 // ReviewPublisher publishes a validated review where its Publish says:
 // nowhere, an rdjsonl file, a webhook delivery job or a GitHub job. The
 // webhook and GitHub deliveries are jobs of their own, so their upstream's
@@ -37,8 +32,10 @@ type JobInserter interface {
 type ReviewPublisher struct {
 	// Region is the region whose reviews this publisher handles.
 	Region string
-	// Jobs inserts the delivery jobs (required for webhook and github).
-	Jobs JobInserter
+	// Jobs is the region's writer of job state (the engine's), which
+	// inserts the delivery jobs (required for webhook and github): a
+	// plug-in never writes jobs through the store.
+	Jobs *engine.Jobs
 	// DefaultLimit configures delivery keys first seen.
 	DefaultLimit admission.Config
 	// RDJSONLDir is the directory rdjsonl targets are written to; empty
@@ -183,7 +180,7 @@ func (p *ReviewPublisher) enqueueWebhook(ctx context.Context, j *job.Job, args A
 // is derived from the review id.
 func (p *ReviewPublisher) enqueue(ctx context.Context, j *job.Job, kind string, keys []string, args any) error {
 	if p.Jobs == nil {
-		return errors.New("no job inserter configured for review delivery")
+		return errors.New("no job writer (engine.Jobs) configured for review delivery")
 	}
 	payload, err := json.Marshal(args)
 	if err != nil {
