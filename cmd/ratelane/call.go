@@ -29,6 +29,9 @@ type apiCall struct {
 	show func(w io.Writer, pos []string, body []byte) error
 	// done is the line printed after success when show is nil.
 	done func(pos []string) string
+	// page, when set, prints a list answer in place of show: the table on
+	// w, the next-page hint on hint (standard error).
+	page func(w, hint io.Writer, body []byte) error
 }
 
 // run executes the verb.
@@ -63,6 +66,9 @@ func (a apiCall) run(ctx context.Context, args []string, stdout, stderr io.Write
 			return cf.print(stdout, []byte(`{}`))
 		}
 		return cf.print(stdout, resp.body)
+	}
+	if a.page != nil {
+		return a.page(stdout, stderr, resp.body)
 	}
 	if a.show != nil {
 		return a.show(stdout, rest, resp.body)
@@ -104,3 +110,44 @@ func showFields(w io.Writer, body []byte, hide ...string) error {
 	}
 	return table(w, nil, rows)
 }
+
+// listTable prints a list answer as a table, one row an item, and the verb
+// that fetches the next page when the answer has a cursor. It is the one
+// place the list verbs decode and print a page.
+type listTable[T any] struct {
+	// keys are the fields the items may stand under (see decodeList).
+	keys []string
+	// noun names one item in the error about a malformed one.
+	noun   string
+	header []string
+	row    func(T) []string
+	// more is the verb the next-page hint names; "" prints no hint (the
+	// list has no pages).
+	more string
+}
+
+// print writes the page's table to w and the next-page hint to hint.
+func (l listTable[T]) print(w, hint io.Writer, body []byte) error {
+	items, next, err := decodeList(body, l.keys...)
+	if err != nil {
+		return err
+	}
+	rows := make([][]string, len(items))
+	for i, raw := range items {
+		var v T
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return fmt.Errorf("unexpected %s in response: %w", l.noun, err)
+		}
+		rows[i] = l.row(v)
+	}
+	if err := table(w, l.header, rows); err != nil {
+		return err
+	}
+	if l.more != "" {
+		moreHint(hint, l.more, next)
+	}
+	return nil
+}
+
+// show is print as an apiCall's show, the hint on the same writer.
+func (l listTable[T]) show(w io.Writer, _ []string, body []byte) error { return l.print(w, w, body) }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,8 +16,8 @@ func init() {
 	register("jobs", "list, show and cancel jobs through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dispatch(ctx, "jobs", []subcommand{
 			{"ls", "list jobs (filters, cursor pagination)", runJobsList},
-			{"get", "show one job", runJobsGet},
-			{"cancel", "cancel a job that has not finished", runJobsCancel},
+			{"get", "show one job", jobsGet().run},
+			{"cancel", "cancel a job that has not finished", jobsCancel().run},
 		}, args, stdout, stderr)
 	})
 }
@@ -101,56 +102,46 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if cf.json {
 			return cf.print(stdout, resp.body)
 		}
-		items, next, err := decodeList(resp.body, "jobs")
-		if err != nil {
-			return err
-		}
-		jobs, err := decodeJobs(items)
-		if err != nil {
-			return err
-		}
-		rows := make([][]string, len(jobs))
-		for i, j := range jobs {
-			rows[i] = []string{j.ID, j.Kind, j.Region, j.Lane, j.State, cell(j.Reason), strconv.Itoa(j.Attempt),
-				cell(strings.Join(j.LimitKeys, ",")), when(j.CreatedAt)}
-		}
-		if err := table(stdout, []string{"ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT KEYS", "CREATED"}, rows); err != nil {
-			return err
-		}
-		if next != "" {
-			fmt.Fprintf(stderr, "more: ratelane jobs ls --after %s\n", next)
-		}
-		return nil
+		return listTable[jobView]{keys: []string{"jobs"}, noun: "job", more: "jobs ls",
+			header: []string{"ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT KEYS", "CREATED"},
+			row: func(j jobView) []string {
+				return []string{j.ID, j.Kind, j.Region, j.Lane, j.State, cell(j.Reason), strconv.Itoa(j.Attempt),
+					cell(strings.Join(j.LimitKeys, ",")), when(j.CreatedAt)}
+			}}.print(stdout, stderr, resp.body)
 	})
 }
 
-func runJobsGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("jobs get", "ID [flags]", "Show one job: state, attempts, result.", stderr)
-	cf := addClientFlags(fs)
-	region := fs.String("region", "", "the job's region (server default if empty)")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "ID"); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	resp, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(rest[0]), regionQuery(*region), nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
-	var j jobView
-	if err := decodeOne(resp.body, &j, "job"); err != nil {
-		return err
-	}
-	return printJob(stdout, j)
+// jobAction is a verb on one job by id: GET or POST /v1/jobs/{id}{suffix}.
+func jobAction(name, summary, method, suffix string, show func(io.Writer, []string, []byte) error) apiCall {
+	var region string
+	return apiCall{name: "jobs " + name, usage: "ID [flags]", summary: summary, args: []string{"ID"},
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "the job's region (server default if empty)")
+		},
+		request: func(pos []string) (string, string, url.Values, any, error) {
+			return method, "/v1/jobs/" + esc(pos[0]) + suffix, regionQuery(region), nil, nil
+		},
+		show: show}
+}
+
+func jobsGet() apiCall {
+	return jobAction("get", "Show one job: state, attempts, result.", http.MethodGet, "", func(w io.Writer, _ []string, body []byte) error {
+		var j jobView
+		if err := decodeOne(body, &j, "job"); err != nil {
+			return err
+		}
+		return printJob(w, j)
+	})
+}
+
+func jobsCancel() apiCall {
+	return jobAction("cancel", "Cancel a job that has not finished; it ends terminal/cancelled.", http.MethodPost, "/cancel",
+		func(w io.Writer, pos []string, body []byte) error {
+			var j jobView
+			_ = decodeOne(body, &j, "job") // the answer's body is informative only
+			_, err := fmt.Fprintf(w, "cancelled %s%s\n", pos[0], stateNote(j))
+			return err
+		})
 }
 
 // printJob shows a job as aligned "field  value" lines. The payload is
@@ -195,34 +186,6 @@ func compact(raw json.RawMessage) string {
 		s = s[:200] + "..."
 	}
 	return s
-}
-
-func runJobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("jobs cancel", "ID [flags]", "Cancel a job that has not finished; it ends terminal/cancelled.", stderr)
-	cf := addClientFlags(fs)
-	region := fs.String("region", "", "the job's region (server default if empty)")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "ID"); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	resp, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(rest[0])+"/cancel", regionQuery(*region), nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
-	var j jobView
-	_ = decodeOne(resp.body, &j, "job") // the answer's body is informative only
-	fmt.Fprintf(stdout, "cancelled %s%s\n", rest[0], stateNote(j))
-	return nil
 }
 
 func stateNote(j jobView) string {

@@ -205,25 +205,11 @@ func subscriberVerbs() []subcommand {
 			}
 			return http.MethodGet, "/v1/subscribers", listQuery(map[string]string{"region": region, "after": after}, limit), nil, nil
 		},
-		show: func(w io.Writer, _ []string, body []byte) error {
-			items, next, err := decodeList(body, "subscribers")
-			if err != nil {
-				return err
-			}
-			rows := make([][]string, len(items))
-			for i, raw := range items {
-				var s subscriberView
-				if err := json.Unmarshal(raw, &s); err != nil {
-					return fmt.Errorf("unexpected subscriber in response: %w", err)
-				}
-				rows[i] = []string{s.ID, s.Region, s.Tenant, s.URL, strings.Join(s.Topics, ","), s.rate(), s.enabled()}
-			}
-			if err := table(w, []string{"ID", "REGION", "TENANT", "URL", "TOPICS", "RATE", "ENABLED"}, rows); err != nil {
-				return err
-			}
-			moreHint(w, "subscribers ls", next)
-			return nil
-		}}
+		show: listTable[subscriberView]{keys: []string{"subscribers"}, noun: "subscriber", more: "subscribers ls",
+			header: []string{"ID", "REGION", "TENANT", "URL", "TOPICS", "RATE", "ENABLED"},
+			row: func(s subscriberView) []string {
+				return []string{s.ID, s.Region, s.Tenant, s.URL, strings.Join(s.Topics, ","), s.rate(), s.enabled()}
+			}}.show}
 	get := one("get", "ID [flags]", "Show a webhook subscriber: URL, topics, rate, health (never its secret).", http.MethodGet, "", rq,
 		func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }, nil, nil)
 	rotate := one("rotate", "ID [flags]", "Give a subscriber a new signing secret, printed once; the old one keeps signing for --window.",
@@ -316,30 +302,16 @@ type deliveryView struct {
 }
 
 func showDeliveries(verb string) func(io.Writer, []string, []byte) error {
-	return func(w io.Writer, _ []string, body []byte) error {
-		items, next, err := decodeList(body, "deliveries")
-		if err != nil {
-			return err
-		}
-		rows := make([][]string, len(items))
-		for i, raw := range items {
-			var d deliveryView
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return fmt.Errorf("unexpected delivery in response: %w", err)
-			}
+	return listTable[deliveryView]{keys: []string{"deliveries"}, noun: "delivery", more: verb,
+		header: []string{"ID", "SUBSCRIBER", "EVENT", "VERSION", "STATE", "REASON", "ATTEMPTS", "LAST STATUS", "NEXT ATTEMPT", "CREATED"},
+		row: func(d deliveryView) []string {
 			status := "-"
 			if d.LastStatus != 0 {
 				status = strconv.Itoa(d.LastStatus)
 			}
-			rows[i] = []string{d.ID, d.SubscriberID, d.EventID, strconv.FormatInt(d.Version, 10), d.State, cell(d.Reason),
+			return []string{d.ID, d.SubscriberID, d.EventID, strconv.FormatInt(d.Version, 10), d.State, cell(d.Reason),
 				strconv.Itoa(d.Attempts), status, when(d.NextAttemptAt), when(d.CreatedAt)}
-		}
-		if err := table(w, []string{"ID", "SUBSCRIBER", "EVENT", "VERSION", "STATE", "REASON", "ATTEMPTS", "LAST STATUS", "NEXT ATTEMPT", "CREATED"}, rows); err != nil {
-			return err
-		}
-		moreHint(w, verb, next)
-		return nil
-	}
+		}}.show
 }
 
 func eventPublish() apiCall {
