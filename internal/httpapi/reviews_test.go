@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -177,20 +176,7 @@ func TestReviewRoutesDocumented(t *testing.T) {
 		}
 		n++
 		req := parseCurlT(t, c.Example, e.reviewExampleVars(c, f))
-		body, _ := io.ReadAll(req.Body)
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		resp := e.send(req)
-		if resp.status < 200 || resp.status > 299 {
-			t.Errorf("%s answered %d: %s", c.Name, resp.status, resp.body)
-			continue
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		hr := &http.Response{StatusCode: resp.status, Header: resp.header, Body: io.NopCloser(bytes.NewReader(resp.body)), Request: req}
-		if ok, verrs := v.ValidateHttpRequestResponse(req, hr); !ok {
-			for _, ve := range verrs {
-				t.Errorf("%s: %s: %s", c.Name, ve.Message, ve.Reason)
-			}
-		}
+		e.sendValidated(t, v, c.Name, req)
 	}
 	if n != 4 {
 		t.Fatalf("%d review capabilities, want 4 (create, list, get, sarif)", n)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -127,20 +125,7 @@ func TestWebhookRoutesDocumented(t *testing.T) {
 			continue
 		}
 		req := parseCurlT(t, c.Example, e.webhookExampleVars(c))
-		body, _ := io.ReadAll(req.Body)
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		resp := e.send(req)
-		if resp.status < 200 || resp.status > 299 {
-			t.Errorf("%s answered %d: %s", c.Name, resp.status, resp.body)
-			continue
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		hr := &http.Response{StatusCode: resp.status, Header: resp.header, Body: io.NopCloser(bytes.NewReader(resp.body)), Request: req}
-		if ok, verrs := v.ValidateHttpRequestResponse(req, hr); !ok {
-			for _, ve := range verrs {
-				t.Errorf("%s: %s: %s", c.Name, ve.Message, ve.Reason)
-			}
-		}
+		e.sendValidated(t, v, c.Name, req)
 	}
 }
 
