@@ -186,6 +186,33 @@ func runCurl(t *testing.T, example string, vars map[string]string) int {
 	return code
 }
 
+// documentedRoutes checks that the served OpenAPI document is valid and
+// that discovery lists exactly the served routes, and returns a validator
+// for the document.
+func (e *env) documentedRoutes(t *testing.T) validator.Validator {
+	t.Helper()
+	doc, err := libopenapi.NewDocument(e.do("GET", "/v1/openapi.json", "", nil).want(t, 200).body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		t.Fatalf("invalid OpenAPI document: %v", verrs)
+	}
+	var listed []string
+	for _, c := range e.capabilities() {
+		listed = append(listed, c.Method+" "+c.Path)
+	}
+	slices.Sort(listed)
+	if served := e.srv.sortedPatterns(); !slices.Equal(listed, served) {
+		t.Fatalf("discovery and routes differ:\nlisted %v\nserved %v", listed, served)
+	}
+	return v
+}
+
 // sendValidated sends an example's request and validates the request and
 // its answer against the OpenAPI document v was built from; a status
 // outside 2xx fails the example without validating it.
