@@ -151,3 +151,16 @@ func (l listTable[T]) print(w, hint io.Writer, body []byte) error {
 
 // show is print as an apiCall's show, the hint on the same writer.
 func (l listTable[T]) show(w io.Writer, _ []string, body []byte) error { return l.print(w, w, body) }
+
+// regionCall is an apiCall on the one resource its positional argument arg
+// names: method on path(arg), with a --region flag (regionDoc says what an
+// empty one means) sent as ?region=.
+func regionCall(name, arg, summary, regionDoc, method string, path func(id string) string, show func(io.Writer, []string, []byte) error) apiCall {
+	var region string
+	return apiCall{name: name, usage: arg + " [flags]", summary: summary, args: []string{arg},
+		flags: func(fs *flag.FlagSet) { fs.StringVar(&region, "region", "", regionDoc) },
+		request: func(pos []string) (string, string, url.Values, any, error) {
+			return method, path(pos[0]), regionQuery(region), nil, nil
+		},
+		show: show}
+}

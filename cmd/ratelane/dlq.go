@@ -49,37 +49,24 @@ func dlqList() apiCall {
 // deadLetterAction is POST .../redrive or DELETE on one dead letter; done
 // names what happened in the line printed.
 func deadLetterAction(name, summary, method, suffix, done string) apiCall {
-	var region string
-	return apiCall{name: "dlq " + name, usage: "ID [flags]", summary: summary, args: []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the job's region (server default if empty)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return method, "/v1/dead-letters/" + esc(pos[0]) + suffix, regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, pos []string, body []byte) error {
+	return regionCall("dlq "+name, "ID", summary, "the job's region (server default if empty)", method,
+		func(id string) string { return "/v1/dead-letters/" + esc(id) + suffix },
+		func(w io.Writer, pos []string, body []byte) error {
 			var j jobView
 			if len(body) > 0 {
 				_ = decodeOne(body, &j, "job") // informative only
 			}
 			_, err := fmt.Fprintf(w, "%s %s%s\n", done, pos[0], stateNote(j))
 			return err
-		}}
+		})
 }
 
 // dlqGet shows a dead letter through GET /v1/jobs/{id}, refusing a job
 // that is not terminal (it is not a dead letter, and redrive would fail).
 func dlqGet() apiCall {
-	var region string
-	return apiCall{name: "dlq get", usage: "ID [flags]", summary: "Show one dead letter: its reason, attempts and last error.",
-		args: []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the job's region (default every region the key may use)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodGet, "/v1/jobs/" + url.PathEscape(pos[0]), regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, pos []string, body []byte) error {
+	return regionCall("dlq get", "ID", "Show one dead letter: its reason, attempts and last error.",
+		"the job's region (default every region the key may use)", http.MethodGet, jobPath(""),
+		func(w io.Writer, pos []string, body []byte) error {
 			var j jobView
 			if err := decodeOne(body, &j, "job"); err != nil {
 				return err
@@ -88,7 +75,7 @@ func dlqGet() apiCall {
 				return fmt.Errorf("job %s is not a dead letter (state %s); see ratelane jobs get %s", pos[0], j.State, pos[0])
 			}
 			return printJob(w, j)
-		}}
+		})
 }
 
 func runDLQPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -111,32 +109,28 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	})
 }
 
-// jobAction is a verb on one job by id: GET or POST /v1/jobs/{id}{suffix}.
-func jobAction(name, summary, method, suffix string, show func(io.Writer, []string, []byte) error) apiCall {
-	var region string
-	return apiCall{name: "jobs " + name, usage: "ID [flags]", summary: summary, args: []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the job's region (server default if empty)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return method, "/v1/jobs/" + esc(pos[0]) + suffix, regionQuery(region), nil, nil
-		},
-		show: show}
+// jobPath returns the path of a job's URL with suffix, for regionCall.
+func jobPath(suffix string) func(id string) string {
+	return func(id string) string { return "/v1/jobs/" + esc(id) + suffix }
 }
 
 func jobsGet() apiCall {
-	return jobAction("get", "Show one job: state, attempts, result.", http.MethodGet, "", func(w io.Writer, _ []string, body []byte) error {
-		var j jobView
-		if err := decodeOne(body, &j, "job"); err != nil {
-			return err
-		}
-		return printJob(w, j)
-	})
+	return regionCall("jobs get", "ID", "Show one job: state, attempts, result.", "the job's region (server default if empty)",
+		http.MethodGet, jobPath(""), showJob)
+}
+
+// showJob prints a job answer with printJob.
+func showJob(w io.Writer, _ []string, body []byte) error {
+	var j jobView
+	if err := decodeOne(body, &j, "job"); err != nil {
+		return err
+	}
+	return printJob(w, j)
 }
 
 func jobsCancel() apiCall {
-	return jobAction("cancel", "Cancel a job that has not finished; it ends terminal/cancelled.", http.MethodPost, "/cancel",
-		func(w io.Writer, pos []string, body []byte) error {
+	return regionCall("jobs cancel", "ID", "Cancel a job that has not finished; it ends terminal/cancelled.", "the job's region (server default if empty)",
+		http.MethodPost, jobPath("/cancel"), func(w io.Writer, pos []string, body []byte) error {
 			var j jobView
 			_ = decodeOne(body, &j, "job") // the answer's body is informative only
 			_, err := fmt.Fprintf(w, "cancelled %s%s\n", pos[0], stateNote(j))

@@ -191,14 +191,8 @@ func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func limitsGet() apiCall {
-	var region string
-	return apiCall{name: "limits get", usage: "KEY [flags]", summary: "Show one limit key: configuration, tokens, learned rate, pause and its source, in flight, waiting cost.",
-		args: []string{"KEY"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the key's region (required unless the key may use one region)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodGet, "/v1/limits/" + esc(pos[0]), regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }}
+	return regionCall("limits get", "KEY", "Show one limit key: configuration, tokens, learned rate, pause and its source, in flight, waiting cost.",
+		"the key's region (required unless the key may use one region)", http.MethodGet,
+		func(key string) string { return "/v1/limits/" + esc(key) },
+		func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) })
 }

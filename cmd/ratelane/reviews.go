@@ -293,16 +293,10 @@ func runReviewsFindings(ctx context.Context, args []string, stdout, stderr io.Wr
 // reviewsSARIF prints the SARIF document as the server sends it, whatever
 // -o says: SARIF is already the machine format.
 func reviewsSARIF() apiCall {
-	var region string
-	return apiCall{name: "reviews sarif", usage: "ID [flags]", summary: "Print a finished review's findings as SARIF 2.1.0 (the server answers 409 until the review is validated).",
-		args: []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the review's region (default every region the key may use)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodGet, "/v1/reviews/" + esc(pos[0]) + "/sarif", regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, _ []string, body []byte) error { return printJSON(w, body) }}
+	return regionCall("reviews sarif", "ID", "Print a finished review's findings as SARIF 2.1.0 (the server answers 409 until the review is validated).",
+		"the review's region (default every region the key may use)", http.MethodGet,
+		func(id string) string { return "/v1/reviews/" + esc(id) + "/sarif" },
+		func(w io.Writer, _ []string, body []byte) error { return printJSON(w, body) })
 }
 
 // readDiff reads the diff to submit: a file, or standard input for "-".
