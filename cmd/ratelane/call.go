@@ -29,6 +29,9 @@ type apiCall struct {
 	show func(w io.Writer, pos []string, body []byte) error
 	// done is the line printed after success when show is nil.
 	done func(pos []string) string
+	// page, when set, prints a list answer in place of show: the table on
+	// w, the next-page hint on hint (standard error).
+	page func(w, hint io.Writer, body []byte) error
 }
 
 // run executes the verb.
@@ -63,6 +66,9 @@ func (a apiCall) run(ctx context.Context, args []string, stdout, stderr io.Write
 			return cf.print(stdout, []byte(`{}`))
 		}
 		return cf.print(stdout, resp.body)
+	}
+	if a.page != nil {
+		return a.page(stdout, stderr, resp.body)
 	}
 	if a.show != nil {
 		return a.show(stdout, rest, resp.body)
@@ -103,4 +109,58 @@ func showFields(w io.Writer, body []byte, hide ...string) error {
 		rows = append(rows, []string{strings.ReplaceAll(k, "_", " ") + ":", cell(v)})
 	}
 	return table(w, nil, rows)
+}
+
+// listTable prints a list answer as a table, one row an item, and the verb
+// that fetches the next page when the answer has a cursor. It is the one
+// place the list verbs decode and print a page.
+type listTable[T any] struct {
+	// keys are the fields the items may stand under (see decodeList).
+	keys []string
+	// noun names one item in the error about a malformed one.
+	noun   string
+	header []string
+	row    func(T) []string
+	// more is the verb the next-page hint names; "" prints no hint (the
+	// list has no pages).
+	more string
+}
+
+// print writes the page's table to w and the next-page hint to hint.
+func (l listTable[T]) print(w, hint io.Writer, body []byte) error {
+	items, next, err := decodeList(body, l.keys...)
+	if err != nil {
+		return err
+	}
+	rows := make([][]string, len(items))
+	for i, raw := range items {
+		var v T
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return fmt.Errorf("unexpected %s in response: %w", l.noun, err)
+		}
+		rows[i] = l.row(v)
+	}
+	if err := table(w, l.header, rows); err != nil {
+		return err
+	}
+	if l.more != "" {
+		moreHint(hint, l.more, next)
+	}
+	return nil
+}
+
+// show is print as an apiCall's show, the hint on the same writer.
+func (l listTable[T]) show(w io.Writer, _ []string, body []byte) error { return l.print(w, w, body) }
+
+// regionCall is an apiCall on the one resource its positional argument arg
+// names: method on path(arg), with a --region flag (regionDoc says what an
+// empty one means) sent as ?region=.
+func regionCall(name, arg, summary, regionDoc, method string, path func(id string) string, show func(io.Writer, []string, []byte) error) apiCall {
+	var region string
+	return apiCall{name: name, usage: arg + " [flags]", summary: summary, args: []string{arg},
+		flags: func(fs *flag.FlagSet) { fs.StringVar(&region, "region", "", regionDoc) },
+		request: func(pos []string) (string, string, url.Values, any, error) {
+			return method, path(pos[0]), regionQuery(region), nil, nil
+		},
+		show: show}
 }

@@ -14,118 +14,59 @@ import (
 func init() {
 	register("dlq", "list, show, redrive, delete and purge dead letters through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dispatch(ctx, "dlq", []subcommand{
-			{"ls", "list dead letters (terminal jobs)", runDLQList},
+			{"ls", "list dead letters (terminal jobs)", dlqList().run},
 			{"get", "show one dead letter", dlqGet().run},
-			{"redrive", "return a dead letter to waiting with fresh budgets", runDLQRedrive},
-			{"rm", "delete a dead letter", runDLQDelete},
+			{"redrive", "return a dead letter to waiting with fresh budgets", deadLetterAction("redrive", "Return a dead letter to waiting with fresh budgets; the redrive is recorded in its history.",
+				http.MethodPost, "/redrive", "redriven").run},
+			{"rm", "delete a dead letter", deadLetterAction("rm", "Delete a dead letter for good.", http.MethodDelete, "", "deleted").run},
 			{"purge", "delete every dead letter matching filters (needs --yes)", runDLQPurge},
 		}, args, stdout, stderr)
 	})
 }
 
-func runDLQList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dlq ls", "[flags]", "List dead letters: jobs that ended terminal, with their reason.", stderr)
-	cf := addClientFlags(fs)
+func dlqList() apiCall {
 	var kind, region, reason, after string
 	var limit int
-	fs.StringVar(&kind, "kind", "", "only dead letters of this kind")
-	fs.StringVar(&region, "region", "", "region to list (server default if empty)")
-	fs.StringVar(&reason, "reason", "", "only this terminal reason")
-	fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
-	fs.StringVar(&after, "after", "", "cursor: list the page after this one")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	q := listQuery(map[string]string{"kind": kind, "region": region, "reason": reason, "after": after}, limit)
-	resp, err := c.do(ctx, http.MethodGet, "/v1/dead-letters", q, nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
-	items, next, err := decodeList(resp.body, "dead_letters", "jobs")
-	if err != nil {
-		return err
-	}
-	jobs, err := decodeJobs(items)
-	if err != nil {
-		return err
-	}
-	rows := make([][]string, len(jobs))
-	for i, j := range jobs {
-		rows[i] = []string{j.ID, j.Kind, j.Region, cell(j.Tenant), cell(j.Reason), strconv.Itoa(j.Attempt), when(j.FinishedAt)}
-	}
-	if err := table(stdout, []string{"ID", "KIND", "REGION", "TENANT", "REASON", "ATTEMPT", "FINISHED"}, rows); err != nil {
-		return err
-	}
-	if next != "" {
-		fmt.Fprintf(stderr, "more: ratelane dlq ls --after %s\n", next)
-	}
-	return nil
+	return apiCall{name: "dlq ls", usage: "[flags]", summary: "List dead letters: jobs that ended terminal, with their reason.",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&kind, "kind", "", "only dead letters of this kind")
+			fs.StringVar(&region, "region", "", "region to list (server default if empty)")
+			fs.StringVar(&reason, "reason", "", "only this terminal reason")
+			fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
+			fs.StringVar(&after, "after", "", "cursor: list the page after this one")
+		},
+		request: func([]string) (string, string, url.Values, any, error) {
+			q := listQuery(map[string]string{"kind": kind, "region": region, "reason": reason, "after": after}, limit)
+			return http.MethodGet, "/v1/dead-letters", q, nil, nil
+		},
+		page: listTable[jobView]{keys: []string{"dead_letters", "jobs"}, noun: "job", more: "dlq ls",
+			header: []string{"ID", "KIND", "REGION", "TENANT", "REASON", "ATTEMPT", "FINISHED"},
+			row: func(j jobView) []string {
+				return []string{j.ID, j.Kind, j.Region, cell(j.Tenant), cell(j.Reason), strconv.Itoa(j.Attempt), when(j.FinishedAt)}
+			}}.print}
 }
 
-// deadLetterAction runs POST .../redrive or DELETE on one dead letter.
-func deadLetterAction(ctx context.Context, name, summary, method, suffix, done string, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dlq "+name, "ID [flags]", summary, stderr)
-	cf := addClientFlags(fs)
-	region := fs.String("region", "", "the job's region (server default if empty)")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "ID"); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	resp, err := c.do(ctx, method, "/v1/dead-letters/"+url.PathEscape(rest[0])+suffix, regionQuery(*region), nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
-	var j jobView
-	if len(resp.body) > 0 {
-		_ = decodeOne(resp.body, &j, "job") // informative only
-	}
-	fmt.Fprintf(stdout, "%s %s%s\n", done, rest[0], stateNote(j))
-	return nil
-}
-
-func runDLQRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return deadLetterAction(ctx, "redrive", "Return a dead letter to waiting with fresh budgets; the redrive is recorded in its history.",
-		http.MethodPost, "/redrive", "redriven", args, stdout, stderr)
-}
-
-func runDLQDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return deadLetterAction(ctx, "rm", "Delete a dead letter for good.", http.MethodDelete, "", "deleted", args, stdout, stderr)
+// deadLetterAction is POST .../redrive or DELETE on one dead letter; done
+// names what happened in the line printed.
+func deadLetterAction(name, summary, method, suffix, done string) apiCall {
+	return regionCall("dlq "+name, "ID", summary, "the job's region (server default if empty)", method,
+		func(id string) string { return "/v1/dead-letters/" + esc(id) + suffix },
+		func(w io.Writer, pos []string, body []byte) error {
+			var j jobView
+			if len(body) > 0 {
+				_ = decodeOne(body, &j, "job") // informative only
+			}
+			_, err := fmt.Fprintf(w, "%s %s%s\n", done, pos[0], stateNote(j))
+			return err
+		})
 }
 
 // dlqGet shows a dead letter through GET /v1/jobs/{id}, refusing a job
 // that is not terminal (it is not a dead letter, and redrive would fail).
 func dlqGet() apiCall {
-	var region string
-	return apiCall{name: "dlq get", usage: "ID [flags]", summary: "Show one dead letter: its reason, attempts and last error.",
-		args: []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the job's region (default every region the key may use)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodGet, "/v1/jobs/" + url.PathEscape(pos[0]), regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, pos []string, body []byte) error {
+	return regionCall("dlq get", "ID", "Show one dead letter: its reason, attempts and last error.",
+		"the job's region (default every region the key may use)", http.MethodGet, jobPath(""),
+		func(w io.Writer, pos []string, body []byte) error {
 			var j jobView
 			if err := decodeOne(body, &j, "job"); err != nil {
 				return err
@@ -134,7 +75,7 @@ func dlqGet() apiCall {
 				return fmt.Errorf("job %s is not a dead letter (state %s); see ratelane jobs get %s", pos[0], j.State, pos[0])
 			}
 			return printJob(w, j)
-		}}
+		})
 }
 
 func runDLQPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {

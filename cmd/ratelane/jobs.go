@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -15,8 +14,8 @@ func init() {
 	register("jobs", "list, show and cancel jobs through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dispatch(ctx, "jobs", []subcommand{
 			{"ls", "list jobs (filters, cursor pagination)", runJobsList},
-			{"get", "show one job", runJobsGet},
-			{"cancel", "cancel a job that has not finished", runJobsCancel},
+			{"get", "show one job", jobsGet().run},
+			{"cancel", "cancel a job that has not finished", jobsCancel().run},
 		}, args, stdout, stderr)
 	})
 }
@@ -101,56 +100,42 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if cf.json {
 			return cf.print(stdout, resp.body)
 		}
-		items, next, err := decodeList(resp.body, "jobs")
-		if err != nil {
-			return err
-		}
-		jobs, err := decodeJobs(items)
-		if err != nil {
-			return err
-		}
-		rows := make([][]string, len(jobs))
-		for i, j := range jobs {
-			rows[i] = []string{j.ID, j.Kind, j.Region, j.Lane, j.State, cell(j.Reason), strconv.Itoa(j.Attempt),
-				cell(strings.Join(j.LimitKeys, ",")), when(j.CreatedAt)}
-		}
-		if err := table(stdout, []string{"ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT KEYS", "CREATED"}, rows); err != nil {
-			return err
-		}
-		if next != "" {
-			fmt.Fprintf(stderr, "more: ratelane jobs ls --after %s\n", next)
-		}
-		return nil
+		return listTable[jobView]{keys: []string{"jobs"}, noun: "job", more: "jobs ls",
+			header: []string{"ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT KEYS", "CREATED"},
+			row: func(j jobView) []string {
+				return []string{j.ID, j.Kind, j.Region, j.Lane, j.State, cell(j.Reason), strconv.Itoa(j.Attempt),
+					cell(strings.Join(j.LimitKeys, ",")), when(j.CreatedAt)}
+			}}.print(stdout, stderr, resp.body)
 	})
 }
 
-func runJobsGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("jobs get", "ID [flags]", "Show one job: state, attempts, result.", stderr)
-	cf := addClientFlags(fs)
-	region := fs.String("region", "", "the job's region (server default if empty)")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "ID"); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	resp, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(rest[0]), regionQuery(*region), nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
+// jobPath returns the path of a job's URL with suffix, for regionCall.
+func jobPath(suffix string) func(id string) string {
+	return func(id string) string { return "/v1/jobs/" + esc(id) + suffix }
+}
+
+func jobsGet() apiCall {
+	return regionCall("jobs get", "ID", "Show one job: state, attempts, result.", "the job's region (server default if empty)",
+		http.MethodGet, jobPath(""), showJob)
+}
+
+// showJob prints a job answer with printJob.
+func showJob(w io.Writer, _ []string, body []byte) error {
 	var j jobView
-	if err := decodeOne(resp.body, &j, "job"); err != nil {
+	if err := decodeOne(body, &j, "job"); err != nil {
 		return err
 	}
-	return printJob(stdout, j)
+	return printJob(w, j)
+}
+
+func jobsCancel() apiCall {
+	return regionCall("jobs cancel", "ID", "Cancel a job that has not finished; it ends terminal/cancelled.", "the job's region (server default if empty)",
+		http.MethodPost, jobPath("/cancel"), func(w io.Writer, pos []string, body []byte) error {
+			var j jobView
+			_ = decodeOne(body, &j, "job") // the answer's body is informative only
+			_, err := fmt.Fprintf(w, "cancelled %s%s\n", pos[0], stateNote(j))
+			return err
+		})
 }
 
 // printJob shows a job as aligned "field  value" lines. The payload is
@@ -195,34 +180,6 @@ func compact(raw json.RawMessage) string {
 		s = s[:200] + "..."
 	}
 	return s
-}
-
-func runJobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("jobs cancel", "ID [flags]", "Cancel a job that has not finished; it ends terminal/cancelled.", stderr)
-	cf := addClientFlags(fs)
-	region := fs.String("region", "", "the job's region (server default if empty)")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "ID"); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	resp, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(rest[0])+"/cancel", regionQuery(*region), nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
-	var j jobView
-	_ = decodeOne(resp.body, &j, "job") // the answer's body is informative only
-	fmt.Fprintf(stdout, "cancelled %s%s\n", rest[0], stateNote(j))
-	return nil
 }
 
 func stateNote(j jobView) string {

@@ -14,8 +14,8 @@ func init() {
 	register("keys", "create, list and revoke API keys through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dispatch(ctx, "keys", []subcommand{
 			{"create", "create an API key (its secret is shown once)", runKeysCreate},
-			{"ls", "list API keys (never their secrets)", runKeysList},
-			{"revoke", "revoke an API key by id", runKeysRevoke},
+			{"ls", "list API keys (never their secrets)", keysList().run},
+			{"revoke", "revoke an API key by id", keysRevoke().run},
 		}, args, stdout, stderr)
 	})
 }
@@ -110,63 +110,23 @@ func regionsText(r []string) string {
 	return strings.Join(r, ",")
 }
 
-func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("keys ls", "[flags]", "List API keys, revoked ones included. Secrets are never shown.", stderr)
-	cf := addClientFlags(fs)
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	resp, err := c.do(ctx, http.MethodGet, "/v1/keys", nil, nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
-	items, _, err := decodeList(resp.body, "keys")
-	if err != nil {
-		return err
-	}
-	rows := make([][]string, len(items))
-	for i, raw := range items {
-		var k keyView
-		if err := json.Unmarshal(raw, &k); err != nil {
-			return fmt.Errorf("unexpected key in response: %w", err)
-		}
-		rows[i] = []string{k.ID, cell(k.Name), k.Tenant, k.Role, regionsText(k.Regions), when(k.CreatedAt), when(k.RevokedAt)}
-	}
-	return table(stdout, []string{"ID", "NAME", "TENANT", "ROLE", "REGIONS", "CREATED", "REVOKED"}, rows)
+func keysList() apiCall {
+	return apiCall{name: "keys ls", usage: "[flags]", summary: "List API keys, revoked ones included. Secrets are never shown.",
+		request: func([]string) (string, string, url.Values, any, error) {
+			return http.MethodGet, "/v1/keys", nil, nil, nil
+		},
+		show: listTable[keyView]{keys: []string{"keys"}, noun: "key",
+			header: []string{"ID", "NAME", "TENANT", "ROLE", "REGIONS", "CREATED", "REVOKED"},
+			row: func(k keyView) []string {
+				return []string{k.ID, cell(k.Name), k.Tenant, k.Role, regionsText(k.Regions), when(k.CreatedAt), when(k.RevokedAt)}
+			}}.show}
 }
 
-func runKeysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("keys revoke", "ID [flags]", "Revoke an API key; every node rejects it within a second.", stderr)
-	cf := addClientFlags(fs)
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "ID"); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	resp, err := c.do(ctx, http.MethodDelete, "/v1/keys/"+url.PathEscape(rest[0]), nil, nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
-	fmt.Fprintf(stdout, "revoked %s\n", rest[0])
-	return nil
+func keysRevoke() apiCall {
+	return apiCall{name: "keys revoke", usage: "ID [flags]", summary: "Revoke an API key; every node rejects it within a second.",
+		args: []string{"ID"},
+		request: func(pos []string) (string, string, url.Values, any, error) {
+			return http.MethodDelete, "/v1/keys/" + esc(pos[0]), nil, nil, nil
+		},
+		done: func(pos []string) string { return "revoked " + pos[0] }}
 }

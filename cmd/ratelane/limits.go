@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -62,24 +61,16 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if cf.json {
 			return cf.print(stdout, resp.body)
 		}
-		items, _, err := decodeList(resp.body, "limits", "keys")
-		if err != nil {
-			return err
-		}
-		rows := make([][]string, len(items))
-		for i, raw := range items {
-			var l limitView
-			if err := json.Unmarshal(raw, &l); err != nil {
-				return fmt.Errorf("unexpected limit in response: %w", err)
-			}
-			conc := "-"
-			if l.Concurrency > 0 {
-				conc = strconv.Itoa(l.Concurrency)
-			}
-			rows[i] = []string{l.Name, num(l.Rate), num(l.Burst), conc, strconv.FormatBool(l.Adaptive),
-				optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil)}
-		}
-		return table(stdout, []string{"KEY", "RATE/S", "BURST", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL"}, rows)
+		return listTable[limitView]{keys: []string{"limits", "keys"}, noun: "limit",
+			header: []string{"KEY", "RATE/S", "BURST", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL"},
+			row: func(l limitView) []string {
+				conc := "-"
+				if l.Concurrency > 0 {
+					conc = strconv.Itoa(l.Concurrency)
+				}
+				return []string{l.Name, num(l.Rate), num(l.Burst), conc, strconv.FormatBool(l.Adaptive),
+					optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil)}
+			}}.print(stdout, stderr, resp.body)
 	})
 }
 
@@ -200,14 +191,8 @@ func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func limitsGet() apiCall {
-	var region string
-	return apiCall{name: "limits get", usage: "KEY [flags]", summary: "Show one limit key: configuration, tokens, learned rate, pause and its source, in flight, waiting cost.",
-		args: []string{"KEY"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the key's region (required unless the key may use one region)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodGet, "/v1/limits/" + esc(pos[0]), regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }}
+	return regionCall("limits get", "KEY", "Show one limit key: configuration, tokens, learned rate, pause and its source, in flight, waiting cost.",
+		"the key's region (required unless the key may use one region)", http.MethodGet,
+		func(key string) string { return "/v1/limits/" + esc(key) },
+		func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) })
 }

@@ -26,7 +26,7 @@ func init() {
 	register("reviews", "submit diffs for review on the server and read their findings", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dispatch(ctx, "reviews", []subcommand{
 			{"create", "submit a unified diff for review", runReviewsCreate},
-			{"ls", "list reviews, newest first", runReviewsList},
+			{"ls", "list reviews, newest first", reviewsList().run},
 			{"get", "show a review's state and progress (--wait for the result)", runReviewsGet},
 			{"findings", "list a review's findings (and quarantined ones with --quarantined)", runReviewsFindings},
 			{"sarif", "print a finished review's findings as SARIF 2.1.0", reviewsSARIF().run},
@@ -293,16 +293,10 @@ func runReviewsFindings(ctx context.Context, args []string, stdout, stderr io.Wr
 // reviewsSARIF prints the SARIF document as the server sends it, whatever
 // -o says: SARIF is already the machine format.
 func reviewsSARIF() apiCall {
-	var region string
-	return apiCall{name: "reviews sarif", usage: "ID [flags]", summary: "Print a finished review's findings as SARIF 2.1.0 (the server answers 409 until the review is validated).",
-		args: []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the review's region (default every region the key may use)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodGet, "/v1/reviews/" + esc(pos[0]) + "/sarif", regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, _ []string, body []byte) error { return printJSON(w, body) }}
+	return regionCall("reviews sarif", "ID", "Print a finished review's findings as SARIF 2.1.0 (the server answers 409 until the review is validated).",
+		"the review's region (default every region the key may use)", http.MethodGet,
+		func(id string) string { return "/v1/reviews/" + esc(id) + "/sarif" },
+		func(w io.Writer, _ []string, body []byte) error { return printJSON(w, body) })
 }
 
 // readDiff reads the diff to submit: a file, or standard input for "-".
@@ -313,56 +307,28 @@ func readDiff(path string) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
-func runReviewsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("reviews ls", "[flags]", "List reviews, newest first, without their findings (reviews get ID has them).", stderr)
-	cf := addClientFlags(fs)
+func reviewsList() apiCall {
 	var state, region, lane, tenant, after string
 	var limit int
-	fs.StringVar(&state, "state", "", "only reviews in this state (accepted, validated, published, terminal)")
-	fs.StringVar(&region, "region", "", "region to list (every region the key may use if empty)")
-	fs.StringVar(&lane, "lane", "", "only reviews of this lane class")
-	fs.StringVar(&tenant, "tenant", "", "only reviews of this tenant (admin keys)")
-	fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
-	fs.StringVar(&after, "after", "", "cursor: list the page after this one")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest); err != nil {
-		return err
-	}
-	if limit < 0 {
-		return usageError{"--limit must not be negative"}
-	}
-	c, err := cf.client(stderr)
-	if err != nil {
-		return err
-	}
-	q := listQuery(map[string]string{"state": state, "region": region, "lane": lane, "tenant": tenant, "after": after}, limit)
-	resp, err := c.do(ctx, http.MethodGet, "/v1/reviews", q, nil, nil)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return cf.print(stdout, resp.body)
-	}
-	items, next, err := decodeList(resp.body, "reviews")
-	if err != nil {
-		return err
-	}
-	rows := make([][]string, 0, len(items))
-	for _, raw := range items {
-		var r reviewView
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return fmt.Errorf("decode the server's review list: %w", err)
-		}
-		rows = append(rows, []string{r.ID, r.Region, r.State, cell(r.Reason), cell(r.Repo), cell(r.Change), cell(r.Depth), cell(r.Provider), when(r.Created)})
-	}
-	if err := table(stdout, []string{"ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "CREATED"}, rows); err != nil {
-		return err
-	}
-	if next != "" {
-		fmt.Fprintf(stderr, "more: ratelane reviews ls --after %s\n", next)
-	}
-	return nil
+	return apiCall{name: "reviews ls", usage: "[flags]", summary: "List reviews, newest first, without their findings (reviews get ID has them).",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&state, "state", "", "only reviews in this state (accepted, validated, published, terminal)")
+			fs.StringVar(&region, "region", "", "region to list (every region the key may use if empty)")
+			fs.StringVar(&lane, "lane", "", "only reviews of this lane class")
+			fs.StringVar(&tenant, "tenant", "", "only reviews of this tenant (admin keys)")
+			fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
+			fs.StringVar(&after, "after", "", "cursor: list the page after this one")
+		},
+		request: func([]string) (string, string, url.Values, any, error) {
+			if limit < 0 {
+				return "", "", nil, nil, usageError{"--limit must not be negative"}
+			}
+			q := listQuery(map[string]string{"state": state, "region": region, "lane": lane, "tenant": tenant, "after": after}, limit)
+			return http.MethodGet, "/v1/reviews", q, nil, nil
+		},
+		page: listTable[reviewView]{keys: []string{"reviews"}, noun: "review", more: "reviews ls",
+			header: []string{"ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "CREATED"},
+			row: func(r reviewView) []string {
+				return []string{r.ID, r.Region, r.State, cell(r.Reason), cell(r.Repo), cell(r.Change), cell(r.Depth), cell(r.Provider), when(r.Created)}
+			}}.print}
 }

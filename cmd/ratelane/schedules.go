@@ -193,26 +193,12 @@ func scheduleVerbs() []subcommand {
 			}
 			return http.MethodGet, "/v1/schedules", listQuery(map[string]string{"region": region, "tenant": tenant, "after": after}, limit), nil, nil
 		},
-		show: func(w io.Writer, _ []string, body []byte) error {
-			items, next, err := decodeList(body, "schedules")
-			if err != nil {
-				return err
-			}
-			rows := make([][]string, len(items))
-			for i, raw := range items {
-				var s scheduleRow
-				if err := json.Unmarshal(raw, &s); err != nil {
-					return fmt.Errorf("unexpected schedule in response: %w", err)
-				}
-				rows[i] = []string{s.ID, s.Name, s.Region, s.Tenant, s.spec(), s.Job.Kind, s.state(), when(s.NextTickAt),
+		show: listTable[scheduleRow]{keys: []string{"schedules"}, noun: "schedule", more: "schedules ls",
+			header: []string{"ID", "NAME", "REGION", "TENANT", "SCHEDULE", "KIND", "STATE", "NEXT TICK", "PRODUCED", "SKIPPED"},
+			row: func(s scheduleRow) []string {
+				return []string{s.ID, s.Name, s.Region, s.Tenant, s.spec(), s.Job.Kind, s.state(), when(s.NextTickAt),
 					strconv.FormatInt(s.Produced, 10), strconv.FormatInt(s.Skipped, 10)}
-			}
-			if err := table(w, []string{"ID", "NAME", "REGION", "TENANT", "SCHEDULE", "KIND", "STATE", "NEXT TICK", "PRODUCED", "SKIPPED"}, rows); err != nil {
-				return err
-			}
-			moreHint(w, "schedules ls", next)
-			return nil
-		}}
+			}}.show}
 	get := one("get", "Show a schedule: its definition, next tick, counters and the last ticks enqueued.", http.MethodGet, "",
 		func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }, nil)
 	pause := one("pause", "Pause a schedule: no tick is enqueued until it is resumed.", http.MethodPost, "/pause", showSchedule("paused"), nil)

@@ -205,25 +205,11 @@ func subscriberVerbs() []subcommand {
 			}
 			return http.MethodGet, "/v1/subscribers", listQuery(map[string]string{"region": region, "after": after}, limit), nil, nil
 		},
-		show: func(w io.Writer, _ []string, body []byte) error {
-			items, next, err := decodeList(body, "subscribers")
-			if err != nil {
-				return err
-			}
-			rows := make([][]string, len(items))
-			for i, raw := range items {
-				var s subscriberView
-				if err := json.Unmarshal(raw, &s); err != nil {
-					return fmt.Errorf("unexpected subscriber in response: %w", err)
-				}
-				rows[i] = []string{s.ID, s.Region, s.Tenant, s.URL, strings.Join(s.Topics, ","), s.rate(), s.enabled()}
-			}
-			if err := table(w, []string{"ID", "REGION", "TENANT", "URL", "TOPICS", "RATE", "ENABLED"}, rows); err != nil {
-				return err
-			}
-			moreHint(w, "subscribers ls", next)
-			return nil
-		}}
+		show: listTable[subscriberView]{keys: []string{"subscribers"}, noun: "subscriber", more: "subscribers ls",
+			header: []string{"ID", "REGION", "TENANT", "URL", "TOPICS", "RATE", "ENABLED"},
+			row: func(s subscriberView) []string {
+				return []string{s.ID, s.Region, s.Tenant, s.URL, strings.Join(s.Topics, ","), s.rate(), s.enabled()}
+			}}.show}
 	get := one("get", "ID [flags]", "Show a webhook subscriber: URL, topics, rate, health (never its secret).", http.MethodGet, "", rq,
 		func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }, nil, nil)
 	rotate := one("rotate", "ID [flags]", "Give a subscriber a new signing secret, printed once; the old one keeps signing for --window.",
@@ -316,30 +302,16 @@ type deliveryView struct {
 }
 
 func showDeliveries(verb string) func(io.Writer, []string, []byte) error {
-	return func(w io.Writer, _ []string, body []byte) error {
-		items, next, err := decodeList(body, "deliveries")
-		if err != nil {
-			return err
-		}
-		rows := make([][]string, len(items))
-		for i, raw := range items {
-			var d deliveryView
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return fmt.Errorf("unexpected delivery in response: %w", err)
-			}
+	return listTable[deliveryView]{keys: []string{"deliveries"}, noun: "delivery", more: verb,
+		header: []string{"ID", "SUBSCRIBER", "EVENT", "VERSION", "STATE", "REASON", "ATTEMPTS", "LAST STATUS", "NEXT ATTEMPT", "CREATED"},
+		row: func(d deliveryView) []string {
 			status := "-"
 			if d.LastStatus != 0 {
 				status = strconv.Itoa(d.LastStatus)
 			}
-			rows[i] = []string{d.ID, d.SubscriberID, d.EventID, strconv.FormatInt(d.Version, 10), d.State, cell(d.Reason),
+			return []string{d.ID, d.SubscriberID, d.EventID, strconv.FormatInt(d.Version, 10), d.State, cell(d.Reason),
 				strconv.Itoa(d.Attempts), status, when(d.NextAttemptAt), when(d.CreatedAt)}
-		}
-		if err := table(w, []string{"ID", "SUBSCRIBER", "EVENT", "VERSION", "STATE", "REASON", "ATTEMPTS", "LAST STATUS", "NEXT ATTEMPT", "CREATED"}, rows); err != nil {
-			return err
-		}
-		moreHint(w, verb, next)
-		return nil
-	}
+		}}.show
 }
 
 func eventPublish() apiCall {
@@ -448,58 +420,33 @@ func deliveriesList() apiCall {
 		show: showDeliveries("deliveries ls")}
 }
 
+// deliveryRegion documents the --region flag of the verbs on one delivery.
+const deliveryRegion = "the delivery's region (default every region the key may use)"
+
 // deliveryGet shows a delivery through its job: a delivery's id is the id
 // of the job that sends it.
 func deliveryGet() apiCall {
-	var region string
-	return apiCall{name: "deliveries get", usage: "ID [flags]", summary: "Show one delivery: its job's state, attempts and schedule (a delivery's id is its job's id).",
-		args: []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodGet, "/v1/jobs/" + esc(pos[0]), regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, _ []string, body []byte) error {
-			var j jobView
-			if err := decodeOne(body, &j, "job"); err != nil {
-				return err
-			}
-			return printJob(w, j)
-		}}
+	return regionCall("deliveries get", "ID", "Show one delivery: its job's state, attempts and schedule (a delivery's id is its job's id).",
+		deliveryRegion, http.MethodGet, jobPath(""), showJob)
 }
 
 func deliveryRedeliver() apiCall {
-	var region string
-	return apiCall{name: "deliveries redeliver", usage: "ID [flags]",
-		summary: "Send a delivery again: a terminal one is redriven, a published one copied with the same webhook-id (409 while in progress).",
-		args:    []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodPost, "/v1/deliveries/" + esc(pos[0]) + "/redeliver", regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, pos []string, body []byte) error {
+	return regionCall("deliveries redeliver", "ID",
+		"Send a delivery again: a terminal one is redriven, a published one copied with the same webhook-id (409 while in progress).",
+		deliveryRegion, http.MethodPost, func(id string) string { return "/v1/deliveries/" + esc(id) + "/redeliver" },
+		func(w io.Writer, pos []string, body []byte) error {
 			var d deliveryView
 			if err := json.Unmarshal(body, &d); err != nil {
 				return fmt.Errorf("unexpected response: %w", err)
 			}
 			_, err := fmt.Fprintf(w, "redelivering %s as %s (state %s)\n", pos[0], d.ID, d.State)
 			return err
-		}}
+		})
 }
 
 func deliveryResponse() apiCall {
-	var region string
-	return apiCall{name: "deliveries response", usage: "ID [flags]",
-		summary: "Admin only: the bounded last failed answer of a delivery (status, diagnostic headers, first 4 KiB of the body).",
-		args:    []string{"ID"},
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "the delivery's region (default every region the key may use)")
-		},
-		request: func(pos []string) (string, string, url.Values, any, error) {
-			return http.MethodGet, "/v1/deliveries/" + esc(pos[0]) + "/response", regionQuery(region), nil, nil
-		},
-		show: func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }}
+	return regionCall("deliveries response", "ID",
+		"Admin only: the bounded last failed answer of a delivery (status, diagnostic headers, first 4 KiB of the body).",
+		deliveryRegion, http.MethodGet, func(id string) string { return "/v1/deliveries/" + esc(id) + "/response" },
+		func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) })
 }

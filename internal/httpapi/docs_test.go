@@ -162,20 +162,7 @@ func TestDiscoveryExamplesMatchOpenAPI(t *testing.T) {
 	}
 	for _, c := range e.capabilities() {
 		req := parseCurlT(t, c.Example, e.exampleEnv(c))
-		body, _ := io.ReadAll(req.Body)
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		resp := e.send(req)
-		if resp.status < 200 || resp.status > 299 {
-			t.Errorf("%s answered %d: %s", c.Name, resp.status, resp.body)
-			continue
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		hr := &http.Response{StatusCode: resp.status, Header: resp.header, Body: io.NopCloser(bytes.NewReader(resp.body)), Request: req}
-		if ok, verrs := v.ValidateHttpRequestResponse(req, hr); !ok {
-			for _, ve := range verrs {
-				t.Errorf("%s: %s: %s", c.Name, ve.Message, ve.Reason)
-			}
-		}
+		e.sendValidated(t, v, c.Name, req)
 	}
 }
 
@@ -197,6 +184,54 @@ func runCurl(t *testing.T, example string, vars map[string]string) int {
 		t.Fatalf("%s: curl printed %q", example, out)
 	}
 	return code
+}
+
+// documentedRoutes checks that the served OpenAPI document is valid and
+// that discovery lists exactly the served routes, and returns a validator
+// for the document.
+func (e *env) documentedRoutes(t *testing.T) validator.Validator {
+	t.Helper()
+	doc, err := libopenapi.NewDocument(e.do("GET", "/v1/openapi.json", "", nil).want(t, 200).body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		t.Fatalf("invalid OpenAPI document: %v", verrs)
+	}
+	var listed []string
+	for _, c := range e.capabilities() {
+		listed = append(listed, c.Method+" "+c.Path)
+	}
+	slices.Sort(listed)
+	if served := e.srv.sortedPatterns(); !slices.Equal(listed, served) {
+		t.Fatalf("discovery and routes differ:\nlisted %v\nserved %v", listed, served)
+	}
+	return v
+}
+
+// sendValidated sends an example's request and validates the request and
+// its answer against the OpenAPI document v was built from; a status
+// outside 2xx fails the example without validating it.
+func (e *env) sendValidated(t *testing.T, v validator.Validator, name string, req *http.Request) {
+	t.Helper()
+	body, _ := io.ReadAll(req.Body)
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	resp := e.send(req)
+	if resp.status < 200 || resp.status > 299 {
+		t.Errorf("%s answered %d: %s", name, resp.status, resp.body)
+		return
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	hr := &http.Response{StatusCode: resp.status, Header: resp.header, Body: io.NopCloser(bytes.NewReader(resp.body)), Request: req}
+	if ok, verrs := v.ValidateHttpRequestResponse(req, hr); !ok {
+		for _, ve := range verrs {
+			t.Errorf("%s: %s: %s", name, ve.Message, ve.Reason)
+		}
+	}
 }
 
 func (e *env) send(req *http.Request) response {

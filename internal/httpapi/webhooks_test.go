@@ -4,15 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/pb33f/libopenapi"
-	validator "github.com/pb33f/libopenapi-validator"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
@@ -102,45 +96,13 @@ func (e *env) webhookExampleVars(c capability) map[string]string {
 func TestWebhookRoutesDocumented(t *testing.T) {
 	t.Parallel()
 	e := newWebhookEnv(t)
-	raw := e.do("GET", "/v1/openapi.json", "", nil).want(t, 200).body
-	doc, err := libopenapi.NewDocument(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, errs := validator.NewValidator(doc)
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	if ok, verrs := v.ValidateDocument(); !ok {
-		t.Fatalf("invalid OpenAPI document: %v", verrs)
-	}
-	var listed []string
-	for _, c := range e.capabilities() {
-		listed = append(listed, c.Method+" "+c.Path)
-	}
-	slices.Sort(listed)
-	if served := e.srv.sortedPatterns(); !slices.Equal(listed, served) {
-		t.Fatalf("discovery and routes differ:\nlisted %v\nserved %v", listed, served)
-	}
+	v := e.documentedRoutes(t)
 	for _, c := range e.capabilities() {
 		if !strings.Contains(c.Path, "subscribers") && !strings.Contains(c.Path, "events") && !strings.Contains(c.Path, "deliveries/") {
 			continue
 		}
 		req := parseCurlT(t, c.Example, e.webhookExampleVars(c))
-		body, _ := io.ReadAll(req.Body)
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		resp := e.send(req)
-		if resp.status < 200 || resp.status > 299 {
-			t.Errorf("%s answered %d: %s", c.Name, resp.status, resp.body)
-			continue
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		hr := &http.Response{StatusCode: resp.status, Header: resp.header, Body: io.NopCloser(bytes.NewReader(resp.body)), Request: req}
-		if ok, verrs := v.ValidateHttpRequestResponse(req, hr); !ok {
-			for _, ve := range verrs {
-				t.Errorf("%s: %s: %s", c.Name, ve.Message, ve.Reason)
-			}
-		}
+		e.sendValidated(t, v, c.Name, req)
 	}
 }
 

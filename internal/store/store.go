@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -166,6 +167,30 @@ type Object struct {
 // MaxObjectBytes bounds one object: large enough for a big diff, small
 // enough for one row.
 const MaxObjectBytes = 16 << 20
+
+// Check refuses an object larger than MaxObjectBytes, before a driver
+// writes it.
+func (o Object) Check() error {
+	if len(o.Body) > MaxObjectBytes {
+		return fmt.Errorf("object %s/%s is %d bytes; the limit is %d", o.Kind, o.ID, len(o.Body), MaxObjectBytes)
+	}
+	return nil
+}
+
+// Changed is the error of a conditional put whose object was changed (or
+// created) since it was read.
+func (o Object) Changed() error {
+	return fmt.Errorf("object %s/%s changed since it was read: %w", o.Kind, o.ID, ErrConflict)
+}
+
+// ObjectPageSize returns the page size ListObjects uses for a requested
+// limit: 100 for 0 or less or above 1000.
+func ObjectPageSize(limit int) int {
+	if limit <= 0 || limit > 1000 {
+		return 100
+	}
+	return limit
+}
 
 // InsertResult is the result of inserting one job.
 type InsertResult struct {

@@ -37,16 +37,17 @@ type Responder func(LLMRequest) string
 // empty review.
 func DefaultResponder(LLMRequest) string { return `{"findings":[]}` }
 
-// wireMessage is a chat message as both providers send it: content is a
-// string or an array of typed parts.
-type wireMessage struct {
+// WireMessage is a chat message as both providers send it: content is a
+// string or an array of typed parts. The batch simulator reads the same
+// messages inside batch requests.
+type WireMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 }
 
-// contentText returns the text of a string or of the "text" parts of an
-// array of parts.
-func contentText(raw json.RawMessage) (string, bool) {
+// ContentText returns the text of a string or of the "text" parts of an
+// array of parts; false when raw is neither.
+func ContentText(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", true
 	}
@@ -73,7 +74,7 @@ func contentText(raw json.RawMessage) (string, bool) {
 // chatRequest is the part of either provider's request body the simulator reads.
 type chatRequest struct {
 	Model     string          `json:"model"`
-	Messages  []wireMessage   `json:"messages"`
+	Messages  []WireMessage   `json:"messages"`
 	System    json.RawMessage `json:"system"`
 	MaxTokens *int            `json:"max_tokens"`
 	Stream    bool            `json:"stream"`
@@ -96,7 +97,7 @@ func parseChat(body []byte, provider, route string) (chatRequest, LLMRequest, st
 	}
 	var system []string
 	for i, m := range cr.Messages {
-		text, ok := contentText(m.Content)
+		text, ok := ContentText(m.Content)
 		if !ok {
 			return cr, req, "messages." + strconv.Itoa(i) + ".content: want a string or an array of parts"
 		}

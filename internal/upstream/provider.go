@@ -112,7 +112,7 @@ func (anthropicDialect) parse(body []byte, route string) (LLMRequest, string) {
 	if cr.MaxTokens == nil || *cr.MaxTokens < 1 {
 		return req, "max_tokens: field required"
 	}
-	system, ok := contentText(cr.System)
+	system, ok := ContentText(cr.System)
 	if !ok {
 		return req, "system: want a string or an array of text blocks"
 	}

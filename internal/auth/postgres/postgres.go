@@ -145,15 +145,7 @@ func (s *Store) ListKeys(ctx context.Context) ([]auth.KeyInfo, error) {
 		return nil, fmt.Errorf("auth/postgres: list keys: %w", err)
 	}
 	defer rows.Close()
-	keys := []auth.KeyInfo{}
-	for rows.Next() {
-		r, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		keys = append(keys, r.KeyInfo)
-	}
-	return keys, rows.Err()
+	return auth.CollectKeys(rows, func() (auth.Record, error) { return scan(rows) })
 }
 
 // RevokeKey sets revoked_at unless already set; auth.ErrNotFound when there
@@ -182,13 +174,6 @@ func scan(row pgx.Row) (auth.Record, error) {
 		}
 		return r, fmt.Errorf("auth/postgres: read key: %w", err)
 	}
-	r.Role = auth.Role(role)
-	if r.Regions == nil {
-		r.Regions = []string{}
-	}
-	r.CreatedAt = time.Unix(0, created).UTC()
-	if revoked != nil {
-		r.RevokedAt = time.Unix(0, *revoked).UTC()
-	}
+	r.FromRow(role, created, revoked)
 	return r, nil
 }

@@ -128,15 +128,7 @@ func (s *Store) ListKeys(ctx context.Context) ([]auth.KeyInfo, error) {
 		return nil, fmt.Errorf("auth/sqlite: list keys: %w", err)
 	}
 	defer rows.Close()
-	keys := []auth.KeyInfo{}
-	for rows.Next() {
-		r, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		keys = append(keys, r.KeyInfo)
-	}
-	return keys, rows.Err()
+	return auth.CollectKeys(rows, func() (auth.Record, error) { return scan(rows) })
 }
 
 // RevokeKey sets revoked_at unless already set; auth.ErrNotFound when there
@@ -170,16 +162,13 @@ func scan(row scanner) (auth.Record, error) {
 		}
 		return r, fmt.Errorf("auth/sqlite: read key: %w", err)
 	}
-	r.Role = auth.Role(role)
 	if err := json.NewDecoder(strings.NewReader(regions)).Decode(&r.Regions); err != nil {
 		return r, fmt.Errorf("auth/sqlite: key %s: regions: %w", r.ID, err)
 	}
-	if r.Regions == nil {
-		r.Regions = []string{}
-	}
-	r.CreatedAt = time.Unix(0, created).UTC()
+	var rev *int64
 	if revoked.Valid {
-		r.RevokedAt = time.Unix(0, revoked.Int64).UTC()
+		rev = &revoked.Int64
 	}
+	r.FromRow(role, created, rev)
 	return r, nil
 }

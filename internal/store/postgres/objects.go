@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,8 +12,8 @@ import (
 
 // PutObject stores a document, replacing any previous one.
 func (s *Store) PutObject(ctx context.Context, o store.Object) error {
-	if len(o.Body) > store.MaxObjectBytes {
-		return fmt.Errorf("object %s/%s is %d bytes; the limit is %d", o.Kind, o.ID, len(o.Body), store.MaxObjectBytes)
+	if err := o.Check(); err != nil {
+		return err
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
@@ -25,8 +24,8 @@ func (s *Store) PutObject(ctx context.Context, o store.Object) error {
 // PutObjectIf stores a document only if the stored body is prev (nil: only
 // if there is none).
 func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
-	if len(o.Body) > store.MaxObjectBytes {
-		return fmt.Errorf("object %s/%s is %d bytes; the limit is %d", o.Kind, o.ID, len(o.Body), store.MaxObjectBytes)
+	if err := o.Check(); err != nil {
+		return err
 	}
 	var tag pgconn.CommandTag
 	var err error
@@ -41,7 +40,7 @@ func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) er
 		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("object %s/%s changed since it was read: %w", o.Kind, o.ID, store.ErrConflict)
+		return o.Changed()
 	}
 	return nil
 }
@@ -60,26 +59,20 @@ func (s *Store) GetObject(ctx context.Context, kind, id string) (store.Object, e
 
 // ListObjects returns documents of a kind in id order.
 func (s *Store) ListObjects(ctx context.Context, kind, after string, limit int) ([]store.Object, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
+	limit = store.ObjectPageSize(limit)
 	rows, err := s.pool.Query(ctx, `SELECT id, body, updated_at FROM objects WHERE kind = $1 AND id > $2 ORDER BY id LIMIT $3`,
 		kind, after, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.Object
-	for rows.Next() {
+	return store.CollectRows(rows, func() (store.Object, error) {
 		o := store.Object{Kind: kind}
 		var at int64
-		if err := rows.Scan(&o.ID, &o.Body, &at); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&o.ID, &o.Body, &at)
 		o.UpdatedAt = tm(at)
-		out = append(out, o)
-	}
-	return out, rows.Err()
+		return o, err
+	})
 }
 
 // DeleteObject removes a document.

@@ -83,15 +83,7 @@ func (s *Store) querySchedules(ctx context.Context, q string, args ...any) ([]*s
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*store.Schedule
-	for rows.Next() {
-		sc, err := scanSchedule(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sc)
-	}
-	return out, rows.Err()
+	return store.CollectRows(rows, func() (*store.Schedule, error) { return scanSchedule(rows) })
 }
 
 // UpdateSchedule replaces a schedule's mutable fields, guarded on its

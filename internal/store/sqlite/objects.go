@@ -4,15 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/ratelane/ratelane/internal/store"
 )
 
 // PutObject stores a document, replacing any previous one.
 func (s *Store) PutObject(ctx context.Context, o store.Object) error {
-	if len(o.Body) > store.MaxObjectBytes {
-		return fmt.Errorf("object %s/%s is %d bytes; the limit is %d", o.Kind, o.ID, len(o.Body), store.MaxObjectBytes)
+	if err := o.Check(); err != nil {
+		return err
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
@@ -25,8 +24,8 @@ func (s *Store) PutObject(ctx context.Context, o store.Object) error {
 // PutObjectIf stores a document only if the stored body is prev (nil: only
 // if there is none).
 func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
-	if len(o.Body) > store.MaxObjectBytes {
-		return fmt.Errorf("object %s/%s is %d bytes; the limit is %d", o.Kind, o.ID, len(o.Body), store.MaxObjectBytes)
+	if err := o.Check(); err != nil {
+		return err
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		var res sql.Result
@@ -42,7 +41,7 @@ func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) er
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(err, fmt.Errorf("object %s/%s changed since it was read: %w", o.Kind, o.ID, store.ErrConflict))
+			return errors.Join(err, o.Changed())
 		}
 		return nil
 	})
@@ -62,26 +61,20 @@ func (s *Store) GetObject(ctx context.Context, kind, id string) (store.Object, e
 
 // ListObjects returns documents of a kind in id order.
 func (s *Store) ListObjects(ctx context.Context, kind, after string, limit int) ([]store.Object, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
+	limit = store.ObjectPageSize(limit)
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, body, updated_at FROM objects WHERE kind = ? AND id > ? ORDER BY id LIMIT ?`,
 		kind, after, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.Object
-	for rows.Next() {
+	return store.CollectRows(rows, func() (store.Object, error) {
 		o := store.Object{Kind: kind}
 		var at sql.NullInt64
-		if err := rows.Scan(&o.ID, &o.Body, &at); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&o.ID, &o.Body, &at)
 		o.UpdatedAt = tm(at)
-		out = append(out, o)
-	}
-	return out, rows.Err()
+		return o, err
+	})
 }
 
 // DeleteObject removes a document.

@@ -137,45 +137,14 @@ func (b *simBatch) shuffled() []int {
 	return idx
 }
 
-// wireMessage is a chat message as both providers send it.
-type wireMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// contentText returns a string content, or the text parts of an array.
-func contentText(raw json.RawMessage) (string, bool) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", true
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, true
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", false
-	}
-	texts := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p.Type == "text" {
-			texts = append(texts, p.Text)
-		}
-	}
-	return strings.Join(texts, "\n"), true
-}
-
 // chatParams is the part of a chat request (an OpenAI chat completions
 // body or an Anthropic Messages params object) the simulator reads.
 type chatParams struct {
-	Model     string          `json:"model"`
-	Messages  []wireMessage   `json:"messages"`
-	System    json.RawMessage `json:"system"`
-	MaxTokens *int64          `json:"max_tokens"`
-	Stream    bool            `json:"stream"`
+	Model     string                 `json:"model"`
+	Messages  []upstream.WireMessage `json:"messages"`
+	System    json.RawMessage        `json:"system"`
+	MaxTokens *int64                 `json:"max_tokens"`
+	Stream    bool                   `json:"stream"`
 }
 
 // parseParams reads raw into the responder's view of the request and says
@@ -198,11 +167,11 @@ func parseParams(raw json.RawMessage, provider string, requireMax bool) (upstrea
 		return req, "max_tokens: must be at least 1 in a batch"
 	}
 	var system []string
-	if text, ok := contentText(p.System); ok && text != "" {
+	if text, ok := upstream.ContentText(p.System); ok && text != "" {
 		system = append(system, text)
 	}
 	for _, m := range p.Messages {
-		text, ok := contentText(m.Content)
+		text, ok := upstream.ContentText(m.Content)
 		if !ok {
 			return req, "messages: content must be a string or an array of parts"
 		}
