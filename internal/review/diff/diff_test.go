@@ -146,6 +146,11 @@ func TestParseErrors(t *testing.T) {
 		{"no changes", "--- a/x\n+++ b/x\n@@ -1,1 +1,1 @@\n " + secret + "\n", false},
 		{"fragment without header", "@@ -1 +1 @@\n-a\n+" + secret + "\n", false},
 		{"overlap", "--- a/x\n+++ b/x\n@@ -1,1 +1,1 @@\n-a\n+b\n@@ -1,1 +1,1 @@\n-a\n+" + secret + "\n", false},
+		{"absolute path", "--- /etc/x\n+++ /etc/x\n@@ -1 +1 @@\n-a\n+b\n", false},
+		{"escaping path", "--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n", false},
+		// go-gitdiff cannot read back a quoted name ending in a backslash
+		// (found by FuzzParse), so Render could not round-trip it.
+		{"trailing backslash", "diff --git \nrename to 0\n--- \\", false},
 		{"duplicate path", "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/x\n+++ b/x\n@@ -5 +5 @@\n-a\n+b\n", false},
 	}
 	for _, tt := range tests {

@@ -151,6 +151,15 @@ func checkPath(p string) error {
 	if strings.HasPrefix(p, "/") {
 		return errors.New("absolute path")
 	}
+	// A name ending in a backslash cannot be written back: git quotes it
+	// as "a/x\\", and go-gitdiff reads the escaped backslash before the
+	// closing quote as an escaped quote, so Render's output would not
+	// parse. Such a name is legal in git but no reviewer, SARIF consumer
+	// or finding anchor handles it well; refuse it here, where the error
+	// is clear, rather than on a part's re-parse.
+	if strings.HasSuffix(p, `\`) {
+		return errors.New("path ends with a backslash")
+	}
 	for _, seg := range strings.Split(p, "/") {
 		if seg == ".." {
 			return errors.New("path escapes the repository")
