@@ -36,7 +36,9 @@ func newLiveAPI(t *testing.T) *liveAPI {
 	ctx := context.Background()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "eu", Synchronous: "NORMAL"}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	registerBuiltins(&cfg, &serverFlags{allowPrivate: true})
+	if err := registerBuiltins(&cfg, &serverFlags{allowPrivate: true}); err != nil {
+		t.Fatal(err)
+	}
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -478,7 +480,8 @@ var (
 		"deleteSubscriber": "subscribers rm", "createEvent": "events publish", "listEventDeliveries": "events deliveries",
 		"redeliverDelivery": "deliveries redeliver", "getDeliveryResponse": "deliveries response",
 		"createReview": "reviews create", "listReviews": "reviews ls", "getReview": "reviews get", "getReviewSARIF": "reviews sarif",
-		"createSchedule": "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
+		"listReviewProviders": "reviews providers",
+		"createSchedule":      "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
 		"putSchedule": "schedules update", "pauseSchedule": "schedules pause", "resumeSchedule": "schedules resume",
 		"deleteSchedule": "schedules rm",
 	}

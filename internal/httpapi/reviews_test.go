@@ -94,6 +94,16 @@ func (f *fakeReviews) ReviewSARIF(ctx context.Context, region, id string, w io.W
 	return report.WriteSARIF(w, "test", rv.Result.Findings)
 }
 
+func (f *fakeReviews) Providers(_ context.Context, region string) ([]reviewapi.ProviderInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.configured[region] {
+		return nil, fmt.Errorf("ratelane: %w: %q", reviewapi.ErrNotConfigured, region)
+	}
+	return []reviewapi.ProviderInfo{{Name: "rules", Kind: "rules", Region: region, Default: true, RequestsKey: "rules:local",
+		MaxOutputTokens: 2048}}, nil
+}
+
 // finish aggregates a review with one finding and one quarantined one.
 func (f *fakeReviews) finish(id string) {
 	f.mu.Lock()
