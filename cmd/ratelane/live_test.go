@@ -296,6 +296,14 @@ func TestLiveReviews(t *testing.T) {
 		t.Errorf("reviews ls --limit 1: %+v", page)
 	}
 
+	// serve's default: the offline rules provider in every region.
+	out = api.ok(t, "reviews", "providers")
+	wantColumns(t, out, 1, "REGION", "NAME", "KIND", "MODEL", "DEFAULT", "REQUESTS KEY", "RPM", "TOKENS KEY", "TPM")
+	if !strings.Contains(out, "eu      rules  rules") || !strings.Contains(out, "rules:local") {
+		t.Errorf("reviews providers:\n%s", out)
+	}
+	api.fails(t, 1, []string{"unknown region \"us\""}, "reviews", "providers", "--region", "us")
+
 	api.fails(t, 2, []string{"--diff FILE or - is required"}, "reviews", "create")
 	api.fails(t, 1, []string{"depth"}, "reviews", "create", "--diff", diff, "--depth", "deep")
 	api.fails(t, 1, []string{"Not Found"}, "reviews", "get", "nope")
