@@ -53,12 +53,14 @@ type providerConfig struct {
 	TokensKey   string  `json:"tokens_key"`
 }
 
-// env abstracts what reading a provider's key touches, for tests.
+// keySource is where provider keys are read from: the process environment
+// and files (osKeys); tests pass their own.
 type keySource struct {
 	getenv   func(string) (string, bool)
 	readFile func(string) ([]byte, error)
 }
 
+// osKeys reads keys from the real environment and file system.
 var osKeys = keySource{getenv: os.LookupEnv, readFile: os.ReadFile}
 
 // buildProviders turns the providers section into each region's review
