@@ -40,7 +40,7 @@ func TestDeclaredLimits(t *testing.T) {
 	oa := provider(t, review.Profile{Name: "eu-openai", Kind: "openai", Region: "eu", Model: "gpt-4o-mini", APIKey: "sk-secret-x",
 		RequestsPerMinute: 500})
 	cl := provider(t, review.Profile{Name: "eu-claude", Kind: "anthropic", Region: "eu", Model: "claude-sonnet-4-5", APIKey: "sk-secret-y",
-		TokensPerMinute: 40000})
+		TokensPerMinute: 40000, RequestsPerMinute: 50})
 	c, p, err := newClient(t, review.RegionConfig{Providers: []review.Provider{oa, cl}})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,11 @@ func TestDeclaredLimits(t *testing.T) {
 	for _, l := range ls {
 		got[l.Name] = l
 	}
-	rq, tk := got["openai:gpt-4o-mini"], got["anthropic:claude-sonnet-4-5:tokens"]
+	rq, tk, crq := got["openai:gpt-4o-mini"], got["anthropic:claude-sonnet-4-5:tokens"], got["anthropic:claude-sonnet-4-5"]
+	if !rq.PerStart || !crq.PerStart || tk.PerStart || len(crq.Windows) != 1 || crq.Windows[0].Limit != 50 {
+		t.Errorf("per start: openai requests %v, anthropic requests %+v, anthropic tokens %v; want the requests keys per start",
+			rq.PerStart, crq.Config, tk.PerStart)
+	}
 	if len(rq.Windows) != 1 || rq.Windows[0].Limit != 500 || rq.Windows[0].Period < time.Minute || rq.Rate >= 500.0/60 {
 		t.Errorf("requests key = %+v, want a window of 500 per minute and a bucket below 500/60 per second", rq.Config)
 	}

@@ -218,7 +218,9 @@ func declareLimits(ctx context.Context, r *ratelane.PluginRegion, rc RegionConfi
 		prof := pr.Profile().WithDefaults()
 		var limits []admission.Config
 		if prof.RequestsPerMinute > 0 {
-			limits = append(limits, admission.UpstreamWindow(prof.RequestsKey, prof.RequestsPerMinute, time.Minute, 0, admission.DefaultHeadroom))
+			rq := admission.UpstreamWindow(prof.RequestsKey, prof.RequestsPerMinute, time.Minute, 0, admission.DefaultHeadroom)
+			rq.PerStart = true // one request per part, whatever its tokens
+			limits = append(limits, rq)
 		}
 		if prof.TokensPerMinute > 0 {
 			largest := float64(maxPart + pipeline.PromptOverheadTokens + prof.MaxOutputTokens)

@@ -77,7 +77,7 @@ func TestProviderConfigRefusals(t *testing.T) {
 		{"compatible without URL", `"name":"x","kind":"openai-compatible","region":"eu","model":"m"`, []string{"base_url is required"}},
 		{"bad timeout", good + `,"timeout":"soon"`, []string{"timeout", `"soon"`}},
 		{"negative rpm", good + `,"rpm":-1`, []string{"rpm must be between"}},
-		{"rpm and tpm", good + `,"rpm":500,"tpm":200000`, []string{"set rpm or tpm, not both"}},
+		{"one key for both", good + `,"tpm":200000,"requests_key":"k","tokens_key":"k"`, []string{"tokens_key and requests_key must differ"}},
 		{"key for rules", `"name":"x","kind":"rules","region":"eu","api_key_env":"SET_KEY"`, []string{"the rules provider needs no key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,7 +122,7 @@ func TestProviderConfigRefusals(t *testing.T) {
 	// A good section: both key sources, the region's providers in order.
 	var section map[string][]providerConfig
 	if err := json.Unmarshal([]byte(`{"eu":[{`+good+`,"rpm":500,"timeout":"30s"},`+
-		`{"name":"eu-claude","kind":"anthropic","region":"eu","model":"claude-sonnet-4-5","api_key_file":"`+keyFile+`","tpm":40000},`+
+		`{"name":"eu-claude","kind":"anthropic","region":"eu","model":"claude-sonnet-4-5","api_key_file":"`+keyFile+`","tpm":40000,"rpm":50},`+
 		`{"name":"eu-ollama","kind":"openai-compatible","region":"eu","model":"llama3","endpoint":"http://127.0.0.1:11434/v1"}]}`), &section); err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +138,10 @@ func TestProviderConfigRefusals(t *testing.T) {
 		oa.Timeout.Seconds() != 30 {
 		t.Errorf("openai profile = %v rpm %v key %q/%q timeout %v", oa, oa.RequestsPerMinute, oa.RequestsKey, oa.TokensKey, oa.Timeout)
 	}
-	if claude.APIKey != providerKeyCanary || claude.TokensKey != "anthropic:claude-sonnet-4-5:tokens" || claude.TokensPerMinute != 40000 {
-		t.Errorf("anthropic profile: key read %v, tokens key %q, tpm %v", claude.APIKey == providerKeyCanary, claude.TokensKey, claude.TokensPerMinute)
+	if claude.APIKey != providerKeyCanary || claude.TokensKey != "anthropic:claude-sonnet-4-5:tokens" || claude.TokensPerMinute != 40000 ||
+		strings.Join(claude.LimitKeys(), ",") != "anthropic:claude-sonnet-4-5:tokens,anthropic:claude-sonnet-4-5" {
+		t.Errorf("anthropic profile: key read %v, tokens key %q, tpm %v, keys %v", claude.APIKey == providerKeyCanary, claude.TokensKey,
+			claude.TokensPerMinute, claude.LimitKeys())
 	}
 	if ollama.APIKey != "" || ollama.BaseURL != "http://127.0.0.1:11434/v1" {
 		t.Errorf("ollama profile: %v base %q", ollama, ollama.BaseURL)

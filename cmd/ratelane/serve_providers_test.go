@@ -36,8 +36,10 @@ const reviewAnswer = `{"findings":[{"path":"app.go","line":3,"end_line":null,"se
 // with the model's finding and published. The first OpenAI call meets a
 // 429 with Retry-After: the provider's requests key pauses (the limits
 // API shows it), the part is rescheduled on the congestion budget and
-// then succeeds. The anthropic provider paces tokens: its part's
-// estimated cost is reconciled from the usage the answer reported. The
+// then succeeds. The anthropic provider declares RPM and TPM: its part
+// names both keys, takes one start from the requests key and its
+// estimated tokens from the tokens key, reconciled from the usage the
+// answer reported. The
 // provider listing names both without a key, and no key appears in the
 // logs, any API answer, the metrics, the dashboard or serve --help.
 // Not parallel: it sets environment variables.
@@ -71,7 +73,7 @@ func TestServeConfiguredProviders(t *testing.T) {
 			{"name": "us-openai", "kind": "openai", "region": "us", "base_url": sim.LLMBaseURL("openai") + "/v1",
 				"model": "gpt-4o-mini", "api_key_file": keyFile, "timeout": "20s", "rpm": 600},
 			{"name": "us-claude", "kind": "anthropic", "region": "us", "endpoint": sim.LLMBaseURL("anthropic"),
-				"model": "claude-sonnet-4-5", "api_key_env": "TEST_ANTHROPIC_KEY", "tpm": tpm, "max_output_tokens": maxOut},
+				"model": "claude-sonnet-4-5", "api_key_env": "TEST_ANTHROPIC_KEY", "tpm": tpm, "rpm": 300, "max_output_tokens": maxOut},
 		}},
 	}
 	cfgPath := filepath.Join(dir, "ratelane.json")
@@ -217,13 +219,28 @@ func TestServeConfiguredProviders(t *testing.T) {
 	var tokensCost int64
 	congestion := map[string]int{}
 	for _, j := range parts.Jobs {
-		if len(j.LimitKeys) != 1 {
+		keys := strings.Join(j.LimitKeys, ",")
+		if keys != "openai:gpt-4o-mini" && keys != "anthropic:claude-sonnet-4-5:tokens,anthropic:claude-sonnet-4-5" {
 			t.Fatalf("part %s names keys %v", j.ID, j.LimitKeys)
 		}
 		congestion[j.LimitKeys[0]] += j.Attempts.Congestion
 		if j.LimitKeys[0] == "anthropic:claude-sonnet-4-5:tokens" {
 			tokensCost = j.Cost
 		}
+	}
+	// The anthropic part costs its tokens on the TPM key and one start on
+	// the RPM key, whose burst (3) is far below that cost: it counts starts.
+	_, body = call("GET", "/v1/limits/anthropic:claude-sonnet-4-5?region=us", nil)
+	var rq struct {
+		PerStart bool    `json:"per_start"`
+		Burst    float64 `json:"burst"`
+		Windows  []struct {
+			Limit float64 `json:"limit"`
+		} `json:"windows"`
+	}
+	decode(body, &rq)
+	if !rq.PerStart || rq.Burst >= maxOut || len(rq.Windows) != 1 || rq.Windows[0].Limit != 300 {
+		t.Errorf("the anthropic requests key is not a per-start key of 300 per minute: %s", body)
 	}
 	if len(parts.Jobs) != 2 || congestion["openai:gpt-4o-mini"] != 1 || congestion["anthropic:claude-sonnet-4-5:tokens"] != 0 {
 		t.Errorf("parts: %s", body)

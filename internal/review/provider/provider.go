@@ -83,8 +83,10 @@ type Profile struct {
 	// RequestsPerMinute, when set, is the request limit the provider
 	// declares for the account (RPM): binding the provider to its region
 	// configures RequestsKey to pace it (a window of that many starts per
-	// minute, see admission.UpstreamWindow). Zero leaves the key as it is
-	// configured elsewhere (the limits config, PUT /v1/limits).
+	// minute, see admission.UpstreamWindow), counting starts whatever a
+	// part's cost (PerStart), so parts may name it next to TokensKey. Zero
+	// leaves the key as it is configured elsewhere (the limits config,
+	// PUT /v1/limits).
 	RequestsPerMinute float64 `json:"rpm,omitempty"`
 	// TokensPerMinute, when set, is the token limit the provider declares
 	// (TPM): binding configures TokensKey to pace it, and parts cost their
@@ -174,10 +176,8 @@ func (p Profile) Validate() error {
 			return fmt.Errorf("provider profile %q: %s must be between 0 (not configured here) and 1e9, got %v", p.Name, l.field, l.v)
 		}
 	}
-	if p.RequestsPerMinute > 0 && p.TokensPerMinute > 0 {
-		// A job has one cost, taken from each of its keys: a part costing
-		// its tokens would spend them on the requests key too.
-		return fmt.Errorf("provider profile %q: set rpm or tpm, not both: a part has one cost on all its limit keys, so it cannot count one request on one key and its tokens on another", p.Name)
+	if p.TokensKey != "" && p.TokensKey == p.RequestsKey {
+		return fmt.Errorf("provider profile %q: tokens_key and requests_key must differ: one counts tokens, the other requests", p.Name)
 	}
 	if p.BaseURL != "" {
 		if err := checkBaseURL(p.BaseURL); err != nil {
@@ -208,9 +208,16 @@ func checkBaseURL(raw string) error {
 	return nil
 }
 
-// LimitKeys returns the keys a part reviewed by this profile names.
+// LimitKeys returns the keys a part reviewed by this profile names: the
+// requests key alone (cost 1), or the tokens key (cost: the estimated
+// tokens), with the requests key too when the profile declares its RPM;
+// that key is then configured per start (admission.Config.PerStart), so a
+// part takes one request from it and its tokens from the other.
 func (p Profile) LimitKeys() []string {
-	if p.TokensKey != "" {
+	switch {
+	case p.TokensKey != "" && p.RequestsPerMinute > 0:
+		return []string{p.TokensKey, p.RequestsKey}
+	case p.TokensKey != "":
 		return []string{p.TokensKey}
 	}
 	return []string{p.RequestsKey}

@@ -191,7 +191,7 @@ func TestProfileValidateFields(t *testing.T) {
 		{func(p *Profile) { p.BaseURL = "api.example.com/v1" }, "base_url: must start with http:// or https://"},
 		{func(p *Profile) { p.BaseURL = "https://api.example.com/v1?key=hunter2" }, "base_url: must have no query"},
 		{func(p *Profile) { p.TokensPerMinute = -5 }, "tpm must be between"},
-		{func(p *Profile) { p.RequestsPerMinute, p.TokensPerMinute = 10, 10000 }, "set rpm or tpm, not both"},
+		{func(p *Profile) { p.TokensKey, p.RequestsKey = "k", "k" }, "tokens_key and requests_key must differ"},
 		{func(p *Profile) { p.Timeout = -time.Second }, "timeout must be between"},
 	} {
 		p := base
@@ -206,7 +206,12 @@ func TestProfileValidateFields(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Errorf("Validate(%v) = %v", ok, err)
 	}
-	if d := ok.WithDefaults(); d.TokensKey != "openai:m:tokens" || d.LimitKeys()[0] != "openai:m:tokens" {
+	if d := ok.WithDefaults(); d.TokensKey != "openai:m:tokens" || len(d.LimitKeys()) != 1 || d.LimitKeys()[0] != "openai:m:tokens" {
 		t.Errorf("defaults: tokens key %q, keys %v", d.TokensKey, d.LimitKeys())
+	}
+	// With RPM declared too, parts name both keys: tokens, then requests.
+	ok.RequestsPerMinute = 100
+	if keys := ok.WithDefaults().LimitKeys(); len(keys) != 2 || keys[0] != "openai:m:tokens" || keys[1] != "openai:m" {
+		t.Errorf("rpm and tpm: keys %v", keys)
 	}
 }
