@@ -35,9 +35,11 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/review/chunk"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
 	"github.com/ratelane/ratelane/internal/review/reviewapi"
@@ -164,6 +166,9 @@ func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 				KindPart, r.Name(), pr.Profile().Name, pr.Region())
 		}
 	}
+	if err := declareLimits(ctx, r, rc); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, dup := p.regions[r.Name()]; dup {
@@ -190,6 +195,57 @@ func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 	r.OnStart(rt.agg.Start)
 	r.OnStop(rt.agg.Stop)
 	p.regions[r.Name()] = rt
+	return nil
+}
+
+// declareLimits configures, in the region's store, the limit keys of the
+// providers that declare their limits (Profile.RequestsPerMinute,
+// TokensPerMinute), as the config's limits are at start: a window of the
+// declared allowance per minute, paced by a bucket below it. A tokens key
+// must admit the largest part the region can cut (its estimated tokens
+// plus the answer's cap), else such a part could never start: that is
+// refused here, naming the profile.
+func declareLimits(ctx context.Context, r *ratelane.PluginRegion, rc RegionConfig) error {
+	maxPart := rc.MaxPartTokens
+	if maxPart <= 0 {
+		maxPart = chunk.DefaultMaxTokens
+	}
+	declared := map[string]string{} // key -> the profile that declared it
+	for _, l := range r.Config().Limits {
+		declared[l.Name] = "the client's Limits"
+	}
+	for _, pr := range rc.Providers {
+		prof := pr.Profile().WithDefaults()
+		var limits []admission.Config
+		if prof.RequestsPerMinute > 0 {
+			rq := admission.UpstreamWindow(prof.RequestsKey, prof.RequestsPerMinute, time.Minute, 0, admission.DefaultHeadroom)
+			rq.PerStart = true // one request per part, whatever its tokens
+			limits = append(limits, rq)
+		}
+		if prof.TokensPerMinute > 0 {
+			largest := float64(maxPart + pipeline.PromptOverheadTokens + prof.MaxOutputTokens)
+			if prof.TokensPerMinute < largest {
+				return fmt.Errorf("provider %q in region %q: tpm %g is below the largest part's estimated cost, %g tokens (max part tokens %d + prompt %d + max_output_tokens %d): such a part could never start",
+					prof.Name, r.Name(), prof.TokensPerMinute, largest, maxPart, pipeline.PromptOverheadTokens, prof.MaxOutputTokens)
+			}
+			// Twice the largest part, halved by UpstreamWindow: the
+			// bucket's burst admits one largest part at once.
+			limits = append(limits, admission.UpstreamWindow(prof.TokensKey, prof.TokensPerMinute, time.Minute, 2*largest, admission.DefaultHeadroom))
+		}
+		for _, l := range limits {
+			if by, dup := declared[l.Name]; dup {
+				return fmt.Errorf("provider %q in region %q: limit key %q is also configured by %s; give each its own key (requests_key, tokens_key) or declare the limit in one place",
+					prof.Name, r.Name(), l.Name, by)
+			}
+			declared[l.Name] = fmt.Sprintf("provider %q", prof.Name)
+			if err := l.Validate(); err != nil {
+				return fmt.Errorf("provider %q in region %q: limit key %q: %w", prof.Name, r.Name(), l.Name, err)
+			}
+			if _, err := r.Store().UpsertLimit(ctx, l, r.Config().Now()); err != nil {
+				return fmt.Errorf("provider %q in region %q: limit key %q: %w", prof.Name, r.Name(), l.Name, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -236,4 +292,41 @@ func (rt *regionRT) providerFor(name string) (Provider, error) {
 		return p, nil
 	}
 	return nil, fmt.Errorf("review: no review provider %q in region %q", name, rt.region)
+}
+
+// ProviderInfo describes one provider profile of a region without its key
+// or endpoint: what GET /v1/reviews/providers and ratelane reviews
+// providers show.
+type ProviderInfo struct {
+	Name            string  `json:"name"`
+	Kind            string  `json:"kind"`
+	Model           string  `json:"model,omitempty"`
+	Region          string  `json:"region"`
+	Default         bool    `json:"default"`
+	RequestsKey     string  `json:"requests_key"`
+	TokensKey       string  `json:"tokens_key,omitempty"`
+	RPM             float64 `json:"rpm,omitempty"`
+	TPM             float64 `json:"tpm,omitempty"`
+	MaxOutputTokens int     `json:"max_output_tokens"`
+}
+
+// Providers lists a region's provider profiles in configuration order,
+// marking the default; ErrNotConfigured for a region without reviews.
+func (p *Plugin) Providers(region string) ([]ProviderInfo, error) {
+	rt, err := p.runtime(region)
+	if err != nil {
+		return nil, err
+	}
+	def := rt.cfg.DefaultProvider
+	if def == "" && len(rt.cfg.Providers) > 0 {
+		def = rt.cfg.Providers[0].Profile().Name
+	}
+	out := make([]ProviderInfo, 0, len(rt.cfg.Providers))
+	for _, pr := range rt.cfg.Providers {
+		prof := pr.Profile().WithDefaults()
+		out = append(out, ProviderInfo{Name: prof.Name, Kind: prof.Kind, Model: prof.Model, Region: prof.Region,
+			Default: prof.Name == def, RequestsKey: prof.RequestsKey, TokensKey: prof.TokensKey,
+			RPM: prof.RequestsPerMinute, TPM: prof.TokensPerMinute, MaxOutputTokens: prof.MaxOutputTokens})
+	}
+	return out, nil
 }

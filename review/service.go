@@ -80,3 +80,17 @@ func apiError(err error) error {
 type contentFree struct{ err error }
 
 func (e contentFree) Error() string { return e.err.Error() }
+
+func (s service) Providers(_ context.Context, region string) ([]reviewapi.ProviderInfo, error) {
+	ps, err := s.p.Providers(region)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	out := make([]reviewapi.ProviderInfo, 0, len(ps))
+	for _, pi := range ps {
+		out = append(out, reviewapi.ProviderInfo{Name: pi.Name, Kind: pi.Kind, Model: pi.Model, Region: pi.Region,
+			Default: pi.Default, RequestsKey: pi.RequestsKey, TokensKey: pi.TokensKey, RPM: pi.RPM, TPM: pi.TPM,
+			MaxOutputTokens: pi.MaxOutputTokens})
+	}
+	return out, nil
+}

@@ -101,6 +101,7 @@ type limitRequest struct {
 	Concurrency int         `json:"concurrency"`
 	Adaptive    bool        `json:"adaptive"`
 	MinRate     *float64    `json:"min_rate,omitempty"`
+	PerStart    bool        `json:"per_start,omitempty"`
 }
 
 // windowArg is one --window flag: LIMIT/PERIOD, e.g. 200/1m.
@@ -150,6 +151,7 @@ func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&req.Concurrency, "concurrency", 0, "cap on the key's jobs in flight (0: no cap)")
 	fs.BoolVar(&req.Adaptive, "adaptive", false, "learn the rate from 429s and successes, up to --rate")
 	fs.Float64Var(&minRate, "min-rate", 0, "floor of an adaptive key's learned rate, per --per")
+	fs.BoolVar(&req.PerStart, "per-start", false, "count starts, not cost: every start takes one unit whatever the job's cost (a requests key next to a tokens key)")
 	fs.StringVar(&region, "region", "", "region whose key to set (server default if empty)")
 	rest, err := parseFlags(fs, args)
 	if err != nil {

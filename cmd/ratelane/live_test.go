@@ -36,7 +36,9 @@ func newLiveAPI(t *testing.T) *liveAPI {
 	ctx := context.Background()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "eu", Synchronous: "NORMAL"}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	registerBuiltins(&cfg, &serverFlags{allowPrivate: true})
+	if err := registerBuiltins(&cfg, &serverFlags{allowPrivate: true}); err != nil {
+		t.Fatal(err)
+	}
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -294,6 +296,14 @@ func TestLiveReviews(t *testing.T) {
 		t.Errorf("reviews ls --limit 1: %+v", page)
 	}
 
+	// serve's default: the offline rules provider in every region.
+	out = api.ok(t, "reviews", "providers")
+	wantColumns(t, out, 1, "REGION", "NAME", "KIND", "MODEL", "DEFAULT", "REQUESTS KEY", "RPM", "TOKENS KEY", "TPM")
+	if !strings.Contains(out, "eu      rules  rules") || !strings.Contains(out, "rules:local") {
+		t.Errorf("reviews providers:\n%s", out)
+	}
+	api.fails(t, 1, []string{"unknown region \"us\""}, "reviews", "providers", "--region", "us")
+
 	api.fails(t, 2, []string{"--diff FILE or - is required"}, "reviews", "create")
 	api.fails(t, 1, []string{"depth"}, "reviews", "create", "--diff", diff, "--depth", "deep")
 	api.fails(t, 1, []string{"Not Found"}, "reviews", "get", "nope")
@@ -478,7 +488,8 @@ var (
 		"deleteSubscriber": "subscribers rm", "createEvent": "events publish", "listEventDeliveries": "events deliveries",
 		"redeliverDelivery": "deliveries redeliver", "getDeliveryResponse": "deliveries response",
 		"createReview": "reviews create", "listReviews": "reviews ls", "getReview": "reviews get", "getReviewSARIF": "reviews sarif",
-		"createSchedule": "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
+		"listReviewProviders": "reviews providers",
+		"createSchedule":      "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
 		"putSchedule": "schedules update", "pauseSchedule": "schedules pause", "resumeSchedule": "schedules resume",
 		"deleteSchedule": "schedules rm",
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 
@@ -28,13 +29,26 @@ func init() {
 	}
 }
 
-// registerReviews enables reviews in every served region with the offline
-// rules provider (profile "rules"), so a server reviews with no network.
-// Provider profiles for OpenAI and Anthropic are configured through the
-// library (package review) until the config file grows a section for them.
-func registerReviews(cfg *ratelane.Config) {
+// registerReviews enables reviews in every served region: a region the
+// config file's providers section names gets exactly the providers listed
+// there (the first is its default); every other region the offline rules
+// provider (profile "rules"), so a server reviews with no network. A bad
+// entry is an error naming the config file and the field.
+func registerReviews(cfg *ratelane.Config, section map[string][]providerConfig, keys keySource, file string) error {
+	served := make([]string, 0, len(cfg.Regions))
+	for _, r := range cfg.Regions {
+		served = append(served, r.Name)
+	}
+	configured, err := buildProviders(section, served, keys)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", file, err)
+	}
 	rc := review.Config{Regions: map[string]review.RegionConfig{}}
 	for _, r := range cfg.Regions {
+		if ps, ok := configured[r.Name]; ok {
+			rc.Regions[r.Name] = review.RegionConfig{Providers: ps}
+			continue
+		}
 		p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: r.Name})
 		if err != nil {
 			continue // a region name the client will refuse with its own message
@@ -42,4 +56,5 @@ func registerReviews(cfg *ratelane.Config) {
 		rc.Regions[r.Name] = review.RegionConfig{Providers: []review.Provider{p}}
 	}
 	cfg.Plugins = append(cfg.Plugins, review.New(rc))
+	return nil
 }

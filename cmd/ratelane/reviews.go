@@ -30,6 +30,7 @@ func init() {
 			{"get", "show a review's state and progress (--wait for the result)", runReviewsGet},
 			{"findings", "list a review's findings (and quarantined ones with --quarantined)", runReviewsFindings},
 			{"sarif", "print a finished review's findings as SARIF 2.1.0", reviewsSARIF().run},
+			{"providers", "list each region's review providers: kind, model, limit keys (never a key)", reviewsProviders().run},
 		}, args, stdout, stderr)
 	})
 }
@@ -331,4 +332,45 @@ func reviewsList() apiCall {
 			row: func(r reviewView) []string {
 				return []string{r.ID, r.Region, r.State, cell(r.Reason), cell(r.Repo), cell(r.Change), cell(r.Depth), cell(r.Provider), when(r.Created)}
 			}}.print}
+}
+
+// providerView is a provider profile as GET /v1/reviews/providers shows it.
+type providerView struct {
+	Name        string  `json:"name"`
+	Kind        string  `json:"kind"`
+	Model       string  `json:"model"`
+	Region      string  `json:"region"`
+	Default     bool    `json:"default"`
+	RequestsKey string  `json:"requests_key"`
+	TokensKey   string  `json:"tokens_key"`
+	RPM         float64 `json:"rpm"`
+	TPM         float64 `json:"tpm"`
+}
+
+func reviewsProviders() apiCall {
+	var region string
+	return apiCall{name: "reviews providers", usage: "[--region R]", summary: "List the review providers of each region: name, kind, model, limit keys and declared limits.",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "region to list (every region the key may use if empty)")
+		},
+		request: func([]string) (string, string, url.Values, any, error) {
+			return http.MethodGet, "/v1/reviews/providers", listQuery(map[string]string{"region": region}, 0), nil, nil
+		},
+		page: listTable[providerView]{keys: []string{"providers"}, noun: "provider",
+			header: []string{"REGION", "NAME", "KIND", "MODEL", "DEFAULT", "REQUESTS KEY", "RPM", "TOKENS KEY", "TPM"},
+			row: func(p providerView) []string {
+				def := ""
+				if p.Default {
+					def = "yes"
+				}
+				return []string{p.Region, p.Name, p.Kind, cell(p.Model), cell(def), p.RequestsKey, perMinute(p.RPM), cell(p.TokensKey), perMinute(p.TPM)}
+			}}.print}
+}
+
+// perMinute prints a declared per-minute limit, - when none is declared.
+func perMinute(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }

@@ -51,6 +51,8 @@ type serverFlags struct {
 	allowPrivate bool
 	// ui serves the dashboard under /ui/.
 	ui bool
+	// providers is the config file's providers section.
+	providers map[string][]providerConfig
 }
 
 // multiFlag collects a repeatable flag.
@@ -98,6 +100,8 @@ type fileConfig struct {
 	BatchBudget       string            `json:"batch_budget"`
 	// AllowPrivateTargets is --allow-private-targets.
 	AllowPrivateTargets bool `json:"allow_private_targets"`
+	// Providers are the review providers of each region (providers.go).
+	Providers map[string][]providerConfig `json:"providers"`
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -155,6 +159,7 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 	}
 	cfg.Regions, cfg.Limits, cfg.DefaultLimit = fc.Regions, fc.Limits, fc.DefaultLimit
 	f.allowPrivate = f.allowPrivate || fc.AllowPrivateTargets
+	f.providers = fc.Providers
 	for _, d := range []struct {
 		s   string
 		dst *time.Duration
@@ -191,7 +196,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	registerBuiltins(&cfg, f)
+	if err := registerBuiltins(&cfg, f); err != nil {
+		return err
+	}
 	client, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		return err
@@ -271,9 +278,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // registerBuiltins registers ratelane's built-in job kinds: webhook
 // deliveries (the SSRF guard stays on unless --allow-private-targets or the
-// config file's allow_private_targets says otherwise).
-func registerBuiltins(cfg *ratelane.Config, f *serverFlags) {
+// config file's allow_private_targets says otherwise) and reviews, with the
+// config file's providers.
+func registerBuiltins(cfg *ratelane.Config, f *serverFlags) error {
 	cfg.Webhooks.Deliver = true
 	cfg.Webhooks.AllowPrivateTargets = f.allowPrivate
-	registerReviews(cfg)
+	return registerReviews(cfg, f.providers, osKeys, f.config)
 }

@@ -159,6 +159,21 @@ type Config struct {
 	// MinRate is the floor of an adaptive key's learned rate. Zero means
 	// MinRateFraction of Rate.
 	MinRate float64 `json:"min_rate"`
+	// PerStart makes the key count starts, not cost: every start takes one
+	// unit from its shapes whatever the job's cost, and reported usage is
+	// not reconciled on it. It is how one job names a requests-per-minute
+	// key next to a tokens-per-minute key (an LLM call costs one request
+	// and its estimated tokens).
+	PerStart bool `json:"per_start,omitempty"`
+}
+
+// Charge is what one start of a job of the given cost takes from this
+// key: 1 on a PerStart key, the cost otherwise.
+func (c Config) Charge(cost int64) int64 {
+	if c.PerStart {
+		return 1
+	}
+	return cost
 }
 
 // WithDefaults returns c with zero fields replaced by their defaults.
@@ -220,6 +235,9 @@ func (c Config) MaxCost() float64 {
 // CheckCost reports a cost the key can never admit, naming the field:
 // cost must be at least 1, at most MaxCost, and within [Config.MaxCost].
 func (c Config) CheckCost(cost int64) error {
+	if c.PerStart && cost >= 1 && cost <= MaxCost {
+		cost = 1 // a start, whatever it costs elsewhere
+	}
 	switch {
 	case cost < 1:
 		return fmt.Errorf("cost must be at least 1, got %d", cost)
@@ -428,6 +446,7 @@ func (s *State) units(cost float64) time.Duration { return dur(cost * s.unitNS()
 // next is never before now. Check does not change s; call Take after every
 // key of the job admitted it.
 func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
+	cost = s.Charge(cost)
 	if now.Before(s.PausedUntil) {
 		return false, s.PausedUntil
 	}
@@ -471,6 +490,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 // the start in every window (and, for an adaptive key, in its discovery
 // log) and counts a lease in flight.
 func (s *State) Take(now time.Time, cost int64) {
+	cost = s.Charge(cost)
 	s.InFlight++
 	if rate := s.rate(); rate > 0 {
 		s.TAT = maxTime(s.TAT, now).Add(dur(float64(cost) * 1e9 / rate))
@@ -504,8 +524,8 @@ func (s *State) Release() {
 // Windows keep the estimate: their log cannot be rewritten in place, and
 // counting the estimate is what the start was admitted on.
 func (s *State) Reconcile(now time.Time, estimated, actual int64) {
-	if actual <= 0 || actual == estimated || s.rate() <= 0 {
-		return
+	if s.PerStart || actual <= 0 || actual == estimated || s.rate() <= 0 {
+		return // a start is one start, whatever it used
 	}
 	s.TAT = addSat(s.TAT, s.units(float64(actual)-float64(estimated)))
 	if floor := now.Add(-s.tolerance()); s.TAT.Before(floor) {

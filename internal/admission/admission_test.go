@@ -354,3 +354,38 @@ func TestLearnedBurst(t *testing.T) {
 		t.Fatalf("after a 429 at a learned 2/s of 40/s (burst 20), next start in %v, want about 1/rate (not burst/learned = 10 s)", wait)
 	}
 }
+
+// TestPerStart: a PerStart key counts starts whatever the job's cost: a
+// start of 5000 takes one unit of a bucket of burst 1 and one of a window
+// of 2, the cost check sees one unit, and usage is not reconciled on it.
+func TestPerStart(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	c := Config{Name: "openai:m", Rate: 1, Burst: 1, Windows: []Window{{Limit: 2, Period: time.Minute}}, PerStart: true}
+	if err := c.CheckCost(5000); err != nil {
+		t.Fatalf("CheckCost(5000) on a per-start key: %v", err)
+	}
+	if err := (Config{Name: "tokens", Rate: 1, Burst: 1}).CheckCost(5000); err == nil {
+		t.Fatal("CheckCost(5000) on a cost key of burst 1 passed")
+	}
+	s := NewState(c)
+	if ok, _ := s.Check(t0, 5000); !ok {
+		t.Fatal("a full per-start key refused its first start")
+	}
+	s.Take(t0, 5000)
+	if ok, next := s.Check(t0, 5000); ok || !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("second start at once: ok %v next %v, want refused until one second later", ok, next)
+	}
+	tat := s.TAT
+	s.Reconcile(t0, 5000, 300)
+	if !s.TAT.Equal(tat) {
+		t.Errorf("Reconcile moved a per-start key's bucket from %v to %v", tat, s.TAT)
+	}
+	s.Release()
+	s.Take(t0.Add(time.Second), 9000)
+	if ok, next := s.Check(t0.Add(2*time.Second), 1); ok || next.Before(t0.Add(time.Minute)) {
+		t.Fatalf("third start within the minute: ok %v next %v, want the window of 2 to refuse it", ok, next)
+	}
+	if got := s.Wait(t0, 3+s.Charge(5000)); got <= 0 {
+		t.Errorf("Wait for 4 starts = %v", got)
+	}
+}

@@ -81,6 +81,7 @@ func (s *State) discoveryWindow() time.Duration {
 // from the refusal (see refused); its bucket restarts empty at the end of
 // the pause rather than sending a burst into a window that just refused.
 func (s *State) RateLimited(now, until time.Time, cost int64) {
+	cost = s.Charge(cost)
 	learned := s.refused(now, cost) // before the pause: it reads the last one
 	s.Pause(until)
 	if learned && s.rate() > 0 {
@@ -96,6 +97,7 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 // allowance on every 429. A key with a fixed limit has no other way to
 // slow down, so it pauses until until.
 func (s *State) Throttled(now, until time.Time, cost int64) {
+	cost = s.Charge(cost)
 	if !s.Adaptive {
 		s.Pause(until)
 		return

@@ -4,7 +4,8 @@ import "time"
 
 // KeyLoad is one limit key as a queue-wait prediction sees it: its live
 // state and the cost already queued on it ahead of a new job (in the job's
-// lane and every lane leased before it).
+// lane and every lane leased before it; for a PerStart key, the number of
+// those jobs).
 type KeyLoad struct {
 	State State
 	Ahead int64
@@ -50,7 +51,7 @@ func PredictWait(in WaitInput) Prediction {
 	cost := max(in.Cost, 1)
 	var p Prediction
 	for i := range in.Keys {
-		p.Wait = max(p.Wait, in.Keys[i].State.Wait(in.Now, in.Keys[i].Ahead+cost))
+		p.Wait = max(p.Wait, in.Keys[i].State.Wait(in.Now, in.Keys[i].Ahead+in.Keys[i].State.Charge(cost)))
 	}
 	if !in.Served {
 		p.Unserved = true

@@ -26,6 +26,7 @@ type limitRequest struct {
 	Concurrency int         `json:"concurrency,omitempty" doc:"cap on leases in flight; 0 means none"`
 	Adaptive    bool        `json:"adaptive,omitempty" doc:"429s lower the rate, successes raise it back up to the configured rate"`
 	MinRate     float64     `json:"min_rate,omitempty" doc:"floor of an adaptive key's learned rate, per second"`
+	PerStart    bool        `json:"per_start,omitempty" doc:"count starts, not cost: every start takes one unit whatever the job's cost, and usage is not reconciled (a requests-per-minute key named next to a tokens key)"`
 }
 
 // windowDoc is one window of a limit request on the wire.
@@ -50,7 +51,7 @@ type limitView struct {
 // rate is the difference of two reads over the difference of their at.
 type admittedCounts struct {
 	Starts      int64     `json:"starts" doc:"jobs leased through this node that name the key"`
-	Cost        int64     `json:"cost" doc:"their summed cost: the units they took from the key's allowance (compare with its rate)"`
+	Cost        int64     `json:"cost" doc:"their summed cost: the units they took from the key's allowance (compare with its rate); a per_start key took one unit per start, so compare starts instead"`
 	RateLimited int64     `json:"rate_limited" doc:"attempts written as rate limited (429) that applied to the key"`
 	Since       time.Time `json:"since" doc:"when this node first counted the key"`
 }
@@ -98,7 +99,8 @@ func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request, p auth.P
 
 // config validates the request into a key configuration.
 func (req limitRequest) config(name string) (admission.Config, error) {
-	c := admission.Config{Name: name, Burst: req.Burst, Concurrency: req.Concurrency, Adaptive: req.Adaptive, MinRate: req.MinRate}
+	c := admission.Config{Name: name, Burst: req.Burst, Concurrency: req.Concurrency, Adaptive: req.Adaptive, MinRate: req.MinRate,
+		PerStart: req.PerStart}
 	for i, w := range req.Windows {
 		d, err := time.ParseDuration(w.Period)
 		if err != nil {

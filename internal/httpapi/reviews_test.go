@@ -94,6 +94,16 @@ func (f *fakeReviews) ReviewSARIF(ctx context.Context, region, id string, w io.W
 	return report.WriteSARIF(w, "test", rv.Result.Findings)
 }
 
+func (f *fakeReviews) Providers(_ context.Context, region string) ([]reviewapi.ProviderInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.configured[region] {
+		return nil, fmt.Errorf("ratelane: %w: %q", reviewapi.ErrNotConfigured, region)
+	}
+	return []reviewapi.ProviderInfo{{Name: "rules", Kind: "rules", Region: region, Default: true, RequestsKey: "rules:local",
+		MaxOutputTokens: 2048}}, nil
+}
+
 // finish aggregates a review with one finding and one quarantined one.
 func (f *fakeReviews) finish(id string) {
 	f.mu.Lock()
@@ -162,8 +172,8 @@ func TestReviewRoutesDocumented(t *testing.T) {
 		req := parseCurlT(t, c.Example, e.reviewExampleVars(c, f))
 		e.sendValidated(t, v, c.Name, req)
 	}
-	if n != 4 {
-		t.Fatalf("%d review capabilities, want 4 (create, list, get, sarif)", n)
+	if n != 5 {
+		t.Fatalf("%d review capabilities, want 5 (create, list, get, sarif, providers)", n)
 	}
 	// The example's diff reaches the service as a real multi-line diff.
 	for id, d := range f.diffs {
@@ -171,6 +181,25 @@ func TestReviewRoutesDocumented(t *testing.T) {
 			t.Fatalf("review %s got diff %q", id, d)
 		}
 	}
+}
+
+// TestReviewProviders: the listing merges the key's regions, one region
+// when named; a region without reviews is skipped unless named (501), and
+// a region the key may not use is refused like any other route's.
+func TestReviewProviders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withReviews(newFakeReviews("us")))
+	var list struct {
+		Providers []reviewapi.ProviderInfo `json:"providers"`
+	}
+	e.do("GET", "/v1/reviews/providers", adminKey, nil).want(t, 200).json(t, &list)
+	if len(list.Providers) != 1 || list.Providers[0].Region != "us" || !list.Providers[0].Default {
+		t.Fatalf("providers = %+v, want us's rules only (eu has no reviews)", list.Providers)
+	}
+	e.do("GET", "/v1/reviews/providers?region=us", acmeKey, nil).want(t, 200)
+	e.do("GET", "/v1/reviews/providers?region=eu", adminKey, nil).wantProblem(t, 501, "reviews-not-configured")
+	e.do("GET", "/v1/reviews/providers?region=us", euKey, nil).want(t, 403)
+	e.do("GET", "/v1/reviews/providers", "", nil).want(t, 401)
 }
 
 // TestReviewsNotServedWithoutService: no review mount, no routes.

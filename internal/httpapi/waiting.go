@@ -99,7 +99,7 @@ func (s *Server) explainWait(ctx context.Context, st store.Store, j *job.Job) (*
 		w.Blocked = w.Blocked || kb.Blocks
 		// The key's whole backlog is ahead of the job at worst; the
 		// prediction is an upper estimate for a job near its head.
-		start = maxTime(start, now.Add(k.Wait(now, max(kb.WaitingCost, j.Cost))))
+		start = maxTime(start, now.Add(k.Wait(now, max(kb.WaitingCost, k.Charge(j.Cost)))))
 		if kb.AdmitsAt != nil {
 			start = maxTime(start, *kb.AdmitsAt)
 		}

@@ -16,7 +16,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -75,7 +78,21 @@ type Profile struct {
 	RequestsKey string `json:"requests_key,omitempty"`
 	// TokensKey, when set, is a limit key counting tokens (TPM): parts then
 	// cost their estimated tokens on it, reconciled with reported usage.
+	// Default "<kind>:<model>:tokens" when TokensPerMinute is set.
 	TokensKey string `json:"tokens_key,omitempty"`
+	// RequestsPerMinute, when set, is the request limit the provider
+	// declares for the account (RPM): binding the provider to its region
+	// configures RequestsKey to pace it (a window of that many starts per
+	// minute, see admission.UpstreamWindow), counting starts whatever a
+	// part's cost (PerStart), so parts may name it next to TokensKey. Zero
+	// leaves the key as it is configured elsewhere (the limits config,
+	// PUT /v1/limits).
+	RequestsPerMinute float64 `json:"rpm,omitempty"`
+	// TokensPerMinute, when set, is the token limit the provider declares
+	// (TPM): binding configures TokensKey to pace it, and parts cost their
+	// estimated tokens on it, reconciled from the usage each answer
+	// reports.
+	TokensPerMinute float64 `json:"tpm,omitempty"`
 	// QuotaPause is how long the keys pause after a spent-quota answer;
 	// default DefaultQuotaPause.
 	QuotaPause time.Duration `json:"quota_pause,omitempty"`
@@ -83,6 +100,25 @@ type Profile struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// HTTPClient is the client the SDKs use; default a new http.Client.
 	HTTPClient *http.Client `json:"-"`
+}
+
+// String describes the profile without its key, so that printing one
+// (%v, %+v, %s) by mistake cannot leak it.
+func (p Profile) String() string {
+	key := "unset"
+	if p.APIKey != "" {
+		key = "set"
+	}
+	return fmt.Sprintf("provider profile %q (kind %s, region %s, model %q, api key %s)", p.Name, p.Kind, p.Region, p.Model, key)
+}
+
+// GoString is String for %#v.
+func (p Profile) GoString() string { return p.String() }
+
+// LogValue is what log/slog records for a profile: never the key.
+func (p Profile) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", p.Name), slog.String("kind", p.Kind), slog.String("region", p.Region),
+		slog.String("model", p.Model))
 }
 
 // WithDefaults returns p with zero fields set to their defaults.
@@ -96,6 +132,9 @@ func (p Profile) WithDefaults() Profile {
 			model = "local"
 		}
 		p.RequestsKey = p.Kind + ":" + model
+	}
+	if p.TokensKey == "" && p.TokensPerMinute > 0 {
+		p.TokensKey = p.RequestsKey + ":tokens"
 	}
 	if p.QuotaPause == 0 {
 		p.QuotaPause = DefaultQuotaPause
@@ -124,13 +163,61 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("provider profile %q: base_url is required for kind openai-compatible", p.Name)
 	case p.MaxOutputTokens < 0 || p.MaxOutputTokens > 128000:
 		return fmt.Errorf("provider profile %q: max_output_tokens must be between 0 (default) and 128000", p.Name)
+	case p.Timeout < 0 || p.Timeout > time.Hour:
+		return fmt.Errorf("provider profile %q: timeout must be between 0 (default 2m) and 1h, got %v", p.Name, p.Timeout)
+	case p.QuotaPause < 0 || p.QuotaPause > 7*24*time.Hour:
+		return fmt.Errorf("provider profile %q: quota_pause must be between 0 (default 1h) and 168h, got %v", p.Name, p.QuotaPause)
+	}
+	for _, l := range []struct {
+		field string
+		v     float64
+	}{{"rpm", p.RequestsPerMinute}, {"tpm", p.TokensPerMinute}} {
+		if math.IsNaN(l.v) || l.v < 0 || l.v > 1e9 {
+			return fmt.Errorf("provider profile %q: %s must be between 0 (not configured here) and 1e9, got %v", p.Name, l.field, l.v)
+		}
+	}
+	if p.TokensKey != "" && p.TokensKey == p.RequestsKey {
+		return fmt.Errorf("provider profile %q: tokens_key and requests_key must differ: one counts tokens, the other requests", p.Name)
+	}
+	if p.BaseURL != "" {
+		if err := checkBaseURL(p.BaseURL); err != nil {
+			return fmt.Errorf("provider profile %q: base_url: %w", p.Name, err)
+		}
 	}
 	return nil
 }
 
-// LimitKeys returns the keys a part reviewed by this profile names.
+// checkBaseURL refuses a base URL the SDKs would misuse: it must be an
+// absolute http or https URL with a host, and carry no credentials, query
+// or fragment (a key belongs in the key setting, where it is never shown).
+// The error never quotes the URL: a mistyped one may hold a password.
+func checkBaseURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("must start with http:// or https://")
+	case u.Host == "":
+		return errors.New("has no host")
+	case u.User != nil:
+		return errors.New("must not carry credentials (user:password@); give the key as an API key")
+	case u.RawQuery != "" || u.Fragment != "":
+		return errors.New("must have no query or fragment")
+	}
+	return nil
+}
+
+// LimitKeys returns the keys a part reviewed by this profile names: the
+// requests key alone (cost 1), or the tokens key (cost: the estimated
+// tokens), with the requests key too when the profile declares its RPM;
+// that key is then configured per start (admission.Config.PerStart), so a
+// part takes one request from it and its tokens from the other.
 func (p Profile) LimitKeys() []string {
-	if p.TokensKey != "" {
+	switch {
+	case p.TokensKey != "" && p.RequestsPerMinute > 0:
+		return []string{p.TokensKey, p.RequestsKey}
+	case p.TokensKey != "":
 		return []string{p.TokensKey}
 	}
 	return []string{p.RequestsKey}

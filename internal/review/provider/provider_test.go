@@ -1,8 +1,13 @@
 package provider
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +153,65 @@ func TestClassify(t *testing.T) {
 	o = Classify(p, APIError{Status: 429, Header: http.Header{"X-Ratelimit-Reset-Requests": {"1s"}, "X-Ratelimit-Remaining-Requests": {"0"}}}, now)
 	if o.RetryAfter != time.Second || o.RetrySource == "" {
 		t.Errorf("x-ratelimit-reset-requests: %+v", o)
+	}
+}
+
+// TestProfileNeverPrintsKey: a profile printed or logged by mistake says
+// whether a key is set, never the key.
+func TestProfileNeverPrintsKey(t *testing.T) {
+	t.Parallel()
+	const key = "sk-canary-profile-key-77"
+	p := Profile{Name: "a", Kind: KindOpenAI, Region: "eu", Model: "m", APIKey: key}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("wired", "profile", p)
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{fmt.Sprint(p), fmt.Sprintf("%+v", p), fmt.Sprintf("%#v", p), logged.String(), string(b)} {
+		if strings.Contains(s, key) {
+			t.Errorf("profile printed its key: %s", s)
+		}
+	}
+	if !strings.Contains(fmt.Sprint(p), "api key set") || !strings.Contains(logged.String(), `"kind":"openai"`) {
+		t.Errorf("profile prints as %q, logs as %s", fmt.Sprint(p), logged.String())
+	}
+}
+
+// TestProfileValidateFields: limits, timeouts and base URLs are checked,
+// naming the field and never quoting the URL.
+func TestProfileValidateFields(t *testing.T) {
+	t.Parallel()
+	base := Profile{Name: "a", Kind: KindOpenAI, Region: "eu", Model: "m"}
+	for _, tc := range []struct {
+		mut  func(*Profile)
+		want string
+	}{
+		{func(p *Profile) { p.BaseURL = "https://user:hunter2@api.example.com/v1" }, "base_url: must not carry credentials"},
+		{func(p *Profile) { p.BaseURL = "api.example.com/v1" }, "base_url: must start with http:// or https://"},
+		{func(p *Profile) { p.BaseURL = "https://api.example.com/v1?key=hunter2" }, "base_url: must have no query"},
+		{func(p *Profile) { p.TokensPerMinute = -5 }, "tpm must be between"},
+		{func(p *Profile) { p.TokensKey, p.RequestsKey = "k", "k" }, "tokens_key and requests_key must differ"},
+		{func(p *Profile) { p.Timeout = -time.Second }, "timeout must be between"},
+	} {
+		p := base
+		tc.mut(&p)
+		err := p.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Validate(%v) = %v, want %q without the URL's secret", p, err, tc.want)
+		}
+	}
+	ok := base
+	ok.BaseURL, ok.TokensPerMinute = "http://127.0.0.1:11434/v1", 50000
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%v) = %v", ok, err)
+	}
+	if d := ok.WithDefaults(); d.TokensKey != "openai:m:tokens" || len(d.LimitKeys()) != 1 || d.LimitKeys()[0] != "openai:m:tokens" {
+		t.Errorf("defaults: tokens key %q, keys %v", d.TokensKey, d.LimitKeys())
+	}
+	// With RPM declared too, parts name both keys: tokens, then requests.
+	ok.RequestsPerMinute = 100
+	if keys := ok.WithDefaults().LimitKeys(); len(keys) != 2 || keys[0] != "openai:m:tokens" || keys[1] != "openai:m" {
+		t.Errorf("rpm and tpm: keys %v", keys)
 	}
 }

@@ -101,6 +101,8 @@ type Service interface {
 	Review(ctx context.Context, region, id string) (Review, error)
 	// ReviewSARIF writes an aggregated review's findings as SARIF 2.1.0.
 	ReviewSARIF(ctx context.Context, region, id string, w io.Writer) error
+	// Providers lists a region's provider profiles, the default first.
+	Providers(ctx context.Context, region string) ([]ProviderInfo, error)
 }
 
 // reviewRequest is the body of POST /v1/reviews.
@@ -158,6 +160,10 @@ func Routes(svc Service) mount.Mount {
 					mount.Query("lane", "only reviews of this lane", "interactive", "batch"),
 					mount.Query("tenant", "admin keys only: only this tenant's reviews"),
 					mount.Query("after", "next_cursor of the previous page"), mount.Query("limit", "page size, 1 to 500; default 100")}},
+			{Method: "GET", Path: "/v1/reviews/providers", Name: "listReviewProviders", Role: auth.RoleProducer,
+				Summary: "List the review providers of each region: name, kind, model, region, limit keys and declared limits (never a key or an endpoint)",
+				Handle:  s.handleListProviders, Response: providerList{}, Status: 200,
+				Params: []mount.Param{mount.Query("region", "list one region; without it every region the key may use")}},
 			{Method: "GET", Path: "/v1/reviews/{id}", Name: "getReview", Role: auth.RoleProducer,
 				Summary: "Get a review: state, depth used, parts progress and, once aggregated, findings, quarantined findings with reasons and provider usage",
 				Handle:  s.handleGetReview, Response: Review{}, Status: 200, Params: []mount.Param{reviewRegion}, Vars: reviewVars,

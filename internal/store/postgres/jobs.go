@@ -324,7 +324,11 @@ func (s *Store) Backlog(ctx context.Context, lane job.Lane, keys []string) (map[
 		lanes = append(lanes, string(job.LaneBatch))
 	}
 	out := make(map[string]int64, len(keys))
-	rows, err := s.pool.Query(ctx, `SELECT k, coalesce(sum(j.cost), 0)::bigint FROM unnest($1::text[]) AS k
+	// A per-start key's backlog is its number of waiting jobs: each takes
+	// one unit from it, whatever its cost.
+	rows, err := s.pool.Query(ctx, `SELECT k, coalesce(sum(CASE WHEN j.id IS NULL THEN 0 WHEN lk.per_start THEN 1 ELSE j.cost END), 0)::bigint
+		FROM unnest($1::text[]) AS k
+		LEFT JOIN limit_keys lk ON lk.name = k
 		LEFT JOIN jobs j ON j.limit_keys @> ARRAY[k] AND j.state IN ('waiting', 'retry_scheduled') AND j.lane = ANY($2)
 		GROUP BY k`, keys, lanes)
 	if err != nil {

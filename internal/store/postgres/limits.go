@@ -66,11 +66,11 @@ func saveKeys(ctx context.Context, q querier, keys []*admission.State) error {
 // key, and names are created in sorted order so two such waits cannot cross.
 func ensureKeys(ctx context.Context, q querier, names []string, def admission.Config) error {
 	st := admission.NewState(def)
-	_, err := q.Exec(ctx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows)
-		SELECT n, $2, $3, $4, $5, $6, $7, $8::jsonb FROM unnest($1::text[]) AS n ORDER BY n
+	_, err := q.Exec(ctx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows, per_start)
+		SELECT n, $2, $3, $4, $5, $6, $7, $8::jsonb, $9 FROM unnest($1::text[]) AS n ORDER BY n
 		ON CONFLICT (name) DO NOTHING`,
 		slices.Sorted(slices.Values(names)), st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate,
-		windowsJSON(st.Windows))
+		windowsJSON(st.Windows), st.PerStart)
 	return err
 }
 
@@ -95,9 +95,9 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		out = *st
 		_, err = tx.Exec(ctx, `UPDATE limit_keys SET rate = $2, burst = $3, concurrency = $4, adaptive = $5,
 			min_rate = $6, learned_rate = $7, tat = $8, windows = $9::jsonb, shapes = $10, last_decrease = $11,
-			updated_at = now() WHERE name = $1`,
+			per_start = $12, updated_at = now() WHERE name = $1`,
 			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
-			windowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal))
+			windowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart)
 		return err
 	})
 	if err != nil {

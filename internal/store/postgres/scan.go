@@ -141,7 +141,7 @@ func collectJobs(rows pgx.Rows, err error) ([]*job.Job, error) {
 
 // keyCols are the columns scanKey reads, in order.
 const keyCols = `name, rate, burst, concurrency, adaptive, min_rate, learned_rate, tat, paused_until,
-	in_flight, last_decrease, windows, shapes`
+	in_flight, last_decrease, windows, shapes, per_start`
 
 func scanKey(row pgx.Row) (*admission.State, error) {
 	var (
@@ -150,7 +150,7 @@ func scanKey(row pgx.Row) (*admission.State, error) {
 		windows, shapes      []byte
 	)
 	err := row.Scan(&st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
-		&st.LearnedRate, &tat, &paused, &st.InFlight, &refused, &windows, &shapes)
+		&st.LearnedRate, &tat, &paused, &st.InFlight, &refused, &windows, &shapes, &st.PerStart)
 	if err != nil {
 		return nil, err
 	}

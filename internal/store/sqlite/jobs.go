@@ -86,9 +86,9 @@ func (s *Store) insertOne(tx *sql.Tx, j *job.Job, def admission.Config, seenKeys
 func (s *Store) ensureKey(tx *sql.Tx, name string, def admission.Config, now time.Time) error {
 	def.Name = name
 	st := admission.NewState(def)
-	_, err := s.exec(tx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-		st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, windowsJSON(st.Windows), ns(now))
+	_, err := s.exec(tx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows, per_start, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+		st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, windowsJSON(st.Windows), st.PerStart, ns(now))
 	return err
 }
 

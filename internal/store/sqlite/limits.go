@@ -78,9 +78,10 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		if err := s.saveKeys(tx, []*admission.State{st}); err != nil {
 			return err
 		}
-		// The windows are configuration: only here do they change; the
-		// logs are written even when the key no longer has any, to clear.
-		if _, err := s.exec(tx, `UPDATE limit_keys SET windows = ? WHERE name = ?`, windowsJSON(st.Windows), st.Name); err != nil {
+		// The windows and per_start are configuration: only here do they
+		// change; the logs are written even when the key no longer has
+		// any, to clear.
+		if _, err := s.exec(tx, `UPDATE limit_keys SET windows = ?, per_start = ? WHERE name = ?`, windowsJSON(st.Windows), st.PerStart, st.Name); err != nil {
 			return err
 		}
 		if err := s.saveShapes(tx, st); err != nil {
@@ -142,8 +143,18 @@ func (s *Store) Backlog(ctx context.Context, lane job.Lane, keys []string) (map[
 		groups := `SELECT g.id FROM job_groups g WHERE g.lane IN (` + placeholders(len(lanes)) + `)
 			AND EXISTS (SELECT 1 FROM json_each(g.keys) WHERE value = ?)`
 		args := append(anys(lanes), k)
-		err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT coalesce(sum(cost), 0) FROM jobs WHERE state = 'waiting' AND group_id IN (`+groups+`))
-			+ (SELECT coalesce(sum(cost), 0) FROM jobs WHERE state = 'retry_scheduled' AND group_id IN (`+groups+`))`,
+		// A per-start key's backlog is its number of waiting jobs: each
+		// takes one unit from it, whatever its cost.
+		var perStart bool
+		if err := s.rdb.QueryRowContext(ctx, `SELECT per_start FROM limit_keys WHERE name = ?`, k).Scan(&perStart); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		sum := "coalesce(sum(cost), 0)"
+		if perStart {
+			sum = "count(*)"
+		}
+		err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT `+sum+` FROM jobs WHERE state = 'waiting' AND group_id IN (`+groups+`))
+			+ (SELECT `+sum+` FROM jobs WHERE state = 'retry_scheduled' AND group_id IN (`+groups+`))`,
 			append(args, args...)...).Scan(&n)
 		if err != nil {
 			return nil, err

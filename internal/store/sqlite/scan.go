@@ -83,7 +83,7 @@ func scanJob(r scanner) (*job.Job, error) {
 }
 
 const keyCols = `name, rate, burst, concurrency, adaptive, min_rate, learned_rate, tat, paused_until, in_flight,
-	last_decrease, windows, shapes`
+	last_decrease, windows, shapes, per_start`
 
 func scanKey(r scanner) (*admission.State, error) {
 	var (
@@ -93,7 +93,7 @@ func scanKey(r scanner) (*admission.State, error) {
 		shapes                  []byte
 	)
 	err := r.Scan(&st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
-		&st.LearnedRate, &tat, &paused, &st.InFlight, &lastRefuse, &windows, &shapes)
+		&st.LearnedRate, &tat, &paused, &st.InFlight, &lastRefuse, &windows, &shapes, &st.PerStart)
 	if err != nil {
 		return nil, err
 	}

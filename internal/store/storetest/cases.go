@@ -930,3 +930,60 @@ func testPauseToTheNanosecond(t *testing.T, open Opener) {
 		t.Fatalf("leased %d at the end of the pause, want 1", n)
 	}
 }
+
+// testPerStartKey checks a PerStart key on the driver: the flag is stored
+// and read back (and kept by a reconfiguration that still sets it), a job
+// costing 5000 on a tokens key starts on a per-start key of burst 1 taking
+// one unit from it (the next waits a second), the reported usage is
+// reconciled on the tokens key only, and the per-start key's backlog counts
+// jobs, not their cost.
+func testPerStartKey(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "rpm", Rate: 1, Burst: 1, PerStart: true})
+	setLimit(t, s, admission.Config{Name: "tpm", Rate: 1000, Burst: 20000})
+	if k, err := s.GetLimit(ctx, "rpm"); err != nil || !k.PerStart {
+		t.Fatalf("rpm read back as %+v, %v: per_start lost", k.Config, err)
+	}
+	if ls, err := s.ListLimits(ctx); err != nil || len(ls) != 2 || !ls[0].PerStart || ls[1].PerStart {
+		t.Fatalf("ListLimits = %+v, %v", ls, err)
+	}
+	var jobs []*job.Job
+	for range 3 {
+		j := NewJob("acme", job.LaneInteractive, "rpm", "tpm")
+		j.Cost = 5000
+		jobs = append(jobs, j)
+	}
+	if err := store.CheckCosts(ctx, s, jobs, admission.Config{}); err != nil {
+		t.Fatalf("CheckCosts refused cost 5000 on a per-start key of burst 1: %v", err)
+	}
+	insert(t, s, jobs...)
+	if bl, err := s.Backlog(ctx, job.LaneInteractive, []string{"rpm", "tpm"}); err != nil || bl["rpm"] != 3 || bl["tpm"] != 15000 {
+		t.Fatalf("backlog = %v, %v; want 3 jobs on rpm and 15000 units on tpm", bl, err)
+	}
+	got := lease(t, s, T0, 10)
+	if len(got) != 1 {
+		t.Fatalf("leased %d, want 1: the per-start key has one unit", len(got))
+	}
+	o := success(got[0], T0)
+	o.Keys.Estimated, o.Keys.Actual = 5000, 1000
+	mustOK(t, finish(t, s, o))
+	tpm, _ := s.GetLimit(ctx, "tpm")
+	if free := tpm.Tokens(T0); free < 18999 || free > 19001 {
+		t.Fatalf("tpm holds %v units after a start of 5000 reconciled to 1000, want 19000", free)
+	}
+	if got := lease(t, s, T0.Add(500*time.Millisecond), 10); len(got) != 0 {
+		t.Fatalf("leased %d half a second later: one start per second on rpm", len(got))
+	}
+	if got := lease(t, s, T0.Add(time.Second), 10); len(got) != 1 {
+		t.Fatalf("leased %d a second later, want 1", len(got))
+	}
+	setLimit(t, s, admission.Config{Name: "rpm", Rate: 2, Burst: 1, PerStart: true})
+	if k, _ := s.GetLimit(ctx, "rpm"); !k.PerStart || k.Rate != 2 {
+		t.Fatalf("reconfigured rpm = %+v", k.Config)
+	}
+	setLimit(t, s, admission.Config{Name: "rpm", Rate: 2, Burst: 1})
+	if k, _ := s.GetLimit(ctx, "rpm"); k.PerStart {
+		t.Fatal("a reconfiguration without per_start kept it")
+	}
+}

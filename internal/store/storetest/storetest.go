@@ -68,6 +68,7 @@ func Run(t *testing.T, open Opener) {
 		"Prune":                 testPrune,
 		"Limits":                testLimits,
 		"StatsAndBacklog":       testStatsAndBacklog,
+		"PerStartKey":           testPerStartKey,
 		"List":                  testList,
 		"AdaptiveKey":           testAdaptiveKey,
 		"Objects":               testObjects,
