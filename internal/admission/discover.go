@@ -61,6 +61,14 @@ const (
 	// before a refusal (not within a window of the last) teaches the key
 	// anything.
 	NoiseShare = 0.02
+	// SilentRun is how long (in discovery windows) a key must have sent
+	// without a refusal or a pause for a refusal at the rate the upstream
+	// had been accepting to count as a silent drop of its limit.
+	SilentRun = 2
+	// SilentShare is how far under the key's rate the window's accepted
+	// starts may be for such a refusal still to be a silent drop: the
+	// upstream took (nearly) all the key sent, then refused.
+	SilentShare = 0.1
 	// MaxProbeSpeedup bounds how much faster than GrowthPerSecond a key
 	// that has gone several clean windows probes.
 	MaxProbeSpeedup = 3
@@ -160,9 +168,20 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		active = now.Sub(e)
 	}
 	full := float64(inStarts) >= SentShare*current*active.Seconds() || float64(inRefusals) >= RefusedShare*float64(inStarts)
+	// A silent drop: the key had been sending at its ceiling (never cut,
+	// or probed all the way back), cleanly, for SilentRun windows, and the
+	// upstream took nearly all of it up to this refusal. (A key holding a
+	// learned rate is not: a bucket's burst can hide for seconds that the
+	// rate is a little high.) What the window measured is the old limit, not the new
+	// one: trimming to it would take a refusal (and its pause) for every
+	// few percent of the drop. Halve instead, as on a first refusal; the
+	// next window's measure or the probe after the hold corrects it.
+	run := maxTime(time.Unix(0, s.active), maxTime(s.LastRefusal, s.PausedUntil))
+	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
+		est >= current*(1-SilentShare) && now.Sub(run) >= SilentRun*d
 	var target float64
 	switch {
-	case !valid:
+	case !valid || silent:
 		target = current * NoEstimateCut
 	case s.level > 0 && current > s.level:
 		// A probe above the last level failed: to just under what the
@@ -212,6 +231,11 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// before the next one. A cut while holding (the limit dropped)
 		// probes again soon.
 		hold = min(MaxHold, max(ProbeHold, 2*hold))
+	} else if silent {
+		// A limit that dropped on its own (load shedding, a plan
+		// change) does not come back within a second: each probe into
+		// it costs a refusal and its pause.
+		hold = MaxHold
 	} else {
 		hold = ProbeHold
 	}
