@@ -333,7 +333,7 @@ func (s *State) UnmarshalShapes(b []byte) error {
 		}
 	}
 	if len(extra) >= 5 { // written since probe holds
-		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(MaxHold))
+		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(max(MaxHold, SilentHold)))
 		if !finite(s.level) || s.level < 0 {
 			s.level = 0
 		}

@@ -13,11 +13,17 @@ import (
 // real allowance: just before refusing, it accepted the starts of the
 // trailing window less the ones it refused. The learned rate moves to just
 // under that at once (see refused) when the window measured it, and is
-// halved when it did not (the first refusal, a silent drop), bounded per
-// signal so that one noisy window cannot collapse it.
+// halved when it did not: on the first refusal, and on a silent drop (a
+// refusal after SilentRun clean windows at the ceiling, with nearly all
+// the window's starts accepted: the window counts the old limit, and
+// trimming to it would cost a refusal and its pause per few percent of
+// the drop). It is bounded per signal so that one noisy window cannot
+// collapse it.
 //
 // The key then holds its new rate for a while (ProbeHold, doubled by each
-// probe that fails at the same level, up to MaxHold) and only then probes
+// probe that fails at the same level, up to MaxHold; SilentHold after a
+// silent drop, since a limit that fell on its own rarely comes back
+// within a second and every probe into it costs a pause) and only then probes
 // upward, by the larger of IncreasePerSecond of the ceiling and
 // GrowthPerSecond of the current rate per second of successes, faster the
 // longer it stays clean (up to MaxProbeSpeedup x): a limit that rose again
@@ -46,7 +52,9 @@ const (
 	ProbeHold = time.Second
 	// MaxHold bounds the hold after probes that kept failing at the same
 	// level.
-	MaxHold = 3 * time.Second
+	MaxHold = 2 * time.Second
+	// SilentHold is the hold after a silent drop (see refused).
+	SilentHold = 3 * time.Second
 	// SentShare is the share of its learned rate's worth of starts a key
 	// must have made in the trailing window for a refusal to show the
 	// upstream at its limit (unless RefusedShare of them were refused).
@@ -235,7 +243,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// A limit that dropped on its own (load shedding, a plan
 		// change) does not come back within a second: each probe into
 		// it costs a refusal and its pause.
-		hold = MaxHold
+		hold = SilentHold
 	} else {
 		hold = ProbeHold
 	}
