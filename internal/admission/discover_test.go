@@ -229,6 +229,12 @@ func TestSilentDropHalves(t *testing.T) {
 		t.Fatalf("after a silent drop from 30 to 15: learned %v hold %v, want 15 (halved) and %v",
 			s.LearnedRate, time.Duration(s.hold), SilentHold)
 	}
+	// When the run began is kept with the logs, across nodes and restarts.
+	var back State
+	back.Config = s.Config
+	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil || back.active != s.active || s.active == 0 {
+		t.Fatalf("round trip: active %v, want %v (err %v)", back.active, s.active, err)
+	}
 
 	// The same refusal on a key holding a learned 25 of its 40: trimmed
 	// from the window, not halved.
