@@ -291,8 +291,9 @@ type State struct {
 	// key still held the rate the one before set.
 	streak int64
 	// active is when the key's current run of starts began (Unix ns): its
-	// first start ever, or the first after a pause. A refusal long after
-	// it at the rate the upstream had been accepting is a silent drop (see
+	// first start ever, or the first after a discovery window without
+	// any. A refusal long after it (and after the last refusal and pause)
+	// at the rate the upstream had been accepting is a silent drop (see
 	// refused).
 	active int64
 }

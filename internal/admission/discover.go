@@ -180,10 +180,11 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	// or probed all the way back), cleanly, for SilentRun windows, and the
 	// upstream took nearly all of it up to this refusal. (A key holding a
 	// learned rate is not: a bucket's burst can hide for seconds that the
-	// rate is a little high.) What the window measured is the old limit, not the new
-	// one: trimming to it would take a refusal (and its pause) for every
-	// few percent of the drop. Halve instead, as on a first refusal; the
-	// next window's measure or the probe after the hold corrects it.
+	// rate is a little high.) What the window measured is the old limit,
+	// not the new one: trimming to it would take a refusal (and its
+	// pause) for every few percent of the drop. Halve instead, as on a
+	// first refusal; the next window's measure or the probe after the
+	// hold corrects it.
 	run := maxTime(time.Unix(0, s.active), maxTime(s.LastRefusal, s.PausedUntil))
 	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
 		est >= current*(1-SilentShare) && now.Sub(run) >= SilentRun*d
