@@ -125,7 +125,10 @@ JSON metrics (one object per workload; under its name with "all"):
               duplicates_many lost_many goodput_min_many
               makespan_ratio_unforeseen makespan_seconds_unforeseen ideal_seconds_unforeseen
               rate_limited_share_unforeseen duplicates_unforeseen lost_unforeseen goodput_min_unforeseen
-              goodput_issue_sliding-date goodput_issue_half-none goodput_issue_halving-503
+              goodput_issue_sliding-date finish_seconds_issue_sliding-date ideal_seconds_issue_sliding-date
+              refused_issue_sliding-date goodput_issue_half-none finish_seconds_issue_half-none
+              ideal_seconds_issue_half-none refused_issue_half-none goodput_issue_halving-503
+              finish_seconds_issue_halving-503 ideal_seconds_issue_halving-503 refused_issue_halving-503
   http-enqueue requests_per_second p50_ms p99_ms
   http-batch  jobs_per_second batch_p50_ms batch_p99_ms
   http-workers jobs_per_second lease_p99_ms complete_p99_ms

@@ -32,7 +32,7 @@ const (
 	// GrowthPerSecond is the multiplicative part of the probe, as a
 	// fraction of the current rate per second; the larger of the two
 	// applies.
-	GrowthPerSecond = 0.2
+	GrowthPerSecond = 0.5
 	// AdaptiveBurst bounds the burst of an adaptive key, as the time its
 	// learned rate takes to earn it (see State.burst).
 	AdaptiveBurst = 100 * time.Millisecond
@@ -290,6 +290,12 @@ type State struct {
 	// streak counts refusal signals in a row that each came while the
 	// key still held the rate the one before set.
 	streak int64
+	// active is when the key's current run of starts began (Unix ns): its
+	// first start ever, or the first after a discovery window without
+	// any. A refusal long after it (and after the last refusal and pause)
+	// at the rate the upstream had been accepting is a silent drop (see
+	// refused).
+	active int64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -303,11 +309,11 @@ func NewState(c Config) State {
 // (start logs and learned-limit bookkeeping) as a compact byte string for
 // the store; nil when there is none. dst is reused when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 {
 		return nil
 	}
-	extra := [6]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
-		int64(math.Float64bits(s.level)), s.hold, s.streak}
+	extra := [7]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
+		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 
@@ -320,7 +326,7 @@ func (s *State) UnmarshalShapes(b []byte) error {
 		return err
 	}
 	s.logs = logs
-	s.good, s.probe, s.probeAt, s.level, s.hold, s.streak = 0, 0, 0, 0, 0, 0
+	s.good, s.probe, s.probeAt, s.level, s.hold, s.streak, s.active = 0, 0, 0, 0, 0, 0, 0
 	if len(extra) >= 3 {
 		s.good, s.probe, s.probeAt = math.Float64frombits(uint64(extra[0])), math.Float64frombits(uint64(extra[1])), extra[2]
 		if !finite(s.good) || !finite(s.probe) {
@@ -328,13 +334,16 @@ func (s *State) UnmarshalShapes(b []byte) error {
 		}
 	}
 	if len(extra) >= 5 { // written since probe holds
-		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(MaxHold))
+		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(max(MaxHold, SilentHold)))
 		if !finite(s.level) || s.level < 0 {
 			s.level = 0
 		}
 	}
 	if len(extra) >= 6 {
 		s.streak = min(max(extra[5], 0), 4)
+	}
+	if len(extra) >= 7 {
+		s.active = max(extra[6], 0)
 	}
 	return nil
 }
@@ -358,7 +367,7 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 		s.LearnedRate = c.Rate
 	}
 	if !c.Adaptive {
-		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak = 0, 0, 0, time.Time{}, 0, 0, 0
+		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active = 0, 0, 0, time.Time{}, 0, 0, 0, 0
 	}
 	s.logs = nil
 	for i, w := range c.Windows {
@@ -508,7 +517,11 @@ func (s *State) Take(now time.Time, cost int64) {
 	}
 	if s.Adaptive {
 		d := int64(s.discoveryWindow())
-		s.logs[len(s.Windows)].add(t, cost, t-d, d/LogSlots)
+		l := &s.logs[len(s.Windows)]
+		if s.active == 0 || l.since(t-d) == 0 {
+			s.active = t // the first start, or the first after an idle window
+		}
+		l.add(t, cost, t-d, d/LogSlots)
 	}
 }
 

@@ -13,11 +13,17 @@ import (
 // real allowance: just before refusing, it accepted the starts of the
 // trailing window less the ones it refused. The learned rate moves to just
 // under that at once (see refused) when the window measured it, and is
-// halved when it did not (the first refusal, a silent drop), bounded per
-// signal so that one noisy window cannot collapse it.
+// halved when it did not: on the first refusal, and on a silent drop (a
+// refusal after SilentRun clean windows at the ceiling, with nearly all
+// the window's starts accepted: the window counts the old limit, and
+// trimming to it would cost a refusal and its pause per few percent of
+// the drop). It is bounded per signal so that one noisy window cannot
+// collapse it.
 //
 // The key then holds its new rate for a while (ProbeHold, doubled by each
-// probe that fails at the same level, up to MaxHold) and only then probes
+// probe that fails at the same level, up to MaxHold; SilentHold after a
+// silent drop, since a limit that fell on its own rarely comes back
+// within a second and every probe into it costs a pause) and only then probes
 // upward, by the larger of IncreasePerSecond of the ceiling and
 // GrowthPerSecond of the current rate per second of successes, faster the
 // longer it stays clean (up to MaxProbeSpeedup x): a limit that rose again
@@ -46,7 +52,9 @@ const (
 	ProbeHold = time.Second
 	// MaxHold bounds the hold after probes that kept failing at the same
 	// level.
-	MaxHold = 3 * time.Second
+	MaxHold = 2 * time.Second
+	// SilentHold is the hold after a silent drop (see refused).
+	SilentHold = 3 * time.Second
 	// SentShare is the share of its learned rate's worth of starts a key
 	// must have made in the trailing window for a refusal to show the
 	// upstream at its limit (unless RefusedShare of them were refused).
@@ -61,6 +69,14 @@ const (
 	// before a refusal (not within a window of the last) teaches the key
 	// anything.
 	NoiseShare = 0.02
+	// SilentRun is how long (in discovery windows) a key must have sent
+	// without a refusal or a pause for a refusal at the rate the upstream
+	// had been accepting to count as a silent drop of its limit.
+	SilentRun = 2
+	// SilentShare is how far under the key's rate the window's accepted
+	// starts may be for such a refusal still to be a silent drop: the
+	// upstream took (nearly) all the key sent, then refused.
+	SilentShare = 0.1
 	// MaxProbeSpeedup bounds how much faster than GrowthPerSecond a key
 	// that has gone several clean windows probes.
 	MaxProbeSpeedup = 3
@@ -160,9 +176,21 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		active = now.Sub(e)
 	}
 	full := float64(inStarts) >= SentShare*current*active.Seconds() || float64(inRefusals) >= RefusedShare*float64(inStarts)
+	// A silent drop: the key had been sending at its ceiling (never cut,
+	// or probed all the way back), cleanly, for SilentRun windows, and the
+	// upstream took nearly all of it up to this refusal. (A key holding a
+	// learned rate is not: a bucket's burst can hide for seconds that the
+	// rate is a little high.) What the window measured is the old limit,
+	// not the new one: trimming to it would take a refusal (and its
+	// pause) for every few percent of the drop. Halve instead, as on a
+	// first refusal; the next window's measure or the probe after the
+	// hold corrects it.
+	run := maxTime(time.Unix(0, s.active), maxTime(s.LastRefusal, s.PausedUntil))
+	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
+		est >= current*(1-SilentShare) && now.Sub(run) >= SilentRun*d
 	var target float64
 	switch {
-	case !valid:
+	case !valid || silent:
 		target = current * NoEstimateCut
 	case s.level > 0 && current > s.level:
 		// A probe above the last level failed: to just under what the
@@ -212,6 +240,11 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// before the next one. A cut while holding (the limit dropped)
 		// probes again soon.
 		hold = min(MaxHold, max(ProbeHold, 2*hold))
+	} else if silent {
+		// A limit that dropped on its own (load shedding, a plan
+		// change) does not come back within a second: each probe into
+		// it costs a refusal and its pause.
+		hold = SilentHold
 	} else {
 		hold = ProbeHold
 	}

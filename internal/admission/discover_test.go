@@ -203,3 +203,51 @@ func TestProbeHold(t *testing.T) {
 			back.level, back.hold, back.streak, back.good, s.level, s.hold, s.streak, s.good)
 	}
 }
+
+// TestSilentDropHalves checks the silent drop: a key that went seconds
+// clean at its ceiling and is then refused with nearly all it sent in the
+// window accepted does not trust that window (it counts the old limit):
+// one refusal halves it to the new limit's neighbourhood, and it holds
+// SilentHold before probing. A key holding a learned rate below its
+// ceiling is not treated so: a bucket's burst can hide a slightly high
+// rate for seconds, and halving it would throw away what it learned.
+func TestSilentDropHalves(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
+	drop := t0.Add(4*time.Second + 300*time.Millisecond)
+	up := &fixedModel{limit: func(now time.Time) int {
+		if now.Before(drop) {
+			return 30
+		}
+		return 15
+	}}
+	refused := drive(&s, up, t0, drop.Add(time.Second).Sub(t0))
+	if len(refused) != 1 {
+		t.Fatalf("refusals %v in the second after a drop, want one signal", refused)
+	}
+	if s.LearnedRate != 15 || time.Duration(s.hold) != SilentHold {
+		t.Fatalf("after a silent drop from 30 to 15: learned %v hold %v, want 15 (halved) and %v",
+			s.LearnedRate, time.Duration(s.hold), SilentHold)
+	}
+	// When the run began is kept with the logs, across nodes and restarts.
+	var back State
+	back.Config = s.Config
+	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil || back.active != s.active || s.active == 0 {
+		t.Fatalf("round trip: active %v, want %v (err %v)", back.active, s.active, err)
+	}
+
+	// The same refusal on a key holding a learned 25 of its 40: trimmed
+	// from the window, not halved.
+	h := NewState(Config{Name: "k", Rate: 40, Burst: 10, Adaptive: true})
+	h.LearnedRate, h.level, h.LastRefusal = 25, 25, t0.Add(-10*time.Second)
+	now := t0
+	for i := range 100 { // 4 s at 25/s, all accepted
+		now = t0.Add(time.Duration(i) * 40 * time.Millisecond)
+		h.Take(now, 1)
+		h.Release()
+	}
+	h.Throttled(now.Add(time.Millisecond), now.Add(time.Second), 1)
+	if h.LearnedRate < 23 || h.LearnedRate >= 25 {
+		t.Fatalf("a key holding 25/s refused after 4 clean seconds learned %v, want a trim to just under 25", h.LearnedRate)
+	}
+}

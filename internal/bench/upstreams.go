@@ -191,9 +191,11 @@ type MixOutcome struct {
 // makespan against the ideal (IdealSchedule of every destination, with
 // the faults it actually injected counted as the attempts they cost), the
 // share of attempts answered over-limit (429 or 503 from the limiter,
-// faults not included), duplicates, lost deliveries and each
-// destination's goodput (its ideal time ÷ its actual time: 1 means every
-// opportunity the true limits offered was used); then the worst mix's
+// faults not included), duplicates, lost deliveries and per destination
+// its goodput (its ideal time ÷ its actual time: 1 means every
+// opportunity the true limits offered was used), its finish and ideal
+// times and its refusals, which show which destination set the makespan;
+// then the worst mix's
 // ratio, the overall share and the totals.
 func ScoreUpstreams(p UpstreamsPlan, outs []MixOutcome) (Result, error) {
 	r := Result{Workload: "upstreams"}
@@ -262,7 +264,13 @@ func scoreMix(m UpstreamsMix, o MixOutcome) (mixScore, error) {
 			g *= float64(rt.UniqueIDs) / float64(d.Jobs) // undelivered work is unused allowance
 		}
 		s.goodMin = math.Min(s.goodMin, g)
-		goods = append(goods, Metric{Name: "goodput_" + m.Name + "_" + d.Name, Value: g, Unit: "of ideal"})
+		suffix := m.Name + "_" + d.Name
+		goods = append(goods, Metric{Name: "goodput_" + suffix, Value: g, Unit: "of ideal"},
+			// Which destination set the makespan, and what it cost: its
+			// last acceptance against its own ideal, and its refusals.
+			Metric{Name: "finish_seconds_" + suffix, Value: da.Seconds(), Unit: "s"},
+			Metric{Name: "ideal_seconds_" + suffix, Value: di.Seconds(), Unit: "s"},
+			Metric{Name: "refused_" + suffix, Value: float64(rt.RateLimited), Unit: "attempts"})
 		s.limited, s.attempts, s.dups = s.limited+rt.RateLimited, s.attempts+rt.Attempts, s.dups+rt.Duplicates
 	}
 	if ideal <= 0 {

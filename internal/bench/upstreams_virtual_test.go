@@ -1,0 +1,258 @@
+package bench
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/ratelimit"
+	"github.com/ratelane/ratelane/internal/upstream"
+)
+
+// The virtual upstreams run: every mix's destinations answered by
+// upstream.Virtual in simulated time, paced by admission.State exactly as
+// the store applies outcomes (Take at the lease, RateLimited / Throttled /
+// Succeeded at the answer; a refusal without Retry-After and a fault are
+// retried after the engine's default backoff), with a lease loop that
+// polls every millisecond. It has no store, HTTP or scheduler latency, so
+// it measures the pacing strategy alone, deterministically: the real
+// benchmark's figures are these plus the machine's noise.
+
+type virtualDest struct {
+	d        UpstreamDestination
+	st       admission.State
+	up       *upstream.Virtual
+	pending  int         // jobs never started
+	retries  []time.Time // eligible times of jobs waiting for a retry
+	accepted int
+	refused  int
+	faults   int
+	attempts int
+	last     time.Time
+	paused   time.Duration
+	starts   []time.Time
+}
+
+type answerEvent struct {
+	at      time.Time
+	dest    int
+	status  int
+	header  http.Header
+	started time.Time
+}
+
+type answerQueue []answerEvent
+
+func (q answerQueue) Len() int           { return len(q) }
+func (q answerQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q answerQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *answerQueue) Push(x any)        { *q = append(*q, x.(answerEvent)) }
+func (q *answerQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type virtualMix struct {
+	ratio, share float64
+	dests        []*virtualDest
+	ideal        []time.Duration
+}
+
+// runVirtualMix runs m from epoch for at most bound of simulated time.
+func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration) virtualMix {
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var ds []*virtualDest
+	for i, d := range m.Destinations {
+		up, err := upstream.NewVirtual(d.Route, epoch, seed+uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := admission.UpstreamWindow("subscriber:"+d.Name, float64(d.Declared), time.Second,
+			float64(min(d.Declared, max(1, d.Declared))), admission.DefaultHeadroom)
+		c.Adaptive = d.Adaptive
+		ds = append(ds, &virtualDest{d: d, st: admission.NewState(c), up: up, pending: d.Jobs})
+	}
+	var q answerQueue
+	done := func() bool {
+		for _, v := range ds {
+			if v.accepted < v.d.Jobs {
+				return false
+			}
+		}
+		return true
+	}
+	now := epoch
+	trace := os.Getenv("RATELANE_VIRTUAL_TRACE") != ""
+	for ; now.Before(epoch.Add(bound)) && !done(); now = now.Add(time.Millisecond) {
+		for q.Len() > 0 && !q[0].at.After(now) {
+			e := heap.Pop(&q).(answerEvent)
+			v := ds[e.dest]
+			v.st.Release()
+			info := ratelimit.Parse(e.header, e.at)
+			delay, _, hasDelay := info.Delay()
+			switch {
+			case e.status >= 200 && e.status <= 299:
+				v.accepted++
+				v.last = e.started
+				v.st.Succeeded(e.at)
+			case e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && info.HasRetryAfter:
+				v.refused++
+				before, rate := v.st.PausedUntil, v.st.LearnedRate
+				if hasDelay && delay > 0 {
+					v.st.RateLimited(e.at, e.at.Add(delay), 1)
+				} else {
+					delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
+					v.st.Throttled(e.at, e.at.Add(delay), 1)
+				}
+				if p := v.st.PausedUntil; p.After(e.at) {
+					v.paused += p.Sub(maxTime(before, e.at))
+				}
+				if trace {
+					t.Logf("%s %6.3fs refused %d (%s) learned %.1f -> %.1f paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
+						e.status, e.header.Get("Retry-After"), rate, v.st.LearnedRate, v.st.PausedUntil.Sub(epoch).Seconds())
+				}
+				v.retries = append(v.retries, e.at.Add(delay))
+			default:
+				v.faults++
+				delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
+				v.retries = append(v.retries, e.at.Add(delay))
+			}
+		}
+		if trace && now.Sub(epoch)%(500*time.Millisecond) == 0 {
+			var b strings.Builder
+			for _, v := range ds {
+				fmt.Fprintf(&b, " %s@%.1f/%d", v.d.Name, v.st.LearnedRate, v.accepted)
+			}
+			t.Logf("%6.3fs%s", now.Sub(epoch).Seconds(), b.String())
+		}
+		for i, v := range ds {
+			for {
+				ri := -1
+				for k, r := range v.retries {
+					if !r.After(now) {
+						ri = k
+						break
+					}
+				}
+				if ri < 0 && v.pending == 0 {
+					break
+				}
+				if ok, _ := v.st.Check(now, 1); !ok {
+					break
+				}
+				v.st.Take(now, 1)
+				if ri >= 0 {
+					v.retries = append(v.retries[:ri], v.retries[ri+1:]...)
+				} else {
+					v.pending--
+				}
+				v.attempts++
+				v.starts = append(v.starts, now)
+				status, h, lat := v.up.Answer(now)
+				if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+					lat = time.Millisecond
+				}
+				heap.Push(&q, answerEvent{at: now.Add(max(lat, time.Millisecond)), dest: i, status: status, header: h, started: now})
+			}
+		}
+	}
+	out := virtualMix{dests: ds}
+	var ideal, actual time.Duration
+	var refused, attempts int
+	for _, v := range ds {
+		times, err := upstream.IdealSchedule(v.d.Route, v.d.Jobs+v.faults, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		di := times[len(times)-1].Sub(epoch)
+		out.ideal = append(out.ideal, di)
+		ideal = max(ideal, di)
+		actual = max(actual, v.last.Sub(epoch))
+		if v.accepted < v.d.Jobs {
+			actual = max(actual, bound)
+		}
+		refused, attempts = refused+v.refused, attempts+v.attempts
+	}
+	out.ratio = actual.Seconds() / ideal.Seconds()
+	out.share = float64(refused) / float64(max(1, attempts))
+	return out
+}
+
+// maxInWindow is the most of ts (in time order) within any interval
+// shorter than w.
+func maxInWindow(ts []time.Time, w time.Duration) int {
+	most, lo := 0, 0
+	for hi := range ts {
+		for ts[hi].Sub(ts[lo]) >= w {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// TestVirtualUpstreams runs every mix but unforeseen in virtual time and
+// holds the pacing to the workload's targets there (≤ 1.15× ideal, ≤ 2%
+// refused, everything delivered; issue and rising to what they reach, see
+// below), over three seeds, and checks that no destination saw more
+// starts in any second than declared; it prints the per-destination
+// breakdown with -v. RATELANE_VIRTUAL_MIX selects mixes (comma-separated),
+// RATELANE_VIRTUAL_TRACE=1 prints every refusal and a timeline.
+func TestVirtualUpstreams(t *testing.T) {
+	want := os.Getenv("RATELANE_VIRTUAL_MIX")
+	for _, m := range Upstreams(false).Mixes {
+		if m.Name == "unforeseen" || (want != "" && !strings.Contains(","+want+",", ","+m.Name+",")) {
+			continue
+		}
+		t.Run(m.Name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 3; seed++ {
+				r := runVirtualMix(t, m, seed, 60*time.Second)
+				var b strings.Builder
+				fmt.Fprintf(&b, "mix %s seed %d: makespan %.3f of ideal, refused %.2f%%\n", m.Name, seed, r.ratio, 100*r.share)
+				for i, v := range r.dests {
+					fmt.Fprintf(&b, "  %-14s finish %6.2fs ideal %6.2fs (%.3f) accepted %d refused %d faults %d paused %.2fs learned %.1f\n",
+						v.d.Name, v.last.Sub(time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)).Seconds(), r.ideal[i].Seconds(),
+						v.last.Sub(time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)).Seconds()/math.Max(1e-9, r.ideal[i].Seconds()),
+						v.accepted, v.refused, v.faults, v.paused.Seconds(), v.st.LearnedRate)
+					if v.accepted < v.d.Jobs {
+						t.Errorf("%s: %d of %d delivered", v.d.Name, v.accepted, v.d.Jobs)
+					}
+				}
+				t.Log(b.String())
+				for _, v := range r.dests {
+					if n := maxInWindow(v.starts, time.Second); n > v.d.Declared {
+						t.Errorf("%s: %d starts within one second, declared %d (invariant 6)", v.d.Name, n, v.d.Declared)
+					}
+				}
+				// The figures this strategy reaches here, deterministic:
+				// a regression in discovery shows as a failure, not as
+				// noise in a loaded benchmark. issue and rising cannot
+				// reach 1.15 (see docs/benchmarks.md).
+				bound := map[string]float64{"issue": 1.26, "rising": 1.33}[m.Name]
+				if bound == 0 {
+					bound = 1.15
+				}
+				if r.ratio > bound || r.share > 0.02 {
+					t.Errorf("mix %s seed %d: makespan %.3f of ideal (want <= %.2f), refused %.2f%% (want <= 2%%)", m.Name, seed, r.ratio, bound, 100*r.share)
+				}
+			}
+		})
+	}
+}
