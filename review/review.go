@@ -38,6 +38,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
 	"github.com/ratelane/ratelane/internal/review/reviewapi"
@@ -100,6 +101,10 @@ type RegionConfig struct {
 	HTTPClient *http.Client
 	// SweepEvery is how often accepted reviews are re-checked; default 2 s.
 	SweepEvery time.Duration
+	// Batch tunes the region's batch lane (POST /v1/batches), which sends
+	// reviews to the batch APIs of the region's openai, openai-compatible
+	// and anthropic profiles.
+	Batch BatchConfig
 }
 
 // Config configures the plug-in.
@@ -147,6 +152,9 @@ type regionRT struct {
 	github    *pipeline.GitHub
 	publisher *pipeline.ReviewPublisher
 	agg       *pipeline.Aggregator
+
+	batchProviders map[string]batchlane.Entry
+	batches        *batchlane.Handler
 }
 
 // Bind enables reviews in one region when the Config names it: it checks
@@ -181,6 +189,9 @@ func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 		if err := r.Handle(kind, k); err != nil {
 			return err
 		}
+	}
+	if err := rt.bindBatches(r, rc); err != nil {
+		return err
 	}
 	r.OnFinished(func(j *ratelane.Job, to ratelane.State) {
 		if j.Kind == KindPart && j.ParentID != "" && to.Final() {
