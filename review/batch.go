@@ -12,8 +12,10 @@ import (
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/llmbatch"
+	"github.com/ratelane/ratelane/internal/review/batchapi"
 	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
+	"github.com/ratelane/ratelane/internal/review/reviewapi"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -65,46 +67,19 @@ type BatchRequest struct {
 
 // BatchStatus is a batch's progress: item counts by state, the manifest
 // summary and, from GetBatch, its provider batches.
-type BatchStatus struct {
-	ID       string             `json:"id"`
-	Region   string             `json:"region"`
-	Tenant   string             `json:"tenant"`
-	Provider string             `json:"provider"`
-	State    string             `json:"state"`
-	Deadline time.Time          `json:"deadline"`
-	Counts   store.BatchCounts  `json:"counts"`
-	Summary  batchlane.Summary  `json:"summary"`
-	Chunks   []BatchChunkStatus `json:"chunks,omitempty"`
-	Created  time.Time          `json:"created_at"`
-	Updated  time.Time          `json:"updated_at"`
-}
+type BatchStatus = batchapi.Batch
 
 // BatchChunkStatus is one provider batch of a batch.
-type BatchChunkStatus struct {
-	Key      string            `json:"key"`
-	State    string            `json:"state"`
-	BatchID  string            `json:"provider_batch_id,omitempty"`
-	Items    int               `json:"items"`
-	Refusals int               `json:"refusals,omitempty"`
-	Status   llmbatch.Status   `json:"status"`
-	Summary  *llmbatch.Summary `json:"summary,omitempty"`
-}
+type BatchChunkStatus = batchapi.Chunk
 
-// BatchItem is one item of a batch as the API shows it.
-type BatchItem struct {
-	CustomID    string    `json:"custom_id"`
-	Review      string    `json:"review_id"`
-	Part        int       `json:"part"`
-	State       string    `json:"state"`
-	Attempts    int       `json:"attempts"`
-	Chunk       string    `json:"chunk,omitempty"`
-	Disposition string    `json:"disposition,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	UpdatedAt   time.Time `json:"updated_at"`
-}
+// BatchItem is one item of a batch: one part of one review.
+type BatchItem = batchapi.Item
 
 // ErrNoBatchProvider is returned for a profile without a batch API.
 var ErrNoBatchProvider = errors.New("review: the provider has no batch API")
+
+// errNoProvider marks a batch naming no profile of the region.
+var errNoProvider = errors.New("review: unknown provider profile")
 
 // batchEntries builds the batch clients of a region's batch-capable
 // profiles.
@@ -160,10 +135,12 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 	for i, br := range r.Reviews {
 		args := pipelineArgs(br.Publish)
 		if err := rt.publisher.CheckPublish(args); err != nil {
-			return BatchStatus{}, fmt.Errorf("reviews[%d].publish: %w", i, err)
+			return BatchStatus{}, &reviewapi.InputError{Field: fmt.Sprintf("reviews[%d].publish", i), Err: err}
 		}
-		if err := rt.checkTarget(ctx, r.Tenant, br.Publish); err != nil {
-			return BatchStatus{}, fmt.Errorf("reviews[%d].publish.target: %w", i, err)
+		if err := rt.checkTarget(ctx, r.Tenant, br.Publish); errors.Is(err, errNoTarget) {
+			return BatchStatus{}, &reviewapi.InputError{Field: fmt.Sprintf("reviews[%d].publish.target", i), Err: err}
+		} else if err != nil {
+			return BatchStatus{}, err
 		}
 	}
 	plan, err := batchlane.NewPlan(m, func() string { return uuid.Must(uuid.NewV7()).String() })
@@ -189,7 +166,7 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 func (rt *regionRT) batchProvider(name string) (batchlane.Entry, error) {
 	pr, err := rt.providerFor(name)
 	if err != nil {
-		return batchlane.Entry{}, err
+		return batchlane.Entry{}, fmt.Errorf("%w: %v", errNoProvider, err)
 	}
 	e, ok := rt.batchProviders[pr.Profile().Name]
 	if !ok {
@@ -236,7 +213,7 @@ func (rt *regionRT) batchStatus(ctx context.Context, id string) (BatchStatus, er
 func statusOf(b *store.Batch) BatchStatus {
 	sum, _ := batchlane.DecodeSummary(b.Summary) // the summary is the plug-in's own
 	return BatchStatus{ID: b.ID, Region: b.Region, Tenant: b.Tenant, Provider: b.Provider, State: b.State, Deadline: b.Deadline,
-		Counts: b.Counts, Summary: sum, Created: b.CreatedAt, Updated: b.UpdatedAt}
+		Counts: b.Counts, Summary: sum, CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}
 }
 
 // BatchListParams filters ListBatches.

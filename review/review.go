@@ -38,6 +38,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/review/batchapi"
 	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
@@ -134,7 +135,11 @@ func New(cfg Config) *Plugin { return &Plugin{cfg: cfg, regions: map[string]*reg
 func (p *Plugin) Name() string { return "reviews" }
 
 // Routes returns the /v1/reviews routes (ratelane.Router).
-func (p *Plugin) Routes() mount.Mount { return reviewapi.Routes(service{p}) }
+// They include the batch lane's /v1/batches routes.
+func (p *Plugin) Routes() mount.Mount {
+	reviews, batches := reviewapi.Routes(service{p}), batchapi.Routes(batchService{p})
+	return func(h mount.Host) []mount.Route { return append(reviews(h), batches(h)...) }
+}
 
 var (
 	_ ratelane.Plugin    = (*Plugin)(nil)
