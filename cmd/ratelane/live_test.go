@@ -478,6 +478,7 @@ var (
 		"deleteSubscriber": "subscribers rm", "createEvent": "events publish", "listEventDeliveries": "events deliveries",
 		"redeliverDelivery": "deliveries redeliver", "getDeliveryResponse": "deliveries response",
 		"createReview": "reviews create", "listReviews": "reviews ls", "getReview": "reviews get", "getReviewSARIF": "reviews sarif",
+		"createBatch": "batches create", "listBatches": "batches ls", "getBatch": "batches get", "cancelBatch": "batches cancel",
 		"createSchedule": "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
 		"putSchedule": "schedules update", "pauseSchedule": "schedules pause", "resumeSchedule": "schedules resume",
 		"deleteSchedule": "schedules rm",
