@@ -20,12 +20,14 @@ import (
 )
 
 // Stages of a batch where a crash matters, for the kill -9 tests: a
-// provider batch was created and its id recorded; its results were
+// provider batch was created and its id recorded; a poll saw it running
+// and recorded that; its results were
 // downloaded and reconciled, before any item was settled; some but not all
 // of a chunk's items were settled. Each is also a crash point
 // (internal/crashpoint) of a ratelane_crashpoints build.
 const (
 	StageSubmitted        = "batch-submitted"
+	StageInProgress       = "batch-in-progress"
 	StageDownloaded       = "batch-results-downloaded"
 	StagePartlyDelivered  = "batch-partly-delivered"
 	stageDeliverAfterItem = 1 // items settled before StagePartlyDelivered
@@ -427,8 +429,11 @@ func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states
 			if err != nil {
 				return fmt.Errorf("chunk %s: %s: %w", c.Key, a, err)
 			}
-			if a == llmbatch.ActionCreate && c.State == llmbatch.StateSubmitted {
+			switch {
+			case a == llmbatch.ActionCreate && c.State == llmbatch.StateSubmitted:
 				p.h.stage(StageSubmitted)
+			case a == llmbatch.ActionPoll && c.State == llmbatch.StateInProgress:
+				p.h.stage(StageInProgress)
 			}
 			if a == llmbatch.ActionWait || a == llmbatch.ActionDone || !slices.Contains(states, c.State) {
 				break
