@@ -103,7 +103,9 @@ func TestBatchKill9(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			dir := t.TempDir()
-			sim, prof := batchSim(t, tc.kind, nil)
+			// Long enough that a poll sees the batch running, however
+			// loaded the machine.
+			sim, prof := batchSimFor(t, tc.kind, nil, 3*time.Second)
 			// Submit, then close the client: the workers are the children.
 			cfg, rv := batchConfig(t, dir, prof, nil)
 			c, err := ratelane.NewClient(ctx, cfg)

@@ -67,7 +67,13 @@ func batchDiff(n int) string {
 // fault, and returns it with the review profile of kind pointing at it.
 func batchSim(t *testing.T, kind string, fault func(batchsim.FaultRequest) batchsim.Fault) (*batchsim.Server, review.Profile) {
 	t.Helper()
-	sim, err := batchsim.New(batchsim.Config{ValidateFor: 50 * time.Millisecond, ProcessFor: 300 * time.Millisecond,
+	return batchSimFor(t, kind, fault, 300*time.Millisecond)
+}
+
+// batchSimFor is batchSim with batches that take process to run.
+func batchSimFor(t *testing.T, kind string, fault func(batchsim.FaultRequest) batchsim.Fault, process time.Duration) (*batchsim.Server, review.Profile) {
+	t.Helper()
+	sim, err := batchsim.New(batchsim.Config{ValidateFor: 50 * time.Millisecond, ProcessFor: process,
 		FinalizeFor: 50 * time.Millisecond, CancelFor: 50 * time.Millisecond, Responder: batchAnswer, Fault: fault})
 	if err != nil {
 		t.Fatal(err)
