@@ -87,7 +87,7 @@ type tenancyEnv struct {
 	rdjsonlDir string
 
 	// The victim's records.
-	delivery, failedDelivery, review, job, dead, leaseToken, schedule string
+	delivery, failedDelivery, review, job, dead, leaseToken, schedule, batch string
 }
 
 type answer struct {
@@ -161,7 +161,14 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 		t.Fatal(err)
 	}
 	rdjsonlDir := t.TempDir()
-	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 50 * time.Millisecond, RDJSONLDir: rdjsonlDir})
+	// A batch-capable profile on the batch simulator, for the victim's batch.
+	_, bprof := batchSim(t, "openai", nil)
+	bp, err := review.NewProvider(bprof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p, bp}, SweepEvery: 50 * time.Millisecond, RDJSONLDir: rdjsonlDir,
+		Batch: review.BatchConfig{PollInterval: 100 * time.Millisecond}})
 	c, url := serveAPI(t, cfg, tenancyAdminKey)
 	e := &tenancyEnv{t: t, c: c, url: url, recv: recv, keys: map[string]string{"admin": tenancyAdminKey}, rdjsonlDir: rdjsonlDir}
 	for _, tenant := range []string{"acme", "globex"} {
@@ -204,6 +211,14 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 		"publish": map[string]any{"kind": "rdjsonl", "target": "report.rdjsonl"}}), 202, &rv)
 	e.review = rv.ID
 	e.waitFinal(e.review)
+
+	// The victim's batch (a sweep of one review in the batch lane).
+	var bt struct {
+		ID string `json:"id"`
+	}
+	e.must(e.do("POST", "/v1/batches", e.keys["acme/producer"], map[string]any{"region": "us", "provider": bprof.Name,
+		"reviews": []map[string]any{{"repo": "acme/app", "diff": victimDiff}}}), 202, &bt)
+	e.batch = bt.ID
 
 	// The victim's schedule (a long interval: it never ticks during the test).
 	var sc struct {
@@ -319,6 +334,12 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 			status: 422, slug: "reserved-kind", field: "kind"},
 		{name: "review parent", hole: true, method: "POST", path: "/v1/jobs", key: gp,
 			body: create("review", map[string]any{"diff_object": e.review}), status: 422, slug: "reserved-kind", field: "kind"},
+		{name: "batch submit job naming acme's batch", hole: true, method: "POST", path: "/v1/jobs", key: gp,
+			body: create("review.batch.submit", map[string]any{"batch": e.batch}), status: 422, slug: "reserved-kind", field: "kind"},
+		{name: "batch collect job naming acme's batch", hole: true, method: "POST", path: "/v1/jobs", key: gp,
+			body: create("review.batch.collect", map[string]any{"batch": e.batch}), status: 422, slug: "reserved-kind", field: "kind"},
+		{name: "lease batch collect jobs", hole: true, method: "POST", path: "/v1/leases", key: gw,
+			body: map[string]any{"region": "us", "kinds": []string{"review.batch.collect"}}, status: 422, slug: "reserved-kind", field: "kinds"},
 		{name: "ratelane. namespace", method: "POST", path: "/v1/jobs", key: gp,
 			body: create("ratelane.batch", forgedBody), status: 422, slug: "reserved-kind", field: "kind"},
 		{name: "webhook by an admin key", hole: true, method: "POST", path: "/v1/jobs", key: admin,
@@ -361,6 +382,20 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 		{name: "event deliveries, tenant param", method: "GET", path: "/v1/events/ord-1/deliveries?region=us&tenant=acme", key: gp, status: 403, slug: "forbidden"},
 		{name: "get review", method: "GET", path: "/v1/reviews/" + e.review + "?region=us", key: gp, status: 404, slug: "not-found"},
 		{name: "review SARIF", method: "GET", path: "/v1/reviews/" + e.review + "/sarif?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "get batch", method: "GET", path: "/v1/batches/" + e.batch + "?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "get batch, every region", method: "GET", path: "/v1/batches/" + e.batch, key: gp, status: 404, slug: "not-found"},
+		{name: "cancel batch", method: "POST", path: "/v1/batches/" + e.batch + "/cancel?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "list batches of acme", method: "GET", path: "/v1/batches?tenant=acme", key: gp, status: 403, slug: "forbidden"},
+		{name: "own batches list shows no other tenant's", method: "GET", path: "/v1/batches", key: gp, status: 200,
+			check: func(t *testing.T, a answer) {
+				if bytes.Contains(a.body, []byte(e.batch)) {
+					t.Errorf("globex's list shows acme's batch: %s", a.body)
+				}
+			}},
+		{name: "batch review published to acme's subscriber", hole: true, method: "POST", path: "/v1/batches", key: gp,
+			body: map[string]any{"region": "us", "provider": "openai-batch", "reviews": []map[string]any{{"diff": victimDiff,
+				"publish": map[string]any{"kind": "webhook", "target": "acme-hook"}}}},
+			status: 400, slug: "invalid-request", field: "reviews[0].publish.target"},
 		{name: "get subscriber", method: "GET", path: "/v1/subscribers/acme-hook?region=us", key: gp, status: 403, slug: "forbidden"},
 		{name: "get schedule", method: "GET", path: "/v1/schedules/" + e.schedule + "?region=us", key: gp, status: 404, slug: "not-found"},
 		{name: "replace schedule", method: "PUT", path: "/v1/schedules/" + e.schedule + "?region=us", key: gp,

@@ -39,6 +39,8 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/review/batchapi"
+	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/review/chunk"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
@@ -102,6 +104,10 @@ type RegionConfig struct {
 	HTTPClient *http.Client
 	// SweepEvery is how often accepted reviews are re-checked; default 2 s.
 	SweepEvery time.Duration
+	// Batch tunes the region's batch lane (POST /v1/batches), which sends
+	// reviews to the batch APIs of the region's openai, openai-compatible
+	// and anthropic profiles.
+	Batch BatchConfig
 }
 
 // Config configures the plug-in.
@@ -131,7 +137,11 @@ func New(cfg Config) *Plugin { return &Plugin{cfg: cfg, regions: map[string]*reg
 func (p *Plugin) Name() string { return "reviews" }
 
 // Routes returns the /v1/reviews routes (ratelane.Router).
-func (p *Plugin) Routes() mount.Mount { return reviewapi.Routes(service{p}) }
+// They include the batch lane's /v1/batches routes.
+func (p *Plugin) Routes() mount.Mount {
+	reviews, batches := reviewapi.Routes(service{p}), batchapi.Routes(batchService{p})
+	return func(h mount.Host) []mount.Route { return append(reviews(h), batches(h)...) }
+}
 
 var (
 	_ ratelane.Plugin    = (*Plugin)(nil)
@@ -149,6 +159,9 @@ type regionRT struct {
 	github    *pipeline.GitHub
 	publisher *pipeline.ReviewPublisher
 	agg       *pipeline.Aggregator
+
+	batchProviders map[string]batchlane.Entry
+	batches        *batchlane.Handler
 }
 
 // Bind enables reviews in one region when the Config names it: it checks
@@ -186,6 +199,9 @@ func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 		if err := r.Handle(kind, k); err != nil {
 			return err
 		}
+	}
+	if err := rt.bindBatches(r, rc); err != nil {
+		return err
 	}
 	r.OnFinished(func(j *ratelane.Job, to ratelane.State) {
 		if j.Kind == KindPart && j.ParentID != "" && to.Final() {

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/review/batchapi"
+	"github.com/ratelane/ratelane/internal/review/batchlane"
+
 	"github.com/ratelane/ratelane/internal/review/diff"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/reviewapi"
@@ -93,4 +97,56 @@ func (s service) Providers(_ context.Context, region string) ([]reviewapi.Provid
 			MaxOutputTokens: pi.MaxOutputTokens})
 	}
 	return out, nil
+}
+
+// batchService serves the /v1/batches routes (batchapi.Service) from the
+// plug-in, mapping its errors as service does.
+type batchService struct{ p *Plugin }
+
+func (s batchService) SubmitBatch(ctx context.Context, sub batchapi.Submission) (batchapi.Batch, error) {
+	req := BatchRequest{Region: sub.Region, Tenant: sub.Tenant, Provider: sub.Provider, Deadline: sub.Deadline, MaxAttempts: sub.MaxAttempts}
+	for _, r := range sub.Reviews {
+		req.Reviews = append(req.Reviews, BatchReview{Repo: r.Repo, Change: r.Change, BaseSHA: r.BaseSHA, HeadSHA: r.HeadSHA,
+			Diff: r.Diff, Publish: r.Publish})
+	}
+	b, err := s.p.SubmitBatch(ctx, req)
+	var re *batchlane.ReviewError
+	var pe *diff.ParseError
+	switch {
+	case errors.As(err, &re) && (errors.As(err, &pe) || errors.Is(err, diff.ErrNoFiles)):
+		return b, &reviewapi.InputError{Field: fmt.Sprintf("reviews[%d].diff", re.Index), Err: contentFree{re.Err}}
+	case errors.Is(err, ErrNoBatchProvider), errors.Is(err, errNoProvider):
+		return b, &reviewapi.InputError{Field: "provider", Err: err}
+	}
+	return b, batchAPIError(err)
+}
+
+func (s batchService) Batch(ctx context.Context, region, id string) (batchapi.Batch, error) {
+	b, err := s.p.GetBatch(ctx, region, id)
+	return b, batchAPIError(err)
+}
+
+func (s batchService) BatchItems(ctx context.Context, region, id string, p batchapi.ItemParams) ([]batchapi.Item, error) {
+	items, err := s.p.BatchItems(ctx, region, id, p.State, p.After, p.Limit)
+	return items, batchAPIError(err)
+}
+
+func (s batchService) ListBatches(ctx context.Context, region string, p batchapi.ListParams) ([]batchapi.Batch, error) {
+	bs, err := s.p.ListBatches(ctx, region, BatchListParams{Tenant: p.Tenant, State: p.State, Before: p.Before, Limit: p.Limit})
+	return bs, batchAPIError(err)
+}
+
+func (s batchService) CancelBatch(ctx context.Context, region, id string) (batchapi.Batch, error) {
+	b, err := s.p.CancelBatch(ctx, region, id)
+	return b, batchAPIError(err)
+}
+
+// batchAPIError maps the plug-in's errors onto the batch routes': a done
+// batch's cancel is a 409; not found (store.ErrNotFound) and not
+// configured pass as they are.
+func batchAPIError(err error) error {
+	if errors.Is(err, ratelane.ErrConflict) {
+		return fmt.Errorf("%w: %w", batchapi.ErrConflict, err)
+	}
+	return apiError(err)
 }

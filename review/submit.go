@@ -197,11 +197,14 @@ func (rt *regionRT) status(ctx context.Context, id string) (Status, error) {
 	s := Status{ID: j.ID, Region: j.Region, Tenant: j.Tenant, State: j.State, Reason: string(j.Reason), Repo: args.Repo,
 		Change: args.Change, DepthRequested: args.DepthRequested, Depth: args.Depth, Provider: args.Provider,
 		Publish: args.Publish, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
-	parts, err := pipeline.Parts(ctx, rt.st, j)
+	parts, err := pipeline.PartStates(ctx, rt.st, j, args)
+	if errors.Is(err, pipeline.ErrForeignBatch) || errors.Is(err, pipeline.ErrBatchNotFound) {
+		parts, err = nil, nil // the aggregator ends such a review; show no parts meanwhile
+	}
 	if err != nil {
 		return Status{}, err
 	}
-	res, err := pipeline.Build(args, parts, finding.AggregateOptions{MaxFindings: rt.cfg.MaxFindings})
+	res, err := pipeline.BuildStates(args, parts, finding.AggregateOptions{MaxFindings: rt.cfg.MaxFindings})
 	if err != nil {
 		return Status{}, err
 	}

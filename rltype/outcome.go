@@ -27,6 +27,13 @@ const (
 	// ClassPermanent: bad input, authentication failure, other 4xx: terminal
 	// at once, never retried.
 	ClassPermanent Class = "permanent"
+	// ClassPending: the attempt made progress but the work goes on
+	// elsewhere (a provider's batch runs for hours); run the job again
+	// after RetryAfter (default DefaultPendingDelay). It spends no budget
+	// and pauses no key: each pass still costs its admission on the job's
+	// keys, which is how the batch lane paces its provider calls. Used by
+	// built-in kinds that drive long-running work.
+	ClassPending Class = "pending"
 	// ClassLeaseExpired is recorded by the reaper when a worker lost its
 	// lease; it spends one transient attempt.
 	ClassLeaseExpired Class = "lease_expired"
@@ -35,6 +42,10 @@ const (
 	// ClassRedriven is recorded when an operator redrives a dead letter.
 	ClassRedriven Class = "redriven"
 )
+
+// DefaultPendingDelay is the wait before the next pass of a ClassPending
+// outcome that gave no RetryAfter.
+const DefaultPendingDelay = time.Minute
 
 // Hint is what an upstream said about a limit key's remaining quota. A hint
 // lets the key's bucket slow down before a 429 happens.

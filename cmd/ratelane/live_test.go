@@ -489,7 +489,8 @@ var (
 		"redeliverDelivery": "deliveries redeliver", "getDeliveryResponse": "deliveries response",
 		"createReview": "reviews create", "listReviews": "reviews ls", "getReview": "reviews get", "getReviewSARIF": "reviews sarif",
 		"listReviewProviders": "reviews providers",
-		"createSchedule":      "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
+		"createBatch":         "batches create", "listBatches": "batches ls", "getBatch": "batches get", "cancelBatch": "batches cancel",
+		"createSchedule": "schedules create", "listSchedules": "schedules ls", "getSchedule": "schedules get",
 		"putSchedule": "schedules update", "pauseSchedule": "schedules pause", "resumeSchedule": "schedules resume",
 		"deleteSchedule": "schedules rm",
 	}

@@ -89,6 +89,14 @@ func Decide(j *job.Job, o job.Outcome, now time.Time, validates bool, b Backoff,
 		if t.To == job.StateRetryScheduled {
 			t.To = job.StateWaiting // an expired lease returns the job to waiting
 		}
+	case job.ClassPending:
+		// Work that goes on elsewhere (a provider batch): come back later,
+		// spending no budget; the job's deadline still ends it.
+		delay := o.RetryAfter
+		if delay <= 0 {
+			delay = job.DefaultPendingDelay
+		}
+		retry(&t, j, now, delay, "pending", false, "")
 	case job.ClassInvalidOutput:
 		t.Attempts.Schema++
 		// A repair attempt needs no backoff: the upstream answered.

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/review/batchapi"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
@@ -120,9 +121,17 @@ func (f *fakeReviews) finish(id string) {
 		Usage:       provider.Usage{InputTokens: 120, OutputTokens: 40}}
 }
 
-// withReviews serves the review endpoints over a fake configured in us.
+// withReviews serves the review endpoints over f, and the batch
+// endpoints over a fake batch service in f's regions, as the review
+// plug-in mounts both.
 func withReviews(f *fakeReviews) func(*Config) {
-	return func(c *Config) { c.Mounts = append(c.Mounts, reviewapi.Routes(f)) }
+	var regions []string
+	for r := range f.configured {
+		regions = append(regions, r)
+	}
+	return func(c *Config) {
+		c.Mounts = append(c.Mounts, reviewapi.Routes(f), batchapi.Routes(newFakeBatches(regions...)))
+	}
 }
 
 func newReviewEnv(t *testing.T, tweak ...func(*Config)) (*env, *fakeReviews) {

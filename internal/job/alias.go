@@ -91,7 +91,11 @@ const (
 	ClassLeaseExpired  = rltype.ClassLeaseExpired
 	ClassCancelled     = rltype.ClassCancelled
 	ClassRedriven      = rltype.ClassRedriven
+	ClassPending       = rltype.ClassPending
 )
+
+// DefaultPendingDelay is the wait after a ClassPending outcome without RetryAfter.
+const DefaultPendingDelay = rltype.DefaultPendingDelay
 
 // Terminal reasons.
 const (

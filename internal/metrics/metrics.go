@@ -246,7 +246,7 @@ func (b *bounded) label(v string) string {
 
 var knownClasses = []job.Class{
 	job.ClassSuccess, job.ClassRateLimited, job.ClassTransient, job.ClassInvalidOutput,
-	job.ClassPermanent, job.ClassLeaseExpired, job.ClassCancelled, job.ClassRedriven,
+	job.ClassPermanent, job.ClassLeaseExpired, job.ClassCancelled, job.ClassRedriven, job.ClassPending,
 }
 
 // classLabel maps a class to itself when known; the engine treats unknown

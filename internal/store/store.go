@@ -131,6 +131,8 @@ type Store interface {
 
 	// Schedules holds the region's periodic producers (schedule.go).
 	Schedules
+	// Batches holds the batch lane's manifests, items and chunks (batch.go).
+	Batches
 }
 
 // AdvanceParams describes a guarded transition of a job that is not running.

@@ -192,13 +192,61 @@ func Parts(ctx context.Context, st store.Store, parent *job.Job) ([]*job.Job, er
 	return all, nil
 }
 
+// PartStates returns the parts of review parent as aggregation sees them:
+// its part jobs (Parts) for an interactive review, its batch items for a
+// review sent through the batch lane (Args.Batch). A batch of another
+// tenant or region than the review contributes nothing (ErrForeignBatch).
+func PartStates(ctx context.Context, st store.Store, parent *job.Job, args Args) ([]PartState, error) {
+	if args.Batch == "" {
+		parts, err := Parts(ctx, st, parent)
+		if err != nil {
+			return nil, err
+		}
+		return JobStates(parts), nil
+	}
+	b, err := st.GetBatch(ctx, args.Batch)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("review %s: %w", parent.ID, ErrBatchNotFound)
+	} else if err != nil {
+		return nil, err
+	}
+	if b.Tenant != parent.Tenant || b.Region != parent.Region {
+		return nil, fmt.Errorf("review %s: %w", parent.ID, ErrForeignBatch)
+	}
+	var out []PartState
+	after := ""
+	for {
+		items, err := st.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID, JobID: parent.ID, After: after, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			out = append(out, ItemState(it))
+		}
+		if len(items) < 1000 {
+			return out, nil
+		}
+		after = items[len(items)-1].CustomID
+	}
+}
+
+// ErrBatchNotFound is a batch-lane review whose batch is not recorded:
+// the batch is written right after its reviews, so for a young review it
+// is still coming; for an old one a crash lost it.
+var ErrBatchNotFound = errors.New("review names a batch that is not recorded")
+
+// BatchGrace is how long a batch-lane review waits for its batch record
+// before it is ended as orphaned.
+const BatchGrace = time.Minute
+
+// ErrForeignBatch is a batch-lane review whose batch is missing or belongs
+// to another tenant or region: ratelane never creates one, and it must not
+// take findings from someone else's batch.
+var ErrForeignBatch = errors.New("review names a batch that is not its own")
+
 // aggregate advances an accepted parent whose parts are all final; it
 // returns nil when some part is still running.
 func (a *Aggregator) aggregate(ctx context.Context, parent *job.Job) (*job.Job, error) {
-	parts, err := Parts(ctx, a.cfg.Store, parent)
-	if err != nil {
-		return nil, err
-	}
 	args, err := decode[Args](parent.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("review %s: payload: %w", parent.ID, err)
@@ -208,7 +256,18 @@ func (a *Aggregator) aggregate(ctx context.Context, parent *job.Job) (*job.Job, 
 		// name is another review's diff.
 		return a.end(ctx, parent, "review names another review's diff")
 	}
-	res, err := Build(args, parts, finding.AggregateOptions{MaxFindings: a.cfg.MaxFindings})
+	parts, err := PartStates(ctx, a.cfg.Store, parent, args)
+	if errors.Is(err, ErrBatchNotFound) && a.cfg.Now().Sub(parent.CreatedAt) < BatchGrace {
+		return nil, nil // the batch record is being written
+	} else if errors.Is(err, ErrBatchNotFound) {
+		return a.end(ctx, parent, "review's batch was never recorded (a crash during submission)")
+	}
+	if errors.Is(err, ErrForeignBatch) {
+		return a.end(ctx, parent, "review names a batch of another tenant or region")
+	} else if err != nil {
+		return nil, err
+	}
+	res, err := BuildStates(args, parts, finding.AggregateOptions{MaxFindings: a.cfg.MaxFindings})
 	if err != nil || res.Parts.Pending > 0 || len(parts) < args.Parts {
 		return nil, err
 	}
@@ -255,9 +314,49 @@ func (a *Aggregator) publish(ctx context.Context, parent *job.Job) error {
 	return nil
 }
 
-// Build merges the parts of a review into its Result. Parts not yet final
-// count as pending; Build never fails on a part's content.
+// PartState is one part of a review as aggregation sees it, from a part
+// job or a batch item: final when State is published, validated (with its
+// PartResult in Result) or terminal (with Reason).
+type PartState struct {
+	Index  int
+	ID     string
+	State  job.State
+	Reason string
+	Result json.RawMessage
+}
+
+// JobStates returns the PartStates of part jobs.
+func JobStates(parts []*job.Job) []PartState {
+	out := make([]PartState, len(parts))
+	for i, pj := range parts {
+		pa, _ := decode[PartArgs](pj.Payload)
+		out[i] = PartState{Index: pa.Index, ID: pj.ID, State: pj.State, Reason: string(pj.Reason), Result: pj.Result}
+	}
+	return out
+}
+
+// ItemState returns the PartState of a batch item: succeeded is a
+// published part, failed and canceled a terminal one, anything else
+// pending.
+func ItemState(it store.BatchItem) PartState {
+	ps := PartState{Index: it.Index, ID: it.CustomID, State: job.StateWaiting, Reason: it.Reason, Result: it.Result}
+	switch it.State {
+	case store.ItemSucceeded:
+		ps.State = job.StatePublished
+	case store.ItemFailed, store.ItemCanceled:
+		ps.State = job.StateTerminal
+	}
+	return ps
+}
+
+// Build merges the part jobs of a review into its Result (BuildStates).
 func Build(args Args, parts []*job.Job, opts finding.AggregateOptions) (Result, error) {
+	return BuildStates(args, JobStates(parts), opts)
+}
+
+// BuildStates merges the parts of a review into its Result. Parts not yet
+// final count as pending; it never fails on a part's content.
+func BuildStates(args Args, parts []PartState, opts finding.AggregateOptions) (Result, error) {
 	res := Result{SchemaVersion: "v1", Depth: args.Depth, Findings: []finding.Finding{}, Quarantined: []Quarantined{}}
 	res.Parts.Total = max(args.Parts, len(parts))
 	var lists [][]finding.Finding
@@ -274,8 +373,7 @@ func Build(args Args, parts []*job.Job, opts finding.AggregateOptions) (Result, 
 			res.Usage = res.Usage.Add(pr.Usage)
 		case job.StateTerminal:
 			res.Parts.Failed++
-			pa, _ := decode[PartArgs](pj.Payload)
-			res.FailedParts = append(res.FailedParts, PartFailure{Index: pa.Index, JobID: pj.ID, Reason: string(pj.Reason)})
+			res.FailedParts = append(res.FailedParts, PartFailure{Index: pj.Index, JobID: pj.ID, Reason: pj.Reason})
 		default:
 			res.Parts.Pending++
 		}

@@ -25,16 +25,31 @@ func ReviewPart(ctx context.Context, p provider.Provider, part *diff.Diff, depth
 	if err != nil {
 		return PartResult{}, tokenUsage(p.Profile(), provider.OutcomeOf(err))
 	}
-	fs, err := finding.ValidateOutput(resp.Output)
+	res, err := CheckOutput(part, resp.Output, depth, p.Profile().Name, resp.Usage)
 	if err != nil {
 		// The error names the kind of failure, never the output.
 		o := job.Outcome{Class: job.ClassInvalidOutput, Err: err.Error(), Hints: resp.Hints, Usage: resp.Usage.Total()}
 		return PartResult{}, tokenUsage(p.Profile(), o)
 	}
+	o := tokenUsage(p.Profile(), job.Outcome{Class: job.ClassSuccess, Hints: resp.Hints, Usage: resp.Usage.Total()})
+	return res, o
+}
+
+// CheckOutput is the one validation of a reviewer's answer for a part,
+// whichever lane it came through (a part job, the inline command, a
+// provider batch's result line): output that does not parse or fails the
+// schema is an error (naming the kind of failure, never the output), and
+// findings that fail Verify against the part's diff are quarantined with
+// their reason.
+func CheckOutput(part *diff.Diff, output []byte, depth, providerName string, usage provider.Usage) (PartResult, error) {
+	fs, err := finding.ValidateOutput(output)
+	if err != nil {
+		return PartResult{}, err
+	}
 	valid, quarantined := finding.Verify(part, fs)
 	res := PartResult{
 		Findings: valid, Quarantined: make([]Quarantined, len(quarantined)),
-		Usage: resp.Usage, Depth: depth, Provider: p.Profile().Name,
+		Usage: usage, Depth: depth, Provider: providerName,
 	}
 	if res.Findings == nil {
 		res.Findings = []finding.Finding{}
@@ -42,8 +57,7 @@ func ReviewPart(ctx context.Context, p provider.Provider, part *diff.Diff, depth
 	for i, q := range quarantined {
 		res.Quarantined[i] = Quarantined{Finding: q.Finding, Reason: q.Reason}
 	}
-	o := tokenUsage(p.Profile(), job.Outcome{Class: job.ClassSuccess, Hints: resp.Hints, Usage: resp.Usage.Total()})
-	return res, o
+	return res, nil
 }
 
 // tokenUsage keeps the reported usage only when parts cost tokens: a part

@@ -92,6 +92,9 @@ type Args struct {
 	Publish        Publish `json:"publish"`
 	Parts          int     `json:"parts"`
 	DiffObject     string  `json:"diff_object"`
+	// Batch, when set, is the batch (store.Batch) whose items are this
+	// review's parts: a review of the batch lane has no part jobs.
+	Batch string `json:"batch,omitempty"`
 }
 
 // PartArgs is the payload of a part job.

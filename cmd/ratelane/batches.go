@@ -1,0 +1,207 @@
+package main
+
+// This file holds the batch lane verbs over /v1/batches: a sweep of many
+// diffs sent to a provider's batch API, its progress and its items.
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"path/filepath"
+	"strconv"
+)
+
+func init() {
+	register("batches", "send sweeps of diffs to a provider's batch API and follow them item by item", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return dispatch(ctx, "batches", []subcommand{
+			{"create", "send diffs (files or -) as one batch of reviews", batchesCreate().run},
+			{"ls", "list batches, newest first", batchesList().run},
+			{"get", "show a batch's progress, provider batches and items", batchesGet().run},
+			{"cancel", "cancel a batch (what already finished is still published)", regionCall("batches cancel", "ID",
+				"Cancel a batch: pending items end canceled and running provider batches are cancelled (POST /v1/batches/{id}/cancel).",
+				"the batch's region (default: every region the key may use is searched)", http.MethodPost,
+				func(id string) string { return "/v1/batches/" + esc(id) + "/cancel" }, showBatch("cancelling")).run},
+		}, args, stdout, stderr)
+	})
+}
+
+// batchView is the part of a batch the text output shows.
+type batchView struct {
+	ID       string `json:"id"`
+	Region   string `json:"region"`
+	Tenant   string `json:"tenant"`
+	Provider string `json:"provider"`
+	State    string `json:"state"`
+	Deadline string `json:"deadline"`
+	Counts   struct {
+		Total, Pending, Submitted, Succeeded, Failed, Canceled int
+	} `json:"counts"`
+	Summary struct {
+		Reviews int `json:"reviews"`
+		Items   int `json:"items"`
+	} `json:"summary"`
+	Chunks []struct {
+		Key     string `json:"key"`
+		State   string `json:"state"`
+		BatchID string `json:"provider_batch_id"`
+		Items   int    `json:"items"`
+	} `json:"chunks"`
+	Items []struct {
+		CustomID string `json:"custom_id"`
+		Review   string `json:"review_id"`
+		State    string `json:"state"`
+		Attempts int    `json:"attempts"`
+		Reason   string `json:"reason"`
+	} `json:"items"`
+	NextItems string `json:"next_items"`
+	Created   string `json:"created_at"`
+}
+
+func (b batchView) progress() string {
+	c := b.Counts
+	return fmt.Sprintf("%d items: %d pending, %d submitted, %d succeeded, %d failed, %d canceled",
+		c.Total, c.Pending, c.Submitted, c.Succeeded, c.Failed, c.Canceled)
+}
+
+func showBatch(done string) func(io.Writer, []string, []byte) error {
+	return func(w io.Writer, _ []string, body []byte) error {
+		var b batchView
+		if err := json.Unmarshal(body, &b); err != nil {
+			return fmt.Errorf("unexpected response: %w", err)
+		}
+		_, err := fmt.Fprintf(w, "%s batch %s (region %s, provider %s, %s): %d reviews, %s\n", done, b.ID, b.Region, b.Provider, b.State,
+			b.Summary.Reviews, b.progress())
+		return err
+	}
+}
+
+func batchesCreate() apiCall {
+	var region, provider, tenant, deadline, repo string
+	var maxAttempts int
+	var diffs stringList
+	return apiCall{name: "batches create", usage: "--diff FILE [--diff FILE...] --region R [flags]",
+		summary: "Send unified diffs (files, or - for standard input), one review each, to the batch lane (POST /v1/batches).",
+		flags: func(fs *flag.FlagSet) {
+			fs.Var(&diffs, "diff", "a unified diff `FILE` (or - for standard input), one review; repeat for a sweep (required)")
+			fs.StringVar(&region, "region", "", "the region the diffs, jobs and findings live in (required)")
+			fs.StringVar(&provider, "provider", "", "an openai, openai-compatible or anthropic profile of the region (default the region's default)")
+			fs.StringVar(&tenant, "tenant", "", "admin keys only: the tenant to review for")
+			fs.StringVar(&deadline, "deadline", "", "RFC 3339 time by which every item must be final (default 48h from now)")
+			fs.StringVar(&repo, "repo", "", "the repository of every review, e.g. acme/app")
+			fs.IntVar(&maxAttempts, "max-attempts", 0, "provider batches one item may go out in (server default 3)")
+		},
+		request: func([]string) (string, string, url.Values, any, error) {
+			if region == "" {
+				return "", "", nil, nil, usageError{"--region is required"}
+			}
+			if len(diffs) == 0 {
+				return "", "", nil, nil, usageError{"--diff FILE is required (repeat it for a sweep; - reads standard input)"}
+			}
+			var reviews []map[string]any
+			for _, p := range diffs {
+				text, err := readDiff(p)
+				if err != nil {
+					return "", "", nil, nil, usageError{p + ": " + err.Error()}
+				}
+				rv := map[string]any{"diff": string(text), "change": filepath.Base(p)}
+				if repo != "" {
+					rv["repo"] = repo
+				}
+				reviews = append(reviews, rv)
+			}
+			b := map[string]any{"region": region, "reviews": reviews}
+			for k, v := range map[string]string{"provider": provider, "tenant": tenant, "deadline": deadline} {
+				if v != "" {
+					b[k] = v
+				}
+			}
+			if maxAttempts != 0 {
+				b["max_attempts"] = maxAttempts
+			}
+			return http.MethodPost, "/v1/batches", nil, b, nil
+		}, show: showBatch("created")}
+}
+
+func batchesList() apiCall {
+	var state, region, tenant, after string
+	var limit int
+	return apiCall{name: "batches ls", usage: "[flags]", summary: "List batches, newest first, with their item counts.",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&state, "state", "", "only batches in this state (running, canceling, done)")
+			fs.StringVar(&region, "region", "", "region to list (every region the key may use if empty)")
+			fs.StringVar(&tenant, "tenant", "", "only batches of this tenant (admin keys)")
+			fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
+			fs.StringVar(&after, "after", "", "cursor: list the page after this one")
+		},
+		request: func([]string) (string, string, url.Values, any, error) {
+			if limit < 0 {
+				return "", "", nil, nil, usageError{"--limit must not be negative"}
+			}
+			q := listQuery(map[string]string{"state": state, "region": region, "tenant": tenant, "after": after}, limit)
+			return http.MethodGet, "/v1/batches", q, nil, nil
+		},
+		page: listTable[batchView]{keys: []string{"batches"}, noun: "batch", more: "batches ls",
+			header: []string{"ID", "REGION", "STATE", "PROVIDER", "REVIEWS", "ITEMS", "SUCCEEDED", "FAILED", "PENDING", "CREATED"},
+			row: func(b batchView) []string {
+				c := b.Counts
+				return []string{b.ID, b.Region, b.State, b.Provider, strconv.Itoa(b.Summary.Reviews), strconv.Itoa(c.Total),
+					strconv.Itoa(c.Succeeded), strconv.Itoa(c.Failed + c.Canceled), strconv.Itoa(c.Pending + c.Submitted), when(b.Created)}
+			}}.print}
+}
+
+func batchesGet() apiCall {
+	var region, itemsState, itemsAfter string
+	var itemsLimit int
+	return apiCall{name: "batches get", usage: "ID [flags]", summary: "Show a batch: progress, provider batches and a page of items (GET /v1/batches/{id}).",
+		args: []string{"ID"},
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&region, "region", "", "the batch's region (default: every region the key may use is searched)")
+			fs.StringVar(&itemsState, "items-state", "", "only items in this state (pending, submitted, succeeded, failed, canceled)")
+			fs.StringVar(&itemsAfter, "items-after", "", "cursor: the page of items after this custom_id")
+			fs.IntVar(&itemsLimit, "items-limit", 0, "items per page (server default 100)")
+		},
+		request: func(pos []string) (string, string, url.Values, any, error) {
+			q := regionQuery(region)
+			for k, v := range map[string]string{"items_state": itemsState, "items_after": itemsAfter} {
+				if v != "" {
+					q.Set(k, v)
+				}
+			}
+			if itemsLimit > 0 {
+				q.Set("items_limit", strconv.Itoa(itemsLimit))
+			}
+			return http.MethodGet, "/v1/batches/" + esc(pos[0]), q, nil, nil
+		},
+		show: func(w io.Writer, pos []string, body []byte) error {
+			var b batchView
+			if err := json.Unmarshal(body, &b); err != nil {
+				return fmt.Errorf("unexpected response: %w", err)
+			}
+			fmt.Fprintf(w, "batch %s (region %s, tenant %s, provider %s): %s, deadline %s\n%d reviews, %s\n\n", b.ID, b.Region, b.Tenant,
+				b.Provider, b.State, when(b.Deadline), b.Summary.Reviews, b.progress())
+			rows := make([][]string, len(b.Chunks))
+			for i, c := range b.Chunks {
+				rows[i] = []string{c.Key, c.State, cell(c.BatchID), strconv.Itoa(c.Items)}
+			}
+			if err := table(w, []string{"CHUNK", "STATE", "PROVIDER BATCH", "ITEMS"}, rows); err != nil {
+				return err
+			}
+			fmt.Fprintln(w)
+			rows = make([][]string, len(b.Items))
+			for i, it := range b.Items {
+				rows[i] = []string{it.CustomID, it.Review, it.State, strconv.Itoa(it.Attempts), cell(it.Reason)}
+			}
+			if err := table(w, []string{"ITEM", "REVIEW", "STATE", "ATTEMPTS", "REASON"}, rows); err != nil {
+				return err
+			}
+			if b.NextItems != "" {
+				fmt.Fprintf(w, "more items: ratelane batches get %s --items-after %s\n", pos[0], b.NextItems)
+			}
+			return nil
+		}}
+}

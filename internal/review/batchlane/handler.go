@@ -1,0 +1,571 @@
+package batchlane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/crashpoint"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/llmbatch"
+	"github.com/ratelane/ratelane/internal/review/diff"
+	"github.com/ratelane/ratelane/internal/review/pipeline"
+	"github.com/ratelane/ratelane/internal/review/provider"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Stages of a batch where a crash matters, for the kill -9 tests: a
+// provider batch was created and its id recorded; a poll saw it running
+// and recorded that; its results were
+// downloaded and reconciled, before any item was settled; some but not all
+// of a chunk's items were settled. Each is also a crash point
+// (internal/crashpoint) of a ratelane_crashpoints build.
+const (
+	StageSubmitted        = "batch-submitted"
+	StageInProgress       = "batch-in-progress"
+	StageDownloaded       = "batch-results-downloaded"
+	StagePartlyDelivered  = "batch-partly-delivered"
+	stageDeliverAfterItem = 1 // items settled before StagePartlyDelivered
+)
+
+// Entry is one provider profile of the region with its batch client.
+type Entry struct {
+	Profile provider.Profile
+	Batch   llmbatch.Provider
+}
+
+// Config configures a Handler.
+type Config struct {
+	// Region is the region served; Store its store (batch tables and
+	// objects are read and written here; jobs are not).
+	Region string
+	Store  store.Store
+	// Providers are the region's batch-capable profiles by name.
+	Providers map[string]Entry
+	// Wake is called with a review's id when its items may all be final,
+	// so the review pipeline's Aggregator checks it (required).
+	Wake func(reviewID string)
+	// PollInterval is the wait between polls of a running provider batch;
+	// default 1 min.
+	PollInterval time.Duration
+	// MinTurnaround: a pending item is not sent when the deadline is
+	// closer than this; default DefaultMinTurnaround.
+	MinTurnaround time.Duration
+	// GiveUpAfter: this long past the deadline, items still in a provider
+	// batch that cannot be cancelled or collected end deadline_exceeded;
+	// default 1 h.
+	GiveUpAfter time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger gets ids and counts, never content; default slog.Default().
+	Logger *slog.Logger
+	// Stage, when set, is called at each stage named Stage*: a kill -9
+	// test blocks there and kills the process at exactly that point.
+	// Production leaves it nil.
+	Stage func(name string)
+}
+
+// Handler runs both driver kinds of one region (engine.Handler through
+// HandleSubmit and HandleCollect).
+type Handler struct{ cfg Config }
+
+// NewHandler returns the region's batch lane handler.
+func NewHandler(cfg Config) *Handler {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Minute
+	}
+	if cfg.MinTurnaround <= 0 {
+		cfg.MinTurnaround = DefaultMinTurnaround
+	}
+	if cfg.GiveUpAfter <= 0 {
+		cfg.GiveUpAfter = time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Handler{cfg: cfg}
+}
+
+// HandleSubmit is one pass of a batch's submit job.
+func (h *Handler) HandleSubmit(ctx context.Context, j *job.Job) job.Outcome {
+	return h.handle(ctx, j, true)
+}
+
+// HandleCollect is one pass of a batch's collect job.
+func (h *Handler) HandleCollect(ctx context.Context, j *job.Job) job.Outcome {
+	return h.handle(ctx, j, false)
+}
+
+// orphanGrace is how long a driver job waits for its batch row: the API
+// inserts the jobs first and the batch right after, so a young job may
+// run before the row is committed; an old one whose row never came is
+// what a crash between the two writes leaves (the API call never answered).
+const orphanGrace = time.Minute
+
+// pass is one run over one batch.
+type pass struct {
+	h      *Handler
+	b      *store.Batch
+	sum    Summary
+	e      Entry
+	now    time.Time
+	submit bool
+	// wait is the earliest time anything can happen next.
+	wait  time.Time
+	woken map[string]bool
+}
+
+func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outcome {
+	var args Args
+	if err := json.Unmarshal(j.Payload, &args); err != nil || args.Batch == "" {
+		return permanent("batch job payload does not name a batch")
+	}
+	now := h.cfg.Now()
+	b, err := h.cfg.Store.GetBatch(ctx, args.Batch)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && now.Sub(j.CreatedAt) < orphanGrace:
+		return job.Outcome{Class: job.ClassPending, RetryAfter: 5 * time.Second, Err: "batch not recorded yet"}
+	case errors.Is(err, store.ErrNotFound):
+		return permanent("batch not found")
+	case err != nil:
+		return job.Outcome{Class: job.ClassTransient, Err: "load batch"}
+	case b.Tenant != j.Tenant || b.Region != j.Region || b.Region != h.cfg.Region:
+		// Driver jobs are created by ratelane alone with their batch's
+		// tenant and region; anything else is forged or a bug.
+		return permanent("batch belongs to another tenant or region than the job")
+	case b.State == store.BatchDone:
+		return h.done(b)
+	}
+	e, ok := h.cfg.Providers[b.Provider]
+	if !ok {
+		return permanent(fmt.Sprintf("no batch provider %q in region %s", b.Provider, h.cfg.Region))
+	}
+	sum, err := DecodeSummary(b.Summary)
+	if err != nil {
+		return permanent("batch summary does not decode")
+	}
+	p := &pass{h: h, b: b, sum: sum, e: e, now: now, submit: submit, woken: map[string]bool{}}
+	if submit {
+		err = p.runSubmit(ctx)
+	} else {
+		err = p.runCollect(ctx)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return job.Outcome{Class: job.ClassTransient, Err: "pass interrupted"}
+		}
+		// A provider or store error: come back after the poll interval.
+		// Budgets are not spent, because a batch lives for hours and a
+		// flaky poll must not kill it; the deadline bounds the retries.
+		h.cfg.Logger.Warn("batch pass failed; will retry", "batch_id", b.ID, "submit", submit, "err", err)
+		return job.Outcome{Class: job.ClassPending, RetryAfter: h.cfg.PollInterval, Err: safeErr(err)}
+	}
+	if b, err = h.cfg.Store.GetBatch(ctx, b.ID); err != nil {
+		return job.Outcome{Class: job.ClassTransient, Err: "reload batch"}
+	}
+	if b.Counts.Pending+b.Counts.Submitted == 0 {
+		err := h.cfg.Store.SetBatchState(ctx, b.ID, []string{store.BatchRunning, store.BatchCanceling}, store.BatchDone, now)
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return job.Outcome{Class: job.ClassTransient, Err: "record batch done"}
+		}
+		return h.done(b)
+	}
+	delay := h.cfg.PollInterval
+	if !p.wait.IsZero() {
+		delay = min(max(p.wait.Sub(now), time.Second), delay)
+	}
+	return job.Outcome{Class: job.ClassPending, RetryAfter: delay}
+}
+
+func (h *Handler) stage(name string) {
+	crashpoint.Hit(name)
+	if h.cfg.Stage != nil {
+		h.cfg.Stage(name)
+	}
+}
+
+func (h *Handler) done(b *store.Batch) job.Outcome {
+	res, _ := json.Marshal(b.Counts)
+	return job.Outcome{Class: job.ClassSuccess, Result: res}
+}
+
+func permanent(msg string) job.Outcome {
+	return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonPermanentError, Err: msg}
+}
+
+// safeErr bounds an error for the attempt history; provider and store
+// errors name ids and statuses, never content.
+func safeErr(err error) string {
+	s := err.Error()
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// items returns the batch's items in state (all when empty).
+func (p *pass) items(ctx context.Context, state string) ([]store.BatchItem, error) {
+	var out []store.BatchItem
+	after := ""
+	for {
+		page, err := p.h.cfg.Store.BatchItems(ctx, store.BatchItemParams{BatchID: p.b.ID, State: state, After: after, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < 1000 {
+			return out, nil
+		}
+		after = page[len(page)-1].CustomID
+	}
+}
+
+// settle applies one guarded item write and wakes the item's review when
+// the item became final.
+func (p *pass) settle(ctx context.Context, it store.BatchItem, to, disposition, reason string, result json.RawMessage) error {
+	ok, err := p.h.cfg.Store.SettleBatchItem(ctx, store.SettleBatchItemParams{BatchID: p.b.ID, CustomID: it.CustomID,
+		From: it.State, ChunkKey: it.ChunkKey, To: to, Disposition: disposition, Reason: reason, Result: result, Now: p.now})
+	if err != nil {
+		return fmt.Errorf("settle item %s: %w", it.CustomID, err)
+	}
+	if ok && store.ItemFinal(to) && !p.woken[it.JobID] {
+		p.woken[it.JobID] = true
+		p.h.cfg.Wake(it.JobID)
+	}
+	return nil
+}
+
+// requeue sends an item back to pending with its reason while it has
+// attempts left, and ends it failed otherwise.
+func (p *pass) requeue(ctx context.Context, it store.BatchItem, disposition, reason string) error {
+	if it.Attempts >= p.b.MaxAttempts {
+		return p.settle(ctx, it, store.ItemFailed, disposition, ReasonAttempts+":"+reason, nil)
+	}
+	return p.settle(ctx, it, store.ItemPending, disposition, reason, nil)
+}
+
+// runSubmit: cancel or expire pending items, plan the rest into chunks,
+// and move planned and uploaded chunks on (upload, create, find, cancel).
+func (p *pass) runSubmit(ctx context.Context) error {
+	pending, err := p.items(ctx, store.ItemPending)
+	if err != nil {
+		return err
+	}
+	var send []store.BatchItem
+	for _, it := range pending {
+		switch {
+		case p.b.State == store.BatchCanceling:
+			err = p.settle(ctx, it, store.ItemCanceled, string(llmbatch.DispCanceled), ReasonCanceled, nil)
+		case p.now.Add(p.h.cfg.MinTurnaround).After(p.b.Deadline):
+			err = p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), ReasonDeadline, nil)
+		case it.Attempts >= p.b.MaxAttempts:
+			err = p.settle(ctx, it, store.ItemFailed, it.Disposition, ReasonAttempts+":"+it.Reason, nil)
+		default:
+			send = append(send, it)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	chunks, err := p.h.cfg.Store.BatchChunks(ctx, p.b.ID)
+	if err != nil {
+		return err
+	}
+	if len(send) > 0 {
+		if err := p.plan(ctx, send, len(chunks)); err != nil {
+			return err
+		}
+		if chunks, err = p.h.cfg.Store.BatchChunks(ctx, p.b.ID); err != nil {
+			return err
+		}
+	}
+	return p.stepChunks(ctx, chunks, []llmbatch.State{llmbatch.StatePlanned, llmbatch.StateUploaded})
+}
+
+// plan cuts pending items into chunks by the provider's limits and records
+// each chunk with its items in one guarded write.
+func (p *pass) plan(ctx context.Context, pending []store.BatchItem, existing int) error {
+	reqs := make([]llmbatch.Item, 0, len(pending))
+	byID := make(map[string]store.BatchItem, len(pending))
+	for _, it := range pending {
+		r, err := p.request(ctx, it)
+		if err != nil {
+			if errors.Is(err, errBadItem) {
+				if err := p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), "bad_part_object", nil); err != nil {
+					return err
+				}
+				continue
+			}
+			return err
+		}
+		reqs = append(reqs, r)
+		byID[it.CustomID] = it
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	parts, rejected, err := llmbatch.Split(reqs, p.e.Batch.Limits(), p.e.Batch.EncodedSize)
+	if err != nil {
+		return err
+	}
+	for _, r := range rejected {
+		if err := p.settle(ctx, byID[r.CustomID], store.ItemFailed, string(llmbatch.DispFailed), r.Reason, nil); err != nil {
+			return err
+		}
+	}
+	for i, part := range parts {
+		ids := make([]string, len(part))
+		for k, it := range part {
+			ids[k] = it.CustomID
+		}
+		c := llmbatch.NewChunk(p.b.ID+"-"+strconv.Itoa(existing+i), p.e.Batch.Name(), ids)
+		rec, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		err = p.h.cfg.Store.PlanBatchChunk(ctx, store.BatchChunk{Key: c.Key, BatchID: p.b.ID, State: string(c.State), Record: rec,
+			UpdatedAt: p.now}, ids)
+		if err != nil {
+			return fmt.Errorf("plan chunk %s: %w", c.Key, err) // another pass planned first; the next pass steps its chunk
+		}
+	}
+	return nil
+}
+
+// errBadItem marks an item whose part object is gone or does not parse.
+var errBadItem = errors.New("bad part object")
+
+// part loads and parses an item's part text.
+func (p *pass) part(ctx context.Context, it store.BatchItem) (*diff.Diff, error) {
+	obj, err := p.h.cfg.Store.GetObject(ctx, pipeline.ObjectPart, it.ObjectID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errBadItem
+	} else if err != nil {
+		return nil, err
+	}
+	d, err := diff.Parse(obj.Body)
+	if err != nil {
+		return nil, errBadItem
+	}
+	return d, nil
+}
+
+// request builds an item's provider request: the same prompt an
+// interactive part gets.
+func (p *pass) request(ctx context.Context, it store.BatchItem) (llmbatch.Item, error) {
+	d, err := p.part(ctx, it)
+	if err != nil {
+		return llmbatch.Item{}, err
+	}
+	prof := p.e.Profile.WithDefaults()
+	system, user := provider.Prompt(provider.Request{Part: d, Depth: provider.Depth(p.sum.Depth)})
+	return llmbatch.Item{CustomID: it.CustomID, Request: llmbatch.Request{Model: prof.Model, System: system, Prompt: user,
+		MaxTokens: int64(prof.MaxOutputTokens)}}, nil
+}
+
+// runCollect: cancel provider batches of a cancelled or overdue batch, poll
+// the rest, and collect and deliver the ended ones.
+func (p *pass) runCollect(ctx context.Context) error {
+	chunks, err := p.h.cfg.Store.BatchChunks(ctx, p.b.ID)
+	if err != nil {
+		return err
+	}
+	if err := p.stepChunks(ctx, chunks, []llmbatch.State{llmbatch.StateSubmitted, llmbatch.StateInProgress, llmbatch.StateResultsReady}); err != nil {
+		return err
+	}
+	if p.now.After(p.b.Deadline.Add(p.h.cfg.GiveUpAfter)) {
+		// The provider could neither finish nor cancel in time: end what
+		// is still out, so the batch reports instead of hanging.
+		out, err := p.items(ctx, store.ItemSubmitted)
+		if err != nil {
+			return err
+		}
+		for _, it := range out {
+			if err := p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), ReasonDeadline, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stepChunks steps every chunk in one of states until it needs to wait or
+// leaves those states (so a chunk the submit pass created is left to the
+// collect pass, and the other way round).
+func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states []llmbatch.State) error {
+	for _, sc := range chunks {
+		if !slices.Contains(states, llmbatch.State(sc.State)) {
+			continue
+		}
+		var c llmbatch.Chunk
+		if err := json.Unmarshal(sc.Record, &c); err != nil {
+			return fmt.Errorf("chunk %s: record does not decode: %w", sc.Key, err)
+		}
+		if p.b.State == store.BatchCanceling || p.now.After(p.b.Deadline) {
+			c = c.RequestCancel()
+		}
+		items, err := p.chunkItems(ctx, c)
+		if err != nil {
+			return err
+		}
+		j := &journal{st: p.h.cfg.Store, batch: p.b.ID, prev: sc.State, now: p.now}
+		d := &llmbatch.Driver{Provider: p.e.Batch, Journal: j, Sink: &sink{p: p, items: items},
+			PollInterval: p.h.cfg.PollInterval}
+		reqs, err := p.requests(ctx, c, items)
+		if err != nil {
+			return err
+		}
+		for range 8 { // bounded: a pass never spins
+			var a llmbatch.Action
+			c, a, err = d.Step(ctx, p.now, c, reqs)
+			if err != nil {
+				return fmt.Errorf("chunk %s: %s: %w", c.Key, a, err)
+			}
+			switch {
+			case a == llmbatch.ActionCreate && c.State == llmbatch.StateSubmitted:
+				p.h.stage(StageSubmitted)
+			case a == llmbatch.ActionPoll && c.State == llmbatch.StateInProgress:
+				p.h.stage(StageInProgress)
+			}
+			if a == llmbatch.ActionWait || a == llmbatch.ActionDone || !slices.Contains(states, c.State) {
+				break
+			}
+		}
+		if c.State != llmbatch.StateReconciled && !c.NotBefore.IsZero() && (p.wait.IsZero() || c.NotBefore.Before(p.wait)) {
+			p.wait = c.NotBefore
+		}
+	}
+	return nil
+}
+
+// chunkItems returns the chunk's items that are still in it, by custom_id.
+func (p *pass) chunkItems(ctx context.Context, c llmbatch.Chunk) (map[string]store.BatchItem, error) {
+	out, err := p.items(ctx, store.ItemSubmitted)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]store.BatchItem, len(c.CustomIDs))
+	for _, it := range out {
+		if it.ChunkKey == c.Key {
+			m[it.CustomID] = it
+		}
+	}
+	return m, nil
+}
+
+// requests builds the chunk's provider requests, in CustomIDs order, when
+// the next step sends them (upload or create); nil otherwise.
+func (p *pass) requests(ctx context.Context, c llmbatch.Chunk, items map[string]store.BatchItem) ([]llmbatch.Item, error) {
+	if a := c.Next(p.now, p.e.Batch.NeedsUpload()); a != llmbatch.ActionUpload && a != llmbatch.ActionCreate {
+		return nil, nil
+	}
+	reqs := make([]llmbatch.Item, 0, len(c.CustomIDs))
+	for _, id := range c.CustomIDs {
+		it, ok := items[id]
+		if !ok {
+			return nil, fmt.Errorf("chunk %s: item %s is no longer in it", c.Key, id)
+		}
+		r, err := p.request(ctx, it)
+		if err != nil {
+			return nil, err
+		}
+		reqs = append(reqs, r)
+	}
+	return reqs, nil
+}
+
+// journal saves chunk records, each guarded on the state it was read in.
+type journal struct {
+	st    store.Store
+	batch string
+	prev  string
+	now   time.Time
+}
+
+func (j *journal) Save(ctx context.Context, c llmbatch.Chunk) error {
+	rec, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := j.st.SaveBatchChunk(ctx, store.BatchChunk{Key: c.Key, BatchID: j.batch, State: string(c.State), Record: rec,
+		UpdatedAt: j.now}, j.prev); err != nil {
+		return err
+	}
+	j.prev = string(c.State)
+	return nil
+}
+
+// sink settles a chunk's items from its reconciliation. It is idempotent
+// per custom_id: each write is guarded on the item still being in the
+// chunk, so a redelivery after a crash settles nothing twice.
+type sink struct {
+	p     *pass
+	items map[string]store.BatchItem
+}
+
+func (s *sink) Deliver(ctx context.Context, c llmbatch.Chunk, rep llmbatch.Report) error {
+	p := s.p
+	p.h.stage(StageDownloaded)
+	overdue := p.now.After(p.b.Deadline) && p.b.State != store.BatchCanceling
+	settled := 0
+	for _, o := range rep.Outcomes {
+		it, ok := s.items[o.CustomID]
+		if !ok {
+			continue // settled by an earlier delivery of this report
+		}
+		var err error
+		switch o.Disposition {
+		case llmbatch.DispSucceeded:
+			err = s.succeeded(ctx, it, o)
+		case llmbatch.DispFailed:
+			err = p.settle(ctx, it, store.ItemFailed, string(o.Disposition), o.Reason, nil)
+		case llmbatch.DispCanceled:
+			reason := o.Reason
+			if overdue {
+				reason = ReasonDeadline
+			}
+			err = p.settle(ctx, it, store.ItemCanceled, string(o.Disposition), reason, nil)
+		default: // requeue
+			err = p.requeue(ctx, it, string(o.Disposition), o.Reason)
+		}
+		if err != nil {
+			return err
+		}
+		if settled++; settled == stageDeliverAfterItem && len(rep.Outcomes) > 1 {
+			p.h.stage(StagePartlyDelivered)
+		}
+	}
+	return nil
+}
+
+// succeeded validates an answer exactly as an interactive part's
+// (pipeline.CheckOutput) and records it; an answer that fails the schema
+// is requeued while the item has attempts, like a part's schema budget.
+func (s *sink) succeeded(ctx context.Context, it store.BatchItem, o llmbatch.Outcome) error {
+	p := s.p
+	d, err := p.part(ctx, it)
+	if errors.Is(err, errBadItem) {
+		return p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), "bad_part_object", nil)
+	} else if err != nil {
+		return err
+	}
+	usage := provider.Usage{InputTokens: o.Result.InputTokens, OutputTokens: o.Result.OutputTokens}
+	res, err := pipeline.CheckOutput(d, o.Result.Body, p.sum.Depth, p.e.Profile.Name, usage)
+	if err != nil {
+		// The error names the kind of failure, never the output.
+		return p.requeue(ctx, it, string(llmbatch.DispRequeue), ReasonInvalidOutput)
+	}
+	body, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	return p.settle(ctx, it, store.ItemSucceeded, string(o.Disposition), o.Reason, body)
+}

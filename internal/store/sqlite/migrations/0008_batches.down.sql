@@ -1,0 +1,3 @@
+DROP TABLE batch_chunks;
+DROP TABLE batch_items;
+DROP TABLE batches;

@@ -1,0 +1,311 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// batchCases pin the batch lane's contract: the guards on planning a chunk,
+// saving its record and settling an item are what make a batch survive a
+// kill -9 without losing or duplicating an item's result.
+var batchCases = map[string]func(*testing.T, Opener){
+	"BatchCreateGetList":  testBatchCreateGetList,
+	"BatchState":          testBatchState,
+	"BatchPlanChunk":      testBatchPlanChunk,
+	"BatchPlanConcurrent": testBatchPlanConcurrent,
+	"BatchSaveChunk":      testBatchSaveChunk,
+	"BatchSettleOnce":     testBatchSettleOnce,
+	"BatchItemsPaged":     testBatchItemsPaged,
+}
+
+// NewBatch returns a running batch of tenant in region "us" with n items
+// r-0..r-(n-1), all of job "job-<id>".
+func NewBatch(tenant string, n int) (*store.Batch, []store.BatchItem) {
+	id, _ := uuid.NewV7()
+	b := &store.Batch{ID: id.String(), Tenant: tenant, Region: "us", Provider: "openai", State: store.BatchRunning,
+		Deadline: T0.Add(24 * time.Hour), MaxAttempts: 3, Summary: json.RawMessage(`{"reviews":1}`), CreatedAt: T0, UpdatedAt: T0}
+	items := make([]store.BatchItem, n)
+	for i := range items {
+		items[i] = store.BatchItem{CustomID: fmt.Sprintf("r-%03d", i), JobID: "job-" + b.ID, ObjectID: fmt.Sprintf("%s/%d", b.ID, i), Index: i}
+	}
+	return b, items
+}
+
+func createBatch(t *testing.T, s store.Store, b *store.Batch, items []store.BatchItem) {
+	t.Helper()
+	if err := s.CreateBatch(context.Background(), b, items); err != nil {
+		t.Fatalf("create batch: %v", err)
+	}
+}
+
+func getBatch(t *testing.T, s store.Store, id string) *store.Batch {
+	t.Helper()
+	b, err := s.GetBatch(context.Background(), id)
+	if err != nil {
+		t.Fatalf("get batch %s: %v", id, err)
+	}
+	return b
+}
+
+func chunkOf(b *store.Batch, n int) store.BatchChunk {
+	return store.BatchChunk{Key: fmt.Sprintf("%s-%d", b.ID, n), BatchID: b.ID, State: "planned",
+		Record: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), UpdatedAt: T0}
+}
+
+func testBatchCreateGetList(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	b, items := NewBatch("acme", 3)
+	createBatch(t, s, b, items)
+	got := getBatch(t, s, b.ID)
+	if got.Tenant != "acme" || got.Provider != "openai" || got.State != store.BatchRunning || !got.Deadline.Equal(b.Deadline) ||
+		got.MaxAttempts != 3 || string(got.Summary) != `{"reviews":1}` || !got.CreatedAt.Equal(T0) {
+		t.Fatalf("got %+v", got)
+	}
+	if got.Counts != (store.BatchCounts{Total: 3, Pending: 3}) {
+		t.Fatalf("counts %+v, want 3 pending", got.Counts)
+	}
+	if err := s.CreateBatch(ctx, b, nil); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second create: %v, want ErrConflict", err)
+	}
+	dup, ditems := NewBatch("acme", 2)
+	ditems[1].CustomID = ditems[0].CustomID
+	if err := s.CreateBatch(ctx, dup, ditems); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("repeated custom_id: %v, want ErrConflict", err)
+	}
+	if _, err := s.GetBatch(ctx, dup.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused batch was stored: %v", err)
+	}
+	if _, err := s.GetBatch(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get unknown: %v", err)
+	}
+	bad, _ := NewBatch("acme", 0)
+	bad.Region = "eu"
+	if err := s.CreateBatch(ctx, bad, nil); err == nil {
+		t.Fatal("a batch of another region was stored")
+	}
+	b2, items2 := NewBatch("acme", 1)
+	createBatch(t, s, b2, items2)
+	b3, _ := NewBatch("globex", 0)
+	createBatch(t, s, b3, nil)
+	page, err := s.ListBatches(ctx, store.BatchListParams{Tenant: "acme", Limit: 1})
+	if err != nil || len(page) != 1 || page[0].ID != b2.ID || page[0].Counts.Total != 1 {
+		t.Fatalf("first page %v, %v; want the newest acme batch", page, err)
+	}
+	page, err = s.ListBatches(ctx, store.BatchListParams{Tenant: "acme", Before: page[0].ID})
+	if err != nil || len(page) != 1 || page[0].ID != b.ID {
+		t.Fatalf("second page %v, %v; want the oldest acme batch", page, err)
+	}
+	if all, err := s.ListBatches(ctx, store.BatchListParams{}); err != nil || len(all) != 3 {
+		t.Fatalf("all tenants: %d, %v", len(all), err)
+	}
+}
+
+func testBatchState(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	b, _ := NewBatch("acme", 0)
+	createBatch(t, s, b, nil)
+	if err := s.SetBatchState(ctx, b.ID, []string{store.BatchRunning}, store.BatchCanceling, T0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBatchState(ctx, b.ID, []string{store.BatchRunning}, store.BatchDone, T0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("from the wrong state: %v, want ErrConflict", err)
+	}
+	if got := getBatch(t, s, b.ID); got.State != store.BatchCanceling || !got.UpdatedAt.Equal(T0.Add(time.Second)) {
+		t.Fatalf("state %s at %v", got.State, got.UpdatedAt)
+	}
+	if err := s.SetBatchState(ctx, "nope", []string{store.BatchRunning}, store.BatchDone, T0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown batch: %v, want ErrNotFound", err)
+	}
+	if err := s.SetBatchState(ctx, b.ID, []string{store.BatchRunning, store.BatchCanceling}, "sleeping", T0); err == nil {
+		t.Fatal("an unknown state was stored")
+	}
+}
+
+func testBatchPlanChunk(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	b, items := NewBatch("acme", 3)
+	createBatch(t, s, b, items)
+	c0 := chunkOf(b, 0)
+	if err := s.PlanBatchChunk(ctx, c0, []string{"r-000", "r-001"}); err != nil {
+		t.Fatal(err)
+	}
+	// r-001 is no longer pending: the whole second plan is refused, and
+	// neither its chunk nor r-002 is written.
+	c1 := chunkOf(b, 1)
+	if err := s.PlanBatchChunk(ctx, c1, []string{"r-002", "r-001"}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("plan over a submitted item: %v, want ErrConflict", err)
+	}
+	if err := s.PlanBatchChunk(ctx, c0, []string{"r-002"}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("plan with a taken chunk key: %v, want ErrConflict", err)
+	}
+	chunks, err := s.BatchChunks(ctx, b.ID)
+	if err != nil || len(chunks) != 1 || chunks[0].Key != c0.Key || string(chunks[0].Record) != `{"n":0}` || chunks[0].State != "planned" {
+		t.Fatalf("chunks %+v, %v; want only chunk 0", chunks, err)
+	}
+	got, err := s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("items %v, %v", got, err)
+	}
+	for i, want := range []struct {
+		state, chunk string
+		attempts     int
+	}{{store.ItemSubmitted, c0.Key, 1}, {store.ItemSubmitted, c0.Key, 1}, {store.ItemPending, "", 0}} {
+		if got[i].State != want.state || got[i].ChunkKey != want.chunk || got[i].Attempts != want.attempts {
+			t.Errorf("item %d: %s in %q after %d attempts, want %+v", i, got[i].State, got[i].ChunkKey, got[i].Attempts, want)
+		}
+	}
+	if c := getBatch(t, s, b.ID).Counts; c != (store.BatchCounts{Total: 3, Pending: 1, Submitted: 2}) {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+// testBatchPlanConcurrent: two nodes planning the same pending items at
+// once put each item in exactly one chunk.
+func testBatchPlanConcurrent(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	b, items := NewBatch("acme", 20)
+	createBatch(t, s, b, items)
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.CustomID
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for n := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[n] = s.PlanBatchChunk(ctx, chunkOf(b, n), ids)
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrConflict):
+			t.Fatalf("plan: %v", err)
+		}
+	}
+	chunks, _ := s.BatchChunks(ctx, b.ID)
+	if won != 1 || len(chunks) != 1 {
+		t.Fatalf("%d plans succeeded and %d chunks exist, want 1 and 1", won, len(chunks))
+	}
+	got, _ := s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID, State: store.ItemSubmitted})
+	if len(got) != 20 {
+		t.Fatalf("%d items submitted, want 20", len(got))
+	}
+	for _, it := range got {
+		if it.ChunkKey != chunks[0].Key || it.Attempts != 1 {
+			t.Fatalf("item %s in %s after %d attempts", it.CustomID, it.ChunkKey, it.Attempts)
+		}
+	}
+}
+
+func testBatchSaveChunk(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	b, items := NewBatch("acme", 1)
+	createBatch(t, s, b, items)
+	c := chunkOf(b, 0)
+	if err := s.PlanBatchChunk(ctx, c, []string{"r-000"}); err != nil {
+		t.Fatal(err)
+	}
+	up := c
+	up.State, up.Record, up.UpdatedAt = "uploaded", json.RawMessage(`{"file":"f1"}`), T0.Add(time.Minute)
+	if err := s.SaveBatchChunk(ctx, up, "planned"); err != nil {
+		t.Fatal(err)
+	}
+	// A second writer that read the chunk planned loses.
+	stale := c
+	stale.State, stale.Record = "uploaded", json.RawMessage(`{"file":"f2"}`)
+	if err := s.SaveBatchChunk(ctx, stale, "planned"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale save: %v, want ErrConflict", err)
+	}
+	chunks, _ := s.BatchChunks(ctx, b.ID)
+	if len(chunks) != 1 || chunks[0].State != "uploaded" || string(chunks[0].Record) != `{"file":"f1"}` || !chunks[0].UpdatedAt.Equal(T0.Add(time.Minute)) {
+		t.Fatalf("chunk %+v", chunks)
+	}
+	missing := c
+	missing.Key = "nope"
+	if err := s.SaveBatchChunk(ctx, missing, "planned"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown chunk: %v, want ErrNotFound", err)
+	}
+}
+
+// testBatchSettleOnce: the second delivery of the same result applies
+// nothing, and a requeued item is not settled by its old chunk's report.
+func testBatchSettleOnce(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	b, items := NewBatch("acme", 3)
+	createBatch(t, s, b, items)
+	c := chunkOf(b, 0)
+	if err := s.PlanBatchChunk(ctx, c, []string{"r-000", "r-001", "r-002"}); err != nil {
+		t.Fatal(err)
+	}
+	settle := func(id, to, reason string, result json.RawMessage) bool {
+		t.Helper()
+		ok, err := s.SettleBatchItem(ctx, store.SettleBatchItemParams{BatchID: b.ID, CustomID: id, From: store.ItemSubmitted,
+			ChunkKey: c.Key, To: to, Disposition: "x", Reason: reason, Result: result, Now: T0.Add(time.Hour)})
+		if err != nil {
+			t.Fatalf("settle %s: %v", id, err)
+		}
+		return ok
+	}
+	if !settle("r-000", store.ItemSucceeded, "succeeded", json.RawMessage(`{"findings":[1]}`)) {
+		t.Fatal("first settle did not apply")
+	}
+	if settle("r-000", store.ItemSucceeded, "succeeded", json.RawMessage(`{"findings":[2]}`)) {
+		t.Fatal("a second delivery applied")
+	}
+	if !settle("r-001", store.ItemPending, "expired", nil) || !settle("r-002", store.ItemFailed, "errored:invalid_request_error", nil) {
+		t.Fatal("requeue or failure did not apply")
+	}
+	if settle("r-001", store.ItemFailed, "expired", nil) {
+		t.Fatal("the old chunk's report settled a requeued item")
+	}
+	got, err := s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("items %v, %v", got, err)
+	}
+	if string(got[0].Result) != `{"findings":[1]}` || got[0].State != store.ItemSucceeded ||
+		got[1].State != store.ItemPending || got[1].Reason != "expired" || got[1].ChunkKey != c.Key ||
+		got[2].State != store.ItemFailed || got[2].Result != nil || !got[2].UpdatedAt.Equal(T0.Add(time.Hour)) {
+		t.Fatalf("items %+v", got)
+	}
+	// The schema refuses a failed item without a reason, whatever the caller.
+	if _, err := s.SettleBatchItem(ctx, store.SettleBatchItemParams{BatchID: b.ID, CustomID: "r-001", From: store.ItemPending,
+		To: store.ItemFailed, Now: T0}); err == nil {
+		t.Fatal("a failed item without a reason was stored")
+	}
+	if c := getBatch(t, s, b.ID).Counts; c != (store.BatchCounts{Total: 3, Pending: 1, Succeeded: 1, Failed: 1}) {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+func testBatchItemsPaged(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	b, items := NewBatch("acme", 5)
+	items[4].JobID = "other"
+	createBatch(t, s, b, items)
+	page, err := s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID, Limit: 2})
+	if err != nil || len(page) != 2 || page[1].CustomID != "r-001" {
+		t.Fatalf("page 1: %v, %v", page, err)
+	}
+	page, _ = s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID, After: page[1].CustomID, Limit: 2})
+	if len(page) != 2 || page[0].CustomID != "r-002" {
+		t.Fatalf("page 2: %v", page)
+	}
+	if got, _ := s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID, JobID: "other"}); len(got) != 1 || got[0].CustomID != "r-004" || got[0].ObjectID != b.ID+"/4" || got[0].Index != 4 {
+		t.Fatalf("by job: %v", got)
+	}
+}

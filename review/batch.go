@@ -1,0 +1,293 @@
+package review
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/llmbatch"
+	"github.com/ratelane/ratelane/internal/review/batchapi"
+	"github.com/ratelane/ratelane/internal/review/batchlane"
+	"github.com/ratelane/ratelane/internal/review/pipeline"
+	"github.com/ratelane/ratelane/internal/review/reviewapi"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// The batch lane's built-in kinds: the two jobs that drive a batch.
+const (
+	KindBatchSubmit  = batchlane.KindSubmit
+	KindBatchCollect = batchlane.KindCollect
+)
+
+// BatchConfig tunes a region's batch lane; the zero value is the default.
+type BatchConfig struct {
+	// PollInterval is the wait between polls of a running provider batch;
+	// default 1 min.
+	PollInterval time.Duration
+	// MinTurnaround: a pending item is not sent when the batch's deadline
+	// is closer than this; default 1 h.
+	MinTurnaround time.Duration
+	// Stage is a test hook called at the batch lane's crash-relevant
+	// stages (batchlane.Stage*); nil in production.
+	Stage func(name string)
+}
+
+// BatchReview is one review of a batch manifest.
+type BatchReview struct {
+	Repo    string
+	Change  string
+	BaseSHA string
+	HeadSHA string
+	// Diff is the unified diff; stored once in the region's store.
+	Diff    []byte
+	Publish Publish
+}
+
+// BatchRequest is a manifest for the batch lane.
+type BatchRequest struct {
+	Region string
+	// Tenant defaults to "default".
+	Tenant string
+	// Provider names a batch-capable profile (openai, openai-compatible
+	// or anthropic) of the region; default the region's default profile.
+	Provider string
+	Reviews  []BatchReview
+	// Deadline is when every item must be final; default 48 h from now.
+	Deadline time.Time
+	// MaxAttempts bounds the provider batches one item may go out in;
+	// default 3.
+	MaxAttempts int
+}
+
+// BatchStatus is a batch's progress: item counts by state, the manifest
+// summary and, from GetBatch, its provider batches.
+type BatchStatus = batchapi.Batch
+
+// BatchChunkStatus is one provider batch of a batch.
+type BatchChunkStatus = batchapi.Chunk
+
+// BatchItem is one item of a batch: one part of one review.
+type BatchItem = batchapi.Item
+
+// ErrNoBatchProvider is returned for a profile without a batch API.
+var ErrNoBatchProvider = errors.New("review: the provider has no batch API")
+
+// errNoProvider marks a batch naming no profile of the region.
+var errNoProvider = errors.New("review: unknown provider profile")
+
+// batchEntries builds the batch clients of a region's batch-capable
+// profiles.
+func batchEntries(providers []Provider) map[string]batchlane.Entry {
+	out := map[string]batchlane.Entry{}
+	for _, pr := range providers {
+		prof := pr.Profile()
+		bp, err := batchlane.NewProvider(prof)
+		if err != nil {
+			continue // rules, or a profile the interactive lane alone uses
+		}
+		out[prof.Name] = batchlane.Entry{Profile: prof, Batch: bp}
+	}
+	return out
+}
+
+// bindBatches registers the batch lane's two kinds in the region.
+func (rt *regionRT) bindBatches(r *ratelane.PluginRegion, rc RegionConfig) error {
+	cfg := r.Config()
+	rt.batchProviders = batchEntries(rc.Providers)
+	rt.batches = batchlane.NewHandler(batchlane.Config{Region: rt.region, Store: rt.st, Providers: rt.batchProviders,
+		Wake: rt.agg.Wake, PollInterval: rc.Batch.PollInterval, MinTurnaround: rc.Batch.MinTurnaround, Now: cfg.Now,
+		Logger: cfg.Logger, Stage: rc.Batch.Stage})
+	for kind, fn := range map[string]engine.HandlerFunc{KindBatchSubmit: rt.batches.HandleSubmit, KindBatchCollect: rt.batches.HandleCollect} {
+		if err := r.Handle(kind, engine.Kind{Handler: fn}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SubmitBatch stores every review's diff in the region, splits each into
+// parts as an interactive review would, and records the batch: first the
+// jobs (the submit and collect drivers and one review per entry, in one
+// write through the region's writer), then the batch and its items. The
+// items go to the provider's batch API; each review is aggregated and
+// published once when its items are final.
+func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, error) {
+	rt, err := p.runtime(r.Region)
+	if err != nil {
+		return BatchStatus{}, err
+	}
+	e, err := rt.batchProvider(r.Provider)
+	if err != nil {
+		return BatchStatus{}, err
+	}
+	m := batchlane.Manifest{ID: uuid.Must(uuid.NewV7()).String(), Region: rt.region, Tenant: r.Tenant, Profile: e.Profile,
+		Deadline: r.Deadline, MaxAttempts: r.MaxAttempts, MaxPartTokens: rt.cfg.MaxPartTokens, Now: rt.r.Config().Now()}
+	for _, br := range r.Reviews {
+		m.Reviews = append(m.Reviews, batchlane.Review{Repo: br.Repo, Change: br.Change, BaseSHA: br.BaseSHA, HeadSHA: br.HeadSHA,
+			Diff: br.Diff, Publish: br.Publish})
+	}
+	for i, br := range r.Reviews {
+		args := pipelineArgs(br.Publish)
+		if err := rt.publisher.CheckPublish(args); err != nil {
+			return BatchStatus{}, &reviewapi.InputError{Field: fmt.Sprintf("reviews[%d].publish", i), Err: err}
+		}
+		if err := rt.checkTarget(ctx, r.Tenant, br.Publish); errors.Is(err, errNoTarget) {
+			return BatchStatus{}, &reviewapi.InputError{Field: fmt.Sprintf("reviews[%d].publish.target", i), Err: err}
+		} else if err != nil {
+			return BatchStatus{}, err
+		}
+	}
+	plan, err := batchlane.NewPlan(m, func() string { return uuid.Must(uuid.NewV7()).String() })
+	if err != nil {
+		return BatchStatus{}, err
+	}
+	for _, o := range plan.Objects {
+		if err := rt.st.PutObject(ctx, o); err != nil {
+			return BatchStatus{}, fmt.Errorf("review: store batch content: %w", err)
+		}
+	}
+	if _, err := rt.r.Jobs().Insert(ctx, plan.Jobs, rt.r.Config().DefaultLimit); err != nil {
+		return BatchStatus{}, fmt.Errorf("review: insert batch jobs: %w", err)
+	}
+	if err := rt.st.CreateBatch(ctx, plan.Batch, plan.Items); err != nil {
+		// The drivers find no batch and end; the reviews with it.
+		return BatchStatus{}, fmt.Errorf("review: record batch: %w", err)
+	}
+	rt.r.Notify()
+	return rt.batchStatus(ctx, plan.Batch.ID)
+}
+
+func (rt *regionRT) batchProvider(name string) (batchlane.Entry, error) {
+	pr, err := rt.providerFor(name)
+	if err != nil {
+		return batchlane.Entry{}, fmt.Errorf("%w: %v", errNoProvider, err)
+	}
+	e, ok := rt.batchProviders[pr.Profile().Name]
+	if !ok {
+		return batchlane.Entry{}, fmt.Errorf("%w: profile %q is of kind %s; use an openai, openai-compatible or anthropic profile",
+			ErrNoBatchProvider, pr.Profile().Name, pr.Profile().Kind)
+	}
+	return e, nil
+}
+
+// GetBatch returns a batch's progress; ratelane.ErrNotFound for an id that
+// is not a batch of the region.
+func (p *Plugin) GetBatch(ctx context.Context, region, id string) (BatchStatus, error) {
+	rt, err := p.runtime(region)
+	if err != nil {
+		return BatchStatus{}, err
+	}
+	return rt.batchStatus(ctx, id)
+}
+
+func (rt *regionRT) batchStatus(ctx context.Context, id string) (BatchStatus, error) {
+	b, err := rt.st.GetBatch(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return BatchStatus{}, ratelane.ErrNotFound
+	} else if err != nil {
+		return BatchStatus{}, err
+	}
+	s := statusOf(b)
+	chunks, err := rt.st.BatchChunks(ctx, id)
+	if err != nil {
+		return BatchStatus{}, err
+	}
+	s.Chunks = make([]BatchChunkStatus, 0, len(chunks))
+	for _, sc := range chunks {
+		c, err := decodeChunk(sc.Record)
+		if err != nil {
+			return BatchStatus{}, fmt.Errorf("batch %s: chunk %s: %w", id, sc.Key, err)
+		}
+		s.Chunks = append(s.Chunks, BatchChunkStatus{Key: c.Key, State: string(c.State), BatchID: c.BatchID, Items: len(c.CustomIDs),
+			Refusals: c.Refusals, Status: c.Status, Summary: c.Summary})
+	}
+	return s, nil
+}
+
+func statusOf(b *store.Batch) BatchStatus {
+	sum, _ := batchlane.DecodeSummary(b.Summary) // the summary is the plug-in's own
+	return BatchStatus{ID: b.ID, Region: b.Region, Tenant: b.Tenant, Provider: b.Provider, State: b.State, Deadline: b.Deadline,
+		Counts: b.Counts, Summary: sum, CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}
+}
+
+// BatchListParams filters ListBatches.
+type BatchListParams struct {
+	// Tenant, when set, keeps that tenant's batches.
+	Tenant string
+	// State, when set, keeps batches in that state (running, canceling, done).
+	State string
+	// Before is the previous page's last id; Limit the page size.
+	Before string
+	Limit  int
+}
+
+// ListBatches lists a region's batches newest first, without chunks.
+func (p *Plugin) ListBatches(ctx context.Context, region string, lp BatchListParams) ([]BatchStatus, error) {
+	rt, err := p.runtime(region)
+	if err != nil {
+		return nil, err
+	}
+	bs, err := rt.st.ListBatches(ctx, store.BatchListParams{Tenant: lp.Tenant, State: lp.State, Before: lp.Before, Limit: lp.Limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BatchStatus, len(bs))
+	for i, b := range bs {
+		out[i] = statusOf(b)
+	}
+	return out, nil
+}
+
+// BatchItems returns a page of a batch's items in custom_id order, after
+// the custom_id after; state filters them when set.
+func (p *Plugin) BatchItems(ctx context.Context, region, id, state, after string, limit int) ([]BatchItem, error) {
+	rt, err := p.runtime(region)
+	if err != nil {
+		return nil, err
+	}
+	items, err := rt.st.BatchItems(ctx, store.BatchItemParams{BatchID: id, State: state, After: after, Limit: store.PageSize(limit)})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BatchItem, len(items))
+	for i, it := range items {
+		out[i] = BatchItem{CustomID: it.CustomID, Review: it.JobID, Part: it.Index, State: it.State, Attempts: it.Attempts,
+			Chunk: it.ChunkKey, Disposition: it.Disposition, Reason: it.Reason, UpdatedAt: it.UpdatedAt}
+	}
+	return out, nil
+}
+
+// CancelBatch asks for a batch to stop: its pending items end canceled and
+// its running provider batches are cancelled (what already finished is
+// still delivered). ratelane.ErrConflict for a batch that is done.
+func (p *Plugin) CancelBatch(ctx context.Context, region, id string) (BatchStatus, error) {
+	rt, err := p.runtime(region)
+	if err != nil {
+		return BatchStatus{}, err
+	}
+	err = rt.st.SetBatchState(ctx, id, []string{store.BatchRunning, store.BatchCanceling}, store.BatchCanceling, rt.r.Config().Now())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return BatchStatus{}, ratelane.ErrNotFound
+	case errors.Is(err, store.ErrConflict):
+		return BatchStatus{}, fmt.Errorf("%w: batch %s is done", ratelane.ErrConflict, id)
+	case err != nil:
+		return BatchStatus{}, err
+	}
+	rt.r.Notify()
+	return rt.batchStatus(ctx, id)
+}
+
+func pipelineArgs(p Publish) pipeline.Args { return pipeline.Args{Publish: p} }
+
+func decodeChunk(rec []byte) (llmbatch.Chunk, error) {
+	var c llmbatch.Chunk
+	err := json.Unmarshal(rec, &c)
+	return c, err
+}
