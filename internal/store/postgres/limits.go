@@ -188,6 +188,11 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 // count of an unpaced key, which its row does not keep.
 const runningOfKeySQL = `SELECT count(*) FROM jobs WHERE state = 'running' AND limit_keys @> ARRAY[$1::text]`
 
+// listKeysSQL lists every key as liveKeyCols would read it, counting the
+// running jobs of all keys in one pass rather than once per key.
+var listKeysSQL = `SELECT ` + strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN coalesce(r.n, 0) ELSE in_flight END`, 1) + `
+	FROM limit_keys LEFT JOIN (SELECT k, count(*)::int AS n FROM jobs, unnest(jobs.limit_keys) AS k WHERE state = 'running' GROUP BY k) AS r ON r.k = limit_keys.name ORDER BY name`
+
 // liveKeyCols is keyCols with an unpaced key's in-flight count derived from
 // the running jobs.
 var liveKeyCols = strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN (SELECT count(*)::int FROM jobs
@@ -207,7 +212,7 @@ func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, err
 
 // ListLimits returns every key, ordered by name.
 func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+liveKeyCols+` FROM limit_keys ORDER BY name`)
+	rows, err := s.pool.Query(ctx, listKeysSQL)
 	if err != nil {
 		return nil, err
 	}

@@ -113,6 +113,11 @@ const unpacedSQL = `(rate = 0 AND concurrency = 0 AND NOT adaptive AND windows =
 const runningOfKeySQL = `SELECT count(*) FROM jobs WHERE state = 'running'
 	AND EXISTS (SELECT 1 FROM json_each(jobs.limit_keys) WHERE value = ?1)`
 
+// listKeysSQL lists every key as liveKeyCols would read it, counting the
+// running jobs of all keys in one pass rather than once per key.
+var listKeysSQL = `SELECT ` + strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN coalesce(r.n, 0) ELSE in_flight END`, 1) + `
+	FROM limit_keys LEFT JOIN (SELECT j.value AS k, count(*) AS n FROM jobs, json_each(jobs.limit_keys) AS j WHERE jobs.state = 'running' GROUP BY j.value) AS r ON r.k = limit_keys.name ORDER BY name`
+
 // liveKeyCols is keyCols with an unpaced key's in-flight count derived from
 // the running jobs.
 var liveKeyCols = strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN (SELECT count(*) FROM jobs
@@ -137,7 +142,7 @@ func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, err
 
 // ListLimits returns every key by name.
 func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+liveKeyCols+` FROM limit_keys ORDER BY name`)
+	rows, err := s.rdb.QueryContext(ctx, listKeysSQL)
 	if err != nil {
 		return nil, err
 	}

@@ -348,6 +348,9 @@ func testCapOnUnpacedKey(t *testing.T, open Opener) {
 	if k, _ := s.GetLimit(ctx, "u"); k.InFlight != 3 {
 		t.Fatalf("unpaced key: in flight = %d, want 3 (the running jobs)", k.InFlight)
 	}
+	if all, err := s.ListLimits(ctx); err != nil || len(all) != 1 || all[0].InFlight != 3 {
+		t.Fatalf("ListLimits = %+v, %v; want u with 3 in flight", all, err)
+	}
 	mustOK(t, finish(t, s, success(first[0], T0)))
 	if k, _ := s.GetLimit(ctx, "u"); k.InFlight != 2 {
 		t.Fatalf("unpaced key after a finish: in flight = %d, want 2", k.InFlight)
