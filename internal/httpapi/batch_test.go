@@ -348,3 +348,159 @@ func TestBatchCompleteLeases(t *testing.T) {
 			wantProblem(t, 403, "forbidden")
 	})
 }
+
+// TestBatchCompleteEveryOutcome: each outcome an external worker can
+// report on its own route (success, retryable, invalid output and
+// permanent failure, a 503 with Retry-After, a 429 with headers or a
+// delay) is accepted by the batch complete and lands where the single
+// route lands it; items the single route would refuse are refused with
+// its problem, and the rest of the batch is still recorded.
+func TestBatchCompleteEveryOutcome(t *testing.T) {
+	t.Parallel()
+	batchBackends(t, func(t *testing.T, e *env, _ func()) {
+		type tc struct {
+			name   string
+			route  string         // the single route
+			single map[string]any // its body, without lease_token
+			item   map[string]any // the batch item's fields, without id and lease_token
+		}
+		cases := []tc{
+			{"success", "complete", map[string]any{"result": map[string]any{"ok": 1}, "usage": 3},
+				map[string]any{"result": map[string]any{"ok": 1}, "usage": 3}},
+			{"retryable", "fail", map[string]any{"retryable": true, "error": "upstream 502", "status": 502},
+				map[string]any{"outcome": "fail", "retryable": true, "error": "upstream 502", "status": 502}},
+			{"invalid output", "fail", map[string]any{"invalid_output": true, "error": "bad schema"},
+				map[string]any{"outcome": "fail", "invalid_output": true, "error": "bad schema"}},
+			{"permanent", "fail", map[string]any{"error": "no such mailbox", "status": 400},
+				map[string]any{"outcome": "fail", "error": "no such mailbox", "status": 400}},
+			{"503 with Retry-After", "fail", map[string]any{"retryable": true, "status": 503, "headers": map[string]string{"Retry-After": "7"}},
+				map[string]any{"outcome": "fail", "retryable": true, "status": 503, "headers": map[string]string{"Retry-After": "7"}}},
+			{"429 headers", "rate-limited", map[string]any{"headers": map[string]string{"Retry-After": "5"}},
+				map[string]any{"outcome": "rate_limited", "headers": map[string]string{"Retry-After": "5"}}},
+			{"429 delay and scope", "rate-limited", map[string]any{"retry_after_seconds": 2.5, "scope": "SCOPE"},
+				map[string]any{"outcome": "rate_limited", "retry_after_seconds": 2.5, "scope": "SCOPE"}},
+		}
+		// Two jobs per case, each case on its own limit key so that one
+		// case's pause does not hold back another's lease.
+		key := func(i, copy int) string { return fmt.Sprintf("case%d-%d:k", i, copy) }
+		for i := range cases {
+			for c := range 2 {
+				e.createJob(acmeKey, jobBody("email.send", "us", key(i, c)))
+			}
+		}
+		leased := e.lease("us", 2*len(cases), "email.send")
+		if len(leased) != 2*len(cases) {
+			t.Fatalf("leased %d, want %d", len(leased), 2*len(cases))
+		}
+		byKey := map[string]jobView{}
+		for _, j := range leased {
+			byKey[j.LimitKeys[0]] = j
+		}
+		withScope := func(m map[string]any, scope string) map[string]any {
+			out := map[string]any{}
+			for k, v := range m {
+				if v == "SCOPE" {
+					v = scope
+				}
+				out[k] = v
+			}
+			return out
+		}
+		var items []map[string]any
+		for i, c := range cases {
+			j := byKey[key(i, 1)]
+			it := withScope(c.item, key(i, 1))
+			it["id"], it["lease_token"] = j.ID, j.LeaseToken
+			items = append(items, it)
+		}
+		// Refused items, each next to good ones: what the single routes
+		// refuse, plus fields of another outcome.
+		bad := []struct {
+			item  map[string]any
+			field string
+		}{
+			{map[string]any{"outcome": "retry"}, "outcome"},
+			{map[string]any{"outcome": "fail", "result": map[string]any{"ok": 1}}, "result"},
+			{map[string]any{"retryable": true}, "retryable"},
+			{map[string]any{"outcome": "rate_limited", "scope": "not-its-key"}, "scope"},
+			{map[string]any{"outcome": "rate_limited", "retry_after_seconds": -1}, "retry_after_seconds"},
+			{map[string]any{"outcome": "fail", "error": strings.Repeat("x", maxErrorLen+1)}, "error"},
+			{map[string]any{"outcome": "fail", "status": 1000}, "status"},
+		}
+		victim := byKey[key(0, 0)] // still held: every bad item names it
+		for _, b := range bad {
+			b.item["id"], b.item["lease_token"] = victim.ID, victim.LeaseToken
+			items = append(items, b.item)
+		}
+		var out completeLeasesResponse
+		e.do("POST", "/v1/leases/complete", workerKey, map[string]any{"region": "us", "jobs": items}).want(t, 200).json(t, &out)
+		if out.Completed != len(cases) || out.Failed != len(bad) || len(out.Results) != len(items) {
+			t.Fatalf("completed %d failed %d of %d: %+v", out.Completed, out.Failed, len(items), out.Results)
+		}
+		for k, b := range bad {
+			r := out.Results[len(cases)+k]
+			want := fmt.Sprintf("jobs[%d].%s", len(cases)+k, b.field)
+			if r.Status != 400 || r.Error == nil || len(r.Error.Errors) != 1 || r.Error.Errors[0].Field != want {
+				t.Errorf("bad item %v = %+v %+v, want 400 on %s", b.item, r, r.Error, want)
+			}
+		}
+		if got := e.getJob(victim.ID).State; got != job.StateRunning {
+			t.Errorf("the job every refused item named is %s, want still running", got)
+		}
+		// Now the same outcomes through the single routes: the same
+		// transitions.
+		for i, c := range cases {
+			j := byKey[key(i, 0)]
+			if i == 0 {
+				j = victim
+			}
+			body := withScope(c.single, key(i, 0))
+			body["lease_token"] = j.LeaseToken
+			var one outcomeResponse
+			e.do("POST", "/v1/jobs/"+j.ID+"/"+c.route, workerKey, body).want(t, 200).json(t, &one)
+			r := out.Results[i]
+			if r.Status != 200 || r.State != one.State || r.Reason != one.Reason || r.EligibleAt.IsZero() != one.EligibleAt.IsZero() {
+				t.Errorf("%s: batch item %+v, single route %+v", c.name, r, one)
+			}
+			if got := e.getJob(r.ID).State; got != r.State {
+				t.Errorf("%s: job is %s, the batch answered %s", c.name, got, r.State)
+			}
+			if c.route == "rate-limited" || c.name == "503 with Retry-After" {
+				var lv limitView
+				e.do("GET", "/v1/limits/"+key(i, 1)+"?region=us", adminKey, nil).want(t, 200).json(t, &lv)
+				if !lv.PausedUntil.After(e.clock.Now()) {
+					t.Errorf("%s: key %s is not paused after the batch's 429", c.name, key(i, 1))
+				}
+			}
+		}
+		if out.Results[0].State != job.StatePublished {
+			t.Errorf("success went to %s", out.Results[0].State)
+		}
+	})
+}
+
+// TestBatchEnqueueUnserved: a batch item of a kind nothing leases carries
+// the same unserved note as POST /v1/jobs, and none once it is served.
+func TestBatchEnqueueUnserved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	single := e.createJob(acmeKey, jobBody("report", "us"))
+	if single.Unserved == nil {
+		t.Fatal("single create of an unserved kind has no note")
+	}
+	out := e.createJobs(acmeKey, jobBody("report", "us"), withKey(jobBody("report", "us"), "idempotency_key", "u-1"))
+	for i, r := range out.Results {
+		if r.Status != 201 || r.Unserved == nil || r.Unserved.Detail != single.Unserved.Detail {
+			t.Errorf("results[%d] = %+v unserved %+v, want the single create's note %q", i, r, r.Unserved, single.Unserved.Detail)
+		}
+	}
+	if len(e.lease("us", 1, "report")) != 1 {
+		t.Fatal("lease of the kind found nothing")
+	}
+	out = e.createJobs(acmeKey, jobBody("report", "us"), withKey(jobBody("report", "us"), "idempotency_key", "u-1"))
+	for i, r := range out.Results {
+		if r.Unserved != nil {
+			t.Errorf("results[%d] still unserved once the kind is leased: %+v", i, r.Unserved)
+		}
+	}
+}
