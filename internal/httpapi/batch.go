@@ -403,6 +403,7 @@ func (s *Server) handleCompleteLeases(w http.ResponseWriter, r *http.Request, p 
 		}
 		for k, d := range done {
 			i := idx[k]
+			s.leased.done(req.Jobs[i].ID) // recorded, or its lease is gone: either way not to be used again
 			if d.Err != nil {
 				if errors.Is(d.Err, store.ErrConflict) {
 					fail(i, leaseLost(req.Jobs[i].ID, "the lease was lost before the outcome arrived"))
@@ -434,7 +435,16 @@ func (s *Server) heldOutcome(ctx context.Context, st store.Store, p auth.Princip
 	if !validID(it.ID) {
 		return nil, o, notFound("job " + it.ID)
 	}
-	j, err := st.Get(ctx, it.ID)
+	// A job leased through this server with this token is taken as
+	// leased (see leasedJobs: Finish still guards the write); any other
+	// is read.
+	j := s.leased.get(it.ID, it.LeaseToken, now)
+	if j != nil && j.Region != st.Region() {
+		j = nil
+	}
+	if j == nil {
+		j, err = st.Get(ctx, it.ID)
+	}
 	if errors.Is(err, store.ErrNotFound) || (err == nil && p.Role != auth.RoleAdmin && j.Tenant != p.Tenant) {
 		return nil, o, notFound("job " + it.ID) // a foreign job is answered like an unknown one
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -502,5 +503,73 @@ func TestBatchEnqueueUnserved(t *testing.T) {
 		if r.Unserved != nil {
 			t.Errorf("results[%d] still unserved once the kind is leased: %+v", i, r.Unserved)
 		}
+	}
+}
+
+// TestBatchCompleteLeasedHere: the jobs a lease through this server
+// returned are reported without reading them back (leasedJobs), and that
+// shortcut answers exactly as the store read would: a cancelled job's
+// outcome is refused (the guarded write conflicts), a lease another node
+// extended past the remembered expiry is still held, an expired lease
+// is lost.
+func TestBatchCompleteLeasedHere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for range 4 {
+		e.createJob(acmeKey, jobBody("email.send", "us"))
+	}
+	l := e.lease("us", 4, "email.send") // 60 s leases
+	if len(l) != 4 {
+		t.Fatalf("leased %d", len(l))
+	}
+	now := e.clock.Now()
+	for _, j := range l {
+		if c := e.srv.leased.get(j.ID, j.LeaseToken, now); c == nil || c.Region != "us" {
+			t.Fatalf("job %s leased here is not remembered for region us: %+v", j.ID, c)
+		}
+	}
+	item := func(j jobView) map[string]any {
+		return map[string]any{"id": j.ID, "lease_token": j.LeaseToken, "result": map[string]any{"ok": true}}
+	}
+	complete := func(items ...map[string]any) completeLeasesResponse {
+		var out completeLeasesResponse
+		e.do("POST", "/v1/leases/complete", workerKey, map[string]any{"region": "us", "jobs": items}).want(t, 200).json(t, &out)
+		return out
+	}
+	// l[0]: cancelled by its producer while leased.
+	e.do("POST", "/v1/jobs/"+l[0].ID+"/cancel?region=us", acmeKey, nil).want(t, 200)
+	// l[1]: its lease extended to 10 minutes on another node (its writer,
+	// not this server).
+	if _, err := e.srv.jobs["us"].Heartbeat(context.Background(), l[1].ID, l[1].LeaseToken, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// A heartbeat through this server moves the remembered expiry.
+	e.do("POST", "/v1/jobs/"+l[3].ID+"/heartbeat?region=us", workerKey, map[string]any{"lease_token": l[3].LeaseToken, "lease_seconds": 600}).want(t, 200)
+	e.clock.Advance(90 * time.Second) // past the 60 s every lease was remembered with
+	out := complete(item(l[0]), item(l[1]), item(l[2]))
+	want := []int{409, 200, 409}
+	for i, st := range want {
+		if out.Results[i].Status != st {
+			t.Errorf("results[%d] = %+v %+v, want %d", i, out.Results[i], out.Results[i].Error, st)
+		}
+	}
+	for id, st := range map[string]job.State{l[0].ID: job.StateTerminal, l[1].ID: job.StatePublished, l[2].ID: job.StateRunning} {
+		if got := e.getJob(id).State; got != st {
+			t.Errorf("job %s is %s, want %s", id, got, st)
+		}
+	}
+	// A report forgets the job: a repeat reads the store and is refused.
+	if e.srv.leased.get(l[1].ID, l[1].LeaseToken, e.clock.Now()) != nil {
+		t.Error("a reported job is still remembered")
+	}
+	if r := complete(item(l[1])).Results[0]; r.Status != 409 {
+		t.Errorf("second report of a published job = %+v, want 409", r)
+	}
+	// l[3] was heartbeated through this server: remembered with its new expiry.
+	if c := e.srv.leased.get(l[3].ID, l[3].LeaseToken, e.clock.Now()); c == nil {
+		t.Error("a job heartbeated here is not remembered with its new expiry")
+	}
+	if r := complete(item(l[3])).Results[0]; r.Status != 200 || r.State != job.StatePublished {
+		t.Errorf("report after a heartbeat here = %+v %+v", r, r.Error)
 	}
 }

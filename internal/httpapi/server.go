@@ -29,6 +29,7 @@ type Server struct {
 	table    []route
 	limiter  *keyLimiter
 	backlog  *backlogCache
+	leased   *leasedJobs
 	ready    readyCache
 	requests *prometheus.CounterVec
 	wakers   map[string]*waker
@@ -58,6 +59,7 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, regions: cfg.regionNames(), log: cfg.Logger.With("component", "httpapi"),
 		mux: http.NewServeMux(), limiter: newKeyLimiter(cfg.RequestRate, cfg.RequestBurst),
 		wakers: map[string]*waker{}, closed: make(chan struct{}), backlog: newBacklogCache(),
+		leased: newLeasedJobs(),
 	}
 	s.jobs = map[string]*engine.Jobs{}
 	for _, r := range s.regions {

@@ -110,6 +110,7 @@ func (s *Server) handleCreateLease(w http.ResponseWriter, r *http.Request, p aut
 	if err != nil {
 		return err
 	}
+	s.leased.put(jobs, s.cfg.Now())
 	out := leaseResponse{Jobs: make([]jobView, len(jobs))}
 	for i, j := range jobs {
 		out.Jobs[i] = jobView{Job: j, LeaseToken: j.LeaseToken}
@@ -214,6 +215,7 @@ func (s *Server) handleHeartbeatJob(w http.ResponseWriter, r *http.Request, p au
 		}
 		return err
 	}
+	s.leased.extended(j.ID, req.LeaseToken, until)
 	return writeJSON(w, http.StatusOK, heartbeatResponse{ID: j.ID, LeaseExpiresAt: until})
 }
 
@@ -432,6 +434,7 @@ func (s *Server) finishOutcome(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if err != nil {
 		return err
 	}
+	s.leased.done(j.ID)
 	if err := done[0].Err; err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return leaseLost(j.ID, "the lease was lost before the outcome arrived")
