@@ -195,7 +195,7 @@ type enqueueBatch struct {
 func (s *Server) newEnqueueBatch(ctx context.Context, region string) *enqueueBatch {
 	b := &enqueueBatch{s: s, ctx: ctx, region: region, added: map[backlogKey]int64{}}
 	if st, ok := s.cfg.Regions[region]; ok {
-		b.limits = newLimitMemo(st, s.cfg.DefaultLimit)
+		b.limits = s.newLimitMemo(st)
 	}
 	return b
 }
@@ -404,6 +404,7 @@ func (s *Server) handleCompleteLeases(w http.ResponseWriter, r *http.Request, p 
 		for k, d := range done {
 			i := idx[k]
 			s.leased.done(req.Jobs[i].ID) // recorded, or its lease is gone: either way not to be used again
+			s.limits.dropJobs(reports[k].Job)
 			if d.Err != nil {
 				if errors.Is(d.Err, store.ErrConflict) {
 					fail(i, leaseLost(req.Jobs[i].ID, "the lease was lost before the outcome arrived"))

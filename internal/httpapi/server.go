@@ -30,6 +30,7 @@ type Server struct {
 	limiter  *keyLimiter
 	backlog  *backlogCache
 	leased   *leasedJobs
+	limits   *limitCache
 	ready    readyCache
 	requests *prometheus.CounterVec
 	wakers   map[string]*waker
@@ -59,7 +60,7 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, regions: cfg.regionNames(), log: cfg.Logger.With("component", "httpapi"),
 		mux: http.NewServeMux(), limiter: newKeyLimiter(cfg.RequestRate, cfg.RequestBurst),
 		wakers: map[string]*waker{}, closed: make(chan struct{}), backlog: newBacklogCache(),
-		leased: newLeasedJobs(),
+		leased: newLeasedJobs(), limits: newLimitCache(),
 	}
 	s.jobs = map[string]*engine.Jobs{}
 	for _, r := range s.regions {

@@ -111,6 +111,7 @@ func (s *Server) handleCreateLease(w http.ResponseWriter, r *http.Request, p aut
 		return err
 	}
 	s.leased.put(jobs, s.cfg.Now())
+	s.limits.dropJobs(jobs...)
 	out := leaseResponse{Jobs: make([]jobView, len(jobs))}
 	for i, j := range jobs {
 		out.Jobs[i] = jobView{Job: j, LeaseToken: j.LeaseToken}
@@ -435,6 +436,7 @@ func (s *Server) finishOutcome(w http.ResponseWriter, r *http.Request, p auth.Pr
 		return err
 	}
 	s.leased.done(j.ID)
+	s.limits.dropJobs(j)
 	if err := done[0].Err; err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return leaseLost(j.ID, "the lease was lost before the outcome arrived")
