@@ -392,10 +392,10 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 		// The batch complete names ids in its body: every outcome of it
 		// answers another tenant's job as unknown, and leaves it running.
 		{name: "batch complete, stolen token", hole: true, method: "POST", path: "/v1/leases/complete", key: gw,
-			body: map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.job, "lease_token": e.leaseToken, "result": forgedBody}}},
+			body:   map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.job, "lease_token": e.leaseToken, "result": forgedBody}}},
 			status: 200, check: batchItemNotFound},
 		{name: "batch fail, stolen token", hole: true, method: "POST", path: "/v1/leases/complete", key: gw,
-			body: map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.job, "lease_token": e.leaseToken, "outcome": "fail", "error": "forged"}}},
+			body:   map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.job, "lease_token": e.leaseToken, "outcome": "fail", "error": "forged"}}},
 			status: 200, check: batchItemNotFound},
 		{name: "batch rate-limited, stolen token", hole: true, method: "POST", path: "/v1/leases/complete", key: gw,
 			body: map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.job, "lease_token": e.leaseToken, "outcome": "rate_limited",
