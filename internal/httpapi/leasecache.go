@@ -7,10 +7,11 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 )
 
-// maxLeasedJobs bounds the leased-job cache; past it, expired leases are
-// dropped, and while it is still full new leases are not remembered (their
-// outcomes read the store, as on another node).
-const maxLeasedJobs = 100_000
+// maxLeasedJobs bounds the leased-job cache (200 leases of 100 jobs, each
+// entry without its payload, about a kilobyte); past it, expired leases
+// are dropped, and while it is still full new leases are not remembered
+// (their outcomes read the store, as on another node).
+const maxLeasedJobs = 20_000
 
 // leasedJobs remembers the jobs this server leased to external workers,
 // by id, as the lease left them, so that a batch complete of jobs leased
@@ -48,7 +49,12 @@ func (c *leasedJobs) put(js []*job.Job, now time.Time) {
 		if len(c.jobs) >= maxLeasedJobs {
 			return
 		}
-		c.jobs[j.ID] = j
+		// Without the payload and result, which can be large and which
+		// deciding an outcome does not read: the cache must not hold
+		// megabytes for leases whose outcome goes to another node.
+		cp := *j
+		cp.Payload, cp.Result = nil, nil
+		c.jobs[j.ID] = &cp
 	}
 }
 
