@@ -77,6 +77,10 @@ const (
 	// starts may be for such a refusal still to be a silent drop: the
 	// upstream took (nearly) all the key sent, then refused.
 	SilentShare = 0.1
+	// BoundRun is the share of the discovery window a key must have sent
+	// for (since it began or since its last pause) for a refusal's
+	// accepted count to bound the upstream's rate (see refused).
+	BoundRun = 0.2
 	// MaxProbeSpeedup bounds how much faster than GrowthPerSecond a key
 	// that has gone several clean windows probes.
 	MaxProbeSpeedup = 3
@@ -233,6 +237,22 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		target = current * (1 - DiscoveryMargin)
 	}
 	target = math.Max(target, current*MaxCutPerSignal)
+	// The window's accepted starts bound the upstream's allowance from
+	// above, however fast the key sent and however short its run: a
+	// sliding or fixed window no longer than D that refuses holds at
+	// least its limit inside the trailing D, and the key counts as
+	// accepted every start not yet refused (answers still in flight
+	// too), so the count can only be high. Below the cut the switch
+	// chose (a first refusal's halving above all, which "measured
+	// nothing"), it is the better guess, even under MaxCutPerSignal: a
+	// limit a third of the ceiling is learned on its first refusal
+	// instead of its second, which costs a pause. Against a bucket a
+	// short run's count is its burst, not its rate; the run must have
+	// lasted BoundRun of D for the count to read as a rate.
+	bounded := false
+	if bound := float64(inStarts-inRefusals) / d.Seconds() * (1 - DiscoveryMargin); bound < target && s.boundRun(now) {
+		target, bounded = bound, true
+	}
 	learned := math.Min(s.Rate, math.Max(s.MinRate, target))
 	hold := time.Duration(s.hold)
 	if s.level > 0 && current > s.level {
@@ -240,10 +260,12 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// before the next one. A cut while holding (the limit dropped)
 		// probes again soon.
 		hold = min(MaxHold, max(ProbeHold, 2*hold))
-	} else if silent {
+	} else if silent || bounded {
 		// A limit that dropped on its own (load shedding, a plan
 		// change) does not come back within a second: each probe into
-		// it costs a refusal and its pause.
+		// it costs a refusal and its pause. Nor does one the window's
+		// count bounded: the key sits just under a measured limit, and
+		// a probe a second after the pause would only find it again.
 		hold = SilentHold
 	} else {
 		hold = ProbeHold
@@ -252,6 +274,14 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	s.LastRefusal = now
 	s.probe, s.probeAt = 0, 0
 	return true
+}
+
+// boundRun reports whether the key has sent for at least BoundRun of its
+// discovery window since it began or since its last pause ended.
+func (s *State) boundRun(now time.Time) bool {
+	d := s.discoveryWindow()
+	run := maxTime(time.Unix(0, s.active), s.PausedUntil)
+	return s.active != 0 && now.Sub(run) >= time.Duration(BoundRun*float64(d))
 }
 
 // recent2 reports whether now is within the hold the last refusal signal
