@@ -13,7 +13,8 @@ import (
 // real allowance: just before refusing, it accepted the starts of the
 // trailing window less the ones it refused. The learned rate moves to just
 // under that at once (see refused) when the window measured it, and is
-// halved when it did not: on the first refusal, and on a silent drop (a
+// halved when it did not (unless the window's count, an upper bound on a
+// window upstream's limit whatever the key measured, is lower still): on the first refusal, and on a silent drop (a
 // refusal after SilentRun clean windows at the ceiling, with nearly all
 // the window's starts accepted: the window counts the old limit, and
 // trimming to it would cost a refusal and its pause per few percent of
@@ -23,7 +24,9 @@ import (
 // The key then holds its new rate for a while (ProbeHold, doubled by each
 // probe that fails at the same level, up to MaxHold; SilentHold after a
 // silent drop, since a limit that fell on its own rarely comes back
-// within a second and every probe into it costs a pause) and only then probes
+// within a second and every probe into it costs a pause, and after a cut
+// to a measured limit, which a probe a second later would only meet
+// again) and only then probes
 // upward, by the larger of IncreasePerSecond of the ceiling and
 // GrowthPerSecond of the current rate per second of successes, faster the
 // longer it stays clean (up to MaxProbeSpeedup x): a limit that rose again
@@ -193,6 +196,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
 		est >= current*(1-SilentShare) && now.Sub(run) >= SilentRun*d
 	var target float64
+	measured := false
 	switch {
 	case !valid || silent:
 		target = current * NoEstimateCut
@@ -229,6 +233,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 			s.streak = 0
 		}
 		target = est * (1 - margin)
+		measured = true
 	case full:
 		// Refused at more than the key's rate had been taking (a burst
 		// the upstream no longer has): by an unknown amount.
@@ -260,12 +265,14 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// before the next one. A cut while holding (the limit dropped)
 		// probes again soon.
 		hold = min(MaxHold, max(ProbeHold, 2*hold))
-	} else if silent || bounded {
+	} else if silent || bounded || measured {
 		// A limit that dropped on its own (load shedding, a plan
 		// change) does not come back within a second: each probe into
-		// it costs a refusal and its pause. Nor does one the window's
-		// count bounded: the key sits just under a measured limit, and
-		// a probe a second after the pause would only find it again.
+		// it costs a refusal and its pause. Nor does one a window
+		// measured (its count bounded the limit below the cut, or a
+		// second signal trimmed the key to what the window accepted):
+		// the key sits just under a measured limit, and a probe a second
+		// after the pause would only find it again, for another pause.
 		hold = SilentHold
 	} else {
 		hold = ProbeHold
