@@ -80,9 +80,9 @@ const (
 	// starts may be for such a refusal still to be a silent drop: the
 	// upstream took (nearly) all the key sent, then refused.
 	SilentShare = 0.1
-	// BoundRun is the share of the discovery window a key must have sent
-	// for (since it began or since its last pause) for a refusal's
-	// accepted count to bound the upstream's rate (see refused).
+	// BoundRun is the share of the discovery window a key's current run
+	// of starts must have lasted for a refusal's accepted count to bound
+	// the upstream's rate (see refused and boundRun).
 	BoundRun = 0.2
 	// MaxProbeSpeedup bounds how much faster than GrowthPerSecond a key
 	// that has gone several clean windows probes.
@@ -253,7 +253,8 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	// limit a third of the ceiling is learned on its first refusal
 	// instead of its second, which costs a pause. Against a bucket a
 	// short run's count is its burst, not its rate; the run must have
-	// lasted BoundRun of D for the count to read as a rate.
+	// lasted BoundRun of D for the count to read as a rate, and begun
+	// less than D ago for the count to hold all of it (see boundRun).
 	bounded := false
 	if bound := float64(inStarts-inRefusals) / d.Seconds() * (1 - DiscoveryMargin); bound < target && s.boundRun(now) {
 		target, bounded = bound, true
@@ -283,12 +284,17 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	return true
 }
 
-// boundRun reports whether the key has sent for at least BoundRun of its
-// discovery window since it began or since its last pause ended.
+// boundRun reports whether the key's current run of starts (see active)
+// began at least BoundRun of its discovery window ago and less than a
+// window ago. Only then is every start the upstream can still be counting
+// in the key's log: a refusal is applied after its answer's latency and
+// the engine's delay, so later in a run the upstream's window reaches back
+// past the trailing D the key still remembers, and the count, missing
+// those starts, could be low rather than high.
 func (s *State) boundRun(now time.Time) bool {
 	d := s.discoveryWindow()
-	run := maxTime(time.Unix(0, s.active), s.PausedUntil)
-	return s.active != 0 && now.Sub(run) >= time.Duration(BoundRun*float64(d))
+	run := now.Sub(time.Unix(0, s.active))
+	return s.active != 0 && run >= time.Duration(BoundRun*float64(d)) && run < d
 }
 
 // recent2 reports whether now is within the hold the last refusal signal
