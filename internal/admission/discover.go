@@ -13,7 +13,8 @@ import (
 // real allowance: just before refusing, it accepted the starts of the
 // trailing window less the ones it refused. The learned rate moves to just
 // under that at once (see refused) when the window measured it, and is
-// halved when it did not: on the first refusal, and on a silent drop (a
+// halved when it did not (unless the window's count, an upper bound on a
+// window upstream's limit whatever the key measured, is lower still): on the first refusal, and on a silent drop (a
 // refusal after SilentRun clean windows at the ceiling, with nearly all
 // the window's starts accepted: the window counts the old limit, and
 // trimming to it would cost a refusal and its pause per few percent of
@@ -23,7 +24,9 @@ import (
 // The key then holds its new rate for a while (ProbeHold, doubled by each
 // probe that fails at the same level, up to MaxHold; SilentHold after a
 // silent drop, since a limit that fell on its own rarely comes back
-// within a second and every probe into it costs a pause) and only then probes
+// within a second and every probe into it costs a pause, and after a cut
+// to a measured limit, which a probe a second later would only meet
+// again) and only then probes
 // upward, by the larger of IncreasePerSecond of the ceiling and
 // GrowthPerSecond of the current rate per second of successes, faster the
 // longer it stays clean (up to MaxProbeSpeedup x): a limit that rose again
@@ -77,6 +80,10 @@ const (
 	// starts may be for such a refusal still to be a silent drop: the
 	// upstream took (nearly) all the key sent, then refused.
 	SilentShare = 0.1
+	// BoundRun is the share of the discovery window a key's current run
+	// of starts must have lasted for a refusal's accepted count to bound
+	// the upstream's rate (see refused and boundRun).
+	BoundRun = 0.2
 	// MaxProbeSpeedup bounds how much faster than GrowthPerSecond a key
 	// that has gone several clean windows probes.
 	MaxProbeSpeedup = 3
@@ -189,6 +196,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
 		est >= current*(1-SilentShare) && now.Sub(run) >= SilentRun*d
 	var target float64
+	measured := false
 	switch {
 	case !valid || silent:
 		target = current * NoEstimateCut
@@ -225,6 +233,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 			s.streak = 0
 		}
 		target = est * (1 - margin)
+		measured = true
 	case full:
 		// Refused at more than the key's rate had been taking (a burst
 		// the upstream no longer has): by an unknown amount.
@@ -233,6 +242,23 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		target = current * (1 - DiscoveryMargin)
 	}
 	target = math.Max(target, current*MaxCutPerSignal)
+	// The window's accepted starts bound the upstream's allowance from
+	// above, however fast the key sent and however short its run: a
+	// sliding or fixed window no longer than D that refuses holds at
+	// least its limit inside the trailing D, and the key counts as
+	// accepted every start not yet refused (answers still in flight
+	// too), so the count can only be high. Below the cut the switch
+	// chose (a first refusal's halving above all, which "measured
+	// nothing"), it is the better guess, even under MaxCutPerSignal: a
+	// limit a third of the ceiling is learned on its first refusal
+	// instead of its second, which costs a pause. Against a bucket a
+	// short run's count is its burst, not its rate; the run must have
+	// lasted BoundRun of D for the count to read as a rate, and begun
+	// less than D ago for the count to hold all of it (see boundRun).
+	bounded := false
+	if bound := float64(inStarts-inRefusals) / d.Seconds() * (1 - DiscoveryMargin); bound < target && s.boundRun(now) {
+		target, bounded = bound, true
+	}
 	learned := math.Min(s.Rate, math.Max(s.MinRate, target))
 	hold := time.Duration(s.hold)
 	if s.level > 0 && current > s.level {
@@ -240,10 +266,14 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// before the next one. A cut while holding (the limit dropped)
 		// probes again soon.
 		hold = min(MaxHold, max(ProbeHold, 2*hold))
-	} else if silent {
+	} else if silent || bounded || measured {
 		// A limit that dropped on its own (load shedding, a plan
 		// change) does not come back within a second: each probe into
-		// it costs a refusal and its pause.
+		// it costs a refusal and its pause. Nor does one a window
+		// measured (its count bounded the limit below the cut, or a
+		// second signal trimmed the key to what the window accepted):
+		// the key sits just under a measured limit, and a probe a second
+		// after the pause would only find it again, for another pause.
 		hold = SilentHold
 	} else {
 		hold = ProbeHold
@@ -252,6 +282,19 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	s.LastRefusal = now
 	s.probe, s.probeAt = 0, 0
 	return true
+}
+
+// boundRun reports whether the key's current run of starts (see active)
+// began at least BoundRun of its discovery window ago and less than a
+// window ago. Only then is every start the upstream can still be counting
+// in the key's log: a refusal is applied after its answer's latency and
+// the engine's delay, so later in a run the upstream's window reaches back
+// past the trailing D the key still remembers, and the count, missing
+// those starts, could be low rather than high.
+func (s *State) boundRun(now time.Time) bool {
+	d := s.discoveryWindow()
+	run := now.Sub(time.Unix(0, s.active))
+	return s.active != 0 && run >= time.Duration(BoundRun*float64(d)) && run < d
 }
 
 // recent2 reports whether now is within the hold the last refusal signal

@@ -251,3 +251,53 @@ func TestSilentDropHalves(t *testing.T) {
 		t.Fatalf("a key holding 25/s refused after 4 clean seconds learned %v, want a trim to just under 25", h.LearnedRate)
 	}
 }
+
+// TestDiscoveryBoundOnFirstRefusal drives a key told 30/s against a
+// sliding window of 10: its first refusal comes a quarter of a second
+// into its run, with 10 accepted in the trailing window, which bounds the
+// upstream at 10 however little of a window the key has measured. The
+// key learns just under 10 at once, instead of halving to 15 and paying a
+// second refusal and pause, and holds it (SilentHold) without probing
+// back into the limit.
+func TestDiscoveryBoundOnFirstRefusal(t *testing.T) {
+	t.Parallel()
+	s := NewState(UpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom))
+	s.Adaptive = true
+	s.Config = s.Config.WithDefaults()
+	up := &slidingModel{limit: func(time.Time) int { return 10 }}
+	refused := drive(&s, up, t0, 3*time.Second)
+	if len(refused) == 0 {
+		t.Fatal("no refusal at 30/s against a sliding 10/s")
+	}
+	if first := refused[0].Sub(t0); first < time.Duration(BoundRun*float64(time.Second)) {
+		t.Fatalf("first refusal %v into the run: too early for the bound to apply, the test measures nothing", first)
+	}
+	if s.LearnedRate > 10 || s.LearnedRate < 9 {
+		t.Fatalf("learned %.2f/s after the first refusal against a sliding 10/s, want just under 10 (refusals %v)", s.LearnedRate, refused)
+	}
+	if len(refused) != 1 {
+		t.Fatalf("refusals %v in 3 s, want the first one only", refused)
+	}
+}
+
+// TestDiscoveryBoundNeedsARun checks that a refusal within BoundRun of
+// the key's first start, against a bucket that took only its burst,
+// halves rather than reading the burst as the rate.
+func TestDiscoveryBoundNeedsARun(t *testing.T) {
+	t.Parallel()
+	s := NewState(UpstreamWindow("k", 40, time.Second, 0, DefaultHeadroom))
+	s.Adaptive = true
+	s.Config = s.Config.WithDefaults()
+	now := t0
+	for range 5 {
+		s.Take(now, 1)
+		s.Release()
+		s.Succeeded(now)
+	}
+	s.Take(now, 1)
+	s.Release()
+	s.RateLimited(now.Add(10*time.Millisecond), now.Add(time.Second), 1)
+	if want := s.Rate * NoEstimateCut; math.Abs(s.LearnedRate-want) > 0.01 {
+		t.Fatalf("learned %.2f after a refusal 10 ms into the run with 5 accepted, want the halving %.2f", s.LearnedRate, want)
+	}
+}
