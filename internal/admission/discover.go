@@ -98,6 +98,10 @@ func (s *State) discoveryWindow() time.Duration {
 // the pause rather than sending a burst into a window that just refused.
 func (s *State) RateLimited(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
+	if s.concurrencyRefusal(now, cost) {
+		s.Pause(until) // the upstream's word; the rate and bucket stand
+		return
+	}
 	learned := s.refused(now, cost) // before the pause: it reads the last one
 	s.Pause(until)
 	if learned && s.rate() > 0 {
@@ -117,6 +121,9 @@ func (s *State) Throttled(now, until time.Time, cost int64) {
 	if !s.Adaptive {
 		s.Pause(until)
 		return
+	}
+	if s.concurrencyRefusal(now, cost) {
+		return // a cap learned; the rate and bucket stand
 	}
 	s.refused(now, cost)
 	if s.rate() > 0 {
@@ -313,6 +320,7 @@ func (s *State) Succeeded(now time.Time) {
 	if !s.Adaptive {
 		return
 	}
+	s.probeCap(now)
 	if s.LearnedRate >= s.Rate || s.rate() <= 0 {
 		return
 	}
