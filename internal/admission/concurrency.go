@@ -23,9 +23,13 @@ import "time"
 // a cap already learned allows: those leases were in flight when the cap
 // was learned, and are the same signal.
 //
-// A rate limit misread as concurrency corrects itself: the next refusal
-// comes at the learned cap or under it, lowers the cap again, and once the
-// key is down to one lease in flight its refusals are read as the rate's.
+// A rate limit misread as concurrency (a limit that dropped silently while
+// requests overlapped looks the same) costs one signal: the next refusal
+// comes within the learned cap, which did not prevent it, and is read as
+// the rate's. Only a refusal within a cap that a probe has just raised
+// lowers the cap again (the probe failed). The price is that a first
+// reading above the upstream's real cap (more was in flight than it
+// allows, by more than one) is corrected by the rate, not the cap.
 //
 // The cap is probed upward like the rate, boundedly: after it has held
 // for CapHold (doubled by each probe that failed, up to MaxCapHold), and
@@ -82,19 +86,24 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	}
 	n := s.InFlight + 1 // in flight when it was refused, itself included
 	learned := s.LearnedConcurrency
-	if learned > 0 && (n > learned || now.Sub(time.Unix(0, s.capAt)) < CutHoldoff) {
+	if learned > 0 && (n > learned || t-s.capAt < int64(CutHoldoff)) {
 		// In flight before the cap was learned, or the echo of the
 		// refusal that taught it: the same signal.
 		refusals.add(t, cost, t-dn, dn/LogSlots)
 		return true
 	}
-	refusals.add(t, cost, t-dn, dn/LogSlots)
-	hold := time.Duration(s.capHold)
-	if learned > 0 && s.capFlags&capProbing != 0 {
-		hold = min(MaxCapHold, max(CapHold, 2*hold)) // a probe failed: the limit is just above
-	} else {
-		hold = CapHold
+	hold := CapHold
+	if learned > 0 {
+		// Refused within the cap. Right after a probe raised it, the
+		// probe failed: back under it, and a longer hold. Otherwise the
+		// cap did not prevent it: the rate's, not the cap's.
+		if s.capFlags&capProbing == 0 || t-s.capAt >= max(int64(CapHold), s.capHold) {
+			return false
+		}
+		hold = min(MaxCapHold, max(CapHold, 2*time.Duration(s.capHold)))
+		n = min(n, learned) // at most the level the probe started from, below
 	}
+	refusals.add(t, cost, t-dn, dn/LogSlots)
 	s.LearnedConcurrency = max(1, n-1)
 	s.capAt, s.capHold, s.capFlags = t, int64(hold), 0
 	return true

@@ -71,8 +71,9 @@ func TestConcurrencyRefusalLearnsCap(t *testing.T) {
 
 // TestConcurrencyRefusalRetryAfter checks a concurrency refusal that
 // names a retry delay: the key pauses as the upstream asked, but keeps
-// its rate and bucket; and leases in flight when the cap was learned
-// (more than it allows) are the same signal, not a rate refusal.
+// its rate and bucket; leases in flight when the cap was learned (more
+// than it allows) are the same signal; a refusal the cap did not prevent
+// is the rate's.
 func TestConcurrencyRefusalRetryAfter(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
@@ -85,18 +86,24 @@ func TestConcurrencyRefusalRetryAfter(t *testing.T) {
 	if s.LearnedConcurrency != 3 || !s.PausedUntil.Equal(until) || s.LearnedRate != 20 {
 		t.Fatalf("cap %d, paused until %v, rate %v; want cap 3, paused until %v, rate 20", s.LearnedConcurrency, s.PausedUntil, s.LearnedRate, until)
 	}
-	// Two more of the four come back refused after the holdoff, with 3
-	// and 2 in flight (counting themselves): at or under the cap the
-	// second lowers it; the first, over it, does not.
+	// Another of the four comes back refused within the holdoff, with 3
+	// in flight: the same signal. One more after it, with 2 in flight,
+	// under the cap: the cap did not prevent it, so it is the rate's.
 	s.Release()
-	s.Throttled(t0.Add(time.Second), time.Time{}, 1)
-	if s.LearnedConcurrency != 2 {
-		t.Fatalf("cap %d after a refusal at 3 in flight under a cap of 3, want 2", s.LearnedConcurrency)
+	s.Throttled(t0.Add(400*time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 || s.LearnedRate != 20 {
+		t.Fatalf("an echo within the holdoff changed the cap to %d or the rate to %v", s.LearnedConcurrency, s.LearnedRate)
 	}
 	s.Release()
-	s.InFlight = 4 // leases from before the cut
+	s.InFlight = 1
+	s.Throttled(t0.Add(time.Second), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 || s.LearnedRate >= 20 {
+		t.Fatalf("refused within the cap: cap %d, rate %v; want the cap kept at 3 and the rate cut", s.LearnedConcurrency, s.LearnedRate)
+	}
+	s.InFlight = 5 // leases from before the cap: over it, the same signal
+	rate := s.LearnedRate
 	s.Throttled(t0.Add(1100*time.Millisecond), time.Time{}, 1)
-	if s.LearnedConcurrency != 2 || s.LearnedRate != 20 {
+	if s.LearnedConcurrency != 3 || s.LearnedRate != rate {
 		t.Fatalf("a refusal of a lease over the cap changed the cap to %d or the rate to %v", s.LearnedConcurrency, s.LearnedRate)
 	}
 }
