@@ -2,7 +2,8 @@
 // holds ratelane's own idea of pacing. A key has one or more shapes, all of
 // which must admit a start: a GCRA token bucket (rate, burst) and sliding
 // windows (at most N cost units start in any window of length W, counted
-// from a start log). It also has a concurrency cap on leases in flight, a
+// from a start log). It also has a concurrency cap on leases in flight
+// (configured, or learned by an adaptive key: see concurrency.go), a
 // shared pause set from a 429 (or 503 + Retry-After), and, when adaptive, a
 // learned limit discovered from what the upstream accepted just before it
 // refused (see discover.go), instead of a blind multiplicative cut.

@@ -96,6 +96,8 @@ func (s *State) discoveryWindow() time.Duration {
 // word, to the nanosecond it gave, and an adaptive key learns its limit
 // from the refusal (see refused); its bucket restarts empty at the end of
 // the pause rather than sending a burst into a window that just refused.
+// A refusal that reads as a concurrency limit (see concurrencyRefusal)
+// pauses but teaches the rate nothing.
 func (s *State) RateLimited(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	if s.concurrencyRefusal(now, cost) {
@@ -115,7 +117,8 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 // it for one job's exponential backoff would idle the key far longer than
 // the upstream asked — it asked for nothing — and cost seconds of its
 // allowance on every 429. A key with a fixed limit has no other way to
-// slow down, so it pauses until until.
+// slow down, so it pauses until until. A refusal that reads as a
+// concurrency limit teaches an adaptive key a cap instead of a rate.
 func (s *State) Throttled(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	if !s.Adaptive {
