@@ -23,13 +23,20 @@ import "time"
 // a cap already learned allows: those leases were in flight when the cap
 // was learned, and are the same signal.
 //
-// A rate limit misread as concurrency (a limit that dropped silently while
-// requests overlapped looks the same) costs one signal: the next refusal
-// comes within the learned cap, which did not prevent it, and is read as
-// the rate's. Only a refusal within a cap that a probe has just raised
-// lowers the cap again (the probe failed). The price is that a first
-// reading above the upstream's real cap (more was in flight than it
-// allows, by more than one) is corrected by the rate, not the cap.
+// A key's very first refusal (never refused before, at its ceiling) goes
+// to rate discovery whatever was in flight: a ceiling that does not hold
+// is the commoner cause, and reading it as concurrency kept a key told
+// 40/s behind a 20/s bucket sending at 40 for another signal (the issue
+// mix's half-none, in TestVirtualUpstreams). A rate limit misread as
+// concurrency later (a limit that dropped silently while requests
+// overlapped looks the same) costs one signal: the next refusal comes
+// within the learned cap, which did not prevent it, and is read as the
+// rate's. Only a refusal within a cap that a probe raised lowers the cap
+// again (the probe went too far). The price is that a first reading above
+// the upstream's real cap (more was in flight than it allows, by more
+// than one) is corrected by the rate, not the cap: against one request at
+// a time the deterministic model (TestConcurrencyDiscoveryOneInFlight)
+// can end with a cap of 3 and its rate cut, instead of a cap of 1.
 //
 // The cap is probed upward like the rate, boundedly: after it has held
 // for CapHold (doubled by each probe that failed, up to MaxCapHold), and
@@ -81,8 +88,12 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	d := s.discoveryWindow()
 	t, dn := now.UnixNano(), int64(d)
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
-	if float64(starts.since(t-dn)) > s.rate()*d.Seconds()*(1+RateSlack)+1 {
-		return false // the key sent more than its rate: the rate explains it
+	// A key's first refusal (at its ceiling, never refused before) may be
+	// the rate's whatever was in flight: it goes to rate discovery. After
+	// it, a refusal while the key sent no more than its learned rate is
+	// one the rate cannot explain.
+	if s.LastRefusal.IsZero() || float64(starts.since(t-dn)) > s.rate()*d.Seconds()*(1+RateSlack)+1 {
+		return false
 	}
 	n := s.InFlight + 1 // in flight when it was refused, itself included
 	learned := s.LearnedConcurrency
@@ -94,10 +105,10 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	}
 	hold := CapHold
 	if learned > 0 {
-		// Refused within the cap. Right after a probe raised it, the
-		// probe failed: back under it, and a longer hold. Otherwise the
-		// cap did not prevent it: the rate's, not the cap's.
-		if s.capFlags&capProbing == 0 || t-s.capAt >= max(int64(CapHold), s.capHold) {
+		// Refused within the cap. A cap a probe raised was raised too
+		// far: back under it, and a longer hold. A cap still at what
+		// the refusals taught did not prevent it: the rate's.
+		if s.capFlags&capProbing == 0 {
 			return false
 		}
 		hold = min(MaxCapHold, max(CapHold, 2*time.Duration(s.capHold)))

@@ -21,6 +21,7 @@ import (
 func TestConcurrencyRefusalLearnsCap(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
 	s.Take(t0, 1)
 	s.Take(t0, 1)
 	s.Release() // the refused one
@@ -77,6 +78,7 @@ func TestConcurrencyRefusalLearnsCap(t *testing.T) {
 func TestConcurrencyRefusalRetryAfter(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
 	for range 4 {
 		s.Take(t0, 1)
 	}
@@ -114,6 +116,7 @@ func TestConcurrencyRefusalRetryAfter(t *testing.T) {
 func TestCapProbe(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true, Concurrency: 4})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
 	s.Take(t0, 1)
 	s.Take(t0, 1)
 	s.Release()
@@ -184,6 +187,7 @@ func TestCapProbe(t *testing.T) {
 func TestCapSurvivesStore(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
 	s.Take(t0, 1)
 	s.Take(t0, 1)
 	s.Release()
@@ -292,8 +296,8 @@ func TestConcurrencyDiscoveryOneInFlight(t *testing.T) {
 	s = NewState(s.Config)
 	up := &inFlightModel{cap: 1, limit: 20}
 	attempts, refused := driveLatency(&s, up, 10*time.Second)
-	if s.InFlightCap() != 1 && s.InFlightCap() != 2 {
-		t.Fatalf("cap in force %d after 10 s against one at a time, want 1 (or 2 while probing)", s.InFlightCap())
+	if c := s.InFlightCap(); c < 1 || c > 3 {
+		t.Fatalf("cap in force %d after 10 s against one at a time, want 1 to 3 (a first reading can be high: see concurrency.go)", c)
 	}
 	if s.LearnedRate < 18 {
 		t.Fatalf("learned rate %v: concurrency refusals were read as a rate limit", s.LearnedRate)
@@ -321,10 +325,10 @@ func TestConcurrencyDiscoveryRateLimit(t *testing.T) {
 	if got := countIn(up.accepted, t0.Add(5*time.Second), t0.Add(10*time.Second)); got < 5*13 {
 		t.Fatalf("%d accepted in the last 5 s at a 15/s limit, want at least %d (cap %d, rate %v)", got, 5*13, s.InFlightCap(), s.LearnedRate)
 	}
-	// Rate discovery alone meets 8 refusals in 149 attempts here: reading
-	// concurrency must not add to them.
-	if share := float64(refused) / float64(attempts); share > 0.06 {
-		t.Fatalf("%d of %d attempts refused (%.1f%%), want at most 6%%", refused, attempts, 100*share)
+	// Rate discovery alone meets 9 refusals in 150 attempts here: reading
+	// concurrency may add the one signal a misreading costs, no more.
+	if share := float64(refused) / float64(attempts); share > 0.07 {
+		t.Fatalf("%d of %d attempts refused (%.1f%%), want at most 7%%", refused, attempts, 100*share)
 	}
 }
 
