@@ -29,6 +29,7 @@ type limitView struct {
 	Rate          float64  `json:"rate"`
 	Burst         float64  `json:"burst"`
 	Concurrency   int      `json:"concurrency"`
+	LearnedCap    int      `json:"learned_concurrency"`
 	Adaptive      bool     `json:"adaptive"`
 	LearnedRate   *float64 `json:"learned_rate"`
 	InFlight      *int64   `json:"in_flight"`
@@ -67,6 +68,9 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 				conc := "-"
 				if l.Concurrency > 0 {
 					conc = strconv.Itoa(l.Concurrency)
+				}
+				if l.LearnedCap > 0 && (l.Concurrency == 0 || l.LearnedCap < l.Concurrency) {
+					conc = strconv.Itoa(l.LearnedCap) + " learned" // discovered from the upstream's refusals
 				}
 				return []string{l.Name, num(l.Rate), num(l.Burst), conc, strconv.FormatBool(l.Adaptive),
 					optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil)}

@@ -2,7 +2,8 @@
 // holds ratelane's own idea of pacing. A key has one or more shapes, all of
 // which must admit a start: a GCRA token bucket (rate, burst) and sliding
 // windows (at most N cost units start in any window of length W, counted
-// from a start log). It also has a concurrency cap on leases in flight, a
+// from a start log). It also has a concurrency cap on leases in flight
+// (configured, or learned by an adaptive key: see concurrency.go), a
 // shared pause set from a 429 (or 503 + Retry-After), and, when adaptive, a
 // learned limit discovered from what the upstream accepted just before it
 // refused (see discover.go), instead of a blind multiplicative cut.
@@ -306,6 +307,16 @@ type State struct {
 	// at the rate the upstream had been accepting is a silent drop (see
 	// refused).
 	active int64
+
+	// LearnedConcurrency is the in-flight cap an adaptive key learned
+	// from refusals that its rate cannot explain (see concurrency.go);
+	// 0 when it learned none. The cap in force is the smaller of it and
+	// Concurrency (see InFlightCap).
+	LearnedConcurrency int `json:"learned_concurrency,omitempty"`
+	// capAt (Unix ns) is when the learned cap last changed, capHold (ns)
+	// how long it holds before a probe, capFlags the capHit and
+	// capProbing bits.
+	capAt, capHold, capFlags int64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -319,11 +330,12 @@ func NewState(c Config) State {
 // (start logs and learned-limit bookkeeping) as a compact byte string for
 // the store; nil when there is none. dst is reused when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 {
 		return nil
 	}
-	extra := [7]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
-		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active}
+	c := s.capExtra()
+	extra := [11]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
+		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3]}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 
@@ -355,6 +367,7 @@ func (s *State) UnmarshalShapes(b []byte) error {
 	if len(extra) >= 7 {
 		s.active = max(extra[6], 0)
 	}
+	s.setCapExtra(extra[min(7, len(extra)):]) // written since concurrency discovery
 	return nil
 }
 
@@ -378,6 +391,7 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 	}
 	if !c.Adaptive {
 		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active = 0, 0, 0, time.Time{}, 0, 0, 0, 0
+		s.setCapExtra(nil) // a fixed key learns no cap
 	}
 	s.logs = nil
 	for i, w := range c.Windows {
@@ -469,7 +483,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 	if now.Before(s.PausedUntil) {
 		return false, s.PausedUntil
 	}
-	if s.Concurrency > 0 && s.InFlight >= s.Concurrency {
+	if c := s.InFlightCap(); c > 0 && s.InFlight >= c {
 		return false, now.Add(CapRetry)
 	}
 	next = now
@@ -511,6 +525,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 func (s *State) Take(now time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.InFlight++
+	s.noteCap()
 	if rate := s.rate(); rate > 0 {
 		s.TAT = maxTime(s.TAT, now).Add(dur(float64(cost) * 1e9 / rate))
 		if s.TAT.Sub(now) > MaxAhead { // saturate: TAT stays representable

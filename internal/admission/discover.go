@@ -103,8 +103,14 @@ func (s *State) discoveryWindow() time.Duration {
 // word, to the nanosecond it gave, and an adaptive key learns its limit
 // from the refusal (see refused); its bucket restarts empty at the end of
 // the pause rather than sending a burst into a window that just refused.
+// A refusal that reads as a concurrency limit (see concurrencyRefusal)
+// pauses but teaches the rate nothing.
 func (s *State) RateLimited(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
+	if s.concurrencyRefusal(now, cost) {
+		s.Pause(until) // the upstream's word; the rate and bucket stand
+		return
+	}
 	learned := s.refused(now, cost) // before the pause: it reads the last one
 	s.Pause(until)
 	if learned && s.rate() > 0 {
@@ -118,12 +124,16 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 // it for one job's exponential backoff would idle the key far longer than
 // the upstream asked — it asked for nothing — and cost seconds of its
 // allowance on every 429. A key with a fixed limit has no other way to
-// slow down, so it pauses until until.
+// slow down, so it pauses until until. A refusal that reads as a
+// concurrency limit teaches an adaptive key a cap instead of a rate.
 func (s *State) Throttled(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	if !s.Adaptive {
 		s.Pause(until)
 		return
+	}
+	if s.concurrencyRefusal(now, cost) {
+		return // a cap learned; the rate and bucket stand
 	}
 	s.refused(now, cost)
 	if s.rate() > 0 {
@@ -356,6 +366,7 @@ func (s *State) Succeeded(now time.Time) {
 	if !s.Adaptive {
 		return
 	}
+	s.probeCap(now)
 	if s.LearnedRate >= s.Rate || s.rate() <= 0 {
 		return
 	}

@@ -116,7 +116,7 @@ func (s *Server) explainWait(ctx context.Context, st store.Store, j *job.Job) (*
 // says why not. It reads the key only through its exported methods, so it
 // follows whatever shapes admission gives a key.
 func keyVerdict(k *admission.State, cost int64, now time.Time) keyBlock {
-	kb := keyBlock{Key: k.Name, Tokens: roundTo(k.Tokens(now), 3), Cost: cost, InFlight: k.InFlight, Concurrency: k.Concurrency}
+	kb := keyBlock{Key: k.Name, Tokens: roundTo(k.Tokens(now), 3), Cost: cost, InFlight: k.InFlight, Concurrency: k.InFlightCap()}
 	if k.PausedUntil.After(now) {
 		at := k.PausedUntil
 		kb.PausedUntil = &at
@@ -131,9 +131,12 @@ func keyVerdict(k *admission.State, cost int64, now time.Time) keyBlock {
 	case kb.PausedUntil != nil:
 		kb.Why = "paused"
 		kb.Detail = fmt.Sprintf("paused by a 429 until %s (%.1f s from now)", k.PausedUntil.UTC().Format(stampMillis), k.PausedUntil.Sub(now).Seconds())
-	case k.Concurrency > 0 && k.InFlight >= k.Concurrency:
+	case k.InFlightCap() > 0 && k.InFlight >= k.InFlightCap():
 		kb.Why = "concurrency_cap"
-		kb.Detail = fmt.Sprintf("concurrency cap reached: %d in flight of %d", k.InFlight, k.Concurrency)
+		kb.Detail = fmt.Sprintf("concurrency cap reached: %d in flight of %d", k.InFlight, k.InFlightCap())
+		if k.InFlightCap() != k.Concurrency {
+			kb.Detail += " (learned from the upstream's refusals)"
+		}
 	case len(k.Windows) == 0:
 		kb.Why = "tokens"
 		kb.Detail = fmt.Sprintf("tokens short: %.2f in the bucket, the job costs %d; next admission at %s", kb.Tokens, cost, next.UTC().Format(stampMillis))

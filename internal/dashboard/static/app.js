@@ -190,6 +190,14 @@ async function overview(data) {
 }
 
 // ---- limits
+// inFlightCap is the " / cap" suffix of a key's in-flight cell: the cap in
+// force, the learned one (discovered from the upstream's refusals) marked.
+function inFlightCap(k) {
+  const learned = k.learned_concurrency || 0;
+  if (learned > 0 && (!k.concurrency || learned < k.concurrency)) return " / " + learned + " learned";
+  return k.concurrency ? " / " + k.concurrency : "";
+}
+
 // The chart is real data: each point is the cost this node admitted on the
 // key (GET /v1/limits admitted.cost, counted at every lease) per second
 // between two reads of the stream, one read per second; the dashed line is
@@ -224,7 +232,7 @@ async function limits(data) {
     return el("tr", { "data-key": k.name }, el("td", {}, k.region), el("td", {}, k.name), el("td", {}, shape + (k.adaptive ? " (adaptive)" : "")),
       el("td", { class: "num" }, k.adaptive ? k.learned_rate.toFixed(2) + " / " + k.rate.toFixed(2) : "–"),
       el("td", { class: "num" }, k.tokens.toFixed(2)), el("td", {}, pause),
-      el("td", { class: "num" }, k.in_flight + (k.concurrency ? " / " + k.concurrency : "")),
+      el("td", { class: "num" }, k.in_flight + inFlightCap(k)),
       el("td", { class: "num" }, k.waiting_cost),
       el("td", { class: "num admitted", "data-cost": cost }, k.admitted ? k.admitted.starts + " (" + k.admitted.rate_limited + " 429s)" : "–"),
       el("td", {}, chart(h), el("div", { class: "small" }, now.toFixed(1) + "/s vs " + allowance(k).toFixed(1) + "/s")));

@@ -815,6 +815,52 @@ func testAdaptiveKey(t *testing.T, open Opener) {
 	}
 }
 
+// A refusal met while another lease of an adaptive key was in flight, at
+// the key's rate and after its first refusal, teaches the key an in-flight cap (admission's
+// concurrency discovery): the store keeps it across transactions, leases
+// no more than it allows, and leaves the rate alone.
+func testLearnedConcurrency(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "cc", Rate: 100, Burst: 10, Adaptive: true})
+	for range 4 {
+		insert(t, s, NewJob("acme", job.LaneBatch, "cc"))
+	}
+	refuse := func(j *job.Job, at time.Time) {
+		t.Helper()
+		mustOK(t, finish(t, s, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled,
+			EligibleAt: at, Attempts: job.Attempts{Congestion: 1},
+			Record: job.AttemptRecord{At: at, Attempt: 1, Outcome: job.ClassRateLimited, Status: 429},
+			Keys:   store.KeyEffect{Now: at, RateLimited: true, Backoff: true, PauseUntil: at.Add(time.Second)}}))
+	}
+	// A key's first refusal is its rate's (admission: a first refusal is
+	// at a ceiling that may not hold).
+	refuse(lease(t, s, T0, 1)[0], T0.Add(10*time.Millisecond))
+	k, _ := s.GetLimit(context.Background(), "cc")
+	if k.LearnedConcurrency != 0 || k.LearnedRate >= 100 {
+		t.Fatalf("after a first 429: learned cap %d, rate %v; want no cap and a cut rate", k.LearnedConcurrency, k.LearnedRate)
+	}
+	rate := k.LearnedRate
+	t1 := T0.Add(2 * time.Second)
+	got := lease(t, s, t1, 2)
+	if len(got) != 2 {
+		t.Fatalf("leased %d, want 2", len(got))
+	}
+	at := t1.Add(30 * time.Millisecond)
+	refuse(got[0], at)
+	k, _ = s.GetLimit(context.Background(), "cc")
+	if k.LearnedConcurrency != 1 || k.LearnedRate != rate || k.PausedUntil.After(at) {
+		t.Fatalf("after a 429 with another lease in flight: learned cap %d, rate %v, paused until %v; want cap 1, rate %v, no pause",
+			k.LearnedConcurrency, k.LearnedRate, k.PausedUntil, rate)
+	}
+	if more := lease(t, s, at.Add(time.Millisecond), 2); len(more) != 0 {
+		t.Fatalf("leased %d with 1 in flight of a learned cap of 1, want 0", len(more))
+	}
+	mustOK(t, finish(t, s, success(got[1], at.Add(10*time.Millisecond))))
+	if more := lease(t, s, at.Add(time.Second), 2); len(more) != 1 { // past the CapRetry the refused lease set
+		t.Fatalf("leased %d with nothing in flight of a learned cap of 1, want 1", len(more))
+	}
+}
+
 func testObjects(t *testing.T, open Opener) {
 	s := open(t)
 	ctx := context.Background()

@@ -72,6 +72,7 @@ func Run(t *testing.T, open Opener) {
 		"PerStartKey":           testPerStartKey,
 		"List":                  testList,
 		"AdaptiveKey":           testAdaptiveKey,
+		"LearnedConcurrency":    testLearnedConcurrency,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
 	}

@@ -1,0 +1,166 @@
+package admission
+
+import "time"
+
+// Concurrency discovery. Some upstreams limit how many requests they
+// process at once as well as, or instead of, how many start per second,
+// and answer 429 (often with no Retry-After) when one more arrives. To a
+// key paced by rate such a refusal looks like a rate limit, and cutting
+// the rate for it is wrong twice: the rate was not the problem, and a
+// slower key still overlaps its requests whenever latencies do, so the
+// refusals go on and the rate collapses.
+//
+// An adaptive key tells the two apart by what was in flight. A refusal
+// that came while the key had other leases in flight, and while its
+// trailing rate was at or under its learned rate (so that the rate cannot
+// explain it: the key sent no more than it had been sending), is read as
+// a concurrency limit: the key learns an in-flight cap one under what was
+// in flight (at least 1), keeps its rate, and does not pause. A refusal
+// that came while the key had nothing else in flight cannot be a
+// concurrency limit (the sender's leases outlast the upstream's requests,
+// so the upstream had at most this one): it is read as a rate limit, as
+// before (see refused). So is one that came while more was in flight than
+// a cap already learned allows: those leases were in flight when the cap
+// was learned, and are the same signal.
+//
+// A key's very first refusal (never refused before, at its ceiling) goes
+// to rate discovery whatever was in flight: a ceiling that does not hold
+// is the commoner cause, and reading it as concurrency kept a key told
+// 40/s behind a 20/s bucket sending at 40 for another signal (the issue
+// mix's half-none, in TestVirtualUpstreams). A rate limit misread as
+// concurrency later (a limit that dropped silently while requests
+// overlapped looks the same) costs one signal: the next refusal comes
+// within the learned cap, which did not prevent it, and is read as the
+// rate's. Only a refusal within a cap that a probe raised lowers the cap
+// again (the probe went too far). The price is that a first reading above
+// the upstream's real cap (more was in flight than it allows, by more
+// than one) is corrected by the rate, not the cap: against one request at
+// a time the deterministic model (TestConcurrencyDiscoveryOneInFlight)
+// can end with a cap of 3 and its rate cut, instead of a cap of 1.
+//
+// The cap is probed upward like the rate, boundedly: after it has held
+// for CapHold (doubled by each probe that failed, up to MaxCapHold), and
+// only if it was binding (the key reached it since the last change: a cap
+// the key never reaches teaches nothing by being raised), it rises by a
+// quarter (at least one). A cap at or above the configured Concurrency is
+// dropped: the configured cap governs.
+const (
+	// CapHold is how long a learned in-flight cap holds before the key
+	// probes above it.
+	CapHold = 2 * time.Second
+	// MaxCapHold bounds the hold after probes of the cap that failed.
+	MaxCapHold = 16 * time.Second
+	// RateSlack is how far over its learned rate's worth of starts in the
+	// trailing discovery window a key may be for a refusal to be read as
+	// a concurrency limit: the learned window admits at most that, and a
+	// cost estimate or a rate cut since may leave it slightly over.
+	RateSlack = 0.05
+)
+
+// Bits of State.capFlags.
+const (
+	capHit     = 1 << iota // the key reached its learned cap since the cap last changed
+	capProbing             // the last change raised the cap
+)
+
+// InFlightCap is the in-flight cap in force: the smaller of the
+// configured Concurrency and the learned cap (LearnedConcurrency), 0 for
+// none.
+func (s *State) InFlightCap() int {
+	c := s.Concurrency
+	if l := s.LearnedConcurrency; l > 0 && (c == 0 || l < c) {
+		c = l
+	}
+	return c
+}
+
+// concurrencyRefusal reads one refusal of cost units at now as an
+// upstream concurrency limit when it can be one (see the comment above)
+// and then learns the cap from it; it reports whether it did, in which
+// case the refusal teaches the rate nothing. It runs after the refused
+// lease was released (see store.ApplyKeyEffect), so s.InFlight counts the
+// key's other leases.
+func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
+	if !s.Adaptive || s.Rate <= 0 || s.InFlight < 1 {
+		return false
+	}
+	s.ensureLogs()
+	d := s.discoveryWindow()
+	t, dn := now.UnixNano(), int64(d)
+	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
+	// A key's first refusal (at its ceiling, never refused before) may be
+	// the rate's whatever was in flight: it goes to rate discovery. After
+	// it, a refusal while the key sent no more than its learned rate is
+	// one the rate cannot explain.
+	if s.LastRefusal.IsZero() || float64(starts.since(t-dn)) > s.rate()*d.Seconds()*(1+RateSlack)+1 {
+		return false
+	}
+	n := s.InFlight + 1 // in flight when it was refused, itself included
+	learned := s.LearnedConcurrency
+	if learned > 0 && (n > learned || t-s.capAt < int64(CutHoldoff)) {
+		// In flight before the cap was learned, or the echo of the
+		// refusal that taught it: the same signal.
+		refusals.add(t, cost, t-dn, dn/LogSlots)
+		return true
+	}
+	hold := CapHold
+	if learned > 0 {
+		// Refused within the cap. A cap a probe raised was raised too
+		// far: back under it, and a longer hold. A cap still at what
+		// the refusals taught did not prevent it: the rate's.
+		if s.capFlags&capProbing == 0 {
+			return false
+		}
+		hold = min(MaxCapHold, max(CapHold, 2*time.Duration(s.capHold)))
+		n = min(n, learned) // at most the level the probe started from, below
+	}
+	refusals.add(t, cost, t-dn, dn/LogSlots)
+	s.LearnedConcurrency = max(1, n-1)
+	s.capAt, s.capHold, s.capFlags = t, int64(hold), 0
+	return true
+}
+
+// noteCap records at a start whether the key reached its learned cap.
+func (s *State) noteCap() {
+	if s.LearnedConcurrency > 0 && s.InFlight >= s.LearnedConcurrency {
+		s.capFlags |= capHit
+	}
+}
+
+// probeCap raises a learned cap that held, clean and binding, for its
+// hold; see the comment above.
+func (s *State) probeCap(now time.Time) {
+	if s.LearnedConcurrency <= 0 || s.capFlags&capHit == 0 {
+		return
+	}
+	t := now.UnixNano()
+	if t-s.capAt < max(int64(CapHold), s.capHold) {
+		return
+	}
+	c := s.LearnedConcurrency
+	c += max(1, c/4)
+	if s.Concurrency > 0 && c >= s.Concurrency || c > maxLearnedCap {
+		s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, 0
+		return
+	}
+	s.LearnedConcurrency, s.capAt, s.capFlags = c, t, capProbing
+}
+
+// maxLearnedCap bounds a learned cap: above it the key is as good as
+// uncapped, and the cap is dropped.
+const maxLearnedCap = 1_000_000
+
+// capExtra returns the learned cap's bookkeeping for MarshalShapes.
+func (s *State) capExtra() [4]int64 {
+	return [4]int64{int64(s.LearnedConcurrency), s.capAt, s.capHold, s.capFlags}
+}
+
+// setCapExtra restores what capExtra returned, clamped to what it can be.
+func (s *State) setCapExtra(e []int64) {
+	s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, 0
+	if len(e) < 4 || e[0] <= 0 {
+		return
+	}
+	s.LearnedConcurrency = int(min(e[0], maxLearnedCap))
+	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing)
+}

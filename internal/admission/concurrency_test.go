@@ -1,0 +1,420 @@
+package admission
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/upstream"
+)
+
+// TestConcurrencyRefusalLearnsCap checks the reading of one refusal: met
+// while another lease of the key was in flight and at the key's rate, it
+// teaches an in-flight cap of one, keeps the rate and does not pause;
+// met while the key had nothing else in flight, it is the rate's, as
+// before.
+func TestConcurrencyRefusalLearnsCap(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
+	s.Take(t0, 1)
+	s.Take(t0, 1)
+	s.Release() // the refused one
+	s.Throttled(t0.Add(30*time.Millisecond), t0.Add(time.Minute), 1)
+	if s.LearnedConcurrency != 1 || s.InFlightCap() != 1 {
+		t.Fatalf("learned cap %d (in force %d) after a refusal with 2 in flight, want 1", s.LearnedConcurrency, s.InFlightCap())
+	}
+	if s.LearnedRate != 20 || !s.PausedUntil.IsZero() {
+		t.Fatalf("a concurrency refusal cut the rate to %v or paused until %v; want 20 and no pause", s.LearnedRate, s.PausedUntil)
+	}
+	now := t0.Add(100 * time.Millisecond)
+	if ok, next := s.Check(now, 1); ok || next != now.Add(CapRetry) {
+		t.Fatalf("check with 1 in flight of a learned cap of 1 = %v, %v; want refused, retry in CapRetry", ok, next)
+	}
+	s.Release()
+	if ok, _ := s.Check(now, 1); !ok {
+		t.Fatal("check with nothing in flight refused")
+	}
+
+	// Alone in flight: the upstream had at most this one, so the
+	// refusal is the rate's.
+	r := NewState(Config{Name: "r", Rate: 20, Burst: 4, Adaptive: true})
+	for i := range 20 {
+		at := t0.Add(time.Duration(i) * 50 * time.Millisecond)
+		r.Take(at, 1)
+		r.Release()
+		r.Succeeded(at)
+	}
+	r.Take(t0.Add(time.Second), 1)
+	r.Release()
+	r.Throttled(t0.Add(time.Second), t0.Add(time.Minute), 1)
+	if r.LearnedConcurrency != 0 || r.LearnedRate >= 20 {
+		t.Fatalf("refused alone: cap %d, rate %v; want no cap and a cut rate", r.LearnedConcurrency, r.LearnedRate)
+	}
+
+	// Over the rate: the rate explains it, whatever is in flight.
+	o := NewState(Config{Name: "o", Rate: 10, Burst: 1, Adaptive: true})
+	o.ensureLogs()
+	for i := range 30 { // 30 starts in the last second, as if the rate had just been cut
+		o.logs[0].add(t0.Add(time.Duration(i)*30*time.Millisecond).UnixNano(), 1, 0, int64(DiscoveryWindow)/LogSlots)
+	}
+	o.InFlight = 3
+	o.Throttled(t0.Add(900*time.Millisecond), t0.Add(time.Minute), 1)
+	if o.LearnedConcurrency != 0 {
+		t.Fatalf("refused over its rate with 4 in flight: learned cap %d, want none", o.LearnedConcurrency)
+	}
+}
+
+// TestConcurrencyRefusalRetryAfter checks a concurrency refusal that
+// names a retry delay: the key pauses as the upstream asked, but keeps
+// its rate and bucket; leases in flight when the cap was learned (more
+// than it allows) are the same signal; a refusal the cap did not prevent
+// is the rate's.
+func TestConcurrencyRefusalRetryAfter(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
+	for range 4 {
+		s.Take(t0, 1)
+	}
+	s.Release()
+	until := t0.Add(250 * time.Millisecond)
+	s.RateLimited(t0.Add(10*time.Millisecond), until, 1)
+	if s.LearnedConcurrency != 3 || !s.PausedUntil.Equal(until) || s.LearnedRate != 20 {
+		t.Fatalf("cap %d, paused until %v, rate %v; want cap 3, paused until %v, rate 20", s.LearnedConcurrency, s.PausedUntil, s.LearnedRate, until)
+	}
+	// Another of the four comes back refused within the holdoff, with 3
+	// in flight: the same signal. One more after it, with 2 in flight,
+	// under the cap: the cap did not prevent it, so it is the rate's.
+	s.Release()
+	s.Throttled(t0.Add(400*time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 || s.LearnedRate != 20 {
+		t.Fatalf("an echo within the holdoff changed the cap to %d or the rate to %v", s.LearnedConcurrency, s.LearnedRate)
+	}
+	s.Release()
+	s.InFlight = 1
+	s.Throttled(t0.Add(time.Second), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 || s.LearnedRate >= 20 {
+		t.Fatalf("refused within the cap: cap %d, rate %v; want the cap kept at 3 and the rate cut", s.LearnedConcurrency, s.LearnedRate)
+	}
+	s.InFlight = 5 // leases from before the cap: over it, the same signal
+	rate := s.LearnedRate
+	s.Throttled(t0.Add(1100*time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 || s.LearnedRate != rate {
+		t.Fatalf("a refusal of a lease over the cap changed the cap to %d or the rate to %v", s.LearnedConcurrency, s.LearnedRate)
+	}
+}
+
+// TestCapProbe checks that a learned cap probes upward only once it held
+// for CapHold and was binding, that a failed probe doubles the hold up to
+// MaxCapHold, and that a cap reaching the configured one is dropped.
+func TestCapProbe(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true, Concurrency: 4})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
+	s.Take(t0, 1)
+	s.Take(t0, 1)
+	s.Release()
+	s.Throttled(t0, time.Time{}, 1)
+	s.Release()
+	now := t0.Add(CapHold + time.Millisecond)
+	s.Succeeded(now)
+	if s.LearnedConcurrency != 1 {
+		t.Fatalf("a cap the key never reached was probed to %d", s.LearnedConcurrency)
+	}
+	s.Take(now, 1) // at the cap
+	s.Release()
+	s.Succeeded(now)
+	if s.LearnedConcurrency != 2 {
+		t.Fatalf("cap %d after a clean, binding hold, want 2", s.LearnedConcurrency)
+	}
+	// The probe fails: back to 1, and the next hold is twice as long.
+	s.Take(now, 1)
+	s.Take(now, 1)
+	s.Release()
+	fail := now.Add(CutHoldoff + time.Millisecond)
+	s.Throttled(fail, time.Time{}, 1)
+	s.Release()
+	if s.LearnedConcurrency != 1 || time.Duration(s.capHold) != 2*CapHold {
+		t.Fatalf("after a failed probe: cap %d, hold %v; want 1, %v", s.LearnedConcurrency, time.Duration(s.capHold), 2*CapHold)
+	}
+	s.Take(fail, 1)
+	s.Release()
+	s.Succeeded(fail.Add(CapHold + time.Millisecond))
+	if s.LearnedConcurrency != 1 {
+		t.Fatal("probed before the doubled hold")
+	}
+	for i := range 10 { // many failed probes: the hold stays bounded
+		at := fail.Add(time.Duration(i+1) * time.Minute)
+		s.Take(at, 1)
+		s.Release()
+		s.Succeeded(at)
+		s.Take(at, 1)
+		s.Take(at, 1)
+		s.Release()
+		s.Throttled(at.Add(CutHoldoff+time.Millisecond), time.Time{}, 1)
+		s.Release()
+	}
+	if time.Duration(s.capHold) != MaxCapHold {
+		t.Fatalf("hold %v after many failed probes, want MaxCapHold %v", time.Duration(s.capHold), MaxCapHold)
+	}
+	// Clean and binding long enough, the cap climbs to the configured 4
+	// and is dropped there.
+	at := fail.Add(time.Hour)
+	for range 4 {
+		at = at.Add(MaxCapHold + time.Millisecond)
+		for range s.InFlightCap() {
+			s.Take(at, 1)
+		}
+		for range s.InFlightCap() {
+			s.Release()
+		}
+		s.Succeeded(at)
+	}
+	if s.LearnedConcurrency != 0 || s.InFlightCap() != 4 {
+		t.Fatalf("learned cap %d, in force %d; want the learned one dropped at the configured 4", s.LearnedConcurrency, s.InFlightCap())
+	}
+}
+
+// TestCapSurvivesStore checks that the learned cap and its hold travel
+// through MarshalShapes, as the stores save a key between leases, and
+// that a key reconfigured as fixed forgets it.
+func TestCapSurvivesStore(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
+	s.Take(t0, 1)
+	s.Take(t0, 1)
+	s.Release()
+	s.Throttled(t0, time.Time{}, 1)
+	b := s.MarshalShapes(nil)
+	var r State
+	r.Config = s.Config
+	if err := r.UnmarshalShapes(b); err != nil {
+		t.Fatal(err)
+	}
+	if r.LearnedConcurrency != 1 || r.capAt != s.capAt || r.capHold != s.capHold {
+		t.Fatalf("restored cap %d at %d hold %d, want %d at %d hold %d", r.LearnedConcurrency, r.capAt, r.capHold, s.LearnedConcurrency, s.capAt, s.capHold)
+	}
+	r.Reconfigure(Config{Name: "k", Rate: 20, Burst: 4}, t0)
+	if r.LearnedConcurrency != 0 {
+		t.Fatalf("a fixed key kept a learned cap of %d", r.LearnedConcurrency)
+	}
+}
+
+// inFlightModel is an upstream that answers each request after a latency
+// and refuses, at once, one that arrives while cap are in progress, or
+// one over a sliding window of limit per second.
+type inFlightModel struct {
+	cap, limit int
+	busy       []time.Time // when the requests in progress end
+	accepted   []time.Time
+}
+
+func (m *inFlightModel) arrive(now time.Time, latency time.Duration) bool {
+	live := m.busy[:0]
+	for _, e := range m.busy {
+		if e.After(now) {
+			live = append(live, e)
+		}
+	}
+	m.busy = live
+	if m.cap > 0 && len(m.busy) >= m.cap {
+		return false
+	}
+	in := 0
+	for i := len(m.accepted) - 1; i >= 0 && now.Sub(m.accepted[i]) < time.Second; i-- {
+		in++
+	}
+	if in >= m.limit {
+		return false
+	}
+	m.accepted = append(m.accepted, now)
+	m.busy = append(m.busy, now.Add(latency))
+	return true
+}
+
+// driveLatency runs s against up for d in 1 ms steps with real overlap:
+// each accepted request holds its lease for its latency (20 to 50 ms, a
+// seeded draw) plus a store round trip, a refused one answers in a
+// millisecond; finished leases are released before their outcome is
+// applied, as the store does. It returns the attempts and refusals.
+func driveLatency(s *State, up *inFlightModel, d time.Duration) (attempts, refused int) {
+	type lease struct {
+		end time.Time
+		ok  bool
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var leases []lease
+	for now := t0; now.Before(t0.Add(d)); now = now.Add(time.Millisecond) {
+		live := leases[:0]
+		for _, l := range leases {
+			if l.end.After(now) {
+				live = append(live, l)
+				continue
+			}
+			s.Release()
+			if l.ok {
+				s.Succeeded(now)
+			} else {
+				s.Throttled(now, now.Add(time.Second), 1)
+			}
+		}
+		leases = live
+		for {
+			if ok, _ := s.Check(now, 1); !ok {
+				break
+			}
+			s.Take(now, 1)
+			attempts++
+			lat := 20*time.Millisecond + time.Duration(rng.Int64N(int64(30*time.Millisecond)))
+			if up.arrive(now.Add(2*time.Millisecond), lat) {
+				leases = append(leases, lease{end: now.Add(lat + 5*time.Millisecond), ok: true})
+			} else {
+				refused++
+				leases = append(leases, lease{end: now.Add(3 * time.Millisecond)})
+			}
+		}
+	}
+	return attempts, refused
+}
+
+// TestConcurrencyDiscoveryOneInFlight drives a key told 20/s against an
+// upstream taking 20 in any second but only one request at a time: it
+// must learn a cap of one within its first refusals and keep its rate,
+// instead of cutting the rate on every overlap (which is what it did
+// before: the rate fell to a few per second and the refusals went on).
+func TestConcurrencyDiscoveryOneInFlight(t *testing.T) {
+	t.Parallel()
+	s := NewState(Upstream("k", 20, 20, DefaultHeadroom))
+	s.Adaptive = true
+	s = NewState(s.Config)
+	up := &inFlightModel{cap: 1, limit: 20}
+	attempts, refused := driveLatency(&s, up, 10*time.Second)
+	if c := s.InFlightCap(); c < 1 || c > 3 {
+		t.Fatalf("cap in force %d after 10 s against one at a time, want 1 to 3 (a first reading can be high: see concurrency.go)", c)
+	}
+	if s.LearnedRate < 18 {
+		t.Fatalf("learned rate %v: concurrency refusals were read as a rate limit", s.LearnedRate)
+	}
+	if share := float64(refused) / float64(attempts); share > 0.03 {
+		t.Fatalf("%d of %d attempts refused (%.1f%%), want at most 3%%", refused, attempts, 100*share)
+	}
+	// One at a time at 20-50 ms plus the round trip is about 20/s; the
+	// key must get close to that, not a few per second.
+	if n := len(up.accepted); n < 150 {
+		t.Fatalf("%d accepted in 10 s, want at least 150", n)
+	}
+}
+
+// TestConcurrencyDiscoveryRateLimit drives a key told 40/s against an
+// upstream that takes 15 in any second and any number at once: a refusal
+// with others in flight may be misread as a concurrency limit at first,
+// but the key must end up pacing at about the real rate, not strangled by
+// a cap.
+func TestConcurrencyDiscoveryRateLimit(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 10, Adaptive: true})
+	up := &inFlightModel{limit: 15}
+	attempts, refused := driveLatency(&s, up, 10*time.Second)
+	if got := countIn(up.accepted, t0.Add(5*time.Second), t0.Add(10*time.Second)); got < 5*13 {
+		t.Fatalf("%d accepted in the last 5 s at a 15/s limit, want at least %d (cap %d, rate %v)", got, 5*13, s.InFlightCap(), s.LearnedRate)
+	}
+	// Rate discovery alone meets 9 refusals in 150 attempts here: reading
+	// concurrency may add the one signal a misreading costs, no more.
+	if share := float64(refused) / float64(attempts); share > 0.07 {
+		t.Fatalf("%d of %d attempts refused (%.1f%%), want at most 7%%", refused, attempts, 100*share)
+	}
+}
+
+// TestConcurrencyDiscoveryOverHTTP drives an adaptive key told 20/s
+// against the upstream simulator over real HTTP on loopback: a route that
+// takes 20 in any second but one request at a time, answering 429 with
+// no Retry-After. Eight workers lease from the key as the engine does
+// (check and take under the key's lock, release before applying the
+// outcome). The key must learn a cap of one (two while probing) and keep
+// its rate; the refusals must be a few, not one per overlap.
+func TestConcurrencyDiscoveryOverHTTP(t *testing.T) {
+	t.Parallel()
+	sim, err := upstream.New(upstream.Config{Routes: map[string]upstream.RouteConfig{"c": {
+		Algorithm: upstream.AlgorithmSlidingWindow, Window: time.Second, Limit: 20, MaxConcurrent: 1,
+		OverLimit: upstream.OverLimit429None, Latency: upstream.Latency{Fixed: 20 * time.Millisecond, Jitter: 30 * time.Millisecond}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	c := Upstream("c", 20, 20, DefaultHeadroom)
+	c.Adaptive = true
+	var (
+		mu  sync.Mutex
+		key = NewState(c)
+	)
+	const want = 50
+	var accepted, attempts, refused atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 8 {
+		wg.Go(func() {
+			for ctx.Err() == nil && accepted.Load() < want {
+				mu.Lock()
+				now := time.Now()
+				ok, next := key.Check(now, 1)
+				if ok {
+					key.Take(now, 1)
+				}
+				mu.Unlock()
+				if !ok {
+					time.Sleep(min(time.Until(next), 20*time.Millisecond))
+					continue
+				}
+				attempts.Add(1)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, sim.RouteURL("c"), strings.NewReader("{}"))
+				resp, err := http.DefaultClient.Do(req)
+				mu.Lock()
+				key.Release()
+				now = time.Now()
+				switch {
+				case err != nil:
+				case resp.StatusCode == http.StatusOK:
+					accepted.Add(1)
+					key.Succeeded(now)
+				case resp.StatusCode == http.StatusTooManyRequests:
+					refused.Add(1)
+					key.Throttled(now, now.Add(time.Second), 1)
+				default:
+					t.Errorf("status %d", resp.StatusCode)
+				}
+				mu.Unlock()
+				if resp != nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if accepted.Load() < want {
+		t.Fatalf("%d accepted before the deadline, want %d (cap %d, rate %v)", accepted.Load(), want, key.InFlightCap(), key.LearnedRate)
+	}
+	if cp := key.InFlightCap(); cp < 1 || cp > 2 {
+		t.Fatalf("cap in force %d against one at a time, want 1 (2 while probing)", cp)
+	}
+	if key.LearnedRate < 18 {
+		t.Fatalf("learned rate %v: overlaps were read as a rate limit", key.LearnedRate)
+	}
+	// Each refusal is an overlap before the cap was learned (one per
+	// worker at most) or a probe's: a handful.
+	if r := refused.Load(); r > 10 {
+		t.Fatalf("%d of %d attempts refused, want a handful", r, attempts.Load())
+	}
+	if st := sim.Stats().Routes["c"]; st.Accepted != accepted.Load() {
+		t.Fatalf("simulator counted %d accepted, the workers %d", st.Accepted, accepted.Load())
+	}
+}
