@@ -38,7 +38,6 @@ import (
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/httpapi/mount"
-	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/chunk"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
@@ -100,7 +99,8 @@ type RegionConfig struct {
 	GitHubToken   string
 	// HTTPClient is used for GitHub; default a client with a 30 s timeout.
 	HTTPClient *http.Client
-	// SweepEvery is how often accepted reviews are re-checked; default 2 s.
+	// SweepEvery is how often the engine re-checks accepted reviews (the
+	// parts capability's sweep, engine.Kind.SweepEvery); default 2 s.
 	SweepEvery time.Duration
 }
 
@@ -148,13 +148,14 @@ type regionRT struct {
 	parts     *pipeline.PartHandler
 	github    *pipeline.GitHub
 	publisher *pipeline.ReviewPublisher
-	agg       *pipeline.Aggregator
 }
 
 // Bind enables reviews in one region when the Config names it: it checks
-// that every provider belongs to the region, registers the three review
-// kinds, wakes the aggregator when a part finishes and runs it while the
-// client runs (its first sweep aggregates reviews a crash left accepted).
+// that every provider belongs to the region and registers the three review
+// kinds. A review is a parent aggregated from its parts by the engine's
+// parts capability (engine.Kind.Aggregate): the engine advances it with
+// pipeline.Aggregate's outcome once every part is final, exactly once
+// across nodes and crashes, and then publishes it.
 func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 	rc, ok := p.cfg.Regions[r.Name()]
 	if !ok {
@@ -179,21 +180,17 @@ func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 		return err
 	}
 	for kind, k := range map[string]engine.Kind{
-		KindPart:   {Handler: engine.HandlerFunc(rt.parts.Handle)},
-		KindReview: {Handler: engine.HandlerFunc(parentHandle), Publisher: rt.publisher},
+		KindPart: {Handler: engine.HandlerFunc(rt.parts.Handle)},
+		// The review's other children (its webhook and GitHub deliveries)
+		// are not parts.
+		KindReview: {Aggregate: pipeline.Aggregate(rc.MaxFindings), PartKinds: []string{KindPart},
+			Publisher: rt.publisher, SweepEvery: rc.SweepEvery},
 		KindGitHub: {Handler: engine.HandlerFunc(rt.github.Handle)},
 	} {
 		if err := r.Handle(kind, k); err != nil {
 			return err
 		}
 	}
-	r.OnFinished(func(j *ratelane.Job, to ratelane.State) {
-		if j.Kind == KindPart && j.ParentID != "" && to.Final() {
-			rt.agg.Wake(j.ParentID)
-		}
-	})
-	r.OnStart(rt.agg.Start)
-	r.OnStop(rt.agg.Stop)
 	p.regions[r.Name()] = rt
 	return nil
 }
@@ -259,15 +256,7 @@ func newRegionRT(r *ratelane.PluginRegion, rc RegionConfig) (*regionRT, error) {
 	rt.github = &pipeline.GitHub{BaseURL: rc.GitHubBaseURL, Token: rc.GitHubToken, Client: rc.HTTPClient, Jobs: st, Now: cfg.Now}
 	rt.publisher = &pipeline.ReviewPublisher{Region: r.Name(), Jobs: r.Jobs(), DefaultLimit: cfg.DefaultLimit,
 		RDJSONLDir: rc.RDJSONLDir, Now: cfg.Now}
-	rt.agg = pipeline.NewAggregator(pipeline.AggregatorConfig{Store: st, Jobs: r.Jobs(), Publisher: rt.publisher,
-		MaxFindings: rc.MaxFindings, SweepEvery: rc.SweepEvery, Now: cfg.Now, Logger: cfg.Logger})
 	return rt, nil
-}
-
-// parentHandle runs only if an operator redrives a review's parent: the
-// parent is aggregated from its parts, never run.
-func parentHandle(context.Context, *job.Job) job.Outcome {
-	return job.Outcome{Class: job.ClassPermanent, Err: "a review is aggregated from its parts; submit it again"}
 }
 
 // runtime returns a region's review runtime.

@@ -158,7 +158,9 @@ func (rt *regionRT) insertPlan(ctx context.Context, plan pipeline.Plan) (Status,
 			return Status{}, fmt.Errorf("review: store review content: %w", err)
 		}
 	}
-	res, err := rt.r.Jobs().Insert(ctx, append([]*job.Job{plan.Parent}, plan.Parts...), rt.r.Config().DefaultLimit)
+	// One write: the review (accepted) and its parts (waiting); the
+	// engine aggregates it when they are final (at once with no part).
+	res, err := rt.r.Jobs().InsertParts(ctx, plan.Parent, plan.Parts, rt.r.Config().DefaultLimit)
 	if err != nil {
 		return Status{}, fmt.Errorf("review: insert review: %w", err)
 	}
@@ -170,7 +172,6 @@ func (rt *regionRT) insertPlan(ctx context.Context, plan pipeline.Plan) (Status,
 		}
 	}
 	rt.r.Notify()
-	rt.agg.Wake(res[0].Job.ID) // a review with no reviewable part is done at once
 	return rt.status(ctx, res[0].Job.ID)
 }
 
@@ -197,7 +198,7 @@ func (rt *regionRT) status(ctx context.Context, id string) (Status, error) {
 	s := Status{ID: j.ID, Region: j.Region, Tenant: j.Tenant, State: j.State, Reason: string(j.Reason), Repo: args.Repo,
 		Change: args.Change, DepthRequested: args.DepthRequested, Depth: args.Depth, Provider: args.Provider,
 		Publish: args.Publish, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
-	parts, err := pipeline.Parts(ctx, rt.st, j)
+	parts, err := rt.r.Jobs().Parts(ctx, j, []string{KindPart})
 	if err != nil {
 		return Status{}, err
 	}
