@@ -325,7 +325,7 @@ func TestPartsAggregateOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	parent, parts := newParent(time.Now(), 2)
-	delivery := storetest.NewJob("acme", job.LaneBatch, "k") // another kind: not a part
+	delivery := storetest.NewJob("acme", job.LaneBatch, "k")  // another kind: not a part
 	foreign := storetest.NewJob("globex", job.LaneBatch, "k") // another tenant: not a part
 	foreign.Kind = "fetch"
 	others := []*job.Job{delivery, foreign}
