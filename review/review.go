@@ -14,7 +14,8 @@
 //	st, err := reviews.Submit(ctx, review.Request{Region: "us", Diff: diff})
 //
 // The plug-in registers the built-in kinds review (the parent, aggregated
-// from its parts, never run), review.part and review.github; the routes
+// from its parts by the engine's parts capability), review.part and
+// review.github; the routes
 // POST /v1/reviews, GET /v1/reviews, GET /v1/reviews/{id} and GET
 // /v1/reviews/{id}/sarif; and the inline review command of the ratelane
 // binary.

@@ -32,7 +32,9 @@ import (
 
 // Job kinds and object kinds of the review pipeline.
 const (
-	// KindReview is the parent job of a review; it is never leased.
+	// KindReview is the parent job of a review, aggregated from its parts
+	// by the engine (engine.Kind.Aggregate); it is leased only when an
+	// operator redrives it, to be aggregated again.
 	KindReview = "review"
 	// KindPart reviews one part of a diff.
 	KindPart = "review.part"
