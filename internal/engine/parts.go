@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"time"
@@ -43,9 +44,12 @@ import (
 // Its outcome is the parent's: a success (with the parent's Result) makes
 // the parent validated and then published; ClassPermanent or
 // ClassInvalidOutput make it terminal with the outcome's Reason (default
-// permanent_error) and, when the outcome has one, its Result; any other class (say a read that failed) leaves the
-// parent accepted for the next sweep to try again. It may be called more
-// than once for one parent and must have no side effect.
+// permanent_error) and, when the outcome has one, its Result; any other
+// class decides nothing and leaves the parent accepted, to be asked again
+// at the next sweep or wake-up (Jobs.PartsChanged): a read that failed
+// (ClassTransient, logged as a warning), or a parent that also waits on
+// something that is not a job. It may be called more than once for one
+// parent and must have no side effect.
 type Aggregator interface {
 	Aggregate(ctx context.Context, parent *job.Job, parts []*job.Job) job.Outcome
 }
@@ -141,6 +145,14 @@ func (w *Jobs) watchParts(fn func(parentID string)) {
 	defer w.mu.Unlock()
 	w.partWatchers = append(w.partWatchers, fn)
 }
+
+// PartsChanged tells the engines aggregating through this writer that
+// parentID may be ready to aggregate now, so it is checked at once rather
+// than at the next sweep. The writer calls it itself for every part it
+// moves to a final state; a plug-in whose parent also waits on something
+// that is not a job (a provider batch's items, say) calls it when that
+// changes, and its Aggregator returns a non-deciding outcome until then.
+func (w *Jobs) PartsChanged(parentID string) { w.partFinal(parentID) }
 
 func (w *Jobs) partFinal(parentID string) {
 	w.mu.Lock()
@@ -274,7 +286,14 @@ func (e *Engine) AggregateParent(ctx context.Context, id string) error {
 	crashpoint.Hit(crashpoint.PartsBeforeAdvance)
 	p, ok := advanceOf(parent, o, parts, e.cfg.Now())
 	if !ok {
-		e.log.Warn("aggregation did not decide; the sweep will retry", "job_id", parent.ID, "kind", parent.Kind, "outcome", o.Class)
+		// A transient failure is worth a warning; any other non-deciding
+		// class is an aggregator still waiting on something, by design.
+		level := slog.LevelDebug
+		if o.Class == job.ClassTransient {
+			level = slog.LevelWarn
+		}
+		e.log.Log(ctx, level, "aggregation did not decide; the sweep will retry", "job_id", parent.ID, "kind", parent.Kind,
+			"outcome", o.Class, "err", o.Err)
 		return nil
 	}
 	j, err := e.jobs.Advance(ctx, p)
