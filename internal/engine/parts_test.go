@@ -503,3 +503,46 @@ func TestPartsOnPostgresAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestPartsNested: a part that is itself a parent (a "report" of
+// "fetch" parts, under a "digest") is final once aggregated and
+// published, which wakes its own parent: the digest publishes without
+// waiting for a sweep (an hour away).
+func TestPartsNested(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		ctx := context.Background()
+		var calls atomic.Int64
+		digest := engine.AggregatorFunc(func(_ context.Context, _ *job.Job, parts []*job.Job) job.Outcome {
+			return job.Outcome{Class: job.ClassSuccess, Result: fmt.Appendf(nil, `{"reports":%d}`, len(parts))}
+		})
+		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{
+			"fetch":  fetchKind,
+			"report": {Aggregate: sumParts(&calls), PartKinds: []string{"fetch"}, Publisher: &countingPublisher{}, SweepEvery: time.Hour},
+			"digest": {Aggregate: digest, PartKinds: []string{"report"}, SweepEvery: time.Hour},
+		}})
+		synctest.Wait() // past the start sweep
+		t0 := time.Now()
+		top := &job.Job{Kind: "digest", Region: "us", Tenant: "acme", Lane: job.LaneBatch, LimitKeys: []string{"parts:digest"}}
+		top.Prepare(uuid.Must(uuid.NewV7()).String(), t0, 0, true)
+		report, fetches := newParent(t0, 3)
+		report.ParentID = top.ID
+		// The report is a part of the digest (inserted accepted, as a
+		// parent of its own fetches), so it goes in with its fetches.
+		if _, err := s.Insert(ctx, []*job.Job{top}, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Jobs().InsertParts(ctx, report, fetches, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		e.Notify()
+		j := waitState(t, s, top.ID, job.StatePublished)
+		if string(j.Result) != `{"reports":1}` {
+			t.Fatalf("digest result %s", j.Result)
+		}
+		if waited := time.Since(t0); waited >= time.Hour {
+			t.Fatalf("the digest waited %v: for the sweep, not its part's wake-up", waited)
+		}
+	})
+}
