@@ -73,6 +73,7 @@ func Run(t *testing.T, open Opener) {
 		"AdaptiveKey":           testAdaptiveKey,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
+		"PartsParent":           testPartsParent,
 	}
 	maps.Copy(tests, contractCases)
 	maps.Copy(tests, scheduleCases)
