@@ -54,36 +54,48 @@ func TestExamples(t *testing.T) {
 	workerKey := rl.createKey(t, "shop", "worker")
 	const jobs = 4
 
-	t.Run("go", func(t *testing.T) {
-		// Each run has its own limit key, so one run's pause never holds
-		// up the other.
-		env := []string{"RATELANE_URL=" + rl.url, "RATELANE_REGION=eu", "LIMIT_KEY=upstream:go",
-			"UPSTREAM_URL=" + up.srv.URL, "WAIT_SECONDS=2"}
-		since := up.arm()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, workerBin, "-mode", "producer", "-n", strconv.Itoa(jobs))
-		cmd.Env = append(os.Environ(), append(env, "RATELANE_API_KEY="+producerKey)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go-worker -mode producer: %v\n%s", err, stderr.Bytes())
+	// The Go worker runs twice: reporting each outcome on its own route,
+	// and with BATCH_REPORT=1 every lease's outcomes (the 429 among them)
+	// in one POST /v1/leases/complete.
+	for _, batch := range []bool{false, true} {
+		name, limitKey := "go", "upstream:go"
+		if batch {
+			name, limitKey = "go batch report", "upstream:go-batch"
 		}
-		ids := strings.Fields(string(out))
-		if len(ids) != jobs {
-			t.Fatalf("producer printed %d job ids, want %d: %q", len(ids), jobs, out)
-		}
+		t.Run(name, func(t *testing.T) {
+			// Each run has its own limit key, so one run's pause never holds
+			// up the other.
+			env := []string{"RATELANE_URL=" + rl.url, "RATELANE_REGION=eu", "LIMIT_KEY=" + limitKey,
+				"UPSTREAM_URL=" + up.srv.URL, "WAIT_SECONDS=2"}
+			if batch {
+				env = append(env, "BATCH_REPORT=1")
+			}
+			since := up.arm()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, workerBin, "-mode", "producer", "-n", strconv.Itoa(jobs))
+			cmd.Env = append(os.Environ(), append(env, "RATELANE_API_KEY="+producerKey)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("go-worker -mode producer: %v\n%s", err, stderr.Bytes())
+			}
+			ids := strings.Fields(string(out))
+			if len(ids) != jobs {
+				t.Fatalf("producer printed %d job ids, want %d: %q", len(ids), jobs, out)
+			}
 
-		// One job at a time, so that every upstream call after the 429 was
-		// leased after it was reported: a call in the paused second would be
-		// a lease the pause should have refused.
-		w := startProc(t, "go-worker", bin, workerBin, nil,
-			append(env, "RATELANE_API_KEY="+workerKey, "CONCURRENCY=1", "MAX_JOBS="+strconv.Itoa(jobs)))
-		w.waitExit(t, 60*time.Second)
-		checkRun(t, rl, producerKey, up, since, ids)
-		checkSIGTERM(t, "go-worker", bin, workerBin, nil, append(env, "RATELANE_API_KEY="+workerKey, "WAIT_SECONDS=1"))
-	})
+			// One job at a time, so that every upstream call after the 429 was
+			// leased after it was reported: a call in the paused second would be
+			// a lease the pause should have refused.
+			w := startProc(t, "go-worker", bin, workerBin, nil,
+				append(env, "RATELANE_API_KEY="+workerKey, "CONCURRENCY=1", "MAX_JOBS="+strconv.Itoa(jobs)))
+			w.waitExit(t, 60*time.Second)
+			checkRun(t, rl, producerKey, up, since, ids)
+			checkSIGTERM(t, "go-worker", bin, workerBin, nil, append(env, "RATELANE_API_KEY="+workerKey, "WAIT_SECONDS=1"))
+		})
+	}
 
 	t.Run("node", func(t *testing.T) {
 		node := requireNode(t)

@@ -301,6 +301,28 @@ func noLeak(t *testing.T, a answer) {
 	}
 }
 
+// batchItemNotFound checks a batch complete's answer: its one item is
+// refused as an unknown job, and nothing was recorded.
+func batchItemNotFound(t *testing.T, a answer) {
+	t.Helper()
+	var out struct {
+		Results []struct {
+			Status int `json:"status"`
+			Error  *struct {
+				Type string `json:"type"`
+			} `json:"error"`
+		} `json:"results"`
+		Completed int `json:"completed"`
+	}
+	if err := json.Unmarshal(a.body, &out); err != nil {
+		t.Fatalf("batch complete answer: %v: %s", err, a.body)
+	}
+	if out.Completed != 0 || len(out.Results) != 1 || out.Results[0].Status != 404 ||
+		out.Results[0].Error == nil || !strings.HasSuffix(out.Results[0].Error.Type, "/not-found") {
+		t.Errorf("batch complete of another tenant's job = %s, want its item 404 not-found and nothing completed", a.body)
+	}
+}
+
 // TestForgedRequests is issue 10's tenancy test: every forged request of
 // tenant globex against tenant acme's records, and every attempt to
 // create or run a built-in kind from outside, over the real HTTP API with
@@ -367,6 +389,21 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 		{name: "fail, stolen token", hole: true, method: "POST", path: jobPath(e.job, "/fail"), key: gw, body: stolenToken, status: 404, slug: "not-found"},
 		{name: "complete, stolen token", hole: true, method: "POST", path: jobPath(e.job, "/complete"), key: gw, body: stolenToken, status: 404, slug: "not-found"},
 		{name: "complete, finished foreign job", hole: true, method: "POST", path: jobPath(e.dead, "/complete"), key: gw, body: badToken, status: 404, slug: "not-found"},
+		// The batch complete names ids in its body: every outcome of it
+		// answers another tenant's job as unknown, and leaves it running.
+		{name: "batch complete, stolen token", hole: true, method: "POST", path: "/v1/leases/complete", key: gw,
+			body:   map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.job, "lease_token": e.leaseToken, "result": forgedBody}}},
+			status: 200, check: batchItemNotFound},
+		{name: "batch fail, stolen token", hole: true, method: "POST", path: "/v1/leases/complete", key: gw,
+			body:   map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.job, "lease_token": e.leaseToken, "outcome": "fail", "error": "forged"}}},
+			status: 200, check: batchItemNotFound},
+		{name: "batch rate-limited, stolen token", hole: true, method: "POST", path: "/v1/leases/complete", key: gw,
+			body: map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.job, "lease_token": e.leaseToken, "outcome": "rate_limited",
+				"headers": map[string]string{"Retry-After": "3600"}}}},
+			status: 200, check: batchItemNotFound},
+		{name: "batch complete of a delivery", hole: true, method: "POST", path: "/v1/leases/complete", key: aw,
+			body:   map[string]any{"region": "us", "jobs": []map[string]any{{"id": e.delivery, "lease_token": "not-the-token", "outcome": "fail"}}},
+			status: 200, check: batchItemNotFound},
 		{name: "complete, unknown id (control)", method: "POST", path: jobPath(unknown, "/complete"), key: gw, body: badToken, status: 404, slug: "not-found"},
 
 		// Another tenant's ids on the other routes.

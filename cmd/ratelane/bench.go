@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +41,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var verbose bool
 	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")
 	fs.BoolVar(&verbose, "verbose", false, "upstreams only: print each mix's accepted/refused timeline to stderr")
+	// The profiles cover the whole process: in the http-* workloads the
+	// API server and its simulated clients run in it together.
+	var cpuProfile, memProfile string
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` (go tool pprof)")
+	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile (allocs: every allocation since start) to `FILE` at the end")
 	// The workload may come before or after the flags.
 	var name string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -79,6 +87,30 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	names := []string{name}
 	if name == "all" {
 		names = bench.Workloads
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return usageError{fmt.Sprintf("--cpuprofile: %v", err)}
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if memProfile != "" {
+		f, err := os.Create(memProfile)
+		if err != nil {
+			return usageError{fmt.Sprintf("--memprofile: %v", err)}
+		}
+		defer func() {
+			runtime.GC() // up-to-date statistics
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintf(stderr, "ratelane: --memprofile: %v\n", err)
+			}
+			f.Close()
+		}()
 	}
 	var results []bench.Result
 	for _, n := range names {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -138,5 +139,29 @@ func TestBenchUpstreamsMixVerbose(t *testing.T) {
 	lines := strings.Count(trace, "\n")
 	if lines < 3 || lines > 200 {
 		t.Fatalf("--verbose: %d timeline lines for a 3 s mix, want a few (bounded)", lines)
+	}
+}
+
+// TestBenchProfiles: --cpuprofile and --memprofile write profiles pprof
+// reads (a gzipped protobuf, magic 1f 8b), and an unwritable path is a
+// usage error before anything runs.
+func TestBenchProfiles(t *testing.T) {
+	dir := t.TempDir()
+	cpu, mem := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "mem.pprof")
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "http-enqueue", "--smoke", "--json", "--cpuprofile", cpu, "--memprofile", mem}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, p := range []string{cpu, mem} {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s: %d bytes, err %v; want a gzipped pprof profile", p, len(b), err)
+		}
+	}
+	stderr.Reset()
+	bad := []string{"bench", "http-enqueue", "--smoke", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "cpu")}
+	if code := run(context.Background(), bad, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--cpuprofile") {
+		t.Errorf("unwritable --cpuprofile: exit %d, %s; want 2 naming the flag", code, stderr.String())
 	}
 }

@@ -7,7 +7,9 @@
 // sleeps on an upstream 429 itself: it hands the upstream's raw headers to
 // POST /v1/jobs/{id}/rate-limited, and ratelane parses Retry-After (and
 // x-ratelimit-*, RateLimit, ...), pauses the limit key for every worker and
-// reschedules the job.
+// reschedules the job. With -batch-report (BATCH_REPORT=1) the outcomes of
+// each lease go together in one POST /v1/leases/complete, and the producer
+// always enqueues with POST /v1/jobs/batch, 1000 jobs a request.
 //
 //	RATELANE_API_KEY=rl_... UPSTREAM_URL=http://127.0.0.1:8090/hooks/demo go run ./examples/go-worker
 //	RATELANE_API_KEY=rl_... go run ./examples/go-worker -mode producer -n 10
@@ -50,6 +52,7 @@ type config struct {
 	kinds                               []string
 	kind, limitKey                      string
 	concurrency, maxJobs, n             int
+	batchReport                         bool
 	lease, wait, upstreamTimeout        time.Duration
 }
 
@@ -88,7 +91,8 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.upstream, "upstream", os.Getenv("UPSTREAM_URL"), "worker: URL each job's payload is POSTed to")
 	fs.IntVar(&c.concurrency, "concurrency", envInt("CONCURRENCY", 4), "worker: jobs leased and run at once")
 	fs.IntVar(&c.maxJobs, "max-jobs", envInt("MAX_JOBS", 0), "worker: exit after this many completed jobs; 0 runs until SIGTERM")
-	fs.IntVar(&c.n, "n", 1, "producer: jobs to enqueue")
+	fs.IntVar(&c.n, "n", 1, "producer: jobs to enqueue (POST /v1/jobs/batch, up to 1000 a request)")
+	fs.BoolVar(&c.batchReport, "batch-report", os.Getenv("BATCH_REPORT") == "1", "worker: report each lease's outcomes together in one POST /v1/leases/complete (default $BATCH_REPORT=1)")
 	fs.DurationVar(&c.lease, "lease", time.Duration(envInt("LEASE_SECONDS", 30))*time.Second, "worker: lease length (heartbeats extend it)")
 	fs.DurationVar(&c.wait, "wait", time.Duration(envInt("WAIT_SECONDS", 5))*time.Second, "worker: long-poll length, also the longest SIGTERM waits for an idle worker")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 2*time.Minute, "worker: timeout of one upstream call")
@@ -184,28 +188,68 @@ func (c *client) call(ctx context.Context, method, path string, in, out any, hdr
 	return resp.Header, nil
 }
 
-// produce enqueues -n jobs and prints their ids, one a line. Each has an
-// idempotency key, so rerunning after a timeout returns the same job.
+// maxBatch is the most jobs one POST /v1/jobs/batch (and outcomes one
+// POST /v1/leases/complete) may hold.
+const maxBatch = 1000
+
+// produce enqueues -n jobs with POST /v1/jobs/batch and prints their ids,
+// one a line, in order. Each has an idempotency key, so rerunning a batch
+// after a timeout returns the same jobs (answered "replayed").
 func (c *client) produce(ctx context.Context) error {
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	for i := range c.cfg.n {
-		key := fmt.Sprintf("go-producer-%s-%d", run, i)
-		in := map[string]any{
-			"kind": c.cfg.kind, "region": c.cfg.region, "lane": "batch",
-			"limit_keys": []string{c.cfg.limitKey}, "payload": map[string]any{"order_id": key},
+	for start := 0; start < c.cfg.n; start += maxBatch {
+		var jobs []map[string]any
+		for i := start; i < min(start+maxBatch, c.cfg.n); i++ {
+			key := fmt.Sprintf("go-producer-%s-%d", run, i)
+			jobs = append(jobs, map[string]any{
+				"kind": c.cfg.kind, "region": c.cfg.region, "lane": "batch", "idempotency_key": key,
+				"limit_keys": []string{c.cfg.limitKey}, "payload": map[string]any{"order_id": key},
+			})
 		}
-		var out struct {
-			ID string `json:"id"`
-		}
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := c.call(ctx, http.MethodPost, "/v1/jobs", in, &out, map[string]string{"Idempotency-Key": key})
-		cancel()
+		ids, err := c.enqueueBatch(ctx, jobs)
 		if err != nil {
 			return err
 		}
-		fmt.Println(out.ID)
+		for _, id := range ids {
+			fmt.Println(id)
+		}
 	}
 	return nil
+}
+
+// batchItem is one item's answer of a batch route.
+type batchItem struct {
+	Index  int       `json:"index"`
+	Status int       `json:"status"`
+	ID     string    `json:"id"`
+	State  string    `json:"state"`
+	Error  *apiError `json:"error"`
+}
+
+// enqueueBatch sends up to 1000 jobs in one POST /v1/jobs/batch (one
+// transaction: a 5xx means none was written, so the whole batch may be
+// sent again) and returns their ids in order. A refused item is an error
+// naming its index; the accepted ones are written all the same.
+func (c *client) enqueueBatch(ctx context.Context, jobs []map[string]any) ([]string, error) {
+	var out struct {
+		Results []batchItem `json:"results"`
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.call(ctx, http.MethodPost, "/v1/jobs/batch", map[string]any{"jobs": jobs}, &out, nil); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(jobs) {
+		return nil, fmt.Errorf("POST /v1/jobs/batch answered %d results for %d jobs", len(out.Results), len(jobs))
+	}
+	ids := make([]string, len(jobs))
+	for i, r := range out.Results {
+		if r.Error != nil {
+			return nil, fmt.Errorf("job %d refused (%d): %s", i, r.Status, r.Error.Detail)
+		}
+		ids[i] = r.ID
+	}
+	return ids, nil
 }
 
 // leasedJob is the part of a leased job the worker uses.
@@ -238,9 +282,18 @@ func (c *client) work(ctx context.Context) error {
 		}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
+		var outcomes []map[string]any // with -batch-report
 		for _, j := range jobs {
 			wg.Go(func() {
-				if c.run(j) {
+				outcome, body := c.run(j)
+				if c.cfg.batchReport {
+					body["id"], body["lease_token"], body["outcome"] = j.ID, j.LeaseToken, outcome
+					mu.Lock()
+					outcomes = append(outcomes, body)
+					mu.Unlock()
+					return
+				}
+				if c.report(j, outcome, body) && outcome == "success" {
 					mu.Lock()
 					completed++
 					mu.Unlock()
@@ -248,6 +301,9 @@ func (c *client) work(ctx context.Context) error {
 			})
 		}
 		wg.Wait()
+		if len(outcomes) > 0 {
+			completed += c.reportBatch(outcomes)
+		}
 	}
 	c.log.Info("worker stopped", "completed", completed)
 	return nil
@@ -270,10 +326,11 @@ func (c *client) lease(ctx context.Context, n int) ([]leasedJob, error) {
 }
 
 // run calls the upstream for one job, heartbeating while the call lasts,
-// and reports the outcome. It reports true when the job was completed.
+// and returns the outcome to report: success, fail or rate_limited, and
+// the fields of its body (those of /complete, /fail or /rate-limited).
 // Jobs in hand run to the end even after SIGTERM, so their contexts are
 // not the signal's.
-func (c *client) run(j leasedJob) bool {
+func (c *client) run(j leasedJob) (string, map[string]any) {
 	beatCtx, stopBeats := context.WithCancel(context.Background())
 	go c.heartbeat(beatCtx, j)
 	resp, err := c.callUpstream(j)
@@ -281,22 +338,20 @@ func (c *client) run(j leasedJob) bool {
 	if err != nil {
 		// Timeouts and connection errors are transient: ratelane retries
 		// them with backoff from the job's transient budget.
-		c.report(j, "fail", map[string]any{"retryable": true, "error": "upstream: " + errorKind(err)})
-		return false
+		return "fail", map[string]any{"retryable": true, "error": "upstream: " + errorKind(err)}
 	}
 	switch s := resp.StatusCode; {
 	case s/100 == 2:
 		// Remaining-quota headers on a success let ratelane slow the key
 		// before the upstream has to say 429.
-		return c.report(j, "complete", map[string]any{"result": map[string]int{"upstream_status": s}, "headers": rawHeaders(resp.Header)})
+		return "success", map[string]any{"result": map[string]int{"upstream_status": s}, "headers": rawHeaders(resp.Header)}
 	case s == http.StatusTooManyRequests:
-		c.report(j, "rate-limited", map[string]any{"headers": rawHeaders(resp.Header), "status": s})
+		return "rate_limited", map[string]any{"headers": rawHeaders(resp.Header), "status": s}
 	case s >= 500 || s == http.StatusRequestTimeout:
-		c.report(j, "fail", map[string]any{"retryable": true, "status": s, "error": "upstream " + strconv.Itoa(s)})
+		return "fail", map[string]any{"retryable": true, "status": s, "error": "upstream " + strconv.Itoa(s)}
 	default: // other 4xx answers will not change on a retry
-		c.report(j, "fail", map[string]any{"retryable": false, "status": s, "error": "upstream " + strconv.Itoa(s)})
+		return "fail", map[string]any{"retryable": false, "status": s, "error": "upstream " + strconv.Itoa(s)}
 	}
-	return false
 }
 
 func (c *client) callUpstream(j leasedJob) (*http.Response, error) {
@@ -351,13 +406,14 @@ func (c *client) heartbeat(ctx context.Context, j leasedJob) {
 // the lease may still hold; after that the job is leased again anyway.
 func (c *client) report(j leasedJob, outcome string, body map[string]any) bool {
 	body["lease_token"] = j.LeaseToken
+	route := map[string]string{"success": "complete", "fail": "fail", "rate_limited": "rate-limited"}[outcome]
 	for attempt := 1; ; attempt++ {
 		var out struct {
 			State      string `json:"state"`
 			EligibleAt string `json:"eligible_at"`
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		_, err := c.call(ctx, http.MethodPost, jobPath(j, outcome), body, &out, nil)
+		_, err := c.call(ctx, http.MethodPost, jobPath(j, route), body, &out, nil)
 		cancel()
 		if err == nil {
 			c.log.Info("reported", "job", j.ID, "outcome", outcome, "state", out.State, "eligible_at", out.EligibleAt)
@@ -369,6 +425,48 @@ func (c *client) report(j leasedJob, outcome string, body map[string]any) bool {
 		}
 		if attempt == 5 {
 			return false
+		}
+		time.Sleep(time.Duration(attempt) * 500 * time.Millisecond)
+	}
+}
+
+// reportBatch sends one lease's outcomes (each with its id, lease_token
+// and outcome) in one POST /v1/leases/complete and returns how many
+// successes ratelane recorded. Each item is answered on its own: a 409 is
+// a lost lease, logged like a single report's. A 5xx or a network error
+// means nothing was written (one guarded write), so the whole batch is
+// sent again, briefly, as report does; an item recorded by a send whose
+// answer was lost comes back 409 then.
+func (c *client) reportBatch(items []map[string]any) int {
+	body := map[string]any{"region": c.cfg.region, "jobs": items}
+	for attempt := 1; ; attempt++ {
+		var out struct {
+			Results []batchItem `json:"results"`
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		_, err := c.call(ctx, http.MethodPost, "/v1/leases/complete", body, &out, nil)
+		cancel()
+		if err == nil {
+			done := 0
+			for _, r := range out.Results {
+				outcome := items[r.Index]["outcome"]
+				if r.Error != nil {
+					c.log.Warn("report failed", "job", r.ID, "outcome", outcome, "err", r.Error)
+					continue
+				}
+				c.log.Info("reported", "job", r.ID, "outcome", outcome, "state", r.State)
+				if outcome == "success" {
+					done++
+				}
+			}
+			return done
+		}
+		c.log.Warn("batch report failed", "jobs", len(items), "err", err)
+		if e := (*apiError)(nil); errors.As(err, &e) && e.Status < 500 && e.Status != http.StatusTooManyRequests {
+			return 0
+		}
+		if attempt == 5 {
+			return 0
 		}
 		time.Sleep(time.Duration(attempt) * 500 * time.Millisecond)
 	}

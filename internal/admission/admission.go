@@ -176,6 +176,16 @@ func (c Config) Charge(cost int64) int64 {
 	return cost
 }
 
+// Unpaced reports a key with no shape at all: no bucket, no window, no
+// concurrency cap, not adaptive. A start changes nothing such a key's
+// admission reads (only a pause, which a finish's outcome may set, can hold
+// its jobs back), so the stores neither lock it exclusively nor write it
+// when leasing or finishing; its in-flight count is then derived from the
+// running jobs instead of kept in its row.
+func (c Config) Unpaced() bool {
+	return c.Rate == 0 && len(c.Windows) == 0 && c.Concurrency == 0 && !c.Adaptive
+}
+
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c Config) WithDefaults() Config {
 	if c.Burst == 0 {

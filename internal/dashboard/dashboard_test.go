@@ -1,8 +1,10 @@
 package dashboard_test
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -127,5 +129,49 @@ func TestScopeAndCSRF(t *testing.T) {
 	// The admin pages are left out of a producer's navigation.
 	if page := b.get("/ui/jobs"); strings.Contains(page, `href="/ui/limits"`) || !strings.Contains(page, "tenant acme") {
 		t.Fatalf("producer page navigation: %s", page)
+	}
+}
+
+// TestCanceledReadIsNotAnError: when the browser goes away (a page closed
+// or navigated while its reads and its stream were in flight), the API
+// reads the dashboard made are answered 499 client-closed-request and
+// logged at debug, never as "request failed" 500 errors.
+func TestCanceledReadIsNotAnError(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, false)
+	s.enqueue(s.acme, "email.send", "smtp:acme")
+	b, _ := s.signIn(adminKey)
+	u, _ := url.Parse(s.url + "/ui/")
+	cookies := b.client.Jar.Cookies(u)
+	if len(cookies) == 0 {
+		t.Fatal("signed in without a session cookie")
+	}
+	send := func(path string) *httptest.ResponseRecorder {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the browser is gone before the API reads the store
+		req := httptest.NewRequestWithContext(ctx, "GET", path, nil)
+		for _, c := range cookies {
+			req.AddCookie(c)
+		}
+		rec := httptest.NewRecorder()
+		s.handler.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, path := range []string{"/ui/api/v1/stats", "/ui/api/v1/jobs?region=us", "/ui/api/v1/dead-letters"} {
+		rec := send(path)
+		if rec.Code != 499 || !strings.Contains(rec.Body.String(), "client-closed-request") {
+			t.Errorf("GET %s canceled: %d %s, want 499 client-closed-request", path, rec.Code, rec.Body)
+		}
+	}
+	rec := send("/ui/stream?path=/v1/stats")
+	if !strings.Contains(rec.Body.String(), `"status":499`) {
+		t.Errorf("canceled stream read: %q, want its data event to carry 499", rec.Body)
+	}
+	logs := s.logs.String()
+	if strings.Contains(logs, "request failed") || strings.Contains(logs, "status=500") || strings.Contains(logs, "level=ERROR") {
+		t.Errorf("a canceled dashboard read was logged as an error:\n%s", logs)
+	}
+	if n := strings.Count(logs, "request canceled by the client"); n != 4 {
+		t.Errorf("%d debug lines for 4 canceled reads:\n%s", n, logs)
 	}
 }

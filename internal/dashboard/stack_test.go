@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,12 +31,37 @@ type stack struct {
 	t            *testing.T
 	url          string
 	acme, globex string
+	// handler is the server's handler, for requests a test must shape
+	// beyond what a client can (a context canceled at a chosen point).
+	handler http.Handler
+	// logs holds everything the server logged, from debug up.
+	logs *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func newStack(t *testing.T, tls bool) *stack {
 	t.Helper()
 	ctx := context.Background()
-	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}}
+	logs := &syncBuffer{}
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}},
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	rules, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +93,7 @@ func newStack(t *testing.T, tls bool) *stack {
 		api.Close()
 		c.Stop(context.Background())
 	})
-	s := &stack{t: t, url: srv.URL}
+	s := &stack{t: t, url: srv.URL, handler: api.Handler, logs: logs}
 	key := func(tenant, role string) string {
 		var out struct {
 			Secret string `json:"secret"`

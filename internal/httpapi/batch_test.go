@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -347,4 +348,228 @@ func TestBatchCompleteLeases(t *testing.T) {
 		e.do("POST", "/v1/leases/complete", acmeKey, map[string]any{"region": "us", "jobs": []map[string]any{item(l[1].ID, l[1].LeaseToken)}}).
 			wantProblem(t, 403, "forbidden")
 	})
+}
+
+// TestBatchCompleteEveryOutcome: each outcome an external worker can
+// report on its own route (success, retryable, invalid output and
+// permanent failure, a 503 with Retry-After, a 429 with headers or a
+// delay) is accepted by the batch complete and lands where the single
+// route lands it; items the single route would refuse are refused with
+// its problem, and the rest of the batch is still recorded.
+func TestBatchCompleteEveryOutcome(t *testing.T) {
+	t.Parallel()
+	batchBackends(t, func(t *testing.T, e *env, _ func()) {
+		type tc struct {
+			name   string
+			route  string         // the single route
+			single map[string]any // its body, without lease_token
+			item   map[string]any // the batch item's fields, without id and lease_token
+		}
+		cases := []tc{
+			{"success", "complete", map[string]any{"result": map[string]any{"ok": 1}, "usage": 3},
+				map[string]any{"result": map[string]any{"ok": 1}, "usage": 3}},
+			{"retryable", "fail", map[string]any{"retryable": true, "error": "upstream 502", "status": 502},
+				map[string]any{"outcome": "fail", "retryable": true, "error": "upstream 502", "status": 502}},
+			{"invalid output", "fail", map[string]any{"invalid_output": true, "error": "bad schema"},
+				map[string]any{"outcome": "fail", "invalid_output": true, "error": "bad schema"}},
+			{"permanent", "fail", map[string]any{"error": "no such mailbox", "status": 400},
+				map[string]any{"outcome": "fail", "error": "no such mailbox", "status": 400}},
+			{"503 with Retry-After", "fail", map[string]any{"retryable": true, "status": 503, "headers": map[string]string{"Retry-After": "7"}},
+				map[string]any{"outcome": "fail", "retryable": true, "status": 503, "headers": map[string]string{"Retry-After": "7"}}},
+			{"429 headers", "rate-limited", map[string]any{"headers": map[string]string{"Retry-After": "5"}},
+				map[string]any{"outcome": "rate_limited", "headers": map[string]string{"Retry-After": "5"}}},
+			{"429 delay and scope", "rate-limited", map[string]any{"retry_after_seconds": 2.5, "scope": "SCOPE"},
+				map[string]any{"outcome": "rate_limited", "retry_after_seconds": 2.5, "scope": "SCOPE"}},
+		}
+		// Two jobs per case, each case on its own limit key so that one
+		// case's pause does not hold back another's lease.
+		key := func(i, copy int) string { return fmt.Sprintf("case%d-%d:k", i, copy) }
+		for i := range cases {
+			for c := range 2 {
+				e.createJob(acmeKey, jobBody("email.send", "us", key(i, c)))
+			}
+		}
+		leased := e.lease("us", 2*len(cases), "email.send")
+		if len(leased) != 2*len(cases) {
+			t.Fatalf("leased %d, want %d", len(leased), 2*len(cases))
+		}
+		byKey := map[string]jobView{}
+		for _, j := range leased {
+			byKey[j.LimitKeys[0]] = j
+		}
+		withScope := func(m map[string]any, scope string) map[string]any {
+			out := map[string]any{}
+			for k, v := range m {
+				if v == "SCOPE" {
+					v = scope
+				}
+				out[k] = v
+			}
+			return out
+		}
+		var items []map[string]any
+		for i, c := range cases {
+			j := byKey[key(i, 1)]
+			it := withScope(c.item, key(i, 1))
+			it["id"], it["lease_token"] = j.ID, j.LeaseToken
+			items = append(items, it)
+		}
+		// Refused items, each next to good ones: what the single routes
+		// refuse, plus fields of another outcome.
+		bad := []struct {
+			item  map[string]any
+			field string
+		}{
+			{map[string]any{"outcome": "retry"}, "outcome"},
+			{map[string]any{"outcome": "fail", "result": map[string]any{"ok": 1}}, "result"},
+			{map[string]any{"retryable": true}, "retryable"},
+			{map[string]any{"outcome": "rate_limited", "scope": "not-its-key"}, "scope"},
+			{map[string]any{"outcome": "rate_limited", "retry_after_seconds": -1}, "retry_after_seconds"},
+			{map[string]any{"outcome": "fail", "error": strings.Repeat("x", maxErrorLen+1)}, "error"},
+			{map[string]any{"outcome": "fail", "status": 1000}, "status"},
+		}
+		victim := byKey[key(0, 0)] // still held: every bad item names it
+		for _, b := range bad {
+			b.item["id"], b.item["lease_token"] = victim.ID, victim.LeaseToken
+			items = append(items, b.item)
+		}
+		var out completeLeasesResponse
+		e.do("POST", "/v1/leases/complete", workerKey, map[string]any{"region": "us", "jobs": items}).want(t, 200).json(t, &out)
+		if out.Completed != len(cases) || out.Failed != len(bad) || len(out.Results) != len(items) {
+			t.Fatalf("completed %d failed %d of %d: %+v", out.Completed, out.Failed, len(items), out.Results)
+		}
+		for k, b := range bad {
+			r := out.Results[len(cases)+k]
+			want := fmt.Sprintf("jobs[%d].%s", len(cases)+k, b.field)
+			if r.Status != 400 || r.Error == nil || len(r.Error.Errors) != 1 || r.Error.Errors[0].Field != want {
+				t.Errorf("bad item %v = %+v %+v, want 400 on %s", b.item, r, r.Error, want)
+			}
+		}
+		if got := e.getJob(victim.ID).State; got != job.StateRunning {
+			t.Errorf("the job every refused item named is %s, want still running", got)
+		}
+		// Now the same outcomes through the single routes: the same
+		// transitions.
+		for i, c := range cases {
+			j := byKey[key(i, 0)]
+			if i == 0 {
+				j = victim
+			}
+			body := withScope(c.single, key(i, 0))
+			body["lease_token"] = j.LeaseToken
+			var one outcomeResponse
+			e.do("POST", "/v1/jobs/"+j.ID+"/"+c.route, workerKey, body).want(t, 200).json(t, &one)
+			r := out.Results[i]
+			if r.Status != 200 || r.State != one.State || r.Reason != one.Reason || r.EligibleAt.IsZero() != one.EligibleAt.IsZero() {
+				t.Errorf("%s: batch item %+v, single route %+v", c.name, r, one)
+			}
+			if got := e.getJob(r.ID).State; got != r.State {
+				t.Errorf("%s: job is %s, the batch answered %s", c.name, got, r.State)
+			}
+			if c.route == "rate-limited" || c.name == "503 with Retry-After" {
+				var lv limitView
+				e.do("GET", "/v1/limits/"+key(i, 1)+"?region=us", adminKey, nil).want(t, 200).json(t, &lv)
+				if !lv.PausedUntil.After(e.clock.Now()) {
+					t.Errorf("%s: key %s is not paused after the batch's 429", c.name, key(i, 1))
+				}
+			}
+		}
+		if out.Results[0].State != job.StatePublished {
+			t.Errorf("success went to %s", out.Results[0].State)
+		}
+	})
+}
+
+// TestBatchEnqueueUnserved: a batch item of a kind nothing leases carries
+// the same unserved note as POST /v1/jobs, and none once it is served.
+func TestBatchEnqueueUnserved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	single := e.createJob(acmeKey, jobBody("report", "us"))
+	if single.Unserved == nil {
+		t.Fatal("single create of an unserved kind has no note")
+	}
+	out := e.createJobs(acmeKey, jobBody("report", "us"), withKey(jobBody("report", "us"), "idempotency_key", "u-1"))
+	for i, r := range out.Results {
+		if r.Status != 201 || r.Unserved == nil || r.Unserved.Detail != single.Unserved.Detail {
+			t.Errorf("results[%d] = %+v unserved %+v, want the single create's note %q", i, r, r.Unserved, single.Unserved.Detail)
+		}
+	}
+	if len(e.lease("us", 1, "report")) != 1 {
+		t.Fatal("lease of the kind found nothing")
+	}
+	out = e.createJobs(acmeKey, jobBody("report", "us"), withKey(jobBody("report", "us"), "idempotency_key", "u-1"))
+	for i, r := range out.Results {
+		if r.Unserved != nil {
+			t.Errorf("results[%d] still unserved once the kind is leased: %+v", i, r.Unserved)
+		}
+	}
+}
+
+// TestBatchCompleteLeasedHere: the jobs a lease through this server
+// returned are reported without reading them back (leasedJobs), and that
+// shortcut answers exactly as the store read would: a cancelled job's
+// outcome is refused (the guarded write conflicts), a lease another node
+// extended past the remembered expiry is still held, an expired lease
+// is lost.
+func TestBatchCompleteLeasedHere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for range 4 {
+		e.createJob(acmeKey, jobBody("email.send", "us"))
+	}
+	l := e.lease("us", 4, "email.send") // 60 s leases
+	if len(l) != 4 {
+		t.Fatalf("leased %d", len(l))
+	}
+	now := e.clock.Now()
+	for _, j := range l {
+		if c := e.srv.leased.get(j.ID, j.LeaseToken, now); c == nil || c.Region != "us" {
+			t.Fatalf("job %s leased here is not remembered for region us: %+v", j.ID, c)
+		}
+	}
+	item := func(j jobView) map[string]any {
+		return map[string]any{"id": j.ID, "lease_token": j.LeaseToken, "result": map[string]any{"ok": true}}
+	}
+	complete := func(items ...map[string]any) completeLeasesResponse {
+		var out completeLeasesResponse
+		e.do("POST", "/v1/leases/complete", workerKey, map[string]any{"region": "us", "jobs": items}).want(t, 200).json(t, &out)
+		return out
+	}
+	// l[0]: cancelled by its producer while leased.
+	e.do("POST", "/v1/jobs/"+l[0].ID+"/cancel?region=us", acmeKey, nil).want(t, 200)
+	// l[1]: its lease extended to 10 minutes on another node (its writer,
+	// not this server).
+	if _, err := e.srv.jobs["us"].Heartbeat(context.Background(), l[1].ID, l[1].LeaseToken, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// A heartbeat through this server moves the remembered expiry.
+	e.do("POST", "/v1/jobs/"+l[3].ID+"/heartbeat?region=us", workerKey, map[string]any{"lease_token": l[3].LeaseToken, "lease_seconds": 600}).want(t, 200)
+	e.clock.Advance(90 * time.Second) // past the 60 s every lease was remembered with
+	out := complete(item(l[0]), item(l[1]), item(l[2]))
+	want := []int{409, 200, 409}
+	for i, st := range want {
+		if out.Results[i].Status != st {
+			t.Errorf("results[%d] = %+v %+v, want %d", i, out.Results[i], out.Results[i].Error, st)
+		}
+	}
+	for id, st := range map[string]job.State{l[0].ID: job.StateTerminal, l[1].ID: job.StatePublished, l[2].ID: job.StateRunning} {
+		if got := e.getJob(id).State; got != st {
+			t.Errorf("job %s is %s, want %s", id, got, st)
+		}
+	}
+	// A report forgets the job: a repeat reads the store and is refused.
+	if e.srv.leased.get(l[1].ID, l[1].LeaseToken, e.clock.Now()) != nil {
+		t.Error("a reported job is still remembered")
+	}
+	if r := complete(item(l[1])).Results[0]; r.Status != 409 {
+		t.Errorf("second report of a published job = %+v, want 409", r)
+	}
+	// l[3] was heartbeated through this server: remembered with its new expiry.
+	if c := e.srv.leased.get(l[3].ID, l[3].LeaseToken, e.clock.Now()); c == nil {
+		t.Error("a job heartbeated here is not remembered with its new expiry")
+	}
+	if r := complete(item(l[3])).Results[0]; r.Status != 200 || r.State != job.StatePublished {
+		t.Errorf("report after a heartbeat here = %+v %+v", r, r.Error)
+	}
 }

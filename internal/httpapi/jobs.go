@@ -73,7 +73,7 @@ func (s *Server) handleCreateJob(w http.ResponseWriter, r *http.Request, p auth.
 		return err
 	}
 	st := s.cfg.Regions[j.Region]
-	limits := newLimitMemo(st, s.cfg.DefaultLimit)
+	limits := s.newLimitMemo(st)
 	if err := limits.checkCost(r.Context(), j); err != nil {
 		return err
 	}

@@ -90,6 +90,7 @@ func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request, p auth.P
 		return err
 	}
 	st, err := s.cfg.Regions[region].UpsertLimit(r.Context(), c, s.cfg.Now())
+	s.limits.drop(region, c.Name) // also on an error: the write may have happened
 	if err != nil {
 		return err
 	}

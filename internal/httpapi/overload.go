@@ -54,19 +54,95 @@ func (s *Server) unservedNote(j *job.Job, pred admission.Prediction) *unserved {
 // limitMemo reads each limit key's state from a store at most once: a
 // request checks a job's cost against its keys and predicts its wait from
 // the same states, and a batch reads each key once for all its items.
+//
+// Between requests the reads are shared for limitTTL (limitCache), so a
+// busy key is not read from the store on every enqueue.
 type limitMemo struct {
-	st   store.Store
-	def  admission.Config
-	seen map[string]limitRead
+	st     store.Store
+	def    admission.Config
+	seen   map[string]limitRead
+	shared *limitCache
 }
 
 type limitRead struct {
-	state admission.State
-	err   error // nil or store.ErrNotFound
+	state   admission.State
+	err     error     // nil or store.ErrNotFound
+	fetched time.Time // wall clock, for limitCache
 }
 
-func newLimitMemo(st store.Store, def admission.Config) *limitMemo {
-	return &limitMemo{st: st, def: def, seen: map[string]limitRead{}}
+func (s *Server) newLimitMemo(st store.Store) *limitMemo {
+	return &limitMemo{st: st, def: s.cfg.DefaultLimit, seen: map[string]limitRead{}, shared: s.limits}
+}
+
+// limitTTL is how long a limit key's state read for an enqueue is reused
+// by later enqueues on this server. Reading the key was a tenth of the
+// http-enqueue benchmark's CPU (pprof). What the reuse can miss is bounded
+// by the TTL: starts and 429s of other nodes and of this node's in-process
+// engine (the state's tokens, in flight and pause), which only move a
+// predicted wait. What this server itself changes (PUT /v1/limits, a lease
+// or an outcome reported through it) drops the key at once, and the
+// job's insert and lease still use the store's own state: the cache
+// informs the overload prediction and the cost check, never admission.
+const limitTTL = 250 * time.Millisecond
+
+// maxLimitEntries bounds the cache; past it, stale entries are dropped.
+const maxLimitEntries = 10000
+
+// limitCache shares limit key reads between requests for limitTTL.
+type limitCache struct {
+	mu      sync.Mutex
+	entries map[limitCacheKey]limitRead
+}
+
+type limitCacheKey struct{ region, name string }
+
+func newLimitCache() *limitCache { return &limitCache{entries: map[limitCacheKey]limitRead{}} }
+
+func (c *limitCache) get(region, name string) (limitRead, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.entries[limitCacheKey{region, name}]
+	if !ok || time.Since(r.fetched) >= limitTTL {
+		return limitRead{}, false
+	}
+	return r, true
+}
+
+func (c *limitCache) put(region, name string, r limitRead) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= maxLimitEntries {
+		for k, e := range c.entries {
+			if time.Since(e.fetched) >= limitTTL {
+				delete(c.entries, k)
+			}
+		}
+		if len(c.entries) >= maxLimitEntries {
+			return
+		}
+	}
+	c.entries[limitCacheKey{region, name}] = r
+}
+
+// drop forgets keys this server just changed (or let the store change).
+func (c *limitCache) drop(region string, names ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range names {
+		delete(c.entries, limitCacheKey{region, n})
+	}
+}
+
+// dropJobs forgets the keys of jobs leased or finished through this
+// server: their tokens, in flight counts or pauses moved.
+func (c *limitCache) dropJobs(js ...*job.Job) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, j := range js {
+		for _, n := range j.LimitKeys {
+			delete(c.entries, limitCacheKey{j.Region, n})
+		}
+	}
 }
 
 // get returns the key's state, or store.ErrNotFound for a key the store
@@ -75,11 +151,21 @@ func (m *limitMemo) get(ctx context.Context, name string) (admission.State, erro
 	if r, ok := m.seen[name]; ok {
 		return r.state, r.err
 	}
+	if m.shared != nil {
+		if r, ok := m.shared.get(m.st.Region(), name); ok {
+			m.seen[name] = r
+			return r.state, r.err
+		}
+	}
 	k, err := m.st.GetLimit(ctx, name)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return k, err // not remembered: a failed read is not an answer
 	}
-	m.seen[name] = limitRead{state: k, err: err}
+	r := limitRead{state: k, err: err, fetched: time.Now()}
+	m.seen[name] = r
+	if m.shared != nil {
+		m.shared.put(m.st.Region(), name, r)
+	}
 	return k, err
 }
 

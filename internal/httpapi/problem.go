@@ -88,6 +88,22 @@ var titles = map[string]string{
 	"too-many-requests":      "This API key sent too many requests",
 	"unavailable":            "The service is unavailable",
 	"internal":               "Internal server error",
+	"client-closed-request":  "The client closed the request",
+}
+
+// statusClientClosed is the status of a request whose client went
+// away (or gave up) before the answer was ready: nginx's 499. It is not a
+// server error, so it is neither logged as one nor counted as a 5xx; the
+// answer itself is written for the record (metrics, access logs) but
+// usually reaches nobody.
+const statusClientClosed = 499
+
+// clientClosed is the problem of a canceled request.
+func clientClosed(err error) *apiError {
+	e := problemf(statusClientClosed, "client-closed-request",
+		"the request was canceled before its answer was ready (the client went away or gave up); retry it if the answer is still needed")
+	e.cause = err
+	return e
 }
 
 func badRequest(format string, args ...any) *apiError {
@@ -136,6 +152,8 @@ func toProblem(err error) *apiError {
 		return notFound("the resource")
 	case errors.Is(err, store.ErrConflict):
 		return problemf(http.StatusConflict, "conflict", "the job is not in a state that allows this operation; GET it to see its state")
+	case errors.Is(err, context.Canceled):
+		return clientClosed(err)
 	case errors.Is(err, context.DeadlineExceeded):
 		e := problemf(http.StatusServiceUnavailable, "unavailable", "the store did not answer in time; retry shortly")
 		e.cause = err

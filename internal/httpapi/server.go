@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,8 @@ type Server struct {
 	table    []route
 	limiter  *keyLimiter
 	backlog  *backlogCache
+	leased   *leasedJobs
+	limits   *limitCache
 	ready    readyCache
 	requests *prometheus.CounterVec
 	wakers   map[string]*waker
@@ -57,6 +60,7 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, regions: cfg.regionNames(), log: cfg.Logger.With("component", "httpapi"),
 		mux: http.NewServeMux(), limiter: newKeyLimiter(cfg.RequestRate, cfg.RequestBurst),
 		wakers: map[string]*waker{}, closed: make(chan struct{}), backlog: newBacklogCache(),
+		leased: newLeasedJobs(), limits: newLimitCache(),
 	}
 	s.jobs = map[string]*engine.Jobs{}
 	for _, r := range s.regions {
@@ -158,6 +162,8 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 		return auth.Principal{}, unauthenticated("this API key was revoked; ask an admin for a new one")
 	case errors.Is(err, ErrUnknownKey):
 		return auth.Principal{}, unauthenticated("this API key is not known; check RATELANE_API_KEY")
+	case errors.Is(err, context.Canceled):
+		return auth.Principal{}, clientClosed(err)
 	default:
 		e := problemf(http.StatusServiceUnavailable, "unavailable", "API keys cannot be verified right now; retry shortly")
 		e.cause = fmt.Errorf("authenticate: %w", err)
@@ -179,13 +185,30 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, p auth.Princi
 }
 
 // fail answers err as a problem, logging the cause of server-side errors.
+//
+// A request whose client went away is answered 499, not 500, and logged
+// at debug: the store's "context canceled" (or whatever error a driver
+// returns for an interrupted query) then says nothing about the server's
+// health. It is recognised by its error or, for a 5xx, by the request's
+// own context being canceled.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := toProblem(err)
+	if e.p.Status >= 500 && errors.Is(r.Context().Err(), context.Canceled) {
+		e = clientClosed(err)
+	}
+	canceled := e.p.Status == statusClientClosed
 	if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
-		s.log.Warn("error after the response started", "route", r.Pattern, "err", err)
+		if canceled {
+			s.log.Debug("request canceled by the client after the response started", "route", r.Pattern, "err", err)
+		} else {
+			s.log.Warn("error after the response started", "route", r.Pattern, "err", err)
+		}
 		return
 	}
-	if e.p.Status >= 500 && e.p.Status != http.StatusNotImplemented { // 501: a feature the operator did not enable
+	switch {
+	case canceled:
+		s.log.Debug("request canceled by the client", "route", r.Pattern, "err", err)
+	case e.p.Status >= 500 && e.p.Status != http.StatusNotImplemented: // 501: a feature the operator did not enable
 		s.log.Error("request failed", "route", r.Pattern, "status", e.p.Status, "err", err)
 	}
 	writeProblem(w, r, e)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -351,4 +353,57 @@ func (e *env) send0(method, path, key, body string) (response, error) {
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, header: resp.Header, body: raw}, err
+}
+
+// TestCanceledRequestIs499: a request whose client went away before the
+// store answered (the dashboard's reads when a page is closed) is answered
+// 499 client-closed-request and logged at debug, not as a 500 error. A
+// real store error on a live request is still a logged 500.
+func TestCanceledRequestIs499(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	e := newEnv(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	for _, tc := range []struct {
+		method, path string
+		body         string
+	}{
+		{"GET", "/v1/jobs?region=us", ""},
+		{"GET", "/v1/stats", ""},
+		{"GET", "/v1/limits?region=us", ""},
+		{"POST", "/v1/jobs", `{"kind":"email.send","region":"us","limit_keys":["smtp:default"]}`},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the client is gone before the handler reads the store
+		var rd io.Reader
+		if tc.body != "" && tc.method == "POST" {
+			rd = strings.NewReader(tc.body)
+		}
+		req := httptest.NewRequestWithContext(ctx, tc.method, tc.path, rd)
+		req.Header.Set("Authorization", "Bearer "+adminKey)
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(rec, req)
+		var p Problem
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+			t.Fatalf("%s %s: %d %s", tc.method, tc.path, rec.Code, rec.Body)
+		}
+		if rec.Code != statusClientClosed || p.Type != problemBase+"client-closed-request" || rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s %s canceled: %d %+v, want 499 client-closed-request", tc.method, tc.path, rec.Code, p)
+		}
+	}
+	out := logs.String()
+	if strings.Contains(out, "level=ERROR") || strings.Contains(out, "level=WARN") {
+		t.Errorf("canceled requests were logged as errors:\n%s", out)
+	}
+	if n := strings.Count(out, "request canceled by the client"); n != 4 {
+		t.Errorf("%d debug lines for 4 canceled requests:\n%s", n, out)
+	}
+	// The control: a store that fails on a live request is a logged 500.
+	e.stores["us"].Close()
+	e.do("GET", "/v1/jobs?region=us", adminKey, nil).wantProblem(t, 500, "internal")
+	if !strings.Contains(logs.String(), "level=ERROR msg=\"request failed\"") {
+		t.Errorf("a live request's store failure was not logged as an error:\n%s", logs.String())
+	}
 }

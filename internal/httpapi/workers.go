@@ -110,6 +110,8 @@ func (s *Server) handleCreateLease(w http.ResponseWriter, r *http.Request, p aut
 	if err != nil {
 		return err
 	}
+	s.leased.put(jobs, s.cfg.Now())
+	s.limits.dropJobs(jobs...)
 	out := leaseResponse{Jobs: make([]jobView, len(jobs))}
 	for i, j := range jobs {
 		out.Jobs[i] = jobView{Job: j, LeaseToken: j.LeaseToken}
@@ -214,6 +216,7 @@ func (s *Server) handleHeartbeatJob(w http.ResponseWriter, r *http.Request, p au
 		}
 		return err
 	}
+	s.leased.extended(j.ID, req.LeaseToken, until)
 	return writeJSON(w, http.StatusOK, heartbeatResponse{ID: j.ID, LeaseExpiresAt: until})
 }
 
@@ -255,11 +258,23 @@ func (s *Server) handleFailJob(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
+	o, err := s.failOutcome(&req)
+	if err != nil {
+		return err
+	}
+	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+}
+
+// failOutcome checks a failure report (retryable, invalid output or
+// permanent; error, status, headers) and returns its outcome. The single
+// route and the batch complete share it, so an outcome means the same
+// whichever way it arrives.
+func (s *Server) failOutcome(req *failRequest) (job.Outcome, error) {
 	if len(req.Error) > maxErrorLen {
-		return fieldError("error", "error is %d bytes; keep it under %d and never include payload or upstream output", len(req.Error), maxErrorLen)
+		return job.Outcome{}, fieldError("error", "error is %d bytes; keep it under %d and never include payload or upstream output", len(req.Error), maxErrorLen)
 	}
 	if req.Status < 0 || req.Status > 999 {
-		return fieldError("status", "status must be an HTTP status code, got %d", req.Status)
+		return job.Outcome{}, fieldError("status", "status must be an HTTP status code, got %d", req.Status)
 	}
 	class := job.ClassPermanent
 	switch {
@@ -271,7 +286,7 @@ func (s *Server) handleFailJob(w http.ResponseWriter, r *http.Request, p auth.Pr
 	o := job.Outcome{Class: class, Err: req.Error, Status: req.Status}
 	hints, info, err := s.parseHeaders(req.Headers, "")
 	if err != nil {
-		return err
+		return job.Outcome{}, err
 	}
 	// A failure reported here takes the 429 path only for what the
 	// upstream itself called congestion: a 503 with a server-given delay
@@ -281,7 +296,7 @@ func (s *Server) handleFailJob(w http.ResponseWriter, r *http.Request, p auth.Pr
 		o.Class, o.RetryAfter, o.RetrySource = job.ClassRateLimited, info.RetryAfter, info.Source
 		o.Hints = hints
 	}
-	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+	return o, nil
 }
 
 func (s *Server) handleReportRateLimited(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -289,13 +304,27 @@ func (s *Server) handleReportRateLimited(w http.ResponseWriter, r *http.Request,
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
+	o, err := s.rateLimitedOutcome(&req)
+	if err != nil {
+		return err
+	}
+	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+}
+
+// rateLimitedOutcome checks a rate-limited report (the upstream's delay,
+// headers, scope, status) and returns its outcome; the scope is checked
+// against the job's keys once the job is read (checkScope).
+func (s *Server) rateLimitedOutcome(req *rateLimitedRequest) (job.Outcome, error) {
 	o := job.Outcome{Class: job.ClassRateLimited, Scope: req.Scope, Status: req.Status}
 	if o.Status == 0 {
 		o.Status = http.StatusTooManyRequests
 	}
+	if o.Status < 0 || o.Status > 999 {
+		return job.Outcome{}, fieldError("status", "status must be an HTTP status code, got %d", o.Status)
+	}
 	hints, info, err := s.parseHeaders(req.Headers, req.Scope)
 	if err != nil {
-		return err
+		return job.Outcome{}, err
 	}
 	o.Hints = hints
 	if d, src, ok := info.Delay(); ok {
@@ -303,11 +332,21 @@ func (s *Server) handleReportRateLimited(w http.ResponseWriter, r *http.Request,
 	}
 	if v := req.RetryAfterSeconds; v != nil {
 		if *v < 0 || *v > job.MaxDelay.Seconds()*2 {
-			return fieldError("retry_after_seconds", "retry_after_seconds must be from 0 to %v, got %v", job.MaxDelay.Seconds()*2, *v)
+			return job.Outcome{}, fieldError("retry_after_seconds", "retry_after_seconds must be from 0 to %v, got %v", job.MaxDelay.Seconds()*2, *v)
 		}
 		o.RetryAfter, o.RetrySource = time.Duration(*v*float64(time.Second)), "retry_after_seconds"
 	}
-	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+	return o, nil
+}
+
+// checkScope refuses a rate-limited outcome whose scope is not one of
+// the job's limit keys: pausing a key the job does not use would slow
+// other tenants' work for this one's 429.
+func checkScope(j *job.Job, o job.Outcome) error {
+	if o.Scope != "" && !slices.Contains(j.LimitKeys, o.Scope) {
+		return fieldError("scope", "scope must be one of the job's limit keys %v, not %q", j.LimitKeys, o.Scope)
+	}
+	return nil
 }
 
 // parseHeaders reads the upstream's raw headers with internal/ratelimit:
@@ -385,8 +424,8 @@ func (s *Server) finishOutcome(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if err != nil {
 		return err
 	}
-	if o.Scope != "" && !slices.Contains(j.LimitKeys, o.Scope) {
-		return fieldError("scope", "scope must be one of the job's limit keys %v, not %q", j.LimitKeys, o.Scope)
+	if err := checkScope(j, o); err != nil {
+		return err
 	}
 	// External workers deliver results themselves, so success publishes
 	// (Validates false). The outcome is written even if the worker hangs
@@ -396,6 +435,8 @@ func (s *Server) finishOutcome(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if err != nil {
 		return err
 	}
+	s.leased.done(j.ID)
+	s.limits.dropJobs(j)
 	if err := done[0].Err; err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return leaseLost(j.ID, "the lease was lost before the outcome arrived")

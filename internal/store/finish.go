@@ -105,16 +105,47 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An unpaced key is written only when an outcome changed it (a pause);
+	// a plain success or failure leaves it as it was.
+	before := make(map[string]admission.State, len(states))
+	for n, st := range states {
+		if st != nil && st.Unpaced() {
+			before[n] = *st
+		}
+	}
 	for _, a := range done {
 		ApplyKeyEffect(states, a.keys, a.t.Keys)
 	}
 	save := make([]*admission.State, 0, len(states))
 	for _, n := range names {
-		if st := states[n]; st != nil {
-			save = append(save, st)
+		st := states[n]
+		if st == nil {
+			continue
 		}
+		if b, ok := before[n]; ok && unchanged(&b, st) {
+			continue
+		}
+		save = append(save, st)
+	}
+	if len(save) == 0 {
+		return errs, nil
 	}
 	return errs, tx.SaveKeys(save)
+}
+
+// Disturbs reports whether a finished attempt's key effect may change an
+// unpaced key: a refusal, a pause or a hint. Any other outcome (a success,
+// a plain failure) leaves an unpaced key as it was, so a multi-node driver
+// need not lock it exclusively for that attempt.
+func (e KeyEffect) Disturbs() bool {
+	return e.RateLimited || !e.PauseUntil.IsZero() || len(e.Hints) > 0
+}
+
+// unchanged reports whether an unpaced key's stored state is the same
+// after a finish as before it.
+func unchanged(b, a *admission.State) bool {
+	return b.PausedUntil.Equal(a.PausedUntil) && b.TAT.Equal(a.TAT) && b.LearnedRate == a.LearnedRate &&
+		b.LastRefusal.Equal(a.LastRefusal)
 }
 
 // ApplyKeyEffect applies one finished attempt to its keys: the in-flight
@@ -132,7 +163,15 @@ func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, e KeyE
 		if st == nil {
 			continue
 		}
-		st.Release()
+		if st.Unpaced() {
+			if !e.Disturbs() {
+				continue
+			}
+			// Its in-flight count is not kept in its row (see
+			// admission.Config.Unpaced): nothing to release.
+		} else {
+			st.Release()
+		}
 		inScope := slices.Contains(scope, name)
 		switch {
 		case e.RateLimited && e.Backoff && inScope:

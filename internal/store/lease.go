@@ -67,6 +67,9 @@ type LeaseTx interface {
 	Heads(g Group, now time.Time, limit int) ([]Candidate, error)
 	// LockKeys returns the states of the named keys, locked. A key locked by
 	// another transaction may be left out; the caller then skips the group.
+	// An unpaced key (admission.Config.Unpaced) is never written by a
+	// lease, so a multi-node driver need only lock it against a
+	// reconfiguration, not against other leases and finishes.
 	LockKeys(names []string) (map[string]*admission.State, error)
 	// SaveKeys writes back the given key states.
 	SaveKeys(keys []*admission.State) error
@@ -313,6 +316,11 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 		return false, nil
 	}
 	for _, k := range keys {
+		if k.Unpaced() {
+			// A start changes nothing an unpaced key decides on: no
+			// write, and on a multi-node driver no exclusive lock.
+			continue
+		}
 		if !slices.Contains(l.changed, k) {
 			l.changed = append(l.changed, k)
 		}

@@ -14,10 +14,20 @@ import (
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
-// BenchmarkInsert measures inserting batches of 100 jobs over 20 groups.
+// BenchmarkInsert measures inserting batches of 100 jobs over 20 groups,
+// and counts the round trips per insert.
 func BenchmarkInsert(b *testing.B) {
 	ctx := context.Background()
-	s := newStore(b)
+	rt := &roundTrips{}
+	s, err := Open(ctx, Config{URL: testURL(b), Schema: newSchema(b), Region: "us", MaxConns: 4, tracer: rt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	tr0 := rt.trips.Load()
 	b.ResetTimer()
 	for b.Loop() {
 		jobs := make([]*job.Job, 100)
@@ -29,6 +39,7 @@ func BenchmarkInsert(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(rt.trips.Load()-tr0)/float64(b.N), "roundtrips/insert")
 }
 
 // BenchmarkLeaseFinish measures one lease of up to 10 jobs plus the finish
@@ -94,7 +105,8 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 func BenchmarkLeaseFinish64(b *testing.B) {
 	ctx := context.Background()
 	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: newSchema(b), Region: "us", MaxConns: 4, tracer: rt})
+	schema := newSchema(b)
+	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: 4, tracer: rt})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,4 +149,50 @@ func BenchmarkLeaseFinish64(b *testing.B) {
 	b.ReportMetric(float64(stmts)/float64(jobs), "statements/job")
 	b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/cycle")
 	b.ReportMetric(float64(jobs)/float64(b.N), "jobs/cycle")
+	// Rows written, from the server's table statistics: a backend flushes
+	// them when it exits, so the pool is closed first. Inserts update no
+	// limit key and no job row; they do upsert job_groups rows, which the
+	// group figure includes.
+	b.StopTimer()
+	s.Close()
+	upd := tableUpdates(b, schema, jobs)
+	b.ReportMetric(float64(upd["limit_keys"])/float64(b.N), "keyrows/cycle")
+	b.ReportMetric(float64(upd["jobs"])/float64(jobs), "jobrows/job")
+	b.ReportMetric(float64(upd["job_groups"])/float64(b.N), "grouprows/cycle")
+}
+
+// tableUpdates returns n_tup_upd per table of schema once the statistics
+// show at least 2*jobs job updates (a lease and a finish each), or after
+// two seconds.
+func tableUpdates(b *testing.B, schema string, jobs int) map[string]int64 {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	out := map[string]int64{}
+	for range 20 {
+		rows, err := conn.Query(ctx, `SELECT relname, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1`, schema)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for rows.Next() {
+			var name string
+			var n int64
+			if err := rows.Scan(&name, &n); err != nil {
+				b.Fatal(err)
+			}
+			out[name] = n
+		}
+		if rows.Err() != nil {
+			b.Fatal(rows.Err())
+		}
+		if out["jobs"] >= int64(2*jobs) {
+			break
+		}
+		_, _ = conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+		time.Sleep(100 * time.Millisecond)
+	}
+	return out
 }

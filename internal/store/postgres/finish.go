@@ -112,8 +112,15 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	b := &pgx.Batch{}
 	b.Queue(endAttemptsSQL, ids, tokens, states, reasons, eligible, congestion, transient, schema, results, finished,
 		nows, records, expiredBy, att)
-	b.Queue(`SELECT `+keyCols+` FROM limit_keys WHERE name IN (SELECT unnest(limit_keys) FROM jobs WHERE id = ANY($1))
-		ORDER BY name FOR NO KEY UPDATE`, ids)
+	// Unpaced keys are locked exclusively only for the jobs whose outcome
+	// may write them (a refusal, a pause, a hint; see lockKeys).
+	var disturbing []string
+	for _, t := range ts {
+		if t.Keys.Disturbs() {
+			disturbing = append(disturbing, t.ID)
+		}
+	}
+	b.Queue(finishKeysSQL, ids, exclusiveOrEmpty(disturbing))
 	br := f.tx.SendBatch(f.ctx, b)
 	defer br.Close()
 	rows, err := br.Query()
@@ -151,18 +158,29 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	return out, br.Close()
 }
 
+// finishKeysSQL locks the limit keys of the jobs $1 (see lockKeys), those
+// of the jobs $2 exclusively.
+var finishKeysSQL = splitLockSQL(`name IN (SELECT unnest(limit_keys) FROM jobs WHERE id = ANY($1))`,
+	`name IN (SELECT unnest(limit_keys) FROM jobs WHERE id = ANY($2))`, false)
+
 // LockKeysWait returns the keys EndAttempts locked, or locks them now
 // when it did not lock them all.
 func (f *finishTx) LockKeysWait(names []string) (map[string]*admission.State, error) {
 	out := make(map[string]*admission.State, len(names))
+	var missing bool
 	for _, n := range names {
 		st, ok := f.keys[n]
 		if !ok {
-			return lockKeys(f.ctx, f.tx, names, false)
+			missing = true
+			continue
 		}
 		out[n] = st
 	}
-	return out, nil
+	if !missing {
+		return out, nil
+	}
+	// A key whose pacing changed under the split lock: lock it now.
+	return relockMissing(f.ctx, f.tx, names, out)
 }
 
 func (f *finishTx) SaveKeys(keys []*admission.State) error { return saveKeys(f.ctx, f.tx, keys) }
@@ -231,12 +249,15 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job,
 
 // releaseKeys ends one lease in flight on each named key.
 func releaseKeys(ctx context.Context, q querier, names []string) error {
-	states, err := lockKeys(ctx, q, names, false)
+	states, err := lockKeys(ctx, q, names, nil, false)
 	if err != nil {
 		return err
 	}
 	save := make([]*admission.State, 0, len(states))
 	for _, st := range states {
+		if st.Unpaced() {
+			continue // its in-flight count is derived, not kept
+		}
 		st.Release()
 		save = append(save, st)
 	}

@@ -46,7 +46,13 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 		return nil, err
 	}
 	out := make([]store.InsertResult, len(jobs))
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	var dup []int
+	// Pipelined: BEGIN, the key creation and the group upserts go in one
+	// round trip, the job inserts and COMMIT in a second. The group rows
+	// an insert locks are held for that one round trip and the commit, not
+	// for three (on a loaded machine a client round trip, not the server,
+	// was what concurrent single-job inserts into one group queued on).
+	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
 		if err := ensureKeys(ctx, tx, allKeys(jobs), def); err != nil {
 			return fmt.Errorf("create limit keys: %w", err)
 		}
@@ -54,8 +60,14 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 		if err != nil {
 			return fmt.Errorf("upsert groups: %w", err)
 		}
-		return insertJobs(ctx, tx, jobs, groups, out)
+		dup, err = sendInserts(ctx, tx.SendBatchCommit, jobs, groups, out)
+		return err
 	})
+	if err == nil {
+		// After the commit: the jobs holding the idempotency keys are
+		// committed too (this insert waited for them on the index entry).
+		err = fillExisting(ctx, s.pool, jobs, dup, out)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("insert: %w", err)
 	}
@@ -87,7 +99,7 @@ func allKeys(jobs []*job.Job) []string {
 
 // upsertGroups creates the batch's groups or lowers their ready_at to the
 // earliest waiting job, in group order, and returns their ids.
-func upsertGroups(ctx context.Context, tx pgx.Tx, jobs []*job.Job) (map[groupKey]int64, error) {
+func upsertGroups(ctx context.Context, tx querier, jobs []*job.Job) (map[groupKey]int64, error) {
 	ready := map[groupKey]*int64{}
 	for _, j := range jobs {
 		g := groupOf(j)
@@ -131,6 +143,17 @@ const insertJobSQL = `INSERT INTO jobs (id, kind, region, lane, tenant, limit_ke
 // insertJobs inserts the jobs in (tenant, idempotency key) order and fills
 // out; a job that hit an existing idempotency key gets the existing job.
 func insertJobs(ctx context.Context, tx pgx.Tx, jobs []*job.Job, groups map[groupKey]int64, out []store.InsertResult) error {
+	dup, err := sendInserts(ctx, tx.SendBatch, jobs, groups, out)
+	if err != nil {
+		return err
+	}
+	return fillExisting(ctx, tx, jobs, dup, out)
+}
+
+// sendInserts sends the inserts of insertJobs in one batch through send
+// and returns the indexes of the jobs that met an existing idempotency key.
+func sendInserts(ctx context.Context, send func(context.Context, *pgx.Batch) pgx.BatchResults, jobs []*job.Job,
+	groups map[groupKey]int64, out []store.InsertResult) ([]int, error) {
 	order := make([]int, len(jobs))
 	for i := range order {
 		order[i] = i
@@ -158,16 +181,20 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []*job.Job, groups map[grou
 			return err
 		})
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return err
+	if err := send(ctx, b).Close(); err != nil {
+		return nil, err
 	}
-	return fillExisting(ctx, tx, jobs, dup, out)
+	return dup, nil
 }
 
 // fillExisting reads the jobs that own the idempotency keys of jobs[dup].
-// It runs after the inserts, so in read committed it sees a job another
-// transaction committed while this one waited on its index entry.
-func fillExisting(ctx context.Context, tx pgx.Tx, jobs []*job.Job, dup []int, out []store.InsertResult) error {
+// It runs after the inserts (for Insert, after its commit), so in read
+// committed it sees a job another transaction committed while this one
+// waited on its index entry.
+func fillExisting(ctx context.Context, tx querier, jobs []*job.Job, dup []int, out []store.InsertResult) error {
+	if len(dup) == 0 {
+		return nil
+	}
 	b := &pgx.Batch{}
 	for _, i := range dup {
 		j := jobs[i]

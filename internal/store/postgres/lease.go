@@ -118,7 +118,7 @@ func (l *leaseTx) ManyHeads(gs []store.Group, now time.Time, limit int) (map[int
 // LockKeysManyHeads is LockKeys and then ManyHeads in one round trip.
 func (l *leaseTx) LockKeysManyHeads(names []string, gs []store.Group, now time.Time, limit int) (map[string]*admission.State, map[int64][]store.Candidate, error) {
 	b := &pgx.Batch{}
-	b.Queue(lockKeysSQL(true), slices.Sorted(slices.Values(names)))
+	b.Queue(lockKeysSQL(true), slices.Sorted(slices.Values(names)), []string{})
 	b.Queue(manyHeadsSQL, groupIDs(gs), ns(now), limit)
 	br := l.tx.SendBatch(l.ctx, b)
 	defer br.Close()
@@ -163,7 +163,7 @@ func collectHeads(rows pgx.Rows, groups int) (map[int64][]store.Candidate, error
 // skips the group for this call, which is what keeps two nodes from both
 // spending one key's tokens.
 func (l *leaseTx) LockKeys(names []string) (map[string]*admission.State, error) {
-	return lockKeys(l.ctx, l.tx, names, true)
+	return lockKeys(l.ctx, l.tx, names, nil, true)
 }
 
 func (l *leaseTx) SaveKeys(keys []*admission.State) error { return saveKeys(l.ctx, l.tx, keys) }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,18 +20,78 @@ import (
 // lease path); without it the call waits (the finish and cancel paths, which
 // never hold a key a lease transaction waits for, since none ever waits).
 // Missing keys are left out.
-func lockKeys(ctx context.Context, q querier, names []string, skipLocked bool) (map[string]*admission.State, error) {
+//
+// Paced keys, and the names in exclusive, are locked FOR NO KEY UPDATE:
+// their row is about to be written. An unpaced key (see
+// admission.Config.Unpaced) is only read by lease and finish, so it is
+// locked FOR KEY SHARE, which no other lease or finish conflicts with (one
+// of them locking every unpaced key of a batch used to make concurrent
+// leases skip the whole batch's groups and come back empty); only
+// UpsertLimit's FOR UPDATE conflicts with it, so that a reconfiguration
+// that starts pacing a key counts its running jobs after every lease and
+// finish that read it as unpaced has committed. A key whose pacing
+// changed between the two halves' checks is in neither: left out when
+// skipping, relocked exclusively when waiting.
+func lockKeys(ctx context.Context, q querier, names, exclusive []string, skipLocked bool) (map[string]*admission.State, error) {
 	names = slices.Sorted(slices.Values(names))
-	return collectKeys(q.Query(ctx, lockKeysSQL(skipLocked), names))
+	got, err := collectKeys(q.Query(ctx, lockKeysSQL(skipLocked), names, exclusiveOrEmpty(exclusive)))
+	if err != nil || skipLocked || len(got) == len(names) {
+		return got, err
+	}
+	return relockMissing(ctx, q, names, got)
 }
 
-// lockKeysSQL selects and locks the keys named by $1 in name order.
-func lockKeysSQL(skipLocked bool) string {
-	lock := `FOR NO KEY UPDATE`
-	if skipLocked {
-		lock += ` SKIP LOCKED`
+// relockMissing locks exclusively, in name order, the names lockKeys did
+// not return (missing keys stay missing) and adds them to got.
+func relockMissing(ctx context.Context, q querier, names []string, got map[string]*admission.State) (map[string]*admission.State, error) {
+	var missing []string
+	for _, n := range names {
+		if _, ok := got[n]; !ok {
+			missing = append(missing, n)
+		}
 	}
-	return `SELECT ` + keyCols + ` FROM limit_keys WHERE name = ANY($1) ORDER BY name ` + lock
+	if len(missing) == 0 {
+		return got, nil
+	}
+	more, err := collectKeys(q.Query(ctx, `SELECT `+keyCols+` FROM limit_keys WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE`, missing))
+	if err != nil {
+		return nil, err
+	}
+	for n, st := range more {
+		got[n] = st
+	}
+	return got, nil
+}
+
+func exclusiveOrEmpty(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
+}
+
+// unpacedSQL is admission.Config.Unpaced on a limit_keys row.
+const unpacedSQL = `(rate = 0 AND concurrency = 0 AND NOT adaptive AND windows = '[]'::jsonb)`
+
+// lockKeysSQL selects and locks the keys named by $1, those named by $2
+// exclusively whatever their pacing (see lockKeys); each half in name order.
+func lockKeysSQL(skipLocked bool) string {
+	return splitLockSQL(`name = ANY($1)`, `name = ANY($2)`, skipLocked)
+}
+
+// splitLockSQL locks the limit keys matching sel: paced ones and those
+// matching excl FOR NO KEY UPDATE, in name order, then the other unpaced
+// ones FOR KEY SHARE.
+func splitLockSQL(sel, excl string, skipLocked bool) string {
+	skip := ``
+	if skipLocked {
+		skip = ` SKIP LOCKED`
+	}
+	return `SELECT * FROM (SELECT ` + keyCols + ` FROM limit_keys WHERE ` + sel + ` AND (NOT ` + unpacedSQL + ` OR ` + excl + `)
+			ORDER BY name FOR NO KEY UPDATE` + skip + `) AS paced
+		UNION ALL
+		SELECT * FROM (SELECT ` + keyCols + ` FROM limit_keys WHERE ` + sel + ` AND ` + unpacedSQL + ` AND NOT (` + excl + `)
+			ORDER BY name FOR KEY SHARE` + skip + `) AS unpaced`
 }
 
 // saveKeys writes back the live state of locked keys in one statement. It
@@ -86,18 +147,28 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		if err := ensureKeys(ctx, tx, []string{c.Name}, c); err != nil {
 			return err
 		}
-		states, err := lockKeys(ctx, tx, []string{c.Name}, false)
+		// FOR UPDATE, not NO KEY UPDATE: it must also wait for the lease
+		// and finish transactions that read the key as unpaced (they hold
+		// it FOR KEY SHARE, see lockKeys), so that the count below sees
+		// what they did.
+		st, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyCols+` FROM limit_keys WHERE name = $1 FOR UPDATE`, c.Name))
 		if err != nil {
 			return err
 		}
-		st := states[c.Name]
+		wasUnpaced := st.Unpaced()
 		st.Reconfigure(c, now)
+		if wasUnpaced {
+			// Its in-flight count was not kept while it was unpaced.
+			if err := tx.QueryRow(ctx, runningOfKeySQL, c.Name).Scan(&st.InFlight); err != nil {
+				return err
+			}
+		}
 		out = *st
 		_, err = tx.Exec(ctx, `UPDATE limit_keys SET rate = $2, burst = $3, concurrency = $4, adaptive = $5,
 			min_rate = $6, learned_rate = $7, tat = $8, windows = $9::jsonb, shapes = $10, last_decrease = $11,
-			per_start = $12, updated_at = now() WHERE name = $1`,
+			per_start = $12, in_flight = $13, updated_at = now() WHERE name = $1`,
 			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
-			windowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart)
+			windowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart, st.InFlight)
 		return err
 	})
 	if err != nil {
@@ -113,9 +184,23 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 	return out, nil
 }
 
+// runningOfKeySQL counts the running jobs naming the key $1: the in-flight
+// count of an unpaced key, which its row does not keep.
+const runningOfKeySQL = `SELECT count(*) FROM jobs WHERE state = 'running' AND limit_keys @> ARRAY[$1::text]`
+
+// listKeysSQL lists every key as liveKeyCols would read it, counting the
+// running jobs of all keys in one pass rather than once per key.
+var listKeysSQL = `SELECT ` + strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN coalesce(r.n, 0) ELSE in_flight END`, 1) + `
+	FROM limit_keys LEFT JOIN (SELECT k, count(*)::int AS n FROM jobs, unnest(jobs.limit_keys) AS k WHERE state = 'running' GROUP BY k) AS r ON r.k = limit_keys.name ORDER BY name`
+
+// liveKeyCols is keyCols with an unpaced key's in-flight count derived from
+// the running jobs.
+var liveKeyCols = strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN (SELECT count(*)::int FROM jobs
+	WHERE state = 'running' AND limit_keys @> ARRAY[limit_keys.name]) ELSE in_flight END`, 1)
+
 // GetLimit returns one key's configuration and live state, or ErrNotFound.
 func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, error) {
-	st, err := scanKey(s.pool.QueryRow(ctx, `SELECT `+keyCols+` FROM limit_keys WHERE name = $1`, name))
+	st, err := scanKey(s.pool.QueryRow(ctx, `SELECT `+liveKeyCols+` FROM limit_keys WHERE name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return admission.State{}, store.ErrNotFound
 	}
@@ -127,7 +212,7 @@ func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, err
 
 // ListLimits returns every key, ordered by name.
 func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+keyCols+` FROM limit_keys ORDER BY name`)
+	rows, err := s.pool.Query(ctx, listKeysSQL)
 	if err != nil {
 		return nil, err
 	}

@@ -145,6 +145,16 @@ func (p *pipeTx) QueryCommit(ctx context.Context, sql string, args ...any) (pgx.
 	return &pipeRows{Rows: rows, br: br, tail: 1}, nil
 }
 
+// SendBatchCommit is SendBatch with COMMIT after b's statements, for the
+// last batch of a transaction. Closing the results reads the commit's, and
+// reports its error; if a statement fails, the server skips the COMMIT and
+// the transaction rolls back.
+func (p *pipeTx) SendBatchCommit(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	b.Queue("COMMIT")
+	p.committed = true
+	return p.send(ctx, b)
+}
+
 // QueryRow is Query for one row.
 func (p *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	rows, err := p.Query(ctx, sql, args...)

@@ -5,8 +5,11 @@
 // FOR ... SKIP LOCKED: each node takes different groups, a limit key locked
 // by another node is left out for this call rather than waited for, and a
 // key's token bucket and concurrency cap are read and written under its row
-// lock. So a lease transaction never waits on a lock, and all nodes together
-// never exceed a key's rate or concurrency cap. Finish, Cancel and the other
+// lock. An unpaced key (no bucket, window, cap or adaptivity) is only read
+// by lease and finish, under a FOR KEY SHARE lock that only a
+// reconfiguration conflicts with, so leases and finishes on such keys do
+// not exclude each other. So a lease transaction never waits on a lock,
+// and all nodes together never exceed a key's rate or concurrency cap. Finish, Cancel and the other
 // writers do wait, always locking job rows first, then groups, then keys in
 // name order, so they cannot deadlock with each other.
 //
@@ -23,6 +26,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,8 +47,8 @@ type Config struct {
 	// Region is the region the store holds. Required. The first Migrate
 	// records it in the schema; opening the schema for another region fails.
 	Region string
-	// MaxConns caps the pool's connections. Zero means pgxpool's default
-	// (the larger of 4 and the number of CPUs).
+	// MaxConns caps the pool's connections. Zero means the URL's
+	// pool_max_conns when it has one, else DefaultMaxConns.
 	MaxConns int32
 	// AsyncLease commits lease transactions with synchronous_commit off
 	// (for that transaction only; finishes, inserts and every other write
@@ -64,6 +68,13 @@ type Config struct {
 	// round-trip counts in bench_test.go).
 	tracer pgx.QueryTracer
 }
+
+// DefaultMaxConns is the pool size when neither Config.MaxConns nor the
+// URL sets one. pgxpool's own default (the larger of 4 and the number of
+// CPUs) let 64 concurrent HTTP enqueues queue for 4 connections, each held
+// for an insert's round trips and commit: single-job enqueue ran at the
+// pool's pace, not the server's (docs/benchmarks.md, issue 13).
+const DefaultMaxConns = 16
 
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c Config) WithDefaults() Config {
@@ -109,8 +120,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse URL: %w", err)
 	}
-	if cfg.MaxConns > 0 {
+	switch {
+	case cfg.MaxConns > 0:
 		pc.MaxConns = cfg.MaxConns
+	case !strings.Contains(cfg.URL, "pool_max_conns"):
+		pc.MaxConns = max(pc.MaxConns, DefaultMaxConns)
 	}
 	schema := pgx.Identifier{cfg.Schema}.Sanitize()
 	// Sent in the startup message, so it costs no round trip per

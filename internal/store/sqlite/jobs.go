@@ -262,6 +262,9 @@ func (s *Store) releaseKeys(tx *sql.Tx, names []string) error {
 	}
 	var save []*admission.State
 	for _, st := range states {
+		if st.Unpaced() {
+			continue // its in-flight count is derived, not kept
+		}
 		st.Release()
 		save = append(save, st)
 	}

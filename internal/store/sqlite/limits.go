@@ -73,7 +73,16 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 			return err
 		}
 		st := states[c.Name]
+		wasUnpaced := st.Unpaced()
 		st.Reconfigure(c, now)
+		if wasUnpaced {
+			// Its in-flight count was not kept while it was unpaced (see
+			// admission.Config.Unpaced); the single writer makes the
+			// count exact.
+			if err := s.queryRow(tx, runningOfKeySQL, c.Name).Scan(&st.InFlight); err != nil {
+				return err
+			}
+		}
 		out = *st
 		if err := s.saveKeys(tx, []*admission.State{st}); err != nil {
 			return err
@@ -96,9 +105,28 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 	return out, err
 }
 
+// unpacedSQL is admission.Config.Unpaced on a limit_keys row.
+const unpacedSQL = `(rate = 0 AND concurrency = 0 AND NOT adaptive AND windows = '[]')`
+
+// runningOfKeySQL counts the running jobs naming the key ?1: the in-flight
+// count of an unpaced key, which its row does not keep.
+const runningOfKeySQL = `SELECT count(*) FROM jobs WHERE state = 'running'
+	AND EXISTS (SELECT 1 FROM json_each(jobs.limit_keys) WHERE value = ?1)`
+
+// listKeysSQL lists every key as liveKeyCols would read it, counting the
+// running jobs of all keys in one pass rather than once per key.
+var listKeysSQL = `SELECT ` + strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN coalesce(r.n, 0) ELSE in_flight END`, 1) + `
+	FROM limit_keys LEFT JOIN (SELECT j.value AS k, count(*) AS n FROM jobs, json_each(jobs.limit_keys) AS j WHERE jobs.state = 'running' GROUP BY j.value) AS r ON r.k = limit_keys.name ORDER BY name`
+
+// liveKeyCols is keyCols with an unpaced key's in-flight count derived from
+// the running jobs.
+var liveKeyCols = strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN (SELECT count(*) FROM jobs
+	WHERE state = 'running' AND EXISTS (SELECT 1 FROM json_each(jobs.limit_keys) WHERE value = limit_keys.name))
+	ELSE in_flight END`, 1)
+
 // GetLimit returns one key.
 func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, error) {
-	st, err := s.stmt(s.rdb, `SELECT `+keyCols+` FROM limit_keys WHERE name = ?`)
+	st, err := s.stmt(s.rdb, `SELECT `+liveKeyCols+` FROM limit_keys WHERE name = ?`)
 	if err != nil {
 		return admission.State{}, err
 	}
@@ -114,7 +142,7 @@ func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, err
 
 // ListLimits returns every key by name.
 func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+keyCols+` FROM limit_keys ORDER BY name`)
+	rows, err := s.rdb.QueryContext(ctx, listKeysSQL)
 	if err != nil {
 		return nil, err
 	}

@@ -330,6 +330,69 @@ func testConcurrencyCap(t *testing.T, open Opener) {
 	}
 }
 
+// testCapOnUnpacedKey checks the in-flight count of a key that was unpaced
+// while its jobs were leased: lease and finish keep no count in an unpaced
+// key's row (admission.Config.Unpaced), so reading the key derives it from
+// the running jobs, and configuring a cap counts them then, so the cap
+// holds for the jobs already running and each finish releases one.
+func testCapOnUnpacedKey(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	for range 5 {
+		insert(t, s, NewJob("acme", job.LaneBatch, "u"))
+	}
+	first := lease(t, s, T0, 3)
+	if len(first) != 3 {
+		t.Fatalf("leased %d of 5 on an unpaced key, want 3", len(first))
+	}
+	if k, _ := s.GetLimit(ctx, "u"); k.InFlight != 3 {
+		t.Fatalf("unpaced key: in flight = %d, want 3 (the running jobs)", k.InFlight)
+	}
+	if all, err := s.ListLimits(ctx); err != nil || len(all) != 1 || all[0].InFlight != 3 {
+		t.Fatalf("ListLimits = %+v, %v; want u with 3 in flight", all, err)
+	}
+	mustOK(t, finish(t, s, success(first[0], T0)))
+	if k, _ := s.GetLimit(ctx, "u"); k.InFlight != 2 {
+		t.Fatalf("unpaced key after a finish: in flight = %d, want 2", k.InFlight)
+	}
+	st, err := s.UpsertLimit(ctx, admission.Config{Name: "u", Concurrency: 2}, T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InFlight != 2 {
+		t.Fatalf("capping a key with 2 running jobs: in flight = %d, want 2", st.InFlight)
+	}
+	if more := lease(t, s, T0.Add(time.Second), 10); len(more) != 0 {
+		t.Fatalf("leased %d beyond a cap of 2 already reached by jobs leased while unpaced", len(more))
+	}
+	mustOK(t, finish(t, s, success(first[1], T0.Add(time.Second))))
+	if k, _ := s.GetLimit(ctx, "u"); k.InFlight != 1 {
+		t.Fatalf("capped key after a finish: in flight = %d, want 1", k.InFlight)
+	}
+	if more := lease(t, s, T0.Add(2*time.Second), 10); len(more) != 1 {
+		t.Fatalf("after one finished under the cap, leased %d, want 1", len(more))
+	}
+	// Back to unpaced: the count is derived again, and a pause from a
+	// refusal is still recorded and shared.
+	if _, err := s.UpsertLimit(ctx, admission.Config{Name: "u"}, T0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := s.GetLimit(ctx, "u"); k.InFlight != 2 {
+		t.Fatalf("unpaced again: in flight = %d, want 2", k.InFlight)
+	}
+	tr := success(first[2], T0.Add(2*time.Second))
+	tr.To, tr.EligibleAt = job.StateWaiting, T0.Add(2*time.Second)
+	tr.Record.Outcome = job.ClassRateLimited
+	tr.Keys = store.KeyEffect{Now: T0.Add(2 * time.Second), RateLimited: true, PauseUntil: T0.Add(10 * time.Second)}
+	mustOK(t, finish(t, s, tr))
+	if k, _ := s.GetLimit(ctx, "u"); !k.PausedUntil.Equal(T0.Add(10*time.Second)) || k.InFlight != 1 {
+		t.Fatalf("a refusal on an unpaced key: paused until %v, in flight %d; want %v, 1", k.PausedUntil, k.InFlight, T0.Add(10*time.Second))
+	}
+	if more := lease(t, s, T0.Add(3*time.Second), 10); len(more) != 0 {
+		t.Fatalf("leased %d on a paused unpaced key", len(more))
+	}
+}
+
 // testAllKeysAdmit checks that a job is leased only when all of its keys
 // admit it, and that a blocked key does not block other keys' jobs.
 func testAllKeysAdmit(t *testing.T, open Opener) {

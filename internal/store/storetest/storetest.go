@@ -48,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 		"ShapesBoundStarts":     testShapesBoundStarts,
 		"PauseToTheNanosecond":  testPauseToTheNanosecond,
 		"ConcurrencyCap":        testConcurrencyCap,
+		"CapOnUnpacedKey":       testCapOnUnpacedKey,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
 		"RetryScheduled":        testRetryScheduled,
