@@ -156,7 +156,7 @@ func (c *Client) kindsFor(region string) (map[string]engine.Kind, error) {
 		if b.region != "" && b.region != region {
 			continue
 		}
-		for _, res := range []any{b.handler, b.publisher} {
+		for _, res := range []any{b.handler, b.publisher, b.aggregator} {
 			if rb, ok := res.(RegionBound); ok && rb.Region() != region {
 				return nil, fmt.Errorf("ratelane: kind %q in region %q is wired to a resource of region %q; "+
 					"register region-bound handlers per region with HandleIn", b.kind, region, rb.Region())

@@ -187,7 +187,7 @@ func (c *Config) HandleIn(region, kind string, h Handler, p Publisher) {
 		k.Publisher = p
 	}
 	c.kinds[region][kind] = k
-	c.bound = append(c.bound, boundResource{region, kind, h, p})
+	c.bound = append(c.bound, boundResource{region: region, kind: kind, handler: h, publisher: p})
 }
 
 // RunTimeBound is implemented by handlers that set their kind's maximum
@@ -203,4 +203,5 @@ type boundResource struct {
 	region, kind string
 	handler      Handler
 	publisher    Publisher
+	aggregator   Aggregator
 }

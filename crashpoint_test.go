@@ -225,6 +225,89 @@ func TestCrashPoints(t *testing.T) {
 			t.Fatalf("%d delivery jobs, %d webhook-ids, at most %d receptions; want the review published exactly once", len(deliveries), ids, most)
 		}
 	})
+
+	t.Run(crashpoint.PartsBeforeAdvance, func(t *testing.T) {
+		t.Parallel()
+		recv := &hookReceiver{counts: map[string]int{}}
+		hs := httptest.NewServer(recv)
+		defer hs.Close()
+		dir := filepath.Join(t.TempDir(), "data")
+		var review struct {
+			ID string `json:"id"`
+		}
+		// Every part of the review finishes, the engine computes the
+		// aggregate, and the process dies before the parent's advance.
+		crashed(t, bin, dir, crashpoint.PartsBeforeAdvance, func(s *server) {
+			sub := map[string]any{"url": hs.URL + "/hook", "topics": []string{"*"}, "tenant": "acme"}
+			if _, _, err := s.do("PUT", "/v1/subscribers/ci?region=us", sub, nil); err != nil {
+				t.Fatal(err)
+			}
+			body := map[string]any{"region": "us", "tenant": "acme", "repo": "acme/app", "change": "2", "provider": "rules",
+				"diff":    "diff --git a/app.go b/app.go\n--- a/app.go\n+++ b/app.go\n@@ -1,3 +1,4 @@\n package app\n \n+// TODO: handle retries\n func Run() {}\n",
+				"publish": map[string]string{"kind": "webhook", "target": "ci"}}
+			if _, _, err := s.do("POST", "/v1/reviews", body, &review); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n := recv.total(); n != 0 {
+			t.Fatalf("the receiver got %d deliveries before the crash; the review advanced before the crash point", n)
+		}
+		s := startServe(t, bin, dir)
+		var before struct {
+			State string `json:"state"`
+		}
+		if _, _, err := s.do("GET", "/v1/jobs/"+review.ID+"?region=us", nil, &before); err != nil {
+			t.Fatal(err)
+		}
+		if before.State != "accepted" && before.State != "validated" && before.State != "published" {
+			t.Fatalf("review is %s at restart", before.State)
+		}
+		const wait = 60 * time.Second
+		var parent struct {
+			State   string `json:"state"`
+			History []struct {
+				Outcome string `json:"outcome"`
+				Why     string `json:"why"`
+			} `json:"history"`
+		}
+		testkit.Eventually(t, wait, "the review to publish after the restart", func() error {
+			if _, _, err := s.do("GET", "/v1/jobs/"+review.ID+"?region=us", nil, &parent); err != nil {
+				t.Fatal(err)
+			}
+			if parent.State != "published" {
+				return fmt.Errorf("review %s is %s", review.ID, parent.State)
+			}
+			return nil
+		})
+		testkit.WaitFor(t, wait, "the receiver to get the review's delivery", func() bool { return recv.total() > 0 })
+		deliveries := jobsOf(t, s, "webhook")
+		for _, d := range deliveries {
+			testkit.Eventually(t, wait, "the delivery to publish", func() error {
+				var j jobAnswer
+				if _, _, err := s.do("GET", "/v1/jobs/"+d.ID+"?region=us", nil, &j); err != nil {
+					t.Fatal(err)
+				}
+				if j.State != "published" {
+					return fmt.Errorf("delivery %s is %s", d.ID, j.State)
+				}
+				return nil
+			})
+		}
+		s.stop()
+		aggregations := 0
+		for _, h := range parent.History {
+			if strings.HasPrefix(h.Why, "aggregated ") {
+				aggregations++
+			}
+		}
+		ids, most := recv.stats()
+		t.Logf("parts-before-advance: review was %s at restart; %d aggregation records, %d delivery jobs, %d webhook-ids, at most %d receptions of one",
+			before.State, aggregations, len(deliveries), ids, most)
+		if aggregations != 1 || len(deliveries) != 1 || ids != 1 || most != 1 {
+			t.Fatalf("%d aggregation records, %d delivery jobs, %d webhook-ids, at most %d receptions; want the review advanced and published exactly once",
+				aggregations, len(deliveries), ids, most)
+		}
+	})
 }
 
 // hookReceiver is a loopback webhook receiver that counts receptions by

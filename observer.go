@@ -8,8 +8,9 @@ import (
 
 // observer is the Observer of a region's writer (engine.Jobs): it tells the
 // metrics about every lease, attempt and idempotent replay, whoever ran the
-// job, and the plug-ins that asked (PluginRegion.OnFinished), e.g. the
-// review aggregator when a part finished.
+// job, and the plug-ins that asked (PluginRegion.OnFinished). (A parent's
+// aggregation needs no such hook: the engine's parts capability is woken
+// by the writer itself.)
 type observer struct {
 	metrics *metrics.Metrics
 	// finished is set by plug-ins' Bind, before anything runs, and only

@@ -100,8 +100,10 @@ func (r *PluginRegion) Jobs() *engine.Jobs { return r.rt.jobs }
 // Notify wakes the region's engine after an insert.
 func (r *PluginRegion) Notify() { r.c.notify(r.name) }
 
-// Handle registers a built-in kind of the plug-in in this region. A kind
-// another plug-in or Config.Handle already registered is refused.
+// Handle registers a built-in kind of the plug-in in this region: a kind
+// with a Handler, or a parent kind with an Aggregate (the engine's parts
+// capability, as reviews use it). A kind another plug-in or Config.Handle
+// already registered is refused.
 func (r *PluginRegion) Handle(kind string, k engine.Kind) error {
 	if r.bound {
 		return fmt.Errorf("ratelane: plug-in %s registered kind %q after Bind returned", r.plugin, kind)
@@ -109,16 +111,17 @@ func (r *PluginRegion) Handle(kind string, k engine.Kind) error {
 	if _, taken := r.kinds[kind]; taken {
 		return fmt.Errorf("ratelane: plug-in %s: kind %q is already registered in region %q", r.plugin, kind, r.name)
 	}
-	if k.Handler == nil {
-		return fmt.Errorf("ratelane: plug-in %s: kind %q has no handler", r.plugin, kind)
+	if k.Handler == nil && k.Aggregate == nil {
+		return fmt.Errorf("ratelane: plug-in %s: kind %q has no handler and no aggregator", r.plugin, kind)
 	}
 	r.kinds[kind] = k
 	return nil
 }
 
 // OnFinished calls fn after every attempt that moved a job of the region,
-// from whichever worker (in process or over HTTP): a plug-in's parent
-// aggregation hears of its parts this way. fn must return quickly.
+// from whichever worker (in process or over HTTP). fn must return
+// quickly. (A parent aggregated from parts needs no such hook: the
+// engine's parts capability, engine.Kind.Aggregate, is woken itself.)
 func (r *PluginRegion) OnFinished(fn func(j *Job, to State)) {
 	r.rt.obs.finished = append(r.rt.obs.finished, fn)
 }

@@ -14,7 +14,8 @@
 //	st, err := reviews.Submit(ctx, review.Request{Region: "us", Diff: diff})
 //
 // The plug-in registers the built-in kinds review (the parent, aggregated
-// from its parts, never run), review.part and review.github; the routes
+// from its parts by the engine's parts capability), review.part and
+// review.github; the routes
 // POST /v1/reviews, GET /v1/reviews, GET /v1/reviews/{id} and GET
 // /v1/reviews/{id}/sarif; and the inline review command of the ratelane
 // binary.
@@ -38,7 +39,6 @@ import (
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/httpapi/mount"
-	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/batchapi"
 	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/review/chunk"
@@ -102,7 +102,8 @@ type RegionConfig struct {
 	GitHubToken   string
 	// HTTPClient is used for GitHub; default a client with a 30 s timeout.
 	HTTPClient *http.Client
-	// SweepEvery is how often accepted reviews are re-checked; default 2 s.
+	// SweepEvery is how often the engine re-checks accepted reviews (the
+	// parts capability's sweep, engine.Kind.SweepEvery); default 2 s.
 	SweepEvery time.Duration
 	// Batch tunes the region's batch lane (POST /v1/batches), which sends
 	// reviews to the batch APIs of the region's openai, openai-compatible
@@ -158,16 +159,20 @@ type regionRT struct {
 	parts     *pipeline.PartHandler
 	github    *pipeline.GitHub
 	publisher *pipeline.ReviewPublisher
-	agg       *pipeline.Aggregator
 
 	batchProviders map[string]batchlane.Entry
 	batches        *batchlane.Handler
 }
 
 // Bind enables reviews in one region when the Config names it: it checks
-// that every provider belongs to the region, registers the three review
-// kinds, wakes the aggregator when a part finishes and runs it while the
-// client runs (its first sweep aggregates reviews a crash left accepted).
+// that every provider belongs to the region and registers the three review
+// kinds and the batch lane's two drivers. A review is a parent aggregated
+// from its parts by the engine's parts capability (engine.Kind.Aggregate):
+// the engine advances it with pipeline.Aggregate's outcome once every part
+// is final, exactly once across nodes and crashes, and then publishes it.
+// A review sent through the batch lane has no part jobs: its parts are its
+// batch items, and its aggregate stays pending until they are final (the
+// batch lane wakes it through engine.Jobs.PartsChanged).
 func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 	rc, ok := p.cfg.Regions[r.Name()]
 	if !ok {
@@ -192,8 +197,12 @@ func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 		return err
 	}
 	for kind, k := range map[string]engine.Kind{
-		KindPart:   {Handler: engine.HandlerFunc(rt.parts.Handle)},
-		KindReview: {Handler: engine.HandlerFunc(parentHandle), Publisher: rt.publisher},
+		KindPart: {Handler: engine.HandlerFunc(rt.parts.Handle)},
+		// The review's other children (its webhook and GitHub deliveries)
+		// are not parts.
+		KindReview: {Aggregate: pipeline.Aggregate(pipeline.AggregateConfig{MaxFindings: rc.MaxFindings, Batches: rt.st, Now: r.Config().Now}),
+			PartKinds: []string{KindPart},
+			Publisher: rt.publisher, SweepEvery: rc.SweepEvery},
 		KindGitHub: {Handler: engine.HandlerFunc(rt.github.Handle)},
 	} {
 		if err := r.Handle(kind, k); err != nil {
@@ -203,13 +212,6 @@ func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 	if err := rt.bindBatches(r, rc); err != nil {
 		return err
 	}
-	r.OnFinished(func(j *ratelane.Job, to ratelane.State) {
-		if j.Kind == KindPart && j.ParentID != "" && to.Final() {
-			rt.agg.Wake(j.ParentID)
-		}
-	})
-	r.OnStart(rt.agg.Start)
-	r.OnStop(rt.agg.Stop)
 	p.regions[r.Name()] = rt
 	return nil
 }
@@ -275,15 +277,7 @@ func newRegionRT(r *ratelane.PluginRegion, rc RegionConfig) (*regionRT, error) {
 	rt.github = &pipeline.GitHub{BaseURL: rc.GitHubBaseURL, Token: rc.GitHubToken, Client: rc.HTTPClient, Jobs: st, Now: cfg.Now}
 	rt.publisher = &pipeline.ReviewPublisher{Region: r.Name(), Jobs: r.Jobs(), DefaultLimit: cfg.DefaultLimit,
 		RDJSONLDir: rc.RDJSONLDir, Now: cfg.Now}
-	rt.agg = pipeline.NewAggregator(pipeline.AggregatorConfig{Store: st, Jobs: r.Jobs(), Publisher: rt.publisher,
-		MaxFindings: rc.MaxFindings, SweepEvery: rc.SweepEvery, Now: cfg.Now, Logger: cfg.Logger})
 	return rt, nil
-}
-
-// parentHandle runs only if an operator redrives a review's parent: the
-// parent is aggregated from its parts, never run.
-func parentHandle(context.Context, *job.Job) job.Outcome {
-	return job.Outcome{Class: job.ClassPermanent, Err: "a review is aggregated from its parts; submit it again"}
 }
 
 // runtime returns a region's review runtime.

@@ -158,7 +158,9 @@ func (rt *regionRT) insertPlan(ctx context.Context, plan pipeline.Plan) (Status,
 			return Status{}, fmt.Errorf("review: store review content: %w", err)
 		}
 	}
-	res, err := rt.r.Jobs().Insert(ctx, append([]*job.Job{plan.Parent}, plan.Parts...), rt.r.Config().DefaultLimit)
+	// One write: the review (accepted) and its parts (waiting); the
+	// engine aggregates it when they are final (at once with no part).
+	res, err := rt.r.Jobs().InsertParts(ctx, plan.Parent, plan.Parts, rt.r.Config().DefaultLimit)
 	if err != nil {
 		return Status{}, fmt.Errorf("review: insert review: %w", err)
 	}
@@ -170,7 +172,6 @@ func (rt *regionRT) insertPlan(ctx context.Context, plan pipeline.Plan) (Status,
 		}
 	}
 	rt.r.Notify()
-	rt.agg.Wake(res[0].Job.ID) // a review with no reviewable part is done at once
 	return rt.status(ctx, res[0].Job.ID)
 }
 
@@ -197,10 +198,7 @@ func (rt *regionRT) status(ctx context.Context, id string) (Status, error) {
 	s := Status{ID: j.ID, Region: j.Region, Tenant: j.Tenant, State: j.State, Reason: string(j.Reason), Repo: args.Repo,
 		Change: args.Change, DepthRequested: args.DepthRequested, Depth: args.Depth, Provider: args.Provider,
 		Publish: args.Publish, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
-	parts, err := pipeline.PartStates(ctx, rt.st, j, args)
-	if errors.Is(err, pipeline.ErrForeignBatch) || errors.Is(err, pipeline.ErrBatchNotFound) {
-		parts, err = nil, nil // the aggregator ends such a review; show no parts meanwhile
-	}
+	parts, err := rt.partStates(ctx, j, args)
 	if err != nil {
 		return Status{}, err
 	}
@@ -217,6 +215,25 @@ func (rt *regionRT) status(ctx context.Context, id string) (Status, error) {
 		s.Result = &final
 	}
 	return s, nil
+}
+
+// partStates returns a review's parts as its status counts them: its part
+// jobs, or its batch items for a review sent through the batch lane. A
+// batch-lane review whose batch is missing or not its own shows no parts
+// (the review kind's aggregate ends it).
+func (rt *regionRT) partStates(ctx context.Context, j *job.Job, args pipeline.Args) ([]pipeline.PartState, error) {
+	if args.Batch == "" {
+		parts, err := rt.r.Jobs().Parts(ctx, j, []string{KindPart})
+		if err != nil {
+			return nil, err
+		}
+		return pipeline.JobStates(parts), nil
+	}
+	parts, err := pipeline.PartStates(ctx, rt.st, j, args)
+	if errors.Is(err, pipeline.ErrForeignBatch) || errors.Is(err, pipeline.ErrBatchNotFound) {
+		return nil, nil
+	}
+	return parts, err
 }
 
 // SARIF writes a finished review's findings as SARIF 2.1.0;

@@ -25,6 +25,10 @@ const (
 	// CASBeforeAck: an external worker's outcome (the guarded
 	// running -> published write) committed; the worker was not answered.
 	CASBeforeAck = "CAS-before-ack"
+	// PartsBeforeAdvance: every part of a parent job is final and the
+	// engine computed the parent's aggregate; the parent's advance out of
+	// accepted was not written.
+	PartsBeforeAdvance = "parts-before-advance"
 )
 
 // Env names the environment variable a ratelane_crashpoints build reads.

@@ -50,6 +50,23 @@ type Kind struct {
 	// MaxRunTime bounds one attempt of this kind; zero means
 	// Config.MaxRunTime. See Config.MaxRunTime for what happens past it.
 	MaxRunTime time.Duration
+
+	// Aggregate, when set, makes the kind's jobs parents aggregated from
+	// parts (parts.go): inserted accepted with their parts by
+	// Jobs.InsertParts, advanced by the engine with Aggregate's outcome
+	// once every part is final, exactly once across engines and crashes.
+	// Handler may then be nil: the engine runs a redriven parent by
+	// aggregating it again.
+	Aggregate Aggregator
+	// PartKinds are the kinds of the parent's parts; empty means every
+	// child job of the parent's tenant and region. A kind whose parents
+	// also have children that are not parts (deliveries of its result,
+	// say) names its part kinds.
+	PartKinds []string
+	// SweepEvery is how often the engine re-checks this kind's accepted
+	// parents, repairing a missed wake-up or a crash; default
+	// DefaultSweepEvery.
+	SweepEvery time.Duration
 }
 
 // DefaultMaxRunTime is Config.MaxRunTime's default: long enough for a slow
@@ -201,7 +218,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("engine: Jobs writes the store of region %q, not this engine's", c.Jobs.Region())
 	}
 	for kind, k := range c.Kinds {
-		if k.Handler == nil {
+		if k.Handler == nil && k.Aggregate == nil {
 			return fmt.Errorf("engine: kind %q has no handler", kind)
 		}
 		if k.MaxRunTime != 0 && (k.MaxRunTime < c.HeartbeatEvery || k.MaxRunTime > job.MaxDelay) {
@@ -250,6 +267,11 @@ type Engine struct {
 	// reapHook, set only by tests (export_test.go), runs between the
 	// reaper's selection of expired leases and their recovery.
 	reapHook func(expired []*job.Job)
+
+	// aggKinds are the kinds with an Aggregator; parents queues parent
+	// ids for the aggregation loop (parts.go).
+	aggKinds []string
+	parents  chan string
 
 	// admits holds, earliest first, the times at which groups the lease
 	// calls skipped (a key refused them) may be admitted; only fetchLoop
@@ -308,8 +330,21 @@ func New(cfg Config) (*Engine, error) {
 			return nil, err
 		}
 	}
-	for k := range cfg.Kinds {
-		e.kinds = append(e.kinds, k)
+	kinds := make(map[string]Kind, len(cfg.Kinds))
+	for name, k := range cfg.Kinds {
+		if k.Aggregate != nil {
+			e.aggKinds = append(e.aggKinds, name)
+			if k.Handler == nil {
+				k.Handler = e.aggregateHandler(k)
+			}
+		}
+		kinds[name] = k
+		e.kinds = append(e.kinds, name)
+	}
+	e.cfg.Kinds = kinds // a copy: the caller's map is not changed
+	if e.aggregates() {
+		e.parents = make(chan string, 1024)
+		e.jobs.watchParts(e.wakeParent)
 	}
 	e.jobs.Serve(e.kinds...)
 	return e, nil
@@ -349,6 +384,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	if len(e.kinds) > 0 { // a maintenance-only engine leases nothing
 		e.wg.Add(1)
 		go e.fetchLoop()
+	}
+	if e.aggregates() {
+		e.wg.Add(1)
+		go e.aggregateLoop()
 	}
 	e.wg.Add(3)
 	go e.finishLoop()

@@ -40,6 +40,9 @@ type Jobs struct {
 	keyCounts               map[string]*keyCount
 	// statsReading is set while one caller refreshes stats.
 	statsReading bool
+	// partWatchers are told the parent of every part this writer moves
+	// to a final state (parts.go).
+	partWatchers []func(parentID string)
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -211,6 +214,9 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 		if errs[i] == nil && w.cfg.Observer != nil {
 			w.cfg.Observer.Finished(r.Job, r.Outcome, ts[i])
 		}
+		if errs[i] == nil && ts[i].To.Final() && r.Job.ParentID != "" {
+			w.partFinal(r.Job.ParentID)
+		}
 	}
 	return out, nil
 }
@@ -253,7 +259,11 @@ func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config
 // Cancel ends a job that is not final as terminal/cancelled. A running
 // job's worker learns it at its next heartbeat.
 func (w *Jobs) Cancel(ctx context.Context, id string) (*job.Job, error) {
-	return w.cfg.Store.Cancel(ctx, id, w.cfg.Now())
+	j, err := w.cfg.Store.Cancel(ctx, id, w.cfg.Now())
+	if err == nil && j.ParentID != "" {
+		w.partFinal(j.ParentID) // a cancelled part is final: its parent may be ready
+	}
+	return j, err
 }
 
 // Redrive returns a terminal job (a dead letter) to waiting with fresh
@@ -269,12 +279,17 @@ func (w *Jobs) Delete(ctx context.Context, id string) error {
 }
 
 // Advance moves a parent job whose parts have all finished (a compare-and-
-// set from p.From). A zero p.Now is the writer's clock.
+// set from p.From). A zero p.Now is the writer's clock. A parent that is
+// itself a part and ends final wakes its own parent's aggregation.
 func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
 	if p.Now.IsZero() {
 		p.Now = w.cfg.Now()
 	}
-	return w.cfg.Store.Advance(ctx, p)
+	j, err := w.cfg.Store.Advance(ctx, p)
+	if err == nil && j.State.Final() && j.ParentID != "" {
+		w.partFinal(j.ParentID)
+	}
+	return j, err
 }
 
 // Published records that a validated job's result was delivered, with the

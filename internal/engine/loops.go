@@ -77,16 +77,22 @@ func (e *Engine) publish(ctx context.Context, id string) {
 		return
 	}
 	k, ok := e.cfg.Kinds[j.Kind]
-	if !ok || k.Publisher == nil {
+	if !ok || k.Publisher == nil && k.Aggregate == nil {
 		return
 	}
-	if err := k.Publisher.Publish(ctx, j); err != nil {
-		e.log.Warn("publish failed; will retry", "job_id", id, "kind", j.Kind, "err", err)
-		return
+	// An aggregated parent without a publisher has nothing to deliver:
+	// its publication is only recorded.
+	if k.Publisher != nil {
+		if err := k.Publisher.Publish(ctx, j); err != nil {
+			e.log.Warn("publish failed; will retry", "job_id", id, "kind", j.Kind, "err", err)
+			return
+		}
 	}
 	crashpoint.Hit(crashpoint.PublishBeforeCAS)
 	if err := e.jobs.Published(ctx, id); err != nil && !errors.Is(err, store.ErrConflict) {
 		e.log.Error("record publication", "job_id", id, "err", err)
+	} else if err == nil && j.ParentID != "" {
+		e.jobs.partFinal(j.ParentID) // a part with a publication step is final now
 	}
 }
 
@@ -95,7 +101,7 @@ func (e *Engine) publish(ctx context.Context, id string) {
 func (e *Engine) publishPending() {
 	ctx := context.WithoutCancel(e.ctx)
 	for kind, k := range e.cfg.Kinds {
-		if k.Publisher == nil {
+		if k.Publisher == nil && k.Aggregate == nil {
 			continue
 		}
 		after := ""

@@ -18,10 +18,15 @@
 // A delivered result is validated by the review pipeline's own check
 // (pipeline.CheckOutput: schema, then every finding verified against the
 // part's diff, failures quarantined) and recorded on its item by a guarded
-// write, so a redelivery after a crash changes nothing. A review whose
-// items are all final is aggregated and published by the review
-// pipeline's Aggregator, once, through the validated -> published
-// compare-and-set. Expired and retryable items go back to pending for the
+// write, so a redelivery after a crash changes nothing. A batch review is
+// an accepted parent with no part jobs, aggregated by the engine's parts
+// capability like an interactive review: the review kind's aggregate
+// (pipeline.Aggregate) reads its items and returns ClassPending, which
+// decides nothing, until every item is final; then the engine advances it
+// once (accepted -> validated or terminal, a compare-and-set) and its
+// Publisher delivers it once (validated -> published). Settling an item
+// wakes the review's aggregation (Config.Wake, engine.Jobs.PartsChanged);
+// the engine's periodic sweep repairs a lost wake-up. Expired and retryable items go back to pending for the
 // next chunk while their attempts last; past the batch's deadline the
 // items that are not final end with the reason deadline_exceeded.
 package batchlane

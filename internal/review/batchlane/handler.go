@@ -47,8 +47,9 @@ type Config struct {
 	Store  store.Store
 	// Providers are the region's batch-capable profiles by name.
 	Providers map[string]Entry
-	// Wake is called with a review's id when its items may all be final,
-	// so the review pipeline's Aggregator checks it (required).
+	// Wake is called with a review's id when one of its items became
+	// final, so the engine aggregates it now rather than at its next
+	// sweep: the region's engine.Jobs.PartsChanged (required).
 	Wake func(reviewID string)
 	// PollInterval is the wait between polls of a running provider batch;
 	// default 1 min.

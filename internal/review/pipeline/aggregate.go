@@ -5,205 +5,132 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// Publisher delivers a validated review (the parent job, its Result in
-// j.Result). It must be idempotent: after a crash it may run again.
-type Publisher interface {
-	Publish(ctx context.Context, j *job.Job) error
+// BatchReader reads the batch lane's records (the region's store): a
+// review sent through the batch lane (Args.Batch) has no part jobs; its
+// parts are its batch items.
+type BatchReader interface {
+	GetBatch(ctx context.Context, id string) (*store.Batch, error)
+	BatchItems(ctx context.Context, p store.BatchItemParams) ([]store.BatchItem, error)
 }
 
-// AggregatorConfig configures an Aggregator.
-type AggregatorConfig struct {
-	// Store is the region's store (required).
-	Store store.Store
-	// Jobs is the region's writer of job state (the engine's), through
-	// which a parent is advanced and its publication recorded; nil makes
-	// one over Store.
-	Jobs *engine.Jobs
-	// Publisher delivers aggregated reviews (required).
-	Publisher Publisher
-	// MaxFindings caps a review's findings; 0 means finding.DefaultMaxFindings.
+// AggregateConfig configures Aggregate.
+type AggregateConfig struct {
+	// MaxFindings caps a review's findings; 0 means
+	// finding.DefaultMaxFindings.
 	MaxFindings int
-	// SweepEvery is how often every accepted review is checked, which
-	// repairs anything a missed wake-up or a crash left behind; default 2 s.
-	SweepEvery time.Duration
-	// Now is the clock; default time.Now.
+	// Batches reads the items of batch-lane reviews (the region's store);
+	// nil ends every batch-lane review terminal, as it cannot be read.
+	Batches BatchReader
+	// Now is the clock (BatchGrace); default time.Now.
 	Now func() time.Time
-	// Logger receives ids, never content; default slog.Default().
-	Logger *slog.Logger
 }
 
-// Aggregator finishes reviews whose parts are all final. Start it once;
-// Stop is idempotent. Wake, Check and Sweep are safe for concurrent use:
-// the parent's transition is a guarded write and its publication a
-// compare-and-set, so running twice for one review is harmless.
-type Aggregator struct {
-	cfg      AggregatorConfig
-	wake     chan string
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-}
-
-// NewAggregator returns an aggregator ready to Start.
-func NewAggregator(cfg AggregatorConfig) *Aggregator {
-	if cfg.SweepEvery == 0 {
-		cfg.SweepEvery = 2 * time.Second
-	}
+// Aggregate returns the review kind's aggregator (the engine's parts
+// capability calls it once every part job of a review is final): it
+// merges the valid findings of the succeeded parts (finding.Aggregate, at
+// most cfg.MaxFindings) into the review's Result, partial when a part
+// failed. The review then goes validated and its Publisher delivers it
+// once; a review none of whose parts succeeded ends terminal with the
+// first failed part's reason (its Result names the failed parts), and one
+// whose payload names another review's diff (a forged row) ends terminal
+// with permanent_error and no result.
+//
+// A review sent through the batch lane (Args.Batch) has no part jobs, so
+// the engine asks at once and at every sweep; its parts are its batch
+// items, and until they are all final (and while its batch record is
+// still being written, BatchGrace) the outcome is ClassPending, which
+// decides nothing and leaves the review accepted (the batch lane calls
+// engine.Jobs.PartsChanged when an item of the review settles). So a
+// batch review is aggregated by the same engine path, once, and published
+// once, as an interactive one.
+//
+// It is a function of the review, its parts and (for a batch review) its
+// batch items, with no side effect, so running it again after a crash or
+// on two nodes at once is harmless.
+func Aggregate(cfg AggregateConfig) engine.AggregatorFunc {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Jobs == nil {
-		// NewJobs fails only without a store, which NewAggregator's
-		// callers always pass; a nil writer then fails at first use.
-		cfg.Jobs, _ = engine.NewJobs(engine.JobsConfig{Store: cfg.Store, Now: cfg.Now, Logger: cfg.Logger})
-	}
-	return &Aggregator{cfg: cfg, wake: make(chan string, 1024), stop: make(chan struct{})}
-}
-
-// Start sweeps once (the crash-recovery pass) and then serves wake-ups and
-// the periodic sweep on one goroutine until Stop.
-func (a *Aggregator) Start(ctx context.Context) {
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.loop(ctx)
-	}()
-}
-
-func (a *Aggregator) loop(ctx context.Context) {
-	a.sweep(ctx)
-	tick := time.NewTicker(a.cfg.SweepEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-ctx.Done():
-			return
-		case id := <-a.wake:
-			if err := a.Check(ctx, id); err != nil && ctx.Err() == nil {
-				a.cfg.Logger.Warn("review aggregation failed; the sweep will retry", "job_id", id, "err", err)
-			}
-		case <-tick.C:
-			a.sweep(ctx)
-		}
-	}
-}
-
-// Stop stops the aggregator and waits for it. It is idempotent.
-func (a *Aggregator) Stop() {
-	a.stopOnce.Do(func() { close(a.stop) })
-	a.wg.Wait()
-}
-
-// Wake asks for the review parentID to be checked soon. It never blocks:
-// when the queue is full the periodic sweep catches up.
-func (a *Aggregator) Wake(parentID string) {
-	select {
-	case a.wake <- parentID:
-	default:
-	}
-}
-
-func (a *Aggregator) sweep(ctx context.Context) {
-	if err := a.Sweep(ctx); err != nil && ctx.Err() == nil {
-		a.cfg.Logger.Warn("review sweep failed", "err", err)
-	}
-}
-
-// Sweep checks every accepted review of the region.
-func (a *Aggregator) Sweep(ctx context.Context) error {
-	after := ""
-	for {
-		js, err := a.cfg.Store.List(ctx, store.ListParams{Kind: KindReview, State: job.StateAccepted, After: after, Limit: 500})
-		if err != nil || len(js) == 0 {
-			return err
-		}
-		for _, j := range js {
-			if err := a.Check(ctx, j.ID); err != nil {
-				return err
-			}
-		}
-		after = js[len(js)-1].ID
-	}
-}
-
-// Check aggregates review id if all its parts are final, and publishes it
-// if it is validated. It does nothing for a review that is still running
-// or already finished.
-func (a *Aggregator) Check(ctx context.Context, id string) error {
-	parent, err := a.cfg.Store.Get(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if parent.Kind != KindReview {
-		return nil
-	}
-	if parent.State == job.StateAccepted {
-		if parent, err = a.aggregate(ctx, parent); err != nil || parent == nil {
-			return err
-		}
-	}
-	if parent.State == job.StateValidated {
-		return a.publish(ctx, parent)
-	}
-	return nil
-}
-
-// Parts returns every part job of review parent, oldest first. A job that
-// names the review as its parent but belongs to another tenant or region
-// is not one of its parts (ratelane never creates one; a forged or buggy
-// row must not add findings to, or fail, someone else's review) and is
-// left out.
-func Parts(ctx context.Context, st store.Store, parent *job.Job) ([]*job.Job, error) {
-	var all []*job.Job
-	after := ""
-	for {
-		js, err := st.List(ctx, store.ListParams{Parent: parent.ID, Kind: KindPart, After: after, Limit: 1000})
+	return func(ctx context.Context, parent *job.Job, parts []*job.Job) job.Outcome {
+		args, err := decode[Args](parent.Payload)
 		if err != nil {
-			return nil, err
+			return permanent("review payload does not decode")
 		}
-		for _, pj := range js {
-			if pj.Tenant == parent.Tenant && pj.Region == parent.Region {
-				all = append(all, pj)
+		if args.DiffObject != "" && args.DiffObject != parent.ID {
+			// A review's diff object is named after the review; any other
+			// name is another review's diff.
+			return permanent("review names another review's diff")
+		}
+		states := JobStates(parts)
+		if args.Batch != "" {
+			var o job.Outcome
+			if states, o = batchStates(ctx, cfg, parent, args); o.Class != "" {
+				return o
 			}
 		}
-		if len(js) < 1000 {
-			break
+		res, err := BuildStates(args, states, finding.AggregateOptions{MaxFindings: cfg.MaxFindings})
+		if err != nil {
+			// BuildStates's error names the part, never its content.
+			return permanent("aggregate the parts: " + err.Error())
 		}
-		after = js[len(js)-1].ID
+		if args.Batch != "" && (res.Parts.Pending > 0 || len(states) < args.Parts) {
+			// Some items are still with the provider (the engine waits
+			// for part jobs itself).
+			return job.Outcome{Class: job.ClassPending, Err: "batch items not final"}
+		}
+		out, err := json.Marshal(res)
+		if err != nil {
+			return permanent("review result is not JSON")
+		}
+		if res.Parts.Total > 0 && res.Parts.Succeeded == 0 {
+			// Nothing was reviewed: there is nothing to publish.
+			o := permanent("no part of the review succeeded")
+			if len(res.FailedParts) > 0 {
+				o.Reason = job.Reason(res.FailedParts[0].Reason)
+			}
+			o.Result = out
+			return o
+		}
+		return job.Outcome{Class: job.ClassSuccess, Result: out}
 	}
-	return all, nil
 }
 
-// PartStates returns the parts of review parent as aggregation sees them:
-// its part jobs (Parts) for an interactive review, its batch items for a
-// review sent through the batch lane (Args.Batch). A batch of another
-// tenant or region than the review contributes nothing (ErrForeignBatch).
-func PartStates(ctx context.Context, st store.Store, parent *job.Job, args Args) ([]PartState, error) {
-	if args.Batch == "" {
-		parts, err := Parts(ctx, st, parent)
-		if err != nil {
-			return nil, err
-		}
-		return JobStates(parts), nil
+// batchStates returns a batch review's items as its parts, or the outcome
+// that decides (or defers) the review without them: pending while a young
+// review's batch record is still being written, permanent for a batch
+// never recorded or one of another tenant or region, transient for a
+// read that failed.
+func batchStates(ctx context.Context, cfg AggregateConfig, parent *job.Job, args Args) ([]PartState, job.Outcome) {
+	if cfg.Batches == nil {
+		return nil, permanent("batch-lane review in a region without a batch store")
 	}
+	states, err := PartStates(ctx, cfg.Batches, parent, args)
+	switch {
+	case errors.Is(err, ErrBatchNotFound) && cfg.Now().Sub(parent.CreatedAt) < BatchGrace:
+		return nil, job.Outcome{Class: job.ClassPending, Err: "batch not recorded yet"}
+	case errors.Is(err, ErrBatchNotFound):
+		return nil, permanent("review's batch was never recorded (a crash during submission)")
+	case errors.Is(err, ErrForeignBatch):
+		return nil, permanent("review names a batch of another tenant or region")
+	case err != nil:
+		return nil, job.Outcome{Class: job.ClassTransient, Err: "read the review's batch items"}
+	}
+	return states, job.Outcome{}
+}
+
+// PartStates returns the batch items of a review sent through the batch
+// lane (Args.Batch) as its parts; the parts of an interactive review are
+// its part jobs (engine.Jobs.Parts, JobStates). A batch of another tenant
+// or region than the review contributes nothing (ErrForeignBatch).
+func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args) ([]PartState, error) {
 	b, err := st.GetBatch(ctx, args.Batch)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("review %s: %w", parent.ID, ErrBatchNotFound)
@@ -239,80 +166,10 @@ var ErrBatchNotFound = errors.New("review names a batch that is not recorded")
 // before it is ended as orphaned.
 const BatchGrace = time.Minute
 
-// ErrForeignBatch is a batch-lane review whose batch is missing or belongs
-// to another tenant or region: ratelane never creates one, and it must not
-// take findings from someone else's batch.
+// ErrForeignBatch is a batch-lane review whose batch belongs to another
+// tenant or region: ratelane never creates one, and it must not take
+// findings from someone else's batch.
 var ErrForeignBatch = errors.New("review names a batch that is not its own")
-
-// aggregate advances an accepted parent whose parts are all final; it
-// returns nil when some part is still running.
-func (a *Aggregator) aggregate(ctx context.Context, parent *job.Job) (*job.Job, error) {
-	args, err := decode[Args](parent.Payload)
-	if err != nil {
-		return nil, fmt.Errorf("review %s: payload: %w", parent.ID, err)
-	}
-	if args.DiffObject != "" && args.DiffObject != parent.ID {
-		// A review's diff object is named after the review; any other
-		// name is another review's diff.
-		return a.end(ctx, parent, "review names another review's diff")
-	}
-	parts, err := PartStates(ctx, a.cfg.Store, parent, args)
-	if errors.Is(err, ErrBatchNotFound) && a.cfg.Now().Sub(parent.CreatedAt) < BatchGrace {
-		return nil, nil // the batch record is being written
-	} else if errors.Is(err, ErrBatchNotFound) {
-		return a.end(ctx, parent, "review's batch was never recorded (a crash during submission)")
-	}
-	if errors.Is(err, ErrForeignBatch) {
-		return a.end(ctx, parent, "review names a batch of another tenant or region")
-	} else if err != nil {
-		return nil, err
-	}
-	res, err := BuildStates(args, parts, finding.AggregateOptions{MaxFindings: a.cfg.MaxFindings})
-	if err != nil || res.Parts.Pending > 0 || len(parts) < args.Parts {
-		return nil, err
-	}
-	p := store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateValidated, Now: a.cfg.Now(),
-		Record: job.AttemptRecord{At: a.cfg.Now(), Outcome: job.ClassSuccess,
-			Why: fmt.Sprintf("aggregated %d parts (%d failed)", res.Parts.Total, res.Parts.Failed)}}
-	if res.Parts.Total > 0 && res.Parts.Succeeded == 0 {
-		// Nothing was reviewed: there is nothing to publish.
-		p.To, p.Reason = job.StateTerminal, job.Reason(res.FailedParts[0].Reason)
-	}
-	if p.Result, err = json.Marshal(res); err != nil {
-		return nil, err
-	}
-	j, err := a.cfg.Jobs.Advance(ctx, p)
-	if errors.Is(err, store.ErrConflict) {
-		return a.cfg.Store.Get(ctx, parent.ID) // someone else aggregated it
-	}
-	if err == nil {
-		a.cfg.Logger.Info("review aggregated", "job_id", parent.ID, "parts", res.Parts.Total,
-			"failed_parts", res.Parts.Failed, "findings", len(res.Findings), "quarantined", len(res.Quarantined))
-	}
-	return j, err
-}
-
-// end ends an accepted review terminal with permanent_error and why.
-func (a *Aggregator) end(ctx context.Context, parent *job.Job, why string) (*job.Job, error) {
-	now := a.cfg.Now()
-	j, err := a.cfg.Jobs.Advance(ctx, store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateTerminal,
-		Reason: job.ReasonPermanentError, Now: now, Record: job.AttemptRecord{At: now, Outcome: job.ClassPermanent, Error: why}})
-	if errors.Is(err, store.ErrConflict) {
-		return a.cfg.Store.Get(ctx, parent.ID)
-	}
-	return j, err
-}
-
-func (a *Aggregator) publish(ctx context.Context, parent *job.Job) error {
-	if err := a.cfg.Publisher.Publish(ctx, parent); err != nil {
-		return fmt.Errorf("publish review %s: %w", parent.ID, err)
-	}
-	crashpoint.Hit(crashpoint.PublishBeforeCAS)
-	if err := a.cfg.Jobs.Published(ctx, parent.ID); err != nil && !errors.Is(err, store.ErrConflict) {
-		return err
-	}
-	return nil
-}
 
 // PartState is one part of a review as aggregation sees it, from a part
 // job or a batch item: final when State is published, validated (with its
@@ -365,7 +222,7 @@ func BuildStates(args Args, parts []PartState, opts finding.AggregateOptions) (R
 		case job.StatePublished, job.StateValidated:
 			pr, err := decode[PartResult](pj.Result)
 			if err != nil {
-				return res, fmt.Errorf("part %s: result: %w", pj.ID, err)
+				return res, fmt.Errorf("part %s: result does not decode", pj.ID)
 			}
 			res.Parts.Succeeded++
 			lists = append(lists, pr.Findings)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/review/provider"
@@ -167,7 +168,11 @@ func TestForgedBuiltinJobsRefused(t *testing.T) {
 	if fj, err := st.Get(ctx, fake.ID); err != nil || fj.State != job.StatePublished {
 		t.Fatalf("the forged part is not published (%v): the check below would prove nothing", err)
 	}
-	got, err := Parts(ctx, st, victim.Parent)
+	w, err := engine.NewJobs(engine.JobsConfig{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.Parts(ctx, victim.Parent, []string{KindPart})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +186,8 @@ func TestForgedBuiltinJobsRefused(t *testing.T) {
 	}
 }
 
-// TestAggregatorRefusesForeignDiff: a review parent whose payload names
+// TestAggregatorRefusesForeignDiff: through the engine's parts
+// capability, a review parent whose payload names
 // another review's diff object (a forged row) ends terminal with
 // permanent_error instead of being aggregated and published.
 func TestAggregatorRefusesForeignDiff(t *testing.T) {
@@ -200,8 +206,13 @@ func TestAggregatorRefusesForeignDiff(t *testing.T) {
 	if _, err := st.Insert(ctx, []*job.Job{forged}, admission.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	agg := NewAggregator(AggregatorConfig{Store: st, Publisher: &ReviewPublisher{Region: "eu"}})
-	if err := agg.Check(ctx, forged.ID); err != nil {
+	e, err := engine.New(engine.Config{Store: st, Region: "eu", Kinds: map[string]engine.Kind{
+		KindReview: {Aggregate: Aggregate(AggregateConfig{}), PartKinds: []string{KindPart}, Publisher: &ReviewPublisher{Region: "eu"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.AggregateParent(ctx, forged.ID); err != nil {
 		t.Fatal(err)
 	}
 	got, err := st.Get(ctx, forged.ID)

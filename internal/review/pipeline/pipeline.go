@@ -8,14 +8,15 @@
 // verifies every finding against the part's diff (finding.Verify: failures
 // are quarantined with their reason) and succeeds with a PartResult.
 //
-// When every part is final (published or terminal) the Aggregator merges
-// the valid findings (finding.Aggregate), advances the parent accepted ->
-// validated with a Result (partial when a part failed) and publishes it
-// once: its Publisher delivers (rdjsonl file, webhook job, GitHub job) and
-// the store's compare-and-set validated -> published records it. The
-// Aggregator is woken by the engine's observer when a part finishes and
-// also sweeps on a timer and at start, so a crash between the last part
-// and the aggregation is repaired on restart.
+// A review is a parent of the engine's parts capability (engine.Kind's
+// Aggregate): it is inserted accepted with its parts in one write
+// (engine.Jobs.InsertParts), and when every part is final (published or
+// terminal) the engine calls Aggregate, which merges the valid findings
+// (finding.Aggregate) into a Result (partial when a part failed); the
+// engine advances the parent accepted -> validated with it, exactly once
+// across nodes and crashes, and publishes it once: the ReviewPublisher
+// delivers (rdjsonl file, webhook job, GitHub job) and the compare-and-set
+// validated -> published records it.
 //
 // Diffs, prompts and model output never appear in a job payload, a log
 // line or an error: payloads carry object ids, logs carry job ids.
@@ -31,7 +32,9 @@ import (
 
 // Job kinds and object kinds of the review pipeline.
 const (
-	// KindReview is the parent job of a review; it is never leased.
+	// KindReview is the parent job of a review, aggregated from its parts
+	// by the engine (engine.Kind.Aggregate); it is leased only when an
+	// operator redrives it, to be aggregated again.
 	KindReview = "review"
 	// KindPart reviews one part of a diff.
 	KindPart = "review.part"

@@ -932,6 +932,76 @@ func testAdvance(t *testing.T, open Opener) {
 	}
 }
 
+// testPartsParent is what the engine's parts capability (engine/parts.go)
+// relies on, on every driver: a parent inserted accepted with its parts in
+// one Insert is never leased; List by Parent pages through every child
+// and no other job; and of many concurrent advances of the parent out of
+// accepted exactly one is written (the others ErrConflict), with one
+// history record, so two nodes aggregating one parent advance it once.
+func testPartsParent(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	parent := NewJob("acme", job.LaneBatch, "k")
+	parent.State = job.StateAccepted
+	batch := []*job.Job{parent}
+	for range 7 {
+		p := NewJob("acme", job.LaneBatch, "k")
+		p.ParentID = parent.ID
+		batch = append(batch, p)
+	}
+	insert(t, s, append(batch, NewJob("acme", job.LaneBatch, "k"))...) // and one job that is no part
+	seen := map[string]bool{}
+	after := ""
+	for {
+		page, err := s.List(ctx, store.ListParams{Parent: parent.ID, After: after, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page {
+			if j.ParentID != parent.ID || seen[j.ID] {
+				t.Fatalf("List(Parent) returned %s (parent %q, seen %v)", j.ID, j.ParentID, seen[j.ID])
+			}
+			seen[j.ID] = true
+		}
+		if len(page) < 3 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if len(seen) != 7 {
+		t.Fatalf("List(Parent) paged through %d children, want 7", len(seen))
+	}
+	if got := lease(t, s, T0, 100); len(got) != 8 {
+		t.Fatalf("leased %d jobs, want the 8 waiting ones (not the accepted parent)", len(got))
+	}
+	const racers = 8
+	errs := make(chan error, racers)
+	for i := range racers {
+		go func() {
+			_, err := s.Advance(ctx, store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateValidated,
+				Result: fmt.Appendf(nil, `{"by":%d}`, i), Now: T0,
+				Record: job.AttemptRecord{At: T0, Outcome: job.ClassSuccess, Why: "aggregated 7 parts (0 failed)"}})
+			errs <- err
+		}()
+	}
+	won := 0
+	for range racers {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrConflict):
+			t.Fatalf("a losing advance: %v, want ErrConflict", err)
+		}
+	}
+	got, err := s.Get(ctx, parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if won != 1 || got.State != job.StateValidated || len(got.History) != 1 {
+		t.Fatalf("%d advances won, parent %s with %d history records; want exactly one", won, got.State, len(got.History))
+	}
+}
+
 // testShapesBoundStarts is invariant 6 from a start log: many lease calls
 // on a fake clock, at irregular steps, over a bucket key, a window key, a
 // key with two windows and a bucket, and jobs naming two keys at once;

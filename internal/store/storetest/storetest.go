@@ -75,6 +75,7 @@ func Run(t *testing.T, open Opener) {
 		"LearnedConcurrency":    testLearnedConcurrency,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
+		"PartsParent":           testPartsParent,
 	}
 	maps.Copy(tests, contractCases)
 	maps.Copy(tests, scheduleCases)

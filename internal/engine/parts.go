@@ -1,0 +1,370 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/crashpoint"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// Parts and aggregation: a parent job is inserted accepted together with
+// its parts (child jobs, waiting, ParentID = the parent) in one write
+// (Jobs.InsertParts). Parts run as ordinary jobs of their own kinds. When
+// every part is final (published or terminal) the engine that runs the
+// parent's kind calls the kind's Aggregator with the parent and its parts
+// and writes the outcome it returns as the parent's guarded advance out of
+// accepted: success to validated (then published once, by the kind's
+// Publisher when it has one), a permanent failure to terminal.
+//
+// Exactly once: the advance is a compare-and-set from accepted, so of any
+// number of engines (nodes) that aggregate the same parent at once one
+// writes and the others get ErrConflict and change nothing. At least once:
+// the engine is woken when its writer records a part's final transition,
+// and it also sweeps every accepted parent of its aggregating kinds at
+// start and every Kind.SweepEvery, so a crash (kill -9) between the last
+// part's transition and the parent's advance, a wake-up lost with a full
+// queue, or a part finished by another process is repaired by the next
+// sweep. The aggregator may therefore run more than once for one parent
+// (after a crash, or on two nodes at once); it must be a function of the
+// parent and its parts, with no side effect of its own. Side effects
+// belong to the kind's Publisher, which runs once the advance is written.
+
+// Aggregator computes a parent job's outcome from its parts, every one of
+// them final (published with its result, or terminal with its reason).
+// Its outcome is the parent's: a success (with the parent's Result) makes
+// the parent validated and then published; ClassPermanent or
+// ClassInvalidOutput make it terminal with the outcome's Reason (default
+// permanent_error) and, when the outcome has one, its Result; any other
+// class decides nothing and leaves the parent accepted, to be asked again
+// at the next sweep or wake-up (Jobs.PartsChanged): a read that failed
+// (ClassTransient, logged as a warning), or a parent that also waits on
+// something that is not a job. It may be called more than once for one
+// parent and must have no side effect.
+type Aggregator interface {
+	Aggregate(ctx context.Context, parent *job.Job, parts []*job.Job) job.Outcome
+}
+
+// AggregatorFunc adapts a function to Aggregator.
+type AggregatorFunc func(ctx context.Context, parent *job.Job, parts []*job.Job) job.Outcome
+
+// Aggregate calls f.
+func (f AggregatorFunc) Aggregate(ctx context.Context, parent *job.Job, parts []*job.Job) job.Outcome {
+	return f(ctx, parent, parts)
+}
+
+// DefaultSweepEvery is Kind.SweepEvery's default: how often an engine
+// re-checks the accepted parents of a kind with an Aggregator.
+const DefaultSweepEvery = 2 * time.Second
+
+// ErrPartsNotFinal is the error of a redriven parent leased while some of
+// its parts are not final yet (see Kind.Aggregate).
+var ErrPartsNotFinal = errors.New("parts are not all final")
+
+// InsertParts durably inserts parent (prepared accepted) and its parts
+// (prepared waiting) in one store write, all or none, with def
+// configuring limit keys first seen. Every part must name the parent as
+// its ParentID and share its tenant and region. A part with no
+// idempotency key gets one derived from the parent's (when it has one),
+// so a replayed insert dedupes its parts as well as the parent. A parent
+// with no parts is aggregated at once. The first result is the parent's.
+func (w *Jobs) InsertParts(ctx context.Context, parent *job.Job, parts []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	if parent.State != job.StateAccepted {
+		return nil, fmt.Errorf("engine: a parent is inserted accepted, not %s", parent.State)
+	}
+	for i, p := range parts {
+		switch {
+		case p.ParentID != parent.ID:
+			return nil, fmt.Errorf("engine: part %d names parent %q, not %q", i, p.ParentID, parent.ID)
+		case p.Tenant != parent.Tenant || p.Region != parent.Region:
+			return nil, fmt.Errorf("engine: part %d is of tenant %q in region %q; its parent's are %q and %q", i, p.Tenant, p.Region, parent.Tenant, parent.Region)
+		case p.State != job.StateWaiting:
+			return nil, fmt.Errorf("engine: part %d is inserted waiting, not %s", i, p.State)
+		}
+		if p.IdempotencyKey == "" && parent.IdempotencyKey != "" {
+			p.IdempotencyKey = PartIdempotencyKey(parent.IdempotencyKey, i)
+		}
+	}
+	res, err := w.Insert(ctx, append([]*job.Job{parent}, parts...), def)
+	if err != nil {
+		return nil, err
+	}
+	if len(parts) == 0 {
+		w.partFinal(res[0].Job.ID)
+	}
+	return res, nil
+}
+
+// PartIdempotencyKey derives part index's idempotency key from its
+// parent's: a hash keeps it within the length limit for any parent key.
+func PartIdempotencyKey(parentKey string, index int) string {
+	sum := sha256.Sum256([]byte(parentKey))
+	return "part:" + hex.EncodeToString(sum[:16]) + "/" + strconv.Itoa(index)
+}
+
+// Parts returns the parts of parent: its children of the given kinds
+// (every child when kinds is empty), newest first as List orders them. A child of another
+// tenant or region is not one of its parts (the engine never creates one;
+// a forged or buggy row must not change someone else's aggregate) and is
+// left out.
+func (w *Jobs) Parts(ctx context.Context, parent *job.Job, kinds []string) ([]*job.Job, error) {
+	var all []*job.Job
+	after := ""
+	for {
+		js, err := w.cfg.Store.List(ctx, store.ListParams{Parent: parent.ID, After: after, Limit: store.MaxListLimit})
+		if err != nil {
+			return nil, err
+		}
+		for _, pj := range js {
+			if pj.Tenant == parent.Tenant && pj.Region == parent.Region && (len(kinds) == 0 || slices.Contains(kinds, pj.Kind)) {
+				all = append(all, pj)
+			}
+		}
+		if len(js) < store.MaxListLimit {
+			break
+		}
+		after = js[len(js)-1].ID
+	}
+	return all, nil
+}
+
+// watchParts registers fn to be told the parent id of every part this
+// writer moves to a final state (and of a parent inserted with no parts).
+// It never blocks the writer for long: fn must only queue the id.
+func (w *Jobs) watchParts(fn func(parentID string)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partWatchers = append(w.partWatchers, fn)
+}
+
+// PartsChanged tells the engines aggregating through this writer that
+// parentID may be ready to aggregate now, so it is checked at once rather
+// than at the next sweep. The writer calls it itself for every part it
+// moves to a final state; a plug-in whose parent also waits on something
+// that is not a job (a provider batch's items, say) calls it when that
+// changes, and its Aggregator returns a non-deciding outcome until then.
+func (w *Jobs) PartsChanged(parentID string) { w.partFinal(parentID) }
+
+func (w *Jobs) partFinal(parentID string) {
+	w.mu.Lock()
+	fns := w.partWatchers
+	w.mu.Unlock()
+	for _, fn := range fns {
+		fn(parentID)
+	}
+}
+
+// allFinal reports whether every part is published or terminal.
+func allFinal(parts []*job.Job) bool {
+	for _, p := range parts {
+		if !p.State.Final() {
+			return false
+		}
+	}
+	return true
+}
+
+// aggregates reports whether the engine runs any kind with an Aggregator.
+func (e *Engine) aggregates() bool { return len(e.aggKinds) > 0 }
+
+// wakeParent queues parentID for the aggregation loop; when the queue is
+// full the sweep catches up.
+func (e *Engine) wakeParent(parentID string) {
+	select {
+	case e.parents <- parentID:
+	default:
+	}
+}
+
+// sweepEvery is the aggregation loop's period: the shortest SweepEvery of
+// the aggregating kinds.
+func (e *Engine) sweepEvery() time.Duration {
+	d := time.Duration(0)
+	for _, kind := range e.aggKinds {
+		s := e.cfg.Kinds[kind].SweepEvery
+		if s <= 0 {
+			s = DefaultSweepEvery
+		}
+		if d == 0 || s < d {
+			d = s
+		}
+	}
+	return d
+}
+
+// aggregateLoop sweeps once (the crash-recovery pass), then serves
+// wake-ups and the periodic sweep until the engine stops.
+func (e *Engine) aggregateLoop() {
+	defer e.wg.Done()
+	e.sweepParents(e.ctx)
+	tick := time.NewTicker(e.sweepEvery())
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.stop:
+			return
+		case id := <-e.parents:
+			if err := e.AggregateParent(e.ctx, id); err != nil && e.ctx.Err() == nil {
+				e.log.Warn("aggregation failed; the sweep will retry", "job_id", id, "err", err)
+			}
+		case <-tick.C:
+			e.sweepParents(e.ctx)
+		}
+	}
+}
+
+func (e *Engine) sweepParents(ctx context.Context) {
+	if err := e.SweepParents(ctx); err != nil && ctx.Err() == nil {
+		e.log.Warn("parts sweep failed", "err", err)
+	}
+}
+
+// SweepParents aggregates every accepted parent of the engine's
+// aggregating kinds whose parts are all final. The aggregation loop runs
+// it at start and every SweepEvery; tests call it directly.
+func (e *Engine) SweepParents(ctx context.Context) error {
+	for _, kind := range e.aggKinds {
+		after := ""
+		for {
+			js, err := e.cfg.Store.List(ctx, store.ListParams{Kind: kind, State: job.StateAccepted, After: after, Limit: 500})
+			if err != nil {
+				return err
+			}
+			for _, j := range js {
+				if err := e.AggregateParent(ctx, j.ID); err != nil {
+					return err
+				}
+			}
+			if len(js) < 500 {
+				break
+			}
+			after = js[len(js)-1].ID
+		}
+	}
+	return nil
+}
+
+// AggregateParent aggregates parent id when it is an accepted job of one
+// of the engine's aggregating kinds and all its parts are final, and
+// publishes it once it is validated. It does nothing for a parent whose
+// parts are still running, or one already advanced (here or by another
+// engine).
+func (e *Engine) AggregateParent(ctx context.Context, id string) error {
+	parent, err := e.cfg.Store.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	k, ok := e.cfg.Kinds[parent.Kind]
+	if !ok || k.Aggregate == nil {
+		return nil
+	}
+	if parent.State == job.StateValidated { // a crash came between the advance and the publication
+		e.publish(ctx, parent.ID)
+		return nil
+	}
+	if parent.State != job.StateAccepted {
+		return nil
+	}
+	parts, err := e.jobs.Parts(ctx, parent, k.PartKinds)
+	if err != nil || !allFinal(parts) {
+		return err
+	}
+	o := e.aggregate(ctx, k, parent, parts)
+	crashpoint.Hit(crashpoint.PartsBeforeAdvance)
+	p, ok := advanceOf(parent, o, parts, e.cfg.Now())
+	if !ok {
+		// A transient failure is worth a warning; any other non-deciding
+		// class is an aggregator still waiting on something, by design.
+		level := slog.LevelDebug
+		if o.Class == job.ClassTransient {
+			level = slog.LevelWarn
+		}
+		e.log.Log(ctx, level, "aggregation did not decide; the sweep will retry", "job_id", parent.ID, "kind", parent.Kind,
+			"outcome", o.Class, "err", o.Err)
+		return nil
+	}
+	j, err := e.jobs.Advance(ctx, p)
+	if errors.Is(err, store.ErrConflict) {
+		return nil // another engine advanced it, or it was cancelled
+	} else if err != nil {
+		return err
+	}
+	e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(parts), "state", j.State)
+	if j.State == job.StateValidated {
+		e.publish(ctx, j.ID)
+	}
+	return nil
+}
+
+// aggregate calls the kind's aggregator, turning a panic into a transient
+// outcome (the parent stays accepted).
+func (e *Engine) aggregate(ctx context.Context, k Kind, parent *job.Job, parts []*job.Job) (o job.Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("aggregator panicked", "job_id", parent.ID, "kind", parent.Kind, "panic", fmt.Sprint(p))
+			o = job.Outcome{Class: job.ClassTransient, Err: "aggregator panicked"}
+		}
+	}()
+	return k.Aggregate.Aggregate(ctx, parent, parts)
+}
+
+// advanceOf is the parent's advance for an aggregator's outcome: success
+// to validated with the result, a permanent failure to terminal; false for
+// an outcome that decides nothing (transient), which leaves the parent
+// accepted.
+func advanceOf(parent *job.Job, o job.Outcome, parts []*job.Job, now time.Time) (store.AdvanceParams, bool) {
+	failed := 0
+	for _, p := range parts {
+		if p.State == job.StateTerminal {
+			failed++
+		}
+	}
+	p := store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, Now: now,
+		Record: job.AttemptRecord{At: now, Outcome: o.Class, Error: o.Err,
+			Why: fmt.Sprintf("aggregated %d parts (%d failed)", len(parts), failed)}}
+	p.Result = o.Result // a failed aggregate may still say what failed
+	switch o.Class {
+	case job.ClassSuccess:
+		p.To = job.StateValidated
+	case job.ClassPermanent, job.ClassInvalidOutput:
+		p.To, p.Reason = job.StateTerminal, job.ReasonPermanentError
+		if o.Reason != "" {
+			p.Reason = o.Reason
+		}
+	default:
+		return p, false
+	}
+	return p, true
+}
+
+// aggregateHandler is the handler of a kind with an Aggregator and no
+// Handler of its own. A parent is never leased unless an operator redrives
+// it (terminal -> waiting): then it is aggregated again from its parts as
+// they are now, e.g. after its failed parts were redriven too and have
+// finished; while some part is not final the attempt is transient and
+// retried with backoff.
+func (e *Engine) aggregateHandler(k Kind) Handler {
+	return HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+		parts, err := e.jobs.Parts(ctx, j, k.PartKinds)
+		if err != nil {
+			return job.Outcome{Class: job.ClassTransient, Err: "load parts"}
+		}
+		if !allFinal(parts) {
+			return job.Outcome{Class: job.ClassTransient, Err: ErrPartsNotFinal.Error()}
+		}
+		return k.Aggregate.Aggregate(ctx, j, parts)
+	})
+}
