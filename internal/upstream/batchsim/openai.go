@@ -518,32 +518,17 @@ func (s *Server) chatCompletion(r simRequest, created time.Time) map[string]any 
 	}
 }
 
-func (s *Server) openAIBatch(id string) *simBatch {
-	if b := s.batches[id]; b != nil && b.provider == ProviderOpenAI {
-		return b
-	}
-	return nil
+// openAIBatch serves a route on one OpenAI batch (see [Server.batchRoute]),
+// answering OpenAI's 404 for an unknown id.
+func (s *Server) openAIBatch(h batchHandler) http.HandlerFunc {
+	return s.batchRoute(ProviderOpenAI, func(w http.ResponseWriter, id string) { notFound(w, "batch", id) }, h)
 }
 
-func (s *Server) handleGetBatch(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.openAIBatch(r.PathValue("id"))
-	if b == nil {
-		notFound(w, "batch", r.PathValue("id"))
-		return
-	}
+func (s *Server) handleGetBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
 	writeJSON(w, http.StatusOK, s.openAIView(b, s.cfg.Now()))
 }
 
-func (s *Server) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.openAIBatch(r.PathValue("id"))
-	if b == nil {
-		notFound(w, "batch", r.PathValue("id"))
-		return
-	}
+func (s *Server) handleCancelBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
 	now := s.cfg.Now()
 	switch v := s.openAIView(b, now); v.Status {
 	case "cancelling":
