@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/review"
 )
 
@@ -119,6 +121,19 @@ func (a *reviewAPI) call(method, path, key string, body any, hdr map[string]stri
 	return resp
 }
 
+// waitPublished reads review rv until it is published, failing the test
+// when it is not within testkit.Timeout; rv holds its last answer.
+func (a *reviewAPI) waitPublished(t *testing.T, rv *apiReview) {
+	t.Helper()
+	testkit.Eventually(t, testkit.Timeout, "review "+rv.ID+" to publish", func() error {
+		a.call("GET", "/v1/reviews/"+rv.ID, a.acme, nil, nil, 200, rv)
+		if rv.State != "published" {
+			return fmt.Errorf("review is %s", rv.State)
+		}
+		return nil
+	})
+}
+
 type apiReview struct {
 	ID     string `json:"id"`
 	Region string `json:"region"`
@@ -160,14 +175,7 @@ func TestReviewHTTPEndToEnd(t *testing.T) {
 		t.Fatalf("Location %q", loc)
 	}
 
-	deadline := time.Now().Add(15 * time.Second)
-	for rv.State != "published" {
-		if time.Now().After(deadline) {
-			t.Fatalf("review is %s, want published", rv.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-		a.call("GET", "/v1/reviews/"+rv.ID, a.acme, nil, nil, 200, &rv)
-	}
+	a.waitPublished(t, &rv)
 	if rv.Result == nil || len(rv.Result.Findings) != 1 || rv.Parts.Total < 1 || rv.Parts.Succeeded != rv.Parts.Total {
 		t.Fatalf("published review %+v", rv)
 	}
@@ -309,14 +317,7 @@ func TestReviewHTTPDocumentedExample(t *testing.T) {
 	body["region"] = "us" // the example names the server's first region, eu, which has no reviews here
 	var rv apiReview
 	a.call("POST", "/v1/reviews", a.acme, body, nil, 202, &rv)
-	deadline := time.Now().Add(15 * time.Second)
-	for rv.State != "published" {
-		if time.Now().After(deadline) {
-			t.Fatalf("review is %s, want published", rv.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-		a.call("GET", "/v1/reviews/"+rv.ID, a.acme, nil, nil, 200, &rv)
-	}
+	a.waitPublished(t, &rv)
 	if len(rv.Result.Findings) != 1 || rv.Result.Findings[0].Path != "app.go" || rv.Result.Findings[0].Line != 3 ||
 		rv.Result.Findings[0].Category != "maintainability" {
 		t.Fatalf("example review %+v", rv.Result)
@@ -341,6 +342,8 @@ func TestReviewHTTPList(t *testing.T) {
 	type list struct {
 		Reviews []struct {
 			ID, Tenant, Region, State, Repo, Change string
+			Parts                                   struct{ Total, Succeeded, Failed, Pending int }
+			Findings, Quarantined                   *int
 		} `json:"reviews"`
 		NextCursor string `json:"next_cursor"`
 	}
@@ -349,8 +352,34 @@ func TestReviewHTTPList(t *testing.T) {
 	if len(l.Reviews) != 2 || l.Reviews[0].ID != second || l.Reviews[1].ID != first || l.NextCursor != "" {
 		t.Fatalf("acme's list: %+v", l)
 	}
-	if r := l.Reviews[0]; r.Tenant != "acme" || r.Region != "us" || r.Repo != "acme/app" || r.Change != "2" {
+	if r := l.Reviews[0]; r.Tenant != "acme" || r.Region != "us" || r.Repo != "acme/app" || r.Change != "2" || r.Parts.Total < 1 {
 		t.Fatalf("summary: %+v", r)
+	}
+	// Each summary counts its parts, and once aggregated its findings, as
+	// the review's own GET does: running ones from their parts, finished
+	// ones from their result.
+	testkit.Eventually(t, testkit.Timeout, "acme's reviews to be aggregated", func() error {
+		a.call("GET", "/v1/reviews", a.acme, nil, nil, 200, &l)
+		for _, r := range l.Reviews {
+			if r.Parts.Pending+r.Parts.Succeeded+r.Parts.Failed > r.Parts.Total || r.Parts.Total < 1 {
+				t.Fatalf("summary parts of %s: %+v", r.ID, r.Parts)
+			}
+			if (r.Findings == nil) != (r.State == "accepted") {
+				t.Fatalf("summary of %s in state %s: findings %v", r.ID, r.State, r.Findings)
+			}
+			if r.Findings == nil {
+				return fmt.Errorf("review %s is %s, parts %+v", r.ID, r.State, r.Parts)
+			}
+		}
+		return nil
+	})
+	for _, r := range l.Reviews {
+		var rv apiReview
+		a.call("GET", "/v1/reviews/"+r.ID, a.acme, nil, nil, 200, &rv)
+		if rv.Result == nil || *r.Findings != len(rv.Result.Findings) || *r.Findings != 1 || *r.Quarantined != len(rv.Result.Quarantined) ||
+			r.Parts.Total != rv.Parts.Total || r.Parts.Succeeded != rv.Parts.Succeeded || r.Parts.Pending != 0 {
+			t.Fatalf("summary %+v (findings %d, quarantined %d) disagrees with the review %+v", r, *r.Findings, *r.Quarantined, rv)
+		}
 	}
 	// One per page: the cursor leads to the older review, then ends.
 	a.call("GET", "/v1/reviews?limit=1", a.acme, nil, nil, 200, &l)
