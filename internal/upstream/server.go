@@ -227,7 +227,7 @@ func (s *Server) wait(ctx context.Context, d time.Duration) bool {
 }
 
 func (s *Server) handleGetStats(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.Stats())
+	WriteJSON(w, http.StatusOK, s.Stats())
 }
 
 // handlePostSchedule starts every route's schedule of limit changes now
@@ -236,7 +236,7 @@ func (s *Server) handleGetStats(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handlePostSchedule(w http.ResponseWriter, _ *http.Request) {
 	now := s.cfg.Now()
 	s.StartSchedule(now)
-	writeJSON(w, http.StatusOK, map[string]time.Time{"epoch": now})
+	WriteJSON(w, http.StatusOK, map[string]time.Time{"epoch": now})
 }
 
 // ScheduleEpoch returns the epoch of the last StartSchedule (or POST
@@ -328,7 +328,9 @@ func writeScripted(w http.ResponseWriter, r Response) {
 	_, _ = w.Write(r.Body)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers status with v as JSON (and a final newline), or 500 if
+// v does not encode; both simulators answer this way.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		http.Error(w, "encode response", http.StatusInternalServerError)

@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"regexp"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 // anthropicErr writes Anthropic's error body
 // {"type":"error","error":{"type","message"},"request_id"}.
 func anthropicErr(w http.ResponseWriter, status int, typ, msg string) {
-	writeJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg},
+	upstream.WriteJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg},
 		"request_id": w.Header().Get("request-id")})
 }
 
@@ -112,11 +114,9 @@ func (s *Server) handlePostMessageBatch(w http.ResponseWriter, r *http.Request) 
 	}
 	b := &simBatch{provider: ProviderAnthropic, id: s.nextID("msgbatch_"), created: now, start: now,
 		expires: now.Add(s.cfg.Window), reqs: reqs}
-	b.schedule(s.cfg.ProcessFor)
-	s.batches[b.id] = b
-	s.order[ProviderAnthropic] = append(s.order[ProviderAnthropic], b.id)
+	s.addBatch(b)
 	s.stats.AnthropicBatches++
-	writeJSON(w, http.StatusOK, s.anthropicView(b, now))
+	upstream.WriteJSON(w, http.StatusOK, s.anthropicView(b, now))
 }
 
 // messageBatch is Anthropic's message_batch object.
@@ -264,7 +264,7 @@ func (s *Server) anthropicBatch(h batchHandler) http.HandlerFunc {
 }
 
 func (s *Server) handleGetMessageBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
-	writeJSON(w, http.StatusOK, s.anthropicView(b, s.cfg.Now()))
+	upstream.WriteJSON(w, http.StatusOK, s.anthropicView(b, s.cfg.Now()))
 }
 
 func (s *Server) handleGetMessageBatchResults(w http.ResponseWriter, _ *http.Request, b *simBatch) {
@@ -290,7 +290,7 @@ func (s *Server) handleCancelMessageBatch(w http.ResponseWriter, _ *http.Request
 	}
 	// Cancelling a canceling or ended batch changes nothing and answers
 	// the batch as it is.
-	writeJSON(w, http.StatusOK, s.anthropicView(b, now))
+	upstream.WriteJSON(w, http.StatusOK, s.anthropicView(b, now))
 }
 
 func (s *Server) handleDeleteMessageBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
@@ -307,7 +307,7 @@ func (s *Server) handleDeleteMessageBatch(w http.ResponseWriter, _ *http.Request
 			break
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "type": "message_batch_deleted"})
+	upstream.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "type": "message_batch_deleted"})
 }
 
 func (s *Server) handleListMessageBatches(w http.ResponseWriter, r *http.Request) {
@@ -336,5 +336,5 @@ func (s *Server) handleListMessageBatches(w http.ResponseWriter, r *http.Request
 	if len(ids) > 0 {
 		page["first_id"], page["last_id"] = ids[0], ids[len(ids)-1]
 	}
-	writeJSON(w, http.StatusOK, page)
+	upstream.WriteJSON(w, http.StatusOK, page)
 }

@@ -1,7 +1,6 @@
 package batchsim
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -137,6 +136,14 @@ func (s *Server) batchRoute(provider string, notFound func(w http.ResponseWriter
 	}
 }
 
+// addBatch schedules a new batch's processing and records it, last in its
+// provider's order. Call with s.mu held.
+func (s *Server) addBatch(b *simBatch) {
+	b.schedule(s.cfg.ProcessFor)
+	s.batches[b.id] = b
+	s.order[b.provider] = append(s.order[b.provider], b.id)
+}
+
 // nextID returns prefix followed by a fresh, sortable sequence number.
 // Call with s.mu held.
 func (s *Server) nextID(prefix string) string {
@@ -177,17 +184,6 @@ func (s *Server) keyOK(key string) bool {
 		return key == s.cfg.APIKey
 	}
 	return key != ""
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, "encode response", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
 }
 
 // unix is t in Unix seconds, or nil for the zero time (OpenAI sends null).
