@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -37,40 +35,24 @@ type reviewAPI struct {
 	acme, globex string
 }
 
+// reviewAdminKey is the admin key of newReviewAPI's server.
+const reviewAdminKey = "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop"
+
 func newReviewAPI(t *testing.T) *reviewAPI {
 	t.Helper()
-	ctx := context.Background()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}}
 	p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 100 * time.Millisecond})
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop", RequestRate: -1})
-	if err != nil {
-		c.Stop(ctx)
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		c.Stop(context.Background())
-	})
-	a := &reviewAPI{t: t, c: c, url: srv.URL}
+	c, url := serveAPI(t, cfg, reviewAdminKey)
+	a := &reviewAPI{t: t, c: c, url: url}
 	key := func(tenant string) string {
 		var out struct {
 			Secret string `json:"secret"`
 		}
-		a.call("POST", "/v1/keys", "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop", map[string]any{"tenant": tenant, "role": "producer"}, nil, 201, &out)
+		a.call("POST", "/v1/keys", reviewAdminKey, map[string]any{"tenant": tenant, "role": "producer"}, nil, 201, &out)
 		return out.Secret
 	}
 	a.acme, a.globex = key("acme"), key("globex")
@@ -81,34 +63,7 @@ func newReviewAPI(t *testing.T) *reviewAPI {
 // decoded into out when out is set, and returned.
 func (a *reviewAPI) call(method, path, key string, body any, hdr map[string]string, want int, out any) *http.Response {
 	a.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			a.t.Fatal(err)
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, a.url+path, rd)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		a.t.Fatal(err)
-	}
+	resp, raw := callJSON(a.t, method, a.url, path, key, body, hdr)
 	if resp.StatusCode != want {
 		a.t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, raw)
 	}
@@ -117,7 +72,6 @@ func (a *reviewAPI) call(method, path, key string, body any, hdr map[string]stri
 			a.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
 		}
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(raw))
 	return resp
 }
 
@@ -400,7 +354,7 @@ func TestReviewHTTPList(t *testing.T) {
 		t.Fatalf("terminal: %+v", l)
 	}
 	// An admin sees every tenant's, or one tenant's.
-	const admin = "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop"
+	const admin = reviewAdminKey
 	a.call("GET", "/v1/reviews?tenant=globex", admin, nil, nil, 200, &l)
 	if len(l.Reviews) != 1 || l.Reviews[0].ID != theirs {
 		t.Fatalf("admin, globex: %+v", l)
