@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -375,5 +376,55 @@ func TestReviewHTTPList(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 			t.Errorf("%s: Content-Type %q", path, ct)
 		}
+	}
+}
+
+// TestReviewHTTPListRunning: a review whose parts have not run (nothing
+// works them: the client is never started) is listed accepted with its
+// parts pending, counted from its part jobs, and without findings counts.
+func TestReviewHTTPListRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}}
+	rules, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviews := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{rules}})
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := reviews.Submit(ctx, review.Request{Region: "us", Tenant: "acme", Diff: []byte(apiReviewDiff), Depth: "full"})
+	if err != nil || sub.Parts.Total < 1 {
+		t.Fatalf("submit: %v, %+v", err, sub)
+	}
+	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: reviewAdminKey, RequestRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	srv := httptest.NewServer(api.Handler)
+	defer srv.Close()
+
+	resp, raw := callJSON(t, "GET", srv.URL, "/v1/reviews", reviewAdminKey, nil, nil)
+	var l struct {
+		Reviews []map[string]json.RawMessage `json:"reviews"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &l) != nil || len(l.Reviews) != 1 {
+		t.Fatalf("list: %d %s", resp.StatusCode, raw)
+	}
+	r := l.Reviews[0]
+	var parts struct{ Total, Succeeded, Failed, Pending int }
+	if err := json.Unmarshal(r["parts"], &parts); err != nil || string(r["state"]) != `"accepted"` ||
+		parts.Total != sub.Parts.Total || parts.Pending != parts.Total || parts.Succeeded+parts.Failed != 0 {
+		t.Fatalf("running review listed as %s (parts %+v, %v)", raw, parts, err)
+	}
+	if _, ok := r["findings"]; ok {
+		t.Fatalf("a running review lists a findings count: %s", raw)
+	}
+	if _, ok := r["quarantined"]; ok {
+		t.Fatalf("a running review lists a quarantined count: %s", raw)
 	}
 }
