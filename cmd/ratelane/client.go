@@ -470,6 +470,22 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseNoArgs parses args of a command that takes flags only (serve,
+// upstream, demo): a bad flag or any argument is a usage error; -h is
+// errHelp.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
 // wantArgs checks the number of positional arguments.
 func wantArgs(fs *flag.FlagSet, got []string, names ...string) error {
 	if len(got) == len(names) {
