@@ -16,7 +16,8 @@ import (
 // list (the dashboard's reviews page) needs no GET /v1/reviews/{id} a row.
 // The findings themselves are GET /v1/reviews/{id}'s. An aggregated
 // review's counts come from its stored result; a running one's parts cost
-// one store query (its part jobs) on top of the page's one per region.
+// store reads of its parts (its part jobs, or its batch items on the batch
+// lane) on top of the page's one query per region.
 type Summary struct {
 	ID             string            `json:"id"`
 	Region         string            `json:"region"`
