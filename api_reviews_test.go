@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/review"
 )
 
@@ -35,40 +36,24 @@ type reviewAPI struct {
 	acme, globex string
 }
 
+// reviewAdminKey is the admin key of newReviewAPI's server.
+const reviewAdminKey = "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop"
+
 func newReviewAPI(t *testing.T) *reviewAPI {
 	t.Helper()
-	ctx := context.Background()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}}}
 	p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 100 * time.Millisecond})
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop", RequestRate: -1})
-	if err != nil {
-		c.Stop(ctx)
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		c.Stop(context.Background())
-	})
-	a := &reviewAPI{t: t, c: c, url: srv.URL}
+	c, url := serveAPI(t, cfg, reviewAdminKey)
+	a := &reviewAPI{t: t, c: c, url: url}
 	key := func(tenant string) string {
 		var out struct {
 			Secret string `json:"secret"`
 		}
-		a.call("POST", "/v1/keys", "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop", map[string]any{"tenant": tenant, "role": "producer"}, nil, 201, &out)
+		a.call("POST", "/v1/keys", reviewAdminKey, map[string]any{"tenant": tenant, "role": "producer"}, nil, 201, &out)
 		return out.Secret
 	}
 	a.acme, a.globex = key("acme"), key("globex")
@@ -79,34 +64,7 @@ func newReviewAPI(t *testing.T) *reviewAPI {
 // decoded into out when out is set, and returned.
 func (a *reviewAPI) call(method, path, key string, body any, hdr map[string]string, want int, out any) *http.Response {
 	a.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			a.t.Fatal(err)
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, a.url+path, rd)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		a.t.Fatal(err)
-	}
+	resp, raw := callJSON(a.t, method, a.url, path, key, body, hdr)
 	if resp.StatusCode != want {
 		a.t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, raw)
 	}
@@ -115,8 +73,20 @@ func (a *reviewAPI) call(method, path, key string, body any, hdr map[string]stri
 			a.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
 		}
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(raw))
 	return resp
+}
+
+// waitPublished reads review rv until it is published, failing the test
+// when it is not within testkit.Timeout; rv holds its last answer.
+func (a *reviewAPI) waitPublished(t *testing.T, rv *apiReview) {
+	t.Helper()
+	testkit.Eventually(t, testkit.Timeout, "review "+rv.ID+" to publish", func() error {
+		a.call("GET", "/v1/reviews/"+rv.ID, a.acme, nil, nil, 200, rv)
+		if rv.State != "published" {
+			return fmt.Errorf("review is %s", rv.State)
+		}
+		return nil
+	})
 }
 
 type apiReview struct {
@@ -160,14 +130,7 @@ func TestReviewHTTPEndToEnd(t *testing.T) {
 		t.Fatalf("Location %q", loc)
 	}
 
-	deadline := time.Now().Add(15 * time.Second)
-	for rv.State != "published" {
-		if time.Now().After(deadline) {
-			t.Fatalf("review is %s, want published", rv.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-		a.call("GET", "/v1/reviews/"+rv.ID, a.acme, nil, nil, 200, &rv)
-	}
+	a.waitPublished(t, &rv)
 	if rv.Result == nil || len(rv.Result.Findings) != 1 || rv.Parts.Total < 1 || rv.Parts.Succeeded != rv.Parts.Total {
 		t.Fatalf("published review %+v", rv)
 	}
@@ -309,14 +272,7 @@ func TestReviewHTTPDocumentedExample(t *testing.T) {
 	body["region"] = "us" // the example names the server's first region, eu, which has no reviews here
 	var rv apiReview
 	a.call("POST", "/v1/reviews", a.acme, body, nil, 202, &rv)
-	deadline := time.Now().Add(15 * time.Second)
-	for rv.State != "published" {
-		if time.Now().After(deadline) {
-			t.Fatalf("review is %s, want published", rv.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-		a.call("GET", "/v1/reviews/"+rv.ID, a.acme, nil, nil, 200, &rv)
-	}
+	a.waitPublished(t, &rv)
 	if len(rv.Result.Findings) != 1 || rv.Result.Findings[0].Path != "app.go" || rv.Result.Findings[0].Line != 3 ||
 		rv.Result.Findings[0].Category != "maintainability" {
 		t.Fatalf("example review %+v", rv.Result)
@@ -341,6 +297,8 @@ func TestReviewHTTPList(t *testing.T) {
 	type list struct {
 		Reviews []struct {
 			ID, Tenant, Region, State, Repo, Change string
+			Parts                                   struct{ Total, Succeeded, Failed, Pending int }
+			Findings, Quarantined                   *int
 		} `json:"reviews"`
 		NextCursor string `json:"next_cursor"`
 	}
@@ -349,8 +307,34 @@ func TestReviewHTTPList(t *testing.T) {
 	if len(l.Reviews) != 2 || l.Reviews[0].ID != second || l.Reviews[1].ID != first || l.NextCursor != "" {
 		t.Fatalf("acme's list: %+v", l)
 	}
-	if r := l.Reviews[0]; r.Tenant != "acme" || r.Region != "us" || r.Repo != "acme/app" || r.Change != "2" {
+	if r := l.Reviews[0]; r.Tenant != "acme" || r.Region != "us" || r.Repo != "acme/app" || r.Change != "2" || r.Parts.Total < 1 {
 		t.Fatalf("summary: %+v", r)
+	}
+	// Each summary counts its parts, and once aggregated its findings, as
+	// the review's own GET does: running ones from their parts, finished
+	// ones from their result.
+	testkit.Eventually(t, testkit.Timeout, "acme's reviews to be aggregated", func() error {
+		a.call("GET", "/v1/reviews", a.acme, nil, nil, 200, &l)
+		for _, r := range l.Reviews {
+			if r.Parts.Pending+r.Parts.Succeeded+r.Parts.Failed > r.Parts.Total || r.Parts.Total < 1 {
+				t.Fatalf("summary parts of %s: %+v", r.ID, r.Parts)
+			}
+			if (r.Findings == nil) != (r.State == "accepted") {
+				t.Fatalf("summary of %s in state %s: findings %v", r.ID, r.State, r.Findings)
+			}
+			if r.Findings == nil {
+				return fmt.Errorf("review %s is %s, parts %+v", r.ID, r.State, r.Parts)
+			}
+		}
+		return nil
+	})
+	for _, r := range l.Reviews {
+		var rv apiReview
+		a.call("GET", "/v1/reviews/"+r.ID, a.acme, nil, nil, 200, &rv)
+		if rv.Result == nil || *r.Findings != len(rv.Result.Findings) || *r.Findings != 1 || *r.Quarantined != len(rv.Result.Quarantined) ||
+			r.Parts.Total != rv.Parts.Total || r.Parts.Succeeded != rv.Parts.Succeeded || r.Parts.Pending != 0 {
+			t.Fatalf("summary %+v (findings %d, quarantined %d) disagrees with the review %+v", r, *r.Findings, *r.Quarantined, rv)
+		}
 	}
 	// One per page: the cursor leads to the older review, then ends.
 	a.call("GET", "/v1/reviews?limit=1", a.acme, nil, nil, 200, &l)
@@ -371,7 +355,7 @@ func TestReviewHTTPList(t *testing.T) {
 		t.Fatalf("terminal: %+v", l)
 	}
 	// An admin sees every tenant's, or one tenant's.
-	const admin = "rl_revtest1_AdminKeyForTheReviewEndToEndTestAbcdefghijklmnop"
+	const admin = reviewAdminKey
 	a.call("GET", "/v1/reviews?tenant=globex", admin, nil, nil, 200, &l)
 	if len(l.Reviews) != 1 || l.Reviews[0].ID != theirs {
 		t.Fatalf("admin, globex: %+v", l)
@@ -392,5 +376,55 @@ func TestReviewHTTPList(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 			t.Errorf("%s: Content-Type %q", path, ct)
 		}
+	}
+}
+
+// TestReviewHTTPListRunning: a review whose parts have not run (nothing
+// works them: the client is never started) is listed accepted with its
+// parts pending, counted from its part jobs, and without findings counts.
+func TestReviewHTTPListRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}}
+	rules, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviews := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{rules}})
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := reviews.Submit(ctx, review.Request{Region: "us", Tenant: "acme", Diff: []byte(apiReviewDiff), Depth: "full"})
+	if err != nil || sub.Parts.Total < 1 {
+		t.Fatalf("submit: %v, %+v", err, sub)
+	}
+	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: reviewAdminKey, RequestRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	srv := httptest.NewServer(api.Handler)
+	defer srv.Close()
+
+	resp, raw := callJSON(t, "GET", srv.URL, "/v1/reviews", reviewAdminKey, nil, nil)
+	var l struct {
+		Reviews []map[string]json.RawMessage `json:"reviews"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &l) != nil || len(l.Reviews) != 1 {
+		t.Fatalf("list: %d %s", resp.StatusCode, raw)
+	}
+	r := l.Reviews[0]
+	var parts struct{ Total, Succeeded, Failed, Pending int }
+	if err := json.Unmarshal(r["parts"], &parts); err != nil || string(r["state"]) != `"accepted"` ||
+		parts.Total != sub.Parts.Total || parts.Pending != parts.Total || parts.Succeeded+parts.Failed != 0 {
+		t.Fatalf("running review listed as %s (parts %+v, %v)", raw, parts, err)
+	}
+	if _, ok := r["findings"]; ok {
+		t.Fatalf("a running review lists a findings count: %s", raw)
+	}
+	if _, ok := r["quarantined"]; ok {
+		t.Fatalf("a running review lists a quarantined count: %s", raw)
 	}
 }

@@ -1,8 +1,12 @@
 package ratelane_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -56,4 +60,44 @@ func serveAPI(t testing.TB, cfg ratelane.Config, admin string) (*ratelane.Client
 		c.Stop(context.Background())
 	})
 	return c, srv.URL
+}
+
+// callJSON sends a request to base+path with body JSON-encoded (none when
+// nil), key as the bearer token (none when empty) and the extra headers
+// hdr, and returns the response with its body read whole. The root
+// package's HTTP tests send requests this way.
+func callJSON(t testing.TB, method, base, path, key string, body any, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	return resp, raw
 }

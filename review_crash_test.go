@@ -18,6 +18,7 @@ import (
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
 	"github.com/ratelane/ratelane/internal/review/report"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/review"
 )
 
@@ -175,7 +176,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 	t.Logf("killed the worker with %d (then %d) of %d parts done", done, atKill, total)
 
 	startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
-	s := waitReviewFor(t, reviews, sub.ID, ratelane.StatePublished, 60*time.Second)
+	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished, 60*time.Second)
 	out := filepath.Join(dir, "out", "default", reviewCrashTarget)
 	first, err := os.Stat(out)
 	if err != nil {
@@ -248,32 +249,10 @@ func countKind(t *testing.T, c *ratelane.Client, kind string, state ratelane.Sta
 
 func waitPartsPublished(t *testing.T, c *ratelane.Client, want int, timeout time.Duration) int {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if n := countKind(t, c, pipeline.KindPart, job.StatePublished); n >= want {
-			return n
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d parts published after %v", want, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func waitReviewFor(t *testing.T, c *review.Plugin, id string, want ratelane.State, timeout time.Duration) review.Status {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		s, err := c.Get(context.Background(), "us", id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.State == want {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("review %s is %s after %v (parts %+v), want %s", id, s.State, timeout, s.Parts, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var n int
+	testkit.WaitFor(t, timeout, fmt.Sprintf("%d parts to publish", want), func() bool {
+		n = countKind(t, c, pipeline.KindPart, job.StatePublished)
+		return n >= want
+	})
+	return n
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/review"
 )
@@ -65,7 +66,7 @@ func TestReviewLargeDiffWithinLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished)
+	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished, testkit.Timeout)
 	elapsed := time.Since(start)
 	if s.Parts.Total < 20 || s.Parts.Succeeded != s.Parts.Total || s.Result.Partial {
 		t.Fatalf("parts = %+v, want 20+ parts, all succeeded", s.Parts)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/review/provider"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/review"
 )
@@ -103,22 +104,22 @@ func findingJSON(line int, evidence string) string {
 		`"message":"hard-coded password","evidence":%q,"suggestion":null,"confidence":0.9}`, line, evidence)
 }
 
-func waitReview(t *testing.T, c *review.Plugin, region, id string, want ratelane.State) review.Status {
+// waitReview reads review id of region until it is in state want, failing
+// the test when it is not within timeout; it returns the last status.
+func waitReview(t *testing.T, c *review.Plugin, region, id string, want ratelane.State, timeout time.Duration) review.Status {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		s, err := c.Get(context.Background(), region, id)
-		if err != nil {
+	var s review.Status
+	testkit.Eventually(t, timeout, "review "+id+" to be "+string(want), func() error {
+		var err error
+		if s, err = c.Get(context.Background(), region, id); err != nil {
 			t.Fatal(err)
 		}
-		if s.State == want {
-			return s
+		if s.State != want {
+			return fmt.Errorf("review is %s (parts %+v)", s.State, s.Parts)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("review %s is %s, want %s", id, s.State, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return s
 }
 
 // TestReviewScriptedProvider is issue 6's scripted run: a 429 with
@@ -174,7 +175,7 @@ func TestReviewScriptedProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished)
+	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished, testkit.Timeout)
 	r := s.Result
 	if len(r.Findings) != 1 || r.Findings[0].Line != 4 || r.Partial || r.Depth != "full" {
 		t.Fatalf("result = %+v, want exactly the finding on line 4, full depth, not partial", r)
@@ -203,7 +204,7 @@ func TestReviewScriptedProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReview(t, reviews, "us", sub2.ID, ratelane.StatePublished)
+	waitReview(t, reviews, "us", sub2.ID, ratelane.StatePublished, testkit.Timeout)
 	gj := waitKind(t, c, "us", "review.github", 2)
 	_ = gj
 	gh.mu.Lock()
@@ -218,32 +219,28 @@ func TestReviewScriptedProvider(t *testing.T) {
 
 func waitGitHub(t *testing.T, gh *fakeGitHub, posts int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testkit.WaitFor(t, testkit.Timeout, fmt.Sprintf("GitHub to get %d reviews", posts), func() bool {
 		gh.mu.Lock()
-		n := gh.posts
-		gh.mu.Unlock()
-		if n >= posts {
-			return
-		}
-	}
-	t.Fatalf("GitHub got fewer than %d reviews", posts)
+		defer gh.mu.Unlock()
+		return gh.posts >= posts
+	})
 }
 
 // waitKind waits until n jobs of kind are published.
 func waitKind(t *testing.T, c *ratelane.Client, region, kind string, n int) []*ratelane.Job {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		js, err := c.List(context.Background(), region, ratelane.ListParams{Kind: kind, State: ratelane.StatePublished})
-		if err != nil {
+	var js []*ratelane.Job
+	testkit.Eventually(t, testkit.Timeout, fmt.Sprintf("%d %s jobs to publish", n, kind), func() error {
+		var err error
+		if js, err = c.List(context.Background(), region, ratelane.ListParams{Kind: kind, State: ratelane.StatePublished}); err != nil {
 			t.Fatal(err)
 		}
-		if len(js) >= n {
-			return js
+		if len(js) < n {
+			return fmt.Errorf("%d published", len(js))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d %s jobs published, want %d", len(js), kind, n)
-		}
-	}
+		return nil
+	})
+	return js
 }
 
 // TestReviewProviderOfOtherRegionStopsStartup: a US provider profile wired
@@ -297,7 +294,7 @@ func TestReviewCanaryStaysInRegion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := waitReview(t, reviews, "eu", sub.ID, ratelane.StatePublished)
+	s := waitReview(t, reviews, "eu", sub.ID, ratelane.StatePublished, testkit.Timeout)
 	if len(s.Result.Findings) == 0 || !strings.Contains(s.Result.Findings[0].Evidence, canary) {
 		t.Fatalf("the EU review should find the canary lines: %+v", s.Result)
 	}

@@ -2,14 +2,15 @@ package review
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/batchapi"
 	"github.com/ratelane/ratelane/internal/review/batchlane"
-
 	"github.com/ratelane/ratelane/internal/review/diff"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/reviewapi"
@@ -64,6 +65,23 @@ func (s service) Review(ctx context.Context, region, id string) (reviewapi.Revie
 
 func (s service) ReviewSARIF(ctx context.Context, region, id string, w io.Writer) error {
 	return apiError(s.p.SARIF(ctx, region, id, w))
+}
+
+func (s service) Progress(ctx context.Context, parent *job.Job) (pipeline.Progress, error) {
+	rt, err := s.p.runtime(parent.Region)
+	if err != nil {
+		return pipeline.Progress{}, apiError(err)
+	}
+	var args pipeline.Args
+	_ = json.Unmarshal(parent.Payload, &args) // the parent's payload is the plug-in's own
+	parts, err := pipeline.PartStates(ctx, rt.st, parent, args)
+	if errors.Is(err, pipeline.ErrForeignBatch) || errors.Is(err, pipeline.ErrBatchNotFound) {
+		parts, err = nil, nil // the aggregator ends such a review; show no parts meanwhile, as its GET does
+	}
+	if err != nil {
+		return pipeline.Progress{}, err
+	}
+	return pipeline.CountParts(args, parts), nil
 }
 
 func apiReview(s Status) reviewapi.Review {

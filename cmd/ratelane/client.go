@@ -470,6 +470,22 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseNoArgs parses args of a command that takes flags only (serve,
+// upstream, demo): a bad flag or any argument is a usage error; -h is
+// errHelp.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
 // wantArgs checks the number of positional arguments.
 func wantArgs(fs *flag.FlagSet, got []string, names ...string) error {
 	if len(got) == len(names) {
@@ -538,6 +554,20 @@ func regionQuery(region string) url.Values {
 		q.Set("region", region)
 	}
 	return q
+}
+
+// pageFlags defines --after and --limit, the same on every list verb.
+func pageFlags(fs *flag.FlagSet, after *string, limit *int) {
+	fs.StringVar(after, "after", "", "cursor: list the page after this one")
+	fs.IntVar(limit, "limit", 0, "page size, 1 to 500 (server default if 0)")
+}
+
+// checkLimit refuses a --limit the server would refuse, before asking it.
+func checkLimit(limit int) error {
+	if limit < 0 || limit > 500 {
+		return usageError{fmt.Sprintf("--limit must be from 1 to 500 (0: the server's default), got %d", limit)}
+	}
+	return nil
 }
 
 // listQuery builds a list endpoint's query from its non-empty filters and

@@ -24,14 +24,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&cfg.Subscribers, "subscribers", 20, "subscribers, with allowances from 2/s to 200/s")
 	fs.DurationVar(&cfg.Duration, "duration", demo.Config{}.WithDefaults().Duration, "cap on the delivery phase")
 	asJSON := fs.Bool("json", false, "print the closing figures as one JSON object on stdout (the live progress goes to stderr)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	if err := parseNoArgs(fs, args); errors.Is(err, errHelp) {
+		return nil
+	} else if err != nil {
+		return err
 	}
 	// The library reads 0 as "the default"; on the command line a 0 is a
 	// mistake, not a request for 90 events.

@@ -32,10 +32,12 @@ func dlqList() apiCall {
 			fs.StringVar(&kind, "kind", "", "only dead letters of this kind")
 			fs.StringVar(&region, "region", "", "region to list (server default if empty)")
 			fs.StringVar(&reason, "reason", "", "only this terminal reason")
-			fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
-			fs.StringVar(&after, "after", "", "cursor: list the page after this one")
+			pageFlags(fs, &after, &limit)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
+			if err := checkLimit(limit); err != nil {
+				return "", "", nil, nil, err
+			}
 			q := listQuery(map[string]string{"kind": kind, "region": region, "reason": reason, "after": after}, limit)
 			return http.MethodGet, "/v1/dead-letters", q, nil, nil
 		},

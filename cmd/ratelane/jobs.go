@@ -74,8 +74,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&region, "region", "", "region to list (server default if empty)")
 	fs.StringVar(&lane, "lane", "", "only jobs of this lane class")
 	fs.StringVar(&tenant, "tenant", "", "only jobs of this tenant (admin keys)")
-	fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
-	fs.StringVar(&after, "after", "", "cursor: list the page after this one")
+	pageFlags(fs, &after, &limit)
 	wf := addWatchFlags(fs)
 	rest, err := parseFlags(fs, args)
 	if err != nil {
@@ -84,8 +83,8 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := wantArgs(fs, rest); err != nil {
 		return err
 	}
-	if limit < 0 {
-		return usageError{"--limit must not be negative"}
+	if err := checkLimit(limit); err != nil {
+		return err
 	}
 	c, err := cf.client(stderr)
 	if err != nil {

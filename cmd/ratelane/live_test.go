@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -282,9 +283,10 @@ func TestLiveReviews(t *testing.T) {
 	}
 	// Both reviews are listed, newest first; a page of one points at the next.
 	out = api.ok(t, "reviews", "ls")
-	wantColumns(t, out, 2, "ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "CREATED")
+	wantColumns(t, out, 2, "ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "PARTS", "FINDINGS", "CREATED")
+	// Both are published with their one part done and the finding counted.
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[1], rv["id"].(string)) ||
-		!strings.HasPrefix(lines[2], id) || !strings.Contains(lines[2], "acme/app") {
+		!strings.HasPrefix(lines[2], id) || !strings.Contains(lines[2], "acme/app") || !slices.Equal(strings.Fields(lines[2])[8:10], []string{"1/1", "1"}) {
 		t.Errorf("reviews ls:\n%s", out)
 	}
 	var page struct {

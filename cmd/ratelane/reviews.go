@@ -48,6 +48,7 @@ type reviewView struct {
 	Provider string            `json:"provider"`
 	Parts    pipeline.Progress `json:"parts"`
 	Result   *pipeline.Result  `json:"result"`
+	Findings *int              `json:"findings"` // the list's count; GET has Result instead
 	Created  string            `json:"created_at"`
 }
 
@@ -311,26 +312,30 @@ func readDiff(path string) ([]byte, error) {
 func reviewsList() apiCall {
 	var state, region, lane, tenant, after string
 	var limit int
-	return apiCall{name: "reviews ls", usage: "[flags]", summary: "List reviews, newest first, without their findings (reviews get ID has them).",
+	return apiCall{name: "reviews ls", usage: "[flags]", summary: "List reviews, newest first, with their parts done and findings counts (reviews get ID has the findings).",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&state, "state", "", "only reviews in this state (accepted, validated, published, terminal)")
 			fs.StringVar(&region, "region", "", "region to list (every region the key may use if empty)")
 			fs.StringVar(&lane, "lane", "", "only reviews of this lane class")
 			fs.StringVar(&tenant, "tenant", "", "only reviews of this tenant (admin keys)")
-			fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
-			fs.StringVar(&after, "after", "", "cursor: list the page after this one")
+			pageFlags(fs, &after, &limit)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
-			if limit < 0 {
-				return "", "", nil, nil, usageError{"--limit must not be negative"}
+			if err := checkLimit(limit); err != nil {
+				return "", "", nil, nil, err
 			}
 			q := listQuery(map[string]string{"state": state, "region": region, "lane": lane, "tenant": tenant, "after": after}, limit)
 			return http.MethodGet, "/v1/reviews", q, nil, nil
 		},
 		page: listTable[reviewView]{keys: []string{"reviews"}, noun: "review", more: "reviews ls",
-			header: []string{"ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "CREATED"},
+			header: []string{"ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "PARTS", "FINDINGS", "CREATED"},
 			row: func(r reviewView) []string {
-				return []string{r.ID, r.Region, r.State, cell(r.Reason), cell(r.Repo), cell(r.Change), cell(r.Depth), cell(r.Provider), when(r.Created)}
+				findings := "-"
+				if r.Findings != nil {
+					findings = strconv.Itoa(*r.Findings)
+				}
+				return []string{r.ID, r.Region, r.State, cell(r.Reason), cell(r.Repo), cell(r.Change), cell(r.Depth), cell(r.Provider),
+					fmt.Sprintf("%d/%d", r.Parts.Succeeded+r.Parts.Failed, r.Parts.Total), findings, when(r.Created)}
 			}}.print}
 }
 

@@ -76,14 +76,8 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	fs.BoolVar(&f.allowPrivate, "allow-private-targets", false,
 		"let webhook deliveries reach loopback and private (RFC 1918, fc00::/7) addresses; link-local and cloud metadata stay refused (tests, demos, single-tenant installs only)")
 	fs.BoolVar(&f.ui, "ui", true, "serve the web dashboard under /ui/ (sign in with an API key); --ui=false turns it off")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	if err := parseNoArgs(fs, args); err != nil {
+		return nil, err
 	}
 	return f, nil
 }

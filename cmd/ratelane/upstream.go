@@ -48,14 +48,8 @@ func parseUpstreamFlags(args []string, stderr io.Writer) (*upstreamFlags, error)
 	fs.Var(&f.secrets, "secret", "a Standard Webhooks secret (whsec_...) every webhook route verifies; repeatable")
 	fs.StringVar(&f.config, "config", "", "JSON file: {\"ROUTE\": RouteConfig, ...} (see internal/upstream); flags add to it")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the random faults and jitter")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	if err := parseNoArgs(fs, args); err != nil {
+		return nil, err
 	}
 	return f, nil
 }

@@ -265,20 +265,6 @@ func subscriberVerbs() []subcommand {
 	}
 }
 
-// pageFlags defines --after and --limit.
-func pageFlags(fs *flag.FlagSet, after *string, limit *int) {
-	fs.StringVar(after, "after", "", "cursor: list the page after this one")
-	fs.IntVar(limit, "limit", 0, "page size, 1 to 500 (server default if 0)")
-}
-
-// checkLimit refuses a --limit the server would refuse, before asking it.
-func checkLimit(limit int) error {
-	if limit < 0 || limit > 500 {
-		return usageError{fmt.Sprintf("--limit must be from 1 to 500 (0: the server's default), got %d", limit)}
-	}
-	return nil
-}
-
 // moreHint tells how to fetch the next page.
 func moreHint(w io.Writer, verb, next string) {
 	if next != "" {

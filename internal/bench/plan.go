@@ -132,14 +132,20 @@ func (p PacedPlan) Routes() map[string]upstream.RouteConfig {
 // Order returns every job's destination in insertion order: round-robin
 // over the destinations, so none is served first by order.
 func (p PacedPlan) Order() []PacedDestination {
+	return roundRobin(p.Destinations, func(d PacedDestination) int { return d.Jobs })
+}
+
+// roundRobin lists each destination jobs(d) times, taking one of each in
+// turn until every destination's jobs are listed.
+func roundRobin[D any](ds []D, jobs func(D) int) []D {
 	most := 0
-	for _, d := range p.Destinations {
-		most = max(most, d.Jobs)
+	for _, d := range ds {
+		most = max(most, jobs(d))
 	}
-	var order []PacedDestination
+	var order []D
 	for i := range most {
-		for _, d := range p.Destinations {
-			if i < d.Jobs {
+		for _, d := range ds {
+			if i < jobs(d) {
 				order = append(order, d)
 			}
 		}

@@ -152,19 +152,7 @@ func (m UpstreamsMix) Routes() map[string]upstream.RouteConfig {
 // Order returns every delivery's destination in insertion order,
 // round-robin over the destinations.
 func (m UpstreamsMix) Order() []UpstreamDestination {
-	most := 0
-	for _, d := range m.Destinations {
-		most = max(most, d.Jobs)
-	}
-	var order []UpstreamDestination
-	for i := range most {
-		for _, d := range m.Destinations {
-			if i < d.Jobs {
-				order = append(order, d)
-			}
-		}
-	}
-	return order
+	return roundRobin(m.Destinations, func(d UpstreamDestination) int { return d.Jobs })
 }
 
 // Total is the number of deliveries in the mix.

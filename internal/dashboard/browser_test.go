@@ -54,8 +54,8 @@ func chromium(t *testing.T) string {
 // it waits for; another job's page follows it from waiting to running to
 // terminal without a reload; a dead letter is redriven through the
 // two-step confirmation and moves back to waiting; a subscriber's secret
-// is rotated; a review is listed with its counts, a state filter hides it,
-// and its findings open from its row.
+// is rotated; a review is listed with its counts (from the list, no GET a
+// row), a state filter hides it, and its findings open from its row.
 func TestDashboardInBrowser(t *testing.T) {
 	exe := chromium(t)
 	if testing.Short() {
@@ -274,11 +274,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	// that excludes it hides it, and its detail opens from its row.
 	rrow := `tr.review-row[data-id="` + rv.ID + `"]`
 	var listed, findings string
+	var detailGets int
 	run("a review in the list, its detail from it",
 		chromedp.Navigate(s.url+"/ui/reviews"),
 		chromedp.Poll(`(() => { const r = document.querySelector('`+rrow+`'); return r !== null && r.dataset.state !== "accepted" && Number(r.querySelector("td.findings").textContent) > 0; })()`,
 			nil, chromedp.WithPollingTimeout(30*time.Second)),
 		chromedp.Text(rrow, &listed, chromedp.ByQuery),
+		// The counts came with the list: the page asked for no review's detail.
+		chromedp.Evaluate(`performance.getEntriesByType("resource").filter((e) => new URL(e.name).pathname.startsWith("/v1/reviews/")).length`, &detailGets),
 		shot("reviews-list.png"),
 		chromedp.SetValue(`#review-filters select[name="state"]`, "terminal", chromedp.ByQuery),
 		chromedp.Click(`#review-filters button[type="submit"]`, chromedp.ByQuery),
@@ -293,6 +296,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		shot("reviews.png"))
 	if !strings.Contains(listed, "acme/app #7") || !strings.Contains(listed, "1 / 1") {
 		t.Fatalf("review row: %q", listed)
+	}
+	if detailGets != 0 {
+		t.Fatalf("the reviews list made %d GET /v1/reviews/{id} requests; its rows' counts come with the list", detailGets)
 	}
 	if !strings.Contains(findings, "config.go:4") || !strings.Contains(findings, rv.ID) {
 		t.Fatalf("review page opened from the list: %q", findings)

@@ -288,19 +288,47 @@ func summaries(jobs []*job.Job, next string) jobList {
 // up to 1000 rows a call and the API asks for one more to find a next page).
 const maxPage = 500
 
+// defaultPage is a list endpoint's page size when the request names none.
+const defaultPage = 100
+
+// readLimit reads a list endpoint's limit parameter: defaultPage when
+// absent, else a whole number from 1 to maxPage.
+func readLimit(q url.Values) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return defaultPage, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, fieldError("limit", "limit must be a whole number from 1 to %d, got %q", maxPage, v)
+	}
+	return n, nil
+}
+
+// listTenant is the tenant a list request sees: an admin's tenant filter
+// (empty: every tenant), or the key's own tenant for any other role, which
+// may name no other (403); what names the listed things in the refusal.
+func listTenant(p auth.Principal, tenant, what string) (string, error) {
+	if p.Role == auth.RoleAdmin {
+		return tenant, nil
+	}
+	if tenant != "" && tenant != p.Tenant {
+		return "", problemf(http.StatusForbidden, "forbidden", "this API key sees only its own tenant's %s; drop the tenant parameter", what)
+	}
+	return p.Tenant, nil
+}
+
 // listParams reads the filters and cursor shared by the list endpoints.
 // Producers always see only their own tenant.
 func listParams(r *http.Request, p auth.Principal) (store.ListParams, error) {
 	q := r.URL.Query()
 	lp := store.ListParams{
 		State: job.State(q.Get("state")), Kind: q.Get("kind"), Lane: job.Lane(q.Get("lane")),
-		After: q.Get("after"), Limit: 100, Tenant: q.Get("tenant"), LimitKey: q.Get("limit_key"),
+		After: q.Get("after"), LimitKey: q.Get("limit_key"),
 	}
-	if p.Role != auth.RoleAdmin {
-		if lp.Tenant != "" && lp.Tenant != p.Tenant {
-			return lp, problemf(http.StatusForbidden, "forbidden", "this API key sees only its own tenant's jobs; drop the tenant parameter")
-		}
-		lp.Tenant = p.Tenant
+	var err error
+	if lp.Tenant, err = listTenant(p, q.Get("tenant"), "jobs"); err != nil {
+		return lp, err
 	}
 	switch {
 	case lp.State != "" && !lp.State.Valid():
@@ -310,14 +338,8 @@ func listParams(r *http.Request, p auth.Principal) (store.ListParams, error) {
 	case len(lp.Kind) > job.MaxNameLen || len(lp.Tenant) > job.MaxNameLen || len(lp.LimitKey) > job.MaxNameLen || len(lp.After) > 64:
 		return lp, badRequest("kind, tenant and limit_key are at most %d bytes and after at most 64", job.MaxNameLen)
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPage {
-			return lp, fieldError("limit", "limit must be a whole number from 1 to %d, got %q", maxPage, v)
-		}
-		lp.Limit = n
-	}
-	return lp, nil
+	lp.Limit, err = readLimit(q)
+	return lp, err
 }
 
 func joinStates() string {

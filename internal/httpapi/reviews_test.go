@@ -105,6 +105,17 @@ func (f *fakeReviews) Providers(_ context.Context, region string) ([]reviewapi.P
 		MaxOutputTokens: 2048}}, nil
 }
 
+// Progress answers the parts of a review the fake made, and no parts for
+// another review job of the store.
+func (f *fakeReviews) Progress(_ context.Context, parent *job.Job) (pipeline.Progress, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rv, ok := f.reviews[parent.ID]; ok {
+		return rv.Parts, nil
+	}
+	return pipeline.Progress{}, nil
+}
+
 // finish aggregates a review with one finding and one quarantined one.
 func (f *fakeReviews) finish(id string) {
 	f.mu.Lock()

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -299,22 +298,16 @@ func (s *Server) handleGetSchedule(w http.ResponseWriter, r *http.Request, p aut
 
 func (s *Server) handleListSchedules(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	lp := store.ScheduleListParams{Tenant: q.Get("tenant"), After: q.Get("after"), Limit: 100}
-	if p.Role != auth.RoleAdmin {
-		if lp.Tenant != "" && lp.Tenant != p.Tenant {
-			return problemf(http.StatusForbidden, "forbidden", "this API key sees only its own tenant's schedules; drop the tenant parameter")
-		}
-		lp.Tenant = p.Tenant
+	lp := store.ScheduleListParams{After: q.Get("after")}
+	var err error
+	if lp.Tenant, err = listTenant(p, q.Get("tenant"), "schedules"); err != nil {
+		return err
 	}
 	if len(lp.Tenant) > job.MaxNameLen || len(lp.After) > 64 {
 		return badRequest("tenant is at most %d bytes and after at most 64", job.MaxNameLen)
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPage {
-			return fieldError("limit", "limit must be a whole number from 1 to %d, got %q", maxPage, v)
-		}
-		lp.Limit = n
+	if lp.Limit, err = readLimit(q); err != nil {
+		return err
 	}
 	regions, err := s.searchRegions(r, p)
 	if err != nil {

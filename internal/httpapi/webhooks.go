@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/auth"
@@ -293,21 +292,15 @@ func subscriberPage(all []webhook.Record, limit int) subscriberList {
 	return out
 }
 
-// pageOf reads after and limit (1 to maxPage, default 100).
+// pageOf reads after and limit (see readLimit).
 func pageOf(r *http.Request) (string, int, error) {
 	q := r.URL.Query()
-	after, limit := q.Get("after"), 100
+	after := q.Get("after")
 	if len(after) > 200 {
 		return "", 0, fieldError("after", "after is at most 200 bytes")
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPage {
-			return "", 0, fieldError("limit", "limit must be a whole number from 1 to %d, got %q", maxPage, v)
-		}
-		limit = n
-	}
-	return after, limit, nil
+	limit, err := readLimit(q)
+	return after, limit, err
 }
 
 func (s *Server) handleDeleteSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {

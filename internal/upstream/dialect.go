@@ -44,7 +44,7 @@ func (hookDialect) writeError(w http.ResponseWriter, status int, st step, detail
 	if msg == "" {
 		msg = stepMessage(st, status)
 	}
-	writeJSON(w, status, map[string]any{"error": msg})
+	WriteJSON(w, status, map[string]any{"error": msg})
 }
 
 func (hookDialect) writeSuccess(w http.ResponseWriter, _ *Server, status int, _ LLMRequest) {
@@ -52,7 +52,7 @@ func (hookDialect) writeSuccess(w http.ResponseWriter, _ *Server, status int, _ 
 		w.WriteHeader(status)
 		return
 	}
-	writeJSON(w, status, map[string]any{"ok": true})
+	WriteJSON(w, status, map[string]any{"ok": true})
 }
 
 // noBody reports whether status forbids or customarily has no body.

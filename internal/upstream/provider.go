@@ -48,7 +48,7 @@ func (openAIDialect) writeError(w http.ResponseWriter, status int, st step, deta
 	if e.Message == "" {
 		e.Message = stepMessage(st, status)
 	}
-	writeJSON(w, status, openAIError{Error: e})
+	WriteJSON(w, status, openAIError{Error: e})
 }
 
 // chatCompletion is OpenAI's chat.completion object.
@@ -84,7 +84,7 @@ type chatUsage struct {
 func (openAIDialect) writeSuccess(w http.ResponseWriter, s *Server, status int, req LLMRequest) {
 	text := s.cfg.Responder(req)
 	in, out := promptTokens(req), estimateTokens(text)
-	writeJSON(w, status, chatCompletion{
+	WriteJSON(w, status, chatCompletion{
 		ID:      "chatcmpl-" + s.nextID(),
 		Object:  "chat.completion",
 		Created: s.cfg.Now().Unix(),
@@ -168,7 +168,7 @@ func (anthropicDialect) writeError(w http.ResponseWriter, status int, st step, d
 	case msg == "":
 		msg = stepMessage(st, status)
 	}
-	writeJSON(w, status, anthropicError{Type: "error", Error: anthropicErrorDetail{Type: typ, Message: msg}})
+	WriteJSON(w, status, anthropicError{Type: "error", Error: anthropicErrorDetail{Type: typ, Message: msg}})
 }
 
 // anthropicMessage is Anthropic's message object.
@@ -195,7 +195,7 @@ type anthropicUsage struct {
 
 func (anthropicDialect) writeSuccess(w http.ResponseWriter, s *Server, status int, req LLMRequest) {
 	text := s.cfg.Responder(req)
-	writeJSON(w, status, anthropicMessage{
+	WriteJSON(w, status, anthropicMessage{
 		ID:         "msg_" + s.nextID(),
 		Type:       "message",
 		Role:       "assistant",

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"sync"
@@ -19,22 +18,15 @@ import (
 // Server is a running upstream simulator. Create it with [New] and stop it
 // with [Server.Close]; all methods are safe for concurrent use.
 type Server struct {
+	*Listener // URL, Close
+
 	cfg  Config
 	rand *lockedRand
-	srv  *http.Server
-	url  string
 	seq  atomic.Uint64 // response and request ids
 
 	routesMu sync.RWMutex
 	byName   map[string]*route
 	epoch    time.Time // schedule epoch set by StartSchedule; zero until then
-
-	lifeMu    sync.Mutex // orders handler entry against Close
-	done      chan struct{}
-	handlers  sync.WaitGroup
-	serving   sync.WaitGroup
-	closeOnce sync.Once
-	closeErr  error
 }
 
 // New validates cfg, listens on cfg.Addr (default 127.0.0.1 on a free port)
@@ -45,41 +37,32 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("upstream config: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	l, err := Listen(cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("upstream listen %s: %w", cfg.Addr, err)
 	}
 	s := &Server{
-		cfg:    cfg,
-		rand:   newLockedRand(cfg.Seed),
-		url:    "http://" + ln.Addr().String(),
-		byName: make(map[string]*route, len(cfg.Routes)),
-		done:   make(chan struct{}),
+		Listener: l,
+		cfg:      cfg,
+		rand:     newLockedRand(cfg.Seed),
+		byName:   make(map[string]*route, len(cfg.Routes)),
 	}
 	now := cfg.Now()
 	for name, rc := range cfg.Routes {
 		keys, _ := decodeSecrets(rc.Secrets) // validated above
 		s.byName[name] = s.newRoute(rc, keys, now)
 	}
-	s.srv = &http.Server{Handler: s.track(s.routes()), ReadHeaderTimeout: 10 * time.Second}
-	s.serving.Add(1)
-	go func() {
-		defer s.serving.Done()
-		_ = s.srv.Serve(ln) // always http.ErrServerClosed after Close
-	}()
+	l.Serve(s.routes())
 	return s, nil
 }
 
-// URL returns the base URL, "http://127.0.0.1:<port>", without a trailing slash.
-func (s *Server) URL() string { return s.url }
-
 // RouteURL returns the webhook receiver URL of route name, URL()+"/hooks/"+name.
-func (s *Server) RouteURL(name string) string { return s.url + "/hooks/" + url.PathEscape(name) }
+func (s *Server) RouteURL(name string) string { return s.URL() + "/hooks/" + url.PathEscape(name) }
 
 // LLMBaseURL returns the base under which route name serves the LLM
 // endpoints: append "/v1/chat/completions" or "/v1/messages". It is the
 // base URL for the Anthropic SDK; the OpenAI SDK wants LLMBaseURL+"/v1".
-func (s *Server) LLMBaseURL(name string) string { return s.url + "/r/" + url.PathEscape(name) }
+func (s *Server) LLMBaseURL(name string) string { return s.URL() + "/r/" + url.PathEscape(name) }
 
 // SetLimit makes route name a token bucket of rate requests per second and
 // capacity burst (0 means max(1, ceil(rate))), atomically, keeping the
@@ -205,21 +188,6 @@ func (s *Server) Stats() Report {
 	return rep
 }
 
-// Close stops the server: it closes the listener and every connection,
-// cuts short any latency being simulated, and waits for all handlers and
-// goroutines to finish. It is idempotent and returns the first close error.
-func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		s.lifeMu.Lock()
-		close(s.done)
-		s.lifeMu.Unlock()
-		s.closeErr = s.srv.Close()
-		s.handlers.Wait()
-		s.serving.Wait()
-	})
-	return s.closeErr
-}
-
 func (s *Server) route(name string) *route {
 	s.routesMu.RLock()
 	defer s.routesMu.RUnlock()
@@ -240,31 +208,6 @@ func (s *Server) routes() *http.ServeMux {
 	return mux
 }
 
-// track counts in-flight handlers so Close can wait for them, and refuses
-// requests that race with Close.
-func (s *Server) track(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.enter() {
-			http.Error(w, "upstream simulator closed", http.StatusServiceUnavailable)
-			return
-		}
-		defer s.handlers.Done()
-		h.ServeHTTP(w, r)
-	})
-}
-
-func (s *Server) enter() bool {
-	s.lifeMu.Lock()
-	defer s.lifeMu.Unlock()
-	select {
-	case <-s.done:
-		return false
-	default:
-		s.handlers.Add(1)
-		return true
-	}
-}
-
 // wait sleeps for d unless the request or the server ends first, and
 // reports whether the answer should still be written.
 func (s *Server) wait(ctx context.Context, d time.Duration) bool {
@@ -278,13 +221,13 @@ func (s *Server) wait(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	case <-s.done:
+	case <-s.Done():
 		return false
 	}
 }
 
 func (s *Server) handleGetStats(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.Stats())
+	WriteJSON(w, http.StatusOK, s.Stats())
 }
 
 // handlePostSchedule starts every route's schedule of limit changes now
@@ -293,7 +236,7 @@ func (s *Server) handleGetStats(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handlePostSchedule(w http.ResponseWriter, _ *http.Request) {
 	now := s.cfg.Now()
 	s.StartSchedule(now)
-	writeJSON(w, http.StatusOK, map[string]time.Time{"epoch": now})
+	WriteJSON(w, http.StatusOK, map[string]time.Time{"epoch": now})
 }
 
 // ScheduleEpoch returns the epoch of the last StartSchedule (or POST
@@ -385,7 +328,9 @@ func writeScripted(w http.ResponseWriter, r Response) {
 	_, _ = w.Write(r.Body)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers status with v as JSON (and a final newline), or 500 if
+// v does not encode; both simulators answer this way.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		http.Error(w, "encode response", http.StatusInternalServerError)

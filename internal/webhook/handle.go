@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,39 +77,49 @@ type Subscriber struct {
 // outcome is Deliver's. The bounded Response is not returned: a delivery
 // ledger that wants it should call Deliver.
 func (d *Deliverer) Handle(ctx context.Context, j *job.Job) job.Outcome {
-	var p Payload
-	if err := json.Unmarshal(j.Payload, &p); err != nil || p.SubscriberID == "" || p.EventID == "" ||
-		len(p.Body) == 0 || string(bytes.TrimSpace(p.Body)) == "null" {
+	p, ok := decodePayload(j.Payload)
+	if !ok {
 		return permanent("invalid webhook payload")
 	}
 	if d.dir == nil {
 		return permanent("no subscriber directory configured")
 	}
 	sub, err := d.dir.Subscriber(ctx, p.SubscriberID)
-	switch {
-	case errors.Is(err, ErrSubscriberNotFound):
-		return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonSubscriberGone, Err: "subscriber not found"}
-	case err != nil:
-		return job.Outcome{Class: job.ClassTransient, Err: "subscriber lookup failed"}
-	}
-	if o, ok := checkOwner(j, sub.Region, sub.Tenant); !ok {
-		return o // before any other check: a foreign subscriber's state is not the job's business
-	}
-	if !sub.Enabled {
-		return permanent("subscriber disabled")
+	if o, ok := checkSubscriber(j, err, sub.Region, sub.Tenant, sub.Enabled); !ok {
+		return o
 	}
 	now := d.now()
-	out, _ := d.Deliver(ctx, Delivery{
-		SubscriberID: p.SubscriberID,
-		URL:          sub.URL,
-		EventID:      p.EventID,
-		Topic:        p.Topic,
-		Version:      p.Version,
-		Body:         p.Body,
-		Headers:      sub.Headers,
-		Secrets:      sub.Secrets.Active(now),
-	}, j.Attempt, now)
+	out, _ := d.Deliver(ctx, p.delivery(sub.URL, sub.Headers, sub.Secrets.Active(now)), j.Attempt, now)
 	return out
+}
+
+// checkSubscriber is what both delivery handlers decide before anything is
+// signed or sent, from the subscriber lookup's error and the subscriber's
+// region, tenant and switch: an unknown subscriber ends the job permanent
+// (subscriber_gone), a failed lookup is transient, one of another region
+// or tenant (checkOwner) or a disabled one ends it permanent. ok is true
+// when the delivery may go ahead.
+func checkSubscriber(j *job.Job, lookupErr error, region, tenant string, enabled bool) (job.Outcome, bool) {
+	switch {
+	case errors.Is(lookupErr, ErrSubscriberNotFound):
+		return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonSubscriberGone, Err: "subscriber not found"}, false
+	case lookupErr != nil:
+		return job.Outcome{Class: job.ClassTransient, Err: "subscriber lookup failed"}, false
+	}
+	if o, ok := checkOwner(j, region, tenant); !ok {
+		return o, false // before any other check: a foreign subscriber's state is not the job's business
+	}
+	if !enabled {
+		return permanent("subscriber disabled"), false
+	}
+	return job.Outcome{}, true
+}
+
+// delivery is the attempt of payload p at a subscriber's url with its
+// static headers, signed with secrets.
+func (p Payload) delivery(url string, headers map[string]string, secrets []string) Delivery {
+	return Delivery{SubscriberID: p.SubscriberID, URL: url, EventID: p.EventID, Topic: p.Topic, Version: p.Version,
+		Body: p.Body, Headers: headers, Secrets: secrets}
 }
 
 // checkOwner is the handlers' defence in depth behind the reserved kind: a

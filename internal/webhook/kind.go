@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -96,23 +95,11 @@ func (r *Registry) handle(ctx context.Context, d *Deliverer, j *job.Job) job.Out
 		return permanent("invalid webhook payload")
 	}
 	rec, err := r.lookup(ctx, p.SubscriberID)
-	switch {
-	case errors.Is(err, ErrSubscriberNotFound):
-		return job.Outcome{Class: job.ClassPermanent, Reason: job.ReasonSubscriberGone, Err: "subscriber not found"}
-	case err != nil:
-		return job.Outcome{Class: job.ClassTransient, Err: "subscriber lookup failed"}
-	}
-	if o, ok := checkOwner(j, rec.Region, rec.Tenant); !ok {
-		return o // before any other check: a foreign subscriber's state is not the job's business
-	}
-	if !rec.Enabled {
-		return permanent("subscriber disabled")
+	if o, ok := checkSubscriber(j, err, rec.Region, rec.Tenant, rec.Enabled); !ok {
+		return o
 	}
 	now := d.now()
-	out, resp := d.Deliver(ctx, Delivery{
-		SubscriberID: p.SubscriberID, URL: rec.URL, EventID: p.EventID, Topic: p.Topic, Version: p.Version,
-		Body: p.Body, Headers: rec.Headers, Secrets: rec.Secrets.Active(now),
-	}, j.Attempt, now)
+	out, resp := d.Deliver(ctx, p.delivery(rec.URL, rec.Headers, rec.Secrets.Active(now)), j.Attempt, now)
 	return r.record(ctx, j, rec, out, resp, now)
 }
 

@@ -432,15 +432,12 @@ async function review(all) {
     el("h2", {}, "Quarantined"), table(["where", "message", "reason"], (res.quarantined || []).map((q) =>
       el("tr", {}, el("td", {}, q.finding.path + ":" + q.finding.line), el("td", {}, q.finding.message), el("td", {}, typeof q.reason === "string" ? q.reason : JSON.stringify(q.reason)))))));
 }
-// The list (GET /v1/reviews) is live like the jobs list; it carries no
-// parts progress or findings (one store query per region), so the rows on
-// the page read each review's detail (GET /v1/reviews/{id}) for those:
-// once per review after it is aggregated (its counts are final then), and
-// every 2 s while its parts run. A page holds reviewPageSize rows unless the
-// address says limit=.
+// The list (GET /v1/reviews) is live like the jobs list, and each review
+// in it carries its parts progress and, once aggregated, its findings and
+// quarantined counts: a page is one path on the live stream (or one poll),
+// never a GET per row.
+// A page holds reviewPageSize rows unless the address says limit=.
 const reviewPageSize = 25;
-const reviewDetails = {}; // region/id -> GET /v1/reviews/{id} answer
-let reviewRows = [];
 function reviewLink(r) {
   return el("a", { class: "review-link", href: "/ui/reviews?id=" + encodeURIComponent(r.id) + "&region=" + encodeURIComponent(r.region) }, r.id.slice(0, 13) + "…");
 }
@@ -460,25 +457,18 @@ function reviewsPath() {
   if (!q.get("limit")) q.set("limit", String(reviewPageSize));
   return "/v1/reviews?" + q;
 }
-function reviewDetailPath(r) { return "/v1/reviews/" + encodeURIComponent(r.id) + "?region=" + encodeURIComponent(r.region); }
-async function fetchReviewDetails() {
-  const todo = reviewRows.filter((r) => !reviewDetails[r.region + "/" + r.id] || reviewDetails[r.region + "/" + r.id].state === "accepted");
-  const got = await Promise.all(todo.map((r) => api("GET", reviewDetailPath(r)).catch(() => null)));
-  todo.forEach((r, i) => { if (got[i]) reviewDetails[r.region + "/" + r.id] = got[i]; });
-}
-function renderReviewRows(next) {
-  const rows = reviewRows.map((r) => {
-    const d = reviewDetails[r.region + "/" + r.id];
-    const p = d ? d.parts || {} : null;
-    const res = d && d.result;
+function renderReviewRows(reviews, next) {
+  const rows = reviews.map((r) => {
+    const p = r.parts || {};
+    const aggregated = r.findings !== undefined;
     return el("tr", { class: "review-row", "data-id": r.id, "data-state": r.state },
       el("td", {}, reviewLink(r)), el("td", {}, [r.repo, r.change].filter(Boolean).join(" #")),
       el("td", {}, el("span", { class: "state " + r.state }, r.state, r.reason ? " (" + r.reason + ")" : "")),
       el("td", {}, r.lane), el("td", {}, r.tenant), el("td", {}, r.region),
-      el("td", { class: "num parts" }, p ? [(p.succeeded || 0) + (p.failed || 0) + " / " + (p.total || 0), p.failed ? " (" + p.failed + " failed)" : "", " ",
-        el("meter", { min: 0, max: p.total || 1, value: (p.succeeded || 0) + (p.failed || 0) })] : "…"),
-      el("td", { class: "num findings" }, d ? (res ? (res.findings || []).length : "–") : "…"),
-      el("td", { class: "num quarantined" }, d ? (res ? (res.quarantined || []).length : "–") : "…"),
+      el("td", { class: "num parts" }, [(p.succeeded || 0) + (p.failed || 0) + " / " + (p.total || 0), p.failed ? " (" + p.failed + " failed)" : "", " ",
+        el("meter", { min: 0, max: p.total || 1, value: (p.succeeded || 0) + (p.failed || 0) })]),
+      el("td", { class: "num findings" }, aggregated ? r.findings : "–"),
+      el("td", { class: "num quarantined" }, aggregated ? r.quarantined : "–"),
       el("td", { title: r.created_at }, ago(r.created_at)));
   });
   const nav = el("p", { class: "paging" },
@@ -487,7 +477,6 @@ function renderReviewRows(next) {
   replace("reviews", el("div", {}, table(["id", "change", "state", "lane", "tenant", "region", "parts done", "findings", "quarantined", "created"], rows), nav));
 }
 let restartReviews = () => {};
-let reviewsNext = "";
 function reviewsPage(after) {
   const q = reviewsQuery(false);
   if (after) q.set("after", after);
@@ -497,11 +486,7 @@ function reviewsPage(after) {
 async function reviewsList(all) {
   const data = all[reviewsPath()];
   if (!data) return;
-  reviewRows = data.reviews;
-  reviewsNext = data.next_cursor || "";
-  renderReviewRows(reviewsNext);
-  await fetchReviewDetails();
-  renderReviewRows(reviewsNext);
+  renderReviewRows(data.reviews, data.next_cursor || "");
 }
 function setupReviews() {
   const form = document.getElementById("review-form");
@@ -522,10 +507,6 @@ function setupReviews() {
   document.getElementById("reviews").hidden = false;
   restartReviews = live(() => [reviewsPath()], reviewsList);
   filters.addEventListener("submit", (ev) => { ev.preventDefault(); reviewsPage(""); });
-  setInterval(async () => {
-    if (!reviewRows.some((r) => { const d = reviewDetails[r.region + "/" + r.id]; return !d || d.state === "accepted"; })) return;
-    try { await fetchReviewDetails(); renderReviewRows(reviewsNext); } catch (e) { setStatus(e.message, true); }
-  }, 2000);
 }
 
 const pagesJS = {

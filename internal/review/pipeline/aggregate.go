@@ -206,6 +206,47 @@ func ItemState(it store.BatchItem) PartState {
 	return ps
 }
 
+// partOutcome is where a part stands for its review.
+type partOutcome int
+
+const (
+	partPending partOutcome = iota
+	partSucceeded
+	partFailed
+)
+
+// outcome says whether the part succeeded (validated or published: it has
+// a result), failed (terminal) or is still pending.
+func (ps PartState) outcome() partOutcome {
+	switch ps.State {
+	case job.StatePublished, job.StateValidated:
+		return partSucceeded
+	case job.StateTerminal:
+		return partFailed
+	default:
+		return partPending
+	}
+}
+
+// CountParts counts a review's parts by outcome without decoding their
+// results: what BuildStates reports as Result.Parts, for a list that shows
+// progress only. Total is the number of parts the review was split into,
+// or the parts found if more.
+func CountParts(args Args, parts []PartState) Progress {
+	p := Progress{Total: max(args.Parts, len(parts))}
+	for _, ps := range parts {
+		switch ps.outcome() {
+		case partSucceeded:
+			p.Succeeded++
+		case partFailed:
+			p.Failed++
+		default:
+			p.Pending++
+		}
+	}
+	return p
+}
+
 // Build merges the part jobs of a review into its Result (BuildStates).
 func Build(args Args, parts []*job.Job, opts finding.AggregateOptions) (Result, error) {
 	return BuildStates(args, JobStates(parts), opts)
@@ -215,24 +256,20 @@ func Build(args Args, parts []*job.Job, opts finding.AggregateOptions) (Result, 
 // final count as pending; it never fails on a part's content.
 func BuildStates(args Args, parts []PartState, opts finding.AggregateOptions) (Result, error) {
 	res := Result{SchemaVersion: "v1", Depth: args.Depth, Findings: []finding.Finding{}, Quarantined: []Quarantined{}}
-	res.Parts.Total = max(args.Parts, len(parts))
+	res.Parts = CountParts(args, parts)
 	var lists [][]finding.Finding
 	for _, pj := range parts {
-		switch pj.State {
-		case job.StatePublished, job.StateValidated:
+		switch pj.outcome() {
+		case partSucceeded:
 			pr, err := decode[PartResult](pj.Result)
 			if err != nil {
 				return res, fmt.Errorf("part %s: result does not decode", pj.ID)
 			}
-			res.Parts.Succeeded++
 			lists = append(lists, pr.Findings)
 			res.Quarantined = append(res.Quarantined, pr.Quarantined...)
 			res.Usage = res.Usage.Add(pr.Usage)
-		case job.StateTerminal:
-			res.Parts.Failed++
+		case partFailed:
 			res.FailedParts = append(res.FailedParts, PartFailure{Index: pj.Index, JobID: pj.ID, Reason: pj.Reason})
-		default:
-			res.Parts.Pending++
 		}
 	}
 	res.Partial = res.Parts.Failed > 0

@@ -74,6 +74,17 @@ func (c countingProvider) Review(ctx context.Context, r provider.Request) (provi
 	return c.Provider.Review(ctx, r)
 }
 
+// openEU opens a fresh SQLite store of region eu, closed at the test's end.
+func openEU(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "eu.db"), Region: "eu", Synchronous: sqlite.SyncNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // TestForgedBuiltinJobsRefused is the review handlers' defence in depth:
 // part, GitHub and aggregation jobs that reference another tenant's review
 // (forged rows inserted through the internal path, as a bug would) end
@@ -82,11 +93,7 @@ func (c countingProvider) Review(ctx context.Context, r provider.Request) (provi
 func TestForgedBuiltinJobsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "eu.db"), Region: "eu", Synchronous: sqlite.SyncNormal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openEU(t)
 	now := time.Now()
 	victim := plannedReview(t, st, "acme", now)
 	own := plannedReview(t, st, "globex", now)
@@ -193,11 +200,7 @@ func TestForgedBuiltinJobsRefused(t *testing.T) {
 func TestAggregatorRefusesForeignDiff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "eu.db"), Region: "eu", Synchronous: sqlite.SyncNormal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openEU(t)
 	now := time.Now()
 	victim := plannedReview(t, st, "acme", now)
 	payload, _ := json.Marshal(Args{DepthRequested: DepthFull, Depth: DepthFull, DiffObject: victim.Parent.ID, Publish: Publish{Kind: PublishNone}})

@@ -87,7 +87,8 @@ type Review struct {
 	UpdatedAt      time.Time         `json:"updated_at"`
 }
 
-// Service runs reviews for POST /v1/reviews and GET /v1/reviews/{id}.
+// Service runs reviews for POST /v1/reviews and GET /v1/reviews/{id}, and
+// counts the parts of the running reviews GET /v1/reviews lists.
 // Package review implements it over its region runtimes. Errors: one wrapping
 // ErrNotConfigured for a region without reviews (501), a
 // *InputError for a bad field (400), store.ErrNotFound for an id that
@@ -103,6 +104,9 @@ type Service interface {
 	ReviewSARIF(ctx context.Context, region, id string, w io.Writer) error
 	// Providers lists a region's provider profiles, the default first.
 	Providers(ctx context.Context, region string) ([]ProviderInfo, error)
+	// Progress counts the parts of a review that is not aggregated yet,
+	// parent being its job as GET /v1/reviews listed it.
+	Progress(ctx context.Context, parent *job.Job) (pipeline.Progress, error)
 }
 
 // reviewRequest is the body of POST /v1/reviews.
@@ -153,7 +157,7 @@ func Routes(svc Service) mount.Mount {
 				Example: `{"region":"` + region + `","repo":"acme/app","change":"42","diff":"` + reviewExampleDiff +
 					`","depth":"auto","lane":"interactive","provider":"rules","publish":{"kind":"none"}}`},
 			{Method: "GET", Path: "/v1/reviews", Name: "listReviews", Role: auth.RoleProducer,
-				Summary: "List reviews, newest first, without their findings (GET /v1/reviews/{id} has them)",
+				Summary: "List reviews, newest first, with their parts progress and, once aggregated, findings and quarantined counts (GET /v1/reviews/{id} has the findings)",
 				Handle:  s.handleListReviews, Response: reviewList{}, Status: 200,
 				Params: []mount.Param{mount.Query("region", "list one region; without it every region the key may use, merged newest first"),
 					mount.Query("state", "only reviews in this state", "accepted", "validated", "published", "terminal"),

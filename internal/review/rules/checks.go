@@ -3,6 +3,7 @@ package rules
 import (
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/ratelane/ratelane/internal/review/finding"
@@ -103,30 +104,19 @@ func matchSecretAssign(l line) bool {
 }
 
 func matchTLS(l line) bool {
-	if !isCode(l) {
-		return false
-	}
-	for _, re := range tlsREs {
-		if re.MatchString(l.text) {
-			return true
-		}
-	}
-	return false
+	return isCode(l) && anyMatch(tlsREs, l.text)
 }
 
 // matchSQL flags a SQL statement literal on a line that also concatenates
 // or formats a string. Placeholders ($1, ?, %s passed as a parameter) are
 // not flagged because the literal is then not combined with anything.
 func matchSQL(l line) bool {
-	if !isCode(l) || !(sqlShapeREs[0].MatchString(l.text) || sqlShapeREs[1].MatchString(l.text)) {
-		return false
-	}
-	for _, re := range sqlBuildREs {
-		if re.MatchString(l.text) {
-			return true
-		}
-	}
-	return false
+	return isCode(l) && anyMatch(sqlShapeREs, l.text) && anyMatch(sqlBuildREs, l.text)
+}
+
+// anyMatch reports whether one of res matches s.
+func anyMatch(res []*regexp.Regexp, s string) bool {
+	return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(s) })
 }
 
 // matchEval flags eval( and exec( calls, not methods such as regex.exec(,

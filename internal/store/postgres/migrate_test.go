@@ -2,12 +2,10 @@ package postgres
 
 import (
 	"context"
-	"reflect"
-	"slices"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -111,52 +109,22 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-// TestMigrateInlineHistory reverts migration 0005 on a job with two history
-// records (back to one job_attempts row each) and applies it again: the
-// history comes back whole and in order both ways.
+// TestMigrateInlineHistory is storetest.RunInlineHistoryMigration on PostgreSQL.
 func TestMigrateInlineHistory(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s := newStore(t)
-	j := storetest.NewJob("t", "interactive", "k")
-	if _, err := s.Insert(ctx, []*job.Job{j}, storetest.Unpaced); err != nil {
-		t.Fatal(err)
-	}
-	now := j.CreatedAt.Add(time.Second)
-	if _, err := s.Cancel(ctx, j.ID, now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Redrive(ctx, j.ID, now.Add(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	before, err := s.Get(ctx, j.ID)
-	if err != nil || len(before.History) != 2 {
-		t.Fatalf("before: %v, %+v", err, before)
-	}
-	down, err := migrationFS.ReadFile("migrations/0005_inline_history.down.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, string(down)); err != nil {
-		t.Fatalf("down 0005: %v", err)
-	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM schema_migrations WHERE version = 5`); err != nil {
-		t.Fatal(err)
-	}
-	var seqs []int
-	rows, _ := s.pool.Query(ctx, `SELECT seq FROM job_attempts WHERE job_id = $1 ORDER BY seq`, j.ID)
-	seqs, err = pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil || !slices.Equal(seqs, []int{1, 2}) {
-		t.Fatalf("after down: job_attempts seqs %v (%v), want [1 2]", seqs, err)
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("up 0005 again: %v", err)
-	}
-	after, err := s.Get(ctx, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(after.History, before.History) {
-		t.Fatalf("history after down and up:\n%+v\nwant\n%+v", after.History, before.History)
-	}
+	storetest.RunInlineHistoryMigration(t, s, func(ctx context.Context, id string) ([]int, error) {
+		down, err := migrationFS.ReadFile("migrations/0005_inline_history.down.sql")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.pool.Exec(ctx, string(down)); err != nil {
+			return nil, fmt.Errorf("down 0005: %w", err)
+		}
+		if _, err := s.pool.Exec(ctx, `DELETE FROM schema_migrations WHERE version = 5`); err != nil {
+			return nil, err
+		}
+		rows, _ := s.pool.Query(ctx, `SELECT seq FROM job_attempts WHERE job_id = $1 ORDER BY seq`, id)
+		return pgx.CollectRows(rows, pgx.RowTo[int])
+	}, s.Migrate)
 }

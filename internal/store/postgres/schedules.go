@@ -236,15 +236,11 @@ func (s *Store) ListScheduleTicks(ctx context.Context, scheduleID string, limit 
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.ScheduleTick
-	for rows.Next() {
+	return store.CollectRows(rows, func() (store.ScheduleTick, error) {
 		t := store.ScheduleTick{ScheduleID: scheduleID}
 		var tick, claimed int64
-		if err := rows.Scan(&tick, &t.JobID, &claimed); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&tick, &t.JobID, &claimed)
 		t.Tick, t.ClaimedAt = tm(tick), tm(claimed)
-		out = append(out, t)
-	}
-	return out, rows.Err()
+		return t, err
+	})
 }

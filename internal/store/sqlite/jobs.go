@@ -180,15 +180,7 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*job.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return store.CollectRows(rows, func() (*job.Job, error) { return scanJob(rows) })
 }
 
 // Publish is the compare-and-set validated -> published.
@@ -360,13 +352,5 @@ func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*job.J
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*job.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return store.CollectRows(rows, func() (*job.Job, error) { return scanJob(rows) })
 }

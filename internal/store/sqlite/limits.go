@@ -147,15 +147,13 @@ func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []admission.State
-	for rows.Next() {
+	return store.CollectRows(rows, func() (admission.State, error) {
 		k, err := scanKey(rows)
 		if err != nil {
-			return nil, err
+			return admission.State{}, err
 		}
-		out = append(out, *k)
-	}
-	return out, rows.Err()
+		return *k, nil
+	})
 }
 
 // Backlog returns the waiting cost per key for the lane and lanes before it.

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,3 +85,46 @@ func RunSchemaChecks(t *testing.T, s store.Store, exec SchemaExec, isCheck func(
 // SQLitePlaceholders rewrites "$1" to "?1" for drivers that number
 // placeholders that way.
 func SQLitePlaceholders(sql string) string { return strings.ReplaceAll(sql, "$1", "?1") }
+
+// HistoryRevert reverts migration 0005 (inline history) directly on a
+// driver's database, forgets it was applied, and returns the seq numbers
+// of job id's rows in the old job_attempts table, in order. The driver's
+// test supplies it; [RunInlineHistoryMigration] does the rest.
+type HistoryRevert func(ctx context.Context, id string) ([]int, error)
+
+// RunInlineHistoryMigration reverts migration 0005 on a job with two
+// history records (back to one job_attempts row each) and applies it again
+// with migrate: the history comes back whole and in order both ways.
+func RunInlineHistoryMigration(t *testing.T, s store.Store, revert HistoryRevert, migrate func(context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	j := NewJob("t", job.LaneInteractive, "k")
+	if _, err := s.Insert(ctx, []*job.Job{j}, Unpaced); err != nil {
+		t.Fatal(err)
+	}
+	now := j.CreatedAt.Add(time.Second)
+	if _, err := s.Cancel(ctx, j.ID, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Redrive(ctx, j.ID, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Get(ctx, j.ID)
+	if err != nil || len(before.History) != 2 {
+		t.Fatalf("before: %v, %+v", err, before)
+	}
+	seqs, err := revert(ctx, j.ID)
+	if err != nil || !slices.Equal(seqs, []int{1, 2}) {
+		t.Fatalf("after down: job_attempts seqs %v (%v), want [1 2]", seqs, err)
+	}
+	if err := migrate(ctx); err != nil {
+		t.Fatalf("up 0005 again: %v", err)
+	}
+	after, err := s.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(after.History, before.History) {
+		t.Fatalf("history after down and up:\n%+v\nwant\n%+v", after.History, before.History)
+	}
+}

@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"regexp"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 // anthropicErr writes Anthropic's error body
 // {"type":"error","error":{"type","message"},"request_id"}.
 func anthropicErr(w http.ResponseWriter, status int, typ, msg string) {
-	writeJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg},
+	upstream.WriteJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg},
 		"request_id": w.Header().Get("request-id")})
 }
 
@@ -112,11 +114,9 @@ func (s *Server) handlePostMessageBatch(w http.ResponseWriter, r *http.Request) 
 	}
 	b := &simBatch{provider: ProviderAnthropic, id: s.nextID("msgbatch_"), created: now, start: now,
 		expires: now.Add(s.cfg.Window), reqs: reqs}
-	b.schedule(s.cfg.ProcessFor)
-	s.batches[b.id] = b
-	s.order[ProviderAnthropic] = append(s.order[ProviderAnthropic], b.id)
+	s.addBatch(b)
 	s.stats.AnthropicBatches++
-	writeJSON(w, http.StatusOK, s.anthropicView(b, now))
+	upstream.WriteJSON(w, http.StatusOK, s.anthropicView(b, now))
 }
 
 // messageBatch is Anthropic's message_batch object.
@@ -174,7 +174,7 @@ func (s *Server) anthropicView(b *simBatch, now time.Time) messageBatch {
 	if archived := b.created.Add(s.cfg.Retention); !now.Before(archived) {
 		v.ArchivedAt = rfc3339(archived)
 	}
-	url := s.url + "/v1/messages/batches/" + b.id + "/results"
+	url := s.URL() + "/v1/messages/batches/" + b.id + "/results"
 	v.ResultsURL = &url
 	for _, r := range b.reqs {
 		switch kind, _ := s.anthropicKind(b, r); kind {
@@ -255,32 +255,19 @@ func (s *Server) anthropicMessage(r simRequest) map[string]any {
 	}
 }
 
-func (s *Server) anthropicBatch(id string) *simBatch {
-	if b := s.batches[id]; b != nil && b.provider == ProviderAnthropic {
-		return b
-	}
-	return nil
+// anthropicBatch serves a route on one Anthropic message batch (see
+// [Server.batchRoute]), answering not_found_error for an unknown id.
+func (s *Server) anthropicBatch(h batchHandler) http.HandlerFunc {
+	return s.batchRoute(ProviderAnthropic, func(w http.ResponseWriter, _ string) {
+		anthropicErr(w, http.StatusNotFound, "not_found_error", "message batch not found")
+	}, h)
 }
 
-func (s *Server) handleGetMessageBatch(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.anthropicBatch(r.PathValue("id"))
-	if b == nil {
-		anthropicErr(w, http.StatusNotFound, "not_found_error", "message batch not found")
-		return
-	}
-	writeJSON(w, http.StatusOK, s.anthropicView(b, s.cfg.Now()))
+func (s *Server) handleGetMessageBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
+	upstream.WriteJSON(w, http.StatusOK, s.anthropicView(b, s.cfg.Now()))
 }
 
-func (s *Server) handleGetMessageBatchResults(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.anthropicBatch(r.PathValue("id"))
-	if b == nil {
-		anthropicErr(w, http.StatusNotFound, "not_found_error", "message batch not found")
-		return
-	}
+func (s *Server) handleGetMessageBatchResults(w http.ResponseWriter, _ *http.Request, b *simBatch) {
 	v := s.anthropicView(b, s.cfg.Now())
 	switch {
 	case v.ProcessingStatus != "ended":
@@ -295,14 +282,7 @@ func (s *Server) handleGetMessageBatchResults(w http.ResponseWriter, r *http.Req
 	_, _ = w.Write(b.results)
 }
 
-func (s *Server) handleCancelMessageBatch(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.anthropicBatch(r.PathValue("id"))
-	if b == nil {
-		anthropicErr(w, http.StatusNotFound, "not_found_error", "message batch not found")
-		return
-	}
+func (s *Server) handleCancelMessageBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
 	now := s.cfg.Now()
 	if v := s.anthropicView(b, now); v.ProcessingStatus == "in_progress" {
 		b.cancelAt = now
@@ -310,18 +290,11 @@ func (s *Server) handleCancelMessageBatch(w http.ResponseWriter, r *http.Request
 	}
 	// Cancelling a canceling or ended batch changes nothing and answers
 	// the batch as it is.
-	writeJSON(w, http.StatusOK, s.anthropicView(b, now))
+	upstream.WriteJSON(w, http.StatusOK, s.anthropicView(b, now))
 }
 
-func (s *Server) handleDeleteMessageBatch(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	id := r.PathValue("id")
-	b := s.anthropicBatch(id)
-	if b == nil {
-		anthropicErr(w, http.StatusNotFound, "not_found_error", "message batch not found")
-		return
-	}
+func (s *Server) handleDeleteMessageBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
+	id := b.id
 	if s.anthropicView(b, s.cfg.Now()).ProcessingStatus != "ended" {
 		anthropicErr(w, http.StatusBadRequest, "invalid_request_error", "a batch can be deleted only once it has ended; cancel it first")
 		return
@@ -334,7 +307,7 @@ func (s *Server) handleDeleteMessageBatch(w http.ResponseWriter, r *http.Request
 			break
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "type": "message_batch_deleted"})
+	upstream.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "type": "message_batch_deleted"})
 }
 
 func (s *Server) handleListMessageBatches(w http.ResponseWriter, r *http.Request) {
@@ -363,5 +336,5 @@ func (s *Server) handleListMessageBatches(w http.ResponseWriter, r *http.Request
 	if len(ids) > 0 {
 		page["first_id"], page["last_id"] = ids[0], ids[len(ids)-1]
 	}
-	writeJSON(w, http.StatusOK, page)
+	upstream.WriteJSON(w, http.StatusOK, page)
 }

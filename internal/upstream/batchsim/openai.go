@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 // simFile is an OpenAI file: an uploaded input or a generated result.
@@ -54,7 +56,7 @@ func openAIErr(w http.ResponseWriter, status int, typ, code, param, msg string) 
 	if param != "" {
 		e["param"] = param
 	}
-	writeJSON(w, status, map[string]any{"error": e})
+	upstream.WriteJSON(w, status, map[string]any{"error": e})
 }
 
 func invalidRequest(w http.ResponseWriter, param, msg string) {
@@ -135,7 +137,7 @@ func (s *Server) handlePostFile(w http.ResponseWriter, r *http.Request) {
 	s.stats.Uploads++
 	obj := f.object()
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, obj)
+	upstream.WriteJSON(w, http.StatusOK, obj)
 }
 
 func (s *Server) uploadErr(w http.ResponseWriter, err error) {
@@ -163,7 +165,7 @@ func (s *Server) handleGetFile(w http.ResponseWriter, r *http.Request) {
 		notFound(w, "File", r.PathValue("id"))
 		return
 	}
-	writeJSON(w, http.StatusOK, f.object())
+	upstream.WriteJSON(w, http.StatusOK, f.object())
 }
 
 func (s *Server) handleGetFileContent(w http.ResponseWriter, r *http.Request) {
@@ -191,7 +193,7 @@ func (s *Server) handleDeleteFile(w http.ResponseWriter, r *http.Request) {
 		notFound(w, "File", id)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
+	upstream.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
 }
 
 // batchCreate is the body of POST /v1/batches.
@@ -244,11 +246,9 @@ func (s *Server) handlePostBatch(w http.ResponseWriter, r *http.Request) {
 		start: now.Add(s.cfg.ValidateFor), endpoint: in.Endpoint, inputFileID: in.InputFileID,
 		window: in.CompletionWindow, metadata: in.Metadata}
 	b.reqs, b.invalid = s.parseInput(f.data, in.Endpoint)
-	b.schedule(s.cfg.ProcessFor)
-	s.batches[b.id] = b
-	s.order[ProviderOpenAI] = append(s.order[ProviderOpenAI], b.id)
+	s.addBatch(b)
 	s.stats.OpenAIBatches++
-	writeJSON(w, http.StatusOK, s.openAIView(b, now))
+	upstream.WriteJSON(w, http.StatusOK, s.openAIView(b, now))
 }
 
 // inputLine is one line of a batch input file.
@@ -518,32 +518,17 @@ func (s *Server) chatCompletion(r simRequest, created time.Time) map[string]any 
 	}
 }
 
-func (s *Server) openAIBatch(id string) *simBatch {
-	if b := s.batches[id]; b != nil && b.provider == ProviderOpenAI {
-		return b
-	}
-	return nil
+// openAIBatch serves a route on one OpenAI batch (see [Server.batchRoute]),
+// answering OpenAI's 404 for an unknown id.
+func (s *Server) openAIBatch(h batchHandler) http.HandlerFunc {
+	return s.batchRoute(ProviderOpenAI, func(w http.ResponseWriter, id string) { notFound(w, "batch", id) }, h)
 }
 
-func (s *Server) handleGetBatch(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.openAIBatch(r.PathValue("id"))
-	if b == nil {
-		notFound(w, "batch", r.PathValue("id"))
-		return
-	}
-	writeJSON(w, http.StatusOK, s.openAIView(b, s.cfg.Now()))
+func (s *Server) handleGetBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
+	upstream.WriteJSON(w, http.StatusOK, s.openAIView(b, s.cfg.Now()))
 }
 
-func (s *Server) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.openAIBatch(r.PathValue("id"))
-	if b == nil {
-		notFound(w, "batch", r.PathValue("id"))
-		return
-	}
+func (s *Server) handleCancelBatch(w http.ResponseWriter, _ *http.Request, b *simBatch) {
 	now := s.cfg.Now()
 	switch v := s.openAIView(b, now); v.Status {
 	case "cancelling":
@@ -555,7 +540,7 @@ func (s *Server) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Cannot cancel a batch with status '%s'.", v.Status))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.openAIView(b, now))
+	upstream.WriteJSON(w, http.StatusOK, s.openAIView(b, now))
 }
 
 func (s *Server) handleListBatches(w http.ResponseWriter, r *http.Request) {
@@ -578,7 +563,7 @@ func (s *Server) handleListBatches(w http.ResponseWriter, r *http.Request) {
 	if len(ids) > 0 {
 		page["first_id"], page["last_id"] = ids[0], ids[len(ids)-1]
 	}
-	writeJSON(w, http.StatusOK, page)
+	upstream.WriteJSON(w, http.StatusOK, page)
 }
 
 // newestFirst returns ids (oldest first) newest first, starting after the

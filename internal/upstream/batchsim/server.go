@@ -1,23 +1,23 @@
 package batchsim
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 // Server is a running batch API simulator. Create it with [New], stop it
 // with [Server.Close]. All methods are safe for concurrent use.
 type Server struct {
+	*upstream.Listener // URL, Close
+
 	cfg Config
-	srv *http.Server
-	url string
 
 	mu       sync.Mutex
 	seq      uint64
@@ -27,10 +27,6 @@ type Server struct {
 	attempts map[string]int      // provider+"\x00"+custom_id -> batches seen in
 	reject   map[string]rejection
 	stats    Stats
-
-	serving sync.WaitGroup
-	once    sync.Once
-	err     error
 }
 
 // rejection is a pending series of 429 answers to creates.
@@ -55,45 +51,29 @@ type Stats struct {
 	Cancels int
 }
 
-// New validates cfg, listens on cfg.Addr and serves until Close.
+// New validates cfg, listens on cfg.Addr and serves until Close. The base
+// URL is URL(): the OpenAI SDK wants URL()+"/v1/", the Anthropic SDK
+// URL()+"/".
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("batchsim config: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	l, err := upstream.Listen(cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("batchsim listen %s: %w", cfg.Addr, err)
 	}
 	s := &Server{
+		Listener: l,
 		cfg:      cfg,
-		url:      "http://" + ln.Addr().String(),
 		files:    map[string]*simFile{},
 		batches:  map[string]*simBatch{},
 		order:    map[string][]string{},
 		attempts: map[string]int{},
 		reject:   map[string]rejection{},
 	}
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	s.serving.Add(1)
-	go func() {
-		defer s.serving.Done()
-		_ = s.srv.Serve(ln) // http.ErrServerClosed after Close
-	}()
+	l.Serve(s.Handler())
 	return s, nil
-}
-
-// URL returns the base URL, "http://127.0.0.1:<port>", without a trailing
-// slash. The OpenAI SDK wants URL()+"/v1/", the Anthropic SDK URL()+"/".
-func (s *Server) URL() string { return s.url }
-
-// Close stops the server and waits for its handlers. It is idempotent.
-func (s *Server) Close() error {
-	s.once.Do(func() {
-		s.err = s.srv.Close()
-		s.serving.Wait()
-	})
-	return s.err
 }
 
 // RejectCreates makes the next n batch creates of provider (ProviderOpenAI
@@ -123,16 +103,45 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/files/{id}", s.openAI(s.handleDeleteFile))
 	mux.HandleFunc("POST /v1/batches", s.openAI(s.handlePostBatch))
 	mux.HandleFunc("GET /v1/batches", s.openAI(s.handleListBatches))
-	mux.HandleFunc("GET /v1/batches/{id}", s.openAI(s.handleGetBatch))
-	mux.HandleFunc("POST /v1/batches/{id}/cancel", s.openAI(s.handleCancelBatch))
+	mux.HandleFunc("GET /v1/batches/{id}", s.openAI(s.openAIBatch(s.handleGetBatch)))
+	mux.HandleFunc("POST /v1/batches/{id}/cancel", s.openAI(s.openAIBatch(s.handleCancelBatch)))
 
 	mux.HandleFunc("POST /v1/messages/batches", s.anthropic(s.handlePostMessageBatch))
 	mux.HandleFunc("GET /v1/messages/batches", s.anthropic(s.handleListMessageBatches))
-	mux.HandleFunc("GET /v1/messages/batches/{id}", s.anthropic(s.handleGetMessageBatch))
-	mux.HandleFunc("GET /v1/messages/batches/{id}/results", s.anthropic(s.handleGetMessageBatchResults))
-	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.anthropic(s.handleCancelMessageBatch))
-	mux.HandleFunc("DELETE /v1/messages/batches/{id}", s.anthropic(s.handleDeleteMessageBatch))
+	mux.HandleFunc("GET /v1/messages/batches/{id}", s.anthropic(s.anthropicBatch(s.handleGetMessageBatch)))
+	mux.HandleFunc("GET /v1/messages/batches/{id}/results", s.anthropic(s.anthropicBatch(s.handleGetMessageBatchResults)))
+	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.anthropic(s.anthropicBatch(s.handleCancelMessageBatch)))
+	mux.HandleFunc("DELETE /v1/messages/batches/{id}", s.anthropic(s.anthropicBatch(s.handleDeleteMessageBatch)))
 	return mux
+}
+
+// batchHandler serves a request on one batch, with s.mu held.
+type batchHandler func(w http.ResponseWriter, r *http.Request, b *simBatch)
+
+// batchRoute is the shape of every route on one batch: it holds s.mu for
+// the whole request, finds provider's batch {id} (a batch of the other
+// provider is not found, as it would not be at the real API) and answers
+// notFound when there is none.
+func (s *Server) batchRoute(provider string, notFound func(w http.ResponseWriter, id string), h batchHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		id := r.PathValue("id")
+		b := s.batches[id]
+		if b == nil || b.provider != provider {
+			notFound(w, id)
+			return
+		}
+		h(w, r, b)
+	}
+}
+
+// addBatch schedules a new batch's processing and records it, last in its
+// provider's order. Call with s.mu held.
+func (s *Server) addBatch(b *simBatch) {
+	b.schedule(s.cfg.ProcessFor)
+	s.batches[b.id] = b
+	s.order[b.provider] = append(s.order[b.provider], b.id)
 }
 
 // nextID returns prefix followed by a fresh, sortable sequence number.
@@ -175,17 +184,6 @@ func (s *Server) keyOK(key string) bool {
 		return key == s.cfg.APIKey
 	}
 	return key != ""
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, "encode response", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
 }
 
 // unix is t in Unix seconds, or nil for the zero time (OpenAI sends null).
