@@ -74,10 +74,7 @@ func (s service) Progress(ctx context.Context, parent *job.Job) (pipeline.Progre
 	}
 	var args pipeline.Args
 	_ = json.Unmarshal(parent.Payload, &args) // the parent's payload is the plug-in's own
-	parts, err := pipeline.PartStates(ctx, rt.st, parent, args)
-	if errors.Is(err, pipeline.ErrForeignBatch) || errors.Is(err, pipeline.ErrBatchNotFound) {
-		parts, err = nil, nil // the aggregator ends such a review; show no parts meanwhile, as its GET does
-	}
+	parts, err := rt.partStates(ctx, parent, args) // the parts its GET counts
 	if err != nil {
 		return pipeline.Progress{}, err
 	}
