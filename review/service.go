@@ -73,7 +73,7 @@ func (s service) Progress(ctx context.Context, parent *job.Job) (pipeline.Progre
 		return pipeline.Progress{}, apiError(err)
 	}
 	var args pipeline.Args
-	_ = json.Unmarshal(parent.Payload, &args) // the parent's payload is the plug-in's own
+	_ = json.Unmarshal(parent.Payload, &args)      // the parent's payload is the plug-in's own
 	parts, err := rt.partStates(ctx, parent, args) // the parts its GET counts
 	if err != nil {
 		return pipeline.Progress{}, err
