@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -277,6 +278,14 @@ type Engine struct {
 	// calls skipped (a key refused them) may be admitted; only fetchLoop
 	// touches it.
 	admits timeHeap
+
+	// claimPrefix and claims make each publication claim's token unique
+	// to this engine and call (publish.go); publishRetryAt is when, in
+	// Unix nanoseconds of cfg.Now, maintainLoop retries publications
+	// another caller held (0: nothing to retry).
+	claimPrefix    string
+	claims         atomic.Uint64
+	publishRetryAt atomic.Int64
 }
 
 // maxAdmits bounds the admission times remembered; past it the poll
@@ -319,6 +328,8 @@ func New(cfg Config) (*Engine, error) {
 		running: map[string]*runningJob{},
 		stuck:   map[*runningJob]struct{}{},
 		jobs:    cfg.Jobs,
+
+		claimPrefix: claimPrefix(),
 	}
 	if e.jobs == nil {
 		var err error

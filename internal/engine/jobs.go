@@ -298,3 +298,11 @@ func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, er
 func (w *Jobs) Published(ctx context.Context, id string) error {
 	return w.cfg.Store.Publish(ctx, id, w.cfg.Now())
 }
+
+// ClaimPublish takes, extends (same token) or, with until <= now,
+// releases a validated job's publication claim (store.Store.ClaimPublish);
+// store.ErrConflict means another live publisher holds it or the job is
+// no longer validated.
+func (w *Jobs) ClaimPublish(ctx context.Context, id, token string, until time.Time) error {
+	return w.cfg.Store.ClaimPublish(ctx, id, token, w.cfg.Now(), until)
+}

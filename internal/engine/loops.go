@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -68,56 +67,6 @@ func (e *Engine) finish(batch []result) {
 	e.Notify() // keys were released and groups may be ready
 }
 
-// publish delivers a validated job's result and records it with the
-// compare-and-set validated -> published. A failure leaves the job validated;
-// publishPending retries it.
-func (e *Engine) publish(ctx context.Context, id string) {
-	j, err := e.cfg.Store.Get(ctx, id)
-	if err != nil || j.State != job.StateValidated {
-		return
-	}
-	k, ok := e.cfg.Kinds[j.Kind]
-	if !ok || k.Publisher == nil && k.Aggregate == nil {
-		return
-	}
-	// An aggregated parent without a publisher has nothing to deliver:
-	// its publication is only recorded.
-	if k.Publisher != nil {
-		if err := k.Publisher.Publish(ctx, j); err != nil {
-			e.log.Warn("publish failed; will retry", "job_id", id, "kind", j.Kind, "err", err)
-			return
-		}
-	}
-	crashpoint.Hit(crashpoint.PublishBeforeCAS)
-	if err := e.jobs.Published(ctx, id); err != nil && !errors.Is(err, store.ErrConflict) {
-		e.log.Error("record publication", "job_id", id, "err", err)
-	} else if err == nil && j.ParentID != "" {
-		e.jobs.partFinal(j.ParentID) // a part with a publication step is final now
-	}
-}
-
-// publishPending publishes every validated job of this engine's kinds, e.g.
-// after a crash between validation and publication.
-func (e *Engine) publishPending() {
-	ctx := context.WithoutCancel(e.ctx)
-	for kind, k := range e.cfg.Kinds {
-		if k.Publisher == nil && k.Aggregate == nil {
-			continue
-		}
-		after := ""
-		for {
-			jobs, err := e.cfg.Store.List(ctx, store.ListParams{State: job.StateValidated, Kind: kind, After: after, Limit: 500})
-			if err != nil || len(jobs) == 0 {
-				break
-			}
-			for _, j := range jobs {
-				e.publish(ctx, j.ID)
-			}
-			after = jobs[len(jobs)-1].ID
-		}
-	}
-}
-
 // heartbeatLoop extends the leases of jobs running longer than one tick and
 // cancels the handlers whose lease was lost or whose job was cancelled.
 func (e *Engine) heartbeatLoop() {
@@ -167,7 +116,7 @@ func (e *Engine) maintainLoop() {
 		if _, err := e.Reap(e.ctx); err != nil && e.ctx.Err() == nil {
 			e.log.Error("reap", "err", err)
 		}
-		if n%30 == 29 {
+		if n%30 == 29 || e.publishRetryDue() {
 			e.publishPending()
 		}
 		if n%600 == 0 {

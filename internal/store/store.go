@@ -73,6 +73,16 @@ type Store interface {
 	// Publish moves a validated job to published: a compare-and-set that
 	// succeeds at most once (ErrConflict afterwards).
 	Publish(ctx context.Context, id string, now time.Time) error
+	// ClaimPublish takes a validated job's publication for the caller
+	// holding token until until, so that concurrent publishers (two
+	// nodes' sweeps, a parent's aggregation woken twice) do not both run
+	// the kind's side effect. It succeeds when the job is validated and
+	// its publication is unclaimed, the claim ran out by now, or token
+	// already holds it (an extension; until <= now releases it);
+	// ErrConflict otherwise, ErrNotFound for an unknown id. Publish clears
+	// the claim. A claim that outlives a crash runs out: publication is
+	// at least once across crashes, at most once among live callers.
+	ClaimPublish(ctx context.Context, id, token string, now, until time.Time) error
 	// Advance moves a job that is not running from one state to another
 	// (a parent job from accepted to validated with its aggregated result,
 	// to waiting, or to terminal), guarded on p.From; ErrConflict when the

@@ -205,8 +205,24 @@ func appendRecord(ctx context.Context, q querier, id string, r job.AttemptRecord
 // Publish moves a validated job to published: a compare-and-set that
 // succeeds at most once. ErrConflict afterwards, ErrNotFound for no job.
 func (s *Store) Publish(ctx context.Context, id string, now time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET state = 'published', finished_at = $2, updated_at = $2
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET state = 'published', finished_at = $2, updated_at = $2,
+		publish_claim = NULL, publish_claim_until = NULL
 		WHERE id = $1 AND state = 'validated'`, id, ns(now))
+	return guarded(ctx, s.pool, tag, err, id)
+}
+
+// ClaimPublish takes a validated job's publication for token until until
+// (store.Store.ClaimPublish). The guarded UPDATE is atomic under
+// PostgreSQL's row lock: of two nodes claiming at once, the second
+// re-reads the row after the first commits and finds it claimed.
+func (s *Store) ClaimPublish(ctx context.Context, id, token string, now, until time.Time) error {
+	if token == "" {
+		return errors.New("postgres: claim publish: empty token")
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET publish_claim = $2, publish_claim_until = $3
+		WHERE id = $1 AND state = 'validated'
+		AND (publish_claim IS NULL OR publish_claim_until <= $4 OR publish_claim = $2)`,
+		id, token, ns(until), ns(now))
 	return guarded(ctx, s.pool, tag, err, id)
 }
 

@@ -186,8 +186,24 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 // Publish is the compare-and-set validated -> published.
 func (s *Store) Publish(ctx context.Context, id string, now time.Time) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(tx, `UPDATE jobs SET state = 'published', finished_at = ?, updated_at = ?
+		res, err := s.exec(tx, `UPDATE jobs SET state = 'published', finished_at = ?, updated_at = ?,
+			publish_claim = NULL, publish_claim_until = NULL
 			WHERE id = ? AND state = 'validated'`, ns(now), ns(now), id)
+		return s.guarded(tx, res, err, id)
+	})
+}
+
+// ClaimPublish takes a validated job's publication for token until until
+// (store.Store.ClaimPublish).
+func (s *Store) ClaimPublish(ctx context.Context, id, token string, now, until time.Time) error {
+	if token == "" {
+		return errors.New("sqlite: claim publish: empty token")
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(tx, `UPDATE jobs SET publish_claim = ?, publish_claim_until = ?
+			WHERE id = ? AND state = 'validated'
+			AND (publish_claim IS NULL OR publish_claim_until <= ? OR publish_claim = ?)`,
+			token, ns(until), id, ns(now), token)
 		return s.guarded(tx, res, err, id)
 	})
 }

@@ -224,6 +224,81 @@ func testPublishOnce(t *testing.T, open Opener) {
 	}
 }
 
+// testPublishClaim checks the publication claim behind invariant 2 among
+// live publishers: of concurrent claimants exactly one holds a validated
+// job's publication until its claim runs out or is released, its holder
+// may extend it, and a published (or not yet validated) job cannot be
+// claimed.
+func testPublishClaim(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
+	j := lease(t, s, T0, 1)[0]
+	tr := success(j, T0)
+	tr.To, tr.Result = job.StateValidated, []byte(`{"ok":true}`)
+	mustOK(t, finish(t, s, tr))
+	other := NewJob("acme", job.LaneBatch, "k")
+	insert(t, s, other)
+
+	until := T0.Add(10 * time.Second)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var winners []string
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			token := fmt.Sprintf("node-%d", i)
+			err := s.ClaimPublish(ctx, j.ID, token, T0, until)
+			if err == nil {
+				mu.Lock()
+				winners = append(winners, token)
+				mu.Unlock()
+			} else if !errors.Is(err, store.ErrConflict) {
+				t.Errorf("claim: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("%d concurrent claims succeeded (%v), want exactly 1", len(winners), winners)
+	}
+	holder := winners[0]
+	if err := s.ClaimPublish(ctx, j.ID, holder, T0.Add(time.Second), until.Add(time.Second)); err != nil {
+		t.Fatalf("the holder extending its claim: %v", err)
+	}
+	if err := s.ClaimPublish(ctx, j.ID, "late", until, until.Add(10*time.Second)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a claim at the old expiry after the holder extended it: %v, want ErrConflict", err)
+	}
+	// A claim that ran out (its holder crashed) is taken over.
+	after := until.Add(time.Second)
+	if err := s.ClaimPublish(ctx, j.ID, "successor", after, after.Add(10*time.Second)); err != nil {
+		t.Fatalf("taking over a claim that ran out: %v", err)
+	}
+	// The successor releases it (until = now): anyone may claim at once.
+	if err := s.ClaimPublish(ctx, j.ID, "successor", after, after); err != nil {
+		t.Fatalf("releasing a claim: %v", err)
+	}
+	if err := s.ClaimPublish(ctx, j.ID, "third", after, after.Add(time.Second)); err != nil {
+		t.Fatalf("claiming a released publication: %v", err)
+	}
+	if err := s.Publish(ctx, j.ID, after); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimPublish(ctx, j.ID, "third", after, after.Add(time.Second)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("claiming a published job: %v, want ErrConflict", err)
+	}
+	if got := get(t, s, j.ID); got.State != job.StatePublished || string(got.Result) != `{"ok":true}` {
+		t.Fatalf("published job = %+v", got)
+	}
+	if err := s.ClaimPublish(ctx, other.ID, "x", T0, until); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("claiming a waiting job's publication: %v, want ErrConflict", err)
+	}
+	if err := s.ClaimPublish(ctx, "01900000-0000-7000-8000-000000000000", "x", T0, until); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("claiming an unknown job's publication: %v, want ErrNotFound", err)
+	}
+}
+
 // testTokenBucketPacing checks invariant 6: over any window t, admitted
 // starts never exceed rate*t + burst, and a backlogged key reaches its rate.
 func testTokenBucketPacing(t *testing.T, open Opener) {

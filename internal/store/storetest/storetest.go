@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener) {
 		"GuardedFinish":         testGuardedFinish,
 		"FinishBatch":           testFinishBatch,
 		"PublishOnce":           testPublishOnce,
+		"PublishClaim":          testPublishClaim,
 		"TokenBucketPacing":     testTokenBucketPacing,
 		"NextAdmission":         testNextAdmission,
 		"ReconfigureRepaysDebt": testReconfigureRepaysDebt,
