@@ -127,6 +127,11 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 				delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
 				v.retries = append(v.retries, e.at.Add(delay))
 			}
+			// Remaining-quota fields of any answer, as the store applies
+			// an outcome's hints after its class.
+			for _, h := range ratelimit.Hints(info, "") {
+				v.st.Hint(e.at, h)
+			}
 		}
 		if trace && now.Sub(epoch)%(500*time.Millisecond) == 0 {
 			var b strings.Builder
