@@ -30,3 +30,28 @@ func TestVirtualHoldsConcurrencySlots(t *testing.T) {
 		t.Errorf("request once the first was answered = %d, want 200", status)
 	}
 }
+
+// TestPolicyQuotaOfBucket checks that a bucket announces, in IETF
+// RateLimit-Policy, what it sustains over the policy window rather than
+// its burst alone: a client that paces to the announcement is not held
+// to a fraction of the allowance.
+func TestPolicyQuotaOfBucket(t *testing.T) {
+	t.Parallel()
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		rc   RouteConfig
+		want string
+	}{
+		{RouteConfig{Rate: 15, Burst: 5, Headers: HeaderStyleRateLimit}, `"default";q=15;w=1`},
+		{RouteConfig{Rate: 1, Burst: 3, Headers: HeaderStyleRateLimit}, `"default";q=3;w=3`},
+		{RouteConfig{Algorithm: AlgorithmSlidingWindow, Window: time.Second, Limit: 30, Headers: HeaderStyleRateLimit}, `"default";q=30;w=1`},
+	} {
+		v, err := NewVirtual(tc.rc, epoch, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, h, _ := v.Answer(epoch); h.Get("RateLimit-Policy") != tc.want {
+			t.Errorf("%+v: RateLimit-Policy %q, want %q", tc.rc, h.Get("RateLimit-Policy"), tc.want)
+		}
+	}
+}
