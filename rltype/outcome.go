@@ -58,6 +58,10 @@ type Hint struct {
 	Remaining int64 `json:"remaining"`
 	// Reset is how long until the quota refills; zero when unknown.
 	Reset time.Duration `json:"reset_ns"`
+	// Window is the policy window Limit counts over (an IETF RateLimit-
+	// Policy's w); zero when the upstream did not say. With it, Limit over
+	// Window is the allowance the upstream announced.
+	Window time.Duration `json:"window_ns,omitempty"`
 }
 
 // Outcome is what a handler returns for one attempt. Handlers never change job

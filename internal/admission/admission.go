@@ -583,9 +583,12 @@ func (s *State) Pause(until time.Time) {
 // Hint applies what an upstream said about its remaining quota: with
 // nothing remaining the key pauses until the reset; otherwise the bucket is
 // emptied to the remaining quota, so that it slows down before a 429. An
-// adaptive key with a known reset also paces the remaining quota over the
-// rest of the reset (its learned rate drops to remaining/reset when that is
-// lower), so that it does not spend the quota in a burst and meet the 429.
+// adaptive key told its policy (a quota over a window, as IETF
+// RateLimit-Policy says it) learns that allowance (see announced);
+// otherwise, with a known reset, it paces the remaining quota over the
+// rest of the reset (its learned rate drops to remaining/reset when that
+// is lower), so that it does not spend the quota in a burst and meet the
+// 429.
 func (s *State) Hint(now time.Time, h job.Hint) {
 	if h.Remaining < 0 {
 		return
@@ -597,7 +600,11 @@ func (s *State) Hint(now time.Time, h job.Hint) {
 	if s.rate() <= 0 {
 		return
 	}
-	if s.Adaptive && h.Reset > 0 && h.Limit > 0 && h.Remaining < h.Limit/4 {
+	if s.announced(now, h) {
+		// The upstream said what it allows; remaining/reset below is a
+		// cruder reading of the same thing (a sliding window's reset is
+		// when its newest start leaves, which would idle the key).
+	} else if s.Adaptive && h.Reset > 0 && h.Limit > 0 && h.Remaining < h.Limit/4 {
 		if r := float64(h.Remaining) / h.Reset.Seconds(); r < s.LearnedRate {
 			s.LearnedRate = math.Max(s.MinRate, r)
 		}

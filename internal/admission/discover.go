@@ -3,6 +3,8 @@ package admission
 import (
 	"math"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
 )
 
 // Limit discovery. An adaptive key keeps, besides its shapes' logs, a log
@@ -397,4 +399,43 @@ func (s *State) Succeeded(now time.Time) {
 	speed := math.Min(MaxProbeSpeedup, 1.5+(clean-hold).Seconds()/d.Seconds())
 	step := math.Max(s.Rate*IncreasePerSecond, s.rate()*GrowthPerSecond*speed) / s.rate()
 	s.LearnedRate = math.Min(s.Rate, s.LearnedRate+step)
+}
+
+// AnnouncedMargin is how far under an allowance the upstream announced
+// (see announced) an adaptive key sets its learned rate, as a fraction:
+// the announcement is exact, the arrivals the upstream counts are not.
+const AnnouncedMargin = DiscoveryMargin
+
+// announced applies an upstream's announced policy, h.Limit requests per
+// h.Window, to an adaptive key and reports whether h carried one. The
+// announcement is the upstream's own word on its allowance, so it beats
+// what discovery measures: the learned rate moves to AnnouncedMargin under
+// it at once (within the key's floor and ceiling), down as soon as the
+// upstream announces less, which slows the key before a 429, and up as
+// soon as it announces more, which finds a raised limit in one answer
+// instead of by probing for it after a hold. Upward it waits until the key
+// has gone a discovery window without a refusal: an upstream that refused
+// below what it announces (a second limit it does not announce, such as
+// concurrency, or a counter that estimates) is believed on its refusals,
+// and probing finds the rest. A raise is remembered as the level a failed
+// probe falls back to, as a probe that went clean would be.
+func (s *State) announced(now time.Time, h job.Hint) bool {
+	if !s.Adaptive || s.Rate <= 0 || h.Limit <= 0 || h.Window <= 0 {
+		return false
+	}
+	target := float64(h.Limit) / h.Window.Seconds() * (1 - AnnouncedMargin)
+	target = math.Min(s.Rate, math.Max(s.MinRate, target))
+	current := s.rate()
+	switch {
+	case target < current:
+		s.LearnedRate = target
+		s.level = target
+	case target > current:
+		if !s.LastRefusal.IsZero() && now.Sub(maxTime(s.LastRefusal, s.PausedUntil)) < s.discoveryWindow() {
+			return true
+		}
+		s.LearnedRate, s.level, s.good = target, target, target
+		s.probe, s.probeAt = 0, 0
+	}
+	return true
 }

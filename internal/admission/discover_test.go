@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
 )
 
 // upstreamModel answers one request at now: accepted, or refused with the
@@ -299,5 +301,43 @@ func TestDiscoveryBoundNeedsARun(t *testing.T) {
 	s.RateLimited(now.Add(10*time.Millisecond), now.Add(time.Second), 1)
 	if want := s.Rate * NoEstimateCut; math.Abs(s.LearnedRate-want) > 0.01 {
 		t.Fatalf("learned %.2f after a refusal 10 ms into the run with 5 accepted, want the halving %.2f", s.LearnedRate, want)
+	}
+}
+
+// TestHintAnnouncedPolicy checks that an adaptive key believes an
+// announced policy (IETF RateLimit-Policy q over w): down at once, up at
+// once once a discovery window passed without a refusal, never above its
+// ceiling; a fixed key's rate does not move.
+func TestHintAnnouncedPolicy(t *testing.T) {
+	t.Parallel()
+	c := UpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom)
+	c.Adaptive = true
+	s := NewState(c)
+	policy := func(q int64) job.Hint { return job.Hint{Limit: q, Remaining: q / 2, Window: time.Second} }
+	s.Hint(t0, policy(10))
+	if want := 10 * (1 - AnnouncedMargin); math.Abs(s.LearnedRate-want) > 1e-9 {
+		t.Fatalf("learned %.3f after announcing 10/s, want %.3f", s.LearnedRate, want)
+	}
+	// A refusal at 10/s, then the upstream announces 30/s: believed only
+	// a discovery window after the refusal.
+	s.Throttled(t0.Add(100*time.Millisecond), time.Time{}, 1)
+	before := s.LearnedRate
+	s.Hint(t0.Add(500*time.Millisecond), policy(30))
+	if s.LearnedRate != before {
+		t.Fatalf("learned %.3f -> %.3f half a window after a refusal, want it held", before, s.LearnedRate)
+	}
+	s.Hint(t0.Add(1200*time.Millisecond), policy(30))
+	if want := math.Min(c.Rate, 30*(1-AnnouncedMargin)); math.Abs(s.LearnedRate-want) > 1e-9 {
+		t.Fatalf("learned %.3f after announcing 30/s clean, want %.3f", s.LearnedRate, want)
+	}
+	s.Hint(t0.Add(1300*time.Millisecond), policy(1000))
+	if s.LearnedRate > c.Rate {
+		t.Fatalf("learned %.3f above the ceiling %.3f", s.LearnedRate, c.Rate)
+	}
+	f := NewState(UpstreamWindow("f", 30, time.Second, 0, DefaultHeadroom))
+	learned := f.LearnedRate
+	f.Hint(t0, policy(10))
+	if f.LearnedRate != learned || f.rate() != f.Rate {
+		t.Fatalf("a fixed key's rate moved on an announcement: learned %v rate %v", f.LearnedRate, f.rate())
 	}
 }

@@ -200,6 +200,7 @@ func FuzzAdmission(f *testing.F) {
 			case 3:
 				s.RateLimited(now, now.Add(1500*time.Microsecond), cost)
 				s.Hint(now, job.Hint{Limit: 100, Remaining: cost % 100, Reset: time.Duration(step)})
+				s.Hint(now, job.Hint{Limit: cost, Remaining: -1, Window: time.Duration(step)})
 			case 4:
 				s.Succeeded(now)
 				s.Reconcile(now, cost, cost/2+1)

@@ -101,11 +101,15 @@ func Upstreams(smoke bool) UpstreamsPlan {
 			Name: fmt.Sprintf("fixed-%02d", l), Declared: l, Route: fixed(l, over), Jobs: jobs(float64(l))})
 	}
 
-	// (d) Limits that rise mid-run, up to what the sender was told.
+	// (d) Limits that rise mid-run, up to what the sender was told. An
+	// upstream that changes its limit on a plan says so in its
+	// remaining-quota fields: these announce their policy (IETF
+	// RateLimit-Policy and RateLimit), as a real one would.
 	riseSlide := sliding(10, upstream.OverLimit429Seconds)
 	riseSlide.Changes = []upstream.LimitChange{{After: at(0.3), Limit: 30}}
+	riseSlide.Headers = upstream.HeaderStyleRateLimit
 	riseBucket := upstream.RouteConfig{Rate: 15, Burst: 5, OverLimit: upstream.OverLimit429Seconds, Latency: latency,
-		Changes: []upstream.LimitChange{{After: at(0.5), Rate: 40, Burst: 10}}}
+		Changes: []upstream.LimitChange{{After: at(0.5), Rate: 40, Burst: 10}}, Headers: upstream.HeaderStyleRateLimit}
 	rising := UpstreamsMix{Name: "rising", Destinations: []UpstreamDestination{
 		{Name: "rise-sliding", Declared: 30, Adaptive: true, Route: riseSlide, Jobs: jobs(0.3*10 + 0.7*30)},
 		{Name: "rise-bucket", Declared: 40, Adaptive: true, Route: riseBucket, Jobs: jobs(0.5*15 + 0.5*40)},

@@ -127,6 +127,11 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 				delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
 				v.retries = append(v.retries, e.at.Add(delay))
 			}
+			// Remaining-quota fields of any answer, as the store applies
+			// an outcome's hints after its class.
+			for _, h := range ratelimit.Hints(info, "") {
+				v.st.Hint(e.at, h)
+			}
 		}
 		if trace && now.Sub(epoch)%(500*time.Millisecond) == 0 {
 			var b strings.Builder
@@ -208,9 +213,9 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// TestVirtualUpstreams runs every mix but unforeseen in virtual time and
-// holds the pacing to the workload's targets there (≤ 1.15× ideal, ≤ 2%
-// refused, everything delivered; issue and rising to what they reach, see
+// TestVirtualUpstreams runs every mix in virtual time and holds the
+// pacing to the workload's targets there (≤ 1.15× ideal, ≤ 2% refused,
+// everything delivered; issue and unforeseen to what they reach, see
 // below), over three seeds, and checks that no destination saw more
 // starts in any second than declared; it prints the per-destination
 // breakdown with -v. RATELANE_VIRTUAL_MIX selects mixes (comma-separated),
@@ -218,7 +223,7 @@ func maxTime(a, b time.Time) time.Time {
 func TestVirtualUpstreams(t *testing.T) {
 	want := os.Getenv("RATELANE_VIRTUAL_MIX")
 	for _, m := range Upstreams(false).Mixes {
-		if m.Name == "unforeseen" || (want != "" && !strings.Contains(","+want+",", ","+m.Name+",")) {
+		if want != "" && !strings.Contains(","+want+",", ","+m.Name+",") {
 			continue
 		}
 		t.Run(m.Name, func(t *testing.T) {
@@ -243,14 +248,20 @@ func TestVirtualUpstreams(t *testing.T) {
 				}
 				// The figures this strategy reaches here, deterministic:
 				// a regression in discovery shows as a failure, not as
-				// noise in a loaded benchmark. issue and rising cannot
-				// reach 1.15 (see docs/benchmarks.md).
-				bound := map[string]float64{"issue": 1.26, "rising": 1.24}[m.Name]
-				if bound == 0 {
-					bound = 1.15
+				// noise in a loaded benchmark. issue and unforeseen do
+				// not reach the targets (see docs/benchmarks.md); the
+				// others are held to what they reach, under the targets.
+				bound, shareBound := 1.15, 0.02
+				switch m.Name {
+				case "issue":
+					bound = 1.26
+				case "rising":
+					bound = 1.11
+				case "unforeseen":
+					bound, shareBound = 1.29, 0.031
 				}
-				if r.ratio > bound || r.share > 0.02 {
-					t.Errorf("mix %s seed %d: makespan %.3f of ideal (want <= %.2f), refused %.2f%% (want <= 2%%)", m.Name, seed, r.ratio, bound, 100*r.share)
+				if r.ratio > bound || r.share > shareBound {
+					t.Errorf("mix %s seed %d: makespan %.3f of ideal (want <= %.2f), refused %.2f%% (want <= %.1f%%)", m.Name, seed, r.ratio, bound, 100*r.share, 100*shareBound)
 				}
 			}
 		})

@@ -19,7 +19,7 @@ func Hints(info Info, scope string) []rltype.Hint {
 	}
 	for _, p := range info.Policies {
 		if (p.QuotaUnit == "" || p.QuotaUnit == "requests") && (p.Quota >= 0 || p.Remaining >= 0 || p.Reset > 0) {
-			hints = append(hints, rltype.Hint{Key: scope, Limit: p.Quota, Remaining: p.Remaining, Reset: p.Reset})
+			hints = append(hints, rltype.Hint{Key: scope, Limit: p.Quota, Remaining: p.Remaining, Reset: p.Reset, Window: p.Window})
 		}
 	}
 	return hints

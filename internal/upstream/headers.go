@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -22,7 +23,7 @@ func writeLimitHeaders(h http.Header, style HeaderStyle, d decision, now time.Ti
 		h.Set("x-ratelimit-remaining-requests", remaining)
 		h.Set("x-ratelimit-reset-requests", formatResetDuration(d.reset))
 	case HeaderStyleRateLimit:
-		h.Set("RateLimit-Policy", policyName+";q="+limit+";w="+strconv.FormatInt(ceilSeconds(d.window, 1), 10))
+		h.Set("RateLimit-Policy", policyName+";q="+policyQuota(d)+";w="+strconv.FormatInt(ceilSeconds(d.window, 1), 10))
 		h.Set("RateLimit", policyName+";r="+remaining+";t="+strconv.FormatInt(ceilSeconds(d.reset, 0), 10))
 	case HeaderStyleRateLimitLegacy:
 		h.Set("RateLimit-Limit", limit)
@@ -33,6 +34,20 @@ func writeLimitHeaders(h http.Header, style HeaderStyle, d decision, now time.Ti
 		h.Set("anthropic-ratelimit-requests-remaining", remaining)
 		h.Set("anthropic-ratelimit-requests-reset", ceilTime(now.Add(d.reset)).Format(time.RFC3339))
 	}
+}
+
+// policyQuota is the q of d's IETF RateLimit-Policy: a window's limit, or
+// what a bucket sustains over the policy window (its rate times the window
+// in whole seconds, at least its burst). The burst alone over its
+// Burst/Rate window rounded up to a second would announce a fraction of
+// the bucket's allowance, and a client that believes announcements would
+// pace itself to it.
+func policyQuota(d decision) string {
+	if d.rate <= 0 {
+		return strconv.Itoa(d.limit)
+	}
+	w := float64(ceilSeconds(d.window, 1))
+	return strconv.Itoa(max(d.limit, int(math.Floor(d.rate*w+1e-9))))
 }
 
 // writeRetryAfter adds the retry hint of an over-limit answer of style.

@@ -22,6 +22,8 @@ type decision struct {
 	reset time.Duration
 	// window is the policy window: Burst/Rate for a bucket, Window for a window.
 	window time.Duration
+	// rate is a bucket's refill rate in requests per second; 0 for a window.
+	rate float64
 }
 
 // limiter is one route's admission rule.
@@ -91,7 +93,7 @@ func (b *tokenBucket) refill(now time.Time) {
 
 func (b *tokenBucket) take(now time.Time) decision {
 	b.refill(now)
-	d := decision{limited: true, limit: b.burst, window: seconds(float64(b.burst) / b.rate)}
+	d := decision{limited: true, limit: b.burst, window: seconds(float64(b.burst) / b.rate), rate: b.rate}
 	if b.tokens+epsilon >= 1 {
 		b.tokens = max(0, b.tokens-1)
 		d.allowed = true

@@ -16,6 +16,10 @@ import (
 type Virtual struct {
 	s  *Server
 	rt *route
+	// holds are the answer times of admitted requests that hold a
+	// concurrency slot (MaxConcurrent): each slot is freed when its
+	// answer arrives, as the server frees it when its handler returns.
+	holds []time.Time
 }
 
 // NewVirtual returns rc answered in virtual time, its schedule of limit
@@ -34,11 +38,21 @@ func NewVirtual(rc RouteConfig, epoch time.Time, seed uint64) (*Virtual, error) 
 // headers (Date on the route's skewed clock at answer time, rate-limit
 // headers and Retry-After as the server writes them) and the latency after
 // which the answer arrives. A refusal is answered at once, as the server
-// does.
+// does. A request admitted on a route with MaxConcurrent holds its slot
+// until its answer arrives: calls must come in time order.
 func (v *Virtual) Answer(now time.Time) (status int, h http.Header, latency time.Duration) {
+	kept := v.holds[:0]
+	for _, at := range v.holds {
+		if at.After(now) {
+			kept = append(kept, at)
+		} else {
+			v.rt.release()
+		}
+	}
+	v.holds = kept
 	vd := v.rt.decide(v.s, now, incoming{endpoint: endpointHook})
 	if vd.held {
-		defer v.rt.release() // answers are not concurrent in virtual time
+		v.holds = append(v.holds, now.Add(vd.delay))
 	}
 	h = http.Header{}
 	h.Set("Date", now.Add(vd.delay).Add(vd.cfg.DateSkew).UTC().Format(http.TimeFormat))

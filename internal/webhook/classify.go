@@ -58,7 +58,7 @@ func hints(info ratelimit.Info) []job.Hint {
 			continue
 		}
 		if p.Quota >= 0 || p.Remaining >= 0 || p.Reset > 0 {
-			out = append(out, job.Hint{Limit: p.Quota, Remaining: p.Remaining, Reset: p.Reset})
+			out = append(out, job.Hint{Limit: p.Quota, Remaining: p.Remaining, Reset: p.Reset, Window: p.Window})
 		}
 	}
 	return out

@@ -126,7 +126,7 @@ func TestDeliverClassification(t *testing.T) {
 		}, want{class: job.ClassSuccess, hints: []job.Hint{{Limit: 100, Remaining: 3, Reset: 20 * time.Second}}}},
 		{"200 IETF RateLimit hints", 200, map[string]string{
 			"RateLimit-Policy": `"default";q=50;w=60`, "RateLimit": `"default";r=10;t=30`,
-		}, want{class: job.ClassSuccess, hints: []job.Hint{{Limit: 50, Remaining: 10, Reset: 30 * time.Second}}}},
+		}, want{class: job.ClassSuccess, hints: []job.Hint{{Limit: 50, Remaining: 10, Reset: 30 * time.Second, Window: time.Minute}}}},
 		{"200 IETF byte quota ignored", 200, map[string]string{
 			"RateLimit-Policy": `"bytes";q=5000;qu="content-bytes";w=60`, "RateLimit": `"bytes";r=10;t=30`,
 		}, want{class: job.ClassSuccess}},
