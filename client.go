@@ -145,6 +145,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, Retention: c.cfg.Retention,
 		Now: c.cfg.Now, Logger: c.cfg.Logger, Jobs: rt.jobs, MaxRunTime: c.cfg.MaxRunTime,
+		InFlight: inFlight(r),
 	})
 	return err
 }
@@ -170,6 +171,17 @@ func (c *Client) kindsFor(region string) (map[string]engine.Kind, error) {
 		}
 	}
 	return out, nil
+}
+
+// inFlight is the engine's Config.InFlight for region r: 2 on
+// PostgreSQL, where a lease or finish call is mostly waiting for round
+// trips and the WAL flush, so two of each overlap (docs/benchmarks.md,
+// issue 13); 1 on SQLite, whose single writer would only queue them.
+func inFlight(r Region) int {
+	if r.PostgresURL != "" {
+		return 2
+	}
+	return 1
 }
 
 func openStore(ctx context.Context, r Region, log *slog.Logger) (store.Store, error) {

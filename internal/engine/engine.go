@@ -133,6 +133,16 @@ type Config struct {
 	// MaxBatch bounds jobs per lease call and transitions per finish call;
 	// default 256.
 	MaxBatch int
+	// InFlight is how many lease calls, and how many finish calls, the
+	// engine keeps outstanding at once; default 1. With 1, workers whose
+	// jobs are done wait while a lease's round trips are out, and outcomes
+	// wait while a finish commits: on a store whose transactions run in
+	// parallel and whose time per call is mostly waiting (PostgreSQL:
+	// round trips and the WAL flush), 2 overlaps them. The calls are the
+	// ones two nodes would make: leases take disjoint groups (SKIP LOCKED)
+	// and finishes lock rows in one order, so nothing else changes. On a
+	// store with one writer (SQLite) the calls only queue behind it.
+	InFlight int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger receives ids and counts, never payloads; default slog.Default().
@@ -187,6 +197,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 256
 	}
+	if c.InFlight == 0 {
+		c.InFlight = 1
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -213,6 +226,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("engine: HeartbeatEvery (%v) must be shorter than LeaseFor (%v)", c.HeartbeatEvery, c.LeaseFor)
 	case c.BatchShare > 1:
 		return fmt.Errorf("engine: BatchShare must be at most 1, got %v", c.BatchShare)
+	case c.InFlight < 1 || c.InFlight > 8:
+		return fmt.Errorf("engine: InFlight must be between 1 and 8, got %d", c.InFlight)
 	case c.MaxRunTime < c.HeartbeatEvery || c.MaxRunTime > job.MaxDelay:
 		return fmt.Errorf("engine: MaxRunTime must be from HeartbeatEvery (%v) to %v, got %v", c.HeartbeatEvery, job.MaxDelay, c.MaxRunTime)
 	case c.Jobs != nil && c.Jobs.Store() != c.Store:
@@ -275,9 +290,10 @@ type Engine struct {
 	parents  chan string
 
 	// admits holds, earliest first, the times at which groups the lease
-	// calls skipped (a key refused them) may be admitted; only fetchLoop
-	// touches it.
-	admits timeHeap
+	// calls skipped (a key refused them) may be admitted; only the fetch
+	// loops touch it, under admitMu (there are Config.InFlight of them).
+	admitMu sync.Mutex
+	admits  timeHeap
 
 	// claimPrefix and claims make each publication claim's token unique
 	// to this engine and call (publish.go); publishRetryAt is when, in
@@ -393,15 +409,20 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.started = true
 	e.ctx, e.cancel = context.WithCancel(ctx)
 	if len(e.kinds) > 0 { // a maintenance-only engine leases nothing
-		e.wg.Add(1)
-		go e.fetchLoop()
+		for range e.cfg.InFlight {
+			e.wg.Add(1)
+			go e.fetchLoop()
+		}
 	}
 	if e.aggregates() {
 		e.wg.Add(1)
 		go e.aggregateLoop()
 	}
-	e.wg.Add(3)
-	go e.finishLoop()
+	for range e.cfg.InFlight {
+		e.wg.Add(1)
+		go e.finishLoop()
+	}
+	e.wg.Add(2)
 	go e.heartbeatLoop()
 	go e.maintainLoop()
 	e.wg.Add(1)
@@ -509,6 +530,8 @@ func (e *Engine) fetchLoop() {
 // unknown (new work from other nodes is only seen by polling).
 func (e *Engine) nextPoll() time.Duration {
 	now := e.cfg.Now()
+	e.admitMu.Lock()
+	defer e.admitMu.Unlock()
 	for e.admits.Len() > 0 && !e.admits[0].After(now) {
 		heap.Pop(&e.admits)
 	}
@@ -572,9 +595,11 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 		Max: n, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
 		NextAdmission: func(at time.Time) { admit = at },
 	})
+	e.admitMu.Lock()
 	if !admit.IsZero() && e.admits.Len() < maxAdmits {
 		heap.Push(&e.admits, admit)
 	}
+	e.admitMu.Unlock()
 	return jobs, err
 }
 

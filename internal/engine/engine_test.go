@@ -122,6 +122,15 @@ func noop() engine.Kind {
 
 func TestRunsEveryJobOnce(t *testing.T) {
 	t.Parallel()
+	for _, inFlight := range []int{1, 2} {
+		t.Run(fmt.Sprintf("inflight=%d", inFlight), func(t *testing.T) { runsEveryJobOnce(t, inFlight) })
+	}
+}
+
+// runsEveryJobOnce runs 500 jobs on 8 workers with inFlight lease and
+// finish calls outstanding at once (Config.InFlight).
+func runsEveryJobOnce(t *testing.T, inFlight int) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
 		var mu sync.Mutex
@@ -137,7 +146,7 @@ func TestRunsEveryJobOnce(t *testing.T) {
 			jobs = append(jobs, storetest.NewJob("acme", job.LaneBatch, "k"))
 		}
 		insertNow(t, s, jobs...)
-		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": kind}, Workers: 8})
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": kind}, Workers: 8, InFlight: inFlight})
 		st := waitFinal(t, s, 90*time.Second)
 		if st.Counts[job.LaneBatch][job.StatePublished] != 500 {
 			t.Fatalf("published %d of 500", st.Counts[job.LaneBatch][job.StatePublished])

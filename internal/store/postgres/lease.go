@@ -27,7 +27,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	var out []*job.Job
 	err := s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
 		var err error
-		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx}, p, newToken)
+		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
 		return err
 	})
 	if err != nil {
@@ -41,6 +41,19 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 type leaseTx struct {
 	ctx context.Context
 	tx  *pipeTx // its Execs go out with the next read
+	p   store.LeaseParams
+	// pre holds each lane's first ReadyGroups, fetched by OldestReady in
+	// its round trip (see OldestReady); nil until then.
+	pre map[job.Lane]*readyGroups
+}
+
+// readyGroups is one ReadyGroups call's arguments and result.
+type readyGroups struct {
+	f      store.GroupFilter
+	now    time.Time
+	limit  int
+	groups []store.Group
+	used   bool
 }
 
 var (
@@ -60,26 +73,65 @@ func (l *leaseTx) PromoteDue(now time.Time) error {
 	return err
 }
 
+const oldestReadySQL = `SELECT min(eligible_at) FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2`
+
+// OldestReady of the interactive lane is what store.Lease asks first,
+// before it looks at the batch lane and then the interactive lane, whose
+// first ReadyGroups calls follow with arguments known now: the lease's
+// filter, now, and limits of 2*min(BatchMin, Max)+16 and, when the batch
+// lane gives nothing, 2*Max+16. All three go out in one round trip (with
+// BEGIN and the promotion), so such a lease is three round trips, not
+// five. The groups are locked a little earlier, by the same transaction,
+// which changes nothing for another node; those a call does not use stay
+// locked until the commit, as a ReadyGroups call's unused groups always
+// do (SKIP LOCKED: another node takes other groups meanwhile).
 func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, error) {
 	var at *int64
-	err := l.tx.QueryRow(l.ctx, `SELECT min(eligible_at) FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2`,
-		string(lane), ns(now)).Scan(&at)
-	return nullTM(at), at != nil, err
+	if lane != job.LaneInteractive || l.pre != nil {
+		err := l.tx.QueryRow(l.ctx, oldestReadySQL, string(lane), ns(now)).Scan(&at)
+		return nullTM(at), at != nil, err
+	}
+	f := store.GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}
+	pre := map[job.Lane]*readyGroups{
+		job.LaneBatch:       {f: f, now: now, limit: 2*min(l.p.BatchMin, l.p.Max) + 16},
+		job.LaneInteractive: {f: f, now: now, limit: 2*l.p.Max + 16},
+	}
+	lanes := []job.Lane{job.LaneBatch, job.LaneInteractive}
+	b := &pgx.Batch{}
+	b.Queue(oldestReadySQL, string(lane), ns(now))
+	for _, ln := range lanes {
+		b.Queue(readyGroupsSQL, readyGroupsArgs(ln, f, now, pre[ln].limit)...)
+	}
+	br := l.tx.SendBatch(l.ctx, b)
+	defer br.Close()
+	if err := br.QueryRow().Scan(&at); err != nil {
+		return time.Time{}, false, err
+	}
+	for _, ln := range lanes {
+		groups, err := collectGroups(br.Query())
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		pre[ln].groups = groups
+	}
+	l.pre = pre
+	return nullTM(at), at != nil, br.Close()
 }
 
-// ReadyGroups locks the groups it returns, so two nodes take different
-// groups. The lock is FOR NO KEY UPDATE rather than FOR UPDATE: it still
-// excludes other lease transactions, but not the key-share lock a
-// concurrent Insert takes on the group through the jobs.group_id foreign key.
-func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, limit int) ([]store.Group, error) {
+const readyGroupsSQL = `SELECT id, lane, tenant, kind, keys FROM job_groups
+		WHERE lane = $1 AND ready_at <= $2 AND blocked_until <= $2 AND (cardinality($3::text[]) = 0 OR kind = ANY($3))
+			AND ($5 = '' OR tenant = $5)
+		ORDER BY served_seq LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED`
+
+func readyGroupsArgs(lane job.Lane, f store.GroupFilter, now time.Time, limit int) []any {
 	kinds := f.Kinds
 	if kinds == nil {
 		kinds = []string{}
 	}
-	rows, err := l.tx.Query(l.ctx, `SELECT id, lane, tenant, kind, keys FROM job_groups
-		WHERE lane = $1 AND ready_at <= $2 AND blocked_until <= $2 AND (cardinality($3::text[]) = 0 OR kind = ANY($3))
-			AND ($5 = '' OR tenant = $5)
-		ORDER BY served_seq LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED`, string(lane), ns(now), kinds, limit, f.Tenant)
+	return []any{string(lane), ns(now), kinds, limit, f.Tenant}
+}
+
+func collectGroups(rows pgx.Rows, err error) ([]store.Group, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +142,23 @@ func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time,
 		g.Lane = job.Lane(lane)
 		return g, err
 	})
+}
+
+// ReadyGroups locks the groups it returns, so two nodes take different
+// groups. The lock is FOR NO KEY UPDATE rather than FOR UPDATE: it still
+// excludes other lease transactions, but not the key-share lock a
+// concurrent Insert takes on the group through the jobs.group_id foreign key.
+//
+// A lane's first call is answered by what OldestReady fetched when its
+// arguments match, or by nothing when that found no group of the lane; any
+// other call queries.
+func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, limit int) ([]store.Group, error) {
+	if rg := l.pre[lane]; rg != nil && !rg.used && rg.now.Equal(now) &&
+		rg.f.Tenant == f.Tenant && slices.Equal(rg.f.Kinds, f.Kinds) && (len(rg.groups) == 0 || rg.limit == limit) {
+		rg.used = true // once: the shared code may look again after its leases changed the lane
+		return rg.groups, nil
+	}
+	return collectGroups(l.tx.Query(l.ctx, readyGroupsSQL, readyGroupsArgs(lane, f, now, limit)...))
 }
 
 func (l *leaseTx) Heads(g store.Group, now time.Time, limit int) ([]store.Candidate, error) {

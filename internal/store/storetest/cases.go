@@ -625,6 +625,16 @@ func testBatchMinShare(t *testing.T, open Opener) {
 	if n := countLane(got, job.LaneBatch); n != 0 || len(got) != 10 {
 		t.Fatalf("over budget: batch got %d of %d, want 0 of 10", n, len(got))
 	}
+	// Over budget with one interactive job left: batch fills the rest of
+	// the call (a second look at the batch lane, with another limit than
+	// a first look would have had).
+	got, err = s.Lease(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countLane(got, job.LaneBatch); n != 9 || len(got) != 10 || len(ids(got)) != 10 {
+		t.Fatalf("over budget, 1 interactive job left: batch got %d of %d, want 9 of 10 distinct", n, len(got))
+	}
 }
 
 func countLane(jobs []*job.Job, lane job.Lane) int {
