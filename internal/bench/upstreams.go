@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/upstream"
@@ -177,6 +178,47 @@ type MixOutcome struct {
 	// Lost counts deliveries that ended without being accepted (given up,
 	// failed for good, or still undelivered at the bound).
 	Lost int
+	// Arrivals are, per destination, the simulator's times of accepted
+	// requests (upstream.Server.Arrivals); nil leaves the start-lag
+	// figures out.
+	Arrivals map[string][]time.Time
+}
+
+// startLags returns, for a destination that counts a fixed sliding window
+// (Limit per Window, no scheduled changes), how late each accepted start
+// came after the moment the window first allowed it: the k-th start is
+// admissible once the (k-Limit)-th has left the window, or at the run's
+// start. With the whole backlog queued at the start, every millisecond of
+// lag is allowance the sender left unused (lease wake-ups, empty leases,
+// idle workers, a learned limit under the true one). Nil for other shapes.
+func startLags(rc upstream.RouteConfig, start time.Time, arr []time.Time) []time.Duration {
+	alg := rc.Algorithm
+	if alg == upstream.AlgorithmAuto && rc.Window > 0 {
+		alg = upstream.AlgorithmSlidingWindow
+	}
+	if alg != upstream.AlgorithmSlidingWindow || rc.Limit <= 0 || len(rc.Changes) > 0 || len(arr) == 0 {
+		return nil
+	}
+	lags := make([]time.Duration, len(arr))
+	for k, t := range arr {
+		at := start
+		if k >= rc.Limit {
+			at = arr[k-rc.Limit].Add(rc.Window)
+		}
+		lags[k] = max(0, t.Sub(at))
+	}
+	return lags
+}
+
+// quantileMS is the q-quantile of ds in milliseconds (nearest rank).
+func quantileMS(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := min(len(s)-1, max(0, int(math.Ceil(q*float64(len(s))))-1))
+	return float64(s[i]) / float64(time.Millisecond)
 }
 
 // ScoreUpstreams returns the upstreams workload's metrics: per mix the
@@ -233,8 +275,10 @@ func scoreMix(m UpstreamsMix, o MixOutcome) (mixScore, error) {
 	var ideal, actual time.Duration
 	s.goodMin = math.Inf(1)
 	var goods []Metric
+	var lags []time.Duration
 	for _, d := range m.Destinations {
 		rt := o.Report.Routes[d.Name]
+		lags = append(lags, startLags(d.Route, o.Start, o.Arrivals[d.Name])...)
 		times, err := upstream.IdealSchedule(d.Route, d.Jobs+int(rt.Transient), o.Start)
 		if err != nil {
 			return s, err
@@ -276,6 +320,12 @@ func scoreMix(m UpstreamsMix, o MixOutcome) (mixScore, error) {
 	r.add("duplicates_"+m.Name, float64(s.dups), "")
 	r.add("lost_"+m.Name, float64(o.Lost), "deliveries")
 	r.add("goodput_min_"+m.Name, s.goodMin, "of ideal")
+	if len(lags) > 0 {
+		// Per accepted start on a sliding-window destination: ms between
+		// the moment its window allowed it and the moment it arrived.
+		r.add("start_lag_p50_ms_"+m.Name, quantileMS(lags, 0.5), "ms")
+		r.add("start_lag_p99_ms_"+m.Name, quantileMS(lags, 0.99), "ms")
+	}
 	s.metrics = append(r.Metrics, goods...)
 	return s, nil
 }

@@ -129,7 +129,11 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	_ = c.Stop(stopCtx)
 	rep := sim.Stats()
 	tr.flush(rep)
-	return MixOutcome{Start: start, Report: rep, Lost: max(0, total-Delivered(rep))}, nil
+	arr := map[string][]time.Time{}
+	for _, d := range m.Destinations {
+		arr[d.Name] = sim.Arrivals(d.Name)
+	}
+	return MixOutcome{Start: start, Report: rep, Lost: max(0, total-Delivered(rep)), Arrivals: arr}, nil
 }
 
 // Delivered counts the distinct webhook-ids the simulator accepted.

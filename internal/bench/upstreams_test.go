@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,5 +79,28 @@ func TestUpstreamsPlan(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestStartLags checks the start-lag figure against a hand-made log: a
+// sliding window of 2 per second, starts at 0, 10 ms, 1.05 s and 1.21 s.
+func TestStartLags(t *testing.T) {
+	start := time.Unix(100, 0)
+	ms := func(n int) time.Time { return start.Add(time.Duration(n) * time.Millisecond) }
+	rc := upstream.RouteConfig{Window: time.Second, Limit: 2}
+	got := startLags(rc, start, []time.Time{ms(0), ms(10), ms(1050), ms(1210)})
+	want := []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond}
+	if !slices.Equal(got, want) {
+		t.Fatalf("startLags = %v, want %v", got, want)
+	}
+	if p := quantileMS(got, 0.5); p != 10 {
+		t.Errorf("p50 = %v ms, want 10", p)
+	}
+	if p := quantileMS(got, 0.99); p != 200 {
+		t.Errorf("p99 = %v ms, want 200", p)
+	}
+	rc.Changes = []upstream.LimitChange{{After: time.Second, Limit: 4}}
+	if l := startLags(rc, start, []time.Time{ms(0)}); l != nil {
+		t.Errorf("a window that changes mid-run: %v, want nil (no fixed slot to measure from)", l)
 	}
 }
