@@ -304,6 +304,17 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 			st.Running += n
 		}
 	}
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	st.OldestReady, err = s.OldestReady(ctx, now)
+	return st, err
+}
+
+// OldestReady reports each lane's oldest ready job: one lookup per lane on
+// each of the partial indexes jobs_lane_ready and jobs_scheduled.
+func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]time.Duration, error) {
+	out := map[job.Lane]time.Duration{}
 	for _, lane := range job.Lanes {
 		var at sql.NullInt64
 		err := s.rdb.QueryRowContext(ctx, `SELECT min(m) FROM (
@@ -311,11 +322,11 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 			UNION ALL SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?2 AND lane = ?1)`,
 			lane, ns(now)).Scan(&at)
 		if err != nil {
-			return st, err
+			return nil, err
 		}
 		if at.Valid {
-			st.OldestReady[lane] = now.Sub(tm(at))
+			out[lane] = now.Sub(tm(at))
 		}
 	}
-	return st, rows.Err()
+	return out, nil
 }

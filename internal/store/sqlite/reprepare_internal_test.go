@@ -102,20 +102,37 @@ func TestLeaseScansNotReprepared(t *testing.T) {
 			break
 		}
 	}
+	// Read on the writer goroutine, which owns writerStmts and the
+	// connection (the previous batch's prepareSeen has finished).
+	type count struct {
+		q       string
+		n, runs int32
+	}
+	var counts []count
+	unreadable := false
+	if err := s.write(ctx, func(*sql.Tx) error {
+		for q, st := range s.writerStmts {
+			if !strings.Contains(q, "job_groups") && !strings.Contains(q, "FROM jobs") && !strings.HasPrefix(q, "UPDATE jobs") {
+				continue
+			}
+			n, runs, ok := reprepares(st)
+			unreadable = unreadable || !ok
+			counts = append(counts, count{q, n, runs})
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if unreadable {
+		t.Skip("modernc.org/sqlite internals changed: cannot read the statement handle")
+	}
 	checked := 0
-	for q, st := range s.writerStmts {
-		if !strings.Contains(q, "job_groups") && !strings.Contains(q, "FROM jobs") && !strings.HasPrefix(q, "UPDATE jobs") {
-			continue
-		}
-		n, runs, ok := reprepares(st)
-		if !ok {
-			t.Skip("modernc.org/sqlite internals changed: cannot read the statement handle")
-		}
+	for _, c := range counts {
 		checked++
 		// The first run after preparing may re-plan once (SQLite planned
 		// with NULL parameters).
-		if n > 1 {
-			t.Errorf("re-prepared %d times in %d runs: %s", n, runs, q)
+		if c.n > 1 {
+			t.Errorf("re-prepared %d times in %d runs: %s", c.n, c.runs, c.q)
 		}
 	}
 	if checked < 5 {
