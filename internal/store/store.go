@@ -115,6 +115,11 @@ type Store interface {
 	// Stats counts jobs by lane and state and reports the oldest ready job
 	// per lane.
 	Stats(ctx context.Context, now time.Time) (Stats, error)
+	// OldestReady is Stats' OldestReady alone: per lane, the age at now of
+	// the oldest job (waiting or retry_scheduled) eligible at now; a lane
+	// with none is absent. It reads only the ready-job indexes, not every
+	// job as Stats' counts do, so a wait prediction can afford it.
+	OldestReady(ctx context.Context, now time.Time) (map[job.Lane]time.Duration, error)
 	// PutObject stores a small document of the region (a webhook
 	// subscriber, a review's diff) under (kind, id), replacing any previous
 	// one. Content that must stay in its region lives here, never in a

@@ -329,17 +329,29 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 	if err != nil {
 		return st, err
 	}
-	rows, err = s.pool.Query(ctx, `SELECT lane, min(eligible_at) FROM jobs
-		WHERE state IN ('waiting', 'retry_scheduled') AND eligible_at <= $1 GROUP BY lane`, ns(now))
-	if err != nil {
-		return st, err
-	}
-	var at int64
-	_, err = pgx.ForEachRow(rows, []any{&lane, &at}, func() error {
-		st.OldestReady[job.Lane(lane)] = now.Sub(tm(at))
-		return nil
-	})
+	st.OldestReady, err = s.OldestReady(ctx, now)
 	return st, err
+}
+
+// OldestReady reports each lane's oldest ready job: per lane, the first
+// entry of the partial indexes jobs_lane_ready (waiting) and jobs_scheduled
+// (retry_scheduled), not a scan of the ready jobs.
+func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]time.Duration, error) {
+	out := map[job.Lane]time.Duration{}
+	for _, lane := range job.Lanes {
+		var at *int64
+		err := s.pool.QueryRow(ctx, `SELECT least(
+			(SELECT min(eligible_at) FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2),
+			(SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= $2 AND lane = $1))`,
+			string(lane), ns(now)).Scan(&at)
+		if err != nil {
+			return nil, err
+		}
+		if at != nil {
+			out[lane] = now.Sub(tm(*at))
+		}
+	}
+	return out, nil
 }
 
 // Backlog returns, for each named key, the total cost of the jobs waiting on

@@ -827,6 +827,21 @@ func testStatsAndBacklog(t *testing.T, open Opener) {
 	if st.OldestReady[job.LaneInteractive] != 10*time.Second {
 		t.Fatalf("oldest ready = %v, want 10s", st.OldestReady[job.LaneInteractive])
 	}
+	// OldestReady alone agrees with Stats, and a lane whose jobs are not
+	// eligible yet (now before T0) is absent.
+	for _, now := range []time.Time{T0.Add(10 * time.Second), T0.Add(-time.Second)} {
+		st, err := s.Stats(context.Background(), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.OldestReady(context.Background(), now)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(st.OldestReady) {
+			t.Fatalf("OldestReady at %v = %v, %v; Stats says %v", now, got, err, st.OldestReady)
+		}
+	}
+	if got, _ := s.OldestReady(context.Background(), T0.Add(-time.Second)); len(got) != 0 {
+		t.Fatalf("OldestReady before any job is eligible = %v, want none", got)
+	}
 	bl, err := s.Backlog(context.Background(), job.LaneInteractive, []string{"k", "other"})
 	if err != nil || bl["k"] != 2 || bl["other"] != 0 {
 		t.Fatalf("interactive backlog = %v, %v", bl, err)

@@ -451,6 +451,9 @@ func (m *model) check(rt *rapid.T) {
 	if err != nil {
 		rt.Fatalf("stats: %v", err)
 	}
+	if oldest, err := m.st.OldestReady(m.ctx, m.now); err != nil || fmt.Sprint(oldest) != fmt.Sprint(stats.OldestReady) {
+		rt.Fatalf("OldestReady = %v, %v; Stats says %v", oldest, err, stats.OldestReady)
+	}
 	for _, lane := range []job.Lane{job.LaneInteractive, job.LaneBatch} {
 		got := map[string]int64{}
 		for state, n := range stats.Counts[lane] {
