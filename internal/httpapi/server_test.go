@@ -241,8 +241,8 @@ func TestLimitsEndpoints(t *testing.T) {
 		{"windows": []map[string]any{{"limit": 0, "period": "1s"}}},
 		{"windows": []map[string]any{{"limit": 5, "period": "1y"}}},
 		{"shape": "window", "rate": 5, "window": "tumbling"},
-		{"rate": 5, "window": "fixed"}, // window applies to shape window
-		{"windows": []map[string]any{{"limit": 5, "period": "1s", "guard": "30ms"}}},              // a guard on a sliding window
+		{"rate": 5, "window": "fixed"},                                               // window applies to shape window
+		{"windows": []map[string]any{{"limit": 5, "period": "1s", "guard": "30ms"}}}, // a guard on a sliding window
 		{"windows": []map[string]any{{"limit": 5, "period": "1s", "fixed": true, "guard": "2s"}}}, // a guard beyond the period
 		{"windows": []map[string]any{{"limit": 5, "period": "1s", "fixed": true, "guard": "soon"}}},
 	} {
