@@ -91,9 +91,9 @@ func UpstreamWindowLimit(name string, limit float64, period time.Duration, burst
 // window of limit per aligned period, in which a start within 3% of the
 // period (at least 20 ms) of a window's end also counts in the next, so
 // that a request arriving after the upstream rolled over does not find
-// that window already full, and a bucket at exactly limit/period with the
-// given burst (zero means limit, each window's whole allowance as it
-// opens). Use it only for an upstream that documents a fixed window:
+// that window already full; a burst below limit adds a bucket at exactly
+// limit/period with that burst to spread each window's starts (zero
+// means none: each window's whole allowance as it opens). Use it only for an upstream that documents a fixed window:
 // against a sliding one it overruns by up to limit across a boundary.
 func UpstreamFixedWindowLimit(name string, limit float64, period time.Duration, burst float64) Limit {
 	return admission.UpstreamFixedWindow(name, limit, period, burst, admission.DefaultHeadroom)

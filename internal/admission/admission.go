@@ -128,23 +128,24 @@ func UpstreamWindow(name string, limit float64, period time.Duration, burst, hea
 // to an upstream declaring at most limit requests in each window of
 // period aligned to the clock (a quota that resets at :00): a fixed
 // window of limit per period, guarded by [JitterGuard] (a start within
-// the guard of a window's end counts in the next window too), and a token
-// bucket at exactly limit/period with the whole burst, so that the sender
-// may use each window's full allowance as it opens, as the upstream
-// allows, while a rested key still starts at most burst at once. A burst
-// of zero means the window's limit. Unlike [UpstreamWindow] there is no
-// headroom on the rate: the fixed window alone bounds what the upstream
-// counts, and the guard covers the jitter at its edges.
+// the guard of a window's end counts in the next window too), so that
+// the sender may use each window's full allowance as it opens, as the
+// upstream allows. A burst below limit adds a token bucket at exactly
+// limit/period with that burst, which spreads each window's starts; a
+// burst of zero or at least limit adds none, since a bucket's refill,
+// phased by the key's first start rather than by the clock, would delay
+// every window's allowance by that phase. Unlike [UpstreamWindow] there
+// is no headroom on the rate: the fixed window alone bounds what the
+// upstream counts, and the guard covers the jitter at its edges. An
+// adaptive key needs a bucket as its ceiling: see [Config.Validate].
 func UpstreamFixedWindow(name string, limit float64, period time.Duration, burst, headroom float64) Config {
 	c := Config{Name: name}
 	if limit <= 0 || period <= 0 {
 		return c
 	}
-	if burst <= 0 {
-		burst = limit
+	if burst > 0 && burst < limit {
+		c.Rate, c.Burst = limit/period.Seconds(), math.Max(1, burst)
 	}
-	c.Rate = limit / period.Seconds()
-	c.Burst = math.Max(1, math.Min(burst, limit))
 	c.Windows = []Window{{Limit: limit, Period: period, Fixed: true, Guard: min(JitterGuard(period, headroom), period/2)}}
 	return c
 }

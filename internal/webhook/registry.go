@@ -339,8 +339,8 @@ type stored struct {
 // (rounded up) that spreads the window's starts; it never overruns a
 // sliding window of the declared limit. For a fixed window it is
 // [admission.UpstreamFixedWindow]: a guarded fixed window of the declared
-// limit per aligned period and a bucket at the declared rate with the
-// whole burst. For the bucket shape it is [admission.UpstreamBucket], the
+// limit per aligned period, with a bucket at the declared rate only when
+// the burst is below the limit or the key is adaptive (its ceiling). For the bucket shape it is [admission.UpstreamBucket], the
 // bucket alone.
 func (rec Record) LimitConfig(headroom float64) admission.Config {
 	c := admission.Config{Name: LimitKey(rec.ID)}
@@ -350,6 +350,9 @@ func (rec Record) LimitConfig(headroom float64) admission.Config {
 			c = admission.UpstreamBucket(c.Name, rec.Rate.perSecond(), float64(rec.Rate.Burst), headroom)
 		case rec.Rate.Window == WindowFixed:
 			c = admission.UpstreamFixedWindow(c.Name, float64(rec.Rate.Limit), rec.Rate.period(), float64(rec.Rate.Burst), headroom)
+			if rec.Adaptive && c.Rate == 0 { // discovery needs a bucket as its ceiling
+				c.Rate, c.Burst = rec.Rate.perSecond(), float64(rec.Rate.Limit)
+			}
 		default:
 			c = admission.UpstreamWindow(c.Name, float64(rec.Rate.Limit), rec.Rate.period(), float64(rec.Rate.Burst), headroom)
 		}

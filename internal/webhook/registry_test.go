@@ -125,16 +125,16 @@ func TestRegistryPutConfiguresLimitKey(t *testing.T) {
 		Rate: &Rate{Shape: "leaky", Limit: 20}}); err == nil || !strings.Contains(err.Error(), "rate.shape") {
 		t.Fatalf("unknown shape: %v", err)
 	}
-	// A fixed window: the guarded aligned window of the declared limit, a
-	// bucket at the declared rate with the whole limit as its burst.
+	// A fixed window: the guarded aligned window of the declared limit and,
+	// with the default burst (the whole limit), no bucket.
 	if _, _, _, err := r.Put(context.Background(), SubscriberSpec{ID: "f1", URL: "https://example.com/h", Topics: []string{"a"},
 		Rate: &Rate{Window: WindowFixed, Limit: 60, Period: Period(time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
 	k, err = st.GetLimit(context.Background(), "subscriber:f1")
 	if err != nil || len(k.Windows) != 1 || !k.Windows[0].Fixed || k.Windows[0].Limit != 60 || k.Windows[0].Period != time.Minute ||
-		k.Windows[0].Guard != admission.JitterGuard(time.Minute, DefaultHeadroom) || k.Rate != 1 || k.Burst != 60 {
-		t.Fatalf("fixed-window subscriber key = %+v, %v; want 60 per aligned minute (guarded), 1/s with burst 60", k, err)
+		k.Windows[0].Guard != admission.JitterGuard(time.Minute, DefaultHeadroom) || k.Rate != 0 {
+		t.Fatalf("fixed-window subscriber key = %+v, %v; want 60 per aligned minute (guarded) and no bucket", k, err)
 	}
 	for _, bad := range []Rate{{Window: "tumbling", Limit: 5}, {Shape: ShapeBucket, Window: WindowFixed, Limit: 5}} {
 		if _, _, _, err := r.Put(context.Background(), SubscriberSpec{ID: "x2", URL: "https://example.com/h", Topics: []string{"a"},
