@@ -403,8 +403,9 @@ func (s *State) UnmarshalShapes(b []byte) error {
 // pause, in-flight count and the tokens its bucket owes: a bucket that
 // owes n units at the old rate owes n units at the new one, so raising a
 // throttled key's rate takes effect at once instead of after the debt
-// run up at the old, slower rate. A window whose period is unchanged keeps
-// its start log (the starts really happened); other windows start empty.
+// run up at the old, slower rate. A window whose period and kind (sliding
+// or fixed) are unchanged keeps its log (the starts really happened; the
+// two kinds' logs hold different things); other windows start empty.
 func (s *State) Reconfigure(c Config, now time.Time) {
 	before := s.rate()
 	owed := 0.0
