@@ -55,12 +55,14 @@ type Hint = rltype.Hint
 type Budgets = rltype.Budgets
 
 // Limit is a limit key's configuration: its shapes (a token bucket of Rate
-// and Burst, sliding Windows), a concurrency cap and adaptive mode. A start
+// and Burst, sliding or fixed Windows), a concurrency cap and adaptive
+// mode. A start
 // is admitted only when every shape admits it.
 type Limit = admission.Config
 
-// Window is a sliding-window shape of a Limit: at most Limit cost units
-// start in any interval of length Period.
+// Window is a window shape of a Limit: at most Limit cost units start in
+// any interval of length Period (sliding), or with Fixed in each interval
+// of length Period aligned to the Unix epoch.
 type Window = admission.Window
 
 // UpstreamLimit returns the Limit for a key that calls an upstream
@@ -81,6 +83,20 @@ func UpstreamLimit(name string, rate, burst float64) Limit {
 // means one second's worth.
 func UpstreamWindowLimit(name string, limit float64, period time.Duration, burst float64) Limit {
 	return admission.UpstreamWindow(name, limit, period, burst, admission.DefaultHeadroom)
+}
+
+// UpstreamFixedWindowLimit is UpstreamLimit for an upstream declaring at
+// most limit requests in each window of period aligned to the clock (a
+// quota that resets at :00, e.g. 5000 per hour on the hour): a fixed
+// window of limit per aligned period, in which a start within 3% of the
+// period (at least 20 ms) of a window's end also counts in the next, so
+// that a request arriving after the upstream rolled over does not find
+// that window already full; a burst below limit adds a bucket at exactly
+// limit/period with that burst to spread each window's starts (zero
+// means none: each window's whole allowance as it opens). Use it only for an upstream that documents a fixed window:
+// against a sliding one it overruns by up to limit across a boundary.
+func UpstreamFixedWindowLimit(name string, limit float64, period time.Duration, burst float64) Limit {
+	return admission.UpstreamFixedWindow(name, limit, period, burst, admission.DefaultHeadroom)
 }
 
 // LimitState is a limit key's configuration plus its live shared state.

@@ -11,7 +11,8 @@ func TestLimitsList(t *testing.T) {
 	api := newFakeAPI(t, map[string]canned{"GET /v1/limits": {body: `{"limits":[
 		{"name":"openai:gpt-4o-mini","rate":8.3333,"burst":20,"concurrency":0,"adaptive":true,"min_rate":0.1,"learned_rate":5.5,
 		 "paused_until":"2026-03-01T12:00:02Z","in_flight":3,"waiting_cost":120},
-		{"name":"subscriber:store_17","rate":10,"burst":10,"concurrency":3,"adaptive":false,"learned_rate":10,"in_flight":0}]}`}})
+		{"name":"subscriber:store_17","rate":10,"burst":10,"concurrency":3,"adaptive":false,"learned_rate":10,"in_flight":0,
+		 "windows":[{"limit":10,"period":"1s","fixed":true,"guard":"30ms"},{"limit":200,"period":"1m0s"}]}]}`}})
 	code, out, errOut := api.cli(t, "limits", "ls", "--region", "eu")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -19,8 +20,8 @@ func TestLimitsList(t *testing.T) {
 	if r := api.only(t, "GET", "/v1/limits"); r.query.Get("region") != "eu" {
 		t.Errorf("query = %v", r.query)
 	}
-	wantColumns(t, out, 2, "KEY", "RATE/S", "BURST", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN", "FLIGHT", "WAITING", "PAUSED", "UNTIL")
-	for _, s := range []string{"openai:gpt-4o-mini", "8.3333", "5.5", "120", "2026-03-01 12:00:02Z"} {
+	wantColumns(t, out, 2, "KEY", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN", "FLIGHT", "WAITING", "PAUSED", "UNTIL")
+	for _, s := range []string{"openai:gpt-4o-mini", "8.3333", "5.5", "120", "2026-03-01 12:00:02Z", "10/1s fixed guard 30ms, 200/1m0s"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("table lacks %q:\n%s", s, out)
 		}
@@ -75,5 +76,28 @@ func TestLimitsSetWindows(t *testing.T) {
 	}
 	if code, _, errOut := api.cli(t, "limits", "set", "partner", "--window", "lots"); code == 0 || !strings.Contains(errOut, "LIMIT/PERIOD") {
 		t.Fatalf("a bad --window: exit %d, stderr %s", code, errOut)
+	}
+}
+
+func TestLimitsSetFixedWindows(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"PUT /v1/limits/github": {body: `{"name":"github","rate":0}`}})
+	code, _, errOut := api.cli(t, "limits", "set", "github", "--shape", "window", "--fixed", "--rate", "5000", "--per", "1h",
+		"--window", "100/1s", "--fixed-window", "900/1m/1s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	r := api.only(t, "PUT", "/v1/limits/github")
+	want := map[string]any{"shape": "window", "window": "fixed", "rate": 5000.0, "period": "1h0m0s", "burst": 0.0, "concurrency": 0.0,
+		"adaptive": false, "windows": []any{map[string]any{"limit": 100.0, "period": "1s"},
+			map[string]any{"limit": 900.0, "period": "1m0s", "fixed": true, "guard": "1s"}}}
+	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
+		t.Errorf("body = %v, want %v", got, want)
+	}
+	if code, _, errOut := api.cli(t, "limits", "set", "github", "--fixed", "--rate", "5"); code == 0 || !strings.Contains(errOut, "--shape window") {
+		t.Fatalf("--fixed without --shape window: exit %d, stderr %s", code, errOut)
+	}
+	if code, _, errOut := api.cli(t, "limits", "set", "github", "--fixed-window", "60/1m/soon"); code == 0 || !strings.Contains(errOut, "GUARD") {
+		t.Fatalf("a bad --fixed-window: exit %d, stderr %s", code, errOut)
 	}
 }

@@ -1,8 +1,9 @@
 // Package admission decides whether a limit key admits one more start. It
 // holds ratelane's own idea of pacing. A key has one or more shapes, all of
-// which must admit a start: a GCRA token bucket (rate, burst) and sliding
+// which must admit a start: a GCRA token bucket (rate, burst), sliding
 // windows (at most N cost units start in any window of length W, counted
-// from a start log). It also has a concurrency cap on leases in flight
+// from a start log) and fixed windows (at most N in each window of length
+// W aligned to the Unix epoch, counted per window). It also has a concurrency cap on leases in flight
 // (configured, or learned by an adaptive key: see concurrency.go), a
 // shared pause set from a 429 (or 503 + Retry-After), and, when adaptive, a
 // learned limit discovered from what the upstream accepted just before it
@@ -123,6 +124,32 @@ func UpstreamWindow(name string, limit float64, period time.Duration, burst, hea
 	return c
 }
 
+// UpstreamFixedWindow returns the configuration of a key that paces calls
+// to an upstream declaring at most limit requests in each window of
+// period aligned to the clock (a quota that resets at :00): a fixed
+// window of limit per period, guarded by [JitterGuard] (a start within
+// the guard of a window's end counts in the next window too), so that
+// the sender may use each window's full allowance as it opens, as the
+// upstream allows. A burst below limit adds a token bucket at exactly
+// limit/period with that burst, which spreads each window's starts; a
+// burst of zero or at least limit adds none, since a bucket's refill,
+// phased by the key's first start rather than by the clock, would delay
+// every window's allowance by that phase. Unlike [UpstreamWindow] there
+// is no headroom on the rate: the fixed window alone bounds what the
+// upstream counts, and the guard covers the jitter at its edges. An
+// adaptive key needs a bucket as its ceiling: see [Config.Validate].
+func UpstreamFixedWindow(name string, limit float64, period time.Duration, burst, headroom float64) Config {
+	c := Config{Name: name}
+	if limit <= 0 || period <= 0 {
+		return c
+	}
+	if burst > 0 && burst < limit {
+		c.Rate, c.Burst = limit/period.Seconds(), math.Max(1, burst)
+	}
+	c.Windows = []Window{{Limit: limit, Period: period, Fixed: true, Guard: min(JitterGuard(period, headroom), period/2)}}
+	return c
+}
+
 // JitterGuard is how much longer than the upstream's window of length
 // period ratelane makes its own: the larger of headroom x period and
 // MinJitterGuard. Two starts one guarded window apart arrive at least
@@ -147,8 +174,9 @@ type Config struct {
 	// Burst is how many cost units may start at once from a full bucket.
 	// Zero means max(1, Rate) (one second's worth).
 	Burst float64 `json:"burst"`
-	// Windows are sliding-window shapes: at most Limit cost units start in
-	// any Period. Empty means none.
+	// Windows are window shapes: at most Limit cost units start in any
+	// Period (sliding), or in each aligned Period (Fixed). Empty means
+	// none.
 	Windows []Window `json:"windows,omitempty"`
 	// Concurrency caps the key's leases in flight. Zero means no cap.
 	Concurrency int `json:"concurrency"`
@@ -375,8 +403,9 @@ func (s *State) UnmarshalShapes(b []byte) error {
 // pause, in-flight count and the tokens its bucket owes: a bucket that
 // owes n units at the old rate owes n units at the new one, so raising a
 // throttled key's rate takes effect at once instead of after the debt
-// run up at the old, slower rate. A window whose period is unchanged keeps
-// its start log (the starts really happened); other windows start empty.
+// run up at the old, slower rate. A window whose period and kind (sliding
+// or fixed) are unchanged keeps its log (the starts really happened; the
+// two kinds' logs hold different things); other windows start empty.
 func (s *State) Reconfigure(c Config, now time.Time) {
 	before := s.rate()
 	owed := 0.0
@@ -396,7 +425,7 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 	s.logs = nil
 	for i, w := range c.Windows {
 		for k, o := range oldWindows {
-			if o.Period == w.Period && k < len(oldLogs) {
+			if o.sameLog(w) && k < len(oldLogs) {
 				s.ensureLogs()
 				s.logs[i] = oldLogs[k]
 				break
@@ -496,7 +525,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 	if len(s.Windows) > 0 && len(s.logs) >= len(s.Windows) {
 		t, sc := now.UnixNano(), s.scale()
 		for i, w := range s.Windows {
-			if ok, at := s.logs[i].admitAt(t, cost, math.Max(1, w.Limit*sc), int64(w.Period)); !ok && at > next.UnixNano() {
+			if ok, at := w.admitAt(&s.logs[i], t, cost, math.Max(1, w.Limit*sc)); !ok && at > next.UnixNano() {
 				next = time.Unix(0, at)
 			}
 		}
@@ -538,7 +567,7 @@ func (s *State) Take(now time.Time, cost int64) {
 	s.ensureLogs()
 	t := now.UnixNano()
 	for i, w := range s.Windows {
-		s.logs[i].add(t, cost, t-int64(w.Period), int64(w.Period)/LogSlots)
+		w.add(&s.logs[i], t, cost)
 	}
 	if s.Adaptive {
 		d := int64(s.discoveryWindow())
@@ -627,7 +656,7 @@ func (s *State) Tokens(now time.Time) float64 {
 	if len(s.logs) >= len(s.Windows) {
 		t, sc := now.UnixNano(), s.scale()
 		for i, w := range s.Windows {
-			free = math.Min(free, math.Max(0, w.Limit*sc-float64(s.logs[i].since(t-int64(w.Period)))))
+			free = math.Min(free, math.Max(0, w.Limit*sc-float64(w.used(&s.logs[i], t))))
 		}
 	} else {
 		for _, w := range s.Windows {

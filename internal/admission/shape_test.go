@@ -24,8 +24,12 @@ func TestWindowBound(t *testing.T) {
 			c.Rate, c.Burst = 1+rng.Float64()*50, float64(1+rng.IntN(8))
 		}
 		for range 1 + rng.IntN(2) {
-			c.Windows = append(c.Windows, Window{Limit: float64(1 + rng.IntN(30)),
-				Period: time.Duration(1+rng.IntN(3000)) * time.Millisecond})
+			w := Window{Limit: float64(1 + rng.IntN(30)), Period: time.Duration(1+rng.IntN(3000)) * time.Millisecond}
+			if rng.IntN(3) == 0 { // a fixed window, guarded or not
+				w.Fixed = true
+				w.Guard = time.Duration(rng.Int64N(int64(w.Period) / 2))
+			}
+			c.Windows = append(c.Windows, w)
 		}
 		s := NewState(c)
 		maxCost := int64(min(4, c.MaxCost()))
@@ -67,9 +71,30 @@ func TestWindowBound(t *testing.T) {
 					t.Fatalf("trial %d %+v: %d units in %v over the bucket", trial, c, in, span)
 				}
 				for _, w := range c.Windows {
-					if span < w.Period && float64(in) > w.Limit {
+					if !w.Fixed && span < w.Period && float64(in) > w.Limit {
 						t.Fatalf("trial %d %+v: %d units within %v over the window %v/%v", trial, c, in, span, w.Limit, w.Period)
 					}
+				}
+			}
+		}
+		// A fixed window: every aligned window [kW, (k+1)W), widened
+		// back by the guard, holds at most Limit.
+		for _, w := range c.Windows {
+			if !w.Fixed {
+				continue
+			}
+			p := int64(w.Period)
+			for _, st := range starts {
+				ws := st.at.UnixNano() / p * p
+				lo, hi := ws-int64(w.Guard), ws+p
+				var in int64
+				for _, o := range starts {
+					if t := o.at.UnixNano(); t >= lo && t < hi {
+						in += o.cost
+					}
+				}
+				if float64(in) > w.Limit {
+					t.Fatalf("trial %d %+v: %d units in the aligned window at %v (guard %v), over %v", trial, c, in, time.Unix(0, ws).UTC(), w.Guard, w.Limit)
 				}
 			}
 		}
@@ -102,6 +127,55 @@ func TestWindowExact(t *testing.T) {
 	if got := s.Tokens(t0.Add(500 * time.Millisecond)); got != 0 {
 		t.Fatalf("tokens in a full window = %v", got)
 	}
+}
+
+// TestFixedWindowAllowance checks what a fixed window gives that a
+// sliding one does not: a full window's allowance at the end of one
+// aligned window and again as the next opens, refused in between until
+// exactly the next window's start; and that a guard counts a start near
+// a window's end in the next window too.
+func TestFixedWindowAllowance(t *testing.T) {
+	t.Parallel()
+	fill := func(s *State, at time.Time, n int) {
+		t.Helper()
+		for i := range n {
+			if ok, next := s.Check(at, 1); !ok {
+				t.Fatalf("start %d at +%v refused until +%v", i, at.Sub(t0), next.Sub(t0))
+			}
+			s.Take(at, 1)
+			s.Release()
+		}
+	}
+	s := NewState(Config{Name: "f", Windows: []Window{{Limit: 5, Period: time.Second, Fixed: true}}})
+	fill(&s, t0.Add(900*time.Millisecond), 5) // t0 is aligned to the second
+	ok, next := s.Check(t0.Add(950*time.Millisecond), 1)
+	if ok || !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("sixth start: ok=%v next=+%v, want refused until the next window at +1s", ok, next.Sub(t0))
+	}
+	if got := s.Tokens(t0.Add(950 * time.Millisecond)); got != 0 {
+		t.Fatalf("tokens in a full fixed window = %v", got)
+	}
+	fill(&s, t0.Add(time.Second), 5) // a sliding window would refuse these until +1.9s
+	if ok, next := s.Check(t0.Add(1500*time.Millisecond), 1); ok || !next.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("eleventh start: ok=%v next=+%v, want refused until +2s", ok, next.Sub(t0))
+	}
+	// Through MarshalShapes, as through a store.
+	back := State{Config: s.Config}
+	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := back.Check(t0.Add(1500*time.Millisecond), 1); ok {
+		t.Fatal("a full fixed window admitted after a round trip of its log")
+	}
+
+	g := NewState(Config{Name: "g", Windows: []Window{{Limit: 5, Period: time.Second, Fixed: true, Guard: 30 * time.Millisecond}}})
+	fill(&g, t0.Add(980*time.Millisecond), 5) // within the guard: counts in both windows
+	if ok, next := g.Check(t0.Add(time.Second), 1); ok || !next.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("guarded: ok=%v next=+%v, want the next window full too, until +2s", ok, next.Sub(t0))
+	}
+	h := NewState(g.Config)
+	fill(&h, t0.Add(960*time.Millisecond), 5) // before the guard: only its own window
+	fill(&h, t0.Add(time.Second), 5)
 }
 
 // TestLogBounded checks that a dense stream of starts keeps a window's log

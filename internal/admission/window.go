@@ -9,38 +9,69 @@ import (
 	"time"
 )
 
-// Window is a sliding-window shape: at most Limit cost units start in any
-// interval of length Period. It is the strictest reading of "20 per
-// second", and how many upstreams count; a token bucket of the same rate
-// admits its burst on top of the rate in any such interval.
+// Window is a window shape. A sliding window (the default) admits at most
+// Limit cost units in any interval of length Period: the strictest
+// reading of "20 per second", and how many upstreams count; a token bucket
+// of the same rate admits its burst on top of the rate in any such
+// interval. A Fixed window admits at most Limit in each interval
+// [k*Period, (k+1)*Period) aligned to the Unix epoch, the way an upstream
+// whose quota "resets at" :00 counts (a Redis INCR + EXPIRE limiter,
+// GitHub's hourly reset): a sender that knows it may use each aligned
+// window's whole allowance, even just after the previous one's.
 type Window struct {
 	// Limit is the cost units that may start in any window, at least 1.
 	Limit float64
 	// Period is the window's length, from 1 ms to 24 h.
 	Period time.Duration
+	// Fixed counts aligned windows instead of sliding ones.
+	Fixed bool
+	// Guard (fixed windows only, below Period) also counts a start within
+	// Guard of its window's end in the next window: a start that late may
+	// arrive after the upstream's window rolled over, and counting it in
+	// both never lets the upstream see more than Limit in either. A
+	// sliding window is guarded by lengthening its Period instead (see
+	// [JitterGuard]).
+	Guard time.Duration
 }
 
 type windowJSON struct {
 	Limit  float64 `json:"limit"`
 	Period string  `json:"period"`
+	Fixed  bool    `json:"fixed,omitempty"`
+	Guard  string  `json:"guard,omitempty"`
 }
 
-// MarshalJSON writes the period as a Go duration string ("1s", "1m0s").
+// MarshalJSON writes the period (and guard) as Go duration strings ("1s",
+// "1m0s").
 func (w Window) MarshalJSON() ([]byte, error) {
-	return json.Marshal(windowJSON{Limit: w.Limit, Period: w.Period.String()})
+	j := windowJSON{Limit: w.Limit, Period: w.Period.String(), Fixed: w.Fixed}
+	if w.Guard != 0 {
+		j.Guard = w.Guard.String()
+	}
+	return json.Marshal(j)
 }
 
-// UnmarshalJSON reads {"limit": N, "period": "1s"}; the period may also be
-// a number of seconds.
+// UnmarshalJSON reads {"limit": N, "period": "1s"}, with "fixed": true
+// and an optional "guard": "30ms" for a fixed window; the period may also
+// be a number of seconds.
 func (w *Window) UnmarshalJSON(b []byte) error {
 	var raw struct {
 		Limit  float64         `json:"limit"`
 		Period json.RawMessage `json:"period"`
+		Fixed  bool            `json:"fixed"`
+		Guard  string          `json:"guard"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	w.Limit = raw.Limit
+	w.Limit, w.Fixed, w.Guard = raw.Limit, raw.Fixed, 0
+	if raw.Guard != "" {
+		d, err := time.ParseDuration(raw.Guard)
+		if err != nil {
+			return fmt.Errorf("window guard %q: want a duration such as \"30ms\"", raw.Guard)
+		}
+		w.Guard = d
+	}
 	if len(raw.Period) == 0 {
 		return errors.New("window: period is required, e.g. \"1s\"")
 	}
@@ -67,8 +98,133 @@ func (w Window) validate() error {
 		return fmt.Errorf("window limit must be between 1 and %g cost units, got %v", float64(MaxCost), w.Limit)
 	case w.Period < time.Millisecond || w.Period > 24*time.Hour:
 		return fmt.Errorf("window period must be between 1ms and 24h, got %v", w.Period)
+	case w.Guard != 0 && !w.Fixed:
+		return fmt.Errorf("window guard applies to a fixed window; a sliding window is guarded by a longer period")
+	case w.Guard < 0 || w.Guard >= w.Period:
+		return fmt.Errorf("window guard must be at least 0 and less than the period %v, got %v", w.Period, w.Guard)
 	}
 	return nil
+}
+
+// sameLog reports whether a start log kept for o can serve w: a sliding
+// and a fixed log hold different things (starts, or per-window counts).
+func (w Window) sameLog(o Window) bool {
+	return w.Period == o.Period && w.Fixed == o.Fixed
+}
+
+// admitAt is startLog.admitAt or fixedAdmitAt, as the window counts.
+func (w Window) admitAt(l *startLog, now, cost int64, limit float64) (bool, int64) {
+	if w.Fixed {
+		return l.fixedAdmitAt(now, cost, limit, int64(w.Period), int64(w.Guard))
+	}
+	return l.admitAt(now, cost, limit, int64(w.Period))
+}
+
+// add records cost units started at t in the window's log.
+func (w Window) add(l *startLog, t, cost int64) {
+	if w.Fixed {
+		l.fixedAdd(t, cost, int64(w.Period), int64(w.Guard))
+		return
+	}
+	l.add(t, cost, t-int64(w.Period), int64(w.Period)/LogSlots)
+}
+
+// used is the cost counted against the window at t: for a fixed window
+// the larger count of its aligned window and, within Guard of its end,
+// of the next one (a start now counts in both).
+func (w Window) used(l *startLog, t int64) int64 {
+	if !w.Fixed {
+		return l.since(t - int64(w.Period))
+	}
+	p := int64(w.Period)
+	ws := fixedStart(t, p)
+	in := l.fixedCount(ws)
+	if ns := fixedStart(satAdd(t, int64(w.Guard)), p); ns != ws {
+		in = max(in, l.fixedCount(ns))
+	}
+	return in
+}
+
+// A fixed window's log holds one entry per aligned window that counts
+// starts: at is the window's start (Unix ns), cost what it counted. It
+// has at most two entries (the current window and, from starts within
+// Guard of its end, the next), so it needs no slots.
+
+// fixedStart is the start of the aligned window of period p holding t.
+func fixedStart(t, p int64) int64 {
+	r := t % p
+	if r < 0 {
+		r += p
+	}
+	return t - r
+}
+
+// fixedCount is the cost counted in the window starting at ws.
+func (l *startLog) fixedCount(ws int64) int64 {
+	for _, e := range l.entries {
+		if e.at == ws {
+			return e.cost
+		}
+	}
+	return 0
+}
+
+// fixedAdd counts cost units started at t in its aligned window and, when
+// t is within guard of that window's end, in the next one; windows before
+// t's are dropped. A start from a clock behind the log's (another node's)
+// is counted in its own window, which is kept in order.
+func (l *startLog) fixedAdd(t, cost, period, guard int64) {
+	ws := fixedStart(t, period)
+	drop := 0
+	for drop < len(l.entries) && l.entries[drop].at < ws {
+		l.sum -= l.entries[drop].cost
+		drop++
+	}
+	if drop > 0 {
+		n := copy(l.entries, l.entries[drop:])
+		l.entries = l.entries[:n]
+	}
+	cost = min(max(cost, 0), MaxCost)
+	l.bump(ws, cost)
+	if ns := fixedStart(satAdd(t, guard), period); ns != ws {
+		l.bump(ns, cost)
+	}
+}
+
+// bump adds cost to the entry at ws, inserting it in time order.
+func (l *startLog) bump(ws, cost int64) {
+	l.sum = satAdd(l.sum, cost)
+	i := 0
+	for i < len(l.entries) && l.entries[i].at < ws {
+		i++
+	}
+	if i < len(l.entries) && l.entries[i].at == ws {
+		l.entries[i].cost = satAdd(l.entries[i].cost, cost)
+		return
+	}
+	l.entries = append(l.entries, start{})
+	copy(l.entries[i+1:], l.entries[i:])
+	l.entries[i] = start{at: ws, cost: cost}
+}
+
+// fixedAdmitAt reports when cost units may start in a fixed window of the
+// given limit, period and guard at now: now when they fit in the aligned
+// window holding now (and, within guard of its end, in the next one too),
+// or else the start of the first window after the full one. An empty
+// window admits any cost, as admitAt does.
+func (l *startLog) fixedAdmitAt(now, cost int64, limit float64, period, guard int64) (bool, int64) {
+	ws := fixedStart(now, period)
+	next := now
+	check := func(w int64) {
+		if in := l.fixedCount(w); in != 0 && float64(in)+float64(cost) > limit+1e-9 {
+			next = max(next, satAdd(w, period))
+		}
+	}
+	check(ws)
+	if ns := fixedStart(satAdd(now, guard), period); ns != ws {
+		check(ns)
+	}
+	return next == now, next
 }
 
 // LogSlots bounds a window's start log: starts within the same slot of

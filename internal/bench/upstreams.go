@@ -16,6 +16,8 @@ import (
 // faults, and limits that change silently mid-run. Each mix is a set of
 // destinations; every system under test is told each destination's
 // declared limit (and, where the real limit may differ, that it may),
+// and, for the fixed mix, that the limit is a fixed window aligned to the
+// clock, as a user reading those receivers' docs would know; otherwise
 // never how it counts.
 
 // UpstreamDestination is one receiver of an upstreams mix.
@@ -28,6 +30,10 @@ type UpstreamDestination struct {
 	// lower than Declared or change: ratelane configures the key as
 	// adaptive, with Declared as its ceiling.
 	Adaptive bool
+	// Fixed says the sender was told the receiver counts fixed windows
+	// aligned to the clock (its docs say the limit "resets at" each
+	// second): ratelane declares the subscriber's rate as a fixed window.
+	Fixed bool
 	// Route is how the receiver really counts and answers.
 	Route upstream.RouteConfig
 	// Jobs is how many deliveries it gets.
@@ -91,7 +97,7 @@ func Upstreams(smoke bool) UpstreamsPlan {
 			Name: fmt.Sprintf("sliding-%02d", l), Declared: l, Route: sliding(l, upstream.OverLimit429Seconds), Jobs: jobs(float64(l))})
 	}
 
-	// (c) Fixed windows aligned to the clock.
+	// (c) Fixed windows aligned to the clock, declared so (Fixed).
 	fix := UpstreamsMix{Name: "fixed"}
 	for i, l := range []int{8, 20, 50} {
 		over := upstream.OverLimit429Seconds
@@ -99,7 +105,7 @@ func Upstreams(smoke bool) UpstreamsPlan {
 			over = upstream.OverLimit429Date
 		}
 		fix.Destinations = append(fix.Destinations, UpstreamDestination{
-			Name: fmt.Sprintf("fixed-%02d", l), Declared: l, Route: fixed(l, over), Jobs: jobs(float64(l))})
+			Name: fmt.Sprintf("fixed-%02d", l), Declared: l, Fixed: true, Route: fixed(l, over), Jobs: jobs(float64(l))})
 	}
 
 	// (d) Limits that rise mid-run, up to what the sender was told. An

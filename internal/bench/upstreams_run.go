@@ -72,6 +72,9 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	for _, d := range m.Destinations {
 		spec := ratelane.SubscriberSpec{ID: d.Name, URL: sim.RouteURL(d.Name), Topics: []string{d.Name},
 			Rate: &ratelane.SubscriberRate{Limit: d.Declared, Period: webhook.Period(time.Second)}, Adaptive: d.Adaptive, Secret: secrets[d.Name]}
+		if d.Fixed {
+			spec.Rate.Window = webhook.WindowFixed
+		}
 		if _, _, _, err := c.Webhooks().PutSubscriber(ctx, "us", spec); err != nil {
 			return MixOutcome{}, fmt.Errorf("subscriber %s: %w", d.Name, err)
 		}

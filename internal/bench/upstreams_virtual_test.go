@@ -77,8 +77,15 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 		if err != nil {
 			t.Fatal(err)
 		}
+		// As webhook.Record.LimitConfig builds it, with the default burst.
 		c := admission.UpstreamWindow("subscriber:"+d.Name, float64(d.Declared), time.Second,
 			float64(min(d.Declared, max(1, d.Declared))), admission.DefaultHeadroom)
+		if d.Fixed {
+			c = admission.UpstreamFixedWindow("subscriber:"+d.Name, float64(d.Declared), time.Second, float64(d.Declared), admission.DefaultHeadroom)
+			if d.Adaptive { // its ceiling, as LimitConfig adds it
+				c.Rate, c.Burst = float64(d.Declared), float64(d.Declared)
+			}
+		}
 		c.Adaptive = d.Adaptive
 		ds = append(ds, &virtualDest{d: d, st: admission.NewState(c), up: up, pending: d.Jobs})
 	}
@@ -206,6 +213,19 @@ func maxInWindow(ts []time.Time, w time.Duration) int {
 	return most
 }
 
+// maxInAligned is the most of ts within one window [kW, (k+1)W) aligned
+// to the Unix epoch.
+func maxInAligned(ts []time.Time, w time.Duration) int {
+	per := map[int64]int{}
+	most := 0
+	for _, t := range ts {
+		k := t.UnixNano() / int64(w)
+		per[k]++
+		most = max(most, per[k])
+	}
+	return most
+}
+
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
@@ -242,7 +262,11 @@ func TestVirtualUpstreams(t *testing.T) {
 				}
 				t.Log(b.String())
 				for _, v := range r.dests {
-					if n := maxInWindow(v.starts, time.Second); n > v.d.Declared {
+					if v.d.Fixed { // declared fixed: each aligned second
+						if n := maxInAligned(v.starts, time.Second); n > v.d.Declared {
+							t.Errorf("%s: %d starts within one aligned second, declared %d (invariant 6)", v.d.Name, n, v.d.Declared)
+						}
+					} else if n := maxInWindow(v.starts, time.Second); n > v.d.Declared {
 						t.Errorf("%s: %d starts within one second, declared %d (invariant 6)", v.d.Name, n, v.d.Declared)
 					}
 				}

@@ -14,15 +14,17 @@ import (
 
 // limitRequest is the body of PUT /v1/limits/{key}. The rate is either
 // per_second, or rate events per period; shape says whether it is a token
-// bucket (the default, as before shapes existed) or a sliding window, and
+// bucket (the default, as before shapes existed) or a window, window
+// whether that window slides (the default) or is fixed to the clock, and
 // windows adds further windows to either.
 type limitRequest struct {
-	Shape       string      `json:"shape,omitempty" enum:"bucket,window" doc:"how rate is counted: bucket (default) is a token bucket of rate with burst; window is at most rate starts in any period, sliding (the strictest reading of 'rate per period')"`
+	Shape       string      `json:"shape,omitempty" enum:"bucket,window" doc:"how rate is counted: bucket (default) is a token bucket of rate with burst; window is at most rate starts per period, counted as window says"`
+	Window      string      `json:"window,omitempty" enum:"sliding,fixed" doc:"window shape: sliding (default; at most rate starts in any period, the strictest reading of 'rate per period') or fixed (at most rate starts in each period aligned to the Unix epoch, e.g. a per-minute quota reset at :00)"`
 	PerSecond   *float64    `json:"per_second,omitempty" doc:"sustained starts per second (cost units); or rate + period"`
 	Rate        *float64    `json:"rate,omitempty" doc:"starts per period, e.g. 500 with period 1m"`
 	Period      string      `json:"period,omitempty" doc:"the period of rate as a Go duration: 1s, 1m, 1h; default 1s"`
 	Burst       float64     `json:"burst,omitempty" doc:"bucket shape: starts allowed at once from a full bucket; default one second's worth (at least 1)"`
-	Windows     []windowDoc `json:"windows,omitempty" doc:"further sliding windows: at most limit cost units start in any period; every shape must admit a start"`
+	Windows     []windowDoc `json:"windows,omitempty" doc:"further windows: at most limit cost units start in any period (sliding) or in each aligned period (fixed); every shape must admit a start"`
 	Concurrency int         `json:"concurrency,omitempty" doc:"cap on leases in flight; 0 means none"`
 	Adaptive    bool        `json:"adaptive,omitempty" doc:"429s lower the rate, successes raise it back up to the configured rate"`
 	MinRate     float64     `json:"min_rate,omitempty" doc:"floor of an adaptive key's learned rate, per second"`
@@ -33,6 +35,8 @@ type limitRequest struct {
 type windowDoc struct {
 	Limit  float64 `json:"limit" required:"true" doc:"cost units that may start in any window"`
 	Period string  `json:"period" required:"true" doc:"the window's length as a Go duration, 1ms to 24h: 1s, 1m"`
+	Fixed  bool    `json:"fixed,omitempty" doc:"count each period aligned to the Unix epoch (a quota reset at :00) instead of any period (sliding)"`
+	Guard  string  `json:"guard,omitempty" doc:"fixed windows: a start this close to a window's end (a Go duration below the period, e.g. 30ms) also counts in the next window, for requests that arrive after the upstream's window rolled over; default 0"`
 }
 
 // limitView is a limit key's configuration and live state in one region.
@@ -107,7 +111,13 @@ func (req limitRequest) config(name string) (admission.Config, error) {
 		if err != nil {
 			return c, fieldError(fmt.Sprintf("windows[%d].period", i), "period must be a duration such as 1s or 1m, got %q", w.Period)
 		}
-		c.Windows = append(c.Windows, admission.Window{Limit: w.Limit, Period: d})
+		win := admission.Window{Limit: w.Limit, Period: d, Fixed: w.Fixed}
+		if w.Guard != "" {
+			if win.Guard, err = time.ParseDuration(w.Guard); err != nil {
+				return c, fieldError(fmt.Sprintf("windows[%d].guard", i), "guard must be a duration such as 30ms, got %q", w.Guard)
+			}
+		}
+		c.Windows = append(c.Windows, win)
 	}
 	var period time.Duration
 	switch {
@@ -128,6 +138,14 @@ func (req limitRequest) config(name string) (admission.Config, error) {
 	case req.Period != "":
 		return c, fieldError("rate", "period needs a rate")
 	}
+	switch req.Window {
+	case "", "sliding", "fixed":
+		if req.Window != "" && req.Shape != "window" {
+			return c, fieldError("window", "window (sliding or fixed) applies to shape window; windows[].fixed sets it per further window")
+		}
+	default:
+		return c, fieldError("window", "window must be sliding (default) or fixed, got %q", req.Window)
+	}
 	switch req.Shape {
 	case "", "bucket":
 	case "window":
@@ -144,7 +162,7 @@ func (req limitRequest) config(name string) (admission.Config, error) {
 			period = time.Second
 		}
 		limit := c.Rate * period.Seconds()
-		c.Windows = append([]admission.Window{{Limit: limit, Period: period}}, c.Windows...)
+		c.Windows = append([]admission.Window{{Limit: limit, Period: period, Fixed: req.Window == "fixed"}}, c.Windows...)
 		c.Rate = 0
 	default:
 		return c, fieldError("shape", "shape must be bucket (default) or window, got %q", req.Shape)

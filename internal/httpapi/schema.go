@@ -72,6 +72,8 @@ func typeSchema(t reflect.Type, request bool) map[string]any {
 		return map[string]any{"type": "object", "required": []string{"limit", "period"}, "properties": map[string]any{
 			"limit":  map[string]any{"type": "number", "description": "cost units that may start in any window"},
 			"period": map[string]any{"type": "string", "description": "the window's length as a Go duration, 1ms to 24h: 1s, 1m"},
+			"fixed":  map[string]any{"type": "boolean", "description": "true: each period aligned to the Unix epoch counts (a quota reset at :00); absent: any period (sliding)"},
+			"guard":  map[string]any{"type": "string", "description": "fixed windows: a start this close to a window's end also counts in the next window (a Go duration); absent means 0"},
 		}}
 	}
 	if e, ok := enums[t]; ok {

@@ -240,6 +240,11 @@ func TestLimitsEndpoints(t *testing.T) {
 		{"shape": "window", "rate": 5, "burst": 2},
 		{"windows": []map[string]any{{"limit": 0, "period": "1s"}}},
 		{"windows": []map[string]any{{"limit": 5, "period": "1y"}}},
+		{"shape": "window", "rate": 5, "window": "tumbling"},
+		{"rate": 5, "window": "fixed"},                                               // window applies to shape window
+		{"windows": []map[string]any{{"limit": 5, "period": "1s", "guard": "30ms"}}}, // a guard on a sliding window
+		{"windows": []map[string]any{{"limit": 5, "period": "1s", "fixed": true, "guard": "2s"}}}, // a guard beyond the period
+		{"windows": []map[string]any{{"limit": 5, "period": "1s", "fixed": true, "guard": "soon"}}},
 	} {
 		e.do("PUT", "/v1/limits/k?region=us", adminKey, bad).wantProblem(t, 400, "invalid-request")
 	}
@@ -253,6 +258,19 @@ func TestLimitsEndpoints(t *testing.T) {
 		"windows": []map[string]any{{"limit": 200, "period": "1m"}}}).want(t, 200).json(t, &v)
 	if v.Rate != 5 || len(v.Windows) != 1 || v.Windows[0].Limit != 200 || v.Windows[0].Period != time.Minute {
 		t.Fatalf("bucket + window -> %+v", v)
+	}
+	// A fixed window, and a bucket with a further fixed window; GET shows
+	// them as set.
+	e.do("PUT", "/v1/limits/reset-at-00?region=us", adminKey, map[string]any{"shape": "window", "window": "fixed", "rate": 60, "period": "1m"}).
+		want(t, 200).json(t, &v)
+	if v.Rate != 0 || len(v.Windows) != 1 || !v.Windows[0].Fixed || v.Windows[0].Limit != 60 || v.Windows[0].Period != time.Minute {
+		t.Fatalf("fixed window limit -> %+v", v)
+	}
+	e.do("PUT", "/v1/limits/both-fixed?region=us", adminKey, map[string]any{"per_second": 5,
+		"windows": []map[string]any{{"limit": 200, "period": "1m", "fixed": true, "guard": "500ms"}}}).want(t, 200)
+	e.do("GET", "/v1/limits/both-fixed?region=us", adminKey, nil).want(t, 200).json(t, &v)
+	if len(v.Windows) != 1 || !v.Windows[0].Fixed || v.Windows[0].Guard != 500*time.Millisecond {
+		t.Fatalf("bucket + fixed window read back as %+v", v.Windows)
 	}
 	// A cost the key can never admit is refused at insert, naming the field.
 	over := jobBody("llm.call", "us", "both")

@@ -98,6 +98,7 @@ type subscriberRequest struct {
 // rateDoc is a subscriber's allowance on the wire.
 type rateDoc struct {
 	Shape  string `json:"shape,omitempty" enum:"window,bucket" doc:"window (default): at most limit deliveries start in any period, sliding, the strictest reading; bucket: a token bucket of limit per period with burst, which can exceed limit in a sliding period by half the burst"`
+	Window string `json:"window,omitempty" enum:"sliding,fixed" doc:"window shape: sliding (default; any period) or fixed (each period aligned to the clock, e.g. a per-minute quota reset at :00; the whole limit may start as a window opens, burst defaults to limit)"`
 	Limit  int    `json:"limit" required:"true" doc:"deliveries per period"`
 	Period string `json:"period,omitempty" doc:"a duration such as 1s or 1m; default 1s"`
 	Burst  int    `json:"burst,omitempty" doc:"deliveries that may start at once; default one second's worth, at most limit"`
@@ -108,7 +109,7 @@ func (req subscriberRequest) spec(id string) (webhook.SubscriberSpec, error) {
 	spec := webhook.SubscriberSpec{ID: id, Tenant: req.Tenant, URL: req.URL, Topics: req.Topics, Concurrency: req.Concurrency,
 		Adaptive: req.Adaptive, Secret: req.Secret, Headers: req.Headers, Enabled: req.Enabled}
 	if req.Rate != nil {
-		rt := webhook.Rate{Shape: req.Rate.Shape, Limit: req.Rate.Limit, Burst: req.Rate.Burst}
+		rt := webhook.Rate{Shape: req.Rate.Shape, Window: req.Rate.Window, Limit: req.Rate.Limit, Burst: req.Rate.Burst}
 		if req.Rate.Period != "" {
 			d, err := time.ParseDuration(req.Rate.Period)
 			if err != nil {
@@ -149,7 +150,7 @@ func viewSubscriber(rec webhook.Record) subscriberView {
 		DisabledReason: rec.DisabledReason, DisabledAt: rec.DisabledAt, SecretRotatingUntil: rec.SecretRotatingUntil,
 		Health: rec.Health, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
 	if rec.Rate != nil {
-		v.Rate = &rateDoc{Shape: rec.Rate.Shape, Limit: rec.Rate.Limit, Period: time.Duration(rec.Rate.Period).String(), Burst: rec.Rate.Burst}
+		v.Rate = &rateDoc{Shape: rec.Rate.Shape, Window: rec.Rate.Window, Limit: rec.Rate.Limit, Period: time.Duration(rec.Rate.Period).String(), Burst: rec.Rate.Burst}
 	}
 	for name := range rec.Headers {
 		v.HeaderNames = append(v.HeaderNames, name)

@@ -126,6 +126,18 @@ func TestSubscribersAndEvents(t *testing.T) {
 	}
 	var lim limitView
 	e.do("GET", "/v1/limits/subscriber:s1?region=us", adminKey, nil).want(t, 200).json(t, &lim)
+	// A fixed-window subscriber: the rate shows it, its key is a fixed window.
+	fixed := e.putSubscriber("f1", map[string]any{"url": hookURL, "topics": []string{"inventory.counted"}, "tenant": "acme",
+		"rate": map[string]any{"limit": 60, "period": "1m", "window": "fixed"}})
+	if fixed.Subscriber.Rate == nil || fixed.Subscriber.Rate.Window != "fixed" || fixed.Subscriber.Rate.Burst != 60 {
+		t.Fatalf("fixed-window subscriber = %+v", fixed.Subscriber.Rate)
+	}
+	e.do("GET", "/v1/limits/subscriber:f1?region=us", adminKey, nil).want(t, 200).json(t, &lim)
+	if len(lim.Windows) != 1 || !lim.Windows[0].Fixed || lim.Windows[0].Period != time.Minute {
+		t.Fatalf("fixed-window subscriber's key windows = %+v", lim.Windows)
+	}
+	e.do("PUT", "/v1/subscribers/f2?region=us", adminKey, map[string]any{"url": hookURL, "topics": []string{"x"},
+		"rate": map[string]any{"limit": 5, "window": "tumbling"}}).wantProblem(t, 400, "invalid-request")
 
 	e.do("PUT", "/v1/subscribers/s2?region=us", acmeKey, map[string]any{"url": hookURL, "topics": []string{"x"}}).wantProblem(t, 403, "forbidden")
 	e.do("PUT", "/v1/subscribers/s2?region=us", adminKey, map[string]any{"url": "ftp://x", "topics": []string{}}).wantProblem(t, 400, "invalid-request")

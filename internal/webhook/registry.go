@@ -187,6 +187,12 @@ type Rate struct {
 	// exceed Limit in a sliding Period by up to half the burst). Empty
 	// means ShapeWindow.
 	Shape string `json:"shape,omitempty"`
+	// Window says how the window shape counts: WindowSliding (the default:
+	// any Period) or WindowFixed (each Period aligned to the clock, as an
+	// upstream whose quota "resets at" :00 counts; the sender may then use
+	// each aligned window's whole allowance, and Burst defaults to Limit).
+	// Empty means WindowSliding; it applies to ShapeWindow only.
+	Window string `json:"window,omitempty"`
 	// Limit is the number of deliveries per Period (at least 1).
 	Limit int `json:"limit"`
 	// Period is the window of Limit, e.g. "1s" or "1m"; default one second.
@@ -228,13 +234,21 @@ const (
 	ShapeBucket = "bucket"
 )
 
+// How a window shape counts (Rate.Window).
+const (
+	WindowSliding = "sliding"
+	WindowFixed   = "fixed"
+)
+
 // perSecond returns the declared rate in deliveries per second.
-func (rt Rate) perSecond() float64 {
-	period := time.Duration(rt.Period)
-	if period <= 0 {
-		period = time.Second
+func (rt Rate) perSecond() float64 { return float64(rt.Limit) / rt.period().Seconds() }
+
+// period is the declared period, one second when unset.
+func (rt Rate) period() time.Duration {
+	if p := time.Duration(rt.Period); p > 0 {
+		return p
 	}
-	return float64(rt.Limit) / period.Seconds()
+	return time.Second
 }
 
 // SubscriberSpec is what an operator declares about a subscriber (PUT
@@ -323,19 +337,24 @@ type stored struct {
 // window of the declared limit per period, lengthened by a jitter guard,
 // and a bucket at the rate less headroom with half the declared burst
 // (rounded up) that spreads the window's starts; it never overruns a
-// sliding window of the declared limit. For the bucket shape it is
-// [admission.UpstreamBucket], the bucket alone.
+// sliding window of the declared limit. For a fixed window it is
+// [admission.UpstreamFixedWindow]: a guarded fixed window of the declared
+// limit per aligned period, with a bucket at the declared rate only when
+// the burst is below the limit or the key is adaptive (its ceiling). For the bucket shape it is [admission.UpstreamBucket], the
+// bucket alone.
 func (rec Record) LimitConfig(headroom float64) admission.Config {
 	c := admission.Config{Name: LimitKey(rec.ID)}
 	if rec.Rate != nil {
-		if rec.Rate.Shape == ShapeBucket {
+		switch {
+		case rec.Rate.Shape == ShapeBucket:
 			c = admission.UpstreamBucket(c.Name, rec.Rate.perSecond(), float64(rec.Rate.Burst), headroom)
-		} else {
-			period := time.Duration(rec.Rate.Period)
-			if period <= 0 {
-				period = time.Second
+		case rec.Rate.Window == WindowFixed:
+			c = admission.UpstreamFixedWindow(c.Name, float64(rec.Rate.Limit), rec.Rate.period(), float64(rec.Rate.Burst), headroom)
+			if rec.Adaptive && c.Rate == 0 { // discovery needs a bucket as its ceiling
+				c.Rate, c.Burst = rec.Rate.perSecond(), float64(rec.Rate.Limit)
 			}
-			c = admission.UpstreamWindow(c.Name, float64(rec.Rate.Limit), period, float64(rec.Rate.Burst), headroom)
+		default:
+			c = admission.UpstreamWindow(c.Name, float64(rec.Rate.Limit), rec.Rate.period(), float64(rec.Rate.Burst), headroom)
 		}
 		c.Adaptive = rec.Adaptive
 	}
@@ -411,6 +430,10 @@ func validateRate(rt Rate, add func(field, format string, args ...any)) {
 		add("rate.burst", "rate.burst must be 0 (default) to 1000000, got %d", rt.Burst)
 	case rt.Shape != "" && rt.Shape != ShapeWindow && rt.Shape != ShapeBucket:
 		add("rate.shape", "rate.shape must be %q (default) or %q, got %q", ShapeWindow, ShapeBucket, rt.Shape)
+	case rt.Window != "" && rt.Window != WindowSliding && rt.Window != WindowFixed:
+		add("rate.window", "rate.window must be %q (default) or %q, got %q", WindowSliding, WindowFixed, rt.Window)
+	case rt.Window != "" && rt.Shape == ShapeBucket:
+		add("rate.window", "rate.window applies to shape %q, not %q", ShapeWindow, ShapeBucket)
 	}
 }
 
@@ -458,6 +481,9 @@ func (r *Registry) merge(spec SubscriberSpec, prev Record, created bool, now tim
 		}
 		if rt.Shape == "" {
 			rt.Shape = ShapeWindow
+		}
+		if rt.Burst == 0 && rt.Window == WindowFixed {
+			rt.Burst = rt.Limit // each aligned window's whole allowance, as it opens
 		}
 		if rt.Burst == 0 {
 			rt.Burst = min(rt.Limit, max(1, int(math.Ceil(rt.perSecond()))))

@@ -125,6 +125,23 @@ func TestRegistryPutConfiguresLimitKey(t *testing.T) {
 		Rate: &Rate{Shape: "leaky", Limit: 20}}); err == nil || !strings.Contains(err.Error(), "rate.shape") {
 		t.Fatalf("unknown shape: %v", err)
 	}
+	// A fixed window: the guarded aligned window of the declared limit and,
+	// with the default burst (the whole limit), no bucket.
+	if _, _, _, err := r.Put(context.Background(), SubscriberSpec{ID: "f1", URL: "https://example.com/h", Topics: []string{"a"},
+		Rate: &Rate{Window: WindowFixed, Limit: 60, Period: Period(time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	k, err = st.GetLimit(context.Background(), "subscriber:f1")
+	if err != nil || len(k.Windows) != 1 || !k.Windows[0].Fixed || k.Windows[0].Limit != 60 || k.Windows[0].Period != time.Minute ||
+		k.Windows[0].Guard != admission.JitterGuard(time.Minute, DefaultHeadroom) || k.Rate != 0 {
+		t.Fatalf("fixed-window subscriber key = %+v, %v; want 60 per aligned minute (guarded) and no bucket", k, err)
+	}
+	for _, bad := range []Rate{{Window: "tumbling", Limit: 5}, {Shape: ShapeBucket, Window: WindowFixed, Limit: 5}} {
+		if _, _, _, err := r.Put(context.Background(), SubscriberSpec{ID: "x2", URL: "https://example.com/h", Topics: []string{"a"},
+			Rate: &bad}); err == nil || !strings.Contains(err.Error(), "rate.window") {
+			t.Fatalf("rate %+v: %v, want a rate.window error", bad, err)
+		}
+	}
 	rec2, secret2, created2, err := r.Put(context.Background(), SubscriberSpec{ID: "s1", URL: "https://example.com/h2", Topics: []string{"a"}})
 	if err != nil || created2 || secret2 != "" || rec2.Secrets.Current != secret || !rec2.CreatedAt.Equal(rec.CreatedAt) {
 		t.Fatalf("update = %+v, %q, %v, %v; want the secret kept", rec2, secret2, created2, err)

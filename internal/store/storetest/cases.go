@@ -1104,7 +1104,8 @@ func testPartsParent(t *testing.T, open Opener) {
 
 // testShapesBoundStarts is invariant 6 from a start log: many lease calls
 // on a fake clock, at irregular steps, over a bucket key, a window key, a
-// key with two windows and a bucket, and jobs naming two keys at once;
+// key with two windows and a bucket, a fixed window (guarded) beside a
+// sliding one, and jobs naming two keys at once;
 // every window of the recorded starts is checked against each key's
 // declared shapes, on every driver (the window logs round-trip through the
 // store on every call). The keys must also not under-admit.
@@ -1116,6 +1117,8 @@ func testShapesBoundStarts(t *testing.T, open Opener) {
 		{Name: "multi", Rate: 8, Burst: 4, Windows: []admission.Window{
 			{Limit: 6, Period: 500 * time.Millisecond}, {Limit: 25, Period: 4 * time.Second}}},
 		{Name: "adaptive", Rate: 15, Burst: 3, Adaptive: true, Windows: []admission.Window{{Limit: 12, Period: time.Second}}},
+		{Name: "fixed", Windows: []admission.Window{{Limit: 10, Period: time.Second, Fixed: true, Guard: 30 * time.Millisecond},
+			{Limit: 35, Period: 3 * time.Second}}},
 	}
 	for _, c := range keys {
 		setLimit(t, s, c)
@@ -1123,7 +1126,7 @@ func testShapesBoundStarts(t *testing.T, open Opener) {
 	var jobs []*job.Job
 	for i := range 150 {
 		jobs = append(jobs, NewJob("acme", job.LaneBatch, "bucket"), NewJob("acme", job.LaneBatch, "window"),
-			NewJob("acme", job.LaneBatch, "multi"), NewJob("acme", job.LaneBatch, "adaptive"))
+			NewJob("acme", job.LaneBatch, "multi"), NewJob("acme", job.LaneBatch, "adaptive"), NewJob("acme", job.LaneBatch, "fixed"))
 		if i%3 == 0 {
 			two := NewJob("beta", job.LaneBatch, "window", "multi")
 			two.Cost = 2
@@ -1162,20 +1165,53 @@ func testShapesBoundStarts(t *testing.T, open Opener) {
 					t.Fatalf("key %s: %d units started in %v, over rate*t+burst = %.2f", c.Name, in, span, c.Rate*span.Seconds()+c.Burst)
 				}
 				for _, w := range c.Windows {
-					if span < w.Period && float64(in) > w.Limit {
+					if !w.Fixed && span < w.Period && float64(in) > w.Limit {
 						t.Fatalf("key %s: %d units started within %v, over the window's %v per %v", c.Name, in, span, w.Limit, w.Period)
 					}
 				}
 			}
 		}
 	}
+	// A fixed window: each aligned window [kW, (k+1)W), widened back by
+	// its guard, holds at most the limit (its log round-trips through
+	// the driver's windows column and shapes on every call).
+	for _, c := range keys {
+		for _, w := range c.Windows {
+			if !w.Fixed {
+				continue
+			}
+			p := int64(w.Period)
+			perWindow := map[int64]int64{}
+			for _, st := range starts[c.Name] {
+				ts := st.at.UnixNano()
+				perWindow[ts/p*p] += st.cost
+				if next := (ts + int64(w.Guard)) / p * p; next != ts/p*p {
+					perWindow[next] += st.cost // within the guard of the next window
+				}
+			}
+			for ws, in := range perWindow {
+				if float64(in) > w.Limit {
+					t.Fatalf("key %s: %d units in the aligned window at %v (guard %v), over its %v per %v",
+						c.Name, in, time.Unix(0, ws).UTC(), w.Guard, w.Limit, w.Period)
+				}
+			}
+		}
+	}
 	// Not under-admitting: the window key admits about its 10/s over the
-	// 12 s (jobs of cost 2 included), the bucket about its 20/s.
+	// 12 s (jobs of cost 2 included), the bucket about its 20/s, the fixed
+	// key its 10 per aligned second within 35 per sliding 3 s.
 	units := func(k string) (n int64) {
 		for _, st := range starts[k] {
 			n += st.cost
 		}
 		return n
+	}
+	if n := units("fixed"); n < 100 {
+		t.Fatalf("fixed key admitted %d units in 12 s at 10 per aligned second and 35 per 3 s, want at least 100", n)
+	}
+	if got, err := s.GetLimit(context.Background(), "fixed"); err != nil || len(got.Windows) != 2 || !got.Windows[0].Fixed ||
+		got.Windows[0].Guard != 30*time.Millisecond || got.Windows[1].Fixed {
+		t.Fatalf("fixed key read back as %+v, %v; want its fixed window (guard 30ms) and its sliding one", got.Windows, err)
 	}
 	if n := units("window"); n < 100 {
 		t.Fatalf("window key admitted %d units in 12 s at 10 per second, want at least 100", n)
