@@ -81,7 +81,12 @@ func reviewCrashConfig(t *testing.T, dir string, delay time.Duration) ratelane.C
 	if delay > 0 {
 		p = slowProvider{Provider: rules, delay: delay}
 	}
-	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 4, LeaseFor: 2 * time.Second,
+	// The lease is 20 heartbeats (500 ms each) long: a live worker starved
+	// of CPU at load 20+ must not lose a part's lease (a 2 s lease, four
+	// heartbeats, did, and the part then counted a recovery no kill
+	// caused). Recovery after the kill waits out one lease, so the test
+	// pays up to 10 s for it.
+	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 4, LeaseFor: 10 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		// 20 parts a second: a review of ~90 parts takes a few seconds, so
 		// the kill lands in the middle.
@@ -158,7 +163,8 @@ func TestReviewKill9Resumes(t *testing.T) {
 	}
 
 	child := startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
-	done := waitPartsPublished(t, producer, total/4, 30*time.Second)
+	// Deadlines, not measurements: at load 28 a run took 66 s in all.
+	done := waitPartsPublished(t, producer, total/4, 60*time.Second)
 	// Each part takes 200 ms in the child, so parts are running nearly all
 	// the time and the kill lands on held leases.
 	waitRunning(t, producer, 10*time.Second)
@@ -176,7 +182,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 	t.Logf("killed the worker with %d (then %d) of %d parts done", done, atKill, total)
 
 	startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
-	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished, 60*time.Second)
+	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished, 120*time.Second)
 	out := filepath.Join(dir, "out", "default", reviewCrashTarget)
 	first, err := os.Stat(out)
 	if err != nil {

@@ -33,9 +33,28 @@ func TestExampleConfigLoads(t *testing.T) {
 	for i := range cfg.Regions {
 		cfg.Regions[i].SQLitePath = filepath.Join(dir, cfg.Regions[i].Name+".db")
 	}
+	// The providers section too, as serve registers it: the example's
+	// declared rpm becomes the requests key of us's reviews.
+	if ps := f.providers["us"]; len(ps) != 2 {
+		t.Fatalf("example providers.us read as %+v, want 2 providers", ps)
+	}
+	if err := registerBuiltins(&cfg, f); err != nil {
+		t.Fatalf("example providers: %v", err)
+	}
 	c, err := ratelane.NewClient(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("the example config does not open: %v", err)
+	}
+	limits, err := c.Limits(context.Background(), "us")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := false
+	for _, l := range limits {
+		declared = declared || l.Name == "openai-compatible:qwen2.5-coder" && l.PerStart
+	}
+	if !declared {
+		t.Errorf("the example provider's rpm declared no per-start requests key in us: %+v", limits)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -262,13 +262,14 @@ func Run(ctx context.Context, name string, o Options) (Result, error) {
 		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512},
 		Timeout:   10 * time.Second,
 	}}
-	defer e.close()
 	res, err := fn(ctx, e)
 	res.Workload = name
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w (over the %v bound; raise --duration)", err, o.Duration)
 	}
-	return res, err
+	// A schema that could not be dropped is an error the operator must
+	// see (and drop by hand), not a silent leftover in their database.
+	return res, errors.Join(err, e.close())
 }
 
 // env is one workload's resources, released by close.
@@ -282,7 +283,10 @@ type env struct {
 	sims    []*upstream.Server
 }
 
-func (e *env) close() {
+// close stops the workload's clients and simulators and drops its
+// PostgreSQL schemas, on every end (a cancelled run too: it uses a fresh
+// context); it reports the schemas it could not drop.
+func (e *env) close() error {
 	for _, c := range e.clients {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = c.Stop(stopCtx)
@@ -292,16 +296,23 @@ func (e *env) close() {
 	for _, s := range e.sims {
 		_ = s.Close()
 	}
-	if len(e.schemas) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if conn, err := pgx.Connect(ctx, e.opts.PostgresURL); err == nil {
-			for _, s := range e.schemas {
-				_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE")
-			}
-			_ = conn.Close(ctx)
+	if len(e.schemas) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, e.opts.PostgresURL)
+	if err != nil {
+		return fmt.Errorf("drop bench schemas %v: %w", e.schemas, err)
+	}
+	defer conn.Close(ctx)
+	var errs []error
+	for _, s := range e.schemas {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE"); err != nil {
+			errs = append(errs, fmt.Errorf("drop bench schema %s: %w", s, err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // client opens a client on the run's store with cfg's handlers and
@@ -309,7 +320,8 @@ func (e *env) close() {
 func (e *env) client(ctx context.Context, cfg ratelane.Config) (*ratelane.Client, error) {
 	r := ratelane.Region{Name: "us"}
 	if e.opts.Store == "postgres" {
-		schema := fmt.Sprintf("bench_%s_%d", e.name, time.Now().UnixNano())
+		// The pid tells whose run a schema is (and lets a test find its own).
+		schema := fmt.Sprintf("bench_%s_%d_%d", e.name, os.Getpid(), time.Now().UnixNano())
 		e.schemas = append(e.schemas, schema)
 		r.PostgresURL, r.PostgresSchema = e.opts.PostgresURL, schema
 	} else {

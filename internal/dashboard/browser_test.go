@@ -64,17 +64,18 @@ func TestDashboardInBrowser(t *testing.T) {
 	s := newStack(t, false)
 	out := artifactDir(t)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:0:0],
-		chromedp.ExecPath(exe), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1360, 900),
+	br, err := launch(t, exe, t.TempDir, launchTimeout, launchAttempts, chromedp.WindowSize(1360, 900),
 		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("hide-scrollbars", true), chromedp.Flag("mute-audio", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	defer cancelCtx()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.close()
+	// The steps' bound starts once the browser is up: a slow launch does
+	// not eat into it.
+	ctx, cancel := context.WithTimeout(br.Ctx, 2*time.Minute)
 	defer cancel()
 	run := func(step string, actions ...chromedp.Action) {
 		t.Helper()

@@ -33,8 +33,10 @@ type Counts struct {
 type KeyCounts struct {
 	// Starts are jobs leased that name the key.
 	Starts int64
-	// Cost is their summed cost: the units they took from the key's
-	// allowance, comparable with its rate.
+	// Cost is their summed cost (at least 1 each): the units they took
+	// from the key's allowance, unless the key is per start (one unit a
+	// start, whatever the cost: Starts is then the units). The writer does
+	// not know a key's configuration; its reader does.
 	Cost int64
 	// RateLimited are attempts written as rate limited whose 429 applied to
 	// the key (its scope, or every key of the job when it named none).

@@ -55,7 +55,7 @@ type limitView struct {
 // rate is the difference of two reads over the difference of their at.
 type admittedCounts struct {
 	Starts      int64     `json:"starts" doc:"jobs leased through this node that name the key"`
-	Cost        int64     `json:"cost" doc:"their summed cost: the units they took from the key's allowance (compare with its rate); a per_start key took one unit per start, so compare starts instead"`
+	Cost        int64     `json:"cost" doc:"the units they took from the key's allowance (compare with its rate): their summed cost, or one per start on a per_start key"`
 	RateLimited int64     `json:"rate_limited" doc:"attempts written as rate limited (429) that applied to the key"`
 	Since       time.Time `json:"since" doc:"when this node first counted the key"`
 }
@@ -75,7 +75,13 @@ func (s *Server) viewLimit(region string, st admission.State) limitView {
 	}
 	v := limitView{Region: region, State: st, Tokens: st.Tokens(now)}
 	if c, ok := s.jobs[region].KeyCounts(st.Name); ok {
-		v.Admitted = &admittedCounts{Starts: c.Starts, Cost: c.Cost, RateLimited: c.RateLimited, Since: c.Since}
+		// A per-start key takes one unit a start whatever the job's cost
+		// (the lease charges it so): its admitted cost is its starts.
+		cost := c.Cost
+		if st.PerStart {
+			cost = c.Starts
+		}
+		v.Admitted = &admittedCounts{Starts: c.Starts, Cost: cost, RateLimited: c.RateLimited, Since: c.Since}
 	}
 	return v
 }

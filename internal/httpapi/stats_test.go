@@ -65,3 +65,35 @@ func TestStatsAndLimitCountsAreReal(t *testing.T) {
 		t.Error("limits list has no at")
 	}
 }
+
+// TestPerStartKeyAdmittedCost: a per_start key's admitted cost counts one
+// unit a start (what its lease charged), not the jobs' cost, while a cost
+// key named beside it by the same jobs sums their cost.
+func TestPerStartKeyAdmittedCost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.do("PUT", "/v1/limits/rpm:acme?region=us", adminKey, map[string]any{"per_second": 100, "burst": 100, "per_start": true}).want(t, 200)
+	e.do("PUT", "/v1/limits/tpm:acme?region=us", adminKey, map[string]any{"per_second": 100, "burst": 100}).want(t, 200)
+	for range 2 {
+		b := jobBody("email.send", "us", "rpm:acme", "tpm:acme")
+		b["cost"] = 5
+		e.createJob(acmeKey, b)
+	}
+	if got := e.lease("us", 10, "email.send"); len(got) != 2 {
+		t.Fatalf("leased %d jobs, want 2", len(got))
+	}
+	var list limitList
+	e.do("GET", "/v1/limits?region=us", adminKey, nil).want(t, 200).json(t, &list)
+	admitted := map[string]admittedCounts{}
+	for _, l := range list.Limits {
+		if l.Admitted != nil {
+			admitted[l.Name] = *l.Admitted
+		}
+	}
+	if a := admitted["rpm:acme"]; a.Starts != 2 || a.Cost != 2 {
+		t.Errorf("per-start rpm:acme admitted %+v, want 2 starts taking 2 units", a)
+	}
+	if a := admitted["tpm:acme"]; a.Starts != 2 || a.Cost != 10 {
+		t.Errorf("tpm:acme admitted %+v, want 2 starts of cost 5 each", a)
+	}
+}
