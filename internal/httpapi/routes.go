@@ -154,9 +154,6 @@ func (s *Server) routes() []route {
 		)
 	}
 	rts = append(rts, s.scheduleRoutes()...)
-	if s.cfg.Webhooks != nil {
-		rts = append(rts, s.webhookRoutes()...)
-	}
 	return rts
 }
 
@@ -168,9 +165,6 @@ var exampleVars = map[string]string{
 	"LEASE_TOKEN":      "the lease_token POST /v1/leases returned with JOB_ID",
 	"DEAD_JOB_ID":      "a terminal job's id, from GET /v1/dead-letters",
 	"KEY_ID":           "an API key id, from GET /v1/keys",
-	"SUBSCRIBER_ID":    "a webhook subscriber id of your choice for PUT /v1/subscribers/{id}, else one from GET /v1/subscribers",
-	"EVENT_ID":         "an event id, as posted to POST /v1/events",
-	"DELIVERY_ID":      "a delivery id, from POST /v1/events or a deliveries list",
 	"SCHEDULE_ID":      "a schedule id, from POST /v1/schedules or GET /v1/schedules",
 }
 
