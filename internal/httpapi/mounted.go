@@ -31,7 +31,7 @@ func (s *Server) mountRoutes(core []route) ([]route, error) {
 				handle: handlerFunc(mr.Handle), request: mr.Request, response: mr.Response, media: mr.Media,
 				status: mr.Status, example: mr.Example, vars: mr.Vars}
 			for _, p := range mr.Params {
-				rt.params = append(rt.params, param{in: p.In, name: p.Name, doc: p.Doc, enum: p.Enum})
+				rt.params = append(rt.params, fromMount(p))
 			}
 			switch {
 			case seen[rt.pattern()]:

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
 )
 
 // route is one endpoint: its pattern, the role it needs, its handler and
@@ -56,11 +57,13 @@ func query(name, doc string, enum ...string) param {
 }
 
 var (
-	regionJob    = query("region", "the job's region; without it every region the key may use is searched")
-	regionList   = query("region", "list one region; without it every region the key may use, merged newest first")
-	regionOne    = query("region", "the region; required unless the key may use only one")
-	pageAfter    = query("after", "next_cursor of the previous page")
-	pageLimit    = query("limit", "page size, 1 to 500; default 100")
+	// The parameters mounted routes share (mount.RegionJob, ...): one
+	// wording for the core's and the plug-ins' documents.
+	regionJob    = fromMount(mount.RegionJob)
+	regionList   = fromMount(mount.RegionList)
+	regionOne    = fromMount(mount.RegionOne)
+	pageAfter    = fromMount(mount.PageAfter)
+	pageLimit    = fromMount(mount.PageLimit)
 	filterKind   = query("kind", "only jobs of this kind")
 	filterTenant = query("tenant", "admin keys only: only this tenant's jobs")
 	jobVars      = map[string]string{"id": "JOB_ID"}
@@ -196,3 +199,6 @@ func (rt route) curl(region string) string {
 	}
 	return b.String()
 }
+
+// fromMount is a mount.Param as the core's route table holds it.
+func fromMount(p mount.Param) param { return param{in: p.In, name: p.Name, doc: p.Doc, enum: p.Enum} }

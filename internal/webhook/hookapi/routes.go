@@ -499,15 +499,23 @@ func (s *server) handleListEventDeliveries(w http.ResponseWriter, r *http.Reques
 	return mount.WriteJSON(w, http.StatusOK, deliveryPage(ds, limit))
 }
 
-func (s *server) handleRedeliverDelivery(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+// delivery resolves the {id} of a delivery route: the delivery job (as
+// the core finds a job, so another tenant's reads as missing) and its
+// region's registry. A job of another kind is no delivery: 404.
+func (s *server) delivery(r *http.Request, p auth.Principal) (*job.Job, Registry, error) {
 	j, err := s.h.FindJob(r, p)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if j.Kind != webhook.Kind {
-		return mount.NotFound("delivery " + j.ID)
+		return nil, nil, mount.NotFound("delivery " + j.ID)
 	}
 	reg, err := s.registry(j.Region)
+	return j, reg, err
+}
+
+func (s *server) handleRedeliverDelivery(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	j, reg, err := s.delivery(r, p)
 	if err != nil {
 		return err
 	}
@@ -526,14 +534,7 @@ func (s *server) handleRedeliverDelivery(w http.ResponseWriter, r *http.Request,
 // the subscriber's, and a producer could otherwise read whatever its URL
 // reflects back.
 func (s *server) handleGetDeliveryResponse(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	j, err := s.h.FindJob(r, p)
-	if err != nil {
-		return err
-	}
-	if j.Kind != webhook.Kind {
-		return mount.NotFound("delivery " + j.ID)
-	}
-	reg, err := s.registry(j.Region)
+	j, reg, err := s.delivery(r, p)
 	if err != nil {
 		return err
 	}
