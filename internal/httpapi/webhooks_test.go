@@ -37,6 +37,10 @@ type putSubscriberResponse struct {
 	Subscriber struct {
 		Tenant   string `json:"tenant"`
 		LimitKey string `json:"limit_key"`
+		Rate     *struct {
+			Window string `json:"window"`
+			Burst  int    `json:"burst"`
+		} `json:"rate"`
 	} `json:"subscriber"`
 	Created bool   `json:"created"`
 	Secret  string `json:"secret"`
