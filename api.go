@@ -83,15 +83,13 @@ func (c *Client) NewAPI(ctx context.Context, cfg APIConfig) (*API, error) {
 		return nil, err
 	}
 	regions := map[string]store.Store{}
-	hooks := map[string]httpapi.WebhookRegistry{}
 	writers := map[string]*engine.Jobs{}
 	for name, rt := range c.regions {
 		regions[name] = rt.store
-		hooks[name] = rt.hooks
 		writers[name] = rt.jobs
 	}
 	srv, err := httpapi.New(httpapi.Config{
-		Regions: regions, Jobs: writers, Webhooks: hooks, Mounts: c.mounts(), Notify: c.notify, Handles: c.handles, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
+		Regions: regions, Jobs: writers, Mounts: c.mounts(), Notify: c.notify, Handles: c.handles, Auth: authAdapter{keys}, Keys: keyAdapter{keys},
 		DefaultLimit: c.cfg.DefaultLimit, InteractiveBudget: c.cfg.InteractiveBudget, BatchBudget: c.cfg.BatchBudget,
 		Registerer: c.registry, Gatherer: c.registry, Now: c.cfg.Now, Logger: c.cfg.Logger, Version: Version,
 		RequestRate: cfg.RequestRate, RequestBurst: cfg.RequestBurst,

@@ -19,7 +19,6 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/postgres"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
-	"github.com/ratelane/ratelane/internal/webhook"
 )
 
 // ErrNotFound is returned for a job or key that does not exist in the region.
@@ -35,6 +34,12 @@ type BuiltinKind = job.BuiltinKind
 // ReservedKinds lists the built-in kinds that Insert refuses; kinds that
 // start with "ratelane." are reserved as well.
 func ReservedKinds() []BuiltinKind { return job.ReservedKinds() }
+
+// WebhookKind is the job kind of webhook deliveries, kept for programs
+// written before webhooks became a plug-in.
+//
+// Deprecated: use webhooks.Kind.
+const WebhookKind = "webhook"
 
 // ErrConflict is returned when a job is not in a state that allows the
 // operation (cancelling a finished job, redriving one that is not terminal).
@@ -65,7 +70,9 @@ type regionRT struct {
 	jobs   *engine.Jobs
 	obs    *observer
 	engine *engine.Engine
-	hooks  *webhook.Registry
+	// subs finds the region's webhook subscribers for plug-ins (the
+	// webhooks plug-in provides it; SetSubscribers).
+	subs SubscriberLookup
 	// producer enqueues the ticks of the region's schedules.
 	producer *schedule.Producer
 	// kinds are the kinds the region's engine runs; read-only after
@@ -131,9 +138,6 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	}
 	if err := c.openSchedules(rt, r.Name); err != nil {
 		return fmt.Errorf("ratelane: region %q: schedules: %w", r.Name, err)
-	}
-	if err := c.openWebhooks(rt, kinds); err != nil {
-		return fmt.Errorf("ratelane: region %q: webhooks: %w", r.Name, err)
 	}
 	if err := c.bindPlugins(ctx, r.Name, rt, kinds); err != nil {
 		return fmt.Errorf("ratelane: region %q: %w", r.Name, err)
@@ -302,8 +306,8 @@ type InsertResult struct {
 
 // Insert validates and durably inserts one job. Built-in kinds (webhook
 // deliveries, reviews and their parts; see ReservedKinds) are refused with
-// a *ReservedKindError: ratelane creates those itself, through
-// Webhooks().Publish and the review plug-in's Submit.
+// a *ReservedKindError: ratelane creates those itself, through the
+// webhooks plug-in's Publish and the review plug-in's Submit.
 func (c *Client) Insert(ctx context.Context, p InsertParams) (InsertResult, error) {
 	res, err := c.InsertMany(ctx, []InsertParams{p})
 	if err != nil {

@@ -77,15 +77,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests replace it.
 	Now func() time.Time
-	// Webhooks configures webhook subscribers, events and, when
-	// Webhooks.Deliver is set, the built-in "webhook" job kind.
-	Webhooks WebhookConfig
 	// Registry receives ratelane's metrics and is served at /metrics by
 	// the HTTP API; default a new registry with Go and process collectors.
 	// ratelane never uses the global registry: it is also a library.
 	Registry *prometheus.Registry
 
-	// Plugins add built-in features (reviews: package review) with their
+	// Plugins add built-in features (reviews: package review; webhook
+	// subscribers, events and deliveries: package webhooks) with their
 	// kinds, HTTP routes and commands; see Plugin. NewClient binds each to
 	// every region, in order.
 	Plugins []Plugin

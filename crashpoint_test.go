@@ -179,44 +179,18 @@ func TestCrashPoints(t *testing.T) {
 		hs := httptest.NewServer(recv)
 		defer hs.Close()
 		dir := filepath.Join(t.TempDir(), "data")
-		var review struct {
-			ID string `json:"id"`
-		}
-		crashed(t, bin, dir, crashpoint.PublishBeforeCAS, func(s *server) {
-			sub := map[string]any{"url": hs.URL + "/hook", "topics": []string{"*"}, "tenant": "acme"}
-			if _, _, err := s.do("PUT", "/v1/subscribers/ci?region=us", sub, nil); err != nil {
-				t.Fatal(err)
-			}
-			body := map[string]any{"region": "us", "tenant": "acme", "repo": "acme/app", "change": "1", "provider": "rules",
-				"diff":    "diff --git a/app.go b/app.go\n--- a/app.go\n+++ b/app.go\n@@ -1,3 +1,4 @@\n package app\n \n+// TODO: handle retries\n func Run() {}\n",
-				"publish": map[string]string{"kind": "webhook", "target": "ci"}}
-			if _, _, err := s.do("POST", "/v1/reviews", body, &review); err != nil {
-				t.Fatal(err)
-			}
-		})
+		reviewID := crashReviewToSubscriber(t, bin, dir, crashpoint.PublishBeforeCAS, hs.URL+"/hook", "1")
 		if n := recv.total(); n != 0 {
 			t.Fatalf("the receiver got %d deliveries before the crash; the crash point is past the side effect it should follow", n)
 		}
 		s := startServe(t, bin, dir)
 		const wait = 60 * time.Second
 		testkit.WaitFor(t, wait, "the receiver to get the review's delivery", func() bool { return recv.total() > 0 })
-		published := func(id string) func() error {
-			return func() error {
-				var j jobAnswer
-				if _, _, err := s.do("GET", "/v1/jobs/"+id+"?region=us", nil, &j); err != nil {
-					t.Fatal(err)
-				}
-				if j.State != "published" {
-					return fmt.Errorf("job %s is %s", id, j.State)
-				}
-				return nil
-			}
-		}
-		testkit.Eventually(t, wait, "the review to publish after the restart", published(review.ID))
+		testkit.Eventually(t, wait, "the review to publish after the restart", jobPublished(t, s, reviewID))
 		// Let a duplicate, if there were one, arrive before counting.
 		deliveries := jobsOf(t, s, "webhook")
 		for _, d := range deliveries {
-			testkit.Eventually(t, wait, "the delivery to publish", published(d.ID))
+			testkit.Eventually(t, wait, "the delivery to publish", jobPublished(t, s, d.ID))
 		}
 		s.stop()
 		ids, most := recv.stats()
@@ -232,23 +206,9 @@ func TestCrashPoints(t *testing.T) {
 		hs := httptest.NewServer(recv)
 		defer hs.Close()
 		dir := filepath.Join(t.TempDir(), "data")
-		var review struct {
-			ID string `json:"id"`
-		}
 		// Every part of the review finishes, the engine computes the
 		// aggregate, and the process dies before the parent's advance.
-		crashed(t, bin, dir, crashpoint.PartsBeforeAdvance, func(s *server) {
-			sub := map[string]any{"url": hs.URL + "/hook", "topics": []string{"*"}, "tenant": "acme"}
-			if _, _, err := s.do("PUT", "/v1/subscribers/ci?region=us", sub, nil); err != nil {
-				t.Fatal(err)
-			}
-			body := map[string]any{"region": "us", "tenant": "acme", "repo": "acme/app", "change": "2", "provider": "rules",
-				"diff":    "diff --git a/app.go b/app.go\n--- a/app.go\n+++ b/app.go\n@@ -1,3 +1,4 @@\n package app\n \n+// TODO: handle retries\n func Run() {}\n",
-				"publish": map[string]string{"kind": "webhook", "target": "ci"}}
-			if _, _, err := s.do("POST", "/v1/reviews", body, &review); err != nil {
-				t.Fatal(err)
-			}
-		})
+		review := struct{ ID string }{crashReviewToSubscriber(t, bin, dir, crashpoint.PartsBeforeAdvance, hs.URL+"/hook", "2")}
 		if n := recv.total(); n != 0 {
 			t.Fatalf("the receiver got %d deliveries before the crash; the review advanced before the crash point", n)
 		}
@@ -282,16 +242,7 @@ func TestCrashPoints(t *testing.T) {
 		testkit.WaitFor(t, wait, "the receiver to get the review's delivery", func() bool { return recv.total() > 0 })
 		deliveries := jobsOf(t, s, "webhook")
 		for _, d := range deliveries {
-			testkit.Eventually(t, wait, "the delivery to publish", func() error {
-				var j jobAnswer
-				if _, _, err := s.do("GET", "/v1/jobs/"+d.ID+"?region=us", nil, &j); err != nil {
-					t.Fatal(err)
-				}
-				if j.State != "published" {
-					return fmt.Errorf("delivery %s is %s", d.ID, j.State)
-				}
-				return nil
-			})
+			testkit.Eventually(t, wait, "the delivery to publish", jobPublished(t, s, d.ID))
 		}
 		s.stop()
 		aggregations := 0
@@ -308,6 +259,44 @@ func TestCrashPoints(t *testing.T) {
 				aggregations, len(deliveries), ids, most)
 		}
 	})
+}
+
+// crashReviewToSubscriber runs `ratelane serve` in dir until it crashes at
+// point, having first declared acme's subscriber "ci" at hookURL and
+// submitted a one-part review of change published to it; it returns the
+// review's id.
+func crashReviewToSubscriber(t *testing.T, bin, dir, point, hookURL, change string) string {
+	t.Helper()
+	var review struct {
+		ID string `json:"id"`
+	}
+	crashed(t, bin, dir, point, func(s *server) {
+		sub := map[string]any{"url": hookURL, "topics": []string{"*"}, "tenant": "acme"}
+		if _, _, err := s.do("PUT", "/v1/subscribers/ci?region=us", sub, nil); err != nil {
+			t.Fatal(err)
+		}
+		body := map[string]any{"region": "us", "tenant": "acme", "repo": "acme/app", "change": change, "provider": "rules",
+			"diff":    "diff --git a/app.go b/app.go\n--- a/app.go\n+++ b/app.go\n@@ -1,3 +1,4 @@\n package app\n \n+// TODO: handle retries\n func Run() {}\n",
+			"publish": map[string]string{"kind": "webhook", "target": "ci"}}
+		if _, _, err := s.do("POST", "/v1/reviews", body, &review); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return review.ID
+}
+
+// jobPublished is a testkit.Eventually check that job id is published.
+func jobPublished(t *testing.T, s *server, id string) func() error {
+	return func() error {
+		var j jobAnswer
+		if _, _, err := s.do("GET", "/v1/jobs/"+id+"?region=us", nil, &j); err != nil {
+			t.Fatal(err)
+		}
+		if j.State != "published" {
+			return fmt.Errorf("job %s is %s", id, j.State)
+		}
+		return nil
+	}
 }
 
 // hookReceiver is a loopback webhook receiver that counts receptions by

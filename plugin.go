@@ -126,6 +126,47 @@ func (r *PluginRegion) OnFinished(fn func(j *Job, to State)) {
 	r.rt.obs.finished = append(r.rt.obs.finished, fn)
 }
 
+// SetSubscribers makes l the region's webhook subscriber lookup, which
+// other plug-ins reach through Subscribers; the webhooks plug-in sets it.
+// It may be called only during Bind, once per region.
+func (r *PluginRegion) SetSubscribers(l SubscriberLookup) error {
+	if r.bound {
+		return fmt.Errorf("ratelane: plug-in %s set the subscriber lookup after Bind returned", r.plugin)
+	}
+	if r.rt.subs != nil {
+		return fmt.Errorf("ratelane: plug-in %s: region %q already has a subscriber lookup", r.plugin, r.name)
+	}
+	r.rt.subs = l
+	return nil
+}
+
+// Subscribers returns the region's webhook subscriber lookup: the one the
+// webhooks plug-in set, or, without that plug-in, one that knows no
+// subscriber. Call it after NewClient has returned (plug-ins bind in
+// order, and the webhooks plug-in may come later).
+func (r *PluginRegion) Subscribers() SubscriberLookup {
+	if r.rt.subs == nil {
+		return noSubscribers{}
+	}
+	return r.rt.subs
+}
+
+// SubscriberLookup finds a region's webhook subscribers. It is how the
+// core and other plug-ins (a review published to a subscriber) learn of
+// subscribers without importing the webhooks plug-in, which implements it.
+type SubscriberLookup interface {
+	// SubscriberTenant returns the tenant that owns subscriber id;
+	// ErrNotFound when the region has no such subscriber.
+	SubscriberTenant(ctx context.Context, id string) (string, error)
+}
+
+// noSubscribers is the lookup of a client without the webhooks plug-in.
+type noSubscribers struct{}
+
+func (noSubscribers) SubscriberTenant(context.Context, string) (string, error) {
+	return "", fmt.Errorf("no webhooks plug-in is configured (webhooks.New in Config.Plugins): %w", ErrNotFound)
+}
+
 // OnStart calls fn when Client.Start starts the region, after its engine.
 func (r *PluginRegion) OnStart(fn func(ctx context.Context)) { r.rt.starts = append(r.rt.starts, fn) }
 

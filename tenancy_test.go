@@ -22,6 +22,7 @@ import (
 	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/webhook"
 	"github.com/ratelane/ratelane/review"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // Canaries: the victim's diff line, the victim's receiver's answer, and
@@ -131,8 +132,8 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 		}
 	}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: regions,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true}}
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Plugins: []ratelane.Plugin{webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})}}
 	p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 	}
 	e.must(e.do("PUT", "/v1/subscribers/globex-hook?region=us", tenancyAdminKey, map[string]any{
 		"url": hooks.URL + "/globex-hook", "topics": []string{"order.paid"}, "tenant": "globex"}), 200, nil)
-	var pub ratelane.PublishResult
+	var pub webhooks.PublishResult
 	e.must(e.do("POST", "/v1/events", e.keys["acme/producer"], map[string]any{
 		"topic": "order.paid", "id": "ord-1", "region": "us", "payload": map[string]any{"order": 1}}), 202, &pub)
 	for _, d := range pub.Deliveries {
@@ -596,7 +597,7 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 	}
 	// The operator still sees the bounded failed answer.
 	a := e.do("GET", "/v1/deliveries/"+e.failedDelivery+"/response?region=us", admin, nil)
-	var rr ratelane.DeliveryResponse
+	var rr webhooks.DeliveryResponse
 	e.must(a, 200, &rr)
 	if rr.Status != 400 || !strings.Contains(rr.Body, receiverCanary) || len(rr.Body) > webhook.MaxBodyPrefix {
 		t.Fatalf("admin's view of the failed answer: %+v", rr)

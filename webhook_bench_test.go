@@ -14,6 +14,7 @@ import (
 	"github.com/ratelane/ratelane/internal/bench"
 	"github.com/ratelane/ratelane/internal/demo"
 	"github.com/ratelane/ratelane/internal/upstream"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // BenchmarkWebhookFanout measures pacing across 50 subscribers with
@@ -40,12 +41,12 @@ func webhookFanout(b *testing.B) {
 		rate := max(1, int(math.Round(math.Pow(30, float64(i)/49))))
 		subs[i] = demo.Allowance{ID: fmt.Sprintf("sub-%02d", i+1), Rate: rate, Burst: max(1, rate/4)}
 	}
-	e := newIdleHookEnv(b, true, func(c *ratelane.Config) { c.Workers = 64 })
-	var events []ratelane.Event
+	e := newIdleHookEnv(b, true, func(c *ratelane.Config, _ *webhooks.Config) { c.Workers = 64 })
+	var events []webhooks.Event
 	for _, s := range subs {
 		e.subscribeTopic(s.ID, s.ID, s.Rate, s.Burst)
 		for i := range s.Rate * seconds {
-			events = append(events, ratelane.Event{Topic: s.ID, ID: fmt.Sprintf("%s-%d", s.ID, i), Payload: []byte(`{"n":1}`)})
+			events = append(events, webhooks.Event{Topic: s.ID, ID: fmt.Sprintf("%s-%d", s.ID, i), Payload: []byte(`{"n":1}`)})
 		}
 	}
 	total := len(events)
@@ -55,7 +56,7 @@ func webhookFanout(b *testing.B) {
 	g.SetLimit(16)
 	for _, ev := range events {
 		g.Go(func() error {
-			_, err := e.client.Webhooks().Publish(context.Background(), "us", ev)
+			_, err := e.hooks.Publish(context.Background(), "us", ev)
 			return err
 		})
 	}
@@ -101,9 +102,9 @@ func (e *hookEnv) subscribeTopic(id, topic string, rate, burst int) {
 	if err := e.sim.AddRoute(id, upstream.RouteConfig{Rate: float64(rate), Burst: burst}); err != nil {
 		e.t.Fatal(err)
 	}
-	spec := ratelane.SubscriberSpec{ID: id, URL: e.sim.RouteURL(id), Topics: []string{topic},
-		Rate: &ratelane.SubscriberRate{Limit: rate, Burst: burst}}
-	if _, _, _, err := e.client.Webhooks().PutSubscriber(context.Background(), "us", spec); err != nil {
+	spec := webhooks.SubscriberSpec{ID: id, URL: e.sim.RouteURL(id), Topics: []string{topic},
+		Rate: &webhooks.SubscriberRate{Limit: rate, Burst: burst}}
+	if _, _, _, err := e.hooks.PutSubscriber(context.Background(), "us", spec); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -115,22 +116,23 @@ func (e *hookEnv) subscribeTopic(id, topic string, rate, burst int) {
 func BenchmarkPublish10kSubscribers(b *testing.B) {
 	for _, sync := range []string{"FULL", "NORMAL"} {
 		b.Run("synchronous="+sync, func(b *testing.B) {
+			hooks := webhooks.New(webhooks.Config{})
 			c, err := ratelane.NewClient(context.Background(), ratelane.Config{DataDir: b.TempDir(),
-				Regions: []ratelane.Region{{Name: "us", Synchronous: sync}}})
+				Regions: []ratelane.Region{{Name: "us", Synchronous: sync}}, Plugins: []ratelane.Plugin{hooks}})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
 			for i := range 10_000 {
-				spec := ratelane.SubscriberSpec{ID: fmt.Sprintf("s%05d", i), URL: "https://example.com/h", Topics: []string{"t"},
-					Rate: &ratelane.SubscriberRate{Limit: 10}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
-				if _, _, _, err := c.Webhooks().PutSubscriber(context.Background(), "us", spec); err != nil {
+				spec := webhooks.SubscriberSpec{ID: fmt.Sprintf("s%05d", i), URL: "https://example.com/h", Topics: []string{"t"},
+					Rate: &webhooks.SubscriberRate{Limit: 10}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+				if _, _, _, err := hooks.PutSubscriber(context.Background(), "us", spec); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ResetTimer()
 			for i := range b.N {
-				res, err := c.Webhooks().Publish(context.Background(), "us", ratelane.Event{Topic: "t", ID: fmt.Sprintf("e%d", i), Payload: []byte(`{"n":1}`)})
+				res, err := hooks.Publish(context.Background(), "us", webhooks.Event{Topic: "t", ID: fmt.Sprintf("e%d", i), Payload: []byte(`{"n":1}`)})
 				if err != nil || res.Created != 10_000 {
 					b.Fatalf("publish: %d created, %v", res.Created, err)
 				}

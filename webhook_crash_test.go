@@ -18,6 +18,7 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // hookCrashChildEnv makes the test binary act as a delivering process.
@@ -31,8 +32,8 @@ func TestWebhookCrashChild(t *testing.T) {
 		t.Skip("run by TestWebhookKill9Recovery as a subprocess")
 	}
 	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 32, LeaseFor: 2 * time.Second,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true}}
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Plugins: []ratelane.Plugin{webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})}}
 	c, err := ratelane.NewClient(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +98,9 @@ func TestWebhookKill9Recovery(t *testing.T) {
 	defer front.Close()
 
 	dir := t.TempDir()
-	producer, err := ratelane.NewClient(context.Background(), ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}})
+	hooks := webhooks.New(webhooks.Config{})
+	producer, err := ratelane.NewClient(context.Background(), ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}},
+		Plugins: []ratelane.Plugin{hooks}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,15 +111,15 @@ func TestWebhookKill9Recovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Paced so the fan-out takes a few seconds and the kill lands mid-way.
-		spec := ratelane.SubscriberSpec{ID: id, URL: front.URL + "/hooks/" + id, Topics: []string{"shipment.updated"},
-			Rate: &ratelane.SubscriberRate{Limit: 10, Burst: 2}}
-		if _, _, _, err := producer.Webhooks().PutSubscriber(context.Background(), "us", spec); err != nil {
+		spec := webhooks.SubscriberSpec{ID: id, URL: front.URL + "/hooks/" + id, Topics: []string{"shipment.updated"},
+			Rate: &webhooks.SubscriberRate{Limit: 10, Burst: 2}}
+		if _, _, _, err := hooks.PutSubscriber(context.Background(), "us", spec); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range events {
-		ev := ratelane.Event{Topic: "shipment.updated", ID: fmt.Sprintf("shp_%03d", i), Version: 1, Payload: []byte(`{"n":1}`)}
-		if res, err := producer.Webhooks().Publish(context.Background(), "us", ev); err != nil || res.Created != subscribers {
+		ev := webhooks.Event{Topic: "shipment.updated", ID: fmt.Sprintf("shp_%03d", i), Version: 1, Payload: []byte(`{"n":1}`)}
+		if res, err := hooks.Publish(context.Background(), "us", ev); err != nil || res.Created != subscribers {
 			t.Fatalf("publish: %+v, %v", res, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/webhook"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // hookEnv is a client delivering webhooks from an SQLite store in a temp
@@ -21,10 +22,11 @@ import (
 type hookEnv struct {
 	t      testing.TB
 	client *ratelane.Client
+	hooks  *webhooks.Plugin
 	sim    *upstream.Server
 }
 
-func newHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Config)) *hookEnv {
+func newHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Config, *webhooks.Config)) *hookEnv {
 	t.Helper()
 	e := newIdleHookEnv(t, allowPrivate, tweak...)
 	if err := e.client.Start(context.Background()); err != nil {
@@ -34,7 +36,7 @@ func newHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Config)
 }
 
 // newIdleHookEnv is newHookEnv without starting the engine.
-func newIdleHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Config)) *hookEnv {
+func newIdleHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Config, *webhooks.Config)) *hookEnv {
 	t.Helper()
 	sim, err := upstream.New(upstream.Config{})
 	if err != nil {
@@ -43,18 +45,20 @@ func newIdleHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Con
 	t.Cleanup(func() { sim.Close() })
 	cfg := ratelane.Config{
 		DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us", Synchronous: "NORMAL"}}, Workers: 32,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: allowPrivate},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
+	hcfg := webhooks.Config{Deliver: true, AllowPrivateTargets: allowPrivate}
 	for _, f := range tweak {
-		f(&cfg)
+		f(&cfg, &hcfg)
 	}
+	hooks := webhooks.New(hcfg)
+	cfg.Plugins = append(cfg.Plugins, hooks)
 	c, err := ratelane.NewClient(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Stop(context.Background()) })
-	return &hookEnv{t: t, client: c, sim: sim}
+	return &hookEnv{t: t, client: c, hooks: hooks, sim: sim}
 }
 
 // subscribe adds a simulator route limited to rate/burst (0: unlimited)
@@ -63,23 +67,23 @@ func (e *hookEnv) subscribe(id string, rate, burst int) string {
 	e.t.Helper()
 	secret := webhook.NewSecret()
 	rc := upstream.RouteConfig{Secrets: []string{secret}}
-	spec := ratelane.SubscriberSpec{ID: id, URL: e.sim.RouteURL(id), Topics: []string{"shipment.updated"}, Secret: secret}
+	spec := webhooks.SubscriberSpec{ID: id, URL: e.sim.RouteURL(id), Topics: []string{"shipment.updated"}, Secret: secret}
 	if rate > 0 {
 		rc.Rate, rc.Burst = float64(rate), burst
-		spec.Rate = &ratelane.SubscriberRate{Limit: rate, Burst: burst}
+		spec.Rate = &webhooks.SubscriberRate{Limit: rate, Burst: burst}
 	}
 	if err := e.sim.AddRoute(id, rc); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, _, _, err := e.client.Webhooks().PutSubscriber(context.Background(), "us", spec); err != nil {
+	if _, _, _, err := e.hooks.PutSubscriber(context.Background(), "us", spec); err != nil {
 		e.t.Fatal(err)
 	}
 	return secret
 }
 
-func (e *hookEnv) publish(id string, version int64) ratelane.PublishResult {
+func (e *hookEnv) publish(id string, version int64) webhooks.PublishResult {
 	e.t.Helper()
-	res, err := e.client.Webhooks().Publish(context.Background(), "us", ratelane.Event{
+	res, err := e.hooks.Publish(context.Background(), "us", webhooks.Event{
 		Topic: "shipment.updated", ID: id, Version: version, Payload: json.RawMessage(`{"shipment":"` + id + `"}`)})
 	if err != nil {
 		e.t.Fatal(err)
@@ -145,11 +149,11 @@ func TestWebhookPublishIdempotent(t *testing.T) {
 		t.Fatalf("a new version created %d deliveries, want 2", third.Created)
 	}
 	e.waitAccepted("a", 2, 10*time.Second)
-	ds, err := e.client.Webhooks().EventDeliveries(context.Background(), "us", "", "shp_1", "", 0)
+	ds, err := e.hooks.EventDeliveries(context.Background(), "us", "", "shp_1", "", 0)
 	if err != nil || len(ds) != 4 {
 		t.Fatalf("event deliveries = %d, %v; want 4", len(ds), err)
 	}
-	mine, err := e.client.Webhooks().SubscriberDeliveries(context.Background(), "us", "a", "", 0)
+	mine, err := e.hooks.SubscriberDeliveries(context.Background(), "us", "a", "", 0)
 	if err != nil || len(mine) != 2 {
 		t.Fatalf("subscriber deliveries = %d, %v; want 2", len(mine), err)
 	}
@@ -162,7 +166,7 @@ func TestWebhookSecretRotation(t *testing.T) {
 	t.Parallel()
 	e := newHookEnv(t, true)
 	old := e.subscribe("rot", 0, 0)
-	_, next, err := e.client.Webhooks().RotateSecret(context.Background(), "us", "rot", time.Hour)
+	_, next, err := e.hooks.RotateSecret(context.Background(), "us", "rot", time.Hour)
 	if err != nil || next == old {
 		t.Fatalf("rotate: %v", err)
 	}
@@ -195,11 +199,11 @@ func TestWebhookGoneDisables(t *testing.T) {
 	if j.State != job.StateTerminal || j.Reason != job.ReasonSubscriberGone {
 		t.Fatalf("delivery ended %s/%s, want terminal/subscriber_gone", j.State, j.Reason)
 	}
-	sub, err := e.client.Webhooks().Subscriber(context.Background(), "us", "gone")
+	sub, err := e.hooks.Subscriber(context.Background(), "us", "gone")
 	if err != nil || sub.Enabled || sub.DisabledReason == "" {
 		t.Fatalf("subscriber = %+v, %v; want disabled with a reason", sub, err)
 	}
-	resp, err := e.client.Webhooks().LastFailedResponse(context.Background(), "us", j.ID)
+	resp, err := e.hooks.LastFailedResponse(context.Background(), "us", j.ID)
 	if err != nil || resp.Status != 410 {
 		t.Fatalf("last failed response = %+v, %v", resp, err)
 	}
@@ -212,14 +216,14 @@ func TestWebhookGoneDisables(t *testing.T) {
 // DisableAfter is disabled with a reason.
 func TestWebhookFailingDisables(t *testing.T) {
 	t.Parallel()
-	e := newHookEnv(t, true, func(c *ratelane.Config) { c.Webhooks.DisableAfter = 300 * time.Millisecond })
+	e := newHookEnv(t, true, func(_ *ratelane.Config, h *webhooks.Config) { h.DisableAfter = 300 * time.Millisecond })
 	e.subscribe("flaky", 0, 0)
 	if err := e.sim.UpdateRoute("flaky", func(rc *upstream.RouteConfig) { rc.StatusOverride = 500 }); err != nil {
 		t.Fatal(err)
 	}
 	res := e.publish("shp_1", 1)
 	e.waitDelivery(res.Deliveries[0].ID, 30*time.Second)
-	sub, err := e.client.Webhooks().Subscriber(context.Background(), "us", "flaky")
+	sub, err := e.hooks.Subscriber(context.Background(), "us", "flaky")
 	if err != nil || sub.Enabled || sub.Health.FailingSince.IsZero() {
 		t.Fatalf("subscriber = %+v, %v; want disabled after failing", sub, err)
 	}
@@ -234,7 +238,7 @@ func TestWebhookRedeliver(t *testing.T) {
 	e.subscribe("r", 0, 0)
 	res := e.publish("shp_1", 1)
 	e.waitDelivery(res.Deliveries[0].ID, 10*time.Second)
-	again, err := e.client.Webhooks().Redeliver(context.Background(), "us", res.Deliveries[0].ID)
+	again, err := e.hooks.Redeliver(context.Background(), "us", res.Deliveries[0].ID)
 	if err != nil || again.ID == res.Deliveries[0].ID || !again.Redelivery || again.MessageID != res.Deliveries[0].MessageID {
 		t.Fatalf("redeliver = %+v, %v", again, err)
 	}

@@ -141,9 +141,9 @@ func (rt *regionRT) checkTarget(ctx context.Context, tenant string, p Publish) e
 	if tenant == "" {
 		tenant = job.DefaultTenant
 	}
-	sub, err := rt.r.Client().Webhooks().Subscriber(ctx, rt.region, p.Target)
+	owner, err := rt.r.Subscribers().SubscriberTenant(ctx, p.Target)
 	switch {
-	case errors.Is(err, store.ErrNotFound) || err == nil && sub.Tenant != tenant:
+	case errors.Is(err, store.ErrNotFound) || err == nil && owner != tenant:
 		return fmt.Errorf("%w: publish.target %q is not a webhook subscriber of tenant %q in region %s",
 			errNoTarget, p.Target, tenant, rt.region)
 	case err != nil:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/review"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // This file composes the plug-ins: the binary is the one place that links
@@ -19,7 +20,7 @@ import (
 var stdinReader io.Reader = os.Stdin
 
 func init() {
-	for _, p := range []ratelane.Commander{review.New(review.Config{})} {
+	for _, p := range []ratelane.Commander{review.New(review.Config{}), webhooks.New(webhooks.Config{})} {
 		for _, c := range p.Commands() {
 			run := c.Run
 			register(c.Name, c.Summary, func(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 func init() {
@@ -270,12 +271,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return client.Close()
 }
 
-// registerBuiltins registers ratelane's built-in job kinds: webhook
-// deliveries (the SSRF guard stays on unless --allow-private-targets or the
-// config file's allow_private_targets says otherwise) and reviews, with the
-// config file's providers.
+// registerBuiltins enables ratelane's plug-ins: webhooks, delivering (the
+// SSRF guard stays on unless --allow-private-targets or the config file's
+// allow_private_targets says otherwise), and reviews, with the config
+// file's providers.
 func registerBuiltins(cfg *ratelane.Config, f *serverFlags) error {
-	cfg.Webhooks.Deliver = true
-	cfg.Webhooks.AllowPrivateTargets = f.allowPrivate
+	cfg.Plugins = append(cfg.Plugins, webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: f.allowPrivate}))
 	return registerReviews(cfg, f.providers, osKeys, f.config)
 }

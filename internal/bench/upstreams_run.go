@@ -14,6 +14,7 @@ import (
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/webhook"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // runUpstreams runs every mix of the upstreams plan through ratelane's
@@ -64,18 +65,18 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	}
 	e.sims = append(e.sims, sim)
 	e.name = "upstreams_" + m.Name
-	c, err := e.client(ctx, ratelane.Config{Workers: plan.Workers,
-		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true}})
+	hooks := webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})
+	c, err := e.client(ctx, ratelane.Config{Workers: plan.Workers, Plugins: []ratelane.Plugin{hooks}})
 	if err != nil {
 		return MixOutcome{}, err
 	}
 	for _, d := range m.Destinations {
-		spec := ratelane.SubscriberSpec{ID: d.Name, URL: sim.RouteURL(d.Name), Topics: []string{d.Name},
-			Rate: &ratelane.SubscriberRate{Limit: d.Declared, Period: webhook.Period(time.Second)}, Adaptive: d.Adaptive, Secret: secrets[d.Name]}
+		spec := webhooks.SubscriberSpec{ID: d.Name, URL: sim.RouteURL(d.Name), Topics: []string{d.Name},
+			Rate: &webhooks.SubscriberRate{Limit: d.Declared, Period: webhook.Period(time.Second)}, Adaptive: d.Adaptive, Secret: secrets[d.Name]}
 		if d.Fixed {
 			spec.Rate.Window = webhook.WindowFixed
 		}
-		if _, _, _, err := c.Webhooks().PutSubscriber(ctx, "us", spec); err != nil {
+		if _, _, _, err := hooks.PutSubscriber(ctx, "us", spec); err != nil {
 			return MixOutcome{}, fmt.Errorf("subscriber %s: %w", d.Name, err)
 		}
 	}
@@ -85,7 +86,7 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	g.SetLimit(16)
 	for i, d := range m.Order() {
 		g.Go(func() error {
-			_, err := c.Webhooks().Publish(gctx, "us", ratelane.Event{Topic: d.Name, ID: fmt.Sprintf("%s-%d", d.Name, i), Payload: []byte(`{"n":1}`)})
+			_, err := hooks.Publish(gctx, "us", webhooks.Event{Topic: d.Name, ID: fmt.Sprintf("%s-%d", d.Name, i), Payload: []byte(`{"n":1}`)})
 			return err
 		})
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/webhook"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // Config configures a run. Zero fields take the defaults documented on
@@ -163,18 +164,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer sim.Close()
-	client, err := newClient(ctx, dir, cfg.Workers)
+	client, hooks, err := newClient(ctx, dir, cfg.Workers)
 	if err != nil {
 		return Result{}, err
 	}
 	defer client.Stop(context.Background())
-	if err := addSubscribers(ctx, client, sim, subs); err != nil {
+	if err := addSubscribers(ctx, hooks, sim, subs); err != nil {
 		return Result{}, err
 	}
 	if err := client.Start(ctx); err != nil {
 		return Result{}, err
 	}
-	r := &run{cfg: cfg, client: client, sim: sim, subs: subs}
+	r := &run{cfg: cfg, client: client, hooks: hooks, sim: sim, subs: subs}
 	return r.execute(ctx)
 }
 
@@ -188,29 +189,32 @@ func newSimulator(subs []Allowance) (*upstream.Server, error) {
 	return upstream.New(upstream.Config{Routes: routes, Seed: 1})
 }
 
-// newClient opens the embedded store in dir with the webhook kind. The
-// subscribers live on loopback, so the SSRF guard is switched off here,
-// explicitly; `ratelane serve` keeps it on unless told otherwise.
-func newClient(ctx context.Context, dir string, workers int) (*ratelane.Client, error) {
+// newClient opens the embedded store in dir with the webhooks plug-in
+// delivering. The subscribers live on loopback, so the SSRF guard is
+// switched off here, explicitly; `ratelane serve` keeps it on unless told
+// otherwise.
+func newClient(ctx context.Context, dir string, workers int) (*ratelane.Client, *webhooks.Plugin, error) {
+	hooks := webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})
 	cfg := ratelane.Config{
 		DataDir: dir, Regions: []ratelane.Region{{Name: "us", Synchronous: "NORMAL"}}, Workers: workers,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Plugins: []ratelane.Plugin{hooks},
 	}
-	return ratelane.NewClient(ctx, cfg)
+	client, err := ratelane.NewClient(ctx, cfg)
+	return client, hooks, err
 }
 
 // addSubscribers declares each subscriber with its allowance and a secret
 // the simulator verifies.
-func addSubscribers(ctx context.Context, client *ratelane.Client, sim *upstream.Server, subs []Allowance) error {
+func addSubscribers(ctx context.Context, hooks *webhooks.Plugin, sim *upstream.Server, subs []Allowance) error {
 	for _, s := range subs {
 		secret := webhook.NewSecret()
 		if err := sim.UpdateRoute(s.ID, func(rc *upstream.RouteConfig) { rc.Secrets = []string{secret} }); err != nil {
 			return err
 		}
-		_, _, _, err := client.Webhooks().PutSubscriber(ctx, "us", ratelane.SubscriberSpec{
+		_, _, _, err := hooks.PutSubscriber(ctx, "us", webhooks.SubscriberSpec{
 			ID: s.ID, URL: sim.RouteURL(s.ID), Topics: []string{"shipment.updated"}, Secret: secret,
-			Rate: &ratelane.SubscriberRate{Limit: s.Rate, Burst: s.Burst},
+			Rate: &webhooks.SubscriberRate{Limit: s.Rate, Burst: s.Burst},
 		})
 		if err != nil {
 			return fmt.Errorf("subscriber %s: %w", s.ID, err)

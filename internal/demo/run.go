@@ -12,12 +12,14 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/upstream"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // run is one demo run in progress.
 type run struct {
 	cfg    Config
 	client *ratelane.Client
+	hooks  *webhooks.Plugin
 	sim    *upstream.Server
 	subs   []Allowance
 	start  time.Time
@@ -57,8 +59,8 @@ func (r *run) publish(ctx context.Context) error {
 				"shipment_id": id, "status": "in_transit", "carrier": "demo-post",
 				"location": map[string]string{"city": "Rotterdam", "country": "NL"},
 			})
-			ev := ratelane.Event{Topic: "shipment.updated", ID: id, Version: 1, Payload: body}
-			if _, err := r.client.Webhooks().Publish(ctx, "us", ev); err != nil {
+			ev := webhooks.Event{Topic: "shipment.updated", ID: id, Version: 1, Payload: body}
+			if _, err := r.hooks.Publish(ctx, "us", ev); err != nil {
 				return fmt.Errorf("publish event %s: %w", id, err)
 			}
 			return nil

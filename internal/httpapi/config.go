@@ -92,10 +92,6 @@ type Config struct {
 	Auth Authenticator
 	// Keys serves /v1/keys; nil means the key endpoints are not served.
 	Keys KeyManager
-	// Webhooks maps each region to its webhook registry and serves
-	// /v1/subscribers, /v1/events and /v1/deliveries; nil means those
-	// endpoints are not served. When set, every region needs one.
-	Webhooks map[string]WebhookRegistry
 	// Mounts add plug-ins' routes (reviews' /v1/reviews, for one), served
 	// with the same authentication, role, request-rate, region and
 	// problem+json handling as the core's and listed in GET /v1 and the
@@ -180,11 +176,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("httpapi: InteractiveBudget and BatchBudget must be at least 1s, got %v and %v", c.InteractiveBudget, c.BatchBudget)
 	case c.RequestBurst < 1:
 		return fmt.Errorf("httpapi: RequestBurst must be at least 1, got %d", c.RequestBurst)
-	}
-	for name := range c.Regions {
-		if c.Webhooks != nil && c.Webhooks[name] == nil {
-			return fmt.Errorf("httpapi: region %q has no webhook registry; Webhooks needs one per region", name)
-		}
 	}
 	def := c.DefaultLimit
 	def.Name = "default"

@@ -62,7 +62,7 @@ func (s *Server) handleRedriveDeadLetter(w http.ResponseWriter, r *http.Request,
 		return err
 	}
 	s.notify(j.Region)
-	return writeJSON(w, http.StatusOK, jobView{Job: shown(got)})
+	return writeJSON(w, http.StatusOK, jobView{Job: s.shown(got)})
 }
 
 func (s *Server) handleDeleteDeadLetter(w http.ResponseWriter, r *http.Request, p auth.Principal) error {

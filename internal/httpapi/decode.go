@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
 )
 
@@ -111,15 +111,5 @@ func jsonKind(goKind string) string {
 }
 
 // compactJSON returns raw without insignificant whitespace, or nil for an
-// absent or null value. Compact bodies make equal requests compare equal.
-func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, nil
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
+// absent or null value (mount.CompactJSON, shared with mounted routes).
+func compactJSON(raw json.RawMessage) (json.RawMessage, error) { return mount.CompactJSON(raw) }

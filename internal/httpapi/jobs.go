@@ -17,7 +17,6 @@ import (
 	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
-	"github.com/ratelane/ratelane/internal/webhook"
 )
 
 // Overload policies of POST /v1/jobs.
@@ -231,7 +230,7 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request, p auth.Pri
 	if err != nil {
 		return err
 	}
-	v := jobView{Job: shown(j)}
+	v := jobView{Job: s.shown(j)}
 	if v.Schedule, err = scheduleOf(r.Context(), st, j); err != nil {
 		return err
 	}
@@ -243,16 +242,21 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request, p auth.Pri
 	return writeJSON(w, http.StatusOK, v)
 }
 
-// shown is a job as the API returns it. A webhook delivery's result is
-// re-rendered as status and timing alone (webhook.Result): rows written
-// before results were bounded held the subscriber's answer, and what a
-// subscriber answers is never shown to anyone through a job.
-func shown(j *job.Job) *job.Job {
-	if j == nil || j.Kind != webhook.Kind || len(j.Result) == 0 {
+// shown is a job as the API returns it: the result of a kind a mounted
+// plug-in re-renders (mount.Host.ShowResult) is re-rendered. The webhooks
+// plug-in shows a delivery's status and timing alone: rows written before
+// results were bounded held the subscriber's answer, and what a subscriber
+// answers is never shown to anyone through a job.
+func (s *Server) shown(j *job.Job) *job.Job {
+	if j == nil || len(j.Result) == 0 {
+		return j
+	}
+	show := s.results[j.Kind]
+	if show == nil {
 		return j
 	}
 	cp := *j
-	cp.Result = webhook.PublicResult(j.Result)
+	cp.Result = show(j.Result)
 	return &cp
 }
 
@@ -363,5 +367,5 @@ func (s *Server) handleCancelJob(w http.ResponseWriter, r *http.Request, p auth.
 		return err
 	}
 	s.notify(j.Region) // a cancelled running job released its keys
-	return writeJSON(w, http.StatusOK, jobView{Job: shown(got)})
+	return writeJSON(w, http.StatusOK, jobView{Job: s.shown(got)})
 }

@@ -31,7 +31,7 @@ func (s *Server) mountRoutes(core []route) ([]route, error) {
 				handle: handlerFunc(mr.Handle), request: mr.Request, response: mr.Response, media: mr.Media,
 				status: mr.Status, example: mr.Example, vars: mr.Vars}
 			for _, p := range mr.Params {
-				rt.params = append(rt.params, param{in: p.In, name: p.Name, doc: p.Doc, enum: p.Enum})
+				rt.params = append(rt.params, fromMount(p))
 			}
 			switch {
 			case seen[rt.pattern()]:
@@ -87,6 +87,24 @@ func (h host) IdempotencyKey(r *http.Request, body string) (string, error) {
 
 func (h host) Notify(region string) { h.s.notify(region) }
 
+func (h host) OneRegion(r *http.Request, p auth.Principal) (string, error) {
+	return h.s.oneRegion(r, p)
+}
+
+func (h host) FindJob(r *http.Request, p auth.Principal) (*job.Job, error) {
+	j, _, err := h.s.findJob(r.Context(), r, p, ownTenant)
+	return j, err
+}
+
+func (h host) Page(r *http.Request) (string, int, error) { return pageOf(r) }
+
+func (h host) ShowResult(kind string, show func(json.RawMessage) json.RawMessage) {
+	if h.s.results == nil {
+		h.s.results = map[string]func(json.RawMessage) json.RawMessage{}
+	}
+	h.s.results[kind] = show
+}
+
 func (h host) ListJobs(r *http.Request, p auth.Principal, kind string) ([]*job.Job, string, error) {
 	if r.URL.Query().Get("kind") != "" {
 		return nil, "", fieldError("kind", "%s lists only its own kind; drop the kind parameter", r.URL.Path)
@@ -124,4 +142,15 @@ func (h host) Decode(w http.ResponseWriter, r *http.Request, dst any, limit int6
 			limit, strings.TrimSuffix(tooLarge, "."))
 	}
 	return decodeError(err)
+}
+
+// pageOf reads after and limit (see readLimit).
+func pageOf(r *http.Request) (string, int, error) {
+	q := r.URL.Query()
+	after := q.Get("after")
+	if len(after) > 200 {
+		return "", 0, fieldError("after", "after is at most 200 bytes")
+	}
+	limit, err := readLimit(q)
+	return after, limit, err
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
 )
 
 // route is one endpoint: its pattern, the role it needs, its handler and
@@ -56,11 +57,13 @@ func query(name, doc string, enum ...string) param {
 }
 
 var (
-	regionJob    = query("region", "the job's region; without it every region the key may use is searched")
-	regionList   = query("region", "list one region; without it every region the key may use, merged newest first")
-	regionOne    = query("region", "the region; required unless the key may use only one")
-	pageAfter    = query("after", "next_cursor of the previous page")
-	pageLimit    = query("limit", "page size, 1 to 500; default 100")
+	// The parameters mounted routes share (mount.RegionJob, ...): one
+	// wording for the core's and the plug-ins' documents.
+	regionJob    = fromMount(mount.RegionJob)
+	regionList   = fromMount(mount.RegionList)
+	regionOne    = fromMount(mount.RegionOne)
+	pageAfter    = fromMount(mount.PageAfter)
+	pageLimit    = fromMount(mount.PageLimit)
 	filterKind   = query("kind", "only jobs of this kind")
 	filterTenant = query("tenant", "admin keys only: only this tenant's jobs")
 	jobVars      = map[string]string{"id": "JOB_ID"}
@@ -154,9 +157,6 @@ func (s *Server) routes() []route {
 		)
 	}
 	rts = append(rts, s.scheduleRoutes()...)
-	if s.cfg.Webhooks != nil {
-		rts = append(rts, s.webhookRoutes()...)
-	}
 	return rts
 }
 
@@ -168,9 +168,6 @@ var exampleVars = map[string]string{
 	"LEASE_TOKEN":      "the lease_token POST /v1/leases returned with JOB_ID",
 	"DEAD_JOB_ID":      "a terminal job's id, from GET /v1/dead-letters",
 	"KEY_ID":           "an API key id, from GET /v1/keys",
-	"SUBSCRIBER_ID":    "a webhook subscriber id of your choice for PUT /v1/subscribers/{id}, else one from GET /v1/subscribers",
-	"EVENT_ID":         "an event id, as posted to POST /v1/events",
-	"DELIVERY_ID":      "a delivery id, from POST /v1/events or a deliveries list",
 	"SCHEDULE_ID":      "a schedule id, from POST /v1/schedules or GET /v1/schedules",
 }
 
@@ -202,3 +199,6 @@ func (rt route) curl(region string) string {
 	}
 	return b.String()
 }
+
+// fromMount is a mount.Param as the core's route table holds it.
+func fromMount(p mount.Param) param { return param{in: p.In, name: p.Name, doc: p.Doc, enum: p.Enum} }

@@ -40,6 +40,9 @@ type Server struct {
 	// vars documents the examples' shell variables, the core's and the
 	// mounted routes'.
 	vars map[string]string
+	// results re-render the results of a plug-in's kinds before a route
+	// shows them (mount.Host.ShowResult); written only while mounting.
+	results map[string]func(json.RawMessage) json.RawMessage
 	// discovery and openapi are the documents, rendered once in New.
 	discovery, openapi []byte
 }

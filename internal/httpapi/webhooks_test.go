@@ -12,20 +12,42 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/webhook"
+	"github.com/ratelane/ratelane/internal/webhook/hookapi"
 )
 
-// withWebhooks serves the webhook endpoints over each region's store.
+// withWebhooks mounts the webhooks plug-in's routes (hookapi) over each
+// region's store, as the plug-in does in a client.
 func withWebhooks(t *testing.T) func(*Config) {
 	return func(c *Config) {
-		c.Webhooks = map[string]WebhookRegistry{}
+		regs := map[string]hookapi.Registry{}
 		for name, st := range c.Regions {
 			reg, err := webhook.NewRegistry(webhook.RegistryConfig{Store: st, Now: c.Now, CacheFor: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.Webhooks[name] = reg
+			regs[name] = reg
 		}
+		c.Mounts = append(c.Mounts, hookapi.Routes(regs))
 	}
+}
+
+// putSubscriberResponse and deliveryList are the parts of the routes'
+// answers the tests read.
+type putSubscriberResponse struct {
+	Subscriber struct {
+		Tenant   string `json:"tenant"`
+		LimitKey string `json:"limit_key"`
+		Rate     *struct {
+			Window string `json:"window"`
+			Burst  int    `json:"burst"`
+		} `json:"rate"`
+	} `json:"subscriber"`
+	Created bool   `json:"created"`
+	Secret  string `json:"secret"`
+}
+
+type deliveryList struct {
+	Deliveries []webhook.DeliveryInfo `json:"deliveries"`
 }
 
 func newWebhookEnv(t *testing.T) *env {

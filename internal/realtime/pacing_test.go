@@ -16,6 +16,7 @@ import (
 	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/webhook"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 // TestWebhookPacing is the issue's acceptance test: a subscriber allowing
@@ -34,23 +35,24 @@ func TestWebhookPacing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sim.Close() })
+	hooks := webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})
 	c, err := ratelane.NewClient(ctx, ratelane.Config{
 		DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us", Synchronous: "NORMAL"}}, Workers: 32,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Webhooks: ratelane.WebhookConfig{Deliver: true, AllowPrivateTargets: true},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Plugins: []ratelane.Plugin{hooks},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Stop(context.Background()) })
 	// Each subscriber declares the allowance its simulated receiver enforces.
-	for id, rate := range map[string]ratelane.SubscriberRate{"slow": {Limit: 20, Burst: 5}, "fast": {Limit: 200, Burst: 20}} {
+	for id, rate := range map[string]webhooks.SubscriberRate{"slow": {Limit: 20, Burst: 5}, "fast": {Limit: 200, Burst: 20}} {
 		secret := webhook.NewSecret()
 		if err := sim.AddRoute(id, upstream.RouteConfig{Secrets: []string{secret}, Rate: float64(rate.Limit), Burst: rate.Burst}); err != nil {
 			t.Fatal(err)
 		}
-		spec := ratelane.SubscriberSpec{ID: id, URL: sim.RouteURL(id), Topics: []string{"shipment.updated"}, Secret: secret, Rate: &rate}
-		if _, _, _, err := c.Webhooks().PutSubscriber(ctx, "us", spec); err != nil {
+		spec := webhooks.SubscriberSpec{ID: id, URL: sim.RouteURL(id), Topics: []string{"shipment.updated"}, Secret: secret, Rate: &rate}
+		if _, _, _, err := hooks.PutSubscriber(ctx, "us", spec); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -59,7 +61,7 @@ func TestWebhookPacing(t *testing.T) {
 	// about how fast it can publish (under -race, slower than 200/s).
 	for i := range n {
 		id := fmt.Sprintf("shp_%05d", i)
-		if _, err := c.Webhooks().Publish(ctx, "us", ratelane.Event{
+		if _, err := hooks.Publish(ctx, "us", webhooks.Event{
 			Topic: "shipment.updated", ID: id, Version: 1, Payload: json.RawMessage(`{"shipment":"` + id + `"}`)}); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@
 package mount
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -107,7 +108,37 @@ type Host interface {
 	ListJobs(r *http.Request, p auth.Principal, kind string) (jobs []*job.Job, next string, err error)
 	// Notify wakes the region's long polls and engine after an insert.
 	Notify(region string)
+	// OneRegion resolves the region of a route about one region's object
+	// (a webhook subscriber): the region query parameter (checked), or
+	// the only region the key may use; with several it is required (400).
+	OneRegion(r *http.Request, p auth.Principal) (string, error)
+	// FindJob looks the job of the {id} path value up in the request's
+	// regions; another tenant's job answers 404 exactly like a missing one.
+	FindJob(r *http.Request, p auth.Principal) (*job.Job, error)
+	// Page reads a list route's after (at most 200 bytes) and limit (1 to
+	// 500, default 100) query parameters.
+	Page(r *http.Request) (after string, limit int, err error)
+	// ShowResult makes the server re-render the result of every job of
+	// kind before any core route shows it (GET /v1/jobs/{id} and the
+	// lists): a plug-in whose results once held what must not be shown
+	// (a webhook subscriber's answer) bounds them there. Call it only from
+	// the Mount function.
+	ShowResult(kind string, show func(json.RawMessage) json.RawMessage)
 }
+
+// The query parameters the server's own routes document, for mounted
+// routes that read them through Host.
+var (
+	// RegionOne is the region parameter of OneRegion.
+	RegionOne = Query("region", "the region; required unless the key may use only one")
+	// RegionJob is the region parameter of FindJob.
+	RegionJob = Query("region", "the job's region; without it every region the key may use is searched")
+	// RegionList is the region parameter of SearchRegions on a list route.
+	RegionList = Query("region", "list one region; without it every region the key may use, merged newest first")
+	// PageAfter and PageLimit are Page's parameters.
+	PageAfter = Query("after", "next_cursor of the previous page")
+	PageLimit = Query("limit", "page size, 1 to 500; default 100")
+)
 
 // Mount returns a plug-in's routes for one server. The server calls it once,
 // in httpapi.New.
@@ -160,4 +191,19 @@ func WriteJSON(w http.ResponseWriter, status int, v any) error {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	return json.NewEncoder(w).Encode(v)
+}
+
+// CompactJSON returns raw without insignificant whitespace, or nil for an
+// absent or null value, as the server stores job payloads: compact bodies
+// make equal requests compare equal.
+func CompactJSON(raw json.RawMessage) (json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

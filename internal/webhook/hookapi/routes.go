@@ -1,24 +1,32 @@
-package httpapi
+// Package hookapi is the webhooks plug-in's HTTP routes: /v1/subscribers,
+// /v1/events and /v1/deliveries, mounted into the API server through its
+// mount point (internal/httpapi/mount) exactly as the review routes are.
+// It sits below the public plug-in package (webhooks), which hands it one
+// registry per region, and imports neither the server nor the root
+// package.
+package hookapi
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/auth"
+	"github.com/ratelane/ratelane/internal/httpapi/mount"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/webhook"
 )
 
-// WebhookRegistry is one region's webhook subscribers and events, served
-// by /v1/subscribers, /v1/events and /v1/deliveries. *webhook.Registry
+// Registry is one region's webhook subscribers and events, served by
+// /v1/subscribers, /v1/events and /v1/deliveries. *webhook.Registry
 // implements it.
-type WebhookRegistry interface {
+type Registry interface {
 	Put(ctx context.Context, spec webhook.SubscriberSpec) (webhook.Record, string, bool, error)
 	Get(ctx context.Context, id string) (webhook.Record, error)
 	List(ctx context.Context, after string, limit int) ([]webhook.Record, error)
@@ -31,53 +39,85 @@ type WebhookRegistry interface {
 	LastFailedResponse(ctx context.Context, jobID string) (webhook.ResponseRecord, error)
 }
 
+// maxBody bounds a subscriber or event body: a full payload plus room for
+// the envelope, as the core's job routes allow.
+const maxBody = job.MaxPayloadBytes + 64<<10
+
+// varDocs says where the routes' shell variables come from.
+var varDocs = map[string]string{
+	"SUBSCRIBER_ID": "a webhook subscriber id of your choice for PUT /v1/subscribers/{id}, else one from GET /v1/subscribers",
+	"EVENT_ID":      "an event id, as posted to POST /v1/events",
+	"DELIVERY_ID":   "a delivery id, from POST /v1/events or a deliveries list",
+}
+
+// Routes returns the routes over regs, which must hold a registry for
+// every region of the server it is mounted into. Mounting them also makes
+// the server show a delivery job's result as status and timing alone
+// (webhook.PublicResult).
+func Routes(regs map[string]Registry) mount.Mount {
+	return func(h mount.Host) []mount.Route {
+		h.ShowResult(webhook.Kind, webhook.PublicResult)
+		s := &server{h: h, regs: regs}
+		rts := s.routes()
+		for i := range rts {
+			rts[i].VarDocs = varDocs
+		}
+		return rts
+	}
+}
+
+// server serves the routes for one API server.
+type server struct {
+	h    mount.Host
+	regs map[string]Registry
+}
+
 var subscriberVars = map[string]string{"id": "SUBSCRIBER_ID"}
 
-// webhookRoutes are the subscriber, event and delivery endpoints, served
-// when Config.Webhooks is set.
-func (s *Server) webhookRoutes() []route {
-	region := s.regions[0]
-	return []route{
-		{method: "PUT", path: "/v1/subscribers/{id}", name: "putSubscriber", role: auth.RoleAdmin,
-			summary: "Create or replace a webhook subscriber and its limit key subscriber:<id>; a generated secret is shown once",
-			handle:  s.handlePutSubscriber, request: subscriberRequest{}, response: putSubscriberResponse{}, status: 200,
-			params: []param{regionOne}, vars: subscriberVars,
-			example: `{"url":"https://hooks.example.com/ratelane","topics":["shipment.updated"],"rate":{"limit":20,"period":"1s","burst":5}}`},
-		{method: "GET", path: "/v1/subscribers", name: "listSubscribers", role: auth.RoleAdmin, summary: "List webhook subscribers in id order",
-			handle: s.handleListSubscribers, response: subscriberList{}, status: 200, params: []param{regionList, pageAfter, pageLimit}},
-		{method: "GET", path: "/v1/subscribers/{id}", name: "getSubscriber", role: auth.RoleAdmin,
-			summary: "Get a webhook subscriber: URL, topics, rate, health, disabled reason (never its secret)",
-			handle:  s.handleGetSubscriber, response: subscriberView{}, status: 200, params: []param{regionOne}, vars: subscriberVars},
-		{method: "POST", path: "/v1/subscribers/{id}/rotate-secret", name: "rotateSubscriberSecret", role: auth.RoleAdmin,
-			summary: "Give a subscriber a new signing secret (shown once); the old one keeps signing alongside it for the window",
-			handle:  s.handleRotateSubscriberSecret, response: rotateSecretResponse{}, status: 200,
-			params: []param{regionOne, query("window", "how long the old secret keeps signing, e.g. 24h; default the server's rotation window")},
-			vars:   subscriberVars},
-		{method: "GET", path: "/v1/subscribers/{id}/deliveries", name: "listSubscriberDeliveries", role: auth.RoleAdmin,
-			summary: "List a subscriber's deliveries, newest first: state, attempts, last status, next attempt",
-			handle:  s.handleListSubscriberDeliveries, response: deliveryList{}, status: 200,
-			params: []param{regionOne, pageAfter, pageLimit}, vars: subscriberVars},
-		{method: "DELETE", path: "/v1/subscribers/{id}", name: "deleteSubscriber", role: auth.RoleAdmin,
-			summary: "Delete a webhook subscriber; its queued deliveries end as subscriber_gone",
-			handle:  s.handleDeleteSubscriber, status: 204, params: []param{regionOne}, vars: subscriberVars},
+// routes are the subscriber, event and delivery endpoints.
+func (s *server) routes() []mount.Route {
+	region := s.h.Regions()[0]
+	return []mount.Route{
+		{Method: "PUT", Path: "/v1/subscribers/{id}", Name: "putSubscriber", Role: auth.RoleAdmin,
+			Summary: "Create or replace a webhook subscriber and its limit key subscriber:<id>; a generated secret is shown once",
+			Handle:  s.handlePutSubscriber, Request: subscriberRequest{}, Response: putSubscriberResponse{}, Status: 200,
+			Params: []mount.Param{mount.RegionOne}, Vars: subscriberVars,
+			Example: `{"url":"https://hooks.example.com/ratelane","topics":["shipment.updated"],"rate":{"limit":20,"period":"1s","burst":5}}`},
+		{Method: "GET", Path: "/v1/subscribers", Name: "listSubscribers", Role: auth.RoleAdmin, Summary: "List webhook subscribers in id order",
+			Handle: s.handleListSubscribers, Response: subscriberList{}, Status: 200, Params: []mount.Param{mount.RegionList, mount.PageAfter, mount.PageLimit}},
+		{Method: "GET", Path: "/v1/subscribers/{id}", Name: "getSubscriber", Role: auth.RoleAdmin,
+			Summary: "Get a webhook subscriber: URL, topics, rate, health, disabled reason (never its secret)",
+			Handle:  s.handleGetSubscriber, Response: subscriberView{}, Status: 200, Params: []mount.Param{mount.RegionOne}, Vars: subscriberVars},
+		{Method: "POST", Path: "/v1/subscribers/{id}/rotate-secret", Name: "rotateSubscriberSecret", Role: auth.RoleAdmin,
+			Summary: "Give a subscriber a new signing secret (shown once); the old one keeps signing alongside it for the window",
+			Handle:  s.handleRotateSubscriberSecret, Response: rotateSecretResponse{}, Status: 200,
+			Params: []mount.Param{mount.RegionOne, mount.Query("window", "how long the old secret keeps signing, e.g. 24h; default the server's rotation window")},
+			Vars:   subscriberVars},
+		{Method: "GET", Path: "/v1/subscribers/{id}/deliveries", Name: "listSubscriberDeliveries", Role: auth.RoleAdmin,
+			Summary: "List a subscriber's deliveries, newest first: state, attempts, last status, next attempt",
+			Handle:  s.handleListSubscriberDeliveries, Response: deliveryList{}, Status: 200,
+			Params: []mount.Param{mount.RegionOne, mount.PageAfter, mount.PageLimit}, Vars: subscriberVars},
+		{Method: "DELETE", Path: "/v1/subscribers/{id}", Name: "deleteSubscriber", Role: auth.RoleAdmin,
+			Summary: "Delete a webhook subscriber; its queued deliveries end as subscriber_gone",
+			Handle:  s.handleDeleteSubscriber, Status: 204, Params: []mount.Param{mount.RegionOne}, Vars: subscriberVars},
 
-		{method: "POST", path: "/v1/events", name: "createEvent", role: auth.RoleProducer,
-			summary: "Publish an event: one delivery per enabled subscriber of its topic in the region, in one write; the same id and version again creates nothing",
-			handle:  s.handleCreateEvent, request: eventRequest{}, response: webhook.PublishResult{}, status: 202,
-			example: `{"topic":"shipment.updated","id":"shp_1042","version":3,"region":"` + region + `","payload":{"status":"in_transit"}}`},
-		{method: "GET", path: "/v1/events/{id}/deliveries", name: "listEventDeliveries", role: auth.RoleProducer,
-			summary: "List the deliveries of every version of an event, in creation order",
-			handle:  s.handleListEventDeliveries, response: deliveryList{}, status: 200,
-			params: []param{regionOne, query("tenant", "admin keys only: the event's tenant; default the key's own"), pageAfter, pageLimit},
-			vars:   map[string]string{"id": "EVENT_ID"}},
-		{method: "POST", path: "/v1/deliveries/{id}/redeliver", name: "redeliverDelivery", role: auth.RoleProducer,
-			summary: "Send a delivery again: a terminal one is redriven, a published one copied with the same webhook-id; 409 while in progress",
-			handle:  s.handleRedeliverDelivery, response: webhook.DeliveryInfo{}, status: 200, params: []param{regionJob},
-			vars: map[string]string{"id": "DELIVERY_ID"}},
-		{method: "GET", path: "/v1/deliveries/{id}/response", name: "getDeliveryResponse", role: auth.RoleAdmin,
-			summary: "Operators only: the bounded last failed answer of a delivery (status, diagnostic headers, first 4 KiB of the body); producers never see a subscriber's answer",
-			handle:  s.handleGetDeliveryResponse, response: webhook.ResponseRecord{}, status: 200, params: []param{regionJob},
-			vars: map[string]string{"id": "DELIVERY_ID"}},
+		{Method: "POST", Path: "/v1/events", Name: "createEvent", Role: auth.RoleProducer,
+			Summary: "Publish an event: one delivery per enabled subscriber of its topic in the region, in one write; the same id and version again creates nothing",
+			Handle:  s.handleCreateEvent, Request: eventRequest{}, Response: webhook.PublishResult{}, Status: 202,
+			Example: `{"topic":"shipment.updated","id":"shp_1042","version":3,"region":"` + region + `","payload":{"status":"in_transit"}}`},
+		{Method: "GET", Path: "/v1/events/{id}/deliveries", Name: "listEventDeliveries", Role: auth.RoleProducer,
+			Summary: "List the deliveries of every version of an event, in creation order",
+			Handle:  s.handleListEventDeliveries, Response: deliveryList{}, Status: 200,
+			Params: []mount.Param{mount.RegionOne, mount.Query("tenant", "admin keys only: the event's tenant; default the key's own"), mount.PageAfter, mount.PageLimit},
+			Vars:   map[string]string{"id": "EVENT_ID"}},
+		{Method: "POST", Path: "/v1/deliveries/{id}/redeliver", Name: "redeliverDelivery", Role: auth.RoleProducer,
+			Summary: "Send a delivery again: a terminal one is redriven, a published one copied with the same webhook-id; 409 while in progress",
+			Handle:  s.handleRedeliverDelivery, Response: webhook.DeliveryInfo{}, Status: 200, Params: []mount.Param{mount.RegionJob},
+			Vars: map[string]string{"id": "DELIVERY_ID"}},
+		{Method: "GET", Path: "/v1/deliveries/{id}/response", Name: "getDeliveryResponse", Role: auth.RoleAdmin,
+			Summary: "Operators only: the bounded last failed answer of a delivery (status, diagnostic headers, first 4 KiB of the body); producers never see a subscriber's answer",
+			Handle:  s.handleGetDeliveryResponse, Response: webhook.ResponseRecord{}, Status: 200, Params: []mount.Param{mount.RegionJob},
+			Vars: map[string]string{"id": "DELIVERY_ID"}},
 	}
 }
 
@@ -113,7 +153,7 @@ func (req subscriberRequest) spec(id string) (webhook.SubscriberSpec, error) {
 		if req.Rate.Period != "" {
 			d, err := time.ParseDuration(req.Rate.Period)
 			if err != nil {
-				return spec, fieldError("rate.period", "period must be a duration such as 1s or 1m, got %q", req.Rate.Period)
+				return spec, mount.FieldError("rate.period", "period must be a duration such as 1s or 1m, got %q", req.Rate.Period)
 			}
 			rt.Period = webhook.Period(d)
 		}
@@ -190,24 +230,32 @@ type eventRequest struct {
 	Payload json.RawMessage `json:"payload" required:"true" doc:"the JSON body sent to subscribers"`
 }
 
-// registry returns a region's webhook registry.
-func (s *Server) registry(region string) WebhookRegistry { return s.cfg.Webhooks[region] }
+// registry returns a region's webhook registry, or a 501 for a region
+// the plug-in was not bound to.
+func (s *server) registry(region string) (Registry, error) {
+	reg, ok := s.regs[region]
+	if !ok {
+		return nil, mount.Problemf(http.StatusNotImplemented, "not-configured",
+			"webhooks are not configured in region %s: enable the webhooks plug-in (webhooks.New) for this client", region)
+	}
+	return reg, nil
+}
 
 // subscriberID reads and bounds the {id} path value.
 func subscriberID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
-	if !validID(id) {
-		return "", notFound("subscriber " + id)
+	if !mount.ValidID(id) {
+		return "", mount.NotFound("subscriber " + id)
 	}
 	return id, nil
 }
 
-func (s *Server) handlePutSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+func (s *server) handlePutSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	var req subscriberRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := s.h.Decode(w, r, &req, maxBody, fmt.Sprintf("a payload is at most %d bytes", job.MaxPayloadBytes)); err != nil {
 		return err
 	}
-	region, err := s.oneRegion(r, p)
+	region, err := s.h.OneRegion(r, p)
 	if err != nil {
 		return err
 	}
@@ -218,28 +266,36 @@ func (s *Server) handlePutSubscriber(w http.ResponseWriter, r *http.Request, p a
 	if spec.Tenant == "" {
 		spec.Tenant = p.Tenant // one rule for every route: no tenant named is the key's own
 	}
-	rec, secret, created, err := s.registry(region).Put(context.WithoutCancel(r.Context()), spec)
+	reg, err := s.registry(region)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, putSubscriberResponse{Subscriber: viewSubscriber(rec), Created: created, Secret: secret})
+	rec, secret, created, err := reg.Put(context.WithoutCancel(r.Context()), spec)
+	if err != nil {
+		return err
+	}
+	return mount.WriteJSON(w, http.StatusOK, putSubscriberResponse{Subscriber: viewSubscriber(rec), Created: created, Secret: secret})
 }
 
-func (s *Server) handleGetSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+func (s *server) handleGetSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	region, id, err := s.subscriberTarget(r, p)
 	if err != nil {
 		return err
 	}
-	rec, err := s.registry(region).Get(r.Context(), id)
+	reg, err := s.registry(region)
+	if err != nil {
+		return err
+	}
+	rec, err := reg.Get(r.Context(), id)
 	if err != nil {
 		return subscriberError(err, id)
 	}
-	return writeJSON(w, http.StatusOK, viewSubscriber(rec))
+	return mount.WriteJSON(w, http.StatusOK, viewSubscriber(rec))
 }
 
 // subscriberTarget resolves the region and subscriber id of a request.
-func (s *Server) subscriberTarget(r *http.Request, p auth.Principal) (string, string, error) {
-	region, err := s.oneRegion(r, p)
+func (s *server) subscriberTarget(r *http.Request, p auth.Principal) (string, string, error) {
+	region, err := s.h.OneRegion(r, p)
 	if err != nil {
 		return "", "", err
 	}
@@ -250,29 +306,33 @@ func (s *Server) subscriberTarget(r *http.Request, p auth.Principal) (string, st
 // subscriberError names the subscriber in a 404.
 func subscriberError(err error, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound("subscriber " + id)
+		return mount.NotFound("subscriber " + id)
 	}
 	return err
 }
 
-func (s *Server) handleListSubscribers(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	regions, err := s.searchRegions(r, p)
+func (s *server) handleListSubscribers(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	regions, err := s.h.SearchRegions(r, p)
 	if err != nil {
 		return err
 	}
-	after, limit, err := pageOf(r)
+	after, limit, err := s.h.Page(r)
 	if err != nil {
 		return err
 	}
 	var all []webhook.Record
 	for _, region := range regions {
-		recs, err := s.registry(region).List(r.Context(), after, limit)
+		reg, err := s.registry(region)
+		if err != nil {
+			return err
+		}
+		recs, err := reg.List(r.Context(), after, limit)
 		if err != nil {
 			return err
 		}
 		all = append(all, recs...)
 	}
-	return writeJSON(w, http.StatusOK, subscriberPage(all, limit))
+	return mount.WriteJSON(w, http.StatusOK, subscriberPage(all, limit))
 }
 
 // subscriberPage merges several regions' pages in (id, region) order. A
@@ -293,30 +353,23 @@ func subscriberPage(all []webhook.Record, limit int) subscriberList {
 	return out
 }
 
-// pageOf reads after and limit (see readLimit).
-func pageOf(r *http.Request) (string, int, error) {
-	q := r.URL.Query()
-	after := q.Get("after")
-	if len(after) > 200 {
-		return "", 0, fieldError("after", "after is at most 200 bytes")
-	}
-	limit, err := readLimit(q)
-	return after, limit, err
-}
-
-func (s *Server) handleDeleteSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+func (s *server) handleDeleteSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	region, id, err := s.subscriberTarget(r, p)
 	if err != nil {
 		return err
 	}
-	if err := s.registry(region).Delete(context.WithoutCancel(r.Context()), id); err != nil {
+	reg, err := s.registry(region)
+	if err != nil {
+		return err
+	}
+	if err := reg.Delete(context.WithoutCancel(r.Context()), id); err != nil {
 		return subscriberError(err, id)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-func (s *Server) handleRotateSubscriberSecret(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+func (s *server) handleRotateSubscriberSecret(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	region, id, err := s.subscriberTarget(r, p)
 	if err != nil {
 		return err
@@ -324,30 +377,38 @@ func (s *Server) handleRotateSubscriberSecret(w http.ResponseWriter, r *http.Req
 	var window time.Duration
 	if v := r.URL.Query().Get("window"); v != "" {
 		if window, err = time.ParseDuration(v); err != nil || window < time.Minute || window > 30*24*time.Hour {
-			return fieldError("window", "window must be a duration from 1m to 720h such as 24h, got %q", v)
+			return mount.FieldError("window", "window must be a duration from 1m to 720h such as 24h, got %q", v)
 		}
 	}
-	rec, secret, err := s.registry(region).RotateSecret(context.WithoutCancel(r.Context()), id, window)
+	reg, err := s.registry(region)
+	if err != nil {
+		return err
+	}
+	rec, secret, err := reg.RotateSecret(context.WithoutCancel(r.Context()), id, window)
 	if err != nil {
 		return subscriberError(err, id)
 	}
-	return writeJSON(w, http.StatusOK, rotateSecretResponse{Subscriber: viewSubscriber(rec), Secret: secret})
+	return mount.WriteJSON(w, http.StatusOK, rotateSecretResponse{Subscriber: viewSubscriber(rec), Secret: secret})
 }
 
-func (s *Server) handleListSubscriberDeliveries(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+func (s *server) handleListSubscriberDeliveries(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	region, id, err := s.subscriberTarget(r, p)
 	if err != nil {
 		return err
 	}
-	after, limit, err := pageOf(r)
+	after, limit, err := s.h.Page(r)
 	if err != nil {
 		return err
 	}
-	ds, err := s.registry(region).SubscriberDeliveries(r.Context(), id, after, limit)
+	reg, err := s.registry(region)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, deliveryPage(ds, limit))
+	ds, err := reg.SubscriberDeliveries(r.Context(), id, after, limit)
+	if err != nil {
+		return err
+	}
+	return mount.WriteJSON(w, http.StatusOK, deliveryPage(ds, limit))
 }
 
 func deliveryPage(ds []webhook.DeliveryInfo, limit int) deliveryList {
@@ -361,29 +422,33 @@ func deliveryPage(ds []webhook.DeliveryInfo, limit int) deliveryList {
 	return out
 }
 
-func (s *Server) handleCreateEvent(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+func (s *server) handleCreateEvent(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	var req eventRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := s.h.Decode(w, r, &req, maxBody, fmt.Sprintf("a payload is at most %d bytes", job.MaxPayloadBytes)); err != nil {
 		return err
 	}
-	if err := s.checkRegion(p, req.Region, "region"); err != nil {
+	if err := s.h.CheckRegion(p, req.Region, "region"); err != nil {
 		return err
 	}
 	tenant, err := eventTenant(p, req.Tenant)
 	if err != nil {
 		return err
 	}
-	payload, err := compactJSON(req.Payload)
+	payload, err := mount.CompactJSON(req.Payload)
 	if err != nil {
-		return fieldError("payload", "payload is not valid JSON")
+		return mount.FieldError("payload", "payload is not valid JSON")
 	}
-	res, err := s.registry(req.Region).Publish(context.WithoutCancel(r.Context()), webhook.Event{
+	reg, err := s.registry(req.Region)
+	if err != nil {
+		return err
+	}
+	res, err := reg.Publish(context.WithoutCancel(r.Context()), webhook.Event{
 		Topic: req.Topic, ID: req.ID, Version: req.Version, Tenant: tenant, Payload: payload, Lane: req.Lane,
 	})
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusAccepted, res)
+	return mount.WriteJSON(w, http.StatusAccepted, res)
 }
 
 // eventTenant is the tenant an event request acts for: the one named,
@@ -398,74 +463,87 @@ func eventTenant(p auth.Principal, named string) (string, error) {
 		return named, nil
 	}
 	if named != "" && named != p.Tenant {
-		return "", problemf(http.StatusForbidden, "forbidden", "this API key publishes as tenant %q only; drop the tenant field", p.Tenant)
+		return "", mount.Problemf(http.StatusForbidden, "forbidden", "this API key publishes as tenant %q only; drop the tenant field", p.Tenant)
 	}
 	return p.Tenant, nil
 }
 
-func (s *Server) handleListEventDeliveries(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	region, err := s.oneRegion(r, p)
+func (s *server) handleListEventDeliveries(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	region, err := s.h.OneRegion(r, p)
 	if err != nil {
 		return err
 	}
 	id := r.PathValue("id")
-	if !validID(id) {
-		return notFound("event " + id)
+	if !mount.ValidID(id) {
+		return mount.NotFound("event " + id)
 	}
 	tenant, err := eventTenant(p, r.URL.Query().Get("tenant"))
 	if err != nil {
 		return err
 	}
-	after, limit, err := pageOf(r)
+	after, limit, err := s.h.Page(r)
 	if err != nil {
 		return err
 	}
-	ds, err := s.registry(region).EventDeliveries(r.Context(), tenant, id, after, limit)
+	reg, err := s.registry(region)
+	if err != nil {
+		return err
+	}
+	ds, err := reg.EventDeliveries(r.Context(), tenant, id, after, limit)
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound("event " + id)
+		return mount.NotFound("event " + id)
 	}
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, deliveryPage(ds, limit))
+	return mount.WriteJSON(w, http.StatusOK, deliveryPage(ds, limit))
 }
 
-func (s *Server) handleRedeliverDelivery(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	j, _, err := s.findJob(r.Context(), r, p, ownTenant)
+// delivery resolves the {id} of a delivery route: the delivery job (as
+// the core finds a job, so another tenant's reads as missing) and its
+// region's registry. A job of another kind is no delivery: 404.
+func (s *server) delivery(r *http.Request, p auth.Principal) (*job.Job, Registry, error) {
+	j, err := s.h.FindJob(r, p)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if j.Kind != webhook.Kind {
-		return notFound("delivery " + j.ID)
+		return nil, nil, mount.NotFound("delivery " + j.ID)
 	}
-	d, err := s.registry(j.Region).Redeliver(context.WithoutCancel(r.Context()), j.ID)
+	reg, err := s.registry(j.Region)
+	return j, reg, err
+}
+
+func (s *server) handleRedeliverDelivery(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	j, reg, err := s.delivery(r, p)
+	if err != nil {
+		return err
+	}
+	d, err := reg.Redeliver(context.WithoutCancel(r.Context()), j.ID)
 	if errors.Is(err, store.ErrConflict) {
-		return problemf(http.StatusConflict, "conflict", "delivery %s is %s; only a published or terminal delivery can be sent again", j.ID, j.State)
+		return mount.Problemf(http.StatusConflict, "conflict", "delivery %s is %s; only a published or terminal delivery can be sent again", j.ID, j.State)
 	}
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, d)
+	return mount.WriteJSON(w, http.StatusOK, d)
 }
 
 // handleGetDeliveryResponse shows an operator the bounded last failed
 // answer of a delivery. The route is admin-only: a subscriber's answer is
 // the subscriber's, and a producer could otherwise read whatever its URL
 // reflects back.
-func (s *Server) handleGetDeliveryResponse(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	j, _, err := s.findJob(r.Context(), r, p, ownTenant)
+func (s *server) handleGetDeliveryResponse(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	j, reg, err := s.delivery(r, p)
 	if err != nil {
 		return err
 	}
-	if j.Kind != webhook.Kind {
-		return notFound("delivery " + j.ID)
-	}
-	rr, err := s.registry(j.Region).LastFailedResponse(r.Context(), j.ID)
+	rr, err := reg.LastFailedResponse(r.Context(), j.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound("a failed answer of delivery " + j.ID)
+		return mount.NotFound("a failed answer of delivery " + j.ID)
 	}
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, rr)
+	return mount.WriteJSON(w, http.StatusOK, rr)
 }
