@@ -380,9 +380,15 @@ func advanceOf(parent *job.Job, o job.Outcome, parts []*job.Job, now time.Time) 
 			failed++
 		}
 	}
+	// A parent whose parts are not jobs (a batch-lane review's are its
+	// batch items, which its aggregator reads) says so rather than
+	// "aggregated 0 parts".
+	why := fmt.Sprintf("aggregated %d parts (%d failed)", len(parts), failed)
+	if len(parts) == 0 {
+		why = "aggregated with no part jobs (the aggregator read its own inputs)"
+	}
 	p := store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, Now: now,
-		Record: job.AttemptRecord{At: now, Outcome: o.Class, Error: o.Err,
-			Why: fmt.Sprintf("aggregated %d parts (%d failed)", len(parts), failed)}}
+		Record: job.AttemptRecord{At: now, Outcome: o.Class, Error: o.Err, Why: why}}
 	p.Result = o.Result // a failed aggregate may still say what failed
 	switch o.Class {
 	case job.ClassSuccess:
