@@ -126,7 +126,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					if err != nil {
 						return err
 					}
-					return waitPublished(ctx, rv, s.ID, start)
+					return waitPublished(ctx, c, s.ID, start)
 				}()
 				mu.Lock()
 				defer mu.Unlock()
@@ -225,10 +225,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 // every 5 ms at first and then every 2 % of the time since start (at most
 // 1 s), so a backlog of slow reviews does not turn into a storm of reads
 // that slows them further, and the figure is off by at most 2 %.
-func waitPublished(ctx context.Context, rv *review.Plugin, id string, start time.Time) error {
+//
+// It reads the review's job row alone (Client.Job), not the review's
+// status (review.Plugin.Get also lists its parts): a profile of the
+// 10,000-file run with Plugin.Get put 80 % of the process's CPU in this
+// poll.
+func waitPublished(ctx context.Context, c *ratelane.Client, id string, start time.Time) error {
 	for {
-		st, err := rv.Get(ctx, "us", id)
-		if err == nil && (st.State == ratelane.StatePublished || st.State == ratelane.StateTerminal) {
+		j, err := c.Job(ctx, "us", id)
+		if err == nil && (j.State == ratelane.StatePublished || j.State == ratelane.StateTerminal) {
 			return nil
 		}
 		wait := min(time.Second, max(5*time.Millisecond, time.Since(start)/50))
