@@ -179,7 +179,15 @@ func checkBatch(t *testing.T, c *ratelane.Client, rv *review.Plugin, s review.Ba
 		for _, rec := range j.History {
 			if strings.Contains(rec.Why, "aggregated") {
 				pubs++
+				if strings.Contains(rec.Why, "0 parts") {
+					t.Errorf("review %d: history says %q; its parts are batch items, not part jobs", i, rec.Why)
+				}
 			}
+		}
+		// Never leased, it names the batch lane's key, not the interactive
+		// lane's allowance.
+		if len(j.LimitKeys) != 1 || !strings.HasPrefix(j.LimitKeys[0], "batch-collect:") {
+			t.Errorf("review %d names limit keys %v, want the batch collection key alone", i, j.LimitKeys)
 		}
 		if pubs != 1 {
 			t.Fatalf("review %d was aggregated %d times", i, pubs)

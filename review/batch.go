@@ -101,7 +101,7 @@ func (rt *regionRT) bindBatches(r *ratelane.PluginRegion, rc RegionConfig) error
 	cfg := r.Config()
 	rt.batchProviders = batchEntries(rc.Providers)
 	rt.batches = batchlane.NewHandler(batchlane.Config{Region: rt.region, Store: rt.st, Providers: rt.batchProviders,
-		Wake: rt.r.Jobs().PartsChanged, PollInterval: rc.Batch.PollInterval, MinTurnaround: rc.Batch.MinTurnaround, Now: cfg.Now,
+		Wake: func(id string) { rt.r.Jobs().PartsChangedIn(id, ratelane.LaneBatch) }, PollInterval: rc.Batch.PollInterval, MinTurnaround: rc.Batch.MinTurnaround, Now: cfg.Now,
 		Logger: cfg.Logger, Stage: rc.Batch.Stage})
 	for kind, fn := range map[string]engine.HandlerFunc{KindBatchSubmit: rt.batches.HandleSubmit, KindBatchCollect: rt.batches.HandleCollect} {
 		if err := r.Handle(kind, engine.Kind{Handler: fn}); err != nil {

@@ -172,7 +172,7 @@ type regionRT struct {
 // is final, exactly once across nodes and crashes, and then publishes it.
 // A review sent through the batch lane has no part jobs: its parts are its
 // batch items, and its aggregate stays pending until they are final (the
-// batch lane wakes it through engine.Jobs.PartsChanged).
+// batch lane wakes it through engine.Jobs.PartsChangedIn, with its lane).
 func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 	rc, ok := p.cfg.Regions[r.Name()]
 	if !ok {

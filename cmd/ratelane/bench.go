@@ -164,4 +164,6 @@ JSON metrics (one object per workload; under its name with "all"):
   http-enqueue requests_per_second p50_ms p99_ms
   http-batch  jobs_per_second batch_p50_ms batch_p99_ms
   http-workers jobs_per_second lease_p99_ms complete_p99_ms
+  batch-isolation sweep_files sweep_seconds interactive_rate baseline_reviews baseline_p50_ms
+              baseline_p99_ms sweep_reviews sweep_p50_ms sweep_p99_ms p99_ratio
 `

@@ -38,6 +38,10 @@ var benchNames = map[string]map[string][2]float64{
 	"http-enqueue": {"requests_per_second": {1e-9, math.MaxFloat64}, "p50_ms": {0, 600_000}, "p99_ms": {0, 600_000}},
 	"http-batch":   {"jobs_per_second": {1e-9, math.MaxFloat64}, "batch_p50_ms": {0, 600_000}, "batch_p99_ms": {0, 600_000}},
 	"http-workers": {"jobs_per_second": {1e-9, math.MaxFloat64}, "lease_p99_ms": {0, 600_000}, "complete_p99_ms": {0, 600_000}},
+	"batch-isolation": {
+		"sweep_files": {300, 300}, "baseline_reviews": {1, 1000}, "sweep_reviews": {1, 100_000},
+		"baseline_p99_ms": {1e-9, 600_000}, "sweep_p99_ms": {1e-9, 600_000}, "p99_ratio": {1e-9, 1e6},
+	},
 }
 
 // TestBenchAllSmoke runs `ratelane bench all --smoke --json` on the embedded

@@ -197,7 +197,7 @@ func (r *Result) add(name string, v float64, unit string) {
 }
 
 // Workloads lists the workloads in the order `all` runs them.
-var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams", "http-enqueue", "http-batch", "http-workers"}
+var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams", "http-enqueue", "http-batch", "http-workers", "batch-isolation"}
 
 var runners = map[string]func(context.Context, *env) (Result, error){
 	"throughput": runThroughput,
@@ -210,6 +210,8 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 	"http-enqueue": runHTTPEnqueue,
 	"http-batch":   runHTTPBatch,
 	"http-workers": runHTTPWorkers,
+	// The batch lane beside interactive reviews (batchlane.go).
+	"batch-isolation": runBatchLane,
 }
 
 // Run runs one workload, o.Runs times (see Options.Runs).

@@ -284,10 +284,12 @@ type Engine struct {
 	// reaper's selection of expired leases and their recovery.
 	reapHook func(expired []*job.Job)
 
-	// aggKinds are the kinds with an Aggregator; parents queues parent
-	// ids for the aggregation loop (parts.go).
-	aggKinds []string
-	parents  chan string
+	// aggKinds are the kinds with an Aggregator; parents and
+	// batchParents queue the parent ids of the interactive and the batch
+	// lane for the aggregation loop, which serves parents first (parts.go).
+	aggKinds     []string
+	parents      chan string
+	batchParents chan string
 
 	// admits holds, earliest first, the times at which groups the lease
 	// calls skipped (a key refused them) may be admitted; only the fetch
@@ -371,6 +373,7 @@ func New(cfg Config) (*Engine, error) {
 	e.cfg.Kinds = kinds // a copy: the caller's map is not changed
 	if e.aggregates() {
 		e.parents = make(chan string, 1024)
+		e.batchParents = make(chan string, 1024)
 		e.jobs.watchParts(e.wakeParent)
 	}
 	e.jobs.Serve(e.kinds...)

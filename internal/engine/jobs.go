@@ -42,7 +42,7 @@ type Jobs struct {
 	statsReading bool
 	// partWatchers are told the parent of every part this writer moves
 	// to a final state (parts.go).
-	partWatchers []func(parentID string)
+	partWatchers []func(parentID string, lane job.Lane)
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -215,7 +215,7 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 			w.cfg.Observer.Finished(r.Job, r.Outcome, ts[i])
 		}
 		if errs[i] == nil && ts[i].To.Final() && r.Job.ParentID != "" {
-			w.partFinal(r.Job.ParentID)
+			w.partFinal(r.Job.ParentID, r.Job.Lane)
 		}
 	}
 	return out, nil
@@ -261,7 +261,7 @@ func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config
 func (w *Jobs) Cancel(ctx context.Context, id string) (*job.Job, error) {
 	j, err := w.cfg.Store.Cancel(ctx, id, w.cfg.Now())
 	if err == nil && j.ParentID != "" {
-		w.partFinal(j.ParentID) // a cancelled part is final: its parent may be ready
+		w.partFinal(j.ParentID, j.Lane) // a cancelled part is final: its parent may be ready
 	}
 	return j, err
 }
@@ -287,7 +287,7 @@ func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, er
 	}
 	j, err := w.cfg.Store.Advance(ctx, p)
 	if err == nil && j.State.Final() && j.ParentID != "" {
-		w.partFinal(j.ParentID)
+		w.partFinal(j.ParentID, j.Lane)
 	}
 	return j, err
 }

@@ -99,7 +99,7 @@ func (w *Jobs) InsertParts(ctx context.Context, parent *job.Job, parts []*job.Jo
 		return nil, err
 	}
 	if len(parts) == 0 {
-		w.partFinal(res[0].Job.ID)
+		w.partFinal(res[0].Job.ID, parent.Lane)
 	}
 	return res, nil
 }
@@ -137,10 +137,11 @@ func (w *Jobs) Parts(ctx context.Context, parent *job.Job, kinds []string) ([]*j
 	return all, nil
 }
 
-// watchParts registers fn to be told the parent id of every part this
-// writer moves to a final state (and of a parent inserted with no parts).
-// It never blocks the writer for long: fn must only queue the id.
-func (w *Jobs) watchParts(fn func(parentID string)) {
+// watchParts registers fn to be told the parent id (and lane) of every
+// part this writer moves to a final state (and of a parent inserted with
+// no parts). It never blocks the writer for long: fn must only queue the
+// id.
+func (w *Jobs) watchParts(fn func(parentID string, lane job.Lane)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.partWatchers = append(w.partWatchers, fn)
@@ -152,14 +153,23 @@ func (w *Jobs) watchParts(fn func(parentID string)) {
 // moves to a final state; a plug-in whose parent also waits on something
 // that is not a job (a provider batch's items, say) calls it when that
 // changes, and its Aggregator returns a non-deciding outcome until then.
-func (w *Jobs) PartsChanged(parentID string) { w.partFinal(parentID) }
+// The parent is taken to be of the interactive lane; a plug-in that knows
+// better calls PartsChangedIn.
+func (w *Jobs) PartsChanged(parentID string) { w.partFinal(parentID, job.LaneInteractive) }
 
-func (w *Jobs) partFinal(parentID string) {
+// PartsChangedIn is PartsChanged for a parent of the given lane. The
+// aggregation loop serves the interactive lane's wake-ups before the batch
+// lane's (and between the parents of a sweep), so a burst of batch
+// results settling at once never queues an interactive review's
+// aggregation behind thousands of batch ones.
+func (w *Jobs) PartsChangedIn(parentID string, lane job.Lane) { w.partFinal(parentID, lane) }
+
+func (w *Jobs) partFinal(parentID string, lane job.Lane) {
 	w.mu.Lock()
 	fns := w.partWatchers
 	w.mu.Unlock()
 	for _, fn := range fns {
-		fn(parentID)
+		fn(parentID, lane)
 	}
 }
 
@@ -176,11 +186,15 @@ func allFinal(parts []*job.Job) bool {
 // aggregates reports whether the engine runs any kind with an Aggregator.
 func (e *Engine) aggregates() bool { return len(e.aggKinds) > 0 }
 
-// wakeParent queues parentID for the aggregation loop; when the queue is
-// full the sweep catches up.
-func (e *Engine) wakeParent(parentID string) {
+// wakeParent queues parentID for the aggregation loop, on its lane's
+// queue; when the queue is full the sweep catches up.
+func (e *Engine) wakeParent(parentID string, lane job.Lane) {
+	q := e.parents
+	if lane == job.LaneBatch {
+		q = e.batchParents
+	}
 	select {
-	case e.parents <- parentID:
+	case q <- parentID:
 	default:
 	}
 }
@@ -202,25 +216,54 @@ func (e *Engine) sweepEvery() time.Duration {
 }
 
 // aggregateLoop sweeps once (the crash-recovery pass), then serves
-// wake-ups and the periodic sweep until the engine stops.
+// wake-ups and the periodic sweep until the engine stops. Interactive
+// wake-ups go first: a batch wake-up or a sweep is taken only when none
+// is queued, and the sweep serves the queued interactive ones between its
+// parents (serveInteractive).
 func (e *Engine) aggregateLoop() {
 	defer e.wg.Done()
 	e.sweepParents(e.ctx)
 	tick := time.NewTicker(e.sweepEvery())
 	defer tick.Stop()
 	for {
+		if !e.serveInteractive(e.ctx) {
+			return
+		}
 		select {
 		case <-e.ctx.Done():
 			return
 		case <-e.stop:
 			return
 		case id := <-e.parents:
-			if err := e.AggregateParent(e.ctx, id); err != nil && e.ctx.Err() == nil {
-				e.log.Warn("aggregation failed; the sweep will retry", "job_id", id, "err", err)
-			}
+			e.aggregateWoken(e.ctx, id)
+		case id := <-e.batchParents:
+			e.aggregateWoken(e.ctx, id)
 		case <-tick.C:
 			e.sweepParents(e.ctx)
 		}
+	}
+}
+
+// serveInteractive aggregates the queued interactive wake-ups until none
+// is left; false when the engine is stopping.
+func (e *Engine) serveInteractive(ctx context.Context) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-e.stop:
+			return false
+		case id := <-e.parents:
+			e.aggregateWoken(ctx, id)
+		default:
+			return true
+		}
+	}
+}
+
+func (e *Engine) aggregateWoken(ctx context.Context, id string) {
+	if err := e.AggregateParent(ctx, id); err != nil && ctx.Err() == nil {
+		e.log.Warn("aggregation failed; the sweep will retry", "job_id", id, "err", err)
 	}
 }
 
@@ -232,7 +275,9 @@ func (e *Engine) sweepParents(ctx context.Context) {
 
 // SweepParents aggregates every accepted parent of the engine's
 // aggregating kinds whose parts are all final. The aggregation loop runs
-// it at start and every SweepEvery; tests call it directly.
+// it at start and every SweepEvery; tests call it directly. Between two
+// parents it serves the queued interactive wake-ups, so a sweep over many
+// waiting batch-lane parents does not hold back an interactive review.
 func (e *Engine) SweepParents(ctx context.Context) error {
 	for _, kind := range e.aggKinds {
 		after := ""
@@ -242,6 +287,9 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 				return err
 			}
 			for _, j := range js {
+				if e.parents != nil && !e.serveInteractive(ctx) {
+					return ctx.Err()
+				}
 				if err := e.AggregateParent(ctx, j.ID); err != nil {
 					return err
 				}
@@ -332,9 +380,15 @@ func advanceOf(parent *job.Job, o job.Outcome, parts []*job.Job, now time.Time) 
 			failed++
 		}
 	}
+	// A parent whose parts are not jobs (a batch-lane review's are its
+	// batch items, which its aggregator reads) says so rather than
+	// "aggregated 0 parts".
+	why := fmt.Sprintf("aggregated %d parts (%d failed)", len(parts), failed)
+	if len(parts) == 0 {
+		why = "aggregated with no part jobs (the aggregator read its own inputs)"
+	}
 	p := store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, Now: now,
-		Record: job.AttemptRecord{At: now, Outcome: o.Class, Error: o.Err,
-			Why: fmt.Sprintf("aggregated %d parts (%d failed)", len(parts), failed)}}
+		Record: job.AttemptRecord{At: now, Outcome: o.Class, Error: o.Err, Why: why}}
 	p.Result = o.Result // a failed aggregate may still say what failed
 	switch o.Class {
 	case job.ClassSuccess:

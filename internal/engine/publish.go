@@ -74,7 +74,7 @@ func (e *Engine) publish(ctx context.Context, id string) {
 	if err := e.jobs.Published(ctx, id); err != nil && !errors.Is(err, store.ErrConflict) {
 		e.log.Error("record publication", "job_id", id, "err", err)
 	} else if err == nil && j.ParentID != "" {
-		e.jobs.partFinal(j.ParentID) // a part with a publication step is final now
+		e.jobs.partFinal(j.ParentID, j.Lane) // a part with a publication step is final now
 	}
 }
 

@@ -25,7 +25,7 @@
 // decides nothing, until every item is final; then the engine advances it
 // once (accepted -> validated or terminal, a compare-and-set) and its
 // Publisher delivers it once (validated -> published). Settling an item
-// wakes the review's aggregation (Config.Wake, engine.Jobs.PartsChanged);
+// wakes the review's aggregation (Config.Wake, engine.Jobs.PartsChangedIn);
 // the engine's periodic sweep repairs a lost wake-up. Expired and retryable items go back to pending for the
 // next chunk while their attempts last; past the batch's deadline the
 // items that are not final end with the reason deadline_exceeded.

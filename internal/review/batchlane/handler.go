@@ -49,7 +49,8 @@ type Config struct {
 	Providers map[string]Entry
 	// Wake is called with a review's id when one of its items became
 	// final, so the engine aggregates it now rather than at its next
-	// sweep: the region's engine.Jobs.PartsChanged (required).
+	// sweep: the region's engine.Jobs.PartsChangedIn with the batch lane
+	// (required), which the engine serves after interactive wake-ups.
 	Wake func(reviewID string)
 	// PollInterval is the wait between polls of a running provider batch;
 	// default 1 min.

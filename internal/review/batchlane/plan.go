@@ -103,6 +103,10 @@ func NewPlan(m Manifest, newID func() string) (Plan, error) {
 		if err != nil {
 			return Plan{}, &ReviewError{Index: i, Err: err}
 		}
+		// The review is never leased (its parts are items, not jobs), so it
+		// must not name the interactive lane's keys: it names the batch
+		// collection key, the allowance its results arrive through.
+		rp.Parent.LimitKeys = []string{CollectKey(prof)}
 		p.Objects = append(p.Objects, rp.Objects...)
 		p.Jobs = append(p.Jobs, rp.Parent)
 		sum.ReviewIDs = append(sum.ReviewIDs, rp.Parent.ID)

@@ -48,7 +48,7 @@ type AggregateConfig struct {
 // items, and until they are all final (and while its batch record is
 // still being written, BatchGrace) the outcome is ClassPending, which
 // decides nothing and leaves the review accepted (the batch lane calls
-// engine.Jobs.PartsChanged when an item of the review settles). So a
+// engine.Jobs.PartsChangedIn when an item of the review settles). So a
 // batch review is aggregated by the same engine path, once, and published
 // once, as an interactive one.
 //
