@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/review"
+	"github.com/ratelane/ratelane/webhooks"
 )
 
 const adminKey = "rl_uitest01_AdminKeyForTheDashboardTestsAbcdefghijklmnopqrs"
@@ -69,6 +70,9 @@ func newStack(t *testing.T, tls bool) *stack {
 	cfg.Plugins = append(cfg.Plugins, review.New(review.Config{Regions: map[string]review.RegionConfig{
 		"us": {Providers: []review.Provider{rules}, SweepEvery: 100 * time.Millisecond},
 	}}))
+	// The subscriber routes the browser test drives belong to the webhooks
+	// plug-in; it does not deliver here (no Deliver), as before.
+	cfg.Plugins = append(cfg.Plugins, webhooks.New(webhooks.Config{}))
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
