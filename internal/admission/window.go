@@ -175,15 +175,7 @@ func (l *startLog) fixedCount(ws int64) int64 {
 // is counted in its own window, which is kept in order.
 func (l *startLog) fixedAdd(t, cost, period, guard int64) {
 	ws := fixedStart(t, period)
-	drop := 0
-	for drop < len(l.entries) && l.entries[drop].at < ws {
-		l.sum -= l.entries[drop].cost
-		drop++
-	}
-	if drop > 0 {
-		n := copy(l.entries, l.entries[drop:])
-		l.entries = l.entries[:n]
-	}
+	l.dropThrough(ws - 1) // times are integer nanoseconds: before ws
 	cost = min(max(cost, 0), MaxCost)
 	l.bump(ws, cost)
 	if ns := fixedStart(satAdd(t, guard), period); ns != ws {
@@ -283,15 +275,7 @@ func (l *startLog) first(horizon int64) (int64, bool) {
 // A clock that went backwards (another node's) is recorded at the latest
 // time seen, which keeps the log ordered and conservative.
 func (l *startLog) add(at, cost, horizon, slot int64) {
-	drop := 0
-	for drop < len(l.entries) && l.entries[drop].at <= horizon {
-		l.sum -= l.entries[drop].cost
-		drop++
-	}
-	if drop > 0 {
-		n := copy(l.entries, l.entries[drop:])
-		l.entries = l.entries[:n]
-	}
+	l.dropThrough(horizon)
 	cost = min(max(cost, 0), MaxCost)
 	l.sum = satAdd(l.sum, cost)
 	if n := len(l.entries); n > 0 {
@@ -429,4 +413,18 @@ func decodeLogs(b []byte) (logs []startLog, extra []int64, err error) {
 		}
 	}
 	return logs, extra, nil
+}
+
+// dropThrough forgets the entries at or before t (the log is ordered),
+// taking their cost out of the sum, and keeps the rest in place.
+func (l *startLog) dropThrough(t int64) {
+	drop := 0
+	for drop < len(l.entries) && l.entries[drop].at <= t {
+		l.sum -= l.entries[drop].cost
+		drop++
+	}
+	if drop > 0 {
+		n := copy(l.entries, l.entries[drop:])
+		l.entries = l.entries[:n]
+	}
 }
