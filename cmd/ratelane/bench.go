@@ -11,7 +11,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ratelane/ratelane/internal/bench"
 )
@@ -33,7 +32,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var asJSON bool
 	fs.StringVar(&o.Store, "store", "sqlite", "store: sqlite (a temporary file) or postgres")
 	fs.StringVar(&o.PostgresURL, "postgres-url", "", "PostgreSQL URL for --store postgres (a schema per workload, dropped afterwards)")
-	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "upper bound of each run of a workload")
+	fs.DurationVar(&o.Duration, "duration", 0, "upper bound of each run of a workload (default 1m; batch-isolation 10m; upstreams: each mix)")
 	fs.BoolVar(&o.Smoke, "smoke", false, "shrink every workload to a few seconds (CI)")
 	fs.IntVar(&o.Runs, "runs", 1, "run each workload this many times and report each metric's median (JSON adds \"runs\": every run's value; the table shows min–max)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
@@ -113,6 +112,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}()
 	}
 	var results []bench.Result
+	var failed []error
 	for _, n := range names {
 		if !asJSON {
 			fmt.Fprintf(stderr, "running %s...\n", n)
@@ -123,14 +123,25 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if r.Workload == "" {
 				ue = usageError{err.Error()}
 			}
-			return fmt.Errorf("%s: %w", n, ue)
+			if name != "all" || ctx.Err() != nil {
+				return fmt.Errorf("%s: %w", n, ue)
+			}
+			// One failed workload of `all` (a bound too short, say) must
+			// not throw away the minutes of figures the others took: say
+			// so, go on, print what was measured, and exit non-zero.
+			fmt.Fprintf(stderr, "ratelane bench: %s: %v\n", n, ue)
+			failed = append(failed, fmt.Errorf("%s: %w", n, ue))
+			continue
 		}
 		results = append(results, r)
 	}
+	var err error
 	if asJSON {
-		return bench.WriteJSON(stdout, results, name == "all")
+		err = bench.WriteJSON(stdout, results, name == "all")
+	} else {
+		err = bench.WriteTable(stdout, results)
 	}
-	return bench.WriteTable(stdout, results)
+	return errors.Join(append(failed, err)...)
 }
 
 // benchMetricsHelp lists the stable JSON metric names of each workload

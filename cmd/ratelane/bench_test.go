@@ -169,3 +169,20 @@ func TestBenchProfiles(t *testing.T) {
 		t.Errorf("unwritable --cpuprofile: exit %d, %s; want 2 naming the flag", code, stderr.String())
 	}
 }
+
+// TestBenchAllGoesOnAfterAFailure: a workload of `all` that fails (here
+// every one, bounded to a millisecond) is reported on stderr by name and
+// the exit code is 1, but the run goes on to the next workload instead of
+// throwing away the figures already taken.
+func TestBenchAllGoesOnAfterAFailure(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"bench", "all", "--smoke", "--json", "--duration", "1ms"}, &stdout, &stderr)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, stderr.String())
+	}
+	for n := range benchNames {
+		if !strings.Contains(stderr.String(), "ratelane bench: "+n+": ") {
+			t.Errorf("stderr does not report workload %s:\n%s", n, stderr.String())
+		}
+	}
+}

@@ -92,3 +92,22 @@ func TestBenchPlansMatchTheWorkloads(t *testing.T) {
 		t.Errorf("Throughput period at 10,000 jobs/s = %v, want 5ms (2,000 jobs/s in batches of 10)", tp.Period(tp.Offered(10_000)))
 	}
 }
+
+// TestDefaultBound: the full-size batch-isolation sweep gets a bound it can
+// finish in (a 1-minute bound cut every full run short); the rest keep 60 s.
+func TestDefaultBound(t *testing.T) {
+	if got := DefaultBound("batch-isolation", false); got < 5*time.Minute {
+		t.Errorf("batch-isolation bound %v, want >= 5m", got)
+	}
+	for _, n := range Workloads {
+		if n == "batch-isolation" {
+			if got := DefaultBound(n, true); got != time.Minute {
+				t.Errorf("smoke %s bound %v, want 1m", n, got)
+			}
+			continue
+		}
+		if got := DefaultBound(n, false); got != time.Minute {
+			t.Errorf("%s bound %v, want 1m", n, got)
+		}
+	}
+}

@@ -38,6 +38,9 @@ type virtualDest struct {
 	last     time.Time
 	paused   time.Duration
 	starts   []time.Time
+	// acceptedAt and refusedAt are the start times of accepted and
+	// refused attempts, for per-second timelines (TestVirtualAdapt).
+	acceptedAt, refusedAt []time.Time
 }
 
 type answerEvent struct {
@@ -67,8 +70,11 @@ type virtualMix struct {
 	ideal        []time.Duration
 }
 
-// runVirtualMix runs m from epoch for at most bound of simulated time.
-func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration) virtualMix {
+// runVirtualMix runs m from epoch for at most bound of simulated time. A
+// limit in limits named "subscriber:"+destination replaces the key that
+// webhook.Record.LimitConfig would build for it (a workload that declares
+// its key directly, as adapt does).
+func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration, limits ...admission.Config) virtualMix {
 	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var ds []*virtualDest
@@ -87,6 +93,11 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 			}
 		}
 		c.Adaptive = d.Adaptive
+		for _, l := range limits {
+			if l.Name == c.Name {
+				c = l
+			}
+		}
 		ds = append(ds, &virtualDest{d: d, st: admission.NewState(c), up: up, pending: d.Jobs})
 	}
 	var q answerQueue
@@ -110,10 +121,12 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 			switch {
 			case e.status >= 200 && e.status <= 299:
 				v.accepted++
+				v.acceptedAt = append(v.acceptedAt, e.started)
 				v.last = e.started
 				v.st.Succeeded(e.at)
 			case e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && info.HasRetryAfter:
 				v.refused++
+				v.refusedAt = append(v.refusedAt, e.started)
 				before, rate := v.st.PausedUntil, v.st.LearnedRate
 				if hasDelay && delay > 0 {
 					v.st.RateLimited(e.at, e.at.Add(delay), 1)
