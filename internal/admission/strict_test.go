@@ -162,7 +162,11 @@ func TestStrictOnlyTightens(t *testing.T) {
 	}
 
 	for _, c := range []Config{
-		func() Config { c := UpstreamWindow("a", 20, time.Second, 20, DefaultHeadroom); c.Adaptive = true; return c }(),
+		func() Config {
+			c := UpstreamWindow("a", 20, time.Second, 20, DefaultHeadroom)
+			c.Adaptive = true
+			return c
+		}(),
 		UpstreamFixedWindow("f", 20, time.Second, 5, DefaultHeadroom),
 		UpstreamBucket("b", 20, 20, DefaultHeadroom),
 	} {
