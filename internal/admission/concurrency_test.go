@@ -497,3 +497,61 @@ func TestCapNotBindingNotProbed(t *testing.T) {
 		t.Fatalf("cap probed to %d though the rate, not the cap, paced every start", s.LearnedConcurrency)
 	}
 }
+
+// TestProbeRefusalIsTheRates checks that a refusal met while the key was
+// probing its rate above the level its last cut set is read as the
+// probe's failure (the rate's), not as a concurrency limit, whatever was
+// in flight: an upstream bucket with a small burst refuses a probe before
+// the trailing window shows it, and a cap learned from that would hold
+// the key back until probed away.
+func TestProbeRefusalIsTheRates(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour)
+	s.LearnedRate, s.level = 25, 20 // probing above the level 20
+	s.Take(t0, 1)
+	s.Take(t0, 1)
+	s.Release()
+	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 0 || s.LearnedRate >= 25 {
+		t.Fatalf("refused while probing: cap %d, rate %v; want no cap and the probe undone", s.LearnedConcurrency, s.LearnedRate)
+	}
+}
+
+// TestUnconfirmedCapLowered checks a cap read from a first refusal before
+// any answer (three others in flight, so a cap of 3): a later refusal
+// within it, with one other in flight, lowers it to 1 and keeps the rate,
+// since that first reading measured nothing else; a refusal within the
+// lowered cap is then the rate's.
+func TestUnconfirmedCapLowered(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	for range 4 {
+		s.Take(t0, 1)
+	}
+	s.Release()
+	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 || s.LearnedRate != 20 {
+		t.Fatalf("first refusal before any answer with 3 others in flight: cap %d rate %v, want 3 and 20", s.LearnedConcurrency, s.LearnedRate)
+	}
+	for range 3 {
+		s.Release()
+		s.Succeeded(t0.Add(40 * time.Millisecond))
+	}
+	at := t0.Add(time.Second)
+	s.Take(at, 1)
+	s.Take(at, 1)
+	s.Release()
+	s.Throttled(at.Add(time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 {
+		t.Fatalf("refused within an unconfirmed cap of 3 with 1 other in flight: cap %d rate %v, want 1 and 20", s.LearnedConcurrency, s.LearnedRate)
+	}
+	s.Release()
+	at = at.Add(2 * time.Second)
+	s.Take(at, 1)
+	s.Release()
+	s.Throttled(at.Add(time.Millisecond), time.Time{}, 1) // alone in flight: the rate's
+	if s.LearnedConcurrency != 1 || s.LearnedRate >= 20 {
+		t.Fatalf("refused alone within the lowered cap: cap %d rate %v, want 1 and a cut rate", s.LearnedConcurrency, s.LearnedRate)
+	}
+}
