@@ -104,7 +104,7 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	// probed away.
 	unconfirmed := false
 	switch {
-	case s.LastRefusal.IsZero():
+	case s.LastRefusal.IsZero() && s.capAt == 0: // never refused before
 		if !s.noneAnswered(t, dn, cost) {
 			return false
 		}
