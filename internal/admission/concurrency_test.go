@@ -440,10 +440,7 @@ func TestConcurrencyDiscoveryOverHTTP(t *testing.T) {
 func TestFirstRefusalBeforeAnyAnswer(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
-	s.Take(t0, 1)
-	s.Take(t0, 1)
-	s.Release() // the refused one; the other is still in flight
-	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
+	refuseSecond(&s, t0) // the first is still in flight
 	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 {
 		t.Fatalf("first refusal before any answer: cap %d, rate %v; want cap 1 and the rate kept", s.LearnedConcurrency, s.LearnedRate)
 	}
@@ -456,10 +453,7 @@ func TestFirstRefusalBeforeAnyAnswer(t *testing.T) {
 		r.Succeeded(at.Add(20 * time.Millisecond))
 	}
 	at := t0.Add(250 * time.Millisecond)
-	r.Take(at, 1)
-	r.Take(at, 1)
-	r.Release()
-	r.Throttled(at.Add(time.Millisecond), time.Time{}, 1)
+	refuseSecond(&r, at)
 	if r.LearnedConcurrency != 0 || r.LearnedRate >= 40 {
 		t.Fatalf("first refusal after ten answers: cap %d, rate %v; want no cap and a cut rate", r.LearnedConcurrency, r.LearnedRate)
 	}
@@ -509,10 +503,7 @@ func TestProbeRefusalIsTheRates(t *testing.T) {
 	s := NewState(Config{Name: "k", Rate: 40, Burst: 4, Adaptive: true})
 	s.LastRefusal = t0.Add(-time.Hour)
 	s.LearnedRate, s.level = 25, 20 // probing above the level 20
-	s.Take(t0, 1)
-	s.Take(t0, 1)
-	s.Release()
-	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
+	refuseSecond(&s, t0)
 	if s.LearnedConcurrency != 0 || s.LearnedRate >= 25 {
 		t.Fatalf("refused while probing: cap %d, rate %v; want no cap and the probe undone", s.LearnedConcurrency, s.LearnedRate)
 	}
@@ -539,10 +530,7 @@ func TestUnconfirmedCapLowered(t *testing.T) {
 		s.Succeeded(t0.Add(40 * time.Millisecond))
 	}
 	at := t0.Add(time.Second)
-	s.Take(at, 1)
-	s.Take(at, 1)
-	s.Release()
-	s.Throttled(at.Add(time.Millisecond), time.Time{}, 1)
+	refuseSecond(&s, at)
 	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 {
 		t.Fatalf("refused within an unconfirmed cap of 3 with 1 other in flight: cap %d rate %v, want 1 and 20", s.LearnedConcurrency, s.LearnedRate)
 	}
@@ -554,4 +542,14 @@ func TestUnconfirmedCapLowered(t *testing.T) {
 	if s.LearnedConcurrency != 1 || s.LearnedRate >= 20 {
 		t.Fatalf("refused alone within the lowered cap: cap %d rate %v, want 1 and a cut rate", s.LearnedConcurrency, s.LearnedRate)
 	}
+}
+
+// refuseSecond starts two requests on s at at and has the upstream refuse
+// the second a millisecond later (429, no Retry-After) while the first is
+// still in flight.
+func refuseSecond(s *State, at time.Time) {
+	s.Take(at, 1)
+	s.Take(at, 1)
+	s.Release()
+	s.Throttled(at.Add(time.Millisecond), time.Time{}, 1)
 }
