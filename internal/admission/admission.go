@@ -345,6 +345,10 @@ type State struct {
 	// how long it holds before a probe, capFlags the capHit and
 	// capProbing bits.
 	capAt, capHold, capFlags int64
+	// strictUntil (Unix ns) is when a fixed key's strict pacing, set by
+	// a refusal its declared sliding window did not predict, runs out
+	// (see strict.go); 0 when it is not strict.
+	strictUntil int64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -358,12 +362,12 @@ func NewState(c Config) State {
 // (start logs and learned-limit bookkeeping) as a compact byte string for
 // the store; nil when there is none. dst is reused when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 && s.strictUntil == 0 {
 		return nil
 	}
 	c := s.capExtra()
-	extra := [11]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
-		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3]}
+	extra := [12]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
+		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3], s.strictUntil}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 
@@ -396,6 +400,10 @@ func (s *State) UnmarshalShapes(b []byte) error {
 		s.active = max(extra[6], 0)
 	}
 	s.setCapExtra(extra[min(7, len(extra)):]) // written since concurrency discovery
+	s.strictUntil = 0
+	if len(extra) >= 12 { // written since strict counting
+		s.strictUntil = max(extra[11], 0)
+	}
 	return nil
 }
 
@@ -421,6 +429,9 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 	if !c.Adaptive {
 		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active = 0, 0, 0, time.Time{}, 0, 0, 0, 0
 		s.setCapExtra(nil) // a fixed key learns no cap
+	}
+	if c.Adaptive {
+		s.strictUntil = 0 // its learned rate reads refusals instead (see strict.go)
 	}
 	s.logs = nil
 	for i, w := range c.Windows {
@@ -463,6 +474,9 @@ func (s *State) rate() float64 {
 	if s.Adaptive && s.LearnedRate > 0 {
 		return s.LearnedRate
 	}
+	if s.strict() {
+		return s.strictRate() // see strict.go
+	}
 	return s.Rate
 }
 
@@ -490,6 +504,9 @@ func (s *State) unitNS() float64 { return 1e9 / s.rate() }
 // it a tenth of a second, not Burst/LearnedRate; a burst of one unit would
 // lose a start whenever the lease loop came late.
 func (s *State) burst() float64 {
+	if s.strict() {
+		return 1 // even pacing: see strict.go
+	}
 	if !s.Adaptive {
 		return s.Burst
 	}
@@ -554,7 +571,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 func (s *State) Take(now time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.InFlight++
-	s.noteCap()
+	defer s.noteCap(now, cost) // once this start is counted everywhere
 	if rate := s.rate(); rate > 0 {
 		s.TAT = maxTime(s.TAT, now).Add(dur(float64(cost) * 1e9 / rate))
 		if s.TAT.Sub(now) > MaxAhead { // saturate: TAT stays representable

@@ -27,7 +27,9 @@ import "time"
 // to rate discovery whatever was in flight: a ceiling that does not hold
 // is the commoner cause, and reading it as concurrency kept a key told
 // 40/s behind a 20/s bucket sending at 40 for another signal (the issue
-// mix's half-none, in TestVirtualUpstreams). A rate limit misread as
+// mix's half-none, in TestVirtualUpstreams). The exception is a first
+// refusal that came before any answer did (see noneAnswered): it measured
+// nothing of the rate, and reads as concurrency. A rate limit misread as
 // concurrency later (a limit that dropped silently while requests
 // overlapped looks the same) costs one signal: the next refusal comes
 // within the learned cap, which did not prevent it, and is read as the
@@ -40,9 +42,11 @@ import "time"
 //
 // The cap is probed upward like the rate, boundedly: after it has held
 // for CapHold (doubled by each probe that failed, up to MaxCapHold), and
-// only if it was binding (the key reached it since the last change: a cap
-// the key never reaches teaches nothing by being raised), it rises by a
-// quarter (at least one). A cap at or above the configured Concurrency is
+// only if it was binding (since the last change the key reached it at a
+// moment its rate and windows would have admitted another start, at two
+// starts in a row: a cap that holds nothing back teaches nothing by being
+// raised, see noteCap),
+// it rises by a quarter (at least one). A cap at or above the configured Concurrency is
 // dropped: the configured cap governs.
 const (
 	// CapHold is how long a learned in-flight cap holds before the key
@@ -59,8 +63,9 @@ const (
 
 // Bits of State.capFlags.
 const (
-	capHit     = 1 << iota // the key reached its learned cap since the cap last changed
+	capHit     = 1 << iota // the learned cap bound since it last changed (see noteCap)
 	capProbing             // the last change raised the cap
+	capBound               // the cap bound at the key's last start
 )
 
 // InFlightCap is the in-flight cap in force: the smaller of the
@@ -89,10 +94,24 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	t, dn := now.UnixNano(), int64(d)
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	// A key's first refusal (at its ceiling, never refused before) may be
-	// the rate's whatever was in flight: it goes to rate discovery. After
-	// it, a refusal while the key sent no more than its learned rate is
-	// one the rate cannot explain.
-	if s.LastRefusal.IsZero() || float64(starts.since(t-dn)) > s.rate()*d.Seconds()*(1+RateSlack)+1 {
+	// the rate's whatever was in flight: it goes to rate discovery, unless
+	// no answer had come back yet (see noneAnswered). After it, a refusal
+	// while the key sent no more than its learned rate is one the rate
+	// cannot explain, unless the key was probing its rate above the level
+	// its last cut set: then the probe is the likelier cause (an upstream
+	// bucket with a small burst refuses a probe before the trailing window
+	// shows it), and a cap learned from it would hold the key back until
+	// probed away.
+	unconfirmed := false
+	switch {
+	case s.LastRefusal.IsZero() && s.capAt == 0: // never refused before
+		if !s.noneAnswered(t, dn, cost) {
+			return false
+		}
+		unconfirmed = true
+	case s.level > 0 && s.rate() > s.level:
+		return false
+	case float64(starts.since(t-dn)) > s.rate()*d.Seconds()*(1+RateSlack)+1:
 		return false
 	}
 	n := s.InFlight + 1 // in flight when it was refused, itself included
@@ -106,8 +125,9 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	hold := CapHold
 	if learned > 0 {
 		// Refused within the cap. A cap a probe raised was raised too
-		// far: back under it, and a longer hold. A cap still at what
-		// the refusals taught did not prevent it: the rate's.
+		// far (as was one read from a first refusal that measured
+		// nothing else): back under it, and a longer hold. A cap still
+		// at what the refusals taught did not prevent it: the rate's.
 		if s.capFlags&capProbing == 0 {
 			return false
 		}
@@ -117,13 +137,60 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	refusals.add(t, cost, t-dn, dn/LogSlots)
 	s.LearnedConcurrency = max(1, n-1)
 	s.capAt, s.capHold, s.capFlags = t, int64(hold), 0
+	if unconfirmed {
+		// Read from a refusal that measured nothing else: as far as a
+		// refusal within it goes, it is a probe that went too far, and
+		// lowers it (once; then refusals within it are the rate's).
+		s.capFlags = capProbing
+	}
 	return true
 }
 
-// noteCap records at a start whether the key reached its learned cap.
-func (s *State) noteCap() {
-	if s.LearnedConcurrency > 0 && s.InFlight >= s.LearnedConcurrency {
+// noneAnswered reports, for a refusal of cost units at t (Unix ns) on a
+// key with others in flight, whether every other start of the trailing
+// discovery window (of dn ns) that the upstream did not refuse is still in
+// flight: no answer has come back to say what the upstream accepts. Such
+// a refusal, the key's first, measured nothing of its rate (halving it,
+// as a first refusal otherwise does, is a guess); what it does show is an
+// upstream refusing while holding every request the key had sent, which
+// is what a concurrency limit does. Read so, it costs least when wrong: a
+// rate limit then refuses again within the cap just learned, and that
+// refusal is the rate's (one signal). Read as the rate's, a concurrency
+// limit of one cost the key half its rate for a hold and a climb (the
+// unforeseen mix's concurrent-1, whose first two starts overlap).
+func (s *State) noneAnswered(t, dn, cost int64) bool {
+	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
+	others := starts.since(t-dn) - refusals.since(t-dn) - cost
+	return others <= int64(s.InFlight)
+}
+
+// noteCap records at a start of cost units at now (after Take counted it)
+// whether the learned cap binds: the key reached it, and its bucket and
+// windows would admit another start at once, so that only the cap holds
+// the next one back — at two starts in a row, since the first start after
+// an idle spell finds the bucket's burst unspent whatever the cap. A key
+// that reaches its cap only because each request ends before its rate
+// admits the next (one at a time, 20-50 ms each, at 20/s) loses nothing
+// to the cap, and raising it would only buy a refusal from the upstream
+// that taught it.
+func (s *State) noteCap(now time.Time, cost int64) {
+	if s.LearnedConcurrency <= 0 || s.capFlags&capHit != 0 {
+		return
+	}
+	if s.InFlight < s.LearnedConcurrency {
+		return // below the cap: no evidence either way
+	}
+	in := s.InFlight
+	s.InFlight = 0 // would the other shapes admit one more now?
+	bound, _ := s.Check(now, cost)
+	s.InFlight = in
+	switch {
+	case bound && s.capFlags&capBound != 0:
 		s.capFlags |= capHit
+	case bound:
+		s.capFlags |= capBound
+	default:
+		s.capFlags &^= capBound
 	}
 }
 
@@ -162,5 +229,5 @@ func (s *State) setCapExtra(e []int64) {
 		return
 	}
 	s.LearnedConcurrency = int(min(e[0], maxLearnedCap))
-	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing)
+	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound)
 }

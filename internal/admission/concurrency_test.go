@@ -127,8 +127,13 @@ func TestCapProbe(t *testing.T) {
 	if s.LearnedConcurrency != 1 {
 		t.Fatalf("a cap the key never reached was probed to %d", s.LearnedConcurrency)
 	}
-	s.Take(now, 1) // at the cap
+	// At the cap at two starts in a row, each time with the rate ready
+	// to admit another: binding.
+	s.Take(now, 1)
 	s.Release()
+	s.Take(now.Add(100*time.Millisecond), 1)
+	s.Release()
+	now = now.Add(100 * time.Millisecond)
 	s.Succeeded(now)
 	if s.LearnedConcurrency != 2 {
 		t.Fatalf("cap %d after a clean, binding hold, want 2", s.LearnedConcurrency)
@@ -153,6 +158,9 @@ func TestCapProbe(t *testing.T) {
 		at := fail.Add(time.Duration(i+1) * time.Minute)
 		s.Take(at, 1)
 		s.Release()
+		at = at.Add(100 * time.Millisecond)
+		s.Take(at, 1) // binding at two starts in a row
+		s.Release()
 		s.Succeeded(at)
 		s.Take(at, 1)
 		s.Take(at, 1)
@@ -163,18 +171,22 @@ func TestCapProbe(t *testing.T) {
 	if time.Duration(s.capHold) != MaxCapHold {
 		t.Fatalf("hold %v after many failed probes, want MaxCapHold %v", time.Duration(s.capHold), MaxCapHold)
 	}
-	// Clean and binding long enough, the cap climbs to the configured 4
-	// and is dropped there.
+	// Clean and binding long enough (each time the key reaches its cap,
+	// its rate would admit another start), the cap climbs to the
+	// configured 4 and is dropped there.
 	at := fail.Add(time.Hour)
 	for range 4 {
 		at = at.Add(MaxCapHold + time.Millisecond)
-		for range s.InFlightCap() {
-			s.Take(at, 1)
+		c := s.InFlightCap()
+		for round := range 2 {
+			for i := range c {
+				s.Take(at.Add(time.Duration(round*c+i)*100*time.Millisecond), 1)
+			}
+			for range c {
+				s.Release()
+			}
 		}
-		for range s.InFlightCap() {
-			s.Release()
-		}
-		s.Succeeded(at)
+		s.Succeeded(at.Add(time.Second))
 	}
 	if s.LearnedConcurrency != 0 || s.InFlightCap() != 4 {
 		t.Fatalf("learned cap %d, in force %d; want the learned one dropped at the configured 4", s.LearnedConcurrency, s.InFlightCap())
@@ -417,4 +429,127 @@ func TestConcurrencyDiscoveryOverHTTP(t *testing.T) {
 	if st := sim.Stats().Routes["c"]; st.Accepted != accepted.Load() {
 		t.Fatalf("simulator counted %d accepted, the workers %d", st.Accepted, accepted.Load())
 	}
+}
+
+// TestFirstRefusalBeforeAnyAnswer checks the reading of a key's very
+// first refusal: met before any answer came back, with another start in
+// flight (two starts at once against one request at a time), it teaches
+// a cap and leaves the rate alone, since it measured nothing of the rate;
+// met after answers came back (a ceiling the upstream does not have), it
+// is the rate's, as before.
+func TestFirstRefusalBeforeAnyAnswer(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	refuseSecond(&s, t0) // the first is still in flight
+	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 {
+		t.Fatalf("first refusal before any answer: cap %d, rate %v; want cap 1 and the rate kept", s.LearnedConcurrency, s.LearnedRate)
+	}
+
+	r := NewState(Config{Name: "r", Rate: 40, Burst: 4, Adaptive: true})
+	for i := range 10 { // ten answered, accepted
+		at := t0.Add(time.Duration(i) * 25 * time.Millisecond)
+		r.Take(at, 1)
+		r.Release()
+		r.Succeeded(at.Add(20 * time.Millisecond))
+	}
+	at := t0.Add(250 * time.Millisecond)
+	refuseSecond(&r, at)
+	if r.LearnedConcurrency != 0 || r.LearnedRate >= 40 {
+		t.Fatalf("first refusal after ten answers: cap %d, rate %v; want no cap and a cut rate", r.LearnedConcurrency, r.LearnedRate)
+	}
+}
+
+// TestCapNotBindingNotProbed checks that a learned cap the key reaches
+// only because each request ends before its rate admits the next (one at
+// a time, 30 ms each, at 20/s) is not probed: raising it would buy only a
+// refusal from the upstream that taught it.
+func TestCapNotBindingNotProbed(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal
+	s.Take(t0, 1)
+	s.Take(t0, 1)
+	s.Release()
+	s.Throttled(t0, time.Time{}, 1)
+	s.Release()
+	if s.LearnedConcurrency != 1 {
+		t.Fatalf("learned cap %d, want 1", s.LearnedConcurrency)
+	}
+	var end time.Time // when the request in flight ends
+	for now := t0.Add(time.Second); now.Before(t0.Add(20 * time.Second)); now = now.Add(time.Millisecond) {
+		if !end.IsZero() && !now.Before(end) {
+			s.Release()
+			s.Succeeded(now)
+			end = time.Time{}
+		}
+		if ok, _ := s.Check(now, 1); ok {
+			s.Take(now, 1)
+			end = now.Add(30 * time.Millisecond)
+		}
+	}
+	if s.LearnedConcurrency != 1 {
+		t.Fatalf("cap probed to %d though the rate, not the cap, paced every start", s.LearnedConcurrency)
+	}
+}
+
+// TestProbeRefusalIsTheRates checks that a refusal met while the key was
+// probing its rate above the level its last cut set is read as the
+// probe's failure (the rate's), not as a concurrency limit, whatever was
+// in flight: an upstream bucket with a small burst refuses a probe before
+// the trailing window shows it, and a cap learned from that would hold
+// the key back until probed away.
+func TestProbeRefusalIsTheRates(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 4, Adaptive: true})
+	s.LastRefusal = t0.Add(-time.Hour)
+	s.LearnedRate, s.level = 25, 20 // probing above the level 20
+	refuseSecond(&s, t0)
+	if s.LearnedConcurrency != 0 || s.LearnedRate >= 25 {
+		t.Fatalf("refused while probing: cap %d, rate %v; want no cap and the probe undone", s.LearnedConcurrency, s.LearnedRate)
+	}
+}
+
+// TestUnconfirmedCapLowered checks a cap read from a first refusal before
+// any answer (three others in flight, so a cap of 3): a later refusal
+// within it, with one other in flight, lowers it to 1 and keeps the rate,
+// since that first reading measured nothing else; a refusal within the
+// lowered cap is then the rate's.
+func TestUnconfirmedCapLowered(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	for range 4 {
+		s.Take(t0, 1)
+	}
+	s.Release()
+	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 || s.LearnedRate != 20 {
+		t.Fatalf("first refusal before any answer with 3 others in flight: cap %d rate %v, want 3 and 20", s.LearnedConcurrency, s.LearnedRate)
+	}
+	for range 3 {
+		s.Release()
+		s.Succeeded(t0.Add(40 * time.Millisecond))
+	}
+	at := t0.Add(time.Second)
+	refuseSecond(&s, at)
+	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 {
+		t.Fatalf("refused within an unconfirmed cap of 3 with 1 other in flight: cap %d rate %v, want 1 and 20", s.LearnedConcurrency, s.LearnedRate)
+	}
+	s.Release()
+	at = at.Add(2 * time.Second)
+	s.Take(at, 1)
+	s.Release()
+	s.Throttled(at.Add(time.Millisecond), time.Time{}, 1) // alone in flight: the rate's
+	if s.LearnedConcurrency != 1 || s.LearnedRate >= 20 {
+		t.Fatalf("refused alone within the lowered cap: cap %d rate %v, want 1 and a cut rate", s.LearnedConcurrency, s.LearnedRate)
+	}
+}
+
+// refuseSecond starts two requests on s at at and has the upstream refuse
+// the second a millisecond later (429, no Retry-After) while the first is
+// still in flight.
+func refuseSecond(s *State, at time.Time) {
+	s.Take(at, 1)
+	s.Take(at, 1)
+	s.Release()
+	s.Throttled(at.Add(time.Millisecond), time.Time{}, 1)
 }

@@ -106,9 +106,11 @@ func (s *State) discoveryWindow() time.Duration {
 // from the refusal (see refused); its bucket restarts empty at the end of
 // the pause rather than sending a burst into a window that just refused.
 // A refusal that reads as a concurrency limit (see concurrencyRefusal)
-// pauses but teaches the rate nothing.
+// pauses but teaches the rate nothing. A fixed key with a sliding window
+// paces strictly for a while (see strictRefusal).
 func (s *State) RateLimited(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
+	s.strictRefusal(now, until)
 	if s.concurrencyRefusal(now, cost) {
 		s.Pause(until) // the upstream's word; the rate and bucket stand
 		return
@@ -126,11 +128,13 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 // it for one job's exponential backoff would idle the key far longer than
 // the upstream asked — it asked for nothing — and cost seconds of its
 // allowance on every 429. A key with a fixed limit has no other way to
-// slow down, so it pauses until until. A refusal that reads as a
+// slow down, so it pauses until until, and, with a sliding window, paces
+// strictly for a while (see strictRefusal). A refusal that reads as a
 // concurrency limit teaches an adaptive key a cap instead of a rate.
 func (s *State) Throttled(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	if !s.Adaptive {
+		s.strictRefusal(now, until)
 		s.Pause(until)
 		return
 	}
@@ -366,6 +370,7 @@ func (s *State) estimate(now time.Time) (float64, bool) {
 // remembered as good: a failed probe falls back to it.
 func (s *State) Succeeded(now time.Time) {
 	if !s.Adaptive {
+		s.strictExpire(now)
 		return
 	}
 	s.probeCap(now)

@@ -961,6 +961,44 @@ func testLearnedConcurrency(t *testing.T, open Opener) {
 	}
 }
 
+// A fixed key with a sliding window that its upstream refused paces
+// strictly (admission's strict counting): after the pause it leases one
+// start at a time, evenly, where before the refusal its bucket's burst
+// admitted several at once; the store keeps that across transactions.
+func testStrictCounting(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.UpstreamWindow("sc", 20, time.Second, 20, admission.DefaultHeadroom))
+	for range 30 {
+		insert(t, s, NewJob("acme", job.LaneBatch, "sc"))
+	}
+	got := lease(t, s, T0, 30)
+	if len(got) != 10 { // half the declared burst of 20
+		t.Fatalf("leased %d from a fresh key, want its burst of 10", len(got))
+	}
+	at := T0.Add(10 * time.Millisecond)
+	for _, j := range got[1:] {
+		mustOK(t, finish(t, s, success(j, at)))
+	}
+	j := got[0]
+	mustOK(t, finish(t, s, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled,
+		EligibleAt: at.Add(time.Second), Attempts: job.Attempts{Congestion: 1},
+		Record: job.AttemptRecord{At: at, Attempt: 1, Outcome: job.ClassRateLimited, Status: 429},
+		Keys:   store.KeyEffect{Now: at, RateLimited: true, PauseUntil: at.Add(time.Second)}}))
+	// Two seconds on, the declared bucket would be full again (10 at
+	// once); strict, the key admits one, then the next a strict
+	// interval (1.03 s / 19) later.
+	later := T0.Add(3 * time.Second)
+	if n := len(lease(t, s, later, 30)); n != 1 {
+		t.Fatalf("leased %d at once after a refusal, want 1 (strict pacing: a burst of one)", n)
+	}
+	if n := len(lease(t, s, later.Add(20*time.Millisecond), 30)); n != 0 {
+		t.Fatalf("leased %d 20 ms later, want 0 (strict pacing: 19 per 1.03 s, evenly)", n)
+	}
+	if n := len(lease(t, s, later.Add(60*time.Millisecond), 30)); n != 1 {
+		t.Fatalf("leased %d 60 ms later, want 1", n)
+	}
+}
+
 func testObjects(t *testing.T, open Opener) {
 	s := open(t)
 	ctx := context.Background()

@@ -74,6 +74,7 @@ func Run(t *testing.T, open Opener) {
 		"List":                  testList,
 		"AdaptiveKey":           testAdaptiveKey,
 		"LearnedConcurrency":    testLearnedConcurrency,
+		"StrictCounting":        testStrictCounting,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
 		"PartsParent":           testPartsParent,

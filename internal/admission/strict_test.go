@@ -1,0 +1,179 @@
+package admission
+
+import (
+	"container/heap"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/upstream"
+)
+
+// answerAt is one answer of a virtual upstream, due at at.
+type answerAt struct {
+	at     time.Time
+	status int
+	retry  time.Duration // the Retry-After in seconds, 0 for none
+}
+
+type answerHeap []answerAt
+
+func (h answerHeap) Len() int           { return len(h) }
+func (h answerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h answerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *answerHeap) Push(x any)        { *h = append(*h, x.(answerAt)) }
+func (h *answerHeap) Pop() any {
+	old := *h
+	a := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return a
+}
+
+// driveVirtual runs s against v with an endless backlog from start for d
+// in 1 ms steps, as the store applies outcomes: Take at the lease,
+// Release then Succeeded / RateLimited (with a Retry-After in seconds) /
+// Throttled (a 1 s backoff) when the answer arrives after the route's
+// latency (a refusal after 1 ms). It returns the accepted start times and
+// the refusals.
+func driveVirtual(t *testing.T, s *State, v *upstream.Virtual, start time.Time, d time.Duration) (accepted []time.Time, refused int) {
+	t.Helper()
+	var q answerHeap
+	for now := start; now.Before(start.Add(d)); now = now.Add(time.Millisecond) {
+		for q.Len() > 0 && !q[0].at.After(now) {
+			a := heap.Pop(&q).(answerAt)
+			s.Release()
+			switch {
+			case a.status == http.StatusOK:
+				s.Succeeded(a.at)
+			case a.retry > 0:
+				refused++
+				s.RateLimited(a.at, a.at.Add(a.retry), 1)
+			default:
+				refused++
+				s.Throttled(a.at, a.at.Add(time.Second), 1)
+			}
+		}
+		for {
+			if ok, _ := s.Check(now, 1); !ok {
+				break
+			}
+			s.Take(now, 1)
+			status, h, lat := v.Answer(now)
+			a := answerAt{at: now.Add(max(lat, time.Millisecond)), status: status}
+			if status != http.StatusOK {
+				a.at = now.Add(time.Millisecond)
+				if ra, err := strconv.Atoi(h.Get("Retry-After")); err == nil {
+					a.retry = time.Duration(ra) * time.Second
+				}
+			} else {
+				accepted = append(accepted, now)
+			}
+			heap.Push(&q, a)
+		}
+	}
+	return accepted, refused
+}
+
+// TestStrictAgainstSlidingCounter drives a fixed key declared as 20/s
+// (UpstreamWindow, as a subscriber's default) against the two-window
+// sliding counter of edge proxies at 20, which refuses the burst that
+// opens each of the key's windows and admits an even stream only up to
+// 19 per window. Read as declared, every window of the key costs a
+// refusal and a whole-second pause; once refused, the key paces strictly
+// (evenly, one under the limit) and the refusals stop.
+func TestStrictAgainstSlidingCounter(t *testing.T) {
+	t.Parallel()
+	v, err := upstream.NewVirtual(upstream.RouteConfig{Algorithm: upstream.AlgorithmSlidingCounter, Window: time.Second, Limit: 20,
+		OverLimit: upstream.OverLimit429Seconds, Latency: upstream.Latency{Fixed: 20 * time.Millisecond, Jitter: 30 * time.Millisecond}}, t0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewState(UpstreamWindow("k", 20, time.Second, 20, DefaultHeadroom))
+	accepted, refused := driveVirtual(t, &s, v, t0, 20*time.Second)
+	if !s.strict() {
+		t.Fatalf("not strict after %d refusals from a sliding counter", refused)
+	}
+	// The first refusal is a burst's (the requests already sent with it
+	// are refused too); after it, none.
+	if refused > 10 {
+		t.Fatalf("%d refusals in 20 s from a sliding counter of 20, want those of the first burst only", refused)
+	}
+	if n := countIn(accepted, t0.Add(10*time.Second), t0.Add(20*time.Second)); n < 180 {
+		t.Fatalf("%d accepted in the last 10 s, want at least 180 (strict pacing is one under the limit, evenly)", n)
+	}
+}
+
+// TestStrictOnlyTightens checks strict pacing's bounds: it starts only on
+// a refusal of a fixed key with a sliding window (never for an adaptive
+// key, nor one with fixed windows only), paces at one under the tightest
+// window's limit per period with a burst of one, lasts the window's limit
+// times the pause past the pause, is extended by each refusal, survives
+// the store's encoding and ends at the first success after it ran out.
+func TestStrictOnlyTightens(t *testing.T) {
+	t.Parallel()
+	s := NewState(UpstreamWindow("k", 20, time.Second, 20, DefaultHeadroom))
+	period := s.Windows[0].Period
+	if s.strict() || s.rate() != s.Rate || s.burst() != s.Burst {
+		t.Fatalf("strict before any refusal: rate %v burst %v", s.rate(), s.burst())
+	}
+	s.RateLimited(t0, t0.Add(time.Second), 1)
+	if !s.strict() {
+		t.Fatal("not strict after a refusal")
+	}
+	if want := 19 / period.Seconds(); s.rate() != want || s.burst() != 1 {
+		t.Fatalf("strict rate %v burst %v, want %v and 1", s.rate(), s.burst(), want)
+	}
+	// The pause is 1 s, shorter than the window: a window's worth.
+	if want := t0.Add(time.Second).Add(20 * period).UnixNano(); s.strictUntil != want {
+		t.Fatalf("strict until %v, want 20 windows after the pause", time.Unix(0, s.strictUntil).Sub(t0))
+	}
+	// Over any window, strict starts stay at one under the limit.
+	var starts []time.Time
+	for now := t0.Add(time.Second); now.Before(t0.Add(5 * time.Second)); now = now.Add(time.Millisecond) {
+		if ok, _ := s.Check(now, 1); ok {
+			s.Take(now, 1)
+			s.Release()
+			starts = append(starts, now)
+		}
+	}
+	for i := range starts {
+		if n := countIn(starts, starts[i], starts[i].Add(period)); n > 19 {
+			t.Fatalf("%d strict starts within %v from %v, want at most 19", n, period, starts[i].Sub(t0))
+		}
+	}
+	var back State
+	back.Config = s.Config
+	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil || back.strictUntil != s.strictUntil {
+		t.Fatalf("round trip: strict until %v, want %v (err %v)", back.strictUntil, s.strictUntil, err)
+	}
+	later := t0.Add(10 * time.Second)
+	s.Throttled(later, later.Add(2*time.Second), 1)
+	if want := later.Add(2 * time.Second).Add(40 * time.Second).UnixNano(); s.strictUntil != want {
+		t.Fatalf("a second refusal set strict until %v, want %v", time.Unix(0, s.strictUntil).Sub(t0), time.Unix(0, want).Sub(t0))
+	}
+	s.Succeeded(time.Unix(0, s.strictUntil-1))
+	if !s.strict() {
+		t.Fatal("strictness ended before it ran out")
+	}
+	s.Succeeded(time.Unix(0, s.strictUntil))
+	if s.strict() || s.rate() != s.Rate || s.burst() != s.Burst {
+		t.Fatalf("still strict after it ran out: rate %v burst %v", s.rate(), s.burst())
+	}
+
+	for _, c := range []Config{
+		func() Config {
+			c := UpstreamWindow("a", 20, time.Second, 20, DefaultHeadroom)
+			c.Adaptive = true
+			return c
+		}(),
+		UpstreamFixedWindow("f", 20, time.Second, 5, DefaultHeadroom),
+		UpstreamBucket("b", 20, 20, DefaultHeadroom),
+	} {
+		o := NewState(c)
+		o.RateLimited(t0, t0.Add(time.Second), 1)
+		if o.strict() || o.strictUntil != 0 {
+			t.Errorf("%s: strict after a refusal; only a fixed key with a sliding window paces strictly", c.Name)
+		}
+	}
+}
