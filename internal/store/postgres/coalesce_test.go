@@ -162,9 +162,9 @@ func TestCoalescedInsertWithdrawn(t *testing.T) {
 	}
 }
 
-// An insert is one round trip of five statements (BEGIN, keys, groups,
-// jobs, COMMIT) whatever its size: the jobs go in as arrays, not one
-// INSERT each.
+// An insert is one round trip of at most six statements (BEGIN, keys,
+// groups, the jobs without and with an idempotency key, COMMIT) whatever
+// its size: the jobs go in as arrays, not one INSERT each.
 func TestInsertStatementsDoNotGrow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -177,17 +177,20 @@ func TestInsertStatementsDoNotGrow(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []int{1, 500} {
+	for n, want := range map[int]int64{1: 5, 500: 6} {
 		jobs := make([]*job.Job, n)
 		for i := range jobs {
 			jobs[i] = storetest.NewJob("t"+strconv.Itoa(i%4), job.LaneBatch, "k"+strconv.Itoa(i%9))
+			if i%2 == 1 {
+				jobs[i].IdempotencyKey = "key-" + strconv.Itoa(i)
+			}
 		}
 		t0, s0 := rt.trips.Load(), rt.statements.Load()
 		if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
 			t.Fatal(err)
 		}
-		if trips, stmts := rt.trips.Load()-t0, rt.statements.Load()-s0; trips != 1 || stmts != 5 {
-			t.Errorf("insert of %d jobs: %d round trips, %d statements; want 1 and 5", n, trips, stmts)
+		if trips, stmts := rt.trips.Load()-t0, rt.statements.Load()-s0; trips != 1 || stmts != want {
+			t.Errorf("insert of %d jobs: %d round trips, %d statements; want 1 and %d", n, trips, stmts, want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
@@ -116,12 +117,11 @@ const upsertGroupsSQL = `INSERT INTO job_groups (lane, tenant, kind, keys, ready
 	ON CONFLICT (lane, tenant, kind, keys) DO UPDATE SET ready_at = LEAST(job_groups.ready_at, EXCLUDED.ready_at)
 		WHERE job_groups.ready_at IS DISTINCT FROM LEAST(job_groups.ready_at, EXCLUDED.ready_at)`
 
-// insertJobsSQL inserts the jobs in (tenant, idempotency key) order, each
-// with its group's id (looked up by the group's unique key: the group
-// statement before it created or found every one), and returns the ids of
-// the jobs inserted; the others met an existing idempotency key. A job's
-// limit keys are [ks, ke] of the flat array $6 and its group's sorted keys
-// the same slice of $7.
+// insertJobsSQL inserts jobs, each with its group's id (looked up by the
+// group's unique key: the group statement before it created or found every
+// one). A job's limit keys are [ks, ke] of the flat array $6 and its
+// group's sorted keys the same slice of $7. The jobs with an idempotency
+// key go in with insertKeyedSQL, the others with insertPlainSQL.
 const insertJobsSQL = `INSERT INTO jobs (id, kind, region, lane, tenant, limit_keys, cost, priority, payload,
 		idempotency_key, deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, group_id,
 		state, eligible_at, created_at, updated_at)
@@ -134,32 +134,63 @@ const insertJobsSQL = `INSERT INTO jobs (id, kind, region, lane, tenant, limit_k
 		$12::bytea[], $13::text[], $14::bigint[], $15::int[], $16::int[], $17::int[], $18::text[], $19::text[],
 		$20::text[], $21::bigint[], $22::bigint[]) WITH ORDINALITY
 		AS u(id, kind, lane, tenant, ks, ke, cost, priority, payload, idem, deadline, bc, bt, bs, parent, depth,
-			state, eligible, created, n)
+			state, eligible, created, n)`
+
+// insertKeyedSQL inserts jobs that have an idempotency key, in (tenant,
+// key) order, and returns the ids of those inserted; the others met an
+// existing key (also one earlier in the same batch).
+const insertKeyedSQL = insertJobsSQL + `
 	ORDER BY u.tenant, u.idem, u.n
 	ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
 	RETURNING id`
 
-// sendInsert sends, through send, the three statements that insert jobs:
-// the limit keys' creation, the groups' upsert and the jobs' insert, each
-// one statement for the whole batch. It fills out for the jobs inserted
-// and returns the indexes of those that met an existing idempotency key
-// (fillExisting reads them). A taken job id fails it with ErrConflict.
+// insertPlainSQL inserts jobs without an idempotency key. Without ON
+// CONFLICT a row is a plain insert: ON CONFLICT makes each row a
+// speculative insertion, with a confirmation record in the WAL (48 bytes
+// per job) and its own index pre-check, even for rows its partial index
+// can never hold.
+const insertPlainSQL = insertJobsSQL
+
+// sendInsert sends, through send, the statements that insert jobs: the
+// limit keys' creation, the groups' upsert and the jobs' inserts (those
+// without an idempotency key, then those with one), each one statement for
+// the whole batch. It fills out for the jobs inserted and returns the
+// indexes of those that met an existing idempotency key (fillExisting
+// reads them). A taken job id fails it with ErrConflict.
 func sendInsert(ctx context.Context, send func(context.Context, *pgx.Batch) pgx.BatchResults, jobs []*job.Job,
 	def admission.Config, out []store.InsertResult) ([]int, error) {
 	b := &pgx.Batch{}
 	queueEnsureKeys(b, allKeys(jobs), def)
 	queueUpsertGroups(b, jobs)
-	inserted := make(map[string]bool, len(jobs))
-	b.Queue(insertJobsSQL, insertJobsArgs(jobs)...).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			inserted[id] = true
+	var plain, keyed []*job.Job
+	for _, j := range jobs {
+		if j.IdempotencyKey == "" {
+			plain = append(plain, j)
+		} else {
+			keyed = append(keyed, j)
 		}
-		return rows.Err()
-	})
+	}
+	if len(plain) > 0 {
+		b.Queue(insertPlainSQL, insertJobsArgs(plain)...).Exec(func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() != int64(len(plain)) {
+				return fmt.Errorf("inserted %d of %d jobs", tag.RowsAffected(), len(plain))
+			}
+			return nil
+		})
+	}
+	inserted := make(map[string]bool, len(keyed))
+	if len(keyed) > 0 {
+		b.Queue(insertKeyedSQL, insertJobsArgs(keyed)...).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				inserted[id] = true
+			}
+			return rows.Err()
+		})
+	}
 	if err := send(ctx, b).Close(); err != nil {
 		if pgCode(err) == "23505" {
 			return nil, fmt.Errorf("%w: a job id is taken: %w", store.ErrConflict, err)
@@ -168,12 +199,9 @@ func sendInsert(ctx context.Context, send func(context.Context, *pgx.Batch) pgx.
 	}
 	var dup []int
 	for i, j := range jobs {
-		switch {
-		case inserted[j.ID]:
+		if j.IdempotencyKey == "" || inserted[j.ID] {
 			out[i] = store.InsertResult{Job: storedCopy(j)}
-		case j.IdempotencyKey == "":
-			return nil, fmt.Errorf("job %s was not inserted and has no idempotency key", j.ID)
-		default:
+		} else {
 			dup = append(dup, i)
 		}
 	}
@@ -212,7 +240,8 @@ func queueUpsertGroups(b *pgx.Batch, jobs []*job.Job) {
 	b.Queue(upsertGroupsSQL, lanes, tenants, kinds, ks, ke, flat, at)
 }
 
-// insertJobsArgs are the arguments of insertJobsSQL: one array per column.
+// insertJobsArgs are the arguments of insertJobsSQL for jobs (at least
+// one): one array per column.
 func insertJobsArgs(jobs []*job.Job) []any {
 	n := len(jobs)
 	var (
