@@ -33,7 +33,11 @@ func heldStore(t *testing.T) (*Store, *roundTrips, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, rt, conn.Release
+	// Released by the test, or at its end if it failed first (before the
+	// store's Close, which waits for it).
+	release := sync.OnceFunc(conn.Release)
+	t.Cleanup(release)
+	return s, rt, release
 }
 
 // insertEach inserts each job by its own concurrent call once all calls
