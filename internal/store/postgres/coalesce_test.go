@@ -14,22 +14,28 @@ import (
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
-// heldStore is a migrated store of one connection, counted by a tracer,
-// whose connection the test holds: Insert calls made meanwhile all wait,
-// as concurrent HTTP enqueues do behind a busy pool.
-func heldStore(t *testing.T) (*Store, *roundTrips, func()) {
+// tracedStore is a migrated store of one connection counted by a tracer.
+func tracedStore(t *testing.T) (*Store, *roundTrips) {
 	t.Helper()
-	ctx := context.Background()
 	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1, tracer: rt})
+	s, err := Open(context.Background(), Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1, tracer: rt})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := s.pool.Acquire(ctx)
+	return s, rt
+}
+
+// heldStore is a tracedStore whose connection the test holds: Insert
+// calls made meanwhile all wait, as concurrent HTTP enqueues do behind a
+// busy pool.
+func heldStore(t *testing.T) (*Store, *roundTrips, func()) {
+	t.Helper()
+	s, rt := tracedStore(t)
+	conn, err := s.pool.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,15 +178,7 @@ func TestCoalescedInsertWithdrawn(t *testing.T) {
 func TestInsertStatementsDoNotGrow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1, tracer: rt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, rt := tracedStore(t)
 	for n, want := range map[int]int64{1: 5, 500: 6} {
 		jobs := make([]*job.Job, n)
 		for i := range jobs {
