@@ -75,12 +75,20 @@ func BenchmarkLeaseFinish(b *testing.B) {
 
 // roundTrips counts what a store sends: one per statement sent alone and
 // one per batch (pgx sends a batch's statements together and reads their
-// results in one go). Statements counts every statement either way.
-type roundTrips struct{ trips, statements atomic.Int64 }
+// results in one go). Statements counts every statement either way, and
+// begins the BEGINs among them: the transactions.
+type roundTrips struct{ trips, statements, begins atomic.Int64 }
 
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.trips.Add(1)
+func (r *roundTrips) statement(sql string) {
 	r.statements.Add(1)
+	if sql == "BEGIN" {
+		r.begins.Add(1)
+	}
+}
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.trips.Add(1)
+	r.statement(d.SQL)
 	return ctx
 }
 
@@ -91,8 +99,8 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	return ctx
 }
 
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
-	r.statements.Add(1)
+func (r *roundTrips) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.statement(d.SQL)
 }
 
 func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

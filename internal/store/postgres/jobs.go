@@ -1,16 +1,15 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
@@ -33,7 +32,12 @@ func groupOf(j *job.Job) groupKey {
 // and the jobs are inserted. A job whose (tenant, idempotency key) already
 // exists, also one inserted concurrently by another node or earlier in the
 // same batch, is not inserted: its result carries the existing job and
-// Existing=true. Jobs of another region are refused.
+// Existing=true. Jobs of another region are refused; a job whose id is
+// taken fails the call with store.ErrConflict.
+//
+// A small call (single-job HTTP enqueues) is coalesced with the calls of
+// other goroutines that wait at the same moment into one transaction (see
+// inserter); each still gets its own results and its own error.
 //
 // Locks are taken in one global order (new keys by name, groups by
 // lane/tenant/kind/keys, jobs by tenant/idempotency key), so concurrent
@@ -45,22 +49,23 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 	if err := s.checkInsert(jobs); err != nil {
 		return nil, err
 	}
+	if len(jobs) <= coalesceMaxCall {
+		return s.inserts.insert(ctx, jobs, def)
+	}
+	return s.insertNow(ctx, jobs, def)
+}
+
+// insertNow is Insert in a transaction of its own: one round trip (BEGIN,
+// key creation, group upsert, job insert and COMMIT pipelined), plus one
+// read after the commit when some jobs met an existing idempotency key.
+// The statements take whole arrays (unnest), so their number does not grow
+// with the batch: 1,000 jobs were 1,000 INSERT executions on the server.
+func (s *Store) insertNow(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
 	out := make([]store.InsertResult, len(jobs))
 	var dup []int
-	// Pipelined: BEGIN, the key creation and the group upserts go in one
-	// round trip, the job inserts and COMMIT in a second. The group rows
-	// an insert locks are held for that one round trip and the commit, not
-	// for three (on a loaded machine a client round trip, not the server,
-	// was what concurrent single-job inserts into one group queued on).
 	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
-		if err := ensureKeys(ctx, tx, allKeys(jobs), def); err != nil {
-			return fmt.Errorf("create limit keys: %w", err)
-		}
-		groups, err := upsertGroups(ctx, tx, jobs)
-		if err != nil {
-			return fmt.Errorf("upsert groups: %w", err)
-		}
-		dup, err = sendInserts(ctx, tx.SendBatchCommit, jobs, groups, out)
+		var err error
+		dup, err = sendInsert(ctx, tx.SendBatchCommit, jobs, def, out)
 		return err
 	})
 	if err == nil {
@@ -97,94 +102,194 @@ func allKeys(jobs []*job.Job) []string {
 	return slices.Compact(names)
 }
 
-// upsertGroups creates the batch's groups or lowers their ready_at to the
-// earliest waiting job, in group order, and returns their ids.
-func upsertGroups(ctx context.Context, tx querier, jobs []*job.Job) (map[groupKey]int64, error) {
+// upsertGroupsSQL creates the groups of $1..$7 or lowers their ready_at
+// (a NULL ready_at, a group of accepted jobs only, lowers nothing: LEAST
+// ignores NULLs), in lane/tenant/kind/keys order. A group's keys are the
+// slice [$4, $5] of the flat array $6, which an array of arrays cannot
+// express (unnest flattens it). A group whose ready_at is already early
+// enough is locked (ON CONFLICT locks the row even when its WHERE is false),
+// which orders this insert with a lease touching the group, but not
+// rewritten: a busy group took a new row version per insert.
+const upsertGroupsSQL = `INSERT INTO job_groups (lane, tenant, kind, keys, ready_at)
+	SELECT g.lane, g.tenant, g.kind, ($6::text[])[g.ks:g.ke], g.ready
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $7::bigint[]) AS g(lane, tenant, kind, ks, ke, ready)
+	ORDER BY g.lane, g.tenant, g.kind, ($6::text[])[g.ks:g.ke]
+	ON CONFLICT (lane, tenant, kind, keys) DO UPDATE SET ready_at = LEAST(job_groups.ready_at, EXCLUDED.ready_at)
+		WHERE job_groups.ready_at IS DISTINCT FROM LEAST(job_groups.ready_at, EXCLUDED.ready_at)`
+
+// insertJobsSQL inserts jobs, each with its group's id (looked up by the
+// group's unique key: the group statement before it created or found every
+// one). A job's limit keys are [ks, ke] of the flat array $6 and its
+// group's sorted keys the same slice of $7. The jobs with an idempotency
+// key go in with insertKeyedSQL, the others with insertPlainSQL.
+const insertJobsSQL = `INSERT INTO jobs (id, kind, region, lane, tenant, limit_keys, cost, priority, payload,
+		idempotency_key, deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, group_id,
+		state, eligible_at, created_at, updated_at)
+	SELECT u.id, u.kind, $1::text, u.lane, u.tenant, ($6::text[])[u.ks:u.ke], u.cost, u.priority, u.payload,
+		u.idem, u.deadline, u.bc, u.bt, u.bs, u.parent, u.depth,
+		(SELECT g.id FROM job_groups g WHERE g.lane = u.lane AND g.tenant = u.tenant AND g.kind = u.kind
+			AND g.keys = ($7::text[])[u.ks:u.ke]),
+		u.state, u.eligible, u.created, u.created
+	FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $8::int[], $9::int[], $10::bigint[], $11::int[],
+		$12::bytea[], $13::text[], $14::bigint[], $15::int[], $16::int[], $17::int[], $18::text[], $19::text[],
+		$20::text[], $21::bigint[], $22::bigint[]) WITH ORDINALITY
+		AS u(id, kind, lane, tenant, ks, ke, cost, priority, payload, idem, deadline, bc, bt, bs, parent, depth,
+			state, eligible, created, n)`
+
+// insertKeyedSQL inserts jobs that have an idempotency key, in (tenant,
+// key) order, and returns the ids of those inserted; the others met an
+// existing key (also one earlier in the same batch).
+const insertKeyedSQL = insertJobsSQL + `
+	ORDER BY u.tenant, u.idem, u.n
+	ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
+	RETURNING id`
+
+// insertPlainSQL inserts jobs without an idempotency key. Without ON
+// CONFLICT a row is a plain insert: ON CONFLICT makes each row a
+// speculative insertion, with a confirmation record in the WAL (48 bytes
+// per job) and its own index pre-check, even for rows its partial index
+// can never hold.
+const insertPlainSQL = insertJobsSQL
+
+// sendInsert sends, through send, the statements that insert jobs: the
+// limit keys' creation, the groups' upsert and the jobs' inserts (those
+// without an idempotency key, then those with one), each one statement for
+// the whole batch. It fills out for the jobs inserted and returns the
+// indexes of those that met an existing idempotency key (fillExisting
+// reads them). A taken job id fails it with ErrConflict.
+func sendInsert(ctx context.Context, send func(context.Context, *pgx.Batch) pgx.BatchResults, jobs []*job.Job,
+	def admission.Config, out []store.InsertResult) ([]int, error) {
+	b := &pgx.Batch{}
+	queueEnsureKeys(b, allKeys(jobs), def)
+	queueUpsertGroups(b, jobs)
+	var plain, keyed []*job.Job
+	for _, j := range jobs {
+		if j.IdempotencyKey == "" {
+			plain = append(plain, j)
+		} else {
+			keyed = append(keyed, j)
+		}
+	}
+	if len(plain) > 0 {
+		b.Queue(insertPlainSQL, insertJobsArgs(plain)...).Exec(func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() != int64(len(plain)) {
+				return fmt.Errorf("inserted %d of %d jobs", tag.RowsAffected(), len(plain))
+			}
+			return nil
+		})
+	}
+	inserted := make(map[string]bool, len(keyed))
+	if len(keyed) > 0 {
+		b.Queue(insertKeyedSQL, insertJobsArgs(keyed)...).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				inserted[id] = true
+			}
+			return rows.Err()
+		})
+	}
+	if err := send(ctx, b).Close(); err != nil {
+		if pgCode(err) == "23505" {
+			return nil, fmt.Errorf("%w: a job id is taken: %w", store.ErrConflict, err)
+		}
+		return nil, err
+	}
+	var dup []int
+	for i, j := range jobs {
+		if j.IdempotencyKey == "" || inserted[j.ID] {
+			out[i] = store.InsertResult{Job: storedCopy(j)}
+		} else {
+			dup = append(dup, i)
+		}
+	}
+	return dup, nil
+}
+
+// queueUpsertGroups queues the upsert of the jobs' groups: each group once,
+// ready at its earliest waiting job (NULL when it has none here).
+func queueUpsertGroups(b *pgx.Batch, jobs []*job.Job) {
 	ready := map[groupKey]*int64{}
+	var order []groupKey
 	for _, j := range jobs {
 		g := groupOf(j)
 		at, seen := ready[g]
+		if !seen {
+			order = append(order, g)
+		}
 		if j.State == job.StateWaiting && (at == nil || ns(j.EligibleAt) < *at) {
 			at = nullNS(j.EligibleAt)
 			if at == nil {
 				at = new(int64) // a zero EligibleAt is "now"
 			}
 		}
-		if !seen || at != nil {
-			ready[g] = at
-		}
+		ready[g] = at
 	}
-	order := slices.SortedFunc(maps.Keys(ready), func(a, b groupKey) int {
-		return cmp.Or(cmp.Compare(a.lane, b.lane), cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.kind, b.kind), cmp.Compare(a.keys, b.keys))
-	})
-	ids := make(map[groupKey]int64, len(order))
-	b := &pgx.Batch{}
-	for _, g := range order {
-		b.Queue(`INSERT INTO job_groups (lane, tenant, kind, keys, ready_at) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (lane, tenant, kind, keys) DO UPDATE SET ready_at = LEAST(job_groups.ready_at, EXCLUDED.ready_at)
-			RETURNING id`, string(g.lane), g.tenant, g.kind, strings.Split(g.keys, "\x00"), ready[g],
-		).QueryRow(func(row pgx.Row) error {
-			var id int64
-			err := row.Scan(&id)
-			ids[g] = id
-			return err
-		})
+	n := len(order)
+	lanes, tenants, kinds := make([]string, n), make([]string, n), make([]string, n)
+	ks, ke, at := make([]int32, n), make([]int32, n), make([]*int64, n)
+	var flat []string
+	for i, g := range order {
+		lanes[i], tenants[i], kinds[i], at[i] = string(g.lane), g.tenant, g.kind, ready[g]
+		ks[i] = int32(len(flat) + 1)
+		flat = append(flat, strings.Split(g.keys, "\x00")...)
+		ke[i] = int32(len(flat))
 	}
-	return ids, tx.SendBatch(ctx, b).Close()
+	b.Queue(upsertGroupsSQL, lanes, tenants, kinds, ks, ke, flat, at)
 }
 
-const insertJobSQL = `INSERT INTO jobs (id, kind, region, lane, tenant, limit_keys, cost, priority, payload,
-		idempotency_key, deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, group_id,
-		state, eligible_at, created_at, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $20)
-	ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
-	RETURNING ` + jobCols
+// insertJobsArgs are the arguments of insertJobsSQL for jobs (at least
+// one): one array per column.
+func insertJobsArgs(jobs []*job.Job) []any {
+	n := len(jobs)
+	var (
+		ids, kinds, lanes, tenants, idems = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		parents, depths, states           = make([]string, n), make([]string, n), make([]string, n)
+		ks, ke, prios, bc, bt, bs         = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+		costs, eligible, created          = make([]int64, n), make([]int64, n), make([]int64, n)
+		deadlines                         = make([]*int64, n)
+		payloads                          = make([][]byte, n)
+		keys, sorted                      []string
+	)
+	for i, j := range jobs {
+		ids[i], kinds[i], lanes[i], tenants[i], idems[i] = j.ID, j.Kind, string(j.Lane), j.Tenant, j.IdempotencyKey
+		parents[i], depths[i], states[i] = j.ParentID, j.Depth, string(j.State)
+		ks[i] = int32(len(keys) + 1)
+		keys = append(keys, j.LimitKeys...)
+		sorted = append(sorted, groupKeys(j.LimitKeys)...)
+		ke[i] = int32(len(keys))
+		prios[i], bc[i], bt[i], bs[i] = int32(j.Priority), int32(j.Budgets.Congestion), int32(j.Budgets.Transient), int32(j.Budgets.Schema)
+		costs[i], eligible[i], created[i] = j.Cost, ns(j.EligibleAt), ns(j.CreatedAt)
+		deadlines[i], payloads[i] = nullNS(j.Deadline), nullBytes(j.Payload)
+	}
+	return []any{jobs[0].Region, ids, kinds, lanes, tenants, keys, sorted, ks, ke, costs, prios, payloads, idems,
+		deadlines, bc, bt, bs, parents, depths, states, eligible, created}
+}
 
-// insertJobs inserts the jobs in (tenant, idempotency key) order and fills
-// out; a job that hit an existing idempotency key gets the existing job.
-func insertJobs(ctx context.Context, tx pgx.Tx, jobs []*job.Job, groups map[groupKey]int64, out []store.InsertResult) error {
-	dup, err := sendInserts(ctx, tx.SendBatch, jobs, groups, out)
+// storedCopy is the job as a read of the row just inserted returns it: the
+// columns the insert wrote, at the precision they are stored in (times in
+// Unix nanoseconds, read back in UTC), and the defaults of the rest.
+func storedCopy(j *job.Job) *job.Job {
+	return &job.Job{
+		ID: j.ID, Kind: j.Kind, Region: j.Region, Lane: j.Lane, Tenant: j.Tenant,
+		LimitKeys: slices.Clone(j.LimitKeys), Cost: j.Cost, Priority: j.Priority,
+		Payload: rawJSON(slices.Clone(j.Payload)), IdempotencyKey: j.IdempotencyKey,
+		Deadline: nullTM(nullNS(j.Deadline)), Budgets: j.Budgets, ParentID: j.ParentID, Depth: j.Depth,
+		State: j.State, EligibleAt: tm(ns(j.EligibleAt)), CreatedAt: tm(ns(j.CreatedAt)), UpdatedAt: tm(ns(j.CreatedAt)),
+	}
+}
+
+// insertJobs inserts jobs in the transaction tx (after the caller's own
+// statements) and fills out; a job that hit an existing idempotency key
+// gets the existing job.
+func insertJobs(ctx context.Context, tx pgx.Tx, jobs []*job.Job, def admission.Config, out []store.InsertResult) error {
+	dup, err := sendInsert(ctx, tx.SendBatch, jobs, def, out)
 	if err != nil {
 		return err
 	}
 	return fillExisting(ctx, tx, jobs, dup, out)
-}
-
-// sendInserts sends the inserts of insertJobs in one batch through send
-// and returns the indexes of the jobs that met an existing idempotency key.
-func sendInserts(ctx context.Context, send func(context.Context, *pgx.Batch) pgx.BatchResults, jobs []*job.Job,
-	groups map[groupKey]int64, out []store.InsertResult) ([]int, error) {
-	order := make([]int, len(jobs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(jobs[a].Tenant, jobs[b].Tenant), cmp.Compare(jobs[a].IdempotencyKey, jobs[b].IdempotencyKey))
-	})
-	var dup []int
-	b := &pgx.Batch{}
-	for _, i := range order {
-		j := jobs[i]
-		b.Queue(insertJobSQL, j.ID, j.Kind, j.Region, string(j.Lane), j.Tenant, j.LimitKeys, j.Cost, j.Priority,
-			nullBytes(j.Payload), j.IdempotencyKey, nullNS(j.Deadline), j.Budgets.Congestion, j.Budgets.Transient,
-			j.Budgets.Schema, j.ParentID, j.Depth, groups[groupOf(j)], string(j.State), ns(j.EligibleAt), ns(j.CreatedAt),
-		).QueryRow(func(row pgx.Row) error {
-			got, err := scanJob(row)
-			if errors.Is(err, pgx.ErrNoRows) {
-				dup = append(dup, i)
-				return nil
-			}
-			if pgCode(err) == "23505" {
-				return fmt.Errorf("job %s: %w: the id is taken", j.ID, store.ErrConflict)
-			}
-			out[i] = store.InsertResult{Job: got}
-			return err
-		})
-	}
-	if err := send(ctx, b).Close(); err != nil {
-		return nil, err
-	}
-	return dup, nil
 }
 
 // fillExisting reads the jobs that own the idempotency keys of jobs[dup].

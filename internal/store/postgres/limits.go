@@ -126,13 +126,23 @@ func saveKeys(ctx context.Context, q querier, keys []*admission.State) error {
 // waits on a lease; it only waits for another transaction creating the same
 // key, and names are created in sorted order so two such waits cannot cross.
 func ensureKeys(ctx context.Context, q querier, names []string, def admission.Config) error {
-	st := admission.NewState(def)
-	_, err := q.Exec(ctx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows, per_start)
-		SELECT n, $2, $3, $4, $5, $6, $7, $8::jsonb, $9 FROM unnest($1::text[]) AS n ORDER BY n
-		ON CONFLICT (name) DO NOTHING`,
-		slices.Sorted(slices.Values(names)), st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate,
-		windowsJSON(st.Windows), st.PerStart)
+	_, err := q.Exec(ctx, ensureKeysSQL, ensureKeysArgs(names, def)...)
 	return err
+}
+
+// queueEnsureKeys is ensureKeys queued on a batch.
+func queueEnsureKeys(b *pgx.Batch, names []string, def admission.Config) {
+	b.Queue(ensureKeysSQL, ensureKeysArgs(names, def)...)
+}
+
+const ensureKeysSQL = `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows, per_start)
+		SELECT n, $2, $3, $4, $5, $6, $7, $8::jsonb, $9 FROM unnest($1::text[]) AS n ORDER BY n
+		ON CONFLICT (name) DO NOTHING`
+
+func ensureKeysArgs(names []string, def admission.Config) []any {
+	st := admission.NewState(def)
+	return []any{slices.Sorted(slices.Values(names)), st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate,
+		st.LearnedRate, windowsJSON(st.Windows), st.PerStart}
 }
 
 // UpsertLimit creates or reconfigures a limit key at now. A live key keeps

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -127,4 +128,20 @@ func TestMigrateInlineHistory(t *testing.T) {
 		rows, _ := s.pool.Query(ctx, `SELECT seq FROM job_attempts WHERE job_id = $1 ORDER BY seq`, id)
 		return pgx.CollectRows(rows, pgx.RowTo[int])
 	}, s.Migrate)
+}
+
+// Migration 0014 leaves room on jobs pages for the rows' next versions
+// (see its comment for the WAL it saves).
+func TestJobsFillfactor(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	var opts []string
+	err := s.pool.QueryRow(context.Background(), `SELECT coalesce(reloptions, '{}') FROM pg_class
+		WHERE oid = 'jobs'::regclass`).Scan(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(opts, "fillfactor=70") {
+		t.Fatalf("jobs reloptions = %v, want fillfactor=70", opts)
+	}
 }

@@ -182,17 +182,9 @@ func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.C
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
 		}
-		jobs := []*job.Job{p.Job}
-		if err := ensureKeys(ctx, tx, allKeys(jobs), p.Def); err != nil {
-			return fmt.Errorf("create limit keys: %w", err)
-		}
-		groups, err := upsertGroups(ctx, tx, jobs)
-		if err != nil {
-			return fmt.Errorf("upsert groups: %w", err)
-		}
 		res := make([]store.InsertResult, 1)
-		if err := insertJobs(ctx, tx, jobs, groups, res); err != nil {
-			return err
+		if err := insertJobs(ctx, tx, []*job.Job{p.Job}, p.Def, res); err != nil {
+			return fmt.Errorf("insert the tick's job: %w", err)
 		}
 		out = store.ClaimTickResult(res[0])
 		if res[0].Existing {

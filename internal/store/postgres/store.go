@@ -104,6 +104,8 @@ type Store struct {
 	cfg    Config
 	pool   *pgxpool.Pool
 	schema string // cfg.Schema, quoted as an identifier
+	// inserts coalesces concurrent small Insert calls (coalesce.go).
+	inserts *inserter
 }
 
 var _ store.Store = (*Store)(nil)
@@ -142,6 +144,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
 	s := &Store{cfg: cfg, pool: pool, schema: schema}
+	s.inserts = &inserter{s: s}
 	if err := s.checkRegion(ctx, pool, false); err != nil {
 		pool.Close()
 		return nil, err
@@ -155,8 +158,10 @@ func (s *Store) Region() string { return s.cfg.Region }
 // Schema returns the schema that holds this store's tables.
 func (s *Store) Schema() string { return s.cfg.Schema }
 
-// Close closes the pool, waiting for connections in use to be returned.
+// Close closes the pool, waiting for the inserts in flight and for
+// connections in use to be returned. No call may start after Close.
 func (s *Store) Close() error {
+	s.inserts.close()
 	s.pool.Close()
 	return nil
 }

@@ -1,0 +1,1 @@
+ALTER TABLE jobs RESET (fillfactor);

@@ -1,0 +1,163 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// The server-side work of a store call, independent of the machine's
+// load: the WAL records written for this schema's tables and indexes, read
+// back with pg_walinspect (PostgreSQL 15+). Each heap record is a row
+// written or locked, each index record an index entry, so the records per
+// job are the rows and index entries the call touched. Other sessions'
+// WAL in the same range is left out by relation; commit records (which
+// name no relation) are not counted.
+
+// walMeter reads the WAL of one schema.
+type walMeter struct {
+	conn   *pgx.Conn
+	schema string
+	fn     string // the schema-qualified pg_get_wal_records_info_till_end_of_wal
+}
+
+// newWALMeter connects and makes pg_walinspect available: created in the
+// test's schema (dropped with it) unless the database already has it. It
+// skips b when the server cannot.
+func newWALMeter(b testing.TB, schema string) *walMeter {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		b.Skipf("no pg_walinspect: %v", err)
+	}
+	var ns string
+	if err := conn.QueryRow(ctx, `SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_walinspect'`).Scan(&ns); err != nil {
+		b.Fatal(err)
+	}
+	return &walMeter{conn: conn, schema: schema, fn: ns + ".pg_get_wal_records_info_till_end_of_wal"}
+}
+
+// lsn returns the current WAL insert position.
+func (m *walMeter) lsn(b testing.TB) string {
+	var lsn string
+	if err := m.conn.QueryRow(context.Background(), `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+		b.Fatal(err)
+	}
+	return lsn
+}
+
+// walLine is the WAL of one relation and record type.
+type walLine struct {
+	rel, record    string
+	records, bytes int64 // bytes without full-page images
+	fpi            int64 // full-page image bytes (depend on checkpoint timing)
+}
+
+// since returns the schema's WAL written after from, by relation and
+// record type, largest first.
+func (m *walMeter) since(b testing.TB, from string) []walLine {
+	rows, err := m.conn.Query(context.Background(), `SELECT c.relname, w.resource_manager || '/' || w.record_type,
+			count(*), sum(w.record_length - w.fpi_length)::bigint, sum(w.fpi_length)::bigint
+		FROM `+m.fn+`($1::pg_lsn) AS w
+		JOIN pg_class c ON c.relfilenode = substring(w.block_ref FROM 'rel \d+/\d+/(\d+)')::oid
+		WHERE c.relnamespace = $2::regnamespace
+		GROUP BY 1, 2 ORDER BY 4 DESC`, from, m.schema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (walLine, error) {
+		var l walLine
+		err := r.Scan(&l.rel, &l.record, &l.records, &l.bytes, &l.fpi)
+		return l, err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// report logs lines per job and reports the totals as benchmark metrics.
+func walReport(b *testing.B, what string, lines []walLine, jobs int) {
+	var recs, bytes, fpi int64
+	var sb strings.Builder
+	for _, l := range lines {
+		recs, bytes, fpi = recs+l.records, bytes+l.bytes, fpi+l.fpi
+		fmt.Fprintf(&sb, "\n  %-22s %-26s %7.3f records/job %8.1f bytes/job", l.rel, l.record,
+			float64(l.records)/float64(jobs), float64(l.bytes)/float64(jobs))
+	}
+	b.Logf("%s, WAL per job over %d jobs (without full-page images):%s", what, jobs, sb.String())
+	b.ReportMetric(float64(recs)/float64(jobs), "walrecords/job")
+	b.ReportMetric(float64(bytes)/float64(jobs), "walbytes/job")
+	b.ReportMetric(float64(fpi)/float64(jobs), "fpibytes/job")
+}
+
+// BenchmarkWorkPerJob reports the WAL records and bytes per job of the
+// throughput workload's three phases on one schema: a bulk insert of
+// 2,048 jobs (batches of 1,000, 16 unpaced keys), their drain by 64-job
+// lease + finish cycles, and 256 concurrent single-job inserts. Run it
+// with -benchtime 1x; the per-relation lines are logged (-v).
+func BenchmarkWorkPerJob(b *testing.B) {
+	ctx := context.Background()
+	schema := newSchema(b)
+	s := openStore(b, schema, "us")
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	m := newWALMeter(b, schema)
+	for b.Loop() {
+		const n = 2048
+		batch := make([]*job.Job, n)
+		for i := range batch {
+			batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
+		}
+		from := m.lsn(b)
+		for i := 0; i < n; i += 1000 {
+			if _, err := s.Insert(ctx, batch[i:min(n, i+1000)], storetest.Unpaced); err != nil {
+				b.Fatal(err)
+			}
+		}
+		walReport(b, "bulk insert", m.since(b, from), n)
+
+		from = m.lsn(b)
+		now := storetest.T0.Add(time.Second)
+		for done := 0; done < n; {
+			got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 64, LeaseFor: time.Minute, BatchMin: 8, InteractiveBudget: 30 * time.Second})
+			if err != nil || len(got) == 0 {
+				b.Fatalf("lease: %d jobs, %v", len(got), err)
+			}
+			if err := finishAll(ctx, s, got, now); err != nil {
+				b.Fatal(err)
+			}
+			done += len(got)
+		}
+		walReport(b, "lease + finish", m.since(b, from), n)
+
+		const singles = 256
+		from = m.lsn(b)
+		var wg sync.WaitGroup
+		for i := range singles {
+			wg.Go(func() {
+				j := storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
+				if _, err := s.Insert(ctx, []*job.Job{j}, storetest.Unpaced); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		walReport(b, "single inserts", m.since(b, from), singles)
+	}
+}

@@ -1,0 +1,177 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// insertCases pin what a driver's insert path owes each caller however it
+// batches the work: a bulk insert's per-item results, and concurrent calls
+// that a driver may coalesce into one transaction.
+var insertCases = map[string]func(*testing.T, Opener){
+	"InsertBatchResults":          testInsertBatchResults,
+	"ConcurrentInsertsOwnResults": testConcurrentInsertsOwnResults,
+}
+
+// A large batch mixing new jobs, a key already used, a key used twice
+// within the batch, accepted jobs, deadlines, empty payloads and keys named
+// out of order: every item's result is the stored job, or the job holding
+// its idempotency key.
+func testInsertBatchResults(t *testing.T, open Opener) {
+	s := open(t)
+	old := NewJob("acme", job.LaneBatch, "k0")
+	old.IdempotencyKey = "old"
+	insert(t, s, old)
+	jobs := make([]*job.Job, 300)
+	for i := range jobs {
+		j := NewJob(fmt.Sprintf("t%d", i%3), []job.Lane{job.LaneInteractive, job.LaneBatch}[i%2], fmt.Sprintf("k%d", i%7))
+		switch i % 5 {
+		case 1:
+			j.LimitKeys = []string{"z", fmt.Sprintf("k%d", i%7), "a"} // out of order, kept as named
+		case 2:
+			j.State, j.Deadline, j.Priority = job.StateAccepted, T0.Add(time.Duration(i)*time.Second), -3
+		case 3:
+			j.Payload, j.EligibleAt, j.Depth = nil, T0.Add(time.Minute), "degraded"
+		}
+		jobs[i] = j
+	}
+	jobs[10].Tenant, jobs[10].IdempotencyKey = "acme", "old"
+	jobs[20].IdempotencyKey, jobs[250].IdempotencyKey = "twice", "twice"
+	jobs[250].Tenant = jobs[20].Tenant
+	res := insert(t, s, jobs...)
+	if len(res) != len(jobs) {
+		t.Fatalf("%d results for %d jobs", len(res), len(jobs))
+	}
+	for i, r := range res {
+		switch i {
+		case 10:
+			if !r.Existing || r.Job.ID != old.ID {
+				t.Errorf("job 10 reuses key %q: got %s (existing %v), want the existing %s", "old", r.Job.ID, r.Existing, old.ID)
+			}
+		case 250:
+			if !r.Existing || r.Job.ID != jobs[20].ID {
+				t.Errorf("job 250 repeats job 20's key: got %s (existing %v), want %s", r.Job.ID, r.Existing, jobs[20].ID)
+			}
+		default:
+			if r.Existing || r.Job.ID != jobs[i].ID {
+				t.Fatalf("job %d: got %s (existing %v), want itself inserted", i, r.Job.ID, r.Existing)
+			}
+			got := get(t, s, jobs[i].ID)
+			got.History = nil
+			if a, b := jsonOf(t, r.Job), jsonOf(t, got); a != b {
+				t.Fatalf("job %d: the insert returned\n%s\nbut the store holds\n%s", i, a, b)
+			}
+		}
+	}
+	for _, i := range []int{10, 250} {
+		if _, err := s.Get(context.Background(), jobs[i].ID); err == nil {
+			t.Errorf("job %d, a duplicate by its idempotency key, was stored", i)
+		}
+	}
+	if got := stored(t, s); got != 1+300-2 {
+		t.Errorf("the store holds %d jobs, want %d", got, 1+300-2)
+	}
+}
+
+// stored counts the jobs in s.
+func stored(t *testing.T, s store.Store) int64 {
+	t.Helper()
+	st, err := s.Stats(context.Background(), T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, states := range st.Counts {
+		for _, c := range states {
+			n += c
+		}
+	}
+	return n
+}
+
+func jsonOf(t *testing.T, j *job.Job) string {
+	t.Helper()
+	b, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Concurrent single-job inserts, as the HTTP API makes them, each get
+// their own result: their own job, or the job of the first call with
+// their idempotency key; a call whose job id is taken fails alone.
+func testConcurrentInsertsOwnResults(t *testing.T, open Opener) {
+	s := open(t)
+	taken := NewJob("acme", job.LaneInteractive, "k")
+	insert(t, s, taken)
+	const n = 48
+	jobs := make([]*job.Job, n)
+	res := make([]store.InsertResult, n)
+	errs := make([]error, n)
+	for i := range jobs {
+		jobs[i] = NewJob("acme", job.LaneInteractive, fmt.Sprintf("k%d", i%4))
+		switch {
+		case i%8 == 3:
+			jobs[i].ID = taken.ID
+		case i%4 == 1:
+			jobs[i].IdempotencyKey = fmt.Sprintf("pair-%d", i/8) // i and i+4 share it
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Go(func() {
+			r, err := s.Insert(context.Background(), []*job.Job{jobs[i]}, Unpaced)
+			if err == nil {
+				res[i] = r[0]
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	winners := map[string]string{} // pair key -> the job that holds it
+	for i, j := range jobs {
+		switch {
+		case i%8 == 3:
+			if errs[i] == nil {
+				t.Errorf("call %d reused a taken job id and succeeded", i)
+			}
+			continue
+		case errs[i] != nil:
+			t.Fatalf("call %d: %v", i, errs[i])
+		case j.IdempotencyKey == "":
+			if res[i].Existing || res[i].Job.ID != j.ID {
+				t.Errorf("call %d got job %s (existing %v), want its own %s", i, res[i].Job.ID, res[i].Existing, j.ID)
+			}
+			continue
+		}
+		if !res[i].Existing {
+			if w, ok := winners[j.IdempotencyKey]; ok {
+				t.Errorf("key %s created twice: %s and %s", j.IdempotencyKey, w, j.ID)
+			}
+			winners[j.IdempotencyKey] = j.ID
+		}
+	}
+	for i, j := range jobs {
+		if i%8 == 3 || j.IdempotencyKey == "" {
+			continue
+		}
+		w := winners[j.IdempotencyKey]
+		if w == "" || res[i].Job.ID != w || res[i].Existing != (j.ID != w) {
+			t.Errorf("call %d (key %s) got %s (existing %v); the key's job is %q", i, j.IdempotencyKey, res[i].Job.ID, res[i].Existing, w)
+		}
+		if _, err := s.Get(context.Background(), j.ID); (err == nil) != (j.ID == w) {
+			t.Errorf("call %d: job stored = %v, want %v", i, err == nil, j.ID == w)
+		}
+	}
+	if got := stored(t, s); got != 1+n-n/8-n/8 {
+		t.Errorf("the store holds %d jobs, want %d (the taken id's job, the calls without key, one per pair)", got, 1+n-n/8-n/8)
+	}
+}
