@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/httpapi"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // These tests exercise the dashboard's own session logic with a controlled
@@ -32,18 +34,6 @@ func (keyAuth) Authenticate(_ context.Context, bearer string) (auth.Principal, e
 		return auth.Principal{}, httpapi.ErrUnknownKey
 	}
 	return auth.Principal{KeyID: "k1", Tenant: "acme", Role: auth.RoleAdmin}, nil
-}
-
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // echoAPI answers GET /v1/echo with the bearer's key id and a counter, so a
@@ -69,12 +59,12 @@ type uiEnv struct {
 	t     *testing.T
 	d     *Dashboard
 	url   string
-	clock *clock
+	clock *testkit.Clock
 }
 
 func newUI(t *testing.T, cfg Config) *uiEnv {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	c := testkit.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg.API, cfg.Auth, cfg.Now = echoAPI(), keyAuth{}, c.Now
 	if cfg.StreamInterval == 0 {
 		cfg.StreamInterval = 20 * time.Millisecond
@@ -156,21 +146,21 @@ func TestSessionExpiry(t *testing.T) {
 	e := newUI(t, Config{SessionTTL: 3 * time.Hour, IdleTimeout: time.Hour})
 	c, _ := e.signIn()
 	for i := range 3 { // a request every 50 min: never idle for an hour
-		e.clock.Advance(50 * time.Minute)
+		e.clock.Add(50 * time.Minute)
 		if st := e.status(c, "/ui/api/v1/echo"); st != 200 {
 			t.Fatalf("active session refused %d min after sign-in: %d", 50*(i+1), st)
 		}
 	}
-	e.clock.Advance(30 * time.Minute) // 3 h after sign-in
+	e.clock.Add(30 * time.Minute) // 3 h after sign-in
 	if st := e.status(c, "/ui/api/v1/echo"); st != 401 {
 		t.Fatalf("session past its 3 h TTL: %d, want 401", st)
 	}
 	idle, _ := e.signIn()
-	e.clock.Advance(59 * time.Minute)
+	e.clock.Add(59 * time.Minute)
 	if st := e.status(idle, "/ui/api/v1/echo"); st != 200 {
 		t.Fatalf("59 min idle: %d", st)
 	}
-	e.clock.Advance(time.Hour)
+	e.clock.Add(time.Hour)
 	if st := e.status(idle, "/ui/api/v1/echo"); st != 401 {
 		t.Fatalf("an hour idle: %d, want 401", st)
 	}
@@ -290,21 +280,17 @@ func TestStreamBounds(t *testing.T) {
 		}
 	}
 	open[0].Body.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, testkit.Timeout, "a closed stream's place to be freed", func() error {
 		resp, err := c.Get(e.url + "/ui/stream?path=/v1/echo")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == 200 {
-			break
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("a new stream gets %d", resp.StatusCode)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a closed stream's place is not freed: %d", resp.StatusCode)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	open[1].Body.Close()
 }
 
@@ -337,7 +323,7 @@ func TestSignInRateLimit(t *testing.T) {
 		p.Status != 429 || !strings.Contains(p.Detail, "too many sign-in attempts") {
 		t.Fatalf("fourth attempt: %d %v %+v", resp.StatusCode, resp.Header, p)
 	}
-	e.clock.Advance(10 * time.Second)
+	e.clock.Add(10 * time.Second)
 	if resp := e.post(c, "/ui/login", nil); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("after the refill: %d, want a sign-in", resp.StatusCode)
 	}

@@ -12,11 +12,11 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/review"
 	"github.com/ratelane/ratelane/webhooks"
 )
@@ -36,31 +36,13 @@ type stack struct {
 	// beyond what a client can (a context canceled at a chosen point).
 	handler http.Handler
 	// logs holds everything the server logged, from debug up.
-	logs *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testkit.Buffer
 }
 
 func newStack(t *testing.T, tls bool) *stack {
 	t.Helper()
 	ctx := context.Background()
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}, {Name: "eu"}},
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	rules, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})

@@ -449,7 +449,12 @@ func TestBatchShareDoesNotStarveInteractive(t *testing.T) {
 			return job.Outcome{Class: job.ClassSuccess}
 		})
 		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 8, InteractiveBudget: 5 * time.Second})
-		time.Sleep(300 * time.Millisecond) // the batch backlog is flowing
+		// The batch backlog is flowing: a dozen starts at 40/s.
+		testkit.WaitFor(t, testkit.Timeout, "the batch backlog to flow", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(started) >= 12
+		})
 		inserted := map[string]time.Time{}
 		for range 10 {
 			j := storetest.NewJob("acme", job.LaneInteractive, "k")

@@ -545,7 +545,7 @@ func TestBatchCompleteLeasedHere(t *testing.T) {
 	}
 	// A heartbeat through this server moves the remembered expiry.
 	e.do("POST", "/v1/jobs/"+l[3].ID+"/heartbeat?region=us", workerKey, map[string]any{"lease_token": l[3].LeaseToken, "lease_seconds": 600}).want(t, 200)
-	e.clock.Advance(90 * time.Second) // past the 60 s every lease was remembered with
+	e.clock.Add(90 * time.Second) // past the 60 s every lease was remembered with
 	out := complete(item(l[0]), item(l[1]), item(l[2]))
 	want := []int{409, 200, 409}
 	for i, st := range want {

@@ -76,7 +76,7 @@ func TestOpenAPIValid(t *testing.T) {
 // lease, a dead letter, a key) and returns its shell variables.
 func (e *env) exampleEnv(c capability) map[string]string {
 	e.t.Helper()
-	e.clock.Advance(time.Minute) // let pauses from earlier examples pass
+	e.clock.Add(time.Minute) // let pauses from earlier examples pass
 	key := map[string]string{"producer": acmeKey, "worker": workerKey, "admin": adminKey, "public": ""}[c.Role]
 	vars := map[string]string{"RATELANE_URL": e.hs.URL, "RATELANE_API_KEY": key}
 	region := e.srv.regions[0]

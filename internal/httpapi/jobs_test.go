@@ -88,7 +88,7 @@ func TestBadRequests(t *testing.T) {
 		{"no such route", "GET", "/v1/nothing", acmeKey, nil, nil, 404, "not-found", ""},
 		{"method not allowed", "DELETE", "/v1/jobs", acmeKey, nil, nil, 405, "method-not-allowed", ""},
 	}
-	e.clock.Advance(2 * time.Second) // the short lease has expired; the reaper has not run
+	e.clock.Add(2 * time.Second) // the short lease has expired; the reaper has not run
 	for _, c := range cases {
 		r := e.do(c.method, c.path, c.key, c.body, c.hdr...)
 		p := r.wantProblem(t, c.status, c.slug)
@@ -259,7 +259,7 @@ func TestExternalWorkerRateLimited(t *testing.T) {
 			b := e.createJob(acmeKey, jobBody("partner.call", "us", key))
 			other := e.createJob(acmeKey, jobBody("partner.call", "us", "partner:globex"))
 			for _, at := range []time.Duration{0, time.Second, 1999 * time.Millisecond} {
-				e.clock.Advance(at - e.clock.Now().Sub(t0))
+				e.clock.Add(at - e.clock.Now().Sub(t0))
 				for worker := range 2 {
 					for _, j := range e.lease("us", 10, "partner.call") {
 						if slices.Contains(j.LimitKeys, key) {
@@ -275,7 +275,7 @@ func TestExternalWorkerRateLimited(t *testing.T) {
 			if st := e.getJob(other.ID).State; st != job.StatePublished {
 				t.Fatalf("the job on another key is %s, want published while the key was paused", st)
 			}
-			e.clock.Advance(time.Millisecond) // t0 + 2 s: the pause is over
+			e.clock.Add(time.Millisecond) // t0 + 2 s: the pause is over
 			got = e.lease("us", 10, "partner.call")
 			ids := []string{}
 			for _, j := range got {
@@ -319,7 +319,7 @@ func TestWorkerOutcomes(t *testing.T) {
 	if out.State != job.StateRetryScheduled {
 		t.Fatalf("retryable failure -> %s", out.State)
 	}
-	e.clock.Advance(time.Hour)
+	e.clock.Add(time.Hour)
 	l = e.lease("eu", 1, "sms.send")[0]
 	e.do("POST", "/v1/jobs/"+j.ID+"/fail", workerKey, map[string]any{"lease_token": l.LeaseToken, "error": "bad number", "status": 400}).
 		want(t, 200).json(t, &out)
@@ -403,11 +403,11 @@ func TestFail503WithRetryAfter(t *testing.T) {
 		t.Fatalf("history %+v, want one rate_limited attempt with a 3 s delay", h)
 	}
 	b := e.createJob(acmeKey, jobBody("partner.call", "us", key))
-	e.clock.Advance(2999 * time.Millisecond)
+	e.clock.Add(2999 * time.Millisecond)
 	if got := e.lease("us", 10, "partner.call"); len(got) != 0 {
 		t.Fatalf("leased %d jobs of the paused key before the Retry-After", len(got))
 	}
-	e.clock.Advance(time.Millisecond)
+	e.clock.Add(time.Millisecond)
 	got := e.lease("us", 1, "partner.call")
 	if len(got) != 1 {
 		t.Fatalf("leased %d jobs after the pause, want 1", len(got))

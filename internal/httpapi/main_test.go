@@ -20,6 +20,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -38,24 +39,6 @@ const (
 	workerKey  = "rl_worker_secret"
 	revokedKey = "rl_revoked_secret"
 )
-
-// fakeClock is a controllable Config.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // fakeKeys is a trivial Authenticator and KeyManager with fixed keys.
 type fakeKeys struct {
@@ -135,13 +118,13 @@ type env struct {
 	srv    *Server
 	hs     *httptest.Server
 	stores map[string]store.Store
-	clock  *fakeClock
+	clock  *testkit.Clock
 	keys   *fakeKeys
 }
 
 func newEnv(t *testing.T, tweak ...func(*Config)) *env {
 	t.Helper()
-	e := &env{t: t, stores: map[string]store.Store{}, clock: &fakeClock{now: t0}, keys: newFakeKeys()}
+	e := &env{t: t, stores: map[string]store.Store{}, clock: testkit.NewClock(t0), keys: newFakeKeys()}
 	dir := t.TempDir()
 	for _, region := range []string{"us", "eu"} {
 		st, err := sqlite.Open(context.Background(), sqlite.Config{

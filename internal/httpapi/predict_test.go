@@ -26,7 +26,7 @@ func TestOverloadUnservedKindUsesLaneAge(t *testing.T) {
 	if first.Unserved == nil || !strings.Contains(first.Unserved.Detail, `nothing handles kind "report" in region us`) {
 		t.Fatalf("create response of an unserved kind: unserved = %+v", first.Unserved)
 	}
-	e.clock.Advance(733 * time.Second)
+	e.clock.Add(733 * time.Second)
 	p := e.do("POST", "/v1/jobs", acmeKey, body()).wantProblem(t, http.StatusTooManyRequests, "overloaded")
 	if p.PredictedWaitSeconds == nil || *p.PredictedWaitSeconds < 733 {
 		t.Fatalf("predicted wait %v, want at least 733 s", p.PredictedWaitSeconds)

@@ -19,6 +19,7 @@ import (
 	"github.com/ratelane/ratelane/internal/review/report"
 	"github.com/ratelane/ratelane/internal/review/reviewapi"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // Review is the routes' review, as these tests name it.
@@ -413,7 +414,7 @@ func TestReviewsNotConfigured(t *testing.T) {
 // puts diff content in the server's log.
 func TestReviewDiffNeverLogged(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testkit.Buffer
 	e, _ := newReviewEnv(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
@@ -432,22 +433,4 @@ func TestReviewDiffNeverLogged(t *testing.T) {
 	if !strings.Contains(logs.String(), "database is locked") {
 		t.Fatalf("the 500 was not logged:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

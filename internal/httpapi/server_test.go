@@ -141,7 +141,7 @@ func TestRequestRateLimit(t *testing.T) {
 		t.Fatalf("429 headers: Retry-After %q, RateLimit %q", r.header.Get("Retry-After"), r.header.Get("RateLimit"))
 	}
 	e.do("GET", "/v1/jobs", globexKey, nil).want(t, 200) // another key has its own bucket
-	e.clock.Advance(time.Second)
+	e.clock.Add(time.Second)
 	e.do("GET", "/v1/jobs", acmeKey, nil).want(t, 200)
 }
 
@@ -379,7 +379,7 @@ func (e *env) send0(method, path, key, body string) (response, error) {
 // real store error on a live request is still a logged 500.
 func TestCanceledRequestIs499(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testkit.Buffer
 	e := newEnv(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

@@ -140,7 +140,7 @@ func TestListLimitsWaitingCostAndExpiredPause(t *testing.T) {
 	if l.Region != "us" || l.WaitingCost != 2 || !l.PausedUntil.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("limit %+v, want region us, waiting_cost 2, paused until t0+10s", l)
 	}
-	e.clock.Advance(11 * time.Second)
+	e.clock.Add(11 * time.Second)
 	resp := e.do("GET", "/v1/limits?region=us", adminKey, nil).want(t, 200)
 	if strings.Contains(string(resp.body), "paused_until") {
 		t.Fatalf("an ended pause is still shown: %s", resp.body)

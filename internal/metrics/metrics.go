@@ -78,47 +78,41 @@ type Metrics struct {
 	kinds, scopes *bounded
 }
 
+// counter and counterVec make a counter the way every one here is made:
+// a name and a help text (and labels), no constant labels.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
 // New creates the metrics and registers them on reg. It fails when reg
 // already holds metrics of the same names.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelane_attempts_total",
-			Help: "Finished job attempts by job kind and outcome class.",
-		}, []string{"kind", "class"}),
-		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelane_rate_limited_total",
-			Help: "Rate-limited attempts by limit-key scope (the key's prefix before the first ':'). An attempt whose 429 applies to keys of several scopes counts once per scope.",
-		}, []string{"scope"}),
+		attempts: counterVec("ratelane_attempts_total",
+			"Finished job attempts by job kind and outcome class.", "kind", "class"),
+		rateLimited: counterVec("ratelane_rate_limited_total",
+			"Rate-limited attempts by limit-key scope (the key's prefix before the first ':'). An attempt whose 429 applies to keys of several scopes counts once per scope.", "scope"),
 		retryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelane_retry_delay_seconds",
 			Help:    "Delay of each scheduled retry.",
 			Buckets: RetryDelayBuckets,
 		}),
-		terminal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelane_terminal_total",
-			Help: "Jobs that ended terminal (dead letters), by reason.",
-		}, []string{"reason"}),
-		leases: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelane_leases_total",
-			Help: "Jobs leased by the engine.",
-		}),
-		replays: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelane_idempotent_replays_total",
-			Help: "Enqueue requests answered with the job of an earlier request with the same idempotency key.",
-		}),
-		recovered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelane_leases_recovered_total",
-			Help: "Expired leases the reaper recovered (the worker crashed, stalled or lost its lease); each costs the job one transient attempt.",
-		}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelane_late_outcomes_refused_total",
-			Help: "Finishes (op=finish) and heartbeats (op=heartbeat) of an in-process worker that had lost its lease, refused by the store's guard; they changed nothing.",
-		}, []string{"op"}),
-		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelane_handlers_abandoned_total",
-			Help: "Attempts abandoned because their handler ignored its cancelled context past the kind's maximum run time.",
-		}, []string{"kind"}),
+		terminal: counterVec("ratelane_terminal_total",
+			"Jobs that ended terminal (dead letters), by reason.", "reason"),
+		leases: counter("ratelane_leases_total",
+			"Jobs leased by the engine."),
+		replays: counter("ratelane_idempotent_replays_total",
+			"Enqueue requests answered with the job of an earlier request with the same idempotency key."),
+		recovered: counter("ratelane_leases_recovered_total",
+			"Expired leases the reaper recovered (the worker crashed, stalled or lost its lease); each costs the job one transient attempt."),
+		refused: counterVec("ratelane_late_outcomes_refused_total",
+			"Finishes (op=finish) and heartbeats (op=heartbeat) of an in-process worker that had lost its lease, refused by the store's guard; they changed nothing.", "op"),
+		abandoned: counterVec("ratelane_handlers_abandoned_total",
+			"Attempts abandoned because their handler ignored its cancelled context past the kind's maximum run time.", "kind"),
 		stuck: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ratelane_handlers_stuck",
 			Help: "Abandoned handlers whose goroutine is still running. Each may hold memory, connections or a worker slot; alert when it stays above zero.",

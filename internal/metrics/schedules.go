@@ -14,10 +14,9 @@ const (
 )
 
 func newTicksCounter() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ratelane_schedule_ticks_total",
-		Help: "Schedule ticks handled by this node's producers, by region and outcome: enqueued, skipped (by the missed-tick policy) or lost (claimed by another node first).",
-	}, []string{"region", "outcome"})
+	return counterVec("ratelane_schedule_ticks_total",
+		"Schedule ticks handled by this node's producers, by region and outcome: enqueued, skipped (by the missed-tick policy) or lost (claimed by another node first).",
+		"region", "outcome")
 }
 
 // ScheduleTicks counts one producer poll of a region: ticks enqueued,

@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/store/storetest"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // childEnv carries the store path to the child process of
@@ -64,21 +66,25 @@ func TestKill9DuringClaims(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 		// Kill once the child made some progress (or at once if it has
 		// finished already: then the kill finds nothing to interrupt).
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) {
+		testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("the child of round %d to claim ticks", round), func() bool {
+			select {
+			case <-exited:
+				return true
+			default:
+			}
 			got, err := st.GetSchedule(context.Background(), sc.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Produced >= last+40+int64(round)*13 {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return got.Produced >= last+40+int64(round)*13
+		})
 		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
+		<-exited
 		last = checkLedger(t, st, sc.ID)
 		t.Logf("round %d: killed after %d ticks", round, last)
 	}

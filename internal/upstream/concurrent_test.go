@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // TestMaxConcurrent: a route that counts concurrent requests refuses one
@@ -24,13 +26,9 @@ func TestMaxConcurrent(t *testing.T) {
 		resp.Body.Close()
 		done <- resp.StatusCode
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for b.srv.Stats().Routes["c"].Attempts < 1 { // the first request holds the slot
-		if time.Now().After(deadline) {
-			t.Fatal("the first request never reached the route")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, testkit.Timeout, "the first request to reach the route and hold its slot", func() bool {
+		return b.srv.Stats().Routes["c"].Attempts >= 1
+	})
 	if resp := b.hook(t, "c", ""); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
 		t.Fatalf("second request while the first is in flight: %d Retry-After %q, want 429 without Retry-After",
 			resp.StatusCode, resp.Header.Get("Retry-After"))

@@ -17,23 +17,17 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
-// clock is a settable clock for registry tests.
-type clock struct{ now atomic.Int64 }
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()).UTC() }
-func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
-
-func newRegistry(t *testing.T, tweak ...func(*RegistryConfig)) (*Registry, store.Store, *clock) {
+func newRegistry(t *testing.T, tweak ...func(*RegistryConfig)) (*Registry, store.Store, *testkit.Clock) {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: sqlite.SyncNormal})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	c := &clock{}
-	c.now.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano())
+	c := testkit.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	cfg := RegistryConfig{Store: st, Now: c.Now, CacheFor: -1}
 	for _, f := range tweak {
 		f(&cfg)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/auth"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // NewBackend returns a fresh, empty backend; it must close it in t.Cleanup.
@@ -46,27 +47,9 @@ func Run(t *testing.T, newBackend NewBackend) {
 	}
 }
 
-// clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newKeys(t *testing.T, nb NewBackend) (*auth.Keys, auth.Backend, *clock) {
+func newKeys(t *testing.T, nb NewBackend) (*auth.Keys, auth.Backend, *testkit.Clock) {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)}
+	c := testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC))
 	b := nb(t)
 	return auth.NewKeys(b, c.Now), b, c
 }

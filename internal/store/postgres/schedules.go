@@ -13,24 +13,6 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-const scheduleCols = `id, tenant, region, name, cron, every_ns, anchor, timezone, missed, catch_up_max, max_late_ns,
-	template, kind, paused, next_at, last_tick_at, last_job_id, produced, skipped, version, created_at, updated_at`
-
-func scanSchedule(r pgx.Row) (*store.Schedule, error) {
-	var s store.Schedule
-	var every, maxLate, anchor, next, created, updated int64
-	var last *int64
-	var catchUp int64
-	err := r.Scan(&s.ID, &s.Tenant, &s.Region, &s.Name, &s.Cron, &every, &anchor, &s.TimeZone, &s.Missed, &catchUp, &maxLate,
-		&s.Template, &s.Kind, &s.Paused, &next, &last, &s.LastJobID, &s.Produced, &s.Skipped, &s.Version, &created, &updated)
-	if err != nil {
-		return nil, err
-	}
-	s.Every, s.MaxLate, s.CatchUpMax = time.Duration(every), time.Duration(maxLate), int(catchUp)
-	s.Anchor, s.NextAt, s.LastTickAt, s.CreatedAt, s.UpdatedAt = tm(anchor), tm(next), nullTM(last), tm(created), tm(updated)
-	return &s, nil
-}
-
 // CreateSchedule persists a new schedule; see store.Schedules.
 func (s *Store) CreateSchedule(ctx context.Context, sc *store.Schedule) error {
 	if err := sc.Check(); err != nil {
@@ -39,7 +21,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sc *store.Schedule) error {
 	if sc.Region != s.cfg.Region {
 		return fmt.Errorf("schedule %s: region %q does not belong in the %q store", sc.ID, sc.Region, s.cfg.Region)
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO schedules (`+scheduleCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)`,
+	_, err := s.pool.Exec(ctx, `INSERT INTO schedules (`+store.ScheduleCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)`,
 		sc.ID, sc.Tenant, sc.Region, sc.Name, sc.Cron, int64(sc.Every), ns(sc.Anchor), sc.TimeZone, sc.Missed, sc.CatchUpMax,
 		int64(sc.MaxLate), []byte(sc.Template), sc.Kind, sc.Paused, ns(sc.NextAt), nullNS(sc.LastTickAt), sc.LastJobID,
 		sc.Produced, sc.Skipped, sc.Version, ns(sc.CreatedAt), ns(sc.UpdatedAt))
@@ -49,41 +31,11 @@ func (s *Store) CreateSchedule(ctx context.Context, sc *store.Schedule) error {
 	return err
 }
 
-// GetSchedule returns one schedule; see store.Schedules.
-func (s *Store) GetSchedule(ctx context.Context, id string) (*store.Schedule, error) {
-	sc, err := scanSchedule(s.pool.QueryRow(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, store.ErrNotFound
-	}
-	return sc, err
-}
-
-// ListSchedules returns schedules in id order; see store.Schedules.
-func (s *Store) ListSchedules(ctx context.Context, p store.ScheduleListParams) ([]*store.Schedule, error) {
-	q := `SELECT ` + scheduleCols + ` FROM schedules WHERE id > $1`
-	args := []any{p.After}
-	if p.Tenant != "" {
-		q += ` AND tenant = $2`
-		args = append(args, p.Tenant)
-	}
-	q += fmt.Sprintf(` ORDER BY id LIMIT $%d`, len(args)+1)
-	args = append(args, store.PageSize(p.Limit))
-	return s.querySchedules(ctx, q, args...)
-}
-
 // DueSchedules returns unpaused schedules due by now; see store.Schedules.
+// The condition names the partial index schedules_due as it was declared.
 func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]*store.Schedule, error) {
-	return s.querySchedules(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE NOT paused AND next_at <= $1 ORDER BY next_at LIMIT $2`,
-		ns(now), store.PageSize(limit))
-}
-
-func (s *Store) querySchedules(ctx context.Context, q string, args ...any) ([]*store.Schedule, error) {
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return store.CollectRows(rows, func() (*store.Schedule, error) { return scanSchedule(rows) })
+	return s.Schedules(ctx, store.NewQuery(`SELECT `+store.ScheduleCols+` FROM schedules WHERE NOT paused AND next_at <= ? ORDER BY next_at LIMIT ?`,
+		ns(now), store.PageSize(limit)))
 }
 
 // UpdateSchedule replaces a schedule's mutable fields, guarded on its
@@ -205,34 +157,4 @@ func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.C
 		return store.ClaimTickResult{}, wrap(err, "claim tick of schedule %s", p.ScheduleID)
 	}
 	return out, nil
-}
-
-// ScheduleTickOf returns the ledger entry of the tick that produced a job.
-func (s *Store) ScheduleTickOf(ctx context.Context, jobID string) (store.ScheduleTick, error) {
-	t := store.ScheduleTick{JobID: jobID}
-	var tick, claimed int64
-	err := s.pool.QueryRow(ctx, `SELECT schedule_id, tick_at, claimed_at FROM schedule_ticks WHERE job_id = $1 ORDER BY tick_at DESC LIMIT 1`,
-		jobID).Scan(&t.ScheduleID, &tick, &claimed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, store.ErrNotFound
-	}
-	t.Tick, t.ClaimedAt = tm(tick), tm(claimed)
-	return t, err
-}
-
-// ListScheduleTicks returns a schedule's recent ledger entries.
-func (s *Store) ListScheduleTicks(ctx context.Context, scheduleID string, limit int) ([]store.ScheduleTick, error) {
-	rows, err := s.pool.Query(ctx, `SELECT tick_at, job_id, claimed_at FROM schedule_ticks WHERE schedule_id = $1 ORDER BY tick_at DESC LIMIT $2`,
-		scheduleID, store.PageSize(limit))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return store.CollectRows(rows, func() (store.ScheduleTick, error) {
-		t := store.ScheduleTick{ScheduleID: scheduleID}
-		var tick, claimed int64
-		err := rows.Scan(&tick, &t.JobID, &claimed)
-		t.Tick, t.ClaimedAt = tm(tick), tm(claimed)
-		return t, err
-	})
 }

@@ -101,6 +101,9 @@ func (c Config) validate() error {
 // Store is the PostgreSQL driver. It is safe for concurrent use by many
 // goroutines, and many Stores (in one process or many) may share a schema.
 type Store struct {
+	// SQLReads are the schedule and batch reads this driver shares with
+	// SQLite's (GetSchedule, ListBatches, ...), run by read.
+	store.SQLReads
 	cfg    Config
 	pool   *pgxpool.Pool
 	schema string // cfg.Schema, quoted as an identifier
@@ -145,6 +148,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, pool: pool, schema: schema}
 	s.inserts = &inserter{s: s}
+	s.SQLReads = store.NewSQLReads(s.read)
 	if err := s.checkRegion(ctx, pool, false); err != nil {
 		pool.Close()
 		return nil, err

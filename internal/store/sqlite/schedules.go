@@ -11,24 +11,6 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-const scheduleCols = `id, tenant, region, name, cron, every_ns, anchor, timezone, missed, catch_up_max, max_late_ns,
-	template, kind, paused, next_at, last_tick_at, last_job_id, produced, skipped, version, created_at, updated_at`
-
-func scanSchedule(r scanner) (*store.Schedule, error) {
-	var s store.Schedule
-	var every, maxLate int64
-	var anchor, next, last, created, updated sql.NullInt64
-	var paused int
-	err := r.Scan(&s.ID, &s.Tenant, &s.Region, &s.Name, &s.Cron, &every, &anchor, &s.TimeZone, &s.Missed, &s.CatchUpMax, &maxLate,
-		&s.Template, &s.Kind, &paused, &next, &last, &s.LastJobID, &s.Produced, &s.Skipped, &s.Version, &created, &updated)
-	if err != nil {
-		return nil, err
-	}
-	s.Every, s.MaxLate, s.Paused = time.Duration(every), time.Duration(maxLate), paused != 0
-	s.Anchor, s.NextAt, s.LastTickAt, s.CreatedAt, s.UpdatedAt = tm(anchor), tm(next), tm(last), tm(created), tm(updated)
-	return &s, nil
-}
-
 func boolInt(b bool) int {
 	if b {
 		return 1
@@ -45,7 +27,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sc *store.Schedule) error {
 		return fmt.Errorf("schedule %s: region %q does not belong in the %q store", sc.ID, sc.Region, s.cfg.Region)
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := s.exec(tx, `INSERT INTO schedules (`+scheduleCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		_, err := s.exec(tx, `INSERT INTO schedules (`+store.ScheduleCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			sc.ID, sc.Tenant, sc.Region, sc.Name, sc.Cron, int64(sc.Every), ns(sc.Anchor), sc.TimeZone, sc.Missed, sc.CatchUpMax,
 			int64(sc.MaxLate), []byte(sc.Template), sc.Kind, boolInt(sc.Paused), ns(sc.NextAt), nullNS(sc.LastTickAt), sc.LastJobID,
 			sc.Produced, sc.Skipped, sc.Version, ns(sc.CreatedAt), ns(sc.UpdatedAt))
@@ -56,41 +38,11 @@ func (s *Store) CreateSchedule(ctx context.Context, sc *store.Schedule) error {
 	})
 }
 
-// GetSchedule returns one schedule; see store.Schedules.
-func (s *Store) GetSchedule(ctx context.Context, id string) (*store.Schedule, error) {
-	sc, err := scanSchedule(s.rdb.QueryRowContext(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
-	}
-	return sc, err
-}
-
-// ListSchedules returns schedules in id order; see store.Schedules.
-func (s *Store) ListSchedules(ctx context.Context, p store.ScheduleListParams) ([]*store.Schedule, error) {
-	q := `SELECT ` + scheduleCols + ` FROM schedules WHERE id > ?`
-	args := []any{p.After}
-	if p.Tenant != "" {
-		q += ` AND tenant = ?`
-		args = append(args, p.Tenant)
-	}
-	q += ` ORDER BY id LIMIT ?`
-	args = append(args, store.PageSize(p.Limit))
-	return s.querySchedules(ctx, q, args...)
-}
-
 // DueSchedules returns unpaused schedules due by now; see store.Schedules.
+// The condition names the partial index schedules_due as it was declared.
 func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]*store.Schedule, error) {
-	return s.querySchedules(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE paused = 0 AND next_at <= ? ORDER BY next_at LIMIT ?`,
-		ns(now), store.PageSize(limit))
-}
-
-func (s *Store) querySchedules(ctx context.Context, q string, args ...any) ([]*store.Schedule, error) {
-	rows, err := s.rdb.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return store.CollectRows(rows, func() (*store.Schedule, error) { return scanSchedule(rows) })
+	return s.Schedules(ctx, store.NewQuery(`SELECT `+store.ScheduleCols+` FROM schedules WHERE paused = 0 AND next_at <= ? ORDER BY next_at LIMIT ?`,
+		ns(now), store.PageSize(limit)))
 }
 
 // UpdateSchedule replaces a schedule's mutable fields, guarded on its
@@ -214,34 +166,4 @@ func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.C
 		return err
 	})
 	return out, err
-}
-
-// ScheduleTickOf returns the ledger entry of the tick that produced a job.
-func (s *Store) ScheduleTickOf(ctx context.Context, jobID string) (store.ScheduleTick, error) {
-	t := store.ScheduleTick{JobID: jobID}
-	var tick, claimed sql.NullInt64
-	err := s.rdb.QueryRowContext(ctx, `SELECT schedule_id, tick_at, claimed_at FROM schedule_ticks WHERE job_id = ? ORDER BY tick_at DESC LIMIT 1`,
-		jobID).Scan(&t.ScheduleID, &tick, &claimed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return t, store.ErrNotFound
-	}
-	t.Tick, t.ClaimedAt = tm(tick), tm(claimed)
-	return t, err
-}
-
-// ListScheduleTicks returns a schedule's recent ledger entries.
-func (s *Store) ListScheduleTicks(ctx context.Context, scheduleID string, limit int) ([]store.ScheduleTick, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT tick_at, job_id, claimed_at FROM schedule_ticks WHERE schedule_id = ? ORDER BY tick_at DESC LIMIT ?`,
-		scheduleID, store.PageSize(limit))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return store.CollectRows(rows, func() (store.ScheduleTick, error) {
-		t := store.ScheduleTick{ScheduleID: scheduleID}
-		var tick, claimed sql.NullInt64
-		err := rows.Scan(&tick, &t.JobID, &claimed)
-		t.Tick, t.ClaimedAt = tm(tick), tm(claimed)
-		return t, err
-	})
 }

@@ -84,6 +84,9 @@ func (c Config) validate() error {
 
 // Store is the SQLite driver. It is safe for concurrent use.
 type Store struct {
+	// SQLReads are the schedule and batch reads this driver shares with
+	// PostgreSQL's (GetSchedule, ListBatches, ...), run by read.
+	store.SQLReads
 	cfg Config
 	wdb *sql.DB // exactly one connection: the single writer
 	rdb *sql.DB // read-only pool
@@ -150,6 +153,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		stmts:       map[*sql.DB]map[string]*sql.Stmt{},
 		writerStmts: map[string]*sql.Stmt{},
 	}
+	s.SQLReads = store.NewSQLReads(s.read)
 	if err := s.check(ctx, created); err != nil {
 		wdb.Close()
 		rdb.Close()

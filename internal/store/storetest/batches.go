@@ -25,6 +25,7 @@ var batchCases = map[string]func(*testing.T, Opener){
 	"BatchSaveChunk":      testBatchSaveChunk,
 	"BatchSettleOnce":     testBatchSettleOnce,
 	"BatchItemsPaged":     testBatchItemsPaged,
+	"BatchListFilters":    testBatchListFilters,
 }
 
 // NewBatch returns a running batch of tenant in region "us" with n items
@@ -307,5 +308,75 @@ func testBatchItemsPaged(t *testing.T, open Opener) {
 	}
 	if got, _ := s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID, JobID: "other"}); len(got) != 1 || got[0].CustomID != "r-004" || got[0].ObjectID != b.ID+"/4" || got[0].Index != 4 {
 		t.Fatalf("by job: %v", got)
+	}
+}
+
+// testBatchListFilters combines every filter of ListBatches and of
+// BatchItems, so each condition is ANDed with the others and each
+// placeholder gets its own argument (the two drivers build these queries
+// from one store.Query).
+func testBatchListFilters(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	ids := func(bs []*store.Batch) []string {
+		var out []string
+		for _, b := range bs {
+			out = append(out, b.ID)
+		}
+		return out
+	}
+	var acme []*store.Batch
+	for range 3 {
+		b, _ := NewBatch("acme", 0)
+		createBatch(t, s, b, nil)
+		acme = append(acme, b)
+	}
+	other, _ := NewBatch("globex", 0)
+	createBatch(t, s, other, nil)
+	if err := s.SetBatchState(ctx, acme[1].ID, []string{store.BatchRunning}, store.BatchDone, T0); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		p    store.BatchListParams
+		want []string
+	}{
+		{store.BatchListParams{State: store.BatchDone}, []string{acme[1].ID}},
+		{store.BatchListParams{State: store.BatchRunning}, []string{other.ID, acme[2].ID, acme[0].ID}},
+		{store.BatchListParams{Tenant: "acme", State: store.BatchRunning}, []string{acme[2].ID, acme[0].ID}},
+		{store.BatchListParams{Tenant: "acme", State: store.BatchRunning, Before: acme[2].ID, Limit: 1}, []string{acme[0].ID}},
+		{store.BatchListParams{Tenant: "globex", State: store.BatchDone}, nil},
+	} {
+		got, err := s.ListBatches(ctx, c.p)
+		if err != nil || fmt.Sprint(ids(got)) != fmt.Sprint(c.want) {
+			t.Errorf("ListBatches(%+v) = %v, %v; want %v", c.p, ids(got), err, c.want)
+		}
+	}
+
+	b, items := NewBatch("acme", 4)
+	items[2].JobID, items[3].JobID = "other", "other"
+	createBatch(t, s, b, items)
+	if err := s.PlanBatchChunk(ctx, chunkOf(b, 0), []string{"r-000", "r-003"}); err != nil {
+		t.Fatal(err)
+	}
+	customIDs := func(its []store.BatchItem) []string {
+		var out []string
+		for _, it := range its {
+			out = append(out, it.CustomID)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		p    store.BatchItemParams
+		want []string
+	}{
+		{store.BatchItemParams{BatchID: b.ID, JobID: "other", State: store.ItemSubmitted}, []string{"r-003"}},
+		{store.BatchItemParams{BatchID: b.ID, JobID: "other", State: store.ItemPending}, []string{"r-002"}},
+		{store.BatchItemParams{BatchID: b.ID, JobID: "other", After: "r-002"}, []string{"r-003"}},
+		{store.BatchItemParams{BatchID: b.ID, State: store.ItemPending, After: "r-000", Limit: 1}, []string{"r-001"}},
+		{store.BatchItemParams{BatchID: acme[0].ID, State: store.ItemPending}, nil},
+	} {
+		got, err := s.BatchItems(ctx, c.p)
+		if err != nil || fmt.Sprint(customIDs(got)) != fmt.Sprint(c.want) {
+			t.Errorf("BatchItems(%+v) = %v, %v; want %v", c.p, customIDs(got), err, c.want)
+		}
 	}
 }

@@ -16,14 +16,16 @@ import (
 
 type wrapped struct{ store.Store }
 
-// Write writes through the store four ways, and reads once.
+// Write writes through the store four ways (and claims a publication),
+// and reads once.
 func Write(ctx context.Context, st store.Store, d *sqlite.Store, w *engine.Jobs) {
 	_, _ = st.Insert(ctx, nil, admission.Config{})     // the interface
 	_, _ = d.Cancel(ctx, "id", time.Time{})            // a driver type
 	_, _ = wrapped{st}.Redrive(ctx, "id", time.Time{}) // an embedded store
 	advance := w.Store().Advance                       // a method value, reached via engine.Jobs
 	_, _ = advance(ctx, store.AdvanceParams{})
-	_, _ = st.Get(ctx, "id") // a read: allowed
+	_ = st.ClaimPublish(ctx, "id", "token", time.Time{}, time.Time{}) // a claim on a job's publication
+	_, _ = st.Get(ctx, "id")                                          // a read: allowed
 }
 
 // inserter is satisfied by a store: a store handed over as one writes
