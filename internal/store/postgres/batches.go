@@ -77,10 +77,8 @@ func (s *Store) CreateBatch(ctx context.Context, b *store.Batch, items []store.B
 
 // GetBatch returns one batch with its counts; see store.Batches.
 func (s *Store) GetBatch(ctx context.Context, id string) (*store.Batch, error) {
-	b, err := scanBatch(s.pool.QueryRow(ctx, `SELECT `+batchCols+` FROM batches WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, store.ErrNotFound
-	} else if err != nil {
+	b, err := s.GetBatchHead(ctx, id)
+	if err != nil {
 		return nil, err
 	}
 	return b, s.countBatch(ctx, b)
@@ -235,17 +233,9 @@ func (s *Store) BatchChunks(ctx context.Context, batchID string) ([]store.BatchC
 	return store.CollectRows(rows, func() (store.BatchChunk, error) { return scanBatchChunk(rows) })
 }
 
-// SettleBatchItem applies one guarded item write; see store.Batches.
+// SettleBatchItem applies one guarded item write (a group of one); see
+// store.Batches.
 func (s *Store) SettleBatchItem(ctx context.Context, p store.SettleBatchItemParams) (bool, error) {
-	var result []byte
-	if p.Result != nil {
-		result = p.Result
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE batch_items SET state = $1, disposition = $2, reason = $3, result = $4, updated_at = $5
-		WHERE batch_id = $6 AND custom_id = $7 AND state = $8 AND ($9 = '' OR chunk_key = $9)`,
-		p.To, p.Disposition, p.Reason, result, ns(p.Now), p.BatchID, p.CustomID, p.From, p.ChunkKey)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() > 0, nil
+	applied, err := s.SettleBatchItems(ctx, []store.SettleBatchItemParams{p})
+	return err == nil && applied[0], err
 }

@@ -82,10 +82,8 @@ func (s *Store) CreateBatch(ctx context.Context, b *store.Batch, items []store.B
 
 // GetBatch returns one batch with its counts; see store.Batches.
 func (s *Store) GetBatch(ctx context.Context, id string) (*store.Batch, error) {
-	b, err := scanBatch(s.rdb.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
-	} else if err != nil {
+	b, err := s.GetBatchHead(ctx, id)
+	if err != nil {
 		return nil, err
 	}
 	return b, s.countBatch(ctx, b)
@@ -251,23 +249,9 @@ func (s *Store) BatchChunks(ctx context.Context, batchID string) ([]store.BatchC
 	return store.CollectRows(rows, func() (store.BatchChunk, error) { return scanBatchChunk(rows) })
 }
 
-// SettleBatchItem applies one guarded item write; see store.Batches.
+// SettleBatchItem applies one guarded item write (a group of one); see
+// store.Batches.
 func (s *Store) SettleBatchItem(ctx context.Context, p store.SettleBatchItemParams) (bool, error) {
-	var applied bool
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		var result any
-		if p.Result != nil {
-			result = []byte(p.Result)
-		}
-		res, err := s.exec(tx, `UPDATE batch_items SET state = ?, disposition = ?, reason = ?, result = ?, updated_at = ?
-			WHERE batch_id = ? AND custom_id = ? AND state = ? AND (? = '' OR chunk_key = ?)`,
-			p.To, p.Disposition, p.Reason, result, ns(p.Now), p.BatchID, p.CustomID, p.From, p.ChunkKey, p.ChunkKey)
-		if err != nil {
-			return err
-		}
-		n, _ := res.RowsAffected()
-		applied = n > 0
-		return nil
-	})
-	return applied, err
+	applied, err := s.SettleBatchItems(ctx, []store.SettleBatchItemParams{p})
+	return err == nil && applied[0], err
 }
