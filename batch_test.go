@@ -88,6 +88,11 @@ func batchSimFor(t *testing.T, kind string, fault func(batchsim.FaultRequest) ba
 	return sim, prof
 }
 
+// batchSettleGroup is the batch tests' results per store write: small, so
+// that a chunk of a few items is delivered in several writes and a crash
+// can land between them (batchlane.StagePartlyDelivered).
+const batchSettleGroup = 2
+
 // batchConfig is the client configuration of the batch tests: one region
 // with the profile, short poll interval, the given stage hook.
 func batchConfig(t *testing.T, dir string, prof review.Profile, stage func(string)) (ratelane.Config, *review.Plugin) {
@@ -99,7 +104,7 @@ func batchConfig(t *testing.T, dir string, prof review.Profile, stage func(strin
 	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 4, LeaseFor: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	rv := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 100 * time.Millisecond,
-		Batch: review.BatchConfig{PollInterval: 100 * time.Millisecond, Stage: stage}})
+		Batch: review.BatchConfig{PollInterval: 100 * time.Millisecond, SettleGroup: batchSettleGroup, Stage: stage}})
 	return cfg, rv
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
@@ -77,7 +79,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}
 	rv := review.New(review.Config{Regions: map[string]review.RegionConfig{"us": {Providers: []review.Provider{inter, batch},
 		SweepEvery: 500 * time.Millisecond, Batch: review.BatchConfig{PollInterval: 200 * time.Millisecond}}}})
-	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}}
+	reg := prometheus.NewRegistry()
+	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg}
 	c, err := e.client(ctx, cfg)
 	if err != nil {
 		return Result{}, err
@@ -141,6 +144,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 
 	closed := make(chan struct{})
 	close(closed)
+	w0 := storeWrites(reg)
 	base, err := interactive(plan.Window, closed)
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
@@ -149,6 +153,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// The sweep: its manifests go in from one goroutine while the
 	// interactive reviews keep arriving; done closes when every review of
 	// the sweep is final.
+	w1 := storeWrites(reg)
 	done := make(chan struct{})
 	var (
 		sweepErr  error
@@ -204,6 +209,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}); err != nil {
 		return Result{}, fmt.Errorf("sweep reviews left unpublished: %w", err)
 	}
+	w2 := storeWrites(reg)
 
 	bp50, bp99 := Percentile(base, 0.50), Percentile(base, 0.99)
 	up50, up99 := Percentile(under, 0.50), Percentile(under, 0.99)
@@ -218,6 +224,18 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.add("sweep_p50_ms", up50, "ms")
 	r.add("sweep_p99_ms", up99, "ms")
 	r.add("p99_ratio", up99/bp99, "sweep ÷ baseline (target < 1.1)")
+	// The store's writes and commits (SQLite only: PostgreSQL does not
+	// count them), load-independent: the sweep phase's, less what its
+	// interactive reviews cost at the baseline's rate, per sweep file.
+	if w2.ok && len(base) > 0 {
+		perReview := func(a, b float64) float64 { return (b - a) / float64(len(base)) }
+		txReview, wReview := perReview(w0.txs, w1.txs), perReview(w0.writes, w1.writes)
+		r.add("baseline_commits_per_review", txReview, "store transactions per interactive review")
+		r.add("sweep_commits_per_file", (w2.txs-w1.txs-txReview*float64(len(under)))/float64(plan.Files),
+			"store transactions per sweep file (the interactive reviews' share removed)")
+		r.add("sweep_writes_per_file", (w2.writes-w1.writes-wReview*float64(len(under)))/float64(plan.Files),
+			"store writes per sweep file (the interactive reviews' share removed)")
+	}
 	return r, nil
 }
 
@@ -241,6 +259,35 @@ func waitPublished(ctx context.Context, c *ratelane.Client, id string, start tim
 			return err
 		}
 	}
+}
+
+// writeCounts is a reading of the store's write counters.
+type writeCounts struct {
+	writes, txs float64
+	ok          bool
+}
+
+// storeWrites reads ratelane_store_writes_total and
+// ratelane_store_transactions_total from reg (ok false when the store
+// does not count them).
+func storeWrites(reg *prometheus.Registry) writeCounts {
+	var w writeCounts
+	mfs, err := reg.Gather()
+	if err != nil {
+		return w
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "ratelane_store_writes_total":
+				w.writes += m.GetCounter().GetValue()
+				w.ok = true
+			case "ratelane_store_transactions_total":
+				w.txs += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return w
 }
 
 // joinFailures joins a phase's failed reviews into one error (nil for none).

@@ -42,7 +42,7 @@ var notJobWriters = []string{
 	"CreateSchedule", "GetSchedule", "ListSchedules", "UpdateSchedule", "DeleteSchedule", "DueSchedules",
 	"ScheduleTickOf", "ListScheduleTicks",
 	"CreateBatch", "GetBatch", "ListBatches", "SetBatchState", "BatchItems", "PlanBatchChunk", "SaveBatchChunk",
-	"BatchChunks", "SettleBatchItem",
+	"BatchChunks", "SettleBatchItem", "SettleBatchItems", "GetBatchHead", "PutObjects",
 }
 
 // writerAllowed are the packages that may call jobWriters: the engine

@@ -286,7 +286,7 @@ type Engine struct {
 
 	// aggKinds are the kinds with an Aggregator; parents and
 	// batchParents queue the parent ids of the interactive and the batch
-	// lane for the aggregation loop, which serves parents first (parts.go).
+	// lane for their own aggregation loops (parts.go).
 	aggKinds     []string
 	parents      chan string
 	batchParents chan string
@@ -418,8 +418,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 	}
 	if e.aggregates() {
-		e.wg.Add(1)
+		e.wg.Add(2)
 		go e.aggregateLoop()
+		go e.batchAggregateLoop()
 	}
 	for range e.cfg.InFlight {
 		e.wg.Add(1)

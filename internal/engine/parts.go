@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -157,9 +158,8 @@ func (w *Jobs) watchParts(fn func(parentID string, lane job.Lane)) {
 // better calls PartsChangedIn.
 func (w *Jobs) PartsChanged(parentID string) { w.partFinal(parentID, job.LaneInteractive) }
 
-// PartsChangedIn is PartsChanged for a parent of the given lane. The
-// aggregation loop serves the interactive lane's wake-ups before the batch
-// lane's (and between the parents of a sweep), so a burst of batch
+// PartsChangedIn is PartsChanged for a parent of the given lane. Each
+// lane's wake-ups have their own aggregation loop, so a burst of batch
 // results settling at once never queues an interactive review's
 // aggregation behind thousands of batch ones.
 func (w *Jobs) PartsChangedIn(parentID string, lane job.Lane) { w.partFinal(parentID, lane) }
@@ -186,8 +186,8 @@ func allFinal(parts []*job.Job) bool {
 // aggregates reports whether the engine runs any kind with an Aggregator.
 func (e *Engine) aggregates() bool { return len(e.aggKinds) > 0 }
 
-// wakeParent queues parentID for the aggregation loop, on its lane's
-// queue; when the queue is full the sweep catches up.
+// wakeParent queues parentID for its lane's aggregation loop; when the
+// queue is full the sweep catches up.
 func (e *Engine) wakeParent(parentID string, lane job.Lane) {
 	q := e.parents
 	if lane == job.LaneBatch {
@@ -199,7 +199,7 @@ func (e *Engine) wakeParent(parentID string, lane job.Lane) {
 	}
 }
 
-// sweepEvery is the aggregation loop's period: the shortest SweepEvery of
+// sweepEvery is the periodic sweep's period: the shortest SweepEvery of
 // the aggregating kinds.
 func (e *Engine) sweepEvery() time.Duration {
 	d := time.Duration(0)
@@ -215,20 +215,18 @@ func (e *Engine) sweepEvery() time.Duration {
 	return d
 }
 
-// aggregateLoop sweeps once (the crash-recovery pass), then serves
-// wake-ups and the periodic sweep until the engine stops. Interactive
-// wake-ups go first: a batch wake-up or a sweep is taken only when none
-// is queued, and the sweep serves the queued interactive ones between its
-// parents (serveInteractive).
+// aggregateLoop serves the interactive lane's wake-ups, one parent at a
+// time, until the engine stops. It does nothing else: the batch lane's
+// wake-ups and the periodic sweep have their own loop
+// (batchAggregateLoop), so an interactive review is never aggregated
+// after a batch review's aggregation, advance and publication (three
+// commits and several reads each) or behind a sweep over thousands of
+// waiting batch reviews. Both loops may aggregate the same parent at once
+// (the sweep finds an interactive parent too): the advance is a
+// compare-and-set and the publication is claimed, as between nodes.
 func (e *Engine) aggregateLoop() {
 	defer e.wg.Done()
-	e.sweepParents(e.ctx)
-	tick := time.NewTicker(e.sweepEvery())
-	defer tick.Stop()
 	for {
-		if !e.serveInteractive(e.ctx) {
-			return
-		}
 		select {
 		case <-e.ctx.Done():
 			return
@@ -236,29 +234,65 @@ func (e *Engine) aggregateLoop() {
 			return
 		case id := <-e.parents:
 			e.aggregateWoken(e.ctx, id)
+		}
+	}
+}
+
+// batchAggregateGroup bounds how many batch-lane parents are aggregated at
+// once. Their advances, publication claims and publications reach the
+// store together, so the SQLite writer commits each kind of write for the
+// whole group in one transaction instead of one commit per parent.
+const batchAggregateGroup = 32
+
+// batchAggregateLoop sweeps once (the crash-recovery pass), then serves the
+// batch lane's wake-ups, a group at a time, and the periodic sweep until
+// the engine stops.
+func (e *Engine) batchAggregateLoop() {
+	defer e.wg.Done()
+	e.sweepParents(e.ctx)
+	tick := time.NewTicker(e.sweepEvery())
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.stop:
+			return
 		case id := <-e.batchParents:
-			e.aggregateWoken(e.ctx, id)
+			e.aggregateGroup(e.ctx, id)
 		case <-tick.C:
 			e.sweepParents(e.ctx)
 		}
 	}
 }
 
-// serveInteractive aggregates the queued interactive wake-ups until none
-// is left; false when the engine is stopping.
-func (e *Engine) serveInteractive(ctx context.Context) bool {
-	for {
+// aggregateGroup aggregates first and the batch-lane wake-ups queued
+// behind it (up to batchAggregateGroup distinct parents) concurrently, and
+// returns when all are done.
+func (e *Engine) aggregateGroup(ctx context.Context, first string) {
+	ids := []string{first}
+	seen := map[string]bool{first: true}
+drain:
+	for len(ids) < batchAggregateGroup {
 		select {
-		case <-ctx.Done():
-			return false
-		case <-e.stop:
-			return false
-		case id := <-e.parents:
-			e.aggregateWoken(ctx, id)
+		case id := <-e.batchParents:
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
 		default:
-			return true
+			break drain
 		}
 	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.aggregateWoken(ctx, id)
+		}()
+	}
+	wg.Wait()
 }
 
 func (e *Engine) aggregateWoken(ctx context.Context, id string) {
@@ -274,10 +308,10 @@ func (e *Engine) sweepParents(ctx context.Context) {
 }
 
 // SweepParents aggregates every accepted parent of the engine's
-// aggregating kinds whose parts are all final. The aggregation loop runs
-// it at start and every SweepEvery; tests call it directly. Between two
-// parents it serves the queued interactive wake-ups, so a sweep over many
-// waiting batch-lane parents does not hold back an interactive review.
+// aggregating kinds whose parts are all final. The batch lane's
+// aggregation loop runs it at start and every SweepEvery (the interactive
+// lane's wake-ups have a loop of their own, which a sweep over many
+// waiting batch-lane parents does not hold back); tests call it directly.
 func (e *Engine) SweepParents(ctx context.Context) error {
 	for _, kind := range e.aggKinds {
 		after := ""
@@ -287,9 +321,6 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 				return err
 			}
 			for _, j := range js {
-				if e.parents != nil && !e.serveInteractive(ctx) {
-					return ctx.Err()
-				}
 				if err := e.AggregateParent(ctx, j.ID); err != nil {
 					return err
 				}

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // laneAggregator records the parents it is asked about, in order, and
@@ -60,11 +63,12 @@ func parentIn(lane job.Lane) *job.Job {
 	return p
 }
 
-// TestPartsInteractiveWakeupsFirst: while the aggregation loop is busy,
-// five batch-lane parents and then one interactive parent are woken; the
-// interactive one is aggregated next, before any of the batch ones that
-// were queued ahead of it, and every one of them is aggregated after.
-func TestPartsInteractiveWakeupsFirst(t *testing.T) {
+// TestPartsInteractiveNotBehindBatch: while a batch-lane parent's
+// aggregation is held, five more batch-lane parents and then one
+// interactive parent are woken; the interactive one is aggregated and
+// published while the batch one is still held (the lanes have their own
+// aggregation loops), and every batch parent is published once released.
+func TestPartsInteractiveNotBehindBatch(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
@@ -92,22 +96,22 @@ func TestPartsInteractiveWakeupsFirst(t *testing.T) {
 		}
 		inter := parentIn(job.LaneInteractive)
 		insert(inter)
-		close(agg.release)
-		for _, id := range append([]string{busy.ID, inter.ID}, batch...) {
-			waitState(t, s, id, job.StatePublished)
+		waitState(t, s, inter.ID, job.StatePublished)
+		if got := agg.log(); !slices.Equal(got, []string{busy.ID, inter.ID}) {
+			t.Fatalf("aggregated %v while the batch parent was held; want the held one, then the interactive one", got)
 		}
-		want := append([]string{busy.ID, inter.ID}, batch...)
-		if got := agg.log(); !slices.Equal(got, want) {
-			t.Fatalf("aggregated in order %v, want the held one, the interactive one, then the batch ones in order %v", got, want)
+		close(agg.release)
+		for _, id := range append([]string{busy.ID}, batch...) {
+			waitState(t, s, id, job.StatePublished)
 		}
 	})
 }
 
-// TestPartsSweepYieldsToInteractive: a periodic sweep over many
-// batch-lane parents that are still waiting (a sweep's batch reviews)
-// serves an interactive parent woken meanwhile before the next batch
-// parent, rather than after the whole sweep.
-func TestPartsSweepYieldsToInteractive(t *testing.T) {
+// TestPartsSweepDoesNotHoldInteractive: a periodic sweep over many
+// batch-lane parents that are still waiting (a sweep's batch reviews),
+// held at its first parent, does not hold back an interactive parent
+// woken meanwhile: it is published before the sweep goes on.
+func TestPartsSweepDoesNotHoldInteractive(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
@@ -135,13 +139,14 @@ func TestPartsSweepYieldsToInteractive(t *testing.T) {
 		if _, err := e.Jobs().InsertParts(ctx, inter, nil, admission.Config{}); err != nil {
 			t.Fatal(err)
 		}
-		close(agg.release)
 		waitState(t, s, inter.ID, job.StatePublished)
+		if got := agg.log(); len(got) != 2 || !slices.Contains(waiting, got[0]) || got[1] != inter.ID {
+			t.Fatalf("aggregated %v while the sweep was held; want a waiting parent (held), then the interactive %s", got, inter.ID)
+		}
+		close(agg.release)
 		synctest.Wait()
-		got := agg.log()
-		if len(got) != len(waiting)+1 || !slices.Contains(waiting, got[0]) || got[1] != inter.ID {
-			t.Fatalf("aggregated %v; want a waiting parent (held), then the interactive %s, then the other %d waiting parents",
-				got, inter.ID, len(waiting)-1)
+		if got := agg.log(); len(got) != len(waiting)+1 {
+			t.Fatalf("aggregated %d parents, want the %d waiting ones and the interactive one", len(got), len(waiting))
 		}
 		for _, id := range waiting {
 			if j, err := s.Get(ctx, id); err != nil || j.State != job.StateAccepted {
@@ -149,4 +154,62 @@ func TestPartsSweepYieldsToInteractive(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPartsBatchWakeupsShareCommits: batch-lane parents woken together
+// (a provider batch's results settled at once) are aggregated as a group,
+// so their advances, publication claims and publications share the
+// SQLite writer's transactions instead of taking three commits each.
+func TestPartsBatchWakeupsShareCommits(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	// The parents come from another writer, so nothing wakes them until
+	// the test does, all at once.
+	other, err := engine.NewJobs(engine.JobsConfig{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	var ids []string
+	for range n {
+		p := parentIn(job.LaneBatch)
+		if _, err := other.InsertParts(ctx, p, nil, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.ID)
+	}
+	agg := &laneAggregator{entered: make(chan struct{}), release: make(chan struct{}), pending: map[string]bool{}}
+	for _, id := range ids {
+		agg.pending[id] = true // the start sweep leaves them waiting
+	}
+	e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"report": {Aggregate: agg, SweepEvery: time.Hour}}})
+	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
+		if got := len(agg.log()); got < n {
+			return fmt.Errorf("%d of %d parents swept", got, n)
+		}
+		return nil
+	})
+	agg.mu.Lock()
+	agg.pending = nil // their items are final now
+	agg.mu.Unlock()
+	wc := s.(store.WriteCounter)
+	before := wc.WriteCounts()
+	for _, id := range ids {
+		e.Jobs().PartsChangedIn(id, job.LaneBatch)
+	}
+	for _, id := range ids {
+		waitState(t, s, id, job.StatePublished)
+	}
+	after := wc.WriteCounts()
+	writes, txs := after.Writes-before.Writes, after.Transactions-before.Transactions
+	t.Logf("%d batch parents: %d writes in %d transactions (%.2f transactions per parent)", n, writes, txs, float64(txs)/n)
+	if writes < 3*n {
+		t.Fatalf("%d writes for %d parents; want at least an advance, a claim and a publication each", writes, n)
+	}
+	// One parent at a time, every write is its own transaction (3 per
+	// parent); a group of 32 shares them.
+	if txs > n {
+		t.Fatalf("%d transactions for %d parents' %d writes; want them grouped (at most one transaction per parent)", txs, n, writes)
+	}
 }

@@ -23,6 +23,8 @@
 //	ratelane_oldest_ready_seconds{region,lane}  age of the oldest job ready to run
 //	ratelane_leases_in_flight{region}           running jobs
 //	ratelane_store_up{region}                   1 when the last stats read succeeded
+//	ratelane_store_writes_total{region}         writes the store committed (SQLite)
+//	ratelane_store_transactions_total{region}   transactions (fsyncs) that committed them (SQLite)
 //	ratelane_leases_recovered_total             expired leases the reaper recovered
 //	ratelane_late_outcomes_refused_total{op}    late finishes and heartbeats of a lost lease, refused
 //	ratelane_handlers_abandoned_total{kind}     attempts abandoned past their maximum run time
@@ -74,6 +76,7 @@ type Metrics struct {
 	ticks       *prometheus.CounterVec
 	stats       *statsCollector
 	keys        *keyCollector
+	writes      *writeCollector
 
 	kinds, scopes *bounded
 }
@@ -120,11 +123,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		ticks:  newTicksCounter(),
 		stats:  newStatsCollector(),
 		keys:   newKeyCollector(),
+		writes: newWriteCollector(),
 		kinds:  newBounded(MaxLabelValues),
 		scopes: newBounded(MaxLabelValues),
 	}
 	for _, c := range []prometheus.Collector{m.attempts, m.rateLimited, m.retryDelay, m.terminal, m.leases, m.replays,
-		m.recovered, m.refused, m.abandoned, m.stuck, m.ticks, m.stats, m.keys} {
+		m.recovered, m.refused, m.abandoned, m.stuck, m.ticks, m.stats, m.keys, m.writes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -30,12 +30,16 @@ const statsTimeout = 5 * time.Second
 // AddRegion makes scrapes report region's job counts, oldest ready ages and
 // leases in flight, read from src (normally the region's store.Store), and,
 // when src is also a KeySource (every store.Store is), the waiting cost,
-// leases in flight and pause of its busiest limit keys. Adding a region
-// again replaces its source.
+// leases in flight and pause of its busiest limit keys, and, when src
+// counts its writes (store.WriteCounter: the SQLite driver), its writes
+// and transactions. Adding a region again replaces its source.
 func (m *Metrics) AddRegion(region string, src StatsSource) {
 	m.stats.add(region, src)
 	if ks, ok := src.(KeySource); ok {
 		m.keys.add(region, ks)
+	}
+	if wc, ok := src.(store.WriteCounter); ok {
+		m.writes.add(region, wc)
 	}
 }
 

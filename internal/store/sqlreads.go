@@ -162,11 +162,17 @@ func scanBatchChunk(r Scanner) (BatchChunk, error) {
 
 // GetBatch returns one batch with its counts, or ErrNotFound; see Batches.
 func (r SQLReads) GetBatch(ctx context.Context, id string) (*Batch, error) {
-	b, err := readOne(ctx, r, NewQuery(`SELECT `+BatchCols+` FROM batches WHERE id = ?`, id), scanBatch)
+	b, err := r.GetBatchHead(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	return b, r.countBatch(ctx, b)
+}
+
+// GetBatchHead returns one batch without counting its items, or
+// ErrNotFound; see BatchSettles.
+func (r SQLReads) GetBatchHead(ctx context.Context, id string) (*Batch, error) {
+	return readOne(ctx, r, NewQuery(`SELECT `+BatchCols+` FROM batches WHERE id = ?`, id), scanBatch)
 }
 
 // countBatch fills b.Counts from its items.

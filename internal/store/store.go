@@ -148,6 +148,10 @@ type Store interface {
 	Schedules
 	// Batches holds the batch lane's manifests, items and chunks (batch.go).
 	Batches
+	// BatchSettles settles a chunk's items in groups (batch_settle.go).
+	BatchSettles
+	// ObjectsBulk stores many objects in one write (objects_bulk.go).
+	ObjectsBulk
 }
 
 // AdvanceParams describes a guarded transition of a job that is not running.

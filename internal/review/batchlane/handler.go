@@ -23,15 +23,18 @@ import (
 // provider batch was created and its id recorded; a poll saw it running
 // and recorded that; its results were
 // downloaded and reconciled, before any item was settled; some but not all
-// of a chunk's items were settled. Each is also a crash point
+// of a chunk's items were settled (the first group of Config.SettleGroup,
+// when there is more than one). Each is also a crash point
 // (internal/crashpoint) of a ratelane_crashpoints build.
 const (
-	StageSubmitted        = "batch-submitted"
-	StageInProgress       = "batch-in-progress"
-	StageDownloaded       = "batch-results-downloaded"
-	StagePartlyDelivered  = "batch-partly-delivered"
-	stageDeliverAfterItem = 1 // items settled before StagePartlyDelivered
+	StageSubmitted       = "batch-submitted"
+	StageInProgress      = "batch-in-progress"
+	StageDownloaded      = "batch-results-downloaded"
+	StagePartlyDelivered = "batch-partly-delivered"
 )
+
+// DefaultSettleGroup is Config.SettleGroup's default.
+const DefaultSettleGroup = 128
 
 // Entry is one provider profile of the region with its batch client.
 type Entry struct {
@@ -58,6 +61,13 @@ type Config struct {
 	// MinTurnaround: a pending item is not sent when the deadline is
 	// closer than this; default DefaultMinTurnaround.
 	MinTurnaround time.Duration
+	// SettleGroup is how many of a chunk's delivered items are settled
+	// per store write (store.BatchSettles.SettleBatchItems); default
+	// DefaultSettleGroup. One write per item made a 1,000-item chunk a
+	// thousand serial commits through the region's one writer, queued
+	// beside the interactive lane's writes; one write per chunk would
+	// hold the writer for the whole chunk at once.
+	SettleGroup int
 	// GiveUpAfter: this long past the deadline, items still in a provider
 	// batch that cannot be cancelled or collected end deadline_exceeded;
 	// default 1 h.
@@ -83,6 +93,9 @@ func NewHandler(cfg Config) *Handler {
 	}
 	if cfg.MinTurnaround <= 0 {
 		cfg.MinTurnaround = DefaultMinTurnaround
+	}
+	if cfg.SettleGroup <= 0 {
+		cfg.SettleGroup = DefaultSettleGroup
 	}
 	if cfg.GiveUpAfter <= 0 {
 		cfg.GiveUpAfter = time.Hour
@@ -230,28 +243,71 @@ func (p *pass) items(ctx context.Context, state string) ([]store.BatchItem, erro
 	}
 }
 
+// settlement is one guarded item write of a pass, and the item it is for.
+type settlement struct {
+	it store.BatchItem
+	p  store.SettleBatchItemParams
+}
+
+// settlement returns the guarded write that moves it (from the state and
+// chunk it was read in) to state to.
+func (p *pass) settlement(it store.BatchItem, to, disposition, reason string, result json.RawMessage) settlement {
+	return settlement{it: it, p: store.SettleBatchItemParams{BatchID: p.b.ID, CustomID: it.CustomID, From: it.State,
+		ChunkKey: it.ChunkKey, To: to, Disposition: disposition, Reason: reason, Result: result, Now: p.now}}
+}
+
 // settle applies one guarded item write and wakes the item's review when
 // the item became final.
 func (p *pass) settle(ctx context.Context, it store.BatchItem, to, disposition, reason string, result json.RawMessage) error {
-	ok, err := p.h.cfg.Store.SettleBatchItem(ctx, store.SettleBatchItemParams{BatchID: p.b.ID, CustomID: it.CustomID,
-		From: it.State, ChunkKey: it.ChunkKey, To: to, Disposition: disposition, Reason: reason, Result: result, Now: p.now})
-	if err != nil {
-		return fmt.Errorf("settle item %s: %w", it.CustomID, err)
+	return p.settleGroup(ctx, []settlement{p.settlement(it, to, disposition, reason, result)})
+}
+
+// settleGroup applies a group of guarded item writes in one store write
+// and then wakes, once each, the reviews of the items that became final:
+// after the write, so an aggregation never looks before the items it was
+// woken for are durable.
+func (p *pass) settleGroup(ctx context.Context, group []settlement) error {
+	if len(group) == 0 {
+		return nil
 	}
-	if ok && store.ItemFinal(to) && !p.woken[it.JobID] {
-		p.woken[it.JobID] = true
-		p.h.cfg.Wake(it.JobID)
+	ps := make([]store.SettleBatchItemParams, len(group))
+	for i, g := range group {
+		ps[i] = g.p
+	}
+	applied, err := p.h.cfg.Store.SettleBatchItems(ctx, ps)
+	if err != nil {
+		return fmt.Errorf("settle %d items from %s: %w", len(group), group[0].it.CustomID, err)
+	}
+	for i, ok := range applied {
+		if id := group[i].it.JobID; ok && store.ItemFinal(group[i].p.To) && !p.woken[id] {
+			p.woken[id] = true
+			p.h.cfg.Wake(id)
+		}
 	}
 	return nil
 }
 
-// requeue sends an item back to pending with its reason while it has
-// attempts left, and ends it failed otherwise.
-func (p *pass) requeue(ctx context.Context, it store.BatchItem, disposition, reason string) error {
-	if it.Attempts >= p.b.MaxAttempts {
-		return p.settle(ctx, it, store.ItemFailed, disposition, ReasonAttempts+":"+reason, nil)
+// settleAll applies writes, Config.SettleGroup per store write, calling
+// stage (when named) between two groups.
+func (p *pass) settleAll(ctx context.Context, writes []settlement, stage string) error {
+	for from := 0; from < len(writes); from += p.h.cfg.SettleGroup {
+		if from > 0 && stage != "" {
+			p.h.stage(stage)
+		}
+		if err := p.settleGroup(ctx, writes[from:min(from+p.h.cfg.SettleGroup, len(writes))]); err != nil {
+			return err
+		}
 	}
-	return p.settle(ctx, it, store.ItemPending, disposition, reason, nil)
+	return nil
+}
+
+// requeue returns the write that sends an item back to pending with its
+// reason while it has attempts left, and ends it failed otherwise.
+func (p *pass) requeue(it store.BatchItem, disposition, reason string) settlement {
+	if it.Attempts >= p.b.MaxAttempts {
+		return p.settlement(it, store.ItemFailed, disposition, ReasonAttempts+":"+reason, nil)
+	}
+	return p.settlement(it, store.ItemPending, disposition, reason, nil)
 }
 
 // runSubmit: cancel or expire pending items, plan the rest into chunks,
@@ -262,20 +318,21 @@ func (p *pass) runSubmit(ctx context.Context) error {
 		return err
 	}
 	var send []store.BatchItem
+	var ends []settlement
 	for _, it := range pending {
 		switch {
 		case p.b.State == store.BatchCanceling:
-			err = p.settle(ctx, it, store.ItemCanceled, string(llmbatch.DispCanceled), ReasonCanceled, nil)
+			ends = append(ends, p.settlement(it, store.ItemCanceled, string(llmbatch.DispCanceled), ReasonCanceled, nil))
 		case p.now.Add(p.h.cfg.MinTurnaround).After(p.b.Deadline):
-			err = p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), ReasonDeadline, nil)
+			ends = append(ends, p.settlement(it, store.ItemFailed, string(llmbatch.DispFailed), ReasonDeadline, nil))
 		case it.Attempts >= p.b.MaxAttempts:
-			err = p.settle(ctx, it, store.ItemFailed, it.Disposition, ReasonAttempts+":"+it.Reason, nil)
+			ends = append(ends, p.settlement(it, store.ItemFailed, it.Disposition, ReasonAttempts+":"+it.Reason, nil))
 		default:
 			send = append(send, it)
 		}
-		if err != nil {
-			return err
-		}
+	}
+	if err := p.settleAll(ctx, ends, ""); err != nil {
+		return err
 	}
 	chunks, err := p.h.cfg.Store.BatchChunks(ctx, p.b.ID)
 	if err != nil {
@@ -390,11 +447,11 @@ func (p *pass) runCollect(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, it := range out {
-			if err := p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), ReasonDeadline, nil); err != nil {
-				return err
-			}
+		ends := make([]settlement, len(out))
+		for i, it := range out {
+			ends[i] = p.settlement(it, store.ItemFailed, string(llmbatch.DispFailed), ReasonDeadline, nil)
 		}
+		return p.settleAll(ctx, ends, "")
 	}
 	return nil
 }
@@ -505,9 +562,10 @@ func (j *journal) Save(ctx context.Context, c llmbatch.Chunk) error {
 	return nil
 }
 
-// sink settles a chunk's items from its reconciliation. It is idempotent
-// per custom_id: each write is guarded on the item still being in the
-// chunk, so a redelivery after a crash settles nothing twice.
+// sink settles a chunk's items from its reconciliation, Config.SettleGroup
+// items per store write. It is idempotent per custom_id: each write is
+// guarded on the item still being in the chunk, so a redelivery after a
+// crash (after some groups were written) settles nothing twice.
 type sink struct {
 	p     *pass
 	items map[string]store.BatchItem
@@ -517,57 +575,60 @@ func (s *sink) Deliver(ctx context.Context, c llmbatch.Chunk, rep llmbatch.Repor
 	p := s.p
 	p.h.stage(StageDownloaded)
 	overdue := p.now.After(p.b.Deadline) && p.b.State != store.BatchCanceling
-	settled := 0
+	writes := make([]settlement, 0, len(s.items))
 	for _, o := range rep.Outcomes {
 		it, ok := s.items[o.CustomID]
 		if !ok {
 			continue // settled by an earlier delivery of this report
 		}
-		var err error
-		switch o.Disposition {
-		case llmbatch.DispSucceeded:
-			err = s.succeeded(ctx, it, o)
-		case llmbatch.DispFailed:
-			err = p.settle(ctx, it, store.ItemFailed, string(o.Disposition), o.Reason, nil)
-		case llmbatch.DispCanceled:
-			reason := o.Reason
-			if overdue {
-				reason = ReasonDeadline
-			}
-			err = p.settle(ctx, it, store.ItemCanceled, string(o.Disposition), reason, nil)
-		default: // requeue
-			err = p.requeue(ctx, it, string(o.Disposition), o.Reason)
-		}
+		w, err := s.settlement(ctx, it, o, overdue)
 		if err != nil {
 			return err
 		}
-		if settled++; settled == stageDeliverAfterItem && len(rep.Outcomes) > 1 {
-			p.h.stage(StagePartlyDelivered)
-		}
+		writes = append(writes, w)
 	}
-	return nil
+	return p.settleAll(ctx, writes, StagePartlyDelivered)
+}
+
+// settlement is the write an outcome makes of its item.
+func (s *sink) settlement(ctx context.Context, it store.BatchItem, o llmbatch.Outcome, overdue bool) (settlement, error) {
+	p := s.p
+	switch o.Disposition {
+	case llmbatch.DispSucceeded:
+		return s.succeeded(ctx, it, o)
+	case llmbatch.DispFailed:
+		return p.settlement(it, store.ItemFailed, string(o.Disposition), o.Reason, nil), nil
+	case llmbatch.DispCanceled:
+		reason := o.Reason
+		if overdue {
+			reason = ReasonDeadline
+		}
+		return p.settlement(it, store.ItemCanceled, string(o.Disposition), reason, nil), nil
+	}
+	return p.requeue(it, string(o.Disposition), o.Reason), nil
 }
 
 // succeeded validates an answer exactly as an interactive part's
-// (pipeline.CheckOutput) and records it; an answer that fails the schema
-// is requeued while the item has attempts, like a part's schema budget.
-func (s *sink) succeeded(ctx context.Context, it store.BatchItem, o llmbatch.Outcome) error {
+// (pipeline.CheckOutput) and returns the write that records it; an answer
+// that fails the schema is requeued while the item has attempts, like a
+// part's schema budget.
+func (s *sink) succeeded(ctx context.Context, it store.BatchItem, o llmbatch.Outcome) (settlement, error) {
 	p := s.p
 	d, err := p.part(ctx, it)
 	if errors.Is(err, errBadItem) {
-		return p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), "bad_part_object", nil)
+		return p.settlement(it, store.ItemFailed, string(llmbatch.DispFailed), "bad_part_object", nil), nil
 	} else if err != nil {
-		return err
+		return settlement{}, err
 	}
 	usage := provider.Usage{InputTokens: o.Result.InputTokens, OutputTokens: o.Result.OutputTokens}
 	res, err := pipeline.CheckOutput(d, o.Result.Body, p.sum.Depth, p.e.Profile.Name, usage)
 	if err != nil {
 		// The error names the kind of failure, never the output.
-		return p.requeue(ctx, it, string(llmbatch.DispRequeue), ReasonInvalidOutput)
+		return p.requeue(it, string(llmbatch.DispRequeue), ReasonInvalidOutput), nil
 	}
 	body, err := json.Marshal(res)
 	if err != nil {
-		return err
+		return settlement{}, err
 	}
-	return p.settle(ctx, it, store.ItemSucceeded, string(o.Disposition), o.Reason, body)
+	return p.settlement(it, store.ItemSucceeded, string(o.Disposition), o.Reason, body), nil
 }

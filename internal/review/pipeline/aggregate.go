@@ -17,7 +17,10 @@ import (
 // review sent through the batch lane (Args.Batch) has no part jobs; its
 // parts are its batch items.
 type BatchReader interface {
-	GetBatch(ctx context.Context, id string) (*store.Batch, error)
+	// GetBatchHead, not GetBatch: a review needs its batch's owner, not
+	// the batch's item counts, which cost a read of every item of the
+	// batch per review aggregated.
+	GetBatchHead(ctx context.Context, id string) (*store.Batch, error)
 	BatchItems(ctx context.Context, p store.BatchItemParams) ([]store.BatchItem, error)
 }
 
@@ -131,7 +134,7 @@ func batchStates(ctx context.Context, cfg AggregateConfig, parent *job.Job, args
 // its part jobs (engine.Jobs.Parts, JobStates). A batch of another tenant
 // or region than the review contributes nothing (ErrForeignBatch).
 func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args) ([]PartState, error) {
-	b, err := st.GetBatch(ctx, args.Batch)
+	b, err := st.GetBatchHead(ctx, args.Batch)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("review %s: %w", parent.ID, ErrBatchNotFound)
 	} else if err != nil {

@@ -101,17 +101,9 @@ func (s *Store) SaveBatchChunk(ctx context.Context, c store.BatchChunk, from str
 	return fmt.Errorf("chunk %s is %s, not %s: %w", c.Key, st, from, store.ErrConflict)
 }
 
-// SettleBatchItem applies one guarded item write; see store.Batches.
+// SettleBatchItem applies one guarded item write (a group of one); see
+// store.Batches.
 func (s *Store) SettleBatchItem(ctx context.Context, p store.SettleBatchItemParams) (bool, error) {
-	var result []byte
-	if p.Result != nil {
-		result = p.Result
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE batch_items SET state = $1, disposition = $2, reason = $3, result = $4, updated_at = $5
-		WHERE batch_id = $6 AND custom_id = $7 AND state = $8 AND ($9 = '' OR chunk_key = $9)`,
-		p.To, p.Disposition, p.Reason, result, ns(p.Now), p.BatchID, p.CustomID, p.From, p.ChunkKey)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() > 0, nil
+	applied, err := s.SettleBatchItems(ctx, []store.SettleBatchItemParams{p})
+	return err == nil && applied[0], err
 }

@@ -12,14 +12,37 @@ import (
 
 // PutObject stores a document, replacing any previous one.
 func (s *Store) PutObject(ctx context.Context, o store.Object) error {
-	if err := o.Check(); err != nil {
+	return s.PutObjects(ctx, []store.Object{o})
+}
+
+// PutObjects stores documents in one transaction and one round trip; see
+// store.ObjectsBulk.
+func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
+	for _, o := range os {
+		if err := o.Check(); err != nil {
+			return err
+		}
+	}
+	switch len(os) {
+	case 0:
+		return nil
+	case 1: // no transaction needed for one statement
+		o := os[0]
+		_, err := s.pool.Exec(ctx, upsertObjectSQL, o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
-		o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
-	return err
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var b pgx.Batch
+		for _, o := range os {
+			b.Queue(upsertObjectSQL, o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
+		}
+		return tx.SendBatch(ctx, &b).Close()
+	})
 }
+
+// upsertObjectSQL stores one document, replacing any previous one.
+const upsertObjectSQL = `INSERT INTO objects (kind, id, body, updated_at) VALUES ($1, $2, $3, $4)
+	ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`
 
 // PutObjectIf stores a document only if the stored body is prev (nil: only
 // if there is none).

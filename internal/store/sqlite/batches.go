@@ -117,23 +117,9 @@ func (s *Store) SaveBatchChunk(ctx context.Context, c store.BatchChunk, from str
 	})
 }
 
-// SettleBatchItem applies one guarded item write; see store.Batches.
+// SettleBatchItem applies one guarded item write (a group of one); see
+// store.Batches.
 func (s *Store) SettleBatchItem(ctx context.Context, p store.SettleBatchItemParams) (bool, error) {
-	var applied bool
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		var result any
-		if p.Result != nil {
-			result = []byte(p.Result)
-		}
-		res, err := s.exec(tx, `UPDATE batch_items SET state = ?, disposition = ?, reason = ?, result = ?, updated_at = ?
-			WHERE batch_id = ? AND custom_id = ? AND state = ? AND (? = '' OR chunk_key = ?)`,
-			p.To, p.Disposition, p.Reason, result, ns(p.Now), p.BatchID, p.CustomID, p.From, p.ChunkKey, p.ChunkKey)
-		if err != nil {
-			return err
-		}
-		n, _ := res.RowsAffected()
-		applied = n > 0
-		return nil
-	})
-	return applied, err
+	applied, err := s.SettleBatchItems(ctx, []store.SettleBatchItemParams{p})
+	return err == nil && applied[0], err
 }

@@ -10,14 +10,28 @@ import (
 
 // PutObject stores a document, replacing any previous one.
 func (s *Store) PutObject(ctx context.Context, o store.Object) error {
-	if err := o.Check(); err != nil {
-		return err
+	return s.PutObjects(ctx, []store.Object{o})
+}
+
+// PutObjects stores documents in one transaction; see store.ObjectsBulk.
+func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
+	for _, o := range os {
+		if err := o.Check(); err != nil {
+			return err
+		}
+	}
+	if len(os) == 0 {
+		return nil
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
-			o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
-		return err
+		for _, o := range os {
+			if _, err := s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
+				ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
+				o.Kind, o.ID, o.Body, ns(o.UpdatedAt)); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

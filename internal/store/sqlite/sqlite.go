@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
@@ -105,6 +106,10 @@ type Store struct {
 	// writer goroutine touches them and toPrepare.
 	writerStmts map[string]*sql.Stmt
 	toPrepare   []string
+
+	// writes and txs count the committed writes and their transactions
+	// (WriteCounts).
+	writes, txs atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)

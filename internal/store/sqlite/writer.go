@@ -102,6 +102,8 @@ func (s *Store) runBatch(batch []*writeReq, errs []error) error {
 		tx.Rollback()
 		return fmt.Errorf("sqlite: commit: %w", err)
 	}
+	s.txs.Add(1)
+	s.writes.Add(int64(len(batch)))
 	return nil
 }
 

@@ -83,6 +83,7 @@ func Run(t *testing.T, open Opener) {
 	maps.Copy(tests, scheduleCases)
 	maps.Copy(tests, batchCases)
 	maps.Copy(tests, insertCases)
+	maps.Copy(tests, batchSettleCases)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,39 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// SettleBatchItems applies a group of guarded item writes in one
+// transaction; see store.BatchSettles.
+func (s *Store) SettleBatchItems(ctx context.Context, ps []store.SettleBatchItemParams) ([]bool, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	applied := make([]bool, len(ps))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		for i, p := range ps {
+			var result any
+			if p.Result != nil {
+				result = []byte(p.Result)
+			}
+			res, err := s.exec(tx, `UPDATE batch_items SET state = ?, disposition = ?, reason = ?, result = ?, updated_at = ?
+				WHERE batch_id = ? AND custom_id = ? AND state = ? AND (? = '' OR chunk_key = ?)`,
+				p.To, p.Disposition, p.Reason, result, ns(p.Now), p.BatchID, p.CustomID, p.From, p.ChunkKey, p.ChunkKey)
+			if err != nil {
+				return fmt.Errorf("settle item %s: %w", p.CustomID, err)
+			}
+			n, _ := res.RowsAffected()
+			applied[i] = n > 0
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}

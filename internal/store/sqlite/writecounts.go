@@ -1,0 +1,9 @@
+package sqlite
+
+import "github.com/ratelane/ratelane/internal/store"
+
+// WriteCounts returns the writes and transactions committed since Open;
+// see store.WriteCounter.
+func (s *Store) WriteCounts() store.WriteCounts {
+	return store.WriteCounts{Writes: s.writes.Load(), Transactions: s.txs.Load()}
+}
