@@ -8,6 +8,10 @@
 // own savepoint, so one failing write does not fail its neighbours) and
 // answers them all after a single fsync. synchronous=NORMAL is a documented
 // opt-in that survives kill -9 but may lose the last commits on power loss.
+//
+// The SQLite underneath is chosen when building: modernc.org/sqlite (pure
+// Go) by default, github.com/mattn/go-sqlite3 (cgo) with the build tag
+// sqlite_cgo; see Driver and docs/architecture.md, "The SQLite driver".
 package sqlite
 
 import (
@@ -17,13 +21,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/google/uuid"
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -123,14 +125,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	wdb, err := sql.Open("sqlite", dsn(cfg.Path, cfg.Synchronous, false))
+	wdb, err := sql.Open(driverName, dsn(cfg.Path, cfg.Synchronous, false))
 	if err != nil {
 		return nil, err
 	}
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
-	rdb, err := sql.Open("sqlite", dsn(cfg.Path, cfg.Synchronous, true))
+	rdb, err := sql.Open(driverName, dsn(cfg.Path, cfg.Synchronous, true))
 	if err != nil {
 		wdb.Close()
 		return nil, err
@@ -181,20 +183,6 @@ func (s *Store) check(ctx context.Context, created bool) error {
 		return nil
 	}
 	return quickCheck(ctx, s.wdb, s.cfg.Path)
-}
-
-func dsn(path, sync string, readOnly bool) string {
-	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+sync+")")
-	q.Add("_pragma", "foreign_keys(1)")
-	if readOnly {
-		q.Add("_pragma", "query_only(1)")
-	} else {
-		q.Add("_txlock", "immediate")
-	}
-	return "file:" + path + "?" + q.Encode()
 }
 
 // checkRegion records the region in a new database and refuses to open one
