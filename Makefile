@@ -14,14 +14,12 @@ test:
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/internal/realtime$$')
 	$(GO) test -race -count=1 -timeout 30m ./internal/realtime/
 
-# test-sqlite-cgo runs the SQLite driver's tests, the conformance suite, the
-# model test and the kill -9 test on the cgo build of the store (-tags
-# sqlite_cgo: github.com/mattn/go-sqlite3; docs/architecture.md, "The SQLite
-# driver"). It needs a C compiler; `make test` covers the default, pure-Go
-# build.
+# test-sqlite-cgo runs the SQLite driver's tests, the conformance suite and
+# the model test on the cgo build of the store (-tags sqlite_cgo:
+# github.com/mattn/go-sqlite3; docs/architecture.md, "The SQLite driver").
+# It needs a C compiler; `make test` covers the default, pure-Go build.
 test-sqlite-cgo:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m -tags sqlite_cgo ./internal/store/sqlite/
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m -tags sqlite_cgo -run '^TestKill9Recovery$$' .
 
 # test-short skips the subprocess and multi-second tests.
 test-short:
