@@ -20,33 +20,14 @@ const Driver = "github.com/mattn/go-sqlite3"
 // driverName is the database/sql name the driver registers.
 const driverName = "sqlite3"
 
-// dsn is the writer's (readOnly false) or the readers' data source, with the
-// same pragmas as the default driver's. _mutex=no opens the connection
-// without SQLite's per-connection mutex: database/sql never uses one
-// connection from two goroutines at once, so that lock only costs time.
-func dsn(path, sync string, readOnly bool) string {
-	q := url.Values{}
-	q.Add("_busy_timeout", "10000")
-	q.Add("_journal_mode", "WAL")
-	q.Add("_synchronous", sync)
-	q.Add("_foreign_keys", "1")
-	q.Add("_mutex", "no")
-	if readOnly {
-		q.Add("_query_only", "1")
-	} else {
-		q.Add("_txlock", "immediate")
-	}
-	return "file:" + path + "?" + q.Encode()
-}
+// pragma sets a pragma in a data source name the way this driver reads it:
+// _name=value, run on every new connection.
+func pragma(q url.Values, name, value string) { q.Add("_"+name, value) }
 
-// probeDSN opens the file read-only, with none of the writer's pragmas.
-func probeDSN(path string) string {
-	q := url.Values{}
-	q.Add("mode", "ro")
-	q.Add("_busy_timeout", "2000")
-	q.Add("_query_only", "1")
-	return "file:" + path + "?" + q.Encode()
-}
+// connParams adds this driver's own connection options. _mutex=no opens the
+// connection without SQLite's per-connection mutex: database/sql never uses
+// one connection from two goroutines at once, so that lock only costs time.
+func connParams(q url.Values) { q.Add("_mutex", "no") }
 
 // resultCode returns SQLite's primary result code carried by err, if any.
 func resultCode(err error) (int, bool) {

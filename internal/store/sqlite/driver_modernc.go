@@ -19,32 +19,12 @@ const Driver = "modernc.org/sqlite"
 // driverName is the database/sql name the driver registers.
 const driverName = "sqlite"
 
-// dsn is the writer's (readOnly false) or the readers' data source: WAL, the
-// configured synchronous level, foreign keys, a busy timeout, and BEGIN
-// IMMEDIATE for the writer so that a transaction takes the write lock when
-// it starts, not at its first write.
-func dsn(path, sync string, readOnly bool) string {
-	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+sync+")")
-	q.Add("_pragma", "foreign_keys(1)")
-	if readOnly {
-		q.Add("_pragma", "query_only(1)")
-	} else {
-		q.Add("_txlock", "immediate")
-	}
-	return "file:" + path + "?" + q.Encode()
-}
+// pragma sets a pragma in a data source name the way this driver reads it:
+// _pragma=name(value), run on every new connection.
+func pragma(q url.Values, name, value string) { q.Add("_pragma", name+"("+value+")") }
 
-// probeDSN opens the file read-only, with none of the writer's pragmas.
-func probeDSN(path string) string {
-	q := url.Values{}
-	q.Add("mode", "ro")
-	q.Add("_pragma", "busy_timeout(2000)")
-	q.Add("_pragma", "query_only(1)")
-	return "file:" + path + "?" + q.Encode()
-}
+// connParams adds this driver's own connection options: none.
+func connParams(url.Values) {}
 
 // resultCode returns SQLite's primary result code carried by err, if any.
 func resultCode(err error) (int, bool) {

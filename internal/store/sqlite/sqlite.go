@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -183,6 +184,35 @@ func (s *Store) check(ctx context.Context, created bool) error {
 		return nil
 	}
 	return quickCheck(ctx, s.wdb, s.cfg.Path)
+}
+
+// dsn is the writer's (readOnly false) or the readers' data source: WAL, the
+// configured synchronous level, foreign keys, a busy timeout, and BEGIN
+// IMMEDIATE for the writer so that a transaction takes the write lock when
+// it starts, not at its first write. pragma and connParams spell it for the
+// driver built in.
+func dsn(path, sync string, readOnly bool) string {
+	q := url.Values{}
+	pragma(q, "busy_timeout", "10000")
+	pragma(q, "journal_mode", "WAL")
+	pragma(q, "synchronous", sync)
+	pragma(q, "foreign_keys", "1")
+	connParams(q)
+	if readOnly {
+		pragma(q, "query_only", "1")
+	} else {
+		q.Add("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// probeDSN opens the file read-only, with none of the writer's pragmas.
+func probeDSN(path string) string {
+	q := url.Values{}
+	q.Add("mode", "ro")
+	pragma(q, "busy_timeout", "2000")
+	pragma(q, "query_only", "1")
+	return "file:" + path + "?" + q.Encode()
 }
 
 // checkRegion records the region in a new database and refuses to open one
