@@ -2,7 +2,7 @@
 GO ?= go
 export RATELANE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: test test-short lint fuzz vulncheck bench bench-measure bench-peers build
+.PHONY: test test-sqlite-cgo test-short lint fuzz vulncheck bench bench-measure bench-peers build
 
 # test runs every test under the race detector, on SQLite and PostgreSQL:
 # every package but internal/realtime first, several at a time (the go
@@ -13,6 +13,13 @@ export RATELANE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?ssl
 test:
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/internal/realtime$$')
 	$(GO) test -race -count=1 -timeout 30m ./internal/realtime/
+
+# test-sqlite-cgo runs the SQLite driver's tests, the conformance suite and
+# the model test on the cgo build of the store (-tags sqlite_cgo:
+# github.com/mattn/go-sqlite3; docs/architecture.md, "The SQLite driver").
+# It needs a C compiler; `make test` covers the default, pure-Go build.
+test-sqlite-cgo:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m -tags sqlite_cgo ./internal/store/sqlite/
 
 # test-short skips the subprocess and multi-second tests.
 test-short:

@@ -211,7 +211,7 @@ func openStore(ctx context.Context, r Region, log *slog.Logger) (store.Store, er
 		return nil, err
 	}
 	d := st.Durability()
-	log.Info("store opened", "region", r.Name, "driver", "sqlite", "path", r.SQLitePath,
+	log.Info("store opened", "region", r.Name, "driver", "sqlite", "sqlite_driver", sqlite.Driver, "path", r.SQLitePath,
 		"journal_mode", d.JournalMode, "synchronous", d.Synchronous, "integrity", "quick_check ok")
 	return st, nil
 }

@@ -6,13 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
-	sqlite3 "modernc.org/sqlite"
 )
 
 // File modes of what the store creates. A store holds payloads and results
@@ -80,15 +77,8 @@ func prepareFile(path string) (created bool, err error) {
 // corruptCode reports whether err is SQLite saying the file is damaged or
 // not a database (SQLITE_CORRUPT, SQLITE_NOTADB, with extended codes).
 func corruptCode(err error) bool {
-	var se *sqlite3.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.Code() & 0xff {
-	case 11, 26: // SQLITE_CORRUPT, SQLITE_NOTADB
-		return true
-	}
-	return false
+	code, ok := resultCode(err)
+	return ok && (code == 11 || code == 26) // SQLITE_CORRUPT, SQLITE_NOTADB
 }
 
 // asCorrupt turns SQLite's corruption errors into a CorruptError naming
@@ -230,19 +220,10 @@ func (s *Store) Ready(ctx context.Context) error {
 	return nil
 }
 
-// probeDSN opens the file read-only, with none of the writer's pragmas.
-func probeDSN(path string) string {
-	q := url.Values{}
-	q.Add("mode", "ro")
-	q.Add("_pragma", "busy_timeout(2000)")
-	q.Add("_pragma", "query_only(1)")
-	return "file:" + path + "?" + q.Encode()
-}
-
 // openProbe returns the pool Ready uses: no idle connection is kept, so
 // every probe opens the file anew.
 func openProbe(path string) (*sql.DB, error) {
-	db, err := sql.Open("sqlite", probeDSN(path))
+	db, err := sql.Open(driverName, probeDSN(path))
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,10 @@
 // own savepoint, so one failing write does not fail its neighbours) and
 // answers them all after a single fsync. synchronous=NORMAL is a documented
 // opt-in that survives kill -9 but may lose the last commits on power loss.
+//
+// The SQLite underneath is chosen when building: modernc.org/sqlite (pure
+// Go) by default, github.com/mattn/go-sqlite3 (cgo) with the build tag
+// sqlite_cgo; see Driver and docs/architecture.md, "The SQLite driver".
 package sqlite
 
 import (
@@ -24,7 +28,6 @@ import (
 	"sync/atomic"
 
 	"github.com/google/uuid"
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -131,14 +134,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	wdb, err := sql.Open("sqlite", dsn(cfg.Path, cfg.Synchronous, false))
+	wdb, err := sql.Open(driverName, dsn(cfg.Path, cfg.Synchronous, false))
 	if err != nil {
 		return nil, err
 	}
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
-	rdb, err := sql.Open("sqlite", dsn(cfg.Path, cfg.Synchronous, true))
+	rdb, err := sql.Open(driverName, dsn(cfg.Path, cfg.Synchronous, true))
 	if err != nil {
 		wdb.Close()
 		return nil, err
@@ -192,17 +195,32 @@ func (s *Store) check(ctx context.Context, created bool) error {
 	return quickCheck(ctx, s.wdb, s.cfg.Path)
 }
 
+// dsn is the writer's (readOnly false) or the readers' data source: WAL, the
+// configured synchronous level, foreign keys, a busy timeout, and BEGIN
+// IMMEDIATE for the writer so that a transaction takes the write lock when
+// it starts, not at its first write. pragma and connParams spell it for the
+// driver built in.
 func dsn(path, sync string, readOnly bool) string {
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+sync+")")
-	q.Add("_pragma", "foreign_keys(1)")
+	pragma(q, "busy_timeout", "10000")
+	pragma(q, "journal_mode", "WAL")
+	pragma(q, "synchronous", sync)
+	pragma(q, "foreign_keys", "1")
+	connParams(q)
 	if readOnly {
-		q.Add("_pragma", "query_only(1)")
+		pragma(q, "query_only", "1")
 	} else {
 		q.Add("_txlock", "immediate")
 	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// probeDSN opens the file read-only, with none of the writer's pragmas.
+func probeDSN(path string) string {
+	q := url.Values{}
+	q.Add("mode", "ro")
+	pragma(q, "busy_timeout", "2000")
+	pragma(q, "query_only", "1")
 	return "file:" + path + "?" + q.Encode()
 }
 
