@@ -262,13 +262,13 @@ func (e *Engine) serveInteractive(ctx context.Context) bool {
 }
 
 func (e *Engine) aggregateWoken(ctx context.Context, id string) {
-	if err := e.AggregateParent(ctx, id); err != nil && ctx.Err() == nil {
+	if err := e.aggregateParent(ctx, id, e.publishQueued); err != nil && ctx.Err() == nil {
 		e.log.Warn("aggregation failed; the sweep will retry", "job_id", id, "err", err)
 	}
 }
 
 func (e *Engine) sweepParents(ctx context.Context) {
-	if err := e.SweepParents(ctx); err != nil && ctx.Err() == nil {
+	if err := e.sweepParentsVia(ctx, e.publishQueued); err != nil && ctx.Err() == nil {
 		e.log.Warn("parts sweep failed", "err", err)
 	}
 }
@@ -278,7 +278,14 @@ func (e *Engine) sweepParents(ctx context.Context) {
 // it at start and every SweepEvery; tests call it directly. Between two
 // parents it serves the queued interactive wake-ups, so a sweep over many
 // waiting batch-lane parents does not hold back an interactive review.
+// A parent it validates is published before it returns (the aggregation
+// loop's own sweeps hand it to the publication pool instead).
 func (e *Engine) SweepParents(ctx context.Context) error {
+	return e.sweepParentsVia(ctx, e.publish)
+}
+
+// sweepParentsVia is SweepParents handing validated parents to publish.
+func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Context, string)) error {
 	for _, kind := range e.aggKinds {
 		after := ""
 		for {
@@ -290,7 +297,7 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 				if e.parents != nil && !e.serveInteractive(ctx) {
 					return ctx.Err()
 				}
-				if err := e.AggregateParent(ctx, j.ID); err != nil {
+				if err := e.aggregateParent(ctx, j.ID, publish); err != nil {
 					return err
 				}
 			}
@@ -307,8 +314,15 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 // of the engine's aggregating kinds and all its parts are final, and
 // publishes it once it is validated. It does nothing for a parent whose
 // parts are still running, or one already advanced (here or by another
-// engine).
+// engine). A parent it validates is published before it returns; the
+// aggregation loop's wake-ups hand it to the publication pool instead.
 func (e *Engine) AggregateParent(ctx context.Context, id string) error {
+	return e.aggregateParent(ctx, id, e.publish)
+}
+
+// aggregateParent is AggregateParent handing a validated parent to
+// publish: the engine's publish (inline) or publishQueued (the pool).
+func (e *Engine) aggregateParent(ctx context.Context, id string, publish func(context.Context, string)) error {
 	parent, err := e.cfg.Store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -320,7 +334,7 @@ func (e *Engine) AggregateParent(ctx context.Context, id string) error {
 		return nil
 	}
 	if parent.State == job.StateValidated { // a crash came between the advance and the publication
-		e.publish(ctx, parent.ID)
+		publish(ctx, parent.ID)
 		return nil
 	}
 	if parent.State != job.StateAccepted {
@@ -352,7 +366,7 @@ func (e *Engine) AggregateParent(ctx context.Context, id string) error {
 	}
 	e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(parts), "state", j.State)
 	if j.State == job.StateValidated {
-		e.publish(ctx, j.ID)
+		publish(ctx, j.ID)
 	}
 	return nil
 }
