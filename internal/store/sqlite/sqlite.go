@@ -185,6 +185,11 @@ func (s *Store) check(ctx context.Context, created bool) error {
 
 func dsn(path, sync string, readOnly bool) string {
 	q := url.Values{}
+	// Open never lets SQLite create the file (prepareFile did, with its
+	// mode): a connection the read pool opens after the file was deleted
+	// under a running store fails, rather than create an empty database
+	// that reads would then answer from.
+	q.Add("mode", "rw")
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+sync+")")
