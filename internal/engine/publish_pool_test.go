@@ -83,6 +83,7 @@ func TestSlowPublisherDoesNotHoldFinishes(t *testing.T) {
 			"fast":  {Handler: succeed(), Publisher: fast},
 			"plain": noop(),
 		}})
+		t.Cleanup(slow.release) // before the engine's Stop (cleanups run last first), even if the test fails
 		synctest.Wait()
 		if slow.in.Load() != 1 {
 			t.Fatalf("%d calls of the slow publisher, want 1 (blocked)", slow.in.Load())
@@ -109,7 +110,7 @@ func TestSlowPublisherDoesNotHoldFinishes(t *testing.T) {
 			t.Fatalf("%d publications queued or running, want 1 (the blocked one)", queued)
 		}
 
-		close(slow.gate)
+		slow.release()
 		synctest.Wait()
 		if got := stateOf(t, s, blocked.ID); got != job.StatePublished {
 			t.Fatalf("after its Publisher returned the job is %s, want published", got)
@@ -131,7 +132,7 @@ func TestStopBoundsPublications(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
 		slow := &gatedPublisher{calls: map[string]int{}, gate: make(chan struct{})}
-		defer close(slow.gate) // lets the old behaviour's goroutines end
+		defer slow.release() // lets the old behaviour's goroutines end
 		j := jobOf("slow")
 		insertNow(t, s, j)
 		e := start(t, engine.Config{Store: s, LeaseFor: time.Hour, Kinds: map[string]engine.Kind{
@@ -171,16 +172,7 @@ func TestPublishQueueOverflow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
 		pub := &gatedPublisher{calls: map[string]int{}, gate: make(chan struct{})}
-		var release sync.Once
-		open := func() {
-			release.Do(func() {
-				pub.mu.Lock()
-				close(pub.gate)
-				pub.gate = nil
-				pub.mu.Unlock()
-			})
-		}
-		defer open()
+		defer pub.release()
 		first := jobOf("pub")
 		insertNow(t, s, first)
 		e, err := engine.New(engine.Config{Store: s, Region: "us", Publishers: 1, LeaseFor: time.Hour, ReapEvery: time.Second,
@@ -203,7 +195,7 @@ func TestPublishQueueOverflow(t *testing.T) {
 				t.Fatalf("job %s is %s, want validated behind the blocked publisher", j.ID, got)
 			}
 		}
-		open()
+		pub.release()
 		time.Sleep(5 * time.Second) // virtual: five reap ticks, far from the 30th
 		synctest.Wait()
 		for _, j := range append(more, first) {
