@@ -120,7 +120,9 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	c.metrics.AddRegion(r.Name, st)
 	c.order = append(c.order, r.Name)
 	for _, l := range c.cfg.Limits {
-		if _, err := st.UpsertLimit(ctx, l, c.cfg.Now()); err != nil {
+		// Declared, not upserted: an unchanged declaration leaves the key
+		// as an operator's SetLimit or PUT /v1/limits left it.
+		if _, _, err := st.DeclareLimit(ctx, l, c.cfg.Now()); err != nil {
 			return fmt.Errorf("ratelane: region %q: limit %q: %w", r.Name, l.Name, err)
 		}
 	}

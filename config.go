@@ -71,7 +71,11 @@ type Config struct {
 	// DefaultLimit configures limit keys first seen in a job and not
 	// configured before; the zero value paces nothing.
 	DefaultLimit Limit
-	// Limits are upserted in every region at start.
+	// Limits are declared in every region at start: a key is configured
+	// as its declaration says when it is new or the declaration differs
+	// from the one last applied to it (store.DeclareLimit), and left
+	// alone otherwise, so that a change made since with SetLimit or PUT
+	// /v1/limits lasts across restarts until the declaration changes.
 	Limits []Limit
 	// Logger receives ids, never payloads; default slog.Default().
 	Logger *slog.Logger

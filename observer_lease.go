@@ -3,8 +3,8 @@ package ratelane
 import "github.com/ratelane/ratelane/internal/engine"
 
 // The region observer forwards the engine's lease faults (recovered
-// leases, refused late outcomes, abandoned and stuck handlers) to the
-// metrics.
+// leases, refused late outcomes, abandoned and stuck handlers) and its
+// publications to the metrics.
 
 func (o *observer) LeasesRecovered(n int) { o.metrics.LeasesRecovered(n) }
 
@@ -14,4 +14,11 @@ func (o *observer) HandlerAbandoned(kind string) { o.metrics.HandlerAbandoned(ki
 
 func (o *observer) StuckReturned(kind string) { o.metrics.StuckReturned(kind) }
 
-var _ engine.LeaseObserver = (*observer)(nil)
+func (o *observer) Publication(kind, result string) { o.metrics.Publication(kind, result) }
+
+func (o *observer) PublicationsQueued(delta int) { o.metrics.PublicationsQueued(delta) }
+
+var (
+	_ engine.LeaseObserver   = (*observer)(nil)
+	_ engine.PublishObserver = (*observer)(nil)
+)

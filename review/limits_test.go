@@ -12,8 +12,15 @@ import (
 
 func newClient(t *testing.T, rc review.RegionConfig, limits ...ratelane.Limit) (*ratelane.Client, *review.Plugin, error) {
 	t.Helper()
+	return newClientIn(t, t.TempDir(), rc, limits...)
+}
+
+// newClientIn opens a client on the data directory dir (a restart when
+// another client used it before).
+func newClientIn(t *testing.T, dir string, rc review.RegionConfig, limits ...ratelane.Limit) (*ratelane.Client, *review.Plugin, error) {
+	t.Helper()
 	p := review.New(review.Config{Regions: map[string]review.RegionConfig{"eu": rc}})
-	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "eu", Synchronous: "NORMAL"}},
+	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "eu", Synchronous: "NORMAL"}},
 		Plugins: []ratelane.Plugin{p}, Limits: limits}
 	c, err := ratelane.NewClient(context.Background(), cfg)
 	if err == nil {
@@ -104,5 +111,61 @@ func TestDeclaredLimitsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewClient error %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestDeclaredLimitsKeepOperatorChange: an operator's change to a
+// provider's declared key (PUT /v1/limits, here Client.SetLimit) lasts
+// across a restart with the same declaration; a restart whose rpm changed
+// applies the new declaration. Every start used to set the key back to
+// the declaration.
+func TestDeclaredLimitsKeepOperatorChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	withRPM := func(rpm float64) review.RegionConfig {
+		return review.RegionConfig{Providers: []review.Provider{provider(t, review.Profile{Name: "eu-openai", Kind: "openai",
+			Region: "eu", Model: "gpt-4o-mini", APIKey: "sk-secret-x", RequestsPerMinute: rpm})}}
+	}
+	key := func(c *ratelane.Client) ratelane.LimitState {
+		t.Helper()
+		ls, err := c.Limits(ctx, "eu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls {
+			if l.Name == "openai:gpt-4o-mini" {
+				return l
+			}
+		}
+		t.Fatal("no key openai:gpt-4o-mini")
+		return ratelane.LimitState{}
+	}
+	restart := func(prev *ratelane.Client, rpm float64) *ratelane.Client {
+		t.Helper()
+		if err := prev.Close(); err != nil {
+			t.Fatal(err)
+		}
+		c, _, err := newClientIn(t, dir, withRPM(rpm))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c, _, err := newClientIn(t, dir, withRPM(500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := ratelane.Limit{Name: "openai:gpt-4o-mini", Rate: 1, Burst: 1, PerStart: true}
+	if _, err := c.SetLimit(ctx, "eu", operator); err != nil {
+		t.Fatal(err)
+	}
+	c = restart(c, 500)
+	if got := key(c); got.Rate != 1 || len(got.Windows) != 0 {
+		t.Fatalf("after a restart with the same rpm the key is %+v, want the operator's rate 1 and no window", got.Config)
+	}
+	c = restart(c, 600)
+	if got := key(c); len(got.Windows) != 1 || got.Windows[0].Limit != 600 {
+		t.Fatalf("after a restart with rpm 600 the key is %+v, want the new declaration's window of 600", got.Config)
 	}
 }

@@ -259,7 +259,10 @@ func declareLimits(ctx context.Context, r *ratelane.PluginRegion, rc RegionConfi
 			if err := l.Validate(); err != nil {
 				return fmt.Errorf("provider %q in region %q: limit key %q: %w", prof.Name, r.Name(), l.Name, err)
 			}
-			if _, err := r.Store().UpsertLimit(ctx, l, r.Config().Now()); err != nil {
+			// Declared: applied only when the declaration changed since
+			// it was last applied, so an operator's PUT /v1/limits to the
+			// key lasts across restarts until rpm/tpm change.
+			if _, _, err := r.Store().DeclareLimit(ctx, l, r.Config().Now()); err != nil {
 				return fmt.Errorf("provider %q in region %q: limit key %q: %w", prof.Name, r.Name(), l.Name, err)
 			}
 		}

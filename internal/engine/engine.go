@@ -143,6 +143,10 @@ type Config struct {
 	// and finishes lock rows in one order, so nothing else changes. On a
 	// store with one writer (SQLite) the calls only queue behind it.
 	InFlight int
+	// Publishers is how many validated jobs are published at once, on a
+	// pool of their own (publish.go): a slow Publisher holds one of them,
+	// never the finishing of other jobs; default DefaultPublishers.
+	Publishers int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger receives ids and counts, never payloads; default slog.Default().
@@ -200,6 +204,9 @@ func (c Config) WithDefaults() Config {
 	if c.InFlight == 0 {
 		c.InFlight = 1
 	}
+	if c.Publishers == 0 {
+		c.Publishers = DefaultPublishers
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -228,6 +235,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("engine: BatchShare must be at most 1, got %v", c.BatchShare)
 	case c.InFlight < 1 || c.InFlight > 8:
 		return fmt.Errorf("engine: InFlight must be between 1 and 8, got %d", c.InFlight)
+	case c.Publishers < 1 || c.Publishers > 256:
+		return fmt.Errorf("engine: Publishers must be between 1 and 256, got %d", c.Publishers)
 	case c.MaxRunTime < c.HeartbeatEvery || c.MaxRunTime > job.MaxDelay:
 		return fmt.Errorf("engine: MaxRunTime must be from HeartbeatEvery (%v) to %v, got %v", c.HeartbeatEvery, job.MaxDelay, c.MaxRunTime)
 	case c.Jobs != nil && c.Jobs.Store() != c.Store:
@@ -304,6 +313,8 @@ type Engine struct {
 	claimPrefix    string
 	claims         atomic.Uint64
 	publishRetryAt atomic.Int64
+	// pub is the publication pool (publish.go).
+	pub pubPool
 }
 
 // maxAdmits bounds the admission times remembered; past it the poll
@@ -349,6 +360,7 @@ func New(cfg Config) (*Engine, error) {
 
 		claimPrefix: claimPrefix(),
 	}
+	e.pub.init()
 	if e.jobs == nil {
 		var err error
 		e.jobs, err = NewJobs(JobsConfig{
@@ -426,6 +438,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.wg.Add(1)
 		go e.finishLoop()
 	}
+	e.startPublishers(ctx)
 	e.wg.Add(2)
 	go e.heartbeatLoop()
 	go e.maintainLoop()
@@ -448,7 +461,11 @@ func (e *Engine) Notify() {
 
 // Stop stops leasing, waits for running handlers up to ctx's deadline (a
 // graceful drain), cancels the rest (their leases expire and the jobs are
-// retried), writes every outcome it has, and returns. A handler that
+// retried), writes every outcome it has, lets the publication pool
+// deliver what is queued within the same deadline (past it, running
+// Publishers are cancelled and their jobs stay validated for the next
+// start; a Publisher that ignores its cancelled context holds Stop until
+// it returns), and returns. A handler that
 // ignores its cancelled context holds Stop until it is abandoned, one
 // heartbeat after the deadline (its attempt recorded as a transient
 // failure), or, past Workers stuck goroutines, until it returns; Stop does
@@ -486,6 +503,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 			e.cancel()
 		}
 		e.wg.Wait()
+		e.stopPublishers(ctx) // nothing queues publications any more
 	})
 	return nil
 }

@@ -61,7 +61,7 @@ func (e *Engine) finish(batch []result) {
 			continue
 		}
 		if done[i].Transition.To == job.StateValidated {
-			e.publish(ctx, r.job.ID)
+			e.queuePublish(r.job.ID) // the pool publishes: a slow Publisher must not hold finishes
 		}
 	}
 	e.Notify() // keys were released and groups may be ready

@@ -296,13 +296,13 @@ drain:
 }
 
 func (e *Engine) aggregateWoken(ctx context.Context, id string) {
-	if err := e.AggregateParent(ctx, id); err != nil && ctx.Err() == nil {
+	if err := e.aggregateParent(ctx, id, e.publishQueued); err != nil && ctx.Err() == nil {
 		e.log.Warn("aggregation failed; the sweep will retry", "job_id", id, "err", err)
 	}
 }
 
 func (e *Engine) sweepParents(ctx context.Context) {
-	if err := e.SweepParents(ctx); err != nil && ctx.Err() == nil {
+	if err := e.sweepParentsVia(ctx, e.publishQueued); err != nil && ctx.Err() == nil {
 		e.log.Warn("parts sweep failed", "err", err)
 	}
 }
@@ -312,7 +312,14 @@ func (e *Engine) sweepParents(ctx context.Context) {
 // aggregation loop runs it at start and every SweepEvery (the interactive
 // lane's wake-ups have a loop of their own, which a sweep over many
 // waiting batch-lane parents does not hold back); tests call it directly.
+// A parent it validates is published before it returns (the aggregation
+// loops hand it to the publication pool instead).
 func (e *Engine) SweepParents(ctx context.Context) error {
+	return e.sweepParentsVia(ctx, e.publish)
+}
+
+// sweepParentsVia is SweepParents handing validated parents to publish.
+func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Context, string)) error {
 	for _, kind := range e.aggKinds {
 		after := ""
 		for {
@@ -321,7 +328,7 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 				return err
 			}
 			for _, j := range js {
-				if err := e.AggregateParent(ctx, j.ID); err != nil {
+				if err := e.aggregateParent(ctx, j.ID, publish); err != nil {
 					return err
 				}
 			}
@@ -338,8 +345,15 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 // of the engine's aggregating kinds and all its parts are final, and
 // publishes it once it is validated. It does nothing for a parent whose
 // parts are still running, or one already advanced (here or by another
-// engine).
+// engine). A parent it validates is published before it returns; the
+// aggregation loop's wake-ups hand it to the publication pool instead.
 func (e *Engine) AggregateParent(ctx context.Context, id string) error {
+	return e.aggregateParent(ctx, id, e.publish)
+}
+
+// aggregateParent is AggregateParent handing a validated parent to
+// publish: the engine's publish (inline) or publishQueued (the pool).
+func (e *Engine) aggregateParent(ctx context.Context, id string, publish func(context.Context, string)) error {
 	parent, err := e.cfg.Store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -351,7 +365,7 @@ func (e *Engine) AggregateParent(ctx context.Context, id string) error {
 		return nil
 	}
 	if parent.State == job.StateValidated { // a crash came between the advance and the publication
-		e.publish(ctx, parent.ID)
+		publish(ctx, parent.ID)
 		return nil
 	}
 	if parent.State != job.StateAccepted {
@@ -383,7 +397,7 @@ func (e *Engine) AggregateParent(ctx context.Context, id string) error {
 	}
 	e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(parts), "state", j.State)
 	if j.State == job.StateValidated {
-		e.publish(ctx, j.ID)
+		publish(ctx, j.ID)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/crashpoint"
@@ -26,6 +27,207 @@ import (
 // dies leaves a claim that runs out, and the next sweep publishes again:
 // across crashes publication is at least once, which is why publishers
 // reuse the job's idempotency key; among live callers it is exactly once.
+//
+// The pool. A Publisher is an outbound call (a GitHub review, a webhook
+// insert) that may take seconds. Run inside the finish loop it held every
+// outcome of the engine behind it, so the finish loop, the aggregation
+// loop and the maintenance sweep only queue a validated job's id, and
+// Config.Publishers goroutines publish from that queue. The claim is what
+// makes this safe: two of the pool's goroutines, or this node and another,
+// never both deliver one job. The queue is bounded (publishQueueLen); a
+// job that finds it full stays validated and the sweep, asked for one reap
+// tick later, queues it again. Ids queued or being published are
+// remembered, so the sweep does not queue them twice.
+
+// DefaultPublishers is Config.Publishers' default: enough that one slow
+// Publisher (an upstream taking seconds to answer) leaves others running,
+// few enough that a burst of validated jobs does not open a burst of
+// outbound calls.
+const DefaultPublishers = 4
+
+// publishQueueLen bounds the ids waiting for the publication pool. Past it
+// validated jobs wait in the store for the sweep, which costs them a reap
+// tick but keeps memory and the finish loop's work bounded.
+const publishQueueLen = 1024
+
+// PublishObserver is an optional extension of Observer: an Observer that
+// also implements it is told how publications went. Metrics implement it;
+// implementations must be fast and safe for concurrent use.
+type PublishObserver interface {
+	// Publication reports one publication attempt of a job of kind and
+	// how it ended: PublishPublished, PublishFailed, PublishHeld or
+	// PublishLost.
+	Publication(kind, result string)
+	// PublicationsQueued reports a change (+1 or -1) of the publications
+	// queued for or running on the engine's pool.
+	PublicationsQueued(delta int)
+}
+
+// Publication results reported to PublishObserver.Publication.
+const (
+	// PublishPublished: the Publisher succeeded (or the kind has none)
+	// and validated -> published was recorded.
+	PublishPublished = "published"
+	// PublishFailed: the Publisher returned an error (or the engine
+	// stopped while it ran); the claim was released and the job stays
+	// validated for a later sweep.
+	PublishFailed = "failed"
+	// PublishHeld: another caller (a live node, or a dead one whose claim
+	// has not run out) holds the claim; nothing ran here.
+	PublishHeld = "held"
+	// PublishLost: the claim was lost while the Publisher ran (a renewal
+	// was refused), so its context was cancelled.
+	PublishLost = "lost"
+)
+
+// errClaimLost is the cause of a Publisher's context cancelled because a
+// renewal of its claim was refused.
+var errClaimLost = errors.New("publication claim lost")
+
+// pubPool is the engine's publication pool: a bounded queue of validated
+// job ids and the goroutines that publish them.
+type pubPool struct {
+	q chan string
+	// mu guards pending and closed, and every send on q (so that none
+	// comes after the close).
+	mu      sync.Mutex
+	pending map[string]struct{} // queued or being published
+	closed  bool
+	wg      sync.WaitGroup
+	// ctx is the Publishers' context: it outlives the engine's own (a
+	// graceful Stop lets queued publications finish) and is cancelled
+	// when Stop's deadline passes.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func (p *pubPool) init() {
+	p.q, p.pending = make(chan string, publishQueueLen), map[string]struct{}{}
+}
+
+// publishes reports whether any kind of the engine has a publication step.
+func (e *Engine) publishes() bool {
+	for _, k := range e.cfg.Kinds {
+		if k.Publisher != nil || k.Aggregate != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// startPublishers starts the pool, if any kind publishes. Publishers'
+// contexts carry ctx's values but not its cancellation (stopPublishers
+// ends them).
+func (e *Engine) startPublishers(ctx context.Context) {
+	if !e.publishes() {
+		return
+	}
+	e.pub.mu.Lock()
+	e.pub.ctx, e.pub.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	e.pub.mu.Unlock()
+	for range e.cfg.Publishers {
+		e.pub.wg.Add(1)
+		go e.publishLoop()
+	}
+}
+
+// stopPublishers closes the queue and waits for the pool to publish what
+// is queued, up to ctx's deadline; past it the running Publishers'
+// contexts are cancelled (their claims are released, the jobs stay
+// validated) and the rest of the queue is dropped for the next start's
+// sweep. Called by Stop once nothing queues any more.
+func (e *Engine) stopPublishers(ctx context.Context) {
+	p := &e.pub
+	if p.cancel == nil { // never started
+		return
+	}
+	p.mu.Lock()
+	p.closed = true
+	close(p.q)
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		p.cancel(errStopping)
+		<-done
+	}
+	p.cancel(nil)
+}
+
+// publishLoop is one of the pool's goroutines.
+func (e *Engine) publishLoop() {
+	defer e.pub.wg.Done()
+	obs := e.publishObserver()
+	for id := range e.pub.q {
+		if e.pub.ctx.Err() == nil {
+			e.publish(e.pub.ctx, id)
+		}
+		e.pub.mu.Lock()
+		delete(e.pub.pending, id)
+		e.pub.mu.Unlock()
+		if obs != nil {
+			obs.PublicationsQueued(-1)
+		}
+	}
+}
+
+// queuePublish hands validated job id to the pool without waiting. It
+// returns false when the job was not queued: the queue is full (the sweep
+// is asked for one reap tick later) or the engine is stopping. A job
+// already queued or being published is not queued again.
+func (e *Engine) queuePublish(id string) bool {
+	p := &e.pub
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, dup := p.pending[id]; dup {
+		return true
+	}
+	if p.closed || p.cancel == nil {
+		return false
+	}
+	select {
+	case p.q <- id:
+		p.pending[id] = struct{}{}
+	default:
+		e.retryPublishAfter(e.cfg.ReapEvery)
+		return false
+	}
+	if obs := e.publishObserver(); obs != nil {
+		obs.PublicationsQueued(1)
+	}
+	return true
+}
+
+// publishQueued hands a validated job to the pool; an engine whose pool
+// does not run (never started, or no kind publishes) publishes inline, as
+// a caller of AggregateParent on such an engine expects.
+func (e *Engine) publishQueued(ctx context.Context, id string) {
+	if e.queuePublish(id) {
+		return
+	}
+	e.pub.mu.Lock()
+	running := e.pub.cancel != nil
+	e.pub.mu.Unlock()
+	if !running {
+		e.publish(ctx, id)
+	}
+}
+
+func (e *Engine) publishObserver() PublishObserver {
+	po, _ := e.jobs.cfg.Observer.(PublishObserver) // the writer's, as leaseObserver
+	return po
+}
+
+func (e *Engine) observePublication(kind, result string) {
+	if po := e.publishObserver(); po != nil {
+		po.Publication(kind, result)
+	}
+}
 
 // claimPrefix returns a random prefix that makes this engine's claim
 // tokens unique among every node of the region.
@@ -38,7 +240,8 @@ func claimPrefix() string {
 // publish delivers a validated job's result once: it claims the
 // publication, runs the kind's Publisher and records validated ->
 // published. A Publisher failure releases the claim and leaves the job
-// validated; publishPending retries it.
+// validated; publishPending retries it. The pool calls it with its own
+// context; AggregateParent and SweepParents call it inline.
 func (e *Engine) publish(ctx context.Context, id string) {
 	j, err := e.cfg.Store.Get(ctx, id)
 	if err != nil || j.State != job.StateValidated {
@@ -53,8 +256,9 @@ func (e *Engine) publish(ctx context.Context, id string) {
 		if errors.Is(err, store.ErrConflict) {
 			// Another caller holds it. If that caller dies, its claim
 			// runs out; look again then.
+			e.observePublication(j.Kind, PublishHeld)
 			e.retryPublishAfter(e.cfg.LeaseFor + e.cfg.ReapEvery)
-		} else if !errors.Is(err, store.ErrNotFound) {
+		} else if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
 			e.log.Error("claim publication", "job_id", id, "err", err)
 		}
 		return
@@ -63,18 +267,31 @@ func (e *Engine) publish(ctx context.Context, id string) {
 	// its publication is only recorded.
 	if k.Publisher != nil {
 		if err := e.runPublisher(ctx, k.Publisher, j, token); err != nil {
+			result := PublishFailed
+			if errors.Is(err, errClaimLost) {
+				result = PublishLost
+			}
+			e.observePublication(j.Kind, result)
 			e.log.Warn("publish failed; will retry", "job_id", id, "kind", j.Kind, "err", err)
-			if err := e.jobs.ClaimPublish(ctx, id, token, e.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
+			// Released even when ctx was cancelled (Stop's deadline), so
+			// that the next sweep need not wait for the claim to run out.
+			rctx := context.WithoutCancel(ctx)
+			if err := e.jobs.ClaimPublish(rctx, id, token, e.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
 				e.log.Warn("release publication claim", "job_id", id, "err", err)
 			}
 			return
 		}
 	}
 	crashpoint.Hit(crashpoint.PublishBeforeCAS)
-	if err := e.jobs.Published(ctx, id); err != nil && !errors.Is(err, store.ErrConflict) {
+	// Recorded even when ctx was cancelled meanwhile: the side effect
+	// happened, and not recording it would deliver it again.
+	if err := e.jobs.Published(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, store.ErrConflict) {
 		e.log.Error("record publication", "job_id", id, "err", err)
-	} else if err == nil && j.ParentID != "" {
-		e.jobs.partFinal(j.ParentID, j.Lane) // a part with a publication step is final now
+	} else if err == nil {
+		e.observePublication(j.Kind, PublishPublished)
+		if j.ParentID != "" {
+			e.jobs.partFinal(j.ParentID, j.Lane) // a part with a publication step is final now
+		}
 	}
 }
 
@@ -99,7 +316,7 @@ func (e *Engine) runPublisher(ctx context.Context, p Publisher, j *job.Job, toke
 			case <-tick.C:
 				err := e.jobs.ClaimPublish(ctx, j.ID, token, e.cfg.Now().Add(e.cfg.LeaseFor))
 				if errors.Is(err, store.ErrConflict) {
-					cancel(errors.New("publication claim lost"))
+					cancel(errClaimLost)
 					return
 				} else if err != nil {
 					e.log.Warn("renew publication claim", "job_id", j.ID, "err", err)
@@ -110,10 +327,17 @@ func (e *Engine) runPublisher(ctx context.Context, p Publisher, j *job.Job, toke
 	err := p.Publish(pctx, j)
 	close(done)
 	<-renewed
-	if err == nil && context.Cause(pctx) != nil && ctx.Err() == nil {
-		err = context.Cause(pctx)
+	cause := context.Cause(pctx)
+	switch {
+	case !errors.Is(cause, errClaimLost):
+		return err
+	case err == nil:
+		// Delivered, but another caller may be delivering too: not
+		// recorded here (publishers are idempotent; the holder records).
+		return cause
+	default:
+		return fmt.Errorf("%w: %w", cause, err)
 	}
-	return err
 }
 
 // retryPublishAfter asks maintainLoop to run publishPending once d has
@@ -138,10 +362,17 @@ func (e *Engine) publishRetryDue() bool {
 	return at != 0 && e.cfg.Now().UnixNano() >= at && e.publishRetryAt.CompareAndSwap(at, 0)
 }
 
-// publishPending publishes every validated job of this engine's kinds, e.g.
-// after a crash between validation and publication.
+// publishPending queues every validated job of this engine's kinds for
+// the pool, e.g. after a crash between validation and publication, or a
+// Publisher that failed. It stops at a full queue (queuePublish then asks
+// for another pass a reap tick later) or when the engine stops.
 func (e *Engine) publishPending() {
-	ctx := context.WithoutCancel(e.ctx)
+	e.pub.mu.Lock()
+	ctx := e.pub.ctx
+	e.pub.mu.Unlock()
+	if ctx == nil { // no kind publishes
+		return
+	}
 	for kind, k := range e.cfg.Kinds {
 		if k.Publisher == nil && k.Aggregate == nil {
 			continue
@@ -153,7 +384,9 @@ func (e *Engine) publishPending() {
 				break
 			}
 			for _, j := range jobs {
-				e.publish(ctx, j.ID)
+				if !e.queuePublish(j.ID) {
+					return
+				}
 			}
 			after = jobs[len(jobs)-1].ID
 		}

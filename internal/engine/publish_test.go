@@ -22,6 +22,17 @@ type gatedPublisher struct {
 	calls map[string]int
 	gate  chan struct{}
 	in    atomic.Int64 // calls started
+	once  sync.Once
+}
+
+// release opens the gate for good (once; later calls do nothing).
+func (p *gatedPublisher) release() {
+	p.once.Do(func() {
+		p.mu.Lock()
+		close(p.gate)
+		p.gate = nil
+		p.mu.Unlock()
+	})
 }
 
 func (p *gatedPublisher) Publish(ctx context.Context, j *job.Job) error {
@@ -49,15 +60,7 @@ func TestPublishOnceAmongLiveEngines(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	pub := &gatedPublisher{calls: map[string]int{}, gate: make(chan struct{})}
-	var opened sync.Once
-	release := func() {
-		opened.Do(func() {
-			pub.mu.Lock()
-			close(pub.gate)
-			pub.gate = nil
-			pub.mu.Unlock()
-		})
-	}
+	release := pub.release
 	kind := engine.Kind{Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
 		return job.Outcome{Class: job.ClassSuccess, Result: []byte(`{"ok":true}`)}
 	}), Publisher: pub}

@@ -122,7 +122,7 @@ func (s *Server) routes() []route {
 			params: []param{regionJob}, vars: jobVars, example: lease + `,"headers":{"Retry-After":"2"},"scope":"smtp:default"}`},
 
 		{method: "PUT", path: "/v1/limits/{key}", name: "putLimit", role: auth.RoleAdmin,
-			summary: "Create or reconfigure a limit key, keeping its live state. shape bucket (default) or window says how rate per period is counted, window sliding (default) or fixed (aligned to the clock) how a window counts; windows add further windows; every shape must admit a start",
+			summary: "Create or reconfigure a limit key, keeping its live state. shape bucket (default) or window says how rate per period is counted, window sliding (default) or fixed (aligned to the clock) how a window counts; windows add further windows; every shape must admit a start. A change to a key the server's configuration declares (limits, a provider's rpm or tpm) lasts across restarts until that declaration changes",
 			handle:  s.handlePutLimit, request: limitRequest{}, response: limitView{}, status: 200, params: []param{regionOne},
 			example: `{"per_second":8,"burst":16,"concurrency":32,"adaptive":true,"windows":[{"limit":400,"period":"1m"}]}`},
 		{method: "GET", path: "/v1/limits", name: "listLimits", role: auth.RoleAdmin, summary: "List limit keys with their live state",

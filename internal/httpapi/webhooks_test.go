@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/webhook"
@@ -20,8 +21,21 @@ import (
 func withWebhooks(t *testing.T) func(*Config) {
 	return func(c *Config) {
 		regs := map[string]hookapi.Registry{}
+		if c.Jobs == nil {
+			c.Jobs = map[string]*engine.Jobs{}
+		}
 		for name, st := range c.Regions {
-			reg, err := webhook.NewRegistry(webhook.RegistryConfig{Store: st, Now: c.Now, CacheFor: -1})
+			// The region's one writer, shared with the server (newEnv
+			// keeps a writer a tweak set), as a client shares its engine's.
+			w := c.Jobs[name]
+			if w == nil {
+				var err error
+				if w, err = engine.NewJobs(engine.JobsConfig{Store: st, InteractiveBudget: c.InteractiveBudget, Now: c.Now, Logger: c.Logger}); err != nil {
+					t.Fatal(err)
+				}
+				c.Jobs[name] = w
+			}
+			reg, err := webhook.NewRegistry(webhook.RegistryConfig{Store: st, Jobs: w, Now: c.Now, CacheFor: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,6 +29,8 @@
 //	ratelane_late_outcomes_refused_total{op}    late finishes and heartbeats of a lost lease, refused
 //	ratelane_handlers_abandoned_total{kind}     attempts abandoned past their maximum run time
 //	ratelane_handlers_stuck                     abandoned handlers whose goroutine still runs
+//	ratelane_publications_total{kind,result}    publication attempts of validated jobs, by how they ended
+//	ratelane_publications_queued                publications queued for or running on the engines' pools
 package metrics
 
 import (
@@ -73,6 +75,8 @@ type Metrics struct {
 	refused     *prometheus.CounterVec
 	abandoned   *prometheus.CounterVec
 	stuck       prometheus.Gauge
+	published   *prometheus.CounterVec
+	pubQueued   prometheus.Gauge
 	ticks       *prometheus.CounterVec
 	stats       *statsCollector
 	keys        *keyCollector
@@ -120,6 +124,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ratelane_handlers_stuck",
 			Help: "Abandoned handlers whose goroutine is still running. Each may hold memory, connections or a worker slot; alert when it stays above zero.",
 		}),
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelane_publications_total",
+			Help: "Publication attempts of validated jobs by kind and result: published; failed (the publisher returned an error, retried later); held (another caller held the publication claim); lost (the claim was lost while the publisher ran).",
+		}, []string{"kind", "result"}),
+		pubQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelane_publications_queued",
+			Help: "Validated jobs queued for or being published on the engines' publication pools of this process. A value that stays high means publishers are slower than validation.",
+		}),
 		ticks:  newTicksCounter(),
 		stats:  newStatsCollector(),
 		keys:   newKeyCollector(),
@@ -128,7 +140,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		scopes: newBounded(MaxLabelValues),
 	}
 	for _, c := range []prometheus.Collector{m.attempts, m.rateLimited, m.retryDelay, m.terminal, m.leases, m.replays,
-		m.recovered, m.refused, m.abandoned, m.stuck, m.ticks, m.stats, m.keys, m.writes} {
+		m.recovered, m.refused, m.abandoned, m.stuck, m.published, m.pubQueued, m.ticks, m.stats, m.keys, m.writes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -200,6 +212,21 @@ func (m *Metrics) HandlerAbandoned(kind string) {
 
 // StuckReturned records that an abandoned handler finally returned.
 func (m *Metrics) StuckReturned(string) { m.stuck.Dec() }
+
+// Publication records one publication attempt of a job of kind; result
+// is "published", "failed", "held" or "lost" (anything else is counted as
+// "_other").
+func (m *Metrics) Publication(kind, result string) {
+	switch result {
+	case "published", "failed", "held", "lost":
+	default:
+		result = OtherLabel
+	}
+	m.published.WithLabelValues(m.kinds.label(kind), result).Inc()
+}
+
+// PublicationsQueued adds delta to the publications queued or running.
+func (m *Metrics) PublicationsQueued(delta int) { m.pubQueued.Add(float64(delta)) }
 
 // IdempotentReplay records one enqueue answered from an earlier request with
 // the same idempotency key. The HTTP API calls it.

@@ -107,6 +107,14 @@ type Store interface {
 	// clock, as everywhere in the store), keeping its live state; see
 	// admission.State.Reconfigure. It validates c.
 	UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error)
+	// DeclareLimit is UpsertLimit for a declared configuration (a config
+	// file's limits, a review provider's rpm/tpm), applied at every
+	// start: it applies c only when the key does not exist or the
+	// declaration last applied to it (its LimitFingerprint, stored with
+	// the key) differs from c's, and reports whether it did. Otherwise the
+	// key is left as it is, so an operator's UpsertLimit since (PUT
+	// /v1/limits) lasts until the declaration itself changes. It validates c.
+	DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error)
 	// GetLimit returns one key's configuration and live state.
 	GetLimit(ctx context.Context, name string) (admission.State, error)
 	// ListLimits returns every key, ordered by name.

@@ -17,7 +17,7 @@ import (
 func twoNodes(t *testing.T) (*Registry, *Registry) {
 	t.Helper()
 	a, st, c := newRegistry(t)
-	b, err := NewRegistry(RegistryConfig{Store: st, Now: c.Now, CacheFor: -1})
+	b, err := NewRegistry(RegistryConfig{Store: st, Jobs: newWriter(t, st, c.Now), Now: c.Now, CacheFor: -1}) // another node: its own writer
 	if err != nil {
 		t.Fatal(err)
 	}

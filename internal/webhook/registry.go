@@ -59,9 +59,11 @@ type RegistryConfig struct {
 	// Logger receives subscriber ids and errors of the registry's own
 	// bookkeeping (health records), never payloads; default slog.Default().
 	Logger *slog.Logger
-	// Jobs is the region's writer of job state (the engine's), through
-	// which a redelivery redrives a dead delivery; nil makes one over
-	// Store.
+	// Jobs is the region's writer of job state (the engine's,
+	// PluginRegion.Jobs), through which a redelivery redrives a dead
+	// delivery (required). The registry never makes one of its own: a
+	// second writer of one region would keep a batch credit and an
+	// Observer of its own beside the engine's.
 	Jobs *engine.Jobs
 	// RotationWindow is how long a rotated-out secret keeps signing;
 	// default DefaultRotationWindow (24 h).
@@ -125,6 +127,10 @@ func (c RegistryConfig) validate() error {
 	switch {
 	case c.Store == nil:
 		return errors.New("webhook RegistryConfig.Store is required")
+	case c.Jobs == nil:
+		return errors.New("webhook RegistryConfig.Jobs is required: the region's one writer of job state (the engine's Jobs)")
+	case c.Jobs.Store() != c.Store:
+		return fmt.Errorf("webhook RegistryConfig.Jobs writes the store of region %q, not Store", c.Jobs.Region())
 	case c.RotationWindow < 0 || c.DisableAfter < 0:
 		return errors.New("webhook RegistryConfig: RotationWindow and DisableAfter must not be negative")
 	case c.Headroom >= 0.5:
@@ -164,12 +170,6 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Jobs == nil {
-		var err error
-		if cfg.Jobs, err = engine.NewJobs(engine.JobsConfig{Store: cfg.Store, Now: cfg.Now}); err != nil {
-			return nil, err
-		}
 	}
 	return &Registry{cfg: cfg, st: cfg.Store, cache: map[string]cached{}}, nil
 }

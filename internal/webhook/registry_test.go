@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
@@ -32,11 +33,40 @@ func newRegistry(t *testing.T, tweak ...func(*RegistryConfig)) (*Registry, store
 	for _, f := range tweak {
 		f(&cfg)
 	}
+	if cfg.Jobs == nil {
+		cfg.Jobs = newWriter(t, st, c.Now)
+	}
 	r, err := NewRegistry(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r, st, c
+}
+
+// newWriter returns a writer of st's job state, as the region's engine
+// would hand the registry.
+func newWriter(t *testing.T, st store.Store, now func() time.Time) *engine.Jobs {
+	t.Helper()
+	w, err := engine.NewJobs(engine.JobsConfig{Store: st, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// A registry takes the region's one writer of job state; it refuses to
+// start without one, or with another store's, rather than make a second
+// writer of the region (it used to make one when none was passed).
+func TestRegistryNeedsTheRegionsWriter(t *testing.T) {
+	t.Parallel()
+	_, st, c := newRegistry(t)
+	if _, err := NewRegistry(RegistryConfig{Store: st, Now: c.Now}); err == nil || !strings.Contains(err.Error(), "Jobs is required") {
+		t.Fatalf("NewRegistry without Jobs = %v, want the writer required", err)
+	}
+	_, other, _ := newRegistry(t)
+	if _, err := NewRegistry(RegistryConfig{Store: st, Jobs: newWriter(t, other, c.Now), Now: c.Now}); err == nil || !strings.Contains(err.Error(), "not Store") {
+		t.Fatalf("NewRegistry with another store's writer = %v, want refused", err)
+	}
 }
 
 func TestRegistryPutValidates(t *testing.T) {

@@ -149,10 +149,25 @@ func ensureKeysArgs(names []string, def admission.Config) []any {
 // its pause, bucket position, window logs and in-flight count (see
 // admission.State.Reconfigure). It returns the key's state after the change.
 func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
+	st, _, err := s.upsertLimit(ctx, c, now, "")
+	return st, err
+}
+
+// DeclareLimit applies a declared configuration unless it is the one last
+// applied to the key (store.Store.DeclareLimit).
+func (s *Store) DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error) {
+	return s.upsertLimit(ctx, c, now, store.LimitFingerprint(c))
+}
+
+// upsertLimit is UpsertLimit, or with a declaration fingerprint
+// DeclareLimit: then an unchanged declaration leaves the key alone
+// (false), and an applied one is recorded with the key.
+func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Time, declared string) (admission.State, bool, error) {
 	if err := c.Validate(); err != nil {
-		return admission.State{}, fmt.Errorf("limit key %q: %w", c.Name, err)
+		return admission.State{}, false, fmt.Errorf("limit key %q: %w", c.Name, err)
 	}
 	var out admission.State
+	applied := true
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := ensureKeys(ctx, tx, []string{c.Name}, c); err != nil {
 			return err
@@ -165,33 +180,58 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		if err != nil {
 			return err
 		}
+		var last *string
+		if declared != "" {
+			if err := tx.QueryRow(ctx, `SELECT declared FROM limit_keys WHERE name = $1`, c.Name).Scan(&last); err != nil {
+				return err
+			}
+		}
 		wasUnpaced := st.Unpaced()
+		countInFlight := func() error {
+			// Its in-flight count is not kept while it is unpaced.
+			return tx.QueryRow(ctx, runningOfKeySQL, c.Name).Scan(&st.InFlight)
+		}
+		if declared != "" && last != nil && *last == declared {
+			if wasUnpaced {
+				if err := countInFlight(); err != nil {
+					return err
+				}
+			}
+			out, applied = *st, false
+			return nil
+		}
 		st.Reconfigure(c, now)
 		if wasUnpaced {
-			// Its in-flight count was not kept while it was unpaced.
-			if err := tx.QueryRow(ctx, runningOfKeySQL, c.Name).Scan(&st.InFlight); err != nil {
+			if err := countInFlight(); err != nil {
 				return err
 			}
 		}
 		out = *st
+		var decl *string
+		if declared != "" {
+			decl = &declared
+		}
 		_, err = tx.Exec(ctx, `UPDATE limit_keys SET rate = $2, burst = $3, concurrency = $4, adaptive = $5,
 			min_rate = $6, learned_rate = $7, tat = $8, windows = $9::jsonb, shapes = $10, last_decrease = $11,
-			per_start = $12, in_flight = $13, updated_at = now() WHERE name = $1`,
+			per_start = $12, in_flight = $13, declared = coalesce($14::text, declared), updated_at = now() WHERE name = $1`,
 			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
-			windowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart, st.InFlight)
+			windowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart, st.InFlight, decl)
 		return err
 	})
 	if err != nil {
-		return admission.State{}, fmt.Errorf("upsert limit %s: %w", c.Name, err)
+		return admission.State{}, false, fmt.Errorf("upsert limit %s: %w", c.Name, err)
+	}
+	if !applied {
+		return out, false, nil
 	}
 	// Groups blocked on the old configuration (a slow rate, a small cap)
 	// are looked at again at once. It is a hint, so it runs after the
 	// commit, outside the key's lock.
 	_, err = s.pool.Exec(ctx, `UPDATE job_groups SET blocked_until = 0 WHERE keys @> ARRAY[$1::text] AND blocked_until > 0`, c.Name)
 	if err != nil {
-		return out, fmt.Errorf("upsert limit %s: unblock its groups: %w", c.Name, err)
+		return out, true, fmt.Errorf("upsert limit %s: unblock its groups: %w", c.Name, err)
 	}
-	return out, nil
+	return out, true, nil
 }
 
 // runningOfKeySQL counts the running jobs naming the key $1: the in-flight

@@ -60,10 +60,25 @@ func (s *Store) saveShapes(tx *sql.Tx, st *admission.State) error {
 // UpsertLimit creates or reconfigures a limit key at now, keeping its live
 // state (see admission.State.Reconfigure).
 func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
+	st, _, err := s.upsertLimit(ctx, c, now, "")
+	return st, err
+}
+
+// DeclareLimit applies a declared configuration unless it is the one last
+// applied to the key (store.Store.DeclareLimit).
+func (s *Store) DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error) {
+	return s.upsertLimit(ctx, c, now, store.LimitFingerprint(c))
+}
+
+// upsertLimit is UpsertLimit, or with a declaration fingerprint
+// DeclareLimit: then an unchanged declaration leaves the key alone
+// (false), and an applied one is recorded with the key.
+func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Time, declared string) (admission.State, bool, error) {
 	if err := c.Validate(); err != nil {
-		return admission.State{}, fmt.Errorf("limit key %q: %w", c.Name, err)
+		return admission.State{}, false, fmt.Errorf("limit key %q: %w", c.Name, err)
 	}
 	var out admission.State
+	applied := true
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.ensureKey(tx, c.Name, c, now); err != nil {
 			return err
@@ -73,6 +88,24 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 			return err
 		}
 		st := states[c.Name]
+		if declared != "" {
+			var last sql.NullString
+			if err := s.queryRow(tx, `SELECT declared FROM limit_keys WHERE name = ?`, c.Name).Scan(&last); err != nil {
+				return err
+			}
+			if last.String == declared {
+				if st.Unpaced() { // its row does not keep the in-flight count
+					if err := s.queryRow(tx, runningOfKeySQL, c.Name).Scan(&st.InFlight); err != nil {
+						return err
+					}
+				}
+				out, applied = *st, false
+				return nil
+			}
+			if _, err := s.exec(tx, `UPDATE limit_keys SET declared = ? WHERE name = ?`, declared, c.Name); err != nil {
+				return err
+			}
+		}
 		wasUnpaced := st.Unpaced()
 		st.Reconfigure(c, now)
 		if wasUnpaced {
@@ -102,7 +135,7 @@ func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Ti
 			WHERE blocked_until > 0 AND EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`, c.Name)
 		return err
 	})
-	return out, err
+	return out, applied && err == nil, err
 }
 
 // unpacedSQL is admission.Config.Unpaced on a limit_keys row.

@@ -202,6 +202,11 @@ func (s *Store) check(ctx context.Context, created bool) error {
 // driver built in.
 func dsn(path, sync string, readOnly bool) string {
 	q := url.Values{}
+	// Open never lets SQLite create the file (prepareFile did, with its
+	// mode): a connection the read pool opens after the file was deleted
+	// under a running store fails, rather than create an empty database
+	// that reads would then answer from.
+	q.Add("mode", "rw")
 	pragma(q, "busy_timeout", "10000")
 	pragma(q, "journal_mode", "WAL")
 	pragma(q, "synchronous", sync)

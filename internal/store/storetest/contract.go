@@ -18,6 +18,7 @@ var contractCases = map[string]func(*testing.T, Opener){
 	"ObjectCompareAndSet": testObjectCompareAndSet,
 	"ListPageCap":         testListPageCap,
 	"LimitValidation":     testLimitValidation,
+	"DeclareLimit":        testDeclareLimit,
 }
 
 // List above its page cap returns MaxListLimit jobs on every driver
@@ -92,5 +93,65 @@ func testObjectCompareAndSet(t *testing.T, open Opener) {
 	missing := store.Object{Kind: "subscriber", ID: "gone", Body: []byte(`{}`), UpdatedAt: T0}
 	if err := s.PutObjectIf(ctx, missing, []byte(`{}`)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("update of a missing object: %v, want ErrConflict", err)
+	}
+}
+
+// DeclareLimit applies a declaration to a new key, to a key a job created
+// with the default configuration, and whenever the declaration changes;
+// an unchanged declaration (the next start) leaves the key as an
+// operator's UpsertLimit left it, and an invalid one is refused.
+func testDeclareLimit(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	declared := admission.Config{Name: "openai:m", Rate: 10, Burst: 5, PerStart: true,
+		Windows: []admission.Window{{Limit: 500, Period: time.Minute}}}
+	declare := func(c admission.Config, at time.Time, wantApplied bool) admission.State {
+		t.Helper()
+		st, applied, err := s.DeclareLimit(ctx, c, at)
+		if err != nil || applied != wantApplied {
+			t.Fatalf("DeclareLimit(%+v) = applied %v, %v; want applied %v", c, applied, err, wantApplied)
+		}
+		return st
+	}
+	rate := func(name string) float64 {
+		t.Helper()
+		st, err := s.GetLimit(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Rate
+	}
+	if st := declare(declared, T0, true); st.Rate != 10 || !st.PerStart || len(st.Windows) != 1 {
+		t.Fatalf("a new declared key = %+v, want the declaration", st)
+	}
+	declare(declared, T0.Add(time.Second), false) // a restart
+	operator := declared
+	operator.Rate = 2
+	if _, err := s.UpsertLimit(ctx, operator, T0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if st := declare(declared, T0.Add(3*time.Second), false); st.Rate != 2 || rate("openai:m") != 2 {
+		t.Fatalf("a restart with the same declaration undid the operator's rate: %v, want 2", rate("openai:m"))
+	}
+	changed := declared
+	changed.Rate = 20
+	if st := declare(changed, T0.Add(4*time.Second), true); st.Rate != 20 || rate("openai:m") != 20 {
+		t.Fatalf("a changed declaration was not applied: rate %v, want 20", rate("openai:m"))
+	}
+	declare(changed, T0.Add(5*time.Second), false)
+	declare(declared, T0.Add(6*time.Second), true) // changed back: a change too
+
+	// A key first created by a job (the default configuration) is not a
+	// declaration: the first DeclareLimit applies.
+	insert(t, s, NewJob("acme", job.LaneBatch, "tenant:acme"))
+	declare(admission.Config{Name: "tenant:acme", Rate: 3}, T0.Add(7*time.Second), true)
+	if got := rate("tenant:acme"); got != 3 {
+		t.Fatalf("a job-created key after its first declaration has rate %v, want 3", got)
+	}
+
+	bad := admission.Config{Name: "bad", Rate: -1}
+	want := fmt.Sprintf("limit key %q: %v", bad.Name, bad.Validate())
+	if _, _, err := s.DeclareLimit(ctx, bad, T0); err == nil || err.Error() != want {
+		t.Fatalf("DeclareLimit(%+v) = %v, want %s", bad, err, want)
 	}
 }

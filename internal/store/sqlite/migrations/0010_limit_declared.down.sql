@@ -1,0 +1,1 @@
+ALTER TABLE limit_keys DROP COLUMN declared;
