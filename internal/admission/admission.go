@@ -548,9 +548,10 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 	return true, now
 }
 
-// Take records one start of the given cost at now: it spends tokens, logs
-// the start in every window (and, for an adaptive key, in its discovery
-// log) and counts a lease in flight.
+// Take records one start of the given cost at now: it spends tokens,
+// counts the start in every window as in flight until its End (a fixed
+// window also counts it in its aligned window at once), logs it in an
+// adaptive key's discovery log and counts a lease in flight.
 func (s *State) Take(now time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.InFlight++
@@ -579,10 +580,34 @@ func (s *State) Take(now time.Time, cost int64) {
 	}
 }
 
-// Release ends one lease in flight.
+// Release ends one lease in flight, and nothing else: a window keeps
+// counting the lease's start as in flight. It suits a key without windows
+// or a caller that does not know when the start ended; the finish path
+// calls End.
 func (s *State) Release() {
 	if s.InFlight > 0 {
 		s.InFlight--
+	}
+}
+
+// End ends one lease in flight whose start of the given cost was taken
+// earlier, at now, the time its outcome was reported: the lease is
+// released, and every window moves the start from in flight to its log at
+// now, the latest time the upstream can have counted it (its answer had
+// come back by then). Until then a window counts it as in flight, so that
+// no delay between the lease and the request's arrival lets the upstream
+// see more than a window's limit (see window.go). A lease that ends
+// without an answer (expired, cancelled) ends the same way: its request
+// may have been sent.
+func (s *State) End(now time.Time, cost int64) {
+	s.Release()
+	if len(s.Windows) == 0 {
+		return
+	}
+	s.ensureLogs()
+	t, cost := now.UnixNano(), s.Charge(cost)
+	for i, w := range s.Windows {
+		w.land(&s.logs[i], t, cost)
 	}
 }
 

@@ -380,7 +380,7 @@ func TestPerStart(t *testing.T) {
 	if !s.TAT.Equal(tat) {
 		t.Errorf("Reconcile moved a per-start key's bucket from %v to %v", tat, s.TAT)
 	}
-	s.Release()
+	s.End(t0, 5000)
 	s.Take(t0.Add(time.Second), 9000)
 	if ok, next := s.Check(t0.Add(2*time.Second), 1); ok || next.Before(t0.Add(time.Minute)) {
 		t.Fatalf("third start within the minute: ok %v next %v, want the window of 2 to refuse it", ok, next)
