@@ -81,6 +81,7 @@ func Run(t *testing.T, open Opener) {
 	maps.Copy(tests, contractCases)
 	maps.Copy(tests, scheduleCases)
 	maps.Copy(tests, batchCases)
+	maps.Copy(tests, flightCases)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
