@@ -28,9 +28,9 @@ type Window struct {
 	// Guard (fixed windows only, below Period) also counts a start within
 	// Guard of its window's end in the next window: a start that late may
 	// arrive after the upstream's window rolled over, and counting it in
-	// both never lets the upstream see more than Limit in either. A
-	// sliding window is guarded by lengthening its Period instead (see
-	// [JitterGuard]).
+	// both never lets the upstream see more than Limit in either. Transit
+	// delay is covered without it (a start counts until it ends, see
+	// State.End); the guard covers an upstream clock ahead of ours.
 	Guard time.Duration
 }
 
