@@ -69,10 +69,10 @@ type Window = admission.Window
 // declaring rate requests per second with the given burst (for instance a
 // provider's documented quota). It never overruns a sliding one-second
 // window of the declared rate, the strictest reading of "rate per second":
-// a window of the rate per second lengthened by 3% (at least 20 ms), so
-// that jitter between a start and its arrival upstream does not turn into
-// 429s, and a bucket 3% below the rate with half the burst, which spreads
-// starts out. Set Limit's fields directly to pace exactly, or use
+// a window of the rate per second, which counts each start from its lease
+// until its outcome is reported, so that jitter between a start and its
+// arrival upstream does not turn into 429s, and a bucket 3% below the rate
+// with half the burst, which spreads starts out. Set Limit's fields directly to pace exactly, or use
 // UpstreamWindowLimit for an allowance per minute or hour.
 func UpstreamLimit(name string, rate, burst float64) Limit {
 	return admission.Upstream(name, rate, burst, admission.DefaultHeadroom)

@@ -46,8 +46,8 @@ const (
 	// DefaultHeadroom is the fraction of an upstream's declared rate that
 	// [Upstream] leaves unused.
 	DefaultHeadroom = 0.03
-	// MinJitterGuard is the least time [Upstream] adds to a declared
-	// window, whatever its length (see [UpstreamWindow]).
+	// MinJitterGuard is the least guard [UpstreamFixedWindow] gives a
+	// declared fixed window, whatever its length (see [JitterGuard]).
 	MinJitterGuard = 20 * time.Millisecond
 	// MaxCost bounds a job's cost and a shape's burst or window limit, in
 	// cost units; admission arithmetic saturates beyond it.
@@ -65,9 +65,10 @@ const (
 // bucket of (rate, burst), with a margin for jitter:
 //
 //   - a window of floor(rate) starts per second (for rates under 1/s, one
-//     start per 1/rate seconds), lengthened by [JitterGuard]: a start log
-//     at the sender cannot see the upstream's clock, and starts exactly one
-//     window apart can arrive closer together than that when latency varies;
+//     start per 1/rate seconds), exactly: the window counts each start
+//     until its finish and logs it then (see [State.End]), so no variation
+//     in the delay between a lease and its request's arrival makes the
+//     upstream see more, and it needs no margin of its own;
 //   - a token bucket at the rate less headroom (a fraction, e.g.
 //     DefaultHeadroom) with half the burst (rounded up), which spreads
 //     starts out instead of firing a whole window at once: the burst left
@@ -85,7 +86,7 @@ func Upstream(name string, rate, burst, headroom float64) Config {
 		if rate < 1 {
 			limit, period = 1, dur(1e9/rate)
 		}
-		c.Windows = []Window{{Limit: limit, Period: period + JitterGuard(period, headroom)}}
+		c.Windows = []Window{{Limit: limit, Period: period}}
 	}
 	return c
 }
@@ -105,7 +106,7 @@ func UpstreamBucket(name string, rate, burst, headroom float64) Config {
 
 // UpstreamWindow returns the configuration of a key that paces calls to
 // an upstream declaring at most limit requests in any window of period: a
-// window of limit per period lengthened by [JitterGuard], and a token
+// window of limit per period (exact: see [Upstream]), and a token
 // bucket at limit/period less headroom with half the burst (at least 1),
 // which spreads the window's starts instead of sending them at once. A
 // burst of zero means one second's worth, at most limit.
@@ -120,7 +121,7 @@ func UpstreamWindow(name string, limit float64, period time.Duration, burst, hea
 	}
 	c.Rate = rate * (1 - headroom)
 	c.Burst = math.Ceil(math.Max(1, burst) / 2)
-	c.Windows = []Window{{Limit: limit, Period: period + JitterGuard(period, headroom)}}
+	c.Windows = []Window{{Limit: limit, Period: period}}
 	return c
 }
 
@@ -150,13 +151,11 @@ func UpstreamFixedWindow(name string, limit float64, period time.Duration, burst
 	return c
 }
 
-// JitterGuard is how much longer than the upstream's window of length
-// period ratelane makes its own: the larger of headroom x period and
-// MinJitterGuard. Two starts one guarded window apart arrive at least
-// period apart as long as their latencies differ by less than the guard
-// (30 ms on a one-second window, more than loopback or a regional hop
-// varies); the cost is headroom of the allowance, the same margin the
-// bucket keeps.
+// JitterGuard is the guard [UpstreamFixedWindow] gives a fixed window (it
+// once also lengthened sliding windows, which now count each start until
+// its finish instead): the larger of headroom x period and
+// MinJitterGuard: 30 ms on a one-second window, against an upstream
+// clock a little ahead of ours at the window's edges.
 func JitterGuard(period time.Duration, headroom float64) time.Duration {
 	return max(MinJitterGuard, dur(float64(period)*headroom))
 }
@@ -565,9 +564,10 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 	return true, now
 }
 
-// Take records one start of the given cost at now: it spends tokens, logs
-// the start in every window (and, for an adaptive key, in its discovery
-// log) and counts a lease in flight.
+// Take records one start of the given cost at now: it spends tokens,
+// counts the start in every window as in flight until its End (a fixed
+// window also counts it in its aligned window at once), logs it in an
+// adaptive key's discovery log and counts a lease in flight.
 func (s *State) Take(now time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.InFlight++
@@ -596,10 +596,34 @@ func (s *State) Take(now time.Time, cost int64) {
 	}
 }
 
-// Release ends one lease in flight.
+// Release ends one lease in flight, and nothing else: a window keeps
+// counting the lease's start as in flight. It suits a key without windows
+// or a caller that does not know when the start ended; the finish path
+// calls End.
 func (s *State) Release() {
 	if s.InFlight > 0 {
 		s.InFlight--
+	}
+}
+
+// End ends one lease in flight whose start of the given cost was taken
+// earlier, at now, the time its outcome was reported: the lease is
+// released, and every window moves the start from in flight to its log at
+// now, the latest time the upstream can have counted it (its answer had
+// come back by then). Until then a window counts it as in flight, so that
+// no delay between the lease and the request's arrival lets the upstream
+// see more than a window's limit (see window.go). A lease that ends
+// without an answer (expired, cancelled) ends the same way: its request
+// may have been sent.
+func (s *State) End(now time.Time, cost int64) {
+	s.Release()
+	if len(s.Windows) == 0 {
+		return
+	}
+	s.ensureLogs()
+	t, cost := now.UnixNano(), s.Charge(cost)
+	for i, w := range s.Windows {
+		w.land(&s.logs[i], t, cost)
 	}
 }
 

@@ -221,17 +221,19 @@ func TestUpstream(t *testing.T) {
 	if c.Rate != 97 || c.Burst != 13 || c.Name != "u" {
 		t.Fatalf("Upstream(100/s, burst 25) = %+v, want 97/s burst 13", c)
 	}
-	if len(c.Windows) != 1 || c.Windows[0] != (Window{Limit: 100, Period: 1030 * time.Millisecond}) {
-		t.Fatalf("Upstream(100/s) windows = %+v, want 100 per 1.03 s", c.Windows)
+	// Exact windows: a window counts a start until its finish (End), so
+	// it needs no jitter guard (it had 3%, at least 20 ms, before).
+	if len(c.Windows) != 1 || c.Windows[0] != (Window{Limit: 100, Period: time.Second}) {
+		t.Fatalf("Upstream(100/s) windows = %+v, want 100 per 1 s", c.Windows)
 	}
-	if c := Upstream("u", 0.5, 1, DefaultHeadroom); len(c.Windows) != 1 || c.Windows[0].Limit != 1 || c.Windows[0].Period != 2060*time.Millisecond {
-		t.Fatalf("Upstream(0.5/s) windows = %+v, want 1 per 2.06 s", c.Windows)
+	if c := Upstream("u", 0.5, 1, DefaultHeadroom); len(c.Windows) != 1 || c.Windows[0].Limit != 1 || c.Windows[0].Period != 2*time.Second {
+		t.Fatalf("Upstream(0.5/s) windows = %+v, want 1 per 2 s", c.Windows)
 	}
 	if c := UpstreamBucket("u", 100, 25, DefaultHeadroom); c.Rate != 97 || c.Burst != 13 || len(c.Windows) != 0 {
 		t.Fatalf("UpstreamBucket = %+v", c)
 	}
 	w := UpstreamWindow("u", 20, time.Second, 0, DefaultHeadroom)
-	if w.Windows[0] != (Window{Limit: 20, Period: 1030 * time.Millisecond}) || w.Burst != 10 {
+	if w.Windows[0] != (Window{Limit: 20, Period: time.Second}) || w.Burst != 10 {
 		t.Fatalf("UpstreamWindow(20/1s) = %+v", w)
 	}
 	if c := Upstream("u", 2, 1, 0.03); c.Burst != 1 {
@@ -380,7 +382,7 @@ func TestPerStart(t *testing.T) {
 	if !s.TAT.Equal(tat) {
 		t.Errorf("Reconcile moved a per-start key's bucket from %v to %v", tat, s.TAT)
 	}
-	s.Release()
+	s.End(t0, 5000)
 	s.Take(t0.Add(time.Second), 9000)
 	if ok, next := s.Check(t0.Add(2*time.Second), 1); ok || next.Before(t0.Add(time.Minute)) {
 		t.Fatalf("third start within the minute: ok %v next %v, want the window of 2 to refuse it", ok, next)

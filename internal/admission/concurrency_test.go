@@ -270,7 +270,7 @@ func driveLatency(s *State, up *inFlightModel, d time.Duration) (attempts, refus
 				live = append(live, l)
 				continue
 			}
-			s.Release()
+			s.End(now, 1)
 			if l.ok {
 				s.Succeeded(now)
 			} else {
@@ -389,8 +389,8 @@ func TestConcurrencyDiscoveryOverHTTP(t *testing.T) {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, sim.RouteURL("c"), strings.NewReader("{}"))
 				resp, err := http.DefaultClient.Do(req)
 				mu.Lock()
-				key.Release()
 				now = time.Now()
+				key.End(now, 1)
 				switch {
 				case err != nil:
 				case resp.StatusCode == http.StatusOK:

@@ -3,6 +3,7 @@ package admission
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func TestWindowBound(t *testing.T) {
 				continue
 			}
 			s.Take(now, cost)
-			s.Release()
+			s.End(now, cost) // answered at once; TestWindowTransit has transit
 			starts = append(starts, st{now, cost})
 			buf = s.MarshalShapes(buf)
 			var back State
@@ -116,6 +117,7 @@ func TestWindowExact(t *testing.T) {
 			t.Fatalf("start %d refused", i)
 		}
 		s.Take(now, 1)
+		s.End(now, 1)
 	}
 	ok, next := s.Check(t0.Add(500*time.Millisecond), 1)
 	if ok || !next.Equal(t0.Add(time.Second)) {
@@ -143,7 +145,7 @@ func TestFixedWindowAllowance(t *testing.T) {
 				t.Fatalf("start %d at +%v refused until +%v", i, at.Sub(t0), next.Sub(t0))
 			}
 			s.Take(at, 1)
-			s.Release()
+			s.End(at, 1)
 		}
 	}
 	s := NewState(Config{Name: "f", Windows: []Window{{Limit: 5, Period: time.Second, Fixed: true}}})
@@ -187,6 +189,7 @@ func TestLogBounded(t *testing.T) {
 	for range 100_000 {
 		now = now.Add(time.Millisecond)
 		s.Take(now, 1)
+		s.End(now, 1)
 	}
 	if n := len(s.logs[0].entries); n > LogSlots+1 {
 		t.Fatalf("log holds %d entries, want at most %d", n, LogSlots+1)
@@ -279,7 +282,7 @@ func FuzzAdmission(f *testing.F) {
 				s.Succeeded(now)
 				s.Reconcile(now, cost, cost/2+1)
 			}
-			s.Release()
+			s.End(now, cost)
 			if s.TAT.After(now.Add(2 * MaxAhead)) {
 				t.Fatalf("TAT %v ran past the saturation bound", s.TAT)
 			}
@@ -319,5 +322,91 @@ func TestReconfigureKeepsWindowLog(t *testing.T) {
 	s.Reconfigure(Config{Name: "w", Rate: 10}, t0)
 	if len(s.logs) != 0 || s.MarshalShapes(nil) != nil {
 		t.Fatalf("a bucket-only key kept %d logs", len(s.logs))
+	}
+}
+
+// TestWindowTransit is invariant 6 where the upstream counts: each admitted
+// start reaches the upstream at a random time between its lease (Take) and
+// its finish (End), which come in random order and up to several periods
+// apart, as lease commits, handler starts and sends delay requests on a
+// loaded machine. Whatever the transit, the arrivals never exceed a
+// window's limit: over any interval of Period for a sliding window, in any
+// aligned window for a fixed one (guarded or not). A window that logged a
+// start at its lease instead fails this at once.
+func TestWindowTransit(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	type flying struct {
+		end, arrive time.Time
+		cost        int64
+	}
+	for trial := range 200 {
+		w := Window{Limit: float64(1 + rng.IntN(20)), Period: time.Duration(50+rng.IntN(2000)) * time.Millisecond}
+		if rng.IntN(2) == 0 {
+			w.Fixed = true
+			if rng.IntN(2) == 0 {
+				w.Guard = time.Duration(rng.Int64N(int64(w.Period) / 2))
+			}
+		}
+		c := Config{Name: "k", Windows: []Window{w}}
+		if rng.IntN(3) == 0 {
+			c.Rate, c.Burst = w.Limit/w.Period.Seconds()*(0.5+rng.Float64()), float64(1+rng.IntN(int(w.Limit)))
+		}
+		s := NewState(c)
+		maxCost := int64(min(3, w.Limit))
+		// Transit up to this long: mostly well under the period, in some
+		// trials several periods.
+		spread := time.Duration(float64(w.Period) * []float64{0.05, 0.3, 3}[rng.IntN(3)])
+		var flights []flying
+		type arrival struct {
+			at   time.Time
+			cost int64
+		}
+		var arrivals []arrival
+		now := t0.Add(time.Duration(rng.Int64N(int64(time.Second))))
+		var buf []byte
+		for range 1200 {
+			now = now.Add(time.Duration(rng.ExpFloat64() * float64(w.Period) / 20))
+			// Finishes due by now land first, in time order.
+			slices.SortFunc(flights, func(a, b flying) int { return a.end.Compare(b.end) })
+			for len(flights) > 0 && !flights[0].end.After(now) {
+				s.End(flights[0].end, flights[0].cost)
+				flights = flights[1:]
+			}
+			cost := 1 + rng.Int64N(maxCost)
+			if ok, _ := s.Check(now, cost); !ok {
+				continue
+			}
+			s.Take(now, cost)
+			arrive := now.Add(time.Duration(rng.Int64N(int64(spread) + 1)))
+			end := arrive.Add(time.Duration(rng.Int64N(int64(spread)/2 + 1)))
+			flights = append(flights, flying{end: end, arrive: arrive, cost: cost})
+			arrivals = append(arrivals, arrival{arrive, cost})
+			buf = s.MarshalShapes(buf) // through a store's encoding
+			back := State{Config: s.Config}
+			if err := back.UnmarshalShapes(buf); err != nil {
+				t.Fatal(err)
+			}
+			s.logs = back.logs
+		}
+		if len(arrivals) < 10 {
+			t.Fatalf("trial %d %+v: only %d starts admitted", trial, w, len(arrivals))
+		}
+		slices.SortFunc(arrivals, func(a, b arrival) int { return a.at.Compare(b.at) })
+		for i, a := range arrivals {
+			var in int64
+			for _, o := range arrivals[i:] {
+				if !w.Fixed && o.at.Sub(a.at) < w.Period {
+					in += o.cost
+				}
+				if w.Fixed && o.at.UnixNano()/int64(w.Period) == a.at.UnixNano()/int64(w.Period) {
+					in += o.cost
+				}
+			}
+			if float64(in) > w.Limit {
+				t.Fatalf("trial %d %+v, transit up to %v: %d units arrived in the window from %v, over %v",
+					trial, w, spread, in, a.at.Sub(t0), w.Limit)
+			}
+		}
 	}
 }

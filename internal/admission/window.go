@@ -28,9 +28,9 @@ type Window struct {
 	// Guard (fixed windows only, below Period) also counts a start within
 	// Guard of its window's end in the next window: a start that late may
 	// arrive after the upstream's window rolled over, and counting it in
-	// both never lets the upstream see more than Limit in either. A
-	// sliding window is guarded by lengthening its Period instead (see
-	// [JitterGuard]).
+	// both never lets the upstream see more than Limit in either. Transit
+	// delay is covered without it (a start counts until it ends, see
+	// State.End); the guard covers an upstream clock ahead of ours.
 	Guard time.Duration
 }
 
@@ -112,6 +112,19 @@ func (w Window) sameLog(o Window) bool {
 	return w.Period == o.Period && w.Fixed == o.Fixed
 }
 
+// A window counts what the upstream may have counted, not what the
+// sender decided. The upstream counts a request when it arrives, which is
+// some unknown time after the lease admitted it (the lease commits, the
+// handler starts, signs and sends; tens of ms, more under load) and before
+// its answer came back. So a start is in flight from its Take until its
+// End (the finish that reports its answer), and a window counts it for
+// that whole time, then logs it at its End, the latest time it can have
+// arrived. Start k of a sliding window then waits for End(k-Limit)+Period,
+// which is after arrival(k-Limit)+Period whatever the transit: no jitter
+// between admission and arrival can put Limit+1 arrivals in one upstream
+// window (invariant 6 at the upstream, not only at the sender). The price
+// is one round trip per window instead of a guessed margin.
+
 // admitAt is startLog.admitAt or fixedAdmitAt, as the window counts.
 func (w Window) admitAt(l *startLog, now, cost int64, limit float64) (bool, int64) {
 	if w.Fixed {
@@ -120,21 +133,49 @@ func (w Window) admitAt(l *startLog, now, cost int64, limit float64) (bool, int6
 	return l.admitAt(now, cost, limit, int64(w.Period))
 }
 
-// add records cost units started at t in the window's log.
+// add records cost units started (leased) at t: in flight on a sliding
+// window; counted in its aligned window(s) and in flight from the last of
+// them on a fixed one.
 func (w Window) add(l *startLog, t, cost int64) {
+	cost = min(max(cost, 0), MaxCost)
 	if w.Fixed {
-		l.fixedAdd(t, cost, int64(w.Period), int64(w.Guard))
+		l.fly(l.fixedAdd(t, cost, int64(w.Period), int64(w.Guard)), cost)
 		return
 	}
-	l.add(t, cost, t-int64(w.Period), int64(w.Period)/LogSlots)
+	l.fly(0, cost)
 }
 
-// used is the cost counted against the window at t: for a fixed window
-// the larger count of its aligned window and, within Guard of its end,
-// of the next one (a start now counts in both).
+// land ends cost units in flight at t (their answer came back): a sliding
+// window logs them at t; a fixed one counts them in t's aligned window
+// (and, within Guard of its end, the next) unless they were already
+// counted there, at their lease or by the flight that landed.
+func (w Window) land(l *startLog, t, cost int64) {
+	cost = min(max(cost, 0), MaxCost)
+	if !w.Fixed {
+		l.land(cost, 0, 0)
+		l.add(t, cost, t-int64(w.Period), int64(w.Period)/LogSlots)
+		return
+	}
+	p := int64(w.Period)
+	ws := fixedStart(t, p)
+	ns := fixedStart(satAdd(t, int64(w.Guard)), p)
+	inWs, inNs := l.land(cost, ws, ns)
+	l.dropThrough(ws - 1)
+	if inWs > 0 {
+		l.bump(ws, inWs)
+	}
+	if ns != ws && inNs > 0 {
+		l.bump(ns, inNs)
+	}
+}
+
+// used is the cost counted against the window at t, starts in flight
+// included: for a fixed window the larger count of its aligned window
+// and, within Guard of its end, of the next one (a start now counts in
+// both).
 func (w Window) used(l *startLog, t int64) int64 {
 	if !w.Fixed {
-		return l.since(t - int64(w.Period))
+		return satAdd(l.since(t-int64(w.Period)), l.flown(math.MaxInt64))
 	}
 	p := int64(w.Period)
 	ws := fixedStart(t, p)
@@ -159,28 +200,34 @@ func fixedStart(t, p int64) int64 {
 	return t - r
 }
 
-// fixedCount is the cost counted in the window starting at ws.
+// fixedCount is the cost counted in the window starting at ws: the starts
+// counted there, plus those still in flight from earlier windows (they
+// may arrive in this one).
 func (l *startLog) fixedCount(ws int64) int64 {
+	in := l.flown(ws)
 	for _, e := range l.entries {
 		if e.at == ws {
-			return e.cost
+			return satAdd(in, e.cost)
 		}
 	}
-	return 0
+	return in
 }
 
 // fixedAdd counts cost units started at t in its aligned window and, when
 // t is within guard of that window's end, in the next one; windows before
-// t's are dropped. A start from a clock behind the log's (another node's)
-// is counted in its own window, which is kept in order.
-func (l *startLog) fixedAdd(t, cost, period, guard int64) {
+// t's are dropped. It returns the start of the last window it counted
+// them in. A start from a clock behind the log's (another node's) is
+// counted in its own window, which is kept in order.
+func (l *startLog) fixedAdd(t, cost, period, guard int64) int64 {
 	ws := fixedStart(t, period)
 	l.dropThrough(ws - 1) // times are integer nanoseconds: before ws
 	cost = min(max(cost, 0), MaxCost)
 	l.bump(ws, cost)
 	if ns := fixedStart(satAdd(t, guard), period); ns != ws {
 		l.bump(ns, cost)
+		return ns
 	}
+	return ws
 }
 
 // bump adds cost to the entry at ws, inserting it in time order.
@@ -209,7 +256,13 @@ func (l *startLog) fixedAdmitAt(now, cost int64, limit float64, period, guard in
 	next := now
 	check := func(w int64) {
 		if in := l.fixedCount(w); in != 0 && float64(in)+float64(cost) > limit+1e-9 {
-			next = max(next, satAdd(w, period))
+			at := satAdd(w, period)
+			if carried := l.flown(w); carried > 0 && float64(in-carried)+float64(cost) <= limit+1e-9 {
+				// Only starts in flight from earlier windows stand in
+				// the way: they count in every window until they land.
+				at = min(at, satAdd(now, int64(FlightRetry)))
+			}
+			next = max(next, at)
 		}
 	}
 	check(ws)
@@ -244,6 +297,83 @@ type start struct {
 type startLog struct {
 	entries []start
 	sum     int64 // the cost of all entries
+	// flight holds a window's starts in flight (taken, not yet ended), in
+	// order of at: one entry at 0 for a sliding window, one per aligned
+	// window they were last counted in for a fixed one. Discovery logs
+	// have none.
+	flight []start
+}
+
+// FlightRetry is how soon a window full only of starts in flight is looked
+// at again: one of them may land (its finish be written) at any moment.
+const FlightRetry = CapRetry
+
+// maxFlight bounds a fixed window's flight entries (one per aligned window
+// with a start still in flight): beyond it the two oldest merge into the
+// older, which counts the newer's starts in more windows, never fewer.
+const maxFlight = 64
+
+// fly records cost units in flight, last counted in the aligned window at
+// at (0 for a sliding window).
+func (l *startLog) fly(at, cost int64) {
+	if cost <= 0 {
+		return
+	}
+	i := len(l.flight)
+	for i > 0 && l.flight[i-1].at > at {
+		i--
+	}
+	if i > 0 && l.flight[i-1].at == at {
+		l.flight[i-1].cost = satAdd(l.flight[i-1].cost, cost)
+		return
+	}
+	l.flight = append(l.flight, start{})
+	copy(l.flight[i+1:], l.flight[i:])
+	l.flight[i] = start{at: at, cost: cost}
+	if len(l.flight) > maxFlight {
+		l.flight[0].cost = satAdd(l.flight[0].cost, l.flight[1].cost)
+		l.flight = append(l.flight[:1], l.flight[2:]...)
+	}
+}
+
+// land takes cost units out of flight, newest first, and returns how many
+// of them were counted from windows before ws and before ns (a unit not
+// found in flight, taken before the window existed or before flights were
+// kept, counts as before both): those a fixed window must now count in the
+// window of the finish, since they may have arrived there. Which start
+// ended is not known, only its cost; taking the newest leaves the ones
+// still in flight counted from windows no later than their own, so that
+// every window still counts each of them (see fixedCount), and counts the
+// landed units in every window a start of theirs may have reached.
+func (l *startLog) land(cost, ws, ns int64) (beforeWs, beforeNs int64) {
+	for cost > 0 && len(l.flight) > 0 {
+		last := &l.flight[len(l.flight)-1]
+		take := min(last.cost, cost)
+		if last.at < ws {
+			beforeWs += take
+		}
+		if last.at < ns {
+			beforeNs += take
+		}
+		cost -= take
+		if last.cost -= take; last.cost == 0 {
+			l.flight = l.flight[:len(l.flight)-1]
+		}
+	}
+	return beforeWs + cost, beforeNs + cost
+}
+
+// flown is the cost in flight counted from windows before ws (every
+// flight for a sliding window, with ws = MaxInt64).
+func (l *startLog) flown(ws int64) int64 {
+	var in int64
+	for _, f := range l.flight {
+		if f.at >= ws {
+			break
+		}
+		in = satAdd(in, f.cost)
+	}
+	return in
 }
 
 // since returns the cost started after horizon (Unix ns), without
@@ -296,9 +426,11 @@ func (l *startLog) add(at, cost, horizon, slot int64) {
 // have left the window. An empty window admits any cost (as a full bucket
 // does), so that a key reconfigured below a queued job's cost does not
 // hold that job forever; insert refuses such costs up front.
+// Starts in flight count until they land; a window they alone fill is
+// looked at again after FlightRetry.
 func (l *startLog) admitAt(now int64, cost int64, limit float64, period int64) (bool, int64) {
 	horizon := now - period
-	in := l.since(horizon)
+	in := satAdd(l.since(horizon), l.flown(math.MaxInt64))
 	if in == 0 || float64(in)+float64(cost) <= limit+1e-9 {
 		return true, now
 	}
@@ -311,7 +443,7 @@ func (l *startLog) admitAt(now int64, cost int64, limit float64, period int64) (
 			return false, satAdd(e.at, period)
 		}
 	}
-	return false, now // unreachable: the loop empties the window
+	return false, satAdd(now, int64(FlightRetry)) // only starts in flight left
 }
 
 func satAdd(a, b int64) int64 {
@@ -325,13 +457,18 @@ func satAdd(a, b int64) int64 {
 	return s
 }
 
-// logVersion is the first byte of an encoded log set.
-const logVersion = 1
+// logVersion is the first byte of an encoded log set. Version 1 (before
+// starts in flight were kept) is still read: its logs have no flights.
+const (
+	logVersion1 = 1
+	logVersion  = 2
+)
 
 // encodeLogs writes the start logs of a key compactly: a version byte,
-// then per log its entry count and (delta time, cost) pairs as varints.
-// Deltas of paced starts are small, so a full 512-entry log of a 20/s key
-// takes about 2 KB and a typical one a few hundred bytes.
+// then per log its entries and then its flights, each as a count and
+// (delta time, cost) pairs as varints. Deltas of paced starts are small,
+// so a full 512-entry log of a 20/s key takes about 2 KB and a typical
+// one a few hundred bytes.
 func encodeLogs(dst []byte, logs []startLog, extra []int64) []byte {
 	dst = append(dst, logVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(extra)))
@@ -340,13 +477,20 @@ func encodeLogs(dst []byte, logs []startLog, extra []int64) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(logs)))
 	for _, l := range logs {
-		dst = binary.AppendUvarint(dst, uint64(len(l.entries)))
-		prev := int64(0)
-		for _, e := range l.entries {
-			dst = binary.AppendVarint(dst, e.at-prev)
-			dst = binary.AppendVarint(dst, e.cost)
-			prev = e.at
-		}
+		dst = appendStarts(dst, l.entries)
+		dst = appendStarts(dst, l.flight)
+	}
+	return dst
+}
+
+// appendStarts writes a count and the (delta time, cost) pairs of ss.
+func appendStarts(dst []byte, ss []start) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ss)))
+	prev := int64(0)
+	for _, e := range ss {
+		dst = binary.AppendVarint(dst, e.at-prev)
+		dst = binary.AppendVarint(dst, e.cost)
+		prev = e.at
 	}
 	return dst
 }
@@ -358,7 +502,8 @@ func decodeLogs(b []byte) (logs []startLog, extra []int64, err error) {
 	if len(b) == 0 {
 		return nil, nil, nil
 	}
-	if b[0] != logVersion {
+	version := b[0]
+	if version != logVersion && version != logVersion1 {
 		return nil, nil, errBadLog
 	}
 	b = b[1:]
@@ -392,24 +537,41 @@ func decodeLogs(b []byte) (logs []startLog, extra []int64, err error) {
 	if !ok {
 		return nil, nil, errBadLog
 	}
-	logs = make([]startLog, nl)
-	for i := range logs {
-		n, ok := count(1 << 20)
+	starts := func(limit uint64) ([]start, bool) {
+		n, ok := count(limit)
 		if !ok {
-			return nil, nil, errBadLog
+			return nil, false
 		}
-		l := &logs[i]
-		l.entries = make([]start, n)
+		ss := make([]start, n)
 		prev := int64(0)
-		for k := range l.entries {
+		for k := range ss {
 			d, ok1 := next()
 			c, ok2 := next()
 			if !ok1 || !ok2 || c < 0 {
-				return nil, nil, errBadLog
+				return nil, false
 			}
 			prev = satAdd(prev, d)
-			l.entries[k] = start{at: prev, cost: c}
-			l.sum = satAdd(l.sum, c)
+			ss[k] = start{at: prev, cost: c}
+		}
+		return ss, true
+	}
+	logs = make([]startLog, nl)
+	for i := range logs {
+		l := &logs[i]
+		if l.entries, ok = starts(1 << 20); !ok {
+			return nil, nil, errBadLog
+		}
+		for _, e := range l.entries {
+			l.sum = satAdd(l.sum, e.cost)
+		}
+		if version == logVersion1 {
+			continue
+		}
+		if l.flight, ok = starts(maxFlight); !ok {
+			return nil, nil, errBadLog
+		}
+		if len(l.flight) == 0 {
+			l.flight = nil
 		}
 	}
 	return logs, extra, nil

@@ -33,11 +33,11 @@ func TestVirtualAdapt(t *testing.T) {
 	mix := UpstreamsMix{Name: "adapt", Destinations: []UpstreamDestination{dest}}
 	for seed := uint64(1); seed <= 3; seed++ {
 		bound := time.Duration(phase*len(adaptPhases)) * time.Second
-		r := runVirtualMix(t, mix, seed, bound, key)
+		r := runVirtualMix(t, mix, seed, bound, upstream.Latency{}, key)
 		v := r.dests[0]
-		epoch := v.acceptedAt[0].Truncate(time.Second) // the run's epoch, to the second
+		epoch := v.arrivals[0].Truncate(time.Second) // the run's epoch, to the second
 		bySec := map[int64]upstream.TimelineSecond{}
-		for _, at := range v.acceptedAt {
+		for _, at := range v.arrivals {
 			s := bySec[int64(at.Sub(epoch)/time.Second)]
 			s.Accepted++
 			bySec[int64(at.Sub(epoch)/time.Second)] = s

@@ -43,7 +43,7 @@ func TestVirtualHonesty(t *testing.T) {
 	}
 	m := honestyMix()
 	for seed := uint64(1); seed <= 3; seed++ {
-		r := runVirtualMix(t, m, seed, 60*time.Second)
+		r := runVirtualMix(t, m, seed, 60*time.Second, upstream.Latency{})
 		checkVirtualMix(t, m, seed, r)
 	}
 }

@@ -23,7 +23,12 @@ import (
 // retried after the engine's default backoff), with a lease loop that
 // polls every millisecond. It has no store, HTTP or scheduler latency, so
 // it measures the pacing strategy alone, deterministically: the real
-// benchmark's figures are these plus the machine's noise.
+// benchmark's figures are these plus the machine's noise. With a transit
+// (upstream.Virtual.SetTransit) it also has that noise's part that
+// matters to a window: each request reaches the upstream a random delay
+// after its lease, and its answer reaches the store (End) a random delay
+// after the upstream answered, as lease commits, handler starts and the
+// finish loop delay them on a loaded machine.
 
 type virtualDest struct {
 	d        UpstreamDestination
@@ -38,17 +43,21 @@ type virtualDest struct {
 	last     time.Time
 	paused   time.Duration
 	starts   []time.Time
-	// acceptedAt and refusedAt are the start times of accepted and
-	// refused attempts, for per-second timelines (TestVirtualAdapt).
-	acceptedAt, refusedAt []time.Time
+	arrivals []time.Time // of accepted requests, at the upstream
+	// refusedAt are refused requests' arrivals at the upstream, for
+	// per-second timelines (TestVirtualAdapt).
+	refusedAt []time.Time
 }
 
+// answerEvent is a request reaching the upstream (arrive) or its answer
+// reaching the store.
 type answerEvent struct {
 	at      time.Time
 	dest    int
+	arrive  bool
 	status  int
 	header  http.Header
-	started time.Time
+	started time.Time // when the upstream counted it
 }
 
 type answerQueue []answerEvent
@@ -64,22 +73,38 @@ func (q *answerQueue) Pop() any {
 	return e
 }
 
+// answer has the upstream answer a request of v (destination i) arriving
+// at at, and queues the answer's return to the store: after the route's
+// latency (a refusal at once, as the server answers it) and a second
+// transit.
+func (q *answerQueue) answer(v *virtualDest, i int, at time.Time) {
+	status, h, lat := v.up.Answer(at)
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		lat = time.Millisecond
+	}
+	heap.Push(q, answerEvent{at: v.up.Arrival(at.Add(max(lat, time.Millisecond))), dest: i, status: status, header: h, started: at})
+}
+
 type virtualMix struct {
 	ratio, share float64
 	dests        []*virtualDest
 	ideal        []time.Duration
 }
 
-// runVirtualMix runs m from epoch for at most bound of simulated time. A
+// runVirtualMix runs m from epoch for at most bound of simulated time,
+// every request and answer delayed by transit (see the comment above). A
 // limit in limits named "subscriber:"+destination replaces the key that
 // webhook.Record.LimitConfig would build for it (a workload that declares
 // its key directly, as adapt does).
-func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration, limits ...admission.Config) virtualMix {
+func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration, transit upstream.Latency, limits ...admission.Config) virtualMix {
 	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var ds []*virtualDest
 	for i, d := range m.Destinations {
 		up, err := upstream.NewVirtual(d.Route, epoch, seed+uint64(i))
+		if err == nil {
+			err = up.SetTransit(transit)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,14 +140,18 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 		for q.Len() > 0 && !q[0].at.After(now) {
 			e := heap.Pop(&q).(answerEvent)
 			v := ds[e.dest]
-			v.st.Release()
+			if e.arrive {
+				q.answer(v, e.dest, e.at)
+				continue
+			}
+			v.st.End(e.at, 1)
 			info := ratelimit.Parse(e.header, e.at)
 			delay, _, hasDelay := info.Delay()
 			switch {
 			case e.status >= 200 && e.status <= 299:
 				v.accepted++
-				v.acceptedAt = append(v.acceptedAt, e.started)
 				v.last = e.started
+				v.arrivals = append(v.arrivals, e.started)
 				v.st.Succeeded(e.at)
 			case e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && info.HasRetryAfter:
 				v.refused++
@@ -183,11 +212,11 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 				}
 				v.attempts++
 				v.starts = append(v.starts, now)
-				status, h, lat := v.up.Answer(now)
-				if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-					lat = time.Millisecond
+				if at := v.up.Arrival(now); at.After(now) {
+					heap.Push(&q, answerEvent{at: at, dest: i, arrive: true})
+				} else {
+					q.answer(v, i, now)
 				}
-				heap.Push(&q, answerEvent{at: now.Add(max(lat, time.Millisecond)), dest: i, status: status, header: h, started: now})
 			}
 		}
 	}
@@ -291,7 +320,7 @@ func TestVirtualUpstreams(t *testing.T) {
 		}
 		t.Run(m.Name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 3; seed++ {
-				r := runVirtualMix(t, m, seed, 60*time.Second)
+				r := runVirtualMix(t, m, seed, 60*time.Second, upstream.Latency{})
 				checkVirtualMix(t, m, seed, r)
 				// The figures this strategy reaches here, deterministic:
 				// a regression in discovery shows as a failure, not as
@@ -303,7 +332,7 @@ func TestVirtualUpstreams(t *testing.T) {
 				bound, shareBound := 1.15, 0.02
 				switch m.Name {
 				case "issue":
-					bound = 1.26
+					bound = 1.32
 				case "rising":
 					bound = 1.11
 				}
@@ -313,4 +342,77 @@ func TestVirtualUpstreams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loadedTransit is the delay between a lease and its request's arrival
+// (and between an answer and its finish) on a loaded machine: session 6
+// measured a start lag of 36-64 ms at the median under load 21-41 on
+// 2 cores, varying by tens of ms from start to start.
+var loadedTransit = upstream.Latency{Fixed: 5 * time.Millisecond, Jitter: 100 * time.Millisecond}
+
+// TestVirtualTransit is the real clock's loss made deterministic: every
+// mix in virtual time with loadedTransit between each lease and its
+// arrival. A destination declared exactly as it counts (every one that is
+// not adaptive) must never be refused, whatever the transit: each refusal
+// costs its key a Retry-After pause (a whole second for most styles),
+// which is how the real clock lost 10-25% on mixes that virtual time
+// paced at 1.00-1.06. It checks invariant 6 where it matters, from the
+// upstream's log of arrivals, not only at the sender; and it holds the
+// makespan of the mixes without adaptive keys to what they reach.
+// RATELANE_VIRTUAL_MIX selects mixes as in TestVirtualUpstreams.
+func TestVirtualTransit(t *testing.T) {
+	want := os.Getenv("RATELANE_VIRTUAL_MIX")
+	for _, m := range Upstreams(false).Mixes {
+		if want != "" && !strings.Contains(","+want+",", ","+m.Name+",") {
+			continue
+		}
+		t.Run(m.Name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 3; seed++ {
+				r := runVirtualMix(t, m, seed, 60*time.Second, loadedTransit)
+				t.Logf("mix %s seed %d, transit %v+[0,%v): makespan %.3f of ideal, refused %.2f%%",
+					m.Name, seed, loadedTransit.Fixed, loadedTransit.Jitter, r.ratio, 100*r.share)
+				for _, v := range r.dests {
+					if v.accepted < v.d.Jobs {
+						t.Errorf("%s: %d of %d delivered", v.d.Name, v.accepted, v.d.Jobs)
+					}
+					if !declaredExactly(v.d) {
+						continue // its limit is learned from refusals, or counted otherwise
+					}
+					if v.refused > 0 {
+						t.Errorf("%s (declared %d, exactly as it counts): %d refusals under transit jitter", v.d.Name, v.d.Declared, v.refused)
+					}
+					count, how := maxInWindow(v.arrivals, time.Second), "one second"
+					if v.d.Fixed {
+						count, how = maxInAligned(v.arrivals, time.Second), "one aligned second"
+					}
+					if count > v.d.Declared {
+						t.Errorf("%s: %d accepted arrivals within %s, declared %d (invariant 6 at the upstream)", v.d.Name, count, how, v.d.Declared)
+					}
+				}
+				if bound, ok := transitBounds[m.Name]; ok && r.ratio > bound {
+					t.Errorf("mix %s seed %d: makespan %.3f of ideal under transit, want <= %.2f", m.Name, seed, r.ratio, bound)
+				}
+			}
+		})
+	}
+}
+
+// transitBounds are the makespans (of ideal) that the mixes whose keys are
+// all declared exactly reach under loadedTransit: a regression shows here
+// as a failure rather than as noise in a loaded benchmark.
+var transitBounds = map[string]float64{"sliding": 1.25, "fixed": 1.02, "many": 1.20}
+
+// declaredExactly reports a destination whose key is declared as its
+// upstream counts: a sliding window, or a fixed one declared fixed, at its
+// true limit, not adaptive.
+func declaredExactly(d UpstreamDestination) bool {
+	switch {
+	case d.Adaptive || len(d.Route.Changes) > 0 || d.Route.MaxConcurrent > 0:
+		return false
+	case d.Route.Algorithm == upstream.AlgorithmSlidingWindow:
+		return !d.Fixed && d.Route.Limit == d.Declared && d.Route.Window == time.Second
+	case d.Route.Algorithm == upstream.AlgorithmFixedWindow:
+		return d.Fixed && d.Route.Limit == d.Declared && d.Route.Window == time.Second
+	}
+	return false
 }

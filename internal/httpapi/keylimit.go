@@ -44,7 +44,7 @@ func (l *keyLimiter) allow(id string, now time.Time) (ok bool, remaining int, re
 	ok, next := st.Check(now, 1)
 	if ok {
 		st.Take(now, 1)
-		st.Release() // Take counts a lease in flight; a request is not one
+		st.End(now, 1) // Take counts a lease in flight; a request is not one
 	}
 	tokens := st.Tokens(now)
 	if !ok {

@@ -33,6 +33,10 @@ type FinishTx interface {
 type Ended struct {
 	Keys  []string
 	Group int64
+	// Cost is the job's cost, what its lease took from its keys' shapes:
+	// the finish gives it back to their windows' flights (see
+	// admission.State.End).
+	Cost int64
 	// Conflict means the guard failed: the job is not running under the
 	// transition's lease token (or does not exist).
 	Conflict bool
@@ -46,6 +50,7 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 	type applied struct {
 		t    *Transition
 		keys []string
+		cost int64
 	}
 	var done []applied
 	var names []string
@@ -91,7 +96,7 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 					return nil, err
 				}
 			}
-			done = append(done, applied{t, e.Keys})
+			done = append(done, applied{t, e.Keys, e.Cost})
 			names = append(names, e.Keys...)
 		}
 		batch, idx = later, laterIdx
@@ -114,7 +119,7 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 		}
 	}
 	for _, a := range done {
-		ApplyKeyEffect(states, a.keys, a.t.Keys)
+		ApplyKeyEffect(states, a.keys, a.cost, a.t.Keys)
 	}
 	save := make([]*admission.State, 0, len(states))
 	for _, n := range names {
@@ -148,12 +153,14 @@ func unchanged(b, a *admission.State) bool {
 		b.LastRefusal.Equal(a.LastRefusal)
 }
 
-// ApplyKeyEffect applies one finished attempt to its keys: the in-flight
-// lease is released on every key, then the outcome's effects (an adaptive
+// ApplyKeyEffect applies one finished attempt of a job of the given cost
+// to its keys: the in-flight lease is ended on every key at e.Now
+// (admission.State.End: a window logs the start then, when its answer is
+// known to be in, and no longer counts it in flight), then the outcome's effects (an adaptive
 // key's probe upward, a pause and limit discovery, hints, cost
 // reconciliation) are applied.
 // Keys missing from states are ignored.
-func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, e KeyEffect) {
+func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, cost int64, e KeyEffect) {
 	scope := e.Scope
 	if len(scope) == 0 {
 		scope = jobKeys
@@ -170,7 +177,7 @@ func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, e KeyE
 			// Its in-flight count is not kept in its row (see
 			// admission.Config.Unpaced): nothing to release.
 		} else {
-			st.Release()
+			st.End(e.Now, cost)
 		}
 		inScope := slices.Contains(scope, name)
 		switch {

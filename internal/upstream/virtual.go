@@ -20,6 +20,39 @@ type Virtual struct {
 	// concurrency slot (MaxConcurrent): each slot is freed when its
 	// answer arrives, as the server frees it when its handler returns.
 	holds []time.Time
+	// transit is the sender's side of a request's trip (see SetTransit),
+	// drawn from its own generator so that setting it leaves the route's
+	// latency and fault draws as they were.
+	transit     Latency
+	transitRand *lockedRand
+}
+
+// SetTransit makes every request sent to v take a delay drawn from l
+// (Fixed plus a uniform [0, Jitter)) between the sender's decision to
+// send it and its arrival at the route: what a real sender spends
+// between admitting a start and the upstream counting it (committing the
+// lease, starting the handler, signing, sending, the network), which
+// varies by tens of ms on a loaded machine. The zero Latency (the
+// default) means requests arrive the instant they are sent. Draws are
+// seeded from NewVirtual's seed.
+func (v *Virtual) SetTransit(l Latency) error {
+	if l.Fixed < 0 || l.Jitter < 0 {
+		return fmt.Errorf("upstream: transit %+v: want durations >= 0", l)
+	}
+	v.transit = l
+	return nil
+}
+
+// Arrival returns when a request sent at sent arrives at the route: sent
+// plus a transit drawn as SetTransit says. Requests sent in order may
+// arrive out of order; the caller answers each with Answer at its
+// arrival, in arrival order.
+func (v *Virtual) Arrival(sent time.Time) time.Time {
+	d := v.transit.Fixed
+	if j := v.transit.Jitter; j > 0 {
+		d += time.Duration(v.transitRand.Int64N(int64(j)))
+	}
+	return sent.Add(d)
 }
 
 // NewVirtual returns rc answered in virtual time, its schedule of limit
@@ -31,7 +64,7 @@ func NewVirtual(rc RouteConfig, epoch time.Time, seed uint64) (*Virtual, error) 
 		return nil, fmt.Errorf("upstream: virtual route: %w", err)
 	}
 	s := &Server{cfg: Config{}.WithDefaults(), rand: newLockedRand(seed)}
-	return &Virtual{s: s, rt: newRoute(rc, nil, epoch, 1<<20, 600)}, nil
+	return &Virtual{s: s, rt: newRoute(rc, nil, epoch, 1<<20, 600), transitRand: newLockedRand(seed ^ 0x5eed7a417)}, nil
 }
 
 // Answer decides a request arriving at now and returns its status, its

@@ -334,8 +334,8 @@ type stored struct {
 
 // LimitConfig is the admission configuration of the record's limit key.
 // For the default window shape it is [admission.UpstreamWindow]: a sliding
-// window of the declared limit per period, lengthened by a jitter guard,
-// and a bucket at the rate less headroom with half the declared burst
+// window of exactly the declared limit per period (it counts a start until
+// its finish: see admission.State.End), and a bucket at the rate less headroom with half the declared burst
 // (rounded up) that spreads the window's starts; it never overruns a
 // sliding window of the declared limit. For a fixed window it is
 // [admission.UpstreamFixedWindow]: a guarded fixed window of the declared

@@ -132,8 +132,8 @@ func TestRegistryPutConfiguresLimitKey(t *testing.T) {
 	if err != nil || k.Rate != 10*(1-DefaultHeadroom) || k.Burst != 5 || k.Concurrency != 4 {
 		t.Fatalf("limit key = %+v, %v; want 9.7/s, burst 5, concurrency 4", k, err)
 	}
-	if len(k.Windows) != 1 || k.Windows[0].Limit != 600 || k.Windows[0].Period != time.Minute+admission.JitterGuard(time.Minute, DefaultHeadroom) {
-		t.Fatalf("limit key windows = %+v; want 600 per 1m plus the jitter guard", k.Windows)
+	if len(k.Windows) != 1 || k.Windows[0].Limit != 600 || k.Windows[0].Period != time.Minute {
+		t.Fatalf("limit key windows = %+v; want 600 per 1m, exactly", k.Windows)
 	}
 	if rec.Rate.Shape != ShapeWindow {
 		t.Fatalf("stored shape %q, want the window default", rec.Rate.Shape)

@@ -79,7 +79,7 @@ const endAttemptsSQL = `WITH u AS (
 	FROM u JOIN locked ON locked.id = u.id
 	WHERE jobs.id = u.id AND jobs.state = 'running' AND jobs.lease_token = u.token
 		AND (u.expired_by IS NULL OR jobs.lease_expires_at <= u.expired_by) AND (u.attempt = 0 OR jobs.attempt = u.attempt)
-	RETURNING jobs.id, jobs.limit_keys, jobs.group_id`
+	RETURNING jobs.id, jobs.limit_keys, jobs.group_id, jobs.cost`
 
 // EndAttempts ends every transition's attempt with one statement and, in
 // the same round trip, locks the limit keys of all the jobs, after them and
@@ -128,14 +128,14 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 		return nil, err
 	}
 	type ended struct {
-		keys  []string
-		group int64
+		keys        []string
+		group, cost int64
 	}
 	got := make(map[string]ended, n)
 	for rows.Next() {
 		var id string
 		var e ended
-		if err := rows.Scan(&id, &e.keys, &e.group); err != nil {
+		if err := rows.Scan(&id, &e.keys, &e.group, &e.cost); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -148,7 +148,7 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	out := make([]store.Ended, n)
 	for i, id := range ids {
 		e, ok := got[id]
-		out[i] = store.Ended{Keys: e.keys, Group: e.group, Conflict: !ok}
+		out[i] = store.Ended{Keys: e.keys, Group: e.group, Cost: e.cost, Conflict: !ok}
 	}
 	keys, err := collectKeys(br.Query())
 	if err != nil {
@@ -250,7 +250,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job,
 			return err
 		}
 		if j.State == job.StateRunning {
-			if err := releaseKeys(ctx, tx, j.LimitKeys); err != nil {
+			if err := releaseKeys(ctx, tx, j.LimitKeys, now, j.Cost); err != nil {
 				return err
 			}
 		}
@@ -263,8 +263,10 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job,
 	return out, nil
 }
 
-// releaseKeys ends one lease in flight on each named key.
-func releaseKeys(ctx context.Context, q querier, names []string) error {
+// releaseKeys ends one lease in flight on each named key at now, for a
+// start of the given cost (admission.State.End: its request may have gone
+// out, so its windows log it now).
+func releaseKeys(ctx context.Context, q querier, names []string, now time.Time, cost int64) error {
 	states, err := lockKeys(ctx, q, names, nil, false)
 	if err != nil {
 		return err
@@ -274,7 +276,7 @@ func releaseKeys(ctx context.Context, q querier, names []string) error {
 		if st.Unpaced() {
 			continue // its in-flight count is derived, not kept
 		}
-		st.Release()
+		st.End(now, cost)
 		save = append(save, st)
 	}
 	return saveKeys(ctx, q, save)

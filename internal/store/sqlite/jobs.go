@@ -253,7 +253,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job,
 			return err
 		}
 		if j.State == job.StateRunning {
-			if err := s.releaseKeys(tx, j.LimitKeys); err != nil {
+			if err := s.releaseKeys(tx, j.LimitKeys, now, j.Cost); err != nil {
 				return err
 			}
 		}
@@ -263,7 +263,10 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job,
 	return out, err
 }
 
-func (s *Store) releaseKeys(tx *sql.Tx, names []string) error {
+// releaseKeys ends one lease in flight on each named key at now, for a
+// start of the given cost (admission.State.End: its request may have gone
+// out, so its windows log it now).
+func (s *Store) releaseKeys(tx *sql.Tx, names []string, now time.Time, cost int64) error {
 	states, err := s.loadKeys(tx, names)
 	if err != nil {
 		return err
@@ -273,7 +276,7 @@ func (s *Store) releaseKeys(tx *sql.Tx, names []string) error {
 		if st.Unpaced() {
 			continue // its in-flight count is derived, not kept
 		}
-		st.Release()
+		st.End(now, cost)
 		save = append(save, st)
 	}
 	return s.saveKeys(tx, save)

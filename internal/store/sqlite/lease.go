@@ -223,7 +223,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	out := make([]store.Ended, len(ts))
 	for i, t := range ts {
-		keys, group, err := o.endAttempt(t)
+		keys, group, cost, err := o.endAttempt(t)
 		if errors.Is(err, store.ErrConflict) {
 			out[i].Conflict = true
 			continue
@@ -231,14 +231,14 @@ func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i].Keys, out[i].Group = keys, group
+		out[i].Keys, out[i].Group, out[i].Cost = keys, group, cost
 	}
 	return out, nil
 }
 
-func (o *txOps) endAttempt(t store.Transition) ([]string, int64, error) {
+func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	var keys string
-	var group int64
+	var group, cost int64
 	now := t.Keys.Now
 	var finished any
 	if t.To.Final() {
@@ -249,21 +249,21 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, error) {
 		lease_token = NULL, lease_expires_at = NULL, finished_at = ?9, updated_at = ?10, history = `+appendHistory+`
 		WHERE id = ?11 AND state = 'running' AND lease_token = ?12 AND (?13 = 0 OR attempt = ?13)
 			AND (?14 IS NULL OR lease_expires_at <= ?14)
-		RETURNING limit_keys, group_id`,
+		RETURNING limit_keys, group_id, cost`,
 		recordJSON(t.Record), t.To, t.Reason, ns(t.EligibleAt), t.Attempts.Congestion, t.Attempts.Transient,
 		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), t.ID, t.LeaseToken, t.Record.Attempt,
-		nullNS(t.LeaseExpiredBy)).Scan(&keys, &group)
+		nullNS(t.LeaseExpiredBy)).Scan(&keys, &group, &cost)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, 0, store.ErrConflict
+		return nil, 0, 0, store.ErrConflict
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	var names []string
 	if err := jsonStrings(keys, &names); err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	return names, group, nil
+	return names, group, cost, nil
 }
 
 func (o *txOps) GroupReady(group int64, at time.Time) error { return o.s.groupReady(o.tx, group, at) }

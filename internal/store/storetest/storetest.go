@@ -84,6 +84,7 @@ func Run(t *testing.T, open Opener) {
 	maps.Copy(tests, batchCases)
 	maps.Copy(tests, insertCases)
 	maps.Copy(tests, batchSettleCases)
+	maps.Copy(tests, flightCases)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,68 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// flightCases are the cases of a window's starts in flight.
+var flightCases = map[string]func(*testing.T, Opener){
+	"WindowCountsUntilFinish": testWindowCountsUntilFinish,
+}
+
+// testWindowCountsUntilFinish checks, on every driver, that a window
+// counts a start from its lease until its finish and logs it at the
+// finish (admission.State.End), so that a request that reaches the
+// upstream late cannot share an upstream window with one leased a period
+// later: a sliding window of 2 per second still full of two running jobs
+// 1.5 s after their lease; freed one period after each finish, be it a
+// success or a cancel; and a fixed window of 1 per aligned second that
+// carries a job running across the second into the next window and
+// counts it there when it finishes. The key's flights round-trip through
+// the driver between every call.
+func testWindowCountsUntilFinish(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	setLimit(t, s, admission.Config{Name: "slide", Windows: []admission.Window{{Limit: 2, Period: time.Second}}})
+	setLimit(t, s, admission.Config{Name: "fixed", Windows: []admission.Window{{Limit: 1, Period: time.Second, Fixed: true}}})
+	var slide []*job.Job
+	for range 4 {
+		slide = append(slide, NewJob("acme", job.LaneBatch, "slide"))
+	}
+	insert(t, s, slide...)
+	at := func(ms int) time.Time { return T0.Add(time.Duration(ms) * time.Millisecond) } // T0 is on a whole second
+	leaseN := func(ms, want int) []*job.Job {
+		t.Helper()
+		got := lease(t, s, at(ms), 10)
+		if len(got) != want {
+			t.Fatalf("lease at +%dms admitted %d jobs, want %d", ms, len(got), want)
+		}
+		return got
+	}
+	first := leaseN(0, 2)
+	leaseN(1500, 0) // both still running: the upstream may not have counted them yet
+	mustOK(t, finish(t, s, success(first[0], at(1600))))
+	if _, err := s.Cancel(ctx, first[1].ID, at(1700)); err != nil {
+		t.Fatal(err)
+	}
+	leaseN(2500, 0) // logged at +1.6 s and +1.7 s
+	leaseN(2600, 1)
+	leaseN(2700, 1)
+	if k, err := s.GetLimit(ctx, "slide"); err != nil || k.InFlight != 2 {
+		t.Fatalf("slide key in flight = %d, %v; want 2", k.InFlight, err)
+	}
+
+	long, next := NewJob("acme", job.LaneBatch, "fixed"), NewJob("acme", job.LaneBatch, "fixed")
+	long.EligibleAt, next.EligibleAt = at(10_900), at(10_900)
+	insert(t, s, long)
+	running := leaseN(10_900, 1) // counted in [10 s, 11 s)
+	insert(t, s, next)
+	leaseN(11_200, 0) // still running: it may arrive in [11 s, 12 s)
+	mustOK(t, finish(t, s, success(running[0], at(11_300))))
+	leaseN(11_500, 0) // it finished in [11 s, 12 s): counted there
+	leaseN(12_000, 1)
+}
