@@ -15,6 +15,7 @@ import (
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/llmbatch"
+	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/upstream"
@@ -26,8 +27,13 @@ import (
 // that holds a TODO it reports a finding anchored on that line (which the
 // pipeline's verification accepts), and one invented finding on a line
 // the diff does not show (which it quarantines). It reads only the prompt
-// the batch lane built, so it is deterministic.
+// the batch lane built, so it is deterministic. Like a model asked for free
+// text, it answers prose unless the request asked for structured output
+// with the findings schema (which the lane's validation then refuses).
 func batchAnswer(r upstream.LLMRequest) string {
+	if !sameJSON(r.Schema, finding.StrictSchema()) {
+		return "I looked at the diff and found one unfinished TODO."
+	}
 	var fs []map[string]any
 	path := ""
 	line := regexp.MustCompile(`^L(\d+): \+(.*)$`)
@@ -51,6 +57,17 @@ func batchAnswer(r upstream.LLMRequest) string {
 		"message": "invented", "evidence": "nothing", "suggestion": nil, "confidence": 0.1})
 	b, _ := json.Marshal(map[string]any{"findings": fs})
 	return string(b)
+}
+
+// sameJSON reports whether a and b hold equal JSON values.
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
 }
 
 // batchDiff is review n of a sweep: two files, the first with a TODO; one
@@ -285,7 +302,9 @@ func TestBatchSweepEndToEnd(t *testing.T) {
 
 // TestBatchDeadlineAndCancel: a batch whose deadline is too close sends
 // nothing and ends its items deadline_exceeded; a cancelled batch ends its
-// items canceled. Both reviews end terminal with the reason.
+// items canceled. Both reviews end terminal with the reason. (The intake
+// refuses such a batch by default; on_overload queue accepts it, as a
+// batch whose prediction went wrong would be.)
 func TestBatchDeadlineAndCancel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -305,7 +324,7 @@ func TestBatchDeadlineAndCancel(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Stop(context.Background()) })
 	late, err := rv.SubmitBatch(ctx, review.BatchRequest{Region: "us", Deadline: time.Now().Add(10 * time.Minute),
-		Reviews: []review.BatchReview{{Diff: []byte(batchDiff(0))}}})
+		OnOverload: "queue", Reviews: []review.BatchReview{{Diff: []byte(batchDiff(0))}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/llmbatch"
 	"github.com/ratelane/ratelane/internal/review/batchapi"
@@ -32,7 +33,8 @@ type BatchConfig struct {
 	// default 1 min.
 	PollInterval time.Duration
 	// MinTurnaround: a pending item is not sent when the batch's deadline
-	// is closer than this; default 1 h.
+	// is closer than this; default 1 h. It is also the turnaround of one
+	// provider batch in the intake prediction (SubmitBatch).
 	MinTurnaround time.Duration
 	// SettleGroup is how many of a provider batch's results are recorded
 	// per store write; default 128 (batchlane.DefaultSettleGroup).
@@ -67,7 +69,19 @@ type BatchRequest struct {
 	// MaxAttempts bounds the provider batches one item may go out in;
 	// default 3.
 	MaxAttempts int
+	// OnOverload is what a manifest predicted to finish past its
+	// Deadline gets: "reject" (the default: a *BatchLateError), "degrade"
+	// (planned at depth fast when that finishes in time) or "queue"
+	// (accepted anyway).
+	OnOverload string
 }
+
+// BatchLateError is SubmitBatch's refusal of a manifest predicted to
+// finish past its deadline.
+type BatchLateError = batchlane.LateError
+
+// BatchIntake is the predicted completion a batch was accepted with.
+type BatchIntake = batchlane.Intake
 
 // BatchStatus is a batch's progress: item counts by state, the manifest
 // summary and, from GetBatch, its provider batches.
@@ -125,6 +139,13 @@ const objectsPerWrite = 256
 // write through the region's writer), then the batch and its items. The
 // items go to the provider's batch API; each review is aggregated and
 // published once when its items are final.
+//
+// Before anything is stored, the manifest's completion is predicted
+// (admission.PredictCompletion: the submit key's wait, the lane's work
+// ahead for the same profile, the provider's batch queue limits, one
+// MinTurnaround per round) and a manifest that would finish past its
+// deadline is refused, degraded or accepted late by r.OnOverload
+// (batchlane.Admit). The prediction is kept in the batch's summary.
 func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, error) {
 	rt, err := p.runtime(r.Region)
 	if err != nil {
@@ -133,6 +154,12 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 	e, err := rt.batchProvider(r.Provider)
 	if err != nil {
 		return BatchStatus{}, err
+	}
+	switch r.OnOverload {
+	case "", batchlane.OverloadReject, batchlane.OverloadDegrade, batchlane.OverloadQueue:
+	default:
+		return BatchStatus{}, &reviewapi.InputError{Field: "on_overload",
+			Err: fmt.Errorf("on_overload must be reject, degrade or queue, not %q", r.OnOverload)}
 	}
 	m := batchlane.Manifest{ID: uuid.Must(uuid.NewV7()).String(), Region: rt.region, Tenant: r.Tenant, Profile: e.Profile,
 		Deadline: r.Deadline, MaxAttempts: r.MaxAttempts, MaxPartTokens: rt.cfg.MaxPartTokens, Now: rt.r.Config().Now()}
@@ -151,8 +178,12 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 			return BatchStatus{}, err
 		}
 	}
-	plan, err := batchlane.NewPlan(m, func() string { return uuid.Must(uuid.NewV7()).String() })
+	newID := func() string { return uuid.Must(uuid.NewV7()).String() }
+	plan, err := batchlane.NewPlan(m, newID)
 	if err != nil {
+		return BatchStatus{}, err
+	}
+	if plan, err = rt.admitBatch(ctx, e, m, plan, r.OnOverload, newID); err != nil {
 		return BatchStatus{}, err
 	}
 	// A few hundred objects per write: one write each made a 1,000-review
@@ -171,6 +202,77 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 	}
 	rt.r.Notify()
 	return rt.batchStatus(ctx, plan.Batch.ID)
+}
+
+// admitBatch predicts the plan's completion and applies the manifest's
+// on_overload policy: the plan to store (at depth fast when degraded),
+// with the prediction in its summary, or a *BatchLateError.
+func (rt *regionRT) admitBatch(ctx context.Context, e batchlane.Entry, m batchlane.Manifest, plan batchlane.Plan, policy string,
+	newID func() string) (batchlane.Plan, error) {
+	in, err := rt.batchLoad(ctx, e)
+	if err != nil {
+		return plan, fmt.Errorf("review: predict batch completion: %w", err)
+	}
+	in.Work = plan.Work()
+	var fast batchlane.Plan
+	intake, depth, err := batchlane.Admit(policy, m.Now, plan.Batch.Deadline, batchlane.SubmitKey(e.Profile), in,
+		func() (admission.BatchWork, error) {
+			f := m
+			f.Depth = pipeline.DepthFast
+			var err error
+			fast, err = batchlane.NewPlan(f, newID)
+			return fast.Work(), err
+		})
+	if err != nil {
+		return plan, err
+	}
+	if depth == pipeline.DepthFast {
+		plan = fast
+	}
+	return plan, plan.SetIntake(intake)
+}
+
+// batchLoad is the region's batch lane as a new manifest of profile e
+// meets it: the wait of its submission on the submit key (the one queue
+// wait prediction, engine.Jobs.PredictWait), the items of the profile's
+// running batches that are not final (and their share of those batches'
+// estimated tokens), the provider's queue limits and the turnaround of
+// one provider batch.
+func (rt *regionRT) batchLoad(ctx context.Context, e batchlane.Entry) (admission.CompletionInput, error) {
+	cfg := rt.r.Config()
+	sub, err := rt.r.Jobs().PredictWait(ctx, engine.PredictParams{Kind: KindBatchSubmit, Lane: ratelane.LaneBatch,
+		Keys: []string{batchlane.SubmitKey(e.Profile)}, Default: cfg.DefaultLimit})
+	if err != nil {
+		return admission.CompletionInput{}, err
+	}
+	lim := e.Batch.Limits()
+	in := admission.CompletionInput{Submit: sub, Queue: admission.BatchWork{Requests: lim.QueueRequests, Tokens: lim.QueueTokens},
+		Turnaround: rt.cfg.Batch.MinTurnaround}
+	if in.Turnaround <= 0 {
+		in.Turnaround = batchlane.DefaultMinTurnaround
+	}
+	before := ""
+	for {
+		bs, err := rt.st.ListBatches(ctx, store.BatchListParams{State: store.BatchRunning, Before: before, Limit: store.MaxListLimit})
+		if err != nil {
+			return admission.CompletionInput{}, err
+		}
+		for _, b := range bs {
+			open := int64(b.Counts.Pending + b.Counts.Submitted)
+			if b.Provider != e.Profile.Name || open == 0 {
+				continue
+			}
+			sum, _ := batchlane.DecodeSummary(b.Summary) // the plug-in's own; an old one counts no tokens
+			in.Ahead.Requests += open
+			if sum.Items > 0 {
+				in.Ahead.Tokens += sum.Tokens * open / int64(sum.Items)
+			}
+		}
+		if len(bs) < store.MaxListLimit {
+			return in, nil
+		}
+		before = bs[len(bs)-1].ID
+	}
 }
 
 func (rt *regionRT) batchProvider(name string) (batchlane.Entry, error) {

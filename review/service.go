@@ -119,7 +119,8 @@ func (s service) Providers(_ context.Context, region string) ([]reviewapi.Provid
 type batchService struct{ p *Plugin }
 
 func (s batchService) SubmitBatch(ctx context.Context, sub batchapi.Submission) (batchapi.Batch, error) {
-	req := BatchRequest{Region: sub.Region, Tenant: sub.Tenant, Provider: sub.Provider, Deadline: sub.Deadline, MaxAttempts: sub.MaxAttempts}
+	req := BatchRequest{Region: sub.Region, Tenant: sub.Tenant, Provider: sub.Provider, Deadline: sub.Deadline, MaxAttempts: sub.MaxAttempts,
+		OnOverload: sub.OnOverload}
 	for _, r := range sub.Reviews {
 		req.Reviews = append(req.Reviews, BatchReview{Repo: r.Repo, Change: r.Change, BaseSHA: r.BaseSHA, HeadSHA: r.HeadSHA,
 			Diff: r.Diff, Publish: r.Publish})

@@ -81,7 +81,7 @@ func showBatch(done string) func(io.Writer, []string, []byte) error {
 }
 
 func batchesCreate() apiCall {
-	var region, provider, tenant, deadline, repo string
+	var region, provider, tenant, deadline, repo, onOverload string
 	var maxAttempts int
 	var diffs stringList
 	return apiCall{name: "batches create", usage: "--diff FILE [--diff FILE...] --region R [flags]",
@@ -94,6 +94,7 @@ func batchesCreate() apiCall {
 			fs.StringVar(&deadline, "deadline", "", "RFC 3339 time by which every item must be final (default 48h from now)")
 			fs.StringVar(&repo, "repo", "", "the repository of every review, e.g. acme/app")
 			fs.IntVar(&maxAttempts, "max-attempts", 0, "provider batches one item may go out in (server default 3)")
+			fs.StringVar(&onOverload, "on-overload", "", "when the batch is predicted to finish past its deadline: reject (server default), degrade (depth fast) or queue")
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
 			if region == "" {
@@ -115,7 +116,7 @@ func batchesCreate() apiCall {
 				reviews = append(reviews, rv)
 			}
 			b := map[string]any{"region": region, "reviews": reviews}
-			for k, v := range map[string]string{"provider": provider, "tenant": tenant, "deadline": deadline} {
+			for k, v := range map[string]string{"provider": provider, "tenant": tenant, "deadline": deadline, "on_overload": onOverload} {
 				if v != "" {
 					b[k] = v
 				}

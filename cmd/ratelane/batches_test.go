@@ -113,4 +113,17 @@ func TestBatchesVerbs(t *testing.T) {
 	api.fails(t, 2, []string{"--region is required"}, "batches", "create", "--diff", files[0])
 	api.fails(t, 2, []string{"--diff FILE is required"}, "batches", "create", "--region", "eu")
 	api.fails(t, 1, []string{"reviews[0].diff"}, "batches", "create", "--region", "eu", "--diff", "/dev/null")
+	// Ten minutes is less than one provider batch's turnaround (1 h): the
+	// intake refuses it on deadline, unless told to queue it anyway.
+	soon := time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339)
+	api.fails(t, 1, []string{"400", "deadline", "idle lane"}, "batches", "create", "--region", "eu", "--diff", files[0], "--deadline", soon)
+	var late struct {
+		Summary struct {
+			Intake struct{ Late bool } `json:"intake"`
+		} `json:"summary"`
+	}
+	api.okJSON(t, &late, "batches", "create", "--region", "eu", "--diff", files[0], "--deadline", soon, "--on-overload", "queue")
+	if !late.Summary.Intake.Late {
+		t.Fatalf("--on-overload queue: intake %+v, want late", late.Summary.Intake)
+	}
 }

@@ -28,6 +28,9 @@ func TestExampleConfigLoads(t *testing.T) {
 		len(cfg.Limits) != 2 || cfg.InteractiveBudget != 30*time.Second || cfg.BatchBudget != 24*time.Hour {
 		t.Fatalf("example config read as addr %s, %+v", f.addr, cfg)
 	}
+	if f.batchLane.PollInterval != time.Minute || f.batchLane.MinTurnaround != time.Hour {
+		t.Fatalf("example batch_lane read as %+v", f.batchLane)
+	}
 	dir := t.TempDir()
 	cfg.DataDir = dir
 	for i := range cfg.Regions {

@@ -33,9 +33,10 @@ func init() {
 // registerReviews enables reviews in every served region: a region the
 // config file's providers section names gets exactly the providers listed
 // there (the first is its default); every other region the offline rules
-// provider (profile "rules"), so a server reviews with no network. A bad
+// provider (profile "rules"), so a server reviews with no network. Every
+// region's batch lane gets batch (the config file's batch_lane). A bad
 // entry is an error naming the config file and the field.
-func registerReviews(cfg *ratelane.Config, section map[string][]providerConfig, keys keySource, file string) error {
+func registerReviews(cfg *ratelane.Config, section map[string][]providerConfig, batch review.BatchConfig, keys keySource, file string) error {
 	served := make([]string, 0, len(cfg.Regions))
 	for _, r := range cfg.Regions {
 		served = append(served, r.Name)
@@ -47,14 +48,14 @@ func registerReviews(cfg *ratelane.Config, section map[string][]providerConfig, 
 	rc := review.Config{Regions: map[string]review.RegionConfig{}}
 	for _, r := range cfg.Regions {
 		if ps, ok := configured[r.Name]; ok {
-			rc.Regions[r.Name] = review.RegionConfig{Providers: ps}
+			rc.Regions[r.Name] = review.RegionConfig{Providers: ps, Batch: batch}
 			continue
 		}
 		p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: r.Name})
 		if err != nil {
 			continue // a region name the client will refuse with its own message
 		}
-		rc.Regions[r.Name] = review.RegionConfig{Providers: []review.Provider{p}}
+		rc.Regions[r.Name] = review.RegionConfig{Providers: []review.Provider{p}, Batch: batch}
 	}
 	cfg.Plugins = append(cfg.Plugins, review.New(rc))
 	return nil

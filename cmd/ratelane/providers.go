@@ -51,6 +51,11 @@ type providerConfig struct {
 	TPM         float64 `json:"tpm"`
 	RequestsKey string  `json:"requests_key"`
 	TokensKey   string  `json:"tokens_key"`
+	// BatchQueueRequests and BatchQueueTokens are the account's batch
+	// queue limits at the provider (requests, enqueued tokens), which the
+	// batch lane's intake predicts completion from; 0 keeps the default.
+	BatchQueueRequests int64 `json:"batch_queue_requests"`
+	BatchQueueTokens   int64 `json:"batch_queue_tokens"`
 }
 
 // keySource is where provider keys are read from: the process environment
@@ -125,7 +130,7 @@ func (pc providerConfig) provider(region string, keys keySource) (review.Provide
 	}
 	prof := review.Profile{Name: pc.Name, Kind: pc.Kind, Region: pc.Region, Model: pc.Model, BaseURL: pc.BaseURL,
 		MaxOutputTokens: pc.MaxOutputTokens, RequestsKey: pc.RequestsKey, TokensKey: pc.TokensKey,
-		RequestsPerMinute: pc.RPM, TokensPerMinute: pc.TPM}
+		RequestsPerMinute: pc.RPM, TokensPerMinute: pc.TPM, BatchQueueRequests: pc.BatchQueueRequests, BatchQueueTokens: pc.BatchQueueTokens}
 	if prof.BaseURL == "" {
 		prof.BaseURL = pc.Endpoint
 	}

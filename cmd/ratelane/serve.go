@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/review"
 	"github.com/ratelane/ratelane/webhooks"
 )
 
@@ -52,8 +53,10 @@ type serverFlags struct {
 	allowPrivate bool
 	// ui serves the dashboard under /ui/.
 	ui bool
-	// providers is the config file's providers section.
+	// providers is the config file's providers section; batchLane its
+	// batch lane settings, for every region.
 	providers map[string][]providerConfig
+	batchLane review.BatchConfig
 }
 
 // multiFlag collects a repeatable flag.
@@ -97,6 +100,20 @@ type fileConfig struct {
 	AllowPrivateTargets bool `json:"allow_private_targets"`
 	// Providers are the review providers of each region (providers.go).
 	Providers map[string][]providerConfig `json:"providers"`
+	// BatchLane tunes the batch lane of every region's reviews.
+	BatchLane batchLaneConfig `json:"batch_lane"`
+}
+
+// batchLaneConfig is the config file's batch_lane section (durations such
+// as "1m"; empty keeps the default).
+type batchLaneConfig struct {
+	// PollInterval is the wait between polls of a running provider batch
+	// (default 1m).
+	PollInterval string `json:"poll_interval"`
+	// Turnaround is how long one provider batch is expected to take: no
+	// item is sent closer to its deadline, and the intake predicts a
+	// manifest's completion in rounds of it (default 1h).
+	Turnaround string `json:"turnaround"`
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -156,15 +173,20 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 	f.allowPrivate = f.allowPrivate || fc.AllowPrivateTargets
 	f.providers = fc.Providers
 	for _, d := range []struct {
-		s   string
-		dst *time.Duration
-	}{{fc.InteractiveBudget, &cfg.InteractiveBudget}, {fc.BatchBudget, &cfg.BatchBudget}} {
+		field, s string
+		dst      *time.Duration
+	}{{"interactive_budget", fc.InteractiveBudget, &cfg.InteractiveBudget}, {"batch_budget", fc.BatchBudget, &cfg.BatchBudget},
+		{"batch_lane.poll_interval", fc.BatchLane.PollInterval, &f.batchLane.PollInterval},
+		{"batch_lane.turnaround", fc.BatchLane.Turnaround, &f.batchLane.MinTurnaround}} {
 		if d.s == "" {
 			continue
 		}
 		v, err := time.ParseDuration(d.s)
 		if err != nil {
-			return fmt.Errorf("config %s: %w", f.config, err)
+			return fmt.Errorf("config %s: %s: %w", f.config, d.field, err)
+		}
+		if v <= 0 && strings.HasPrefix(d.field, "batch_lane.") {
+			return fmt.Errorf("config %s: %s: want a positive duration such as 1m, not %q", f.config, d.field, d.s)
 		}
 		*d.dst = v
 	}
@@ -277,5 +299,5 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // file's providers.
 func registerBuiltins(cfg *ratelane.Config, f *serverFlags) error {
 	cfg.Plugins = append(cfg.Plugins, webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: f.allowPrivate}))
-	return registerReviews(cfg, f.providers, osKeys, f.config)
+	return registerReviews(cfg, f.providers, f.batchLane, osKeys, f.config)
 }

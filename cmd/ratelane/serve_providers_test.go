@@ -82,53 +82,9 @@ func TestServeConfiguredProviders(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs syncBuffer
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	exited := make(chan error, 1)
-	go func() {
-		code := run(ctx, []string{"serve", "--config", cfgPath, "--addr", addr, "--ui"}, &logs, &logs)
-		exited <- fmt.Errorf("exit %d", code)
-	}()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-exited
-		}
-	}
-	defer stop()
-	base := "http://" + addr
-	waitServing(t, base, exited, &logs)
-
-	var seen bytes.Buffer // every answer body, checked for the keys at the end
-	call := func(method, path string, body any) (int, []byte) {
-		t.Helper()
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, _ := http.NewRequest(method, base+path, rd)
-		req.Header.Set("Authorization", "Bearer "+liveAdminKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		seen.WriteString(method + " " + path + "\n")
-		seen.Write(out)
-		return resp.StatusCode, out
-	}
-	decode := func(b []byte, v any) {
-		t.Helper()
-		if err := json.Unmarshal(b, v); err != nil {
-			t.Fatalf("%v:\n%s", err, b)
-		}
-	}
+	n := startServe(t, cfgPath)
+	defer n.stop()
+	call, decode := n.call, n.decode
 
 	// The listing: both providers, the first the default, no key.
 	code, body := call("GET", "/v1/reviews/providers", nil)
@@ -267,22 +223,95 @@ func TestServeConfiguredProviders(t *testing.T) {
 			tk.Tokens, unreconciled, body)
 	}
 
-	// Nothing shows a key: the API answers read above, the metrics, the
-	// dashboard, the discovery document, the logs, serve --help.
-	for _, path := range []string{"/v1", "/v1/limits?region=us", "/metrics", "/ui/", "/v1/openapi.json"} {
-		call("GET", path, nil)
+	n.checkNoKeys(t, serveOpenAIKey, serveAnthropicKey)
+}
+
+// servedNode is ratelane serve run in-process (the command's own path) by
+// startServe, with an admin client that records every answer.
+type servedNode struct {
+	t      *testing.T
+	base   string
+	logs   *syncBuffer
+	seen   bytes.Buffer // every answer body, checked for keys by checkNoKeys
+	cancel context.CancelFunc
+	exited chan error
+	done   bool
+}
+
+// startServe runs serve with the config file at cfgPath (and the
+// dashboard) on a free port, and waits until it answers.
+func startServe(t *testing.T, cfgPath string) *servedNode {
+	t.Helper()
+	n := &servedNode{t: t, base: "http://" + freeAddr(t), logs: &syncBuffer{}, exited: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() {
+		code := run(ctx, []string{"serve", "--config", cfgPath, "--addr", strings.TrimPrefix(n.base, "http://"), "--ui"}, n.logs, n.logs)
+		n.exited <- fmt.Errorf("exit %d", code)
+	}()
+	waitServing(t, n.base, n.exited, n.logs)
+	return n
+}
+
+// stop shuts the server down and waits for run to return; idempotent.
+func (n *servedNode) stop() {
+	if !n.done {
+		n.done = true
+		n.cancel()
+		<-n.exited
 	}
-	stop()
+}
+
+// call sends a request with the admin key and returns the status and body.
+func (n *servedNode) call(method, path string, body any) (int, []byte) {
+	n.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, n.base+path, rd)
+	req.Header.Set("Authorization", "Bearer "+liveAdminKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	n.seen.WriteString(method + " " + path + "\n")
+	n.seen.Write(out)
+	return resp.StatusCode, out
+}
+
+// decode unmarshals an answer or fails the test showing it.
+func (n *servedNode) decode(b []byte, v any) {
+	n.t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		n.t.Fatalf("%v:\n%s", err, b)
+	}
+}
+
+// checkNoKeys reads the pages a key could leak into (the discovery
+// document, the limits, the metrics, the dashboard, the OpenAPI document),
+// stops the server, and fails if any key appears in an answer read so
+// far, the serve log or serve --help.
+func (n *servedNode) checkNoKeys(t *testing.T, keys ...string) {
+	t.Helper()
+	for _, path := range []string{"/v1", "/v1/limits?region=us", "/metrics", "/ui/", "/v1/openapi.json"} {
+		n.call("GET", path, nil)
+	}
+	n.stop()
 	var help bytes.Buffer
 	run(context.Background(), []string{"serve", "--help"}, &help, &help)
-	for what, text := range map[string]string{"the API answers": seen.String(), "the serve log": logs.String(), "serve --help": help.String()} {
-		for _, key := range []string{serveOpenAIKey, serveAnthropicKey} {
+	for what, text := range map[string]string{"the API answers": n.seen.String(), "the serve log": n.logs.String(), "serve --help": help.String()} {
+		for _, key := range keys {
 			if strings.Contains(text, key) {
 				t.Errorf("%s contain a provider key", what)
 			}
 		}
 	}
-	if !strings.Contains(logs.String(), "shutting down") || !strings.Contains(seen.String(), "ratelane_") {
-		t.Errorf("the leak check read no log or no metrics:\nlog:\n%s", logs.String())
+	if !strings.Contains(n.logs.String(), "shutting down") || !strings.Contains(n.seen.String(), "ratelane_") {
+		t.Errorf("the leak check read no log or no metrics:\nlog:\n%s", n.logs.String())
 	}
 }

@@ -59,3 +59,69 @@ func PredictWait(in WaitInput) Prediction {
 	}
 	return p
 }
+
+// BatchWork is an amount of batch-lane work: provider requests (batch
+// items) and their estimated tokens (prompt and answer cap).
+type BatchWork struct {
+	Requests int64
+	Tokens   int64
+}
+
+// CompletionInput is everything PredictCompletion uses: the wait of the
+// batch's submission (PredictWait's answer, so that there is one queue-wait
+// prediction) and what the provider's batch API can take at once.
+type CompletionInput struct {
+	// Submit is when the batch's first submission pass starts:
+	// PredictWait over the submit driver's limit key (its shapes, learned
+	// rate and pause, and the passes of other batches queued on it).
+	Submit Prediction
+	// Work is the new manifest; Ahead is what the lane already holds for
+	// the same provider profile (items pending or out at the provider),
+	// which goes out first.
+	Work, Ahead BatchWork
+	// Queue is the provider's processing-queue capacity: at most this
+	// much work is in its batches at once (Anthropic bounds requests in
+	// the processing queue, OpenAI enqueued tokens per model). A zero
+	// field is no bound.
+	Queue BatchWork
+	// Turnaround is how long one provider batch takes from creation to
+	// results (the lane's MinTurnaround).
+	Turnaround time.Duration
+}
+
+// Completion is a batch's predicted completion.
+type Completion struct {
+	// Submit is the submission pass's predicted wait.
+	Submit Prediction
+	// Rounds is how many provider-batch turnarounds the work ahead and
+	// the manifest take one after another through the provider's queue;
+	// at least 1.
+	Rounds int64
+	// Finish is the predicted time from now until every item of the
+	// manifest is final: Submit.Wait plus Rounds turnarounds, at most
+	// MaxAhead.
+	Finish time.Duration
+}
+
+// PredictCompletion estimates when a manifest sent to the batch lane is
+// done. Its submission starts after the submit key's predicted wait
+// (PredictWait: a paused or slow key, a backlog of other batches' passes);
+// then the provider runs batches in rounds: everything that fits in its
+// queue at once takes one turnaround, and the work ahead fills the queue
+// first. The estimate errs long where it must guess: items ahead that are
+// already out at the provider count as a whole round, and a round is a
+// full turnaround even when only a few items spill into it.
+func PredictCompletion(in CompletionInput) Completion {
+	rounds := int64(1)
+	for _, q := range [][2]int64{
+		{in.Ahead.Requests + in.Work.Requests, in.Queue.Requests},
+		{in.Ahead.Tokens + in.Work.Tokens, in.Queue.Tokens},
+	} {
+		if need, capacity := q[0], q[1]; capacity > 0 && need > 0 {
+			rounds = max(rounds, (need+capacity-1)/capacity)
+		}
+	}
+	c := Completion{Submit: in.Submit, Rounds: rounds}
+	c.Finish = min(MaxAhead, in.Submit.Wait+dur(float64(rounds)*float64(max(in.Turnaround, 0))))
+	return c
+}

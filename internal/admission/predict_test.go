@@ -34,3 +34,35 @@ func TestPredictWait(t *testing.T) {
 		}
 	}
 }
+
+func TestPredictCompletion(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// The submit key of a batch lane: one pass a minute, 30 passes queued.
+	slow := NewState(Config{Name: "batch-submit:openai:m", Rate: 1.0 / 60, Burst: 1})
+	submit := PredictWait(WaitInput{Now: now, Cost: 1, Keys: []KeyLoad{{State: slow, Ahead: 30}}, Served: true})
+	paused := NewState(Config{Name: "batch-submit:openai:m"})
+	paused.PausedUntil = now.Add(3 * time.Hour)
+	held := PredictWait(WaitInput{Now: now, Cost: 1, Keys: []KeyLoad{{State: paused}}, Served: true})
+	h := time.Hour
+	tests := []struct {
+		name   string
+		in     CompletionInput
+		rounds int64
+		finish time.Duration
+	}{
+		{"empty lane, no queue bound", CompletionInput{Work: BatchWork{500, 1e6}, Turnaround: h}, 1, h},
+		{"fits the queue with the work ahead", CompletionInput{Work: BatchWork{40, 0}, Ahead: BatchWork{60, 0}, Queue: BatchWork{Requests: 100}, Turnaround: h}, 1, h},
+		{"one over the request queue: a second round", CompletionInput{Work: BatchWork{41, 0}, Ahead: BatchWork{60, 0}, Queue: BatchWork{Requests: 100}, Turnaround: h}, 2, 2 * h},
+		{"the token queue decides", CompletionInput{Work: BatchWork{1, 2_500_000}, Ahead: BatchWork{1, 4_000_000}, Queue: BatchWork{Requests: 100, Tokens: 2_000_000}, Turnaround: h}, 4, 4 * h},
+		{"a slow submit key comes first", CompletionInput{Submit: submit, Work: BatchWork{1, 1}, Turnaround: h}, 1, 30*time.Minute + h},
+		{"a paused submit key", CompletionInput{Submit: held, Work: BatchWork{1, 1}, Turnaround: h}, 1, 4 * h},
+		{"saturates", CompletionInput{Work: BatchWork{1 << 40, 0}, Queue: BatchWork{Requests: 1}, Turnaround: h}, 1 << 40, MaxAhead},
+	}
+	for _, tt := range tests {
+		got := PredictCompletion(tt.in)
+		if got.Rounds != tt.rounds || got.Finish != tt.finish {
+			t.Errorf("%s: %d rounds, finish %v; want %d, %v", tt.name, got.Rounds, got.Finish, tt.rounds, tt.finish)
+		}
+	}
+}

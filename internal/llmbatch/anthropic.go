@@ -54,6 +54,11 @@ func anthropicRequest(it Item) anthropic.MessageBatchNewParamsRequest {
 	if it.Request.System != "" {
 		p.System = []anthropic.TextBlockParam{{Text: it.Request.System}}
 	}
+	if f := it.Request.Format; f != nil {
+		// Anthropic's structured outputs (output_config.format) take the
+		// schema alone; the name is OpenAI's.
+		p.OutputConfig = anthropic.OutputConfigParam{Format: anthropic.JSONOutputFormatParam{Schema: f.Schema}}
+	}
 	return anthropic.MessageBatchNewParamsRequest{CustomID: it.CustomID, Params: p}
 }
 

@@ -1,10 +1,12 @@
 package llmbatch_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/llmbatch"
+	"github.com/ratelane/ratelane/internal/review/finding"
 )
 
 // BenchmarkReconcile100k reconciles a full Anthropic-sized chunk (100,000
@@ -41,5 +43,37 @@ func BenchmarkEncodedSizeOpenAI(b *testing.B) {
 		if _, err := p.EncodedSize(it); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkEncodedSizeStructured sizes one review-sized item that asks for
+// the findings schema as structured output, for each provider, and
+// reports the bytes the schema adds to the item's line.
+func BenchmarkEncodedSizeStructured(b *testing.B) {
+	var schema map[string]any
+	if err := json.Unmarshal(finding.StrictSchema(), &schema); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range []llmbatch.Provider{llmbatch.NewOpenAI(llmbatch.Config{APIKey: "unused"}), llmbatch.NewAnthropic(llmbatch.Config{APIKey: "unused"})} {
+		b.Run(p.Name(), func(b *testing.B) {
+			plain := items("bench", 1)[0]
+			it := plain
+			it.Request.Format = &llmbatch.Format{Name: "review_findings_v1", Schema: schema}
+			without, err := p.EncodedSize(plain)
+			if err != nil {
+				b.Fatal(err)
+			}
+			with, err := p.EncodedSize(it)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(with-without), "schema-bytes/item")
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.EncodedSize(it); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -17,6 +17,27 @@ type Request struct {
 	Prompt string `json:"prompt"`
 	// MaxTokens caps the answer; required (Anthropic requires it in a batch).
 	MaxTokens int64 `json:"max_tokens"`
+	// Format, when set, asks for structured output: the answer is one JSON
+	// value matching Format.Schema. Each provider sends it in its own
+	// batch wire format (OpenAI: the body's response_format of type
+	// json_schema, strict; Anthropic: the params' output_config.format).
+	// Nil asks for free text. The answer is still validated by the caller:
+	// a provider that ignores the format must not make a bad answer pass.
+	Format *Format `json:"format,omitempty"`
+}
+
+// Format is a structured-output request: a named JSON Schema the answer
+// must match. The schema should be in the strict subset both providers
+// accept (every object closed with additionalProperties false and every
+// property required), as finding.StrictSchema is; the simulator refuses a
+// request whose schema is not, as OpenAI's strict mode does.
+type Format struct {
+	// Name names the schema (OpenAI's json_schema.name); it must match
+	// ^[a-zA-Z0-9_-]{1,64}$.
+	Name string `json:"name"`
+	// Schema is the JSON Schema object. It is only read (encoded), so one
+	// map may be shared by concurrent requests.
+	Schema map[string]any `json:"schema"`
 }
 
 // Item is one request of a manifest, named by a custom_id unique in the
@@ -35,8 +56,9 @@ var customIDPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 var ErrInvalidManifest = errors.New("invalid manifest")
 
 // ValidateItems checks that every custom_id matches ^[a-zA-Z0-9_-]{1,64}$
-// and is unique, and that every request names a model, a prompt and a
-// positive MaxTokens. The error names the first bad item by index.
+// and is unique, that every request names a model, a prompt and a
+// positive MaxTokens, and that a Format has a valid name and a schema.
+// The error names the first bad item by index.
 func ValidateItems(items []Item) error {
 	if len(items) == 0 {
 		return fmt.Errorf("%w: no items", ErrInvalidManifest)
@@ -54,6 +76,10 @@ func ValidateItems(items []Item) error {
 			return fmt.Errorf("%w: items[%d].request.prompt: required", ErrInvalidManifest, i)
 		case it.Request.MaxTokens < 1:
 			return fmt.Errorf("%w: items[%d].request.max_tokens: must be at least 1, got %d", ErrInvalidManifest, i, it.Request.MaxTokens)
+		case it.Request.Format != nil && !customIDPattern.MatchString(it.Request.Format.Name):
+			return fmt.Errorf("%w: items[%d].request.format.name %q: must match ^[a-zA-Z0-9_-]{1,64}$", ErrInvalidManifest, i, it.Request.Format.Name)
+		case it.Request.Format != nil && len(it.Request.Format.Schema) == 0:
+			return fmt.Errorf("%w: items[%d].request.format.schema: required", ErrInvalidManifest, i)
 		}
 		seen[it.CustomID] = i + 1
 	}
@@ -71,15 +97,25 @@ type Limits struct {
 	// envelope of Anthropic's {"requests":[...]}); SepBytes is what each
 	// item costs besides its encoding (a newline, a comma).
 	FixedBytes, SepBytes int64
+	// QueueRequests and QueueTokens bound the account's work in the
+	// provider's batch processing queue at once, across batches: requests
+	// (Anthropic's "batch requests in processing queue") and enqueued
+	// tokens (OpenAI's per-model batch queue limit). They depend on the
+	// account's tier; zero is no known bound. Split does not read them;
+	// the batch lane's intake prediction does.
+	QueueRequests, QueueTokens int64
 }
 
 // OpenAILimits are OpenAI's Batch API limits: 50,000 requests and 200 MB
-// per input file.
+// per input file. Its queue limit is in enqueued tokens per model and
+// tier, so none is assumed.
 var OpenAILimits = Limits{MaxRequests: 50_000, MaxBytes: 200 << 20, SepBytes: 1}
 
 // AnthropicLimits are Anthropic's Message Batches limits: 100,000 requests
-// or 256 MB per batch, whichever comes first.
-var AnthropicLimits = Limits{MaxRequests: 100_000, MaxBytes: 256 << 20, FixedBytes: int64(len(`{"requests":[]}`)), SepBytes: 1}
+// or 256 MB per batch, whichever comes first, and (at the first usage
+// tier) 100,000 requests in the processing queue.
+var AnthropicLimits = Limits{MaxRequests: 100_000, MaxBytes: 256 << 20, FixedBytes: int64(len(`{"requests":[]}`)), SepBytes: 1,
+	QueueRequests: 100_000}
 
 // Rejected is an item refused before submission, with the reason.
 type Rejected struct {

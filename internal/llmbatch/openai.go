@@ -65,9 +65,14 @@ func (*OpenAI) line(it Item) ([]byte, error) {
 		msgs = append(msgs, openai.SystemMessage(it.Request.System))
 	}
 	msgs = append(msgs, openai.UserMessage(it.Request.Prompt))
-	return json.Marshal(openAILine{CustomID: it.CustomID, Method: http.MethodPost, URL: "/v1/chat/completions",
-		Body: openai.ChatCompletionNewParams{Model: it.Request.Model, Messages: msgs,
-			MaxCompletionTokens: openai.Int(it.Request.MaxTokens)}})
+	body := openai.ChatCompletionNewParams{Model: it.Request.Model, Messages: msgs, MaxCompletionTokens: openai.Int(it.Request.MaxTokens)}
+	if f := it.Request.Format; f != nil {
+		// Strict: the model's answer is constrained to the schema, as the
+		// interactive lane asks (internal/review/provider).
+		body.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: f.Name, Strict: openai.Bool(true), Schema: f.Schema}}}
+	}
+	return json.Marshal(openAILine{CustomID: it.CustomID, Method: http.MethodPost, URL: "/v1/chat/completions", Body: body})
 }
 
 // EncodedSize is the length of item's JSONL line without its newline.

@@ -208,6 +208,12 @@ func (c Config) withDefaults(def Limits) Config {
 	if c.Limits.MaxBytes == 0 {
 		c.Limits.MaxBytes = def.MaxBytes
 	}
+	if c.Limits.QueueRequests == 0 {
+		c.Limits.QueueRequests = def.QueueRequests
+	}
+	if c.Limits.QueueTokens == 0 {
+		c.Limits.QueueTokens = def.QueueTokens
+	}
 	c.Limits.FixedBytes, c.Limits.SepBytes = def.FixedBytes, def.SepBytes
 	return c
 }

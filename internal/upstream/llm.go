@@ -21,6 +21,11 @@ type LLMRequest struct {
 	System string
 	// Messages are the non-system messages, text parts joined.
 	Messages []Message
+	// Schema is the JSON Schema the request asks its answer to match
+	// (structured output: OpenAI's response_format of type json_schema,
+	// Anthropic's output_config.format), nil when it asks for free text.
+	// The batch simulator fills it; a Responder may answer accordingly.
+	Schema json.RawMessage
 }
 
 // Message is one chat message reduced to its text.

@@ -9,6 +9,7 @@ package batchapi
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -93,7 +94,10 @@ type Submission struct {
 	Provider    string
 	Deadline    time.Time
 	MaxAttempts int
-	Reviews     []Review
+	// OnOverload is reject (default), degrade or queue
+	// (batchlane.Overload*).
+	OnOverload string
+	Reviews    []Review
 }
 
 // ItemParams pages a batch's items.
@@ -126,8 +130,9 @@ type Service interface {
 type batchRequest struct {
 	Region      string        `json:"region" required:"true" doc:"the region the diffs, jobs and findings live in"`
 	Provider    string        `json:"provider,omitempty" doc:"an openai, openai-compatible or anthropic profile of the region; default the region's default profile"`
-	Deadline    *time.Time    `json:"deadline,omitempty" doc:"RFC 3339; default 48 h from now. An item that can no longer finish before it ends with reason deadline_exceeded"`
+	Deadline    *time.Time    `json:"deadline,omitempty" doc:"RFC 3339; default 48 h from now. A manifest predicted to finish past it is refused, degraded or queued by on_overload; an item that can no longer finish before it ends with reason deadline_exceeded"`
 	MaxAttempts int           `json:"max_attempts,omitempty" doc:"provider batches one item may go out in (expired or failed transiently, it is requeued); default 3, at most 10"`
+	OnOverload  string        `json:"on_overload,omitempty" enum:"reject,degrade,queue" doc:"what a manifest predicted to finish past its deadline gets (the lane's backlog of the provider, the submit key, the provider's batch queue limits): reject (default) answers 429 with Retry-After (400 on deadline when even an idle lane could not make it), degrade plans it at depth fast when that finishes in time, queue accepts it (items that cannot finish end deadline_exceeded). summary.intake shows the prediction"`
 	Reviews     []batchReview `json:"reviews" required:"true" doc:"the manifest: at most 10000 reviews"`
 	Tenant      string        `json:"tenant,omitempty" doc:"admin keys only; other keys always use their own tenant"`
 }
@@ -196,7 +201,7 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 	if err := s.h.Decode(w, r, &req, MaxBatchBody, "a manifest may hold at most 64 MiB: split the sweep into several batches"); err != nil {
 		return err
 	}
-	sub := Submission{Region: req.Region, Tenant: p.Tenant, Provider: req.Provider, MaxAttempts: req.MaxAttempts}
+	sub := Submission{Region: req.Region, Tenant: p.Tenant, Provider: req.Provider, MaxAttempts: req.MaxAttempts, OnOverload: req.OnOverload}
 	if p.Role == auth.RoleAdmin && req.Tenant != "" {
 		sub.Tenant = req.Tenant
 	}
@@ -214,6 +219,8 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 		return mount.FieldError("max_attempts", "max_attempts must be between 1 and 10 (0 for the default 3), not %d", sub.MaxAttempts)
 	case req.Deadline != nil && !req.Deadline.After(time.Now()):
 		return mount.FieldError("deadline", "deadline %s has passed", req.Deadline.Format(time.RFC3339))
+	case !slices.Contains([]string{"", batchlane.OverloadReject, batchlane.OverloadDegrade, batchlane.OverloadQueue}, req.OnOverload):
+		return mount.FieldError("on_overload", "on_overload must be reject, degrade or queue, not %q", req.OnOverload)
 	}
 	for field, v := range map[string]string{"provider": sub.Provider, "tenant": sub.Tenant} {
 		if len(v) > job.MaxNameLen || strings.ContainsAny(v, "\x00\n\r\t") {
@@ -384,7 +391,16 @@ func (s *server) find(r *http.Request, p auth.Principal) (Batch, error) {
 
 func batchError(err error, region string) error {
 	var in *reviewapi.InputError
+	var late *batchlane.LateError
 	switch {
+	case errors.As(err, &late) && late.Alone:
+		return mount.FieldError("deadline", "%s", late.Detail)
+	case errors.As(err, &late):
+		// As for a job refused for overload: 429 with when to retry.
+		e := mount.Problemf(http.StatusTooManyRequests, "batch-late", "%s", late.Detail)
+		e.Title = "The batch is predicted to finish past its deadline"
+		e.Header = http.Header{"Retry-After": {strconv.FormatInt(int64(math.Ceil(late.RetryAfter.Seconds())), 10)}}
+		return e
 	case errors.Is(err, reviewapi.ErrNotConfigured):
 		e := mount.Problemf(http.StatusNotImplemented, "reviews-not-configured",
 			"reviews (and their batch lane) are not configured in region %s on this server", region)

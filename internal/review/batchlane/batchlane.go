@@ -74,7 +74,8 @@ func NewProvider(p provider.Profile) (llmbatch.Provider, error) {
 		return nil, err
 	}
 	p = p.WithDefaults()
-	cfg := llmbatch.Config{BaseURL: p.BaseURL, APIKey: p.APIKey, HTTPClient: p.HTTPClient, Timeout: p.Timeout}
+	cfg := llmbatch.Config{BaseURL: p.BaseURL, APIKey: p.APIKey, HTTPClient: p.HTTPClient, Timeout: p.Timeout,
+		Limits: llmbatch.Limits{QueueRequests: p.BatchQueueRequests, QueueTokens: p.BatchQueueTokens}}
 	if cfg.BaseURL != "" && !strings.HasSuffix(cfg.BaseURL, "/") {
 		cfg.BaseURL += "/" // the SDKs join paths onto a base that ends in a slash
 	}
@@ -106,6 +107,11 @@ type Summary struct {
 	// Rejected counts manifest entries refused at submission (none today:
 	// a bad entry refuses the whole manifest).
 	Rejected int `json:"rejected,omitempty"`
+	// Tokens is the items' estimated tokens (prompt and answer cap), what
+	// the intake prediction counts against a provider's token queue.
+	Tokens int64 `json:"tokens" doc:"the items' estimated tokens (prompt and answer cap)"`
+	// Intake is the predicted completion the batch was accepted with.
+	Intake *Intake `json:"intake,omitempty" doc:"the predicted completion the batch was accepted with"`
 }
 
 // DecodeSummary reads a batch's summary.

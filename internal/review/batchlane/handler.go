@@ -84,7 +84,13 @@ type Config struct {
 
 // Handler runs both driver kinds of one region (engine.Handler through
 // HandleSubmit and HandleCollect).
-type Handler struct{ cfg Config }
+type Handler struct {
+	cfg Config
+	// format is the structured output every request asks for: the
+	// findings schema the interactive lane sends too, decoded once and
+	// shared (it is only encoded).
+	format *llmbatch.Format
+}
 
 // NewHandler returns the region's batch lane handler.
 func NewHandler(cfg Config) *Handler {
@@ -106,7 +112,7 @@ func NewHandler(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Handler{cfg: cfg}
+	return &Handler{cfg: cfg, format: &llmbatch.Format{Name: provider.SchemaName, Schema: provider.ResponseSchema()}}
 }
 
 // HandleSubmit is one pass of a batch's submit job.
@@ -417,8 +423,10 @@ func (p *pass) part(ctx context.Context, it store.BatchItem) (*diff.Diff, error)
 	return d, nil
 }
 
-// request builds an item's provider request: the same prompt an
-// interactive part gets.
+// request builds an item's provider request: the same prompt and the same
+// structured-output schema an interactive part gets. The answer is still
+// validated (sink.succeeded): a provider that ignored the schema cannot
+// make a bad answer pass.
 func (p *pass) request(ctx context.Context, it store.BatchItem) (llmbatch.Item, error) {
 	d, err := p.part(ctx, it)
 	if err != nil {
@@ -427,7 +435,7 @@ func (p *pass) request(ctx context.Context, it store.BatchItem) (llmbatch.Item, 
 	prof := p.e.Profile.WithDefaults()
 	system, user := provider.Prompt(provider.Request{Part: d, Depth: provider.Depth(p.sum.Depth)})
 	return llmbatch.Item{CustomID: it.CustomID, Request: llmbatch.Request{Model: prof.Model, System: system, Prompt: user,
-		MaxTokens: int64(prof.MaxOutputTokens)}}, nil
+		MaxTokens: int64(prof.MaxOutputTokens), Format: p.h.format}}, nil
 }
 
 // runCollect: cancel provider batches of a cancelled or overdue batch, poll

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
@@ -52,7 +53,10 @@ type Manifest struct {
 	// MaxPartTokens is the token budget of one part; 0 means the
 	// pipeline's default.
 	MaxPartTokens int
-	Now           time.Time
+	// Depth is full (the default: nobody waits on a batch) or fast, what
+	// an intake that degrades a late manifest plans it at.
+	Depth string
+	Now   time.Time
 }
 
 // Plan is what a manifest becomes: objects to store first, then the jobs
@@ -63,6 +67,26 @@ type Plan struct {
 	Jobs    []*job.Job
 	Batch   *store.Batch
 	Items   []store.BatchItem
+	// Summary is what Batch.Summary holds, decoded.
+	Summary Summary
+}
+
+// Work is the plan's batch work for the intake prediction: its items and
+// their estimated tokens.
+func (p Plan) Work() admission.BatchWork {
+	return admission.BatchWork{Requests: int64(len(p.Items)), Tokens: p.Summary.Tokens}
+}
+
+// SetIntake records the prediction the batch is accepted with in its
+// summary.
+func (p *Plan) SetIntake(in Intake) error {
+	p.Summary.Intake = &in
+	b, err := json.Marshal(p.Summary)
+	if err != nil {
+		return err
+	}
+	p.Batch.Summary = b
+	return nil
 }
 
 // ReviewError is a manifest entry that cannot be planned; its message
@@ -77,8 +101,9 @@ func (e *ReviewError) Error() string { return fmt.Sprintf("reviews[%d].diff: %v"
 func (e *ReviewError) Unwrap() error { return e.Err }
 
 // NewPlan splits every review's diff into parts exactly as an interactive
-// review's (pipeline.NewPlan, at full depth: nobody waits on a batch) and
-// turns each part into a batch item. newID returns fresh ids.
+// review's (pipeline.NewPlan, at m.Depth: full unless the intake degraded
+// the manifest) and turns each part into a batch item. newID returns fresh
+// ids.
 func NewPlan(m Manifest, newID func() string) (Plan, error) {
 	switch {
 	case len(m.Reviews) == 0:
@@ -92,14 +117,17 @@ func NewPlan(m Manifest, newID func() string) (Plan, error) {
 	if m.MaxAttempts == 0 {
 		m.MaxAttempts = DefaultMaxAttempts
 	}
+	if m.Depth == "" {
+		m.Depth = pipeline.DepthFull
+	}
 	prof := m.Profile.WithDefaults()
-	sum := Summary{Reviews: len(m.Reviews), Depth: pipeline.DepthFull, Provider: prof.Name, Kind: prof.Kind}
+	sum := Summary{Reviews: len(m.Reviews), Depth: m.Depth, Provider: prof.Name, Kind: prof.Kind}
 	var p Plan
 	for i, r := range m.Reviews {
 		rp, err := pipeline.NewPlan(pipeline.Submission{ID: newID(), Region: m.Region, Tenant: m.Tenant, Lane: job.LaneBatch,
 			Diff: r.Diff, Profile: prof, MaxPartTokens: m.MaxPartTokens, Now: m.Now,
 			Args: pipeline.Args{Repo: r.Repo, Change: r.Change, BaseSHA: r.BaseSHA, HeadSHA: r.HeadSHA,
-				DepthRequested: pipeline.DepthFull, Depth: pipeline.DepthFull, Publish: r.Publish, Batch: m.ID}}, newID)
+				DepthRequested: pipeline.DepthFull, Depth: m.Depth, Publish: r.Publish, Batch: m.ID}}, newID)
 		if err != nil {
 			return Plan{}, &ReviewError{Index: i, Err: err}
 		}
@@ -119,9 +147,11 @@ func NewPlan(m Manifest, newID func() string) (Plan, error) {
 			// review and part index, within ^[a-zA-Z0-9_-]{1,64}$.
 			p.Items = append(p.Items, store.BatchItem{CustomID: fmt.Sprintf("r%d-p%d", i, pa.Index), JobID: rp.Parent.ID,
 				ObjectID: pa.Object, Index: pa.Index})
+			sum.Tokens += int64(pa.EstTokens + prof.MaxOutputTokens)
 		}
 	}
 	sum.Items = len(p.Items)
+	p.Summary = sum
 	summary, err := json.Marshal(sum)
 	if err != nil {
 		return Plan{}, err

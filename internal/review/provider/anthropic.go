@@ -35,7 +35,7 @@ func newAnthropic(p Profile) *Anthropic {
 	if p.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(p.BaseURL))
 	}
-	return &Anthropic{profile: p, client: anthropic.NewClient(opts...), schema: strictSchema(), now: time.Now}
+	return &Anthropic{profile: p, client: anthropic.NewClient(opts...), schema: ResponseSchema(), now: time.Now}
 }
 
 // Region returns the profile's region.

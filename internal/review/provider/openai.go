@@ -37,11 +37,17 @@ func newOpenAI(p Profile) *OpenAI {
 	if p.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(p.BaseURL))
 	}
-	return &OpenAI{profile: p, client: openai.NewClient(opts...), schema: strictSchema(), now: time.Now}
+	return &OpenAI{profile: p, client: openai.NewClient(opts...), schema: ResponseSchema(), now: time.Now}
 }
 
-// strictSchema decodes the embedded strict schema once per provider.
-func strictSchema() map[string]any {
+// SchemaName is the findings schema's name in a structured-output request
+// (OpenAI's json_schema.name), in both lanes.
+const SchemaName = "review_findings_v1"
+
+// ResponseSchema returns finding.StrictSchema decoded: the schema a review
+// answer is asked to match, in the interactive lane (each provider decodes
+// it once) and in the batch lane's requests. Each call returns a new map.
+func ResponseSchema() map[string]any {
 	var m map[string]any
 	if err := json.Unmarshal(finding.StrictSchema(), &m); err != nil {
 		panic("provider: embedded strict schema is not JSON: " + err.Error())
@@ -64,7 +70,7 @@ func (o *OpenAI) Review(ctx context.Context, req Request) (Response, error) {
 		MaxCompletionTokens: openai.Int(int64(o.profile.MaxOutputTokens)),
 		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
 			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
-				Name: "review_findings_v1", Strict: openai.Bool(true), Schema: o.schema,
+				Name: SchemaName, Strict: openai.Bool(true), Schema: o.schema,
 			},
 		}},
 	}

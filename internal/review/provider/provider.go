@@ -100,6 +100,15 @@ type Profile struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// HTTPClient is the client the SDKs use; default a new http.Client.
 	HTTPClient *http.Client `json:"-"`
+	// BatchQueueRequests and BatchQueueTokens are the account's batch
+	// queue limits at the provider: how many requests (Anthropic) or
+	// enqueued tokens (OpenAI, per model) its batch API holds at once.
+	// The batch lane's intake predicts from them how many provider-batch
+	// rounds a manifest and the work ahead of it take. Zero keeps the
+	// provider's default (llmbatch.AnthropicLimits: 100,000 requests, the
+	// first tier; none known for OpenAI).
+	BatchQueueRequests int64 `json:"batch_queue_requests,omitempty"`
+	BatchQueueTokens   int64 `json:"batch_queue_tokens,omitempty"`
 }
 
 // String describes the profile without its key, so that printing one
@@ -167,6 +176,8 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("provider profile %q: timeout must be between 0 (default 2m) and 1h, got %v", p.Name, p.Timeout)
 	case p.QuotaPause < 0 || p.QuotaPause > 7*24*time.Hour:
 		return fmt.Errorf("provider profile %q: quota_pause must be between 0 (default 1h) and 168h, got %v", p.Name, p.QuotaPause)
+	case p.BatchQueueRequests < 0 || p.BatchQueueTokens < 0:
+		return fmt.Errorf("provider profile %q: batch_queue_requests and batch_queue_tokens must not be negative (0: the provider's default)", p.Name)
 	}
 	for _, l := range []struct {
 		field string

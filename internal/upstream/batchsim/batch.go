@@ -145,6 +145,10 @@ type chatParams struct {
 	System    json.RawMessage        `json:"system"`
 	MaxTokens *int64                 `json:"max_tokens"`
 	Stream    bool                   `json:"stream"`
+	// ResponseFormat (OpenAI) and OutputConfig (Anthropic) carry a
+	// structured-output request (see structured).
+	ResponseFormat json.RawMessage `json:"response_format"`
+	OutputConfig   json.RawMessage `json:"output_config"`
 }
 
 // parseParams reads raw into the responder's view of the request and says
@@ -166,6 +170,11 @@ func parseParams(raw json.RawMessage, provider string, requireMax bool) (upstrea
 	case requireMax && (p.MaxTokens == nil || *p.MaxTokens < 1):
 		return req, "max_tokens: must be at least 1 in a batch"
 	}
+	schema, why := structured(p, provider)
+	if why != "" {
+		return req, why
+	}
+	req.Schema = schema
 	var system []string
 	if text, ok := upstream.ContentText(p.System); ok && text != "" {
 		system = append(system, text)

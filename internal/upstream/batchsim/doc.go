@@ -51,5 +51,15 @@
 // per create with [Server.RejectCreates] (429 with Retry-After). The
 // answer text of a successful request comes from Config.Responder.
 //
+// Structured output is read in each provider's wire format: an OpenAI
+// body's response_format (type json_schema, with json_schema.name and
+// schema; strict mode requires every object closed with
+// additionalProperties false and every property required) and an
+// Anthropic params' output_config.format (type json_schema; objects
+// closed). A request whose format breaks those rules is answered with a
+// per-request 400, as the providers do; an accepted schema is handed to
+// the Responder (upstream.LLMRequest.Schema) and counted in
+// Stats.Structured.
+//
 // The simulator never logs request or response content.
 package batchsim

@@ -49,6 +49,9 @@ type Stats struct {
 	ResultDownloads int
 	// Cancels counts accepted cancel requests.
 	Cancels int
+	// Structured counts requests of created batches that asked for
+	// structured output with a schema the provider accepts.
+	Structured int
 }
 
 // New validates cfg, listens on cfg.Addr and serves until Close. The base
@@ -140,6 +143,11 @@ func (s *Server) batchRoute(provider string, notFound func(w http.ResponseWriter
 // provider's order. Call with s.mu held.
 func (s *Server) addBatch(b *simBatch) {
 	b.schedule(s.cfg.ProcessFor)
+	for _, r := range b.reqs {
+		if r.req.Schema != nil {
+			s.stats.Structured++
+		}
+	}
 	s.batches[b.id] = b
 	s.order[b.provider] = append(s.order[b.provider], b.id)
 }
