@@ -37,7 +37,7 @@ var jobWriters = []string{
 // a job cannot slip past TestOneJobWriter unnamed.
 var notJobWriters = []string{
 	"Region", "Migrate", "Close", "Get", "List", "Stats", "OldestReady", "Backlog",
-	"UpsertLimit", "GetLimit", "ListLimits",
+	"UpsertLimit", "DeclareLimit", "GetLimit", "ListLimits",
 	"PutObject", "PutObjectIf", "GetObject", "ListObjects", "DeleteObject",
 	"CreateSchedule", "GetSchedule", "ListSchedules", "UpdateSchedule", "DeleteSchedule", "DueSchedules",
 	"ScheduleTickOf", "ListScheduleTicks",
