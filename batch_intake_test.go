@@ -20,7 +20,7 @@ import (
 )
 
 // intakeAdminKey is the admin key of the intake tests' servers.
-const intakeAdminKey = "rl_intake1_AdminKeyForTheBatchIntakeTestsAbcdefghijklmno"
+const intakeAdminKey = "rl_intake01_AdminKeyForTheBatchIntakeTestsAbcdefghijklmno"
 
 // intakeAPI serves reviews in us over HTTP with prof as the batch
 // profile. Its simulator never processes a request (every batch runs to
