@@ -32,7 +32,7 @@ func (h *answerHeap) Pop() any {
 
 // driveVirtual runs s against v with an endless backlog from start for d
 // in 1 ms steps, as the store applies outcomes: Take at the lease,
-// Release then Succeeded / RateLimited (with a Retry-After in seconds) /
+// End then Succeeded / RateLimited (with a Retry-After in seconds) /
 // Throttled (a 1 s backoff) when the answer arrives after the route's
 // latency (a refusal after 1 ms). It returns the accepted start times and
 // the refusals.
@@ -42,7 +42,7 @@ func driveVirtual(t *testing.T, s *State, v *upstream.Virtual, start time.Time, 
 	for now := start; now.Before(start.Add(d)); now = now.Add(time.Millisecond) {
 		for q.Len() > 0 && !q[0].at.After(now) {
 			a := heap.Pop(&q).(answerAt)
-			s.Release()
+			s.End(a.at, 1) // as the store's finish path ends a start
 			switch {
 			case a.status == http.StatusOK:
 				s.Succeeded(a.at)
