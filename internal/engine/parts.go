@@ -239,9 +239,11 @@ func (e *Engine) aggregateLoop() {
 }
 
 // batchAggregateGroup bounds how many batch-lane parents are aggregated at
-// once. Their advances, publication claims and publications reach the
-// store together, so the SQLite writer commits each kind of write for the
-// whole group in one transaction instead of one commit per parent.
+// once. Their advances reach the store together, so the SQLite writer
+// commits them for the whole group in few transactions instead of one
+// commit per parent; their publications go to the engine's publication
+// pool, whose Publishers share some commits (TestPartsBatchWakeupsShareCommits
+// measured 74 transactions for 64 parents, 344 one at a time).
 const batchAggregateGroup = 32
 
 // batchAggregateLoop sweeps once (the crash-recovery pass), then serves the
