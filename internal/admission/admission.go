@@ -659,18 +659,29 @@ func (s *State) Pause(until time.Time) {
 // rest of the reset (its learned rate drops to remaining/reset when that
 // is lower), so that it does not spend the quota in a burst and meet the
 // 429.
+//
+// An announced policy that one of the key's sliding windows already
+// enforces (see windowEnforces) makes a zero remaining's pause
+// redundant: the window holds every start until a slot is free at an
+// upstream that counts a window, so the key only empties its bucket, as
+// for any low remaining (an upstream bucket, which announces its rate
+// over a window too, refills a token at a time). Such a key meets a zero
+// remaining whenever it sends at the announced quota, and the reset it
+// came with (a sliding window's newest start leaving, rounded up to a
+// whole second) idled it for a second each time.
 func (s *State) Hint(now time.Time, h job.Hint) {
 	if h.Remaining < 0 {
 		return
 	}
-	if h.Remaining == 0 && h.Reset > 0 {
+	announced := s.announced(now, h)
+	if h.Remaining == 0 && h.Reset > 0 && !(announced && s.windowEnforces(h)) {
 		s.Pause(addSat(now, min(h.Reset, MaxAhead)))
 		return
 	}
 	if s.rate() <= 0 {
 		return
 	}
-	if s.announced(now, h) {
+	if announced {
 		// The upstream said what it allows; remaining/reset below is a
 		// cruder reading of the same thing (a sliding window's reset is
 		// when its newest start leaves, which would idle the key).
@@ -684,6 +695,28 @@ func (s *State) Hint(now time.Time, h job.Hint) {
 	if floor.After(s.TAT) {
 		s.TAT = floor
 	}
+}
+
+// windowEnforces reports whether one of the key's sliding windows, as
+// scaled now, admits no more than the policy h announced (h.Limit per
+// h.Window) over a period at least h.Window long. Such a window bounds
+// what the upstream counts of this key's requests in any of its windows:
+// it counts each start until its answer and then logs it no earlier than
+// its arrival (see End), so the start after a full window waits for a
+// slot to be free at the upstream, which a zero remaining only repeats.
+// A fixed window does not: across its boundary the upstream may count
+// up to twice its limit in one sliding window.
+func (s *State) windowEnforces(h job.Hint) bool {
+	if h.Limit <= 0 || h.Window <= 0 {
+		return false
+	}
+	sc := s.scale()
+	for _, w := range s.Windows {
+		if !w.Fixed && w.Period >= h.Window && math.Max(1, w.Limit*sc) <= float64(h.Limit)+1e-9 {
+			return true
+		}
+	}
+	return false
 }
 
 // Tokens returns the cost units the key could admit at now: the smallest

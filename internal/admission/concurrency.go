@@ -111,6 +111,13 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 		unconfirmed = true
 	case s.level > 0 && s.rate() > s.level:
 		return false
+	case !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal):
+		// The echo of the rate's last signal (see refused): a request
+		// already in flight when the rate was cut, which the cut rate
+		// cannot explain only because it came after it. Read as a cap,
+		// it taught a cap of one to a key with a burst of refusals
+		// (rising's rise-bucket under transit, probed back for seconds).
+		return false
 	case float64(starts.since(t-dn)) > s.rate()*d.Seconds()*(1+RateSlack)+1:
 		return false
 	}

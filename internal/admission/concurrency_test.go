@@ -553,3 +553,34 @@ func refuseSecond(s *State, at time.Time) {
 	s.Release()
 	s.Throttled(at.Add(time.Millisecond), time.Time{}, 1)
 }
+
+// TestRateCutEchoTeachesNoCap checks that a refusal within CutHoldoff of
+// a rate cut, with other requests in flight, is the cut's echo and not a
+// concurrency limit, though the rate just cut cannot explain it. Read as
+// a cap, it taught rising's rise-bucket a cap of one under transit (its
+// second refusal 17 ms after the first), probed back up for seconds.
+func TestRateCutEchoTeachesNoCap(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 40, Burst: 4, Adaptive: true})
+	for i := range 3 { // three answered, accepted
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		s.Take(at, 1)
+		s.End(at.Add(30*time.Millisecond), 1)
+		s.Succeeded(at.Add(30 * time.Millisecond))
+	}
+	at := t0.Add(300 * time.Millisecond)
+	for range 3 {
+		s.Take(at, 1)
+	}
+	s.End(at.Add(20*time.Millisecond), 1) // refused: released before the outcome
+	s.RateLimited(at.Add(20*time.Millisecond), at.Add(time.Second), 1)
+	cut := s.LearnedRate
+	if cut >= 40 || s.LearnedConcurrency != 0 {
+		t.Fatalf("first refusal after three answers: rate %v, cap %d; want a cut rate and no cap", cut, s.LearnedConcurrency)
+	}
+	s.End(at.Add(40*time.Millisecond), 1) // the echo, one still in flight
+	s.RateLimited(at.Add(40*time.Millisecond), at.Add(time.Second), 1)
+	if s.LearnedConcurrency != 0 || s.LearnedRate != cut {
+		t.Fatalf("refusal 20 ms after a cut: cap %d, rate %v -> %v; want no cap and the rate as cut", s.LearnedConcurrency, cut, s.LearnedRate)
+	}
+}

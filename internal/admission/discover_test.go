@@ -341,3 +341,47 @@ func TestHintAnnouncedPolicy(t *testing.T) {
 		t.Fatalf("a fixed key's rate moved on an announcement: learned %v rate %v", f.LearnedRate, f.rate())
 	}
 }
+
+// TestZeroRemainingWindowEnforced checks that a zero remaining under an
+// announced policy does not pause an adaptive key whose sliding window
+// already enforces that policy (its window counts every start until its
+// answer, so the next start waits for a slot at the upstream anyway): it
+// only empties the bucket. Before, rising's rise-sliding, sending at its
+// announced quota, met a zero remaining once or more a run and idled a
+// whole rounded-up second each time, with no refusal (1.29-1.62 of its
+// ideal under transit). A key with no such window still pauses.
+func TestZeroRemainingWindowEnforced(t *testing.T) {
+	t.Parallel()
+	zero := job.Hint{Limit: 10, Remaining: 0, Reset: time.Second, Window: time.Second}
+	c := UpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom)
+	c.Adaptive = true
+	s := NewState(c)
+	s.Hint(t0, zero)
+	if s.PausedUntil.After(t0) {
+		t.Fatalf("paused until %v by a zero remaining that its window enforces", s.PausedUntil.Sub(t0))
+	}
+	if want := 10 * (1 - AnnouncedMargin); math.Abs(s.LearnedRate-want) > 1e-9 {
+		t.Fatalf("learned %.3f from the zero remaining's policy, want %.3f", s.LearnedRate, want)
+	}
+	if ok, next := s.Check(t0, 1); ok || next.Sub(t0) > s.tolerance() {
+		t.Fatalf("Check right after a zero remaining: %v, next in %v; want the bucket emptied (next within %v)", ok, next.Sub(t0), s.tolerance())
+	}
+	for _, k := range []struct {
+		name string
+		c    Config
+	}{
+		{"a bucket alone", Config{Name: "b", Rate: 30, Burst: 5, Adaptive: true}},
+		{"a fixed window", UpstreamFixedWindow("f", 30, time.Second, 0, DefaultHeadroom)},
+		{"a window above the policy", UpstreamWindow("w", 30, time.Second, 0, DefaultHeadroom)}, // not adaptive: announcements do not scale it
+	} {
+		s := NewState(k.c)
+		if k.c.Name == "f" {
+			s.Rate, s.Burst, s.Adaptive = 30, 30, true
+			s.LearnedRate = 30
+		}
+		s.Hint(t0, zero)
+		if !s.PausedUntil.Equal(t0.Add(time.Second)) {
+			t.Errorf("%s: paused until %v by a zero remaining, want the reset (1s)", k.name, s.PausedUntil.Sub(t0))
+		}
+	}
+}

@@ -58,6 +58,11 @@ type answerEvent struct {
 	status  int
 	header  http.Header
 	started time.Time // when the upstream counted it
+	// answered is when the upstream's answer was in at the sender (its
+	// handler returned), before the return transit: the engine carries
+	// it to the finish, where windows log the start
+	// (store.KeyEffect.Answered).
+	answered time.Time
 }
 
 type answerQueue []answerEvent
@@ -82,7 +87,8 @@ func (q *answerQueue) answer(v *virtualDest, i int, at time.Time) {
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		lat = time.Millisecond
 	}
-	heap.Push(q, answerEvent{at: v.up.Arrival(at.Add(max(lat, time.Millisecond))), dest: i, status: status, header: h, started: at})
+	answered := at.Add(max(lat, time.Millisecond))
+	heap.Push(q, answerEvent{at: v.up.Arrival(answered), dest: i, status: status, header: h, started: at, answered: answered})
 }
 
 type virtualMix struct {
@@ -144,7 +150,7 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 				q.answer(v, e.dest, e.at)
 				continue
 			}
-			v.st.End(e.at, 1)
+			v.st.End(e.answered, 1)
 			info := ratelimit.Parse(e.header, e.at)
 			delay, _, hasDelay := info.Delay()
 			switch {
@@ -156,7 +162,7 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 			case e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && info.HasRetryAfter:
 				v.refused++
 				v.refusedAt = append(v.refusedAt, e.started)
-				before, rate := v.st.PausedUntil, v.st.LearnedRate
+				before, rate, capBefore := v.st.PausedUntil, v.st.LearnedRate, v.st.LearnedConcurrency
 				if hasDelay && delay > 0 {
 					v.st.RateLimited(e.at, e.at.Add(delay), 1)
 				} else {
@@ -167,8 +173,8 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 					v.paused += p.Sub(maxTime(before, e.at))
 				}
 				if trace {
-					t.Logf("%s %6.3fs refused %d (%s) learned %.1f -> %.1f paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
-						e.status, e.header.Get("Retry-After"), rate, v.st.LearnedRate, v.st.PausedUntil.Sub(epoch).Seconds())
+					t.Logf("%s %6.3fs refused %d (%s) learned %.1f -> %.1f cap %d -> %d paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
+						e.status, e.header.Get("Retry-After"), rate, v.st.LearnedRate, capBefore, v.st.LearnedConcurrency, v.st.PausedUntil.Sub(epoch).Seconds())
 				}
 				v.retries = append(v.retries, e.at.Add(delay))
 			default:
@@ -178,8 +184,13 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 			}
 			// Remaining-quota fields of any answer, as the store applies
 			// an outcome's hints after its class.
+			pausedBefore := v.st.PausedUntil
 			for _, h := range ratelimit.Hints(info, "") {
 				v.st.Hint(e.at, h)
+				if trace && v.st.PausedUntil.After(pausedBefore) {
+					t.Logf("%s %6.3fs hint remaining %d reset %v paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
+						h.Remaining, h.Reset, v.st.PausedUntil.Sub(epoch).Seconds())
+				}
 			}
 		}
 		if trace && now.Sub(epoch)%(500*time.Millisecond) == 0 {
@@ -282,19 +293,7 @@ func maxTime(a, b time.Time) time.Time {
 // invariant 6.
 func checkVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
 	t.Helper()
-	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
-	var b strings.Builder
-	fmt.Fprintf(&b, "mix %s seed %d: makespan %.3f of ideal, refused %.2f%%\n", m.Name, seed, r.ratio, 100*r.share)
-	for i, v := range r.dests {
-		fmt.Fprintf(&b, "  %-14s finish %6.2fs ideal %6.2fs (%.3f) accepted %d refused %d faults %d paused %.2fs learned %.1f\n",
-			v.d.Name, v.last.Sub(epoch).Seconds(), r.ideal[i].Seconds(),
-			v.last.Sub(epoch).Seconds()/math.Max(1e-9, r.ideal[i].Seconds()),
-			v.accepted, v.refused, v.faults, v.paused.Seconds(), v.st.LearnedRate)
-		if v.accepted < v.d.Jobs {
-			t.Errorf("%s: %d of %d delivered", v.d.Name, v.accepted, v.d.Jobs)
-		}
-	}
-	t.Log(b.String())
+	logVirtualMix(t, m, seed, r)
 	for _, v := range r.dests {
 		if v.d.Fixed { // declared fixed: each aligned second
 			if n := maxInAligned(v.starts, time.Second); n > v.d.Declared {
@@ -304,6 +303,26 @@ func checkVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
 			t.Errorf("%s: %d starts within one second, declared %d (invariant 6)", v.d.Name, n, v.d.Declared)
 		}
 	}
+}
+
+// logVirtualMix logs r, one run of m, per destination (finish against its
+// own ideal, refusals, time paused, learned rate) and fails the test when
+// a destination was not delivered in full.
+func logVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
+	t.Helper()
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
+	var b strings.Builder
+	fmt.Fprintf(&b, "mix %s seed %d: makespan %.3f of ideal, refused %.2f%%\n", m.Name, seed, r.ratio, 100*r.share)
+	for i, v := range r.dests {
+		fmt.Fprintf(&b, "  %-14s finish %6.2fs ideal %6.2fs (%.3f) accepted %d refused %d faults %d paused %.2fs learned %.1f cap %d\n",
+			v.d.Name, v.last.Sub(epoch).Seconds(), r.ideal[i].Seconds(),
+			v.last.Sub(epoch).Seconds()/math.Max(1e-9, r.ideal[i].Seconds()),
+			v.accepted, v.refused, v.faults, v.paused.Seconds(), v.st.LearnedRate, v.st.LearnedConcurrency)
+		if v.accepted < v.d.Jobs {
+			t.Errorf("%s: %d of %d delivered", v.d.Name, v.accepted, v.d.Jobs)
+		}
+	}
+	t.Log(b.String())
 }
 
 // TestVirtualUpstreams runs every mix in virtual time and holds the
@@ -367,17 +386,15 @@ var loadedTransit = upstream.Latency{Fixed: 5 * time.Millisecond, Jitter: 100 * 
 // which is how the real clock lost 10-25% on mixes that virtual time
 // paced at 1.00-1.06. It checks invariant 6 where it matters, from the
 // upstream's log of arrivals, not only at the sender; and it holds the
-// makespan of the mixes without adaptive keys to what they reach.
+// makespans of transitBounds' mixes to what they reach.
 // RATELANE_VIRTUAL_MIX selects mixes as in TestVirtualUpstreams.
 func TestVirtualTransit(t *testing.T) {
 	eachVirtualMix(t, func(t *testing.T, m UpstreamsMix, seed uint64) {
 		r := runVirtualMix(t, m, seed, 60*time.Second, loadedTransit)
 		t.Logf("mix %s seed %d, transit %v+[0,%v): makespan %.3f of ideal, refused %.2f%%",
 			m.Name, seed, loadedTransit.Fixed, loadedTransit.Jitter, r.ratio, 100*r.share)
+		logVirtualMix(t, m, seed, r)
 		for _, v := range r.dests {
-			if v.accepted < v.d.Jobs {
-				t.Errorf("%s: %d of %d delivered", v.d.Name, v.accepted, v.d.Jobs)
-			}
 			if !declaredExactly(v.d) {
 				continue // its limit is learned from refusals, or counted otherwise
 			}
@@ -399,9 +416,12 @@ func TestVirtualTransit(t *testing.T) {
 }
 
 // transitBounds are the makespans (of ideal) that the mixes whose keys are
-// all declared exactly reach under loadedTransit: a regression shows here
-// as a failure rather than as noise in a loaded benchmark.
-var transitBounds = map[string]float64{"sliding": 1.25, "fixed": 1.02, "many": 1.20}
+// all declared exactly reach under loadedTransit, and rising, whose
+// adaptive keys learn their limits from announced policies more than from
+// refusals (session 8: 1.14-1.15, from 1.18-1.48 before a zero remaining
+// stopped pausing a key whose window enforces the policy): a regression
+// shows here as a failure rather than as noise in a loaded benchmark.
+var transitBounds = map[string]float64{"sliding": 1.19, "fixed": 1.02, "many": 1.15, "rising": 1.16}
 
 // declaredExactly reports a destination whose key is declared as its
 // upstream counts: a sliding window, or a fixed one declared fixed, at its

@@ -340,6 +340,9 @@ type runningJob struct {
 type result struct {
 	job *job.Job
 	out job.Outcome
+	// answered is when the handler returned; zero for an outcome the
+	// engine made up (an abandoned handler's).
+	answered time.Time
 }
 
 // New validates cfg and returns an engine ready to Start.
@@ -641,6 +644,7 @@ func (e *Engine) run(j *job.Job) {
 	e.wg.Add(1)
 	go func() {
 		out := e.handle(hctx, j)
+		answered := e.cfg.Now()
 		stopDeadline()
 		cancel(nil)
 		e.mu.Lock()
@@ -663,7 +667,7 @@ func (e *Engine) run(j *job.Job) {
 			delete(e.running, j.ID)
 		}
 		e.mu.Unlock()
-		e.results <- result{job: j, out: out}
+		e.results <- result{job: j, out: out, answered: answered}
 		<-e.slots
 		e.wg.Done()
 	}()

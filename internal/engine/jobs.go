@@ -175,6 +175,10 @@ type Report struct {
 	// Validates says the kind has a publication step: success goes to
 	// validated (and the engine publishes), not straight to published.
 	Validates bool
+	// Answered is when the handler returned (its answer was in), if
+	// known; zero means the time of the report. Windows log the start at
+	// it (store.KeyEffect.Answered), not at the later finish write.
+	Answered time.Time
 }
 
 // Reported is what became of one Report.
@@ -195,6 +199,9 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 	w.mu.Lock()
 	for i, r := range rs {
 		ts[i] = Decide(r.Job, r.Outcome, now, r.Validates, w.cfg.Backoff, w.rnd.Float64())
+		if !r.Answered.IsZero() && r.Answered.Before(now) {
+			ts[i].Keys.Answered = r.Answered
+		}
 	}
 	w.mu.Unlock()
 	errs, err := w.cfg.Store.Finish(ctx, ts)

@@ -34,7 +34,7 @@ func (e *Engine) finishLoop() {
 func (e *Engine) finish(batch []result) {
 	rs := make([]Report, len(batch))
 	for i, r := range batch {
-		rs[i] = Report{Job: r.job, Outcome: r.out, Validates: e.cfg.Kinds[r.job.Kind].Publisher != nil}
+		rs[i] = Report{Job: r.job, Outcome: r.out, Validates: e.cfg.Kinds[r.job.Kind].Publisher != nil, Answered: r.answered}
 	}
 	// Finishing must outlive Stop's cancellation: an outcome we have is
 	// written, or the lease expires and the job is retried.

@@ -146,6 +146,15 @@ func (e KeyEffect) Disturbs() bool {
 	return e.RateLimited || !e.PauseUntil.IsZero() || len(e.Hints) > 0
 }
 
+// endAt is when the attempt's start ends on its keys: e.Answered when it
+// is known and not after e.Now, e.Now otherwise.
+func (e KeyEffect) endAt() time.Time {
+	if !e.Answered.IsZero() && e.Answered.Before(e.Now) {
+		return e.Answered
+	}
+	return e.Now
+}
+
 // unchanged reports whether an unpaced key's stored state is the same
 // after a finish as before it.
 func unchanged(b, a *admission.State) bool {
@@ -154,11 +163,16 @@ func unchanged(b, a *admission.State) bool {
 }
 
 // ApplyKeyEffect applies one finished attempt of a job of the given cost
-// to its keys: the in-flight lease is ended on every key at e.Now
-// (admission.State.End: a window logs the start then, when its answer is
-// known to be in, and no longer counts it in flight), then the outcome's effects (an adaptive
-// key's probe upward, a pause and limit discovery, hints, cost
-// reconciliation) are applied.
+// to its keys: the in-flight lease is ended on every key at e.Answered,
+// or e.Now when that is unknown (admission.State.End: a window logs the
+// start then, when its answer is known to be in, and no longer counts it
+// in flight), then the outcome's effects (an adaptive key's probe upward,
+// a pause and limit discovery, hints, cost reconciliation) are applied at
+// e.Now. The answer was in when the handler returned, which is before the
+// finish loop took the outcome and the transaction wrote it; the upstream
+// counted the request before it answered, so logging the start at the
+// handler's return keeps a window's guarantee and gives the start's slot
+// back that much sooner (one finish-queue delay per window).
 // Keys missing from states are ignored.
 func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, cost int64, e KeyEffect) {
 	scope := e.Scope
@@ -177,7 +191,7 @@ func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, cost i
 			// Its in-flight count is not kept in its row (see
 			// admission.Config.Unpaced): nothing to release.
 		} else {
-			st.End(e.Now, cost)
+			st.End(e.endAt(), cost)
 		}
 		inScope := slices.Contains(scope, name)
 		switch {

@@ -300,6 +300,10 @@ type Transition struct {
 // finished attempt releases one in-flight lease on each key.
 type KeyEffect struct {
 	Now time.Time
+	// Answered is when the attempt's answer was in (its handler
+	// returned), if known and before Now: a window logs the start then
+	// rather than at Now (see ApplyKeyEffect). Zero means Now.
+	Answered time.Time
 	// Success lets adaptive keys probe upward.
 	Success bool
 	// RateLimited is a refusal (429, or 503 with Retry-After): the Scope

@@ -12,6 +12,7 @@ import (
 // flightCases are the cases of a window's starts in flight.
 var flightCases = map[string]func(*testing.T, Opener){
 	"WindowCountsUntilFinish": testWindowCountsUntilFinish,
+	"WindowLogsAtAnswer":      testWindowLogsAtAnswer,
 }
 
 // testWindowCountsUntilFinish checks, on every driver, that a window
@@ -65,4 +66,44 @@ func testWindowCountsUntilFinish(t *testing.T, open Opener) {
 	mustOK(t, finish(t, s, success(running[0], at(11_300))))
 	leaseN(11_500, 0) // it finished in [11 s, 12 s): counted there
 	leaseN(12_000, 1)
+}
+
+// testWindowLogsAtAnswer checks, on every driver, that a finish carrying
+// the time its answer was in (store.KeyEffect.Answered, the handler's
+// return) logs a window's start then, not at the later finish write: the
+// upstream counted the request before it answered, so the slot is free
+// one period after the answer. An Answered after Now (a clock behind)
+// logs at Now, and the outcome's other effects apply at Now.
+func testWindowLogsAtAnswer(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	setLimit(t, s, admission.Config{Name: "answer", Windows: []admission.Window{{Limit: 1, Period: time.Second}}})
+	var js []*job.Job
+	for range 3 {
+		js = append(js, NewJob("acme", job.LaneBatch, "answer"))
+	}
+	insert(t, s, js...)
+	at := func(ms int) time.Time { return T0.Add(time.Duration(ms) * time.Millisecond) }
+	leaseN := func(ms, want int) []*job.Job {
+		t.Helper()
+		got := lease(t, s, at(ms), 10)
+		if len(got) != want {
+			t.Fatalf("lease at +%dms admitted %d jobs, want %d", ms, len(got), want)
+		}
+		return got
+	}
+	first := leaseN(0, 1)
+	tr := success(first[0], at(400)) // written at +400 ms ...
+	tr.Keys.Answered = at(100)       // ... for an answer in at +100 ms
+	mustOK(t, finish(t, s, tr))
+	leaseN(1050, 0) // logged at +100 ms: the window holds it until +1.1 s
+	second := leaseN(1150, 1)
+	tr = success(second[0], at(1300))
+	tr.Keys.Answered = at(1900) // after Now: logged at Now
+	mustOK(t, finish(t, s, tr))
+	leaseN(2250, 0)
+	leaseN(2350, 1)
+	if k, err := s.GetLimit(ctx, "answer"); err != nil || k.InFlight != 1 {
+		t.Fatalf("answer key in flight = %d, %v; want 1", k.InFlight, err)
+	}
 }
