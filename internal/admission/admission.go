@@ -387,7 +387,7 @@ func (s *State) UnmarshalShapes(b []byte) error {
 		}
 	}
 	if len(extra) >= 5 { // written since probe holds
-		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(max(MaxHold, SilentHold)))
+		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(max(MaxHold, SilentHold, MaxSilentHold)))
 		if !finite(s.level) || s.level < 0 {
 			s.level = 0
 		}
