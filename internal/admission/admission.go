@@ -570,6 +570,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 // adaptive key's discovery log and counts a lease in flight.
 func (s *State) Take(now time.Time, cost int64) {
 	cost = s.Charge(cost)
+	s.strictExpire(now) // strict counting that ran out ends at its next start, not only at a success
 	s.InFlight++
 	defer s.noteCap(now, cost) // once this start is counted everywhere
 	if rate := s.rate(); rate > 0 {
