@@ -422,7 +422,12 @@ func declaredExactly(d UpstreamDestination) bool {
 // strategy's figures on the issue mix are not a fit to the one drop time
 // the matrix has.
 func issueVariant(frac float64) UpstreamsMix {
-	m := Upstreams(false).Mixes[0]
+	var m UpstreamsMix
+	for _, x := range Upstreams(false).Mixes {
+		if x.Name == "issue" {
+			m = x
+		}
+	}
 	m.Destinations = append([]UpstreamDestination(nil), m.Destinations...)
 	for i, d := range m.Destinations {
 		if d.Name != "halving-503" {
