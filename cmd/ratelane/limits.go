@@ -35,6 +35,7 @@ type limitView struct {
 	InFlight      *int64      `json:"in_flight"`
 	Waiting       *int64      `json:"waiting_cost"`
 	PausedUntil   string      `json:"paused_until"`
+	StrictUntil   string      `json:"strict_until"` // while a fixed key counts strictly after a refusal
 	OldestWaiting *float64    `json:"oldest_waiting_seconds"`
 	Windows       []windowArg `json:"windows"`
 }
@@ -83,7 +84,7 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return cf.print(stdout, resp.body)
 		}
 		return listTable[limitView]{keys: []string{"limits", "keys"}, noun: "limit",
-			header: []string{"KEY", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL"},
+			header: []string{"KEY", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL", "STRICT UNTIL"},
 			row: func(l limitView) []string {
 				conc := "-"
 				if l.Concurrency > 0 {
@@ -93,7 +94,7 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 					conc = strconv.Itoa(l.LearnedCap) + " learned" // discovered from the upstream's refusals
 				}
 				return []string{l.Name, num(l.Rate), num(l.Burst), windowsCell(l.Windows), conc, strconv.FormatBool(l.Adaptive),
-					optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil)}
+					optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil), when(l.StrictUntil)}
 			}}.print(stdout, stderr, resp.body)
 	})
 }

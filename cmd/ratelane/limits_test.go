@@ -12,6 +12,7 @@ func TestLimitsList(t *testing.T) {
 		{"name":"openai:gpt-4o-mini","rate":8.3333,"burst":20,"concurrency":0,"adaptive":true,"min_rate":0.1,"learned_rate":5.5,
 		 "paused_until":"2026-03-01T12:00:02Z","in_flight":3,"waiting_cost":120},
 		{"name":"subscriber:store_17","rate":10,"burst":10,"concurrency":3,"adaptive":false,"learned_rate":10,"in_flight":0,
+		 "strict":true,"strict_until":"2026-03-01T12:00:30Z",
 		 "windows":[{"limit":10,"period":"1s","fixed":true,"guard":"30ms"},{"limit":200,"period":"1m0s"}]}]}`}})
 	code, out, errOut := api.cli(t, "limits", "ls", "--region", "eu")
 	if code != 0 {
@@ -20,8 +21,9 @@ func TestLimitsList(t *testing.T) {
 	if r := api.only(t, "GET", "/v1/limits"); r.query.Get("region") != "eu" {
 		t.Errorf("query = %v", r.query)
 	}
-	wantColumns(t, out, 2, "KEY", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN", "FLIGHT", "WAITING", "PAUSED", "UNTIL")
-	for _, s := range []string{"openai:gpt-4o-mini", "8.3333", "5.5", "120", "2026-03-01 12:00:02Z", "10/1s fixed guard 30ms, 200/1m0s"} {
+	wantColumns(t, out, 2, "KEY", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN", "FLIGHT", "WAITING", "PAUSED", "UNTIL", "STRICT", "UNTIL")
+	for _, s := range []string{"openai:gpt-4o-mini", "8.3333", "5.5", "120", "2026-03-01 12:00:02Z", "10/1s fixed guard 30ms, 200/1m0s",
+		"2026-03-01 12:00:30Z"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("table lacks %q:\n%s", s, out)
 		}

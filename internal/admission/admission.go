@@ -387,7 +387,7 @@ func (s *State) UnmarshalShapes(b []byte) error {
 		}
 	}
 	if len(extra) >= 5 { // written since probe holds
-		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(max(MaxHold, SilentHold)))
+		s.level, s.hold = math.Float64frombits(uint64(extra[3])), min(max(extra[4], 0), int64(max(MaxHold, SilentHold, MaxSilentHold)))
 		if !finite(s.level) || s.level < 0 {
 			s.level = 0
 		}
@@ -570,6 +570,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 // adaptive key's discovery log and counts a lease in flight.
 func (s *State) Take(now time.Time, cost int64) {
 	cost = s.Charge(cost)
+	s.strictExpire(now) // strict counting that ran out ends at its next start, not only at a success
 	s.InFlight++
 	defer s.noteCap(now, cost) // once this start is counted everywhere
 	if rate := s.rate(); rate > 0 {

@@ -58,8 +58,20 @@ const (
 	// MaxHold bounds the hold after probes that kept failing at the same
 	// level.
 	MaxHold = 2 * time.Second
-	// SilentHold is the hold after a silent drop (see refused).
+	// SilentHold is the least hold after a silent drop (see refused),
+	// and the hold after a cut to a measured limit.
 	SilentHold = 3 * time.Second
+	// SilentHoldPerRun is the hold after a silent drop as a multiple of
+	// how long the key had run cleanly at its ceiling before it (the old
+	// limit's age, as the key saw it), within SilentHold and
+	// MaxSilentHold: an upstream whose limit held for a long time before
+	// it fell is taken to keep the new one for a comparable time, and a
+	// probe into it costs a refusal and, when the upstream names a delay,
+	// a whole pause of its allowance.
+	SilentHoldPerRun = 1.5
+	// MaxSilentHold bounds the hold after a silent drop, so that a limit
+	// that comes back is still found within seconds of it.
+	MaxSilentHold = 6 * time.Second
 	// SentShare is the share of its learned rate's worth of starts a key
 	// must have made in the trailing window for a refusal to show the
 	// upstream at its limit (unless RefusedShare of them were refused).
@@ -282,7 +294,11 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// before the next one. A cut while holding (the limit dropped)
 		// probes again soon.
 		hold = min(MaxHold, max(ProbeHold, 2*hold))
-	} else if silent || bounded || measured {
+	} else if silent {
+		// A silent drop: held for SilentHoldPerRun of the old limit's
+		// age (see silentHold).
+		hold = silentHold(now.Sub(run))
+	} else if bounded || measured {
 		// A limit that dropped on its own (load shedding, a plan
 		// change) does not come back within a second: each probe into
 		// it costs a refusal and its pause. Nor does one a window
@@ -298,6 +314,19 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	s.LastRefusal = now
 	s.probe, s.probeAt = 0, 0
 	return true
+}
+
+// silentHold is the hold after a silent drop that ended a clean run of
+// the given length at the key's ceiling: SilentHoldPerRun of it, within
+// SilentHold and MaxSilentHold. A limit's past is the only evidence of
+// how long its new value will last: one that fell after holding for
+// seconds (load shedding, a plan change) is not back a second after the
+// pause, and each probe into it costs a refusal and its pause (on a
+// fixed window with a whole-second Retry-After, a whole window of the
+// new allowance); one that fell after a short run may be moving, and is
+// probed as soon as before.
+func silentHold(run time.Duration) time.Duration {
+	return min(MaxSilentHold, max(SilentHold, time.Duration(SilentHoldPerRun*float64(run))))
 }
 
 // boundRun reports whether the key's current run of starts (see active)

@@ -210,7 +210,8 @@ func TestProbeHold(t *testing.T) {
 // clean at its ceiling and is then refused with nearly all it sent in the
 // window accepted does not trust that window (it counts the old limit):
 // one refusal halves it to the new limit's neighbourhood, and it holds
-// SilentHold before probing. A key holding a learned rate below its
+// SilentHoldPerRun of the old limit's age (within SilentHold and
+// MaxSilentHold) before probing. A key holding a learned rate below its
 // ceiling is not treated so: a bucket's burst can hide a slightly high
 // rate for seconds, and halving it would throw away what it learned.
 func TestSilentDropHalves(t *testing.T) {
@@ -227,9 +228,29 @@ func TestSilentDropHalves(t *testing.T) {
 	if len(refused) != 1 {
 		t.Fatalf("refusals %v in the second after a drop, want one signal", refused)
 	}
-	if s.LearnedRate != 15 || time.Duration(s.hold) != SilentHold {
+	// The old limit held 4.3 s: the hold is SilentHoldPerRun of that,
+	// bounded by MaxSilentHold (a probe into a limit that held that long
+	// would cost a refusal and its pause).
+	if s.LearnedRate != 15 || time.Duration(s.hold) != MaxSilentHold {
 		t.Fatalf("after a silent drop from 30 to 15: learned %v hold %v, want 15 (halved) and %v",
-			s.LearnedRate, time.Duration(s.hold), SilentHold)
+			s.LearnedRate, time.Duration(s.hold), MaxSilentHold)
+	}
+	// A limit that held only 2.3 s is held after its drop for 1.5 times
+	// that, not the 6 s of a long-lived one.
+	short := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
+	early := t0.Add(2*time.Second + 300*time.Millisecond)
+	upShort := &fixedModel{limit: func(now time.Time) int {
+		if now.Before(early) {
+			return 30
+		}
+		return 15
+	}}
+	if refused := drive(&short, upShort, t0, early.Add(time.Second).Sub(t0)); len(refused) != 1 {
+		t.Fatalf("refusals %v in the second after an early drop, want one signal", refused)
+	}
+	if h := time.Duration(short.hold); short.LearnedRate != 15 || h <= SilentHold || h >= MaxSilentHold {
+		t.Fatalf("after a silent drop ending a 2.3 s run: learned %v hold %v, want 15 and a hold within (%v, %v)",
+			short.LearnedRate, h, SilentHold, MaxSilentHold)
 	}
 	// When the run began is kept with the logs, across nodes and restarts.
 	var back State

@@ -53,8 +53,8 @@ func (s *State) strictWindow() (Window, bool) {
 func strictUnits(w Window) float64 { return math.Max(1, w.Limit-1) }
 
 // strict reports whether a fixed key paces strictly (see above). Check
-// reads it until the next success after it ran out clears it, which errs
-// on the strict side.
+// reads it until the next lease (Take) or success after it ran out clears
+// it, which errs on the strict side by at most that one start.
 func (s *State) strict() bool { return !s.Adaptive && s.strictUntil != 0 }
 
 // strictRate is a strict key's bucket rate: its tightest sliding window's
@@ -84,6 +84,18 @@ func (s *State) strictRefusal(now, until time.Time) {
 	pause := max(until.Sub(now), w.Period)
 	end := addSat(maxTime(until, now), dur(float64(pause)*w.Limit)).UnixNano()
 	s.strictUntil = max(s.strictUntil, end)
+}
+
+// StrictUntil reports whether the key counts strictly at now (a fixed key
+// with a sliding window that an upstream refused: see strict.go) and
+// until when. It is what operators see in GET /v1/limits: a key pacing
+// one under its declared limit with no burst looks like a slow key unless
+// it says why, and for how long.
+func (s *State) StrictUntil(now time.Time) (time.Time, bool) {
+	if !s.strict() || now.UnixNano() >= s.strictUntil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, s.strictUntil).UTC(), true
 }
 
 // strictExpire ends strictness that ran out by now.

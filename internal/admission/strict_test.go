@@ -177,3 +177,66 @@ func TestStrictOnlyTightens(t *testing.T) {
 		}
 	}
 }
+
+// TestStrictEndsAfterItsPeriod drives a fixed key declared as 20/s in
+// simulated time (explicit instants, a start whenever the key admits one,
+// each answered 20 ms later with a success): after one refusal it counts
+// strictly, and says so through StrictUntil, until the pause plus 20
+// windows has passed; then it says it no longer does, and paces at its
+// declared shape again (20 starts in a second, which strict counting
+// never allows), with no success needed to end it.
+func TestStrictEndsAfterItsPeriod(t *testing.T) {
+	t.Parallel()
+	s := NewState(UpstreamWindow("k", 20, time.Second, 0, DefaultHeadroom))
+	s.Take(t0, 1)
+	s.End(t0.Add(time.Millisecond), 1)
+	s.RateLimited(t0.Add(time.Millisecond), t0.Add(time.Second), 1)
+	end := t0.Add(time.Second).Add(20 * time.Second)
+	if until, on := s.StrictUntil(t0.Add(2 * time.Second)); !on || !until.Equal(end) {
+		t.Fatalf("after a refusal: strict %v until %v, want on until %v", on, until, end)
+	}
+	var strictStarts, after []time.Time
+	var ends []time.Time // answers in flight, in order
+	for now := t0.Add(time.Second); now.Before(end.Add(5 * time.Second)); now = now.Add(time.Millisecond) {
+		for len(ends) > 0 && !ends[0].After(now) {
+			s.End(ends[0], 1)
+			s.Succeeded(ends[0])
+			ends = ends[1:]
+		}
+		if ok, _ := s.Check(now, 1); !ok {
+			continue
+		}
+		s.Take(now, 1)
+		ends = append(ends, now.Add(20*time.Millisecond))
+		_, on := s.StrictUntil(now)
+		switch {
+		case now.Before(end) && !on:
+			t.Fatalf("strict counting off at %v, before it ran out at %v", now.Sub(t0), end.Sub(t0))
+		case !now.Before(end) && on:
+			t.Fatalf("strict counting still on at %v, after it ran out at %v", now.Sub(t0), end.Sub(t0))
+		case now.Before(end):
+			strictStarts = append(strictStarts, now)
+		default:
+			after = append(after, now)
+		}
+	}
+	if n := mostWithin(strictStarts, time.Second); n > 19 {
+		t.Fatalf("%d starts within one second while strict, want at most 19", n)
+	}
+	if n := mostWithin(after, time.Second); n < 20 {
+		t.Fatalf("at most %d starts within one second after strict counting ended, want the declared 20", n)
+	}
+}
+
+// mostWithin is the most of ts (in time order) within any interval
+// shorter than w.
+func mostWithin(ts []time.Time, w time.Duration) int {
+	most, lo := 0, 0
+	for hi := range ts {
+		for ts[hi].Sub(ts[lo]) >= w {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
+}

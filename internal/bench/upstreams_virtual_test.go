@@ -327,7 +327,7 @@ func logVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
 
 // TestVirtualUpstreams runs every mix in virtual time and holds the
 // pacing to the workload's targets there (≤ 1.15× ideal, ≤ 2% refused,
-// everything delivered; issue to what it reaches, see below), over three seeds, and checks that no destination saw more
+// everything delivered), over three seeds, and checks that no destination saw more
 // starts in any second than declared; it prints the per-destination
 // breakdown with -v. RATELANE_VIRTUAL_MIX selects mixes (comma-separated),
 // RATELANE_VIRTUAL_TRACE=1 prints every refusal and a timeline.
@@ -337,15 +337,14 @@ func TestVirtualUpstreams(t *testing.T) {
 		checkVirtualMix(t, m, seed, r)
 		// The figures this strategy reaches here, deterministic:
 		// a regression in discovery shows as a failure, not as
-		// noise in a loaded benchmark. issue does not reach the
-		// targets (see docs/benchmarks.md); the others are held
-		// to what they reach, under the targets (unforeseen
+		// noise in a loaded benchmark. Every mix is held to the
+		// targets, or under them to what it reaches (unforeseen
 		// since session 7: strict counting and concurrency read
-		// before any answer).
+		// before any answer; issue since session 8: the hold after
+		// a silent drop grows with the old limit's age, 1.121 /
+		// 1.133 / 1.127 where it read 1.195 / 1.311 / 1.201).
 		bound, shareBound := 1.15, 0.02
 		switch m.Name {
-		case "issue":
-			bound = 1.32
 		case "rising":
 			bound = 1.11
 		}
@@ -437,3 +436,65 @@ func declaredExactly(d UpstreamDestination) bool {
 	}
 	return false
 }
+
+// issueVariant is the issue mix with halving-503's silent drop at frac of
+// the run instead of 0.4 (its jobs scaled to match), a check that the
+// strategy's figures on the issue mix are not a fit to the one drop time
+// the matrix has.
+func issueVariant(frac float64) UpstreamsMix {
+	var m UpstreamsMix
+	for _, x := range Upstreams(false).Mixes {
+		if x.Name == "issue" {
+			m = x
+		}
+	}
+	m.Destinations = append([]UpstreamDestination(nil), m.Destinations...)
+	for i, d := range m.Destinations {
+		if d.Name != "halving-503" {
+			continue
+		}
+		d.Route.Changes = []upstream.LimitChange{{After: time.Duration(frac * 10 * float64(time.Second)), Limit: 15}}
+		d.Jobs = int(math.Round(10 * (frac*30 + (1-frac)*15)))
+		m.Destinations[i] = d
+	}
+	m.Name = fmt.Sprintf("issue-drop%02.0f", 100*frac)
+	return m
+}
+
+// TestVirtualIssueVariants runs the issue mix on seeds 4 and 5, which no
+// bound was set from, and with halving-503's drop at 30% and 60% of the
+// run on seeds 1 to 5, and holds each to delivery in full, invariant 6
+// and issueVariantBound. Its figures are in docs/benchmarks.md (session 8,
+// s8h1).
+func TestVirtualIssueVariants(t *testing.T) {
+	if want := os.Getenv("RATELANE_VIRTUAL_MIX"); want != "" && !strings.Contains(","+want+",", ",issue,") {
+		t.Skip("not selected by RATELANE_VIRTUAL_MIX")
+	}
+	for _, frac := range []float64{0.3, 0.4, 0.6} {
+		m := issueVariant(frac)
+		t.Run(m.Name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 5; seed++ {
+				if frac == 0.4 && seed <= 3 {
+					continue // TestVirtualUpstreams runs these
+				}
+				r := runVirtualMix(t, m, seed, 60*time.Second, upstream.Latency{})
+				checkVirtualMix(t, m, seed, r)
+				bound, ok := issueVariantBounds[m.Name]
+				if !ok {
+					bound = 1.15
+				}
+				if r.ratio > bound || r.share > 0.02 {
+					t.Errorf("mix %s seed %d: makespan %.3f of ideal (want <= %.2f), refused %.2f%% (want <= 2%%)",
+						m.Name, seed, r.ratio, bound, 100*r.share)
+				}
+			}
+		})
+	}
+}
+
+// issueVariantBounds are the makespans (of ideal) the variants that miss
+// the 1.15 target reach: with the drop at 30% the old limit held only
+// 3.4 s, so the hold after the drop (SilentHoldPerRun of that) ends
+// before the run does, and the probe's refusal costs a whole-second
+// pause (1.16-1.23, against 1.17-1.30 before session 8).
+var issueVariantBounds = map[string]float64{"issue-drop30": 1.23}

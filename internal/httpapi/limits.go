@@ -45,6 +45,12 @@ type limitView struct {
 	admission.State
 	Tokens      float64 `json:"tokens" doc:"cost units the bucket could admit now"`
 	WaitingCost int64   `json:"waiting_cost" doc:"cost of the jobs waiting on the key (waiting or retry_scheduled, both lanes)"`
+	// Strict and StrictUntil show a fixed key counting strictly after an
+	// upstream refused what its declared sliding window allowed
+	// (admission/strict.go): it paces one under that limit with no burst,
+	// which looks like a slow key unless the view says why and how long.
+	Strict      bool       `json:"strict" doc:"true while the key counts strictly: a fixed key with a sliding window that an upstream refused paces evenly at one under the window's limit, with a burst of one, until strict_until"`
+	StrictUntil *time.Time `json:"strict_until,omitempty" doc:"while strict: when strict counting ends (each further refusal extends it); absent when the key is not counting strictly"`
 	// PauseSource is the 429 behind a pause in force, when one is known.
 	PauseSource *pauseSource `json:"pause_source,omitempty" doc:"while paused: the most recent 429 recorded on a job naming the key, when one is known"`
 	// Admitted are this node's real counts of the key's starts.
@@ -74,6 +80,9 @@ func (s *Server) viewLimit(region string, st admission.State) limitView {
 		st.PausedUntil = time.Time{}
 	}
 	v := limitView{Region: region, State: st, Tokens: st.Tokens(now)}
+	if until, on := st.StrictUntil(now); on {
+		v.Strict, v.StrictUntil = true, &until
+	}
 	if c, ok := s.jobs[region].KeyCounts(st.Name); ok {
 		// A per-start key takes one unit a start whatever the job's cost
 		// (the lease charges it so): its admitted cost is its starts.

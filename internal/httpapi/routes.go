@@ -125,10 +125,10 @@ func (s *Server) routes() []route {
 			summary: "Create or reconfigure a limit key, keeping its live state. shape bucket (default) or window says how rate per period is counted, window sliding (default) or fixed (aligned to the clock) how a window counts; windows add further windows; every shape must admit a start. A change to a key the server's configuration declares (limits, a provider's rpm or tpm) lasts across restarts until that declaration changes",
 			handle:  s.handlePutLimit, request: limitRequest{}, response: limitView{}, status: 200, params: []param{regionOne},
 			example: `{"per_second":8,"burst":16,"concurrency":32,"adaptive":true,"windows":[{"limit":400,"period":"1m"}]}`},
-		{method: "GET", path: "/v1/limits", name: "listLimits", role: auth.RoleAdmin, summary: "List limit keys with their live state",
+		{method: "GET", path: "/v1/limits", name: "listLimits", role: auth.RoleAdmin, summary: "List limit keys with their live state (as GET /v1/limits/{key}, including strict counting)",
 			handle: s.handleListLimits, response: limitList{}, status: 200, params: []param{regionList}},
 		{method: "GET", path: "/v1/limits/{key}", name: "getLimit", role: auth.RoleAdmin,
-			summary: "Get a limit key: configuration, tokens, learned rate, pause, in flight, waiting cost",
+			summary: "Get a limit key: configuration, tokens, learned rate, pause, in flight, waiting cost, and strict counting: strict is true, and strict_until says until when, while a fixed key with a sliding window paces one under its limit with no burst after an upstream refused it",
 			handle:  s.handleGetLimit, response: limitView{}, status: 200, params: []param{regionOne}},
 
 		{method: "GET", path: "/v1/stats", name: "getStats", role: auth.RoleAdmin,

@@ -149,3 +149,54 @@ func TestListLimitsWaitingCostAndExpiredPause(t *testing.T) {
 		t.Fatalf("paused_until %v after the pause ended", l.PausedUntil)
 	}
 }
+
+// TestLimitShowsStrictCounting checks that GET /v1/limits/{key} and GET
+// /v1/limits show a fixed key with a sliding window counting strictly
+// after a 429 (strict and strict_until: the pause plus one pause per unit
+// of the window's limit), and that both read it off once that time has
+// passed, with no start or success needed to end it in the view.
+func TestLimitShowsStrictCounting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.do("PUT", "/v1/limits/strict:hook?region=us", adminKey, map[string]any{"shape": "window", "rate": 5, "period": "1s"}).want(t, 200)
+	e.createJob(acmeKey, jobBody("hook.send", "us", "strict:hook"))
+	leased := e.lease("us", 1, "hook.send")
+	if len(leased) != 1 {
+		t.Fatalf("leased %d jobs, want 1", len(leased))
+	}
+	get := func() limitView {
+		var v limitView
+		e.do("GET", "/v1/limits/strict:hook?region=us", adminKey, nil).want(t, 200).json(t, &v)
+		var list limitList
+		e.do("GET", "/v1/limits?region=us", adminKey, nil).want(t, 200).json(t, &list)
+		for _, l := range list.Limits {
+			if l.Name == v.Name && (l.Strict != v.Strict || (l.StrictUntil == nil) != (v.StrictUntil == nil) ||
+				l.StrictUntil != nil && !l.StrictUntil.Equal(*v.StrictUntil)) {
+				t.Fatalf("GET /v1/limits shows strict %v until %v, the key's own view %v until %v", l.Strict, l.StrictUntil, v.Strict, v.StrictUntil)
+			}
+		}
+		return v
+	}
+	if v := get(); v.Strict || v.StrictUntil != nil {
+		t.Fatalf("strict before any refusal: %+v", v)
+	}
+	e.do("POST", "/v1/jobs/"+leased[0].ID+"/rate-limited", workerKey, map[string]any{
+		"lease_token": leased[0].LeaseToken, "retry_after_seconds": 2}).want(t, 200)
+	// Paused 2 s, then strict for 5 pauses of 2 s.
+	want := t0.Add(2 * time.Second).Add(5 * 2 * time.Second)
+	if v := get(); !v.Strict || v.StrictUntil == nil || !v.StrictUntil.Equal(want) {
+		t.Fatalf("after a 429: strict %v until %v, want on until t0+12s", v.Strict, v.StrictUntil)
+	}
+	e.clock.Add(12*time.Second - time.Millisecond)
+	if v := get(); !v.Strict {
+		t.Fatalf("strict counting off 1 ms before it runs out: %+v", v)
+	}
+	e.clock.Add(time.Millisecond)
+	resp := e.do("GET", "/v1/limits/strict:hook?region=us", adminKey, nil).want(t, 200)
+	if strings.Contains(string(resp.body), "strict_until") {
+		t.Fatalf("strict_until shown after strict counting ran out: %s", resp.body)
+	}
+	if v := get(); v.Strict || v.StrictUntil != nil {
+		t.Fatalf("still strict after it ran out: %+v", v)
+	}
+}
