@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -165,9 +166,14 @@ func procCPU(pid uint32) (time.Duration, error) {
 	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
 
+// workJobs is BenchmarkWorkPerJob's backlog: how many jobs the bulk insert
+// writes and the drain leases and finishes. A larger one shows the work
+// that grows with the backlog (go test -bench WorkPerJob -workjobs 20000).
+var workJobs = flag.Int("workjobs", 2048, "BenchmarkWorkPerJob: jobs inserted and drained")
+
 // BenchmarkWorkPerJob reports the WAL records and bytes per job of the
 // throughput workload's three phases on one schema: a bulk insert of
-// 2,048 jobs (batches of 1,000, 16 unpaced keys), their drain by 64-job
+// 2,048 jobs (-workjobs; batches of 1,000, 16 unpaced keys), their drain by 64-job
 // lease + finish cycles, and 256 concurrent single-job inserts. Run it
 // with -benchtime 1x; the per-relation lines are logged (-v). For lease +
 // finish it also reports the statements and round trips per job (a pgx
@@ -187,7 +193,7 @@ func BenchmarkWorkPerJob(b *testing.B) {
 	m := newWALMeter(b, schema)
 	cpu := &backendCPU{s: s, used: map[uint32]time.Duration{}}
 	for b.Loop() {
-		const n = 2048
+		n := *workJobs
 		batch := make([]*job.Job, n)
 		for i := range batch {
 			batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
@@ -215,10 +221,10 @@ func BenchmarkWorkPerJob(b *testing.B) {
 			done += len(got)
 		}
 		walReport(b, "lease + finish", "drain-", m.since(b, from), n)
-		b.ReportMetric(float64(rt.trips.Load()-trips0)/n, "drain-roundtrips/job")
-		b.ReportMetric(float64(rt.statements.Load()-stmts0)/n, "drain-statements/job")
+		b.ReportMetric(float64(rt.trips.Load()-trips0)/float64(n), "drain-roundtrips/job")
+		b.ReportMetric(float64(rt.statements.Load()-stmts0)/float64(n), "drain-statements/job")
 		if cpu1, ok := cpu.read(b); ok {
-			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/n, "drain-serverCPUus/job")
+			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "drain-serverCPUus/job")
 		}
 
 		const singles = 256
