@@ -272,6 +272,14 @@ func (l *leaseTx) TouchGroups(touches []store.GroupTouch) error {
 	return err
 }
 
+// markLeasedSQL leases the jobs $1 with the tokens $2. The guard on state
+// is written so that it cannot use an index (see stateIs).
+var markLeasedSQL = `UPDATE jobs SET state = 'running', lease_token = u.token,
+		lease_expires_at = $4, attempt = attempt + 1, updated_at = $3
+	FROM unnest($1::text[], $2::text[]) AS u(leased_id, token)
+	WHERE id = u.leased_id AND ` + stateIs("waiting") + `
+	RETURNING ` + jobCols
+
 // MarkLeased leases every chosen job in one UPDATE, each with its own token,
 // and returns them in the order they were chosen.
 func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.Job, error) {
@@ -279,13 +287,8 @@ func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*jo
 	for i, c := range leased {
 		ids[i], tokens[i] = c.ID, c.Token
 	}
-	// The lease's last statement: COMMIT goes out with it. The guard on
-	// state is written so that it cannot use an index (see stateIs).
-	jobs, err := collectJobs(l.tx.QueryCommit(l.ctx, `UPDATE jobs SET state = 'running', lease_token = u.token,
-			lease_expires_at = $4, attempt = attempt + 1, updated_at = $3
-		FROM unnest($1::text[], $2::text[]) AS u(leased_id, token)
-		WHERE id = u.leased_id AND `+stateIs("waiting")+`
-		RETURNING `+jobCols, ids, tokens, ns(now), ns(until)))
+	// The lease's last statement: COMMIT goes out with it.
+	jobs, err := collectJobs(l.tx.QueryCommit(l.ctx, markLeasedSQL, ids, tokens, ns(now), ns(until)))
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +310,9 @@ func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*jo
 // by id, written so that the planner cannot match it to the partial
 // indexes on state (jobs_lane_ready, jobs_group_head, jobs_leases): their
 // predicate is "state = '...'", and an expression over state does not
-// imply it. The rows are then found by jobs_pkey, one lookup per id.
+// imply it. The rows are then found by jobs_pkey, one lookup per id, or
+// by a scan of the table when its real size (which the planner knows
+// without statistics) makes that cheaper, i.e. for a small table.
 // Written plainly, the guard let the planner read every row of the state
 // through the partial index and hash-join the ids against them whenever
 // its statistics expected few such rows, as before the first ANALYZE of a
