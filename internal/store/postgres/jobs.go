@@ -445,9 +445,10 @@ func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]ti
 	out := map[job.Lane]time.Duration{}
 	for _, lane := range job.Lanes {
 		var at *int64
+		// ORDER BY ... LIMIT 1 rather than min(): see oldestReadySQL.
 		err := s.pool.QueryRow(ctx, `SELECT least(
-			(SELECT min(eligible_at) FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2),
-			(SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= $2 AND lane = $1))`,
+			(SELECT eligible_at FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2 ORDER BY eligible_at LIMIT 1),
+			(SELECT eligible_at FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= $2 AND lane = $1 ORDER BY eligible_at LIMIT 1))`,
 			string(lane), ns(now)).Scan(&at)
 		if err != nil {
 			return nil, err

@@ -73,7 +73,16 @@ func (l *leaseTx) PromoteDue(now time.Time) error {
 	return err
 }
 
-const oldestReadySQL = `SELECT min(eligible_at) FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2`
+// oldestReadySQL is the lane's oldest ready eligible_at, NULL when none:
+// the first entry of jobs_lane_ready in index order. It is written as
+// ORDER BY ... LIMIT 1 rather than min(), which the planner turns into the
+// same one-entry read only when its statistics expect many waiting jobs:
+// before the first ANALYZE of a freshly filled table (the state of a
+// backlog inserted just before its drain) it planned min() as an
+// aggregate over every waiting entry, 19 ms and 817 buffers at 20,000
+// waiting, against 0.05 ms and 12 buffers.
+const oldestReadySQL = `SELECT (SELECT eligible_at FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2
+	ORDER BY eligible_at LIMIT 1)`
 
 // OldestReady of the interactive lane is what store.Lease asks first,
 // before it looks at the batch lane and then the interactive lane, whose
@@ -263,6 +272,14 @@ func (l *leaseTx) TouchGroups(touches []store.GroupTouch) error {
 	return err
 }
 
+// markLeasedSQL leases the jobs $1 with the tokens $2. The guard on state
+// is written so that it cannot use an index (see stateIs).
+var markLeasedSQL = `UPDATE jobs SET state = 'running', lease_token = u.token,
+		lease_expires_at = $4, attempt = attempt + 1, updated_at = $3
+	FROM unnest($1::text[], $2::text[]) AS u(leased_id, token)
+	WHERE id = u.leased_id AND ` + stateIs("waiting") + `
+	RETURNING ` + jobCols
+
 // MarkLeased leases every chosen job in one UPDATE, each with its own token,
 // and returns them in the order they were chosen.
 func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.Job, error) {
@@ -271,11 +288,7 @@ func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*jo
 		ids[i], tokens[i] = c.ID, c.Token
 	}
 	// The lease's last statement: COMMIT goes out with it.
-	jobs, err := collectJobs(l.tx.QueryCommit(l.ctx, `UPDATE jobs SET state = 'running', lease_token = u.token,
-			lease_expires_at = $4, attempt = attempt + 1, updated_at = $3
-		FROM unnest($1::text[], $2::text[]) AS u(leased_id, token)
-		WHERE id = u.leased_id AND state = 'waiting'
-		RETURNING `+jobCols, ids, tokens, ns(now), ns(until)))
+	jobs, err := collectJobs(l.tx.QueryCommit(l.ctx, markLeasedSQL, ids, tokens, ns(now), ns(until)))
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +304,22 @@ func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*jo
 		jobs[i] = byID[c.ID]
 	}
 	return jobs, nil
+}
+
+// stateIs is a guard on a job's state, for an UPDATE that finds its rows
+// by id, written so that the planner cannot match it to the partial
+// indexes on state (jobs_lane_ready, jobs_group_head, jobs_leases): their
+// predicate is "state = '...'", and an expression over state does not
+// imply it. The rows are then found by jobs_pkey, one lookup per id, or
+// by a scan of the table when its real size (which the planner knows
+// without statistics) makes that cheaper, i.e. for a small table.
+// Written plainly, the guard let the planner read every row of the state
+// through the partial index and hash-join the ids against them whenever
+// its statistics expected few such rows, as before the first ANALYZE of a
+// freshly filled table: a 64-job MarkLeased read all 20,000 waiting jobs
+// (1,425 buffers, 21 ms; 809 buffers, 0.9 ms by id).
+func stateIs(state string) string {
+	return `(jobs.state || '') = '` + state + `'`
 }
 
 // Heartbeat extends a running job's lease to until, if token still holds

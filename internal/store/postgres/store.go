@@ -11,7 +11,10 @@
 // not exclude each other. So a lease transaction never waits on a lock,
 // and all nodes together never exceed a key's rate or concurrency cap. Finish, Cancel and the other
 // writers do wait, always locking job rows first, then groups, then keys in
-// name order, so they cannot deadlock with each other.
+// name order, so they cannot deadlock with each other over groups or keys;
+// two finishes of overlapping jobs lock the rows in their UPDATE's plan
+// order and may, rarely, deadlock over rows, which PostgreSQL breaks and
+// the store retries (see endAttemptsSQL).
 //
 // Times are stored as Unix nanoseconds (bigint) for exact round trips; see
 // migrations/0001_init.up.sql. The store never reads the wall clock for a

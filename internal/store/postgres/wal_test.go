@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,8 +92,10 @@ func (m *walMeter) since(b testing.TB, from string) []walLine {
 	return out
 }
 
-// report logs lines per job and reports the totals as benchmark metrics.
-func walReport(b *testing.B, what string, lines []walLine, jobs int) {
+// walReport logs lines per job and reports the totals as benchmark
+// metrics, their units prefixed by tag (one per phase, so that a later
+// phase's figures do not replace an earlier one's).
+func walReport(b *testing.B, what, tag string, lines []walLine, jobs int) {
 	var recs, bytes, fpi int64
 	var sb strings.Builder
 	for _, l := range lines {
@@ -100,26 +104,96 @@ func walReport(b *testing.B, what string, lines []walLine, jobs int) {
 			float64(l.records)/float64(jobs), float64(l.bytes)/float64(jobs))
 	}
 	b.Logf("%s, WAL per job over %d jobs (without full-page images):%s", what, jobs, sb.String())
-	b.ReportMetric(float64(recs)/float64(jobs), "walrecords/job")
-	b.ReportMetric(float64(bytes)/float64(jobs), "walbytes/job")
-	b.ReportMetric(float64(fpi)/float64(jobs), "fpibytes/job")
+	b.ReportMetric(float64(recs)/float64(jobs), tag+"walrecords/job")
+	b.ReportMetric(float64(bytes)/float64(jobs), tag+"walbytes/job")
+	b.ReportMetric(float64(fpi)/float64(jobs), tag+"fpibytes/job")
 }
+
+// backendCPU is the server CPU spent by the backends of a store's pooled
+// connections, read from /proc (the server must run on this machine): CPU
+// time, unlike wall time, hardly depends on what else the machine runs.
+type backendCPU struct {
+	s    *Store
+	used map[uint32]time.Duration // per backend pid, at the last read
+}
+
+// read adds the pool's idle connections' backends to the set and returns
+// the sum of their CPU so far; a backend not readable is skipped (ok
+// false), so a server on another machine gives no figure.
+func (c *backendCPU) read(b testing.TB) (total time.Duration, ok bool) {
+	for _, conn := range c.s.pool.AcquireAllIdle(context.Background()) {
+		c.used[conn.Conn().PgConn().PID()] = 0
+		conn.Release()
+	}
+	ok = len(c.used) > 0
+	for pid := range c.used {
+		d, err := procCPU(pid)
+		if err != nil {
+			b.Logf("backend %d: %v", pid, err)
+			ok = false
+			continue
+		}
+		c.used[pid] = d
+		total += d
+	}
+	return total, ok
+}
+
+// procCPU is a process's time on a CPU: /proc/<pid>/schedstat's first
+// field (nanoseconds), else utime+stime of /proc/<pid>/stat (ticks of 10 ms).
+func procCPU(pid uint32) (time.Duration, error) {
+	if raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid)); err == nil {
+		if f := strings.Fields(string(raw)); len(f) > 0 {
+			if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				return time.Duration(n), nil
+			}
+		}
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count from its ")".
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// workJobs is BenchmarkWorkPerJob's backlog: how many jobs the bulk insert
+// writes and the drain leases and finishes. A larger one shows the work
+// that grows with the backlog (go test -bench WorkPerJob -workjobs 20000).
+var workJobs = flag.Int("workjobs", 2048, "BenchmarkWorkPerJob: jobs inserted and drained")
 
 // BenchmarkWorkPerJob reports the WAL records and bytes per job of the
 // throughput workload's three phases on one schema: a bulk insert of
-// 2,048 jobs (batches of 1,000, 16 unpaced keys), their drain by 64-job
+// 2,048 jobs (-workjobs; batches of 1,000, 16 unpaced keys), their drain by 64-job
 // lease + finish cycles, and 256 concurrent single-job inserts. Run it
-// with -benchtime 1x; the per-relation lines are logged (-v).
+// with -benchtime 1x; the per-relation lines are logged (-v). For lease +
+// finish it also reports the statements and round trips per job (a pgx
+// tracer) and the server CPU per job (backendCPU).
 func BenchmarkWorkPerJob(b *testing.B) {
 	ctx := context.Background()
 	schema := newSchema(b)
-	s := openStore(b, schema, "us")
+	rt := &roundTrips{}
+	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: 4, tracer: rt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
 	if err := s.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
 	m := newWALMeter(b, schema)
+	cpu := &backendCPU{s: s, used: map[uint32]time.Duration{}}
 	for b.Loop() {
-		const n = 2048
+		n := *workJobs
 		batch := make([]*job.Job, n)
 		for i := range batch {
 			batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
@@ -130,9 +204,11 @@ func BenchmarkWorkPerJob(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		walReport(b, "bulk insert", m.since(b, from), n)
+		walReport(b, "bulk insert", "insert-", m.since(b, from), n)
 
 		from = m.lsn(b)
+		cpu0, _ := cpu.read(b)
+		trips0, stmts0 := rt.trips.Load(), rt.statements.Load()
 		now := storetest.T0.Add(time.Second)
 		for done := 0; done < n; {
 			got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 64, LeaseFor: time.Minute, BatchMin: 8, InteractiveBudget: 30 * time.Second})
@@ -144,7 +220,12 @@ func BenchmarkWorkPerJob(b *testing.B) {
 			}
 			done += len(got)
 		}
-		walReport(b, "lease + finish", m.since(b, from), n)
+		walReport(b, "lease + finish", "drain-", m.since(b, from), n)
+		b.ReportMetric(float64(rt.trips.Load()-trips0)/float64(n), "drain-roundtrips/job")
+		b.ReportMetric(float64(rt.statements.Load()-stmts0)/float64(n), "drain-statements/job")
+		if cpu1, ok := cpu.read(b); ok {
+			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "drain-serverCPUus/job")
+		}
 
 		const singles = 256
 		from = m.lsn(b)
@@ -158,6 +239,6 @@ func BenchmarkWorkPerJob(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		walReport(b, "single inserts", m.since(b, from), singles)
+		walReport(b, "single inserts", "single-", m.since(b, from), singles)
 	}
 }

@@ -1,0 +1,1 @@
+ALTER INDEX job_groups_keys RESET (fastupdate);

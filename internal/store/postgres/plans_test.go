@@ -1,0 +1,123 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// The lease and finish statements find their rows the same way whatever
+// the table statistics say. A backlog drained right after its insert has
+// none yet (autovacuum has not analyzed the table), and there the planner
+// used to read every waiting (or running) row through a partial index on
+// state for each call, and aggregate over every waiting entry for the
+// oldest ready one: work per lease proportional to the backlog. (A scan
+// of the whole table remains possible, and is what both updates may get here:
+// the planner weighs it against 64 key lookups by the table's real size,
+// so it is only chosen for a table this small.)
+func TestLeasePlansWithoutStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	// No ANALYZE may land while the plans are read.
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2048
+	batch := make([]*job.Job, n)
+	for i := range batch {
+		batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
+	}
+	for i := 0; i < n; i += 1000 {
+		if _, err := s.Insert(ctx, batch[i:min(n, i+1000)], storetest.Unpaced); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := t0.Add(time.Second)
+	running, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 64, LeaseFor: time.Minute})
+	if err != nil || len(running) != 64 {
+		t.Fatalf("lease: %d jobs, %v", len(running), err)
+	}
+	plan := func(sql string, args ...any) string {
+		t.Helper()
+		rows, err := s.pool.Query(ctx, `EXPLAIN `+sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var sb strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			sb.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return sb.String()
+	}
+	const m = 64
+	waiting := make([]string, 0, m)
+	for _, j := range batch {
+		if len(waiting) == m {
+			break
+		}
+		if !slicesContainsID(running, j.ID) {
+			waiting = append(waiting, j.ID)
+		}
+	}
+	ids, tokens := make([]string, m), make([]string, m)
+	for i, j := range running {
+		ids[i], tokens[i] = j.ID, j.LeaseToken
+	}
+	str := func(v string) []string {
+		out := make([]string, m)
+		for i := range out {
+			out[i] = v
+		}
+		return out
+	}
+	nulls, zeros, nows := make([]*int64, m), make([]int32, m), make([]int64, m)
+	cases := []struct {
+		name, plan string
+		want       []string
+		not        []string
+	}{
+		{"mark leased", plan(markLeasedSQL, waiting, str("t"), ns(now), ns(now)),
+			nil, []string{"jobs_lane_ready", "jobs_group_head"}},
+		{"end attempts", plan(endAttemptsSQL, ids, tokens, str("published"), str(""), nulls, zeros, zeros, zeros,
+			make([][]byte, m), nulls, nows, str("{}"), nulls, zeros),
+			nil, []string{"jobs_leases"}},
+		{"oldest ready", plan(oldestReadySQL, string(job.LaneInteractive), ns(now)),
+			[]string{"Limit", "jobs_lane_ready"}, []string{"Aggregate"}},
+	}
+	for _, c := range cases {
+		for _, w := range c.want {
+			if !strings.Contains(c.plan, w) {
+				t.Errorf("%s: plan does not use %q:\n%s", c.name, w, c.plan)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(c.plan, w) {
+				t.Errorf("%s: plan uses %q:\n%s", c.name, w, c.plan)
+			}
+		}
+	}
+}
+
+func slicesContainsID(jobs []*job.Job, id string) bool {
+	for _, j := range jobs {
+		if j.ID == id {
+			return true
+		}
+	}
+	return false
+}
