@@ -41,11 +41,8 @@ func (a apiCall) run(ctx context.Context, args []string, stdout, stderr io.Write
 	if a.flags != nil {
 		a.flags(fs)
 	}
-	rest, err := parseFlags(fs, args)
+	rest, err := parseArgs(fs, args, a.args...)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, a.args...); err != nil {
 		return err
 	}
 	method, path, q, body, err := a.request(rest)

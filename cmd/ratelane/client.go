@@ -486,6 +486,33 @@ func parseNoArgs(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseArgs is parseFlags, then wantArgs over names: the parse of a verb
+// whose positional arguments are exactly names.
+func parseArgs(fs *flag.FlagSet, args []string, names ...string) ([]string, error) {
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := wantArgs(fs, rest, names...); err != nil {
+		return nil, err
+	}
+	return rest, nil
+}
+
+// parse is parseArgs for a verb that talks to the server, then its client:
+// usage errors come before a bad --server or --api-key.
+func (cf *clientFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer, names ...string) ([]string, *client, error) {
+	rest, err := parseArgs(fs, args, names...)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := cf.client(stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rest, c, nil
+}
+
 // wantArgs checks the number of positional arguments.
 func wantArgs(fs *flag.FlagSet, got []string, names ...string) error {
 	if len(got) == len(names) {
@@ -556,18 +583,44 @@ func regionQuery(region string) url.Values {
 	return q
 }
 
-// pageFlags defines --after and --limit, the same on every list verb.
-func pageFlags(fs *flag.FlagSet, after *string, limit *int) {
-	fs.StringVar(after, "after", "", "cursor: list the page after this one")
-	fs.IntVar(limit, "limit", 0, "page size, 1 to 500 (server default if 0)")
+// pager is a list verb's paging: --after and --limit, defined, checked
+// and sent the same way on every list verb of the /v1 list routes (the
+// server's page cap is 500).
+type pager struct {
+	after string
+	limit int
 }
 
-// checkLimit refuses a --limit the server would refuse, before asking it.
-func checkLimit(limit int) error {
-	if limit < 0 || limit > 500 {
-		return usageError{fmt.Sprintf("--limit must be from 1 to 500 (0: the server's default), got %d", limit)}
+// flags defines --after and --limit on fs.
+func (p *pager) flags(fs *flag.FlagSet) {
+	fs.StringVar(&p.after, "after", "", "cursor: list the page after this one")
+	fs.IntVar(&p.limit, "limit", 0, "page size, 1 to 500 (server default if 0)")
+}
+
+// check refuses a --limit the server would refuse, before asking it.
+func (p *pager) check() error {
+	if p.limit < 0 || p.limit > 500 {
+		return usageError{fmt.Sprintf("--limit must be from 1 to 500 (0: the server's default), got %d", p.limit)}
 	}
 	return nil
+}
+
+// query is the list query: the non-empty filters, then --after and --limit.
+func (p *pager) query(filters map[string]string) url.Values {
+	q := listQuery(filters, p.limit)
+	if p.after != "" {
+		q.Set("after", p.after)
+	}
+	return q
+}
+
+// get is a list verb's request (apiCall.request's results): GET path
+// with the query over filters, once --limit passed check.
+func (p *pager) get(path string, filters map[string]string) (string, string, url.Values, any, error) {
+	if err := p.check(); err != nil {
+		return "", "", nil, nil, err
+	}
+	return http.MethodGet, path, p.query(filters), nil, nil
 }
 
 // listQuery builds a list endpoint's query from its non-empty filters and

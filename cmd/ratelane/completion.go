@@ -88,11 +88,8 @@ func runCompletion(ctx context.Context, args []string, stdout, stderr io.Writer)
 		"  bash: source <(ratelane completion bash)\n"+
 		"  zsh:  source <(ratelane completion zsh)\n"+
 		"  fish: ratelane completion fish > ~/.config/fish/completions/ratelane.fish", stderr)
-	rest, err := parseFlags(fs, args)
+	rest, err := parseArgs(fs, args, "SHELL")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "SHELL"); err != nil {
 		return err
 	}
 	table := completionTable(ctx)

@@ -25,21 +25,17 @@ func init() {
 }
 
 func dlqList() apiCall {
-	var kind, region, reason, after string
-	var limit int
+	var kind, region, reason string
+	var pg pager
 	return apiCall{name: "dlq ls", usage: "[flags]", summary: "List dead letters: jobs that ended terminal, with their reason.",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&kind, "kind", "", "only dead letters of this kind")
 			fs.StringVar(&region, "region", "", "region to list (server default if empty)")
 			fs.StringVar(&reason, "reason", "", "only this terminal reason")
-			pageFlags(fs, &after, &limit)
+			pg.flags(fs)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
-			if err := checkLimit(limit); err != nil {
-				return "", "", nil, nil, err
-			}
-			q := listQuery(map[string]string{"kind": kind, "region": region, "reason": reason, "after": after}, limit)
-			return http.MethodGet, "/v1/dead-letters", q, nil, nil
+			return pg.get("/v1/dead-letters", map[string]string{"kind": kind, "region": region, "reason": reason})
 		},
 		page: listTable[jobView]{keys: []string{"dead_letters", "jobs"}, noun: "job", more: "dlq ls",
 			header: []string{"ID", "KIND", "REGION", "TENANT", "REASON", "ATTEMPT", "FINISHED"},
@@ -88,14 +84,7 @@ func runDLQPurge(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&kind, "kind", "", "only dead letters of this kind")
 	fs.StringVar(&region, "region", "", "only this region (default every region the key may use)")
 	fs.StringVar(&reason, "reason", "", "only this terminal reason")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
+	_, c, err := cf.parse(fs, args, stderr)
 	if err != nil {
 		return err
 	}

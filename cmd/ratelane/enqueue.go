@@ -53,11 +53,8 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&req.OnOverload, "on-overload", "", "reject, degrade or queue when the lane's latency budget would be breached")
 	var file string
 	fs.StringVar(&file, "file", "", "enqueue the jobs of this NDJSON file (- for stdin) in batches; lines without region get --region")
-	rest, err := parseFlags(fs, args)
+	_, err := parseArgs(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest); err != nil {
 		return err
 	}
 	if file != "" {

@@ -67,23 +67,19 @@ func decodeJobs(items []json.RawMessage) ([]jobView, error) {
 func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("jobs ls", "[flags]", "List jobs, newest first.", stderr)
 	cf := addClientFlags(fs)
-	var state, kind, region, lane, tenant, after string
-	var limit int
+	var state, kind, region, lane, tenant string
+	var pg pager
 	fs.StringVar(&state, "state", "", "only jobs in this state (waiting, running, terminal, ...)")
 	fs.StringVar(&kind, "kind", "", "only jobs of this kind")
 	fs.StringVar(&region, "region", "", "region to list (server default if empty)")
 	fs.StringVar(&lane, "lane", "", "only jobs of this lane class")
 	fs.StringVar(&tenant, "tenant", "", "only jobs of this tenant (admin keys)")
-	pageFlags(fs, &after, &limit)
+	pg.flags(fs)
 	wf := addWatchFlags(fs)
-	rest, err := parseFlags(fs, args)
-	if err != nil {
+	if _, err := parseArgs(fs, args); err != nil {
 		return err
 	}
-	if err := wantArgs(fs, rest); err != nil {
-		return err
-	}
-	if err := checkLimit(limit); err != nil {
+	if err := pg.check(); err != nil {
 		return err
 	}
 	c, err := cf.client(stderr)
@@ -91,7 +87,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	return wf.loop(ctx, "jobs ls", stdout, func() error {
-		q := listQuery(map[string]string{"state": state, "kind": kind, "region": region, "lane": lane, "tenant": tenant, "after": after}, limit)
+		q := pg.query(map[string]string{"state": state, "kind": kind, "region": region, "lane": lane, "tenant": tenant})
 		resp, err := c.do(ctx, http.MethodGet, "/v1/jobs", q, nil, nil)
 		if err != nil {
 			return err

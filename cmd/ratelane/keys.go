@@ -49,11 +49,7 @@ func runKeysCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&req.Role, "role", "", "producer, worker or admin (required)")
 	fs.Var(&regions, "region", "region the key may use; repeat for several; none means every region")
 	fs.StringVar(&req.Name, "name", "", "a label for the key")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest); err != nil {
+	if _, err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	switch {

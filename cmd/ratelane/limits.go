@@ -64,14 +64,7 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	cf := addClientFlags(fs)
 	region := fs.String("region", "", "region whose keys to list (server default if empty)")
 	wf := addWatchFlags(fs)
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
+	_, c, err := cf.parse(fs, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -204,11 +197,8 @@ func runLimitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Float64Var(&minRate, "min-rate", 0, "floor of an adaptive key's learned rate, per --per")
 	fs.BoolVar(&req.PerStart, "per-start", false, "count starts, not cost: every start takes one unit whatever the job's cost (a requests key next to a tokens key)")
 	fs.StringVar(&region, "region", "", "region whose key to set (server default if empty)")
-	rest, err := parseFlags(fs, args)
+	rest, err := parseArgs(fs, args, "KEY")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "KEY"); err != nil {
 		return err
 	}
 	if per <= 0 {

@@ -220,14 +220,7 @@ func runReviewsGet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("reviews get", "ID [flags]", "Show a review: state, depth, parts progress and finding counts. Exits 1 when it ended terminal or its parts all failed.", stderr)
 	cf := addClientFlags(fs)
 	region, wait := reviewFlags(fs)
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "ID"); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
+	rest, c, err := cf.parse(fs, args, stderr, "ID")
 	if err != nil {
 		return err
 	}
@@ -239,14 +232,7 @@ func runReviewsFindings(ctx context.Context, args []string, stdout, stderr io.Wr
 	cf := addClientFlags(fs)
 	region, wait := reviewFlags(fs)
 	quarantined := fs.Bool("quarantined", false, "list quarantined findings and their reasons instead")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest, "ID"); err != nil {
-		return err
-	}
-	c, err := cf.client(stderr)
+	rest, c, err := cf.parse(fs, args, stderr, "ID")
 	if err != nil {
 		return err
 	}
@@ -310,22 +296,18 @@ func readDiff(path string) ([]byte, error) {
 }
 
 func reviewsList() apiCall {
-	var state, region, lane, tenant, after string
-	var limit int
+	var state, region, lane, tenant string
+	var pg pager
 	return apiCall{name: "reviews ls", usage: "[flags]", summary: "List reviews, newest first, with their parts done and findings counts (reviews get ID has the findings).",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&state, "state", "", "only reviews in this state (accepted, validated, published, terminal)")
 			fs.StringVar(&region, "region", "", "region to list (every region the key may use if empty)")
 			fs.StringVar(&lane, "lane", "", "only reviews of this lane class")
 			fs.StringVar(&tenant, "tenant", "", "only reviews of this tenant (admin keys)")
-			pageFlags(fs, &after, &limit)
+			pg.flags(fs)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
-			if err := checkLimit(limit); err != nil {
-				return "", "", nil, nil, err
-			}
-			q := listQuery(map[string]string{"state": state, "region": region, "lane": lane, "tenant": tenant, "after": after}, limit)
-			return http.MethodGet, "/v1/reviews", q, nil, nil
+			return pg.get("/v1/reviews", map[string]string{"state": state, "region": region, "lane": lane, "tenant": tenant})
 		},
 		page: listTable[reviewView]{keys: []string{"reviews"}, noun: "review", more: "reviews ls",
 			header: []string{"ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "PARTS", "FINDINGS", "CREATED"},

@@ -146,8 +146,8 @@ func showSchedule(done string) func(io.Writer, []string, []byte) error {
 }
 
 func scheduleVerbs() []subcommand {
-	var region, after, tenant string
-	var limit int
+	var region, tenant string
+	var pg pager
 	rq := func() url.Values { return regionQuery(region) }
 	regionFlag := func(fs *flag.FlagSet) {
 		fs.StringVar(&region, "region", "", "the schedule's region (default: every region the key may use is searched)")
@@ -185,13 +185,10 @@ func scheduleVerbs() []subcommand {
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&region, "region", "", "list one region (default every region the key may use)")
 			fs.StringVar(&tenant, "tenant", "", "admin keys: only this tenant's schedules")
-			pageFlags(fs, &after, &limit)
+			pg.flags(fs)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
-			if err := checkLimit(limit); err != nil {
-				return "", "", nil, nil, err
-			}
-			return http.MethodGet, "/v1/schedules", listQuery(map[string]string{"region": region, "tenant": tenant, "after": after}, limit), nil, nil
+			return pg.get("/v1/schedules", map[string]string{"region": region, "tenant": tenant})
 		},
 		show: listTable[scheduleRow]{keys: []string{"schedules"}, noun: "schedule", more: "schedules ls",
 			header: []string{"ID", "NAME", "REGION", "TENANT", "SCHEDULE", "KIND", "STATE", "NEXT TICK", "PRODUCED", "SKIPPED"},

@@ -28,11 +28,7 @@ func init() {
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("version", "", "Print ratelane's version and the Go version it was built with.", stderr)
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, rest); err != nil {
+	if _, err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "ratelane %s (%s)\n", ratelane.Version, runtime.Version())

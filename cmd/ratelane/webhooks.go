@@ -176,8 +176,8 @@ func subscriberPut(verb, doneWord string) apiCall {
 }
 
 func subscriberVerbs() []subcommand {
-	var region, after, window string
-	var limit int
+	var region, window string
+	var pg pager
 	regionFlag := func(fs *flag.FlagSet) {
 		fs.StringVar(&region, "region", "", "the subscriber's region (required unless the key has one)")
 	}
@@ -197,13 +197,10 @@ func subscriberVerbs() []subcommand {
 	list := apiCall{name: "subscribers ls", usage: "[flags]", summary: "List webhook subscribers in id order (never their secrets).",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&region, "region", "", "list one region (default every region the key may use)")
-			pageFlags(fs, &after, &limit)
+			pg.flags(fs)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
-			if err := checkLimit(limit); err != nil {
-				return "", "", nil, nil, err
-			}
-			return http.MethodGet, "/v1/subscribers", listQuery(map[string]string{"region": region, "after": after}, limit), nil, nil
+			return pg.get("/v1/subscribers", map[string]string{"region": region})
 		},
 		show: listTable[subscriberView]{keys: []string{"subscribers"}, noun: "subscriber", more: "subscribers ls",
 			header: []string{"ID", "REGION", "TENANT", "URL", "TOPICS", "RATE", "ENABLED"},
@@ -244,13 +241,10 @@ func subscriberVerbs() []subcommand {
 		args: []string{"ID"},
 		flags: func(fs *flag.FlagSet) {
 			regionFlag(fs)
-			pageFlags(fs, &after, &limit)
+			pg.flags(fs)
 		},
 		request: func(pos []string) (string, string, url.Values, any, error) {
-			if err := checkLimit(limit); err != nil {
-				return "", "", nil, nil, err
-			}
-			return http.MethodGet, "/v1/subscribers/" + esc(pos[0]) + "/deliveries", listQuery(map[string]string{"region": region, "after": after}, limit), nil, nil
+			return pg.get("/v1/subscribers/"+esc(pos[0])+"/deliveries", map[string]string{"region": region})
 		},
 		show: showDeliveries("subscribers deliveries")}
 	return []subcommand{
@@ -357,41 +351,37 @@ func eventPublish() apiCall {
 }
 
 func eventDeliveries() apiCall {
-	var region, tenant, after string
-	var limit int
+	var region, tenant string
+	var pg pager
 	return apiCall{name: "events deliveries", usage: "EVENT_ID [flags]", summary: "List the deliveries of every version of an event, in creation order.",
 		args: []string{"EVENT_ID"},
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&region, "region", "", "the event's region (required unless the key has one)")
 			fs.StringVar(&tenant, "tenant", "", "admin keys only: the event's tenant (default: the key's own)")
-			pageFlags(fs, &after, &limit)
+			pg.flags(fs)
 		},
 		request: func(pos []string) (string, string, url.Values, any, error) {
-			if err := checkLimit(limit); err != nil {
-				return "", "", nil, nil, err
-			}
-			return http.MethodGet, "/v1/events/" + esc(pos[0]) + "/deliveries",
-				listQuery(map[string]string{"region": region, "tenant": tenant, "after": after}, limit), nil, nil
+			return pg.get("/v1/events/"+esc(pos[0])+"/deliveries", map[string]string{"region": region, "tenant": tenant})
 		},
 		show: showDeliveries("events deliveries")}
 }
 
 func deliveriesList() apiCall {
-	var region, subscriber, event, tenant, after string
-	var limit int
+	var region, subscriber, event, tenant string
+	var pg pager
 	return apiCall{name: "deliveries ls", usage: "--subscriber ID | --event ID [flags]", summary: "List the deliveries of a subscriber or of an event.",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&subscriber, "subscriber", "", "a subscriber's id (admin)")
 			fs.StringVar(&event, "event", "", "an event's id")
 			fs.StringVar(&region, "region", "", "the region (required unless the key has one)")
 			fs.StringVar(&tenant, "tenant", "", "admin keys only, with --event: the event's tenant")
-			pageFlags(fs, &after, &limit)
+			pg.flags(fs)
 		},
 		request: func([]string) (string, string, url.Values, any, error) {
-			if err := checkLimit(limit); err != nil {
+			if err := pg.check(); err != nil {
 				return "", "", nil, nil, err
 			}
-			q := listQuery(map[string]string{"region": region, "after": after}, limit)
+			q := pg.query(map[string]string{"region": region})
 			switch {
 			case (subscriber == "") == (event == ""):
 				return "", "", nil, nil, usageError{"deliveries ls needs exactly one of --subscriber and --event"}

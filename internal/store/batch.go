@@ -146,6 +146,23 @@ func (b *Batch) Check() error {
 	return nil
 }
 
+// CheckIn is Check for the store of region, which also refuses a batch
+// of another region (each region has its own store).
+func (b *Batch) CheckIn(region string) error {
+	if err := b.Check(); err != nil {
+		return err
+	}
+	return checkRegion("batch", b.ID, b.Region, region)
+}
+
+// checkRegion refuses a row of region got in the store of region want.
+func checkRegion(what, id, got, want string) error {
+	if got != want {
+		return fmt.Errorf("%s %s: region %q does not belong in the %q store", what, id, got, want)
+	}
+	return nil
+}
+
 // BatchItem is one request of a batch, joined to its result on CustomID.
 type BatchItem struct {
 	BatchID  string

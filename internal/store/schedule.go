@@ -124,6 +124,15 @@ func (s *Schedule) Check() error {
 	return nil
 }
 
+// CheckIn is Check for the store of region, which also refuses a
+// schedule of another region (each region has its own store).
+func (s *Schedule) CheckIn(region string) error {
+	if err := s.Check(); err != nil {
+		return err
+	}
+	return checkRegion("schedule", s.ID, s.Region, region)
+}
+
 // ScheduleListParams filters ListSchedules. Zero fields match everything.
 type ScheduleListParams struct {
 	Tenant string

@@ -206,6 +206,17 @@ func (o Object) Check() error {
 	return nil
 }
 
+// CheckObjects is Check over every object of a bulk put, so a driver
+// refuses the whole put before writing any of it.
+func CheckObjects(os []Object) error {
+	for _, o := range os {
+		if err := o.Check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Changed is the error of a conditional put whose object was changed (or
 // created) since it was read.
 func (o Object) Changed() error {

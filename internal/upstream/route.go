@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/webhook/signature"
 )
 
 // Response is a canned answer queued with [Server.Script]: exactly Status,
@@ -186,7 +188,7 @@ func (rt *route) pipeline(s *Server, now time.Time, in incoming) verdict {
 func (rt *route) check(s *Server, now time.Time, in incoming) (step, int) {
 	switch {
 	case in.endpoint == endpointHook && len(rt.keys) > 0 &&
-		verifySignature(rt.keys, in.header, in.body, now, s.cfg.SignatureTolerance) != nil:
+		signature.Verify(rt.keys, in.header, in.body, now, s.cfg.SignatureTolerance) != nil:
 		return stepBadSignature, http.StatusUnauthorized
 	case in.invalid:
 		return stepInvalid, http.StatusBadRequest
@@ -247,7 +249,7 @@ func (rt *route) account(now time.Time, in incoming, v verdict) {
 	}
 	id := ""
 	if in.endpoint == endpointHook {
-		id = in.header.Get(headerWebhookID)
+		id = in.header.Get(signature.HeaderID)
 	}
 	st.answered(now, v.status, id)
 	if v.status >= 200 && v.status <= 299 && len(rt.arrivals) < rt.maxArrivals {

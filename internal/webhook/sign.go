@@ -1,9 +1,7 @@
 package webhook
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -11,15 +9,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/webhook/signature"
 )
 
 // Standard Webhooks header names, lower case as the specification writes
-// them. net/http canonicalises them on the wire; receivers match them
-// case-insensitively.
+// them (package signature's). net/http canonicalises them on the wire;
+// receivers match them case-insensitively.
 const (
-	HeaderID        = "webhook-id"
-	HeaderTimestamp = "webhook-timestamp"
-	HeaderSignature = "webhook-signature"
+	HeaderID        = signature.HeaderID
+	HeaderTimestamp = signature.HeaderTimestamp
+	HeaderSignature = signature.HeaderSignature
 )
 
 // SecretPrefix starts every secret ratelane issues, as the Standard Webhooks
@@ -51,15 +51,15 @@ var (
 	ErrNoSecret = errors.New("no webhook secret")
 	// ErrMissingHeaders: webhook-id, webhook-timestamp or webhook-signature
 	// is missing or empty.
-	ErrMissingHeaders = errors.New("missing webhook-id, webhook-timestamp or webhook-signature")
+	ErrMissingHeaders = signature.ErrMissingHeaders
 	// ErrInvalidTimestamp: webhook-timestamp is not integer Unix seconds.
-	ErrInvalidTimestamp = errors.New("webhook-timestamp is not integer seconds")
+	ErrInvalidTimestamp = signature.ErrInvalidTimestamp
 	// ErrTimestampOutOfTolerance: webhook-timestamp is further from now than
 	// the tolerance allows (a replay, or a badly skewed clock).
-	ErrTimestampOutOfTolerance = errors.New("webhook-timestamp outside tolerance")
+	ErrTimestampOutOfTolerance = signature.ErrTimestampOutOfTolerance
 	// ErrNoMatchingSignature: no v1 signature in webhook-signature matches
 	// the body under any of the secrets.
-	ErrNoMatchingSignature = errors.New("no matching webhook signature")
+	ErrNoMatchingSignature = signature.ErrNoMatchingSignature
 )
 
 // NewSecret returns a fresh secret: SecretPrefix followed by the standard
@@ -102,7 +102,7 @@ func Sign(secret, msgID string, ts time.Time, body []byte) (string, error) {
 	if msgID == "" {
 		return "", errors.New("sign webhook: empty message id")
 	}
-	return "v1," + string(signature(key, msgID, strconv.FormatInt(ts.Unix(), 10), body)), nil
+	return "v1," + string(signature.Compute(key, msgID, strconv.FormatInt(ts.Unix(), 10), body)), nil
 }
 
 // SignAll returns the webhook-signature header value for a message signed
@@ -148,59 +148,10 @@ func Verify(secrets []string, h http.Header, body []byte, now time.Time, toleran
 		}
 		keys[i] = key
 	}
-	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
-	if id == "" || ts == "" || sigs == "" {
-		return ErrMissingHeaders
-	}
-	unix, ok := parseUnix(ts)
-	if !ok {
-		return ErrInvalidTimestamp
-	}
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
 	}
-	if skew := now.Unix() - unix; skew > int64(tolerance/time.Second) || skew < -int64(tolerance/time.Second) {
-		return ErrTimestampOutOfTolerance
-	}
-	for _, key := range keys {
-		want := signature(key, id, ts, body)
-		for entry := range strings.FieldsSeq(sigs) {
-			version, sig, ok := strings.Cut(entry, ",")
-			if ok && version == "v1" && hmac.Equal([]byte(sig), want) {
-				return nil
-			}
-		}
-	}
-	return ErrNoMatchingSignature
-}
-
-// parseUnix parses webhook-timestamp: 1 to 18 ASCII digits, so no sign, no
-// spaces and no overflow (18 digits is past the year 30 billion).
-func parseUnix(s string) (int64, bool) {
-	if len(s) == 0 || len(s) > 18 {
-		return 0, false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil
-}
-
-// signature returns the base64 HMAC-SHA256 of "{id}.{ts}.{body}" under key.
-func signature(key []byte, id, ts string, body []byte) []byte {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write([]byte(ts))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	sum := mac.Sum(nil)
-	out := make([]byte, base64.StdEncoding.EncodedLen(len(sum)))
-	base64.StdEncoding.Encode(out, sum)
-	return out
+	return signature.Verify(keys, h, body, now, tolerance)
 }
 
 func contains(list []string, v string) bool {

@@ -53,7 +53,7 @@ func relockMissing(ctx context.Context, q querier, names []string, got map[strin
 	if len(missing) == 0 {
 		return got, nil
 	}
-	more, err := collectKeys(q.Query(ctx, `SELECT `+keyCols+` FROM limit_keys WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE`, missing))
+	more, err := collectKeys(q.Query(ctx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE`, missing))
 	if err != nil {
 		return nil, err
 	}
@@ -87,10 +87,10 @@ func splitLockSQL(sel, excl string, skipLocked bool) string {
 	if skipLocked {
 		skip = ` SKIP LOCKED`
 	}
-	return `SELECT * FROM (SELECT ` + keyCols + ` FROM limit_keys WHERE ` + sel + ` AND (NOT ` + unpacedSQL + ` OR ` + excl + `)
+	return `SELECT * FROM (SELECT ` + store.LimitKeyCols + ` FROM limit_keys WHERE ` + sel + ` AND (NOT ` + unpacedSQL + ` OR ` + excl + `)
 			ORDER BY name FOR NO KEY UPDATE` + skip + `) AS paced
 		UNION ALL
-		SELECT * FROM (SELECT ` + keyCols + ` FROM limit_keys WHERE ` + sel + ` AND ` + unpacedSQL + ` AND NOT (` + excl + `)
+		SELECT * FROM (SELECT ` + store.LimitKeyCols + ` FROM limit_keys WHERE ` + sel + ` AND ` + unpacedSQL + ` AND NOT (` + excl + `)
 			ORDER BY name FOR KEY SHARE` + skip + `) AS unpaced`
 }
 
@@ -142,7 +142,7 @@ const ensureKeysSQL = `INSERT INTO limit_keys (name, rate, burst, concurrency, a
 func ensureKeysArgs(names []string, def admission.Config) []any {
 	st := admission.NewState(def)
 	return []any{slices.Sorted(slices.Values(names)), st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate,
-		st.LearnedRate, windowsJSON(st.Windows), st.PerStart}
+		st.LearnedRate, store.WindowsJSON(st.Windows), st.PerStart}
 }
 
 // UpsertLimit creates or reconfigures a limit key at now. A live key keeps
@@ -176,7 +176,7 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		// and finish transactions that read the key as unpaced (they hold
 		// it FOR KEY SHARE, see lockKeys), so that the count below sees
 		// what they did.
-		st, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyCols+` FROM limit_keys WHERE name = $1 FOR UPDATE`, c.Name))
+		st, err := scanKey(tx.QueryRow(ctx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = $1 FOR UPDATE`, c.Name))
 		if err != nil {
 			return err
 		}
@@ -215,7 +215,7 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 			min_rate = $6, learned_rate = $7, tat = $8, windows = $9::jsonb, shapes = $10, last_decrease = $11,
 			per_start = $12, in_flight = $13, declared = coalesce($14::text, declared), updated_at = now() WHERE name = $1`,
 			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
-			windowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart, st.InFlight, decl)
+			store.WindowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart, st.InFlight, decl)
 		return err
 	})
 	if err != nil {
@@ -240,12 +240,12 @@ const runningOfKeySQL = `SELECT count(*) FROM jobs WHERE state = 'running' AND l
 
 // listKeysSQL lists every key as liveKeyCols would read it, counting the
 // running jobs of all keys in one pass rather than once per key.
-var listKeysSQL = `SELECT ` + strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN coalesce(r.n, 0) ELSE in_flight END`, 1) + `
+var listKeysSQL = `SELECT ` + strings.Replace(store.LimitKeyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN coalesce(r.n, 0) ELSE in_flight END`, 1) + `
 	FROM limit_keys LEFT JOIN (SELECT k, count(*)::int AS n FROM jobs, unnest(jobs.limit_keys) AS k WHERE state = 'running' GROUP BY k) AS r ON r.k = limit_keys.name ORDER BY name`
 
 // liveKeyCols is keyCols with an unpaced key's in-flight count derived from
 // the running jobs.
-var liveKeyCols = strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN (SELECT count(*)::int FROM jobs
+var liveKeyCols = strings.Replace(store.LimitKeyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN (SELECT count(*)::int FROM jobs
 	WHERE state = 'running' AND limit_keys @> ARRAY[limit_keys.name]) ELSE in_flight END`, 1)
 
 // GetLimit returns one key's configuration and live state, or ErrNotFound.

@@ -18,10 +18,8 @@ func (s *Store) PutObject(ctx context.Context, o store.Object) error {
 // PutObjects stores documents in one transaction and one round trip; see
 // store.ObjectsBulk.
 func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
-	for _, o := range os {
-		if err := o.Check(); err != nil {
-			return err
-		}
+	if err := store.CheckObjects(os); err != nil {
+		return err
 	}
 	switch len(os) {
 	case 0:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
 )
 
 // ns converts a time to stored Unix nanoseconds; the zero time is 0.
@@ -139,10 +140,7 @@ func collectJobs(rows pgx.Rows, err error) ([]*job.Job, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*job.Job, error) { return scanJob(r) })
 }
 
-// keyCols are the columns scanKey reads, in order.
-const keyCols = `name, rate, burst, concurrency, adaptive, min_rate, learned_rate, tat, paused_until,
-	in_flight, last_decrease, windows, shapes, per_start`
-
+// scanKey reads a row of store.LimitKeyCols.
 func scanKey(row pgx.Row) (*admission.State, error) {
 	var (
 		st                   admission.State
@@ -155,28 +153,10 @@ func scanKey(row pgx.Row) (*admission.State, error) {
 		return nil, err
 	}
 	st.TAT, st.PausedUntil, st.LastRefusal = tm(tat), tm(paused), tm(refused)
-	if len(windows) > 2 { // not "[]"
-		if err := json.Unmarshal(windows, &st.Windows); err != nil {
-			return nil, fmt.Errorf("limit key %s: windows: %w", st.Name, err)
-		}
-	}
-	if err := st.UnmarshalShapes(shapes); err != nil {
-		return nil, fmt.Errorf("limit key %s: %w", st.Name, err)
+	if err := store.DecodeLimitKey(&st, windows, shapes); err != nil {
+		return nil, err
 	}
 	return &st, nil
-}
-
-// windowsJSON encodes a key's windows for the windows column.
-func windowsJSON(ws []admission.Window) string {
-	if len(ws) == 0 {
-		return "[]"
-	}
-	b, err := json.Marshal(ws)
-	if err != nil {
-		// Window has only plain fields; Marshal cannot fail on it.
-		panic(fmt.Sprintf("encode windows: %v", err))
-	}
-	return string(b)
 }
 
 // collectKeys reads every row of rows as a key state, by name.

@@ -15,11 +15,8 @@ import (
 
 // CreateSchedule persists a new schedule; see store.Schedules.
 func (s *Store) CreateSchedule(ctx context.Context, sc *store.Schedule) error {
-	if err := sc.Check(); err != nil {
+	if err := sc.CheckIn(s.cfg.Region); err != nil {
 		return err
-	}
-	if sc.Region != s.cfg.Region {
-		return fmt.Errorf("schedule %s: region %q does not belong in the %q store", sc.ID, sc.Region, s.cfg.Region)
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO schedules (`+store.ScheduleCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)`,
 		sc.ID, sc.Tenant, sc.Region, sc.Name, sc.Cron, int64(sc.Every), ns(sc.Anchor), sc.TimeZone, sc.Missed, sc.CatchUpMax,

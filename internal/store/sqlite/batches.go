@@ -13,11 +13,8 @@ import (
 
 // CreateBatch persists a batch and its pending items; see store.Batches.
 func (s *Store) CreateBatch(ctx context.Context, b *store.Batch, items []store.BatchItem) error {
-	if err := b.Check(); err != nil {
+	if err := b.CheckIn(s.cfg.Region); err != nil {
 		return err
-	}
-	if b.Region != s.cfg.Region {
-		return fmt.Errorf("batch %s: region %q does not belong in the %q store", b.ID, b.Region, s.cfg.Region)
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := s.exec(tx, `INSERT INTO batches (`+store.BatchCols+`) VALUES (?,?,?,?,?,?,?,?,?,?)`,

@@ -88,7 +88,7 @@ func (s *Store) ensureKey(tx *sql.Tx, name string, def admission.Config, now tim
 	st := admission.NewState(def)
 	_, err := s.exec(tx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows, per_start, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-		st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, windowsJSON(st.Windows), st.PerStart, ns(now))
+		st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, store.WindowsJSON(st.Windows), st.PerStart, ns(now))
 	return err
 }
 

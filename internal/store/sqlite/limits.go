@@ -16,7 +16,7 @@ import (
 func (s *Store) loadKeys(tx *sql.Tx, names []string) (map[string]*admission.State, error) {
 	out := make(map[string]*admission.State, len(names))
 	for _, n := range names {
-		st, err := scanKey(s.queryRow(tx, `SELECT `+keyCols+` FROM limit_keys WHERE name = ?`, n))
+		st, err := scanKey(s.queryRow(tx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = ?`, n))
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -123,7 +123,7 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		// The windows and per_start are configuration: only here do they
 		// change; the logs are written even when the key no longer has
 		// any, to clear.
-		if _, err := s.exec(tx, `UPDATE limit_keys SET windows = ?, per_start = ? WHERE name = ?`, windowsJSON(st.Windows), st.PerStart, st.Name); err != nil {
+		if _, err := s.exec(tx, `UPDATE limit_keys SET windows = ?, per_start = ? WHERE name = ?`, store.WindowsJSON(st.Windows), st.PerStart, st.Name); err != nil {
 			return err
 		}
 		if err := s.saveShapes(tx, st); err != nil {
@@ -148,12 +148,12 @@ const runningOfKeySQL = `SELECT count(*) FROM jobs WHERE state = 'running'
 
 // listKeysSQL lists every key as liveKeyCols would read it, counting the
 // running jobs of all keys in one pass rather than once per key.
-var listKeysSQL = `SELECT ` + strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN coalesce(r.n, 0) ELSE in_flight END`, 1) + `
+var listKeysSQL = `SELECT ` + strings.Replace(store.LimitKeyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN coalesce(r.n, 0) ELSE in_flight END`, 1) + `
 	FROM limit_keys LEFT JOIN (SELECT j.value AS k, count(*) AS n FROM jobs, json_each(jobs.limit_keys) AS j WHERE jobs.state = 'running' GROUP BY j.value) AS r ON r.k = limit_keys.name ORDER BY name`
 
 // liveKeyCols is keyCols with an unpaced key's in-flight count derived from
 // the running jobs.
-var liveKeyCols = strings.Replace(keyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN (SELECT count(*) FROM jobs
+var liveKeyCols = strings.Replace(store.LimitKeyCols, `in_flight`, `CASE WHEN `+unpacedSQL+` THEN (SELECT count(*) FROM jobs
 	WHERE state = 'running' AND EXISTS (SELECT 1 FROM json_each(jobs.limit_keys) WHERE value = limit_keys.name))
 	ELSE in_flight END`, 1)
 

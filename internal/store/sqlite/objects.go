@@ -15,10 +15,8 @@ func (s *Store) PutObject(ctx context.Context, o store.Object) error {
 
 // PutObjects stores documents in one transaction; see store.ObjectsBulk.
 func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
-	for _, o := range os {
-		if err := o.Check(); err != nil {
-			return err
-		}
+	if err := store.CheckObjects(os); err != nil {
+		return err
 	}
 	if len(os) == 0 {
 		return nil

@@ -3,12 +3,12 @@ package sqlite
 import (
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
 )
 
 // ns converts a time to the stored Unix nanoseconds; the zero time is 0.
@@ -82,9 +82,7 @@ func scanJob(r scanner) (*job.Job, error) {
 	return &j, nil
 }
 
-const keyCols = `name, rate, burst, concurrency, adaptive, min_rate, learned_rate, tat, paused_until, in_flight,
-	last_decrease, windows, shapes, per_start`
-
+// scanKey reads a row of store.LimitKeyCols.
 func scanKey(r scanner) (*admission.State, error) {
 	var (
 		st                      admission.State
@@ -98,24 +96,10 @@ func scanKey(r scanner) (*admission.State, error) {
 		return nil, err
 	}
 	st.TAT, st.PausedUntil, st.LastRefusal = tm(tat), tm(paused), tm(lastRefuse)
-	if windows != "[]" && windows != "" {
-		if err := json.Unmarshal([]byte(windows), &st.Windows); err != nil {
-			return nil, fmt.Errorf("limit key %s: windows: %w", st.Name, err)
-		}
-	}
-	if err := st.UnmarshalShapes(shapes); err != nil {
-		return nil, fmt.Errorf("limit key %s: %w", st.Name, err)
+	if err := store.DecodeLimitKey(&st, []byte(windows), shapes); err != nil {
+		return nil, err
 	}
 	return &st, nil
-}
-
-// windowsJSON encodes a key's windows for the windows column.
-func windowsJSON(ws []admission.Window) string {
-	if len(ws) == 0 {
-		return "[]"
-	}
-	b, _ := json.Marshal(ws) // plain fields: cannot fail
-	return string(b)
 }
 
 func recordJSON(r job.AttemptRecord) string {

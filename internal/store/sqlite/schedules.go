@@ -20,11 +20,8 @@ func boolInt(b bool) int {
 
 // CreateSchedule persists a new schedule; see store.Schedules.
 func (s *Store) CreateSchedule(ctx context.Context, sc *store.Schedule) error {
-	if err := sc.Check(); err != nil {
+	if err := sc.CheckIn(s.cfg.Region); err != nil {
 		return err
-	}
-	if sc.Region != s.cfg.Region {
-		return fmt.Errorf("schedule %s: region %q does not belong in the %q store", sc.ID, sc.Region, s.cfg.Region)
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := s.exec(tx, `INSERT INTO schedules (`+store.ScheduleCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,

@@ -105,6 +105,11 @@ func testScheduleCRUD(t *testing.T, open Opener) {
 	if err := s.CreateSchedule(ctx, bad); err == nil {
 		t.Fatal("a schedule with both cron and every was stored")
 	}
+	elsewhere := NewSchedule("acme", "elsewhere")
+	elsewhere.Region = "eu" // each region has its own store (Schedule.CheckIn)
+	if err := s.CreateSchedule(ctx, elsewhere); err == nil {
+		t.Fatal("a schedule of another region was stored")
+	}
 
 	// Listing: per tenant, in id order, paginated.
 	page, err := s.ListSchedules(ctx, store.ScheduleListParams{Tenant: "acme", Limit: 1})
