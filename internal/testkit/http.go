@@ -17,8 +17,9 @@ import (
 // labelled application/json. hdr holds further headers as name, value
 // pairs, set last, so they may replace the Content-Type.
 //
-// Every package's tests had a copy of this (issue 11 item 6's duplicates);
-// the copies differed only in the client and how a header was passed.
+// The tests of four packages (the root, httpapi, dashboard, cmd/ratelane)
+// had copies of this, differing only in the client and how a header was
+// passed; one copy serves them all.
 func Call(t testing.TB, c *http.Client, method, url, key string, body any, hdr ...string) (*http.Response, []byte) {
 	t.Helper()
 	var rd io.Reader
