@@ -14,6 +14,7 @@ import (
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/review"
 )
 
@@ -135,18 +136,14 @@ func TestBatchKill9(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			// Killed in any case, so that a worker that never reaches the
+			// stage does not outlive the failed test.
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
 			marker := filepath.Join(dir, "at-"+tc.stage)
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				if _, err := os.Stat(marker); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					_ = cmd.Process.Kill()
-					t.Fatalf("the worker never reached %s", tc.stage)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testkit.Eventually(t, 60*time.Second, "the worker to reach "+tc.stage, func() error {
+				_, err := os.Stat(marker)
+				return err
+			})
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			if err := cmd.Wait(); err == nil {
 				t.Fatal("the killed worker exited cleanly")

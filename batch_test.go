@@ -18,6 +18,7 @@ import (
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 	"github.com/ratelane/ratelane/review"
@@ -128,20 +129,18 @@ func batchConfig(t *testing.T, dir string, prof review.Profile, stage func(strin
 // waitBatch polls a batch until it is done and its reviews are final.
 func waitBatch(t *testing.T, rv *review.Plugin, id string, within time.Duration) review.BatchStatus {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		s, err := rv.GetBatch(context.Background(), "us", id)
-		if err != nil {
+	var s review.BatchStatus
+	testkit.Eventually(t, within, "batch "+id+" to be done with its reviews final", func() error {
+		var err error
+		if s, err = rv.GetBatch(context.Background(), "us", id); err != nil {
 			t.Fatal(err)
 		}
 		if s.State == store.BatchDone && reviewsFinal(t, rv, s) {
-			return s
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batch %s is %s with %+v after %s", id, s.State, s.Counts, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("batch %s is %s with %+v", id, s.State, s.Counts)
+	})
+	return s
 }
 
 func reviewsFinal(t *testing.T, rv *review.Plugin, s review.BatchStatus) bool {
@@ -342,13 +341,17 @@ func TestBatchDeadlineAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for { // cancel once the provider batch runs
-		s, _ := rv.GetBatch(ctx, "us", cb.ID)
-		if len(s.Chunks) > 0 && s.Chunks[0].BatchID != "" {
-			break
+	// Cancel once the provider batch runs.
+	testkit.Eventually(t, testkit.Timeout, "the provider batch of "+cb.ID+" to run", func() error {
+		s, err := rv.GetBatch(ctx, "us", cb.ID)
+		if err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if len(s.Chunks) > 0 && s.Chunks[0].BatchID != "" {
+			return nil
+		}
+		return fmt.Errorf("batch %s is %s with chunks %+v", cb.ID, s.State, s.Chunks)
+	})
 	if _, err := rv.CancelBatch(ctx, "us", cb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -365,20 +368,16 @@ func TestBatchDeadlineAndCancel(t *testing.T) {
 // waitDriver waits for the one driver job of kind to be published.
 func waitDriver(t *testing.T, c *ratelane.Client, kind string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, "the "+kind+" job to publish", func() error {
 		js, err := c.List(context.Background(), "us", ratelane.ListParams{Kind: kind})
 		if err != nil || len(js) != 1 {
 			t.Fatalf("%s jobs: %v, %v", kind, js, err)
 		}
 		if js[0].State == job.StatePublished {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s job is %s", kind, js[0].State)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%s job is %s", kind, js[0].State)
+	})
 }
 
 func checkReasons(t *testing.T, rv *review.Plugin, id, reason string) {

@@ -424,14 +424,14 @@ func (u *scriptedUpstream) requestsSince(i int) []upstreamRequest {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testkit.Buffer
 	done chan struct{}
 	err  error
 }
 
 func startProc(t *testing.T, name, dir, bin string, args, env []string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, out: &testkit.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
@@ -495,23 +495,4 @@ func (p *proc) waitLine(t *testing.T, re *regexp.Regexp, timeout time.Duration) 
 		return fmt.Errorf("its output so far:\n%s", p.out.String())
 	})
 	return line
-}
-
-// lockedBuffer is a bytes.Buffer the process's output goroutines and the
-// test may use at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,11 +1,8 @@
 package ratelane_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -62,42 +59,15 @@ func serveAPI(t testing.TB, cfg ratelane.Config, admin string) (*ratelane.Client
 	return c, srv.URL
 }
 
-// callJSON sends a request to base+path with body JSON-encoded (none when
+// callJSON sends a request to base+path with body as testkit.Call sends it (none when
 // nil), key as the bearer token (none when empty) and the extra headers
 // hdr, and returns the response with its body read whole. The root
 // package's HTTP tests send requests this way.
 func callJSON(t testing.TB, method, base, path, key string, body any, hdr map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	var pairs []string
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		pairs = append(pairs, k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(raw))
-	return resp, raw
+	return testkit.Call(t, nil, method, base+path, key, body, pairs...)
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // buildRatelane builds cmd/ratelane with the given build tags into a
@@ -41,7 +42,7 @@ type server struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	url    string // set once it serves
-	stderr *lockedBuffer
+	stderr *testkit.Buffer
 	done   chan struct{} // closed when it exited
 	code   int
 }
@@ -55,7 +56,7 @@ func startServe(t *testing.T, bin, dir string, env ...string) *server {
 	cmd := exec.Command(bin, "serve", "--data", dir, "--regions", "us", "--addr", "127.0.0.1:0",
 		"--allow-private-targets", "--log-format", "text")
 	cmd.Env = append(append(os.Environ(), "RATELANE_ADMIN_KEY="+testAdminKey), env...)
-	s := &server{t: t, cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	s := &server{t: t, cmd: cmd, stderr: &testkit.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -225,20 +225,7 @@ func refusedLate(t *testing.T, rl *ratelaneServer) int {
 // metricValue sums the values re captures in the server's /metrics.
 func metricValue(t *testing.T, rl *ratelaneServer, re *regexp.Regexp) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, rl.url+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+rl.adminKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %d %s", resp.StatusCode, body)
-	}
+	body := testkit.CallWant(t, nil, http.MethodGet, rl.url+"/metrics", rl.adminKey, nil, http.StatusOK, nil)
 	n := 0
 	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
 		v, _ := strconv.Atoi(m[1])

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 	"github.com/ratelane/ratelane/review"
 )
@@ -87,24 +89,20 @@ func TestBatchesVerbs(t *testing.T) {
 	if out := api.ok(t, "batches", "ls"); !strings.Contains(out, created.ID) || !strings.Contains(out, "openai") {
 		t.Fatalf("batches ls:\n%s", out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, "batch "+created.ID+" to be done", func() error {
 		var b struct {
 			State  string `json:"state"`
 			Counts struct{ Succeeded int }
 		}
 		api.okJSON(t, &b, "batches", "get", created.ID)
-		if b.State == "done" {
-			if b.Counts.Succeeded != 2 {
-				t.Fatalf("done with %d succeeded, want 2", b.Counts.Succeeded)
-			}
-			break
+		if b.State != "done" {
+			return fmt.Errorf("batch is %s", b.State)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batch is %s", b.State)
+		if b.Counts.Succeeded != 2 {
+			t.Fatalf("done with %d succeeded, want 2", b.Counts.Succeeded)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if out := api.ok(t, "batches", "get", created.ID); !strings.Contains(out, "r0-p0") || !strings.Contains(out, "reconciled") {
 		t.Fatalf("batches get:\n%s", out)
 	}

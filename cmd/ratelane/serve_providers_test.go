@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -231,7 +230,7 @@ func TestServeConfiguredProviders(t *testing.T) {
 type servedNode struct {
 	t      *testing.T
 	base   string
-	logs   *syncBuffer
+	logs   *testkit.Buffer
 	seen   bytes.Buffer // every answer body, checked for keys by checkNoKeys
 	cancel context.CancelFunc
 	exited chan error
@@ -242,7 +241,7 @@ type servedNode struct {
 // dashboard) on a free port, and waits until it answers.
 func startServe(t *testing.T, cfgPath string) *servedNode {
 	t.Helper()
-	n := &servedNode{t: t, base: "http://" + freeAddr(t), logs: &syncBuffer{}, exited: make(chan error, 1)}
+	n := &servedNode{t: t, base: "http://" + freeAddr(t), logs: &testkit.Buffer{}, exited: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() {
@@ -265,20 +264,7 @@ func (n *servedNode) stop() {
 // call sends a request with the admin key and returns the status and body.
 func (n *servedNode) call(method, path string, body any) (int, []byte) {
 	n.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, n.base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+liveAdminKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
+	resp, out := testkit.Call(n.t, nil, method, n.base+path, liveAdminKey, body)
 	n.seen.WriteString(method + " " + path + "\n")
 	n.seen.Write(out)
 	return resp.StatusCode, out

@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -211,7 +210,7 @@ func runWalkthrough(t *testing.T, bin string, w *walkthrough) {
 		}
 	}
 
-	var serveLog syncBuffer
+	var serveLog testkit.Buffer
 	serve := exec.Command(filepath.Join(bin, "ratelane"), append(append([]string{"serve"}, w.serve...), "--addr", addr)...)
 	serve.Dir, serve.Env = dir, env
 	serve.Stdout, serve.Stderr = &serveLog, &serveLog
@@ -269,25 +268,6 @@ func runWalkthrough(t *testing.T, bin string, w *walkthrough) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer the server's output goroutine writes while
-// the test may read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // freeAddr returns a loopback address with a port free at the time of asking.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -303,7 +283,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // waitServing polls the discovery document until the server answers.
-func waitServing(t *testing.T, url string, exited <-chan error, log *syncBuffer) {
+func waitServing(t *testing.T, url string, exited <-chan error, log *testkit.Buffer) {
 	t.Helper()
 	testkit.Eventually(t, 60*time.Second, "ratelane serve to answer at "+url, func() error {
 		select {

@@ -1,9 +1,7 @@
 package dashboard_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -95,30 +93,7 @@ func newStack(t *testing.T, tls bool) *stack {
 // want; the body is decoded into out when set.
 func (s *stack) call(method, path, key string, body any, want int, out any) {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, _ := json.Marshal(body)
-		rd = bytes.NewReader(raw)
-	}
-	req, _ := http.NewRequest(method, s.url+path, rd)
-	req.Header.Set("Authorization", "Bearer "+key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := insecureClient(nil).Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		s.t.Fatalf("%s %s: status %d, want %d: %s", method, path, resp.StatusCode, want, raw)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			s.t.Fatalf("decode %s: %v", raw, err)
-		}
-	}
+	testkit.CallWant(s.t, insecureClient(nil), method, s.url+path, key, body, want, out)
 }
 
 type job struct {

@@ -1,15 +1,12 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -183,42 +180,7 @@ func (r response) json(t *testing.T, v any) {
 // Content-Type is in hdr.
 func (e *env) do(method, path, key string, body any, hdr ...string) response {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, e.hs.URL+path, rd)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := e.hs.Client().Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	resp, raw := testkit.Call(e.t, e.hs.Client(), method, e.hs.URL+path, key, body, hdr...)
 	return response{status: resp.StatusCode, header: resp.Header, body: raw}
 }
 

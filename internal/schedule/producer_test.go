@@ -264,14 +264,18 @@ func TestPausedAndResumed(t *testing.T) {
 	}
 }
 
-// Start and Stop run real polls on the wall clock; the schedule is made due
-// in the past so the first poll enqueues without waiting.
+// Start and Stop run real polls on a clock that stands still mid-minute;
+// the schedule (every minute) is made due a second before, so the first
+// poll enqueues without waiting and no later tick falls due however long
+// the test takes. (On the wall clock a due time a second before a minute
+// boundary made the next tick due a second later: two jobs under load.)
 func TestStartStop(t *testing.T) {
 	t.Parallel()
 	a, _ := twoSQLiteNodes(t)
 	woke := make(chan struct{}, 1)
 	jobs, _ := engine.NewJobs(engine.JobsConfig{Store: a.st})
-	p, err := schedule.New(schedule.Config{Store: a.st, Jobs: jobs, Poll: 10 * time.Millisecond, OnEnqueue: func() {
+	clock := testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 30, 0, time.UTC))
+	p, err := schedule.New(schedule.Config{Store: a.st, Jobs: jobs, Poll: 10 * time.Millisecond, Now: clock.Now, OnEnqueue: func() {
 		select {
 		case woke <- struct{}{}:
 		default:
@@ -280,13 +284,9 @@ func TestStartStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newSchedule(t, a.st, "now", func(sc *store.Schedule) { sc.NextAt = time.Now().Add(-time.Second) })
+	newSchedule(t, a.st, "now", func(sc *store.Schedule) { sc.NextAt = clock.Now().Add(-time.Second) })
 	p.Start(context.Background())
-	select {
-	case <-woke:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the producer did not enqueue the due tick")
-	}
+	testkit.Recv(t, woke, testkit.Timeout, "the producer to enqueue the due tick")
 	p.Stop()
 	p.Stop()
 	if n := len(producedJobs(t, a.st)); n != 1 {

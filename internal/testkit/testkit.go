@@ -50,18 +50,28 @@ var errNotYet = fmt.Errorf("condition not met")
 // timeout explains itself. It is WaitFor for conditions worth describing.
 func Eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
 	t.Helper()
+	err := Until(timeout, check)
+	switch {
+	case err == nil:
+	case err == errNotYet:
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	default:
+		t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+	}
+}
+
+// Until calls check until it returns nil, and returns nil then, or the
+// last error check returned once timeout has passed. It fails no test, so
+// a goroutine other than the test's may call it (t.Fatalf may not be
+// called there), and so may a benchmark that tolerates a timeout; a test
+// wants Eventually or WaitFor, whose failure says what it waited for.
+func Until(timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	pause := time.Millisecond
 	for {
 		err := check()
-		if err == nil {
-			return
-		}
-		if !time.Now().Before(deadline) {
-			if err == errNotYet {
-				t.Fatalf("timed out after %v waiting for %s", timeout, what)
-			}
-			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+		if err == nil || !time.Now().Before(deadline) {
+			return err
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, maxPoll)

@@ -103,6 +103,33 @@ func TestEventuallyReportsTheLastError(t *testing.T) {
 	})
 }
 
+// TestUntil: Until returns nil once the check holds, and the check's last
+// error once the deadline passes, failing no test either way (it is for
+// goroutines and benchmarks).
+func TestUntil(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		n := 0
+		if err := testkit.Until(time.Second, func() error {
+			if n++; n < 3 {
+				return fmt.Errorf("check %d", n)
+			}
+			return nil
+		}); err != nil || n != 3 {
+			t.Fatalf("Until = %v after %d checks, want nil after 3", err, n)
+		}
+		start := time.Now()
+		n = 0
+		err := testkit.Until(2*time.Second, func() error { n++; return fmt.Errorf("check %d", n) })
+		if want := fmt.Sprintf("check %d", n); err == nil || err.Error() != want {
+			t.Fatalf("Until = %v, want the last check's error %q", err, want)
+		}
+		if d := time.Since(start); d < 2*time.Second || d > 2*time.Second+50*time.Millisecond {
+			t.Fatalf("gave up after %v, want 2s", d)
+		}
+	})
+}
+
 func TestRecv(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -167,6 +194,9 @@ func TestClock(t *testing.T) {
 // is gone when the test ends.
 func TestPostgresSchema(t *testing.T) {
 	t.Parallel()
+	// Skip here too: the subtest's skip would leave the names empty and
+	// fail the checks below on a machine without PostgreSQL.
+	testkit.PostgresURL(t)
 	ctx := context.Background()
 	var url, a, b string
 	t.Run("inner", func(t *testing.T) {
