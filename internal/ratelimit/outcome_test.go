@@ -51,3 +51,18 @@ func TestOutcome(t *testing.T) {
 		}
 	}
 }
+
+// TestNoHeadersNoHints pins what the HTTP success routes rely on to skip
+// parsing when a worker sends no headers: no headers give no hints, for
+// any scope and clock.
+func TestNoHeadersNoHints(t *testing.T) {
+	for _, h := range []http.Header{nil, {}} {
+		for _, now := range []time.Time{{}, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} {
+			for _, scope := range []string{"", "k"} {
+				if got := Hints(Parse(h, now), scope); len(got) != 0 {
+					t.Errorf("Hints(Parse(%v, %v), %q) = %v, want none", h, now, scope, got)
+				}
+			}
+		}
+	}
+}

@@ -120,3 +120,33 @@ func BenchmarkLeaseFinishCycle(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkInsertBatch is the store's share of POST /v1/jobs/batch (bench
+// http-batch): each op inserts 1,000 waiting jobs of one tenant over 16
+// unpaced keys, each with its own idempotency key, in one Insert. Divide by
+// 1,000 for per-job figures; run under valgrind --tool=callgrind with
+// -test.benchtime Nx for instruction counts that do not depend on the
+// machine's load.
+func BenchmarkInsertBatch(b *testing.B) {
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const size = 1000
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		batch := make([]*job.Job, size)
+		for k := range batch {
+			batch[k] = storetest.NewJob("t", job.LaneBatch, "bench:"+strconv.Itoa(k%16))
+			batch[k].IdempotencyKey = "bench-" + strconv.Itoa(i*size+k)
+		}
+		b.StartTimer()
+		res, err := s.Insert(ctx, batch, storetest.Unpaced)
+		if err != nil || len(res) != size || res[size-1].Existing {
+			b.Fatalf("insert: %d results, %v", len(res), err)
+		}
+	}
+}

@@ -143,7 +143,7 @@ func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.C
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		ir, err := s.insertOne(tx, p.Job, p.Def, map[string]bool{})
+		ir, err := s.insertOne(tx, p.Job, p.Def)
 		if err != nil {
 			return fmt.Errorf("insert job %s: %w", p.Job.ID, err)
 		}

@@ -18,6 +18,33 @@ import (
 var insertCases = map[string]func(*testing.T, Opener){
 	"InsertBatchResults":          testInsertBatchResults,
 	"ConcurrentInsertsOwnResults": testConcurrentInsertsOwnResults,
+	"InsertBatchGroupsReady":      testInsertBatchGroupsReady,
+}
+
+// One batch holding several jobs of each of two groups, the earliest
+// eligible one not first and an accepted job among them: each group is
+// ready from its earliest waiting job, as if its jobs were inserted one by
+// one (a driver that writes each group once per batch must take the
+// minimum, not the first job's time).
+func testInsertBatchGroupsReady(t *testing.T, open Opener) {
+	s := open(t)
+	var jobs []*job.Job
+	for _, kind := range []string{"a", "b"} {
+		late, early, accepted := NewJob("t", job.LaneBatch, "k"), NewJob("t", job.LaneBatch, "k"), NewJob("t", job.LaneBatch, "k")
+		late.Kind, early.Kind, accepted.Kind = kind, kind, kind
+		late.EligibleAt = T0.Add(time.Hour)
+		accepted.State = job.StateAccepted
+		jobs = append(jobs, accepted, late, early)
+	}
+	insert(t, s, jobs...)
+	got := lease(t, s, T0, 10)
+	ids := map[string]bool{}
+	for _, j := range got {
+		ids[j.ID] = true
+	}
+	if len(got) != 2 || !ids[jobs[2].ID] || !ids[jobs[5].ID] {
+		t.Errorf("leased %d jobs at T0, want the two eligible ones (%s, %s)", len(got), jobs[2].ID, jobs[5].ID)
+	}
 }
 
 // A large batch mixing new jobs, a key already used, a key used twice
