@@ -271,28 +271,56 @@ func (s *Store) rememberLease(j *job.Job, group int64) {
 	s.leases[j.ID] = leaseFacts{token: j.LeaseToken, keys: slices.Clone(j.LimitKeys), group: group, cost: j.Cost}
 }
 
-// endAttemptSet is the finish's UPDATE without its RETURNING clause: the
-// new state, the history entry and the guard (see endAttempt).
-const endAttemptSet = `UPDATE jobs SET state = ?2, reason = ?3, eligible_at = CASE WHEN ?4 = 0 THEN eligible_at ELSE ?4 END,
-		attempts_congestion = ?5, attempts_transient = ?6, attempts_schema = ?7, result = coalesce(?8, result),
-		lease_token = NULL, lease_expires_at = NULL, finished_at = ?9, updated_at = ?10, history = ` + appendHistory + `
-		WHERE id = ?11 AND state = 'running' AND lease_token = ?12 AND (?13 = 0 OR attempt = ?13)
-			AND (?14 IS NULL OR lease_expires_at <= ?14)`
+// The finish's statements take their parameters as plain "?", in order,
+// each used once: modernc.org/sqlite looks up every parameter's name on
+// every execution and turns a named one ("?12") into a Go string, one
+// allocation per parameter per finish. The values that were bound twice
+// ("?4 = 0 OR ...") are written with coalesce instead: a NULL argument
+// keeps the column, or makes the guard term true.
+
+// endAttemptSet is the finish's UPDATE without its WHERE clause: the new
+// state and the attempt record appended to the history (as appendHistory
+// does, with the record bound once: NULL history gives '[' || record).
+const endAttemptSet = `UPDATE jobs SET state = ?, reason = ?, eligible_at = coalesce(?, eligible_at),
+		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?, result = coalesce(?, result),
+		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
+		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'`
+
+// endAttemptGuard is the finish's guard after the job id: running under
+// the lease token, at the attempt (NULL: any) and with the lease expired
+// by then (NULL: not asked; a running job always has an expiry).
+const endAttemptGuard = ` AND state = 'running' AND lease_token = ? AND attempt = coalesce(?, attempt)
+			AND lease_expires_at <= coalesce(?, lease_expires_at)`
+
+// endAttemptSQL ends a remembered lease, with no RETURNING.
+const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
+
+// endAttemptReturningSQL ends a lease not remembered, reading back what
+// the finish needs of the job.
+const endAttemptReturningSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard + `
+		RETURNING limit_keys, group_id, cost`
 
 func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	now := t.Keys.Now
-	var finished any
+	var eligible, finished, attempt any
+	if e := ns(t.EligibleAt); e != 0 {
+		eligible = e // 0 keeps eligible_at, as in every other transition
+	}
 	if t.To.Final() {
 		finished = ns(now)
 	}
-	args := []any{recordJSON(t.Record), t.To, t.Reason, ns(t.EligibleAt), t.Attempts.Congestion, t.Attempts.Transient,
-		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), t.ID, t.LeaseToken, t.Record.Attempt,
-		nullNS(t.LeaseExpiredBy)}
+	if t.Record.Attempt != 0 {
+		attempt = int64(t.Record.Attempt)
+	}
+	// In the statements' order.
+	set := []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
+		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record)}
+	guard := []any{t.ID, t.LeaseToken, attempt, nullNS(t.LeaseExpiredBy)}
 	if f, ok := o.s.leases[t.ID]; ok && f.token == t.LeaseToken {
 		// Only this finish can use the entry: the guard below either ends
 		// the lease or finds it ended already.
 		delete(o.s.leases, t.ID)
-		res, err := o.s.exec(o.tx, endAttemptSet, args...)
+		res, err := o.s.exec(o.tx, endAttemptSQL, append(set, guard...)...)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -307,8 +335,7 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	}
 	var keys string
 	var group, cost int64
-	err := o.s.queryRow(o.tx, endAttemptSet+`
-		RETURNING limit_keys, group_id, cost`, args...).Scan(&keys, &group, &cost)
+	err := o.s.queryRow(o.tx, endAttemptReturningSQL, append(set, guard...)...).Scan(&keys, &group, &cost)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, 0, store.ErrConflict
 	}
