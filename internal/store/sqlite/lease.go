@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -187,7 +188,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	rows, err := o.s.query(o.tx, `UPDATE jobs SET state = 'running',
 			lease_token = t.value, lease_expires_at = ?2, attempt = attempt + 1, updated_at = ?3
 		FROM json_each(?1) AS t
-		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+jobCols,
+		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+jobCols+`, group_id`,
 		string(arg), ns(until), ns(now))
 	if err != nil {
 		return nil, err
@@ -195,11 +196,13 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	defer rows.Close()
 	byID := make(map[string]*job.Job, len(leased))
 	for rows.Next() {
-		j, err := scanJob(rows)
+		var group int64
+		j, err := scanJob(withExtra{rows, []any{&group}})
 		if err != nil {
 			return nil, err
 		}
 		byID[j.ID] = j
+		o.s.rememberLease(j, group)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -219,7 +222,8 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 // UPDATE of the job that also appends the attempt record to the history in
 // the row. (One UPDATE joined with a JSON object of the whole batch
 // measured no faster on this driver: the cost is the row and index writes,
-// not the statements.)
+// not the statements; in instructions it cost 20% more, docs/benchmarks.md
+// "Session 7 (s7h4)".)
 func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	out := make([]store.Ended, len(ts))
 	for i, t := range ts {
@@ -236,23 +240,102 @@ func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	return out, nil
 }
 
+// leaseFacts is what the finish of a lease needs of its job besides the
+// guard: its limit keys, group and cost. No statement changes them after
+// the insert, so MarkLeased's read of them holds until the finish, which
+// then updates the row without RETURNING: SQLite buffers a RETURNING
+// statement's rows in an ephemeral B-tree, a page cache and a zeroed page
+// per execution, the largest part of a success's finish
+// (docs/benchmarks.md, "Session 8 (s8h3)").
+type leaseFacts struct {
+	token string
+	keys  []string
+	group int64
+	cost  int64
+}
+
+// maxLeaseFacts bounds Store.leases. A lease that ends other than by
+// Finish (cancelled, deleted, leased again after expiry) leaves its entry
+// behind; at the bound the map is emptied, and the finishes of the leases
+// it held read their facts back as before (RETURNING). Running jobs are
+// bounded by the workers, far below this.
+const maxLeaseFacts = 1 << 16
+
+// rememberLease records j's lease for its finish. The entry is a hint
+// checked against the lease token: if the lease's transaction is rolled
+// back, no finish carries that token and the guarded UPDATE matches no row.
+func (s *Store) rememberLease(j *job.Job, group int64) {
+	if len(s.leases) >= maxLeaseFacts {
+		clear(s.leases)
+	}
+	s.leases[j.ID] = leaseFacts{token: j.LeaseToken, keys: slices.Clone(j.LimitKeys), group: group, cost: j.Cost}
+}
+
+// The finish's statements take their parameters as plain "?", in order,
+// each used once: modernc.org/sqlite looks up every parameter's name on
+// every execution and turns a named one ("?12") into a Go string, one
+// allocation per parameter per finish. The values that were bound twice
+// ("?4 = 0 OR ...") are written with coalesce instead: a NULL argument
+// keeps the column, or makes the guard term true.
+
+// endAttemptSet is the finish's UPDATE without its WHERE clause: the new
+// state and the attempt record appended to the history (as appendHistory
+// does, with the record bound once: NULL history gives '[' || record).
+const endAttemptSet = `UPDATE jobs SET state = ?, reason = ?, eligible_at = coalesce(?, eligible_at),
+		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?, result = coalesce(?, result),
+		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
+		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'`
+
+// endAttemptGuard is the finish's guard after the job id: running under
+// the lease token, at the attempt (NULL: any) and with the lease expired
+// by then (NULL: not asked; a running job always has an expiry).
+const endAttemptGuard = ` AND state = 'running' AND lease_token = ? AND attempt = coalesce(?, attempt)
+			AND lease_expires_at <= coalesce(?, lease_expires_at)`
+
+// endAttemptSQL ends a remembered lease, with no RETURNING.
+const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
+
+// endAttemptReturningSQL ends a lease not remembered, reading back what
+// the finish needs of the job.
+const endAttemptReturningSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard + `
+		RETURNING limit_keys, group_id, cost`
+
 func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
-	var keys string
-	var group, cost int64
 	now := t.Keys.Now
-	var finished any
+	var eligible, finished, attempt any
+	if e := ns(t.EligibleAt); e != 0 {
+		eligible = e // 0 keeps eligible_at, as in every other transition
+	}
 	if t.To.Final() {
 		finished = ns(now)
 	}
-	err := o.s.queryRow(o.tx, `UPDATE jobs SET state = ?2, reason = ?3, eligible_at = CASE WHEN ?4 = 0 THEN eligible_at ELSE ?4 END,
-		attempts_congestion = ?5, attempts_transient = ?6, attempts_schema = ?7, result = coalesce(?8, result),
-		lease_token = NULL, lease_expires_at = NULL, finished_at = ?9, updated_at = ?10, history = `+appendHistory+`
-		WHERE id = ?11 AND state = 'running' AND lease_token = ?12 AND (?13 = 0 OR attempt = ?13)
-			AND (?14 IS NULL OR lease_expires_at <= ?14)
-		RETURNING limit_keys, group_id, cost`,
-		recordJSON(t.Record), t.To, t.Reason, ns(t.EligibleAt), t.Attempts.Congestion, t.Attempts.Transient,
-		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), t.ID, t.LeaseToken, t.Record.Attempt,
-		nullNS(t.LeaseExpiredBy)).Scan(&keys, &group, &cost)
+	if t.Record.Attempt != 0 {
+		attempt = int64(t.Record.Attempt)
+	}
+	// In the statements' order.
+	set := []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
+		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record)}
+	guard := []any{t.ID, t.LeaseToken, attempt, nullNS(t.LeaseExpiredBy)}
+	if f, ok := o.s.leases[t.ID]; ok && f.token == t.LeaseToken {
+		// Only this finish can use the entry: the guard below either ends
+		// the lease or finds it ended already.
+		delete(o.s.leases, t.ID)
+		res, err := o.s.exec(o.tx, endAttemptSQL, append(set, guard...)...)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if n == 0 {
+			return nil, 0, 0, store.ErrConflict
+		}
+		return f.keys, f.group, f.cost, nil
+	}
+	var keys string
+	var group, cost int64
+	err := o.s.queryRow(o.tx, endAttemptReturningSQL, append(set, guard...)...).Scan(&keys, &group, &cost)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, 0, store.ErrConflict
 	}

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -102,9 +103,47 @@ func scanKey(r scanner) (*admission.State, error) {
 	return &st, nil
 }
 
+// recordJSON encodes an attempt record for the history column, exactly as
+// encoding/json does. Every finish writes one, so the common record (no
+// why, no error, an outcome of plain characters) is appended by hand:
+// json.Marshal's reflection over the struct cost more than the rest of
+// the Go side of a finish (docs/benchmarks.md, "Session 8 (s8h3)").
+// TestRecordJSON checks both paths against json.Marshal.
 func recordJSON(r job.AttemptRecord) string {
-	b, _ := json.Marshal(r)
+	if y := r.At.Year(); r.Why != "" || r.Error != "" || !plainJSON(string(r.Outcome)) || y < 0 || y > 9999 {
+		b, _ := json.Marshal(r)
+		return string(b)
+	}
+	b := make([]byte, 0, 96)
+	b = append(b, `{"at":"`...)
+	b = r.At.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","attempt":`...)
+	b = strconv.AppendInt(b, int64(r.Attempt), 10)
+	b = append(b, `,"outcome":"`...)
+	b = append(b, r.Outcome...)
+	b = append(b, '"')
+	if r.Status != 0 {
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(r.Status), 10)
+	}
+	if r.Delay != 0 {
+		b = append(b, `,"delay_ns":`...)
+		b = strconv.AppendInt(b, int64(r.Delay), 10)
+	}
+	b = append(b, '}')
 	return string(b)
+}
+
+// plainJSON reports whether s is encoded by encoding/json as itself in
+// quotes: printable ASCII with nothing it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 func jsonStrings(s string, out *[]string) error { return json.Unmarshal([]byte(s), out) }

@@ -109,6 +109,10 @@ type Store struct {
 	// writer goroutine touches them and toPrepare.
 	writerStmts map[string]*sql.Stmt
 	toPrepare   []string
+	// leases holds what MarkLeased read of each job it leased, for the
+	// finish of that lease (see leaseFacts); only the writer goroutine
+	// touches it.
+	leases map[string]leaseFacts
 
 	// writes and txs count the committed writes and their transactions
 	// (WriteCounts).
@@ -160,6 +164,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		done:        make(chan struct{}),
 		stmts:       map[*sql.DB]map[string]*sql.Stmt{},
 		writerStmts: map[string]*sql.Stmt{},
+		leases:      map[string]leaseFacts{},
 	}
 	s.SQLReads = store.NewSQLReads(s.read)
 	if err := s.check(ctx, created); err != nil {
