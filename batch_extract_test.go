@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/llmbatch"
+	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/review/reviewapi"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/upstream"
@@ -198,5 +199,71 @@ func TestBatchExtractionRefused(t *testing.T) {
 	bs, err := rv.ListBatches(ctx, "us", review.BatchListParams{})
 	if err != nil || len(bs) != 0 {
 		t.Fatalf("batches after refusals: %v, %v", bs, err)
+	}
+}
+
+// TestBatchCreate429PausesSubmitKey: a 429 on a provider batch create
+// pauses the batch's submit key for every node (its shared pause, as a
+// job's 429 pauses its key), not only the chunk, so the next manifest's
+// intake predicts the wait.
+func TestBatchCreate429PausesSubmitKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sim, prof := extractionSim(t, "anthropic", nil)
+	sim.RejectCreates(batchsim.ProviderAnthropic, 1, time.Hour)
+	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	req := review.BatchRequest{Region: "us", Extractions: []review.BatchExtraction{{ID: "a", Input: "x", Template: "extract",
+		Schema: json.RawMessage(invoiceSchema)}}}
+	st, err := rv.SubmitBatch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := batchlane.SubmitKey(prof)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := rv.GetBatch(ctx, "us", st.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Chunks) == 1 && s.Chunks[0].Refusals == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no refused create after 30 s: %+v", s.Chunks)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The pause is written with the pass's outcome, right after the chunk.
+	var paused time.Time
+	for time.Now().Before(deadline) && paused.IsZero() {
+		ls, err := c.Limits(ctx, "us")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls {
+			if l.Name == key {
+				paused = l.PausedUntil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if paused.Before(time.Now().Add(30 * time.Minute)) {
+		t.Fatalf("submit key %s paused until %v, want about an hour (the create's Retry-After)", key, paused)
+	}
+	req.OnOverload = "queue"
+	next, err := rv.SubmitBatch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := next.Summary.Intake; in == nil || in.SubmitKey != key || in.SubmitWaitSeconds < 30*60 {
+		t.Fatalf("the next manifest's intake %+v does not wait for the paused submit key", in)
 	}
 }

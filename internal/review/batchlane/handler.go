@@ -144,6 +144,10 @@ type pass struct {
 	woken map[string]bool
 	// schemas are the extraction schemas compiled in this pass.
 	schemas schemaCache
+	// refusedFor is the longest delay a provider's 429 on an upload or
+	// create asked for in this pass; the outcome pauses the submit key
+	// for it (job.Outcome.PauseKeyFor).
+	refusedFor time.Duration
 }
 
 func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outcome {
@@ -206,7 +210,10 @@ func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outco
 	if !p.wait.IsZero() {
 		delay = min(max(p.wait.Sub(now), time.Second), delay)
 	}
-	return job.Outcome{Class: job.ClassPending, RetryAfter: delay}
+	// A 429 on a create pauses the submit key (shared by every node), not
+	// only this chunk: the intake's prediction (the key's wait) sees it, and
+	// other batches' submissions on the key wait too.
+	return job.Outcome{Class: job.ClassPending, RetryAfter: delay, PauseKeyFor: p.refusedFor}
 }
 
 func (h *Handler) stage(name string) {
@@ -500,9 +507,13 @@ func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states
 		}
 		for range 8 { // bounded: a pass never spins
 			var a llmbatch.Action
+			refusals := c.Refusals
 			c, a, err = d.Step(ctx, p.now, c, reqs)
 			if err != nil {
 				return fmt.Errorf("chunk %s: %s: %w", c.Key, a, err)
+			}
+			if c.Refusals > refusals && !c.NotBefore.IsZero() {
+				p.refusedFor = max(p.refusedFor, c.NotBefore.Sub(p.now))
 			}
 			switch {
 			case a == llmbatch.ActionCreate && c.State == llmbatch.StateSubmitted:
