@@ -1,9 +1,10 @@
 // Package batchapi is the HTTP face of the batch lane: the /v1/batches
 // routes, mounted with the review plug-in's routes through
 // internal/httpapi/mount and served over a Service (package review
-// implements it). A batch is a manifest of many reviews sent to a
-// provider's batch API; the routes show its progress and every item's
-// state, and cancel it.
+// implements it). A batch is a manifest of many reviews, or of generic
+// extraction items, sent to a provider's batch API; the routes show its
+// progress and every item's state (and an extraction item's result), and
+// cancel it.
 package batchapi
 
 import (
@@ -192,7 +193,7 @@ func Routes(svc Service) mount.Mount {
 		region := h.Regions()[0]
 		return []mount.Route{
 			{Method: "POST", Path: "/v1/batches", Name: "createBatch", Role: auth.RoleProducer,
-				Summary: "Send a manifest of reviews to the batch lane (a provider's batch API, about half the price, answers within 24 h): returns the batch id",
+				Summary: "Send a manifest of reviews, or of generic extraction items (input, instruction or template, JSON Schema), to the batch lane (a provider's batch API, about half the price, answers within 24 h): returns the batch id",
 				Handle:  s.handleCreate, Request: batchRequest{}, Response: Batch{}, Status: 202,
 				Example: `{"region":"` + region + `","provider":"openai","reviews":[{"repo":"acme/app","change":"42","diff":"diff --git a/a.go b/a.go\n--- a/a.go\n+++ b/a.go\n@@ -1 +1,2 @@\n package a\n+// TODO: x\n"}]}`},
 			{Method: "GET", Path: "/v1/batches", Name: "listBatches", Role: auth.RoleProducer,
@@ -203,7 +204,7 @@ func Routes(svc Service) mount.Mount {
 					mount.Query("tenant", "admin keys only: only this tenant's batches"),
 					mount.Query("after", "next_cursor of the previous page"), mount.Query("limit", "page size, 1 to 500; default 100")}},
 			{Method: "GET", Path: "/v1/batches/{id}", Name: "getBatch", Role: auth.RoleProducer,
-				Summary: "Get a batch: progress, its provider batches and a page of its items with their state, disposition and reason",
+				Summary: "Get a batch: progress, its provider batches and a page of its items with their state, disposition and reason, and each succeeded extraction item's result (its schema-valid output)",
 				Handle:  s.handleGet, Response: Batch{}, Status: 200, Vars: batchVars,
 				Params: []mount.Param{batchRegion, mount.Query("items_state", "only items in this state", "pending", "submitted", "succeeded", "failed", "canceled"),
 					mount.Query("items_after", "next_items of the previous page"), mount.Query("items_limit", "items per page, 1 to 500; default 100")},

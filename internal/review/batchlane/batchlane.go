@@ -4,7 +4,11 @@
 // as an interactive review's (pipeline.NewPlan), and each part becomes a
 // batch item (store.BatchItem) instead of a part job. Items go out in
 // chunks, one provider batch each (llmbatch), and come back joined on
-// custom_id.
+// custom_id. A manifest may instead carry generic extraction items
+// (Extraction: an input, an instruction or template, a JSON Schema): each
+// is one item with no review job, sent with its schema as structured
+// output, validated against it, and published on the item itself
+// (ExtractionResult) by the same guarded settle write.
 //
 // Two built-in jobs drive a batch, so that the engine stays the only
 // writer of job state and admission paces the provider calls: a submit job
