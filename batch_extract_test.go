@@ -267,3 +267,29 @@ func TestBatchCreate429PausesSubmitKey(t *testing.T) {
 		t.Fatalf("the next manifest's intake %+v does not wait for the paused submit key", in)
 	}
 }
+
+// checkExtractions checks the end state of an extraction manifest of n
+// items that all succeeded: each published once with the schema's
+// instance after one provider batch, and every chunk's reconciliation
+// accounting for all its items.
+func checkExtractions(t *testing.T, rv *review.Plugin, s review.BatchStatus, n int) {
+	t.Helper()
+	if s.Counts != (store.BatchCounts{Total: n, Succeeded: n}) {
+		t.Fatalf("counts %+v, want %d succeeded", s.Counts, n)
+	}
+	items, err := rv.BatchItems(context.Background(), "us", s.ID, "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if it.Result == nil || string(it.Result.Output) != `{"currency":"EUR","total":0,"vendor":"sim"}` || it.Attempts != 1 {
+			t.Fatalf("item %s: %+v (result %+v)", it.CustomID, it, it.Result)
+		}
+	}
+	for _, ch := range s.Chunks {
+		sum := ch.Summary
+		if ch.State != string(llmbatch.StateReconciled) || sum == nil || sum.Succeeded != ch.Items || sum.Foreign != 0 || sum.Duplicates != 0 {
+			t.Fatalf("chunk %s is %s with %+v", ch.Key, ch.State, sum)
+		}
+	}
+}
