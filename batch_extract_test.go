@@ -293,3 +293,45 @@ func checkExtractions(t *testing.T, rv *review.Plugin, s review.BatchStatus, n i
 		}
 	}
 }
+
+// TestBatchLearnedTurnaround: once the lane's recent provider batches of a
+// profile hold batchlane.MinTurnaroundSamples turnarounds, the intake
+// predicts with their median (seconds here) instead of the configured
+// turnaround (the default hour).
+func TestBatchLearnedTurnaround(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, prof := extractionSim(t, "openai", nil)
+	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	req := review.BatchRequest{Region: "us", Extractions: []review.BatchExtraction{{ID: "a", Input: "x", Template: "extract",
+		Schema: json.RawMessage(invoiceSchema)}}}
+	var ids []string
+	for range batchlane.MinTurnaroundSamples {
+		st, err := rv.SubmitBatch(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in := st.Summary.Intake; in.TurnaroundSamples != 0 || in.TurnaroundSeconds != batchlane.DefaultMinTurnaround.Seconds() {
+			t.Fatalf("before any batch ended, intake %+v; want the configured turnaround", in)
+		}
+		ids = append(ids, st.ID)
+	}
+	for _, id := range ids {
+		waitBatch(t, rv, id, 60*time.Second)
+	}
+	st, err := rv.SubmitBatch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := st.Summary.Intake; in.TurnaroundSamples != batchlane.MinTurnaroundSamples || in.TurnaroundSeconds <= 0 || in.TurnaroundSeconds > 120 {
+		t.Fatalf("after %d batches, intake %+v; want their median turnaround (seconds)", len(ids), in)
+	}
+}

@@ -230,6 +230,10 @@ func (rt *regionRT) admitBatch(ctx context.Context, e batchlane.Entry, m batchla
 	if err != nil {
 		return plan, fmt.Errorf("review: predict batch completion: %w", err)
 	}
+	samples, err := rt.learnTurnaround(ctx, e, &in)
+	if err != nil {
+		return plan, fmt.Errorf("review: learn batch turnaround: %w", err)
+	}
 	in.Work = plan.Work()
 	var fast batchlane.Plan
 	intake, depth, err := batchlane.Admit(policy, m.Now, plan.Batch.Deadline, batchlane.SubmitKey(e.Profile), in,
@@ -246,7 +250,47 @@ func (rt *regionRT) admitBatch(ctx context.Context, e batchlane.Entry, m batchla
 	if depth == pipeline.DepthFast {
 		plan = fast
 	}
+	intake.TurnaroundSamples = samples
 	return plan, plan.SetIntake(intake)
+}
+
+// learnTurnaround replaces in.Turnaround with the median turnaround of the
+// profile's recent provider batches (llmbatch.Chunk.Turnaround: create to
+// the poll that saw it end, completed or expired) when the newest
+// batchlane.TurnaroundBatches batches of the region hold at least
+// batchlane.MinTurnaroundSamples of them, and returns how many it used
+// (0: the configured turnaround stands). It costs one batch listing and
+// one chunk read per batch of the profile.
+func (rt *regionRT) learnTurnaround(ctx context.Context, e batchlane.Entry, in *admission.CompletionInput) (int, error) {
+	bs, err := rt.st.ListBatches(ctx, store.BatchListParams{Limit: batchlane.TurnaroundBatches})
+	if err != nil {
+		return 0, err
+	}
+	var samples []time.Duration
+	for _, b := range bs {
+		if b.Provider != e.Profile.Name || len(samples) >= batchlane.MaxTurnaroundSamples {
+			continue
+		}
+		chunks, err := rt.st.BatchChunks(ctx, b.ID)
+		if err != nil {
+			return 0, err
+		}
+		for _, sc := range chunks {
+			c, err := decodeChunk(sc.Record)
+			if err != nil {
+				continue // a record this version cannot read teaches nothing
+			}
+			if d, ok := c.Turnaround(); ok && len(samples) < batchlane.MaxTurnaroundSamples {
+				samples = append(samples, d)
+			}
+		}
+	}
+	d, ok := batchlane.MedianTurnaround(samples)
+	if !ok {
+		return 0, nil
+	}
+	in.Turnaround = d
+	return len(samples), nil
 }
 
 // batchLoad is the region's batch lane as a new manifest of profile e
