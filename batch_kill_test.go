@@ -2,6 +2,7 @@ package ratelane_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -94,13 +95,23 @@ func TestBatchKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ stage, kind string }{
-		{batchlane.StageSubmitted, "openai"},
-		{batchlane.StageInProgress, "anthropic"},
-		{batchlane.StageDownloaded, "openai"},
-		{batchlane.StagePartlyDelivered, "anthropic"},
+	for _, tc := range []struct {
+		stage, kind string
+		// extract sends a manifest of extraction items instead of reviews.
+		extract bool
+	}{
+		{batchlane.StageSubmitted, "openai", false},
+		{batchlane.StageInProgress, "anthropic", false},
+		{batchlane.StageDownloaded, "openai", false},
+		{batchlane.StagePartlyDelivered, "anthropic", false},
+		{batchlane.StageSubmitted, "anthropic", true},
+		{batchlane.StagePartlyDelivered, "openai", true},
 	} {
-		t.Run(tc.stage, func(t *testing.T) {
+		name := tc.stage
+		if tc.extract {
+			name += "-extraction"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			dir := t.TempDir()
@@ -116,6 +127,11 @@ func TestBatchKill9(t *testing.T) {
 			const n = 6
 			req := review.BatchRequest{Region: "us", Tenant: "acme"}
 			for i := range n {
+				if tc.extract {
+					req.Extractions = append(req.Extractions, review.BatchExtraction{ID: fmt.Sprintf("x%d", i), Template: "extract",
+						Input: fmt.Sprintf("invoice %d from ACME", i), Schema: json.RawMessage(invoiceSchema)})
+					continue
+				}
 				req.Reviews = append(req.Reviews, review.BatchReview{Repo: "acme/app", Change: fmt.Sprint(i), Diff: []byte(batchDiff(i))})
 			}
 			st, err := rv.SubmitBatch(ctx, req)
@@ -188,7 +204,11 @@ func TestBatchKill9(t *testing.T) {
 			if s.State != store.BatchDone {
 				t.Fatalf("batch is %s after the second worker", s.State)
 			}
-			checkBatch(t, c, rv, s, n)
+			if tc.extract {
+				checkExtractions(t, rv, s, n)
+			} else {
+				checkBatch(t, c, rv, s, n)
+			}
 			stats := sim.Stats()
 			if created := stats.OpenAIBatches + stats.AnthropicBatches; created != 1 || len(s.Chunks) != 1 {
 				t.Fatalf("%d provider batches created for %d chunks, want exactly 1", created, len(s.Chunks))

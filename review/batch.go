@@ -55,6 +55,16 @@ type BatchReview struct {
 	Publish Publish
 }
 
+// BatchExtraction is one generic LLM extraction item of a batch manifest:
+// an input, what to do with it (Instruction, or Template naming one of
+// batchlane.Templates: extract, classify, summarize) and the JSON Schema
+// the answer must satisfy. Its result is published on the item, once.
+type BatchExtraction = batchlane.Extraction
+
+// BatchExtractionResult is a succeeded extraction item's result: the
+// answer, valid against the item's schema, and its usage.
+type BatchExtractionResult = batchlane.ExtractionResult
+
 // BatchRequest is a manifest for the batch lane.
 type BatchRequest struct {
 	Region string
@@ -64,6 +74,9 @@ type BatchRequest struct {
 	// or anthropic) of the region; default the region's default profile.
 	Provider string
 	Reviews  []BatchReview
+	// Extractions are generic extraction items; a manifest carries Reviews
+	// or Extractions, not both.
+	Extractions []BatchExtraction
 	// Deadline is when every item must be final; default 48 h from now.
 	Deadline time.Time
 	// MaxAttempts bounds the provider batches one item may go out in;
@@ -162,7 +175,8 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 			Err: fmt.Errorf("on_overload must be reject, degrade or queue, not %q", r.OnOverload)}
 	}
 	m := batchlane.Manifest{ID: uuid.Must(uuid.NewV7()).String(), Region: rt.region, Tenant: r.Tenant, Profile: e.Profile,
-		Deadline: r.Deadline, MaxAttempts: r.MaxAttempts, MaxPartTokens: rt.cfg.MaxPartTokens, Now: rt.r.Config().Now()}
+		Deadline: r.Deadline, MaxAttempts: r.MaxAttempts, MaxPartTokens: rt.cfg.MaxPartTokens, Now: rt.r.Config().Now(),
+		Extractions: r.Extractions}
 	for _, br := range r.Reviews {
 		m.Reviews = append(m.Reviews, batchlane.Review{Repo: br.Repo, Change: br.Change, BaseSHA: br.BaseSHA, HeadSHA: br.HeadSHA,
 			Diff: br.Diff, Publish: br.Publish})
@@ -180,7 +194,10 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 	}
 	newID := func() string { return uuid.Must(uuid.NewV7()).String() }
 	plan, err := batchlane.NewPlan(m, newID)
-	if err != nil {
+	var xe *batchlane.ExtractionError
+	if errors.As(err, &xe) {
+		return BatchStatus{}, &reviewapi.InputError{Field: fmt.Sprintf("extractions[%d].%s", xe.Index, xe.Field), Err: xe.Err}
+	} else if err != nil {
 		return BatchStatus{}, err
 	}
 	if plan, err = rt.admitBatch(ctx, e, m, plan, r.OnOverload, newID); err != nil {
@@ -213,6 +230,10 @@ func (rt *regionRT) admitBatch(ctx context.Context, e batchlane.Entry, m batchla
 	if err != nil {
 		return plan, fmt.Errorf("review: predict batch completion: %w", err)
 	}
+	samples, err := rt.learnTurnaround(ctx, e, &in)
+	if err != nil {
+		return plan, fmt.Errorf("review: learn batch turnaround: %w", err)
+	}
 	in.Work = plan.Work()
 	var fast batchlane.Plan
 	intake, depth, err := batchlane.Admit(policy, m.Now, plan.Batch.Deadline, batchlane.SubmitKey(e.Profile), in,
@@ -229,7 +250,47 @@ func (rt *regionRT) admitBatch(ctx context.Context, e batchlane.Entry, m batchla
 	if depth == pipeline.DepthFast {
 		plan = fast
 	}
+	intake.TurnaroundSamples = samples
 	return plan, plan.SetIntake(intake)
+}
+
+// learnTurnaround replaces in.Turnaround with the median turnaround of the
+// profile's recent provider batches (llmbatch.Chunk.Turnaround: create to
+// the poll that saw it end, completed or expired) when the newest
+// batchlane.TurnaroundBatches batches of the region hold at least
+// batchlane.MinTurnaroundSamples of them, and returns how many it used
+// (0: the configured turnaround stands). It costs one batch listing and
+// one chunk read per batch of the profile.
+func (rt *regionRT) learnTurnaround(ctx context.Context, e batchlane.Entry, in *admission.CompletionInput) (int, error) {
+	bs, err := rt.st.ListBatches(ctx, store.BatchListParams{Limit: batchlane.TurnaroundBatches})
+	if err != nil {
+		return 0, err
+	}
+	var samples []time.Duration
+	for _, b := range bs {
+		if b.Provider != e.Profile.Name || len(samples) >= batchlane.MaxTurnaroundSamples {
+			continue
+		}
+		chunks, err := rt.st.BatchChunks(ctx, b.ID)
+		if err != nil {
+			return 0, err
+		}
+		for _, sc := range chunks {
+			c, err := decodeChunk(sc.Record)
+			if err != nil {
+				continue // a record this version cannot read teaches nothing
+			}
+			if d, ok := c.Turnaround(); ok && len(samples) < batchlane.MaxTurnaroundSamples {
+				samples = append(samples, d)
+			}
+		}
+	}
+	d, ok := batchlane.MedianTurnaround(samples)
+	if !ok {
+		return 0, nil
+	}
+	in.Turnaround = d
+	return len(samples), nil
 }
 
 // batchLoad is the region's batch lane as a new manifest of profile e
@@ -371,6 +432,15 @@ func (p *Plugin) BatchItems(ctx context.Context, region, id, state, after string
 	for i, it := range items {
 		out[i] = BatchItem{CustomID: it.CustomID, Review: it.JobID, Part: it.Index, State: it.State, Attempts: it.Attempts,
 			Chunk: it.ChunkKey, Disposition: it.Disposition, Reason: it.Reason, UpdatedAt: it.UpdatedAt}
+		if it.JobID == "" && it.State == store.ItemSucceeded {
+			// An extraction item's result is published here: the answer
+			// its schema accepted, recorded once by the settling write.
+			var res batchlane.ExtractionResult
+			if err := json.Unmarshal(it.Result, &res); err != nil {
+				return nil, fmt.Errorf("batch %s: item %s: result does not decode: %w", id, it.CustomID, err)
+			}
+			out[i].Result = &res
+		}
 	}
 	return out, nil
 }

@@ -125,6 +125,10 @@ func (s batchService) SubmitBatch(ctx context.Context, sub batchapi.Submission) 
 		req.Reviews = append(req.Reviews, BatchReview{Repo: r.Repo, Change: r.Change, BaseSHA: r.BaseSHA, HeadSHA: r.HeadSHA,
 			Diff: r.Diff, Publish: r.Publish})
 	}
+	for _, x := range sub.Extractions {
+		req.Extractions = append(req.Extractions, BatchExtraction{ID: x.ID, Input: x.Input, Instruction: x.Instruction,
+			Template: x.Template, Schema: x.Schema})
+	}
 	b, err := s.p.SubmitBatch(ctx, req)
 	var re *batchlane.ReviewError
 	var pe *diff.ParseError

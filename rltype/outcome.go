@@ -88,7 +88,10 @@ type Outcome struct {
 	// ReasonProviderQuotaExhausted.
 	Reason Reason
 	// PauseKeyFor pauses the scope's limit key for this long even for a
-	// permanent outcome (a provider's spent quota).
+	// permanent outcome (a provider's spent quota). On a pending outcome
+	// it reports a refusal the pass met (a 429 on a provider batch
+	// create): the keys pause for every node and learn from it as for a
+	// rate-limited outcome, without spending the congestion budget.
 	PauseKeyFor time.Duration
 	// Hints carry remaining-quota information to the adaptive buckets.
 	Hints []Hint

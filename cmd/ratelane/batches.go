@@ -4,8 +4,10 @@ package main
 // diffs sent to a provider's batch API, its progress and its items.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,8 +44,9 @@ type batchView struct {
 		Total, Pending, Submitted, Succeeded, Failed, Canceled int
 	} `json:"counts"`
 	Summary struct {
-		Reviews int `json:"reviews"`
-		Items   int `json:"items"`
+		Reviews     int `json:"reviews"`
+		Extractions int `json:"extractions"`
+		Items       int `json:"items"`
 	} `json:"summary"`
 	Chunks []struct {
 		Key     string `json:"key"`
@@ -74,8 +77,12 @@ func showBatch(done string) func(io.Writer, []string, []byte) error {
 		if err := json.Unmarshal(body, &b); err != nil {
 			return fmt.Errorf("unexpected response: %w", err)
 		}
-		_, err := fmt.Fprintf(w, "%s batch %s (region %s, provider %s, %s): %d reviews, %s\n", done, b.ID, b.Region, b.Provider, b.State,
-			b.Summary.Reviews, b.progress())
+		what := fmt.Sprintf("%d reviews", b.Summary.Reviews)
+		if b.Summary.Extractions > 0 {
+			what = fmt.Sprintf("%d extractions", b.Summary.Extractions)
+		}
+		_, err := fmt.Fprintf(w, "%s batch %s (region %s, provider %s, %s): %s, %s\n", done, b.ID, b.Region, b.Provider, b.State,
+			what, b.progress())
 		return err
 	}
 }
@@ -84,9 +91,11 @@ func batchesCreate() apiCall {
 	var region, provider, tenant, deadline, repo, onOverload string
 	var maxAttempts int
 	var diffs stringList
-	return apiCall{name: "batches create", usage: "--diff FILE [--diff FILE...] --region R [flags]",
-		summary: "Send unified diffs (files, or - for standard input), one review each, to the batch lane (POST /v1/batches).",
+	var extractions string
+	return apiCall{name: "batches create", usage: "(--diff FILE [--diff FILE...] | --extractions FILE) --region R [flags]",
+		summary: "Send unified diffs (files, or - for standard input), one review each, or a file of extraction items, to the batch lane (POST /v1/batches).",
 		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&extractions, "extractions", "", "an extraction manifest `FILE` (or -): JSON Lines or a JSON array of {id, input, instruction or template, schema}, instead of --diff")
 			fs.Var(&diffs, "diff", "a unified diff `FILE` (or - for standard input), one review; repeat for a sweep (required)")
 			fs.StringVar(&region, "region", "", "the region the diffs, jobs and findings live in (required)")
 			fs.StringVar(&provider, "provider", "", "an openai, openai-compatible or anthropic profile of the region (default the region's default)")
@@ -100,8 +109,18 @@ func batchesCreate() apiCall {
 			if region == "" {
 				return "", "", nil, nil, usageError{"--region is required"}
 			}
-			if len(diffs) == 0 {
-				return "", "", nil, nil, usageError{"--diff FILE is required (repeat it for a sweep; - reads standard input)"}
+			b := map[string]any{"region": region}
+			switch {
+			case extractions != "" && len(diffs) > 0:
+				return "", "", nil, nil, usageError{"--diff and --extractions are exclusive: a batch carries reviews or extractions"}
+			case extractions != "":
+				xs, err := readExtractions(extractions)
+				if err != nil {
+					return "", "", nil, nil, usageError{extractions + ": " + err.Error()}
+				}
+				b["extractions"] = xs
+			case len(diffs) == 0:
+				return "", "", nil, nil, usageError{"--diff FILE is required (repeat it for a sweep; - reads standard input), or --extractions FILE"}
 			}
 			var reviews []map[string]any
 			for _, p := range diffs {
@@ -115,7 +134,9 @@ func batchesCreate() apiCall {
 				}
 				reviews = append(reviews, rv)
 			}
-			b := map[string]any{"region": region, "reviews": reviews}
+			if len(reviews) > 0 {
+				b["reviews"] = reviews
+			}
 			for k, v := range map[string]string{"provider": provider, "tenant": tenant, "deadline": deadline, "on_overload": onOverload} {
 				if v != "" {
 					b[k] = v
@@ -205,4 +226,35 @@ func batchesGet() apiCall {
 			}
 			return nil
 		}}
+}
+
+// readExtractions reads an extraction manifest file (or - for standard
+// input): a JSON array of items, or JSON Lines with one item per line. The
+// items are passed to the API as they are; it validates them.
+func readExtractions(p string) ([]json.RawMessage, error) {
+	text, err := readDiff(p)
+	if err != nil {
+		return nil, err
+	}
+	text = bytes.TrimSpace(text)
+	var xs []json.RawMessage
+	if bytes.HasPrefix(text, []byte("[")) {
+		if err := json.Unmarshal(text, &xs); err != nil {
+			return nil, fmt.Errorf("not a JSON array of extraction items: %v", err)
+		}
+	} else {
+		for i, line := range bytes.Split(text, []byte("\n")) {
+			if line = bytes.TrimSpace(line); len(line) == 0 {
+				continue
+			}
+			if !json.Valid(line) {
+				return nil, fmt.Errorf("line %d is not a JSON object", i+1)
+			}
+			xs = append(xs, json.RawMessage(line))
+		}
+	}
+	if len(xs) == 0 {
+		return nil, errors.New("no extraction items")
+	}
+	return xs, nil
 }

@@ -96,6 +96,13 @@ func Decide(j *job.Job, o job.Outcome, now time.Time, validates bool, b Backoff,
 		if delay <= 0 {
 			delay = job.DefaultPendingDelay
 		}
+		if o.PauseKeyFor > 0 {
+			// The pass met a refusal (a 429 on a provider batch create):
+			// the keys pause for every node and learn from it as for a
+			// rate-limited outcome, but the job spends no congestion
+			// budget, since its batch lives for hours.
+			t.Keys.RateLimited, t.Keys.PauseUntil = true, now.Add(min(o.PauseKeyFor, job.MaxDelay))
+		}
 		retry(&t, j, now, delay, "pending", false, "")
 	case job.ClassInvalidOutput:
 		t.Attempts.Schema++

@@ -94,6 +94,24 @@ type Chunk struct {
 	Status Status `json:"status"`
 	// Summary is the reconciliation's counts, once reconciled.
 	Summary *Summary `json:"summary,omitempty"`
+	// SubmittedAt is when the create that made the provider batch was
+	// sent (its intent time), and EndedAt when a poll first saw the batch
+	// ended: together, the provider's turnaround, which the batch lane's
+	// intake learns from (Turnaround).
+	SubmittedAt time.Time `json:"submitted_at,omitzero"`
+	EndedAt     time.Time `json:"ended_at,omitzero"`
+}
+
+// Turnaround is how long the provider took over the chunk's batch, from
+// its create to the poll that saw it end; ok is false unless the batch
+// completed or expired (a cancelled or failed batch says nothing about how
+// long the provider takes) and both times are recorded.
+func (c Chunk) Turnaround() (time.Duration, bool) {
+	if c.SubmittedAt.IsZero() || c.EndedAt.IsZero() || !c.EndedAt.After(c.SubmittedAt) ||
+		(c.Status.End != EndCompleted && c.Status.End != EndExpired) {
+		return 0, false
+	}
+	return c.EndedAt.Sub(c.SubmittedAt), true
 }
 
 // NewChunk returns a planned chunk.
@@ -178,6 +196,7 @@ func (c Chunk) Created(batchID string) (Chunk, error) {
 	if batchID == "" {
 		return c, fmt.Errorf("chunk %s: created: empty batch id", c.Key)
 	}
+	c.SubmittedAt = c.CreateStartedAt
 	c.State, c.BatchID, c.CreateStartedAt, c.NotBefore = StateSubmitted, batchID, time.Time{}, time.Time{}
 	return c, nil
 }
@@ -211,7 +230,7 @@ func (c Chunk) Polled(st Status, now time.Time, interval time.Duration) (Chunk, 
 	}
 	c.Status = st
 	if st.Ended() {
-		c.State, c.NotBefore = StateResultsReady, time.Time{}
+		c.State, c.NotBefore, c.EndedAt = StateResultsReady, time.Time{}, now
 		return c, nil
 	}
 	c.State, c.NotBefore = StateInProgress, now.Add(interval)

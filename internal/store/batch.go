@@ -167,7 +167,8 @@ func checkRegion(what, id, got, want string) error {
 type BatchItem struct {
 	BatchID  string
 	CustomID string
-	// JobID is the job the item belongs to (a review's parent job), and
+	// JobID is the job the item belongs to (a review's parent job;
+	// empty for a generic extraction item, which belongs to no job), and
 	// ObjectID the region object holding its input (a review part).
 	JobID    string
 	ObjectID string

@@ -1,13 +1,15 @@
 // Package batchapi is the HTTP face of the batch lane: the /v1/batches
 // routes, mounted with the review plug-in's routes through
 // internal/httpapi/mount and served over a Service (package review
-// implements it). A batch is a manifest of many reviews sent to a
-// provider's batch API; the routes show its progress and every item's
-// state, and cancel it.
+// implements it). A batch is a manifest of many reviews, or of generic
+// extraction items, sent to a provider's batch API; the routes show its
+// progress and every item's state (and an extraction item's result), and
+// cancel it.
 package batchapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -66,15 +68,17 @@ type Chunk struct {
 
 // Item is one item of a batch: one part of one review.
 type Item struct {
-	CustomID    string    `json:"custom_id" doc:"joins the provider's result line to the item"`
-	Review      string    `json:"review_id"`
-	Part        int       `json:"part"`
-	State       string    `json:"state" enum:"pending,submitted,succeeded,failed,canceled"`
-	Attempts    int       `json:"attempts" doc:"provider batches the item went out in"`
-	Chunk       string    `json:"chunk,omitempty"`
-	Disposition string    `json:"disposition,omitempty" enum:"succeeded,failed,canceled,requeue"`
-	Reason      string    `json:"reason,omitempty" doc:"why: expired, errored:<type>, missing_from_results, invalid_output, deadline_exceeded, canceled, attempts_exhausted:<last>"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	CustomID    string `json:"custom_id" doc:"joins the provider's result line to the item"`
+	Review      string `json:"review_id"`
+	Part        int    `json:"part"`
+	State       string `json:"state" enum:"pending,submitted,succeeded,failed,canceled"`
+	Attempts    int    `json:"attempts" doc:"provider batches the item went out in"`
+	Chunk       string `json:"chunk,omitempty"`
+	Disposition string `json:"disposition,omitempty" enum:"succeeded,failed,canceled,requeue"`
+	Reason      string `json:"reason,omitempty" doc:"why: expired, errored:<type>, missing_from_results, invalid_output (extractions: invalid_output:malformed|schema|too_large), deadline_exceeded, canceled, attempts_exhausted:<last>"`
+	// Result is a succeeded extraction item's published result.
+	Result    *batchlane.ExtractionResult `json:"result,omitempty" doc:"a succeeded extraction item's result: output (valid against its schema), provider, input_tokens, output_tokens"`
+	UpdatedAt time.Time                   `json:"updated_at"`
 }
 
 // Review is one review of a submission.
@@ -98,6 +102,18 @@ type Submission struct {
 	// (batchlane.Overload*).
 	OnOverload string
 	Reviews    []Review
+	// Extractions are generic extraction items (a manifest carries
+	// reviews or extractions, not both).
+	Extractions []Extraction
+}
+
+// Extraction is one extraction item of a submission.
+type Extraction struct {
+	ID          string
+	Input       string
+	Instruction string
+	Template    string
+	Schema      json.RawMessage
 }
 
 // ItemParams pages a batch's items.
@@ -128,13 +144,14 @@ type Service interface {
 
 // batchRequest is the body of POST /v1/batches.
 type batchRequest struct {
-	Region      string        `json:"region" required:"true" doc:"the region the diffs, jobs and findings live in"`
-	Provider    string        `json:"provider,omitempty" doc:"an openai, openai-compatible or anthropic profile of the region; default the region's default profile"`
-	Deadline    *time.Time    `json:"deadline,omitempty" doc:"RFC 3339; default 48 h from now. A manifest predicted to finish past it is refused, degraded or queued by on_overload; an item that can no longer finish before it ends with reason deadline_exceeded"`
-	MaxAttempts int           `json:"max_attempts,omitempty" doc:"provider batches one item may go out in (expired or failed transiently, it is requeued); default 3, at most 10"`
-	OnOverload  string        `json:"on_overload,omitempty" enum:"reject,degrade,queue" doc:"what a manifest predicted to finish past its deadline gets (the lane's backlog of the provider, the submit key, the provider's batch queue limits): reject (default) answers 429 with Retry-After (400 on deadline when even an idle lane could not make it), degrade plans it at depth fast when that finishes in time, queue accepts it (items that cannot finish end deadline_exceeded). summary.intake shows the prediction"`
-	Reviews     []batchReview `json:"reviews" required:"true" doc:"the manifest: at most 10000 reviews"`
-	Tenant      string        `json:"tenant,omitempty" doc:"admin keys only; other keys always use their own tenant"`
+	Region      string            `json:"region" required:"true" doc:"the region the diffs, jobs and findings live in"`
+	Provider    string            `json:"provider,omitempty" doc:"an openai, openai-compatible or anthropic profile of the region; default the region's default profile"`
+	Deadline    *time.Time        `json:"deadline,omitempty" doc:"RFC 3339; default 48 h from now. A manifest predicted to finish past it is refused, degraded or queued by on_overload; an item that can no longer finish before it ends with reason deadline_exceeded"`
+	MaxAttempts int               `json:"max_attempts,omitempty" doc:"provider batches one item may go out in (expired or failed transiently, it is requeued); default 3, at most 10"`
+	OnOverload  string            `json:"on_overload,omitempty" enum:"reject,degrade,queue" doc:"what a manifest predicted to finish past its deadline gets (the lane's backlog of the provider, the submit key, the provider's batch queue limits): reject (default) answers 429 with Retry-After (400 on deadline when even an idle lane could not make it), degrade plans it at depth fast when that finishes in time, queue accepts it (items that cannot finish end deadline_exceeded). summary.intake shows the prediction"`
+	Reviews     []batchReview     `json:"reviews,omitempty" doc:"the manifest: at most 10000 reviews (or extractions instead)"`
+	Extractions []batchExtraction `json:"extractions,omitempty" doc:"the manifest as generic extraction items instead of reviews: at most 50000"`
+	Tenant      string            `json:"tenant,omitempty" doc:"admin keys only; other keys always use their own tenant"`
 }
 
 type batchReview struct {
@@ -144,6 +161,14 @@ type batchReview struct {
 	HeadSHA string               `json:"head_sha,omitempty"`
 	Diff    string               `json:"diff" required:"true" doc:"a unified diff, at most 8 MiB; stored once in the region"`
 	Publish *reviewPublishOption `json:"publish,omitempty" doc:"where this review's findings go once aggregated; default none"`
+}
+
+type batchExtraction struct {
+	ID          string          `json:"id" required:"true" doc:"the item's custom_id: ^[a-zA-Z0-9_-]{1,64}$, unique in the manifest"`
+	Input       string          `json:"input" required:"true" doc:"the text to extract from, at most 256 KiB; stored once in the region, never logged"`
+	Instruction string          `json:"instruction,omitempty" doc:"what to extract, at most 8 KiB; or template"`
+	Template    string          `json:"template,omitempty" enum:"classify,extract,summarize" doc:"a named prompt template instead of instruction"`
+	Schema      json.RawMessage `json:"schema" required:"true" doc:"the JSON Schema (root type object, at most 64 KiB, $ref only to its own $defs) the answer must satisfy; sent as structured output, checked again on every answer. Providers require every object closed (additionalProperties false) and, for OpenAI, every property required"`
 }
 
 type reviewPublishOption struct {
@@ -168,7 +193,7 @@ func Routes(svc Service) mount.Mount {
 		region := h.Regions()[0]
 		return []mount.Route{
 			{Method: "POST", Path: "/v1/batches", Name: "createBatch", Role: auth.RoleProducer,
-				Summary: "Send a manifest of reviews to the batch lane (a provider's batch API, about half the price, answers within 24 h): returns the batch id",
+				Summary: "Send a manifest of reviews, or of generic extraction items (input, instruction or template, JSON Schema), to the batch lane (a provider's batch API, about half the price, answers within 24 h): returns the batch id",
 				Handle:  s.handleCreate, Request: batchRequest{}, Response: Batch{}, Status: 202,
 				Example: `{"region":"` + region + `","provider":"openai","reviews":[{"repo":"acme/app","change":"42","diff":"diff --git a/a.go b/a.go\n--- a/a.go\n+++ b/a.go\n@@ -1 +1,2 @@\n package a\n+// TODO: x\n"}]}`},
 			{Method: "GET", Path: "/v1/batches", Name: "listBatches", Role: auth.RoleProducer,
@@ -179,7 +204,7 @@ func Routes(svc Service) mount.Mount {
 					mount.Query("tenant", "admin keys only: only this tenant's batches"),
 					mount.Query("after", "next_cursor of the previous page"), mount.Query("limit", "page size, 1 to 500; default 100")}},
 			{Method: "GET", Path: "/v1/batches/{id}", Name: "getBatch", Role: auth.RoleProducer,
-				Summary: "Get a batch: progress, its provider batches and a page of its items with their state, disposition and reason",
+				Summary: "Get a batch: progress, its provider batches and a page of its items with their state, disposition and reason, and each succeeded extraction item's result (its schema-valid output)",
 				Handle:  s.handleGet, Response: Batch{}, Status: 200, Vars: batchVars,
 				Params: []mount.Param{batchRegion, mount.Query("items_state", "only items in this state", "pending", "submitted", "succeeded", "failed", "canceled"),
 					mount.Query("items_after", "next_items of the previous page"), mount.Query("items_limit", "items per page, 1 to 500; default 100")},
@@ -211,8 +236,12 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 	switch {
 	case sub.Region == "":
 		return mount.FieldError("region", "region is required: one of %s", strings.Join(s.h.Regions(), ", "))
-	case len(req.Reviews) == 0:
-		return mount.FieldError("reviews", "reviews is required: at least one {diff} to review")
+	case len(req.Reviews) > 0 && len(req.Extractions) > 0:
+		return mount.FieldError("extractions", "a batch carries reviews or extractions, not both: send two batches")
+	case len(req.Reviews) == 0 && len(req.Extractions) == 0:
+		return mount.FieldError("reviews", "reviews (or extractions) is required: at least one {diff} to review or {id, input, instruction, schema} to extract")
+	case len(req.Extractions) > batchlane.MaxExtractions:
+		return mount.FieldError("extractions", "a batch holds at most %d extraction items, not %d: split it", batchlane.MaxExtractions, len(req.Extractions))
 	case len(req.Reviews) > batchlane.MaxReviews:
 		return mount.FieldError("reviews", "a batch holds at most %d reviews, not %d: split the sweep", batchlane.MaxReviews, len(req.Reviews))
 	case sub.MaxAttempts < 0 || sub.MaxAttempts > 10:
@@ -250,6 +279,16 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 		}
 		sub.Reviews = append(sub.Reviews, Review{Repo: rv.Repo, Change: rv.Change, BaseSHA: rv.BaseSHA, HeadSHA: rv.HeadSHA,
 			Diff: []byte(rv.Diff), Publish: pub})
+	}
+	for _, x := range req.Extractions {
+		sub.Extractions = append(sub.Extractions, Extraction(x))
+	}
+	if err := batchlane.CheckExtractions(toLane(sub.Extractions)); err != nil {
+		var xe *batchlane.ExtractionError
+		if errors.As(err, &xe) {
+			return mount.FieldError("extractions["+strconv.Itoa(xe.Index)+"]."+xe.Field, "%s", xe.Error())
+		}
+		return err
 	}
 	if err := s.h.CheckRegion(p, sub.Region, "region"); err != nil {
 		return err
@@ -414,4 +453,13 @@ func batchError(err error, region string) error {
 		return mount.Problemf(http.StatusConflict, "conflict", "%s", err.Error())
 	}
 	return err
+}
+
+// toLane converts a submission's extractions for batchlane's checks.
+func toLane(xs []Extraction) []batchlane.Extraction {
+	out := make([]batchlane.Extraction, len(xs))
+	for i, x := range xs {
+		out[i] = batchlane.Extraction{ID: x.ID, Input: x.Input, Instruction: x.Instruction, Template: x.Template, Schema: x.Schema}
+	}
+	return out
 }

@@ -4,7 +4,11 @@
 // as an interactive review's (pipeline.NewPlan), and each part becomes a
 // batch item (store.BatchItem) instead of a part job. Items go out in
 // chunks, one provider batch each (llmbatch), and come back joined on
-// custom_id.
+// custom_id. A manifest may instead carry generic extraction items
+// (Extraction: an input, an instruction or template, a JSON Schema): each
+// is one item with no review job, sent with its schema as structured
+// output, validated against it, and published on the item itself
+// (ExtractionResult) by the same guarded settle write.
 //
 // Two built-in jobs drive a batch, so that the engine stays the only
 // writer of job state and admission paces the provider calls: a submit job
@@ -96,9 +100,12 @@ type Args struct {
 // Summary is a batch's manifest summary (store.Batch.Summary): counts and
 // options, never content.
 type Summary struct {
-	Reviews int    `json:"reviews"`
-	Items   int    `json:"items"`
-	Depth   string `json:"depth"`
+	Reviews int `json:"reviews"`
+	// Extractions counts the manifest's extraction items (a manifest
+	// carries reviews or extractions, not both).
+	Extractions int    `json:"extractions,omitempty" doc:"generic extraction items (a manifest of extractions has no reviews)"`
+	Items       int    `json:"items"`
+	Depth       string `json:"depth"`
 	// Provider is the profile name; Kind its provider kind.
 	Provider string `json:"provider"`
 	Kind     string `json:"kind"`
@@ -113,6 +120,9 @@ type Summary struct {
 	// Intake is the predicted completion the batch was accepted with.
 	Intake *Intake `json:"intake,omitempty" doc:"the predicted completion the batch was accepted with"`
 }
+
+// Extracting reports whether the batch is a manifest of extraction items.
+func (s Summary) Extracting() bool { return s.Extractions > 0 }
 
 // DecodeSummary reads a batch's summary.
 func DecodeSummary(b []byte) (Summary, error) {

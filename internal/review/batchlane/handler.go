@@ -142,6 +142,12 @@ type pass struct {
 	// wait is the earliest time anything can happen next.
 	wait  time.Time
 	woken map[string]bool
+	// schemas are the extraction schemas compiled in this pass.
+	schemas schemaCache
+	// refusedFor is the longest delay a provider's 429 on an upload or
+	// create asked for in this pass; the outcome pauses the submit key
+	// for it (job.Outcome.PauseKeyFor).
+	refusedFor time.Duration
 }
 
 func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outcome {
@@ -173,7 +179,8 @@ func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outco
 	if err != nil {
 		return permanent("batch summary does not decode")
 	}
-	p := &pass{h: h, b: b, sum: sum, e: e, now: now, submit: submit, woken: map[string]bool{}}
+	p := &pass{h: h, b: b, sum: sum, e: e, now: now, submit: submit, woken: map[string]bool{},
+		schemas: schemaCache{}}
 	if submit {
 		err = p.runSubmit(ctx)
 	} else {
@@ -203,7 +210,10 @@ func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outco
 	if !p.wait.IsZero() {
 		delay = min(max(p.wait.Sub(now), time.Second), delay)
 	}
-	return job.Outcome{Class: job.ClassPending, RetryAfter: delay}
+	// A 429 on a create pauses the submit key (shared by every node), not
+	// only this chunk: the intake's prediction (the key's wait) sees it, and
+	// other batches' submissions on the key wait too.
+	return job.Outcome{Class: job.ClassPending, RetryAfter: delay, PauseKeyFor: p.refusedFor}
 }
 
 func (h *Handler) stage(name string) {
@@ -285,7 +295,9 @@ func (p *pass) settleGroup(ctx context.Context, group []settlement) error {
 		return fmt.Errorf("settle %d items from %s: %w", len(group), group[0].it.CustomID, err)
 	}
 	for i, ok := range applied {
-		if id := group[i].it.JobID; ok && store.ItemFinal(group[i].p.To) && !p.woken[id] {
+		// An extraction item has no review to wake: its result is
+		// published on the item itself by this write.
+		if id := group[i].it.JobID; ok && id != "" && store.ItemFinal(group[i].p.To) && !p.woken[id] {
 			p.woken[id] = true
 			p.h.cfg.Wake(id)
 		}
@@ -364,7 +376,7 @@ func (p *pass) plan(ctx context.Context, pending []store.BatchItem, existing int
 		r, err := p.request(ctx, it)
 		if err != nil {
 			if errors.Is(err, errBadItem) {
-				if err := p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), "bad_part_object", nil); err != nil {
+				if err := p.settle(ctx, it, store.ItemFailed, string(llmbatch.DispFailed), p.badObject(), nil); err != nil {
 					return err
 				}
 				continue
@@ -428,6 +440,9 @@ func (p *pass) part(ctx context.Context, it store.BatchItem) (*diff.Diff, error)
 // validated (sink.succeeded): a provider that ignored the schema cannot
 // make a bad answer pass.
 func (p *pass) request(ctx context.Context, it store.BatchItem) (llmbatch.Item, error) {
+	if p.sum.Extracting() {
+		return p.extractionRequest(ctx, it)
+	}
 	d, err := p.part(ctx, it)
 	if err != nil {
 		return llmbatch.Item{}, err
@@ -492,9 +507,13 @@ func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states
 		}
 		for range 8 { // bounded: a pass never spins
 			var a llmbatch.Action
+			refusals := c.Refusals
 			c, a, err = d.Step(ctx, p.now, c, reqs)
 			if err != nil {
 				return fmt.Errorf("chunk %s: %s: %w", c.Key, a, err)
+			}
+			if c.Refusals > refusals && !c.NotBefore.IsZero() {
+				p.refusedFor = max(p.refusedFor, c.NotBefore.Sub(p.now))
 			}
 			switch {
 			case a == llmbatch.ActionCreate && c.State == llmbatch.StateSubmitted:
@@ -622,6 +641,9 @@ func (s *sink) settlement(ctx context.Context, it store.BatchItem, o llmbatch.Ou
 // part's schema budget.
 func (s *sink) succeeded(ctx context.Context, it store.BatchItem, o llmbatch.Outcome) (settlement, error) {
 	p := s.p
+	if p.sum.Extracting() {
+		return s.extracted(ctx, it, o)
+	}
 	d, err := p.part(ctx, it)
 	if errors.Is(err, errBadItem) {
 		return p.settlement(it, store.ItemFailed, string(llmbatch.DispFailed), "bad_part_object", nil), nil
@@ -635,6 +657,83 @@ func (s *sink) succeeded(ctx context.Context, it store.BatchItem, o llmbatch.Out
 		return p.requeue(it, string(llmbatch.DispRequeue), ReasonInvalidOutput), nil
 	}
 	body, err := json.Marshal(res)
+	if err != nil {
+		return settlement{}, err
+	}
+	return p.settlement(it, store.ItemSucceeded, string(o.Disposition), o.Reason, body), nil
+}
+
+// badObject is the reason of an item whose input object is gone or does
+// not decode.
+func (p *pass) badObject() string {
+	if p.sum.Extracting() {
+		return "bad_extraction_object"
+	}
+	return "bad_part_object"
+}
+
+// extraction loads an extraction item's request object. The object must
+// be the one its batch stored for that custom_id: an item cannot be made
+// to read another batch's (another tenant's) input.
+func (p *pass) extraction(ctx context.Context, it store.BatchItem) (extractionObject, error) {
+	var x extractionObject
+	if it.ObjectID != p.b.ID+"/"+it.CustomID {
+		return x, errBadItem
+	}
+	obj, err := p.h.cfg.Store.GetObject(ctx, ObjectExtraction, it.ObjectID)
+	if errors.Is(err, store.ErrNotFound) {
+		return x, errBadItem
+	} else if err != nil {
+		return x, err
+	}
+	if err := json.Unmarshal(obj.Body, &x); err != nil || x.Input == "" || len(x.Schema) == 0 {
+		return x, errBadItem
+	}
+	return x, nil
+}
+
+// extractionRequest builds an extraction item's provider request: its
+// instruction as the system prompt, its input as the user message, and its
+// schema as structured output (OpenAI response_format json_schema strict;
+// Anthropic output_config.format).
+func (p *pass) extractionRequest(ctx context.Context, it store.BatchItem) (llmbatch.Item, error) {
+	x, err := p.extraction(ctx, it)
+	if err != nil {
+		return llmbatch.Item{}, err
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(x.Schema, &schema); err != nil {
+		return llmbatch.Item{}, errBadItem
+	}
+	prof := p.e.Profile.WithDefaults()
+	return llmbatch.Item{CustomID: it.CustomID, Request: llmbatch.Request{Model: prof.Model, System: x.System, Prompt: x.Input,
+		MaxTokens: int64(prof.MaxOutputTokens), Format: &llmbatch.Format{Name: ExtractionSchemaName, Schema: schema}}}, nil
+}
+
+// extracted validates an extraction answer against its item's schema and
+// returns the write that publishes it on the item; an answer that is not
+// JSON or fails the schema is quarantined as a review's is: requeued with
+// the reason invalid_output:<malformed|schema|too_large> while the item
+// has attempts, then failed attempts_exhausted:<that reason>. The output
+// itself is never logged or kept.
+func (s *sink) extracted(ctx context.Context, it store.BatchItem, o llmbatch.Outcome) (settlement, error) {
+	p := s.p
+	x, err := p.extraction(ctx, it)
+	if errors.Is(err, errBadItem) {
+		return p.settlement(it, store.ItemFailed, string(llmbatch.DispFailed), p.badObject(), nil), nil
+	} else if err != nil {
+		return settlement{}, err
+	}
+	sch, err := p.schemas.get(x.Schema)
+	if err != nil {
+		return p.settlement(it, store.ItemFailed, string(llmbatch.DispFailed), p.badObject(), nil), nil
+	}
+	out, err := checkExtraction(sch, o.Result.Body)
+	if err != nil {
+		return p.requeue(it, string(llmbatch.DispRequeue), ReasonInvalidOutput+":"+err.Error()), nil
+	}
+	body, err := json.Marshal(ExtractionResult{Output: out, Provider: p.e.Profile.Name, InputTokens: o.Result.InputTokens,
+		OutputTokens: o.Result.OutputTokens})
 	if err != nil {
 		return settlement{}, err
 	}

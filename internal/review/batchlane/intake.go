@@ -2,6 +2,7 @@ package batchlane
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,7 +48,10 @@ type Intake struct {
 	// Rounds is how many provider-batch turnarounds of TurnaroundSeconds
 	// the work ahead and the manifest take through that queue.
 	Rounds            int64   `json:"rounds" doc:"provider-batch turnarounds the work ahead and this manifest take through that queue"`
-	TurnaroundSeconds float64 `json:"turnaround_seconds" doc:"the turnaround of one provider batch (batch_lane.turnaround)"`
+	TurnaroundSeconds float64 `json:"turnaround_seconds" doc:"the turnaround of one provider batch: the median of the lane's recent ones for the provider profile when turnaround_samples is set, else batch_lane.turnaround"`
+	// TurnaroundSamples is how many of the lane's recent provider batches
+	// the turnaround is the median of; 0 when it is the configured one.
+	TurnaroundSamples int `json:"turnaround_samples,omitempty" doc:"recent provider batches of the profile whose median turnaround was used; absent when the configured one was"`
 	// Degraded says the manifest was planned at depth fast because at
 	// full depth it was predicted to finish past its deadline; Late that
 	// it was accepted (on_overload queue) although predicted past it.
@@ -171,3 +175,25 @@ func explain(in admission.CompletionInput, c admission.Completion, submitKey str
 
 // round shows a duration to the second.
 func round(d time.Duration) time.Duration { return d.Round(time.Second) }
+
+// Learned turnaround: the intake uses the median of the lane's recent
+// provider batch turnarounds of a profile instead of the configured one
+// once it has MinTurnaroundSamples of them, looking at the newest
+// TurnaroundBatches batches and at most MaxTurnaroundSamples chunks.
+const (
+	MinTurnaroundSamples = 5
+	MaxTurnaroundSamples = 32
+	TurnaroundBatches    = 20
+)
+
+// MedianTurnaround is the median of samples (the upper middle one of an
+// even count, erring long as the prediction does), and false when there
+// are fewer than MinTurnaroundSamples.
+func MedianTurnaround(samples []time.Duration) (time.Duration, bool) {
+	if len(samples) < MinTurnaroundSamples {
+		return 0, false
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	return s[len(s)/2], true
+}

@@ -71,3 +71,19 @@ func TestAdmit(t *testing.T) {
 		}
 	}
 }
+
+// TestMedianTurnaround: no median below MinTurnaroundSamples; the middle
+// sample of an odd count and the upper middle of an even one.
+func TestMedianTurnaround(t *testing.T) {
+	t.Parallel()
+	m := func(ds ...time.Duration) []time.Duration { return ds }
+	if _, ok := MedianTurnaround(m(1, 2, 3, 4)); ok {
+		t.Error("a median from 4 samples")
+	}
+	if d, ok := MedianTurnaround(m(50, 10, 40, 20, 30)); !ok || d != 30 {
+		t.Errorf("median of 5: %v, %v", d, ok)
+	}
+	if d, ok := MedianTurnaround(m(60, 10, 40, 20, 30, 50)); !ok || d != 40 {
+		t.Errorf("median of 6: %v, %v", d, ok)
+	}
+}

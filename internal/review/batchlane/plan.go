@@ -44,6 +44,9 @@ type Manifest struct {
 	Tenant  string
 	Profile provider.Profile
 	Reviews []Review
+	// Extractions are generic LLM extraction items; a manifest carries
+	// reviews or extractions, not both.
+	Extractions []Extraction
 	// Deadline is when every item must be final; zero means
 	// Now + DefaultDeadline.
 	Deadline time.Time
@@ -106,8 +109,10 @@ func (e *ReviewError) Unwrap() error { return e.Err }
 // ids.
 func NewPlan(m Manifest, newID func() string) (Plan, error) {
 	switch {
-	case len(m.Reviews) == 0:
-		return Plan{}, fmt.Errorf("a manifest needs at least one review")
+	case len(m.Reviews) > 0 && len(m.Extractions) > 0:
+		return Plan{}, fmt.Errorf("a manifest carries reviews or extractions, not both: send two batches")
+	case len(m.Reviews) == 0 && len(m.Extractions) == 0:
+		return Plan{}, fmt.Errorf("a manifest needs at least one review or extraction")
 	case len(m.Reviews) > MaxReviews:
 		return Plan{}, fmt.Errorf("a manifest holds at most %d reviews, not %d: split the sweep", MaxReviews, len(m.Reviews))
 	}
@@ -123,6 +128,14 @@ func NewPlan(m Manifest, newID func() string) (Plan, error) {
 	prof := m.Profile.WithDefaults()
 	sum := Summary{Reviews: len(m.Reviews), Depth: m.Depth, Provider: prof.Name, Kind: prof.Kind}
 	var p Plan
+	if len(m.Extractions) > 0 {
+		objs, items, tokens, err := extractionObjects(m, prof.MaxOutputTokens)
+		if err != nil {
+			return Plan{}, err
+		}
+		p.Objects, p.Items = objs, items
+		sum.Extractions, sum.Tokens = len(items), tokens
+	}
 	for i, r := range m.Reviews {
 		rp, err := pipeline.NewPlan(pipeline.Submission{ID: newID(), Region: m.Region, Tenant: m.Tenant, Lane: job.LaneBatch,
 			Diff: r.Diff, Profile: prof, MaxPartTokens: m.MaxPartTokens, Now: m.Now,

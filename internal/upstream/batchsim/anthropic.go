@@ -246,7 +246,7 @@ func (s *Server) materializeAnthropic(b *simBatch) {
 
 // anthropicMessage is the message object of a successful request.
 func (s *Server) anthropicMessage(r simRequest) map[string]any {
-	text := s.cfg.Responder(r.req)
+	text := s.answer(r)
 	return map[string]any{
 		"id": s.nextID("msg_"), "type": "message", "role": "assistant", "model": r.req.Model,
 		"content":     []any{map[string]any{"type": "text", "text": text}},

@@ -83,6 +83,10 @@ const (
 	// results file: a provider that loses a line. Real providers should
 	// never do this; it exists to prove a client accounts for every item.
 	FaultDrop
+	// FaultBadOutput answers the request successfully with [BadOutput],
+	// text that matches no structured-output schema: a model that ignored
+	// its format, which the client's validation must catch.
+	FaultBadOutput
 )
 
 // FaultRequest identifies one request for Config.Fault.
@@ -127,7 +131,8 @@ type Config struct {
 	// Limits are the enforced limits; zero fields are the providers'.
 	Limits Limits
 	// Responder returns the answer text of a successful request; default
-	// upstream.DefaultResponder. It must be deterministic if a test
+	// [SchemaResponder] (an instance of the request's schema, else
+	// upstream.DefaultResponder). It must be deterministic if a test
 	// compares downloads (the simulator builds each results file once).
 	Responder upstream.Responder
 	// Fault chooses what happens to each request; default FaultNone for all.
@@ -155,7 +160,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.Retention, 29*24*time.Hour)
 	c.Limits = c.Limits.WithDefaults()
 	if c.Responder == nil {
-		c.Responder = upstream.DefaultResponder
+		c.Responder = SchemaResponder
 	}
 	if c.Fault == nil {
 		c.Fault = func(FaultRequest) Fault { return FaultNone }

@@ -45,11 +45,14 @@
 // over its limits is refused with 400 (413 for the body size).
 //
 // Faults are injected per request with Config.Fault (expire it, fail it
-// with a retryable 500 or a permanent 400, or drop it from the results),
+// with a retryable 500 or a permanent 400, drop it from the results, or
+// answer it with output that matches no schema, FaultBadOutput),
 // chosen by custom_id and by how many times the simulator has seen that
 // custom_id, so "expires on the first submission only" is one line; and
 // per create with [Server.RejectCreates] (429 with Retry-After). The
-// answer text of a successful request comes from Config.Responder.
+// answer text of a successful request comes from Config.Responder, by
+// default [SchemaResponder]: a deterministic instance of the request's
+// schema, so generic extraction requests get a valid answer.
 //
 // Structured output is read in each provider's wire format: an OpenAI
 // body's response_format (type json_schema, with json_schema.name and

@@ -507,7 +507,7 @@ func (s *Server) materializeOpenAI(b *simBatch, status string) {
 
 // chatCompletion is the body of a successful chat completion.
 func (s *Server) chatCompletion(r simRequest, created time.Time) map[string]any {
-	text := s.cfg.Responder(r.req)
+	text := s.answer(r)
 	in, out := promptTokens(r.req), estimateTokens(text)
 	return map[string]any{
 		"id": s.nextID("chatcmpl-"), "object": "chat.completion", "created": created.Unix(), "model": r.req.Model,
