@@ -15,6 +15,7 @@ import (
 	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/review/reviewapi"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 	"github.com/ratelane/ratelane/review"
@@ -82,7 +83,7 @@ func TestBatchExtractionEndToEnd(t *testing.T) {
 				return batchsim.FaultNone
 			})
 			cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
-			var logs lockedBuffer
+			var logs testkit.Buffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			c, err := ratelane.NewClient(ctx, cfg)
 			if err != nil {
