@@ -51,6 +51,11 @@ func TestBatchKillChild(t *testing.T) {
 	hook := func(name string) {
 		if name == stage {
 			_ = os.WriteFile(filepath.Join(dir, "at-"+stage), nil, 0o600)
+			// Stop the whole process, not only this goroutine: the
+			// lane's other jobs (the collect pass polling the same
+			// chunk) would otherwise go on between the marker and the
+			// parent's SIGKILL and move the chunk past the stage.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 			select {} // hold this point until SIGKILL
 		}
 	}
