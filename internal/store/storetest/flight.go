@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
 )
 
 // flightCases are the cases of a window's starts in flight.
@@ -35,15 +36,8 @@ func testWindowCountsUntilFinish(t *testing.T, open Opener) {
 		slide = append(slide, NewJob("acme", job.LaneBatch, "slide"))
 	}
 	insert(t, s, slide...)
-	at := func(ms int) time.Time { return T0.Add(time.Duration(ms) * time.Millisecond) } // T0 is on a whole second
-	leaseN := func(ms, want int) []*job.Job {
-		t.Helper()
-		got := lease(t, s, at(ms), 10)
-		if len(got) != want {
-			t.Fatalf("lease at +%dms admitted %d jobs, want %d", ms, len(got), want)
-		}
-		return got
-	}
+	at := msAfterT0
+	leaseN := func(ms, want int) []*job.Job { t.Helper(); return leaseExactly(t, s, ms, want) }
 	first := leaseN(0, 2)
 	leaseN(1500, 0) // both still running: the upstream may not have counted them yet
 	mustOK(t, finish(t, s, success(first[0], at(1600))))
@@ -83,15 +77,8 @@ func testWindowLogsAtAnswer(t *testing.T, open Opener) {
 		js = append(js, NewJob("acme", job.LaneBatch, "answer"))
 	}
 	insert(t, s, js...)
-	at := func(ms int) time.Time { return T0.Add(time.Duration(ms) * time.Millisecond) }
-	leaseN := func(ms, want int) []*job.Job {
-		t.Helper()
-		got := lease(t, s, at(ms), 10)
-		if len(got) != want {
-			t.Fatalf("lease at +%dms admitted %d jobs, want %d", ms, len(got), want)
-		}
-		return got
-	}
+	at := msAfterT0
+	leaseN := func(ms, want int) []*job.Job { t.Helper(); return leaseExactly(t, s, ms, want) }
 	first := leaseN(0, 1)
 	tr := success(first[0], at(400)) // written at +400 ms ...
 	tr.Keys.Answered = at(100)       // ... for an answer in at +100 ms
@@ -106,4 +93,18 @@ func testWindowLogsAtAnswer(t *testing.T, open Opener) {
 	if k, err := s.GetLimit(ctx, "answer"); err != nil || k.InFlight != 1 {
 		t.Fatalf("answer key in flight = %d, %v; want 1", k.InFlight, err)
 	}
+}
+
+// msAfterT0 is T0 (on a whole second) plus ms milliseconds.
+func msAfterT0(ms int) time.Time { return T0.Add(time.Duration(ms) * time.Millisecond) }
+
+// leaseExactly leases up to 10 jobs at T0+ms and fails the test unless
+// exactly want were admitted.
+func leaseExactly(t *testing.T, s store.Store, ms, want int) []*job.Job {
+	t.Helper()
+	got := lease(t, s, msAfterT0(ms), 10)
+	if len(got) != want {
+		t.Fatalf("lease at +%dms admitted %d jobs, want %d", ms, len(got), want)
+	}
+	return got
 }
