@@ -43,20 +43,9 @@ func extractionAnswer(r upstream.LLMRequest) string {
 // (so that an item that never runs expires in seconds) and fault.
 func extractionSim(t *testing.T, kind string, fault func(batchsim.FaultRequest) batchsim.Fault) (*batchsim.Server, review.Profile) {
 	t.Helper()
-	sim, err := batchsim.New(batchsim.Config{ValidateFor: 50 * time.Millisecond, ProcessFor: 300 * time.Millisecond,
+	return simWith(t, kind, batchsim.Config{ValidateFor: 50 * time.Millisecond, ProcessFor: 300 * time.Millisecond,
 		FinalizeFor: 50 * time.Millisecond, CancelFor: 50 * time.Millisecond, Window: 2 * time.Second,
 		Responder: extractionAnswer, Fault: fault})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	prof := review.Profile{Name: kind + "-batch", Kind: kind, Region: "us", Model: "m-1", APIKey: "sk-test", MaxOutputTokens: 512}
-	if kind == "openai" {
-		prof.BaseURL = sim.URL() + "/v1/"
-	} else {
-		prof.BaseURL = sim.URL() + "/"
-	}
-	return sim, prof
 }
 
 // TestBatchExtractionEndToEnd sends a manifest of generic extraction items
@@ -167,15 +156,7 @@ func TestBatchExtractionRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, prof := extractionSim(t, "openai", nil)
-	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop(context.Background()) })
+	_, rv := startBatchClient(t, prof)
 	ok := review.BatchExtraction{ID: "a", Input: "x", Template: "extract", Schema: json.RawMessage(invoiceSchema)}
 	for name, tc := range map[string]struct {
 		x     review.BatchExtraction
@@ -212,15 +193,7 @@ func TestBatchCreate429PausesSubmitKey(t *testing.T) {
 	ctx := context.Background()
 	sim, prof := extractionSim(t, "anthropic", nil)
 	sim.RejectCreates(batchsim.ProviderAnthropic, 1, time.Hour)
-	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop(context.Background()) })
+	c, rv := startBatchClient(t, prof)
 	req := review.BatchRequest{Region: "us", Extractions: []review.BatchExtraction{{ID: "a", Input: "x", Template: "extract",
 		Schema: json.RawMessage(invoiceSchema)}}}
 	st, err := rv.SubmitBatch(ctx, req)
@@ -303,15 +276,7 @@ func TestBatchLearnedTurnaround(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, prof := extractionSim(t, "openai", nil)
-	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop(context.Background()) })
+	_, rv := startBatchClient(t, prof)
 	req := review.BatchRequest{Region: "us", Extractions: []review.BatchExtraction{{ID: "a", Input: "x", Template: "extract",
 		Schema: json.RawMessage(invoiceSchema)}}}
 	var ids []string
@@ -335,4 +300,22 @@ func TestBatchLearnedTurnaround(t *testing.T) {
 	if in := st.Summary.Intake; in.TurnaroundSamples != batchlane.MinTurnaroundSamples || in.TurnaroundSeconds <= 0 || in.TurnaroundSeconds > 120 {
 		t.Fatalf("after %d batches, intake %+v; want their median turnaround (seconds)", len(ids), in)
 	}
+}
+
+// startBatchClient starts a client on a new directory with the batch
+// lane on prof, stopped when the test ends, and returns it with its
+// review plug-in.
+func startBatchClient(t *testing.T, prof review.Profile) (*ratelane.Client, *review.Plugin) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	return c, rv
 }

@@ -94,8 +94,15 @@ func batchSim(t *testing.T, kind string, fault func(batchsim.FaultRequest) batch
 // batchSimFor is batchSim with batches that take process to run.
 func batchSimFor(t *testing.T, kind string, fault func(batchsim.FaultRequest) batchsim.Fault, process time.Duration) (*batchsim.Server, review.Profile) {
 	t.Helper()
-	sim, err := batchsim.New(batchsim.Config{ValidateFor: 50 * time.Millisecond, ProcessFor: process,
+	return simWith(t, kind, batchsim.Config{ValidateFor: 50 * time.Millisecond, ProcessFor: process,
 		FinalizeFor: 50 * time.Millisecond, CancelFor: 50 * time.Millisecond, Responder: batchAnswer, Fault: fault})
+}
+
+// simWith starts a batch simulator with cfg, closed when the test ends,
+// and returns it with a profile of the given provider kind pointed at it.
+func simWith(t *testing.T, kind string, cfg batchsim.Config) (*batchsim.Server, review.Profile) {
+	t.Helper()
+	sim, err := batchsim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
