@@ -238,6 +238,25 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// burst on top of its rate.
 		held := math.Min(current, math.Max(s.level, s.good))
 		target = math.Min(math.Min(est, current)*(1-DiscoveryMargin), (held+current)/2)
+		// A window in which the key sent less than its level (accepted
+		// and refused together) measured the key, not the upstream: the
+		// sender could not keep up (on a loaded machine a window that
+		// counts each start until its answer admits its limit per period
+		// plus a round trip). After a long hold (SilentHold or more: a
+		// silent drop's or a measured cut's) the level went seconds
+		// clean, and such a count is no reason to fall below it. On the
+		// issue mix's halving-503 on the real clock, a probe after 6 s
+		// clean at 14.5/s against a limit of 15 measured the 12/s the key
+		// had managed to send and fell to 11.6, which it then held for
+		// 3 s. A limit that did fall meanwhile refuses the level, and that
+		// refusal, not a probe's, is measured. The floor is the level,
+		// not a probed rate that went a window clean while the key could
+		// not send at it; and not after a short hold, whose level is a
+		// guess (on unforeseen's concurrent-1 under transit, a
+		// concurrency limit read as a rate, it cost 4 more refusals).
+		if float64(inStarts) < s.level*active.Seconds() && time.Duration(s.hold) >= SilentHold {
+			target = math.Max(target, s.level)
+		}
 		// A probe climbs within the window, so the window is held to
 		// the level the probe started from.
 		if float64(inStarts) < SentShare*s.level*active.Seconds() && float64(inRefusals) < RefusedShare*float64(inStarts) {

@@ -406,3 +406,54 @@ func TestZeroRemainingWindowEnforced(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedProbeKeepsItsLevel: a key that held its level for a long hold
+// but could send only part of it (on a loaded machine its window admits
+// its limit per period plus a round trip) and then has a probe refused
+// falls back to the level, not under it to what its own window managed
+// to send (the issue mix's halving-503 on the real clock: 14.5/s held,
+// 12/s sent, 11.6 learned). A key that did send its level and had less
+// accepted still learns the lower estimate, and so does one whose hold
+// was short.
+func TestFailedProbeKeepsItsLevel(t *testing.T) {
+	t.Parallel()
+	// run drives a key holding level 14.5 for the given hold after a
+	// pause that ended at t0, sending perSecond until 600 ms past the
+	// hold (probing by then), the last refusedLast starts refused, then
+	// refuses a probe with a 1 s Retry-After.
+	run := func(hold time.Duration, perSecond int, refusedLast int) State {
+		s := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
+		s.LearnedRate, s.level, s.hold = 14.5, 14.5, int64(hold)
+		s.LastRefusal, s.PausedUntil = t0.Add(-time.Second), t0
+		s.ensureLogs()
+		now := t0
+		n := int((hold + 600*time.Millisecond).Seconds() * float64(perSecond))
+		for i := range n {
+			now = t0.Add(time.Duration(i) * time.Second / time.Duration(perSecond))
+			s.Take(now, 1)
+			s.Release()
+			if i >= n-refusedLast {
+				// Refused as noise would be: logged, not learned from.
+				s.logs[len(s.Windows)+1].add(now.UnixNano(), 1, now.UnixNano()-int64(time.Second), int64(time.Second)/LogSlots)
+				continue
+			}
+			s.Succeeded(now)
+		}
+		if s.LearnedRate <= 14.5 || s.LearnedRate >= 29 {
+			t.Fatalf("hold %v, %d/s: learned %v 600 ms after the hold, want a probe above the level and under twice it", hold, perSecond, s.LearnedRate)
+		}
+		s.RateLimited(now.Add(time.Millisecond), now.Add(time.Second), 1)
+		return s
+	}
+	if s := run(MaxSilentHold, 12, 0); s.LearnedRate != 14.5 {
+		t.Fatalf("after a 6 s hold at 14.5 sending 12/s, a failed probe learned %v, want the level 14.5", s.LearnedRate)
+	}
+	// Sent more than its level, and the upstream took less: the estimate.
+	if s := run(MaxSilentHold, 16, 4); s.LearnedRate >= 14.5 {
+		t.Fatalf("a failed probe whose window sent 16/s and had 12 accepted learned %v, want under the level", s.LearnedRate)
+	}
+	// A short hold's level is a guess: the window's count stands.
+	if s := run(ProbeHold, 12, 0); s.LearnedRate >= 14.5 {
+		t.Fatalf("after a 1 s hold, a failed probe sending 12/s learned %v, want under the level", s.LearnedRate)
+	}
+}
