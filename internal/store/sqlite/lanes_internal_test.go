@@ -66,6 +66,15 @@ func (w *laneWriter) submit(lane job.Lane, name string, started chan<- struct{},
 	}()
 }
 
+// running submits a write of lane that holds the writer until the
+// returned channel is closed, and waits until the writer runs it.
+func (w *laneWriter) running(lane job.Lane, name string, fail error) chan<- struct{} {
+	started, hold := make(chan struct{}), make(chan struct{})
+	w.submit(lane, name, started, hold, fail)
+	testkit.Recv(w.t, started, 10*time.Second, name+" running")
+	return hold
+}
+
 // queued waits until n writes wait in q.
 func (w *laneWriter) queued(q chan *writeReq, n int, what string) {
 	testkit.WaitFor(w.t, 10*time.Second, what, func() bool { return len(q) == n })
@@ -91,9 +100,7 @@ func (w *laneWriter) finish() []string {
 func TestInteractiveWriteWaitsBehindAtMostOneBatchWrite(t *testing.T) {
 	t.Parallel()
 	w := newLaneWriter(t)
-	started, hold := make(chan struct{}), make(chan struct{})
-	w.submit(job.LaneBatch, "b0", started, hold, nil)
-	testkit.Recv(t, started, 10*time.Second, "b0 running")
+	hold := w.running(job.LaneBatch, "b0", nil)
 	for i := 1; i <= 5; i++ {
 		w.submit(job.LaneBatch, fmt.Sprintf("b%d", i), nil, nil, nil)
 	}
@@ -126,9 +133,7 @@ func TestInteractiveWriteWaitsBehindAtMostOneBatchWrite(t *testing.T) {
 func TestInteractiveWritesGoFirst(t *testing.T) {
 	t.Parallel()
 	w := newLaneWriter(t)
-	started, hold := make(chan struct{}), make(chan struct{})
-	w.submit(job.LaneInteractive, "i0", started, hold, nil)
-	testkit.Recv(t, started, 10*time.Second, "i0 running")
+	hold := w.running(job.LaneInteractive, "i0", nil)
 	w.submit(job.LaneBatch, "b1", nil, nil, nil)
 	w.submit(job.LaneBatch, "b2", nil, nil, nil)
 	w.queued(w.s.batchReqs, 2, "two batch-lane writes queued")
@@ -155,10 +160,8 @@ func TestInteractiveWritesGoFirst(t *testing.T) {
 func TestFailedFirstWriteLeavesTheOthers(t *testing.T) {
 	t.Parallel()
 	w := newLaneWriter(t)
-	started, hold := make(chan struct{}), make(chan struct{})
 	boom := errors.New("boom")
-	w.submit(job.LaneBatch, "b0", started, hold, boom)
-	testkit.Recv(t, started, 10*time.Second, "b0 running")
+	hold := w.running(job.LaneBatch, "b0", boom)
 	w.submit(job.LaneInteractive, "i", nil, nil, nil)
 	w.queued(w.s.reqs, 1, "the interactive write queued")
 	close(hold)
