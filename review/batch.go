@@ -203,6 +203,11 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 	if plan, err = rt.admitBatch(ctx, e, m, plan, r.OnOverload, newID); err != nil {
 		return BatchStatus{}, err
 	}
+	// The manifest's writes are the batch lane's: a single-writer store
+	// runs them only while no interactive write is waiting
+	// (store.WithLane), so a large manifest does not hold the region's
+	// interactive reviews.
+	ctx = store.WithLane(ctx, ratelane.LaneBatch)
 	// A few hundred objects per write: one write each made a 1,000-review
 	// manifest 2,000 serial commits through the region's one writer.
 	for objs := range slices.Chunk(plan.Objects, objectsPerWrite) {

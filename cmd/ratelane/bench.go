@@ -177,4 +177,7 @@ JSON metrics (one object per workload; under its name with "all"):
   http-workers jobs_per_second lease_p99_ms complete_p99_ms
   batch-isolation sweep_files sweep_seconds interactive_rate baseline_reviews baseline_p50_ms
               baseline_p99_ms sweep_reviews sweep_p50_ms sweep_p99_ms p99_ratio
+              baseline_commits_per_review sweep_commits_per_file sweep_writes_per_file
+              sweep_interactive_writes sweep_interactive_behind_max sweep_interactive_behind_over_1
+              sweep_interactive_write_wait_p99_ms sweep_interactive_write_wait_ms_per_review (SQLite)
 `

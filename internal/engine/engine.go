@@ -632,7 +632,9 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 // released when its outcome has been handed to the finisher, or when the
 // engine abandons it (see Config.MaxRunTime).
 func (e *Engine) run(j *job.Job) {
-	ctx, cancel := context.WithCancelCause(e.ctx)
+	// The handler's store writes are its job's lane's: a batch-lane
+	// handler's writes yield to interactive ones at a single-writer store.
+	ctx, cancel := context.WithCancelCause(store.WithLane(e.ctx, j.Lane))
 	hctx, stopDeadline := ctx, context.CancelFunc(func() {})
 	if !j.Deadline.IsZero() {
 		hctx, stopDeadline = context.WithDeadline(ctx, j.Deadline)

@@ -39,6 +39,9 @@ func (e *Engine) finish(batch []result) {
 	// Finishing must outlive Stop's cancellation: an outcome we have is
 	// written, or the lease expires and the job is retried.
 	ctx := context.WithoutCancel(e.ctx)
+	if allBatch(batch) {
+		ctx = store.WithLane(ctx, job.LaneBatch) // yields to interactive writes
+	}
 	var done []Reported
 	var err error
 	for attempt := range 5 {
@@ -65,6 +68,17 @@ func (e *Engine) finish(batch []result) {
 		}
 	}
 	e.Notify() // keys were released and groups may be ready
+}
+
+// allBatch reports whether every result is a batch-lane job's: only then
+// is their finish a batch-lane write.
+func allBatch(batch []result) bool {
+	for _, r := range batch {
+		if r.job.Lane != job.LaneBatch {
+			return false
+		}
+	}
+	return true
 }
 
 // heartbeatLoop extends the leases of jobs running longer than one tick and

@@ -251,7 +251,10 @@ const batchAggregateGroup = 32
 // the engine stops.
 func (e *Engine) batchAggregateLoop() {
 	defer e.wg.Done()
-	e.sweepParents(e.ctx)
+	// Its advances and publication claims are batch-lane writes: a
+	// single-writer store runs them only while no interactive write waits.
+	ctx := store.WithLane(e.ctx, job.LaneBatch)
+	e.sweepParents(ctx)
 	tick := time.NewTicker(e.sweepEvery())
 	defer tick.Stop()
 	for {
@@ -261,9 +264,9 @@ func (e *Engine) batchAggregateLoop() {
 		case <-e.stop:
 			return
 		case id := <-e.batchParents:
-			e.aggregateGroup(e.ctx, id)
+			e.aggregateGroup(ctx, id)
 		case <-tick.C:
-			e.sweepParents(e.ctx)
+			e.sweepParents(ctx)
 		}
 	}
 }

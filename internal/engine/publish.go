@@ -251,6 +251,7 @@ func (e *Engine) publish(ctx context.Context, id string) {
 	if !ok || k.Publisher == nil && k.Aggregate == nil {
 		return
 	}
+	ctx = store.WithLane(ctx, j.Lane) // a batch job's publication yields to interactive writes
 	token := fmt.Sprintf("%s-%d", e.claimPrefix, e.claims.Add(1))
 	if err := e.jobs.ClaimPublish(ctx, id, token, e.cfg.Now().Add(e.cfg.LeaseFor)); err != nil {
 		if errors.Is(err, store.ErrConflict) {

@@ -25,6 +25,8 @@
 //	ratelane_store_up{region}                   1 when the last stats read succeeded
 //	ratelane_store_writes_total{region}         writes the store committed (SQLite)
 //	ratelane_store_transactions_total{region}   transactions (fsyncs) that committed them (SQLite)
+//	ratelane_store_write_wait_seconds{region,lane}  a write's wait for the single writer (SQLite)
+//	ratelane_store_write_behind{region,lane}    the other lane's writes run while a write waited (SQLite)
 //	ratelane_leases_recovered_total             expired leases the reaper recovered
 //	ratelane_late_outcomes_refused_total{op}    late finishes and heartbeats of a lost lease, refused
 //	ratelane_handlers_abandoned_total{kind}     attempts abandoned past their maximum run time

@@ -97,7 +97,8 @@ type Store struct {
 	// probe opens a fresh read-only connection per Ready call.
 	probe      *sql.DB
 	durability Durability
-	reqs       chan *writeReq
+	reqs       chan *writeReq // interactive writes (and unmarked ones)
+	batchReqs  chan *writeReq // batch-lane writes (store.WithLane)
 	stop       chan struct{}
 	done       chan struct{}
 	once       sync.Once
@@ -117,6 +118,8 @@ type Store struct {
 	// writes and txs count the committed writes and their transactions
 	// (WriteCounts).
 	writes, txs atomic.Int64
+	// lanes are the writer's waits per lane (WriteCounts).
+	lanes laneStats
 }
 
 var _ store.Store = (*Store)(nil)
@@ -160,6 +163,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{
 		cfg: cfg, wdb: wdb, rdb: rdb, probe: probe,
 		reqs:        make(chan *writeReq, 4*cfg.MaxBatch),
+		batchReqs:   make(chan *writeReq, 4*cfg.MaxBatch),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		stmts:       map[*sql.DB]map[string]*sql.Stmt{},

@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
 )
 
 // errClosed is returned for writes submitted after Close.
@@ -13,15 +17,27 @@ var errClosed = errors.New("sqlite: store is closed")
 type writeReq struct {
 	fn   func(tx *sql.Tx) error
 	done chan error
+	lane job.Lane
+	// at is when the write was called; ended is the other lane's count of
+	// finished writes at that moment (laneStats.ended), for its Behind.
+	at    time.Time
+	ended int64
 }
 
 // write runs fn in the writer's transaction and returns once it is durably
 // committed (or failed). fn may run together with other writes in one
 // transaction, inside its own savepoint: it must not commit or roll back.
+// ctx's lane (store.LaneOf) decides the write's queue: batch-lane writes
+// wait while interactive ones are queued.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	r := &writeReq{fn: fn, done: make(chan error, 1)}
+	lane := store.LaneOf(ctx)
+	q := s.reqs
+	if lane == job.LaneBatch {
+		q = s.batchReqs
+	}
+	r := &writeReq{fn: fn, done: make(chan error, 1), lane: lane, at: time.Now(), ended: s.lanes.otherEnded(lane)}
 	select {
-	case s.reqs <- r:
+	case q <- r:
 	case <-s.stop:
 		return errClosed
 	case <-ctx.Done():
@@ -34,18 +50,33 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // writer is the single goroutine that owns the writer connection. It takes
 // every write waiting at the moment (up to MaxBatch) and commits them
-// together: one fsync for the batch.
+// together: one fsync for the batch. Interactive writes come first: a
+// transaction starts with one when any is queued, takes batch-lane writes
+// one at a time only while no interactive write is queued, and once it
+// holds an interactive write takes no more batch-lane writes. So an
+// interactive write waits behind at most the one batch-lane write running
+// when it arrived, however large the batch lane's writes are.
 func (s *Store) writer() {
 	defer close(s.done)
 	for {
 		select {
 		case r := <-s.reqs:
-			s.commit(s.drain(r))
+			s.commit(r)
+			continue
+		default:
+		}
+		select {
+		case r := <-s.reqs:
+			s.commit(r)
+		case r := <-s.batchReqs:
+			s.commit(r)
 		case <-s.stop:
 			for {
 				select {
 				case r := <-s.reqs:
-					s.commit(s.drain(r))
+					s.commit(r)
+				case r := <-s.batchReqs:
+					s.commit(r)
 				default:
 					return
 				}
@@ -54,62 +85,92 @@ func (s *Store) writer() {
 	}
 }
 
-func (s *Store) drain(first *writeReq) []*writeReq {
-	batch := []*writeReq{first}
-	for len(batch) < s.cfg.MaxBatch {
-		select {
-		case r := <-s.reqs:
-			batch = append(batch, r)
-		default:
-			return batch
-		}
+// next returns the next write for the open transaction, or nil when it
+// should commit: an interactive write when one is queued, else a
+// batch-lane write unless the transaction already holds an interactive
+// one.
+func (s *Store) next(hasInteractive bool) *writeReq {
+	select {
+	case r := <-s.reqs:
+		return r
+	default:
 	}
-	return batch
+	if hasInteractive {
+		return nil
+	}
+	select {
+	case r := <-s.batchReqs:
+		return r
+	default:
+		return nil
+	}
 }
 
-func (s *Store) commit(batch []*writeReq) {
-	errs := make([]error, len(batch))
-	err := s.runBatch(batch, errs)
+// commit runs first and the writes that next hands it in one transaction
+// and answers them all after its commit.
+func (s *Store) commit(first *writeReq) {
+	batch, err := s.runBatch(first)
 	defer s.prepareSeen()
-	for i, r := range batch {
+	for _, w := range batch {
+		werr := w.err
 		if err != nil {
-			r.done <- err
-		} else {
-			r.done <- errs[i]
+			werr = err
 		}
+		s.lanes.done(w.r)
+		w.r.done <- werr
 	}
 }
 
-func (s *Store) runBatch(batch []*writeReq, errs []error) error {
+// ran is a write the writer ran and its own result.
+type ran struct {
+	r   *writeReq
+	err error
+}
+
+// runBatch runs first without a savepoint, then, while it succeeded, the
+// writes next hands it (up to MaxBatch in all), each in its own savepoint,
+// and commits. A first write that fails is rolled back alone: the writes
+// still queued go into the next transaction.
+func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	tx, err := s.wdb.Begin()
 	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+		return []ran{{r: first}}, fmt.Errorf("sqlite: begin: %w", err)
 	}
 	s.batchStmts = map[string]*sql.Stmt{} // closed with the transaction
-	for i, r := range batch {
-		errs[i] = s.runOne(tx, r.fn, len(batch) > 1)
-	}
-	if len(batch) == 1 && errs[0] != nil {
+	batch := []ran{{r: first, err: s.runOne(tx, first, false)}}
+	if batch[0].err != nil {
 		// A lone write runs without a savepoint; its failure must still
 		// undo what it wrote before failing (a claimed tick whose job
 		// insert failed, the first jobs of a failed Insert).
 		if err := tx.Rollback(); err != nil {
-			return fmt.Errorf("sqlite: rollback: %w", err)
+			return batch, fmt.Errorf("sqlite: rollback: %w", err)
 		}
-		return nil
+		return batch, nil
+	}
+	hasInteractive := first.lane != job.LaneBatch
+	for len(batch) < s.cfg.MaxBatch {
+		r := s.next(hasInteractive)
+		if r == nil {
+			break
+		}
+		hasInteractive = hasInteractive || r.lane != job.LaneBatch
+		batch = append(batch, ran{r: r, err: s.runOne(tx, r, true)})
 	}
 	if err := tx.Commit(); err != nil {
 		tx.Rollback()
-		return fmt.Errorf("sqlite: commit: %w", err)
+		return batch, fmt.Errorf("sqlite: commit: %w", err)
 	}
 	s.txs.Add(1)
 	s.writes.Add(int64(len(batch)))
-	return nil
+	return batch, nil
 }
 
 // runOne runs one write; inside a shared transaction it gets a savepoint so
 // that its failure rolls back only its own changes.
-func (s *Store) runOne(tx *sql.Tx, fn func(tx *sql.Tx) error, shared bool) (err error) {
+func (s *Store) runOne(tx *sql.Tx, r *writeReq, shared bool) (err error) {
+	s.lanes.started(r)
+	defer s.lanes.ended(r)
+	fn := r.fn
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("sqlite: write panicked: %v", p)
