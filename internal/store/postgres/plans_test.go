@@ -121,3 +121,39 @@ func slicesContainsID(jobs []*job.Job, id string) bool {
 	}
 	return false
 }
+
+// UpsertLimit's unblocking of a key's groups can use job_groups_keys,
+// which covers only blocked groups (migration 0017): its condition implies
+// the index's predicate. Sequential scans are switched off for the check,
+// since a table this small is cheaper to scan whatever the indexes.
+func TestUnblockGroupsUsesPartialKeysIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN `+unblockGroupsSQL, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan.String(), "job_groups_keys") {
+		t.Errorf("unblock groups does not use job_groups_keys:\n%s", plan.String())
+	}
+}
