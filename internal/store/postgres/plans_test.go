@@ -157,3 +157,55 @@ func TestUnblockGroupsUsesPartialKeysIndex(t *testing.T) {
 		t.Errorf("unblock groups does not use job_groups_keys:\n%s", plan.String())
 	}
 }
+
+// The ready-groups reads go through job_groups_round in round order by a
+// plain index scan (groupScanOnly), not a bitmap scan of every entry of
+// the lane: the latter read every dead entry a lease's group touches left
+// behind, again on every lease, and could not mark them dead. The
+// settings are restored after them (groupScanAny).
+func TestReadyGroupsPlainIndexScan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	insertN(t, s, 64, 16, "k")
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	explain := func() string {
+		t.Helper()
+		rows, err := tx.Query(ctx, `EXPLAIN `+readyGroupsSQL, readyGroupsArgs(job.LaneInteractive, store.GroupFilter{}, t0, 48)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return plan.String()
+	}
+	if _, err := tx.Exec(ctx, groupScanOnly); err != nil {
+		t.Fatal(err)
+	}
+	if plan := explain(); !strings.Contains(plan, "Index Scan using job_groups_round") || strings.Contains(plan, "Bitmap") {
+		t.Errorf("ready groups are not read by a plain scan of job_groups_round:\n%s", plan)
+	}
+	if _, err := tx.Exec(ctx, groupScanAny); err != nil {
+		t.Fatal(err)
+	}
+	var bitmap, seq string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('enable_bitmapscan'), current_setting('enable_seqscan')`).Scan(&bitmap, &seq); err != nil {
+		t.Fatal(err)
+	}
+	if bitmap != "on" || seq != "on" {
+		t.Errorf("after the reads: enable_bitmapscan %s, enable_seqscan %s; want both restored to on", bitmap, seq)
+	}
+}
