@@ -26,18 +26,7 @@ import (
 // Run it with -benchtime 1x (-workjobs sets the backlog).
 func BenchmarkWorkPerJobConcurrent(b *testing.B) {
 	ctx := context.Background()
-	schema := newSchema(b)
-	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: 8, tracer: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	m := newWALMeter(b, schema)
-	cpu := &backendCPU{s: s, used: map[uint32]time.Duration{}}
+	s, rt, m, cpu := workStore(b, 8)
 	for b.Loop() {
 		n := *workJobs
 		batch := make([]*job.Job, n)

@@ -46,23 +46,7 @@ func TestLeasePlansWithoutStatistics(t *testing.T) {
 	}
 	plan := func(sql string, args ...any) string {
 		t.Helper()
-		rows, err := s.pool.Query(ctx, `EXPLAIN `+sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var sb strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			sb.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return sb.String()
+		return explainIn(t, s.pool, sql, args...)
 	}
 	const m = 64
 	waiting := make([]string, 0, m)
@@ -138,10 +122,19 @@ func TestUnblockGroupsUsesPartialKeysIndex(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN `+unblockGroupsSQL, "k")
+	if plan := explainIn(t, tx, unblockGroupsSQL, "k"); !strings.Contains(plan, "job_groups_keys") {
+		t.Errorf("unblock groups does not use job_groups_keys:\n%s", plan)
+	}
+}
+
+// explainIn returns the plan of sql with args, planned on q.
+func explainIn(t *testing.T, q querier, sql string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), `EXPLAIN `+sql, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	var plan strings.Builder
 	for rows.Next() {
 		var line string
@@ -153,9 +146,7 @@ func TestUnblockGroupsUsesPartialKeysIndex(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(plan.String(), "job_groups_keys") {
-		t.Errorf("unblock groups does not use job_groups_keys:\n%s", plan.String())
-	}
+	return plan.String()
 }
 
 // The ready-groups reads go through job_groups_round in round order by a
@@ -173,29 +164,10 @@ func TestReadyGroupsPlainIndexScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	explain := func() string {
-		t.Helper()
-		rows, err := tx.Query(ctx, `EXPLAIN `+readyGroupsSQL, readyGroupsArgs(job.LaneInteractive, store.GroupFilter{}, t0, 48)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return plan.String()
-	}
 	if _, err := tx.Exec(ctx, groupScanOnly); err != nil {
 		t.Fatal(err)
 	}
-	if plan := explain(); !strings.Contains(plan, "Index Scan using job_groups_round") || strings.Contains(plan, "Bitmap") {
+	if plan := explainIn(t, tx, readyGroupsSQL, readyGroupsArgs(job.LaneInteractive, store.GroupFilter{}, t0, 48)...); !strings.Contains(plan, "Index Scan using job_groups_round") || strings.Contains(plan, "Bitmap") {
 		t.Errorf("ready groups are not read by a plain scan of job_groups_round:\n%s", plan)
 	}
 	if _, err := tx.Exec(ctx, groupScanAny); err != nil {
