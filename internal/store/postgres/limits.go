@@ -227,7 +227,7 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 	// Groups blocked on the old configuration (a slow rate, a small cap)
 	// are looked at again at once. It is a hint, so it runs after the
 	// commit, outside the key's lock.
-	_, err = s.pool.Exec(ctx, `UPDATE job_groups SET blocked_until = 0 WHERE keys @> ARRAY[$1::text] AND blocked_until > 0`, c.Name)
+	_, err = s.pool.Exec(ctx, unblockGroupsSQL, c.Name)
 	if err != nil {
 		return out, true, fmt.Errorf("upsert limit %s: unblock its groups: %w", c.Name, err)
 	}
@@ -236,6 +236,11 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 
 // runningOfKeySQL counts the running jobs naming the key $1: the in-flight
 // count of an unpaced key, which its row does not keep.
+// unblockGroupsSQL unblocks the groups of the key $1. Its condition
+// blocked_until > 0 is job_groups_keys's predicate (migration 0017), so
+// the index finds them.
+const unblockGroupsSQL = `UPDATE job_groups SET blocked_until = 0 WHERE keys @> ARRAY[$1::text] AND blocked_until > 0`
+
 const runningOfKeySQL = `SELECT count(*) FROM jobs WHERE state = 'running' AND limit_keys @> ARRAY[$1::text]`
 
 // listKeysSQL lists every key as liveKeyCols would read it, counting the

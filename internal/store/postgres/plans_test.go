@@ -46,23 +46,7 @@ func TestLeasePlansWithoutStatistics(t *testing.T) {
 	}
 	plan := func(sql string, args ...any) string {
 		t.Helper()
-		rows, err := s.pool.Query(ctx, `EXPLAIN `+sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var sb strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			sb.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return sb.String()
+		return explainIn(t, s.pool, sql, args...)
 	}
 	const m = 64
 	waiting := make([]string, 0, m)
@@ -120,4 +104,80 @@ func slicesContainsID(jobs []*job.Job, id string) bool {
 		}
 	}
 	return false
+}
+
+// UpsertLimit's unblocking of a key's groups can use job_groups_keys,
+// which covers only blocked groups (migration 0017): its condition implies
+// the index's predicate. Sequential scans are switched off for the check,
+// since a table this small is cheaper to scan whatever the indexes.
+func TestUnblockGroupsUsesPartialKeysIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	if plan := explainIn(t, tx, unblockGroupsSQL, "k"); !strings.Contains(plan, "job_groups_keys") {
+		t.Errorf("unblock groups does not use job_groups_keys:\n%s", plan)
+	}
+}
+
+// explainIn returns the plan of sql with args, planned on q.
+func explainIn(t *testing.T, q querier, sql string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), `EXPLAIN `+sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
+}
+
+// The ready-groups reads go through job_groups_round in round order by a
+// plain index scan (groupScanOnly), not a bitmap scan of every entry of
+// the lane: the latter read every dead entry a lease's group touches left
+// behind, again on every lease, and could not mark them dead. The
+// settings are restored after them (groupScanAny).
+func TestReadyGroupsPlainIndexScan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	insertN(t, s, 64, 16, "k")
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, groupScanOnly); err != nil {
+		t.Fatal(err)
+	}
+	if plan := explainIn(t, tx, readyGroupsSQL, readyGroupsArgs(job.LaneInteractive, store.GroupFilter{}, t0, 48)...); !strings.Contains(plan, "Index Scan using job_groups_round") || strings.Contains(plan, "Bitmap") {
+		t.Errorf("ready groups are not read by a plain scan of job_groups_round:\n%s", plan)
+	}
+	if _, err := tx.Exec(ctx, groupScanAny); err != nil {
+		t.Fatal(err)
+	}
+	var bitmap, seq string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('enable_bitmapscan'), current_setting('enable_seqscan')`).Scan(&bitmap, &seq); err != nil {
+		t.Fatal(err)
+	}
+	if bitmap != "on" || seq != "on" {
+		t.Errorf("after the reads: enable_bitmapscan %s, enable_seqscan %s; want both restored to on", bitmap, seq)
+	}
 }

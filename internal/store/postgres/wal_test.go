@@ -180,18 +180,7 @@ var workJobs = flag.Int("workjobs", 2048, "BenchmarkWorkPerJob: jobs inserted an
 // tracer) and the server CPU per job (backendCPU).
 func BenchmarkWorkPerJob(b *testing.B) {
 	ctx := context.Background()
-	schema := newSchema(b)
-	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: 4, tracer: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	m := newWALMeter(b, schema)
-	cpu := &backendCPU{s: s, used: map[uint32]time.Duration{}}
+	s, rt, m, cpu := workStore(b, 4)
 	for b.Loop() {
 		n := *workJobs
 		batch := make([]*job.Job, n)
@@ -241,4 +230,21 @@ func BenchmarkWorkPerJob(b *testing.B) {
 		wg.Wait()
 		walReport(b, "single inserts", "single-", m.since(b, from), singles)
 	}
+}
+
+// workStore opens and migrates a store of maxConns connections on a fresh
+// schema, with a round-trip counter, a WAL meter and a server CPU meter.
+func workStore(b *testing.B, maxConns int32) (*Store, *roundTrips, *walMeter, *backendCPU) {
+	ctx := context.Background()
+	schema := newSchema(b)
+	rt := &roundTrips{}
+	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: maxConns, tracer: rt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return s, rt, newWALMeter(b, schema), &backendCPU{s: s, used: map[uint32]time.Duration{}}
 }
