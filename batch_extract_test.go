@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/llmbatch"
 	"github.com/ratelane/ratelane/internal/review/batchlane"
 	"github.com/ratelane/ratelane/internal/review/reviewapi"
@@ -74,14 +73,7 @@ func TestBatchExtractionEndToEnd(t *testing.T) {
 			cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
 			var logs testkit.Buffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			c, err := ratelane.NewClient(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Stop(context.Background()) })
+			c := startClient(t, cfg)
 			ids := []string{"inv-0", "inv-1", "inv-bad-once", "inv-bad", "inv-expires"}
 			req := review.BatchRequest{Region: "us", Tenant: "acme"}
 			for i, id := range ids {
@@ -201,34 +193,31 @@ func TestBatchCreate429PausesSubmitKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := batchlane.SubmitKey(prof)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, testkit.Timeout, "the provider to refuse the chunk's create", func() error {
 		s, err := rv.GetBatch(ctx, "us", st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(s.Chunks) == 1 && s.Chunks[0].Refusals == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no refused create after 30 s: %+v", s.Chunks)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("chunks %+v", s.Chunks)
+	})
 	// The pause is written with the pass's outcome, right after the chunk.
 	var paused time.Time
-	for time.Now().Before(deadline) && paused.IsZero() {
+	testkit.Eventually(t, testkit.Timeout, "submit key "+key+" to be paused", func() error {
 		ls, err := c.Limits(ctx, "us")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, l := range ls {
-			if l.Name == key {
+			if l.Name == key && !l.PausedUntil.IsZero() {
 				paused = l.PausedUntil
+				return nil
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("limits %+v", ls)
+	})
 	if paused.Before(time.Now().Add(30 * time.Minute)) {
 		t.Fatalf("submit key %s paused until %v, want about an hour (the create's Retry-After)", key, paused)
 	}
@@ -300,22 +289,4 @@ func TestBatchLearnedTurnaround(t *testing.T) {
 	if in := st.Summary.Intake; in.TurnaroundSamples != batchlane.MinTurnaroundSamples || in.TurnaroundSeconds <= 0 || in.TurnaroundSeconds > 120 {
 		t.Fatalf("after %d batches, intake %+v; want their median turnaround (seconds)", len(ids), in)
 	}
-}
-
-// startBatchClient starts a client on a new directory with the batch
-// lane on prof, stopped when the test ends, and returns it with its
-// review plug-in.
-func startBatchClient(t *testing.T, prof review.Profile) (*ratelane.Client, *review.Plugin) {
-	t.Helper()
-	ctx := context.Background()
-	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop(context.Background()) })
-	return c, rv
 }

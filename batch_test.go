@@ -121,6 +121,15 @@ func simWith(t *testing.T, kind string, cfg batchsim.Config) (*batchsim.Server, 
 // can land between them (batchlane.StagePartlyDelivered).
 const batchSettleGroup = 2
 
+// startBatchClient starts a client on a new directory with the batch
+// lane on prof, stopped when the test ends, and returns it with its
+// review plug-in.
+func startBatchClient(t *testing.T, prof review.Profile) (*ratelane.Client, *review.Plugin) {
+	t.Helper()
+	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
+	return startClient(t, cfg), rv
+}
+
 // batchConfig is the client configuration of the batch tests: one region
 // with the profile, short poll interval, the given stage hook.
 func batchConfig(t *testing.T, dir string, prof review.Profile, stage func(string)) (ratelane.Config, *review.Plugin) {
@@ -260,15 +269,7 @@ func TestBatchSweepEndToEnd(t *testing.T) {
 				return batchsim.FaultNone
 			})
 			_ = sim
-			cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
-			c, err := ratelane.NewClient(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Stop(context.Background()) })
+			c, rv := startBatchClient(t, prof)
 			const n = 5
 			req := review.BatchRequest{Region: "us", Tenant: "acme"}
 			for i := range n {
@@ -323,15 +324,7 @@ func TestBatchDeadlineAndCancel(t *testing.T) {
 		defer mu.Unlock()
 		return batchsim.FaultExpire // never processed: only a cancel ends the batch
 	})
-	cfg, rv := batchConfig(t, t.TempDir(), prof, nil)
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop(context.Background()) })
+	_, rv := startBatchClient(t, prof)
 	late, err := rv.SubmitBatch(ctx, review.BatchRequest{Region: "us", Deadline: time.Now().Add(10 * time.Minute),
 		OnOverload: "queue", Reviews: []review.BatchReview{{Diff: []byte(batchDiff(0))}}})
 	if err != nil {

@@ -30,13 +30,7 @@ func TestCrashChild(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		return map[string]string{"id": j.ID}, nil
 	}))
-	c, err := ratelane.NewClient(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	startClient(t, cfg)
 	select {} // until killed
 }
 

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -175,7 +174,7 @@ func TestCrashPoints(t *testing.T) {
 
 	t.Run(crashpoint.PublishBeforeCAS, func(t *testing.T) {
 		t.Parallel()
-		recv := &hookReceiver{counts: map[string]int{}}
+		recv := &hookReceiver{}
 		hs := httptest.NewServer(recv)
 		defer hs.Close()
 		dir := filepath.Join(t.TempDir(), "data")
@@ -202,7 +201,7 @@ func TestCrashPoints(t *testing.T) {
 
 	t.Run(crashpoint.PartsBeforeAdvance, func(t *testing.T) {
 		t.Parallel()
-		recv := &hookReceiver{counts: map[string]int{}}
+		recv := &hookReceiver{}
 		hs := httptest.NewServer(recv)
 		defer hs.Close()
 		dir := filepath.Join(t.TempDir(), "data")
@@ -301,33 +300,9 @@ func jobPublished(t *testing.T, s *server, id string) func() error {
 
 // hookReceiver is a loopback webhook receiver that counts receptions by
 // webhook-id and accepts them all.
-type hookReceiver struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
+type hookReceiver struct{ webhookIDs }
 
 func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.mu.Lock()
-	h.counts[r.Header.Get("webhook-id")]++
-	h.mu.Unlock()
+	h.add(r.Header.Get("webhook-id"))
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (h *hookReceiver) total() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, c := range h.counts {
-		n += c
-	}
-	return n
-}
-
-func (h *hookReceiver) stats() (ids, most int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.counts {
-		most = max(most, c)
-	}
-	return len(h.counts), most
 }

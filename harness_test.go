@@ -36,6 +36,24 @@ func waitForJob(t testing.TB, c *ratelane.Client, id string, timeout time.Durati
 // returns the client and the server's URL.
 func serveAPI(t testing.TB, cfg ratelane.Config, admin string) (*ratelane.Client, string) {
 	t.Helper()
+	c := startClient(t, cfg)
+	api, err := c.NewAPI(context.Background(), ratelane.APIConfig{AdminKey: admin, RequestRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler)
+	t.Cleanup(func() { // before startClient's: the server goes before the client stops
+		srv.Close()
+		api.Close()
+	})
+	return c, srv.URL
+}
+
+// startClient makes a client on cfg and starts it; t.Cleanup stops it.
+// The root package's tests start a client this way unless the test
+// stops it itself to check what Stop leaves behind.
+func startClient(t testing.TB, cfg ratelane.Config) *ratelane.Client {
+	t.Helper()
 	ctx := context.Background()
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
@@ -45,18 +63,8 @@ func serveAPI(t testing.TB, cfg ratelane.Config, admin string) (*ratelane.Client
 		c.Close()
 		t.Fatal(err)
 	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: admin, RequestRate: -1})
-	if err != nil {
-		c.Stop(ctx)
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		c.Stop(context.Background())
-	})
-	return c, srv.URL
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	return c
 }
 
 // callJSON sends a request to base+path with body as testkit.Call sends it (none when

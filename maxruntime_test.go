@@ -44,14 +44,7 @@ func TestHandlerMaxRunTime(t *testing.T) {
 	h := &hangOnce{release: make(chan struct{}), started: make(chan struct{})}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 1, Registry: reg}
 	cfg.Handle("hang", h)
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop(context.Background()) })
+	c := startClient(t, cfg)
 	var release sync.Once
 	t.Cleanup(func() { release.Do(func() { close(h.release) }) }) // runs before Stop
 	res, err := c.Insert(ctx, ratelane.InsertParams{Kind: "hang", Region: "us", LimitKeys: []string{"k"}})

@@ -24,14 +24,7 @@ func TestInsertPartsChecks(t *testing.T) {
 		aggregated <- len(parts)
 		return ratelane.Outcome{Class: ratelane.ClassSuccess, Result: []byte(`{"ok":true}`)}
 	})})
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop(ctx) })
+	c := startClient(t, cfg)
 	parent := ratelane.InsertParams{Kind: "tally", Region: "us", Tenant: "acme"}
 	part := ratelane.InsertParams{Kind: "count", LimitKeys: []string{"counter"}}
 

@@ -103,13 +103,7 @@ func TestReviewCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestReviewKill9Resumes as a subprocess")
 	}
-	c, err := ratelane.NewClient(context.Background(), reviewCrashConfig(t, dir, 200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	startClient(t, reviewCrashConfig(t, dir, 200*time.Millisecond))
 	select {} // until killed
 }
 

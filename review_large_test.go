@@ -60,14 +60,7 @@ func TestReviewLargeDiffWithinLimits(t *testing.T) {
 		Limits: []ratelane.Limit{{Name: "openai-compatible:m", Rate: keyRate, Burst: keyBurst}}}
 	reviews := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, MaxPartTokens: 2000,
 		RDJSONLDir: out, SweepEvery: 100 * time.Millisecond})
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop(ctx)
+	startClient(t, cfg)
 	start := time.Now()
 	sub, err := reviews.Submit(ctx, review.Request{Region: "us", Diff: []byte(largeDiff(20, 250)), Depth: "full",
 		Publish: review.Publish{Kind: "rdjsonl", Target: "review.rdjsonl"}})

@@ -160,14 +160,7 @@ func TestReviewScriptedProvider(t *testing.T) {
 	timed := &timedProvider{Provider: p}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 4}
 	reviews := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{timed}, GitHubBaseURL: ghs.URL, SweepEvery: 100 * time.Millisecond})
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop(ctx)
+	c := startClient(t, cfg)
 
 	req := review.Request{Region: "us", Repo: "acme/app", Change: "7", Diff: []byte(reviewDiff), Depth: "full",
 		Publish: review.Publish{Kind: "github"}}

@@ -34,45 +34,63 @@ func TestWebhookCrashChild(t *testing.T) {
 	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 32, LeaseFor: 2 * time.Second,
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Plugins: []ratelane.Plugin{webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})}}
-	c, err := ratelane.NewClient(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	startClient(t, cfg)
 	select {} // until killed
 }
 
-// idCounter is a reverse proxy in front of the simulator that counts the
-// accepted answers per webhook-id, so the test sees the most any one id
-// was received.
-type idCounter struct {
+// webhookIDs counts receptions by webhook-id; safe for concurrent use. The
+// zero value is ready.
+type webhookIDs struct {
 	mu     sync.Mutex
 	counts map[string]int
 }
 
-func (c *idCounter) proxy(target string) http.Handler {
-	u, _ := url.Parse(target)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ModifyResponse = func(resp *http.Response) error {
-		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-			c.mu.Lock()
-			c.counts[resp.Request.Header.Get("webhook-id")]++
-			c.mu.Unlock()
-		}
-		return nil
+func (c *webhookIDs) add(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = map[string]int{}
 	}
-	return rp
+	c.counts[id]++
 }
 
-func (c *idCounter) stats() (distinct, most int) {
+// total is the number of receptions.
+func (c *webhookIDs) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range c.counts {
+		n += k
+	}
+	return n
+}
+
+// stats returns how many distinct ids were received and the most
+// receptions of any one.
+func (c *webhookIDs) stats() (distinct, most int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range c.counts {
 		most = max(most, n)
 	}
 	return len(c.counts), most
+}
+
+// idCounter is a reverse proxy in front of the simulator that counts the
+// accepted answers per webhook-id, so the test sees the most any one id
+// was received.
+type idCounter struct{ webhookIDs }
+
+func (c *idCounter) proxy(target string) http.Handler {
+	u, _ := url.Parse(target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			c.add(resp.Request.Header.Get("webhook-id"))
+		}
+		return nil
+	}
+	return rp
 }
 
 // TestWebhookKill9Recovery kills the delivering process with SIGKILL in
@@ -93,7 +111,7 @@ func TestWebhookKill9Recovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sim.Close()
-	counter := &idCounter{counts: map[string]int{}}
+	counter := &idCounter{}
 	front := httptest.NewServer(counter.proxy(sim.URL()))
 	defer front.Close()
 

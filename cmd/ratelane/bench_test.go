@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // benchNames are the documented JSON names each workload must report, and
@@ -47,14 +48,29 @@ var benchNames = map[string]map[string][2]float64{
 	},
 }
 
+// smokeBound bounds each workload of TestBenchAllSmoke: only a hang
+// reaches it.
+const smokeBound = 10 * time.Minute
+
 // TestBenchAllSmoke runs `ratelane bench all --smoke --json` on the embedded
 // store and checks every documented name is present, finite and in range.
+//
+// It asserts what a smoke run guarantees on any machine, not how fast it
+// is: the ranges above are sanity bounds (counts exact, latencies and
+// ratios merely finite and positive), and each workload's bound is
+// raised from the smoke default (60 s) to smokeBound, a guard against a
+// hang like testkit.Timeout. The batch-isolation smoke (300 files through
+// the batch lane beside interactive reviews) failed here at load 35+: its
+// run time grows with the machine's load (17.5 s without the race
+// detector at load 29, which slows it several times), so under -race on
+// a loaded 2-core machine the 60 s bound was a speed target, not a guard.
 func TestBenchAllSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every workload (about a minute)")
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"bench", "all", "--smoke", "--json"}, &stdout, &stderr); code != 0 {
+	args := []string{"bench", "all", "--smoke", "--json", "--duration", smokeBound.String()}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	var got map[string]map[string]float64

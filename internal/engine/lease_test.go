@@ -118,6 +118,18 @@ func vanished(t *testing.T, s store.Store, c *testkit.Clock) *job.Job {
 	return got[0]
 }
 
+// vanishedOn opens driver drv with a fake clock at storetest.T0, leases
+// one job there for a vanished worker (vanished), and moves the clock on
+// by after: the start of each of TestReaperRaces' cases.
+func vanishedOn(t *testing.T, drv string, after time.Duration) (store.Store, *testkit.Clock, *job.Job) {
+	t.Helper()
+	s := openDriver(t, drv)
+	c := testkit.NewClock(storetest.T0)
+	w := vanished(t, s, c)
+	c.Add(after)
+	return s, c, w
+}
+
 // TestReaperRaces is RELIABILITY.md T3 on a live reaper: the hook pauses
 // Engine.Reap between selecting the expired lease and recovering it, and
 // the test acts in the gap. A completed job stays completed, a fresh
@@ -128,10 +140,7 @@ func TestReaperRaces(t *testing.T) {
 	for _, drv := range drivers() {
 		t.Run(drv+"/completed in the gap", func(t *testing.T) {
 			t.Parallel()
-			s := openDriver(t, drv)
-			c := testkit.NewClock(storetest.T0)
-			w := vanished(t, s, c)
-			c.Add(2 * time.Second)
+			s, c, w := vanishedOn(t, drv, 2*time.Second)
 			f := &faults{}
 			e := reaperOnly(t, s, c, f)
 			var done *job.Job
@@ -157,10 +166,7 @@ func TestReaperRaces(t *testing.T) {
 		})
 		t.Run(drv+"/re-leased in the gap", func(t *testing.T) {
 			t.Parallel()
-			s := openDriver(t, drv)
-			c := testkit.NewClock(storetest.T0)
-			w := vanished(t, s, c)
-			c.Add(2 * time.Second)
+			s, c, w := vanishedOn(t, drv, 2*time.Second)
 			f := &faults{}
 			slow, fast := reaperOnly(t, s, c, f), reaperOnly(t, s, c, f)
 			var fresh *job.Job
@@ -190,10 +196,7 @@ func TestReaperRaces(t *testing.T) {
 		})
 		t.Run(drv+"/heartbeat in the gap", func(t *testing.T) {
 			t.Parallel()
-			s := openDriver(t, drv)
-			c := testkit.NewClock(storetest.T0)
-			w := vanished(t, s, c)
-			c.Add(2 * time.Second)
+			s, c, w := vanishedOn(t, drv, 2*time.Second)
 			e := reaperOnly(t, s, c, nil)
 			engine.SetReapHook(e, func([]*job.Job) {
 				if err := s.Heartbeat(context.Background(), w.ID, w.LeaseToken, c.Now().Add(time.Second)); err != nil {
@@ -209,9 +212,7 @@ func TestReaperRaces(t *testing.T) {
 		})
 		t.Run(drv+"/horizon", func(t *testing.T) {
 			t.Parallel()
-			s := openDriver(t, drv)
-			c := testkit.NewClock(storetest.T0)
-			w := vanished(t, s, c)
+			s, c, w := vanishedOn(t, drv, 0)
 			f := &faults{}
 			e := reaperOnly(t, s, c, f)
 			// One lease period after the worker vanished, less a

@@ -12,7 +12,7 @@ import (
 	"github.com/ratelane/ratelane/internal/auth"
 )
 
-var updateDocs = flag.Bool("update", false, "rewrite docs/api.md from the route table")
+var updateDocs = flag.Bool("update", false, "rewrite docs/api.md and docs/openapi.json from the route table")
 
 // TestAPIDocUpToDate keeps docs/api.md generated from the same route table
 // that serves the API, GET /v1 and the OpenAPI document. Run
@@ -20,7 +20,14 @@ var updateDocs = flag.Bool("update", false, "rewrite docs/api.md from the route 
 func TestAPIDocUpToDate(t *testing.T) {
 	e := newEnv(t, withWebhooks(t), withReviews(newFakeReviews("us")))
 	got := renderAPIDoc(e.srv.discoveryDoc())
-	const path = "../../docs/api.md"
+	checkDoc(t, "api.md", got, "APIDoc")
+}
+
+// checkDoc fails unless docs/name holds got, or writes got there under
+// -update; run names the test to run with -update.
+func checkDoc(t *testing.T, name, got, run string) {
+	t.Helper()
+	path := "../../docs/" + name
 	if *updateDocs {
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -31,7 +38,7 @@ func TestAPIDocUpToDate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(want) != got {
-		t.Fatalf("docs/api.md is out of date with the route table; run: go test ./internal/httpapi -run APIDoc -update")
+		t.Fatalf("docs/%s is out of date with the route table; run: go test ./internal/httpapi -run %s -update", name, run)
 	}
 }
 
@@ -109,17 +116,5 @@ func TestOpenAPIUpToDate(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := string(raw) + "\n"
-	const path = "../../docs/openapi.json"
-	if *updateDocs {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(want) != got {
-		t.Fatalf("docs/openapi.json is out of date with the route table; run: go test ./internal/httpapi -run OpenAPIUpToDate -update")
-	}
+	checkDoc(t, "openapi.json", got, "OpenAPIUpToDate")
 }

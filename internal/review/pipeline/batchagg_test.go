@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/finding"
 	"github.com/ratelane/ratelane/internal/store"
-	"github.com/ratelane/ratelane/internal/store/sqlite"
 )
 
 // countingPublisher counts the reviews it delivers.
@@ -51,11 +49,7 @@ func batchReview(t *testing.T, st store.Store, batchID string, parts int, now ti
 func TestAggregateBatchReview(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "eu.db"), Region: "eu", Synchronous: sqlite.SyncNormal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openEU(t)
 	now := time.Now()
 	batchID := uuid.NewString()
 	rv := batchReview(t, st, batchID, 2, now)
@@ -151,11 +145,7 @@ func TestAggregateBatchReview(t *testing.T) {
 func TestAggregateBatchReviewOrphaned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "eu.db"), Region: "eu", Synchronous: sqlite.SyncNormal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openEU(t)
 	created := time.Now()
 	var clock atomic.Int64
 	clock.Store(created.UnixNano())
