@@ -286,7 +286,8 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 	if err := batchlane.CheckExtractions(toLane(sub.Extractions)); err != nil {
 		var xe *batchlane.ExtractionError
 		if errors.As(err, &xe) {
-			return mount.FieldError("extractions["+strconv.Itoa(xe.Index)+"]."+xe.Field, "%s", xe.Error())
+			// The problem names the field; the detail says what is wrong.
+			return mount.FieldError("extractions["+strconv.Itoa(xe.Index)+"]."+xe.Field, "%v", xe.Err)
 		}
 		return err
 	}
