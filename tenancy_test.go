@@ -412,8 +412,8 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 		{name: "list batches of acme", method: "GET", path: "/v1/batches?tenant=acme", key: gp, status: 403, slug: "forbidden"},
 		{name: "own batches list shows no other tenant's", method: "GET", path: "/v1/batches", key: gp, status: 200,
 			check: func(t *testing.T, a answer) {
-				if bytes.Contains(a.body, []byte(e.batch)) {
-					t.Errorf("globex's list shows acme's batch: %s", a.body)
+				if bytes.Contains(a.body, []byte(e.batch)) || bytes.Contains(a.body, []byte(e.extraction)) {
+					t.Errorf("globex's list shows acme's batches: %s", a.body)
 				}
 			}},
 		// The victim's extraction batch: its items and results are read
@@ -424,12 +424,6 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 		{name: "cancel extraction batch", method: "POST", path: "/v1/batches/" + e.extraction + "/cancel?region=us", key: gp, status: 404, slug: "not-found"},
 		{name: "cancel extraction batch, every region", method: "POST", path: "/v1/batches/" + e.extraction + "/cancel", key: gp, status: 404, slug: "not-found"},
 		{name: "list acme's running batches", method: "GET", path: "/v1/batches?tenant=acme&state=running", key: gp, status: 403, slug: "forbidden"},
-		{name: "own batches list shows no extraction batch of another tenant", method: "GET", path: "/v1/batches?state=done", key: gp, status: 200,
-			check: func(t *testing.T, a answer) {
-				if bytes.Contains(a.body, []byte(e.extraction)) {
-					t.Errorf("globex's list shows acme's extraction batch: %s", a.body)
-				}
-			}},
 		{name: "extraction batch submit job naming acme's batch", method: "POST", path: "/v1/jobs", key: gp,
 			body: create("review.batch.submit", map[string]any{"batch": e.extraction}), status: 422, slug: "reserved-kind", field: "kind"},
 		{name: "extraction batch collect job naming acme's batch", method: "POST", path: "/v1/jobs", key: gp,
