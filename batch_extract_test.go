@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,14 @@ func TestBatchExtractionRefused(t *testing.T) {
 		"root":       {review.BatchExtraction{ID: "b", Input: "x", Template: "extract", Schema: json.RawMessage(`{"type":"array"}`)}, "extractions[1].schema"},
 		"remote ref": {review.BatchExtraction{ID: "b", Input: "x", Template: "extract", Schema: json.RawMessage(`{"type":"object","$ref":"file:///etc/passwd"}`)}, "extractions[1].schema"},
 		"duplicate":  {review.BatchExtraction{ID: "a", Input: "x", Template: "extract", Schema: ok.Schema}, "extractions[1].id"},
+		// Valid JSON Schemas no provider request could carry, or no answer
+		// could satisfy: refused now, not failed or quarantined later.
+		"open object": {review.BatchExtraction{ID: "b", Input: "x", Template: "extract",
+			Schema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}`)}, "extractions[1].schema"},
+		"optional property": {review.BatchExtraction{ID: "b", Input: "x", Template: "extract",
+			Schema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":false}`)}, "extractions[1].schema"},
+		"unsatisfiable": {review.BatchExtraction{ID: "b", Input: "x", Template: "extract",
+			Schema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"string","enum":[1]}},"required":["a"],"additionalProperties":false}`)}, "extractions[1].schema"},
 	} {
 		_, err := rv.SubmitBatch(ctx, review.BatchRequest{Region: "us", Extractions: []review.BatchExtraction{ok, tc.x}})
 		var in *reviewapi.InputError
@@ -288,5 +297,56 @@ func TestBatchLearnedTurnaround(t *testing.T) {
 	}
 	if in := st.Summary.Intake; in.TurnaroundSamples != batchlane.MinTurnaroundSamples || in.TurnaroundSeconds <= 0 || in.TurnaroundSeconds > 120 {
 		t.Fatalf("after %d batches, intake %+v; want their median turnaround (seconds)", len(ids), in)
+	}
+}
+
+// TestBatchExtractionSchemaProblem: over HTTP, a manifest whose schema
+// breaks the providers' structured-output rules, or that no answer could
+// satisfy, is refused at POST /v1/batches with a problem+json naming the
+// item's schema and saying why, and nothing is stored; the same manifest
+// with the schema fixed is accepted.
+func TestBatchExtractionSchemaProblem(t *testing.T) {
+	t.Parallel()
+	_, prof := extractionSim(t, "anthropic", nil)
+	url := intakeAPI(t, prof)
+	manifest := func(schema string) map[string]any {
+		return map[string]any{"region": "us", "extractions": []map[string]any{
+			{"id": "ok", "input": "x", "template": "extract", "schema": json.RawMessage(invoiceSchema)},
+			{"id": "bad", "input": "x", "template": "classify", "schema": json.RawMessage(schema)}}}
+	}
+	for name, tc := range map[string]struct{ schema, why string }{
+		"open object": {`{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}`,
+			"additionalProperties must be supplied and false"},
+		"open nested object": {`{"type":"object","properties":{"a":{"type":"object","properties":{}}},"required":["a"],"additionalProperties":false}`,
+			"schema.properties.a: additionalProperties"},
+		"optional property": {`{"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":false}`,
+			"every property in strict mode"},
+		"no value of the type": {`{"type":"object","properties":{"a":{"type":"string","enum":[1]}},"required":["a"],"additionalProperties":false}`,
+			"cannot be satisfied"},
+		"empty range": {`{"type":"object","properties":{"n":{"type":"integer","minimum":3,"maximum":2}},"required":["n"],"additionalProperties":false}`,
+			"minimum 3 is above maximum 2"},
+	} {
+		resp, raw := callJSON(t, "POST", url, "/v1/batches", intakeAdminKey, manifest(tc.schema), nil)
+		var p struct {
+			Type, Detail string
+			Errors       []struct{ Field, Message string }
+		}
+		_ = json.Unmarshal(raw, &p)
+		if resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") ||
+			len(p.Errors) != 1 || p.Errors[0].Field != "extractions[1].schema" || !strings.Contains(string(raw), tc.why) {
+			t.Errorf("%s: %d %s: %s; want a 400 problem+json on extractions[1].schema saying %q", name, resp.StatusCode,
+				resp.Header.Get("Content-Type"), raw, tc.why)
+		}
+	}
+	var list struct {
+		Batches []json.RawMessage `json:"batches"`
+	}
+	resp, raw := callJSON(t, "GET", url, "/v1/batches", intakeAdminKey, nil, nil)
+	if err := json.Unmarshal(raw, &list); err != nil || resp.StatusCode != http.StatusOK || len(list.Batches) != 0 {
+		t.Fatalf("batches after the refusals: %d %s", resp.StatusCode, raw)
+	}
+	fixed := `{"type":"object","properties":{"a":{"type":["string","null"]}},"required":["a"],"additionalProperties":false}`
+	if resp, raw := callJSON(t, "POST", url, "/v1/batches", intakeAdminKey, manifest(fixed), nil); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("the manifest with its schema fixed: %d %s", resp.StatusCode, raw)
 	}
 }

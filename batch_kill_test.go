@@ -87,7 +87,8 @@ func TestBatchKillChild(t *testing.T) {
 // TestBatchKill9 is issue 15's crash case for the batch lane: a sweep of
 // reviews runs against the simulator's batch API, its worker process is
 // killed with SIGKILL at each stage (the provider batch submitted, seen in
-// progress, its results downloaded, its items partly delivered), and a
+// progress, its results downloaded, its items partly delivered), against
+// each provider's batch API, and a
 // restarted worker finishes it. Every finding is published exactly once,
 // every review aggregated once, the provider got exactly one batch, and
 // every chunk's reconciliation accounts for all its items.
@@ -105,14 +106,21 @@ func TestBatchKill9(t *testing.T) {
 		// extract sends a manifest of extraction items instead of reviews.
 		extract bool
 	}{
+		// A review sweep: every stage against each provider's batch API.
 		{batchlane.StageSubmitted, "openai", false},
+		{batchlane.StageSubmitted, "anthropic", false},
+		{batchlane.StageInProgress, "openai", false},
 		{batchlane.StageInProgress, "anthropic", false},
 		{batchlane.StageDownloaded, "openai", false},
+		{batchlane.StageDownloaded, "anthropic", false},
+		{batchlane.StagePartlyDelivered, "openai", false},
 		{batchlane.StagePartlyDelivered, "anthropic", false},
+		// An extraction manifest: the two stages whose writes differ from
+		// a review's (no review job; the result is on the item).
 		{batchlane.StageSubmitted, "anthropic", true},
 		{batchlane.StagePartlyDelivered, "openai", true},
 	} {
-		name := tc.stage
+		name := tc.stage + "-" + tc.kind
 		if tc.extract {
 			name += "-extraction"
 		}

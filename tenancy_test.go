@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -89,6 +90,9 @@ type tenancyEnv struct {
 
 	// The victim's records.
 	delivery, failedDelivery, review, job, dead, leaseToken, schedule, batch string
+	// extraction is the victim's batch of generic extraction items, whose
+	// input carries victimDiffCanary.
+	extraction string
 }
 
 type answer struct {
@@ -197,6 +201,11 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 	e.must(e.do("POST", "/v1/batches", e.keys["acme/producer"], map[string]any{"region": "us", "provider": bprof.Name,
 		"reviews": []map[string]any{{"repo": "acme/app", "diff": victimDiff}}}), 202, &bt)
 	e.batch = bt.ID
+	// And its batch of one extraction item (published on the item).
+	e.must(e.do("POST", "/v1/batches", e.keys["acme/producer"], map[string]any{"region": "us", "provider": bprof.Name,
+		"extractions": []map[string]any{{"id": "inv-1", "input": "invoice " + victimDiffCanary, "template": "extract",
+			"schema": json.RawMessage(invoiceSchema)}}}), 202, &bt)
+	e.extraction = bt.ID
 
 	// The victim's schedule (a long interval: it never ticks during the test).
 	var sc struct {
@@ -403,10 +412,27 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 		{name: "list batches of acme", method: "GET", path: "/v1/batches?tenant=acme", key: gp, status: 403, slug: "forbidden"},
 		{name: "own batches list shows no other tenant's", method: "GET", path: "/v1/batches", key: gp, status: 200,
 			check: func(t *testing.T, a answer) {
-				if bytes.Contains(a.body, []byte(e.batch)) {
-					t.Errorf("globex's list shows acme's batch: %s", a.body)
+				if bytes.Contains(a.body, []byte(e.batch)) || bytes.Contains(a.body, []byte(e.extraction)) {
+					t.Errorf("globex's list shows acme's batches: %s", a.body)
 				}
 			}},
+		// The victim's extraction batch: its items and results are read
+		// through GET /v1/batches/{id}, so the same routes guard them.
+		{name: "get extraction batch", method: "GET", path: "/v1/batches/" + e.extraction + "?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "extraction batch's succeeded items", method: "GET", path: "/v1/batches/" + e.extraction + "?items_state=succeeded", key: gp, status: 404, slug: "not-found"},
+		{name: "extraction batch's items, from an item", method: "GET", path: "/v1/batches/" + e.extraction + "?region=us&items_after=inv-0&items_limit=500", key: gp, status: 404, slug: "not-found"},
+		{name: "cancel extraction batch", method: "POST", path: "/v1/batches/" + e.extraction + "/cancel?region=us", key: gp, status: 404, slug: "not-found"},
+		{name: "cancel extraction batch, every region", method: "POST", path: "/v1/batches/" + e.extraction + "/cancel", key: gp, status: 404, slug: "not-found"},
+		{name: "list acme's running batches", method: "GET", path: "/v1/batches?tenant=acme&state=running", key: gp, status: 403, slug: "forbidden"},
+		{name: "extraction batch submit job naming acme's batch", method: "POST", path: "/v1/jobs", key: gp,
+			body: create("review.batch.submit", map[string]any{"batch": e.extraction}), status: 422, slug: "reserved-kind", field: "kind"},
+		{name: "extraction batch collect job naming acme's batch", method: "POST", path: "/v1/jobs", key: gp,
+			body: create("review.batch.collect", map[string]any{"batch": e.extraction, "chunk": "c0"}), status: 422, slug: "reserved-kind", field: "kind"},
+		{name: "extraction batch collect job, acme's own producer", method: "POST", path: "/v1/jobs", key: ap,
+			body:   map[string]any{"kind": "review.batch.collect", "region": "us", "limit_keys": []string{"acme:own"}, "payload": map[string]any{"batch": e.extraction}},
+			status: 422, slug: "reserved-kind", field: "kind"},
+		{name: "lease batch submit jobs", method: "POST", path: "/v1/leases", key: gw,
+			body: map[string]any{"region": "us", "kinds": []string{"review.batch.submit"}}, status: 422, slug: "reserved-kind", field: "kinds"},
 		{name: "batch review published to acme's subscriber", hole: true, method: "POST", path: "/v1/batches", key: gp,
 			body: map[string]any{"region": "us", "provider": "openai-batch", "reviews": []map[string]any{{"diff": victimDiff,
 				"publish": map[string]any{"kind": "webhook", "target": "acme-hook"}}}},
@@ -526,6 +552,8 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 		"Insert review.part":   {Kind: "review.part", Region: "us", Tenant: "globex", LimitKeys: []string{"globex:own"}, Args: map[string]any{"review": e.review, "object": e.review + "/0"}},
 		"Insert review.github": {Kind: "review.github", Region: "us", Tenant: "globex", LimitKeys: []string{"globex:own"}, Args: map[string]any{"review": e.review, "target": "globex/app#1"}},
 		"Insert review":        {Kind: "review", Region: "us", Tenant: "globex", LimitKeys: []string{"globex:own"}},
+		"Insert review.batch.collect": {Kind: "review.batch.collect", Region: "us", Tenant: "globex", LimitKeys: []string{"globex:own"},
+			Args: map[string]any{"batch": e.extraction}},
 	}
 	for name, p := range libCases {
 		holes++
@@ -595,6 +623,29 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 	if j, err := e.c.Job(ctx, "us", e.dead); err != nil || j.State != ratelane.StateTerminal {
 		t.Fatalf("acme's dead letter after the forged requests: %+v, %v", j, err)
 	}
+	// acme's extraction batch ran to its end untouched by globex's cancels
+	// and collect jobs, and acme reads its published result.
+	testkit.Eventually(t, testkit.Timeout, "acme's extraction batch to finish", func() error {
+		var b struct {
+			State  string `json:"state"`
+			Counts struct{ Total, Succeeded, Canceled int }
+			Items  []struct {
+				CustomID string `json:"custom_id"`
+				Result   *struct {
+					Output json.RawMessage `json:"output"`
+				} `json:"result"`
+			} `json:"items"`
+		}
+		e.must(e.do("GET", "/v1/batches/"+e.extraction+"?region=us", ap, nil), 200, &b)
+		if b.State != "done" {
+			return fmt.Errorf("state %s, counts %+v", b.State, b.Counts)
+		}
+		if b.Counts.Total != 1 || b.Counts.Succeeded != 1 || len(b.Items) != 1 || b.Items[0].Result == nil ||
+			!sameJSON(b.Items[0].Result.Output, []byte(`{"currency":"EUR","total":0,"vendor":"sim"}`)) {
+			t.Fatalf("acme's extraction batch ended %+v with items %+v", b.Counts, b.Items)
+		}
+		return nil
+	})
 	// The operator still sees the bounded failed answer.
 	a := e.do("GET", "/v1/deliveries/"+e.failedDelivery+"/response?region=us", admin, nil)
 	var rr webhooks.DeliveryResponse

@@ -168,7 +168,7 @@ type batchExtraction struct {
 	Input       string          `json:"input" required:"true" doc:"the text to extract from, at most 256 KiB; stored once in the region, never logged"`
 	Instruction string          `json:"instruction,omitempty" doc:"what to extract, at most 8 KiB; or template"`
 	Template    string          `json:"template,omitempty" enum:"classify,extract,summarize" doc:"a named prompt template instead of instruction"`
-	Schema      json.RawMessage `json:"schema" required:"true" doc:"the JSON Schema (root type object, at most 64 KiB, $ref only to its own $defs) the answer must satisfy; sent as structured output, checked again on every answer. Providers require every object closed (additionalProperties false) and, for OpenAI, every property required"`
+	Schema      json.RawMessage `json:"schema" required:"true" doc:"the JSON Schema (root type object, at most 64 KiB, $ref only to its own $defs) the answer must satisfy; sent as structured output, checked again on every answer. It must keep the providers' structured-output rules (every object closed with additionalProperties false, every property required: a field that may be absent is a nullable type) and be satisfiable, else the manifest is refused with a 400 on this field"`
 }
 
 type reviewPublishOption struct {
@@ -286,7 +286,8 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 	if err := batchlane.CheckExtractions(toLane(sub.Extractions)); err != nil {
 		var xe *batchlane.ExtractionError
 		if errors.As(err, &xe) {
-			return mount.FieldError("extractions["+strconv.Itoa(xe.Index)+"]."+xe.Field, "%s", xe.Error())
+			// The problem names the field; the detail says what is wrong.
+			return mount.FieldError("extractions["+strconv.Itoa(xe.Index)+"]."+xe.Field, "%v", xe.Err)
 		}
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/ratelane/ratelane/internal/llmbatch"
 	"github.com/ratelane/ratelane/internal/review/chunk"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -106,8 +107,9 @@ func (e *ExtractionError) Unwrap() error { return e.Err }
 
 // CheckExtractions validates a manifest's extraction items: ids, sizes,
 // instruction or template, and that every schema compiles (draft 2020-12
-// unless it says otherwise) with an object at its root, as both
-// providers' structured outputs require.
+// unless it says otherwise) with an object at its root, keeps the
+// providers' structured-output rules and is not unsatisfiable
+// (providerSchema).
 func CheckExtractions(xs []Extraction) error {
 	if len(xs) > MaxExtractions {
 		return &ExtractionError{Index: MaxExtractions, Field: "id", Err: fmt.Errorf("a manifest holds at most %d extraction items, not %d: split it", MaxExtractions, len(xs))}
@@ -138,10 +140,40 @@ func CheckExtractions(xs []Extraction) error {
 		case len(x.Schema) > MaxSchemaBytes:
 			return bad("schema", "is %d bytes; at most %d", len(x.Schema), MaxSchemaBytes)
 		}
-		if _, err := schemas.get(x.Schema); err != nil {
-			return bad("schema", "%v", err)
+		k := sha256.Sum256(x.Schema)
+		if _, known := schemas[k]; !known {
+			if _, err := schemas.get(x.Schema); err != nil {
+				return bad("schema", "%v", err)
+			}
+			if err := providerSchema(x.Schema); err != nil {
+				return bad("schema", "%v", err)
+			}
 		}
 		seen[x.ID] = i + 1
+	}
+	return nil
+}
+
+// providerSchema refuses a compiled schema that no provider request
+// could use or no answer could satisfy, so that the manifest is refused
+// now rather than its items failed or quarantined after a provider batch:
+// the providers' structured-output rules (every object closed, and every
+// property required: OpenAI's strict mode, the stricter of the two, as
+// for custom_ids, so that an item runs on either provider; a property
+// that may be absent is a nullable type instead), and the contradictions
+// llmbatch.UnsatisfiableSchemaProblem finds.
+func providerSchema(raw []byte) error {
+	var root map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&root); err != nil {
+		return errors.New("must be a JSON object")
+	}
+	if why := llmbatch.StrictSchemaProblem(root, "schema", true); why != "" {
+		return fmt.Errorf("breaks the providers' structured-output rules (%s)", why)
+	}
+	if why := llmbatch.UnsatisfiableSchemaProblem(root, "schema"); why != "" {
+		return fmt.Errorf("cannot be satisfied by any answer (%s)", why)
 	}
 	return nil
 }

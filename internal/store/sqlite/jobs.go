@@ -74,8 +74,11 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 	}
 	seenKeys := map[string]bool{}
 	groups := map[groupOf]int64{}
-	var order []groupOf        // first appearance, so upserts run in a stable order
-	ready := map[groupOf]any{} // the earliest ready time of the group's waiting jobs, or nil
+	var order []groupOf // first appearance, so upserts run in a stable order
+	// ready is the earliest ready time of the group's waiting jobs (unix
+	// ns), NULL when the batch has none of the group waiting: the upsert
+	// then keeps the stored ready_at.
+	ready := map[groupOf]sql.NullInt64{}
 	jobGroup := make([]groupOf, len(jobs))
 	for _, i := range fresh {
 		j := jobs[i]
@@ -95,8 +98,8 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 			order = append(order, g)
 		}
 		if j.State == job.StateWaiting {
-			if at := ns(j.EligibleAt); r == nil || at < r.(int64) {
-				r = at
+			if at := ns(j.EligibleAt); !r.Valid || at < r.Int64 {
+				r = sql.NullInt64{Int64: at, Valid: true}
 			}
 		}
 		ready[g] = r

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"slices"
-	"sort"
+
+	"github.com/ratelane/ratelane/internal/llmbatch"
 )
 
 // schemaName is OpenAI's rule for response_format.json_schema.name.
@@ -87,77 +87,8 @@ func checkSchema(raw json.RawMessage, field string, requireAll bool) (json.RawMe
 	if err := json.Unmarshal(raw, &s); err != nil || s == nil {
 		return nil, field + ": must be a JSON Schema object"
 	}
-	if why := checkNode(s, field, requireAll); why != "" {
+	if why := llmbatch.StrictSchemaProblem(s, field, requireAll); why != "" {
 		return nil, why
 	}
 	return raw, ""
-}
-
-func checkNode(s map[string]any, at string, requireAll bool) string {
-	props, _ := s["properties"].(map[string]any)
-	if isObject(s) {
-		if ap, ok := s["additionalProperties"].(bool); !ok || ap {
-			return at + ": additionalProperties must be supplied and false on every object"
-		}
-		if requireAll {
-			req, _ := s["required"].([]any)
-			names := make([]string, 0, len(props))
-			for k := range props {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			for _, k := range names {
-				if !slices.Contains(req, any(k)) {
-					return fmt.Sprintf("%s: required must list every property in strict mode; %q is missing", at, k)
-				}
-			}
-		}
-	}
-	var children []struct {
-		at string
-		s  map[string]any
-	}
-	add := func(at string, v any) {
-		if m, ok := v.(map[string]any); ok {
-			children = append(children, struct {
-				at string
-				s  map[string]any
-			}{at, m})
-		}
-	}
-	for k, v := range props {
-		add(at+".properties."+k, v)
-	}
-	add(at+".items", s["items"])
-	for _, kw := range []string{"anyOf", "oneOf", "allOf"} {
-		list, _ := s[kw].([]any)
-		for i, v := range list {
-			add(fmt.Sprintf("%s.%s[%d]", at, kw, i), v)
-		}
-	}
-	for _, kw := range []string{"$defs", "definitions"} {
-		defs, _ := s[kw].(map[string]any)
-		for k, v := range defs {
-			add(at+"."+kw+"."+k, v)
-		}
-	}
-	sort.Slice(children, func(i, j int) bool { return children[i].at < children[j].at })
-	for _, c := range children {
-		if why := checkNode(c.s, c.at, requireAll); why != "" {
-			return why
-		}
-	}
-	return ""
-}
-
-// isObject reports a schema node that describes an object.
-func isObject(s map[string]any) bool {
-	switch t := s["type"].(type) {
-	case string:
-		return t == "object"
-	case []any:
-		return slices.Contains(t, any("object"))
-	}
-	_, ok := s["properties"]
-	return ok
 }
