@@ -80,7 +80,13 @@ func UpstreamLimit(name string, rate, burst float64) Limit {
 
 // UpstreamWindowLimit is UpstreamLimit for an upstream declaring at most
 // limit requests in any window of period (e.g. 200 per minute); burst zero
-// means one second's worth.
+// means one second's worth. When the burst is a whole window (limit or
+// more), its bucket spreads each window's starts at 1.5 times
+// limit/period instead of pacing 3% below it: the window alone bounds the
+// rate (see admission.UpstreamWindow). An adaptive key's Rate is the
+// ceiling its discovery probes to and scales its windows by: to make this
+// Limit adaptive, set Rate back to the declared rate (less a margin, as
+// webhook subscribers do) along with Adaptive.
 func UpstreamWindowLimit(name string, limit float64, period time.Duration, burst float64) Limit {
 	return admission.UpstreamWindow(name, limit, period, burst, admission.DefaultHeadroom)
 }

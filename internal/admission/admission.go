@@ -46,6 +46,15 @@ const (
 	// DefaultHeadroom is the fraction of an upstream's declared rate that
 	// [Upstream] leaves unused.
 	DefaultHeadroom = 0.03
+	// WindowSpread is the rate, as a multiple of its window's limit per
+	// period, of the bucket that spreads the starts of a key built by
+	// [UpstreamWindow] with a burst of a whole window. It only spreads: the
+	// window bounds the rate. 1.5 spreads the half of a window that its
+	// bucket holds back over a third of the period; faster spreading
+	// gained a little more against a sliding log and drew more refusals
+	// from a two-window sliding counter under transit jitter (session 9,
+	// docs/benchmarks.md).
+	WindowSpread = 1.5
 	// MinJitterGuard is the least guard [UpstreamFixedWindow] gives a
 	// declared fixed window, whatever its length (see [JitterGuard]).
 	MinJitterGuard = 20 * time.Millisecond
@@ -106,11 +115,45 @@ func UpstreamBucket(name string, rate, burst, headroom float64) Config {
 
 // UpstreamWindow returns the configuration of a key that paces calls to
 // an upstream declaring at most limit requests in any window of period: a
-// window of limit per period (exact: see [Upstream]), and a token
-// bucket at limit/period less headroom with half the burst (at least 1),
-// which spreads the window's starts instead of sending them at once. A
-// burst of zero means one second's worth, at most limit.
+// window of limit per period (exact: see [Upstream]), and a token bucket
+// with half the burst (at least 1), which spreads the window's starts
+// instead of sending them at once. A burst of zero means one second's
+// worth, at most limit.
+//
+// The bucket's rate depends on the burst. A burst below limit is a limit
+// of its own (an upstream bucket with that burst), so the bucket runs at
+// limit/period less headroom, as [Upstream]'s does. A burst of at least
+// limit says a whole window may start at once: the window alone then
+// bounds what any upstream counting a sliding log, a fixed window or a
+// bucket of that burst sees, whatever the transit (it counts each start
+// until its answer), and the bucket only spreads each window's starts, at
+// WindowSpread times limit/period: half the window at once, the rest
+// within the next third of the period. At the declared rate it would
+// spread them over half the period, and a backlog's last window would end
+// that much later than the upstream allows (session 9: 0.45 s of a
+// sliding 10/s destination's 0.84 s loss in simulated time). For an
+// adaptive key use [AdaptiveUpstreamWindow]: its bucket's rate is the
+// ceiling that discovery probes up to and scales its windows by.
 func UpstreamWindow(name string, limit float64, period time.Duration, burst, headroom float64) Config {
+	return upstreamWindow(name, limit, period, burst, headroom, true)
+}
+
+// AdaptiveUpstreamWindow is [UpstreamWindow] for a key that discovers its
+// upstream's real limit (Adaptive set): its bucket runs at limit/period
+// less headroom whatever the burst, since an adaptive key's Rate is its
+// ceiling (the learned rate probes up to it, and the learned fraction of
+// it scales the windows).
+func AdaptiveUpstreamWindow(name string, limit float64, period time.Duration, burst, headroom float64) Config {
+	c := upstreamWindow(name, limit, period, burst, headroom, false)
+	c.Adaptive = true
+	return c
+}
+
+// upstreamWindow is the configuration UpstreamWindow and
+// AdaptiveUpstreamWindow share: the window, and a bucket with half the
+// burst at limit/period less headroom, or at WindowSpread times
+// limit/period when spread is set and the burst is a whole window.
+func upstreamWindow(name string, limit float64, period time.Duration, burst, headroom float64, spread bool) Config {
 	c := Config{Name: name}
 	if limit <= 0 || period <= 0 {
 		return c
@@ -120,6 +163,9 @@ func UpstreamWindow(name string, limit float64, period time.Duration, burst, hea
 		burst = math.Min(limit, math.Max(1, math.Ceil(rate)))
 	}
 	c.Rate = rate * (1 - headroom)
+	if spread && burst >= limit {
+		c.Rate = WindowSpread * rate
+	}
 	c.Burst = math.Ceil(math.Max(1, burst) / 2)
 	c.Windows = []Window{{Limit: limit, Period: period}}
 	return c

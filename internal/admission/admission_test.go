@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -233,8 +234,17 @@ func TestUpstream(t *testing.T) {
 		t.Fatalf("UpstreamBucket = %+v", c)
 	}
 	w := UpstreamWindow("u", 20, time.Second, 0, DefaultHeadroom)
-	if w.Windows[0] != (Window{Limit: 20, Period: time.Second}) || w.Burst != 10 {
-		t.Fatalf("UpstreamWindow(20/1s) = %+v", w)
+	if w.Windows[0] != (Window{Limit: 20, Period: time.Second}) || w.Burst != 10 || w.Rate != 30 || w.Adaptive {
+		t.Fatalf("UpstreamWindow(20/1s) = %+v, want a window of 20/s and a bucket spreading at 30/s with a burst of 10", w)
+	}
+	// A burst below the window is a limit of its own: the bucket stays at
+	// the rate less headroom (97% of 20/s).
+	if w := UpstreamWindow("u", 20, time.Second, 8, DefaultHeadroom); math.Abs(w.Rate-19.4) > 1e-9 || w.Burst != 4 {
+		t.Fatalf("UpstreamWindow(20/1s, burst 8) = %+v, want a bucket of 19.4/s with a burst of 4", w)
+	}
+	// An adaptive key's rate is its ceiling, never the spreading rate.
+	if a := AdaptiveUpstreamWindow("u", 20, time.Second, 0, DefaultHeadroom); math.Abs(a.Rate-19.4) > 1e-9 || a.Burst != 10 || !a.Adaptive || a.Windows[0] != w.Windows[0] {
+		t.Fatalf("AdaptiveUpstreamWindow(20/1s) = %+v, want the window, a bucket of 19.4/s with a burst of 10, adaptive", a)
 	}
 	if c := Upstream("u", 2, 1, 0.03); c.Burst != 1 {
 		t.Fatalf("a burst of 1 must stay 1, got %v", c.Burst)

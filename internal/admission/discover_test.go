@@ -284,8 +284,7 @@ func TestSilentDropHalves(t *testing.T) {
 // back into the limit.
 func TestDiscoveryBoundOnFirstRefusal(t *testing.T) {
 	t.Parallel()
-	s := NewState(UpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom))
-	s.Adaptive = true
+	s := NewState(AdaptiveUpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom))
 	s.Config = s.Config.WithDefaults()
 	up := &slidingModel{limit: func(time.Time) int { return 10 }}
 	refused := drive(&s, up, t0, 3*time.Second)
@@ -308,8 +307,7 @@ func TestDiscoveryBoundOnFirstRefusal(t *testing.T) {
 // halves rather than reading the burst as the rate.
 func TestDiscoveryBoundNeedsARun(t *testing.T) {
 	t.Parallel()
-	s := NewState(UpstreamWindow("k", 40, time.Second, 0, DefaultHeadroom))
-	s.Adaptive = true
+	s := NewState(AdaptiveUpstreamWindow("k", 40, time.Second, 0, DefaultHeadroom))
 	s.Config = s.Config.WithDefaults()
 	now := t0
 	for range 5 {
@@ -331,8 +329,7 @@ func TestDiscoveryBoundNeedsARun(t *testing.T) {
 // ceiling; a fixed key's rate does not move.
 func TestHintAnnouncedPolicy(t *testing.T) {
 	t.Parallel()
-	c := UpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom)
-	c.Adaptive = true
+	c := AdaptiveUpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom)
 	s := NewState(c)
 	policy := func(q int64) job.Hint { return job.Hint{Limit: q, Remaining: q / 2, Window: time.Second} }
 	s.Hint(t0, policy(10))
@@ -374,8 +371,7 @@ func TestHintAnnouncedPolicy(t *testing.T) {
 func TestZeroRemainingWindowEnforced(t *testing.T) {
 	t.Parallel()
 	zero := job.Hint{Limit: 10, Remaining: 0, Reset: time.Second, Window: time.Second}
-	c := UpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom)
-	c.Adaptive = true
+	c := AdaptiveUpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom)
 	s := NewState(c)
 	s.Hint(t0, zero)
 	if s.PausedUntil.After(t0) {

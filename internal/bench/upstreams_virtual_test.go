@@ -117,6 +117,9 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 		// As webhook.Record.LimitConfig builds it, with the default burst.
 		c := admission.UpstreamWindow("subscriber:"+d.Name, float64(d.Declared), time.Second,
 			float64(min(d.Declared, max(1, d.Declared))), admission.DefaultHeadroom)
+		if d.Adaptive {
+			c = admission.AdaptiveUpstreamWindow(c.Name, float64(d.Declared), time.Second, float64(d.Declared), admission.DefaultHeadroom)
+		}
 		if d.Fixed {
 			c = admission.UpstreamFixedWindow("subscriber:"+d.Name, float64(d.Declared), time.Second, float64(d.Declared), admission.DefaultHeadroom)
 			if d.Adaptive { // its ceiling, as LimitConfig adds it
@@ -347,6 +350,8 @@ func TestVirtualUpstreams(t *testing.T) {
 		switch m.Name {
 		case "rising":
 			bound = 1.11
+		case "sliding": // session 9: 1.074-1.075, from 1.093-1.094 (the spreading bucket's tail)
+			bound = 1.08
 		}
 		if r.ratio > bound || r.share > shareBound {
 			t.Errorf("mix %s seed %d: makespan %.3f of ideal (want <= %.2f), refused %.2f%% (want <= %.1f%%)", m.Name, seed, r.ratio, bound, 100*r.share, 100*shareBound)
@@ -420,7 +425,10 @@ func TestVirtualTransit(t *testing.T) {
 // refusals (session 8: 1.14-1.15, from 1.18-1.48 before a zero remaining
 // stopped pausing a key whose window enforces the policy): a regression
 // shows here as a failure rather than as noise in a loaded benchmark.
-var transitBounds = map[string]float64{"sliding": 1.19, "fixed": 1.02, "many": 1.15, "rising": 1.16}
+// sliding since session 9: 1.149-1.160, from 1.169-1.180, its keys'
+// bucket spreading each window at 1.5 times its rate
+// (admission.WindowSpread).
+var transitBounds = map[string]float64{"sliding": 1.17, "fixed": 1.02, "many": 1.15, "rising": 1.16}
 
 // declaredExactly reports a destination whose key is declared as its
 // upstream counts: a sliding window, or a fixed one declared fixed, at its

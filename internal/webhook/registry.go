@@ -335,9 +335,12 @@ type stored struct {
 // LimitConfig is the admission configuration of the record's limit key.
 // For the default window shape it is [admission.UpstreamWindow]: a sliding
 // window of exactly the declared limit per period (it counts a start until
-// its finish: see admission.State.End), and a bucket at the rate less headroom with half the declared burst
-// (rounded up) that spreads the window's starts; it never overruns a
-// sliding window of the declared limit. For a fixed window it is
+// its answer: see admission.State.End), and a bucket with half the declared burst
+// (rounded up) that spreads the window's starts, at 1.5 times the declared
+// rate when the burst is a whole window (the window bounds the rate) and
+// at the rate less headroom otherwise or when the key is adaptive
+// ([admission.AdaptiveUpstreamWindow]: the rate is its ceiling); it never
+// overruns a sliding window of the declared limit. For a fixed window it is
 // [admission.UpstreamFixedWindow]: a guarded fixed window of the declared
 // limit per aligned period, with a bucket at the declared rate only when
 // the burst is below the limit or the key is adaptive (its ceiling). For the bucket shape it is [admission.UpstreamBucket], the
@@ -353,6 +356,8 @@ func (rec Record) LimitConfig(headroom float64) admission.Config {
 			if rec.Adaptive && c.Rate == 0 { // discovery needs a bucket as its ceiling
 				c.Rate, c.Burst = rec.Rate.perSecond(), float64(rec.Rate.Limit)
 			}
+		case rec.Adaptive: // its bucket's rate is its ceiling, not a spreading rate
+			c = admission.AdaptiveUpstreamWindow(c.Name, float64(rec.Rate.Limit), rec.Rate.period(), float64(rec.Rate.Burst), headroom)
 		default:
 			c = admission.UpstreamWindow(c.Name, float64(rec.Rate.Limit), rec.Rate.period(), float64(rec.Rate.Burst), headroom)
 		}
