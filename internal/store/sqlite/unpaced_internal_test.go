@@ -95,15 +95,30 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 				}
 				return failed
 			}
-			// The writer is idle between writes, so the test can run a batch
-			// itself, as the writer's loop does (commit), with the failing
-			// write alone or beside another.
-			batch := []*writeReq{{fn: fail, done: make(chan error, 1)}}
+			// Alone: one write, one transaction. Shared: the writer is held
+			// in a first write while the failing one and another are
+			// queued, so that it then drains both into one transaction.
+			fn := func(*sql.Tx) error { return s.write(ctx, fail) }
 			if shared {
-				batch = append(batch, &writeReq{fn: func(*sql.Tx) error { return nil }, done: make(chan error, 1)})
+				hold, started, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+				go func() {
+					held <- s.write(ctx, func(*sql.Tx) error { close(started); <-hold; return nil })
+				}()
+				<-started
+				a := &writeReq{fn: fail, done: make(chan error, 1)}
+				b := &writeReq{fn: func(*sql.Tx) error { return nil }, done: make(chan error, 1)}
+				s.reqs <- a
+				s.reqs <- b
+				close(hold)
+				if err := <-held; err != nil {
+					t.Fatal(err)
+				}
+				if err := <-b.done; err != nil {
+					t.Fatal(err)
+				}
+				fn = func(*sql.Tx) error { return <-a.done }
 			}
-			s.commit(batch)
-			if err := <-batch[0].done; !errors.Is(err, failed) {
+			if err := fn(nil); !errors.Is(err, failed) {
 				t.Fatalf("the failing write: %v; want %v", err, failed)
 			}
 			got, err := s.Lease(ctx, store.LeaseParams{Now: storetest.T0.Add(time.Second), Max: 1, LeaseFor: time.Minute})
