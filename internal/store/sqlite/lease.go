@@ -185,11 +185,12 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	// job id with the jobs table, so each row takes its own token by one
 	// primary-key lookup (a correlated subquery parsed the object once per
 	// row, quadratic in the batch).
+	// Plain "?" parameters, in order (see endAttemptSet).
 	rows, err := o.s.query(o.tx, `UPDATE jobs SET state = 'running',
-			lease_token = t.value, lease_expires_at = ?2, attempt = attempt + 1, updated_at = ?3
-		FROM json_each(?1) AS t
+			lease_token = t.value, lease_expires_at = ?, attempt = attempt + 1, updated_at = ?
+		FROM json_each(?) AS t
 		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+jobCols+`, group_id`,
-		string(arg), ns(until), ns(now))
+		ns(until), ns(now), string(arg))
 	if err != nil {
 		return nil, err
 	}

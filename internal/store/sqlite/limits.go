@@ -13,9 +13,19 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
+// loadKeys reads the named keys' states; a key with no row is left out.
+// An unpaced key's state comes from s.unpaced once read: lease and finish
+// read every key of every group they touch, and a key nobody configured
+// (every key of bench throughput) is never written by either, so reading
+// its row again each call was a statement per key per call for nothing
+// (docs/benchmarks.md, "Session 9 (s9h4)"). Each caller gets its own copy.
 func (s *Store) loadKeys(tx *sql.Tx, names []string) (map[string]*admission.State, error) {
 	out := make(map[string]*admission.State, len(names))
 	for _, n := range names {
+		if st, ok := s.unpaced[n]; ok {
+			out[n] = &st
+			continue
+		}
 		st, err := scanKey(s.queryRow(tx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = ?`, n))
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
@@ -23,13 +33,19 @@ func (s *Store) loadKeys(tx *sql.Tx, names []string) (map[string]*admission.Stat
 		if err != nil {
 			return nil, err
 		}
+		if st.Unpaced() {
+			s.unpaced[n] = *st
+		}
 		out[n] = st
 	}
 	return out, nil
 }
 
+// saveKeys writes the states back; each key written leaves s.unpaced, to be
+// read again from its row (a pause of an unpaced key, a reconfiguration).
 func (s *Store) saveKeys(tx *sql.Tx, keys []*admission.State) error {
 	for _, st := range keys {
+		delete(s.unpaced, st.Name)
 		_, err := s.exec(tx, `UPDATE limit_keys SET rate = ?, burst = ?, concurrency = ?, adaptive = ?, min_rate = ?,
 			learned_rate = ?, tat = ?, paused_until = ?, in_flight = ?, last_decrease = ? WHERE name = ?`,
 			st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
@@ -80,6 +96,9 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 	var out admission.State
 	applied := true
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		// Every write below changes the row; saveKeys drops the entry
+		// again after the read.
+		delete(s.unpaced, c.Name)
 		if err := s.ensureKey(tx, c.Name, c, now); err != nil {
 			return err
 		}

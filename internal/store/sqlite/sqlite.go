@@ -29,6 +29,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -114,6 +115,14 @@ type Store struct {
 	// finish of that lease (see leaseFacts); only the writer goroutine
 	// touches it.
 	leases map[string]leaseFacts
+	// unpaced holds the states of unpaced keys as their rows hold them
+	// (see loadKeys); only the writer goroutine touches it and
+	// dataVersion. It is emptied whenever a write is rolled back and
+	// whenever another connection (another process) committed since the
+	// writer's last transaction, so that it never answers for a row
+	// changed behind it.
+	unpaced     map[string]admission.State
+	dataVersion int64
 
 	// writes and txs count the committed writes and their transactions
 	// (WriteCounts).
@@ -169,6 +178,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		stmts:       map[*sql.DB]map[string]*sql.Stmt{},
 		writerStmts: map[string]*sql.Stmt{},
 		leases:      map[string]leaseFacts{},
+		unpaced:     map[string]admission.State{},
 	}
 	s.SQLReads = store.NewSQLReads(s.read)
 	if err := s.check(ctx, created); err != nil {

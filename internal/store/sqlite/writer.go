@@ -137,11 +137,16 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		return []ran{{r: first}}, fmt.Errorf("sqlite: begin: %w", err)
 	}
 	s.batchStmts = map[string]*sql.Stmt{} // closed with the transaction
+	if err := s.checkDataVersion(tx); err != nil {
+		tx.Rollback()
+		return []ran{{r: first}}, fmt.Errorf("sqlite: data_version: %w", err)
+	}
 	batch := []ran{{r: first, err: s.runOne(tx, first, false)}}
 	if batch[0].err != nil {
 		// A lone write runs without a savepoint; its failure must still
 		// undo what it wrote before failing (a claimed tick whose job
 		// insert failed, the first jobs of a failed Insert).
+		clear(s.unpaced)
 		if err := tx.Rollback(); err != nil {
 			return batch, fmt.Errorf("sqlite: rollback: %w", err)
 		}
@@ -157,12 +162,30 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		batch = append(batch, ran{r: r, err: s.runOne(tx, r, true)})
 	}
 	if err := tx.Commit(); err != nil {
+		clear(s.unpaced)
 		tx.Rollback()
 		return batch, fmt.Errorf("sqlite: commit: %w", err)
 	}
 	s.txs.Add(1)
 	s.writes.Add(int64(len(batch)))
 	return batch, nil
+}
+
+// checkDataVersion empties s.unpaced when another connection committed
+// since the writer's last look: PRAGMA data_version changes on this
+// connection exactly then (SQLite's own commits leave it alone). Run first
+// in each transaction, whose BEGIN IMMEDIATE keeps other writers out until
+// it ends.
+func (s *Store) checkDataVersion(tx *sql.Tx) error {
+	var v int64
+	if err := s.queryRow(tx, `PRAGMA data_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v != s.dataVersion {
+		clear(s.unpaced)
+		s.dataVersion = v
+	}
+	return nil
 }
 
 // runOne runs one write; inside a shared transaction it gets a savepoint so
@@ -173,23 +196,27 @@ func (s *Store) runOne(tx *sql.Tx, r *writeReq, shared bool) (err error) {
 	fn := r.fn
 	defer func() {
 		if p := recover(); p != nil {
+			clear(s.unpaced)
 			err = fmt.Errorf("sqlite: write panicked: %v", p)
 		}
 	}()
 	if !shared {
 		return fn(tx)
 	}
-	if _, err := tx.Exec(`SAVEPOINT w`); err != nil {
+	// The savepoint statements are prepared once, like the writes' own
+	// (txStmt): each shared write runs two or three of them.
+	if _, err := s.exec(tx, `SAVEPOINT w`); err != nil {
 		return err
 	}
 	if ferr := fn(tx); ferr != nil {
-		if _, err := tx.Exec(`ROLLBACK TO w`); err != nil {
+		clear(s.unpaced) // what it read or wrote is undone
+		if _, err := s.exec(tx, `ROLLBACK TO w`); err != nil {
 			return errors.Join(ferr, err)
 		}
-		tx.Exec(`RELEASE w`)
+		s.exec(tx, `RELEASE w`)
 		return ferr
 	}
-	_, err = tx.Exec(`RELEASE w`)
+	_, err = s.exec(tx, `RELEASE w`)
 	return err
 }
 
