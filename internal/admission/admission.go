@@ -341,8 +341,8 @@ type State struct {
 	// Concurrency (see InFlightCap).
 	LearnedConcurrency int `json:"learned_concurrency,omitempty"`
 	// capAt (Unix ns) is when the learned cap last changed, capHold (ns)
-	// how long it holds before a probe, capFlags the capHit and
-	// capProbing bits.
+	// how long it holds before a probe, capFlags its bits (capHit,
+	// capProbing, capBound, capRaised, capFull; see concurrency.go).
 	capAt, capHold, capFlags int64
 	// strictUntil (Unix ns) is when a fixed key's strict pacing, set by
 	// a refusal its declared sliding window did not predict, runs out
