@@ -387,13 +387,17 @@ type State struct {
 	// Concurrency (see InFlightCap).
 	LearnedConcurrency int `json:"learned_concurrency,omitempty"`
 	// capAt (Unix ns) is when the learned cap last changed, capHold (ns)
-	// how long it holds before a probe, capFlags the capHit and
-	// capProbing bits.
+	// how long it holds before a probe, capFlags its bits (capHit,
+	// capProbing, capBound, capRaised, capFull; see concurrency.go).
 	capAt, capHold, capFlags int64
 	// strictUntil (Unix ns) is when a fixed key's strict pacing, set by
 	// a refusal its declared sliding window did not predict, runs out
 	// (see strict.go); 0 when it is not strict.
 	strictUntil int64
+	// announcedAt (Unix ns) is when an announced policy last lowered an
+	// adaptive key's learned rate (see announced); 0 for never. A
+	// refusal within CutHoldoff of it is that cut's echo (see refused).
+	announcedAt int64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -407,12 +411,12 @@ func NewState(c Config) State {
 // (start logs and learned-limit bookkeeping) as a compact byte string for
 // the store; nil when there is none. dst is reused when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 && s.strictUntil == 0 {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 && s.strictUntil == 0 && s.announcedAt == 0 {
 		return nil
 	}
 	c := s.capExtra()
-	extra := [12]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
-		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3], s.strictUntil}
+	extra := [13]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
+		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3], s.strictUntil, s.announcedAt}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 
@@ -449,6 +453,10 @@ func (s *State) UnmarshalShapes(b []byte) error {
 	if len(extra) >= 12 { // written since strict counting
 		s.strictUntil = max(extra[11], 0)
 	}
+	s.announcedAt = 0
+	if len(extra) >= 13 { // written since announced cuts have echoes
+		s.announcedAt = max(extra[12], 0)
+	}
 	return nil
 }
 
@@ -472,7 +480,7 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 		s.LearnedRate = c.Rate
 	}
 	if !c.Adaptive {
-		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active = 0, 0, 0, time.Time{}, 0, 0, 0, 0
+		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active, s.announcedAt = 0, 0, 0, time.Time{}, 0, 0, 0, 0, 0
 		s.setCapExtra(nil) // a fixed key learns no cap
 	}
 	if c.Adaptive {

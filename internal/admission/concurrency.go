@@ -66,6 +66,8 @@ const (
 	capHit     = 1 << iota // the learned cap bound since it last changed (see noteCap)
 	capProbing             // the last change raised the cap
 	capBound               // the cap bound at the key's last start
+	capRaised              // the last change was a probe's (probeCap), not a refusal's
+	capFull                // since the probe, the key started with the raised cap full
 )
 
 // InFlightCap is the in-flight cap in force: the smaller of the
@@ -86,13 +88,38 @@ func (s *State) InFlightCap() int {
 // lease was released (see store.ApplyKeyEffect), so s.InFlight counts the
 // key's other leases.
 func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
-	if !s.Adaptive || s.Rate <= 0 || s.InFlight < 1 {
+	if !s.Adaptive || s.Rate <= 0 {
 		return false
 	}
 	s.ensureLogs()
 	d := s.discoveryWindow()
 	t, dn := now.UnixNano(), int64(d)
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
+	n := s.InFlight + 1 // in flight when it was refused, itself included
+	learned := s.LearnedConcurrency
+	if s.atProbedCap() {
+		// Refused after a probe raised the cap and the key filled it:
+		// the probe's, whatever is still in flight (see atProbedCap).
+		// If the rate was probing above its level as well, either probe
+		// may have gone too far: both are undone (the rate by refused,
+		// which logs the refusal).
+		s.lowerCap(t, learned)
+		if s.level > 0 && s.rate() > s.level {
+			return false
+		}
+		refusals.add(t, cost, t-dn, dn/LogSlots)
+		return true
+	}
+	if learned > 0 && s.capFlags&capRaised == 0 && t >= s.capAt && t-s.capAt < int64(CutHoldoff) {
+		// The echo of the refusal that taught or lowered the cap: a
+		// request that overlapped the same one at the upstream, whether
+		// or not the others have answered by now.
+		refusals.add(t, cost, t-dn, dn/LogSlots)
+		return true
+	}
+	if s.InFlight < 1 {
+		return false
+	}
 	// A key's first refusal (at its ceiling, never refused before) may be
 	// the rate's whatever was in flight: it goes to rate discovery, unless
 	// no answer had come back yet (see noneAnswered). After it, a refusal
@@ -121,29 +148,27 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	case float64(starts.since(t-dn)) > s.rate()*d.Seconds()*(1+RateSlack)+1:
 		return false
 	}
-	n := s.InFlight + 1 // in flight when it was refused, itself included
-	learned := s.LearnedConcurrency
-	if learned > 0 && (n > learned || t-s.capAt < int64(CutHoldoff)) {
-		// In flight before the cap was learned, or the echo of the
-		// refusal that taught it: the same signal.
+	if learned > 0 && n > learned {
+		// In flight before the cap was learned: the same signal.
 		refusals.add(t, cost, t-dn, dn/LogSlots)
 		return true
 	}
-	hold := CapHold
 	if learned > 0 {
-		// Refused within the cap. A cap a probe raised was raised too
-		// far (as was one read from a first refusal that measured
-		// nothing else): back under it, and a longer hold. A cap still
-		// at what the refusals taught did not prevent it: the rate's.
+		// Refused within the cap. One read from a first refusal that
+		// measured nothing else is lowered, as a probe that went too
+		// far would be (once; then refusals within it are the rate's).
+		// A cap still at what the refusals taught did not prevent it:
+		// the rate's.
 		if s.capFlags&capProbing == 0 {
 			return false
 		}
-		hold = min(MaxCapHold, max(CapHold, 2*time.Duration(s.capHold)))
-		n = min(n, learned) // at most the level the probe started from, below
+		refusals.add(t, cost, t-dn, dn/LogSlots)
+		s.lowerCap(t, n)
+		return true
 	}
 	refusals.add(t, cost, t-dn, dn/LogSlots)
 	s.LearnedConcurrency = max(1, n-1)
-	s.capAt, s.capHold, s.capFlags = t, int64(hold), 0
+	s.capAt, s.capHold, s.capFlags = t, int64(CapHold), 0
 	if unconfirmed {
 		// Read from a refusal that measured nothing else: as far as a
 		// refusal within it goes, it is a probe that went too far, and
@@ -151,6 +176,35 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 		s.capFlags = capProbing
 	}
 	return true
+}
+
+// lowerCap lowers a learned cap that a refusal at t (Unix ns) with n in
+// flight showed too high (a probe's, or one read from a refusal that
+// measured nothing else) to under n, at most one under the level it was,
+// and doubles the hold before the next probe, up to MaxCapHold.
+func (s *State) lowerCap(t int64, n int) {
+	hold := min(MaxCapHold, max(CapHold, 2*time.Duration(s.capHold)))
+	n = min(n, s.LearnedConcurrency)
+	s.LearnedConcurrency = max(1, n-1)
+	s.capAt, s.capHold, s.capFlags = t, int64(hold), 0
+}
+
+// atProbedCap reports whether the learned cap was raised by a probe (see
+// probeCap) and the key has since had it full at a start (see noteCap).
+// A refusal then is the probe's: every start below the probe's level went
+// clean for the hold before it, and only the probe let that many start at
+// once. It is read so whatever is in flight when the refusal comes back:
+// with transit between the sender and the upstream, the request it
+// overlapped there may have answered first, and the refusal, read as the
+// rate's, was taken for noise or halved the rate, while the cap fell only
+// at the next refusal (the unforeseen mix's concurrent-1, two refusals
+// per cap probe on the real clock and under transit). When the rate was
+// probing above its level too, the refusal may be either probe's, and
+// both are undone: taken for the cap's alone, a rate limit misread as a
+// cap earlier (the issue mix's half-none under transit, probed back to
+// its ceiling) cost three more refusals before its rate was cut.
+func (s *State) atProbedCap() bool {
+	return s.LearnedConcurrency > 1 && s.capFlags&(capRaised|capFull) == capRaised|capFull
 }
 
 // noneAnswered reports, for a refusal of cost units at t (Unix ns) on a
@@ -181,6 +235,9 @@ func (s *State) noneAnswered(t, dn, cost int64) bool {
 // to the cap, and raising it would only buy a refusal from the upstream
 // that taught it.
 func (s *State) noteCap(now time.Time, cost int64) {
+	if s.LearnedConcurrency > 0 && s.InFlight >= s.LearnedConcurrency && s.capFlags&capRaised != 0 {
+		s.capFlags |= capFull // a probe's level reached (see atProbedCap)
+	}
 	if s.LearnedConcurrency <= 0 || s.capFlags&capHit != 0 {
 		return
 	}
@@ -217,7 +274,7 @@ func (s *State) probeCap(now time.Time) {
 		s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, 0
 		return
 	}
-	s.LearnedConcurrency, s.capAt, s.capFlags = c, t, capProbing
+	s.LearnedConcurrency, s.capAt, s.capFlags = c, t, capProbing|capRaised
 }
 
 // maxLearnedCap bounds a learned cap: above it the key is as good as
@@ -236,5 +293,5 @@ func (s *State) setCapExtra(e []int64) {
 		return
 	}
 	s.LearnedConcurrency = int(min(e[0], maxLearnedCap))
-	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound)
+	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound|capRaised|capFull)
 }

@@ -490,3 +490,67 @@ func TestRateCutEchoTeachesNoCap(t *testing.T) {
 		t.Fatalf("refusal 20 ms after a cut: cap %d, rate %v -> %v; want no cap and the rate as cut", s.LearnedConcurrency, cut, s.LearnedRate)
 	}
 }
+
+// TestProbedCapRefusalIsTheCaps checks a refusal after a probe raised a
+// learned cap of one to two and the key filled it, when the request it
+// overlapped at the upstream has answered before the refusal comes back
+// (transit), so nothing else is in flight: it lowers the cap back to one,
+// doubles the hold and leaves the rate, and its echo is the same signal.
+// Before, it was taken for noise (or halved a probing rate) and the cap
+// fell only at a second refusal (concurrent-1, on the real clock and
+// under transit). With the rate probing above its level as well, both
+// probes are undone. Without the probe's level filled, the refusal is
+// the rate's, as before.
+func TestProbedCapRefusalIsTheCaps(t *testing.T) {
+	t.Parallel()
+	probed := func(fill, rateProbing bool) (State, time.Time) {
+		s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+		s.LastRefusal = t0.Add(-time.Hour) // not its first refusal
+		refuseSecond(&s, t0)               // a cap of one, learned
+		s.Release()
+		if s.LearnedConcurrency != 1 {
+			t.Fatalf("cap %d after an overlap's refusal, want 1", s.LearnedConcurrency)
+		}
+		// Binding at two starts in a row, then clean past the hold: probed.
+		at := t0.Add(CapHold + time.Millisecond)
+		for i := range 2 {
+			s.Take(at.Add(time.Duration(i)*100*time.Millisecond), 1)
+			s.Release()
+		}
+		at = at.Add(200 * time.Millisecond)
+		s.Succeeded(at)
+		if s.LearnedConcurrency != 2 {
+			t.Fatalf("cap %d after a clean, binding hold, want the probe's 2", s.LearnedConcurrency)
+		}
+		if rateProbing {
+			s.LearnedRate, s.level = 15, 10
+		}
+		s.Take(at, 1)
+		if fill {
+			s.Take(at.Add(10*time.Millisecond), 1) // the probe's level reached
+			s.Release()
+		}
+		s.Release() // the other one answered first
+		return s, at.Add(60 * time.Millisecond)
+	}
+	s, at := probed(true, false)
+	s.Throttled(at, time.Time{}, 1)
+	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 || time.Duration(s.capHold) != 2*CapHold {
+		t.Fatalf("refused at a filled probed cap, nothing else in flight: cap %d rate %v hold %v; want 1, 20, %v",
+			s.LearnedConcurrency, s.LearnedRate, time.Duration(s.capHold), 2*CapHold)
+	}
+	s.Throttled(at.Add(100*time.Millisecond), time.Time{}, 1) // its echo, nothing in flight
+	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 {
+		t.Fatalf("echo of the cap's refusal: cap %d rate %v; want 1 and 20", s.LearnedConcurrency, s.LearnedRate)
+	}
+	s, at = probed(true, true)
+	s.Throttled(at, time.Time{}, 1)
+	if s.LearnedConcurrency != 1 || s.LearnedRate >= 15 {
+		t.Fatalf("refused at a filled probed cap while the rate probed too: cap %d rate %v; want 1 and a cut rate", s.LearnedConcurrency, s.LearnedRate)
+	}
+	s, at = probed(false, true)
+	s.Throttled(at, time.Time{}, 1)
+	if s.LearnedConcurrency != 2 || s.LearnedRate >= 15 {
+		t.Fatalf("refused alone, the probed cap never filled: cap %d rate %v; want 2 and a cut rate", s.LearnedConcurrency, s.LearnedRate)
+	}
+}

@@ -193,6 +193,15 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal) {
 		return true // the same signal
 	}
+	if a := s.announcedAt; a != 0 && t >= a && t-a < int64(CutHoldoff) {
+		// Within CutHoldoff of a cut the upstream's announced policy
+		// made: a request sent before the key slowed to what the
+		// upstream says it allows, refused for what the cut already
+		// corrected. Learned from, it halved rising's rise-bucket (an
+		// upstream bucket announcing 15/s) to 7.3/s for the second after
+		// its pause, under transit on every seed; the pause stands.
+		return true
+	}
 	inStarts, inRefusals := starts.since(t-dn), refusals.since(t-dn)
 	recent := !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < d
 	if !recent && float64(inRefusals) <= NoiseShare*float64(inStarts) {
@@ -483,9 +492,13 @@ func (s *State) announced(now time.Time, h job.Hint) bool {
 	case target < current:
 		s.LearnedRate = target
 		s.level = target
+		s.announcedAt = now.UnixNano()
 	case target > current:
 		if !s.LastRefusal.IsZero() && now.Sub(maxTime(s.LastRefusal, s.PausedUntil)) < s.discoveryWindow() {
 			return true
+		}
+		if d := int64(s.discoveryWindow()); len(s.logs) == s.nLogs() && s.logs[len(s.Windows)+1].since(now.UnixNano()-d) > 0 {
+			return true // refused within the window, if only an echo (see refused)
 		}
 		s.LearnedRate, s.level, s.good = target, target, target
 		s.probe, s.probeAt = 0, 0

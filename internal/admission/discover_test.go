@@ -453,3 +453,49 @@ func TestFailedProbeKeepsItsLevel(t *testing.T) {
 		t.Fatalf("after a 1 s hold, a failed probe sending 12/s learned %v, want under the level", s.LearnedRate)
 	}
 }
+
+// TestAnnouncedCutEcho checks a refusal within CutHoldoff of a cut an
+// announced policy made (an upstream bucket announcing 15/s to a key told
+// 40/s, a request sent before the first answer refused 150 ms later): it
+// pauses the key for the Retry-After but does not halve the announced
+// rate, and an announced raise still waits a discovery window after it. A
+// refusal past CutHoldoff is learned from, as before. The cut's time
+// travels through MarshalShapes, as through a store.
+func TestAnnouncedCutEcho(t *testing.T) {
+	t.Parallel()
+	c := UpstreamWindow("k", 40, time.Second, 0, DefaultHeadroom)
+	c.Adaptive = true
+	s := NewState(c)
+	for i := range 6 {
+		s.Take(t0.Add(time.Duration(i)*20*time.Millisecond), 1)
+	}
+	policy := func(q int64) job.Hint { return job.Hint{Limit: q, Remaining: 1, Window: time.Second} }
+	s.End(t0.Add(40*time.Millisecond), 1)
+	s.Succeeded(t0.Add(40 * time.Millisecond))
+	s.Hint(t0.Add(40*time.Millisecond), policy(15))
+	announced := s.LearnedRate
+	if want := 15 * (1 - AnnouncedMargin); math.Abs(announced-want) > 1e-9 {
+		t.Fatalf("learned %.3f after announcing 15/s, want %.3f", announced, want)
+	}
+	var back State
+	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil || back.announcedAt != s.announcedAt || s.announcedAt == 0 {
+		t.Fatalf("announced cut at %d restored as %d (%v)", s.announcedAt, back.announcedAt, err)
+	}
+	at := t0.Add(190 * time.Millisecond)
+	s.End(at, 1)
+	s.RateLimited(at, at.Add(time.Second), 1)
+	if s.LearnedRate != announced || !s.PausedUntil.Equal(at.Add(time.Second)) {
+		t.Fatalf("refused 150 ms after the announced cut: learned %.3f, paused to %v; want %.3f and the Retry-After",
+			s.LearnedRate, s.PausedUntil.Sub(t0), announced)
+	}
+	s.Hint(at.Add(100*time.Millisecond), policy(40))
+	if s.LearnedRate != announced {
+		t.Fatalf("learned %.3f on a raise announced 100 ms after a refusal, want it held at %.3f", s.LearnedRate, announced)
+	}
+	late := t0.Add(40*time.Millisecond + CutHoldoff + time.Millisecond)
+	s.End(late, 1)
+	s.Throttled(late, time.Time{}, 1)
+	if s.LearnedRate >= announced {
+		t.Fatalf("refused past CutHoldoff of the announced cut: learned %.3f, want under %.3f", s.LearnedRate, announced)
+	}
+}
