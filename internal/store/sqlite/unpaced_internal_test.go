@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,9 +76,12 @@ func TestUnpacedKeysSeeOtherConnections(t *testing.T) {
 // is as before, and so is what the next lease decides on.
 func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 	t.Parallel()
-	for _, shared := range []bool{false, true} {
-		name := map[bool]string{false: "alone", true: "in a shared transaction"}[shared]
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		shared, panics bool
+	}{{"alone", false, false}, {"in a shared transaction", true, false}, {"panicking in a shared transaction", true, true}} {
+		shared := tc.shared
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, ctx := unpacedSetup(t)
 			failed := errors.New("the write fails after pausing k")
@@ -92,6 +96,9 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 				}
 				if _, err := s.loadKeys(tx, []string{"k"}); err != nil { // reads the paused state back
 					return err
+				}
+				if tc.panics {
+					panic("the write panics after pausing k")
 				}
 				return failed
 			}
@@ -118,7 +125,9 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 				}
 				fn = func(*sql.Tx) error { return <-a.done }
 			}
-			if err := fn(nil); !errors.Is(err, failed) {
+			if err := fn(nil); tc.panics && (err == nil || !strings.Contains(err.Error(), "panicked")) {
+				t.Fatalf("the panicking write: %v; want a panic reported as an error", err)
+			} else if !tc.panics && !errors.Is(err, failed) {
 				t.Fatalf("the failing write: %v; want %v", err, failed)
 			}
 			got, err := s.Lease(ctx, store.LeaseParams{Now: storetest.T0.Add(time.Second), Max: 1, LeaseFor: time.Minute})

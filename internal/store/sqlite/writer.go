@@ -194,10 +194,19 @@ func (s *Store) runOne(tx *sql.Tx, r *writeReq, shared bool) (err error) {
 	s.lanes.started(r)
 	defer s.lanes.ended(r)
 	fn := r.fn
+	inSavepoint := false
 	defer func() {
 		if p := recover(); p != nil {
 			clear(s.unpaced)
 			err = fmt.Errorf("sqlite: write panicked: %v", p)
+			if inSavepoint {
+				// Undo what it wrote before panicking, as for an error:
+				// the other writes of the transaction still commit.
+				if _, rerr := s.exec(tx, `ROLLBACK TO w`); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+				s.exec(tx, `RELEASE w`)
+			}
 		}
 	}()
 	if !shared {
@@ -208,6 +217,7 @@ func (s *Store) runOne(tx *sql.Tx, r *writeReq, shared bool) (err error) {
 	if _, err := s.exec(tx, `SAVEPOINT w`); err != nil {
 		return err
 	}
+	inSavepoint = true
 	if ferr := fn(tx); ferr != nil {
 		clear(s.unpaced) // what it read or wrote is undone
 		if _, err := s.exec(tx, `ROLLBACK TO w`); err != nil {
