@@ -189,7 +189,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	rows, err := o.s.query(o.tx, `UPDATE jobs SET state = 'running',
 			lease_token = t.value, lease_expires_at = ?, attempt = attempt + 1, updated_at = ?
 		FROM json_each(?) AS t
-		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+jobCols+`, group_id`,
+		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+leasedCols,
 		ns(until), ns(now), string(arg))
 	if err != nil {
 		return nil, err
@@ -197,11 +197,12 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	defer rows.Close()
 	byID := make(map[string]*job.Job, len(leased))
 	for rows.Next() {
-		var group int64
-		j, err := scanJob(withExtra{rows, []any{&group}})
+		j, group, err := scanLeased(rows)
 		if err != nil {
 			return nil, err
 		}
+		// What the UPDATE set is known here: not read back.
+		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, tokens[j.ID], until.UTC(), now.UTC()
 		byID[j.ID] = j
 		o.s.rememberLease(j, group)
 	}

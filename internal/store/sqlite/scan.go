@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
@@ -50,6 +52,47 @@ const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, pay
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema, lease_token,
 	lease_expires_at, result, created_at, updated_at, finished_at`
 
+// leasedCols is what MarkLeased reads back of a job it leased: jobCols
+// without the columns its UPDATE set to values it knows (state, lease
+// token, lease expiry, updated_at) and without two that the schema's
+// CHECKs fix for a job leased from waiting (reason is empty, finished_at
+// NULL), then the group. Each column read back is
+// copied through SQLite's RETURNING buffer and converted by the driver,
+// on every job of every lease.
+const leasedCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, payload, idempotency_key,
+	deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth,
+	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema,
+	result, created_at, group_id`
+
+// scanLeased reads a row of leasedCols; the caller sets the rest.
+func scanLeased(r scanner) (*job.Job, int64, error) {
+	var (
+		j                          job.Job
+		keys                       string
+		payload, result            []byte
+		deadline, eligible, create sql.NullInt64
+		group                      int64
+	)
+	err := r.Scan(&j.ID, &j.Kind, &j.Region, &j.Lane, &j.Tenant, &keys, &j.Cost, &j.Priority, &payload,
+		&j.IdempotencyKey, &deadline, &j.Budgets.Congestion, &j.Budgets.Transient, &j.Budgets.Schema,
+		&j.ParentID, &j.Depth, &eligible, &j.Attempt, &j.Attempts.Congestion,
+		&j.Attempts.Transient, &j.Attempts.Schema, &result, &create, &group)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := jsonStrings(keys, &j.LimitKeys); err != nil {
+		return nil, 0, err
+	}
+	if len(payload) > 0 {
+		j.Payload = payload
+	}
+	if len(result) > 0 {
+		j.Result = result
+	}
+	j.Deadline, j.EligibleAt, j.CreatedAt = tm(deadline), tm(eligible), tm(create)
+	return &j, group, nil
+}
+
 type scanner interface{ Scan(dest ...any) error }
 
 func scanJob(r scanner) (*job.Job, error) {
@@ -68,7 +111,7 @@ func scanJob(r scanner) (*job.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal([]byte(keys), &j.LimitKeys); err != nil {
+	if err := jsonStrings(keys, &j.LimitKeys); err != nil {
 		return nil, err
 	}
 	if len(payload) > 0 {
@@ -146,4 +189,57 @@ func plainJSON(s string) bool {
 	return true
 }
 
-func jsonStrings(s string, out *[]string) error { return json.Unmarshal([]byte(s), out) }
+// jsonStrings decodes a JSON array of strings, as the driver stores limit
+// keys (json.Marshal's output: no spaces). Every lease and group read
+// decodes one per job or group; the common form, strings with no escape,
+// is split by hand, which costs a fraction of json.Unmarshal's reflection
+// and allocations. Anything else goes to json.Unmarshal, which also
+// reports malformed input. TestJSONStrings checks both paths against it.
+func jsonStrings(s string, out *[]string) error {
+	if keys, ok := plainStrings(s); ok {
+		*out = keys
+		return nil
+	}
+	return json.Unmarshal([]byte(s), out)
+}
+
+// plainStrings splits `["a","b"]` into its strings when every one is
+// plain (no backslash, no control character, valid UTF-8) and the array has no spaces;
+// ok is false for any other input.
+func plainStrings(s string) (keys []string, ok bool) {
+	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
+		return nil, false
+	}
+	body := s[1 : len(s)-1]
+	if body == "" {
+		return []string{}, true
+	}
+	keys = make([]string, 0, 1+strings.Count(body, `","`))
+	for {
+		if len(body) < 2 || body[0] != '"' {
+			return nil, false
+		}
+		end := strings.IndexByte(body[1:], '"') + 1
+		if end == 0 {
+			return nil, false
+		}
+		k := body[1:end]
+		for i := 0; i < len(k); i++ {
+			if k[i] < 0x20 || k[i] == '\\' {
+				return nil, false
+			}
+		}
+		if !utf8.ValidString(k) {
+			return nil, false // json.Unmarshal would replace the bad bytes
+		}
+		keys = append(keys, k)
+		body = body[end+1:]
+		if body == "" {
+			return keys, true
+		}
+		if body[0] != ',' {
+			return nil, false
+		}
+		body = body[1:]
+	}
+}

@@ -1,0 +1,29 @@
+package sqlite
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+)
+
+// TestJSONStrings checks jsonStrings against json.Unmarshal on the forms
+// the hand-written path takes and on those it must hand over.
+func TestJSONStrings(t *testing.T) {
+	for _, in := range []string{
+		`[]`, `["a"]`, `["openai:gpt-4o-mini","tenant:acme"]`, `["k0","k1","k2","k3"]`, `[""]`, `["",""]`,
+		`["a]","[b"]`, `["é","日本"]`, `["a\"b"]`, `["a\\b"]`, `["\u00e9"]`, "[\"\xff\"]", `[ "a" ]`, `["a", "b"]`,
+		`["a",]`, `["a"`, `[`, ``, `null`, `["a""b"]`, `["a",1]`, `[1]`, `{"a":1}`, `["a"]x`, "[\"a\tb\"]",
+	} {
+		var want []string
+		wantErr := json.Unmarshal([]byte(in), &want)
+		var got []string
+		err := jsonStrings(in, &got)
+		if (err != nil) != (wantErr != nil) || !slices.Equal(got, want) || (got == nil) != (want == nil) {
+			t.Errorf("jsonStrings(%q) = %q, %v; json.Unmarshal: %q, %v", in, got, err, want, wantErr)
+		}
+	}
+	// The hand-written path is the one taken for stored keys.
+	if _, ok := plainStrings(`["openai:gpt-4o-mini","tenant:acme"]`); !ok {
+		t.Error("plain keys went to json.Unmarshal")
+	}
+}
