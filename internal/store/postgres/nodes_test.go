@@ -289,6 +289,11 @@ func TestLeaseNeverWaitsOnLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
+	// What UpsertLimit holds while it reconfigures the key: its key guard
+	// and its row.
+	if _, err := tx.Exec(ctx, exclusiveGuardSQL, "busy"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM limit_keys WHERE name = 'busy' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
