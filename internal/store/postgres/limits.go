@@ -72,10 +72,21 @@ func lockKeys(ctx context.Context, q querier, names, exclusive []string, skipLoc
 // snapshot is taken when it starts, and a guard waited for inside the read
 // would let it read the configuration from before the reconfiguration it
 // waited for. An advisory lock lives in the server's lock table only: no
-// WAL, no page written, no MultiXact. Its two keys are the schema's name
-// and the key's name, hashed; two names with one hash only make a
-// reconfiguration wait for a little more.
-const keyGuard = `hashtext(current_schema()), hashtext(n)`
+// WAL, no page written, no MultiXact. Its two keys are the schema's name,
+// hashed, and one of 32 buckets of key names (keyGuardBuckets): the lock table
+// is shared by every session and sized by max_locks_per_transaction (64 by
+// default, times the connections), and a finish of 256 jobs naming 256
+// keys, one lock each, on several nodes at once, could fill it ("out of
+// shared memory"); with buckets a transaction holds at most 32 guards.
+// Two names in one bucket only make a reconfiguration wait for a little
+// more, and a lease skip, during it, the keys that share its bucket. (The
+// schema is coalesced because the lock functions are strict: a NULL key
+// would take no lock, silently.)
+const keyGuard = `hashtext(coalesce(current_schema(), '')), hashtext(n) & ` + keyGuardBuckets
+
+// keyGuardBuckets is the mask that maps a name's hash to its bucket: 32
+// buckets.
+const keyGuardBuckets = `31`
 
 // guardKeysSQL takes the shared key guard of each name in $1, waiting for
 // a reconfiguration that holds one.
@@ -88,7 +99,7 @@ const tryGuardKeysSQL = `SELECT coalesce(array_agg(n), '{}') FROM unnest($1::tex
 	WHERE NOT pg_try_advisory_xact_lock_shared(` + keyGuard + `)`
 
 // exclusiveGuardSQL is UpsertLimit's guard of the key $1.
-const exclusiveGuardSQL = `SELECT pg_advisory_xact_lock(hashtext(current_schema()), hashtext($1::text))`
+const exclusiveGuardSQL = `SELECT pg_advisory_xact_lock(hashtext(coalesce(current_schema(), '')), hashtext($1::text) & ` + keyGuardBuckets + `)`
 
 // queueGuardKeys queues the guard of names on b, before their read.
 func queueGuardKeys(b *pgx.Batch, names []string, skipLocked bool) {

@@ -290,7 +290,8 @@ func TestLeaseNeverWaitsOnLocks(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	// What UpsertLimit holds while it reconfigures the key: its key guard
-	// and its row.
+	// and its row. ("busy" and "idle" are in different guard buckets, 8
+	// and 10; see keyGuard.)
 	if _, err := tx.Exec(ctx, exclusiveGuardSQL, "busy"); err != nil {
 		t.Fatal(err)
 	}
