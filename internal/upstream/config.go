@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math"
+	"net"
 	"strings"
 	"time"
 )
@@ -222,6 +223,12 @@ type Config struct {
 	MaxBodyBytes int64
 	// Now is the clock; default time.Now. Tests of timing may inject one.
 	Now func() time.Time
+	// Listener, when set, is served instead of a listener on Addr: a test
+	// passes an in-memory one (testkit.Pipes) so that the simulator, its
+	// latencies and its windows run on a testing/synctest bubble's fake
+	// clock, which a goroutine waiting on a loopback socket would stop.
+	// URL and RouteURL then name its Addr; the test's client must dial it.
+	Listener net.Listener
 }
 
 // WithDefaults returns a copy of c with every unset field given its default.

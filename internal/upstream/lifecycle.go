@@ -34,7 +34,14 @@ func Listen(addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Listener{ln: ln, url: "http://" + ln.Addr().String(), done: make(chan struct{})}, nil
+	return ListenOn(ln), nil
+}
+
+// ListenOn is Listen on a listener the caller made, such as a test's
+// in-memory one (testkit.Pipes), which lets a simulator run inside a
+// testing/synctest bubble. Close closes ln.
+func ListenOn(ln net.Listener) *Listener {
+	return &Listener{ln: ln, url: "http://" + ln.Addr().String(), done: make(chan struct{})}
 }
 
 // Serve serves h until [Listener.Close]; call it once. A request that

@@ -37,7 +37,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("upstream config: %w", err)
 	}
-	l, err := Listen(cfg.Addr)
+	l, err := listen(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("upstream listen %s: %w", cfg.Addr, err)
 	}
@@ -54,6 +54,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	l.Serve(s.routes())
 	return s, nil
+}
+
+// listen listens on cfg.Addr unless cfg names its own listener.
+func listen(cfg Config) (*Listener, error) {
+	if cfg.Listener != nil {
+		return ListenOn(cfg.Listener), nil
+	}
+	return Listen(cfg.Addr)
 }
 
 // RouteURL returns the webhook receiver URL of route name, URL()+"/hooks/"+name.

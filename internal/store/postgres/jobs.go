@@ -335,44 +335,12 @@ func getJob(ctx context.Context, q querier, id string, lock bool) (*job.Job, err
 }
 
 // List returns jobs matching p, newest first (ids sort by creation time),
-// without their history. Only the filters set appear in the SQL, so each
-// combination gets its own cached statement and a plan that uses its index.
+// without their history (store.ListQuery). Only the filters set appear in
+// the SQL, so each combination gets its own cached statement and a plan
+// that uses its index.
 func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error) {
-	var where []string
-	var args []any
-	add := func(col string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf("%s $%d", col, len(args)))
-	}
-	if p.Tenant != "" {
-		add("tenant =", p.Tenant)
-	}
-	if p.State != "" {
-		add("state =", string(p.State))
-	}
-	if p.Kind != "" {
-		add("kind =", p.Kind)
-	}
-	if p.Lane != "" {
-		add("lane =", string(p.Lane))
-	}
-	if p.Parent != "" {
-		add("parent_id =", p.Parent)
-	}
-	if p.LimitKey != "" {
-		args = append(args, p.LimitKey)
-		where = append(where, fmt.Sprintf("$%d = ANY(limit_keys)", len(args)))
-	}
-	if p.After != "" {
-		add("id <", p.After)
-	}
-	q := `SELECT ` + jobCols + ` FROM jobs`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	args = append(args, store.PageSize(p.Limit))
-	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
-	return collectJobs(s.pool.Query(ctx, q, args...))
+	q := store.ListQuery(jobCols, p, `? = ANY(limit_keys)`)
+	return collectJobs(s.pool.Query(ctx, q.Numbered(), q.Args()...))
 }
 
 // Delete removes a terminal job (a dead letter) and its history.

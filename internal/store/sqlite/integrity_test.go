@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
+	"github.com/ratelane/ratelane/internal/store/sqlite/sqlitetest"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
@@ -194,25 +194,7 @@ func TestReadyFailsWhenFileIsBroken(t *testing.T) {
 	if err := s.Ready(context.Background()); err != nil {
 		t.Fatalf("healthy store not ready: %v", err)
 	}
-	// Until a checkpoint, page 1 is read from the WAL, and damage to the
-	// file's copy is overwritten by the checkpoint; checkpoint first so
-	// that the damage is what SQLite reads.
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte(strings.Repeat("garbage!", 16)), 0); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	sqlitetest.DamageHeader(t, path)
 	if err := s.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("Ready on an overwritten header: %v", err)
 	}

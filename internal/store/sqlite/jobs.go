@@ -300,48 +300,21 @@ func (s *Store) getTx(tx *sql.Tx, id string) (*job.Job, error) {
 	return j, err
 }
 
-// List returns jobs matching p, newest first.
+// List returns jobs matching p, newest first (store.ListQuery).
 func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error) {
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		where = append(where, cond)
-		args = append(args, v)
-	}
-	if p.Tenant != "" {
-		add("tenant = ?", p.Tenant)
-	}
-	if p.State != "" {
-		add("state = ?", p.State)
-	}
-	if p.Kind != "" {
-		add("kind = ?", p.Kind)
-	}
-	if p.Lane != "" {
-		add("lane = ?", p.Lane)
-	}
-	if p.Parent != "" {
-		add("parent_id = ? AND parent_id <> ''", p.Parent) // repeated so the partial index applies
-	}
-	if p.LimitKey != "" {
-		// limit_keys is a JSON array; qualified because a table of the same
-		// name exists.
-		add("EXISTS (SELECT 1 FROM json_each(jobs.limit_keys) WHERE value = ?)", p.LimitKey)
-	}
-	if p.After != "" {
-		add("id < ?", p.After)
-	}
-	q := `SELECT ` + jobCols + ` FROM jobs`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += fmt.Sprintf(" ORDER BY id DESC LIMIT %d", store.PageSize(p.Limit))
-	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	q := listQuery(p)
+	rows, err := s.rdb.QueryContext(ctx, q.SQL(), q.Args()...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	return store.CollectRows(rows, func() (*job.Job, error) { return scanJob(rows) })
+}
+
+// listQuery is List's statement. limit_keys is a JSON array; the column
+// is qualified because a table of the same name exists.
+func listQuery(p store.ListParams) *store.Query {
+	return store.ListQuery(jobCols, p, `EXISTS (SELECT 1 FROM json_each(jobs.limit_keys) WHERE value = ?)`)
 }
 
 // Publish is the compare-and-set validated -> published.

@@ -19,6 +19,63 @@ var contractCases = map[string]func(*testing.T, Opener){
 	"ListPageCap":         testListPageCap,
 	"LimitValidation":     testLimitValidation,
 	"DeclareLimit":        testDeclareLimit,
+	"ListKindState":       testListKindState,
+}
+
+// List by kind and state, the engine's sweeps for accepted parents and
+// validated jobs (served by partial indexes since migration 0021, with the
+// state written into the statement), returns exactly that kind's jobs in
+// that state, newest first, paged by After; a state that is no job state
+// matches nothing and is no error, on every driver.
+func testListKindState(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	var accepted, validated []string
+	for i := range 6 {
+		j := NewJob("acme", job.LaneBatch, "k")
+		j.Kind = []string{"a", "b"}[i%2]
+		switch {
+		case i < 4:
+			j.State = job.StateAccepted
+			if j.Kind == "a" {
+				accepted = append([]string{j.ID}, accepted...)
+			}
+		default:
+			j.State = job.StateWaiting
+		}
+		insert(t, s, j)
+	}
+	for _, j := range lease(t, s, T0, 2) {
+		tr := success(j, T0)
+		tr.To, tr.Result = job.StateValidated, []byte(`{}`)
+		mustOK(t, finish(t, s, tr))
+		if j.Kind == "a" {
+			validated = append(validated, j.ID)
+		}
+	}
+	list := func(p store.ListParams) []string {
+		t.Helper()
+		got, err := s.List(ctx, p)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", p, err)
+		}
+		out := make([]string, len(got))
+		for i, j := range got {
+			out[i] = j.ID
+		}
+		return out
+	}
+	first := list(store.ListParams{Kind: "a", State: job.StateAccepted, Limit: 1})
+	rest := list(store.ListParams{Kind: "a", State: job.StateAccepted, After: first[0], Limit: 5})
+	if got := append(first, rest...); fmt.Sprint(got) != fmt.Sprint(accepted) {
+		t.Errorf("accepted jobs of kind a, two pages = %v, want %v", got, accepted)
+	}
+	if got := list(store.ListParams{Kind: "a", State: job.StateValidated}); fmt.Sprint(got) != fmt.Sprint(validated) {
+		t.Errorf("validated jobs of kind a = %v, want %v", got, validated)
+	}
+	if got := list(store.ListParams{Kind: "a", State: "bogus"}); len(got) != 0 {
+		t.Errorf("jobs in state bogus = %v, want none", got)
+	}
 }
 
 // List above its page cap returns MaxListLimit jobs on every driver

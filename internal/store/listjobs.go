@@ -1,0 +1,35 @@
+package store
+
+// ListQuery is List's statement for both SQL drivers: the columns cols of
+// the jobs matching p, newest first, one page (PageSize). hasKey is the
+// driver's condition that a job names a limit key, with one placeholder
+// for it (SQLite reads a JSON array, PostgreSQL a text[]); the rest is
+// one text, so the filters, their order and the paging cannot drift
+// apart between the drivers.
+//
+// A valid state is written into the statement as a literal, not a
+// placeholder: the partial indexes on a state (jobs_accepted_kind,
+// jobs_validated_kind: the engine's sweeps for accepted parents and
+// unpublished validated jobs, migration 0021) serve a query only when the
+// planner can see that the query's state is the index's. SQLite plans
+// with the bound values, but PostgreSQL's generic plan of a cached
+// prepared statement (pgx caches them) cannot see a parameter's value
+// and walks the primary key instead. A parent filter also requires a
+// non-empty parent_id, for the same reason (the partial index jobs_parent).
+func ListQuery(cols string, p ListParams, hasKey string) *Query {
+	q := NewQuery(`SELECT `+cols+` FROM jobs`).WhereSet(`tenant = ?`, p.Tenant)
+	switch {
+	case p.State.Valid():
+		q.Where(`state = '` + string(p.State) + `'`)
+	case p.State != "":
+		q.Where(`state = ?`, string(p.State))
+	}
+	q.WhereSet(`kind = ?`, p.Kind).WhereSet(`lane = ?`, string(p.Lane))
+	if p.Parent != "" {
+		q.Where(`parent_id = ? AND parent_id <> ''`, p.Parent)
+	}
+	if p.LimitKey != "" {
+		q.Where(hasKey, p.LimitKey)
+	}
+	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
+}

@@ -1,0 +1,2 @@
+DROP INDEX jobs_validated_kind;
+DROP INDEX jobs_accepted_kind;
