@@ -324,7 +324,12 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 }
 
 // sweepParentsVia is SweepParents handing validated parents to publish.
+//
+// One pass shares a SweepMemo (SweepMemoFrom) among its parents'
+// Aggregators, and aggregates each listed parent from its listed row
+// rather than reading the row again.
 func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Context, string)) error {
+	ctx = WithSweepMemo(ctx)
 	for _, kind := range e.aggKinds {
 		after := ""
 		for {
@@ -333,7 +338,7 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Conte
 				return err
 			}
 			for _, j := range js {
-				if err := e.aggregateParent(ctx, j.ID, publish); err != nil {
+				if err := e.aggregateJob(ctx, j, publish); err != nil {
 					return err
 				}
 			}
@@ -365,6 +370,14 @@ func (e *Engine) aggregateParent(ctx context.Context, id string, publish func(co
 	} else if err != nil {
 		return err
 	}
+	return e.aggregateJob(ctx, parent, publish)
+}
+
+// aggregateJob is aggregateParent for a parent row already read (the
+// sweep's listing). A row a moment old is safe: the advance is a
+// compare-and-set from accepted, so a parent advanced meanwhile is left
+// alone.
+func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish func(context.Context, string)) error {
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil {
 		return nil
