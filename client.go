@@ -153,7 +153,11 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 		Now: c.cfg.Now, Logger: c.cfg.Logger, Jobs: rt.jobs, MaxRunTime: c.cfg.MaxRunTime,
 		InFlight: inFlight(r),
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	c.metrics.AddYield(r.Name, rt.engine)
+	return nil
 }
 
 // kindsFor returns the kinds a region runs, refusing a region-bound handler

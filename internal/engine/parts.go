@@ -233,7 +233,9 @@ func (e *Engine) aggregateLoop() {
 		case <-e.stop:
 			return
 		case id := <-e.parents:
+			leave := e.yield.enter()
 			e.aggregateWoken(e.ctx, id)
+			leave()
 		}
 	}
 }
@@ -294,6 +296,7 @@ drain:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			e.yield.wait(ctx)
 			e.aggregateWoken(ctx, id)
 		}()
 	}
@@ -323,6 +326,10 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 	return e.sweepParentsVia(ctx, e.publish)
 }
 
+// sweepYieldEvery is how many parents a sweep pass asks between two
+// looks at the yield gate.
+const sweepYieldEvery = 32
+
 // sweepParentsVia is SweepParents handing validated parents to publish.
 //
 // One pass shares a SweepMemo (SweepMemoFrom) among its parents'
@@ -337,7 +344,15 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Conte
 			if err != nil {
 				return err
 			}
-			for _, j := range js {
+			for i, j := range js {
+				// Every sweepYieldEvery parents are a piece of batch-lane
+				// work: the pass holds there while interactive work is in
+				// flight. Not every parent: with interactive work always
+				// in flight, a pass over 10,000 waiting parents would take
+				// 10,000 holds.
+				if i%sweepYieldEvery == 0 {
+					e.yield.wait(ctx)
+				}
 				if err := e.aggregateJob(ctx, j, publish); err != nil {
 					return err
 				}
