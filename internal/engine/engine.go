@@ -124,10 +124,14 @@ type Config struct {
 	// BatchShare is batch work's minimum share of starts while interactive
 	// work is within budget; default 0.1. Negative means none.
 	BatchShare float64
-	// BatchYieldMax is the longest one piece of batch-lane work (a batch
-	// job's handler, a batch parent's aggregation, a batch job's
-	// publication) waits while interactive work is in flight in this
-	// engine; default DefaultBatchYieldMax. Negative turns the wait off.
+	// BatchYieldMax, when positive, turns on the yield gate (yield.go):
+	// the longest one piece of batch-lane work (a batch job's handler, a
+	// batch parent's aggregation, a batch job's publication) waits while
+	// interactive work is in flight in this engine. Zero (the default)
+	// or negative leaves the gate off: its one loaded measurement
+	// (docs/benchmarks.md, "Session 10 (s10h1)") showed the sweep slowed
+	// by the bound and no gain yet; DefaultBatchYieldMax is the value to
+	// try first.
 	BatchYieldMax time.Duration
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
@@ -196,9 +200,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchShare == 0 {
 		c.BatchShare = DefaultBatchShare
-	}
-	if c.BatchYieldMax == 0 {
-		c.BatchYieldMax = DefaultBatchYieldMax
 	}
 	if c.InteractiveBudget == 0 {
 		c.InteractiveBudget = job.DefaultInteractiveBudget

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// DefaultBatchYieldMax is the longest one piece of batch-lane work waits at
-// the yield gate (Config.BatchYieldMax). It is a few times an interactive
+// DefaultBatchYieldMax is the bound to try first for the yield gate
+// (Config.BatchYieldMax; the gate is off unless that is set). It is a few times an interactive
 // review's own work on an idle machine (about 15 ms from submit to
 // published), so a hold normally ends when the interactive work does, and
 // small beside what batch work may take anyway (a provider batch runs for
@@ -80,9 +80,9 @@ func (g *yieldGate) enter() (leave func()) {
 
 // wait holds a piece of batch-lane work while interactive work is in
 // flight: it returns when none is, when maxHold has passed, or when ctx
-// ends. A negative maxHold turns the gate off.
+// ends. A maxHold of zero or less means the gate is off.
 func (g *yieldGate) wait(ctx context.Context) {
-	if g.maxHold < 0 {
+	if g.maxHold <= 0 {
 		return
 	}
 	g.mu.Lock()

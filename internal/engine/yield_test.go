@@ -36,7 +36,7 @@ func TestBatchHandlerYieldsToInteractive(t *testing.T) {
 			return job.Outcome{Class: job.ClassSuccess}
 		})
 		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
-		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}})
+		e := start(t, engine.Config{Store: s, BatchYieldMax: engine.DefaultBatchYieldMax, Kinds: map[string]engine.Kind{"noop": {Handler: h}}})
 		<-entered
 
 		// The interactive handler never returns in time: the bound
