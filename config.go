@@ -65,6 +65,11 @@ type Config struct {
 	// BatchShare is batch's minimum share of starts while interactive work
 	// is within budget; default 0.1.
 	BatchShare float64
+	// BatchYieldMax, when positive, makes batch-lane work in this process
+	// wait while interactive work is in flight, at most this long per
+	// piece (engine.Config.BatchYieldMax; try 100 ms). Zero, the default,
+	// leaves the yield gate off.
+	BatchYieldMax time.Duration
 	// Retention is how long finished jobs are kept (and idempotency keys
 	// remembered); default 30 days.
 	Retention time.Duration

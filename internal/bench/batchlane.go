@@ -255,6 +255,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("sweep_interactive_write_wait_ms_per_review", 1000*wait.sum/float64(max(1, len(under))),
 			"ms interactive writes waited for the writer, summed, per interactive review")
 	}
+	// The engine's yield gate under the sweep: how many pieces of batch-lane
+	// work found interactive work in flight and waited (held until it
+	// ended, or released by the bound), and for how long in all.
+	if pieces := w2.yield["passed"] + w2.yield["held"] + w2.yield["bounded"] - w1.yield["passed"] - w1.yield["held"] - w1.yield["bounded"]; pieces > 0 {
+		r.add("sweep_batch_pieces", pieces, "pieces of batch-lane work at the yield gate during the sweep")
+		r.add("sweep_batch_pieces_held", w2.yield["held"]-w1.yield["held"], "of them held until no interactive work was in flight")
+		r.add("sweep_batch_pieces_bounded", w2.yield["bounded"]-w1.yield["bounded"], "of them released by the bound with interactive work in flight")
+		r.add("sweep_batch_held_seconds", w2.yieldSecs-w1.yieldSecs, "s batch-lane work waited at the yield gate, summed")
+	}
 	return r, nil
 }
 
@@ -286,6 +295,10 @@ type writeCounts struct {
 	writes, txs  float64
 	ok           bool
 	wait, behind histReading
+	// yield is the engine's yield gate: pieces of batch-lane work by
+	// result (passed, held, bounded), and yieldSecs their summed wait.
+	yield     map[string]float64
+	yieldSecs float64
 }
 
 // histReading is a reading of a cumulative histogram.
@@ -349,7 +362,7 @@ func (h histReading) max() float64 { return h.quantile(1) }
 // ratelane_store_transactions_total from reg (ok false when the store
 // does not count them).
 func storeWrites(reg *prometheus.Registry) writeCounts {
-	var w writeCounts
+	w := writeCounts{yield: map[string]float64{}}
 	mfs, err := reg.Gather()
 	if err != nil {
 		return w
@@ -362,6 +375,14 @@ func storeWrites(reg *prometheus.Registry) writeCounts {
 				w.ok = true
 			case "ratelane_store_transactions_total":
 				w.txs += m.GetCounter().GetValue()
+			case "ratelane_batch_yield_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" {
+						w.yield[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			case "ratelane_batch_yield_seconds_total":
+				w.yieldSecs += m.GetCounter().GetValue()
 			case "ratelane_store_write_wait_seconds", "ratelane_store_write_behind":
 				if !hasLabel(m, "lane", string(ratelane.LaneInteractive)) {
 					continue

@@ -124,6 +124,15 @@ type Config struct {
 	// BatchShare is batch work's minimum share of starts while interactive
 	// work is within budget; default 0.1. Negative means none.
 	BatchShare float64
+	// BatchYieldMax, when positive, turns on the yield gate (yield.go):
+	// the longest one piece of batch-lane work (a batch job's handler, a
+	// batch parent's aggregation, a batch job's publication) waits while
+	// interactive work is in flight in this engine. Zero (the default)
+	// or negative leaves the gate off: its one loaded measurement
+	// (docs/benchmarks.md, "Session 10 (s10h1)") showed the sweep slowed
+	// by the bound and no gain yet; DefaultBatchYieldMax is the value to
+	// try first.
+	BatchYieldMax time.Duration
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
 	// Retention is how long finished jobs are kept; default 30 days.
@@ -315,6 +324,8 @@ type Engine struct {
 	publishRetryAt atomic.Int64
 	// pub is the publication pool (publish.go).
 	pub pubPool
+	// yield holds batch-lane work while interactive work runs (yield.go).
+	yield *yieldGate
 }
 
 // maxAdmits bounds the admission times remembered; past it the poll
@@ -329,6 +340,11 @@ type runningJob struct {
 	started time.Time
 	maxRun  time.Duration
 	cancel  context.CancelCauseFunc
+
+	// leave ends the attempt's interactive work at the yield gate (a no-op
+	// for a batch-lane job): when its handler returns, or when the engine
+	// abandons it, so a stuck handler does not hold the batch lane.
+	leave func()
 
 	overrun   bool // past maxRun: context cancelled, lease no longer renewed
 	returned  bool // the handler returned and its outcome was handed on
@@ -353,6 +369,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("region", cfg.Region),
+		yield:   newYieldGate(cfg.BatchYieldMax),
 		wake:    make(chan struct{}, 1),
 		results: make(chan result, cfg.Workers),
 		slots:   make(chan struct{}, cfg.Workers),
@@ -639,13 +656,21 @@ func (e *Engine) run(j *job.Job) {
 	if !j.Deadline.IsZero() {
 		hctx, stopDeadline = context.WithDeadline(ctx, j.Deadline)
 	}
-	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel}
+	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel, leave: func() {}}
+	if j.Lane != job.LaneBatch {
+		r.leave = e.yield.enter()
+	}
 	e.mu.Lock()
 	e.running[j.ID] = r
 	e.mu.Unlock()
 	e.wg.Add(1)
 	go func() {
+		if j.Lane == job.LaneBatch {
+			e.yield.wait(hctx)
+			hctx = context.WithValue(hctx, yieldKey{}, e.yield) // for Yield
+		}
 		out := e.handle(hctx, j)
+		r.leave()
 		answered := e.cfg.Now()
 		stopDeadline()
 		cancel(nil)

@@ -233,7 +233,9 @@ func (e *Engine) aggregateLoop() {
 		case <-e.stop:
 			return
 		case id := <-e.parents:
+			leave := e.yield.enter()
 			e.aggregateWoken(e.ctx, id)
+			leave()
 		}
 	}
 }
@@ -294,6 +296,7 @@ drain:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			e.yield.wait(ctx)
 			e.aggregateWoken(ctx, id)
 		}()
 	}
@@ -323,8 +326,17 @@ func (e *Engine) SweepParents(ctx context.Context) error {
 	return e.sweepParentsVia(ctx, e.publish)
 }
 
+// sweepYieldEvery is how many parents a sweep pass asks between two
+// looks at the yield gate.
+const sweepYieldEvery = 32
+
 // sweepParentsVia is SweepParents handing validated parents to publish.
+//
+// One pass shares a SweepMemo (SweepMemoFrom) among its parents'
+// Aggregators, and aggregates each listed parent from its listed row
+// rather than reading the row again.
 func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Context, string)) error {
+	ctx = WithSweepMemo(ctx)
 	for _, kind := range e.aggKinds {
 		after := ""
 		for {
@@ -332,8 +344,16 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Conte
 			if err != nil {
 				return err
 			}
-			for _, j := range js {
-				if err := e.aggregateParent(ctx, j.ID, publish); err != nil {
+			for i, j := range js {
+				// Every sweepYieldEvery parents are a piece of batch-lane
+				// work: the pass holds there while interactive work is in
+				// flight. Not every parent: with interactive work always
+				// in flight, a pass over 10,000 waiting parents would take
+				// 10,000 holds.
+				if i%sweepYieldEvery == 0 {
+					e.yield.wait(ctx)
+				}
+				if err := e.aggregateJob(ctx, j, publish); err != nil {
 					return err
 				}
 			}
@@ -365,6 +385,14 @@ func (e *Engine) aggregateParent(ctx context.Context, id string, publish func(co
 	} else if err != nil {
 		return err
 	}
+	return e.aggregateJob(ctx, parent, publish)
+}
+
+// aggregateJob is aggregateParent for a parent row already read (the
+// sweep's listing). A row a moment old is safe: the advance is a
+// compare-and-set from accepted, so a parent advanced meanwhile is left
+// alone.
+func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish func(context.Context, string)) error {
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil {
 		return nil

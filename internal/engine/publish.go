@@ -252,6 +252,11 @@ func (e *Engine) publish(ctx context.Context, id string) {
 		return
 	}
 	ctx = store.WithLane(ctx, j.Lane) // a batch job's publication yields to interactive writes
+	if j.Lane == job.LaneBatch {
+		e.yield.wait(ctx) // and to interactive work in flight
+	} else {
+		defer e.yield.enter()()
+	}
 	token := fmt.Sprintf("%s-%d", e.claimPrefix, e.claims.Add(1))
 	if err := e.jobs.ClaimPublish(ctx, id, token, e.cfg.Now().Add(e.cfg.LeaseFor)); err != nil {
 		if errors.Is(err, store.ErrConflict) {

@@ -98,6 +98,7 @@ func (e *Engine) abandon(r *runningJob, now time.Time) {
 	if r.stopping {
 		out = job.Outcome{Class: job.ClassTransient, Err: "engine stopped; the handler ignored its cancelled context"}
 	}
+	r.leave() // its interactive work no longer holds the batch lane
 	e.results <- result{job: r.job, out: out}
 	if r.slotFreed {
 		<-e.slots

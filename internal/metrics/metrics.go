@@ -27,6 +27,8 @@
 //	ratelane_store_transactions_total{region}   transactions (fsyncs) that committed them (SQLite)
 //	ratelane_store_write_wait_seconds{region,lane}  a write's wait for the single writer (SQLite)
 //	ratelane_store_write_behind{region,lane}    the other lane's writes run while a write waited (SQLite)
+//	ratelane_batch_yield_total{region,result}   pieces of batch-lane work at the engine's yield gate: passed, held, bounded
+//	ratelane_batch_yield_seconds_total{region}  time batch-lane work waited there for interactive work in flight
 //	ratelane_leases_recovered_total             expired leases the reaper recovered
 //	ratelane_late_outcomes_refused_total{op}    late finishes and heartbeats of a lost lease, refused
 //	ratelane_handlers_abandoned_total{kind}     attempts abandoned past their maximum run time
@@ -83,6 +85,7 @@ type Metrics struct {
 	stats       *statsCollector
 	keys        *keyCollector
 	writes      *writeCollector
+	yield       *yieldCollector
 
 	kinds, scopes *bounded
 }
@@ -138,11 +141,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		stats:  newStatsCollector(),
 		keys:   newKeyCollector(),
 		writes: newWriteCollector(),
+		yield:  newYieldCollector(),
 		kinds:  newBounded(MaxLabelValues),
 		scopes: newBounded(MaxLabelValues),
 	}
 	for _, c := range []prometheus.Collector{m.attempts, m.rateLimited, m.retryDelay, m.terminal, m.leases, m.replays,
-		m.recovered, m.refused, m.abandoned, m.stuck, m.published, m.pubQueued, m.ticks, m.stats, m.keys, m.writes} {
+		m.recovered, m.refused, m.abandoned, m.stuck, m.published, m.pubQueued, m.ticks, m.stats, m.keys, m.writes, m.yield} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/crashpoint"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/llmbatch"
 	"github.com/ratelane/ratelane/internal/review/diff"
@@ -286,6 +287,7 @@ func (p *pass) settleGroup(ctx context.Context, group []settlement) error {
 	if len(group) == 0 {
 		return nil
 	}
+	engine.Yield(ctx) // each group is a piece of batch-lane work
 	ps := make([]store.SettleBatchItemParams, len(group))
 	for i, g := range group {
 		ps[i] = g.p
@@ -487,6 +489,7 @@ func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states
 		if !slices.Contains(states, llmbatch.State(sc.State)) {
 			continue
 		}
+		engine.Yield(ctx) // each chunk's step is a piece of batch-lane work
 		var c llmbatch.Chunk
 		if err := json.Unmarshal(sc.Record, &c); err != nil {
 			return fmt.Errorf("chunk %s: record does not decode: %w", sc.Key, err)

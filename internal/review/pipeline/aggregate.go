@@ -133,7 +133,26 @@ func batchStates(ctx context.Context, cfg AggregateConfig, parent *job.Job, args
 // lane (Args.Batch) as its parts; the parts of an interactive review are
 // its part jobs (engine.Jobs.Parts, JobStates). A batch of another tenant
 // or region than the review contributes nothing (ErrForeignBatch).
+//
+// Inside a periodic sweep pass (engine.SweepMemoFrom) the batch's head and
+// all its items are read once for the pass and shared by its reviews
+// (sweepBatch): a pass over 10,000 waiting reviews of 10 batches makes 20
+// reads of this kind instead of 20,000.
 func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args) ([]PartState, error) {
+	if m := engine.SweepMemoFrom(ctx); m != nil {
+		v, err := m.Load(sweepBatchKey(args.Batch), func() (any, error) { return readSweepBatch(ctx, st, args.Batch) })
+		if err != nil {
+			if errors.Is(err, ErrBatchNotFound) {
+				return nil, fmt.Errorf("review %s: %w", parent.ID, ErrBatchNotFound)
+			}
+			return nil, err
+		}
+		sb := v.(*sweepBatch)
+		if sb.head.Tenant != parent.Tenant || sb.head.Region != parent.Region {
+			return nil, fmt.Errorf("review %s: %w", parent.ID, ErrForeignBatch)
+		}
+		return sb.byJob[parent.ID], nil
+	}
 	b, err := st.GetBatchHead(ctx, args.Batch)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("review %s: %w", parent.ID, ErrBatchNotFound)
@@ -155,6 +174,42 @@ func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args)
 		}
 		if len(items) < 1000 {
 			return out, nil
+		}
+		after = items[len(items)-1].CustomID
+	}
+}
+
+// sweepBatchKey keys a batch's sweepBatch in a sweep pass's memo.
+type sweepBatchKey string
+
+// sweepBatch is one batch as a sweep pass reads it: its head and its
+// items' states grouped by review, each review's in custom_id order (as
+// PartStates reads them one review at a time).
+type sweepBatch struct {
+	head  *store.Batch
+	byJob map[string][]PartState
+}
+
+// readSweepBatch reads batch id's head and every item, a page at a time.
+func readSweepBatch(ctx context.Context, st BatchReader, id string) (*sweepBatch, error) {
+	b, err := st.GetBatchHead(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrBatchNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	sb := &sweepBatch{head: b, byJob: map[string][]PartState{}}
+	after := ""
+	for {
+		items, err := st.BatchItems(ctx, store.BatchItemParams{BatchID: id, After: after, Limit: store.BatchItemPage})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			sb.byJob[it.JobID] = append(sb.byJob[it.JobID], ItemState(it))
+		}
+		if len(items) < store.BatchItemPage {
+			return sb, nil
 		}
 		after = items[len(items)-1].CustomID
 	}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +13,11 @@ import (
 // laneStats are the writer's figures per lane (store.LaneWrites): atomic,
 // so WriteCounts reads them while the writer runs.
 type laneStats struct {
+	// mu orders a write's enqueue (and its read of the other lane's
+	// ended) with the writer's count of finished writes, so that a
+	// write's Behind counts exactly the other lane's writes that finished
+	// while it was queued or running.
+	mu                 sync.Mutex
 	interactive, batch laneCounts
 }
 
@@ -46,7 +52,11 @@ func (l *laneStats) started(r *writeReq) {
 }
 
 // ended records that the writer finished running r.
-func (l *laneStats) ended(r *writeReq) { l.of(r.lane).ended.Add(1) }
+func (l *laneStats) ended(r *writeReq) {
+	l.mu.Lock()
+	l.of(r.lane).ended.Add(1)
+	l.mu.Unlock()
+}
 
 // done records, as r is answered, how many writes of the other lane the
 // writer ran between r's call and its commit.

@@ -35,13 +35,28 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if lane == job.LaneBatch {
 		q = s.batchReqs
 	}
-	r := &writeReq{fn: fn, done: make(chan error, 1), lane: lane, at: time.Now(), ended: s.lanes.otherEnded(lane)}
+	r := &writeReq{fn: fn, done: make(chan error, 1), lane: lane, at: time.Now()}
+	// The other lane's count is read together with the enqueue, under the
+	// lock the writer counts under: read before it (as until session 10),
+	// a sender delayed between the read and the send (a GC assist, the OS)
+	// was charged with batch writes that ran before it was queued, which
+	// the writer could not have put behind it.
+	s.lanes.mu.Lock()
+	r.ended = s.lanes.otherEnded(lane)
 	select {
 	case q <- r:
-	case <-s.stop:
-		return errClosed
-	case <-ctx.Done():
-		return ctx.Err()
+		s.lanes.mu.Unlock()
+	default:
+		// The queue is full: wait outside the lock (the writer needs it
+		// to count); the wait for room counts as waiting.
+		s.lanes.mu.Unlock()
+		select {
+		case q <- r:
+		case <-s.stop:
+			return errClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	// Once queued, the write is waited for even if ctx ends: the caller
 	// must learn whether it happened.
@@ -69,6 +84,14 @@ func (s *Store) writer() {
 		case r := <-s.reqs:
 			s.commit(r)
 		case r := <-s.batchReqs:
+			// An interactive write queued between the look above and this
+			// select may have been ready too (select picks at random): it
+			// goes first, and r starts the next transaction.
+			select {
+			case i := <-s.reqs:
+				s.commit(i)
+			default:
+			}
 			s.commit(r)
 		case <-s.stop:
 			for {

@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultBatchYieldMax is the bound to try first for the yield gate
+// (Config.BatchYieldMax; the gate is off unless that is set). It is a few times an interactive
+// review's own work on an idle machine (about 15 ms from submit to
+// published), so a hold normally ends when the interactive work does, and
+// small beside what batch work may take anyway (a provider batch runs for
+// minutes to a day), so the bound costs the batch lane little even under a
+// continuous interactive stream.
+const DefaultBatchYieldMax = 100 * time.Millisecond
+
+// yieldGate is the engine's promise that batch work yields to interactive
+// work within one process: interactive work (a leased interactive job's
+// handler, an interactive parent's aggregation, an interactive job's
+// publication) enters it while it runs; batch-lane work (a batch job's
+// handler, a batch parent's aggregation or sweep step, a batch job's
+// publication) waits at it while any interactive work is in flight, for at
+// most maxHold. The store's single writer already serves interactive
+// writes first; the gate does the same for the CPU the batch lane's
+// goroutines would take on a small machine, where the writer's order
+// alone left an interactive review's handler, aggregation and
+// publication competing with a sweep's.
+//
+// The bound is the starvation guard: a continuous interactive stream delays
+// each piece of batch work by at most maxHold, so the batch lane always
+// progresses (each of its goroutines at least one piece per maxHold). It is
+// per piece, not a share of time, because batch pieces are short and
+// their goroutines many: they are held together and released together.
+//
+// Only this process's work is seen; another node's interactive work is not
+// (the store's lanes and admission's batch share cover the region).
+type yieldGate struct {
+	maxHold time.Duration
+
+	mu       sync.Mutex
+	inFlight int
+	// idle is closed when inFlight falls to zero, and replaced when it
+	// rises from zero.
+	idle chan struct{}
+
+	// Counts for YieldCounts.
+	passed, held, bounded atomic.Int64
+	heldNanos             atomic.Int64
+}
+
+func newYieldGate(maxHold time.Duration) *yieldGate {
+	idle := make(chan struct{})
+	close(idle)
+	return &yieldGate{maxHold: maxHold, idle: idle}
+}
+
+// enter marks one piece of interactive work in flight until the returned
+// func is called (exactly once).
+func (g *yieldGate) enter() (leave func()) {
+	g.mu.Lock()
+	if g.inFlight == 0 {
+		g.idle = make(chan struct{})
+	}
+	g.inFlight++
+	g.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			g.inFlight--
+			if g.inFlight == 0 {
+				close(g.idle)
+			}
+			g.mu.Unlock()
+		})
+	}
+}
+
+// wait holds a piece of batch-lane work while interactive work is in
+// flight: it returns when none is, when maxHold has passed, or when ctx
+// ends. A maxHold of zero or less means the gate is off.
+func (g *yieldGate) wait(ctx context.Context) {
+	if g.maxHold <= 0 {
+		return
+	}
+	g.mu.Lock()
+	idle, busy := g.idle, g.inFlight > 0
+	g.mu.Unlock()
+	if !busy {
+		g.passed.Add(1)
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(g.maxHold)
+	defer t.Stop()
+	select {
+	case <-idle:
+		g.held.Add(1)
+	case <-t.C:
+		g.bounded.Add(1)
+	case <-ctx.Done():
+		g.held.Add(1)
+	}
+	g.heldNanos.Add(int64(time.Since(start)))
+}
+
+// YieldCounts are an engine's yield-gate totals since it was made.
+type YieldCounts struct {
+	// Passed counts pieces of batch-lane work that found no interactive
+	// work in flight; Held those that waited until there was none (or
+	// their context ended); Bounded those released by the bound
+	// (Config.BatchYieldMax) while interactive work was still in flight.
+	Passed, Held, Bounded int64
+	// HeldSeconds is the time batch-lane work spent waiting at the gate,
+	// summed over its pieces.
+	HeldSeconds float64
+}
+
+// YieldCounts returns the engine's yield-gate totals. It is safe for
+// concurrent use.
+func (e *Engine) YieldCounts() YieldCounts {
+	g := e.yield
+	return YieldCounts{Passed: g.passed.Load(), Held: g.held.Load(), Bounded: g.bounded.Load(),
+		HeldSeconds: time.Duration(g.heldNanos.Load()).Seconds()}
+}
+
+type yieldKey struct{}
+
+// Yield holds a batch-lane handler between two pieces of its work while
+// interactive work is in flight in its engine, for at most the engine's
+// BatchYieldMax; it returns at once for any other context (an interactive
+// handler's, or a caller outside the engine). A batch-lane handler whose
+// one attempt does much (settles a provider batch's thousand results, a
+// group of writes at a time) calls it between the pieces, so interactive
+// work waits for one piece, not the whole attempt: the engine itself only
+// holds the attempt before it starts.
+func Yield(ctx context.Context) {
+	if g, ok := ctx.Value(yieldKey{}).(*yieldGate); ok {
+		g.wait(ctx)
+	}
+}
+
+// BatchYield is YieldCounts taken apart, for the metrics collector
+// (metrics.YieldSource).
+func (e *Engine) BatchYield() (passed, held, bounded int64, heldSeconds float64) {
+	c := e.YieldCounts()
+	return c.Passed, c.Held, c.Bounded, c.HeldSeconds
+}

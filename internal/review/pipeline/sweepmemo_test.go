@@ -1,0 +1,100 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// fakeBatches is a BatchReader over items held in memory that counts its
+// reads; it pages BatchItems as the stores do (custom_id order, After,
+// Limit).
+type fakeBatches struct {
+	head         store.Batch
+	items        []store.BatchItem // in custom_id order
+	heads, pages int
+}
+
+func (f *fakeBatches) GetBatchHead(_ context.Context, id string) (*store.Batch, error) {
+	f.heads++
+	if id != f.head.ID {
+		return nil, store.ErrNotFound
+	}
+	h := f.head
+	return &h, nil
+}
+
+func (f *fakeBatches) BatchItems(_ context.Context, p store.BatchItemParams) ([]store.BatchItem, error) {
+	f.pages++
+	var out []store.BatchItem
+	for _, it := range f.items {
+		if it.BatchID == p.BatchID && it.CustomID > p.After && (p.JobID == "" || it.JobID == p.JobID) && len(out) < p.Limit {
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
+
+// TestPartStatesReadABatchOncePerSweepPass: in a sweep pass
+// (engine.WithSweepMemo) the reviews of one batch share one read of its
+// head and of its items (1,500 items: two pages), and each review gets
+// exactly the states it gets without the memo, its own items in custom_id
+// order; a review of another tenant is still refused. Outside a pass
+// every review reads the head and its own items.
+func TestPartStatesReadABatchOncePerSweepPass(t *testing.T) {
+	t.Parallel()
+	const reviews, perReview = 500, 3
+	f := &fakeBatches{head: store.Batch{ID: "b1", Tenant: "acme", Region: "us"}}
+	for i := range reviews * perReview {
+		st := store.ItemPending
+		if i%7 == 0 {
+			st = store.ItemSucceeded
+		}
+		f.items = append(f.items, store.BatchItem{BatchID: "b1", CustomID: fmt.Sprintf("r-%05d", i), JobID: fmt.Sprintf("job-%03d", i%reviews),
+			Index: i / reviews, State: st})
+	}
+	parent := func(n int) *job.Job { return &job.Job{ID: fmt.Sprintf("job-%03d", n), Tenant: "acme", Region: "us"} }
+	args := Args{Batch: "b1"}
+	ctx := context.Background()
+
+	var fresh [][]PartState
+	for n := range reviews {
+		ps, err := PartStates(ctx, f, parent(n), args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh = append(fresh, ps)
+	}
+	if f.heads != reviews || f.pages != reviews {
+		t.Fatalf("without a memo: %d head reads and %d item pages, want %d each", f.heads, f.pages, reviews)
+	}
+
+	f.heads, f.pages = 0, 0
+	pass := engine.WithSweepMemo(ctx)
+	for n := range reviews {
+		ps, err := PartStates(pass, f, parent(n), args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) != perReview || !reflect.DeepEqual(ps, fresh[n]) {
+			t.Fatalf("review %d in a pass: %+v, want %+v", n, ps, fresh[n])
+		}
+	}
+	if f.heads != 1 || f.pages != 2 {
+		t.Fatalf("in a pass: %d head reads and %d item pages, want 1 and 2", f.heads, f.pages)
+	}
+	foreign := parent(1)
+	foreign.Tenant = "other"
+	if _, err := PartStates(pass, f, foreign, args); !errors.Is(err, ErrForeignBatch) {
+		t.Fatalf("another tenant's review in a pass: %v, want ErrForeignBatch", err)
+	}
+	if _, err := PartStates(pass, f, parent(1), Args{Batch: "gone"}); !errors.Is(err, ErrBatchNotFound) {
+		t.Fatalf("a review of an unrecorded batch in a pass: %v, want ErrBatchNotFound", err)
+	}
+}
