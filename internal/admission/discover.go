@@ -219,7 +219,8 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	if e := s.PausedUntil; !e.IsZero() && e.After(now.Add(-d)) && e.Before(now) {
 		active = now.Sub(e)
 	}
-	full := float64(inStarts) >= SentShare*current*active.Seconds() || float64(inRefusals) >= RefusedShare*float64(inStarts)
+	sendable := current * active.Seconds() * s.windowShare(inStarts, cost)
+	full := float64(inStarts) >= SentShare*sendable || float64(inRefusals) >= RefusedShare*float64(inStarts)
 	// A silent drop: the key had been sending at its ceiling (never cut,
 	// or probed all the way back), cleanly, for SilentRun windows, and the
 	// upstream took nearly all of it up to this refusal. (A key holding a
@@ -231,7 +232,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	// hold corrects it.
 	run := maxTime(time.Unix(0, s.active), maxTime(s.LastRefusal, s.PausedUntil))
 	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
-		est >= current*(1-SilentShare) && now.Sub(run) >= SilentRun*d
+		est*d.Seconds() >= sendable*(1-SilentShare) && now.Sub(run) >= SilentRun*d
 	var target float64
 	measured := false
 	switch {
@@ -342,6 +343,29 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	s.LastRefusal = now
 	s.probe, s.probeAt = 0, 0
 	return true
+}
+
+// windowShare is the share of its learned rate's worth of starts a key
+// with window shapes can make in a discovery window, given that a window
+// counts each start from its lease until its answer is applied (see
+// window.go): with starts taking T in flight, a sliding window of limit L
+// per period P admits L per P+T, not per P. T is read from the key
+// itself, by Little's law: its leases in flight (the refused one, which
+// was until now, included) over the rate it started them at in the
+// trailing window, so that the share is inStarts/(inStarts+in flight).
+// On the real clock T is the round trip plus the start lag and the
+// finish queue's delay, a tenth of a second or more on a loaded machine;
+// a key that sent all its windows let it through sent under its learned
+// rate's worth by that share, and rules that ask whether the key sent
+// its rate (full, the silent drop in refused) must ask it of this share
+// of the rate. Without windows (a bucket) the key can send its rate
+// whatever the round trip: 1.
+func (s *State) windowShare(inStarts, cost int64) float64 {
+	if len(s.Windows) == 0 || inStarts <= 0 {
+		return 1
+	}
+	in := float64(s.InFlight) + float64(cost)
+	return float64(inStarts) / (float64(inStarts) + in)
 }
 
 // silentHold is the hold after a silent drop that ended a clean run of

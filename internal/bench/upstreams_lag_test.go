@@ -154,3 +154,49 @@ func TestVirtualLag(t *testing.T) {
 	})
 	t.Log("\n" + table.String())
 }
+
+// issueMix is the upstreams plan's issue mix.
+func issueMix(t *testing.T) UpstreamsMix {
+	t.Helper()
+	for _, m := range Upstreams(false).Mixes {
+		if m.Name == "issue" {
+			return m
+		}
+	}
+	t.Fatal("no issue mix")
+	return UpstreamsMix{}
+}
+
+// TestVirtualLagSilentDrop is session 9's item 2 (s9h2) made
+// deterministic: halving-503's limit halves silently 4 s into the run,
+// and its first refusal after that must be read as a silent drop and cut
+// the key's rate by about half, whatever the sender's lag. A sender
+// whose windows count each start until its answer is applied sends
+// under its learned rate's worth by the share its round trip takes; read
+// against the learned rate, the refusal looked like a key that had not
+// been sending its rate, and was trimmed (29.1 -> 24.2 or 25.2) instead,
+// each further refusal then costing a 1 s pause.
+func TestVirtualLagSilentDrop(t *testing.T) {
+	m := issueMix(t)
+	for _, lag := range []virtualLag{{name: "none"}, lagQuiet, lagLoaded} {
+		for seed := uint64(1); seed <= 8; seed++ {
+			r := runVirtualMixLag(t, m, seed, 60*time.Second, upstream.Latency{}, lag)
+			for _, v := range r.dests {
+				if v.d.Name != "halving-503" {
+					continue
+				}
+				i := slices.IndexFunc(v.refusals, func(x virtualRefusal) bool { return x.at > 4*time.Second })
+				if i < 0 {
+					t.Errorf("lag %s seed %d: halving-503 never refused after its drop", lag.name, seed)
+					continue
+				}
+				f := v.refusals[i]
+				t.Logf("lag %s seed %d: drop refused at %v, learned %.1f -> %.1f", lag.name, seed, f.at, f.rateBefore, f.rateAfter)
+				if f.rateAfter > 0.7*f.rateBefore {
+					t.Errorf("lag %s seed %d: halving-503's silent drop (refused at %v) cut its rate %.1f -> %.1f, want about half",
+						lag.name, seed, f.at, f.rateBefore, f.rateAfter)
+				}
+			}
+		}
+	}
+}
