@@ -232,7 +232,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	// hold corrects it.
 	run := maxTime(time.Unix(0, s.active), maxTime(s.LastRefusal, s.PausedUntil))
 	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
-		est*d.Seconds() >= sendable*(1-SilentShare) && now.Sub(run) >= SilentRun*d
+		est*d.Seconds() >= s.silentSent(current*d.Seconds(), inStarts)*(1-SilentShare) && now.Sub(run) >= SilentRun*d
 	var target float64
 	measured := false
 	switch {
@@ -368,6 +368,25 @@ func (s *State) windowShare(inStarts, cost int64) float64 {
 	return float64(inStarts) / (float64(inStarts) + in)
 }
 
+// silentSent is what a silent drop's window is judged against: the
+// upstream took nearly all of it, then refused. For a key without windows
+// it is its learned rate's worth, rateWorth (a bucket sends its rate
+// whatever the round trip, and one that sent less had a reason the
+// upstream may have given: a ceiling above the limit, refused before
+// each window filled; TestVirtualAdapt's goodput fell from 0.895 to
+// 0.810 when it was judged against its starts). A key with windows sends
+// what they let through, less than its rate's worth by its round trip
+// and, on a fixed window, by the starts straddling a boundary (counted
+// in both windows); what it sent, inStarts, is the measure: judged
+// against its rate, halving-503's drop under lag read as a key that had
+// not been sending and was trimmed instead of halved.
+func (s *State) silentSent(rateWorth float64, inStarts int64) float64 {
+	if len(s.Windows) == 0 {
+		return rateWorth
+	}
+	return math.Min(rateWorth, float64(inStarts))
+}
+
 // silentHold is the hold after a silent drop that ended a clean run of
 // the given length at the key's ceiling: SilentHoldPerRun of it, within
 // SilentHold and MaxSilentHold. A limit's past is the only evidence of
@@ -419,6 +438,9 @@ func (s *State) estimate(now time.Time) (float64, bool) {
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	inStarts, inRefusals := starts.since(t-dn), refusals.since(t-dn)
 	first, ok := starts.first(t - dn)
+	if s.active != 0 {
+		first = min(first, s.active)
+	}
 	if !ok || (s.LastRefusal.IsZero() && s.good == 0 && t-first < dn*3/4) {
 		return 0, false
 	}
