@@ -219,7 +219,8 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	if e := s.PausedUntil; !e.IsZero() && e.After(now.Add(-d)) && e.Before(now) {
 		active = now.Sub(e)
 	}
-	full := float64(inStarts) >= SentShare*current*active.Seconds() || float64(inRefusals) >= RefusedShare*float64(inStarts)
+	sendable := current * active.Seconds() * s.windowShare(inStarts, cost)
+	full := float64(inStarts) >= SentShare*sendable || float64(inRefusals) >= RefusedShare*float64(inStarts)
 	// A silent drop: the key had been sending at its ceiling (never cut,
 	// or probed all the way back), cleanly, for SilentRun windows, and the
 	// upstream took nearly all of it up to this refusal. (A key holding a
@@ -231,7 +232,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	// hold corrects it.
 	run := maxTime(time.Unix(0, s.active), maxTime(s.LastRefusal, s.PausedUntil))
 	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
-		est >= current*(1-SilentShare) && now.Sub(run) >= SilentRun*d
+		est*d.Seconds() >= s.silentSent(current*d.Seconds(), inStarts)*(1-SilentShare) && now.Sub(run) >= SilentRun*d
 	var target float64
 	measured := false
 	switch {
@@ -344,6 +345,48 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	return true
 }
 
+// windowShare is the share of its learned rate's worth of starts a key
+// with window shapes can make in a discovery window, given that a window
+// counts each start from its lease until its answer is applied (see
+// window.go): with starts taking T in flight, a sliding window of limit L
+// per period P admits L per P+T, not per P. T is read from the key
+// itself, by Little's law: its leases in flight (the refused one, which
+// was until now, included) over the rate it started them at in the
+// trailing window, so that the share is inStarts/(inStarts+in flight).
+// On the real clock T is the round trip plus the start lag and the
+// finish queue's delay, a tenth of a second or more on a loaded machine;
+// a key that sent all its windows let it through sent under its learned
+// rate's worth by that share, and rules that ask whether the key sent
+// its rate (full, the silent drop in refused) must ask it of this share
+// of the rate. Without windows (a bucket) the key can send its rate
+// whatever the round trip: 1.
+func (s *State) windowShare(inStarts, cost int64) float64 {
+	if len(s.Windows) == 0 || inStarts <= 0 {
+		return 1
+	}
+	in := float64(s.InFlight) + float64(cost)
+	return float64(inStarts) / (float64(inStarts) + in)
+}
+
+// silentSent is what a silent drop's window is judged against: the
+// upstream took nearly all of it, then refused. For a key without windows
+// it is its learned rate's worth, rateWorth (a bucket sends its rate
+// whatever the round trip, and one that sent less had a reason the
+// upstream may have given: a ceiling above the limit, refused before
+// each window filled; TestVirtualAdapt's goodput fell from 0.895 to
+// 0.810 when it was judged against its starts). A key with windows sends
+// what they let through, less than its rate's worth by its round trip
+// and, on a fixed window, by the starts straddling a boundary (counted
+// in both windows); what it sent, inStarts, is the measure: judged
+// against its rate, halving-503's drop under lag read as a key that had
+// not been sending and was trimmed instead of halved.
+func (s *State) silentSent(rateWorth float64, inStarts int64) float64 {
+	if len(s.Windows) == 0 {
+		return rateWorth
+	}
+	return math.Min(rateWorth, float64(inStarts))
+}
+
 // silentHold is the hold after a silent drop that ended a clean run of
 // the given length at the key's ceiling: SilentHoldPerRun of it, within
 // SilentHold and MaxSilentHold. A limit's past is the only evidence of
@@ -395,6 +438,9 @@ func (s *State) estimate(now time.Time) (float64, bool) {
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	inStarts, inRefusals := starts.since(t-dn), refusals.since(t-dn)
 	first, ok := starts.first(t - dn)
+	if s.active != 0 {
+		first = min(first, s.active)
+	}
 	if !ok || (s.LastRefusal.IsZero() && s.good == 0 && t-first < dn*3/4) {
 		return 0, false
 	}

@@ -47,6 +47,19 @@ type virtualDest struct {
 	// refusedAt are refused requests' arrivals at the upstream, for
 	// per-second timelines (TestVirtualAdapt).
 	refusedAt []time.Time
+	// refusals are what each refusal did to the key, in the order
+	// they were applied (the lag tests read the first ones).
+	refusals []virtualRefusal
+}
+
+// virtualRefusal is one refusal as the key applied it: when (simulated
+// time since the epoch), and its learned rate and cap before and after.
+type virtualRefusal struct {
+	at                    time.Duration
+	status                int
+	rateBefore, rateAfter float64
+	capBefore, capAfter   int
+	inFlight              int // the key's other leases in flight when it was applied
 }
 
 // answerEvent is a request reaching the upstream (arrive) or its answer
@@ -63,6 +76,9 @@ type answerEvent struct {
 	// it to the finish, where windows log the start
 	// (store.KeyEffect.Answered).
 	answered time.Time
+	// queued marks an answer that reached the engine at at and waits for
+	// the finish writer (see finishWriter) before it is applied.
+	queued bool
 }
 
 type answerQueue []answerEvent
@@ -82,13 +98,13 @@ func (q *answerQueue) Pop() any {
 // at at, and queues the answer's return to the store: after the route's
 // latency (a refusal at once, as the server answers it) and a second
 // transit.
-func (q *answerQueue) answer(v *virtualDest, i int, at time.Time) {
+func (q *answerQueue) answer(v *virtualDest, i int, at time.Time, queued bool) {
 	status, h, lat := v.up.Answer(at)
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		lat = time.Millisecond
 	}
 	answered := at.Add(max(lat, time.Millisecond))
-	heap.Push(q, answerEvent{at: v.up.Arrival(answered), dest: i, status: status, header: h, started: at, answered: answered})
+	heap.Push(q, answerEvent{at: v.up.Arrival(answered), dest: i, status: status, header: h, started: at, answered: answered, queued: queued})
 }
 
 type virtualMix struct {
@@ -103,8 +119,22 @@ type virtualMix struct {
 // webhook.Record.LimitConfig would build for it (a workload that declares
 // its key directly, as adapt does).
 func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration, transit upstream.Latency, limits ...admission.Config) virtualMix {
+	return runVirtualMixLag(t, m, seed, bound, transit, virtualLag{}, limits...)
+}
+
+// runVirtualMixLag is runVirtualMix with the sender's own lag (see
+// virtualLag) on top of the transit: each request reaches the upstream
+// lag.start after its lease (plus the transit), and each answer's outcome
+// is applied to its key lag.finish after the answer came back (plus the
+// return transit). The zero virtualLag is runVirtualMix, draw for draw.
+func runVirtualMixLag(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration, transit upstream.Latency, lag virtualLag, limits ...admission.Config) virtualMix {
 	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
 	rng := rand.New(rand.NewPCG(seed, 7))
+	// Lag draws come from their own generator, so that a run with lag
+	// keeps every other draw (backoffs, the upstream's) as it was.
+	lagRng := rand.New(rand.NewPCG(seed, 11))
+	writer := finishWriter{write: lag.finish, rng: lagRng}
+	queued := lag.finish.median > 0
 	var ds []*virtualDest
 	for i, d := range m.Destinations {
 		up, err := upstream.NewVirtual(d.Route, epoch, seed+uint64(i))
@@ -150,7 +180,12 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 			e := heap.Pop(&q).(answerEvent)
 			v := ds[e.dest]
 			if e.arrive {
-				q.answer(v, e.dest, e.at)
+				q.answer(v, e.dest, e.at, queued)
+				continue
+			}
+			if e.queued { // in at the engine: applied when its batch is written
+				e.at, e.queued = writer.apply(e.at), false
+				heap.Push(&q, e)
 				continue
 			}
 			v.st.End(e.answered, 1)
@@ -166,12 +201,15 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 				v.refused++
 				v.refusedAt = append(v.refusedAt, e.started)
 				before, rate, capBefore := v.st.PausedUntil, v.st.LearnedRate, v.st.LearnedConcurrency
+				inFlight := v.st.InFlight
 				if hasDelay && delay > 0 {
 					v.st.RateLimited(e.at, e.at.Add(delay), 1)
 				} else {
 					delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
 					v.st.Throttled(e.at, e.at.Add(delay), 1)
 				}
+				v.refusals = append(v.refusals, virtualRefusal{at: e.at.Sub(epoch), status: e.status,
+					rateBefore: rate, rateAfter: v.st.LearnedRate, capBefore: capBefore, capAfter: v.st.LearnedConcurrency, inFlight: inFlight})
 				if p := v.st.PausedUntil; p.After(e.at) {
 					v.paused += p.Sub(maxTime(before, e.at))
 				}
@@ -226,10 +264,10 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 				}
 				v.attempts++
 				v.starts = append(v.starts, now)
-				if at := v.up.Arrival(now); at.After(now) {
+				if at := v.up.Arrival(now.Add(lag.start.draw(lagRng))); at.After(now) {
 					heap.Push(&q, answerEvent{at: at, dest: i, arrive: true})
 				} else {
-					q.answer(v, i, now)
+					q.answer(v, i, now, queued)
 				}
 			}
 		}

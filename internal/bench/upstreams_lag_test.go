@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/upstream"
+)
+
+// The sender's own lag, in simulated time. Simulated time's sender never
+// falls behind: it leases the millisecond its key admits a start and
+// applies each outcome the moment the answer is back. The real engine
+// does neither: a lease commits, then a worker starts the handler (the
+// start lag), and an answer waits in the finish queue until its batch is
+// written (the finish delay), and on a loaded machine both have long
+// tails. Rules that assume the key sent its learned rate's worth, or that
+// a lease still counted in flight is still at the upstream, read such a
+// sender wrongly; session 9 (s9h2) saw it only on the real clock. A
+// virtualLag makes it deterministic.
+
+// lagDist is a delay drawn from a log-normal distribution with the given
+// median and 99th percentile, cut at max: most draws near the median,
+// a few (a scheduler that did not run the goroutine, a GC pause, a slow
+// commit) ten times longer. The zero lagDist is no delay.
+type lagDist struct {
+	median, p99, max time.Duration
+}
+
+// draw returns one delay from d using r; 0 for the zero lagDist.
+func (d lagDist) draw(r *rand.Rand) time.Duration {
+	if d.median <= 0 {
+		return 0
+	}
+	sigma := 0.0
+	if d.p99 > d.median {
+		sigma = math.Log(float64(d.p99)/float64(d.median)) / 2.326 // z of the 99th percentile
+	}
+	x := time.Duration(float64(d.median) * math.Exp(sigma*r.NormFloat64()))
+	if d.max > 0 {
+		x = min(x, d.max)
+	}
+	return x
+}
+
+// virtualLag is the sender's lag in a virtual run: start between a lease
+// (the key's Take) and its handler sending the request, drawn per
+// request; finish is how long one write of the finish loop takes (see
+// finishWriter), which decides when an answer that is back is applied to
+// its key (End, then the refusal or success).
+type virtualLag struct {
+	name          string
+	start, finish lagDist
+}
+
+// finishWriter is the engine's finish loop in simulated time: one writer
+// shared by every key, writing every answer that is waiting when it
+// becomes free in one batch (engine.finishLoop), each write taking a
+// duration drawn from write. An answer that comes back while a write is
+// under way waits for that write and the next: on a loaded machine that
+// is where answers pile up, still counted in flight by their keys.
+type finishWriter struct {
+	write lagDist
+	rng   *rand.Rand
+	// busy is when the write under way ends; next, when not zero, when
+	// the write of the answers waiting for it will end.
+	busy, next time.Time
+}
+
+// apply returns when an answer that reached the engine at at is applied:
+// answers must be given in time order.
+func (w *finishWriter) apply(at time.Time) time.Time {
+	if !w.next.IsZero() && !at.Before(w.busy) { // the waiting batch began at busy
+		w.busy, w.next = w.next, time.Time{}
+	}
+	if !at.Before(w.busy) { // idle: a write of this answer starts now
+		w.busy = at.Add(w.write.draw(w.rng))
+		return w.busy
+	}
+	if w.next.IsZero() {
+		w.next = w.busy.Add(w.write.draw(w.rng))
+	}
+	return w.next
+}
+
+// The lag profiles, calibrated so that sliding-date's start lag as
+// ScoreUpstreams measures it (the delay after the moment its window first
+// allowed each accepted start; in simulated time without lag it is the
+// upstream's latency, since the window counts a start until its answer)
+// reads as the real clock's: p50 40-60 ms and p99 about 400 ms on a quiet
+// machine (session 9's runs at lag p50 <= 52 ms), about twice that on a
+// loaded one (load 25-75 on 2 cores). TestVirtualLag logs the measured
+// figures.
+var (
+	lagQuiet  = virtualLag{name: "quiet", start: lagDist{median: 6 * time.Millisecond, p99: 200 * time.Millisecond, max: time.Second}, finish: lagDist{median: 4 * time.Millisecond, p99: 60 * time.Millisecond, max: time.Second}}
+	lagLoaded = virtualLag{name: "loaded", start: lagDist{median: 30 * time.Millisecond, p99: 600 * time.Millisecond, max: 2 * time.Second}, finish: lagDist{median: 15 * time.Millisecond, p99: 250 * time.Millisecond, max: 2 * time.Second}}
+)
+
+// lagBounds are the makespans (of ideal) the issue mix reaches under
+// each lag profile (session 10, seeds 1-3: quiet 1.151/1.230/1.195,
+// loaded 1.521/1.365/1.450; before it, quiet 1.481 and loaded 1.666 and
+// 1.608 on seeds 3 and 1, halving-503's silent drop trimmed instead of
+// halved), so that a regression shows here, deterministically. They are
+// not the 1.15 target, which the issue mix misses under lag (see
+// docs/benchmarks.md, s10h2).
+var lagBounds = map[string]float64{"quiet/issue": 1.24, "loaded/issue": 1.53}
+
+// measuredStartLag is the p50 and p99 start lag (ms) of r's destinations
+// that startLags measures (sliding windows at a fixed limit), pooled.
+func measuredStartLag(r virtualMix) (p50, p99 float64, ok bool) {
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
+	var lags []time.Duration
+	for _, v := range r.dests {
+		arr := slices.Clone(v.arrivals)
+		slices.SortFunc(arr, func(a, b time.Time) int { return a.Compare(b) })
+		lags = append(lags, startLags(v.d.Route, epoch, arr)...)
+	}
+	if len(lags) == 0 {
+		return 0, 0, false
+	}
+	return quantileMS(lags, 0.5), quantileMS(lags, 0.99), true
+}
+
+// TestVirtualLag runs every mix, seeds 1 to 3, under no lag and under
+// each lag profile, logs the table of makespans (of ideal) and refusal
+// shares with the measured start lag, and holds every run to delivery in
+// full and invariant 6 at the upstream for the destinations declared as
+// they count (which must also never be refused, whatever the lag: the
+// window counts a start until its answer is applied).
+// RATELANE_VIRTUAL_MIX selects mixes as in TestVirtualUpstreams.
+func TestVirtualLag(t *testing.T) {
+	var table strings.Builder
+	eachVirtualMix(t, func(t *testing.T, m UpstreamsMix, seed uint64) {
+		for _, lag := range []virtualLag{{name: "none"}, lagQuiet, lagLoaded} {
+			r := runVirtualMixLag(t, m, seed, 60*time.Second, upstream.Latency{}, lag)
+			line := fmt.Sprintf("mix %-10s seed %d lag %-6s: makespan %.3f of ideal, refused %.2f%%", m.Name, seed, lag.name, r.ratio, 100*r.share)
+			if p50, p99, ok := measuredStartLag(r); ok {
+				line += fmt.Sprintf(", start lag p50 %.0f ms p99 %.0f ms", p50, p99)
+			}
+			t.Log(line)
+			fmt.Fprintln(&table, line)
+			logVirtualMix(t, m, seed, r)
+			if bound, ok := lagBounds[lag.name+"/"+m.Name]; ok && r.ratio > bound {
+				t.Errorf("mix %s seed %d: makespan %.3f of ideal under %s lag, want <= %.2f", m.Name, seed, r.ratio, lag.name, bound)
+			}
+			for _, v := range r.dests {
+				if !declaredExactly(v.d) {
+					continue
+				}
+				if v.refused > 0 {
+					t.Errorf("lag %s: %s (declared %d, exactly as it counts): %d refusals", lag.name, v.d.Name, v.d.Declared, v.refused)
+				}
+				count, how := maxInWindow(v.arrivals, time.Second), "one second"
+				if v.d.Fixed {
+					count, how = maxInAligned(v.arrivals, time.Second), "one aligned second"
+				}
+				if count > v.d.Declared {
+					t.Errorf("lag %s: %s: %d accepted arrivals within %s, declared %d (invariant 6 at the upstream)", lag.name, v.d.Name, count, how, v.d.Declared)
+				}
+			}
+		}
+	})
+	t.Log("\n" + table.String())
+}
+
+// issueMix is the upstreams plan's issue mix.
+func issueMix(t *testing.T) UpstreamsMix {
+	t.Helper()
+	for _, m := range Upstreams(false).Mixes {
+		if m.Name == "issue" {
+			return m
+		}
+	}
+	t.Fatal("no issue mix")
+	return UpstreamsMix{}
+}
+
+// TestVirtualLagSilentDrop is session 9's item 2 (s9h2) made
+// deterministic: halving-503's limit halves silently 4 s into the run,
+// and its first refusal after that must be read as a silent drop and cut
+// the key's rate by about half, whatever the sender's lag. A sender
+// whose windows count each start until its answer is applied sends
+// under its learned rate's worth by the share its round trip takes; read
+// against the learned rate, the refusal looked like a key that had not
+// been sending its rate, and was trimmed (29.1 -> 24.2 or 25.2) instead,
+// each further refusal then costing a 1 s pause.
+func TestVirtualLagSilentDrop(t *testing.T) {
+	m := issueMix(t)
+	for _, lag := range []virtualLag{{name: "none"}, lagQuiet, lagLoaded} {
+		for seed := uint64(1); seed <= 8; seed++ {
+			r := runVirtualMixLag(t, m, seed, 60*time.Second, upstream.Latency{}, lag)
+			for _, v := range r.dests {
+				if v.d.Name != "halving-503" {
+					continue
+				}
+				i := slices.IndexFunc(v.refusals, func(x virtualRefusal) bool { return x.at > 4*time.Second })
+				if i < 0 {
+					t.Errorf("lag %s seed %d: halving-503 never refused after its drop", lag.name, seed)
+					continue
+				}
+				f := v.refusals[i]
+				t.Logf("lag %s seed %d: drop refused at %v, learned %.1f -> %.1f", lag.name, seed, f.at, f.rateBefore, f.rateAfter)
+				if f.rateAfter > 0.7*f.rateBefore {
+					t.Errorf("lag %s seed %d: halving-503's silent drop (refused at %v) cut its rate %.1f -> %.1f, want about half",
+						lag.name, seed, f.at, f.rateBefore, f.rateAfter)
+				}
+			}
+		}
+	}
+}
