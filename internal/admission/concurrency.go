@@ -103,7 +103,7 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 		// If the rate was probing above its level as well, either probe
 		// may have gone too far: both are undone (the rate by refused,
 		// which logs the refusal).
-		s.lowerCap(t, learned)
+		s.refuseCapProbe(t, learned)
 		if s.level > 0 && s.rate() > s.level {
 			return false
 		}
@@ -187,6 +187,23 @@ func (s *State) lowerCap(t int64, n int) {
 	n = min(n, s.LearnedConcurrency)
 	s.LearnedConcurrency = max(1, n-1)
 	s.capAt, s.capHold, s.capFlags = t, int64(hold), 0
+}
+
+// refuseCapProbe lowers a cap that a probe raised and the upstream
+// refused at t (Unix ns), with learned the cap the probe set, back under
+// it, and holds it for MaxCapHold at once rather than doubling the hold
+// from CapHold. The refusal is the probe's (see atProbedCap), so the
+// upstream's limit is known to be below the probed level; a concurrency
+// limit is the size of a worker pool or a connection limit, which
+// changes with a deployment, not from one second to the next the way a
+// quota's remaining allowance does. Doubling from CapHold spent three
+// refusals on the same level in the first 20 s (unforeseen's
+// concurrent-1 under transit: probes refused at about 4.5, 8.8 and 17
+// s on seeds 1 and 3), each one a rejected attempt and a job sent back
+// for its backoff.
+func (s *State) refuseCapProbe(t int64, learned int) {
+	s.lowerCap(t, learned)
+	s.capHold = int64(MaxCapHold)
 }
 
 // atProbedCap reports whether the learned cap was raised by a probe (see
