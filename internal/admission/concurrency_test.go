@@ -576,3 +576,31 @@ func TestProbedCapRefusalIsTheCaps(t *testing.T) {
 		t.Fatalf("refused alone, the probed cap never filled: cap %d rate %v; want 2 and a cut rate", s.LearnedConcurrency, s.LearnedRate)
 	}
 }
+
+// TestUnconfirmedCapCountsItsBurst checks a cap read from a first refusal
+// before any answer (four started at once against one at a time: three
+// others in flight, a cap of 3): the other two refusals of that burst,
+// within CutHoldoff, each lower it by one, to the upstream's 1, and leave
+// the rate alone; the cap does not fall under 1.
+func TestUnconfirmedCapCountsItsBurst(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	for range 4 {
+		s.Take(t0, 1)
+	}
+	s.Release()
+	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 {
+		t.Fatalf("first refusal before any answer, 3 others in flight: cap %d, want 3", s.LearnedConcurrency)
+	}
+	for i, want := range []int{2, 1, 1} {
+		s.Release()
+		s.Throttled(t0.Add(time.Duration(i+2)*time.Millisecond), time.Time{}, 1)
+		if s.LearnedConcurrency != want || s.LearnedRate != 20 {
+			t.Fatalf("refusal %d of the burst: cap %d rate %v, want %d and 20", i+2, s.LearnedConcurrency, s.LearnedRate, want)
+		}
+		if i == 1 {
+			s.Take(t0.Add(3*time.Millisecond), 1) // one more start within the cap, refused too
+		}
+	}
+}
