@@ -41,7 +41,9 @@ import "time"
 // can end with a cap of 3 and its rate cut, instead of a cap of 1.
 //
 // The cap is probed upward like the rate, boundedly: after it has held
-// for CapHold (doubled by each probe that failed, up to MaxCapHold), and
+// for CapHold (MaxCapHold after a probe the upstream refused, see
+// refuseCapProbe; doubled, up to MaxCapHold, after an unconfirmed cap
+// was lowered), and
 // only if it was binding (since the last change the key reached it at a
 // moment its rate and windows would have admitted another start, at two
 // starts in a row: a cap that holds nothing back teaches nothing by being
@@ -52,7 +54,9 @@ const (
 	// CapHold is how long a learned in-flight cap holds before the key
 	// probes above it.
 	CapHold = 2 * time.Second
-	// MaxCapHold bounds the hold after probes of the cap that failed.
+	// MaxCapHold is the hold after a probe of the cap that the upstream
+	// refused, and bounds the hold after a cap read from a first refusal
+	// was lowered.
 	MaxCapHold = 16 * time.Second
 	// RateSlack is how far over its learned rate's worth of starts in the
 	// trailing discovery window a key may be for a refusal to be read as
@@ -103,7 +107,7 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 		// If the rate was probing above its level as well, either probe
 		// may have gone too far: both are undone (the rate by refused,
 		// which logs the refusal).
-		s.lowerCap(t, learned)
+		s.refuseCapProbe(t, learned)
 		if s.level > 0 && s.rate() > s.level {
 			return false
 		}
@@ -113,7 +117,9 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	if learned > 0 && s.capFlags&capRaised == 0 && t >= s.capAt && t-s.capAt < int64(CutHoldoff) {
 		// The echo of the refusal that taught or lowered the cap: a
 		// request that overlapped the same one at the upstream, whether
-		// or not the others have answered by now.
+		// or not the others have answered by now. A cap read from a
+		// first refusal before any answer counts its burst down.
+		s.burstRefusal()
 		refusals.add(t, cost, t-dn, dn/LogSlots)
 		return true
 	}
@@ -187,6 +193,41 @@ func (s *State) lowerCap(t int64, n int) {
 	n = min(n, s.LearnedConcurrency)
 	s.LearnedConcurrency = max(1, n-1)
 	s.capAt, s.capHold, s.capFlags = t, int64(hold), 0
+}
+
+// refuseCapProbe lowers a cap that a probe raised and the upstream
+// refused at t (Unix ns), with learned the cap the probe set, back under
+// it, and holds it for MaxCapHold at once rather than doubling the hold
+// from CapHold. The refusal is the probe's (see atProbedCap), so the
+// upstream's limit is known to be below the probed level; a concurrency
+// limit is the size of a worker pool or a connection limit, which
+// changes with a deployment, not from one second to the next the way a
+// quota's remaining allowance does. Doubling from CapHold spent three
+// refusals on the same level in the first 20 s (unforeseen's
+// concurrent-1 under transit: probes refused at about 4.5, 8.8 and 17
+// s on seeds 1 and 3), each one a rejected attempt and a job sent back
+// for its backoff.
+func (s *State) refuseCapProbe(t int64, learned int) {
+	s.lowerCap(t, learned)
+	s.capHold = int64(MaxCapHold)
+}
+
+// burstRefusal lowers by one a cap still unconfirmed (read from a first
+// refusal that came before any answer, see noneAnswered) at a refusal
+// within CutHoldoff of that first one, and leaves it unconfirmed. The
+// first refusal met n requests in flight at the upstream, which kept as
+// many as it allows and refused the rest: each further refusal of that
+// burst is one more the upstream did not keep, so the cap is n less the
+// burst's refusals, at least 1. Absorbed as echoes instead, the cap
+// stayed at n − 1 for CutHoldoff while the key kept that many in flight
+// (each overlap another refusal), then fell one refusal at a time, the
+// second one confirming it and sending the next refusal to the rate: on
+// the real clock, where the engine leases several starts before the
+// first answer is back, concurrent-1 met most of its refusals there.
+func (s *State) burstRefusal() {
+	if s.capFlags&(capProbing|capRaised) == capProbing && s.LearnedConcurrency > 1 {
+		s.LearnedConcurrency--
+	}
 }
 
 // atProbedCap reports whether the learned cap was raised by a probe (see

@@ -131,21 +131,43 @@ func TestCapProbe(t *testing.T) {
 	if s.LearnedConcurrency != 2 {
 		t.Fatalf("cap %d after a clean, binding hold, want 2", s.LearnedConcurrency)
 	}
-	// The probe fails: back to 1, and the next hold is twice as long.
+	// The probe fails: back to 1, and the next probe waits MaxCapHold
+	// (the upstream refused that level; a concurrency limit does not
+	// change from one second to the next).
 	s.Take(now, 1)
 	s.Take(now, 1)
 	s.Release()
 	fail := now.Add(CutHoldoff + time.Millisecond)
 	s.Throttled(fail, time.Time{}, 1)
 	s.Release()
-	if s.LearnedConcurrency != 1 || time.Duration(s.capHold) != 2*CapHold {
-		t.Fatalf("after a failed probe: cap %d, hold %v; want 1, %v", s.LearnedConcurrency, time.Duration(s.capHold), 2*CapHold)
+	if s.LearnedConcurrency != 1 || time.Duration(s.capHold) != MaxCapHold {
+		t.Fatalf("after a failed probe: cap %d, hold %v; want 1, %v", s.LearnedConcurrency, time.Duration(s.capHold), MaxCapHold)
 	}
-	s.Take(fail, 1)
+	for _, after := range []time.Duration{2 * CapHold, MaxCapHold / 2, MaxCapHold - 101*time.Millisecond} {
+		at := fail.Add(after)
+		s.Take(at, 1) // binding at two starts in a row
+		s.Release()
+		s.Take(at.Add(100*time.Millisecond), 1)
+		s.Release()
+		s.Succeeded(at.Add(100 * time.Millisecond))
+		if s.LearnedConcurrency != 1 {
+			t.Fatalf("refused level probed again %v after its refusal, before MaxCapHold", after)
+		}
+	}
+	s.Take(fail.Add(MaxCapHold), 1)
 	s.Release()
-	s.Succeeded(fail.Add(CapHold + time.Millisecond))
+	s.Succeeded(fail.Add(MaxCapHold))
+	if s.LearnedConcurrency != 2 {
+		t.Fatalf("cap %d after MaxCapHold clean and binding, want the probe's 2", s.LearnedConcurrency)
+	}
+	s.Take(fail.Add(MaxCapHold+100*time.Millisecond), 1)
+	s.Take(fail.Add(MaxCapHold+100*time.Millisecond), 1)
+	s.Release()
+	fail = fail.Add(MaxCapHold + 100*time.Millisecond + CutHoldoff + time.Millisecond)
+	s.Throttled(fail, time.Time{}, 1)
+	s.Release()
 	if s.LearnedConcurrency != 1 {
-		t.Fatal("probed before the doubled hold")
+		t.Fatalf("cap %d after the second probe's refusal, want 1", s.LearnedConcurrency)
 	}
 	for i := range 10 { // many failed probes: the hold stays bounded
 		at := fail.Add(time.Duration(i+1) * time.Minute)
@@ -535,9 +557,9 @@ func TestProbedCapRefusalIsTheCaps(t *testing.T) {
 	}
 	s, at := probed(true, false)
 	s.Throttled(at, time.Time{}, 1)
-	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 || time.Duration(s.capHold) != 2*CapHold {
+	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 || time.Duration(s.capHold) != MaxCapHold {
 		t.Fatalf("refused at a filled probed cap, nothing else in flight: cap %d rate %v hold %v; want 1, 20, %v",
-			s.LearnedConcurrency, s.LearnedRate, time.Duration(s.capHold), 2*CapHold)
+			s.LearnedConcurrency, s.LearnedRate, time.Duration(s.capHold), MaxCapHold)
 	}
 	s.Throttled(at.Add(100*time.Millisecond), time.Time{}, 1) // its echo, nothing in flight
 	if s.LearnedConcurrency != 1 || s.LearnedRate != 20 {
@@ -552,5 +574,33 @@ func TestProbedCapRefusalIsTheCaps(t *testing.T) {
 	s.Throttled(at, time.Time{}, 1)
 	if s.LearnedConcurrency != 2 || s.LearnedRate >= 15 {
 		t.Fatalf("refused alone, the probed cap never filled: cap %d rate %v; want 2 and a cut rate", s.LearnedConcurrency, s.LearnedRate)
+	}
+}
+
+// TestUnconfirmedCapCountsItsBurst checks a cap read from a first refusal
+// before any answer (four started at once against one at a time: three
+// others in flight, a cap of 3): the other two refusals of that burst,
+// within CutHoldoff, each lower it by one, to the upstream's 1, and leave
+// the rate alone; the cap does not fall under 1.
+func TestUnconfirmedCapCountsItsBurst(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	for range 4 {
+		s.Take(t0, 1)
+	}
+	s.Release()
+	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 {
+		t.Fatalf("first refusal before any answer, 3 others in flight: cap %d, want 3", s.LearnedConcurrency)
+	}
+	for i, want := range []int{2, 1, 1} {
+		s.Release()
+		s.Throttled(t0.Add(time.Duration(i+2)*time.Millisecond), time.Time{}, 1)
+		if s.LearnedConcurrency != want || s.LearnedRate != 20 {
+			t.Fatalf("refusal %d of the burst: cap %d rate %v, want %d and 20", i+2, s.LearnedConcurrency, s.LearnedRate, want)
+		}
+		if i == 1 {
+			s.Take(t0.Add(3*time.Millisecond), 1) // one more start within the cap, refused too
+		}
 	}
 }
