@@ -92,7 +92,7 @@ var endAttemptsSQL = `WITH u AS (
 	RETURNING jobs.id, jobs.limit_keys, jobs.group_id, jobs.cost`
 
 // EndAttempts ends every transition's attempt with one statement and, in
-// the same round trip, guards and locks the limit keys of all the jobs, after them and
+// the same round trip, locks the limit keys of all the jobs, after them and
 // in name order (as LockKeysWait would, the lock order of package
 // store.Finish): the keys of a job that conflicted are locked for nothing,
 // which costs less than a round trip. (One statement per job, pipelined,
@@ -130,7 +130,6 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 			disturbing = append(disturbing, t.ID)
 		}
 	}
-	b.Queue(finishGuardSQL, ids)
 	b.Queue(finishKeysSQL, ids, exclusiveOrEmpty(disturbing))
 	br := f.tx.SendBatch(f.ctx, b)
 	defer br.Close()
@@ -161,9 +160,6 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 		e, ok := got[id]
 		out[i] = store.Ended{Keys: e.keys, Group: e.group, Cost: e.cost, Conflict: !ok}
 	}
-	if _, err := br.Exec(); err != nil { // the guard
-		return nil, err
-	}
 	keys, err := collectKeys(br.Query())
 	if err != nil {
 		return nil, err
@@ -171,12 +167,6 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	f.keys = keys
 	return out, br.Close()
 }
-
-// finishGuardSQL takes the key guard (see keyGuard) of the limit keys of
-// the jobs $1, before finishKeysSQL reads them: shared, waiting for a
-// reconfiguration in progress.
-const finishGuardSQL = `SELECT count(pg_advisory_xact_lock_shared(` + keyGuard + `))
-	FROM (SELECT DISTINCT unnest(limit_keys) AS n FROM jobs WHERE id = ANY($1)) AS k`
 
 // finishKeysSQL locks the limit keys of the jobs $1 (see lockKeys), those
 // of the jobs $2 exclusively. The names are read once, in a materialized

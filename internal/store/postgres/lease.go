@@ -233,23 +233,14 @@ func (l *leaseTx) ManyHeads(gs []store.Group, now time.Time, limit int) (map[int
 
 // LockKeysManyHeads is LockKeys and then ManyHeads in one round trip.
 func (l *leaseTx) LockKeysManyHeads(names []string, gs []store.Group, now time.Time, limit int) (map[string]*admission.State, map[int64][]store.Candidate, error) {
-	names = slices.Sorted(slices.Values(names))
 	b := &pgx.Batch{}
-	queueGuardKeys(b, names, true)
-	b.Queue(lockKeysSQL(true), names, []string{})
+	b.Queue(lockKeysSQL(true), slices.Sorted(slices.Values(names)), []string{})
 	b.Queue(manyHeadsSQL, groupIDs(gs), ns(now), limit)
 	br := l.tx.SendBatch(l.ctx, b)
 	defer br.Close()
-	unguarded, err := readGuardKeys(br, true)
-	if err != nil {
-		return nil, nil, err
-	}
 	keys, err := collectKeys(br.Query())
 	if err != nil {
 		return nil, nil, err
-	}
-	for _, n := range unguarded {
-		delete(keys, n)
 	}
 	rows, err := br.Query()
 	if err != nil {

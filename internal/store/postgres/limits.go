@@ -23,103 +23,22 @@ import (
 //
 // Paced keys, and the names in exclusive, are locked FOR NO KEY UPDATE:
 // their row is about to be written. An unpaced key (see
-// admission.Config.Unpaced) is only read by lease and finish, so its row is
-// not locked at all: what it must be kept from is a reconfiguration that
-// starts pacing it while a lease or finish that read it as unpaced is
-// open, and that is the key guard's job (see guardKeysSQL), taken first,
-// in a statement of its own. (Its row used to be locked FOR KEY SHARE,
-// which cost a lock record in the WAL and a dirtied page per key per
-// transaction, and a MultiXact whenever a lease and a finish held it at
-// once.) A key whose pacing changed between the two halves' checks is in
-// neither: left out when skipping, relocked exclusively when waiting.
+// admission.Config.Unpaced) is only read by lease and finish, so it is
+// locked FOR KEY SHARE, which no other lease or finish conflicts with (one
+// of them locking every unpaced key of a batch used to make concurrent
+// leases skip the whole batch's groups and come back empty); only
+// UpsertLimit's FOR UPDATE conflicts with it, so that a reconfiguration
+// that starts pacing a key counts its running jobs after every lease and
+// finish that read it as unpaced has committed. A key whose pacing
+// changed between the two halves' checks is in neither: left out when
+// skipping, relocked exclusively when waiting.
 func lockKeys(ctx context.Context, q querier, names, exclusive []string, skipLocked bool) (map[string]*admission.State, error) {
 	names = slices.Sorted(slices.Values(names))
-	b := &pgx.Batch{}
-	queueGuardKeys(b, names, skipLocked)
-	b.Queue(lockKeysSQL(skipLocked), names, exclusiveOrEmpty(exclusive))
-	br := q.SendBatch(ctx, b)
-	defer br.Close()
-	unguarded, err := readGuardKeys(br, skipLocked)
-	if err != nil {
-		return nil, err
-	}
-	got, err := collectKeys(br.Query())
-	if err != nil {
-		return nil, err
-	}
-	if err := br.Close(); err != nil {
-		return nil, err
-	}
-	for _, n := range unguarded {
-		delete(got, n)
-	}
-	if skipLocked || len(got) == len(names) {
-		return got, nil
+	got, err := collectKeys(q.Query(ctx, lockKeysSQL(skipLocked), names, exclusiveOrEmpty(exclusive)))
+	if err != nil || skipLocked || len(got) == len(names) {
+		return got, err
 	}
 	return relockMissing(ctx, q, names, got)
-}
-
-// The key guard. A transaction that reads limit keys (lease, finish,
-// cancel) holds a shared transaction-level advisory lock per key name, and
-// UpsertLimit takes the same lock exclusively before it changes the key, so
-// a reconfiguration waits for every transaction that read the key's old
-// configuration, and those that come later read the new one. That is what
-// makes an unpaced key's in-flight count exact when it starts being paced:
-// the running jobs UpsertLimit counts include every job a lease that read
-// the key as unpaced took, and exclude every job a finish that read it so
-// ended (its row keeps no count while unpaced; see runningOfKeySQL). The
-// guard must be taken in a statement before the key is read: a statement's
-// snapshot is taken when it starts, and a guard waited for inside the read
-// would let it read the configuration from before the reconfiguration it
-// waited for. An advisory lock lives in the server's lock table only: no
-// WAL, no page written, no MultiXact. Its two keys are the schema's name,
-// hashed, and one of 32 buckets of key names (keyGuardBuckets): the lock table
-// is shared by every session and sized by max_locks_per_transaction (64 by
-// default, times the connections), and a finish of 256 jobs naming 256
-// keys, one lock each, on several nodes at once, could fill it ("out of
-// shared memory"); with buckets a transaction holds at most 32 guards.
-// Two names in one bucket only make a reconfiguration wait for a little
-// more, and a lease skip, during it, the keys that share its bucket. (The
-// schema is coalesced because the lock functions are strict: a NULL key
-// would take no lock, silently.)
-const keyGuard = `hashtext(coalesce(current_schema(), '')), hashtext(n) & ` + keyGuardBuckets
-
-// keyGuardBuckets is the mask that maps a name's hash to its bucket: 32
-// buckets.
-const keyGuardBuckets = `31`
-
-// guardKeysSQL takes the shared key guard of each name in $1, waiting for
-// a reconfiguration that holds one.
-const guardKeysSQL = `SELECT count(pg_advisory_xact_lock_shared(` + keyGuard + `)) FROM unnest($1::text[]) AS n`
-
-// tryGuardKeysSQL takes the shared key guard of each name in $1 that no
-// reconfiguration holds and returns the others, which the lease then
-// treats as locked elsewhere: a lease never waits.
-const tryGuardKeysSQL = `SELECT coalesce(array_agg(n), '{}') FROM unnest($1::text[]) AS n
-	WHERE NOT pg_try_advisory_xact_lock_shared(` + keyGuard + `)`
-
-// exclusiveGuardSQL is UpsertLimit's guard of the key $1.
-const exclusiveGuardSQL = `SELECT pg_advisory_xact_lock(hashtext(coalesce(current_schema(), '')), hashtext($1::text) & ` + keyGuardBuckets + `)`
-
-// queueGuardKeys queues the guard of names on b, before their read.
-func queueGuardKeys(b *pgx.Batch, names []string, skipLocked bool) {
-	if skipLocked {
-		b.Queue(tryGuardKeysSQL, names)
-	} else {
-		b.Queue(guardKeysSQL, names)
-	}
-}
-
-// readGuardKeys reads the result of queueGuardKeys: the names not guarded
-// (always none when waiting).
-func readGuardKeys(br pgx.BatchResults, skipLocked bool) ([]string, error) {
-	if !skipLocked {
-		_, err := br.Exec()
-		return nil, err
-	}
-	var unguarded []string
-	err := br.QueryRow().Scan(&unguarded)
-	return unguarded, err
 }
 
 // relockMissing locks exclusively, in name order, the names lockKeys did
@@ -160,10 +79,9 @@ func lockKeysSQL(skipLocked bool) string {
 	return splitLockSQL(`name = ANY($1)`, `name = ANY($2)`, skipLocked)
 }
 
-// splitLockSQL reads the limit keys matching sel: paced ones and those
-// matching excl locked FOR NO KEY UPDATE, in name order, then the other
-// unpaced ones unlocked (the key guard, taken before, keeps their
-// configuration; see keyGuard).
+// splitLockSQL locks the limit keys matching sel: paced ones and those
+// matching excl FOR NO KEY UPDATE, in name order, then the other unpaced
+// ones FOR KEY SHARE.
 func splitLockSQL(sel, excl string, skipLocked bool) string {
 	skip := ``
 	if skipLocked {
@@ -172,7 +90,8 @@ func splitLockSQL(sel, excl string, skipLocked bool) string {
 	return `SELECT * FROM (SELECT ` + store.LimitKeyCols + ` FROM limit_keys WHERE ` + sel + ` AND (NOT ` + unpacedSQL + ` OR ` + excl + `)
 			ORDER BY name FOR NO KEY UPDATE` + skip + `) AS paced
 		UNION ALL
-		SELECT ` + store.LimitKeyCols + ` FROM limit_keys WHERE ` + sel + ` AND ` + unpacedSQL + ` AND NOT (` + excl + `)`
+		SELECT * FROM (SELECT ` + store.LimitKeyCols + ` FROM limit_keys WHERE ` + sel + ` AND ` + unpacedSQL + ` AND NOT (` + excl + `)
+			ORDER BY name FOR KEY SHARE` + skip + `) AS unpaced`
 }
 
 // saveKeys writes back the live state of locked keys in one statement. It
@@ -253,12 +172,10 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		if err := ensureKeys(ctx, tx, []string{c.Name}, c); err != nil {
 			return err
 		}
-		// The exclusive key guard waits for the lease and finish
-		// transactions that read the key (as unpaced they lock no row; see
-		// keyGuard), so that the count below sees what they did.
-		if _, err := tx.Exec(ctx, exclusiveGuardSQL, c.Name); err != nil {
-			return err
-		}
+		// FOR UPDATE, not NO KEY UPDATE: it must also wait for the lease
+		// and finish transactions that read the key as unpaced (they hold
+		// it FOR KEY SHARE, see lockKeys), so that the count below sees
+		// what they did.
 		st, err := scanKey(tx.QueryRow(ctx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = $1 FOR UPDATE`, c.Name))
 		if err != nil {
 			return err

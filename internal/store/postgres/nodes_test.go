@@ -289,12 +289,6 @@ func TestLeaseNeverWaitsOnLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	// What UpsertLimit holds while it reconfigures the key: its key guard
-	// and its row. ("busy" and "idle" are in different guard buckets, 8
-	// and 10; see keyGuard.)
-	if _, err := tx.Exec(ctx, exclusiveGuardSQL, "busy"); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM limit_keys WHERE name = 'busy' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}

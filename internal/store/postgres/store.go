@@ -6,9 +6,9 @@
 // by another node is left out for this call rather than waited for, and a
 // key's token bucket and concurrency cap are read and written under its row
 // lock. An unpaced key (no bucket, window, cap or adaptivity) is only read
-// by lease and finish, unlocked, under a shared advisory lock (the key
-// guard, see keyGuard) that only a reconfiguration conflicts with, so
-// leases and finishes on such keys do not exclude each other. So a lease transaction never waits on a lock,
+// by lease and finish, under a FOR KEY SHARE lock that only a
+// reconfiguration conflicts with, so leases and finishes on such keys do
+// not exclude each other. So a lease transaction never waits on a lock,
 // and all nodes together never exceed a key's rate or concurrency cap. Finish, Cancel and the other
 // writers do wait, always locking job rows first, then groups, then keys in
 // name order, so they cannot deadlock with each other over groups or keys;
