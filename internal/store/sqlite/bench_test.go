@@ -160,45 +160,14 @@ func BenchmarkInsertBatch(b *testing.B) {
 // store.Finish or the insert for one path) for instruction counts that do
 // not depend on the machine's load.
 func BenchmarkThroughputCycle(b *testing.B) {
-	ctx := context.Background()
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	const size, lease, keys = 1024, 48, 16
 	now := storetest.T0
 	b.ReportAllocs()
 	for b.Loop() {
-		batch := make([]*job.Job, size)
-		for k := range batch {
-			batch[k] = storetest.NewJob("t", job.LaneBatch, "k"+strconv.Itoa(k%keys))
-		}
-		if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
-			b.Fatal(err)
-		}
-		for left := size; left > 0; {
-			now = now.Add(time.Millisecond)
-			jobs, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: min(lease, left), LeaseFor: time.Hour, Kinds: []string{"noop"}})
-			if err != nil || len(jobs) == 0 {
-				b.Fatalf("lease: %d jobs, %v", len(jobs), err)
-			}
-			left -= len(jobs)
-			ts := make([]store.Transition, len(jobs))
-			for i, j := range jobs {
-				ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateValidated,
-					Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
-					Keys:   store.KeyEffect{Now: now, Success: true}}
-			}
-			errs, err := s.Finish(ctx, ts)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, e := range errs {
-				if e != nil {
-					b.Fatal(e)
-				}
-			}
-		}
+		now = sqlite.ThroughputCycle(b, s, now)
 	}
 }

@@ -108,10 +108,17 @@ func TestLeaseScansNotReprepared(t *testing.T) {
 	}
 }
 
-// reprepares reads SQLITE_STMTSTATUS_REPREPARE and _RUN of st's statement
-// on the writer connection, through database/sql's and the driver's
-// unexported fields (there is no API for it).
+// reprepares reads SQLITE_STMTSTATUS_REPREPARE and _RUN of st's
+// statement on the writer connection (stmtStatus).
 func reprepares(st *sql.Stmt) (n, runs int32, ok bool) {
+	return stmtStatus(st, sqlite3.SQLITE_STMTSTATUS_REPREPARE)
+}
+
+// stmtStatus reads sqlite3_stmt_status(op) and SQLITE_STMTSTATUS_RUN of
+// st's statement on the writer connection, through database/sql's and the
+// driver's unexported fields (there is no API for it); ok is false if a
+// driver upgrade moved them. Call it on the writer goroutine.
+func stmtStatus(st *sql.Stmt, op int32) (n, runs int32, ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = false
@@ -131,6 +138,6 @@ func reprepares(st *sql.Stmt) (n, runs int32, ok bool) {
 	if pstmt == 0 || tls == nil {
 		return 0, 0, false
 	}
-	return sqlite3.Xsqlite3_stmt_status(tls, pstmt, sqlite3.SQLITE_STMTSTATUS_REPREPARE, 0),
+	return sqlite3.Xsqlite3_stmt_status(tls, pstmt, op, 0),
 		sqlite3.Xsqlite3_stmt_status(tls, pstmt, sqlite3.SQLITE_STMTSTATUS_RUN, 0), true
 }

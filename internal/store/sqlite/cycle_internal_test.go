@@ -1,0 +1,60 @@
+package sqlite
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// CycleJobs is how many jobs one ThroughputCycle runs.
+const CycleJobs = 1024
+
+// ThroughputCycle is one op of the writer's work per job in bench
+// throughput at its own shape: 16 unpaced keys (one group each), 64
+// workers. It inserts CycleJobs jobs in one Insert, then leases them 48 at
+// a time and finishes each lease's jobs as successes in one Finish, as
+// the engine's fetch and finish loops do, with the clock at now, and
+// returns the clock after. BenchmarkThroughputCycle (callgrind) and
+// BenchmarkThroughputVMSteps (SQLite's bytecode steps) both measure it,
+// so their per-job figures are of the same work.
+func ThroughputCycle(tb testing.TB, s *Store, now time.Time) time.Time {
+	tb.Helper()
+	ctx := context.Background()
+	const lease, keys = 48, 16
+	batch := make([]*job.Job, CycleJobs)
+	for k := range batch {
+		batch[k] = storetest.NewJob("t", job.LaneBatch, "k"+strconv.Itoa(k%keys))
+	}
+	if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
+		tb.Fatal(err)
+	}
+	for left := CycleJobs; left > 0; {
+		now = now.Add(time.Millisecond)
+		jobs, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: min(lease, left), LeaseFor: time.Hour, Kinds: []string{"noop"}})
+		if err != nil || len(jobs) == 0 {
+			tb.Fatalf("lease: %d jobs, %v", len(jobs), err)
+		}
+		left -= len(jobs)
+		ts := make([]store.Transition, len(jobs))
+		for i, j := range jobs {
+			ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateValidated,
+				Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
+				Keys:   store.KeyEffect{Now: now, Success: true}}
+		}
+		errs, err := s.Finish(ctx, ts)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, e := range errs {
+			if e != nil {
+				tb.Fatal(e)
+			}
+		}
+	}
+	return now
+}
