@@ -444,15 +444,7 @@ func TestProbeRefusalIsTheRates(t *testing.T) {
 // lowered cap is then the rate's.
 func TestUnconfirmedCapLowered(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
-	for range 4 {
-		s.Take(t0, 1)
-	}
-	s.Release()
-	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
-	if s.LearnedConcurrency != 3 || s.LearnedRate != 20 {
-		t.Fatalf("first refusal before any answer with 3 others in flight: cap %d rate %v, want 3 and 20", s.LearnedConcurrency, s.LearnedRate)
-	}
+	s := burstRefusedOnce(t)
 	for range 3 {
 		s.Release()
 		s.Succeeded(t0.Add(40 * time.Millisecond))
@@ -584,15 +576,7 @@ func TestProbedCapRefusalIsTheCaps(t *testing.T) {
 // the rate alone; the cap does not fall under 1.
 func TestUnconfirmedCapCountsItsBurst(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
-	for range 4 {
-		s.Take(t0, 1)
-	}
-	s.Release()
-	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
-	if s.LearnedConcurrency != 3 {
-		t.Fatalf("first refusal before any answer, 3 others in flight: cap %d, want 3", s.LearnedConcurrency)
-	}
+	s := burstRefusedOnce(t)
 	for i, want := range []int{2, 1, 1} {
 		s.Release()
 		s.Throttled(t0.Add(time.Duration(i+2)*time.Millisecond), time.Time{}, 1)
@@ -603,4 +587,21 @@ func TestUnconfirmedCapCountsItsBurst(t *testing.T) {
 			s.Take(t0.Add(3*time.Millisecond), 1) // one more start within the cap, refused too
 		}
 	}
+}
+
+// burstRefusedOnce is an adaptive 20/s key that started four at once and
+// had its first refusal (of the fourth, with three others in flight and
+// no answer yet), so it holds an unconfirmed cap of 3 and its rate.
+func burstRefusedOnce(t *testing.T) State {
+	t.Helper()
+	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+	for range 4 {
+		s.Take(t0, 1)
+	}
+	s.Release()
+	s.Throttled(t0.Add(time.Millisecond), time.Time{}, 1)
+	if s.LearnedConcurrency != 3 || s.LearnedRate != 20 {
+		t.Fatalf("first refusal before any answer with 3 others in flight: cap %d rate %v, want 3 and 20", s.LearnedConcurrency, s.LearnedRate)
+	}
+	return s
 }
