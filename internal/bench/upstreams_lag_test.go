@@ -116,7 +116,7 @@ var lagBounds = map[string]float64{"quiet/issue": 1.24, "loaded/issue": 1.57}
 // measuredStartLag is the p50 and p99 start lag (ms) of r's destinations
 // that startLags measures (sliding windows at a fixed limit), pooled.
 func measuredStartLag(r virtualMix) (p50, p99 float64, ok bool) {
-	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
+	epoch := r.epoch
 	var lags []time.Duration
 	for _, v := range r.dests {
 		arr := slices.Clone(v.arrivals)

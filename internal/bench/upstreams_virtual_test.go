@@ -111,7 +111,17 @@ type virtualMix struct {
 	ratio, share float64
 	dests        []*virtualDest
 	ideal        []time.Duration
+	// epoch is the run's start (see virtualEpoch).
+	epoch time.Time
 }
+
+// virtualEpoch is where simulated runs start: 123 ms into a second. An
+// upstream that counts in windows aligned to the clock (fixed windows,
+// the sliding counter) sees the run's first window cut short by that
+// offset, and the ideal (upstream.IdealSchedule) moves with it: the
+// counter-20 destination's ideal is 9.89 s at offset 0 and 8.94 s at
+// 950 ms (TestVirtualEpochOffsets).
+var virtualEpoch = time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
 
 // runVirtualMix runs m from epoch for at most bound of simulated time,
 // every request and answer delayed by transit (see the comment above). A
@@ -128,7 +138,12 @@ func runVirtualMix(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duratio
 // is applied to its key lag.finish after the answer came back (plus the
 // return transit). The zero virtualLag is runVirtualMix, draw for draw.
 func runVirtualMixLag(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration, transit upstream.Latency, lag virtualLag, limits ...admission.Config) virtualMix {
-	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
+	return runVirtualMixFrom(t, m, seed, bound, transit, lag, virtualEpoch, limits...)
+}
+
+// runVirtualMixFrom is runVirtualMixLag starting at epoch instead of
+// virtualEpoch.
+func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration, transit upstream.Latency, lag virtualLag, epoch time.Time, limits ...admission.Config) virtualMix {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	// Lag draws come from their own generator, so that a run with lag
 	// keeps every other draw (backoffs, the upstream's) as it was.
@@ -272,7 +287,7 @@ func runVirtualMixLag(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dura
 			}
 		}
 	}
-	out := virtualMix{dests: ds}
+	out := virtualMix{dests: ds, epoch: epoch}
 	var ideal, actual time.Duration
 	var refused, attempts int
 	for _, v := range ds {
@@ -351,7 +366,7 @@ func checkVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
 // a destination was not delivered in full.
 func logVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
 	t.Helper()
-	epoch := time.Date(2026, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
+	epoch := r.epoch
 	var b strings.Builder
 	fmt.Fprintf(&b, "mix %s seed %d: makespan %.3f of ideal, refused %.2f%%\n", m.Name, seed, r.ratio, 100*r.share)
 	for i, v := range r.dests {
@@ -386,16 +401,27 @@ func TestVirtualUpstreams(t *testing.T) {
 		// 1.133 / 1.127 where it read 1.195 / 1.311 / 1.201).
 		bound, shareBound := 1.15, 0.02
 		switch m.Name {
-		case "rising":
-			bound = 1.11
+		case "rising": // session 11: 1.049 / 1.049 / 1.075 (rise-bucket's one refusal on seed 3)
+			bound = 1.08
 		case "sliding": // session 9: 1.074-1.075, from 1.093-1.094 (the spreading bucket's tail)
 			bound = 1.08
+		case "unforeseen":
+			bound = unforeseenBound
 		}
 		if r.ratio > bound || r.share > shareBound {
 			t.Errorf("mix %s seed %d: makespan %.3f of ideal (want <= %.2f), refused %.2f%% (want <= %.1f%%)", m.Name, seed, r.ratio, bound, 100*r.share, 100*shareBound)
 		}
 	})
 }
+
+// unforeseenBound is what the unforeseen mix reaches without transit at
+// every start offset (session 11: 1.108-1.116, TestVirtualEpochOffsets):
+// counter-20's one refusal when its window reopens with a burst (a whole
+// second of Retry-After, then strict pacing at 19/s) or, from 500 ms into
+// a second on, concurrent-1's even 19.4/s against an ideal that sends each
+// window's 20 one after another. Under the 1.15 target, not at the 1.08
+// session 11 was asked for (see docs/benchmarks.md).
+const unforeseenBound = 1.12
 
 // eachVirtualMix runs fn for every upstreams mix (those RATELANE_VIRTUAL_MIX
 // names, comma-separated, when it is set), each in its own subtest, over
@@ -466,7 +492,8 @@ func TestVirtualTransit(t *testing.T) {
 // sliding since session 9: 1.149-1.160, from 1.169-1.180, its keys'
 // bucket spreading each window at 1.5 times its rate
 // (admission.WindowSpread).
-var transitBounds = map[string]float64{"sliding": 1.17, "fixed": 1.02, "many": 1.15, "rising": 1.16}
+// rising since session 11: 1.123-1.131.
+var transitBounds = map[string]float64{"sliding": 1.17, "fixed": 1.02, "many": 1.15, "rising": 1.14}
 
 // declaredExactly reports a destination whose key is declared as its
 // upstream counts: a sliding window, or a fixed one declared fixed, at its
