@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,21 +21,15 @@ import (
 // open with its groups and heads locked until release is closed.
 type holdMarkLeased struct {
 	first   atomic.Bool
-	sent    atomic.Int64  // statements and batches sent
 	stopped chan struct{} // closed when the first lease is held
 	release chan struct{}
-	once    sync.Once
 }
-
-// let lets the held lease go on (once).
-func (h *holdMarkLeased) let() { h.once.Do(func() { h.let() }) }
 
 func newHoldMarkLeased() *holdMarkLeased {
 	return &holdMarkLeased{stopped: make(chan struct{}), release: make(chan struct{})}
 }
 
 func (h *holdMarkLeased) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
-	h.sent.Add(1)
 	for _, q := range d.Batch.QueuedQueries {
 		if strings.HasPrefix(q.SQL, "UPDATE jobs SET state = 'running'") {
 			if h.first.CompareAndSwap(false, true) {
@@ -51,7 +44,6 @@ func (h *holdMarkLeased) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx
 func (h *holdMarkLeased) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (h *holdMarkLeased) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 func (h *holdMarkLeased) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	h.sent.Add(1)
 	return ctx
 }
 func (h *holdMarkLeased) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
@@ -68,7 +60,6 @@ func gateStore(t *testing.T, groups, perGroup int) (*Store, *holdMarkLeased) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	t.Cleanup(h.let) // before Close: a test that failed while holding the lease
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -103,36 +94,45 @@ func gateParams(max int, kinds ...string) store.LeaseParams {
 		BatchMin: 2, InteractiveBudget: 30 * time.Second}
 }
 
-// TestLeaseSkipsWhileHolderHoldsEveryGroup: while a lease holds every
-// ready group (4 groups, a lease of 8 reads up to 32), a second lease of
-// the same Store and filter comes back empty without sending anything to
-// the server; before the gate it ran a transaction (two round trips) that
-// found every group locked and came back empty all the same. Once the
-// first has committed, a lease takes what it left.
-func TestLeaseSkipsWhileHolderHoldsEveryGroup(t *testing.T) {
+// TestLeaseWaitsForHolderOfEveryGroup: a lease that locked every ready
+// group (4 groups, a lease of 8 reads up to 32) is waited for by a second
+// lease of the same Store and filter, which then leases what the first
+// left, instead of skipping the locked groups and coming back empty (it
+// did before the gate: the engine's second fetch loop on PostgreSQL).
+func TestLeaseWaitsForHolderOfEveryGroup(t *testing.T) {
 	t.Parallel()
 	s, h := gateStore(t, 4, 10)
 	first := leaseAsync(s, gateParams(8))
 	<-h.stopped // the first lease holds the 4 groups and 8 heads
-	sent := h.sent.Load()
-	got, err := s.Lease(context.Background(), gateParams(8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 0 || h.sent.Load() != sent {
-		t.Fatalf("second lease: %d jobs, %d round trips; want none and none while the first holds every group", len(got), h.sent.Load()-sent)
-	}
-	h.let()
+	second := leaseAsync(s, gateParams(8))
+	// Let the second lease run as far as it goes: to its result (what it
+	// did before the gate) or to its place in the gate's queue.
+	var got leaseResult
+	var done bool
+	testkit.WaitFor(t, 10*time.Second, "second lease returned or queued", func() bool {
+		select {
+		case got = <-second:
+			done = true
+			return true
+		default:
+		}
+		s.gate.mu.Lock()
+		defer s.gate.mu.Unlock()
+		return len(s.gate.holds) == 2
+	})
+	close(h.release)
 	a := <-first
-	if a.err != nil || len(a.jobs) != 8 {
-		t.Fatalf("first lease: %d jobs, %v; want 8", len(a.jobs), a.err)
+	if !done {
+		got = <-second
 	}
-	after, err := s.Lease(context.Background(), gateParams(8))
-	if err != nil || len(after) != 8 {
-		t.Fatalf("lease after the first's commit: %d jobs, %v; want 8", len(after), err)
+	if a.err != nil || got.err != nil {
+		t.Fatalf("leases: %v, %v", a.err, got.err)
+	}
+	if len(a.jobs) != 8 || len(got.jobs) != 8 {
+		t.Fatalf("leased %d and %d jobs, want 8 and 8: the second lease must not come back empty while the first holds every group", len(a.jobs), len(got.jobs))
 	}
 	seen := map[string]bool{}
-	for _, j := range append(a.jobs, after...) {
+	for _, j := range append(a.jobs, got.jobs...) {
 		if seen[j.ID] {
 			t.Fatalf("job %s leased twice", j.ID)
 		}
@@ -141,10 +141,10 @@ func TestLeaseSkipsWhileHolderHoldsEveryGroup(t *testing.T) {
 }
 
 // TestLeaseGateLetsOthersRun: while a lease holds every ready group of its
-// filter, a lease of another filter still runs its transaction, and when
-// there are more ready groups than a lease reads (40 groups, a lease of 1
-// reads 18), so does a lease of the same filter, beside the held lease,
-// and it gets a job.
+// filter, a lease of another filter does not wait for it, and when there
+// are more ready groups than a lease reads (40 groups, a lease of 1 reads
+// 18), a lease of the same filter does not wait either: both run beside
+// the held lease and return jobs.
 func TestLeaseGateLetsOthersRun(t *testing.T) {
 	t.Parallel()
 	t.Run("other filter", func(t *testing.T) {
@@ -162,13 +162,13 @@ func TestLeaseGateLetsOthersRun(t *testing.T) {
 				return false
 			}
 		})
-		h.let()
+		close(h.release)
 		a := <-first
 		if a.err != nil || got.err != nil {
 			t.Fatalf("leases: %v, %v", a.err, got.err)
 		}
 		// It ran beside the held lease: its groups were locked, so it
-		// found nothing.
+		// found nothing, and it did not wait to find out.
 		if len(got.jobs) != 0 || len(a.jobs) != 8 {
 			t.Fatalf("leased %d (held) and %d (other filter) jobs, want 8 and 0", len(a.jobs), len(got.jobs))
 		}
@@ -188,7 +188,7 @@ func TestLeaseGateLetsOthersRun(t *testing.T) {
 				return false
 			}
 		})
-		h.let()
+		close(h.release)
 		a := <-first
 		if a.err != nil || got.err != nil {
 			t.Fatalf("leases: %v, %v", a.err, got.err)

@@ -26,14 +26,13 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	}
 	f := store.GroupFilter{Kinds: p.Kinds, Tenant: p.Tenant}
 	// Held from the start: until its ready groups are read, this lease may
-	// be about to lock every one (see leaseTx.saw). Not acquired: another
-	// lease of this Store holds every group this one could take.
-	hold := s.gate.acquire(f)
-	if hold == nil {
-		return nil, nil
+	// be about to lock every one (see leaseTx.saw).
+	hold, err := s.gate.acquire(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
 	}
 	var out []*job.Job
-	err := s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
+	err = s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
 		var err error
 		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p, f: f, gate: &s.gate, hold: &hold}, p, newToken)
 		return err
