@@ -24,20 +24,12 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	if p.Max <= 0 {
 		return nil, nil
 	}
-	f := store.GroupFilter{Kinds: p.Kinds, Tenant: p.Tenant}
-	// Held from the start: until its ready groups are read, this lease may
-	// be about to lock every one (see leaseTx.saw).
-	hold, err := s.gate.acquire(ctx, f)
-	if err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
-	}
 	var out []*job.Job
-	err = s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
+	err := s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
 		var err error
-		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p, f: f, gate: &s.gate, hold: &hold}, p, newToken)
+		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
 		return err
 	})
-	s.gate.release(hold) // after the commit: the groups are free again (nil: released by saw)
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
@@ -53,25 +45,6 @@ type leaseTx struct {
 	// pre holds each lane's first ReadyGroups, fetched by OldestReady in
 	// its round trip (see OldestReady); nil until then.
 	pre map[job.Lane]*readyGroups
-	// f is the lease's group filter; gate and hold are its Store's
-	// leaseGate and the lease's hold on it (see gate.go).
-	f    store.GroupFilter
-	gate *leaseGate
-	hold **gateHold
-}
-
-// saw records a ready-groups read of limit groups that returned n. A read
-// that returned all it asked for may have left ready groups unlocked for
-// another lease, so the lease releases its hold on the gate at once and
-// leases of the same filter waiting for it go ahead beside it. While every
-// read returned fewer, the lease locks every ready group of its filter and
-// keeps the hold until its commit (see leaseGate).
-func (l *leaseTx) saw(n, limit int) {
-	if n < limit || l.gate == nil || *l.hold == nil {
-		return
-	}
-	l.gate.release(*l.hold)
-	*l.hold = nil
 }
 
 // readyGroups is one ReadyGroups call's arguments and result.
@@ -154,7 +127,6 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 			return time.Time{}, false, err
 		}
 		pre[ln].groups = groups
-		l.saw(len(groups), pre[ln].limit)
 	}
 	if _, err := br.Exec(); err != nil {
 		return time.Time{}, false, err
@@ -206,9 +178,6 @@ func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time,
 	_, _ = l.tx.Exec(l.ctx, groupScanOnly) // a pipeTx: sent with the query, its error reported by it
 	groups, err := collectGroups(l.tx.Query(l.ctx, readyGroupsSQL, readyGroupsArgs(lane, f, now, limit)...))
 	_, _ = l.tx.Exec(l.ctx, groupScanAny) // sent with the next statement, which reports its error
-	if err == nil {
-		l.saw(len(groups), limit)
-	}
 	return groups, err
 }
 

@@ -112,9 +112,6 @@ type Store struct {
 	schema string // cfg.Schema, quoted as an identifier
 	// inserts coalesces concurrent small Insert calls (coalesce.go).
 	inserts *inserter
-	// gate lets a lease wait for this Store's lease that holds every
-	// ready group it would look at (gate.go).
-	gate leaseGate
 }
 
 var _ store.Store = (*Store)(nil)
