@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 )
@@ -25,5 +26,40 @@ func TestJSONStrings(t *testing.T) {
 	// The hand-written path is the one taken for stored keys.
 	if _, ok := plainStrings(`["openai:gpt-4o-mini","tenant:acme"]`); !ok {
 		t.Error("plain keys went to json.Unmarshal")
+	}
+}
+
+// TestStringsJSON checks stringsJSON and groupKeys against json.Marshal
+// (the bytes are stored and compared: a group's keys are a unique column)
+// and tokensJSON against json.Marshal's object after decoding, on plain
+// strings and on those the hand-written path must hand over.
+func TestStringsJSON(t *testing.T) {
+	for _, keys := range [][]string{
+		nil, {}, {""}, {"a"}, {"openai:gpt-4o-mini", "tenant:acme"}, {"k1", "k0"}, {"a<b"}, {"a&b", "c"},
+		{"é"}, {"日本", "a"}, {"a\"b"}, {"a\\b"}, {"a\tb"}, {"\xff"}, {"\u2028"}, {"a>b"}, {"~", "\x7f"},
+	} {
+		want, _ := json.Marshal(keys)
+		if got := stringsJSON(keys); got != string(want) {
+			t.Errorf("stringsJSON(%q) = %s; json.Marshal: %s", keys, got, want)
+		}
+		sorted := slices.Clone(keys)
+		slices.Sort(sorted)
+		want, _ = json.Marshal(sorted)
+		if got := groupKeys(keys); got != string(want) {
+			t.Errorf("groupKeys(%q) = %s; json.Marshal of the sorted keys: %s", keys, got, want)
+		}
+	}
+	for _, tokens := range []map[string]string{
+		{}, {"j1": "t1"}, {"0190a4b2-7c1e-7000-8000-000000000001": "5f2c", "0190a4b2-7c1e-7000-8000-000000000002": "9a0b"},
+		{"a<b": "t"}, {"j": "é"}, {"j\"": "t"},
+	} {
+		got := tokensJSON(tokens)
+		var back map[string]string
+		if err := json.Unmarshal([]byte(got), &back); err != nil || !maps.Equal(back, tokens) {
+			t.Errorf("tokensJSON(%q) = %s: decodes to %q, %v", tokens, got, back, err)
+		}
+		if want, _ := json.Marshal(tokens); len(tokens) <= 1 && got != string(want) {
+			t.Errorf("tokensJSON(%q) = %s; json.Marshal: %s", tokens, got, want)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -180,7 +179,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	for _, l := range leased {
 		tokens[l.ID] = l.Token
 	}
-	arg, _ := json.Marshal(tokens)
+	arg := tokensJSON(tokens)
 	// One statement for the whole batch: a join of the JSON object keyed by
 	// job id with the jobs table, so each row takes its own token by one
 	// primary-key lookup (a correlated subquery parsed the object once per
@@ -190,7 +189,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 			lease_token = t.value, lease_expires_at = ?, attempt = attempt + 1, updated_at = ?
 		FROM json_each(?) AS t
 		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+leasedCols,
-		ns(until), ns(now), string(arg))
+		ns(until), ns(now), arg)
 	if err != nil {
 		return nil, err
 	}

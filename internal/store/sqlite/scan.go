@@ -41,10 +41,77 @@ func tm(n sql.NullInt64) time.Time {
 // groupKeys is the canonical form of a key set: sorted, as JSON. Jobs
 // naming the same keys in another order share a group.
 func groupKeys(keys []string) string {
+	if slices.IsSorted(keys) {
+		return stringsJSON(keys)
+	}
 	k := slices.Clone(keys)
 	slices.Sort(k)
-	b, _ := json.Marshal(k)
-	return string(b)
+	return stringsJSON(k)
+}
+
+// stringsJSON encodes keys exactly as json.Marshal does. Every inserted
+// job encodes its limit keys twice (the column and its group's sorted
+// set); the common case, plain strings, is written by hand in one
+// allocation instead of json.Marshal's reflection and copies
+// (docs/benchmarks.md, "Session 11 (s11h4)"). TestStringsJSON checks it
+// against json.Marshal.
+func stringsJSON(keys []string) string {
+	if keys == nil {
+		return "null"
+	}
+	n := 2
+	for _, k := range keys {
+		if !plainJSON(k) {
+			b, _ := json.Marshal(keys)
+			return string(b)
+		}
+		n += len(k) + 3
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte('[')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(k)
+		b.WriteByte('"')
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// tokensJSON encodes MarkLeased's job id -> lease token object as
+// json.Marshal does but for the order of its members (json_each does not
+// care), by hand when every id and token is plain, as they are (text
+// ids and hex tokens). TestStringsJSON checks it.
+func tokensJSON(tokens map[string]string) string {
+	n := 2
+	for id, tok := range tokens {
+		if !plainJSON(id) || !plainJSON(tok) {
+			b, _ := json.Marshal(tokens)
+			return string(b)
+		}
+		n += len(id) + len(tok) + 6
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte('{')
+	first := true
+	for id, tok := range tokens {
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteByte('"')
+		b.WriteString(id)
+		b.WriteString(`":"`)
+		b.WriteString(tok)
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, payload, idempotency_key,
