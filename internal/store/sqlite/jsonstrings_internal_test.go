@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/ratelane/ratelane/internal/store"
 )
 
 // TestJSONStrings checks jsonStrings against json.Unmarshal on the forms
@@ -49,11 +52,20 @@ func TestStringsJSON(t *testing.T) {
 			t.Errorf("groupKeys(%q) = %s; json.Marshal of the sorted keys: %s", keys, got, want)
 		}
 	}
-	for _, tokens := range []map[string]string{
-		{}, {"j1": "t1"}, {"0190a4b2-7c1e-7000-8000-000000000001": "5f2c", "0190a4b2-7c1e-7000-8000-000000000002": "9a0b"},
-		{"a<b": "t"}, {"j": "é"}, {"j\"": "t"},
+	for _, leased := range [][]store.Leased{
+		{}, {{ID: "j1", Token: "t1"}},
+		{{ID: "0190a4b2-7c1e-7000-8000-000000000001", Token: "5f2c"}, {ID: "0190a4b2-7c1e-7000-8000-000000000002", Token: "9a0b"}},
+		{{ID: "j1", Token: "t1"}, {ID: "j2", Token: "t2"}, {ID: "j1", Token: "t3"}}, // a repeat: the last token, once
+		{{ID: "a<b", Token: "t"}}, {{ID: "j", Token: "é"}}, {{ID: "j\"", Token: "t"}},
 	} {
-		got := tokensJSON(tokens)
+		tokens := map[string]string{}
+		for _, l := range leased {
+			tokens[l.ID] = l.Token
+		}
+		got := tokensJSON(leased, tokens)
+		if strings.Count(got, `":"`) != len(tokens) {
+			t.Errorf("tokensJSON(%q) = %s: %d members, want %d", leased, got, strings.Count(got, `":"`), len(tokens))
+		}
 		var back map[string]string
 		if err := json.Unmarshal([]byte(got), &back); err != nil || !maps.Equal(back, tokens) {
 			t.Errorf("tokensJSON(%q) = %s: decodes to %q, %v", tokens, got, back, err)

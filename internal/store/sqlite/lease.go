@@ -179,7 +179,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	for _, l := range leased {
 		tokens[l.ID] = l.Token
 	}
-	arg := tokensJSON(tokens)
+	arg := tokensJSON(leased, tokens)
 	// One statement for the whole batch: a join of the JSON object keyed by
 	// job id with the jobs table, so each row takes its own token by one
 	// primary-key lookup (a correlated subquery parsed the object once per
