@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,7 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 	// then keeps the stored ready_at.
 	ready := map[groupOf]sql.NullInt64{}
 	jobGroup := make([]groupOf, len(jobs))
+	keysJSON := make([]string, len(jobs)) // limit_keys, by job index
 	for _, i := range fresh {
 		j := jobs[i]
 		for _, k := range j.LimitKeys {
@@ -91,7 +93,14 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 				return nil, fmt.Errorf("insert job %s: %w", j.ID, err)
 			}
 		}
-		g := groupOf{string(j.Lane), j.Tenant, j.Kind, groupKeys(j.LimitKeys)}
+		// The column's encoding serves as the group's when the keys are
+		// sorted already (one key always is).
+		keysJSON[i] = stringsJSON(j.LimitKeys)
+		gk := keysJSON[i]
+		if !slices.IsSorted(j.LimitKeys) {
+			gk = groupKeys(j.LimitKeys)
+		}
+		g := groupOf{string(j.Lane), j.Tenant, j.Kind, gk}
 		jobGroup[i] = g
 		r, seen := ready[g]
 		if !seen {
@@ -125,8 +134,7 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 		args = args[:0]
 		for _, i := range fresh[done : done+n] {
 			j := jobs[i]
-			keys, _ := json.Marshal(j.LimitKeys)
-			args = append(args, j.ID, j.Kind, j.Region, j.Lane, j.Tenant, string(keys), j.Cost, j.Priority, []byte(j.Payload),
+			args = append(args, j.ID, j.Kind, j.Region, j.Lane, j.Tenant, keysJSON[i], j.Cost, j.Priority, []byte(j.Payload),
 				j.IdempotencyKey, nullNS(j.Deadline), j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema,
 				j.ParentID, j.Depth, groups[jobGroup[i]], j.State, ns(j.EligibleAt), ns(j.CreatedAt), ns(j.CreatedAt))
 		}

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -180,7 +179,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	for _, l := range leased {
 		tokens[l.ID] = l.Token
 	}
-	arg, _ := json.Marshal(tokens)
+	arg := tokensJSON(leased, tokens)
 	// One statement for the whole batch: a join of the JSON object keyed by
 	// job id with the jobs table, so each row takes its own token by one
 	// primary-key lookup (a correlated subquery parsed the object once per
@@ -190,7 +189,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 			lease_token = t.value, lease_expires_at = ?, attempt = attempt + 1, updated_at = ?
 		FROM json_each(?) AS t
 		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+leasedCols,
-		ns(until), ns(now), string(arg))
+		ns(until), ns(now), arg)
 	if err != nil {
 		return nil, err
 	}
@@ -314,15 +313,16 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	if t.Record.Attempt != 0 {
 		attempt = int64(t.Record.Attempt)
 	}
-	// In the statements' order.
-	set := []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
-		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record)}
-	guard := []any{t.ID, t.LeaseToken, attempt, nullNS(t.LeaseExpiredBy)}
+	// In the statements' order: the SET's, then the guard's, in one slice
+	// (two appended together cost a copy and an allocation per job).
+	args := []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
+		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record),
+		t.ID, t.LeaseToken, attempt, nullNS(t.LeaseExpiredBy)}
 	if f, ok := o.s.leases[t.ID]; ok && f.token == t.LeaseToken {
 		// Only this finish can use the entry: the guard below either ends
 		// the lease or finds it ended already.
 		delete(o.s.leases, t.ID)
-		res, err := o.s.exec(o.tx, endAttemptSQL, append(set, guard...)...)
+		res, err := o.s.exec(o.tx, endAttemptSQL, args...)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -337,7 +337,7 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	}
 	var keys string
 	var group, cost int64
-	err := o.s.queryRow(o.tx, endAttemptReturningSQL, append(set, guard...)...).Scan(&keys, &group, &cost)
+	err := o.s.queryRow(o.tx, endAttemptReturningSQL, args...).Scan(&keys, &group, &cost)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, 0, store.ErrConflict
 	}

@@ -41,10 +41,82 @@ func tm(n sql.NullInt64) time.Time {
 // groupKeys is the canonical form of a key set: sorted, as JSON. Jobs
 // naming the same keys in another order share a group.
 func groupKeys(keys []string) string {
+	if slices.IsSorted(keys) {
+		return stringsJSON(keys)
+	}
 	k := slices.Clone(keys)
 	slices.Sort(k)
-	b, _ := json.Marshal(k)
-	return string(b)
+	return stringsJSON(k)
+}
+
+// stringsJSON encodes keys exactly as json.Marshal does. Every inserted
+// job encodes its limit keys twice (the column and its group's sorted
+// set); the common case, plain strings, is written by hand in one
+// allocation instead of json.Marshal's reflection and copies
+// (docs/benchmarks.md, "Session 11 (s11h4)"). TestStringsJSON checks it
+// against json.Marshal.
+func stringsJSON(keys []string) string {
+	if keys == nil {
+		return "null"
+	}
+	n := 2
+	for _, k := range keys {
+		if !plainJSON(k) {
+			b, _ := json.Marshal(keys)
+			return string(b)
+		}
+		n += len(k) + 3
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte('[')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(k)
+		b.WriteByte('"')
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// tokensJSON encodes MarkLeased's job id -> lease token object as
+// json.Marshal encodes tokens but for the order of its members (json_each
+// does not care), by hand when every id and token is plain, as they are
+// (text ids and hex tokens). It walks leased, not the map (an iteration
+// of a map costs more than the encoding); an id listed twice is written
+// once, with the token tokens holds for it. TestStringsJSON checks it.
+func tokensJSON(leased []store.Leased, tokens map[string]string) string {
+	n := 2
+	for _, l := range leased {
+		if !plainJSON(l.ID) || !plainJSON(l.Token) {
+			b, _ := json.Marshal(tokens)
+			return string(b)
+		}
+		n += len(l.ID) + len(l.Token) + 6
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte('{')
+	written := 0
+	for _, l := range leased {
+		if tokens[l.ID] != l.Token {
+			continue // a repeated id: the map keeps the last token
+		}
+		if written > 0 {
+			b.WriteByte(',')
+		}
+		written++
+		b.WriteByte('"')
+		b.WriteString(l.ID)
+		b.WriteString(`":"`)
+		b.WriteString(l.Token)
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, payload, idempotency_key,
@@ -181,13 +253,22 @@ func recordJSON(r job.AttemptRecord) string {
 // quotes: printable ASCII with nothing it escapes.
 func plainJSON(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !plainByte[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// plainByte[c] says c is printable ASCII that encoding/json writes as
+// itself: one load per byte where the comparisons took seven (the lease
+// checks every job's id and token).
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // jsonStrings decodes a JSON array of strings, as the driver stores limit
 // keys (json.Marshal's output: no spaces). Every lease and group read
