@@ -181,4 +181,6 @@ JSON metrics (one object per workload; under its name with "all"):
               baseline_commits_per_review sweep_commits_per_file sweep_writes_per_file
               sweep_interactive_writes sweep_interactive_behind_max sweep_interactive_behind_over_1
               sweep_interactive_write_wait_p99_ms sweep_interactive_write_wait_ms_per_review (SQLite)
+              baseline_cpu_seconds sweep_cpu_seconds sweep_cpu_ms_per_file sweep_budget_pieces
+              stage_run_sweep_mean_ms stage_aggregate_wait_sweep_p99_ms stage_publish_wait_sweep_p99_ms
 `

@@ -160,9 +160,11 @@ type Config struct {
 	// and finishes lock rows in one order, so nothing else changes. On a
 	// store with one writer (SQLite) the calls only queue behind it.
 	InFlight int
-	// Publishers is how many validated jobs are published at once, on a
-	// pool of their own (publish.go): a slow Publisher holds one of them,
-	// never the finishing of other jobs; default DefaultPublishers.
+	// Publishers is how many validated jobs of either lane are published
+	// at once, on a pool of their own (publish.go): a slow Publisher holds
+	// one of them, never the finishing of other jobs; default
+	// DefaultPublishers. Interactive jobs also have Workers publishers of
+	// their own.
 	Publishers int
 	// Now is the clock; default time.Now.
 	Now func() time.Time

@@ -137,9 +137,19 @@ func (e *Engine) startPublishers(ctx context.Context) {
 	e.pub.mu.Lock()
 	e.pub.ctx, e.pub.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	e.pub.mu.Unlock()
-	for i := range e.cfg.Publishers {
+	// Workers publishers take only interactive publications, beside the
+	// Publishers shared by both lanes: interactive publications are
+	// bounded by the interactive jobs (at most Workers run at once), and
+	// with only the shared few a review's two publications (its part's
+	// and its own) queued behind each other for seconds under a sweep on a
+	// loaded machine (docs/benchmarks.md, "Session 11 (s11h5)").
+	for range e.cfg.Workers {
 		e.pub.wg.Add(1)
-		go e.publishLoop(i == 0)
+		go e.publishLoop(true)
+	}
+	for range e.cfg.Publishers {
+		e.pub.wg.Add(1)
+		go e.publishLoop(false)
 	}
 }
 
@@ -172,15 +182,14 @@ func (e *Engine) stopPublishers(ctx context.Context) {
 	p.cancel(nil)
 }
 
-// publishLoop is one of the pool's goroutines. The first
-// (interactiveOnly) takes only interactive publications: a batch
-// publication may wait for a turn of the batch budget, and with every
-// publisher waiting so an interactive one would wait too.
+// publishLoop is one of the pool's goroutines. An interactiveOnly one
+// takes only interactive publications (a batch publication may wait for
+// a turn of the batch budget); the others take interactive ones first.
 func (e *Engine) publishLoop(interactiveOnly bool) {
 	defer e.pub.wg.Done()
 	obs := e.publishObserver()
 	q, bq := e.pub.q, e.pub.bq
-	if interactiveOnly && e.cfg.Publishers > 1 {
+	if interactiveOnly {
 		bq = nil
 	}
 	for q != nil || bq != nil {
