@@ -70,6 +70,14 @@ type Config struct {
 	// piece (engine.Config.BatchYieldMax; try 100 ms). Zero, the default,
 	// leaves the yield gate off.
 	BatchYieldMax time.Duration
+	// BatchPieces is the batch lane's CPU budget in this process: while
+	// interactive work is in flight here, at most this many pieces of
+	// batch-lane work (a batch handler between two of its yields, a batch
+	// review's aggregation, a stretch of the periodic sweep, a batch
+	// publication) run at once; with no interactive work batch work runs
+	// at full width. Default 1 (engine.DefaultBatchPieces); negative turns
+	// the budget off.
+	BatchPieces int
 	// Retention is how long finished jobs are kept (and idempotency keys
 	// remembered); default 30 days.
 	Retention time.Duration

@@ -36,6 +36,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&o.Smoke, "smoke", false, "shrink every workload to a few seconds (CI)")
 	fs.IntVar(&o.Runs, "runs", 1, "run each workload this many times and report each metric's median (JSON adds \"runs\": every run's value; the table shows min–max)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
+	fs.IntVar(&o.BatchPieces, "batch-pieces", 0, "batch-isolation only: Config.BatchPieces, the batch budget (0: the default, 1; -1: off)")
 	var mixes string
 	var verbose bool
 	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")
@@ -180,4 +181,6 @@ JSON metrics (one object per workload; under its name with "all"):
               baseline_commits_per_review sweep_commits_per_file sweep_writes_per_file
               sweep_interactive_writes sweep_interactive_behind_max sweep_interactive_behind_over_1
               sweep_interactive_write_wait_p99_ms sweep_interactive_write_wait_ms_per_review (SQLite)
+              baseline_cpu_seconds sweep_cpu_seconds sweep_cpu_ms_per_file sweep_budget_pieces
+              stage_run_sweep_mean_ms stage_aggregate_wait_sweep_p99_ms stage_publish_wait_sweep_p99_ms
 `

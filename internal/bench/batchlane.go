@@ -82,7 +82,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	rv := review.New(review.Config{Regions: map[string]review.RegionConfig{"us": {Providers: []review.Provider{inter, batch},
 		SweepEvery: 500 * time.Millisecond, Batch: review.BatchConfig{PollInterval: 200 * time.Millisecond}}}})
 	reg := prometheus.NewRegistry()
-	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg}
+	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg, BatchPieces: e.opts.BatchPieces}
 	c, err := e.client(ctx, cfg)
 	if err != nil {
 		return Result{}, err
@@ -264,6 +264,37 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("sweep_batch_pieces_bounded", w2.yield["bounded"]-w1.yield["bounded"], "of them released by the bound with interactive work in flight")
 		r.add("sweep_batch_held_seconds", w2.yieldSecs-w1.yieldSecs, "s batch-lane work waited at the yield gate, summed")
 	}
+	// The batch budget under the sweep: pieces of batch-lane work that
+	// found a turn and those that waited for one, and for how long.
+	if pieces := w2.budget["passed"] + w2.budget["held"] - w1.budget["passed"] - w1.budget["held"]; pieces > 0 {
+		r.add("sweep_budget_pieces", pieces, "pieces of batch-lane work at the batch budget during the sweep")
+		r.add("sweep_budget_pieces_held", w2.budget["held"]-w1.budget["held"], "of them held for a turn while interactive work was in flight")
+		r.add("sweep_budget_held_seconds", w2.budgetSecs-w1.budgetSecs, "s batch-lane work waited for a turn, summed")
+	}
+	// CPU: the process's user + system seconds in each phase (much less
+	// sensitive to the machine's load than latency), and the sweep's share
+	// beyond the interactive reviews' at the baseline's rate.
+	if len(base) > 0 {
+		r.add("baseline_cpu_seconds", w1.cpu-w0.cpu, "s CPU (user + system) of the baseline phase")
+		r.add("sweep_cpu_seconds", w2.cpu-w1.cpu, "s CPU of the sweep phase, to every sweep review published")
+		r.add("sweep_cpu_ms_per_file", 1000*(w2.cpu-w1.cpu-(w1.cpu-w0.cpu)/float64(len(base))*float64(len(under)))/float64(plan.Files),
+			"ms CPU per sweep file (the interactive reviews' share at the baseline's rate removed)")
+	}
+	// Where an interactive review's time goes, stage by stage (the
+	// engine's histograms; p99 is a bucket bound): baseline and under the
+	// sweep.
+	for _, st := range []string{"queued", "start", "run", "finish", "aggregate_wait", "aggregate", "publish_wait", "publish"} {
+		key := "interactive/" + st
+		b, u := w1.stages[key].sub(w0.stages[key]), w2.stages[key].sub(w1.stages[key])
+		if b.count == 0 && u.count == 0 {
+			continue
+		}
+		mean := func(h histReading) float64 { return 1000 * h.sum / max(1, h.count) }
+		r.add("stage_"+st+"_baseline_mean_ms", mean(b), "ms, interactive lane, baseline")
+		r.add("stage_"+st+"_sweep_mean_ms", mean(u), "ms, interactive lane, under the sweep")
+		r.add("stage_"+st+"_baseline_p99_ms", 1000*b.finiteQuantile(0.99), "ms (bucket bound; the last bound means at least that)")
+		r.add("stage_"+st+"_sweep_p99_ms", 1000*u.finiteQuantile(0.99), "ms (bucket bound; the last bound means at least that)")
+	}
 	return r, nil
 }
 
@@ -299,6 +330,14 @@ type writeCounts struct {
 	// result (passed, held, bounded), and yieldSecs their summed wait.
 	yield     map[string]float64
 	yieldSecs float64
+	// budget is the engine's batch budget: pieces by result (passed,
+	// held), and budgetSecs their summed wait.
+	budget     map[string]float64
+	budgetSecs float64
+	// stages are the engine's stage histograms by "lane/stage".
+	stages map[string]histReading
+	// cpu is the process's CPU time (user + system) so far, in seconds.
+	cpu float64
 }
 
 // histReading is a reading of a cumulative histogram.
@@ -355,6 +394,19 @@ func (h histReading) quantile(q float64) float64 {
 	return math.Inf(1)
 }
 
+// finiteQuantile is quantile with +Inf (past the last bound) read as the
+// last bound, for JSON.
+func (h histReading) finiteQuantile(q float64) float64 {
+	v := h.quantile(q)
+	if math.IsInf(v, 1) && len(h.bounds) > 0 {
+		v = h.bounds[len(h.bounds)-1]
+		for i := len(h.bounds) - 1; i >= 0 && math.IsInf(v, 1); i-- {
+			v = h.bounds[i]
+		}
+	}
+	return v
+}
+
 // max is the bound of the highest bucket any observation reached.
 func (h histReading) max() float64 { return h.quantile(1) }
 
@@ -362,7 +414,7 @@ func (h histReading) max() float64 { return h.quantile(1) }
 // ratelane_store_transactions_total from reg (ok false when the store
 // does not count them).
 func storeWrites(reg *prometheus.Registry) writeCounts {
-	w := writeCounts{yield: map[string]float64{}}
+	w := writeCounts{yield: map[string]float64{}, budget: map[string]float64{}, stages: map[string]histReading{}, cpu: cpuSeconds()}
 	mfs, err := reg.Gather()
 	if err != nil {
 		return w
@@ -383,6 +435,25 @@ func storeWrites(reg *prometheus.Registry) writeCounts {
 				}
 			case "ratelane_batch_yield_seconds_total":
 				w.yieldSecs += m.GetCounter().GetValue()
+			case "ratelane_batch_budget_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" {
+						w.budget[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			case "ratelane_batch_budget_seconds_total":
+				w.budgetSecs += m.GetCounter().GetValue()
+			case "ratelane_engine_stage_seconds":
+				var lane, stage string
+				for _, l := range m.GetLabel() {
+					switch l.GetName() {
+					case "lane":
+						lane = l.GetValue()
+					case "stage":
+						stage = l.GetValue()
+					}
+				}
+				w.stages[lane+"/"+stage] = readHist(m.GetHistogram())
 			case "ratelane_store_write_wait_seconds", "ratelane_store_write_behind":
 				if !hasLabel(m, "lane", string(ratelane.LaneInteractive)) {
 					continue

@@ -49,6 +49,9 @@ type Options struct {
 	// 500 ms each destination's accepted and refused answers since the
 	// last line. Counts only, never payloads.
 	Trace io.Writer
+	// BatchPieces, when not zero, is the batch-isolation workload's
+	// Config.BatchPieces (negative: the batch budget off), for A/B runs.
+	BatchPieces int
 }
 
 // Metric is one named figure of a workload.

@@ -133,6 +133,14 @@ type Config struct {
 	// by the bound and no gain yet; DefaultBatchYieldMax is the value to
 	// try first.
 	BatchYieldMax time.Duration
+	// BatchPieces is the batch budget (budget.go): the most pieces of
+	// batch-lane work (a batch parent's aggregation, a stretch of the
+	// periodic sweep, a batch job's publication; not a batch job's
+	// handler, which holds a worker slot) that run at once in this engine
+	// while interactive work is in flight here; with none in flight batch work is not
+	// bounded by it. Default DefaultBatchPieces (1); negative turns the
+	// budget off.
+	BatchPieces int
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
 	// Retention is how long finished jobs are kept; default 30 days.
@@ -152,9 +160,11 @@ type Config struct {
 	// and finishes lock rows in one order, so nothing else changes. On a
 	// store with one writer (SQLite) the calls only queue behind it.
 	InFlight int
-	// Publishers is how many validated jobs are published at once, on a
-	// pool of their own (publish.go): a slow Publisher holds one of them,
-	// never the finishing of other jobs; default DefaultPublishers.
+	// Publishers is how many validated jobs of either lane are published
+	// at once, on a pool of their own (publish.go): a slow Publisher holds
+	// one of them, never the finishing of other jobs; default
+	// DefaultPublishers. Interactive jobs also have Workers publishers of
+	// their own.
 	Publishers int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -215,6 +225,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Publishers == 0 {
 		c.Publishers = DefaultPublishers
+	}
+	if c.BatchPieces == 0 {
+		c.BatchPieces = DefaultBatchPieces
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -306,8 +319,8 @@ type Engine struct {
 	// batchParents queue the parent ids of the interactive and the batch
 	// lane for their own aggregation loops (parts.go).
 	aggKinds     []string
-	parents      chan string
-	batchParents chan string
+	parents      chan parentWake
+	batchParents chan parentWake
 
 	// admits holds, earliest first, the times at which groups the lease
 	// calls skipped (a key refused them) may be admitted; only the fetch
@@ -326,6 +339,10 @@ type Engine struct {
 	pub pubPool
 	// yield holds batch-lane work while interactive work runs (yield.go).
 	yield *yieldGate
+	// budget bounds batch-lane work while interactive work runs (budget.go).
+	budget *batchBudget
+	// stages times each lane's jobs through the engine (stages.go).
+	stages stageTimes
 }
 
 // maxAdmits bounds the admission times remembered; past it the poll
@@ -370,6 +387,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("region", cfg.Region),
 		yield:   newYieldGate(cfg.BatchYieldMax),
+		budget:  newBatchBudget(cfg.BatchPieces),
 		wake:    make(chan struct{}, 1),
 		results: make(chan result, cfg.Workers),
 		slots:   make(chan struct{}, cfg.Workers),
@@ -404,8 +422,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.cfg.Kinds = kinds // a copy: the caller's map is not changed
 	if e.aggregates() {
-		e.parents = make(chan string, 1024)
-		e.batchParents = make(chan string, 1024)
+		e.parents = make(chan parentWake, 1024)
+		e.batchParents = make(chan parentWake, 1024)
 		e.jobs.watchParts(e.wakeParent)
 	}
 	e.jobs.Serve(e.kinds...)
@@ -605,6 +623,14 @@ func (e *Engine) leaseAndRun() int {
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
 	}
+	now := e.cfg.Now()
+	for _, j := range jobs {
+		ready := j.CreatedAt
+		if j.EligibleAt.After(ready) {
+			ready = j.EligibleAt
+		}
+		e.stages.observe(j.Lane, stQueued, now.Sub(ready))
+	}
 	for i := len(jobs); i < free; i++ {
 		<-e.slots // give back the slots not used
 	}
@@ -658,7 +684,7 @@ func (e *Engine) run(j *job.Job) {
 	}
 	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel, leave: func() {}}
 	if j.Lane != job.LaneBatch {
-		r.leave = e.yield.enter()
+		r.leave = e.interactiveWork()
 	}
 	e.mu.Lock()
 	e.running[j.ID] = r
@@ -666,12 +692,19 @@ func (e *Engine) run(j *job.Job) {
 	e.wg.Add(1)
 	go func() {
 		if j.Lane == job.LaneBatch {
+			// Not the batch budget: a handler waiting for a turn would
+			// hold a worker slot, and a few of them would keep interactive
+			// jobs from being leased at all (docs/benchmarks.md,
+			// "Session 11 (s11h5)").
 			e.yield.wait(hctx)
 			hctx = context.WithValue(hctx, yieldKey{}, e.yield) // for Yield
 		}
+		began := e.cfg.Now()
+		e.stages.observe(j.Lane, stStart, began.Sub(r.started))
 		out := e.handle(hctx, j)
 		r.leave()
 		answered := e.cfg.Now()
+		e.stages.observe(j.Lane, stRun, answered.Sub(began))
 		stopDeadline()
 		cancel(nil)
 		e.mu.Lock()

@@ -55,6 +55,12 @@ func (e *Engine) finish(batch []result) {
 		e.log.Error("finish failed; the leases will expire and the jobs be retried", "jobs", len(rs), "err", err)
 		return
 	}
+	now := e.cfg.Now()
+	for _, r := range batch {
+		if !r.answered.IsZero() {
+			e.stages.observe(r.job.Lane, stFinish, now.Sub(r.answered))
+		}
+	}
 	for i, r := range batch {
 		if err := done[i].Err; err != nil {
 			e.log.Warn("outcome refused: lease lost", "job_id", r.job.ID, "err", err)
@@ -64,7 +70,7 @@ func (e *Engine) finish(batch []result) {
 			continue
 		}
 		if done[i].Transition.To == job.StateValidated {
-			e.queuePublish(r.job.ID) // the pool publishes: a slow Publisher must not hold finishes
+			e.queuePublish(r.job.ID, r.job.Lane) // the pool publishes: a slow Publisher must not hold finishes
 		}
 	}
 	e.Notify() // keys were released and groups may be ready

@@ -194,9 +194,16 @@ func (e *Engine) wakeParent(parentID string, lane job.Lane) {
 		q = e.batchParents
 	}
 	select {
-	case q <- parentID:
+	case q <- parentWake{id: parentID, at: e.cfg.Now()}:
 	default:
 	}
+}
+
+// parentWake is a parent's wake-up: its id and when it was queued (for
+// StageAggregateWait).
+type parentWake struct {
+	id string
+	at time.Time
 }
 
 // sweepEvery is the periodic sweep's period: the shortest SweepEvery of
@@ -215,15 +222,22 @@ func (e *Engine) sweepEvery() time.Duration {
 	return d
 }
 
-// aggregateLoop serves the interactive lane's wake-ups, one parent at a
-// time, until the engine stops. It does nothing else: the batch lane's
-// wake-ups and the periodic sweep have their own loop
+// aggregateLoop serves the interactive lane's wake-ups, a group at a time
+// (aggregateGroup), until the engine stops. It does nothing else: the
+// batch lane's wake-ups and the periodic sweep have their own loop
 // (batchAggregateLoop), so an interactive review is never aggregated
 // after a batch review's aggregation, advance and publication (three
 // commits and several reads each) or behind a sweep over thousands of
 // waiting batch reviews. Both loops may aggregate the same parent at once
 // (the sweep finds an interactive parent too): the advance is a
 // compare-and-set and the publication is claimed, as between nodes.
+//
+// A group, not one parent at a time: an aggregation mostly waits (its
+// parts' read, its advance at the store's writer), and one at a time the
+// loop served 1 ÷ that wait parents a second, less than the interactive
+// wake-ups arriving under a batch sweep on a loaded machine, so its queue
+// grew without bound (docs/benchmarks.md, "Session 11 (s11h5)": the
+// interactive aggregate_wait stage's p99 past 30 s at load 20).
 func (e *Engine) aggregateLoop() {
 	defer e.wg.Done()
 	for {
@@ -232,10 +246,8 @@ func (e *Engine) aggregateLoop() {
 			return
 		case <-e.stop:
 			return
-		case id := <-e.parents:
-			leave := e.yield.enter()
-			e.aggregateWoken(e.ctx, id)
-			leave()
+		case w := <-e.parents:
+			e.aggregateGroup(e.ctx, w, job.LaneInteractive)
 		}
 	}
 }
@@ -265,48 +277,65 @@ func (e *Engine) batchAggregateLoop() {
 			return
 		case <-e.stop:
 			return
-		case id := <-e.batchParents:
-			e.aggregateGroup(ctx, id)
+		case w := <-e.batchParents:
+			e.aggregateGroup(ctx, w, job.LaneBatch)
 		case <-tick.C:
 			e.sweepParents(ctx)
 		}
 	}
 }
 
-// aggregateGroup aggregates first and the batch-lane wake-ups queued
+// aggregateGroup aggregates first and the wake-ups of its lane queued
 // behind it (up to batchAggregateGroup distinct parents) concurrently, and
-// returns when all are done.
-func (e *Engine) aggregateGroup(ctx context.Context, first string) {
-	ids := []string{first}
-	seen := map[string]bool{first: true}
+// returns when all are done. An interactive parent's aggregation is
+// interactive work (the batch budget and the yield gate hold batch work
+// while it runs); a batch parent's is a piece of batch-lane work.
+func (e *Engine) aggregateGroup(ctx context.Context, first parentWake, lane job.Lane) {
+	q := e.parents
+	if lane == job.LaneBatch {
+		q = e.batchParents
+	}
+	ws := []parentWake{first}
+	seen := map[string]bool{first.id: true}
 drain:
-	for len(ids) < batchAggregateGroup {
+	for len(ws) < batchAggregateGroup {
 		select {
-		case id := <-e.batchParents:
-			if !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
+		case w := <-q:
+			if !seen[w.id] {
+				seen[w.id] = true
+				ws = append(ws, w)
 			}
 		default:
 			break drain
 		}
 	}
 	var wg sync.WaitGroup
-	for _, id := range ids {
+	for _, w := range ws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.yield.wait(ctx)
-			e.aggregateWoken(ctx, id)
+			if lane != job.LaneBatch {
+				defer e.interactiveWork()()
+				e.aggregateWoken(ctx, w, lane)
+				return
+			}
+			end := e.batchPiece(ctx)
+			defer end()
+			e.aggregateWoken(withTurnHeld(ctx), w, lane)
 		}()
 	}
 	wg.Wait()
 }
 
-func (e *Engine) aggregateWoken(ctx context.Context, id string) {
-	if err := e.aggregateParent(ctx, id, e.publishQueued); err != nil && ctx.Err() == nil {
-		e.log.Warn("aggregation failed; the sweep will retry", "job_id", id, "err", err)
+// aggregateWoken aggregates a woken parent of lane, timing its wait and
+// its aggregation.
+func (e *Engine) aggregateWoken(ctx context.Context, w parentWake, lane job.Lane) {
+	start := e.cfg.Now()
+	e.stages.observe(lane, stAggregateWait, start.Sub(w.at))
+	if err := e.aggregateParent(ctx, w.id, e.publishQueued); err != nil && ctx.Err() == nil {
+		e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
 	}
+	e.stages.observe(lane, stAggregate, e.cfg.Now().Sub(start))
 }
 
 func (e *Engine) sweepParents(ctx context.Context) {
@@ -323,7 +352,7 @@ func (e *Engine) sweepParents(ctx context.Context) {
 // A parent it validates is published before it returns (the aggregation
 // loops hand it to the publication pool instead).
 func (e *Engine) SweepParents(ctx context.Context) error {
-	return e.sweepParentsVia(ctx, e.publish)
+	return e.sweepParentsVia(ctx, e.publishInline)
 }
 
 // sweepYieldEvery is how many parents a sweep pass asks between two
@@ -335,8 +364,12 @@ const sweepYieldEvery = 32
 // One pass shares a SweepMemo (SweepMemoFrom) among its parents'
 // Aggregators, and aggregates each listed parent from its listed row
 // rather than reading the row again.
-func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Context, string)) error {
+func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error {
 	ctx = WithSweepMemo(ctx)
+	end := noLeave
+	defer func() { end() }()
+	pieceCtx := ctx
+	ctx = withTurnHeld(ctx) // the pass holds a turn for each stretch
 	for _, kind := range e.aggKinds {
 		after := ""
 		for {
@@ -351,7 +384,8 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Conte
 				// in flight, a pass over 10,000 waiting parents would take
 				// 10,000 holds.
 				if i%sweepYieldEvery == 0 {
-					e.yield.wait(ctx)
+					end()
+					end = e.batchPiece(pieceCtx)
 				}
 				if err := e.aggregateJob(ctx, j, publish); err != nil {
 					return err
@@ -373,12 +407,19 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish func(context.Conte
 // engine). A parent it validates is published before it returns; the
 // aggregation loop's wake-ups hand it to the publication pool instead.
 func (e *Engine) AggregateParent(ctx context.Context, id string) error {
-	return e.aggregateParent(ctx, id, e.publish)
+	return e.aggregateParent(ctx, id, e.publishInline)
 }
+
+// publishFunc publishes validated job id of lane: inline
+// (publishInline) or through the pool (publishQueued).
+type publishFunc func(ctx context.Context, id string, lane job.Lane)
+
+// publishInline is publish as a publishFunc.
+func (e *Engine) publishInline(ctx context.Context, id string, _ job.Lane) { e.publish(ctx, id) }
 
 // aggregateParent is AggregateParent handing a validated parent to
 // publish: the engine's publish (inline) or publishQueued (the pool).
-func (e *Engine) aggregateParent(ctx context.Context, id string, publish func(context.Context, string)) error {
+func (e *Engine) aggregateParent(ctx context.Context, id string, publish publishFunc) error {
 	parent, err := e.cfg.Store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -392,13 +433,13 @@ func (e *Engine) aggregateParent(ctx context.Context, id string, publish func(co
 // sweep's listing). A row a moment old is safe: the advance is a
 // compare-and-set from accepted, so a parent advanced meanwhile is left
 // alone.
-func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish func(context.Context, string)) error {
+func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish publishFunc) error {
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil {
 		return nil
 	}
 	if parent.State == job.StateValidated { // a crash came between the advance and the publication
-		publish(ctx, parent.ID)
+		publish(ctx, parent.ID, parent.Lane)
 		return nil
 	}
 	if parent.State != job.StateAccepted {
@@ -430,7 +471,7 @@ func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish func
 	}
 	e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(parts), "state", j.State)
 	if j.State == job.StateValidated {
-		publish(ctx, j.ID)
+		publish(ctx, j.ID, j.Lane)
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ import (
 // outbound calls.
 const DefaultPublishers = 4
 
-// publishQueueLen bounds the ids waiting for the publication pool. Past it
+// publishQueueLen bounds the ids of each lane waiting for the publication pool. Past it
 // validated jobs wait in the store for the sweep, which costs them a reap
 // tick but keeps memory and the finish loop's work bounded.
 const publishQueueLen = 1024
@@ -87,7 +87,11 @@ var errClaimLost = errors.New("publication claim lost")
 // pubPool is the engine's publication pool: a bounded queue of validated
 // job ids and the goroutines that publish them.
 type pubPool struct {
-	q chan string
+	// q holds the interactive lane's ids and bq the batch lane's: a
+	// publisher takes from q first, so an interactive job's publication
+	// never waits behind a sweep's queued publications, only behind the
+	// ones already running (Config.Publishers).
+	q, bq chan pubItem
 	// mu guards pending and closed, and every send on q (so that none
 	// comes after the close).
 	mu      sync.Mutex
@@ -102,7 +106,15 @@ type pubPool struct {
 }
 
 func (p *pubPool) init() {
-	p.q, p.pending = make(chan string, publishQueueLen), map[string]struct{}{}
+	p.q, p.bq, p.pending = make(chan pubItem, publishQueueLen), make(chan pubItem, publishQueueLen), map[string]struct{}{}
+}
+
+// pubItem is a validated job queued for the pool: its id, its lane and
+// when it was queued (for StagePublishWait).
+type pubItem struct {
+	id   string
+	lane job.Lane
+	at   time.Time
 }
 
 // publishes reports whether any kind of the engine has a publication step.
@@ -125,9 +137,19 @@ func (e *Engine) startPublishers(ctx context.Context) {
 	e.pub.mu.Lock()
 	e.pub.ctx, e.pub.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	e.pub.mu.Unlock()
+	// Workers publishers take only interactive publications, beside the
+	// Publishers shared by both lanes: interactive publications are
+	// bounded by the interactive jobs (at most Workers run at once), and
+	// with only the shared few a review's two publications (its part's
+	// and its own) queued behind each other for seconds under a sweep on a
+	// loaded machine (docs/benchmarks.md, "Session 11 (s11h5)").
+	for range e.cfg.Workers {
+		e.pub.wg.Add(1)
+		go e.publishLoop(true)
+	}
 	for range e.cfg.Publishers {
 		e.pub.wg.Add(1)
-		go e.publishLoop()
+		go e.publishLoop(false)
 	}
 }
 
@@ -144,6 +166,7 @@ func (e *Engine) stopPublishers(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
 	close(p.q)
+	close(p.bq)
 	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
@@ -159,16 +182,41 @@ func (e *Engine) stopPublishers(ctx context.Context) {
 	p.cancel(nil)
 }
 
-// publishLoop is one of the pool's goroutines.
-func (e *Engine) publishLoop() {
+// publishLoop is one of the pool's goroutines. An interactiveOnly one
+// takes only interactive publications (a batch publication may wait for
+// a turn of the batch budget); the others take interactive ones first.
+func (e *Engine) publishLoop(interactiveOnly bool) {
 	defer e.pub.wg.Done()
 	obs := e.publishObserver()
-	for id := range e.pub.q {
+	q, bq := e.pub.q, e.pub.bq
+	if interactiveOnly {
+		bq = nil
+	}
+	for q != nil || bq != nil {
+		var it pubItem
+		var ok bool
+		from := &q
+		select { // the interactive lane first
+		case it, ok = <-q:
+		default:
+			select {
+			case it, ok = <-q:
+			case it, ok = <-bq:
+				from = &bq
+			}
+		}
+		if !ok { // closed and drained
+			*from = nil
+			continue
+		}
 		if e.pub.ctx.Err() == nil {
-			e.publish(e.pub.ctx, id)
+			start := e.cfg.Now()
+			e.stages.observe(it.lane, stPublishWait, start.Sub(it.at))
+			e.publish(e.pub.ctx, it.id)
+			e.stages.observe(it.lane, stPublish, e.cfg.Now().Sub(start))
 		}
 		e.pub.mu.Lock()
-		delete(e.pub.pending, id)
+		delete(e.pub.pending, it.id)
 		e.pub.mu.Unlock()
 		if obs != nil {
 			obs.PublicationsQueued(-1)
@@ -180,7 +228,7 @@ func (e *Engine) publishLoop() {
 // returns false when the job was not queued: the queue is full (the sweep
 // is asked for one reap tick later) or the engine is stopping. A job
 // already queued or being published is not queued again.
-func (e *Engine) queuePublish(id string) bool {
+func (e *Engine) queuePublish(id string, lane job.Lane) bool {
 	p := &e.pub
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -190,8 +238,12 @@ func (e *Engine) queuePublish(id string) bool {
 	if p.closed || p.cancel == nil {
 		return false
 	}
+	q := p.q
+	if lane == job.LaneBatch {
+		q = p.bq
+	}
 	select {
-	case p.q <- id:
+	case q <- pubItem{id: id, lane: lane, at: e.cfg.Now()}:
 		p.pending[id] = struct{}{}
 	default:
 		e.retryPublishAfter(e.cfg.ReapEvery)
@@ -206,8 +258,8 @@ func (e *Engine) queuePublish(id string) bool {
 // publishQueued hands a validated job to the pool; an engine whose pool
 // does not run (never started, or no kind publishes) publishes inline, as
 // a caller of AggregateParent on such an engine expects.
-func (e *Engine) publishQueued(ctx context.Context, id string) {
-	if e.queuePublish(id) {
+func (e *Engine) publishQueued(ctx context.Context, id string, lane job.Lane) {
+	if e.queuePublish(id, lane) {
 		return
 	}
 	e.pub.mu.Lock()
@@ -253,9 +305,9 @@ func (e *Engine) publish(ctx context.Context, id string) {
 	}
 	ctx = store.WithLane(ctx, j.Lane) // a batch job's publication yields to interactive writes
 	if j.Lane == job.LaneBatch {
-		e.yield.wait(ctx) // and to interactive work in flight
+		defer e.batchPiece(ctx)() // and to interactive work in flight
 	} else {
-		defer e.yield.enter()()
+		defer e.interactiveWork()()
 	}
 	token := fmt.Sprintf("%s-%d", e.claimPrefix, e.claims.Add(1))
 	if err := e.jobs.ClaimPublish(ctx, id, token, e.cfg.Now().Add(e.cfg.LeaseFor)); err != nil {
@@ -390,7 +442,7 @@ func (e *Engine) publishPending() {
 				break
 			}
 			for _, j := range jobs {
-				if !e.queuePublish(j.ID) {
+				if !e.queuePublish(j.ID, j.Lane) {
 					return
 				}
 			}

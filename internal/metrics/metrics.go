@@ -29,6 +29,9 @@
 //	ratelane_store_write_behind{region,lane}    the other lane's writes run while a write waited (SQLite)
 //	ratelane_batch_yield_total{region,result}   pieces of batch-lane work at the engine's yield gate: passed, held, bounded
 //	ratelane_batch_yield_seconds_total{region}  time batch-lane work waited there for interactive work in flight
+//	ratelane_batch_budget_total{region,result}  pieces of batch-lane work at the engine's batch budget: passed, held
+//	ratelane_batch_budget_seconds_total{region} time batch-lane work waited there for a turn
+//	ratelane_engine_stage_seconds{region,lane,stage}  histogram of the time jobs spent in each stage of the engine
 //	ratelane_leases_recovered_total             expired leases the reaper recovered
 //	ratelane_late_outcomes_refused_total{op}    late finishes and heartbeats of a lost lease, refused
 //	ratelane_handlers_abandoned_total{kind}     attempts abandoned past their maximum run time

@@ -1,0 +1,144 @@
+package engine_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// budgetWork is an interactive handler that blocks until
+// releaseInteractive and an Aggregator whose batch-lane parents block
+// until released one by one (batchGo), counting how many batch
+// aggregations run at once.
+type budgetWork struct {
+	interactiveIn   chan struct{}
+	interactiveFree chan struct{}
+	freeOnce        sync.Once
+	batchGo         chan struct{}
+	running, most   atomic.Int64
+	started         atomic.Int64
+}
+
+func newBudgetWork() *budgetWork {
+	return &budgetWork{interactiveIn: make(chan struct{}, 1), interactiveFree: make(chan struct{}), batchGo: make(chan struct{})}
+}
+
+func (b *budgetWork) releaseInteractive() { b.freeOnce.Do(func() { close(b.interactiveFree) }) }
+
+func (b *budgetWork) Handle(_ context.Context, _ *job.Job) job.Outcome {
+	b.interactiveIn <- struct{}{}
+	<-b.interactiveFree
+	return job.Outcome{Class: job.ClassSuccess}
+}
+
+func (b *budgetWork) Aggregate(_ context.Context, _ *job.Job, _ []*job.Job) job.Outcome {
+	b.started.Add(1)
+	n := b.running.Add(1)
+	for {
+		m := b.most.Load()
+		if n <= m || b.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	<-b.batchGo
+	b.running.Add(-1)
+	return job.Outcome{Class: job.ClassSuccess}
+}
+
+// budgetEngine starts an engine with an interactive job running
+// (blocked in w.Handle) and wakes five batch-lane parents with no parts,
+// which the batch aggregation loop aggregates as one group: they are
+// woken while a first parent's aggregation holds the loop, and that one
+// is then released (w.started counts it).
+func budgetEngine(t *testing.T, w *budgetWork, pieces int) *engine.Engine {
+	t.Helper()
+	s := newStore(t)
+	insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
+	e := start(t, engine.Config{Store: s, Workers: 8, BatchPieces: pieces, Kinds: map[string]engine.Kind{
+		"noop": {Handler: w}, "report": {Aggregate: w, SweepEvery: time.Hour}}})
+	<-w.interactiveIn
+	synctest.Wait() // past the start sweep
+	for i := range 6 {
+		if _, err := e.Jobs().InsertParts(context.Background(), parentIn(job.LaneBatch), nil, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			synctest.Wait() // the first holds the loop
+		}
+	}
+	synctest.Wait()
+	w.batchGo <- struct{}{} // the first ends; the group of five starts
+	synctest.Wait()
+	return e
+}
+
+// TestBatchBudgetWhileInteractiveInFlight: with an interactive handler
+// running, five batch-lane parents woken together are aggregated one at a
+// time (Config.BatchPieces 1): one aggregation runs, four wait for a turn
+// (and so does the first parent's publication);
+// ending the running one lets exactly one more start (the lane still
+// moves under a continuous interactive stream); when the interactive
+// handler returns the rest start at once, all together. In simulated
+// time: synctest.Wait lets every goroutine that can run do so before each
+// check. On the code before the budget all five ran at once.
+func TestBatchBudgetWhileInteractiveInFlight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		w := newBudgetWork()
+		defer w.releaseInteractive() // a failed check must not leave work blocked
+		defer close(w.batchGo)
+		e := budgetEngine(t, w, 0) // the default: 1
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		running, waiting, interactive := engine.BudgetState(e)
+		// Waiting: four aggregations and the first parent's publication.
+		if got := w.started.Load() - 1; got != 1 || running != 1 || waiting != 5 || interactive != 1 {
+			t.Fatalf("with an interactive handler running: %d batch aggregations started, budget running %d waiting %d interactive %d; want 1, 1, 5, 1",
+				got, running, waiting, interactive)
+		}
+
+		// One batch aggregation ends: the next takes its turn.
+		w.batchGo <- struct{}{}
+		synctest.Wait()
+		if got, most := w.started.Load()-1, w.most.Load(); got != 2 || most != 1 {
+			t.Fatalf("after one batch aggregation ended: %d started, at most %d at once; want 2 and 1", got, most)
+		}
+
+		// The interactive handler returns: the three left start together.
+		w.releaseInteractive()
+		synctest.Wait()
+		if got, now := w.started.Load()-1, w.running.Load(); got != 5 || now != 4 {
+			t.Fatalf("with no interactive work: %d batch aggregations started, %d running; want 5 and 4", got, now)
+		}
+		c := e.BudgetCounts()
+		if c.Held < 5 || c.HeldSeconds < 5*(50*time.Millisecond).Seconds() {
+			t.Fatalf("budget counts %+v, want at least 5 held at least 50 ms each", c)
+		}
+	})
+}
+
+// TestBatchBudgetOff: BatchPieces negative leaves batch work unbounded
+// while interactive work runs (the behaviour before the budget).
+func TestBatchBudgetOff(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		w := newBudgetWork()
+		defer w.releaseInteractive()
+		defer close(w.batchGo)
+		e := budgetEngine(t, w, -1)
+		if got := w.running.Load(); got != 5 {
+			t.Fatalf("budget off: %d batch aggregations running beside the interactive handler, want 5", got)
+		}
+		if c := e.BudgetCounts(); c.Passed != 0 || c.Held != 0 {
+			t.Fatalf("budget off counted %+v, want nothing", c)
+		}
+	})
+}

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// Stages of a job's way through the engine, timed per lane (Engine.Stages)
+// so that an interactive job's latency under a batch sweep can be taken
+// apart: where it waited (for a lease, a goroutine, the finisher, the
+// aggregation loop, the publication pool) and where it worked.
+const (
+	// StageQueued is from when a job became ready (the later of its
+	// creation and its eligible time) to its lease.
+	StageQueued = "queued"
+	// StageStart is from the lease to its handler starting: the
+	// goroutine's wait for a CPU, and for the batch budget (a batch job).
+	StageStart = "start"
+	// StageRun is the handler's run.
+	StageRun = "run"
+	// StageFinish is from the handler's return to its outcome written.
+	StageFinish = "finish"
+	// StageAggregateWait is from a parent's wake-up (a part final) to
+	// its aggregation starting.
+	StageAggregateWait = "aggregate_wait"
+	// StageAggregate is one woken parent's aggregation: its parts read,
+	// the Aggregator, the advance.
+	StageAggregate = "aggregate"
+	// StagePublishWait is from a validated job queued for the publication
+	// pool to a publisher taking it.
+	StagePublishWait = "publish_wait"
+	// StagePublish is one publication: claim, Publisher, validated ->
+	// published.
+	StagePublish = "publish"
+)
+
+// stageNames lists the stages in the order a job passes them.
+var stageNames = [...]string{StageQueued, StageStart, StageRun, StageFinish, StageAggregateWait, StageAggregate,
+	StagePublishWait, StagePublish}
+
+// StageBounds are the upper bounds, in seconds, of the stage histograms'
+// buckets (the last bucket, +Inf, is implied): fine below 10 ms, where an
+// idle machine's stages are, and up to the 30 s interactive budget.
+var StageBounds = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30}
+
+// stageHist is one lane's and stage's histogram: lock-free, a few atomic
+// adds per observation.
+type stageHist struct {
+	counts [16]atomic.Uint64 // len(StageBounds)+1: the last is +Inf
+	nanos  atomic.Int64
+}
+
+// stageTimes holds every lane's and stage's histogram.
+type stageTimes struct {
+	h [2][len(stageNames)]stageHist // [0] interactive, [1] batch
+}
+
+func laneIndex(l job.Lane) int {
+	if l == job.LaneBatch {
+		return 1
+	}
+	return 0
+}
+
+// observe records that a job of lane spent d in stage s (an index into
+// stageNames).
+func (t *stageTimes) observe(l job.Lane, s int, d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	h := &t.h[laneIndex(l)][s]
+	sec := d.Seconds()
+	i := 0
+	for i < len(StageBounds) && sec > StageBounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.nanos.Add(int64(d))
+}
+
+// Indexes into stageNames, for observe.
+const (
+	stQueued = iota
+	stStart
+	stRun
+	stFinish
+	stAggregateWait
+	stAggregate
+	stPublishWait
+	stPublish
+)
+
+// Stages calls visit with each lane's and stage's histogram of the time
+// jobs spent there since the engine was made: counts per bucket of
+// StageBounds (not cumulative; one more for +Inf) and the sum in seconds.
+// It is safe for concurrent use; each histogram is read without a lock, so
+// a reading taken while jobs pass may be off by the observations in
+// flight.
+func (e *Engine) Stages(visit func(lane, stage string, counts []uint64, sumSeconds float64)) {
+	for li, lane := range []job.Lane{job.LaneInteractive, job.LaneBatch} {
+		for si, name := range stageNames {
+			h := &e.stages.h[li][si]
+			counts := make([]uint64, len(h.counts))
+			for i := range h.counts {
+				counts[i] = h.counts[i].Load()
+			}
+			visit(string(lane), name, counts, time.Duration(h.nanos.Load()).Seconds())
+		}
+	}
+}
