@@ -8,12 +8,14 @@ package store
 // drift apart between the drivers.
 //
 // A limit key is looked up in the jobs' groups, not in each job's
-// limit_keys: a job's keys are its group's, job_groups has a row per lane,
-// tenant, kind and key set (not per job), and the index jobs_group_id
-// (migration 0025) finds each of those groups' jobs. Tested on the jobs
-// themselves, the filter could only be applied to rows read by walking
-// the primary key, to the end of the table when the key had fewer jobs
-// than the page.
+// limit_keys: a job's keys are its group's, and job_groups has a row per
+// lane, tenant, kind and key set, not per job. The groups' jobs are then
+// found through an index on group_id: jobs_group_id on SQLite (migration
+// 0025) in any state, and on both drivers the partial indexes of the
+// waiting (jobs_group_head) and retry_scheduled (jobs_group_scheduled)
+// states. Tested on the jobs themselves, the filter could only be applied
+// to rows read by walking the primary key, to the end of the table when
+// the key had fewer jobs than the page.
 //
 // A valid state is written into the statement as a literal, not a
 // placeholder: the partial indexes on a state (jobs_accepted_kind,

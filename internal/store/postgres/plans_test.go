@@ -118,13 +118,15 @@ func TestUnblockGroupsUsesPartialKeysIndex(t *testing.T) {
 	}
 }
 
-// TestListByKeyUsesGroupIndex: the List calls filtered by a limit key
-// (storetest.KeyedLists) read the key's jobs through a group index in the
-// generic plan that pgx's cached statement gets. Before migration 0025
-// the plan walked jobs_pkey backwards testing every row's limit_keys, to
-// the end of the table when the key had fewer jobs than the page.
-// Sequential scans are off for the check: a table this small is cheaper
-// to scan whatever the indexes.
+// TestListByKeyUsesGroupIndex: the List calls filtered by a limit key and
+// a state (storetest.KeyedLists: the pause source of a job's waiting_for)
+// read the key's groups' jobs through that state's partial group index, in
+// the generic plan that pgx's cached statement gets. The calls in any
+// state still walk jobs_pkey here: PostgreSQL has no jobs_group_id, whose
+// entry every row version (each lease and finish) would write
+// (docs/benchmarks.md, "Session 11 (s11h6)"). Sequential scans are off
+// for the check: a table this small is cheaper to scan whatever the
+// indexes.
 func TestListByKeyUsesGroupIndex(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
@@ -132,6 +134,9 @@ func TestListByKeyUsesGroupIndex(t *testing.T) {
 	insertN(t, s, 64, 4, "openai")
 	tx := planTx(t, s, `SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan`)
 	for _, p := range storetest.KeyedLists {
+		if p.State == "" {
+			continue
+		}
 		q := listQuery(p)
 		if plan := explainIn(t, tx, q.Numbered(), q.Args()...); !strings.Contains(plan, "jobs_group_") || strings.Contains(plan, "jobs_pkey") {
 			t.Errorf("List(%+v) does not read the key's jobs through a group index:\n%s", p, plan)

@@ -13,9 +13,10 @@ import (
 // the webhooks and the HTTP API make: a webhook subscriber's deliveries
 // (one kind and key in any state, paged by After), the pause source of a
 // job's waiting_for (a key's retry_scheduled jobs) and GET
-// /v1/jobs?limit_key=. Each driver checks that their plans read the key's
-// jobs through an index (jobs_group_id, migration 0025) rather than the
-// table.
+// /v1/jobs?limit_key=. The drivers' plan tests check that they read the
+// key's groups' jobs through an index: every one on SQLite
+// (jobs_group_id, migration 0025), those with a state on PostgreSQL (the
+// state's partial group index).
 var KeyedLists = []store.ListParams{
 	{Kind: "webhook", LimitKey: "subscriber:s1", Limit: 100},
 	{Kind: "webhook", LimitKey: "subscriber:s1", After: "01J", Limit: 100},

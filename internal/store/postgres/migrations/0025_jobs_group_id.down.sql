@@ -1,1 +1,0 @@
-DROP INDEX jobs_group_id;
