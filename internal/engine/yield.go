@@ -126,7 +126,8 @@ type YieldCounts struct {
 	HeldSeconds float64
 }
 
-// YieldCounts returns the engine's yield-gate totals. It is safe for
+// YieldCounts returns the engine's yield-gate totals, as the metrics read
+// them at scrape time (metrics.YieldSource). It is safe for
 // concurrent use.
 func (e *Engine) YieldCounts() YieldCounts {
 	g := e.yield
@@ -148,11 +149,4 @@ func Yield(ctx context.Context) {
 	if g, ok := ctx.Value(yieldKey{}).(*yieldGate); ok {
 		g.wait(ctx)
 	}
-}
-
-// BatchYield is YieldCounts taken apart, for the metrics collector
-// (metrics.YieldSource).
-func (e *Engine) BatchYield() (passed, held, bounded int64, heldSeconds float64) {
-	c := e.YieldCounts()
-	return c.Passed, c.Held, c.Bounded, c.HeldSeconds
 }

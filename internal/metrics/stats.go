@@ -39,7 +39,7 @@ func (m *Metrics) AddRegion(region string, src StatsSource) {
 		m.keys.add(region, ks)
 	}
 	if wc, ok := src.(store.WriteCounter); ok {
-		m.writes.add(region, wc)
+		m.writes.sources.add(region, wc)
 	}
 }
 

@@ -1,9 +1,6 @@
 package metrics
 
 import (
-	"sort"
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -16,9 +13,7 @@ import (
 // cache.
 type writeCollector struct {
 	writes, txs, wait, behind *prometheus.Desc
-
-	mu      sync.Mutex
-	sources map[string]store.WriteCounter
+	sources                   regionSources[store.WriteCounter]
 }
 
 func newWriteCollector() *writeCollector {
@@ -35,14 +30,7 @@ func newWriteCollector() *writeCollector {
 		behind: prometheus.NewDesc("ratelane_store_write_behind",
 			"For each store write, how many writes of the other lane the region's single writer ran between its call and its commit (SQLite). Interactive writes should stay at most 1.",
 			[]string{"region", "lane"}, nil),
-		sources: map[string]store.WriteCounter{},
 	}
-}
-
-func (c *writeCollector) add(region string, src store.WriteCounter) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sources[region] = src
 }
 
 // Describe sends the collector's descriptors.
@@ -55,19 +43,8 @@ func (c *writeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reports each region's counts.
 func (c *writeCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	regions := make([]string, 0, len(c.sources))
-	for r := range c.sources {
-		regions = append(regions, r)
-	}
-	sources := make(map[string]store.WriteCounter, len(c.sources))
-	for r, s := range c.sources {
-		sources[r] = s
-	}
-	c.mu.Unlock()
-	sort.Strings(regions)
-	for _, r := range regions {
-		wc := sources[r].WriteCounts()
+	c.sources.each(func(r string, src store.WriteCounter) {
+		wc := src.WriteCounts()
 		ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(wc.Writes), r)
 		ch <- prometheus.MustNewConstMetric(c.txs, prometheus.CounterValue, float64(wc.Transactions), r)
 		for _, lane := range job.Lanes {
@@ -78,7 +55,7 @@ func (c *writeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- constHistogram(c.wait, lw.Wait, r, string(lane))
 			ch <- constHistogram(c.behind, lw.Behind, r, string(lane))
 		}
-	}
+	})
 }
 
 // constHistogram reports h as a Prometheus histogram.

@@ -1,18 +1,18 @@
 package metrics
 
 import (
-	"sort"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelane/ratelane/internal/engine"
 )
 
 // YieldSource is a region's engine as the yield collector reads it: how
 // often and how long its batch-lane work waited for interactive work in
-// flight (engine.Engine.YieldCounts, taken apart so that this package
-// does not import the engine).
+// flight. *engine.Engine is one.
 type YieldSource interface {
-	BatchYield() (passed, held, bounded int64, heldSeconds float64)
+	YieldCounts() engine.YieldCounts
 }
 
 // StageSource is a region's engine as the stage collector reads it: the
@@ -38,11 +38,12 @@ type yieldCollector struct {
 	pieces, seconds *prometheus.Desc
 	stages          *prometheus.Desc
 	budget, budgetS *prometheus.Desc
-	// bounds are the stage histograms' bucket bounds (engine.StageBounds).
-	bounds []float64
+	sources         regionSources[YieldSource]
 
-	mu      sync.Mutex
-	sources map[string]YieldSource
+	// bounds are the stage histograms' bucket bounds (engine.StageBounds),
+	// set once at start-up, read at each scrape.
+	mu     sync.Mutex
+	bounds []float64
 }
 
 func newYieldCollector() *yieldCollector {
@@ -62,7 +63,6 @@ func newYieldCollector() *yieldCollector {
 		budgetS: prometheus.NewDesc("ratelane_batch_budget_seconds_total",
 			"Time batch-lane work waited at the engine's batch budget for a turn, summed over its pieces.",
 			[]string{"region"}, nil),
-		sources: map[string]YieldSource{},
 	}
 }
 
@@ -77,9 +77,7 @@ func (m *Metrics) SetStageBounds(bounds []float64) {
 // AddYield makes scrapes report region's yield-gate counts read from src
 // (the region's engine). Adding a region again replaces its source.
 func (m *Metrics) AddYield(region string, src YieldSource) {
-	m.yield.mu.Lock()
-	defer m.yield.mu.Unlock()
-	m.yield.sources[region] = src
+	m.yield.sources.add(region, src)
 }
 
 // Describe sends the collector's descriptors.
@@ -94,30 +92,21 @@ func (c *yieldCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reports each region's counts.
 func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	regions := make([]string, 0, len(c.sources))
-	for r := range c.sources {
-		regions = append(regions, r)
-	}
-	sources := make(map[string]YieldSource, len(c.sources))
-	for r, s := range c.sources {
-		sources[r] = s
-	}
 	bounds := c.bounds
 	c.mu.Unlock()
-	sort.Strings(regions)
-	for _, r := range regions {
-		passed, held, bounded, secs := sources[r].BatchYield()
-		ch <- prometheus.MustNewConstMetric(c.pieces, prometheus.CounterValue, float64(passed), r, "passed")
-		ch <- prometheus.MustNewConstMetric(c.pieces, prometheus.CounterValue, float64(held), r, "held")
-		ch <- prometheus.MustNewConstMetric(c.pieces, prometheus.CounterValue, float64(bounded), r, "bounded")
-		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, secs, r)
-		if b, ok := sources[r].(BudgetSource); ok {
+	c.sources.each(func(r string, src YieldSource) {
+		y := src.YieldCounts()
+		ch <- prometheus.MustNewConstMetric(c.pieces, prometheus.CounterValue, float64(y.Passed), r, "passed")
+		ch <- prometheus.MustNewConstMetric(c.pieces, prometheus.CounterValue, float64(y.Held), r, "held")
+		ch <- prometheus.MustNewConstMetric(c.pieces, prometheus.CounterValue, float64(y.Bounded), r, "bounded")
+		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, y.HeldSeconds, r)
+		if b, ok := src.(BudgetSource); ok {
 			passed, held, secs := b.BatchBudget()
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(passed), r, "passed")
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(held), r, "held")
 			ch <- prometheus.MustNewConstMetric(c.budgetS, prometheus.CounterValue, secs, r)
 		}
-		if s, ok := sources[r].(StageSource); ok && len(bounds) > 0 {
+		if s, ok := src.(StageSource); ok && len(bounds) > 0 {
 			s.Stages(func(lane, stage string, counts []uint64, sum float64) {
 				if len(counts) != len(bounds)+1 {
 					return // an engine of another build: bounds do not match
@@ -131,5 +120,5 @@ func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstHistogram(c.stages, cum+counts[len(bounds)], sum, buckets, r, lane, stage)
 			})
 		}
-	}
+	})
 }

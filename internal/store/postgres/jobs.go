@@ -339,8 +339,13 @@ func getJob(ctx context.Context, q querier, id string, lock bool) (*job.Job, err
 // the SQL, so each combination gets its own cached statement and a plan
 // that uses its index.
 func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error) {
-	q := store.ListQuery(jobCols, p, `? = ANY(limit_keys)`)
+	q := listQuery(p)
 	return collectJobs(s.pool.Query(ctx, q.Numbered(), q.Args()...))
+}
+
+// listQuery is List's statement; a group's keys are a text[].
+func listQuery(p store.ListParams) *store.Query {
+	return store.ListQuery(jobCols, p, `? = ANY(keys)`)
 }
 
 // Delete removes a terminal job (a dead letter) and its history.

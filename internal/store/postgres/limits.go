@@ -160,62 +160,52 @@ func (s *Store) DeclareLimit(ctx context.Context, c admission.Config, now time.T
 }
 
 // upsertLimit is UpsertLimit, or with a declaration fingerprint
-// DeclareLimit: then an unchanged declaration leaves the key alone
-// (false), and an applied one is recorded with the key.
+// DeclareLimit (store.ReconfigureKey).
 func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Time, declared string) (admission.State, bool, error) {
-	if err := c.Validate(); err != nil {
-		return admission.State{}, false, fmt.Errorf("limit key %q: %w", c.Name, err)
+	if err := store.CheckLimit(c); err != nil {
+		return admission.State{}, false, err
 	}
-	var out admission.State
-	applied := true
+	var (
+		out     admission.State
+		applied bool
+	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := ensureKeys(ctx, tx, []string{c.Name}, c); err != nil {
 			return err
 		}
 		// FOR UPDATE, not NO KEY UPDATE: it must also wait for the lease
 		// and finish transactions that read the key as unpaced (they hold
-		// it FOR KEY SHARE, see lockKeys), so that the count below sees
-		// what they did.
+		// it FOR KEY SHARE, see lockKeys), so that the count of its
+		// running jobs sees what they did.
 		st, err := scanKey(tx.QueryRow(ctx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = $1 FOR UPDATE`, c.Name))
 		if err != nil {
 			return err
 		}
-		var last *string
-		if declared != "" {
-			if err := tx.QueryRow(ctx, `SELECT declared FROM limit_keys WHERE name = $1`, c.Name).Scan(&last); err != nil {
-				return err
-			}
-		}
-		wasUnpaced := st.Unpaced()
-		countInFlight := func() error {
-			// Its in-flight count is not kept while it is unpaced.
-			return tx.QueryRow(ctx, runningOfKeySQL, c.Name).Scan(&st.InFlight)
-		}
-		if declared != "" && last != nil && *last == declared {
-			if wasUnpaced {
-				if err := countInFlight(); err != nil {
-					return err
+		applied, err = store.ReconfigureKey(st, c, now, declared, store.KeyTx{
+			Declared: func() (string, error) {
+				var last *string
+				if err := tx.QueryRow(ctx, `SELECT declared FROM limit_keys WHERE name = $1`, c.Name).Scan(&last); err != nil || last == nil {
+					return "", err
 				}
-			}
-			out, applied = *st, false
-			return nil
-		}
-		st.Reconfigure(c, now)
-		if wasUnpaced {
-			if err := countInFlight(); err != nil {
+				return *last, nil
+			},
+			Running: func() (n int, err error) {
+				return n, tx.QueryRow(ctx, runningOfKeySQL, c.Name).Scan(&n)
+			},
+			Save: func(st *admission.State, declared string) error {
+				var decl *string
+				if declared != "" {
+					decl = &declared
+				}
+				_, err := tx.Exec(ctx, `UPDATE limit_keys SET rate = $2, burst = $3, concurrency = $4, adaptive = $5,
+					min_rate = $6, learned_rate = $7, tat = $8, windows = $9::jsonb, shapes = $10, last_decrease = $11,
+					per_start = $12, in_flight = $13, declared = coalesce($14::text, declared), updated_at = now() WHERE name = $1`,
+					st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
+					store.WindowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart, st.InFlight, decl)
 				return err
-			}
-		}
+			},
+		})
 		out = *st
-		var decl *string
-		if declared != "" {
-			decl = &declared
-		}
-		_, err = tx.Exec(ctx, `UPDATE limit_keys SET rate = $2, burst = $3, concurrency = $4, adaptive = $5,
-			min_rate = $6, learned_rate = $7, tat = $8, windows = $9::jsonb, shapes = $10, last_decrease = $11,
-			per_start = $12, in_flight = $13, declared = coalesce($14::text, declared), updated_at = now() WHERE name = $1`,
-			st.Name, st.Rate, st.Burst, st.Concurrency, st.Adaptive, st.MinRate, st.LearnedRate, ns(st.TAT),
-			store.WindowsJSON(st.Windows), st.MarshalShapes(nil), ns(st.LastRefusal), st.PerStart, st.InFlight, decl)
 		return err
 	})
 	if err != nil {

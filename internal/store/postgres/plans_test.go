@@ -112,19 +112,52 @@ func slicesContainsID(jobs []*job.Job, id string) bool {
 // since a table this small is cheaper to scan whatever the indexes.
 func TestUnblockGroupsUsesPartialKeysIndex(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	tx := planTx(t, newStore(t), `SET LOCAL enable_seqscan = off`)
+	if plan := explainIn(t, tx, unblockGroupsSQL, "k"); !strings.Contains(plan, "job_groups_keys") {
+		t.Errorf("unblock groups does not use job_groups_keys:\n%s", plan)
+	}
+}
+
+// TestListByKeyUsesGroupIndex: the List calls filtered by a limit key and
+// a state (storetest.KeyedLists: the pause source of a job's waiting_for)
+// read the key's groups' jobs through that state's partial group index, in
+// the generic plan that pgx's cached statement gets. The calls in any
+// state still walk jobs_pkey here: PostgreSQL has no jobs_group_id, whose
+// entry every row version (each lease and finish) would write
+// (docs/benchmarks.md, "Session 11 (s11h6)"). Sequential scans are off
+// for the check: a table this small is cheaper to scan whatever the
+// indexes.
+func TestListByKeyUsesGroupIndex(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
+	insertN(t, s, 64, 4, "subscriber:s1")
+	insertN(t, s, 64, 4, "openai")
+	tx := planTx(t, s, `SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan`)
+	for _, p := range storetest.KeyedLists {
+		if p.State == "" {
+			continue
+		}
+		q := listQuery(p)
+		if plan := explainIn(t, tx, q.Numbered(), q.Args()...); !strings.Contains(plan, "jobs_group_") || strings.Contains(plan, "jobs_pkey") {
+			t.Errorf("List(%+v) does not read the key's jobs through a group index:\n%s", p, plan)
+		}
+	}
+}
+
+// planTx begins a transaction on s for reading plans, with settings (SET
+// LOCAL statements) applied, rolled back when the test ends.
+func planTx(t *testing.T, s *Store, settings string) querier {
+	t.Helper()
+	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, settings); err != nil {
 		t.Fatal(err)
 	}
-	if plan := explainIn(t, tx, unblockGroupsSQL, "k"); !strings.Contains(plan, "job_groups_keys") {
-		t.Errorf("unblock groups does not use job_groups_keys:\n%s", plan)
-	}
+	return tx
 }
 
 // explainIn returns the plan of sql with args, planned on q.

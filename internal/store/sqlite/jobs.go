@@ -319,10 +319,10 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 	return store.CollectRows(rows, func() (*job.Job, error) { return scanJob(rows) })
 }
 
-// listQuery is List's statement. limit_keys is a JSON array; the column
-// is qualified because a table of the same name exists.
+// listQuery is List's statement. A group's keys are a JSON array; the
+// column is qualified because jobs has a column of the same name.
 func listQuery(p store.ListParams) *store.Query {
-	return store.ListQuery(jobCols, p, `EXISTS (SELECT 1 FROM json_each(jobs.limit_keys) WHERE value = ?)`)
+	return store.ListQuery(jobCols, p, `EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`)
 }
 
 // Publish is the compare-and-set validated -> published.

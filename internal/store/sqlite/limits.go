@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -87,14 +86,15 @@ func (s *Store) DeclareLimit(ctx context.Context, c admission.Config, now time.T
 }
 
 // upsertLimit is UpsertLimit, or with a declaration fingerprint
-// DeclareLimit: then an unchanged declaration leaves the key alone
-// (false), and an applied one is recorded with the key.
+// DeclareLimit (store.ReconfigureKey).
 func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Time, declared string) (admission.State, bool, error) {
-	if err := c.Validate(); err != nil {
-		return admission.State{}, false, fmt.Errorf("limit key %q: %w", c.Name, err)
+	if err := store.CheckLimit(c); err != nil {
+		return admission.State{}, false, err
 	}
-	var out admission.State
-	applied := true
+	var (
+		out     admission.State
+		applied bool
+	)
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		// Every write below changes the row; saveKeys drops the entry
 		// again after the read.
@@ -107,54 +107,49 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 			return err
 		}
 		st := states[c.Name]
-		if declared != "" {
-			var last sql.NullString
-			if err := s.queryRow(tx, `SELECT declared FROM limit_keys WHERE name = ?`, c.Name).Scan(&last); err != nil {
-				return err
-			}
-			if last.String == declared {
-				if st.Unpaced() { // its row does not keep the in-flight count
-					if err := s.queryRow(tx, runningOfKeySQL, c.Name).Scan(&st.InFlight); err != nil {
-						return err
-					}
-				}
-				out, applied = *st, false
-				return nil
-			}
-			if _, err := s.exec(tx, `UPDATE limit_keys SET declared = ? WHERE name = ?`, declared, c.Name); err != nil {
-				return err
-			}
-		}
-		wasUnpaced := st.Unpaced()
-		st.Reconfigure(c, now)
-		if wasUnpaced {
-			// Its in-flight count was not kept while it was unpaced (see
-			// admission.Config.Unpaced); the single writer makes the
-			// count exact.
-			if err := s.queryRow(tx, runningOfKeySQL, c.Name).Scan(&st.InFlight); err != nil {
-				return err
-			}
-		}
+		applied, err = store.ReconfigureKey(st, c, now, declared, store.KeyTx{
+			Declared: func() (string, error) {
+				var last sql.NullString
+				err := s.queryRow(tx, `SELECT declared FROM limit_keys WHERE name = ?`, c.Name).Scan(&last)
+				return last.String, err
+			},
+			// The single writer makes the count exact.
+			Running: func() (n int, err error) {
+				return n, s.queryRow(tx, runningOfKeySQL, c.Name).Scan(&n)
+			},
+			Save: func(st *admission.State, declared string) error { return s.saveConfigured(tx, st, declared) },
+		})
 		out = *st
-		if err := s.saveKeys(tx, []*admission.State{st}); err != nil {
-			return err
-		}
-		// The windows and per_start are configuration: only here do they
-		// change; the logs are written even when the key no longer has
-		// any, to clear.
-		if _, err := s.exec(tx, `UPDATE limit_keys SET windows = ?, per_start = ? WHERE name = ?`, store.WindowsJSON(st.Windows), st.PerStart, st.Name); err != nil {
-			return err
-		}
-		if err := s.saveShapes(tx, st); err != nil {
-			return err
-		}
-		// Groups blocked on the old configuration (a slow rate, a small
-		// cap) are looked at again at once, as on PostgreSQL.
-		_, err = s.exec(tx, `UPDATE job_groups SET blocked_until = 0
-			WHERE blocked_until > 0 AND EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`, c.Name)
 		return err
 	})
 	return out, applied && err == nil, err
+}
+
+// saveConfigured writes a reconfigured key, with the declaration applied
+// when declared is not "".
+func (s *Store) saveConfigured(tx *sql.Tx, st *admission.State, declared string) error {
+	if declared != "" {
+		if _, err := s.exec(tx, `UPDATE limit_keys SET declared = ? WHERE name = ?`, declared, st.Name); err != nil {
+			return err
+		}
+	}
+	if err := s.saveKeys(tx, []*admission.State{st}); err != nil {
+		return err
+	}
+	// The windows and per_start are configuration: only here do they
+	// change; the logs are written even when the key no longer has
+	// any, to clear.
+	if _, err := s.exec(tx, `UPDATE limit_keys SET windows = ?, per_start = ? WHERE name = ?`, store.WindowsJSON(st.Windows), st.PerStart, st.Name); err != nil {
+		return err
+	}
+	if err := s.saveShapes(tx, st); err != nil {
+		return err
+	}
+	// Groups blocked on the old configuration (a slow rate, a small
+	// cap) are looked at again at once, as on PostgreSQL.
+	_, err := s.exec(tx, `UPDATE job_groups SET blocked_until = 0
+		WHERE blocked_until > 0 AND EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`, st.Name)
+	return err
 }
 
 // unpacedSQL is admission.Config.Unpaced on a limit_keys row.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
 // TestLeaseScansNeedNoSort checks what lets Heads and ReadyGroups stop
@@ -53,6 +54,23 @@ func TestListKindStateUsesIndex(t *testing.T) {
 		q := listQuery(tc.p)
 		if got := queryPlan(t, s, q.SQL(), q.Args()...); !strings.Contains(got, "SEARCH jobs USING INDEX "+tc.index+" (kind=?") || strings.Contains(got, "TEMP B-TREE") {
 			t.Errorf("List(kind %s, state %s, after %q) plan %q, want a search of %s in id order", tc.p.Kind, tc.p.State, tc.p.After, got, tc.index)
+		}
+	}
+}
+
+// TestListByKeyUsesIndex: the List calls filtered by a limit key
+// (storetest.KeyedLists) find the key's groups in job_groups and search
+// their jobs through a group index, as EXPLAIN QUERY PLAN reports it.
+// Before migration 0025 each scanned jobs by its primary key, testing
+// every row's limit_keys, to the end of the table when the key had fewer
+// jobs than the page.
+func TestListByKeyUsesIndex(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t)
+	for _, p := range storetest.KeyedLists {
+		q := listQuery(p)
+		if got := queryPlan(t, s, q.SQL(), q.Args()...); !strings.Contains(got, "SEARCH jobs USING INDEX jobs_group_") || strings.Contains(got, "SCAN jobs") {
+			t.Errorf("List(%+v) plan %q, want a search of the key's groups' jobs through a group index", p, got)
 		}
 	}
 }

@@ -136,66 +136,81 @@ const leasedCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, 
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema,
 	result, created_at, group_id`
 
+// jobRow holds what a scan of jobCols or leasedCols reads into before it
+// becomes a job: the columns stored in another form than the job's
+// (keys as JSON, times as nullable nanoseconds, empty blobs). scanJob and
+// scanLeased read different columns; what they share is decoded once, by
+// job.
+type jobRow struct {
+	j                          job.Job
+	keys                       string
+	payload, result            []byte
+	deadline, eligible, create sql.NullInt64
+}
+
+// head is where the columns both column lists begin with (id through
+// depth) are read to, appended to dest.
+func (r *jobRow) head(dest []any) []any {
+	j := &r.j
+	return append(dest, &j.ID, &j.Kind, &j.Region, &j.Lane, &j.Tenant, &r.keys, &j.Cost, &j.Priority, &r.payload,
+		&j.IdempotencyKey, &r.deadline, &j.Budgets.Congestion, &j.Budgets.Transient, &j.Budgets.Schema,
+		&j.ParentID, &j.Depth)
+}
+
+// job decodes the row's stored forms into its job.
+func (r *jobRow) job() (*job.Job, error) {
+	j := &r.j
+	if err := jsonStrings(r.keys, &j.LimitKeys); err != nil {
+		return nil, err
+	}
+	if len(r.payload) > 0 {
+		j.Payload = r.payload
+	}
+	if len(r.result) > 0 {
+		j.Result = r.result
+	}
+	j.Deadline, j.EligibleAt, j.CreatedAt = tm(r.deadline), tm(r.eligible), tm(r.create)
+	return j, nil
+}
+
 // scanLeased reads a row of leasedCols; the caller sets the rest.
 func scanLeased(r scanner) (*job.Job, int64, error) {
 	var (
-		j                          job.Job
-		keys                       string
-		payload, result            []byte
-		deadline, eligible, create sql.NullInt64
-		group                      int64
+		row   jobRow
+		group int64
+		buf   [24]any
 	)
-	err := r.Scan(&j.ID, &j.Kind, &j.Region, &j.Lane, &j.Tenant, &keys, &j.Cost, &j.Priority, &payload,
-		&j.IdempotencyKey, &deadline, &j.Budgets.Congestion, &j.Budgets.Transient, &j.Budgets.Schema,
-		&j.ParentID, &j.Depth, &eligible, &j.Attempt, &j.Attempts.Congestion,
-		&j.Attempts.Transient, &j.Attempts.Schema, &result, &create, &group)
+	j := &row.j
+	err := r.Scan(append(row.head(buf[:0]), &row.eligible, &j.Attempt, &j.Attempts.Congestion,
+		&j.Attempts.Transient, &j.Attempts.Schema, &row.result, &row.create, &group)...)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := jsonStrings(keys, &j.LimitKeys); err != nil {
-		return nil, 0, err
-	}
-	if len(payload) > 0 {
-		j.Payload = payload
-	}
-	if len(result) > 0 {
-		j.Result = result
-	}
-	j.Deadline, j.EligibleAt, j.CreatedAt = tm(deadline), tm(eligible), tm(create)
-	return &j, group, nil
+	j, err = row.job()
+	return j, group, err
 }
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanJob(r scanner) (*job.Job, error) {
 	var (
-		j                                 job.Job
-		keys                              string
-		payload, result                   []byte
-		token                             sql.NullString
-		deadline, eligible, lease, create sql.NullInt64
-		update, finish                    sql.NullInt64
+		row                   jobRow
+		token                 sql.NullString
+		lease, update, finish sql.NullInt64
+		buf                   [29]any
 	)
-	err := r.Scan(&j.ID, &j.Kind, &j.Region, &j.Lane, &j.Tenant, &keys, &j.Cost, &j.Priority, &payload,
-		&j.IdempotencyKey, &deadline, &j.Budgets.Congestion, &j.Budgets.Transient, &j.Budgets.Schema,
-		&j.ParentID, &j.Depth, &j.State, &j.Reason, &eligible, &j.Attempt, &j.Attempts.Congestion,
-		&j.Attempts.Transient, &j.Attempts.Schema, &token, &lease, &result, &create, &update, &finish)
+	j := &row.j
+	err := r.Scan(append(row.head(buf[:0]), &j.State, &j.Reason, &row.eligible, &j.Attempt, &j.Attempts.Congestion,
+		&j.Attempts.Transient, &j.Attempts.Schema, &token, &lease, &row.result, &row.create, &update, &finish)...)
 	if err != nil {
 		return nil, err
 	}
-	if err := jsonStrings(keys, &j.LimitKeys); err != nil {
+	if j, err = row.job(); err != nil {
 		return nil, err
 	}
-	if len(payload) > 0 {
-		j.Payload = payload
-	}
-	if len(result) > 0 {
-		j.Result = result
-	}
 	j.LeaseToken = token.String
-	j.Deadline, j.EligibleAt, j.LeaseExpiresAt = tm(deadline), tm(eligible), tm(lease)
-	j.CreatedAt, j.UpdatedAt, j.FinishedAt = tm(create), tm(update), tm(finish)
-	return &j, nil
+	j.LeaseExpiresAt, j.UpdatedAt, j.FinishedAt = tm(lease), tm(update), tm(finish)
+	return j, nil
 }
 
 // scanKey reads a row of store.LimitKeyCols.

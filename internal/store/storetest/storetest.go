@@ -72,6 +72,7 @@ func Run(t *testing.T, open Opener) {
 		"StatsAndBacklog":       testStatsAndBacklog,
 		"PerStartKey":           testPerStartKey,
 		"List":                  testList,
+		"ListByKeyGroups":       testListByKeyGroups,
 		"AdaptiveKey":           testAdaptiveKey,
 		"LearnedConcurrency":    testLearnedConcurrency,
 		"StrictCounting":        testStrictCounting,

@@ -1,0 +1,38 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ratelane/ratelane/internal/engine"
+)
+
+// fixedYield is a region's yield-gate totals as an engine reports them.
+type fixedYield engine.YieldCounts
+
+func (y fixedYield) YieldCounts() engine.YieldCounts { return engine.YieldCounts(y) }
+
+// TestYieldCounts: each region's yield-gate totals are reported at every
+// scrape, by result, regions in order, and a region added again reports
+// its new source.
+func TestYieldCounts(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t)
+	m.AddYield("us", fixedYield{Passed: 5, Held: 2, Bounded: 1, HeldSeconds: 0.25})
+	m.AddYield("eu", fixedYield{Passed: 1})
+	m.AddYield("eu", fixedYield{Passed: 3, Held: 1, HeldSeconds: 0.5})
+	got := strings.Join(append(series(t, reg, "ratelane_batch_yield_total"), series(t, reg, "ratelane_batch_yield_seconds_total")...), "\n")
+	want := strings.Join([]string{
+		`ratelane_batch_yield_total{region="eu",result="bounded"} 0`,
+		`ratelane_batch_yield_total{region="eu",result="held"} 1`,
+		`ratelane_batch_yield_total{region="eu",result="passed"} 3`,
+		`ratelane_batch_yield_total{region="us",result="bounded"} 1`,
+		`ratelane_batch_yield_total{region="us",result="held"} 2`,
+		`ratelane_batch_yield_total{region="us",result="passed"} 5`,
+		`ratelane_batch_yield_seconds_total{region="eu"} 0.5`,
+		`ratelane_batch_yield_seconds_total{region="us"} 0.25`,
+	}, "\n")
+	if got != want {
+		t.Errorf("scrape:\n%s\nwant\n%s", got, want)
+	}
+}

@@ -1,0 +1,16 @@
+-- List by limit key (the webhook subscriber's deliveries: one kind and one
+-- key in any state; GET /v1/jobs?limit_key=; the pause source behind a
+-- job's waiting_for: one key's retry_scheduled jobs) walked the primary
+-- key over the whole table and tested each row's limit_keys, to the end of
+-- the table when the key has fewer jobs than the page. A job's limit keys
+-- are its group's (job_groups.keys; a group is lane, tenant, kind and
+-- keys), so store.ListQuery picks the key's groups from job_groups, a
+-- table with one row per such combination, and this index finds each
+-- group's jobs in id order: the rows read are the key's jobs, not the
+-- table's. Its cost is one entry per job inserted: SQLite's updates write
+-- only the indexes whose columns they change, and a job's group_id and id
+-- never change (+4.8 of 633 VM steps per job, BenchmarkThroughputVMSteps).
+-- PostgreSQL has no such index: its lease and finish updates are not HOT,
+-- so every row version would write an entry (+17 % WAL bytes per job;
+-- docs/benchmarks.md, "Session 11 (s11h6)").
+CREATE INDEX jobs_group_id ON jobs (group_id, id);
