@@ -90,7 +90,8 @@ func (s *State) InFlightCap() int {
 // and then learns the cap from it; it reports whether it did, in which
 // case the refusal teaches the rate nothing. It runs after the refused
 // lease was released (see store.ApplyKeyEffect), so s.InFlight counts the
-// key's other leases.
+// key's other leases; of those, only the ones whose answers are not in
+// can have been at the upstream with it (see upstreamInFlight).
 func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	if !s.Adaptive || s.Rate <= 0 {
 		return false
@@ -99,7 +100,8 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	d := s.discoveryWindow()
 	t, dn := now.UnixNano(), int64(d)
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
-	n := s.InFlight + 1 // in flight when it was refused, itself included
+	in := s.upstreamInFlight()
+	n := in + 1 // in flight when it was refused, itself included
 	learned := s.LearnedConcurrency
 	if s.atProbedCap() {
 		// Refused after a probe raised the cap and the key filled it:
@@ -123,7 +125,7 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 		refusals.add(t, cost, t-dn, dn/LogSlots)
 		return true
 	}
-	if s.InFlight < 1 {
+	if in < 1 {
 		return false
 	}
 	// A key's first refusal (at its ceiling, never refused before) may be
@@ -264,6 +266,19 @@ func (s *State) noneAnswered(t, dn, cost int64) bool {
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	others := starts.since(t-dn) - refusals.since(t-dn) - cost
 	return others <= int64(s.InFlight)
+}
+
+// upstreamInFlight is how many of the key's leases in flight can still be
+// at the upstream: InFlight less those whose answers are in but not yet
+// applied (Unwritten). The engine writes answers in batches, one write at
+// a time for every key, so on a loaded machine a refusal is often applied
+// while answers that came back before it still wait, counted in flight.
+// Read as in flight, they made a refusal with nothing else at the
+// upstream look like a concurrency limit, and taught a cap the upstream
+// never had (the issue mix's half-none, a 20/s bucket, capped at 2 under
+// the loaded lag; see docs/benchmarks.md, session 11, s11h1).
+func (s *State) upstreamInFlight() int {
+	return s.InFlight - min(max(s.Unwritten, 0), s.InFlight)
 }
 
 // noteCap records at a start of cost units at now (after Take counted it)
