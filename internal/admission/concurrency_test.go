@@ -640,3 +640,36 @@ func TestUnwrittenAnswersAreNotInFlight(t *testing.T) {
 		t.Fatalf("Unwritten above InFlight: cap %d, want none (clamped to what is in flight)", s.LearnedConcurrency)
 	}
 }
+
+// TestAmbiguousCapProbeRefusalOrdinaryHold checks a refusal at a filled
+// cap that a probe raised to 3 while the rate was probing above its level
+// too: both probes are undone, but the cap (now 2) holds for the ordinary
+// doubled hold, not MaxCapHold, since the rate probe may have caused it;
+// a probe to 2 refused so keeps MaxCapHold. On the base every such cap
+// was held MaxCapHold.
+func TestAmbiguousCapProbeRefusalOrdinaryHold(t *testing.T) {
+	t.Parallel()
+	refuse := func(probed int) State {
+		s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+		s.LastRefusal = t0.Add(-time.Hour) // not its first refusal
+		s.LearnedRate, s.level = 15, 10    // the rate probing above its level
+		s.LearnedConcurrency = probed
+		s.capAt, s.capHold, s.capFlags = t0.UnixNano(), int64(CapHold), capProbing|capRaised|capFull
+		for range probed {
+			s.Take(t0.Add(time.Second), 1)
+		}
+		s.Release() // the refused one
+		s.Throttled(t0.Add(time.Second+30*time.Millisecond), time.Time{}, 1)
+		return s
+	}
+	s := refuse(3)
+	if s.LearnedConcurrency != 2 || s.LearnedRate >= 15 || time.Duration(s.capHold) != 2*CapHold {
+		t.Fatalf("probe to 3 refused while the rate probed: cap %d rate %v hold %v; want 2, a cut rate, %v",
+			s.LearnedConcurrency, s.LearnedRate, time.Duration(s.capHold), 2*CapHold)
+	}
+	s = refuse(2)
+	if s.LearnedConcurrency != 1 || s.LearnedRate >= 15 || time.Duration(s.capHold) != MaxCapHold {
+		t.Fatalf("probe to 2 refused while the rate probed: cap %d rate %v hold %v; want 1, a cut rate, %v",
+			s.LearnedConcurrency, s.LearnedRate, time.Duration(s.capHold), MaxCapHold)
+	}
+}
