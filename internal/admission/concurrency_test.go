@@ -605,3 +605,71 @@ func burstRefusedOnce(t *testing.T) State {
 	}
 	return s
 }
+
+// TestUnwrittenAnswersAreNotInFlight checks that a refusal applied while
+// the key's other leases are answered but not yet written (Unwritten) is
+// read with only the rest at the upstream: with none left there it is
+// the rate's (no cap), and with some it learns a cap under them, not
+// under everything the key counts in flight. On the base, which counted
+// every lease in flight, the first learned a cap of 2 against an upstream
+// that held nothing else (the issue mix's half-none under the loaded
+// lag).
+func TestUnwrittenAnswersAreNotInFlight(t *testing.T) {
+	t.Parallel()
+	refuse := func(unwritten int) State {
+		s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+		s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
+		s.Take(t0, 1)
+		s.Take(t0, 1)
+		s.Take(t0, 1)
+		s.Release() // the refused one; two others still counted in flight
+		s.Unwritten = unwritten
+		s.Throttled(t0.Add(30*time.Millisecond), t0.Add(time.Minute), 1)
+		return s
+	}
+	if s := refuse(0); s.LearnedConcurrency != 2 {
+		t.Fatalf("refused with 2 others at the upstream: learned cap %d, want 2", s.LearnedConcurrency)
+	}
+	if s := refuse(2); s.LearnedConcurrency != 0 || s.LearnedRate >= 20 {
+		t.Fatalf("refused with both others answered, unwritten: cap %d, rate %v; want no cap and a cut rate", s.LearnedConcurrency, s.LearnedRate)
+	}
+	if s := refuse(1); s.LearnedConcurrency != 1 || s.LearnedRate != 20 {
+		t.Fatalf("refused with 1 of 2 others answered, unwritten: cap %d, rate %v; want a cap of 1 and the rate kept", s.LearnedConcurrency, s.LearnedRate)
+	}
+	if s := refuse(5); s.LearnedConcurrency != 0 {
+		t.Fatalf("Unwritten above InFlight: cap %d, want none (clamped to what is in flight)", s.LearnedConcurrency)
+	}
+}
+
+// TestAmbiguousCapProbeRefusalOrdinaryHold checks a refusal at a filled
+// cap that a probe raised to 3 while the rate was probing above its level
+// too: both probes are undone, but the cap (now 2) holds for the ordinary
+// doubled hold, not MaxCapHold, since the rate probe may have caused it;
+// a probe to 2 refused so keeps MaxCapHold. On the base every such cap
+// was held MaxCapHold.
+func TestAmbiguousCapProbeRefusalOrdinaryHold(t *testing.T) {
+	t.Parallel()
+	refuse := func(probed int) State {
+		s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
+		s.LastRefusal = t0.Add(-time.Hour) // not its first refusal
+		s.LearnedRate, s.level = 15, 10    // the rate probing above its level
+		s.LearnedConcurrency = probed
+		s.capAt, s.capHold, s.capFlags = t0.UnixNano(), int64(CapHold), capProbing|capRaised|capFull
+		for range probed {
+			s.Take(t0.Add(time.Second), 1)
+		}
+		s.Release() // the refused one
+		s.Throttled(t0.Add(time.Second+30*time.Millisecond), time.Time{}, 1)
+		return s
+	}
+	s := refuse(3)
+	if s.LearnedConcurrency != 2 || s.LearnedRate >= 15 || time.Duration(s.capHold) != 2*CapHold {
+		t.Fatalf("probe to 3 refused while the rate probed: cap %d rate %v hold %v; want 2, a cut rate, %v",
+			s.LearnedConcurrency, s.LearnedRate, time.Duration(s.capHold), 2*CapHold)
+	}
+	s = refuse(2)
+	if s.LearnedConcurrency != 1 || s.LearnedRate >= 15 || time.Duration(s.capHold) != MaxCapHold {
+		t.Fatalf("probe to 2 refused while the rate probed: cap %d rate %v hold %v; want 1, a cut rate, %v",
+			s.LearnedConcurrency, s.LearnedRate, time.Duration(s.capHold), MaxCapHold)
+	}
+}
