@@ -350,14 +350,6 @@ type State struct {
 	PausedUntil time.Time `json:"paused_until,omitzero"`
 	// InFlight counts the key's jobs currently leased.
 	InFlight int `json:"in_flight"`
-	// Unwritten is how many of the leases InFlight counts have their
-	// answers in at the sender but not yet applied to the key (waiting
-	// in the engine's finish queue or later in the same finish batch):
-	// they are no longer at the upstream. The finish sets it for the
-	// refusal it applies and clears it after (see store.ApplyKeyEffect);
-	// concurrency discovery subtracts it (see upstreamInFlight). Not
-	// stored.
-	Unwritten int `json:"-"`
 	// LastRefusal is when an adaptive key last met a 429 (or 503 with
 	// Retry-After); discovery probes upward only after a clean window
 	// since.

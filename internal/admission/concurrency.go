@@ -90,8 +90,7 @@ func (s *State) InFlightCap() int {
 // and then learns the cap from it; it reports whether it did, in which
 // case the refusal teaches the rate nothing. It runs after the refused
 // lease was released (see store.ApplyKeyEffect), so s.InFlight counts the
-// key's other leases; of those, only the ones whose answers are not in
-// can have been at the upstream with it (see upstreamInFlight).
+// key's other leases.
 func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	if !s.Adaptive || s.Rate <= 0 {
 		return false
@@ -100,8 +99,7 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	d := s.discoveryWindow()
 	t, dn := now.UnixNano(), int64(d)
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
-	in := s.upstreamInFlight()
-	n := in + 1 // in flight when it was refused, itself included
+	n := s.InFlight + 1 // in flight when it was refused, itself included
 	learned := s.LearnedConcurrency
 	if s.atProbedCap() {
 		// Refused after a probe raised the cap and the key filled it:
@@ -109,13 +107,6 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 		// If the rate was probing above its level as well, either probe
 		// may have gone too far: both are undone (the rate by refused,
 		// which logs the refusal).
-		if s.level > 0 && s.rate() > s.level && learned > 2 {
-			// Either probe may be the cause: the cap falls back
-			// with the ordinary hold, not MaxCapHold (see
-			// refuseCapProbe).
-			s.lowerCap(t, learned)
-			return false
-		}
 		s.refuseCapProbe(t, learned)
 		if s.level > 0 && s.rate() > s.level {
 			return false
@@ -132,7 +123,7 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 		refusals.add(t, cost, t-dn, dn/LogSlots)
 		return true
 	}
-	if in < 1 {
+	if s.InFlight < 1 {
 		return false
 	}
 	// A key's first refusal (at its ceiling, never refused before) may be
@@ -216,16 +207,6 @@ func (s *State) lowerCap(t int64, n int) {
 // concurrent-1 under transit: probes refused at about 4.5, 8.8 and 17
 // s on seeds 1 and 3), each one a rejected attempt and a job sent back
 // for its backoff.
-//
-// Not when the rate was probing above its level as well and the probe
-// raised the cap above 2 (see concurrencyRefusal): then the refusal may
-// be the rate probe's, and a cap of 2 or more held for MaxCapHold, when
-// it was a misread (an upstream bucket's refusal of a rate probe), held
-// the key at a cap over a round trip of 13 of its 20/s for the rest of
-// the run (the issue mix's half-none under the loaded lag, seed 1: 1.563
-// of ideal, 1.521 with the ordinary hold; docs/benchmarks.md, session 11,
-// s11h1). A probe from 1 to 2 keeps MaxCapHold: that is concurrent-1's
-// case, and its refusal bound (TestVirtualConcurrencyFloor) needs it.
 func (s *State) refuseCapProbe(t int64, learned int) {
 	s.lowerCap(t, learned)
 	s.capHold = int64(MaxCapHold)
@@ -283,19 +264,6 @@ func (s *State) noneAnswered(t, dn, cost int64) bool {
 	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	others := starts.since(t-dn) - refusals.since(t-dn) - cost
 	return others <= int64(s.InFlight)
-}
-
-// upstreamInFlight is how many of the key's leases in flight can still be
-// at the upstream: InFlight less those whose answers are in but not yet
-// applied (Unwritten). The engine writes answers in batches, one write at
-// a time for every key, so on a loaded machine a refusal is often applied
-// while answers that came back before it still wait, counted in flight.
-// Read as in flight, they made a refusal with nothing else at the
-// upstream look like a concurrency limit, and taught a cap the upstream
-// never had (the issue mix's half-none, a 20/s bucket, capped at 2 under
-// the loaded lag; see docs/benchmarks.md, session 11, s11h1).
-func (s *State) upstreamInFlight() int {
-	return s.InFlight - min(max(s.Unwritten, 0), s.InFlight)
 }
 
 // noteCap records at a start of cost units at now (after Take counted it)

@@ -108,13 +108,10 @@ var (
 // s10h3's burst-refusal countdown (a cap learned from a burst refusal
 // lowered by one per further refusal), loaded reads 1.563/1.372/1.450:
 // half-none, refused with answered-but-unwritten leases in flight, learns
-// a cap of 2 on seed 1; the loaded bound followed that. Session 11
-// (s11h1): the engine's count of answers in but not yet written, and
-// the ordinary hold after a refused cap probe above 2 while the rate
-// probed too, bring loaded to 1.521/1.365/1.332, and its bound to 1.53.
-// They are not the 1.15 target, which the issue mix misses under lag
-// (see docs/benchmarks.md, s10h2, s11h1).
-var lagBounds = map[string]float64{"quiet/issue": 1.24, "loaded/issue": 1.53}
+// a cap of 2 on seed 1; the loaded bound follows that. They are
+// not the 1.15 target, which the issue mix misses under lag (see
+// docs/benchmarks.md, s10h2).
+var lagBounds = map[string]float64{"quiet/issue": 1.24, "loaded/issue": 1.57}
 
 // measuredStartLag is the p50 and p99 start lag (ms) of r's destinations
 // that startLags measures (sliding windows at a fixed limit), pooled.

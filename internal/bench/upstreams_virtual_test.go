@@ -60,7 +60,6 @@ type virtualRefusal struct {
 	rateBefore, rateAfter float64
 	capBefore, capAfter   int
 	inFlight              int // the key's other leases in flight when it was applied
-	unwritten             int // of those, the ones answered but not yet applied
 }
 
 // answerEvent is a request reaching the upstream (arrive) or its answer
@@ -93,20 +92,6 @@ func (q *answerQueue) Pop() any {
 	e := old[len(old)-1]
 	*q = old[:len(old)-1]
 	return e
-}
-
-// answeredBefore counts destination i's answers that came back before at
-// and are not yet applied to its key (waiting for the finish writer, or
-// in their return transit): what the engine tells a refusal answered at
-// at of its key's answers not yet written (store.KeyEffect.Unwritten).
-func (q answerQueue) answeredBefore(i int, at time.Time) int {
-	n := 0
-	for _, e := range q {
-		if e.dest == i && !e.arrive && !e.queued && e.answered.Before(at) {
-			n++
-		}
-	}
-	return n
 }
 
 // answer has the upstream answer a request of v (destination i) arriving
@@ -232,17 +217,14 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				v.refusedAt = append(v.refusedAt, e.started)
 				before, rate, capBefore := v.st.PausedUntil, v.st.LearnedRate, v.st.LearnedConcurrency
 				inFlight := v.st.InFlight
-				unwritten := q.answeredBefore(e.dest, e.answered)
-				v.st.Unwritten = unwritten
 				if hasDelay && delay > 0 {
 					v.st.RateLimited(e.at, e.at.Add(delay), 1)
 				} else {
 					delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
 					v.st.Throttled(e.at, e.at.Add(delay), 1)
 				}
-				v.st.Unwritten = 0
 				v.refusals = append(v.refusals, virtualRefusal{at: e.at.Sub(epoch), status: e.status,
-					rateBefore: rate, rateAfter: v.st.LearnedRate, capBefore: capBefore, capAfter: v.st.LearnedConcurrency, inFlight: inFlight, unwritten: unwritten})
+					rateBefore: rate, rateAfter: v.st.LearnedRate, capBefore: capBefore, capAfter: v.st.LearnedConcurrency, inFlight: inFlight})
 				if p := v.st.PausedUntil; p.After(e.at) {
 					v.paused += p.Sub(maxTime(before, e.at))
 				}

@@ -300,11 +300,6 @@ type Engine struct {
 
 	mu      sync.Mutex
 	running map[string]*runningJob
-	// unwritten holds, per limit key, when each attempt whose handler
-	// has returned and whose outcome the finish loop has not yet taken
-	// into a batch was answered (guarded by mu): answers that are in,
-	// still counted in flight by their keys (see store.KeyEffect.Unwritten).
-	unwritten map[string][]time.Time
 
 	// stuck holds the abandoned attempts whose handler has not returned;
 	// freed counts those of them that gave their worker slot back (both
@@ -730,12 +725,6 @@ func (e *Engine) run(j *job.Job) {
 		r.returned = true
 		if e.running[j.ID] == r { // not a later lease of the same job
 			delete(e.running, j.ID)
-		}
-		if e.unwritten == nil {
-			e.unwritten = map[string][]time.Time{}
-		}
-		for _, k := range j.LimitKeys {
-			e.unwritten[k] = append(e.unwritten[k], answered)
 		}
 		e.mu.Unlock()
 		e.results <- result{job: j, out: out, answered: answered}

@@ -179,10 +179,6 @@ type Report struct {
 	// known; zero means the time of the report. Windows log the start at
 	// it (store.KeyEffect.Answered), not at the later finish write.
 	Answered time.Time
-	// Unwritten is, per limit key, how many other answers of the key are
-	// in but wait for a later write (store.KeyEffect.Unwritten); the
-	// engine's finish loop sets it on refusals.
-	Unwritten map[string]int
 }
 
 // Reported is what became of one Report.
@@ -206,7 +202,6 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 		if !r.Answered.IsZero() && r.Answered.Before(now) {
 			ts[i].Keys.Answered = r.Answered
 		}
-		ts[i].Keys.Unwritten = r.Unwritten
 	}
 	w.mu.Unlock()
 	errs, err := w.cfg.Store.Finish(ctx, ts)

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -37,7 +36,6 @@ func (e *Engine) finish(batch []result) {
 	for i, r := range batch {
 		rs[i] = Report{Job: r.job, Outcome: r.out, Validates: e.cfg.Kinds[r.job.Kind].Publisher != nil, Answered: r.answered}
 	}
-	e.takeUnwritten(batch, rs)
 	// Finishing must outlive Stop's cancellation: an outcome we have is
 	// written, or the lease expires and the job is retried.
 	ctx := context.WithoutCancel(e.ctx)
@@ -76,54 +74,6 @@ func (e *Engine) finish(batch []result) {
 		}
 	}
 	e.Notify() // keys were released and groups may be ready
-}
-
-// takeUnwritten takes batch's answers out of the engine's record of
-// answers not yet written (made when each handler returned) and tells
-// each refusal in it, per key, how many of the answers left there came
-// back before its own: answered, so no longer at the upstream when it
-// refused, yet still counted in flight by the key until a later batch
-// writes them (see store.KeyEffect.Unwritten; the store adds the ones
-// later in this batch). An answer that came back after the refusal may
-// have been at the upstream with it, and still counts.
-func (e *Engine) takeUnwritten(batch []result, rs []Report) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, r := range batch {
-		if r.answered.IsZero() {
-			continue // made up by the engine, never recorded
-		}
-		for _, k := range r.job.LimitKeys {
-			ts := e.unwritten[k]
-			if i := slices.IndexFunc(ts, r.answered.Equal); i >= 0 {
-				ts = slices.Delete(ts, i, i+1)
-			}
-			if len(ts) == 0 {
-				delete(e.unwritten, k)
-			} else {
-				e.unwritten[k] = ts
-			}
-		}
-	}
-	for i, r := range batch {
-		if r.out.Class != job.ClassRateLimited || r.answered.IsZero() {
-			continue
-		}
-		for _, k := range r.job.LimitKeys {
-			n := 0
-			for _, at := range e.unwritten[k] {
-				if at.Before(r.answered) {
-					n++
-				}
-			}
-			if n > 0 {
-				if rs[i].Unwritten == nil {
-					rs[i].Unwritten = map[string]int{}
-				}
-				rs[i].Unwritten[k] = n
-			}
-		}
-	}
 }
 
 // allBatch reports whether every result is a batch-lane job's: only then

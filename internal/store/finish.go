@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"maps"
 	"slices"
 	"time"
 
@@ -119,30 +118,8 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 			before[n] = *st
 		}
 	}
-	// A refusal learns from what was at the upstream with it: the
-	// attempts of its keys later in this batch that were answered
-	// before it are still counted in flight when it is applied (see
-	// KeyEffect.Unwritten).
-	for k, a := range done {
-		e := a.t.Keys
-		if e.RateLimited && !e.Answered.IsZero() {
-			n := maps.Clone(e.Unwritten)
-			for _, b := range done[k+1:] {
-				if b.t.Keys.Answered.IsZero() || !b.t.Keys.Answered.Before(e.Answered) {
-					continue
-				}
-				for _, name := range b.keys {
-					if slices.Contains(a.keys, name) {
-						if n == nil {
-							n = map[string]int{}
-						}
-						n[name]++
-					}
-				}
-			}
-			e.Unwritten = n
-		}
-		ApplyKeyEffect(states, a.keys, a.cost, e)
+	for _, a := range done {
+		ApplyKeyEffect(states, a.keys, a.cost, a.t.Keys)
 	}
 	save := make([]*admission.State, 0, len(states))
 	for _, n := range names {
@@ -217,7 +194,6 @@ func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, cost i
 			st.End(e.endAt(), cost)
 		}
 		inScope := slices.Contains(scope, name)
-		st.Unwritten = e.Unwritten[name] // for this refusal only
 		switch {
 		case e.RateLimited && e.Backoff && inScope:
 			st.Throttled(e.Now, e.PauseUntil, max(1, e.Estimated))
@@ -228,7 +204,6 @@ func ApplyKeyEffect(states map[string]*admission.State, jobKeys []string, cost i
 		case e.Success:
 			st.Succeeded(e.Now)
 		}
-		st.Unwritten = 0
 		for _, h := range e.Hints {
 			if h.Key == "" || h.Key == name {
 				st.Hint(e.Now, h)

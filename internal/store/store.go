@@ -334,14 +334,6 @@ type KeyEffect struct {
 	Hints []job.Hint
 	// Estimated and Actual reconcile the bucket with the real cost.
 	Estimated, Actual int64
-	// Unwritten is, per key name, how many other attempts of the key
-	// were answered before this one (Answered) but were not in this
-	// finish's batch (queued for a later one) when it was written: still
-	// counted in flight by the key, no longer at the upstream. The
-	// engine sets it on refusals; Finish adds the attempts later in the
-	// same batch answered before it, and a refusal's concurrency
-	// discovery subtracts both (admission.State.Unwritten).
-	Unwritten map[string]int
 }
 
 // Stats is a snapshot of one store.

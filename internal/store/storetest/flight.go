@@ -14,7 +14,6 @@ import (
 var flightCases = map[string]func(*testing.T, Opener){
 	"WindowCountsUntilFinish": testWindowCountsUntilFinish,
 	"WindowLogsAtAnswer":      testWindowLogsAtAnswer,
-	"UnwrittenNotInFlight":    testUnwrittenNotInFlight,
 }
 
 // testWindowCountsUntilFinish checks, on every driver, that a window
@@ -108,53 +107,4 @@ func leaseExactly(t *testing.T, s store.Store, ms, want int) []*job.Job {
 		t.Fatalf("lease at +%dms admitted %d jobs, want %d", ms, len(got), want)
 	}
 	return got
-}
-
-// testUnwrittenNotInFlight checks, on every driver, that a refusal of an
-// adaptive key finished in one batch with other attempts of the key that
-// were answered before it reads those as no longer at the upstream
-// (store.KeyEffect.Unwritten, admission.State.Unwritten), whatever order
-// the driver applies the batch in: with nothing else at the upstream the
-// refusal is the rate's and teaches no in-flight cap. The same refusal
-// with the others still running teaches a cap (testLearnedConcurrency).
-// Before the finish counted them, a driver applying the refusal first saw
-// two leases in flight and learned a cap of 2 from an upstream that held
-// nothing else.
-func testUnwrittenNotInFlight(t *testing.T, open Opener) {
-	s := open(t)
-	setLimit(t, s, admission.Config{Name: "uw", Rate: 100, Burst: 10, Adaptive: true})
-	for range 4 {
-		insert(t, s, NewJob("acme", job.LaneBatch, "uw"))
-	}
-	refusal := func(j *job.Job, at, answered time.Time) store.Transition {
-		return store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled,
-			EligibleAt: at, Attempts: job.Attempts{Congestion: 1},
-			Record: job.AttemptRecord{At: at, Attempt: 1, Outcome: job.ClassRateLimited, Status: 429},
-			Keys:   store.KeyEffect{Now: at, Answered: answered, RateLimited: true, Backoff: true, PauseUntil: at.Add(time.Second)}}
-	}
-	// A key's first refusal is its rate's: spend it.
-	mustOK(t, finish(t, s, refusal(lease(t, s, T0, 1)[0], T0.Add(10*time.Millisecond), time.Time{})))
-	k, _ := s.GetLimit(context.Background(), "uw")
-	if k.LearnedConcurrency != 0 || k.LearnedRate >= 100 {
-		t.Fatalf("after a first 429: learned cap %d, rate %v; want no cap and a cut rate", k.LearnedConcurrency, k.LearnedRate)
-	}
-	rate := k.LearnedRate
-	t1 := T0.Add(2 * time.Second)
-	got := lease(t, s, t1, 3)
-	if len(got) != 3 {
-		t.Fatalf("leased %d, want 3", len(got))
-	}
-	at := t1.Add(100 * time.Millisecond)
-	ok := func(j *job.Job, answered time.Time) store.Transition {
-		tr := success(j, at)
-		tr.Keys.Answered = answered
-		return tr
-	}
-	mustOK(t, finish(t, s, refusal(got[0], at, t1.Add(60*time.Millisecond)),
-		ok(got[1], t1.Add(30*time.Millisecond)), ok(got[2], t1.Add(40*time.Millisecond))))
-	k, _ = s.GetLimit(context.Background(), "uw")
-	if k.LearnedConcurrency != 0 || k.LearnedRate >= rate || k.InFlight != 0 {
-		t.Fatalf("after a 429 whose key's other attempts were answered before it, in its batch: learned cap %d, rate %v (was %v), in flight %d; want no cap, a cut rate, 0",
-			k.LearnedConcurrency, k.LearnedRate, rate, k.InFlight)
-	}
 }
