@@ -146,13 +146,6 @@ func (e *Engine) BudgetCounts() BudgetCounts {
 	return BudgetCounts{Passed: b.passed.Load(), Held: b.held.Load(), HeldSeconds: time.Duration(b.heldNanos.Load()).Seconds()}
 }
 
-// BatchBudget is BudgetCounts taken apart, for the metrics collector
-// (metrics.BudgetSource).
-func (e *Engine) BatchBudget() (passed, held int64, heldSeconds float64) {
-	c := e.BudgetCounts()
-	return c.Passed, c.Held, c.HeldSeconds
-}
-
 // interactiveWork marks one piece of interactive work in flight, at the
 // yield gate and at the batch budget, until the returned func is called.
 func (e *Engine) interactiveWork() (leave func()) {

@@ -29,7 +29,7 @@ type StageSource interface {
 // (engine.Engine.BudgetCounts). A YieldSource that also implements it is
 // read for both.
 type BudgetSource interface {
-	BatchBudget() (passed, held int64, heldSeconds float64)
+	BudgetCounts() engine.BudgetCounts
 }
 
 // yieldCollector reports each region's yield-gate counts, stage times and
@@ -101,10 +101,10 @@ func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.pieces, prometheus.CounterValue, float64(y.Bounded), r, "bounded")
 		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, y.HeldSeconds, r)
 		if b, ok := src.(BudgetSource); ok {
-			passed, held, secs := b.BatchBudget()
-			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(passed), r, "passed")
-			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(held), r, "held")
-			ch <- prometheus.MustNewConstMetric(c.budgetS, prometheus.CounterValue, secs, r)
+			bc := b.BudgetCounts()
+			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(bc.Passed), r, "passed")
+			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(bc.Held), r, "held")
+			ch <- prometheus.MustNewConstMetric(c.budgetS, prometheus.CounterValue, bc.HeldSeconds, r)
 		}
 		if s, ok := src.(StageSource); ok && len(bounds) > 0 {
 			s.Stages(func(lane, stage string, counts []uint64, sum float64) {
