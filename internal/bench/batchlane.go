@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 	"github.com/ratelane/ratelane/review"
@@ -82,6 +84,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	rv := review.New(review.Config{Regions: map[string]review.RegionConfig{"us": {Providers: []review.Provider{inter, batch},
 		SweepEvery: 500 * time.Millisecond, Batch: review.BatchConfig{PollInterval: 200 * time.Millisecond}}}})
 	reg := prometheus.NewRegistry()
+	// The process's CPU seconds (process_cpu_seconds_total) for the
+	// phases' CPU figures; absent where the collector cannot read them.
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg, BatchPieces: e.opts.BatchPieces}
 	c, err := e.client(ctx, cfg)
 	if err != nil {
@@ -283,7 +288,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// Where an interactive review's time goes, stage by stage (the
 	// engine's histograms; p99 is a bucket bound): baseline and under the
 	// sweep.
-	for _, st := range []string{"queued", "start", "run", "finish", "aggregate_wait", "aggregate", "publish_wait", "publish"} {
+	for _, st := range engine.StageNames {
 		key := "interactive/" + st
 		b, u := w1.stages[key].sub(w0.stages[key]), w2.stages[key].sub(w1.stages[key])
 		if b.count == 0 && u.count == 0 {
@@ -336,7 +341,8 @@ type writeCounts struct {
 	budgetSecs float64
 	// stages are the engine's stage histograms by "lane/stage".
 	stages map[string]histReading
-	// cpu is the process's CPU time (user + system) so far, in seconds.
+	// cpu is the process's CPU time (user + system) so far, in seconds
+	// (process_cpu_seconds_total; 0 where it is not collected).
 	cpu float64
 }
 
@@ -400,9 +406,6 @@ func (h histReading) finiteQuantile(q float64) float64 {
 	v := h.quantile(q)
 	if math.IsInf(v, 1) && len(h.bounds) > 0 {
 		v = h.bounds[len(h.bounds)-1]
-		for i := len(h.bounds) - 1; i >= 0 && math.IsInf(v, 1); i-- {
-			v = h.bounds[i]
-		}
 	}
 	return v
 }
@@ -412,9 +415,10 @@ func (h histReading) max() float64 { return h.quantile(1) }
 
 // storeWrites reads ratelane_store_writes_total and
 // ratelane_store_transactions_total from reg (ok false when the store
-// does not count them).
+// does not count them), with the engine's yield-gate, batch-budget and
+// stage figures and the process's CPU seconds.
 func storeWrites(reg *prometheus.Registry) writeCounts {
-	w := writeCounts{yield: map[string]float64{}, budget: map[string]float64{}, stages: map[string]histReading{}, cpu: cpuSeconds()}
+	w := writeCounts{yield: map[string]float64{}, budget: map[string]float64{}, stages: map[string]histReading{}}
 	mfs, err := reg.Gather()
 	if err != nil {
 		return w
@@ -435,6 +439,8 @@ func storeWrites(reg *prometheus.Registry) writeCounts {
 				}
 			case "ratelane_batch_yield_seconds_total":
 				w.yieldSecs += m.GetCounter().GetValue()
+			case "process_cpu_seconds_total":
+				w.cpu = m.GetCounter().GetValue()
 			case "ratelane_batch_budget_total":
 				for _, l := range m.GetLabel() {
 					if l.GetName() == "result" {
