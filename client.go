@@ -156,7 +156,6 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	if err != nil {
 		return err
 	}
-	c.metrics.SetStageBounds(engine.StageBounds)
 	c.metrics.AddYield(r.Name, rt.engine)
 	return nil
 }

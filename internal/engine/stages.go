@@ -36,25 +36,26 @@ const (
 	StagePublish = "publish"
 )
 
-// stageNames lists the stages in the order a job passes them.
-var stageNames = [...]string{StageQueued, StageStart, StageRun, StageFinish, StageAggregateWait, StageAggregate,
+// StageNames lists the stages in the order a job passes them.
+var StageNames = [...]string{StageQueued, StageStart, StageRun, StageFinish, StageAggregateWait, StageAggregate,
 	StagePublishWait, StagePublish}
 
 // StageBounds are the upper bounds, in seconds, of the stage histograms'
 // buckets (the last bucket, +Inf, is implied): fine below 10 ms, where an
-// idle machine's stages are, and up to the 30 s interactive budget.
-var StageBounds = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30}
+// idle machine's stages are, and up to the 30 s interactive budget. An
+// array, so that the histograms' bucket counts follow its length.
+var StageBounds = [...]float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30}
 
 // stageHist is one lane's and stage's histogram: lock-free, a few atomic
 // adds per observation.
 type stageHist struct {
-	counts [16]atomic.Uint64 // len(StageBounds)+1: the last is +Inf
+	counts [len(StageBounds) + 1]atomic.Uint64 // the last is +Inf
 	nanos  atomic.Int64
 }
 
 // stageTimes holds every lane's and stage's histogram.
 type stageTimes struct {
-	h [2][len(stageNames)]stageHist // [0] interactive, [1] batch
+	h [2][len(StageNames)]stageHist // [0] interactive, [1] batch
 }
 
 func laneIndex(l job.Lane) int {
@@ -65,7 +66,7 @@ func laneIndex(l job.Lane) int {
 }
 
 // observe records that a job of lane spent d in stage s (an index into
-// stageNames).
+// StageNames).
 func (t *stageTimes) observe(l job.Lane, s int, d time.Duration) {
 	if d < 0 {
 		d = 0
@@ -80,7 +81,7 @@ func (t *stageTimes) observe(l job.Lane, s int, d time.Duration) {
 	h.nanos.Add(int64(d))
 }
 
-// Indexes into stageNames, for observe.
+// Indexes into StageNames, for observe.
 const (
 	stQueued = iota
 	stStart
@@ -100,7 +101,7 @@ const (
 // flight.
 func (e *Engine) Stages(visit func(lane, stage string, counts []uint64, sumSeconds float64)) {
 	for li, lane := range []job.Lane{job.LaneInteractive, job.LaneBatch} {
-		for si, name := range stageNames {
+		for si, name := range StageNames {
 			h := &e.stages.h[li][si]
 			counts := make([]uint64, len(h.counts))
 			for i := range h.counts {

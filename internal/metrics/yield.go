@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelane/ratelane/internal/engine"
@@ -17,7 +15,7 @@ type YieldSource interface {
 
 // StageSource is a region's engine as the stage collector reads it: the
 // time each lane's jobs spent in each stage (engine.Engine.Stages: counts
-// per bucket of bounds, not cumulative, the last for +Inf; the sum in
+// per bucket of engine.StageBounds, not cumulative, the last for +Inf; the sum in
 // seconds). A YieldSource that also implements it is read for both.
 type StageSource interface {
 	Stages(visit func(lane, stage string, counts []uint64, sumSeconds float64))
@@ -39,11 +37,6 @@ type yieldCollector struct {
 	stages          *prometheus.Desc
 	budget, budgetS *prometheus.Desc
 	sources         regionSources[YieldSource]
-
-	// bounds are the stage histograms' bucket bounds (engine.StageBounds),
-	// set once at start-up, read at each scrape.
-	mu     sync.Mutex
-	bounds []float64
 }
 
 func newYieldCollector() *yieldCollector {
@@ -66,14 +59,6 @@ func newYieldCollector() *yieldCollector {
 	}
 }
 
-// SetStageBounds sets the stage histograms' bucket bounds (seconds), which
-// the engine defines (engine.StageBounds).
-func (m *Metrics) SetStageBounds(bounds []float64) {
-	m.yield.mu.Lock()
-	defer m.yield.mu.Unlock()
-	m.yield.bounds = bounds
-}
-
 // AddYield makes scrapes report region's yield-gate counts read from src
 // (the region's engine). Adding a region again replaces its source.
 func (m *Metrics) AddYield(region string, src YieldSource) {
@@ -91,9 +76,6 @@ func (c *yieldCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reports each region's counts.
 func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	bounds := c.bounds
-	c.mu.Unlock()
 	c.sources.each(func(r string, src YieldSource) {
 		y := src.YieldCounts()
 		ch <- prometheus.MustNewConstMetric(c.pieces, prometheus.CounterValue, float64(y.Passed), r, "passed")
@@ -106,18 +88,15 @@ func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(bc.Held), r, "held")
 			ch <- prometheus.MustNewConstMetric(c.budgetS, prometheus.CounterValue, bc.HeldSeconds, r)
 		}
-		if s, ok := src.(StageSource); ok && len(bounds) > 0 {
+		if s, ok := src.(StageSource); ok {
 			s.Stages(func(lane, stage string, counts []uint64, sum float64) {
-				if len(counts) != len(bounds)+1 {
-					return // an engine of another build: bounds do not match
-				}
-				buckets := make(map[float64]uint64, len(bounds))
+				buckets := make(map[float64]uint64, len(engine.StageBounds))
 				var cum uint64
-				for i, b := range bounds {
+				for i, b := range engine.StageBounds {
 					cum += counts[i]
 					buckets[b] = cum
 				}
-				ch <- prometheus.MustNewConstHistogram(c.stages, cum+counts[len(bounds)], sum, buckets, r, lane, stage)
+				ch <- prometheus.MustNewConstHistogram(c.stages, cum+counts[len(engine.StageBounds)], sum, buckets, r, lane, stage)
 			})
 		}
 	})
