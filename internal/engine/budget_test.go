@@ -83,7 +83,7 @@ func budgetEngine(t *testing.T, w *budgetWork, pieces int) *engine.Engine {
 // TestBatchBudgetWhileInteractiveInFlight: with an interactive handler
 // running, five batch-lane parents woken together are aggregated one at a
 // time (Config.BatchPieces 1): one aggregation runs, four wait for a turn
-// (and so does the first parent's publication);
+// (and so may the first parent's publication);
 // ending the running one lets exactly one more start (the lane still
 // moves under a continuous interactive stream); when the interactive
 // handler returns the rest start at once, all together. In simulated
@@ -99,9 +99,12 @@ func TestBatchBudgetWhileInteractiveInFlight(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		synctest.Wait()
 		running, waiting, interactive := engine.BudgetState(e)
-		// Waiting: four aggregations and the first parent's publication.
-		if got := w.started.Load() - 1; got != 1 || running != 1 || waiting != 5 || interactive != 1 {
-			t.Fatalf("with an interactive handler running: %d batch aggregations started, budget running %d waiting %d interactive %d; want 1, 1, 5, 1",
+		// Waiting: four aggregations, and the first parent's publication
+		// when it has reached the budget by now: in 2 of 6 runs it has not
+		// (session 11's review; it reads the job first), so it is not
+		// counted on. What the budget must do is hold the four.
+		if got := w.started.Load() - 1; got != 1 || running != 1 || waiting < 4 || waiting > 5 || interactive != 1 {
+			t.Fatalf("with an interactive handler running: %d batch aggregations started, budget running %d waiting %d interactive %d; want 1, 1, 4 or 5, 1",
 				got, running, waiting, interactive)
 		}
 
@@ -119,8 +122,10 @@ func TestBatchBudgetWhileInteractiveInFlight(t *testing.T) {
 			t.Fatalf("with no interactive work: %d batch aggregations started, %d running; want 5 and 4", got, now)
 		}
 		c := e.BudgetCounts()
-		if c.Held < 5 || c.HeldSeconds < 5*(50*time.Millisecond).Seconds() {
-			t.Fatalf("budget counts %+v, want at least 5 held at least 50 ms each", c)
+		// The four aggregations held 50 ms each at least (the publication
+		// may have come later, above).
+		if c.Held < 4 || c.HeldSeconds < 4*(50*time.Millisecond).Seconds()-1e-9 {
+			t.Fatalf("budget counts %+v, want at least 4 held at least 50 ms each", c)
 		}
 	})
 }
