@@ -32,10 +32,19 @@ func TestFinishCarriesAnswered(t *testing.T) {
 	base := time.Now().Add(time.Minute)
 	var ticks atomic.Int64
 	now := func() time.Time { return base.Add(time.Duration(ticks.Add(1)) * time.Millisecond) }
+	_, tr := runOneJob(t, s, now, engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome { return job.Outcome{Class: job.ClassSuccess} }))
+	if a := tr.Keys.Answered; a.IsZero() || !a.Before(tr.Keys.Now) {
+		t.Fatalf("finish at %v carried Answered %v; want the handler's return, before the finish", tr.Keys.Now.Sub(base), a.Sub(base))
+	}
+}
+
+// runOneJob starts an engine on s with clock now and a kind "noop" served
+// by h, inserts one interactive job of it, and returns the engine (stopped
+// when the test ends) and the job's written finish.
+func runOneJob(t *testing.T, s store.Store, now func() time.Time, h engine.Handler) (*engine.Engine, store.Transition) {
+	t.Helper()
 	done := make(finishedTransitions, 1)
-	e, err := engine.New(engine.Config{Store: s, Region: "us", Now: now, Observer: done, Kinds: map[string]engine.Kind{
-		"noop": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome { return job.Outcome{Class: job.ClassSuccess} })},
-	}})
+	e, err := engine.New(engine.Config{Store: s, Region: "us", Now: now, Observer: done, Kinds: map[string]engine.Kind{"noop": {Handler: h}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,9 +52,6 @@ func TestFinishCarriesAnswered(t *testing.T) {
 	if err := e.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = e.Stop(context.Background()) }()
-	tr := testkit.Recv(t, done, 10*time.Second, "the finish")
-	if a := tr.Keys.Answered; a.IsZero() || !a.Before(tr.Keys.Now) {
-		t.Fatalf("finish at %v carried Answered %v; want the handler's return, before the finish", tr.Keys.Now.Sub(base), a.Sub(base))
-	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	return e, testkit.Recv(t, done, 10*time.Second, "the finish")
 }

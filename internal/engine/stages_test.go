@@ -7,7 +7,6 @@ import (
 
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
-	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
@@ -23,22 +22,10 @@ func TestStagesTimeAJob(t *testing.T) {
 	s := newStore(t)
 	base := time.Now().Add(time.Minute)
 	clock := testkit.NewClock(base)
-	done := make(finishedTransitions, 1)
-	e, err := engine.New(engine.Config{Store: s, Region: "us", Now: clock.Now, Observer: done, Kinds: map[string]engine.Kind{
-		"noop": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
-			clock.Add(3 * time.Millisecond)
-			return job.Outcome{Class: job.ClassSuccess}
-		})},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = e.Stop(context.Background()) }()
-	testkit.Recv(t, done, 10*time.Second, "the finish")
+	e, _ := runOneJob(t, s, clock.Now, engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+		clock.Add(3 * time.Millisecond)
+		return job.Outcome{Class: job.ClassSuccess}
+	}))
 
 	got := map[string][]uint64{}
 	e.Stages(func(lane, stage string, counts []uint64, _ float64) {
