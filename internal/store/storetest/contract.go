@@ -29,7 +29,6 @@ var contractCases = map[string]func(*testing.T, Opener){
 // matches nothing and is no error, on every driver.
 func testListKindState(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
 	var accepted, validated []string
 	for i := range 6 {
 		j := NewJob("acme", job.LaneBatch, "k")
@@ -53,18 +52,7 @@ func testListKindState(t *testing.T, open Opener) {
 			validated = append(validated, j.ID)
 		}
 	}
-	list := func(p store.ListParams) []string {
-		t.Helper()
-		got, err := s.List(ctx, p)
-		if err != nil {
-			t.Fatalf("List(%+v): %v", p, err)
-		}
-		out := make([]string, len(got))
-		for i, j := range got {
-			out[i] = j.ID
-		}
-		return out
-	}
+	list := func(p store.ListParams) []string { return listIDs(t, s, p) }
 	first := list(store.ListParams{Kind: "a", State: job.StateAccepted, Limit: 1})
 	rest := list(store.ListParams{Kind: "a", State: job.StateAccepted, After: first[0], Limit: 5})
 	if got := append(first, rest...); fmt.Sprint(got) != fmt.Sprint(accepted) {

@@ -1,9 +1,9 @@
 package storetest
 
 import (
-	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -14,9 +14,9 @@ import (
 // (one kind and key in any state, paged by After), the pause source of a
 // job's waiting_for (a key's retry_scheduled jobs) and GET
 // /v1/jobs?limit_key=. The drivers' plan tests check that they read the
-// key's groups' jobs through an index: every one on SQLite
-// (jobs_group_id, migration 0025), those with a state on PostgreSQL (the
-// state's partial group index).
+// key's groups' jobs through an index: on SQLite jobs_group_id (migration
+// 0025), on PostgreSQL a state's partial group index, and in any state
+// jobs_final_group (migration 0030) beside the live states' indexes.
 var KeyedLists = []store.ListParams{
 	{Kind: "webhook", LimitKey: "subscriber:s1", Limit: 100},
 	{Kind: "webhook", LimitKey: "subscriber:s1", After: "01J", Limit: 100},
@@ -29,7 +29,6 @@ var KeyedLists = []store.ListParams{
 // groups, page by page, and with each other filter applied as well.
 func testListByKeyGroups(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
 	lanes := []job.Lane{job.LaneBatch, job.LaneInteractive}
 	var onKey []*job.Job // in creation order
 	for i := range 8 {
@@ -52,21 +51,7 @@ func testListByKeyGroups(t *testing.T, open Opener) {
 		}
 		return out
 	}
-	var paged []string
-	for after := ""; ; {
-		page, err := s.List(ctx, store.ListParams{LimitKey: "k", After: after, Limit: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, j := range page {
-			paged = append(paged, j.ID)
-		}
-		if len(page) < 3 {
-			break
-		}
-		after = page[len(page)-1].ID
-	}
-	if want := newest(func(*job.Job) bool { return true }); !slices.Equal(paged, want) {
+	if paged, want := listPages(t, s, store.ListParams{LimitKey: "k", Limit: 3}), newest(func(*job.Job) bool { return true }); !slices.Equal(paged, want) {
 		t.Fatalf("key k by pages of 3 = %v, want %v", paged, want)
 	}
 	for _, c := range []struct {
@@ -80,16 +65,81 @@ func testListByKeyGroups(t *testing.T, open Opener) {
 		{store.ListParams{State: job.StateRetryScheduled}, func(*job.Job) bool { return false }},
 	} {
 		c.p.LimitKey = "k"
-		got, err := s.List(ctx, c.p)
-		if err != nil {
-			t.Fatal(err)
+		if got, want := listIDs(t, s, c.p), newest(c.keep); !slices.Equal(got, want) {
+			t.Errorf("List(%+v) = %v, want %v", c.p, got, want)
 		}
-		gotIDs := make([]string, len(got))
-		for i, j := range got {
-			gotIDs[i] = j.ID
+	}
+}
+
+// listPages returns the ids of every page of List(p) on s, following
+// After from page to page until a short page.
+func listPages(t *testing.T, s store.Store, p store.ListParams) []string {
+	t.Helper()
+	var all []string
+	for {
+		page := listIDs(t, s, p)
+		all = append(all, page...)
+		if len(page) < store.PageSize(p.Limit) {
+			return all
 		}
-		if want := newest(c.keep); !slices.Equal(gotIDs, want) {
-			t.Errorf("List(%+v) = %v, want %v", c.p, gotIDs, want)
+		p.After = page[len(page)-1]
+	}
+}
+
+// testListByKeyStates lists a key whose jobs are in every state, final
+// (published, terminal), running and between stages (accepted,
+// validated) as well as waiting and retry_scheduled, beside another key's
+// final job: the whole key newest first, page by page, and its jobs in one
+// final state. PostgreSQL reads a key's final and live jobs through
+// different indexes (store.ListKeyQuery), SQLite through one.
+func testListByKeyStates(t *testing.T, open Opener) {
+	s := open(t)
+	accepted := NewJob("t0", job.LaneBatch, "k")
+	accepted.State = job.StateAccepted
+	onKey := []*job.Job{accepted} // in creation order
+	for range 5 {
+		onKey = append(onKey, NewJob("t0", job.LaneBatch, "k"))
+	}
+	other := NewJob("t0", job.LaneBatch, "x")
+	insert(t, s, append(onKey, other)...)
+	leased := lease(t, s, T0, 6)
+	if len(leased) != 6 {
+		t.Fatalf("leased %d of 6", len(leased))
+	}
+	states := map[job.State]string{} // the key's job ended in each state
+	ends := []job.State{job.StateRunning, job.StatePublished, job.StateTerminal, job.StateRetryScheduled, job.StateValidated}
+	var ts []store.Transition
+	for _, j := range leased {
+		tr := success(j, T0)
+		if j.ID != other.ID {
+			tr.To, ends = ends[0], ends[1:]
+			states[tr.To] = j.ID
+		}
+		switch tr.To {
+		case job.StateRunning:
+			continue
+		case job.StateTerminal:
+			tr.Reason, tr.Record.Outcome = job.ReasonPermanentError, job.ClassPermanent
+		case job.StateRetryScheduled:
+			tr.EligibleAt, tr.Record.Outcome = T0.Add(time.Hour), job.ClassTransient
+		case job.StateValidated:
+			tr.Result = []byte(`{}`)
+		}
+		ts = append(ts, tr)
+	}
+	mustOK(t, finish(t, s, ts...))
+	waiting := NewJob("t0", job.LaneBatch, "k")
+	insert(t, s, waiting)
+	want := []string{waiting.ID}
+	for _, j := range slices.Backward(onKey) {
+		want = append(want, j.ID)
+	}
+	if got := listPages(t, s, store.ListParams{LimitKey: "k", Limit: 2}); !slices.Equal(got, want) {
+		t.Errorf("key k in every state, pages of 2 = %v, want %v", got, want)
+	}
+	for _, st := range []job.State{job.StatePublished, job.StateTerminal} {
+		if got := listIDs(t, s, store.ListParams{LimitKey: "k", State: st}); !slices.Equal(got, []string{states[st]}) {
+			t.Errorf("key k's %s jobs = %v, want [%s]", st, got, states[st])
 		}
 	}
 }

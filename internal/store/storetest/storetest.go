@@ -73,6 +73,7 @@ func Run(t *testing.T, open Opener) {
 		"PerStartKey":           testPerStartKey,
 		"List":                  testList,
 		"ListByKeyGroups":       testListByKeyGroups,
+		"ListByKeyStates":       testListByKeyStates,
 		"AdaptiveKey":           testAdaptiveKey,
 		"LearnedConcurrency":    testLearnedConcurrency,
 		"StrictCounting":        testStrictCounting,
@@ -164,6 +165,20 @@ func get(t *testing.T, s store.Store, id string) *job.Job {
 		t.Fatalf("get %s: %v", id, err)
 	}
 	return j
+}
+
+// listIDs returns the ids of List(p)'s page on s, in the order listed.
+func listIDs(t *testing.T, s store.Store, p store.ListParams) []string {
+	t.Helper()
+	got, err := s.List(context.Background(), p)
+	if err != nil {
+		t.Fatalf("List(%+v): %v", p, err)
+	}
+	out := make([]string, len(got))
+	for i, j := range got {
+		out[i] = j.ID
+	}
+	return out
 }
 
 func ids(jobs []*job.Job) map[string]bool {
