@@ -1,5 +1,11 @@
 package store
 
+import (
+	"strings"
+
+	"github.com/ratelane/ratelane/internal/job"
+)
+
 // ListQuery is List's statement for both SQL drivers: the columns cols of
 // the jobs matching p, newest first, one page (PageSize). groupHasKey is
 // the driver's condition that a row of job_groups names a limit key, with
@@ -15,7 +21,8 @@ package store
 // waiting (jobs_group_head) and retry_scheduled (jobs_group_scheduled)
 // states. Tested on the jobs themselves, the filter could only be applied
 // to rows read by walking the primary key, to the end of the table when
-// the key had fewer jobs than the page.
+// the key had fewer jobs than the page. PostgreSQL lists a key in any
+// state, or in a final one, with ListKeyQuery instead.
 //
 // A valid state is written into the statement as a literal, not a
 // placeholder: the partial indexes on a state (jobs_accepted_kind,
@@ -27,7 +34,21 @@ package store
 // and walks the primary key instead. A parent filter also requires a
 // non-empty parent_id, for the same reason (the partial index jobs_parent).
 func ListQuery(cols string, p ListParams, groupHasKey string) *Query {
-	q := NewQuery(`SELECT `+cols+` FROM jobs`).WhereSet(`tenant = ?`, p.Tenant)
+	q := jobFilters(NewQuery(`SELECT `+cols+` FROM jobs`), p)
+	if p.LimitKey != "" {
+		// The group's lane, tenant and kind are the job's: filtered here
+		// too, the list holds only the groups whose jobs can match.
+		g := NewQuery(`SELECT id FROM job_groups`).Where(groupHasKey, p.LimitKey).
+			WhereSet(`lane = ?`, string(p.Lane)).WhereSet(`tenant = ?`, p.Tenant).WhereSet(`kind = ?`, p.Kind)
+		q.Where(`group_id IN (`+g.SQL()+`)`, g.Args()...)
+	}
+	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
+}
+
+// jobFilters adds p's conditions on a job's own columns (tenant, state,
+// kind, lane, parent) to q, as ListQuery describes them, and returns q.
+func jobFilters(q *Query, p ListParams) *Query {
+	q.WhereSet(`tenant = ?`, p.Tenant)
 	switch {
 	case p.State.Valid():
 		q.Where(`state = '` + string(p.State) + `'`)
@@ -38,12 +59,58 @@ func ListQuery(cols string, p ListParams, groupHasKey string) *Query {
 	if p.Parent != "" {
 		q.Where(`parent_id = ? AND parent_id <> ''`, p.Parent)
 	}
-	if p.LimitKey != "" {
-		// The group's lane, tenant and kind are the job's: filtered here
-		// too, the list holds only the groups whose jobs can match.
-		g := NewQuery(`SELECT id FROM job_groups`).Where(groupHasKey, p.LimitKey).
-			WhereSet(`lane = ?`, string(p.Lane)).WhereSet(`tenant = ?`, p.Tenant).WhereSet(`kind = ?`, p.Kind)
-		q.Where(`group_id IN (`+g.SQL()+`)`, g.Args()...)
+	return q
+}
+
+// KeyListNeedsGroups reports whether List(p) lists a limit key in any
+// state or in a final one: what PostgreSQL answers with ListKeyQuery, as
+// it has no index on group_id over every state.
+func KeyListNeedsGroups(p ListParams) bool {
+	return p.LimitKey != "" && (p.State == "" || p.State.Final())
+}
+
+// ListKeyQuery is List's statement for a limit key in any state or in a
+// final one (KeyListNeedsGroups) on a driver whose only index on group_id
+// over the final states is partial: PostgreSQL's jobs_final_group
+// (migration 0030), (group_id, id) where finished_at is set, which a job
+// writes one entry in when it finishes, not one per row version as an
+// index over every state would (docs/benchmarks.md, "Session 11 (s11h6)"
+// and "Session 12 (s12h6)"). It reads the key's groups one by one
+// (LATERAL): each group's newest final jobs, one page at most, in order
+// from jobs_final_group, and its live jobs through the partial index of
+// each live state (jobs_group_head, jobs_group_scheduled, jobs_leases,
+// jobs_accepted_kind, jobs_validated_kind; the last three hold only the
+// few jobs running or between stages), then keeps the page's newest. Each
+// branch names its index's predicate as written, so that a cached
+// generic plan can use it whatever the key. groupHasKey is as ListQuery's
+// and names the groups' table job_groups; cols must not be qualified.
+func ListKeyQuery(cols string, p ListParams, groupHasKey string) *Query {
+	limit := PageSize(p.Limit)
+	branch := func(states string) *Query {
+		q := NewQuery(`SELECT ` + cols + ` FROM jobs`).Where(`group_id = job_groups.id`).Where(states)
+		return jobFilters(q, p).WhereSet(`id < ?`, p.After)
 	}
-	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
+	final := branch(`finished_at IS NOT NULL`).Then(`ORDER BY id DESC LIMIT ?`, limit)
+	text, args := `(`+final.SQL()+`)`, final.Args()
+	if p.State == "" {
+		live := branch(liveStates())
+		text, args = text+` UNION ALL (`+live.SQL()+`)`, append(args, live.Args()...)
+	}
+	return NewQuery(`SELECT j.* FROM job_groups CROSS JOIN LATERAL (`+text+`) j`, args...).
+		Where(groupHasKey, p.LimitKey).WhereSet(`job_groups.lane = ?`, string(p.Lane)).
+		WhereSet(`job_groups.tenant = ?`, p.Tenant).WhereSet(`job_groups.kind = ?`, p.Kind).
+		Then(`ORDER BY j.id DESC LIMIT ?`, limit)
+}
+
+// liveStates is the condition that a job is in a state that is not final,
+// one literal comparison per state, so that each can match a partial
+// index on that state.
+func liveStates() string {
+	var or []string
+	for _, s := range job.States {
+		if !s.Final() {
+			or = append(or, `state = '`+string(s)+`'`)
+		}
+	}
+	return `(` + strings.Join(or, ` OR `) + `)`
 }

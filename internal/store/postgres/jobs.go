@@ -343,8 +343,13 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 	return collectJobs(s.pool.Query(ctx, q.Numbered(), q.Args()...))
 }
 
-// listQuery is List's statement; a group's keys are a text[].
+// listQuery is List's statement; a group's keys are a text[]. A key in
+// any state or a final one is read group by group (store.ListKeyQuery):
+// there is no index on group_id over every state here.
 func listQuery(p store.ListParams) *store.Query {
+	if store.KeyListNeedsGroups(p) {
+		return store.ListKeyQuery(jobCols, p, `? = ANY(keys)`)
+	}
 	return store.ListQuery(jobCols, p, `? = ANY(keys)`)
 }
 

@@ -1,0 +1,11 @@
+-- List by a limit key in any state (a webhook subscriber's deliveries,
+-- GET /v1/jobs?limit_key=) walked the primary key, to the end of the
+-- table when the key had fewer jobs than a page: PostgreSQL has no index
+-- on group_id over every state, as SQLite has (its 0025), because every
+-- row version writes an entry in a full index and a job's lease and
+-- finish updates are not HOT: +15 % WAL per inserted job, +17 % per
+-- drained one (docs/benchmarks.md, "Session 11 (s11h6)"). This index
+-- holds the final jobs only, the bulk of the table, and a job writes one
+-- entry in it, when it finishes; the live states are read through their
+-- own partial indexes (store.ListKeyQuery).
+CREATE INDEX jobs_final_group ON jobs (group_id, id) WHERE finished_at IS NOT NULL;
