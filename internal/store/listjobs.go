@@ -77,40 +77,51 @@ func KeyListNeedsGroups(p ListParams) bool {
 // index over every state would (docs/benchmarks.md, "Session 11 (s11h6)"
 // and "Session 12 (s12h6)"). It reads the key's groups one by one
 // (LATERAL): each group's newest final jobs, one page at most, in order
-// from jobs_final_group, and its live jobs through the partial index of
-// each live state (jobs_group_head, jobs_group_scheduled, jobs_leases,
-// jobs_accepted_kind, jobs_validated_kind; the last three hold only the
-// few jobs running or between stages), then keeps the page's newest. Each
-// branch names its index's predicate as written, so that a cached
-// generic plan can use it whatever the key. groupHasKey is as ListQuery's
-// and names the groups' table job_groups; cols must not be qualified.
+// from jobs_final_group, and its waiting and retry_scheduled jobs through
+// those states' group indexes (jobs_group_head, jobs_group_scheduled);
+// the running, accepted and validated jobs, few and indexed without their
+// group (jobs_leases, jobs_accepted_kind, jobs_validated_kind), are read
+// once for all the key's groups. The page is the newest of these. Each
+// part names its index's predicate as written, so that a cached generic
+// plan can use it whatever the key. groupHasKey is as ListQuery's and
+// reads the groups' table by its name, job_groups; cols must not be
+// qualified.
+//
+// What a page reads is bounded by the key's jobs that are not final and
+// a page per group, where walking jobs_pkey was bounded by the table: a
+// key whose queue holds many jobs reads them all (as SQLite does when its
+// key has more than one group).
 func ListKeyQuery(cols string, p ListParams, groupHasKey string) *Query {
 	limit := PageSize(p.Limit)
-	branch := func(states string) *Query {
-		q := NewQuery(`SELECT ` + cols + ` FROM jobs`).Where(`group_id = job_groups.id`).Where(states)
+	jobs := func(cond string) *Query {
+		q := NewQuery(`SELECT ` + cols + ` FROM jobs`).Where(cond)
 		return jobFilters(q, p).WhereSet(`id < ?`, p.After)
 	}
-	final := branch(`finished_at IS NOT NULL`).Then(`ORDER BY id DESC LIMIT ?`, limit)
-	text, args := `(`+final.SQL()+`)`, final.Args()
-	if p.State == "" {
-		live := branch(liveStates())
-		text, args = text+` UNION ALL (`+live.SQL()+`)`, append(args, live.Args()...)
+	keyGroups := func(q *Query, table string) *Query {
+		return q.Where(groupHasKey, p.LimitKey).WhereSet(table+`.lane = ?`, string(p.Lane)).
+			WhereSet(table+`.tenant = ?`, p.Tenant).WhereSet(table+`.kind = ?`, p.Kind)
 	}
-	return NewQuery(`SELECT j.* FROM job_groups CROSS JOIN LATERAL (`+text+`) j`, args...).
-		Where(groupHasKey, p.LimitKey).WhereSet(`job_groups.lane = ?`, string(p.Lane)).
-		WhereSet(`job_groups.tenant = ?`, p.Tenant).WhereSet(`job_groups.kind = ?`, p.Kind).
-		Then(`ORDER BY j.id DESC LIMIT ?`, limit)
+	perGroup := jobs(`group_id = job_groups.id AND finished_at IS NOT NULL`).Then(`ORDER BY id DESC LIMIT ?`, limit)
+	text, args := `(`+perGroup.SQL()+`)`, perGroup.Args()
+	if p.State == "" {
+		queued := jobs(`group_id = job_groups.id AND ` + anyState(job.StateWaiting, job.StateRetryScheduled))
+		text, args = text+` UNION ALL (`+queued.SQL()+`)`, append(args, queued.Args()...)
+	}
+	q := keyGroups(NewQuery(`SELECT page.* FROM job_groups CROSS JOIN LATERAL (`+text+`) page`, args...), `job_groups`)
+	if p.State == "" {
+		g := keyGroups(NewQuery(`SELECT id FROM job_groups`), `job_groups`)
+		rest := jobs(anyState(job.StateRunning, job.StateAccepted, job.StateValidated)).Where(`group_id IN (`+g.SQL()+`)`, g.Args()...)
+		q = NewQuery(`SELECT * FROM (`+q.SQL()+` UNION ALL `+rest.SQL()+`) page`, append(q.Args(), rest.Args()...)...)
+	}
+	return q.Then(`ORDER BY page.id DESC LIMIT ?`, limit)
 }
 
-// liveStates is the condition that a job is in a state that is not final,
-// one literal comparison per state, so that each can match a partial
-// index on that state.
-func liveStates() string {
-	var or []string
-	for _, s := range job.States {
-		if !s.Final() {
-			or = append(or, `state = '`+string(s)+`'`)
-		}
+// anyState is the condition that a job is in one of states, one literal
+// comparison per state, so that each can match a partial index on it.
+func anyState(states ...job.State) string {
+	or := make([]string, len(states))
+	for i, s := range states {
+		or[i] = `state = '` + string(s) + `'`
 	}
 	return `(` + strings.Join(or, ` OR `) + `)`
 }

@@ -159,7 +159,7 @@ func TestListByKeyUsesGroupIndex(t *testing.T) {
 			want = []string{"scheduled"} // jobs_scheduled, jobs_group_scheduled
 		}
 		if p.State == "" {
-			want = []string{"jobs_final_group", "jobs_leases"}
+			want = []string{"jobs_final_group", "jobs_group_head", "jobs_leases"}
 		}
 		q := listQuery(p)
 		plan := explainGeneric(t, tx, q.Numbered(), q.Args()...)
