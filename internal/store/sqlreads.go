@@ -13,8 +13,9 @@ type ScanRows interface {
 	Close()
 }
 
-// SQLReads are the reads of schedules and batches that both SQL drivers
-// run alike: the same statement, the same scanner, the same paging. A
+// SQLReads are the reads of schedules, batches and documents (objects)
+// that both SQL drivers run alike: the same statement, the same scanner,
+// the same paging. A
 // driver embeds one, made with the function that runs a query its way,
 // and so has these methods of the store contract. (The writes stay with
 // the drivers: how a guarded write runs differs, a single-writer SQLite
@@ -235,4 +236,30 @@ func (r SQLReads) BatchItems(ctx context.Context, p BatchItemParams) ([]BatchIte
 func (r SQLReads) BatchChunks(ctx context.Context, batchID string) ([]BatchChunk, error) {
 	return readAll(ctx, r, NewQuery(`SELECT `+BatchChunkCols+` FROM batch_chunks WHERE batch_id = ? ORDER BY chunk_key`, batchID),
 		scanBatchChunk)
+}
+
+// scanObject reads id, body, updated_at into a document of kind.
+func scanObject(kind string) func(Scanner) (Object, error) {
+	return func(r Scanner) (Object, error) {
+		o := Object{Kind: kind}
+		var at *int64
+		err := r.Scan(&o.ID, &o.Body, &at)
+		o.UpdatedAt = UnixTime(at)
+		return o, err
+	}
+}
+
+// GetObject returns one document, or ErrNotFound.
+func (r SQLReads) GetObject(ctx context.Context, kind, id string) (Object, error) {
+	o, err := readOne(ctx, r, NewQuery(`SELECT id, body, updated_at FROM objects WHERE kind = ? AND id = ?`, kind, id), scanObject(kind))
+	o.Kind, o.ID = kind, id
+	return o, err
+}
+
+// ListObjects returns documents of a kind in id order, after the id
+// after, one page (ObjectPageSize).
+func (r SQLReads) ListObjects(ctx context.Context, kind, after string, limit int) ([]Object, error) {
+	q := NewQuery(`SELECT id, body, updated_at FROM objects WHERE kind = ? AND id > ? ORDER BY id LIMIT ?`,
+		kind, after, ObjectPageSize(limit))
+	return readAll(ctx, r, q, scanObject(kind))
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -64,36 +63,6 @@ func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) er
 		return o.Changed()
 	}
 	return nil
-}
-
-// GetObject returns one document.
-func (s *Store) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
-	o := store.Object{Kind: kind, ID: id}
-	var at int64
-	err := s.pool.QueryRow(ctx, `SELECT body, updated_at FROM objects WHERE kind = $1 AND id = $2`, kind, id).Scan(&o.Body, &at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return o, store.ErrNotFound
-	}
-	o.UpdatedAt = tm(at)
-	return o, err
-}
-
-// ListObjects returns documents of a kind in id order.
-func (s *Store) ListObjects(ctx context.Context, kind, after string, limit int) ([]store.Object, error) {
-	limit = store.ObjectPageSize(limit)
-	rows, err := s.pool.Query(ctx, `SELECT id, body, updated_at FROM objects WHERE kind = $1 AND id > $2 ORDER BY id LIMIT $3`,
-		kind, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return store.CollectRows(rows, func() (store.Object, error) {
-		o := store.Object{Kind: kind}
-		var at int64
-		err := rows.Scan(&o.ID, &o.Body, &at)
-		o.UpdatedAt = tm(at)
-		return o, err
-	})
 }
 
 // DeleteObject removes a document.

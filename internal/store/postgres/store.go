@@ -104,8 +104,9 @@ func (c Config) validate() error {
 // Store is the PostgreSQL driver. It is safe for concurrent use by many
 // goroutines, and many Stores (in one process or many) may share a schema.
 type Store struct {
-	// SQLReads are the schedule and batch reads this driver shares with
-	// SQLite's (GetSchedule, ListBatches, ...), run by read.
+	// SQLReads are the schedule, batch and document reads this driver
+	// shares with SQLite's (GetSchedule, ListBatches, GetObject, ...), run
+	// by read.
 	store.SQLReads
 	cfg    Config
 	pool   *pgxpool.Pool

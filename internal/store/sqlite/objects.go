@@ -59,36 +59,6 @@ func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) er
 	})
 }
 
-// GetObject returns one document.
-func (s *Store) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
-	o := store.Object{Kind: kind, ID: id}
-	var at sql.NullInt64
-	err := s.rdb.QueryRowContext(ctx, `SELECT body, updated_at FROM objects WHERE kind = ? AND id = ?`, kind, id).Scan(&o.Body, &at)
-	if errors.Is(err, sql.ErrNoRows) {
-		return o, store.ErrNotFound
-	}
-	o.UpdatedAt = tm(at)
-	return o, err
-}
-
-// ListObjects returns documents of a kind in id order.
-func (s *Store) ListObjects(ctx context.Context, kind, after string, limit int) ([]store.Object, error) {
-	limit = store.ObjectPageSize(limit)
-	rows, err := s.rdb.QueryContext(ctx, `SELECT id, body, updated_at FROM objects WHERE kind = ? AND id > ? ORDER BY id LIMIT ?`,
-		kind, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return store.CollectRows(rows, func() (store.Object, error) {
-		o := store.Object{Kind: kind}
-		var at sql.NullInt64
-		err := rows.Scan(&o.ID, &o.Body, &at)
-		o.UpdatedAt = tm(at)
-		return o, err
-	})
-}
-
 // DeleteObject removes a document.
 func (s *Store) DeleteObject(ctx context.Context, kind, id string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {

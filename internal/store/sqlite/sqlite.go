@@ -89,8 +89,9 @@ func (c Config) validate() error {
 
 // Store is the SQLite driver. It is safe for concurrent use.
 type Store struct {
-	// SQLReads are the schedule and batch reads this driver shares with
-	// PostgreSQL's (GetSchedule, ListBatches, ...), run by read.
+	// SQLReads are the schedule, batch and document reads this driver
+	// shares with PostgreSQL's (GetSchedule, ListBatches, GetObject, ...), run
+	// by read.
 	store.SQLReads
 	cfg Config
 	wdb *sql.DB // exactly one connection: the single writer
