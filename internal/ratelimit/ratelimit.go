@@ -28,13 +28,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelane/ratelane/rltype"
 )
 
-// MaxDelay is ratelane's overall cap on any retry delay: 7 days (see
-// DESIGN.md, "Retry timing"). The parsers never apply it; a delay longer
-// than MaxDelay is reported as the server gave it, and callers compare
-// against MaxDelay to decide what to do.
-const MaxDelay = 7 * 24 * time.Hour
+// MaxDelay is ratelane's overall cap on any retry delay, rltype.MaxDelay:
+// 7 days (see DESIGN.md, "Retry timing"). The parsers never apply it; a
+// delay longer than MaxDelay is reported as the server gave it, and
+// callers compare against MaxDelay to decide what to do.
+const MaxDelay = rltype.MaxDelay
 
 // Quota is what an upstream said about one quota dimension (requests or
 // tokens) in one response. [Parse] fills fields it did not find with their
