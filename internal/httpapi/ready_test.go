@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/postgres"
+	"github.com/ratelane/ratelane/internal/store/sqlite/sqlitetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
@@ -60,24 +60,7 @@ func TestReadyzSQLiteBrokenUnderServer(t *testing.T) {
 	e := newEnv(t)
 	waitReady(t, e, 200).want(t, 200)
 	path := e.stores["us"].(interface{ Path() string }).Path()
-	// Checkpoint first: until then page 1 is read from the WAL, and the
-	// checkpoint would overwrite the damage with the good copy.
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte(strings.Repeat("\x00garbage", 16)), 0); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	sqlitetest.DamageHeader(t, path)
 	wantNotReady(t, waitReady(t, e, 503), "us", "eu")
 }
 
