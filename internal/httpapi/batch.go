@@ -90,12 +90,8 @@ func (s *Server) handleCreateJobs(w http.ResponseWriter, r *http.Request, p auth
 	if err := decodeBatch(w, r, &req); err != nil {
 		return err
 	}
-	switch n := len(req.Jobs); {
-	case n == 0:
-		return problemf(http.StatusUnprocessableEntity, "invalid-request", "jobs is empty; send 1 to %d jobs", maxBatchJobs)
-	case n > maxBatchJobs:
-		return problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
-			"jobs[%d]: a batch holds at most %d jobs, this one has %d; send the rest in another request", maxBatchJobs, maxBatchJobs, n)
+	if err := checkBatchLen(len(req.Jobs), maxBatchJobs, "a batch", "jobs"); err != nil {
+		return err
 	}
 	now := s.cfg.Now()
 	out := createJobsResponse{Results: make([]batchItem, len(req.Jobs))}
@@ -361,12 +357,8 @@ func (s *Server) handleCompleteLeases(w http.ResponseWriter, r *http.Request, p 
 	if err := s.checkRegion(p, req.Region, "region"); err != nil {
 		return err
 	}
-	switch n := len(req.Jobs); {
-	case n == 0:
-		return problemf(http.StatusUnprocessableEntity, "invalid-request", "jobs is empty; send 1 to %d outcomes", maxCompleteJobs)
-	case n > maxCompleteJobs:
-		return problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
-			"jobs[%d]: a batch complete holds at most %d outcomes, this one has %d; send the rest in another request", maxCompleteJobs, maxCompleteJobs, n)
+	if err := checkBatchLen(len(req.Jobs), maxCompleteJobs, "a batch complete", "outcomes"); err != nil {
+		return err
 	}
 	out := completeLeasesResponse{Results: make([]outcomeItem, len(req.Jobs))}
 	fail := func(i int, err error) {
@@ -456,4 +448,18 @@ func (s *Server) heldOutcome(ctx context.Context, st store.Store, p auth.Princip
 		return nil, o, err
 	}
 	return j, o, checkScope(j, o)
+}
+
+// checkBatchLen refuses a batch request's jobs array of n entries when it
+// is empty (422) or longer than most (413, naming the first entry past
+// it): what is the request ("a batch"), items what its entries are.
+func checkBatchLen(n, most int, what, items string) error {
+	switch {
+	case n == 0:
+		return problemf(http.StatusUnprocessableEntity, "invalid-request", "jobs is empty; send 1 to %d %s", most, items)
+	case n > most:
+		return problemf(http.StatusRequestEntityTooLarge, "payload-too-large",
+			"jobs[%d]: %s holds at most %d %s, this one has %d; send the rest in another request", most, what, most, items, n)
+	}
+	return nil
 }
