@@ -18,7 +18,9 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	var out []*job.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = store.Lease(&txOps{s: s, tx: tx}, p, newToken)
+		// One token for the whole call (see MarkLeased).
+		token := newToken()
+		out, err = store.Lease(&txOps{s: s, tx: tx}, p, func() string { return token })
 		return err
 	})
 	return out, err
@@ -174,22 +176,41 @@ func (o *txOps) touchGroup(id, seq int64, blockedUntil time.Time, empty bool) er
 	return err
 }
 
+// MarkLeased takes the one token every job of this lease call carries
+// (Store.Lease hands store.Lease a generator that returns it for each
+// job). One token for the call, not one per job: the UPDATE then sets a
+// constant and finds its rows by id in a JSON array, which SQLite codes as
+// a list of rowids and one pass over them, where a join with a JSON object
+// of per-job tokens (UPDATE ... FROM) first copied each row's new values
+// into a temporary table. The token fences as before: it is new at every
+// lease call, the finish is guarded on (id, token, attempt), and every job
+// of the call goes to the same caller. Nor does the UPDATE return the rows
+// (RETURNING is coded as a trigger: it loads every column of the old row
+// and buffers the returned ones in another temporary table); a SELECT of
+// the same ids reads them back, 174 VM steps per job against 229
+// (docs/benchmarks.md, "Session 12 (s12h4)").
 func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.Job, error) {
-	tokens := make(map[string]string, len(leased))
-	for _, l := range leased {
-		tokens[l.ID] = l.Token
+	if len(leased) == 0 {
+		return nil, nil
 	}
-	arg := tokensJSON(leased, tokens)
-	// One statement for the whole batch: a join of the JSON object keyed by
-	// job id with the jobs table, so each row takes its own token by one
-	// primary-key lookup (a correlated subquery parsed the object once per
-	// row, quadratic in the batch).
-	// Plain "?" parameters, in order (see endAttemptSet).
-	rows, err := o.s.query(o.tx, `UPDATE jobs SET state = 'running',
-			lease_token = t.value, lease_expires_at = ?, attempt = attempt + 1, updated_at = ?
-		FROM json_each(?) AS t
-		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+leasedCols,
-		ns(until), ns(now), arg)
+	token := leased[0].Token
+	ids := make([]string, len(leased))
+	for i, l := range leased {
+		if l.Token != token {
+			return nil, fmt.Errorf("sqlite: lease job %s: one token per lease call, got %q and %q", l.ID, token, l.Token)
+		}
+		ids[i] = l.ID
+	}
+	arg := stringsJSON(ids)
+	res, err := o.s.exec(o.tx, markLeasedSQL, token, ns(until), ns(now), arg)
+	if err != nil {
+		return nil, err
+	}
+	changed, err := res.RowsAffected()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := o.s.query(o.tx, leasedReadSQL, arg)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +222,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 			return nil, err
 		}
 		// What the UPDATE set is known here: not read back.
-		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, tokens[j.ID], until.UTC(), now.UTC()
+		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, token, until.UTC(), now.UTC()
 		byID[j.ID] = j
 		o.s.rememberLease(j, group)
 	}
@@ -212,12 +233,26 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	for _, l := range leased {
 		j := byID[l.ID]
 		if j == nil {
-			return nil, fmt.Errorf("lease job %s: no longer waiting", l.ID)
+			return nil, fmt.Errorf("lease job %s: not found", l.ID)
 		}
 		out = append(out, j)
 	}
+	// Every job read back must be one the UPDATE moved: the transaction
+	// rolls back if one was no longer waiting.
+	if changed != int64(len(byID)) {
+		return nil, fmt.Errorf("lease: %d of %d jobs no longer waiting", int64(len(byID))-changed, len(byID))
+	}
 	return out, nil
 }
+
+// markLeasedSQL moves the jobs named by a JSON array of ids from waiting
+// to running under one token: token, lease expiry, now, ids.
+const markLeasedSQL = `UPDATE jobs SET state = 'running', lease_token = ?, lease_expires_at = ?, attempt = attempt + 1, updated_at = ?
+		WHERE id IN (SELECT value FROM json_each(?)) AND state = 'waiting'`
+
+// leasedReadSQL reads back what MarkLeased did not set of the jobs named
+// by a JSON array of ids.
+const leasedReadSQL = `SELECT ` + leasedCols + ` FROM jobs WHERE id IN (SELECT value FROM json_each(?))`
 
 // EndAttempts ends each attempt with one prepared statement: a guarded
 // UPDATE of the job that also appends the attempt record to the history in

@@ -82,43 +82,6 @@ func stringsJSON(keys []string) string {
 	return b.String()
 }
 
-// tokensJSON encodes MarkLeased's job id -> lease token object as
-// json.Marshal encodes tokens but for the order of its members (json_each
-// does not care), by hand when every id and token is plain, as they are
-// (text ids and hex tokens). It walks leased, not the map (an iteration
-// of a map costs more than the encoding); an id listed twice is written
-// once, with the token tokens holds for it. TestStringsJSON checks it.
-func tokensJSON(leased []store.Leased, tokens map[string]string) string {
-	n := 2
-	for _, l := range leased {
-		if !plainJSON(l.ID) || !plainJSON(l.Token) {
-			b, _ := json.Marshal(tokens)
-			return string(b)
-		}
-		n += len(l.ID) + len(l.Token) + 6
-	}
-	var b strings.Builder
-	b.Grow(n)
-	b.WriteByte('{')
-	written := 0
-	for _, l := range leased {
-		if tokens[l.ID] != l.Token {
-			continue // a repeated id: the map keeps the last token
-		}
-		if written > 0 {
-			b.WriteByte(',')
-		}
-		written++
-		b.WriteByte('"')
-		b.WriteString(l.ID)
-		b.WriteString(`":"`)
-		b.WriteString(l.Token)
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
 const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, payload, idempotency_key,
 	deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, state, reason,
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema, lease_token,
@@ -128,9 +91,8 @@ const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, pay
 // without the columns its UPDATE set to values it knows (state, lease
 // token, lease expiry, updated_at) and without two that the schema's
 // CHECKs fix for a job leased from waiting (reason is empty, finished_at
-// NULL), then the group. Each column read back is
-// copied through SQLite's RETURNING buffer and converted by the driver,
-// on every job of every lease.
+// NULL), then the group. Each column read back is converted by the
+// driver, on every job of every lease.
 const leasedCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, payload, idempotency_key,
 	deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth,
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema,
