@@ -42,6 +42,10 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 type txOps struct {
 	s  *Store
 	tx *sql.Tx
+	// groups is the group Heads found each candidate in, for MarkLeased:
+	// a job's kind, lane and tenant are its group's, so they are not read
+	// back. One txOps serves one lease call.
+	groups map[string]*store.Group
 }
 
 func (o *txOps) PromoteDue(now time.Time) error {
@@ -125,6 +129,9 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 		return nil, err
 	}
 	defer rows.Close()
+	if o.groups == nil {
+		o.groups = map[string]*store.Group{}
+	}
 	var out []store.Candidate
 	for len(out) < limit && rows.Next() {
 		var c store.Candidate
@@ -132,6 +139,7 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 			return nil, err
 		}
 		out = append(out, c)
+		o.groups[c.ID] = &g
 	}
 	return out, rows.Err()
 }
@@ -221,7 +229,13 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 		if err != nil {
 			return nil, err
 		}
-		// What the UPDATE set is known here: not read back.
+		g := o.groups[j.ID]
+		if g == nil || g.ID != group {
+			return nil, fmt.Errorf("sqlite: lease job %s: not a head of its group in this call", j.ID)
+		}
+		// What the UPDATE set, and what the group holds, is known here:
+		// not read back.
+		j.Kind, j.Lane, j.Tenant = g.Kind, g.Lane, g.Tenant
 		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, token, until.UTC(), now.UTC()
 		byID[j.ID] = j
 		o.s.rememberLease(j, group)
