@@ -364,6 +364,15 @@ const endAttemptGuard = ` AND state = 'running' AND lease_token = ? AND attempt 
 // endAttemptSQL ends a remembered lease, with no RETURNING.
 const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
 
+// endAttemptPlainSQL is endAttemptSQL for a transition that keeps
+// eligible_at and result, names its attempt and does not ask for an
+// expired lease: three parameters fewer.
+const endAttemptPlainSQL = `UPDATE jobs SET state = ?, reason = ?,
+		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?,
+		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
+		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'
+	WHERE id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
+
 // endAttemptReturningSQL ends a lease not remembered, reading back what
 // the finish needs of the job.
 const endAttemptReturningSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard + `
@@ -383,14 +392,31 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	}
 	// In the statements' order: the SET's, then the guard's, in one slice
 	// (two appended together cost a copy and an allocation per job).
-	args := []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
-		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record),
-		t.ID, t.LeaseToken, attempt, nullNS(t.LeaseExpiredBy)}
-	if f, ok := o.s.leases[t.ID]; ok && f.token == t.LeaseToken {
+	// A transition that keeps eligible_at and result, names its attempt and
+	// does not ask for an expired lease (a success, as a rule) binds three
+	// parameters fewer (endAttemptPlainSQL).
+	f, remembered := o.s.leases[t.ID]
+	remembered = remembered && f.token == t.LeaseToken
+	result, expired := nullBytes(t.Result), nullNS(t.LeaseExpiredBy)
+	plain := remembered && eligible == nil && result == nil && expired == nil && attempt != nil
+	var args []any
+	if plain {
+		args = []any{string(t.To), string(t.Reason), t.Attempts.Congestion, t.Attempts.Transient,
+			t.Attempts.Schema, finished, ns(now), recordJSON(t.Record), t.ID, t.LeaseToken, attempt}
+	} else {
+		args = []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
+			t.Attempts.Schema, result, finished, ns(now), recordJSON(t.Record),
+			t.ID, t.LeaseToken, attempt, expired}
+	}
+	if remembered {
 		// Only this finish can use the entry: the guard below either ends
 		// the lease or finds it ended already.
 		delete(o.s.leases, t.ID)
-		res, err := o.s.exec(o.tx, endAttemptSQL, args...)
+		q := endAttemptSQL
+		if plain {
+			q = endAttemptPlainSQL
+		}
+		res, err := o.s.exec(o.tx, q, args...)
 		if err != nil {
 			return nil, 0, 0, err
 		}
