@@ -57,6 +57,20 @@ func TestJobWritesBuildNoTemporaryBTree(t *testing.T) {
 // holding jobs in several states and checks that every row (rowid, columns,
 // history) is kept and that the rules the CHECKs spell still hold.
 func TestMigration0019KeepsRowsAndRules(t *testing.T) {
+	migrationKeepsRowsAndRules(t, 19, "0019_jobs_checks_without_in", false)
+}
+
+// TestMigration0028KeepsRowsAndRules is the same for 0028 (the state rules
+// as one CHECK), which also keeps every index of the jobs table: each
+// index's definition is the same after its down and up.
+func TestMigration0028KeepsRowsAndRules(t *testing.T) {
+	migrationKeepsRowsAndRules(t, 28, "0028_jobs_one_state_check", true)
+}
+
+// migrationKeepsRowsAndRules runs the jobs table rebuild name (version)
+// down and up again; see TestMigration0019KeepsRowsAndRules. With indexes,
+// the jobs table's indexes must come back as they were.
+func migrationKeepsRowsAndRules(t *testing.T, version int, name string, indexes bool) {
 	s := openTestStore(t)
 	ctx := context.Background()
 	var batch []*job.Job
@@ -104,14 +118,34 @@ func TestMigration0019KeepsRowsAndRules(t *testing.T) {
 		}
 		return b.String()
 	}
-	before := dump()
-	for _, m := range []migration{{19, "0019_jobs_checks_without_in.down.sql"}, {19, "0019_jobs_checks_without_in.up.sql"}} {
+	schema := func() string {
+		var b strings.Builder
+		rows, err := s.rdb.QueryContext(ctx, `SELECT name, sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			var def sql.NullString
+			if err := rows.Scan(&name, &def); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(&b, name, def.String)
+		}
+		return b.String()
+	}
+	before, beforeIdx := dump(), schema()
+	for _, m := range []migration{{version, name + ".down.sql"}, {version, name + ".up.sql"}} {
 		if err := s.execMigration(ctx, m, `SELECT ?`); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if after := dump(); after != before || strings.Count(before, "\n") != 9 {
 		t.Fatalf("rows changed by the migration:\n%s\nnow:\n%s", before, after)
+	}
+	if after := schema(); indexes && (after != beforeIdx || strings.Count(beforeIdx, "\n") != 14) {
+		t.Fatalf("indexes changed by the migration:\n%s\nnow:\n%s", beforeIdx, after)
 	}
 	var ok string
 	if err := s.rdb.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {

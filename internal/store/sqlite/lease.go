@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -18,7 +19,9 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	var out []*job.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = store.Lease(&txOps{s: s, tx: tx}, p, newToken)
+		// One token for the whole call (see MarkLeased).
+		token := newToken()
+		out, err = store.Lease(&txOps{s: s, tx: tx}, p, func() string { return token })
 		return err
 	})
 	return out, err
@@ -40,6 +43,16 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 type txOps struct {
 	s  *Store
 	tx *sql.Tx
+	// groups is what Heads learned of each candidate, for MarkLeased: its
+	// group (a job's kind, lane and tenant are its group's, so they are
+	// not read back) and its rowid. One txOps serves one lease call.
+	groups map[string]head
+}
+
+// head is what Heads learned of a candidate: its group and its rowid.
+type head struct {
+	g     *store.Group
+	rowid int64
 }
 
 func (o *txOps) PromoteDue(now time.Time) error {
@@ -113,8 +126,10 @@ func readyGroupsSQL(f store.GroupFilter) string {
 // headsSQL is Heads' query: group id, now. The partial index
 // jobs_group_head is in its order, so the scan stops after limit rows
 // without a LIMIT clause; CAST keeps the group id from being a bare
-// "col = ?" parameter (see limitScan).
-const headsSQL = `SELECT id, cost FROM jobs WHERE group_id = CAST(? AS INTEGER) AND state = 'waiting' AND eligible_at <= ?
+// "col = ?" parameter (see limitScan). The rowid is for MarkLeased, in the
+// same transaction (a rowid may change only by VACUUM, which cannot run
+// inside it).
+const headsSQL = `SELECT id, cost, rowid FROM jobs WHERE group_id = CAST(? AS INTEGER) AND state = 'waiting' AND eligible_at <= ?
 		ORDER BY priority DESC, eligible_at, id`
 
 func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidate, error) {
@@ -123,13 +138,18 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 		return nil, err
 	}
 	defer rows.Close()
+	if o.groups == nil {
+		o.groups = map[string]head{}
+	}
 	var out []store.Candidate
 	for len(out) < limit && rows.Next() {
 		var c store.Candidate
-		if err := rows.Scan(&c.ID, &c.Cost); err != nil {
+		var rowid int64
+		if err := rows.Scan(&c.ID, &c.Cost, &rowid); err != nil {
 			return nil, err
 		}
 		out = append(out, c)
+		o.groups[c.ID] = head{&g, rowid}
 	}
 	return out, rows.Err()
 }
@@ -174,22 +194,50 @@ func (o *txOps) touchGroup(id, seq int64, blockedUntil time.Time, empty bool) er
 	return err
 }
 
+// MarkLeased takes the one token every job of this lease call carries
+// (Store.Lease hands store.Lease a generator that returns it for each
+// job). One token for the call, not one per job: the UPDATE then sets a
+// constant and finds its rows in a JSON array of the rowids Heads read,
+// where a join with a JSON object of per-job tokens (UPDATE ... FROM)
+// first copied each row's new values into a temporary table, and by
+// rowid, not by id, it descends the table's B-tree only, not the id
+// index's first. The token fences as before: it is new at every lease
+// call, the finish is guarded on (id, token, attempt), and every job of
+// the call goes to the same caller. Nor does the UPDATE return the rows
+// (RETURNING is coded as a trigger: it loads every column of the old row
+// and buffers the returned ones in another temporary table); a SELECT of
+// the same rowids reads them back: 144 VM steps per job against 229
+// (docs/benchmarks.md, "Session 12 (s12h4)").
 func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.Job, error) {
-	tokens := make(map[string]string, len(leased))
-	for _, l := range leased {
-		tokens[l.ID] = l.Token
+	if len(leased) == 0 {
+		return nil, nil
 	}
-	arg := tokensJSON(leased, tokens)
-	// One statement for the whole batch: a join of the JSON object keyed by
-	// job id with the jobs table, so each row takes its own token by one
-	// primary-key lookup (a correlated subquery parsed the object once per
-	// row, quadratic in the batch).
-	// Plain "?" parameters, in order (see endAttemptSet).
-	rows, err := o.s.query(o.tx, `UPDATE jobs SET state = 'running',
-			lease_token = t.value, lease_expires_at = ?, attempt = attempt + 1, updated_at = ?
-		FROM json_each(?) AS t
-		WHERE jobs.id = t.key AND jobs.state = 'waiting' RETURNING `+leasedCols,
-		ns(until), ns(now), arg)
+	token := leased[0].Token
+	b := make([]byte, 0, 2+len(leased)*12)
+	b = append(b, '[')
+	for i, l := range leased {
+		if l.Token != token {
+			return nil, fmt.Errorf("sqlite: lease job %s: one token per lease call, got %q and %q", l.ID, token, l.Token)
+		}
+		h, ok := o.groups[l.ID]
+		if !ok {
+			return nil, fmt.Errorf("sqlite: lease job %s: not a head of its group in this call", l.ID)
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, h.rowid, 10)
+	}
+	arg := string(append(b, ']'))
+	res, err := o.s.exec(o.tx, markLeasedSQL, token, ns(until), ns(now), arg)
+	if err != nil {
+		return nil, err
+	}
+	changed, err := res.RowsAffected()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := o.s.query(o.tx, leasedReadSQL, arg)
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +248,14 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 		if err != nil {
 			return nil, err
 		}
-		// What the UPDATE set is known here: not read back.
-		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, tokens[j.ID], until.UTC(), now.UTC()
+		g := o.groups[j.ID].g
+		if g == nil || g.ID != group {
+			return nil, fmt.Errorf("sqlite: lease job %s: not a head of its group in this call", j.ID)
+		}
+		// What the UPDATE set, and what the group holds, is known here:
+		// not read back.
+		j.Kind, j.Lane, j.Tenant = g.Kind, g.Lane, g.Tenant
+		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, token, until.UTC(), now.UTC()
 		byID[j.ID] = j
 		o.s.rememberLease(j, group)
 	}
@@ -212,12 +266,26 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	for _, l := range leased {
 		j := byID[l.ID]
 		if j == nil {
-			return nil, fmt.Errorf("lease job %s: no longer waiting", l.ID)
+			return nil, fmt.Errorf("lease job %s: not found", l.ID)
 		}
 		out = append(out, j)
 	}
+	// Every job read back must be one the UPDATE moved: the transaction
+	// rolls back if one was no longer waiting.
+	if changed != int64(len(byID)) {
+		return nil, fmt.Errorf("lease: %d of %d jobs no longer waiting", int64(len(byID))-changed, len(byID))
+	}
 	return out, nil
 }
+
+// markLeasedSQL moves the jobs named by a JSON array of rowids from
+// waiting to running under one token: token, lease expiry, now, rowids.
+const markLeasedSQL = `UPDATE jobs SET state = 'running', lease_token = ?, lease_expires_at = ?, attempt = attempt + 1, updated_at = ?
+		WHERE rowid IN (SELECT value FROM json_each(?)) AND state = 'waiting'`
+
+// leasedReadSQL reads back what MarkLeased did not set of the jobs named
+// by a JSON array of rowids.
+const leasedReadSQL = `SELECT ` + leasedCols + ` FROM jobs WHERE rowid IN (SELECT value FROM json_each(?))`
 
 // EndAttempts ends each attempt with one prepared statement: a guarded
 // UPDATE of the job that also appends the attempt record to the history in
@@ -296,6 +364,15 @@ const endAttemptGuard = ` AND state = 'running' AND lease_token = ? AND attempt 
 // endAttemptSQL ends a remembered lease, with no RETURNING.
 const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
 
+// endAttemptPlainSQL is endAttemptSQL for a transition that keeps
+// eligible_at and result, names its attempt and does not ask for an
+// expired lease: three parameters fewer.
+const endAttemptPlainSQL = `UPDATE jobs SET state = ?, reason = ?,
+		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?,
+		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
+		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'
+	WHERE id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
+
 // endAttemptReturningSQL ends a lease not remembered, reading back what
 // the finish needs of the job.
 const endAttemptReturningSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard + `
@@ -315,14 +392,31 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	}
 	// In the statements' order: the SET's, then the guard's, in one slice
 	// (two appended together cost a copy and an allocation per job).
-	args := []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
-		t.Attempts.Schema, nullBytes(t.Result), finished, ns(now), recordJSON(t.Record),
-		t.ID, t.LeaseToken, attempt, nullNS(t.LeaseExpiredBy)}
-	if f, ok := o.s.leases[t.ID]; ok && f.token == t.LeaseToken {
+	// A transition that keeps eligible_at and result, names its attempt and
+	// does not ask for an expired lease (a success, as a rule) binds three
+	// parameters fewer (endAttemptPlainSQL).
+	f, remembered := o.s.leases[t.ID]
+	remembered = remembered && f.token == t.LeaseToken
+	result, expired := nullBytes(t.Result), nullNS(t.LeaseExpiredBy)
+	plain := remembered && eligible == nil && result == nil && expired == nil && attempt != nil
+	var args []any
+	if plain {
+		args = []any{string(t.To), string(t.Reason), t.Attempts.Congestion, t.Attempts.Transient,
+			t.Attempts.Schema, finished, ns(now), recordJSON(t.Record), t.ID, t.LeaseToken, attempt}
+	} else {
+		args = []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
+			t.Attempts.Schema, result, finished, ns(now), recordJSON(t.Record),
+			t.ID, t.LeaseToken, attempt, expired}
+	}
+	if remembered {
 		// Only this finish can use the entry: the guard below either ends
 		// the lease or finds it ended already.
 		delete(o.s.leases, t.ID)
-		res, err := o.s.exec(o.tx, endAttemptSQL, args...)
+		q := endAttemptSQL
+		if plain {
+			q = endAttemptPlainSQL
+		}
+		res, err := o.s.exec(o.tx, q, args...)
 		if err != nil {
 			return nil, 0, 0, err
 		}

@@ -82,43 +82,6 @@ func stringsJSON(keys []string) string {
 	return b.String()
 }
 
-// tokensJSON encodes MarkLeased's job id -> lease token object as
-// json.Marshal encodes tokens but for the order of its members (json_each
-// does not care), by hand when every id and token is plain, as they are
-// (text ids and hex tokens). It walks leased, not the map (an iteration
-// of a map costs more than the encoding); an id listed twice is written
-// once, with the token tokens holds for it. TestStringsJSON checks it.
-func tokensJSON(leased []store.Leased, tokens map[string]string) string {
-	n := 2
-	for _, l := range leased {
-		if !plainJSON(l.ID) || !plainJSON(l.Token) {
-			b, _ := json.Marshal(tokens)
-			return string(b)
-		}
-		n += len(l.ID) + len(l.Token) + 6
-	}
-	var b strings.Builder
-	b.Grow(n)
-	b.WriteByte('{')
-	written := 0
-	for _, l := range leased {
-		if tokens[l.ID] != l.Token {
-			continue // a repeated id: the map keeps the last token
-		}
-		if written > 0 {
-			b.WriteByte(',')
-		}
-		written++
-		b.WriteByte('"')
-		b.WriteString(l.ID)
-		b.WriteString(`":"`)
-		b.WriteString(l.Token)
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
 const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, payload, idempotency_key,
 	deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, state, reason,
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema, lease_token,
@@ -126,12 +89,13 @@ const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, pay
 
 // leasedCols is what MarkLeased reads back of a job it leased: jobCols
 // without the columns its UPDATE set to values it knows (state, lease
-// token, lease expiry, updated_at) and without two that the schema's
-// CHECKs fix for a job leased from waiting (reason is empty, finished_at
-// NULL), then the group. Each column read back is
-// copied through SQLite's RETURNING buffer and converted by the driver,
-// on every job of every lease.
-const leasedCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, payload, idempotency_key,
+// token, lease expiry, updated_at), without two that the schema's CHECK
+// fixes for a job leased from waiting (reason is empty, finished_at NULL)
+// and without three its group holds (kind, lane, tenant: Heads found the
+// job through its group), then the group id. Each column read back costs
+// a VM step, three driver calls and a conversion, on every job of every
+// lease.
+const leasedCols = `id, region, limit_keys, cost, priority, payload, idempotency_key,
 	deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth,
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema,
 	result, created_at, group_id`
@@ -148,8 +112,8 @@ type jobRow struct {
 	deadline, eligible, create sql.NullInt64
 }
 
-// head is where the columns both column lists begin with (id through
-// depth) are read to, appended to dest.
+// head is where jobCols' columns id through depth are read to, appended
+// to dest.
 func (r *jobRow) head(dest []any) []any {
 	j := &r.j
 	return append(dest, &j.ID, &j.Kind, &j.Region, &j.Lane, &j.Tenant, &r.keys, &j.Cost, &j.Priority, &r.payload,
@@ -178,11 +142,12 @@ func scanLeased(r scanner) (*job.Job, int64, error) {
 	var (
 		row   jobRow
 		group int64
-		buf   [24]any
 	)
 	j := &row.j
-	err := r.Scan(append(row.head(buf[:0]), &row.eligible, &j.Attempt, &j.Attempts.Congestion,
-		&j.Attempts.Transient, &j.Attempts.Schema, &row.result, &row.create, &group)...)
+	err := r.Scan(&j.ID, &j.Region, &row.keys, &j.Cost, &j.Priority, &row.payload, &j.IdempotencyKey, &row.deadline,
+		&j.Budgets.Congestion, &j.Budgets.Transient, &j.Budgets.Schema, &j.ParentID, &j.Depth,
+		&row.eligible, &j.Attempt, &j.Attempts.Congestion, &j.Attempts.Transient, &j.Attempts.Schema,
+		&row.result, &row.create, &group)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -34,6 +34,31 @@ var schemaWrites = []struct{ name, sql string }{
 	{"terminal without a reason", `UPDATE jobs SET state = 'terminal', reason = '', finished_at = eligible_at WHERE id = $1`},
 	{"a reason on a waiting job", `UPDATE jobs SET reason = 'cancelled' WHERE id = $1`},
 	{"unknown state", `UPDATE jobs SET state = 'sleeping' WHERE id = $1`},
+	// Each rule in each state (SQLite spells the rules as one, state by
+	// state: every state's branch is tried).
+	{"running with a reason", `UPDATE jobs SET state = 'running', lease_token = 'tok', lease_expires_at = eligible_at, reason = 'cancelled' WHERE id = $1`},
+	{"running with finished_at", `UPDATE jobs SET state = 'running', lease_token = 'tok', lease_expires_at = eligible_at, finished_at = eligible_at WHERE id = $1`},
+	{"published with a reason", `UPDATE jobs SET state = 'published', reason = 'cancelled', finished_at = eligible_at WHERE id = $1`},
+	{"published with a lease", `UPDATE jobs SET state = 'published', finished_at = eligible_at, lease_token = 'tok', lease_expires_at = eligible_at WHERE id = $1`},
+	{"validated with finished_at", `UPDATE jobs SET state = 'validated', finished_at = eligible_at WHERE id = $1`},
+	{"validated with a lease expiry", `UPDATE jobs SET state = 'validated', lease_expires_at = eligible_at WHERE id = $1`},
+	{"retry_scheduled with a reason", `UPDATE jobs SET state = 'retry_scheduled', reason = 'cancelled' WHERE id = $1`},
+	{"retry_scheduled with a lease token", `UPDATE jobs SET state = 'retry_scheduled', lease_token = 'tok' WHERE id = $1`},
+	{"accepted with finished_at", `UPDATE jobs SET state = 'accepted', finished_at = eligible_at WHERE id = $1`},
+	{"terminal without finished_at", `UPDATE jobs SET state = 'terminal', reason = 'cancelled' WHERE id = $1`},
+	{"terminal with a lease", `UPDATE jobs SET state = 'terminal', reason = 'cancelled', finished_at = eligible_at,
+		lease_token = 'tok', lease_expires_at = eligible_at WHERE id = $1`},
+}
+
+// schemaAllowed are direct SQL writes of a well-formed row in each state
+// but running (the control of RunSchemaChecks), each followed by the way
+// back to waiting: the rules refuse only what they must.
+var schemaAllowed = []string{
+	`UPDATE jobs SET state = 'published', finished_at = eligible_at WHERE id = $1`,
+	`UPDATE jobs SET state = 'terminal', reason = 'cancelled', finished_at = eligible_at WHERE id = $1`,
+	`UPDATE jobs SET state = 'validated' WHERE id = $1`,
+	`UPDATE jobs SET state = 'retry_scheduled' WHERE id = $1`,
+	`UPDATE jobs SET state = 'accepted' WHERE id = $1`,
 }
 
 // RunSchemaChecks is RELIABILITY.md T4(d) for one driver: writing a
@@ -57,6 +82,14 @@ func RunSchemaChecks(t *testing.T, s store.Store, exec SchemaExec, isCheck func(
 	}
 	if err := exec(`UPDATE jobs SET state = 'waiting', lease_token = NULL, lease_expires_at = NULL WHERE id = $1`, j.ID); err != nil {
 		t.Fatalf("control: back to waiting: %v", err)
+	}
+	for _, q := range schemaAllowed {
+		if err := exec(q, j.ID); err != nil {
+			t.Fatalf("control: %s was refused: %v", q, err)
+		}
+		if err := exec(`UPDATE jobs SET state = 'waiting', reason = '', finished_at = NULL WHERE id = $1`, j.ID); err != nil {
+			t.Fatalf("control: back to waiting after %s: %v", q, err)
+		}
 	}
 	for _, w := range schemaWrites {
 		err := exec(w.sql, j.ID)

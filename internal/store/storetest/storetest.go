@@ -38,6 +38,7 @@ func Run(t *testing.T, open Opener) {
 		"IdempotentInsert":      testIdempotentInsert,
 		"ConcurrentIdempotency": testConcurrentIdempotency,
 		"LeaseBasics":           testLeaseBasics,
+		"LeaseReturnsStored":    testLeaseReturnsStored,
 		"LeaseRespectsEligible": testLeaseRespectsEligible,
 		"GuardedFinish":         testGuardedFinish,
 		"FinishBatch":           testFinishBatch,
