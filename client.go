@@ -184,9 +184,9 @@ func (c *Client) kindsFor(region string) (map[string]engine.Kind, error) {
 }
 
 // inFlight is the engine's Config.InFlight for region r: 2 on
-// PostgreSQL, where a lease or finish call is mostly waiting for round
-// trips and the WAL flush, so two of each overlap (docs/benchmarks.md,
-// issue 13); 1 on SQLite, whose single writer would only queue them.
+// PostgreSQL, where a finish call is mostly waiting for round trips and
+// the WAL flush, so two overlap (docs/benchmarks.md, issue 13); 1 on
+// SQLite, whose single writer would only queue them.
 func inFlight(r Region) int {
 	if r.PostgresURL != "" {
 		return 2

@@ -150,15 +150,21 @@ type Config struct {
 	// MaxBatch bounds jobs per lease call and transitions per finish call;
 	// default 256.
 	MaxBatch int
-	// InFlight is how many lease calls, and how many finish calls, the
-	// engine keeps outstanding at once; default 1. With 1, workers whose
-	// jobs are done wait while a lease's round trips are out, and outcomes
-	// wait while a finish commits: on a store whose transactions run in
-	// parallel and whose time per call is mostly waiting (PostgreSQL:
-	// round trips and the WAL flush), 2 overlaps them. The calls are the
-	// ones two nodes would make: leases take disjoint groups (SKIP LOCKED)
-	// and finishes lock rows in one order, so nothing else changes. On a
-	// store with one writer (SQLite) the calls only queue behind it.
+	// InFlight is how many finish calls the engine keeps outstanding at
+	// once; default 1. With 1, outcomes wait while a finish commits: on a
+	// store whose transactions run in parallel and whose time per call is
+	// mostly waiting (PostgreSQL: round trips and the WAL flush), 2
+	// overlaps them. Two finishes lock rows in one order, as two nodes'
+	// would, so nothing else changes. On a store with one writer (SQLite)
+	// the calls only queue behind it.
+	//
+	// Lease calls are one at a time whatever InFlight is: each asks for
+	// every free worker slot, and a second one beside it could only ask
+	// for the slots freed meanwhile, from groups the first holds locked
+	// (PostgreSQL reads and locks up to 2*Max+16 ready groups, SKIP
+	// LOCKED) until its commit: with two, 62 % of a throughput drain's
+	// lease calls came back empty (docs/benchmarks.md, "Session 12
+	// (s12h3)"). Other nodes' leases still run beside this one's.
 	InFlight int
 	// Publishers is how many validated jobs of either lane are published
 	// at once, on a pool of their own (publish.go): a slow Publisher holds
@@ -324,7 +330,7 @@ type Engine struct {
 
 	// admits holds, earliest first, the times at which groups the lease
 	// calls skipped (a key refused them) may be admitted; only the fetch
-	// loops touch it, under admitMu (there are Config.InFlight of them).
+	// loop touches it, under admitMu.
 	admitMu sync.Mutex
 	admits  timeHeap
 
@@ -462,10 +468,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.started = true
 	e.ctx, e.cancel = context.WithCancel(ctx)
 	if len(e.kinds) > 0 { // a maintenance-only engine leases nothing
-		for range e.cfg.InFlight {
-			e.wg.Add(1)
-			go e.fetchLoop()
-		}
+		e.wg.Add(1)
+		go e.fetchLoop() // one: see Config.InFlight
 	}
 	if e.aggregates() {
 		e.wg.Add(2)

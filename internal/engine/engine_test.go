@@ -127,8 +127,8 @@ func TestRunsEveryJobOnce(t *testing.T) {
 	}
 }
 
-// runsEveryJobOnce runs 500 jobs on 8 workers with inFlight lease and
-// finish calls outstanding at once (Config.InFlight).
+// runsEveryJobOnce runs 500 jobs on 8 workers with inFlight finish calls
+// outstanding at once (Config.InFlight).
 func runsEveryJobOnce(t *testing.T, inFlight int) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -505,6 +505,57 @@ func TestWakesWhenAKeyAdmits(t *testing.T) {
 		// Four refills of 100 ms, and the wait's last poll of at most 50 ms.
 		if d := time.Since(at); d > 500*time.Millisecond {
 			t.Fatalf("five jobs at 10/s took %v, want about 0.4s: the engine slept through the key's admissions", d)
+		}
+	})
+}
+
+// leaseOverlap is a store whose Lease takes a millisecond of the bubble's
+// clock and remembers the most calls it saw in flight at once.
+type leaseOverlap struct {
+	store.Store
+	mu        sync.Mutex
+	now, most int
+}
+
+func (s *leaseOverlap) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	s.mu.Lock()
+	s.now++
+	s.most = max(s.most, s.now)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.now--
+		s.mu.Unlock()
+	}()
+	time.Sleep(time.Millisecond) // a lease's round trips: the other loops run meanwhile
+	return s.Store.Lease(ctx, p)
+}
+
+// TestOneLeaseAtATime: with InFlight 2 (two finish calls at once) an
+// engine still has one lease call in flight at a time. On PostgreSQL a
+// second one beside it found every ready group locked by the first and
+// came back empty (docs/benchmarks.md, "Session 12 (s12h3)"). With two
+// fetch loops the calls overlapped here: while one waits in Lease the
+// other, woken by a finish, leases too.
+func TestOneLeaseAtATime(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &leaseOverlap{Store: newStore(t)}
+		var jobs []*job.Job
+		for i := range 200 {
+			jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, "k"+fmt.Sprint(i%4)))
+		}
+		insertNow(t, s, jobs...)
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, Workers: 8, InFlight: 2})
+		st := waitFinal(t, s, 90*time.Second)
+		if st.Counts[job.LaneInteractive][job.StatePublished] != 200 {
+			t.Fatalf("published %d of 200", st.Counts[job.LaneInteractive][job.StatePublished])
+		}
+		s.mu.Lock()
+		most := s.most
+		s.mu.Unlock()
+		if most != 1 {
+			t.Fatalf("%d lease calls were in flight at once, want 1", most)
 		}
 	})
 }

@@ -117,6 +117,12 @@ type Store interface {
 	DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error)
 	// GetLimit returns one key's configuration and live state.
 	GetLimit(ctx context.Context, name string) (admission.State, error)
+	// LimitConfigs returns the configuration of each named key that
+	// exists, by name; a name with no key is absent. It reads no live
+	// state (not the running jobs an unpaced key's in-flight count is
+	// derived from), so a check that needs only the shape, as CheckCosts
+	// on every insert, costs one read of the keys' rows.
+	LimitConfigs(ctx context.Context, names []string) (map[string]admission.Config, error)
 	// ListLimits returns every key, ordered by name.
 	ListLimits(ctx context.Context) ([]admission.State, error)
 

@@ -255,6 +255,21 @@ func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, err
 	return *st, nil
 }
 
+// LimitConfigs returns the configurations of the named keys that exist,
+// in one statement that reads only their rows (the stored in_flight an
+// unpaced key does not keep is scanned and dropped, never derived).
+func (s *Store) LimitConfigs(ctx context.Context, names []string) (map[string]admission.Config, error) {
+	keys, err := collectKeys(s.pool.Query(ctx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = ANY($1)`, names))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]admission.Config, len(keys))
+	for name, k := range keys {
+		out[name] = k.Config
+	}
+	return out, nil
+}
+
 // ListLimits returns every key, ordered by name.
 func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
 	rows, err := s.pool.Query(ctx, listKeysSQL)

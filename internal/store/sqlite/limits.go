@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -185,6 +186,34 @@ func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, err
 		return admission.State{}, err
 	}
 	return *k, nil
+}
+
+// LimitConfigs returns the configurations of the named keys that exist,
+// in one statement that reads only their rows (the stored in_flight an
+// unpaced key does not keep is scanned and dropped, never derived).
+func (s *Store) LimitConfigs(ctx context.Context, names []string) (map[string]admission.Config, error) {
+	arg, err := json.Marshal(names)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.stmt(s.rdb, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name IN (SELECT value FROM json_each(?))`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(ctx, string(arg))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]admission.Config, len(names))
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[k.Name] = k.Config
+	}
+	return out, rows.Err()
 }
 
 // ListLimits returns every key by name.

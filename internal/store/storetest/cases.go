@@ -832,6 +832,64 @@ func testLimits(t *testing.T, open Opener) {
 	}
 }
 
+// testLimitConfigs: LimitConfigs returns the configuration GetLimit
+// reads, of every named key that exists, in one call; an unknown name is
+// absent; and CheckCosts, which reads through it, checks a key not created
+// yet against the default it is given.
+func testLimitConfigs(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	cfgs := []admission.Config{
+		{Name: "paced", Rate: 5, Burst: 2, Concurrency: 4, Adaptive: true, MinRate: 1},
+		{Name: "window", Windows: []admission.Window{{Limit: 10, Period: time.Minute}, {Limit: 3, Period: time.Second, Fixed: true}}},
+		{Name: "rpm", Rate: 1, Burst: 1, PerStart: true},
+	}
+	for _, c := range cfgs {
+		setLimit(t, s, c)
+	}
+	insert(t, s, NewJob("acme", job.LaneInteractive, "unpaced"))
+	if got := lease(t, s, T0, 1); len(got) != 1 {
+		t.Fatalf("leased %d, want 1", len(got))
+	}
+	got, err := s.LimitConfigs(ctx, []string{"paced", "window", "rpm", "unpaced", "paced", "nokey"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("LimitConfigs = %+v, want the 4 keys that exist", got)
+	}
+	if _, ok := got["nokey"]; ok {
+		t.Fatal("LimitConfigs returned a key that does not exist")
+	}
+	for _, name := range []string{"paced", "window", "rpm", "unpaced"} {
+		k, err := s.GetLimit(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got[name], k.Config) {
+			t.Fatalf("LimitConfigs[%s] = %+v, GetLimit's configuration %+v", name, got[name], k.Config)
+		}
+	}
+	if none, err := s.LimitConfigs(ctx, []string{"nokey"}); err != nil || len(none) != 0 {
+		t.Fatalf("LimitConfigs of an unknown key = %+v, %v", none, err)
+	}
+
+	over := NewJob("acme", job.LaneInteractive, "unpaced", "window")
+	over.Cost = 4 // above the fixed window's 3
+	var ve *job.ValidationError
+	if err := store.CheckCosts(ctx, s, []*job.Job{NewJob("acme", job.LaneInteractive, "paced"), over}, admission.Config{}); !errors.As(err, &ve) {
+		t.Fatalf("CheckCosts of cost 4 on a window of 3 = %v, want a validation error", err)
+	}
+	fresh := NewJob("acme", job.LaneInteractive, "fresh")
+	fresh.Cost = 3
+	if err := store.CheckCosts(ctx, s, []*job.Job{fresh}, admission.Config{Rate: 1, Burst: 2}); !errors.As(err, &ve) {
+		t.Fatalf("CheckCosts of cost 3 on a key to be created with burst 2 = %v, want a validation error", err)
+	}
+	if err := store.CheckCosts(ctx, s, []*job.Job{fresh}, admission.Config{}); err != nil {
+		t.Fatalf("CheckCosts of cost 3 on a key to be created unpaced = %v", err)
+	}
+}
+
 func testStatsAndBacklog(t *testing.T, open Opener) {
 	s := open(t)
 	for range 3 {

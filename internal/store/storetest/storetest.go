@@ -70,6 +70,7 @@ func Run(t *testing.T, open Opener) {
 		"Deadlines":             testDeadlines,
 		"Prune":                 testPrune,
 		"Limits":                testLimits,
+		"LimitConfigs":          testLimitConfigs,
 		"StatsAndBacklog":       testStatsAndBacklog,
 		"PerStartKey":           testPerStartKey,
 		"List":                  testList,

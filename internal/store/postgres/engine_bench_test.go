@@ -1,0 +1,257 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// BenchmarkEngineDrain is `ratelane bench throughput` on PostgreSQL with
+// the real engine, counted rather than timed: -workjobs no-op jobs over 16
+// unpaced keys inserted in batches of 1,000 (store.CheckCosts, then
+// Insert, as the client does), drained by an engine of 64 workers with the
+// client's PostgreSQL settings (InFlight 2), then a steady phase of a
+// tenth as many jobs inserted in batches of 10 while the engine runs. It
+// reports per job, for the drain: lease calls, empty lease calls, round
+// trips, statements, transactions and rows read; for the steady phase:
+// the key reads of store.CheckCosts (one statement and round trip each)
+// and the rows the whole phase read (pg_stat_user_tables of the schema: tuples returned by
+// sequential scans plus heap tuples fetched by index scans; jobs_leases'
+// index entries apart). Autovacuum is off for the schema's jobs table so
+// that the dead entries a drain leaves are there for every run alike.
+// Run it with -benchtime 1x.
+func BenchmarkEngineDrain(b *testing.B) {
+	ctx := context.Background()
+	schema := newSchema(b)
+	rt := &roundTrips{}
+	const app = "rl_engine_drain"
+	s, err := Open(ctx, Config{URL: testURL(b) + "&application_name=" + app, Schema: schema, Region: "us", tracer: rt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {
+		b.Fatal(err)
+	}
+	stats := newTableReads(b, schema, app)
+	for b.Loop() {
+		n := *workJobs
+		cs := &countingStore{Store: s}
+		var done atomic.Int64
+		insertChecked(b, s, n, 1000)
+		before := stats.read(b, s)
+		trips0, stmts0, begins0 := rt.trips.Load(), rt.statements.Load(), rt.begins.Load()
+		e := startEngine(b, cs, &done)
+		waitDone(b, &done, int64(n))
+		if err := e.Stop(ctx); err != nil {
+			b.Fatal(err)
+		}
+		leases, empty := cs.leases.Load(), cs.empty.Load()
+		b.ReportMetric(float64(rt.trips.Load()-trips0)/float64(n), "drain-roundtrips/job")
+		b.ReportMetric(float64(rt.statements.Load()-stmts0)/float64(n), "drain-statements/job")
+		b.ReportMetric(float64(rt.begins.Load()-begins0)/float64(n), "drain-transactions/job")
+		b.ReportMetric(float64(leases)/float64(n), "drain-leases/job")
+		b.ReportMetric(float64(empty)/float64(n), "drain-emptyleases/job")
+		b.Logf("drain: %d jobs, %d lease calls, %d empty", n, leases, empty)
+		after := stats.read(b, s)
+		b.ReportMetric(reportReads(b, "drain", before, after, n), "drain-rowsread/job")
+
+		// The steady phase: small inserts while a new engine runs.
+		steady := n / 10
+		before = after
+		reads0 := cs.keyReads.Load()
+		e = startEngine(b, cs, &done)
+		for i := 0; i < steady; i += 10 {
+			jobs := make([]*job.Job, 10)
+			for k := range jobs {
+				jobs[k] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa((i+k)%16))
+			}
+			if err := store.CheckCosts(ctx, cs, jobs, storetest.Unpaced); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
+				b.Fatal(err)
+			}
+			e.Notify()
+		}
+		waitDone(b, &done, int64(n+steady))
+		if err := e.Stop(ctx); err != nil {
+			b.Fatal(err)
+		}
+		after = stats.read(b, s)
+		// Each key read is one statement and one round trip.
+		b.ReportMetric(float64(cs.keyReads.Load()-reads0)/float64(steady), "steady-checkreads/job")
+		b.ReportMetric(reportReads(b, "steady", before, after, steady), "steady-rowsread/job")
+	}
+}
+
+// startEngine starts an engine of 64 no-op workers with the client's
+// PostgreSQL settings on st; each finished handler counts in done.
+func startEngine(b *testing.B, st store.Store, done *atomic.Int64) *engine.Engine {
+	e, err := engine.New(engine.Config{
+		Store: st, Region: "us", Workers: 64, InFlight: 2,
+		Kinds: map[string]engine.Kind{"noop": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+			done.Add(1)
+			return job.Outcome{Class: job.ClassSuccess}
+		})}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// reportReads logs the relations read between before and after and
+// returns the rows read per job (tables only: an index's entries are
+// logged, not added).
+func reportReads(b *testing.B, phase string, before, after map[string]int64, jobs int) float64 {
+	var rows int64
+	for rel, v := range after {
+		d := v - before[rel]
+		if d <= 0 {
+			continue
+		}
+		b.Logf("%s: %s read %d (%.1f per job)", phase, rel, d, float64(d)/float64(jobs))
+		if !strings.HasPrefix(rel, "index ") {
+			rows += d
+		}
+	}
+	return float64(rows) / float64(jobs)
+}
+
+// countingStore counts the lease calls an engine makes and the empty
+// ones, and the key reads (GetLimit, LimitConfigs) made through it.
+type countingStore struct {
+	*Store
+	leases, empty, keyReads atomic.Int64
+}
+
+// GetLimit is Store.GetLimit, counted.
+func (c *countingStore) GetLimit(ctx context.Context, name string) (admission.State, error) {
+	c.keyReads.Add(1)
+	return c.Store.GetLimit(ctx, name)
+}
+
+// LimitConfigs is Store.LimitConfigs, counted.
+func (c *countingStore) LimitConfigs(ctx context.Context, names []string) (map[string]admission.Config, error) {
+	c.keyReads.Add(1)
+	return c.Store.LimitConfigs(ctx, names)
+}
+
+// Lease is Store.Lease, counted.
+func (c *countingStore) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	got, err := c.Store.Lease(ctx, p)
+	c.leases.Add(1)
+	if len(got) == 0 {
+		c.empty.Add(1)
+	}
+	return got, err
+}
+
+// insertChecked inserts n no-op jobs over 16 unpaced keys in batches of
+// size, each checked by store.CheckCosts first as the client does.
+func insertChecked(b *testing.B, s *Store, n, size int) {
+	ctx := context.Background()
+	for i := 0; i < n; i += size {
+		jobs := make([]*job.Job, min(size, n-i))
+		for k := range jobs {
+			jobs[k] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa((i+k)%16))
+		}
+		if err := store.CheckCosts(ctx, s, jobs, admission.Config{}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waitDone waits until done reaches n, for at most five minutes.
+func waitDone(b *testing.B, done *atomic.Int64, n int64) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for done.Load() < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d jobs done in five minutes", done.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// tableReads reads a schema's per-relation read counters. A backend
+// reports its counters when it is idle for a while or exits, so read
+// closes the store's connections first and waits for their backends to
+// be gone.
+type tableReads struct {
+	conn        *pgx.Conn
+	schema, app string
+}
+
+func newTableReads(b *testing.B, schema, app string) *tableReads {
+	conn, err := pgx.Connect(context.Background(), testURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return &tableReads{conn: conn, schema: schema, app: app}
+}
+
+// read returns, per table of the schema, the tuples its sequential scans
+// returned plus the heap tuples its index scans fetched, and per index
+// the entries read, after every connection of s has reported.
+func (r *tableReads) read(b *testing.B, s *Store) map[string]int64 {
+	ctx := context.Background()
+	s.pool.Reset() // idle connections close now, busy ones when released
+	for i := 0; ; i++ {
+		var live int
+		if err := r.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, r.app).Scan(&live); err != nil {
+			b.Fatal(err)
+		}
+		if live == 0 {
+			break
+		}
+		if i == 1000 {
+			b.Fatalf("%d backends still open", live)
+		}
+		time.Sleep(10 * time.Millisecond)
+		s.pool.Reset()
+	}
+	if _, err := r.conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	rows, err := r.conn.Query(ctx, `SELECT relname, coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE schemaname = $1
+		UNION ALL SELECT 'index ' || indexrelname, idx_tup_read FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'jobs_leases'`, r.schema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for rows.Next() {
+		var rel string
+		var v int64
+		if err := rows.Scan(&rel, &v); err != nil {
+			b.Fatal(err)
+		}
+		out[rel] = v
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(fmt.Errorf("table reads: %w", err))
+	}
+	return out
+}
