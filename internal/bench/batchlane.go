@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/engine"
-	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 	"github.com/ratelane/ratelane/review"
@@ -154,12 +152,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	closed := make(chan struct{})
 	close(closed)
 	w0 := storeWrites(reg)
-	engine.ProbeReset()
-	sqlite.ProbeReset()
 	base, err := interactive(plan.Window, closed)
-	fmt.Fprintln(os.Stderr, "== baseline\n"+engine.ProbeReport()+sqlite.ProbeReport())
-	engine.ProbeReset()
-	sqlite.ProbeReset()
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
 	}
@@ -206,7 +199,6 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}()
 	under, err := interactive(plan.Window, done)
 	<-done
-	fmt.Fprintln(os.Stderr, "== sweep\n"+engine.ProbeReport()+sqlite.ProbeReport())
 	if err != nil {
 		return Result{}, fmt.Errorf("under the sweep: %w", err)
 	}

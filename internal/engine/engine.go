@@ -579,7 +579,6 @@ func (e *Engine) fetchLoop() {
 			continue
 		}
 		timer.Reset(e.nextPoll())
-		probeState(psIdle)
 		select {
 		case <-e.stop:
 			return
@@ -612,12 +611,10 @@ func (e *Engine) leaseAndRun() int {
 	if free > 0 && free < e.cfg.Workers/8 {
 		// Only a few slots are free: give finishing jobs a moment to free
 		// more, so one lease call serves many (bounded: 1 ms).
-		probeState(psNap)
 		time.Sleep(time.Millisecond)
 		free += e.takeSlots()
 	}
 	if free == 0 {
-		probeState(psSlot)
 		select { // all workers busy: wait for one
 		case e.slots <- struct{}{}:
 			free = 1 + e.takeSlots()
@@ -625,16 +622,7 @@ func (e *Engine) leaseAndRun() int {
 			return 0
 		}
 	}
-	probeState(psLease)
-	leaseStart := time.Now()
 	jobs, err := e.lease(free)
-	probeLeased(leaseStart, free, jobs, func(j *job.Job) time.Time {
-		if j.EligibleAt.After(j.CreatedAt) {
-			return j.EligibleAt
-		}
-		return j.CreatedAt
-	})
-	probeState(psRun)
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
 	}
@@ -704,11 +692,6 @@ func (e *Engine) run(j *job.Job) {
 	e.mu.Lock()
 	e.running[j.ID] = r
 	e.mu.Unlock()
-	pc := &probeInterRunning
-	if j.Lane == job.LaneBatch {
-		pc = &probeBatchRunning
-	}
-	pc.Add(1)
 	e.wg.Add(1)
 	go func() {
 		if j.Lane == job.LaneBatch {
@@ -748,7 +731,6 @@ func (e *Engine) run(j *job.Job) {
 		}
 		e.mu.Unlock()
 		e.results <- result{job: j, out: out, answered: answered}
-		pc.Add(-1)
 		<-e.slots
 		e.wg.Done()
 	}()

@@ -22,8 +22,6 @@ type writeReq struct {
 	// finished writes at that moment (laneStats.ended), for its Behind.
 	at    time.Time
 	ended int64
-
-	probeRows int64
 }
 
 // write runs fn in the writer's transaction and returns once it is durably
@@ -57,7 +55,6 @@ func (s *Store) enqueue(ctx context.Context, fn func(tx *sql.Tx) error) (*writeR
 	// the writer could not have put behind it.
 	s.lanes.mu.Lock()
 	r.ended = s.lanes.otherEnded(lane)
-	r.probeRows = probeBatchRows.Load()
 	select {
 	case q <- r:
 		s.lanes.mu.Unlock()
@@ -286,16 +283,7 @@ func (s *Store) checkDataVersion(tx *sql.Tx) error {
 // that its failure rolls back only its own changes.
 func (s *Store) runOne(tx *sql.Tx, r *writeReq, shared bool) (err error) {
 	s.lanes.started(r)
-	probeStarted(r)
 	defer s.lanes.ended(r)
-	c0 := s.probeChanges(tx)
-	defer func() {
-		rows := s.probeChanges(tx) - c0
-		if r.lane == job.LaneBatch {
-			probeBatchRows.Add(rows)
-		}
-		probeWrite(r, rows)
-	}()
 	fn := r.fn
 	inSavepoint := false
 	defer func() {
