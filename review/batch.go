@@ -215,7 +215,9 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 			return BatchStatus{}, fmt.Errorf("review: store batch content: %w", err)
 		}
 	}
-	if _, err := rt.r.Jobs().Insert(ctx, plan.Jobs, rt.r.Config().DefaultLimit); err != nil {
+	// The manifest's jobs may go in pieces (store.WithPieces): the drivers
+	// are in the first, and a prefix left by a failure finds no batch.
+	if _, err := rt.r.Jobs().Insert(store.WithPieces(ctx), plan.Jobs, rt.r.Config().DefaultLimit); err != nil {
 		return BatchStatus{}, fmt.Errorf("review: insert batch jobs: %w", err)
 	}
 	if err := rt.st.CreateBatch(ctx, plan.Batch, plan.Items); err != nil {

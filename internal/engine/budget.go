@@ -37,8 +37,10 @@ const DefaultBatchPieces = 1
 type batchBudget struct {
 	limit int // <= 0: off
 
-	mu          sync.Mutex
-	interactive int // interactive pieces in flight
+	mu sync.Mutex
+	// interactive: interactive work is in flight (the engine's inFlight
+	// tells, as it tells the yield gate).
+	interactive bool
 	running     int // batch pieces holding a turn
 	waiting     int // batch pieces waiting for one
 	// turn is closed (and replaced) when a held piece may go: a batch
@@ -59,26 +61,28 @@ func (b *batchBudget) wakeLocked() {
 	b.turn = make(chan struct{})
 }
 
-// enter marks one piece of interactive work in flight until the returned
-// func is called (exactly once).
-func (b *batchBudget) enter() (leave func()) {
+// listener is the budget as the engine's inFlight counter's listener;
+// nil when the budget is off.
+func (b *batchBudget) listener() inFlightListener {
 	if b.limit <= 0 {
-		return noLeave
+		return nil
 	}
+	return b
+}
+
+func (b *batchBudget) interactiveBusy() {
 	b.mu.Lock()
-	b.interactive++
+	b.interactive = true
 	b.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			b.interactive--
-			if b.interactive == 0 {
-				b.wakeLocked()
-			}
-			b.mu.Unlock()
-		})
-	}
+}
+
+// interactiveIdle lets every held piece go: with no interactive work in
+// flight the budget does not bound the batch lane.
+func (b *batchBudget) interactiveIdle() {
+	b.mu.Lock()
+	b.interactive = false
+	b.wakeLocked()
+	b.mu.Unlock()
 }
 
 // acquire takes a turn for one piece of batch-lane work, waiting while
@@ -93,7 +97,7 @@ func (b *batchBudget) acquire(ctx context.Context) (release func()) {
 	var start time.Time
 	for {
 		b.mu.Lock()
-		if b.interactive == 0 || b.running < b.limit || ctx.Err() != nil {
+		if !b.interactive || b.running < b.limit || ctx.Err() != nil {
 			b.running++
 			if !start.IsZero() {
 				b.waiting--
@@ -146,15 +150,10 @@ func (e *Engine) BudgetCounts() BudgetCounts {
 	return BudgetCounts{Passed: b.passed.Load(), Held: b.held.Load(), HeldSeconds: time.Duration(b.heldNanos.Load()).Seconds()}
 }
 
-// interactiveWork marks one piece of interactive work in flight, at the
-// yield gate and at the batch budget, until the returned func is called.
-func (e *Engine) interactiveWork() (leave func()) {
-	ly, lb := e.yield.enter(), e.budget.enter()
-	if e.yield.maxHold <= 0 && e.budget.limit <= 0 {
-		return noLeave
-	}
-	return func() { ly(); lb() }
-}
+// interactiveWork marks one piece of interactive work in flight until
+// the returned func is called: the one count the yield gate and the batch
+// budget both listen to (inflight.go).
+func (e *Engine) interactiveWork() (leave func()) { return e.interactive.enter() }
 
 // batchPiece starts one piece of batch-lane work: it waits at the yield
 // gate (when on) and takes a turn of the batch budget; the returned func

@@ -347,6 +347,8 @@ type Engine struct {
 	yield *yieldGate
 	// budget bounds batch-lane work while interactive work runs (budget.go).
 	budget *batchBudget
+	// interactive counts interactive work in flight for both (inflight.go).
+	interactive *inFlight
 	// stages times each lane's jobs through the engine (stages.go).
 	stages stageTimes
 }
@@ -404,6 +406,7 @@ func New(cfg Config) (*Engine, error) {
 
 		claimPrefix: claimPrefix(),
 	}
+	e.interactive = newInFlight(e.yield.listener(), e.budget.listener())
 	e.pub.init()
 	if e.jobs == nil {
 		var err error

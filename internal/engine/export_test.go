@@ -18,6 +18,7 @@ func SetPublishQueue(e *Engine, n int) {
 func BudgetState(e *Engine) (running, waiting, interactive int) {
 	b := e.budget
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.running, b.waiting, b.interactive
+	running, waiting = b.running, b.waiting
+	b.mu.Unlock()
+	return running, waiting, e.interactive.count()
 }

@@ -19,7 +19,8 @@ const DefaultBatchYieldMax = 100 * time.Millisecond
 // yieldGate is the engine's promise that batch work yields to interactive
 // work within one process: interactive work (a leased interactive job's
 // handler, an interactive parent's aggregation, an interactive job's
-// publication) enters it while it runs; batch-lane work (a batch job's
+// publication) is counted in flight by the engine's inFlight, which tells
+// the gate when it rises from none and falls back; batch-lane work (a batch job's
 // handler, a batch parent's aggregation or sweep step, a batch job's
 // publication) waits at it while any interactive work is in flight, for at
 // most maxHold. The store's single writer already serves interactive
@@ -39,10 +40,10 @@ const DefaultBatchYieldMax = 100 * time.Millisecond
 type yieldGate struct {
 	maxHold time.Duration
 
-	mu       sync.Mutex
-	inFlight int
-	// idle is closed when inFlight falls to zero, and replaced when it
-	// rises from zero.
+	mu   sync.Mutex
+	busy bool // interactive work is in flight (inFlight tells)
+	// idle is closed when interactive work falls to none, and replaced
+	// when it rises from none.
 	idle chan struct{}
 
 	// Counts for YieldCounts.
@@ -56,34 +57,27 @@ func newYieldGate(maxHold time.Duration) *yieldGate {
 	return &yieldGate{maxHold: maxHold, idle: idle}
 }
 
-// noLeave is enter's leave when the gate is off.
-func noLeave() {}
-
-// enter marks one piece of interactive work in flight until the returned
-// func is called (exactly once). With the gate off (the default) it does
-// nothing: every interactive job passes here, and a gate nobody waits at
-// should not cost them a lock and two allocations each.
-func (g *yieldGate) enter() (leave func()) {
+// listener is the gate as the engine's inFlight counter's listener; nil
+// when the gate is off, so an interactive job pays nothing for it.
+func (g *yieldGate) listener() inFlightListener {
 	if g.maxHold <= 0 {
-		return noLeave
+		return nil
 	}
+	return g
+}
+
+func (g *yieldGate) interactiveBusy() {
 	g.mu.Lock()
-	if g.inFlight == 0 {
-		g.idle = make(chan struct{})
-	}
-	g.inFlight++
+	g.busy = true
+	g.idle = make(chan struct{})
 	g.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			g.mu.Lock()
-			g.inFlight--
-			if g.inFlight == 0 {
-				close(g.idle)
-			}
-			g.mu.Unlock()
-		})
-	}
+}
+
+func (g *yieldGate) interactiveIdle() {
+	g.mu.Lock()
+	g.busy = false
+	close(g.idle)
+	g.mu.Unlock()
 }
 
 // wait holds a piece of batch-lane work while interactive work is in
@@ -94,7 +88,7 @@ func (g *yieldGate) wait(ctx context.Context) {
 		return
 	}
 	g.mu.Lock()
-	idle, busy := g.idle, g.inFlight > 0
+	idle, busy := g.idle, g.busy
 	g.mu.Unlock()
 	if !busy {
 		g.passed.Add(1)

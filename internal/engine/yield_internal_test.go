@@ -3,24 +3,62 @@ package engine
 import "testing"
 
 // TestYieldGateOffCostsNothing: with the gate off (BatchYieldMax zero, the
-// default) entering and leaving it, which every interactive job does,
-// takes no lock and allocates nothing; on, it counts the work in flight.
+// default) and the budget off, entering and leaving the engine's count of
+// interactive work, which every interactive job does, takes no lock and
+// allocates nothing; with the gate on, the count and the gate's view
+// follow the work in flight.
 func TestYieldGateOffCostsNothing(t *testing.T) {
-	off := newYieldGate(0)
+	off := newInFlight(newYieldGate(0).listener(), newBatchBudget(-1).listener())
 	if n := testing.AllocsPerRun(100, func() { off.enter()() }); n != 0 {
-		t.Errorf("enter and leave on an off gate: %v allocations, want 0", n)
+		t.Errorf("enter and leave with the gate and the budget off: %v allocations, want 0", n)
 	}
-	if off.inFlight != 0 {
-		t.Errorf("off gate counts %d in flight, want 0", off.inFlight)
+	if n := off.count(); n != 0 {
+		t.Errorf("off: %d in flight counted, want 0", n)
 	}
-	on := newYieldGate(DefaultBatchYieldMax)
+	g := newYieldGate(DefaultBatchYieldMax)
+	on := newInFlight(g.listener())
 	leave := on.enter()
-	if on.inFlight != 1 {
-		t.Fatalf("on gate counts %d in flight after enter, want 1", on.inFlight)
+	if n := on.count(); n != 1 || !g.busy {
+		t.Fatalf("gate on, after enter: %d in flight, gate busy %v; want 1, true", n, g.busy)
 	}
 	leave()
 	leave() // a second call is a no-op
-	if on.inFlight != 0 {
-		t.Fatalf("on gate counts %d in flight after leave, want 0", on.inFlight)
+	if n := on.count(); n != 0 || g.busy {
+		t.Fatalf("gate on, after leave: %d in flight, gate busy %v; want 0, false", n, g.busy)
+	}
+}
+
+// TestInFlightTellsBothPolicies: one count, two listeners. The yield
+// gate's idle channel and the budget's view change only when interactive
+// work rises from none and falls back to none, together.
+func TestInFlightTellsBothPolicies(t *testing.T) {
+	g, b := newYieldGate(DefaultBatchYieldMax), newBatchBudget(1)
+	c := newInFlight(g.listener(), b.listener())
+	first := c.enter()
+	second := c.enter()
+	idle := g.idle
+	first()
+	select {
+	case <-idle:
+		t.Fatal("the gate went idle with one piece of interactive work still in flight")
+	default:
+	}
+	if !b.interactive || !g.busy {
+		t.Fatalf("one piece left: budget sees interactive %v, gate busy %v; want both true", b.interactive, g.busy)
+	}
+	turn := b.turn
+	second()
+	select {
+	case <-idle:
+	default:
+		t.Fatal("the gate's idle channel was not closed when the last interactive work left")
+	}
+	select {
+	case <-turn:
+	default:
+		t.Fatal("the budget's held pieces were not woken when the last interactive work left")
+	}
+	if b.interactive || g.busy || c.count() != 0 {
+		t.Fatalf("none left: budget sees interactive %v, gate busy %v, count %d; want false, false, 0", b.interactive, g.busy, c.count())
 	}
 }

@@ -20,7 +20,10 @@ type BatchSettles interface {
 	// reports for each whether it applied. It is all or nothing: when one
 	// write fails (a row the schema refuses) none is kept and the error
 	// is returned. Callers keep groups to a few hundred items so that the
-	// transaction stays short. An empty ps writes nothing.
+	// transaction stays short. In the batch lane (WithLane) a
+	// single-writer store may commit a group in pieces (see WithPieces):
+	// on an error the items before the refused one's piece may be
+	// settled, and none at or after it is. An empty ps writes nothing.
 	SettleBatchItems(ctx context.Context, ps []SettleBatchItemParams) ([]bool, error)
 	// GetBatchHead returns one batch without its item counts (Counts is
 	// zero), or ErrNotFound. It is what a reader that only needs a

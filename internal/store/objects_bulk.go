@@ -10,6 +10,8 @@ type ObjectsBulk interface {
 	// PutObjects stores each of os as PutObject would (replacing any
 	// previous one), all in one transaction: all or nothing. Callers keep
 	// groups to a few hundred objects so that the transaction stays
-	// short. An empty os writes nothing.
+	// short. In the batch lane (WithLane) a single-writer store may commit
+	// a group in pieces (see WithPieces): on an error a prefix of the
+	// group may be stored. An empty os writes nothing.
 	PutObjects(ctx context.Context, os []Object) error
 }

@@ -48,7 +48,8 @@ type Store interface {
 	// waiting, EligibleAt, CreatedAt set by the caller). A job whose
 	// idempotency key (per tenant) already exists is not inserted; its
 	// result carries the existing job and Existing=true. Unknown limit keys
-	// are created with def.
+	// are created with def. It is atomic, unless ctx is marked batch-lane
+	// and WithPieces: a single-writer store may then commit it in pieces.
 	Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]InsertResult, error)
 	// Get returns one job or ErrNotFound.
 	Get(ctx context.Context, id string) (*job.Job, error)

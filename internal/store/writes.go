@@ -78,3 +78,25 @@ func LaneOf(ctx context.Context) job.Lane {
 	}
 	return job.LaneInteractive
 }
+
+type piecesKey struct{}
+
+// WithPieces marks ctx's batch-lane writes of many rows as divisible: a
+// store with a single writer (SQLite) may commit such a write in pieces of
+// a few dozen rows, each atomic, so that interactive writes go in between
+// the pieces rather than after the whole write (an interactive write
+// waits behind the piece running, not behind a 1,000-job manifest). On an
+// error the pieces before the failed one may stay committed; the caller
+// must be able to live with a prefix (a manifest's jobs: its drivers find
+// no batch and end it). A store whose writes run in parallel ignores it.
+// PutObjects and SettleBatchItems in the batch lane are divisible without
+// it: each object is an upsert and each settle is guarded.
+func WithPieces(ctx context.Context) context.Context {
+	return context.WithValue(ctx, piecesKey{}, true)
+}
+
+// InPieces reports whether WithPieces marked ctx.
+func InPieces(ctx context.Context) bool {
+	v, _ := ctx.Value(piecesKey{}).(bool)
+	return v
+}

@@ -15,8 +15,11 @@ func (s *Store) SettleBatchItems(ctx context.Context, ps []store.SettleBatchItem
 		return nil, nil
 	}
 	applied := make([]bool, len(ps))
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		for i, p := range ps {
+	// Each settle is guarded on the item's state: a batch lane's group of
+	// settles goes in pieces (writePieces), and one repeated applies nothing.
+	err := s.writePieces(ctx, len(ps), func(tx *sql.Tx, lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			p := ps[i]
 			var result any
 			if p.Result != nil {
 				result = []byte(p.Result)

@@ -16,14 +16,23 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// Insert persists jobs in one durable write; see store.Store.
+// Insert persists jobs in one durable write (in pieces when ctx is a
+// batch-lane store.WithPieces one: writePieces); see store.Store.
 func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
-	var out []store.InsertResult
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		var err error
-		out, err = s.insertJobs(tx, jobs, def)
+	out := make([]store.InsertResult, len(jobs))
+	write := func(tx *sql.Tx, lo, hi int) error {
+		res, err := s.insertJobs(tx, jobs[lo:hi], def)
+		copy(out[lo:hi], res)
 		return err
-	})
+	}
+	var err error
+	if store.InPieces(ctx) {
+		// A batch-lane manifest's jobs, marked divisible by its caller:
+		// a piece at a time, interactive writes between (writePieces).
+		err = s.writePieces(ctx, len(jobs), write)
+	} else {
+		err = s.write(ctx, func(tx *sql.Tx) error { return write(tx, 0, len(jobs)) })
+	}
 	if err != nil {
 		return make([]store.InsertResult, len(jobs)), err
 	}

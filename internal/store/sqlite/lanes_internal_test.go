@@ -176,3 +176,61 @@ func TestFailedFirstWriteLeavesTheOthers(t *testing.T) {
 		t.Fatalf("the interactive write's object: %v", err)
 	}
 }
+
+// TestInteractiveWriteBetweenBatchPieces: a batch-lane write of 100 rows
+// goes through the writer as pieces of batchPiece rows; an interactive
+// write queued while the first piece runs runs right after that piece,
+// before the other three, and every piece runs once, in order. As one
+// write (before pieces) the interactive write waited for all 100 rows.
+func TestInteractiveWriteBetweenBatchPieces(t *testing.T) {
+	t.Parallel()
+	w := newLaneWriter(t)
+	started, hold := make(chan struct{}), make(chan struct{})
+	const rows = 100
+	var pieces int
+	done := make(chan error, 1)
+	go func() {
+		done <- w.s.writePieces(store.WithLane(context.Background(), job.LaneBatch), rows, func(tx *sql.Tx, lo, hi int) error {
+			w.mu.Lock()
+			w.order = append(w.order, fmt.Sprintf("b%d-%d", lo, hi))
+			w.mu.Unlock()
+			if pieces++; pieces == 1 {
+				close(started)
+				<-hold
+			}
+			return nil
+		})
+	}()
+	testkit.Recv(t, started, 10*time.Second, "the first piece running")
+	w.queued(w.s.batchReqs, 3, "the other three pieces queued")
+	w.submit(job.LaneInteractive, "i", nil, nil, nil)
+	w.queued(w.s.reqs, 1, "the interactive write queued")
+	close(hold)
+	if err := testkit.Recv(t, done, 10*time.Second, "the pieces written"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"b0-32", "i", "b32-64", "b64-96", "b96-100"}
+	if order := w.finish(); !slices.Equal(order, want) {
+		t.Fatalf("the writer ran %v, want %v", order, want)
+	}
+}
+
+// TestBatchPiecesAfterAFailureDoNotRun: a piece that fails stops the
+// write: the pieces after it are not run, and the write answers the
+// failure.
+func TestBatchPiecesAfterAFailureDoNotRun(t *testing.T) {
+	t.Parallel()
+	w := newLaneWriter(t)
+	boom := errors.New("refused")
+	var ran []int
+	err := w.s.writePieces(store.WithLane(context.Background(), job.LaneBatch), 100, func(tx *sql.Tx, lo, hi int) error {
+		ran = append(ran, lo)
+		if lo == 32 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || !slices.Equal(ran, []int{0, 32}) {
+		t.Fatalf("pieces run from %v, err %v; want 0 and 32, then %v", ran, err, boom)
+	}
+}

@@ -21,8 +21,10 @@ func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
 	if len(os) == 0 {
 		return nil
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		for _, o := range os {
+	// A batch-lane caller's many objects go in pieces (writePieces): each
+	// is an idempotent upsert.
+	return s.writePieces(ctx, len(os), func(tx *sql.Tx, lo, hi int) error {
+		for _, o := range os[lo:hi] {
 			if _, err := s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
 				ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
 				o.Kind, o.ID, o.Body, ns(o.UpdatedAt)); err != nil {

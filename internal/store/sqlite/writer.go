@@ -30,6 +30,18 @@ type writeReq struct {
 // ctx's lane (store.LaneOf) decides the write's queue: batch-lane writes
 // wait while interactive ones are queued.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	r, err := s.enqueue(ctx, fn)
+	if err != nil {
+		return err
+	}
+	// Once queued, the write is waited for even if ctx ends: the caller
+	// must learn whether it happened.
+	return <-r.done
+}
+
+// enqueue queues fn as one write of ctx's lane and returns its request,
+// whose done channel answers it.
+func (s *Store) enqueue(ctx context.Context, fn func(tx *sql.Tx) error) (*writeReq, error) {
 	lane := store.LaneOf(ctx)
 	q := s.reqs
 	if lane == job.LaneBatch {
@@ -53,14 +65,70 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		select {
 		case q <- r:
 		case <-s.stop:
-			return errClosed
+			return nil, errClosed
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	// Once queued, the write is waited for even if ctx ends: the caller
-	// must learn whether it happened.
-	return <-r.done
+	return r, nil
+}
+
+// batchPiece is how many rows one piece of a large batch-lane write
+// (writePieces) writes at most: a few times an interactive write's own
+// rows (one to a dozen), so an interactive write that arrives while a
+// piece runs waits behind little more than itself. At 256 to 1,000 rows
+// per batch-lane write, the interactive writes under a 10,000-file sweep
+// waited behind 108 batch rows each on average, p99 1,005
+// (docs/benchmarks.md, "Session 12 (s12h5)").
+const batchPiece = 32
+
+// errEarlierPiece answers the pieces of a write after one that failed:
+// they are not run.
+var errEarlierPiece = errors.New("sqlite: an earlier piece of this write failed")
+
+// writePieces writes n rows with fn(tx, lo, hi) for [lo, hi) of them. An
+// interactive write (or one of n <= batchPiece rows) is one write, atomic
+// as ever. A batch-lane write of more rows is queued as pieces of
+// batchPiece rows, in order: the writer still commits them together while
+// no interactive write is queued (they follow each other in its batch
+// queue), but an interactive write that arrives goes in after the piece
+// running, not after the whole write. So a batch-lane write of many rows
+// is atomic per piece, not as a whole: on an error the pieces before the
+// failed one may be committed, and those after it are not run. Its callers
+// (a manifest's objects, jobs and items; a chunk's settles) are each
+// retried or reconciled as a whole, and every piece is idempotent or
+// refused whole on a repeat.
+func (s *Store) writePieces(ctx context.Context, n int, fn func(tx *sql.Tx, lo, hi int) error) error {
+	if n <= batchPiece || store.LaneOf(ctx) != job.LaneBatch {
+		return s.write(ctx, func(tx *sql.Tx) error { return fn(tx, 0, n) })
+	}
+	var failed bool // set by the writer goroutine only, which runs the pieces in order
+	var reqs []*writeReq
+	var err error
+	for lo := 0; lo < n; lo += batchPiece {
+		hi := min(n, lo+batchPiece)
+		r, qerr := s.enqueue(ctx, func(tx *sql.Tx) error {
+			if failed {
+				return errEarlierPiece
+			}
+			if err := fn(tx, lo, hi); err != nil {
+				failed = true
+				return err
+			}
+			return nil
+		})
+		if qerr != nil {
+			err = qerr
+			break
+		}
+		reqs = append(reqs, r)
+	}
+	for _, r := range reqs {
+		if werr := <-r.done; err == nil && werr != nil && !errors.Is(werr, errEarlierPiece) {
+			err = werr
+		}
+	}
+	return err
 }
 
 // writer is the single goroutine that owns the writer connection. It takes

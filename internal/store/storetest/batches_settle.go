@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -17,6 +19,7 @@ var batchSettleCases = map[string]func(*testing.T, Opener){
 	"BatchSettleGroup": testBatchSettleGroup,
 	"BatchGetHead":     testBatchGetHead,
 	"ObjectsBulk":      testObjectsBulk,
+	"BatchLaneBulk":    testBatchLaneBulk,
 }
 
 // testBatchSettleGroup: a group settles every item still in its chunk and
@@ -139,5 +142,86 @@ func testObjectsBulk(t *testing.T, open Opener) {
 	}
 	if err := s.PutObjects(ctx, nil); err != nil {
 		t.Fatalf("empty group: %v", err)
+	}
+}
+
+// testBatchLaneBulk: the batch lane's large groups (store.WithLane batch;
+// a single-writer driver may commit them in pieces so that interactive
+// writes go in between) store every object and settle every item,
+// reporting each item's own answer in order; a group with a row the
+// schema refuses is refused, and neither that row nor any after it is
+// written (the rows before it may be, on such a driver).
+func testBatchLaneBulk(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := store.WithLane(context.Background(), job.LaneBatch)
+	const n = 100 // several pieces on any driver that cuts them
+	var objs []store.Object
+	for i := range n {
+		objs = append(objs, store.Object{Kind: "part", ID: fmt.Sprint(i), Body: []byte(fmt.Sprint("body ", i)), UpdatedAt: T0})
+	}
+	if err := s.PutObjects(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range objs {
+		if got, err := s.GetObject(ctx, want.Kind, want.ID); err != nil || string(got.Body) != string(want.Body) {
+			t.Fatalf("object %s: %+v, %v; want %q", want.ID, got, err, want.Body)
+		}
+	}
+
+	b, items := NewBatch("acme", n)
+	createBatch(t, s, b, items)
+	c := chunkOf(b, 0)
+	ids := make([]string, n)
+	for i, it := range items {
+		ids[i] = it.CustomID
+	}
+	if err := s.PlanBatchChunk(ctx, c, ids); err != nil {
+		t.Fatal(err)
+	}
+	at := T0.Add(time.Hour)
+	p := func(i int) store.SettleBatchItemParams {
+		return store.SettleBatchItemParams{BatchID: b.ID, CustomID: ids[i], From: store.ItemSubmitted, ChunkKey: c.Key,
+			To: store.ItemSucceeded, Disposition: "succeeded", Reason: "succeeded", Result: json.RawMessage(fmt.Sprint(i)), Now: at}
+	}
+	// Item 70 was settled before: it is answered false, in its place.
+	if ok, err := s.SettleBatchItem(ctx, p(70)); err != nil || !ok {
+		t.Fatalf("single settle: %v, %v", ok, err)
+	}
+	var group []store.SettleBatchItemParams
+	for i := range 80 {
+		group = append(group, p(i))
+	}
+	got, err := s.SettleBatchItems(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ok := range got {
+		if ok != (i != 70) || len(got) != 80 {
+			t.Fatalf("applied %v: want all 80 but item 70", got)
+		}
+	}
+	// Items 80-99: the row at 90 is refused (failed without a reason).
+	var bad []store.SettleBatchItemParams
+	for i := 80; i < n; i++ {
+		q := p(i)
+		if i == 90 {
+			q.To, q.Reason, q.Result = store.ItemFailed, "", nil
+		}
+		bad = append(bad, q)
+	}
+	if _, err := s.SettleBatchItems(ctx, bad); err == nil {
+		t.Fatal("a group with a row the schema refuses was stored")
+	}
+	all, err := s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID})
+	if err != nil || len(all) != n {
+		t.Fatalf("items: %d, %v", len(all), err)
+	}
+	for i, it := range all {
+		if i < 80 && (it.State != store.ItemSucceeded || string(it.Result) != fmt.Sprint(i)) {
+			t.Fatalf("item %d: %+v, want succeeded with its own result", i, it)
+		}
+		if i >= 90 && it.State != store.ItemSubmitted {
+			t.Fatalf("item %d at or after the refused row: %+v, want still submitted", i, it)
+		}
 	}
 }
