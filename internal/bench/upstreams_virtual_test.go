@@ -50,7 +50,24 @@ type virtualDest struct {
 	// refusals are what each refusal did to the key, in the order
 	// they were applied (the lag tests read the first ones).
 	refusals []virtualRefusal
+	// blocked is when the destination's job group may be looked at
+	// again after a lease that the key refused at its concurrency cap:
+	// the store blocks the group until the time Check gave
+	// (store.LeaseTx.TouchGroups), admission.CapRetry later, and a
+	// finish that frees a slot of the key unblocks it (store.Finish; see
+	// virtualUnblockAtCap). Other refusals are not modelled so: the run
+	// looks at the key every millisecond, and their Check times are
+	// exact, short of a window full only of starts in flight
+	// (admission.FlightRetry) and an outcome that admits sooner.
+	blocked time.Time
 }
+
+// virtualUnblockAtCap is whether a finish that ends a lease of a key at its
+// concurrency cap unblocks the key's group, as store.Finish does since
+// session 12. Without it a group refused at its cap waits out
+// admission.CapRetry (20 ms) after the slot is free. Tests set it false
+// only to measure what the unblocking is worth.
+var virtualUnblockAtCap = true
 
 // virtualRefusal is one refusal as the key applied it: when (simulated
 // time since the epoch), and its learned rate and cap before and after.
@@ -203,6 +220,9 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				heap.Push(&q, e)
 				continue
 			}
+			if c := v.st.InFlightCap(); c > 0 && v.st.InFlight >= c && virtualUnblockAtCap {
+				v.blocked = time.Time{}
+			}
 			v.st.End(e.answered, 1)
 			info := ratelimit.Parse(e.header, e.at)
 			delay, _, hasDelay := info.Delay()
@@ -268,7 +288,13 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				if ri < 0 && v.pending == 0 {
 					break
 				}
-				if ok, _ := v.st.Check(now, 1); !ok {
+				if now.Before(v.blocked) {
+					break
+				}
+				if ok, next := v.st.Check(now, 1); !ok {
+					if c := v.st.InFlightCap(); c > 0 && v.st.InFlight >= c && !now.Before(v.st.PausedUntil) {
+						v.blocked = next // refused at its cap: admission.CapRetry
+					}
 					break
 				}
 				v.st.Take(now, 1)

@@ -333,6 +333,12 @@ type Engine struct {
 	// loop touches it, under admitMu.
 	admitMu sync.Mutex
 	admits  timeHeap
+	// idle counts the fetch loops waiting after a lease that started
+	// nothing; rearm makes one of them recompute its wait (an admission
+	// time another caller pushed) without leasing. A finish while a fetch
+	// loop is idle leases in the same write (finishLease).
+	idle  atomic.Int32
+	rearm chan struct{}
 
 	// claimPrefix and claims make each publication claim's token unique
 	// to this engine and call (publish.go); publishRetryAt is when, in
@@ -397,6 +403,7 @@ func New(cfg Config) (*Engine, error) {
 		yield:   newYieldGate(cfg.BatchYieldMax),
 		budget:  newBatchBudget(cfg.BatchPieces),
 		wake:    make(chan struct{}, 1),
+		rearm:   make(chan struct{}, 1),
 		results: make(chan result, cfg.Workers),
 		slots:   make(chan struct{}, cfg.Workers),
 		stop:    make(chan struct{}),
@@ -582,12 +589,29 @@ func (e *Engine) fetchLoop() {
 		if n > 0 {
 			continue
 		}
+		if !e.idleWait(timer) {
+			return
+		}
+	}
+}
+
+// idleWait waits, counted as idle, for a wake-up or the next poll, the
+// timer re-armed whenever a finish that leased says an admission time
+// may have moved; it reports false when the engine stops.
+func (e *Engine) idleWait(timer *time.Timer) bool {
+	e.idle.Add(1)
+	defer e.idle.Add(-1)
+	for {
 		timer.Reset(e.nextPoll())
 		select {
 		case <-e.stop:
-			return
+			return false
 		case <-e.wake:
+			return true
 		case <-timer.C:
+			return true
+		case <-e.rearm:
+			timer.Stop()
 		}
 	}
 }
@@ -630,20 +654,7 @@ func (e *Engine) leaseAndRun() int {
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
 	}
-	now := e.cfg.Now()
-	for _, j := range jobs {
-		ready := j.CreatedAt
-		if j.EligibleAt.After(ready) {
-			ready = j.EligibleAt
-		}
-		e.stages.observe(j.Lane, stQueued, now.Sub(ready))
-	}
-	for i := len(jobs); i < free; i++ {
-		<-e.slots // give back the slots not used
-	}
-	for _, j := range jobs {
-		e.run(j)
-	}
+	e.runLeased(jobs, free)
 	return len(jobs)
 }
 
@@ -666,16 +677,47 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 		return nil, nil
 	}
 	var admit time.Time // set by the store before Lease returns
-	jobs, err := e.jobs.Lease(e.ctx, LeaseParams{
+	jobs, err := e.jobs.Lease(e.ctx, e.leaseParams(n, &admit))
+	e.noteAdmission(admit)
+	return jobs, err
+}
+
+// leaseParams asks for n jobs of the engine's kinds; the store sets
+// *admit to the earliest time a group it skipped may be admitted.
+func (e *Engine) leaseParams(n int, admit *time.Time) LeaseParams {
+	return LeaseParams{
 		Max: n, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
-		NextAdmission: func(at time.Time) { admit = at },
-	})
+		NextAdmission: func(at time.Time) { *admit = at },
+	}
+}
+
+// noteAdmission remembers when a skipped group may be admitted (zero:
+// none), for the idle fetch loops' wait.
+func (e *Engine) noteAdmission(admit time.Time) {
 	e.admitMu.Lock()
 	if !admit.IsZero() && e.admits.Len() < maxAdmits {
 		heap.Push(&e.admits, admit)
 	}
 	e.admitMu.Unlock()
-	return jobs, err
+}
+
+// runLeased runs jobs that a lease at now returned on the worker slots
+// taken for them (free), and gives the slots not used back.
+func (e *Engine) runLeased(jobs []*job.Job, free int) {
+	now := e.cfg.Now()
+	for _, j := range jobs {
+		ready := j.CreatedAt
+		if j.EligibleAt.After(ready) {
+			ready = j.EligibleAt
+		}
+		e.stages.observe(j.Lane, stQueued, now.Sub(ready))
+	}
+	for i := len(jobs); i < free; i++ {
+		<-e.slots // give back the slots not used
+	}
+	for _, j := range jobs {
+		e.run(j)
+	}
 }
 
 // run starts one job's handler on its own goroutine; the slot it holds is

@@ -131,15 +131,29 @@ type LeaseParams struct {
 // batch earns BatchShare per start, not per call, so on a paced key (a job
 // or two per call) it does not go first on every call.
 func (w *Jobs) Lease(ctx context.Context, p LeaseParams) ([]*job.Job, error) {
+	sp := w.leaseParams(p)
+	jobs, err := w.cfg.Store.Lease(ctx, sp)
+	w.leased(jobs, sp.Now)
+	return jobs, err
+}
+
+// leaseParams is the store's lease call for p at the writer's clock, with
+// batch's share of it.
+func (w *Jobs) leaseParams(p LeaseParams) store.LeaseParams {
 	now := w.cfg.Now()
 	w.leasedKinds(p.Kinds, now)
 	w.mu.Lock()
 	batchMin := min(int(w.credit), p.Max)
 	w.mu.Unlock()
-	jobs, err := w.cfg.Store.Lease(ctx, store.LeaseParams{
+	return store.LeaseParams{
 		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant,
 		BatchMin: batchMin, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
-	})
+	}
+}
+
+// leased counts jobs a lease at now returned: batch credit, per-key
+// counts and the Observer.
+func (w *Jobs) leased(jobs []*job.Job, now time.Time) {
 	batch := 0
 	for _, j := range jobs {
 		if j.Lane == job.LaneBatch {
@@ -155,7 +169,6 @@ func (w *Jobs) Lease(ctx context.Context, p LeaseParams) ([]*job.Job, error) {
 	if w.cfg.Observer != nil && len(jobs) > 0 {
 		w.cfg.Observer.Leased(len(jobs))
 	}
-	return jobs, err
 }
 
 // Heartbeat extends the lease token's hold on job id to now + leaseFor and
@@ -194,6 +207,44 @@ type Reported struct {
 // one guarded Finish; every one written is told to the Observer. The error
 // is the store's when nothing could be written.
 func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
+	now, ts := w.transitions(rs)
+	errs, err := w.cfg.Store.Finish(ctx, ts)
+	if err != nil {
+		return nil, err
+	}
+	return w.reported(rs, ts, errs, now), nil
+}
+
+// CanReportLease reports whether the region's store finishes and leases
+// in one write (store.FinishLeaser), which ReportLease needs.
+func (w *Jobs) CanReportLease() bool {
+	_, ok := w.cfg.Store.(store.FinishLeaser)
+	return ok
+}
+
+// ReportLease is Report and then Lease in one durable write of the store,
+// which must be a store.FinishLeaser (see CanReportLease): the lease sees
+// what the outcomes released, such as a slot of a key held at its
+// concurrency cap. When it fails nothing was written: the caller may
+// Report alone.
+func (w *Jobs) ReportLease(ctx context.Context, rs []Report, p LeaseParams) ([]Reported, []*job.Job, error) {
+	fl, ok := w.cfg.Store.(store.FinishLeaser)
+	if !ok {
+		return nil, nil, errors.New("engine: the store cannot finish and lease in one write")
+	}
+	now, ts := w.transitions(rs)
+	sp := w.leaseParams(p)
+	errs, jobs, err := fl.FinishLease(ctx, ts, sp)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := w.reported(rs, ts, errs, now)
+	w.leased(jobs, sp.Now)
+	return out, jobs, nil
+}
+
+// transitions decides each report's transition at the writer's clock.
+func (w *Jobs) transitions(rs []Report) (time.Time, []store.Transition) {
 	now := w.cfg.Now()
 	ts := make([]store.Transition, len(rs))
 	w.mu.Lock()
@@ -204,10 +255,12 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 		}
 	}
 	w.mu.Unlock()
-	errs, err := w.cfg.Store.Finish(ctx, ts)
-	if err != nil {
-		return nil, err
-	}
+	return now, ts
+}
+
+// reported counts the written transitions (rate-limited counts, the
+// Observer, parts' parents) and pairs each with its error.
+func (w *Jobs) reported(rs []Report, ts []store.Transition, errs []error, now time.Time) []Reported {
 	out := make([]Reported, len(rs))
 	w.mu.Lock()
 	for i, r := range rs {
@@ -225,7 +278,7 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 			w.partFinal(r.Job.ParentID, r.Job.Lane)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // ReplayObserver is an Observer that also counts inserts answered from an

@@ -42,9 +42,9 @@ func (e *Engine) finish(batch []result) {
 	if allBatch(batch) {
 		ctx = store.WithLane(ctx, job.LaneBatch) // yields to interactive writes
 	}
-	var done []Reported
+	done, leased, free, withLease := e.finishLease(ctx, rs)
 	var err error
-	for attempt := range 5 {
+	for attempt := 0; !withLease && attempt < 5; attempt++ {
 		if done, err = e.jobs.Report(ctx, rs); err == nil {
 			break
 		}
@@ -73,7 +73,49 @@ func (e *Engine) finish(batch []result) {
 			e.queuePublish(r.job.ID, r.job.Lane) // the pool publishes: a slow Publisher must not hold finishes
 		}
 	}
-	e.Notify() // keys were released and groups may be ready
+	if !withLease {
+		e.Notify() // keys were released and groups may be ready
+		return
+	}
+	e.runLeased(leased, free)
+	if len(leased) == free {
+		e.Notify() // every slot taken: more may be ready
+		return
+	}
+	// The lease saw what this finish released; an idle fetch loop leasing
+	// again now would find nothing more, but the admission time the lease
+	// noted may be sooner than its wait.
+	select {
+	case e.rearm <- struct{}{}:
+	default:
+	}
+}
+
+// finishLease writes rs and, in the same write, leases for the free
+// worker slots (see store.FinishLeaser) when a fetch loop is idle: that
+// loop's last lease found nothing, so what this finish releases (a slot of
+// a key held at its concurrency cap, above all) is what a lease right
+// after it would take, one commit later. withLease is false when it did
+// not try or the write failed (nothing was written: the caller reports
+// alone); then no slot is held.
+func (e *Engine) finishLease(ctx context.Context, rs []Report) (done []Reported, leased []*job.Job, free int, withLease bool) {
+	if e.idle.Load() == 0 || len(e.kinds) == 0 || e.stopping() || !e.jobs.CanReportLease() {
+		return nil, nil, 0, false
+	}
+	if free = e.takeSlots(); free == 0 {
+		return nil, nil, 0, false
+	}
+	var admit time.Time
+	done, leased, err := e.jobs.ReportLease(ctx, rs, e.leaseParams(free, &admit))
+	if err != nil {
+		for range free {
+			<-e.slots
+		}
+		e.log.Error("finish with lease failed; finishing alone", "jobs", len(rs), "err", err)
+		return nil, nil, 0, false
+	}
+	e.noteAdmission(admit)
+	return done, leased, free, true
 }
 
 // allBatch reports whether every result is a batch-lane job's: only then

@@ -27,6 +27,9 @@ type FinishTx interface {
 	SaveKeys(keys []*admission.State) error
 	// GroupReady records that the group has a job eligible at at.
 	GroupReady(group int64, at time.Time) error
+	// GroupUnblock clears the group's blocked-until (see
+	// LeaseTx.TouchGroups), so that the next lease looks at it again.
+	GroupUnblock(group int64) error
 }
 
 // Ended is what FinishTx.EndAttempts reports of one transition.
@@ -48,9 +51,10 @@ type Ended struct {
 func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 	errs := make([]error, len(ts))
 	type applied struct {
-		t    *Transition
-		keys []string
-		cost int64
+		t     *Transition
+		keys  []string
+		cost  int64
+		group int64
 	}
 	var done []applied
 	var names []string
@@ -96,7 +100,7 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 					return nil, err
 				}
 			}
-			done = append(done, applied{t, e.Keys, e.Cost})
+			done = append(done, applied{t, e.Keys, e.Cost, e.Group})
 			names = append(names, e.Keys...)
 		}
 		batch, idx = later, laterIdx
@@ -118,8 +122,24 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 			before[n] = *st
 		}
 	}
+	var unblock []int64
 	for _, a := range done {
+		if atCap(states, a.keys) {
+			unblock = append(unblock, a.group)
+		}
 		ApplyKeyEffect(states, a.keys, a.cost, a.t.Keys)
+	}
+	// A lease that met one of these keys at its cap blocked the group for
+	// admission.CapRetry, though the cap frees exactly when a finish ends
+	// a lease: the group is looked at again at once instead, so the next
+	// job of a key held at a cap of one starts one write after the answer
+	// (see FinishLeaser), not up to CapRetry later. It is a hint: the next
+	// lease checks admission as always.
+	slices.Sort(unblock)
+	for _, g := range slices.Compact(unblock) {
+		if err := tx.GroupUnblock(g); err != nil {
+			return nil, err
+		}
 	}
 	save := make([]*admission.State, 0, len(states))
 	for _, n := range names {
@@ -136,6 +156,19 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 		return errs, nil
 	}
 	return errs, tx.SaveKeys(save)
+}
+
+// atCap reports whether one of the keys (those in states) has all the
+// leases in flight its concurrency cap allows.
+func atCap(states map[string]*admission.State, keys []string) bool {
+	for _, name := range keys {
+		if st := states[name]; st != nil {
+			if c := st.InFlightCap(); c > 0 && st.InFlight >= c {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Disturbs reports whether a finished attempt's key effect may change an

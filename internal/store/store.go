@@ -263,6 +263,21 @@ type ListParams struct {
 	Limit int
 }
 
+// FinishLeaser is a Store that can finish attempts and lease in one
+// durable write: FinishLease applies ts exactly as Finish does and then,
+// in the same transaction and so seeing what the finish released (a
+// concurrency slot, a window's flight, a paused key's pause), leases as
+// Lease does with p; p.Max 0 leases nothing. An engine whose fetch loop
+// is idle (its last lease came back empty) would otherwise lease right
+// after the finish commits: on a key held at its concurrency cap that is
+// one commit per job on the path from one answer to the next start. The
+// cap still holds on every node: the slot the lease takes is the one the
+// finish freed, in one transaction. Errors are Finish's; when the call
+// fails, nothing of it was written.
+type FinishLeaser interface {
+	FinishLease(ctx context.Context, ts []Transition, p LeaseParams) ([]error, []*job.Job, error)
+}
+
 // LeaseParams describes one lease call.
 type LeaseParams struct {
 	Now time.Time

@@ -50,6 +50,7 @@ func Run(t *testing.T, open Opener) {
 		"ShapesBoundStarts":     testShapesBoundStarts,
 		"PauseToTheNanosecond":  testPauseToTheNanosecond,
 		"ConcurrencyCap":        testConcurrencyCap,
+		"CapFreedByFinish":      testCapFreedByFinish,
 		"CapOnUnpacedKey":       testCapOnUnpacedKey,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
