@@ -159,6 +159,15 @@ func (s *State) Throttled(now, until time.Time, cost int64) {
 	}
 }
 
+// PacesRefusals reports whether Throttled slows the key by itself: an
+// adaptive key with a ceiling learns a lower rate (or a cap) from a refusal
+// that named no retry delay and empties its bucket, so its next start is
+// spaced by its new pacing. A job such a key refused needs no backoff of
+// its own (see store.PacedRetry): the key's pacing is the wait, and a
+// backoff on top idles the refused job for 0.5-1.5 s while the key goes on
+// starting others. Any other key pauses for the job's backoff instead.
+func (s *State) PacesRefusals() bool { return s.Adaptive && s.Rate > 0 }
+
 // refused learns an adaptive key's limit from one refusal of cost units at
 // now and reports whether the key is adaptive.
 //

@@ -19,8 +19,9 @@ import (
 // The virtual upstreams run: every mix's destinations answered by
 // upstream.Virtual in simulated time, paced by admission.State exactly as
 // the store applies outcomes (Take at the lease, RateLimited / Throttled /
-// Succeeded at the answer; a refusal without Retry-After and a fault are
-// retried after the engine's default backoff), with a lease loop that
+// Succeeded at the answer; a fault, and a refusal without Retry-After on a
+// key that does not pace it (store.PacedRetry), are retried after the
+// engine's default backoff), with a lease loop that
 // polls every millisecond. It has no store, HTTP or scheduler latency, so
 // it measures the pacing strategy alone, deterministically: the real
 // benchmark's figures are these plus the machine's noise. With a transit
@@ -237,7 +238,8 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				v.refusedAt = append(v.refusedAt, e.started)
 				before, rate, capBefore := v.st.PausedUntil, v.st.LearnedRate, v.st.LearnedConcurrency
 				inFlight := v.st.InFlight
-				if hasDelay && delay > 0 {
+				throttled := !hasDelay || delay <= 0
+				if !throttled {
 					v.st.RateLimited(e.at, e.at.Add(delay), 1)
 				} else {
 					delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
@@ -252,7 +254,15 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 					t.Logf("%s %6.3fs refused %d (%s) learned %.1f -> %.1f cap %d -> %d paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
 						e.status, e.header.Get("Retry-After"), rate, v.st.LearnedRate, capBefore, v.st.LearnedConcurrency, v.st.PausedUntil.Sub(epoch).Seconds())
 				}
-				v.retries = append(v.retries, e.at.Add(delay))
+				retry := e.at.Add(delay)
+				if throttled && v.st.PacesRefusals() {
+					// The store drops the backoff of a retry its
+					// adaptive key paces (store.PacedRetry); the
+					// draw above is kept so that every other draw
+					// stays as it was.
+					retry = e.at
+				}
+				v.retries = append(v.retries, retry)
 			default:
 				v.faults++
 				delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))

@@ -72,7 +72,9 @@ func Decide(j *job.Job, o job.Outcome, now time.Time, validates bool, b Backoff,
 		delay, why := o.RetryAfter, o.RetrySource
 		if delay <= 0 {
 			delay, why = b.Delay(j.Lane, t.Attempts.Congestion, u), "backoff"
-			t.Keys.Backoff = true
+			// The store drops the backoff when these keys pace the retry
+			// themselves (store.PacedRetry); the attempt still counts.
+			t.Keys.Backoff, t.Keys.JobKeys = true, j.LimitKeys
 		} else if why == "" {
 			why = "server"
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -101,6 +102,11 @@ func TestDecide(t *testing.T) {
 			}
 			if tr.Keys.Backoff != tc.backoff {
 				t.Fatalf("key effect backoff = %v, want %v", tr.Keys.Backoff, tc.backoff)
+			}
+			// The store decides from the job's keys whether they pace the
+			// retry instead of the backoff (store.PacedRetry).
+			if tc.backoff != (len(tr.Keys.JobKeys) > 0) || tc.backoff && !slices.Equal(tr.Keys.JobKeys, j.LimitKeys) {
+				t.Fatalf("key effect job keys = %v, want the job's %v only with a backoff", tr.Keys.JobKeys, j.LimitKeys)
 			}
 			if !job.CanTransition(job.StateRunning, tr.To) {
 				t.Fatalf("running -> %s is not a legal transition", tr.To)

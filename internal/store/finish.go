@@ -30,6 +30,11 @@ type FinishTx interface {
 	// GroupUnblock clears the group's blocked-until (see
 	// LeaseTx.TouchGroups), so that the next lease looks at it again.
 	GroupUnblock(group int64) error
+	// ReadKeys returns the named keys' states without locking them (a key
+	// with no row is missing). Finish reads only their configuration from
+	// them, before EndAttempts (see PacedRetry), so that the job rows are
+	// still written before any key is locked.
+	ReadKeys(names []string) (map[string]*admission.State, error)
 }
 
 // Ended is what FinishTx.EndAttempts reports of one transition.
@@ -45,10 +50,80 @@ type Ended struct {
 	Conflict bool
 }
 
+// PacedRetryWhy is the AttemptRecord.Why of a retry that its keys pace
+// (see PacedRetry).
+const PacedRetryWhy = "key pacing"
+
+// PacedRetry reports whether a job refused without a retry delay (a 429,
+// or a 503 without Retry-After) needs no backoff of its own: every one of
+// its keys that the refusal applies to (scope, or all of them when scope
+// is empty; at least one) has a row and slows itself on such a refusal
+// (admission.State.PacesRefusals). The key's new pacing then spaces the
+// retry like any other start, while a backoff on top would idle the job
+// 0.5-1.5 s after its key was ready again. A key with a fixed limit pauses
+// for the job's backoff instead, and a job with no such key has nothing
+// but its backoff to slow it: both keep it.
+func PacedRetry(states map[string]*admission.State, jobKeys, scope []string) bool {
+	n := 0
+	for _, name := range jobKeys {
+		if len(scope) > 0 && !slices.Contains(scope, name) {
+			continue
+		}
+		st := states[name]
+		if st == nil || !st.PacesRefusals() {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// pacedRetries makes the retries that their keys pace (see PacedRetry)
+// eligible at the refusal, with a record that says so: the configuration is
+// read before the job rows are written, unlocked (a reconfiguration racing
+// the finish is read either way: a retry let through against a key that
+// just stopped adapting waits behind that key's pause, which Throttled
+// then applies for the backoff).
+func pacedRetries(tx FinishTx, ts []Transition) error {
+	var names []string
+	for i := range ts {
+		if throttledRetry(&ts[i]) {
+			names = append(names, ts[i].Keys.JobKeys...)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	states, err := tx.ReadKeys(slices.Compact(names))
+	if err != nil {
+		return err
+	}
+	for i := range ts {
+		t := &ts[i]
+		if throttledRetry(t) && PacedRetry(states, t.Keys.JobKeys, t.Keys.Scope) {
+			t.EligibleAt, t.Record.Delay, t.Record.Why = t.Keys.Now, 0, PacedRetryWhy
+		}
+	}
+	return nil
+}
+
+// throttledRetry reports a retry after a refusal that named no delay, on
+// a job whose keys the engine named.
+func throttledRetry(t *Transition) bool {
+	return t.To == job.StateRetryScheduled && t.Keys.RateLimited && t.Keys.Backoff && len(t.Keys.JobKeys) > 0 &&
+		t.Record.Why != PacedRetryWhy
+}
+
 // Finish applies a batch of transitions on a driver's transaction: all job
 // rows first, then every touched key once, in name order, so that two
 // concurrent finishes on a multi-node driver lock keys in the same order.
+// A retry that its keys pace is made eligible at once first (see
+// PacedRetry), in ts.
 func Finish(tx FinishTx, ts []Transition) ([]error, error) {
+	if err := pacedRetries(tx, ts); err != nil {
+		return nil, err
+	}
 	errs := make([]error, len(ts))
 	type applied struct {
 		t     *Transition

@@ -65,7 +65,10 @@ type Store interface {
 	Heartbeat(ctx context.Context, id, token string, until time.Time) error
 	// Finish applies the transitions that end attempts, in one durable
 	// write. Each is guarded on (id, running, lease token); the returned
-	// slice holds nil or ErrConflict per transition.
+	// slice holds nil or ErrConflict per transition. A retry that its
+	// keys pace needs no backoff (see PacedRetry): Finish then writes it
+	// eligible at once, and updates its EligibleAt and Record in ts, so
+	// that the caller reports what was written.
 	Finish(ctx context.Context, ts []Transition) ([]error, error)
 	// Expired returns up to limit running jobs whose lease expired by now
 	// (lease_expires_at <= now), for the reaper to finish with a
@@ -352,6 +355,10 @@ type KeyEffect struct {
 	Backoff bool
 	// Scope names the keys a pause applies to; empty means all of the job's keys.
 	Scope []string
+	// JobKeys are the job's limit keys, set with Backoff (engine.Decide):
+	// Finish reads their configuration to tell whether they pace the
+	// job's retry themselves (see PacedRetry). Nil keeps the backoff.
+	JobKeys []string
 	// Hints feed remaining-quota information to the buckets.
 	Hints []job.Hint
 	// Estimated and Actual reconcile the bucket with the real cost.

@@ -69,6 +69,7 @@ func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.
 	out := make([]error, len(ts))
 	for k, i := range order {
 		out[i] = errs[k]
+		ts[i] = sorted[k] // a paced retry's EligibleAt and Record (store.PacedRetry)
 	}
 	return out, leased, nil
 }
@@ -223,6 +224,12 @@ func (f *finishTx) LockKeysWait(names []string) (map[string]*admission.State, er
 	}
 	// A key whose pacing changed under the split lock: lock it now.
 	return relockMissing(f.ctx, f.tx, names, out)
+}
+
+// ReadKeys reads the keys without locking them: one round trip, only in a
+// finish with a retry after a refusal that named no delay.
+func (f *finishTx) ReadKeys(names []string) (map[string]*admission.State, error) {
+	return collectKeys(f.tx.Query(f.ctx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = ANY($1)`, names))
 }
 
 func (f *finishTx) SaveKeys(keys []*admission.State) error { return saveKeys(f.ctx, f.tx, keys) }

@@ -185,6 +185,11 @@ func (o *txOps) LockKeysWait(names []string) (map[string]*admission.State, error
 	return o.s.loadKeys(o.tx, names)
 }
 
+// ReadKeys is LockKeysWait: the single writer holds every lock.
+func (o *txOps) ReadKeys(names []string) (map[string]*admission.State, error) {
+	return o.s.loadKeys(o.tx, names)
+}
+
 func (o *txOps) SaveKeys(keys []*admission.State) error { return o.s.saveKeys(o.tx, keys) }
 
 func (o *txOps) TouchGroups(touches []store.GroupTouch) error {
