@@ -50,7 +50,9 @@ func (s *Store) FinishLease(ctx context.Context, ts []store.Transition, p store.
 		if errs, err = store.Finish(ops, ts); err != nil || p.Max <= 0 {
 			return err
 		}
-		out, err = store.Lease(ops, p, newToken)
+		// One token for the whole call, as Lease (MarkLeased refuses more).
+		token := newToken()
+		out, err = store.Lease(ops, p, func() string { return token })
 		return err
 	})
 	if err != nil {
