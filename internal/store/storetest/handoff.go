@@ -64,4 +64,18 @@ func testCapFreedByFinish(t *testing.T, open Opener) {
 	if k, err := s.GetLimit(context.Background(), "k"); err != nil || k.InFlight != 1 {
 		t.Fatalf("key in flight = %d (%v), want 1", k.InFlight, err)
 	}
+	// A finish and lease that leases several jobs at once (the SQLite
+	// driver once refused it: one lease token per call).
+	for range 2 {
+		insert(t, s, NewJob("acme", job.LaneInteractive, "free"))
+	}
+	errs, many, err := fl.FinishLease(context.Background(), []store.Transition{success(third[0], ms(16))},
+		store.LeaseParams{Now: ms(16), Max: 5, LeaseFor: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("finish and lease of several jobs: %v", err)
+	}
+	mustOK(t, errs)
+	if len(many) != 2 {
+		t.Fatalf("finish and lease leased %d jobs, want the 2 on the free key", len(many))
+	}
 }
