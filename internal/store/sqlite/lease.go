@@ -19,12 +19,19 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	var out []*job.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
-		// One token for the whole call (see MarkLeased).
-		token := newToken()
-		out, err = store.Lease(&txOps{s: s, tx: tx}, p, func() string { return token })
+		out, err = (&txOps{s: s, tx: tx}).lease(p)
 		return err
 	})
 	return out, err
+}
+
+// lease runs store.Lease on o under one new token for the whole call:
+// MarkLeased marks every job of a call with it (one constant in its
+// UPDATE) and refuses a call that hands out more than one. Lease and
+// FinishLease both go through here so that they cannot disagree.
+func (o *txOps) lease(p store.LeaseParams) ([]*job.Job, error) {
+	token := newToken()
+	return store.Lease(o, p, func() string { return token })
 }
 
 // Finish applies attempt-ending transitions in one write.
@@ -50,9 +57,7 @@ func (s *Store) FinishLease(ctx context.Context, ts []store.Transition, p store.
 		if errs, err = store.Finish(ops, ts); err != nil || p.Max <= 0 {
 			return err
 		}
-		// One token for the whole call, as Lease (MarkLeased refuses more).
-		token := newToken()
-		out, err = store.Lease(ops, p, func() string { return token })
+		out, err = ops.lease(p)
 		return err
 	})
 	if err != nil {
