@@ -164,7 +164,11 @@ type Config struct {
 	// (PostgreSQL reads and locks up to 2*Max+16 ready groups, SKIP
 	// LOCKED) until its commit: with two, 62 % of a throughput drain's
 	// lease calls came back empty (docs/benchmarks.md, "Session 12
-	// (s12h3)"). Other nodes' leases still run beside this one's.
+	// (s12h3)"). Other nodes' leases still run beside this one's. The
+	// exception is a finish that leases (store.FinishLeaser, only while
+	// the fetch loop is idle: loops.go finishLease): the fetch loop may
+	// wake during it and lease too. Both take their worker slots first, so
+	// together they never lease more jobs than there are free slots.
 	InFlight int
 	// Publishers is how many validated jobs of either lane are published
 	// at once, on a pool of their own (publish.go): a slow Publisher holds
