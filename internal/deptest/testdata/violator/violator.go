@@ -25,6 +25,7 @@ func Write(ctx context.Context, st store.Store, d *sqlite.Store, w *engine.Jobs)
 	advance := w.Store().Advance                       // a method value, reached via engine.Jobs
 	_, _ = advance(ctx, store.AdvanceParams{})
 	_ = st.ClaimPublish(ctx, "id", "token", time.Time{}, time.Time{}) // a claim on a job's publication
+	_, _, _ = d.FinishLease(ctx, nil, store.LeaseParams{})            // an optional interface's writer (store.FinishLeaser)
 	_, _ = st.Get(ctx, "id")                                          // a read: allowed
 }
 
