@@ -25,7 +25,11 @@ func TestCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestKill9Recovery as a subprocess")
 	}
-	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 32, LeaseFor: 2 * time.Second}
+	// LeaseFor 10 s, not 2, for TestWebhookCrashChild's reason: under
+	// `make test`'s parallel -race load a live child's finish can land more
+	// than 2 s after its lease, and a job recovered while it was not held
+	// at the kill fails checkPublishedOnce.
+	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 32, LeaseFor: 10 * time.Second}
 	cfg.Handle("crash", ratelane.WorkFunc(func(ctx context.Context, j *ratelane.Job, _ struct{}) (any, error) {
 		time.Sleep(5 * time.Millisecond)
 		return map[string]string{"id": j.ID}, nil
