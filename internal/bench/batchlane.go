@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"time"
 
@@ -153,21 +152,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	closed := make(chan struct{})
 	close(closed)
 	w0 := storeWrites(reg)
-	if v := os.Getenv("RATELANE_PROBE_BASELINE"); v != "" { // SCRATCH
-		d, _ := time.ParseDuration(v)
-		plan.Window = d
-	}
 	base, err := interactive(plan.Window, closed)
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
-	}
-	if os.Getenv("RATELANE_PROBE_BASELINE") != "" { // SCRATCH
-		var r Result
-		r.add("baseline_reviews", float64(len(base)), "reviews")
-		r.add("baseline_p50_ms", Percentile(base, 0.50), "ms")
-		r.add("baseline_p99_ms", Percentile(base, 0.99), "ms")
-		r.add("baseline_max_ms", Percentile(base, 1), "ms")
-		return r, nil
 	}
 
 	// The sweep: its manifests go in from one goroutine while the

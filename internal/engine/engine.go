@@ -605,18 +605,14 @@ func (e *Engine) fetchLoop() {
 func (e *Engine) idleWait(timer *time.Timer) bool {
 	e.idle.Add(1)
 	defer e.idle.Add(-1)
-	t0 := time.Now()
 	for {
-		np := e.nextPoll()
-		timer.Reset(np)
+		timer.Reset(e.nextPoll())
 		select {
 		case <-e.stop:
 			return false
 		case <-e.wake:
-			probe(t0, time.Now(), "idle->wake", int(np/time.Millisecond), 0)
 			return true
 		case <-timer.C:
-			probe(t0, time.Now(), "idle->timer", int(np/time.Millisecond), 0)
 			return true
 		case <-e.rearm:
 			timer.Stop()
@@ -651,8 +647,6 @@ func (e *Engine) leaseAndRun() int {
 		free += e.takeSlots()
 	}
 	if free == 0 {
-		t0 := time.Now()
-		defer func() { probe(t0, time.Now(), "slotwait", 0, 0) }()
 		select { // all workers busy: wait for one
 		case e.slots <- struct{}{}:
 			free = 1 + e.takeSlots()
@@ -687,13 +681,7 @@ func (e *Engine) lease(n int) ([]*job.Job, error) {
 		return nil, nil
 	}
 	var admit time.Time // set by the store before Lease returns
-	t0 := time.Now()
 	jobs, err := e.jobs.Lease(e.ctx, e.leaseParams(n, &admit))
-	na := -1
-	if !admit.IsZero() {
-		na = int(admit.Sub(time.Now()) / time.Millisecond)
-	}
-	probe(t0, time.Now(), "lease", len(jobs), na)
 	e.noteAdmission(admit)
 	return jobs, err
 }
@@ -727,8 +715,6 @@ func (e *Engine) runLeased(jobs []*job.Job, free int) {
 			ready = j.EligibleAt
 		}
 		e.stages.observe(j.Lane, stQueued, now.Sub(ready))
-		probeOutlier(j, ready, now)
-		probeSplit(j, ready, now)
 	}
 	for i := len(jobs); i < free; i++ {
 		<-e.slots // give back the slots not used

@@ -106,9 +106,7 @@ func (e *Engine) finishLease(ctx context.Context, rs []Report) (done []Reported,
 		return nil, nil, 0, false
 	}
 	var admit time.Time
-	t0 := time.Now()
 	done, leased, err := e.jobs.ReportLease(ctx, rs, e.leaseParams(free, &admit))
-	probe(t0, time.Now(), "finishlease", len(leased), len(rs))
 	if err != nil {
 		for range free {
 			<-e.slots

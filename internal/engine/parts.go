@@ -99,13 +99,6 @@ func (w *Jobs) InsertParts(ctx context.Context, parent *job.Job, parts []*job.Jo
 	if err != nil {
 		return nil, err
 	}
-	if probeOn {
-		var ids []string
-		for _, r := range res {
-			ids = append(ids, r.Job.ID)
-		}
-		probeInserted(ids)
-	}
 	if len(parts) == 0 {
 		w.partFinal(res[0].Job.ID, parent.Lane)
 	}

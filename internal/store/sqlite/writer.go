@@ -223,7 +223,6 @@ type ran struct {
 // and commits. A first write that fails is rolled back alone: the writes
 // still queued go into the next transaction.
 func (s *Store) runBatch(first *writeReq) ([]ran, error) {
-	pt0, pwal := time.Now(), s.walSize()
 	tx, err := s.wdb.Begin()
 	if err != nil {
 		return []ran{{r: first}}, fmt.Errorf("sqlite: begin: %w", err)
@@ -253,8 +252,6 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		hasInteractive = hasInteractive || r.lane != job.LaneBatch
 		batch = append(batch, ran{r: r, err: s.runOne(tx, r, true)})
 	}
-	pt1 := time.Now()
-	defer func() { s.probeTx(pt0, pt1, time.Now(), len(batch), pwal) }()
 	if err := tx.Commit(); err != nil {
 		clear(s.unpaced)
 		tx.Rollback()
