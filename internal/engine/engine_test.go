@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -509,18 +510,56 @@ func TestWakesWhenAKeyAdmits(t *testing.T) {
 	})
 }
 
+// TestLeaseWaitsForFreeingSlots: when the last lease returned jobs, the
+// fetch loop gives the workers a moment to free their slots before the
+// next lease, so each lease asks for every slot. Without it, a lease
+// asked only for the slots its predecessor's jobs had not taken: those
+// jobs were started but had not yet run, so two cohorts alternated and
+// every lease of a PostgreSQL drain of no-op jobs asked for about half the
+// workers (docs/benchmarks.md, "Session 13 (s13h4)").
+func TestLeaseWaitsForFreeingSlots(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &leaseOverlap{Store: newStore(t)}
+		var jobs []*job.Job
+		for i := range 200 {
+			jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, "k"+fmt.Sprint(i%4)))
+		}
+		insertNow(t, s, jobs...)
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, Workers: 8})
+		st := waitFinal(t, s, 90*time.Second)
+		if st.Counts[job.LaneInteractive][job.StatePublished] != 200 {
+			t.Fatalf("published %d of 200", st.Counts[job.LaneInteractive][job.StatePublished])
+		}
+		s.mu.Lock()
+		asked := slices.Clone(s.asked)
+		s.mu.Unlock()
+		short := 0
+		for _, n := range asked {
+			if n < 8 {
+				short++
+			}
+		}
+		if short > 0 {
+			t.Fatalf("%d of %d lease calls asked for fewer than the 8 workers: %v", short, len(asked), asked)
+		}
+	})
+}
+
 // leaseOverlap is a store whose Lease takes a millisecond of the bubble's
 // clock and remembers the most calls it saw in flight at once.
 type leaseOverlap struct {
 	store.Store
 	mu        sync.Mutex
 	now, most int
+	asked     []int // each call's p.Max
 }
 
 func (s *leaseOverlap) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
 	s.mu.Lock()
 	s.now++
 	s.most = max(s.most, s.now)
+	s.asked = append(s.asked, p.Max)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

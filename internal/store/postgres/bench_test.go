@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,7 +81,26 @@ func BenchmarkLeaseFinish(b *testing.B) {
 // one per batch (pgx sends a batch's statements together and reads their
 // results in one go). Statements counts every statement either way, and
 // begins the BEGINs among them: the transactions.
-type roundTrips struct{ trips, statements, begins atomic.Int64 }
+//
+// With timed set, it also keeps each round trip's duration (from sending
+// to its results read), named by its statements (see tripName), for the
+// latency breakdown of BenchmarkEngineDrain.
+type roundTrips struct {
+	trips, statements, begins atomic.Int64
+
+	timed bool
+	mu    sync.Mutex
+	times map[string][]time.Duration
+}
+
+// tripKey carries a round trip's start and the names of its statements
+// from its start to its end.
+type tripKey struct{}
+
+type tripState struct {
+	start time.Time
+	names []string
+}
 
 func (r *roundTrips) statement(sql string) {
 	r.statements.Add(1)
@@ -91,21 +112,78 @@ func (r *roundTrips) statement(sql string) {
 func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.trips.Add(1)
 	r.statement(d.SQL)
+	if r.timed {
+		return context.WithValue(ctx, tripKey{}, &tripState{start: time.Now(), names: []string{stmtName(d.SQL)}})
+	}
 	return ctx
 }
 
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	r.end(ctx)
+}
 
 func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	r.trips.Add(1)
+	if r.timed {
+		return context.WithValue(ctx, tripKey{}, &tripState{start: time.Now()})
+	}
 	return ctx
 }
 
-func (r *roundTrips) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+func (r *roundTrips) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
 	r.statement(d.SQL)
+	if st, ok := ctx.Value(tripKey{}).(*tripState); ok {
+		st.names = append(st.names, stmtName(d.SQL))
+	}
 }
 
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (r *roundTrips) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	r.end(ctx)
+}
+
+func (r *roundTrips) end(ctx context.Context) {
+	st, ok := ctx.Value(tripKey{}).(*tripState)
+	if !ok {
+		return
+	}
+	d := time.Since(st.start)
+	name := strings.Join(st.names, "+")
+	r.mu.Lock()
+	if r.times == nil {
+		r.times = map[string][]time.Duration{}
+	}
+	r.times[name] = append(r.times[name], d)
+	r.mu.Unlock()
+}
+
+// stmtName names a statement by its first words, enough to tell the
+// lease's and the finish's statements apart.
+func stmtName(sql string) string {
+	f := strings.Fields(sql)
+	if len(f) > 4 {
+		f = f[:4]
+	}
+	n := strings.Join(f, " ")
+	switch {
+	case strings.Contains(sql, "FROM job_groups") && strings.Contains(sql, "served_seq LIMIT"):
+		n = "readyGroups"
+	case strings.Contains(sql, "set_config"):
+		n = "set_config"
+	case strings.Contains(sql, "CROSS JOIN LATERAL"):
+		n = "manyHeads"
+	case strings.Contains(sql, "FROM limit_keys"):
+		n = "lockKeys"
+	case strings.HasPrefix(sql, "SELECT (SELECT eligible_at"):
+		n = "oldestReady"
+	case strings.Contains(sql, "SET state = 'running'"):
+		n = "markLeased"
+	case strings.Contains(sql, "retry_scheduled' AND eligible_at <="):
+		n = "promote"
+	case strings.Contains(sql, "UPDATE job_groups g SET served_seq"):
+		n = "touchGroups"
+	}
+	return n
+}
 
 // BenchmarkLeaseFinish64 is the engine's cycle in the throughput workload:
 // a lease of up to 64 jobs over 16 groups (one unpaced key each), then one

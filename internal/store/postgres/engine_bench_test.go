@@ -3,8 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,13 +35,16 @@ import (
 // sequential scans plus heap tuples fetched by index scans; jobs_leases'
 // index entries apart). Autovacuum is off for the schema's jobs table so
 // that the dead entries a drain leaves are there for every run alike.
-// Run it with -benchtime 1x.
+// It also logs each drain lease call's duration and the slots it asked
+// for, and each kind of round trip's duration (wall time: where the time
+// goes, not evidence of speed). With ASYNC set in the environment the
+// store commits leases with Config.AsyncLease. Run it with -benchtime 1x.
 func BenchmarkEngineDrain(b *testing.B) {
 	ctx := context.Background()
 	schema := newSchema(b)
-	rt := &roundTrips{}
+	rt := &roundTrips{timed: true}
 	const app = "rl_engine_drain"
-	s, err := Open(ctx, Config{URL: testURL(b) + "&application_name=" + app, Schema: schema, Region: "us", tracer: rt})
+	s, err := Open(ctx, Config{URL: testURL(b) + "&application_name=" + app, Schema: schema, Region: "us", tracer: rt, AsyncLease: os.Getenv("ASYNC") != ""})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,11 +63,17 @@ func BenchmarkEngineDrain(b *testing.B) {
 		insertChecked(b, s, n, 1000)
 		before := stats.read(b, s)
 		trips0, stmts0, begins0 := rt.trips.Load(), rt.statements.Load(), rt.begins.Load()
+		rt.mu.Lock()
+		rt.times = nil
+		rt.mu.Unlock()
+		start := time.Now()
 		e := startEngine(b, cs, &done)
 		waitDone(b, &done, int64(n))
+		drain := time.Since(start)
 		if err := e.Stop(ctx); err != nil {
 			b.Fatal(err)
 		}
+		reportLatency(b, cs, rt, drain)
 		leases, empty := cs.leases.Load(), cs.empty.Load()
 		b.ReportMetric(float64(rt.trips.Load()-trips0)/float64(n), "drain-roundtrips/job")
 		b.ReportMetric(float64(rt.statements.Load()-stmts0)/float64(n), "drain-statements/job")
@@ -142,6 +155,11 @@ func reportReads(b *testing.B, phase string, before, after map[string]int64, job
 type countingStore struct {
 	*Store
 	leases, empty, keyReads atomic.Int64
+
+	mu        sync.Mutex
+	leaseTime []time.Duration // each Lease call's duration
+	leaseJobs []int           // and the jobs it returned
+	leaseMax  []int           // of the p.Max it asked for
 }
 
 // GetLimit is Store.GetLimit, counted.
@@ -158,12 +176,72 @@ func (c *countingStore) LimitConfigs(ctx context.Context, names []string) (map[s
 
 // Lease is Store.Lease, counted.
 func (c *countingStore) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	start := time.Now()
 	got, err := c.Store.Lease(ctx, p)
+	d := time.Since(start)
+	c.mu.Lock()
+	c.leaseTime = append(c.leaseTime, d)
+	c.leaseJobs = append(c.leaseJobs, len(got))
+	c.leaseMax = append(c.leaseMax, p.Max)
+	c.mu.Unlock()
 	c.leases.Add(1)
 	if len(got) == 0 {
 		c.empty.Add(1)
 	}
 	return got, err
+}
+
+// reportLatency logs the wall time of the drain's lease calls and of
+// each kind of round trip, and reports the share of the drain spent
+// inside a lease call and its median. Wall time moves with the machine's
+// load: these say where a lease's time goes, not how fast it is.
+func reportLatency(b *testing.B, cs *countingStore, rt *roundTrips, drain time.Duration) {
+	cs.mu.Lock()
+	lt, lj, lm := slices.Clone(cs.leaseTime), slices.Clone(cs.leaseJobs), slices.Clone(cs.leaseMax)
+	cs.leaseTime, cs.leaseJobs, cs.leaseMax = nil, nil, nil
+	cs.mu.Unlock()
+	var total time.Duration
+	for _, d := range lt {
+		total += d
+	}
+	jobs, asked := 0, 0
+	for i, n := range lj {
+		jobs += n
+		asked += lm[i]
+	}
+	b.Logf("drain: lease calls asked for %.1f jobs each", float64(asked)/float64(max(1, len(lt))))
+	b.Logf("drain: %v; lease calls %d (%.1f jobs each), inside one %v (%.0f %%); lease %s",
+		drain.Round(time.Millisecond), len(lt), float64(jobs)/float64(max(1, len(lt))), total.Round(time.Millisecond),
+		100*total.Seconds()/drain.Seconds(), quantiles(lt))
+	if len(lt) > 0 {
+		b.ReportMetric(total.Seconds()/drain.Seconds(), "drain-inlease-share")
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	names := slices.Sorted(maps.Keys(rt.times))
+	for _, name := range names {
+		ds := rt.times[name]
+		var sum time.Duration
+		for _, d := range ds {
+			sum += d
+		}
+		b.Logf("trip %s: %d, total %v, %s", name, len(ds), sum.Round(time.Millisecond), quantiles(ds))
+	}
+}
+
+// quantiles formats the mean, p50, p90 and p99 of ds in milliseconds.
+func quantiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	q := func(p float64) float64 { return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000 }
+	return fmt.Sprintf("mean %.2f p50 %.2f p90 %.2f p99 %.2f ms", float64(sum.Microseconds())/1000/float64(len(s)), q(0.5), q(0.9), q(0.99))
 }
 
 // insertChecked inserts n no-op jobs over 16 unpaced keys in batches of
