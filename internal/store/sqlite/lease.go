@@ -283,7 +283,8 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 		if err != nil {
 			return nil, err
 		}
-		g := o.groups[j.ID].g
+		h := o.groups[j.ID]
+		g := h.g
 		if g == nil || g.ID != group {
 			return nil, fmt.Errorf("sqlite: lease job %s: not a head of its group in this call", j.ID)
 		}
@@ -292,7 +293,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 		j.Kind, j.Lane, j.Tenant = g.Kind, g.Lane, g.Tenant
 		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, token, until.UTC(), now.UTC()
 		byID[j.ID] = j
-		o.s.rememberLease(j, group)
+		o.s.rememberLease(j, group, h.rowid)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -356,6 +357,9 @@ type leaseFacts struct {
 	keys  []string
 	group int64
 	cost  int64
+	// rowid is the row's rowid when it was leased (Heads read it): the
+	// plain finish finds the row by it, not through the id index.
+	rowid int64
 }
 
 // maxLeaseFacts bounds Store.leases. A lease that ends other than by
@@ -368,11 +372,11 @@ const maxLeaseFacts = 1 << 16
 // rememberLease records j's lease for its finish. The entry is a hint
 // checked against the lease token: if the lease's transaction is rolled
 // back, no finish carries that token and the guarded UPDATE matches no row.
-func (s *Store) rememberLease(j *job.Job, group int64) {
+func (s *Store) rememberLease(j *job.Job, group, rowid int64) {
 	if len(s.leases) >= maxLeaseFacts {
 		clear(s.leases)
 	}
-	s.leases[j.ID] = leaseFacts{token: j.LeaseToken, keys: slices.Clone(j.LimitKeys), group: group, cost: j.Cost}
+	s.leases[j.ID] = leaseFacts{token: j.LeaseToken, keys: slices.Clone(j.LimitKeys), group: group, cost: j.Cost, rowid: rowid}
 }
 
 // The finish's statements take their parameters as plain "?", in order,
@@ -401,12 +405,17 @@ const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
 
 // endAttemptPlainSQL is endAttemptSQL for a transition that keeps
 // eligible_at and result, names its attempt and does not ask for an
-// expired lease: three parameters fewer.
+// expired lease: three parameters fewer. It finds the row by the rowid
+// the lease read (leaseFacts.rowid), one descent of the table's B-tree
+// instead of the id index's and then the table's, and checks the id
+// besides: a rowid that no longer names the job (a VACUUM since the
+// lease may renumber rows) matches no row, and endAttempt then tries
+// endAttemptSQL by id.
 const endAttemptPlainSQL = `UPDATE jobs SET state = ?, reason = ?,
 		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?,
 		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
 		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'
-	WHERE id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
+	WHERE rowid = ? AND id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
 
 // endAttemptReturningSQL ends a lease not remembered, reading back what
 // the finish needs of the job.
@@ -435,13 +444,17 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	result, expired := nullBytes(t.Result), nullNS(t.LeaseExpiredBy)
 	plain := remembered && eligible == nil && result == nil && expired == nil && attempt != nil
 	var args []any
+	record := recordJSON(t.Record)
+	general := func() []any {
+		return []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
+			t.Attempts.Schema, result, finished, ns(now), record,
+			t.ID, t.LeaseToken, attempt, expired}
+	}
 	if plain {
 		args = []any{string(t.To), string(t.Reason), t.Attempts.Congestion, t.Attempts.Transient,
-			t.Attempts.Schema, finished, ns(now), recordJSON(t.Record), t.ID, t.LeaseToken, attempt}
+			t.Attempts.Schema, finished, ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
 	} else {
-		args = []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
-			t.Attempts.Schema, result, finished, ns(now), recordJSON(t.Record),
-			t.ID, t.LeaseToken, attempt, expired}
+		args = general()
 	}
 	if remembered {
 		// Only this finish can use the entry: the guard below either ends
@@ -458,6 +471,16 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 		n, err := res.RowsAffected()
 		if err != nil {
 			return nil, 0, 0, err
+		}
+		if n == 0 && plain {
+			// The rowid may no longer name the job: the guard decides by
+			// id (the general statement with the plain one's NULLs).
+			if res, err = o.s.exec(o.tx, endAttemptSQL, general()...); err != nil {
+				return nil, 0, 0, err
+			}
+			if n, err = res.RowsAffected(); err != nil {
+				return nil, 0, 0, err
+			}
 		}
 		if n == 0 {
 			return nil, 0, 0, store.ErrConflict
