@@ -97,7 +97,7 @@ func TestPlainFinishByRowid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTestStore(t)
-	plan := queryPlan(t, s, endAttemptPlainSQL, "validated", "", 0, 0, 0, 1, 1, "{}", 1, "x", "t", 1)
+	plan := queryPlan(t, s, endAttemptPlainSQL, "validated", 1, 1, "{}", 1, "x", "t", 1)
 	if !strings.Contains(plan, "USING INTEGER PRIMARY KEY (rowid=?)") {
 		t.Fatalf("plain finish plan %q, want a search by rowid", plan)
 	}
@@ -173,5 +173,52 @@ func TestPlainFinishByRowid(t *testing.T) {
 		if !errors.Is(e, store.ErrConflict) {
 			t.Errorf("second finish of %s: %v, want ErrConflict", ts[i].ID, e)
 		}
+	}
+}
+
+// TestRememberedFinishWritesReasonAndCounters: a remembered lease whose
+// finish changes the failure counters or sets a reason (not the plain
+// statement's case, which keeps both) writes them: one job goes back to
+// waiting with a congestion attempt counted, the other ends terminal with
+// its reason and a transient attempt counted.
+func TestRememberedFinishWritesReasonAndCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTestStore(t)
+	if _, err := s.Insert(ctx, []*job.Job{storetest.NewJob("acme", job.LaneBatch), storetest.NewJob("acme", job.LaneBatch)}, storetest.Unpaced); err != nil {
+		t.Fatal(err)
+	}
+	now := storetest.T0
+	got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 2, LeaseFor: time.Minute})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("lease: %d jobs, %v; want 2", len(got), err)
+	}
+	back, end := got[0], got[1]
+	ts := []store.Transition{
+		{ID: back.ID, LeaseToken: back.LeaseToken, To: job.StateWaiting, Attempts: job.Attempts{Congestion: 1},
+			Record: job.AttemptRecord{At: now, Attempt: back.Attempt, Outcome: job.ClassRateLimited},
+			Keys:   store.KeyEffect{Now: now}},
+		{ID: end.ID, LeaseToken: end.LeaseToken, To: job.StateTerminal, Reason: "gave up", Attempts: job.Attempts{Transient: 1},
+			Record: job.AttemptRecord{At: now, Attempt: end.Attempt, Outcome: job.ClassTransient},
+			Keys:   store.KeyEffect{Now: now}},
+	}
+	errs, err := s.Finish(ctx, ts)
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("finish: %v, %v", errs, err)
+	}
+	j, err := s.Get(ctx, back.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != job.StateWaiting || j.Attempts.Congestion != 1 || len(j.History) != 1 {
+		t.Errorf("job sent back: state %s, attempts %+v, %d records; want waiting, one congestion attempt, one record", j.State, j.Attempts, len(j.History))
+	}
+	j, err = s.Get(ctx, end.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != job.StateTerminal || string(j.Reason) != "gave up" || j.Attempts.Transient != 1 || len(j.History) != 1 {
+		t.Errorf("job ended: state %s, reason %q, attempts %+v, %d records; want terminal, %q, one transient attempt, one record",
+			j.State, j.Reason, j.Attempts, len(j.History), "gave up")
 	}
 }
