@@ -409,16 +409,31 @@ const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
 // endAttemptPlainSQL is endAttemptSQL for a transition that keeps
 // eligible_at, result, the failure counters and the empty reason of a
 // running job, names its attempt and does not ask for an expired lease (a
-// success, as a rule): seven parameters fewer, each a bind through the
-// driver per job. It finds the row by the rowid the lease read
+// success, as a rule): eight parameters fewer, each a bind through the
+// driver per job, the new state among them (written as a literal, one
+// statement text per state: modernc.org/sqlite copies every bound text
+// into C memory). It finds the row by the rowid the lease read
 // (leaseFacts.rowid), one descent of the table's B-tree instead of the id
 // index's and then the table's, and checks the id besides: a rowid that no
 // longer names the job (a VACUUM since the lease may renumber rows)
 // matches no row, and endAttempt then tries endAttemptSQL by id.
-const endAttemptPlainSQL = `UPDATE jobs SET state = ?,
+func endAttemptPlainSQL(to job.State) string {
+	return `UPDATE jobs SET state = '` + string(to) + `',
 		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
 		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'
 	WHERE rowid = ? AND id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
+}
+
+// endAttemptPlainSQLs is endAttemptPlainSQL of each state a finish with an
+// empty reason may end in; a transition to another goes by endAttemptSQL.
+var endAttemptPlainSQLs = func() map[job.State]string {
+	m := map[job.State]string{}
+	for _, to := range []job.State{job.StateAccepted, job.StateWaiting, job.StateRetryScheduled,
+		job.StateValidated, job.StatePublished} {
+		m[to] = endAttemptPlainSQL(to)
+	}
+	return m
+}()
 
 // endAttemptReturningSQL ends a lease not remembered, reading back what
 // the finish needs of the job.
@@ -441,12 +456,13 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	// (two appended together cost a copy and an allocation per job).
 	// A transition that keeps eligible_at, result, the counters and the
 	// empty reason, names its attempt and does not ask for an expired lease
-	// (a success, as a rule) binds seven parameters fewer
+	// (a success, as a rule) binds eight parameters fewer
 	// (endAttemptPlainSQL).
 	f, remembered := o.s.leases[t.ID]
 	remembered = remembered && f.token == t.LeaseToken
 	result, expired := nullBytes(t.Result), nullNS(t.LeaseExpiredBy)
-	plain := remembered && eligible == nil && result == nil && expired == nil && attempt != nil &&
+	plainSQL, plain := endAttemptPlainSQLs[t.To]
+	plain = plain && remembered && eligible == nil && result == nil && expired == nil && attempt != nil &&
 		t.Reason == "" && t.Attempts == f.attempts
 	var args []any
 	record := recordJSON(t.Record)
@@ -456,7 +472,7 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 			t.ID, t.LeaseToken, attempt, expired}
 	}
 	if plain {
-		args = []any{string(t.To), finished, ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
+		args = []any{finished, ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
 	} else {
 		args = general()
 	}
@@ -466,7 +482,7 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 		delete(o.s.leases, t.ID)
 		q := endAttemptSQL
 		if plain {
-			q = endAttemptPlainSQL
+			q = plainSQL
 		}
 		res, err := o.s.exec(o.tx, q, args...)
 		if err != nil {

@@ -97,7 +97,7 @@ func TestPlainFinishByRowid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTestStore(t)
-	plan := queryPlan(t, s, endAttemptPlainSQL, "validated", 1, 1, "{}", 1, "x", "t", 1)
+	plan := queryPlan(t, s, endAttemptPlainSQLs[job.StateValidated], 1, 1, "{}", 1, "x", "t", 1)
 	if !strings.Contains(plan, "USING INTEGER PRIMARY KEY (rowid=?)") {
 		t.Fatalf("plain finish plan %q, want a search by rowid", plan)
 	}
