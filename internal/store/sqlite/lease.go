@@ -279,7 +279,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	defer rows.Close()
 	byID := make(map[string]*job.Job, len(leased))
 	for rows.Next() {
-		j, group, err := scanLeased(rows)
+		j, group, err := scanLeased(rows, &o.s.leasedScan)
 		if err != nil {
 			return nil, err
 		}
