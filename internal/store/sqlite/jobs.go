@@ -143,9 +143,11 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 		args = args[:0]
 		for _, i := range fresh[done : done+n] {
 			j := jobs[i]
-			args = append(args, j.ID, j.Kind, j.Region, j.Lane, j.Tenant, keysJSON[i], j.Cost, j.Priority, []byte(j.Payload),
+			// Lane and state as plain strings: database/sql converts a
+			// named string type by reflection, with an allocation.
+			args = append(args, j.ID, j.Kind, j.Region, string(j.Lane), j.Tenant, keysJSON[i], j.Cost, j.Priority, []byte(j.Payload),
 				j.IdempotencyKey, nullNS(j.Deadline), j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema,
-				j.ParentID, j.Depth, groups[jobGroup[i]], j.State, ns(j.EligibleAt), ns(j.CreatedAt), ns(j.CreatedAt))
+				j.ParentID, j.Depth, groups[jobGroup[i]], string(j.State), ns(j.EligibleAt), ns(j.CreatedAt), ns(j.CreatedAt))
 		}
 		if _, err := s.exec(tx, insertJobsSQL(n), args...); err != nil {
 			if n == 1 {

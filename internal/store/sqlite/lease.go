@@ -279,11 +279,12 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	defer rows.Close()
 	byID := make(map[string]*job.Job, len(leased))
 	for rows.Next() {
-		j, group, err := scanLeased(rows)
+		j, group, err := scanLeased(rows, &o.s.leasedScan)
 		if err != nil {
 			return nil, err
 		}
-		g := o.groups[j.ID].g
+		h := o.groups[j.ID]
+		g := h.g
 		if g == nil || g.ID != group {
 			return nil, fmt.Errorf("sqlite: lease job %s: not a head of its group in this call", j.ID)
 		}
@@ -292,7 +293,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 		j.Kind, j.Lane, j.Tenant = g.Kind, g.Lane, g.Tenant
 		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, token, until.UTC(), now.UTC()
 		byID[j.ID] = j
-		o.s.rememberLease(j, group)
+		o.s.rememberLease(j, group, h.rowid)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -356,6 +357,12 @@ type leaseFacts struct {
 	keys  []string
 	group int64
 	cost  int64
+	// rowid is the row's rowid when it was leased (Heads read it): the
+	// plain finish finds the row by it, not through the id index.
+	rowid int64
+	// attempts are the job's failure counters when it was leased: a
+	// finish that keeps them (a success) need not write them.
+	attempts job.Attempts
 }
 
 // maxLeaseFacts bounds Store.leases. A lease that ends other than by
@@ -368,11 +375,11 @@ const maxLeaseFacts = 1 << 16
 // rememberLease records j's lease for its finish. The entry is a hint
 // checked against the lease token: if the lease's transaction is rolled
 // back, no finish carries that token and the guarded UPDATE matches no row.
-func (s *Store) rememberLease(j *job.Job, group int64) {
+func (s *Store) rememberLease(j *job.Job, group, rowid int64) {
 	if len(s.leases) >= maxLeaseFacts {
 		clear(s.leases)
 	}
-	s.leases[j.ID] = leaseFacts{token: j.LeaseToken, keys: slices.Clone(j.LimitKeys), group: group, cost: j.Cost}
+	s.leases[j.ID] = leaseFacts{token: j.LeaseToken, keys: slices.Clone(j.LimitKeys), group: group, cost: j.Cost, rowid: rowid, attempts: j.Attempts}
 }
 
 // The finish's statements take their parameters as plain "?", in order,
@@ -400,13 +407,33 @@ const endAttemptGuard = ` AND state = 'running' AND lease_token = ? AND attempt 
 const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
 
 // endAttemptPlainSQL is endAttemptSQL for a transition that keeps
-// eligible_at and result, names its attempt and does not ask for an
-// expired lease: three parameters fewer.
-const endAttemptPlainSQL = `UPDATE jobs SET state = ?, reason = ?,
-		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?,
+// eligible_at, result, the failure counters and the empty reason of a
+// running job, names its attempt and does not ask for an expired lease (a
+// success, as a rule): eight parameters fewer, each a bind through the
+// driver per job, the new state among them (written as a literal, one
+// statement text per state: modernc.org/sqlite copies every bound text
+// into C memory). It finds the row by the rowid the lease read
+// (leaseFacts.rowid), one descent of the table's B-tree instead of the id
+// index's and then the table's, and checks the id besides: a rowid that no
+// longer names the job (a VACUUM since the lease may renumber rows)
+// matches no row, and endAttempt then tries endAttemptSQL by id.
+func endAttemptPlainSQL(to job.State) string {
+	return `UPDATE jobs SET state = '` + string(to) + `',
 		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
 		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'
-	WHERE id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
+	WHERE rowid = ? AND id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
+}
+
+// endAttemptPlainSQLs is endAttemptPlainSQL of each state a finish with an
+// empty reason may end in; a transition to another goes by endAttemptSQL.
+var endAttemptPlainSQLs = func() map[job.State]string {
+	m := map[job.State]string{}
+	for _, to := range []job.State{job.StateAccepted, job.StateWaiting, job.StateRetryScheduled,
+		job.StateValidated, job.StatePublished} {
+		m[to] = endAttemptPlainSQL(to)
+	}
+	return m
+}()
 
 // endAttemptReturningSQL ends a lease not remembered, reading back what
 // the finish needs of the job.
@@ -427,21 +454,27 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	}
 	// In the statements' order: the SET's, then the guard's, in one slice
 	// (two appended together cost a copy and an allocation per job).
-	// A transition that keeps eligible_at and result, names its attempt and
-	// does not ask for an expired lease (a success, as a rule) binds three
-	// parameters fewer (endAttemptPlainSQL).
+	// A transition that keeps eligible_at, result, the counters and the
+	// empty reason, names its attempt and does not ask for an expired lease
+	// (a success, as a rule) binds eight parameters fewer
+	// (endAttemptPlainSQL).
 	f, remembered := o.s.leases[t.ID]
 	remembered = remembered && f.token == t.LeaseToken
 	result, expired := nullBytes(t.Result), nullNS(t.LeaseExpiredBy)
-	plain := remembered && eligible == nil && result == nil && expired == nil && attempt != nil
+	plainSQL, plain := endAttemptPlainSQLs[t.To]
+	plain = plain && remembered && eligible == nil && result == nil && expired == nil && attempt != nil &&
+		t.Reason == "" && t.Attempts == f.attempts
 	var args []any
-	if plain {
-		args = []any{string(t.To), string(t.Reason), t.Attempts.Congestion, t.Attempts.Transient,
-			t.Attempts.Schema, finished, ns(now), recordJSON(t.Record), t.ID, t.LeaseToken, attempt}
-	} else {
-		args = []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
-			t.Attempts.Schema, result, finished, ns(now), recordJSON(t.Record),
+	record := recordJSON(t.Record)
+	general := func() []any {
+		return []any{string(t.To), string(t.Reason), eligible, t.Attempts.Congestion, t.Attempts.Transient,
+			t.Attempts.Schema, result, finished, ns(now), record,
 			t.ID, t.LeaseToken, attempt, expired}
+	}
+	if plain {
+		args = []any{finished, ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
+	} else {
+		args = general()
 	}
 	if remembered {
 		// Only this finish can use the entry: the guard below either ends
@@ -449,7 +482,7 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 		delete(o.s.leases, t.ID)
 		q := endAttemptSQL
 		if plain {
-			q = endAttemptPlainSQL
+			q = plainSQL
 		}
 		res, err := o.s.exec(o.tx, q, args...)
 		if err != nil {
@@ -458,6 +491,16 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 		n, err := res.RowsAffected()
 		if err != nil {
 			return nil, 0, 0, err
+		}
+		if n == 0 && plain {
+			// The rowid may no longer name the job: the guard decides by
+			// id (the general statement with the plain one's NULLs).
+			if res, err = o.s.exec(o.tx, endAttemptSQL, general()...); err != nil {
+				return nil, 0, 0, err
+			}
+			if n, err = res.RowsAffected(); err != nil {
+				return nil, 0, 0, err
+			}
 		}
 		if n == 0 {
 			return nil, 0, 0, store.ErrConflict

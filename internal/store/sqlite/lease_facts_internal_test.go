@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,140 @@ func TestFinishWithAndWithoutLeaseFacts(t *testing.T) {
 				t.Fatalf("lease after the finish: %d jobs, %v; want the other job (the slot given back)", len(got), err)
 			}
 		})
+	}
+}
+
+// TestPlainFinishByRowid: a success's finish (endAttemptPlainSQL) finds
+// its row by the rowid the lease read, as EXPLAIN QUERY PLAN reports it,
+// and when rowids no longer name the jobs they named at the lease (here
+// two leased jobs swap rowids and a third moves, as a VACUUM may renumber
+// them), each finish still ends its own job, once, by the id guard.
+func TestPlainFinishByRowid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTestStore(t)
+	plan := queryPlan(t, s, endAttemptPlainSQLs[job.StateValidated], 1, 1, "{}", 1, "x", "t", 1)
+	if !strings.Contains(plan, "USING INTEGER PRIMARY KEY (rowid=?)") {
+		t.Fatalf("plain finish plan %q, want a search by rowid", plan)
+	}
+	jobs := []*job.Job{storetest.NewJob("acme", job.LaneBatch), storetest.NewJob("acme", job.LaneBatch), storetest.NewJob("acme", job.LaneBatch)}
+	if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
+		t.Fatal(err)
+	}
+	now := storetest.T0
+	got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 3, LeaseFor: time.Minute})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("lease: %d jobs, %v; want 3", len(got), err)
+	}
+	a, b, c := got[0].ID, got[1].ID, got[2].ID
+	var ra, rb int64
+	if err := s.write(ctx, func(tx *sql.Tx) error {
+		ra, rb = s.leases[a].rowid, s.leases[b].rowid
+		for _, id := range []string{a, b, c} {
+			var rowid int64
+			if err := tx.QueryRow(`SELECT rowid FROM jobs WHERE id = ?`, id).Scan(&rowid); err != nil {
+				return err
+			}
+			if f, ok := s.leases[id]; !ok || f.rowid != rowid {
+				t.Errorf("lease of %s remembered rowid %d (%v), want %d", id, f.rowid, ok, rowid)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Swap a's and b's rowids (through -1) and move c to a rowid no row had.
+	if err := s.write(ctx, func(tx *sql.Tx) error {
+		for _, st := range []struct {
+			id    string
+			rowid int64
+		}{{a, -1}, {b, ra}, {a, rb}, {c, 1 << 40}} {
+			if _, err := tx.Exec(`UPDATE jobs SET rowid = ? WHERE id = ?`, st.rowid, st.id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var ts []store.Transition
+	for _, j := range got {
+		ts = append(ts, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StatePublished,
+			Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
+			Keys:   store.KeyEffect{Now: now, Success: true}})
+	}
+	errs, err := s.Finish(ctx, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Errorf("finish of %s: %v", ts[i].ID, e)
+		}
+	}
+	for _, j := range got {
+		stored, err := s.Get(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.State != job.StatePublished || len(stored.History) != 1 {
+			t.Errorf("job %s after finish: state %s, %d records; want published with one", j.ID, stored.State, len(stored.History))
+		}
+	}
+	errs, err = s.Finish(ctx, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if !errors.Is(e, store.ErrConflict) {
+			t.Errorf("second finish of %s: %v, want ErrConflict", ts[i].ID, e)
+		}
+	}
+}
+
+// TestRememberedFinishWritesReasonAndCounters: a remembered lease whose
+// finish changes the failure counters or sets a reason (not the plain
+// statement's case, which keeps both) writes them: one job goes back to
+// waiting with a congestion attempt counted, the other ends terminal with
+// its reason and a transient attempt counted.
+func TestRememberedFinishWritesReasonAndCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTestStore(t)
+	if _, err := s.Insert(ctx, []*job.Job{storetest.NewJob("acme", job.LaneBatch), storetest.NewJob("acme", job.LaneBatch)}, storetest.Unpaced); err != nil {
+		t.Fatal(err)
+	}
+	now := storetest.T0
+	got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 2, LeaseFor: time.Minute})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("lease: %d jobs, %v; want 2", len(got), err)
+	}
+	back, end := got[0], got[1]
+	ts := []store.Transition{
+		{ID: back.ID, LeaseToken: back.LeaseToken, To: job.StateWaiting, Attempts: job.Attempts{Congestion: 1},
+			Record: job.AttemptRecord{At: now, Attempt: back.Attempt, Outcome: job.ClassRateLimited},
+			Keys:   store.KeyEffect{Now: now}},
+		{ID: end.ID, LeaseToken: end.LeaseToken, To: job.StateTerminal, Reason: "gave up", Attempts: job.Attempts{Transient: 1},
+			Record: job.AttemptRecord{At: now, Attempt: end.Attempt, Outcome: job.ClassTransient},
+			Keys:   store.KeyEffect{Now: now}},
+	}
+	errs, err := s.Finish(ctx, ts)
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("finish: %v, %v", errs, err)
+	}
+	j, err := s.Get(ctx, back.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != job.StateWaiting || j.Attempts.Congestion != 1 || len(j.History) != 1 {
+		t.Errorf("job sent back: state %s, attempts %+v, %d records; want waiting, one congestion attempt, one record", j.State, j.Attempts, len(j.History))
+	}
+	j, err = s.Get(ctx, end.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != job.StateTerminal || string(j.Reason) != "gave up" || j.Attempts.Transient != 1 || len(j.History) != 1 {
+		t.Errorf("job ended: state %s, reason %q, attempts %+v, %d records; want terminal, %q, one transient attempt, one record",
+			j.State, j.Reason, j.Attempts, len(j.History), "gave up")
 	}
 }

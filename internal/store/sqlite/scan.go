@@ -3,6 +3,7 @@ package sqlite
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,22 +138,95 @@ func (r *jobRow) job() (*job.Job, error) {
 	return j, nil
 }
 
-// scanLeased reads a row of leasedCols; the caller sets the rest.
-func scanLeased(r scanner) (*job.Job, int64, error) {
-	var (
-		row   jobRow
-		group int64
-	)
-	j := &row.j
-	err := r.Scan(&j.ID, &j.Region, &row.keys, &j.Cost, &j.Priority, &row.payload, &j.IdempotencyKey, &row.deadline,
-		&j.Budgets.Congestion, &j.Budgets.Transient, &j.Budgets.Schema, &j.ParentID, &j.Depth,
-		&row.eligible, &j.Attempt, &j.Attempts.Congestion, &j.Attempts.Transient, &j.Attempts.Schema,
-		&row.result, &row.create, &group)
-	if err != nil {
+// scanLeased reads a row of leasedCols; the caller sets the rest. It
+// scans into *any and converts the values itself: database/sql converts
+// an INTEGER into an *int by formatting it and parsing it back (reflection
+// and an allocation per column), and into an *int64 or a sql.NullInt64 by
+// reflection, where into an *any it stores what the driver returned
+// (int64, string, a copy of a []byte, or nil). Eleven such columns per job
+// leased. b is the caller's buffer, reused row after row.
+func scanLeased(r scanner, b *leasedScan) (*job.Job, int64, error) {
+	v := &b.v
+	if b.dest[0] == nil {
+		for i := range v {
+			b.dest[i] = &v[i]
+		}
+	}
+	defer clear(v[:]) // holds no row's values after the row
+	if err := r.Scan(b.dest[:]...); err != nil {
 		return nil, 0, err
 	}
-	j, err = row.job()
+	var row jobRow
+	j := &row.j
+	var c leasedConv
+	j.ID, j.Region, row.keys = c.str(v[0]), c.str(v[1]), c.str(v[2])
+	j.Cost, j.Priority = c.int(v[3]), int(c.int(v[4]))
+	row.payload, j.IdempotencyKey, row.deadline = c.bytes(v[5]), c.str(v[6]), c.null(v[7])
+	j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema = int(c.int(v[8])), int(c.int(v[9])), int(c.int(v[10]))
+	j.ParentID, j.Depth, row.eligible = c.str(v[11]), c.str(v[12]), c.null(v[13])
+	j.Attempt = int(c.int(v[14]))
+	j.Attempts.Congestion, j.Attempts.Transient, j.Attempts.Schema = int(c.int(v[15])), int(c.int(v[16])), int(c.int(v[17]))
+	row.result, row.create = c.bytes(v[18]), c.null(v[19])
+	group := c.int(v[20])
+	if c.err != nil {
+		return nil, 0, c.err
+	}
+	j, err := row.job()
 	return j, group, err
+}
+
+// leasedScan holds scanLeased's values and the pointers to them.
+type leasedScan struct {
+	v, dest [21]any
+}
+
+// leasedConv converts scanLeased's values, keeping the first value of an
+// unexpected type as its error.
+type leasedConv struct{ err error }
+
+func (c *leasedConv) fail(v any, want string) {
+	if c.err == nil {
+		c.err = fmt.Errorf("sqlite: leased job: a column of %T, want %s", v, want)
+	}
+}
+
+func (c *leasedConv) str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	c.fail(v, "text")
+	return ""
+}
+
+func (c *leasedConv) int(v any) int64 {
+	if x, ok := v.(int64); ok {
+		return x
+	}
+	c.fail(v, "an integer")
+	return 0
+}
+
+func (c *leasedConv) null(v any) sql.NullInt64 {
+	if v == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: c.int(v), Valid: true}
+}
+
+func (c *leasedConv) bytes(v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case []byte:
+		return x
+	case string:
+		return []byte(x)
+	}
+	c.fail(v, "a blob")
+	return nil
 }
 
 type scanner interface{ Scan(dest ...any) error }

@@ -116,6 +116,9 @@ type Store struct {
 	// finish of that lease (see leaseFacts); only the writer goroutine
 	// touches it.
 	leases map[string]leaseFacts
+	// leasedScan is MarkLeased's buffer for scanLeased (writer goroutine
+	// only): built per row it was one allocation per job leased.
+	leasedScan leasedScan
 	// unpaced holds the states of unpaced keys as their rows hold them
 	// (see loadKeys); only the writer goroutine touches it and
 	// dataVersion. It is emptied whenever a write is rolled back and
