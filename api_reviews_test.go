@@ -216,13 +216,7 @@ func TestReviewHTTPEndToEnd(t *testing.T) {
 	}
 
 	// Refusals: a region without reviews, a diff that does not parse, an unknown provider.
-	var p struct {
-		Type   string `json:"type"`
-		Detail string `json:"detail"`
-		Errors []struct {
-			Field string `json:"field"`
-		} `json:"errors"`
-	}
+	var p problem
 	eu := map[string]any{"region": "eu", "diff": apiReviewDiff}
 	a.call("POST", "/v1/reviews", a.acme, eu, nil, 501, &p)
 	if !strings.HasSuffix(p.Type, "/reviews-not-configured") || !strings.Contains(p.Detail, "eu") {

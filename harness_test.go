@@ -12,6 +12,16 @@ import (
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
+// problem is what the tests read of an API's problem answer
+// (application/problem+json): its type URI, detail and invalid fields.
+type problem struct {
+	Type   string `json:"type"`
+	Detail string `json:"detail"`
+	Errors []struct {
+		Field string `json:"field"`
+	} `json:"errors"`
+}
+
 // waitForJob waits until job id of region us satisfies cond and returns it;
 // a timeout names what and the job's state and history as last read. The
 // root package's tests wait for a job this way rather than polling by hand.

@@ -524,13 +524,7 @@ func testForgedRequests(t *testing.T, e *tenancyEnv) {
 				t.Fatalf("%s %s: %d, want %d: %s", tc.method, tc.path, a.status, tc.status, a.body)
 			}
 			if tc.slug != "" {
-				var p struct {
-					Type   string `json:"type"`
-					Detail string `json:"detail"`
-					Errors []struct {
-						Field string `json:"field"`
-					} `json:"errors"`
-				}
+				var p problem
 				if err := json.Unmarshal(a.body, &p); err != nil || !strings.HasSuffix(p.Type, "/"+tc.slug) || p.Detail == "" {
 					t.Fatalf("answer %s, want a %s problem with a detail", a.body, tc.slug)
 				}

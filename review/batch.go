@@ -44,7 +44,8 @@ type BatchConfig struct {
 	Stage func(name string)
 }
 
-// BatchReview is one review of a batch manifest.
+// BatchReview is one review of a batch manifest. Its fields are
+// batchlane.Review's: the plug-in converts it, so the two cannot drift.
 type BatchReview struct {
 	Repo    string
 	Change  string
@@ -178,8 +179,7 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 		Deadline: r.Deadline, MaxAttempts: r.MaxAttempts, MaxPartTokens: rt.cfg.MaxPartTokens, Now: rt.r.Config().Now(),
 		Extractions: r.Extractions}
 	for _, br := range r.Reviews {
-		m.Reviews = append(m.Reviews, batchlane.Review{Repo: br.Repo, Change: br.Change, BaseSHA: br.BaseSHA, HeadSHA: br.HeadSHA,
-			Diff: br.Diff, Publish: br.Publish})
+		m.Reviews = append(m.Reviews, batchlane.Review(br))
 	}
 	for i, br := range r.Reviews {
 		args := pipelineArgs(br.Publish)

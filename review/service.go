@@ -122,13 +122,9 @@ func (s batchService) SubmitBatch(ctx context.Context, sub batchapi.Submission) 
 	req := BatchRequest{Region: sub.Region, Tenant: sub.Tenant, Provider: sub.Provider, Deadline: sub.Deadline, MaxAttempts: sub.MaxAttempts,
 		OnOverload: sub.OnOverload}
 	for _, r := range sub.Reviews {
-		req.Reviews = append(req.Reviews, BatchReview{Repo: r.Repo, Change: r.Change, BaseSHA: r.BaseSHA, HeadSHA: r.HeadSHA,
-			Diff: r.Diff, Publish: r.Publish})
+		req.Reviews = append(req.Reviews, BatchReview(r))
 	}
-	for _, x := range sub.Extractions {
-		req.Extractions = append(req.Extractions, BatchExtraction{ID: x.ID, Input: x.Input, Instruction: x.Instruction,
-			Template: x.Template, Schema: x.Schema})
-	}
+	req.Extractions = sub.Extractions
 	b, err := s.p.SubmitBatch(ctx, req)
 	var re *batchlane.ReviewError
 	var pe *diff.ParseError

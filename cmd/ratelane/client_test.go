@@ -111,6 +111,16 @@ func (f *fakeAPI) cli(t *testing.T, args ...string) (code int, stdout, stderr st
 	return code, out.String(), errOut.String()
 }
 
+// ok runs the CLI as cli does and fails the test unless it exits 0.
+func (f *fakeAPI) ok(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	code, stdout, stderr := f.cli(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	return stdout, stderr
+}
+
 // jsonBody decodes a request body into a generic map.
 func jsonBody(t *testing.T, r recorded) map[string]any {
 	t.Helper()

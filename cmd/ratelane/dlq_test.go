@@ -9,10 +9,7 @@ func TestDLQList(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"GET /v1/dead-letters": {body: `{"dead_letters":[{"id":"j9","kind":"webhook","region":"us","tenant":"acme",
 		"state":"terminal","reason":"subscriber_gone","attempt":3,"finished_at":"2026-03-01T10:00:00Z","payload":{"secret":"x"}}]}`}})
-	code, out, errOut := api.cli(t, "dlq", "ls", "--region", "us", "--reason", "subscriber_gone")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "dlq", "ls", "--region", "us", "--reason", "subscriber_gone")
 	r := api.only(t, "GET", "/v1/dead-letters")
 	if r.query.Get("region") != "us" || r.query.Get("reason") != "subscriber_gone" {
 		t.Errorf("query = %v", r.query)
@@ -26,10 +23,7 @@ func TestDLQList(t *testing.T) {
 func TestDLQRedrive(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"POST /v1/dead-letters/j9/redrive": {body: `{"id":"j9","state":"waiting"}`}})
-	code, out, errOut := api.cli(t, "dlq", "redrive", "j9", "--region", "us")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "dlq", "redrive", "j9", "--region", "us")
 	if r := api.only(t, "POST", "/v1/dead-letters/j9/redrive"); r.query.Get("region") != "us" {
 		t.Errorf("query = %v", r.query)
 	}
@@ -41,10 +35,7 @@ func TestDLQRedrive(t *testing.T) {
 func TestDLQDelete(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"DELETE /v1/dead-letters/j9": {status: 204}})
-	code, out, errOut := api.cli(t, "dlq", "rm", "j9")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "dlq", "rm", "j9")
 	api.only(t, "DELETE", "/v1/dead-letters/j9")
 	if out != "deleted j9\n" {
 		t.Errorf("stdout = %q", out)

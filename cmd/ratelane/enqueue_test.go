@@ -20,12 +20,9 @@ func TestEnqueue(t *testing.T) {
 	if err := os.WriteFile(payload, []byte(`{"event":"order.paid","n":1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := api.cli(t, "enqueue", "--kind", "webhook", "--region", "eu", "--lane", "interactive",
+	out, _ := api.ok(t, "enqueue", "--kind", "webhook", "--region", "eu", "--lane", "interactive",
 		"--key", "subscriber:store_17", "--key", "tenant:acme", "--payload", "@"+payload,
 		"--idempotency-key", "order-42", "--delay", "10s", "--priority", "5")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
 	r := api.only(t, "POST", "/v1/jobs")
 	if got := r.header.Get("Idempotency-Key"); got != "order-42" {
 		t.Errorf("Idempotency-Key = %q", got)
@@ -50,10 +47,7 @@ func TestEnqueueUnservedKind(t *testing.T) {
 	t.Parallel()
 	body := strings.TrimSuffix(jobJSON, "}") + `,"predicted_wait_seconds":0,"unserved":{"detail":"nothing handles kind \"webhook\" in region eu"}}`
 	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {status: 201, body: body}})
-	code, out, errOut := api.cli(t, "enqueue", "--kind", "webhook", "--region", "eu", "--key", "tenant:acme")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, errOut := api.ok(t, "enqueue", "--kind", "webhook", "--region", "eu", "--key", "tenant:acme")
 	if !strings.HasPrefix(out, "01JQ8Z7K3M2N4P5Q6R7S8T9V0W\twebhook waiting in eu") || strings.Contains(out, "warning") {
 		t.Errorf("stdout = %q", out)
 	}
@@ -65,10 +59,7 @@ func TestEnqueueUnservedKind(t *testing.T) {
 func TestEnqueueMinimalAndReplay(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs": {body: `{"job":` + jobJSON + `}`, header: map[string]string{"Idempotent-Replayed": "true"}}})
-	code, out, errOut := api.cli(t, "enqueue", "--kind", "webhook", "--key", "tenant:acme", "--payload", `{"a":1}`)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "enqueue", "--kind", "webhook", "--key", "tenant:acme", "--payload", `{"a":1}`)
 	r := api.only(t, "POST", "/v1/jobs")
 	// Unset flags are not sent, so the server's defaults apply; a priority
 	// of 0 or a delay of 0 would not be the same as "unset".

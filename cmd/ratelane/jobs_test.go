@@ -13,10 +13,7 @@ const jobsPage = `{"jobs":[` + jobJSON + `,{"id":"01JQ8Z7K3M2N4P5Q6R7S8T9V0X","k
 func TestJobsList(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"GET /v1/jobs": {body: jobsPage}})
-	code, out, errOut := api.cli(t, "jobs", "ls", "--state", "terminal", "--kind", "review", "--region", "eu", "--limit", "2", "--after", "01JQ")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, errOut := api.ok(t, "jobs", "ls", "--state", "terminal", "--kind", "review", "--region", "eu", "--limit", "2", "--after", "01JQ")
 	r := api.only(t, "GET", "/v1/jobs")
 	want := url.Values{"state": {"terminal"}, "kind": {"review"}, "region": {"eu"}, "limit": {"2"}, "after": {"01JQ"}}
 	if r.query.Encode() != want.Encode() {
@@ -52,10 +49,7 @@ func TestJobsGet(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"GET /v1/jobs/01JQ8Z7K3M2N4P5Q6R7S8T9V0W": {body: jobJSON}})
 	// The flag after the id is parsed too.
-	code, out, errOut := api.cli(t, "jobs", "get", "01JQ8Z7K3M2N4P5Q6R7S8T9V0W", "--region", "eu")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "jobs", "get", "01JQ8Z7K3M2N4P5Q6R7S8T9V0W", "--region", "eu")
 	r := api.only(t, "GET", "/v1/jobs/01JQ8Z7K3M2N4P5Q6R7S8T9V0W")
 	if r.query.Get("region") != "eu" {
 		t.Errorf("query = %v", r.query)
@@ -87,10 +81,7 @@ func TestJobsGetEscapesID(t *testing.T) {
 func TestJobsCancel(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"POST /v1/jobs/j1/cancel": {body: `{"id":"j1","state":"terminal","reason":"cancelled"}`}})
-	code, out, errOut := api.cli(t, "jobs", "cancel", "j1")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "jobs", "cancel", "j1")
 	if r := api.only(t, "POST", "/v1/jobs/j1/cancel"); len(r.body) != 0 {
 		t.Errorf("cancel sent a body: %q", r.body)
 	}
@@ -116,10 +107,7 @@ func TestJobsGetWaitingFor(t *testing.T) {
 	body := `{"id":"j1","kind":"email.send","region":"us","lane":"batch","limit_keys":["smtp:default"],"state":"waiting",
 		"waiting_for":{"blocked":false,"summary":"nothing handles kind \"email.send\"","keys":[],"handler":{"handled":false,"in_process":false}}}`
 	api := newFakeAPI(t, map[string]canned{"GET /v1/jobs/j1": {body: body}})
-	code, out, errOut := api.cli(t, "jobs", "get", "j1")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "jobs", "get", "j1")
 	for _, s := range []string{"waiting for:", `nothing handles kind "email.send"`, "predicted start:", "never, until something handles its kind"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)

@@ -11,10 +11,7 @@ func TestKeysCreate(t *testing.T) {
 	const secret = "rl_k7x2p9qa_abcdefghijklmnopqrstuvwxyz234567abcdefghijklmnop"
 	api := newFakeAPI(t, map[string]canned{"POST /v1/keys": {status: 201,
 		body: `{"id":"k7x2p9qa","name":"billing","tenant":"acme","role":"producer","regions":["eu","us"],"created_at":"2026-03-01T12:00:00Z","secret":"` + secret + `"}`}})
-	code, out, errOut := api.cli(t, "keys", "create", "--tenant", "acme", "--role", "producer", "--region", "eu", "--region", "us", "--name", "billing")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, errOut := api.ok(t, "keys", "create", "--tenant", "acme", "--role", "producer", "--region", "eu", "--region", "us", "--name", "billing")
 	r := api.only(t, "POST", "/v1/keys")
 	want := map[string]any{"tenant": "acme", "role": "producer", "regions": []any{"eu", "us"}, "name": "billing"}
 	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
@@ -44,10 +41,7 @@ func TestKeysList(t *testing.T) {
 	api := newFakeAPI(t, map[string]canned{"GET /v1/keys": {body: `{"keys":[
 		{"id":"admin001","name":"RATELANE_ADMIN_KEY","tenant":"admin","role":"admin","regions":[],"created_at":"2026-03-01T09:00:00Z"},
 		{"id":"k7x2p9qa","name":"","tenant":"acme","role":"producer","regions":["eu"],"created_at":"2026-03-01T12:00:00Z","revoked_at":"2026-03-02T08:00:00Z"}]}`}})
-	code, out, errOut := api.cli(t, "keys", "ls")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "keys", "ls")
 	api.only(t, "GET", "/v1/keys")
 	wantColumns(t, out, 2, "ID", "NAME", "TENANT", "ROLE", "REGIONS", "CREATED", "REVOKED")
 	for _, s := range []string{"admin001", "RATELANE_ADMIN_KEY", "all", "2026-03-02 08:00:00Z"} {
@@ -60,10 +54,7 @@ func TestKeysList(t *testing.T) {
 func TestKeysRevoke(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"DELETE /v1/keys/k7x2p9qa": {status: 204}})
-	code, out, errOut := api.cli(t, "keys", "revoke", "k7x2p9qa")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "keys", "revoke", "k7x2p9qa")
 	api.only(t, "DELETE", "/v1/keys/k7x2p9qa")
 	if out != "revoked k7x2p9qa\n" {
 		t.Errorf("stdout = %q", out)

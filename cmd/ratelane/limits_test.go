@@ -14,10 +14,7 @@ func TestLimitsList(t *testing.T) {
 		{"name":"subscriber:store_17","rate":10,"burst":10,"concurrency":3,"adaptive":false,"learned_rate":10,"in_flight":0,
 		 "strict":true,"strict_until":"2026-03-01T12:00:30Z",
 		 "windows":[{"limit":10,"period":"1s","fixed":true,"guard":"30ms"},{"limit":200,"period":"1m0s"}]}]}`}})
-	code, out, errOut := api.cli(t, "limits", "ls", "--region", "eu")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := api.ok(t, "limits", "ls", "--region", "eu")
 	if r := api.only(t, "GET", "/v1/limits"); r.query.Get("region") != "eu" {
 		t.Errorf("query = %v", r.query)
 	}
@@ -33,11 +30,8 @@ func TestLimitsList(t *testing.T) {
 func TestLimitsSet(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"PUT /v1/limits/openai:gpt-4o-mini": {body: `{"name":"openai:gpt-4o-mini","rate":10}`}})
-	code, out, errOut := api.cli(t, "limits", "set", "openai:gpt-4o-mini", "--rate", "600", "--per", "1m",
+	out, _ := api.ok(t, "limits", "set", "openai:gpt-4o-mini", "--rate", "600", "--per", "1m",
 		"--burst", "5", "--concurrency", "3", "--adaptive", "--region", "us")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
 	r := api.only(t, "PUT", "/v1/limits/openai:gpt-4o-mini")
 	if r.query.Get("region") != "us" {
 		t.Errorf("query = %v", r.query)
@@ -65,11 +59,8 @@ func TestLimitsSetInvalid(t *testing.T) {
 func TestLimitsSetWindows(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"PUT /v1/limits/partner": {body: `{"name":"partner","rate":0}`}})
-	code, _, errOut := api.cli(t, "limits", "set", "partner", "--shape", "window", "--rate", "20", "--per", "1s",
+	api.ok(t, "limits", "set", "partner", "--shape", "window", "--rate", "20", "--per", "1s",
 		"--window", "200/1m", "--window", "5000/1h")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
 	r := api.only(t, "PUT", "/v1/limits/partner")
 	want := map[string]any{"shape": "window", "rate": 20.0, "period": "1s", "burst": 0.0, "concurrency": 0.0, "adaptive": false,
 		"windows": []any{map[string]any{"limit": 200.0, "period": "1m0s"}, map[string]any{"limit": 5000.0, "period": "1h0m0s"}}}
@@ -84,11 +75,8 @@ func TestLimitsSetWindows(t *testing.T) {
 func TestLimitsSetFixedWindows(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"PUT /v1/limits/github": {body: `{"name":"github","rate":0}`}})
-	code, _, errOut := api.cli(t, "limits", "set", "github", "--shape", "window", "--fixed", "--rate", "5000", "--per", "1h",
+	api.ok(t, "limits", "set", "github", "--shape", "window", "--fixed", "--rate", "5000", "--per", "1h",
 		"--window", "100/1s", "--fixed-window", "900/1m/1s")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
 	r := api.only(t, "PUT", "/v1/limits/github")
 	want := map[string]any{"shape": "window", "window": "fixed", "rate": 5000.0, "period": "1h0m0s", "burst": 0.0, "concurrency": 0.0,
 		"adaptive": false, "windows": []any{map[string]any{"limit": 100.0, "period": "1s"},

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,12 +50,7 @@ func startBatchSim(t *testing.T, key string) *batchsim.Server {
 func TestServeBatches(t *testing.T) {
 	openaiSim, anthropicSim := startBatchSim(t, serveOpenAIKey), startBatchSim(t, serveAnthropicKey)
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "openai.key")
-	if err := os.WriteFile(keyFile, []byte(serveOpenAIKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TEST_ANTHROPIC_KEY", serveAnthropicKey)
-	t.Setenv("RATELANE_ADMIN_KEY", liveAdminKey)
+	keyFile := serveKeys(t, dir)
 	cfg := map[string]any{
 		"data":       filepath.Join(dir, "data"),
 		"regions":    []map[string]any{{"Name": "us", "Synchronous": "NORMAL"}},
@@ -70,12 +63,7 @@ func TestServeBatches(t *testing.T) {
 				"model": "claude-sonnet-4-5", "api_key_env": "TEST_ANTHROPIC_KEY", "batch_queue_requests": 1000},
 		}},
 	}
-	cfgPath := filepath.Join(dir, "ratelane.json")
-	raw, _ := json.Marshal(cfg)
-	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	n := startServe(t, cfgPath)
+	n := startServe(t, dir, cfg)
 	defer n.stop()
 
 	const reviews = 3
@@ -164,26 +152,7 @@ func checkServedBatch(t *testing.T, n *servedNode, b serveBatch, reviews int) {
 		t.Fatalf("provider batches account for %d items, want %d", accounted, reviews)
 	}
 	for _, id := range b.Summary.ReviewIDs {
-		var rv struct {
-			State  string `json:"state"`
-			Result *struct {
-				Findings []struct {
-					Path string `json:"path"`
-					Line int    `json:"line"`
-				} `json:"findings"`
-			} `json:"result"`
-		}
-		testkit.Eventually(t, 30*time.Second, "review "+id+" to publish", func() error {
-			_, body := n.call("GET", "/v1/reviews/"+id+"?region=us", nil)
-			n.decode(body, &rv)
-			if rv.State != "published" {
-				return fmt.Errorf("review is %s", rv.State)
-			}
-			return nil
-		})
-		if rv.Result == nil || len(rv.Result.Findings) != 1 || rv.Result.Findings[0].Path != "app.go" || rv.Result.Findings[0].Line != 3 {
-			t.Errorf("review %s: result %+v, want the model's one finding on app.go:3", id, rv.Result)
-		}
+		n.waitReviewed("review "+id, id)
 		var j struct {
 			History []struct {
 				Why string `json:"why"`

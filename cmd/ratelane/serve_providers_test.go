@@ -55,12 +55,7 @@ func TestServeConfiguredProviders(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "openai.key")
-	if err := os.WriteFile(keyFile, []byte(serveOpenAIKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TEST_ANTHROPIC_KEY", serveAnthropicKey)
-	t.Setenv("RATELANE_ADMIN_KEY", liveAdminKey)
+	keyFile := serveKeys(t, dir)
 	// A large answer cap makes the estimate (part + prompt + cap) far
 	// above what the simulator reports, so reconciliation is visible.
 	const maxOut, tpm = 50000, 130000
@@ -75,13 +70,7 @@ func TestServeConfiguredProviders(t *testing.T) {
 				"model": "claude-sonnet-4-5", "api_key_env": "TEST_ANTHROPIC_KEY", "tpm": tpm, "rpm": 300, "max_output_tokens": maxOut},
 		}},
 	}
-	cfgPath := filepath.Join(dir, "ratelane.json")
-	raw, _ := json.Marshal(cfg)
-	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	n := startServe(t, cfgPath)
+	n := startServe(t, dir, cfg)
 	defer n.stop()
 	call, decode := n.call, n.decode
 
@@ -135,26 +124,7 @@ func TestServeConfiguredProviders(t *testing.T) {
 	})
 
 	for p, id := range ids {
-		var rv struct {
-			State  string `json:"state"`
-			Result *struct {
-				Findings []struct {
-					Path string `json:"path"`
-					Line int    `json:"line"`
-				} `json:"findings"`
-			} `json:"result"`
-		}
-		testkit.Eventually(t, 30*time.Second, "review "+id+" by "+p+" to publish", func() error {
-			_, body := call("GET", "/v1/reviews/"+id+"?region=us", nil)
-			decode(body, &rv)
-			if rv.State != "published" {
-				return fmt.Errorf("state %s: %s", rv.State, body)
-			}
-			return nil
-		})
-		if rv.Result == nil || len(rv.Result.Findings) != 1 || rv.Result.Findings[0].Path != "app.go" || rv.Result.Findings[0].Line != 3 {
-			t.Errorf("review by %s: result %+v, want the model's one finding on app.go:3", p, rv.Result)
-		}
+		n.waitReviewed("review "+id+" by "+p, id)
 	}
 	readTokens := time.Now()
 
@@ -237,10 +207,31 @@ type servedNode struct {
 	done   bool
 }
 
-// startServe runs serve with the config file at cfgPath (and the
-// dashboard) on a free port, and waits until it answers.
-func startServe(t *testing.T, cfgPath string) *servedNode {
+// serveKeys hands a serve test's providers their keys as its config
+// names them: serveOpenAIKey in the file it returns (in dir),
+// serveAnthropicKey in TEST_ANTHROPIC_KEY; the admin key in
+// RATELANE_ADMIN_KEY. The caller must not be parallel (it sets the
+// environment).
+func serveKeys(t *testing.T, dir string) string {
 	t.Helper()
+	keyFile := filepath.Join(dir, "openai.key")
+	if err := os.WriteFile(keyFile, []byte(serveOpenAIKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEST_ANTHROPIC_KEY", serveAnthropicKey)
+	t.Setenv("RATELANE_ADMIN_KEY", liveAdminKey)
+	return keyFile
+}
+
+// startServe writes cfg as dir/ratelane.json, runs serve with it (and the
+// dashboard) on a free port, and waits until it answers.
+func startServe(t *testing.T, dir string, cfg map[string]any) *servedNode {
+	t.Helper()
+	cfgPath := filepath.Join(dir, "ratelane.json")
+	raw, _ := json.Marshal(cfg)
+	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	n := &servedNode{t: t, base: "http://" + freeAddr(t), logs: &testkit.Buffer{}, exited: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -258,6 +249,33 @@ func (n *servedNode) stop() {
 		n.done = true
 		n.cancel()
 		<-n.exited
+	}
+}
+
+// waitReviewed waits until review id (of region us) is published and
+// checks that its result is the model's one finding (reviewAnswer's, on
+// app.go:3); what names the review in the messages.
+func (n *servedNode) waitReviewed(what, id string) {
+	n.t.Helper()
+	var rv struct {
+		State  string `json:"state"`
+		Result *struct {
+			Findings []struct {
+				Path string `json:"path"`
+				Line int    `json:"line"`
+			} `json:"findings"`
+		} `json:"result"`
+	}
+	testkit.Eventually(n.t, 30*time.Second, what+" to publish", func() error {
+		_, body := n.call("GET", "/v1/reviews/"+id+"?region=us", nil)
+		n.decode(body, &rv)
+		if rv.State != "published" {
+			return fmt.Errorf("state %s: %s", rv.State, body)
+		}
+		return nil
+	})
+	if rv.Result == nil || len(rv.Result.Findings) != 1 || rv.Result.Findings[0].Path != "app.go" || rv.Result.Findings[0].Line != 3 {
+		n.t.Errorf("%s: result %+v, want the model's one finding on app.go:3", what, rv.Result)
 	}
 }
 

@@ -81,15 +81,9 @@ type Item struct {
 	UpdatedAt time.Time                   `json:"updated_at"`
 }
 
-// Review is one review of a submission.
-type Review struct {
-	Repo    string
-	Change  string
-	BaseSHA string
-	HeadSHA string
-	Diff    []byte
-	Publish pipeline.Publish
-}
+// Review is one review of a submission: the batch lane's own, so that a
+// submission reaches the manifest without a copy.
+type Review = batchlane.Review
 
 // Submission is a validated POST /v1/batches request.
 type Submission struct {
@@ -107,14 +101,8 @@ type Submission struct {
 	Extractions []Extraction
 }
 
-// Extraction is one extraction item of a submission.
-type Extraction struct {
-	ID          string
-	Input       string
-	Instruction string
-	Template    string
-	Schema      json.RawMessage
-}
+// Extraction is one extraction item of a submission (the batch lane's).
+type Extraction = batchlane.Extraction
 
 // ItemParams pages a batch's items.
 type ItemParams struct {
@@ -283,7 +271,7 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 	for _, x := range req.Extractions {
 		sub.Extractions = append(sub.Extractions, Extraction(x))
 	}
-	if err := batchlane.CheckExtractions(toLane(sub.Extractions)); err != nil {
+	if err := batchlane.CheckExtractions(sub.Extractions); err != nil {
 		var xe *batchlane.ExtractionError
 		if errors.As(err, &xe) {
 			// The problem names the field; the detail says what is wrong.
@@ -454,13 +442,4 @@ func batchError(err error, region string) error {
 		return mount.Problemf(http.StatusConflict, "conflict", "%s", err.Error())
 	}
 	return err
-}
-
-// toLane converts a submission's extractions for batchlane's checks.
-func toLane(xs []Extraction) []batchlane.Extraction {
-	out := make([]batchlane.Extraction, len(xs))
-	for i, x := range xs {
-		out[i] = batchlane.Extraction{ID: x.ID, Input: x.Input, Instruction: x.Instruction, Template: x.Template, Schema: x.Schema}
-	}
-	return out
 }
