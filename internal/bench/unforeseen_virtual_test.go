@@ -161,3 +161,31 @@ func TestVirtualCapOneShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestVirtualRisingSilent runs the rising mix with its upstreams' quota
+// fields removed, seeds 1 to 3 without transit: an upstream whose limit
+// rises and says nothing, so the key finds the rise by probing alone
+// (IncreasePerSecond, GrowthPerSecond, the hold after a refusal) and pays
+// for it in refusals. It prints the figures (-v) and holds the mix to
+// delivery in full, invariant 6, and the 2 % refusal target.
+func TestVirtualRisingSilent(t *testing.T) {
+	var m UpstreamsMix
+	for _, x := range Upstreams(false).Mixes {
+		if x.Name == "rising" {
+			m = x
+		}
+	}
+	m.Name = "rising-silent"
+	dests := append([]UpstreamDestination(nil), m.Destinations...)
+	for i := range dests {
+		dests[i].Route.Headers = upstream.HeaderStyleNone
+	}
+	m.Destinations = dests
+	for seed := uint64(1); seed <= 3; seed++ {
+		r := runVirtualMix(t, m, seed, 60*time.Second, upstream.Latency{})
+		checkVirtualMix(t, m, seed, r)
+		if r.share > 0.02 {
+			t.Errorf("seed %d: refused %.2f%% of attempts, want <= 2%%", seed, 100*r.share)
+		}
+	}
+}
