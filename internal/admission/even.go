@@ -28,7 +28,8 @@ import "time"
 // refusal and its pause (drop30 seed 4: 2 -> 4 refusals).
 const (
 	// EvenHold is how long a key paces evenly (a burst of one) after a
-	// refusal its rate did not cause; each such refusal renews it.
+	// refusal its rate did not cause. A refusal while it does is at even
+	// pacing, the rate's, and learned from as before.
 	EvenHold = 10 * time.Second
 	// EvenGap is the share of its learned rate's spacing under which the
 	// refused start's gap to the start before shows the burst, not the
@@ -38,11 +39,12 @@ const (
 	EvenGap = 1 - DiscoveryMargin
 )
 
-// evenRefusal reports whether a refusal at now is one its rate did not
-// cause (see EvenHold), and if so sets the key to pace evenly. It reads
+// evenRefusal reports whether a refusal at now of a start of cost units
+// is one its rate did not cause (see EvenHold), and if so sets the key to
+// pace evenly. It reads
 // the discovery log of starts, which holds the key's last two starts at
 // the log's slot resolution (1/LogSlots of the window: ~2 ms).
-func (s *State) evenRefusal(now time.Time) bool {
+func (s *State) evenRefusal(now time.Time, cost int64) bool {
 	if s.InFlight != 0 || s.LearnedRate < s.Rate || s.burst() <= 1 || len(s.logs) != s.nLogs() {
 		return false
 	}
@@ -57,8 +59,8 @@ func (s *State) evenRefusal(now time.Time) bool {
 	}
 	last, prev := e[n-1], e[n-2]
 	gap := float64(last.at - prev.at)
-	if last.cost > 1 {
-		gap = 0 // two starts merged in one slot
+	if last.cost > cost {
+		gap = 0 // more than the refused start merged in one slot
 	}
 	if gap >= EvenGap*s.unitNS() {
 		return false // paced at the rate: the rate was refused
