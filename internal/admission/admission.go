@@ -398,6 +398,10 @@ type State struct {
 	// adaptive key's learned rate (see announced); 0 for never. A
 	// refusal within CutHoldoff of it is that cut's echo (see refused).
 	announcedAt int64
+	// evenUntil (Unix ns) is when an adaptive key's even pacing (a burst
+	// of one), set by a refusal its rate did not cause, runs out (see
+	// even.go); 0 when it paces with its burst.
+	evenUntil int64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -411,12 +415,12 @@ func NewState(c Config) State {
 // (start logs and learned-limit bookkeeping) as a compact byte string for
 // the store; nil when there is none. dst is reused when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 && s.strictUntil == 0 && s.announcedAt == 0 {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 && s.strictUntil == 0 && s.announcedAt == 0 && s.evenUntil == 0 {
 		return nil
 	}
 	c := s.capExtra()
-	extra := [13]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
-		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3], s.strictUntil, s.announcedAt}
+	extra := [14]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
+		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3], s.strictUntil, s.announcedAt, s.evenUntil}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 
@@ -457,6 +461,10 @@ func (s *State) UnmarshalShapes(b []byte) error {
 	if len(extra) >= 13 { // written since announced cuts have echoes
 		s.announcedAt = max(extra[12], 0)
 	}
+	s.evenUntil = 0
+	if len(extra) >= 14 { // written since even pacing
+		s.evenUntil = max(extra[13], 0)
+	}
 	return nil
 }
 
@@ -480,7 +488,7 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 		s.LearnedRate = c.Rate
 	}
 	if !c.Adaptive {
-		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active, s.announcedAt = 0, 0, 0, time.Time{}, 0, 0, 0, 0, 0
+		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active, s.announcedAt, s.evenUntil = 0, 0, 0, time.Time{}, 0, 0, 0, 0, 0, 0
 		s.setCapExtra(nil) // a fixed key learns no cap
 	}
 	if c.Adaptive {
@@ -563,6 +571,9 @@ func (s *State) burst() float64 {
 	if !s.Adaptive {
 		return s.Burst
 	}
+	if s.evenUntil != 0 {
+		return 1 // even pacing: see even.go
+	}
 	return math.Min(s.Burst, math.Max(2, s.rate()*AdaptiveBurst.Seconds()))
 }
 
@@ -625,6 +636,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 func (s *State) Take(now time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.strictExpire(now) // strict counting that ran out ends at its next start, not only at a success
+	s.evenExpire(now)
 	s.InFlight++
 	defer s.noteCap(now, cost) // once this start is counted everywhere
 	if rate := s.rate(); rate > 0 {

@@ -216,6 +216,11 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	if !recent && float64(inRefusals) <= NoiseShare*float64(inStarts) {
 		return true // noise: counted, not learned from
 	}
+	if s.evenRefusal(now, cost) {
+		// The burst, not the rate, was refused: the key paces evenly
+		// at the rate it had (see even.go).
+		return true
+	}
 	current := s.rate()
 	est, valid := s.estimate(now)
 	// The key sent at its learned rate, or the upstream refused a good

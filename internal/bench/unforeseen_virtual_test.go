@@ -139,6 +139,9 @@ func capOneMix() UpstreamsMix {
 // key that learned a cap of one paced at its declared window's 20/s
 // instead of its 19.4/s ceiling (concurrent-1 10.46 -> 10.29 s), and
 // cap1-bucket-20 met 14 refusals where it met 7 (docs/benchmarks.md).
+// Without transit cap1-bucket-20 is held to 2 (its cap's first refusal
+// and one refused burst), which even pacing after a refusal the rate did
+// not cause (admission's even.go, s13h8) brought it to from 7 / 6 / 7.
 func TestVirtualCapOneShapes(t *testing.T) {
 	m := capOneMix()
 	for _, tr := range []struct {
@@ -146,7 +149,7 @@ func TestVirtualCapOneShapes(t *testing.T) {
 		transit upstream.Latency
 		most    map[string]int // refusals per destination, base
 	}{
-		{"none", upstream.Latency{}, map[string]int{"cap1-bucket-20": 7, "cap1-bucket-15": 8, "cap1-fixed-20": 1}},
+		{"none", upstream.Latency{}, map[string]int{"cap1-bucket-20": 2, "cap1-bucket-15": 8, "cap1-fixed-20": 1}},
 		{"transit", loadedTransit, map[string]int{"cap1-bucket-20": 7, "cap1-bucket-15": 5, "cap1-fixed-20": 11}},
 	} {
 		for seed := uint64(1); seed <= 3; seed++ {

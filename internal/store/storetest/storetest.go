@@ -80,6 +80,7 @@ func Run(t *testing.T, open Opener) {
 		"AdaptiveKey":           testAdaptiveKey,
 		"LearnedConcurrency":    testLearnedConcurrency,
 		"StrictCounting":        testStrictCounting,
+		"EvenPacing":            testEvenPacing,
 		"PacedRetry":            testPacedRetry,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
