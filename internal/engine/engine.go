@@ -302,9 +302,10 @@ type Engine struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 
-	// lastLeased is how many jobs the fetch loop's last lease returned;
-	// only the fetch loop reads and writes it.
-	lastLeased int
+	// lastFull is whether the fetch loop's last lease returned every job
+	// it asked for (so more were likely ready); only the fetch loop reads
+	// and writes it.
+	lastFull bool
 
 	// life guards started and stopped, so that Stop before Start and
 	// Start after Stop are answered, not a panic.
@@ -652,22 +653,27 @@ func (e *Engine) leaseAndRun() int {
 			return 0
 		}
 	}
-	if want := min(e.cfg.Workers, e.cfg.MaxBatch); free < want && (free < e.cfg.Workers/8 || e.lastLeased > 0) {
+	if want := min(e.cfg.Workers, e.cfg.MaxBatch); free < want && (free < e.cfg.Workers/8 || e.lastFull) {
 		// Give running jobs a moment (at most 1 ms) to free more slots, so
 		// one lease call serves many: when only a few are free, and after
-		// a lease that returned jobs, whose handlers were only just started
-		// when this loop came back. Without the second, a drain of short
-		// jobs alternated two cohorts, each lease asking only for the slots
-		// the previous one had not taken (36 of 64 on PostgreSQL: 0.20
-		// round trips per job against 0.14; docs/benchmarks.md, "Session 13
-		// (s13h4)").
+		// a lease that returned all it asked for (more are ready), whose
+		// handlers were only just started when this loop came back.
+		// Without the second, a drain of short jobs alternated two
+		// cohorts, each lease asking only for the slots the previous one
+		// had not taken (36 of 64 on PostgreSQL: 0.20 round trips per job
+		// against 0.14; docs/benchmarks.md, "Session 13 (s13h4)"). Not
+		// after a lease that found fewer ready than it asked for: waiting
+		// then serves no backlog and only delays the start of a job that
+		// becomes ready just after, such as a paced key's next, which a
+		// window counts from (TestNoSlotWaitAfterAShortLease;
+		// docs/benchmarks.md, "Session 13: the merge, quiet (lead)").
 		free += e.moreSlots(want-free, time.Millisecond)
 	}
 	jobs, err := e.lease(free)
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
 	}
-	e.lastLeased = len(jobs)
+	e.lastFull = len(jobs) > 0 && len(jobs) >= free
 	e.runLeased(jobs, free)
 	return len(jobs)
 }

@@ -598,3 +598,66 @@ func TestOneLeaseAtATime(t *testing.T) {
 		}
 	})
 }
+
+// TestNoSlotWaitAfterAShortLease: a lease that found fewer ready jobs
+// than it asked for is not followed by moreSlots' wait (up to 1 ms for
+// running jobs to free slots): no backlog is left for the slots to serve,
+// and the wait would only delay the start of a job that becomes ready
+// just after, such as a paced key's next, which a window counts from.
+// Here one job holds its slot; the lease after the one that started it
+// must come at the same instant of the bubble's clock, not a millisecond
+// later as it did after any lease that returned jobs.
+func TestNoSlotWaitAfterAShortLease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &leaseTimes{Store: newStore(t)}
+		release := make(chan struct{})
+		h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 8, PollInterval: time.Hour})
+		time.Sleep(10 * time.Millisecond) // past any wait for slots
+		synctest.Wait()
+		s.mu.Lock()
+		calls := slices.Clone(s.calls)
+		s.mu.Unlock()
+		close(release)
+		i := slices.IndexFunc(calls, func(c leaseCall) bool { return c.got > 0 })
+		if i < 0 || i+1 >= len(calls) {
+			t.Fatalf("lease calls %+v: want one that started the job and one after it", calls)
+		}
+		if c := calls[i]; c.got >= c.asked {
+			t.Fatalf("the lease asked for %d and got %d: the test needs a short one", c.asked, c.got)
+		}
+		if gap := calls[i+1].at.Sub(calls[i].end); gap != 0 {
+			t.Fatalf("the lease after a short one came %v after it, want at once", gap)
+		}
+	})
+}
+
+// leaseTimes is a store that records each Lease call's start and end on
+// the bubble's clock, what it asked for and how many jobs it returned.
+type leaseTimes struct {
+	store.Store
+	mu    sync.Mutex
+	calls []leaseCall
+}
+
+type leaseCall struct {
+	at, end    time.Time
+	asked, got int
+}
+
+func (s *leaseTimes) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	at := time.Now()
+	jobs, err := s.Store.Lease(ctx, p)
+	s.mu.Lock()
+	s.calls = append(s.calls, leaseCall{at: at, end: time.Now(), asked: p.Max, got: len(jobs)})
+	s.mu.Unlock()
+	return jobs, err
+}
