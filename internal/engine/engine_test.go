@@ -520,17 +520,7 @@ func TestWakesWhenAKeyAdmits(t *testing.T) {
 func TestLeaseWaitsForFreeingSlots(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := &leaseOverlap{Store: newStore(t)}
-		var jobs []*job.Job
-		for i := range 200 {
-			jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, "k"+fmt.Sprint(i%4)))
-		}
-		insertNow(t, s, jobs...)
-		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, Workers: 8})
-		st := waitFinal(t, s, 90*time.Second)
-		if st.Counts[job.LaneInteractive][job.StatePublished] != 200 {
-			t.Fatalf("published %d of 200", st.Counts[job.LaneInteractive][job.StatePublished])
-		}
+		s := drainOverlap(t, 1)
 		s.mu.Lock()
 		asked := slices.Clone(s.asked)
 		s.mu.Unlock()
@@ -544,6 +534,25 @@ func TestLeaseWaitsForFreeingSlots(t *testing.T) {
 			t.Fatalf("%d of %d lease calls asked for fewer than the 8 workers: %v", short, len(asked), asked)
 		}
 	})
+}
+
+// drainOverlap runs 200 no-op jobs on four keys through an engine of 8
+// workers and inFlight finish calls, on a leaseOverlap store inside the
+// caller's bubble, checks that all were published, and returns the store.
+func drainOverlap(t *testing.T, inFlight int) *leaseOverlap {
+	t.Helper()
+	s := &leaseOverlap{Store: newStore(t)}
+	var jobs []*job.Job
+	for i := range 200 {
+		jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, "k"+fmt.Sprint(i%4)))
+	}
+	insertNow(t, s, jobs...)
+	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, Workers: 8, InFlight: inFlight})
+	st := waitFinal(t, s, 90*time.Second)
+	if st.Counts[job.LaneInteractive][job.StatePublished] != 200 {
+		t.Fatalf("published %d of 200", st.Counts[job.LaneInteractive][job.StatePublished])
+	}
+	return s
 }
 
 // leaseOverlap is a store whose Lease takes a millisecond of the bubble's
@@ -579,17 +588,7 @@ func (s *leaseOverlap) Lease(ctx context.Context, p store.LeaseParams) ([]*job.J
 func TestOneLeaseAtATime(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := &leaseOverlap{Store: newStore(t)}
-		var jobs []*job.Job
-		for i := range 200 {
-			jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, "k"+fmt.Sprint(i%4)))
-		}
-		insertNow(t, s, jobs...)
-		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": noop()}, Workers: 8, InFlight: 2})
-		st := waitFinal(t, s, 90*time.Second)
-		if st.Counts[job.LaneInteractive][job.StatePublished] != 200 {
-			t.Fatalf("published %d of 200", st.Counts[job.LaneInteractive][job.StatePublished])
-		}
+		s := drainOverlap(t, 2)
 		s.mu.Lock()
 		most := s.most
 		s.mu.Unlock()
