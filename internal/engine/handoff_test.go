@@ -171,7 +171,7 @@ func TestCapBoundKeyStartsOneCommitAfterTheAnswer(t *testing.T) {
 // answer, so the finish leases the capped key's next job in its own
 // write: a gap of one commit, or two when the answer waited for the
 // paced key's finish under way (docs/benchmarks.md, "Session 14
-// (s14h4)": 2.3-2.7 ms, every finish but one or two with a lease). A
+// (s14h4)": 2.2-2.7 ms, every finish write with a lease). A
 // finish that never leased would make every gap two commits or more.
 // RATELANE_CAPONE_SHAPES=1 also logs busier neighbours (the figures of
 // that section).
