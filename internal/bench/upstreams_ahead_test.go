@@ -20,7 +20,8 @@ import (
 // which one destination's tail sets) and the start lag (admissible
 // instant to arrival at the upstream, see virtualDest.startLag).
 // RATELANE_VIRTUAL_AHEAD_DECLARED=1 leases ahead on keys that are not
-// adaptive only; RATELANE_VIRTUAL_DETAIL=1 logs every run per
+// adaptive only, RATELANE_VIRTUAL_AHEAD_DROP=1 drops a start leased ahead
+// whose key paused before it went out; RATELANE_VIRTUAL_DETAIL=1 logs every run per
 // destination. Skipped without RATELANE_VIRTUAL_AHEAD: a measurement, not
 // a check (the figures are in docs/benchmarks.md, "Session 14 (s14h6)").
 func TestVirtualLeaseAhead(t *testing.T) {
@@ -32,7 +33,7 @@ func TestVirtualLeaseAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer setVirtualAhead(d, os.Getenv("RATELANE_VIRTUAL_AHEAD_DECLARED") != "")()
+	defer setVirtualAhead(d, os.Getenv("RATELANE_VIRTUAL_AHEAD_DECLARED") != "", os.Getenv("RATELANE_VIRTUAL_AHEAD_DROP") != "")()
 	var b strings.Builder
 	for _, m := range Upstreams(false).Mixes {
 		if want := os.Getenv("RATELANE_VIRTUAL_MIX"); want != "" && !strings.Contains(","+want+",", ","+m.Name+",") {
@@ -73,7 +74,7 @@ func TestVirtualLeaseAhead(t *testing.T) {
 // let a check still in the current one find its log empty: 8.8 % of
 // the fixed mix's attempts were refused without any lag (see aheadKeeps).
 func TestVirtualLeaseAheadFixedBoundary(t *testing.T) {
-	defer setVirtualAhead(20*time.Millisecond, false)()
+	defer setVirtualAhead(20*time.Millisecond, false, false)()
 	m := Upstreams(false).Mixes[2]
 	if m.Name != "fixed" {
 		t.Fatalf("mix 2 is %q, want fixed", m.Name)
@@ -95,11 +96,12 @@ func TestVirtualLeaseAheadFixedBoundary(t *testing.T) {
 }
 
 // setVirtualAhead sets the simulated sender's lease-ahead horizon and
-// returns what restores it.
-func setVirtualAhead(d time.Duration, declaredOnly bool) func() {
-	oldD, oldOnly := virtualAhead, virtualAheadDeclaredOnly
-	virtualAhead, virtualAheadDeclaredOnly = d, declaredOnly
-	return func() { virtualAhead, virtualAheadDeclaredOnly = oldD, oldOnly }
+// variants (virtualAheadDeclaredOnly, virtualAheadDrop) and returns what
+// restores them.
+func setVirtualAhead(d time.Duration, declaredOnly, drop bool) func() {
+	oldD, oldOnly, oldDrop := virtualAhead, virtualAheadDeclaredOnly, virtualAheadDrop
+	virtualAhead, virtualAheadDeclaredOnly, virtualAheadDrop = d, declaredOnly, drop
+	return func() { virtualAhead, virtualAheadDeclaredOnly, virtualAheadDrop = oldD, oldOnly, oldDrop }
 }
 
 // meanMS is the mean of ds in milliseconds; 0 when empty.

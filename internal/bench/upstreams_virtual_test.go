@@ -84,6 +84,12 @@ var virtualAhead time.Duration
 // adaptive (a variant TestVirtualLeaseAhead measures).
 var virtualAheadDeclaredOnly bool
 
+// virtualAheadDrop drops a start leased ahead whose key was paused by the
+// time it was to arrive: its lease ends unsent and the job waits again
+// (a variant TestVirtualLeaseAhead measures; without it such starts go
+// out into the pause).
+var virtualAheadDrop bool
+
 // aheadKeeps reports whether a start leased at now for the later instant
 // at keeps s's logs in order: never across one of its fixed windows'
 // aligned boundaries. A fixed window's log counts only its latest aligned
@@ -126,6 +132,8 @@ type answerEvent struct {
 	// queued marks an answer that reached the engine at at and waits for
 	// the finish writer (see finishWriter) before it is applied.
 	queued bool
+	// ahead marks the arrival of a start leased ahead (virtualAhead).
+	ahead bool
 }
 
 type answerQueue []answerEvent
@@ -242,6 +250,15 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 			e := heap.Pop(&q).(answerEvent)
 			v := ds[e.dest]
 			if e.arrive {
+				if e.ahead && virtualAheadDrop && e.at.Before(v.st.PausedUntil) {
+					// Leased ahead, and its key paused since: the
+					// start is not made, its lease ends and the job
+					// waits again.
+					v.st.End(e.at, 1)
+					v.attempts--
+					v.retries = append(v.retries, e.at)
+					continue
+				}
 				q.answer(v, e.dest, e.at, queued)
 				continue
 			}
@@ -362,7 +379,7 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				arr := v.up.Arrival(begin)
 				v.startLag = append(v.startLag, arr.Sub(at))
 				if arr.After(now) {
-					heap.Push(&q, answerEvent{at: arr, dest: i, arrive: true})
+					heap.Push(&q, answerEvent{at: arr, dest: i, arrive: true, ahead: at.After(now)})
 				} else {
 					q.answer(v, i, now, queued)
 				}
