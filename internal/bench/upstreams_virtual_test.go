@@ -44,6 +44,10 @@ type virtualDest struct {
 	last     time.Time
 	paused   time.Duration
 	starts   []time.Time
+	// startLag is, per start, how long after its admissible instant
+	// (the lease's time, or the instant it was leased ahead for) its
+	// request reached the upstream: the lag issue 12's paced starts lose.
+	startLag []time.Duration
 	arrivals []time.Time // of accepted requests, at the upstream
 	// refusedAt are refused requests' arrivals at the upstream, for
 	// per-second timelines (TestVirtualAdapt).
@@ -69,6 +73,37 @@ type virtualDest struct {
 // admission.CapRetry (20 ms) after the slot is free. Tests set it false
 // only to measure what the unblocking is worth.
 var virtualUnblockAtCap = true
+
+// virtualAhead is the lease-ahead horizon of the simulated sender (see
+// store.LeaseParams.Ahead): a key that admits a start within it is leased
+// at once for that instant, and the start begins no earlier. 0 leases only
+// what admits now.
+var virtualAhead time.Duration
+
+// virtualAheadDeclaredOnly limits virtualAhead to keys that are not
+// adaptive (a variant TestVirtualLeaseAhead measures).
+var virtualAheadDeclaredOnly bool
+
+// virtualAheadDrop drops a start leased ahead whose key was paused by the
+// time it was to arrive: its lease ends unsent and the job waits again
+// (a variant TestVirtualLeaseAhead measures; without it such starts go
+// out into the pause).
+var virtualAheadDrop bool
+
+// aheadKeeps reports whether a start leased at now for the later instant
+// at keeps s's logs in order: never across one of its fixed windows'
+// aligned boundaries. A fixed window's log counts only its latest aligned
+// windows, so a start counted in the next one lets a check still in the
+// current one find it empty: leased ahead across the boundary, the fixed
+// mix was refused 8.8 % of its attempts without lag (session 14, s14h6).
+func aheadKeeps(s *admission.State, now, at time.Time) bool {
+	for _, w := range s.Windows {
+		if p := int64(w.Period); w.Fixed && p > 0 && now.UnixNano()/p != at.UnixNano()/p {
+			return false
+		}
+	}
+	return true
+}
 
 // virtualRefusal is one refusal as the key applied it: when (simulated
 // time since the epoch), and its learned rate and cap before and after.
@@ -97,6 +132,8 @@ type answerEvent struct {
 	// queued marks an answer that reached the engine at at and waits for
 	// the finish writer (see finishWriter) before it is applied.
 	queued bool
+	// ahead marks the arrival of a start leased ahead (virtualAhead).
+	ahead bool
 }
 
 type answerQueue []answerEvent
@@ -213,6 +250,15 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 			e := heap.Pop(&q).(answerEvent)
 			v := ds[e.dest]
 			if e.arrive {
+				if e.ahead && virtualAheadDrop && e.at.Before(v.st.PausedUntil) {
+					// Leased ahead, and its key paused since: the
+					// start is not made, its lease ends and the job
+					// waits again.
+					v.st.End(e.at, 1)
+					v.attempts--
+					v.retries = append(v.retries, e.at)
+					continue
+				}
 				q.answer(v, e.dest, e.at, queued)
 				continue
 			}
@@ -301,22 +347,39 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				if now.Before(v.blocked) {
 					break
 				}
+				at := now
 				if ok, next := v.st.Check(now, 1); !ok {
 					if c := v.st.InFlightCap(); c > 0 && v.st.InFlight >= c && !now.Before(v.st.PausedUntil) {
 						v.blocked = next // refused at its cap: admission.CapRetry
+						break
 					}
-					break
+					// Leased ahead (store.LeaseParams.Ahead): admitted
+					// at its admissible instant, within the horizon,
+					// never across a pause.
+					if virtualAhead <= 0 || now.Before(v.st.PausedUntil) || next.Sub(now) > virtualAhead || (virtualAheadDeclaredOnly && v.st.Adaptive) {
+						break
+					}
+					if ok, _ := v.st.Check(next, 1); !ok || !aheadKeeps(&v.st, now, next) {
+						break
+					}
+					at = next
 				}
-				v.st.Take(now, 1)
+				v.st.Take(at, 1)
 				if ri >= 0 {
 					v.retries = append(v.retries[:ri], v.retries[ri+1:]...)
 				} else {
 					v.pending--
 				}
 				v.attempts++
-				v.starts = append(v.starts, now)
-				if at := v.up.Arrival(now.Add(lag.start.draw(lagRng))); at.After(now) {
-					heap.Push(&q, answerEvent{at: at, dest: i, arrive: true})
+				v.starts = append(v.starts, at)
+				// The lease's lag runs from the lease (now); a start
+				// leased ahead begins at its admissible instant at the
+				// earliest (engine.run).
+				begin := maxTime(at, now.Add(lag.start.draw(lagRng)))
+				arr := v.up.Arrival(begin)
+				v.startLag = append(v.startLag, arr.Sub(at))
+				if arr.After(now) {
+					heap.Push(&q, answerEvent{at: arr, dest: i, arrive: true, ahead: at.After(now)})
 				} else {
 					q.answer(v, i, now, queued)
 				}
