@@ -406,9 +406,9 @@ type State struct {
 	// learned window on the upstream's announced remaining quota (see
 	// credit.go); 0 when it has none.
 	credit float64
-	// shown is the most the upstream has shown it takes at once under
-	// the announced policy: a remaining plus the starts it was counting
-	// (see creditGuarded); 0 for never.
+	// shown is the largest share of its announced quota the upstream
+	// has shown room for at once: (remaining + 1) / quota over its
+	// announced answers (see creditGuarded); 0 for never.
 	shown float64
 }
 
@@ -762,7 +762,9 @@ func (s *State) Pause(until time.Time) {
 // over a window too, refills a token at a time). Such a key meets a zero
 // remaining whenever it sends at the announced quota, and the reset it
 // came with (a sliding window's newest start leaving, rounded up to a
-// whole second) idled it for a second each time.
+// whole second) idled it for a second each time. When that window also
+// bounds the upstream's count, the remaining is credit the key may start
+// at once, past its bucket (see credit.go).
 func (s *State) Hint(now time.Time, h job.Hint) {
 	if h.Remaining < 0 {
 		return

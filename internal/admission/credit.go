@@ -30,6 +30,10 @@ import "github.com/ratelane/ratelane/internal/job"
 // upstream takes (see creditGuarded), and none otherwise.
 func (s *State) setCredit(h job.Hint) {
 	r := float64(min(h.Remaining, MaxCost))
+	// The answered start and the remaining: not the starts in flight,
+	// which under lag include some not yet at the upstream (counted,
+	// they made rise-bucket's burst of 5 show room for 15 on a loaded
+	// run: 4 refusals, 1.547 of ideal).
 	s.shown = max(s.shown, (r+1)/float64(h.Limit))
 	s.credit = 0
 	if s.creditGuarded(h) {
@@ -40,8 +44,9 @@ func (s *State) setCredit(h job.Hint) {
 // creditGuarded reports whether a sliding window of the key, as scaled
 // now, bounds what the upstream announcing h takes: it enforces the
 // announced policy (see windowEnforces) and the upstream has shown room
-// for the window's whole limit at once (a remaining plus the starts it
-// was counting, s.shown, at least the limit). Answers come back out of
+// for its whole quota at once (a remaining of quota - 1 on some answer:
+// s.shown reached 1, as a window's first request after an idle window
+// shows). Answers come back out of
 // order, and one that left the upstream before others already applied
 // names a remaining those others have since used, so a credit can be a
 // few units high. Against an upstream that counts a window, or a bucket
