@@ -402,6 +402,14 @@ type State struct {
 	// of one), set by a refusal its rate did not cause, runs out (see
 	// even.go); 0 when it paces with its burst.
 	evenUntil int64
+	// credit is the cost an adaptive key may start past its bucket and
+	// learned window on the upstream's announced remaining quota (see
+	// credit.go); 0 when it has none.
+	credit float64
+	// shown is the largest share of its announced quota the upstream
+	// has shown room for at once: (remaining + 1) / quota over its
+	// announced answers (see creditGuarded); 0 for never.
+	shown float64
 }
 
 // NewState returns the state of a freshly configured key: a full bucket,
@@ -415,12 +423,12 @@ func NewState(c Config) State {
 // (start logs and learned-limit bookkeeping) as a compact byte string for
 // the store; nil when there is none. dst is reused when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 && s.strictUntil == 0 && s.announcedAt == 0 && s.evenUntil == 0 {
+	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 && s.strictUntil == 0 && s.announcedAt == 0 && s.evenUntil == 0 && s.credit == 0 && s.shown == 0 {
 		return nil
 	}
 	c := s.capExtra()
-	extra := [14]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
-		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3], s.strictUntil, s.announcedAt, s.evenUntil}
+	extra := [16]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
+		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3], s.strictUntil, s.announcedAt, s.evenUntil, int64(math.Float64bits(s.credit)), int64(math.Float64bits(s.shown))}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 
@@ -465,6 +473,14 @@ func (s *State) UnmarshalShapes(b []byte) error {
 	if len(extra) >= 14 { // written since even pacing
 		s.evenUntil = max(extra[13], 0)
 	}
+	s.credit, s.shown = 0, 0
+	if len(extra) >= 16 { // written since announced credit
+		s.credit, s.shown = math.Float64frombits(uint64(extra[14])), math.Float64frombits(uint64(extra[15]))
+		if !finite(s.credit) || !finite(s.shown) || s.credit < 0 || s.shown < 0 {
+			s.credit, s.shown = 0, 0
+		}
+		s.credit, s.shown = min(s.credit, MaxCost), min(s.shown, MaxCost)
+	}
 	return nil
 }
 
@@ -488,7 +504,7 @@ func (s *State) Reconfigure(c Config, now time.Time) {
 		s.LearnedRate = c.Rate
 	}
 	if !c.Adaptive {
-		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active, s.announcedAt, s.evenUntil = 0, 0, 0, time.Time{}, 0, 0, 0, 0, 0, 0
+		s.good, s.probe, s.probeAt, s.LastRefusal, s.level, s.hold, s.streak, s.active, s.announcedAt, s.evenUntil, s.credit, s.shown = 0, 0, 0, time.Time{}, 0, 0, 0, 0, 0, 0, 0, 0
 		s.setCapExtra(nil) // a fixed key learns no cap
 	}
 	if c.Adaptive {
@@ -597,7 +613,9 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 		return false, now.Add(CapRetry)
 	}
 	next = now
-	if rate := s.rate(); rate > 0 && s.TAT.After(now) { // a full bucket admits even a cost above the burst
+	// The upstream's remaining quota admits past the pacing (see credit.go).
+	credited := s.credited(cost)
+	if rate := s.rate(); rate > 0 && s.TAT.After(now) && !credited { // a full bucket admits even a cost above the burst
 		// One saturating conversion: (cost - burst) units after TAT.
 		if at := s.TAT.Add(dur((float64(cost) - s.burst()) * 1e9 / rate)); at.After(next) {
 			next = at
@@ -611,7 +629,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 			}
 		}
 	}
-	if s.Adaptive && len(s.logs) == s.nLogs() && s.Rate > 0 {
+	if s.Adaptive && len(s.logs) == s.nLogs() && s.Rate > 0 && !credited {
 		// The learned window: no more than the learned rate's worth of
 		// starts in any discovery window (see discover.go).
 		d := s.discoveryWindow()
@@ -639,10 +657,18 @@ func (s *State) Take(now time.Time, cost int64) {
 	s.evenExpire(now)
 	s.InFlight++
 	defer s.noteCap(now, cost) // once this start is counted everywhere
+	credited := s.credited(cost)
+	s.spendCredit(cost)
 	if rate := s.rate(); rate > 0 {
 		s.TAT = maxTime(s.TAT, now).Add(dur(float64(cost) * 1e9 / rate))
 		if s.TAT.Sub(now) > MaxAhead { // saturate: TAT stays representable
 			s.TAT = now.Add(MaxAhead)
+		}
+		if credited {
+			// A start on credit empties the bucket at most: the
+			// pacing resumes from there when the credit runs out,
+			// owing nothing for what the upstream said it takes.
+			s.TAT = minTime(s.TAT, addSat(now, s.tolerance()))
 		}
 	}
 	if s.nLogs() == 0 {
@@ -714,6 +740,7 @@ func (s *State) Reconcile(now time.Time, estimated, actual int64) {
 func (s *State) Pause(until time.Time) {
 	if until.After(s.PausedUntil) {
 		s.PausedUntil = until
+		s.credit = 0 // the upstream's word now is the pause (see credit.go)
 	}
 }
 
@@ -735,12 +762,17 @@ func (s *State) Pause(until time.Time) {
 // over a window too, refills a token at a time). Such a key meets a zero
 // remaining whenever it sends at the announced quota, and the reset it
 // came with (a sliding window's newest start leaving, rounded up to a
-// whole second) idled it for a second each time.
+// whole second) idled it for a second each time. When that window also
+// bounds the upstream's count, the remaining is credit the key may start
+// at once, past its bucket (see credit.go).
 func (s *State) Hint(now time.Time, h job.Hint) {
 	if h.Remaining < 0 {
 		return
 	}
 	announced := s.announced(now, h)
+	if announced {
+		s.setCredit(h)
+	}
 	if h.Remaining == 0 && h.Reset > 0 && !(announced && s.windowEnforces(h)) {
 		s.Pause(addSat(now, min(h.Reset, MaxAhead)))
 		return

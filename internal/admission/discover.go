@@ -122,6 +122,7 @@ func (s *State) discoveryWindow() time.Duration {
 // paces strictly for a while (see strictRefusal).
 func (s *State) RateLimited(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
+	s.credit = 0 // refused: the remaining it was told is spent (see credit.go)
 	s.strictRefusal(now, until)
 	if s.concurrencyRefusal(now, cost) {
 		s.Pause(until) // the upstream's word; the rate and bucket stand
@@ -145,6 +146,7 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 // concurrency limit teaches an adaptive key a cap instead of a rate.
 func (s *State) Throttled(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
+	s.credit = 0 // refused: the remaining it was told is spent (see credit.go)
 	if !s.Adaptive {
 		s.strictRefusal(now, until)
 		s.Pause(until)

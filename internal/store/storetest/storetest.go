@@ -81,6 +81,7 @@ func Run(t *testing.T, open Opener) {
 		"LearnedConcurrency":    testLearnedConcurrency,
 		"StrictCounting":        testStrictCounting,
 		"EvenPacing":            testEvenPacing,
+		"AnnouncedCredit":       testAnnouncedCredit,
 		"PacedRetry":            testPacedRetry,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
