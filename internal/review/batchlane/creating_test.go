@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
-	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/store/sqlite/sqlitetest"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
@@ -23,16 +21,7 @@ import (
 func TestDriverRemovesAHalfCreatedBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "us.db")
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	b, items := storetest.NewBatch("acme", 40)
-	if err := st.CreateBatch(ctx, b, items); err != nil {
-		t.Fatal(err)
-	}
+	st, path, b := storeWithBatch(t, 40)
 	sqlitetest.CutBatchCreation(t, path, b.ID, 32)
 	now := storetest.T0.Add(time.Hour)
 	h := NewHandler(Config{Region: "us", Store: st, Providers: map[string]Entry{}, Wake: func(string) {},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -31,6 +32,18 @@ func holdCreatePieces(t *testing.T, lo int) (started, hold chan struct{}) {
 	return started, hold
 }
 
+// createHeld starts a batch-lane CreateBatch of 100 items and returns once
+// its piece starting at item lo holds the writer (until hold is closed);
+// done answers the CreateBatch.
+func createHeld(t *testing.T, w *laneWriter, lo int) (b *store.Batch, done chan error, hold chan struct{}) {
+	b, items := storetest.NewBatch("acme", 100)
+	started, hold := holdCreatePieces(t, lo)
+	done = make(chan error, 1)
+	go func() { done <- w.s.CreateBatch(store.WithLane(context.Background(), job.LaneBatch), b, items) }()
+	testkit.Recv(t, started, 10*time.Second, fmt.Sprintf("the piece from item %d running", lo))
+	return b, done, hold
+}
+
 // TestCreateBatchLetsInteractiveWritesIn: a batch-lane CreateBatch of 100
 // items goes through the writer in pieces, so an interactive write queued
 // while the first piece runs goes in right after it (seeing the batch
@@ -40,11 +53,7 @@ func holdCreatePieces(t *testing.T, lo int) (started, hold chan struct{}) {
 func TestCreateBatchLetsInteractiveWritesIn(t *testing.T) {
 	w := newLaneWriter(t)
 	ctx := context.Background()
-	b, items := storetest.NewBatch("acme", 100)
-	started, hold := holdCreatePieces(t, 0)
-	done := make(chan error, 1)
-	go func() { done <- w.s.CreateBatch(store.WithLane(ctx, job.LaneBatch), b, items) }()
-	testkit.Recv(t, started, 10*time.Second, "the first piece running")
+	b, done, hold := createHeld(t, w, 0)
 	w.queued(w.s.batchReqs, 3, "the other three pieces queued")
 	type seen struct{ creating, items int }
 	saw := make(chan seen, 1)
@@ -102,11 +111,7 @@ func TestCreateBatchLetsInteractiveWritesIn(t *testing.T) {
 func TestCreateBatchAbandonedBetweenPieces(t *testing.T) {
 	w := newLaneWriter(t)
 	ctx := context.Background()
-	b, items := storetest.NewBatch("acme", 100)
-	started, hold := holdCreatePieces(t, 32)
-	done := make(chan error, 1)
-	go func() { done <- w.s.CreateBatch(store.WithLane(ctx, job.LaneBatch), b, items) }()
-	testkit.Recv(t, started, 10*time.Second, "the second piece running")
+	b, done, hold := createHeld(t, w, 32)
 	abandoned := make(chan bool, 1)
 	go func() {
 		ok, err := w.s.AbandonBatch(ctx, b.ID)
