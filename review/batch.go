@@ -368,7 +368,9 @@ func (p *Plugin) GetBatch(ctx context.Context, region, id string) (BatchStatus, 
 
 func (rt *regionRT) batchStatus(ctx context.Context, id string) (BatchStatus, error) {
 	b, err := rt.st.GetBatch(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || err == nil && b.Creating {
+		// A batch whose items are still going in is not there yet: its
+		// POST has not answered, and its counts would be short.
 		return BatchStatus{}, ratelane.ErrNotFound
 	} else if err != nil {
 		return BatchStatus{}, err

@@ -51,7 +51,7 @@ var notJobWriters = []string{
 	"PutObject", "PutObjectIf", "GetObject", "ListObjects", "DeleteObject",
 	"CreateSchedule", "GetSchedule", "ListSchedules", "UpdateSchedule", "DeleteSchedule", "DueSchedules",
 	"ScheduleTickOf", "ListScheduleTicks",
-	"CreateBatch", "GetBatch", "ListBatches", "SetBatchState", "BatchItems", "PlanBatchChunk", "SaveBatchChunk",
+	"CreateBatch", "AbandonBatch", "GetBatch", "ListBatches", "SetBatchState", "BatchItems", "PlanBatchChunk", "SaveBatchChunk",
 	"BatchChunks", "SettleBatchItem", "SettleBatchItems", "GetBatchHead", "PutObjects",
 }
 

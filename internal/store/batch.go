@@ -20,14 +20,28 @@ import (
 // (SettleBatchItem), so that a result delivered twice after a crash
 // changes nothing the second time.
 type Batches interface {
-	// CreateBatch persists a batch and its items (all pending) in one
-	// transaction. ErrConflict when the id is taken.
+	// CreateBatch persists a batch and its items (all pending).
+	// ErrConflict when the id is taken or a custom_id repeats, and then
+	// nothing is written. A single-writer store may write a batch-lane
+	// (WithLane) batch of many items in several transactions, so that
+	// interactive writes go in between: the batch is then marked Creating
+	// until the transaction holding its last item commits, and a failure
+	// part-way removes what was written when it can (AbandonBatch is the
+	// backstop after a crash). A store writing it in one transaction
+	// never shows Creating.
 	CreateBatch(ctx context.Context, b *Batch, items []BatchItem) error
-	// GetBatch returns one batch with its item counts, or ErrNotFound.
+	// GetBatch returns one batch with its item counts, or ErrNotFound. A
+	// batch still being created is returned with Creating set: its callers
+	// treat it as not there yet.
 	GetBatch(ctx context.Context, id string) (*Batch, error)
 	// ListBatches returns batches matching p, newest (greatest id) first,
-	// with their item counts.
+	// with their item counts. Batches still being created are left out.
 	ListBatches(ctx context.Context, p BatchListParams) ([]*Batch, error)
+	// AbandonBatch removes batch id and its items if it is still being
+	// created (Creating), and reports whether it did: what a crash
+	// between CreateBatch's transactions leaves behind, found by the
+	// batch's drivers. A complete batch, or none, is left alone (false).
+	AbandonBatch(ctx context.Context, id string) (bool, error)
 	// SetBatchState moves a batch to state to, guarded on it being in one
 	// of from. ErrConflict when it is not, ErrNotFound when there is none.
 	SetBatchState(ctx context.Context, id string, from []string, to string, now time.Time) error
@@ -125,6 +139,10 @@ type Batch struct {
 	// Summary describes the manifest (counts, options), as JSON; opaque
 	// to the store and holding no content.
 	Summary json.RawMessage
+	// Creating is set on a batch whose items are still being written
+	// (CreateBatch in several transactions): not all of them exist yet,
+	// and nothing may submit, cancel or show it.
+	Creating bool
 	// Counts are the items by state, filled by GetBatch and ListBatches.
 	Counts    BatchCounts
 	CreatedAt time.Time

@@ -64,7 +64,10 @@ func readOne[T any](ctx context.Context, r SQLReads, q *Query, scan func(Scanner
 const (
 	ScheduleCols = `id, tenant, region, name, cron, every_ns, anchor, timezone, missed, catch_up_max, max_late_ns,
 	template, kind, paused, next_at, last_tick_at, last_job_id, produced, skipped, version, created_at, updated_at`
-	BatchCols      = `id, tenant, region, provider, state, deadline, max_attempts, summary, created_at, updated_at`
+	BatchCols = `id, tenant, region, provider, state, deadline, max_attempts, summary, created_at, updated_at`
+	// batchReadCols are BatchCols and the creating mark, which only a
+	// single-writer store's CreateBatch writes.
+	batchReadCols  = BatchCols + `, creating`
 	BatchItemCols  = `batch_id, custom_id, job_id, object_id, idx, state, attempts, chunk_key, disposition, reason, result, updated_at`
 	BatchChunkCols = `chunk_key, batch_id, state, record, updated_at`
 )
@@ -132,11 +135,13 @@ func (r SQLReads) ListScheduleTicks(ctx context.Context, scheduleID string, limi
 func scanBatch(r Scanner) (*Batch, error) {
 	var b Batch
 	var deadline, created, updated *int64
+	var creating int64
 	if err := r.Scan(&b.ID, &b.Tenant, &b.Region, &b.Provider, &b.State, &deadline, &b.MaxAttempts, &b.Summary,
-		&created, &updated); err != nil {
+		&created, &updated, &creating); err != nil {
 		return nil, err
 	}
 	b.Deadline, b.CreatedAt, b.UpdatedAt = UnixTime(deadline), UnixTime(created), UnixTime(updated)
+	b.Creating = creating != 0
 	return &b, nil
 }
 
@@ -173,7 +178,7 @@ func (r SQLReads) GetBatch(ctx context.Context, id string) (*Batch, error) {
 // GetBatchHead returns one batch without counting its items, or
 // ErrNotFound; see BatchSettles.
 func (r SQLReads) GetBatchHead(ctx context.Context, id string) (*Batch, error) {
-	return readOne(ctx, r, NewQuery(`SELECT `+BatchCols+` FROM batches WHERE id = ?`, id), scanBatch)
+	return readOne(ctx, r, NewQuery(`SELECT `+batchReadCols+` FROM batches WHERE id = ?`, id), scanBatch)
 }
 
 // countBatch fills b.Counts from its items.
@@ -201,7 +206,7 @@ func (r SQLReads) countBatch(ctx context.Context, b *Batch) error {
 // ListBatches returns batches newest first, with their counts; see
 // Batches.
 func (r SQLReads) ListBatches(ctx context.Context, p BatchListParams) ([]*Batch, error) {
-	q := NewQuery(`SELECT `+BatchCols+` FROM batches`).
+	q := NewQuery(`SELECT `+batchReadCols+` FROM batches`).Where(`creating = 0`).
 		WhereSet(`id < ?`, p.Before).WhereSet(`tenant = ?`, p.Tenant).WhereSet(`state = ?`, p.State).
 		Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
 	bs, err := readAll(ctx, r, q, scanBatch)

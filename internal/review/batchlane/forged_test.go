@@ -20,15 +20,7 @@ import (
 func TestForgedDriverJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	b, items := storetest.NewBatch("acme", 1)
-	if err := st.CreateBatch(ctx, b, items); err != nil {
-		t.Fatal(err)
-	}
+	st, _, b := storeWithBatch(t, 1)
 	now := storetest.T0.Add(time.Hour)
 	called := false
 	h := NewHandler(Config{Region: "us", Store: st, Providers: map[string]Entry{}, Wake: func(string) { called = true },
@@ -55,4 +47,21 @@ func TestForgedDriverJobs(t *testing.T) {
 	if got, _ := st.GetBatch(ctx, b.ID); got.Counts != (store.BatchCounts{Total: 1, Pending: 1}) || called {
 		t.Fatalf("a refused job changed the batch: %+v", got.Counts)
 	}
+}
+
+// storeWithBatch opens a SQLite store of region us (at path) holding one
+// batch of tenant acme with n items.
+func storeWithBatch(t *testing.T, n int) (st *sqlite.Store, path string, b *store.Batch) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "us.db")
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	b, items := storetest.NewBatch("acme", n)
+	if err := st.CreateBatch(context.Background(), b, items); err != nil {
+		t.Fatal(err)
+	}
+	return st, path, b
 }

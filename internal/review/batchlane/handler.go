@@ -130,6 +130,8 @@ func (h *Handler) HandleCollect(ctx context.Context, j *job.Job) job.Outcome {
 // inserts the jobs first and the batch right after, so a young job may
 // run before the row is committed; an old one whose row never came is
 // what a crash between the two writes leaves (the API call never answered).
+// The same holds for a batch still marked creating (store.Batch.Creating):
+// past the grace it is a crash's remnant and is removed.
 const orphanGrace = time.Minute
 
 // pass is one run over one batch.
@@ -169,6 +171,18 @@ func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outco
 		// Driver jobs are created by ratelane alone with their batch's
 		// tenant and region; anything else is forged or a bug.
 		return permanent("batch belongs to another tenant or region than the job")
+	case b.Creating && now.Sub(j.CreatedAt) < orphanGrace:
+		// Its items are still going in (CreateBatch in pieces).
+		return job.Outcome{Class: job.ClassPending, RetryAfter: 5 * time.Second, Err: "batch not recorded yet"}
+	case b.Creating:
+		// A crash between CreateBatch's pieces: the API call never
+		// answered, so the batch is removed as if never recorded, and a
+		// creation still writing finds it gone and fails whole.
+		if _, err := h.cfg.Store.AbandonBatch(ctx, b.ID); err != nil {
+			return job.Outcome{Class: job.ClassTransient, Err: "abandon batch"}
+		}
+		h.cfg.Logger.Warn("batch left half-created removed", "batch_id", b.ID, "items_written", b.Counts.Total)
+		return permanent("batch creation interrupted")
 	case b.State == store.BatchDone:
 		return h.done(b)
 	}

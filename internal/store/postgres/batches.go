@@ -37,18 +37,32 @@ func (s *Store) CreateBatch(ctx context.Context, b *store.Batch, items []store.B
 	return err
 }
 
+// AbandonBatch removes a batch still marked creating, and its items; see
+// store.Batches. CreateBatch here is one transaction and never leaves the
+// mark, so this finds nothing unless a single-writer store's file was
+// migrated in.
+func (s *Store) AbandonBatch(ctx context.Context, id string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM batches WHERE id = $1 AND creating = 1`, id)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
 // SetBatchState moves a batch between states, guarded; see store.Batches.
 func (s *Store) SetBatchState(ctx context.Context, id string, from []string, to string, now time.Time) error {
 	if len(from) == 0 {
 		return errors.New("set batch state: no from states")
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE batches SET state = $1, updated_at = $2 WHERE id = $3 AND state = ANY($4)`,
+	tag, err := s.pool.Exec(ctx, `UPDATE batches SET state = $1, updated_at = $2 WHERE id = $3 AND creating = 0 AND state = ANY($4)`,
 		to, ns(now), id, from)
 	if err != nil || tag.RowsAffected() > 0 {
 		return err
 	}
 	var st string
-	if err := s.pool.QueryRow(ctx, `SELECT state FROM batches WHERE id = $1`, id).Scan(&st); errors.Is(err, pgx.ErrNoRows) {
+	var creating int64
+	err = s.pool.QueryRow(ctx, `SELECT state, creating FROM batches WHERE id = $1`, id).Scan(&st, &creating)
+	if errors.Is(err, pgx.ErrNoRows) || creating != 0 {
 		return fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
 	} else if err != nil {
 		return err

@@ -12,21 +12,31 @@ import (
 )
 
 // CreateBatch persists a batch and its pending items; see store.Batches.
+// A batch-lane batch of more than batchPiece items goes through the writer
+// in pieces (writePieces), so that an interactive write waits behind one
+// piece, not the manifest's thousand items: the first piece writes the
+// batch marked creating, the last clears the mark, and each one after the
+// first writes only while the batch is still marked (a batch its drivers
+// abandoned meanwhile takes no more items).
 func (s *Store) CreateBatch(ctx context.Context, b *store.Batch, items []store.BatchItem) error {
 	if err := b.CheckIn(s.cfg.Region); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := s.exec(tx, `INSERT INTO batches (`+store.BatchCols+`) VALUES (?,?,?,?,?,?,?,?,?,?)`,
-			b.ID, b.Tenant, b.Region, b.Provider, b.State, ns(b.Deadline), b.MaxAttempts, []byte(b.Summary),
-			ns(b.CreatedAt), ns(b.UpdatedAt))
-		if err != nil {
-			if strings.Contains(err.Error(), "UNIQUE constraint failed") {
-				return fmt.Errorf("batch %s already exists: %w", b.ID, store.ErrConflict)
-			}
+	// A repeated custom_id is refused before anything is written: found by
+	// a later piece, it would leave the earlier ones behind.
+	seen := make(map[string]bool, len(items))
+	for _, it := range items {
+		if seen[it.CustomID] {
+			return fmt.Errorf("batch %s: custom_id %q repeats: %w", b.ID, it.CustomID, store.ErrConflict)
+		}
+		seen[it.CustomID] = true
+	}
+	n := len(items)
+	err := s.writePieces(ctx, n, func(tx *sql.Tx, lo, hi int) error {
+		if err := s.createBatchPiece(tx, b, lo == 0, hi < n); err != nil {
 			return err
 		}
-		for _, it := range items {
+		for _, it := range items[lo:hi] {
 			if _, err := s.exec(tx, `INSERT INTO batch_items (`+store.BatchItemCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
 				b.ID, it.CustomID, it.JobID, it.ObjectID, it.Index, store.ItemPending, 0, "", "", "", nil, ns(b.CreatedAt)); err != nil {
 				if strings.Contains(err.Error(), "UNIQUE constraint failed") {
@@ -35,8 +45,80 @@ func (s *Store) CreateBatch(ctx context.Context, b *store.Batch, items []store.B
 				return err
 			}
 		}
+		if createBatchPieceHook != nil {
+			createBatchPieceHook(lo)
+		}
 		return nil
 	})
+	if err != nil && n > batchPiece && !errors.Is(err, errBatchTaken) {
+		// Earlier pieces may have committed: remove them now rather than
+		// leave them to the drivers' AbandonBatch, even if ctx ended.
+		if _, aerr := s.AbandonBatch(context.WithoutCancel(ctx), b.ID); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove the part written: %w", aerr))
+		}
+	}
+	if errors.Is(err, errBatchTaken) {
+		return fmt.Errorf("batch %s already exists: %w", b.ID, store.ErrConflict)
+	}
+	return err
+}
+
+// createBatchPieceHook, set by this package's tests only, runs at the end
+// of each piece of CreateBatch (inside its transaction) with the piece's
+// first item: a test holds the writer there.
+var createBatchPieceHook func(lo int)
+
+// errBatchTaken is CreateBatch's first piece finding the id taken.
+var errBatchTaken = errors.New("batch id taken")
+
+// createBatchPiece writes the batch row's part of one piece of
+// CreateBatch: the first piece inserts it (marked creating when more
+// pieces follow), a later one checks the mark is still there and the last
+// one clears it.
+func (s *Store) createBatchPiece(tx *sql.Tx, b *store.Batch, first, more bool) error {
+	creating := 0
+	if more {
+		creating = 1
+	}
+	if first {
+		_, err := s.exec(tx, `INSERT INTO batches (`+store.BatchCols+`, creating) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+			b.ID, b.Tenant, b.Region, b.Provider, b.State, ns(b.Deadline), b.MaxAttempts, []byte(b.Summary),
+			ns(b.CreatedAt), ns(b.UpdatedAt), creating)
+		if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+			return errBatchTaken
+		}
+		return err
+	}
+	res, err := s.exec(tx, `UPDATE batches SET creating = ? WHERE id = ? AND creating = 1`, creating, b.ID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("batch %s was abandoned while its items were written: %w", b.ID, store.ErrConflict)
+	}
+	return nil
+}
+
+// AbandonBatch removes a batch still marked creating, and its items; see
+// store.Batches.
+func (s *Store) AbandonBatch(ctx context.Context, id string) (bool, error) {
+	var removed bool
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		// The items first: the schema cascades, but a connection opened
+		// without foreign_keys would leave them.
+		if _, err := s.exec(tx, `DELETE FROM batch_items WHERE batch_id = ? AND EXISTS
+			(SELECT 1 FROM batches WHERE id = ? AND creating = 1)`, id, id); err != nil {
+			return err
+		}
+		res, err := s.exec(tx, `DELETE FROM batches WHERE id = ? AND creating = 1`, id)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		removed = n > 0
+		return nil
+	})
+	return removed, err
 }
 
 // SetBatchState moves a batch between states, guarded; see store.Batches.
@@ -49,7 +131,7 @@ func (s *Store) SetBatchState(ctx context.Context, id string, from []string, to 
 		for _, f := range from {
 			args = append(args, f)
 		}
-		res, err := tx.Exec(`UPDATE batches SET state = ?, updated_at = ? WHERE id = ? AND state IN (?`+
+		res, err := tx.Exec(`UPDATE batches SET state = ?, updated_at = ? WHERE id = ? AND creating = 0 AND state IN (?`+
 			strings.Repeat(",?", len(from)-1)+`)`, args...)
 		if err != nil {
 			return err
@@ -58,7 +140,9 @@ func (s *Store) SetBatchState(ctx context.Context, id string, from []string, to 
 			return nil
 		}
 		var st string
-		if err := s.queryRow(tx, `SELECT state FROM batches WHERE id = ?`, id).Scan(&st); errors.Is(err, sql.ErrNoRows) {
+		var creating int
+		err = s.queryRow(tx, `SELECT state, creating FROM batches WHERE id = ?`, id).Scan(&st, &creating)
+		if errors.Is(err, sql.ErrNoRows) || creating != 0 {
 			return fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
 		} else if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -26,6 +27,7 @@ var batchCases = map[string]func(*testing.T, Opener){
 	"BatchSettleOnce":     testBatchSettleOnce,
 	"BatchItemsPaged":     testBatchItemsPaged,
 	"BatchListFilters":    testBatchListFilters,
+	"BatchCreateLarge":    testBatchCreateLarge,
 }
 
 // NewBatch returns a running batch of tenant in region "us" with n items
@@ -378,5 +380,51 @@ func testBatchListFilters(t *testing.T, open Opener) {
 		if err != nil || fmt.Sprint(customIDs(got)) != fmt.Sprint(c.want) {
 			t.Errorf("BatchItems(%+v) = %v, %v; want %v", c.p, customIDs(got), err, c.want)
 		}
+	}
+}
+
+// testBatchCreateLarge: a batch-lane CreateBatch of more items than a
+// single-writer store's piece is whole when it returns (all items, not
+// Creating, listed, its state settable); one that is refused (a custom_id
+// repeated late in the manifest, an id taken) leaves nothing of itself and
+// does not touch the batch whose id it took; AbandonBatch leaves a
+// complete batch, and an unknown id, alone.
+func testBatchCreateLarge(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := store.WithLane(context.Background(), job.LaneBatch)
+	b, items := NewBatch("acme", 100)
+	if err := s.CreateBatch(ctx, b, items); err != nil {
+		t.Fatalf("create batch: %v", err)
+	}
+	got := getBatch(t, s, b.ID)
+	if got.Creating || got.Counts != (store.BatchCounts{Total: 100, Pending: 100}) {
+		t.Fatalf("created: creating %v, counts %+v; want 100 pending, complete", got.Creating, got.Counts)
+	}
+	if bs, err := s.ListBatches(ctx, store.BatchListParams{}); err != nil || len(bs) != 1 || bs[0].Counts.Total != 100 {
+		t.Fatalf("listed %v, %v; want the batch with 100 items", bs, err)
+	}
+	taken, titems := NewBatch("acme", 100)
+	taken.ID = b.ID
+	if err := s.CreateBatch(ctx, taken, titems); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a second batch of the same id: %v, want ErrConflict", err)
+	}
+	dup, ditems := NewBatch("acme", 100)
+	ditems[90].CustomID = ditems[3].CustomID
+	if err := s.CreateBatch(ctx, dup, ditems); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a custom_id repeated at item 90: %v, want ErrConflict", err)
+	}
+	if _, err := s.GetBatch(ctx, dup.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused batch left something: %v", err)
+	}
+	for _, id := range []string{b.ID, "nope"} {
+		if gone, err := s.AbandonBatch(ctx, id); err != nil || gone {
+			t.Fatalf("AbandonBatch(%s) = %v, %v; want false: only a batch being created is abandoned", id, gone, err)
+		}
+	}
+	if got := getBatch(t, s, b.ID); got.Counts.Total != 100 {
+		t.Fatalf("the batch whose id was taken, or abandoned, has %d items, want 100", got.Counts.Total)
+	}
+	if err := s.SetBatchState(ctx, b.ID, []string{store.BatchRunning}, store.BatchCanceling, T0); err != nil {
+		t.Fatalf("cancel the created batch: %v", err)
 	}
 }

@@ -38,3 +38,23 @@ func DamageHeader(t testing.TB, path string) {
 		t.Fatal(err)
 	}
 }
+
+// CutBatchCreation makes the complete batch id in the database at path
+// look as a kill -9 between two pieces of the store's CreateBatch leaves
+// it: marked creating, with only its first keep items (in custom_id
+// order). It writes through its own connection, as another process would.
+func CutBatchCreation(t testing.TB, path, id string, keep int) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE batches SET creating = 1 WHERE id = ?`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`DELETE FROM batch_items WHERE batch_id = ? AND custom_id NOT IN
+		(SELECT custom_id FROM batch_items WHERE batch_id = ? ORDER BY custom_id LIMIT ?)`, id, id, keep); err != nil {
+		t.Fatal(err)
+	}
+}
