@@ -79,10 +79,11 @@ type txOps struct {
 	groups map[string]head
 }
 
-// head is what Heads learned of a candidate: its group and its rowid.
+// head is what Heads learned of a candidate: its group, rowid and cost.
 type head struct {
 	g     *store.Group
 	rowid int64
+	cost  int64
 }
 
 func (o *txOps) PromoteDue(now time.Time) error {
@@ -179,7 +180,7 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 			return nil, err
 		}
 		out = append(out, c)
-		o.groups[c.ID] = head{&g, rowid}
+		o.groups[c.ID] = head{&g, rowid, c.Cost}
 	}
 	return out, rows.Err()
 }
@@ -250,6 +251,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	token := leased[0].Token
 	b := make([]byte, 0, 2+len(leased)*12)
 	b = append(b, '[')
+	ids := make(map[int64]string, len(leased)) // the read-back's rowids
 	for i, l := range leased {
 		if l.Token != token {
 			return nil, fmt.Errorf("sqlite: lease job %s: one token per lease call, got %q and %q", l.ID, token, l.Token)
@@ -262,6 +264,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(b, h.rowid, 10)
+		ids[h.rowid] = l.ID
 	}
 	arg := string(append(b, ']'))
 	res, err := o.s.exec(o.tx, markLeasedSQL, token, ns(until), ns(now), arg)
@@ -279,21 +282,25 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	defer rows.Close()
 	byID := make(map[string]*job.Job, len(leased))
 	for rows.Next() {
-		j, group, err := scanLeased(rows, &o.s.leasedScan)
+		j, rowid, err := scanLeased(rows, &o.s.leasedScan)
 		if err != nil {
 			return nil, err
 		}
-		h := o.groups[j.ID]
-		g := h.g
-		if g == nil || g.ID != group {
-			return nil, fmt.Errorf("sqlite: lease job %s: not a head of its group in this call", j.ID)
+		// The rowid names the head Heads read in this transaction (no
+		// VACUUM can renumber rows inside it): its id, cost and group are
+		// known, as are what the UPDATE set and what the group holds; none
+		// of them is read back.
+		id, ok := ids[rowid]
+		if !ok {
+			return nil, fmt.Errorf("sqlite: lease: read back rowid %d, not one leased", rowid)
 		}
-		// What the UPDATE set, and what the group holds, is known here:
-		// not read back.
+		h := o.groups[id]
+		g := h.g
+		j.ID, j.Cost = id, h.cost
 		j.Kind, j.Lane, j.Tenant = g.Kind, g.Lane, g.Tenant
 		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, token, until.UTC(), now.UTC()
 		byID[j.ID] = j
-		o.s.rememberLease(j, group, h.rowid)
+		o.s.rememberLease(j, g.ID, h.rowid)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
