@@ -141,15 +141,23 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 	done := 0
 	for _, n := range chunkSizes(len(fresh)) {
 		args = args[:0]
-		for _, i := range fresh[done : done+n] {
+		chunk := fresh[done : done+n]
+		plain := !slices.ContainsFunc(chunk, func(i int) bool { return !plainInsert(jobs[i]) })
+		for _, i := range chunk {
 			j := jobs[i]
 			// Lane and state as plain strings: database/sql converts a
 			// named string type by reflection, with an allocation.
-			args = append(args, j.ID, j.Kind, j.Region, string(j.Lane), j.Tenant, keysJSON[i], j.Cost, j.Priority, []byte(j.Payload),
-				j.IdempotencyKey, nullNS(j.Deadline), j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema,
-				j.ParentID, j.Depth, groups[jobGroup[i]], string(j.State), ns(j.EligibleAt), ns(j.CreatedAt), ns(j.CreatedAt))
+			args = append(args, j.ID, j.Kind, j.Region, string(j.Lane), j.Tenant, keysJSON[i], j.Cost, j.Priority, []byte(j.Payload))
+			if !plain {
+				args = append(args, j.IdempotencyKey, nullNS(j.Deadline))
+			}
+			args = append(args, j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema)
+			if !plain {
+				args = append(args, j.ParentID, j.Depth)
+			}
+			args = append(args, groups[jobGroup[i]], string(j.State), ns(j.EligibleAt), ns(j.CreatedAt), ns(j.CreatedAt))
 		}
-		if _, err := s.exec(tx, insertJobsSQL(n), args...); err != nil {
+		if _, err := s.exec(tx, insertJobsSQL(n, plain), args...); err != nil {
 			if n == 1 {
 				return nil, fmt.Errorf("insert job %s: %w", jobs[fresh[done]].ID, err)
 			}
@@ -245,23 +253,48 @@ func chunkSizes(n int) []int {
 	return out
 }
 
-// insertSQL[k] and heldSQL[k] are the statements of 1<<k rows or keys.
-var insertSQL, heldSQL = func() (ins, held []string) {
+// plainInsertCols is how many columns plainInsertSQL binds per row: all
+// of insertJobs' but idempotency_key, deadline, parent_id and depth.
+const plainInsertCols = insertJobCols - 4
+
+// plainInsert reports whether j's row may be written by plainInsertSQL:
+// the four columns it leaves out are at their defaults (empty or NULL), as
+// they are for a job with no idempotency key, deadline or parent. Each
+// left out is a bind per job through the driver (a text one a copy into C
+// memory and a free) and a VM step.
+func plainInsert(j *job.Job) bool {
+	return j.IdempotencyKey == "" && j.Deadline.IsZero() && j.ParentID == "" && j.Depth == ""
+}
+
+// insertSQL[k], plainInsertSQL[k] and heldSQL[k] are the statements of
+// 1<<k rows or keys.
+var insertSQL, plainInsertSQL, heldSQL = func() (ins, plain, held []string) {
 	for n := 1; n <= maxInsertRows; n *= 2 {
 		row := "(" + strings.TrimSuffix(strings.Repeat("?,", insertJobCols), ",") + ")"
 		ins = append(ins, `INSERT INTO jobs (id, kind, region, lane, tenant, limit_keys, cost, priority, payload,
 		idempotency_key, deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, group_id,
+		state, eligible_at, created_at, updated_at) VALUES `+strings.TrimSuffix(strings.Repeat(row+",", n), ","))
+		row = "(" + strings.TrimSuffix(strings.Repeat("?,", plainInsertCols), ",") + ")"
+		plain = append(plain, `INSERT INTO jobs (id, kind, region, lane, tenant, limit_keys, cost, priority, payload,
+		budget_congestion, budget_transient, budget_schema, group_id,
 		state, eligible_at, created_at, updated_at) VALUES `+strings.TrimSuffix(strings.Repeat(row+",", n), ","))
 		// The repeated "<> ''" lets SQLite use the partial unique index;
 		// without it every keyed insert scans the tenant's jobs.
 		held = append(held, `SELECT idempotency_key, id FROM jobs WHERE tenant = ? AND idempotency_key <> '' AND idempotency_key IN (`+
 			strings.TrimSuffix(strings.Repeat("?,", n), ",")+`)`)
 	}
-	return ins, held
+	return ins, plain, held
 }()
 
-func insertJobsSQL(n int) string { return insertSQL[bits.TrailingZeros(uint(n))] }
-func heldKeysSQL(n int) string   { return heldSQL[bits.TrailingZeros(uint(n))] }
+// insertJobsSQL is the insert of n rows, of plainInsertSQL's columns if
+// plain.
+func insertJobsSQL(n int, plain bool) string {
+	if plain {
+		return plainInsertSQL[bits.TrailingZeros(uint(n))]
+	}
+	return insertSQL[bits.TrailingZeros(uint(n))]
+}
+func heldKeysSQL(n int) string { return heldSQL[bits.TrailingZeros(uint(n))] }
 
 func (s *Store) ensureKey(tx *sql.Tx, name string, def admission.Config, now time.Time) error {
 	def.Name = name
