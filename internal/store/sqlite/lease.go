@@ -429,10 +429,17 @@ const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
 // (leaseFacts.rowid), one descent of the table's B-tree instead of the id
 // index's and then the table's, and checks the id besides: a rowid that no
 // longer names the job (a VACUUM since the lease may renumber rows)
-// matches no row, and endAttempt then tries endAttemptSQL by id.
+// matches no row, and endAttempt then tries endAttemptSQL by id. The
+// time is bound once: a final state's finished_at is updated_at (?1, the
+// one parameter the driver looks up by name), and another state leaves
+// finished_at NULL, as it is while running.
 func endAttemptPlainSQL(to job.State) string {
+	times := `updated_at = ?`
+	if to.Final() {
+		times = `finished_at = ?1, updated_at = ?1`
+	}
 	return `UPDATE jobs SET state = '` + string(to) + `',
-		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
+		lease_token = NULL, lease_expires_at = NULL, ` + times + `,
 		history = ` + finishHistory + `
 	WHERE rowid = ? AND id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
 }
@@ -485,7 +492,7 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 			t.ID, t.LeaseToken, attempt, expired}
 	}
 	if plain {
-		args = []any{finished, ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
+		args = []any{ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
 	} else {
 		args = general()
 	}
