@@ -141,15 +141,27 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 	done := 0
 	for _, n := range chunkSizes(len(fresh)) {
 		args = args[:0]
-		for _, i := range fresh[done : done+n] {
-			j := jobs[i]
-			// Lane and state as plain strings: database/sql converts a
-			// named string type by reflection, with an allocation.
-			args = append(args, j.ID, j.Kind, j.Region, string(j.Lane), j.Tenant, keysJSON[i], j.Cost, j.Priority, []byte(j.Payload),
-				j.IdempotencyKey, nullNS(j.Deadline), j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema,
-				j.ParentID, j.Depth, groups[jobGroup[i]], string(j.State), ns(j.EligibleAt), ns(j.CreatedAt), ns(j.CreatedAt))
+		chunk := fresh[done : done+n]
+		shape := chunkShape(jobs, chunk)
+		if shape&insertShared != 0 {
+			args = appendShared(args, jobs[chunk[0]])
 		}
-		if _, err := s.exec(tx, insertJobsSQL(n), args...); err != nil {
+		for _, i := range chunk {
+			j := jobs[i]
+			if shape&insertShared == 0 {
+				args = append(appendShared(args, j), ns(j.CreatedAt)) // updated_at
+			}
+			args = append(args, j.ID, keysJSON[i], j.Cost, j.Priority, []byte(j.Payload))
+			if shape&insertPlain == 0 {
+				args = append(args, j.IdempotencyKey, nullNS(j.Deadline))
+			}
+			args = append(args, j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema)
+			if shape&insertPlain == 0 {
+				args = append(args, j.ParentID, j.Depth)
+			}
+			args = append(args, groups[jobGroup[i]])
+		}
+		if _, err := s.exec(tx, insertJobsSQL(n, shape), args...); err != nil {
 			if n == 1 {
 				return nil, fmt.Errorf("insert job %s: %w", jobs[fresh[done]].ID, err)
 			}
@@ -221,9 +233,9 @@ func (s *Store) heldKeys(tx *sql.Tx, jobs []*job.Job) (map[idemKey]string, error
 }
 
 // Bounds of the multi-row statements of insertJobs. A statement of n rows
-// binds n*insertJobCols variables, far below SQLite's limit (32,766) at
-// maxInsertRows; the sizes are powers of two so that the writer's
-// statement cache holds at most a handful of texts per statement.
+// binds at most n*insertJobCols variables, far below SQLite's limit
+// (32,766) at maxInsertRows; the sizes are powers of two so that the
+// writer's statement cache holds at most a handful of texts per statement.
 const (
 	maxInsertRows = 256
 	insertJobCols = 21
@@ -245,13 +257,90 @@ func chunkSizes(n int) []int {
 	return out
 }
 
-// insertSQL[k] and heldSQL[k] are the statements of 1<<k rows or keys.
-var insertSQL, heldSQL = func() (ins, held []string) {
+// insertShape says which of the insert's statements writes a chunk of
+// rows. Every bound parameter costs a bind through the driver on every
+// execution (a text one also a copy into C memory and a free), which in
+// a multi-row insert is per job (docs/benchmarks.md, "Session 14
+// (s14h3)"). A zero shape binds all 21 columns of every row.
+type insertShape uint8
+
+const (
+	// insertPlain leaves idempotency_key, deadline, parent_id and depth
+	// to their defaults (empty or NULL): every job of the chunk has none
+	// (plainInsert).
+	insertPlain insertShape = 1 << iota
+	// insertShared binds the columns appendShared writes once for the
+	// chunk, as the numbered parameters ?1 to ?7 that every row repeats:
+	// every job of the chunk has the same (sameShared), as the jobs of one
+	// InsertMany of one kind do.
+	insertShared
+)
+
+// chunkShape returns the leanest insertShape that writes the chunk's
+// jobs (indexes into jobs) as they are.
+func chunkShape(jobs []*job.Job, chunk []int) insertShape {
+	var shape insertShape
+	first := jobs[chunk[0]]
+	if !slices.ContainsFunc(chunk, func(i int) bool { return !plainInsert(jobs[i]) }) {
+		shape |= insertPlain
+	}
+	// A single row gains nothing from numbered parameters, each of which
+	// the driver looks up by name.
+	if len(chunk) > 1 && !slices.ContainsFunc(chunk, func(i int) bool { return !sameShared(first, jobs[i]) }) {
+		shape |= insertShared
+	}
+	return shape
+}
+
+// plainInsert reports whether j's row may leave idempotency_key,
+// deadline, parent_id and depth to their defaults (insertPlain): a job
+// with no idempotency key, deadline or parent.
+func plainInsert(j *job.Job) bool {
+	return j.IdempotencyKey == "" && j.Deadline.IsZero() && j.ParentID == "" && j.Depth == ""
+}
+
+// sameShared reports whether a and b agree on every column appendShared
+// writes.
+func sameShared(a, b *job.Job) bool {
+	return a.Kind == b.Kind && a.Region == b.Region && a.Lane == b.Lane && a.Tenant == b.Tenant && a.State == b.State &&
+		a.EligibleAt.Equal(b.EligibleAt) && a.CreatedAt.Equal(b.CreatedAt)
+}
+
+// appendShared appends j's values of the columns insertShared binds once
+// per chunk: kind, region, lane, tenant, state, eligible_at and created_at
+// (which updated_at repeats). Lane and state as plain strings:
+// database/sql converts a named string type by reflection, with an
+// allocation.
+func appendShared(args []any, j *job.Job) []any {
+	return append(args, j.Kind, j.Region, string(j.Lane), j.Tenant, string(j.State), ns(j.EligibleAt), ns(j.CreatedAt))
+}
+
+// insertStatement is the insert of n rows of the shape. The shared
+// columns come first in every row, so that with insertShared the first
+// row names ?1 to ?7 before its first plain "?", which SQLite then
+// numbers 8.
+func insertStatement(n int, shape insertShape) string {
+	shared := "?, ?, ?, ?, ?, ?, ?, ?" // updated_at bound as created_at again
+	if shape&insertShared != 0 {
+		shared = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7"
+	}
+	cols, tail := `id, limit_keys, cost, priority, payload, idempotency_key, deadline,
+		budget_congestion, budget_transient, budget_schema, parent_id, depth, group_id`, 13
+	if shape&insertPlain != 0 {
+		cols, tail = `id, limit_keys, cost, priority, payload, budget_congestion, budget_transient, budget_schema, group_id`, 9
+	}
+	row := "(" + shared + strings.Repeat(", ?", tail) + ")"
+	return `INSERT INTO jobs (kind, region, lane, tenant, state, eligible_at, created_at, updated_at,
+		` + cols + `) VALUES ` + strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+}
+
+// insertSQL[shape][k] and heldSQL[k] are the statements of 1<<k rows or
+// keys.
+var insertSQL, heldSQL = func() (ins [4][]string, held []string) {
 	for n := 1; n <= maxInsertRows; n *= 2 {
-		row := "(" + strings.TrimSuffix(strings.Repeat("?,", insertJobCols), ",") + ")"
-		ins = append(ins, `INSERT INTO jobs (id, kind, region, lane, tenant, limit_keys, cost, priority, payload,
-		idempotency_key, deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth, group_id,
-		state, eligible_at, created_at, updated_at) VALUES `+strings.TrimSuffix(strings.Repeat(row+",", n), ","))
+		for shape := range insertShape(len(ins)) {
+			ins[shape] = append(ins[shape], insertStatement(n, shape))
+		}
 		// The repeated "<> ''" lets SQLite use the partial unique index;
 		// without it every keyed insert scans the tenant's jobs.
 		held = append(held, `SELECT idempotency_key, id FROM jobs WHERE tenant = ? AND idempotency_key <> '' AND idempotency_key IN (`+
@@ -260,8 +349,11 @@ var insertSQL, heldSQL = func() (ins, held []string) {
 	return ins, held
 }()
 
-func insertJobsSQL(n int) string { return insertSQL[bits.TrailingZeros(uint(n))] }
-func heldKeysSQL(n int) string   { return heldSQL[bits.TrailingZeros(uint(n))] }
+func insertJobsSQL(n int, shape insertShape) string {
+	return insertSQL[shape][bits.TrailingZeros(uint(n))]
+}
+
+func heldKeysSQL(n int) string { return heldSQL[bits.TrailingZeros(uint(n))] }
 
 func (s *Store) ensureKey(tx *sql.Tx, name string, def admission.Config, now time.Time) error {
 	def.Name = name

@@ -79,10 +79,11 @@ type txOps struct {
 	groups map[string]head
 }
 
-// head is what Heads learned of a candidate: its group and its rowid.
+// head is what Heads learned of a candidate: its group, rowid and cost.
 type head struct {
 	g     *store.Group
 	rowid int64
+	cost  int64
 }
 
 func (o *txOps) PromoteDue(now time.Time) error {
@@ -179,7 +180,7 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 			return nil, err
 		}
 		out = append(out, c)
-		o.groups[c.ID] = head{&g, rowid}
+		o.groups[c.ID] = head{&g, rowid, c.Cost}
 	}
 	return out, rows.Err()
 }
@@ -250,6 +251,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	token := leased[0].Token
 	b := make([]byte, 0, 2+len(leased)*12)
 	b = append(b, '[')
+	ids := make(map[int64]string, len(leased)) // the read-back's rowids
 	for i, l := range leased {
 		if l.Token != token {
 			return nil, fmt.Errorf("sqlite: lease job %s: one token per lease call, got %q and %q", l.ID, token, l.Token)
@@ -262,6 +264,7 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(b, h.rowid, 10)
+		ids[h.rowid] = l.ID
 	}
 	arg := string(append(b, ']'))
 	res, err := o.s.exec(o.tx, markLeasedSQL, token, ns(until), ns(now), arg)
@@ -279,21 +282,25 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	defer rows.Close()
 	byID := make(map[string]*job.Job, len(leased))
 	for rows.Next() {
-		j, group, err := scanLeased(rows, &o.s.leasedScan)
+		j, rowid, err := scanLeased(rows, &o.s.leasedScan)
 		if err != nil {
 			return nil, err
 		}
-		h := o.groups[j.ID]
-		g := h.g
-		if g == nil || g.ID != group {
-			return nil, fmt.Errorf("sqlite: lease job %s: not a head of its group in this call", j.ID)
+		// The rowid names the head Heads read in this transaction (no
+		// VACUUM can renumber rows inside it): its id, cost and group are
+		// known, as are what the UPDATE set and what the group holds; none
+		// of them is read back.
+		id, ok := ids[rowid]
+		if !ok {
+			return nil, fmt.Errorf("sqlite: lease: read back rowid %d, not one leased", rowid)
 		}
-		// What the UPDATE set, and what the group holds, is known here:
-		// not read back.
+		h := o.groups[id]
+		g := h.g
+		j.ID, j.Cost = id, h.cost
 		j.Kind, j.Lane, j.Tenant = g.Kind, g.Lane, g.Tenant
 		j.State, j.LeaseToken, j.LeaseExpiresAt, j.UpdatedAt = job.StateRunning, token, until.UTC(), now.UTC()
 		byID[j.ID] = j
-		o.s.rememberLease(j, group, h.rowid)
+		o.s.rememberLease(j, g.ID, h.rowid)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -390,12 +397,18 @@ func (s *Store) rememberLease(j *job.Job, group, rowid int64) {
 // keeps the column, or makes the guard term true.
 
 // endAttemptSet is the finish's UPDATE without its WHERE clause: the new
-// state and the attempt record appended to the history (as appendHistory
-// does, with the record bound once: NULL history gives '[' || record).
+// state and the attempt record appended to the history.
 const endAttemptSet = `UPDATE jobs SET state = ?, reason = ?, eligible_at = coalesce(?, eligible_at),
 		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?, result = coalesce(?, result),
 		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
-		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'`
+		history = ` + finishHistory
+
+// finishHistory is the history with the record (one plain parameter)
+// appended, as appendHistory does but with the record bound once. The
+// test comes first: a first attempt's history is NULL, and
+// coalesce(substr(history, ...) || ',', '[') called length and substr on
+// the NULL every time, two SQL function calls per finish.
+const finishHistory = `CASE WHEN history IS NULL THEN '[' ELSE substr(history, 1, length(history) - 1) || ',' END || ? || ']'`
 
 // endAttemptGuard is the finish's guard after the job id: running under
 // the lease token, at the attempt (NULL: any) and with the lease expired
@@ -416,11 +429,18 @@ const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
 // (leaseFacts.rowid), one descent of the table's B-tree instead of the id
 // index's and then the table's, and checks the id besides: a rowid that no
 // longer names the job (a VACUUM since the lease may renumber rows)
-// matches no row, and endAttempt then tries endAttemptSQL by id.
+// matches no row, and endAttempt then tries endAttemptSQL by id. The
+// time is bound once: a final state's finished_at is updated_at (?1, the
+// one parameter the driver looks up by name), and another state leaves
+// finished_at NULL, as it is while running.
 func endAttemptPlainSQL(to job.State) string {
+	times := `updated_at = ?`
+	if to.Final() {
+		times = `finished_at = ?1, updated_at = ?1`
+	}
 	return `UPDATE jobs SET state = '` + string(to) + `',
-		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
-		history = coalesce(substr(history, 1, length(history) - 1) || ',', '[') || ? || ']'
+		lease_token = NULL, lease_expires_at = NULL, ` + times + `,
+		history = ` + finishHistory + `
 	WHERE rowid = ? AND id = ? AND state = 'running' AND lease_token = ? AND attempt = ?`
 }
 
@@ -472,7 +492,7 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 			t.ID, t.LeaseToken, attempt, expired}
 	}
 	if plain {
-		args = []any{finished, ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
+		args = []any{ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
 	} else {
 		args = general()
 	}

@@ -88,18 +88,20 @@ const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, pay
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema, lease_token,
 	lease_expires_at, result, created_at, updated_at, finished_at`
 
-// leasedCols is what MarkLeased reads back of a job it leased: jobCols
-// without the columns its UPDATE set to values it knows (state, lease
-// token, lease expiry, updated_at), without two that the schema's CHECK
-// fixes for a job leased from waiting (reason is empty, finished_at NULL)
-// and without three its group holds (kind, lane, tenant: Heads found the
-// job through its group), then the group id. Each column read back costs
-// a VM step, three driver calls and a conversion, on every job of every
-// lease.
-const leasedCols = `id, region, limit_keys, cost, priority, payload, idempotency_key,
+// leasedCols is what MarkLeased reads back of a job it leased: the rowid
+// and jobCols without the columns its UPDATE set to values it knows
+// (state, lease token, lease expiry, updated_at), without two that the
+// schema's CHECK fixes for a job leased from waiting (reason is empty,
+// finished_at NULL), without three its group holds (kind, lane, tenant:
+// Heads found the job through its group) and without the three Heads read
+// in the same transaction (id, cost and the group: the rowid names the
+// head). Each column read back costs a VM step, two to four driver calls
+// (a text column's declared type among them) and a conversion, on every
+// job of every lease.
+const leasedCols = `rowid, region, limit_keys, priority, payload, idempotency_key,
 	deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth,
 	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema,
-	result, created_at, group_id`
+	result, created_at`
 
 // jobRow holds what a scan of jobCols or leasedCols reads into before it
 // becomes a job: the columns stored in another form than the job's
@@ -144,7 +146,8 @@ func (r *jobRow) job() (*job.Job, error) {
 // and an allocation per column), and into an *int64 or a sql.NullInt64 by
 // reflection, where into an *any it stores what the driver returned
 // (int64, string, a copy of a []byte, or nil). Eleven such columns per job
-// leased. b is the caller's buffer, reused row after row.
+// leased. It returns the job and its rowid; b is the caller's buffer,
+// reused row after row.
 func scanLeased(r scanner, b *leasedScan) (*job.Job, int64, error) {
 	v := &b.v
 	if b.dest[0] == nil {
@@ -159,25 +162,24 @@ func scanLeased(r scanner, b *leasedScan) (*job.Job, int64, error) {
 	var row jobRow
 	j := &row.j
 	var c leasedConv
-	j.ID, j.Region, row.keys = c.str(v[0]), c.str(v[1]), c.str(v[2])
-	j.Cost, j.Priority = c.int(v[3]), int(c.int(v[4]))
-	row.payload, j.IdempotencyKey, row.deadline = c.bytes(v[5]), c.str(v[6]), c.null(v[7])
-	j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema = int(c.int(v[8])), int(c.int(v[9])), int(c.int(v[10]))
-	j.ParentID, j.Depth, row.eligible = c.str(v[11]), c.str(v[12]), c.null(v[13])
-	j.Attempt = int(c.int(v[14]))
-	j.Attempts.Congestion, j.Attempts.Transient, j.Attempts.Schema = int(c.int(v[15])), int(c.int(v[16])), int(c.int(v[17]))
-	row.result, row.create = c.bytes(v[18]), c.null(v[19])
-	group := c.int(v[20])
+	rowid := c.int(v[0])
+	j.Region, row.keys, j.Priority = c.str(v[1]), c.str(v[2]), int(c.int(v[3]))
+	row.payload, j.IdempotencyKey, row.deadline = c.bytes(v[4]), c.str(v[5]), c.null(v[6])
+	j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema = int(c.int(v[7])), int(c.int(v[8])), int(c.int(v[9]))
+	j.ParentID, j.Depth, row.eligible = c.str(v[10]), c.str(v[11]), c.null(v[12])
+	j.Attempt = int(c.int(v[13]))
+	j.Attempts.Congestion, j.Attempts.Transient, j.Attempts.Schema = int(c.int(v[14])), int(c.int(v[15])), int(c.int(v[16]))
+	row.result, row.create = c.bytes(v[17]), c.null(v[18])
 	if c.err != nil {
 		return nil, 0, c.err
 	}
 	j, err := row.job()
-	return j, group, err
+	return j, rowid, err
 }
 
 // leasedScan holds scanLeased's values and the pointers to them.
 type leasedScan struct {
-	v, dest [21]any
+	v, dest [19]any
 }
 
 // leasedConv converts scanLeased's values, keeping the first value of an

@@ -21,22 +21,22 @@ func (r rowValues) Scan(dest ...any) error {
 // buffer, and refuses a value of the wrong type instead of reading it as
 // zero.
 func TestScanLeasedConverts(t *testing.T) {
-	row := rowValues{"id1", "us", `["k"]`, int64(3), int64(-2), []byte(`{"a":1}`), "idem", nil,
+	row := rowValues{int64(11), "us", `["k"]`, int64(-2), []byte(`{"a":1}`), "idem", nil,
 		int64(4), int64(5), int64(6), "parent", "1", int64(1_000_000_000), int64(2), int64(7), int64(8), int64(9),
-		nil, int64(2_000_000_000), int64(11)}
+		nil, int64(2_000_000_000)}
 	var b leasedScan
 	for range 2 {
-		j, group, err := scanLeased(row, &b)
+		j, rowid, err := scanLeased(row, &b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.ID != "id1" || j.Region != "us" || len(j.LimitKeys) != 1 || j.LimitKeys[0] != "k" || j.Cost != 3 || j.Priority != -2 ||
+		if j.Region != "us" || len(j.LimitKeys) != 1 || j.LimitKeys[0] != "k" || j.Priority != -2 ||
 			string(j.Payload) != `{"a":1}` || j.IdempotencyKey != "idem" || !j.Deadline.IsZero() ||
 			j.Budgets.Congestion != 4 || j.Budgets.Transient != 5 || j.Budgets.Schema != 6 || j.ParentID != "parent" || j.Depth != "1" ||
 			j.EligibleAt.UnixNano() != 1_000_000_000 || j.Attempt != 2 ||
 			j.Attempts.Congestion != 7 || j.Attempts.Transient != 8 || j.Attempts.Schema != 9 ||
-			j.Result != nil || j.CreatedAt.UnixNano() != 2_000_000_000 || group != 11 {
-			t.Fatalf("scanned %+v, group %d", j, group)
+			j.Result != nil || j.CreatedAt.UnixNano() != 2_000_000_000 || rowid != 11 {
+			t.Fatalf("scanned %+v, rowid %d", j, rowid)
 		}
 		for i, v := range b.v {
 			if v != nil {
@@ -45,7 +45,7 @@ func TestScanLeasedConverts(t *testing.T) {
 		}
 	}
 	bad := append(rowValues{}, row...)
-	bad[4] = "high"
+	bad[3] = "high"
 	if _, _, err := scanLeased(bad, &b); err == nil || !strings.Contains(err.Error(), "string") {
 		t.Fatalf("a text priority: %v, want an error naming the type", err)
 	}

@@ -19,6 +19,54 @@ var insertCases = map[string]func(*testing.T, Opener){
 	"InsertBatchResults":          testInsertBatchResults,
 	"ConcurrentInsertsOwnResults": testConcurrentInsertsOwnResults,
 	"InsertBatchGroupsReady":      testInsertBatchGroupsReady,
+	"InsertBatchEachRowItsOwn":    testInsertBatchEachRowItsOwn,
+}
+
+// Batches of jobs without idempotency key, deadline or parent, alike but
+// for one field each: a kind, tenant, lane, state, eligible or created
+// time, priority, cost, budget, payload or key set unlike the rest. Every
+// job is stored as inserted, whatever a driver binds once per batch for
+// jobs that agree (SQLite: the kind, region, lane, tenant, state and
+// times of a chunk whose jobs all share them).
+func testInsertBatchEachRowItsOwn(t *testing.T, open Opener) {
+	s := open(t)
+	for odd := range 11 {
+		jobs := make([]*job.Job, 16)
+		for i := range jobs {
+			jobs[i] = NewJob("t", job.LaneBatch, "k")
+		}
+		j := jobs[5]
+		switch odd {
+		case 1:
+			j.Kind = "other"
+		case 2:
+			j.Tenant = "u"
+		case 3:
+			j.Lane = job.LaneInteractive
+		case 4:
+			j.State = job.StateAccepted
+		case 5:
+			j.EligibleAt = T0.Add(time.Minute)
+		case 6:
+			j.CreatedAt = T0.Add(-time.Minute)
+		case 7:
+			j.Priority, j.Cost = 2, 3
+		case 8:
+			j.Budgets.Transient++
+		case 9:
+			j.Payload = []byte(`{"odd":true}`)
+		case 10:
+			j.LimitKeys = []string{"k", "j"}
+		}
+		res := insert(t, s, jobs...)
+		for i, r := range res {
+			got := get(t, s, jobs[i].ID)
+			got.History = nil
+			if a, b := jsonOf(t, r.Job), jsonOf(t, got); a != b {
+				t.Fatalf("batch %d, job %d: the insert returned\n%s\nbut the store holds\n%s", odd, i, a, b)
+			}
+		}
+	}
 }
 
 // One batch holding several jobs of each of two groups, the earliest
