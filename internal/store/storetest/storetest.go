@@ -82,6 +82,7 @@ func Run(t *testing.T, open Opener) {
 		"StrictCounting":        testStrictCounting,
 		"EvenPacing":            testEvenPacing,
 		"PacedRetry":            testPacedRetry,
+		"FinishMixedPacing":     testFinishMixedPacing,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
 		"PartsParent":           testPartsParent,
