@@ -66,3 +66,53 @@ func testFinishMixedPacing(t *testing.T, open Opener) {
 		}
 	}
 }
+
+// testEngineLeaseAdmits leases as an engine does (a batch share and an
+// interactive budget: the lease first asks for the interactive lane's
+// oldest job, and a driver may fetch the lanes' keys and heads with it)
+// across both lanes and several groups of each, on a capped key that
+// groups of both lanes share: every key still admits exactly what it
+// allows, and a finish frees the cap for the next such lease.
+func testEngineLeaseAdmits(t *testing.T, open Opener) {
+	s := open(t)
+	setLimit(t, s, admission.Config{Name: "cap", Concurrency: 2})
+	for _, keys := range [][]string{{"cap"}, {"cap"}, {"cap", "x"}, {"cap", "x"}, {"cap", "y"}, {"z"}, {"z"}, {"z", "x"}} {
+		insert(t, s, NewJob("acme", job.LaneInteractive, keys...))
+	}
+	for _, keys := range [][]string{{"cap"}, {"cap"}, {"w"}, {"w"}} {
+		insert(t, s, NewJob("acme", job.LaneBatch, keys...))
+	}
+	engineLease := func(now time.Time) []*job.Job {
+		t.Helper()
+		got, err := s.Lease(context.Background(), store.LeaseParams{Now: now, Max: 64, LeaseFor: time.Minute, BatchMin: 8,
+			InteractiveBudget: 30 * time.Second})
+		if err != nil {
+			t.Fatalf("lease: %v", err)
+		}
+		return got
+	}
+	onCap := func(jobs []*job.Job) (n int, one *job.Job) {
+		for _, j := range jobs {
+			for _, k := range j.LimitKeys {
+				if k == "cap" {
+					n, one = n+1, j
+				}
+			}
+		}
+		return n, one
+	}
+	first := engineLease(T0)
+	if n, _ := onCap(first); n != 2 || len(first) != 7 {
+		t.Fatalf("leased %d jobs, %d on the key capped at 2; want 7 (3 on z, 2 on w, 2 on cap), 2", len(first), n)
+	}
+	if more := engineLease(T0.Add(time.Millisecond)); len(more) != 0 {
+		t.Fatalf("leased %d more beyond the cap", len(more))
+	}
+	_, done := onCap(first)
+	mustOK(t, finish(t, s, success(done, T0.Add(2*time.Millisecond))))
+	// After CapRetry: the groups the cap refused are blocked until then
+	// (the finish unblocks only its own job's group).
+	if more := engineLease(T0.Add(admission.CapRetry + time.Second)); len(more) != 1 {
+		t.Fatalf("after a finish freed one of the cap's slots, leased %d, want 1", len(more))
+	}
+}

@@ -83,6 +83,7 @@ func Run(t *testing.T, open Opener) {
 		"EvenPacing":            testEvenPacing,
 		"PacedRetry":            testPacedRetry,
 		"FinishMixedPacing":     testFinishMixedPacing,
+		"EngineLeaseAdmits":     testEngineLeaseAdmits,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
 		"PartsParent":           testPartsParent,
