@@ -1,0 +1,1 @@
+DROP FUNCTION ratelane_unpaced(boolean);
