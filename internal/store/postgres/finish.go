@@ -65,16 +65,12 @@ func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.
 		return err
 	}
 	err := s.inPipe(ctx, false, run)
-	switch {
-	case oneTrip && pgCode(err) == pacedKeyCode:
+	if oneTrip && pgCode(err) == pacedKeyCode {
 		// A key of these jobs is paced: nothing was written. Finish
-		// them the usual way, and the next finishes too for a while,
-		// twice as long as last time (see oneTripPause).
-		s.pacedFinishes.Store(s.pauseAfterPaced())
+		// them the usual way, and the next finishes too for a while.
+		s.pacedFinishes.Store(oneTripPause)
 		oneTrip = false
 		err = s.inPipe(ctx, false, run)
-	case oneTrip && err == nil:
-		s.lastPause.Store(0) // one-trip finishes work here again
 	}
 	if err != nil {
 		return nil, nil, err
@@ -101,30 +97,10 @@ type finishTx struct {
 // pacedKeyCode is the SQLSTATE ratelane_unpaced raises (migration 0032).
 const pacedKeyCode = "RLPAC"
 
-// oneTripPause and maxOneTripPause bound how many finishes after one that
-// met a paced key take two round trips without trying one first: a store
-// whose keys are paced would otherwise pay a failed round trip and a
-// rollback on every finish. Each failed try doubles the pause, from
-// oneTripPause up to maxOneTripPause, and a one-trip finish that commits
-// resets it: where every key is paced, as on most ratelane deployments,
-// the failed tries (each an ERROR line in the server's log) fall to one in
-// 4,096 finishes, while a store of unpaced keys never pays one.
-const (
-	oneTripPause    = 64
-	maxOneTripPause = 4096
-)
-
-// pauseAfterPaced returns the pause after a one-trip finish met a paced
-// key, and remembers it to double it next time.
-func (s *Store) pauseAfterPaced() int64 {
-	for {
-		last := s.lastPause.Load()
-		next := min(max(2*last, oneTripPause), maxOneTripPause)
-		if s.lastPause.CompareAndSwap(last, next) {
-			return next
-		}
-	}
-}
+// oneTripPause is how many finishes after one that met a paced key take
+// two round trips without trying one first: a store whose keys are paced
+// would otherwise pay a failed round trip and a rollback on every finish.
+const oneTripPause = 64
 
 // oneTripLikely reports whether the finish should try one round trip: not
 // within oneTripPause finishes of one that met a paced key.

@@ -16,8 +16,7 @@ import (
 // the COMMIT went alone). One that meets a paced key is rolled back and
 // finished in the usual two, which release the paced key's lease; the
 // finishes after it take two round trips without trying one first, for
-// oneTripPause finishes, twice as many after each further paced try (up
-// to maxOneTripPause), until a one-trip finish commits.
+// oneTripPause finishes.
 func TestFinishOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	s, rt := tracedStore(t)
@@ -82,33 +81,13 @@ func TestFinishOneRoundTrip(t *testing.T) {
 	if k, err := s.GetLimit(ctx, "p"); err != nil || k.InFlight != 0 {
 		t.Fatalf("paced key after its finish: in flight %d, %v; want 0", k.InFlight, err)
 	}
-	if got := s.lastPause.Load(); got != oneTripPause {
-		t.Fatalf("pause after the first paced try %d, want %d", got, oneTripPause)
-	}
 	insert("u1")
 	if trips, _ := finish(t0, leaseAll(t0)...); trips != 2 {
 		t.Fatalf("a finish on unpaced keys right after one on a paced key took %d round trips, want 2", trips)
-	}
-	// A second paced try doubles the pause: a store of paced keys
-	// pays a failed try less and less often, up to maxOneTripPause.
-	s.pacedFinishes.Store(0)
-	insert("u1", "p")
-	if trips, _ := finish(t0, leaseAll(t0)...); trips != 4 {
-		t.Fatalf("a second finish on a paced key took %d round trips, want 4", trips)
-	}
-	if got, left := s.lastPause.Load(), s.pacedFinishes.Load(); got != 2*oneTripPause || left != 2*oneTripPause {
-		t.Fatalf("pause after the second paced try %d (%d left), want %d", got, left, 2*oneTripPause)
-	}
-	s.lastPause.Store(maxOneTripPause)
-	if got := s.pauseAfterPaced(); got != maxOneTripPause {
-		t.Fatalf("pause past the bound %d, want %d", got, maxOneTripPause)
 	}
 	s.pacedFinishes.Store(0)
 	insert("u2")
 	if trips, _ := finish(t0, leaseAll(t0)...); trips != 1 {
 		t.Fatalf("a finish on unpaced keys took %d round trips, want 1", trips)
-	}
-	if got := s.lastPause.Load(); got != 0 {
-		t.Fatalf("pause after a one-trip finish committed %d, want 0", got)
 	}
 }

@@ -117,9 +117,6 @@ type Store struct {
 	// pacedFinishes counts down the finishes that do not try one round
 	// trip after one met a paced key (finish.go, oneTripLikely).
 	pacedFinishes atomic.Int64
-	// lastPause is the last pause pacedFinishes was set to, 0 after a
-	// one-trip finish committed (finish.go, pauseAfterPaced).
-	lastPause atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
