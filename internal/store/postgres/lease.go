@@ -47,27 +47,13 @@ type leaseTx struct {
 	pre map[job.Lane]*readyGroups
 }
 
-// readyGroups is one ReadyGroups call's arguments and result, and what
-// store.Lease asks next of the lane when it visits it for want jobs (see
-// lead): every group's keys, locked, and the first groups' heads.
+// readyGroups is one ReadyGroups call's arguments and result.
 type readyGroups struct {
 	f      store.GroupFilter
 	now    time.Time
 	limit  int
 	groups []store.Group
 	used   bool
-
-	want int // 0: keys and heads were not fetched
-	// keys are the lane's groups' keys that the lock returned; named
-	// holds every name it tried (a name absent from keys was locked
-	// elsewhere or has no key).
-	keys  map[string]*admission.State
-	named map[string]bool
-	// heads are the heads of headGroups, at most headLimit each.
-	heads      map[int64][]store.Candidate
-	headGroups []int64
-	headLimit  int
-	headsUsed  bool
 }
 
 var (
@@ -115,25 +101,18 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 		return nullTM(at), at != nil, err
 	}
 	f := store.GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}
-	batchWant := min(l.p.BatchMin, l.p.Max)
 	pre := map[job.Lane]*readyGroups{
-		job.LaneBatch:       {f: f, now: now, limit: 2*batchWant + 16, want: batchWant},
-		job.LaneInteractive: {f: f, now: now, limit: 2*l.p.Max + 16, want: l.p.Max},
+		job.LaneBatch:       {f: f, now: now, limit: 2*min(l.p.BatchMin, l.p.Max) + 16},
+		job.LaneInteractive: {f: f, now: now, limit: 2*l.p.Max + 16},
 	}
 	lanes := []job.Lane{job.LaneBatch, job.LaneInteractive}
 	b := &pgx.Batch{}
 	b.Queue(oldestReadySQL, string(lane), ns(now))
 	b.Queue(groupScanOnly)
 	for _, ln := range lanes {
-		b.Queue(readyGroupsNoteSQL, append(readyGroupsArgs(ln, f, now, pre[ln].limit), leadSetting(ln, "groups"), leadSetting(ln, "keys"))...)
+		b.Queue(readyGroupsSQL, readyGroupsArgs(ln, f, now, pre[ln].limit)...)
 	}
 	b.Queue(groupScanAny)
-	for _, ln := range lanes {
-		if w := pre[ln].want; w > 0 {
-			b.Queue(leadKeysSQL, leadSetting(ln, "keys"))
-			b.Queue(leadHeadsSQL, leadSetting(ln, "groups"), ns(now), w)
-		}
-	}
 	br := l.tx.SendBatch(l.ctx, b)
 	defer br.Close()
 	if err := br.QueryRow().Scan(&at); err != nil {
@@ -152,88 +131,9 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 	if _, err := br.Exec(); err != nil {
 		return time.Time{}, false, err
 	}
-	for _, ln := range lanes {
-		if rg := pre[ln]; rg.want > 0 {
-			if err := rg.lead(br); err != nil {
-				return time.Time{}, false, err
-			}
-		}
-	}
 	l.pre = pre
 	return nullTM(at), at != nil, br.Close()
 }
-
-// lead reads, from br, the keys and heads that store.Lease asks for after
-// its first ReadyGroups of the lane when it wants rg.want jobs of it: every
-// group's keys (LockKeys, or LockKeysManyHeads for the keys not locked
-// yet), and the heads of the first min(groups, want) groups, at most
-// min(want/groups+1, want) each (ManyHeads). They go out in OldestReady's
-// round trip, which saves the lease the round trip that sent them after
-// the groups came back (three round trips become two). The statements read
-// the lane's groups from a setting that readyGroupsNoteSQL wrote (the
-// groups it locked, in round order), and take the same locks, in the same
-// order (groups, then keys, then jobs), as the calls they answer; those a
-// call does not use (another step of the lease came first and asked for
-// something else) stay locked until the commit, as a ReadyGroups call's
-// unused groups always have.
-func (rg *readyGroups) lead(br pgx.BatchResults) error {
-	keys, err := collectKeys(br.Query())
-	if err != nil {
-		return err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	heads, err := collectHeads(rows, len(rg.groups))
-	if err != nil {
-		return err
-	}
-	rg.keys, rg.heads, rg.named = keys, heads, map[string]bool{}
-	for _, g := range rg.groups {
-		for _, n := range g.Keys {
-			rg.named[n] = true
-		}
-	}
-	if n := len(rg.groups); n > 1 {
-		rg.headGroups = groupIDs(rg.groups[:min(n, rg.want)])
-		rg.headLimit = min(rg.want/n+1, rg.want)
-	}
-	return nil
-}
-
-// leadSetting is the transaction-local setting that holds the lane's
-// groups or their keys for lead's statements.
-func leadSetting(lane job.Lane, what string) string {
-	return "ratelane.lease_" + what + "_" + string(lane)
-}
-
-// readyGroupsNoteSQL is readyGroupsSQL that also writes, as array
-// literals, the ids of the groups it returns, in order, to the
-// transaction-local setting $6 and their keys to $7 (when it returns none,
-// the settings keep their value: empty, since they are set once per
-// transaction). Reading them back costs no row: reading the groups' rows
-// again by id found them by a scan of job_groups and its dead versions
-// (twice the rows read per job of a drain).
-const readyGroupsNoteSQL = `WITH g AS MATERIALIZED (` + readyGroupsSQL + `)
-	SELECT id, lane, tenant, kind, keys FROM g
-	WHERE set_config($6, (SELECT array_agg(id)::text FROM g), true) IS NOT NULL
-		AND set_config($7, (SELECT array_agg(DISTINCT k)::text FROM g, unnest(g.keys) AS k), true) IS NOT NULL`
-
-// leadGroupsSQL is the groups noted in the setting $1, in order.
-const leadGroupsSQL = `SELECT id, n FROM unnest(nullif(current_setting($1, true), '')::bigint[]) WITH ORDINALITY AS t(id, n)`
-
-// leadKeysSQL locks the keys noted in the setting $1 as LockKeys does.
-var leadKeysSQL = splitLockSQL(`name = ANY(nullif(current_setting($1, true), '')::text[])`, `false`, true)
-
-// leadHeadsSQL is manyHeadsSQL of the first min(groups, $3) groups noted
-// in $1 with a limit of min($3/groups+1, $3), when there are two groups or
-// more (store.Lease reads one group's heads with Heads).
-const leadHeadsSQL = `WITH lg AS MATERIALIZED (` + leadGroupsSQL + `)
-	SELECT g.id, h.id, h.cost FROM (SELECT id FROM lg ORDER BY n LIMIT $3) AS g
-	CROSS JOIN LATERAL (SELECT id, cost FROM jobs WHERE group_id = g.id AND state = 'waiting' AND eligible_at <= $2
-		ORDER BY priority DESC, eligible_at, id LIMIT least($3 / (SELECT count(*) FROM lg) + 1, $3) FOR NO KEY UPDATE SKIP LOCKED) AS h
-	WHERE (SELECT count(*) FROM lg) > 1`
 
 const readyGroupsSQL = `SELECT id, lane, tenant, kind, keys FROM job_groups
 		WHERE lane = $1 AND ready_at <= $2 AND blocked_until <= $2 AND (cardinality($3::text[]) = 0 OR kind = ANY($3))
@@ -322,27 +222,8 @@ const manyHeadsSQL = `SELECT g.id, h.id, h.cost FROM unnest($1::bigint[]) AS g(i
 	CROSS JOIN LATERAL (SELECT id, cost FROM jobs WHERE group_id = g.id AND state = 'waiting' AND eligible_at <= $2
 		ORDER BY priority DESC, eligible_at, id LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED) AS h`
 
-// led returns the lane's readyGroups whose lead fetched exactly these
-// heads (gs, now, limit) and has not given them yet; nil when none did.
-func (l *leaseTx) led(gs []store.Group, now time.Time, limit int) *readyGroups {
-	if len(gs) == 0 {
-		return nil
-	}
-	rg := l.pre[gs[0].Lane]
-	if rg == nil || !rg.used || rg.named == nil || rg.headsUsed || !rg.now.Equal(now) || rg.headLimit != limit ||
-		!slices.Equal(rg.headGroups, groupIDs(gs)) {
-		return nil
-	}
-	return rg
-}
-
-// ManyHeads fetches several groups' heads in one round trip, or none when
-// OldestReady's round trip fetched them (see readyGroups.lead).
+// ManyHeads fetches several groups' heads in one round trip.
 func (l *leaseTx) ManyHeads(gs []store.Group, now time.Time, limit int) (map[int64][]store.Candidate, error) {
-	if rg := l.led(gs, now, limit); rg != nil {
-		rg.headsUsed = true
-		return rg.heads, nil
-	}
 	rows, err := l.tx.Query(l.ctx, manyHeadsSQL, groupIDs(gs), ns(now), limit)
 	if err != nil {
 		return nil, err
@@ -350,13 +231,8 @@ func (l *leaseTx) ManyHeads(gs []store.Group, now time.Time, limit int) (map[int
 	return collectHeads(rows, len(gs))
 }
 
-// LockKeysManyHeads is LockKeys and then ManyHeads in one round trip, or
-// none when OldestReady's round trip fetched them (see readyGroups.lead).
+// LockKeysManyHeads is LockKeys and then ManyHeads in one round trip.
 func (l *leaseTx) LockKeysManyHeads(names []string, gs []store.Group, now time.Time, limit int) (map[string]*admission.State, map[int64][]store.Candidate, error) {
-	if rg := l.led(gs, now, limit); rg != nil && allNamed(rg.named, names) {
-		rg.headsUsed = true
-		return pick(rg.keys, names), rg.heads, nil
-	}
 	b := &pgx.Batch{}
 	b.Queue(lockKeysSQL(true), slices.Sorted(slices.Values(names)), []string{})
 	b.Queue(manyHeadsSQL, groupIDs(gs), ns(now), limit)
@@ -403,33 +279,7 @@ func collectHeads(rows pgx.Rows, groups int) (map[int64][]store.Candidate, error
 // skips the group for this call, which is what keeps two nodes from both
 // spending one key's tokens.
 func (l *leaseTx) LockKeys(names []string) (map[string]*admission.State, error) {
-	for _, rg := range l.pre {
-		if rg.used && rg.named != nil && allNamed(rg.named, names) {
-			return pick(rg.keys, names), nil // fetched and locked by OldestReady's round trip
-		}
-	}
 	return lockKeys(l.ctx, l.tx, names, nil, true)
-}
-
-// allNamed reports whether every name is in named.
-func allNamed(named map[string]bool, names []string) bool {
-	for _, n := range names {
-		if !named[n] {
-			return false
-		}
-	}
-	return true
-}
-
-// pick returns the states of the names that keys holds.
-func pick(keys map[string]*admission.State, names []string) map[string]*admission.State {
-	out := make(map[string]*admission.State, len(names))
-	for _, n := range names {
-		if st, ok := keys[n]; ok {
-			out[n] = st
-		}
-	}
-	return out
 }
 
 func (l *leaseTx) SaveKeys(keys []*admission.State) error { return saveKeys(l.ctx, l.tx, keys) }

@@ -84,7 +84,6 @@ func Run(t *testing.T, open Opener) {
 		"AnnouncedCredit":       testAnnouncedCredit,
 		"PacedRetry":            testPacedRetry,
 		"FinishMixedPacing":     testFinishMixedPacing,
-		"EngineLeaseAdmits":     testEngineLeaseAdmits,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
 		"PartsParent":           testPartsParent,
