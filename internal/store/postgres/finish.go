@@ -54,24 +54,15 @@ func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.
 	}
 	var errs []error
 	var leased []*job.Job
-	oneTrip := p.Max <= 0 && s.oneTripLikely() && oneTripFinish(sorted)
-	run := func(tx *pipeTx) error {
+	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
 		var err error
 		leased = nil
-		if errs, err = store.Finish(&finishTx{ctx: ctx, tx: tx, oneTrip: oneTrip}, sorted); err != nil || p.Max <= 0 {
+		if errs, err = store.Finish(&finishTx{ctx: ctx, tx: tx}, sorted); err != nil || p.Max <= 0 {
 			return err
 		}
 		leased, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
 		return err
-	}
-	err := s.inPipe(ctx, false, run)
-	if oneTrip && pgCode(err) == pacedKeyCode {
-		// A key of these jobs is paced: nothing was written. Finish
-		// them the usual way, and the next finishes too for a while.
-		s.pacedFinishes.Store(oneTripPause)
-		oneTrip = false
-		err = s.inPipe(ctx, false, run)
-	}
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -86,56 +77,9 @@ func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.
 // finishTx implements store.FinishTx on one transaction.
 type finishTx struct {
 	ctx context.Context
-	tx  *pipeTx // its Execs go out with the next read
+	tx  querier // a pipeTx: its Execs go out with the next read
 	// keys are the limit keys EndAttempts locked with the jobs.
 	keys map[string]*admission.State
-	// oneTrip: EndAttempts sends the COMMIT with its statements (see
-	// oneTripFinish); nothing may be written after it.
-	oneTrip bool
-}
-
-// pacedKeyCode is the SQLSTATE ratelane_unpaced raises (migration 0032).
-const pacedKeyCode = "RLPAC"
-
-// oneTripPause is how many finishes after one that met a paced key take
-// two round trips without trying one first: a store whose keys are paced
-// would otherwise pay a failed round trip and a rollback on every finish.
-const oneTripPause = 64
-
-// oneTripLikely reports whether the finish should try one round trip: not
-// within oneTripPause finishes of one that met a paced key.
-func (s *Store) oneTripLikely() bool {
-	for {
-		n := s.pacedFinishes.Load()
-		if n <= 0 {
-			return true
-		}
-		if s.pacedFinishes.CompareAndSwap(n, n-1) {
-			return false
-		}
-	}
-}
-
-// oneTripFinish reports whether store.Finish of ts, in id order, writes
-// nothing after EndAttempts when every key of the jobs is unpaced, so that
-// EndAttempts may send the COMMIT with its statements: one round trip
-// instead of two (the second carried the COMMIT alone). store.Finish then
-// writes a key only when it is paced (its in-flight lease ends, its GCRA
-// state moves) or when the outcome disturbs it (KeyEffect.Disturbs), and a
-// group only for a job going back to waiting (GroupReady) or held at a
-// key's cap (GroupUnblock, paced keys only); a retry after a refusal reads
-// keys first (pacedRetries), and a job named twice takes a second
-// EndAttempts. ts must hold none of these; the keys' pacing is checked by
-// the server in the same round trip (finishKeysOneTripSQL), which aborts
-// the transaction, before its COMMIT, if one is paced.
-func oneTripFinish(ts []store.Transition) bool {
-	for i, t := range ts {
-		if !job.CanTransition(job.StateRunning, t.To) || t.To == job.StateWaiting || t.To == job.StateRetryScheduled ||
-			t.Keys.Disturbs() || (i > 0 && ts[i-1].ID == t.ID) {
-			return false
-		}
-	}
-	return len(ts) > 0
 }
 
 var _ store.FinishTx = (*finishTx)(nil)
@@ -215,15 +159,8 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 			disturbing = append(disturbing, t.ID)
 		}
 	}
-	var br pgx.BatchResults
-	if f.oneTrip {
-		// None disturbs (oneTripFinish).
-		b.Queue(finishKeysOneTripSQL, ids)
-		br = f.tx.SendBatchCommit(f.ctx, b)
-	} else {
-		b.Queue(finishKeysSQL, ids, exclusiveOrEmpty(disturbing))
-		br = f.tx.SendBatch(f.ctx, b)
-	}
+	b.Queue(finishKeysSQL, ids, exclusiveOrEmpty(disturbing))
+	br := f.tx.SendBatch(f.ctx, b)
 	defer br.Close()
 	rows, err := br.Query()
 	if err != nil {
@@ -269,22 +206,8 @@ var finishKeysSQL = `WITH all_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit
 	excl_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit_keys) AS name FROM jobs WHERE id = ANY($2))
 	` + splitLockSQL(`name IN (SELECT name FROM all_keys)`, `name IN (SELECT name FROM excl_keys)`, false)
 
-// finishKeysOneTripSQL locks the limit keys of the jobs $1 as
-// finishKeysSQL does when every one is unpaced and none is disturbed (FOR
-// KEY SHARE, in name order), and fails with pacedKeyCode, which aborts the
-// transaction, if one is paced: the check of a finish whose COMMIT follows
-// in the same round trip (oneTripFinish). The check reads the version the
-// lock returns, so a reconfiguration that paces a key commits either
-// before it (and fails it) or after this finish (and counts its jobs as
-// no longer running).
-var finishKeysOneTripSQL = `WITH all_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit_keys) AS name FROM jobs WHERE id = ANY($1))
-	SELECT ` + store.LimitKeyCols + ` FROM (SELECT ` + store.LimitKeyCols + `, ` + unpacedSQL + ` AS unpaced FROM limit_keys
-		WHERE name IN (SELECT name FROM all_keys) ORDER BY name FOR KEY SHARE) AS k
-	WHERE ratelane_unpaced(k.unpaced)`
-
 // LockKeysWait returns the keys EndAttempts locked, or locks them now
-// when it did not lock them all. After a one-trip EndAttempts it locked
-// every key there is (a name it did not return has no key) and committed.
+// when it did not lock them all.
 func (f *finishTx) LockKeysWait(names []string) (map[string]*admission.State, error) {
 	out := make(map[string]*admission.State, len(names))
 	var missing bool
@@ -296,7 +219,7 @@ func (f *finishTx) LockKeysWait(names []string) (map[string]*admission.State, er
 		}
 		out[n] = st
 	}
-	if !missing || f.oneTrip {
+	if !missing {
 		return out, nil
 	}
 	// A key whose pacing changed under the split lock: lock it now.

@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -114,9 +113,6 @@ type Store struct {
 	schema string // cfg.Schema, quoted as an identifier
 	// inserts coalesces concurrent small Insert calls (coalesce.go).
 	inserts *inserter
-	// pacedFinishes counts down the finishes that do not try one round
-	// trip after one met a paced key (finish.go, oneTripLikely).
-	pacedFinishes atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)

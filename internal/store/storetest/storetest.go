@@ -83,7 +83,6 @@ func Run(t *testing.T, open Opener) {
 		"EvenPacing":            testEvenPacing,
 		"AnnouncedCredit":       testAnnouncedCredit,
 		"PacedRetry":            testPacedRetry,
-		"FinishMixedPacing":     testFinishMixedPacing,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
 		"PartsParent":           testPartsParent,

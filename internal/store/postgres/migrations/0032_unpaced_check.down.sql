@@ -1,1 +1,0 @@
-DROP FUNCTION ratelane_unpaced(boolean);
