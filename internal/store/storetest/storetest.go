@@ -83,6 +83,8 @@ func Run(t *testing.T, open Opener) {
 		"EvenPacing":            testEvenPacing,
 		"AnnouncedCredit":       testAnnouncedCredit,
 		"PacedRetry":            testPacedRetry,
+		"FinishMixedPacing":     testFinishMixedPacing,
+		"EngineLeaseAdmits":     testEngineLeaseAdmits,
 		"Objects":               testObjects,
 		"Advance":               testAdvance,
 		"PartsParent":           testPartsParent,
