@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, http-enqueue, http-batch, http-workers, all)", runBench)
+	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, http-enqueue, http-batch, http-workers, all)", helpOK(runBench))
 }
 
 // runBench runs `ratelane bench <workload> [flags]`.
@@ -53,7 +53,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return errHelp
 		}
 		return usageError{err.Error()}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,7 +12,7 @@ import (
 )
 
 func init() {
-	register("demo", "fan shipment events out to 20 rate-limited webhook subscribers on a temporary store, end to end", runDemo)
+	register("demo", "fan shipment events out to 20 rate-limited webhook subscribers on a temporary store, end to end", helpOK(runDemo))
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -24,9 +23,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&cfg.Subscribers, "subscribers", 20, "subscribers, with allowances from 2/s to 200/s")
 	fs.DurationVar(&cfg.Duration, "duration", demo.Config{}.WithDefaults().Duration, "cap on the delivery phase")
 	asJSON := fs.Bool("json", false, "print the closing figures as one JSON object on stdout (the live progress goes to stderr)")
-	if err := parseNoArgs(fs, args); errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	// The library reads 0 as "the default"; on the command line a 0 is a

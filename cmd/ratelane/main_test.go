@@ -40,6 +40,14 @@ func TestTopLevel(t *testing.T) {
 		{[]string{"demo", "--events", "0"}, 2, "--events 0: want 1 to 100000"},
 		{[]string{"demo", "--subscribers", "0"}, 2, "--subscribers 0: want 1 to 1000"},
 		{[]string{"demo", "--duration", "0s"}, 2, "--duration 0s: want a positive duration"},
+		// -h on a command with its own flag set is a success (helpOK), as on
+		// the API verbs (TestHelpExitsZero).
+		{[]string{"serve", "-h"}, 0, "-postgres-url"},
+		{[]string{"migrate", "-h"}, 0, "-postgres-url"},
+		{[]string{"upstream", "-h"}, 0, "-over-limit"},
+		{[]string{"demo", "-h"}, 0, "-subscribers"},
+		{[]string{"bench", "-h"}, 0, "Usage: ratelane bench"},
+		{[]string{"bench", "paced", "-h"}, 0, "Usage: ratelane bench"},
 	} {
 		code, out := runCLI(tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.want) {

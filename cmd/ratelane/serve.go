@@ -21,8 +21,8 @@ import (
 )
 
 func init() {
-	register("serve", "run the engine and the HTTP API (embedded SQLite store by default)", runServe)
-	register("migrate", "create or upgrade every region's store, then exit", runMigrate)
+	register("serve", "run the engine and the HTTP API (embedded SQLite store by default)", helpOK(runServe))
+	register("migrate", "create or upgrade every region's store, then exit", helpOK(runMigrate))
 	register("version", "print the version (also ratelane --version)", helpOK(runVersion))
 }
 
@@ -199,9 +199,6 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseServerFlags("serve", args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	logger := newLogger(f.logFormat, stderr)
@@ -272,9 +269,6 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *ratelane.API, cli
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseServerFlags("migrate", args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	cfg, err := f.clientConfig(newLogger(f.logFormat, stderr))

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,7 +16,7 @@ import (
 )
 
 func init() {
-	register("upstream", "run the rate-limited upstream simulator alone (webhook receivers, LLM providers)", runUpstream)
+	register("upstream", "run the rate-limited upstream simulator alone (webhook receivers, LLM providers)", helpOK(runUpstream))
 }
 
 // upstreamFlags are the simulator's flags.
@@ -108,9 +107,6 @@ func parseRoute(s string) (string, upstream.RouteConfig, error) {
 
 func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseUpstreamFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
