@@ -328,10 +328,7 @@ func testPublishClaim(t *testing.T, open Opener) {
 func testTokenBucketPacing(t *testing.T, open Opener) {
 	s := open(t)
 	setLimit(t, s, admission.Config{Name: "k", Rate: 10, Burst: 3})
-	var jobs []*job.Job
-	for range 100 {
-		jobs = append(jobs, NewJob("acme", job.LaneBatch, "k"))
-	}
+	jobs := newJobs(100, "acme", job.LaneBatch, "k")
 	insert(t, s, jobs...)
 	var starts []time.Time
 	for step := 0; step <= 50; step++ { // 5 s in 100 ms steps
@@ -520,10 +517,7 @@ func testAllKeysAdmit(t *testing.T, open Opener) {
 // paused_until, while other keys keep flowing.
 func testPauseIsShared(t *testing.T, open Opener) {
 	s := open(t)
-	var jobs []*job.Job
-	for range 5 {
-		jobs = append(jobs, NewJob("acme", job.LaneInteractive, "hot"))
-	}
+	jobs := newJobs(5, "acme", job.LaneInteractive, "hot")
 	insert(t, s, jobs...)
 	j := lease(t, s, T0, 1)[0]
 	pause := T0.Add(2 * time.Second)
@@ -604,10 +598,7 @@ func testExpiredLease(t *testing.T, open Opener) {
 
 func testInteractiveFirst(t *testing.T, open Opener) {
 	s := open(t)
-	var batch []*job.Job
-	for range 50 {
-		batch = append(batch, NewJob("acme", job.LaneBatch, "k"))
-	}
+	batch := newJobs(50, "acme", job.LaneBatch, "k")
 	insert(t, s, batch...)
 	inter := NewJob("acme", job.LaneInteractive, "k")
 	inter.EligibleAt = T0.Add(time.Second) // newer than every batch job
@@ -675,10 +666,7 @@ func countLane(jobs []*job.Job, lane job.Lane) int {
 // tenant's single job by more than one scheduling round.
 func testTenantFairness(t *testing.T, open Opener) {
 	s := open(t)
-	var big []*job.Job
-	for range 500 {
-		big = append(big, NewJob("big", job.LaneBatch, "k"))
-	}
+	big := newJobs(500, "big", job.LaneBatch, "k")
 	insert(t, s, big...)
 	small := NewJob("small", job.LaneBatch, "k")
 	small.EligibleAt = T0.Add(time.Second)

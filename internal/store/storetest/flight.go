@@ -31,10 +31,7 @@ func testWindowCountsUntilFinish(t *testing.T, open Opener) {
 	ctx := context.Background()
 	setLimit(t, s, admission.Config{Name: "slide", Windows: []admission.Window{{Limit: 2, Period: time.Second}}})
 	setLimit(t, s, admission.Config{Name: "fixed", Windows: []admission.Window{{Limit: 1, Period: time.Second, Fixed: true}}})
-	var slide []*job.Job
-	for range 4 {
-		slide = append(slide, NewJob("acme", job.LaneBatch, "slide"))
-	}
+	slide := newJobs(4, "acme", job.LaneBatch, "slide")
 	insert(t, s, slide...)
 	at := msAfterT0
 	leaseN := func(ms, want int) []*job.Job { t.Helper(); return leaseExactly(t, s, ms, want) }
@@ -72,10 +69,7 @@ func testWindowLogsAtAnswer(t *testing.T, open Opener) {
 	s := open(t)
 	ctx := context.Background()
 	setLimit(t, s, admission.Config{Name: "answer", Windows: []admission.Window{{Limit: 1, Period: time.Second}}})
-	var js []*job.Job
-	for range 3 {
-		js = append(js, NewJob("acme", job.LaneBatch, "answer"))
-	}
+	js := newJobs(3, "acme", job.LaneBatch, "answer")
 	insert(t, s, js...)
 	at := msAfterT0
 	leaseN := func(ms, want int) []*job.Job { t.Helper(); return leaseExactly(t, s, ms, want) }

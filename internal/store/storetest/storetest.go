@@ -113,6 +113,16 @@ func NewJob(tenant string, lane job.Lane, keys ...string) *job.Job {
 	}
 }
 
+// newJobs returns n jobs of NewJob(tenant, lane, keys...), in creation
+// order, for one insert of a backlog.
+func newJobs(n int, tenant string, lane job.Lane, keys ...string) []*job.Job {
+	out := make([]*job.Job, n)
+	for i := range out {
+		out[i] = NewJob(tenant, lane, keys...)
+	}
+	return out
+}
+
 func insert(t *testing.T, s store.Store, jobs ...*job.Job) []store.InsertResult {
 	t.Helper()
 	res, err := s.Insert(context.Background(), jobs, Unpaced)
