@@ -83,6 +83,18 @@ func setup(t *testing.T, provider string, o opts) *bundle {
 
 var providers = []string{batchsim.ProviderOpenAI, batchsim.ProviderAnthropic}
 
+// eachProvider runs fn as a parallel subtest per simulated provider, in a
+// parallel test: every driver test holds for both providers' SDKs.
+func eachProvider(t *testing.T, fn func(t *testing.T, provider string)) {
+	t.Parallel()
+	for _, provider := range providers {
+		t.Run(provider, func(t *testing.T) {
+			t.Parallel()
+			fn(t, provider)
+		})
+	}
+}
+
 // items returns n valid items named prefix-000...
 func items(prefix string, n int) []llmbatch.Item {
 	out := make([]llmbatch.Item, n)
