@@ -49,6 +49,7 @@ type virtualDest struct {
 	// request reached the upstream: the lag issue 12's paced starts lose.
 	startLag []time.Duration
 	arrivals []time.Time // of accepted requests, at the upstream
+	faultAt  []time.Time // of requests answered with a fault, at the upstream
 	// refusedAt are refused requests' arrivals at the upstream, for
 	// per-second timelines (TestVirtualAdapt).
 	refusedAt []time.Time
@@ -83,6 +84,11 @@ var virtualAhead time.Duration
 // virtualAheadDeclaredOnly limits virtualAhead to keys that are not
 // adaptive (a variant TestVirtualLeaseAhead measures).
 var virtualAheadDeclaredOnly bool
+
+// virtualObserve, when set, is called once per simulated millisecond of a
+// run, after its leases, with the destinations' state (the decomposition
+// of TestVirtualDecompose samples pauses and learned limits through it).
+var virtualObserve func(now time.Time, ds []*virtualDest)
 
 // virtualAheadDrop drops a start leased ahead whose key was paused by the
 // time it was to arrive: its lease ends unsent and the job waits again
@@ -311,6 +317,7 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				v.retries = append(v.retries, retry)
 			default:
 				v.faults++
+				v.faultAt = append(v.faultAt, e.started)
 				delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
 				v.retries = append(v.retries, e.at.Add(delay))
 			}
@@ -384,6 +391,9 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 					q.answer(v, i, now, queued)
 				}
 			}
+		}
+		if virtualObserve != nil {
+			virtualObserve(now, ds)
 		}
 	}
 	out := virtualMix{dests: ds, epoch: epoch}
