@@ -199,3 +199,101 @@ func TestCapBoundKeyBesidePacedKey(t *testing.T) {
 		capOneGaps(t, true, nb)
 	}
 }
+
+// carryDrain runs n no-op jobs on 4 keys (half inserted before the
+// start, half one at a time) through an engine of 16 workers and two
+// finish loops on a slowStore (every lease and finish 2 ms of the
+// bubble's time, in parallel, as PostgreSQL's), with FinishInLease as
+// given, checks that all were published and returns the store.
+func carryDrain(t *testing.T, n int, finishInLease bool) *slowStore {
+	t.Helper()
+	s := &slowStore{Store: newStore(t), commit: 2 * time.Millisecond}
+	var jobs []*job.Job
+	for i := range n {
+		jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, "k"+string(rune('a'+i%4))))
+	}
+	insertNow(t, s, jobs[:n/2]...)
+	var runs atomic.Int64
+	h := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+		runs.Add(1)
+		return job.Outcome{Class: job.ClassSuccess}
+	})
+	e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 16, InFlight: 2, FinishInLease: finishInLease})
+	// The other half one at a time: the fetch loop goes idle between
+	// them, with outcomes handed to it after its last lease.
+	for _, j := range jobs[n/2:] {
+		time.Sleep(time.Millisecond)
+		insertNow(t, s, j)
+		e.Notify()
+	}
+	// Within the lease (30 s): an outcome lost would leave its job
+	// running until the reaper ran it again.
+	st := waitFinal(t, s, 10*time.Second)
+	if got := st.Counts[job.LaneInteractive][job.StatePublished]; got != int64(n) {
+		t.Fatalf("published %d of %d", got, n)
+	}
+	if got := runs.Load(); got != int64(n) {
+		t.Fatalf("%d handler runs for %d jobs, want one each", got, n)
+	}
+	return s
+}
+
+// TestFinishInLease: with Config.FinishInLease, the outcomes of a busy
+// pool go in the fetch loop's next lease (store.FinishLeaser), so a drain
+// takes about one write per lease instead of one per lease and one per
+// finish call; without it the finish loops write alone.
+func TestFinishInLease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const n = 400
+		off := carryDrain(t, n, false)
+		on := carryDrain(t, n, true)
+		writes := func(s *slowStore) (int64, int64) {
+			return s.leases.Load() + s.finishes.Load() + s.finishLease.Load(), s.finishes.Load()
+		}
+		offW, offF := writes(off)
+		onW, onF := writes(on)
+		t.Logf("writes: %d without (finishes alone %d), %d with (finishes alone %d, with a lease %d)", offW, offF, onW, onF, on.finishLease.Load())
+		if onF*10 > offF {
+			t.Fatalf("%d finishes written alone with FinishInLease, against %d without: want under a tenth", onF, offF)
+		}
+		if onW*3 > offW*2 {
+			t.Fatalf("%d writes with FinishInLease, %d without: want at most two thirds", onW, offW)
+		}
+	})
+}
+
+// TestFinishInLeaseStop: outcomes handed to the fetch loop are written
+// when the engine stops, whatever the loop was doing: after a graceful
+// Stop no job is left running.
+func TestFinishInLeaseStop(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &slowStore{Store: newStore(t), commit: 2 * time.Millisecond}
+		var jobs []*job.Job
+		for i := range 300 {
+			jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, "k"+string(rune('a'+i%4))))
+		}
+		insertNow(t, s, jobs...)
+		h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			time.Sleep(time.Millisecond)
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 16, InFlight: 2, FinishInLease: true})
+		time.Sleep(15 * time.Millisecond) // mid-drain
+		if err := e.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.Stats(context.Background(), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := st.Counts[job.LaneInteractive][job.StatePublished]
+		if running := st.Counts[job.LaneInteractive][job.StateRunning]; running != 0 || done == 0 || done == 300 {
+			t.Fatalf("after Stop: %d running, %d published of 300; want 0 running and the drain cut short", running, done)
+		}
+		if s.finishLease.Load() == 0 {
+			t.Fatal("no finish went in a lease: the test did not exercise FinishInLease")
+		}
+	})
+}

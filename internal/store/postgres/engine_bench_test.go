@@ -29,7 +29,8 @@ import (
 // client's PostgreSQL settings (InFlight 2), then a steady phase of a
 // tenth as many jobs inserted in batches of 10 while the engine runs. It
 // reports per job, for the drain: lease calls, empty lease calls, round
-// trips, statements, transactions and rows read; for the steady phase:
+// trips, statements, transactions, rows read, and the server's commits
+// and WAL syncs and writes (see tableReads.wal); for the steady phase:
 // the key reads of store.CheckCosts (one statement and round trip each)
 // and the rows the whole phase read (pg_stat_user_tables of the schema: tuples returned by
 // sequential scans plus heap tuples fetched by index scans; jobs_leases'
@@ -38,7 +39,10 @@ import (
 // It also logs each drain lease call's duration and the slots it asked
 // for, and each kind of round trip's duration (wall time: where the time
 // goes, not evidence of speed). With ASYNC set in the environment the
-// store commits leases with Config.AsyncLease. Run it with -benchtime 1x.
+// store commits leases with Config.AsyncLease; NOCARRY turns the engine's
+// FinishInLease (the client's setting) off and INFLIGHT sets its
+// InFlight (default 2, the client's), for A/B runs of one binary. Run it
+// with -benchtime 1x.
 func BenchmarkEngineDrain(b *testing.B) {
 	ctx := context.Background()
 	schema := newSchema(b)
@@ -62,6 +66,7 @@ func BenchmarkEngineDrain(b *testing.B) {
 		var done atomic.Int64
 		insertChecked(b, s, n, 1000)
 		before := stats.read(b, s)
+		wal0 := stats.wal(b)
 		trips0, stmts0, begins0 := rt.trips.Load(), rt.statements.Load(), rt.begins.Load()
 		rt.mu.Lock()
 		rt.times = nil
@@ -83,6 +88,10 @@ func BenchmarkEngineDrain(b *testing.B) {
 		b.Logf("drain: %d jobs, %d lease calls, %d empty", n, leases, empty)
 		after := stats.read(b, s)
 		b.ReportMetric(reportReads(b, "drain", before, after, n), "drain-rowsread/job")
+		wal1 := stats.wal(b)
+		b.ReportMetric(float64(wal1[0]-wal0[0])/float64(n), "drain-commits/job")
+		b.ReportMetric(float64(wal1[1]-wal0[1])/float64(n), "drain-walsyncs/job")
+		b.ReportMetric(float64(wal1[2]-wal0[2])/float64(n), "drain-walwrites/job")
 
 		// The steady phase: small inserts while a new engine runs.
 		steady := n / 10
@@ -117,7 +126,7 @@ func BenchmarkEngineDrain(b *testing.B) {
 // PostgreSQL settings on st; each finished handler counts in done.
 func startEngine(b *testing.B, st store.Store, done *atomic.Int64) *engine.Engine {
 	e, err := engine.New(engine.Config{
-		Store: st, Region: "us", Workers: 64, InFlight: 2,
+		Store: st, Region: "us", Workers: 64, InFlight: benchInFlight(), FinishInLease: os.Getenv("NOCARRY") == "",
 		Kinds: map[string]engine.Kind{"noop": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
 			done.Add(1)
 			return job.Outcome{Class: job.ClassSuccess}
@@ -291,6 +300,20 @@ func newTableReads(b *testing.B, schema, app string) *tableReads {
 	return &tableReads{conn: conn, schema: schema, app: app}
 }
 
+// wal returns the database's commits (pg_stat_database.xact_commit) and
+// the server's WAL syncs and writes (pg_stat_wal, PostgreSQL 14+): read
+// after read, every connection of the store has reported. pg_stat_wal is
+// the whole server's: the figures are this benchmark's only on a server
+// of its own.
+func (r *tableReads) wal(b *testing.B) [3]int64 {
+	var out [3]int64
+	err := r.conn.QueryRow(context.Background(), `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), wal_sync, wal_write FROM pg_stat_wal`).Scan(&out[0], &out[1], &out[2])
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
 // read returns, per table of the schema, the tuples its sequential scans
 // returned plus the heap tuples its index scans fetched, and per index
 // the entries read, after every connection of s has reported.
@@ -332,4 +355,12 @@ func (r *tableReads) read(b *testing.B, s *Store) map[string]int64 {
 		b.Fatal(fmt.Errorf("table reads: %w", err))
 	}
 	return out
+}
+
+// benchInFlight is InFlight for startEngine: the client's 2, or $INFLIGHT.
+func benchInFlight() int {
+	if n, err := strconv.Atoi(os.Getenv("INFLIGHT")); err == nil {
+		return n
+	}
+	return 2
 }
