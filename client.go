@@ -152,10 +152,6 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, BatchYieldMax: c.cfg.BatchYieldMax, BatchPieces: c.cfg.BatchPieces, Retention: c.cfg.Retention,
 		Now: c.cfg.Now, Logger: c.cfg.Logger, Jobs: rt.jobs, MaxRunTime: c.cfg.MaxRunTime,
 		InFlight: inFlight(r),
-		// On PostgreSQL a busy pool's finishes go in the next lease's
-		// transaction: one WAL flush for both (docs/benchmarks.md,
-		// "Session 15 (s15h4)"). SQLite keeps its own finish writes.
-		FinishInLease: r.PostgresURL != "",
 	})
 	if err != nil {
 		return err

@@ -35,10 +35,8 @@ type Region struct {
 	// If the database server crashes, the leases of the last few hundred
 	// milliseconds may be lost: those jobs run again, as after any lost
 	// lease, and their keys may admit that many extra starts. Outcomes,
-	// inserts and every other write stay durable, and so does a lease
-	// that carries a busy pool's outcomes (engine.Config.FinishInLease),
-	// so this changes only the leases that carry none. Default false,
-	// and recommended off (docs/configuration.md).
+	// inserts and every other write stay durable. Default false, and
+	// recommended off (docs/configuration.md).
 	PostgresAsyncLease bool
 }
 

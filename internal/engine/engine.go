@@ -170,17 +170,6 @@ type Config struct {
 	// wake during it and lease too. Both take their worker slots first, so
 	// together they never lease more jobs than there are free slots.
 	InFlight int
-	// FinishInLease, on a store that finishes and leases in one write
-	// (store.FinishLeaser), hands the outcomes that arrive while the
-	// fetch loop is leasing or waiting for slots to that loop, which
-	// writes them in its next lease's transaction: one commit, and on
-	// PostgreSQL one WAL flush, for a lease and the finishes of a busy
-	// pool instead of one per finish call (docs/benchmarks.md, "Session
-	// 15 (s15h4)"). While the fetch loop is idle the finish loops write
-	// as before, so a shallow queue's finishes wait for nothing. A
-	// finish so carried is durable when the lease's commit returns,
-	// at most one lease call later than alone. Off by default.
-	FinishInLease bool
 	// Publishers is how many validated jobs of either lane are published
 	// at once, on a pool of their own (publish.go): a slow Publisher holds
 	// one of them, never the finishing of other jobs; default
@@ -359,12 +348,6 @@ type Engine struct {
 	// loop is idle leases in the same write (finishLease).
 	idle  atomic.Int32
 	rearm chan struct{}
-	// carryMu guards carrying and carried (Config.FinishInLease):
-	// while carrying (the fetch loop is between leases, not idle) the
-	// finish loops append their batches to carried for its next lease.
-	carryMu  sync.Mutex
-	carrying bool
-	carried  []result
 
 	// claimPrefix and claims make each publication claim's token unique
 	// to this engine and call (publish.go); publishRetryAt is when, in
@@ -610,65 +593,15 @@ func (e *Engine) fetchLoop() {
 	defer e.wg.Done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	e.setCarrying(true)
 	for {
 		n := e.leaseAndRun()
 		if n > 0 {
 			continue
 		}
-		// Outcomes handed over after the last lease took them are
-		// written now: an idle loop carries nothing.
-		if left := e.setCarrying(false); len(left) > 0 {
-			e.finish(left)
-		}
 		if !e.idleWait(timer) {
 			return
 		}
-		e.setCarrying(true)
 	}
-}
-
-// setCarrying starts or stops handing outcomes to the fetch loop
-// (Config.FinishInLease) and returns those handed over and not yet taken.
-func (e *Engine) setCarrying(on bool) []result {
-	if !e.cfg.FinishInLease {
-		return nil
-	}
-	e.carryMu.Lock()
-	defer e.carryMu.Unlock()
-	e.carrying = on && e.jobs.CanReportLease()
-	return e.takeCarriedLocked()
-}
-
-// carry hands batch to the fetch loop's next lease and reports whether it
-// did: only while that loop is carrying, and not once the engine stops.
-func (e *Engine) carry(batch []result) bool {
-	if !e.cfg.FinishInLease || e.stopping() {
-		return false
-	}
-	e.carryMu.Lock()
-	defer e.carryMu.Unlock()
-	if !e.carrying {
-		return false
-	}
-	e.carried = append(e.carried, batch...)
-	return true
-}
-
-// takeCarried takes the outcomes handed to the fetch loop.
-func (e *Engine) takeCarried() []result {
-	if !e.cfg.FinishInLease {
-		return nil
-	}
-	e.carryMu.Lock()
-	defer e.carryMu.Unlock()
-	return e.takeCarriedLocked()
-}
-
-func (e *Engine) takeCarriedLocked() []result {
-	out := e.carried
-	e.carried = nil
-	return out
 }
 
 // idleWait waits, counted as idle, for a wake-up or the next poll, the
@@ -736,13 +669,7 @@ func (e *Engine) leaseAndRun() int {
 		// docs/benchmarks.md, "Session 13: the merge, quiet (lead)").
 		free += e.moreSlots(want-free, time.Millisecond)
 	}
-	var jobs []*job.Job
-	var err error
-	if carried := e.takeCarried(); len(carried) > 0 {
-		jobs, err = e.finishAndLease(carried, free)
-	} else {
-		jobs, err = e.lease(free)
-	}
+	jobs, err := e.lease(free)
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -622,97 +621,4 @@ func TestStopWithoutStart(t *testing.T) {
 		}
 		e.Stop(context.Background()) // idempotent
 	}
-}
-
-// TestFinishInLeaseTwoNodes: two engines (two nodes, each its own store
-// and pool) on one PostgreSQL schema, both with FinishInLease, drain jobs
-// of a key capped at 3 beside unpaced ones. Outcomes written in the next
-// lease's transaction keep the cap across nodes (never more than 3 of the
-// capped key's handlers at once), and every job runs exactly once.
-func TestFinishInLeaseTwoNodes(t *testing.T) {
-	if os.Getenv("RATELANE_TEST_POSTGRES_URL") == "" {
-		t.Skip("RATELANE_TEST_POSTGRES_URL not set")
-	}
-	t.Parallel()
-	ctx := context.Background()
-	url, schema := testkit.PostgresSchema(t, "rl_engine_")
-	open := func() store.Store {
-		s, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	a := open()
-	if err := a.(*postgres.Store).Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b := open()
-	if _, err := a.UpsertLimit(ctx, admission.Config{Name: "capped", Concurrency: 3}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	const n = 600
-	var jobs []*job.Job
-	for i := range n {
-		key := "k" + string(rune('a'+i%4))
-		if i%3 == 0 {
-			key = "capped"
-		}
-		jobs = append(jobs, storetest.NewJob("acme", job.LaneInteractive, key))
-	}
-	insertNow(t, a, jobs...)
-	var mu sync.Mutex
-	runs := map[string]int{}
-	var capped, most atomic.Int64
-	h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
-		if slices.Contains(j.LimitKeys, "capped") {
-			c := capped.Add(1)
-			for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
-			}
-			time.Sleep(time.Millisecond)
-			capped.Add(-1)
-		}
-		mu.Lock()
-		runs[j.ID]++
-		mu.Unlock()
-		return job.Outcome{Class: job.ClassSuccess}
-	})
-	var carried atomic.Int64
-	for _, s := range []store.Store{a, b} {
-		s = &countFinishLease{Store: s, n: &carried}
-		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 16, InFlight: 2, FinishInLease: true})
-	}
-	st := waitFinal(t, a, time.Minute)
-	if carried.Load() == 0 {
-		t.Fatal("no finish went in a lease: the test did not exercise FinishInLease")
-	}
-	if got := st.Counts[job.LaneInteractive][job.StatePublished]; got != n {
-		t.Fatalf("published %d of %d", got, n)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for id, r := range runs {
-		if r != 1 {
-			t.Fatalf("job %s ran %d times, want once", id, r)
-		}
-	}
-	if len(runs) != n {
-		t.Fatalf("%d jobs ran, want %d", len(runs), n)
-	}
-	if m := most.Load(); m > 3 {
-		t.Fatalf("%d of the capped key's jobs ran at once across the two nodes, want at most 3", m)
-	}
-	t.Logf("capped key: at most %d at once; %d finishes in a lease", most.Load(), carried.Load())
-}
-
-// countFinishLease counts a store.FinishLeaser's FinishLease calls in n.
-type countFinishLease struct {
-	store.Store
-	n *atomic.Int64
-}
-
-func (c *countFinishLease) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
-	c.n.Add(1)
-	return c.Store.(store.FinishLeaser).FinishLease(ctx, ts, p)
 }

@@ -27,44 +27,15 @@ func (e *Engine) finishLoop() {
 				break drain
 			}
 		}
-		if !e.carry(batch) {
-			e.finish(batch)
-		}
+		e.finish(batch)
 	}
 }
 
-// reports are batch's outcomes as Jobs.Report takes them.
-func (e *Engine) reports(batch []result) []Report {
+func (e *Engine) finish(batch []result) {
 	rs := make([]Report, len(batch))
 	for i, r := range batch {
 		rs[i] = Report{Job: r.job, Outcome: r.out, Validates: e.cfg.Kinds[r.job.Kind].Publisher != nil, Answered: r.answered}
 	}
-	return rs
-}
-
-// finishAndLease writes the outcomes handed to the fetch loop (carry) and
-// leases up to n jobs in one write of the store (Jobs.ReportLease). When
-// that write fails nothing was written: the outcomes are written alone,
-// as a finish loop would, and nothing is leased this time.
-func (e *Engine) finishAndLease(batch []result, n int) ([]*job.Job, error) {
-	if e.stopping() || len(e.kinds) == 0 {
-		e.finish(batch)
-		return nil, nil
-	}
-	var admit time.Time
-	// The outcomes must be written even if Stop cancels e.ctx meanwhile.
-	done, jobs, err := e.jobs.ReportLease(context.WithoutCancel(e.ctx), e.reports(batch), e.leaseParams(n, &admit))
-	if err != nil {
-		e.finish(batch)
-		return nil, err
-	}
-	e.noteAdmission(admit)
-	e.finished(batch, done)
-	return jobs, nil
-}
-
-func (e *Engine) finish(batch []result) {
-	rs := e.reports(batch)
 	// Finishing must outlive Stop's cancellation: an outcome we have is
 	// written, or the lease expires and the job is retried.
 	ctx := context.WithoutCancel(e.ctx)
@@ -84,28 +55,6 @@ func (e *Engine) finish(batch []result) {
 		e.log.Error("finish failed; the leases will expire and the jobs be retried", "jobs", len(rs), "err", err)
 		return
 	}
-	e.finished(batch, done)
-	if !withLease {
-		e.Notify() // keys were released and groups may be ready
-		return
-	}
-	e.runLeased(leased, free)
-	if len(leased) == free {
-		e.Notify() // every slot taken: more may be ready
-		return
-	}
-	// The lease saw what this finish released; an idle fetch loop leasing
-	// again now would find nothing more, but the admission time the lease
-	// noted may be sooner than its wait.
-	select {
-	case e.rearm <- struct{}{}:
-	default:
-	}
-}
-
-// finished records what became of a written batch: its finish stage,
-// the outcomes refused (lease lost) and the publications to make.
-func (e *Engine) finished(batch []result, done []Reported) {
 	now := e.cfg.Now()
 	for _, r := range batch {
 		if !r.answered.IsZero() {
@@ -123,6 +72,22 @@ func (e *Engine) finished(batch []result, done []Reported) {
 		if done[i].Transition.To == job.StateValidated {
 			e.queuePublish(r.job.ID, r.job.Lane) // the pool publishes: a slow Publisher must not hold finishes
 		}
+	}
+	if !withLease {
+		e.Notify() // keys were released and groups may be ready
+		return
+	}
+	e.runLeased(leased, free)
+	if len(leased) == free {
+		e.Notify() // every slot taken: more may be ready
+		return
+	}
+	// The lease saw what this finish released; an idle fetch loop leasing
+	// again now would find nothing more, but the admission time the lease
+	// noted may be sooner than its wait.
+	select {
+	case e.rearm <- struct{}{}:
+	default:
 	}
 }
 

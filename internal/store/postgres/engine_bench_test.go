@@ -39,10 +39,7 @@ import (
 // It also logs each drain lease call's duration and the slots it asked
 // for, and each kind of round trip's duration (wall time: where the time
 // goes, not evidence of speed). With ASYNC set in the environment the
-// store commits leases with Config.AsyncLease; NOCARRY turns the engine's
-// FinishInLease (the client's setting) off and INFLIGHT sets its
-// InFlight (default 2, the client's), for A/B runs of one binary. Run it
-// with -benchtime 1x.
+// store commits leases with Config.AsyncLease. Run it with -benchtime 1x.
 func BenchmarkEngineDrain(b *testing.B) {
 	ctx := context.Background()
 	schema := newSchema(b)
@@ -126,7 +123,7 @@ func BenchmarkEngineDrain(b *testing.B) {
 // PostgreSQL settings on st; each finished handler counts in done.
 func startEngine(b *testing.B, st store.Store, done *atomic.Int64) *engine.Engine {
 	e, err := engine.New(engine.Config{
-		Store: st, Region: "us", Workers: 64, InFlight: benchInFlight(), FinishInLease: os.Getenv("NOCARRY") == "",
+		Store: st, Region: "us", Workers: 64, InFlight: 2,
 		Kinds: map[string]engine.Kind{"noop": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
 			done.Add(1)
 			return job.Outcome{Class: job.ClassSuccess}
@@ -355,12 +352,4 @@ func (r *tableReads) read(b *testing.B, s *Store) map[string]int64 {
 		b.Fatal(fmt.Errorf("table reads: %w", err))
 	}
 	return out
-}
-
-// benchInFlight is InFlight for startEngine: the client's 2, or $INFLIGHT.
-func benchInFlight() int {
-	if n, err := strconv.Atoi(os.Getenv("INFLIGHT")); err == nil {
-		return n
-	}
-	return 2
 }
