@@ -35,7 +35,8 @@ type Region struct {
 	// If the database server crashes, the leases of the last few hundred
 	// milliseconds may be lost: those jobs run again, as after any lost
 	// lease, and their keys may admit that many extra starts. Outcomes,
-	// inserts and every other write stay durable. Default false.
+	// inserts and every other write stay durable. Default false, and
+	// recommended off (docs/configuration.md).
 	PostgresAsyncLease bool
 }
 

@@ -29,7 +29,8 @@ import (
 // client's PostgreSQL settings (InFlight 2), then a steady phase of a
 // tenth as many jobs inserted in batches of 10 while the engine runs. It
 // reports per job, for the drain: lease calls, empty lease calls, round
-// trips, statements, transactions and rows read; for the steady phase:
+// trips, statements, transactions, rows read, and the server's commits
+// and WAL syncs and writes (see tableReads.wal); for the steady phase:
 // the key reads of store.CheckCosts (one statement and round trip each)
 // and the rows the whole phase read (pg_stat_user_tables of the schema: tuples returned by
 // sequential scans plus heap tuples fetched by index scans; jobs_leases'
@@ -62,6 +63,7 @@ func BenchmarkEngineDrain(b *testing.B) {
 		var done atomic.Int64
 		insertChecked(b, s, n, 1000)
 		before := stats.read(b, s)
+		wal0 := stats.wal(b)
 		trips0, stmts0, begins0 := rt.trips.Load(), rt.statements.Load(), rt.begins.Load()
 		rt.mu.Lock()
 		rt.times = nil
@@ -83,6 +85,10 @@ func BenchmarkEngineDrain(b *testing.B) {
 		b.Logf("drain: %d jobs, %d lease calls, %d empty", n, leases, empty)
 		after := stats.read(b, s)
 		b.ReportMetric(reportReads(b, "drain", before, after, n), "drain-rowsread/job")
+		wal1 := stats.wal(b)
+		b.ReportMetric(float64(wal1[0]-wal0[0])/float64(n), "drain-commits/job")
+		b.ReportMetric(float64(wal1[1]-wal0[1])/float64(n), "drain-walsyncs/job")
+		b.ReportMetric(float64(wal1[2]-wal0[2])/float64(n), "drain-walwrites/job")
 
 		// The steady phase: small inserts while a new engine runs.
 		steady := n / 10
@@ -289,6 +295,20 @@ func newTableReads(b *testing.B, schema, app string) *tableReads {
 	}
 	b.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return &tableReads{conn: conn, schema: schema, app: app}
+}
+
+// wal returns the database's commits (pg_stat_database.xact_commit) and
+// the server's WAL syncs and writes (pg_stat_wal, PostgreSQL 14+): read
+// after read, every connection of the store has reported. pg_stat_wal is
+// the whole server's: the figures are this benchmark's only on a server
+// of its own.
+func (r *tableReads) wal(b *testing.B) [3]int64 {
+	var out [3]int64
+	err := r.conn.QueryRow(context.Background(), `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), wal_sync, wal_write FROM pg_stat_wal`).Scan(&out[0], &out[1], &out[2])
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
 
 // read returns, per table of the schema, the tuples its sequential scans
