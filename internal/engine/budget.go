@@ -69,7 +69,7 @@ type batchBudget struct {
 	// while interactive work is in flight, never by width (see
 	// acquireIO).
 	ioRunning int
-	waiting     int // pieces waiting for one in acquire
+	waiting   int // pieces waiting for one in acquire
 	// handlersWaiting counts batch handlers waiting in Yield for their
 	// turn back: no batch job is leased meanwhile, so at most width
 	// handlers ever hold worker slots.
