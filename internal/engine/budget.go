@@ -182,7 +182,7 @@ func (b *batchBudget) giveBack(n int) {
 // taken and the lease's store.LeaseParams.BatchMax (0: no bound, when the
 // width is off; -1: no batch job). Call leased with what the lease
 // returned; each batch job leased keeps one turn until its handler
-// returns (releaser).
+// returns (handlerTurn.end).
 func (b *batchBudget) take(n int) (turns, batchMax int) {
 	if b.width <= 0 || n <= 0 {
 		return 0, 0
@@ -325,16 +325,44 @@ func (b *batchBudget) releaser() func() {
 // (end), and Yield passes it to waiting pieces between the handler's
 // pieces of work (pass).
 type handlerTurn struct {
-	b   *batchBudget
-	end func()
+	b *batchBudget
+
+	mu sync.Mutex
+	// passed: the turn is given away at Yield and not yet taken back;
+	// ended: end was called (the handler returned or was abandoned).
+	passed, ended bool
+}
+
+// end gives the handler's turn back, once; a turn passed at Yield and not
+// yet taken back is not the handler's to give (pass gives back what it
+// takes after end).
+func (h *handlerTurn) end() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	h.ended = true
+	if !h.passed {
+		h.b.giveBack(1)
+	}
 }
 
 // pass lets the pieces waiting for a turn go before the rest of a
 // handler's work: it gives the handler's turn back when any wait, and
 // waits for one again. The turn is never kept for a lease meanwhile (the
 // handler still holds its worker slot).
+//
+// An ended handler (abandoned past its maximum run time, or cancelled)
+// passes nothing: its turn is already back, and one taken again would
+// never be.
 func (h *handlerTurn) pass(ctx context.Context) {
 	b := h.b
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || ctx.Err() != nil {
+		return
+	}
 	b.mu.Lock()
 	if b.waiting == 0 {
 		b.mu.Unlock()
@@ -344,10 +372,17 @@ func (h *handlerTurn) pass(ctx context.Context) {
 	b.handoff++ // the turn goes to a waiting piece, running unchanged
 	b.wakeLocked()
 	b.mu.Unlock()
+	h.passed = true
+	h.mu.Unlock() // end may come meanwhile
 	b.wait(ctx, pieceHandler)
+	h.mu.Lock()
+	h.passed = false
 	b.mu.Lock()
 	b.handlersWaiting--
 	b.mu.Unlock()
+	if h.ended {
+		b.giveBack(1) // ended while waiting: the turn just taken is nobody's
+	}
 }
 
 // BudgetCounts are an engine's batch-budget totals since it was made.

@@ -800,7 +800,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel, leave: func() {}}
 	var ht *handlerTurn
 	if turn {
-		ht = &handlerTurn{b: e.budget, end: e.budget.releaser()}
+		ht = &handlerTurn{b: e.budget}
 		r.leave = ht.end
 		hctx = withTurnHeld(hctx) // work it does inline takes no second turn
 	} else if j.Lane != job.LaneBatch {

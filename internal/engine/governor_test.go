@@ -242,3 +242,65 @@ func TestYieldPassesTheTurn(t *testing.T) {
 		}
 	})
 }
+
+// TestAbandonedHandlerYieldLeaksNoTurn: a batch handler that ignores its
+// context is abandoned past its maximum run time (its turn given back, so
+// another batch job runs on the only turn); when it later calls
+// engine.Yield with a piece waiting, it passes no turn (it holds none: the
+// waiting aggregation still waits for the other handler's) and takes none
+// it would never give back: once everything ends no turn is held. In
+// simulated time. Without the ended check the late Yield handed the
+// waiting aggregation a second turn (two pieces ran on BatchCPUs 1) and
+// took one it never gave back.
+func TestAbandonedHandlerYieldLeaksNoTurn(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		w := newBudgetWork()
+		defer w.releaseInteractive()
+		stuck, later := make(chan struct{}), make(chan struct{})
+		var first atomic.Bool
+		var ran atomic.Int32
+		h := engine.HandlerFunc(func(ctx context.Context, _ *job.Job) job.Outcome {
+			if first.CompareAndSwap(false, true) {
+				<-stuck // ignoring ctx, past the maximum run time
+				engine.Yield(ctx)
+				return job.Outcome{Class: job.ClassSuccess}
+			}
+			ran.Add(1)
+			<-later
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		j := storetest.NewJob("acme", job.LaneBatch, "k")
+		j.Budgets.Transient = 5
+		insertNow(t, s, j, storetest.NewJob("acme", job.LaneBatch, "k"))
+		e := start(t, engine.Config{Store: s, Workers: 4, BatchCPUs: 1, LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond,
+			Kinds: map[string]engine.Kind{"noop": {Handler: h, MaxRunTime: time.Second}, "report": {Aggregate: w, SweepEvery: time.Hour}}})
+		time.Sleep(2 * time.Second) // abandoned; its turn goes to the other job
+		synctest.Wait()
+		if n := ran.Load(); n != 1 {
+			t.Fatalf("after the first handler was abandoned: %d other batch handlers ran, want 1", n)
+		}
+		p := parentIn(job.LaneBatch) // a piece waiting for the turn the second handler holds
+		if _, err := e.Jobs().InsertParts(context.Background(), p, nil, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		close(stuck) // the abandoned handler yields, then returns
+		synctest.Wait()
+		if n := w.started.Load(); n != 0 {
+			t.Fatalf("after the abandoned handler's Yield: %d aggregations started beside the running handler, want 0 (BatchCPUs 1)", n)
+		}
+		close(later)
+		synctest.Wait()
+		if n := w.started.Load(); n != 1 {
+			t.Fatalf("after the running handler returned: %d aggregations started, want 1", n)
+		}
+		w.batchGo <- struct{}{} // the aggregation ends
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if c := e.BudgetCounts(); c.Running != 0 || c.Waiting != 0 {
+			t.Fatalf("budget counts %+v after all ended: want no turn held, none waiting", c)
+		}
+	})
+}
