@@ -79,6 +79,14 @@ type Config struct {
 	// at full width. Default 1 (engine.DefaultBatchPieces); negative turns
 	// the budget off.
 	BatchPieces int
+	// BatchCPUs is the batch lane's CPU governor in this process: at most
+	// this many pieces of batch-lane work (as for BatchPieces, a batch
+	// job's handler included) run at once at any time, so interactive work
+	// always finds a free core; a batch job is leased only when a turn is
+	// free, so one that waits holds no worker slot and no lease. Default
+	// half of GOMAXPROCS, at least 1 (engine.DefaultBatchCPUs); negative
+	// turns the governor off.
+	BatchCPUs int
 	// Retention is how long finished jobs are kept (and idempotency keys
 	// remembered); default 30 days.
 	Retention time.Duration

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime/metrics"
 	"sync"
 	"time"
 
@@ -87,7 +88,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// The process's CPU seconds (process_cpu_seconds_total) for the
 	// phases' CPU figures; absent where the collector cannot read them.
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg, BatchPieces: e.opts.BatchPieces}
+	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs}
 	c, err := e.client(ctx, cfg)
 	if err != nil {
 		return Result{}, err
@@ -152,7 +153,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	closed := make(chan struct{})
 	close(closed)
 	w0 := storeWrites(reg)
+	baseSched := sampleSched()
 	base, err := interactive(plan.Window, closed)
+	baseRun := baseSched()
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
 	}
@@ -197,8 +200,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		})
 		sweepTook = time.Since(start)
 	}()
+	sweepSched := sampleSched()
 	under, err := interactive(plan.Window, done)
 	<-done
+	sweepRun := sweepSched()
 	if err != nil {
 		return Result{}, fmt.Errorf("under the sweep: %w", err)
 	}
@@ -276,6 +281,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("sweep_budget_pieces_held", w2.budget["held"]-w1.budget["held"], "of them held for a turn while interactive work was in flight")
 		r.add("sweep_budget_held_seconds", w2.budgetSecs-w1.budgetSecs, "s batch-lane work waited for a turn, summed")
 	}
+	// The governor's leases under the sweep, and the goroutines that wanted
+	// a CPU (the scheduler's own counts, sampled): with the batch lane
+	// bounded, fewer goroutines queue for the cores interactive work needs.
+	if leased := w2.leases["leased"] - w1.leases["leased"]; leased > 0 {
+		r.add("sweep_governor_leased", leased, "batch jobs leased with a turn of the CPU governor")
+		r.add("sweep_governor_capped", w2.leases["capped"]-w1.leases["capped"], "leases that asked for no batch job: no turn free")
+	}
+	baseRun.add(&r, "baseline")
+	sweepRun.add(&r, "sweep")
 	// CPU: the process's user + system seconds in each phase (much less
 	// sensitive to the machine's load than latency), and the sweep's share
 	// beyond the interactive reviews' at the baseline's rate.
@@ -339,6 +353,8 @@ type writeCounts struct {
 	// held), and budgetSecs their summed wait.
 	budget     map[string]float64
 	budgetSecs float64
+	// leases are the CPU governor's leases by result (leased, capped).
+	leases map[string]float64
 	// stages are the engine's stage histograms by "lane/stage".
 	stages map[string]histReading
 	// cpu is the process's CPU time (user + system) so far, in seconds
@@ -418,7 +434,7 @@ func (h histReading) max() float64 { return h.quantile(1) }
 // does not count them), with the engine's yield-gate, batch-budget and
 // stage figures and the process's CPU seconds.
 func storeWrites(reg *prometheus.Registry) writeCounts {
-	w := writeCounts{yield: map[string]float64{}, budget: map[string]float64{}, stages: map[string]histReading{}}
+	w := writeCounts{yield: map[string]float64{}, budget: map[string]float64{}, leases: map[string]float64{}, stages: map[string]histReading{}}
 	mfs, err := reg.Gather()
 	if err != nil {
 		return w
@@ -449,6 +465,12 @@ func storeWrites(reg *prometheus.Registry) writeCounts {
 				}
 			case "ratelane_batch_budget_seconds_total":
 				w.budgetSecs += m.GetCounter().GetValue()
+			case "ratelane_batch_budget_leases_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" {
+						w.leases[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
 			case "ratelane_engine_stage_seconds":
 				var lane, stage string
 				for _, l := range m.GetLabel() {
@@ -491,4 +513,56 @@ func joinFailures(errs []error) error {
 		return nil
 	}
 	return fmt.Errorf("%d interactive reviews failed, the first: %w", len(errs), errs[0])
+}
+
+// schedSample is the scheduler's goroutine counts over a phase, sampled
+// every 10 ms: those running on a CPU and those runnable, waiting for one.
+type schedSample struct {
+	n                     int
+	running, runnable     float64 // sums
+	mostRunning, mostRunn uint64
+}
+
+// sampleSched samples the process's running and runnable goroutines
+// (runtime/metrics) until the returned func is called, which returns the
+// samples.
+func sampleSched() (stop func() schedSample) {
+	done, out := make(chan struct{}), make(chan schedSample)
+	go func() {
+		ms := []metrics.Sample{{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		var s schedSample
+		for {
+			select {
+			case <-done:
+				out <- s
+				return
+			case <-tick.C:
+			}
+			metrics.Read(ms)
+			if ms[0].Value.Kind() != metrics.KindUint64 || ms[1].Value.Kind() != metrics.KindUint64 {
+				continue // not known to this runtime
+			}
+			run, runn := ms[0].Value.Uint64(), ms[1].Value.Uint64()
+			s.n++
+			s.running += float64(run)
+			s.runnable += float64(runn)
+			s.mostRunning, s.mostRunn = max(s.mostRunning, run), max(s.mostRunn, runn)
+		}
+	}()
+	return func() schedSample {
+		close(done)
+		return <-out
+	}
+}
+
+// add reports the samples of phase in r.
+func (s schedSample) add(r *Result, phase string) {
+	if s.n == 0 {
+		return
+	}
+	r.add(phase+"_goroutines_running_mean", s.running/float64(s.n), "goroutines on a CPU, sampled every 10 ms (runtime/metrics)")
+	r.add(phase+"_goroutines_runnable_mean", s.runnable/float64(s.n), "goroutines waiting for a CPU, sampled every 10 ms")
+	r.add(phase+"_goroutines_runnable_max", float64(s.mostRunn), "goroutines waiting for a CPU, most in one sample")
 }

@@ -52,6 +52,9 @@ type Options struct {
 	// BatchPieces, when not zero, is the batch-isolation workload's
 	// Config.BatchPieces (negative: the batch budget off), for A/B runs.
 	BatchPieces int
+	// BatchCPUs, when not zero, is the batch-isolation workload's
+	// Config.BatchCPUs (negative: the CPU governor off), for A/B runs.
+	BatchCPUs int
 }
 
 // Metric is one named figure of a workload.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,48 +12,90 @@ import (
 // work is in flight, one piece of batch-lane work runs at a time.
 const DefaultBatchPieces = 1
 
-// batchBudget is the batch lane's CPU budget within one process: while
-// any interactive work is in flight (a leased interactive job's handler,
-// an interactive parent's aggregation, an interactive job's publication),
-// at most limit pieces of batch-lane work (a batch parent's aggregation,
-// a stretch of the periodic sweep, a batch job's publication) run at
-// once; with none in flight batch work runs as wide as it is given (the
-// aggregation groups, the publication pool), so a sweep alone keeps its
-// full speed. A batch job's handler is not held here: waiting for a turn
-// it would hold a worker slot, and with the slots full of waiting batch
-// handlers no interactive job could be leased (the yield gate, when on,
-// holds handlers before they start, and Yield between their pieces).
+// DefaultBatchCPUs is Config.BatchCPUs' default for a process with procs
+// CPUs (GOMAXPROCS): half of them, at least one. Half, not all but one:
+// each running piece of batch-lane work drives about as much again in
+// goroutines it does not own (the SQLite writer running its writes, the
+// garbage collector), so one batch piece on a 2-core machine already
+// keeps a core busy, and a second would leave interactive work none
+// (docs/benchmarks.md, "Session 15 (s15h3)").
+func DefaultBatchCPUs(procs int) int { return max(1, procs/2) }
+
+// batchBudget is the batch lane's CPU governor within one process. Two
+// bounds on the pieces of batch-lane work running at once (a batch job's
+// handler, a batch parent's aggregation, a stretch of the periodic sweep,
+// a batch job's publication):
 //
-// Unlike the yield gate it holds nothing for a fixed time and never holds
-// every batch piece: on a machine with few cores the interactive tail
-// under a sweep is interactive goroutines waiting for a CPU that dozens of
-// runnable batch goroutines share (docs/benchmarks.md, "Session 11
-// (s11h5)"); one batch piece at a time leaves a core to the interactive
-// work and still moves the batch lane. No starvation: a piece that finds
-// fewer than limit running goes at once, and every running piece ends, so
-// under a continuous interactive stream the batch lane still runs limit
-// pieces at a time.
+//   - width (Config.BatchCPUs), at all times: the batch lane never has
+//     more than width goroutines doing its work, so on a small machine a
+//     sweep leaves a core to interactive work that arrives while no
+//     interactive work was in flight (before it, the batch lane took both
+//     cores whenever none was, and an interactive review that arrived then
+//     waited for a CPU at every stage: docs/benchmarks.md, "Session 15
+//     (s15h3)");
+//   - limit (Config.BatchPieces), while interactive work is in flight in
+//     this engine (the engine's inFlight tells).
+//
+// A batch job's handler takes its turn when it is leased, not when it
+// starts: the fetch loop asks the store for at most as many batch jobs as
+// it has free turns (store.LeaseParams.BatchMax), so a batch job never
+// waits for a turn holding a worker slot and a lease (a held handler did,
+// and with the slots full of them no interactive job was leased:
+// docs/benchmarks.md, "Session 11 (s11h5)"); heartbeats and lease expiry
+// of running batch jobs are untouched. Other pieces wait in acquire.
+//
+// No starvation: a piece that finds a turn free goes at once and every
+// running piece ends, so under a continuous interactive stream the batch
+// lane still runs min(width, limit) pieces at a time. Between the leases
+// and the other pieces the turns alternate: a turn given back while a
+// lease found none free goes to the next lease (the fetch loop is woken
+// for it) unless the last such turn did and other pieces wait, so neither
+// batch handlers nor aggregations, sweeps and publications hold the lane.
 //
 // Only this process's work is seen, as with the yield gate.
 type batchBudget struct {
-	limit int // <= 0: off
+	limit int // while interactive work is in flight; <= 0: no bound then
+	width int // at all times; <= 0: no bound, and handlers take no turn
+
+	// notify wakes the fetch loop for a turn kept for its lease.
+	notify func()
 
 	mu sync.Mutex
 	// interactive: interactive work is in flight (the engine's inFlight
 	// tells, as it tells the yield gate).
 	interactive bool
-	running     int // batch pieces holding a turn
-	waiting     int // batch pieces waiting for one
+	running     int // turns held (by pieces, or kept for the next lease)
+	// ioRunning counts publications holding a turn: bounded by limit
+	// while interactive work is in flight, never by width (see
+	// acquireIO).
+	ioRunning int
+	waiting   int // pieces waiting for one in acquire
+	// handlersWaiting counts batch handlers waiting in Yield for their
+	// turn back: no batch job is leased meanwhile, so at most width
+	// handlers ever hold worker slots.
+	handlersWaiting int
+	// capped: a lease since the last turn given back found fewer turns
+	// than worker slots; kept is a turn held for the next lease;
+	// lastKept: the last turn given back while capped was kept for it.
+	capped, lastKept bool
+	kept             int
+	// handoff counts turns a handler passed at Yield, each for the next
+	// piece that takes one in acquire (not for the handler itself).
+	handoff int
 	// turn is closed (and replaced) when a held piece may go: a batch
 	// piece ended, or interactive work fell to none.
 	turn chan struct{}
 
 	passed, held atomic.Int64
 	heldNanos    atomic.Int64
+	// leasedTurns counts batch jobs leased with a turn; cappedLeases the
+	// leases that asked for fewer batch jobs than worker slots for want of
+	// turns.
+	leasedTurns, cappedLeases atomic.Int64
 }
 
-func newBatchBudget(limit int) *batchBudget {
-	return &batchBudget{limit: limit, turn: make(chan struct{})}
+func newBatchBudget(limit, width int) *batchBudget {
+	return &batchBudget{limit: limit, width: width, turn: make(chan struct{}), notify: func() {}}
 }
 
 // wakeLocked releases every piece waiting for a turn to look again.
@@ -62,7 +105,7 @@ func (b *batchBudget) wakeLocked() {
 }
 
 // listener is the budget as the engine's inFlight counter's listener;
-// nil when the budget is off.
+// nil when the in-flight bound is off.
 func (b *batchBudget) listener() inFlightListener {
 	if b.limit <= 0 {
 		return nil
@@ -76,8 +119,8 @@ func (b *batchBudget) interactiveBusy() {
 	b.mu.Unlock()
 }
 
-// interactiveIdle lets every held piece go: with no interactive work in
-// flight the budget does not bound the batch lane.
+// interactiveIdle lets held pieces look again: with no interactive work in
+// flight only the width bounds the batch lane.
 func (b *batchBudget) interactiveIdle() {
 	b.mu.Lock()
 	b.interactive = false
@@ -85,21 +128,167 @@ func (b *batchBudget) interactiveIdle() {
 	b.mu.Unlock()
 }
 
+// freeLocked is how many more turns of kind may be held now.
+func (b *batchBudget) freeLocked(kind pieceKind) int {
+	n := math.MaxInt
+	if b.width > 0 && kind != pieceIO {
+		n = b.width - b.running
+	}
+	if b.limit > 0 && b.interactive {
+		n = min(n, b.limit-b.running-b.ioRunning)
+	}
+	return max(0, n)
+}
+
+// pieceKind is what a piece waiting for a turn is.
+type pieceKind int
+
+const (
+	pieceCPU     pieceKind = iota // an aggregation, a sweep stretch
+	pieceIO                       // a publication: not bounded by width
+	pieceHandler                  // a batch handler taking its turn back after Yield
+)
+
+// giveBackLocked ends n turns; one may be kept for the next lease (see
+// the type's comment), for which notify must then be called (unlocked).
+func (b *batchBudget) giveBackLocked(n int) (notify bool) {
+	if n <= 0 {
+		return false
+	}
+	b.running -= n
+	if b.capped && b.handlersWaiting == 0 && (b.waiting == 0 || !b.lastKept) && b.freeLocked(pieceCPU) > 0 {
+		b.capped, b.lastKept = false, true
+		b.kept++
+		b.running++
+		notify = true
+	} else if b.capped {
+		b.lastKept = false
+	}
+	b.wakeLocked()
+	return notify
+}
+
+// giveBack ends n turns.
+func (b *batchBudget) giveBack(n int) {
+	b.mu.Lock()
+	notify := b.giveBackLocked(n)
+	b.mu.Unlock()
+	if notify {
+		b.notify()
+	}
+}
+
+// take reserves turns for a lease of up to n jobs: it returns the turns
+// taken and the lease's store.LeaseParams.BatchMax (0: no bound, when the
+// width is off; -1: no batch job). Call leased with what the lease
+// returned; each batch job leased keeps one turn until its handler
+// returns (handlerTurn.end).
+func (b *batchBudget) take(n int) (turns, batchMax int) {
+	if b.width <= 0 || n <= 0 {
+		return 0, 0
+	}
+	b.mu.Lock()
+	turns = min(n, b.kept)
+	b.kept -= turns
+	if b.handlersWaiting == 0 && b.waiting == 0 {
+		more := min(n-turns, b.freeLocked(pieceCPU))
+		turns += more
+		b.running += more
+	}
+	if turns == 0 {
+		// Whether batch jobs are ready is not known: keep the next turn
+		// given back for a lease, which finds out.
+		b.capped = true
+		b.cappedLeases.Add(1)
+	}
+	b.mu.Unlock()
+	if turns == 0 {
+		return 0, -1
+	}
+	return turns, turns
+}
+
+// leased settles a lease's turns: batch of them were used by batch jobs
+// leased; the rest are given back. A lease that used every turn it had,
+// fewer than the n jobs it asked for, may have left batch jobs ready: the
+// next turn given back is kept for a lease. One that left turns unused
+// found no more batch work to take.
+func (b *batchBudget) leased(turns, batch, n int) {
+	if turns <= 0 {
+		return
+	}
+	b.leasedTurns.Add(int64(batch))
+	b.mu.Lock()
+	if batch == turns && turns < n {
+		b.capped = true
+		b.cappedLeases.Add(1)
+	} else if batch < turns {
+		b.capped = false
+	}
+	notify := b.giveBackLocked(turns - batch)
+	b.mu.Unlock()
+	if notify {
+		b.notify()
+	}
+}
+
 // acquire takes a turn for one piece of batch-lane work, waiting while
-// interactive work is in flight and limit pieces hold a turn; the
-// returned func gives it back (call it exactly once, when the piece ends).
-// A ctx that ends while waiting takes the turn anyway: the piece is about
-// to find its context done and return.
+// none is free; the returned func gives it back (call it exactly once,
+// when the piece ends). A ctx that ends while waiting takes the turn
+// anyway: the piece is about to find its context done and return.
 func (b *batchBudget) acquire(ctx context.Context) (release func()) {
+	if b.limit <= 0 && b.width <= 0 {
+		return noLeave
+	}
+	b.wait(ctx, pieceCPU)
+	return b.releaser()
+}
+
+// acquireIO is acquire for a batch job's publication: bounded by limit
+// while interactive work is in flight, as before the governor, but not by
+// the governor's width. A Publisher mostly waits for an external system
+// (a GitHub call can take seconds), and the publication pool already
+// bounds how many run (Config.Publishers); holding one of the width's
+// turns it would stop every other piece of the batch lane meanwhile.
+func (b *batchBudget) acquireIO(ctx context.Context) (release func()) {
 	if b.limit <= 0 {
 		return noLeave
 	}
+	b.wait(ctx, pieceIO)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.ioRunning--
+			b.wakeLocked()
+			b.mu.Unlock()
+		})
+	}
+}
+
+// wait takes a turn of kind, waiting while none is free, and counts it.
+// A handler taking its turn back after passing it waits until the turn it
+// passed was taken.
+func (b *batchBudget) wait(ctx context.Context, kind pieceKind) {
+	handler := kind == pieceHandler
 	var start time.Time
 	for {
 		b.mu.Lock()
-		if !b.interactive || b.running < b.limit || ctx.Err() != nil {
-			b.running++
+		if kind == pieceCPU && b.handoff > 0 {
+			b.handoff-- // the passed turn: already counted in running
 			if !start.IsZero() {
+				b.waiting--
+			}
+			b.mu.Unlock()
+			break
+		}
+		if (b.freeLocked(kind) > 0 && (!handler || b.handoff == 0)) || ctx.Err() != nil {
+			if kind == pieceIO {
+				b.ioRunning++
+			} else {
+				b.running++
+			}
+			if !start.IsZero() && !handler {
 				b.waiting--
 			}
 			b.mu.Unlock()
@@ -108,7 +297,9 @@ func (b *batchBudget) acquire(ctx context.Context) (release func()) {
 		turn := b.turn
 		if start.IsZero() {
 			start = time.Now()
-			b.waiting++
+			if !handler {
+				b.waiting++
+			}
 		}
 		b.mu.Unlock()
 		select {
@@ -122,14 +313,75 @@ func (b *batchBudget) acquire(ctx context.Context) (release func()) {
 		b.held.Add(1)
 		b.heldNanos.Add(int64(time.Since(start)))
 	}
+}
+
+// releaser returns the func that gives one held turn back, once.
+func (b *batchBudget) releaser() func() {
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			b.running--
-			b.wakeLocked()
-			b.mu.Unlock()
-		})
+	return func() { once.Do(func() { b.giveBack(1) }) }
+}
+
+// handlerTurn is a leased batch job's turn: it ends with its handler
+// (end), and Yield passes it to waiting pieces between the handler's
+// pieces of work (pass).
+type handlerTurn struct {
+	b *batchBudget
+
+	mu sync.Mutex
+	// passed: the turn is given away at Yield and not yet taken back;
+	// ended: end was called (the handler returned or was abandoned).
+	passed, ended bool
+}
+
+// end gives the handler's turn back, once; a turn passed at Yield and not
+// yet taken back is not the handler's to give (pass gives back what it
+// takes after end).
+func (h *handlerTurn) end() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	h.ended = true
+	if !h.passed {
+		h.b.giveBack(1)
+	}
+}
+
+// pass lets the pieces waiting for a turn go before the rest of a
+// handler's work: it gives the handler's turn back when any wait, and
+// waits for one again. The turn is never kept for a lease meanwhile (the
+// handler still holds its worker slot).
+//
+// An ended handler (abandoned past its maximum run time, or cancelled)
+// passes nothing: its turn is already back, and one taken again would
+// never be.
+func (h *handlerTurn) pass(ctx context.Context) {
+	b := h.b
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || ctx.Err() != nil {
+		return
+	}
+	b.mu.Lock()
+	if b.waiting == 0 {
+		b.mu.Unlock()
+		return
+	}
+	b.handlersWaiting++
+	b.handoff++ // the turn goes to a waiting piece, running unchanged
+	b.wakeLocked()
+	b.mu.Unlock()
+	h.passed = true
+	h.mu.Unlock() // end may come meanwhile
+	b.wait(ctx, pieceHandler)
+	h.mu.Lock()
+	h.passed = false
+	b.mu.Lock()
+	b.handlersWaiting--
+	b.mu.Unlock()
+	if h.ended {
+		b.giveBack(1) // ended while waiting: the turn just taken is nobody's
 	}
 }
 
@@ -141,13 +393,24 @@ type BudgetCounts struct {
 	// HeldSeconds is the time batch-lane work waited for a turn, summed
 	// over its pieces.
 	HeldSeconds float64
+	// Leased counts batch jobs leased with a turn; Capped the leases that
+	// found fewer turns free than worker slots (they asked the store for
+	// fewer batch jobs, or none).
+	Leased, Capped int64
+	// Running and Waiting are the turns held and the pieces waiting for
+	// one, now.
+	Running, Waiting int
 }
 
 // BudgetCounts returns the engine's batch-budget totals. It is safe for
 // concurrent use.
 func (e *Engine) BudgetCounts() BudgetCounts {
 	b := e.budget
-	return BudgetCounts{Passed: b.passed.Load(), Held: b.held.Load(), HeldSeconds: time.Duration(b.heldNanos.Load()).Seconds()}
+	b.mu.Lock()
+	running, waiting := b.running, b.waiting+b.handlersWaiting
+	b.mu.Unlock()
+	return BudgetCounts{Passed: b.passed.Load(), Held: b.held.Load(), HeldSeconds: time.Duration(b.heldNanos.Load()).Seconds(),
+		Leased: b.leasedTurns.Load(), Capped: b.cappedLeases.Load(), Running: running, Waiting: waiting}
 }
 
 // interactiveWork marks one piece of interactive work in flight until
@@ -166,6 +429,16 @@ func (e *Engine) batchPiece(ctx context.Context) (end func()) {
 	}
 	e.yield.wait(ctx)
 	return e.budget.acquire(ctx)
+}
+
+// batchPublication is batchPiece for a batch job's publication: a turn
+// of the in-flight budget, not of the governor's width (acquireIO).
+func (e *Engine) batchPublication(ctx context.Context) (end func()) {
+	if ctx.Value(turnHeldKey{}) != nil {
+		return noLeave
+	}
+	e.yield.wait(ctx)
+	return e.budget.acquireIO(ctx)
 }
 
 type turnHeldKey struct{}

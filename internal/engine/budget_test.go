@@ -63,7 +63,7 @@ func budgetEngine(t *testing.T, w *budgetWork, pieces int) (*engine.Engine, stri
 	var first string
 	s := newStore(t)
 	insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
-	e := start(t, engine.Config{Store: s, Workers: 8, BatchPieces: pieces, Kinds: map[string]engine.Kind{
+	e := start(t, engine.Config{Store: s, Workers: 8, BatchPieces: pieces, BatchCPUs: -1, Kinds: map[string]engine.Kind{
 		"noop": {Handler: w}, "report": {Aggregate: w, SweepEvery: time.Hour}}})
 	<-w.interactiveIn
 	synctest.Wait() // past the start sweep

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,12 +136,21 @@ type Config struct {
 	BatchYieldMax time.Duration
 	// BatchPieces is the batch budget (budget.go): the most pieces of
 	// batch-lane work (a batch parent's aggregation, a stretch of the
-	// periodic sweep, a batch job's publication; not a batch job's
-	// handler, which holds a worker slot) that run at once in this engine
-	// while interactive work is in flight here; with none in flight batch work is not
-	// bounded by it. Default DefaultBatchPieces (1); negative turns the
-	// budget off.
+	// periodic sweep, a batch job's publication, and with BatchCPUs on a
+	// batch job's handler) that run at once in this engine while
+	// interactive work is in flight here; with none in flight only
+	// BatchCPUs bounds them. Default DefaultBatchPieces (1); negative
+	// turns this bound off.
 	BatchPieces int
+	// BatchCPUs is the batch lane's CPU governor (budget.go): the most
+	// pieces of batch-lane work (as for BatchPieces, a batch job's handler
+	// included) that run at once in this engine at any time, so that
+	// interactive work always finds a free core. A batch job is leased
+	// only with a free turn, so a batch job waiting for one holds no
+	// worker slot and no lease. Default DefaultBatchCPUs(GOMAXPROCS): half
+	// the CPUs, at least one; negative turns the governor off (handlers
+	// are then not bounded, and BatchPieces alone applies).
+	BatchCPUs int
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
 	// Retention is how long finished jobs are kept; default 30 days.
@@ -238,6 +248,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchPieces == 0 {
 		c.BatchPieces = DefaultBatchPieces
+	}
+	if c.BatchCPUs == 0 {
+		c.BatchCPUs = DefaultBatchCPUs(runtime.GOMAXPROCS(0))
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -360,7 +373,8 @@ type Engine struct {
 	pub pubPool
 	// yield holds batch-lane work while interactive work runs (yield.go).
 	yield *yieldGate
-	// budget bounds batch-lane work while interactive work runs (budget.go).
+	// budget bounds batch-lane work at all times and more while
+	// interactive work runs: the batch lane's CPU governor (budget.go).
 	budget *batchBudget
 	// interactive counts interactive work in flight for both (inflight.go).
 	interactive *inFlight
@@ -410,7 +424,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("region", cfg.Region),
 		yield:   newYieldGate(cfg.BatchYieldMax),
-		budget:  newBatchBudget(cfg.BatchPieces),
+		budget:  newBatchBudget(cfg.BatchPieces, cfg.BatchCPUs),
 		wake:    make(chan struct{}, 1),
 		rearm:   make(chan struct{}, 1),
 		results: make(chan result, cfg.Workers),
@@ -423,6 +437,7 @@ func New(cfg Config) (*Engine, error) {
 		claimPrefix: claimPrefix(),
 	}
 	e.interactive = newInFlight(e.yield.listener(), e.budget.listener())
+	e.budget.notify = e.Notify // a turn kept for the fetch loop's next lease
 	e.pub.init()
 	if e.jobs == nil {
 		var err error
@@ -669,12 +684,13 @@ func (e *Engine) leaseAndRun() int {
 		// docs/benchmarks.md, "Session 13: the merge, quiet (lead)").
 		free += e.moreSlots(want-free, time.Millisecond)
 	}
-	jobs, err := e.lease(free)
+	turns, batchMax := e.budget.take(free)
+	jobs, err := e.lease(free, batchMax)
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
 	}
 	e.lastFull = len(jobs) > 0 && len(jobs) >= free
-	e.runLeased(jobs, free)
+	e.runLeased(jobs, free, turns)
 	return len(jobs)
 }
 
@@ -711,21 +727,22 @@ func (e *Engine) takeSlots() int {
 	return n
 }
 
-func (e *Engine) lease(n int) ([]*job.Job, error) {
+func (e *Engine) lease(n, batchMax int) ([]*job.Job, error) {
 	if e.stopping() || len(e.kinds) == 0 { // no kinds would mean every kind to the store
 		return nil, nil
 	}
 	var admit time.Time // set by the store before Lease returns
-	jobs, err := e.jobs.Lease(e.ctx, e.leaseParams(n, &admit))
+	jobs, err := e.jobs.Lease(e.ctx, e.leaseParams(n, batchMax, &admit))
 	e.noteAdmission(admit)
 	return jobs, err
 }
 
-// leaseParams asks for n jobs of the engine's kinds; the store sets
-// *admit to the earliest time a group it skipped may be admitted.
-func (e *Engine) leaseParams(n int, admit *time.Time) LeaseParams {
+// leaseParams asks for n jobs of the engine's kinds, at most batchMax of
+// the batch lane (store.LeaseParams.BatchMax); the store sets *admit to
+// the earliest time a group it skipped may be admitted.
+func (e *Engine) leaseParams(n, batchMax int, admit *time.Time) LeaseParams {
 	return LeaseParams{
-		Max: n, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
+		Max: n, BatchMax: batchMax, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
 		NextAdmission: func(at time.Time) { *admit = at },
 	}
 }
@@ -741,28 +758,38 @@ func (e *Engine) noteAdmission(admit time.Time) {
 }
 
 // runLeased runs jobs that a lease at now returned on the worker slots
-// taken for them (free), and gives the slots not used back.
-func (e *Engine) runLeased(jobs []*job.Job, free int) {
+// taken for them (free) and the batch turns (turns, budget.take), and
+// gives the slots and turns not used back.
+func (e *Engine) runLeased(jobs []*job.Job, free, turns int) {
 	now := e.cfg.Now()
+	batch := 0
 	for _, j := range jobs {
 		ready := j.CreatedAt
 		if j.EligibleAt.After(ready) {
 			ready = j.EligibleAt
 		}
 		e.stages.observe(j.Lane, stQueued, now.Sub(ready))
+		if j.Lane == job.LaneBatch {
+			batch++
+		}
 	}
 	for i := len(jobs); i < free; i++ {
 		<-e.slots // give back the slots not used
 	}
+	e.budget.leased(turns, batch, free)
 	for _, j := range jobs {
-		e.run(j)
+		e.run(j, turns > 0 && j.Lane == job.LaneBatch)
 	}
 }
 
 // run starts one job's handler on its own goroutine; the slot it holds is
 // released when its outcome has been handed to the finisher, or when the
 // engine abandons it (see Config.MaxRunTime).
-func (e *Engine) run(j *job.Job) {
+//
+// A batch job leased with a turn of the governor (turn) holds it until its
+// handler returns or is abandoned; Yield passes it between the handler's
+// pieces.
+func (e *Engine) run(j *job.Job, turn bool) {
 	// The handler's store writes are its job's lane's: a batch-lane
 	// handler's writes yield to interactive ones at a single-writer store.
 	ctx, cancel := context.WithCancelCause(store.WithLane(e.ctx, j.Lane))
@@ -771,7 +798,12 @@ func (e *Engine) run(j *job.Job) {
 		hctx, stopDeadline = context.WithDeadline(ctx, j.Deadline)
 	}
 	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel, leave: func() {}}
-	if j.Lane != job.LaneBatch {
+	var ht *handlerTurn
+	if turn {
+		ht = &handlerTurn{b: e.budget}
+		r.leave = ht.end
+		hctx = withTurnHeld(hctx) // work it does inline takes no second turn
+	} else if j.Lane != job.LaneBatch {
 		r.leave = e.interactiveWork()
 	}
 	e.mu.Lock()
@@ -785,7 +817,7 @@ func (e *Engine) run(j *job.Job) {
 			// jobs from being leased at all (docs/benchmarks.md,
 			// "Session 11 (s11h5)").
 			e.yield.wait(hctx)
-			hctx = context.WithValue(hctx, yieldKey{}, e.yield) // for Yield
+			hctx = context.WithValue(hctx, yieldKey{}, handlerYield{gate: e.yield, turn: ht}) // for Yield
 		}
 		began := e.cfg.Now()
 		e.stages.observe(j.Lane, stStart, began.Sub(r.started))

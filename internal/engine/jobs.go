@@ -121,6 +121,9 @@ type LeaseParams struct {
 	Kinds []string
 	// Tenant, when set, leases that tenant's jobs only.
 	Tenant string
+	// BatchMax bounds the batch-lane jobs leased (store.LeaseParams.BatchMax:
+	// negative none, zero no bound).
+	BatchMax int
 	// NextAdmission, when set, is told the earliest time a key that
 	// refused this call may admit again.
 	NextAdmission func(at time.Time)
@@ -147,7 +150,7 @@ func (w *Jobs) leaseParams(p LeaseParams) store.LeaseParams {
 	w.mu.Unlock()
 	return store.LeaseParams{
 		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant,
-		BatchMin: batchMin, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
+		BatchMin: batchMin, BatchMax: p.BatchMax, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
 	}
 }
 

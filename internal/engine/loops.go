@@ -42,7 +42,7 @@ func (e *Engine) finish(batch []result) {
 	if allBatch(batch) {
 		ctx = store.WithLane(ctx, job.LaneBatch) // yields to interactive writes
 	}
-	done, leased, free, withLease := e.finishLease(ctx, rs)
+	done, leased, free, turns, withLease := e.finishLease(ctx, rs)
 	var err error
 	for attempt := 0; !withLease && attempt < 5; attempt++ {
 		if done, err = e.jobs.Report(ctx, rs); err == nil {
@@ -77,7 +77,7 @@ func (e *Engine) finish(batch []result) {
 		e.Notify() // keys were released and groups may be ready
 		return
 	}
-	e.runLeased(leased, free)
+	e.runLeased(leased, free, turns)
 	if len(leased) == free {
 		e.Notify() // every slot taken: more may be ready
 		return
@@ -97,25 +97,27 @@ func (e *Engine) finish(batch []result) {
 // a key held at its concurrency cap, above all) is what a lease right
 // after it would take, one commit later. withLease is false when it did
 // not try or the write failed (nothing was written: the caller reports
-// alone); then no slot is held.
-func (e *Engine) finishLease(ctx context.Context, rs []Report) (done []Reported, leased []*job.Job, free int, withLease bool) {
+// alone); then no slot or batch turn is held.
+func (e *Engine) finishLease(ctx context.Context, rs []Report) (done []Reported, leased []*job.Job, free, turns int, withLease bool) {
 	if e.idle.Load() == 0 || len(e.kinds) == 0 || e.stopping() || !e.jobs.CanReportLease() {
-		return nil, nil, 0, false
+		return nil, nil, 0, 0, false
 	}
 	if free = e.takeSlots(); free == 0 {
-		return nil, nil, 0, false
+		return nil, nil, 0, 0, false
 	}
+	turns, batchMax := e.budget.take(free)
 	var admit time.Time
-	done, leased, err := e.jobs.ReportLease(ctx, rs, e.leaseParams(free, &admit))
+	done, leased, err := e.jobs.ReportLease(ctx, rs, e.leaseParams(free, batchMax, &admit))
 	if err != nil {
 		for range free {
 			<-e.slots
 		}
+		e.budget.leased(turns, 0, free)
 		e.log.Error("finish with lease failed; finishing alone", "jobs", len(rs), "err", err)
-		return nil, nil, 0, false
+		return nil, nil, 0, 0, false
 	}
 	e.noteAdmission(admit)
-	return done, leased, free, true
+	return done, leased, free, turns, true
 }
 
 // allBatch reports whether every result is a batch-lane job's: only then

@@ -305,7 +305,7 @@ func (e *Engine) publish(ctx context.Context, id string) {
 	}
 	ctx = store.WithLane(ctx, j.Lane) // a batch job's publication yields to interactive writes
 	if j.Lane == job.LaneBatch {
-		defer e.batchPiece(ctx)() // and to interactive work in flight
+		defer e.batchPublication(ctx)() // and to interactive work in flight
 	} else {
 		defer e.interactiveWork()()
 	}

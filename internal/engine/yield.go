@@ -139,8 +139,23 @@ type yieldKey struct{}
 // group of writes at a time) calls it between the pieces, so interactive
 // work waits for one piece, not the whole attempt: the engine itself only
 // holds the attempt before it starts.
+//
+// With the CPU governor on (Config.BatchCPUs), Yield is also where the
+// handler's turn goes to the other batch-lane pieces waiting for one (an
+// aggregation, a sweep stretch, a publication) before it goes on: the
+// handler waits for a turn again, keeping its worker slot and its lease
+// (heartbeats go on), so a long attempt does not hold the lane's turns.
 func Yield(ctx context.Context) {
-	if g, ok := ctx.Value(yieldKey{}).(*yieldGate); ok {
-		g.wait(ctx)
+	if y, ok := ctx.Value(yieldKey{}).(handlerYield); ok {
+		y.gate.wait(ctx)
+		if y.turn != nil {
+			y.turn.pass(ctx)
+		}
 	}
+}
+
+// handlerYield is what Yield finds in a batch-lane handler's context.
+type handlerYield struct {
+	gate *yieldGate
+	turn *handlerTurn // nil: the handler holds no governor turn
 }

@@ -36,6 +36,7 @@ type yieldCollector struct {
 	pieces, seconds *prometheus.Desc
 	stages          *prometheus.Desc
 	budget, budgetS *prometheus.Desc
+	turns, leases   *prometheus.Desc
 	sources         regionSources[YieldSource]
 }
 
@@ -56,6 +57,12 @@ func newYieldCollector() *yieldCollector {
 		budgetS: prometheus.NewDesc("ratelane_batch_budget_seconds_total",
 			"Time batch-lane work waited at the engine's batch budget for a turn, summed over its pieces.",
 			[]string{"region"}, nil),
+		turns: prometheus.NewDesc("ratelane_batch_budget_pieces",
+			"Pieces of batch-lane work at the engine's CPU governor now, by state: running (holding a turn, at most BatchCPUs; a turn kept for the next lease counts), waiting (for a turn).",
+			[]string{"region", "state"}, nil),
+		leases: prometheus.NewDesc("ratelane_batch_budget_leases_total",
+			"Batch-lane jobs leased with a turn of the engine's CPU governor (result leased), and leases that asked the store for no batch job because no turn was free (result capped).",
+			[]string{"region", "result"}, nil),
 	}
 }
 
@@ -72,6 +79,8 @@ func (c *yieldCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.stages
 	ch <- c.budget
 	ch <- c.budgetS
+	ch <- c.turns
+	ch <- c.leases
 }
 
 // Collect reports each region's counts.
@@ -87,6 +96,10 @@ func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(bc.Passed), r, "passed")
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.CounterValue, float64(bc.Held), r, "held")
 			ch <- prometheus.MustNewConstMetric(c.budgetS, prometheus.CounterValue, bc.HeldSeconds, r)
+			ch <- prometheus.MustNewConstMetric(c.turns, prometheus.GaugeValue, float64(bc.Running), r, "running")
+			ch <- prometheus.MustNewConstMetric(c.turns, prometheus.GaugeValue, float64(bc.Waiting), r, "waiting")
+			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(bc.Leased), r, "leased")
+			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(bc.Capped), r, "capped")
 		}
 		if s, ok := src.(StageSource); ok {
 			s.Stages(func(lane, stage string, counts []uint64, sum float64) {

@@ -36,3 +36,29 @@ func TestYieldCounts(t *testing.T) {
 		t.Errorf("scrape:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// fixedBudget is a region's engine with batch-budget and governor figures.
+type fixedBudget struct {
+	fixedYield
+	b engine.BudgetCounts
+}
+
+func (f fixedBudget) BudgetCounts() engine.BudgetCounts { return f.b }
+
+// TestBudgetCounts: the governor's turns held and pieces waiting are
+// gauges, its leases counters, per region.
+func TestBudgetCounts(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t)
+	m.AddYield("us", fixedBudget{b: engine.BudgetCounts{Passed: 4, Held: 2, HeldSeconds: 1.5, Leased: 7, Capped: 3, Running: 1, Waiting: 5}})
+	got := strings.Join(append(series(t, reg, "ratelane_batch_budget_pieces"), series(t, reg, "ratelane_batch_budget_leases_total")...), "\n")
+	want := strings.Join([]string{
+		`ratelane_batch_budget_pieces{region="us",state="running"} 1`,
+		`ratelane_batch_budget_pieces{region="us",state="waiting"} 5`,
+		`ratelane_batch_budget_leases_total{region="us",result="capped"} 3`,
+		`ratelane_batch_budget_leases_total{region="us",result="leased"} 7`,
+	}, "\n")
+	if got != want {
+		t.Errorf("scrape:\n%s\nwant\n%s", got, want)
+	}
+}

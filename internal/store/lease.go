@@ -107,7 +107,8 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 	if err := tx.PromoteDue(p.Now); err != nil {
 		return nil, err
 	}
-	batchFirst := min(p.BatchMin, p.Max)
+	batchCap := p.BatchCap()
+	batchFirst := min(p.BatchMin, batchCap)
 	if batchFirst > 0 && p.InteractiveBudget > 0 {
 		oldest, ok, err := tx.OldestReady(job.LaneInteractive, p.Now)
 		if err != nil {
@@ -121,16 +122,25 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 	steps := []struct {
 		lane job.Lane
 		n    int
-	}{{job.LaneBatch, batchFirst}, {job.LaneInteractive, p.Max}, {job.LaneBatch, p.Max}}
+	}{{job.LaneBatch, batchFirst}, {job.LaneInteractive, p.Max}, {job.LaneBatch, batchCap}}
+	batchTook := 0
 	for i, s := range steps {
 		if i == 2 && l.batchEmpty {
 			// The first step found no ready batch group at this now; a
 			// second look in the same call would only cost a query.
 			break
 		}
-		if want := min(s.n, p.Max-len(l.chosen)); want > 0 {
+		n := s.n
+		if s.lane == job.LaneBatch {
+			n -= batchTook
+		}
+		if want := min(n, p.Max-len(l.chosen)); want > 0 {
+			before := len(l.chosen)
 			if err := l.lane(s.lane, want); err != nil {
 				return nil, err
+			}
+			if s.lane == job.LaneBatch {
+				batchTook += len(l.chosen) - before
 			}
 		}
 	}

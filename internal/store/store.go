@@ -297,6 +297,12 @@ type LeaseParams struct {
 	// minimum share; it is ignored while the oldest ready interactive job has
 	// waited longer than InteractiveBudget.
 	BatchMin int
+	// BatchMax bounds the batch-lane jobs the call leases: when positive, at
+	// most that many; when negative, none; zero, no bound but Max. An
+	// engine sets it to the batch lane's free turns of its CPU governor, so
+	// that a batch job is never leased while it could not run (it would
+	// hold a worker slot and its lease, waiting).
+	BatchMax int
 	// InteractiveBudget is the interactive lane's latency budget.
 	InteractiveBudget time.Duration
 	// NextAdmission, when set, is called once per call that skipped a
@@ -305,6 +311,18 @@ type LeaseParams struct {
 	// whole poll interval: on a key allowing two starts a second, waking up
 	// to 50 ms late on every token would cost a tenth of its rate.
 	NextAdmission func(at time.Time)
+}
+
+// BatchCap is the most batch-lane jobs a lease with p may take (BatchMax
+// within Max).
+func (p LeaseParams) BatchCap() int {
+	switch {
+	case p.BatchMax < 0:
+		return 0
+	case p.BatchMax > 0:
+		return min(p.BatchMax, p.Max)
+	}
+	return p.Max
 }
 
 // Transition ends one attempt of a running job. The engine computes it from

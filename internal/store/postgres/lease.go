@@ -87,7 +87,7 @@ const oldestReadySQL = `SELECT (SELECT eligible_at FROM jobs WHERE state = 'wait
 // OldestReady of the interactive lane is what store.Lease asks first,
 // before it looks at the batch lane and then the interactive lane, whose
 // first ReadyGroups calls follow with arguments known now: the lease's
-// filter, now, and limits of 2*min(BatchMin, Max)+16 and, when the batch
+// filter, now, and limits of 2*min(BatchMin, BatchCap())+16 and, when the batch
 // lane gives nothing, 2*Max+16. All three go out in one round trip (with
 // BEGIN and the promotion), so such a lease is three round trips, not
 // five. The groups are locked a little earlier, by the same transaction,
@@ -102,7 +102,7 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 	}
 	f := store.GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}
 	pre := map[job.Lane]*readyGroups{
-		job.LaneBatch:       {f: f, now: now, limit: 2*min(l.p.BatchMin, l.p.Max) + 16},
+		job.LaneBatch:       {f: f, now: now, limit: 2*min(l.p.BatchMin, l.p.BatchCap()) + 16},
 		job.LaneInteractive: {f: f, now: now, limit: 2*l.p.Max + 16},
 	}
 	lanes := []job.Lane{job.LaneBatch, job.LaneInteractive}

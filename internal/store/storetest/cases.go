@@ -652,6 +652,48 @@ func testBatchMinShare(t *testing.T, open Opener) {
 	}
 }
 
+// testBatchMax: a lease's BatchMax bounds the batch-lane jobs it takes
+// (an engine's free batch turns) without touching the interactive lane or
+// batch's minimum share within the bound; negative takes none; zero, no
+// bound.
+func testBatchMax(t *testing.T, open Opener) {
+	s := open(t)
+	for range 10 {
+		insert(t, s, NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneInteractive, "k"))
+	}
+	p := store.LeaseParams{Now: T0, Max: 6, LeaseFor: time.Minute, BatchMin: 3, BatchMax: 2, InteractiveBudget: time.Minute}
+	got, err := s.Lease(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, i := countLane(got, job.LaneBatch), countLane(got, job.LaneInteractive); b != 2 || i != 4 {
+		t.Fatalf("BatchMax 2, BatchMin 3: leased %d batch and %d interactive, want 2 and 4", b, i)
+	}
+	p.BatchMax = -1
+	if got, err = s.Lease(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if b, i := countLane(got, job.LaneBatch), countLane(got, job.LaneInteractive); b != 0 || i != 6 {
+		t.Fatalf("BatchMax -1: leased %d batch and %d interactive, want 0 and 6", b, i)
+	}
+	// Interactive drained: a bound still holds with nothing else to take,
+	// through the batch lane's second look.
+	p.BatchMin, p.BatchMax = 0, 3
+	if got, err = s.Lease(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if b := countLane(got, job.LaneBatch); b != 3 || len(got) != 3 {
+		t.Fatalf("BatchMax 3, no interactive left: leased %d (%d batch), want 3 batch", len(got), b)
+	}
+	p.BatchMax = 0
+	if got, err = s.Lease(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if b := countLane(got, job.LaneBatch); b != 5 || len(ids(got)) != 5 {
+		t.Fatalf("BatchMax 0: leased %d batch, want the 5 left", b)
+	}
+}
+
 func countLane(jobs []*job.Job, lane job.Lane) int {
 	n := 0
 	for _, j := range jobs {

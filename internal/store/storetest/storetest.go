@@ -64,6 +64,7 @@ func Run(t *testing.T, open Opener) {
 		"GuardOnAttempt":        testGuardOnAttempt,
 		"InteractiveFirst":      testInteractiveFirst,
 		"BatchMinShare":         testBatchMinShare,
+		"BatchMax":              testBatchMax,
 		"TenantFairness":        testTenantFairness,
 		"FairnessOnPacedKey":    testFairnessOnPacedKey,
 		"KindsFilter":           testKindsFilter,
