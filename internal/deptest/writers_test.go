@@ -46,7 +46,7 @@ func writesJobs(name string) bool {
 // or the other (TestStoreMethodsClassified), so a new method that writes
 // a job cannot slip past TestOneJobWriter unnamed.
 var notJobWriters = []string{
-	"Region", "Migrate", "Close", "Get", "List", "Stats", "OldestReady", "Backlog",
+	"Region", "Migrate", "Close", "Get", "List", "ReadyParents", "PartsOf", "Stats", "OldestReady", "Backlog",
 	"UpsertLimit", "DeclareLimit", "GetLimit", "LimitConfigs", "ListLimits",
 	"PutObject", "PutObjectIf", "GetObject", "ListObjects", "DeleteObject",
 	"CreateSchedule", "GetSchedule", "ListSchedules", "UpdateSchedule", "DeleteSchedule", "DueSchedules",

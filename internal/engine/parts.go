@@ -31,8 +31,9 @@ import (
 // number of engines (nodes) that aggregate the same parent at once one
 // writes and the others get ErrConflict and change nothing. At least once:
 // the engine is woken when its writer records a part's final transition,
-// and it also sweeps every accepted parent of its aggregating kinds at
-// start and every Kind.SweepEvery, so a crash (kill -9) between the last
+// and it also sweeps the accepted parents of its aggregating kinds that
+// have no open part (Store.ReadyParents) at start and every
+// Kind.SweepEvery, so a crash (kill -9) between the last
 // part's transition and the parent's advance, a wake-up lost with a full
 // queue, or a part finished by another process is repaired by the next
 // sweep. The aggregator may therefore run more than once for one parent
@@ -126,7 +127,7 @@ func (w *Jobs) Parts(ctx context.Context, parent *job.Job, kinds []string) ([]*j
 			return nil, err
 		}
 		for _, pj := range js {
-			if pj.Tenant == parent.Tenant && pj.Region == parent.Region && (len(kinds) == 0 || slices.Contains(kinds, pj.Kind)) {
+			if isPart(parent, pj, kinds) {
 				all = append(all, pj)
 			}
 		}
@@ -136,6 +137,37 @@ func (w *Jobs) Parts(ctx context.Context, parent *job.Job, kinds []string) ([]*j
 		after = js[len(js)-1].ID
 	}
 	return all, nil
+}
+
+// isPart reports whether child, a job naming parent as its ParentID, is
+// one of parent's parts of the given kinds (Parts).
+func isPart(parent, child *job.Job, kinds []string) bool {
+	return child.Tenant == parent.Tenant && child.Region == parent.Region && (len(kinds) == 0 || slices.Contains(kinds, child.Kind))
+}
+
+// partsOf returns the parts of kinds of each of parents, by parent id, in
+// one store read (Store.PartsOf), each parent's newest first as Parts
+// returns them.
+func (w *Jobs) partsOf(ctx context.Context, parents []*job.Job, kinds []string) (map[string][]*job.Job, error) {
+	if len(parents) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(parents))
+	byID := make(map[string]*job.Job, len(parents))
+	for i, p := range parents {
+		ids[i], byID[p.ID] = p.ID, p
+	}
+	children, err := w.cfg.Store.PartsOf(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]*job.Job, len(parents))
+	for _, c := range children {
+		if p := byID[c.ParentID]; p != nil && isPart(p, c, kinds) {
+			out[p.ID] = append(out[p.ID], c)
+		}
+	}
+	return out, nil
 }
 
 // watchParts registers fn to be told the parent id (and lane) of every
@@ -361,6 +393,19 @@ const sweepYieldEvery = 32
 
 // sweepParentsVia is SweepParents handing validated parents to publish.
 //
+// A pass lists only the parents that are ready (Store.ReadyParents: no
+// part that is not final, neither a part job nor a batch item) and reads
+// the parts of a page of them at once (Store.PartsOf), so what it reads
+// is two statements per page, not one read of parts per waiting parent
+// (nor per ready one: a batch review has none): with 10,000 batch-lane reviews
+// waiting on their items, those reads were 28 % of the batch-isolation
+// run's CPU (docs/benchmarks.md, "Session 15 (s15h1)"). A parent left out
+// would only have been read and left accepted (aggregateJob's allFinal, or
+// a batch review's aggregator returning ClassPending on an open item), so
+// what a pass decides is unchanged; a parent whose last part finished is
+// listed by the next pass, which is all the sweep guarantees for a lost
+// wake-up.
+//
 // One pass shares a SweepMemo (SweepMemoFrom) among its parents'
 // Aggregators, and aggregates each listed parent from its listed row
 // rather than reading the row again.
@@ -371,9 +416,14 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 	pieceCtx := ctx
 	ctx = withTurnHeld(ctx) // the pass holds a turn for each stretch
 	for _, kind := range e.aggKinds {
+		k := e.cfg.Kinds[kind]
 		after := ""
 		for {
-			js, err := e.cfg.Store.List(ctx, store.ListParams{Kind: kind, State: job.StateAccepted, After: after, Limit: 500})
+			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500})
+			if err != nil {
+				return err
+			}
+			parts, err := e.jobs.partsOf(ctx, js, k.PartKinds)
 			if err != nil {
 				return err
 			}
@@ -387,7 +437,7 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 					end()
 					end = e.batchPiece(pieceCtx)
 				}
-				if err := e.aggregateJob(ctx, j, publish); err != nil {
+				if err := e.aggregateWith(ctx, k, j, parts[j.ID], publish); err != nil {
 					return err
 				}
 			}
@@ -429,10 +479,9 @@ func (e *Engine) aggregateParent(ctx context.Context, id string, publish publish
 	return e.aggregateJob(ctx, parent, publish)
 }
 
-// aggregateJob is aggregateParent for a parent row already read (the
-// sweep's listing). A row a moment old is safe: the advance is a
-// compare-and-set from accepted, so a parent advanced meanwhile is left
-// alone.
+// aggregateJob is aggregateParent for a parent row already read. A row a
+// moment old is safe: the advance is a compare-and-set from accepted, so
+// a parent advanced meanwhile is left alone.
 func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish publishFunc) error {
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil {
@@ -446,8 +495,20 @@ func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish publ
 		return nil
 	}
 	parts, err := e.jobs.Parts(ctx, parent, k.PartKinds)
-	if err != nil || !allFinal(parts) {
+	if err != nil {
 		return err
+	}
+	return e.aggregateWith(ctx, k, parent, parts, publish)
+}
+
+// aggregateWith is aggregateJob for an accepted parent of kind k whose
+// parts were read too (the sweep reads a page's parts at once). Parts
+// read a moment ago are as safe as the row: a parent whose last part
+// finished meanwhile waits for the next pass or its wake-up, and one
+// advanced meanwhile is left alone by the compare-and-set.
+func (e *Engine) aggregateWith(ctx context.Context, k Kind, parent *job.Job, parts []*job.Job, publish publishFunc) error {
+	if !allFinal(parts) {
+		return nil
 	}
 	o := e.aggregate(ctx, k, parent, parts)
 	crashpoint.Hit(crashpoint.PartsBeforeAdvance)

@@ -55,6 +55,18 @@ type Store interface {
 	Get(ctx context.Context, id string) (*job.Job, error)
 	// List returns jobs matching p, newest first, with cursor pagination.
 	List(ctx context.Context, p ListParams) ([]*job.Job, error)
+	// ReadyParents returns the accepted parents of p.Kind that have no
+	// part that is not final (no open child of p.PartKinds and no open
+	// batch item naming them; ReadyParentsQuery), newest first, with
+	// cursor pagination: the engine's periodic parts sweep, whose cost is
+	// then the ready parents' and not every waiting one's.
+	ReadyParents(ctx context.Context, p ReadyParentsParams) ([]*job.Job, error)
+	// PartsOf returns every child (ParentID) of the jobs ids, of any
+	// kind, tenant and region, in one read: a parent's children together,
+	// newest first, in no particular order of parents. The sweep reads
+	// the parts of a page of ready parents with it, instead of a List per
+	// parent. No ids, no children.
+	PartsOf(ctx context.Context, ids []string) ([]*job.Job, error)
 
 	// Lease atomically admits and leases up to p.Max eligible jobs: a job is
 	// leased only when every one of its limit keys admits it (not paused, a

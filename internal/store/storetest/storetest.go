@@ -96,6 +96,7 @@ func Run(t *testing.T, open Opener) {
 	maps.Copy(tests, insertCases)
 	maps.Copy(tests, batchSettleCases)
 	maps.Copy(tests, flightCases)
+	maps.Copy(tests, parentCases)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"strings"
+
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// ReadyParentsParams selects ReadyParents' page: the accepted parents of
+// one kind that are ready to aggregate.
+type ReadyParentsParams struct {
+	// Kind is the parents' kind (required).
+	Kind string
+	// PartKinds are the kinds of child that count as the parents' parts;
+	// empty means every child (as engine.Jobs.Parts reads them).
+	PartKinds []string
+	// After is the id of the last parent of the previous page; ids sort
+	// by creation time, so pagination is stable.
+	After string
+	// Limit is the page size: zero means DefaultListLimit, above
+	// MaxListLimit it is MaxListLimit (PageSize).
+	Limit int
+}
+
+// ReadyParentsQuery is ReadyParents' statement for both SQL drivers: the
+// columns cols of the accepted jobs of p.Kind, newest first, one page,
+// that have
+//
+//   - no part that is not final: no child (parent_id) of the parent's
+//     tenant and region, of one of p.PartKinds, in a state other than
+//     published and terminal (engine.Jobs.Parts reads the same children);
+//   - no batch item that is not final naming the parent (batch_items.job_id,
+//     an item in state pending or submitted) in a batch of the parent's
+//     tenant and region: a batch-lane review's parts are its items, and
+//     its aggregator waits while any of them is open.
+//
+// So a parent with no parts at all is ready, as it always was: its
+// aggregator decides (one that waits on something that is neither a job
+// nor a batch item is still asked at every sweep). The parents are walked
+// in the partial index of accepted jobs by kind (jobs_accepted_kind), and
+// each is probed in jobs_parent and batch_items_job: one statement per
+// page whatever the number of waiting parents, instead of one List of
+// parts per parent (docs/benchmarks.md, "Session 15 (s15h1)"). States are
+// literals, as in ListQuery, so that PostgreSQL's generic plan can use the
+// partial indexes.
+func ReadyParentsQuery(cols string, p ReadyParentsParams) *Query {
+	child := `SELECT 1 FROM jobs pj WHERE pj.parent_id = jobs.id AND pj.parent_id <> ''
+		AND pj.tenant = jobs.tenant AND pj.region = jobs.region
+		AND pj.state <> '` + string(job.StatePublished) + `' AND pj.state <> '` + string(job.StateTerminal) + `'`
+	var args []any
+	if len(p.PartKinds) > 0 {
+		child += ` AND pj.kind IN (?` + strings.Repeat(`, ?`, len(p.PartKinds)-1) + `)`
+		for _, k := range p.PartKinds {
+			args = append(args, k)
+		}
+	}
+	// CROSS JOIN: SQLite then reads the parent's items first (by job_id)
+	// and each one's batch by its key, rather than every batch of the
+	// tenant and their items; PostgreSQL plans it as any inner join.
+	item := `SELECT 1 FROM batch_items bi CROSS JOIN batches bh
+		WHERE bi.job_id = jobs.id AND bh.id = bi.batch_id AND (bi.state = '` + ItemPending + `' OR bi.state = '` + ItemSubmitted + `')
+		AND bh.tenant = jobs.tenant AND bh.region = jobs.region`
+	q := NewQuery(`SELECT `+cols+` FROM jobs`).Where(`state = '`+string(job.StateAccepted)+`'`).Where(`kind = ?`, p.Kind)
+	q.Where(`NOT EXISTS (`+child+`)`, args...).Where(`NOT EXISTS (` + item + `)`)
+	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
+}
+
+// PartsOfQuery is PartsOf's statement for both SQL drivers: the columns
+// cols of every child of the parents ids (parent_id, through the partial
+// index jobs_parent), a parent's children together and newest first, as
+// List(Parent) pages them. ids must not be empty.
+func PartsOfQuery(cols string, ids []string) *Query {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return NewQuery(`SELECT `+cols+` FROM jobs`).
+		Where(`parent_id IN (?`+strings.Repeat(`, ?`, len(ids)-1)+`) AND parent_id <> ''`, args...).
+		Then(`ORDER BY parent_id, id DESC`)
+}

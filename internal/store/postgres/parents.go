@@ -1,0 +1,24 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// ReadyParents returns the accepted parents of p.Kind with no open part,
+// newest first (store.ReadyParentsQuery).
+func (s *Store) ReadyParents(ctx context.Context, p store.ReadyParentsParams) ([]*job.Job, error) {
+	q := store.ReadyParentsQuery(jobCols, p)
+	return collectJobs(s.pool.Query(ctx, q.Numbered(), q.Args()...))
+}
+
+// PartsOf returns every child of the jobs ids (store.PartsOfQuery).
+func (s *Store) PartsOf(ctx context.Context, ids []string) ([]*job.Job, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	q := store.PartsOfQuery(jobCols, ids)
+	return collectJobs(s.pool.Query(ctx, q.Numbered(), q.Args()...))
+}

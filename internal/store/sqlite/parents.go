@@ -1,0 +1,32 @@
+package sqlite
+
+import (
+	"context"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// ReadyParents returns the accepted parents of p.Kind with no open part,
+// newest first (store.ReadyParentsQuery).
+func (s *Store) ReadyParents(ctx context.Context, p store.ReadyParentsParams) ([]*job.Job, error) {
+	return s.readJobs(ctx, store.ReadyParentsQuery(jobCols, p))
+}
+
+// PartsOf returns every child of the jobs ids (store.PartsOfQuery).
+func (s *Store) PartsOf(ctx context.Context, ids []string) ([]*job.Job, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return s.readJobs(ctx, store.PartsOfQuery(jobCols, ids))
+}
+
+// readJobs runs q, a read of jobCols, on the read pool.
+func (s *Store) readJobs(ctx context.Context, q *store.Query) ([]*job.Job, error) {
+	rows, err := s.rdb.QueryContext(ctx, q.SQL(), q.Args()...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return store.CollectRows(rows, func() (*job.Job, error) { return scanJob(rows) })
+}

@@ -1,0 +1,204 @@
+package storetest
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+var parentCases = map[string]func(*testing.T, Opener){
+	"ReadyParents":      testReadyParents,
+	"ReadyParentsItems": testReadyParentsItems,
+	"PartsOf":           testPartsOf,
+}
+
+// newParent returns an accepted parent of kind and its waiting parts of
+// partKind, ready to insert together.
+func newParent(kind, partKind string, parts int) []*job.Job {
+	p := NewJob("acme", job.LaneBatch, "k")
+	p.Kind, p.State = kind, job.StateAccepted
+	js := []*job.Job{p}
+	for range parts {
+		c := NewJob("acme", job.LaneBatch, "k")
+		c.Kind, c.ParentID = partKind, p.ID
+		js = append(js, c)
+	}
+	return js
+}
+
+// readyParents pages through ReadyParents(kind, partKinds) limit at a
+// time and returns the ids in the order listed, checking that every page
+// is newest first and that no id repeats.
+func readyParents(t *testing.T, s store.Store, kind string, partKinds []string, limit int) []string {
+	t.Helper()
+	var out []string
+	after := ""
+	for {
+		page, err := s.ReadyParents(context.Background(), store.ReadyParentsParams{Kind: kind, PartKinds: partKinds, After: after, Limit: limit})
+		if err != nil {
+			t.Fatalf("ReadyParents: %v", err)
+		}
+		for _, j := range page {
+			if j.Kind != kind || j.State != job.StateAccepted || slices.Contains(out, j.ID) || (len(out) > 0 && j.ID >= out[len(out)-1]) {
+				t.Fatalf("ReadyParents listed %s (kind %s, %s) after %v", j.ID, j.Kind, j.State, out)
+			}
+			out = append(out, j.ID)
+		}
+		if len(page) < limit {
+			return out
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// testReadyParents: the engine's parts sweep lists only the accepted
+// parents of a kind whose parts (children of the part kinds, of the
+// parent's tenant and region) are all final: published or terminal. A
+// parent with no parts is listed (its aggregator decides); one with an
+// open part, a validated one (publishPending publishes it) and one of
+// another kind are not. Paging returns the same set, newest first.
+func testReadyParents(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	const kind, partKind = "agg", "agg.part"
+	open1 := newParent(kind, partKind, 2)    // one part stays waiting
+	final := newParent(kind, partKind, 2)    // parts end published and terminal
+	bare := newParent(kind, partKind, 0)     // no parts at all
+	valid := newParent(kind, partKind, 0)    // advanced to validated
+	other := newParent("other", partKind, 0) // another kind
+	foreignKind := newParent(kind, "unrelated", 1)
+	forged := newParent(kind, partKind, 1)
+	forged[1].Tenant = "mallory" // a child of another tenant is no part
+	// final's parts run first, alone: one ends published, one terminal.
+	insert(t, s, final...)
+	leased := lease(t, s, T0, 10)
+	if len(leased) != 2 {
+		t.Fatalf("leased %d of final's parts, want 2", len(leased))
+	}
+	done := []store.Transition{{To: job.StatePublished}, {To: job.StateTerminal, Reason: job.ReasonPermanentError}}
+	for i, j := range leased {
+		done[i].ID, done[i].LeaseToken, done[i].Attempts = j.ID, j.LeaseToken, j.Attempts
+		done[i].Record = job.AttemptRecord{At: T0, Outcome: job.ClassSuccess}
+		done[i].Keys.Now = T0
+	}
+	for i, err := range finish(t, s, done...) {
+		if err != nil {
+			t.Fatalf("finish %s: %v", done[i].ID, err)
+		}
+	}
+	for _, js := range [][]*job.Job{open1, bare, valid, other, foreignKind, forged} {
+		insert(t, s, js...)
+	}
+	// open1's first part ends terminal (cancelled); its second stays waiting.
+	if _, err := s.Cancel(ctx, open1[1].ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	adv := func(id string, from, to job.State) {
+		t.Helper()
+		if _, err := s.Advance(ctx, store.AdvanceParams{ID: id, From: from, To: to, Now: T0,
+			Record: job.AttemptRecord{At: T0, Outcome: job.ClassSuccess}}); err != nil {
+			t.Fatalf("advance %s %s -> %s: %v", id, from, to, err)
+		}
+	}
+	adv(valid[0].ID, job.StateAccepted, job.StateValidated)
+
+	parts := []string{partKind}
+	want := []string{forged[0].ID, foreignKind[0].ID, bare[0].ID, final[0].ID} // newest first
+	for _, limit := range []int{1, 2, 3, 500} {
+		if got := readyParents(t, s, kind, parts, limit); !slices.Equal(got, want) {
+			t.Fatalf("ReadyParents(limit %d) = %v, want %v (open %s, validated %s)", limit, got, want, open1[0].ID, valid[0].ID)
+		}
+	}
+	// With no part kinds every child counts: the open child of another
+	// kind holds its parent back; the other tenant's child still does not.
+	if got, want := readyParents(t, s, kind, nil, 500), []string{forged[0].ID, bare[0].ID, final[0].ID}; !slices.Equal(got, want) {
+		t.Fatalf("ReadyParents(every child) = %v, want %v", got, want)
+	}
+	// The last open part ends: its parent is ready at the next read.
+	if _, err := s.Cancel(ctx, open1[2].ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	if got := readyParents(t, s, kind, parts, 500); !slices.Contains(got, open1[0].ID) {
+		t.Fatalf("ReadyParents after the last part ended = %v, want %s in it", got, open1[0].ID)
+	}
+	if got := readyParents(t, s, "other", parts, 500); !slices.Equal(got, []string{other[0].ID}) {
+		t.Fatalf("ReadyParents(other) = %v, want %v", got, other[0].ID)
+	}
+}
+
+// testReadyParentsItems: a batch-lane review has no part jobs; its parts
+// are the batch items naming it (BatchItem.JobID). ReadyParents leaves it
+// out while one of them is pending or submitted and lists it once all
+// are final, so the sweep reads nothing for a review waiting on its
+// provider batch. An open item in a batch of another tenant (a forged
+// row) holds no parent back; the parent's aggregator judges that batch.
+func testReadyParentsItems(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	const kind = "agg"
+	waiting, foreign := newParent(kind, "", 0), newParent(kind, "", 0)
+	insert(t, s, waiting[0], foreign[0])
+	b, items := NewBatch("acme", 3)
+	for i := range items {
+		items[i].JobID = waiting[0].ID
+	}
+	createBatch(t, s, b, items)
+	fb, fitems := NewBatch("mallory", 1)
+	fitems[0].JobID = foreign[0].ID
+	createBatch(t, s, fb, fitems)
+
+	if got, want := readyParents(t, s, kind, nil, 500), []string{foreign[0].ID}; !slices.Equal(got, want) {
+		t.Fatalf("ReadyParents with 3 pending items = %v, want %v", got, want)
+	}
+	settle := func(customID string) {
+		t.Helper()
+		ok, err := s.SettleBatchItem(ctx, store.SettleBatchItemParams{BatchID: b.ID, CustomID: customID, From: store.ItemPending,
+			To: store.ItemCanceled, Reason: "cancelled", Now: T0})
+		if err != nil || !ok {
+			t.Fatalf("settle %s: %v, %v", customID, ok, err)
+		}
+	}
+	settle(items[0].CustomID)
+	settle(items[1].CustomID)
+	if got := readyParents(t, s, kind, nil, 500); slices.Contains(got, waiting[0].ID) {
+		t.Fatalf("ReadyParents with 1 pending item = %v, want %s left out", got, waiting[0].ID)
+	}
+	settle(items[2].CustomID)
+	if got, want := readyParents(t, s, kind, nil, 500), []string{foreign[0].ID, waiting[0].ID}; !slices.Equal(got, want) {
+		t.Fatalf("ReadyParents with every item final = %v, want %v", got, want)
+	}
+}
+
+// testPartsOf: PartsOf reads the children of many parents at once, of
+// every kind, tenant and state (the engine keeps the parts it counts),
+// each parent's newest first, and nothing of a parent with none, an
+// unknown id, or a job that is no one's part.
+func testPartsOf(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	a, b, none := newParent("agg", "agg.part", 3), newParent("agg", "other", 2), newParent("agg", "", 0)
+	b[2].Tenant = "mallory"
+	loose := NewJob("acme", job.LaneBatch, "k")
+	insert(t, s, append(append(append(a, b...), none...), loose)...)
+	if _, err := s.Cancel(ctx, a[1].ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.PartsOf(ctx, []string{b[0].ID, a[0].ID, none[0].ID, "no-such-job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byParent := map[string][]string{}
+	for _, j := range got {
+		byParent[j.ParentID] = append(byParent[j.ParentID], j.ID)
+	}
+	want := map[string][]string{a[0].ID: {a[3].ID, a[2].ID, a[1].ID}, b[0].ID: {b[2].ID, b[1].ID}}
+	if len(got) != 5 || len(byParent) != 2 || !slices.Equal(byParent[a[0].ID], want[a[0].ID]) || !slices.Equal(byParent[b[0].ID], want[b[0].ID]) {
+		t.Fatalf("PartsOf = %v, want %v", byParent, want)
+	}
+	if got, err := s.PartsOf(ctx, nil); err != nil || len(got) != 0 {
+		t.Fatalf("PartsOf(none) = %v, %v; want nothing", got, err)
+	}
+}
