@@ -151,6 +151,12 @@ type pass struct {
 	// create asked for in this pass; the outcome pauses the submit key
 	// for it (job.Outcome.PauseKeyFor).
 	refusedFor time.Duration
+	// built are the requests built in this pass, by custom id: plan
+	// builds every pending item's to size the chunks, and the upload of
+	// the chunks it planned, in the same pass, takes them from here
+	// rather than reading each part object and building its prompt again
+	// (docs/benchmarks.md, "Session 15 (s15h2)").
+	built map[string]llmbatch.Item
 }
 
 func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outcome {
@@ -456,6 +462,22 @@ func (p *pass) part(ctx context.Context, it store.BatchItem) (*diff.Diff, error)
 // validated (sink.succeeded): a provider that ignored the schema cannot
 // make a bad answer pass.
 func (p *pass) request(ctx context.Context, it store.BatchItem) (llmbatch.Item, error) {
+	if r, ok := p.built[it.CustomID]; ok {
+		return r, nil
+	}
+	r, err := p.build(ctx, it)
+	if err != nil {
+		return llmbatch.Item{}, err
+	}
+	if p.built == nil {
+		p.built = map[string]llmbatch.Item{}
+	}
+	p.built[it.CustomID] = r
+	return r, nil
+}
+
+// build is request without the pass's memory.
+func (p *pass) build(ctx context.Context, it store.BatchItem) (llmbatch.Item, error) {
 	if p.sum.Extracting() {
 		return p.extractionRequest(ctx, it)
 	}

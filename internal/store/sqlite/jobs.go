@@ -366,12 +366,8 @@ func (s *Store) ensureKey(tx *sql.Tx, name string, def admission.Config, now tim
 
 // Get returns one job with its attempt history.
 func (s *Store) Get(ctx context.Context, id string) (*job.Job, error) {
-	st, err := s.stmt(s.rdb, `SELECT `+jobCols+`, history FROM jobs WHERE id = ?`)
-	if err != nil {
-		return nil, err
-	}
 	var hist sql.NullString
-	j, err := scanJob(withExtra{st.QueryRowContext(ctx, id), []any{&hist}})
+	j, err := scanJob(withExtra{s.readRow(ctx, `SELECT `+jobCols+`, history FROM jobs WHERE id = ?`, id), []any{&hist}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, store.ErrNotFound
 	}
@@ -414,7 +410,7 @@ func (s *Store) getTx(tx *sql.Tx, id string) (*job.Job, error) {
 // List returns jobs matching p, newest first (store.ListQuery).
 func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error) {
 	q := listQuery(p)
-	rows, err := s.rdb.QueryContext(ctx, q.SQL(), q.Args()...)
+	rows, err := s.readQuery(ctx, q.SQL(), q.Args()...)
 	if err != nil {
 		return nil, err
 	}
@@ -610,7 +606,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 
 // Expired returns running jobs whose lease expired by now.
 func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*job.Job, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobCols+` FROM jobs
+	rows, err := s.readQuery(ctx, `SELECT `+jobCols+` FROM jobs
 		WHERE state = 'running' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, ns(now), limit)
 	if err != nil {
 		return nil, err

@@ -566,7 +566,7 @@ func nullBytes(b []byte) any {
 // Stats counts jobs by lane and state.
 func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 	st := store.Stats{Counts: map[job.Lane]map[job.State]int64{}, OldestReady: map[job.Lane]time.Duration{}}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT lane, state, count(*) FROM jobs GROUP BY lane, state`)
+	rows, err := s.readQuery(ctx, `SELECT lane, state, count(*) FROM jobs GROUP BY lane, state`)
 	if err != nil {
 		return st, err
 	}
@@ -599,7 +599,7 @@ func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]ti
 	out := map[job.Lane]time.Duration{}
 	for _, lane := range job.Lanes {
 		var at sql.NullInt64
-		err := s.rdb.QueryRowContext(ctx, `SELECT min(m) FROM (
+		err := s.readRow(ctx, `SELECT min(m) FROM (
 			SELECT min(eligible_at) AS m FROM jobs WHERE state = 'waiting' AND lane = ?1 AND eligible_at <= ?2
 			UNION ALL SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?2 AND lane = ?1)`,
 			lane, ns(now)).Scan(&at)

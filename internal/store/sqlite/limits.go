@@ -174,11 +174,7 @@ var liveKeyCols = strings.Replace(store.LimitKeyCols, `in_flight`, `CASE WHEN `+
 
 // GetLimit returns one key.
 func (s *Store) GetLimit(ctx context.Context, name string) (admission.State, error) {
-	st, err := s.stmt(s.rdb, `SELECT `+liveKeyCols+` FROM limit_keys WHERE name = ?`)
-	if err != nil {
-		return admission.State{}, err
-	}
-	k, err := scanKey(st.QueryRowContext(ctx, name))
+	k, err := scanKey(s.readRow(ctx, `SELECT `+liveKeyCols+` FROM limit_keys WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return admission.State{}, store.ErrNotFound
 	}
@@ -196,11 +192,7 @@ func (s *Store) LimitConfigs(ctx context.Context, names []string) (map[string]ad
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.stmt(s.rdb, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name IN (SELECT value FROM json_each(?))`)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := st.QueryContext(ctx, string(arg))
+	rows, err := s.readQuery(ctx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name IN (SELECT value FROM json_each(?))`, string(arg))
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +210,7 @@ func (s *Store) LimitConfigs(ctx context.Context, names []string) (map[string]ad
 
 // ListLimits returns every key by name.
 func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
-	rows, err := s.rdb.QueryContext(ctx, listKeysSQL)
+	rows, err := s.readQuery(ctx, listKeysSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -248,14 +240,14 @@ func (s *Store) Backlog(ctx context.Context, lane job.Lane, keys []string) (map[
 		// A per-start key's backlog is its number of waiting jobs: each
 		// takes one unit from it, whatever its cost.
 		var perStart bool
-		if err := s.rdb.QueryRowContext(ctx, `SELECT per_start FROM limit_keys WHERE name = ?`, k).Scan(&perStart); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := s.readRow(ctx, `SELECT per_start FROM limit_keys WHERE name = ?`, k).Scan(&perStart); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
 		sum := "coalesce(sum(cost), 0)"
 		if perStart {
 			sum = "count(*)"
 		}
-		err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT `+sum+` FROM jobs WHERE state = 'waiting' AND group_id IN (`+groups+`))
+		err := s.readRow(ctx, `SELECT (SELECT `+sum+` FROM jobs WHERE state = 'waiting' AND group_id IN (`+groups+`))
 			+ (SELECT `+sum+` FROM jobs WHERE state = 'retry_scheduled' AND group_id IN (`+groups+`))`,
 			append(args, args...)...).Scan(&n)
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 // read runs one of the shared reads (store.SQLReads) on the read-only
 // pool, with ? placeholders.
 func (s *Store) read(ctx context.Context, q *store.Query) (store.ScanRows, error) {
-	rows, err := s.rdb.QueryContext(ctx, q.SQL(), q.Args()...)
+	rows, err := s.readQuery(ctx, q.SQL(), q.Args()...)
 	if err != nil {
 		return nil, err
 	}

@@ -106,8 +106,8 @@ type Store struct {
 	once       sync.Once
 
 	mu         sync.Mutex
-	stmts      map[*sql.DB]map[string]*sql.Stmt // read statements, prepared once
-	batchStmts map[string]*sql.Stmt             // the writer's, per batch
+	stmts      map[string]*sql.Stmt // the read pool's statements, prepared once (readStmt)
+	batchStmts map[string]*sql.Stmt // the writer's, per batch
 	// writerStmts are prepared on the single writer connection; only the
 	// writer goroutine touches them and toPrepare.
 	writerStmts map[string]*sql.Stmt
@@ -167,6 +167,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	rdb.SetMaxOpenConns(cfg.Readers)
+	// Every reader stays open: database/sql keeps two idle by default, and
+	// a reader closed and opened again reads the schema and prepares its
+	// statements anew (a parse of every CREATE; docs/benchmarks.md,
+	// "Session 15 (s15h2)").
+	rdb.SetMaxIdleConns(cfg.Readers)
 	probe, err := openProbe(cfg.Path)
 	if err != nil {
 		wdb.Close()
@@ -179,7 +184,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		batchReqs:   make(chan *writeReq, 4*cfg.MaxBatch),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
-		stmts:       map[*sql.DB]map[string]*sql.Stmt{},
+		stmts:       map[string]*sql.Stmt{},
 		writerStmts: map[string]*sql.Stmt{},
 		leases:      map[string]leaseFacts{},
 		unpaced:     map[string]admission.State{},
@@ -369,24 +374,61 @@ func (s *Store) Close() error {
 	return err
 }
 
-// stmt returns a prepared statement for query on db, prepared once.
-func (s *Store) stmt(db *sql.DB, query string) (*sql.Stmt, error) {
+// maxStmts bounds each of the driver's statement caches (the read pool's,
+// stmts, and the writer's, writerStmts): the texts are built from a
+// bounded set of shapes (a listing's filters, a lease's kinds, an
+// insert's row count), and a text past the bound runs unprepared, parsed
+// per call as before, rather than growing a cache without end.
+const maxStmts = 256
+
+// readStmt returns query prepared on the read pool, once per text: each
+// reader connection parses it the first time it runs it and keeps its
+// plan. It returns nil when the cache holds maxStmts texts and query is
+// not one of them (readQuery then runs it unprepared).
+func (s *Store) readStmt(query string) (*sql.Stmt, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.stmts[db]
-	if m == nil {
-		m = map[string]*sql.Stmt{}
-		s.stmts[db] = m
-	}
-	if st, ok := m[query]; ok {
+	st, ok := s.stmts[query]
+	full := len(s.stmts) >= maxStmts
+	s.mu.Unlock()
+	if ok || full {
 		return st, nil
 	}
-	st, err := db.Prepare(query)
+	// Prepared without the lock: a prepare takes a reader, which another
+	// caller may hold while it waits for the lock.
+	st, err := s.rdb.Prepare(query)
 	if err != nil {
 		return nil, err
 	}
-	m[query] = st
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held, ok := s.stmts[query]; ok || len(s.stmts) >= maxStmts {
+		st.Close() // another caller cached the text first, or filled the cache
+		return held, nil
+	}
+	s.stmts[query] = st
 	return st, nil
+}
+
+// readQuery runs query on the read pool through its prepared statement
+// (readStmt), so that a listing run again is not parsed again.
+func (s *Store) readQuery(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.readStmt(query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return s.rdb.QueryContext(ctx, query, args...)
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// readRow is readQuery for one row.
+func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := s.readStmt(query)
+	if err != nil || st == nil {
+		return s.rdb.QueryRowContext(ctx, query, args...) // reports the same prepare error on Scan
+	}
+	return st.QueryRowContext(ctx, args...)
 }
 
 func newToken() string { return uuid.NewString() }

@@ -347,10 +347,12 @@ func (s *Store) txStmt(tx *sql.Tx, query string) (*sql.Stmt, error) {
 }
 
 // prepareSeen prepares, on the idle writer connection, the statements first
-// seen in the last batch, so that later batches do not parse them again.
+// seen in the last batch, so that later batches do not parse them again:
+// up to maxStmts texts, the later ones being parsed once per batch as
+// before.
 func (s *Store) prepareSeen() {
 	for _, q := range s.toPrepare {
-		if _, ok := s.writerStmts[q]; ok {
+		if _, ok := s.writerStmts[q]; ok || len(s.writerStmts) >= maxStmts {
 			continue
 		}
 		if st, err := s.wdb.Prepare(q); err == nil {

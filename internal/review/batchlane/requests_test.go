@@ -1,0 +1,91 @@
+package batchlane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/llmbatch"
+	"github.com/ratelane/ratelane/internal/review/pipeline"
+	"github.com/ratelane/ratelane/internal/review/provider"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/upstream/batchsim"
+)
+
+// objectReads counts the part objects read through its store.
+type objectReads struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (s *objectReads) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
+	s.n.Add(1)
+	return s.Store.GetObject(ctx, kind, id)
+}
+
+// TestSubmitReadsEachPartOnce runs the first submit pass of a batch on
+// the OpenAI batch simulator: it plans the pending items into a chunk and
+// uploads it in the same pass. Each item's part object is read (and its
+// prompt built) once: the upload reuses the request plan built to size
+// the chunk. Before, the pass read every part object twice.
+func TestSubmitReadsEachPartOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sim, err := batchsim.New(batchsim.Config{ValidateFor: time.Hour, ProcessFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	prof := provider.Profile{Name: "openai-batch", Kind: "openai", Region: "us", Model: "m-1", APIKey: "sk-test",
+		MaxOutputTokens: 512, BaseURL: sim.URL() + "/v1/"}
+	bp, err := NewProvider(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, _ := storeWithBatch(t, 1)
+	now := time.Now()
+	const reviews = 5
+	var rs []Review
+	for i := range reviews {
+		rs = append(rs, Review{Repo: "acme/app", Change: "c", Diff: fmt.Appendf(nil,
+			"diff --git a/f%[1]d.go b/f%[1]d.go\nnew file mode 100644\n--- /dev/null\n+++ b/f%[1]d.go\n@@ -0,0 +1,1 @@\n+package f%[1]d\n", i),
+			Publish: pipeline.Publish{Kind: "none"}})
+	}
+	seq := 0
+	plan, err := NewPlan(Manifest{ID: "b-submit", Region: "us", Tenant: "acme", Profile: prof, Reviews: rs, Now: now},
+		func() string { seq++; return fmt.Sprintf("id-%d", seq) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutObjects(ctx, plan.Objects); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateBatch(ctx, plan.Batch, plan.Items); err != nil {
+		t.Fatal(err)
+	}
+	reads := &objectReads{Store: st}
+	h := NewHandler(Config{Region: "us", Store: reads, Providers: map[string]Entry{prof.Name: {Profile: prof, Batch: bp}},
+		Wake: func(string) {}, Now: func() time.Time { return now }})
+	submit := plan.Jobs[0]
+	if submit.Kind != KindSubmit {
+		t.Fatalf("plan's first job is %s, want the submit driver", submit.Kind)
+	}
+	h.HandleSubmit(ctx, submit)
+	chunks, err := st.BatchChunks(ctx, plan.Batch.ID)
+	if err != nil || len(chunks) != 1 {
+		t.Fatalf("%d chunks, %v; want 1", len(chunks), err)
+	}
+	var c llmbatch.Chunk
+	if err := json.Unmarshal(chunks[0].Record, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.State == llmbatch.StatePlanned || len(c.CustomIDs) != len(plan.Items) {
+		t.Fatalf("chunk %s with %d items; want it uploaded, with %d", c.State, len(c.CustomIDs), len(plan.Items))
+	}
+	if got := reads.n.Load(); got != int64(len(plan.Items)) {
+		t.Fatalf("the pass read %d part objects for %d items; want each once", got, len(plan.Items))
+	}
+}
