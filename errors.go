@@ -60,11 +60,19 @@ func InvalidOutput(err error) error { return &classified{job.ClassInvalidOutput,
 // history is cut short: errors must not carry payloads, and a long message
 // is a sign that one does.
 func outcomeOf(err error) job.Outcome {
+	if err == nil {
+		// Before the targets below: errors.As takes their addresses, which
+		// puts both on the heap, two allocations a success need not pay.
+		return job.Outcome{Class: job.ClassSuccess}
+	}
+	return failedOutcome(err)
+}
+
+// failedOutcome classifies a handler's non-nil error (see outcomeOf).
+func failedOutcome(err error) job.Outcome {
 	var rl *RateLimitedError
 	var c *classified
 	switch {
-	case err == nil:
-		return job.Outcome{Class: job.ClassSuccess}
 	case errors.As(err, &rl):
 		return job.Outcome{Class: job.ClassRateLimited, RetryAfter: rl.RetryAfter, RetrySource: "handler", Scope: rl.Key, Err: short(err)}
 	case errors.As(err, &c):

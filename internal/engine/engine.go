@@ -314,6 +314,9 @@ type Engine struct {
 	wg       sync.WaitGroup
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// laneCtx is ctx marked with each lane, [0] interactive and [1]
+	// batch (see laneContext); set with ctx in Start.
+	laneCtx [2]context.Context
 
 	// lastFull is whether the fetch loop's last lease returned every job
 	// it asked for (so more were likely ready); only the fetch loop reads
@@ -501,6 +504,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.started = true
 	e.ctx, e.cancel = context.WithCancel(ctx)
+	e.laneCtx = [2]context.Context{store.WithLane(e.ctx, job.LaneInteractive), store.WithLane(e.ctx, job.LaneBatch)}
 	if len(e.kinds) > 0 { // a maintenance-only engine leases nothing
 		e.wg.Add(1)
 		go e.fetchLoop() // one: see Config.InFlight
@@ -792,7 +796,7 @@ func (e *Engine) runLeased(jobs []*job.Job, free, turns int) {
 func (e *Engine) run(j *job.Job, turn bool) {
 	// The handler's store writes are its job's lane's: a batch-lane
 	// handler's writes yield to interactive ones at a single-writer store.
-	ctx, cancel := context.WithCancelCause(store.WithLane(e.ctx, j.Lane))
+	ctx, cancel := context.WithCancelCause(e.laneContext(j.Lane))
 	hctx, stopDeadline := ctx, context.CancelFunc(func() {})
 	if !j.Deadline.IsZero() {
 		hctx, stopDeadline = context.WithDeadline(ctx, j.Deadline)
@@ -811,6 +815,9 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	e.mu.Unlock()
 	e.wg.Add(1)
 	go func() {
+		// A copy: were hctx assigned to inside this goroutine, it would be
+		// moved to the heap, one allocation per job.
+		hctx := hctx
 		if j.Lane == job.LaneBatch {
 			// Not the batch budget: a handler waiting for a turn would
 			// hold a worker slot, and a few of them would keep interactive
@@ -851,6 +858,19 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		<-e.slots
 		e.wg.Done()
 	}()
+}
+
+// laneContext is the engine's context marked with lane for the store
+// (store.WithLane): the two lanes' are made once, in Start, and shared by
+// every attempt, which saves a context and a boxed lane per job.
+func (e *Engine) laneContext(l job.Lane) context.Context {
+	switch l {
+	case job.LaneInteractive:
+		return e.laneCtx[0]
+	case job.LaneBatch:
+		return e.laneCtx[1]
+	}
+	return store.WithLane(e.ctx, l)
 }
 
 // maxRunTime is the maximum run time of one attempt of kind.

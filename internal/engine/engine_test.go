@@ -660,3 +660,57 @@ func (s *leaseTimes) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job
 	s.mu.Unlock()
 	return jobs, err
 }
+
+// TestHandlerContextCarriesItsLane: a handler's context is marked with its
+// job's lane for the store (a batch handler's writes yield at a
+// single-writer store) and ends with the engine. The two lanes' contexts
+// are made once in Start and shared (docs/benchmarks.md, "Session 15
+// (s15h5)"); this pins which is whose.
+func TestHandlerContextCarriesItsLane(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	type seen struct {
+		lane job.Lane
+		ctx  context.Context
+	}
+	got := make(chan seen, 2)
+	e := start(t, engine.Config{Store: s, Workers: 2, Kinds: map[string]engine.Kind{"noop": {
+		Handler: engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			got <- seen{store.LaneOf(ctx), ctx}
+			if j.Lane != store.LaneOf(ctx) {
+				return job.Outcome{Class: job.ClassPermanent, Err: "lane " + string(store.LaneOf(ctx))}
+			}
+			return job.Outcome{Class: job.ClassSuccess}
+		})}}})
+	insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k1"), storetest.NewJob("acme", job.LaneInteractive, "k2"))
+	lanes := map[job.Lane]bool{}
+	var ctxs []context.Context
+	for range 2 {
+		select {
+		case g := <-got:
+			lanes[g.lane] = true
+			ctxs = append(ctxs, g.ctx)
+		case <-time.After(10 * time.Second):
+			t.Fatal("handlers did not run")
+		}
+	}
+	if !lanes[job.LaneBatch] || !lanes[job.LaneInteractive] {
+		t.Fatalf("lanes seen by handlers = %v; want both", lanes)
+	}
+	st := waitFinal(t, s, 10*time.Second)
+	for lane, byState := range st.Counts {
+		if byState[job.StatePublished] != 1 {
+			t.Fatalf("lane %s: %+v; want 1 published (the handler saw its own lane)", lane, byState)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ctxs {
+		if c.Err() == nil {
+			t.Fatal("a handler's context outlived the engine")
+		}
+	}
+}
