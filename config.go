@@ -83,9 +83,12 @@ type Config struct {
 	// this many pieces of batch-lane work (as for BatchPieces, a batch
 	// job's handler included) run at once at any time, so interactive work
 	// always finds a free core; a batch job is leased only when a turn is
-	// free, so one that waits holds no worker slot and no lease. Default
-	// half of GOMAXPROCS, at least 1 (engine.DefaultBatchCPUs); negative
-	// turns the governor off.
+	// free, so one that waits holds no worker slot and no lease. Zero (the
+	// default) or negative: off. Off by default because webhook deliveries
+	// are batch-lane jobs that wait on subscribers rather than compute, and
+	// a turn per core would serialize them; for a region whose batch lane
+	// is review sweeps, engine.DefaultBatchCPUs(GOMAXPROCS) is the measured
+	// choice (docs/configuration.md).
 	BatchCPUs int
 	// Retention is how long finished jobs are kept (and idempotency keys
 	// remembered); default 30 days.

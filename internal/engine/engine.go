@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,14 +141,22 @@ type Config struct {
 	// BatchCPUs bounds them. Default DefaultBatchPieces (1); negative
 	// turns this bound off.
 	BatchPieces int
-	// BatchCPUs is the batch lane's CPU governor (budget.go): the most
-	// pieces of batch-lane work (as for BatchPieces, a batch job's handler
-	// included) that run at once in this engine at any time, so that
-	// interactive work always finds a free core. A batch job is leased
-	// only with a free turn, so a batch job waiting for one holds no
-	// worker slot and no lease. Default DefaultBatchCPUs(GOMAXPROCS): half
-	// the CPUs, at least one; negative turns the governor off (handlers
-	// are then not bounded, and BatchPieces alone applies).
+	// BatchCPUs is the batch lane's CPU governor (budget.go): when
+	// positive, the most pieces of batch-lane work (as for BatchPieces, a
+	// batch job's handler included) that run at once in this engine at any
+	// time, so that interactive work always finds a free core. A batch job
+	// is leased only with a free turn, so a batch job waiting for one holds
+	// no worker slot and no lease. Zero or negative: off, the default
+	// (handlers are then not bounded, and BatchPieces alone applies).
+	//
+	// Off by default because the batch lane also carries work that waits
+	// rather than computes: a webhook delivery is a batch-lane job whose
+	// handler spends its time on the subscriber's answer, and one turn per
+	// core would serialize deliveries (`bench upstreams --smoke`: the many
+	// mix 1.05 → 6.29 of ideal at one turn). Turn it on for a region whose
+	// batch lane is CPU work, such as review sweeps; DefaultBatchCPUs is the
+	// value measured there (docs/benchmarks.md, "Session 15: the merge,
+	// quiet (lead)").
 	BatchCPUs int
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
@@ -248,9 +255,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchPieces == 0 {
 		c.BatchPieces = DefaultBatchPieces
-	}
-	if c.BatchCPUs == 0 {
-		c.BatchCPUs = DefaultBatchCPUs(runtime.GOMAXPROCS(0))
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -117,3 +117,44 @@ func TestReadersStayOpen(t *testing.T) {
 		t.Fatalf("readers: %d closed as surplus idle, %d idle; want 0 closed, %d idle", st.MaxIdleClosed, st.Idle, readers)
 	}
 }
+
+// TestReadyParentsPreparedPartsOfNot checks the sweep's two reads against
+// the statement cache: ReadyParents' text (one per kind and part-kind
+// count) is prepared once and reused by every pass; PartsOf's, one
+// placeholder per parent, is never cached, so that page sizes do not fill
+// the bounded cache.
+func TestReadyParentsPreparedPartsOfNot(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	p := store.ReadyParentsParams{Kind: "review", PartKinds: []string{"file"}, Limit: 10}
+	text := store.ReadyParentsQuery(jobCols, p).SQL()
+	count := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.stmts)
+	}
+	for range 2 {
+		if _, err := s.ReadyParents(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := count()
+	s.mu.Lock()
+	_, ok := s.stmts[text]
+	s.mu.Unlock()
+	if !ok {
+		t.Fatalf("ReadyParents' text not in the statement cache after two passes")
+	}
+	for i := 1; i <= 3; i++ {
+		ids := make([]string, i)
+		for k := range ids {
+			ids[k] = "id" + strconv.Itoa(k)
+		}
+		if _, err := s.PartsOf(ctx, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count(); got != n {
+		t.Fatalf("PartsOf of 1, 2 and 3 ids cached %d statements; want none", got-n)
+	}
+}
