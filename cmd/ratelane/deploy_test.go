@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +63,40 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchLaneCPUs: the config file's batch_lane.cpus sets the library's
+// BatchCPUs (the batch lane's CPU governor), absent keeps it off, and a
+// negative count stops start-up naming the field.
+func TestBatchLaneCPUs(t *testing.T) {
+	for _, c := range []struct {
+		body    string
+		want    int
+		wantErr string
+	}{
+		{`{"batch_lane": {"cpus": 1}}`, 1, ""},
+		{`{"batch_lane": {"poll_interval": "1m"}}`, 0, ""},
+		{`{"batch_lane": {"cpus": -1}}`, 0, "batch_lane.cpus"},
+	} {
+		path := filepath.Join(t.TempDir(), "ratelane.json")
+		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := parseServerFlags("serve", []string{"--config", path}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
+		switch {
+		case c.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: error %v, want one naming %s", c.body, err, c.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", c.body, err)
+		case cfg.BatchCPUs != c.want:
+			t.Errorf("%s: BatchCPUs %d, want %d", c.body, cfg.BatchCPUs, c.want)
+		}
 	}
 }

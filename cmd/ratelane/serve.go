@@ -110,6 +110,12 @@ type batchLaneConfig struct {
 	// item is sent closer to its deadline, and the intake predicts a
 	// manifest's completion in rounds of it (default 1h).
 	Turnaround string `json:"turnaround"`
+	// CPUs is the batch lane's CPU governor in every region
+	// (ratelane.Config.BatchCPUs): at most this many pieces of batch-lane
+	// work at once; 0 (the default) is off. For a node whose batch lane is
+	// review sweeps: with it on, webhook deliveries (batch-lane jobs too)
+	// run at most this many at a time.
+	CPUs int `json:"cpus"`
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -168,6 +174,10 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 	cfg.Regions, cfg.Limits, cfg.DefaultLimit = fc.Regions, fc.Limits, fc.DefaultLimit
 	f.allowPrivate = f.allowPrivate || fc.AllowPrivateTargets
 	f.providers = fc.Providers
+	if fc.BatchLane.CPUs < 0 {
+		return fmt.Errorf("config %s: batch_lane.cpus: want 0 (off) or a positive count, not %d", f.config, fc.BatchLane.CPUs)
+	}
+	cfg.BatchCPUs = fc.BatchLane.CPUs
 	for _, d := range []struct {
 		field, s string
 		dst      *time.Duration
