@@ -66,15 +66,15 @@ func ReadyParentsQuery(cols string, p ReadyParentsParams) *Query {
 }
 
 // PartsOfQuery is PartsOf's statement for both SQL drivers: the columns
-// cols of every child of the parents ids (parent_id, through the partial
+// cols of every child of a set of parents (parent_id, through the partial
 // index jobs_parent), a parent's children together and newest first, as
-// List(Parent) pages them. ids must not be empty.
-func PartsOfQuery(cols string, ids []string) *Query {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+// List(Parent) pages them. in is the driver's test of parent_id against
+// the set as one bound value, ids (SQLite: `parent_id IN (SELECT value
+// FROM json_each(?))` with a JSON array; PostgreSQL: `parent_id = ANY(?)`
+// with a text array): one text for any number of parents, so the
+// statement is prepared once rather than once per page size.
+func PartsOfQuery(cols, in string, ids any) *Query {
 	return NewQuery(`SELECT `+cols+` FROM jobs`).
-		Where(`parent_id IN (?`+strings.Repeat(`, ?`, len(ids)-1)+`) AND parent_id <> ''`, args...).
+		Where(in+` AND parent_id <> ''`, ids).
 		Then(`ORDER BY parent_id, id DESC`)
 }

@@ -19,6 +19,6 @@ func (s *Store) PartsOf(ctx context.Context, ids []string) ([]*job.Job, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	q := store.PartsOfQuery(jobCols, ids)
+	q := store.PartsOfQuery(jobCols, `parent_id = ANY(?)`, ids)
 	return collectJobs(s.pool.Query(ctx, q.Numbered(), q.Args()...))
 }

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -10,7 +11,7 @@ import (
 // ReadyParents returns the accepted parents of p.Kind with no open part,
 // newest first (store.ReadyParentsQuery).
 func (s *Store) ReadyParents(ctx context.Context, p store.ReadyParentsParams) ([]*job.Job, error) {
-	return s.readJobs(ctx, store.ReadyParentsQuery(jobCols, p), true)
+	return s.readJobs(ctx, store.ReadyParentsQuery(jobCols, p))
 }
 
 // PartsOf returns every child of the jobs ids (store.PartsOfQuery).
@@ -18,20 +19,23 @@ func (s *Store) PartsOf(ctx context.Context, ids []string) ([]*job.Job, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	// Not prepared: the text has one placeholder per id, so each page
-	// size would take a slot of the bounded statement cache.
-	return s.readJobs(ctx, store.PartsOfQuery(jobCols, ids), false)
+	arg, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	return s.readJobs(ctx, partsOfQuery(string(arg)))
 }
 
-// readJobs runs q, a read of jobCols, on the read pool: through the
-// statement cache (readQuery) when prepared is set, so that a sweep pass's
-// read is parsed once per reader rather than once per pass.
-func (s *Store) readJobs(ctx context.Context, q *store.Query, prepared bool) ([]*job.Job, error) {
-	query := s.rdb.QueryContext
-	if prepared {
-		query = s.readQuery
-	}
-	rows, err := query(ctx, q.SQL(), q.Args()...)
+// partsOfQuery is PartsOf's statement for ids as a JSON array.
+func partsOfQuery(ids string) *store.Query {
+	return store.PartsOfQuery(jobCols, `parent_id IN (SELECT value FROM json_each(?))`, ids)
+}
+
+// readJobs runs q, a read of jobCols, on the read pool through its
+// statement cache (readQuery), so that a sweep pass's reads are parsed
+// once per reader rather than once per pass.
+func (s *Store) readJobs(ctx context.Context, q *store.Query) ([]*job.Job, error) {
+	rows, err := s.readQuery(ctx, q.SQL(), q.Args()...)
 	if err != nil {
 		return nil, err
 	}

@@ -118,33 +118,31 @@ func TestReadersStayOpen(t *testing.T) {
 	}
 }
 
-// TestReadyParentsPreparedPartsOfNot checks the sweep's two reads against
-// the statement cache: ReadyParents' text (one per kind and part-kind
-// count) is prepared once and reused by every pass; PartsOf's, one
-// placeholder per parent, is never cached, so that page sizes do not fill
-// the bounded cache.
-func TestReadyParentsPreparedPartsOfNot(t *testing.T) {
+// TestSweepReadsPreparedOnce checks the sweep's two reads against the
+// statement cache: ReadyParents' text (one per kind and part-kind count)
+// is prepared once and reused by every pass, and PartsOf's is one text
+// for any number of parents (the ids are one JSON array), so pages of 1,
+// 2 and 3 parents share one statement instead of filling the bounded
+// cache with one per page size.
+func TestSweepReadsPreparedOnce(t *testing.T) {
 	s := openTestStore(t)
 	ctx := context.Background()
 	p := store.ReadyParentsParams{Kind: "review", PartKinds: []string{"file"}, Limit: 10}
-	text := store.ReadyParentsQuery(jobCols, p).SQL()
-	count := func() int {
+	cached := func(text string) (bool, int) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return len(s.stmts)
+		_, ok := s.stmts[text]
+		return ok, len(s.stmts)
 	}
 	for range 2 {
 		if _, err := s.ReadyParents(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n := count()
-	s.mu.Lock()
-	_, ok := s.stmts[text]
-	s.mu.Unlock()
-	if !ok {
+	if ok, _ := cached(store.ReadyParentsQuery(jobCols, p).SQL()); !ok {
 		t.Fatalf("ReadyParents' text not in the statement cache after two passes")
 	}
+	_, n := cached("")
 	for i := 1; i <= 3; i++ {
 		ids := make([]string, i)
 		for k := range ids {
@@ -154,7 +152,8 @@ func TestReadyParentsPreparedPartsOfNot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := count(); got != n {
-		t.Fatalf("PartsOf of 1, 2 and 3 ids cached %d statements; want none", got-n)
+	ok, got := cached(partsOfQuery("").SQL())
+	if !ok || got != n+1 {
+		t.Fatalf("PartsOf of 1, 2 and 3 ids: its text cached %v, %d statements added; want one", ok, got-n)
 	}
 }
