@@ -159,7 +159,9 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 			disturbing = append(disturbing, t.ID)
 		}
 	}
+	b.Queue(genericPlanOn)
 	b.Queue(finishKeysSQL, ids, exclusiveOrEmpty(disturbing))
+	b.Queue(genericPlanOff)
 	br := f.tx.SendBatch(f.ctx, b)
 	defer br.Close()
 	rows, err := br.Query()
@@ -189,8 +191,14 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 		e, ok := got[id]
 		out[i] = store.Ended{Keys: e.keys, Group: e.group, Cost: e.cost, Conflict: !ok}
 	}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
 	keys, err := collectKeys(br.Query())
 	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
 	f.keys = keys
@@ -205,6 +213,23 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 var finishKeysSQL = `WITH all_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit_keys) AS name FROM jobs WHERE id = ANY($1)),
 	excl_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit_keys) AS name FROM jobs WHERE id = ANY($2))
 	` + splitLockSQL(`name IN (SELECT name FROM all_keys)`, `name IN (SELECT name FROM excl_keys)`, false)
+
+// genericPlanOn and genericPlanOff bracket finishKeysSQL: between them the
+// statement runs on its prepared statement's generic plan. Left to choose,
+// PostgreSQL planned it afresh at almost every execution (a custom plan
+// for the $2 it is given, most often empty, is always costed below the
+// generic one): 491 plans for 1,073 executions in a 20,000-job drain,
+// 1.36 s of planning against 2.09 s of execution, the most planning of any
+// statement (pg_stat_statements with track_planning; River's two drain
+// statements planned 18 times in all). The plan does not decide what is
+// locked or in which order: each half sorts by name before it locks. Both
+// are local to the finish's transaction; the previous mode is kept in a
+// placeholder setting, as groupScanOnly does.
+const (
+	genericPlanOn = `SELECT set_config('ratelane.plan_cache_mode', current_setting('plan_cache_mode'), true),
+		set_config('plan_cache_mode', 'force_generic_plan', true)`
+	genericPlanOff = `SELECT set_config('plan_cache_mode', current_setting('ratelane.plan_cache_mode'), true)`
+)
 
 // LockKeysWait returns the keys EndAttempts locked, or locks them now
 // when it did not lock them all.
