@@ -170,6 +170,15 @@ func (s *State) Throttled(now, until time.Time, cost int64) {
 // starting others. Any other key pauses for the job's backoff instead.
 func (s *State) PacesRefusals() bool { return s.Adaptive && s.Rate > 0 }
 
+// PacesStarts reports whether the key spaces its starts in time: it has a
+// bucket or a window. A job such a key holds, retried at once after a
+// transient fault (see store.PacedFault), goes back to the key's queue and
+// starts when the key admits it, so the upstream sees no more than the
+// key's pace whether the start is a retry or a fresh job. A key with only
+// a concurrency cap, or no shape, spaces nothing: a retry at once there
+// is a retry storm.
+func (s *State) PacesStarts() bool { return s.Rate > 0 || len(s.Windows) > 0 }
+
 // refused learns an adaptive key's limit from one refusal of cost units at
 // now and reports whether the key is adaptive.
 //

@@ -13,13 +13,15 @@ import (
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/ratelimit"
+	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 // The virtual upstreams run: every mix's destinations answered by
 // upstream.Virtual in simulated time, paced by admission.State exactly as
 // the store applies outcomes (Take at the lease, RateLimited / Throttled /
-// Succeeded at the answer; a fault, and a refusal without Retry-After on a
+// Succeeded at the answer; a fault (but a job's first on a key that spaces
+// its starts: store.PacedFault), and a refusal without Retry-After on a
 // key that does not pace it (store.PacedRetry), are retried after the
 // engine's default backoff), with a lease loop that
 // polls every millisecond. It has no store, HTTP or scheduler latency, so
@@ -32,18 +34,21 @@ import (
 // finish loop delay them on a loaded machine.
 
 type virtualDest struct {
-	d        UpstreamDestination
-	st       admission.State
-	up       *upstream.Virtual
-	pending  int         // jobs never started
-	retries  []time.Time // eligible times of jobs waiting for a retry
-	accepted int
-	refused  int
-	faults   int
-	attempts int
-	last     time.Time
-	paused   time.Duration
-	starts   []time.Time
+	d       UpstreamDestination
+	st      admission.State
+	up      *upstream.Virtual
+	pending int         // jobs never started
+	retries []time.Time // eligible times of jobs waiting for a retry
+	// retryFaults are, per retry, the faults its job met so far (a
+	// job's first fault is retried at its key's pace: store.PacedFault).
+	retryFaults []int
+	accepted    int
+	refused     int
+	faults      int
+	attempts    int
+	last        time.Time
+	paused      time.Duration
+	starts      []time.Time
 	// startLag is, per start, how long after its admissible instant
 	// (the lease's time, or the instant it was leased ahead for) its
 	// request reached the upstream: the lag issue 12's paced starts lose.
@@ -74,6 +79,12 @@ type virtualDest struct {
 // admission.CapRetry (20 ms) after the slot is free. Tests set it false
 // only to measure what the unblocking is worth.
 var virtualUnblockAtCap = true
+
+// virtualPacedFault is whether a job's first fault on a key that spaces
+// its starts is retried at once, as store.PacedFault has the store do
+// since session 16 (s16h3). Tests set it false only to measure the
+// engine's backoff it replaced.
+var virtualPacedFault = true
 
 // virtualAhead is the lease-ahead horizon of the simulated sender (see
 // store.LeaseParams.Ahead): a key that admits a start within it is leased
@@ -140,6 +151,8 @@ type answerEvent struct {
 	queued bool
 	// ahead marks the arrival of a start leased ahead (virtualAhead).
 	ahead bool
+	// faults is how many faults the request's job met before it.
+	faults int
 }
 
 type answerQueue []answerEvent
@@ -159,13 +172,13 @@ func (q *answerQueue) Pop() any {
 // at at, and queues the answer's return to the store: after the route's
 // latency (a refusal at once, as the server answers it) and a second
 // transit.
-func (q *answerQueue) answer(v *virtualDest, i int, at time.Time, queued bool) {
+func (q *answerQueue) answer(v *virtualDest, i int, at time.Time, queued bool, faults int) {
 	status, h, lat := v.up.Answer(at)
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		lat = time.Millisecond
 	}
 	answered := at.Add(max(lat, time.Millisecond))
-	heap.Push(q, answerEvent{at: v.up.Arrival(answered), dest: i, status: status, header: h, started: at, answered: answered, queued: queued})
+	heap.Push(q, answerEvent{at: v.up.Arrival(answered), dest: i, status: status, header: h, started: at, answered: answered, queued: queued, faults: faults})
 }
 
 type virtualMix struct {
@@ -262,10 +275,10 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 					// waits again.
 					v.st.End(e.at, 1)
 					v.attempts--
-					v.retries = append(v.retries, e.at)
+					v.retries, v.retryFaults = append(v.retries, e.at), append(v.retryFaults, e.faults)
 					continue
 				}
-				q.answer(v, e.dest, e.at, queued)
+				q.answer(v, e.dest, e.at, queued, e.faults)
 				continue
 			}
 			if e.queued { // in at the engine: applied when its batch is written
@@ -314,12 +327,19 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 					// stays as it was.
 					retry = e.at
 				}
-				v.retries = append(v.retries, retry)
+				v.retries, v.retryFaults = append(v.retries, retry), append(v.retryFaults, e.faults)
 			default:
 				v.faults++
 				v.faultAt = append(v.faultAt, e.started)
 				delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
-				v.retries = append(v.retries, e.at.Add(delay))
+				retry := e.at.Add(delay)
+				if e.faults == 0 && virtualPacedFault && store.PacedFault(map[string]*admission.State{"k": &v.st}, []string{"k"}) {
+					// A job's first fault on a key that spaces its
+					// starts goes back to the key's queue at once
+					// (store.PacedFault); the draw is kept.
+					retry = e.at
+				}
+				v.retries, v.retryFaults = append(v.retries, retry), append(v.retryFaults, e.faults+1)
 			}
 			// Remaining-quota fields of any answer, as the store applies
 			// an outcome's hints after its class.
@@ -372,8 +392,11 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 					at = next
 				}
 				v.st.Take(at, 1)
+				faults := 0
 				if ri >= 0 {
+					faults = v.retryFaults[ri]
 					v.retries = append(v.retries[:ri], v.retries[ri+1:]...)
+					v.retryFaults = append(v.retryFaults[:ri], v.retryFaults[ri+1:]...)
 				} else {
 					v.pending--
 				}
@@ -386,9 +409,9 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				arr := v.up.Arrival(begin)
 				v.startLag = append(v.startLag, arr.Sub(at))
 				if arr.After(now) {
-					heap.Push(&q, answerEvent{at: arr, dest: i, arrive: true, ahead: at.After(now)})
+					heap.Push(&q, answerEvent{at: arr, dest: i, arrive: true, ahead: at.After(now), faults: faults})
 				} else {
-					q.answer(v, i, now, queued)
+					q.answer(v, i, now, queued, faults)
 				}
 			}
 		}

@@ -84,6 +84,13 @@ func Decide(j *job.Job, o job.Outcome, now time.Time, validates bool, b Backoff,
 		t.Record.Outcome = job.ClassTransient
 		t.Attempts.Transient++
 		delay := b.Delay(j.Lane, t.Attempts.Transient, u)
+		if t.Attempts.Transient == 1 {
+			// A job's first fault: the store drops the backoff when
+			// every key of the job spaces its starts
+			// (store.PacedFault). A second fault of the same job backs
+			// off as always, so a run of failures still slows down.
+			t.Keys.Fault, t.Keys.JobKeys = true, j.LimitKeys
+		}
 		retry(&t, j, now, delay, "backoff", t.Attempts.Transient > j.Budgets.Transient, job.ReasonTransientBudgetExhausted)
 	case job.ClassLeaseExpired:
 		t.Attempts.Transient++

@@ -33,6 +33,7 @@ func TestDecide(t *testing.T) {
 		attempts   job.Attempts
 		pauseUntil time.Time
 		backoff    bool // the key effect is marked as the job's own backoff
+		fault      bool // the key effect marks a job's first fault (store.PacedFault)
 	}{
 		{name: "success publishes", out: job.Outcome{Class: job.ClassSuccess}, to: job.StatePublished, delay: -1},
 		{name: "success validates", out: job.Outcome{Class: job.ClassSuccess}, validates: true, to: job.StateValidated, delay: -1},
@@ -49,7 +50,9 @@ func TestDecide(t *testing.T) {
 		{name: "429 past the 7-day cap", out: job.Outcome{Class: job.ClassRateLimited, RetryAfter: 8 * 24 * time.Hour},
 			to: job.StateTerminal, reason: job.ReasonNeedsReconciliation, delay: -1, attempts: job.Attempts{Congestion: 1}, pauseUntil: t0.Add(job.MaxDelay)},
 		{name: "transient backs off", out: job.Outcome{Class: job.ClassTransient, Status: 503},
-			to: job.StateRetryScheduled, delay: time.Second, attempts: job.Attempts{Transient: 1}},
+			to: job.StateRetryScheduled, delay: time.Second, attempts: job.Attempts{Transient: 1}, fault: true},
+		{name: "a second transient backs off, unmarked", prep: spent(0, 1, 0), out: job.Outcome{Class: job.ClassTransient, Status: 503},
+			to: job.StateRetryScheduled, delay: 2 * time.Second, attempts: job.Attempts{Transient: 2}},
 		{name: "transient exhausted", prep: spent(2, 2, 0), out: job.Outcome{Class: job.ClassTransient},
 			to: job.StateTerminal, reason: job.ReasonTransientBudgetExhausted, delay: -1, attempts: job.Attempts{Congestion: 2, Transient: 3}},
 		{name: "invalid output spends schema only", prep: spent(1, 1, 0), out: job.Outcome{Class: job.ClassInvalidOutput},
@@ -105,8 +108,14 @@ func TestDecide(t *testing.T) {
 			}
 			// The store decides from the job's keys whether they pace the
 			// retry instead of the backoff (store.PacedRetry).
-			if tc.backoff != (len(tr.Keys.JobKeys) > 0) || tc.backoff && !slices.Equal(tr.Keys.JobKeys, j.LimitKeys) {
-				t.Fatalf("key effect job keys = %v, want the job's %v only with a backoff", tr.Keys.JobKeys, j.LimitKeys)
+			// So it does for a job's first fault (store.PacedFault), and
+			// only then: a second fault backs off whatever its keys.
+			if tr.Keys.Fault != tc.fault {
+				t.Fatalf("key effect fault = %v, want %v", tr.Keys.Fault, tc.fault)
+			}
+			named := tc.backoff || tc.fault
+			if named != (len(tr.Keys.JobKeys) > 0) || named && !slices.Equal(tr.Keys.JobKeys, j.LimitKeys) {
+				t.Fatalf("key effect job keys = %v, want the job's %v only with a backoff or a first fault", tr.Keys.JobKeys, j.LimitKeys)
 			}
 			if !job.CanTransition(job.StateRunning, tr.To) {
 				t.Fatalf("running -> %s is not a legal transition", tr.To)

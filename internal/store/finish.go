@@ -51,7 +51,7 @@ type Ended struct {
 }
 
 // PacedRetryWhy is the AttemptRecord.Why of a retry that its keys pace
-// (see PacedRetry).
+// (see PacedRetry, PacedFault).
 const PacedRetryWhy = "key pacing"
 
 // PacedRetry reports whether a job refused without a retry delay (a 429,
@@ -78,8 +78,30 @@ func PacedRetry(states map[string]*admission.State, jobKeys, scope []string) boo
 	return n > 0
 }
 
-// pacedRetries makes the retries that their keys pace (see PacedRetry)
-// eligible at the refusal, with a record that says so: the configuration is
+// PacedFault reports whether a job's first transient failure (a 5xx
+// without Retry-After, a timeout; store.KeyEffect.Fault) needs no backoff
+// of its own: every one of the job's keys (at least one) has a row and
+// spaces its starts (admission.State.PacesStarts). The retry then goes
+// back to its keys' queue and starts when they admit it, like any other
+// job: the upstream sees no more than the keys' pace, retries or not,
+// while a backoff on top idled the job 0.5-1.5 s after a key that had
+// been ready all along (the issue mix's half-none: a random 503 near the
+// end set the makespan, docs/benchmarks.md, session 15, s15h6). A job with
+// a key that spaces nothing (a concurrency cap alone, no shape), or with
+// no key, keeps its backoff: nothing else would slow a storm of retries.
+// So does a job's second fault and every later one (engine.Decide sets
+// Fault on the first only): a run of failures still backs off.
+func PacedFault(states map[string]*admission.State, jobKeys []string) bool {
+	for _, name := range jobKeys {
+		if st := states[name]; st == nil || !st.PacesStarts() {
+			return false
+		}
+	}
+	return len(jobKeys) > 0
+}
+
+// pacedRetries makes the retries that their keys pace (see PacedRetry,
+// PacedFault) eligible at the refusal or fault, with a record that says so: the configuration is
 // read before the job rows are written, unlocked (a reconfiguration racing
 // the finish is read either way: a retry let through against a key that
 // just stopped adapting waits behind that key's pause, which Throttled
@@ -87,7 +109,7 @@ func PacedRetry(states map[string]*admission.State, jobKeys, scope []string) boo
 func pacedRetries(tx FinishTx, ts []Transition) error {
 	var names []string
 	for i := range ts {
-		if throttledRetry(&ts[i]) {
+		if throttledRetry(&ts[i]) || faultRetry(&ts[i]) {
 			names = append(names, ts[i].Keys.JobKeys...)
 		}
 	}
@@ -101,7 +123,8 @@ func pacedRetries(tx FinishTx, ts []Transition) error {
 	}
 	for i := range ts {
 		t := &ts[i]
-		if throttledRetry(t) && PacedRetry(states, t.Keys.JobKeys, t.Keys.Scope) {
+		if throttledRetry(t) && PacedRetry(states, t.Keys.JobKeys, t.Keys.Scope) ||
+			faultRetry(t) && PacedFault(states, t.Keys.JobKeys) {
 			t.EligibleAt, t.Record.Delay, t.Record.Why = t.Keys.Now, 0, PacedRetryWhy
 		}
 	}
@@ -112,6 +135,13 @@ func pacedRetries(tx FinishTx, ts []Transition) error {
 // a job whose keys the engine named.
 func throttledRetry(t *Transition) bool {
 	return t.To == job.StateRetryScheduled && t.Keys.RateLimited && t.Keys.Backoff && len(t.Keys.JobKeys) > 0 &&
+		t.Record.Why != PacedRetryWhy
+}
+
+// faultRetry reports a retry after a job's first transient failure, on a
+// job whose keys the engine named.
+func faultRetry(t *Transition) bool {
+	return t.To == job.StateRetryScheduled && t.Keys.Fault && len(t.Keys.JobKeys) > 0 &&
 		t.Record.Why != PacedRetryWhy
 }
 

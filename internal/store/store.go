@@ -385,10 +385,16 @@ type KeyEffect struct {
 	Backoff bool
 	// Scope names the keys a pause applies to; empty means all of the job's keys.
 	Scope []string
-	// JobKeys are the job's limit keys, set with Backoff (engine.Decide):
-	// Finish reads their configuration to tell whether they pace the
-	// job's retry themselves (see PacedRetry). Nil keeps the backoff.
+	// JobKeys are the job's limit keys, set with Backoff or Fault
+	// (engine.Decide): Finish reads their configuration to tell whether
+	// they pace the job's retry themselves (see PacedRetry, PacedFault).
+	// Nil keeps the backoff.
 	JobKeys []string
+	// Fault marks the retry after a job's first transient failure (a
+	// 5xx without Retry-After, a timeout): Finish drops its backoff when
+	// every key of the job spaces its starts (see PacedFault). It changes
+	// nothing on the keys.
+	Fault bool
 	// Hints feed remaining-quota information to the buckets.
 	Hints []job.Hint
 	// Estimated and Actual reconcile the bucket with the real cost.

@@ -84,6 +84,7 @@ func Run(t *testing.T, open Opener) {
 		"EvenPacing":            testEvenPacing,
 		"AnnouncedCredit":       testAnnouncedCredit,
 		"PacedRetry":            testPacedRetry,
+		"PacedFault":            testPacedFault,
 		"FinishMixedPacing":     testFinishMixedPacing,
 		"EngineLeaseAdmits":     testEngineLeaseAdmits,
 		"Objects":               testObjects,
