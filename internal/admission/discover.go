@@ -262,7 +262,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		est*d.Seconds() >= s.silentSent(current*d.Seconds(), inStarts)*(1-SilentShare) && now.Sub(run) >= SilentRun*d
 	sinceEst, sinceOK := s.sinceCut(now)
 	var target float64
-	measured, between := false, false
+	measured := false
 	switch {
 	case !valid || silent:
 		target = current * NoEstimateCut
@@ -312,9 +312,12 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// the trailing window's count, which still holds the old
 		// limit's acceptances. On adapt's drop from 100 to 30/s the
 		// window read 63/s and halved the key to 24, then 22; this
-		// reads 30 (see sinceCut).
+		// reads 30 (see sinceCut). MaxCutPerSignal still bounds the cut:
+		// unbounded, loaded real runs of adapt cut phase 1 far under
+		// 100/s (a refusal's answer can land after starts leased
+		// before the last signal, and reads low).
 		target = sinceEst * (1 - DiscoveryMargin)
-		measured, between = true, true
+		measured = true
 		s.streak = 0
 	case est*(1-DiscoveryMargin) < current && full:
 		// A second signal while the key still holds the rate the last
@@ -339,11 +342,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	default:
 		target = current * (1 - DiscoveryMargin)
 	}
-	if !between {
-		// A measure between two refusals is not one noisy window:
-		// it spans at least CutHoldoff of sending at the limit.
-		target = math.Max(target, current*MaxCutPerSignal)
-	}
+	target = math.Max(target, current*MaxCutPerSignal)
 	// The window's accepted starts bound the upstream's allowance from
 	// above, however fast the key sent and however short its run: a
 	// sliding or fixed window no longer than D that refuses holds at
