@@ -98,6 +98,10 @@ const (
 	// of starts must have lasted for a refusal's accepted count to bound
 	// the upstream's rate (see refused and boundRun).
 	BoundRun = 0.2
+	// MinSinceAccepted is the least the upstream must have accepted
+	// between two refusal signals for that count to measure its
+	// allowance (see sinceCut): fewer is a rounding error of the log.
+	MinSinceAccepted = 5
 	// MaxProbeSpeedup bounds how much faster than GrowthPerSecond a key
 	// that has gone several clean windows probes.
 	MaxProbeSpeedup = 3
@@ -256,8 +260,16 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	// first refusal; the next window's measure or the probe after the
 	// hold corrects it.
 	run := maxTime(time.Unix(0, s.active), maxTime(s.LastRefusal, s.PausedUntil))
-	silent := valid && full && s.active != 0 && (s.level == 0 || current >= s.Rate) &&
+	// A key that probed back to its ceiling is "at its ceiling" only once
+	// its last probe step is SilentRun windows old: a refusal sooner is
+	// the probe's (an upstream bucket's burst hid it on the way up), and
+	// halving for it threw away the level the key had measured (adapt's
+	// 100/s phase: probed 96 -> 120 in a third of a second, refused, and
+	// halved to 60).
+	ceiling := current >= s.Rate && (s.probeAt == 0 || now.Sub(time.Unix(0, s.probeAt)) >= SilentRun*d)
+	silent := valid && full && s.active != 0 && (s.level == 0 || ceiling) &&
 		est*d.Seconds() >= s.silentSent(current*d.Seconds(), inStarts)*(1-SilentShare) && now.Sub(run) >= SilentRun*d
+	sinceEst, sinceOK := s.sinceCut(now)
 	var target float64
 	measured := false
 	switch {
@@ -299,6 +311,22 @@ func (s *State) refused(now time.Time, cost int64) bool {
 			// arrivals, not the limit. Trim, as elsewhere.
 			target = current * (1 - DiscoveryMargin)
 		}
+		s.streak = 0
+	case sinceOK && !silent && sinceEst*(1-DiscoveryMargin) < current:
+		// A second signal while the key still sends at the rate the
+		// last one set, with no pause between: the upstream was full at
+		// both refusals, so what it accepted between them is what it
+		// refills in that time (a bucket empty at both ends takes
+		// exactly its rate; its burst was spent before the first), not
+		// the trailing window's count, which still holds the old
+		// limit's acceptances. On adapt's drop from 100 to 30/s the
+		// window read 63/s and halved the key to 24, then 22; this
+		// reads 30 (see sinceCut). MaxCutPerSignal still bounds the cut:
+		// unbounded, loaded real runs of adapt cut phase 1 far under
+		// 100/s (a refusal's answer can land after starts leased
+		// before the last signal, and reads low).
+		target = sinceEst * (1 - DiscoveryMargin)
+		measured = true
 		s.streak = 0
 	case est*(1-DiscoveryMargin) < current && full:
 		// A second signal while the key still holds the rate the last
@@ -410,6 +438,44 @@ func (s *State) silentSent(rateWorth float64, inStarts int64) float64 {
 		return rateWorth
 	}
 	return math.Min(rateWorth, float64(inStarts))
+}
+
+// sinceCut returns the upstream's allowance measured between the last
+// refusal signal and a refusal at now, in cost units per second, and
+// whether that interval is a measurement: at least CutHoldoff and less
+// than a discovery window long, with no pause in it (a refusal that named
+// a delay paused the key, and the upstream refilled meanwhile), at least
+// MinSinceAccepted accepted, and the key sending at least SentShare of its
+// rate throughout (it pressed on the limit the whole time). Both ends of
+// the interval found the upstream full, so what it accepted in between is
+// what it freed in that time: a token bucket's refill exactly, its burst
+// having been spent before the first refusal. The trailing window, by
+// contrast, still counts what the upstream accepted before its limit fell.
+func (s *State) sinceCut(now time.Time) (float64, bool) {
+	last := s.LastRefusal
+	if s.LearnedConcurrency > 0 && s.capFlags&capRaised == 0 && s.capAt > last.UnixNano() {
+		// A refusal read as a concurrency limit since (see
+		// concurrency.go) found the upstream full as well.
+		last = time.Unix(0, s.capAt)
+	}
+	if last.IsZero() || len(s.logs) != s.nLogs() {
+		return 0, false
+	}
+	since := now.Sub(last)
+	if since < CutHoldoff || since >= s.discoveryWindow() || s.PausedUntil.After(last) {
+		return 0, false
+	}
+	h := last.UnixNano()
+	starts := s.logs[len(s.Windows)].since(h)
+	accepted := starts - s.logs[len(s.Windows)+1].since(h)
+	// The key pressed on the limit throughout: it sent its rate, or the
+	// upstream refused in between too (the echoes of the last signal
+	// each emptied the key's bucket, so it sent less than its rate).
+	between := s.logs[len(s.Windows)+1].since(h) - 1 // less the refusal at now
+	if accepted < MinSinceAccepted || (float64(starts) < SentShare*s.rate()*since.Seconds() && between < 1) {
+		return 0, false
+	}
+	return float64(accepted) / since.Seconds(), true
 }
 
 // silentHold is the hold after a silent drop that ended a clean run of

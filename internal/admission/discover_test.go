@@ -499,3 +499,59 @@ func TestAnnouncedCutEcho(t *testing.T) {
 		t.Fatalf("refused past CutHoldoff of the announced cut: learned %.3f, want under %.3f", s.LearnedRate, announced)
 	}
 }
+
+// bucketModel is a token bucket of rate(now) per second and the given
+// burst, answering a refusal with no Retry-After (a 429 with no headers).
+type bucketModel struct {
+	rate     func(time.Time) float64
+	burst    float64
+	tokens   float64
+	at       time.Time
+	accepted []time.Time
+}
+
+func (m *bucketModel) answer(now time.Time) (bool, time.Time) {
+	if m.at.IsZero() {
+		m.tokens = m.burst
+	} else {
+		m.tokens = math.Min(m.burst, m.tokens+now.Sub(m.at).Seconds()*m.rate(now))
+	}
+	m.at = now
+	if m.tokens < 1 {
+		return false, time.Time{}
+	}
+	m.tokens--
+	m.accepted = append(m.accepted, now)
+	return true, time.Time{}
+}
+
+// TestBucketDropMeasuredBetweenRefusals drives adapt's key (ceiling 120,
+// burst 10) against a bucket of burst 10 that drops silently from 100/s to
+// 30/s. The second refusal signal, with no pause since the first, reads
+// the limit from what the bucket accepted between the two (its refill:
+// empty at both), not from the trailing window, which still counts the
+// old 100/s: the key learns about 30 within a second of the drop
+// instead of halving to ~22 and probing back past 30.
+func TestBucketDropMeasuredBetweenRefusals(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{Name: "k", Rate: 120, Burst: 10, Adaptive: true})
+	drop := t0.Add(8 * time.Second)
+	up := &bucketModel{burst: 10, rate: func(now time.Time) float64 {
+		if now.Before(drop) {
+			return 100
+		}
+		return 30
+	}}
+	drive(&s, up, t0, drop.Sub(t0))
+	refused := drive(&s, up, drop, 1500*time.Millisecond)
+	// Near the refill (a halving per signal at most, so two signals
+	// after the first): 25 to 31.5, not the ~22 the trailing window's
+	// halvings reached.
+	if s.LearnedRate < 25 || s.LearnedRate > 31.5 {
+		t.Fatalf("learned %.1f/s 1.5 s after a bucket dropped from 100 to 30/s, want about 30 (%d refusals)", s.LearnedRate, len(refused))
+	}
+	more := drive(&s, up, drop.Add(1500*time.Millisecond), 5*time.Second)
+	if s.LearnedRate < 25 || len(more) > 4 {
+		t.Fatalf("5 s later: learned %.1f/s after %d refusals, want >= 25 and at most 4 refusals", s.LearnedRate, len(more))
+	}
+}

@@ -15,8 +15,9 @@ import (
 // headers, paced by the adaptive key runAdapt declares (ceiling 120/s,
 // burst 10). It scores it as runAdapt does (goodput per phase, the first
 // second left out; seconds to converge after each change) and holds it,
-// over three seeds, to the goodput target (>= 0.85) and to the convergence
-// it reaches (the 5 s target is not met here; see below). The real `ratelane bench adapt` figure is this plus the machine's
+// over three seeds, to what it reaches: goodput 0.938 (target >= 0.85),
+// convergence 3 s after the drop and 2 s after the rise (target <= 5 s),
+// 1.88% refused (target <= 2%). The real `ratelane bench adapt` figure is this plus the machine's
 // noise; this one fails on a discovery regression, not on a loaded run.
 func TestVirtualAdapt(t *testing.T) {
 	const phase = 15
@@ -70,13 +71,14 @@ func TestVirtualAdapt(t *testing.T) {
 		goodput := acc / allowance
 		t.Logf("%s goodput %.3f, worst convergence %.0f s, refused %.2f%%", line, goodput, worst, 100*r.share)
 		// Held to what the strategy reaches here, as TestVirtualUpstreams
-		// holds its mixes: the goodput target (0.85) is met; the
-		// convergence target (5 s) is not after the drop to 30/s, where
-		// the learned rate overshoots below (a halving to ~22/s) and then
-		// probes past 30 twice before it settles (12 s; the same at the
-		// end of session 5, 26a8bd3). See docs/benchmarks.md.
-		if goodput < 0.85 || worst > 12 {
-			t.Errorf("seed %d: goodput %.3f (want >= 0.85), worst convergence %.0f s (want <= 12)", seed, goodput, worst)
+		// holds its mixes. Until session 16 the drop to 30/s took 12 s:
+		// the trailing window, still counting the old 100/s, halved the
+		// key to ~22/s, and the probe passed 30 twice before it settled;
+		// measured between two refusals (discover.go, sinceCut) it is
+		// learned on the second signal. See docs/benchmarks.md.
+		if goodput < 0.91 || worst > 3 || r.share > 0.02 {
+			t.Errorf("seed %d: goodput %.3f (want >= 0.91), worst convergence %.0f s (want <= 3), refused %.2f%% (want <= 2%%)",
+				seed, goodput, worst, 100*r.share)
 		}
 	}
 }
