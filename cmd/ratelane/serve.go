@@ -112,9 +112,9 @@ type batchLaneConfig struct {
 	Turnaround string `json:"turnaround"`
 	// CPUs is the batch lane's CPU governor in every region
 	// (ratelane.Config.BatchCPUs): at most this many pieces of batch-lane
-	// work at once; 0 (the default) is off. For a node whose batch lane is
-	// review sweeps: with it on, webhook deliveries (batch-lane jobs too)
-	// run at most this many at a time.
+	// work that compute (review batch handlers, aggregations, sweep
+	// passes) at once; webhook deliveries and other kinds that wait take
+	// no turn. 0 (the default) is off.
 	CPUs int `json:"cpus"`
 }
 
