@@ -86,9 +86,8 @@ type Config struct {
 	// computing batch job is leased only when a turn is free, so one that
 	// waits for a turn holds no worker slot and no lease. Kinds that wait
 	// (webhook deliveries, anything not declaring ComputeBound) take no
-	// turn. Zero (the default) or negative: off; for a region whose batch
-	// lane is review sweeps, engine.DefaultBatchCPUs(GOMAXPROCS) is the
-	// measured choice (docs/configuration.md).
+	// turn. Zero: the default, engine.DefaultBatchCPUs(GOMAXPROCS), half
+	// the CPUs and at least one; negative: off (docs/configuration.md).
 	BatchCPUs int
 	// Retention is how long finished jobs are kept (and idempotency keys
 	// remembered); default 30 days.

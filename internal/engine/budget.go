@@ -12,10 +12,8 @@ import (
 // work is in flight, one piece of batch-lane work runs at a time.
 const DefaultBatchPieces = 1
 
-// DefaultBatchCPUs is the Config.BatchCPUs to choose, for a process with
-// procs CPUs (GOMAXPROCS), in a region whose batch lane is CPU work (review
-// sweeps; the governor is off by default: see Config.BatchCPUs): half of
-// them, at least one. Half, not all but one:
+// DefaultBatchCPUs is Config.BatchCPUs' default for a process with procs
+// CPUs (GOMAXPROCS): half of them, at least one. Half, not all but one:
 // each running piece of batch-lane work drives about as much again in
 // goroutines it does not own (the SQLite writer running its writes, the
 // garbage collector), so one batch piece on a 2-core machine already

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,8 +162,9 @@ type Config struct {
 	// that run at once in this engine at any time, so that interactive
 	// work always finds a free core. A computing batch job is leased only
 	// with a free turn, so one waiting for a turn holds no worker slot and
-	// no lease. Zero or negative: off, the default (handlers are then not
-	// bounded, and BatchPieces alone applies).
+	// no lease. Default DefaultBatchCPUs(GOMAXPROCS); negative: off
+	// (computing handlers are then not bounded, and BatchPieces alone
+	// applies).
 	//
 	// A kind that waits rather than computes takes no turn: a webhook
 	// delivery is a batch-lane job whose handler spends its time on the
@@ -269,6 +271,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchPieces == 0 {
 		c.BatchPieces = DefaultBatchPieces
+	}
+	if c.BatchCPUs == 0 {
+		c.BatchCPUs = DefaultBatchCPUs(runtime.GOMAXPROCS(0))
 	}
 	if c.Now == nil {
 		c.Now = time.Now
