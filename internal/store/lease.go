@@ -140,10 +140,12 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 				return nil, err
 			}
 			if s.lane == job.LaneBatch {
-				if took := len(l.chosen) - before; counting && l.counted <= 0 && took < want && len(p.BatchMaxKinds) > 0 {
+				if took := len(l.chosen) - before; counting && l.counted <= 0 && took < want && len(p.BatchMaxKinds) > 0 && len(p.Kinds) > 0 {
 					// The counted kinds' bound was reached on groups that
 					// may have hidden the other kinds' (a look is 2*want+16
-					// groups): look again for those alone.
+					// groups): look again for those alone (with Kinds
+					// empty no filter can name them, and the same groups
+					// would come back).
 					if err := l.lane(s.lane, want-took); err != nil {
 						return nil, err
 					}
