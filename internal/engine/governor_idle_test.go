@@ -113,8 +113,12 @@ func TestIdleGovernorCostsInteractiveNothing(t *testing.T) {
 	on := runInteractiveStream(t, 1)
 	t.Logf("off: %+v", off)
 	t.Logf("one turn: %+v", on)
-	if calls, base := on.leases+on.finishLeases, off.leases+off.finishLeases; calls > base+base/20 {
-		t.Errorf("one turn: %d lease calls, against %d off", calls, base)
+	// The fetch loop's leases only: how many finishes lease in their
+	// write depends on whether the fetch loop was idle at that moment,
+	// which real SQLite I/O inside the bubble leaves to the scheduler
+	// (99–132 of them in either mode, run to run).
+	if on.leases > off.leases+off.leases/20 {
+		t.Errorf("one turn: %d fetch-loop leases, against %d off", on.leases, off.leases)
 	}
 	if on.queued != off.queued || on.queuedSeconds > off.queuedSeconds+0.001 {
 		t.Errorf("one turn: %d jobs queued %.3f s in all, against %d and %.3f s off", on.queued, on.queuedSeconds, off.queued, off.queuedSeconds)
