@@ -80,15 +80,14 @@ type Config struct {
 	// the budget off.
 	BatchPieces int
 	// BatchCPUs is the batch lane's CPU governor in this process: at most
-	// this many pieces of batch-lane work (as for BatchPieces, a batch
-	// job's handler included) run at once at any time, so interactive work
-	// always finds a free core; a batch job is leased only when a turn is
-	// free, so one that waits holds no worker slot and no lease. Zero (the
-	// default) or negative: off. Off by default because webhook deliveries
-	// are batch-lane jobs that wait on subscribers rather than compute, and
-	// a turn per core would serialize them; for a region whose batch lane
-	// is review sweeps, engine.DefaultBatchCPUs(GOMAXPROCS) is the measured
-	// choice (docs/configuration.md).
+	// this many pieces of batch-lane work that compute (as for
+	// BatchPieces, and the handlers of computing kinds: ComputeBound) run
+	// at once at any time, so interactive work always finds a free core; a
+	// computing batch job is leased only when a turn is free, so one that
+	// waits for a turn holds no worker slot and no lease. Kinds that wait
+	// (webhook deliveries, anything not declaring ComputeBound) take no
+	// turn. Zero: the default, engine.DefaultBatchCPUs(GOMAXPROCS), half
+	// the CPUs and at least one; negative: off (docs/configuration.md).
 	BatchCPUs int
 	// Retention is how long finished jobs are kept (and idempotency keys
 	// remembered); default 30 days.
@@ -210,6 +209,9 @@ func (c *Config) HandleIn(region, kind string, h Handler, p Publisher) {
 	if rb, ok := h.(RunTimeBound); ok {
 		k.MaxRunTime = rb.MaxRunTime()
 	}
+	if cb, ok := h.(ComputeBound); ok {
+		k.Computes = cb.ComputeBound()
+	}
 	if p != nil {
 		k.Publisher = p
 	}
@@ -223,6 +225,20 @@ func (c *Config) HandleIn(region, kind string, h Handler, p Publisher) {
 // heartbeat interval) to 7 days.
 type RunTimeBound interface {
 	MaxRunTime() time.Duration
+}
+
+// ComputeBound is implemented by handlers that declare what their
+// attempts spend their time on. ComputeBound returns true for a handler
+// that computes in this process (parses, scores, aggregates: CPU work)
+// and false for one that waits on something outside it (an HTTP call, a
+// provider, a subscriber). Only computing batch-lane jobs take a turn of
+// the batch lane's CPU governor (Config.BatchCPUs), so a sweep of them
+// leaves cores to interactive work; a waiting kind's batch jobs run as
+// many at once as their limit keys and Workers allow, since a turn held
+// while waiting would only idle a core and serialize the waits. A handler
+// that does not implement it waits, as the built-in webhook deliveries do.
+type ComputeBound interface {
+	ComputeBound() bool
 }
 
 // boundResource remembers what was registered for the region check.

@@ -136,7 +136,11 @@ func (rt *regionRT) bindBatches(r *ratelane.PluginRegion, rc RegionConfig) error
 		Wake: func(id string) { rt.r.Jobs().PartsChangedIn(id, ratelane.LaneBatch) }, PollInterval: rc.Batch.PollInterval, MinTurnaround: rc.Batch.MinTurnaround, SettleGroup: rc.Batch.SettleGroup, Now: cfg.Now,
 		Logger: cfg.Logger, Stage: rc.Batch.Stage})
 	for kind, fn := range map[string]engine.HandlerFunc{KindBatchSubmit: rt.batches.HandleSubmit, KindBatchCollect: rt.batches.HandleCollect} {
-		if err := r.Handle(kind, engine.Kind{Handler: fn}); err != nil {
+		// Both compute: they build and parse a provider batch's files and
+		// settle its results, a thousand items an attempt, and return
+		// pending between polls rather than wait; they take turns of the
+		// batch lane's CPU governor, and pass them at engine.Yield.
+		if err := r.Handle(kind, engine.Kind{Handler: fn, Computes: true}); err != nil {
 			return err
 		}
 	}

@@ -37,7 +37,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Runs, "runs", 1, "run each workload this many times and report each metric's median (JSON adds \"runs\": every run's value; the table shows min–max)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	fs.IntVar(&o.BatchPieces, "batch-pieces", 0, "batch-isolation only: Config.BatchPieces, the batch budget (0: the default, 1; -1: off)")
-	fs.IntVar(&o.BatchCPUs, "batch-cpus", 0, "batch-isolation only: Config.BatchCPUs, the batch lane's CPU governor (0: the default, off; 1 or more: at most that many batch pieces at once)")
+	fs.IntVar(&o.BatchCPUs, "batch-cpus", 0, "batch-isolation only: Config.BatchCPUs, the batch lane's CPU governor (0: the default, half the CPUs and at least one; -1: off; 1 or more: at most that many computing batch pieces at once)")
 	var mixes string
 	var verbose bool
 	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")

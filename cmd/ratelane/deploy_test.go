@@ -77,7 +77,8 @@ func TestBatchLaneCPUs(t *testing.T) {
 	}{
 		{`{"batch_lane": {"cpus": 1}}`, 1, ""},
 		{`{"batch_lane": {"poll_interval": "1m"}}`, 0, ""},
-		{`{"batch_lane": {"cpus": -1}}`, 0, "batch_lane.cpus"},
+		{`{"batch_lane": {"cpus": -1}}`, -1, ""},
+		{`{"batch_lane": {"cpus": -2}}`, 0, "batch_lane.cpus"},
 	} {
 		path := filepath.Join(t.TempDir(), "ratelane.json")
 		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {

@@ -112,9 +112,9 @@ type batchLaneConfig struct {
 	Turnaround string `json:"turnaround"`
 	// CPUs is the batch lane's CPU governor in every region
 	// (ratelane.Config.BatchCPUs): at most this many pieces of batch-lane
-	// work at once; 0 (the default) is off. For a node whose batch lane is
-	// review sweeps: with it on, webhook deliveries (batch-lane jobs too)
-	// run at most this many at a time.
+	// work that compute (review batch handlers, aggregations, sweep
+	// passes) at once; webhook deliveries and other kinds that wait take
+	// no turn. 0: the default, half the CPUs and at least one; -1: off.
 	CPUs int `json:"cpus"`
 }
 
@@ -174,8 +174,8 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 	cfg.Regions, cfg.Limits, cfg.DefaultLimit = fc.Regions, fc.Limits, fc.DefaultLimit
 	f.allowPrivate = f.allowPrivate || fc.AllowPrivateTargets
 	f.providers = fc.Providers
-	if fc.BatchLane.CPUs < 0 {
-		return fmt.Errorf("config %s: batch_lane.cpus: want 0 (off) or a positive count, not %d", f.config, fc.BatchLane.CPUs)
+	if fc.BatchLane.CPUs < -1 {
+		return fmt.Errorf("config %s: batch_lane.cpus: want 0 (the default), -1 (off) or a positive count, not %d", f.config, fc.BatchLane.CPUs)
 	}
 	cfg.BatchCPUs = fc.BatchLane.CPUs
 	for _, d := range []struct {

@@ -12,10 +12,8 @@ import (
 // work is in flight, one piece of batch-lane work runs at a time.
 const DefaultBatchPieces = 1
 
-// DefaultBatchCPUs is the Config.BatchCPUs to choose, for a process with
-// procs CPUs (GOMAXPROCS), in a region whose batch lane is CPU work (review
-// sweeps; the governor is off by default: see Config.BatchCPUs): half of
-// them, at least one. Half, not all but one:
+// DefaultBatchCPUs is Config.BatchCPUs' default for a process with procs
+// CPUs (GOMAXPROCS): half of them, at least one. Half, not all but one:
 // each running piece of batch-lane work drives about as much again in
 // goroutines it does not own (the SQLite writer running its writes, the
 // garbage collector), so one batch piece on a 2-core machine already
@@ -38,9 +36,13 @@ func DefaultBatchCPUs(procs int) int { return max(1, procs/2) }
 //   - limit (Config.BatchPieces), while interactive work is in flight in
 //     this engine (the engine's inFlight tells).
 //
-// A batch job's handler takes its turn when it is leased, not when it
-// starts: the fetch loop asks the store for at most as many batch jobs as
-// it has free turns (store.LeaseParams.BatchMax), so a batch job never
+// Only the handlers of computing kinds (Kind.Computes) take turns; a
+// waiting kind's batch jobs (webhook deliveries) are leased and run
+// without one, bounded by their keys and the worker slots. A computing
+// batch job's handler takes its turn when it is leased, not when it
+// starts: the fetch loop asks the store for at most as many computing
+// batch jobs as it has free turns (store.LeaseParams.BatchMax and
+// BatchMaxKinds), so a batch job never
 // waits for a turn holding a worker slot and a lease (a held handler did,
 // and with the slots full of them no interactive job was leased:
 // docs/benchmarks.md, "Session 11 (s11h5)"); heartbeats and lease expiry

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,20 @@ type Kind struct {
 	// parents, repairing a missed wake-up or a crash; default
 	// DefaultSweepEvery.
 	SweepEvery time.Duration
+	// Computes declares that the kind's handler spends its time computing
+	// in this process (parsing, validating, aggregating) rather than
+	// waiting on something outside it (an HTTP call, a subscriber, a
+	// provider's answer). Only computing batch-lane jobs take a turn of
+	// the batch lane's CPU governor (Config.BatchCPUs): a waiting kind's
+	// batch jobs are leased under their keys' pacing and the worker slots
+	// alone, as they would be with the governor off, since a turn held
+	// while waiting would leave a core idle and serialize the waits (one
+	// turn ran webhook deliveries one at a time: docs/benchmarks.md,
+	// "Session 15: the merge, quiet (lead)"). The zero value is waiting:
+	// the governor never slows a kind that did not ask for it. A kind
+	// with an Aggregate and no Handler computes (its redriven parents are
+	// aggregated). The interactive lane ignores it.
+	Computes bool
 }
 
 // DefaultMaxRunTime is Config.MaxRunTime's default: long enough for a slow
@@ -142,21 +157,22 @@ type Config struct {
 	// turns this bound off.
 	BatchPieces int
 	// BatchCPUs is the batch lane's CPU governor (budget.go): when
-	// positive, the most pieces of batch-lane work (as for BatchPieces, a
-	// batch job's handler included) that run at once in this engine at any
-	// time, so that interactive work always finds a free core. A batch job
-	// is leased only with a free turn, so a batch job waiting for one holds
-	// no worker slot and no lease. Zero or negative: off, the default
-	// (handlers are then not bounded, and BatchPieces alone applies).
+	// positive, the most pieces of batch-lane work that compute (as for
+	// BatchPieces, and the handlers of kinds that declare Kind.Computes)
+	// that run at once in this engine at any time, so that interactive
+	// work always finds a free core. A computing batch job is leased only
+	// with a free turn, so one waiting for a turn holds no worker slot and
+	// no lease. Default DefaultBatchCPUs(GOMAXPROCS); negative: off
+	// (computing handlers are then not bounded, and BatchPieces alone
+	// applies).
 	//
-	// Off by default because the batch lane also carries work that waits
-	// rather than computes: a webhook delivery is a batch-lane job whose
-	// handler spends its time on the subscriber's answer, and one turn per
-	// core would serialize deliveries (`bench upstreams --smoke`: the many
-	// mix 1.05 → 6.29 of ideal at one turn). Turn it on for a region whose
-	// batch lane is CPU work, such as review sweeps; DefaultBatchCPUs is the
-	// value measured there (docs/benchmarks.md, "Session 15: the merge,
-	// quiet (lead)").
+	// A kind that waits rather than computes takes no turn: a webhook
+	// delivery is a batch-lane job whose handler spends its time on the
+	// subscriber's answer, and when every batch handler took a turn, one
+	// turn serialized deliveries (`bench upstreams --smoke`: the many mix
+	// 1.05 → 6.29 of ideal: docs/benchmarks.md, "Session 15: the merge,
+	// quiet (lead)"). DefaultBatchCPUs is the value measured for a batch
+	// lane of review sweeps.
 	BatchCPUs int
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
@@ -255,6 +271,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchPieces == 0 {
 		c.BatchPieces = DefaultBatchPieces
+	}
+	if c.BatchCPUs == 0 {
+		c.BatchCPUs = DefaultBatchCPUs(runtime.GOMAXPROCS(0))
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -356,6 +375,10 @@ type Engine struct {
 	aggKinds     []string
 	parents      chan parentWake
 	batchParents chan parentWake
+
+	// computing are the kinds that declare Kind.Computes: only their
+	// batch jobs take a turn of the CPU governor (budget.go).
+	computing []string
 
 	// admits holds, earliest first, the times at which groups the lease
 	// calls skipped (a key refused them) may be admitted; only the fetch
@@ -462,10 +485,14 @@ func New(cfg Config) (*Engine, error) {
 			e.aggKinds = append(e.aggKinds, name)
 			if k.Handler == nil {
 				k.Handler = e.aggregateHandler(k)
+				k.Computes = true
 			}
 		}
 		kinds[name] = k
 		e.kinds = append(e.kinds, name)
+		if k.Computes {
+			e.computing = append(e.computing, name)
+		}
 	}
 	e.cfg.Kinds = kinds // a copy: the caller's map is not changed
 	if e.aggregates() {
@@ -692,7 +719,7 @@ func (e *Engine) leaseAndRun() int {
 		// docs/benchmarks.md, "Session 13: the merge, quiet (lead)").
 		free += e.moreSlots(want-free, time.Millisecond)
 	}
-	turns, batchMax := e.budget.take(free)
+	turns, batchMax := e.takeTurns(free)
 	jobs, err := e.lease(free, batchMax)
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
@@ -750,7 +777,7 @@ func (e *Engine) lease(n, batchMax int) ([]*job.Job, error) {
 // the earliest time a group it skipped may be admitted.
 func (e *Engine) leaseParams(n, batchMax int, admit *time.Time) LeaseParams {
 	return LeaseParams{
-		Max: n, BatchMax: batchMax, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
+		Max: n, BatchMax: batchMax, BatchMaxKinds: e.computing, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
 		NextAdmission: func(at time.Time) { *admit = at },
 	}
 }
@@ -777,7 +804,7 @@ func (e *Engine) runLeased(jobs []*job.Job, free, turns int) {
 			ready = j.EligibleAt
 		}
 		e.stages.observe(j.Lane, stQueued, now.Sub(ready))
-		if j.Lane == job.LaneBatch {
+		if e.takesTurn(j) {
 			batch++
 		}
 	}
@@ -786,8 +813,23 @@ func (e *Engine) runLeased(jobs []*job.Job, free, turns int) {
 	}
 	e.budget.leased(turns, batch, free)
 	for _, j := range jobs {
-		e.run(j, turns > 0 && j.Lane == job.LaneBatch)
+		e.run(j, turns > 0 && e.takesTurn(j))
 	}
+}
+
+// takesTurn reports whether j, leased, holds a turn of the CPU governor:
+// a batch-lane job of a computing kind (Kind.Computes).
+func (e *Engine) takesTurn(j *job.Job) bool {
+	return j.Lane == job.LaneBatch && e.cfg.Kinds[j.Kind].Computes
+}
+
+// takeTurns is budget.take for a lease of up to n jobs: no turn, and no
+// bound, when none of the engine's kinds computes.
+func (e *Engine) takeTurns(n int) (turns, batchMax int) {
+	if len(e.computing) == 0 {
+		return 0, 0
+	}
+	return e.budget.take(n)
 }
 
 // run starts one job's handler on its own goroutine; the slot it holds is

@@ -124,6 +124,9 @@ type LeaseParams struct {
 	// BatchMax bounds the batch-lane jobs leased (store.LeaseParams.BatchMax:
 	// negative none, zero no bound).
 	BatchMax int
+	// BatchMaxKinds are the kinds BatchMax counts (store.LeaseParams.BatchMaxKinds:
+	// empty, every kind).
+	BatchMaxKinds []string
 	// NextAdmission, when set, is told the earliest time a key that
 	// refused this call may admit again.
 	NextAdmission func(at time.Time)
@@ -150,7 +153,7 @@ func (w *Jobs) leaseParams(p LeaseParams) store.LeaseParams {
 	w.mu.Unlock()
 	return store.LeaseParams{
 		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant,
-		BatchMin: batchMin, BatchMax: p.BatchMax, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
+		BatchMin: batchMin, BatchMax: p.BatchMax, BatchMaxKinds: p.BatchMaxKinds, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
 	}
 }
 

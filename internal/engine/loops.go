@@ -105,7 +105,7 @@ func (e *Engine) finishLease(ctx context.Context, rs []Report) (done []Reported,
 	if free = e.takeSlots(); free == 0 {
 		return nil, nil, 0, 0, false
 	}
-	turns, batchMax := e.budget.take(free)
+	turns, batchMax := e.takeTurns(free)
 	var admit time.Time
 	done, leased, err := e.jobs.ReportLease(ctx, rs, e.leaseParams(free, batchMax, &admit))
 	if err != nil {

@@ -107,7 +107,7 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 	if err := tx.PromoteDue(p.Now); err != nil {
 		return nil, err
 	}
-	batchCap := p.BatchCap()
+	batchCap := p.BatchLaneCap()
 	batchFirst := min(p.BatchMin, batchCap)
 	if batchFirst > 0 && p.InteractiveBudget > 0 {
 		oldest, ok, err := tx.OldestReady(job.LaneInteractive, p.Now)
@@ -118,7 +118,7 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 			batchFirst = 0
 		}
 	}
-	l := &leaser{tx: tx, p: p, keys: map[string]*admission.State{}, taken: map[string]bool{}, newToken: newToken}
+	l := &leaser{tx: tx, p: p, keys: map[string]*admission.State{}, taken: map[string]bool{}, newToken: newToken, counted: p.BatchCap()}
 	steps := []struct {
 		lane job.Lane
 		n    int
@@ -135,11 +135,21 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 			n -= batchTook
 		}
 		if want := min(n, p.Max-len(l.chosen)); want > 0 {
-			before := len(l.chosen)
+			before, counting := len(l.chosen), l.counted > 0
 			if err := l.lane(s.lane, want); err != nil {
 				return nil, err
 			}
 			if s.lane == job.LaneBatch {
+				if took := len(l.chosen) - before; counting && l.counted <= 0 && took < want && len(p.BatchMaxKinds) > 0 && len(p.Kinds) > 0 {
+					// The counted kinds' bound was reached on groups that
+					// may have hidden the other kinds' (a look is 2*want+16
+					// groups): look again for those alone (with Kinds
+					// empty no filter can name them, and the same groups
+					// would come back).
+					if err := l.lane(s.lane, want-took); err != nil {
+						return nil, err
+					}
+				}
 				batchTook += len(l.chosen) - before
 			}
 		}
@@ -167,8 +177,19 @@ type leaser struct {
 	taken    map[string]bool // a lane may be visited twice in one call
 	newToken func() string
 	wake     time.Time // the earliest blocked-until of the groups skipped
-	// batchEmpty: the batch lane had no ready group in this call.
+	// batchEmpty: the batch lane had no ready group in this call (its
+	// kinds filter only narrows as counted falls, so a second look would
+	// find none either).
 	batchEmpty bool
+	// counted is how many more batch-lane jobs of the kinds BatchMax
+	// counts the call may take.
+	counted int
+}
+
+// capped reports whether c is a batch-lane group of a kind BatchMax
+// counts whose bound the call has reached.
+func (l *leaser) capped(c *groupCursor) bool {
+	return c.g.Lane == job.LaneBatch && l.counted <= 0 && l.p.BatchCounts(c.g.Kind)
 }
 
 type groupCursor struct {
@@ -186,7 +207,14 @@ type groupCursor struct {
 // lane takes up to want jobs from the lane's ready groups, one job per group
 // per pass, so the groups share the slots evenly.
 func (l *leaser) lane(lane job.Lane, want int) error {
-	groups, err := l.tx.ReadyGroups(lane, GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}, l.p.Now, 2*want+16)
+	kinds := l.p.Kinds
+	if lane == job.LaneBatch {
+		kinds = l.p.BatchKinds(l.counted)
+		if len(l.p.Kinds) > 0 && len(kinds) == 0 {
+			return nil // every kind is counted, and the bound is reached
+		}
+	}
+	groups, err := l.tx.ReadyGroups(lane, GroupFilter{Kinds: kinds, Tenant: l.p.Tenant}, l.p.Now, 2*want+16)
 	if err != nil {
 		return err
 	}
@@ -247,6 +275,9 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 		for _, c := range active {
 			if want == 0 {
 				break
+			}
+			if l.capped(c) {
+				continue // left for a lease with a turn free
 			}
 			took, err := l.step(c, want)
 			if err != nil {
@@ -338,6 +369,9 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 	}
 	c.next++
 	c.took++
+	if c.g.Lane == job.LaneBatch && l.p.BatchCounts(c.g.Kind) {
+		l.counted--
+	}
 	l.taken[cand.ID] = true
 	l.chosen = append(l.chosen, Leased{ID: cand.ID, Token: l.newToken()})
 	return true, nil

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
@@ -309,12 +310,22 @@ type LeaseParams struct {
 	// minimum share; it is ignored while the oldest ready interactive job has
 	// waited longer than InteractiveBudget.
 	BatchMin int
-	// BatchMax bounds the batch-lane jobs the call leases: when positive, at
+	// BatchMax bounds the batch-lane jobs the call leases of the kinds in
+	// BatchMaxKinds (of every kind when that is empty): when positive, at
 	// most that many; when negative, none; zero, no bound but Max. An
 	// engine sets it to the batch lane's free turns of its CPU governor, so
 	// that a batch job is never leased while it could not run (it would
 	// hold a worker slot and its lease, waiting).
 	BatchMax int
+	// BatchMaxKinds, when not empty, are the kinds BatchMax counts: the
+	// engine's computing kinds (engine.Kind.Computes). Batch-lane jobs of
+	// the other kinds (a webhook delivery, which waits on its subscriber)
+	// are leased as if BatchMax were zero, under their keys' pacing only,
+	// also while the counted kinds' bound is reached. With Kinds set, a
+	// lease whose bound is reached asks only for the other kinds' groups,
+	// so ready groups of counted kinds never hide them; with Kinds empty
+	// (every kind) it passes over such groups instead.
+	BatchMaxKinds []string
 	// InteractiveBudget is the interactive lane's latency budget.
 	InteractiveBudget time.Duration
 	// NextAdmission, when set, is called once per call that skipped a
@@ -325,8 +336,8 @@ type LeaseParams struct {
 	NextAdmission func(at time.Time)
 }
 
-// BatchCap is the most batch-lane jobs a lease with p may take (BatchMax
-// within Max).
+// BatchCap is the most batch-lane jobs of the kinds BatchMax counts a
+// lease with p may take (BatchMax within Max).
 func (p LeaseParams) BatchCap() int {
 	switch {
 	case p.BatchMax < 0:
@@ -335,6 +346,32 @@ func (p LeaseParams) BatchCap() int {
 		return min(p.BatchMax, p.Max)
 	}
 	return p.Max
+}
+
+// BatchCounts reports whether BatchMax counts batch-lane jobs of kind.
+func (p LeaseParams) BatchCounts(kind string) bool {
+	return len(p.BatchMaxKinds) == 0 || slices.Contains(p.BatchMaxKinds, kind)
+}
+
+// BatchLaneCap is the most batch-lane jobs of any kind a lease with p may
+// take: BatchCap when BatchMax counts every kind the lease may take, else
+// Max (the uncounted kinds are bounded by Max alone).
+func (p LeaseParams) BatchLaneCap() int {
+	if len(p.BatchMaxKinds) == 0 || (len(p.Kinds) > 0 && !slices.ContainsFunc(p.Kinds, func(k string) bool { return !p.BatchCounts(k) })) {
+		return p.BatchCap()
+	}
+	return p.Max
+}
+
+// BatchKinds is the kinds filter of a lease's batch-lane groups once left
+// more jobs of the counted kinds may be taken: Kinds, less the counted
+// kinds when left is 0 and Kinds is set (when it is empty the lease
+// passes over the counted kinds' groups itself).
+func (p LeaseParams) BatchKinds(left int) []string {
+	if left > 0 || len(p.BatchMaxKinds) == 0 || len(p.Kinds) == 0 {
+		return p.Kinds
+	}
+	return slices.DeleteFunc(slices.Clone(p.Kinds), p.BatchCounts)
 }
 
 // Transition ends one attempt of a running job. The engine computes it from

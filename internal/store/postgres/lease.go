@@ -87,7 +87,8 @@ const oldestReadySQL = `SELECT (SELECT eligible_at FROM jobs WHERE state = 'wait
 // OldestReady of the interactive lane is what store.Lease asks first,
 // before it looks at the batch lane and then the interactive lane, whose
 // first ReadyGroups calls follow with arguments known now: the lease's
-// filter, now, and limits of 2*min(BatchMin, BatchCap())+16 and, when the batch
+// filter (the batch lane's with BatchKinds), now, and limits of
+// 2*min(BatchMin, BatchLaneCap())+16 and, when the batch
 // lane gives nothing, 2*Max+16. All three go out in one round trip (with
 // BEGIN and the promotion), so such a lease is three round trips, not
 // five. The groups are locked a little earlier, by the same transaction,
@@ -101,8 +102,9 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 		return nullTM(at), at != nil, err
 	}
 	f := store.GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}
+	bf := store.GroupFilter{Kinds: l.p.BatchKinds(l.p.BatchCap()), Tenant: l.p.Tenant}
 	pre := map[job.Lane]*readyGroups{
-		job.LaneBatch:       {f: f, now: now, limit: 2*min(l.p.BatchMin, l.p.BatchCap()) + 16},
+		job.LaneBatch:       {f: bf, now: now, limit: 2*min(l.p.BatchMin, l.p.BatchLaneCap()) + 16},
 		job.LaneInteractive: {f: f, now: now, limit: 2*l.p.Max + 16},
 	}
 	lanes := []job.Lane{job.LaneBatch, job.LaneInteractive}
@@ -110,7 +112,7 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 	b.Queue(oldestReadySQL, string(lane), ns(now))
 	b.Queue(groupScanOnly)
 	for _, ln := range lanes {
-		b.Queue(readyGroupsSQL, readyGroupsArgs(ln, f, now, pre[ln].limit)...)
+		b.Queue(readyGroupsSQL, readyGroupsArgs(ln, pre[ln].f, now, pre[ln].limit)...)
 	}
 	b.Queue(groupScanAny)
 	br := l.tx.SendBatch(l.ctx, b)

@@ -694,6 +694,73 @@ func testBatchMax(t *testing.T, open Opener) {
 	}
 }
 
+// testBatchMaxKinds: with BatchMaxKinds, BatchMax bounds only the
+// batch-lane jobs of those kinds (an engine's computing kinds); the other
+// batch kinds (a webhook delivery, which waits) are leased up to Max, also
+// when the bound is reached, and ready groups of the counted kinds listed
+// first in the round do not hide them (more of them than one look at the
+// lane's groups reads).
+func testBatchMaxKinds(t *testing.T, open Opener) {
+	s := open(t)
+	const computing, waiting = "compute", "wait"
+	var js []*job.Job
+	for i := range 40 { // 40 groups, made first: first in the round
+		j := NewJob("acme", job.LaneBatch, fmt.Sprintf("c%d", i))
+		j.Kind = computing
+		js = append(js, j)
+	}
+	insert(t, s, js...)
+	for range 10 {
+		j := NewJob("acme", job.LaneBatch, "w")
+		j.Kind = waiting
+		insert(t, s, j)
+	}
+	kinds := func(jobs []*job.Job) (c, w int) {
+		for _, j := range jobs {
+			switch {
+			case j.Lane != job.LaneBatch:
+			case j.Kind == computing:
+				c++
+			case j.Kind == waiting:
+				w++
+			}
+		}
+		return c, w
+	}
+	p := store.LeaseParams{Now: T0, Max: 4, LeaseFor: time.Minute, Kinds: []string{computing, waiting},
+		BatchMax: -1, BatchMaxKinds: []string{computing}, InteractiveBudget: time.Minute}
+	got, err := s.Lease(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, w := kinds(got); c != 0 || w != 4 {
+		t.Fatalf("BatchMax -1 counting %q: leased %d %s and %d %s, want 0 and 4", computing, c, computing, w, waiting)
+	}
+	p.BatchMax, p.BatchMin = 1, 2
+	if got, err = s.Lease(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if c, w := kinds(got); c != 1 || w != 3 {
+		t.Fatalf("BatchMax 1 counting %q: leased %d %s and %d %s, want 1 and 3", computing, c, computing, w, waiting)
+	}
+	// Only counted kinds asked for: the bound holds as without BatchMaxKinds.
+	p.Kinds, p.BatchMax, p.BatchMin = []string{computing}, 2, 0
+	if got, err = s.Lease(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if c, w := kinds(got); c != 2 || w != 0 {
+		t.Fatalf("BatchMax 2, only %q asked for: leased %d and %d %s, want 2 and 0", computing, c, w, waiting)
+	}
+	// Every kind (Kinds empty): the counted kinds' groups are passed over.
+	p.Kinds, p.BatchMax = nil, -1
+	if got, err = s.Lease(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := kinds(got); c != 0 {
+		t.Fatalf("BatchMax -1, every kind: leased %d %s, want none", c, computing)
+	}
+}
+
 func countLane(jobs []*job.Job, lane job.Lane) int {
 	n := 0
 	for _, j := range jobs {

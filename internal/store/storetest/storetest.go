@@ -65,6 +65,7 @@ func Run(t *testing.T, open Opener) {
 		"InteractiveFirst":      testInteractiveFirst,
 		"BatchMinShare":         testBatchMinShare,
 		"BatchMax":              testBatchMax,
+		"BatchMaxKinds":         testBatchMaxKinds,
 		"TenantFairness":        testTenantFairness,
 		"FairnessOnPacedKey":    testFairnessOnPacedKey,
 		"KindsFilter":           testKindsFilter,
