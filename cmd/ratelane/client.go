@@ -437,8 +437,7 @@ var errHelp = flag.ErrHelp
 // newFlagSet returns a flag set that reports errors instead of exiting, with
 // a usage line printed to stderr.
 func newFlagSet(name, args, summary string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("ratelane "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("ratelane "+name, stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ratelane %s %s\n\n%s\n\nFlags:\n", name, args, summary)
 		fs.PrintDefaults()
@@ -636,4 +635,12 @@ func listQuery(filters map[string]string, limit int) url.Values {
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	return q
+}
+
+// commandFlags is the flag set of the command or verb name: parse errors come
+// back to the caller (which exits 2), and usage and errors go to stderr.
+func commandFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
 }

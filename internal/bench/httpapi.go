@@ -185,15 +185,19 @@ type latencyFigure struct {
 	lat  *timings
 }
 
-// rateResult is an HTTP workload's Result: n over elapsed as the figure
-// rate (in unit), then each latency figure in milliseconds.
-func rateResult(rate, unit string, n int, elapsed time.Duration, figs ...latencyFigure) Result {
+// rateResult ends an HTTP workload with timedParallel's answer: its error,
+// or a Result of n over elapsed as the figure rate (in unit), then each
+// latency figure in milliseconds.
+func rateResult(elapsed time.Duration, err error, rate, unit string, n int, figs ...latencyFigure) (Result, error) {
+	if err != nil {
+		return Result{}, err
+	}
 	var r Result
 	r.add(rate, float64(n)/elapsed.Seconds(), unit)
 	for _, f := range figs {
 		r.add(f.name, Percentile(f.lat.all, f.q), "ms")
 	}
-	return r
+	return r, nil
 }
 
 // runHTTPEnqueue sends the plan's single-job POST /v1/jobs requests, each
@@ -209,11 +213,8 @@ func runHTTPEnqueue(ctx context.Context, plan HTTPPlan, h *httpEnv) (Result, err
 		lat.add([]time.Duration{time.Since(s)})
 		return err
 	})
-	if err != nil {
-		return Result{}, err
-	}
-	return rateResult("requests_per_second", "req/s", plan.Requests, elapsed,
-		latencyFigure{"p50_ms", 0.5, &lat}, latencyFigure{"p99_ms", 0.99, &lat}), nil
+	return rateResult(elapsed, err, "requests_per_second", "req/s", plan.Requests,
+		latencyFigure{"p50_ms", 0.5, &lat}, latencyFigure{"p99_ms", 0.99, &lat})
 }
 
 // runHTTPBatch enqueues the plan's jobs with POST /v1/jobs/batch, BatchSize
@@ -246,11 +247,8 @@ func runHTTPBatch(ctx context.Context, plan HTTPPlan, h *httpEnv) (Result, error
 		}
 		return nil
 	})
-	if err != nil {
-		return Result{}, err
-	}
-	return rateResult("jobs_per_second", "jobs/s", plan.BatchJobs, elapsed,
-		latencyFigure{"batch_p50_ms", 0.5, &lat}, latencyFigure{"batch_p99_ms", 0.99, &lat}), nil
+	return rateResult(elapsed, err, "jobs_per_second", "jobs/s", plan.BatchJobs,
+		latencyFigure{"batch_p50_ms", 0.5, &lat}, latencyFigure{"batch_p99_ms", 0.99, &lat})
 }
 
 // runHTTPWorkers inserts the plan's backlog with the library, then runs
@@ -315,9 +313,6 @@ func runHTTPWorkers(ctx context.Context, plan HTTPPlan, h *httpEnv) (Result, err
 		}
 		return nil
 	})
-	if err != nil {
-		return Result{}, err
-	}
-	return rateResult("jobs_per_second", "jobs/s", plan.WorkerJobs, elapsed,
-		latencyFigure{"lease_p99_ms", 0.99, &leaseLat}, latencyFigure{"complete_p99_ms", 0.99, &completeLat}), nil
+	return rateResult(elapsed, err, "jobs_per_second", "jobs/s", plan.WorkerJobs,
+		latencyFigure{"lease_p99_ms", 0.99, &leaseLat}, latencyFigure{"complete_p99_ms", 0.99, &completeLat})
 }
