@@ -529,6 +529,16 @@ type subcommand struct {
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
+// registerVerbs registers the command name, whose first argument picks
+// one of verbs' subcommands. verbs runs anew on every run: each apiCall
+// holds its own flag values, and runs (tests run many at once) must not
+// share them.
+func registerVerbs(name, summary string, verbs func() []subcommand) {
+	register(name, summary, func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return dispatch(ctx, name, verbs(), args, stdout, stderr)
+	})
+}
+
 // dispatch runs the verb named by args[0].
 func dispatch(ctx context.Context, command string, subs []subcommand, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
