@@ -5,7 +5,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -19,8 +18,8 @@ import (
 )
 
 func init() {
-	register("batches", "send sweeps of diffs to a provider's batch API and follow them item by item", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "batches", []subcommand{
+	registerVerbs("batches", "send sweeps of diffs to a provider's batch API and follow them item by item", func() []subcommand {
+		return []subcommand{
 			{"create", "send diffs (files or -) as one batch of reviews", batchesCreate().run},
 			{"ls", "list batches, newest first", batchesList().run},
 			{"get", "show a batch's progress, provider batches and items", batchesGet().run},
@@ -28,7 +27,7 @@ func init() {
 				"Cancel a batch: pending items end canceled and running provider batches are cancelled (POST /v1/batches/{id}/cancel).",
 				"the batch's region (default: every region the key may use is searched)", http.MethodPost,
 				func(id string) string { return "/v1/batches/" + esc(id) + "/cancel" }, showBatch("cancelling")).run},
-		}, args, stdout, stderr)
+		}
 	})
 }
 

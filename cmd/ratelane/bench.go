@@ -21,8 +21,7 @@ func init() {
 
 // runBench runs `ratelane bench <workload> [flags]`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("bench", stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|upstreams|http-enqueue|http-batch|http-workers|all> [flags]")
 		fs.PrintDefaults()

@@ -437,8 +437,7 @@ var errHelp = flag.ErrHelp
 // newFlagSet returns a flag set that reports errors instead of exiting, with
 // a usage line printed to stderr.
 func newFlagSet(name, args, summary string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("ratelane "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("ratelane "+name, stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ratelane %s %s\n\n%s\n\nFlags:\n", name, args, summary)
 		fs.PrintDefaults()
@@ -528,6 +527,16 @@ func wantArgs(fs *flag.FlagSet, got []string, names ...string) error {
 type subcommand struct {
 	name, summary string
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// registerVerbs registers the command name, whose first argument picks
+// one of verbs' subcommands. verbs runs anew on every run: each apiCall
+// holds its own flag values, and runs (tests run many at once) must not
+// share them.
+func registerVerbs(name, summary string, verbs func() []subcommand) {
+	register(name, summary, func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return dispatch(ctx, name, verbs(), args, stdout, stderr)
+	})
 }
 
 // dispatch runs the verb named by args[0].
@@ -636,4 +645,12 @@ func listQuery(filters map[string]string, limit int) url.Values {
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	return q
+}
+
+// commandFlags is the flag set of the command or verb name: parse errors come
+// back to the caller (which exits 2), and usage and errors go to stderr.
+func commandFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,14 @@ func jsonBody(t *testing.T, r recorded) map[string]any {
 		t.Fatalf("request body %q: %v", r.body, err)
 	}
 	return m
+}
+
+// wantJSONBody checks that a request's JSON body decodes to want.
+func wantJSONBody(t *testing.T, r recorded, want map[string]any) {
+	t.Helper()
+	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
+		t.Errorf("body = %v\nwant %v", got, want)
+	}
 }
 
 // wantColumns checks that the first line of a table holds the columns, in
@@ -281,5 +290,28 @@ func TestDecodeList(t *testing.T) {
 		if err != nil || len(items) != tc.n || next != tc.next {
 			t.Errorf("decodeList(%s) = %d items, next %q, %v", tc.body, len(items), next, err)
 		}
+	}
+}
+
+// TestDeleteVerbs: each verb that deletes sends one DELETE to its
+// resource and, on the API's 204, prints one line naming what it removed.
+func TestDeleteVerbs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args       []string
+		path, want string
+	}{
+		{[]string{"dlq", "rm", "j9"}, "/v1/dead-letters/j9", "deleted j9\n"},
+		{[]string{"keys", "revoke", "k7x2p9qa"}, "/v1/keys/k7x2p9qa", "revoked k7x2p9qa\n"},
+	} {
+		t.Run(strings.Join(tc.args[:2], " "), func(t *testing.T) {
+			t.Parallel()
+			api := newFakeAPI(t, map[string]canned{"DELETE " + tc.path: {status: 204}})
+			out, _ := api.ok(t, tc.args...)
+			api.only(t, "DELETE", tc.path)
+			if out != tc.want {
+				t.Errorf("stdout = %q, want %q", out, tc.want)
+			}
+		})
 	}
 }

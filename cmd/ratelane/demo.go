@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,8 +15,7 @@ func init() {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("demo", stderr)
 	cfg := demo.Config{}
 	fs.IntVar(&cfg.Events, "events", 90, "shipment events; each goes to every subscriber (the 2/s subscriber takes about events/2 seconds)")
 	fs.IntVar(&cfg.Subscribers, "subscribers", 20, "subscribers, with allowances from 2/s to 200/s")

@@ -12,15 +12,15 @@ import (
 )
 
 func init() {
-	register("dlq", "list, show, redrive, delete and purge dead letters through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "dlq", []subcommand{
+	registerVerbs("dlq", "list, show, redrive, delete and purge dead letters through the HTTP API", func() []subcommand {
+		return []subcommand{
 			{"ls", "list dead letters (terminal jobs)", dlqList().run},
 			{"get", "show one dead letter", dlqGet().run},
 			{"redrive", "return a dead letter to waiting with fresh budgets", deadLetterAction("redrive", "Return a dead letter to waiting with fresh budgets; the redrive is recorded in its history.",
 				http.MethodPost, "/redrive", "redriven").run},
 			{"rm", "delete a dead letter", deadLetterAction("rm", "Delete a dead letter for good.", http.MethodDelete, "", "deleted").run},
 			{"purge", "delete every dead letter matching filters (needs --yes)", runDLQPurge},
-		}, args, stdout, stderr)
+		}
 	})
 }
 

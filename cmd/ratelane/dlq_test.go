@@ -32,16 +32,6 @@ func TestDLQRedrive(t *testing.T) {
 	}
 }
 
-func TestDLQDelete(t *testing.T) {
-	t.Parallel()
-	api := newFakeAPI(t, map[string]canned{"DELETE /v1/dead-letters/j9": {status: 204}})
-	out, _ := api.ok(t, "dlq", "rm", "j9")
-	api.only(t, "DELETE", "/v1/dead-letters/j9")
-	if out != "deleted j9\n" {
-		t.Errorf("stdout = %q", out)
-	}
-}
-
 func TestDLQRedriveNotFound(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, nil) // every route 404s with a problem

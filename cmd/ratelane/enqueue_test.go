@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -33,9 +32,7 @@ func TestEnqueue(t *testing.T) {
 		"payload":       map[string]any{"event": "order.paid", "n": 1.0},
 		"delay_seconds": 10.0, "priority": 5.0,
 	}
-	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
-		t.Errorf("body = %v\nwant %v", got, want)
-	}
+	wantJSONBody(t, r, want)
 	if !strings.HasPrefix(out, "01JQ8Z7K3M2N4P5Q6R7S8T9V0W\twebhook waiting in eu, interactive lane\n") {
 		t.Errorf("stdout = %q", out)
 	}
@@ -64,9 +61,7 @@ func TestEnqueueMinimalAndReplay(t *testing.T) {
 	// Unset flags are not sent, so the server's defaults apply; a priority
 	// of 0 or a delay of 0 would not be the same as "unset".
 	want := map[string]any{"kind": "webhook", "limit_keys": []any{"tenant:acme"}, "payload": map[string]any{"a": 1.0}}
-	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
-		t.Errorf("body = %v, want %v", got, want)
-	}
+	wantJSONBody(t, r, want)
 	if r.header.Get("Idempotency-Key") != "" {
 		t.Error("Idempotency-Key sent without --idempotency-key")
 	}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"slices"
 	"strconv"
@@ -36,30 +35,12 @@ type benchAPI struct {
 
 func newBenchAPI(b *testing.B, clients int, synchronous string) *benchAPI {
 	b.Helper()
-	ctx := context.Background()
-	c, err := ratelane.NewClient(ctx, ratelane.Config{DataDir: b.TempDir(), Regions: []ratelane.Region{{Name: "eu", Synchronous: synchronous}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Per-key request limiting is off: every simulated client shares the
-	// one admin key, and the API's own 100/s per key would be measured
-	// instead of the API.
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: benchAdminKey, RequestRate: -1})
-	if err != nil {
-		c.Close()
-		b.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	b.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		c.Close()
-	})
+	c, url := serveAPI(b, ratelane.Config{DataDir: b.TempDir(), Regions: []ratelane.Region{{Name: "eu", Synchronous: synchronous}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, benchAdminKey, false)
 	// One kept-alive connection per client, as real producers pool them.
 	tr := &http.Transport{MaxIdleConns: clients, MaxIdleConnsPerHost: clients}
 	b.Cleanup(tr.CloseIdleConnections)
-	return &benchAPI{url: srv.URL, client: c, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &benchAPI{url: url, client: c, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
 // post sends a JSON POST with the admin key and decodes a 2xx answer.

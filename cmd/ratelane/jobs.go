@@ -11,12 +11,12 @@ import (
 )
 
 func init() {
-	register("jobs", "list, show and cancel jobs through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "jobs", []subcommand{
+	registerVerbs("jobs", "list, show and cancel jobs through the HTTP API", func() []subcommand {
+		return []subcommand{
 			{"ls", "list jobs (filters, cursor pagination)", runJobsList},
 			{"get", "show one job", jobsGet().run},
 			{"cancel", "cancel a job that has not finished", jobsCancel().run},
-		}, args, stdout, stderr)
+		}
 	})
 }
 

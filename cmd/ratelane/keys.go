@@ -11,12 +11,12 @@ import (
 )
 
 func init() {
-	register("keys", "create, list and revoke API keys through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "keys", []subcommand{
+	registerVerbs("keys", "create, list and revoke API keys through the HTTP API", func() []subcommand {
+		return []subcommand{
 			{"create", "create an API key (its secret is shown once)", runKeysCreate},
 			{"ls", "list API keys (never their secrets)", keysList().run},
 			{"revoke", "revoke an API key by id", keysRevoke().run},
-		}, args, stdout, stderr)
+		}
 	})
 }
 

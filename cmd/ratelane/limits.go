@@ -13,12 +13,12 @@ import (
 )
 
 func init() {
-	register("limits", "list, show and configure limit keys through the HTTP API", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "limits", []subcommand{
+	registerVerbs("limits", "list, show and configure limit keys through the HTTP API", func() []subcommand {
+		return []subcommand{
 			{"ls", "list limit keys with their live state", runLimitsList},
 			{"get", "show one limit key: configuration, tokens, pause, in flight, waiting cost", limitsGet().run},
 			{"set", "create or reconfigure a limit key", runLimitsSet},
-		}, args, stdout, stderr)
+		}
 	})
 }
 

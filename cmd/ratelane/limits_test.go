@@ -1,7 +1,6 @@
 package main
 
 import (
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -38,9 +37,7 @@ func TestLimitsSet(t *testing.T) {
 	}
 	// 600 per minute is sent as 10 per second: the API's unit.
 	want := map[string]any{"rate": 10.0, "burst": 5.0, "concurrency": 3.0, "adaptive": true}
-	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
-		t.Errorf("body = %v, want %v", got, want)
-	}
+	wantJSONBody(t, r, want)
 	if !strings.Contains(out, "rate 10/s") {
 		t.Errorf("stdout = %q", out)
 	}
@@ -64,9 +61,7 @@ func TestLimitsSetWindows(t *testing.T) {
 	r := api.only(t, "PUT", "/v1/limits/partner")
 	want := map[string]any{"shape": "window", "rate": 20.0, "period": "1s", "burst": 0.0, "concurrency": 0.0, "adaptive": false,
 		"windows": []any{map[string]any{"limit": 200.0, "period": "1m0s"}, map[string]any{"limit": 5000.0, "period": "1h0m0s"}}}
-	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
-		t.Errorf("body = %v, want %v", got, want)
-	}
+	wantJSONBody(t, r, want)
 	if code, _, errOut := api.cli(t, "limits", "set", "partner", "--window", "lots"); code == 0 || !strings.Contains(errOut, "LIMIT/PERIOD") {
 		t.Fatalf("a bad --window: exit %d, stderr %s", code, errOut)
 	}
@@ -81,9 +76,7 @@ func TestLimitsSetFixedWindows(t *testing.T) {
 	want := map[string]any{"shape": "window", "window": "fixed", "rate": 5000.0, "period": "1h0m0s", "burst": 0.0, "concurrency": 0.0,
 		"adaptive": false, "windows": []any{map[string]any{"limit": 100.0, "period": "1s"},
 			map[string]any{"limit": 900.0, "period": "1m0s", "fixed": true, "guard": "1s"}}}
-	if got := jsonBody(t, r); !reflect.DeepEqual(got, want) {
-		t.Errorf("body = %v, want %v", got, want)
-	}
+	wantJSONBody(t, r, want)
 	if code, _, errOut := api.cli(t, "limits", "set", "github", "--fixed", "--rate", "5"); code == 0 || !strings.Contains(errOut, "--shape window") {
 		t.Fatalf("--fixed without --shape window: exit %d, stderr %s", code, errOut)
 	}

@@ -34,36 +34,51 @@ type liveAPI struct{ url string }
 // webhook targets on loopback allowed (the tests' receivers).
 func newLiveAPI(t *testing.T) *liveAPI {
 	t.Helper()
-	ctx := context.Background()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "eu", Synchronous: "NORMAL"}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := registerBuiltins(&cfg, &serverFlags{allowPrivate: true}); err != nil {
 		t.Fatal(err)
 	}
+	_, url := serveAPI(t, cfg, liveAdminKey, true)
+	return &liveAPI{url: url}
+}
+
+// serveAPI opens a client on cfg, serves its HTTP API with the admin key
+// adminKey on loopback and, with start, runs its engine; the test's
+// cleanup stops and closes it all. Per-key request limiting is off: the
+// callers share one admin key, and the API's own 100/s per key would
+// throttle (or, in a benchmark, be measured instead of) the API.
+func serveAPI(tb testing.TB, cfg ratelane.Config, adminKey string, start bool) (*ratelane.Client, string) {
+	tb.Helper()
+	ctx := context.Background()
 	c, err := ratelane.NewClient(ctx, cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: liveAdminKey, RequestRate: -1})
+	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: adminKey, RequestRate: -1})
 	if err != nil {
 		c.Close()
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	if err := c.Start(ctx); err != nil {
-		api.Close()
-		c.Close()
-		t.Fatal(err)
+	if start {
+		if err := c.Start(ctx); err != nil {
+			api.Close()
+			c.Close()
+			tb.Fatal(err)
+		}
 	}
 	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		srv.Close()
-		stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c.Stop(stop)
+		if start {
+			stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c.Stop(stop)
+		}
 		api.Close()
 		c.Close()
 	})
-	return &liveAPI{url: srv.URL}
+	return c, srv.URL
 }
 
 // cli runs "ratelane args... --server URL --api-key KEY" as main does.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -76,12 +77,7 @@ var osKeys = keySource{getenv: os.LookupEnv, readFile: os.ReadFile}
 // Regions the section does not name keep the offline rules provider.
 func buildProviders(section map[string][]providerConfig, served []string, keys keySource) (map[string][]review.Provider, error) {
 	out := map[string][]review.Provider{}
-	regions := make([]string, 0, len(section))
-	for r := range section {
-		regions = append(regions, r)
-	}
-	slices.Sort(regions)
-	for _, region := range regions {
+	for _, region := range slices.Sorted(maps.Keys(section)) {
 		entries := section[region]
 		if !slices.Contains(served, region) {
 			return nil, fmt.Errorf("providers.%s: region %q is not served by this node (regions %s)", region, region, strings.Join(served, ", "))

@@ -23,15 +23,15 @@ import (
 )
 
 func init() {
-	register("reviews", "submit diffs for review on the server and read their findings", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "reviews", []subcommand{
+	registerVerbs("reviews", "submit diffs for review on the server and read their findings", func() []subcommand {
+		return []subcommand{
 			{"create", "submit a unified diff for review", runReviewsCreate},
 			{"ls", "list reviews, newest first", reviewsList().run},
 			{"get", "show a review's state and progress (--wait for the result)", runReviewsGet},
 			{"findings", "list a review's findings (and quarantined ones with --quarantined)", runReviewsFindings},
 			{"sarif", "print a finished review's findings as SARIF 2.1.0", reviewsSARIF().run},
 			{"providers", "list each region's review providers: kind, model, limit keys (never a key)", reviewsProviders().run},
-		}, args, stdout, stderr)
+		}
 	})
 }
 

@@ -4,7 +4,6 @@ package main
 // that enqueue a job once per tick of a cron expression or fixed interval.
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,9 +15,7 @@ import (
 )
 
 func init() {
-	register("schedules", "create, list, show, update, pause, resume and delete schedules (periodic producers)", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "schedules", scheduleVerbs(), args, stdout, stderr)
-	})
+	registerVerbs("schedules", "create, list, show, update, pause, resume and delete schedules (periodic producers)", scheduleVerbs)
 }
 
 // scheduleFlags are the flags of schedules create and update; the body

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,8 +61,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlags, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags(name, stderr)
 	f := &serverFlags{}
 	fs.StringVar(&f.data, "data", "./ratelane-data", "data directory: SQLite files, control.db, admin.key")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "HTTP listen address")

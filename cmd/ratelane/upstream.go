@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,8 +33,7 @@ type upstreamFlags struct {
 }
 
 func parseUpstreamFlags(args []string, stderr io.Writer) (*upstreamFlags, error) {
-	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("upstream", stderr)
 	f := &upstreamFlags{}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8090", "listen address (port 0 picks a free one)")
 	fs.Var(&f.routes, "route", "a route NAME=RATE[:BURST] (token bucket, requests/s) or NAME (unlimited); repeatable")

@@ -5,7 +5,6 @@ package main
 // signing secret is printed only in the answer that creates or rotates it.
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -18,22 +17,20 @@ import (
 )
 
 func init() {
-	register("subscribers", "create, list, show, update, rotate and delete webhook subscribers", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "subscribers", subscriberVerbs(), args, stdout, stderr)
-	})
-	register("events", "publish webhook events and list their deliveries", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "events", []subcommand{
+	registerVerbs("subscribers", "create, list, show, update, rotate and delete webhook subscribers", subscriberVerbs)
+	registerVerbs("events", "publish webhook events and list their deliveries", func() []subcommand {
+		return []subcommand{
 			{"publish", "publish an event to the subscribers of its topic", eventPublish().run},
 			{"deliveries", "list the deliveries of an event", eventDeliveries().run},
-		}, args, stdout, stderr)
+		}
 	})
-	register("deliveries", "list, redeliver and inspect webhook deliveries", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return dispatch(ctx, "deliveries", []subcommand{
+	registerVerbs("deliveries", "list, redeliver and inspect webhook deliveries", func() []subcommand {
+		return []subcommand{
 			{"ls", "list deliveries of a subscriber (--subscriber) or an event (--event)", deliveriesList().run},
 			{"get", "show one delivery (its job)", deliveryGet().run},
 			{"redeliver", "send a delivery again", deliveryRedeliver().run},
 			{"response", "admin: the last failed answer of a delivery", deliveryResponse().run},
-		}, args, stdout, stderr)
+		}
 	})
 }
 

@@ -36,11 +36,7 @@ func runAdapt(ctx context.Context, e *env) (Result, error) {
 	var ok atomic.Int64
 	cfg := ratelane.Config{Workers: 32, Limits: []ratelane.Limit{{Name: "dest", Rate: ceiling, Burst: 10, Adaptive: true}}}
 	cfg.Handle("deliver", ratelane.WorkFunc(func(ctx context.Context, j *ratelane.Job, _ struct{}) (any, error) {
-		err := e.post(ctx, url, j.ID)
-		if err == nil {
-			ok.Add(1)
-		}
-		return nil, err
+		return nil, e.postCounted(ctx, &ok, url, j.ID)
 	}))
 	c, err := e.client(ctx, cfg)
 	if err != nil {

@@ -457,6 +457,15 @@ func (h histReading) finiteQuantile(q float64) float64 {
 // max is the bound of the highest bucket any observation reached.
 func (h histReading) max() float64 { return h.quantile(1) }
 
+// addByResult adds counter m to sums under the value of its "result" label.
+func addByResult(sums map[string]float64, m *dto.Metric) {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == "result" {
+			sums[l.GetValue()] += m.GetCounter().GetValue()
+		}
+	}
+}
+
 // storeWrites reads ratelane_store_writes_total and
 // ratelane_store_transactions_total from reg (ok false when the store
 // does not count them), with the engine's yield-gate, batch-budget and
@@ -476,29 +485,17 @@ func storeWrites(reg *prometheus.Registry) writeCounts {
 			case "ratelane_store_transactions_total":
 				w.txs += m.GetCounter().GetValue()
 			case "ratelane_batch_yield_total":
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "result" {
-						w.yield[l.GetValue()] += m.GetCounter().GetValue()
-					}
-				}
+				addByResult(w.yield, m)
 			case "ratelane_batch_yield_seconds_total":
 				w.yieldSecs += m.GetCounter().GetValue()
 			case "process_cpu_seconds_total":
 				w.cpu = m.GetCounter().GetValue()
 			case "ratelane_batch_budget_total":
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "result" {
-						w.budget[l.GetValue()] += m.GetCounter().GetValue()
-					}
-				}
+				addByResult(w.budget, m)
 			case "ratelane_batch_budget_seconds_total":
 				w.budgetSecs += m.GetCounter().GetValue()
 			case "ratelane_batch_budget_leases_total":
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "result" {
-						w.leases[l.GetValue()] += m.GetCounter().GetValue()
-					}
-				}
+				addByResult(w.leases, m)
 			case "ratelane_engine_stage_seconds":
 				var lane, stage string
 				for _, l := range m.GetLabel() {

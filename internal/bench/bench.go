@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -213,9 +214,9 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 	"adapt":      runAdapt,
 	"upstreams":  runUpstreams,
 	// The HTTP workloads (httpapi.go): the API on loopback.
-	"http-enqueue": runHTTPEnqueue,
-	"http-batch":   runHTTPBatch,
-	"http-workers": runHTTPWorkers,
+	"http-enqueue": httpWorkload(func(p HTTPPlan) int { return p.Clients }, runHTTPEnqueue),
+	"http-batch":   httpWorkload(func(p HTTPPlan) int { return p.BatchClients }, runHTTPBatch),
+	"http-workers": httpWorkload(func(p HTTPPlan) int { return p.Workers }, runHTTPWorkers),
 	// The batch lane beside interactive reviews (batchlane.go).
 	"batch-isolation": runBatchLane,
 }
@@ -382,6 +383,16 @@ func (e *env) post(ctx context.Context, url, id string) error {
 	default:
 		return ratelane.Transient(fmt.Errorf("upstream answered %d", status))
 	}
+}
+
+// postCounted is post for a handler whose workload waits on the number of
+// deliveries the upstream accepted: each success counts once in ok.
+func (e *env) postCounted(ctx context.Context, ok *atomic.Int64, url, id string) error {
+	err := e.post(ctx, url, id)
+	if err == nil {
+		ok.Add(1)
+	}
+	return err
 }
 
 // RateLimited reports whether an answer is congestion: a 429, or a 503

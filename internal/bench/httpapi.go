@@ -156,19 +156,56 @@ func parallel(ctx context.Context, workers, n int, fn func(ctx context.Context, 
 	return context.Cause(ctx)
 }
 
-// runHTTPEnqueue sends the plan's single-job POST /v1/jobs requests, each
-// with its own Idempotency-Key in the body, from Clients keep-alive
-// clients, and reports requests per second and the latency of a request.
-func runHTTPEnqueue(ctx context.Context, e *env) (Result, error) {
-	plan := HTTP(e.opts.Smoke)
-	h, stop, err := e.api(ctx, plan.Clients)
+// httpWorkload adapts run, a workload over a running API, to a runner: it
+// serves the API with keep-alive room for conns(plan) clients, runs run
+// and stops the API.
+func httpWorkload(conns func(HTTPPlan) int, run func(context.Context, HTTPPlan, *httpEnv) (Result, error)) func(context.Context, *env) (Result, error) {
+	return func(ctx context.Context, e *env) (Result, error) {
+		plan := HTTP(e.opts.Smoke)
+		h, stop, err := e.api(ctx, conns(plan))
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+		return run(ctx, plan, h)
+	}
+}
+
+// timedParallel is parallel that also returns how long the whole run took.
+func timedParallel(ctx context.Context, workers, n int, fn func(ctx context.Context, i int) error) (time.Duration, error) {
+	t0 := time.Now()
+	err := parallel(ctx, workers, n, fn)
+	return time.Since(t0), err
+}
+
+// latencyFigure names a quantile of a workload's call latencies.
+type latencyFigure struct {
+	name string
+	q    float64
+	lat  *timings
+}
+
+// rateResult ends an HTTP workload with timedParallel's answer: its error,
+// or a Result of n over elapsed as the figure rate (in unit), then each
+// latency figure in milliseconds.
+func rateResult(elapsed time.Duration, err error, rate, unit string, n int, figs ...latencyFigure) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer stop()
+	var r Result
+	r.add(rate, float64(n)/elapsed.Seconds(), unit)
+	for _, f := range figs {
+		r.add(f.name, Percentile(f.lat.all, f.q), "ms")
+	}
+	return r, nil
+}
+
+// runHTTPEnqueue sends the plan's single-job POST /v1/jobs requests, each
+// with its own Idempotency-Key in the body, from Clients keep-alive
+// clients, and reports requests per second and the latency of a request.
+func runHTTPEnqueue(ctx context.Context, plan HTTPPlan, h *httpEnv) (Result, error) {
 	var lat timings
-	t0 := time.Now()
-	err = parallel(ctx, plan.Clients, plan.Requests, func(ctx context.Context, i int) error {
+	elapsed, err := timedParallel(ctx, plan.Clients, plan.Requests, func(ctx context.Context, i int) error {
 		body := fmt.Appendf(nil, `{"kind":"bench.enqueue","region":"us","lane":"batch","limit_keys":["bench:%d"],"payload":{"n":%d},"idempotency_key":"bench-%d"}`,
 			i%plan.Keys, i, i)
 		s := time.Now()
@@ -176,31 +213,17 @@ func runHTTPEnqueue(ctx context.Context, e *env) (Result, error) {
 		lat.add([]time.Duration{time.Since(s)})
 		return err
 	})
-	elapsed := time.Since(t0)
-	if err != nil {
-		return Result{}, err
-	}
-	var r Result
-	r.add("requests_per_second", float64(plan.Requests)/elapsed.Seconds(), "req/s")
-	r.add("p50_ms", Percentile(lat.all, 0.5), "ms")
-	r.add("p99_ms", Percentile(lat.all, 0.99), "ms")
-	return r, nil
+	return rateResult(elapsed, err, "requests_per_second", "req/s", plan.Requests,
+		latencyFigure{"p50_ms", 0.5, &lat}, latencyFigure{"p99_ms", 0.99, &lat})
 }
 
 // runHTTPBatch enqueues the plan's jobs with POST /v1/jobs/batch, BatchSize
 // a request from BatchClients clients, each job with an idempotency key,
 // and reports jobs per second and the latency of a batch request.
-func runHTTPBatch(ctx context.Context, e *env) (Result, error) {
-	plan := HTTP(e.opts.Smoke)
-	h, stop, err := e.api(ctx, plan.BatchClients)
-	if err != nil {
-		return Result{}, err
-	}
-	defer stop()
+func runHTTPBatch(ctx context.Context, plan HTTPPlan, h *httpEnv) (Result, error) {
 	batches := (plan.BatchJobs + plan.BatchSize - 1) / plan.BatchSize
 	var lat timings
-	t0 := time.Now()
-	err = parallel(ctx, plan.BatchClients, batches, func(ctx context.Context, b int) error {
+	elapsed, err := timedParallel(ctx, plan.BatchClients, batches, func(ctx context.Context, b int) error {
 		var body bytes.Buffer
 		body.WriteString(`{"jobs":[`)
 		for k := b * plan.BatchSize; k < min(plan.BatchJobs, (b+1)*plan.BatchSize); k++ {
@@ -224,28 +247,15 @@ func runHTTPBatch(ctx context.Context, e *env) (Result, error) {
 		}
 		return nil
 	})
-	elapsed := time.Since(t0)
-	if err != nil {
-		return Result{}, err
-	}
-	var r Result
-	r.add("jobs_per_second", float64(plan.BatchJobs)/elapsed.Seconds(), "jobs/s")
-	r.add("batch_p50_ms", Percentile(lat.all, 0.5), "ms")
-	r.add("batch_p99_ms", Percentile(lat.all, 0.99), "ms")
-	return r, nil
+	return rateResult(elapsed, err, "jobs_per_second", "jobs/s", plan.BatchJobs,
+		latencyFigure{"batch_p50_ms", 0.5, &lat}, latencyFigure{"batch_p99_ms", 0.99, &lat})
 }
 
 // runHTTPWorkers inserts the plan's backlog with the library, then runs
 // Workers external workers over HTTP: POST /v1/leases with max LeaseMax,
 // then one POST /v1/leases/complete with every leased job's success. It
 // reports jobs published per second and the latency of each call.
-func runHTTPWorkers(ctx context.Context, e *env) (Result, error) {
-	plan := HTTP(e.opts.Smoke)
-	h, stop, err := e.api(ctx, plan.Workers)
-	if err != nil {
-		return Result{}, err
-	}
-	defer stop()
+func runHTTPWorkers(ctx context.Context, plan HTTPPlan, h *httpEnv) (Result, error) {
 	ps := make([]ratelane.InsertParams, plan.WorkerJobs)
 	for i := range ps {
 		ps[i] = ratelane.InsertParams{Kind: "bench.work", Region: "us", LimitKeys: []string{"bench:" + strconv.Itoa(i%plan.Keys)}}
@@ -257,8 +267,7 @@ func runHTTPWorkers(ctx context.Context, e *env) (Result, error) {
 	remaining.Store(int64(plan.WorkerJobs))
 	var leaseLat, completeLat timings
 	leaseBody := fmt.Appendf(nil, `{"region":"us","kinds":["bench.work"],"max":%d,"lease_seconds":60}`, plan.LeaseMax)
-	t0 := time.Now()
-	err = parallel(ctx, plan.Workers, plan.Workers, func(ctx context.Context, _ int) error {
+	elapsed, err := timedParallel(ctx, plan.Workers, plan.Workers, func(ctx context.Context, _ int) error {
 		var ls, cs []time.Duration
 		defer func() { leaseLat.add(ls); completeLat.add(cs) }()
 		for remaining.Load() > 0 {
@@ -304,13 +313,6 @@ func runHTTPWorkers(ctx context.Context, e *env) (Result, error) {
 		}
 		return nil
 	})
-	elapsed := time.Since(t0)
-	if err != nil {
-		return Result{}, err
-	}
-	var r Result
-	r.add("jobs_per_second", float64(plan.WorkerJobs)/elapsed.Seconds(), "jobs/s")
-	r.add("lease_p99_ms", Percentile(leaseLat.all, 0.99), "ms")
-	r.add("complete_p99_ms", Percentile(completeLat.all, 0.99), "ms")
-	return r, nil
+	return rateResult(elapsed, err, "jobs_per_second", "jobs/s", plan.WorkerJobs,
+		latencyFigure{"lease_p99_ms", 0.99, &leaseLat}, latencyFigure{"complete_p99_ms", 0.99, &completeLat})
 }

@@ -30,11 +30,7 @@ func runPaced(ctx context.Context, e *env) (Result, error) {
 	}
 	var ok atomic.Int64
 	cfg.Handle("deliver", ratelane.WorkFunc(func(ctx context.Context, j *ratelane.Job, a pacedJob) (any, error) {
-		err := e.post(ctx, sim.RouteURL(a.Dest), j.ID)
-		if err == nil {
-			ok.Add(1)
-		}
-		return nil, err
+		return nil, e.postCounted(ctx, &ok, sim.RouteURL(a.Dest), j.ID)
 	}))
 	c, err := e.client(ctx, cfg)
 	if err != nil {

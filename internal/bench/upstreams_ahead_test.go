@@ -36,7 +36,7 @@ func TestVirtualLeaseAhead(t *testing.T) {
 	defer setVirtualAhead(d, os.Getenv("RATELANE_VIRTUAL_AHEAD_DECLARED") != "", os.Getenv("RATELANE_VIRTUAL_AHEAD_DROP") != "")()
 	var b strings.Builder
 	for _, m := range Upstreams(false).Mixes {
-		if want := os.Getenv("RATELANE_VIRTUAL_MIX"); want != "" && !strings.Contains(","+want+",", ","+m.Name+",") {
+		if !virtualMixSelected(m.Name) {
 			continue
 		}
 		for _, lag := range []virtualLag{{name: "none"}, lagQuiet, lagLoaded, {name: "transit"}} {

@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,12 +36,5 @@ func honestyMix() UpstreamsMix {
 // invariant 6; its ratio is reported in docs/benchmarks.md, not tuned.
 // RATELANE_VIRTUAL_TRACE=1 prints every refusal.
 func TestVirtualHonesty(t *testing.T) {
-	if want := os.Getenv("RATELANE_VIRTUAL_MIX"); want != "" && !strings.Contains(","+want+",", ",honesty,") {
-		t.Skip("not selected by RATELANE_VIRTUAL_MIX")
-	}
-	m := honestyMix()
-	for seed := uint64(1); seed <= 3; seed++ {
-		r := runVirtualMix(t, m, seed, 60*time.Second, upstream.Latency{})
-		checkVirtualMix(t, m, seed, r)
-	}
+	runVirtualSeeds(t, "honesty", honestyMix())
 }

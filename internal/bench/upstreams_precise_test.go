@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,12 +48,5 @@ func preciseMix() UpstreamsMix {
 // seeds, prints its figures (-v) and holds it to being delivered in full
 // within invariant 6. RATELANE_VIRTUAL_TRACE=1 prints every refusal.
 func TestVirtualPreciseReset(t *testing.T) {
-	if want := os.Getenv("RATELANE_VIRTUAL_MIX"); want != "" && !strings.Contains(","+want+",", ",precise,") {
-		t.Skip("not selected by RATELANE_VIRTUAL_MIX")
-	}
-	m := preciseMix()
-	for seed := uint64(1); seed <= 3; seed++ {
-		r := runVirtualMix(t, m, seed, 60*time.Second, upstream.Latency{})
-		checkVirtualMix(t, m, seed, r)
-	}
+	runVirtualSeeds(t, "precise", preciseMix())
 }

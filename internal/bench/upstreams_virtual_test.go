@@ -570,9 +570,8 @@ const unforeseenBound = 1.12
 // names, comma-separated, when it is set), each in its own subtest, over
 // seeds 1 to 3.
 func eachVirtualMix(t *testing.T, fn func(t *testing.T, m UpstreamsMix, seed uint64)) {
-	want := os.Getenv("RATELANE_VIRTUAL_MIX")
 	for _, m := range Upstreams(false).Mixes {
-		if want != "" && !strings.Contains(","+want+",", ","+m.Name+",") {
+		if !virtualMixSelected(m.Name) {
 			continue
 		}
 		t.Run(m.Name, func(t *testing.T) {
@@ -580,6 +579,26 @@ func eachVirtualMix(t *testing.T, fn func(t *testing.T, m UpstreamsMix, seed uin
 				fn(t, m, seed)
 			}
 		})
+	}
+}
+
+// virtualMixSelected reports whether RATELANE_VIRTUAL_MIX (mix names,
+// comma-separated) selects the mix named name; unset, it selects every mix.
+func virtualMixSelected(name string) bool {
+	want := os.Getenv("RATELANE_VIRTUAL_MIX")
+	return want == "" || strings.Contains(","+want+",", ","+name+",")
+}
+
+// runVirtualSeeds runs the one mix m over seeds 1 to 3 with no transit and
+// holds each run to checkVirtualMix, skipping the test when
+// RATELANE_VIRTUAL_MIX does not select selector.
+func runVirtualSeeds(t *testing.T, selector string, m UpstreamsMix) {
+	if !virtualMixSelected(selector) {
+		t.Skip("not selected by RATELANE_VIRTUAL_MIX")
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		r := runVirtualMix(t, m, seed, 60*time.Second, upstream.Latency{})
+		checkVirtualMix(t, m, seed, r)
 	}
 }
 
@@ -683,7 +702,7 @@ func issueVariant(frac float64) UpstreamsMix {
 // and issueVariantBound. Its figures are in docs/benchmarks.md (session 8,
 // s8h1).
 func TestVirtualIssueVariants(t *testing.T) {
-	if want := os.Getenv("RATELANE_VIRTUAL_MIX"); want != "" && !strings.Contains(","+want+",", ",issue,") {
+	if !virtualMixSelected("issue") {
 		t.Skip("not selected by RATELANE_VIRTUAL_MIX")
 	}
 	for _, frac := range []float64{0.3, 0.4, 0.6} {
