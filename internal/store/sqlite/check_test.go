@@ -17,11 +17,7 @@ import (
 func TestSchemaRefusesForbiddenRows(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "us.db")
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)

@@ -101,10 +101,6 @@ func queryPlan(t *testing.T, s *Store, q string, args ...any) string {
 
 func openTestStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := OpenTest(t, Config{})
 	return s
 }
