@@ -396,11 +396,7 @@ func (s *server) handleListSubscriberDeliveries(w http.ResponseWriter, r *http.R
 	if err != nil {
 		return err
 	}
-	after, limit, err := s.h.Page(r)
-	if err != nil {
-		return err
-	}
-	reg, err := s.registry(region)
+	reg, after, limit, err := s.pagedRegistry(r, region)
 	if err != nil {
 		return err
 	}
@@ -409,6 +405,16 @@ func (s *server) handleListSubscriberDeliveries(w http.ResponseWriter, r *http.R
 		return err
 	}
 	return mount.WriteJSON(w, http.StatusOK, deliveryPage(ds, limit))
+}
+
+// pagedRegistry is the start of a delivery listing: the page the request
+// asks for and the registry of region that serves it.
+func (s *server) pagedRegistry(r *http.Request, region string) (reg Registry, after string, limit int, err error) {
+	if after, limit, err = s.h.Page(r); err != nil {
+		return nil, "", 0, err
+	}
+	reg, err = s.registry(region)
+	return reg, after, limit, err
 }
 
 func deliveryPage(ds []webhook.DeliveryInfo, limit int) deliveryList {
@@ -481,11 +487,7 @@ func (s *server) handleListEventDeliveries(w http.ResponseWriter, r *http.Reques
 	if err != nil {
 		return err
 	}
-	after, limit, err := s.h.Page(r)
-	if err != nil {
-		return err
-	}
-	reg, err := s.registry(region)
+	reg, after, limit, err := s.pagedRegistry(r, region)
 	if err != nil {
 		return err
 	}
