@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/store"
@@ -13,7 +12,6 @@ import (
 // TestMigrateInlineHistory is storetest.RunInlineHistoryMigration on SQLite.
 func TestMigrateInlineHistory(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s := OpenTest(t, Config{})
 	storetest.RunInlineHistoryMigration(t, s, func(ctx context.Context, id string) ([]int, error) {
 		down, err := migrations.ReadFile("migrations/0005_inline_history.down.sql")

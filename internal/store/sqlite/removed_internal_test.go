@@ -26,7 +26,7 @@ func TestReadPoolRefusesRemovedFile(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Get(context.Background(), "no-such-job")
+	_, err := s.Get(context.Background(), "no-such-job")
 	if err == nil || errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after the file was removed: %v, want an error opening it", err)
 	}

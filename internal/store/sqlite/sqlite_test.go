@@ -1,8 +1,6 @@
 package sqlite_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
