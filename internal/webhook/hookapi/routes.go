@@ -278,11 +278,7 @@ func (s *server) handlePutSubscriber(w http.ResponseWriter, r *http.Request, p a
 }
 
 func (s *server) handleGetSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	region, id, err := s.subscriberTarget(r, p)
-	if err != nil {
-		return err
-	}
-	reg, err := s.registry(region)
+	reg, id, err := s.subscriberRegistry(r, p)
 	if err != nil {
 		return err
 	}
@@ -301,6 +297,18 @@ func (s *server) subscriberTarget(r *http.Request, p auth.Principal) (string, st
 	}
 	id, err := subscriberID(r)
 	return region, id, err
+}
+
+// subscriberRegistry is subscriberTarget followed by the registry of the
+// target's region: the subscriber routes that need nothing else checked
+// first start with it.
+func (s *server) subscriberRegistry(r *http.Request, p auth.Principal) (Registry, string, error) {
+	region, id, err := s.subscriberTarget(r, p)
+	if err != nil {
+		return nil, "", err
+	}
+	reg, err := s.registry(region)
+	return reg, id, err
 }
 
 // subscriberError names the subscriber in a 404.
@@ -354,11 +362,7 @@ func subscriberPage(all []webhook.Record, limit int) subscriberList {
 }
 
 func (s *server) handleDeleteSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	region, id, err := s.subscriberTarget(r, p)
-	if err != nil {
-		return err
-	}
-	reg, err := s.registry(region)
+	reg, id, err := s.subscriberRegistry(r, p)
 	if err != nil {
 		return err
 	}
