@@ -1,6 +1,7 @@
 package ratelane
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -123,9 +124,7 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.DataDir == "" {
-		c.DataDir = "./ratelane-data"
-	}
+	c.DataDir = cmp.Or(c.DataDir, "./ratelane-data")
 	if len(c.Regions) == 0 {
 		c.Regions = []Region{{Name: "us"}, {Name: "eu"}}
 	}
@@ -140,15 +139,9 @@ func (c Config) WithDefaults() Config {
 		regions[i] = r
 	}
 	c.Regions = regions
-	if c.InteractiveBudget == 0 {
-		c.InteractiveBudget = rltype.DefaultInteractiveBudget
-	}
-	if c.BatchBudget == 0 {
-		c.BatchBudget = rltype.DefaultBatchBudget
-	}
-	if c.Retention == 0 {
-		c.Retention = rltype.DefaultRetention
-	}
+	c.InteractiveBudget = cmp.Or(c.InteractiveBudget, rltype.DefaultInteractiveBudget)
+	c.BatchBudget = cmp.Or(c.BatchBudget, rltype.DefaultBatchBudget)
+	c.Retention = cmp.Or(c.Retention, rltype.DefaultRetention)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -1,6 +1,7 @@
 package ratelane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,15 +117,9 @@ func (c *Client) InsertParts(ctx context.Context, parent InsertParams, parts []I
 	pj.State = job.StateAccepted
 	jobs := make([]*job.Job, len(parts))
 	for i, p := range parts {
-		if p.Region == "" {
-			p.Region = pj.Region
-		}
-		if p.Tenant == "" {
-			p.Tenant = pj.Tenant
-		}
-		if p.Lane == "" {
-			p.Lane = pj.Lane
-		}
+		p.Region = cmp.Or(p.Region, pj.Region)
+		p.Tenant = cmp.Or(p.Tenant, pj.Tenant)
+		p.Lane = cmp.Or(p.Lane, pj.Lane)
 		j, err := c.prepare(p, now)
 		if err != nil {
 			return PartsResult{}, fmt.Errorf("part %d: %w", i, err)

@@ -1,6 +1,7 @@
 package review
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,9 +75,7 @@ func (p *Plugin) Submit(ctx context.Context, r Request) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	if r.Lane == "" {
-		r.Lane = ratelane.LaneInteractive
-	}
+	r.Lane = cmp.Or(r.Lane, ratelane.LaneInteractive)
 	sub, err := rt.submission(ctx, pr, r)
 	if err != nil {
 		return Status{}, err
@@ -92,9 +91,7 @@ func (rt *regionRT) submission(ctx context.Context, p Provider, r Request) (pipe
 	cfg := rt.r.Config()
 	args := pipeline.Args{Repo: r.Repo, Change: r.Change, BaseSHA: r.BaseSHA, HeadSHA: r.HeadSHA,
 		DepthRequested: r.Depth, Publish: r.Publish}
-	if args.DepthRequested == "" {
-		args.DepthRequested = pipeline.DepthAuto
-	}
+	args.DepthRequested = cmp.Or(args.DepthRequested, pipeline.DepthAuto)
 	if err := rt.publisher.CheckPublish(args); err != nil {
 		return pipeline.Submission{}, err
 	}
@@ -138,9 +135,7 @@ func (rt *regionRT) checkTarget(ctx context.Context, tenant string, p Publish) e
 	if p.Kind != pipeline.PublishWebhook {
 		return nil
 	}
-	if tenant == "" {
-		tenant = job.DefaultTenant
-	}
+	tenant = cmp.Or(tenant, job.DefaultTenant)
 	owner, err := rt.r.Subscribers().SubscriberTenant(ctx, p.Target)
 	switch {
 	case errors.Is(err, store.ErrNotFound) || err == nil && owner != tenant:

@@ -10,6 +10,7 @@
 package rltype
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,15 +67,9 @@ var DefaultBudgets = Budgets{Congestion: 20, Transient: 5, Schema: 2}
 
 // WithDefaults returns b with every zero budget replaced by its default.
 func (b Budgets) WithDefaults() Budgets {
-	if b.Congestion == 0 {
-		b.Congestion = DefaultBudgets.Congestion
-	}
-	if b.Transient == 0 {
-		b.Transient = DefaultBudgets.Transient
-	}
-	if b.Schema == 0 {
-		b.Schema = DefaultBudgets.Schema
-	}
+	b.Congestion = cmp.Or(b.Congestion, DefaultBudgets.Congestion)
+	b.Transient = cmp.Or(b.Transient, DefaultBudgets.Transient)
+	b.Schema = cmp.Or(b.Schema, DefaultBudgets.Schema)
 	return b
 }
 
@@ -245,15 +240,9 @@ const DefaultTenant = "default"
 // timestamps. delay is added to now unless EligibleAt is already set.
 func (j *Job) Prepare(id string, now time.Time, delay time.Duration, accepted bool) {
 	j.ID = id
-	if j.Tenant == "" {
-		j.Tenant = DefaultTenant
-	}
-	if j.Lane == "" {
-		j.Lane = LaneBatch
-	}
-	if j.Cost == 0 {
-		j.Cost = 1
-	}
+	j.Tenant = cmp.Or(j.Tenant, DefaultTenant)
+	j.Lane = cmp.Or(j.Lane, LaneBatch)
+	j.Cost = cmp.Or(j.Cost, 1)
 	j.Budgets = j.Budgets.WithDefaults()
 	j.State = StateWaiting
 	if accepted {

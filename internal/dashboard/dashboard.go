@@ -21,6 +21,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -139,30 +140,14 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.API == nil || cfg.Auth == nil {
 		return nil, errors.New("dashboard: API and Auth are required")
 	}
-	if cfg.SessionTTL == 0 {
-		cfg.SessionTTL = 12 * time.Hour
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = time.Hour
-	}
-	if cfg.SignInRate == 0 {
-		cfg.SignInRate = 10
-	}
-	if cfg.SignInBurst == 0 {
-		cfg.SignInBurst = 10
-	}
-	if cfg.StreamInterval == 0 {
-		cfg.StreamInterval = time.Second
-	}
-	if cfg.MaxStreamsPerSession == 0 {
-		cfg.MaxStreamsPerSession = 4
-	}
-	if cfg.MaxStreams == 0 {
-		cfg.MaxStreams = 256
-	}
-	if cfg.MaxSessions == 0 {
-		cfg.MaxSessions = 1000
-	}
+	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, 12*time.Hour)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, time.Hour)
+	cfg.SignInRate = cmp.Or(cfg.SignInRate, 10)
+	cfg.SignInBurst = cmp.Or(cfg.SignInBurst, 10)
+	cfg.StreamInterval = cmp.Or(cfg.StreamInterval, time.Second)
+	cfg.MaxStreamsPerSession = cmp.Or(cfg.MaxStreamsPerSession, 4)
+	cfg.MaxStreams = cmp.Or(cfg.MaxStreams, 256)
+	cfg.MaxSessions = cmp.Or(cfg.MaxSessions, 1000)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -381,16 +366,12 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
+	w.status = cmp.Or(w.status, status)
 	w.ResponseWriter.WriteHeader(status)
 }
 
 func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.status = cmp.Or(w.status, http.StatusOK)
 	return w.ResponseWriter.Write(p)
 }
 

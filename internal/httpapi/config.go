@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,24 +127,16 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.InteractiveBudget == 0 {
-		c.InteractiveBudget = job.DefaultInteractiveBudget
-	}
-	if c.BatchBudget == 0 {
-		c.BatchBudget = job.DefaultBatchBudget
-	}
+	c.InteractiveBudget = cmp.Or(c.InteractiveBudget, job.DefaultInteractiveBudget)
+	c.BatchBudget = cmp.Or(c.BatchBudget, job.DefaultBatchBudget)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Version == "" {
-		c.Version = "dev"
-	}
-	if c.RequestRate == 0 {
-		c.RequestRate = 100
-	}
+	c.Version = cmp.Or(c.Version, "dev")
+	c.RequestRate = cmp.Or(c.RequestRate, 100)
 	if c.RequestBurst == 0 {
 		c.RequestBurst = max(1, int(math.Ceil(2*c.RequestRate)))
 	}

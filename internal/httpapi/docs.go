@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"net/http"
 	"regexp"
 	"slices"
@@ -67,9 +68,7 @@ func (s *Server) discoveryDoc() discovery {
 			Name: rt.name, Method: rt.method, Path: rt.path, Role: string(rt.role), Summary: rt.summary,
 			RequestSchema: schemaOf(rt.request, true), Example: rt.curl(s.regions[0]), ExampleNeeds: []string{"RATELANE_URL"},
 		}
-		if c.Role == "" {
-			c.Role = "public"
-		}
+		c.Role = cmp.Or(c.Role, "public")
 		for _, m := range varRef.FindAllStringSubmatch(c.Example, -1) {
 			if m[1] != "RATELANE_URL" && !slices.Contains(c.ExampleNeeds, m[1]) {
 				c.ExampleNeeds = append(c.ExampleNeeds, m[1])
@@ -190,9 +189,7 @@ func successResponse(rt route) map[string]any {
 		resp["content"] = map[string]any{"text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}
 	case rt.response != nil:
 		media := rt.media
-		if media == "" {
-			media = "application/json"
-		}
+		media = cmp.Or(media, "application/json")
 		resp["content"] = map[string]any{media: map[string]any{"schema": schemaOf(rt.response, false)}}
 	}
 	return resp

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -231,13 +232,9 @@ func (s *Server) observe() http.Handler {
 				s.fail(sw, r, fmt.Errorf("panic: %v", v))
 			}
 			route := r.Pattern
-			if route == "" {
-				route = "unmatched"
-			}
+			route = cmp.Or(route, "unmatched")
 			status := sw.status
-			if status == 0 {
-				status = http.StatusOK
-			}
+			status = cmp.Or(status, http.StatusOK)
 			s.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 			s.log.Debug("request", "route", route, "status", status, "key_id", sw.keyID, "duration", time.Since(start))
 		}()
@@ -278,16 +275,12 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
+	w.status = cmp.Or(w.status, code)
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.status = cmp.Or(w.status, http.StatusOK)
 	return w.ResponseWriter.Write(b)
 }
 
@@ -304,16 +297,12 @@ type headerRecorder struct {
 func (h *headerRecorder) Header() http.Header { return h.header }
 
 func (h *headerRecorder) Write(b []byte) (int, error) {
-	if h.status == 0 {
-		h.status = http.StatusOK
-	}
+	h.status = cmp.Or(h.status, http.StatusOK)
 	return len(b), nil
 }
 
 func (h *headerRecorder) WriteHeader(code int) {
-	if h.status == 0 {
-		h.status = code
-	}
+	h.status = cmp.Or(h.status, code)
 }
 
 // waker broadcasts "new work may be ready in this region" to every long

@@ -1,6 +1,7 @@
 package llmbatch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -196,24 +197,14 @@ func (c Config) withDefaults(def Limits) Config {
 	if c.HTTPClient == nil {
 		c.HTTPClient = http.DefaultClient
 	}
-	if c.Timeout == 0 {
-		c.Timeout = 60 * time.Second
-	}
+	c.Timeout = cmp.Or(c.Timeout, 60*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.Limits.MaxRequests == 0 {
-		c.Limits.MaxRequests = def.MaxRequests
-	}
-	if c.Limits.MaxBytes == 0 {
-		c.Limits.MaxBytes = def.MaxBytes
-	}
-	if c.Limits.QueueRequests == 0 {
-		c.Limits.QueueRequests = def.QueueRequests
-	}
-	if c.Limits.QueueTokens == 0 {
-		c.Limits.QueueTokens = def.QueueTokens
-	}
+	c.Limits.MaxRequests = cmp.Or(c.Limits.MaxRequests, def.MaxRequests)
+	c.Limits.MaxBytes = cmp.Or(c.Limits.MaxBytes, def.MaxBytes)
+	c.Limits.QueueRequests = cmp.Or(c.Limits.QueueRequests, def.QueueRequests)
+	c.Limits.QueueTokens = cmp.Or(c.Limits.QueueTokens, def.QueueTokens)
 	c.Limits.FixedBytes, c.Limits.SepBytes = def.FixedBytes, def.SepBytes
 	return c
 }

@@ -77,11 +77,7 @@ func TestParseRetryAfterFarFutureDateSaturates(t *testing.T) {
 
 func TestParseMillis(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		value string
-		want  time.Duration
-		ok    bool
-	}{
+	checkDurations(t, "parseMillis", parseMillis, []durationCase{
 		{"1500", 1500 * time.Millisecond, true},
 		{"0", 0, true},
 		{"12.5", 12500 * time.Microsecond, true},
@@ -91,22 +87,12 @@ func TestParseMillis(t *testing.T) {
 		{"-5", 0, false},
 		{"5ms", 0, false},
 		{"1e3", 0, false},
-	}
-	for _, tt := range tests {
-		got, ok := parseMillis(tt.value)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("parseMillis(%q) = %v, %v; want %v, %v", tt.value, got, ok, tt.want, tt.ok)
-		}
-	}
+	})
 }
 
 func TestParseResetDuration(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		value string
-		want  time.Duration
-		ok    bool
-	}{
+	checkDurations(t, "parseResetDuration", parseResetDuration, []durationCase{
 		// OpenAI "Rate limits" guide, response header examples.
 		{"1s", time.Second, true},
 		{"6m0s", 6 * time.Minute, true},
@@ -135,11 +121,23 @@ func TestParseResetDuration(t *testing.T) {
 		{"999999999d", 0, false},
 		{"106751d23h47m16.854775807s", maxDuration, true},
 		{"106751d23h47m16.854775808s", 0, false},
-	}
-	for _, tt := range tests {
-		got, ok := parseResetDuration(tt.value)
+	})
+}
+
+// durationCase is one input of a duration parser and what it must return.
+type durationCase struct {
+	value string
+	want  time.Duration
+	ok    bool
+}
+
+// checkDurations runs parse, reported as name, on every case.
+func checkDurations(t *testing.T, name string, parse func(string) (time.Duration, bool), cases []durationCase) {
+	t.Helper()
+	for _, tt := range cases {
+		got, ok := parse(tt.value)
 		if got != tt.want || ok != tt.ok {
-			t.Errorf("parseResetDuration(%q) = %v, %v; want %v, %v", tt.value, got, ok, tt.want, tt.ok)
+			t.Errorf("%s(%q) = %v, %v; want %v, %v", name, tt.value, got, ok, tt.want, tt.ok)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -161,9 +162,7 @@ func (r *Registry) Publish(ctx context.Context, ev Event) (PublishResult, error)
 	if err := ev.validate(); err != nil {
 		return PublishResult{}, err
 	}
-	if ev.Tenant == "" {
-		ev.Tenant = job.DefaultTenant
-	}
+	ev.Tenant = cmp.Or(ev.Tenant, job.DefaultTenant)
 	oid := eventObjectID(ev.Tenant, ev.ID, ev.Version)
 	if doc, err := r.event(ctx, oid); err == nil {
 		return r.existing(ctx, doc)
@@ -202,9 +201,7 @@ func (r *Registry) deliveryJobs(ctx context.Context, ev Event) ([]*job.Job, erro
 	}
 	now := r.cfg.Now()
 	lane := ev.Lane
-	if lane == "" {
-		lane = r.cfg.Lane
-	}
+	lane = cmp.Or(lane, r.cfg.Lane)
 	var jobs []*job.Job
 	for _, s := range subs {
 		if !s.Enabled || s.Tenant != ev.Tenant || !s.subscribes(ev.Topic) {
@@ -289,9 +286,7 @@ func (r *Registry) notify() {
 // then each delivery job. An event that was never published gives an
 // error wrapping store.ErrNotFound.
 func (r *Registry) EventDeliveries(ctx context.Context, tenant, eventID, after string, limit int) ([]DeliveryInfo, error) {
-	if tenant == "" {
-		tenant = job.DefaultTenant
-	}
+	tenant = cmp.Or(tenant, job.DefaultTenant)
 	ids, err := r.eventJobIDs(ctx, tenant, eventID)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,24 +97,16 @@ type RegistryConfig struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c RegistryConfig) WithDefaults() RegistryConfig {
-	if c.RotationWindow == 0 {
-		c.RotationWindow = DefaultRotationWindow
-	}
-	if c.DisableAfter == 0 {
-		c.DisableAfter = DefaultDisableAfter
-	}
-	if c.CacheFor == 0 {
-		c.CacheFor = DefaultCacheFor
-	}
+	c.RotationWindow = cmp.Or(c.RotationWindow, DefaultRotationWindow)
+	c.DisableAfter = cmp.Or(c.DisableAfter, DefaultDisableAfter)
+	c.CacheFor = cmp.Or(c.CacheFor, DefaultCacheFor)
 	switch {
 	case c.Headroom == 0:
 		c.Headroom = DefaultHeadroom
 	case c.Headroom < 0:
 		c.Headroom = 0
 	}
-	if c.Lane == "" {
-		c.Lane = job.LaneBatch
-	}
+	c.Lane = cmp.Or(c.Lane, job.LaneBatch)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -476,17 +469,13 @@ func (r *Registry) merge(spec SubscriberSpec, prev Record, created bool, now tim
 		Concurrency: spec.Concurrency, Adaptive: spec.Adaptive, Headers: spec.Headers, Enabled: true,
 		CreatedAt: now, UpdatedAt: now,
 	}
-	if rec.Tenant == "" {
-		rec.Tenant = job.DefaultTenant
-	}
+	rec.Tenant = cmp.Or(rec.Tenant, job.DefaultTenant)
 	if spec.Rate != nil {
 		rt := *spec.Rate
 		if rt.Period == 0 {
 			rt.Period = Period(time.Second)
 		}
-		if rt.Shape == "" {
-			rt.Shape = ShapeWindow
-		}
+		rt.Shape = cmp.Or(rt.Shape, ShapeWindow)
 		if rt.Burst == 0 && rt.Window == WindowFixed {
 			rt.Burst = rt.Limit // each aligned window's whole allowance, as it opens
 		}

@@ -1,6 +1,7 @@
 package batchlane
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -119,12 +120,8 @@ func NewPlan(m Manifest, newID func() string) (Plan, error) {
 	if m.Deadline.IsZero() {
 		m.Deadline = m.Now.Add(DefaultDeadline)
 	}
-	if m.MaxAttempts == 0 {
-		m.MaxAttempts = DefaultMaxAttempts
-	}
-	if m.Depth == "" {
-		m.Depth = pipeline.DepthFull
-	}
+	m.MaxAttempts = cmp.Or(m.MaxAttempts, DefaultMaxAttempts)
+	m.Depth = cmp.Or(m.Depth, pipeline.DepthFull)
 	prof := m.Profile.WithDefaults()
 	sum := Summary{Reviews: len(m.Reviews), Depth: m.Depth, Provider: prof.Name, Kind: prof.Kind}
 	var p Plan
@@ -171,9 +168,7 @@ func NewPlan(m Manifest, newID func() string) (Plan, error) {
 	}
 	p.Batch = &store.Batch{ID: m.ID, Tenant: m.Tenant, Region: m.Region, Provider: prof.Name, State: store.BatchRunning,
 		Deadline: m.Deadline, MaxAttempts: m.MaxAttempts, Summary: summary, CreatedAt: m.Now, UpdatedAt: m.Now}
-	if p.Batch.Tenant == "" {
-		p.Batch.Tenant = job.DefaultTenant
-	}
+	p.Batch.Tenant = cmp.Or(p.Batch.Tenant, job.DefaultTenant)
 	drivers := make([]*job.Job, 0, 2)
 	for _, d := range []struct{ kind, key string }{{KindSubmit, SubmitKey(prof)}, {KindCollect, CollectKey(prof)}} {
 		payload, err := json.Marshal(Args{Batch: m.ID})

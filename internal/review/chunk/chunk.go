@@ -13,6 +13,7 @@
 package chunk
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -60,12 +61,8 @@ type Options struct {
 
 // WithDefaults returns o with zero fields replaced by their defaults.
 func (o Options) WithDefaults() Options {
-	if o.MaxTokens == 0 {
-		o.MaxTokens = DefaultMaxTokens
-	}
-	if o.Mode == "" {
-		o.Mode = ModeFull
-	}
+	o.MaxTokens = cmp.Or(o.MaxTokens, DefaultMaxTokens)
+	o.Mode = cmp.Or(o.Mode, ModeFull)
 	return o
 }
 

@@ -13,6 +13,7 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,9 +133,7 @@ func (p Profile) LogValue() slog.Value {
 
 // WithDefaults returns p with zero fields set to their defaults.
 func (p Profile) WithDefaults() Profile {
-	if p.MaxOutputTokens == 0 {
-		p.MaxOutputTokens = DefaultMaxOutputTokens
-	}
+	p.MaxOutputTokens = cmp.Or(p.MaxOutputTokens, DefaultMaxOutputTokens)
 	if p.RequestsKey == "" {
 		model := p.Model
 		if p.Kind == KindRules || model == "" {
@@ -145,12 +144,8 @@ func (p Profile) WithDefaults() Profile {
 	if p.TokensKey == "" && p.TokensPerMinute > 0 {
 		p.TokensKey = p.RequestsKey + ":tokens"
 	}
-	if p.QuotaPause == 0 {
-		p.QuotaPause = DefaultQuotaPause
-	}
-	if p.Timeout == 0 {
-		p.Timeout = 2 * time.Minute
-	}
+	p.QuotaPause = cmp.Or(p.QuotaPause, DefaultQuotaPause)
+	p.Timeout = cmp.Or(p.Timeout, 2*time.Minute)
 	if p.HTTPClient == nil {
 		p.HTTPClient = &http.Client{}
 	}

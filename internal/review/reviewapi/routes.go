@@ -8,6 +8,7 @@ package reviewapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -229,15 +230,9 @@ func (s *server) reviewSubmission(r *http.Request, p auth.Principal, req *review
 	if req.Publish != nil {
 		sub.Publish = pipeline.Publish{Kind: req.Publish.Kind, Target: req.Publish.Target}
 	}
-	if sub.Lane == "" {
-		sub.Lane = job.LaneInteractive
-	}
-	if sub.Depth == "" {
-		sub.Depth = pipeline.DepthAuto
-	}
-	if sub.Publish.Kind == "" {
-		sub.Publish.Kind = pipeline.PublishNone
-	}
+	sub.Lane = cmp.Or(sub.Lane, job.LaneInteractive)
+	sub.Depth = cmp.Or(sub.Depth, pipeline.DepthAuto)
+	sub.Publish.Kind = cmp.Or(sub.Publish.Kind, pipeline.PublishNone)
 	for field, v := range map[string]string{"repo": sub.Repo, "change": sub.Change, "base_sha": sub.BaseSHA,
 		"head_sha": sub.HeadSHA, "provider": sub.Provider, "publish.target": sub.Publish.Target,
 		"idempotency_key": sub.IdempotencyKey, "tenant": sub.Tenant} {

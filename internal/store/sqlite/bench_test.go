@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,11 +24,7 @@ func BenchmarkLeaseLatency(b *testing.B) {
 	for _, n := range []int{1_000, 1_000_000} {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
 			ctx := context.Background()
-			s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := sqlite.OpenTest(b, sqlite.Config{})
 			for i := 0; i < n; i += 5000 {
 				batch := make([]*job.Job, 0, 5000)
 				for k := i; k < min(n, i+5000); k++ {
@@ -87,11 +82,7 @@ func rssMB() float64 {
 // machine's load.
 func BenchmarkLeaseFinishCycle(b *testing.B) {
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(b, sqlite.Config{})
 	now := storetest.T0
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -129,11 +120,7 @@ func BenchmarkLeaseFinishCycle(b *testing.B) {
 // machine's load.
 func BenchmarkInsertBatch(b *testing.B) {
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(b, sqlite.Config{})
 	const size = 1000
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -160,11 +147,7 @@ func BenchmarkInsertBatch(b *testing.B) {
 // store.Finish or the insert for one path) for instruction counts that do
 // not depend on the machine's load.
 func BenchmarkThroughputCycle(b *testing.B) {
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(b, sqlite.Config{})
 	now := storetest.T0
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,7 +1,6 @@
 package sqlite_test
 
 import (
-	"context"
 	"database/sql"
 	"path/filepath"
 	"strings"
@@ -17,11 +16,7 @@ import (
 func TestSchemaRefusesForbiddenRows(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "us.db")
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)

@@ -22,10 +22,7 @@ func TestFileSharedAcrossDrivers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "us.db")
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
 	j := storetest.NewJob("t", job.LaneInteractive, "k")
 	if _, err := s.Insert(ctx, []*job.Job{j}, storetest.Unpaced); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/store"
@@ -13,12 +12,7 @@ import (
 // TestMigrateInlineHistory is storetest.RunInlineHistoryMigration on SQLite.
 func TestMigrateInlineHistory(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := OpenTest(t, Config{})
 	storetest.RunInlineHistoryMigration(t, s, func(ctx context.Context, id string) ([]int, error) {
 		down, err := migrations.ReadFile("migrations/0005_inline_history.down.sql")
 		if err != nil {

@@ -23,10 +23,7 @@ import (
 func populated(t testing.TB, dir string, n int) string {
 	t.Helper()
 	path := filepath.Join(dir, "us.db")
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
 	for i := 0; i < n; i += 1000 {
 		var batch []*job.Job
 		for k := i; k < min(n, i+1000); k++ {
@@ -157,11 +154,7 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 func TestMigrateChecksIntegrity(t *testing.T) {
 	t.Parallel()
 	path := populated(t, t.TempDir(), 2000)
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -186,11 +179,7 @@ func TestMigrateChecksIntegrity(t *testing.T) {
 func TestReadyFailsWhenFileIsBroken(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "us.db")
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
 	if err := s.Ready(context.Background()); err != nil {
 		t.Fatalf("healthy store not ready: %v", err)
 	}
@@ -214,10 +203,7 @@ func TestReadyFailsWhenFileIsBroken(t *testing.T) {
 func TestDurabilityReadBack(t *testing.T) {
 	t.Parallel()
 	for _, sync := range []string{sqlite.SyncFull, sqlite.SyncNormal} {
-		s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: sync})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := sqlite.OpenTest(t, sqlite.Config{Synchronous: sync})
 		if d := s.Durability(); d.JournalMode != "wal" || d.Synchronous != sync {
 			t.Errorf("configured %s, store reports %+v", sync, d)
 		}
@@ -234,11 +220,7 @@ func TestFileModes(t *testing.T) {
 	defer syscall.Umask(old)
 	dir := filepath.Join(t.TempDir(), "data")
 	path := filepath.Join(dir, "us.db")
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
 	if _, err := s.Insert(context.Background(), []*job.Job{storetest.NewJob("t", job.LaneBatch)}, storetest.Unpaced); err != nil {
 		t.Fatal(err)
 	}
@@ -264,11 +246,7 @@ func BenchmarkStartupCheck(b *testing.B) {
 	}
 	path := populated(b, b.TempDir(), n)
 	fi, _ := os.Stat(path)
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(b, sqlite.Config{Path: path})
 	b.Logf("store: %d jobs, %.1f MB", n, float64(fi.Size())/1e6)
 	b.Run("quick_check", func(b *testing.B) {
 		for range b.N {
@@ -287,10 +265,7 @@ func BenchmarkStartupCheck(b *testing.B) {
 	b.Run("open", func(b *testing.B) {
 		for range b.N {
 			start := time.Now()
-			s2, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
-			if err != nil {
-				b.Fatal(err)
-			}
+			s2 := sqlite.OpenTest(b, sqlite.Config{Path: path})
 			s2.Close()
 			b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms/open")
 		}
@@ -300,11 +275,7 @@ func BenchmarkStartupCheck(b *testing.B) {
 // BenchmarkReady measures one readiness probe (a fresh read-only
 // connection, the header and schema, a page of jobs) on a small store.
 func BenchmarkReady(b *testing.B) {
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(b, sqlite.Config{})
 	for range b.N {
 		if err := s.Ready(context.Background()); err != nil {
 			b.Fatal(err)

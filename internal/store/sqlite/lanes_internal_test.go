@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -30,11 +29,7 @@ type laneWriter struct {
 
 func newLaneWriter(t *testing.T) *laneWriter {
 	t.Helper()
-	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: SyncNormal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := OpenTest(t, Config{Synchronous: SyncNormal})
 	return &laneWriter{t: t, s: s, errs: make(chan error, 64)}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,11 +30,7 @@ func TestFinishWithAndWithoutLeaseFacts(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: SyncNormal})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := OpenTest(t, Config{Synchronous: SyncNormal})
 			if _, err := s.UpsertLimit(ctx, admission.Config{Name: "k", Concurrency: 1}, storetest.T0); err != nil {
 				t.Fatal(err)
 			}

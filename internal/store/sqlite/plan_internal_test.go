@@ -1,8 +1,6 @@
 package sqlite
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -101,10 +99,6 @@ func queryPlan(t *testing.T, s *Store, q string, args ...any) string {
 
 func openTestStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := OpenTest(t, Config{})
 	return s
 }

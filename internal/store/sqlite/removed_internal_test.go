@@ -18,11 +18,7 @@ import (
 func TestReadPoolRefusesRemovedFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "us.db")
-	s, err := Open(context.Background(), Config{Path: path, Region: "us", Synchronous: SyncNormal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := OpenTest(t, Config{Path: path, Synchronous: SyncNormal})
 	s.rdb.SetMaxIdleConns(0) // every read opens a new connection
 	if _, err := s.Get(context.Background(), "no-such-job"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get on a healthy store: %v, want ErrNotFound", err)
@@ -30,7 +26,7 @@ func TestReadPoolRefusesRemovedFile(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Get(context.Background(), "no-such-job")
+	_, err := s.Get(context.Background(), "no-such-job")
 	if err == nil || errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after the file was removed: %v, want an error opening it", err)
 	}

@@ -15,11 +15,7 @@ import (
 func TestMigrateDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := sqlite.OpenTest(t, sqlite.Config{})
 	if err := s.MigrateDown(ctx); err != nil {
 		t.Fatalf("down: %v", err)
 	}
@@ -39,10 +35,7 @@ func TestRegionIsRecorded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "eu.db")
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: path, Region: "eu"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := sqlite.OpenTest(t, sqlite.Config{Path: path, Region: "eu"})
 	s.Close()
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, Region: "us"}); err == nil {
 		t.Fatal("an EU database opened as the US store")

@@ -1,8 +1,6 @@
 package sqlite_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -16,11 +14,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func open(t *testing.T) store.Store {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := sqlite.OpenTest(t, sqlite.Config{})
 	return s
 }
 

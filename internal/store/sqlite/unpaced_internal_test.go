@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +19,7 @@ import (
 func unpacedSetup(t *testing.T) (*Store, context.Context) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: SyncNormal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := OpenTest(t, Config{Synchronous: SyncNormal})
 	a, b := storetest.NewJob("acme", job.LaneBatch, "k"), storetest.NewJob("acme", job.LaneBatch, "k")
 	if _, err := s.Insert(ctx, []*job.Job{a, b}, storetest.Unpaced); err != nil {
 		t.Fatal(err)

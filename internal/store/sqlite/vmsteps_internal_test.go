@@ -6,7 +6,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"testing"
 
@@ -28,11 +27,7 @@ func vmSteps(st *sql.Stmt) (steps, runs int32, ok bool) {
 // callgrind's per-function toggles are confused by Go's stack switches
 // (docs/benchmarks.md, "Session 10 (s10h4)").
 func BenchmarkThroughputVMSteps(b *testing.B) {
-	s, err := Open(context.Background(), Config{Path: filepath.Join(b.TempDir(), "us.db"), Region: "us"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := OpenTest(b, Config{})
 	ctx := context.Background()
 	now := storetest.T0
 	jobs := 0

@@ -408,11 +408,7 @@ func testNextAdmission(t *testing.T, open Opener) {
 }
 
 func testConcurrencyCap(t *testing.T, open Opener) {
-	s := open(t)
-	setLimit(t, s, admission.Config{Name: "k", Concurrency: 3})
-	for range 10 {
-		insert(t, s, NewJob("acme", job.LaneBatch, "k"))
-	}
+	s := openKeyed(t, open, admission.Config{Name: "k", Concurrency: 3}, 10, job.LaneBatch)
 	first := lease(t, s, T0, 10)
 	if len(first) != 3 {
 		t.Fatalf("leased %d with a cap of 3", len(first))
@@ -1067,11 +1063,7 @@ func testListLimitKey(t *testing.T, s store.Store) {
 }
 
 func testAdaptiveKey(t *testing.T, open Opener) {
-	s := open(t)
-	setLimit(t, s, admission.Config{Name: "ad", Rate: 100, Burst: 1, Adaptive: true})
-	for range 3 {
-		insert(t, s, NewJob("acme", job.LaneBatch, "ad"))
-	}
+	s := openKeyed(t, open, admission.Config{Name: "ad", Rate: 100, Burst: 1, Adaptive: true}, 3, job.LaneBatch)
 	j := lease(t, s, T0, 1)[0]
 	mustOK(t, finish(t, s, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled,
 		EligibleAt: T0.Add(time.Second), Attempts: job.Attempts{Congestion: 1},
@@ -1094,11 +1086,7 @@ func testAdaptiveKey(t *testing.T, open Opener) {
 // concurrency discovery): the store keeps it across transactions, leases
 // no more than it allows, and leaves the rate alone.
 func testLearnedConcurrency(t *testing.T, open Opener) {
-	s := open(t)
-	setLimit(t, s, admission.Config{Name: "cc", Rate: 100, Burst: 10, Adaptive: true})
-	for range 4 {
-		insert(t, s, NewJob("acme", job.LaneBatch, "cc"))
-	}
+	s := openKeyed(t, open, admission.Config{Name: "cc", Rate: 100, Burst: 10, Adaptive: true}, 4, job.LaneBatch)
 	refuse := func(j *job.Job, at time.Time) {
 		t.Helper()
 		mustOK(t, finish(t, s, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled,
@@ -1140,11 +1128,7 @@ func testLearnedConcurrency(t *testing.T, open Opener) {
 // start at a time, evenly, where before the refusal its bucket's burst
 // admitted several at once; the store keeps that across transactions.
 func testStrictCounting(t *testing.T, open Opener) {
-	s := open(t)
-	setLimit(t, s, admission.UpstreamWindow("sc", 20, time.Second, 20, admission.DefaultHeadroom))
-	for range 30 {
-		insert(t, s, NewJob("acme", job.LaneBatch, "sc"))
-	}
+	s := openKeyed(t, open, admission.UpstreamWindow("sc", 20, time.Second, 20, admission.DefaultHeadroom), 30, job.LaneBatch)
 	got := lease(t, s, T0, 30)
 	if len(got) != 10 { // half the declared burst of 20
 		t.Fatalf("leased %d from a fresh key, want its burst of 10", len(got))

@@ -80,10 +80,22 @@ func countOutcome(j *job.Job, c job.Class) int {
 // testRescueVsCompletion: the worker completes after the reaper selected
 // its (expired) lease. The recovery conflicts and the completed job is
 // unchanged: state, attempt, counters, history and timestamps.
-func testRescueVsCompletion(t *testing.T, open Opener) {
+// leasedOnK opens a store with n jobs on the unconfigured key k, all
+// leased at T0 for 30 s (expired from T0+30s): the state every rescue
+// case acts on.
+func leasedOnK(t *testing.T, open Opener, n int) (store.Store, []*job.Job) {
+	t.Helper()
 	s := open(t)
-	insert(t, s, NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k"))
-	js := leaseFor(t, s, T0, 2, 30*time.Second)
+	insert(t, s, newJobs(n, "acme", job.LaneBatch, "k")...)
+	js := leaseFor(t, s, T0, n, 30*time.Second)
+	if len(js) != n {
+		t.Fatalf("leased %d, want %d", len(js), n)
+	}
+	return s, js
+}
+
+func testRescueVsCompletion(t *testing.T, open Opener) {
+	s, js := leasedOnK(t, open, 2)
 	j := js[0]
 	at := T0.Add(31 * time.Second)
 	sel := expired(t, s, at)
@@ -114,9 +126,8 @@ func testRescueVsCompletion(t *testing.T, open Opener) {
 // recovery conflicts: the fresh attempt is not reset and the lease was
 // recovered exactly once (transient +1 once).
 func testRescueVsRelease(t *testing.T, open Opener) {
-	s := open(t)
-	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
-	j := leaseFor(t, s, T0, 1, 30*time.Second)[0]
+	s, js := leasedOnK(t, open, 1)
+	j := js[0]
 	at := T0.Add(31 * time.Second)
 	slow := expired(t, s, at)
 	fast := expired(t, s, at)
@@ -147,9 +158,8 @@ func testRescueVsRelease(t *testing.T, open Opener) {
 // its expired lease. The worker is alive and renewed its lease, so the
 // recovery conflicts and the job keeps running under the same lease.
 func testRescueVsHeartbeat(t *testing.T, open Opener) {
-	s := open(t)
-	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
-	j := leaseFor(t, s, T0, 1, 30*time.Second)[0]
+	s, js := leasedOnK(t, open, 1)
+	j := js[0]
 	at := T0.Add(31 * time.Second)
 	sel := expired(t, s, at)
 	if len(sel) != 1 {
@@ -170,9 +180,8 @@ func testRescueVsHeartbeat(t *testing.T, open Opener) {
 // lease holds while now < E, as the HTTP API checks it), and not at
 // E - 1ms; a recovery guarded on an earlier now than E conflicts.
 func testRescueHorizon(t *testing.T, open Opener) {
-	s := open(t)
-	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
-	j := leaseFor(t, s, T0, 1, 30*time.Second)[0]
+	s, js := leasedOnK(t, open, 1)
+	j := js[0]
 	e := j.LeaseExpiresAt
 	if !e.Equal(T0.Add(30 * time.Second)) {
 		t.Fatalf("lease expires %v, want %v", e, T0.Add(30*time.Second))
@@ -198,9 +207,7 @@ func testRescueHorizon(t *testing.T, open Opener) {
 // saw the lease) recover it once: the second conflicts, the attempt is
 // counted once and the key's in-flight lease is released once.
 func testRescueOnce(t *testing.T, open Opener) {
-	s := open(t)
-	insert(t, s, NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k"))
-	js := leaseFor(t, s, T0, 2, 30*time.Second)
+	s, js := leasedOnK(t, open, 2)
 	at := T0.Add(31 * time.Second)
 	j := js[0]
 	// The other job keeps its lease so a second release would show.
@@ -230,9 +237,8 @@ func testRescueOnce(t *testing.T, open Opener) {
 // the one running conflicts even with the right lease token, so the guard
 // is on (id, state, attempt) as well as the token.
 func testGuardOnAttempt(t *testing.T, open Opener) {
-	s := open(t)
-	insert(t, s, NewJob("acme", job.LaneBatch, "k"))
-	j := leaseFor(t, s, T0, 1, 30*time.Second)[0]
+	s, js := leasedOnK(t, open, 1)
+	j := js[0]
 	wrong := success(j, T0)
 	wrong.Record.Attempt = j.Attempt + 1
 	conflict(t, "finish naming another attempt", finish(t, s, wrong))

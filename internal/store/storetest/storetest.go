@@ -152,6 +152,19 @@ func setLimit(t *testing.T, s store.Store, c admission.Config) {
 	}
 }
 
+// openKeyed opens a store with the limit key c and n waiting jobs of
+// tenant acme in lane on that key alone, inserted one per call (one
+// transaction each), the setup most admission cases start from.
+func openKeyed(t *testing.T, open Opener, c admission.Config, n int, lane job.Lane) store.Store {
+	t.Helper()
+	s := open(t)
+	setLimit(t, s, c)
+	for range n {
+		insert(t, s, NewJob("acme", lane, c.Name))
+	}
+	return s
+}
+
 // success is the transition of a successful attempt of a kind with no
 // validation step.
 func success(j *job.Job, now time.Time) store.Transition {

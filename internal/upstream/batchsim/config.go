@@ -1,6 +1,7 @@
 package batchsim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -44,21 +45,11 @@ var DefaultLimits = Limits{
 // WithDefaults fills zero fields from DefaultLimits.
 func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits
-	if l.OpenAIMaxRequests == 0 {
-		l.OpenAIMaxRequests = d.OpenAIMaxRequests
-	}
-	if l.OpenAIMaxInputBytes == 0 {
-		l.OpenAIMaxInputBytes = d.OpenAIMaxInputBytes
-	}
-	if l.OpenAIMaxUploadBytes == 0 {
-		l.OpenAIMaxUploadBytes = d.OpenAIMaxUploadBytes
-	}
-	if l.AnthropicMaxRequests == 0 {
-		l.AnthropicMaxRequests = d.AnthropicMaxRequests
-	}
-	if l.AnthropicMaxBytes == 0 {
-		l.AnthropicMaxBytes = d.AnthropicMaxBytes
-	}
+	l.OpenAIMaxRequests = cmp.Or(l.OpenAIMaxRequests, d.OpenAIMaxRequests)
+	l.OpenAIMaxInputBytes = cmp.Or(l.OpenAIMaxInputBytes, d.OpenAIMaxInputBytes)
+	l.OpenAIMaxUploadBytes = cmp.Or(l.OpenAIMaxUploadBytes, d.OpenAIMaxUploadBytes)
+	l.AnthropicMaxRequests = cmp.Or(l.AnthropicMaxRequests, d.AnthropicMaxRequests)
+	l.AnthropicMaxBytes = cmp.Or(l.AnthropicMaxBytes, d.AnthropicMaxBytes)
 	return l
 }
 
@@ -141,9 +132,7 @@ type Config struct {
 
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Addr == "" {
-		c.Addr = "127.0.0.1:0"
-	}
+	c.Addr = cmp.Or(c.Addr, "127.0.0.1:0")
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -278,11 +278,7 @@ func (s *server) handlePutSubscriber(w http.ResponseWriter, r *http.Request, p a
 }
 
 func (s *server) handleGetSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	region, id, err := s.subscriberTarget(r, p)
-	if err != nil {
-		return err
-	}
-	reg, err := s.registry(region)
+	reg, id, err := s.subscriberRegistry(r, p)
 	if err != nil {
 		return err
 	}
@@ -301,6 +297,18 @@ func (s *server) subscriberTarget(r *http.Request, p auth.Principal) (string, st
 	}
 	id, err := subscriberID(r)
 	return region, id, err
+}
+
+// subscriberRegistry is subscriberTarget followed by the registry of the
+// target's region: the subscriber routes that need nothing else checked
+// first start with it.
+func (s *server) subscriberRegistry(r *http.Request, p auth.Principal) (Registry, string, error) {
+	region, id, err := s.subscriberTarget(r, p)
+	if err != nil {
+		return nil, "", err
+	}
+	reg, err := s.registry(region)
+	return reg, id, err
 }
 
 // subscriberError names the subscriber in a 404.
@@ -354,11 +362,7 @@ func subscriberPage(all []webhook.Record, limit int) subscriberList {
 }
 
 func (s *server) handleDeleteSubscriber(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	region, id, err := s.subscriberTarget(r, p)
-	if err != nil {
-		return err
-	}
-	reg, err := s.registry(region)
+	reg, id, err := s.subscriberRegistry(r, p)
 	if err != nil {
 		return err
 	}
@@ -396,11 +400,7 @@ func (s *server) handleListSubscriberDeliveries(w http.ResponseWriter, r *http.R
 	if err != nil {
 		return err
 	}
-	after, limit, err := s.h.Page(r)
-	if err != nil {
-		return err
-	}
-	reg, err := s.registry(region)
+	reg, after, limit, err := s.pagedRegistry(r, region)
 	if err != nil {
 		return err
 	}
@@ -409,6 +409,16 @@ func (s *server) handleListSubscriberDeliveries(w http.ResponseWriter, r *http.R
 		return err
 	}
 	return mount.WriteJSON(w, http.StatusOK, deliveryPage(ds, limit))
+}
+
+// pagedRegistry is the start of a delivery listing: the page the request
+// asks for and the registry of region that serves it.
+func (s *server) pagedRegistry(r *http.Request, region string) (reg Registry, after string, limit int, err error) {
+	if after, limit, err = s.h.Page(r); err != nil {
+		return nil, "", 0, err
+	}
+	reg, err = s.registry(region)
+	return reg, after, limit, err
 }
 
 func deliveryPage(ds []webhook.DeliveryInfo, limit int) deliveryList {
@@ -481,11 +491,7 @@ func (s *server) handleListEventDeliveries(w http.ResponseWriter, r *http.Reques
 	if err != nil {
 		return err
 	}
-	after, limit, err := s.h.Page(r)
-	if err != nil {
-		return err
-	}
-	reg, err := s.registry(region)
+	reg, after, limit, err := s.pagedRegistry(r, region)
 	if err != nil {
 		return err
 	}
