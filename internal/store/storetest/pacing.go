@@ -2,8 +2,8 @@ package storetest
 
 // The cases of a key's pacing state that the store carries between
 // transactions: even pacing and announced credit of adaptive keys, paced
-// retries (a refusal's and a first fault's), the pacing a finish applies, the cap a finish frees, and a
-// window's starts in flight.
+// retries (a refusal's and a first fault's), the pacing a finish applies,
+// the cap a finish frees, and a window's starts in flight.
 
 import (
 	"context"
