@@ -99,17 +99,9 @@ func testPacedRetry(t *testing.T, open Opener) {
 	setLimit(t, s, admission.Config{Name: "fy", Rate: 10, Burst: 1})
 	paced, fixed, mixed := NewJob("acme", job.LaneBatch, "pa"), NewJob("acme", job.LaneBatch, "fx"), NewJob("acme", job.LaneBatch, "pb", "fy")
 	insert(t, s, paced, fixed, mixed)
-	got := lease(t, s, T0, 3)
-	if len(got) != 3 {
-		t.Fatalf("leased %d, want 3", len(got))
-	}
+	got := leaseAll(t, s, 3)
 	at := T0.Add(10 * time.Millisecond)
-	ts := make([]store.Transition, len(got))
-	for i, j := range got {
-		// u = 0.5: the first backoff is exactly Base, 1 s.
-		ts[i] = engine.Decide(j, job.Outcome{Class: job.ClassRateLimited, Status: 429}, at, false, engine.Backoff{}, 0.5)
-	}
-	mustOK(t, finish(t, s, ts...))
+	ts := endAll(t, s, got, job.Outcome{Class: job.ClassRateLimited, Status: 429}, at)
 	backoff := at.Add(time.Second)
 	for i, j := range got {
 		want, why := backoff, "backoff"
@@ -148,8 +140,9 @@ func testPacedRetry(t *testing.T, open Opener) {
 // whose every key spaces its starts needs no backoff (store.PacedFault):
 // the store writes the retry eligible at the failure, and the key's pace
 // spaces it like any other start. A job with a key that spaces nothing (a
-// concurrency cap alone) and a job's second failure keep their backoff: a storm of retries, or a run of failures, still
-// slows down. Every failure spends one unit of the transient budget.
+// concurrency cap alone) and a job's second failure keep their backoff: a
+// storm of retries, or a run of failures, still slows down. Every failure
+// spends one unit of the transient budget.
 func testPacedFault(t *testing.T, open Opener) {
 	s := open(t)
 	setLimit(t, s, admission.Config{Name: "ra", Rate: 10, Burst: 2})
@@ -157,17 +150,10 @@ func testPacedFault(t *testing.T, open Opener) {
 	setLimit(t, s, admission.Config{Name: "ca", Concurrency: 5})
 	rate, window, capped := NewJob("acme", job.LaneBatch, "ra"), NewJob("acme", job.LaneBatch, "wa"), NewJob("acme", job.LaneBatch, "ca")
 	insert(t, s, rate, window, capped)
-	got := lease(t, s, T0, 3)
-	if len(got) != 3 {
-		t.Fatalf("leased %d, want 3", len(got))
-	}
+	got := leaseAll(t, s, 3)
 	at := T0.Add(10 * time.Millisecond)
-	ts := make([]store.Transition, len(got))
-	for i, j := range got {
-		// u = 0.5: the first backoff is exactly Base, 1 s; a second 2 s.
-		ts[i] = engine.Decide(j, job.Outcome{Class: job.ClassTransient, Status: 503}, at, false, engine.Backoff{}, 0.5)
-	}
-	mustOK(t, finish(t, s, ts...))
+	fault := job.Outcome{Class: job.ClassTransient, Status: 503}
+	ts := endAll(t, s, got, fault, at)
 	for i, j := range got {
 		want, why, n := at.Add(time.Second), "backoff", 1
 		if j.ID == rate.ID || j.ID == window.ID {
@@ -192,10 +178,7 @@ func testPacedFault(t *testing.T, open Opener) {
 		t.Fatalf("leased %v 0.2 s after the failures, want the two first faults on paced keys", ids(got))
 	}
 	// Their second failure backs off (2 s at u = 0.5).
-	for i, j := range got {
-		ts[i] = engine.Decide(j, job.Outcome{Class: job.ClassTransient, Status: 503}, at, false, engine.Backoff{}, 0.5)
-	}
-	mustOK(t, finish(t, s, ts[:2]...))
+	endAll(t, s, got, fault, at)
 	for _, j := range got {
 		if g := get(t, s, j.ID); !g.EligibleAt.Equal(at.Add(2*time.Second)) || g.Attempts.Transient != 2 {
 			t.Errorf("job on %v after its second failure: eligible at %v, transient %d; want %v, 2",
@@ -468,4 +451,29 @@ func leaseExactly(t *testing.T, s store.Store, ms, want int) []*job.Job {
 		t.Fatalf("lease at +%dms admitted %d jobs, want %d", ms, len(got), want)
 	}
 	return got
+}
+
+// leaseAll leases n jobs at T0 and fails the test unless it gets all n.
+func leaseAll(t *testing.T, s store.Store, n int) []*job.Job {
+	t.Helper()
+	got := lease(t, s, T0, n)
+	if len(got) != n {
+		t.Fatalf("leased %d, want %d", len(got), n)
+	}
+	return got
+}
+
+// endAll ends the running jobs got with outcome o at at, in one finish,
+// and returns their transitions as the store left them (a paced retry's
+// eligible time and record are rewritten by it). engine.Decide draws its
+// jitter at u = 0.5: a job's first backoff is exactly Base, 1 s; a
+// second, 2 s.
+func endAll(t *testing.T, s store.Store, got []*job.Job, o job.Outcome, at time.Time) []store.Transition {
+	t.Helper()
+	ts := make([]store.Transition, len(got))
+	for i, j := range got {
+		ts[i] = engine.Decide(j, o, at, false, engine.Backoff{}, 0.5)
+	}
+	mustOK(t, finish(t, s, ts...))
+	return ts
 }
