@@ -200,14 +200,26 @@ func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time,
 // transaction (LP_DEAD, what a bitmap scan cannot do), so later reads pass
 // over it without visiting the heap, and it stops after limit live groups.
 // Both are local to the lease transaction. groupScanOnly keeps the values
-// it replaces in two placeholder settings, from which groupScanAny restores
+// it replaces in placeholder settings, from which groupScanAny restores
 // them (reading them back from pg_settings instead cost ~20 ms a lease).
+//
+// The bracket also runs the reads on their generic plan, as the finish's
+// statements do (genericPlanOn): left to choose, PostgreSQL planned the
+// ready-groups read afresh at about half its executions (534-540 plans
+// in 1,143-1,151 calls of a 20,000-job BenchmarkEngineDrain, 42-47 ms of
+// planning against 38-46 ms of execution; pg_stat_statements with
+// track_planning). With the scans above forbidden, the generic plan is
+// the same index scan: 7 plans a drain, execution unchanged
+// (docs/benchmarks.md, "Session 16: the merge, quiet (lead)").
 const (
 	groupScanOnly = `SELECT set_config('ratelane.bitmapscan', current_setting('enable_bitmapscan'), true),
 		set_config('ratelane.seqscan', current_setting('enable_seqscan'), true),
-		set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+		set_config('ratelane.plan_cache_mode', current_setting('plan_cache_mode'), true),
+		set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
+		set_config('plan_cache_mode', 'force_generic_plan', true)`
 	groupScanAny = `SELECT set_config('enable_bitmapscan', current_setting('ratelane.bitmapscan'), true),
-		set_config('enable_seqscan', current_setting('ratelane.seqscan'), true)`
+		set_config('enable_seqscan', current_setting('ratelane.seqscan'), true),
+		set_config('plan_cache_mode', current_setting('ratelane.plan_cache_mode'), true)`
 )
 
 func (l *leaseTx) Heads(g store.Group, now time.Time, limit int) ([]store.Candidate, error) {

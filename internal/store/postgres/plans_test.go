@@ -245,8 +245,9 @@ func explainGeneric(t *testing.T, q querier, sql string, args ...any) string {
 // The ready-groups reads go through job_groups_round in round order by a
 // plain index scan (groupScanOnly), not a bitmap scan of every entry of
 // the lane: the latter read every dead entry a lease's group touches left
-// behind, again on every lease, and could not mark them dead. The
-// settings are restored after them (groupScanAny).
+// behind, again on every lease, and could not mark them dead. They run
+// on their generic plan, and the settings are restored after them
+// (groupScanAny).
 func TestReadyGroupsPlainIndexScan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -260,6 +261,13 @@ func TestReadyGroupsPlainIndexScan(t *testing.T) {
 	if _, err := tx.Exec(ctx, groupScanOnly); err != nil {
 		t.Fatal(err)
 	}
+	var mode string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "force_generic_plan" {
+		t.Errorf("between the brackets: plan_cache_mode %s, want force_generic_plan (a plan per execution cost more than the read)", mode)
+	}
 	if plan := explainIn(t, tx, readyGroupsSQL, readyGroupsArgs(job.LaneInteractive, store.GroupFilter{}, t0, 48)...); !strings.Contains(plan, "Index Scan using job_groups_round") || strings.Contains(plan, "Bitmap") {
 		t.Errorf("ready groups are not read by a plain scan of job_groups_round:\n%s", plan)
 	}
@@ -267,10 +275,10 @@ func TestReadyGroupsPlainIndexScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bitmap, seq string
-	if err := tx.QueryRow(ctx, `SELECT current_setting('enable_bitmapscan'), current_setting('enable_seqscan')`).Scan(&bitmap, &seq); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT current_setting('enable_bitmapscan'), current_setting('enable_seqscan'), current_setting('plan_cache_mode')`).Scan(&bitmap, &seq, &mode); err != nil {
 		t.Fatal(err)
 	}
-	if bitmap != "on" || seq != "on" {
-		t.Errorf("after the reads: enable_bitmapscan %s, enable_seqscan %s; want both restored to on", bitmap, seq)
+	if bitmap != "on" || seq != "on" || mode != "auto" {
+		t.Errorf("after the reads: enable_bitmapscan %s, enable_seqscan %s, plan_cache_mode %s; want on, on, auto restored", bitmap, seq, mode)
 	}
 }
