@@ -42,21 +42,7 @@ func TestWriterTextsIndependentOfCounts(t *testing.T) {
 			if err != nil || len(jobs) != max {
 				t.Fatalf("lease of %d: %d jobs, %v", max, len(jobs), err)
 			}
-			ts := make([]store.Transition, len(jobs))
-			for i, j := range jobs {
-				ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StatePublished,
-					Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
-					Keys:   store.KeyEffect{Now: now, Success: true}}
-			}
-			errs, err := s.Finish(ctx, ts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range errs {
-				if e != nil {
-					t.Fatal(e)
-				}
-			}
+			finishSucceeded(t, s, jobs, job.StatePublished, now)
 		}
 	}
 	// texts reads the writer's prepared texts on the writer goroutine,

@@ -40,21 +40,29 @@ func ThroughputCycle(tb testing.TB, s *Store, now time.Time) time.Time {
 			tb.Fatalf("lease: %d jobs, %v", len(jobs), err)
 		}
 		left -= len(jobs)
-		ts := make([]store.Transition, len(jobs))
-		for i, j := range jobs {
-			ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateValidated,
-				Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
-				Keys:   store.KeyEffect{Now: now, Success: true}}
-		}
-		errs, err := s.Finish(ctx, ts)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for _, e := range errs {
-			if e != nil {
-				tb.Fatal(e)
-			}
-		}
+		finishSucceeded(tb, s, jobs, job.StateValidated, now)
 	}
 	return now
+}
+
+// finishSucceeded ends the leased jobs as successes moving to state to, in
+// one Finish at now, as the engine's finish loop does, and fails tb on any
+// error, the call's or a job's.
+func finishSucceeded(tb testing.TB, s *Store, jobs []*job.Job, to job.State, now time.Time) {
+	tb.Helper()
+	ts := make([]store.Transition, len(jobs))
+	for i, j := range jobs {
+		ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: to,
+			Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
+			Keys:   store.KeyEffect{Now: now, Success: true}}
+	}
+	errs, err := s.Finish(context.Background(), ts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range errs {
+		if e != nil {
+			tb.Fatal(e)
+		}
+	}
 }
