@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -158,4 +159,20 @@ func TestBatchBudgetOff(t *testing.T) {
 			t.Fatalf("budget off counted %+v, want nothing", c)
 		}
 	})
+}
+
+// The CPU governor is on unless asked off: a zero BatchCPUs becomes
+// DefaultBatchCPUs of this process's CPUs (half, at least one), a
+// negative one stays off, a positive one is kept (docs/configuration.md).
+func TestBatchCPUsDefault(t *testing.T) {
+	for procs, want := range map[int]int{1: 1, 2: 1, 3: 1, 8: 4} {
+		if got := engine.DefaultBatchCPUs(procs); got != want {
+			t.Errorf("DefaultBatchCPUs(%d) = %d, want %d", procs, got, want)
+		}
+	}
+	for set, want := range map[int]int{0: engine.DefaultBatchCPUs(runtime.GOMAXPROCS(0)), -1: -1, 3: 3} {
+		if got := (engine.Config{BatchCPUs: set}).WithDefaults().BatchCPUs; got != want {
+			t.Errorf("Config{BatchCPUs: %d}.WithDefaults().BatchCPUs = %d, want %d", set, got, want)
+		}
+	}
 }
