@@ -94,10 +94,53 @@ func (o *txOps) PromoteDue(now time.Time) error {
 
 func (o *txOps) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, error) {
 	var at sql.NullInt64
-	err := o.s.queryRow(o.tx, `SELECT min(eligible_at) FROM jobs WHERE state = 'waiting' AND lane = ? AND eligible_at <= ?`,
-		lane, ns(now)).Scan(&at)
+	err := o.s.queryRow(o.tx, oldestWaitingSQL(lane), lane, ns(now)).Scan(&at)
 	return tm(at), at.Valid, err
 }
+
+// oldestWaitingSQL is the query for the eligible_at of lane's oldest
+// waiting job that is eligible at now (parameters: ?1 the lane, ?2 now),
+// NULL if none. Since migration 0032 only the interactive lane has an
+// index of its own: a batch job writes no entry for this read, which runs
+// on every lease for the interactive lane only (its latency budget) and
+// for the batch lane in Stats and the predictor's cached ages.
+func oldestWaitingSQL(lane job.Lane) string {
+	if lane == job.LaneInteractive {
+		return oldestInteractiveSQL
+	}
+	return oldestByGroupSQL
+}
+
+// oldestInteractiveSQL reads the first entry of jobs_interactive_ready.
+// The lane is a literal, not ?1 (which it leaves unused): the planner uses
+// a partial index only where it can see the query implies the index's WHERE.
+const oldestInteractiveSQL = `SELECT min(eligible_at) FROM jobs
+	WHERE state = 'waiting' AND lane = 'interactive' AND eligible_at <= ?2`
+
+// oldestByGroupSQL finds a lane's oldest ready job through jobs_group_head
+// (group_id, priority DESC, eligible_at, id), which is ordered by priority
+// before eligible_at: a recursive walk visits each of the lane's groups'
+// priorities present among its waiting jobs (one index seek each), and
+// the first entry of each (group, priority) is that tier's oldest job. The
+// groups are the lane's ready ones (job_groups_round): a group's ready_at
+// is a lower bound of its waiting jobs' eligible_at, NULL when it has
+// none, which the lease's ReadyGroups relies on too. The oldest of all
+// the tiers' first entries is the lane's oldest waiting job, ready if it
+// is eligible at now; if it is not, no other is. Groups and distinct
+// priorities are few next to jobs, and it runs in Stats and the
+// predictor's cached reads only, not per lease.
+const oldestByGroupSQL = `WITH RECURSIVE tiers(g, p) AS (
+		SELECT id, (SELECT priority FROM jobs WHERE group_id = job_groups.id AND state = 'waiting'
+			ORDER BY priority DESC LIMIT 1)
+		FROM job_groups WHERE lane = ?1 AND ready_at IS NOT NULL AND ready_at <= ?2
+		UNION ALL
+		SELECT g, (SELECT priority FROM jobs WHERE group_id = tiers.g AND state = 'waiting' AND priority < tiers.p
+			ORDER BY priority DESC LIMIT 1)
+		FROM tiers WHERE p IS NOT NULL)
+	SELECT m FROM (SELECT min((SELECT min(eligible_at) FROM jobs
+			WHERE group_id = tiers.g AND priority = tiers.p AND state = 'waiting')) AS m
+		FROM tiers WHERE p IS NOT NULL)
+	WHERE m <= ?2`
 
 // limitScan: ReadyGroups and Heads run on every lease with a limit that
 // changes from one lease to the next (the free worker slots). SQLite 3.54
@@ -593,16 +636,14 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 	return st, err
 }
 
-// OldestReady reports each lane's oldest ready job: one lookup per lane on
-// each of the partial indexes jobs_lane_ready and jobs_scheduled.
+// OldestReady reports each lane's oldest ready job: its oldest eligible
+// waiting job (oldestWaitingSQL) or, if older, a retry due but not yet
+// promoted (the partial index jobs_scheduled).
 func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]time.Duration, error) {
 	out := map[job.Lane]time.Duration{}
 	for _, lane := range job.Lanes {
 		var at sql.NullInt64
-		err := s.readRow(ctx, `SELECT min(m) FROM (
-			SELECT min(eligible_at) AS m FROM jobs WHERE state = 'waiting' AND lane = ?1 AND eligible_at <= ?2
-			UNION ALL SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?2 AND lane = ?1)`,
-			lane, ns(now)).Scan(&at)
+		err := s.readRow(ctx, oldestReadySQL(lane), lane, ns(now)).Scan(&at)
 		if err != nil {
 			return nil, err
 		}
@@ -611,4 +652,10 @@ func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]ti
 		}
 	}
 	return out, nil
+}
+
+// oldestReadySQL is OldestReady's query for lane: ?1 the lane, ?2 now.
+func oldestReadySQL(lane job.Lane) string {
+	return `SELECT min(m) FROM (SELECT (` + oldestWaitingSQL(lane) + `) AS m
+		UNION ALL SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?2 AND lane = ?1)`
 }

@@ -73,6 +73,41 @@ func TestListByKeyUsesIndex(t *testing.T) {
 	}
 }
 
+// TestOldestReadyUsesIndexes: the oldest ready job of each lane, read on
+// every lease (the interactive lane) and by Stats and the predictor (both),
+// is found through indexes, as EXPLAIN QUERY PLAN reports it, and never by
+// scanning jobs: the interactive lane through its partial index, the batch
+// lane, which has none since migration 0032, through its ready groups and
+// jobs_group_head.
+func TestOldestReadyUsesIndexes(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t)
+	for _, c := range []struct {
+		lane job.Lane
+		want []string
+	}{
+		{job.LaneInteractive, []string{"USING COVERING INDEX jobs_interactive_ready", "USING INDEX jobs_scheduled"}},
+		{job.LaneBatch, []string{"USING COVERING INDEX jobs_group_head (group_id=?)", "USING COVERING INDEX jobs_group_head (group_id=? AND priority<?)",
+			"USING COVERING INDEX jobs_group_head (group_id=? AND priority=?)", "job_groups USING INDEX job_groups_round (lane=?)", "USING INDEX jobs_scheduled"}},
+	} {
+		for name, q := range map[string]string{"lease": oldestWaitingSQL(c.lane), "stats": oldestReadySQL(c.lane)} {
+			got := queryPlan(t, s, q, c.lane, 0)
+			t.Logf("%s %s: %s", c.lane, name, got)
+			if strings.Contains(got, "SCAN jobs") || strings.Contains(got, "SCAN job_groups") || strings.Contains(got, "TEMP B-TREE") {
+				t.Errorf("%s lane, %s read: plan %q scans or sorts", c.lane, name, got)
+			}
+			for _, w := range c.want {
+				if name == "lease" && strings.Contains(w, "jobs_scheduled") {
+					continue
+				}
+				if !strings.Contains(got, w) {
+					t.Errorf("%s lane, %s read: plan %q, want %q", c.lane, name, got, w)
+				}
+			}
+		}
+	}
+}
+
 // queryPlan returns what EXPLAIN QUERY PLAN says of q with args, its
 // details joined by "; ".
 func queryPlan(t *testing.T, s *Store, q string, args ...any) string {
