@@ -90,8 +90,9 @@ type model struct {
 // store with the model: each job's state, reason, attempt count and
 // per-budget attempts, eligible_at, lease expiry (never missing while
 // running), idempotency (one job per tenant and key), the keys' pauses and
-// in-flight counts, and Stats; and no lease ever returns a job that was
-// not eligible or names a paused key.
+// in-flight counts, and Stats (counts and each lane's oldest ready job);
+// and no lease ever returns a job that was not eligible or names a paused
+// key.
 //
 // Each check opens a fresh store with open and closes it at its end.
 func RunModel(t *testing.T, open Opener) {
@@ -187,6 +188,9 @@ func (m *model) insert(rt *rapid.T) {
 			Lane: rapid.SampledFrom([]job.Lane{job.LaneInteractive, job.LaneBatch}).Draw(rt, "lane"), LimitKeys: keys,
 			Cost: 1, Budgets: modelBudgets, State: job.StateWaiting, CreatedAt: m.now, Payload: json.RawMessage(`{}`),
 			EligibleAt: m.now.Add(time.Duration(rapid.IntRange(0, 3).Draw(rt, "delay_s")) * time.Second),
+			// Several priorities in one group: a driver may find a lane's
+			// oldest job through an index ordered by priority first.
+			Priority: rapid.IntRange(-1, 2).Draw(rt, "priority"),
 		}
 		if rapid.Bool().Draw(rt, "idempotent") {
 			j.IdempotencyKey = rapid.SampledFrom([]string{"i0", "i1", "i2"}).Draw(rt, "idem")
@@ -454,6 +458,9 @@ func (m *model) check(rt *rapid.T) {
 	if oldest, err := m.st.OldestReady(m.ctx, m.now); err != nil || fmt.Sprint(oldest) != fmt.Sprint(stats.OldestReady) {
 		rt.Fatalf("OldestReady = %v, %v; Stats says %v", oldest, err, stats.OldestReady)
 	}
+	if want := m.oldestReady(); fmt.Sprint(stats.OldestReady) != fmt.Sprint(want) {
+		rt.Fatalf("oldest ready at %v: store %v, model %v", m.now, stats.OldestReady, want)
+	}
 	for _, lane := range []job.Lane{job.LaneInteractive, job.LaneBatch} {
 		got := map[string]int64{}
 		for state, n := range stats.Counts[lane] {
@@ -468,6 +475,21 @@ func (m *model) check(rt *rapid.T) {
 			}
 		}
 	}
+}
+
+// oldestReady is Stats' OldestReady by the model: per lane, the age of
+// its oldest pending job eligible at now, whatever its keys' pauses.
+func (m *model) oldestReady() map[job.Lane]time.Duration {
+	out := map[job.Lane]time.Duration{}
+	for _, j := range m.jobs {
+		if !j.pending() || j.eligibleAt.After(m.now) {
+			continue
+		}
+		if age, ok := out[j.lane]; !ok || m.now.Sub(j.eligibleAt) > age {
+			out[j.lane] = m.now.Sub(j.eligibleAt)
+		}
+	}
+	return out
 }
 
 func stateClass(s job.State) string {
