@@ -167,12 +167,12 @@ func stmtName(sql string) string {
 	switch {
 	case strings.Contains(sql, "FROM job_groups") && strings.Contains(sql, "served_seq LIMIT"):
 		n = "readyGroups"
+	case strings.Contains(sql, "UPDATE jobs SET state = u.state"):
+		n = "endAttempts" // it locks the keys too (endAttemptsSQL)
 	case strings.Contains(sql, "set_config"):
 		n = "set_config"
 	case strings.Contains(sql, "CROSS JOIN LATERAL"):
 		n = "manyHeads"
-	case strings.Contains(sql, "UPDATE jobs SET state = u.state"):
-		n = "endAttempts" // it locks the keys too (endAttemptsSQL)
 	case strings.Contains(sql, "FROM limit_keys"):
 		n = "lockKeys"
 	case strings.HasPrefix(sql, "SELECT (SELECT eligible_at"):

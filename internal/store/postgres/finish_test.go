@@ -21,10 +21,12 @@ func successOf(j *job.Job, now time.Time) store.Transition {
 	}
 }
 
-// A finish is four statements in two round trips whatever its size:
-// BEGIN, the plan mode, the update of the jobs that also locks their keys
-// (endAttemptsSQL), then COMMIT. The key lock used to be a statement of
-// its own, and the plan mode was restored before the commit: six.
+// A finish on unpaced keys is four statements in one round trip whatever
+// its size: BEGIN, the plan mode, the update of the jobs that also locks
+// their keys (endAttemptsSQL), and COMMIT. The key lock used to be a
+// statement of its own, the plan mode was restored before the commit, and
+// COMMIT went out alone once the finish's result was in: six statements,
+// two round trips.
 func TestFinishStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -49,8 +51,8 @@ func TestFinishStatements(t *testing.T) {
 		if _, err := s.Finish(ctx, batches[name]); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if trips, stmts := rt.trips.Load()-t0s, rt.statements.Load()-s0; trips != 2 || stmts != 4 {
-			t.Errorf("finish of %s: %d round trips, %d statements; want 2 and 4", name, trips, stmts)
+		if trips, stmts := rt.trips.Load()-t0s, rt.statements.Load()-s0; trips != 1 || stmts != 4 {
+			t.Errorf("finish of %s: %d round trips, %d statements; want 1 and 4", name, trips, stmts)
 		}
 	}
 }
@@ -126,5 +128,43 @@ func TestFinishRestoresPlanModeLazily(t *testing.T) {
 	}
 	if during != "force_generic_plan" || after != "auto" {
 		t.Fatalf("plan_cache_mode after the finish %q, after planAsBefore %q; want force_generic_plan and auto", during, after)
+	}
+}
+
+// A finish that needs more than its statement (here a paced key, whose
+// in-flight count is saved) does not commit with it: the statement fails
+// and the finish runs again in two round trips, and the store's next
+// finishes take that way at once (finishCommits). Either way the key's
+// count is released exactly once per job.
+func TestFinishPacedKeyDoesNotCommitEarly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, rt := tracedStore(t)
+	insertN(t, s, 2, 1, "paced")
+	if _, err := s.UpsertLimit(ctx, admission.Config{Name: "paced", Concurrency: 5}, t0); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := s.Lease(ctx, store.LeaseParams{Now: t0, Max: 2, LeaseFor: time.Minute})
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("lease: %d jobs, %v", len(leased), err)
+	}
+	for i, want := range []struct {
+		inFlight int
+		trips    int64
+	}{{1, 4}, {0, 2}} { // 4: the failed statement, ROLLBACK, the finish again
+		t0s := rt.trips.Load()
+		if errs, err := s.Finish(ctx, []store.Transition{successOf(leased[i], t0)}); err != nil || errs[0] != nil {
+			t.Fatalf("finish %d: %v, %v", i, errs, err)
+		}
+		if trips := rt.trips.Load() - t0s; trips != want.trips {
+			t.Errorf("finish %d: %d round trips, want %d", i, trips, want.trips)
+		}
+		k, err := s.GetLimit(ctx, "paced")
+		if err != nil || k.InFlight != want.inFlight {
+			t.Fatalf("after finish %d: in flight %d (%v), want %d", i, k.InFlight, err, want.inFlight)
+		}
+	}
+	if got := s.finishes.slow.Load(); got != slowAfterMiss-1 {
+		t.Errorf("finishes left the usual way: %d, want %d", got, slowAfterMiss-1)
 	}
 }
