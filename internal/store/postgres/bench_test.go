@@ -167,6 +167,8 @@ func stmtName(sql string) string {
 	switch {
 	case strings.Contains(sql, "FROM job_groups") && strings.Contains(sql, "served_seq LIMIT"):
 		n = "readyGroups"
+	case strings.Contains(sql, "UPDATE jobs SET state = u.state"):
+		n = "endAttempts" // it locks the keys too (endAttemptsSQL)
 	case strings.Contains(sql, "set_config"):
 		n = "set_config"
 	case strings.Contains(sql, "CROSS JOIN LATERAL"):

@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
@@ -52,17 +56,13 @@ func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.
 	for k, i := range order {
 		sorted[k] = ts[i]
 	}
-	var errs []error
-	var leased []*job.Job
-	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
-		var err error
-		leased = nil
-		if errs, err = store.Finish(&finishTx{ctx: ctx, tx: tx}, sorted); err != nil || p.Max <= 0 {
-			return err
-		}
-		leased, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
-		return err
-	})
+	commit := p.Max <= 0 && s.finishes.mayCommit(sorted)
+	errs, leased, err := s.finishSorted(ctx, sorted, p, commit)
+	if commit && needsMore(err) {
+		// Nothing was written: finish again, the usual way.
+		s.finishes.missed()
+		errs, leased, err = s.finishSorted(ctx, sorted, p, false)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -74,24 +74,69 @@ func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.
 	return out, leased, nil
 }
 
+// finishSorted is finishLease on ts in id order; with commit, the finish
+// goes out with its COMMIT (finishCommits).
+func (s *Store) finishSorted(ctx context.Context, ts []store.Transition, p store.LeaseParams, commit bool) ([]error, []*job.Job, error) {
+	var errs []error
+	var leased []*job.Job
+	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
+		var err error
+		leased = nil
+		f := &finishTx{ctx: ctx, tx: tx, commit: commit}
+		if errs, err = store.Finish(f, ts); err != nil || p.Max <= 0 {
+			return err
+		}
+		f.planAsBefore()
+		leased, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
+		return err
+	})
+	return errs, leased, err
+}
+
 // finishTx implements store.FinishTx on one transaction.
 type finishTx struct {
 	ctx context.Context
 	tx  querier // a pipeTx: its Execs go out with the next read
 	// keys are the limit keys EndAttempts locked with the jobs.
 	keys map[string]*admission.State
+	// generic is set while the transaction plans on generic plans
+	// (genericPlanOn); planAsBefore restores the previous mode.
+	generic bool
+	// commit sends COMMIT with EndAttempts's statement (finishCommits),
+	// which fails instead when the finish needs another statement;
+	// committed is set once it went out.
+	commit, committed bool
 }
+
+// errCommitted reports a statement a finish needed after it committed
+// with EndAttempts: endAttemptsSQL's guard should have failed instead.
+var errCommitted = errors.New("postgres: finish: a statement after the commit")
 
 var _ store.FinishTx = (*finishTx)(nil)
 
-// endAttemptsSQL ends a whole batch of attempts in one statement: the
+// endAttemptsSQL ends a whole batch of attempts in one statement, and
+// locks the limit keys of the jobs it ended in the same statement. The
 // guarded update of each job (state running, its lease token, its attempt
-// when given, its lease expired by then when given), which also appends the
-// attempt record to the history in its row. The arrays hold one element per
-// transition, in the caller's (id) order. A job that is not returned met a
-// failed guard: one locked elsewhere is waited for, and the guard is then
-// checked on the version its locker left (PostgreSQL's re-check of an
-// UPDATE's WHERE), so a job a reaper ended meanwhile is a conflict.
+// when given, its lease expired by then when given) also appends the
+// attempt record to the history in its row. The arrays hold one element
+// per transition, in the caller's (id) order; $15 tells which outcomes
+// may write an unpaced key (store.KeyEffect.Disturbs). A job that is not
+// returned met a failed guard: one locked elsewhere is waited for, and
+// the guard is then checked on the version its locker left (PostgreSQL's
+// re-check of an UPDATE's WHERE), so a job a reaper ended meanwhile is a
+// conflict.
+//
+// The statement returns a row per ended job (id, keys, group, cost; the
+// key columns NULL) and then a row per locked key (the job columns NULL).
+// With $16 set it then fails (needsMoreMark) when a locked key is paced
+// or a key was not locked: the finish commits with this statement
+// (finishCommits) only when nothing else is to be written.
+// The key lock comes after the jobs' row locks: its names are the ended
+// jobs' (the RETURNING of the UPDATE), and each half of the lock sorts
+// all of them by name before it locks the first, so the whole UPDATE has
+// run by then. That is the lock order of package store.Finish (jobs, then
+// keys in name order) in one statement instead of two; the keys of a job
+// that conflicted are no longer locked at all.
 //
 // The UPDATE takes the row locks itself. A separate SELECT ... ORDER BY id
 // FOR NO KEY UPDATE used to take them first, in id order, so that two
@@ -106,9 +151,9 @@ var _ store.FinishTx = (*finishTx)(nil)
 // worker is finishing at that moment) and costs a deadlock_timeout.
 var endAttemptsSQL = `WITH u AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::int[], $8::int[],
-			$9::bytea[], $10::bigint[], $11::bigint[], $12::text[], $13::bigint[], $14::int[])
-			AS u(id, token, state, reason, eligible, congestion, transient, schema_, result, finished, now, record, expired_by, attempt)
-	)
+			$9::bytea[], $10::bigint[], $11::bigint[], $12::text[], $13::bigint[], $14::int[], $15::bool[])
+			AS u(id, token, state, reason, eligible, congestion, transient, schema_, result, finished, now, record, expired_by, attempt, disturbs)
+	), ended AS (
 	UPDATE jobs SET state = u.state, reason = u.reason, eligible_at = coalesce(u.eligible, jobs.eligible_at),
 		attempts_congestion = u.congestion, attempts_transient = u.transient, attempts_schema = u.schema_,
 		result = coalesce(u.result, jobs.result), lease_token = NULL, lease_expires_at = NULL,
@@ -118,15 +163,138 @@ var endAttemptsSQL = `WITH u AS (
 	FROM u
 	WHERE jobs.id = u.id AND ` + stateIs("running") + ` AND jobs.lease_token = u.token
 		AND (u.expired_by IS NULL OR jobs.lease_expires_at <= u.expired_by) AND (u.attempt = 0 OR jobs.attempt = u.attempt)
-	RETURNING jobs.id, jobs.limit_keys, jobs.group_id, jobs.cost`
+	RETURNING jobs.id, jobs.limit_keys, jobs.group_id, jobs.cost, u.disturbs
+	), ` + endedKeysCTEs + `,
+	locked AS MATERIALIZED (` + lockEndedKeysSQL + `)
+	SELECT id, limit_keys, group_id, cost` + strings.Repeat(`, NULL`, limitKeyColCount) + ` FROM ended
+	UNION ALL
+	SELECT NULL, NULL, NULL, NULL, * FROM locked
+	UNION ALL
+	SELECT NULL, NULL, NULL, NULL, set_config('plan_cache_mode', '` + needsMoreMark + `', true)` +
+	strings.Repeat(`, NULL`, limitKeyColCount-1) + `
+	WHERE $16 AND (EXISTS (SELECT FROM locked WHERE NOT ` + unpacedSQL + `)
+		OR (SELECT count(*) FROM locked) < (SELECT count(*) FROM all_keys))`
 
-// EndAttempts ends every transition's attempt with one statement and, in
-// the same round trip, locks the limit keys of all the jobs, after them and
-// in name order (as LockKeysWait would, the lock order of package
-// store.Finish): the keys of a job that conflicted are locked for nothing,
-// which costs less than a round trip. (One statement per job, pipelined,
-// cost the server one execution each: 64 per batch of 64.)
+// needsMoreMark is the value endAttemptsSQL's guard gives plan_cache_mode
+// to fail the statement, and so the transaction and the COMMIT sent with
+// it, when $16 is set and the finish needs another statement: a paced key
+// (its state is saved), or a key the lock did not return (it is
+// relocked). Plain SQL has no RAISE; an invalid setting raises 22023
+// with the value in the message, which needsMore looks for.
+const needsMoreMark = "ratelane_finish_needs_more"
+
+// needsMore reports endAttemptsSQL's guard's failure.
+func needsMore(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22023" && strings.Contains(pe.Message, needsMoreMark)
+}
+
+// finishCommits decides which finishes go out with their COMMIT: a
+// finish whose statement is all it needs is one round trip instead of
+// two (the second carried only COMMIT: 642 of a 20,000-job drain's
+// ~2,300 round trips). That is known before it runs for the outcomes
+// (no job back to waiting or to a retry, whose group is readied; no
+// refusal, pause or hint, which write their keys; no job twice, which
+// takes a second statement) but only after it for the keys: paced keys
+// are saved. endAttemptsSQL checks them under its lock and fails, and
+// the finish runs again the usual way; a store that met a paced key then
+// finishes the usual way for its next slowAfterMiss finishes, so that a
+// paced workload pays a failed statement once in that many.
+type finishCommits struct {
+	slow atomic.Int32
+}
+
+// slowAfterMiss is how many finishes skip the commit with the statement
+// after one was refused.
+const slowAfterMiss = 256
+
+// mayCommit reports whether the finish of ts (in id order) may go out
+// with its COMMIT.
+func (c *finishCommits) mayCommit(ts []store.Transition) bool {
+	if c.slow.Load() > 0 {
+		c.slow.Add(-1)
+		return false
+	}
+	for k, t := range ts {
+		if t.To == job.StateWaiting || t.To == job.StateRetryScheduled || t.Keys.Disturbs() ||
+			k > 0 && ts[k-1].ID == t.ID {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *finishCommits) missed() { c.slow.Store(slowAfterMiss) }
+
+// endedKeysCTEs name the limit keys of the jobs in a relation "ended"
+// (columns limit_keys, and disturbs: whether the job's outcome may write
+// an unpaced key), all of them and those to lock exclusively, for
+// lockEndedKeysSQL (see lockKeys). The names are read once, in
+// materialized CTEs: as subqueries in each half of the lock, the planner
+// ran the jobs lookup once per limit key for the unpaced half (16 keys:
+// 16 times 64 lookups, 1.2 ms, for a 64-job finish).
+const endedKeysCTEs = `all_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit_keys) AS name FROM ended),
+	excl_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit_keys) AS name FROM ended WHERE disturbs)`
+
+// lockEndedKeysSQL locks the keys endedKeysCTEs name, in name order.
+var lockEndedKeysSQL = splitLockSQL(`name IN (SELECT name FROM all_keys)`, `name IN (SELECT name FROM excl_keys)`, false)
+
+// limitKeyColCount is the number of store.LimitKeyCols, the columns the
+// job rows of endAttemptsSQL leave NULL.
+var limitKeyColCount = strings.Count(store.LimitKeyCols, ",") + 1
+
+// EndAttempts ends every transition's attempt and locks the limit keys of
+// the jobs it ended with one statement (endAttemptsSQL), on its generic
+// plan (genericPlanOn): two statements in one round trip. (One statement
+// per job, pipelined, cost the server one execution each: 64 per batch of
+// 64; the key lock as a statement of its own and the plan mode's restore
+// after it cost two more executions per batch.) With f.commit, COMMIT goes
+// out with them; a result read after it (an error scanning the rows)
+// does not undo it.
 func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
+	if f.committed {
+		return nil, errCommitted
+	}
+	b := &pgx.Batch{}
+	if !f.generic {
+		b.Queue(genericPlanOn)
+	}
+	pipe, commit := f.tx.(*pipeTx)
+	commit = commit && f.commit
+	b.Queue(endAttemptsSQL, append(endAttemptsArgs(ts), commit)...)
+	var br pgx.BatchResults
+	if commit {
+		br, f.committed = pipe.SendBatchCommit(f.ctx, b), true
+	} else {
+		br = f.tx.SendBatch(f.ctx, b)
+	}
+	defer br.Close()
+	if !f.generic {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+		f.generic = true
+	}
+	got, keys, err := scanEnded(br.Query())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Ended, len(ts))
+	for i, t := range ts {
+		e, ok := got[t.ID]
+		e.Conflict = !ok
+		out[i] = e
+	}
+	if f.keys == nil {
+		f.keys = keys
+	} else {
+		maps.Copy(f.keys, keys) // a later call of the same Finish (store.Finish's repeats)
+	}
+	return out, br.Close()
+}
+
+// endAttemptsArgs are endAttemptsSQL's arrays for ts.
+func endAttemptsArgs(ts []store.Transition) []any {
 	n := len(ts)
 	var (
 		ids, tokens, states, reasons, records = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -134,6 +302,7 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 		nows                                  = make([]int64, n)
 		congestion, transient, schema, att    = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 		results                               = make([][]byte, n)
+		disturbs                              = make([]bool, n)
 	)
 	for i, t := range ts {
 		now := nowOr(t.Keys.Now, t.Record.At)
@@ -147,93 +316,95 @@ func (f *finishTx) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 		congestion[i], transient[i], schema[i] = int32(t.Attempts.Congestion), int32(t.Attempts.Transient), int32(t.Attempts.Schema)
 		results[i], nows[i], records[i] = nullBytes(t.Result), ns(now), string(recordJSON(t.Record))
 		expiredBy[i], att[i] = nullNS(t.LeaseExpiredBy), int32(t.Record.Attempt)
+		// Unpaced keys are locked exclusively only for the jobs whose
+		// outcome may write them (a refusal, a pause, a hint; see lockKeys).
+		disturbs[i] = t.Keys.Disturbs()
 	}
-	b := &pgx.Batch{}
-	b.Queue(genericPlanOn)
-	b.Queue(endAttemptsSQL, ids, tokens, states, reasons, eligible, congestion, transient, schema, results, finished,
-		nows, records, expiredBy, att)
-	// Unpaced keys are locked exclusively only for the jobs whose outcome
-	// may write them (a refusal, a pause, a hint; see lockKeys).
-	var disturbing []string
-	for _, t := range ts {
-		if t.Keys.Disturbs() {
-			disturbing = append(disturbing, t.ID)
-		}
-	}
-	b.Queue(finishKeysSQL, ids, exclusiveOrEmpty(disturbing))
-	b.Queue(genericPlanOff)
-	br := f.tx.SendBatch(f.ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	type ended struct {
-		keys        []string
-		group, cost int64
-	}
-	got := make(map[string]ended, n)
-	for rows.Next() {
-		var id string
-		var e ended
-		if err := rows.Scan(&id, &e.keys, &e.group, &e.cost); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		got[id] = e
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	out := make([]store.Ended, n)
-	for i, id := range ids {
-		e, ok := got[id]
-		out[i] = store.Ended{Keys: e.keys, Group: e.group, Cost: e.cost, Conflict: !ok}
-	}
-	keys, err := collectKeys(br.Query())
-	if err != nil {
-		return nil, err
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	f.keys = keys
-	return out, br.Close()
+	return []any{ids, tokens, states, reasons, eligible, congestion, transient, schema, results, finished,
+		nows, records, expiredBy, att, disturbs}
 }
 
-// finishKeysSQL locks the limit keys of the jobs $1 (see lockKeys), those
-// of the jobs $2 exclusively. The names are read once, in a materialized
-// CTE: as subqueries in each half, the planner ran the jobs lookup once per
-// limit key for the unpaced half (16 keys: 16 times 64 lookups, 1.2 ms, for
-// a 64-job finish).
-var finishKeysSQL = `WITH all_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit_keys) AS name FROM jobs WHERE id = ANY($1)),
-	excl_keys AS MATERIALIZED (SELECT DISTINCT unnest(limit_keys) AS name FROM jobs WHERE id = ANY($2))
-	` + splitLockSQL(`name IN (SELECT name FROM all_keys)`, `name IN (SELECT name FROM excl_keys)`, false)
+// scanEnded reads endAttemptsSQL's rows: the ended jobs by id, and the
+// keys it locked by name. A row is a job's when its first column, the
+// job id, is not NULL.
+func scanEnded(rows pgx.Rows, err error) (map[string]store.Ended, map[string]*admission.State, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	jobs := make(map[string]store.Ended)
+	keys := make(map[string]*admission.State)
+	jobDest := make([]any, 4+limitKeyColCount) // the key columns skipped (nil)
+	for rows.Next() {
+		if rows.RawValues()[0] == nil {
+			st, err := scanKey(keyRow{rows})
+			if err != nil {
+				return nil, nil, err
+			}
+			keys[st.Name] = st
+			continue
+		}
+		var id string
+		var e store.Ended
+		jobDest[0], jobDest[1], jobDest[2], jobDest[3] = &id, &e.Keys, &e.Group, &e.Cost
+		if err := rows.Scan(jobDest...); err != nil {
+			return nil, nil, err
+		}
+		jobs[id] = e
+	}
+	return jobs, keys, rows.Err()
+}
 
-// genericPlanOn and genericPlanOff bracket the finish's two statements
-// (endAttemptsSQL and finishKeysSQL): between them each runs on its
-// prepared statement's generic plan. Left to choose, PostgreSQL planned
-// them afresh at many executions (a custom plan for the arrays given is
-// costed below the generic one; for finishKeysSQL's $2, most often
-// empty, always): in a 20,000-job drain the key lock was planned 491
-// times for 1,073 executions, 1.36 s of planning against 2.09 s of
-// execution, and endAttempts 337-495 times (pg_stat_statements with
-// track_planning; River's two drain statements planned 18 times in all).
-// The generic plans are the custom ones (endAttempts: the unnest driving
-// jobs_pkey lookups; 447,000 buffers per drain either way). The plan does
-// not decide what the key lock locks or in which order: each half sorts
-// by name before it locks. Both settings are local to the transaction;
-// the previous mode is kept in a placeholder setting, as groupScanOnly
-// does.
+// keyRow scans a key row of endAttemptsSQL, skipping its job columns.
+type keyRow struct{ rows pgx.Rows }
+
+func (r keyRow) Scan(dest ...any) error {
+	return r.rows.Scan(append([]any{nil, nil, nil, nil}, dest...)...)
+}
+
+// genericPlanOn and genericPlanOff bracket the finish's statement
+// (endAttemptsSQL): after genericPlanOn it runs on its prepared
+// statement's generic plan. Left to choose, PostgreSQL planned the
+// finish afresh at many executions (a custom plan for the arrays given is
+// costed below the generic one): in a 20,000-job drain the key lock,
+// then a statement of its own, was planned 491 times for 1,073
+// executions, 1.36 s of planning against 2.09 s of execution, and
+// endAttempts 337-495 times (pg_stat_statements with track_planning;
+// River's two drain statements planned 18 times in all). The generic
+// plans are the custom ones (endAttempts: the unnest driving jobs_pkey
+// lookups; 447,000 buffers per drain either way). The plan does not
+// decide what the key lock locks or in which order: each half sorts by
+// name before it locks. Both settings are local to the transaction; the
+// previous mode is kept in a placeholder setting, as groupScanOnly does.
+// genericPlanOff is sent only when the transaction runs another
+// statement after the finish (planAsBefore): most finish transactions
+// commit right after it, and the commit ends the setting.
 const (
 	genericPlanOn = `SELECT set_config('ratelane.plan_cache_mode', current_setting('plan_cache_mode'), true),
 		set_config('plan_cache_mode', 'force_generic_plan', true)`
 	genericPlanOff = `SELECT set_config('plan_cache_mode', current_setting('ratelane.plan_cache_mode'), true)`
 )
+
+// planAsBefore restores the plan cache mode EndAttempts changed, if it
+// did, before a statement other than the finish's: queued, it goes out
+// with that statement.
+func (f *finishTx) planAsBefore() {
+	if !f.generic || f.committed {
+		return
+	}
+	f.generic = false
+	_, _ = f.tx.Exec(f.ctx, genericPlanOff) // a pipeTx: its error is reported by the next statement
+}
+
+// next readies the transaction for a statement after EndAttempts's: the
+// plan mode as before; errCommitted when EndAttempts committed.
+func (f *finishTx) next() error {
+	if f.committed {
+		return errCommitted
+	}
+	f.planAsBefore()
+	return nil
+}
 
 // LockKeysWait returns the keys EndAttempts locked, or locks them now
 // when it did not lock them all.
@@ -252,22 +423,39 @@ func (f *finishTx) LockKeysWait(names []string) (map[string]*admission.State, er
 		return out, nil
 	}
 	// A key whose pacing changed under the split lock: lock it now.
+	if err := f.next(); err != nil {
+		return nil, err
+	}
 	return relockMissing(f.ctx, f.tx, names, out)
 }
 
 // ReadKeys reads the keys without locking them: one round trip, only in a
 // finish with a retry after a refusal that named no delay.
 func (f *finishTx) ReadKeys(names []string) (map[string]*admission.State, error) {
+	if err := f.next(); err != nil {
+		return nil, err
+	}
 	return collectKeys(f.tx.Query(f.ctx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = ANY($1)`, names))
 }
 
-func (f *finishTx) SaveKeys(keys []*admission.State) error { return saveKeys(f.ctx, f.tx, keys) }
+func (f *finishTx) SaveKeys(keys []*admission.State) error {
+	if err := f.next(); err != nil {
+		return err
+	}
+	return saveKeys(f.ctx, f.tx, keys)
+}
 
 func (f *finishTx) GroupReady(group int64, at time.Time) error {
+	if err := f.next(); err != nil {
+		return err
+	}
 	return groupReady(f.ctx, f.tx, group, at)
 }
 
 func (f *finishTx) GroupUnblock(group int64) error {
+	if err := f.next(); err != nil {
+		return err
+	}
 	_, err := f.tx.Exec(f.ctx, `UPDATE job_groups SET blocked_until = 0 WHERE id = $1 AND blocked_until > 0`, group)
 	return err
 }

@@ -26,10 +26,11 @@ func TestUnpacedKeyLocks(t *testing.T) {
 	if err != nil || len(first) != 1 {
 		t.Fatalf("lease: %v, %d jobs", err, len(first))
 	}
-	// hold runs the key lock of a finish of first[0] in a transaction left
-	// open, as node a's finish would hold it while it commits. The
-	// returned func ends it (so does the test's cleanup, before the pools
-	// close).
+	// hold runs the key lock of a finish of first[0] (endAttemptsSQL's,
+	// without ending the job, so that two can hold it at once) in a
+	// transaction left open, as node a's finish would hold it while it
+	// commits. The returned func ends it (so does the test's cleanup,
+	// before the pools close).
 	hold := func(c context.Context, disturbing bool) (func(), error) {
 		tx, err := a.pool.Begin(ctx)
 		if err != nil {
@@ -102,3 +103,9 @@ func TestUnpacedKeyLocks(t *testing.T) {
 		t.Fatalf("capped key: in flight %d (%v), want 3", k.InFlight, err)
 	}
 }
+
+// finishKeysSQL is endAttemptsSQL's key lock on its own: the limit keys of
+// the jobs $1, those of the jobs $2 exclusively, for jobs it does not end.
+var finishKeysSQL = `WITH ended AS (SELECT limit_keys, id = ANY($2) AS disturbs FROM jobs WHERE id = ANY($1)),
+	` + endedKeysCTEs + `
+	` + lockEndedKeysSQL

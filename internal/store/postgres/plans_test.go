@@ -78,7 +78,7 @@ func TestLeasePlansWithoutStatistics(t *testing.T) {
 		{"mark leased", plan(markLeasedSQL, waiting, str("t"), ns(now), ns(now)),
 			nil, []string{"jobs_lane_ready", "jobs_group_head"}},
 		{"end attempts", plan(endAttemptsSQL, ids, tokens, str("published"), str(""), nulls, zeros, zeros, zeros,
-			make([][]byte, m), nulls, nows, str("{}"), nulls, zeros),
+			make([][]byte, m), nulls, nows, str("{}"), nulls, zeros, make([]bool, m), false),
 			nil, []string{"jobs_leases"}},
 		{"oldest ready", plan(oldestReadySQL, string(job.LaneInteractive), ns(now)),
 			[]string{"Limit", "jobs_lane_ready"}, []string{"Aggregate"}},

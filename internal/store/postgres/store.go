@@ -113,6 +113,8 @@ type Store struct {
 	schema string // cfg.Schema, quoted as an identifier
 	// inserts coalesces concurrent small Insert calls (coalesce.go).
 	inserts *inserter
+	// finishes decides which finishes commit with their statement (finish.go).
+	finishes finishCommits
 }
 
 var _ store.Store = (*Store)(nil)
