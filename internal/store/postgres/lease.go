@@ -238,9 +238,10 @@ func collectGroups(rows pgx.Rows, err error) ([]store.Group, error) {
 }
 
 // ReadyGroups locks the groups it returns, so two nodes take different
-// groups. The lock is FOR NO KEY UPDATE rather than FOR UPDATE: it still
-// excludes other lease transactions, but not the key-share lock a
-// concurrent Insert takes on the group through the jobs.group_id foreign key.
+// groups. The lock is FOR NO KEY UPDATE, the weakest that excludes other
+// lease transactions. (It was chosen so as not to block the key-share
+// lock a concurrent Insert took on the group through the jobs.group_id
+// foreign key, which migration 0033 dropped.)
 //
 // A lane's first call is answered by what OldestReady fetched when its
 // arguments match, or by nothing when that found no group of the lane; any
