@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,4 +291,65 @@ func tableUpdates(b *testing.B, schema string, jobs int) map[string]int64 {
 		return nil
 	})
 	return out
+}
+
+// BenchmarkInsertGroupKey is the server's CPU per inserted job (batches of
+// 100 over 20 groups, one connection each) with and without the foreign
+// key on jobs.group_id that migration 0033 dropped: two schemas, the
+// first with the key put back, filled in alternation (1,000 jobs each,
+// each first every other round), so that both see the machine's load
+// alike. The CPU is the backends' own
+// (/proc/<pid>/schedstat), not wall time. Run it with -benchtime 1x;
+// -workjobs sets the jobs per schema.
+func BenchmarkInsertGroupKey(b *testing.B) {
+	ctx := context.Background()
+	open := func(withKey bool) (*Store, *backendCPU) {
+		s, err := Open(ctx, Config{URL: testURL(b), Schema: newSchema(b), Region: "us", MaxConns: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		if err := s.Migrate(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if withKey {
+			if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs ADD CONSTRAINT jobs_group_id_fkey FOREIGN KEY (group_id) REFERENCES job_groups (id)`); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return s, &backendCPU{s: s, used: map[uint32]time.Duration{}}
+	}
+	type variant struct {
+		name string
+		s    *Store
+		cpu  *backendCPU
+		used time.Duration
+	}
+	vs := []*variant{{name: "key"}, {name: "nokey"}}
+	for i, v := range vs {
+		v.s, v.cpu = open(i == 0)
+	}
+	for b.Loop() {
+		for done := 0; done < *workJobs; done += 1000 {
+			slices.Reverse(vs) // each goes first every other round
+			for _, v := range vs {
+				c0, _ := v.cpu.read(b)
+				for range 10 {
+					jobs := make([]*job.Job, 100)
+					for i := range jobs {
+						jobs[i] = storetest.NewJob(string(rune('a'+i%20)), job.LaneInteractive, "k")
+					}
+					if _, err := v.s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
+						b.Fatal(err)
+					}
+				}
+				c1, _ := v.cpu.read(b)
+				v.used += c1 - c0
+			}
+		}
+	}
+	n := float64(b.N * ((*workJobs + 999) / 1000) * 1000)
+	for _, v := range vs {
+		b.ReportMetric(float64(v.used.Microseconds())/n, v.name+"-serverCPUus/job")
+	}
 }

@@ -91,3 +91,49 @@ func TestUpsertLimitUnblocksGroups(t *testing.T) {
 		t.Fatalf("after raising the burst the lease took %d jobs, want 1", n)
 	}
 }
+
+// TestNoDanglingGroups: without a foreign key on jobs.group_id (migration
+// 0033), every job's group must still exist. Jobs of the same groups are
+// inserted while others of those groups are leased, finished and pruned
+// (the only deletion of jobs that ends a group's last job); afterwards no
+// job names a missing group, and the new jobs are leased. A prune that
+// also removed groups left empty, racing the inserts, would fail here.
+func TestNoDanglingGroups(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	const rounds, groups = 20, 8
+	for r := range rounds {
+		insertN(t, s, groups, groups, "k")
+		got, err := s.Lease(ctx, store.LeaseParams{Now: t0, Max: groups, LeaseFor: time.Minute})
+		if err != nil || len(got) != groups {
+			t.Fatalf("round %d: lease %d jobs, %v", r, len(got), err)
+		}
+		if err := finishAll(ctx, s, got, t0); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Prune(ctx, t0.Add(time.Hour))
+			done <- err
+		}()
+		insertN(t, s, groups, groups, "k") // the groups' next jobs, racing the prune
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		got, err = s.Lease(ctx, store.LeaseParams{Now: t0, Max: groups, LeaseFor: time.Minute})
+		if err != nil || len(got) != groups {
+			t.Fatalf("round %d: after the prune, lease %d jobs, %v", r, len(got), err)
+		}
+		if err := finishAll(ctx, s, got, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dangling int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs j WHERE NOT EXISTS (SELECT 1 FROM job_groups g WHERE g.id = j.group_id)`).Scan(&dangling); err != nil {
+		t.Fatal(err)
+	}
+	if dangling != 0 {
+		t.Fatalf("%d jobs name a group that does not exist", dangling)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	var out []*job.Job
 	err := s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
 		var err error
+		tx.set(leaseSettings...)
 		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
 		return err
 	})
@@ -62,14 +64,56 @@ var (
 	_ store.KeysHeadsTx = (*leaseTx)(nil)
 )
 
-// PromoteDue moves due retries to waiting. Rows locked elsewhere (a cancel,
-// another node's promotion) are skipped rather than waited for; a later
-// call promotes them. Their groups need no update: a scheduled job's group
-// already has ready_at <= its eligible_at (see GroupReady and TouchGroup).
-func (l *leaseTx) PromoteDue(now time.Time) error {
-	_, err := l.tx.Exec(l.ctx, `UPDATE jobs SET state = 'waiting', updated_at = $1
+// leaseSettings are the lease transaction's settings (pipeTx.set), for
+// every statement it runs. With the scans they switch off the planner may
+// read job_groups only by a plain index scan, which for the ready-groups
+// reads is job_groups_round in round order, stopping at the limit; every
+// other lease statement finds its rows by an index anyway (see
+// TestLeaseGenericPlans).
+//
+// Every group a lease serves gets a new row version and a new
+// job_groups_round entry (TouchGroups changes served_seq, so the update is
+// not HOT), and the old entries stay in the index until a vacuum: at
+// 20,000 jobs drained in one burst, thousands of them, with a minute of
+// autovacuum naptime. The planner, expecting a handful of rows, read the
+// groups by a bitmap scan of every entry of the lane and sorted them:
+// each lease read every dead entry again, and its heap tuple, 1,725
+// entries per read on average and 223 per job over a drain
+// (pg_stat_user_indexes, ratelane bench throughput --store postgres).
+// A plain index scan marks an entry whose row version is dead to every
+// transaction (LP_DEAD, what a bitmap scan cannot do), so later reads pass
+// over it without visiting the heap, and it stops after limit live groups.
+//
+// force_generic_plan runs every statement on its cached generic plan:
+// left to choose, PostgreSQL planned the ready-groups read afresh at
+// about half its executions (534-540 plans in 1,143-1,151 calls of a
+// 20,000-job BenchmarkEngineDrain, 42-47 ms of planning against 38-46 ms
+// of execution; pg_stat_statements with track_planning), and the other
+// lease statements at their first five executions on each connection.
+//
+// The settings were once set around the ready-groups reads alone and
+// restored after them (four set_config statements a lease); set once
+// after BEGIN they cost none of their own (docs/benchmarks.md, "Session
+// 18 (s18h3)").
+var leaseSettings = []string{
+	"enable_bitmapscan", "off",
+	"enable_seqscan", "off",
+	"plan_cache_mode", "force_generic_plan",
+}
+
+// promoteSQL moves up to $2 due retries to waiting. Rows locked elsewhere
+// (a cancel, another node's promotion) are skipped rather than waited
+// for; a later call promotes them.
+const promoteSQL = `UPDATE jobs SET state = 'waiting', updated_at = $1
 		WHERE id IN (SELECT id FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= $1
-			ORDER BY eligible_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED)`, ns(now), promoteBatch)
+			ORDER BY eligible_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED)`
+
+// PromoteDue moves due retries to waiting. Their groups need no update: a
+// scheduled job's group already has ready_at <= its eligible_at (see
+// GroupReady and TouchGroup). The write is queued, and OldestReady, when
+// it comes next, runs it in its own statement (promoteOldestSQL).
+func (l *leaseTx) PromoteDue(now time.Time) error {
+	_, err := l.tx.Exec(l.ctx, promoteSQL, ns(now), promoteBatch)
 	return err
 }
 
@@ -84,21 +128,43 @@ func (l *leaseTx) PromoteDue(now time.Time) error {
 const oldestReadySQL = `SELECT (SELECT eligible_at FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2
 	ORDER BY eligible_at LIMIT 1)`
 
+// promoteOldestSQL is promoteSQL ($3, $4) and then oldestReadySQL ($1,
+// $2) in one statement. Its query does not see the rows its WITH clause
+// updates (one snapshot for both), so the jobs promoted into the lane
+// are counted from what the update returns.
+const promoteOldestSQL = `WITH promoted AS (UPDATE jobs SET state = 'waiting', updated_at = $3
+		WHERE id IN (SELECT id FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= $3
+			ORDER BY eligible_at LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED)
+		RETURNING lane, eligible_at)
+	SELECT LEAST((SELECT eligible_at FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2
+		ORDER BY eligible_at LIMIT 1), (SELECT min(eligible_at) FROM promoted WHERE lane = $1 AND eligible_at <= $2))`
+
+// oldestQuery is the statement and arguments of OldestReady: with the
+// promotion folded in when it is still queued.
+func (l *leaseTx) oldestQuery(lane job.Lane, now time.Time) (string, []any) {
+	if args, ok := l.tx.take(promoteSQL); ok {
+		return promoteOldestSQL, append([]any{string(lane), ns(now)}, args...)
+	}
+	return oldestReadySQL, []any{string(lane), ns(now)}
+}
+
 // OldestReady of the interactive lane is what store.Lease asks first,
 // before it looks at the batch lane and then the interactive lane, whose
 // first ReadyGroups calls follow with arguments known now: the lease's
 // filter (the batch lane's with BatchKinds), now, and limits of
 // 2*min(BatchMin, BatchLaneCap())+16 and, when the batch
-// lane gives nothing, 2*Max+16. All three go out in one round trip (with
-// BEGIN and the promotion), so such a lease is three round trips, not
-// five. The groups are locked a little earlier, by the same transaction,
+// lane gives nothing, 2*Max+16. Both lanes' groups are read by one
+// statement (readyBothSQL), in the round trip of BEGIN, the settings and
+// the promotion, so such a lease is three round trips, not five. The
+// groups are locked a little earlier, by the same transaction,
 // which changes nothing for another node; those a call does not use stay
 // locked until the commit, as a ReadyGroups call's unused groups always
 // do (SKIP LOCKED: another node takes other groups meanwhile).
 func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, error) {
 	var at *int64
+	sql, args := l.oldestQuery(lane, now)
 	if lane != job.LaneInteractive || l.pre != nil {
-		err := l.tx.QueryRow(l.ctx, oldestReadySQL, string(lane), ns(now)).Scan(&at)
+		err := l.tx.QueryRow(l.ctx, sql, args...).Scan(&at)
 		return nullTM(at), at != nil, err
 	}
 	f := store.GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}
@@ -107,40 +173,48 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 		job.LaneBatch:       {f: bf, now: now, limit: 2*min(l.p.BatchMin, l.p.BatchLaneCap()) + 16},
 		job.LaneInteractive: {f: f, now: now, limit: 2*l.p.Max + 16},
 	}
-	lanes := []job.Lane{job.LaneBatch, job.LaneInteractive}
 	b := &pgx.Batch{}
-	b.Queue(oldestReadySQL, string(lane), ns(now))
-	b.Queue(groupScanOnly)
-	for _, ln := range lanes {
-		b.Queue(readyGroupsSQL, readyGroupsArgs(ln, pre[ln].f, now, pre[ln].limit)...)
-	}
-	b.Queue(groupScanAny)
+	b.Queue(sql, args...)
+	b.Queue(readyBothSQL, append(readyGroupsArgs(job.LaneBatch, bf, now, pre[job.LaneBatch].limit),
+		readyGroupsArgs(job.LaneInteractive, f, now, pre[job.LaneInteractive].limit)...)...)
 	br := l.tx.SendBatch(l.ctx, b)
 	defer br.Close()
 	if err := br.QueryRow().Scan(&at); err != nil {
 		return time.Time{}, false, err
 	}
-	if _, err := br.Exec(); err != nil {
+	groups, err := collectGroups(br.Query())
+	if err != nil {
 		return time.Time{}, false, err
 	}
-	for _, ln := range lanes {
-		groups, err := collectGroups(br.Query())
-		if err != nil {
-			return time.Time{}, false, err
-		}
-		pre[ln].groups = groups
-	}
-	if _, err := br.Exec(); err != nil {
-		return time.Time{}, false, err
+	for _, g := range groups {
+		// Each lane's groups come in their round order: the statement
+		// takes row locks, so it never runs in parallel, and its Append
+		// returns the batch lane's read and then the interactive lane's.
+		pre[g.Lane].groups = append(pre[g.Lane].groups, g)
 	}
 	l.pre = pre
 	return nullTM(at), at != nil, br.Close()
 }
 
-const readyGroupsSQL = `SELECT id, lane, tenant, kind, keys FROM job_groups
-		WHERE lane = $1 AND ready_at <= $2 AND blocked_until <= $2 AND (cardinality($3::text[]) = 0 OR kind = ANY($3))
-			AND ($5 = '' OR tenant = $5)
-		ORDER BY served_seq LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED`
+// readyGroupsFrom is the ready-groups read of one lane with its arguments
+// numbered from $n (see readyGroupsArgs).
+func readyGroupsFrom(n int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(n+i-1) }
+	return `SELECT id, lane, tenant, kind, keys FROM job_groups
+		WHERE lane = ` + p(1) + ` AND ready_at <= ` + p(2) + ` AND blocked_until <= ` + p(2) + `
+			AND (cardinality(` + p(3) + `::text[]) = 0 OR kind = ANY(` + p(3) + `))
+			AND (` + p(5) + ` = '' OR tenant = ` + p(5) + `)
+		ORDER BY served_seq LIMIT ` + p(4) + ` FOR NO KEY UPDATE SKIP LOCKED`
+}
+
+var (
+	// readyGroupsSQL is one lane's ready groups.
+	readyGroupsSQL = readyGroupsFrom(1)
+	// readyBothSQL is two lanes' ready groups, the first's and then the
+	// second's, in one statement. (A locking clause is not allowed on a
+	// branch of a UNION; it is on a subquery in FROM.)
+	readyBothSQL = `SELECT * FROM (` + readyGroupsFrom(1) + `) AS first UNION ALL SELECT * FROM (` + readyGroupsFrom(6) + `) AS second`
+)
 
 func readyGroupsArgs(lane job.Lane, f store.GroupFilter, now time.Time, limit int) []any {
 	kinds := f.Kinds
@@ -164,9 +238,10 @@ func collectGroups(rows pgx.Rows, err error) ([]store.Group, error) {
 }
 
 // ReadyGroups locks the groups it returns, so two nodes take different
-// groups. The lock is FOR NO KEY UPDATE rather than FOR UPDATE: it still
-// excludes other lease transactions, but not the key-share lock a
-// concurrent Insert takes on the group through the jobs.group_id foreign key.
+// groups. The lock is FOR NO KEY UPDATE, the weakest that excludes other
+// lease transactions. (It was chosen so as not to block the key-share
+// lock a concurrent Insert took on the group through the jobs.group_id
+// foreign key, which migration 0033 dropped.)
 //
 // A lane's first call is answered by what OldestReady fetched when its
 // arguments match, or by nothing when that found no group of the lane; any
@@ -177,50 +252,8 @@ func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time,
 		rg.used = true // once: the shared code may look again after its leases changed the lane
 		return rg.groups, nil
 	}
-	_, _ = l.tx.Exec(l.ctx, groupScanOnly) // a pipeTx: sent with the query, its error reported by it
-	groups, err := collectGroups(l.tx.Query(l.ctx, readyGroupsSQL, readyGroupsArgs(lane, f, now, limit)...))
-	_, _ = l.tx.Exec(l.ctx, groupScanAny) // sent with the next statement, which reports its error
-	return groups, err
+	return collectGroups(l.tx.Query(l.ctx, readyGroupsSQL, readyGroupsArgs(lane, f, now, limit)...))
 }
-
-// groupScanOnly and groupScanAny bracket the ready-groups reads: between
-// them the planner may read job_groups only by a plain index scan, which
-// here is job_groups_round in round order, stopping at the limit.
-//
-// Every group a lease serves gets a new row version and a new
-// job_groups_round entry (TouchGroups changes served_seq, so the update is
-// not HOT), and the old entries stay in the index until a vacuum: at
-// 20,000 jobs drained in one burst, thousands of them, with a minute of
-// autovacuum naptime. The planner, expecting a handful of rows, read the
-// groups by a bitmap scan of every entry of the lane and sorted them:
-// each lease read every dead entry again, and its heap tuple, 1,725
-// entries per read on average and 223 per job over a drain
-// (pg_stat_user_indexes, ratelane bench throughput --store postgres).
-// A plain index scan marks an entry whose row version is dead to every
-// transaction (LP_DEAD, what a bitmap scan cannot do), so later reads pass
-// over it without visiting the heap, and it stops after limit live groups.
-// Both are local to the lease transaction. groupScanOnly keeps the values
-// it replaces in placeholder settings, from which groupScanAny restores
-// them (reading them back from pg_settings instead cost ~20 ms a lease).
-//
-// The bracket also runs the reads on their generic plan, as the finish's
-// statements do (genericPlanOn): left to choose, PostgreSQL planned the
-// ready-groups read afresh at about half its executions (534-540 plans
-// in 1,143-1,151 calls of a 20,000-job BenchmarkEngineDrain, 42-47 ms of
-// planning against 38-46 ms of execution; pg_stat_statements with
-// track_planning). With the scans above forbidden, the generic plan is
-// the same index scan: 7 plans a drain, execution unchanged
-// (docs/benchmarks.md, "Session 16: the merge, quiet (lead)").
-const (
-	groupScanOnly = `SELECT set_config('ratelane.bitmapscan', current_setting('enable_bitmapscan'), true),
-		set_config('ratelane.seqscan', current_setting('enable_seqscan'), true),
-		set_config('ratelane.plan_cache_mode', current_setting('plan_cache_mode'), true),
-		set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
-		set_config('plan_cache_mode', 'force_generic_plan', true)`
-	groupScanAny = `SELECT set_config('enable_bitmapscan', current_setting('ratelane.bitmapscan'), true),
-		set_config('enable_seqscan', current_setting('ratelane.seqscan'), true),
-		set_config('plan_cache_mode', current_setting('ratelane.plan_cache_mode'), true)`
-)
 
 func (l *leaseTx) Heads(g store.Group, now time.Time, limit int) ([]store.Candidate, error) {
 	rows, err := l.tx.Query(l.ctx, `SELECT id, cost FROM jobs WHERE group_id = $1 AND state = 'waiting' AND eligible_at <= $2
@@ -298,6 +331,27 @@ func (l *leaseTx) LockKeys(names []string) (map[string]*admission.State, error) 
 
 func (l *leaseTx) SaveKeys(keys []*admission.State) error { return saveKeys(l.ctx, l.tx, keys) }
 
+// touchGroupsFrom is TouchGroups' update with its three arrays numbered
+// from $n. The sequence numbers are drawn in the given order: the
+// innermost query is sorted by ordinality and materialized (OFFSET 0)
+// before nextval runs over it, so the round order is the one the caller
+// chose.
+func touchGroupsFrom(n int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(n+i-1) }
+	return `UPDATE job_groups g SET served_seq = u.seq, blocked_until = u.blocked,
+		ready_at = CASE WHEN u.empty THEN LEAST(
+			(SELECT min(eligible_at) FROM jobs WHERE group_id = g.id AND state = 'waiting'),
+			(SELECT min(eligible_at) FROM jobs WHERE group_id = g.id AND state = 'retry_scheduled')) ELSE g.ready_at END
+		FROM (SELECT o.id, o.blocked, o.empty, nextval('job_groups_served_seq') AS seq FROM (
+			SELECT * FROM unnest(` + p(1) + `::bigint[], ` + p(2) + `::bigint[], ` + p(3) + `::bool[]) WITH ORDINALITY AS t(id, blocked, empty, n)
+			ORDER BY n OFFSET 0) AS o) AS u
+		WHERE g.id = u.id`
+}
+
+// touchGroupsSQL is TouchGroups' statement; MarkLeased takes it out of
+// the queue when it is still there (markLeasedTouchSQL).
+var touchGroupsSQL = touchGroupsFrom(1)
+
 // TouchGroups moves the groups to the back of the round, in order, by
 // drawing new served_seq values, in one statement. An empty group's
 // ready_at becomes the earliest eligible_at of its waiting and scheduled
@@ -310,17 +364,7 @@ func (l *leaseTx) TouchGroups(touches []store.GroupTouch) error {
 	for i, t := range touches {
 		ids[i], blocked[i], empty[i] = t.ID, ns(t.BlockedUntil), t.Empty
 	}
-	// The sequence numbers are drawn in the given order: the innermost
-	// query is sorted by ordinality and materialized (OFFSET 0) before
-	// nextval runs over it, so the round order is the one the caller chose.
-	_, err := l.tx.Exec(l.ctx, `UPDATE job_groups g SET served_seq = u.seq, blocked_until = u.blocked,
-		ready_at = CASE WHEN u.empty THEN LEAST(
-			(SELECT min(eligible_at) FROM jobs WHERE group_id = g.id AND state = 'waiting'),
-			(SELECT min(eligible_at) FROM jobs WHERE group_id = g.id AND state = 'retry_scheduled')) ELSE g.ready_at END
-		FROM (SELECT o.id, o.blocked, o.empty, nextval('job_groups_served_seq') AS seq FROM (
-			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) WITH ORDINALITY AS t(id, blocked, empty, n)
-			ORDER BY n OFFSET 0) AS o) AS u
-		WHERE g.id = u.id`, ids, blocked, empty)
+	_, err := l.tx.Exec(l.ctx, touchGroupsSQL, ids, blocked, empty)
 	return err
 }
 
@@ -332,15 +376,29 @@ var markLeasedSQL = `UPDATE jobs SET state = 'running', lease_token = u.token,
 	WHERE id = u.leased_id AND ` + stateIs("waiting") + `
 	RETURNING ` + jobCols
 
+// markLeasedTouchSQL is the last TouchGroups ($5-$7) and markLeasedSQL in
+// one statement. The touch used to run first, on its own; in the WITH
+// clause it reads the same jobs (one snapshot, before the jobs' update),
+// so an empty group's ready_at comes out the same. The two write
+// different tables, whose rows this transaction has locked already (the
+// groups by ReadyGroups, the jobs by Heads), so the order of the writes
+// between them, SaveKeys' included, changes nothing.
+var markLeasedTouchSQL = `WITH touched AS (` + touchGroupsFrom(5) + `) ` + markLeasedSQL
+
 // MarkLeased leases every chosen job in one UPDATE, each with its own token,
-// and returns them in the order they were chosen.
+// and returns them in the order they were chosen. A TouchGroups still
+// queued goes into the same statement.
 func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.Job, error) {
 	ids, tokens := make([]string, len(leased)), make([]string, len(leased))
 	for i, c := range leased {
 		ids[i], tokens[i] = c.ID, c.Token
 	}
+	sql, args := markLeasedSQL, []any{ids, tokens, ns(now), ns(until)}
+	if touch, ok := l.tx.take(touchGroupsSQL); ok {
+		sql, args = markLeasedTouchSQL, append(args, touch...)
+	}
 	// The lease's last statement: COMMIT goes out with it.
-	jobs, err := collectJobs(l.tx.QueryCommit(l.ctx, markLeasedSQL, ids, tokens, ns(now), ns(until)))
+	jobs, err := collectJobs(l.tx.QueryCommit(l.ctx, sql, args...))
 	if err != nil {
 		return nil, err
 	}

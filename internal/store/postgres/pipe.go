@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,8 +17,10 @@ import (
 // the first statement, a write whose result nobody reads (Exec) waits and
 // goes out with the next read, and COMMIT goes out with the last writes.
 // A lease of 64 jobs was twelve round trips on pgx.Tx, each a wake-up of
-// this process and of the server's backend; on pipeTx it is six. The
-// statements and their order are unchanged, so are the locks they take.
+// this process and of the server's backend; on pipeTx it is three. The
+// statements and their order are unchanged, so are the locks they take,
+// except where a caller moves a queued write into its next statement
+// (take).
 //
 // Exec therefore reports no command tag and no error: a deferred write's
 // error is returned by the next Query, QueryRow, SendBatch or by commit,
@@ -27,8 +31,11 @@ type pipeTx struct {
 	begun bool
 	// async sends SET LOCAL synchronous_commit = off with BEGIN: the
 	// commit does not wait for its WAL flush (see Config.AsyncLease).
-	async   bool
-	pending []pendingExec
+	async bool
+	// settings are set_config name/value pairs applied, local to the
+	// transaction, by one statement sent with BEGIN (see set).
+	settings []string
+	pending  []pendingExec
 	// committed: COMMIT went out with the last query (QueryCommit).
 	committed bool
 }
@@ -81,8 +88,8 @@ func (p *pipeTx) prefix() *pgx.Batch {
 	b := &pgx.Batch{}
 	if !p.begun {
 		b.Queue("BEGIN")
-		if p.async {
-			b.Queue("SET LOCAL synchronous_commit = off")
+		if sql := p.setup(); sql != "" {
+			b.Queue(sql)
 		}
 		p.begun = true
 	}
@@ -91,6 +98,56 @@ func (p *pipeTx) prefix() *pgx.Batch {
 	}
 	p.pending = p.pending[:0]
 	return b
+}
+
+// set makes the transaction run with the given settings (name, value,
+// name, value, ...), local to it: they are applied once, right after
+// BEGIN, in the same statement as the async commit's, so they cost no
+// statement of their own and need no restoring (COMMIT and ROLLBACK end
+// them). It must be called before the first statement.
+func (p *pipeTx) set(nameValues ...string) {
+	if p.begun {
+		panic("pipeTx.set after the first statement")
+	}
+	p.settings = append(p.settings, nameValues...)
+}
+
+// setup is the statement that applies the transaction's settings, "" when
+// there are none. Its text depends only on the settings, so the pool's
+// statement cache prepares it once per connection.
+func (p *pipeTx) setup() string {
+	if len(p.settings) == 0 {
+		if p.async {
+			return "SET LOCAL synchronous_commit = off"
+		}
+		return ""
+	}
+	kv := p.settings
+	if p.async {
+		kv = append(slices.Clone(kv), "synchronous_commit", "off")
+	}
+	calls := make([]string, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		calls = append(calls, "set_config('"+kv[i]+"', '"+kv[i+1]+"', true)")
+	}
+	return "SELECT " + strings.Join(calls, ", ")
+}
+
+// take removes the last queued write whose text is sql and returns its
+// arguments, so that the caller can run it inside its next statement (a
+// WITH clause) rather than as one of its own: ok is false when no such
+// write is queued. The write then runs after the other queued writes
+// instead of before those queued after it; the caller must know that the
+// order does not matter.
+func (p *pipeTx) take(sql string) (args []any, ok bool) {
+	for i := len(p.pending) - 1; i >= 0; i-- {
+		if p.pending[i].sql == sql {
+			args = p.pending[i].args
+			p.pending = slices.Delete(p.pending, i, i+1)
+			return args, true
+		}
+	}
+	return nil, false
 }
 
 // send sends the prefix and then b's statements, reads the prefix's

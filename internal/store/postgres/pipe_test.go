@@ -130,6 +130,40 @@ func TestPipeTxAsyncIsLocal(t *testing.T) {
 	}
 }
 
+// TestPipeTxSettingsAreLocal: a pipeTx's settings (set), with or without
+// the async commit's, hold inside its transaction and are gone in the
+// connection's next one (on a pool of one), with no statement to restore
+// them.
+func TestPipeTxSettingsAreLocal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	show := func(async bool, settings ...string) (mode, seq, sync string) {
+		if err := s.inPipe(ctx, async, func(p *pipeTx) error {
+			p.set(settings...)
+			return p.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'), current_setting('synchronous_commit')`).Scan(&mode, &seq, &sync)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return mode, seq, sync
+	}
+	mode0, seq0, sync0 := show(false)
+	for _, async := range []bool{false, true} {
+		mode, seq, sync := show(async, leaseSettings...)
+		if mode != "force_generic_plan" || seq != "off" || (sync == "off") != (async || sync0 == "off") {
+			t.Errorf("async %v: inside, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s", async, mode, seq, sync)
+		}
+		if mode, seq, sync := show(false); mode != mode0 || seq != seq0 || sync != sync0 {
+			t.Errorf("async %v: after, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s; want %s, %s, %s",
+				async, mode, seq, sync, mode0, seq0, sync0)
+		}
+	}
+}
+
 // TestPipeTxQueryCommit: COMMIT sent with the last query commits what was
 // queued and the query's own writes; when the query fails, the server skips
 // the COMMIT and nothing is kept.

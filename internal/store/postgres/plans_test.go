@@ -215,7 +215,7 @@ func explainIn(t *testing.T, q querier, sql string, args ...any) string {
 // explainGeneric returns the generic plan of sql with args on q, the plan
 // a cached prepared statement runs (EXPLAIN with parameters plans for
 // their values instead): sql is prepared, and explained as executed with
-// args (strings and ints); q must have plan_cache_mode =
+// args (strings, ints and their arrays); q must have plan_cache_mode =
 // force_generic_plan.
 func explainGeneric(t *testing.T, q querier, sql string, args ...any) string {
 	t.Helper()
@@ -235,6 +235,10 @@ func explainGeneric(t *testing.T, q querier, sql string, args ...any) string {
 			params[i] = `'` + strings.ReplaceAll(v, `'`, `''`) + `'`
 		case int:
 			params[i] = strconv.Itoa(v)
+		case int64:
+			params[i] = strconv.FormatInt(v, 10)
+		case []string, []int64, []bool:
+			params[i] = arrayLiteral(v)
 		default:
 			t.Fatalf("explainGeneric: argument %d is a %T", i, a)
 		}
@@ -242,43 +246,113 @@ func explainGeneric(t *testing.T, q querier, sql string, args ...any) string {
 	return explainIn(t, q, `EXECUTE explained(`+strings.Join(params, ", ")+`)`)
 }
 
-// The ready-groups reads go through job_groups_round in round order by a
-// plain index scan (groupScanOnly), not a bitmap scan of every entry of
-// the lane: the latter read every dead entry a lease's group touches left
-// behind, again on every lease, and could not mark them dead. They run
-// on their generic plan, and the settings are restored after them
-// (groupScanAny).
-func TestReadyGroupsPlainIndexScan(t *testing.T) {
+// TestLeaseGenericPlans: a lease runs every statement on its generic
+// plan (leaseSettings: no statement is planned per execution, which cost
+// more than many of them take to run), and in eight statements: BEGIN,
+// the settings, the promotion with the oldest ready job, both lanes'
+// ready groups, the keys, the heads, the groups' touch with the jobs'
+// lease, COMMIT. Under the settings, the generic plans read by plain
+// index scans: the ready groups through job_groups_round in round order,
+// not by a bitmap scan of every entry of the lane (which read every dead
+// entry a lease's touch left behind, again on every lease, and could not
+// mark them dead).
+func TestLeaseGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t)
-	insertN(t, s, 64, 16, "k")
-	tx, err := s.pool.Begin(ctx)
+	rt := &roundTrips{}
+	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1, tracer: rt})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, groupScanOnly); err != nil {
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var mode string
-	if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
+	// A backlog of the size at which the plans matter, without statistics
+	// (as a drain right after its insert runs: no ANALYZE yet).
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {
 		t.Fatal(err)
 	}
-	if mode != "force_generic_plan" {
-		t.Errorf("between the brackets: plan_cache_mode %s, want force_generic_plan (a plan per execution cost more than the read)", mode)
+	insertN(t, s, 4096, 16, "k")
+	now := t0.Add(time.Second)
+	p := store.LeaseParams{Now: now, Max: 16, LeaseFor: time.Minute, BatchMin: 8, InteractiveBudget: 30 * time.Second}
+	for i := range 3 {
+		s0 := rt.statements.Load()
+		got, err := s.Lease(ctx, p)
+		if err != nil || len(got) != p.Max {
+			t.Fatalf("lease %d: %d jobs, %v", i, len(got), err)
+		}
+		if n := rt.statements.Load() - s0; n != 8 {
+			t.Errorf("lease %d: %d statements, want 8", i, n)
+		}
 	}
-	if plan := explainIn(t, tx, readyGroupsSQL, readyGroupsArgs(job.LaneInteractive, store.GroupFilter{}, t0, 48)...); !strings.Contains(plan, "Index Scan using job_groups_round") || strings.Contains(plan, "Bitmap") {
-		t.Errorf("ready groups are not read by a plain scan of job_groups_round:\n%s", plan)
+	leaseStatements := map[string]string{
+		"promote and oldest ready": promoteOldestSQL,
+		"ready groups":             readyBothSQL,
+		"lock keys":                lockKeysSQL(true),
+		"many heads":               manyHeadsSQL,
+		"touch and mark leased":    markLeasedTouchSQL,
 	}
-	if _, err := tx.Exec(ctx, groupScanAny); err != nil {
-		t.Fatal(err)
+	for name, sql := range leaseStatements {
+		var generic, custom int64
+		// The store's one connection: the one the leases prepared on.
+		err := s.pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, sql).Scan(&generic, &custom)
+		if err != nil {
+			t.Errorf("%s: not prepared on the lease's connection: %v", name, err)
+			continue
+		}
+		if generic == 0 || custom != 0 {
+			t.Errorf("%s: %d generic and %d custom plans; want only generic", name, generic, custom)
+		}
 	}
-	var bitmap, seq string
-	if err := tx.QueryRow(ctx, `SELECT current_setting('enable_bitmapscan'), current_setting('enable_seqscan'), current_setting('plan_cache_mode')`).Scan(&bitmap, &seq, &mode); err != nil {
-		t.Fatal(err)
+
+	tx := planTx(t, s, (&pipeTx{settings: leaseSettings}).setup())
+	f := store.GroupFilter{}
+	both := append(readyGroupsArgs(job.LaneBatch, f, now, 32), readyGroupsArgs(job.LaneInteractive, f, now, 48)...)
+	ids := []int64{1, 2}
+	plans := []struct {
+		name, plan string
+		want       []string
+	}{
+		{"ready groups", explainGeneric(t, tx, readyBothSQL, both...), []string{"Index Scan using job_groups_round"}},
+		{"promote and oldest ready", explainGeneric(t, tx, promoteOldestSQL, string(job.LaneInteractive), ns(now), ns(now), promoteBatch),
+			[]string{"jobs_lane_ready", "jobs_scheduled"}},
+		{"many heads", explainGeneric(t, tx, manyHeadsSQL, ids, ns(now), 4), []string{"jobs_group_head"}},
+		{"touch and mark leased", explainGeneric(t, tx, markLeasedTouchSQL, []string{"a"}, []string{"t"}, ns(now), ns(now),
+			ids, []int64{0, 0}, []bool{false, true}), []string{"jobs_pkey", "job_groups_pkey"}},
 	}
-	if bitmap != "on" || seq != "on" || mode != "auto" {
-		t.Errorf("after the reads: enable_bitmapscan %s, enable_seqscan %s, plan_cache_mode %s; want on, on, auto restored", bitmap, seq, mode)
+	for _, c := range plans {
+		for _, w := range c.want {
+			if !strings.Contains(c.plan, w) {
+				t.Errorf("%s: generic plan does not use %s:\n%s", c.name, w, c.plan)
+			}
+		}
+		for _, w := range []string{"Bitmap", "Seq Scan"} {
+			if strings.Contains(c.plan, w) {
+				t.Errorf("%s: generic plan has a %s:\n%s", c.name, w, c.plan)
+			}
+		}
 	}
+}
+
+// arrayLiteral is a's array literal for EXECUTE: '{...}' with each
+// element double-quoted, which PostgreSQL reads into any element type.
+func arrayLiteral(a any) string {
+	var elems []string
+	switch v := a.(type) {
+	case []string:
+		elems = v
+	case []int64:
+		for _, n := range v {
+			elems = append(elems, strconv.FormatInt(n, 10))
+		}
+	case []bool:
+		for _, b := range v {
+			elems = append(elems, strconv.FormatBool(b))
+		}
+	}
+	for i, e := range elems {
+		elems[i] = `"` + strings.ReplaceAll(strings.ReplaceAll(e, `\`, `\\`), `"`, `\"`) + `"`
+	}
+	return `'` + strings.ReplaceAll(`{`+strings.Join(elems, ",")+`}`, `'`, `''`) + `'`
 }

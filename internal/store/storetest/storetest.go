@@ -72,6 +72,7 @@ func Run(t *testing.T, open Opener) {
 		"CancelRedriveDelete":   testCancelRedriveDelete,
 		"Deadlines":             testDeadlines,
 		"Prune":                 testPrune,
+		"PrunedGroupTakesJobs":  testPrunedGroupTakesJobs,
 		"Limits":                testLimits,
 		"LimitConfigs":          testLimitConfigs,
 		"StatsAndBacklog":       testStatsAndBacklog,

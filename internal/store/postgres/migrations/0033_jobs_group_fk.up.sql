@@ -1,0 +1,20 @@
+-- Drop the foreign key from jobs.group_id to job_groups. Its check, one
+-- key-share lock and index lookup of job_groups per inserted job, was the
+-- costliest part of an insert (docs/benchmarks.md, "Session 18 (s18h3)").
+--
+-- It is safe because no job_groups row is ever deleted: Prune deletes
+-- final jobs only, and leaves their groups (a group row is small, and the
+-- next job of its lane, tenant, kind and keys reuses it); nothing else
+-- deletes groups. Nothing updates job_groups.id either. So every group_id
+-- an insert writes, taken from the group its own upsert created or
+-- locked in the same transaction (upsertGroupsSQL, which locks the row
+-- even when it changes nothing), names a row that stays. A future cleanup
+-- of empty groups must keep that true without the key: delete a group
+-- only after locking it (the insert holds that lock until its commit) and
+-- finding no job that names it in a statement that starts after the lock
+-- is granted (a READ COMMITTED recheck does not rerun the subquery on
+-- jobs). TestNoDanglingGroups and the conformance case
+-- PrunedGroupTakesJobs check the state a prune leaves. SQLite keeps its
+-- key (foreign_keys is on there): its inserts are a single writer's, and
+-- the check is an in-process b-tree lookup.
+ALTER TABLE jobs DROP CONSTRAINT jobs_group_id_fkey;
