@@ -357,8 +357,9 @@ func (s *State) setCapExtra(e []int64) {
 // has not yet shown it accepts, halfway between a level that held and a
 // rate that failed, so a refusal there is the likeliest evidence of that
 // rate, not of a concurrency limit: read as a cap, it taught half-none (a
-// sliding 20/s, no concurrency limit) a cap of one, which held it to one
-// request at a time until probed away (the issue mix under lag).
+// 20/s bucket, no concurrency limit) caps of one to four under lag, which
+// held it back until probed away (the issue mix, TestVirtualLag's loaded
+// profile and TestVirtualTransit).
 func (s *State) afterRaisedCut(now time.Time) bool {
 	if s.capFlags&raisedCut == 0 || s.LastRefusal.IsZero() {
 		return false
