@@ -74,6 +74,14 @@ const (
 	capFull                // since the probe, the key started with the raised cap full
 )
 
+// raisedCut is a bit of State.capFlags that belongs to the rate, not the
+// cap: the last refusal signal was a failed rate probe whose cut stayed
+// above the level the probe had started from (see refused). It sits in
+// the cap's word, far above the cap's bits, so that it travels through
+// the store without a new slot of MarshalShapes (decodeLogs bounds their
+// number) and a binary that does not know it masks it away.
+const raisedCut = 1 << 32
+
 // InFlightCap is the in-flight cap in force: the smaller of the
 // configured Concurrency and the learned cap (LearnedConcurrency), 0 for
 // none.
@@ -151,6 +159,8 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 		// it taught a cap of one to a key with a burst of refusals
 		// (rising's rise-bucket under transit, probed back for seconds).
 		return false
+	case s.afterRaisedCut(now):
+		return false
 	case float64(starts.since(t-dn)) > s.rate()*d.Seconds()*(1+RateSlack)+1:
 		return false
 	}
@@ -174,12 +184,12 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	}
 	refusals.add(t, cost, t-dn, dn/LogSlots)
 	s.LearnedConcurrency = max(1, n-1)
-	s.capAt, s.capHold, s.capFlags = t, int64(CapHold), 0
+	s.capAt, s.capHold, s.capFlags = t, int64(CapHold), s.capFlags&raisedCut
 	if unconfirmed {
 		// Read from a refusal that measured nothing else: as far as a
 		// refusal within it goes, it is a probe that went too far, and
 		// lowers it (once; then refusals within it are the rate's).
-		s.capFlags = capProbing
+		s.capFlags |= capProbing
 	}
 	return true
 }
@@ -192,7 +202,7 @@ func (s *State) lowerCap(t int64, n int) {
 	hold := min(MaxCapHold, max(CapHold, 2*time.Duration(s.capHold)))
 	n = min(n, s.LearnedConcurrency)
 	s.LearnedConcurrency = max(1, n-1)
-	s.capAt, s.capHold, s.capFlags = t, int64(hold), 0
+	s.capAt, s.capHold, s.capFlags = t, int64(hold), s.capFlags&raisedCut
 }
 
 // refuseCapProbe lowers a cap that a probe raised and the upstream
@@ -312,10 +322,10 @@ func (s *State) probeCap(now time.Time) {
 	c := s.LearnedConcurrency
 	c += max(1, c/4)
 	if s.Concurrency > 0 && c >= s.Concurrency || c > maxLearnedCap {
-		s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, 0
+		s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, s.capFlags&raisedCut
 		return
 	}
-	s.LearnedConcurrency, s.capAt, s.capFlags = c, t, capProbing|capRaised
+	s.LearnedConcurrency, s.capAt, s.capFlags = c, t, capProbing|capRaised|s.capFlags&raisedCut
 }
 
 // maxLearnedCap bounds a learned cap: above it the key is as good as
@@ -330,9 +340,29 @@ func (s *State) capExtra() [4]int64 {
 // setCapExtra restores what capExtra returned, clamped to what it can be.
 func (s *State) setCapExtra(e []int64) {
 	s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, 0
+	if len(e) >= 4 {
+		s.capFlags = e[3] & raisedCut // the rate's, with or without a cap
+	}
 	if len(e) < 4 || e[0] <= 0 {
 		return
 	}
 	s.LearnedConcurrency = int(min(e[0], maxLearnedCap))
-	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound|capRaised|capFull)
+	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound|capRaised|capFull|raisedCut)
+}
+
+// afterRaisedCut reports whether a refusal at now comes while the key
+// still holds the rate a failed probe's cut left above the level it had
+// probed from (see raisedCut): within a discovery window of that cut (or
+// of the end of its pause). The key is then sending a rate the upstream
+// has not yet shown it accepts, halfway between a level that held and a
+// rate that failed, so a refusal there is the likeliest evidence of that
+// rate, not of a concurrency limit: read as a cap, it taught half-none (a
+// 20/s bucket, no concurrency limit) caps of one to four under lag, which
+// held it back until probed away (the issue mix, TestVirtualLag's loaded
+// profile and TestVirtualTransit).
+func (s *State) afterRaisedCut(now time.Time) bool {
+	if s.capFlags&raisedCut == 0 || s.LastRefusal.IsZero() {
+		return false
+	}
+	return now.Sub(maxTime(s.LastRefusal, s.PausedUntil)) < s.discoveryWindow()
 }

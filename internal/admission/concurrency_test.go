@@ -605,3 +605,75 @@ func burstRefusedOnce(t *testing.T) State {
 	}
 	return s
 }
+
+// TestRaisedCutRefusalIsTheRates checks a refusal that comes, with
+// another request in flight, a little after a failed rate probe whose cut
+// stayed above the level the probe started from: it is the rate's (the
+// key is sending a rate the upstream never accepted), not a concurrency
+// limit of one, which held the issue mix's half-none (no concurrency
+// limit at all) to one request at a time under lag. After a cut to the
+// level or below, or once the raised rate held a discovery window, such a
+// refusal still reads as a cap, as before; the mark travels through
+// MarshalShapes, as through a store, with or without a learned cap.
+func TestRaisedCutRefusalIsTheRates(t *testing.T) {
+	t.Parallel()
+	// probeFailed has a key holding level 20 probe at 25, and the
+	// upstream refuse the probe after a window of 22/s: the cut lands
+	// between the level and the probe. With low, the window took only
+	// 15/s and the cut lands at or under the level.
+	probeFailed := func(low bool) State {
+		s := NewState(Config{Name: "k", Rate: 40, Burst: 4, Adaptive: true})
+		s.LearnedRate, s.level, s.hold = 25, 20, int64(ProbeHold)
+		s.LastRefusal = t0.Add(-time.Hour)
+		per := 22
+		if low {
+			per = 15
+		}
+		for i := range per {
+			at := t0.Add(time.Duration(i) * time.Second / time.Duration(per))
+			s.Take(at, 1)
+			s.End(at.Add(10*time.Millisecond), 1)
+			s.Succeeded(at.Add(10 * time.Millisecond))
+		}
+		refuseSecond(&s, t0.Add(time.Second))
+		s.Release()
+		return s
+	}
+	s := probeFailed(false)
+	cut := s.LearnedRate
+	if cut <= 20 || cut >= 25 || s.LearnedConcurrency != 0 {
+		t.Fatalf("failed probe at 25 over level 20: rate %v, cap %d; want a cut between 20 and 25 and no cap", cut, s.LearnedConcurrency)
+	}
+	var r State
+	r.Config = s.Config
+	if err := r.UnmarshalShapes(s.MarshalShapes(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if r.capFlags&raisedCut == 0 {
+		t.Fatal("the raised cut did not survive MarshalShapes without a learned cap")
+	}
+	r.LearnedRate, r.LastRefusal, r.InFlight = s.LearnedRate, s.LastRefusal, 0
+	at := t0.Add(time.Second + CutHoldoff + 200*time.Millisecond) // past the cut's echoes
+	refuseSecond(&r, at)
+	if r.LearnedConcurrency != 0 || r.LearnedRate >= cut {
+		t.Fatalf("refused %v after a raised cut to %v, another in flight: cap %d, rate %v; want no cap and the rate cut", at.Sub(t0), cut, r.LearnedConcurrency, r.LearnedRate)
+	}
+
+	// Once the raised rate has held a discovery window, the refusal the
+	// rate cannot explain is a cap's again.
+	late := probeFailed(false)
+	refuseSecond(&late, t0.Add(time.Second+DiscoveryWindow+CutHoldoff))
+	if late.LearnedConcurrency != 1 {
+		t.Fatalf("refused a window after a raised cut, another in flight: cap %d, want 1", late.LearnedConcurrency)
+	}
+
+	// A failed probe cut to its level or under: no mark, a cap as before.
+	low := probeFailed(true)
+	if low.LearnedRate > 20 || low.capFlags&raisedCut != 0 {
+		t.Fatalf("failed probe over a window of 15/s: rate %v, mark %v; want at most the level 20 and no mark", low.LearnedRate, low.capFlags&raisedCut != 0)
+	}
+	refuseSecond(&low, at)
+	if low.LearnedConcurrency != 1 {
+		t.Fatalf("refused after a cut to the level, another in flight: cap %d, want 1", low.LearnedConcurrency)
+	}
+}

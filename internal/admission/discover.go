@@ -392,10 +392,23 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	} else {
 		hold = ProbeHold
 	}
+	s.noteRaisedCut(current, learned)
 	s.LearnedRate, s.level, s.hold = learned, learned, int64(hold)
 	s.LastRefusal = now
 	s.probe, s.probeAt = 0, 0
 	return true
+}
+
+// noteRaisedCut records, for a refusal signal that moves the learned rate
+// from current to learned, whether it was a failed probe (current above
+// the level) whose cut stayed above that level (see raisedCut and
+// afterRaisedCut); any other signal clears it. It runs before refused
+// sets the new level.
+func (s *State) noteRaisedCut(current, learned float64) {
+	s.capFlags &^= raisedCut
+	if s.level > 0 && current > s.level && learned > s.level {
+		s.capFlags |= raisedCut
+	}
 }
 
 // windowShare is the share of its learned rate's worth of starts a key

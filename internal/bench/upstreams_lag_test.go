@@ -87,16 +87,23 @@ func (w *finishWriter) apply(at time.Time) time.Time {
 	return w.next
 }
 
-// The lag profiles, calibrated so that sliding-date's start lag as
-// ScoreUpstreams measures it (the delay after the moment its window first
-// allowed each accepted start; in simulated time without lag it is the
-// upstream's latency, since the window counts a start until its answer)
-// reads as the real clock's: p50 40-60 ms and p99 about 400 ms on a quiet
-// machine (session 9's runs at lag p50 <= 52 ms), about twice that on a
-// loaded one (load 25-75 on 2 cores). TestVirtualLag logs the measured
-// figures.
+// The lag profiles. lagQuiet is the engine's own lag as the real clock
+// measured it on the unforeseen mix's cap-of-one path (docs/benchmarks.md,
+// "Session 16 (s16h2)", load 21-22): a lease's start reaches the upstream
+// 0.4-0.5 ms after it (p99 5-11 ms), and an answer is committed 1.3-2.7 ms
+// after it is back (p99 25-170 ms). Until session 18 it was calibrated to
+// sliding-date's start lag as ScoreUpstreams measures it (p50 40-60 ms,
+// p99 about 400 ms on a quiet machine), which counts the upstream's
+// latency and the paced wait as well as the engine's lag: that profile
+// drew a start lag 15x the measured median and 18-36x its p99, and put
+// concurrent-1, whose cap of one it lands on, 2 s later than the real
+// clock does. lagLoaded, about five times the old quiet profile's lag
+// (load 25-75 on 2 cores), keeps that calibration as the stress case.
+// TestVirtualLag logs the measured start lag of each.
 var (
-	lagQuiet  = virtualLag{name: "quiet", start: lagDist{median: 6 * time.Millisecond, p99: 200 * time.Millisecond, max: time.Second}, finish: lagDist{median: 4 * time.Millisecond, p99: 60 * time.Millisecond, max: time.Second}}
+	lagQuiet = virtualLag{name: "quiet",
+		start:  lagDist{median: 500 * time.Microsecond, p99: 10 * time.Millisecond, max: 60 * time.Millisecond},
+		finish: lagDist{median: 2 * time.Millisecond, p99: 60 * time.Millisecond, max: 200 * time.Millisecond}}
 	lagLoaded = virtualLag{name: "loaded", start: lagDist{median: 30 * time.Millisecond, p99: 600 * time.Millisecond, max: 2 * time.Second}, finish: lagDist{median: 15 * time.Millisecond, p99: 250 * time.Millisecond, max: 2 * time.Second}}
 )
 
@@ -113,8 +120,12 @@ var (
 // the key paces it, not after the job's backoff (store.PacedRetry):
 // loaded reads 1.472/1.372/1.450, the bound follows. They are
 // not the 1.15 target, which the issue mix misses under lag (see
-// docs/benchmarks.md, s10h2).
-var lagBounds = map[string]float64{"quiet/issue": 1.24, "loaded/issue": 1.48}
+// docs/benchmarks.md, s10h2). Since session 18 (s18h4) the quiet profile
+// is the measured one (see lagQuiet): issue reads 1.123/1.135/1.132 and
+// unforeseen 1.118/1.119/1.124 under it (1.151/1.230/1.195 and
+// 1.278/1.351/1.336 under the old profile), and its bounds follow: issue
+// at its 1.15 target, unforeseen just over what it reaches.
+var lagBounds = map[string]float64{"quiet/issue": 1.15, "quiet/unforeseen": 1.13, "loaded/issue": 1.48}
 
 // measuredStartLag is the p50 and p99 start lag (ms) of r's destinations
 // that startLags measures (sliding windows at a fixed limit), pooled.
