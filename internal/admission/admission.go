@@ -789,8 +789,21 @@ func (s *State) Hint(now time.Time, h job.Hint) {
 			s.LearnedRate = math.Max(s.MinRate, r)
 		}
 	}
-	// At most Remaining units may start before the reset.
-	floor := addSat(now, s.tolerance()-s.units(float64(h.Remaining)))
+	// At most Remaining units may start before the reset, less, on an
+	// adaptive key, its starts still in flight (after End: the answered
+	// one is no longer counted), which may reach the upstream after the
+	// answered one and use some of it, as setCredit reads them. Without
+	// it the remaining of an answer that left before the key's later
+	// starts arrived let one more through at once: the rising mix's
+	// rise-bucket (declared 40/s, really 15/s with a burst of 5) was
+	// refused at 62 ms on 2 of 8 virtual seeds, a second of Retry-After
+	// each (docs/benchmarks.md, session 18, s18h5). A declared key keeps
+	// the plain reading: its windows already count its starts in flight.
+	left := float64(h.Remaining)
+	if s.Adaptive {
+		left = max(0, left-float64(s.InFlight))
+	}
+	floor := addSat(now, s.tolerance()-s.units(left))
 	if floor.After(s.TAT) {
 		s.TAT = floor
 	}

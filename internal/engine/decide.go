@@ -46,6 +46,18 @@ func (b Backoff) Delay(lane job.Lane, n int, u float64) time.Duration {
 	return time.Duration(d * (0.5 + u))
 }
 
+// PacedFaults is how many of a job's transient failures (a 5xx without
+// Retry-After, a timeout) the store may retry at its keys' pace instead of
+// after a backoff (store.PacedFault; KeyEffect.Fault marks them). Two, not
+// one: random 5xx at 2 % meet the same job twice often enough that a second
+// fault's 1-3 s backoff set the many mix's worst makespan
+// (docs/benchmarks.md, session 18, s18h5), and a key that spaces its starts
+// already keeps the retries to its pace. Not more: a run of failures means
+// something is wrong with the job or the upstream, and the third failure
+// backs off as before, so a destination that always fails still slows down
+// (TestFailingUpstreamBacksOff).
+const PacedFaults = 2
+
 // Decide turns a handler's outcome into the job's next transition. It is
 // the one classification switch of the engine (table-tested in
 // decide_test.go). validates says whether the job's kind has a publication
@@ -84,10 +96,10 @@ func Decide(j *job.Job, o job.Outcome, now time.Time, validates bool, b Backoff,
 		t.Record.Outcome = job.ClassTransient
 		t.Attempts.Transient++
 		delay := b.Delay(j.Lane, t.Attempts.Transient, u)
-		if t.Attempts.Transient == 1 {
-			// A job's first fault: the store drops the backoff when
+		if t.Attempts.Transient <= PacedFaults {
+			// A job's first faults: the store drops the backoff when
 			// every key of the job spaces its starts
-			// (store.PacedFault). A second fault of the same job backs
+			// (store.PacedFault). A later fault of the same job backs
 			// off as always, so a run of failures still slows down.
 			t.Keys.Fault, t.Keys.JobKeys = true, j.LimitKeys
 		}

@@ -33,7 +33,7 @@ func TestDecide(t *testing.T) {
 		attempts   job.Attempts
 		pauseUntil time.Time
 		backoff    bool // the key effect is marked as the job's own backoff
-		fault      bool // the key effect marks a job's first fault (store.PacedFault)
+		fault      bool // the key effect marks one of a job's first PacedFaults faults (store.PacedFault)
 	}{
 		{name: "success publishes", out: job.Outcome{Class: job.ClassSuccess}, to: job.StatePublished, delay: -1},
 		{name: "success validates", out: job.Outcome{Class: job.ClassSuccess}, validates: true, to: job.StateValidated, delay: -1},
@@ -51,8 +51,10 @@ func TestDecide(t *testing.T) {
 			to: job.StateTerminal, reason: job.ReasonNeedsReconciliation, delay: -1, attempts: job.Attempts{Congestion: 1}, pauseUntil: t0.Add(job.MaxDelay)},
 		{name: "transient backs off", out: job.Outcome{Class: job.ClassTransient, Status: 503},
 			to: job.StateRetryScheduled, delay: time.Second, attempts: job.Attempts{Transient: 1}, fault: true},
-		{name: "a second transient backs off, unmarked", prep: spent(0, 1, 0), out: job.Outcome{Class: job.ClassTransient, Status: 503},
-			to: job.StateRetryScheduled, delay: 2 * time.Second, attempts: job.Attempts{Transient: 2}},
+		{name: "a second transient is marked too", prep: spent(0, 1, 0), out: job.Outcome{Class: job.ClassTransient, Status: 503},
+			to: job.StateRetryScheduled, delay: 2 * time.Second, attempts: job.Attempts{Transient: 2}, fault: true},
+		{name: "a third transient backs off, unmarked", prep: func(j *job.Job) { j.Attempts.Transient, j.Budgets.Transient = 2, 5 }, out: job.Outcome{Class: job.ClassTransient, Status: 503},
+			to: job.StateRetryScheduled, delay: 4 * time.Second, attempts: job.Attempts{Transient: 3}},
 		{name: "transient exhausted", prep: spent(2, 2, 0), out: job.Outcome{Class: job.ClassTransient},
 			to: job.StateTerminal, reason: job.ReasonTransientBudgetExhausted, delay: -1, attempts: job.Attempts{Congestion: 2, Transient: 3}},
 		{name: "invalid output spends schema only", prep: spent(1, 1, 0), out: job.Outcome{Class: job.ClassInvalidOutput},
@@ -108,14 +110,15 @@ func TestDecide(t *testing.T) {
 			}
 			// The store decides from the job's keys whether they pace the
 			// retry instead of the backoff (store.PacedRetry).
-			// So it does for a job's first fault (store.PacedFault), and
-			// only then: a second fault backs off whatever its keys.
+			// So it does for a job's first PacedFaults faults
+			// (store.PacedFault), and only then: a later fault backs off
+			// whatever its keys.
 			if tr.Keys.Fault != tc.fault {
 				t.Fatalf("key effect fault = %v, want %v", tr.Keys.Fault, tc.fault)
 			}
 			named := tc.backoff || tc.fault
 			if named != (len(tr.Keys.JobKeys) > 0) || named && !slices.Equal(tr.Keys.JobKeys, j.LimitKeys) {
-				t.Fatalf("key effect job keys = %v, want the job's %v only with a backoff or a first fault", tr.Keys.JobKeys, j.LimitKeys)
+				t.Fatalf("key effect job keys = %v, want the job's %v only with a backoff or one of its first faults", tr.Keys.JobKeys, j.LimitKeys)
 			}
 			if !job.CanTransition(job.StateRunning, tr.To) {
 				t.Fatalf("running -> %s is not a legal transition", tr.To)

@@ -78,8 +78,8 @@ func PacedRetry(states map[string]*admission.State, jobKeys, scope []string) boo
 	return n > 0
 }
 
-// PacedFault reports whether a job's first transient failure (a 5xx
-// without Retry-After, a timeout; store.KeyEffect.Fault) needs no backoff
+// PacedFault reports whether one of a job's first transient failures (a
+// 5xx without Retry-After, a timeout; store.KeyEffect.Fault) needs no backoff
 // of its own: every one of the job's keys (at least one) has a row and
 // spaces its starts (admission.State.PacesStarts). The retry then goes
 // back to its keys' queue and starts when they admit it, like any other
@@ -89,8 +89,9 @@ func PacedRetry(states map[string]*admission.State, jobKeys, scope []string) boo
 // end set the makespan, docs/benchmarks.md, session 15, s15h6). A job with
 // a key that spaces nothing (a concurrency cap alone, no shape), or with
 // no key, keeps its backoff: nothing else would slow a storm of retries.
-// So does a job's second fault and every later one (engine.Decide sets
-// Fault on the first only): a run of failures still backs off.
+// So does a job's third fault and every later one (engine.Decide sets
+// Fault on the first engine.PacedFaults only, two since session 18): a
+// run of failures still backs off.
 func PacedFault(states map[string]*admission.State, jobKeys []string) bool {
 	for _, name := range jobKeys {
 		if st := states[name]; st == nil || !st.PacesStarts() {
@@ -138,7 +139,8 @@ func throttledRetry(t *Transition) bool {
 		t.Record.Why != PacedRetryWhy
 }
 
-// faultRetry reports a retry after a job's first transient failure, on a
+// faultRetry reports a retry after one of a job's first transient
+// failures (KeyEffect.Fault), on a
 // job whose keys the engine named.
 func faultRetry(t *Transition) bool {
 	return t.To == job.StateRetryScheduled && t.Keys.Fault && len(t.Keys.JobKeys) > 0 &&

@@ -427,8 +427,9 @@ type KeyEffect struct {
 	// they pace the job's retry themselves (see PacedRetry, PacedFault).
 	// Nil keeps the backoff.
 	JobKeys []string
-	// Fault marks the retry after a job's first transient failure (a
-	// 5xx without Retry-After, a timeout): Finish drops its backoff when
+	// Fault marks the retry after one of a job's first transient failures
+	// (a 5xx without Retry-After, a timeout; engine.PacedFaults of them):
+	// Finish drops its backoff when
 	// every key of the job spaces its starts (see PacedFault). It changes
 	// nothing on the keys.
 	Fault bool

@@ -136,13 +136,14 @@ func testPacedRetry(t *testing.T, open Opener) {
 	}
 }
 
-// A job's first transient failure (a 503 without Retry-After) on a job
-// whose every key spaces its starts needs no backoff (store.PacedFault):
-// the store writes the retry eligible at the failure, and the key's pace
-// spaces it like any other start. A job with a key that spaces nothing (a
-// concurrency cap alone) and a job's second failure keep their backoff: a
-// storm of retries, or a run of failures, still slows down. Every failure
-// spends one unit of the transient budget.
+// A job's first transient failures (a 503 without Retry-After; the first
+// engine.PacedFaults of them) on a job whose every key spaces its starts
+// need no backoff (store.PacedFault): the store writes the retry eligible
+// at the failure, and the key's pace spaces it like any other start. A job
+// with a key that spaces nothing (a concurrency cap alone) and a job's
+// third failure keep their backoff: a storm of retries, or a run of
+// failures, still slows down. Every failure spends one unit of the
+// transient budget.
 func testPacedFault(t *testing.T, open Opener) {
 	s := open(t)
 	setLimit(t, s, admission.Config{Name: "ra", Rate: 10, Burst: 2})
@@ -163,27 +164,41 @@ func testPacedFault(t *testing.T, open Opener) {
 			t.Errorf("job on %v: finish reported eligible at %v (%s), want %v (%s)", j.LimitKeys,
 				ts[i].EligibleAt.Sub(T0), ts[i].Record.Why, want.Sub(T0), why)
 		}
-		g := get(t, s, j.ID)
-		last := g.History[len(g.History)-1]
-		if g.State != job.StateRetryScheduled || !g.EligibleAt.Equal(want) || last.Why != why || g.Attempts.Transient != n {
-			t.Errorf("job on %v: %s eligible at %v, record %q, transient %d; want retry_scheduled at %v, %q, %d",
-				j.LimitKeys, g.State, g.EligibleAt.Sub(T0), last.Why, g.Attempts.Transient, want.Sub(T0), why, n)
-		}
+		checkRetry(t, s, j, want, why, n)
 	}
 	// The paced retries go again as soon as their keys admit them; the
-	// others wait out their backoff.
+	// others wait out their backoff. Their second failure is paced too.
 	at = at.Add(200 * time.Millisecond)
 	got = lease(t, s, at, 3)
 	if len(got) != 2 {
 		t.Fatalf("leased %v 0.2 s after the failures, want the two first faults on paced keys", ids(got))
 	}
-	// Their second failure backs off (2 s at u = 0.5).
 	endAll(t, s, got, fault, at)
 	for _, j := range got {
-		if g := get(t, s, j.ID); !g.EligibleAt.Equal(at.Add(2*time.Second)) || g.Attempts.Transient != 2 {
-			t.Errorf("job on %v after its second failure: eligible at %v, transient %d; want %v, 2",
-				j.LimitKeys, g.EligibleAt.Sub(T0), g.Attempts.Transient, at.Add(2*time.Second).Sub(T0))
-		}
+		checkRetry(t, s, j, at, store.PacedRetryWhy, 2)
+	}
+	// Their third failure backs off (4 s at u = 0.5).
+	at = at.Add(200 * time.Millisecond)
+	got = lease(t, s, at, 3)
+	if len(got) != 2 {
+		t.Fatalf("leased %v 0.2 s after the second failures, want the two jobs on paced keys", ids(got))
+	}
+	endAll(t, s, got, fault, at)
+	for _, j := range got {
+		checkRetry(t, s, j, at.Add(4*time.Second), "backoff", 3)
+	}
+}
+
+// checkRetry fails t unless j is retry_scheduled eligible at want, its
+// last attempt record says why, and it spent n units of its transient
+// budget.
+func checkRetry(t *testing.T, s store.Store, j *job.Job, want time.Time, why string, n int) {
+	t.Helper()
+	g := get(t, s, j.ID)
+	last := g.History[len(g.History)-1]
+	if g.State != job.StateRetryScheduled || !g.EligibleAt.Equal(want) || last.Why != why || g.Attempts.Transient != n {
+		t.Errorf("job on %v: %s eligible at %v, record %q, transient %d; want retry_scheduled at %v, %q, %d",
+			j.LimitKeys, g.State, g.EligibleAt.Sub(T0), last.Why, g.Attempts.Transient, want.Sub(T0), why, n)
 	}
 }
 
