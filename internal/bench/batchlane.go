@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,7 +89,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// The process's CPU seconds (process_cpu_seconds_total) for the
 	// phases' CPU figures; absent where the collector cannot read them.
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs}
+	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
+		BatchYieldMax: e.opts.BatchYieldMax}
 	c, err := e.client(ctx, cfg)
 	if err != nil {
 		return Result{}, err
@@ -97,6 +99,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		return Result{}, err
 	}
 
+	// reads counts the bench's own store reads waiting for interactive
+	// reviews (waitPublished), per phase below: what the measurement
+	// costs the process it measures.
+	var reads atomic.Int64
 	// interactive runs reviews at plan.Rate until stop is closed and at
 	// least window has passed, and returns their latencies in ms.
 	seq := 0
@@ -137,7 +143,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					if err != nil {
 						return err
 					}
-					return waitPublished(ctx, c, s.ID, start)
+					return waitPublished(ctx, c, s.ID, start, &reads)
 				}()
 				mu.Lock()
 				defer mu.Unlock()
@@ -156,6 +162,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	baseSched := sampleSched()
 	base, err := interactive(plan.Window, closed)
 	baseRun := baseSched()
+	baseReads := reads.Load()
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
 	}
@@ -194,6 +201,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	under, err := interactive(plan.Window, done)
 	<-done
 	sweepRun := sweepSched()
+	sweepReads := reads.Load() - baseReads
 	if err != nil {
 		return Result{}, fmt.Errorf("under the sweep: %w", err)
 	}
@@ -231,6 +239,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.add("sweep_p50_ms", up50, "ms")
 	r.add("sweep_p99_ms", up99, "ms")
 	r.add("p99_ratio", up99/bp99, "sweep ÷ baseline (target < 1.1)")
+	r.add("baseline_bench_reads_per_review", float64(baseReads)/float64(max(1, len(base))), "store reads the bench made waiting for one interactive review, baseline")
+	r.add("sweep_bench_reads_per_review", float64(sweepReads)/float64(max(1, len(under))), "store reads the bench made waiting for one interactive review, under the sweep")
 	// The store's writes and commits (SQLite only: PostgreSQL does not
 	// count them), load-independent: the sweep phase's, less what its
 	// interactive reviews cost at the baseline's rate, per sweep file.
@@ -316,8 +326,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 // status (review.Plugin.Get also lists its parts): a profile of the
 // 10,000-file run with Plugin.Get put 80 % of the process's CPU in this
 // poll.
-func waitPublished(ctx context.Context, c *ratelane.Client, id string, start time.Time) error {
+func waitPublished(ctx context.Context, c *ratelane.Client, id string, start time.Time, reads *atomic.Int64) error {
 	for {
+		reads.Add(1)
 		j, err := c.Job(ctx, "us", id)
 		if err == nil && (j.State == ratelane.StatePublished || j.State == ratelane.StateTerminal) {
 			return nil
