@@ -89,7 +89,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// The process's CPU seconds (process_cpu_seconds_total) for the
 	// phases' CPU figures; absent where the collector cannot read them.
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
+	pubs := newPublications(publishedFallback)
+	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv, pubs}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
 		BatchYieldMax: e.opts.BatchYieldMax}
 	c, err := e.client(ctx, cfg)
 	if err != nil {
@@ -143,7 +144,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					if err != nil {
 						return err
 					}
-					return waitPublished(ctx, c, s.ID, start, &reads)
+					return pubs.wait(ctx, c, s.ID, &reads)
 				}()
 				mu.Lock()
 				defer mu.Unlock()
@@ -317,25 +318,78 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	return r, nil
 }
 
-// waitPublished waits until review id is published or terminal. It polls
-// every 5 ms at first and then every 2 % of the time since start (at most
-// 1 s), so a backlog of slow reviews does not turn into a storm of reads
-// that slows them further, and the figure is off by at most 2 %.
-//
-// It reads the review's job row alone (Client.Job), not the review's
-// status (review.Plugin.Get also lists its parts): a profile of the
-// 10,000-file run with Plugin.Get put 80 % of the process's CPU in this
-// poll.
-func waitPublished(ctx context.Context, c *ratelane.Client, id string, start time.Time, reads *atomic.Int64) error {
+// publications is a plug-in of the batch-isolation client that only
+// listens: the engine tells it of every recorded publication
+// (PluginRegion.OnPublished), and wait wakes the waiter of that job. The
+// bench waited for each interactive review by polling its job every 5 ms
+// at first (then 2 % of the time waited), and those reads were 13 % of
+// the process's CPU under the sweep, on the cores the reviews it
+// measures need (docs/benchmarks.md, "Session 18 (s18h6)").
+type publications struct {
+	fallback time.Duration // between two reads of a job no signal came for
+
+	mu      sync.Mutex
+	waiting map[string]chan struct{}
+}
+
+func newPublications(fallback time.Duration) *publications {
+	return &publications{fallback: fallback, waiting: map[string]chan struct{}{}}
+}
+
+// Name names the plug-in.
+func (p *publications) Name() string { return "bench-publications" }
+
+// Bind listens for the region's publications.
+func (p *publications) Bind(_ context.Context, r *ratelane.PluginRegion) error {
+	r.OnPublished(p.published)
+	return nil
+}
+
+func (p *publications) published(id string) {
+	p.mu.Lock()
+	ch := p.waiting[id]
+	delete(p.waiting, id)
+	p.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// publishedFallback is how often the bench reads a job no signal came for:
+// the signal covers publication, the read covers a review that ends
+// terminal (never published) and is the only other way out.
+const publishedFallback = 250 * time.Millisecond
+
+// wait waits until review id is published (its signal) or terminal (read
+// once at first, then every p.fallback), counting its reads. It
+// reads the review's job row alone (Client.Job), not the review's status
+// (review.Plugin.Get also lists its parts).
+func (p *publications) wait(ctx context.Context, c *ratelane.Client, id string, reads *atomic.Int64) error {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.waiting[id] = ch // before the first read: a publication between the two is not missed
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.waiting, id)
+		p.mu.Unlock()
+	}()
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
 		reads.Add(1)
 		j, err := c.Job(ctx, "us", id)
 		if err == nil && (j.State == ratelane.StatePublished || j.State == ratelane.StateTerminal) {
 			return nil
 		}
-		if err := Sleep(ctx, pollAfter(start)); err != nil {
-			return err
-		}
+		t.Reset(p.fallback)
 	}
 }
 

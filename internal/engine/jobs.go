@@ -395,7 +395,21 @@ func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, er
 // compare-and-set validated -> published; store.ErrConflict means it was
 // recorded already (or the job is no longer validated).
 func (w *Jobs) Published(ctx context.Context, id string) error {
-	return w.cfg.Store.Publish(ctx, id, w.cfg.Now())
+	err := w.cfg.Store.Publish(ctx, id, w.cfg.Now())
+	if po, ok := w.cfg.Observer.(PublishedObserver); ok && err == nil {
+		po.Published(id)
+	}
+	return err
+}
+
+// PublishedObserver is an Observer that is also told of every publication
+// this writer records (validated -> published), after it is durable, so a
+// caller waiting for a job's result can wait for the signal instead of
+// polling the store. A separate interface, as ReplayObserver, so
+// Observers written before it keep compiling. Published must return
+// quickly.
+type PublishedObserver interface {
+	Published(id string)
 }
 
 // ClaimPublish takes, extends (same token) or, with until <= now,
