@@ -145,8 +145,9 @@ type Config struct {
 	// publication) waits while interactive work is in flight in this
 	// engine, which counts from an interactive job's insert through this
 	// engine's writer (queued.go) to its publication. A batch handler of
-	// a kind that waits (a webhook delivery) is never held. Zero (the default)
-	// or negative leaves the gate off: its one loaded measurement
+	// a kind that waits (a webhook delivery) is never held. Zero takes
+	// batchYieldMaxDefault, which is zero for now: the gate is off by
+	// default. Negative turns it off. Its one loaded measurement
 	// (docs/benchmarks.md, "Session 10 (s10h1)") showed the sweep slowed
 	// by the bound and no gain yet; DefaultBatchYieldMax is the value to
 	// try first.
@@ -253,6 +254,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReapEvery == 0 {
 		c.ReapEvery = c.LeaseFor / 10
+	}
+	if c.BatchYieldMax == 0 {
+		c.BatchYieldMax = batchYieldMaxDefault
 	}
 	if c.BatchShare == 0 {
 		c.BatchShare = DefaultBatchShare

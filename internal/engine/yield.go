@@ -16,6 +16,12 @@ import (
 // continuous interactive stream.
 const DefaultBatchYieldMax = 100 * time.Millisecond
 
+// batchYieldMaxDefault is Config.BatchYieldMax when it is zero. Zero keeps
+// the gate off by default; turning it on by default is this one line
+// (DefaultBatchYieldMax), once a quiet A/B of `bench batch-isolation
+// --batch-yield-max` decides (docs/benchmarks.md, "Session 18 (s18h6)").
+const batchYieldMaxDefault time.Duration = 0
+
 // yieldGate is the engine's promise that batch work yields to interactive
 // work within one process: interactive work (an interactive job inserted
 // through the engine's writer and not yet leased, queued.go; a leased

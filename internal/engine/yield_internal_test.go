@@ -107,3 +107,21 @@ func TestQueuedWorkUntilALeaseSeesIt(t *testing.T) {
 		t.Fatalf("a lease with nothing queued: %d in flight, want 0", n)
 	}
 }
+
+// TestBatchYieldMaxDefault: zero takes the default (one constant to change
+// to turn the gate on by default); negative turns the gate off whatever
+// the default; positive is kept.
+func TestBatchYieldMaxDefault(t *testing.T) {
+	for _, tc := range []struct{ in, want time.Duration }{
+		{0, batchYieldMaxDefault},
+		{-1, -1},
+		{DefaultBatchYieldMax, DefaultBatchYieldMax},
+	} {
+		if got := (Config{BatchYieldMax: tc.in}).WithDefaults().BatchYieldMax; got != tc.want {
+			t.Errorf("BatchYieldMax %v: %v after WithDefaults, want %v", tc.in, got, tc.want)
+		}
+	}
+	if newYieldGate(-1).listener() != nil {
+		t.Error("a negative BatchYieldMax left the gate on")
+	}
+}
