@@ -68,9 +68,11 @@ type Config struct {
 	// is within budget; default 0.1.
 	BatchShare float64
 	// BatchYieldMax, when positive, makes batch-lane work in this process
-	// wait while interactive work is in flight, at most this long per
-	// piece (engine.Config.BatchYieldMax; try 100 ms). Zero, the default,
-	// leaves the yield gate off.
+	// that computes (review and extraction sweeps, not webhook
+	// deliveries) wait while interactive work is accepted or in flight,
+	// at most this long per piece (engine.Config.BatchYieldMax; try
+	// 100 ms). Zero takes the engine's default, which leaves the yield
+	// gate off for now; negative turns it off.
 	BatchYieldMax time.Duration
 	// BatchPieces is the batch lane's CPU budget in this process: while
 	// interactive work is in flight here, at most this many pieces of

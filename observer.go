@@ -16,6 +16,8 @@ type observer struct {
 	// finished is set by plug-ins' Bind, before anything runs, and only
 	// read afterwards.
 	finished []func(*Job, State)
+	// published is set like finished (PluginRegion.OnPublished).
+	published []func(id string)
 }
 
 func (o *observer) Finished(j *job.Job, out job.Outcome, t store.Transition) {
@@ -26,6 +28,14 @@ func (o *observer) Finished(j *job.Job, out job.Outcome, t store.Transition) {
 }
 
 func (o *observer) Leased(n int) { o.metrics.Leased(n) }
+
+// Published tells the plug-ins that asked (PluginRegion.OnPublished) of a
+// recorded publication (engine.PublishedObserver).
+func (o *observer) Published(id string) {
+	for _, fn := range o.published {
+		fn(id)
+	}
+}
 
 // IdempotentReplay counts an insert answered from an idempotency key.
 func (o *observer) IdempotentReplay() { o.metrics.IdempotentReplay() }

@@ -65,7 +65,7 @@ type Command struct {
 var ErrUsage = errors.New("usage")
 
 // PluginRegion is one region of a client as a plug-in's Bind sees it. Its
-// registration methods (Handle, OnFinished, OnStart, OnStop) may be called
+// registration methods (Handle, OnFinished, OnPublished, OnStart, OnStop) may be called
 // only during Bind; its accessors any time after.
 type PluginRegion struct {
 	c      *Client
@@ -124,6 +124,15 @@ func (r *PluginRegion) Handle(kind string, k engine.Kind) error {
 // engine's parts capability, engine.Kind.Aggregate, is woken itself.)
 func (r *PluginRegion) OnFinished(fn func(j *Job, to State)) {
 	r.rt.obs.finished = append(r.rt.obs.finished, fn)
+}
+
+// OnPublished calls fn with the id of every job of the region whose
+// publication is recorded (validated -> published), after it is durable,
+// whoever published it in this process. fn must return quickly. A caller
+// waiting for a result (the batch-isolation benchmark) waits for it
+// instead of polling the job.
+func (r *PluginRegion) OnPublished(fn func(id string)) {
+	r.rt.obs.published = append(r.rt.obs.published, fn)
 }
 
 // SetSubscribers makes l the region's webhook subscriber lookup, which

@@ -37,6 +37,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	fs.IntVar(&o.BatchPieces, "batch-pieces", 0, "batch-isolation only: Config.BatchPieces, the batch budget (0: the default, 1; -1: off)")
 	fs.IntVar(&o.BatchCPUs, "batch-cpus", 0, "batch-isolation only: Config.BatchCPUs, the batch lane's CPU governor (0: the default, half the CPUs and at least one; -1: off; 1 or more: at most that many computing batch pieces at once)")
+	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, off; try 100ms)")
 	var mixes string
 	var verbose bool
 	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")

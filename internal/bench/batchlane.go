@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,7 +89,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// The process's CPU seconds (process_cpu_seconds_total) for the
 	// phases' CPU figures; absent where the collector cannot read them.
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs}
+	pubs := newPublications(publishedFallback)
+	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv, pubs}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
+		BatchYieldMax: e.opts.BatchYieldMax}
 	c, err := e.client(ctx, cfg)
 	if err != nil {
 		return Result{}, err
@@ -97,6 +100,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		return Result{}, err
 	}
 
+	// reads counts the bench's own store reads waiting for interactive
+	// reviews (waitPublished), per phase below: what the measurement
+	// costs the process it measures.
+	var reads atomic.Int64
 	// interactive runs reviews at plan.Rate until stop is closed and at
 	// least window has passed, and returns their latencies in ms.
 	seq := 0
@@ -137,7 +144,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					if err != nil {
 						return err
 					}
-					return waitPublished(ctx, c, s.ID, start)
+					return pubs.wait(ctx, c, s.ID, &reads)
 				}()
 				mu.Lock()
 				defer mu.Unlock()
@@ -156,6 +163,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	baseSched := sampleSched()
 	base, err := interactive(plan.Window, closed)
 	baseRun := baseSched()
+	baseReads := reads.Load()
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
 	}
@@ -194,6 +202,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	under, err := interactive(plan.Window, done)
 	<-done
 	sweepRun := sweepSched()
+	sweepReads := reads.Load() - baseReads
 	if err != nil {
 		return Result{}, fmt.Errorf("under the sweep: %w", err)
 	}
@@ -231,6 +240,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.add("sweep_p50_ms", up50, "ms")
 	r.add("sweep_p99_ms", up99, "ms")
 	r.add("p99_ratio", up99/bp99, "sweep ÷ baseline (target < 1.1)")
+	r.add("baseline_bench_reads_per_review", float64(baseReads)/float64(max(1, len(base))), "store reads the bench made waiting for one interactive review, baseline")
+	r.add("sweep_bench_reads_per_review", float64(sweepReads)/float64(max(1, len(under))), "store reads the bench made waiting for one interactive review, under the sweep")
 	// The store's writes and commits (SQLite only: PostgreSQL does not
 	// count them), load-independent: the sweep phase's, less what its
 	// interactive reviews cost at the baseline's rate, per sweep file.
@@ -307,24 +318,78 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	return r, nil
 }
 
-// waitPublished waits until review id is published or terminal. It polls
-// every 5 ms at first and then every 2 % of the time since start (at most
-// 1 s), so a backlog of slow reviews does not turn into a storm of reads
-// that slows them further, and the figure is off by at most 2 %.
-//
-// It reads the review's job row alone (Client.Job), not the review's
-// status (review.Plugin.Get also lists its parts): a profile of the
-// 10,000-file run with Plugin.Get put 80 % of the process's CPU in this
-// poll.
-func waitPublished(ctx context.Context, c *ratelane.Client, id string, start time.Time) error {
+// publications is a plug-in of the batch-isolation client that only
+// listens: the engine tells it of every recorded publication
+// (PluginRegion.OnPublished), and wait wakes the waiter of that job. The
+// bench waited for each interactive review by polling its job every 5 ms
+// at first (then 2 % of the time waited), and those reads were 13 % of
+// the process's CPU under the sweep, on the cores the reviews it
+// measures need (docs/benchmarks.md, "Session 18 (s18h6)").
+type publications struct {
+	fallback time.Duration // between two reads of a job no signal came for
+
+	mu      sync.Mutex
+	waiting map[string]chan struct{}
+}
+
+func newPublications(fallback time.Duration) *publications {
+	return &publications{fallback: fallback, waiting: map[string]chan struct{}{}}
+}
+
+// Name names the plug-in.
+func (p *publications) Name() string { return "bench-publications" }
+
+// Bind listens for the region's publications.
+func (p *publications) Bind(_ context.Context, r *ratelane.PluginRegion) error {
+	r.OnPublished(p.published)
+	return nil
+}
+
+func (p *publications) published(id string) {
+	p.mu.Lock()
+	ch := p.waiting[id]
+	delete(p.waiting, id)
+	p.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// publishedFallback is how often the bench reads a job no signal came for:
+// the signal covers publication, the read covers a review that ends
+// terminal (never published) and is the only other way out.
+const publishedFallback = 250 * time.Millisecond
+
+// wait waits until review id is published (its signal) or terminal (read
+// once at first, then every p.fallback), counting its reads. It
+// reads the review's job row alone (Client.Job), not the review's status
+// (review.Plugin.Get also lists its parts).
+func (p *publications) wait(ctx context.Context, c *ratelane.Client, id string, reads *atomic.Int64) error {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.waiting[id] = ch // before the first read: a publication between the two is not missed
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.waiting, id)
+		p.mu.Unlock()
+	}()
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		reads.Add(1)
 		j, err := c.Job(ctx, "us", id)
 		if err == nil && (j.State == ratelane.StatePublished || j.State == ratelane.StateTerminal) {
 			return nil
 		}
-		if err := Sleep(ctx, pollAfter(start)); err != nil {
-			return err
-		}
+		t.Reset(p.fallback)
 	}
 }
 

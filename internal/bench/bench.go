@@ -56,6 +56,11 @@ type Options struct {
 	// BatchCPUs, when not zero, is the batch-isolation workload's
 	// Config.BatchCPUs (negative: the CPU governor off), for A/B runs.
 	BatchCPUs int
+	// BatchYieldMax, when positive, turns on the yield gate
+	// (Config.BatchYieldMax: the longest it holds one piece of batch-lane
+	// work) in the batch-isolation and upstreams workloads, for A/B runs;
+	// zero leaves the client's default (off).
+	BatchYieldMax time.Duration
 }
 
 // Metric is one named figure of a workload.

@@ -66,7 +66,7 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	e.sims = append(e.sims, sim)
 	e.name = "upstreams_" + m.Name
 	hooks := webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})
-	c, err := e.client(ctx, ratelane.Config{Workers: plan.Workers, Plugins: []ratelane.Plugin{hooks}})
+	c, err := e.client(ctx, ratelane.Config{Workers: plan.Workers, Plugins: []ratelane.Plugin{hooks}, BatchYieldMax: e.opts.BatchYieldMax})
 	if err != nil {
 		return MixOutcome{}, err
 	}

@@ -140,10 +140,14 @@ type Config struct {
 	// work is within budget; default 0.1. Negative means none.
 	BatchShare float64
 	// BatchYieldMax, when positive, turns on the yield gate (yield.go):
-	// the longest one piece of batch-lane work (a batch job's handler, a
-	// batch parent's aggregation, a batch job's publication) waits while
-	// interactive work is in flight in this engine. Zero (the default)
-	// or negative leaves the gate off: its one loaded measurement
+	// the longest one piece of batch-lane work (a computing kind's batch
+	// handler, Kind.Computes; a batch parent's aggregation; a batch job's
+	// publication) waits while interactive work is in flight in this
+	// engine, which counts from an interactive job's insert through this
+	// engine's writer (queued.go) to its publication. A batch handler of
+	// a kind that waits (a webhook delivery) is never held. Zero takes
+	// batchYieldMaxDefault, which is zero for now: the gate is off by
+	// default. Negative turns it off. Its one loaded measurement
 	// (docs/benchmarks.md, "Session 10 (s10h1)") showed the sweep slowed
 	// by the bound and no gain yet; DefaultBatchYieldMax is the value to
 	// try first.
@@ -250,6 +254,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReapEvery == 0 {
 		c.ReapEvery = c.LeaseFor / 10
+	}
+	if c.BatchYieldMax == 0 {
+		c.BatchYieldMax = batchYieldMaxDefault
 	}
 	if c.BatchShare == 0 {
 		c.BatchShare = DefaultBatchShare
@@ -408,6 +415,9 @@ type Engine struct {
 	budget *batchBudget
 	// interactive counts interactive work in flight for both (inflight.go).
 	interactive *inFlight
+	// queued counts interactive jobs inserted and not yet leased as
+	// interactive work in flight (queued.go); nil while the gate is off.
+	queued *queuedWork
 	// stages times each lane's jobs through the engine (stages.go).
 	stages stageTimes
 }
@@ -501,7 +511,18 @@ func New(cfg Config) (*Engine, error) {
 		e.jobs.watchParts(e.wakeParent)
 	}
 	e.jobs.Serve(e.kinds...)
+	if e.yield.listener() != nil {
+		e.queued = &queuedWork{enter: e.interactiveWork}
+		e.jobs.watchInserts(func(jobs []*job.Job) { e.queued.inserted(jobs, e.leasesNow) })
+	}
 	return e, nil
+}
+
+// leasesNow reports whether j is interactive work the engine would lease
+// now: an interactive job of one of its kinds, not scheduled for later.
+func (e *Engine) leasesNow(j *job.Job) bool {
+	_, runs := e.cfg.Kinds[j.Kind]
+	return runs && j.Lane == job.LaneInteractive && !j.EligibleAt.After(e.cfg.Now())
 }
 
 // Jobs is the writer the engine leases and reports through: hand it to the
@@ -720,12 +741,14 @@ func (e *Engine) leaseAndRun() int {
 		free += e.moreSlots(want-free, time.Millisecond)
 	}
 	turns, batchMax := e.takeTurns(free)
+	seen := e.queued.leasing()
 	jobs, err := e.lease(free, batchMax)
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
 	}
 	e.lastFull = len(jobs) > 0 && len(jobs) >= free
 	e.runLeased(jobs, free, turns)
+	seen() // the interactive jobs it took are in flight as handlers now
 	return len(jobs)
 }
 
@@ -865,12 +888,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		// moved to the heap, one allocation per job.
 		hctx := hctx
 		if j.Lane == job.LaneBatch {
-			// Not the batch budget: a handler waiting for a turn would
-			// hold a worker slot, and a few of them would keep interactive
-			// jobs from being leased at all (docs/benchmarks.md,
-			// "Session 11 (s11h5)").
-			e.yield.wait(hctx)
-			hctx = context.WithValue(hctx, yieldKey{}, handlerYield{gate: e.yield, turn: ht}) // for Yield
+			hctx = e.batchHandlerYield(hctx, j, ht)
 		}
 		began := e.cfg.Now()
 		e.stages.observe(j.Lane, stStart, began.Sub(r.started))
@@ -904,6 +922,27 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		<-e.slots
 		e.wg.Done()
 	}()
+}
+
+// batchHandlerYield holds a batch-lane handler at the yield gate before
+// it starts, when its kind computes (Kind.Computes), and returns its
+// context with what Yield needs. A kind that waits (a webhook delivery,
+// waiting on its subscriber) is never held: it takes little CPU from
+// interactive work, and holding it delayed every delivery behind each
+// interactive review, as one governor turn for every batch handler did
+// to `bench upstreams` (Config.BatchCPUs). It still passes its turn, if
+// any, at Yield.
+//
+// Not the batch budget: a handler waiting for a turn would hold a worker
+// slot, and a few of them would keep interactive jobs from being leased
+// at all (docs/benchmarks.md, "Session 11 (s11h5)").
+func (e *Engine) batchHandlerYield(ctx context.Context, j *job.Job, ht *handlerTurn) context.Context {
+	y := handlerYield{turn: ht}
+	if e.cfg.Kinds[j.Kind].Computes {
+		e.yield.wait(ctx)
+		y.gate = e.yield
+	}
+	return context.WithValue(ctx, yieldKey{}, y) // for Yield
 }
 
 // laneContext is the engine's context marked with lane for the store

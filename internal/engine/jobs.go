@@ -43,6 +43,9 @@ type Jobs struct {
 	// partWatchers are told the parent of every part this writer moves
 	// to a final state (parts.go).
 	partWatchers []func(parentID string, lane job.Lane)
+	// insertWatchers are told the jobs every Insert of this writer added
+	// (watchInserts).
+	insertWatchers []func(jobs []*job.Job)
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -311,7 +314,11 @@ func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config
 			}
 		}
 	}
+	watchers := w.insertWatchers
 	w.mu.Unlock()
+	if len(watchers) > 0 {
+		w.tellInserted(watchers, res)
+	}
 	if ro, ok := w.cfg.Observer.(ReplayObserver); ok {
 		for _, r := range res {
 			if r.Existing {
@@ -320,6 +327,32 @@ func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config
 		}
 	}
 	return res, nil
+}
+
+// watchInserts registers fn to be told the jobs each Insert of this
+// writer added (not those answered from an idempotency key), after they
+// are durable. fn must return quickly: it runs on the inserting caller's
+// goroutine.
+func (w *Jobs) watchInserts(fn func(jobs []*job.Job)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.insertWatchers = append(w.insertWatchers, fn)
+}
+
+// tellInserted tells watchers the jobs of res that were added.
+func (w *Jobs) tellInserted(watchers []func([]*job.Job), res []store.InsertResult) {
+	added := make([]*job.Job, 0, len(res))
+	for _, r := range res {
+		if !r.Existing {
+			added = append(added, r.Job)
+		}
+	}
+	if len(added) == 0 {
+		return
+	}
+	for _, fn := range watchers {
+		fn(added)
+	}
 }
 
 // Cancel ends a job that is not final as terminal/cancelled. A running
@@ -362,7 +395,21 @@ func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, er
 // compare-and-set validated -> published; store.ErrConflict means it was
 // recorded already (or the job is no longer validated).
 func (w *Jobs) Published(ctx context.Context, id string) error {
-	return w.cfg.Store.Publish(ctx, id, w.cfg.Now())
+	err := w.cfg.Store.Publish(ctx, id, w.cfg.Now())
+	if po, ok := w.cfg.Observer.(PublishedObserver); ok && err == nil {
+		po.Published(id)
+	}
+	return err
+}
+
+// PublishedObserver is an Observer that is also told of every publication
+// this writer records (validated -> published), after it is durable, so a
+// caller waiting for a job's result can wait for the signal instead of
+// polling the store. A separate interface, as ReplayObserver, so
+// Observers written before it keep compiling. Published must return
+// quickly.
+type PublishedObserver interface {
+	Published(id string)
 }
 
 // ClaimPublish takes, extends (same token) or, with until <= now,

@@ -16,14 +16,22 @@ import (
 // continuous interactive stream.
 const DefaultBatchYieldMax = 100 * time.Millisecond
 
+// batchYieldMaxDefault is Config.BatchYieldMax when it is zero. Zero keeps
+// the gate off by default; turning it on by default is this one line
+// (DefaultBatchYieldMax), once a quiet A/B of `bench batch-isolation
+// --batch-yield-max` decides (docs/benchmarks.md, "Session 18 (s18h6)").
+const batchYieldMaxDefault time.Duration = 0
+
 // yieldGate is the engine's promise that batch work yields to interactive
-// work within one process: interactive work (a leased interactive job's
-// handler, an interactive parent's aggregation, an interactive job's
-// publication) is counted in flight by the engine's inFlight, which tells
-// the gate when it rises from none and falls back; batch-lane work (a batch job's
-// handler, a batch parent's aggregation or sweep step, a batch job's
-// publication) waits at it while any interactive work is in flight, for at
-// most maxHold. The store's single writer already serves interactive
+// work within one process: interactive work (an interactive job inserted
+// through the engine's writer and not yet leased, queued.go; a leased
+// interactive job's handler, an interactive parent's aggregation, an
+// interactive job's publication) is counted in flight by the engine's
+// inFlight, which tells the gate when it rises from none and falls back;
+// batch-lane work that computes (a computing kind's batch handler, a
+// batch parent's aggregation or sweep step, a batch job's publication)
+// waits at it while any interactive work is in flight, for at most
+// maxHold. The store's single writer already serves interactive
 // writes first; the gate does the same for the CPU the batch lane's
 // goroutines would take on a small machine, where the writer's order
 // alone left an interactive review's handler, aggregation and
@@ -131,10 +139,11 @@ func (e *Engine) YieldCounts() YieldCounts {
 
 type yieldKey struct{}
 
-// Yield holds a batch-lane handler between two pieces of its work while
-// interactive work is in flight in its engine, for at most the engine's
-// BatchYieldMax; it returns at once for any other context (an interactive
-// handler's, or a caller outside the engine). A batch-lane handler whose
+// Yield holds a batch-lane handler of a computing kind (Kind.Computes)
+// between two pieces of its work while interactive work is in flight in
+// its engine, for at most the engine's BatchYieldMax; it returns at once
+// for any other context (an interactive handler's, a waiting kind's such
+// as a webhook delivery, or a caller outside the engine). A batch-lane handler whose
 // one attempt does much (settles a provider batch's thousand results, a
 // group of writes at a time) calls it between the pieces, so interactive
 // work waits for one piece, not the whole attempt: the engine itself only
@@ -147,7 +156,9 @@ type yieldKey struct{}
 // (heartbeats go on), so a long attempt does not hold the lane's turns.
 func Yield(ctx context.Context) {
 	if y, ok := ctx.Value(yieldKey{}).(handlerYield); ok {
-		y.gate.wait(ctx)
+		if y.gate != nil {
+			y.gate.wait(ctx)
+		}
 		if y.turn != nil {
 			y.turn.pass(ctx)
 		}
@@ -156,6 +167,6 @@ func Yield(ctx context.Context) {
 
 // handlerYield is what Yield finds in a batch-lane handler's context.
 type handlerYield struct {
-	gate *yieldGate
+	gate *yieldGate   // nil: the handler's kind waits, never held (batchHandlerYield)
 	turn *handlerTurn // nil: the handler holds no governor turn
 }

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store/storetest"
@@ -36,7 +37,8 @@ func TestBatchHandlerYieldsToInteractive(t *testing.T) {
 			return job.Outcome{Class: job.ClassSuccess}
 		})
 		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
-		e := start(t, engine.Config{Store: s, BatchYieldMax: engine.DefaultBatchYieldMax, Kinds: map[string]engine.Kind{"noop": {Handler: h}}})
+		// A computing kind: only those are held (TestWaitingBatchKindIsNotHeld).
+		e := start(t, engine.Config{Store: s, BatchYieldMax: engine.DefaultBatchYieldMax, Kinds: map[string]engine.Kind{"noop": {Handler: h, Computes: true}}})
 		<-entered
 
 		// The interactive handler never returns in time: the bound
@@ -86,6 +88,100 @@ func TestYieldWithoutAGateReturns(t *testing.T) {
 		engine.Yield(context.Background())
 		if !time.Now().Equal(t0) {
 			t.Fatal("Yield waited without a gate")
+		}
+	})
+}
+
+// TestWaitingBatchKindIsNotHeld: a batch-lane job of a kind that waits
+// rather than computes (no Kind.Computes, as a webhook delivery) starts
+// at once while interactive work is in flight, gate on: holding such
+// jobs delayed every delivery behind each interactive job and costs the
+// CPU nothing.
+func TestWaitingBatchKindIsNotHeld(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		entered, release := make(chan struct{}), make(chan struct{})
+		defer close(release)
+		interactive := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+			entered <- struct{}{}
+			<-release
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		delivered := make(chan time.Time, 1)
+		deliver := engine.HandlerFunc(func(ctx context.Context, _ *job.Job) job.Outcome {
+			engine.Yield(ctx) // returns at once for a waiting kind
+			delivered <- time.Now()
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
+		e := start(t, engine.Config{Store: s, BatchYieldMax: engine.DefaultBatchYieldMax,
+			Kinds: map[string]engine.Kind{"noop": {Handler: interactive}, "deliver": {Handler: deliver}}})
+		<-entered
+
+		d := storetest.NewJob("acme", job.LaneBatch, "k")
+		d.Kind = "deliver"
+		t0 := time.Now()
+		insertNow(t, s, d)
+		e.Notify()
+		if at := <-delivered; !at.Equal(t0) {
+			t.Fatalf("the delivery started %v after its insert with interactive work in flight, want at once", at.Sub(t0))
+		}
+		if c := e.YieldCounts(); c != (engine.YieldCounts{}) {
+			t.Fatalf("yield counts %+v, want none: a waiting kind never comes to the gate", c)
+		}
+	})
+}
+
+// TestQueuedInteractiveInsertClosesTheGate: an interactive job inserted
+// through the engine's writer counts as interactive work in flight before
+// any lease takes it, so a computing batch handler that yields meanwhile
+// is held (here until the bound: the one worker slot is the batch
+// handler's, so nothing can lease the interactive job); once a lease has
+// taken it and it has run, nothing is left in flight.
+func TestQueuedInteractiveInsertClosesTheGate(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		started, proceed := make(chan struct{}), make(chan struct{})
+		yielded := make(chan time.Duration, 1)
+		sweep := engine.HandlerFunc(func(ctx context.Context, _ *job.Job) job.Outcome {
+			started <- struct{}{}
+			<-proceed
+			t0 := time.Now()
+			engine.Yield(ctx)
+			yielded <- time.Since(t0)
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		ran := make(chan struct{}, 1)
+		interactive := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+			ran <- struct{}{}
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		b := storetest.NewJob("acme", job.LaneBatch, "k")
+		b.Kind = "sweep"
+		insertNow(t, s, b)
+		e := start(t, engine.Config{Store: s, Workers: 1, BatchYieldMax: engine.DefaultBatchYieldMax,
+			Kinds: map[string]engine.Kind{"noop": {Handler: interactive}, "sweep": {Handler: sweep, Computes: true}}})
+		<-started
+
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		j.EligibleAt, j.CreatedAt = time.Now(), time.Now()
+		if _, err := e.Jobs().Insert(context.Background(), []*job.Job{j}, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		e.Notify()
+		close(proceed)
+		if held := <-yielded; held != engine.DefaultBatchYieldMax {
+			t.Fatalf("Yield held the sweep %v with an interactive job queued, want the bound %v", held, engine.DefaultBatchYieldMax)
+		}
+		<-ran
+		synctest.Wait()
+		if _, _, n := engine.BudgetState(e); n != 0 {
+			t.Fatalf("%d pieces of interactive work in flight after the queued job ran, want 0", n)
+		}
+		if c := e.YieldCounts(); c.Bounded != 1 {
+			t.Fatalf("yield counts %+v, want one piece released by the bound", c)
 		}
 	})
 }
