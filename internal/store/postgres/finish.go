@@ -375,7 +375,7 @@ func (r keyRow) Scan(dest ...any) error {
 // lookups; 447,000 buffers per drain either way). The plan does not
 // decide what the key lock locks or in which order: each half sorts by
 // name before it locks. Both settings are local to the transaction; the
-// previous mode is kept in a placeholder setting, as groupScanOnly does.
+// previous mode is kept in a placeholder setting so it can be put back.
 // genericPlanOff is sent only when the transaction runs another
 // statement after the finish (planAsBefore): most finish transactions
 // commit right after it, and the commit ends the setting.
