@@ -89,7 +89,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 // (read committed) and matches nothing, since next_at moved.
 func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.ClaimTickResult, error) {
 	if p.Job != nil {
-		if err := s.checkInsert([]*job.Job{p.Job}); err != nil {
+		if err := store.CheckInsert(s.cfg.Region, []*job.Job{p.Job}); err != nil {
 			return store.ClaimTickResult{}, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -97,8 +98,10 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 // ClaimTick claims one tick and inserts its job in one transaction; see
 // store.Schedules.
 func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.ClaimTickResult, error) {
-	if p.Job != nil && p.Job.Region != s.cfg.Region {
-		return store.ClaimTickResult{}, fmt.Errorf("claim tick: job region %q does not belong in the %q store", p.Job.Region, s.cfg.Region)
+	if p.Job != nil {
+		if err := store.CheckInsert(s.cfg.Region, []*job.Job{p.Job}); err != nil {
+			return store.ClaimTickResult{}, err
+		}
 	}
 	if (p.Job == nil) != p.Tick.IsZero() {
 		return store.ClaimTickResult{}, errors.New("claim tick: a tick and its job go together")
