@@ -31,3 +31,16 @@ func CheckInsert(region string, jobs []*job.Job) error {
 	}
 	return nil
 }
+
+// CheckClaimTick refuses a ClaimTick that no store may do: a tick without
+// its job or a job without its tick, or a job CheckInsert refuses. Both
+// drivers call it before their transaction.
+func CheckClaimTick(region string, p ClaimTickParams) error {
+	if (p.Job == nil) != p.Tick.IsZero() {
+		return errors.New("claim tick: a tick and its job go together")
+	}
+	if p.Job == nil {
+		return nil
+	}
+	return CheckInsert(region, []*job.Job{p.Job})
+}
