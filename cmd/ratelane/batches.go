@@ -149,30 +149,17 @@ func batchesCreate() apiCall {
 }
 
 func batchesList() apiCall {
-	var state, region, tenant, after string
-	var limit int
-	return apiCall{name: "batches ls", usage: "[flags]", summary: "List batches, newest first, with their item counts.",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&state, "state", "", "only batches in this state (running, canceling, done)")
-			fs.StringVar(&region, "region", "", "region to list (every region the key may use if empty)")
-			fs.StringVar(&tenant, "tenant", "", "only batches of this tenant (admin keys)")
-			fs.IntVar(&limit, "limit", 0, "page size (server default if 0)")
-			fs.StringVar(&after, "after", "", "cursor: list the page after this one")
-		},
-		request: func([]string) (string, string, url.Values, any, error) {
-			if limit < 0 {
-				return "", "", nil, nil, usageError{"--limit must not be negative"}
-			}
-			q := listQuery(map[string]string{"state": state, "region": region, "tenant": tenant, "after": after}, limit)
-			return http.MethodGet, "/v1/batches", q, nil, nil
-		},
-		page: listTable[batchView]{keys: []string{"batches"}, noun: "batch", more: "batches ls",
-			header: []string{"ID", "REGION", "STATE", "PROVIDER", "REVIEWS", "ITEMS", "SUCCEEDED", "FAILED", "PENDING", "CREATED"},
-			row: func(b batchView) []string {
-				c := b.Counts
-				return []string{b.ID, b.Region, b.State, b.Provider, strconv.Itoa(b.Summary.Reviews), strconv.Itoa(c.Total),
-					strconv.Itoa(c.Succeeded), strconv.Itoa(c.Failed + c.Canceled), strconv.Itoa(c.Pending + c.Submitted), when(b.Created)}
-			}}.print}
+	return listCall("batches ls", "List batches, newest first, with their item counts.", "/v1/batches", []listFilter{
+		{"state", "only batches in this state (running, canceling, done)"},
+		{"region", "region to list (every region the key may use if empty)"},
+		{"tenant", "only batches of this tenant (admin keys)"},
+	}, listTable[batchView]{keys: []string{"batches"}, noun: "batch",
+		header: []string{"ID", "REGION", "STATE", "PROVIDER", "REVIEWS", "ITEMS", "SUCCEEDED", "FAILED", "PENDING", "CREATED"},
+		row: func(b batchView) []string {
+			c := b.Counts
+			return []string{b.ID, b.Region, b.State, b.Provider, strconv.Itoa(b.Summary.Reviews), strconv.Itoa(c.Total),
+				strconv.Itoa(c.Succeeded), strconv.Itoa(c.Failed + c.Canceled), strconv.Itoa(c.Pending + c.Submitted), when(b.Created)}
+		}})
 }
 
 func batchesGet() apiCall {

@@ -161,3 +161,32 @@ func regionCall(name, arg, summary, regionDoc, method string, path func(id strin
 		},
 		show: show}
 }
+
+// listFilter is one filter of a list verb: a string flag whose name is
+// also the query parameter it sets, sent only when not empty.
+type listFilter struct{ name, usage string }
+
+// listCall is the one shape of the paged "ls" verbs over a /v1 list route:
+// the filters and the shared pager (--after, --limit 1 to 500, checked
+// before asking) as flags, GET path, and the page printed by table with
+// its next-page hint ("more: ratelane <name> --after C") on standard error.
+func listCall[T any](name, summary, path string, filters []listFilter, table listTable[T]) apiCall {
+	values := make([]string, len(filters))
+	var pg pager
+	table.more = name
+	return apiCall{name: name, usage: "[flags]", summary: summary,
+		flags: func(fs *flag.FlagSet) {
+			for i, f := range filters {
+				fs.StringVar(&values[i], f.name, "", f.usage)
+			}
+			pg.flags(fs)
+		},
+		request: func([]string) (string, string, url.Values, any, error) {
+			q := make(map[string]string, len(filters))
+			for i, f := range filters {
+				q[f.name] = values[i]
+			}
+			return pg.get(path, q)
+		},
+		page: table.print}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,23 +24,15 @@ func init() {
 }
 
 func dlqList() apiCall {
-	var kind, region, reason string
-	var pg pager
-	return apiCall{name: "dlq ls", usage: "[flags]", summary: "List dead letters: jobs that ended terminal, with their reason.",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&kind, "kind", "", "only dead letters of this kind")
-			fs.StringVar(&region, "region", "", "region to list (server default if empty)")
-			fs.StringVar(&reason, "reason", "", "only this terminal reason")
-			pg.flags(fs)
-		},
-		request: func([]string) (string, string, url.Values, any, error) {
-			return pg.get("/v1/dead-letters", map[string]string{"kind": kind, "region": region, "reason": reason})
-		},
-		page: listTable[jobView]{keys: []string{"dead_letters", "jobs"}, noun: "job", more: "dlq ls",
-			header: []string{"ID", "KIND", "REGION", "TENANT", "REASON", "ATTEMPT", "FINISHED"},
-			row: func(j jobView) []string {
-				return []string{j.ID, j.Kind, j.Region, cell(j.Tenant), cell(j.Reason), strconv.Itoa(j.Attempt), when(j.FinishedAt)}
-			}}.print}
+	return listCall("dlq ls", "List dead letters: jobs that ended terminal, with their reason.", "/v1/dead-letters", []listFilter{
+		{"kind", "only dead letters of this kind"},
+		{"region", "region to list (server default if empty)"},
+		{"reason", "only this terminal reason"},
+	}, listTable[jobView]{keys: []string{"dead_letters", "jobs"}, noun: "job",
+		header: []string{"ID", "KIND", "REGION", "TENANT", "REASON", "ATTEMPT", "FINISHED"},
+		row: func(j jobView) []string {
+			return []string{j.ID, j.Kind, j.Region, cell(j.Tenant), cell(j.Reason), strconv.Itoa(j.Attempt), when(j.FinishedAt)}
+		}})
 }
 
 // deadLetterAction is POST .../redrive or DELETE on one dead letter; done

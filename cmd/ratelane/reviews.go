@@ -296,20 +296,13 @@ func readDiff(path string) ([]byte, error) {
 }
 
 func reviewsList() apiCall {
-	var state, region, lane, tenant string
-	var pg pager
-	return apiCall{name: "reviews ls", usage: "[flags]", summary: "List reviews, newest first, with their parts done and findings counts (reviews get ID has the findings).",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&state, "state", "", "only reviews in this state (accepted, validated, published, terminal)")
-			fs.StringVar(&region, "region", "", "region to list (every region the key may use if empty)")
-			fs.StringVar(&lane, "lane", "", "only reviews of this lane class")
-			fs.StringVar(&tenant, "tenant", "", "only reviews of this tenant (admin keys)")
-			pg.flags(fs)
-		},
-		request: func([]string) (string, string, url.Values, any, error) {
-			return pg.get("/v1/reviews", map[string]string{"state": state, "region": region, "lane": lane, "tenant": tenant})
-		},
-		page: listTable[reviewView]{keys: []string{"reviews"}, noun: "review", more: "reviews ls",
+	return listCall("reviews ls", "List reviews, newest first, with their parts done and findings counts (reviews get ID has the findings).",
+		"/v1/reviews", []listFilter{
+			{"state", "only reviews in this state (accepted, validated, published, terminal)"},
+			{"region", "region to list (every region the key may use if empty)"},
+			{"lane", "only reviews of this lane class"},
+			{"tenant", "only reviews of this tenant (admin keys)"},
+		}, listTable[reviewView]{keys: []string{"reviews"}, noun: "review",
 			header: []string{"ID", "REGION", "STATE", "REASON", "REPO", "CHANGE", "DEPTH", "PROVIDER", "PARTS", "FINDINGS", "CREATED"},
 			row: func(r reviewView) []string {
 				findings := "-"
@@ -318,7 +311,7 @@ func reviewsList() apiCall {
 				}
 				return []string{r.ID, r.Region, r.State, cell(r.Reason), cell(r.Repo), cell(r.Change), cell(r.Depth), cell(r.Provider),
 					fmt.Sprintf("%d/%d", r.Parts.Succeeded+r.Parts.Failed, r.Parts.Total), findings, when(r.Created)}
-			}}.print}
+			}})
 }
 
 // providerView is a provider profile as GET /v1/reviews/providers shows it.

@@ -143,8 +143,7 @@ func showSchedule(done string) func(io.Writer, []string, []byte) error {
 }
 
 func scheduleVerbs() []subcommand {
-	var region, tenant string
-	var pg pager
+	var region string
 	rq := func() url.Values { return regionQuery(region) }
 	regionFlag := func(fs *flag.FlagSet) {
 		fs.StringVar(&region, "region", "", "the schedule's region (default: every region the key may use is searched)")
@@ -178,21 +177,15 @@ func scheduleVerbs() []subcommand {
 			b, err := uf.body(name)
 			return http.MethodPut, "/v1/schedules/" + esc(pos[0]), regionQuery(uf.region), b, err
 		}, show: showSchedule("updated")}
-	list := apiCall{name: "schedules ls", usage: "[flags]", summary: "List schedules in id order.",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "list one region (default every region the key may use)")
-			fs.StringVar(&tenant, "tenant", "", "admin keys: only this tenant's schedules")
-			pg.flags(fs)
-		},
-		request: func([]string) (string, string, url.Values, any, error) {
-			return pg.get("/v1/schedules", map[string]string{"region": region, "tenant": tenant})
-		},
-		show: listTable[scheduleRow]{keys: []string{"schedules"}, noun: "schedule", more: "schedules ls",
-			header: []string{"ID", "NAME", "REGION", "TENANT", "SCHEDULE", "KIND", "STATE", "NEXT TICK", "PRODUCED", "SKIPPED"},
-			row: func(s scheduleRow) []string {
-				return []string{s.ID, s.Name, s.Region, s.Tenant, s.spec(), s.Job.Kind, s.state(), when(s.NextTickAt),
-					strconv.FormatInt(s.Produced, 10), strconv.FormatInt(s.Skipped, 10)}
-			}}.show}
+	list := listCall("schedules ls", "List schedules in id order.", "/v1/schedules", []listFilter{
+		{"region", "list one region (default every region the key may use)"},
+		{"tenant", "admin keys: only this tenant's schedules"},
+	}, listTable[scheduleRow]{keys: []string{"schedules"}, noun: "schedule",
+		header: []string{"ID", "NAME", "REGION", "TENANT", "SCHEDULE", "KIND", "STATE", "NEXT TICK", "PRODUCED", "SKIPPED"},
+		row: func(s scheduleRow) []string {
+			return []string{s.ID, s.Name, s.Region, s.Tenant, s.spec(), s.Job.Kind, s.state(), when(s.NextTickAt),
+				strconv.FormatInt(s.Produced, 10), strconv.FormatInt(s.Skipped, 10)}
+		}})
 	get := one("get", "Show a schedule: its definition, next tick, counters and the last ticks enqueued.", http.MethodGet, "",
 		func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }, nil)
 	pause := one("pause", "Pause a schedule: no tick is enqueued until it is resumed.", http.MethodPost, "/pause", showSchedule("paused"), nil)

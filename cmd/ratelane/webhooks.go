@@ -14,6 +14,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ratelane/ratelane/internal/webhook/hookapi"
 )
 
 func init() {
@@ -112,30 +114,16 @@ func (sf *subscriberFlags) body() (map[string]any, error) {
 	return b, nil
 }
 
-// subscriberView is the part of the API's subscriber the tables show.
-type subscriberView struct {
-	ID             string   `json:"id"`
-	Tenant         string   `json:"tenant"`
-	Region         string   `json:"region"`
-	URL            string   `json:"url"`
-	Topics         []string `json:"topics"`
-	LimitKey       string   `json:"limit_key"`
-	Enabled        bool     `json:"enabled"`
-	DisabledReason string   `json:"disabled_reason"`
-	Rate           *struct {
-		Limit  int    `json:"limit"`
-		Period string `json:"period"`
-	} `json:"rate"`
-}
-
-func (s subscriberView) rate() string {
+// subscriberRate is a subscriber's allowance as the table shows it.
+func subscriberRate(s hookapi.SubscriberView) string {
 	if s.Rate == nil {
 		return "-"
 	}
 	return fmt.Sprintf("%d/%s", s.Rate.Limit, s.Rate.Period)
 }
 
-func (s subscriberView) enabled() string {
+// subscriberEnabled is "yes", or "no" and why.
+func subscriberEnabled(s hookapi.SubscriberView) string {
 	if s.Enabled {
 		return "yes"
 	}
@@ -153,9 +141,9 @@ func subscriberPut(verb, doneWord string) apiCall {
 		},
 		show: func(w io.Writer, pos []string, body []byte) error {
 			var r struct {
-				Subscriber subscriberView `json:"subscriber"`
-				Created    bool           `json:"created"`
-				Secret     string         `json:"secret"`
+				Subscriber hookapi.SubscriberView `json:"subscriber"`
+				Created    bool                   `json:"created"`
+				Secret     string                 `json:"secret"`
 			}
 			if err := json.Unmarshal(body, &r); err != nil {
 				return fmt.Errorf("unexpected response: %w", err)
@@ -191,19 +179,13 @@ func subscriberVerbs() []subcommand {
 			}, show: show, done: done}
 	}
 	rq := func() url.Values { return regionQuery(region) }
-	list := apiCall{name: "subscribers ls", usage: "[flags]", summary: "List webhook subscribers in id order (never their secrets).",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&region, "region", "", "list one region (default every region the key may use)")
-			pg.flags(fs)
-		},
-		request: func([]string) (string, string, url.Values, any, error) {
-			return pg.get("/v1/subscribers", map[string]string{"region": region})
-		},
-		show: listTable[subscriberView]{keys: []string{"subscribers"}, noun: "subscriber", more: "subscribers ls",
-			header: []string{"ID", "REGION", "TENANT", "URL", "TOPICS", "RATE", "ENABLED"},
-			row: func(s subscriberView) []string {
-				return []string{s.ID, s.Region, s.Tenant, s.URL, strings.Join(s.Topics, ","), s.rate(), s.enabled()}
-			}}.show}
+	list := listCall("subscribers ls", "List webhook subscribers in id order (never their secrets).", "/v1/subscribers", []listFilter{
+		{"region", "list one region (default every region the key may use)"},
+	}, listTable[hookapi.SubscriberView]{keys: []string{"subscribers"}, noun: "subscriber",
+		header: []string{"ID", "REGION", "TENANT", "URL", "TOPICS", "RATE", "ENABLED"},
+		row: func(s hookapi.SubscriberView) []string {
+			return []string{s.ID, s.Region, s.Tenant, s.URL, strings.Join(s.Topics, ","), subscriberRate(s), subscriberEnabled(s)}
+		}})
 	get := one("get", "ID [flags]", "Show a webhook subscriber: URL, topics, rate, health (never its secret).", http.MethodGet, "", rq,
 		func(w io.Writer, _ []string, body []byte) error { return showFields(w, body) }, nil, nil)
 	rotate := one("rotate", "ID [flags]", "Give a subscriber a new signing secret, printed once; the old one keeps signing for --window.",

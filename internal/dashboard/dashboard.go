@@ -345,9 +345,9 @@ func (d *Dashboard) handleAPI(w http.ResponseWriter, r *http.Request) {
 	fwd.Header.Del("Cookie")
 	fwd.Header.Del(csrfHeader)
 	fwd.Header.Set("Authorization", "Bearer "+s.key)
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &httpapi.StatusWriter{ResponseWriter: w}
 	d.cfg.API.ServeHTTP(sw, fwd)
-	if sw.status == http.StatusUnauthorized {
+	if sw.Status == http.StatusUnauthorized {
 		d.revoked(s) // the key was revoked: the session holds nothing usable
 	}
 }
@@ -358,25 +358,6 @@ func (d *Dashboard) revoked(s *session) {
 	defer d.mu.Unlock()
 	d.end(s)
 }
-
-// statusWriter remembers the status the API answered.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(status int) {
-	w.status = cmp.Or(w.status, status)
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	w.status = cmp.Or(w.status, http.StatusOK)
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func problem(w http.ResponseWriter, status int, slug, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")

@@ -139,7 +139,7 @@ func (s *Server) wrap(rt route) http.Handler {
 				s.fail(w, r, err)
 				return
 			}
-			if sw, ok := w.(*statusWriter); ok {
+			if sw, ok := w.(*StatusWriter); ok {
 				sw.keyID = p.KeyID
 			}
 		}
@@ -201,7 +201,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		e = clientClosed(err)
 	}
 	canceled := e.p.Status == statusClientClosed
-	if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
+	if sw, ok := w.(*StatusWriter); ok && sw.Status != 0 {
 		if canceled {
 			s.log.Debug("request canceled by the client after the response started", "route", r.Pattern, "err", err)
 		} else {
@@ -223,7 +223,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) observe() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &StatusWriter{ResponseWriter: w}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -233,7 +233,7 @@ func (s *Server) observe() http.Handler {
 			}
 			route := r.Pattern
 			route = cmp.Or(route, "unmatched")
-			status := sw.status
+			status := sw.Status
 			status = cmp.Or(status, http.StatusOK)
 			s.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 			s.log.Debug("request", "route", route, "status", status, "key_id", sw.keyID, "duration", time.Since(start))
@@ -266,26 +266,34 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// statusWriter records the status written, for metrics and for fail to
-// know whether a response already started.
-type statusWriter struct {
+// StatusWriter is an http.ResponseWriter that remembers the first status
+// written (200 when the body starts without WriteHeader), for a caller that
+// must know how a handler answered: the API's metrics and fail, which must
+// not write a problem after a response started, and the dashboard's proxy,
+// which ends a session whose key the API refused. Unwrap lets
+// http.ResponseController reach the connection beneath.
+type StatusWriter struct {
 	http.ResponseWriter
-	status int
-	keyID  string
+	// Status is the status written; 0 until the response starts.
+	Status int
+	// keyID is the authenticated key's id, for the request log line.
+	keyID string
 }
 
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = cmp.Or(w.status, code)
+// WriteHeader records code when it is the first status, then writes it.
+func (w *StatusWriter) WriteHeader(code int) {
+	w.Status = cmp.Or(w.Status, code)
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *statusWriter) Write(b []byte) (int, error) {
-	w.status = cmp.Or(w.status, http.StatusOK)
+// Write records 200 when the response starts with the body.
+func (w *StatusWriter) Write(b []byte) (int, error) {
+	w.Status = cmp.Or(w.Status, http.StatusOK)
 	return w.ResponseWriter.Write(b)
 }
 
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+// Unwrap returns the ResponseWriter beneath, for http.ResponseController.
+func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // headerRecorder captures the status and headers of the mux's own 404,
 // 405 and redirect handlers, discarding their plain-text bodies.

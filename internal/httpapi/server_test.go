@@ -425,3 +425,27 @@ func TestCanceledRequestIs499(t *testing.T) {
 		t.Errorf("a live request's store failure was not logged as an error:\n%s", logs.String())
 	}
 }
+
+// TestStatusWriter pins what the API's metrics and the dashboard's proxy
+// read from StatusWriter: 0 before anything is written, 200 for a body
+// written without WriteHeader, the first status when there are two, and
+// the writer beneath reachable for http.ResponseController.
+func TestStatusWriter(t *testing.T) {
+	t.Parallel()
+	rec := httptest.NewRecorder()
+	sw := &StatusWriter{ResponseWriter: rec}
+	if sw.Status != 0 || sw.Unwrap() != rec {
+		t.Fatalf("fresh: Status %d, Unwrap %v", sw.Status, sw.Unwrap())
+	}
+	_, _ = sw.Write([]byte("x"))
+	sw.WriteHeader(http.StatusTeapot)
+	if sw.Status != http.StatusOK {
+		t.Errorf("body first: Status %d, want 200", sw.Status)
+	}
+	sw = &StatusWriter{ResponseWriter: httptest.NewRecorder()}
+	sw.WriteHeader(http.StatusUnauthorized)
+	sw.WriteHeader(http.StatusInternalServerError)
+	if sw.Status != http.StatusUnauthorized {
+		t.Errorf("two statuses: Status %d, want the first, 401", sw.Status)
+	}
+}

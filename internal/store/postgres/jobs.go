@@ -46,7 +46,7 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	if err := s.checkInsert(jobs); err != nil {
+	if err := store.CheckInsert(s.cfg.Region, jobs); err != nil {
 		return nil, err
 	}
 	if len(jobs) <= coalesceMaxCall {
@@ -77,20 +77,6 @@ func (s *Store) insertNow(ctx context.Context, jobs []*job.Job, def admission.Co
 		return nil, fmt.Errorf("insert: %w", err)
 	}
 	return out, nil
-}
-
-func (s *Store) checkInsert(jobs []*job.Job) error {
-	for _, j := range jobs {
-		switch {
-		case j.ID == "":
-			return errors.New("insert: a job has no ID")
-		case j.Region != s.cfg.Region:
-			return fmt.Errorf("insert job %s: region %q does not belong in the %q store", j.ID, j.Region, s.cfg.Region)
-		case j.State != job.StateAccepted && j.State != job.StateWaiting:
-			return fmt.Errorf("insert job %s: a new job is accepted or waiting, not %q", j.ID, j.State)
-		}
-	}
-	return nil
 }
 
 func allKeys(jobs []*job.Job) []string {

@@ -88,13 +88,8 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 // a second node claiming the same tick waits for it, then re-reads the row
 // (read committed) and matches nothing, since next_at moved.
 func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.ClaimTickResult, error) {
-	if p.Job != nil {
-		if err := s.checkInsert([]*job.Job{p.Job}); err != nil {
-			return store.ClaimTickResult{}, err
-		}
-	}
-	if (p.Job == nil) != p.Tick.IsZero() {
-		return store.ClaimTickResult{}, errors.New("claim tick: a tick and its job go together")
+	if err := store.CheckClaimTick(s.cfg.Region, p); err != nil {
+		return store.ClaimTickResult{}, err
 	}
 	var out store.ClaimTickResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {

@@ -19,6 +19,9 @@ import (
 // Insert persists jobs in one durable write (in pieces when ctx is a
 // batch-lane store.WithPieces one: writePieces); see store.Store.
 func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	if err := store.CheckInsert(s.cfg.Region, jobs); err != nil {
+		return nil, err
+	}
 	out := make([]store.InsertResult, len(jobs))
 	write := func(tx *sql.Tx, lo, hi int) error {
 		res, err := s.insertJobs(tx, jobs[lo:hi], def)

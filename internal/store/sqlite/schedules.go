@@ -97,11 +97,8 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 // ClaimTick claims one tick and inserts its job in one transaction; see
 // store.Schedules.
 func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.ClaimTickResult, error) {
-	if p.Job != nil && p.Job.Region != s.cfg.Region {
-		return store.ClaimTickResult{}, fmt.Errorf("claim tick: job region %q does not belong in the %q store", p.Job.Region, s.cfg.Region)
-	}
-	if (p.Job == nil) != p.Tick.IsZero() {
-		return store.ClaimTickResult{}, errors.New("claim tick: a tick and its job go together")
+	if err := store.CheckClaimTick(s.cfg.Region, p); err != nil {
+		return store.ClaimTickResult{}, err
 	}
 	var out store.ClaimTickResult
 	err := s.write(ctx, func(tx *sql.Tx) error {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -20,6 +21,73 @@ var insertCases = map[string]func(*testing.T, Opener){
 	"ConcurrentInsertsOwnResults": testConcurrentInsertsOwnResults,
 	"InsertBatchGroupsReady":      testInsertBatchGroupsReady,
 	"InsertBatchEachRowItsOwn":    testInsertBatchEachRowItsOwn,
+	"LimitKeyCount":               testLimitKeyCount,
+	"InsertRefusesForeign":        testInsertRefusesForeign,
+}
+
+// A job names 1 to job.MaxLimitKeys limit keys: every driver stores one
+// with 1 and with job.MaxLimitKeys, and refuses one with none or more, in
+// Insert and in ClaimTick, before writing anything (the batch it came in
+// is not inserted in part, no key is created). PostgreSQL could not store
+// a job without keys (its group is NOT NULL) and SQLite stored both.
+func testLimitKeyCount(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	many := make([]string, job.MaxLimitKeys+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("k%d", i)
+	}
+	fine := []*job.Job{NewJob("t", job.LaneBatch, many[0]), NewJob("t", job.LaneBatch, many[:job.MaxLimitKeys]...)}
+	for _, r := range insert(t, s, fine...) {
+		if got := get(t, s, r.Job.ID); len(got.LimitKeys) != len(r.Job.LimitKeys) {
+			t.Fatalf("job %s holds keys %v, want %v", got.ID, got.LimitKeys, r.Job.LimitKeys)
+		}
+	}
+	for _, keys := range [][]string{nil, append(many[1:len(many):len(many)], "fresh")} {
+		good, bad := NewJob("t", job.LaneBatch, "k0"), NewJob("t", job.LaneBatch, keys...)
+		_, err := s.Insert(ctx, []*job.Job{good, bad}, Unpaced)
+		wantRefused(t, s, err, fmt.Sprintf("insert with %d keys", len(keys)), good.ID, bad.ID)
+		_, err = s.ClaimTick(ctx, store.ClaimTickParams{ScheduleID: "none", Tick: T0, Job: bad, Def: Unpaced})
+		wantRefused(t, s, err, fmt.Sprintf("a tick with %d keys", len(keys)), bad.ID)
+	}
+	if _, err := s.GetLimit(ctx, "fresh"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused job's key was created: %v", err)
+	}
+}
+
+// Every driver refuses, before writing, a job without an ID, of another
+// region or in a state a new job is not in (SQLite stored the first two).
+func testInsertRefusesForeign(t *testing.T, open Opener) {
+	s := open(t)
+	for _, tc := range []struct {
+		name string
+		edit func(*job.Job)
+	}{
+		{"no ID", func(j *job.Job) { j.ID = "" }},
+		{"another region", func(j *job.Job) { j.Region = "elsewhere" }},
+		{"running", func(j *job.Job) { j.State = job.StateRunning }},
+	} {
+		good, bad := NewJob("t", job.LaneBatch, "k"), NewJob("t", job.LaneBatch, "k")
+		tc.edit(bad)
+		_, err := s.Insert(context.Background(), []*job.Job{good, bad}, Unpaced)
+		wantRefused(t, s, err, tc.name, good.ID)
+		if bad.ID != "" {
+			wantRefused(t, s, err, tc.name, bad.ID)
+		}
+	}
+}
+
+// wantRefused fails unless err is set and none of ids was stored.
+func wantRefused(t *testing.T, s store.Store, err error, what string, ids ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: accepted, want refused", what)
+	}
+	for _, id := range ids {
+		if _, gerr := s.Get(context.Background(), id); !errors.Is(gerr, store.ErrNotFound) {
+			t.Fatalf("%s: refused (%v) but job %s was stored: %v", what, err, id, gerr)
+		}
+	}
 }
 
 // Batches of jobs without idempotency key, deadline or parent, alike but

@@ -87,7 +87,7 @@ func (s *server) routes() []mount.Route {
 			Handle: s.handleListSubscribers, Response: subscriberList{}, Status: 200, Params: []mount.Param{mount.RegionList, mount.PageAfter, mount.PageLimit}},
 		{Method: "GET", Path: "/v1/subscribers/{id}", Name: "getSubscriber", Role: auth.RoleAdmin,
 			Summary: "Get a webhook subscriber: URL, topics, rate, health, disabled reason (never its secret)",
-			Handle:  s.handleGetSubscriber, Response: subscriberView{}, Status: 200, Params: []mount.Param{mount.RegionOne}, Vars: subscriberVars},
+			Handle:  s.handleGetSubscriber, Response: SubscriberView{}, Status: 200, Params: []mount.Param{mount.RegionOne}, Vars: subscriberVars},
 		{Method: "POST", Path: "/v1/subscribers/{id}/rotate-secret", Name: "rotateSubscriberSecret", Role: auth.RoleAdmin,
 			Summary: "Give a subscriber a new signing secret (shown once); the old one keeps signing alongside it for the window",
 			Handle:  s.handleRotateSubscriberSecret, Response: rotateSecretResponse{}, Status: 200,
@@ -126,7 +126,7 @@ type subscriberRequest struct {
 	URL    string   `json:"url" required:"true" doc:"the receiver's http or https URL"`
 	Topics []string `json:"topics" required:"true" doc:"event topics to receive (1 to 100); \"*\" receives every topic"`
 	Tenant string   `json:"tenant,omitempty" doc:"the tenant whose events the subscriber receives; default the key's own tenant"`
-	Rate   *rateDoc `json:"rate,omitempty" doc:"the subscriber's allowance; absent paces nothing"`
+	Rate   *RateDoc `json:"rate,omitempty" doc:"the subscriber's allowance; absent paces nothing"`
 	// Concurrency caps deliveries in flight.
 	Concurrency int               `json:"concurrency,omitempty" doc:"deliveries in flight at most; 0 means no cap"`
 	Adaptive    bool              `json:"adaptive,omitempty" doc:"let 429s lower the pace and successes raise it again up to the rate"`
@@ -135,8 +135,9 @@ type subscriberRequest struct {
 	Enabled     *bool             `json:"enabled,omitempty" doc:"default true; true re-enables a disabled subscriber"`
 }
 
-// rateDoc is a subscriber's allowance on the wire.
-type rateDoc struct {
+// RateDoc is a subscriber's allowance on the wire, in requests and in
+// SubscriberView; the CLI decodes it as the server encodes it.
+type RateDoc struct {
 	Shape  string `json:"shape,omitempty" enum:"window,bucket" doc:"window (default): at most limit deliveries start in any period, sliding, the strictest reading; bucket: a token bucket of limit per period with burst, which can exceed limit in a sliding period by half the burst"`
 	Window string `json:"window,omitempty" enum:"sliding,fixed" doc:"window shape: sliding (default; any period) or fixed (each period aligned to the clock, e.g. a per-minute quota reset at :00; the whole limit may start as a window opens, burst defaults to limit)"`
 	Limit  int    `json:"limit" required:"true" doc:"deliveries per period"`
@@ -162,15 +163,17 @@ func (req subscriberRequest) spec(id string) (webhook.SubscriberSpec, error) {
 	return spec, nil
 }
 
-// subscriberView is a subscriber as the API shows it: never its secret,
+// SubscriberView is a subscriber as the API shows it: never its secret,
 // and only the names of its static headers (they may hold credentials).
-type subscriberView struct {
+// It is exported so that the CLI decodes the one definition the server
+// encodes rather than a copy that drifts.
+type SubscriberView struct {
 	ID                  string         `json:"id"`
 	Tenant              string         `json:"tenant"`
 	Region              string         `json:"region"`
 	URL                 string         `json:"url"`
 	Topics              []string       `json:"topics"`
-	Rate                *rateDoc       `json:"rate,omitempty"`
+	Rate                *RateDoc       `json:"rate,omitempty"`
 	LimitKey            string         `json:"limit_key" doc:"the limit key pacing the subscriber's deliveries"`
 	Concurrency         int            `json:"concurrency"`
 	Adaptive            bool           `json:"adaptive"`
@@ -184,13 +187,13 @@ type subscriberView struct {
 	UpdatedAt           time.Time      `json:"updated_at"`
 }
 
-func viewSubscriber(rec webhook.Record) subscriberView {
-	v := subscriberView{ID: rec.ID, Tenant: rec.Tenant, Region: rec.Region, URL: rec.URL, Topics: rec.Topics,
+func viewSubscriber(rec webhook.Record) SubscriberView {
+	v := SubscriberView{ID: rec.ID, Tenant: rec.Tenant, Region: rec.Region, URL: rec.URL, Topics: rec.Topics,
 		LimitKey: webhook.LimitKey(rec.ID), Concurrency: rec.Concurrency, Adaptive: rec.Adaptive, Enabled: rec.Enabled,
 		DisabledReason: rec.DisabledReason, DisabledAt: rec.DisabledAt, SecretRotatingUntil: rec.SecretRotatingUntil,
 		Health: rec.Health, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
 	if rec.Rate != nil {
-		v.Rate = &rateDoc{Shape: rec.Rate.Shape, Window: rec.Rate.Window, Limit: rec.Rate.Limit, Period: time.Duration(rec.Rate.Period).String(), Burst: rec.Rate.Burst}
+		v.Rate = &RateDoc{Shape: rec.Rate.Shape, Window: rec.Rate.Window, Limit: rec.Rate.Limit, Period: time.Duration(rec.Rate.Period).String(), Burst: rec.Rate.Burst}
 	}
 	for name := range rec.Headers {
 		v.HeaderNames = append(v.HeaderNames, name)
@@ -199,18 +202,18 @@ func viewSubscriber(rec webhook.Record) subscriberView {
 }
 
 type putSubscriberResponse struct {
-	Subscriber subscriberView `json:"subscriber"`
+	Subscriber SubscriberView `json:"subscriber"`
 	Created    bool           `json:"created"`
 	Secret     string         `json:"secret,omitempty" doc:"the generated signing secret, shown this once"`
 }
 
 type rotateSecretResponse struct {
-	Subscriber subscriberView `json:"subscriber"`
+	Subscriber SubscriberView `json:"subscriber"`
 	Secret     string         `json:"secret" doc:"the new signing secret, shown this once"`
 }
 
 type subscriberList struct {
-	Subscribers []subscriberView `json:"subscribers"`
+	Subscribers []SubscriberView `json:"subscribers"`
 	NextCursor  string           `json:"next_cursor,omitempty" doc:"pass as after= for the next page; absent on the last page"`
 }
 
@@ -350,7 +353,7 @@ func subscriberPage(all []webhook.Record, limit int) subscriberList {
 	slices.SortFunc(all, func(a, b webhook.Record) int {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Region, b.Region))
 	})
-	out := subscriberList{Subscribers: []subscriberView{}}
+	out := subscriberList{Subscribers: []SubscriberView{}}
 	for i, rec := range all {
 		if i >= limit && rec.ID != all[i-1].ID {
 			out.NextCursor = all[i-1].ID
