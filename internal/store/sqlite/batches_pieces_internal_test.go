@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"

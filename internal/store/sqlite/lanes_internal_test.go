@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
