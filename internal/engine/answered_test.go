@@ -53,5 +53,5 @@ func runOneJob(t *testing.T, s store.Store, now func() time.Time, h engine.Handl
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Stop(context.Background()) })
-	return e, testkit.Recv(t, done, 10*time.Second, "the finish")
+	return e, testkit.Recv(t, done, testkit.Timeout, "the finish")
 }

@@ -686,18 +686,14 @@ func TestHandlerContextCarriesItsLane(t *testing.T) {
 	lanes := map[job.Lane]bool{}
 	var ctxs []context.Context
 	for range 2 {
-		select {
-		case g := <-got:
-			lanes[g.lane] = true
-			ctxs = append(ctxs, g.ctx)
-		case <-time.After(10 * time.Second):
-			t.Fatal("handlers did not run")
-		}
+		g := testkit.Recv(t, got, testkit.Timeout, "both handlers to run")
+		lanes[g.lane] = true
+		ctxs = append(ctxs, g.ctx)
 	}
 	if !lanes[job.LaneBatch] || !lanes[job.LaneInteractive] {
 		t.Fatalf("lanes seen by handlers = %v; want both", lanes)
 	}
-	st := waitFinal(t, s, 10*time.Second)
+	st := waitFinal(t, s, testkit.Timeout)
 	for lane, byState := range st.Counts {
 		if byState[job.StatePublished] != 1 {
 			t.Fatalf("lane %s: %+v; want 1 published (the handler saw its own lane)", lane, byState)

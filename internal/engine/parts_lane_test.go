@@ -210,12 +210,17 @@ func TestPartsBatchWakeupsShareCommits(t *testing.T) {
 	if writes < 3*n {
 		t.Fatalf("%d writes for %d parents; want at least an advance, a claim and a publication each", writes, n)
 	}
-	// One parent at a time, every write is its own transaction (3 per
-	// parent, 344 transactions for these 64 before grouping); a group of 32
-	// shares its advances, and the publication pool (Config.Publishers at
-	// a time) shares some of the claims and publications: 74 here when the
-	// pool came in, hence the bound of 2 per parent.
-	if txs > 2*n {
-		t.Fatalf("%d transactions for %d parents' %d writes; want them grouped (at most two transactions per parent)", txs, n, writes)
+	// One parent at a time, every write is its own transaction (344
+	// transactions for these 64 before grouping; 195, 3 per parent, with
+	// batchAggregateGroup set to 1 today); a group of 32 shares its
+	// advances. The publication pool (Config.Publishers
+	// at a time) shares some of the claims and publications too, but how
+	// many depends on how the machine schedules it: 74 transactions
+	// unloaded, 129 and 137 at load 40 under -race (about one each, as
+	// without sharing). The bound is the grouping's, not the pool's: 2.5
+	// per parent, below the 3 without it, and above what no sharing in the
+	// pool costs.
+	if txs > 5*n/2 {
+		t.Fatalf("%d transactions for %d parents' %d writes; want them grouped (at most 2.5 transactions per parent)", txs, n, writes)
 	}
 }

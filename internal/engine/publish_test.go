@@ -64,18 +64,18 @@ func TestPublishOnceAmongLiveEngines(t *testing.T) {
 	kind, j := publishedKind(t, s, pub)
 	start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"pub": kind}})
 	t.Cleanup(release) // before the engine's Stop (cleanups run last first): Stop waits for the Publisher
-	testkit.WaitFor(t, 10*time.Second, "the job's publication to start on the first engine", func() bool { return pub.in.Load() == 1 })
+	testkit.WaitFor(t, testkit.Timeout, "the job's publication to start on the first engine", func() bool { return pub.in.Load() == 1 })
 
 	// The second node: its start-up sweep finds the validated job and must
 	// be refused the claim while the first engine's call runs.
 	claims := &claimCounter{Store: s}
 	start(t, engine.Config{Store: claims, Kinds: map[string]engine.Kind{"pub": kind}})
-	testkit.WaitFor(t, 10*time.Second, "the second engine's start-up sweep to try the job", func() bool { return claims.refused.Load() >= 1 })
+	testkit.WaitFor(t, testkit.Timeout, "the second engine's start-up sweep to try the job", func() bool { return claims.refused.Load() >= 1 })
 	if got := pub.in.Load(); got != 1 {
 		t.Fatalf("%d Publisher calls started while the first engine's was still running, want none more", got-1)
 	}
 	release()
-	waitFinal(t, s, 10*time.Second)
+	waitFinal(t, s, testkit.Timeout)
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
 	if c := pub.calls[j.ID]; c != 1 {

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -61,7 +60,7 @@ func insertEach(t *testing.T, s *Store, release func(), jobs []*job.Job) ([]stor
 			errs[i] = err
 		})
 	}
-	testkit.WaitFor(t, 10*time.Second, "every call to wait", func() bool { return s.inserts.pending() == len(jobs) })
+	testkit.WaitFor(t, testkit.Timeout, "every call to wait", func() bool { return s.inserts.pending() == len(jobs) })
 	release()
 	wg.Wait()
 	return res, errs
@@ -110,7 +109,7 @@ func TestCoalescedInsertFailsAlone(t *testing.T) {
 		_, err := s.Insert(context.Background(), []*job.Job{taken}, storetest.Unpaced)
 		done <- err
 	}()
-	testkit.WaitFor(t, 10*time.Second, "the first call to wait", func() bool { return s.inserts.pending() == 1 })
+	testkit.WaitFor(t, testkit.Timeout, "the first call to wait", func() bool { return s.inserts.pending() == 1 })
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -147,7 +146,7 @@ func TestCoalescedInsertWithdrawn(t *testing.T) {
 				t.Errorf("insert: %v", err)
 			}
 		})
-		testkit.WaitFor(t, 10*time.Second, "a flusher to take the call", func() bool {
+		testkit.WaitFor(t, testkit.Timeout, "a flusher to take the call", func() bool {
 			s.inserts.mu.Lock()
 			defer s.inserts.mu.Unlock()
 			return s.inserts.calls == i+1 && len(s.inserts.queue) == 0
@@ -160,7 +159,7 @@ func TestCoalescedInsertWithdrawn(t *testing.T) {
 		_, err := s.Insert(ctx, []*job.Job{j}, storetest.Unpaced)
 		done <- err
 	}()
-	testkit.WaitFor(t, 10*time.Second, "the call to queue", func() bool { return s.inserts.pending() == coalesceFlushers+1 })
+	testkit.WaitFor(t, testkit.Timeout, "the call to queue", func() bool { return s.inserts.pending() == coalesceFlushers+1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("withdrawn call: %v, want context.Canceled", err)

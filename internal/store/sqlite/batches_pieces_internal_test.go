@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -40,7 +39,7 @@ func createHeld(t *testing.T, w *laneWriter, lo int) (b *store.Batch, done chan 
 	started, hold := holdCreatePieces(t, lo)
 	done = make(chan error, 1)
 	go func() { done <- w.s.CreateBatch(store.WithLane(context.Background(), job.LaneBatch), b, items) }()
-	testkit.Recv(t, started, 10*time.Second, fmt.Sprintf("the piece from item %d running", lo))
+	testkit.Recv(t, started, testkit.Timeout, fmt.Sprintf("the piece from item %d running", lo))
 	return b, done, hold
 }
 
@@ -81,10 +80,10 @@ func TestCreateBatchLetsInteractiveWritesIn(t *testing.T) {
 		}
 	}
 	close(hold)
-	if got := testkit.Recv(t, saw, 10*time.Second, "the interactive write"); got != (seen{1, 32}) {
+	if got := testkit.Recv(t, saw, testkit.Timeout, "the interactive write"); got != (seen{1, 32}) {
 		t.Fatalf("the interactive write saw the batch as %+v, want creating with 32 items (right after the first piece)", got)
 	}
-	testkit.Recv(t, started2, 10*time.Second, "the second piece running")
+	testkit.Recv(t, started2, testkit.Timeout, "the second piece running")
 	got, err := w.s.GetBatch(ctx, b.ID)
 	if err != nil || !got.Creating || got.Counts.Total != 32 {
 		t.Fatalf("between pieces GetBatch = %+v, %v; want creating with 32 items", got, err)
@@ -93,7 +92,7 @@ func TestCreateBatchLetsInteractiveWritesIn(t *testing.T) {
 		t.Fatalf("a batch being created was listed: %d, %v", len(bs), err)
 	}
 	close(hold2)
-	if err := testkit.Recv(t, done, 10*time.Second, "CreateBatch"); err != nil {
+	if err := testkit.Recv(t, done, testkit.Timeout, "CreateBatch"); err != nil {
 		t.Fatal(err)
 	}
 	got, err = w.s.GetBatch(ctx, b.ID)
@@ -122,10 +121,10 @@ func TestCreateBatchAbandonedBetweenPieces(t *testing.T) {
 	}()
 	w.queued(w.s.reqs, 1, "the abandon queued")
 	close(hold)
-	if !testkit.Recv(t, abandoned, 10*time.Second, "the abandon") {
+	if !testkit.Recv(t, abandoned, testkit.Timeout, "the abandon") {
 		t.Fatal("AbandonBatch did not remove a batch being created")
 	}
-	if err := testkit.Recv(t, done, 10*time.Second, "CreateBatch"); !errors.Is(err, store.ErrConflict) {
+	if err := testkit.Recv(t, done, testkit.Timeout, "CreateBatch"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("CreateBatch after its batch was abandoned: %v, want ErrConflict", err)
 	}
 	if _, err := w.s.GetBatch(ctx, b.ID); !errors.Is(err, store.ErrNotFound) {

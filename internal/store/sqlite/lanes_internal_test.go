@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -66,13 +65,13 @@ func (w *laneWriter) submit(lane job.Lane, name string, started chan<- struct{},
 func (w *laneWriter) running(lane job.Lane, name string, fail error) chan<- struct{} {
 	started, hold := make(chan struct{}), make(chan struct{})
 	w.submit(lane, name, started, hold, fail)
-	testkit.Recv(w.t, started, 10*time.Second, name+" running")
+	testkit.Recv(w.t, started, testkit.Timeout, name+" running")
 	return hold
 }
 
 // queued waits until n writes wait in q.
 func (w *laneWriter) queued(q chan *writeReq, n int, what string) {
-	testkit.WaitFor(w.t, 10*time.Second, what, func() bool { return len(q) == n })
+	testkit.WaitFor(w.t, testkit.Timeout, what, func() bool { return len(q) == n })
 }
 
 func (w *laneWriter) finish() []string {
@@ -196,12 +195,12 @@ func TestInteractiveWriteBetweenBatchPieces(t *testing.T) {
 			return nil
 		})
 	}()
-	testkit.Recv(t, started, 10*time.Second, "the first piece running")
+	testkit.Recv(t, started, testkit.Timeout, "the first piece running")
 	w.queued(w.s.batchReqs, 3, "the other three pieces queued")
 	w.submit(job.LaneInteractive, "i", nil, nil, nil)
 	w.queued(w.s.reqs, 1, "the interactive write queued")
 	close(hold)
-	if err := testkit.Recv(t, done, 10*time.Second, "the pieces written"); err != nil {
+	if err := testkit.Recv(t, done, testkit.Timeout, "the pieces written"); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"b0-32", "i", "b32-64", "b64-96", "b96-100"}
