@@ -221,7 +221,7 @@ func TestFileModes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	path := filepath.Join(dir, "us.db")
 	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
-	if _, err := s.Insert(context.Background(), []*job.Job{storetest.NewJob("t", job.LaneBatch)}, storetest.Unpaced); err != nil {
+	if _, err := s.Insert(context.Background(), []*job.Job{storetest.NewJob("t", job.LaneBatch, "k")}, storetest.Unpaced); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]os.FileMode{dir: 0o700, path: 0o600, path + "-wal": 0o600, path + "-shm": 0o600}

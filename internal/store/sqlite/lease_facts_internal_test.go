@@ -96,7 +96,7 @@ func TestPlainFinishByRowid(t *testing.T) {
 	if !strings.Contains(plan, "USING INTEGER PRIMARY KEY (rowid=?)") {
 		t.Fatalf("plain finish plan %q, want a search by rowid", plan)
 	}
-	jobs := []*job.Job{storetest.NewJob("acme", job.LaneBatch), storetest.NewJob("acme", job.LaneBatch), storetest.NewJob("acme", job.LaneBatch)}
+	jobs := []*job.Job{storetest.NewJob("acme", job.LaneBatch, "k"), storetest.NewJob("acme", job.LaneBatch, "k"), storetest.NewJob("acme", job.LaneBatch, "k")}
 	if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestRememberedFinishWritesReasonAndCounters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTestStore(t)
-	if _, err := s.Insert(ctx, []*job.Job{storetest.NewJob("acme", job.LaneBatch), storetest.NewJob("acme", job.LaneBatch)}, storetest.Unpaced); err != nil {
+	if _, err := s.Insert(ctx, []*job.Job{storetest.NewJob("acme", job.LaneBatch, "k"), storetest.NewJob("acme", job.LaneBatch, "k")}, storetest.Unpaced); err != nil {
 		t.Fatal(err)
 	}
 	now := storetest.T0
