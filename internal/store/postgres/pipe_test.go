@@ -101,39 +101,10 @@ func TestPipeTxDeferredErrorRollsBack(t *testing.T) {
 	}
 }
 
-// TestPipeTxAsyncIsLocal: an async pipeTx turns synchronous_commit off for
-// its own transaction only; the connection's next transaction (on a pool of
-// one) is back to the server's setting.
-func TestPipeTxAsyncIsLocal(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	show := func(async bool) string {
-		var v string
-		if err := s.inPipe(ctx, async, func(p *pipeTx) error {
-			return p.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v)
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	server := show(false)
-	if got := show(true); got != "off" {
-		t.Fatalf("in an async pipeTx synchronous_commit is %q, want off", got)
-	}
-	if got := show(false); got != server || got == "off" {
-		t.Fatalf("after an async pipeTx synchronous_commit is %q, want the server's %q (not off)", got, server)
-	}
-}
-
-// TestPipeTxSettingsAreLocal: a pipeTx's settings (set), with or without
-// the async commit's, hold inside its transaction and are gone in the
-// connection's next one (on a pool of one), with no statement to restore
-// them.
+// TestPipeTxSettingsAreLocal: a pipeTx's settings (set) and an async
+// pipeTx's synchronous_commit off, alone or together, hold inside its
+// transaction and are gone in the connection's next one (on a pool of
+// one), with no statement to restore them.
 func TestPipeTxSettingsAreLocal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -153,13 +124,16 @@ func TestPipeTxSettingsAreLocal(t *testing.T) {
 	}
 	mode0, seq0, sync0 := show(false)
 	for _, async := range []bool{false, true} {
-		mode, seq, sync := show(async, leaseSettings...)
-		if mode != "force_generic_plan" || seq != "off" || (sync == "off") != (async || sync0 == "off") {
-			t.Errorf("async %v: inside, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s", async, mode, seq, sync)
-		}
-		if mode, seq, sync := show(false); mode != mode0 || seq != seq0 || sync != sync0 {
-			t.Errorf("async %v: after, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s; want %s, %s, %s",
-				async, mode, seq, sync, mode0, seq0, sync0)
+		for _, settings := range [][]string{nil, leaseSettings} {
+			mode, seq, sync := show(async, settings...)
+			if (sync == "off") != (async || sync0 == "off") ||
+				(settings != nil && (mode != "force_generic_plan" || seq != "off")) {
+				t.Errorf("async %v, %d settings: inside, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s", async, len(settings), mode, seq, sync)
+			}
+			if mode, seq, sync := show(false); mode != mode0 || seq != seq0 || sync != sync0 {
+				t.Errorf("async %v, %d settings: after, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s; want %s, %s, %s",
+					async, len(settings), mode, seq, sync, mode0, seq0, sync0)
+			}
 		}
 	}
 }
