@@ -167,26 +167,22 @@ func testPacedFault(t *testing.T, open Opener) {
 		checkRetry(t, s, j, want, why, n)
 	}
 	// The paced retries go again as soon as their keys admit them; the
-	// others wait out their backoff. Their second failure is paced too.
-	at = at.Add(200 * time.Millisecond)
-	got = lease(t, s, at, 3)
-	if len(got) != 2 {
-		t.Fatalf("leased %v 0.2 s after the failures, want the two first faults on paced keys", ids(got))
+	// others wait out their backoff. fail leases them 0.2 s later and
+	// fails them again: their n-th failure is retried after wait, as why.
+	fail := func(n int, wait time.Duration, why string) {
+		t.Helper()
+		at = at.Add(200 * time.Millisecond)
+		got := lease(t, s, at, 3)
+		if len(got) != 2 {
+			t.Fatalf("leased %v 0.2 s after failure %d, want the two jobs on paced keys", ids(got), n-1)
+		}
+		endAll(t, s, got, fault, at)
+		for _, j := range got {
+			checkRetry(t, s, j, at.Add(wait), why, n)
+		}
 	}
-	endAll(t, s, got, fault, at)
-	for _, j := range got {
-		checkRetry(t, s, j, at, store.PacedRetryWhy, 2)
-	}
-	// Their third failure backs off (4 s at u = 0.5).
-	at = at.Add(200 * time.Millisecond)
-	got = lease(t, s, at, 3)
-	if len(got) != 2 {
-		t.Fatalf("leased %v 0.2 s after the second failures, want the two jobs on paced keys", ids(got))
-	}
-	endAll(t, s, got, fault, at)
-	for _, j := range got {
-		checkRetry(t, s, j, at.Add(4*time.Second), "backoff", 3)
-	}
+	fail(2, 0, store.PacedRetryWhy)   // the second failure is paced too
+	fail(3, 4*time.Second, "backoff") // the third backs off (4 s at u = 0.5)
 }
 
 // checkRetry fails t unless j is retry_scheduled eligible at want, its
