@@ -656,6 +656,21 @@ func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]ti
 
 // oldestReadySQL is OldestReady's query for lane: ?1 the lane, ?2 now.
 func oldestReadySQL(lane job.Lane) string {
-	return `SELECT min(m) FROM (SELECT (` + oldestWaitingSQL(lane) + `) AS m
+	if lane == job.LaneInteractive {
+		return oldestReadyInteractiveSQL
+	}
+	return oldestReadyByGroupSQL
+}
+
+// The two lanes' OldestReady queries, built once rather than per call:
+// the oldest waiting job (oldestWaitingSQL) or, if older, a retry due but
+// not yet promoted (jobs_scheduled).
+var (
+	oldestReadyInteractiveSQL = oldestOrDueSQL(oldestInteractiveSQL)
+	oldestReadyByGroupSQL     = oldestOrDueSQL(oldestByGroupSQL)
+)
+
+func oldestOrDueSQL(waiting string) string {
+	return `SELECT min(m) FROM (SELECT (` + waiting + `) AS m
 		UNION ALL SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?2 AND lane = ?1)`
 }
