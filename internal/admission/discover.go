@@ -119,13 +119,8 @@ func (s *State) discoveryWindow() time.Duration {
 // RateLimited records a refusal at now that named a retry delay (a 429, or
 // a 503 with Retry-After): the key pauses until until, the upstream's own
 // word, to the nanosecond it gave, and an adaptive key learns its limit
-// from the refusal (see refused); its bucket restarts at the end of the
-// pause holding the one start of the refused cost that the upstream named
-// that time for, not a burst into a window that just refused, and the
-// learned rate spaces the rest from there. (Until session 19 the bucket
-// was empty at until, so the first start waited one more spacing past the
-// time the upstream asked for: 69 ms at halving-503's 14.5/s after every
-// pause; docs/benchmarks.md, "Session 19 (s19h1)".)
+// from the refusal (see refused); its bucket restarts empty at the end of
+// the pause rather than sending a burst into a window that just refused.
 // A refusal that reads as a concurrency limit (see concurrencyRefusal)
 // pauses but teaches the rate nothing. A fixed key with a sliding window
 // paces strictly for a while (see strictRefusal).
@@ -140,9 +135,7 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 	learned := s.refused(now, cost) // before the pause: it reads the last one
 	s.Pause(until)
 	if learned && s.rate() > 0 {
-		// Check's own conversion, negated: the start is admitted at until
-		// exactly, not a rounding nanosecond after it.
-		s.TAT = maxTime(s.TAT, addSat(until, -dur((float64(cost)-s.burst())*1e9/s.rate())))
+		s.TAT = maxTime(s.TAT, addSat(until, s.tolerance()))
 	}
 }
 

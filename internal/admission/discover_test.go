@@ -555,38 +555,3 @@ func TestBucketDropMeasuredBetweenRefusals(t *testing.T) {
 		t.Fatalf("5 s later: learned %.1f/s after %d refusals, want >= 25 and at most 4 refusals", s.LearnedRate, len(more))
 	}
 }
-
-// TestRefusalResumesAtRetryAfter checks that an adaptive key refused with
-// a retry time starts again at that time, not one spacing later, and with
-// one start, not a burst: the upstream named when it takes a request
-// again, and the learned rate spaces the next from there (session 19).
-func TestRefusalResumesAtRetryAfter(t *testing.T) {
-	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
-	up := &slidingModel{limit: func(time.Time) int { return 30 }}
-	if refused := drive(&s, up, t0, 3*time.Second); len(refused) != 0 {
-		t.Fatalf("refusals %v under the limit", refused)
-	}
-	// A refusal naming a retry 1.5 s on: longer than the key's discovery
-	// window, so that its learned window has emptied by then and only the
-	// bucket decides when the next start goes.
-	now := t0.Add(3 * time.Second)
-	until := now.Add(1500 * time.Millisecond)
-	s.Take(now, 1)
-	s.Release()
-	s.RateLimited(now, until, 1)
-	if !s.PausedUntil.Equal(until) {
-		t.Fatalf("paused until %v, want %v", s.PausedUntil, until)
-	}
-	if ok, _ := s.Check(until.Add(-time.Millisecond), 1); ok {
-		t.Fatalf("admitted a start before the retry time")
-	}
-	if ok, next := s.Check(until, 1); !ok {
-		t.Fatalf("no start at the retry time: next %v after it (learned %.1f/s)", next.Sub(until), s.LearnedRate)
-	}
-	s.Take(until, 1)
-	spacing := time.Duration(float64(time.Second) / s.LearnedRate)
-	if ok, next := s.Check(until, 1); ok || next.Before(until.Add(spacing-time.Millisecond)) {
-		t.Fatalf("after the start at the retry time: admitted %v, next %v later, want a spacing (%v) later", ok, next.Sub(until), spacing)
-	}
-}
