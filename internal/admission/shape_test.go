@@ -336,7 +336,6 @@ func TestReconfigureKeepsWindowLog(t *testing.T) {
 func TestWindowTransit(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
-	shuffle := rand.New(rand.NewPCG(7, 8))
 	type flying struct {
 		end, arrive time.Time
 		cost        int64
@@ -368,21 +367,12 @@ func TestWindowTransit(t *testing.T) {
 		var buf []byte
 		for range 1200 {
 			now = now.Add(time.Duration(rng.ExpFloat64() * float64(w.Period) / 20))
-			// Finishes due by now land first, in time order, or, in odd
-			// trials, in any order, each at its own time, as a finish
-			// batch written in job order applies them.
+			// Finishes due by now land first, in time order.
 			slices.SortFunc(flights, func(a, b flying) int { return a.end.Compare(b.end) })
-			due := 0
-			for due < len(flights) && !flights[due].end.After(now) {
-				due++
+			for len(flights) > 0 && !flights[0].end.After(now) {
+				s.End(flights[0].end, flights[0].cost)
+				flights = flights[1:]
 			}
-			if trial%2 == 1 {
-				shuffle.Shuffle(due, func(i, j int) { flights[i], flights[j] = flights[j], flights[i] })
-			}
-			for _, f := range flights[:due] {
-				s.End(f.end, f.cost)
-			}
-			flights = flights[due:]
 			cost := 1 + rng.Int64N(maxCost)
 			if ok, _ := s.Check(now, cost); !ok {
 				continue
@@ -418,36 +408,5 @@ func TestWindowTransit(t *testing.T) {
 					trial, w, spread, in, a.at.Sub(t0), w.Limit)
 			}
 		}
-	}
-}
-
-// TestWindowLandsOutOfOrder: a finish batch applies its attempts in the
-// order it writes them (PostgreSQL: by job ID), not in the order their
-// answers came in. Each landing is logged at its own answer's time, so a
-// window's slots come back one by one as they would have in order; logged
-// at the newest entry's time, the whole batch came back at once and the
-// window reopened with a burst (s19h2).
-func TestWindowLandsOutOfOrder(t *testing.T) {
-	t.Parallel()
-	s := NewState(Config{Name: "k", Windows: []Window{{Limit: 4, Period: time.Second}}})
-	s.Take(t0, 4)
-	for _, ms := range []int{40, 10, 30, 20} { // one batch, written at 50 ms
-		s.End(t0.Add(time.Duration(ms)*time.Millisecond), 1)
-	}
-	at := t0.Add(time.Second + 10*time.Millisecond + 1)
-	if ok, next := s.Check(at, 1); !ok {
-		t.Fatalf("the start answered at 10 ms left no slot at 1.010 s (next %v)", next.Sub(t0))
-	}
-	s.Take(at, 1)
-	if ok, next := s.Check(at, 1); ok || !next.Equal(t0.Add(time.Second+20*time.Millisecond)) {
-		t.Fatalf("after one start at 1.010 s: admitted %v, next %v; want refused until 1.020 s", ok, next.Sub(t0))
-	}
-	// Through a store's encoding, the log is still in order.
-	back := State{Config: s.Config}
-	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil {
-		t.Fatal(err)
-	}
-	if ok, next := back.Check(t0.Add(time.Second+20*time.Millisecond), 1); !ok {
-		t.Fatalf("after a round trip: refused at 1.020 s (next %v)", next.Sub(t0))
 	}
 }

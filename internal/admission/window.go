@@ -1,13 +1,11 @@
 package admission
 
 import (
-	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 )
 
@@ -155,7 +153,7 @@ func (w Window) land(l *startLog, t, cost int64) {
 	cost = min(max(cost, 0), MaxCost)
 	if !w.Fixed {
 		l.land(cost, 0, 0)
-		l.insert(t, cost, t-int64(w.Period), int64(w.Period)/LogSlots)
+		l.add(t, cost, t-int64(w.Period), int64(w.Period)/LogSlots)
 		return
 	}
 	p := int64(w.Period)
@@ -421,40 +419,6 @@ func (l *startLog) add(at, cost, horizon, slot int64) {
 		}
 	}
 	l.entries = append(l.entries, start{at: at, cost: cost})
-}
-
-// insert is add for a sliding window's landings, which may come out of
-// time order: a finish batch applies its attempts in the order it writes
-// them (PostgreSQL sorts them by job ID), not in the order their answers
-// came in. add would count an earlier answer at the newest entry's time,
-// so a batch holding a window's opening burst logged the whole burst at
-// its latest answer, and the window reopened with that burst at one
-// instant: 8 starts in one millisecond at the first boundary of the
-// unforeseen mix's counter-20, all refused (docs/benchmarks.md, session
-// 19, s19h2). insert logs each landing at its own time instead, merging
-// only within a slot (into the later time, as add does): an answer's
-// time is no earlier than its arrival at the upstream, which is all that
-// a sliding window needs (see End), so the log stays as safe as before
-// and is ordered and bounded (one entry a slot) as before.
-func (l *startLog) insert(at, cost, horizon, slot int64) {
-	n := len(l.entries)
-	if n == 0 || at > l.entries[n-1].at || slot <= 0 {
-		l.add(at, cost, horizon, slot)
-		return
-	}
-	l.dropThrough(horizon)
-	cost = min(max(cost, 0), MaxCost)
-	l.sum = satAdd(l.sum, cost)
-	i, _ := slices.BinarySearchFunc(l.entries, at, func(e start, t int64) int { return cmp.Compare(e.at, t) })
-	switch {
-	case i > 0 && l.entries[i-1].at/slot == at/slot:
-		l.entries[i-1].at = max(l.entries[i-1].at, at)
-		l.entries[i-1].cost = satAdd(l.entries[i-1].cost, cost)
-	case i < len(l.entries) && l.entries[i].at/slot == at/slot:
-		l.entries[i].cost = satAdd(l.entries[i].cost, cost)
-	default:
-		l.entries = slices.Insert(l.entries, i, start{at: at, cost: cost})
-	}
 }
 
 // admitAt reports when cost units may start in a window of the given

@@ -73,30 +73,6 @@ type virtualDest struct {
 	// exact, short of a window full only of starts in flight
 	// (admission.FlightRetry) and an outcome that admits sooner.
 	blocked time.Time
-	// held is until when the engine holds the key for refusals it read
-	// and has not written yet (holds of them): engine.Jobs.hold.
-	held  time.Time
-	holds int
-}
-
-// virtualHold mirrors the engine's hold of a key from a refusal's answer
-// until its finish write (engine.Jobs.hold); false runs as before it.
-var virtualHold = os.Getenv("RATELANE_VIRTUAL_HOLD") != "0"
-
-// refusalHold is until when the engine holds a key for the answer e: a
-// 429, or a 503 with Retry-After, whose Retry-After gives a delay (a
-// refusal without one pauses the key by backoff, which the engine does
-// not hold).
-func refusalHold(e answerEvent) (time.Time, bool) {
-	info := ratelimit.Parse(e.header, e.at)
-	if e.status != http.StatusTooManyRequests && (e.status != http.StatusServiceUnavailable || !info.HasRetryAfter) {
-		return time.Time{}, false
-	}
-	delay, _, ok := info.Delay()
-	if !ok || delay <= 0 {
-		return time.Time{}, false
-	}
-	return e.at.Add(delay), true
 }
 
 // virtualUnblockAtCap is whether a finish that ends a lease of a key at its
@@ -178,9 +154,6 @@ type answerEvent struct {
 	queued bool
 	// ahead marks the arrival of a start leased ahead (virtualAhead).
 	ahead bool
-	// held marks a refusal whose key the engine holds until it is
-	// written (virtualHold).
-	held bool
 	// faults is how many faults the request's job met before it.
 	faults int
 }
@@ -312,20 +285,9 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				continue
 			}
 			if e.queued { // in at the engine: applied when its batch is written
-				if until, ok := refusalHold(e); ok && virtualHold {
-					// The engine holds the key from the answer on
-					// (engine.Jobs.hold), before the write lands.
-					v.held, v.holds = maxTime(v.held, until), v.holds+1
-					e.held = true
-				}
 				e.at, e.queued = writer.apply(e.at), false
 				heap.Push(&q, e)
 				continue
-			}
-			if e.held { // written: the key's own pause holds it now
-				if v.holds--; v.holds == 0 {
-					v.held = time.Time{}
-				}
 			}
 			if c := v.st.InFlightCap(); c > 0 && v.st.InFlight >= c && virtualUnblockAtCap {
 				v.blocked = time.Time{}
@@ -412,7 +374,7 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				if ri < 0 && v.pending == 0 {
 					break
 				}
-				if now.Before(v.blocked) || now.Before(v.held) {
+				if now.Before(v.blocked) {
 					break
 				}
 				at := now

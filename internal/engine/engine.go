@@ -918,7 +918,6 @@ func (e *Engine) run(j *job.Job, turn bool) {
 			delete(e.running, j.ID)
 		}
 		e.mu.Unlock()
-		e.jobs.Hold(j, out, answered)
 		e.results <- result{job: j, out: out, answered: answered}
 		<-e.slots
 		e.wg.Done()

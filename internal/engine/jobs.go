@@ -46,76 +46,6 @@ type Jobs struct {
 	// insertWatchers are told the jobs every Insert of this writer added
 	// (watchInserts).
 	insertWatchers []func(jobs []*job.Job)
-	// holds are the refusals read and not written yet, by job ID (Hold).
-	holds map[string]hold
-}
-
-// hold is a refusal's hold on its keys (Hold): no lease of this writer
-// starts a job on them before until.
-type hold struct {
-	keys  []string
-	until time.Time
-}
-
-// Hold records, as soon as a handler returns, a refusal with a retry delay
-// (a 429, or a 503 with Retry-After) of job j answered at answered: until
-// its finish is written (Report, ReportLease), this writer's leases start
-// no job on the keys the refusal pauses (store.LeaseParams.Held). The
-// finish write pauses those keys in the store, but it lands one write
-// later, 1-3 ms, up to 200 ms on a busy writer, and every start leased in
-// between was sent to an upstream that had just refused: the unforeseen
-// mix's counter-20 sent 6 such starts on one virtual seed, all refused
-// (docs/benchmarks.md, session 19, s19h2). A refusal without a retry delay
-// is left to the store, which may not pause on it at all (an adaptive key
-// is slowed by its learned rate).
-func (w *Jobs) Hold(j *job.Job, o job.Outcome, answered time.Time) {
-	if o.Class != job.ClassRateLimited || o.RetryAfter <= 0 {
-		return
-	}
-	keys := j.LimitKeys
-	if o.Scope != "" {
-		keys = []string{o.Scope}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.holds == nil {
-		w.holds = map[string]hold{}
-	}
-	w.holds[j.ID] = hold{keys: keys, until: answered.Add(min(o.RetryAfter, job.MaxDelay))}
-}
-
-// unhold ends the holds of rs, whose finishes were written (or failed: a
-// hold only saves refusals, and the store's pause is the rule).
-func (w *Jobs) unhold(rs []Report) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.holds) == 0 {
-		return
-	}
-	for _, r := range rs {
-		delete(w.holds, r.Job.ID)
-	}
-}
-
-// held is the keys held at now and until when (nil when none), for a
-// lease's store.LeaseParams.Held; w.mu must be held.
-func (w *Jobs) held(now time.Time) map[string]time.Time {
-	var out map[string]time.Time
-	for id, h := range w.holds {
-		if !h.until.After(now) {
-			delete(w.holds, id)
-			continue
-		}
-		for _, k := range h.keys {
-			if out == nil {
-				out = map[string]time.Time{}
-			}
-			if h.until.After(out[k]) {
-				out[k] = h.until
-			}
-		}
-	}
-	return out
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -223,12 +153,10 @@ func (w *Jobs) leaseParams(p LeaseParams) store.LeaseParams {
 	w.leasedKinds(p.Kinds, now)
 	w.mu.Lock()
 	batchMin := min(int(w.credit), p.Max)
-	held := w.held(now)
 	w.mu.Unlock()
 	return store.LeaseParams{
 		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant,
 		BatchMin: batchMin, BatchMax: p.BatchMax, BatchMaxKinds: p.BatchMaxKinds, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
-		Held: held,
 	}
 }
 
@@ -290,7 +218,6 @@ type Reported struct {
 func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 	now, ts := w.transitions(rs)
 	errs, err := w.cfg.Store.Finish(ctx, ts)
-	w.unhold(rs)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +244,6 @@ func (w *Jobs) ReportLease(ctx context.Context, rs []Report, p LeaseParams) ([]R
 	now, ts := w.transitions(rs)
 	sp := w.leaseParams(p)
 	errs, jobs, err := fl.FinishLease(ctx, ts, sp)
-	w.unhold(rs)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -341,15 +341,6 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 		c.empty = len(c.heads) == 0
 		return false, nil
 	}
-	if until := l.held(c.g.Keys); !until.IsZero() {
-		// Held by the caller (LeaseParams.Held): not recorded as the
-		// group's blocked time, which other nodes would read, only as
-		// when to look again.
-		if l.wake.IsZero() || until.Before(l.wake) {
-			l.wake = until
-		}
-		return false, nil
-	}
 	keys, err := l.lockKeys(c.g.Keys)
 	if err != nil || keys == nil {
 		return false, err
@@ -384,18 +375,6 @@ func (l *leaser) step(c *groupCursor, want int) (bool, error) {
 	l.taken[cand.ID] = true
 	l.chosen = append(l.chosen, Leased{ID: cand.ID, Token: l.newToken()})
 	return true, nil
-}
-
-// held is the latest time until which the caller holds one of the keys
-// names (LeaseParams.Held), or zero when none is held now.
-func (l *leaser) held(names []string) time.Time {
-	var until time.Time
-	for _, n := range names {
-		if u, ok := l.p.Held[n]; ok && u.After(l.p.Now) && u.After(until) {
-			until = u
-		}
-	}
-	return until
 }
 
 // missing returns the names not loaded yet in this transaction, once each.

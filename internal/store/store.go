@@ -334,14 +334,6 @@ type LeaseParams struct {
 	// whole poll interval: on a key allowing two starts a second, waking up
 	// to 50 ms late on every token would cost a tenth of its rate.
 	NextAdmission func(at time.Time)
-	// Held names limit keys the caller holds until the given time: no job
-	// with such a key is leased before then. An engine holds a key from
-	// the moment a handler reads a refusal with a Retry-After until the
-	// refusal's finish write, which pauses the key in the store, has
-	// landed: starts leased in between (one finish write, 1-3 ms, up to
-	// 200 ms on a busy writer) would all be refused too. Nothing of it is
-	// written; a nil map holds nothing.
-	Held map[string]time.Time
 }
 
 // BatchCap is the most batch-lane jobs of the kinds BatchMax counts a

@@ -407,36 +407,6 @@ func testNextAdmission(t *testing.T, open Opener) {
 	}
 }
 
-// testLeaseHeld: a key the caller holds (LeaseParams.Held: an engine that
-// read a refusal not yet written) starts none of its jobs before the hold
-// ends, the call reports the hold's end as its next admission, and
-// nothing of the hold is stored: the next call without it leases them.
-func testLeaseHeld(t *testing.T, open Opener) {
-	s := open(t)
-	setLimit(t, s, admission.Config{Name: "held", Rate: 100, Burst: 10})
-	setLimit(t, s, admission.Config{Name: "free", Rate: 100, Burst: 10})
-	insert(t, s, NewJob("acme", job.LaneBatch, "held"), NewJob("acme", job.LaneBatch, "held"),
-		NewJob("acme", job.LaneBatch, "free"), NewJob("acme", job.LaneBatch, "free"))
-	call := func(now time.Time, held map[string]time.Time) ([]*job.Job, time.Time) {
-		t.Helper()
-		var at time.Time
-		got, err := s.Lease(context.Background(), store.LeaseParams{Now: now, Max: 10, LeaseFor: 30 * time.Second,
-			Held: held, NextAdmission: func(t time.Time) { at = t }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got, at
-	}
-	got, at := call(T0, map[string]time.Time{"held": T0.Add(time.Second)})
-	if len(got) != 2 || got[0].LimitKeys[0] != "free" || got[1].LimitKeys[0] != "free" || !at.Equal(T0.Add(time.Second)) {
-		t.Fatalf("lease with held held: %v, next admission %v; want the two free jobs and T0+1s", ids(got), at.Sub(T0))
-	}
-	// A hold that has ended holds nothing, and none was stored.
-	if got, _ := call(T0.Add(time.Millisecond), map[string]time.Time{"held": T0.Add(time.Millisecond)}); len(got) != 2 || got[0].LimitKeys[0] != "held" {
-		t.Fatalf("lease after the hold: %v, want the two held jobs", ids(got))
-	}
-}
-
 func testConcurrencyCap(t *testing.T, open Opener) {
 	s := openKeyed(t, open, admission.Config{Name: "k", Concurrency: 3}, 10, job.LaneBatch)
 	first := lease(t, s, T0, 10)

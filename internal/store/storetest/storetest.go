@@ -46,7 +46,6 @@ func Run(t *testing.T, open Opener) {
 		"PublishClaim":          testPublishClaim,
 		"TokenBucketPacing":     testTokenBucketPacing,
 		"NextAdmission":         testNextAdmission,
-		"LeaseHeld":             testLeaseHeld,
 		"ReconfigureRepaysDebt": testReconfigureRepaysDebt,
 		"ShapesBoundStarts":     testShapesBoundStarts,
 		"PauseToTheNanosecond":  testPauseToTheNanosecond,
