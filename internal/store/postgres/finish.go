@@ -320,8 +320,9 @@ func endAttemptsArgs(ts []store.Transition) []any {
 		// outcome may write them (a refusal, a pause, a hint; see lockKeys).
 		disturbs[i] = t.Keys.Disturbs()
 	}
-	return []any{ids, tokens, states, reasons, eligible, congestion, transient, schema, results, finished,
-		nows, records, expiredBy, att, disturbs}
+	return []any{textArray(ids), textArray(tokens), textArray(states), textArray(reasons), nullInt8Array(eligible),
+		congestion, transient, schema, results, nullInt8Array(finished), int8Array(nows), textArray(records),
+		nullInt8Array(expiredBy), att, disturbs}
 }
 
 // scanEnded reads endAttemptsSQL's rows: the ended jobs by id, and the

@@ -28,7 +28,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	var out []*job.Job
 	err := s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
 		var err error
-		tx.set(leaseSettings...)
+		tx.set(leaseSettings)
 		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
 		return err
 	})
@@ -95,11 +95,11 @@ var (
 // restored after them (four set_config statements a lease); set once
 // after BEGIN they cost none of their own (docs/benchmarks.md, "Session
 // 18 (s18h3)").
-var leaseSettings = []string{
+var leaseSettings = newTxSettings(
 	"enable_bitmapscan", "off",
 	"enable_seqscan", "off",
 	"plan_cache_mode", "force_generic_plan",
-}
+)
 
 // promoteSQL moves up to $2 due retries to waiting. Rows locked elsewhere
 // (a cancel, another node's promotion) are skipped rather than waited
@@ -300,8 +300,8 @@ func (l *leaseTx) LockKeysManyHeads(names []string, gs []store.Group, now time.T
 	return keys, heads, br.Close()
 }
 
-func groupIDs(gs []store.Group) []int64 {
-	ids := make([]int64, len(gs))
+func groupIDs(gs []store.Group) int8Array {
+	ids := make(int8Array, len(gs))
 	for i, g := range gs {
 		ids[i] = g.ID
 	}
@@ -364,7 +364,7 @@ func (l *leaseTx) TouchGroups(touches []store.GroupTouch) error {
 	for i, t := range touches {
 		ids[i], blocked[i], empty[i] = t.ID, ns(t.BlockedUntil), t.Empty
 	}
-	_, err := l.tx.Exec(l.ctx, touchGroupsSQL, ids, blocked, empty)
+	_, err := l.tx.Exec(l.ctx, touchGroupsSQL, int8Array(ids), int8Array(blocked), empty)
 	return err
 }
 
@@ -393,7 +393,7 @@ func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*jo
 	for i, c := range leased {
 		ids[i], tokens[i] = c.ID, c.Token
 	}
-	sql, args := markLeasedSQL, []any{ids, tokens, ns(now), ns(until)}
+	sql, args := markLeasedSQL, []any{textArray(ids), textArray(tokens), ns(now), ns(until)}
 	if touch, ok := l.tx.take(touchGroupsSQL); ok {
 		sql, args = markLeasedTouchSQL, append(args, touch...)
 	}
