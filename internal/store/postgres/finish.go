@@ -303,14 +303,19 @@ func endAttemptsArgs(ts []store.Transition) []any {
 		congestion, transient, schema, att    = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 		results                               = make([][]byte, n)
 		disturbs                              = make([]bool, n)
+		// The non-NULL elements of finished and eligible point into
+		// these, rather than each into an int64 of its own (nullNS).
+		finishedAt, eligibleAt = make([]int64, n), make([]int64, n)
 	)
 	for i, t := range ts {
 		now := nowOr(t.Keys.Now, t.Record.At)
-		if t.To.Final() {
-			finished[i] = nullNS(now)
+		if t.To.Final() && !now.IsZero() {
+			finishedAt[i] = now.UnixNano()
+			finished[i] = &finishedAt[i]
 		}
-		if t.To == job.StateWaiting || t.To == job.StateRetryScheduled {
-			eligible[i] = nullNS(nowOr(t.EligibleAt, now))
+		if at := nowOr(t.EligibleAt, now); (t.To == job.StateWaiting || t.To == job.StateRetryScheduled) && !at.IsZero() {
+			eligibleAt[i] = at.UnixNano()
+			eligible[i] = &eligibleAt[i]
 		}
 		ids[i], tokens[i], states[i], reasons[i] = t.ID, t.LeaseToken, string(t.To), string(t.Reason)
 		congestion[i], transient[i], schema[i] = int32(t.Attempts.Congestion), int32(t.Attempts.Transient), int32(t.Attempts.Schema)
@@ -320,8 +325,9 @@ func endAttemptsArgs(ts []store.Transition) []any {
 		// outcome may write them (a refusal, a pause, a hint; see lockKeys).
 		disturbs[i] = t.Keys.Disturbs()
 	}
-	return []any{ids, tokens, states, reasons, eligible, congestion, transient, schema, results, finished,
-		nows, records, expiredBy, att, disturbs}
+	return []any{textArray(ids), textArray(tokens), textArray(states), textArray(reasons), nullInt8Array(eligible),
+		congestion, transient, schema, results, nullInt8Array(finished), int8Array(nows), textArray(records),
+		nullInt8Array(expiredBy), att, disturbs}
 }
 
 // scanEnded reads endAttemptsSQL's rows: the ended jobs by id, and the

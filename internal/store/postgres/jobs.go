@@ -223,7 +223,7 @@ func queueUpsertGroups(b *pgx.Batch, jobs []*job.Job) {
 		flat = append(flat, strings.Split(g.keys, "\x00")...)
 		ke[i] = int32(len(flat))
 	}
-	b.Queue(upsertGroupsSQL, lanes, tenants, kinds, ks, ke, flat, at)
+	b.Queue(upsertGroupsSQL, textArray(lanes), textArray(tenants), textArray(kinds), ks, ke, textArray(flat), nullInt8Array(at))
 }
 
 // insertJobsArgs are the arguments of insertJobsSQL for jobs (at least
@@ -250,8 +250,9 @@ func insertJobsArgs(jobs []*job.Job) []any {
 		costs[i], eligible[i], created[i] = j.Cost, ns(j.EligibleAt), ns(j.CreatedAt)
 		deadlines[i], payloads[i] = nullNS(j.Deadline), nullBytes(j.Payload)
 	}
-	return []any{jobs[0].Region, ids, kinds, lanes, tenants, keys, sorted, ks, ke, costs, prios, payloads, idems,
-		deadlines, bc, bt, bs, parents, depths, states, eligible, created}
+	return []any{jobs[0].Region, textArray(ids), textArray(kinds), textArray(lanes), textArray(tenants), textArray(keys),
+		textArray(sorted), ks, ke, int8Array(costs), prios, payloads, textArray(idems), nullInt8Array(deadlines), bc, bt, bs,
+		textArray(parents), textArray(depths), textArray(states), int8Array(eligible), int8Array(created)}
 }
 
 // storedCopy is the job as a read of the row just inserted returns it: the

@@ -28,7 +28,7 @@ func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, err
 	var out []*job.Job
 	err := s.inPipe(ctx, s.cfg.AsyncLease, func(tx *pipeTx) error {
 		var err error
-		tx.set(leaseSettings...)
+		tx.set(leaseSettings)
 		out, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
 		return err
 	})
@@ -95,11 +95,11 @@ var (
 // restored after them (four set_config statements a lease); set once
 // after BEGIN they cost none of their own (docs/benchmarks.md, "Session
 // 18 (s18h3)").
-var leaseSettings = []string{
+var leaseSettings = newTxSettings(
 	"enable_bitmapscan", "off",
 	"enable_seqscan", "off",
 	"plan_cache_mode", "force_generic_plan",
-}
+)
 
 // promoteSQL moves up to $2 due retries to waiting. Rows locked elsewhere
 // (a cancel, another node's promotion) are skipped rather than waited
@@ -300,25 +300,55 @@ func (l *leaseTx) LockKeysManyHeads(names []string, gs []store.Group, now time.T
 	return keys, heads, br.Close()
 }
 
-func groupIDs(gs []store.Group) []int64 {
-	ids := make([]int64, len(gs))
+func groupIDs(gs []store.Group) int8Array {
+	ids := make(int8Array, len(gs))
 	for i, g := range gs {
 		ids[i] = g.ID
 	}
 	return ids
 }
 
+// collectHeads reads manyHeadsSQL's rows, which come group by group (the
+// lateral join runs once per group, in the order of the ids), into one
+// slice of candidates, and maps each group to its part of it: an append
+// per row to a slice per group grew each one separately (four allocations
+// a job of a 20,000-job drain).
 func collectHeads(rows pgx.Rows, groups int) (map[int64][]store.Candidate, error) {
 	defer rows.Close()
 	out := make(map[int64][]store.Candidate, groups)
+	var (
+		all   []store.Candidate
+		start int
+		// Scanned into once per call: a row's own variables escaped to
+		// the heap, two allocations a row.
+		g, cur int64
+		c      store.Candidate
+		dest   = []any{&g, &c.ID, &c.Cost}
+	)
+	flush := func() {
+		if len(all) == start {
+			return
+		}
+		// The capacity ends at the group's last candidate, so that an
+		// append to one group's slice cannot write the next's.
+		part := all[start:len(all):len(all)]
+		if prev, ok := out[cur]; ok { // the group again (not expected)
+			part = append(slices.Clip(prev), part...)
+		}
+		out[cur] = part
+		start = len(all)
+	}
 	for rows.Next() {
-		var g int64
-		var c store.Candidate
-		if err := rows.Scan(&g, &c.ID, &c.Cost); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		out[g] = append(out[g], c)
+		if g != cur {
+			flush()
+			cur = g
+		}
+		all = append(all, c)
 	}
+	flush()
 	return out, rows.Err()
 }
 
@@ -364,7 +394,7 @@ func (l *leaseTx) TouchGroups(touches []store.GroupTouch) error {
 	for i, t := range touches {
 		ids[i], blocked[i], empty[i] = t.ID, ns(t.BlockedUntil), t.Empty
 	}
-	_, err := l.tx.Exec(l.ctx, touchGroupsSQL, ids, blocked, empty)
+	_, err := l.tx.Exec(l.ctx, touchGroupsSQL, int8Array(ids), int8Array(blocked), empty)
 	return err
 }
 
@@ -393,7 +423,7 @@ func (l *leaseTx) MarkLeased(leased []store.Leased, now, until time.Time) ([]*jo
 	for i, c := range leased {
 		ids[i], tokens[i] = c.ID, c.Token
 	}
-	sql, args := markLeasedSQL, []any{ids, tokens, ns(now), ns(until)}
+	sql, args := markLeasedSQL, []any{textArray(ids), textArray(tokens), ns(now), ns(until)}
 	if touch, ok := l.tx.take(touchGroupsSQL); ok {
 		sql, args = markLeasedTouchSQL, append(args, touch...)
 	}

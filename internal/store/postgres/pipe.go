@@ -32,9 +32,9 @@ type pipeTx struct {
 	// async sends SET LOCAL synchronous_commit = off with BEGIN: the
 	// commit does not wait for its WAL flush (see Config.AsyncLease).
 	async bool
-	// settings are set_config name/value pairs applied, local to the
-	// transaction, by one statement sent with BEGIN (see set).
-	settings []string
+	// settings are applied, local to the transaction, by one statement
+	// sent with BEGIN (see set); nil when there are none.
+	settings *txSettings
 	pending  []pendingExec
 	// committed: COMMIT went out with the last query (QueryCommit).
 	committed bool
@@ -100,37 +100,57 @@ func (p *pipeTx) prefix() *pgx.Batch {
 	return b
 }
 
-// set makes the transaction run with the given settings (name, value,
-// name, value, ...), local to it: they are applied once, right after
-// BEGIN, in the same statement as the async commit's, so they cost no
-// statement of their own and need no restoring (COMMIT and ROLLBACK end
-// them). It must be called before the first statement.
-func (p *pipeTx) set(nameValues ...string) {
+// set makes the transaction run with the given settings, local to it:
+// they are applied once, right after BEGIN, in the same statement as the
+// async commit's, so they cost no statement of their own and need no
+// restoring (COMMIT and ROLLBACK end them). It must be called before the
+// first statement.
+func (p *pipeTx) set(s *txSettings) {
 	if p.begun {
 		panic("pipeTx.set after the first statement")
 	}
-	p.settings = append(p.settings, nameValues...)
+	p.settings = s
 }
 
 // setup is the statement that applies the transaction's settings, "" when
 // there are none. Its text depends only on the settings, so the pool's
 // statement cache prepares it once per connection.
 func (p *pipeTx) setup() string {
-	if len(p.settings) == 0 {
-		if p.async {
-			return "SET LOCAL synchronous_commit = off"
+	switch {
+	case p.settings != nil && p.async:
+		return p.settings.async
+	case p.settings != nil:
+		return p.settings.sync
+	case p.async:
+		return "SET LOCAL synchronous_commit = off"
+	}
+	return ""
+}
+
+// txSettings are settings for pipeTx.set, with the statements that apply
+// them built once (newTxSettings) rather than on every transaction: the
+// lease's were a strings.Join and its pieces per lease call.
+type txSettings struct {
+	// sync applies the settings; async applies them with
+	// synchronous_commit off.
+	sync, async string
+}
+
+// newTxSettings returns the settings named by name, value, name, value,
+// ... (set_config's arguments; the names and values are SQL literals'
+// contents, our own constants).
+func newTxSettings(nameValues ...string) *txSettings {
+	stmt := func(kv []string) string {
+		calls := make([]string, 0, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			calls = append(calls, "set_config('"+kv[i]+"', '"+kv[i+1]+"', true)")
 		}
-		return ""
+		return "SELECT " + strings.Join(calls, ", ")
 	}
-	kv := p.settings
-	if p.async {
-		kv = append(slices.Clone(kv), "synchronous_commit", "off")
+	return &txSettings{
+		sync:  stmt(nameValues),
+		async: stmt(append(slices.Clone(nameValues), "synchronous_commit", "off")),
 	}
-	calls := make([]string, 0, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		calls = append(calls, "set_config('"+kv[i]+"', '"+kv[i+1]+"', true)")
-	}
-	return "SELECT " + strings.Join(calls, ", ")
 }
 
 // take removes the last queued write whose text is sql and returns its

@@ -113,26 +113,28 @@ func TestPipeTxSettingsAreLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	show := func(async bool, settings ...string) (mode, seq, sync string) {
+	show := func(async bool, settings *txSettings) (mode, seq, sync string) {
 		if err := s.inPipe(ctx, async, func(p *pipeTx) error {
-			p.set(settings...)
+			if settings != nil {
+				p.set(settings)
+			}
 			return p.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'), current_setting('synchronous_commit')`).Scan(&mode, &seq, &sync)
 		}); err != nil {
 			t.Fatal(err)
 		}
 		return mode, seq, sync
 	}
-	mode0, seq0, sync0 := show(false)
+	mode0, seq0, sync0 := show(false, nil)
 	for _, async := range []bool{false, true} {
-		for _, settings := range [][]string{nil, leaseSettings} {
-			mode, seq, sync := show(async, settings...)
+		for _, settings := range []*txSettings{nil, leaseSettings} {
+			mode, seq, sync := show(async, settings)
 			if (sync == "off") != (async || sync0 == "off") ||
 				(settings != nil && (mode != "force_generic_plan" || seq != "off")) {
-				t.Errorf("async %v, %d settings: inside, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s", async, len(settings), mode, seq, sync)
+				t.Errorf("async %v, settings %v: inside, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s", async, settings != nil, mode, seq, sync)
 			}
-			if mode, seq, sync := show(false); mode != mode0 || seq != seq0 || sync != sync0 {
-				t.Errorf("async %v, %d settings: after, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s; want %s, %s, %s",
-					async, len(settings), mode, seq, sync, mode0, seq0, sync0)
+			if mode, seq, sync := show(false, nil); mode != mode0 || seq != seq0 || sync != sync0 {
+				t.Errorf("async %v, settings %v: after, plan_cache_mode %s, enable_seqscan %s, synchronous_commit %s; want %s, %s, %s",
+					async, settings != nil, mode, seq, sync, mode0, seq0, sync0)
 			}
 		}
 	}

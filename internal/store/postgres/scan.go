@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
@@ -45,6 +47,14 @@ func nullTM(n *int64) time.Time {
 		return time.Time{}
 	}
 	return tm(*n)
+}
+
+// int8TM is nullTM for a column read into a pgtype.Int8.
+func int8TM(n pgtype.Int8) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return tm(n.Int64)
 }
 
 // nullBytes stores an empty payload or result as NULL.
@@ -88,41 +98,60 @@ func scanJobHistory(row pgx.Row) (*job.Job, error) {
 	return scan(row, true)
 }
 
+// jobScratch holds what scan reads a row into besides the job itself: the
+// columns that need a conversion, and the destination list. Each of them
+// escaped to the heap on its own when they were scan's locals (their
+// addresses go into an []any), 13 allocations a job on the lease's hot
+// path; pooled, they are none.
+type jobScratch struct {
+	lane, state, reason      string
+	payload, result, history []byte
+	// The nullable columns are read into pgtype values: into a pointer,
+	// pgx allocates the value it points to (reflect.New), two a leased job.
+	token                      pgtype.Text
+	deadline, lease, finished  pgtype.Int8
+	eligible, created, updated int64
+	dest                       []any
+}
+
+var jobScratchPool = sync.Pool{New: func() any { return new(jobScratch) }}
+
+// reset drops what the scratch refers to, so that the pool retains no job's
+// payload or result.
+func (c *jobScratch) reset() {
+	clear(c.dest)
+	*c = jobScratch{dest: c.dest[:0]}
+}
+
 func scan(row pgx.Row, withHistory bool) (*job.Job, error) {
-	var (
-		j                          job.Job
-		lane, state, reason        string
-		payload, result, history   []byte
-		token                      *string
-		deadline, lease, finished  *int64
-		eligible, created, updated int64
-		budgets                    = &j.Budgets
-		attempts                   = &j.Attempts
-		dest                       []any
-	)
-	dest = []any{&j.ID, &j.Kind, &j.Region, &lane, &j.Tenant, &j.LimitKeys, &j.Cost, &j.Priority, &payload,
-		&j.IdempotencyKey, &deadline, &budgets.Congestion, &budgets.Transient, &budgets.Schema, &j.ParentID,
-		&j.Depth, &state, &reason, &eligible, &j.Attempt, &attempts.Congestion, &attempts.Transient,
-		&attempts.Schema, &token, &lease, &result, &created, &updated, &finished}
+	j := new(job.Job)
+	c := jobScratchPool.Get().(*jobScratch)
+	defer func() {
+		c.reset()
+		jobScratchPool.Put(c)
+	}()
+	budgets, attempts := &j.Budgets, &j.Attempts
+	c.dest = append(c.dest[:0], &j.ID, &j.Kind, &j.Region, &c.lane, &j.Tenant, &j.LimitKeys, &j.Cost, &j.Priority, &c.payload,
+		&j.IdempotencyKey, &c.deadline, &budgets.Congestion, &budgets.Transient, &budgets.Schema, &j.ParentID,
+		&j.Depth, &c.state, &c.reason, &c.eligible, &j.Attempt, &attempts.Congestion, &attempts.Transient,
+		&attempts.Schema, &c.token, &c.lease, &c.result, &c.created, &c.updated, &c.finished)
 	if withHistory {
-		dest = append(dest, &history)
+		c.dest = append(c.dest, &c.history)
 	}
-	if err := row.Scan(dest...); err != nil {
+	if err := row.Scan(c.dest...); err != nil {
 		return nil, err
 	}
-	j.Lane, j.State, j.Reason = job.Lane(lane), job.State(state), job.Reason(reason)
-	j.Payload, j.Result = rawJSON(payload), rawJSON(result)
-	j.Deadline, j.LeaseExpiresAt, j.FinishedAt = nullTM(deadline), nullTM(lease), nullTM(finished)
-	j.EligibleAt, j.CreatedAt, j.UpdatedAt = tm(eligible), tm(created), tm(updated)
-	if token != nil {
-		j.LeaseToken = *token
-	}
-	if len(history) > 0 {
-		if err := json.Unmarshal(history, &j.History); err != nil {
+	j.Lane, j.State, j.Reason = job.Lane(c.lane), job.State(c.state), job.Reason(c.reason)
+	j.Payload, j.Result = rawJSON(c.payload), rawJSON(c.result)
+	j.Deadline, j.LeaseExpiresAt, j.FinishedAt = int8TM(c.deadline), int8TM(c.lease), int8TM(c.finished)
+	j.EligibleAt, j.CreatedAt, j.UpdatedAt = tm(c.eligible), tm(c.created), tm(c.updated)
+	j.LeaseToken = c.token.String // "" when NULL
+	if len(c.history) > 0 {
+		if err := json.Unmarshal(c.history, &j.History); err != nil {
 			return nil, fmt.Errorf("job %s: decode history: %w", j.ID, err)
 		}
 	}
-	return &j, nil
+	return j, nil
 }
 
 func rawJSON(b []byte) json.RawMessage {
@@ -140,23 +169,35 @@ func collectJobs(rows pgx.Rows, err error) ([]*job.Job, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*job.Job, error) { return scanJob(r) })
 }
 
+// keyScratch is scanKey's jobScratch: a key is read on every lease and
+// every finish, sixteen of them a batch in the throughput workload.
+type keyScratch struct {
+	tat, paused, refused int64
+	windows, shapes      []byte
+	dest                 []any
+}
+
+var keyScratchPool = sync.Pool{New: func() any { return new(keyScratch) }}
+
 // scanKey reads a row of store.LimitKeyCols.
 func scanKey(row pgx.Row) (*admission.State, error) {
-	var (
-		st                   admission.State
-		tat, paused, refused int64
-		windows, shapes      []byte
-	)
-	err := row.Scan(&st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
-		&st.LearnedRate, &tat, &paused, &st.InFlight, &refused, &windows, &shapes, &st.PerStart)
-	if err != nil {
+	st := new(admission.State)
+	c := keyScratchPool.Get().(*keyScratch)
+	defer func() {
+		clear(c.dest)
+		*c = keyScratch{dest: c.dest[:0]}
+		keyScratchPool.Put(c)
+	}()
+	c.dest = append(c.dest[:0], &st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
+		&st.LearnedRate, &c.tat, &c.paused, &st.InFlight, &c.refused, &c.windows, &c.shapes, &st.PerStart)
+	if err := row.Scan(c.dest...); err != nil {
 		return nil, err
 	}
-	st.TAT, st.PausedUntil, st.LastRefusal = tm(tat), tm(paused), tm(refused)
-	if err := store.DecodeLimitKey(&st, windows, shapes); err != nil {
+	st.TAT, st.PausedUntil, st.LastRefusal = tm(c.tat), tm(c.paused), tm(c.refused)
+	if err := store.DecodeLimitKey(st, c.windows, c.shapes); err != nil {
 		return nil, err
 	}
-	return &st, nil
+	return st, nil
 }
 
 // collectKeys reads every row of rows as a key state, by name.
