@@ -77,6 +77,31 @@ type txOps struct {
 	// group (a job's kind, lane and tenant are its group's, so they are
 	// not read back) and its rowid. One txOps serves one lease call.
 	groups map[string]head
+	// args is endAttempt's argument list, reused job after job (the
+	// driver does not keep it past the statement); now and token hold
+	// the last boxed time and lease token: a Finish's transitions share
+	// them as a rule (one lease call's token, one finish time), and
+	// boxing each again was an allocation per job.
+	args  []any
+	now   boxed[int64]
+	token boxed[string]
+}
+
+// boxed keeps a value converted to an interface once, for as long as the
+// same value is asked for again.
+type boxed[T comparable] struct {
+	v  T
+	b  any
+	ok bool
+}
+
+// of returns v as an interface, reusing the last conversion when v is
+// the same value.
+func (x *boxed[T]) of(v T) any {
+	if !x.ok || x.v != v {
+		x.v, x.b, x.ok = v, v, true
+	}
+	return x.b
 }
 
 // head is what Heads learned of a candidate: its group, rowid and cost.
@@ -213,9 +238,11 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 	}
 	defer rows.Close()
 	if o.groups == nil {
-		o.groups = map[string]head{}
+		// Sized for a lease of the engine's usual batch: growing a map
+		// entry by entry rehashes it at every doubling.
+		o.groups = make(map[string]head, 64)
 	}
-	var out []store.Candidate
+	out := make([]store.Candidate, 0, min(limit, 64))
 	for len(out) < limit && rows.Next() {
 		var c store.Candidate
 		var rowid int64
@@ -535,7 +562,8 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 			t.ID, t.LeaseToken, attempt, expired}
 	}
 	if plain {
-		args = []any{ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
+		o.args = append(o.args[:0], o.now.of(ns(now)), record, f.rowid, t.ID, o.token.of(t.LeaseToken), attempt)
+		args = o.args
 	} else {
 		args = general()
 	}
