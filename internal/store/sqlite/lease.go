@@ -400,15 +400,25 @@ const markLeasedSQL = `UPDATE jobs SET state = 'running', lease_token = ?, lease
 // by a JSON array of rowids.
 const leasedReadSQL = `SELECT ` + leasedCols + ` FROM jobs WHERE rowid IN (SELECT value FROM json_each(?))`
 
-// EndAttempts ends each attempt with one prepared statement: a guarded
-// UPDATE of the job that also appends the attempt record to the history in
-// the row. (One UPDATE joined with a JSON object of the whole batch
-// measured no faster on this driver: the cost is the row and index writes,
-// not the statements; in instructions it cost 20% more, docs/benchmarks.md
-// "Session 7 (s7h4)".)
+// EndAttempts ends the attempts in runs where it can (endRuns: one UPDATE
+// for the jobs of one lease call that end the same way at the same time,
+// a batch of successes as a rule) and each other attempt with one
+// prepared statement: a guarded UPDATE of the job that also appends the
+// attempt record to the history in the row. (One UPDATE joined with a
+// JSON object of per-job values measured no faster on this driver: it
+// copies each row's new values into a temporary table; in instructions it
+// cost 20% more, docs/benchmarks.md "Session 7 (s7h4)". A run's UPDATE
+// sets the same values on every row, like MarkLeased's.)
 func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	out := make([]store.Ended, len(ts))
+	ended, err := o.endRuns(ts, out)
+	if err != nil {
+		return nil, err
+	}
 	for i, t := range ts {
+		if ended[i] {
+			continue
+		}
 		keys, group, cost, err := o.endAttempt(t)
 		if errors.Is(err, store.ErrConflict) {
 			out[i].Conflict = true
@@ -421,6 +431,144 @@ func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	}
 	return out, nil
 }
+
+// run is a set of plain finishes (endAttemptPlainSQL) that one UPDATE
+// ends together: the same new state, lease token, attempt, time and
+// record, as the jobs of one lease call that the engine finishes in one
+// batch have (its finish stamps a batch with one time; a success's record
+// is its time, attempt and class).
+type run struct {
+	to      job.State
+	token   string
+	attempt int64
+	now     int64
+	record  string
+}
+
+// endRuns ends, one UPDATE per run of two or more, the transitions of ts
+// that would take endAttemptPlainSQL, sets their out entries and reports
+// which it ended; the others are left to endAttempt. A run's UPDATE
+// finds its rows by the rowids the lease read (leaseFacts.rowid) and is
+// guarded as endAttemptPlainSQL's is but for the id, which it need not
+// check: rowids change only by a VACUUM, which no connection can run
+// without a commit that empties Store.leases (checkDataVersion), and the
+// token, new at every lease call, is on no row of another call. It runs in
+// a savepoint: if any of the run's jobs is no longer running under its
+// lease (changed rows fewer than the run's), the savepoint is rolled back
+// and every job of the run goes by endAttempt, which tells which. One
+// statement per run instead of one per job: every statement is a bind of
+// each parameter through database/sql and the driver, a step and a reset
+// (docs/benchmarks.md, "Session 19 (s19h4)").
+func (o *txOps) endRuns(ts []store.Transition, out []store.Ended) ([]bool, error) {
+	ended := make([]bool, len(ts))
+	var order []run
+	var runs map[run][]int
+	for i, t := range ts {
+		f, ok := o.s.leases[t.ID]
+		if _, plain := endAttemptPlainSQLs[t.To]; !ok || !plain || f.token != t.LeaseToken || !plainEnd(t, f) {
+			continue
+		}
+		if runs == nil {
+			runs = map[run][]int{}
+		}
+		r := run{t.To, t.LeaseToken, int64(t.Record.Attempt), ns(t.Keys.Now), recordJSON(t.Record)}
+		if _, seen := runs[r]; !seen {
+			order = append(order, r)
+		}
+		runs[r] = append(runs[r], i)
+	}
+	for _, r := range order {
+		idx := runs[r]
+		if len(idx) < 2 {
+			continue
+		}
+		ok, err := o.endRun(r, ts, idx)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		for _, i := range idx {
+			f := o.s.leases[ts[i].ID]
+			delete(o.s.leases, ts[i].ID)
+			out[i].Keys, out[i].Group, out[i].Cost = f.keys, f.group, f.cost
+			ended[i] = true
+		}
+	}
+	return ended, nil
+}
+
+// plainEnd reports whether t keeps eligible_at, result, the failure
+// counters (those of its lease, f) and the empty reason of a running job,
+// names its attempt and does not ask for an expired lease: what
+// endAttemptPlainSQL writes.
+func plainEnd(t store.Transition, f leaseFacts) bool {
+	return t.EligibleAt.IsZero() && len(t.Result) == 0 && t.LeaseExpiredBy.IsZero() && t.Record.Attempt != 0 &&
+		t.Reason == "" && t.Attempts == f.attempts
+}
+
+// endRun ends the run's jobs (indexes into ts) in one UPDATE inside a
+// savepoint, and reports whether it ended all of them; if not, nothing of
+// it is kept.
+func (o *txOps) endRun(r run, ts []store.Transition, idx []int) (bool, error) {
+	b := make([]byte, 0, 2+len(idx)*12)
+	b = append(b, '[')
+	for k, i := range idx {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, o.s.leases[ts[i].ID].rowid, 10)
+	}
+	b = append(b, ']')
+	if _, err := o.s.exec(o.tx, `SAVEPOINT run`); err != nil {
+		return false, err
+	}
+	args := []any{r.now, r.record, string(b), r.token, r.attempt}
+	if r.to.Final() {
+		args = append([]any{r.now}, args...) // finished_at, then updated_at
+	}
+	res, err := o.s.exec(o.tx, endRunSQLs[r.to], args...)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err == nil && n == int64(len(idx)) {
+		_, err = o.s.exec(o.tx, `RELEASE run`)
+		return err == nil, err
+	}
+	if _, rerr := o.s.exec(o.tx, `ROLLBACK TO run`); rerr != nil {
+		return false, errors.Join(err, rerr)
+	}
+	if _, rerr := o.s.exec(o.tx, `RELEASE run`); rerr != nil {
+		return false, errors.Join(err, rerr)
+	}
+	return false, err
+}
+
+// endRunSQL is endAttemptPlainSQL for a run of jobs (endRuns): the rows
+// named by a JSON array of rowids, without the id check. Parameters: the
+// time (twice, finished_at and updated_at, for a final state), the
+// record, the rowids, the token, the attempt.
+func endRunSQL(to job.State) string {
+	times := `updated_at = ?`
+	if to.Final() {
+		times = `finished_at = ?, updated_at = ?`
+	}
+	return `UPDATE jobs SET state = '` + string(to) + `',
+		lease_token = NULL, lease_expires_at = NULL, ` + times + `,
+		history = ` + finishHistory + `
+	WHERE rowid IN (SELECT value FROM json_each(?)) AND state = 'running' AND lease_token = ? AND attempt = ?`
+}
+
+// endRunSQLs is endRunSQL of each state endAttemptPlainSQLs has.
+var endRunSQLs = func() map[job.State]string {
+	m := map[job.State]string{}
+	for to := range endAttemptPlainSQLs {
+		m[to] = endRunSQL(to)
+	}
+	return m
+}()
 
 // leaseFacts is what the finish of a lease needs of its job besides the
 // guard: its limit keys, group and cost. No statement changes them after
