@@ -302,16 +302,8 @@ func plainTouches(touches []store.GroupTouch) bool {
 // parameters, a step and a reset (docs/benchmarks.md, "Session 19
 // (s19h4)").
 func (o *txOps) touchAll(touches []store.GroupTouch, seq int64) error {
-	b := make([]byte, 0, 2+len(touches)*8)
-	b = append(b, '[')
-	for i, t := range touches {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, t.ID, 10)
-	}
-	b = append(b, ']')
-	res, err := o.s.exec(o.tx, touchAllSQL, seq+1, string(b))
+	ids := intsJSON(touches, func(t store.GroupTouch) int64 { return t.ID })
+	res, err := o.s.exec(o.tx, touchAllSQL, seq+1, ids)
 	if err != nil {
 		return err
 	}
@@ -319,6 +311,20 @@ func (o *txOps) touchAll(touches []store.GroupTouch, seq int64) error {
 		return errors.Join(err, fmt.Errorf("sqlite: touch groups: %d of %d touched", n, len(touches)))
 	}
 	return nil
+}
+
+// intsJSON is a JSON array of the integer each of xs names, for a
+// statement's json_each(?).
+func intsJSON[T any](xs []T, n func(T) int64) string {
+	b := make([]byte, 0, 2+len(xs)*12)
+	b = append(b, '[')
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, n(x), 10)
+	}
+	return string(append(b, ']'))
 }
 
 // touchAllSQL: the first sequence number, the group ids in order (the
@@ -555,19 +561,11 @@ func plainEnd(t store.Transition, f leaseFacts) bool {
 // savepoint, and reports whether it ended all of them; if not, nothing of
 // it is kept.
 func (o *txOps) endRun(r run, ts []store.Transition, idx []int) (bool, error) {
-	b := make([]byte, 0, 2+len(idx)*12)
-	b = append(b, '[')
-	for k, i := range idx {
-		if k > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, o.s.leases[ts[i].ID].rowid, 10)
-	}
-	b = append(b, ']')
+	rowids := intsJSON(idx, func(i int) int64 { return o.s.leases[ts[i].ID].rowid })
 	if _, err := o.s.exec(o.tx, `SAVEPOINT run`); err != nil {
 		return false, err
 	}
-	args := []any{r.now, r.record, string(b), r.token, r.attempt}
+	args := []any{r.now, r.record, rowids, r.token, r.attempt}
 	if r.to.Final() {
 		args = append([]any{r.now}, args...) // finished_at, then updated_at
 	}
