@@ -184,6 +184,8 @@ type leaser struct {
 	// counted is how many more batch-lane jobs of the kinds BatchMax
 	// counts the call may take.
 	counted int
+	// keyBuf is lockKeys' result, reused from one call to the next.
+	keyBuf []*admission.State
 }
 
 // capped reports whether c is a batch-lane group of a kind BatchMax
@@ -403,11 +405,16 @@ func (l *leaser) lockKeys(names []string) ([]*admission.State, error) {
 			l.keys[n] = st // nil records "unavailable" for the rest of the call
 		}
 	}
-	out := make([]*admission.State, len(names))
-	for i, n := range names {
-		if out[i] = l.keys[n]; out[i] == nil {
+	// The slice is the leaser's, reused by the next call: step reads it
+	// before it asks again.
+	out := l.keyBuf[:0]
+	for _, n := range names {
+		st := l.keys[n]
+		if st == nil {
 			return nil, nil
 		}
+		out = append(out, st)
 	}
+	l.keyBuf = out
 	return out, nil
 }

@@ -148,19 +148,21 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 		shape := chunkShape(jobs, chunk)
 		if shape&insertShared != 0 {
 			args = appendShared(args, jobs[chunk[0]])
+			if shape&insertSharedCosts != 0 {
+				args = appendCosts(args, jobs[chunk[0]])
+			}
 		}
 		for _, i := range chunk {
 			j := jobs[i]
 			if shape&insertShared == 0 {
 				args = append(appendShared(args, j), ns(j.CreatedAt)) // updated_at
 			}
-			args = append(args, j.ID, keysJSON[i], j.Cost, j.Priority, []byte(j.Payload))
-			if shape&insertPlain == 0 {
-				args = append(args, j.IdempotencyKey, nullNS(j.Deadline))
+			if shape&insertSharedCosts == 0 {
+				args = appendCosts(args, j)
 			}
-			args = append(args, j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema)
+			args = append(args, j.ID, keysJSON[i], []byte(j.Payload))
 			if shape&insertPlain == 0 {
-				args = append(args, j.ParentID, j.Depth)
+				args = append(args, j.IdempotencyKey, nullNS(j.Deadline), j.ParentID, j.Depth)
 			}
 			args = append(args, groups[jobGroup[i]])
 		}
@@ -277,6 +279,12 @@ const (
 	// every job of the chunk has the same (sameShared), as the jobs of one
 	// InsertMany of one kind do.
 	insertShared
+	// insertSharedCosts, only with insertShared, binds appendCosts'
+	// columns once for the chunk too, as ?8 to ?12: every job of the chunk
+	// has the same cost, priority and budgets (sameCosts), as a kind's
+	// jobs do unless their producer sets them one by one. Five binds per
+	// job fewer (docs/benchmarks.md, "Session 19 (s19h4)").
+	insertSharedCosts
 )
 
 // chunkShape returns the leanest insertShape that writes the chunk's
@@ -291,6 +299,9 @@ func chunkShape(jobs []*job.Job, chunk []int) insertShape {
 	// the driver looks up by name.
 	if len(chunk) > 1 && !slices.ContainsFunc(chunk, func(i int) bool { return !sameShared(first, jobs[i]) }) {
 		shape |= insertShared
+		if !slices.ContainsFunc(chunk, func(i int) bool { return !sameCosts(first, jobs[i]) }) {
+			shape |= insertSharedCosts
+		}
 	}
 	return shape
 }
@@ -309,6 +320,12 @@ func sameShared(a, b *job.Job) bool {
 		a.EligibleAt.Equal(b.EligibleAt) && a.CreatedAt.Equal(b.CreatedAt)
 }
 
+// sameCosts reports whether a and b agree on every column appendCosts
+// writes.
+func sameCosts(a, b *job.Job) bool {
+	return a.Cost == b.Cost && a.Priority == b.Priority && a.Budgets == b.Budgets
+}
+
 // appendShared appends j's values of the columns insertShared binds once
 // per chunk: kind, region, lane, tenant, state, eligible_at and created_at
 // (which updated_at repeats). Lane and state as plain strings:
@@ -318,28 +335,38 @@ func appendShared(args []any, j *job.Job) []any {
 	return append(args, j.Kind, j.Region, string(j.Lane), j.Tenant, string(j.State), ns(j.EligibleAt), ns(j.CreatedAt))
 }
 
+// appendCosts appends j's values of the columns insertSharedCosts binds
+// once per chunk: cost, priority and the three budgets.
+func appendCosts(args []any, j *job.Job) []any {
+	return append(args, j.Cost, j.Priority, j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema)
+}
+
 // insertStatement is the insert of n rows of the shape. The shared
-// columns come first in every row, so that with insertShared the first
-// row names ?1 to ?7 before its first plain "?", which SQLite then
-// numbers 8.
+// columns come first in every row, then the costs, so that with
+// insertShared (and insertSharedCosts) the first row names ?1 to ?7 (?12)
+// before its first plain "?", which SQLite then numbers 8 (13).
 func insertStatement(n int, shape insertShape) string {
 	shared := "?, ?, ?, ?, ?, ?, ?, ?" // updated_at bound as created_at again
 	if shape&insertShared != 0 {
 		shared = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7"
 	}
-	cols, tail := `id, limit_keys, cost, priority, payload, idempotency_key, deadline,
-		budget_congestion, budget_transient, budget_schema, parent_id, depth, group_id`, 13
-	if shape&insertPlain != 0 {
-		cols, tail = `id, limit_keys, cost, priority, payload, budget_congestion, budget_transient, budget_schema, group_id`, 9
+	costs := ", ?, ?, ?, ?, ?"
+	if shape&insertSharedCosts != 0 {
+		costs = ", ?8, ?9, ?10, ?11, ?12"
 	}
-	row := "(" + shared + strings.Repeat(", ?", tail) + ")"
+	cols, tail := `id, limit_keys, payload, idempotency_key, deadline, parent_id, depth, group_id`, 8
+	if shape&insertPlain != 0 {
+		cols, tail = `id, limit_keys, payload, group_id`, 4
+	}
+	row := "(" + shared + costs + strings.Repeat(", ?", tail) + ")"
 	return `INSERT INTO jobs (kind, region, lane, tenant, state, eligible_at, created_at, updated_at,
-		` + cols + `) VALUES ` + strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+		cost, priority, budget_congestion, budget_transient, budget_schema, ` + cols + `) VALUES ` +
+		strings.TrimSuffix(strings.Repeat(row+",", n), ",")
 }
 
 // insertSQL[shape][k] and heldSQL[k] are the statements of 1<<k rows or
-// keys.
-var insertSQL, heldSQL = func() (ins [4][]string, held []string) {
+// keys. insertSharedCosts without insertShared is never asked for.
+var insertSQL, heldSQL = func() (ins [8][]string, held []string) {
 	for n := 1; n <= maxInsertRows; n *= 2 {
 		for shape := range insertShape(len(ins)) {
 			ins[shape] = append(ins[shape], insertStatement(n, shape))

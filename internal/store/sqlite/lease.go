@@ -77,6 +77,31 @@ type txOps struct {
 	// group (a job's kind, lane and tenant are its group's, so they are
 	// not read back) and its rowid. One txOps serves one lease call.
 	groups map[string]head
+	// args is endAttempt's argument list, reused job after job (the
+	// driver does not keep it past the statement); now and token hold
+	// the last boxed time and lease token: a Finish's transitions share
+	// them as a rule (one lease call's token, one finish time), and
+	// boxing each again was an allocation per job.
+	args  []any
+	now   boxed[int64]
+	token boxed[string]
+}
+
+// boxed keeps a value converted to an interface once, for as long as the
+// same value is asked for again.
+type boxed[T comparable] struct {
+	v  T
+	b  any
+	ok bool
+}
+
+// of returns v as an interface, reusing the last conversion when v is
+// the same value.
+func (x *boxed[T]) of(v T) any {
+	if !x.ok || x.v != v {
+		x.v, x.b, x.ok = v, v, true
+	}
+	return x.b
 }
 
 // head is what Heads learned of a candidate: its group, rowid and cost.
@@ -213,9 +238,11 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 	}
 	defer rows.Close()
 	if o.groups == nil {
-		o.groups = map[string]head{}
+		// Sized for a lease of the engine's usual batch: growing a map
+		// entry by entry rehashes it at every doubling.
+		o.groups = make(map[string]head, 64)
 	}
-	var out []store.Candidate
+	out := make([]store.Candidate, 0, min(limit, 64))
 	for len(out) < limit && rows.Next() {
 		var c store.Candidate
 		var rowid int64
@@ -248,6 +275,9 @@ func (o *txOps) TouchGroups(touches []store.GroupTouch) error {
 	if err := o.s.queryRow(o.tx, `SELECT coalesce(max(served_seq), 0) FROM job_groups`).Scan(&seq); err != nil {
 		return err
 	}
+	if plainTouches(touches) {
+		return o.touchAll(touches, seq)
+	}
 	for i, t := range touches {
 		if err := o.touchGroup(t.ID, seq+int64(i)+1, t.BlockedUntil, t.Empty); err != nil {
 			return err
@@ -255,6 +285,52 @@ func (o *txOps) TouchGroups(touches []store.GroupTouch) error {
 	}
 	return nil
 }
+
+// plainTouches reports whether every touch only moves its group to the
+// back of the round, unblocked and not empty (touchAll): every group of
+// a lease on unpaced keys with jobs left.
+func plainTouches(touches []store.GroupTouch) bool {
+	return len(touches) > 1 && !slices.ContainsFunc(touches, func(t store.GroupTouch) bool {
+		return t.Empty || !t.BlockedUntil.IsZero()
+	})
+}
+
+// touchAll is touchGroup of plain touches (plainTouches) in one UPDATE:
+// the groups, a JSON array of their ids in touch order, get the served
+// sequence numbers after seq in that order, as one touchGroup each gave
+// them; one statement instead of one per group, each a bind of three
+// parameters, a step and a reset (docs/benchmarks.md, "Session 19
+// (s19h4)").
+func (o *txOps) touchAll(touches []store.GroupTouch, seq int64) error {
+	ids := intsJSON(touches, func(t store.GroupTouch) int64 { return t.ID })
+	res, err := o.s.exec(o.tx, touchAllSQL, seq+1, ids)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(touches)) {
+		return errors.Join(err, fmt.Errorf("sqlite: touch groups: %d of %d touched", n, len(touches)))
+	}
+	return nil
+}
+
+// intsJSON is a JSON array of the integer each of xs names, for a
+// statement's json_each(?).
+func intsJSON[T any](xs []T, n func(T) int64) string {
+	b := make([]byte, 0, 2+len(xs)*12)
+	b = append(b, '[')
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, n(x), 10)
+	}
+	return string(append(b, ']'))
+}
+
+// touchAllSQL: the first sequence number, the group ids in order (the
+// array's key is each id's position).
+const touchAllSQL = `UPDATE job_groups SET blocked_until = 0, served_seq = ?1 + t.key
+	FROM json_each(?2) AS t WHERE job_groups.id = t.value`
 
 func (o *txOps) touchGroup(id, seq int64, blockedUntil time.Time, empty bool) error {
 	_, err := o.s.exec(o.tx, `UPDATE job_groups SET blocked_until = ?, served_seq = ? WHERE id = ?`, ns(blockedUntil), seq, id)
@@ -373,15 +449,25 @@ const markLeasedSQL = `UPDATE jobs SET state = 'running', lease_token = ?, lease
 // by a JSON array of rowids.
 const leasedReadSQL = `SELECT ` + leasedCols + ` FROM jobs WHERE rowid IN (SELECT value FROM json_each(?))`
 
-// EndAttempts ends each attempt with one prepared statement: a guarded
-// UPDATE of the job that also appends the attempt record to the history in
-// the row. (One UPDATE joined with a JSON object of the whole batch
-// measured no faster on this driver: the cost is the row and index writes,
-// not the statements; in instructions it cost 20% more, docs/benchmarks.md
-// "Session 7 (s7h4)".)
+// EndAttempts ends the attempts in runs where it can (endRuns: one UPDATE
+// for the jobs of one lease call that end the same way at the same time,
+// a batch of successes as a rule) and each other attempt with one
+// prepared statement: a guarded UPDATE of the job that also appends the
+// attempt record to the history in the row. (One UPDATE joined with a
+// JSON object of per-job values measured no faster on this driver: it
+// copies each row's new values into a temporary table; in instructions it
+// cost 20% more, docs/benchmarks.md "Session 7 (s7h4)". A run's UPDATE
+// sets the same values on every row, like MarkLeased's.)
 func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	out := make([]store.Ended, len(ts))
+	ended, err := o.endRuns(ts, out)
+	if err != nil {
+		return nil, err
+	}
 	for i, t := range ts {
+		if ended[i] {
+			continue
+		}
 		keys, group, cost, err := o.endAttempt(t)
 		if errors.Is(err, store.ErrConflict) {
 			out[i].Conflict = true
@@ -394,6 +480,136 @@ func (o *txOps) EndAttempts(ts []store.Transition) ([]store.Ended, error) {
 	}
 	return out, nil
 }
+
+// run is a set of plain finishes (endAttemptPlainSQL) that one UPDATE
+// ends together: the same new state, lease token, attempt, time and
+// record, as the jobs of one lease call that the engine finishes in one
+// batch have (its finish stamps a batch with one time; a success's record
+// is its time, attempt and class).
+type run struct {
+	to      job.State
+	token   string
+	attempt int64
+	now     int64
+	record  string
+}
+
+// endRuns ends, one UPDATE per run of two or more, the transitions of ts
+// that would take endAttemptPlainSQL, sets their out entries and reports
+// which it ended; the others are left to endAttempt. A run's UPDATE
+// finds its rows by the rowids the lease read (leaseFacts.rowid) and is
+// guarded as endAttemptPlainSQL's is but for the id, which it need not
+// check: rowids change only by a VACUUM, which no connection can run
+// without a commit that empties Store.leases (checkDataVersion), and the
+// token, new at every lease call, is on no row of another call. It runs in
+// a savepoint: if any of the run's jobs is no longer running under its
+// lease (changed rows fewer than the run's), the savepoint is rolled back
+// and every job of the run goes by endAttempt, which tells which. One
+// statement per run instead of one per job: every statement is a bind of
+// each parameter through database/sql and the driver, a step and a reset
+// (docs/benchmarks.md, "Session 19 (s19h4)").
+func (o *txOps) endRuns(ts []store.Transition, out []store.Ended) ([]bool, error) {
+	ended := make([]bool, len(ts))
+	var order []run
+	var runs map[run][]int
+	for i, t := range ts {
+		f, ok := o.s.leases[t.ID]
+		if _, plain := endAttemptPlainSQLs[t.To]; !ok || !plain || f.token != t.LeaseToken || !plainEnd(t, f) {
+			continue
+		}
+		if runs == nil {
+			runs = map[run][]int{}
+		}
+		r := run{t.To, t.LeaseToken, int64(t.Record.Attempt), ns(t.Keys.Now), recordJSON(t.Record)}
+		if _, seen := runs[r]; !seen {
+			order = append(order, r)
+		}
+		runs[r] = append(runs[r], i)
+	}
+	for _, r := range order {
+		idx := runs[r]
+		if len(idx) < 2 {
+			continue
+		}
+		ok, err := o.endRun(r, ts, idx)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		for _, i := range idx {
+			f := o.s.leases[ts[i].ID]
+			delete(o.s.leases, ts[i].ID)
+			out[i].Keys, out[i].Group, out[i].Cost = f.keys, f.group, f.cost
+			ended[i] = true
+		}
+	}
+	return ended, nil
+}
+
+// plainEnd reports whether t keeps eligible_at, result, the failure
+// counters (those of its lease, f) and the empty reason of a running job,
+// names its attempt and does not ask for an expired lease: what
+// endAttemptPlainSQL writes.
+func plainEnd(t store.Transition, f leaseFacts) bool {
+	return t.EligibleAt.IsZero() && len(t.Result) == 0 && t.LeaseExpiredBy.IsZero() && t.Record.Attempt != 0 &&
+		t.Reason == "" && t.Attempts == f.attempts
+}
+
+// endRun ends the run's jobs (indexes into ts) in one UPDATE inside a
+// savepoint, and reports whether it ended all of them; if not, nothing of
+// it is kept.
+func (o *txOps) endRun(r run, ts []store.Transition, idx []int) (bool, error) {
+	rowids := intsJSON(idx, func(i int) int64 { return o.s.leases[ts[i].ID].rowid })
+	if _, err := o.s.exec(o.tx, `SAVEPOINT run`); err != nil {
+		return false, err
+	}
+	args := []any{r.now, r.record, rowids, r.token, r.attempt}
+	if r.to.Final() {
+		args = append([]any{r.now}, args...) // finished_at, then updated_at
+	}
+	res, err := o.s.exec(o.tx, endRunSQLs[r.to], args...)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err == nil && n == int64(len(idx)) {
+		_, err = o.s.exec(o.tx, `RELEASE run`)
+		return err == nil, err
+	}
+	if _, rerr := o.s.exec(o.tx, `ROLLBACK TO run`); rerr != nil {
+		return false, errors.Join(err, rerr)
+	}
+	if _, rerr := o.s.exec(o.tx, `RELEASE run`); rerr != nil {
+		return false, errors.Join(err, rerr)
+	}
+	return false, err
+}
+
+// endRunSQL is endAttemptPlainSQL for a run of jobs (endRuns): the rows
+// named by a JSON array of rowids, without the id check. Parameters: the
+// time (twice, finished_at and updated_at, for a final state), the
+// record, the rowids, the token, the attempt.
+func endRunSQL(to job.State) string {
+	times := `updated_at = ?`
+	if to.Final() {
+		times = `finished_at = ?, updated_at = ?`
+	}
+	return `UPDATE jobs SET state = '` + string(to) + `',
+		lease_token = NULL, lease_expires_at = NULL, ` + times + `,
+		history = ` + finishHistory + `
+	WHERE rowid IN (SELECT value FROM json_each(?)) AND state = 'running' AND lease_token = ? AND attempt = ?`
+}
+
+// endRunSQLs is endRunSQL of each state endAttemptPlainSQLs has.
+var endRunSQLs = func() map[job.State]string {
+	m := map[job.State]string{}
+	for to := range endAttemptPlainSQLs {
+		m[to] = endRunSQL(to)
+	}
+	return m
+}()
 
 // leaseFacts is what the finish of a lease needs of its job besides the
 // guard: its limit keys, group and cost. No statement changes them after
@@ -535,7 +751,8 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 			t.ID, t.LeaseToken, attempt, expired}
 	}
 	if plain {
-		args = []any{ns(now), record, f.rowid, t.ID, t.LeaseToken, attempt}
+		o.args = append(o.args[:0], o.now.of(ns(now)), record, f.rowid, t.ID, o.token.of(t.LeaseToken), attempt)
+		args = o.args
 	} else {
 		args = general()
 	}

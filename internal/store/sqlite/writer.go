@@ -274,6 +274,10 @@ func (s *Store) checkDataVersion(tx *sql.Tx) error {
 	}
 	if v != s.dataVersion {
 		clear(s.unpaced)
+		// Another connection's commit may have been a VACUUM, which may
+		// renumber rows: the rowids remembered for the finishes
+		// (leaseFacts.rowid) are no longer to be trusted.
+		clear(s.leases)
 		s.dataVersion = v
 	}
 	return nil

@@ -215,6 +215,58 @@ func testFinishBatch(t *testing.T, open Opener) {
 	}
 }
 
+// testFinishLeaseCallOneLost finishes, in one Finish, every job of one
+// lease call as the same success (one time, one attempt: the engine's
+// finish of a batch), after one of them was cancelled: that one answers
+// ErrConflict and stays as the cancel left it, the others end with one
+// record each; a second Finish of them all answers ErrConflict for each.
+// A driver that ends such a run in one statement (SQLite's endRuns) must
+// still tell which job's guard failed.
+func testFinishLeaseCallOneLost(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	insert(t, s, NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k"),
+		NewJob("acme", job.LaneBatch, "k"), NewJob("acme", job.LaneBatch, "k"))
+	js := lease(t, s, T0, 4)
+	if len(js) != 4 {
+		t.Fatalf("leased %d of 4", len(js))
+	}
+	lost := js[2]
+	if _, err := s.Cancel(ctx, lost.ID, T0); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	at := T0.Add(time.Second)
+	ts := make([]store.Transition, len(js))
+	for i, j := range js {
+		ts[i] = success(j, at)
+	}
+	errs := finish(t, s, ts...)
+	for i, j := range js {
+		if j.ID == lost.ID {
+			if !errors.Is(errs[i], store.ErrConflict) {
+				t.Fatalf("the cancelled job's finish = %v, want ErrConflict", errs[i])
+			}
+			if got := get(t, s, j.ID); got.State != job.StateTerminal || got.Reason != job.ReasonCancelled || len(got.History) != 1 {
+				t.Fatalf("cancelled job: %s/%s with %d records, want terminal/cancelled with 1", got.State, got.Reason, len(got.History))
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("finish %d = %v, want nil", i, errs[i])
+		}
+		got := get(t, s, j.ID)
+		if got.State != job.StatePublished || !got.FinishedAt.Equal(at) || len(got.History) != 1 ||
+			!got.History[0].At.Equal(at) || got.History[0].Attempt != j.Attempt || got.History[0].Outcome != job.ClassSuccess {
+			t.Fatalf("job %d: %s finished %v history %+v; want published at %v with its one success", i, got.State, got.FinishedAt, got.History, at)
+		}
+	}
+	for i, e := range finish(t, s, ts...) {
+		if !errors.Is(e, store.ErrConflict) {
+			t.Fatalf("second finish %d = %v, want ErrConflict", i, e)
+		}
+	}
+}
+
 func testPublishOnce(t *testing.T, open Opener) {
 	s := open(t)
 	insert(t, s, NewJob("acme", job.LaneBatch, "k"))

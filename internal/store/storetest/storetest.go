@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener) {
 		"LeaseRespectsEligible": testLeaseRespectsEligible,
 		"GuardedFinish":         testGuardedFinish,
 		"FinishBatch":           testFinishBatch,
+		"FinishRunOneLost":      testFinishLeaseCallOneLost,
 		"PublishOnce":           testPublishOnce,
 		"PublishClaim":          testPublishClaim,
 		"TokenBucketPacing":     testTokenBucketPacing,
