@@ -149,3 +149,15 @@ func openTestStore(t *testing.T) *Store {
 	s := OpenTest(t, Config{})
 	return s
 }
+
+// TestPlanItemsUsesKey: the chunk's items are found by the primary key
+// (batch_id, custom_id), one search per custom id, not by scanning the
+// batch's items.
+func TestPlanItemsUsesKey(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t)
+	got := queryPlan(t, s, planItemsSQL, "k", 0, "b", `["a"]`)
+	if !strings.Contains(got, "SEARCH batch_items USING PRIMARY KEY (batch_id=? AND custom_id=?)") {
+		t.Errorf("plan %q, want a search of batch_items by its key", got)
+	}
+}
