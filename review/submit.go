@@ -148,18 +148,16 @@ func (rt *regionRT) checkTarget(ctx context.Context, tenant string, p Publish) e
 }
 
 func (rt *regionRT) insertPlan(ctx context.Context, plan pipeline.Plan) (Status, error) {
-	// The review's content (its diff and each part's text) in one write:
-	// the part cannot be leased before its insert commits, and each write
-	// ahead of the insert is a commit through a single-writer store's
-	// queue, counted in the part's queued stage (one PutObject each made
-	// three commits before a one-file review's part existed;
-	// docs/benchmarks.md, "Session 13 (s13h5)").
-	if err := rt.st.PutObjects(ctx, plan.Objects); err != nil {
-		return Status{}, fmt.Errorf("review: store review content: %w", err)
-	}
-	// One write: the review (accepted) and its parts (waiting); the
-	// engine aggregates it when they are final (at once with no part).
-	res, err := rt.r.Jobs().InsertParts(ctx, plan.Parent, plan.Parts, rt.r.Config().DefaultLimit)
+	// One write: the review's content (its diff and each part's text),
+	// the review (accepted) and its parts (waiting); the engine aggregates
+	// it when they are final (at once with no part). The part cannot be
+	// leased before its insert commits, and each write ahead of the insert
+	// was a commit through a single-writer store's queue, counted in the
+	// part's queued stage: one PutObject per object made three commits
+	// before a one-file review's part existed (docs/benchmarks.md,
+	// "Session 13 (s13h5)"), one PutObjects then the insert two
+	// ("Session 19 (s19h5)").
+	res, err := rt.r.Jobs().InsertPartsWithObjects(ctx, plan.Objects, plan.Parent, plan.Parts, rt.r.Config().DefaultLimit)
 	if err != nil {
 		return Status{}, fmt.Errorf("review: insert review: %w", err)
 	}

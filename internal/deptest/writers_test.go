@@ -26,8 +26,9 @@ import (
 var jobWriters = []string{
 	"Insert", "Lease", "Heartbeat", "Finish", "Publish", "Advance",
 	"Cancel", "Redrive", "Delete", "Expired", "ExpireDeadlines", "Prune",
-	"ClaimTick",    // inserts the tick's job
-	"ClaimPublish", // writes the job's publication claim
+	"ClaimTick",         // inserts the tick's job
+	"ClaimPublish",      // writes the job's publication claim
+	"InsertWithObjects", // inserts jobs (with the objects they reference)
 }
 
 // extensionJobWriters write job state like jobWriters but belong to an

@@ -302,7 +302,19 @@ type ReplayObserver interface {
 // idempotency key (InsertResult.Existing) is told to the Observer when it
 // is a ReplayObserver.
 func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
-	res, err := w.cfg.Store.Insert(ctx, jobs, def)
+	return w.insert(ctx, nil, jobs, def)
+}
+
+// insert is Insert with objs, the objects jobs reference, stored in the
+// same write (store.ObjectsBulk.InsertWithObjects) when there are any.
+func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	var res []store.InsertResult
+	var err error
+	if len(objs) > 0 {
+		res, err = w.cfg.Store.InsertWithObjects(ctx, objs, jobs, def)
+	} else {
+		res, err = w.cfg.Store.Insert(ctx, jobs, def)
+	}
 	if err != nil {
 		return nil, err
 	}

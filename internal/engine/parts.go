@@ -80,6 +80,15 @@ var ErrPartsNotFinal = errors.New("parts are not all final")
 // so a replayed insert dedupes its parts as well as the parent. A parent
 // with no parts is aggregated at once. The first result is the parent's.
 func (w *Jobs) InsertParts(ctx context.Context, parent *job.Job, parts []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	return w.InsertPartsWithObjects(ctx, nil, parent, parts, def)
+}
+
+// InsertPartsWithObjects is InsertParts with objs, the objects the parent
+// and its parts reference (a review's diff and its parts' texts), stored
+// in the same write first (store.ObjectsBulk.InsertWithObjects): on a
+// single-writer store one commit, where storing them apart made the
+// parts wait for two before they could be leased.
+func (w *Jobs) InsertPartsWithObjects(ctx context.Context, objs []store.Object, parent *job.Job, parts []*job.Job, def admission.Config) ([]store.InsertResult, error) {
 	if parent.State != job.StateAccepted {
 		return nil, fmt.Errorf("engine: a parent is inserted accepted, not %s", parent.State)
 	}
@@ -96,7 +105,7 @@ func (w *Jobs) InsertParts(ctx context.Context, parent *job.Job, parts []*job.Jo
 			p.IdempotencyKey = PartIdempotencyKey(parent.IdempotencyKey, i)
 		}
 	}
-	res, err := w.Insert(ctx, append([]*job.Job{parent}, parts...), def)
+	res, err := w.insert(ctx, objs, append([]*job.Job{parent}, parts...), def)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -35,6 +37,18 @@ func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
 		}
 		return tx.SendBatch(ctx, &b).Close()
 	})
+}
+
+// InsertWithObjects stores os and then inserts jobs: two transactions,
+// objects first, so that no job is stored without them (a failed insert
+// leaves them stored, unreferenced); see store.ObjectsBulk. PostgreSQL
+// commits transactions in parallel, so the second does not queue behind
+// other writers' as a single-writer store's would.
+func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	if err := s.PutObjects(ctx, os); err != nil {
+		return make([]store.InsertResult, len(jobs)), err
+	}
+	return s.Insert(ctx, jobs, def)
 }
 
 // upsertObjectSQL stores one document, replacing any previous one.

@@ -602,13 +602,24 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	})
 }
 
+// expireDeadlinesSQL ends the jobs ExpireDeadlines ends. Its WHERE
+// repeats the partial index jobs_deadline's own terms word for word:
+// SQLite uses a partial index only when it can prove the query's WHERE
+// implies the index's, and it proves that term by term, so `state IN
+// (...)` against the index's OR of equalities (migration 0019) made this
+// UPDATE scan every row of jobs, finished ones included, in an
+// interactive-lane write every ReapEvery: the single writer held for the
+// whole scan while interactive writes queued behind it (122 ms per reap,
+// 679 at most, on a loaded 10,000-file batch-isolation run;
+// docs/benchmarks.md, "Session 19 (s19h5)").
+const expireDeadlinesSQL = `UPDATE jobs SET state = 'terminal', reason = 'deadline_exceeded', finished_at = ?, updated_at = ?
+	WHERE deadline IS NOT NULL AND deadline < ? AND (state = 'accepted' OR state = 'waiting' OR state = 'retry_scheduled')`
+
 // ExpireDeadlines ends not-yet-running jobs whose deadline passed.
 func (s *Store) ExpireDeadlines(ctx context.Context, now time.Time) (int, error) {
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(tx, `UPDATE jobs SET state = 'terminal', reason = 'deadline_exceeded', finished_at = ?, updated_at = ?
-			WHERE deadline IS NOT NULL AND deadline < ? AND state IN ('accepted', 'waiting', 'retry_scheduled')`,
-			ns(now), ns(now), ns(now))
+		res, err := s.exec(tx, expireDeadlinesSQL, ns(now), ns(now), ns(now))
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -23,16 +25,45 @@ func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
 	}
 	// A batch-lane caller's many objects go in pieces (writePieces): each
 	// is an idempotent upsert.
-	return s.writePieces(ctx, len(os), func(tx *sql.Tx, lo, hi int) error {
-		for _, o := range os[lo:hi] {
-			if _, err := s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
-				ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
-				o.Kind, o.ID, o.Body, ns(o.UpdatedAt)); err != nil {
-				return err
-			}
+	return s.writePieces(ctx, len(os), func(tx *sql.Tx, lo, hi int) error { return s.putObjects(tx, os[lo:hi]) })
+}
+
+// putObjects upserts os inside tx.
+func (s *Store) putObjects(tx *sql.Tx, os []store.Object) error {
+	for _, o := range os {
+		if _, err := s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
+			o.Kind, o.ID, o.Body, ns(o.UpdatedAt)); err != nil {
+			return err
 		}
-		return nil
+	}
+	return nil
+}
+
+// InsertWithObjects stores os and inserts jobs in one write, all or
+// nothing: one transaction and one commit; see store.ObjectsBulk. It is
+// one write whatever ctx's lane (never in pieces): its callers are
+// interactive submissions of a few objects and jobs.
+func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	if err := store.CheckObjects(os); err != nil {
+		return nil, err
+	}
+	if err := store.CheckInsert(s.cfg.Region, jobs); err != nil {
+		return nil, err
+	}
+	var out []store.InsertResult
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.putObjects(tx, os); err != nil {
+			return err
+		}
+		var err error
+		out, err = s.insertJobs(tx, jobs, def)
+		return err
 	})
+	if err != nil {
+		return make([]store.InsertResult, len(jobs)), err
+	}
+	return out, nil
 }
 
 // PutObjectIf stores a document only if the stored body is prev (nil: only

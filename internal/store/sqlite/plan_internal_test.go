@@ -108,6 +108,18 @@ func TestOldestReadyUsesIndexes(t *testing.T) {
 	}
 }
 
+// TestExpireDeadlinesUsesIndex: the reap's deadline write searches the
+// partial index jobs_deadline, as EXPLAIN QUERY PLAN reports it. With
+// `state IN (...)` against the index's OR of equalities (migration 0019)
+// SQLite could not prove the index applied and scanned every job.
+func TestExpireDeadlinesUsesIndex(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t)
+	if got := queryPlan(t, s, expireDeadlinesSQL, 0, 0, 0); !strings.Contains(got, "SEARCH jobs USING INDEX jobs_deadline") || strings.Contains(got, "SCAN jobs") {
+		t.Errorf("ExpireDeadlines plan %q, want a search of jobs_deadline", got)
+	}
+}
+
 // queryPlan returns what EXPLAIN QUERY PLAN says of q with args, its
 // details joined by "; ".
 func queryPlan(t *testing.T, s *Store, q string, args ...any) string {
@@ -136,4 +148,16 @@ func openTestStore(t *testing.T) *Store {
 	t.Helper()
 	s := OpenTest(t, Config{})
 	return s
+}
+
+// TestPlanItemsUsesKey: the chunk's items are found by the primary key
+// (batch_id, custom_id), one search per custom id, not by scanning the
+// batch's items.
+func TestPlanItemsUsesKey(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t)
+	got := queryPlan(t, s, planItemsSQL, "k", 0, "b", `["a"]`)
+	if !strings.Contains(got, "SEARCH batch_items USING PRIMARY KEY (batch_id=? AND custom_id=?)") {
+		t.Errorf("plan %q, want a search of batch_items by its key", got)
+	}
 }

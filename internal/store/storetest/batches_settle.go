@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -16,10 +17,11 @@ import (
 // batchSettleCases pin the grouped settle: one transaction for many items,
 // each still guarded as SettleBatchItem is, all or nothing.
 var batchSettleCases = map[string]func(*testing.T, Opener){
-	"BatchSettleGroup": testBatchSettleGroup,
-	"BatchGetHead":     testBatchGetHead,
-	"ObjectsBulk":      testObjectsBulk,
-	"BatchLaneBulk":    testBatchLaneBulk,
+	"BatchSettleGroup":  testBatchSettleGroup,
+	"BatchGetHead":      testBatchGetHead,
+	"ObjectsBulk":       testObjectsBulk,
+	"InsertWithObjects": testInsertWithObjects,
+	"BatchLaneBulk":     testBatchLaneBulk,
 }
 
 // testBatchSettleGroup: a group settles every item still in its chunk and
@@ -142,6 +144,55 @@ func testObjectsBulk(t *testing.T, open Opener) {
 	}
 	if err := s.PutObjects(ctx, nil); err != nil {
 		t.Fatalf("empty group: %v", err)
+	}
+}
+
+// testInsertWithObjects: objects and the jobs that reference them are
+// stored by one call, the jobs answered as Insert answers them; a replay
+// of the jobs' idempotency key returns the first jobs; an object over the
+// size limit or a job the store refuses stores no job.
+func testInsertWithObjects(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	objs := []store.Object{{Kind: "diff", ID: "r1", Body: []byte("diff"), UpdatedAt: T0},
+		{Kind: "part", ID: "r1/0", Body: []byte("part"), UpdatedAt: T0}}
+	jobs := []*job.Job{NewJob("t", job.LaneInteractive, "k"), NewJob("t", job.LaneInteractive, "k")}
+	jobs[0].IdempotencyKey = "review-1"
+	res, err := s.InsertWithObjects(ctx, objs, jobs, admission.Config{})
+	if err != nil || len(res) != 2 || res[0].Existing || res[1].Existing {
+		t.Fatalf("InsertWithObjects: %+v, %v; want two new jobs", res, err)
+	}
+	for _, want := range objs {
+		if got, err := s.GetObject(ctx, want.Kind, want.ID); err != nil || string(got.Body) != string(want.Body) {
+			t.Fatalf("object %s/%s: %+v, %v; want %q", want.Kind, want.ID, got, err, want.Body)
+		}
+	}
+	for _, j := range jobs {
+		if got, err := s.Get(ctx, j.ID); err != nil || got.State != job.StateWaiting {
+			t.Fatalf("job %s: %+v, %v; want it waiting", j.ID, got, err)
+		}
+	}
+	again := NewJob("t", job.LaneInteractive, "k")
+	again.IdempotencyKey = "review-1"
+	res, err = s.InsertWithObjects(ctx, []store.Object{{Kind: "diff", ID: "r1-copy", Body: []byte("diff"), UpdatedAt: T0}},
+		[]*job.Job{again}, admission.Config{})
+	if err != nil || len(res) != 1 || !res[0].Existing || res[0].Job.ID != jobs[0].ID {
+		t.Fatalf("replay: %+v, %v; want the first job, existing", res, err)
+	}
+	tooBig := NewJob("t", job.LaneInteractive, "k")
+	if _, err := s.InsertWithObjects(ctx, []store.Object{{Kind: "part", ID: "big", Body: make([]byte, store.MaxObjectBytes+1), UpdatedAt: T0}},
+		[]*job.Job{tooBig}, admission.Config{}); err == nil {
+		t.Fatal("an object over the limit was stored")
+	}
+	foreign := NewJob("t", job.LaneInteractive, "k")
+	foreign.Region = "elsewhere"
+	if _, err := s.InsertWithObjects(ctx, []store.Object{{Kind: "part", ID: "f", Body: []byte("f"), UpdatedAt: T0}},
+		[]*job.Job{foreign}, admission.Config{}); err == nil {
+		t.Fatal("a job of another region was stored")
+	}
+	for _, j := range []*job.Job{tooBig, foreign} {
+		if _, err := s.Get(ctx, j.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("refused job %s: %v, want ErrNotFound", j.ID, err)
+		}
 	}
 }
 
