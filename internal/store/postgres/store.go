@@ -158,7 +158,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, pool: pool, schema: schema}
 	s.inserts = &inserter{s: s}
-	s.SQLReads = store.NewSQLReads(s.read)
+	s.SQLReads = store.NewSQLReads(s.read, statsOldestQuery)
 	s.Derived = store.NewDerived(store.Writes{PutObjects: s.putObjects, PutObjectIf: s.putObjectIf, DeleteObject: s.deleteObject,
 		UpsertLimit: s.upsertLimit, Advance: s.advance})
 	if err := s.checkRegion(ctx, pool, false); err != nil {

@@ -193,7 +193,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		leases:      map[string]leaseFacts{},
 		unpaced:     map[string]admission.State{},
 	}
-	s.SQLReads = store.NewSQLReads(s.read)
+	s.SQLReads = store.NewSQLReads(s.read, statsOldestQuery)
 	s.Derived = store.NewDerived(store.Writes{PutObjects: s.putObjects, PutObjectIf: s.putObjectIf, DeleteObject: s.deleteObject,
 		UpsertLimit: s.upsertLimit, Advance: s.advance})
 	if err := s.check(ctx, created); err != nil {
