@@ -209,23 +209,10 @@ func TestStrictEndsAfterItsPeriod(t *testing.T) {
 			after = append(after, now)
 		}
 	}
-	if n := mostWithin(strictStarts, time.Second); n > 19 {
+	if n := testkit.MostWithin(strictStarts, time.Second); n > 19 {
 		t.Fatalf("%d starts within one second while strict, want at most 19", n)
 	}
-	if n := mostWithin(after, time.Second); n < 20 {
+	if n := testkit.MostWithin(after, time.Second); n < 20 {
 		t.Fatalf("at most %d starts within one second after strict counting ended, want the declared 20", n)
 	}
-}
-
-// mostWithin is the most of ts (in time order) within any interval
-// shorter than w.
-func mostWithin(ts []time.Time, w time.Duration) int {
-	most, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= w {
-			lo++
-		}
-		most = max(most, hi-lo+1)
-	}
-	return most
 }

@@ -436,19 +436,6 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 	return out
 }
 
-// maxInWindow is the most of ts (in time order) within any interval
-// shorter than w.
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	most, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= w {
-			lo++
-		}
-		most = max(most, hi-lo+1)
-	}
-	return most
-}
-
 // maxInAligned is the most of ts within one window [kW, (k+1)W) aligned
 // to the Unix epoch.
 func maxInAligned(ts []time.Time, w time.Duration) int {
@@ -482,7 +469,7 @@ func checkVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
 			if n := maxInAligned(v.starts, time.Second); n > v.d.Declared {
 				t.Errorf("%s: %d starts within one aligned second, declared %d (invariant 6)", v.d.Name, n, v.d.Declared)
 			}
-		} else if n := maxInWindow(v.starts, time.Second); n > v.d.Declared {
+		} else if n := testkit.MostWithin(v.starts, time.Second); n > v.d.Declared {
 			t.Errorf("%s: %d starts within one second, declared %d (invariant 6)", v.d.Name, n, v.d.Declared)
 		}
 	}
@@ -634,7 +621,7 @@ func TestVirtualTransit(t *testing.T) {
 			if v.refused > 0 {
 				t.Errorf("%s (declared %d, exactly as it counts): %d refusals under transit jitter", v.d.Name, v.d.Declared, v.refused)
 			}
-			count, how := maxInWindow(v.arrivals, time.Second), "one second"
+			count, how := testkit.MostWithin(v.arrivals, time.Second), "one second"
 			if v.d.Fixed {
 				count, how = maxInAligned(v.arrivals, time.Second), "one aligned second"
 			}

@@ -34,6 +34,9 @@ type Writes struct {
 	// LimitFingerprint for DeclareLimit (see ReconfigureKey). It returns
 	// the key's state and whether the change was applied.
 	UpsertLimit func(ctx context.Context, c admission.Config, now time.Time, declared string) (admission.State, bool, error)
+	// SettleBatchItems applies ps (at least one) as one group of
+	// guarded item writes and reports which applied (BatchSettles).
+	SettleBatchItems func(ctx context.Context, ps []SettleBatchItemParams) ([]bool, error)
 	// Advance moves a job that is not running, p allowed by the state
 	// machine (AdvanceParams.Check); see AdvanceTx for its shared part.
 	Advance func(ctx context.Context, p AdvanceParams) (*job.Job, error)
@@ -85,6 +88,23 @@ func (d Derived) DeleteObject(ctx context.Context, kind, id string) error {
 		return ErrNotFound
 	}
 	return err
+}
+
+// SettleBatchItem applies one guarded item write, a group of one
+// (Batches.SettleBatchItem).
+func (d Derived) SettleBatchItem(ctx context.Context, p SettleBatchItemParams) (bool, error) {
+	applied, err := d.w.SettleBatchItems(ctx, []SettleBatchItemParams{p})
+	return err == nil && applied[0], err
+}
+
+// SettleBatchItems applies a group of guarded item writes in one
+// transaction (BatchSettles.SettleBatchItems); an empty group writes
+// nothing.
+func (d Derived) SettleBatchItems(ctx context.Context, ps []SettleBatchItemParams) ([]bool, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	return d.w.SettleBatchItems(ctx, ps)
 }
 
 // UpsertLimit creates or reconfigures a limit key at now, keeping its live

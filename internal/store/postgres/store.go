@@ -160,7 +160,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.inserts = &inserter{s: s}
 	s.SQLReads = store.NewSQLReads(s.read, statsOldestQuery)
 	s.Derived = store.NewDerived(store.Writes{PutObjects: s.putObjects, PutObjectIf: s.putObjectIf, DeleteObject: s.deleteObject,
-		UpsertLimit: s.upsertLimit, Advance: s.advance})
+		UpsertLimit: s.upsertLimit, SettleBatchItems: s.settleBatchItems, Advance: s.advance})
 	if err := s.checkRegion(ctx, pool, false); err != nil {
 		pool.Close()
 		return nil, err

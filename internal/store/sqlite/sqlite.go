@@ -195,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.SQLReads = store.NewSQLReads(s.read, statsOldestQuery)
 	s.Derived = store.NewDerived(store.Writes{PutObjects: s.putObjects, PutObjectIf: s.putObjectIf, DeleteObject: s.deleteObject,
-		UpsertLimit: s.upsertLimit, Advance: s.advance})
+		UpsertLimit: s.upsertLimit, SettleBatchItems: s.settleBatchItems, Advance: s.advance})
 	if err := s.check(ctx, created); err != nil {
 		wdb.Close()
 		rdb.Close()
