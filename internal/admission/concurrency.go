@@ -100,13 +100,11 @@ func (s *State) InFlightCap() int {
 // lease was released (see store.ApplyKeyEffect), so s.InFlight counts the
 // key's other leases.
 func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
-	if !s.Adaptive || s.Rate <= 0 {
+	d, starts, refusals, ok := s.refusalLogs()
+	if !ok {
 		return false
 	}
-	s.ensureLogs()
-	d := s.discoveryWindow()
 	t, dn := now.UnixNano(), int64(d)
-	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	n := s.InFlight + 1 // in flight when it was refused, itself included
 	learned := s.LearnedConcurrency
 	if s.atProbedCap() {
@@ -271,7 +269,7 @@ func (s *State) atProbedCap() bool {
 // limit of one cost the key half its rate for a hold and a climb (the
 // unforeseen mix's concurrent-1, whose first two starts overlap).
 func (s *State) noneAnswered(t, dn, cost int64) bool {
-	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
+	starts, refusals := s.discoveryLogs()
 	others := starts.since(t-dn) - refusals.since(t-dn) - cost
 	return others <= int64(s.InFlight)
 }

@@ -107,6 +107,25 @@ const (
 	MaxProbeSpeedup = 3
 )
 
+// refusalLogs is how a refusal starts being read (refused,
+// concurrencyRefusal): on an adaptive, paced key (ok, else nothing is
+// learned), its discovery window D and its logs of starts and refusals
+// over D, made if it had none yet.
+func (s *State) refusalLogs() (d time.Duration, starts, refusals *startLog, ok bool) {
+	if !s.Adaptive || s.Rate <= 0 {
+		return 0, nil, nil, false
+	}
+	s.ensureLogs()
+	starts, refusals = s.discoveryLogs()
+	return s.discoveryWindow(), starts, refusals, true
+}
+
+// discoveryLogs are the key's logs of starts and of refusals over its
+// discovery window, kept after its windows' logs (ensureLogs).
+func (s *State) discoveryLogs() (starts, refusals *startLog) {
+	return &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
+}
+
 // discoveryWindow is D: the key's longest window, or DiscoveryWindow.
 func (s *State) discoveryWindow() time.Duration {
 	d := DiscoveryWindow
@@ -206,13 +225,11 @@ func (s *State) PacesStarts() bool { return s.Rate > 0 || len(s.Windows) > 0 }
 // refusal signal per MaxHold, not one a second; a cut while holding (the
 // limit dropped) resets it to ProbeHold.
 func (s *State) refused(now time.Time, cost int64) bool {
-	if !s.Adaptive || s.Rate <= 0 {
+	d, starts, refusals, ok := s.refusalLogs()
+	if !ok {
 		return false
 	}
-	s.ensureLogs()
-	d := s.discoveryWindow()
 	t, dn := now.UnixNano(), int64(d)
-	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
 	refusals.add(t, cost, t-dn, dn/LogSlots)
 	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal) {
 		return true // the same signal
@@ -539,7 +556,7 @@ func recent2(s *State, now time.Time) bool {
 func (s *State) estimate(now time.Time) (float64, bool) {
 	d := s.discoveryWindow()
 	t, dn := now.UnixNano(), int64(d)
-	starts, refusals := &s.logs[len(s.Windows)], &s.logs[len(s.Windows)+1]
+	starts, refusals := s.discoveryLogs()
 	inStarts, inRefusals := starts.since(t-dn), refusals.since(t-dn)
 	first, ok := starts.first(t - dn)
 	if s.active != 0 {

@@ -1,12 +1,12 @@
 package admission
 
 import (
-	"container/heap"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -17,18 +17,8 @@ type answerAt struct {
 	retry  time.Duration // the Retry-After in seconds, 0 for none
 }
 
-type answerHeap []answerAt
-
-func (h answerHeap) Len() int           { return len(h) }
-func (h answerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h answerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *answerHeap) Push(x any)        { *h = append(*h, x.(answerAt)) }
-func (h *answerHeap) Pop() any {
-	old := *h
-	a := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return a
-}
+// Due is when the answer arrives (testkit.Timed).
+func (a answerAt) Due() time.Time { return a.at }
 
 // driveVirtual runs s against v with an endless backlog from start for d
 // in 1 ms steps, as the store applies outcomes: Take at the lease,
@@ -38,10 +28,9 @@ func (h *answerHeap) Pop() any {
 // the refusals.
 func driveVirtual(t *testing.T, s *State, v *upstream.Virtual, start time.Time, d time.Duration) (accepted []time.Time, refused int) {
 	t.Helper()
-	var q answerHeap
+	var q testkit.TimeQueue[answerAt]
 	for now := start; now.Before(start.Add(d)); now = now.Add(time.Millisecond) {
-		for q.Len() > 0 && !q[0].at.After(now) {
-			a := heap.Pop(&q).(answerAt)
+		for a, ok := q.PopDue(now); ok; a, ok = q.PopDue(now) {
 			s.End(a.at, 1) // as the store's finish path ends a start
 			switch {
 			case a.status == http.StatusOK:
@@ -69,7 +58,7 @@ func driveVirtual(t *testing.T, s *State, v *upstream.Virtual, start time.Time, 
 			} else {
 				accepted = append(accepted, now)
 			}
-			heap.Push(&q, a)
+			q.Push(a)
 		}
 	}
 	return accepted, refused
@@ -220,23 +209,10 @@ func TestStrictEndsAfterItsPeriod(t *testing.T) {
 			after = append(after, now)
 		}
 	}
-	if n := mostWithin(strictStarts, time.Second); n > 19 {
+	if n := testkit.MostWithin(strictStarts, time.Second); n > 19 {
 		t.Fatalf("%d starts within one second while strict, want at most 19", n)
 	}
-	if n := mostWithin(after, time.Second); n < 20 {
+	if n := testkit.MostWithin(after, time.Second); n < 20 {
 		t.Fatalf("at most %d starts within one second after strict counting ended, want the declared 20", n)
 	}
-}
-
-// mostWithin is the most of ts (in time order) within any interval
-// shorter than w.
-func mostWithin(ts []time.Time, w time.Duration) int {
-	most, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= w {
-			lo++
-		}
-		most = max(most, hi-lo+1)
-	}
-	return most
 }

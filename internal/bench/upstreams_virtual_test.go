@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/ratelimit"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -158,30 +158,23 @@ type answerEvent struct {
 	faults int
 }
 
-type answerQueue []answerEvent
+// answerQueue is the simulation's events, earliest first.
+type answerQueue = testkit.TimeQueue[answerEvent]
 
-func (q answerQueue) Len() int           { return len(q) }
-func (q answerQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
-func (q answerQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *answerQueue) Push(x any)        { *q = append(*q, x.(answerEvent)) }
-func (q *answerQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
+// Due is when the event happens (testkit.Timed).
+func (e answerEvent) Due() time.Time { return e.at }
 
 // answer has the upstream answer a request of v (destination i) arriving
 // at at, and queues the answer's return to the store: after the route's
 // latency (a refusal at once, as the server answers it) and a second
 // transit.
-func (q *answerQueue) answer(v *virtualDest, i int, at time.Time, queued bool, faults int) {
+func answer(q *answerQueue, v *virtualDest, i int, at time.Time, queued bool, faults int) {
 	status, h, lat := v.up.Answer(at)
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		lat = time.Millisecond
 	}
 	answered := at.Add(max(lat, time.Millisecond))
-	heap.Push(q, answerEvent{at: v.up.Arrival(answered), dest: i, status: status, header: h, started: at, answered: answered, queued: queued, faults: faults})
+	q.Push(answerEvent{at: v.up.Arrival(answered), dest: i, status: status, header: h, started: at, answered: answered, queued: queued, faults: faults})
 }
 
 type virtualMix struct {
@@ -268,8 +261,7 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 	now := epoch
 	trace := os.Getenv("RATELANE_VIRTUAL_TRACE") != ""
 	for ; now.Before(epoch.Add(bound)) && !done(); now = now.Add(time.Millisecond) {
-		for q.Len() > 0 && !q[0].at.After(now) {
-			e := heap.Pop(&q).(answerEvent)
+		for e, ok := q.PopDue(now); ok; e, ok = q.PopDue(now) {
 			v := ds[e.dest]
 			if e.arrive {
 				if e.ahead && virtualAheadDrop && e.at.Before(v.st.PausedUntil) {
@@ -281,12 +273,12 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 					v.retries, v.retryFaults = append(v.retries, e.at), append(v.retryFaults, e.faults)
 					continue
 				}
-				q.answer(v, e.dest, e.at, queued, e.faults)
+				answer(&q, v, e.dest, e.at, queued, e.faults)
 				continue
 			}
 			if e.queued { // in at the engine: applied when its batch is written
 				e.at, e.queued = writer.apply(e.at), false
-				heap.Push(&q, e)
+				q.Push(e)
 				continue
 			}
 			if c := v.st.InFlightCap(); c > 0 && v.st.InFlight >= c && virtualUnblockAtCap {
@@ -412,9 +404,9 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				arr := v.up.Arrival(begin)
 				v.startLag = append(v.startLag, arr.Sub(at))
 				if arr.After(now) {
-					heap.Push(&q, answerEvent{at: arr, dest: i, arrive: true, ahead: at.After(now), faults: faults})
+					q.Push(answerEvent{at: arr, dest: i, arrive: true, ahead: at.After(now), faults: faults})
 				} else {
-					q.answer(v, i, now, queued, faults)
+					answer(&q, v, i, now, queued, faults)
 				}
 			}
 		}
@@ -442,19 +434,6 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 	out.ratio = actual.Seconds() / ideal.Seconds()
 	out.share = float64(refused) / float64(max(1, attempts))
 	return out
-}
-
-// maxInWindow is the most of ts (in time order) within any interval
-// shorter than w.
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	most, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= w {
-			lo++
-		}
-		most = max(most, hi-lo+1)
-	}
-	return most
 }
 
 // maxInAligned is the most of ts within one window [kW, (k+1)W) aligned
@@ -490,7 +469,7 @@ func checkVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
 			if n := maxInAligned(v.starts, time.Second); n > v.d.Declared {
 				t.Errorf("%s: %d starts within one aligned second, declared %d (invariant 6)", v.d.Name, n, v.d.Declared)
 			}
-		} else if n := maxInWindow(v.starts, time.Second); n > v.d.Declared {
+		} else if n := testkit.MostWithin(v.starts, time.Second); n > v.d.Declared {
 			t.Errorf("%s: %d starts within one second, declared %d (invariant 6)", v.d.Name, n, v.d.Declared)
 		}
 	}
@@ -642,7 +621,7 @@ func TestVirtualTransit(t *testing.T) {
 			if v.refused > 0 {
 				t.Errorf("%s (declared %d, exactly as it counts): %d refusals under transit jitter", v.d.Name, v.d.Declared, v.refused)
 			}
-			count, how := maxInWindow(v.arrivals, time.Second), "one second"
+			count, how := testkit.MostWithin(v.arrivals, time.Second), "one second"
 			if v.d.Fixed {
 				count, how = maxInAligned(v.arrivals, time.Second), "one aligned second"
 			}

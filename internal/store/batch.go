@@ -216,6 +216,16 @@ type BatchChunk struct {
 	UpdatedAt time.Time
 }
 
+// NotSaved is SaveBatchChunk's error when its write guarded on from
+// changed nothing: ErrNotFound when the chunk does not exist (state ""),
+// else ErrConflict naming the state it is in.
+func (c BatchChunk) NotSaved(state, from string) error {
+	if state == "" {
+		return fmt.Errorf("chunk %s: %w", c.Key, ErrNotFound)
+	}
+	return fmt.Errorf("chunk %s is %s, not %s: %w", c.Key, state, from, ErrConflict)
+}
+
 // BatchListParams filters ListBatches.
 type BatchListParams struct {
 	// Tenant, when set, keeps that tenant's batches only.

@@ -100,6 +100,15 @@ func (q *Query) Numbered() string {
 // Args are the arguments of the placeholders, in order.
 func (q *Query) Args() []any { return q.args }
 
+// UnixNano converts a time to the Unix nanoseconds both drivers store
+// instants as; the zero time is 0 (UnixTime's inverse).
+func UnixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
 // UnixTime converts stored Unix nanoseconds back, in UTC, as both
 // drivers store instants: NULL (nil) and 0 are the zero time.
 func UnixTime(n *int64) time.Time {

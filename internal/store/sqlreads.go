@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
 )
 
 // ScanRows is a query's rows as both drivers return them: pgx.Rows as it
@@ -21,14 +23,70 @@ type ScanRows interface {
 // the drivers: how a guarded write runs differs, a single-writer SQLite
 // transaction against PostgreSQL row locks.)
 type SQLReads struct {
-	read func(ctx context.Context, q *Query) (ScanRows, error)
+	read   func(ctx context.Context, q *Query) (ScanRows, error)
+	oldest func(lane job.Lane, now time.Time) *Query
 }
 
 // NewSQLReads returns the shared reads over read, which runs q (q.SQL()
 // on SQLite, q.Numbered() on PostgreSQL) on the driver's read connections
-// and returns its rows; the caller closes them.
-func NewSQLReads(read func(ctx context.Context, q *Query) (ScanRows, error)) SQLReads {
-	return SQLReads{read: read}
+// and returns its rows; the caller closes them. oldest is the driver's
+// query for OldestReady: one row, the eligible_at (NULL for none) of
+// lane's oldest job ready at now, waiting or a retry due; it is where the
+// drivers' indexes differ.
+func NewSQLReads(read func(ctx context.Context, q *Query) (ScanRows, error), oldest func(lane job.Lane, now time.Time) *Query) SQLReads {
+	return SQLReads{read: read, oldest: oldest}
+}
+
+// Stats counts jobs by lane and state (every lane present, with no states
+// when it has no jobs) and reports OldestReady at now (Store.Stats). It
+// scans the jobs table; call it for dashboards and metrics, not per
+// request.
+func (r SQLReads) Stats(ctx context.Context, now time.Time) (Stats, error) {
+	st := Stats{Counts: make(map[job.Lane]map[job.State]int64, len(job.Lanes))}
+	for _, l := range job.Lanes {
+		st.Counts[l] = map[job.State]int64{}
+	}
+	type count struct {
+		lane  job.Lane
+		state job.State
+		n     int64
+	}
+	counts, err := readAll(ctx, r, NewQuery(`SELECT lane, state, count(*) FROM jobs GROUP BY lane, state`), func(row Scanner) (c count, err error) {
+		return c, row.Scan(&c.lane, &c.state, &c.n)
+	})
+	if err != nil {
+		return st, err
+	}
+	for _, c := range counts {
+		if st.Counts[c.lane] == nil {
+			st.Counts[c.lane] = map[job.State]int64{}
+		}
+		st.Counts[c.lane][c.state] = c.n
+		if c.state == job.StateRunning {
+			st.Running += c.n
+		}
+	}
+	st.OldestReady, err = r.OldestReady(ctx, now)
+	return st, err
+}
+
+// OldestReady reports the age at now of each lane's oldest ready job
+// (Store.OldestReady), one indexed query a lane; a lane with none is
+// absent.
+func (r SQLReads) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]time.Duration, error) {
+	out := map[job.Lane]time.Duration{}
+	for _, lane := range job.Lanes {
+		at, err := readOne(ctx, r, r.oldest(lane, now), func(row Scanner) (at *int64, err error) {
+			return at, row.Scan(&at)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if at != nil {
+			out[lane] = now.Sub(UnixTime(at))
+		}
+	}
+	return out, nil
 }
 
 // readAll runs q and scans each of its rows with scan.

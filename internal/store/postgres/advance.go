@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -10,11 +11,10 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// Advance moves a job that is not running, guarded on its current state.
-func (s *Store) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
-	if err := p.Check(); err != nil {
-		return nil, err
-	}
+// advance is store.Writes.Advance: the guarded UPDATE, then
+// store.FinishAdvance in the same transaction. The UPDATE returns the
+// job's group, so the group costs no second statement.
+func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
 	var out *job.Job
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var finished *int64
@@ -33,17 +33,12 @@ func (s *Store) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, e
 		if err != nil {
 			return err
 		}
-		if p.To == job.StateWaiting {
-			if err := groupReady(ctx, tx, group, p.Now); err != nil {
-				return err
-			}
-		}
-		if p.Record.Outcome != "" {
-			if err := appendRecord(ctx, tx, p.ID, p.Record); err != nil {
-				return err
-			}
-		}
-		out, err = getJob(ctx, tx, p.ID, false)
+		out, err = store.FinishAdvance(p, store.AdvanceTx{
+			Group:        func() (int64, error) { return group, nil },
+			GroupReady:   func(group int64, now time.Time) error { return groupReady(ctx, tx, group, now) },
+			AppendRecord: func(r job.AttemptRecord) error { return appendRecord(ctx, tx, p.ID, r) },
+			Get:          func() (*job.Job, error) { return getJob(ctx, tx, p.ID, false) },
+		})
 		return err
 	})
 	if err != nil {

@@ -104,17 +104,12 @@ func (s *Store) SaveBatchChunk(ctx context.Context, c store.BatchChunk, from str
 		return err
 	}
 	var st string
-	if err := s.pool.QueryRow(ctx, `SELECT state FROM batch_chunks WHERE chunk_key = $1`, c.Key).Scan(&st); errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("chunk %s: %w", c.Key, store.ErrNotFound)
-	} else if err != nil {
+	err = s.pool.QueryRow(ctx, `SELECT state FROM batch_chunks WHERE chunk_key = $1`, c.Key).Scan(&st)
+	if errors.Is(err, pgx.ErrNoRows) { // no such chunk
+		st, err = "", nil
+	}
+	if err != nil {
 		return err
 	}
-	return fmt.Errorf("chunk %s is %s, not %s: %w", c.Key, st, from, store.ErrConflict)
-}
-
-// SettleBatchItem applies one guarded item write (a group of one); see
-// store.Batches.
-func (s *Store) SettleBatchItem(ctx context.Context, p store.SettleBatchItemParams) (bool, error) {
-	applied, err := s.SettleBatchItems(ctx, []store.SettleBatchItemParams{p})
-	return err == nil && applied[0], err
+	return c.NotSaved(st, from)
 }

@@ -8,12 +8,9 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// SettleBatchItems applies a group of guarded item writes in one
-// transaction and one round trip; see store.BatchSettles.
-func (s *Store) SettleBatchItems(ctx context.Context, ps []store.SettleBatchItemParams) ([]bool, error) {
-	if len(ps) == 0 {
-		return nil, nil
-	}
+// settleBatchItems is store.Writes.SettleBatchItems: the group in one
+// transaction and one round trip.
+func (s *Store) settleBatchItems(ctx context.Context, ps []store.SettleBatchItemParams) ([]bool, error) {
 	applied := make([]bool, len(ps))
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var b pgx.Batch

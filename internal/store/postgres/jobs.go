@@ -371,58 +371,15 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// Stats counts jobs by lane and state and reports, per lane, the age of the
-// oldest job eligible at now. It scans the jobs table; call it for
-// dashboards and metrics, not per request.
-func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
-	st := store.Stats{Counts: map[job.Lane]map[job.State]int64{}, OldestReady: map[job.Lane]time.Duration{}}
-	for _, l := range job.Lanes {
-		st.Counts[l] = map[job.State]int64{}
-	}
-	rows, err := s.pool.Query(ctx, `SELECT lane, state, count(*) FROM jobs GROUP BY lane, state`)
-	if err != nil {
-		return st, err
-	}
-	var lane, state string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&lane, &state, &n}, func() error {
-		l := job.Lane(lane)
-		if st.Counts[l] == nil {
-			st.Counts[l] = map[job.State]int64{}
-		}
-		st.Counts[l][job.State(state)] = n
-		if job.State(state) == job.StateRunning {
-			st.Running += n
-		}
-		return nil
-	})
-	if err != nil {
-		return st, err
-	}
-	st.OldestReady, err = s.OldestReady(ctx, now)
-	return st, err
-}
-
-// OldestReady reports each lane's oldest ready job: per lane, the first
-// entry of the partial indexes jobs_lane_ready (waiting) and jobs_scheduled
-// (retry_scheduled), not a scan of the ready jobs.
-func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]time.Duration, error) {
-	out := map[job.Lane]time.Duration{}
-	for _, lane := range job.Lanes {
-		var at *int64
-		// ORDER BY ... LIMIT 1 rather than min(): see oldestReadySQL.
-		err := s.pool.QueryRow(ctx, `SELECT least(
-			(SELECT eligible_at FROM jobs WHERE state = 'waiting' AND lane = $1 AND eligible_at <= $2 ORDER BY eligible_at LIMIT 1),
-			(SELECT eligible_at FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= $2 AND lane = $1 ORDER BY eligible_at LIMIT 1))`,
-			string(lane), ns(now)).Scan(&at)
-		if err != nil {
-			return nil, err
-		}
-		if at != nil {
-			out[lane] = now.Sub(tm(*at))
-		}
-	}
-	return out, nil
+// statsOldestQuery is the driver's query of store.SQLReads.OldestReady:
+// per lane, the first entries of the partial indexes jobs_lane_ready
+// (waiting) and jobs_scheduled (retry_scheduled), not a scan of the ready
+// jobs. ORDER BY ... LIMIT 1 rather than min(): see oldestReadySQL.
+func statsOldestQuery(lane job.Lane, now time.Time) *store.Query {
+	return store.NewQuery(`SELECT least(
+			(SELECT eligible_at FROM jobs WHERE state = 'waiting' AND lane = ? AND eligible_at <= ? ORDER BY eligible_at LIMIT 1),
+			(SELECT eligible_at FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ? AND lane = ? ORDER BY eligible_at LIMIT 1))`,
+		string(lane), ns(now), ns(now), string(lane))
 }
 
 // Backlog returns, for each named key, the total cost of the jobs waiting on

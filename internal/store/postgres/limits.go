@@ -145,26 +145,10 @@ func ensureKeysArgs(names []string, def admission.Config) []any {
 		st.LearnedRate, store.WindowsJSON(st.Windows), st.PerStart}
 }
 
-// UpsertLimit creates or reconfigures a limit key at now. A live key keeps
-// its pause, bucket position, window logs and in-flight count (see
-// admission.State.Reconfigure). It returns the key's state after the change.
-func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
-	st, _, err := s.upsertLimit(ctx, c, now, "")
-	return st, err
-}
-
-// DeclareLimit applies a declared configuration unless it is the one last
-// applied to the key (store.Store.DeclareLimit).
-func (s *Store) DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error) {
-	return s.upsertLimit(ctx, c, now, store.LimitFingerprint(c))
-}
-
-// upsertLimit is UpsertLimit, or with a declaration fingerprint
-// DeclareLimit (store.ReconfigureKey).
+// upsertLimit is store.Writes.UpsertLimit: the key created if missing and
+// locked, reconfigured by store.ReconfigureKey, and its blocked groups
+// unblocked after the commit.
 func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Time, declared string) (admission.State, bool, error) {
-	if err := store.CheckLimit(c); err != nil {
-		return admission.State{}, false, err
-	}
 	var (
 		out     admission.State
 		applied bool

@@ -11,21 +11,10 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// PutObject stores a document, replacing any previous one.
-func (s *Store) PutObject(ctx context.Context, o store.Object) error {
-	return s.PutObjects(ctx, []store.Object{o})
-}
-
-// PutObjects stores documents in one transaction and one round trip; see
-// store.ObjectsBulk.
-func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
-	if err := store.CheckObjects(os); err != nil {
-		return err
-	}
-	switch len(os) {
-	case 0:
-		return nil
-	case 1: // no transaction needed for one statement
+// putObjects is store.Writes.PutObjects: one transaction and one round
+// trip (store.ObjectsBulk).
+func (s *Store) putObjects(ctx context.Context, os []store.Object) error {
+	if len(os) == 1 { // no transaction needed for one statement
 		o := os[0]
 		_, err := s.pool.Exec(ctx, upsertObjectSQL, o.Kind, o.ID, o.Body, ns(o.UpdatedAt))
 		return err
@@ -55,12 +44,8 @@ func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs [
 const upsertObjectSQL = `INSERT INTO objects (kind, id, body, updated_at) VALUES ($1, $2, $3, $4)
 	ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`
 
-// PutObjectIf stores a document only if the stored body is prev (nil: only
-// if there is none).
-func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
-	if err := o.Check(); err != nil {
-		return err
-	}
+// putObjectIf is store.Writes.PutObjectIf.
+func (s *Store) putObjectIf(ctx context.Context, o store.Object, prev []byte) (int64, error) {
 	var tag pgconn.CommandTag
 	var err error
 	if prev == nil {
@@ -70,20 +55,11 @@ func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) er
 		tag, err = s.pool.Exec(ctx, `UPDATE objects SET body = $1, updated_at = $2 WHERE kind = $3 AND id = $4 AND body = $5`,
 			o.Body, ns(o.UpdatedAt), o.Kind, o.ID, prev)
 	}
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return o.Changed()
-	}
-	return nil
+	return tag.RowsAffected(), err
 }
 
-// DeleteObject removes a document.
-func (s *Store) DeleteObject(ctx context.Context, kind, id string) error {
+// deleteObject is store.Writes.DeleteObject.
+func (s *Store) deleteObject(ctx context.Context, kind, id string) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM objects WHERE kind = $1 AND id = $2`, kind, id)
-	if err == nil && tag.RowsAffected() == 0 {
-		return store.ErrNotFound
-	}
-	return err
+	return tag.RowsAffected(), err
 }

@@ -16,13 +16,8 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// ns converts a time to stored Unix nanoseconds; the zero time is 0.
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
+// ns is store.UnixNano: the zero time is 0.
+func ns(t time.Time) int64 { return store.UnixNano(t) }
 
 // nullNS is ns for nullable columns: the zero time is NULL.
 func nullNS(t time.Time) *int64 {
@@ -33,21 +28,11 @@ func nullNS(t time.Time) *int64 {
 	return &n
 }
 
-// tm converts stored Unix nanoseconds back, in UTC; 0 is the zero time.
-func tm(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
+// tm is store.UnixTime of a NOT NULL column: 0 is the zero time.
+func tm(n int64) time.Time { return store.UnixTime(&n) }
 
-// nullTM is tm for nullable columns: NULL is the zero time.
-func nullTM(n *int64) time.Time {
-	if n == nil {
-		return time.Time{}
-	}
-	return tm(*n)
-}
+// nullTM is store.UnixTime: NULL and 0 are the zero time.
+func nullTM(n *int64) time.Time { return store.UnixTime(n) }
 
 // int8TM is nullTM for a column read into a pgtype.Int8.
 func int8TM(n pgtype.Int8) time.Time {

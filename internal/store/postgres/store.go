@@ -108,6 +108,10 @@ type Store struct {
 	// shares with SQLite's (GetSchedule, ListBatches, GetObject, ...), run
 	// by read.
 	store.SQLReads
+	// Derived are the contract's methods both SQL drivers build alike
+	// around a write of this driver's (PutObject, UpsertLimit, Advance,
+	// ...): store.Writes.
+	store.Derived
 	cfg    Config
 	pool   *pgxpool.Pool
 	schema string // cfg.Schema, quoted as an identifier
@@ -154,7 +158,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, pool: pool, schema: schema}
 	s.inserts = &inserter{s: s}
-	s.SQLReads = store.NewSQLReads(s.read)
+	s.SQLReads = store.NewSQLReads(s.read, statsOldestQuery)
+	s.Derived = store.NewDerived(store.Writes{PutObjects: s.putObjects, PutObjectIf: s.putObjectIf, DeleteObject: s.deleteObject,
+		UpsertLimit: s.upsertLimit, SettleBatchItems: s.settleBatchItems, Advance: s.advance})
 	if err := s.checkRegion(ctx, pool, false); err != nil {
 		pool.Close()
 		return nil, err

@@ -3,16 +3,15 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// Advance moves a job that is not running, guarded on its current state.
-func (s *Store) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
-	if err := p.Check(); err != nil {
-		return nil, err
-	}
+// advance is store.Writes.Advance: the guarded UPDATE, then
+// store.FinishAdvance in the same write.
+func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
 	var out *job.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var finished any
@@ -26,21 +25,14 @@ func (s *Store) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, e
 		if err := s.guarded(tx, res, err, p.ID); err != nil {
 			return err
 		}
-		if p.To == job.StateWaiting {
-			var group int64
-			if err := s.queryRow(tx, `SELECT group_id FROM jobs WHERE id = ?`, p.ID).Scan(&group); err != nil {
-				return err
-			}
-			if err := s.groupReady(tx, group, p.Now); err != nil {
-				return err
-			}
-		}
-		if p.Record.Outcome != "" {
-			if err := s.appendRecord(tx, p.ID, p.Record); err != nil {
-				return err
-			}
-		}
-		out, err = s.getTx(tx, p.ID)
+		out, err = store.FinishAdvance(p, store.AdvanceTx{
+			Group: func() (group int64, err error) {
+				return group, s.queryRow(tx, `SELECT group_id FROM jobs WHERE id = ?`, p.ID).Scan(&group)
+			},
+			GroupReady:   func(group int64, now time.Time) error { return s.groupReady(tx, group, now) },
+			AppendRecord: func(r job.AttemptRecord) error { return s.appendRecord(tx, p.ID, r) },
+			Get:          func() (*job.Job, error) { return s.getTx(tx, p.ID) },
+		})
 		return err
 	})
 	return out, err

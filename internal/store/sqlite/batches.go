@@ -206,18 +206,13 @@ func (s *Store) SaveBatchChunk(ctx context.Context, c store.BatchChunk, from str
 			return nil
 		}
 		var st string
-		if err := s.queryRow(tx, `SELECT state FROM batch_chunks WHERE chunk_key = ?`, c.Key).Scan(&st); errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("chunk %s: %w", c.Key, store.ErrNotFound)
-		} else if err != nil {
+		err = s.queryRow(tx, `SELECT state FROM batch_chunks WHERE chunk_key = ?`, c.Key).Scan(&st)
+		if errors.Is(err, sql.ErrNoRows) { // no such chunk
+			st, err = "", nil
+		}
+		if err != nil {
 			return err
 		}
-		return fmt.Errorf("chunk %s is %s, not %s: %w", c.Key, st, from, store.ErrConflict)
+		return c.NotSaved(st, from)
 	})
-}
-
-// SettleBatchItem applies one guarded item write (a group of one); see
-// store.Batches.
-func (s *Store) SettleBatchItem(ctx context.Context, p store.SettleBatchItemParams) (bool, error) {
-	applied, err := s.SettleBatchItems(ctx, []store.SettleBatchItemParams{p})
-	return err == nil && applied[0], err
 }

@@ -8,12 +8,9 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// SettleBatchItems applies a group of guarded item writes in one
-// transaction; see store.BatchSettles.
-func (s *Store) SettleBatchItems(ctx context.Context, ps []store.SettleBatchItemParams) ([]bool, error) {
-	if len(ps) == 0 {
-		return nil, nil
-	}
+// settleBatchItems is store.Writes.SettleBatchItems: the group in one
+// transaction.
+func (s *Store) settleBatchItems(ctx context.Context, ps []store.SettleBatchItemParams) ([]bool, error) {
 	applied := make([]bool, len(ps))
 	// Each settle is guarded on the item's state: a batch lane's group of
 	// settles goes in pieces (writePieces), and one repeated applies nothing.

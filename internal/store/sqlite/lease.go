@@ -823,52 +823,11 @@ func nullBytes(b []byte) any {
 	return b
 }
 
-// Stats counts jobs by lane and state.
-func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
-	st := store.Stats{Counts: map[job.Lane]map[job.State]int64{}, OldestReady: map[job.Lane]time.Duration{}}
-	rows, err := s.readQuery(ctx, `SELECT lane, state, count(*) FROM jobs GROUP BY lane, state`)
-	if err != nil {
-		return st, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var lane job.Lane
-		var state job.State
-		var n int64
-		if err := rows.Scan(&lane, &state, &n); err != nil {
-			return st, err
-		}
-		if st.Counts[lane] == nil {
-			st.Counts[lane] = map[job.State]int64{}
-		}
-		st.Counts[lane][state] = n
-		if state == job.StateRunning {
-			st.Running += n
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return st, err
-	}
-	st.OldestReady, err = s.OldestReady(ctx, now)
-	return st, err
-}
-
-// OldestReady reports each lane's oldest ready job: its oldest eligible
-// waiting job (oldestWaitingSQL) or, if older, a retry due but not yet
-// promoted (the partial index jobs_scheduled).
-func (s *Store) OldestReady(ctx context.Context, now time.Time) (map[job.Lane]time.Duration, error) {
-	out := map[job.Lane]time.Duration{}
-	for _, lane := range job.Lanes {
-		var at sql.NullInt64
-		err := s.readRow(ctx, oldestReadySQL(lane), lane, ns(now)).Scan(&at)
-		if err != nil {
-			return nil, err
-		}
-		if at.Valid {
-			out[lane] = now.Sub(tm(at))
-		}
-	}
-	return out, nil
+// statsOldestQuery is the driver's query of store.SQLReads.OldestReady:
+// a lane's oldest eligible waiting job (oldestWaitingSQL) or, if older, a
+// retry due but not yet promoted (the partial index jobs_scheduled).
+func statsOldestQuery(lane job.Lane, now time.Time) *store.Query {
+	return store.NewQuery(oldestReadySQL(lane), lane, ns(now))
 }
 
 // oldestReadySQL is OldestReady's query for lane: ?1 the lane, ?2 now.

@@ -73,25 +73,9 @@ func (s *Store) saveShapes(tx *sql.Tx, st *admission.State) error {
 	return err
 }
 
-// UpsertLimit creates or reconfigures a limit key at now, keeping its live
-// state (see admission.State.Reconfigure).
-func (s *Store) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
-	st, _, err := s.upsertLimit(ctx, c, now, "")
-	return st, err
-}
-
-// DeclareLimit applies a declared configuration unless it is the one last
-// applied to the key (store.Store.DeclareLimit).
-func (s *Store) DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error) {
-	return s.upsertLimit(ctx, c, now, store.LimitFingerprint(c))
-}
-
-// upsertLimit is UpsertLimit, or with a declaration fingerprint
-// DeclareLimit (store.ReconfigureKey).
+// upsertLimit is store.Writes.UpsertLimit: the key created if missing,
+// reconfigured by store.ReconfigureKey and saved in one write.
 func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Time, declared string) (admission.State, bool, error) {
-	if err := store.CheckLimit(c); err != nil {
-		return admission.State{}, false, err
-	}
 	var (
 		out     admission.State
 		applied bool

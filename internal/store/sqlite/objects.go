@@ -3,33 +3,20 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// PutObject stores a document, replacing any previous one.
-func (s *Store) PutObject(ctx context.Context, o store.Object) error {
-	return s.PutObjects(ctx, []store.Object{o})
+// putObjects is store.Writes.PutObjects. A batch-lane caller's many
+// objects go in pieces (writePieces): each is an idempotent upsert.
+func (s *Store) putObjects(ctx context.Context, os []store.Object) error {
+	return s.writePieces(ctx, len(os), func(tx *sql.Tx, lo, hi int) error { return s.putObjectsTx(tx, os[lo:hi]) })
 }
 
-// PutObjects stores documents in one transaction; see store.ObjectsBulk.
-func (s *Store) PutObjects(ctx context.Context, os []store.Object) error {
-	if err := store.CheckObjects(os); err != nil {
-		return err
-	}
-	if len(os) == 0 {
-		return nil
-	}
-	// A batch-lane caller's many objects go in pieces (writePieces): each
-	// is an idempotent upsert.
-	return s.writePieces(ctx, len(os), func(tx *sql.Tx, lo, hi int) error { return s.putObjects(tx, os[lo:hi]) })
-}
-
-// putObjects upserts os inside tx.
-func (s *Store) putObjects(tx *sql.Tx, os []store.Object) error {
+// putObjectsTx upserts os inside tx.
+func (s *Store) putObjectsTx(tx *sql.Tx, os []store.Object) error {
 	for _, o := range os {
 		if _, err := s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
@@ -53,7 +40,7 @@ func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs [
 	}
 	var out []store.InsertResult
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := s.putObjects(tx, os); err != nil {
+		if err := s.putObjectsTx(tx, os); err != nil {
 			return err
 		}
 		var err error
@@ -66,13 +53,9 @@ func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs [
 	return out, nil
 }
 
-// PutObjectIf stores a document only if the stored body is prev (nil: only
-// if there is none).
-func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
-	if err := o.Check(); err != nil {
-		return err
-	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+// putObjectIf is store.Writes.PutObjectIf.
+func (s *Store) putObjectIf(ctx context.Context, o store.Object, prev []byte) (n int64, err error) {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		var res sql.Result
 		var err error
 		if prev == nil {
@@ -85,23 +68,21 @@ func (s *Store) PutObjectIf(ctx context.Context, o store.Object, prev []byte) er
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(err, o.Changed())
-		}
-		return nil
+		n, err = res.RowsAffected()
+		return err
 	})
+	return n, err
 }
 
-// DeleteObject removes a document.
-func (s *Store) DeleteObject(ctx context.Context, kind, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+// deleteObject is store.Writes.DeleteObject.
+func (s *Store) deleteObject(ctx context.Context, kind, id string) (n int64, err error) {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		res, err := s.exec(tx, `DELETE FROM objects WHERE kind = ? AND id = ?`, kind, id)
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return store.ErrNotFound
-		}
-		return nil
+		n, err = res.RowsAffected()
+		return err
 	})
+	return n, err
 }

@@ -15,13 +15,8 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// ns converts a time to the stored Unix nanoseconds; the zero time is 0.
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
+// ns is store.UnixNano: the zero time is 0.
+func ns(t time.Time) int64 { return store.UnixNano(t) }
 
 // nullNS is ns for nullable columns: the zero time is NULL.
 func nullNS(t time.Time) any {

@@ -93,6 +93,10 @@ type Store struct {
 	// shares with PostgreSQL's (GetSchedule, ListBatches, GetObject, ...), run
 	// by read.
 	store.SQLReads
+	// Derived are the contract's methods both SQL drivers build alike
+	// around a write of this driver's (PutObject, UpsertLimit, Advance,
+	// ...): store.Writes.
+	store.Derived
 	cfg Config
 	wdb *sql.DB // exactly one connection: the single writer
 	rdb *sql.DB // read-only pool
@@ -189,7 +193,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		leases:      map[string]leaseFacts{},
 		unpaced:     map[string]admission.State{},
 	}
-	s.SQLReads = store.NewSQLReads(s.read)
+	s.SQLReads = store.NewSQLReads(s.read, statsOldestQuery)
+	s.Derived = store.NewDerived(store.Writes{PutObjects: s.putObjects, PutObjectIf: s.putObjectIf, DeleteObject: s.deleteObject,
+		UpsertLimit: s.upsertLimit, SettleBatchItems: s.settleBatchItems, Advance: s.advance})
 	if err := s.check(ctx, created); err != nil {
 		wdb.Close()
 		rdb.Close()
