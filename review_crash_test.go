@@ -157,11 +157,13 @@ func TestReviewKill9Resumes(t *testing.T) {
 	}
 
 	child := startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
-	// Deadlines, not measurements: at load 28 a run took 66 s in all.
-	done := waitPartsPublished(t, producer, total/4, 60*time.Second)
+	// Deadlines, not measurements: at load 28 a run took 66 s in all, and
+	// at load 60 (session 19, -race, 2 cores) the child had not published
+	// a quarter of the parts in 60 s; the deadlines only bound a hang.
+	done := waitPartsPublished(t, producer, total/4, 3*time.Minute)
 	// Each part takes 200 ms in the child, so parts are running nearly all
 	// the time and the kill lands on held leases.
-	waitRunning(t, producer, 10*time.Second)
+	waitRunning(t, producer, time.Minute)
 	held := kill9(t, producer, child)
 	if len(held) == 0 {
 		t.Fatal("no part was running at the kill: the crash hit no lease")
@@ -176,7 +178,7 @@ func TestReviewKill9Resumes(t *testing.T) {
 	t.Logf("killed the worker with %d (then %d) of %d parts done", done, atKill, total)
 
 	startChild(t, "TestReviewCrashChild", reviewCrashChildEnv, dir)
-	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished, 120*time.Second)
+	s := waitReview(t, reviews, "us", sub.ID, ratelane.StatePublished, 5*time.Minute)
 	out := filepath.Join(dir, "out", "default", reviewCrashTarget)
 	first, err := os.Stat(out)
 	if err != nil {
@@ -230,8 +232,20 @@ func TestReviewKill9Resumes(t *testing.T) {
 	}
 
 	// Published once: several sweeps later the file was not written again
-	// (a rewrite renames a new file over it) and the state holds.
-	time.Sleep(500 * time.Millisecond)
+	// (a rewrite renames a new file over it) and the state holds. The
+	// sweeps counted are the producer's own, started now on the same
+	// database and output directory with the same review settings: each
+	// one completed after the publication was seen, however slow the
+	// machine (the child's sweeps, which also run, are not countable
+	// from here).
+	if err := producer.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = producer.Stop(ctx) }()
+	const sweeps = 5
+	testkit.WaitFor(t, testkit.Timeout, fmt.Sprintf("%d sweeps of the producer", sweeps), func() bool {
+		return ratelane.Sweeps(producer, "us") >= sweeps
+	})
 	later, err := os.Stat(out)
 	if err != nil || !os.SameFile(first, later) || !later.ModTime().Equal(first.ModTime()) {
 		t.Fatalf("the rdjsonl file was rewritten after publication: %v", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // heldPublisher blocks each Publish until release is closed.
@@ -56,16 +57,11 @@ func TestPublicationsWaitForTheSignal(t *testing.T) {
 	var reads atomic.Int64
 	done := make(chan error, 1)
 	go func() { done <- pubs.wait(ctx, c, res.Job.ID, &reads) }()
-	<-pub.entered // validated, its publication under way
-	testWaitReads(t, &reads, 1)
+	testkit.Recv(t, pub.entered, testkit.Timeout, "the publication to start") // validated, its publication under way
+	testkit.WaitFor(t, testkit.Timeout, "the waiter's first read", func() bool { return reads.Load() >= 1 })
 	close(pub.release)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("wait did not return on the publication signal")
+	if err := testkit.Recv(t, done, testkit.Timeout, "the wait to return on the publication signal"); err != nil {
+		t.Fatal(err)
 	}
 	if n := reads.Load(); n != 1 {
 		t.Fatalf("%d reads of the job, want 1 (the first; the signal ended the wait)", n)
@@ -73,15 +69,5 @@ func TestPublicationsWaitForTheSignal(t *testing.T) {
 	j, err := c.Job(ctx, "us", res.Job.ID)
 	if err != nil || j.State != ratelane.StatePublished {
 		t.Fatalf("job after the wait: %v, %v; want published", j, err)
-	}
-}
-
-// testWaitReads waits until reads is n (the waiter made its first read).
-func testWaitReads(t *testing.T, reads *atomic.Int64, n int64) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); reads.Load() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter made %d reads, want %d", reads.Load(), n)
-		}
 	}
 }

@@ -382,6 +382,9 @@ type Engine struct {
 	aggKinds     []string
 	parents      chan parentWake
 	batchParents chan parentWake
+	// sweeps counts the aggregation loop's completed sweep passes
+	// (Sweeps).
+	sweeps atomic.Uint64
 
 	// computing are the kinds that declare Kind.Computes: only their
 	// batch jobs take a turn of the CPU governor (budget.go).

@@ -216,12 +216,20 @@ type Reported struct {
 // one guarded Finish; every one written is told to the Observer. The error
 // is the store's when nothing could be written.
 func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
+	return w.report(ctx, rs, nil)
+}
+
+// report is Report calling written, when not nil, once the outcomes are
+// written and before the Observer hears of any: the engine records its
+// finish stage there, so what an Observer's listener reads next (the
+// stage histograms) already counts the finish.
+func (w *Jobs) report(ctx context.Context, rs []Report, written func()) ([]Reported, error) {
 	now, ts := w.transitions(rs)
 	errs, err := w.cfg.Store.Finish(ctx, ts)
 	if err != nil {
 		return nil, err
 	}
-	return w.reported(rs, ts, errs, now), nil
+	return w.reported(rs, ts, errs, now, written), nil
 }
 
 // CanReportLease reports whether the region's store finishes and leases
@@ -237,6 +245,11 @@ func (w *Jobs) CanReportLease() bool {
 // concurrency cap. When it fails nothing was written: the caller may
 // Report alone.
 func (w *Jobs) ReportLease(ctx context.Context, rs []Report, p LeaseParams) ([]Reported, []*job.Job, error) {
+	return w.reportLease(ctx, rs, p, nil)
+}
+
+// reportLease is ReportLease calling written as report does.
+func (w *Jobs) reportLease(ctx context.Context, rs []Report, p LeaseParams, written func()) ([]Reported, []*job.Job, error) {
 	fl, ok := w.cfg.Store.(store.FinishLeaser)
 	if !ok {
 		return nil, nil, errors.New("engine: the store cannot finish and lease in one write")
@@ -247,7 +260,7 @@ func (w *Jobs) ReportLease(ctx context.Context, rs []Report, p LeaseParams) ([]R
 	if err != nil {
 		return nil, nil, err
 	}
-	out := w.reported(rs, ts, errs, now)
+	out := w.reported(rs, ts, errs, now, written)
 	w.leased(jobs, sp.Now)
 	return out, jobs, nil
 }
@@ -268,8 +281,12 @@ func (w *Jobs) transitions(rs []Report) (time.Time, []store.Transition) {
 }
 
 // reported counts the written transitions (rate-limited counts, the
-// Observer, parts' parents) and pairs each with its error.
-func (w *Jobs) reported(rs []Report, ts []store.Transition, errs []error, now time.Time) []Reported {
+// Observer, parts' parents) and pairs each with its error; written, when
+// not nil, runs first (see report).
+func (w *Jobs) reported(rs []Report, ts []store.Transition, errs []error, now time.Time, written func()) []Reported {
+	if written != nil {
+		written()
+	}
 	out := make([]Reported, len(rs))
 	w.mu.Lock()
 	for i, r := range rs {

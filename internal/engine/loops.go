@@ -42,10 +42,21 @@ func (e *Engine) finish(batch []result) {
 	if allBatch(batch) {
 		ctx = store.WithLane(ctx, job.LaneBatch) // yields to interactive writes
 	}
-	done, leased, free, turns, withLease := e.finishLease(ctx, rs)
+	// The finish stage is recorded once the outcomes are written and
+	// before the Observer hears of them, so that a listener of the
+	// Observer reads histograms that count these finishes.
+	written := func() {
+		now := e.cfg.Now()
+		for _, r := range batch {
+			if !r.answered.IsZero() {
+				e.stages.observe(r.job.Lane, stFinish, now.Sub(r.answered))
+			}
+		}
+	}
+	done, leased, free, turns, withLease := e.finishLease(ctx, rs, written)
 	var err error
 	for attempt := 0; !withLease && attempt < 5; attempt++ {
-		if done, err = e.jobs.Report(ctx, rs); err == nil {
+		if done, err = e.jobs.report(ctx, rs, written); err == nil {
 			break
 		}
 		e.log.Error("finish failed; retrying", "jobs", len(rs), "attempt", attempt+1, "err", err)
@@ -54,12 +65,6 @@ func (e *Engine) finish(batch []result) {
 	if err != nil {
 		e.log.Error("finish failed; the leases will expire and the jobs be retried", "jobs", len(rs), "err", err)
 		return
-	}
-	now := e.cfg.Now()
-	for _, r := range batch {
-		if !r.answered.IsZero() {
-			e.stages.observe(r.job.Lane, stFinish, now.Sub(r.answered))
-		}
 	}
 	for i, r := range batch {
 		if err := done[i].Err; err != nil {
@@ -98,7 +103,7 @@ func (e *Engine) finish(batch []result) {
 // after it would take, one commit later. withLease is false when it did
 // not try or the write failed (nothing was written: the caller reports
 // alone); then no slot or batch turn is held.
-func (e *Engine) finishLease(ctx context.Context, rs []Report) (done []Reported, leased []*job.Job, free, turns int, withLease bool) {
+func (e *Engine) finishLease(ctx context.Context, rs []Report, written func()) (done []Reported, leased []*job.Job, free, turns int, withLease bool) {
 	if e.idle.Load() == 0 || len(e.kinds) == 0 || e.stopping() || !e.jobs.CanReportLease() {
 		return nil, nil, 0, 0, false
 	}
@@ -107,7 +112,7 @@ func (e *Engine) finishLease(ctx context.Context, rs []Report) (done []Reported,
 	}
 	turns, batchMax := e.takeTurns(free)
 	var admit time.Time
-	done, leased, err := e.jobs.ReportLease(ctx, rs, e.leaseParams(free, batchMax, &admit))
+	done, leased, err := e.jobs.reportLease(ctx, rs, e.leaseParams(free, batchMax, &admit), written)
 	if err != nil {
 		for range free {
 			<-e.slots

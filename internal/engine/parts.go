@@ -383,7 +383,16 @@ func (e *Engine) sweepParents(ctx context.Context) {
 	if err := e.sweepParentsVia(ctx, e.publishQueued); err != nil && ctx.Err() == nil {
 		e.log.Warn("parts sweep failed", "err", err)
 	}
+	e.sweeps.Add(1)
 }
+
+// Sweeps returns how many sweep passes over accepted parents the batch
+// lane's aggregation loop has completed, failed ones included (the one at
+// Start and one every SweepEvery; SweepParents calls are not counted). A
+// test that must see sweeps happen after some event (a publication that a
+// sweep must not repeat) waits for this count to grow rather than for
+// time to pass.
+func (e *Engine) Sweeps() uint64 { return e.sweeps.Load() }
 
 // SweepParents aggregates every accepted parent of the engine's
 // aggregating kinds whose parts are all final. The batch lane's

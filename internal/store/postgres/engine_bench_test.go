@@ -20,6 +20,7 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/storetest"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // BenchmarkEngineDrain is `ratelane bench throughput` on PostgreSQL with
@@ -270,13 +271,13 @@ func insertChecked(b *testing.B, s *Store, n, size int) {
 
 // waitDone waits until done reaches n, for at most five minutes.
 func waitDone(b *testing.B, done *atomic.Int64, n int64) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for done.Load() < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d jobs done in five minutes", done.Load(), n)
+	b.Helper()
+	testkit.Eventually(b, 5*time.Minute, fmt.Sprintf("%d jobs done", n), func() error {
+		if d := done.Load(); d < n {
+			return fmt.Errorf("%d of %d done", d, n)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // tableReads reads a schema's per-relation read counters. A backend
@@ -316,21 +317,17 @@ func (r *tableReads) wal(b *testing.B) [3]int64 {
 // the entries read, after every connection of s has reported.
 func (r *tableReads) read(b *testing.B, s *Store) map[string]int64 {
 	ctx := context.Background()
-	s.pool.Reset() // idle connections close now, busy ones when released
-	for i := 0; ; i++ {
+	testkit.Eventually(b, testkit.Timeout, "the store's backends to exit", func() error {
+		s.pool.Reset() // idle connections close now, busy ones when released
 		var live int
 		if err := r.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, r.app).Scan(&live); err != nil {
 			b.Fatal(err)
 		}
-		if live == 0 {
-			break
+		if live > 0 {
+			return fmt.Errorf("%d backends still open", live)
 		}
-		if i == 1000 {
-			b.Fatalf("%d backends still open", live)
-		}
-		time.Sleep(10 * time.Millisecond)
-		s.pool.Reset()
-	}
+		return nil
+	})
 	if _, err := r.conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
 		b.Fatal(err)
 	}
