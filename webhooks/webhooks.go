@@ -198,7 +198,7 @@ func (p *Plugin) Subscriber(ctx context.Context, region, id string) (Subscriber,
 }
 
 // Subscribers lists a region's subscribers in id order, after the id
-// after, up to limit (default 100, at most 1000).
+// after, up to limit (default 100; above 1000 is 1000).
 func (p *Plugin) Subscribers(ctx context.Context, region, after string, limit int) ([]Subscriber, error) {
 	reg, err := p.registry(region)
 	if err != nil {

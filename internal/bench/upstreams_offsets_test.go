@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -74,7 +75,7 @@ func checkOffsetRun(t *testing.T, m UpstreamsMix, ms int, seed uint64, r virtual
 		if v.accepted < v.d.Jobs {
 			t.Errorf("%s offset %d ms seed %d: %s delivered %d of %d", m.Name, ms, seed, v.d.Name, v.accepted, v.d.Jobs)
 		}
-		n := maxInWindow(v.starts, time.Second)
+		n := testkit.MostWithin(v.starts, time.Second)
 		if v.d.Fixed {
 			n = maxInAligned(v.starts, time.Second)
 		}

@@ -3,6 +3,7 @@ package deptest
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -68,37 +69,14 @@ func TestLayering(t *testing.T) {
 	pkgs := list(t, mod+"/...")
 	inModule := func(p string) bool { return under(p, mod) }
 
-	// allowOnly fails when a module package of deps is not in allowed.
-	allowOnly := func(name string, allowed ...string) {
-		t.Helper()
-		p, ok := pkgs[name]
-		if !ok {
-			t.Fatalf("package %s not listed", name)
-		}
-		for _, d := range p.Deps {
-			dp := pkgs[d]
-			if dp.Standard {
-				continue
-			}
-			if !inModule(d) {
-				t.Errorf("%s depends on %s outside the module; it may use only the standard library and %v", name, d, allowed)
-				continue
-			}
-			if !slices.Contains(allowed, d) {
-				t.Errorf("%s depends on %s; it may depend only on %v", name, d, allowed)
-			}
+	for _, l := range layers {
+		for _, v := range l.check(pkgs) {
+			t.Error(v)
 		}
 	}
-	vocab, job := mod+"/rltype", mod+"/internal/job"
-	admission, st := mod+"/internal/admission", mod+"/internal/store"
+	vocab := mod + "/rltype"
+	job, admission, st := mod+"/internal/job", mod+"/internal/admission", mod+"/internal/store"
 	httpapi := mod + "/internal/httpapi"
-	// The public vocabulary imports only the standard library.
-	allowOnly(vocab)
-	// internal/job is rltype's alias and nothing more.
-	allowOnly(job, vocab)
-	// admission and the store contract sit on the vocabulary only.
-	allowOnly(admission, vocab, job)
-	allowOnly(st, vocab, job, admission)
 	// The batch client is a leaf the batch lane is wired onto: it may link
 	// the LLM SDKs but, within the module, only the header parsers (and
 	// their vocabulary), never the engine, the store or the API.
@@ -202,6 +180,103 @@ func TestLayering(t *testing.T) {
 	// The check above can fail: the review plug-in does link the SDKs.
 	if !slices.ContainsFunc(pkgs[plugins[0]].Deps, isLLM) {
 		t.Errorf("%s links no LLM SDK: the LLM check of the core checks nothing; point it at the package that does", plugins[0])
+	}
+}
+
+// layer is a package of the core and the only module packages it may
+// depend on (directly or not); outside the module only the standard
+// library, unless thirdParty.
+type layer struct {
+	name       string
+	allowed    []string
+	thirdParty bool
+}
+
+// layers is the core's layering from the bottom up (API -> engine ->
+// admission/store -> vocabulary): each package may depend only on the
+// packages below it, so nothing below imports above. The API server and
+// the root package are checked by TestLayering's other rules.
+var layers = func() []layer {
+	vocab, job := mod+"/rltype", mod+"/internal/job"
+	admission, st, crash := mod+"/internal/admission", mod+"/internal/store", mod+"/internal/crashpoint"
+	engine, auth := mod+"/internal/engine", mod+"/internal/auth"
+	return []layer{
+		// The public vocabulary imports only the standard library.
+		{vocab, nil, false},
+		// internal/job is rltype's alias and nothing more.
+		{job, []string{vocab}, false},
+		// The header parsers sit on the vocabulary only.
+		{mod + "/internal/ratelimit", []string{vocab}, false},
+		// admission and the store contract sit on the vocabulary only.
+		{admission, []string{vocab, job}, false},
+		{st, []string{vocab, job, admission}, false},
+		// The engine, the one writer, sits on the store; it never reaches
+		// up to the API, metrics, schedules or the root package.
+		{engine, []string{vocab, job, admission, crash, st}, false},
+		// Periodic producers (cron parsing) and metrics (Prometheus) sit on
+		// the engine.
+		{mod + "/internal/schedule", []string{vocab, job, admission, crash, st, engine}, true},
+		{mod + "/internal/metrics", []string{vocab, job, admission, crash, st, engine}, true},
+		// API keys and the plug-ins' mount point sit on the vocabulary.
+		{auth, []string{vocab, job}, false},
+		{mod + "/internal/httpapi/mount", []string{vocab, job, auth}, false},
+	}
+}()
+
+// check returns a violation for each module package l.name depends on
+// that is not in l.allowed, and, unless l.thirdParty, for each dependency
+// outside the module that is not the standard library.
+func (l layer) check(pkgs map[string]pkg) []string {
+	p, ok := pkgs[l.name]
+	if !ok {
+		return []string{fmt.Sprintf("package %s not listed", l.name)}
+	}
+	var bad []string
+	for _, d := range p.Deps {
+		switch {
+		case pkgs[d].Standard:
+		case !under(d, mod):
+			if !l.thirdParty {
+				bad = append(bad, fmt.Sprintf("%s depends on %s outside the module; it may use only the standard library and %v", l.name, d, l.allowed))
+			}
+		case !slices.Contains(l.allowed, d):
+			bad = append(bad, fmt.Sprintf("%s depends on %s; within the module it may depend only on %v", l.name, d, l.allowed))
+		}
+	}
+	return bad
+}
+
+// TestLayersCatch: the layer rules fail on a graph that breaks them (the
+// engine reaching up to metrics; the vocabulary linking a module outside
+// the standard library) and pass on one that keeps them, so
+// TestLayering's pass means something.
+func TestLayersCatch(t *testing.T) {
+	engine, metrics, st := mod+"/internal/engine", mod+"/internal/metrics", mod+"/internal/store"
+	pkgs := map[string]pkg{
+		engine:                {ImportPath: engine, Deps: []string{"context", st, metrics}},
+		st:                    {ImportPath: st},
+		metrics:               {ImportPath: metrics},
+		"context":             {ImportPath: "context", Standard: true},
+		mod + "/rltype":       {ImportPath: mod + "/rltype", Deps: []string{"github.com/x/y"}},
+		"github.com/x/y":      {ImportPath: "github.com/x/y"},
+		mod + "/internal/job": {ImportPath: mod + "/internal/job", Deps: []string{"context"}},
+	}
+	if got := (layer{engine, []string{st}, false}).check(pkgs); len(got) != 1 || !strings.Contains(got[0], metrics) {
+		t.Errorf("engine -> metrics: violations %q, want one naming %s", got, metrics)
+	}
+	if got := (layer{mod + "/rltype", nil, false}).check(pkgs); len(got) != 1 || !strings.Contains(got[0], "github.com/x/y") {
+		t.Errorf("rltype -> github.com/x/y: violations %q, want one naming it", got)
+	}
+	if got := (layer{mod + "/internal/job", nil, false}).check(pkgs); len(got) != 0 {
+		t.Errorf("job -> context: violations %q, want none", got)
+	}
+	if got := (layer{mod + "/rltype", nil, true}).check(pkgs); len(got) != 0 {
+		t.Errorf("rltype -> github.com/x/y with third-party modules allowed: violations %q, want none", got)
+	}
+	for _, l := range layers {
+		if got := l.check(map[string]pkg{}); len(got) != 1 {
+			t.Errorf("a layer missing from the graph (%s) gives %q, want it reported", l.name, got)
+		}
 	}
 }
 

@@ -292,8 +292,9 @@ func summaries(jobs []*job.Job, next string) jobList {
 // up to 1000 rows a call and the API asks for one more to find a next page).
 const maxPage = 500
 
-// defaultPage is a list endpoint's page size when the request names none.
-const defaultPage = 100
+// defaultPage is a list endpoint's page size when the request names none:
+// the stores' own default page.
+const defaultPage = store.DefaultListLimit
 
 // readLimit reads a list endpoint's limit parameter: defaultPage when
 // absent, else a whole number from 1 to maxPage.

@@ -1,7 +1,7 @@
 package store
 
 // Policies every driver applies the same way; the conformance suite checks
-// each (ListPageCap, PruneBatchCap, LimitValidation).
+// each (ListPageCap, ObjectListPageCap, PruneBatchCap, LimitValidation).
 
 // Page sizes of List.
 const (

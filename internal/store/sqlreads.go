@@ -320,9 +320,9 @@ func (r SQLReads) GetObject(ctx context.Context, kind, id string) (Object, error
 }
 
 // ListObjects returns documents of a kind in id order, after the id
-// after, one page (ObjectPageSize).
+// after, one page (PageSize, as List).
 func (r SQLReads) ListObjects(ctx context.Context, kind, after string, limit int) ([]Object, error) {
 	q := NewQuery(`SELECT id, body, updated_at FROM objects WHERE kind = ? AND id > ? ORDER BY id LIMIT ?`,
-		kind, after, ObjectPageSize(limit))
+		kind, after, PageSize(limit))
 	return readAll(ctx, r, q, scanObject(kind))
 }

@@ -165,7 +165,7 @@ type Store interface {
 	// GetObject returns one document or ErrNotFound.
 	GetObject(ctx context.Context, kind, id string) (Object, error)
 	// ListObjects returns up to limit documents of a kind with ids after
-	// after, in id order.
+	// after, in id order; limit pages as List's (PageSize).
 	ListObjects(ctx context.Context, kind, after string, limit int) ([]Object, error)
 	// DeleteObject removes a document; ErrNotFound when there is none.
 	DeleteObject(ctx context.Context, kind, id string) error
@@ -244,15 +244,6 @@ func CheckObjects(os []Object) error {
 // created) since it was read.
 func (o Object) Changed() error {
 	return fmt.Errorf("object %s/%s changed since it was read: %w", o.Kind, o.ID, ErrConflict)
-}
-
-// ObjectPageSize returns the page size ListObjects uses for a requested
-// limit: 100 for 0 or less or above 1000.
-func ObjectPageSize(limit int) int {
-	if limit <= 0 || limit > 1000 {
-		return 100
-	}
-	return limit
 }
 
 // InsertResult is the result of inserting one job.

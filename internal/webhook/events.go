@@ -281,9 +281,9 @@ func (r *Registry) notify() {
 }
 
 // EventDeliveries returns the deliveries of every version of a tenant's
-// event, ordered by delivery id (creation order), up to limit (1 to 1000;
-// 0 means 100) after the delivery id after. It reads the event documents,
-// then each delivery job. An event that was never published gives an
+// event, ordered by delivery id (creation order), up to limit (paged as
+// store.PageSize: 0 means 100, above 1000 is 1000) after the delivery id
+// after. It reads the event documents, then each delivery job. An event that was never published gives an
 // error wrapping store.ErrNotFound.
 func (r *Registry) EventDeliveries(ctx context.Context, tenant, eventID, after string, limit int) ([]DeliveryInfo, error) {
 	tenant = cmp.Or(tenant, job.DefaultTenant)
@@ -296,7 +296,7 @@ func (r *Registry) EventDeliveries(ctx context.Context, tenant, eventID, after s
 	if after != "" && start < len(ids) && ids[start] == after {
 		start++
 	}
-	return r.views(ctx, ids[start:min(len(ids), start+pageSize(limit))])
+	return r.views(ctx, ids[start:min(len(ids), start+store.PageSize(limit))])
 }
 
 // eventJobIDs collects the delivery job ids of every version of an event.
@@ -338,11 +338,12 @@ func foundErr(found bool, eventID string) error {
 }
 
 // SubscriberDeliveries returns a subscriber's deliveries, newest first,
-// up to limit (1 to 1000; 0 means 100) after the delivery id after. It
-// lists the jobs on the subscriber's limit key, so deliveries of a deleted
-// and re-created subscriber are included.
+// up to limit (paged as store.PageSize: 0 means 100, above 1000 is 1000)
+// after the delivery id after. It lists the jobs on the subscriber's
+// limit key, so deliveries of a deleted and re-created subscriber are
+// included.
 func (r *Registry) SubscriberDeliveries(ctx context.Context, subscriberID, after string, limit int) ([]DeliveryInfo, error) {
-	jobs, err := r.st.List(ctx, store.ListParams{Kind: Kind, LimitKey: LimitKey(subscriberID), After: after, Limit: pageSize(limit)})
+	jobs, err := r.st.List(ctx, store.ListParams{Kind: Kind, LimitKey: LimitKey(subscriberID), After: after, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -387,13 +388,6 @@ func (r *Registry) views(ctx context.Context, ids []string) ([]DeliveryInfo, err
 		out = append(out, deliveryOf(j))
 	}
 	return out, nil
-}
-
-func pageSize(limit int) int {
-	if limit <= 0 || limit > 1000 {
-		return 100
-	}
-	return limit
 }
 
 // deliveryOf views a delivery job. Attempt records never hold content, so

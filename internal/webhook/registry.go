@@ -522,12 +522,9 @@ func (r *Registry) Get(ctx context.Context, id string) (Record, error) {
 	return r.load(ctx, id)
 }
 
-// List returns up to limit subscribers (1 to 1000; 0 means 100) with ids
-// after after, in id order.
+// List returns up to limit subscribers with ids after after, in id order;
+// limit pages as store.PageSize (0 means 100, above 1000 is 1000).
 func (r *Registry) List(ctx context.Context, after string, limit int) ([]Record, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
 	objs, err := r.st.ListObjects(ctx, ObjectSubscriber, after, limit)
 	if err != nil {
 		return nil, err

@@ -101,6 +101,7 @@ func Run(t *testing.T, open Opener) {
 	maps.Copy(tests, batchSettleCases)
 	maps.Copy(tests, flightCases)
 	maps.Copy(tests, parentCases)
+	maps.Copy(tests, policyCases)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
