@@ -159,7 +159,7 @@ func TestBenchUpstreamsMixVerbose(t *testing.T) {
 		t.Fatalf("--mix sliding: want only the sliding mix scored, got %s", out)
 	}
 	trace := stderr.String()
-	if !strings.Contains(trace, "mix sliding: t  sliding-05 sliding-10 sliding-20 sliding-40") {
+	if !strings.Contains(trace, "mix sliding (started ") || !strings.Contains(trace, "into a second): t  sliding-05 sliding-10 sliding-20 sliding-40") {
 		t.Fatalf("--verbose: no timeline header on stderr: %q", trace)
 	}
 	lines := strings.Count(trace, "\n")
