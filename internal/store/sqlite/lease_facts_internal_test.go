@@ -217,3 +217,85 @@ func TestRememberedFinishWritesReasonAndCounters(t *testing.T) {
 			j.State, j.Reason, j.Attempts, len(j.History), "gave up")
 	}
 }
+
+// TestRunFinishForgetsRowidsAfterOtherCommit: a finish of several
+// successes of one lease call goes as one UPDATE by the rowids the lease
+// read (endRuns), without the id check, on the ground that rowids change
+// only by another connection's commit (a VACUUM), which empties the
+// remembered lease facts (checkDataVersion). Here another connection swaps
+// the rowids of a, a job of the run, and d, a job of the same lease call
+// left running: had the facts survived, the run's UPDATE would have ended
+// d in a's place (same token, attempt and state: every guard but the id
+// passes, and as many rows change as the run has).
+func TestRunFinishForgetsRowidsAfterOtherCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTestStore(t)
+	var jobs []*job.Job
+	for range 4 {
+		jobs = append(jobs, storetest.NewJob("acme", job.LaneBatch, "k"))
+	}
+	if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
+		t.Fatal(err)
+	}
+	now := storetest.T0
+	got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 4, LeaseFor: time.Minute})
+	if err != nil || len(got) != 4 {
+		t.Fatalf("lease: %d jobs, %v; want 4", len(got), err)
+	}
+	a, d := got[0].ID, got[3].ID
+	other, err := sql.Open(driverName, dsn(s.Path(), SyncNormal, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var ra, rd int64
+	for id, r := range map[string]*int64{a: &ra, d: &rd} {
+		if err := other.QueryRowContext(ctx, `SELECT rowid FROM jobs WHERE id = ?`, id).Scan(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []struct {
+		id    string
+		rowid int64
+	}{{a, -1}, {d, ra}, {a, rd}} {
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET rowid = ? WHERE id = ?`, st.rowid, st.id); err != nil {
+			t.Fatal(errors.Join(err, tx.Rollback()))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var ts []store.Transition
+	for _, j := range got[:3] {
+		ts = append(ts, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StatePublished,
+			Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
+			Keys:   store.KeyEffect{Now: now, Success: true}})
+	}
+	errs, err := s.Finish(ctx, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Errorf("finish of %s: %v", ts[i].ID, e)
+		}
+	}
+	for _, j := range got {
+		want := job.StatePublished
+		if j.ID == d {
+			want = job.StateRunning
+		}
+		stored, err := s.Get(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.State != want {
+			t.Errorf("job %s after the finish: %s, want %s", j.ID, stored.State, want)
+		}
+	}
+}
