@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,14 +29,10 @@ func TestVirtualAllMixes(t *testing.T) {
 		virtualPacedFault = false
 		defer func() { virtualPacedFault = true }()
 	}
-	want := os.Getenv("RATELANE_VIRTUAL_MIX")
-	seeds := uint64(8)
-	if n, err := strconv.ParseUint(os.Getenv("RATELANE_VIRTUAL_SEEDS"), 10, 64); err == nil && n > 0 {
-		seeds = n
-	}
+	seeds := virtualSeeds()
 	var table strings.Builder
 	for _, m := range Upstreams(false).Mixes {
-		if want != "" && !strings.Contains(","+want+",", ","+m.Name+",") {
+		if !virtualMixSelected(m.Name) {
 			continue
 		}
 		for _, lag := range []virtualLag{{name: "none"}, lagQuiet} {

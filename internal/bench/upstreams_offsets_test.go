@@ -3,12 +3,10 @@ package bench
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -32,10 +30,7 @@ func TestVirtualOffsets(t *testing.T) {
 	if os.Getenv("RATELANE_VIRTUAL_OFFSETS") == "" {
 		t.Skip("set RATELANE_VIRTUAL_OFFSETS=1 to log every mix from ten start offsets")
 	}
-	seeds := uint64(8)
-	if n, err := strconv.ParseUint(os.Getenv("RATELANE_VIRTUAL_SEEDS"), 10, 64); err == nil && n > 0 {
-		seeds = n
-	}
+	seeds := virtualSeeds()
 	var table strings.Builder
 	for _, m := range Upstreams(false).Mixes {
 		if !virtualMixSelected(m.Name) {
@@ -67,20 +62,14 @@ func TestVirtualOffsets(t *testing.T) {
 }
 
 // checkOffsetRun fails the test when r, the run of m from ms into a second
-// with seed, left a delivery undone or started more than a declared limit
-// within one second (one aligned second for a key declared fixed).
+// with seed, left a delivery undone or broke invariant 6 (checkDeclared).
 func checkOffsetRun(t *testing.T, m UpstreamsMix, ms int, seed uint64, r virtualMix) {
 	t.Helper()
+	label := fmt.Sprintf("%s offset %d ms seed %d: ", m.Name, ms, seed)
 	for _, v := range r.dests {
 		if v.accepted < v.d.Jobs {
-			t.Errorf("%s offset %d ms seed %d: %s delivered %d of %d", m.Name, ms, seed, v.d.Name, v.accepted, v.d.Jobs)
-		}
-		n := testkit.MostWithin(v.starts, time.Second)
-		if v.d.Fixed {
-			n = maxInAligned(v.starts, time.Second)
-		}
-		if n > v.d.Declared {
-			t.Errorf("%s offset %d ms seed %d: %s started %d within one second, declared %d (invariant 6)", m.Name, ms, seed, v.d.Name, n, v.d.Declared)
+			t.Errorf("%s%s delivered %d of %d", label, v.d.Name, v.accepted, v.d.Jobs)
 		}
 	}
+	checkDeclared(t, label, r)
 }
