@@ -633,8 +633,7 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 		// The learned window: no more than the learned rate's worth of
 		// starts in any discovery window (see discover.go).
 		d := s.discoveryWindow()
-		limit := math.Max(1, s.rate()*d.Seconds())
-		if ok, at := s.logs[len(s.Windows)].admitAt(now.UnixNano(), cost, limit, int64(d)); !ok && at > next.UnixNano() {
+		if ok, at := s.logs[len(s.Windows)].admitAt(now.UnixNano(), cost, s.learnedWindowLimit(d), int64(d)); !ok && at > next.UnixNano() {
 			next = time.Unix(0, at)
 		}
 	}
@@ -645,6 +644,30 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 		return false, next
 	}
 	return true, now
+}
+
+// learnedWindowLimit is the limit of an adaptive key's learned window over
+// its discovery window d: its learned rate's worth, or, when one of its
+// sliding windows of period d admits more as scaled now, that window's
+// limit. Starts are whole, so a learned window of rate*d admits
+// floor(rate*d) per d: a whole start under the rate, 7 % at rise-bucket's
+// 14.55/s (announced 15), on top of DiscoveryMargin. A sliding window of
+// the key's own over the same period, scaled to the learned rate (its
+// declared limit times LearnedRate/Rate: the measured or announced limit
+// with the ceiling's headroom put back), already bounds every window of
+// the upstream's more strictly than a learned window of the same limit
+// could (it counts each start until its answer, then from the answer: see
+// window.go), so the learned window need not undercut it; the bucket at
+// the learned rate still paces, DiscoveryMargin under the limit.
+func (s *State) learnedWindowLimit(d time.Duration) float64 {
+	limit := math.Max(1, s.rate()*d.Seconds())
+	sc := s.scale()
+	for _, w := range s.Windows {
+		if !w.Fixed && w.Period == d {
+			limit = math.Max(limit, w.Limit*sc)
+		}
+	}
+	return limit
 }
 
 // Take records one start of the given cost at now: it spends tokens,
