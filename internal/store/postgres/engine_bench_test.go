@@ -31,8 +31,12 @@ import (
 // client's PostgreSQL settings (InFlight 2), then a steady phase of a
 // tenth as many jobs inserted in batches of 10 while the engine runs. It
 // reports per job, for the drain: lease calls, empty lease calls, round
-// trips, statements, transactions, rows read, and the server's commits
-// and WAL syncs and writes (see tableReads.wal); for the steady phase:
+// trips, statements, transactions, rows read, the server's commits and
+// WAL syncs and writes (see tableReads.wal), the WAL bytes written, and
+// the CPU time of this process and, when RATELANE_BENCH_PG_PID names the
+// server's postmaster on this machine, of the server (tableReads.cpu:
+// CPU time, which a loaded machine moves far less than wall time); for
+// the steady phase:
 // the key reads of store.CheckCosts (one statement and round trip each)
 // and the rows the whole phase read (pg_stat_user_tables of the schema: tuples returned by
 // sequential scans plus heap tuples fetched by index scans; jobs_leases'
