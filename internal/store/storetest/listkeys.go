@@ -105,18 +105,7 @@ func testListByKeyStates(t *testing.T, open Opener) {
 	states := endInEveryState(t, s, other.ID) // the key's job ended in each state
 	waiting := NewJob("t0", job.LaneBatch, "k")
 	insert(t, s, waiting)
-	want := []string{waiting.ID}
-	for _, j := range slices.Backward(onKey) {
-		want = append(want, j.ID)
-	}
-	if got := listPages(t, s, store.ListParams{LimitKey: "k", Limit: 2}); !slices.Equal(got, want) {
-		t.Errorf("key k in every state, pages of 2 = %v, want %v", got, want)
-	}
-	for _, st := range []job.State{job.StatePublished, job.StateTerminal} {
-		if got := listIDs(t, s, store.ListParams{LimitKey: "k", State: st}); !slices.Equal(got, []string{states[st]}) {
-			t.Errorf("key k's %s jobs = %v, want [%s]", st, got, states[st])
-		}
-	}
+	checkEveryState(t, s, store.ListParams{LimitKey: "k"}, waiting, onKey, states)
 }
 
 // testListByTenantStates lists a tenant whose jobs are in every state,
@@ -137,18 +126,7 @@ func testListByTenantStates(t *testing.T, open Opener) {
 	states := endInEveryState(t, s, other.ID) // the tenant's job that ended in each state
 	waiting := NewJob("t0", job.LaneInteractive, "x")
 	insert(t, s, waiting, NewJob("t1", job.LaneInteractive, "x"))
-	want := []string{waiting.ID}
-	for _, j := range slices.Backward(mine) {
-		want = append(want, j.ID)
-	}
-	if got := listPages(t, s, store.ListParams{Tenant: "t0", Limit: 2}); !slices.Equal(got, want) {
-		t.Errorf("tenant t0 in every state, pages of 2 = %v, want %v", got, want)
-	}
-	for _, st := range []job.State{job.StatePublished, job.StateTerminal} {
-		if got := listIDs(t, s, store.ListParams{Tenant: "t0", State: st}); !slices.Equal(got, []string{states[st]}) {
-			t.Errorf("tenant t0's %s jobs = %v, want [%s]", st, got, states[st])
-		}
-	}
+	want := checkEveryState(t, s, store.ListParams{Tenant: "t0"}, waiting, mine, states)
 	var batch []string
 	for _, id := range want {
 		for _, j := range mine {
@@ -195,4 +173,27 @@ func endInEveryState(t *testing.T, s store.Store, other string) map[job.State]st
 	}
 	mustOK(t, finish(t, s, ts...))
 	return states
+}
+
+// checkEveryState checks the list p (a key's or a tenant's, no limit)
+// against the jobs it should hold: in pages of 2, newest, then created in
+// reverse order; and in each final state, the job endInEveryState left
+// there (states). It returns the ids it expected in every state.
+func checkEveryState(t *testing.T, s store.Store, p store.ListParams, newest *job.Job, created []*job.Job, states map[job.State]string) []string {
+	t.Helper()
+	want := []string{newest.ID}
+	for _, j := range slices.Backward(created) {
+		want = append(want, j.ID)
+	}
+	p.Limit = 2
+	if got := listPages(t, s, p); !slices.Equal(got, want) {
+		t.Errorf("List(%+v) in every state, pages of 2 = %v, want %v", p, got, want)
+	}
+	for _, st := range []job.State{job.StatePublished, job.StateTerminal} {
+		p.Limit, p.State = 0, st
+		if got := listIDs(t, s, p); !slices.Equal(got, []string{states[st]}) {
+			t.Errorf("List(%+v) = %v, want [%s]", p, got, states[st])
+		}
+	}
+	return want
 }
