@@ -92,76 +92,58 @@ func KeyListNeedsGroups(p ListParams) bool {
 // key whose queue holds many jobs reads them all (as SQLite does when its
 // key has more than one group).
 func ListKeyQuery(cols string, p ListParams, groupHasKey string) *Query {
-	return listByGroups(cols, p, func(q *Query) *Query { return q.Where(groupHasKey, p.LimitKey) }, true)
-}
-
-// TenantListNeedsFinalIndex reports whether List(p) lists a tenant's jobs
-// in any state or in a final one, with no limit key or parent: what
-// PostgreSQL answers with ListTenantQuery, as its only index on tenant is
-// over the final jobs.
-func TenantListNeedsFinalIndex(p ListParams) bool {
-	return p.Tenant != "" && p.LimitKey == "" && p.Parent == "" && (p.State == "" || p.State.Final())
-}
-
-// ListTenantQuery is List's statement for a tenant's jobs in any state or
-// in a final one (TenantListNeedsFinalIndex) on a driver whose only index
-// on tenant holds the final jobs: PostgreSQL's jobs_final_tenant
-// (migration 0034), (tenant, id) where finished_at is set, which a job
-// writes one entry in when it finishes, where an index over every state
-// took one per row version (its insert, each lease and each finish: the
-// updates are not HOT). The final jobs, the bulk of the table, are read
-// newest first from it, one page; the live ones through the tenant's
-// groups as ListKeyQuery reads a key's (its waiting and retry_scheduled
-// jobs by their states' group indexes, the running, accepted and
-// validated ones by theirs). The page is the newest of these. What a page
-// reads is bounded by the tenant's live jobs and one page of its final
-// ones; a tenant list in a live state (ListQuery) reads that state's
-// partial index.
-func ListTenantQuery(cols string, p ListParams) *Query {
-	return listByGroups(cols, p, func(q *Query) *Query { return q }, false)
-}
-
-// listByGroups is ListKeyQuery (perGroupFinal: each group's final jobs
-// from jobs_final_group) and ListTenantQuery (the final jobs read once,
-// filtered by p's tenant, from jobs_final_tenant); groups adds the
-// condition on job_groups that is not one of p's lane, tenant and kind.
-func listByGroups(cols string, p ListParams, groups func(*Query) *Query, perGroupFinal bool) *Query {
 	limit := PageSize(p.Limit)
 	jobs := func(cond string) *Query {
 		q := NewQuery(`SELECT ` + cols + ` FROM jobs`).Where(cond)
 		return jobFilters(q, p).WhereSet(`id < ?`, p.After)
 	}
 	keyGroups := func(q *Query, table string) *Query {
-		return groups(q).WhereSet(table+`.lane = ?`, string(p.Lane)).
+		return q.Where(groupHasKey, p.LimitKey).WhereSet(table+`.lane = ?`, string(p.Lane)).
 			WhereSet(table+`.tenant = ?`, p.Tenant).WhereSet(table+`.kind = ?`, p.Kind)
 	}
-	final := jobs(`finished_at IS NOT NULL`).Then(`ORDER BY id DESC LIMIT ?`, limit)
-	if !perGroupFinal && p.State != "" {
-		return final
+	perGroup := jobs(`group_id = job_groups.id AND finished_at IS NOT NULL`).Then(`ORDER BY id DESC LIMIT ?`, limit)
+	text, args := `(`+perGroup.SQL()+`)`, perGroup.Args()
+	if p.State == "" {
+		queued := jobs(`group_id = job_groups.id AND ` + anyState(job.StateWaiting, job.StateRetryScheduled))
+		text, args = text+` UNION ALL (`+queued.SQL()+`)`, append(args, queued.Args()...)
 	}
-	var q *Query
-	if perGroupFinal {
-		perGroup := jobs(`group_id = job_groups.id AND finished_at IS NOT NULL`).Then(`ORDER BY id DESC LIMIT ?`, limit)
-		text, args := `(`+perGroup.SQL()+`)`, perGroup.Args()
-		if p.State == "" {
-			queued := jobs(`group_id = job_groups.id AND ` + anyState(job.StateWaiting, job.StateRetryScheduled))
-			text, args = text+` UNION ALL (`+queued.SQL()+`)`, append(args, queued.Args()...)
-		}
-		q = keyGroups(NewQuery(`SELECT page.* FROM job_groups CROSS JOIN LATERAL (`+text+`) page`, args...), `job_groups`)
-	} else {
-		// Each group's newest page: the LIMIT also keeps the planner from
-		// flattening the LATERAL into a join that reads every waiting job
-		// of the lane (jobs_lane_ready) rather than the group's.
-		queued := jobs(`group_id = job_groups.id AND `+anyState(job.StateWaiting, job.StateRetryScheduled)).Then(`ORDER BY id DESC LIMIT ?`, limit)
-		q = keyGroups(NewQuery(`SELECT page.* FROM job_groups CROSS JOIN LATERAL (`+queued.SQL()+`) page`, queued.Args()...), `job_groups`)
-		q = NewQuery(`SELECT * FROM ((`+final.SQL()+`) UNION ALL (`+q.SQL()+`)) page`, append(final.Args(), q.Args()...)...)
-	}
+	q := keyGroups(NewQuery(`SELECT page.* FROM job_groups CROSS JOIN LATERAL (`+text+`) page`, args...), `job_groups`)
 	if p.State == "" {
 		g := keyGroups(NewQuery(`SELECT id FROM job_groups`), `job_groups`)
 		rest := jobs(anyState(job.StateRunning, job.StateAccepted, job.StateValidated)).Where(`group_id IN (`+g.SQL()+`)`, g.Args()...)
 		q = NewQuery(`SELECT * FROM (`+q.SQL()+` UNION ALL `+rest.SQL()+`) page`, append(q.Args(), rest.Args()...)...)
 	}
 	return q.Then(`ORDER BY page.id DESC LIMIT ?`, limit)
+}
+
+// TenantListNeedsUnion reports whether List(p) lists a tenant's jobs in
+// any state, with no limit key or parent: what PostgreSQL answers with
+// ListTenantQuery, as its only index on tenant leaves the running jobs
+// out.
+func TenantListNeedsUnion(p ListParams) bool {
+	return p.Tenant != "" && p.LimitKey == "" && p.Parent == "" && p.State == ""
+}
+
+// ListTenantQuery is List's statement for a tenant's jobs in any state
+// (TenantListNeedsUnion) on a driver whose index on tenant holds the jobs
+// that are not running: PostgreSQL's jobs_tenant_unleased (migration
+// 0034), (tenant, id) where state <> 'running'. A lease moves a job out
+// of it, so the lease writes no entry in it (a job's lease and finish are
+// not HOT updates: each row version took an entry in the index over every
+// state it replaces). The page is the newest of the tenant's newest jobs
+// that are not running, one page from that index, and of its running
+// ones, from jobs_leases (as many as there are workers). A tenant's list
+// in one state reads that index too (ListQuery: any state but running
+// implies its predicate) or, running, jobs_leases.
+func ListTenantQuery(cols string, p ListParams) *Query {
+	limit := PageSize(p.Limit)
+	part := func(cond string) *Query {
+		q := jobFilters(NewQuery(`SELECT `+cols+` FROM jobs`).Where(cond), p)
+		return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, limit)
+	}
+	rest, running := part(`state <> 'running'`), part(`state = 'running'`)
+	return NewQuery(`SELECT * FROM ((`+rest.SQL()+`) UNION ALL (`+running.SQL()+`)) page`, append(rest.Args(), running.Args()...)...).
+		Then(`ORDER BY page.id DESC LIMIT ?`, limit)
 }
 
 // anyState is the condition that a job is in one of states, one literal

@@ -143,15 +143,15 @@ func TestListByKeyUsesGroupIndex(t *testing.T) {
 	}
 }
 
-// TestListByTenantUsesFinalTenantIndex: the List calls filtered by a
-// tenant in any state or a final one never walk jobs_pkey, in the generic
-// plan: the final jobs are read from jobs_final_tenant, the live ones
-// through the tenant's groups and their states' partial indexes
-// (store.ListTenantQuery, migration 0034, which dropped jobs_tenant, an
-// index over every state).
-func TestListByTenantUsesFinalTenantIndex(t *testing.T) {
+// TestListByTenantUsesUnleasedIndex: the List calls filtered by a tenant
+// never walk jobs_pkey, in the generic plan: in any state they read the
+// jobs that are not running from jobs_tenant_unleased and the running
+// ones from jobs_leases (store.ListTenantQuery), and in a state other
+// than running jobs_tenant_unleased, whose predicate the state implies
+// (migration 0034, which dropped jobs_tenant, an index over every state).
+func TestListByTenantUsesUnleasedIndex(t *testing.T) {
 	t.Parallel()
-	tx := drainedPlanTx(t, 64) // a tenant's share of the final jobs is small
+	tx := drainedPlanTx(t, 64) // a tenant's share of the jobs is small
 	for _, p := range []store.ListParams{
 		{Tenant: "tenant-1", Limit: 100},
 		{Tenant: "tenant-1", After: "01J", Limit: 100},
@@ -159,9 +159,9 @@ func TestListByTenantUsesFinalTenantIndex(t *testing.T) {
 		{Tenant: "tenant-1", State: job.StateTerminal, Limit: 100},
 		{Tenant: "tenant-1", State: job.StatePublished, After: "01J", Limit: 100},
 	} {
-		want := []string{"jobs_final_tenant"}
+		want := []string{"jobs_tenant_unleased"}
 		if p.State == "" {
-			want = append(want, "jobs_group_head", "jobs_leases")
+			want = append(want, "jobs_leases")
 		}
 		checkListPlan(t, tx, p, want)
 	}

@@ -110,9 +110,9 @@ func testListByKeyStates(t *testing.T, open Opener) {
 
 // testListByTenantStates lists a tenant whose jobs are in every state,
 // final and live, over groups of two keys and two lanes, beside another
-// tenant's: newest first, page by page, and in each final state. On
-// PostgreSQL it reads the final jobs from jobs_final_tenant and the live
-// ones through the tenant's groups (store.ListTenantQuery).
+// tenant's: newest first, page by page, in each final state and by lane.
+// On PostgreSQL the list in any state is the jobs that are not running,
+// from jobs_tenant_unleased, and the running ones (store.ListTenantQuery).
 func testListByTenantStates(t *testing.T, open Opener) {
 	s := open(t)
 	accepted := NewJob("t0", job.LaneBatch, "k")
