@@ -116,6 +116,36 @@ func ListKeyQuery(cols string, p ListParams, groupHasKey string) *Query {
 	return q.Then(`ORDER BY page.id DESC LIMIT ?`, limit)
 }
 
+// TenantListNeedsUnion reports whether List(p) lists a tenant's jobs in
+// any state, with no limit key or parent: what PostgreSQL answers with
+// ListTenantQuery, as its only index on tenant leaves the running jobs
+// out.
+func TenantListNeedsUnion(p ListParams) bool {
+	return p.Tenant != "" && p.LimitKey == "" && p.Parent == "" && p.State == ""
+}
+
+// ListTenantQuery is List's statement for a tenant's jobs in any state
+// (TenantListNeedsUnion) on a driver whose index on tenant holds the jobs
+// that are not running: PostgreSQL's jobs_tenant_unleased (migration
+// 0034), (tenant, id) where state <> 'running'. A lease moves a job out
+// of it, so the lease writes no entry in it (a job's lease and finish are
+// not HOT updates: each row version took an entry in the index over every
+// state it replaces). The page is the newest of the tenant's newest jobs
+// that are not running, one page from that index, and of its running
+// ones, from jobs_leases (as many as there are workers). A tenant's list
+// in one state reads that index too (ListQuery: any state but running
+// implies its predicate) or, running, jobs_leases.
+func ListTenantQuery(cols string, p ListParams) *Query {
+	limit := PageSize(p.Limit)
+	part := func(cond string) *Query {
+		q := jobFilters(NewQuery(`SELECT `+cols+` FROM jobs`).Where(cond), p)
+		return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, limit)
+	}
+	rest, running := part(`state <> 'running'`), part(`state = 'running'`)
+	return NewQuery(`SELECT * FROM ((`+rest.SQL()+`) UNION ALL (`+running.SQL()+`)) page`, append(rest.Args(), running.Args()...)...).
+		Then(`ORDER BY page.id DESC LIMIT ?`, limit)
+}
+
 // anyState is the condition that a job is in one of states, one literal
 // comparison per state, so that each can match a partial index on it.
 func anyState(states ...job.State) string {

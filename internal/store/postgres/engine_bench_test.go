@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,8 +31,12 @@ import (
 // client's PostgreSQL settings (InFlight 2), then a steady phase of a
 // tenth as many jobs inserted in batches of 10 while the engine runs. It
 // reports per job, for the drain: lease calls, empty lease calls, round
-// trips, statements, transactions, rows read, and the server's commits
-// and WAL syncs and writes (see tableReads.wal); for the steady phase:
+// trips, statements, transactions, rows read, the server's commits and
+// WAL syncs and writes (see tableReads.wal), the WAL bytes written, and
+// the CPU time of this process and, when RATELANE_BENCH_PG_PID names the
+// server's postmaster on this machine, of the server (tableReads.cpu:
+// CPU time, which a loaded machine moves far less than wall time); for
+// the steady phase:
 // the key reads of store.CheckCosts (one statement and round trip each)
 // and the rows the whole phase read (pg_stat_user_tables of the schema: tuples returned by
 // sequential scans plus heap tuples fetched by index scans; jobs_leases'
@@ -65,6 +70,7 @@ func BenchmarkEngineDrain(b *testing.B) {
 		insertChecked(b, s, n, 1000)
 		before := stats.read(b, s)
 		wal0 := stats.wal(b)
+		cpu0, lsn0 := stats.cpu(b), stats.lsn(b)
 		trips0, stmts0, begins0 := rt.trips.Load(), rt.statements.Load(), rt.begins.Load()
 		rt.mu.Lock()
 		rt.times = nil
@@ -76,6 +82,15 @@ func BenchmarkEngineDrain(b *testing.B) {
 		if err := e.Stop(ctx); err != nil {
 			b.Fatal(err)
 		}
+		cpu1, lsn1 := stats.cpu(b), stats.lsn(b)
+		b.ReportMetric(float64(stats.walBytes(b, lsn0, lsn1))/float64(n), "drain-walbytes/job")
+		if cpu0.server >= 0 && cpu1.server >= 0 {
+			b.ReportMetric(float64(cpu1.server-cpu0.server)/float64(n), "drain-servercpu-us/job")
+		}
+		b.ReportMetric(float64(cpu1.client-cpu0.client)/float64(n), "drain-clientcpu-us/job")
+		// The drain's window on the real-time clock, for a profiler's
+		// samples (perf record -k realtime; perf report --time).
+		b.Logf("drain window %.6f,%.6f", float64(start.UnixMicro())/1e6, float64(start.Add(drain).UnixMicro())/1e6)
 		reportLatency(b, cs, rt, drain)
 		leases, empty := cs.leases.Load(), cs.empty.Load()
 		b.ReportMetric(float64(rt.trips.Load()-trips0)/float64(n), "drain-roundtrips/job")
@@ -310,6 +325,81 @@ func (r *tableReads) wal(b *testing.B) [3]int64 {
 		b.Fatal(err)
 	}
 	return out
+}
+
+// cpuTimes are CPU microseconds used so far by this process (client) and
+// by the PostgreSQL server (server: the postmaster named by
+// RATELANE_BENCH_PG_PID, the children it reaped and those alive; -1
+// when unset or unreadable, e.g. a server on another machine). CPU time,
+// not wall time: it moves far less with the machine's load.
+type cpuTimes struct{ client, server int64 }
+
+func (r *tableReads) cpu(b *testing.B) cpuTimes {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	us := func(t syscall.Timeval) int64 { return t.Sec*1e6 + int64(t.Usec) }
+	return cpuTimes{client: us(ru.Utime) + us(ru.Stime), server: serverCPU(os.Getenv("RATELANE_BENCH_PG_PID"))}
+}
+
+// serverCPU sums the CPU time of the process pid (its own and its reaped
+// children's) and of its live children, from /proc, in microseconds; -1
+// when it cannot.
+func serverCPU(pid string) int64 {
+	if pid == "" {
+		return -1
+	}
+	ticks := func(pid string, fields ...int) (int64, bool) {
+		raw, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return 0, false
+		}
+		// The fields after the command name, which may hold spaces.
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		var t int64
+		for _, i := range fields {
+			v, err := strconv.ParseInt(f[i-3], 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			t += v
+		}
+		return t, true
+	}
+	total, ok := ticks(pid, 14, 15, 16, 17) // utime, stime, cutime, cstime
+	if !ok {
+		return -1
+	}
+	tasks, _ := os.ReadDir("/proc/" + pid + "/task")
+	for _, task := range tasks {
+		kids, _ := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/children")
+		for _, kid := range strings.Fields(string(kids)) {
+			if t, ok := ticks(kid, 14, 15); ok { // one that exited meanwhile is in cutime later
+				total += t
+			}
+		}
+	}
+	return total * 1e6 / 100 // USER_HZ
+}
+
+// lsn is the server's WAL insert position.
+func (r *tableReads) lsn(b *testing.B) string {
+	var lsn string
+	if err := r.conn.QueryRow(context.Background(), `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+		b.Fatal(err)
+	}
+	return lsn
+}
+
+// walBytes is the WAL written between two positions: the whole server's,
+// so this benchmark's only on a server of its own.
+func (r *tableReads) walBytes(b *testing.B, from, to string) int64 {
+	var n int64
+	if err := r.conn.QueryRow(context.Background(), `SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::bigint`, from, to).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // read returns, per table of the schema, the tuples its sequential scans

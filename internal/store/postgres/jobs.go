@@ -332,10 +332,16 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 
 // listQuery is List's statement; a group's keys are a text[]. A key in
 // any state or a final one is read group by group (store.ListKeyQuery):
-// there is no index on group_id over every state here.
+// there is no index on group_id over every state here. A tenant in any
+// state is read from the index of its jobs that are not running and from
+// jobs_leases (store.ListTenantQuery): there is no index on tenant over
+// every state either (migration 0034).
 func listQuery(p store.ListParams) *store.Query {
-	if store.KeyListNeedsGroups(p) {
+	switch {
+	case store.KeyListNeedsGroups(p):
 		return store.ListKeyQuery(jobCols, p, `? = ANY(keys)`)
+	case store.TenantListNeedsUnion(p):
+		return store.ListTenantQuery(jobCols, p)
 	}
 	return store.ListQuery(jobCols, p, `? = ANY(keys)`)
 }

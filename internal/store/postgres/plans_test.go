@@ -130,6 +130,66 @@ func TestUnblockGroupsUsesPartialKeysIndex(t *testing.T) {
 // this small is cheaper to scan whatever the indexes.
 func TestListByKeyUsesGroupIndex(t *testing.T) {
 	t.Parallel()
+	tx := drainedPlanTx(t, 4)
+	for _, p := range storetest.KeyedLists {
+		want := []string{string(p.State)} // the state's partial index, with or without the group
+		if p.State == job.StateRetryScheduled {
+			want = []string{"scheduled"} // jobs_scheduled, jobs_group_scheduled
+		}
+		if p.State == "" {
+			want = []string{"jobs_final_group", "jobs_group_head", "jobs_leases"}
+		}
+		checkListPlan(t, tx, p, want)
+	}
+}
+
+// TestListByTenantUsesUnleasedIndex: the List calls filtered by a tenant
+// never walk jobs_pkey, in the generic plan: in any state they read the
+// jobs that are not running from jobs_tenant_unleased and the running
+// ones from jobs_leases (store.ListTenantQuery), and in a state other
+// than running jobs_tenant_unleased, whose predicate the state implies
+// (migration 0034, which dropped jobs_tenant, an index over every state).
+func TestListByTenantUsesUnleasedIndex(t *testing.T) {
+	t.Parallel()
+	tx := drainedPlanTx(t, 64) // a tenant's share of the jobs is small
+	for _, p := range []store.ListParams{
+		{Tenant: "tenant-1", Limit: 100},
+		{Tenant: "tenant-1", After: "01J", Limit: 100},
+		{Tenant: "tenant-1", Lane: job.LaneInteractive, Kind: "noop", Limit: 20},
+		{Tenant: "tenant-1", State: job.StateTerminal, Limit: 100},
+		{Tenant: "tenant-1", State: job.StatePublished, After: "01J", Limit: 100},
+	} {
+		want := []string{"jobs_tenant_unleased"}
+		if p.State == "" {
+			want = append(want, "jobs_leases")
+		}
+		checkListPlan(t, tx, p, want)
+	}
+}
+
+// checkListPlan fails t unless List(p)'s generic plan reads each index
+// named (by a part of its name) in want and never walks jobs_pkey.
+func checkListPlan(t *testing.T, tx querier, p store.ListParams, want []string) {
+	t.Helper()
+	q := listQuery(p)
+	plan := explainGeneric(t, tx, q.Numbered(), q.Args()...)
+	for _, w := range want {
+		if !strings.Contains(plan, w) {
+			t.Errorf("List(%+v) does not read through %s:\n%s", p, w, plan)
+		}
+	}
+	if strings.Contains(plan, "jobs_pkey") {
+		t.Errorf("List(%+v) walks jobs_pkey:\n%s", p, plan)
+	}
+}
+
+// drainedPlanTx returns a transaction for reading plans, with sequential
+// scans off (a table this small is cheaper to scan whatever the indexes)
+// and generic plans, on a store as it runs: most jobs final, of other
+// keys, of the given number of tenants, and analyzed, so that the plans
+// follow from the statistics.
+func drainedPlanTx(t *testing.T, tenants int) querier {
+	t.Helper()
 	ctx := context.Background()
 	s := newStore(t)
 	// The plans follow from the statistics, so the test takes them itself
@@ -142,9 +202,7 @@ func TestListByKeyUsesGroupIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The table as it runs: most rows final, of other keys, and
-	// analyzed, so that the plans follow from the statistics.
-	insertN(t, s, 1024, 4, "subscriber:s2")
+	insertN(t, s, 1024, tenants, "subscriber:s2")
 	for now := storetest.T0; ; now = now.Add(time.Second) {
 		got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 256, LeaseFor: time.Minute})
 		if err != nil {
@@ -157,33 +215,14 @@ func TestListByKeyUsesGroupIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	insertN(t, s, 64, 4, "subscriber:s1")
-	insertN(t, s, 64, 4, "openai")
+	insertN(t, s, 64, tenants, "subscriber:s1")
+	insertN(t, s, 64, tenants, "openai")
 	for _, table := range planTables {
 		if _, err := s.pool.Exec(ctx, `ANALYZE `+table); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tx := planTx(t, s, `SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan`)
-	for _, p := range storetest.KeyedLists {
-		want := []string{string(p.State)} // the state's partial index, with or without the group
-		if p.State == job.StateRetryScheduled {
-			want = []string{"scheduled"} // jobs_scheduled, jobs_group_scheduled
-		}
-		if p.State == "" {
-			want = []string{"jobs_final_group", "jobs_group_head", "jobs_leases"}
-		}
-		q := listQuery(p)
-		plan := explainGeneric(t, tx, q.Numbered(), q.Args()...)
-		for _, w := range want {
-			if !strings.Contains(plan, w) {
-				t.Errorf("List(%+v) does not read through %s:\n%s", p, w, plan)
-			}
-		}
-		if strings.Contains(plan, "jobs_pkey") {
-			t.Errorf("List(%+v) walks jobs_pkey:\n%s", p, plan)
-		}
-	}
+	return planTx(t, s, `SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan`)
 }
 
 // planTables are the tables the keyed List calls read (store.ListKeyQuery):

@@ -102,16 +102,60 @@ func testListByKeyStates(t *testing.T, open Opener) {
 	}
 	other := NewJob("t0", job.LaneBatch, "x")
 	insert(t, s, append(onKey, other)...)
+	states := endInEveryState(t, s, other.ID) // the key's job ended in each state
+	waiting := NewJob("t0", job.LaneBatch, "k")
+	insert(t, s, waiting)
+	checkEveryState(t, s, store.ListParams{LimitKey: "k"}, waiting, onKey, states)
+}
+
+// testListByTenantStates lists a tenant whose jobs are in every state,
+// final and live, over groups of two keys and two lanes, beside another
+// tenant's: newest first, page by page, in each final state and by lane.
+// On PostgreSQL the list in any state is the jobs that are not running,
+// from jobs_tenant_unleased, and the running ones (store.ListTenantQuery).
+func testListByTenantStates(t *testing.T, open Opener) {
+	s := open(t)
+	accepted := NewJob("t0", job.LaneBatch, "k")
+	accepted.State = job.StateAccepted
+	mine := []*job.Job{accepted} // in creation order
+	for i := range 5 {
+		mine = append(mine, NewJob("t0", []job.Lane{job.LaneBatch, job.LaneInteractive}[i%2], []string{"k", "x"}[i/3]))
+	}
+	other := NewJob("t1", job.LaneBatch, "k")
+	insert(t, s, append(mine, other)...)
+	states := endInEveryState(t, s, other.ID) // the tenant's job that ended in each state
+	waiting := NewJob("t0", job.LaneInteractive, "x")
+	insert(t, s, waiting, NewJob("t1", job.LaneInteractive, "x"))
+	want := checkEveryState(t, s, store.ListParams{Tenant: "t0"}, waiting, mine, states)
+	var batch []string
+	for _, id := range want {
+		for _, j := range mine {
+			if j.ID == id && j.Lane == job.LaneBatch {
+				batch = append(batch, id)
+			}
+		}
+	}
+	if got := listIDs(t, s, store.ListParams{Tenant: "t0", Lane: job.LaneBatch}); !slices.Equal(got, batch) {
+		t.Errorf("tenant t0's batch-lane jobs = %v, want %v", got, batch)
+	}
+}
+
+// endInEveryState leases six jobs and ends five of them, one in each of
+// running (left leased), published, terminal, retry_scheduled and
+// validated, and the one whose id is other as published; it returns the
+// id of the job it left in each state.
+func endInEveryState(t *testing.T, s store.Store, other string) map[job.State]string {
+	t.Helper()
 	leased := lease(t, s, T0, 6)
 	if len(leased) != 6 {
 		t.Fatalf("leased %d of 6", len(leased))
 	}
-	states := map[job.State]string{} // the key's job ended in each state
+	states := map[job.State]string{}
 	ends := []job.State{job.StateRunning, job.StatePublished, job.StateTerminal, job.StateRetryScheduled, job.StateValidated}
 	var ts []store.Transition
 	for _, j := range leased {
 		tr := success(j, T0)
-		if j.ID != other.ID {
+		if j.ID != other {
 			tr.To, ends = ends[0], ends[1:]
 			states[tr.To] = j.ID
 		}
@@ -128,18 +172,28 @@ func testListByKeyStates(t *testing.T, open Opener) {
 		ts = append(ts, tr)
 	}
 	mustOK(t, finish(t, s, ts...))
-	waiting := NewJob("t0", job.LaneBatch, "k")
-	insert(t, s, waiting)
-	want := []string{waiting.ID}
-	for _, j := range slices.Backward(onKey) {
+	return states
+}
+
+// checkEveryState checks the list p (a key's or a tenant's, no limit)
+// against the jobs it should hold: in pages of 2, newest, then created in
+// reverse order; and in each final state, the job endInEveryState left
+// there (states). It returns the ids it expected in every state.
+func checkEveryState(t *testing.T, s store.Store, p store.ListParams, newest *job.Job, created []*job.Job, states map[job.State]string) []string {
+	t.Helper()
+	want := []string{newest.ID}
+	for _, j := range slices.Backward(created) {
 		want = append(want, j.ID)
 	}
-	if got := listPages(t, s, store.ListParams{LimitKey: "k", Limit: 2}); !slices.Equal(got, want) {
-		t.Errorf("key k in every state, pages of 2 = %v, want %v", got, want)
+	p.Limit = 2
+	if got := listPages(t, s, p); !slices.Equal(got, want) {
+		t.Errorf("List(%+v) in every state, pages of 2 = %v, want %v", p, got, want)
 	}
 	for _, st := range []job.State{job.StatePublished, job.StateTerminal} {
-		if got := listIDs(t, s, store.ListParams{LimitKey: "k", State: st}); !slices.Equal(got, []string{states[st]}) {
-			t.Errorf("key k's %s jobs = %v, want [%s]", st, got, states[st])
+		p.Limit, p.State = 0, st
+		if got := listIDs(t, s, p); !slices.Equal(got, []string{states[st]}) {
+			t.Errorf("List(%+v) = %v, want [%s]", p, got, states[st])
 		}
 	}
+	return want
 }

@@ -81,6 +81,7 @@ func Run(t *testing.T, open Opener) {
 		"List":                  testList,
 		"ListByKeyGroups":       testListByKeyGroups,
 		"ListByKeyStates":       testListByKeyStates,
+		"ListByTenantStates":    testListByTenantStates,
 		"AdaptiveKey":           testAdaptiveKey,
 		"LearnedConcurrency":    testLearnedConcurrency,
 		"StrictCounting":        testStrictCounting,
