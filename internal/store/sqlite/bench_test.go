@@ -154,3 +154,15 @@ func BenchmarkThroughputCycle(b *testing.B) {
 		now = sqlite.ThroughputCycle(b, s, now)
 	}
 }
+
+// BenchmarkThroughputCyclePublished is BenchmarkThroughputCycle with the
+// successes finished to published, as the engine finishes a kind without
+// a validation step (bench throughput's no-op jobs).
+func BenchmarkThroughputCyclePublished(b *testing.B) {
+	s := sqlite.OpenTest(b, sqlite.Config{})
+	now := storetest.T0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = sqlite.ThroughputCycleTo(b, s, now, job.StatePublished)
+	}
+}
