@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -394,16 +395,25 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 	if err != nil {
 		return nil, err
 	}
-	rows, err := o.s.query(o.tx, leasedReadSQL, arg)
+	rows, err := o.s.query(o.tx, leasedReadSQL, o.s.cfg.Region, arg)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	byID := make(map[string]*job.Job, len(leased))
+	var rare map[int64]*job.Job // by rowid: the jobs whose rare columns are read next
 	for rows.Next() {
-		j, rowid, err := scanLeased(rows, &o.s.leasedScan)
+		j, rowid, isRare, err := scanLeased(rows, &o.s.leasedScan)
 		if err != nil {
 			return nil, err
+		}
+		if isRare {
+			if rare == nil {
+				rare = map[int64]*job.Job{}
+			}
+			rare[rowid] = j
+		} else {
+			j.Region = o.s.cfg.Region
 		}
 		// The rowid names the head Heads read in this transaction (no
 		// VACUUM can renumber rows inside it): its id, cost and group are
@@ -422,6 +432,9 @@ func (o *txOps) MarkLeased(leased []store.Leased, now, until time.Time) ([]*job.
 		o.s.rememberLease(j, g.ID, h.rowid)
 	}
 	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := o.readRare(rare); err != nil {
 		return nil, err
 	}
 	out := make([]*job.Job, 0, len(leased))
@@ -446,8 +459,39 @@ const markLeasedSQL = `UPDATE jobs SET state = 'running', lease_token = ?, lease
 		WHERE rowid IN (SELECT value FROM json_each(?)) AND state = 'waiting'`
 
 // leasedReadSQL reads back what MarkLeased did not set of the jobs named
-// by a JSON array of rowids.
+// by a JSON array of rowids: the store's region, the rowids.
 const leasedReadSQL = `SELECT ` + leasedCols + ` FROM jobs WHERE rowid IN (SELECT value FROM json_each(?))`
+
+// leasedRareSQL reads the rare columns (leasedRareCols) of the jobs named
+// by a JSON array of rowids.
+const leasedRareSQL = `SELECT ` + leasedRareCols + ` FROM jobs WHERE rowid IN (SELECT value FROM json_each(?))`
+
+// readRare fills in the rare columns (leasedCols) of the leased jobs
+// that have any set, by rowid, in one statement.
+func (o *txOps) readRare(jobs map[int64]*job.Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	rowids := intsJSON(slices.Collect(maps.Keys(jobs)), func(r int64) int64 { return r })
+	rows, err := o.s.query(o.tx, leasedRareSQL, rowids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	n := 0
+	for ; rows.Next(); n++ {
+		if err := scanLeasedRare(rows, jobs); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n != len(jobs) {
+		return fmt.Errorf("sqlite: lease: read the rare columns of %d of %d jobs", n, len(jobs))
+	}
+	return nil
+}
 
 // EndAttempts ends the attempts in runs where it can (endRuns: one UPDATE
 // for the jobs of one lease call that end the same way at the same time,
