@@ -32,6 +32,31 @@ func ThroughputCycle(tb testing.TB, s *Store, now time.Time) time.Time {
 // validation step, bench throughput's no-op jobs.
 func ThroughputCycleTo(tb testing.TB, s *Store, now time.Time, to job.State) time.Time {
 	tb.Helper()
+	return throughputCycle(tb, s, now, to, StageFinish)
+}
+
+// CycleStage is how far ThroughputCycleStage runs a cycle.
+type CycleStage int
+
+// The stages of a cycle, each including the ones before it: the insert,
+// the leases, the finishes.
+const (
+	StageInsert CycleStage = iota
+	StageLease
+	StageFinish
+)
+
+// ThroughputCycleStage is ThroughputCycleTo(validated) run up to stage:
+// the per-stage instruction counts are the differences between stages
+// (BenchmarkThroughputStages), since callgrind's toggles are confused by
+// Go's stack switches. With StageLease the jobs are left running.
+func ThroughputCycleStage(tb testing.TB, s *Store, now time.Time, stage CycleStage) time.Time {
+	tb.Helper()
+	return throughputCycle(tb, s, now, job.StateValidated, stage)
+}
+
+func throughputCycle(tb testing.TB, s *Store, now time.Time, to job.State, stage CycleStage) time.Time {
+	tb.Helper()
 	ctx := context.Background()
 	const lease, keys = 48, 16
 	batch := make([]*job.Job, CycleJobs)
@@ -41,6 +66,9 @@ func ThroughputCycleTo(tb testing.TB, s *Store, now time.Time, to job.State) tim
 	if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
 		tb.Fatal(err)
 	}
+	if stage == StageInsert {
+		return now
+	}
 	for left := CycleJobs; left > 0; {
 		now = now.Add(time.Millisecond)
 		jobs, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: min(lease, left), LeaseFor: time.Hour, Kinds: []string{"noop"}})
@@ -48,7 +76,9 @@ func ThroughputCycleTo(tb testing.TB, s *Store, now time.Time, to job.State) tim
 			tb.Fatalf("lease: %d jobs, %v", len(jobs), err)
 		}
 		left -= len(jobs)
-		finishSucceeded(tb, s, jobs, to, now)
+		if stage == StageFinish {
+			finishSucceeded(tb, s, jobs, to, now)
+		}
 	}
 	return now
 }
