@@ -245,15 +245,40 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 	}
 	out := make([]store.Candidate, 0, min(limit, 64))
 	for len(out) < limit && rows.Next() {
-		var c store.Candidate
-		var rowid int64
-		if err := rows.Scan(&c.ID, &c.Cost, &rowid); err != nil {
+		c, rowid, err := o.s.headScan.scan(rows)
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, c)
 		o.groups[c.ID] = head{&g, rowid, c.Cost}
 	}
 	return out, rows.Err()
+}
+
+// headScan reads the rows of headsSQL into *any and converts them itself,
+// as scanLeased does: the variables of a row scanned into directly escaped
+// to the heap (two allocations per head), and database/sql assigns an
+// INTEGER to an *int64 by reflection.
+type headScan struct {
+	v, dest [3]any
+}
+
+// scan reads one row of headsSQL: the candidate and its rowid.
+func (b *headScan) scan(r scanner) (store.Candidate, int64, error) {
+	v := &b.v
+	if b.dest[0] == nil {
+		for i := range v {
+			b.dest[i] = &v[i]
+		}
+	}
+	defer clear(v[:]) // holds no row's values after the row
+	if err := r.Scan(b.dest[:]...); err != nil {
+		return store.Candidate{}, 0, err
+	}
+	var c leasedConv
+	cand := store.Candidate{ID: c.str(v[0]), Cost: c.int(v[1])}
+	rowid := c.int(v[2])
+	return cand, rowid, c.err
 }
 
 func (o *txOps) LockKeys(names []string) (map[string]*admission.State, error) {
