@@ -193,11 +193,20 @@ func (o *txOps) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, l
 	}
 	defer rows.Close()
 	var out []store.Group
+	var v, dest [4]any // scanned into *any and converted here, as in headScan
+	for i := range v {
+		dest[i] = &v[i]
+	}
 	for len(out) < limit && rows.Next() {
-		var g store.Group
-		var keys string
-		if err := rows.Scan(&g.ID, &g.Lane, &g.Tenant, &g.Kind, &keys); err != nil {
+		if err := rows.Scan(dest[:]...); err != nil {
 			return nil, err
+		}
+		var c leasedConv
+		g := store.Group{ID: c.int(v[0]), Lane: lane, Tenant: c.str(v[1]), Kind: c.str(v[2])}
+		keys := c.str(v[3])
+		clear(v[:])
+		if c.err != nil {
+			return nil, c.err
 		}
 		if err := jsonStrings(keys, &g.Keys); err != nil {
 			return nil, err
@@ -210,9 +219,9 @@ func (o *txOps) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, l
 // readyGroupsSQL is ReadyGroups' query for f: lane, now, now, then f's
 // kinds and tenant. No LIMIT parameter: the index job_groups_round yields
 // the rows in served_seq order, so reading stops after limit of them (see
-// limitScan).
+// limitScan). The lane is not read back: it is the one asked for.
 func readyGroupsSQL(f store.GroupFilter) string {
-	q := `SELECT id, lane, tenant, kind, keys FROM job_groups
+	q := `SELECT id, tenant, kind, keys FROM job_groups
 		WHERE lane = ? AND ready_at IS NOT NULL AND ready_at <= ? AND blocked_until <= ?`
 	if len(f.Kinds) > 0 {
 		q += ` AND kind IN (` + placeholders(len(f.Kinds)) + `)`
