@@ -569,7 +569,12 @@ type run struct {
 	token   string
 	attempt int64
 	now     int64
-	record  string
+	// record is compared as a value and encoded once per run (recordJSON
+	// formats its time: it was an allocation and ~1 k instructions per
+	// job when the run's key held its text). Two records of the same
+	// instant with other locations or monotonic readings are different
+	// keys: they go as separate runs, each with its own text.
+	record job.AttemptRecord
 	// implied: the record is the one a NULL history stands for
 	// (impliedRecord), which the UPDATE then leaves NULL.
 	implied bool
@@ -601,7 +606,7 @@ func (o *txOps) endRuns(ts []store.Transition, out []store.Ended) ([]bool, error
 		if runs == nil {
 			runs = map[run][]int{}
 		}
-		r := run{t.To, t.LeaseToken, int64(t.Record.Attempt), ns(t.Keys.Now), recordJSON(t.Record), impliedRecord(t)}
+		r := run{t.To, t.LeaseToken, int64(t.Record.Attempt), ns(t.Keys.Now), t.Record, impliedRecord(t)}
 		if _, seen := runs[r]; !seen {
 			order = append(order, r)
 		}
@@ -646,7 +651,7 @@ func (o *txOps) endRun(r run, ts []store.Transition, idx []int) (bool, error) {
 	if _, err := o.s.exec(o.tx, `SAVEPOINT run`); err != nil {
 		return false, err
 	}
-	args := []any{r.now, r.record, rowids, r.token, r.attempt}
+	args := []any{r.now, recordJSON(r.record), rowids, r.token, r.attempt}
 	if r.to.Final() {
 		args = append([]any{r.now}, args...) // finished_at, then updated_at
 	}
