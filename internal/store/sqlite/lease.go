@@ -193,18 +193,16 @@ func (o *txOps) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, l
 	}
 	defer rows.Close()
 	var out []store.Group
-	var v, dest [4]any // scanned into *any and converted here, as in headScan
-	for i := range v {
-		dest[i] = &v[i]
-	}
+	var b anyRow
 	for len(out) < limit && rows.Next() {
-		if err := rows.Scan(dest[:]...); err != nil {
+		v, err := b.scan(rows, 4)
+		if err != nil {
 			return nil, err
 		}
 		var c leasedConv
 		g := store.Group{ID: c.int(v[0]), Lane: lane, Tenant: c.str(v[1]), Kind: c.str(v[2])}
 		keys := c.str(v[3])
-		clear(v[:])
+		clear(v)
 		if c.err != nil {
 			return nil, c.err
 		}
@@ -254,7 +252,7 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 	}
 	out := make([]store.Candidate, 0, min(limit, 64))
 	for len(out) < limit && rows.Next() {
-		c, rowid, err := o.s.headScan.scan(rows)
+		c, rowid, err := headScan(rows, &o.s.headScan)
 		if err != nil {
 			return nil, err
 		}
@@ -264,24 +262,13 @@ func (o *txOps) Heads(g store.Group, now time.Time, limit int) ([]store.Candidat
 	return out, rows.Err()
 }
 
-// headScan reads the rows of headsSQL into *any and converts them itself,
-// as scanLeased does: the variables of a row scanned into directly escaped
-// to the heap (two allocations per head), and database/sql assigns an
-// INTEGER to an *int64 by reflection.
-type headScan struct {
-	v, dest [3]any
-}
-
-// scan reads one row of headsSQL: the candidate and its rowid.
-func (b *headScan) scan(r scanner) (store.Candidate, int64, error) {
-	v := &b.v
-	if b.dest[0] == nil {
-		for i := range v {
-			b.dest[i] = &v[i]
-		}
-	}
-	defer clear(v[:]) // holds no row's values after the row
-	if err := r.Scan(b.dest[:]...); err != nil {
+// headScan reads one row of headsSQL, the candidate and its rowid,
+// through b (anyRow): scanned into directly, a row's variables were two
+// heap allocations per head.
+func headScan(r scanner, b *anyRow) (store.Candidate, int64, error) {
+	v, err := b.scan(r, 3)
+	defer clear(v) // holds no row's values after the row
+	if err != nil {
 		return store.Candidate{}, 0, err
 	}
 	var c leasedConv

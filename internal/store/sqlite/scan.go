@@ -180,15 +180,10 @@ func (r *jobRow) job() (*job.Job, error) {
 // rowid and whether its rare column was set (leasedCols: the caller then
 // reads the nine it stands for, else it sets the region); b is the
 // caller's buffer, reused row after row.
-func scanLeased(r scanner, b *leasedScan) (*job.Job, int64, bool, error) {
-	v := &b.v
-	if b.dest[0] == nil {
-		for i := range v {
-			b.dest[i] = &v[i]
-		}
-	}
-	defer clear(v[:]) // holds no row's values after the row
-	if err := r.Scan(b.dest[:]...); err != nil {
+func scanLeased(r scanner, b *anyRow) (*job.Job, int64, bool, error) {
+	v, err := b.scan(r, 11)
+	defer clear(v) // holds no row's values after the row
+	if err != nil {
 		return nil, 0, false, err
 	}
 	var row jobRow
@@ -202,13 +197,28 @@ func scanLeased(r scanner, b *leasedScan) (*job.Job, int64, bool, error) {
 	if c.err != nil {
 		return nil, 0, false, c.err
 	}
-	j, err := row.job()
+	j, err = row.job()
 	return j, rowid, rare, err
 }
 
-// leasedScan holds scanLeased's values and the pointers to them.
-type leasedScan struct {
-	v, dest [11]any
+// anyRow is a buffer, reused row after row, that a row is scanned into as
+// *any destinations (scanLeased, headScan, ReadyGroups): database/sql then
+// stores what the driver returned (int64, string, a copy of a []byte, or
+// nil), which the caller converts (leasedConv), where a row's own
+// variables escaped to the heap and an INTEGER went into an *int64 by
+// reflection.
+type anyRow struct{ v, dest []any }
+
+// scan reads r's row of n columns into the buffer and returns its values,
+// which the caller clears after the row.
+func (b *anyRow) scan(r scanner, n int) ([]any, error) {
+	if len(b.v) != n {
+		b.v, b.dest = make([]any, n), make([]any, n)
+		for i := range b.v {
+			b.dest[i] = &b.v[i]
+		}
+	}
+	return b.v, r.Scan(b.dest...)
 }
 
 // leasedConv converts scanLeased's values, keeping the first value of an

@@ -23,7 +23,7 @@ func (r rowValues) Scan(dest ...any) error {
 func TestScanLeasedConverts(t *testing.T) {
 	row := rowValues{int64(11), `["k"]`, int64(-2), []byte(`{"a":1}`), int64(4), int64(5), int64(6),
 		int64(1_000_000_000), int64(2), int64(2_000_000_000), nil}
-	var b leasedScan
+	var b anyRow
 	for i := range 2 {
 		if i == 1 {
 			row[10] = int64(1)
