@@ -17,12 +17,45 @@ const CycleJobs = 1024
 // ThroughputCycle is one op of the writer's work per job in bench
 // throughput at its own shape: 16 unpaced keys (one group each), 64
 // workers. It inserts CycleJobs jobs in one Insert, then leases them 48 at
-// a time and finishes each lease's jobs as successes in one Finish, as
-// the engine's fetch and finish loops do, with the clock at now, and
-// returns the clock after. BenchmarkThroughputCycle (callgrind) and
-// BenchmarkThroughputVMSteps (SQLite's bytecode steps) both measure it,
-// so their per-job figures are of the same work.
+// a time and finishes each lease's jobs as successes (to validated) in
+// one Finish, as the engine's fetch and finish loops do, with the clock at
+// now, and returns the clock after. BenchmarkThroughputCycle (callgrind)
+// and BenchmarkThroughputVMSteps (SQLite's bytecode steps) both measure
+// it, so their per-job figures are of the same work.
 func ThroughputCycle(tb testing.TB, s *Store, now time.Time) time.Time {
+	tb.Helper()
+	return ThroughputCycleTo(tb, s, now, job.StateValidated)
+}
+
+// ThroughputCycleTo is ThroughputCycle with the successes finished to
+// state to: published is the engine's finish of a kind without a
+// validation step, bench throughput's no-op jobs.
+func ThroughputCycleTo(tb testing.TB, s *Store, now time.Time, to job.State) time.Time {
+	tb.Helper()
+	return throughputCycle(tb, s, now, to, StageFinish)
+}
+
+// CycleStage is how far ThroughputCycleStage runs a cycle.
+type CycleStage int
+
+// The stages of a cycle, each including the ones before it: the insert,
+// the leases, the finishes.
+const (
+	StageInsert CycleStage = iota
+	StageLease
+	StageFinish
+)
+
+// ThroughputCycleStage is ThroughputCycleTo(validated) run up to stage:
+// the per-stage instruction counts are the differences between stages
+// (BenchmarkThroughputStages), since callgrind's toggles are confused by
+// Go's stack switches. With StageLease the jobs are left running.
+func ThroughputCycleStage(tb testing.TB, s *Store, now time.Time, stage CycleStage) time.Time {
+	tb.Helper()
+	return throughputCycle(tb, s, now, job.StateValidated, stage)
+}
+
+func throughputCycle(tb testing.TB, s *Store, now time.Time, to job.State, stage CycleStage) time.Time {
 	tb.Helper()
 	ctx := context.Background()
 	const lease, keys = 48, 16
@@ -33,6 +66,9 @@ func ThroughputCycle(tb testing.TB, s *Store, now time.Time) time.Time {
 	if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
 		tb.Fatal(err)
 	}
+	if stage == StageInsert {
+		return now
+	}
 	for left := CycleJobs; left > 0; {
 		now = now.Add(time.Millisecond)
 		jobs, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: min(lease, left), LeaseFor: time.Hour, Kinds: []string{"noop"}})
@@ -40,7 +76,9 @@ func ThroughputCycle(tb testing.TB, s *Store, now time.Time) time.Time {
 			tb.Fatalf("lease: %d jobs, %v", len(jobs), err)
 		}
 		left -= len(jobs)
-		finishSucceeded(tb, s, jobs, job.StateValidated, now)
+		if stage == StageFinish {
+			finishSucceeded(tb, s, jobs, to, now)
+		}
 	}
 	return now
 }

@@ -404,6 +404,10 @@ func (s *Store) Get(ctx context.Context, id string) (*job.Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !hist.Valid {
+		j.History = impliedHistoryOf(j)
+		return j, nil
+	}
 	j.History, err = parseHistory(hist)
 	return j, err
 }

@@ -92,11 +92,47 @@ const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, pay
 // in the same transaction (id, cost and the group: the rowid names the
 // head). Each column read back costs a VM step, two to four driver calls
 // (a text column's declared type among them) and a conversion, on every
-// job of every lease.
-const leasedCols = `rowid, region, limit_keys, priority, payload, idempotency_key,
-	deadline, budget_congestion, budget_transient, budget_schema, parent_id, depth,
-	eligible_at, attempt, attempts_congestion, attempts_transient, attempts_schema,
-	result, created_at`
+// job of every lease; so the nine columns that hold their defaults in the
+// common job (the store's region, no idempotency key, deadline, parent,
+// depth or result, no failed attempt yet) are read as one, rare: NULL
+// when all nine do (and the caller sets the region), else the job is one
+// of the few whose nine MarkLeased reads back by leasedRareSQL. The
+// region is the one parameter (plain "?", before the read-back's rowids).
+const leasedCols = `rowid, limit_keys, priority, payload, budget_congestion, budget_transient, budget_schema,
+	eligible_at, attempt, created_at,
+	CASE WHEN region = ? AND idempotency_key = '' AND deadline IS NULL AND parent_id = '' AND depth = ''
+		AND result IS NULL AND attempts_congestion = 0 AND attempts_transient = 0 AND attempts_schema = 0
+		THEN NULL ELSE 1 END`
+
+// leasedRareCols are the columns leasedCols reads as one: those of a job
+// whose rare column is not NULL, read by scanLeasedRare.
+const leasedRareCols = `rowid, region, idempotency_key, deadline, parent_id, depth,
+	attempts_congestion, attempts_transient, attempts_schema, result`
+
+// scanLeasedRare reads a row of leasedRareCols into the job its rowid
+// names in jobs.
+func scanLeasedRare(r scanner, jobs map[int64]*job.Job) error {
+	var (
+		rowid    int64
+		deadline sql.NullInt64
+		result   []byte
+		f        job.Job
+	)
+	if err := r.Scan(&rowid, &f.Region, &f.IdempotencyKey, &deadline, &f.ParentID, &f.Depth,
+		&f.Attempts.Congestion, &f.Attempts.Transient, &f.Attempts.Schema, &result); err != nil {
+		return err
+	}
+	j := jobs[rowid]
+	if j == nil {
+		return fmt.Errorf("sqlite: lease: read back rowid %d, not one leased", rowid)
+	}
+	j.Region, j.IdempotencyKey, j.Deadline, j.ParentID, j.Depth, j.Attempts = f.Region, f.IdempotencyKey,
+		tm(deadline), f.ParentID, f.Depth, f.Attempts
+	if len(result) > 0 {
+		j.Result = result
+	}
+	return nil
+}
 
 // jobRow holds what a scan of jobCols or leasedCols reads into before it
 // becomes a job: the columns stored in another form than the job's
@@ -140,41 +176,49 @@ func (r *jobRow) job() (*job.Job, error) {
 // an INTEGER into an *int by formatting it and parsing it back (reflection
 // and an allocation per column), and into an *int64 or a sql.NullInt64 by
 // reflection, where into an *any it stores what the driver returned
-// (int64, string, a copy of a []byte, or nil). Eleven such columns per job
-// leased. It returns the job and its rowid; b is the caller's buffer,
-// reused row after row.
-func scanLeased(r scanner, b *leasedScan) (*job.Job, int64, error) {
-	v := &b.v
-	if b.dest[0] == nil {
-		for i := range v {
-			b.dest[i] = &v[i]
-		}
-	}
-	defer clear(v[:]) // holds no row's values after the row
-	if err := r.Scan(b.dest[:]...); err != nil {
-		return nil, 0, err
+// (int64, string, a copy of a []byte, or nil). It returns the job, its
+// rowid and whether its rare column was set (leasedCols: the caller then
+// reads the nine it stands for, else it sets the region); b is the
+// caller's buffer, reused row after row.
+func scanLeased(r scanner, b *anyRow) (*job.Job, int64, bool, error) {
+	v, err := b.scan(r, 11)
+	defer clear(v) // holds no row's values after the row
+	if err != nil {
+		return nil, 0, false, err
 	}
 	var row jobRow
 	j := &row.j
 	var c leasedConv
 	rowid := c.int(v[0])
-	j.Region, row.keys, j.Priority = c.str(v[1]), c.str(v[2]), int(c.int(v[3]))
-	row.payload, j.IdempotencyKey, row.deadline = c.bytes(v[4]), c.str(v[5]), c.null(v[6])
-	j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema = int(c.int(v[7])), int(c.int(v[8])), int(c.int(v[9]))
-	j.ParentID, j.Depth, row.eligible = c.str(v[10]), c.str(v[11]), c.null(v[12])
-	j.Attempt = int(c.int(v[13]))
-	j.Attempts.Congestion, j.Attempts.Transient, j.Attempts.Schema = int(c.int(v[14])), int(c.int(v[15])), int(c.int(v[16]))
-	row.result, row.create = c.bytes(v[17]), c.null(v[18])
+	row.keys, j.Priority, row.payload = c.str(v[1]), int(c.int(v[2])), c.bytes(v[3])
+	j.Budgets.Congestion, j.Budgets.Transient, j.Budgets.Schema = int(c.int(v[4])), int(c.int(v[5])), int(c.int(v[6]))
+	row.eligible, j.Attempt, row.create = c.null(v[7]), int(c.int(v[8])), c.null(v[9])
+	rare := v[10] != nil
 	if c.err != nil {
-		return nil, 0, c.err
+		return nil, 0, false, c.err
 	}
-	j, err := row.job()
-	return j, rowid, err
+	j, err = row.job()
+	return j, rowid, rare, err
 }
 
-// leasedScan holds scanLeased's values and the pointers to them.
-type leasedScan struct {
-	v, dest [19]any
+// anyRow is a buffer, reused row after row, that a row is scanned into as
+// *any destinations (scanLeased, headScan, ReadyGroups): database/sql then
+// stores what the driver returned (int64, string, a copy of a []byte, or
+// nil), which the caller converts (leasedConv), where a row's own
+// variables escaped to the heap and an INTEGER went into an *int64 by
+// reflection.
+type anyRow struct{ v, dest []any }
+
+// scan reads r's row of n columns into the buffer and returns its values,
+// which the caller clears after the row.
+func (b *anyRow) scan(r scanner, n int) ([]any, error) {
+	if len(b.v) != n {
+		b.v, b.dest = make([]any, n), make([]any, n)
+		for i := range b.v {
+			b.dest[i] = &b.v[i]
+		}
+	}
+	return b.v, r.Scan(b.dest...)
 }
 
 // leasedConv converts scanLeased's values, keeping the first value of an

@@ -122,7 +122,10 @@ type Store struct {
 	leases map[string]leaseFacts
 	// leasedScan is MarkLeased's buffer for scanLeased (writer goroutine
 	// only): built per row it was one allocation per job leased.
-	leasedScan leasedScan
+	leasedScan anyRow
+	// headScan is Heads' buffer for its rows (writer goroutine only), as
+	// leasedScan is MarkLeased's.
+	headScan anyRow
 	// unpaced holds the states of unpaced keys as their rows hold them
 	// (see loadKeys); only the writer goroutine touches it and
 	// dataVersion. It is emptied whenever a write is rolled back and

@@ -11,6 +11,7 @@ import (
 
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
@@ -26,13 +27,20 @@ func vmSteps(st *sql.Stmt) (steps, runs int32, ok bool) {
 // a figure the machine's load does not move, per statement, where
 // callgrind's per-function toggles are confused by Go's stack switches
 // (docs/benchmarks.md, "Session 10 (s10h4)").
-func BenchmarkThroughputVMSteps(b *testing.B) {
+func BenchmarkThroughputVMSteps(b *testing.B) { vmStepsCycle(b, job.StateValidated) }
+
+// BenchmarkThroughputVMStepsPublished is BenchmarkThroughputVMSteps with
+// the successes finished to published (ThroughputCycleTo).
+func BenchmarkThroughputVMStepsPublished(b *testing.B) { vmStepsCycle(b, job.StatePublished) }
+
+// vmStepsCycle runs ThroughputCycleTo(to) and reports its VM steps.
+func vmStepsCycle(b *testing.B, to job.State) {
 	s := OpenTest(b, Config{})
 	ctx := context.Background()
 	now := storetest.T0
 	jobs := 0
 	for b.Loop() {
-		now = ThroughputCycle(b, s, now)
+		now = ThroughputCycleTo(b, s, now, to)
 		jobs += CycleJobs
 	}
 	var lines []string

@@ -267,6 +267,72 @@ func testFinishLeaseCallOneLost(t *testing.T, open Opener) {
 	}
 }
 
+// testSuccessHistory: whatever a driver stores for a success, Get answers
+// with the attempt records the finishes were given — a first-attempt
+// success straight to published, alone or with others of its lease call,
+// included (the SQLite driver leaves that record implied by the row) —
+// and a later cancel or redrive of the published job neither changes nor
+// loses them.
+func testSuccessHistory(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	insert(t, s, newJobs(6, "acme", job.LaneBatch, "k")...)
+	js := lease(t, s, T0, 6)
+	if len(js) != 6 {
+		t.Fatalf("leased %d of 6", len(js))
+	}
+	at := T0.Add(time.Second)
+	// js[4]: its lease expires and it is leased again, so its success is
+	// its second attempt. js[5]: ends later, alone.
+	mustOK(t, finish(t, s, Recovery(js[4], T0.Add(time.Minute))))
+	withStatus := success(js[2], at)
+	withStatus.Record.Status = 200
+	otherTime := success(js[3], at)
+	otherTime.Record.At = at.Add(-time.Millisecond)
+	mustOK(t, finish(t, s, success(js[0], at), success(js[1], at), withStatus, otherTime))
+	again := lease(t, s, T0.Add(time.Minute), 1)
+	if len(again) != 1 || again[0].ID != js[4].ID || again[0].Attempt != 2 {
+		t.Fatalf("leased again %+v, want %s at attempt 2", again, js[4].ID)
+	}
+	mustOK(t, finish(t, s, success(again[0], at.Add(time.Minute)), success(js[5], at.Add(time.Minute))))
+	want := map[string][]job.AttemptRecord{
+		js[0].ID: {{At: at, Attempt: 1, Outcome: job.ClassSuccess}},
+		js[1].ID: {{At: at, Attempt: 1, Outcome: job.ClassSuccess}},
+		js[2].ID: {{At: at, Attempt: 1, Outcome: job.ClassSuccess, Status: 200}},
+		js[3].ID: {{At: at.Add(-time.Millisecond), Attempt: 1, Outcome: job.ClassSuccess}},
+		js[4].ID: {Recovery(js[4], T0.Add(time.Minute)).Record, {At: at.Add(time.Minute), Attempt: 2, Outcome: job.ClassSuccess}},
+		js[5].ID: {{At: at.Add(time.Minute), Attempt: 1, Outcome: job.ClassSuccess}},
+	}
+	check := func(when string) {
+		t.Helper()
+		for id, w := range want {
+			got := get(t, s, id)
+			if got.State != job.StatePublished || !sameRecords(got.History, w) {
+				t.Fatalf("%s: job %s %s with history %+v, want published with %+v", when, id, got.State, got.History, w)
+			}
+		}
+	}
+	check("finished")
+	for _, j := range js {
+		if _, err := s.Cancel(ctx, j.ID, at.Add(time.Hour)); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("cancel of published %s = %v, want ErrConflict", j.ID, err)
+		}
+		if _, err := s.Redrive(ctx, j.ID, at.Add(time.Hour)); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("redrive of published %s = %v, want ErrConflict", j.ID, err)
+		}
+	}
+	check("after a cancel and a redrive refused")
+}
+
+// sameRecords reports whether two histories hold the same records, times
+// compared as instants.
+func sameRecords(a, b []job.AttemptRecord) bool {
+	return slices.EqualFunc(a, b, func(x, y job.AttemptRecord) bool {
+		x.At, y.At = x.At.UTC(), y.At.UTC()
+		return x == y
+	})
+}
+
 func testPublishOnce(t *testing.T, open Opener) {
 	s := open(t)
 	insert(t, s, NewJob("acme", job.LaneBatch, "k"))

@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		"GuardedFinish":         testGuardedFinish,
 		"FinishBatch":           testFinishBatch,
 		"FinishRunOneLost":      testFinishLeaseCallOneLost,
+		"SuccessHistory":        testSuccessHistory,
 		"PublishOnce":           testPublishOnce,
 		"PublishClaim":          testPublishClaim,
 		"TokenBucketPacing":     testTokenBucketPacing,
