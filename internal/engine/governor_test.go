@@ -12,10 +12,16 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/storetest"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // concurrency counts pieces of work running at once and the most seen.
-type concurrency struct{ now, most, done atomic.Int64 }
+// concurrency counts a kind's handlers: running now, the most at once, and
+// done (a signal: a test waits on done.Reached instead of polling).
+type concurrency struct {
+	now, most atomic.Int64
+	done      testkit.Counter
+}
 
 func (c *concurrency) enter() {
 	n := c.now.Add(1)
@@ -351,10 +357,9 @@ func TestGovernorLeavesWaitingKindsFree(t *testing.T) {
 			t.Fatalf("%d batch jobs leased, want 7 (6 deliveries, 1 computing)", n)
 		}
 		close(release)
-		for computing.done.Load() < 4 || deliveries.done.Load() < 6 {
-			time.Sleep(10 * time.Millisecond)
-			synctest.Wait()
-		}
+		testkit.Recv(t, computing.done.Reached(4), time.Minute, "the 4 computing handlers to return")
+		testkit.Recv(t, deliveries.done.Reached(6), time.Minute, "the 6 deliveries to return")
+		synctest.Wait()
 		if m := computing.most.Load(); m != 1 {
 			t.Fatalf("at most %d computing batch handlers ran at once, want 1", m)
 		}
