@@ -31,6 +31,17 @@ func (c *concurrency) enter() {
 
 func (c *concurrency) leave() { c.now.Add(-1); c.done.Add(1) }
 
+// noTurnHeld fails the test unless e's governor holds no turn and has
+// no piece waiting for one: what every budget test expects once all its
+// work ended, whatever went on before (a leaked turn blocks batch work
+// for good).
+func noTurnHeld(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	if c := e.BudgetCounts(); c.Running != 0 || c.Waiting != 0 {
+		t.Fatalf("budget counts %+v after all ended: want no turn held, none waiting", c)
+	}
+}
+
 // runningBatch counts the batch-lane jobs in state running in the store:
 // every one of them holds a lease.
 func runningBatch(t *testing.T, s store.Store) int {
@@ -243,9 +254,7 @@ func TestYieldPassesTheTurn(t *testing.T) {
 		<-yielded
 		yield <- struct{}{} // Yield with nothing waiting returns at once; the handler ends
 		synctest.Wait()
-		if c := e.BudgetCounts(); c.Running != 0 || c.Waiting != 0 {
-			t.Fatalf("budget counts %+v after all ended: want no turn held, none waiting", c)
-		}
+		noTurnHeld(t, e)
 	})
 }
 
@@ -305,9 +314,7 @@ func TestAbandonedHandlerYieldLeaksNoTurn(t *testing.T) {
 		w.batchGo <- struct{}{} // the aggregation ends
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if c := e.BudgetCounts(); c.Running != 0 || c.Waiting != 0 {
-			t.Fatalf("budget counts %+v after all ended: want no turn held, none waiting", c)
-		}
+		noTurnHeld(t, e)
 	})
 }
 
