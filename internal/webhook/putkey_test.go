@@ -63,6 +63,10 @@ func perSecond(n int) SubscriberSpec {
 func TestPutKeyMatchesStoredSubscriber(t *testing.T) {
 	t.Parallel()
 	errDisk := errors.New("disk full")
+	putAt20 := func(ctx context.Context, b *Registry) error { // another node's Put, another rate
+		_, _, _, err := b.Put(ctx, perSecond(20))
+		return err
+	}
 	for _, tc := range []struct {
 		name   string
 		exists bool // "s" exists (rate 5) before the Put
@@ -72,26 +76,14 @@ func TestPutKeyMatchesStoredSubscriber(t *testing.T) {
 		at    string
 		other func(ctx context.Context, b *Registry) error
 	}{
-		{"concurrent Put, different rate", true, "upsert", func(ctx context.Context, b *Registry) error {
-			_, _, _, err := b.Put(ctx, perSecond(20))
-			return err
-		}},
-		{"concurrent create, different rate", false, "upsert", func(ctx context.Context, b *Registry) error {
-			_, _, _, err := b.Put(ctx, perSecond(20))
-			return err
-		}},
+		{"concurrent Put, different rate", true, "upsert", putAt20},
+		{"concurrent create, different rate", false, "upsert", putAt20},
 		{"save loses to a disable", true, "save", func(ctx context.Context, b *Registry) error {
 			_, err := b.Disable(ctx, "s", "maintenance")
 			return err
 		}},
-		{"save loses to a Put", true, "save", func(ctx context.Context, b *Registry) error {
-			_, _, _, err := b.Put(ctx, perSecond(20))
-			return err
-		}},
-		{"create loses to a create", false, "save", func(ctx context.Context, b *Registry) error {
-			_, _, _, err := b.Put(ctx, perSecond(20))
-			return err
-		}},
+		{"save loses to a Put", true, "save", putAt20},
+		{"create loses to a create", false, "save", putAt20},
 		{"save fails", true, "save", func(context.Context, *Registry) error { return errDisk }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,5 +131,42 @@ func TestPutKeyMatchesStoredSubscriber(t *testing.T) {
 					putErr, key.Rate, key.Burst, key.Windows, *rec.Rate, want.Rate, want.Burst, want.Windows)
 			}
 		})
+	}
+}
+
+// Two nodes' Puts of one subscriber at once, each with its own rate, in
+// whatever order the scheduler makes: whichever succeed or conflict, the
+// key ends as the stored subscriber's.
+func TestConcurrentPutsSettleTheKey(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		r := a
+		if i%2 == 1 {
+			r = b
+		}
+		wg.Go(func() {
+			for k := range 4 {
+				_, _, _, err := r.Put(ctx, perSecond(1+i*4+k))
+				if err != nil && !errors.Is(err, store.ErrConflict) {
+					t.Errorf("put: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rec, err := a.Get(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := a.st.GetLimit(ctx, LimitKey("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := rec.LimitConfig(DefaultHeadroom); store.LimitFingerprint(key.Config) != store.LimitFingerprint(want) {
+		t.Fatalf("key rate %v windows %+v; the stored subscriber (version %d, limit %d) wants rate %v windows %+v",
+			key.Rate, key.Windows, rec.Version, rec.Rate.Limit, want.Rate, want.Windows)
 	}
 }
