@@ -180,7 +180,7 @@ func TestRateLimitPausesKeyForEveryWorker(t *testing.T) {
 		t0 := clk.Now()
 		var mu sync.Mutex
 		var hotStarts []time.Time
-		var coldStarts atomic.Int64
+		var coldStarts testkit.Counter
 		h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
 			if j.LimitKeys[0] == "cold" {
 				coldStarts.Add(1)
@@ -227,7 +227,10 @@ func TestRateLimitPausesKeyForEveryWorker(t *testing.T) {
 			more = append(more, storetest.NewJob("acme", job.LaneInteractive, "cold"))
 		}
 		insertAt(more...)
-		testkit.WaitFor(t, testkit.Timeout, "every cold job to start during the pause", func() bool { return coldStarts.Load() == 300 })
+		testkit.Recv(t, coldStarts.Reached(300), testkit.Timeout, "every cold job to start during the pause")
+		if n := coldStarts.Load(); n != 300 {
+			t.Fatalf("%d starts of the 300 cold jobs", n)
+		}
 		mu.Lock()
 		if len(hotStarts) != 1 {
 			t.Fatalf("%d starts of the paused key while the clock stood inside the pause", len(hotStarts)-1)
@@ -385,13 +388,14 @@ func TestInteractiveOvertakesBatchBacklog(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
-		var batchStarts atomic.Int64
+		var batchStarts, interactiveStarts testkit.Counter
 		var interactiveAfter atomic.Int64
 		interactiveAfter.Store(-1)
 		var insertedAt atomic.Int64
 		h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
 			if j.Lane == job.LaneInteractive {
 				interactiveAfter.Store(batchStarts.Load() - insertedAt.Load())
+				interactiveStarts.Add(1)
 			} else {
 				batchStarts.Add(1)
 			}
@@ -405,11 +409,11 @@ func TestInteractiveOvertakesBatchBacklog(t *testing.T) {
 		insertNow(t, s, batch...)
 		const workers = 4
 		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: workers})
-		testkit.WaitFor(t, testkit.Timeout, "200 batch starts", func() bool { return batchStarts.Load() >= 200 })
+		testkit.Recv(t, batchStarts.Reached(200), testkit.Timeout, "200 batch starts")
 		insertedAt.Store(batchStarts.Load())
 		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
 		e.Notify()
-		testkit.WaitFor(t, testkit.Timeout, "the interactive job to start", func() bool { return interactiveAfter.Load() >= 0 })
+		testkit.Recv(t, interactiveStarts.Reached(1), testkit.Timeout, "the interactive job to start")
 		if n := interactiveAfter.Load(); n < 0 || n > 2*workers {
 			t.Fatalf("interactive job started after %d more batch starts, want within one round (<= %d)", n, 2*workers)
 		}

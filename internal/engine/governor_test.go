@@ -12,10 +12,16 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/storetest"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // concurrency counts pieces of work running at once and the most seen.
-type concurrency struct{ now, most, done atomic.Int64 }
+// concurrency counts a kind's handlers: running now, the most at once, and
+// done (a signal: a test waits on done.Reached instead of polling).
+type concurrency struct {
+	now, most atomic.Int64
+	done      testkit.Counter
+}
 
 func (c *concurrency) enter() {
 	n := c.now.Add(1)
@@ -24,6 +30,17 @@ func (c *concurrency) enter() {
 }
 
 func (c *concurrency) leave() { c.now.Add(-1); c.done.Add(1) }
+
+// noTurnHeld fails the test unless e's governor holds no turn and has
+// no piece waiting for one: what every budget test expects once all its
+// work ended, whatever went on before (a leaked turn blocks batch work
+// for good).
+func noTurnHeld(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	if c := e.BudgetCounts(); c.Running != 0 || c.Waiting != 0 {
+		t.Fatalf("budget counts %+v after all ended: want no turn held, none waiting", c)
+	}
+}
 
 // runningBatch counts the batch-lane jobs in state running in the store:
 // every one of them holds a lease.
@@ -237,9 +254,7 @@ func TestYieldPassesTheTurn(t *testing.T) {
 		<-yielded
 		yield <- struct{}{} // Yield with nothing waiting returns at once; the handler ends
 		synctest.Wait()
-		if c := e.BudgetCounts(); c.Running != 0 || c.Waiting != 0 {
-			t.Fatalf("budget counts %+v after all ended: want no turn held, none waiting", c)
-		}
+		noTurnHeld(t, e)
 	})
 }
 
@@ -299,9 +314,7 @@ func TestAbandonedHandlerYieldLeaksNoTurn(t *testing.T) {
 		w.batchGo <- struct{}{} // the aggregation ends
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if c := e.BudgetCounts(); c.Running != 0 || c.Waiting != 0 {
-			t.Fatalf("budget counts %+v after all ended: want no turn held, none waiting", c)
-		}
+		noTurnHeld(t, e)
 	})
 }
 
@@ -351,10 +364,9 @@ func TestGovernorLeavesWaitingKindsFree(t *testing.T) {
 			t.Fatalf("%d batch jobs leased, want 7 (6 deliveries, 1 computing)", n)
 		}
 		close(release)
-		for computing.done.Load() < 4 || deliveries.done.Load() < 6 {
-			time.Sleep(10 * time.Millisecond)
-			synctest.Wait()
-		}
+		testkit.Recv(t, computing.done.Reached(4), time.Minute, "the 4 computing handlers to return")
+		testkit.Recv(t, deliveries.done.Reached(6), time.Minute, "the 6 deliveries to return")
+		synctest.Wait()
 		if m := computing.most.Load(); m != 1 {
 			t.Fatalf("at most %d computing batch handlers ran at once, want 1", m)
 		}

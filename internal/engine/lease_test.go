@@ -25,8 +25,11 @@ import (
 // ignore their context, and the counters that prove each fault happened.
 
 // faults records what the engine reports to an Observer and LeaseObserver.
+// faults counts the engine's lease faults as its LeaseObserver hears them;
+// a test waits on a count with Reached (a signal), not by polling it.
 type faults struct {
-	recovered, refusedFinish, refusedHeartbeat, abandoned, returned atomic.Int64
+	recovered, refusedFinish, abandoned, returned testkit.Counter
+	refusedHeartbeat                              atomic.Int64
 }
 
 func (f *faults) Finished(*job.Job, job.Outcome, store.Transition) {}
@@ -336,7 +339,10 @@ func TestMaxRunTimeAbandonsStuckHandler(t *testing.T) {
 			if err := <-cause; err == nil || !strings.Contains(err.Error(), "maximum run time") {
 				t.Fatalf("the stuck handler's context cause = %v, want the maximum run time", err)
 			}
-			testkit.WaitFor(t, testkit.Timeout, "the stuck goroutine to be counted back", func() bool { return e.Stuck() == 0 && f.returned.Load() == 1 })
+			testkit.Recv(t, f.returned.Reached(1), testkit.Timeout, "the stuck goroutine to return")
+			if n := e.Stuck(); n != 0 { // counted back before the Observer hears of it
+				t.Fatalf("%d stuck after the abandoned handler returned, want 0", n)
+			}
 			if after := getJob(t, s, j.ID); !reflect.DeepEqual(after, got) {
 				t.Fatalf("the abandoned handler's late outcome changed the job:\n%+v\n%+v", got, after)
 			}
@@ -370,7 +376,7 @@ func TestStuckHandlersAreBounded(t *testing.T) {
 		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h, MaxRunTime: time.Second}},
 			Workers: 1, LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond, Observer: f})
 		t.Cleanup(func() { once.Do(func() { close(release) }) })
-		testkit.WaitFor(t, time.Minute, "two abandoned attempts", func() bool { return f.abandoned.Load() == 2 })
+		testkit.Recv(t, f.abandoned.Reached(2), time.Minute, "two abandoned attempts")
 		testkit.WaitFor(t, time.Minute, "the second timeout to be recorded", func() bool { return getJob(t, s, j.ID).Attempts.Transient == 2 })
 		// The second stuck handler keeps the only slot: no third start,
 		// however long the job has been eligible (a minute is past any
@@ -445,7 +451,10 @@ func TestLostLeaseWritesAreRefusedAndCounted(t *testing.T) {
 		if _, err := s.Cancel(context.Background(), j.ID, time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		testkit.WaitFor(t, testkit.Timeout, "the late outcome to be refused", func() bool { return f.refusedFinish.Load() == 1 })
+		testkit.Recv(t, f.refusedFinish.Reached(1), testkit.Timeout, "the late outcome to be refused")
+		if n := f.refusedFinish.Load(); n != 1 {
+			t.Fatalf("refused finishes = %d, want 1", n)
+		}
 		if f.refusedHeartbeat.Load() < 1 {
 			t.Fatalf("refused heartbeats = %d, want at least 1", f.refusedHeartbeat.Load())
 		}
@@ -530,7 +539,10 @@ func TestMaintenanceOnlyEngine(t *testing.T) {
 		f := &faults{}
 		start(t, engine.Config{Store: s, LeaseFor: time.Second, ReapEvery: 10 * time.Millisecond, Now: c.Now, Observer: f})
 		c.Add(time.Second)
-		testkit.WaitFor(t, testkit.Timeout, "the abandoned lease to be recovered", func() bool { return f.recovered.Load() == 1 })
+		testkit.Recv(t, f.recovered.Reached(1), testkit.Timeout, "the abandoned lease to be recovered")
+		if n := f.recovered.Load(); n != 1 {
+			t.Fatalf("recovered %d leases, want 1", n)
+		}
 		if got := getJob(t, s, w.ID); got.State != job.StateWaiting || got.Attempts.Transient != 1 {
 			t.Fatalf("recovered job = %s transient %d", got.State, got.Attempts.Transient)
 		}

@@ -440,6 +440,17 @@ func validateRate(rt Rate, add func(field, format string, args ...any)) {
 // record, the signing secret when one was generated (shown once: it is
 // never returned again) and whether the subscriber was created. Errors are
 // a *job.ValidationError for an invalid spec, or the store's.
+//
+// The key follows the stored subscriber, not the spec: the store has no
+// transaction over a document and a key, so Put saves the subscriber
+// first (a guarded write) and writes the key after, then settles it
+// (settleKey). A save that loses writes no key; an update's key written
+// late, after another node's Put, is rewritten from what is stored. A
+// create also writes the key before its save, so that no delivery
+// published in between runs on an unpaced key (Publish creates unknown
+// keys unpaced); settleKey repairs it when that save loses. A crash (or a
+// store error) between the save and the key leaves the old key until the
+// subscriber's next Put, which always rewrites it.
 func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string, bool, error) {
 	if err := spec.validate(); err != nil {
 		return Record{}, "", false, err
@@ -451,15 +462,71 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 		return Record{}, "", false, err
 	}
 	rec, generated := r.merge(spec, prev, created, now)
-	if _, err := r.st.UpsertLimit(ctx, rec.LimitConfig(r.cfg.Headroom), now); err != nil {
+	c := rec.LimitConfig(r.cfg.Headroom)
+	// The key's checks run before any write: a spec whose key the store
+	// would refuse saves no subscriber either.
+	if err := store.CheckLimit(c); err != nil {
 		return Record{}, "", false, fmt.Errorf("subscriber %s: limit key: %w", spec.ID, err)
+	}
+	if created {
+		if err := r.upsertKey(ctx, spec.ID, c, now); err != nil {
+			return Record{}, "", false, err
+		}
 	}
 	// A concurrent Put or update of the same subscriber answers a
 	// conflict: replacing it would drop the other writer's change.
 	if rec, err = r.saveIf(ctx, rec, prev, prevBody); err != nil {
+		if created { // the key written above may not be the winner's
+			err = errors.Join(err, r.settleKey(ctx, spec.ID, c, now))
+		}
+		return Record{}, "", false, err
+	}
+	if err := r.upsertKey(ctx, spec.ID, c, now); err != nil {
+		return Record{}, "", false, err
+	}
+	if err := r.settleKey(ctx, spec.ID, c, now); err != nil {
 		return Record{}, "", false, err
 	}
 	return rec, generated, created, nil
+}
+
+// upsertKey writes a subscriber's limit key.
+func (r *Registry) upsertKey(ctx context.Context, id string, c admission.Config, now time.Time) error {
+	if _, err := r.st.UpsertLimit(ctx, c, now); err != nil {
+		return fmt.Errorf("subscriber %s: limit key: %w", id, err)
+	}
+	return nil
+}
+
+// settleKey makes subscriber id's limit key the stored subscriber's, after
+// this node wrote it as wrote: it reads the stored record and, while that
+// names another configuration, writes the key again and re-reads, up to
+// updateTries times (then it answers store.ErrConflict). Every save of a
+// subscriber is followed by a write of its key, and every write of a key
+// by this check, so the last write of a key checks it against a read made
+// after it: the key ends as the last stored subscriber's, whichever
+// node's write lands last. A deleted subscriber keeps its key (Delete).
+func (r *Registry) settleKey(ctx context.Context, id string, wrote admission.Config, now time.Time) error {
+	last := store.LimitFingerprint(wrote)
+	for range updateTries {
+		rec, err := r.load(ctx, id)
+		if errors.Is(err, ErrSubscriberNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		c := rec.LimitConfig(r.cfg.Headroom)
+		fp := store.LimitFingerprint(c)
+		if fp == last {
+			return nil
+		}
+		if err := r.upsertKey(ctx, id, c, now); err != nil {
+			return err
+		}
+		last = fp
+	}
+	return fmt.Errorf("subscriber %s: limit key still changing after %d writes: %w", id, updateTries, store.ErrConflict)
 }
 
 // merge builds the record of spec over the previous one.

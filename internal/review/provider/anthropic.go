@@ -11,7 +11,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/ratelane/ratelane/internal/job"
-	"github.com/ratelane/ratelane/internal/ratelimit"
 )
 
 // Anthropic calls the Messages API with the official SDK, asking for JSON
@@ -19,10 +18,8 @@ import (
 // also accepts a plain text answer holding the JSON, which is what older
 // models and compatible gateways send; ValidateOutput judges either.
 type Anthropic struct {
-	profile Profile
-	client  anthropic.Client
-	schema  map[string]any
-	now     func() time.Time
+	sdkCall
+	client anthropic.Client
 }
 
 func newAnthropic(p Profile) *Anthropic {
@@ -35,14 +32,8 @@ func newAnthropic(p Profile) *Anthropic {
 	if p.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(p.BaseURL))
 	}
-	return &Anthropic{profile: p, client: anthropic.NewClient(opts...), schema: ResponseSchema(), now: time.Now}
+	return &Anthropic{sdkCall: newSDKCall(p), client: anthropic.NewClient(opts...)}
 }
-
-// Region returns the profile's region.
-func (a *Anthropic) Region() string { return a.profile.Region }
-
-// Profile returns the profile.
-func (a *Anthropic) Profile() Profile { return a.profile }
 
 // Review makes one Messages call.
 func (a *Anthropic) Review(ctx context.Context, req Request) (Response, error) {
@@ -60,10 +51,7 @@ func (a *Anthropic) Review(ctx context.Context, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, a.classify(err, now)
 	}
-	resp := Response{Usage: Usage{InputTokens: m.Usage.InputTokens, OutputTokens: m.Usage.OutputTokens}}
-	if raw != nil {
-		resp.Hints = Hints(a.profile, ratelimit.Parse(raw.Header, now))
-	}
+	resp := a.answered(raw, Usage{InputTokens: m.Usage.InputTokens, OutputTokens: m.Usage.OutputTokens}, now)
 	var text strings.Builder
 	for _, b := range m.Content {
 		if b.Type == "text" {
@@ -82,11 +70,7 @@ func (a *Anthropic) classify(err error, now time.Time) error {
 	if !errors.As(err, &ae) {
 		return &Error{Outcome: OutcomeOf(err)}
 	}
-	e := APIError{Status: ae.StatusCode, Type: string(ae.Type()), Message: ae.Message}
-	if ae.Response != nil {
-		e.Header = ae.Response.Header
-	}
-	return &Error{Outcome: Classify(a.profile, e, now)}
+	return a.apiError(APIError{Status: ae.StatusCode, Type: string(ae.Type()), Message: ae.Message}, ae.Response, now)
 }
 
 // invalidOutput is an answer that cannot hold findings: it spends the

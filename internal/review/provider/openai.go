@@ -11,7 +11,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/ratelane/ratelane/internal/ratelimit"
 	"github.com/ratelane/ratelane/internal/review/finding"
 )
 
@@ -19,10 +18,8 @@ import (
 // OpenAI-compatible endpoint with the official SDK, asking for strict
 // structured output (finding.StrictSchema).
 type OpenAI struct {
-	profile Profile
-	client  openai.Client
-	schema  map[string]any
-	now     func() time.Time
+	sdkCall
+	client openai.Client
 }
 
 func newOpenAI(p Profile) *OpenAI {
@@ -37,7 +34,7 @@ func newOpenAI(p Profile) *OpenAI {
 	if p.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(p.BaseURL))
 	}
-	return &OpenAI{profile: p, client: openai.NewClient(opts...), schema: ResponseSchema(), now: time.Now}
+	return &OpenAI{sdkCall: newSDKCall(p), client: openai.NewClient(opts...)}
 }
 
 // SchemaName is the findings schema's name in a structured-output request
@@ -54,12 +51,6 @@ func ResponseSchema() map[string]any {
 	}
 	return m
 }
-
-// Region returns the profile's region.
-func (o *OpenAI) Region() string { return o.profile.Region }
-
-// Profile returns the profile.
-func (o *OpenAI) Profile() Profile { return o.profile }
 
 // Review makes one chat completion call.
 func (o *OpenAI) Review(ctx context.Context, req Request) (Response, error) {
@@ -80,10 +71,7 @@ func (o *OpenAI) Review(ctx context.Context, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, o.classify(err, now)
 	}
-	resp := Response{Usage: Usage{InputTokens: c.Usage.PromptTokens, OutputTokens: c.Usage.CompletionTokens}}
-	if raw != nil {
-		resp.Hints = Hints(o.profile, ratelimit.Parse(raw.Header, now))
-	}
+	resp := o.answered(raw, Usage{InputTokens: c.Usage.PromptTokens, OutputTokens: c.Usage.CompletionTokens}, now)
 	if len(c.Choices) == 0 {
 		return resp, invalidOutput("answer has no choices", resp)
 	}
@@ -100,9 +88,5 @@ func (o *OpenAI) classify(err error, now time.Time) error {
 	if !errors.As(err, &ae) {
 		return &Error{Outcome: OutcomeOf(err)}
 	}
-	e := APIError{Status: ae.StatusCode, Type: ae.Type, Code: ae.Code, Message: ae.Message}
-	if ae.Response != nil {
-		e.Header = ae.Response.Header
-	}
-	return &Error{Outcome: Classify(o.profile, e, now)}
+	return o.apiError(APIError{Status: ae.StatusCode, Type: ae.Type, Code: ae.Code, Message: ae.Message}, ae.Response, now)
 }

@@ -83,18 +83,24 @@ func throughputCycle(tb testing.TB, s *Store, now time.Time, to job.State, stage
 	return now
 }
 
-// finishSucceeded ends the leased jobs as successes moving to state to, in
-// one Finish at now, as the engine's finish loop does, and fails tb on any
-// error, the call's or a job's.
-func finishSucceeded(tb testing.TB, s *Store, jobs []*job.Job, to job.State, now time.Time) {
-	tb.Helper()
+// successes are the transitions that end the leased jobs' attempts as
+// successes moving to state to, at now.
+func successes(jobs []*job.Job, to job.State, now time.Time) []store.Transition {
 	ts := make([]store.Transition, len(jobs))
 	for i, j := range jobs {
 		ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: to,
 			Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
 			Keys:   store.KeyEffect{Now: now, Success: true}}
 	}
-	errs, err := s.Finish(context.Background(), ts)
+	return ts
+}
+
+// finishSucceeded ends the leased jobs as successes moving to state to, in
+// one Finish at now, as the engine's finish loop does, and fails tb on any
+// error, the call's or a job's.
+func finishSucceeded(tb testing.TB, s *Store, jobs []*job.Job, to job.State, now time.Time) {
+	tb.Helper()
+	errs, err := s.Finish(context.Background(), successes(jobs, to, now))
 	if err != nil {
 		tb.Fatal(err)
 	}

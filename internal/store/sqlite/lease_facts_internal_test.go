@@ -57,9 +57,7 @@ func TestFinishWithAndWithoutLeaseFacts(t *testing.T) {
 			if !remembered {
 				t.Fatal("MarkLeased did not remember the lease's keys, group and cost")
 			}
-			tr := store.Transition{ID: first.ID, LeaseToken: first.LeaseToken, To: job.StateValidated,
-				Record: job.AttemptRecord{At: now, Attempt: first.Attempt, Outcome: job.ClassSuccess},
-				Keys:   store.KeyEffect{Now: now, Success: true}}
+			tr := successes([]*job.Job{first}, job.StateValidated, now)[0]
 			errs, err := s.Finish(ctx, []store.Transition{tr})
 			if err != nil || errs[0] != nil {
 				t.Fatalf("finish: %v, %v", errs, err)
@@ -96,15 +94,7 @@ func TestPlainFinishByRowid(t *testing.T) {
 	if !strings.Contains(plan, "USING INTEGER PRIMARY KEY (rowid=?)") {
 		t.Fatalf("plain finish plan %q, want a search by rowid", plan)
 	}
-	jobs := []*job.Job{storetest.NewJob("acme", job.LaneBatch, "k"), storetest.NewJob("acme", job.LaneBatch, "k"), storetest.NewJob("acme", job.LaneBatch, "k")}
-	if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
-		t.Fatal(err)
-	}
-	now := storetest.T0
-	got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 3, LeaseFor: time.Minute})
-	if err != nil || len(got) != 3 {
-		t.Fatalf("lease: %d jobs, %v; want 3", len(got), err)
-	}
+	now, got := storetest.T0, leasedOnK(t, s, 3)
 	a, b, c := got[0].ID, got[1].ID, got[2].ID
 	var ra, rb int64
 	if err := s.write(ctx, func(tx *sql.Tx) error {
@@ -136,12 +126,7 @@ func TestPlainFinishByRowid(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var ts []store.Transition
-	for _, j := range got {
-		ts = append(ts, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StatePublished,
-			Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
-			Keys:   store.KeyEffect{Now: now, Success: true}})
-	}
+	ts := successes(got, job.StatePublished, now)
 	errs, err := s.Finish(ctx, ts)
 	if err != nil {
 		t.Fatal(err)
@@ -180,14 +165,7 @@ func TestRememberedFinishWritesReasonAndCounters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTestStore(t)
-	if _, err := s.Insert(ctx, []*job.Job{storetest.NewJob("acme", job.LaneBatch, "k"), storetest.NewJob("acme", job.LaneBatch, "k")}, storetest.Unpaced); err != nil {
-		t.Fatal(err)
-	}
-	now := storetest.T0
-	got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 2, LeaseFor: time.Minute})
-	if err != nil || len(got) != 2 {
-		t.Fatalf("lease: %d jobs, %v; want 2", len(got), err)
-	}
+	now, got := storetest.T0, leasedOnK(t, s, 2)
 	back, end := got[0], got[1]
 	ts := []store.Transition{
 		{ID: back.ID, LeaseToken: back.LeaseToken, To: job.StateWaiting, Attempts: job.Attempts{Congestion: 1},
@@ -231,18 +209,7 @@ func TestRunFinishForgetsRowidsAfterOtherCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTestStore(t)
-	var jobs []*job.Job
-	for range 4 {
-		jobs = append(jobs, storetest.NewJob("acme", job.LaneBatch, "k"))
-	}
-	if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
-		t.Fatal(err)
-	}
-	now := storetest.T0
-	got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 4, LeaseFor: time.Minute})
-	if err != nil || len(got) != 4 {
-		t.Fatalf("lease: %d jobs, %v; want 4", len(got), err)
-	}
+	now, got := storetest.T0, leasedOnK(t, s, 4)
 	a, d := got[0].ID, got[3].ID
 	other, err := sql.Open(driverName, dsn(s.Path(), SyncNormal, false))
 	if err != nil {
@@ -270,21 +237,7 @@ func TestRunFinishForgetsRowidsAfterOtherCommit(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var ts []store.Transition
-	for _, j := range got[:3] {
-		ts = append(ts, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StatePublished,
-			Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
-			Keys:   store.KeyEffect{Now: now, Success: true}})
-	}
-	errs, err := s.Finish(ctx, ts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range errs {
-		if e != nil {
-			t.Errorf("finish of %s: %v", ts[i].ID, e)
-		}
-	}
+	finishSucceeded(t, s, got[:3], job.StatePublished, now)
 	for _, j := range got {
 		want := job.StatePublished
 		if j.ID == d {
@@ -298,4 +251,24 @@ func TestRunFinishForgetsRowidsAfterOtherCommit(t *testing.T) {
 			t.Errorf("job %s after the finish: %s, want %s", j.ID, stored.State, want)
 		}
 	}
+}
+
+// leasedOnK inserts n batch jobs on the unpaced key k and leases them all
+// at storetest.T0 for a minute: the running jobs the finish tests above
+// end. It fails the test unless all n are leased.
+func leasedOnK(t *testing.T, s *Store, n int) []*job.Job {
+	t.Helper()
+	ctx := context.Background()
+	jobs := make([]*job.Job, n)
+	for i := range jobs {
+		jobs[i] = storetest.NewJob("acme", job.LaneBatch, "k")
+	}
+	if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Lease(ctx, store.LeaseParams{Now: storetest.T0, Max: n, LeaseFor: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("lease: %d jobs, %v; want %d", len(got), err, n)
+	}
+	return got
 }

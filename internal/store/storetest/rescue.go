@@ -77,9 +77,6 @@ func countOutcome(j *job.Job, c job.Class) int {
 	return n
 }
 
-// testRescueVsCompletion: the worker completes after the reaper selected
-// its (expired) lease. The recovery conflicts and the completed job is
-// unchanged: state, attempt, counters, history and timestamps.
 // leasedOnK opens a store with n jobs on the unconfigured key k, all
 // leased at T0 for 30 s (expired from T0+30s): the state every rescue
 // case acts on.
@@ -94,14 +91,31 @@ func leasedOnK(t *testing.T, open Opener, n int) (store.Store, []*job.Job) {
 	return s, js
 }
 
+// rescueAt is when the reapers of the rescue races act: a second after
+// leasedOnK's leases expired.
+var rescueAt = T0.Add(31 * time.Second)
+
+// selectExpired selects the expired leases at rescueAt n times, as n
+// reapers' sweeps would (each its own read), and fails the test unless
+// every selection holds want leases.
+func selectExpired(t *testing.T, s store.Store, n, want int) [][]*job.Job {
+	t.Helper()
+	sels := make([][]*job.Job, n)
+	for i := range sels {
+		if sels[i] = expired(t, s, rescueAt); len(sels[i]) != want {
+			t.Fatalf("selection %d of %d holds %d expired leases, want %d", i+1, n, len(sels[i]), want)
+		}
+	}
+	return sels
+}
+
+// testRescueVsCompletion: the worker completes after the reaper selected
+// its (expired) lease. The recovery conflicts and the completed job is
+// unchanged: state, attempt, counters, history and timestamps.
 func testRescueVsCompletion(t *testing.T, open Opener) {
 	s, js := leasedOnK(t, open, 2)
-	j := js[0]
-	at := T0.Add(31 * time.Second)
-	sel := expired(t, s, at)
-	if len(sel) != 2 {
-		t.Fatalf("selected %d expired leases, want 2", len(sel))
-	}
+	j, at := js[0], rescueAt
+	sel := selectExpired(t, s, 1, 2)[0]
 	mustOK(t, finish(t, s, success(j, at))) // the late worker wins the gap
 	done := get(t, s, j.ID)
 	for _, e := range sel {
@@ -128,12 +142,9 @@ func testRescueVsCompletion(t *testing.T, open Opener) {
 func testRescueVsRelease(t *testing.T, open Opener) {
 	s, js := leasedOnK(t, open, 1)
 	j := js[0]
-	at := T0.Add(31 * time.Second)
-	slow := expired(t, s, at)
-	fast := expired(t, s, at)
-	if len(slow) != 1 || len(fast) != 1 {
-		t.Fatalf("selected %d and %d expired leases, want 1 each", len(slow), len(fast))
-	}
+	at := rescueAt
+	sels := selectExpired(t, s, 2, 1)
+	slow, fast := sels[0], sels[1]
 	mustOK(t, finish(t, s, Recovery(fast[0], at)))
 	again := leaseFor(t, s, at, 1, 30*time.Second)
 	if len(again) != 1 || again[0].Attempt != 2 || again[0].LeaseToken == j.LeaseToken {
@@ -160,11 +171,8 @@ func testRescueVsRelease(t *testing.T, open Opener) {
 func testRescueVsHeartbeat(t *testing.T, open Opener) {
 	s, js := leasedOnK(t, open, 1)
 	j := js[0]
-	at := T0.Add(31 * time.Second)
-	sel := expired(t, s, at)
-	if len(sel) != 1 {
-		t.Fatalf("selected %d expired leases, want 1", len(sel))
-	}
+	at := rescueAt
+	sel := selectExpired(t, s, 1, 1)[0]
 	if err := s.Heartbeat(context.Background(), j.ID, j.LeaseToken, at.Add(30*time.Second)); err != nil {
 		t.Fatalf("heartbeat: %v", err)
 	}
@@ -208,16 +216,13 @@ func testRescueHorizon(t *testing.T, open Opener) {
 // counted once and the key's in-flight lease is released once.
 func testRescueOnce(t *testing.T, open Opener) {
 	s, js := leasedOnK(t, open, 2)
-	at := T0.Add(31 * time.Second)
-	j := js[0]
+	j, at := js[0], rescueAt
 	// The other job keeps its lease so a second release would show.
 	if err := s.Heartbeat(context.Background(), js[1].ID, js[1].LeaseToken, at.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	a, b := expired(t, s, at), expired(t, s, at)
-	if len(a) != 1 || len(b) != 1 {
-		t.Fatalf("selected %d and %d, want 1 each", len(a), len(b))
-	}
+	sels := selectExpired(t, s, 2, 1)
+	a, b := sels[0], sels[1]
 	errs := finish(t, s, Recovery(a[0], at), Recovery(b[0], at))
 	if errs[0] != nil || !errors.Is(errs[1], store.ErrConflict) {
 		t.Fatalf("two recoveries in one batch = %v, want nil then ErrConflict", errs)

@@ -1,0 +1,172 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// hookedStore runs a hook once, at the first UpsertLimit or subscriber
+// PutObjectIf through it, before the call reaches the store: another
+// node's write landing at that point of this node's Put. A hook's error
+// fails the call, as a store error would.
+type hookedStore struct {
+	store.Store
+	mu       sync.Mutex
+	onUpsert func() error
+	onSave   func() error
+}
+
+// fire takes the hook *h, once.
+func (s *hookedStore) fire(h *func() error) error {
+	s.mu.Lock()
+	f := *h
+	*h = nil
+	s.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f()
+}
+
+func (s *hookedStore) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
+	if err := s.fire(&s.onUpsert); err != nil {
+		return admission.State{}, err
+	}
+	return s.Store.UpsertLimit(ctx, c, now)
+}
+
+func (s *hookedStore) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
+	if o.Kind == ObjectSubscriber {
+		if err := s.fire(&s.onSave); err != nil {
+			return err
+		}
+	}
+	return s.Store.PutObjectIf(ctx, o, prev)
+}
+
+// perSecond is a spec of subscriber "s" at n deliveries per second.
+func perSecond(n int) SubscriberSpec {
+	return SubscriberSpec{ID: "s", URL: "https://example.com/hook", Topics: []string{"t"}, Rate: &Rate{Limit: n}}
+}
+
+// A Put's limit key and its guarded save of the subscriber agree whatever
+// another node writes in between: the key ends as the stored subscriber's
+// LimitConfig. Put used to upsert the key before the save, so a save that
+// lost (a conflict, a store error) left the losing spec's rate on the key,
+// and a key written after another node's Put undid that node's rate.
+func TestPutKeyMatchesStoredSubscriber(t *testing.T) {
+	t.Parallel()
+	errDisk := errors.New("disk full")
+	putAt20 := func(ctx context.Context, b *Registry) error { // another node's Put, another rate
+		_, _, _, err := b.Put(ctx, perSecond(20))
+		return err
+	}
+	for _, tc := range []struct {
+		name   string
+		exists bool // "s" exists (rate 5) before the Put
+		// at says where the other node's write lands in this node's
+		// Put: "upsert" (any UpsertLimit) or "save" (the subscriber's
+		// guarded write).
+		at    string
+		other func(ctx context.Context, b *Registry) error
+	}{
+		{"concurrent Put, different rate", true, "upsert", putAt20},
+		{"concurrent create, different rate", false, "upsert", putAt20},
+		{"save loses to a disable", true, "save", func(ctx context.Context, b *Registry) error {
+			_, err := b.Disable(ctx, "s", "maintenance")
+			return err
+		}},
+		{"save loses to a Put", true, "save", putAt20},
+		{"create loses to a create", false, "save", putAt20},
+		{"save fails", true, "save", func(context.Context, *Registry) error { return errDisk }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			_, st, c := newRegistry(t)
+			hs := &hookedStore{Store: st}
+			a, err := NewRegistry(RegistryConfig{Store: hs, Jobs: newWriter(t, hs, c.Now), Now: c.Now, CacheFor: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := NewRegistry(RegistryConfig{Store: st, Jobs: newWriter(t, st, c.Now), Now: c.Now, CacheFor: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.exists {
+				if _, _, _, err := b.Put(ctx, perSecond(5)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hook := func() error { return tc.other(ctx, b) }
+			if tc.at == "upsert" {
+				hs.onUpsert = hook
+			} else {
+				hs.onSave = hook
+			}
+			_, _, _, putErr := a.Put(ctx, perSecond(10))
+			if putErr != nil && !errors.Is(putErr, store.ErrConflict) && !errors.Is(putErr, errDisk) {
+				t.Fatalf("put: %v", putErr)
+			}
+			if hs.onUpsert != nil || hs.onSave != nil {
+				t.Fatal("the other node's write never ran")
+			}
+			rec, err := b.Get(ctx, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, err := st.GetLimit(ctx, LimitKey("s"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := rec.LimitConfig(DefaultHeadroom)
+			if store.LimitFingerprint(key.Config) != store.LimitFingerprint(want) {
+				t.Fatalf("put err %v: key rate %v burst %v windows %+v; stored subscriber (rate %+v) wants rate %v burst %v windows %+v",
+					putErr, key.Rate, key.Burst, key.Windows, *rec.Rate, want.Rate, want.Burst, want.Windows)
+			}
+		})
+	}
+}
+
+// Two nodes' Puts of one subscriber at once, each with its own rate, in
+// whatever order the scheduler makes: whichever succeed or conflict, the
+// key ends as the stored subscriber's.
+func TestConcurrentPutsSettleTheKey(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		r := a
+		if i%2 == 1 {
+			r = b
+		}
+		wg.Go(func() {
+			for k := range 4 {
+				_, _, _, err := r.Put(ctx, perSecond(1+i*4+k))
+				if err != nil && !errors.Is(err, store.ErrConflict) {
+					t.Errorf("put: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rec, err := a.Get(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := a.st.GetLimit(ctx, LimitKey("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := rec.LimitConfig(DefaultHeadroom); store.LimitFingerprint(key.Config) != store.LimitFingerprint(want) {
+		t.Fatalf("key rate %v windows %+v; the stored subscriber (version %d, limit %d) wants rate %v windows %+v",
+			key.Rate, key.Windows, rec.Version, rec.Rate.Limit, want.Rate, want.Windows)
+	}
+}
