@@ -330,7 +330,7 @@ func (e *Engine) batchAggregateLoop() {
 // behind it (up to batchAggregateGroup distinct parents) concurrently, and
 // returns when all are done. An interactive parent's aggregation is
 // interactive work (the batch budget and the yield gate hold batch work
-// while it runs); a batch parent's is a piece of batch-lane work.
+// while it runs); a batch group is one piece of batch-lane work.
 func (e *Engine) aggregateGroup(ctx context.Context, first parentWake, lane job.Lane) {
 	q := e.parents
 	if lane == job.LaneBatch {
@@ -350,6 +350,18 @@ drain:
 			break drain
 		}
 	}
+	if lane == job.LaneBatch {
+		// The group is one piece of batch-lane work: one turn for all of
+		// it, so that its parents' advances reach the store's writer
+		// together and share its commits. A turn per parent ran them one
+		// at a time under the governor's width of one, each advance its
+		// own transaction and fsync: the single writer busy with the
+		// sweep's commits while interactive writes queued behind them
+		// (docs/benchmarks.md, "Session 20 (s20h5)").
+		end := e.batchPiece(ctx)
+		defer end()
+		ctx = withTurnHeld(ctx)
+	}
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
@@ -357,12 +369,8 @@ drain:
 			defer wg.Done()
 			if lane != job.LaneBatch {
 				defer e.interactiveWork()()
-				e.aggregateWoken(ctx, w, lane)
-				return
 			}
-			end := e.batchPiece(ctx)
-			defer end()
-			e.aggregateWoken(withTurnHeld(ctx), w, lane)
+			e.aggregateWoken(ctx, w, lane)
 		}()
 	}
 	wg.Wait()

@@ -165,6 +165,22 @@ func TestPartsSweepDoesNotHoldInteractive(t *testing.T) {
 // this test); the test keeps it off to check the grouping itself.
 func TestPartsBatchWakeupsShareCommits(t *testing.T) {
 	t.Parallel()
+	// With the CPU governor off, and at one turn (its default on a 2-CPU
+	// machine, DefaultBatchCPUs): a group took a turn per parent until
+	// session 20, so under the governor its parents were aggregated one at
+	// a time and every advance was its own transaction.
+	for _, cpus := range []int{-1, 1} {
+		t.Run(fmt.Sprintf("BatchCPUs=%d", cpus), func(t *testing.T) {
+			t.Parallel()
+			batchWakeupsShareCommits(t, engine.Config{BatchCPUs: cpus})
+		})
+	}
+}
+
+// batchWakeupsShareCommits wakes 64 ready batch-lane parents at once in an
+// engine configured by cfg and bounds the store transactions their
+// advances, claims and publications took.
+func batchWakeupsShareCommits(t *testing.T, cfg engine.Config) {
 	s := newStore(t)
 	ctx := context.Background()
 	// The parents come from another writer, so nothing wakes them until
@@ -186,7 +202,9 @@ func TestPartsBatchWakeupsShareCommits(t *testing.T) {
 	for _, id := range ids {
 		agg.pending[id] = true // the start sweep leaves them waiting
 	}
-	e := start(t, engine.Config{Store: s, BatchCPUs: -1, Kinds: map[string]engine.Kind{"report": {Aggregate: agg, SweepEvery: time.Hour}}})
+	cfg.Store = s
+	cfg.Kinds = map[string]engine.Kind{"report": {Aggregate: agg, SweepEvery: time.Hour}}
+	e := start(t, cfg)
 	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
 		if got := len(agg.log()); got < n {
 			return fmt.Errorf("%d of %d parents swept", got, n)
