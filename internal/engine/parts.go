@@ -453,17 +453,15 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 			if err != nil {
 				return err
 			}
-			for i, j := range js {
+			for lo := 0; lo < len(js); lo += sweepYieldEvery {
 				// Every sweepYieldEvery parents are a piece of batch-lane
 				// work: the pass holds there while interactive work is in
 				// flight. Not every parent: with interactive work always
 				// in flight, a pass over 10,000 waiting parents would take
 				// 10,000 holds.
-				if i%sweepYieldEvery == 0 {
-					end()
-					end = e.batchPiece(pieceCtx)
-				}
-				if err := e.aggregateWith(ctx, k, j, parts[j.ID], publish); err != nil {
+				end()
+				end = e.batchPiece(pieceCtx)
+				if err := e.aggregateStretch(ctx, k, js[lo:min(len(js), lo+sweepYieldEvery)], parts, publish); err != nil {
 					return err
 				}
 			}
@@ -474,6 +472,25 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 		}
 	}
 	return nil
+}
+
+// aggregateStretch aggregates a sweep stretch's parents concurrently, as
+// a woken group's are (aggregateGroup), and returns their errors joined:
+// their advances and publications reach the store's writer together and
+// share its commits. One at a time, each advance of a sweep was its own
+// transaction (docs/benchmarks.md, "Session 20 (s20h5)").
+func (e *Engine) aggregateStretch(ctx context.Context, k Kind, js []*job.Job, parts map[string][]*job.Job, publish publishFunc) error {
+	errs := make([]error, len(js))
+	var wg sync.WaitGroup
+	for i, j := range js {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.aggregateWith(ctx, k, j, parts[j.ID], publish)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // AggregateParent aggregates parent id when it is an accepted job of one

@@ -110,7 +110,7 @@ func TestPartsInteractiveNotBehindBatch(t *testing.T) {
 // TestPartsSweepDoesNotHoldInteractive: a periodic sweep over many
 // batch-lane parents that are still waiting (a sweep's batch reviews),
 // held at its first parent, does not hold back an interactive parent
-// woken meanwhile: it is published before the sweep goes on.
+// woken meanwhile: it is published before the held parent returns.
 func TestPartsSweepDoesNotHoldInteractive(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -140,8 +140,18 @@ func TestPartsSweepDoesNotHoldInteractive(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitState(t, s, inter.ID, job.StatePublished)
-		if got := agg.log(); len(got) != 2 || !slices.Contains(waiting, got[0]) || got[1] != inter.ID {
-			t.Fatalf("aggregated %v while the sweep was held; want a waiting parent (held), then the interactive %s", got, inter.ID)
+		// A stretch's parents are aggregated concurrently (session 20), so
+		// the rest of the first stretch may have been asked too; what
+		// matters is that the interactive parent did not wait for the
+		// held one.
+		got := agg.log()
+		if len(got) < 2 || !slices.Contains(got, inter.ID) || !slices.Contains(waiting, got[0]) {
+			t.Fatalf("aggregated %v while the sweep was held; want a waiting parent (held) and the interactive %s", got, inter.ID)
+		}
+		for _, id := range got {
+			if id != inter.ID && !slices.Contains(waiting, id) {
+				t.Fatalf("aggregated %s, neither a waiting parent nor the interactive one", id)
+			}
 		}
 		close(agg.release)
 		synctest.Wait()
