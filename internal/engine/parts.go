@@ -301,6 +301,19 @@ func (e *Engine) aggregateLoop() {
 // measured 74 transactions for 64 parents, 344 one at a time).
 const batchAggregateGroup = 32
 
+// batchPublishInline: the batch loop publishes the parents it validates
+// itself, in the group's (or the sweep stretch's) turn, rather than
+// through the publication pool. A group's publications then reach the
+// store's writer together and share its commits, as its advances do; and
+// the batch lane's publications keep pace with its aggregations. Through
+// the pool each batch publication took a turn of its own, one at a time
+// while interactive work was in flight, so once a group of 32 was
+// aggregated under one turn the validated reviews of a 10,000-file sweep
+// queued for the pool and the sweep took four times as long
+// (docs/benchmarks.md, "Session 20 (s20h5)"). A batch kind's Publisher
+// holds its group while it runs; the reviews' enqueue a delivery job or
+// write a file.
+
 // batchAggregateLoop sweeps once (the crash-recovery pass), then serves the
 // batch lane's wake-ups, a group at a time, and the periodic sweep until
 // the engine stops.
@@ -381,14 +394,18 @@ drain:
 func (e *Engine) aggregateWoken(ctx context.Context, w parentWake, lane job.Lane) {
 	start := e.cfg.Now()
 	e.stages.observe(lane, stAggregateWait, start.Sub(w.at))
-	if err := e.aggregateParent(ctx, w.id, e.publishQueued); err != nil && ctx.Err() == nil {
+	publish := e.publishQueued
+	if lane == job.LaneBatch {
+		publish = e.publishInline // in the group's turn, beside its other parents' (batchPublishInline)
+	}
+	if err := e.aggregateParent(ctx, w.id, publish); err != nil && ctx.Err() == nil {
 		e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
 	}
 	e.stages.observe(lane, stAggregate, e.cfg.Now().Sub(start))
 }
 
 func (e *Engine) sweepParents(ctx context.Context) {
-	if err := e.sweepParentsVia(ctx, e.publishQueued); err != nil && ctx.Err() == nil {
+	if err := e.sweepParentsVia(ctx, e.publishInline); err != nil && ctx.Err() == nil { // see batchPublishInline
 		e.log.Warn("parts sweep failed", "err", err)
 	}
 	e.sweeps.Add(1)
