@@ -301,6 +301,19 @@ func (e *Engine) aggregateLoop() {
 // measured 74 transactions for 64 parents, 344 one at a time).
 const batchAggregateGroup = 32
 
+// batchPublishInline: the batch loop publishes the parents it validates
+// itself, in the group's (or the sweep stretch's) turn, rather than
+// through the publication pool. A group's publications then reach the
+// store's writer together and share its commits, as its advances do; and
+// the batch lane's publications keep pace with its aggregations. Through
+// the pool each batch publication took a turn of its own, one at a time
+// while interactive work was in flight, so once a group of 32 was
+// aggregated under one turn the validated reviews of a 10,000-file sweep
+// queued for the pool and the sweep took four times as long
+// (docs/benchmarks.md, "Session 20 (s20h5)"). A batch kind's Publisher
+// holds its group while it runs; the reviews' enqueue a delivery job or
+// write a file.
+
 // batchAggregateLoop sweeps once (the crash-recovery pass), then serves the
 // batch lane's wake-ups, a group at a time, and the periodic sweep until
 // the engine stops.
@@ -330,7 +343,7 @@ func (e *Engine) batchAggregateLoop() {
 // behind it (up to batchAggregateGroup distinct parents) concurrently, and
 // returns when all are done. An interactive parent's aggregation is
 // interactive work (the batch budget and the yield gate hold batch work
-// while it runs); a batch parent's is a piece of batch-lane work.
+// while it runs); a batch group is one piece of batch-lane work.
 func (e *Engine) aggregateGroup(ctx context.Context, first parentWake, lane job.Lane) {
 	q := e.parents
 	if lane == job.LaneBatch {
@@ -350,6 +363,18 @@ drain:
 			break drain
 		}
 	}
+	if lane == job.LaneBatch {
+		// The group is one piece of batch-lane work: one turn for all of
+		// it, so that its parents' advances reach the store's writer
+		// together and share its commits. A turn per parent ran them one
+		// at a time under the governor's width of one, each advance its
+		// own transaction and fsync: the single writer busy with the
+		// sweep's commits while interactive writes queued behind them
+		// (docs/benchmarks.md, "Session 20 (s20h5)").
+		end := e.batchPiece(ctx)
+		defer end()
+		ctx = withTurnHeld(ctx)
+	}
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
@@ -357,12 +382,8 @@ drain:
 			defer wg.Done()
 			if lane != job.LaneBatch {
 				defer e.interactiveWork()()
-				e.aggregateWoken(ctx, w, lane)
-				return
 			}
-			end := e.batchPiece(ctx)
-			defer end()
-			e.aggregateWoken(withTurnHeld(ctx), w, lane)
+			e.aggregateWoken(ctx, w, lane)
 		}()
 	}
 	wg.Wait()
@@ -373,14 +394,18 @@ drain:
 func (e *Engine) aggregateWoken(ctx context.Context, w parentWake, lane job.Lane) {
 	start := e.cfg.Now()
 	e.stages.observe(lane, stAggregateWait, start.Sub(w.at))
-	if err := e.aggregateParent(ctx, w.id, e.publishQueued); err != nil && ctx.Err() == nil {
+	publish := e.publishQueued
+	if lane == job.LaneBatch {
+		publish = e.publishInline // in the group's turn, beside its other parents' (batchPublishInline)
+	}
+	if err := e.aggregateParent(ctx, w.id, publish); err != nil && ctx.Err() == nil {
 		e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
 	}
 	e.stages.observe(lane, stAggregate, e.cfg.Now().Sub(start))
 }
 
 func (e *Engine) sweepParents(ctx context.Context) {
-	if err := e.sweepParentsVia(ctx, e.publishQueued); err != nil && ctx.Err() == nil {
+	if err := e.sweepParentsVia(ctx, e.publishInline); err != nil && ctx.Err() == nil { // see batchPublishInline
 		e.log.Warn("parts sweep failed", "err", err)
 	}
 	e.sweeps.Add(1)
@@ -445,17 +470,15 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 			if err != nil {
 				return err
 			}
-			for i, j := range js {
+			for lo := 0; lo < len(js); lo += sweepYieldEvery {
 				// Every sweepYieldEvery parents are a piece of batch-lane
 				// work: the pass holds there while interactive work is in
 				// flight. Not every parent: with interactive work always
 				// in flight, a pass over 10,000 waiting parents would take
 				// 10,000 holds.
-				if i%sweepYieldEvery == 0 {
-					end()
-					end = e.batchPiece(pieceCtx)
-				}
-				if err := e.aggregateWith(ctx, k, j, parts[j.ID], publish); err != nil {
+				end()
+				end = e.batchPiece(pieceCtx)
+				if err := e.aggregateStretch(ctx, k, js[lo:min(len(js), lo+sweepYieldEvery)], parts, publish); err != nil {
 					return err
 				}
 			}
@@ -466,6 +489,25 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 		}
 	}
 	return nil
+}
+
+// aggregateStretch aggregates a sweep stretch's parents concurrently, as
+// a woken group's are (aggregateGroup), and returns their errors joined:
+// their advances and publications reach the store's writer together and
+// share its commits. One at a time, each advance of a sweep was its own
+// transaction (docs/benchmarks.md, "Session 20 (s20h5)").
+func (e *Engine) aggregateStretch(ctx context.Context, k Kind, js []*job.Job, parts map[string][]*job.Job, publish publishFunc) error {
+	errs := make([]error, len(js))
+	var wg sync.WaitGroup
+	for i, j := range js {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.aggregateWith(ctx, k, j, parts[j.ID], publish)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // AggregateParent aggregates parent id when it is an accepted job of one

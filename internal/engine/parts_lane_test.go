@@ -110,7 +110,7 @@ func TestPartsInteractiveNotBehindBatch(t *testing.T) {
 // TestPartsSweepDoesNotHoldInteractive: a periodic sweep over many
 // batch-lane parents that are still waiting (a sweep's batch reviews),
 // held at its first parent, does not hold back an interactive parent
-// woken meanwhile: it is published before the sweep goes on.
+// woken meanwhile: it is published before the held parent returns.
 func TestPartsSweepDoesNotHoldInteractive(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -140,8 +140,18 @@ func TestPartsSweepDoesNotHoldInteractive(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitState(t, s, inter.ID, job.StatePublished)
-		if got := agg.log(); len(got) != 2 || !slices.Contains(waiting, got[0]) || got[1] != inter.ID {
-			t.Fatalf("aggregated %v while the sweep was held; want a waiting parent (held), then the interactive %s", got, inter.ID)
+		// A stretch's parents are aggregated concurrently (session 20), so
+		// the rest of the first stretch may have been asked too; what
+		// matters is that the interactive parent did not wait for the
+		// held one.
+		got := agg.log()
+		if len(got) < 2 || !slices.Contains(got, inter.ID) || !slices.Contains(waiting, got[0]) {
+			t.Fatalf("aggregated %v while the sweep was held; want a waiting parent (held) and the interactive %s", got, inter.ID)
+		}
+		for _, id := range got {
+			if id != inter.ID && !slices.Contains(waiting, id) {
+				t.Fatalf("aggregated %s, neither a waiting parent nor the interactive one", id)
+			}
 		}
 		close(agg.release)
 		synctest.Wait()
@@ -165,6 +175,22 @@ func TestPartsSweepDoesNotHoldInteractive(t *testing.T) {
 // this test); the test keeps it off to check the grouping itself.
 func TestPartsBatchWakeupsShareCommits(t *testing.T) {
 	t.Parallel()
+	// With the CPU governor off, and at one turn (its default on a 2-CPU
+	// machine, DefaultBatchCPUs): a group took a turn per parent until
+	// session 20, so under the governor its parents were aggregated one at
+	// a time and every advance was its own transaction.
+	for _, cpus := range []int{-1, 1} {
+		t.Run(fmt.Sprintf("BatchCPUs=%d", cpus), func(t *testing.T) {
+			t.Parallel()
+			batchWakeupsShareCommits(t, engine.Config{BatchCPUs: cpus})
+		})
+	}
+}
+
+// batchWakeupsShareCommits wakes 64 ready batch-lane parents at once in an
+// engine configured by cfg and bounds the store transactions their
+// advances, claims and publications took.
+func batchWakeupsShareCommits(t *testing.T, cfg engine.Config) {
 	s := newStore(t)
 	ctx := context.Background()
 	// The parents come from another writer, so nothing wakes them until
@@ -186,7 +212,9 @@ func TestPartsBatchWakeupsShareCommits(t *testing.T) {
 	for _, id := range ids {
 		agg.pending[id] = true // the start sweep leaves them waiting
 	}
-	e := start(t, engine.Config{Store: s, BatchCPUs: -1, Kinds: map[string]engine.Kind{"report": {Aggregate: agg, SweepEvery: time.Hour}}})
+	cfg.Store = s
+	cfg.Kinds = map[string]engine.Kind{"report": {Aggregate: agg, SweepEvery: time.Hour}}
+	e := start(t, cfg)
 	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
 		if got := len(agg.log()); got < n {
 			return fmt.Errorf("%d of %d parents swept", got, n)
@@ -207,20 +235,21 @@ func TestPartsBatchWakeupsShareCommits(t *testing.T) {
 	after := wc.WriteCounts()
 	writes, txs := after.Writes-before.Writes, after.Transactions-before.Transactions
 	t.Logf("%d batch parents: %d writes in %d transactions (%.2f transactions per parent)", n, writes, txs, float64(txs)/n)
-	if writes < 3*n {
-		t.Fatalf("%d writes for %d parents; want at least an advance, a claim and a publication each", writes, n)
+	// An advance and a publication each; no claim since session 20 (the
+	// kind has no Publisher: nothing to deliver, nothing to claim).
+	if writes < 2*n {
+		t.Fatalf("%d writes for %d parents; want at least an advance and a publication each", writes, n)
 	}
 	// One parent at a time, every write is its own transaction (344
 	// transactions for these 64 before grouping; 195, 3 per parent, with
-	// batchAggregateGroup set to 1 today); a group of 32 shares its
-	// advances. The publication pool (Config.Publishers
-	// at a time) shares some of the claims and publications too, but how
-	// many depends on how the machine schedules it: 74 transactions
-	// unloaded, 129 and 137 at load 40 under -race (about one each, as
-	// without sharing). The bound is the grouping's, not the pool's: 2.5
-	// per parent, below the 3 without it, and above what no sharing in the
-	// pool costs.
-	if txs > 5*n/2 {
-		t.Fatalf("%d transactions for %d parents' %d writes; want them grouped (at most 2.5 transactions per parent)", txs, n, writes)
+	// batchAggregateGroup set to 1). A group of 32 shares its advances
+	// and, since session 20, its publications, which the batch loop runs
+	// in the group's turn rather than through the pool: 14–16
+	// transactions unloaded, with the governor off or at one turn (before
+	// session 20, at one turn, 198: the group ran a parent per turn). The
+	// bound, one per parent, is what grouping must keep under a loaded
+	// machine's scheduling; without it each parent takes two or three.
+	if txs > n {
+		t.Fatalf("%d transactions for %d parents' %d writes; want them grouped (at most 1 transaction per parent)", txs, n, writes)
 	}
 }

@@ -294,6 +294,14 @@ func claimPrefix() string {
 // published. A Publisher failure releases the claim and leaves the job
 // validated; publishPending retries it. The pool calls it with its own
 // context; AggregateParent and SweepParents call it inline.
+//
+// A job with nothing to deliver (an aggregated parent of a kind without a
+// Publisher, or one whose Publisher says so: Deliverer) takes no claim:
+// the claim keeps a side effect from running twice, and without one the
+// compare-and-set alone records the publication once. One store write
+// instead of two for each such job: a review published nowhere, such as
+// every review of a sweep whose results are read through the API
+// (docs/benchmarks.md, "Session 20 (s20h5)").
 func (e *Engine) publish(ctx context.Context, id string) {
 	j, err := e.cfg.Store.Get(ctx, id)
 	if err != nil || j.State != job.StateValidated {
@@ -309,36 +317,8 @@ func (e *Engine) publish(ctx context.Context, id string) {
 	} else {
 		defer e.interactiveWork()()
 	}
-	token := fmt.Sprintf("%s-%d", e.claimPrefix, e.claims.Add(1))
-	if err := e.jobs.ClaimPublish(ctx, id, token, e.cfg.Now().Add(e.cfg.LeaseFor)); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			// Another caller holds it. If that caller dies, its claim
-			// runs out; look again then.
-			e.observePublication(j.Kind, PublishHeld)
-			e.retryPublishAfter(e.cfg.LeaseFor + e.cfg.ReapEvery)
-		} else if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
-			e.log.Error("claim publication", "job_id", id, "err", err)
-		}
+	if delivers(k.Publisher, j) && !e.deliver(ctx, k.Publisher, j) {
 		return
-	}
-	// An aggregated parent without a publisher has nothing to deliver:
-	// its publication is only recorded.
-	if k.Publisher != nil {
-		if err := e.runPublisher(ctx, k.Publisher, j, token); err != nil {
-			result := PublishFailed
-			if errors.Is(err, errClaimLost) {
-				result = PublishLost
-			}
-			e.observePublication(j.Kind, result)
-			e.log.Warn("publish failed; will retry", "job_id", id, "kind", j.Kind, "err", err)
-			// Released even when ctx was cancelled (Stop's deadline), so
-			// that the next sweep need not wait for the claim to run out.
-			rctx := context.WithoutCancel(ctx)
-			if err := e.jobs.ClaimPublish(rctx, id, token, e.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
-				e.log.Warn("release publication claim", "job_id", id, "err", err)
-			}
-			return
-		}
 	}
 	crashpoint.Hit(crashpoint.PublishBeforeCAS)
 	// Recorded even when ctx was cancelled meanwhile: the side effect
@@ -351,6 +331,61 @@ func (e *Engine) publish(ctx context.Context, id string) {
 			e.jobs.partFinal(j.ParentID, j.Lane) // a part with a publication step is final now
 		}
 	}
+}
+
+// Deliverer is an optional extension of Publisher: a Publisher that
+// delivers nothing for some jobs (a review published nowhere) says which,
+// and the engine records their publication without claiming it first.
+// Delivers must be fast, must not write, and must be true whenever
+// Publish(ctx, j) could have any effect or fail.
+type Deliverer interface {
+	Delivers(j *job.Job) bool
+}
+
+// delivers reports whether publishing j runs p's side effect: false for
+// no Publisher (an aggregated parent's publication is only recorded) and
+// for a Deliverer that says so.
+func delivers(p Publisher, j *job.Job) bool {
+	if p == nil {
+		return false
+	}
+	d, ok := p.(Deliverer)
+	return !ok || d.Delivers(j)
+}
+
+// deliver claims j's publication and runs p under the claim. It reports
+// whether the publication is to be recorded: false when another caller
+// holds the claim or p failed (its claim then released).
+func (e *Engine) deliver(ctx context.Context, p Publisher, j *job.Job) bool {
+	id := j.ID
+	token := fmt.Sprintf("%s-%d", e.claimPrefix, e.claims.Add(1))
+	if err := e.jobs.ClaimPublish(ctx, id, token, e.cfg.Now().Add(e.cfg.LeaseFor)); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			// Another caller holds it. If that caller dies, its claim
+			// runs out; look again then.
+			e.observePublication(j.Kind, PublishHeld)
+			e.retryPublishAfter(e.cfg.LeaseFor + e.cfg.ReapEvery)
+		} else if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+			e.log.Error("claim publication", "job_id", id, "err", err)
+		}
+		return false
+	}
+	if err := e.runPublisher(ctx, p, j, token); err != nil {
+		result := PublishFailed
+		if errors.Is(err, errClaimLost) {
+			result = PublishLost
+		}
+		e.observePublication(j.Kind, result)
+		e.log.Warn("publish failed; will retry", "job_id", id, "kind", j.Kind, "err", err)
+		// Released even when ctx was cancelled (Stop's deadline), so
+		// that the next sweep need not wait for the claim to run out.
+		rctx := context.WithoutCancel(ctx)
+		if err := e.jobs.ClaimPublish(rctx, id, token, e.cfg.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
+			e.log.Warn("release publication claim", "job_id", id, "err", err)
+		}
+		return false
+	}
+	return true
 }
 
 // runPublisher runs p while renewing the publication claim every

@@ -97,13 +97,15 @@ func publishedKind(t *testing.T, s store.Store, pub engine.Publisher) (engine.Ki
 	return kind, j
 }
 
-// claimCounter is a store that counts the publication claims it refused.
+// claimCounter is a store that counts the publication claims asked for
+// and those it refused.
 type claimCounter struct {
 	store.Store
-	refused atomic.Int64
+	calls, refused atomic.Int64
 }
 
 func (c *claimCounter) ClaimPublish(ctx context.Context, id, token string, now, until time.Time) error {
+	c.calls.Add(1)
 	err := c.Store.ClaimPublish(ctx, id, token, now, until)
 	if errors.Is(err, store.ErrConflict) {
 		c.refused.Add(1)
@@ -160,4 +162,41 @@ func (c *claimHolder) ClaimPublish(ctx context.Context, id, token string, now, u
 		c.ran <- now.Add(time.Second)
 	})
 	return c.Store.ClaimPublish(ctx, id, token, now, until)
+}
+
+// silentPublisher is a gatedPublisher (never gated) that is an
+// engine.Deliverer: it delivers only what deliver says.
+type silentPublisher struct {
+	gatedPublisher
+	deliver bool
+}
+
+func (p *silentPublisher) Delivers(*job.Job) bool { return p.deliver }
+
+// TestPublishNothingToDeliverTakesNoClaim: a job whose Publisher says it
+// delivers nothing is recorded published without a publication claim
+// (one store write, not two) and without a Publisher call; one that
+// delivers still claims and calls it once.
+func TestPublishNothingToDeliverTakesNoClaim(t *testing.T) {
+	t.Parallel()
+	for _, deliver := range []bool{false, true} {
+		s := newStore(t)
+		pub := &silentPublisher{gatedPublisher: gatedPublisher{calls: map[string]int{}}, deliver: deliver}
+		kind, j := publishedKind(t, s, pub)
+		claims := &claimCounter{Store: s}
+		start(t, engine.Config{Store: claims, Kinds: map[string]engine.Kind{"pub": kind}})
+		testkit.WaitFor(t, testkit.Timeout, "the job's publication", func() bool {
+			return getJob(t, s, j.ID).State == job.StatePublished
+		})
+		want := 0
+		if deliver {
+			want = 1
+		}
+		pub.mu.Lock()
+		calls := pub.calls[j.ID]
+		pub.mu.Unlock()
+		if got := claims.calls.Load(); got != int64(want) || calls != want {
+			t.Fatalf("Delivers %v: %d publication claims and %d Publisher calls; want %d of each", deliver, got, calls, want)
+		}
+	}
 }

@@ -64,6 +64,18 @@ func (p *ReviewPublisher) Publish(ctx context.Context, j *job.Job) error {
 	return fmt.Errorf("unknown publish kind %q", args.Publish.Kind)
 }
 
+var _ engine.Deliverer = (*ReviewPublisher)(nil)
+
+// Delivers reports whether publishing j has any effect: false for a
+// review published nowhere (PublishNone), whose publication the engine
+// then records without claiming it (engine.Deliverer), one store write
+// fewer per such review. A payload that does not decode delivers, so that
+// Publish reports it.
+func (p *ReviewPublisher) Delivers(j *job.Job) bool {
+	args, err := decode[Args](j.Payload)
+	return err != nil || args.Publish.Kind != PublishNone && args.Publish.Kind != ""
+}
+
 // CheckPublish reports a publish request this publisher cannot honour, at
 // submission time rather than after the review ran.
 func (p *ReviewPublisher) CheckPublish(args Args) error {
