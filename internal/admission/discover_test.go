@@ -555,3 +555,75 @@ func TestBucketDropMeasuredBetweenRefusals(t *testing.T) {
 		t.Fatalf("5 s later: learned %.1f/s after %d refusals, want >= 25 and at most 4 refusals", s.LearnedRate, len(more))
 	}
 }
+
+// TestProbeWaitsForBacklog checks that an adaptive key past its hold
+// probes upward only while more than ProbeBacklog windows of work at its
+// learned rate wait for it (NoteWaiting), that it asks for the count only
+// when a success would probe and at most once per discovery window, that
+// a key told nothing probes as before, and that the verdict travels
+// through the store's encoding and is dropped by the next refusal.
+func TestProbeWaitsForBacklog(t *testing.T) {
+	t.Parallel()
+	fresh := func() State {
+		s := NewState(Config{Name: "k", Rate: 40, Burst: 10, Adaptive: true})
+		s.RateLimited(t0, t0.Add(time.Second), 1) // first refusal: halved to 20, paused 1 s
+		return s
+	}
+	s := fresh()
+	if s.WantsBacklog(t0.Add(1500 * time.Millisecond)) {
+		t.Fatalf("asked for the backlog within the hold, when a success does not probe")
+	}
+	at := t0.Add(2500 * time.Millisecond)
+	if !s.WantsBacklog(at) {
+		t.Fatalf("no count asked for past the hold")
+	}
+	if s.WaitingBound() != 21 {
+		t.Fatalf("waiting bound %d at 20/s, want 21 (a window's worth decides)", s.WaitingBound())
+	}
+	s.NoteWaiting(at, 20) // fits in one window at 20/s
+	s.Succeeded(at)
+	if s.LearnedRate != 20 {
+		t.Fatalf("probed to %v with a window's worth waiting", s.LearnedRate)
+	}
+	if s.WantsBacklog(at.Add(500 * time.Millisecond)) {
+		t.Fatalf("asked again within a discovery window of the last count")
+	}
+	s.Succeeded(at.Add(500 * time.Millisecond))
+	if s.LearnedRate != 20 {
+		t.Fatalf("probed to %v before the next count", s.LearnedRate)
+	}
+	var back State
+	back.Config = s.Config
+	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if back.capFlags&(tailChecked|tailHold) != tailChecked|tailHold {
+		t.Fatalf("round trip lost the backlog's verdict: flags %b", back.capFlags)
+	}
+	// A window later the count is asked again; more than a window waits.
+	later := at.Add(time.Second)
+	if !s.WantsBacklog(later) {
+		t.Fatalf("no new count a window after the last")
+	}
+	s.NoteWaiting(later, 21)
+	s.Succeeded(later)
+	if s.LearnedRate <= 20 {
+		t.Fatalf("no probe with more than a window waiting (learned %v)", s.LearnedRate)
+	}
+	// A refusal drops the verdict: the next probe counts afresh.
+	s.RateLimited(later.Add(100*time.Millisecond), later.Add(1100*time.Millisecond), 1)
+	if s.capFlags&(tailChecked|tailHold) != 0 {
+		t.Fatalf("flags %b after a refusal, want the backlog's cleared", s.capFlags)
+	}
+	// Told nothing (a caller that does not count), a key probes as before.
+	u := fresh()
+	u.Succeeded(at)
+	if u.LearnedRate <= 20 {
+		t.Fatalf("a key told nothing did not probe (learned %v)", u.LearnedRate)
+	}
+	// At its ceiling a key asks for nothing.
+	c := NewState(Config{Name: "c", Rate: 40, Burst: 10, Adaptive: true})
+	if c.WantsBacklog(at) {
+		t.Fatalf("a key at its ceiling asked for its backlog")
+	}
+}
