@@ -82,20 +82,6 @@ const (
 // number) and a binary that does not know it masks it away.
 const raisedCut = 1 << 32
 
-// tailChecked and tailHold are bits of State.capFlags that belong to the
-// rate too, next to raisedCut: the work waiting for the key was counted
-// since its last refusal signal (tailChecked), and the last count found it
-// within ProbeBacklog windows at the learned rate, so the key does not
-// probe upward (tailHold; see NoteWaiting).
-const (
-	tailChecked = 1 << 33
-	tailHold    = 1 << 34
-)
-
-// rateFlags are the bits of State.capFlags that belong to the rate: they
-// survive every change of the learned cap.
-const rateFlags = raisedCut | tailChecked | tailHold
-
 // InFlightCap is the in-flight cap in force: the smaller of the
 // configured Concurrency and the learned cap (LearnedConcurrency), 0 for
 // none.
@@ -196,7 +182,7 @@ func (s *State) concurrencyRefusal(now time.Time, cost int64) bool {
 	}
 	refusals.add(t, cost, t-dn, dn/LogSlots)
 	s.LearnedConcurrency = max(1, n-1)
-	s.capAt, s.capHold, s.capFlags = t, int64(CapHold), s.capFlags&rateFlags
+	s.capAt, s.capHold, s.capFlags = t, int64(CapHold), s.capFlags&raisedCut
 	if unconfirmed {
 		// Read from a refusal that measured nothing else: as far as a
 		// refusal within it goes, it is a probe that went too far, and
@@ -214,7 +200,7 @@ func (s *State) lowerCap(t int64, n int) {
 	hold := min(MaxCapHold, max(CapHold, 2*time.Duration(s.capHold)))
 	n = min(n, s.LearnedConcurrency)
 	s.LearnedConcurrency = max(1, n-1)
-	s.capAt, s.capHold, s.capFlags = t, int64(hold), s.capFlags&rateFlags
+	s.capAt, s.capHold, s.capFlags = t, int64(hold), s.capFlags&raisedCut
 }
 
 // refuseCapProbe lowers a cap that a probe raised and the upstream
@@ -334,10 +320,10 @@ func (s *State) probeCap(now time.Time) {
 	c := s.LearnedConcurrency
 	c += max(1, c/4)
 	if s.Concurrency > 0 && c >= s.Concurrency || c > maxLearnedCap {
-		s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, s.capFlags&rateFlags
+		s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, s.capFlags&raisedCut
 		return
 	}
-	s.LearnedConcurrency, s.capAt, s.capFlags = c, t, capProbing|capRaised|s.capFlags&rateFlags
+	s.LearnedConcurrency, s.capAt, s.capFlags = c, t, capProbing|capRaised|s.capFlags&raisedCut
 }
 
 // maxLearnedCap bounds a learned cap: above it the key is as good as
@@ -353,13 +339,13 @@ func (s *State) capExtra() [4]int64 {
 func (s *State) setCapExtra(e []int64) {
 	s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, 0
 	if len(e) >= 4 {
-		s.capFlags = e[3] & rateFlags // the rate's, with or without a cap
+		s.capFlags = e[3] & raisedCut // the rate's, with or without a cap
 	}
 	if len(e) < 4 || e[0] <= 0 {
 		return
 	}
 	s.LearnedConcurrency = int(min(e[0], maxLearnedCap))
-	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound|capRaised|capFull|rateFlags)
+	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound|capRaised|capFull|raisedCut)
 }
 
 // afterRaisedCut reports whether a refusal at now comes while the key

@@ -413,7 +413,6 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	s.LearnedRate, s.level, s.hold = learned, learned, int64(hold)
 	s.LastRefusal = now
 	s.probe, s.probeAt = 0, 0
-	s.capFlags &^= tailChecked | tailHold // the next probe counts afresh
 	return true
 }
 
@@ -623,69 +622,12 @@ func (s *State) Succeeded(now time.Time) {
 	if clean < hold {
 		return // holding just under what the upstream was measured to take
 	}
-	if s.capFlags&tailHold != 0 {
-		return // the work left fits in a window at this rate (see NoteWaiting)
-	}
 	// The longer the key has gone clean past its hold, the faster it
 	// probes (from 1.5x to MaxProbeSpeedup x), so a limit that rose far is
 	// found in seconds.
 	speed := math.Min(MaxProbeSpeedup, 1.5+(clean-hold).Seconds()/d.Seconds())
 	step := math.Max(s.Rate*IncreasePerSecond, s.rate()*GrowthPerSecond*speed) / s.rate()
 	s.LearnedRate = math.Min(s.Rate, s.LearnedRate+step)
-}
-
-// ProbeBacklog is, in discovery windows at its learned rate, the most
-// work waiting for an adaptive key at which it does not probe upward (see
-// NoteWaiting).
-const ProbeBacklog = 1.0
-
-// WantsBacklog reports whether a success at now would probe the key
-// upward (an adaptive key under its ceiling, clean for its hold) with the
-// work waiting for it not counted since its last refusal signal or for a
-// discovery window: then a caller that can count that work (a store, in
-// its finish transaction) should, and tell the key with NoteWaiting before
-// Succeeded. A count at most once per discovery window of a probing key
-// is the whole cost; a key holding or at its ceiling asks for none.
-func (s *State) WantsBacklog(now time.Time) bool {
-	if !s.Adaptive || s.LearnedRate >= s.Rate || s.rate() <= 0 {
-		return false
-	}
-	d := s.discoveryWindow()
-	if !s.LastRefusal.IsZero() && now.Sub(maxTime(s.LastRefusal, s.PausedUntil)) < max(d, time.Duration(s.hold)) {
-		return false // holding: Succeeded would not probe
-	}
-	return s.capFlags&tailChecked == 0 || s.probeAt == 0 || now.Sub(time.Unix(0, s.probeAt)) >= d
-}
-
-// NoteWaiting tells a key that WantsBacklog at now the cost waiting for it
-// (its jobs waiting or retry_scheduled, not running; for a PerStart key
-// their number), counted by the caller, at least as far as
-// WaitingBound. When it fits in ProbeBacklog discovery windows at the
-// learned rate, the key does not probe upward until a later count finds
-// more: the backlog's end is near, and a probe there gains at most a
-// fraction of a window while one refused costs a refusal and, when the
-// upstream names a delay, its whole pause (on the issue mix's halving-503
-// the probe after its silent drop's hold, refused with ~7 deliveries
-// left, cost 0.02 of the mean makespan over start offsets and every worst
-// run: docs/benchmarks.md, "Session 20 (s20h1)"). A key whose store does
-// not count (Succeeded without NoteWaiting) probes as before.
-func (s *State) NoteWaiting(now time.Time, waiting int64) {
-	if !s.WantsBacklog(now) {
-		return
-	}
-	s.capFlags |= tailChecked
-	if float64(waiting) <= ProbeBacklog*s.rate()*s.discoveryWindow().Seconds() {
-		s.capFlags |= tailHold
-	} else {
-		s.capFlags &^= tailHold
-	}
-}
-
-// WaitingBound is how much waiting cost a caller needs to count for
-// NoteWaiting to decide: any count at or above it reads the same, so a
-// store may stop there (a bounded read).
-func (s *State) WaitingBound() int64 {
-	return int64(math.Floor(ProbeBacklog*s.rate()*s.discoveryWindow().Seconds())) + 1
 }
 
 // AnnouncedMargin is how far under an allowance the upstream announced

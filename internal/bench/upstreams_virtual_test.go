@@ -293,11 +293,6 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				v.accepted++
 				v.last = e.started
 				v.arrivals = append(v.arrivals, e.started)
-				if v.st.WantsBacklog(e.at) {
-					// What the store counts in its finish (waiting and
-					// retry_scheduled jobs): never started, or retrying.
-					v.st.NoteWaiting(e.at, int64(v.pending+len(v.retries)))
-				}
 				v.st.Succeeded(e.at)
 			case e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && info.HasRetryAfter:
 				v.refused++

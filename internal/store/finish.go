@@ -35,13 +35,6 @@ type FinishTx interface {
 	// them, before EndAttempts (see PacedRetry), so that the job rows are
 	// still written before any key is locked.
 	ReadKeys(names []string) (map[string]*admission.State, error)
-	// KeyWaiting returns the cost of the jobs waiting for the named key
-	// (waiting or retry_scheduled, in every lane; their number when
-	// perStart), counted no further than bound: a result of bound or more
-	// means at least that much. Finish asks it of an adaptive key about
-	// to probe upward (admission.State.WantsBacklog), at most once per
-	// discovery window of such a key.
-	KeyWaiting(name string, perStart bool, bound int64) (int64, error)
 }
 
 // Ended is what FinishTx.EndAttempts reports of one transition.
@@ -262,11 +255,6 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 		if atCap(states, a.keys) {
 			unblock = append(unblock, a.group)
 		}
-		if a.t.Keys.Success {
-			if err := noteWaiting(tx, states, a.keys, a.t.Keys.Now); err != nil {
-				return nil, err
-			}
-		}
 		ApplyKeyEffect(states, a.keys, a.cost, a.t.Keys)
 	}
 	// A lease that met one of these keys at its cap blocked the group for
@@ -296,25 +284,6 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 		return errs, nil
 	}
 	return errs, tx.SaveKeys(save)
-}
-
-// noteWaiting tells each of a succeeded job's keys that is about to probe
-// upward (admission.State.WantsBacklog) the work waiting for it, counted
-// after this batch's own retries were written, so that a key near the end
-// of its backlog does not probe into a refusal (admission.State.NoteWaiting).
-func noteWaiting(tx FinishTx, states map[string]*admission.State, keys []string, now time.Time) error {
-	for _, name := range keys {
-		st := states[name]
-		if st == nil || !st.WantsBacklog(now) {
-			continue
-		}
-		n, err := tx.KeyWaiting(name, st.PerStart, st.WaitingBound())
-		if err != nil {
-			return err
-		}
-		st.NoteWaiting(now, n)
-	}
-	return nil
 }
 
 // atCap reports whether one of the keys (those in states) has all the

@@ -458,21 +458,6 @@ func (f *finishTx) GroupReady(group int64, at time.Time) error {
 	return groupReady(f.ctx, f.tx, group, at)
 }
 
-// KeyWaiting sums the cost (or counts the jobs) of at most bound waiting
-// and retry_scheduled jobs naming the key, through jobs_backlog (a GIN
-// index on limit_keys over exactly those states): each job counts at
-// least one, so bound rows decide.
-func (f *finishTx) KeyWaiting(name string, perStart bool, bound int64) (int64, error) {
-	if err := f.next(); err != nil {
-		return 0, err
-	}
-	var n int64
-	err := f.tx.QueryRow(f.ctx, `SELECT coalesce(sum(CASE WHEN $2 THEN 1 ELSE cost END), 0)::bigint FROM (
-		SELECT cost FROM jobs WHERE limit_keys @> ARRAY[$1::text] AND state IN ('waiting', 'retry_scheduled') LIMIT $3) j`,
-		name, perStart, bound).Scan(&n)
-	return n, err
-}
-
 func (f *finishTx) GroupUnblock(group int64) error {
 	if err := f.next(); err != nil {
 		return err

@@ -292,25 +292,6 @@ func (o *txOps) ReadKeys(names []string) (map[string]*admission.State, error) {
 
 func (o *txOps) SaveKeys(keys []*admission.State) error { return o.s.saveKeys(o.tx, keys) }
 
-// KeyWaiting sums the cost (or counts the jobs) of at most bound waiting
-// and retry_scheduled jobs of the key's groups: each job counts at least
-// one, so bound rows decide. Each state walks its own partial index per
-// group (jobs_group_head, jobs_group_scheduled), as Backlog's sums do.
-func (o *txOps) KeyWaiting(name string, perStart bool, bound int64) (int64, error) {
-	c := "cost"
-	if perStart {
-		c = "1"
-	}
-	groups := `SELECT g.id FROM job_groups g WHERE EXISTS (SELECT 1 FROM json_each(g.keys) WHERE value = ?1)`
-	var n int64
-	err := o.s.queryRow(o.tx, `SELECT coalesce(sum(c), 0) FROM (
-		SELECT c FROM (SELECT `+c+` AS c FROM jobs WHERE state = 'waiting' AND group_id IN (`+groups+`) LIMIT ?2)
-		UNION ALL
-		SELECT c FROM (SELECT `+c+` AS c FROM jobs WHERE state = 'retry_scheduled' AND group_id IN (`+groups+`) LIMIT ?2))`,
-		name, bound).Scan(&n)
-	return n, err
-}
-
 func (o *txOps) TouchGroups(touches []store.GroupTouch) error {
 	var seq int64
 	if err := o.s.queryRow(o.tx, `SELECT coalesce(max(served_seq), 0) FROM job_groups`).Scan(&seq); err != nil {

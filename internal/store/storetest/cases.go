@@ -1214,9 +1214,7 @@ func testListLimitKey(t *testing.T, s store.Store) {
 }
 
 func testAdaptiveKey(t *testing.T, open Opener) {
-	// More waiting than a window at the rate learned below (50/s): a key
-	// whose backlog fits in one does not probe (see testProbeBacklog).
-	s := openKeyed(t, open, admission.Config{Name: "ad", Rate: 100, Burst: 1, Adaptive: true}, 60, job.LaneBatch)
+	s := openKeyed(t, open, admission.Config{Name: "ad", Rate: 100, Burst: 1, Adaptive: true}, 3, job.LaneBatch)
 	j := lease(t, s, T0, 1)[0]
 	mustOK(t, finish(t, s, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled,
 		EligibleAt: T0.Add(time.Second), Attempts: job.Attempts{Congestion: 1},

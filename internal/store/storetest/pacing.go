@@ -63,54 +63,6 @@ func testEvenPacing(t *testing.T, open Opener) {
 	one(later.Add(55*time.Millisecond), 5)
 }
 
-// A success of an adaptive key past its hold probes upward only when the
-// work waiting for it (waiting and retry_scheduled jobs, counted by the
-// finish: store.FinishTx.KeyWaiting) is more than a window at its learned
-// rate: near the end of a backlog a probe gains a fraction of a window and
-// risks a refusal's pause (admission.State.NoteWaiting). Two keys are
-// refused, then succeed two seconds later, one with 9 jobs still waiting
-// (its learned 5/s is 5 per window) and one with 2.
-func testProbeBacklog(t *testing.T, open Opener) {
-	s := open(t)
-	ctx := context.Background()
-	keys := map[string]int{"many": 10, "few": 3}
-	for name, n := range keys {
-		setLimit(t, s, admission.Config{Name: name, Rate: 10, Burst: 1, Adaptive: true})
-		for range n {
-			insert(t, s, NewJob("acme", job.LaneBatch, name))
-		}
-	}
-	cut := map[string]float64{}
-	for _, j := range lease(t, s, T0, 2) {
-		mustOK(t, finish(t, s, store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled,
-			EligibleAt: T0.Add(time.Second), Attempts: job.Attempts{Congestion: 1},
-			Record: job.AttemptRecord{At: T0, Attempt: 1, Outcome: job.ClassRateLimited, Status: 429},
-			Keys:   store.KeyEffect{Now: T0, RateLimited: true, PauseUntil: T0.Add(time.Second)}}))
-	}
-	for name := range keys {
-		k, err := s.GetLimit(ctx, name)
-		if err != nil || k.LearnedRate >= 10 {
-			t.Fatalf("%s after a 429: learned %v (%v), want below the ceiling", name, k.LearnedRate, err)
-		}
-		cut[name] = k.LearnedRate
-	}
-	at := T0.Add(2 * time.Second)
-	got := lease(t, s, at, 2)
-	if len(got) != 2 {
-		t.Fatalf("leased %d two seconds after the refusals, want one per key", len(got))
-	}
-	for _, j := range got {
-		mustOK(t, finish(t, s, success(j, at)))
-	}
-	for name, n := range keys {
-		k, _ := s.GetLimit(ctx, name)
-		probed := k.LearnedRate > cut[name]
-		if want := float64(n-1) > cut[name]; probed != want {
-			t.Errorf("%s with %d waiting at a learned %v/s: probed to %v (%v), want a probe %v", name, n-1, cut[name], k.LearnedRate, probed, want)
-		}
-	}
-}
-
 // An adaptive key whose upstream announces its policy and a remaining
 // quota (admission's announced credit) spends that remaining at once, up
 // to its window, in the next lease: the store applies the finish's hints

@@ -87,7 +87,6 @@ func Run(t *testing.T, open Opener) {
 		"LearnedConcurrency":    testLearnedConcurrency,
 		"StrictCounting":        testStrictCounting,
 		"EvenPacing":            testEvenPacing,
-		"ProbeBacklog":          testProbeBacklog,
 		"AnnouncedCredit":       testAnnouncedCredit,
 		"PacedRetry":            testPacedRetry,
 		"PacedFault":            testPacedFault,
