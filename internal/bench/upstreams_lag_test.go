@@ -58,12 +58,18 @@ type virtualLag struct {
 	start, finish lagDist
 }
 
-// finishWriter is the engine's finish loop in simulated time: one writer
-// shared by every key, writing every answer that is waiting when it
+// finishWriter is the engine's finish loop in simulated time, one per
+// destination: it writes every answer of its key that is waiting when it
 // becomes free in one batch (engine.finishLoop), each write taking a
 // duration drawn from write. An answer that comes back while a write is
 // under way waits for that write and the next: on a loaded machine that
-// is where answers pile up, still counted in flight by their keys.
+// is where answers pile up, still counted in flight by their keys. The
+// real engine has one loop for every key, but a write's duration as
+// lagQuiet draws it is the delay per answer the real clock measured, its
+// wait behind other keys' answers included; a writer shared by the
+// simulated keys added that queueing a second time, and made each key's
+// finishes depend on every other key's timing (docs/benchmarks.md,
+// session 20, s20h2).
 type finishWriter struct {
 	write lagDist
 	rng   *rand.Rand
