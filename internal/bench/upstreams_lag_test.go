@@ -237,3 +237,32 @@ func TestVirtualLagSilentDrop(t *testing.T) {
 		}
 	}
 }
+
+// TestVirtualLagSilentDropHeld is TestVirtualLagSilentDrop on the loaded
+// lag's seeds where the key's own window held it for part of the second
+// before the drop's refusal (seeds 25 and 44 of 48: it sent 19 and 17
+// starts of its 29.1, its window full of answers logged together after a
+// late batch of finish writes, then idle for 0.4-0.5 s with jobs
+// waiting). Read over the whole second that was a key not sending its
+// rate, and the drop was trimmed 29.1 -> 28.2; read over the part it
+// was sending in (admission's busy), it is halved.
+func TestVirtualLagSilentDropHeld(t *testing.T) {
+	m := issueMix(t)
+	for _, seed := range []uint64{25, 44} {
+		r := runVirtualMixLag(t, m, seed, 60*time.Second, upstream.Latency{}, lagLoaded)
+		for _, v := range r.dests {
+			if v.d.Name != "halving-503" {
+				continue
+			}
+			i := slices.IndexFunc(v.refusals, func(x virtualRefusal) bool { return x.at > 4*time.Second })
+			if i < 0 {
+				t.Fatalf("seed %d: halving-503 never refused after its drop", seed)
+			}
+			f := v.refusals[i]
+			t.Logf("seed %d: drop refused at %v, learned %.1f -> %.1f, makespan %.3f", seed, f.at, f.rateBefore, f.rateAfter, r.ratio)
+			if f.rateAfter > 0.7*f.rateBefore {
+				t.Errorf("seed %d: halving-503's silent drop (refused at %v) cut its rate %.1f -> %.1f, want about half", seed, f.at, f.rateBefore, f.rateAfter)
+			}
+		}
+	}
+}
