@@ -555,3 +555,48 @@ func TestBucketDropMeasuredBetweenRefusals(t *testing.T) {
 		t.Fatalf("5 s later: learned %.1f/s after %d refusals, want >= 25 and at most 4 refusals", s.LearnedRate, len(more))
 	}
 }
+
+// TestSilentDropAfterHeldGap: a key at its ceiling whose own window held
+// it for half of the second before a silent drop's refusal (on a loaded
+// machine, answers written late in one batch keep the window full with
+// jobs waiting) sent 17 starts of its 29.1 in that second, all it could.
+// Read over the part of the second it was sending in (busy), the refusal
+// is the silent drop it is, and halves the key, as TestSilentDropHalves;
+// read over the whole second it looked like a key that had not sent its
+// rate and was trimmed (session 21, s21h2). A key that sent the same 17
+// evenly over the whole second did not send its rate, and is trimmed.
+func TestSilentDropAfterHeldGap(t *testing.T) {
+	t.Parallel()
+	run := func(gap bool) State {
+		s := NewState(AdaptiveUpstreamWindow("k", 30, time.Second, 0, DefaultHeadroom))
+		step := time.Duration(float64(time.Second) / s.Rate)
+		now := t0
+		for now.Before(t0.Add(4 * time.Second)) { // 4 s at the ceiling, all accepted
+			s.Take(now, 1)
+			s.End(now.Add(20*time.Millisecond), 1)
+			s.Succeeded(now.Add(20 * time.Millisecond))
+			now = now.Add(step)
+		}
+		next, every := t0.Add(4*time.Second+500*time.Millisecond), step
+		if !gap {
+			next, every = t0.Add(4*time.Second+30*time.Millisecond), time.Second/17
+		}
+		for range 16 {
+			s.Take(next, 1)
+			s.End(next.Add(20*time.Millisecond), 1)
+			s.Succeeded(next.Add(20 * time.Millisecond))
+			next = next.Add(every)
+		}
+		s.Take(next, 1) // the 17th, refused
+		at := next.Add(20 * time.Millisecond)
+		s.End(at, 1)
+		s.RateLimited(at, at.Add(time.Second), 1)
+		return s
+	}
+	if s := run(true); s.LearnedRate > 0.55*s.Rate {
+		t.Fatalf("held half a second, then refused after 17 starts at its pace: learned %.1f of %.1f, want about half", s.LearnedRate, s.Rate)
+	}
+	if s := run(false); s.LearnedRate < 0.7*s.Rate {
+		t.Fatalf("17 starts spread over the second, then refused: learned %.1f of %.1f, want a trim, not a halving", s.LearnedRate, s.Rate)
+	}
+}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -64,6 +65,14 @@ type virtualDest struct {
 	// refusals are what each refusal did to the key, in the order
 	// they were applied (the lag tests read the first ones).
 	refusals []virtualRefusal
+	// rng (backoffs), lagRng (start lags and finish writes), writer
+	// and q are the destination's own: its draws, the finish writes of
+	// its answers and the order its events come out in depend on it
+	// alone, so that a change to one key moves no other key's starts
+	// or refusals (TestVirtualDestinationsIndependent).
+	rng, lagRng *rand.Rand
+	writer      finishWriter
+	q           answerQueue
 	// blocked is when the destination's job group may be looked at
 	// again after a lease that the key refused at its concurrency cap:
 	// the store blocks the group until the time Check gave
@@ -136,11 +145,10 @@ type virtualRefusal struct {
 	inFlight              int // the key's other leases in flight when it was applied
 }
 
-// answerEvent is a request reaching the upstream (arrive) or its answer
-// reaching the store.
+// answerEvent is a request of one destination reaching the upstream
+// (arrive) or its answer reaching the store.
 type answerEvent struct {
 	at      time.Time
-	dest    int
 	arrive  bool
 	status  int
 	header  http.Header
@@ -159,23 +167,23 @@ type answerEvent struct {
 	faults int
 }
 
-// answerQueue is the simulation's events, earliest first.
+// answerQueue is one destination's events, earliest first.
 type answerQueue = testkit.TimeQueue[answerEvent]
 
 // Due is when the event happens (testkit.Timed).
 func (e answerEvent) Due() time.Time { return e.at }
 
-// answer has the upstream answer a request of v (destination i) arriving
-// at at, and queues the answer's return to the store: after the route's
+// answer has the upstream answer a request of v arriving at at, and
+// queues the answer's return to the store on v's queue: after the route's
 // latency (a refusal at once, as the server answers it) and a second
 // transit.
-func answer(q *answerQueue, v *virtualDest, i int, at time.Time, queued bool, faults int) {
+func answer(v *virtualDest, at time.Time, queued bool, faults int) {
 	status, h, lat := v.up.Answer(at)
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		lat = time.Millisecond
 	}
 	answered := at.Add(max(lat, time.Millisecond))
-	q.Push(answerEvent{at: v.up.Arrival(answered), dest: i, status: status, header: h, started: at, answered: answered, queued: queued, faults: faults})
+	v.q.Push(answerEvent{at: v.up.Arrival(answered), status: status, header: h, started: at, answered: answered, queued: queued, faults: faults})
 }
 
 type virtualMix struct {
@@ -215,11 +223,6 @@ func runVirtualMixLag(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dura
 // runVirtualMixFrom is runVirtualMixLag starting at epoch instead of
 // virtualEpoch.
 func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Duration, transit upstream.Latency, lag virtualLag, epoch time.Time, limits ...admission.Config) virtualMix {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	// Lag draws come from their own generator, so that a run with lag
-	// keeps every other draw (backoffs, the upstream's) as it was.
-	lagRng := rand.New(rand.NewPCG(seed, 11))
-	writer := finishWriter{write: lag.finish, rng: lagRng}
 	queued := lag.finish.median > 0
 	var ds []*virtualDest
 	for i, d := range m.Destinations {
@@ -248,9 +251,14 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				c = l
 			}
 		}
-		ds = append(ds, &virtualDest{d: d, st: admission.NewState(c), up: up, pending: d.Jobs})
+		v := &virtualDest{d: d, st: admission.NewState(c), up: up, pending: d.Jobs}
+		// Lag draws come from a generator of their own, so that a run
+		// with lag keeps every other draw (backoffs, the upstream's) as
+		// it was.
+		v.rng, v.lagRng = virtualStream(seed, d.Name, 7), virtualStream(seed, d.Name, 11)
+		v.writer = finishWriter{write: lag.finish, rng: v.lagRng}
+		ds = append(ds, v)
 	}
-	var q answerQueue
 	done := func() bool {
 		for _, v := range ds {
 			if v.accepted < v.d.Jobs {
@@ -262,91 +270,8 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 	now := epoch
 	trace := os.Getenv("RATELANE_VIRTUAL_TRACE") != ""
 	for ; now.Before(epoch.Add(bound)) && !done(); now = now.Add(time.Millisecond) {
-		for e, ok := q.PopDue(now); ok; e, ok = q.PopDue(now) {
-			v := ds[e.dest]
-			if e.arrive {
-				if e.ahead && virtualAheadDrop && e.at.Before(v.st.PausedUntil) {
-					// Leased ahead, and its key paused since: the
-					// start is not made, its lease ends and the job
-					// waits again.
-					v.st.End(e.at, 1)
-					v.attempts--
-					v.retries, v.retryFaults = append(v.retries, e.at), append(v.retryFaults, e.faults)
-					continue
-				}
-				answer(&q, v, e.dest, e.at, queued, e.faults)
-				continue
-			}
-			if e.queued { // in at the engine: applied when its batch is written
-				e.at, e.queued = writer.apply(e.at), false
-				q.Push(e)
-				continue
-			}
-			if c := v.st.InFlightCap(); c > 0 && v.st.InFlight >= c && virtualUnblockAtCap {
-				v.blocked = time.Time{}
-			}
-			v.st.End(e.answered, 1)
-			info := ratelimit.Parse(e.header, e.at)
-			delay, _, hasDelay := info.Delay()
-			switch {
-			case e.status >= 200 && e.status <= 299:
-				v.accepted++
-				v.last = e.started
-				v.arrivals = append(v.arrivals, e.started)
-				v.st.Succeeded(e.at)
-			case e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && info.HasRetryAfter:
-				v.refused++
-				v.refusedAt = append(v.refusedAt, e.started)
-				before, rate, capBefore := v.st.PausedUntil, v.st.LearnedRate, v.st.LearnedConcurrency
-				inFlight := v.st.InFlight
-				throttled := !hasDelay || delay <= 0
-				if !throttled {
-					v.st.RateLimited(e.at, e.at.Add(delay), 1)
-				} else {
-					delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
-					v.st.Throttled(e.at, e.at.Add(delay), 1)
-				}
-				v.refusals = append(v.refusals, virtualRefusal{at: e.at.Sub(epoch), status: e.status,
-					rateBefore: rate, rateAfter: v.st.LearnedRate, capBefore: capBefore, capAfter: v.st.LearnedConcurrency, inFlight: inFlight})
-				if p := v.st.PausedUntil; p.After(e.at) {
-					v.paused += p.Sub(maxTime(before, e.at))
-				}
-				if trace {
-					t.Logf("%s %6.3fs refused %d (%s) learned %.1f -> %.1f cap %d -> %d paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
-						e.status, e.header.Get("Retry-After"), rate, v.st.LearnedRate, capBefore, v.st.LearnedConcurrency, v.st.PausedUntil.Sub(epoch).Seconds())
-				}
-				retry := e.at.Add(delay)
-				if throttled && v.st.PacesRefusals() {
-					// The store drops the backoff of a retry its
-					// adaptive key paces (store.PacedRetry); the
-					// draw above is kept so that every other draw
-					// stays as it was.
-					retry = e.at
-				}
-				v.retries, v.retryFaults = append(v.retries, retry), append(v.retryFaults, e.faults)
-			default:
-				v.faults++
-				v.faultAt = append(v.faultAt, e.started)
-				delay = time.Duration((0.5 + rng.Float64()) * float64(time.Second))
-				retry := e.at.Add(delay)
-				if e.faults < engine.PacedFaults && virtualPacedFault && store.PacedFault(map[string]*admission.State{"k": &v.st}, []string{"k"}) {
-					// A job's first faults on a key that spaces its
-					// starts go back to the key's queue at once
-					// (store.PacedFault); the draw is kept.
-					retry = e.at
-				}
-				v.retries, v.retryFaults = append(v.retries, retry), append(v.retryFaults, e.faults+1)
-			}
-			// Remaining-quota fields of any answer, as the store applies
-			// an outcome's hints after its class.
-			pausedBefore := v.st.PausedUntil
-			for _, h := range ratelimit.Hints(info, "") {
-				v.st.Hint(e.at, h)
-				if trace && v.st.PausedUntil.After(pausedBefore) {
-					t.Logf("%s %6.3fs hint remaining %d reset %v paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
-						h.Remaining, h.Reset, v.st.PausedUntil.Sub(epoch).Seconds())
-				}
-			}
+		for _, v := range ds {
+			virtualAnswers(t, v, now, epoch, queued, trace)
 		}
 		if trace && now.Sub(epoch)%(500*time.Millisecond) == 0 {
 			var b strings.Builder
@@ -355,7 +280,7 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 			}
 			t.Logf("%6.3fs%s", now.Sub(epoch).Seconds(), b.String())
 		}
-		for i, v := range ds {
+		for _, v := range ds {
 			for {
 				ri := -1
 				for k, r := range v.retries {
@@ -401,13 +326,13 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 				// The lease's lag runs from the lease (now); a start
 				// leased ahead begins at its admissible instant at the
 				// earliest (engine.run).
-				begin := maxTime(at, now.Add(lag.start.draw(lagRng)))
+				begin := maxTime(at, now.Add(lag.start.draw(v.lagRng)))
 				arr := v.up.Arrival(begin)
 				v.startLag = append(v.startLag, arr.Sub(at))
 				if arr.After(now) {
-					q.Push(answerEvent{at: arr, dest: i, arrive: true, ahead: at.After(now), faults: faults})
+					v.q.Push(answerEvent{at: arr, arrive: true, ahead: at.After(now), faults: faults})
 				} else {
-					answer(&q, v, i, now, queued, faults)
+					answer(v, now, queued, faults)
 				}
 			}
 		}
@@ -435,6 +360,111 @@ func runVirtualMixFrom(t testing.TB, m UpstreamsMix, seed uint64, bound time.Dur
 	out.ratio = actual.Seconds() / ideal.Seconds()
 	out.share = float64(refused) / float64(max(1, attempts))
 	return out
+}
+
+// virtualAnswers applies every event of v due at now, in its queue's
+// order: requests reaching the upstream are answered, answers back at the
+// engine wait for v's finish writer, and written answers are applied to
+// v's key (End, then the outcome's class and its hints), as the store
+// applies a finish.
+func virtualAnswers(t testing.TB, v *virtualDest, now, epoch time.Time, queued, trace bool) {
+	for e, ok := v.q.PopDue(now); ok; e, ok = v.q.PopDue(now) {
+		if e.arrive {
+			if e.ahead && virtualAheadDrop && e.at.Before(v.st.PausedUntil) {
+				// Leased ahead, and its key paused since: the
+				// start is not made, its lease ends and the job
+				// waits again.
+				v.st.End(e.at, 1)
+				v.attempts--
+				v.retries, v.retryFaults = append(v.retries, e.at), append(v.retryFaults, e.faults)
+				continue
+			}
+			answer(v, e.at, queued, e.faults)
+			continue
+		}
+		if e.queued { // in at the engine: applied when its batch is written
+			e.at, e.queued = v.writer.apply(e.at), false
+			v.q.Push(e)
+			continue
+		}
+		if c := v.st.InFlightCap(); c > 0 && v.st.InFlight >= c && virtualUnblockAtCap {
+			v.blocked = time.Time{}
+		}
+		v.st.End(e.answered, 1)
+		info := ratelimit.Parse(e.header, e.at)
+		delay, _, hasDelay := info.Delay()
+		switch {
+		case e.status >= 200 && e.status <= 299:
+			v.accepted++
+			v.last = e.started
+			v.arrivals = append(v.arrivals, e.started)
+			v.st.Succeeded(e.at)
+		case e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && info.HasRetryAfter:
+			v.refused++
+			v.refusedAt = append(v.refusedAt, e.started)
+			before, rate, capBefore := v.st.PausedUntil, v.st.LearnedRate, v.st.LearnedConcurrency
+			inFlight := v.st.InFlight
+			throttled := !hasDelay || delay <= 0
+			if !throttled {
+				v.st.RateLimited(e.at, e.at.Add(delay), 1)
+			} else {
+				delay = time.Duration((0.5 + v.rng.Float64()) * float64(time.Second))
+				v.st.Throttled(e.at, e.at.Add(delay), 1)
+			}
+			v.refusals = append(v.refusals, virtualRefusal{at: e.at.Sub(epoch), status: e.status,
+				rateBefore: rate, rateAfter: v.st.LearnedRate, capBefore: capBefore, capAfter: v.st.LearnedConcurrency, inFlight: inFlight})
+			if p := v.st.PausedUntil; p.After(e.at) {
+				v.paused += p.Sub(maxTime(before, e.at))
+			}
+			if trace {
+				t.Logf("%s %6.3fs refused %d (%s) learned %.1f -> %.1f cap %d -> %d paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
+					e.status, e.header.Get("Retry-After"), rate, v.st.LearnedRate, capBefore, v.st.LearnedConcurrency, v.st.PausedUntil.Sub(epoch).Seconds())
+			}
+			retry := e.at.Add(delay)
+			if throttled && v.st.PacesRefusals() {
+				// The store drops the backoff of a retry its
+				// adaptive key paces (store.PacedRetry); the
+				// draw above is kept so that every other draw
+				// stays as it was.
+				retry = e.at
+			}
+			v.retries, v.retryFaults = append(v.retries, retry), append(v.retryFaults, e.faults)
+		default:
+			v.faults++
+			v.faultAt = append(v.faultAt, e.started)
+			delay = time.Duration((0.5 + v.rng.Float64()) * float64(time.Second))
+			retry := e.at.Add(delay)
+			if e.faults < engine.PacedFaults && virtualPacedFault && store.PacedFault(map[string]*admission.State{"k": &v.st}, []string{"k"}) {
+				// A job's first faults on a key that spaces its
+				// starts go back to the key's queue at once
+				// (store.PacedFault); the draw is kept.
+				retry = e.at
+			}
+			v.retries, v.retryFaults = append(v.retries, retry), append(v.retryFaults, e.faults+1)
+		}
+		// Remaining-quota fields of any answer, as the store applies
+		// an outcome's hints after its class.
+		pausedBefore := v.st.PausedUntil
+		for _, h := range ratelimit.Hints(info, "") {
+			v.st.Hint(e.at, h)
+			if trace && v.st.PausedUntil.After(pausedBefore) {
+				t.Logf("%s %6.3fs hint remaining %d reset %v paused to %.3fs", v.d.Name, e.at.Sub(epoch).Seconds(),
+					h.Remaining, h.Reset, v.st.PausedUntil.Sub(epoch).Seconds())
+			}
+		}
+	}
+}
+
+// virtualStream returns a generator of the destination named name's own,
+// for the draws salt names (7: backoffs, 11: lag): keyed by the name, not
+// by the destination's place in its mix, so that a destination draws the
+// same whatever the other destinations are and however many draws they
+// make (a shared generator gave each key the draws the keys before it had
+// left, and a change to one key moved every other's).
+func virtualStream(seed uint64, name string, salt uint64) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return rand.New(rand.NewPCG(seed, h.Sum64()^salt))
 }
 
 // maxInAligned is the most of ts within one window [kW, (k+1)W) aligned
