@@ -683,7 +683,7 @@ func (s *State) Take(now time.Time, cost int64) {
 	credited := s.credited(cost)
 	s.spendCredit(cost)
 	if rate := s.rate(); rate > 0 {
-		s.TAT = maxTime(s.TAT, now).Add(dur(float64(cost) * 1e9 / rate))
+		s.TAT = s.paceFrom(now).Add(s.strictStep(float64(cost) * 1e9 / rate))
 		if s.TAT.Sub(now) > MaxAhead { // saturate: TAT stays representable
 			s.TAT = now.Add(MaxAhead)
 		}

@@ -17,8 +17,8 @@ import (
 // with a fixed limit cannot learn a lower one (that is what Adaptive is
 // for), but it can stop doing what such an upstream refuses, within what
 // it declared: after a refusal it paces evenly (a burst of one) at one
-// unit under its tightest sliding window's limit per period, which every
-// reading of "limit per period" admits.
+// unit under its tightest sliding window's limit per period (and a little
+// more: StrictJitter), which every reading of "limit per period" admits.
 //
 // Strictness costs one unit per window of the key's allowance; the
 // refusal cost a pause, the Retry-After (or, with none, the job's
@@ -58,13 +58,14 @@ func strictUnits(w Window) float64 { return math.Max(1, w.Limit-1) }
 func (s *State) strict() bool { return !s.Adaptive && s.strictUntil != 0 }
 
 // strictRate is a strict key's bucket rate: its tightest sliding window's
-// limit − 1 per period, and never above its configured rate.
+// limit − 1 per period and StrictJitter, and never above its configured
+// rate.
 func (s *State) strictRate() float64 {
 	w, ok := s.strictWindow()
 	if !ok {
 		return s.Rate
 	}
-	r := strictUnits(w) / w.Period.Seconds()
+	r := strictUnits(w) / (w.Period + StrictJitter).Seconds()
 	if s.Rate > 0 {
 		r = math.Min(r, s.Rate)
 	}
@@ -96,6 +97,62 @@ func (s *State) StrictUntil(now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.Unix(0, s.strictUntil).UTC(), true
+}
+
+// StrictCatchUp is how late, in units of its spacing, a strict key's start
+// may come after the instant its bucket admitted it and still be paced from
+// that instant rather than from its own time. With a burst of one a bucket
+// paces from the later of the two, so every late start (a fetch loop that
+// woke a few milliseconds after the key's instant, a lease behind another)
+// moved every later start by as much: on the real clock counter-20 paced
+// at 17.8–18.1 of its strict 19/s, its steady gaps 55–56 ms against 52.6
+// (docs/benchmarks.md, "Session 21 (s21h1)"). Paced from its instant, a
+// late start's successor keeps the even grid, so it follows at no less
+// than half a spacing; no start comes before its grid point, so the key
+// still starts at most limit − 1 per period plus the one a burst of one
+// allows, and its windows bound it as declared whatever the bucket does.
+// A start later than that (a stall, the first after a pause or an idle
+// spell) starts a new grid from itself, as before.
+const StrictCatchUp = 0.5
+
+// StrictJitter is the spread of a strict key's starts that its rate
+// leaves room for: it paces limit − 1 units per period plus StrictJitter,
+// not per period. Against a two-window counter an even stream at exactly
+// limit − 1 per period has no margin (its estimate reaches the limit at
+// every start of a phase the pause's end decides), so a start that reaches
+// the upstream a few milliseconds early against the others is refused and
+// costs a whole Retry-After; on the real clock, once late starts no longer
+// slowed the key (StrictCatchUp), 2 of 6 runs met that second refusal. The
+// measured spread of counter-20's arrivals around its grid was p50 0.7 ms,
+// p90 11 ms, p99 22 ms; 10 ms costs a 20/s key 0.2 of a start per second
+// (18.8/s, not 19) and none of the pairs measured met a second refusal
+// (docs/benchmarks.md, "Session 21 (s21h1)"). For periods of minutes it
+// is nothing.
+const StrictJitter = 10 * time.Millisecond
+
+// paceFrom is the instant a start at now is paced from: the bucket's TAT
+// when that is later, now otherwise, except that a strict key keeps its
+// grid for a start at most StrictCatchUp of a spacing late (see there).
+func (s *State) paceFrom(now time.Time) time.Time {
+	if !now.After(s.TAT) {
+		return s.TAT
+	}
+	if s.strict() && s.burst() <= 1 && now.Sub(s.TAT) <= dur(StrictCatchUp*s.unitNS()) {
+		return s.TAT
+	}
+	return now
+}
+
+// strictStep is the bucket's step for a start of ns nanoseconds' worth of
+// its rate: truncated to the nanosecond, except for a strict key, whose
+// step rounds up, so that a grid kept by paceFrom never fits limit − 1
+// steps into less than its period (1e9/19 truncated, 19 of them are 18 ns
+// short of a second).
+func (s *State) strictStep(ns float64) time.Duration {
+	if s.strict() {
+		ns = math.Ceil(ns)
+	}
+	return dur(ns)
 }
 
 // strictExpire ends strictness that ran out by now.

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"testing"
@@ -96,7 +97,7 @@ func TestStrictAgainstSlidingCounter(t *testing.T) {
 // TestStrictOnlyTightens checks strict pacing's bounds: it starts only on
 // a refusal of a fixed key with a sliding window (never for an adaptive
 // key, nor one with fixed windows only), paces at one under the tightest
-// window's limit per period with a burst of one, lasts the window's limit
+// window's limit per period (and StrictJitter) with a burst of one, lasts the window's limit
 // times the pause past the pause, is extended by each refusal, survives
 // the store's encoding and ends at the first success after it ran out.
 func TestStrictOnlyTightens(t *testing.T) {
@@ -110,7 +111,7 @@ func TestStrictOnlyTightens(t *testing.T) {
 	if !s.strict() {
 		t.Fatal("not strict after a refusal")
 	}
-	if want := 19 / period.Seconds(); s.rate() != want || s.burst() != 1 {
+	if want := 19 / (period + StrictJitter).Seconds(); s.rate() != want || s.burst() != 1 {
 		t.Fatalf("strict rate %v burst %v, want %v and 1", s.rate(), s.burst(), want)
 	}
 	// The pause is 1 s, shorter than the window: a window's worth.
@@ -214,5 +215,72 @@ func TestStrictEndsAfterItsPeriod(t *testing.T) {
 	}
 	if n := testkit.MostWithin(after, time.Second); n < 20 {
 		t.Fatalf("at most %d starts within one second after strict counting ended, want the declared 20", n)
+	}
+}
+
+// TestStrictKeepsItsGridWhenLate drives a strict key (20/s declared, so
+// 19 per second and StrictJitter strict) whose every start is taken a few milliseconds after the
+// instant the key admitted it, as a real fetch loop wakes: each start is
+// paced from its instant, not from its late self, so the key keeps its
+// strict rate (paced from each late start it fell to ~17/s),
+// no start comes before its point on the even grid, and none follows
+// another by less than half a spacing. A start later
+// than StrictCatchUp of a spacing begins a new grid from itself.
+func TestStrictKeepsItsGridWhenLate(t *testing.T) {
+	t.Parallel()
+	s := NewState(UpstreamWindow("k", 20, time.Second, 20, DefaultHeadroom))
+	s.RateLimited(t0, t0.Add(time.Second), 1)
+	if !s.strict() {
+		t.Fatal("not strict after a refusal")
+	}
+	lates := []time.Duration{3 * time.Millisecond, 0, 7 * time.Millisecond, 1 * time.Millisecond, 20 * time.Millisecond, 5 * time.Millisecond}
+	var starts []time.Time
+	now := t0.Add(time.Second)
+	for i := range 190 {
+		ok, next := s.Check(now, 1)
+		if !ok {
+			now = next
+			if ok, _ = s.Check(now, 1); !ok {
+				t.Fatalf("start %d: not admitted at the instant it named", i)
+			}
+		}
+		now = now.Add(lates[i%len(lates)]) // the fetch loop comes late
+		s.Take(now, 1)
+		s.End(now.Add(20*time.Millisecond), 1)
+		starts = append(starts, now)
+	}
+	// No start before its point on the grid (the first start's, a
+	// spacing apart): so no more than limit − 1 a period plus the one a
+	// burst of one allows, the declared limit, which the key's window
+	// holds in any case.
+	unit := time.Duration(math.Ceil(1e9 / s.strictRate()))
+	for i, st := range starts {
+		if st.Before(starts[0].Add(time.Duration(i) * unit)) {
+			t.Fatalf("start %d at %v, before its grid point %v", i, st.Sub(starts[0]), time.Duration(i)*unit)
+		}
+	}
+	if n := testkit.MostWithin(starts, time.Second); n > 20 {
+		t.Fatalf("%d strict starts within one second, want at most the declared 20", n)
+	}
+	span := starts[len(starts)-1].Sub(starts[0])
+	if rate, want := float64(len(starts)-1)/span.Seconds(), s.strictRate(); rate < want*0.995 {
+		t.Fatalf("strict key paced at %.2f/s when its starts came late, want its %.2f/s", rate, want)
+	}
+	for i := 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < unit/2 {
+			t.Fatalf("start %d only %v after the one before, want at least half a spacing", i, gap)
+		}
+	}
+
+	// A stall of more than StrictCatchUp of a spacing: the grid restarts
+	// at the late start, the next a whole spacing after it.
+	ok, next := s.Check(now, 1)
+	if ok {
+		t.Fatal("admitted right after a start")
+	}
+	late := next.Add(40 * time.Millisecond)
+	s.Take(late, 1)
+	if ok, at := s.Check(late, 1); ok || at.Sub(late) < unit {
+		t.Fatalf("after a stalled start, the next admitted %v after it, want a whole spacing", at.Sub(late))
 	}
 }
