@@ -146,6 +146,7 @@ func (s *State) discoveryWindow() time.Duration {
 func (s *State) RateLimited(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.credit = 0 // refused: the remaining it was told is spent (see credit.go)
+	s.capFlags &^= fillGrowing
 	s.strictRefusal(now, until)
 	if s.concurrencyRefusal(now, cost) {
 		s.Pause(until) // the upstream's word; the rate and bucket stand
@@ -173,6 +174,7 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 func (s *State) Throttled(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.credit = 0 // refused: the remaining it was told is spent (see credit.go)
+	s.capFlags &^= fillGrowing
 	if !s.Adaptive {
 		s.strictRefusal(now, until)
 		s.Pause(until)
@@ -602,6 +604,7 @@ func (s *State) Succeeded(now time.Time) {
 		return
 	}
 	s.probeCap(now)
+	s.growFill(now) // see fill.go
 	if s.LearnedRate >= s.Rate || s.rate() <= 0 {
 		return
 	}
