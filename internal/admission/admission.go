@@ -764,6 +764,7 @@ func (s *State) Pause(until time.Time) {
 	if until.After(s.PausedUntil) {
 		s.PausedUntil = until
 		s.credit = 0 // the upstream's word now is the pause (see credit.go)
+		s.capFlags &^= fillGrowing
 	}
 }
 

@@ -146,15 +146,19 @@ func (s *State) discoveryWindow() time.Duration {
 func (s *State) RateLimited(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.credit = 0 // refused: the remaining it was told is spent (see credit.go)
+	s.capFlags &^= fillGrowing
 	s.strictRefusal(now, until)
 	if s.concurrencyRefusal(now, cost) {
 		s.Pause(until) // the upstream's word; the rate and bucket stand
 		return
 	}
-	learned := s.refused(now, cost) // before the pause: it reads the last one
+	learned, silent := s.refused(now, cost) // before the pause: it reads the last one
 	s.Pause(until)
 	if learned && s.rate() > 0 {
 		s.TAT = maxTime(s.TAT, addSat(until, s.tolerance()))
+	}
+	if silent {
+		s.fillAfterPause(now, until) // see fill.go
 	}
 }
 
@@ -170,6 +174,7 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 func (s *State) Throttled(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.credit = 0 // refused: the remaining it was told is spent (see credit.go)
+	s.capFlags &^= fillGrowing
 	if !s.Adaptive {
 		s.strictRefusal(now, until)
 		s.Pause(until)
@@ -178,7 +183,7 @@ func (s *State) Throttled(now, until time.Time, cost int64) {
 	if s.concurrencyRefusal(now, cost) {
 		return // a cap learned; the rate and bucket stand
 	}
-	s.refused(now, cost)
+	s.refused(now, cost) // learned from; Throttled sets no pause to fill (see fill.go)
 	if s.rate() > 0 {
 		s.TAT = maxTime(s.TAT, addSat(now, s.tolerance()))
 	}
@@ -203,7 +208,8 @@ func (s *State) PacesRefusals() bool { return s.Adaptive && s.Rate > 0 }
 func (s *State) PacesStarts() bool { return s.Rate > 0 || len(s.Windows) > 0 }
 
 // refused learns an adaptive key's limit from one refusal of cost units at
-// now and reports whether the key is adaptive.
+// now and reports whether the key is adaptive, and whether the refusal
+// read as a silent drop of the upstream's limit (see below).
 //
 // The estimate is the cost the upstream accepted in the trailing window:
 // the key's starts there less its refusals (see estimate). When it is
@@ -224,15 +230,15 @@ func (s *State) PacesStarts() bool { return s.Rate > 0 || len(s.Windows) > 0 }
 // MaxHold, so that a key sitting just under a stable limit spends one
 // refusal signal per MaxHold, not one a second; a cut while holding (the
 // limit dropped) resets it to ProbeHold.
-func (s *State) refused(now time.Time, cost int64) bool {
+func (s *State) refused(now time.Time, cost int64) (adaptive, silentDrop bool) {
 	d, starts, refusals, ok := s.refusalLogs()
 	if !ok {
-		return false
+		return false, false
 	}
 	t, dn := now.UnixNano(), int64(d)
 	refusals.add(t, cost, t-dn, dn/LogSlots)
 	if !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < CutHoldoff && !now.Before(s.LastRefusal) {
-		return true // the same signal
+		return true, false // the same signal
 	}
 	if a := s.announcedAt; a != 0 && t >= a && t-a < int64(CutHoldoff) {
 		// Within CutHoldoff of a cut the upstream's announced policy
@@ -241,17 +247,17 @@ func (s *State) refused(now time.Time, cost int64) bool {
 		// corrected. Learned from, it halved rising's rise-bucket (an
 		// upstream bucket announcing 15/s) to 7.3/s for the second after
 		// its pause, under transit on every seed; the pause stands.
-		return true
+		return true, false
 	}
 	inStarts, inRefusals := starts.since(t-dn), refusals.since(t-dn)
 	recent := !s.LastRefusal.IsZero() && now.Sub(s.LastRefusal) < d
 	if !recent && float64(inRefusals) <= NoiseShare*float64(inStarts) {
-		return true // noise: counted, not learned from
+		return true, false // noise: counted, not learned from
 	}
 	if s.evenRefusal(now, cost) {
 		// The burst, not the rate, was refused: the key paces evenly
 		// at the rate it had (see even.go).
-		return true
+		return true, false
 	}
 	current := s.rate()
 	est, valid := s.estimate(now)
@@ -419,7 +425,7 @@ func (s *State) refused(now time.Time, cost int64) bool {
 	s.LearnedRate, s.level, s.hold = learned, learned, int64(hold)
 	s.LastRefusal = now
 	s.probe, s.probeAt = 0, 0
-	return true
+	return true, silent
 }
 
 // noteRaisedCut records, for a refusal signal that moves the learned rate
@@ -644,6 +650,7 @@ func (s *State) Succeeded(now time.Time) {
 		return
 	}
 	s.probeCap(now)
+	s.growFill(now) // see fill.go
 	if s.LearnedRate >= s.Rate || s.rate() <= 0 {
 		return
 	}
