@@ -110,10 +110,11 @@ func New(cfg Config) *Plugin { return &Plugin{cfg: cfg, regions: map[string]*web
 // Name is "webhooks".
 func (p *Plugin) Name() string { return "webhooks" }
 
-// Bind creates the region's subscriber registry, provides it as the
-// region's subscriber lookup and, with Deliver, registers the webhook
-// kind (ratelane.Plugin).
-func (p *Plugin) Bind(_ context.Context, r *ratelane.PluginRegion) error {
+// Bind creates the region's subscriber registry, settles the limit keys
+// a crash left behind their subscribers (webhook.Registry.SettleKeys),
+// provides it as the region's subscriber lookup and, with Deliver,
+// registers the webhook kind (ratelane.Plugin).
+func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, dup := p.regions[r.Name()]; dup {
@@ -126,6 +127,9 @@ func (p *Plugin) Bind(_ context.Context, r *ratelane.PluginRegion) error {
 	})
 	if err != nil {
 		return err
+	}
+	if _, err := reg.SettleKeys(ctx); err != nil {
+		return fmt.Errorf("webhooks: region %q: %w", r.Name(), err)
 	}
 	if err := r.SetSubscribers(lookup{reg}); err != nil {
 		return err
