@@ -98,14 +98,7 @@ func TestPutKeyMatchesStoredSubscriber(t *testing.T) {
 			ctx := context.Background()
 			_, st, c := newRegistry(t)
 			hs := &hookedStore{Store: st}
-			a, err := NewRegistry(RegistryConfig{Store: hs, Jobs: newWriter(t, hs, c.Now), Now: c.Now, CacheFor: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := NewRegistry(RegistryConfig{Store: st, Jobs: newWriter(t, st, c.Now), Now: c.Now, CacheFor: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			a, b := node(t, hs, c.Now), node(t, st, c.Now)
 			if tc.exists {
 				if _, _, _, err := b.Put(ctx, perSecond(5)); err != nil {
 					t.Fatal(err)
@@ -188,10 +181,7 @@ func TestSettleKeysFinishesACutOffPut(t *testing.T) {
 	ctx := context.Background()
 	_, st, c := newRegistry(t)
 	hs := &hookedStore{Store: st}
-	a, err := NewRegistry(RegistryConfig{Store: hs, Jobs: newWriter(t, hs, c.Now), Now: c.Now, CacheFor: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := node(t, hs, c.Now)
 	keyOf := func() admission.Config {
 		t.Helper()
 		key, err := st.GetLimit(ctx, LimitKey("s"))
@@ -202,11 +192,7 @@ func TestSettleKeysFinishesACutOffPut(t *testing.T) {
 	}
 	settle := func(want int) {
 		t.Helper()
-		restarted, err := NewRegistry(RegistryConfig{Store: st, Jobs: newWriter(t, st, c.Now), Now: c.Now, CacheFor: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, err := restarted.SettleKeys(ctx); err != nil || n != want {
+		if n, err := node(t, st, c.Now).SettleKeys(ctx); err != nil || n != want {
 			t.Fatalf("SettleKeys: %d keys changed, %v; want %d", n, err, want)
 		}
 	}
