@@ -52,11 +52,7 @@ func createBatch(t *testing.T, s store.Store, b *store.Batch, items []store.Batc
 
 func getBatch(t *testing.T, s store.Store, id string) *store.Batch {
 	t.Helper()
-	b, err := s.GetBatch(context.Background(), id)
-	if err != nil {
-		t.Fatalf("get batch %s: %v", id, err)
-	}
-	return b
+	return read(t, "batch", id, s.GetBatch)
 }
 
 func chunkOf(b *store.Batch, n int) store.BatchChunk {
