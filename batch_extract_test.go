@@ -1,6 +1,7 @@
 package ratelane_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -99,9 +100,7 @@ func TestBatchExtractionEndToEnd(t *testing.T) {
 			want := `{"currency":"EUR","total":0,"vendor":"sim"}` // batchsim.Example of invoiceSchema
 			for _, it := range items {
 				attempts := map[string]int{"inv-bad-once": 2, "inv-expires": 2, "inv-bad": 3}[it.CustomID]
-				if attempts == 0 {
-					attempts = 1
-				}
+				attempts = cmp.Or(attempts, 1)
 				if it.Attempts != attempts {
 					t.Errorf("item %s took %d attempts, want %d", it.CustomID, it.Attempts, attempts)
 				}

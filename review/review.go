@@ -28,6 +28,7 @@
 package review
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -295,9 +296,7 @@ func (p *Plugin) runtime(region string) (*regionRT, error) {
 }
 
 func (rt *regionRT) providerFor(name string) (Provider, error) {
-	if name == "" {
-		name = rt.cfg.DefaultProvider
-	}
+	name = cmp.Or(name, rt.cfg.DefaultProvider)
 	if name == "" && len(rt.cfg.Providers) > 0 {
 		name = rt.cfg.Providers[0].Profile().Name
 	}

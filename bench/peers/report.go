@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -114,9 +115,7 @@ func (r *report) writeTable(w io.Writer) error {
 		}
 		for _, name := range metricNames(wr, r.systems) {
 			label, dir := name, betterOf(name)
-			if dir == "" {
-				dir = "-"
-			}
+			dir = cmp.Or(dir, "-")
 			base, hasBase := wr.results[r.baseline].Get(name)
 			for _, s := range r.systems {
 				res, ok := wr.results[s]

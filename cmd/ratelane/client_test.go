@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -59,13 +60,9 @@ func newFakeAPI(t *testing.T, routes map[string]canned) *fakeAPI {
 		for k, v := range c.header {
 			w.Header().Set(k, v)
 		}
-		if c.ctype == "" {
-			c.ctype = "application/json"
-		}
+		c.ctype = cmp.Or(c.ctype, "application/json")
 		w.Header().Set("Content-Type", c.ctype)
-		if c.status == 0 {
-			c.status = 200
-		}
+		c.status = cmp.Or(c.status, 200)
 		w.WriteHeader(c.status)
 		io.WriteString(w, c.body)
 	}))

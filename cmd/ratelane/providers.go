@@ -5,6 +5,7 @@ package main
 // a file, never from the config file itself.
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,9 +128,7 @@ func (pc providerConfig) provider(region string, keys keySource) (review.Provide
 	prof := review.Profile{Name: pc.Name, Kind: pc.Kind, Region: pc.Region, Model: pc.Model, BaseURL: pc.BaseURL,
 		MaxOutputTokens: pc.MaxOutputTokens, RequestsKey: pc.RequestsKey, TokensKey: pc.TokensKey,
 		RequestsPerMinute: pc.RPM, TokensPerMinute: pc.TPM, BatchQueueRequests: pc.BatchQueueRequests, BatchQueueTokens: pc.BatchQueueTokens}
-	if prof.BaseURL == "" {
-		prof.BaseURL = pc.Endpoint
-	}
+	prof.BaseURL = cmp.Or(prof.BaseURL, pc.Endpoint)
 	for _, d := range []struct {
 		field, s string
 		dst      *time.Duration

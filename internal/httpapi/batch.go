@@ -7,6 +7,7 @@ package httpapi
 // Both answer per item, so one bad item costs only itself.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -323,9 +324,7 @@ func (s *Server) itemOutcome(it *completeLeaseItem) (job.Outcome, error) {
 	}
 	if len(other) > 0 {
 		name := it.Outcome
-		if name == "" {
-			name = outcomeSuccess
-		}
+		name = cmp.Or(name, outcomeSuccess)
 		return o, fieldError(other[0], "%s is not a field of a %s outcome (set outcome to the one this attempt had)", other[0], name)
 	}
 	return o, err

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -173,9 +174,7 @@ func (req limitRequest) config(name string) (admission.Config, error) {
 		if c.Adaptive {
 			return c, fieldError("adaptive", "an adaptive key needs the bucket shape as its ceiling; add a window with windows")
 		}
-		if period == 0 {
-			period = time.Second
-		}
+		period = cmp.Or(period, time.Second)
 		limit := c.Rate * period.Seconds()
 		c.Windows = append([]admission.Window{{Limit: limit, Period: period, Fixed: req.Window == "fixed"}}, c.Windows...)
 		c.Rate = 0

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -134,9 +135,7 @@ func addFields(t reflect.Type, request bool, props map[string]any, required *[]s
 				continue
 			}
 		}
-		if name == "" {
-			name = f.Name
-		}
+		name = cmp.Or(name, f.Name)
 		fs := typeSchema(f.Type, request)
 		if doc := f.Tag.Get("doc"); doc != "" {
 			fs["description"] = doc

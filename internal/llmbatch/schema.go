@@ -1,6 +1,7 @@
 package llmbatch
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -143,9 +144,7 @@ func branchesProblem(s map[string]any, at string) string {
 				satisfiable = true
 				break
 			}
-			if first == "" {
-				first = why
-			}
+			first = cmp.Or(first, why)
 		}
 		if !satisfiable {
 			return fmt.Sprintf("%s.%s: no branch can be satisfied (%s)", at, kw, first)

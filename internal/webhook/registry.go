@@ -591,16 +591,12 @@ func (r *Registry) merge(spec SubscriberSpec, prev Record, created bool, now tim
 	rec.Tenant = cmp.Or(rec.Tenant, job.DefaultTenant)
 	if spec.Rate != nil {
 		rt := *spec.Rate
-		if rt.Period == 0 {
-			rt.Period = Period(time.Second)
-		}
+		rt.Period = cmp.Or(rt.Period, Period(time.Second))
 		rt.Shape = cmp.Or(rt.Shape, ShapeWindow)
 		if rt.Burst == 0 && rt.Window == WindowFixed {
 			rt.Burst = rt.Limit // each aligned window's whole allowance, as it opens
 		}
-		if rt.Burst == 0 {
-			rt.Burst = min(rt.Limit, max(1, int(math.Ceil(rt.perSecond()))))
-		}
+		rt.Burst = cmp.Or(rt.Burst, min(rt.Limit, max(1, int(math.Ceil(rt.perSecond())))))
 		rec.Rate = &rt
 	}
 	if !created {

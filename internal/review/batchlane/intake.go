@@ -1,6 +1,7 @@
 package batchlane
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -88,9 +89,7 @@ func (e *LateError) Error() string { return e.Detail }
 // limit key in the explanations.
 func Admit(policy string, now, deadline time.Time, submitKey string, in admission.CompletionInput,
 	fast func() (admission.BatchWork, error)) (Intake, string, error) {
-	if policy == "" {
-		policy = OverloadReject
-	}
+	policy = cmp.Or(policy, OverloadReject)
 	budget := deadline.Sub(now)
 	full := admission.PredictCompletion(in)
 	intake := newIntake(policy, now, submitKey, in, full)

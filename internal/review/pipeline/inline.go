@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 
@@ -31,9 +32,7 @@ func Inline(ctx context.Context, p provider.Provider, text []byte, o InlineOptio
 	if err != nil {
 		return Result{}, err
 	}
-	if o.Depth == "" {
-		o.Depth = DepthFull
-	}
+	o.Depth = cmp.Or(o.Depth, DepthFull)
 	mode := chunk.ModeFull
 	if o.Depth == DepthFast {
 		mode = chunk.ModeFast

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,9 +124,7 @@ func (p *ReviewPublisher) rdjsonlPath(tenant, target string) (string, error) {
 // tenantDir names a tenant's directory: the tenant path-escaped (no '/'),
 // never "." or "..".
 func tenantDir(tenant string) string {
-	if tenant == "" {
-		tenant = job.DefaultTenant
-	}
+	tenant = cmp.Or(tenant, job.DefaultTenant)
 	esc := url.PathEscape(tenant)
 	if strings.Trim(esc, ".") == "" {
 		esc = strings.ReplaceAll(esc, ".", "%2E")

@@ -2,6 +2,7 @@ package batchsim
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -230,9 +231,7 @@ func (s *Server) materializeAnthropic(b *simBatch) {
 			msg := "Internal server error"
 			if errType == "invalid_request_error" {
 				msg = r.invalid
-				if msg == "" {
-					msg = "Invalid request."
-				}
+				msg = cmp.Or(msg, "Invalid request.")
 			}
 			result["error"] = map[string]any{"type": "error", "request_id": s.nextID("req_"),
 				"error": map[string]any{"type": errType, "message": msg}}
