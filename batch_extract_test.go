@@ -1,7 +1,6 @@
 package ratelane_test
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,7 +99,9 @@ func TestBatchExtractionEndToEnd(t *testing.T) {
 			want := `{"currency":"EUR","total":0,"vendor":"sim"}` // batchsim.Example of invoiceSchema
 			for _, it := range items {
 				attempts := map[string]int{"inv-bad-once": 2, "inv-expires": 2, "inv-bad": 3}[it.CustomID]
-				attempts = cmp.Or(attempts, 1)
+				if attempts == 0 {
+					attempts = 1
+				}
 				if it.Attempts != attempts {
 					t.Errorf("item %s took %d attempts, want %d", it.CustomID, it.Attempts, attempts)
 				}

@@ -28,7 +28,6 @@
 package review
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -296,7 +295,9 @@ func (p *Plugin) runtime(region string) (*regionRT, error) {
 }
 
 func (rt *regionRT) providerFor(name string) (Provider, error) {
-	name = cmp.Or(name, rt.cfg.DefaultProvider)
+	if name == "" {
+		name = rt.cfg.DefaultProvider
+	}
 	if name == "" && len(rt.cfg.Providers) > 0 {
 		name = rt.cfg.Providers[0].Profile().Name
 	}

@@ -14,7 +14,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -154,7 +153,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		names[i] = s.name
 	}
 	pg := os.Getenv("RATELANE_TEST_POSTGRES_URL")
-	pg = cmp.Or(pg, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	if pg == "" {
+		pg = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
 	wl := fs.String("workloads", strings.Join(workloads, ","), "comma-separated workloads: "+strings.Join(workloads, ", "))
 	ps := fs.String("peers", strings.Join(names, ","), "comma-separated systems: "+strings.Join(names, ", "))
 	fs.StringVar(&c.baseline, "baseline", "", "system the ratio column divides by each other system (default: the first ratelane system selected)")

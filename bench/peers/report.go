@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -115,7 +114,9 @@ func (r *report) writeTable(w io.Writer) error {
 		}
 		for _, name := range metricNames(wr, r.systems) {
 			label, dir := name, betterOf(name)
-			dir = cmp.Or(dir, "-")
+			if dir == "" {
+				dir = "-"
+			}
 			base, hasBase := wr.results[r.baseline].Get(name)
 			for _, s := range r.systems {
 				res, ok := wr.results[s]

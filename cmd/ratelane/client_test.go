@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -60,9 +59,13 @@ func newFakeAPI(t *testing.T, routes map[string]canned) *fakeAPI {
 		for k, v := range c.header {
 			w.Header().Set(k, v)
 		}
-		c.ctype = cmp.Or(c.ctype, "application/json")
+		if c.ctype == "" {
+			c.ctype = "application/json"
+		}
 		w.Header().Set("Content-Type", c.ctype)
-		c.status = cmp.Or(c.status, 200)
+		if c.status == 0 {
+			c.status = 200
+		}
 		w.WriteHeader(c.status)
 		io.WriteString(w, c.body)
 	}))

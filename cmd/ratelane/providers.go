@@ -5,7 +5,6 @@ package main
 // a file, never from the config file itself.
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -128,7 +127,9 @@ func (pc providerConfig) provider(region string, keys keySource) (review.Provide
 	prof := review.Profile{Name: pc.Name, Kind: pc.Kind, Region: pc.Region, Model: pc.Model, BaseURL: pc.BaseURL,
 		MaxOutputTokens: pc.MaxOutputTokens, RequestsKey: pc.RequestsKey, TokensKey: pc.TokensKey,
 		RequestsPerMinute: pc.RPM, TokensPerMinute: pc.TPM, BatchQueueRequests: pc.BatchQueueRequests, BatchQueueTokens: pc.BatchQueueTokens}
-	prof.BaseURL = cmp.Or(prof.BaseURL, pc.Endpoint)
+	if prof.BaseURL == "" {
+		prof.BaseURL = pc.Endpoint
+	}
 	for _, d := range []struct {
 		field, s string
 		dst      *time.Duration

@@ -6,7 +6,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -258,7 +257,9 @@ func Run(ctx context.Context, name string, o Options) (Result, error) {
 	if !ok {
 		return Result{}, fmt.Errorf("unknown workload %q (want one of %v or all)", name, Workloads)
 	}
-	o.Store = cmp.Or(o.Store, "sqlite")
+	if o.Store == "" {
+		o.Store = "sqlite"
+	}
 	if o.Store != "sqlite" && o.Store != "postgres" {
 		return Result{}, fmt.Errorf("unknown store %q (want sqlite or postgres)", o.Store)
 	}

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -67,7 +66,9 @@ func newUI(t *testing.T, cfg Config) *uiEnv {
 	t.Helper()
 	c := testkit.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg.API, cfg.Auth, cfg.Now = echoAPI(), keyAuth{}, c.Now
-	cfg.StreamInterval = cmp.Or(cfg.StreamInterval, 20*time.Millisecond)
+	if cfg.StreamInterval == 0 {
+		cfg.StreamInterval = 20 * time.Millisecond
+	}
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

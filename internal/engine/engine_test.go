@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -45,8 +44,12 @@ func newStore(t *testing.T) store.Store {
 func start(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
 	cfg.Region = "us"
-	cfg.Backoff.Base = cmp.Or(cfg.Backoff.Base, 10*time.Millisecond)
-	cfg.PollInterval = cmp.Or(cfg.PollInterval, 5*time.Millisecond)
+	if cfg.Backoff.Base == 0 {
+		cfg.Backoff.Base = 10 * time.Millisecond
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 5 * time.Millisecond
+	}
 	e, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)

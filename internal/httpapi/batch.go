@@ -7,7 +7,6 @@ package httpapi
 // Both answer per item, so one bad item costs only itself.
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -324,7 +323,9 @@ func (s *Server) itemOutcome(it *completeLeaseItem) (job.Outcome, error) {
 	}
 	if len(other) > 0 {
 		name := it.Outcome
-		name = cmp.Or(name, outcomeSuccess)
+		if name == "" {
+			name = outcomeSuccess
+		}
 		return o, fieldError(other[0], "%s is not a field of a %s outcome (set outcome to the one this attempt had)", other[0], name)
 	}
 	return o, err

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,7 +52,9 @@ func checkJSONType(r *http.Request) error {
 	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
 		return nil
 	}
-	ct = cmp.Or(ct, "none")
+	if ct == "" {
+		ct = "none"
+	}
 	return problemf(http.StatusUnsupportedMediaType, "unsupported-media-type",
 		"send the body as JSON with the header Content-Type: application/json (got %s)", ct).
 		withHeader("Accept-Post", "application/json")
@@ -77,7 +78,9 @@ func decodeError(err error) *apiError {
 		return problemf(http.StatusBadRequest, "malformed-json", "the request body is not valid JSON at byte %d: %s", syntax.Offset, syntax.Error())
 	case errors.As(err, &typ):
 		field := typ.Field
-		field = cmp.Or(field, "(body)")
+		if field == "" {
+			field = "(body)"
+		}
 		e := problemf(http.StatusBadRequest, "invalid-request", "field %s must be a JSON %s, not %s", field, jsonKind(typ.Type.Kind().String()), typ.Value)
 		e.p.Errors = []job.FieldError{{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)}}
 		return e

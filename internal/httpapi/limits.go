@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -174,7 +173,9 @@ func (req limitRequest) config(name string) (admission.Config, error) {
 		if c.Adaptive {
 			return c, fieldError("adaptive", "an adaptive key needs the bucket shape as its ceiling; add a window with windows")
 		}
-		period = cmp.Or(period, time.Second)
+		if period == 0 {
+			period = time.Second
+		}
 		limit := c.Rate * period.Seconds()
 		c.Windows = append([]admission.Window{{Limit: limit, Period: period, Fixed: req.Window == "fixed"}}, c.Windows...)
 		c.Rate = 0

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -160,7 +159,9 @@ func (s *Server) buildSchedule(ctx context.Context, p auth.Principal, req *sched
 		return nil, invalidSchedule(renameField(err, "every", "every_seconds"))
 	}
 	policy := schedule.Policy{Missed: req.Missed, CatchUpMax: req.CatchUpMax, MaxLate: time.Duration(req.MaxLateSeconds * float64(time.Second))}
-	policy.Missed = cmp.Or(policy.Missed, store.MissedSkip)
+	if policy.Missed == "" {
+		policy.Missed = store.MissedSkip
+	}
 	if err := policy.Validate(); err != nil {
 		return nil, invalidSchedule(err)
 	}

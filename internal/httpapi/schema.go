@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -135,7 +134,9 @@ func addFields(t reflect.Type, request bool, props map[string]any, required *[]s
 				continue
 			}
 		}
-		name = cmp.Or(name, f.Name)
+		if name == "" {
+			name = f.Name
+		}
 		fs := typeSchema(f.Type, request)
 		if doc := f.Tag.Get("doc"); doc != "" {
 			fs["description"] = doc

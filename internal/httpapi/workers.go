@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -323,7 +322,9 @@ func (s *Server) handleReportRateLimited(w http.ResponseWriter, r *http.Request,
 // against the job's keys once the job is read (checkScope).
 func (s *Server) rateLimitedOutcome(req *rateLimitedRequest) (job.Outcome, error) {
 	o := job.Outcome{Class: job.ClassRateLimited, Scope: req.Scope, Status: req.Status}
-	o.Status = cmp.Or(o.Status, http.StatusTooManyRequests)
+	if o.Status == 0 {
+		o.Status = http.StatusTooManyRequests
+	}
 	if o.Status < 0 || o.Status > 999 {
 		return job.Outcome{}, fieldError("status", "status must be an HTTP status code, got %d", o.Status)
 	}

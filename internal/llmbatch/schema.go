@@ -1,7 +1,6 @@
 package llmbatch
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -144,7 +143,9 @@ func branchesProblem(s map[string]any, at string) string {
 				satisfiable = true
 				break
 			}
-			first = cmp.Or(first, why)
+			if first == "" {
+				first = why
+			}
 		}
 		if !satisfiable {
 			return fmt.Sprintf("%s.%s: no branch can be satisfied (%s)", at, kw, first)

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"cmp"
 	"encoding/base64"
 	"strconv"
 	"strings"
@@ -64,7 +63,9 @@ func serializeItem(it sfItem) string {
 			sign, n = "-", -n
 		}
 		frac := strings.TrimRight(strconv.FormatInt(1000+n%1000, 10)[1:], "0")
-		frac = cmp.Or(frac, "0")
+		if frac == "" {
+			frac = "0"
+		}
 		return sign + strconv.FormatInt(n/1000, 10) + "." + frac
 	case sfString:
 		return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(it.str) + `"`

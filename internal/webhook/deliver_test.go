@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -30,7 +29,9 @@ const bodyText = "SUBSCRIBER-BODY-TEXT" // must reach Response, never Outcome.Er
 func newDeliverer(t *testing.T, cfg Config) *Deliverer {
 	t.Helper()
 	cfg.AllowPrivate = true
-	cfg.Version = cmp.Or(cfg.Version, "1.2.3")
+	if cfg.Version == "" {
+		cfg.Version = "1.2.3"
+	}
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)

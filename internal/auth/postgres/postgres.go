@@ -5,7 +5,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,7 +59,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("auth/postgres: URL is required")
 	}
-	cfg.Schema = cmp.Or(cfg.Schema, DefaultSchema)
+	if cfg.Schema == "" {
+		cfg.Schema = DefaultSchema
+	}
 	if len(cfg.Schema) > 63 {
 		return nil, fmt.Errorf("auth/postgres: Schema must be 1 to 63 bytes, got %d", len(cfg.Schema))
 	}

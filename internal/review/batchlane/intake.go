@@ -1,7 +1,6 @@
 package batchlane
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -89,7 +88,9 @@ func (e *LateError) Error() string { return e.Detail }
 // limit key in the explanations.
 func Admit(policy string, now, deadline time.Time, submitKey string, in admission.CompletionInput,
 	fast func() (admission.BatchWork, error)) (Intake, string, error) {
-	policy = cmp.Or(policy, OverloadReject)
+	if policy == "" {
+		policy = OverloadReject
+	}
 	budget := deadline.Sub(now)
 	full := admission.PredictCompletion(in)
 	intake := newIntake(policy, now, submitKey, in, full)

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"cmp"
 	"context"
 	"strconv"
 
@@ -32,7 +31,9 @@ func Inline(ctx context.Context, p provider.Provider, text []byte, o InlineOptio
 	if err != nil {
 		return Result{}, err
 	}
-	o.Depth = cmp.Or(o.Depth, DepthFull)
+	if o.Depth == "" {
+		o.Depth = DepthFull
+	}
 	mode := chunk.ModeFull
 	if o.Depth == DepthFast {
 		mode = chunk.ModeFast

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,7 +123,9 @@ func (p *ReviewPublisher) rdjsonlPath(tenant, target string) (string, error) {
 // tenantDir names a tenant's directory: the tenant path-escaped (no '/'),
 // never "." or "..".
 func tenantDir(tenant string) string {
-	tenant = cmp.Or(tenant, job.DefaultTenant)
+	if tenant == "" {
+		tenant = job.DefaultTenant
+	}
 	esc := url.PathEscape(tenant)
 	if strings.Trim(esc, ".") == "" {
 		esc = strings.ReplaceAll(esc, ".", "%2E")

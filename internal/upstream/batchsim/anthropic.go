@@ -2,7 +2,6 @@ package batchsim
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -231,7 +230,9 @@ func (s *Server) materializeAnthropic(b *simBatch) {
 			msg := "Internal server error"
 			if errType == "invalid_request_error" {
 				msg = r.invalid
-				msg = cmp.Or(msg, "Invalid request.")
+				if msg == "" {
+					msg = "Invalid request."
+				}
 			}
 			result["error"] = map[string]any{"type": "error", "request_id": s.nextID("req_"),
 				"error": map[string]any{"type": errType, "message": msg}}

@@ -3,7 +3,6 @@ package batchsim
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -478,7 +477,9 @@ func (s *Server) materializeOpenAI(b *simBatch, status string) {
 		case r.fault == FaultDrop:
 		case r.invalid != "" || r.fault == FaultInvalid:
 			msg := r.invalid
-			msg = cmp.Or(msg, "Invalid request.")
+			if msg == "" {
+				msg = "Invalid request."
+			}
 			l.Response = &outputResponse{StatusCode: 400, RequestID: reqID, Body: map[string]any{"error": map[string]any{
 				"message": msg, "type": "invalid_request_error", "param": nil, "code": nil}}}
 			add(&errs, l)
