@@ -402,25 +402,24 @@ func (c *Client) Job(ctx context.Context, region, id string) (*Job, error) {
 // Cancel ends a job that is not final as terminal/cancelled; a running
 // handler's context is cancelled within about a second.
 func (c *Client) Cancel(ctx context.Context, region, id string) (*Job, error) {
-	w, err := c.writer(region)
-	if err != nil {
-		return nil, err
-	}
-	j, err := w.Cancel(ctx, id)
-	if err == nil {
-		c.notify(region) // a cancelled running job released its keys
-	}
-	return j, err
+	return c.move(ctx, region, id, (*engine.Jobs).Cancel) // a cancelled running job released its keys
 }
 
 // Redrive returns a terminal job (a dead letter) to waiting with fresh
 // budgets; the redrive is recorded in its history.
 func (c *Client) Redrive(ctx context.Context, region, id string) (*Job, error) {
+	return c.move(ctx, region, id, (*engine.Jobs).Redrive)
+}
+
+// move is an operator's move of one job (Cancel, Redrive) through the
+// region's writer; one that happened wakes the region's engine, which may
+// lease the job, or another on the keys it released, at once.
+func (c *Client) move(ctx context.Context, region, id string, op func(*engine.Jobs, context.Context, string) (*job.Job, error)) (*Job, error) {
 	w, err := c.writer(region)
 	if err != nil {
 		return nil, err
 	}
-	j, err := w.Redrive(ctx, id)
+	j, err := op(w, ctx, id)
 	if err == nil {
 		c.notify(region)
 	}

@@ -1,6 +1,7 @@
 package ratelane_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -258,6 +259,57 @@ func TestCrashPoints(t *testing.T) {
 				aggregations, len(deliveries), ids, most)
 		}
 	})
+
+	t.Run(crashpoint.SubscriberBeforeKey, func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "data")
+		put := func(s *server, limit int) error {
+			sub := map[string]any{"url": "http://127.0.0.1:9/hook", "topics": []string{"*"}, "rate": map[string]int{"limit": limit}}
+			_, _, err := s.do("PUT", "/v1/subscribers/ci?region=us", sub, nil)
+			return err
+		}
+		s := startServe(t, bin, dir)
+		if err := put(s, 10); err != nil {
+			t.Fatal(err)
+		}
+		before := subscriberKey(t, s)
+		s.stop()
+		// The update's save commits; the process dies before its key.
+		crashed(t, bin, dir, crashpoint.SubscriberBeforeKey, func(s *server) {
+			if err := put(s, 40); err == nil {
+				t.Fatal("the update was acknowledged although the process died before its key")
+			}
+		})
+		s = startServe(t, bin, dir)
+		settled := subscriberKey(t, s)
+		if err := put(s, 40); err != nil {
+			t.Fatal(err)
+		}
+		want := subscriberKey(t, s)
+		s.stop()
+		if settled == before || settled != want {
+			t.Fatalf("key at the restart %s; before the crash %s; the stored subscriber's %s", settled, before, want)
+		}
+	})
+}
+
+// subscriberKey is subscriber ci's limit key as GET /v1/limits shows its
+// configuration (the pacing fields, not the live state), as JSON.
+func subscriberKey(t *testing.T, s *server) string {
+	t.Helper()
+	var k struct {
+		Shape     string   `json:"shape"`
+		PerSecond *float64 `json:"per_second"`
+		Rate      *float64 `json:"rate"`
+		Period    string   `json:"period"`
+		Burst     float64  `json:"burst"`
+		Windows   []any    `json:"windows"`
+	}
+	if _, _, err := s.do("GET", "/v1/limits/subscriber:ci?region=us", nil, &k); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(k)
+	return string(b)
 }
 
 // crashReviewToSubscriber runs `ratelane serve` in dir until it crashes at

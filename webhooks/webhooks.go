@@ -110,10 +110,11 @@ func New(cfg Config) *Plugin { return &Plugin{cfg: cfg, regions: map[string]*web
 // Name is "webhooks".
 func (p *Plugin) Name() string { return "webhooks" }
 
-// Bind creates the region's subscriber registry, provides it as the
-// region's subscriber lookup and, with Deliver, registers the webhook
-// kind (ratelane.Plugin).
-func (p *Plugin) Bind(_ context.Context, r *ratelane.PluginRegion) error {
+// Bind creates the region's subscriber registry, settles the limit keys
+// a crash left behind their subscribers (webhook.Registry.SettleKeys),
+// provides it as the region's subscriber lookup and, with Deliver,
+// registers the webhook kind (ratelane.Plugin).
+func (p *Plugin) Bind(ctx context.Context, r *ratelane.PluginRegion) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, dup := p.regions[r.Name()]; dup {
@@ -126,6 +127,9 @@ func (p *Plugin) Bind(_ context.Context, r *ratelane.PluginRegion) error {
 	})
 	if err != nil {
 		return err
+	}
+	if _, err := reg.SettleKeys(ctx); err != nil {
+		return fmt.Errorf("webhooks: region %q: %w", r.Name(), err)
 	}
 	if err := r.SetSubscribers(lookup{reg}); err != nil {
 		return err
@@ -167,6 +171,18 @@ func (l lookup) SubscriberTenant(ctx context.Context, id string) (string, error)
 	return sub.Tenant, nil
 }
 
+// onRegion is fn on the region's registry: every per-region method looks
+// the registry up the same way, and answers the same error for a region
+// the plug-in is not bound to.
+func onRegion[T any](p *Plugin, region string, fn func(*webhook.Registry) (T, error)) (T, error) {
+	reg, err := p.registry(region)
+	if err != nil {
+		var none T
+		return none, err
+	}
+	return fn(reg)
+}
+
 func (p *Plugin) registry(region string) (*webhook.Registry, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -190,21 +206,13 @@ func (p *Plugin) PutSubscriber(ctx context.Context, region string, spec Subscrib
 
 // Subscriber returns one subscriber (ErrNotFound when unknown).
 func (p *Plugin) Subscriber(ctx context.Context, region, id string) (Subscriber, error) {
-	reg, err := p.registry(region)
-	if err != nil {
-		return Subscriber{}, err
-	}
-	return reg.Get(ctx, id)
+	return onRegion(p, region, func(reg *webhook.Registry) (Subscriber, error) { return reg.Get(ctx, id) })
 }
 
 // Subscribers lists a region's subscribers in id order, after the id
 // after, up to limit (default 100; above 1000 is 1000).
 func (p *Plugin) Subscribers(ctx context.Context, region, after string, limit int) ([]Subscriber, error) {
-	reg, err := p.registry(region)
-	if err != nil {
-		return nil, err
-	}
-	return reg.List(ctx, after, limit)
+	return onRegion(p, region, func(reg *webhook.Registry) ([]Subscriber, error) { return reg.List(ctx, after, limit) })
 }
 
 // DeleteSubscriber removes a subscriber; its queued deliveries end as
@@ -230,52 +238,36 @@ func (p *Plugin) RotateSecret(ctx context.Context, region, id string, window tim
 
 // DisableSubscriber switches a subscriber off with a reason.
 func (p *Plugin) DisableSubscriber(ctx context.Context, region, id, reason string) (Subscriber, error) {
-	reg, err := p.registry(region)
-	if err != nil {
-		return Subscriber{}, err
-	}
-	return reg.Disable(ctx, id, reason)
+	return onRegion(p, region, func(reg *webhook.Registry) (Subscriber, error) { return reg.Disable(ctx, id, reason) })
 }
 
 // Publish fans an event out to the enabled subscribers of its topic and
 // tenant in region, in one durable write; the same event and version
 // published again creates nothing and returns the existing deliveries.
 func (p *Plugin) Publish(ctx context.Context, region string, ev Event) (PublishResult, error) {
-	reg, err := p.registry(region)
-	if err != nil {
-		return PublishResult{}, err
-	}
-	return reg.Publish(ctx, ev)
+	return onRegion(p, region, func(reg *webhook.Registry) (PublishResult, error) { return reg.Publish(ctx, ev) })
 }
 
 // EventDeliveries lists the deliveries of every version of a tenant's
 // event ("" is the default tenant), in creation order.
 func (p *Plugin) EventDeliveries(ctx context.Context, region, tenant, eventID, after string, limit int) ([]Delivery, error) {
-	reg, err := p.registry(region)
-	if err != nil {
-		return nil, err
-	}
-	return reg.EventDeliveries(ctx, tenant, eventID, after, limit)
+	return onRegion(p, region, func(reg *webhook.Registry) ([]Delivery, error) {
+		return reg.EventDeliveries(ctx, tenant, eventID, after, limit)
+	})
 }
 
 // SubscriberDeliveries lists a subscriber's deliveries, newest first.
 func (p *Plugin) SubscriberDeliveries(ctx context.Context, region, subscriberID, after string, limit int) ([]Delivery, error) {
-	reg, err := p.registry(region)
-	if err != nil {
-		return nil, err
-	}
-	return reg.SubscriberDeliveries(ctx, subscriberID, after, limit)
+	return onRegion(p, region, func(reg *webhook.Registry) ([]Delivery, error) {
+		return reg.SubscriberDeliveries(ctx, subscriberID, after, limit)
+	})
 }
 
 // Redeliver sends a delivery again: a terminal one is redriven, a
 // published one copied to a new job with the same webhook-id; one still
 // in progress gives ErrConflict.
 func (p *Plugin) Redeliver(ctx context.Context, region, deliveryID string) (Delivery, error) {
-	reg, err := p.registry(region)
-	if err != nil {
-		return Delivery{}, err
-	}
-	return reg.Redeliver(ctx, deliveryID)
+	return onRegion(p, region, func(reg *webhook.Registry) (Delivery, error) { return reg.Redeliver(ctx, deliveryID) })
 }
 
 // LastFailedResponse returns the first 4 KiB (and diagnostic headers) of a
@@ -283,9 +275,5 @@ func (p *Plugin) Redeliver(ctx context.Context, region, deliveryID string) (Deli
 // operators: the HTTP API shows it to admin keys only. A successful
 // delivery keeps only its status and timing, as its job's result.
 func (p *Plugin) LastFailedResponse(ctx context.Context, region, deliveryID string) (DeliveryResponse, error) {
-	reg, err := p.registry(region)
-	if err != nil {
-		return DeliveryResponse{}, err
-	}
-	return reg.LastFailedResponse(ctx, deliveryID)
+	return onRegion(p, region, func(reg *webhook.Registry) (DeliveryResponse, error) { return reg.LastFailedResponse(ctx, deliveryID) })
 }

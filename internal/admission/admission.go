@@ -16,6 +16,7 @@
 package admission
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -262,9 +263,7 @@ func (c Config) Unpaced() bool {
 
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Burst == 0 {
-		c.Burst = math.Max(1, c.Rate)
-	}
+	c.Burst = cmp.Or(c.Burst, math.Max(1, c.Rate))
 	if c.Adaptive && c.MinRate == 0 {
 		c.MinRate = c.Rate * MinRateFraction
 	}

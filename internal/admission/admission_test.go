@@ -24,9 +24,7 @@ func TestBucketBound(t *testing.T) {
 		var starts []time.Time
 		for range 2000 {
 			now = now.Add(time.Duration(rng.ExpFloat64() * float64(time.Second) / (rate * 10)))
-			if ok, _ := s.Check(now, 1); ok {
-				s.Take(now, 1)
-				s.Release()
+			if started(&s, now) {
 				starts = append(starts, now)
 			}
 		}
@@ -68,6 +66,27 @@ func TestCheckRefusals(t *testing.T) {
 	}
 }
 
+// started reports whether s admits a start of cost 1 at now, and if it
+// does takes it and ends it at once: a request that takes no time.
+func started(s *State, now time.Time) bool {
+	if ok, _ := s.Check(now, 1); !ok {
+		return false
+	}
+	s.Take(now, 1)
+	s.Release()
+	return true
+}
+
+// inLastSecond is how many of the ascending times in accepted fall in the
+// second before now: what a sliding-window upstream counts.
+func inLastSecond(accepted []time.Time, now time.Time) int {
+	in := 0
+	for i := len(accepted) - 1; i >= 0 && now.Sub(accepted[i]) < time.Second; i-- {
+		in++
+	}
+	return in
+}
+
 // TestDiscoverySetsLimitFromAccepted checks limit discovery: a key told
 // 100/s whose upstream really allows 50 in any second learns about 50 from
 // what the upstream accepted in the trailing window, within two refusal
@@ -82,16 +101,10 @@ func TestDiscoverySetsLimitFromAccepted(t *testing.T) {
 	refusals := 0
 	for step := range 5000 { // 5 s in 1 ms steps
 		now = now.Add(time.Millisecond)
-		if ok, _ := s.Check(now, 1); !ok {
+		if !started(&s, now) {
 			continue
 		}
-		s.Take(now, 1)
-		s.Release()
-		in := 0
-		for i := len(accepted) - 1; i >= 0 && now.Sub(accepted[i]) < time.Second; i-- {
-			in++
-		}
-		if in >= 50 {
+		if inLastSecond(accepted, now) >= 50 {
 			if step >= 2000 {
 				refusals++ // after the learning second and the drain
 			}
@@ -138,16 +151,10 @@ func TestDiscoveryHalvedLimit(t *testing.T) {
 		case 15:
 			limit = 40
 		}
-		if ok, _ := s.Check(now, 1); !ok {
+		if !started(&s, now) {
 			continue
 		}
-		s.Take(now, 1)
-		s.Release()
-		in := 0
-		for i := len(accepted) - 1; i >= 0 && now.Sub(accepted[i]) < time.Second; i-- {
-			in++
-		}
-		if in >= limit {
+		if inLastSecond(accepted, now) >= limit {
 			refusals[sec]++
 			s.Throttled(now, now.Add(time.Second), 1)
 			continue

@@ -29,6 +29,9 @@ const (
 	// engine computed the parent's aggregate; the parent's advance out of
 	// accepted was not written.
 	PartsBeforeAdvance = "parts-before-advance"
+	// SubscriberBeforeKey: a webhook subscriber's Put saved the
+	// subscriber; its limit key was not written.
+	SubscriberBeforeKey = "subscriber-before-key"
 )
 
 // Env names the environment variable a ratelane_crashpoints build reads.

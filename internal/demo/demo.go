@@ -9,6 +9,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,21 +50,11 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Events == 0 {
-		c.Events = 90
-	}
-	if c.Subscribers == 0 {
-		c.Subscribers = 20
-	}
-	if c.Duration == 0 {
-		c.Duration = 90 * time.Second
-	}
-	if c.Workers == 0 {
-		c.Workers = 32
-	}
-	if c.Refresh == 0 {
-		c.Refresh = time.Second
-	}
+	c.Events = cmp.Or(c.Events, 90)
+	c.Subscribers = cmp.Or(c.Subscribers, 20)
+	c.Duration = cmp.Or(c.Duration, 90*time.Second)
+	c.Workers = cmp.Or(c.Workers, 32)
+	c.Refresh = cmp.Or(c.Refresh, time.Second)
 	return c
 }
 

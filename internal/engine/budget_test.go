@@ -116,38 +116,32 @@ func TestBatchBudgetWhileInteractiveInFlight(t *testing.T) {
 		// group, which publishes that parent in it.
 		w.batchGo <- struct{}{}
 		synctest.Wait()
-		if r, wt, _ := engine.BudgetState(e); r != 1 || wt != 0 {
-			t.Fatalf("after one of the group's aggregations ended: budget running %d waiting %d; want 1 and 0", r, wt)
-		}
-		if n := countState(t, e, job.StatePublished); n != 2 {
-			t.Fatalf("%d parents published after the first group and one of the second; want 2", n)
-		}
+		wantBudget(t, e, "after the first group and one of the second's aggregations ended", 1, 2)
 
 		// The rest end: the group gives its turn back, every parent published.
 		for range 4 {
 			w.batchGo <- struct{}{}
 		}
 		synctest.Wait()
-		if r, wt, _ := engine.BudgetState(e); r != 0 || wt != 0 {
-			t.Fatalf("after the group ended: budget running %d waiting %d; want 0 and 0", r, wt)
-		}
-		if n := countState(t, e, job.StatePublished); n != 6 {
-			t.Fatalf("%d parents published after both groups; want 6", n)
-		}
+		wantBudget(t, e, "after both groups ended", 0, 6)
 		if c := e.BudgetCounts(); c.Passed+c.Held < 2 {
 			t.Fatalf("budget counts %+v, want the two groups' turns at least", c)
 		}
 	})
 }
 
-// countState counts the "report" parents in state st.
-func countState(t *testing.T, e *engine.Engine, st job.State) int {
+// wantBudget fails t unless, when the step described is over, the batch
+// budget runs running pieces with none waiting and published "report"
+// parents are published.
+func wantBudget(t *testing.T, e *engine.Engine, when string, running, published int) {
 	t.Helper()
-	js, err := e.Jobs().Store().List(context.Background(), store.ListParams{Kind: "report", State: st, Limit: 100})
+	js, err := e.Jobs().Store().List(context.Background(), store.ListParams{Kind: "report", State: job.StatePublished, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(js)
+	if r, wt, _ := engine.BudgetState(e); r != running || wt != 0 || len(js) != published {
+		t.Fatalf("%s: budget running %d waiting %d, %d parents published; want %d, 0 and %d", when, r, wt, len(js), running, published)
+	}
 }
 
 // TestBatchBudgetOff: BatchPieces negative leaves batch work unbounded

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"math"
 	"time"
 
@@ -22,15 +23,9 @@ type Backoff struct {
 
 // WithDefaults returns b with zero fields replaced by their defaults.
 func (b Backoff) WithDefaults() Backoff {
-	if b.Base == 0 {
-		b.Base = time.Second
-	}
-	if b.InteractiveCap == 0 {
-		b.InteractiveCap = 60 * time.Second
-	}
-	if b.BatchCap == 0 {
-		b.BatchCap = 10 * time.Minute
-	}
+	b.Base = cmp.Or(b.Base, time.Second)
+	b.InteractiveCap = cmp.Or(b.InteractiveCap, 60*time.Second)
+	b.BatchCap = cmp.Or(b.BatchCap, 10*time.Minute)
 	return b
 }
 

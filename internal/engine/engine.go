@@ -9,6 +9,7 @@
 package engine
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -237,51 +238,21 @@ type Observer interface {
 
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Workers == 0 {
-		c.Workers = job.DefaultWorkers
-	}
-	if c.LeaseFor == 0 {
-		c.LeaseFor = job.DefaultLeaseFor
-	}
-	if c.HeartbeatEvery == 0 {
-		c.HeartbeatEvery = 500 * time.Millisecond
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 50 * time.Millisecond
-	}
-	if c.MaxRunTime == 0 {
-		c.MaxRunTime = DefaultMaxRunTime
-	}
-	if c.ReapEvery == 0 {
-		c.ReapEvery = c.LeaseFor / 10
-	}
-	if c.BatchYieldMax == 0 {
-		c.BatchYieldMax = batchYieldMaxDefault
-	}
-	if c.BatchShare == 0 {
-		c.BatchShare = DefaultBatchShare
-	}
-	if c.InteractiveBudget == 0 {
-		c.InteractiveBudget = job.DefaultInteractiveBudget
-	}
-	if c.Retention == 0 {
-		c.Retention = job.DefaultRetention
-	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = 256
-	}
-	if c.InFlight == 0 {
-		c.InFlight = 1
-	}
-	if c.Publishers == 0 {
-		c.Publishers = DefaultPublishers
-	}
-	if c.BatchPieces == 0 {
-		c.BatchPieces = DefaultBatchPieces
-	}
-	if c.BatchCPUs == 0 {
-		c.BatchCPUs = DefaultBatchCPUs(runtime.GOMAXPROCS(0))
-	}
+	c.Workers = cmp.Or(c.Workers, job.DefaultWorkers)
+	c.LeaseFor = cmp.Or(c.LeaseFor, job.DefaultLeaseFor)
+	c.HeartbeatEvery = cmp.Or(c.HeartbeatEvery, 500*time.Millisecond)
+	c.PollInterval = cmp.Or(c.PollInterval, 50*time.Millisecond)
+	c.MaxRunTime = cmp.Or(c.MaxRunTime, DefaultMaxRunTime)
+	c.ReapEvery = cmp.Or(c.ReapEvery, c.LeaseFor/10)
+	c.BatchYieldMax = cmp.Or(c.BatchYieldMax, batchYieldMaxDefault)
+	c.BatchShare = cmp.Or(c.BatchShare, DefaultBatchShare)
+	c.InteractiveBudget = cmp.Or(c.InteractiveBudget, job.DefaultInteractiveBudget)
+	c.Retention = cmp.Or(c.Retention, job.DefaultRetention)
+	c.MaxBatch = cmp.Or(c.MaxBatch, 256)
+	c.InFlight = cmp.Or(c.InFlight, 1)
+	c.Publishers = cmp.Or(c.Publishers, DefaultPublishers)
+	c.BatchPieces = cmp.Or(c.BatchPieces, DefaultBatchPieces)
+	c.BatchCPUs = cmp.Or(c.BatchCPUs, DefaultBatchCPUs(runtime.GOMAXPROCS(0)))
 	if c.Now == nil {
 		c.Now = time.Now
 	}

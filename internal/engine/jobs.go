@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,15 +75,9 @@ type JobsConfig struct {
 
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c JobsConfig) WithDefaults() JobsConfig {
-	if c.BatchShare == 0 {
-		c.BatchShare = DefaultBatchShare
-	}
-	if c.MaxCredit == 0 {
-		c.MaxCredit = job.DefaultWorkers
-	}
-	if c.InteractiveBudget == 0 {
-		c.InteractiveBudget = job.DefaultInteractiveBudget
-	}
+	c.BatchShare = cmp.Or(c.BatchShare, DefaultBatchShare)
+	c.MaxCredit = cmp.Or(c.MaxCredit, job.DefaultWorkers)
+	c.InteractiveBudget = cmp.Or(c.InteractiveBudget, job.DefaultInteractiveBudget)
 	c.Backoff = c.Backoff.WithDefaults()
 	if c.Now == nil {
 		c.Now = time.Now

@@ -137,9 +137,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Version = cmp.Or(c.Version, "dev")
 	c.RequestRate = cmp.Or(c.RequestRate, 100)
-	if c.RequestBurst == 0 {
-		c.RequestBurst = max(1, int(math.Ceil(2*c.RequestRate)))
-	}
+	c.RequestBurst = cmp.Or(c.RequestBurst, max(1, int(math.Ceil(2*c.RequestRate))))
 	return c
 }
 

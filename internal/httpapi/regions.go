@@ -69,33 +69,41 @@ func validID(id string) bool {
 	return id != "" && len(id) <= 64 && !strings.ContainsAny(id, "\x00/ ")
 }
 
-// findJob looks a job up by id in the request's regions. Another tenant's
-// job is reported exactly like a missing one (404), so ids of other tenants
-// cannot be probed.
+// findJob looks a job up by id in the request's regions (findIn).
 func (s *Server) findJob(ctx context.Context, r *http.Request, p auth.Principal, vis visibility) (*job.Job, store.Store, error) {
+	return findIn(s, r, p, "job", func(st store.Store, id string) (*job.Job, error) { return st.Get(ctx, id) },
+		func(j *job.Job) bool { return vis != ownTenant || p.Role == auth.RoleAdmin || j.Tenant == p.Tenant })
+}
+
+// findIn looks the path's id up with get in each of the request's regions:
+// what findJob and findSchedule search. A row that owned refuses (another
+// tenant's) is answered exactly like a missing one (404, naming what), so
+// ids of other tenants cannot be probed.
+func findIn[T any](s *Server, r *http.Request, p auth.Principal, what string, get func(st store.Store, id string) (T, error), owned func(T) bool) (T, store.Store, error) {
+	var none T
 	id := r.PathValue("id")
 	regions, err := s.searchRegions(r, p)
 	if err != nil {
-		return nil, nil, err
+		return none, nil, err
 	}
 	if !validID(id) {
-		return nil, nil, notFound("job " + id)
+		return none, nil, notFound(what + " " + id)
 	}
 	for _, region := range regions {
 		st := s.cfg.Regions[region]
-		j, err := st.Get(ctx, id)
+		v, err := get(st, id)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, nil, err
+			return none, nil, err
 		}
-		if vis == ownTenant && p.Role != auth.RoleAdmin && j.Tenant != p.Tenant {
+		if !owned(v) {
 			break
 		}
-		return j, st, nil
+		return v, st, nil
 	}
-	return nil, nil, notFound("job " + id)
+	return none, nil, notFound(what + " " + id)
 }
 
 // listAcross lists jobs from several regions newest first with one id

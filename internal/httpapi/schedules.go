@@ -252,32 +252,11 @@ func (s *Server) handleCreateSchedule(w http.ResponseWriter, r *http.Request, p 
 	return writeJSON(w, http.StatusCreated, viewSchedule(sc))
 }
 
-// findSchedule looks a schedule up by id in the request's regions. Another
-// tenant's schedule is answered exactly like a missing one (404).
+// findSchedule looks a schedule up by id in the request's regions
+// (findIn); another tenant's is answered exactly like a missing one (404).
 func (s *Server) findSchedule(ctx context.Context, r *http.Request, p auth.Principal) (*store.Schedule, store.Store, error) {
-	id := r.PathValue("id")
-	regions, err := s.searchRegions(r, p)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !validID(id) {
-		return nil, nil, notFound("schedule " + id)
-	}
-	for _, region := range regions {
-		st := s.cfg.Regions[region]
-		sc, err := st.GetSchedule(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		if p.Role != auth.RoleAdmin && sc.Tenant != p.Tenant {
-			break
-		}
-		return sc, st, nil
-	}
-	return nil, nil, notFound("schedule " + id)
+	return findIn(s, r, p, "schedule", func(st store.Store, id string) (*store.Schedule, error) { return st.GetSchedule(ctx, id) },
+		func(sc *store.Schedule) bool { return p.Role == auth.RoleAdmin || sc.Tenant == p.Tenant })
 }
 
 func (s *Server) handleGetSchedule(w http.ResponseWriter, r *http.Request, p auth.Principal) error {

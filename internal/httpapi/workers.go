@@ -221,15 +221,10 @@ func (s *Server) handleHeartbeatJob(w http.ResponseWriter, r *http.Request, p au
 }
 
 func (s *Server) handleCompleteJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	var req completeRequest
-	if err := decode(w, r, &req); err != nil {
-		return err
-	}
-	o, err := s.successOutcome(&req)
-	if err != nil {
-		return err
-	}
-	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+	return finishReport(s, w, r, p, func(req *completeRequest) (job.Outcome, string, error) {
+		o, err := s.successOutcome(req)
+		return o, req.LeaseToken, err
+	})
 }
 
 // successOutcome checks a success report (result, usage, headers) and
@@ -259,16 +254,27 @@ func (s *Server) successOutcome(req *completeRequest) (job.Outcome, error) {
 	return job.Outcome{Class: job.ClassSuccess, Result: result, Usage: req.Usage, Hints: hints}, nil
 }
 
-func (s *Server) handleFailJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	var req failRequest
+// finishReport is a worker's report route (complete, fail, rate-limited):
+// it decodes the report R, checks it into an outcome with the lease token
+// it names (outcome), and ends that attempt with it (finishOutcome), so
+// that the three routes differ only in what their report means.
+func finishReport[R any](s *Server, w http.ResponseWriter, r *http.Request, p auth.Principal, outcome func(*R) (job.Outcome, string, error)) error {
+	var req R
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	o, err := s.failOutcome(&req)
+	o, token, err := outcome(&req)
 	if err != nil {
 		return err
 	}
-	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+	return s.finishOutcome(w, r, p, token, o)
+}
+
+func (s *Server) handleFailJob(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	return finishReport(s, w, r, p, func(req *failRequest) (job.Outcome, string, error) {
+		o, err := s.failOutcome(req)
+		return o, req.LeaseToken, err
+	})
 }
 
 // failOutcome checks a failure report (retryable, invalid output or
@@ -306,15 +312,10 @@ func (s *Server) failOutcome(req *failRequest) (job.Outcome, error) {
 }
 
 func (s *Server) handleReportRateLimited(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	var req rateLimitedRequest
-	if err := decode(w, r, &req); err != nil {
-		return err
-	}
-	o, err := s.rateLimitedOutcome(&req)
-	if err != nil {
-		return err
-	}
-	return s.finishOutcome(w, r, p, req.LeaseToken, o)
+	return finishReport(s, w, r, p, func(req *rateLimitedRequest) (job.Outcome, string, error) {
+		o, err := s.rateLimitedOutcome(req)
+		return o, req.LeaseToken, err
+	})
 }
 
 // rateLimitedOutcome checks a rate-limited report (the upstream's delay,

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/store"
@@ -43,22 +44,14 @@ type Policy struct {
 // WithDefaults returns p with zero fields replaced by the defaults of its
 // Missed policy (skip when empty).
 func (p Policy) WithDefaults() Policy {
-	if p.Missed == "" {
-		p.Missed = store.MissedSkip
-	}
+	p.Missed = cmp.Or(p.Missed, store.MissedSkip)
 	if p.Missed == store.MissedSkip {
 		p.CatchUpMax = 1
-		if p.MaxLate == 0 {
-			p.MaxLate = DefaultSkipMaxLate
-		}
+		p.MaxLate = cmp.Or(p.MaxLate, DefaultSkipMaxLate)
 		return p
 	}
-	if p.CatchUpMax == 0 {
-		p.CatchUpMax = DefaultCatchUpMax
-	}
-	if p.MaxLate == 0 {
-		p.MaxLate = DefaultCatchUpMaxLate
-	}
+	p.CatchUpMax = cmp.Or(p.CatchUpMax, DefaultCatchUpMax)
+	p.MaxLate = cmp.Or(p.MaxLate, DefaultCatchUpMaxLate)
 	return p
 }
 

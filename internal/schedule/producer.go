@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,12 +49,8 @@ type Config struct {
 
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Poll == 0 {
-		c.Poll = time.Second
-	}
-	if c.Batch == 0 {
-		c.Batch = 100
-	}
+	c.Poll = cmp.Or(c.Poll, time.Second)
+	c.Batch = cmp.Or(c.Batch, 100)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

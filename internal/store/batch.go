@@ -167,14 +167,15 @@ func (b *Batch) Check() error {
 // CheckIn is Check for the store of region, which also refuses a batch
 // of another region (each region has its own store).
 func (b *Batch) CheckIn(region string) error {
-	if err := b.Check(); err != nil {
-		return err
-	}
-	return checkRegion("batch", b.ID, b.Region, region)
+	return checkIn(b.Check(), "batch", b.ID, b.Region, region)
 }
 
-// checkRegion refuses a row of region got in the store of region want.
-func checkRegion(what, id, got, want string) error {
+// checkIn is a row's CheckIn: the error of its Check, if any, else a
+// refusal of a row of region got in the store of region want.
+func checkIn(check error, what, id, got, want string) error {
+	if check != nil {
+		return check
+	}
 	if got != want {
 		return fmt.Errorf("%s %s: region %q does not belong in the %q store", what, id, got, want)
 	}

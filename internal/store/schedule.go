@@ -127,10 +127,7 @@ func (s *Schedule) Check() error {
 // CheckIn is Check for the store of region, which also refuses a
 // schedule of another region (each region has its own store).
 func (s *Schedule) CheckIn(region string) error {
-	if err := s.Check(); err != nil {
-		return err
-	}
-	return checkRegion("schedule", s.ID, s.Region, region)
+	return checkIn(s.Check(), "schedule", s.ID, s.Region, region)
 }
 
 // ScheduleListParams filters ListSchedules. Zero fields match everything.

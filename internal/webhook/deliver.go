@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -99,12 +100,8 @@ type Config struct {
 
 // WithDefaults returns c with every unset field given its default.
 func (c Config) WithDefaults() Config {
-	if c.Version == "" {
-		c.Version = "dev"
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
+	c.Version = cmp.Or(c.Version, "dev")
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -17,10 +17,7 @@ import (
 func twoNodes(t *testing.T) (*Registry, *Registry) {
 	t.Helper()
 	a, st, c := newRegistry(t)
-	b, err := NewRegistry(RegistryConfig{Store: st, Jobs: newWriter(t, st, c.Now), Now: c.Now, CacheFor: -1}) // another node: its own writer
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := node(t, st, c.Now)
 	if _, _, _, err := a.Put(context.Background(), SubscriberSpec{ID: "s", URL: "https://example.com/hook", Topics: []string{"t"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// hookedStore runs a hook once, at the first UpsertLimit or subscriber
-// PutObjectIf through it, before the call reaches the store: another
+// hookedStore runs a hook once, at the first key write (UpsertLimit or
+// DeclareLimit) or subscriber PutObjectIf through it, before the call reaches the store: another
 // node's write landing at that point of this node's Put. A hook's error
 // fails the call, as a store error would.
 type hookedStore struct {
@@ -39,6 +39,13 @@ func (s *hookedStore) UpsertLimit(ctx context.Context, c admission.Config, now t
 		return admission.State{}, err
 	}
 	return s.Store.UpsertLimit(ctx, c, now)
+}
+
+func (s *hookedStore) DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error) {
+	if err := s.fire(&s.onUpsert); err != nil {
+		return admission.State{}, false, err
+	}
+	return s.Store.DeclareLimit(ctx, c, now)
 }
 
 func (s *hookedStore) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
@@ -91,14 +98,7 @@ func TestPutKeyMatchesStoredSubscriber(t *testing.T) {
 			ctx := context.Background()
 			_, st, c := newRegistry(t)
 			hs := &hookedStore{Store: st}
-			a, err := NewRegistry(RegistryConfig{Store: hs, Jobs: newWriter(t, hs, c.Now), Now: c.Now, CacheFor: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := NewRegistry(RegistryConfig{Store: st, Jobs: newWriter(t, st, c.Now), Now: c.Now, CacheFor: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			a, b := node(t, hs, c.Now), node(t, st, c.Now)
 			if tc.exists {
 				if _, _, _, err := b.Put(ctx, perSecond(5)); err != nil {
 					t.Fatal(err)
@@ -168,5 +168,61 @@ func TestConcurrentPutsSettleTheKey(t *testing.T) {
 	if want := rec.LimitConfig(DefaultHeadroom); store.LimitFingerprint(key.Config) != store.LimitFingerprint(want) {
 		t.Fatalf("key rate %v windows %+v; the stored subscriber (version %d, limit %d) wants rate %v windows %+v",
 			key.Rate, key.Windows, rec.Version, rec.Rate.Limit, want.Rate, want.Windows)
+	}
+}
+
+// A Put cut off between its save and its key write (here the key write
+// fails, as a crash there would leave it) leaves the old key; the next
+// start's SettleKeys makes it the stored subscriber's, once. An operator's
+// change of the key after a complete Put is not a cut-off write: a start
+// keeps it, and a steady start changes nothing.
+func TestSettleKeysFinishesACutOffPut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, st, c := newRegistry(t)
+	hs := &hookedStore{Store: st}
+	a := node(t, hs, c.Now)
+	keyOf := func() admission.Config {
+		t.Helper()
+		key, err := st.GetLimit(ctx, LimitKey("s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key.Config
+	}
+	settle := func(want int) {
+		t.Helper()
+		if n, err := node(t, st, c.Now).SettleKeys(ctx); err != nil || n != want {
+			t.Fatalf("SettleKeys: %d keys changed, %v; want %d", n, err, want)
+		}
+	}
+	if _, _, _, err := a.Put(ctx, perSecond(5)); err != nil {
+		t.Fatal(err)
+	}
+	at5 := keyOf()
+	errCrash := errors.New("the process died here")
+	hs.onUpsert = func() error { return errCrash }
+	if _, _, _, err := a.Put(ctx, perSecond(10)); !errors.Is(err, errCrash) {
+		t.Fatalf("put cut off before its key: %v", err)
+	}
+	rec, err := a.Get(ctx, "s")
+	if err != nil || rec.Rate.Limit != 10 {
+		t.Fatalf("stored subscriber %+v, %v; want the cut-off Put's rate 10", rec.Rate, err)
+	}
+	if store.LimitFingerprint(keyOf()) != store.LimitFingerprint(at5) {
+		t.Fatal("the cut-off Put wrote its key; the test needs the old one left")
+	}
+	settle(1)
+	if want := rec.LimitConfig(DefaultHeadroom); store.LimitFingerprint(keyOf()) != store.LimitFingerprint(want) {
+		t.Fatalf("key after the start %+v; the stored subscriber wants %+v", keyOf(), want)
+	}
+	settle(0)
+	operator := admission.Config{Name: LimitKey("s"), Rate: 2, Burst: 1}
+	if _, err := st.UpsertLimit(ctx, operator, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	settle(0)
+	if got := keyOf(); got.Rate != 2 || got.Burst != 1 {
+		t.Fatalf("key after a start %+v; want the operator's rate 2, burst 1 kept", got)
 	}
 }

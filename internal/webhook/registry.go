@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -450,7 +451,8 @@ func validateRate(rt Rate, add func(field, format string, args ...any)) {
 // published in between runs on an unpaced key (Publish creates unknown
 // keys unpaced); settleKey repairs it when that save loses. A crash (or a
 // store error) between the save and the key leaves the old key until the
-// subscriber's next Put, which always rewrites it.
+// next start (SettleKeys) or the subscriber's next Put, which always
+// rewrites it.
 func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string, bool, error) {
 	if err := spec.validate(); err != nil {
 		return Record{}, "", false, err
@@ -481,6 +483,7 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 		}
 		return Record{}, "", false, err
 	}
+	crashpoint.Hit(crashpoint.SubscriberBeforeKey)
 	if err := r.upsertKey(ctx, spec.ID, c, now); err != nil {
 		return Record{}, "", false, err
 	}
@@ -490,12 +493,61 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 	return rec, generated, created, nil
 }
 
-// upsertKey writes a subscriber's limit key.
+// upsertKey writes a subscriber's limit key as c and records c as the
+// key's declaration (store.DeclareLimit): the key's record of what the
+// registry last wrote, which SettleKeys reads. A declaration it already
+// holds applies nothing (an operator's PUT /v1/limits since is kept), so
+// the key is then written as an UpsertLimit: a Put always rewrites it.
 func (r *Registry) upsertKey(ctx context.Context, id string, c admission.Config, now time.Time) error {
-	if _, err := r.st.UpsertLimit(ctx, c, now); err != nil {
+	_, applied, err := r.st.DeclareLimit(ctx, c, now)
+	if err == nil && !applied {
+		_, err = r.st.UpsertLimit(ctx, c, now)
+	}
+	if err != nil {
 		return fmt.Errorf("subscriber %s: limit key: %w", id, err)
 	}
 	return nil
+}
+
+// SettleKeys finishes the key writes that a crash cut off, at start-up
+// (the webhooks plug-in's Bind): a Put saves its subscriber before it
+// writes the key, and the store has no transaction over both. Every key
+// whose configuration is not its stored subscriber's is declared as the
+// subscriber's (store.DeclareLimit), which changes it only when the
+// registry's last write of it declared something else: a Put cut off
+// after its save, or a key written before keys were declared. A key whose
+// difference is an operator's PUT /v1/limits after the subscriber's Put
+// is left as it is. It returns how many keys changed; a steady start
+// reads the subscribers and their keys and writes nothing.
+func (r *Registry) SettleKeys(ctx context.Context) (int, error) {
+	recs, err := r.subscribers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	names := make([]string, len(recs))
+	for i, rec := range recs {
+		names[i] = LimitKey(rec.ID)
+	}
+	have, err := r.st.LimitConfigs(ctx, names)
+	if err != nil {
+		return 0, err
+	}
+	settled, now := 0, r.cfg.Now().UTC()
+	for _, rec := range recs {
+		c := rec.LimitConfig(r.cfg.Headroom)
+		if old, ok := have[c.Name]; ok && store.LimitFingerprint(old) == store.LimitFingerprint(c) {
+			continue
+		}
+		_, applied, err := r.st.DeclareLimit(ctx, c, now)
+		if err != nil {
+			return settled, fmt.Errorf("subscriber %s: limit key: %w", rec.ID, err)
+		}
+		if applied {
+			settled++
+			r.cfg.Logger.Info("webhook: a subscriber's limit key settled to the stored subscriber at start", "subscriber", rec.ID)
+		}
+	}
+	return settled, nil
 }
 
 // settleKey makes subscriber id's limit key the stored subscriber's, after
@@ -539,16 +591,12 @@ func (r *Registry) merge(spec SubscriberSpec, prev Record, created bool, now tim
 	rec.Tenant = cmp.Or(rec.Tenant, job.DefaultTenant)
 	if spec.Rate != nil {
 		rt := *spec.Rate
-		if rt.Period == 0 {
-			rt.Period = Period(time.Second)
-		}
+		rt.Period = cmp.Or(rt.Period, Period(time.Second))
 		rt.Shape = cmp.Or(rt.Shape, ShapeWindow)
 		if rt.Burst == 0 && rt.Window == WindowFixed {
 			rt.Burst = rt.Limit // each aligned window's whole allowance, as it opens
 		}
-		if rt.Burst == 0 {
-			rt.Burst = min(rt.Limit, max(1, int(math.Ceil(rt.perSecond()))))
-		}
+		rt.Burst = cmp.Or(rt.Burst, min(rt.Limit, max(1, int(math.Ceil(rt.perSecond())))))
 		rec.Rate = &rt
 	}
 	if !created {

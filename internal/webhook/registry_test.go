@@ -54,6 +54,16 @@ func newWriter(t *testing.T, st store.Store, now func() time.Time) *engine.Jobs 
 	return w
 }
 
+// node is another node's registry over st: its own writer, no cache.
+func node(t *testing.T, st store.Store, now func() time.Time) *Registry {
+	t.Helper()
+	r, err := NewRegistry(RegistryConfig{Store: st, Jobs: newWriter(t, st, now), Now: now, CacheFor: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // A registry takes the region's one writer of job state; it refuses to
 // start without one, or with another store's, rather than make a second
 // writer of the region (it used to make one when none was passed).

@@ -99,13 +99,19 @@ func (s *Store) InsertKey(ctx context.Context, r auth.Record) error {
 	res, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (id, hash, name, tenant, role, regions, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 		r.ID, r.Hash, r.Name, r.Tenant, string(r.Role), string(regions), r.CreatedAt.UnixNano())
+	return oneRow(res, err, "insert key", auth.ErrKeyExists)
+}
+
+// oneRow is the answer of a write of one row: its error as the write
+// named what, or none when it wrote no row.
+func oneRow(res sql.Result, err error, what string, none error) error {
 	if err != nil {
-		return fmt.Errorf("auth/sqlite: insert key: %w", err)
+		return fmt.Errorf("auth/sqlite: %s: %w", what, err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return err
 	} else if n == 0 {
-		return auth.ErrKeyExists
+		return none
 	}
 	return nil
 }
@@ -135,15 +141,7 @@ func (s *Store) ListKeys(ctx context.Context) ([]auth.KeyInfo, error) {
 // is no such key.
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, at.UnixNano(), id)
-	if err != nil {
-		return fmt.Errorf("auth/sqlite: revoke key: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return auth.ErrNotFound
-	}
-	return nil
+	return oneRow(res, err, "revoke key", auth.ErrNotFound)
 }
 
 type scanner interface{ Scan(dest ...any) error }

@@ -3,14 +3,13 @@ package chunk
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/review/diff"
+	"github.com/ratelane/ratelane/internal/review/diff/difftest"
 )
 
 // genDiff builds a random but valid git diff with nFiles files.
@@ -151,19 +150,7 @@ func TestSplitPreservesEntries(t *testing.T) {
 
 func TestSplitTestdata(t *testing.T) {
 	t.Parallel()
-	names, _ := filepath.Glob(filepath.Join("..", "diff", "testdata", "*.diff"))
-	if len(names) < 3 {
-		t.Fatalf("found %d testdata diffs", len(names))
-	}
-	for _, name := range names {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := diff.Parse(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, d := range difftest.All(t) {
 		for _, maxTokens := range []int{64, 200, 8000} {
 			checkProperty(t, d, maxTokens)
 		}

@@ -19,9 +19,7 @@ type AggregateOptions struct {
 
 // WithDefaults returns o with zero fields replaced by their defaults.
 func (o AggregateOptions) WithDefaults() AggregateOptions {
-	if o.MaxFindings == 0 {
-		o.MaxFindings = DefaultMaxFindings
-	}
+	o.MaxFindings = cmp.Or(o.MaxFindings, DefaultMaxFindings)
 	return o
 }
 

@@ -1,25 +1,13 @@
 package finding
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/review/diff"
+	"github.com/ratelane/ratelane/internal/review/diff/difftest"
 )
 
-func testDiff(t *testing.T) *diff.Diff {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "diff", "testdata", "mixed.diff"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := diff.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+func testDiff(t *testing.T) *diff.Diff { t.Helper(); return difftest.Load(t, "mixed.diff") }
 
 func ptr[T any](v T) *T { return &v }
 

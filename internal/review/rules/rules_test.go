@@ -3,12 +3,11 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/review/diff"
+	"github.com/ratelane/ratelane/internal/review/diff/difftest"
 	"github.com/ratelane/ratelane/internal/review/finding"
 )
 
@@ -144,19 +143,7 @@ func TestOnlyAddedLines(t *testing.T) {
 // finding schema v1.
 func TestFindingsPassVerification(t *testing.T) {
 	t.Parallel()
-	names, _ := filepath.Glob(filepath.Join("..", "diff", "testdata", "*.diff"))
-	diffs := []*diff.Diff{newFileDiff(t, "x.go", "\t_ = c.Close()\t ", "  fmt.Printf(\"%v\", x) // TODO: drop")}
-	for _, n := range names {
-		b, err := os.ReadFile(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := diff.Parse(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		diffs = append(diffs, d)
-	}
+	diffs := append(difftest.All(t), newFileDiff(t, "x.go", "\t_ = c.Close()\t ", "  fmt.Printf(\"%v\", x) // TODO: drop"))
 	var total int
 	for _, d := range diffs {
 		got := Review(d)

@@ -508,8 +508,7 @@ func (s *Store) ClaimPublish(ctx context.Context, id, token string, now, until t
 // ErrConflict) and its keys' in-flight counts are released here, locking
 // the keys in name order after the job row, as Finish does.
 func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job, error) {
-	var out *job.Job
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.move(ctx, id, "cancel", func(tx pgx.Tx) error {
 		j, err := getJob(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -527,15 +526,25 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job,
 			return err
 		}
 		if j.State == job.StateRunning {
-			if err := releaseKeys(ctx, tx, j.LimitKeys, now, j.Cost); err != nil {
-				return err
-			}
+			return releaseKeys(ctx, tx, j.LimitKeys, now, j.Cost)
 		}
-		out, err = getJob(ctx, tx, id, false)
+		return nil
+	})
+}
+
+// move runs an operator's move of job id (Cancel, Redrive) as fn in one
+// transaction and reads the job back in it; an error names the move.
+func (s *Store) move(ctx context.Context, id, move string, fn func(tx pgx.Tx) error) (*job.Job, error) {
+	var out *job.Job
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := fn(tx)
+		if err == nil {
+			out, err = getJob(ctx, tx, id, false)
+		}
 		return err
 	})
 	if err != nil {
-		return nil, wrap(err, "cancel job %s", id)
+		return nil, wrap(err, "%s job %s", move, id)
 	}
 	return out, nil
 }
@@ -564,8 +573,7 @@ func releaseKeys(ctx context.Context, q querier, names []string, now time.Time, 
 // history lines stay distinct) and the redrive recorded in its history.
 // ErrConflict when the job is not terminal.
 func (s *Store) Redrive(ctx context.Context, id string, now time.Time) (*job.Job, error) {
-	var out *job.Job
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.move(ctx, id, "redrive", func(tx pgx.Tx) error {
 		var group int64
 		var attempt int
 		var reason string
@@ -585,14 +593,6 @@ func (s *Store) Redrive(ctx context.Context, id string, now time.Time) (*job.Job
 		}
 		rec := job.AttemptRecord{At: now, Attempt: attempt, Outcome: job.ClassRedriven,
 			Why: "redriven by an operator after " + reason + "; budgets reset"}
-		if err := appendRecord(ctx, tx, id, rec); err != nil {
-			return err
-		}
-		out, err = getJob(ctx, tx, id, false)
-		return err
+		return appendRecord(ctx, tx, id, rec)
 	})
-	if err != nil {
-		return nil, wrap(err, "redrive job %s", id)
-	}
-	return out, nil
 }

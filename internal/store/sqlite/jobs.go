@@ -558,9 +558,26 @@ func (s *Store) releaseKeys(tx *sql.Tx, names []string, now time.Time, cost int6
 }
 
 // appendRecord adds one record to a job's history (outside Finish, which
-// appends in its own UPDATE).
+// appends in its own UPDATE). A row whose NULL history stands for its
+// first success (impliedRecord) is not appended to as NULL, which would
+// read back as r alone: it gets that record written out before r.
 func (s *Store) appendRecord(tx *sql.Tx, id string, r job.AttemptRecord) error {
-	_, err := s.exec(tx, `UPDATE jobs SET history = `+appendHistory+` WHERE id = ?2`, recordJSON(r), id)
+	res, err := s.exec(tx, `UPDATE jobs SET history = `+appendHistory+` WHERE id = ?2 AND NOT `+impliedRow, recordJSON(r), id)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	j, err := s.getTx(tx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // nothing to append to, as the UPDATE alone answered
+	}
+	if err != nil {
+		return err
+	}
+	_, err = s.exec(tx, `UPDATE jobs SET history = '[' || ? || ',' || ? || ']' WHERE id = ?`,
+		recordJSON(impliedHistoryOf(j)[0]), recordJSON(r), id)
 	return err
 }
 

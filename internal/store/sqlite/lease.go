@@ -783,6 +783,10 @@ func impliedHistoryOf(j *job.Job) []job.AttemptRecord {
 	return []job.AttemptRecord{{At: j.FinishedAt, Attempt: 1, Outcome: job.ClassSuccess}}
 }
 
+// impliedRow is true of a row whose NULL history stands for the record
+// impliedHistoryOf reads back: its test, in SQL.
+const impliedRow = `(history IS NULL AND state = 'published' AND attempt = 1 AND finished_at IS NOT NULL)`
+
 // endAttemptGuard is the finish's guard after the job id: running under
 // the lease token, at the attempt (NULL: any) and with the lease expired
 // by then (NULL: not asked; a running job always has an expiry).

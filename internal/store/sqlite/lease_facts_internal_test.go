@@ -272,3 +272,48 @@ func leasedOnK(t *testing.T, s *Store, n int) []*job.Job {
 	}
 	return got
 }
+
+// TestAppendKeepsImpliedRecord: a record appended to a published job whose
+// first success is implied by its row (a NULL history) joins that success
+// instead of replacing it, and a second append keeps both; an append to an
+// unknown job writes nothing and is no error. No path appends to a
+// published job today; appendRecord is where one would.
+func TestAppendKeepsImpliedRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := OpenTest(t, Config{})
+	j := leasedOnK(t, s, 1)[0]
+	at := storetest.T0.Add(time.Second)
+	if errs, err := s.Finish(ctx, successes([]*job.Job{j}, job.StatePublished, at)); err != nil || errs[0] != nil {
+		t.Fatalf("finish: %v, %v", errs, err)
+	}
+	var hist sql.NullString
+	if err := s.wdb.QueryRowContext(ctx, `SELECT history FROM jobs WHERE id = ?`, j.ID).Scan(&hist); err != nil || hist.Valid {
+		t.Fatalf("history column %v, %v; want NULL (the success implied)", hist, err)
+	}
+	later := []job.AttemptRecord{
+		{At: at.Add(time.Minute), Outcome: job.ClassRedriven, Why: "a later record"},
+		{At: at.Add(2 * time.Minute), Outcome: job.ClassCancelled},
+	}
+	for _, r := range later {
+		if err := s.write(ctx, func(tx *sql.Tx) error { return s.appendRecord(tx, j.ID, r) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.write(ctx, func(tx *sql.Tx) error { return s.appendRecord(tx, "no-such-job", later[0]) }); err != nil {
+		t.Fatalf("append to an unknown job: %v", err)
+	}
+	got, err := s.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]job.AttemptRecord{{At: at, Attempt: 1, Outcome: job.ClassSuccess}}, later...)
+	if len(got.History) != len(want) {
+		t.Fatalf("history %+v, want %+v", got.History, want)
+	}
+	for i, r := range got.History {
+		if r.At = r.At.UTC(); r != want[i] {
+			t.Fatalf("history[%d] = %+v, want %+v", i, r, want[i])
+		}
+	}
+}

@@ -15,6 +15,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -61,15 +62,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Synchronous == "" {
-		c.Synchronous = SyncFull
-	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = 256
-	}
-	if c.Readers == 0 {
-		c.Readers = 4
-	}
+	c.Synchronous = cmp.Or(c.Synchronous, SyncFull)
+	c.MaxBatch = cmp.Or(c.MaxBatch, 256)
+	c.Readers = cmp.Or(c.Readers, 4)
 	return c
 }
 

@@ -52,16 +52,27 @@ func createBatch(t *testing.T, s store.Store, b *store.Batch, items []store.Batc
 
 func getBatch(t *testing.T, s store.Store, id string) *store.Batch {
 	t.Helper()
-	b, err := s.GetBatch(context.Background(), id)
-	if err != nil {
-		t.Fatalf("get batch %s: %v", id, err)
-	}
-	return b
+	return read(t, "batch", id, s.GetBatch)
 }
 
 func chunkOf(b *store.Batch, n int) store.BatchChunk {
 	return store.BatchChunk{Key: fmt.Sprintf("%s-%d", b.ID, n), BatchID: b.ID, State: "planned",
 		Record: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), UpdatedAt: T0}
+}
+
+// refusesRepeatedCustomID checks that a batch of n items whose item at
+// repeats item first's custom_id is refused with ErrConflict and leaves
+// nothing stored.
+func refusesRepeatedCustomID(t *testing.T, s store.Store, n, first, at int) {
+	t.Helper()
+	dup, items := NewBatch("acme", n)
+	items[at].CustomID = items[first].CustomID
+	if err := s.CreateBatch(context.Background(), dup, items); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a custom_id repeated at item %d of %d: %v, want ErrConflict", at, n, err)
+	}
+	if _, err := s.GetBatch(context.Background(), dup.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused batch left something: %v", err)
+	}
 }
 
 func testBatchCreateGetList(t *testing.T, open Opener) {
@@ -79,14 +90,7 @@ func testBatchCreateGetList(t *testing.T, open Opener) {
 	if err := s.CreateBatch(ctx, b, nil); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("second create: %v, want ErrConflict", err)
 	}
-	dup, ditems := NewBatch("acme", 2)
-	ditems[1].CustomID = ditems[0].CustomID
-	if err := s.CreateBatch(ctx, dup, ditems); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("repeated custom_id: %v, want ErrConflict", err)
-	}
-	if _, err := s.GetBatch(ctx, dup.ID); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("a refused batch was stored: %v", err)
-	}
+	refusesRepeatedCustomID(t, s, 2, 0, 1)
 	if _, err := s.GetBatch(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("get unknown: %v", err)
 	}
@@ -408,14 +412,7 @@ func testBatchCreateLarge(t *testing.T, open Opener) {
 	if err := s.CreateBatch(ctx, taken, titems); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("a second batch of the same id: %v, want ErrConflict", err)
 	}
-	dup, ditems := NewBatch("acme", 100)
-	ditems[90].CustomID = ditems[3].CustomID
-	if err := s.CreateBatch(ctx, dup, ditems); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("a custom_id repeated at item 90: %v, want ErrConflict", err)
-	}
-	if _, err := s.GetBatch(ctx, dup.ID); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("a refused batch left something: %v", err)
-	}
+	refusesRepeatedCustomID(t, s, 100, 3, 90)
 	for _, id := range []string{b.ID, "nope"} {
 		if gone, err := s.AbandonBatch(ctx, id); err != nil || gone {
 			t.Fatalf("AbandonBatch(%s) = %v, %v; want false: only a batch being created is abandoned", id, gone, err)

@@ -55,11 +55,7 @@ func createSchedule(t *testing.T, s store.Store, sc *store.Schedule) {
 
 func getSchedule(t *testing.T, s store.Store, id string) *store.Schedule {
 	t.Helper()
-	sc, err := s.GetSchedule(context.Background(), id)
-	if err != nil {
-		t.Fatalf("get schedule %s: %v", id, err)
-	}
-	return sc
+	return read(t, "schedule", id, s.GetSchedule)
 }
 
 func claim(s store.Store, sc *store.Schedule, expect, tick, next time.Time, j *job.Job) (store.ClaimTickResult, error) {

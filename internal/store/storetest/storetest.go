@@ -200,11 +200,18 @@ func mustOK(t *testing.T, errs []error) {
 
 func get(t *testing.T, s store.Store, id string) *job.Job {
 	t.Helper()
-	j, err := s.Get(context.Background(), id)
+	return read(t, "job", id, s.Get)
+}
+
+// read is one store read by id (Get, GetBatch, GetSchedule) that must
+// succeed: a failure fails t, naming what was read.
+func read[T any](t *testing.T, what, id string, get func(context.Context, string) (T, error)) T {
+	t.Helper()
+	v, err := get(context.Background(), id)
 	if err != nil {
-		t.Fatalf("get %s: %v", id, err)
+		t.Fatalf("get %s %s: %v", what, id, err)
 	}
-	return j
+	return v
 }
 
 // listIDs returns the ids of List(p)'s page on s, in the order listed.

@@ -266,9 +266,7 @@ func (s *server) handlePutSubscriber(w http.ResponseWriter, r *http.Request, p a
 	if err != nil {
 		return err
 	}
-	if spec.Tenant == "" {
-		spec.Tenant = p.Tenant // one rule for every route: no tenant named is the key's own
-	}
+	spec.Tenant = cmp.Or(spec.Tenant, p.Tenant) // one rule for every route: no tenant named is the key's own
 	reg, err := s.registry(region)
 	if err != nil {
 		return err
