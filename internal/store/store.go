@@ -110,7 +110,8 @@ type Store interface {
 	// if it was running. ErrConflict when it is already final.
 	Cancel(ctx context.Context, id string, now time.Time) (*job.Job, error)
 	// Redrive returns a terminal job to waiting with fresh budgets and the
-	// redrive recorded in its history.
+	// redrive recorded in its history as RedriveRecord (the job's attempt,
+	// the reason it had ended with).
 	Redrive(ctx context.Context, id string, now time.Time) (*job.Job, error)
 	// Delete removes a terminal job (a dead letter). ErrConflict otherwise.
 	Delete(ctx context.Context, id string) error
@@ -439,4 +440,14 @@ type Stats struct {
 	OldestReady map[job.Lane]time.Duration
 	// Running is the number of leases in flight.
 	Running int64
+}
+
+// RedriveRecord is the history record every driver appends for a redrive:
+// at the job's current attempt (so the line sorts after the attempt it
+// follows) and naming the reason the job had ended with, which the redrive
+// clears from the job itself. One definition, so that a job's history reads
+// the same on every store.
+func RedriveRecord(at time.Time, attempt int, reason job.Reason) job.AttemptRecord {
+	return job.AttemptRecord{At: at, Attempt: attempt, Outcome: job.ClassRedriven,
+		Why: "redriven by an operator after " + string(reason) + "; budgets reset"}
 }

@@ -591,8 +591,6 @@ func (s *Store) Redrive(ctx context.Context, id string, now time.Time) (*job.Job
 		if err := groupReady(ctx, tx, group, now); err != nil {
 			return err
 		}
-		rec := job.AttemptRecord{At: now, Attempt: attempt, Outcome: job.ClassRedriven,
-			Why: "redriven by an operator after " + reason + "; budgets reset"}
-		return appendRecord(ctx, tx, id, rec)
+		return appendRecord(ctx, tx, id, store.RedriveRecord(now, attempt, job.Reason(reason)))
 	})
 }

@@ -590,20 +590,24 @@ const appendHistory = `CASE WHEN history IS NULL THEN '[' || ?1 || ']'
 func (s *Store) Redrive(ctx context.Context, id string, now time.Time) (*job.Job, error) {
 	var out *job.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		// The reason the job ended with is read before the UPDATE clears it
+		// (one writer: nothing changes it in between), for the history line.
 		var group int64
+		var attempt int
+		var reason string
+		if err := s.queryRow(tx, `SELECT group_id, attempt, reason FROM jobs WHERE id = ?`, id).Scan(&group, &attempt, &reason); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		res, err := s.exec(tx, `UPDATE jobs SET state = 'waiting', reason = '', finished_at = NULL, eligible_at = ?,
 			attempts_congestion = 0, attempts_transient = 0, attempts_schema = 0, result = NULL, updated_at = ?
 			WHERE id = ? AND state = 'terminal'`, ns(now), ns(now), id)
 		if err := s.guarded(tx, res, err, id); err != nil {
 			return err
 		}
-		if err := s.queryRow(tx, `SELECT group_id FROM jobs WHERE id = ?`, id).Scan(&group); err != nil {
-			return err
-		}
 		if err := s.groupReady(tx, group, now); err != nil {
 			return err
 		}
-		if err := s.appendRecord(tx, id, job.AttemptRecord{At: now, Outcome: job.ClassRedriven, Why: "redriven by an operator with fresh budgets"}); err != nil {
+		if err := s.appendRecord(tx, id, store.RedriveRecord(now, attempt, job.Reason(reason))); err != nil {
 			return err
 		}
 		out, err = s.getTx(tx, id)

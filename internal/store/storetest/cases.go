@@ -976,8 +976,12 @@ func testCancelRedriveDelete(t *testing.T, open Opener) {
 	if err != nil || red.State != job.StateWaiting || red.Reason != "" || !red.FinishedAt.IsZero() {
 		t.Fatalf("redrive = %+v, %v", red, err)
 	}
-	if h := get(t, s, waiting.ID).History; len(h) < 2 || h[len(h)-1].Outcome != job.ClassRedriven {
-		t.Fatalf("redrive not recorded in history: %+v", h)
+	// Every driver records a redrive alike: the job's attempt and the
+	// reason it had ended with (store.RedriveRecord).
+	want := store.RedriveRecord(T0.Add(time.Second), red.Attempt, job.ReasonCancelled)
+	if h := get(t, s, waiting.ID).History; len(h) < 2 || h[len(h)-1].Outcome != want.Outcome ||
+		h[len(h)-1].Attempt != want.Attempt || h[len(h)-1].Why != want.Why || !h[len(h)-1].At.Equal(want.At) {
+		t.Fatalf("redrive recorded as %+v, want last %+v", h, want)
 	}
 	if got := lease(t, s, T0.Add(time.Second), 10); !ids(got)[waiting.ID] {
 		t.Fatal("redriven job was not leased")
