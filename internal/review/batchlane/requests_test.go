@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/llmbatch"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
@@ -15,22 +16,32 @@ import (
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 )
 
-// objectReads counts the part objects read through its store.
+// objectReads counts the part objects read through its store (n), and
+// the store calls that read them (calls: one per GetObject, one per
+// GetObjects).
 type objectReads struct {
 	store.Store
-	n atomic.Int64
+	n, calls atomic.Int64
 }
 
 func (s *objectReads) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
 	s.n.Add(1)
+	s.calls.Add(1)
 	return s.Store.GetObject(ctx, kind, id)
+}
+
+func (s *objectReads) GetObjects(ctx context.Context, kind string, ids []string) (map[string]store.Object, error) {
+	s.n.Add(int64(len(ids)))
+	s.calls.Add(1)
+	return s.Store.GetObjects(ctx, kind, ids)
 }
 
 // TestSubmitReadsEachPartOnce runs the first submit pass of a batch on
 // the OpenAI batch simulator: it plans the pending items into a chunk and
 // uploads it in the same pass. Each item's part object is read (and its
 // prompt built) once: the upload reuses the request plan built to size
-// the chunk. Before, the pass read every part object twice.
+// the chunk. Before, the pass read every part object twice. And the
+// pass reads them in one store call (Store.GetObjects), not one each.
 func TestSubmitReadsEachPartOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -87,5 +98,82 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 	}
 	if got := reads.n.Load(); got != int64(len(plan.Items)) {
 		t.Fatalf("the pass read %d part objects for %d items; want each once", got, len(plan.Items))
+	}
+	if got := reads.calls.Load(); got != 1 {
+		t.Fatalf("the pass read its %d part objects in %d store calls; want 1", len(plan.Items), got)
+	}
+}
+
+// TestCollectReadsPartsInOneCall runs a batch through the OpenAI batch
+// simulator (on a manual clock) to its results: the collect pass that
+// checks every answer against its part reads the chunk's part objects in
+// one store call, not one GetObject per item (each a statement with its
+// own cancellation watchers: docs/benchmarks.md, "Session 21 (s21h4)").
+func TestCollectReadsPartsInOneCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now()
+	clock := batchsim.NewClock(now)
+	sim, err := batchsim.New(batchsim.Config{ValidateFor: time.Second, ProcessFor: time.Second, FinalizeFor: time.Second,
+		Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	prof := provider.Profile{Name: "openai-batch", Kind: "openai", Region: "us", Model: "m-1", APIKey: "sk-test",
+		MaxOutputTokens: 512, BaseURL: sim.URL() + "/v1/"}
+	bp, err := NewProvider(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, _ := storeWithBatch(t, 1)
+	const reviews = 40
+	var rs []Review
+	for i := range reviews {
+		rs = append(rs, Review{Repo: "acme/app", Change: "c", Diff: fmt.Appendf(nil,
+			"diff --git a/f%[1]d.go b/f%[1]d.go\nnew file mode 100644\n--- /dev/null\n+++ b/f%[1]d.go\n@@ -0,0 +1,1 @@\n+package f%[1]d\n", i),
+			Publish: pipeline.Publish{Kind: "none"}})
+	}
+	seq := 0
+	plan, err := NewPlan(Manifest{ID: "b-collect", Region: "us", Tenant: "acme", Profile: prof, Reviews: rs, Now: now},
+		func() string { seq++; return fmt.Sprintf("id-%d", seq) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutObjects(ctx, plan.Objects); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateBatch(ctx, plan.Batch, plan.Items); err != nil {
+		t.Fatal(err)
+	}
+	reads := &objectReads{Store: st}
+	h := NewHandler(Config{Region: "us", Store: reads, Providers: map[string]Entry{prof.Name: {Profile: prof, Batch: bp}},
+		Wake: func(string) {}, Now: clock.Now})
+	h.HandleSubmit(ctx, plan.Jobs[0])
+	reads.n.Store(0)
+	reads.calls.Store(0)
+	collect := plan.Jobs[1]
+	if collect.Kind != KindCollect {
+		t.Fatalf("plan's second job is %s, want the collect driver", collect.Kind)
+	}
+	for pass := 0; ; pass++ {
+		if pass == 20 {
+			t.Fatal("the batch did not finish in 20 collect passes")
+		}
+		o := h.HandleCollect(ctx, collect)
+		if o.Class == job.ClassSuccess {
+			break
+		}
+		clock.Advance(max(o.RetryAfter, time.Second)) // when the pass asked to run again
+	}
+	b, err := st.GetBatch(ctx, plan.Batch.ID)
+	if err != nil || b.Counts.Succeeded != reviews {
+		t.Fatalf("batch counts %+v, %v; want %d succeeded", b.Counts, err, reviews)
+	}
+	if got := reads.n.Load(); got != reviews {
+		t.Fatalf("the collect passes read %d part objects for %d answers; want each once", got, reviews)
+	}
+	if got := reads.calls.Load(); got != 1 {
+		t.Fatalf("the collect passes read the %d part objects in %d store calls; want 1", reviews, got)
 	}
 }
