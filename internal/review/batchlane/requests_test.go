@@ -36,16 +36,13 @@ func (s *objectReads) GetObjects(ctx context.Context, kind string, ids []string)
 	return s.Store.GetObjects(ctx, kind, ids)
 }
 
-// TestSubmitReadsEachPartOnce runs the first submit pass of a batch on
-// the OpenAI batch simulator: it plans the pending items into a chunk and
-// uploads it in the same pass. Each item's part object is read (and its
-// prompt built) once: the upload reuses the request plan built to size
-// the chunk. Before, the pass read every part object twice. And the
-// pass reads them in one store call (Store.GetObjects), not one each.
-func TestSubmitReadsEachPartOnce(t *testing.T) {
-	t.Parallel()
+// countedBatch stores a batch of n one-file reviews for the OpenAI batch
+// simulator sim (made with cfg) and returns its plan and a handler whose
+// store counts the part objects read (reads), on clock now.
+func countedBatch(t *testing.T, cfg batchsim.Config, id string, n int, now func() time.Time) (Plan, *Handler, *objectReads) {
+	t.Helper()
 	ctx := context.Background()
-	sim, err := batchsim.New(batchsim.Config{ValidateFor: time.Hour, ProcessFor: time.Hour})
+	sim, err := batchsim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,16 +54,14 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _, _ := storeWithBatch(t, 1)
-	now := time.Now()
-	const reviews = 5
 	var rs []Review
-	for i := range reviews {
+	for i := range n {
 		rs = append(rs, Review{Repo: "acme/app", Change: "c", Diff: fmt.Appendf(nil,
 			"diff --git a/f%[1]d.go b/f%[1]d.go\nnew file mode 100644\n--- /dev/null\n+++ b/f%[1]d.go\n@@ -0,0 +1,1 @@\n+package f%[1]d\n", i),
 			Publish: pipeline.Publish{Kind: "none"}})
 	}
 	seq := 0
-	plan, err := NewPlan(Manifest{ID: "b-submit", Region: "us", Tenant: "acme", Profile: prof, Reviews: rs, Now: now},
+	plan, err := NewPlan(Manifest{ID: id, Region: "us", Tenant: "acme", Profile: prof, Reviews: rs, Now: now()},
 		func() string { seq++; return fmt.Sprintf("id-%d", seq) })
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +74,23 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 	}
 	reads := &objectReads{Store: st}
 	h := NewHandler(Config{Region: "us", Store: reads, Providers: map[string]Entry{prof.Name: {Profile: prof, Batch: bp}},
-		Wake: func(string) {}, Now: func() time.Time { return now }})
+		Wake: func(string) {}, Now: now})
+	return plan, h, reads
+}
+
+// TestSubmitReadsEachPartOnce runs the first submit pass of a batch on
+// the OpenAI batch simulator: it plans the pending items into a chunk and
+// uploads it in the same pass. Each item's part object is read (and its
+// prompt built) once: the upload reuses the request plan built to size
+// the chunk. Before, the pass read every part object twice. And the
+// pass reads them in one store call (Store.GetObjects), not one each.
+func TestSubmitReadsEachPartOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now()
+	plan, h, reads := countedBatch(t, batchsim.Config{ValidateFor: time.Hour, ProcessFor: time.Hour}, "b-submit", 5,
+		func() time.Time { return now })
+	st := reads.Store
 	submit := plan.Jobs[0]
 	if submit.Kind != KindSubmit {
 		t.Fatalf("plan's first job is %s, want the submit driver", submit.Kind)
@@ -112,43 +123,11 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 func TestCollectReadsPartsInOneCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	now := time.Now()
-	clock := batchsim.NewClock(now)
-	sim, err := batchsim.New(batchsim.Config{ValidateFor: time.Second, ProcessFor: time.Second, FinalizeFor: time.Second,
-		Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	prof := provider.Profile{Name: "openai-batch", Kind: "openai", Region: "us", Model: "m-1", APIKey: "sk-test",
-		MaxOutputTokens: 512, BaseURL: sim.URL() + "/v1/"}
-	bp, err := NewProvider(prof)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _, _ := storeWithBatch(t, 1)
+	clock := batchsim.NewClock(time.Now())
 	const reviews = 40
-	var rs []Review
-	for i := range reviews {
-		rs = append(rs, Review{Repo: "acme/app", Change: "c", Diff: fmt.Appendf(nil,
-			"diff --git a/f%[1]d.go b/f%[1]d.go\nnew file mode 100644\n--- /dev/null\n+++ b/f%[1]d.go\n@@ -0,0 +1,1 @@\n+package f%[1]d\n", i),
-			Publish: pipeline.Publish{Kind: "none"}})
-	}
-	seq := 0
-	plan, err := NewPlan(Manifest{ID: "b-collect", Region: "us", Tenant: "acme", Profile: prof, Reviews: rs, Now: now},
-		func() string { seq++; return fmt.Sprintf("id-%d", seq) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.PutObjects(ctx, plan.Objects); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CreateBatch(ctx, plan.Batch, plan.Items); err != nil {
-		t.Fatal(err)
-	}
-	reads := &objectReads{Store: st}
-	h := NewHandler(Config{Region: "us", Store: reads, Providers: map[string]Entry{prof.Name: {Profile: prof, Batch: bp}},
-		Wake: func(string) {}, Now: clock.Now})
+	plan, h, reads := countedBatch(t, batchsim.Config{ValidateFor: time.Second, ProcessFor: time.Second, FinalizeFor: time.Second,
+		Now: clock.Now}, "b-collect", reviews, clock.Now)
+	st := reads.Store
 	h.HandleSubmit(ctx, plan.Jobs[0])
 	reads.n.Store(0)
 	reads.calls.Store(0)
