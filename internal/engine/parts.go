@@ -491,7 +491,7 @@ const sweepYieldEvery = 32
 // (nor per ready one: a batch review has none): with 10,000 batch-lane reviews
 // waiting on their items, those reads were 28 % of the batch-isolation
 // run's CPU (docs/benchmarks.md, "Session 15 (s15h1)"). A parent left out
-// would only have been read and left accepted (aggregateJob's allFinal, or
+// would only have been read and left accepted (prepareWith's allFinal, or
 // a batch review's aggregator returning ClassPending on an open item), so
 // what a pass decides is unchanged; a parent whose last part finished is
 // listed by the next pass, which is all the sweep guarantees for a lost
@@ -586,7 +586,7 @@ func (e *Engine) aggregateParent(ctx context.Context, id string, publish publish
 // prepareParent is aggregateParent up to its writes: it reads parent id
 // and its parts and aggregates them, and returns what is left to do (the
 // parent's advance and publication, or only the publication of one found
-// validated), nil when nothing is (see aggregateJob).
+// validated), nil when nothing is (see prepareJob).
 func (e *Engine) prepareParent(ctx context.Context, id string, publish publishFunc) (write func() error, err error) {
 	parent, err := e.cfg.Store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -597,18 +597,9 @@ func (e *Engine) prepareParent(ctx context.Context, id string, publish publishFu
 	return e.prepareJob(ctx, parent, publish)
 }
 
-// aggregateJob is aggregateParent for a parent row already read. A row a
+// prepareJob is prepareParent for a parent row already read. A row a
 // moment old is safe: the advance is a compare-and-set from accepted, so
 // a parent advanced meanwhile is left alone.
-func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish publishFunc) error {
-	write, err := e.prepareJob(ctx, parent, publish)
-	if err != nil || write == nil {
-		return err
-	}
-	return write()
-}
-
-// prepareJob is aggregateJob up to its writes (prepareParent).
 func (e *Engine) prepareJob(ctx context.Context, parent *job.Job, publish publishFunc) (write func() error, err error) {
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil {
@@ -627,21 +618,13 @@ func (e *Engine) prepareJob(ctx context.Context, parent *job.Job, publish publis
 	return e.prepareWith(ctx, k, parent, parts, publish), nil
 }
 
-// aggregateWith is aggregateJob for an accepted parent of kind k whose
-// parts were read too (the sweep reads a page's parts at once). Parts
+// prepareWith is prepareJob for an accepted parent of kind k whose parts
+// were read too (the sweep reads a page's parts at once): it runs the
+// aggregator and returns the parent's advance and publication, or nil
+// when the aggregator decided nothing (or a part is not final). Parts
 // read a moment ago are as safe as the row: a parent whose last part
 // finished meanwhile waits for the next pass or its wake-up, and one
 // advanced meanwhile is left alone by the compare-and-set.
-func (e *Engine) aggregateWith(ctx context.Context, k Kind, parent *job.Job, parts []*job.Job, publish publishFunc) error {
-	if write := e.prepareWith(ctx, k, parent, parts, publish); write != nil {
-		return write()
-	}
-	return nil
-}
-
-// prepareWith is aggregateWith up to its writes: it runs the aggregator
-// and returns the parent's advance and publication, or nil when the
-// aggregator decided nothing (or a part is not final).
 func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts []*job.Job, publish publishFunc) (write func() error) {
 	if !allFinal(parts) {
 		return nil
