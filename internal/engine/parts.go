@@ -398,6 +398,7 @@ drain:
 // goroutines (docs/benchmarks.md, "Session 21 (s21h4)").
 func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 	writes := make([]func() error, 0, len(ws))
+	ids := make([]string, 0, len(ws)) // writes[i] is parent ids[i]'s
 	for _, w := range ws {
 		start := e.cfg.Now()
 		e.stages.observe(job.LaneBatch, stAggregateWait, start.Sub(w.at))
@@ -409,6 +410,7 @@ func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 			e.stages.observe(job.LaneBatch, stAggregate, e.cfg.Now().Sub(start))
 			continue
 		}
+		ids = append(ids, w.id)
 		writes = append(writes, func() error {
 			defer func() { e.stages.observe(job.LaneBatch, stAggregate, e.cfg.Now().Sub(start)) }()
 			return write()
@@ -416,7 +418,7 @@ func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 	}
 	for i, err := range writeTogether(writes) {
 		if err != nil && ctx.Err() == nil {
-			e.log.Warn("aggregation failed; the sweep will retry", "job_id", ws[i].id, "err", err)
+			e.log.Warn("aggregation failed; the sweep will retry", "job_id", ids[i], "err", err)
 		}
 	}
 }
