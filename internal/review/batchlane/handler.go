@@ -477,13 +477,14 @@ func (p *pass) inputKind() string {
 	return pipeline.ObjectPart
 }
 
-// prefetch reads the input objects of items in a few statements (Store.GetObjects), for part and extraction to
-// take: one GetObject per item made a chunk's pass a thousand statements
-// in a row, each with the cancellation watchers the SQL drivers start per
-// statement (two goroutines), and those queued by the hundred in the run
-// queues the interactive lane's goroutines wait in (docs/benchmarks.md,
-// "Session 21 (s21h4)"). An extraction item naming another batch's object
-// is left out: extraction refuses it unread.
+// prefetch reads the input objects of items in a few statements
+// (Store.GetObjects), for part and extraction to take: one GetObject per
+// item made a chunk's pass a thousand statements in a row, each with the
+// cancellation watchers the SQL drivers start per statement (two
+// goroutines), and those queued by the hundred in the run queues the
+// interactive lane's goroutines wait in (docs/benchmarks.md, "Session 21
+// (s21h4)"). An extraction item naming another batch's object is left
+// out: extraction refuses it unread.
 func (p *pass) prefetch(ctx context.Context, items []store.BatchItem) error {
 	ids := make([]string, 0, len(items))
 	for _, it := range items {
