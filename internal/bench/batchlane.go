@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,6 +295,16 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}
 	baseRun.add(&r, "baseline")
 	sweepRun.add(&r, "sweep")
+	if len(base) > 0 && sweepRun.created > 0 {
+		// Load-independent: each goroutine created waits in a run queue
+		// at least once, beside the interactive reviews' (a sweep's
+		// per-statement watchers were most of its runnable spikes:
+		// docs/benchmarks.md, "Session 21 (s21h4)").
+		perReview := float64(baseRun.created) / float64(len(base))
+		r.add("sweep_goroutines_created_per_file", (float64(sweepRun.created)-perReview*float64(len(under)))/float64(plan.Files),
+			"goroutines created per sweep file (the interactive reviews' share at the baseline's rate removed)")
+		r.add("baseline_goroutines_created_per_review", perReview, "goroutines created per interactive review, baseline")
+	}
 	// CPU: the process's user + system seconds in each phase (much less
 	// sensitive to the machine's load than latency), and the sweep's share
 	// beyond the interactive reviews' at the baseline's rate.
@@ -624,11 +635,18 @@ func joinFailures(errs []error) error {
 }
 
 // schedSample is the scheduler's goroutine counts over a phase, sampled
-// every 10 ms: those running on a CPU and those runnable, waiting for one.
+// every 10 ms: those running on a CPU and those runnable, waiting for one;
+// and the goroutines the process created in the phase.
 type schedSample struct {
 	n                     int
 	running, runnable     float64 // sums
 	mostRunning, mostRunn uint64
+	// runn are the runnable counts sampled, for their quantiles.
+	runn []uint64
+	// created counts goroutines created between the phase's start and end
+	// (/sched/goroutines-created), a count independent of the machine's
+	// load: every one is put in a run queue at least once.
+	created uint64
 }
 
 // sampleSched samples the process's running and runnable goroutines
@@ -636,6 +654,15 @@ type schedSample struct {
 // samples.
 func sampleSched() (stop func() schedSample) {
 	done, out := make(chan struct{}), make(chan schedSample)
+	created := func() uint64 {
+		m := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		metrics.Read(m)
+		if m[0].Value.Kind() != metrics.KindUint64 {
+			return 0 // not known to this runtime
+		}
+		return m[0].Value.Uint64()
+	}
+	created0 := created()
 	go func() {
 		ms := []metrics.Sample{{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -644,6 +671,7 @@ func sampleSched() (stop func() schedSample) {
 		for {
 			select {
 			case <-done:
+				s.created = created() - created0
 				out <- s
 				return
 			case <-tick.C:
@@ -657,12 +685,23 @@ func sampleSched() (stop func() schedSample) {
 			s.running += float64(run)
 			s.runnable += float64(runn)
 			s.mostRunning, s.mostRunn = max(s.mostRunning, run), max(s.mostRunn, runn)
+			s.runn = append(s.runn, runn)
 		}
 	}()
 	return func() schedSample {
 		close(done)
 		return <-out
 	}
+}
+
+// runnableQuantile is the q quantile of the runnable counts sampled.
+func (s schedSample) runnableQuantile(q float64) float64 {
+	if len(s.runn) == 0 {
+		return 0
+	}
+	v := slices.Clone(s.runn)
+	slices.Sort(v)
+	return float64(v[min(len(v)-1, int(q*float64(len(v))))])
 }
 
 // add reports the samples of phase in r.
@@ -672,5 +711,7 @@ func (s schedSample) add(r *Result, phase string) {
 	}
 	r.add(phase+"_goroutines_running_mean", s.running/float64(s.n), "goroutines on a CPU, sampled every 10 ms (runtime/metrics)")
 	r.add(phase+"_goroutines_runnable_mean", s.runnable/float64(s.n), "goroutines waiting for a CPU, sampled every 10 ms")
+	r.add(phase+"_goroutines_runnable_p99", s.runnableQuantile(0.99), "goroutines waiting for a CPU, p99 of the samples")
 	r.add(phase+"_goroutines_runnable_max", float64(s.mostRunn), "goroutines waiting for a CPU, most in one sample")
+	r.add(phase+"_goroutines_created", float64(s.created), "goroutines created in the phase (/sched/goroutines-created)")
 }

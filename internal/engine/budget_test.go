@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -88,12 +89,16 @@ func budgetEngine(t *testing.T, w *budgetWork, pieces int) (*engine.Engine, stri
 // TestBatchBudgetWhileInteractiveInFlight: with an interactive handler
 // running (Config.BatchPieces 1), five batch-lane parents woken together
 // are one piece of batch-lane work: their group holds one turn and all
-// five are aggregated under it, so that their advances share the store's
-// commits (until session 20 each took a turn of its own and they ran one
-// at a time, each advance its own transaction). Each parent is published
-// in its group's turn too (the first one, a group of its own, before the
-// five start), so nothing waits for a turn. In simulated time:
-// synctest.Wait lets every goroutine that can run do so before each check.
+// five are aggregated under it, one after the other by the group's
+// goroutine (its CPU work never more than one goroutine's), and their
+// advances and publications are written together after, so that they
+// share the store's commits (until session 20 each took a turn of its own
+// and they ran one at a time, each advance its own transaction; in
+// session 20 the five aggregated concurrently under the one turn). Each
+// parent is published in its group's turn (the first one, a group of its
+// own, before the five start), so nothing waits for a turn. In simulated
+// time: synctest.Wait lets every goroutine that can run do so before each
+// check.
 func TestBatchBudgetWhileInteractiveInFlight(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -104,26 +109,34 @@ func TestBatchBudgetWhileInteractiveInFlight(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		synctest.Wait()
 		running, waiting, interactive := engine.BudgetState(e)
-		if got := w.started.Load() - 1; got != 5 || running != 1 || waiting != 0 || interactive != 1 {
-			t.Fatalf("with an interactive handler running: %d batch aggregations started, budget running %d waiting %d interactive %d; want 5, 1, 0, 1",
+		if got := w.started.Load() - 1; got != 1 || running != 1 || waiting != 0 || interactive != 1 {
+			t.Fatalf("with an interactive handler running: %d of the group's aggregations started, budget running %d waiting %d interactive %d; want 1, 1, 0, 1",
 				got, running, waiting, interactive)
 		}
 		if j, err := e.Jobs().Store().Get(context.Background(), first); err != nil || j.State != job.StatePublished {
 			t.Fatalf("first parent %+v (%v): want published in its own group's turn", j, err)
 		}
 
-		// One aggregation of the group ends: the turn stays with the
-		// group, which publishes that parent in it.
+		// Each aggregation that ends lets the group's next one start; the
+		// turn stays with the group and nothing is written before the
+		// group's last parent is aggregated.
+		for i := 2; i <= 5; i++ {
+			w.batchGo <- struct{}{}
+			synctest.Wait()
+			if got := w.started.Load() - 1; got != int64(i) {
+				t.Fatalf("after %d of the group's aggregations ended: %d started; want %d", i-1, got, i)
+			}
+			// One published: the first group's, nothing of this group's yet.
+			wantBudget(t, e, fmt.Sprintf("after %d of the group's aggregations ended", i-1), 1, 1)
+		}
+
+		// The last ends: the group writes, publishes and gives its turn back.
 		w.batchGo <- struct{}{}
 		synctest.Wait()
-		wantBudget(t, e, "after the first group and one of the second's aggregations ended", 1, 2)
-
-		// The rest end: the group gives its turn back, every parent published.
-		for range 4 {
-			w.batchGo <- struct{}{}
-		}
-		synctest.Wait()
 		wantBudget(t, e, "after both groups ended", 0, 6)
+		if m := w.most.Load(); m != 1 {
+			t.Fatalf("%d batch aggregations ran at once; want 1", m)
+		}
 		if c := e.BudgetCounts(); c.Passed+c.Held < 2 {
 			t.Fatalf("budget counts %+v, want the two groups' turns at least", c)
 		}
@@ -145,7 +158,10 @@ func wantBudget(t *testing.T, e *engine.Engine, when string, running, published 
 }
 
 // TestBatchBudgetOff: BatchPieces negative leaves batch work unbounded
-// while interactive work runs (the behaviour before the budget).
+// while interactive work runs (the behaviour before the budget): the
+// group starts beside the interactive handler without a turn, and nothing
+// is counted. (Its aggregations still run one after the other: that is
+// the group's shape, not the budget's.)
 func TestBatchBudgetOff(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -153,8 +169,8 @@ func TestBatchBudgetOff(t *testing.T) {
 		defer w.releaseInteractive()
 		defer close(w.batchGo)
 		e, _ := budgetEngine(t, w, -1)
-		if got := w.running.Load(); got != 5 {
-			t.Fatalf("budget off: %d batch aggregations running beside the interactive handler, want 5", got)
+		if got := w.running.Load(); got != 1 {
+			t.Fatalf("budget off: %d batch aggregations running beside the interactive handler, want 1", got)
 		}
 		if c := e.BudgetCounts(); c.Passed != 0 || c.Held != 0 {
 			t.Fatalf("budget off counted %+v, want nothing", c)

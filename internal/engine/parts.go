@@ -373,32 +373,82 @@ drain:
 		// (docs/benchmarks.md, "Session 20 (s20h5)").
 		end := e.batchPiece(ctx)
 		defer end()
-		ctx = withTurnHeld(ctx)
+		e.aggregateBatchGroup(withTurnHeld(ctx), ws)
+		return
 	}
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if lane != job.LaneBatch {
-				defer e.interactiveWork()()
-			}
+			defer e.interactiveWork()()
 			e.aggregateWoken(ctx, w, lane)
 		}()
 	}
 	wg.Wait()
 }
 
-// aggregateWoken aggregates a woken parent of lane, timing its wait and
-// its aggregation.
+// aggregateBatchGroup aggregates a woken batch group under its turn: this
+// goroutine reads and aggregates its parents one after the other (the
+// group's CPU work), and only their writes (advance, publication) run
+// concurrently, so that they reach the store's writer together and share
+// its commits. A goroutine per parent for all of it put the group's 32
+// aggregations on the run queues at once, both cores' worth of batch work
+// under the governor's one turn, ahead of the interactive lane's
+// goroutines (docs/benchmarks.md, "Session 21 (s21h4)").
+func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
+	writes := make([]func() error, 0, len(ws))
+	ids := make([]string, 0, len(ws)) // writes[i] is parent ids[i]'s
+	for _, w := range ws {
+		start := e.cfg.Now()
+		e.stages.observe(job.LaneBatch, stAggregateWait, start.Sub(w.at))
+		write, err := e.prepareParent(ctx, w.id, e.publishInline) // publishInline: see batchPublishInline
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
+		}
+		if write == nil {
+			e.stages.observe(job.LaneBatch, stAggregate, e.cfg.Now().Sub(start))
+			continue
+		}
+		ids = append(ids, w.id)
+		writes = append(writes, func() error {
+			defer func() { e.stages.observe(job.LaneBatch, stAggregate, e.cfg.Now().Sub(start)) }()
+			return write()
+		})
+	}
+	for i, err := range writeTogether(writes) {
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("aggregation failed; the sweep will retry", "job_id", ids[i], "err", err)
+		}
+	}
+}
+
+// writeTogether runs writes concurrently and returns their errors, in
+// order: the writes of a group of parents (advances, publications) reach
+// a single-writer store together and share its commits, where one after
+// the other each was a transaction of its own. Each mostly waits for the
+// store's writer; the group's CPU work is done before, by its caller.
+func writeTogether(writes []func() error) []error {
+	errs := make([]error, len(writes))
+	var wg sync.WaitGroup
+	for i, w := range writes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w()
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// aggregateWoken aggregates a woken interactive parent, timing its wait
+// and its aggregation; its publication goes to the pool (a batch group's
+// are inline: aggregateBatchGroup).
 func (e *Engine) aggregateWoken(ctx context.Context, w parentWake, lane job.Lane) {
 	start := e.cfg.Now()
 	e.stages.observe(lane, stAggregateWait, start.Sub(w.at))
-	publish := e.publishQueued
-	if lane == job.LaneBatch {
-		publish = e.publishInline // in the group's turn, beside its other parents' (batchPublishInline)
-	}
-	if err := e.aggregateParent(ctx, w.id, publish); err != nil && ctx.Err() == nil {
+	if err := e.aggregateParent(ctx, w.id, e.publishQueued); err != nil && ctx.Err() == nil {
 		e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
 	}
 	e.stages.observe(lane, stAggregate, e.cfg.Now().Sub(start))
@@ -443,7 +493,7 @@ const sweepYieldEvery = 32
 // (nor per ready one: a batch review has none): with 10,000 batch-lane reviews
 // waiting on their items, those reads were 28 % of the batch-isolation
 // run's CPU (docs/benchmarks.md, "Session 15 (s15h1)"). A parent left out
-// would only have been read and left accepted (aggregateJob's allFinal, or
+// would only have been read and left accepted (prepareWith's allFinal, or
 // a batch review's aggregator returning ClassPending on an open item), so
 // what a pass decides is unchanged; a parent whose last part finished is
 // listed by the next pass, which is all the sweep guarantees for a lost
@@ -491,23 +541,21 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 	return nil
 }
 
-// aggregateStretch aggregates a sweep stretch's parents concurrently, as
-// a woken group's are (aggregateGroup), and returns their errors joined:
-// their advances and publications reach the store's writer together and
-// share its commits. One at a time, each advance of a sweep was its own
-// transaction (docs/benchmarks.md, "Session 20 (s20h5)").
+// aggregateStretch aggregates a sweep stretch's parents as a woken batch
+// group's (aggregateBatchGroup): one after the other in this goroutine,
+// their writes together, so that their advances and publications share
+// the store writer's commits (one at a time, each advance of a sweep was
+// its own transaction: docs/benchmarks.md, "Session 20 (s20h5)") while
+// the stretch's CPU work stays on one goroutine ("Session 21 (s21h4)").
+// It returns their errors joined.
 func (e *Engine) aggregateStretch(ctx context.Context, k Kind, js []*job.Job, parts map[string][]*job.Job, publish publishFunc) error {
-	errs := make([]error, len(js))
-	var wg sync.WaitGroup
-	for i, j := range js {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = e.aggregateWith(ctx, k, j, parts[j.ID], publish)
-		}()
+	writes := make([]func() error, 0, len(js))
+	for _, j := range js {
+		if w := e.prepareWith(ctx, k, j, parts[j.ID], publish); w != nil {
+			writes = append(writes, w)
+		}
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(writeTogether(writes)...)
 }
 
 // AggregateParent aggregates parent id when it is an accepted job of one
@@ -530,43 +578,56 @@ func (e *Engine) publishInline(ctx context.Context, id string, _ job.Lane) { e.p
 // aggregateParent is AggregateParent handing a validated parent to
 // publish: the engine's publish (inline) or publishQueued (the pool).
 func (e *Engine) aggregateParent(ctx context.Context, id string, publish publishFunc) error {
-	parent, err := e.cfg.Store.Get(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	} else if err != nil {
+	write, err := e.prepareParent(ctx, id, publish)
+	if err != nil || write == nil {
 		return err
 	}
-	return e.aggregateJob(ctx, parent, publish)
+	return write()
 }
 
-// aggregateJob is aggregateParent for a parent row already read. A row a
+// prepareParent is aggregateParent up to its writes: it reads parent id
+// and its parts and aggregates them, and returns what is left to do (the
+// parent's advance and publication, or only the publication of one found
+// validated), nil when nothing is (see prepareJob).
+func (e *Engine) prepareParent(ctx context.Context, id string, publish publishFunc) (write func() error, err error) {
+	parent, err := e.cfg.Store.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	return e.prepareJob(ctx, parent, publish)
+}
+
+// prepareJob is prepareParent for a parent row already read. A row a
 // moment old is safe: the advance is a compare-and-set from accepted, so
 // a parent advanced meanwhile is left alone.
-func (e *Engine) aggregateJob(ctx context.Context, parent *job.Job, publish publishFunc) error {
+func (e *Engine) prepareJob(ctx context.Context, parent *job.Job, publish publishFunc) (write func() error, err error) {
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil {
-		return nil
+		return nil, nil
 	}
 	if parent.State == job.StateValidated { // a crash came between the advance and the publication
-		publish(ctx, parent.ID, parent.Lane)
-		return nil
+		return func() error { publish(ctx, parent.ID, parent.Lane); return nil }, nil
 	}
 	if parent.State != job.StateAccepted {
-		return nil
+		return nil, nil
 	}
 	parts, err := e.jobs.Parts(ctx, parent, k.PartKinds)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return e.aggregateWith(ctx, k, parent, parts, publish)
+	return e.prepareWith(ctx, k, parent, parts, publish), nil
 }
 
-// aggregateWith is aggregateJob for an accepted parent of kind k whose
-// parts were read too (the sweep reads a page's parts at once). Parts
+// prepareWith is prepareJob for an accepted parent of kind k whose parts
+// were read too (the sweep reads a page's parts at once): it runs the
+// aggregator and returns the parent's advance and publication, or nil
+// when the aggregator decided nothing (or a part is not final). Parts
 // read a moment ago are as safe as the row: a parent whose last part
 // finished meanwhile waits for the next pass or its wake-up, and one
 // advanced meanwhile is left alone by the compare-and-set.
-func (e *Engine) aggregateWith(ctx context.Context, k Kind, parent *job.Job, parts []*job.Job, publish publishFunc) error {
+func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts []*job.Job, publish publishFunc) (write func() error) {
 	if !allFinal(parts) {
 		return nil
 	}
@@ -584,17 +645,19 @@ func (e *Engine) aggregateWith(ctx context.Context, k Kind, parent *job.Job, par
 			"outcome", o.Class, "err", o.Err)
 		return nil
 	}
-	j, err := e.jobs.Advance(ctx, p)
-	if errors.Is(err, store.ErrConflict) {
-		return nil // another engine advanced it, or it was cancelled
-	} else if err != nil {
-		return err
+	return func() error {
+		j, err := e.jobs.Advance(ctx, p)
+		if errors.Is(err, store.ErrConflict) {
+			return nil // another engine advanced it, or it was cancelled
+		} else if err != nil {
+			return err
+		}
+		e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(parts), "state", j.State)
+		if j.State == job.StateValidated {
+			publish(ctx, j.ID, j.Lane)
+		}
+		return nil
 	}
-	e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(parts), "state", j.State)
-	if j.State == job.StateValidated {
-		publish(ctx, j.ID, j.Lane)
-	}
-	return nil
 }
 
 // aggregate calls the kind's aggregator, turning a panic into a transient

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -317,6 +318,39 @@ func (r SQLReads) GetObject(ctx context.Context, kind, id string) (Object, error
 	o, err := readOne(ctx, r, NewQuery(`SELECT id, body, updated_at FROM objects WHERE kind = ? AND id = ?`, kind, id), scanObject(kind))
 	o.Kind, o.ID = kind, id
 	return o, err
+}
+
+// getObjectsPage is the most ids one GetObjects statement names.
+const getObjectsPage = 256
+
+// GetObjects returns the documents of kind among ids, by id
+// (Store.GetObjects). Each statement names a power of two of ids (the last
+// one repeated to fill it), at most getObjectsPage, so the texts a driver
+// prepares are a few shapes, not one per count.
+func (r SQLReads) GetObjects(ctx context.Context, kind string, ids []string) (map[string]Object, error) {
+	out := make(map[string]Object, len(ids))
+	for len(ids) > 0 {
+		page := ids[:min(len(ids), getObjectsPage)]
+		ids = ids[len(page):]
+		n := 1
+		for n < len(page) {
+			n *= 2
+		}
+		args := make([]any, 0, n+1)
+		args = append(args, kind)
+		for i := range n {
+			args = append(args, page[min(i, len(page)-1)])
+		}
+		q := NewQuery(`SELECT id, body, updated_at FROM objects WHERE kind = ? AND id IN (?`+strings.Repeat(`, ?`, n-1)+`)`, args...)
+		os, err := readAll(ctx, r, q, scanObject(kind))
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range os {
+			out[o.ID] = o
+		}
+	}
+	return out, nil
 }
 
 // ListObjects returns documents of a kind in id order, after the id

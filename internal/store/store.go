@@ -165,6 +165,15 @@ type Store interface {
 	PutObjectIf(ctx context.Context, o Object, prev []byte) error
 	// GetObject returns one document or ErrNotFound.
 	GetObject(ctx context.Context, kind, id string) (Object, error)
+	// GetObjects returns the documents of kind among ids, by id, in few
+	// statements; an id with no document is absent from the map (no
+	// error), and an id named twice is read once. A batch pass reads a
+	// chunk's thousand part objects with it: one GetObject each was a
+	// thousand statements in a row, each with its own cancellation
+	// watchers, and those goroutines flooded the run queues the
+	// interactive lane's goroutines wait in (docs/benchmarks.md,
+	// "Session 21 (s21h4)").
+	GetObjects(ctx context.Context, kind string, ids []string) (map[string]Object, error)
 	// ListObjects returns up to limit documents of a kind with ids after
 	// after, in id order; limit pages as List's (PageSize).
 	ListObjects(ctx context.Context, kind, after string, limit int) ([]Object, error)

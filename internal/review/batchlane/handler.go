@@ -157,6 +157,9 @@ type pass struct {
 	// rather than reading each part object and building its prompt again
 	// (docs/benchmarks.md, "Session 15 (s15h2)").
 	built map[string]llmbatch.Item
+	// inputs are input objects read ahead (prefetch), by object id, until
+	// an item's part or extraction takes its own; a nil value: none stored.
+	inputs map[string]*store.Object
 }
 
 func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outcome {
@@ -394,6 +397,15 @@ func (p *pass) runSubmit(ctx context.Context) error {
 func (p *pass) plan(ctx context.Context, pending []store.BatchItem, existing int) error {
 	reqs := make([]llmbatch.Item, 0, len(pending))
 	byID := make(map[string]store.BatchItem, len(pending))
+	unbuilt := make([]store.BatchItem, 0, len(pending))
+	for _, it := range pending {
+		if _, ok := p.built[it.CustomID]; !ok {
+			unbuilt = append(unbuilt, it)
+		}
+	}
+	if err := p.prefetch(ctx, unbuilt); err != nil {
+		return err
+	}
 	for _, it := range pending {
 		r, err := p.request(ctx, it)
 		if err != nil {
@@ -444,7 +456,7 @@ var errBadItem = errors.New("bad part object")
 
 // part loads and parses an item's part text.
 func (p *pass) part(ctx context.Context, it store.BatchItem) (*diff.Diff, error) {
-	obj, err := p.h.cfg.Store.GetObject(ctx, pipeline.ObjectPart, it.ObjectID)
+	obj, err := p.input(ctx, pipeline.ObjectPart, it.ObjectID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errBadItem
 	} else if err != nil {
@@ -455,6 +467,63 @@ func (p *pass) part(ctx context.Context, it store.BatchItem) (*diff.Diff, error)
 		return nil, errBadItem
 	}
 	return d, nil
+}
+
+// inputKind is the kind of the pass's items' input objects.
+func (p *pass) inputKind() string {
+	if p.sum.Extracting() {
+		return ObjectExtraction
+	}
+	return pipeline.ObjectPart
+}
+
+// prefetch reads the input objects of items in a few statements
+// (Store.GetObjects), for part and extraction to take: one GetObject per
+// item made a chunk's pass a thousand statements in a row, each with the
+// cancellation watchers the SQL drivers start per statement (two
+// goroutines), and those queued by the hundred in the run queues the
+// interactive lane's goroutines wait in (docs/benchmarks.md, "Session 21
+// (s21h4)"). An extraction item naming another batch's object is left
+// out: extraction refuses it unread.
+func (p *pass) prefetch(ctx context.Context, items []store.BatchItem) error {
+	ids := make([]string, 0, len(items))
+	for _, it := range items {
+		if p.sum.Extracting() && it.ObjectID != p.b.ID+"/"+it.CustomID {
+			continue
+		}
+		ids = append(ids, it.ObjectID)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	got, err := p.h.cfg.Store.GetObjects(ctx, p.inputKind(), ids)
+	if err != nil {
+		return err
+	}
+	if p.inputs == nil {
+		p.inputs = make(map[string]*store.Object, len(ids))
+	}
+	for _, id := range ids {
+		if o, ok := got[id]; ok {
+			p.inputs[id] = &o
+		} else {
+			p.inputs[id] = nil
+		}
+	}
+	return nil
+}
+
+// input returns an item's input object of kind: the one prefetch read
+// (once: it is then forgotten), or one read of its own.
+func (p *pass) input(ctx context.Context, kind, id string) (store.Object, error) {
+	if o, ok := p.inputs[id]; ok && kind == p.inputKind() {
+		delete(p.inputs, id)
+		if o == nil {
+			return store.Object{}, store.ErrNotFound
+		}
+		return *o, nil
+	}
+	return p.h.cfg.Store.GetObject(ctx, kind, id)
 }
 
 // request builds an item's provider request: the same prompt and the same
@@ -592,6 +661,17 @@ func (p *pass) requests(ctx context.Context, c llmbatch.Chunk, items map[string]
 	if a := c.Next(p.now, p.e.Batch.NeedsUpload()); a != llmbatch.ActionUpload && a != llmbatch.ActionCreate {
 		return nil, nil
 	}
+	var unbuilt []store.BatchItem // a chunk planned by an earlier pass
+	for _, id := range c.CustomIDs {
+		if _, built := p.built[id]; !built {
+			if it, ok := items[id]; ok {
+				unbuilt = append(unbuilt, it)
+			}
+		}
+	}
+	if err := p.prefetch(ctx, unbuilt); err != nil {
+		return nil, err
+	}
 	reqs := make([]llmbatch.Item, 0, len(c.CustomIDs))
 	for _, id := range c.CustomIDs {
 		it, ok := items[id]
@@ -642,6 +722,15 @@ func (s *sink) Deliver(ctx context.Context, c llmbatch.Chunk, rep llmbatch.Repor
 	p.h.stage(StageDownloaded)
 	overdue := p.now.After(p.b.Deadline) && p.b.State != store.BatchCanceling
 	writes := make([]settlement, 0, len(s.items))
+	var answered []store.BatchItem // their answers are checked against their inputs
+	for _, o := range rep.Outcomes {
+		if it, ok := s.items[o.CustomID]; ok && o.Disposition == llmbatch.DispSucceeded {
+			answered = append(answered, it)
+		}
+	}
+	if err := p.prefetch(ctx, answered); err != nil {
+		return err
+	}
 	for _, o := range rep.Outcomes {
 		it, ok := s.items[o.CustomID]
 		if !ok {
@@ -719,7 +808,7 @@ func (p *pass) extraction(ctx context.Context, it store.BatchItem) (extractionOb
 	if it.ObjectID != p.b.ID+"/"+it.CustomID {
 		return x, errBadItem
 	}
-	obj, err := p.h.cfg.Store.GetObject(ctx, ObjectExtraction, it.ObjectID)
+	obj, err := p.input(ctx, ObjectExtraction, it.ObjectID)
 	if errors.Is(err, store.ErrNotFound) {
 		return x, errBadItem
 	} else if err != nil {

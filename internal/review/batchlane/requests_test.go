@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/llmbatch"
 	"github.com/ratelane/ratelane/internal/review/pipeline"
 	"github.com/ratelane/ratelane/internal/review/provider"
@@ -15,26 +16,33 @@ import (
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 )
 
-// objectReads counts the part objects read through its store.
+// objectReads counts the part objects read through its store (n), and
+// the store calls that read them (calls: one per GetObject, one per
+// GetObjects).
 type objectReads struct {
 	store.Store
-	n atomic.Int64
+	n, calls atomic.Int64
 }
 
 func (s *objectReads) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
 	s.n.Add(1)
+	s.calls.Add(1)
 	return s.Store.GetObject(ctx, kind, id)
 }
 
-// TestSubmitReadsEachPartOnce runs the first submit pass of a batch on
-// the OpenAI batch simulator: it plans the pending items into a chunk and
-// uploads it in the same pass. Each item's part object is read (and its
-// prompt built) once: the upload reuses the request plan built to size
-// the chunk. Before, the pass read every part object twice.
-func TestSubmitReadsEachPartOnce(t *testing.T) {
-	t.Parallel()
+func (s *objectReads) GetObjects(ctx context.Context, kind string, ids []string) (map[string]store.Object, error) {
+	s.n.Add(int64(len(ids)))
+	s.calls.Add(1)
+	return s.Store.GetObjects(ctx, kind, ids)
+}
+
+// countedBatch stores a batch of n one-file reviews for the OpenAI batch
+// simulator sim (made with cfg) and returns its plan and a handler whose
+// store counts the part objects read (reads), on clock now.
+func countedBatch(t *testing.T, cfg batchsim.Config, id string, n int, now func() time.Time) (Plan, *Handler, *objectReads) {
+	t.Helper()
 	ctx := context.Background()
-	sim, err := batchsim.New(batchsim.Config{ValidateFor: time.Hour, ProcessFor: time.Hour})
+	sim, err := batchsim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,16 +54,14 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _, _ := storeWithBatch(t, 1)
-	now := time.Now()
-	const reviews = 5
 	var rs []Review
-	for i := range reviews {
+	for i := range n {
 		rs = append(rs, Review{Repo: "acme/app", Change: "c", Diff: fmt.Appendf(nil,
 			"diff --git a/f%[1]d.go b/f%[1]d.go\nnew file mode 100644\n--- /dev/null\n+++ b/f%[1]d.go\n@@ -0,0 +1,1 @@\n+package f%[1]d\n", i),
 			Publish: pipeline.Publish{Kind: "none"}})
 	}
 	seq := 0
-	plan, err := NewPlan(Manifest{ID: "b-submit", Region: "us", Tenant: "acme", Profile: prof, Reviews: rs, Now: now},
+	plan, err := NewPlan(Manifest{ID: id, Region: "us", Tenant: "acme", Profile: prof, Reviews: rs, Now: now()},
 		func() string { seq++; return fmt.Sprintf("id-%d", seq) })
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +74,23 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 	}
 	reads := &objectReads{Store: st}
 	h := NewHandler(Config{Region: "us", Store: reads, Providers: map[string]Entry{prof.Name: {Profile: prof, Batch: bp}},
-		Wake: func(string) {}, Now: func() time.Time { return now }})
+		Wake: func(string) {}, Now: now})
+	return plan, h, reads
+}
+
+// TestSubmitReadsEachPartOnce runs the first submit pass of a batch on
+// the OpenAI batch simulator: it plans the pending items into a chunk and
+// uploads it in the same pass. Each item's part object is read (and its
+// prompt built) once: the upload reuses the request plan built to size
+// the chunk. Before, the pass read every part object twice. And the
+// pass reads them in one store call (Store.GetObjects), not one each.
+func TestSubmitReadsEachPartOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now()
+	plan, h, reads := countedBatch(t, batchsim.Config{ValidateFor: time.Hour, ProcessFor: time.Hour}, "b-submit", 5,
+		func() time.Time { return now })
+	st := reads.Store
 	submit := plan.Jobs[0]
 	if submit.Kind != KindSubmit {
 		t.Fatalf("plan's first job is %s, want the submit driver", submit.Kind)
@@ -87,5 +109,50 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 	}
 	if got := reads.n.Load(); got != int64(len(plan.Items)) {
 		t.Fatalf("the pass read %d part objects for %d items; want each once", got, len(plan.Items))
+	}
+	if got := reads.calls.Load(); got != 1 {
+		t.Fatalf("the pass read its %d part objects in %d store calls; want 1", len(plan.Items), got)
+	}
+}
+
+// TestCollectReadsPartsInOneCall runs a batch through the OpenAI batch
+// simulator (on a manual clock) to its results: the collect pass that
+// checks every answer against its part reads the chunk's part objects in
+// one store call, not one GetObject per item (each a statement with its
+// own cancellation watchers: docs/benchmarks.md, "Session 21 (s21h4)").
+func TestCollectReadsPartsInOneCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := batchsim.NewClock(time.Now())
+	const reviews = 40
+	plan, h, reads := countedBatch(t, batchsim.Config{ValidateFor: time.Second, ProcessFor: time.Second, FinalizeFor: time.Second,
+		Now: clock.Now}, "b-collect", reviews, clock.Now)
+	st := reads.Store
+	h.HandleSubmit(ctx, plan.Jobs[0])
+	reads.n.Store(0)
+	reads.calls.Store(0)
+	collect := plan.Jobs[1]
+	if collect.Kind != KindCollect {
+		t.Fatalf("plan's second job is %s, want the collect driver", collect.Kind)
+	}
+	for pass := 0; ; pass++ {
+		if pass == 20 {
+			t.Fatal("the batch did not finish in 20 collect passes")
+		}
+		o := h.HandleCollect(ctx, collect)
+		if o.Class == job.ClassSuccess {
+			break
+		}
+		clock.Advance(max(o.RetryAfter, time.Second)) // when the pass asked to run again
+	}
+	b, err := st.GetBatch(ctx, plan.Batch.ID)
+	if err != nil || b.Counts.Succeeded != reviews {
+		t.Fatalf("batch counts %+v, %v; want %d succeeded", b.Counts, err, reviews)
+	}
+	if got := reads.n.Load(); got != reviews {
+		t.Fatalf("the collect passes read %d part objects for %d answers; want each once", got, reviews)
+	}
+	if got := reads.calls.Load(); got != 1 {
+		t.Fatalf("the collect passes read the %d part objects in %d store calls; want 1", reviews, got)
 	}
 }

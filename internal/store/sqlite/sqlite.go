@@ -31,6 +31,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -413,9 +414,27 @@ func (s *Store) readStmt(query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// readContext is the context a read runs with. A batch-lane read (the
+// lane store.WithLane marks) runs without ctx's cancellation, once ctx is
+// seen not to be done: database/sql and modernc.org/sqlite each start a
+// goroutine per statement run with a context that can end, to watch it,
+// and a batch pass's thousands of short reads in a row put those watchers
+// in the run queues by the hundred, ahead of the interactive lane's
+// goroutines (docs/benchmarks.md, "Session 21 (s21h4)"). What it gives up
+// is interrupting a read already running, or waiting for a reader, when
+// ctx ends: a read of the pool is a bounded page or a lookup by key, over
+// in milliseconds. Interactive reads keep their cancellation.
+func readContext(ctx context.Context) context.Context {
+	if store.LaneOf(ctx) == job.LaneBatch && ctx.Err() == nil {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
+}
+
 // readQuery runs query on the read pool through its prepared statement
 // (readStmt), so that a listing run again is not parsed again.
 func (s *Store) readQuery(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx = readContext(ctx)
 	st, err := s.readStmt(query)
 	if err != nil {
 		return nil, err
@@ -428,6 +447,7 @@ func (s *Store) readQuery(ctx context.Context, query string, args ...any) (*sql.
 
 // readRow is readQuery for one row.
 func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx = readContext(ctx)
 	st, err := s.readStmt(query)
 	if err != nil || st == nil {
 		return s.rdb.QueryRowContext(ctx, query, args...) // reports the same prepare error on Scan

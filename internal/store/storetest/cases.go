@@ -1348,6 +1348,55 @@ func testObjects(t *testing.T, open Opener) {
 	}
 }
 
+// testGetObjects: GetObjects reads the documents of one kind among many
+// ids (more than one statement's page, some named twice, some absent, one
+// of another kind only) and returns each present one once, as GetObject
+// would.
+func testGetObjects(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	var os []store.Object
+	for i := range 600 {
+		os = append(os, store.Object{Kind: "part", ID: fmt.Sprintf("p%03d", i), Body: []byte(fmt.Sprintf("body %d", i)), UpdatedAt: T0.Add(time.Duration(i) * time.Second)})
+	}
+	if err := s.PutObjects(ctx, os); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutObject(ctx, store.Object{Kind: "diff", ID: "d-only", Body: []byte("x"), UpdatedAt: T0}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := 0; i < 600; i += 2 {
+		ids = append(ids, fmt.Sprintf("p%03d", i))
+	}
+	ids = append(ids, "p000", "p598", "absent", "d-only") // twice, twice, none, another kind's
+	got, err := s.GetObjects(ctx, "part", ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 300 {
+		t.Fatalf("GetObjects returned %d documents, want 300", len(got))
+	}
+	for i := 0; i < 600; i += 2 {
+		id := fmt.Sprintf("p%03d", i)
+		o, ok := got[id]
+		if !ok || o.Kind != "part" || o.ID != id || string(o.Body) != fmt.Sprintf("body %d", i) || !o.UpdatedAt.Equal(T0.Add(time.Duration(i)*time.Second)) {
+			t.Fatalf("GetObjects[%s] = %+v, %v", id, o, ok)
+		}
+	}
+	for _, id := range []string{"absent", "d-only", "p001"} {
+		if _, ok := got[id]; ok {
+			t.Fatalf("GetObjects returned %s, which is not a part among the ids", id)
+		}
+	}
+	if got, err := s.GetObjects(ctx, "part", nil); err != nil || len(got) != 0 {
+		t.Fatalf("GetObjects of no ids = %v, %v", got, err)
+	}
+	if got, err := s.GetObjects(ctx, "part", []string{"p007"}); err != nil || string(got["p007"].Body) != "body 7" {
+		t.Fatalf("GetObjects of one id = %v, %v", got, err)
+	}
+}
+
 func testAdvance(t *testing.T, open Opener) {
 	s := open(t)
 	ctx := context.Background()

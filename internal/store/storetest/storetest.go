@@ -93,6 +93,7 @@ func Run(t *testing.T, open Opener) {
 		"FinishMixedPacing":     testFinishMixedPacing,
 		"EngineLeaseAdmits":     testEngineLeaseAdmits,
 		"Objects":               testObjects,
+		"GetObjects":            testGetObjects,
 		"Advance":               testAdvance,
 		"PartsParent":           testPartsParent,
 	}
