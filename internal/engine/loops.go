@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -24,7 +25,8 @@ func (e *Engine) finishLoop() {
 
 // gather takes the next finish batch from results: the first outcome
 // (waiting for it) and every one queued behind it, up to MaxBatch; false
-// once results is closed and empty. One finish loop gathers at a time
+// once results is closed and empty; when results is empty it yields the
+// processor once before it stops. One finish loop gathers at a time
 // while the others' finishes are in flight: when two loops waited on
 // results together, a burst of outcomes (the jobs of one lease, done at
 // once) was split between them, two finish transactions where one would
@@ -37,6 +39,7 @@ func (e *Engine) gather() ([]result, bool) {
 		return nil, false
 	}
 	batch := []result{first}
+	yielded := false
 	for len(batch) < e.cfg.MaxBatch {
 		select {
 		case r, ok := <-e.results:
@@ -45,7 +48,14 @@ func (e *Engine) gather() ([]result, bool) {
 			}
 			batch = append(batch, r)
 		default:
-			return batch, true
+			if yielded {
+				return batch, true
+			}
+			// Once, let the handlers that are about to send their
+			// outcomes run first: a burst's senders are runnable but
+			// not all have run when the first outcome arrives.
+			runtime.Gosched()
+			yielded = true
 		}
 	}
 	return batch, true
