@@ -193,7 +193,10 @@ type Config struct {
 	// mostly waiting (PostgreSQL: round trips and the WAL flush), 2
 	// overlaps them. Two finishes lock rows in one order, as two nodes'
 	// would, so nothing else changes. On a store with one writer (SQLite)
-	// the calls only queue behind it.
+	// the calls only queue behind it. One loop at a time takes the
+	// waiting outcomes into its batch (loops.go gather): the overlap is of
+	// the finish calls, not of the gathering, which split a burst of
+	// outcomes into two calls.
 	//
 	// Lease calls are one at a time whatever InFlight is: each asks for
 	// every free worker slot, and a second one beside it could only ask
