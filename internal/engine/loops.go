@@ -26,11 +26,12 @@ func (e *Engine) finishLoop() {
 // gather takes the next finish batch from results: the first outcome
 // (waiting for it) and every one queued behind it, up to MaxBatch; false
 // once results is closed and empty. Finding results empty, it yields the
-// processor once and looks again before it returns the batch. One finish loop gathers at a time
-// while the others' finishes are in flight: when two loops waited on
-// results together, a burst of outcomes (the jobs of one lease, done at
-// once) was split between them, two finish transactions where one would
-// do (docs/benchmarks.md, "Session 21 (s21h3)").
+// processor once and looks again before it returns the batch. One finish
+// loop gathers at a time while the others' finishes are in flight: when
+// two loops waited on results together, a burst of outcomes (the jobs of
+// one lease, done at once) was split between them, two finish
+// transactions where one would do (docs/benchmarks.md, "Session 21
+// (s21h3)").
 func (e *Engine) gather() ([]result, bool) {
 	e.gathering <- struct{}{}
 	defer func() { <-e.gathering }()
