@@ -194,7 +194,10 @@ type Config struct {
 	// mostly waiting (PostgreSQL: round trips and the WAL flush), 2
 	// overlaps them. Two finishes lock rows in one order, as two nodes'
 	// would, so nothing else changes. On a store with one writer (SQLite)
-	// the calls only queue behind it.
+	// the calls only queue behind it. One loop at a time takes the
+	// waiting outcomes into its batch (loops.go gather): the overlap is of
+	// the finish calls, not of the gathering, which split a burst of
+	// outcomes into two calls.
 	//
 	// Lease calls are one at a time whatever InFlight is: each asks for
 	// every free worker slot, and a second one beside it could only ask
@@ -307,14 +310,21 @@ type Engine struct {
 
 	jobs *Jobs // the region's one writer of job state
 
-	wake     chan struct{}
-	results  chan result
-	slots    chan struct{}
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	ctx      context.Context
-	cancel   context.CancelFunc
+	wake    chan struct{}
+	results chan result
+	// gathering (one token) is held by the finish loop that is taking
+	// outcomes from results into its batch (loops.go gather), so that
+	// with InFlight > 1 the loops do not split one burst of outcomes
+	// between them. A channel rather than a sync.Mutex: a goroutine
+	// waiting on a channel is durably blocked in a synctest bubble, one
+	// waiting on a mutex is not, and the bubble's clock would stand still.
+	gathering chan struct{}
+	slots     chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+	wg        sync.WaitGroup
+	ctx       context.Context
+	cancel    context.CancelFunc
 	// laneCtx is ctx marked with each lane, [0] interactive and [1]
 	// batch (see laneContext); set with ctx in Start.
 	laneCtx [2]context.Context
@@ -437,16 +447,17 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("region", cfg.Region),
-		yield:   newYieldGate(cfg.BatchYieldMax),
-		budget:  newBatchBudget(cfg.BatchPieces, cfg.BatchCPUs),
-		wake:    make(chan struct{}, 1),
-		rearm:   make(chan struct{}, 1),
-		results: make(chan result, cfg.Workers),
-		slots:   make(chan struct{}, cfg.Workers),
-		stop:    make(chan struct{}),
-		running: map[string]*runningJob{},
-		stuck:   map[*runningJob]struct{}{},
-		jobs:    cfg.Jobs,
+		yield:     newYieldGate(cfg.BatchYieldMax),
+		budget:    newBatchBudget(cfg.BatchPieces, cfg.BatchCPUs),
+		wake:      make(chan struct{}, 1),
+		rearm:     make(chan struct{}, 1),
+		results:   make(chan result, cfg.Workers),
+		gathering: make(chan struct{}, 1),
+		slots:     make(chan struct{}, cfg.Workers),
+		stop:      make(chan struct{}),
+		running:   map[string]*runningJob{},
+		stuck:     map[*runningJob]struct{}{},
+		jobs:      cfg.Jobs,
 
 		claimPrefix: claimPrefix(),
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -13,22 +14,52 @@ import (
 // every outcome waiting at the moment goes into one Finish call.
 func (e *Engine) finishLoop() {
 	defer e.wg.Done()
-	for first := range e.results {
-		batch := []result{first}
-	drain:
-		for len(batch) < e.cfg.MaxBatch {
-			select {
-			case r, ok := <-e.results:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, r)
-			default:
-				break drain
-			}
+	for {
+		batch, ok := e.gather()
+		if !ok {
+			return
 		}
 		e.finish(batch)
 	}
+}
+
+// gather takes the next finish batch from results: the first outcome
+// (waiting for it) and every one queued behind it, up to MaxBatch; false
+// once results is closed and empty. Finding results empty, it yields the
+// processor once and looks again before it returns the batch. One finish
+// loop gathers at a time while the others' finishes are in flight: when
+// two loops waited on results together, a burst of outcomes (the jobs of
+// one lease, done at once) was split between them, two finish
+// transactions where one would do (docs/benchmarks.md, "Session 21
+// (s21h3)").
+func (e *Engine) gather() ([]result, bool) {
+	e.gathering <- struct{}{}
+	defer func() { <-e.gathering }()
+	first, ok := <-e.results
+	if !ok {
+		return nil, false
+	}
+	batch := []result{first}
+	yielded := false
+	for len(batch) < e.cfg.MaxBatch {
+		select {
+		case r, ok := <-e.results:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, r)
+		default:
+			if yielded {
+				return batch, true
+			}
+			// Once, let the handlers that are about to send their
+			// outcomes run first: a burst's senders are runnable but
+			// not all have run when the first outcome arrives.
+			runtime.Gosched()
+			yielded = true
+		}
+	}
+	return batch, true
 }
 
 func (e *Engine) finish(batch []result) {
