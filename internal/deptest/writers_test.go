@@ -49,7 +49,7 @@ func writesJobs(name string) bool {
 var notJobWriters = []string{
 	"Region", "Migrate", "Close", "Get", "List", "ReadyParents", "PartsOf", "Stats", "OldestReady", "Backlog",
 	"UpsertLimit", "DeclareLimit", "GetLimit", "LimitConfigs", "ListLimits",
-	"PutObject", "PutObjectIf", "GetObject", "ListObjects", "DeleteObject",
+	"PutObject", "PutObjectIf", "GetObject", "GetObjects", "ListObjects", "DeleteObject",
 	"CreateSchedule", "GetSchedule", "ListSchedules", "UpdateSchedule", "DeleteSchedule", "DueSchedules",
 	"ScheduleTickOf", "ListScheduleTicks",
 	"CreateBatch", "AbandonBatch", "GetBatch", "ListBatches", "SetBatchState", "BatchItems", "PlanBatchChunk", "SaveBatchChunk",
