@@ -413,10 +413,13 @@ func TestWindowTransit(t *testing.T) {
 }
 
 // TestWindowAnswersOutOfOrder lands a sliding window's answers out of
-// order, as a finish batch applies them: each leaves the window a period
-// after its own answer, not after the latest answer landed before it
-// (it was logged there until session 21, s21r2), and, with answers landing
-// in shuffled batches behind random transit, no window of the upstream's
+// order, as a finish batch applies them: an answer earlier than the latest
+// logged is logged at that latest time (startLog.add), so it leaves the
+// window with it, later than it answered; placing it at its own time was
+// measured and not kept (it sped up sliding and many under the virtual
+// quiet lag but cost the issue mix's half-none under the loaded lag:
+// docs/benchmarks.md, "Session 21 (s21r2)"). With answers landing in
+// shuffled batches behind random transit, no window of the upstream's
 // ever counts more arrivals than the limit.
 func TestWindowAnswersOutOfOrder(t *testing.T) {
 	t.Parallel()
@@ -425,8 +428,8 @@ func TestWindowAnswersOutOfOrder(t *testing.T) {
 	s.Take(t0.Add(10*time.Millisecond), 1)
 	s.End(t0.Add(100*time.Millisecond), 1) // the later start's answer lands first
 	s.End(t0.Add(50*time.Millisecond), 1)
-	if ok, next := s.Check(t0.Add(500*time.Millisecond), 1); ok || !next.Equal(t0.Add(1050*time.Millisecond)) {
-		t.Fatalf("third start: ok=%v next=+%v, want refused until +1.05s (the earlier answer's period)", ok, next.Sub(t0))
+	if ok, next := s.Check(t0.Add(500*time.Millisecond), 1); ok || !next.Equal(t0.Add(1100*time.Millisecond)) {
+		t.Fatalf("third start: ok=%v next=+%v, want refused until +1.1s (the latest answer's period)", ok, next.Sub(t0))
 	}
 
 	rng := rand.New(rand.NewPCG(7, 8))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 )
 
@@ -401,36 +400,25 @@ func (l *startLog) first(horizon int64) (int64, bool) {
 }
 
 // add records cost units started at at (Unix ns), dropping entries at or
-// before horizon and merging into the entry of the same slot of width
-// slot (aligned to the epoch, so an entry never spans more than one).
-//
-// An entry earlier than the last is put in its place, not at the last
-// entry's time: a sliding window logs a start at its answer (see land),
-// and answers land out of order (a finish batch applies its answers in
-// job order; a late batch's answers after an earlier batch's later ones),
-// so logged at the latest time seen it left the window later than it
-// answered, by 18 ms on average over the virtual harness's 2663 such
-// answers, and a window that binds admitted that much later each time
-// (docs/benchmarks.md, "Session 21 (s21r2)"). Its own time is still no
-// earlier than the upstream counted it, so the window's bound holds. A
-// clock behind another node's is recorded the same way: the skew shifts
-// in-order entries as much, and the log stays ordered.
+// before horizon and merging into the last entry when both fall in the
+// same slot of width slot.
+// A clock that went backwards (another node's) is recorded at the latest
+// time seen, which keeps the log ordered and conservative.
 func (l *startLog) add(at, cost, horizon, slot int64) {
 	l.dropThrough(horizon)
 	cost = min(max(cost, 0), MaxCost)
 	l.sum = satAdd(l.sum, cost)
-	sameSlot := func(t int64) bool { return t == at || (slot > 0 && t/slot == at/slot) }
-	i := len(l.entries)
-	for i > 0 && l.entries[i-1].at > at && !sameSlot(l.entries[i-1].at) {
-		i--
+	if n := len(l.entries); n > 0 {
+		last := &l.entries[n-1]
+		// Same slot (aligned to the epoch, so an entry never spans more
+		// than one) or a clock behind the last entry: merge.
+		if at <= last.at || (slot > 0 && at/slot == last.at/slot) {
+			last.at = max(last.at, at)
+			last.cost = satAdd(last.cost, cost)
+			return
+		}
 	}
-	if i > 0 && sameSlot(l.entries[i-1].at) {
-		e := &l.entries[i-1]
-		e.at = max(e.at, at)
-		e.cost = satAdd(e.cost, cost)
-		return
-	}
-	l.entries = slices.Insert(l.entries, i, start{at: at, cost: cost})
+	l.entries = append(l.entries, start{at: at, cost: cost})
 }
 
 // admitAt reports when cost units may start in a window of the given
