@@ -141,3 +141,66 @@ func TestEvenRefusalNotTheBurst(t *testing.T) {
 		})
 	}
 }
+
+// lateEvenStarts drives an adaptive key that paces evenly (a refused
+// burst at its ceiling, as in TestEvenRefusalKeepsRate) through n starts,
+// each taken the next of lates after the instant the key admitted it, as
+// a real fetch loop wakes, and answered 20 ms later. It returns the
+// starts.
+func lateEvenStarts(t *testing.T, n int, lates []time.Duration) (*State, []time.Time) {
+	t.Helper()
+	t0 := time.Unix(1_700_000_000, 0)
+	s, last := evenKey(t, t0, time.Second, 1)
+	at := burstPair(t, &s, last, 20*time.Millisecond, false)
+	if s.burst() != 1 {
+		t.Fatalf("burst %v after a refused burst, want 1 (even)", s.burst())
+	}
+	now := at.Add(time.Second) // the refusal's pause
+	var starts []time.Time
+	for i := range n {
+		ok, next := s.Check(now, 1)
+		if !ok {
+			now = next
+			if ok, _ = s.Check(now, 1); !ok {
+				t.Fatalf("start %d: not admitted at the instant it named", i)
+			}
+		}
+		now = now.Add(lates[i%len(lates)])
+		s.Take(now, 1)
+		s.End(now.Add(20*time.Millisecond), 1)
+		s.Succeeded(now.Add(20 * time.Millisecond))
+		starts = append(starts, now)
+	}
+	if s.burst() != 1 {
+		t.Fatalf("even pacing ran out within the run (burst %v)", s.burst())
+	}
+	return &s, starts
+}
+
+// TestEvenPacingKeepsWholeGapsWhenLate drives an evenly pacing adaptive
+// key whose starts come late, as TestStrictKeepsItsGridWhenLate does a
+// strict key, and pins that it does not catch up: every start follows the
+// one before by at least a whole spacing of its learned rate. It loses the
+// late time (17.4/s of its 19.4 here, as a strict key did before
+// StrictCatchUp), but even pacing is the key's reading that the upstream
+// counts the gap between arrivals (a bucket with a burst of one), and such
+// an upstream loses a late arrival's time the same way: a start paced from
+// a late one's instant reaches it early against that late arrival. Modelled
+// as a 20/s bucket with a burst of one behind uniform transit jitter, the
+// strict rule (half a spacing of catch-up) had 70-74 of these 150 starts
+// refused, and even a catch-up of the learned rate's whole margin (3 %)
+// 14 at 1 ms of jitter against none without it (docs/benchmarks.md,
+// "Session 21 (s21r2)").
+func TestEvenPacingKeepsWholeGapsWhenLate(t *testing.T) {
+	t.Parallel()
+	lates := []time.Duration{3 * time.Millisecond, 0, 7 * time.Millisecond, 1 * time.Millisecond, 20 * time.Millisecond, 5 * time.Millisecond}
+	s, starts := lateEvenStarts(t, 150, lates)
+	unit := time.Duration(s.unitNS())
+	for i := 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < unit {
+			t.Fatalf("start %d only %v after the one before, want a whole spacing (%v)", i, gap, unit)
+		}
+	}
+	span := starts[len(starts)-1].Sub(starts[0])
+	t.Logf("achieved %.2f/s of its learned %.2f/s with starts late by 0-20 ms", float64(len(starts)-1)/span.Seconds(), s.LearnedRate)
+}

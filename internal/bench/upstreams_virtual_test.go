@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -396,8 +397,13 @@ func virtualAnswers(t testing.TB, v *virtualDest, now, epoch time.Time, queued, 
 		switch {
 		case e.status >= 200 && e.status <= 299:
 			v.accepted++
-			v.last = e.started
-			v.arrivals = append(v.arrivals, e.started)
+			// A finish batch applies its answers in job order, not
+			// in the order the upstream took them: the finish is the
+			// latest accepted arrival, and the arrivals stay in time
+			// order (testkit.MostWithin, startLags read them so).
+			v.last = maxTime(v.last, e.started)
+			i, _ := slices.BinarySearchFunc(v.arrivals, e.started, time.Time.Compare)
+			v.arrivals = slices.Insert(v.arrivals, i, e.started)
 			v.st.Succeeded(e.at)
 		case e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && info.HasRetryAfter:
 			v.refused++
