@@ -612,8 +612,9 @@ func (s *State) Check(now time.Time, cost int64) (ok bool, next time.Time) {
 		return false, now.Add(CapRetry)
 	}
 	next = now
-	// The upstream's remaining quota admits past the pacing (see credit.go).
-	credited := s.credited(cost)
+	// The upstream's remaining quota admits past the pacing (see
+	// credit.go), as does a fill it took in full (see fill.go).
+	credited := s.credited(cost) || s.greedy()
 	if rate := s.rate(); rate > 0 && s.TAT.After(now) && !credited { // a full bucket admits even a cost above the burst
 		// One saturating conversion: (cost - burst) units after TAT.
 		if at := s.TAT.Add(dur((float64(cost) - s.burst()) * 1e9 / rate)); at.After(next) {
@@ -679,7 +680,7 @@ func (s *State) Take(now time.Time, cost int64) {
 	s.evenExpire(now)
 	s.InFlight++
 	defer s.noteCap(now, cost) // once this start is counted everywhere
-	credited := s.credited(cost)
+	credited := s.credited(cost) || s.greedy()
 	s.spendCredit(cost)
 	if rate := s.rate(); rate > 0 {
 		s.TAT = s.paceFrom(now).Add(s.strictStep(float64(cost) * 1e9 / rate))
@@ -763,7 +764,7 @@ func (s *State) Pause(until time.Time) {
 	if until.After(s.PausedUntil) {
 		s.PausedUntil = until
 		s.credit = 0 // the upstream's word now is the pause (see credit.go)
-		s.capFlags &^= fillGrowing
+		s.endFill()
 	}
 }
 

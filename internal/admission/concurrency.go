@@ -339,13 +339,13 @@ func (s *State) capExtra() [4]int64 {
 func (s *State) setCapExtra(e []int64) {
 	s.LearnedConcurrency, s.capAt, s.capHold, s.capFlags = 0, 0, 0, 0
 	if len(e) >= 4 {
-		s.capFlags = e[3] & (raisedCut | fillGrowing) // the rate's, with or without a cap
+		s.capFlags = e[3] & (raisedCut | fillGrowing | fillGreedy) // the rate's, with or without a cap
 	}
 	if len(e) < 4 || e[0] <= 0 {
 		return
 	}
 	s.LearnedConcurrency = int(min(e[0], maxLearnedCap))
-	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound|capRaised|capFull|raisedCut|fillGrowing)
+	s.capAt, s.capHold, s.capFlags = e[1], min(max(e[2], 0), int64(MaxCapHold)), e[3]&(capHit|capProbing|capBound|capRaised|capFull|raisedCut|fillGrowing|fillGreedy)
 }
 
 // afterRaisedCut reports whether a refusal at now comes while the key

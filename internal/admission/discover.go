@@ -146,7 +146,7 @@ func (s *State) discoveryWindow() time.Duration {
 func (s *State) RateLimited(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.credit = 0 // refused: the remaining it was told is spent (see credit.go)
-	s.capFlags &^= fillGrowing
+	s.endFill()
 	s.strictRefusal(now, until)
 	if s.concurrencyRefusal(now, cost) {
 		s.Pause(until) // the upstream's word; the rate and bucket stand
@@ -174,7 +174,7 @@ func (s *State) RateLimited(now, until time.Time, cost int64) {
 func (s *State) Throttled(now, until time.Time, cost int64) {
 	cost = s.Charge(cost)
 	s.credit = 0 // refused: the remaining it was told is spent (see credit.go)
-	s.capFlags &^= fillGrowing
+	s.endFill()
 	if !s.Adaptive {
 		s.strictRefusal(now, until)
 		s.Pause(until)

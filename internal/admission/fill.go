@@ -41,6 +41,50 @@ import (
 // own: the upstream's remaining). Not after a shorter pause, after which a
 // sliding upstream may still count the starts it took before refusing.
 
+// After a fill the upstream accepted in full. A fill is a learned
+// window's worth started within a window, in bunches; an upstream whose
+// allowance is not a window's worth at once (a token bucket with a smaller
+// burst, the one twin a silent drop's refusal cannot tell apart) refuses
+// some of it, and any refusal ends the fill. A fill that went in whole is
+// the evidence the refusal could not give: the upstream takes the learned
+// window's worth at once. The key then need not pace evenly at its learned
+// rate, which spreads the next window's worth over the whole window: against
+// halving-503's clock-aligned windows the key's sliding window (counting the
+// fill's starts until their answers) held its next start ~1.04 s after the
+// fill, and even pacing from there put 8 of the next aligned window's 15 in
+// before it rolled over (docs/benchmarks.md, session 22, s22h1). So, until
+// its next refusal or pause, or until its learned rate moves (a probe above
+// what the upstream was shown to take at once, or a cut), the key starts
+// past its bucket and learned window, as on credit, and only its own
+// windows, pause and concurrency cap hold it: its sliding window of period
+// D, scaled to the learned rate, frees each slot a window after that
+// start's answer, so it sends each window's worth in the bunches the
+// upstream took the fill in, a window and a round trip later. That never
+// puts more than the learned allowance in any window upstream, sliding or
+// fixed, and a bucket that took the fill's bunches whole refills them in
+// the window and round trip the key waits.
+
+// fillGreedy is the bit of capFlags that says the upstream accepted a fill
+// in full, and the key starts whatever its windows admit (see above and
+// greedy). It travels through the store beside fillGrowing.
+const fillGreedy = 1 << 34
+
+// greedy reports whether the key starts past its bucket and learned window
+// after a fill the upstream accepted in full (see fillGreedy): only while
+// it holds the learned rate its last cut set (the level the fill was
+// made at; a probe above it is a rate the upstream has not shown it takes
+// at once) and no upstream announced its policy (announced keys have
+// credit of their own).
+func (s *State) greedy() bool {
+	return s.capFlags&fillGreedy != 0 && s.Adaptive && s.LearnedRate == s.level && s.LearnedRate < s.Rate &&
+		s.announcedAt == 0 && s.shown == 0
+}
+
+// endFill ends a fill and the greedy starts after one: a refusal, a pause or
+// a learned rate that moved says the upstream's allowance is no longer what
+// the fill showed.
+func (s *State) endFill() { s.capFlags &^= fillGrowing | fillGreedy }
+
 // FillGrowth is the credit a key gets at the end of a silent drop's pause,
 // and again for each answer accepted while it fills the window after (see
 // fillAfterPause).
@@ -83,6 +127,14 @@ func (s *State) growFill(now time.Time) {
 	left := math.Floor(s.learnedWindowLimit(d)+1e-9) - float64(starts.since(s.PausedUntil.UnixNano()-1)) - s.credit
 	if now.Sub(s.PausedUntil) >= d || left <= 0 {
 		s.capFlags &^= fillGrowing
+		if left <= 0 && now.Sub(s.PausedUntil) < d {
+			// The learned window's worth given within a window and
+			// nothing of it refused so far: greedy from here. A
+			// refusal of the rest ends it, and the key's sliding
+			// window holds every start past the fill until the
+			// fill's answers are a window old (see fillGreedy).
+			s.capFlags |= fillGreedy
+		}
 		return
 	}
 	s.credit += math.Min(FillGrowth, left)

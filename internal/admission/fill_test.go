@@ -11,14 +11,30 @@ import (
 // after it. It returns the starts and the pause's end.
 func fillRun(t *testing.T, rtt, pause time.Duration) ([]time.Time, time.Time) {
 	t.Helper()
+	starts, until, refusals := fillRunOn(t, rtt, pause, &fixedModel{limit: halving})
+	if refusals > 1 {
+		t.Fatalf("%d refusals, want the drop's one", refusals)
+	}
+	return starts, until
+}
+
+// fillDrop is when fillRun's upstream halves its limit.
+var fillDrop = t0.Add(4*time.Second + 300*time.Millisecond)
+
+// halving is fillRun's limit: 30 a second, 15 from fillDrop.
+func halving(now time.Time) int {
+	if now.Before(fillDrop) {
+		return 30
+	}
+	return 15
+}
+
+// fillRunOn is fillRun against up, every refusal paused for pause; it
+// returns the starts, the first pause's end and the refusals.
+func fillRunOn(t *testing.T, rtt, pause time.Duration, up upstreamModel) ([]time.Time, time.Time, int) {
+	t.Helper()
 	s := NewState(AdaptiveUpstreamWindow("k", 30, time.Second, 30, DefaultHeadroom))
-	drop := t0.Add(4*time.Second + 300*time.Millisecond)
-	up := &fixedModel{limit: func(now time.Time) int {
-		if now.Before(drop) {
-			return 30
-		}
-		return 15
-	}}
+	refusals := 0
 	type answer struct {
 		at time.Time
 		ok bool
@@ -34,11 +50,11 @@ func fillRun(t *testing.T, rtt, pause time.Duration) ([]time.Time, time.Time) {
 			s.Succeeded(now)
 			return
 		}
-		if !until.IsZero() {
-			t.Fatalf("a second refusal at %v", now.Sub(t0))
+		refusals++
+		if until.IsZero() {
+			until = now.Add(pause)
 		}
-		until = now.Add(pause)
-		s.RateLimited(now, until, 1)
+		s.RateLimited(now, now.Add(pause), 1)
 	}
 	for now := t0; now.Before(t0.Add(8 * time.Second)); now = now.Add(time.Millisecond) {
 		kept := pending[:0]
@@ -67,7 +83,7 @@ func fillRun(t *testing.T, rtt, pause time.Duration) ([]time.Time, time.Time) {
 	if until.IsZero() || s.LearnedRate >= 29 {
 		t.Fatalf("no silent drop learned (learned %v)", s.LearnedRate)
 	}
-	return starts, until
+	return starts, until, refusals
 }
 
 // TestFillAfterSilentPause checks the window after a silent drop's pause
@@ -119,5 +135,93 @@ func TestFillSurvivesStore(t *testing.T) {
 	}
 	if back.capFlags&(fillGrowing|raisedCut) != fillGrowing|raisedCut {
 		t.Fatalf("flags after the store: %b, want the fill's and the raised cut's", back.capFlags)
+	}
+}
+
+// TestGreedyAfterFullFill checks the starts after a fill the upstream took
+// in full (fill.go, fillGreedy): against fixed windows and a sliding log
+// that fall from 30 to 15, answered a round trip after each start, the key
+// starts the next window's 15 as its sliding window frees the fill's
+// slots, a window and a round trip after the fill, instead of pacing them
+// over that window from an empty bucket (about 5 in the quarter second
+// where it now starts 14 or more), never more than 15 in any second, and
+// without another refusal. Against a bucket with a burst of 5, which
+// refuses part of the fill, it stays paced: the fill's refusal ended it.
+func TestGreedyAfterFullFill(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		up   upstreamModel
+	}{
+		{"fixed", &fixedModel{limit: halving}},
+		{"sliding", &slidingModel{limit: halving}},
+	} {
+		starts, until, refusals := fillRunOn(t, 30*time.Millisecond, time.Second, tc.up)
+		if refusals != 1 {
+			t.Errorf("%s: %d refusals, want the drop's one", tc.name, refusals)
+		}
+		from := until.Add(time.Second)
+		if n := countIn(starts, from, from.Add(250*time.Millisecond)); n < 14 {
+			t.Errorf("%s: %d starts in the quarter second a window after the fill, want its worth (15) again", tc.name, n)
+		}
+		for i := range starts {
+			if !starts[i].Before(until) {
+				if n := countIn(starts, starts[i], starts[i].Add(time.Second)); n > 15 {
+					t.Fatalf("%s: %d starts in the second from %v, learned window 15", tc.name, n, starts[i].Sub(t0))
+				}
+			}
+		}
+	}
+	bucket := &bucketModel{burst: 5, rate: func(now time.Time) float64 { return float64(halving(now)) }}
+	starts, until, refusals := fillRunOn(t, 30*time.Millisecond, time.Second, bucket)
+	if refusals < 2 {
+		t.Fatalf("bucket, burst 5: %d refusals, want the fill's too", refusals)
+	}
+	for i := range starts {
+		if starts[i].After(until.Add(2*time.Second)) && countIn(starts, starts[i], starts[i].Add(250*time.Millisecond)) > 6 {
+			t.Fatalf("bucket, burst 5: %d starts in the quarter second from %v: a bunch after a fill it refused",
+				countIn(starts, starts[i], starts[i].Add(250*time.Millisecond)), starts[i].Sub(t0))
+		}
+	}
+}
+
+// TestGreedyEnds checks what ends the starts past the pacing after a fill
+// taken in full: a refusal, a pause, a learned rate above the level the fill
+// was made at; and that they survive the store.
+func TestGreedyEnds(t *testing.T) {
+	t.Parallel()
+	greedyKey := func() State {
+		s := NewState(AdaptiveUpstreamWindow("k", 30, time.Second, 30, DefaultHeadroom))
+		s.Take(t0, 1)
+		s.End(t0, 1)
+		s.LearnedRate, s.level = 14.55, 14.55
+		s.capFlags |= fillGreedy
+		s.TAT = t0.Add(time.Second) // a bucket owing a second: only greedy admits
+		return s
+	}
+	now := t0.Add(2 * time.Second)
+	s := greedyKey()
+	if ok, _ := s.Check(now, 1); !ok {
+		t.Fatal("greedy key held by its bucket")
+	}
+	back := NewState(s.Config)
+	back.LearnedRate = s.LearnedRate // a column of its own in both stores
+	if err := back.UnmarshalShapes(s.MarshalShapes(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if !back.greedy() {
+		t.Fatal("greedy lost through the store")
+	}
+	for name, end := range map[string]func(s *State){
+		"refusal":   func(s *State) { s.RateLimited(now, now.Add(10*time.Millisecond), 1) },
+		"throttled": func(s *State) { s.Throttled(now, now, 1) },
+		"pause":     func(s *State) { s.Pause(now.Add(time.Millisecond)) },
+		"probe":     func(s *State) { s.LearnedRate = 16 },
+	} {
+		s := greedyKey()
+		end(&s)
+		if s.greedy() {
+			t.Errorf("%s: still greedy", name)
+		}
 	}
 }
