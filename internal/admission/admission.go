@@ -420,14 +420,19 @@ func NewState(c Config) State {
 
 // MarshalShapes returns the live state of the key's windows and discovery
 // (start logs and learned-limit bookkeeping) as a compact byte string for
-// the store; nil when there is none. dst is reused when it has room.
+// the store; nil when there is none, that is when there are no logs and
+// every slot it would write is zero: deciding "none" from the slots
+// themselves, not from a list of fields, means a bit or field added to a
+// slot (raisedCut and fillGrowing ride in the cap's flags) cannot be
+// dropped by the store because nobody added it to the list. dst is reused
+// when it has room.
 func (s *State) MarshalShapes(dst []byte) []byte {
-	if len(s.logs) == 0 && s.good == 0 && s.probeAt == 0 && s.level == 0 && s.active == 0 && s.LearnedConcurrency == 0 && s.strictUntil == 0 && s.announcedAt == 0 && s.evenUntil == 0 && s.credit == 0 && s.shown == 0 {
-		return nil
-	}
 	c := s.capExtra()
 	extra := [16]int64{int64(math.Float64bits(s.good)), int64(math.Float64bits(s.probe)), s.probeAt,
 		int64(math.Float64bits(s.level)), s.hold, s.streak, s.active, c[0], c[1], c[2], c[3], s.strictUntil, s.announcedAt, s.evenUntil, int64(math.Float64bits(s.credit)), int64(math.Float64bits(s.shown))}
+	if len(s.logs) == 0 && extra == ([16]int64{}) {
+		return nil
+	}
 	return encodeLogs(dst[:0], s.logs, extra[:])
 }
 

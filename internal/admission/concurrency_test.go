@@ -677,3 +677,43 @@ func TestRaisedCutRefusalIsTheRates(t *testing.T) {
 		t.Fatalf("refused after a cut to the level, another in flight: cap %d, want 1", low.LearnedConcurrency)
 	}
 }
+
+// TestMarshalShapesKeepsLoneSlots pins that MarshalShapes writes a key
+// whose only live state is one slot it encodes — a flag bit of the cap's
+// word (raisedCut, fillGrowing) or a field that is otherwise set beside
+// the level (probe, hold, streak) — instead of returning nil, which the
+// stores save as "no shapes" and load as a fresh key. No path sets these
+// without the level today; the test keeps MarshalShapes from depending on
+// that (until session 22 it decided "nothing" from a list of fields that
+// left out the cap's flags, probe, hold and streak).
+func TestMarshalShapesKeepsLoneSlots(t *testing.T) {
+	t.Parallel()
+	cases := map[string]func(*State){
+		"raisedCut":   func(s *State) { s.capFlags = raisedCut },
+		"fillGrowing": func(s *State) { s.capFlags = fillGrowing },
+		"probe":       func(s *State) { s.probe = 12 },
+		"hold":        func(s *State) { s.hold = int64(ProbeHold) },
+		"streak":      func(s *State) { s.streak = 2 },
+	}
+	for name, set := range cases {
+		s := NewState(Config{Name: "k", Rate: 40, Burst: 4, Adaptive: true})
+		set(&s)
+		b := s.MarshalShapes(nil)
+		if b == nil {
+			t.Errorf("%s: MarshalShapes returned nil", name)
+			continue
+		}
+		r := State{Config: s.Config}
+		if err := r.UnmarshalShapes(b); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r.capFlags != s.capFlags || r.probe != s.probe || r.hold != s.hold || r.streak != s.streak {
+			t.Errorf("%s: round trip flags %#x probe %v hold %v streak %v, want %#x %v %v %v",
+				name, r.capFlags, r.probe, r.hold, r.streak, s.capFlags, s.probe, s.hold, s.streak)
+		}
+	}
+	fresh := NewState(Config{Name: "k", Rate: 40, Burst: 4, Adaptive: true})
+	if b := fresh.MarshalShapes(nil); b != nil {
+		t.Errorf("a fresh key marshals to %d bytes, want nil (the stores skip the blob)", len(b))
+	}
+}

@@ -13,28 +13,33 @@ import (
 // adaptPhases are the destination's limits, in requests per second.
 var adaptPhases = []float64{100, 30, 80}
 
+// adaptBurst is the destination's bucket burst in every phase, and the
+// adaptive key's declared burst.
+const adaptBurst = 10
+
 // runAdapt runs a backlog against a destination whose limit moves
 // 100/s -> 30/s -> 80/s at whole-second boundaries (SetLimit), answering
 // 429 with no Retry-After and no rate-limit headers, through an adaptive
 // key whose ceiling is 120/s. Per phase it reports goodput (accepted/s ÷
 // limit, the first second of the run left out) and the 429 share; after
-// each change, the seconds until the accepted rate stays within
-// [0.8, 1.1] x limit with at most a 10% 429 share over every later 2-second
-// window of the phase (the phase length when it never does).
+// each change, the seconds until every later 2-second window of the phase
+// accepts between 0.8 x limit and what the upstream admits (limit x 2 s +
+// burst) with at most a 10% 429 share (the phase length when it never
+// does; see converge).
 func runAdapt(ctx context.Context, e *env) (Result, error) {
 	const ceiling = 120.0
 	phase := 15
 	if e.opts.Smoke {
 		phase = 3
 	}
-	sim, err := e.sim(map[string]upstream.RouteConfig{"dest": {Rate: adaptPhases[0], Burst: 10,
+	sim, err := e.sim(map[string]upstream.RouteConfig{"dest": {Rate: adaptPhases[0], Burst: adaptBurst,
 		OverLimit: upstream.OverLimit429None, Headers: upstream.HeaderStyleNone}})
 	if err != nil {
 		return Result{}, err
 	}
 	url := sim.RouteURL("dest")
 	var ok atomic.Int64
-	cfg := ratelane.Config{Workers: 32, Limits: []ratelane.Limit{{Name: "dest", Rate: ceiling, Burst: 10, Adaptive: true}}}
+	cfg := ratelane.Config{Workers: 32, Limits: []ratelane.Limit{{Name: "dest", Rate: ceiling, Burst: adaptBurst, Adaptive: true}}}
 	cfg.Handle("deliver", ratelane.WorkFunc(func(ctx context.Context, j *ratelane.Job, _ struct{}) (any, error) {
 		return nil, e.postCounted(ctx, &ok, url, j.ID)
 	}))
@@ -60,7 +65,7 @@ func runAdapt(ctx context.Context, e *env) (Result, error) {
 		if err := sleepUntil(ctx, time.Unix(base+int64(k*phase), 0)); err != nil {
 			return Result{}, err
 		}
-		if err := sim.SetLimit("dest", adaptPhases[k], 10); err != nil {
+		if err := sim.SetLimit("dest", adaptPhases[k], adaptBurst); err != nil {
 			return Result{}, err
 		}
 	}
@@ -90,7 +95,7 @@ func runAdapt(ctx context.Context, e *env) (Result, error) {
 		r.add(fmt.Sprintf("goodput_phase%d", k+1), g, fmt.Sprintf("of %.0f/s", limit))
 		r.add(fmt.Sprintf("rate_limited_share_phase%d", k+1), share(l, a+l), "of answers")
 		if k > 0 {
-			conv := converge(bySec, base+int64(k*phase), to, limit)
+			conv := converge(bySec, base+int64(k*phase), to, limit, adaptBurst)
 			worst = max(worst, conv)
 			r.add(fmt.Sprintf("converge_seconds_change%d", k), conv, "s")
 		}
@@ -101,18 +106,37 @@ func runAdapt(ctx context.Context, e *env) (Result, error) {
 	return r, nil
 }
 
+// convergeSpan is the window, in seconds, over which converge judges the
+// accepted rate and the 429 share.
+const convergeSpan = 2
+
 // converge returns the seconds from the change at from until every later
-// 2-second window of [from, to) is within [0.8, 1.1] x limit with at most a
-// 10% 429 share; to-from when none is.
-func converge(bySec map[int64]upstream.TimelineSecond, from, to int64, limit float64) float64 {
+// convergeSpan-second window of [from, to) accepted at least 0.8 x limit
+// per second, at most what the upstream admits over the window — limit x
+// span plus its bucket's burst — with at most a 10% 429 share; to-from
+// when none is.
+//
+// Why limit x span + burst and not a margin over the limit: the upstream
+// is a token bucket (limit per second, burst), and over any span it
+// accepts up to limit x span + burst. A sender that keeps the bucket
+// drained and then finds it full (after a 429, or as a window begins)
+// takes that burst, a correct use of what the upstream allows: at 30/s,
+// burst 10, 67 accepted in 2 s is 33.5/s, over the 1.1 x 30 = 33 the
+// metric used until session 22, which read such a last window as the
+// whole phase unconverged. Sending more than the upstream admits shows as
+// 429s, which the share bounds; the accepted-rate ceiling can only be
+// passed by a timeline the bucket could not have produced, and is kept as
+// a check of the timeline. The lower bound is the slow approach.
+func converge(bySec map[int64]upstream.TimelineSecond, from, to int64, limit float64, burst int) float64 {
 	good := func(u int64) bool {
-		a := bySec[u].Accepted + bySec[u+1].Accepted
-		l := bySec[u].RateLimited + bySec[u+1].RateLimited
-		rate := float64(a) / 2
-		return rate >= 0.8*limit && rate <= 1.1*limit && share(l, a+l) <= 0.1
+		var a, l int64
+		for k := range int64(convergeSpan) {
+			a, l = a+bySec[u+k].Accepted, l+bySec[u+k].RateLimited
+		}
+		return float64(a) >= 0.8*limit*convergeSpan && float64(a) <= limit*convergeSpan+float64(burst) && share(l, a+l) <= 0.1
 	}
 	s := to - 1
-	for u := to - 2; u >= from; u-- {
+	for u := to - convergeSpan; u >= from; u-- {
 		if !good(u) {
 			break
 		}

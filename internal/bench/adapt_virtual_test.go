@@ -22,15 +22,15 @@ import (
 func TestVirtualAdapt(t *testing.T) {
 	const phase = 15
 	dest := UpstreamDestination{Name: "dest", Declared: 120, Adaptive: true,
-		Route: upstream.RouteConfig{Rate: adaptPhases[0], Burst: 10,
+		Route: upstream.RouteConfig{Rate: adaptPhases[0], Burst: adaptBurst,
 			OverLimit: upstream.OverLimit429None, Headers: upstream.HeaderStyleNone}}
 	for k := 1; k < len(adaptPhases); k++ {
 		dest.Route.Changes = append(dest.Route.Changes,
-			upstream.LimitChange{After: time.Duration(k*phase) * time.Second, Rate: adaptPhases[k], Burst: 10})
+			upstream.LimitChange{After: time.Duration(k*phase) * time.Second, Rate: adaptPhases[k], Burst: adaptBurst})
 	}
 	// More than the run can deliver, as in runAdapt: the key is never idle.
 	dest.Jobs = 120 * phase * len(adaptPhases)
-	key := admission.Config{Name: "subscriber:dest", Rate: 120, Burst: 10, Adaptive: true}
+	key := admission.Config{Name: "subscriber:dest", Rate: 120, Burst: adaptBurst, Adaptive: true}
 	mix := UpstreamsMix{Name: "adapt", Destinations: []UpstreamDestination{dest}}
 	for seed := uint64(1); seed <= 3; seed++ {
 		bound := time.Duration(phase*len(adaptPhases)) * time.Second
@@ -63,7 +63,7 @@ func TestVirtualAdapt(t *testing.T) {
 			acc, allowance = acc+float64(a), allowance+limit*float64(to-from)
 			line += fmt.Sprintf(" phase%d %.3f", k+1, g)
 			if k > 0 {
-				c := converge(bySec, int64(k*phase), to, limit)
+				c := converge(bySec, int64(k*phase), to, limit, adaptBurst)
 				worst = max(worst, c)
 				line += fmt.Sprintf(" (converged in %.0f s)", c)
 			}

@@ -169,6 +169,17 @@ func TestConcurrentPutsSettleTheKey(t *testing.T) {
 		t.Fatalf("key rate %v windows %+v; the stored subscriber (version %d, limit %d) wants rate %v windows %+v",
 			key.Rate, key.Windows, rec.Version, rec.Rate.Limit, want.Rate, want.Windows)
 	}
+	// The key's declaration is the stored subscriber's too (see upsertKey:
+	// a declaration landing between another Put's two key calls is
+	// settled): an operator's change of the key now survives a start.
+	op := key.Config
+	op.Concurrency = 3 // the subscribers here declare none
+	if _, err := a.st.UpsertLimit(ctx, op, a.cfg.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.SettleKeys(ctx); err != nil || n != 0 {
+		t.Fatalf("SettleKeys after an operator's change: %d keys changed, %v; want 0 (a stale declaration undoes it)", n, err)
+	}
 }
 
 // A Put cut off between its save and its key write (here the key write

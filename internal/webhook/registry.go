@@ -498,6 +498,23 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 // registry last wrote, which SettleKeys reads. A declaration it already
 // holds applies nothing (an operator's PUT /v1/limits since is kept), so
 // the key is then written as an UpsertLimit: a Put always rewrites it.
+//
+// The two calls are not one transaction, and an UpsertLimit leaves the
+// declaration as it was: another node's applied DeclareLimit between them
+// leaves the key as c under the other node's declaration. Concurrent Puts
+// do not end there: that node's settleKey reads the stored subscriber
+// after its declaration, and this Put saved before its own, so it reads
+// this Put's configuration (or a later save's, whose writer settles in
+// turn) and declares it — applied, since the declaration is the other —
+// or this Put's settleKey rewrites the key to the later save's. Only a
+// node stopped between its declaration and its settle (a crash, a
+// cancelled request) leaves the stale declaration, with the key already
+// the stored subscriber's, so SettleKeys skips it; its one effect is that
+// an operator's PUT /v1/limits on that key made afterwards is undone at
+// the next start (the declaration differs), back to the subscriber's own
+// shape, the safe side. Reordering the calls would move the window, not
+// close it (a stop between them leaves the same state); closing it needs
+// a store call that writes a key and its declaration unconditionally.
 func (r *Registry) upsertKey(ctx context.Context, id string, c admission.Config, now time.Time) error {
 	_, applied, err := r.st.DeclareLimit(ctx, c, now)
 	if err == nil && !applied {
