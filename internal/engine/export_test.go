@@ -1,10 +1,6 @@
 package engine
 
-import (
-	"context"
-
-	"github.com/ratelane/ratelane/internal/job"
-)
+import "github.com/ratelane/ratelane/internal/job"
 
 // SetReapHook makes e call f between selecting expired leases and
 // recovering them: the test signal that lets the reaper-vs-completion race
@@ -16,10 +12,6 @@ func SetReapHook(e *Engine, f func(expired []*job.Job)) { e.reapHook = f }
 func SetPublishQueue(e *Engine, n int) {
 	e.pub.q, e.pub.bq = make(chan pubItem, n), make(chan pubItem, n)
 }
-
-// HoldBatchTurn takes a turn of e's batch budget as a piece of batch-lane
-// work would (waiting for one), until end is called.
-func HoldBatchTurn(e *Engine, ctx context.Context) (end func()) { return e.batchPiece(ctx) }
 
 // BudgetState returns e's batch budget as it is now: batch pieces holding
 // a turn and waiting for one, and interactive pieces in flight.

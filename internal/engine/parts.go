@@ -512,16 +512,6 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 		k := e.cfg.Kinds[kind]
 		after := ""
 		for {
-			// A page's reads are batch-lane CPU work like its
-			// aggregations, and take the same turn as its first stretch:
-			// ReadyParents tests every accepted parent of the kind for an
-			// open part or item, ~30 ms of one core per pass with a
-			// 10,000-file sweep waiting, and the first page of each pass
-			// ran it with no turn at all, a second batch core beside the
-			// governor's one (13.5 % of the batch-isolation run's CPU;
-			// docs/benchmarks.md, "Session 22 (s22h4)").
-			end()
-			end = e.batchPiece(pieceCtx)
 			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500})
 			if err != nil {
 				return err
@@ -535,12 +525,9 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 				// work: the pass holds there while interactive work is in
 				// flight. Not every parent: with interactive work always
 				// in flight, a pass over 10,000 waiting parents would take
-				// 10,000 holds. The first stretch of a page goes on with
-				// the turn its reads took.
-				if lo > 0 {
-					end()
-					end = e.batchPiece(pieceCtx)
-				}
+				// 10,000 holds.
+				end()
+				end = e.batchPiece(pieceCtx)
 				if err := e.aggregateStretch(ctx, k, js[lo:min(len(js), lo+sweepYieldEvery)], parts, publish); err != nil {
 					return err
 				}

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -153,45 +152,4 @@ func TestSweepPassReadsOnlyReadyParents(t *testing.T) {
 			t.Fatalf("newly ready parent %s is %s, want published", id, j.State)
 		}
 	}
-}
-
-// TestSweepReadsUnderATurn: a sweep pass reads its ready parents
-// (Store.ReadyParents, a test of every accepted parent of the kind) only
-// under a turn of the batch lane's CPU governor: with the one turn of
-// BatchCPUs 1 held by another piece of batch-lane work, the pass waits
-// for it before it reads, and reads once it is given back. Before, each
-// pass's first page was read with no turn, beside the piece holding it:
-// two cores of batch work on a two-core machine (docs/benchmarks.md,
-// "Session 22 (s22h4)"). In simulated time.
-func TestSweepReadsUnderATurn(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		s := &readCounter{Store: newStore(t)}
-		ctx := context.Background()
-		var calls atomic.Int64
-		// Not started: only the pass below reads.
-		e, err := engine.New(engine.Config{Store: s, Region: "us", BatchCPUs: 1,
-			Kinds: map[string]engine.Kind{"report": {Aggregate: sumParts(&calls)}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		end := engine.HoldBatchTurn(e, ctx)
-		done := make(chan error, 1)
-		go func() { done <- e.SweepParents(ctx) }()
-		synctest.Wait()
-		if n := s.ready.Load(); n != 0 {
-			t.Fatalf("the pass made %d ReadyParents calls while another piece held the governor's only turn, want 0", n)
-		}
-		if running, waiting, _ := engine.BudgetState(e); running != 1 || waiting != 1 {
-			t.Fatalf("budget: %d turns held, %d pieces waiting; want 1 and 1 (the pass)", running, waiting)
-		}
-		end()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if n := s.ready.Load(); n != 1 {
-			t.Fatalf("the pass made %d ReadyParents calls after the turn was given back, want 1", n)
-		}
-		noTurnHeld(t, e)
-	})
 }
