@@ -304,6 +304,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("sweep_goroutines_created_per_file", (float64(sweepRun.created)-perReview*float64(len(under)))/float64(plan.Files),
 			"goroutines created per sweep file (the interactive reviews' share at the baseline's rate removed)")
 		r.add("baseline_goroutines_created_per_review", perReview, "goroutines created per interactive review, baseline")
+		// The sweep's allocations and collections per file, the interactive
+		// reviews' share at the baseline's rate removed: load-independent.
+		per := func(b, u float64) float64 {
+			return (u - b/float64(len(base))*float64(len(under))) / float64(plan.Files)
+		}
+		r.add("sweep_alloc_kb_per_file", per(float64(baseRun.gc.allocBytes), float64(sweepRun.gc.allocBytes))/1024, "KiB allocated per sweep file (interactive share removed)")
+		r.add("sweep_allocs_per_file", per(float64(baseRun.gc.allocObjects), float64(sweepRun.gc.allocObjects)), "objects allocated per sweep file (interactive share removed)")
+		r.add("sweep_gc_cycles_per_1k_files", 1000*per(float64(baseRun.gc.cycles), float64(sweepRun.gc.cycles)), "garbage collections per 1,000 sweep files (interactive share removed)")
+		r.add("sweep_gc_cpu_ms_per_file", 1000*per(baseRun.gc.gcCPU, sweepRun.gc.gcCPU), "ms of GC CPU per sweep file (interactive share removed)")
 	}
 	// CPU: the process's user + system seconds in each phase (much less
 	// sensitive to the machine's load than latency), and the sweep's share
@@ -647,6 +656,107 @@ type schedSample struct {
 	// (/sched/goroutines-created), a count independent of the machine's
 	// load: every one is put in a run queue at least once.
 	created uint64
+	// gc is the runtime's garbage-collector and allocation totals over the
+	// phase: what the phase's allocations cost every goroutine (the mark
+	// workers take a CPU, the assists tax whoever allocates).
+	gc gcSample
+}
+
+// gcSample is a phase's garbage-collector figures (runtime/metrics): cycles,
+// the CPU the collector took (all of it, and its assists: the share charged
+// to goroutines that allocate, interactive ones included), bytes and
+// objects allocated, and the time goroutines spent runnable before they ran
+// (the scheduler's latency histogram).
+type gcSample struct {
+	cycles, allocBytes, allocObjects uint64
+	gcCPU, assistCPU                 float64
+	sched                            *metrics.Float64Histogram
+}
+
+// gcMetrics are the runtime/metrics names readGC reads, in its order.
+var gcMetrics = []string{"/gc/cycles/total:gc-cycles", "/cpu/classes/gc/total:cpu-seconds",
+	"/cpu/classes/gc/mark/assist:cpu-seconds", "/gc/heap/allocs:bytes", "/gc/heap/allocs:objects", "/sched/latencies:seconds"}
+
+// readGC reads the runtime's totals now; a figure this runtime does not
+// know stays zero.
+func readGC() gcSample {
+	ms := make([]metrics.Sample, len(gcMetrics))
+	for i, n := range gcMetrics {
+		ms[i].Name = n
+	}
+	metrics.Read(ms)
+	u := func(i int) uint64 {
+		if ms[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return ms[i].Value.Uint64()
+	}
+	f := func(i int) float64 {
+		if ms[i].Value.Kind() != metrics.KindFloat64 {
+			return 0
+		}
+		return ms[i].Value.Float64()
+	}
+	g := gcSample{cycles: u(0), gcCPU: f(1), assistCPU: f(2), allocBytes: u(3), allocObjects: u(4)}
+	if ms[5].Value.Kind() == metrics.KindFloat64Histogram {
+		g.sched = ms[5].Value.Float64Histogram()
+	}
+	return g
+}
+
+// sub is g less an earlier reading a.
+func (g gcSample) sub(a gcSample) gcSample {
+	d := gcSample{cycles: g.cycles - a.cycles, gcCPU: g.gcCPU - a.gcCPU, assistCPU: g.assistCPU - a.assistCPU,
+		allocBytes: g.allocBytes - a.allocBytes, allocObjects: g.allocObjects - a.allocObjects}
+	if g.sched != nil && a.sched != nil && len(g.sched.Counts) == len(a.sched.Counts) {
+		d.sched = &metrics.Float64Histogram{Buckets: g.sched.Buckets, Counts: make([]uint64, len(g.sched.Counts))}
+		for i := range g.sched.Counts {
+			d.sched.Counts[i] = g.sched.Counts[i] - a.sched.Counts[i]
+		}
+	}
+	return d
+}
+
+// schedQuantile is the q quantile of the scheduling latencies (the bucket's
+// upper bound, in seconds); 0 when unknown.
+func (g gcSample) schedQuantile(q float64) float64 {
+	if g.sched == nil {
+		return 0
+	}
+	var total uint64
+	for _, c := range g.sched.Counts {
+		total += c
+	}
+	if total == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i, c := range g.sched.Counts {
+		seen += c
+		if seen >= want {
+			if b := g.sched.Buckets[i+1]; !math.IsInf(b, 1) {
+				return b
+			}
+			return g.sched.Buckets[i] // the last bucket: at least its lower bound
+		}
+	}
+	return 0
+}
+
+// schedOver counts the scheduling latencies above d seconds (by bucket:
+// those in buckets whose lower bound is at least d).
+func (g gcSample) schedOver(d float64) uint64 {
+	if g.sched == nil {
+		return 0
+	}
+	var n uint64
+	for i, c := range g.sched.Counts {
+		if g.sched.Buckets[i] >= d {
+			n += c
+		}
+	}
+	return n
 }
 
 // sampleSched samples the process's running and runnable goroutines
@@ -663,6 +773,7 @@ func sampleSched() (stop func() schedSample) {
 		return m[0].Value.Uint64()
 	}
 	created0 := created()
+	gc0 := readGC()
 	go func() {
 		ms := []metrics.Sample{{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -672,6 +783,7 @@ func sampleSched() (stop func() schedSample) {
 			select {
 			case <-done:
 				s.created = created() - created0
+				s.gc = readGC().sub(gc0)
 				out <- s
 				return
 			case <-tick.C:
@@ -714,4 +826,11 @@ func (s schedSample) add(r *Result, phase string) {
 	r.add(phase+"_goroutines_runnable_p99", s.runnableQuantile(0.99), "goroutines waiting for a CPU, p99 of the samples")
 	r.add(phase+"_goroutines_runnable_max", float64(s.mostRunn), "goroutines waiting for a CPU, most in one sample")
 	r.add(phase+"_goroutines_created", float64(s.created), "goroutines created in the phase (/sched/goroutines-created)")
+	r.add(phase+"_gc_cycles", float64(s.gc.cycles), "garbage collections in the phase")
+	r.add(phase+"_gc_cpu_seconds", s.gc.gcCPU, "s CPU the garbage collector took in the phase (runtime/metrics estimate)")
+	r.add(phase+"_gc_assist_cpu_seconds", s.gc.assistCPU, "s of it in assists, charged to the goroutines that allocated")
+	r.add(phase+"_alloc_mb", float64(s.gc.allocBytes)/(1<<20), "MiB allocated in the phase")
+	r.add(phase+"_sched_latency_p99_ms", 1000*s.gc.schedQuantile(0.99), "ms a goroutine waited runnable before it ran, p99 (bucket bound, every goroutine)")
+	r.add(phase+"_sched_latency_over_1ms", float64(s.gc.schedOver(0.001)), "goroutine runs that waited ≥ 1 ms runnable")
+	r.add(phase+"_sched_latency_over_10ms", float64(s.gc.schedOver(0.01)), "goroutine runs that waited ≥ 10 ms runnable")
 }
