@@ -93,6 +93,7 @@ func TestWritesStartNoWatchers(t *testing.T) {
 	if txs < 2*rounds {
 		t.Fatalf("%d transactions for %d rounds; want at least two per round (else this test counts little)", txs, rounds)
 	}
+	t.Logf("%d transactions created %d goroutines", txs, n)
 	if n > rounds/10 {
 		t.Fatalf("%d transactions created %d goroutines; want next to none", txs, n)
 	}
