@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -13,7 +12,7 @@ import (
 // store.FinishAdvance in the same write.
 func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
 	var out *job.Job
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		var finished any
 		if p.To.Final() {
 			finished = ns(p.Now)

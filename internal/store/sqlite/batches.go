@@ -33,7 +33,7 @@ func (s *Store) CreateBatch(ctx context.Context, b *store.Batch, items []store.B
 		seen[it.CustomID] = true
 	}
 	n := len(items)
-	err := s.writePieces(ctx, n, func(tx *sql.Tx, lo, hi int) error {
+	err := s.writePieces(ctx, n, func(tx *writeTx, lo, hi int) error {
 		if err := s.createBatchPiece(tx, b, lo == 0, hi < n); err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ var errBatchTaken = errors.New("batch id taken")
 // CreateBatch: the first piece inserts it (marked creating when more
 // pieces follow), a later one checks the mark is still there and the last
 // one clears it.
-func (s *Store) createBatchPiece(tx *sql.Tx, b *store.Batch, first, more bool) error {
+func (s *Store) createBatchPiece(tx *writeTx, b *store.Batch, first, more bool) error {
 	creating := 0
 	if more {
 		creating = 1
@@ -104,7 +104,7 @@ func (s *Store) createBatchPiece(tx *sql.Tx, b *store.Batch, first, more bool) e
 // store.Batches.
 func (s *Store) AbandonBatch(ctx context.Context, id string) (bool, error) {
 	var removed bool
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		// The items first: the schema cascades, but a connection opened
 		// without foreign_keys would leave them.
 		if _, err := s.exec(tx, `DELETE FROM batch_items WHERE batch_id = ? AND EXISTS
@@ -127,7 +127,7 @@ func (s *Store) SetBatchState(ctx context.Context, id string, from []string, to 
 	if len(from) == 0 {
 		return errors.New("set batch state: no from states")
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		args := []any{to, ns(now), id}
 		for _, f := range from {
 			args = append(args, f)
@@ -155,7 +155,7 @@ func (s *Store) SetBatchState(ctx context.Context, id string, from []string, to 
 // PlanBatchChunk records a chunk and moves its pending items into it; see
 // store.Batches.
 func (s *Store) PlanBatchChunk(ctx context.Context, c store.BatchChunk, customIDs []string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		if _, err := s.exec(tx, `INSERT INTO batch_chunks (`+store.BatchChunkCols+`) VALUES (?,?,?,?,?)`,
 			c.Key, c.BatchID, c.State, []byte(c.Record), ns(c.UpdatedAt)); err != nil {
 			if strings.Contains(err.Error(), "UNIQUE constraint failed") {
@@ -196,7 +196,7 @@ const planItemsSQL = `UPDATE batch_items SET state = 'submitted', chunk_key = ?,
 // SaveBatchChunk replaces a chunk record, guarded on its state; see
 // store.Batches.
 func (s *Store) SaveBatchChunk(ctx context.Context, c store.BatchChunk, from string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `UPDATE batch_chunks SET state = ?, record = ?, updated_at = ? WHERE chunk_key = ? AND state = ?`,
 			c.State, []byte(c.Record), ns(c.UpdatedAt), c.Key, from)
 		if err != nil {

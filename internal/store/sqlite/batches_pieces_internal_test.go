@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
@@ -58,7 +57,7 @@ func TestCreateBatchLetsInteractiveWritesIn(t *testing.T) {
 	saw := make(chan seen, 1)
 	go func() {
 		var s seen
-		err := w.s.write(ctx, func(tx *sql.Tx) error {
+		err := w.s.write(ctx, func(tx *writeTx) error {
 			return tx.QueryRow(`SELECT creating, (SELECT count(*) FROM batch_items WHERE batch_id = id) FROM batches WHERE id = ?`,
 				b.ID).Scan(&s.creating, &s.items)
 		})

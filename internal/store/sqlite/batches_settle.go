@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"github.com/ratelane/ratelane/internal/store"
@@ -14,7 +13,7 @@ func (s *Store) settleBatchItems(ctx context.Context, ps []store.SettleBatchItem
 	applied := make([]bool, len(ps))
 	// Each settle is guarded on the item's state: a batch lane's group of
 	// settles goes in pieces (writePieces), and one repeated applies nothing.
-	err := s.writePieces(ctx, len(ps), func(tx *sql.Tx, lo, hi int) error {
+	err := s.writePieces(ctx, len(ps), func(tx *writeTx, lo, hi int) error {
 		for i := lo; i < hi; i++ {
 			p := ps[i]
 			var result any

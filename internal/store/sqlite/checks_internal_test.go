@@ -26,7 +26,7 @@ func TestJobWritesBuildNoTemporaryBTree(t *testing.T) {
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	for name, q := range map[string]string{"finish": endAttemptSQL, "insert": insert} {
 		n := strings.Count(q, "?")
-		rows, err := s.wdb.Query("EXPLAIN "+q, make([]any, n)...)
+		rows, err := s.rdb.Query("EXPLAIN "+q, make([]any, n)...) // the same program on any connection
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -138,7 +138,7 @@ func migrationKeepsRowsAndRules(t *testing.T, version int, name string, indexes 
 	}
 	before, beforeIdx := dump(), schema()
 	for _, m := range sinceMigration(version, name) {
-		if err := s.execMigration(ctx, m, `SELECT ?`); err != nil {
+		if err := s.onWriterConn(func(c *sql.Conn) error { return s.execMigration(ctx, c, m, `SELECT ?`) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,7 +160,7 @@ func migrationKeepsRowsAndRules(t *testing.T, version int, name string, indexes 
 		`UPDATE jobs SET state = 'published', lease_token = NULL, lease_expires_at = NULL WHERE id = ?`: true,
 		`UPDATE jobs SET state = 'waiting', lease_token = NULL, lease_expires_at = NULL WHERE id = ?`:   false,
 	} {
-		_, err := s.wdb.ExecContext(ctx, q, id)
+		err := s.onWriterConn(func(c *sql.Conn) error { _, err := c.ExecContext(ctx, q, id); return err })
 		if (err != nil) != wantErr {
 			t.Errorf("%s: err %v, want an error: %v", q, err, wantErr)
 		}

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"slices"
 	"strconv"
 	"testing"
@@ -46,14 +45,14 @@ func TestWriterTextsIndependentOfCounts(t *testing.T) {
 		}
 	}
 	// texts reads the writer's prepared texts on the writer goroutine,
-	// which owns them (the last batch's prepareSeen has run).
+	// which owns them.
 	texts := func() []string {
 		t.Helper()
 		var out []string
-		if err := s.write(ctx, func(*sql.Tx) error { return nil }); err != nil {
+		if err := s.write(ctx, func(*writeTx) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.write(ctx, func(*sql.Tx) error {
+		if err := s.write(ctx, func(*writeTx) error {
 			for q := range s.writerStmts {
 				out = append(out, q)
 			}

@@ -4,7 +4,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"strconv"
 	"testing"
 
@@ -38,7 +37,7 @@ func TestExpireDeadlinesStepsIndependentOfJobs(t *testing.T) {
 		t.Helper()
 		read := func() (n int32) {
 			t.Helper()
-			if err := s.write(ctx, func(*sql.Tx) error {
+			if err := s.write(ctx, func(*writeTx) error {
 				st, found := s.writerStmts[expireDeadlinesSQL]
 				if !found {
 					t.Fatal("the deadline write is not among the writer's prepared statements")

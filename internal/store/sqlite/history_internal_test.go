@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 
@@ -18,17 +19,22 @@ func TestMigrateInlineHistory(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.wdb.ExecContext(ctx, string(down)); err != nil {
-			return nil, fmt.Errorf("down 0005: %w", err)
-		}
-		if _, err := s.wdb.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = 5`); err != nil {
-			return nil, err
-		}
-		rows, err := s.wdb.QueryContext(ctx, `SELECT seq FROM job_attempts WHERE job_id = ? ORDER BY seq`, id)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		return store.CollectRows(rows, func() (n int, err error) { return n, rows.Scan(&n) })
+		var seqs []int
+		err = s.onWriterConn(func(c *sql.Conn) error {
+			if _, err := c.ExecContext(ctx, string(down)); err != nil {
+				return fmt.Errorf("down 0005: %w", err)
+			}
+			if _, err := c.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = 5`); err != nil {
+				return err
+			}
+			rows, err := c.QueryContext(ctx, `SELECT seq FROM job_attempts WHERE job_id = ? ORDER BY seq`, id)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			seqs, err = store.CollectRows(rows, func() (n int, err error) { return n, rows.Scan(&n) })
+			return err
+		})
+		return seqs, err
 	}, s.Migrate)
 }

@@ -23,7 +23,7 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 		return nil, err
 	}
 	out := make([]store.InsertResult, len(jobs))
-	write := func(tx *sql.Tx, lo, hi int) error {
+	write := func(tx *writeTx, lo, hi int) error {
 		res, err := s.insertJobs(tx, jobs[lo:hi], def)
 		copy(out[lo:hi], res)
 		return err
@@ -34,7 +34,7 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 		// a piece at a time, interactive writes between (writePieces).
 		err = s.writePieces(ctx, len(jobs), write)
 	} else {
-		err = s.write(ctx, func(tx *sql.Tx) error { return write(tx, 0, len(jobs)) })
+		err = s.write(ctx, func(tx *writeTx) error { return write(tx, 0, len(jobs)) })
 	}
 	if err != nil {
 		return make([]store.InsertResult, len(jobs)), err
@@ -43,7 +43,7 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 }
 
 // insertOne inserts one job inside tx (a schedule's tick).
-func (s *Store) insertOne(tx *sql.Tx, j *job.Job, def admission.Config) (store.InsertResult, error) {
+func (s *Store) insertOne(tx *writeTx, j *job.Job, def admission.Config) (store.InsertResult, error) {
 	res, err := s.insertJobs(tx, []*job.Job{j}, def)
 	if err != nil {
 		return store.InsertResult{}, err
@@ -66,7 +66,7 @@ type groupOf struct{ lane, tenant, kind, keys string }
 // order would answer: a job whose idempotency key its tenant already used,
 // before or earlier in the batch, is not written and answers with the
 // job holding the key.
-func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+func (s *Store) insertJobs(tx *writeTx, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
 	out := make([]store.InsertResult, len(jobs))
 	held, err := s.heldKeys(tx, jobs)
 	if err != nil {
@@ -191,7 +191,7 @@ func (s *Store) insertJobs(tx *sql.Tx, jobs []*job.Job, def admission.Config) ([
 
 // heldKeys returns which of the jobs' idempotency keys are already held,
 // and by which job, in one query per tenant and chunk of keys.
-func (s *Store) heldKeys(tx *sql.Tx, jobs []*job.Job) (map[idemKey]string, error) {
+func (s *Store) heldKeys(tx *writeTx, jobs []*job.Job) (map[idemKey]string, error) {
 	held := map[idemKey]string{}
 	byTenant := map[string][]string{}
 	var tenants []string
@@ -385,7 +385,7 @@ func insertJobsSQL(n int, shape insertShape) string {
 
 func heldKeysSQL(n int) string { return heldSQL[bits.TrailingZeros(uint(n))] }
 
-func (s *Store) ensureKey(tx *sql.Tx, name string, def admission.Config, now time.Time) error {
+func (s *Store) ensureKey(tx *writeTx, name string, def admission.Config, now time.Time) error {
 	def.Name = name
 	st := admission.NewState(def)
 	_, err := s.exec(tx, `INSERT INTO limit_keys (name, rate, burst, concurrency, adaptive, min_rate, learned_rate, windows, per_start, updated_at)
@@ -433,7 +433,7 @@ func parseHistory(h sql.NullString) ([]job.AttemptRecord, error) {
 	return out, nil
 }
 
-func (s *Store) getTx(tx *sql.Tx, id string) (*job.Job, error) {
+func (s *Store) getTx(tx *writeTx, id string) (*job.Job, error) {
 	j, err := scanJob(s.queryRow(tx, `SELECT `+jobCols+` FROM jobs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, store.ErrNotFound
@@ -460,7 +460,7 @@ func listQuery(p store.ListParams) *store.Query {
 
 // Publish is the compare-and-set validated -> published.
 func (s *Store) Publish(ctx context.Context, id string, now time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `UPDATE jobs SET state = 'published', finished_at = ?, updated_at = ?,
 			publish_claim = NULL, publish_claim_until = NULL
 			WHERE id = ? AND state = 'validated'`, ns(now), ns(now), id)
@@ -474,7 +474,7 @@ func (s *Store) ClaimPublish(ctx context.Context, id, token string, now, until t
 	if token == "" {
 		return errors.New("sqlite: claim publish: empty token")
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `UPDATE jobs SET publish_claim = ?, publish_claim_until = ?
 			WHERE id = ? AND state = 'validated'
 			AND (publish_claim IS NULL OR publish_claim_until <= ? OR publish_claim = ?)`,
@@ -485,7 +485,7 @@ func (s *Store) ClaimPublish(ctx context.Context, id, token string, now, until t
 
 // guarded turns a guarded UPDATE's result into nil, ErrConflict (the row is
 // there but was not in the expected state) or ErrNotFound.
-func (s *Store) guarded(tx *sql.Tx, res sql.Result, err error, id string) error {
+func (s *Store) guarded(tx *writeTx, res sql.Result, err error, id string) error {
 	if err != nil {
 		return err
 	}
@@ -501,7 +501,7 @@ func (s *Store) guarded(tx *sql.Tx, res sql.Result, err error, id string) error 
 
 // Heartbeat extends a running job's lease if the token still holds it.
 func (s *Store) Heartbeat(ctx context.Context, id, token string, until time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND state = 'running' AND lease_token = ?`,
 			ns(until), id, token)
 		return s.guarded(tx, res, err, id)
@@ -511,7 +511,7 @@ func (s *Store) Heartbeat(ctx context.Context, id, token string, until time.Time
 // Cancel ends a non-final job as terminal/cancelled.
 func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job, error) {
 	var out *job.Job
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		j, err := s.getTx(tx, id)
 		if err != nil {
 			return err
@@ -541,7 +541,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) (*job.Job,
 // releaseKeys ends one lease in flight on each named key at now, for a
 // start of the given cost (admission.State.End: its request may have gone
 // out, so its windows log it now).
-func (s *Store) releaseKeys(tx *sql.Tx, names []string, now time.Time, cost int64) error {
+func (s *Store) releaseKeys(tx *writeTx, names []string, now time.Time, cost int64) error {
 	states, err := s.loadKeys(tx, names)
 	if err != nil {
 		return err
@@ -561,7 +561,7 @@ func (s *Store) releaseKeys(tx *sql.Tx, names []string, now time.Time, cost int6
 // appends in its own UPDATE). A row whose NULL history stands for its
 // first success (impliedRecord) is not appended to as NULL, which would
 // read back as r alone: it gets that record written out before r.
-func (s *Store) appendRecord(tx *sql.Tx, id string, r job.AttemptRecord) error {
+func (s *Store) appendRecord(tx *writeTx, id string, r job.AttemptRecord) error {
 	res, err := s.exec(tx, `UPDATE jobs SET history = `+appendHistory+` WHERE id = ?2 AND NOT `+impliedRow, recordJSON(r), id)
 	if err != nil {
 		return err
@@ -589,7 +589,7 @@ const appendHistory = `CASE WHEN history IS NULL THEN '[' || ?1 || ']'
 // Redrive returns a terminal job to waiting with fresh budgets.
 func (s *Store) Redrive(ctx context.Context, id string, now time.Time) (*job.Job, error) {
 	var out *job.Job
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		// The reason the job ended with is read before the UPDATE clears it
 		// (one writer: nothing changes it in between), for the history line.
 		var group int64
@@ -618,7 +618,7 @@ func (s *Store) Redrive(ctx context.Context, id string, now time.Time) (*job.Job
 
 // Delete removes a dead letter.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `DELETE FROM jobs WHERE id = ? AND state = 'terminal'`, id)
 		if err := s.guarded(tx, res, err, id); err != nil {
 			return err
@@ -643,7 +643,7 @@ const expireDeadlinesSQL = `UPDATE jobs SET state = 'terminal', reason = 'deadli
 // ExpireDeadlines ends not-yet-running jobs whose deadline passed.
 func (s *Store) ExpireDeadlines(ctx context.Context, now time.Time) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, expireDeadlinesSQL, ns(now), ns(now), ns(now))
 		if err != nil {
 			return err
@@ -658,7 +658,7 @@ func (s *Store) ExpireDeadlines(ctx context.Context, now time.Time) (int, error)
 // before; call it until it returns 0.
 func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		sel := fmt.Sprintf(`SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? LIMIT %d`, store.PruneBatch)
 		res, err := s.exec(tx, `DELETE FROM jobs WHERE id IN (`+sel+`)`, ns(before))
 		if err != nil {

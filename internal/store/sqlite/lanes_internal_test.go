@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -41,7 +40,7 @@ func (w *laneWriter) submit(lane job.Lane, name string, started chan<- struct{},
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		err := w.s.write(ctx, func(tx *sql.Tx) error {
+		err := w.s.write(ctx, func(tx *writeTx) error {
 			w.mu.Lock()
 			w.order = append(w.order, name)
 			w.mu.Unlock()
@@ -184,7 +183,7 @@ func TestInteractiveWriteBetweenBatchPieces(t *testing.T) {
 	var pieces int
 	done := make(chan error, 1)
 	go func() {
-		done <- w.s.writePieces(store.WithLane(context.Background(), job.LaneBatch), rows, func(tx *sql.Tx, lo, hi int) error {
+		done <- w.s.writePieces(store.WithLane(context.Background(), job.LaneBatch), rows, func(tx *writeTx, lo, hi int) error {
 			w.mu.Lock()
 			w.order = append(w.order, fmt.Sprintf("b%d-%d", lo, hi))
 			w.mu.Unlock()
@@ -217,7 +216,7 @@ func TestBatchPiecesAfterAFailureDoNotRun(t *testing.T) {
 	w := newLaneWriter(t)
 	boom := errors.New("refused")
 	var ran []int
-	err := w.s.writePieces(store.WithLane(context.Background(), job.LaneBatch), 100, func(tx *sql.Tx, lo, hi int) error {
+	err := w.s.writePieces(store.WithLane(context.Background(), job.LaneBatch), 100, func(tx *writeTx, lo, hi int) error {
 		ran = append(ran, lo)
 		if lo == 32 {
 			return boom

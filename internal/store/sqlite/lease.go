@@ -18,7 +18,7 @@ import (
 // Lease admits and leases jobs in one write; see store.Lease for the order.
 func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
 	var out []*job.Job
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		var err error
 		out, err = (&txOps{s: s, tx: tx}).lease(p)
 		return err
@@ -38,7 +38,7 @@ func (o *txOps) lease(p store.LeaseParams) ([]*job.Job, error) {
 // Finish applies attempt-ending transitions in one write.
 func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, error) {
 	var out []error
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		var err error
 		out, err = store.Finish(&txOps{s: s, tx: tx}, ts)
 		return err
@@ -51,7 +51,7 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 func (s *Store) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
 	var errs []error
 	var out []*job.Job
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		ops := &txOps{s: s, tx: tx}
 		var err error
 		out = nil
@@ -73,7 +73,7 @@ var _ store.FinishLeaser = (*Store)(nil)
 // transaction. The single writer makes every lock trivially held.
 type txOps struct {
 	s  *Store
-	tx *sql.Tx
+	tx *writeTx
 	// groups is what Heads learned of each candidate, for MarkLeased: its
 	// group (a job's kind, lane and tenant are its group's, so they are
 	// not read back) and its rowid. One txOps serves one lease call.
@@ -935,7 +935,7 @@ func (o *txOps) GroupUnblock(group int64) error {
 	return err
 }
 
-func (s *Store) groupReady(tx *sql.Tx, group int64, at time.Time) error {
+func (s *Store) groupReady(tx *writeTx, group int64, at time.Time) error {
 	_, err := s.exec(tx, `UPDATE job_groups SET ready_at = CASE WHEN ready_at IS NULL OR ready_at > ?1 THEN ?1 ELSE ready_at END
 		WHERE id = ?2`, ns(at), group)
 	return err

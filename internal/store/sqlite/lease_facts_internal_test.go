@@ -45,7 +45,7 @@ func TestFinishWithAndWithoutLeaseFacts(t *testing.T) {
 			}
 			first := got[0]
 			var remembered bool
-			if err := s.write(ctx, func(*sql.Tx) error {
+			if err := s.write(ctx, func(*writeTx) error {
 				_, remembered = s.leases[first.ID]
 				if forget {
 					clear(s.leases)
@@ -97,7 +97,7 @@ func TestPlainFinishByRowid(t *testing.T) {
 	now, got := storetest.T0, leasedOnK(t, s, 3)
 	a, b, c := got[0].ID, got[1].ID, got[2].ID
 	var ra, rb int64
-	if err := s.write(ctx, func(tx *sql.Tx) error {
+	if err := s.write(ctx, func(tx *writeTx) error {
 		ra, rb = s.leases[a].rowid, s.leases[b].rowid
 		for _, id := range []string{a, b, c} {
 			var rowid int64
@@ -113,7 +113,7 @@ func TestPlainFinishByRowid(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Swap a's and b's rowids (through -1) and move c to a rowid no row had.
-	if err := s.write(ctx, func(tx *sql.Tx) error {
+	if err := s.write(ctx, func(tx *writeTx) error {
 		for _, st := range []struct {
 			id    string
 			rowid int64
@@ -288,7 +288,9 @@ func TestAppendKeepsImpliedRecord(t *testing.T) {
 		t.Fatalf("finish: %v, %v", errs, err)
 	}
 	var hist sql.NullString
-	if err := s.wdb.QueryRowContext(ctx, `SELECT history FROM jobs WHERE id = ?`, j.ID).Scan(&hist); err != nil || hist.Valid {
+	if err := s.onWriterConn(func(c *sql.Conn) error {
+		return c.QueryRowContext(ctx, `SELECT history FROM jobs WHERE id = ?`, j.ID).Scan(&hist)
+	}); err != nil || hist.Valid {
 		t.Fatalf("history column %v, %v; want NULL (the success implied)", hist, err)
 	}
 	later := []job.AttemptRecord{
@@ -296,11 +298,11 @@ func TestAppendKeepsImpliedRecord(t *testing.T) {
 		{At: at.Add(2 * time.Minute), Outcome: job.ClassCancelled},
 	}
 	for _, r := range later {
-		if err := s.write(ctx, func(tx *sql.Tx) error { return s.appendRecord(tx, j.ID, r) }); err != nil {
+		if err := s.write(ctx, func(tx *writeTx) error { return s.appendRecord(tx, j.ID, r) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.write(ctx, func(tx *sql.Tx) error { return s.appendRecord(tx, "no-such-job", later[0]) }); err != nil {
+	if err := s.write(ctx, func(tx *writeTx) error { return s.appendRecord(tx, "no-such-job", later[0]) }); err != nil {
 		t.Fatalf("append to an unknown job: %v", err)
 	}
 	got, err := s.Get(ctx, j.ID)

@@ -19,7 +19,7 @@ import (
 // (every key of bench throughput) is never written by either, so reading
 // its row again each call was a statement per key per call for nothing
 // (docs/benchmarks.md, "Session 9 (s9h4)"). Each caller gets its own copy.
-func (s *Store) loadKeys(tx *sql.Tx, names []string) (map[string]*admission.State, error) {
+func (s *Store) loadKeys(tx *writeTx, names []string) (map[string]*admission.State, error) {
 	out := make(map[string]*admission.State, len(names))
 	for _, n := range names {
 		if st, ok := s.unpaced[n]; ok {
@@ -43,7 +43,7 @@ func (s *Store) loadKeys(tx *sql.Tx, names []string) (map[string]*admission.Stat
 
 // saveKeys writes the states back; each key written leaves s.unpaced, to be
 // read again from its row (a pause of an unpaced key, a reconfiguration).
-func (s *Store) saveKeys(tx *sql.Tx, keys []*admission.State) error {
+func (s *Store) saveKeys(tx *writeTx, keys []*admission.State) error {
 	for _, st := range keys {
 		delete(s.unpaced, st.Name)
 		_, err := s.exec(tx, `UPDATE limit_keys SET rate = ?, burst = ?, concurrency = ?, adaptive = ?, min_rate = ?,
@@ -64,7 +64,7 @@ func (s *Store) saveKeys(tx *sql.Tx, keys []*admission.State) error {
 	return nil
 }
 
-func (s *Store) saveShapes(tx *sql.Tx, st *admission.State) error {
+func (s *Store) saveShapes(tx *writeTx, st *admission.State) error {
 	var blob any
 	if b := st.MarshalShapes(nil); len(b) > 0 {
 		blob = b
@@ -80,7 +80,7 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 		out     admission.State
 		applied bool
 	)
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		// Every write below changes the row; saveKeys drops the entry
 		// again after the read.
 		delete(s.unpaced, c.Name)
@@ -112,7 +112,7 @@ func (s *Store) upsertLimit(ctx context.Context, c admission.Config, now time.Ti
 
 // saveConfigured writes a reconfigured key, with the declaration applied
 // when declared is not "".
-func (s *Store) saveConfigured(tx *sql.Tx, st *admission.State, declared string) error {
+func (s *Store) saveConfigured(tx *writeTx, st *admission.State, declared string) error {
 	if declared != "" {
 		if _, err := s.exec(tx, `UPDATE limit_keys SET declared = ? WHERE name = ?`, declared, st.Name); err != nil {
 			return err

@@ -12,11 +12,11 @@ import (
 // putObjects is store.Writes.PutObjects. A batch-lane caller's many
 // objects go in pieces (writePieces): each is an idempotent upsert.
 func (s *Store) putObjects(ctx context.Context, os []store.Object) error {
-	return s.writePieces(ctx, len(os), func(tx *sql.Tx, lo, hi int) error { return s.putObjectsTx(tx, os[lo:hi]) })
+	return s.writePieces(ctx, len(os), func(tx *writeTx, lo, hi int) error { return s.putObjectsTx(tx, os[lo:hi]) })
 }
 
 // putObjectsTx upserts os inside tx.
-func (s *Store) putObjectsTx(tx *sql.Tx, os []store.Object) error {
+func (s *Store) putObjectsTx(tx *writeTx, os []store.Object) error {
 	for _, o := range os {
 		if _, err := s.exec(tx, `INSERT INTO objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`,
@@ -39,7 +39,7 @@ func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs [
 		return nil, err
 	}
 	var out []store.InsertResult
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		if err := s.putObjectsTx(tx, os); err != nil {
 			return err
 		}
@@ -55,7 +55,7 @@ func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs [
 
 // putObjectIf is store.Writes.PutObjectIf.
 func (s *Store) putObjectIf(ctx context.Context, o store.Object, prev []byte) (n int64, err error) {
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *writeTx) error {
 		var res sql.Result
 		var err error
 		if prev == nil {
@@ -76,7 +76,7 @@ func (s *Store) putObjectIf(ctx context.Context, o store.Object, prev []byte) (n
 
 // deleteObject is store.Writes.DeleteObject.
 func (s *Store) deleteObject(ctx context.Context, kind, id string) (n int64, err error) {
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `DELETE FROM objects WHERE kind = ? AND id = ?`, kind, id)
 		if err != nil {
 			return err

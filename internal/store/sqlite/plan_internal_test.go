@@ -124,7 +124,7 @@ func TestExpireDeadlinesUsesIndex(t *testing.T) {
 // details joined by "; ".
 func queryPlan(t *testing.T, s *Store, q string, args ...any) string {
 	t.Helper()
-	rows, err := s.wdb.Query("EXPLAIN QUERY PLAN "+q, args...)
+	rows, err := s.rdb.Query("EXPLAIN QUERY PLAN "+q, args...) // the same plan on any connection
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,14 +71,14 @@ func TestLeaseScansNotReprepared(t *testing.T) {
 		}
 	}
 	// Read on the writer goroutine, which owns writerStmts and the
-	// connection (the previous batch's prepareSeen has finished).
+	// connection.
 	type count struct {
 		q       string
 		n, runs int32
 	}
 	var counts []count
 	unreadable := false
-	if err := s.write(ctx, func(*sql.Tx) error {
+	if err := s.write(ctx, func(*writeTx) error {
 		for q, st := range s.writerStmts {
 			if !strings.Contains(q, "job_groups") && !strings.Contains(q, "FROM jobs") && !strings.HasPrefix(q, "UPDATE jobs") {
 				continue
@@ -128,11 +128,17 @@ func stmtStatus(st *sql.Stmt, op int32) (n, runs int32, ok bool) {
 		f := v.FieldByName(name)
 		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
 	}
-	css := field(reflect.ValueOf(st).Elem(), "css")
-	if css.Len() == 0 {
-		return 0, 0, false
+	// The writer's statements are prepared on its *sql.Conn (cgds); a
+	// pool's on each of its connections (css).
+	ds := field(reflect.ValueOf(st).Elem(), "cgds")
+	if ds.IsNil() {
+		css := field(reflect.ValueOf(st).Elem(), "css")
+		if css.Len() == 0 {
+			return 0, 0, false
+		}
+		ds = field(css.Index(0), "ds")
 	}
-	si := field(field(css.Index(0), "ds").Elem(), "si").Elem().Elem()
+	si := field(ds.Elem(), "si").Elem().Elem()
 	pstmt := uintptr(field(si, "pstmt").Uint())
 	tls := (*libc.TLS)(unsafe.Pointer(field(field(si, "c").Elem(), "tls").Pointer()))
 	if pstmt == 0 || tls == nil {

@@ -23,7 +23,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sc *store.Schedule) error {
 	if err := sc.CheckIn(s.cfg.Region); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		_, err := s.exec(tx, `INSERT INTO schedules (`+store.ScheduleCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			sc.ID, sc.Tenant, sc.Region, sc.Name, sc.Cron, int64(sc.Every), ns(sc.Anchor), sc.TimeZone, sc.Missed, sc.CatchUpMax,
 			int64(sc.MaxLate), []byte(sc.Template), sc.Kind, boolInt(sc.Paused), ns(sc.NextAt), nullNS(sc.LastTickAt), sc.LastJobID,
@@ -48,7 +48,7 @@ func (s *Store) UpdateSchedule(ctx context.Context, sc *store.Schedule) error {
 	if err := sc.Check(); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `UPDATE schedules SET name = ?, cron = ?, every_ns = ?, anchor = ?, timezone = ?, missed = ?,
 			catch_up_max = ?, max_late_ns = ?, template = ?, kind = ?, paused = ?, next_at = ?, updated_at = ?, version = version + 1
 			WHERE id = ? AND version = ?`,
@@ -66,7 +66,7 @@ func (s *Store) UpdateSchedule(ctx context.Context, sc *store.Schedule) error {
 
 // scheduleGuard turns a guarded schedule write that matched no row into
 // ErrNotFound or ErrConflict.
-func (s *Store) scheduleGuard(tx *sql.Tx, res sql.Result, id string) error {
+func (s *Store) scheduleGuard(tx *writeTx, res sql.Result, id string) error {
 	if n, _ := res.RowsAffected(); n > 0 {
 		return nil
 	}
@@ -81,7 +81,7 @@ func (s *Store) scheduleGuard(tx *sql.Tx, res sql.Result, id string) error {
 
 // DeleteSchedule removes a schedule and its ledger; see store.Schedules.
 func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `DELETE FROM schedules WHERE id = ?`, id)
 		if err != nil {
 			return err
@@ -101,7 +101,7 @@ func (s *Store) ClaimTick(ctx context.Context, p store.ClaimTickParams) (store.C
 		return store.ClaimTickResult{}, err
 	}
 	var out store.ClaimTickResult
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		out = store.ClaimTickResult{}
 		produced, jobID := 0, ""
 		if p.Job != nil {

@@ -95,6 +95,15 @@ type Store struct {
 	store.Derived
 	cfg Config
 	wdb *sql.DB // exactly one connection: the single writer
+	// wconn is wdb's connection, held from Open to Close: the writer runs
+	// its transactions on it with its own BEGIN IMMEDIATE and COMMIT
+	// (writeTx), and Migrate runs on it between batches. wmu is held for
+	// each use, so that nothing runs inside the writer's transaction.
+	wconn *sql.Conn
+	wmu   sync.Mutex
+	// wtx is the writer's transaction over wconn, one for the store's
+	// life (passed as a pointer, it is not allocated per batch).
+	wtx writeTx
 	rdb *sql.DB // read-only pool
 	// probe opens a fresh read-only connection per Ready call.
 	probe      *sql.DB
@@ -107,11 +116,11 @@ type Store struct {
 
 	mu         sync.Mutex
 	stmts      map[string]*sql.Stmt // the read pool's statements, prepared once (readStmt)
-	batchStmts map[string]*sql.Stmt // the writer's, per batch
-	// writerStmts are prepared on the single writer connection; only the
-	// writer goroutine touches them and toPrepare.
+	batchStmts map[string]*sql.Stmt // the writer's past maxStmts texts, per batch
+	// writerStmts are prepared on the single writer connection (wconn)
+	// and kept across its transactions; only the writer goroutine touches
+	// them.
 	writerStmts map[string]*sql.Stmt
-	toPrepare   []string
 	// leases holds what MarkLeased read of each job it leased, for the
 	// finish of that lease (see leaseFacts); only the writer goroutine
 	// touches it.
@@ -189,6 +198,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		done:        make(chan struct{}),
 		stmts:       map[string]*sql.Stmt{},
 		writerStmts: map[string]*sql.Stmt{},
+		batchStmts:  map[string]*sql.Stmt{},
 		leases:      map[string]leaseFacts{},
 		unpaced:     map[string]admission.State{},
 	}
@@ -201,12 +211,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		probe.Close()
 		return nil, err
 	}
-	if err := errors.Join(s.migrateUp(ctx), s.checkRegion(ctx)); err != nil {
+	if err := errors.Join(s.migrateUp(ctx, s.wdb), s.checkRegion(ctx)); err != nil {
 		wdb.Close()
 		rdb.Close()
 		probe.Close()
 		return nil, err
 	}
+	if s.wconn, err = wdb.Conn(ctx); err != nil {
+		wdb.Close()
+		rdb.Close()
+		probe.Close()
+		return nil, err
+	}
+	s.wtx = writeTx{c: s.wconn}
 	go s.writer()
 	return s, nil
 }
@@ -295,22 +312,38 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := quickCheck(ctx, s.rdb, s.cfg.Path); err != nil {
 		return err
 	}
-	return s.migrateUp(ctx)
+	return s.onWriterConn(func(c *sql.Conn) error { return s.migrateUp(ctx, c) })
 }
 
-func (s *Store) migrateUp(ctx context.Context) error {
-	if _, err := s.wdb.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
+// onWriterConn runs fn on the writer's connection between two of its
+// transactions.
+func (s *Store) onWriterConn(fn func(c *sql.Conn) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return fn(s.wconn)
+}
+
+// migrationDB is what the migrations run on: the writer's pool (wdb)
+// while Open runs, its connection (wconn) once the writer holds it.
+type migrationDB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+func (s *Store) migrateUp(ctx context.Context, db migrationDB) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	for _, m := range migrationFiles(".up.sql", false) {
 		var n int
-		if err := s.wdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
 			return fmt.Errorf("sqlite: migrate: %w", err)
 		}
 		if n > 0 {
 			continue
 		}
-		if err := s.execMigration(ctx, m, `INSERT INTO schema_migrations (version) VALUES (?)`); err != nil {
+		if err := s.execMigration(ctx, db, m, `INSERT INTO schema_migrations (version) VALUES (?)`); err != nil {
 			return err
 		}
 	}
@@ -320,12 +353,14 @@ func (s *Store) migrateUp(ctx context.Context) error {
 // MigrateDown reverts every migration (for tests and CI, which migrate up
 // and down on every driver).
 func (s *Store) MigrateDown(ctx context.Context) error {
-	for _, m := range migrationFiles(".down.sql", true) {
-		if err := s.execMigration(ctx, m, `DELETE FROM schema_migrations WHERE version = ?`); err != nil {
-			return err
+	return s.onWriterConn(func(c *sql.Conn) error {
+		for _, m := range migrationFiles(".down.sql", true) {
+			if err := s.execMigration(ctx, c, m, `DELETE FROM schema_migrations WHERE version = ?`); err != nil {
+				return err
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 type migration struct {
@@ -348,12 +383,12 @@ func migrationFiles(suffix string, reverse bool) []migration {
 	return out
 }
 
-func (s *Store) execMigration(ctx context.Context, m migration, record string) error {
+func (s *Store) execMigration(ctx context.Context, db migrationDB, m migration, record string) error {
 	body, err := migrations.ReadFile("migrations/" + m.name)
 	if err != nil {
 		return err
 	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -374,7 +409,17 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
-		err = errors.Join(s.wdb.Close(), s.rdb.Close(), s.probe.Close())
+		// The writer has returned: its statements are closed here. A
+		// *sql.Conn's statements are not closed with the pool, and a
+		// connection closed with statements still open is not closed by
+		// SQLite (nor its WAL checkpointed and removed) until they are.
+		err = errors.Join(s.onWriterConn(func(c *sql.Conn) error {
+			var errs []error
+			for _, st := range s.writerStmts {
+				errs = append(errs, st.Close())
+			}
+			return errors.Join(append(errs, c.Close())...)
+		}), s.wdb.Close(), s.rdb.Close(), s.probe.Close())
 	})
 	return err
 }

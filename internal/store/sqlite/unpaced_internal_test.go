@@ -28,7 +28,7 @@ func unpacedSetup(t *testing.T) (*Store, context.Context) {
 		t.Fatalf("first lease: %d jobs, %v; want 1", len(got), err)
 	}
 	var held bool
-	if err := s.write(ctx, func(*sql.Tx) error {
+	if err := s.write(ctx, func(*writeTx) error {
 		_, held = s.unpaced["k"]
 		return nil
 	}); err != nil {
@@ -80,7 +80,7 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 			t.Parallel()
 			s, ctx := unpacedSetup(t)
 			failed := errors.New("the write fails after pausing k")
-			fail := func(tx *sql.Tx) error {
+			fail := func(tx *writeTx) error {
 				keys, err := s.loadKeys(tx, []string{"k"})
 				if err != nil {
 					return err
@@ -100,15 +100,15 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 			// Alone: one write, one transaction. Shared: the writer is held
 			// in a first write while the failing one and another are
 			// queued, so that it then drains both into one transaction.
-			fn := func(*sql.Tx) error { return s.write(ctx, fail) }
+			fn := func(*writeTx) error { return s.write(ctx, fail) }
 			if shared {
 				hold, started, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 				go func() {
-					held <- s.write(ctx, func(*sql.Tx) error { close(started); <-hold; return nil })
+					held <- s.write(ctx, func(*writeTx) error { close(started); <-hold; return nil })
 				}()
 				<-started
 				a := &writeReq{fn: fail, done: make(chan error, 1)}
-				b := &writeReq{fn: func(*sql.Tx) error { return nil }, done: make(chan error, 1)}
+				b := &writeReq{fn: func(*writeTx) error { return nil }, done: make(chan error, 1)}
 				s.reqs <- a
 				s.reqs <- b
 				close(hold)
@@ -118,7 +118,7 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 				if err := <-b.done; err != nil {
 					t.Fatal(err)
 				}
-				fn = func(*sql.Tx) error { return <-a.done }
+				fn = func(*writeTx) error { return <-a.done }
 			}
 			if err := fn(nil); tc.panics && (err == nil || !strings.Contains(err.Error(), "panicked")) {
 				t.Fatalf("the panicking write: %v; want a panic reported as an error", err)

@@ -47,7 +47,7 @@ func vmStepsCycle(b *testing.B, to job.State) {
 	var total int64
 	unreadable := false
 	// On the writer goroutine, which owns writerStmts.
-	if err := s.write(ctx, func(*sql.Tx) error {
+	if err := s.write(ctx, func(*writeTx) error {
 		for q, st := range s.writerStmts {
 			n, runs, ok := vmSteps(st)
 			unreadable = unreadable || !ok

@@ -15,7 +15,7 @@ import (
 var errClosed = errors.New("sqlite: store is closed")
 
 type writeReq struct {
-	fn   func(tx *sql.Tx) error
+	fn   func(tx *writeTx) error
 	done chan error
 	lane job.Lane
 	// at is when the write was called; ended is the other lane's count of
@@ -29,7 +29,7 @@ type writeReq struct {
 // transaction, inside its own savepoint: it must not commit or roll back.
 // ctx's lane (store.LaneOf) decides the write's queue: batch-lane writes
 // wait while interactive ones are queued.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) write(ctx context.Context, fn func(tx *writeTx) error) error {
 	r, err := s.enqueue(ctx, fn)
 	if err != nil {
 		return err
@@ -41,7 +41,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // enqueue queues fn as one write of ctx's lane and returns its request,
 // whose done channel answers it.
-func (s *Store) enqueue(ctx context.Context, fn func(tx *sql.Tx) error) (*writeReq, error) {
+func (s *Store) enqueue(ctx context.Context, fn func(tx *writeTx) error) (*writeReq, error) {
 	lane := store.LaneOf(ctx)
 	q := s.reqs
 	if lane == job.LaneBatch {
@@ -98,16 +98,16 @@ var errEarlierPiece = errors.New("sqlite: an earlier piece of this write failed"
 // (a manifest's objects, jobs and items; a chunk's settles) are each
 // retried or reconciled as a whole, and every piece is idempotent or
 // refused whole on a repeat.
-func (s *Store) writePieces(ctx context.Context, n int, fn func(tx *sql.Tx, lo, hi int) error) error {
+func (s *Store) writePieces(ctx context.Context, n int, fn func(tx *writeTx, lo, hi int) error) error {
 	if n <= batchPiece || store.LaneOf(ctx) != job.LaneBatch {
-		return s.write(ctx, func(tx *sql.Tx) error { return fn(tx, 0, n) })
+		return s.write(ctx, func(tx *writeTx) error { return fn(tx, 0, n) })
 	}
 	var failed bool // set by the writer goroutine only, which runs the pieces in order
 	var reqs []*writeReq
 	var err error
 	for lo := 0; lo < n; lo += batchPiece {
 		hi := min(n, lo+batchPiece)
-		r, qerr := s.enqueue(ctx, func(tx *sql.Tx) error {
+		r, qerr := s.enqueue(ctx, func(tx *writeTx) error {
 			if failed {
 				return errEarlierPiece
 			}
@@ -201,7 +201,6 @@ func (s *Store) next(hasInteractive bool) *writeReq {
 // and answers them all after its commit.
 func (s *Store) commit(first *writeReq) {
 	batch, err := s.runBatch(first)
-	defer s.prepareSeen()
 	for _, w := range batch {
 		werr := w.err
 		if err != nil {
@@ -218,18 +217,58 @@ type ran struct {
 	err error
 }
 
+// writeTx is the writer's open transaction on its connection (Store.wconn),
+// which the writer begins, commits and rolls back itself with BEGIN
+// IMMEDIATE, COMMIT and ROLLBACK. It replaces a *sql.Tx because
+// database/sql gives every Tx a cancellable context, even one begun with
+// context.Background(), and so starts a goroutine to watch it per
+// transaction (DB.beginDC) and another per query run inside it
+// (Rows.initContextClose): two to a few dozen per batch, made runnable by
+// the hundred under a batch sweep (docs/benchmarks.md, "Session 21
+// (s21h4)", "Session 22 (s22h3)"). Statements run on a *sql.Conn with a
+// context that cannot end start none, in database/sql or in the driver.
+// Only the writer goroutine uses it, inside runBatch.
+type writeTx struct {
+	c *sql.Conn
+}
+
+// Exec runs query unprepared inside the transaction (s.exec runs a
+// prepared one).
+func (tx *writeTx) Exec(query string, args ...any) (sql.Result, error) {
+	return tx.c.ExecContext(context.Background(), query, args...)
+}
+
+// Query runs query unprepared inside the transaction.
+func (tx *writeTx) Query(query string, args ...any) (*sql.Rows, error) {
+	return tx.c.QueryContext(context.Background(), query, args...)
+}
+
+// QueryRow runs a single-row query unprepared inside the transaction.
+func (tx *writeTx) QueryRow(query string, args ...any) *sql.Row {
+	return tx.c.QueryRowContext(context.Background(), query, args...)
+}
+
 // runBatch runs first without a savepoint, then, while it succeeded, the
 // writes next hands it (up to MaxBatch in all), each in its own savepoint,
 // and commits. A first write that fails is rolled back alone: the writes
 // still queued go into the next transaction.
 func (s *Store) runBatch(first *writeReq) ([]ran, error) {
-	tx, err := s.wdb.Begin()
-	if err != nil {
+	// The connection is the writer's for the batch: Migrate (and tests)
+	// run on it between batches, as they waited for the pool's one
+	// connection while a *sql.Tx held it.
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	defer s.closeBatchStmts()
+	tx := &s.wtx
+	if _, err := s.exec(tx, `BEGIN IMMEDIATE`); err != nil {
+		// A transaction left open by a COMMIT and ROLLBACK that both
+		// failed would refuse every later BEGIN: end it, so that only
+		// this batch fails. (Without one, ROLLBACK fails harmlessly.)
+		s.exec(tx, `ROLLBACK`)
 		return []ran{{r: first}}, fmt.Errorf("sqlite: begin: %w", err)
 	}
-	s.batchStmts = map[string]*sql.Stmt{} // closed with the transaction
 	if err := s.checkDataVersion(tx); err != nil {
-		tx.Rollback()
+		s.exec(tx, `ROLLBACK`)
 		return []ran{{r: first}}, fmt.Errorf("sqlite: data_version: %w", err)
 	}
 	batch := []ran{{r: first, err: s.runOne(tx, first, false)}}
@@ -238,7 +277,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		// undo what it wrote before failing (a claimed tick whose job
 		// insert failed, the first jobs of a failed Insert).
 		clear(s.unpaced)
-		if err := tx.Rollback(); err != nil {
+		if _, err := s.exec(tx, `ROLLBACK`); err != nil {
 			return batch, fmt.Errorf("sqlite: rollback: %w", err)
 		}
 		return batch, nil
@@ -252,9 +291,12 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		hasInteractive = hasInteractive || r.lane != job.LaneBatch
 		batch = append(batch, ran{r: r, err: s.runOne(tx, r, true)})
 	}
-	if err := tx.Commit(); err != nil {
+	if _, err := s.exec(tx, `COMMIT`); err != nil {
+		// A COMMIT that fails (an I/O error, SQLITE_BUSY) may leave the
+		// transaction open: roll it back, so that none of the batch is
+		// committed later by another batch's COMMIT.
 		clear(s.unpaced)
-		tx.Rollback()
+		s.exec(tx, `ROLLBACK`)
 		return batch, fmt.Errorf("sqlite: commit: %w", err)
 	}
 	s.txs.Add(1)
@@ -267,7 +309,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 // connection exactly then (SQLite's own commits leave it alone). Run first
 // in each transaction, whose BEGIN IMMEDIATE keeps other writers out until
 // it ends.
-func (s *Store) checkDataVersion(tx *sql.Tx) error {
+func (s *Store) checkDataVersion(tx *writeTx) error {
 	var v int64
 	if err := s.queryRow(tx, `PRAGMA data_version`).Scan(&v); err != nil {
 		return err
@@ -285,7 +327,7 @@ func (s *Store) checkDataVersion(tx *sql.Tx) error {
 
 // runOne runs one write; inside a shared transaction it gets a savepoint so
 // that its failure rolls back only its own changes.
-func (s *Store) runOne(tx *sql.Tx, r *writeReq, shared bool) (err error) {
+func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	s.lanes.started(r)
 	defer s.lanes.ended(r)
 	fn := r.fn
@@ -325,49 +367,41 @@ func (s *Store) runOne(tx *sql.Tx, r *writeReq, shared bool) (err error) {
 	return err
 }
 
-// txStmt returns query prepared on the writer's current transaction. The
-// cache lives for one batch: the writer connection is the only one, so
-// statements cannot be prepared outside the open transaction, and a batch
-// reuses the same few statements many times. Only the writer goroutine
-// calls it.
-func (s *Store) txStmt(tx *sql.Tx, query string) (*sql.Stmt, error) {
+// txStmt returns query prepared on the writer connection. The statements
+// stay prepared across transactions (a *sql.Conn's are the connection's,
+// not a transaction's), so a text is parsed once, up to maxStmts texts;
+// the later ones are prepared once per batch and closed after it
+// (closeBatchStmts). Only the writer goroutine calls it.
+func (s *Store) txStmt(tx *writeTx, query string) (*sql.Stmt, error) {
+	if st, ok := s.writerStmts[query]; ok {
+		return st, nil
+	}
 	if st, ok := s.batchStmts[query]; ok {
 		return st, nil
 	}
-	if st, ok := s.writerStmts[query]; ok {
-		// Prepared on the writer connection between batches: the
-		// transaction reuses it without parsing the SQL again.
-		st = tx.Stmt(st)
-		s.batchStmts[query] = st
-		return st, nil
-	}
-	st, err := tx.Prepare(query)
+	st, err := tx.c.PrepareContext(context.Background(), query)
 	if err != nil {
 		return nil, err
 	}
-	s.batchStmts[query] = st
-	s.toPrepare = append(s.toPrepare, query)
+	if len(s.writerStmts) < maxStmts {
+		s.writerStmts[query] = st
+	} else {
+		s.batchStmts[query] = st
+	}
 	return st, nil
 }
 
-// prepareSeen prepares, on the idle writer connection, the statements first
-// seen in the last batch, so that later batches do not parse them again:
-// up to maxStmts texts, the later ones being parsed once per batch as
-// before.
-func (s *Store) prepareSeen() {
-	for _, q := range s.toPrepare {
-		if _, ok := s.writerStmts[q]; ok || len(s.writerStmts) >= maxStmts {
-			continue
-		}
-		if st, err := s.wdb.Prepare(q); err == nil {
-			s.writerStmts[q] = st
-		}
+// closeBatchStmts closes the statements prepared for one batch only (past
+// maxStmts texts).
+func (s *Store) closeBatchStmts() {
+	for q, st := range s.batchStmts {
+		st.Close()
+		delete(s.batchStmts, q)
 	}
-	s.toPrepare = s.toPrepare[:0]
 }
 
 // exec runs a prepared statement inside tx.
-func (s *Store) exec(tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+func (s *Store) exec(tx *writeTx, query string, args ...any) (sql.Result, error) {
 	st, err := s.txStmt(tx, query)
 	if err != nil {
 		return nil, err
@@ -376,7 +410,7 @@ func (s *Store) exec(tx *sql.Tx, query string, args ...any) (sql.Result, error) 
 }
 
 // query runs a prepared query inside tx.
-func (s *Store) query(tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
+func (s *Store) query(tx *writeTx, query string, args ...any) (*sql.Rows, error) {
 	st, err := s.txStmt(tx, query)
 	if err != nil {
 		return nil, err
@@ -385,7 +419,7 @@ func (s *Store) query(tx *sql.Tx, query string, args ...any) (*sql.Rows, error) 
 }
 
 // queryRow runs a prepared single-row query inside tx.
-func (s *Store) queryRow(tx *sql.Tx, query string, args ...any) *sql.Row {
+func (s *Store) queryRow(tx *writeTx, query string, args ...any) *sql.Row {
 	st, err := s.txStmt(tx, query)
 	if err != nil {
 		return tx.QueryRow(query, args...) // reports the same prepare error on Scan
