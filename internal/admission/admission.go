@@ -712,7 +712,6 @@ func (s *State) Take(now time.Time, cost int64) {
 		l := &s.logs[len(s.Windows)]
 		if s.active == 0 || l.since(t-d) == 0 {
 			s.active = t // the first start, or the first after an idle window
-			s.fillOpening(cost)
 		}
 		l.add(t, cost, t-d, d/LogSlots)
 	}

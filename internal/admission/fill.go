@@ -76,7 +76,7 @@ const fillGreedy = 1 << 34
 // at once) and no upstream announced its policy (announced keys have
 // credit of their own).
 func (s *State) greedy() bool {
-	return s.capFlags&fillGreedy != 0 && s.Adaptive && (s.LearnedRate == s.level && s.LearnedRate < s.Rate || s.LastRefusal.IsZero() && s.LearnedRate == s.Rate) &&
+	return s.capFlags&fillGreedy != 0 && s.Adaptive && s.LearnedRate == s.level && s.LearnedRate < s.Rate &&
 		s.announcedAt == 0 && s.shown == 0
 }
 
@@ -124,11 +124,10 @@ func (s *State) growFill(now time.Time) {
 	}
 	d := s.discoveryWindow()
 	starts, _ := s.discoveryLogs()
-	from := maxTime(s.PausedUntil, time.Unix(0, s.active))
-	left := math.Floor(s.learnedWindowLimit(d)+1e-9) - float64(starts.since(from.UnixNano()-1)) - s.credit
-	if now.Sub(from) >= d || left <= 0 {
+	left := math.Floor(s.learnedWindowLimit(d)+1e-9) - float64(starts.since(s.PausedUntil.UnixNano()-1)) - s.credit
+	if now.Sub(s.PausedUntil) >= d || left <= 0 {
 		s.capFlags &^= fillGrowing
-		if left <= 0 && now.Sub(from) < d {
+		if left <= 0 && now.Sub(s.PausedUntil) < d {
 			// The learned window's worth given within a window and
 			// nothing of it refused so far: greedy from here. A
 			// refusal of the rest ends it, and the key's sliding
@@ -138,11 +137,7 @@ func (s *State) growFill(now time.Time) {
 		}
 		return
 	}
-	growth := float64(FillGrowth)
-	if s.LastRefusal.IsZero() {
-		growth = 1 // the opening fill (see fillOpening) doubles per round trip
-	}
-	s.credit += math.Min(growth, left)
+	s.credit += math.Min(FillGrowth, left)
 }
 
 // slidingOver reports whether the key has a sliding window of period d.
@@ -153,26 +148,4 @@ func (s *State) slidingOver(d time.Duration) bool {
 		}
 	}
 	return false
-}
-
-// fillOpening starts a fill at the first start of an adaptive key that
-// was never refused and holds its ceiling, as at a silent drop's pause's
-// end: no window upstream counts any of its starts yet. Its credit opens
-// at nothing and grows by one per accepted answer (doubling per round
-// trip); a fill that went in whole makes the key greedy (see fillGreedy).
-// Measured in session 23 (s23h2, docs/benchmarks.md): the issue mix 1.094
-// -> 1.057 over the ten offsets, but +1 refusal per run on half-none (its
-// burst of 5 refuses the fill), more on halving-503 under the quiet lag
-// (the greedy bunch meets the drop), and TestVirtualCapOneShapes fails
-// (cap1-fixed-20 refused 2 where base met 1). Reverted.
-func (s *State) fillOpening(cost int64) {
-	d := s.discoveryWindow()
-	if !s.LastRefusal.IsZero() || s.LearnedRate != s.Rate || s.shown > 0 || s.announcedAt != 0 || !s.slidingOver(d) || s.capFlags&(fillGrowing|fillGreedy) != 0 {
-		return
-	}
-	allowance := math.Floor(s.learnedWindowLimit(d) + 1e-9)
-	s.credit = 0
-	if allowance > 1 {
-		s.capFlags |= fillGrowing
-	}
 }
