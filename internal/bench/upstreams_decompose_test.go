@@ -379,3 +379,41 @@ func TestVirtualOracleFloors(t *testing.T) {
 		}
 	}
 }
+
+// TestVirtualOracleOffsets logs halving-503's oracle floors (see
+// TestVirtualOracleFloors) from the ten start offsets of
+// TestVirtualOffsets: where in the clock's second a run starts decides
+// how many of the fixed window's openings fall before the drop, and so
+// what an even sender can reach, while a sender of whole windows at once
+// is the same from every offset (docs/benchmarks.md, session 23, s23h2).
+// Set RATELANE_VIRTUAL_DECOMPOSE=1 to run it.
+func TestVirtualOracleOffsets(t *testing.T) {
+	if os.Getenv("RATELANE_VIRTUAL_DECOMPOSE") == "" {
+		t.Skip("set RATELANE_VIRTUAL_DECOMPOSE=1 to log the floors per offset")
+	}
+	var d UpstreamDestination
+	for _, dd := range Upstreams(false).Mixes[0].Destinations {
+		if dd.Name == "halving-503" {
+			d = dd
+		}
+	}
+	var table strings.Builder
+	for _, o := range []struct {
+		how    string
+		send   oracleSend
+		limits []float64
+	}{
+		{"fixed windows at their limits", alignedBurst, []float64{30, 15}},
+		{"sliding bursts at the true limits", slidingBurst, []float64{30, 15}},
+		{"even at the limits less 3 %", even, []float64{29.1, 14.55}},
+	} {
+		fmt.Fprintf(&table, "%-34s", o.how)
+		for ms := 0; ms < 1000; ms += 100 {
+			epoch := time.Date(2026, 1, 1, 0, 0, 0, ms*int(time.Millisecond), time.UTC)
+			f, n := oracleRun(t, d.Route, d.Jobs, epoch, 2, o.send, o.send, o.limits...)
+			fmt.Fprintf(&table, " %d:%.3f (%d)", ms, f.Seconds(), n)
+		}
+		fmt.Fprintln(&table, "  [offset ms: last start s since the run's start (refused)]")
+	}
+	t.Log("\n" + table.String())
+}
