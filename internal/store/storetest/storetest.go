@@ -82,6 +82,7 @@ func Run(t *testing.T, open Opener) {
 		"List":                  testList,
 		"ListByKeyGroups":       testListByKeyGroups,
 		"ListByKeyStates":       testListByKeyStates,
+		"ListByKeyInterleaved":  testListByKeyInterleaved,
 		"ListByTenantStates":    testListByTenantStates,
 		"AdaptiveKey":           testAdaptiveKey,
 		"LearnedConcurrency":    testLearnedConcurrency,

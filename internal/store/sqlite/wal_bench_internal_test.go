@@ -1,0 +1,93 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// BenchmarkWALPerJob reports the WAL a job writes on SQLite, counted in
+// pages (frames), with checkpoints off so that the -wal file only grows:
+// wal-pages/insert for inserting the jobs (16 keys, an idempotency key
+// each, as `bench http-enqueue` sends them), and wal-pages/job for their
+// whole life, the same jobs then leased and each lease's jobs published
+// in one Finish. "single" inserts one job per commit, as the
+// single-request HTTP enqueue does, and finishes 32 at a time; "backlog"
+// inserts 500 per commit, as `bench throughput` fills its backlog, and
+// finishes 8 at a time. The page count, not the wall clock, is what an
+// index changes: one over every job (jobs_group_id) writes its leaf pages
+// in the insert's commit, a partial one over the final jobs in the
+// finish's, one leaf per group the commit touches (docs/benchmarks.md,
+// "Session 23 (s23h1)": moving jobs_group_id's entry to the finish won
+// the single insert 15 % of its pages and cost the drain 40 %).
+func BenchmarkWALPerJob(b *testing.B) {
+	for _, c := range []struct {
+		name           string
+		insert, finish int
+	}{{"single", 1, 32}, {"backlog", 500, 8}} {
+		b.Run(c.name, func(b *testing.B) { walPerJob(b, c.insert, c.finish) })
+	}
+}
+
+func walPerJob(b *testing.B, insertBatch, finishBatch int) {
+	ctx := context.Background()
+	path := b.TempDir() + "/us.db"
+	s := OpenTest(b, Config{Path: path})
+	if err := s.write(ctx, func(tx *writeTx) error {
+		_, err := s.exec(tx, `PRAGMA wal_autocheckpoint = 0`)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	var pageSize int64
+	if err := s.rdb.QueryRow(`PRAGMA page_size`).Scan(&pageSize); err != nil {
+		b.Fatal(err)
+	}
+	walPages := func() float64 {
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(fi.Size()-32) / float64(pageSize+24) // header, then frames of a header and a page
+	}
+	start := walPages()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += insertBatch {
+		var jobs []*job.Job
+		for k := i; k < min(i+insertBatch, b.N); k++ {
+			j := storetest.NewJob("t0", job.LaneBatch, fmt.Sprintf("bench:%d", k%16))
+			j.IdempotencyKey = fmt.Sprint("bench-", k)
+			jobs = append(jobs, j)
+		}
+		if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
+			b.Fatal(err)
+		}
+	}
+	inserted := walPages()
+	now := storetest.T0
+	for done := 0; done < b.N; {
+		leased, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: finishBatch, LeaseFor: time.Minute})
+		if err != nil || len(leased) == 0 {
+			b.Fatalf("lease after %d of %d: %v", done, b.N, err)
+		}
+		ts := make([]store.Transition, len(leased))
+		for i, j := range leased {
+			ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StatePublished, Attempts: j.Attempts,
+				Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
+				Keys:   store.KeyEffect{Now: now, Success: true}}
+		}
+		if _, err := s.Finish(ctx, ts); err != nil {
+			b.Fatal(err)
+		}
+		done += len(leased)
+	}
+	b.StopTimer()
+	b.ReportMetric((inserted-start)/float64(b.N), "wal-pages/insert")
+	b.ReportMetric((walPages()-start)/float64(b.N), "wal-pages/job")
+}
