@@ -98,3 +98,63 @@ func TestPartStatesReadABatchOncePerSweepPass(t *testing.T) {
 		t.Fatalf("a review of an unrecorded batch in a pass: %v, want ErrBatchNotFound", err)
 	}
 }
+
+// TestPartStatesReadAHeadOncePerWokenGroup: in a woken batch group
+// (engine.WithGroupMemo) the reviews of one batch share one read of its
+// head, each still reading its own items (a wake-up says they changed),
+// and each gets exactly the states it gets without the memo; a review of
+// another tenant is still refused, and a batch not recorded is read again
+// by the next review rather than remembered as missing.
+func TestPartStatesReadAHeadOncePerWokenGroup(t *testing.T) {
+	t.Parallel()
+	const reviews, perReview = 32, 3
+	f := &fakeBatches{head: store.Batch{ID: "b1", Tenant: "acme", Region: "us"}}
+	for i := range reviews * perReview {
+		st := store.ItemPending
+		if i%5 == 0 {
+			st = store.ItemFailed
+		}
+		f.items = append(f.items, store.BatchItem{BatchID: "b1", CustomID: fmt.Sprintf("r-%05d", i), JobID: fmt.Sprintf("job-%03d", i%reviews),
+			Index: i / reviews, State: st})
+	}
+	parent := func(n int) *job.Job { return &job.Job{ID: fmt.Sprintf("job-%03d", n), Tenant: "acme", Region: "us"} }
+	args := Args{Batch: "b1"}
+	ctx := context.Background()
+	var fresh [][]PartState
+	for n := range reviews {
+		ps, err := PartStates(ctx, f, parent(n), args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh = append(fresh, ps)
+	}
+
+	f.heads, f.pages = 0, 0
+	group := engine.WithGroupMemo(ctx)
+	for n := range reviews {
+		ps, err := PartStates(group, f, parent(n), args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) != perReview || !reflect.DeepEqual(ps, fresh[n]) {
+			t.Fatalf("review %d in a group: %+v, want %+v", n, ps, fresh[n])
+		}
+	}
+	if f.heads != 1 || f.pages != reviews {
+		t.Fatalf("in a group: %d head reads and %d item pages, want 1 and %d", f.heads, f.pages, reviews)
+	}
+	foreign := parent(1)
+	foreign.Tenant = "other"
+	if _, err := PartStates(group, f, foreign, args); !errors.Is(err, ErrForeignBatch) {
+		t.Fatalf("another tenant's review in a group: %v, want ErrForeignBatch", err)
+	}
+	f.heads = 0
+	for range 2 {
+		if _, err := PartStates(group, f, parent(1), Args{Batch: "gone"}); !errors.Is(err, ErrBatchNotFound) {
+			t.Fatalf("a review of an unrecorded batch in a group: %v, want ErrBatchNotFound", err)
+		}
+	}
+	if f.heads != 2 {
+		t.Fatalf("two reviews of an unrecorded batch in a group read its head %d times, want 2 (a miss is not remembered)", f.heads)
+	}
+}
