@@ -199,7 +199,7 @@ func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outco
 	if !ok {
 		return permanent(fmt.Sprintf("no batch provider %q in region %s", b.Provider, h.cfg.Region))
 	}
-	sum, err := DecodeSummary(b.Summary)
+	sum, err := DecodeSummaryHead(b.Summary)
 	if err != nil {
 		return permanent("batch summary does not decode")
 	}
