@@ -40,9 +40,12 @@ func WithSweepMemo(ctx context.Context) context.Context {
 // SweepMemoFrom returns the memo of the sweep pass ctx belongs to, or nil
 // when ctx is not a sweep's (a wake-up, a direct AggregateParent): then
 // the caller reads afresh.
-func SweepMemoFrom(ctx context.Context) *SweepMemo {
-	m, _ := ctx.Value(sweepMemoKey{}).(*SweepMemo)
-	return m
+func SweepMemoFrom(ctx context.Context) *SweepMemo { return valueOf[SweepMemo](ctx, sweepMemoKey{}) }
+
+// valueOf returns ctx's *T under key, or nil.
+func valueOf[T any](ctx context.Context, key any) *T {
+	v, _ := ctx.Value(key).(*T)
+	return v
 }
 
 // Load returns the value stored under key, calling load to make it the
@@ -93,10 +96,7 @@ func WithGroupMemo(ctx context.Context) context.Context {
 // GroupMemoFrom returns the memo of the woken batch group ctx belongs to,
 // or nil when ctx is not a group's (a sweep pass, which has a SweepMemo;
 // an interactive wake-up; a direct AggregateParent).
-func GroupMemoFrom(ctx context.Context) *GroupMemo {
-	m, _ := ctx.Value(groupMemoKey{}).(*GroupMemo)
-	return m
-}
+func GroupMemoFrom(ctx context.Context) *GroupMemo { return valueOf[GroupMemo](ctx, groupMemoKey{}) }
 
 // Load returns the value stored under key, calling load to make it when
 // key has none yet; an error is returned and not remembered. Concurrent

@@ -107,19 +107,8 @@ func TestWokenBatchGroupSharesOneGroupMemo(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	other, err := engine.NewJobs(engine.JobsConfig{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 8
-	var ids []string
-	for range n {
-		p := parentIn(job.LaneBatch)
-		if _, err := other.InsertParts(ctx, p, nil, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, p.ID)
-	}
+	ids := insertBatchParents(t, s, n)
 	var (
 		mu     sync.Mutex
 		memos  = map[string]*engine.GroupMemo{}
