@@ -98,10 +98,11 @@ func TestOpenAILineMatchesTheSDK(t *testing.T) {
 }
 
 // TestOpenAIEncodingAllocations pins what sizing and encoding a
-// review-sized item allocate. With the SDK's types (until session 23)
-// EncodedSize made 77 allocations and ~37 KB per item and a 100-item
-// upload file 7,900 allocations and ~3.8 MB; encoded in one pass, sizing
-// keeps nothing and the file is one buffer.
+// review-sized item allocate. With the SDK's types (until session 23) a
+// line was 151 allocations and 46 KB, for EncodedSize and again for the
+// upload; encoded in one pass, EncodedSize is 4 allocations and 490 B
+// (it keeps nothing) and a 100-item file 306 and 1.3 MB (the buffer);
+// the bounds leave room for -race's own allocations.
 func TestOpenAIEncodingAllocations(t *testing.T) {
 	o := NewOpenAI(Config{APIKey: "unused"})
 	it := reviewItem(t)
@@ -109,8 +110,8 @@ func TestOpenAIEncodingAllocations(t *testing.T) {
 		if _, err := o.EncodedSize(it); err != nil {
 			t.Fatal(err)
 		}
-	}); n > 10 {
-		t.Fatalf("EncodedSize: %.0f allocations per review item, want at most 10", n)
+	}); n > 20 {
+		t.Fatalf("EncodedSize: %.0f allocations per review item, want at most 20 (151 with the SDK's types)", n)
 	}
 	its := make([]Item, 100)
 	for i := range its {
@@ -120,8 +121,8 @@ func TestOpenAIEncodingAllocations(t *testing.T) {
 		if _, err := o.jsonl(its); err != nil {
 			t.Fatal(err)
 		}
-	}); n > 10*100 {
-		t.Fatalf("jsonl: %.0f allocations for 100 review items, want at most 1,000", n)
+	}); n > 20*100 {
+		t.Fatalf("jsonl: %.0f allocations for 100 review items, want at most 2,000 (15,100 with the SDK's types)", n)
 	}
 }
 
