@@ -373,7 +373,7 @@ drain:
 		// (docs/benchmarks.md, "Session 20 (s20h5)").
 		end := e.batchPiece(ctx)
 		defer end()
-		e.aggregateBatchGroup(withTurnHeld(ctx), ws)
+		e.aggregateBatchGroup(WithGroupMemo(withTurnHeld(ctx)), ws)
 		return
 	}
 	var wg sync.WaitGroup
@@ -395,7 +395,8 @@ drain:
 // its commits. A goroutine per parent for all of it put the group's 32
 // aggregations on the run queues at once, both cores' worth of batch work
 // under the governor's one turn, ahead of the interactive lane's
-// goroutines (docs/benchmarks.md, "Session 21 (s21h4)").
+// goroutines (docs/benchmarks.md, "Session 21 (s21h4)"). Its
+// Aggregators share ctx's GroupMemo.
 func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 	writes := make([]func() error, 0, len(ws))
 	ids := make([]string, 0, len(ws)) // writes[i] is parent ids[i]'s

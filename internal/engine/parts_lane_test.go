@@ -192,22 +192,8 @@ func TestPartsBatchWakeupsShareCommits(t *testing.T) {
 // advances, claims and publications took.
 func batchWakeupsShareCommits(t *testing.T, cfg engine.Config) {
 	s := newStore(t)
-	ctx := context.Background()
-	// The parents come from another writer, so nothing wakes them until
-	// the test does, all at once.
-	other, err := engine.NewJobs(engine.JobsConfig{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 64
-	var ids []string
-	for range n {
-		p := parentIn(job.LaneBatch)
-		if _, err := other.InsertParts(ctx, p, nil, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, p.ID)
-	}
+	ids := insertBatchParents(t, s, n)
 	agg := &laneAggregator{entered: make(chan struct{}), release: make(chan struct{}), pending: map[string]bool{}}
 	for _, id := range ids {
 		agg.pending[id] = true // the start sweep leaves them waiting
@@ -252,4 +238,24 @@ func batchWakeupsShareCommits(t *testing.T, cfg engine.Config) {
 	if txs > n {
 		t.Fatalf("%d transactions for %d parents' %d writes; want them grouped (at most 1 transaction per parent)", txs, n, writes)
 	}
+}
+
+// insertBatchParents inserts n batch-lane parents without parts and
+// returns their ids. They come from another writer than the engine under
+// test, so nothing wakes them until the test does.
+func insertBatchParents(t *testing.T, s store.Store, n int) []string {
+	t.Helper()
+	other, err := engine.NewJobs(engine.JobsConfig{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range n {
+		p := parentIn(job.LaneBatch)
+		if _, err := other.InsertParts(context.Background(), p, nil, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.ID)
+	}
+	return ids
 }

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // TestSweepPassSharesOneMemo: the Aggregators of one periodic sweep pass
@@ -92,5 +95,87 @@ func TestSweepPassSharesOneMemo(t *testing.T) {
 	}
 	if loads != 1 {
 		t.Fatalf("the loader ran %d times, want 1", loads)
+	}
+}
+
+// TestWokenBatchGroupSharesOneGroupMemo: the Aggregators of a woken batch
+// group see one GroupMemo (so a plug-in reads what the group's parents
+// share, a batch's head, once per group), a sweep pass and a direct
+// AggregateParent none; and GroupMemo.Load remembers a value, not an
+// error.
+func TestWokenBatchGroupSharesOneGroupMemo(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	const n = 8
+	ids := insertBatchParents(t, s, n)
+	var (
+		mu     sync.Mutex
+		memos  = map[string]*engine.GroupMemo{}
+		swept  int
+		wakeup bool
+	)
+	agg := engine.AggregatorFunc(func(ctx context.Context, parent *job.Job, _ []*job.Job) job.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		if !wakeup {
+			swept++
+			if engine.GroupMemoFrom(ctx) != nil {
+				t.Errorf("parent %s aggregated with a group memo outside a woken group", parent.ID)
+			}
+			return job.Outcome{Class: job.ClassPending}
+		}
+		memos[parent.ID] = engine.GroupMemoFrom(ctx)
+		return job.Outcome{Class: job.ClassSuccess, Result: []byte(`{}`)}
+	})
+	e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"report": {Aggregate: agg, SweepEvery: time.Hour}}})
+	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if swept < n {
+			return fmt.Errorf("%d of %d parents swept", swept, n)
+		}
+		return nil
+	})
+	if err := e.AggregateParent(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	wakeup = true
+	mu.Unlock()
+	for _, id := range ids {
+		e.Jobs().PartsChangedIn(id, job.LaneBatch)
+	}
+	for _, id := range ids {
+		waitState(t, s, id, job.StatePublished)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	distinct := map[*engine.GroupMemo]int{}
+	for _, id := range ids {
+		m, ok := memos[id]
+		if !ok || m == nil {
+			t.Fatalf("woken parent %s aggregated without a group memo (%v)", id, ok)
+		}
+		distinct[m]++
+	}
+	if len(distinct) == n {
+		t.Fatalf("%d woken parents in %d groups: no two shared a memo", n, len(distinct))
+	}
+
+	m := engine.GroupMemoFrom(engine.WithGroupMemo(ctx))
+	loads := 0
+	for range 2 {
+		if _, err := m.Load("head", func() (any, error) { loads++; return nil, errors.New("not recorded yet") }); err == nil {
+			t.Fatal("Load returned no error from a failing load")
+		}
+	}
+	for range 2 {
+		if v, err := m.Load("head", func() (any, error) { loads++; return loads, nil }); err != nil || v != 3 {
+			t.Fatalf("Load = %v, %v; want the first successful load's 3", v, err)
+		}
+	}
+	if loads != 3 {
+		t.Fatalf("the loader ran %d times, want 3 (each failure, then one success)", loads)
 	}
 }

@@ -36,7 +36,9 @@ type Format struct {
 	// ^[a-zA-Z0-9_-]{1,64}$.
 	Name string `json:"name"`
 	// Schema is the JSON Schema object. It is only read (encoded), so one
-	// map may be shared by concurrent requests.
+	// map may be shared by concurrent requests; it must not change once
+	// its Format is in a request (a provider may keep the Format's
+	// encoding: OpenAI keeps the last one's).
 	Schema map[string]any `json:"schema"`
 }
 

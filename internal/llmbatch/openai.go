@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -28,6 +29,7 @@ const metadataKey = "ratelane_chunk"
 type OpenAI struct {
 	cfg    Config
 	client openai.Client
+	schema atomic.Pointer[encodedSchema] // the last Format's: schemaJSON
 }
 
 // NewOpenAI returns an OpenAI provider; the SDK's retries are off (the
@@ -53,53 +55,137 @@ func (*OpenAI) NeedsUpload() bool { return true }
 
 // openAILine is one line of a batch input file.
 type openAILine struct {
-	CustomID string                         `json:"custom_id"`
-	Method   string                         `json:"method"`
-	URL      string                         `json:"url"`
-	Body     openai.ChatCompletionNewParams `json:"body"`
+	CustomID string     `json:"custom_id"`
+	Method   string     `json:"method"`
+	URL      string     `json:"url"`
+	Body     openAIBody `json:"body"`
 }
 
-func (*OpenAI) line(it Item) ([]byte, error) {
-	var msgs []openai.ChatCompletionMessageParamUnion
-	if it.Request.System != "" {
-		msgs = append(msgs, openai.SystemMessage(it.Request.System))
+// openAIBody is the line's /v1/chat/completions request: the fields of
+// the SDK's openai.ChatCompletionNewParams that ratelane sets, in its
+// order and encoding (TestOpenAILineMatchesTheSDK pins the bytes). Not
+// the SDK's type: its MarshalJSON encodes every nested union and param
+// struct on its own and copies the result into its parent, so one line
+// held the prompt five times over and a 10,000-file sweep allocated
+// ~20 % of its bytes there (docs/benchmarks.md, "Session 22 (s22h4)");
+// this struct is encoded in one pass, straight into the upload's buffer.
+type openAIBody struct {
+	Messages            []openAIMessage `json:"messages"`
+	Model               string          `json:"model,omitzero"`
+	MaxCompletionTokens int64           `json:"max_completion_tokens"`
+	ResponseFormat      *openAIFormat   `json:"response_format,omitzero"`
+}
+
+type openAIMessage struct {
+	Content string `json:"content"`
+	Role    string `json:"role"`
+}
+
+// openAIFormat is response_format of type json_schema.
+type openAIFormat struct {
+	JSONSchema openAIJSONSchema `json:"json_schema"`
+	Type       string           `json:"type"`
+}
+
+type openAIJSONSchema struct {
+	Name   string          `json:"name"`
+	Strict bool            `json:"strict"`
+	Schema json.RawMessage `json:"schema"` // encoded once per Format: schemaJSON
+}
+
+// encodedSchema is a Format's schema encoded.
+type encodedSchema struct {
+	f   *Format
+	raw json.RawMessage
+}
+
+// schemaJSON returns f's schema encoded. The last Format's encoding is
+// kept: a batch's review items share one Format, and encoding its map
+// (keys sorted, level by level) was most of a line's allocations.
+func (o *OpenAI) schemaJSON(f *Format) (json.RawMessage, error) {
+	if c := o.schema.Load(); c != nil && c.f == f {
+		return c.raw, nil
 	}
-	msgs = append(msgs, openai.UserMessage(it.Request.Prompt))
-	body := openai.ChatCompletionNewParams{Model: it.Request.Model, Messages: msgs, MaxCompletionTokens: openai.Int(it.Request.MaxTokens)}
+	raw, err := json.Marshal(f.Schema)
+	if err != nil {
+		return nil, err
+	}
+	o.schema.Store(&encodedSchema{f: f, raw: raw})
+	return raw, nil
+}
+
+// encodeLine writes item's JSONL line and its newline to enc.
+func (o *OpenAI) encodeLine(enc *json.Encoder, it Item) error {
+	msgs := make([]openAIMessage, 0, 2)
+	if it.Request.System != "" {
+		msgs = append(msgs, openAIMessage{Content: it.Request.System, Role: "system"})
+	}
+	msgs = append(msgs, openAIMessage{Content: it.Request.Prompt, Role: "user"})
+	body := openAIBody{Messages: msgs, Model: it.Request.Model, MaxCompletionTokens: it.Request.MaxTokens}
 	if f := it.Request.Format; f != nil {
 		// Strict: the model's answer is constrained to the schema, as the
 		// interactive lane asks (internal/review/provider).
-		body.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
-			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: f.Name, Strict: openai.Bool(true), Schema: f.Schema}}}
-	}
-	return json.Marshal(openAILine{CustomID: it.CustomID, Method: http.MethodPost, URL: "/v1/chat/completions", Body: body})
-}
-
-// EncodedSize is the length of item's JSONL line without its newline.
-func (o *OpenAI) EncodedSize(it Item) (int64, error) {
-	b, err := o.line(it)
-	return int64(len(b)), err
-}
-
-// Upload writes items as JSONL and uploads it with purpose=batch.
-func (o *OpenAI) Upload(ctx context.Context, key string, items []Item) (string, error) {
-	var buf bytes.Buffer
-	for _, it := range items {
-		b, err := o.line(it)
+		schema, err := o.schemaJSON(f)
 		if err != nil {
-			return "", fmt.Errorf("openai upload %s: encode %s: %w", key, it.CustomID, err)
+			return err
 		}
-		buf.Write(b)
-		buf.WriteByte('\n')
+		body.ResponseFormat = &openAIFormat{Type: "json_schema", JSONSchema: openAIJSONSchema{Name: f.Name, Strict: true, Schema: schema}}
+	}
+	return enc.Encode(openAILine{CustomID: it.CustomID, Method: http.MethodPost, URL: "/v1/chat/completions", Body: body})
+}
+
+// byteCounter is an io.Writer that counts what it is given and keeps none.
+type byteCounter int64
+
+func (c *byteCounter) Write(p []byte) (int, error) {
+	*c += byteCounter(len(p))
+	return len(p), nil
+}
+
+// EncodedSize is the length of item's JSONL line without its newline. It
+// counts the encoding without keeping it.
+func (o *OpenAI) EncodedSize(it Item) (int64, error) {
+	var n byteCounter
+	if err := o.encodeLine(json.NewEncoder(&n), it); err != nil {
+		return 0, err
+	}
+	return int64(n) - 1, nil
+}
+
+// Upload writes items as JSONL and uploads it with purpose=batch. The
+// lines are encoded once, into the file's one buffer.
+func (o *OpenAI) Upload(ctx context.Context, key string, items []Item) (string, error) {
+	buf, err := o.jsonl(items)
+	if err != nil {
+		return "", fmt.Errorf("openai upload %s: %w", key, err)
 	}
 	f, err := o.client.Files.New(ctx, openai.FileNewParams{
-		File:    openai.File(&buf, key+".jsonl", "application/jsonl"),
+		File:    openai.File(buf, key+".jsonl", "application/jsonl"),
 		Purpose: openai.FilePurposeBatch,
 	})
 	if err != nil {
 		return "", o.wrap("upload "+key, err)
 	}
 	return f.ID, nil
+}
+
+// jsonl returns items' batch input file.
+func (o *OpenAI) jsonl(items []Item) (*bytes.Buffer, error) {
+	var buf bytes.Buffer
+	// At least the prompts' bytes: the buffer grows in a few steps, not
+	// by doubling from nothing (each step a copy of the file so far).
+	n := 0
+	for _, it := range items {
+		n += len(it.Request.System) + len(it.Request.Prompt) + len(it.CustomID) + len(it.Request.Model) + 160
+	}
+	buf.Grow(n)
+	enc := json.NewEncoder(&buf)
+	for _, it := range items {
+		if err := o.encodeLine(enc, it); err != nil {
+			return nil, fmt.Errorf("encode %s: %w", it.CustomID, err)
+		}
+	}
+	return &buf, nil
 }
 
 // Create starts a batch over the uploaded fileID, naming the chunk in its

@@ -131,6 +131,25 @@ func DecodeSummary(b []byte) (Summary, error) {
 	return s, err
 }
 
+// DecodeSummaryHead reads a batch's summary without its ReviewIDs (left
+// nil), which a pass of the batch's driver jobs never reads: decoding a
+// 10,000-review batch's ids made every pass 10,000 strings
+// (docs/benchmarks.md, "Session 23 (s23h3)").
+func DecodeSummaryHead(b []byte) (Summary, error) {
+	var s struct {
+		Summary
+		ReviewIDs skipJSON `json:"review_ids"` // shadows Summary.ReviewIDs
+	}
+	err := json.Unmarshal(b, &s)
+	return s.Summary, err
+}
+
+// skipJSON is a JSON value decoded into nothing (it must still be valid).
+type skipJSON struct{}
+
+// UnmarshalJSON does nothing.
+func (*skipJSON) UnmarshalJSON([]byte) error { return nil }
+
 // Reasons an item ends with that do not come from a provider.
 const (
 	// ReasonDeadline: the batch could no longer finish the item before

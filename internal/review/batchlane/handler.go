@@ -199,7 +199,7 @@ func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outco
 	if !ok {
 		return permanent(fmt.Sprintf("no batch provider %q in region %s", b.Provider, h.cfg.Region))
 	}
-	sum, err := DecodeSummary(b.Summary)
+	sum, err := DecodeSummaryHead(b.Summary)
 	if err != nil {
 		return permanent("batch summary does not decode")
 	}
@@ -602,10 +602,7 @@ func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states
 		if p.b.State == store.BatchCanceling || p.now.After(p.b.Deadline) {
 			c = c.RequestCancel()
 		}
-		items, err := p.chunkItems(ctx, c)
-		if err != nil {
-			return err
-		}
+		items := &chunkItems{p: p, c: c}
 		j := &journal{st: p.h.cfg.Store, batch: p.b.ID, prev: sc.State, now: p.now}
 		d := &llmbatch.Driver{Provider: p.e.Batch, Journal: j, Sink: &sink{p: p, items: items},
 			PollInterval: p.h.cfg.PollInterval}
@@ -640,26 +637,46 @@ func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states
 	return nil
 }
 
-// chunkItems returns the chunk's items that are still in it, by custom_id.
-func (p *pass) chunkItems(ctx context.Context, c llmbatch.Chunk) (map[string]store.BatchItem, error) {
-	out, err := p.items(ctx, store.ItemSubmitted)
+// chunkItems are a chunk's items that are still in it, read when a step
+// first needs them (an upload or create builds their requests, a
+// delivery settles them) and once per pass: a pass that only polls a
+// chunk, as most passes of a running provider batch do, reads none. Each
+// pass read all of them, every submitted item of the batch, whatever it
+// then did (docs/benchmarks.md, "Session 23 (s23h3)").
+type chunkItems struct {
+	p     *pass
+	c     llmbatch.Chunk
+	items map[string]store.BatchItem // nil until read
+}
+
+// get returns the chunk's items by custom_id.
+func (ci *chunkItems) get(ctx context.Context) (map[string]store.BatchItem, error) {
+	if ci.items != nil {
+		return ci.items, nil
+	}
+	out, err := ci.p.items(ctx, store.ItemSubmitted)
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[string]store.BatchItem, len(c.CustomIDs))
+	m := make(map[string]store.BatchItem, len(ci.c.CustomIDs))
 	for _, it := range out {
-		if it.ChunkKey == c.Key {
+		if it.ChunkKey == ci.c.Key {
 			m[it.CustomID] = it
 		}
 	}
+	ci.items = m
 	return m, nil
 }
 
 // requests builds the chunk's provider requests, in CustomIDs order, when
 // the next step sends them (upload or create); nil otherwise.
-func (p *pass) requests(ctx context.Context, c llmbatch.Chunk, items map[string]store.BatchItem) ([]llmbatch.Item, error) {
+func (p *pass) requests(ctx context.Context, c llmbatch.Chunk, lazy *chunkItems) ([]llmbatch.Item, error) {
 	if a := c.Next(p.now, p.e.Batch.NeedsUpload()); a != llmbatch.ActionUpload && a != llmbatch.ActionCreate {
 		return nil, nil
+	}
+	items, err := lazy.get(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var unbuilt []store.BatchItem // a chunk planned by an earlier pass
 	for _, id := range c.CustomIDs {
@@ -714,17 +731,21 @@ func (j *journal) Save(ctx context.Context, c llmbatch.Chunk) error {
 // crash (after some groups were written) settles nothing twice.
 type sink struct {
 	p     *pass
-	items map[string]store.BatchItem
+	items *chunkItems
 }
 
 func (s *sink) Deliver(ctx context.Context, c llmbatch.Chunk, rep llmbatch.Report) error {
 	p := s.p
 	p.h.stage(StageDownloaded)
+	items, err := s.items.get(ctx)
+	if err != nil {
+		return err
+	}
 	overdue := p.now.After(p.b.Deadline) && p.b.State != store.BatchCanceling
-	writes := make([]settlement, 0, len(s.items))
+	writes := make([]settlement, 0, len(items))
 	var answered []store.BatchItem // their answers are checked against their inputs
 	for _, o := range rep.Outcomes {
-		if it, ok := s.items[o.CustomID]; ok && o.Disposition == llmbatch.DispSucceeded {
+		if it, ok := items[o.CustomID]; ok && o.Disposition == llmbatch.DispSucceeded {
 			answered = append(answered, it)
 		}
 	}
@@ -732,7 +753,7 @@ func (s *sink) Deliver(ctx context.Context, c llmbatch.Chunk, rep llmbatch.Repor
 		return err
 	}
 	for _, o := range rep.Outcomes {
-		it, ok := s.items[o.CustomID]
+		it, ok := items[o.CustomID]
 		if !ok {
 			continue // settled by an earlier delivery of this report
 		}

@@ -21,7 +21,15 @@ import (
 // GetObjects).
 type objectReads struct {
 	store.Store
-	n, calls atomic.Int64
+	n, calls  atomic.Int64
+	submitted atomic.Int64 // BatchItems reads of submitted items
+}
+
+func (s *objectReads) BatchItems(ctx context.Context, p store.BatchItemParams) ([]store.BatchItem, error) {
+	if p.State == store.ItemSubmitted {
+		s.submitted.Add(1)
+	}
+	return s.Store.BatchItems(ctx, p)
 }
 
 func (s *objectReads) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
@@ -120,6 +128,8 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 // checks every answer against its part reads the chunk's part objects in
 // one store call, not one GetObject per item (each a statement with its
 // own cancellation watchers: docs/benchmarks.md, "Session 21 (s21h4)").
+// And only that pass reads the chunk's items: the passes that only poll
+// read none (each read all of them until session 23).
 func TestCollectReadsPartsInOneCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -131,12 +141,14 @@ func TestCollectReadsPartsInOneCall(t *testing.T) {
 	h.HandleSubmit(ctx, plan.Jobs[0])
 	reads.n.Store(0)
 	reads.calls.Store(0)
+	reads.submitted.Store(0)
 	collect := plan.Jobs[1]
 	if collect.Kind != KindCollect {
 		t.Fatalf("plan's second job is %s, want the collect driver", collect.Kind)
 	}
-	for pass := 0; ; pass++ {
-		if pass == 20 {
+	passes := 0
+	for ; ; passes++ {
+		if passes == 20 {
 			t.Fatal("the batch did not finish in 20 collect passes")
 		}
 		o := h.HandleCollect(ctx, collect)
@@ -144,6 +156,9 @@ func TestCollectReadsPartsInOneCall(t *testing.T) {
 			break
 		}
 		clock.Advance(max(o.RetryAfter, time.Second)) // when the pass asked to run again
+	}
+	if got := reads.submitted.Load(); passes < 1 || got != 1 {
+		t.Fatalf("%d collect passes read the chunk's items %d times; want a pass that only polled and one read (by the pass that collected)", passes+1, got)
 	}
 	b, err := st.GetBatch(ctx, plan.Batch.ID)
 	if err != nil || b.Counts.Succeeded != reviews {

@@ -137,7 +137,9 @@ func batchStates(ctx context.Context, cfg AggregateConfig, parent *job.Job, args
 // Inside a periodic sweep pass (engine.SweepMemoFrom) the batch's head and
 // all its items are read once for the pass and shared by its reviews
 // (sweepBatch): a pass over 10,000 waiting reviews of 10 batches makes 20
-// reads of this kind instead of 20,000.
+// reads of this kind instead of 20,000. Inside a woken batch group
+// (engine.GroupMemoFrom) the group's reviews share one read of a batch's
+// head, and each reads its own items.
 func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args) ([]PartState, error) {
 	if m := engine.SweepMemoFrom(ctx); m != nil {
 		v, err := m.Load(sweepBatchKey(args.Batch), func() (any, error) { return readSweepBatch(ctx, st, args.Batch) })
@@ -153,7 +155,7 @@ func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args)
 		}
 		return sb.byJob[parent.ID], nil
 	}
-	b, err := st.GetBatchHead(ctx, args.Batch)
+	b, err := batchHead(ctx, st, args.Batch)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("review %s: %w", parent.ID, ErrBatchNotFound)
 	} else if err != nil {
@@ -177,6 +179,25 @@ func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args)
 		}
 		after = items[len(items)-1].CustomID
 	}
+}
+
+// groupHeadKey keys a batch's head in a woken group's memo.
+type groupHeadKey string
+
+// batchHead reads batch id's head, once per woken group (ctx's
+// engine.GroupMemo) when there is one. Only the head's identity (ID,
+// tenant, region) is used, which never changes, so a group's parents
+// may share it.
+func batchHead(ctx context.Context, st BatchReader, id string) (*store.Batch, error) {
+	m := engine.GroupMemoFrom(ctx)
+	if m == nil {
+		return st.GetBatchHead(ctx, id)
+	}
+	v, err := m.Load(groupHeadKey(id), func() (any, error) { return st.GetBatchHead(ctx, id) })
+	if err != nil {
+		return nil, err
+	}
+	return v.(*store.Batch), nil
 }
 
 // sweepBatchKey keys a batch's sweepBatch in a sweep pass's memo.

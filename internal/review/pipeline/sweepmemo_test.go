@@ -41,6 +41,59 @@ func (f *fakeBatches) BatchItems(_ context.Context, p store.BatchItemParams) ([]
 	return out, nil
 }
 
+// newFakeBatch returns batch b1 of acme in us with perReview items for
+// each of reviews reviews (job-000, job-001, ...), every every-th item in
+// state final and the others pending, and each review's states read
+// without a memo (a head read and an item page each).
+func newFakeBatch(t *testing.T, reviews, perReview, every int, final string) (*fakeBatches, [][]PartState) {
+	f := &fakeBatches{head: store.Batch{ID: "b1", Tenant: "acme", Region: "us"}}
+	for i := range reviews * perReview {
+		st := store.ItemPending
+		if i%every == 0 {
+			st = final
+		}
+		f.items = append(f.items, store.BatchItem{BatchID: "b1", CustomID: fmt.Sprintf("r-%05d", i), JobID: fmt.Sprintf("job-%03d", i%reviews),
+			Index: i / reviews, State: st})
+	}
+	return f, f.freshStates(t, reviews)
+}
+
+// parent returns review n of newFakeBatch's batch.
+func parent(n int) *job.Job {
+	return &job.Job{ID: fmt.Sprintf("job-%03d", n), Tenant: "acme", Region: "us"}
+}
+
+// freshStates returns the states of the batch's reviews read without a
+// memo.
+func (f *fakeBatches) freshStates(t *testing.T, reviews int) [][]PartState {
+	t.Helper()
+	var fresh [][]PartState
+	for n := range reviews {
+		ps, err := PartStates(context.Background(), f, parent(n), Args{Batch: "b1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh = append(fresh, ps)
+	}
+	return fresh
+}
+
+// checkStates zeroes f's read counts and reads every review's states in
+// ctx, each of which must be perReview states equal to fresh's.
+func (f *fakeBatches) checkStates(ctx context.Context, t *testing.T, fresh [][]PartState, perReview int, where string) {
+	t.Helper()
+	f.heads, f.pages = 0, 0
+	for n := range fresh {
+		ps, err := PartStates(ctx, f, parent(n), Args{Batch: "b1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) != perReview || !reflect.DeepEqual(ps, fresh[n]) {
+			t.Fatalf("review %d %s: %+v, want %+v", n, where, ps, fresh[n])
+		}
+	}
+}
+
 // TestPartStatesReadABatchOncePerSweepPass: in a sweep pass
 // (engine.WithSweepMemo) the reviews of one batch share one read of its
 // head and of its items (1,500 items: two pages), and each review gets
@@ -50,42 +103,15 @@ func (f *fakeBatches) BatchItems(_ context.Context, p store.BatchItemParams) ([]
 func TestPartStatesReadABatchOncePerSweepPass(t *testing.T) {
 	t.Parallel()
 	const reviews, perReview = 500, 3
-	f := &fakeBatches{head: store.Batch{ID: "b1", Tenant: "acme", Region: "us"}}
-	for i := range reviews * perReview {
-		st := store.ItemPending
-		if i%7 == 0 {
-			st = store.ItemSucceeded
-		}
-		f.items = append(f.items, store.BatchItem{BatchID: "b1", CustomID: fmt.Sprintf("r-%05d", i), JobID: fmt.Sprintf("job-%03d", i%reviews),
-			Index: i / reviews, State: st})
-	}
-	parent := func(n int) *job.Job { return &job.Job{ID: fmt.Sprintf("job-%03d", n), Tenant: "acme", Region: "us"} }
+	f, fresh := newFakeBatch(t, reviews, perReview, 7, store.ItemSucceeded)
 	args := Args{Batch: "b1"}
 	ctx := context.Background()
-
-	var fresh [][]PartState
-	for n := range reviews {
-		ps, err := PartStates(ctx, f, parent(n), args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fresh = append(fresh, ps)
-	}
 	if f.heads != reviews || f.pages != reviews {
 		t.Fatalf("without a memo: %d head reads and %d item pages, want %d each", f.heads, f.pages, reviews)
 	}
 
-	f.heads, f.pages = 0, 0
 	pass := engine.WithSweepMemo(ctx)
-	for n := range reviews {
-		ps, err := PartStates(pass, f, parent(n), args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ps) != perReview || !reflect.DeepEqual(ps, fresh[n]) {
-			t.Fatalf("review %d in a pass: %+v, want %+v", n, ps, fresh[n])
-		}
-	}
+	f.checkStates(pass, t, fresh, perReview, "in a pass")
 	if f.heads != 1 || f.pages != 2 {
 		t.Fatalf("in a pass: %d head reads and %d item pages, want 1 and 2", f.heads, f.pages)
 	}
@@ -96,5 +122,37 @@ func TestPartStatesReadABatchOncePerSweepPass(t *testing.T) {
 	}
 	if _, err := PartStates(pass, f, parent(1), Args{Batch: "gone"}); !errors.Is(err, ErrBatchNotFound) {
 		t.Fatalf("a review of an unrecorded batch in a pass: %v, want ErrBatchNotFound", err)
+	}
+}
+
+// TestPartStatesReadAHeadOncePerWokenGroup: in a woken batch group
+// (engine.WithGroupMemo) the reviews of one batch share one read of its
+// head, each still reading its own items (a wake-up says they changed),
+// and each gets exactly the states it gets without the memo; a review of
+// another tenant is still refused, and a batch not recorded is read again
+// by the next review rather than remembered as missing.
+func TestPartStatesReadAHeadOncePerWokenGroup(t *testing.T) {
+	t.Parallel()
+	const reviews, perReview = 32, 3
+	f, fresh := newFakeBatch(t, reviews, perReview, 5, store.ItemFailed)
+
+	group := engine.WithGroupMemo(context.Background())
+	f.checkStates(group, t, fresh, perReview, "in a group")
+	if f.heads != 1 || f.pages != reviews {
+		t.Fatalf("in a group: %d head reads and %d item pages, want 1 and %d", f.heads, f.pages, reviews)
+	}
+	foreign := parent(1)
+	foreign.Tenant = "other"
+	if _, err := PartStates(group, f, foreign, Args{Batch: "b1"}); !errors.Is(err, ErrForeignBatch) {
+		t.Fatalf("another tenant's review in a group: %v, want ErrForeignBatch", err)
+	}
+	f.heads = 0
+	for range 2 {
+		if _, err := PartStates(group, f, parent(1), Args{Batch: "gone"}); !errors.Is(err, ErrBatchNotFound) {
+			t.Fatalf("a review of an unrecorded batch in a group: %v, want ErrBatchNotFound", err)
+		}
+	}
+	if f.heads != 2 {
+		t.Fatalf("two reviews of an unrecorded batch in a group read its head %d times, want 2 (a miss is not remembered)", f.heads)
 	}
 }
