@@ -115,7 +115,9 @@ func runBullMQUpstreams(ctx context.Context, e *env) (bench.Result, error) {
 			Workload: "upstreams", RedisURL: fmt.Sprintf("redis://%s/%d", e.redisAddr, e.redisDB),
 			Prefix:  fmt.Sprintf("ratelane-peers-%d", time.Now().UnixNano()),
 			Workers: plan.Workers, TimeoutMs: max(1000, time.Until(deadline).Milliseconds()-5000),
-			ScheduleURL: sim.URL() + "/_schedule",
+			// The simulator answers at the run's phase of its second
+			// (upstream.Server.StartScheduleAt), as for the Go peers.
+			ScheduleURL: sim.URL() + "/_schedule?phase=" + e.phase.String(),
 		}
 		for _, d := range m.Destinations {
 			spec.Destinations = append(spec.Destinations, bullmqDestination{

@@ -88,6 +88,10 @@ type env struct {
 	smoke       bool
 	http        *http.Client
 	log         io.Writer
+	// phase is where in the upstream simulator's second this run's
+	// upstreams senders start (bench.Options.Phase), the same for every
+	// system in the run.
+	phase time.Duration
 }
 
 // post delivers a job to a simulator route with id as webhook-id and maps

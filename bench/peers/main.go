@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/bench"
+	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 // workloads are the workloads every system implements, in run order.
@@ -71,7 +72,7 @@ func ratelaneStore(store string) system {
 		if w == "upstreams" { // Duration bounds each of its mixes
 			d /= time.Duration(len(bench.Upstreams(e.smoke).Mixes))
 		}
-		return bench.Run(ctx, w, bench.Options{Store: store, PostgresURL: e.postgresURL, Smoke: e.smoke, Duration: d})
+		return bench.Run(ctx, w, bench.Options{Store: store, PostgresURL: e.postgresURL, Smoke: e.smoke, Duration: d, Phase: e.phase})
 	}}
 }
 
@@ -108,6 +109,10 @@ type config struct {
 	timeout          time.Duration
 	asJSON, npmCI    bool
 	env              env
+	// phase and phaseFixed are --phase and whether it was given: run k of
+	// the upstreams workload starts at bench.Options.PhaseOfRun(k).
+	phase      time.Duration
+	phaseFixed bool
 }
 
 // run runs the command and returns its exit code: 0, 1 when a system
@@ -160,6 +165,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	ps := fs.String("peers", strings.Join(names, ","), "comma-separated systems: "+strings.Join(names, ", "))
 	fs.StringVar(&c.baseline, "baseline", "", "system the ratio column divides by each other system (default: the first ratelane system selected)")
 	fs.IntVar(&c.runs, "runs", 1, "runs per workload and system; the table shows the median and min–max")
+	fs.DurationVar(&c.phase, "phase", bench.DefaultPhase, "upstreams: start every run this far into the upstream simulator's second, 0 to 999ms, the same for every system (default: a single run at 0, run k of --runs N at k/N of a second)")
 	fs.BoolVar(&c.env.smoke, "smoke", false, "shrink every workload to a few seconds (CI)")
 	fs.BoolVar(&c.asJSON, "json", false, "print one JSON object instead of a table")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound on one system's run of one workload (default 5m, 90s with --smoke)")
@@ -183,6 +189,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.runs < 1 {
 		return c, fmt.Errorf("--runs %d: want 1 or more", c.runs)
+	}
+	fs.Visit(func(f *flag.Flag) { c.phaseFixed = c.phaseFixed || f.Name == "phase" })
+	if err := upstream.CheckPhase(c.phase); err != nil {
+		return c, fmt.Errorf("--phase: %w", err)
 	}
 	if c.baseline == "" {
 		for _, p := range c.peers {
@@ -234,6 +244,8 @@ func measure(ctx context.Context, c config, log io.Writer) *report {
 		runs := map[string][]bench.Result{}
 		errs := map[string]error{}
 		for i := range c.runs {
+			// Every system's run i starts at the same phase.
+			c.env.phase = bench.Options{Runs: c.runs, Phase: c.phase, PhaseFixed: c.phaseFixed}.PhaseOfRun(i)
 			for _, name := range c.peers {
 				if errs[name] != nil || !supports(name, w) {
 					continue

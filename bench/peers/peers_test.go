@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,6 +127,26 @@ func checkUpstreams(t *testing.T, r bench.Result) {
 	checkRange(t, r, "duplicates", 0, 0)
 	checkRange(t, r, "lost", 0, float64(total))
 	checkRange(t, r, "goodput_min", 0, 1)
+	// A single run starts exactly on the default phase of the upstream's
+	// second (the epoch the simulator set, whoever asked for it).
+	checkRange(t, r, "start_phase_ms", float64(bench.DefaultPhase), float64(bench.DefaultPhase))
+}
+
+// TestNaivePhases: with --runs 3 the driver starts run k of every system
+// k/3 of a second into the upstream's second, and the result records
+// each run's phase.
+func TestNaivePhases(t *testing.T) {
+	c := testEnv(t, "")
+	c.runs, c.peers, c.workloads = 3, []string{"naive"}, []string{"upstreams"}
+	rep := measure(context.Background(), c, io.Discard)
+	wr := rep.workloads[0]
+	if err := wr.errs["naive"]; err != nil {
+		t.Fatal(err)
+	}
+	m, ok := metric(wr.results["naive"], "start_phase_ms")
+	if !ok || !slices.Equal(m.Runs, []float64{0, 333, 667}) {
+		t.Errorf("start_phase_ms runs = %v (%v), want [0 333 667]", m.Runs, ok)
+	}
 }
 
 // TestNaiveSmoke runs the naive baseline's one workload.
@@ -204,9 +226,16 @@ func TestParse(t *testing.T) {
 	if c.baseline != "ratelane-postgres" || c.runs != 3 || c.timeout != 5*time.Minute {
 		t.Errorf("baseline %q, runs %d, timeout %v", c.baseline, c.runs, c.timeout)
 	}
+	if c.phase != bench.DefaultPhase || c.phaseFixed {
+		t.Errorf("no --phase: phase %v, fixed %v; want the default, spread over runs", c.phase, c.phaseFixed)
+	}
+	if c, err := parse([]string{"--phase", "250ms"}, &bytes.Buffer{}); err != nil || c.phase != 250*time.Millisecond || !c.phaseFixed {
+		t.Errorf("--phase 250ms: phase %v, fixed %v (%v)", c.phase, c.phaseFixed, err)
+	}
 	for _, args := range [][]string{
 		{"--peers", "sidekiq"}, {"--workloads", "fairness"}, {"--runs", "0"},
 		{"--peers", "asynq", "--baseline", "ratelane-sqlite"}, {"extra"},
+		{"--phase", "1s"}, {"--phase", "-1ms"},
 	} {
 		if _, err := parse(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parse(%q) succeeded, want an error", args)

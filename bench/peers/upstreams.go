@@ -131,8 +131,10 @@ func runUpstreams(ctx context.Context, e *env, open opener, style limitStyle) (b
 		if err := insertAll(ctx, q, jobs, 1000); err != nil {
 			return bench.MixOutcome{}, err
 		}
-		start := time.Now()
-		sim.StartSchedule(start)
+		start, err := sim.StartScheduleAt(ctx, e.phase)
+		if err != nil {
+			return bench.MixOutcome{}, err
+		}
 		if err := q.start(ctx); err != nil {
 			return bench.MixOutcome{}, err
 		}
@@ -159,8 +161,10 @@ func runNaive(ctx context.Context, e *env, workload string) (bench.Result, error
 		defer sim.Close()
 		order := m.Order()
 		var next atomic.Int64
-		start := time.Now()
-		sim.StartSchedule(start)
+		start, err := sim.StartScheduleAt(ctx, e.phase)
+		if err != nil {
+			return bench.MixOutcome{}, err
+		}
 		var wg sync.WaitGroup
 		for range naiveSenders {
 			wg.Go(func() {

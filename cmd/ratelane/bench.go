@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/ratelane/ratelane/internal/bench"
+	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 func init() {
@@ -41,6 +42,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var mixes string
 	var verbose bool
 	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")
+	fs.DurationVar(&o.Phase, "phase", bench.DefaultPhase, "upstreams only: start every run this far into the upstream simulator's second, 0 to 999ms (default: a single run at 0, run k of --runs N at k/N of a second)")
 	fs.BoolVar(&verbose, "verbose", false, "upstreams only: print each mix's accepted/refused timeline to stderr")
 	// The profiles cover the whole process: in the http-* workloads the
 	// API server and its simulated clients run in it together.
@@ -84,6 +86,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}
+	}
+	fs.Visit(func(f *flag.Flag) { o.PhaseFixed = o.PhaseFixed || f.Name == "phase" })
+	if err := upstream.CheckPhase(o.Phase); err != nil {
+		return usageError{"--phase: " + err.Error()}
 	}
 	names := []string{name}
 	if name == "all" {
@@ -157,7 +163,7 @@ JSON metrics (one object per workload; under its name with "all"):
   flood       interactive_p50_ms interactive_p99_ms interactive_max_ms goodput rate_limited_share duplicates
   adapt       goodput rate_limited_share converge_seconds goodput_phaseN rate_limited_share_phaseN
               converge_seconds_changeN
-  upstreams   makespan_ratio rate_limited_share duplicates lost goodput_min
+  upstreams   makespan_ratio rate_limited_share duplicates lost goodput_min start_phase_ms
               makespan_ratio_issue makespan_seconds_issue ideal_seconds_issue rate_limited_share_issue
               duplicates_issue lost_issue goodput_min_issue
               makespan_ratio_sliding makespan_seconds_sliding ideal_seconds_sliding rate_limited_share_sliding

@@ -31,6 +31,8 @@ var benchNames = map[string]map[string][2]float64{
 	"upstreams": {
 		"makespan_ratio": {0.5, 100}, "rate_limited_share": {0, 1}, "duplicates": {0, 0}, "lost": {0, 0},
 		"goodput_min": {0, 1}, "makespan_ratio_issue": {0.5, 100}, "ideal_seconds_many": {0.5, 100},
+		// A single run starts exactly on the default phase.
+		"start_phase_ms": {0, 0},
 	},
 	"adapt": {
 		"goodput": {0, 1.2}, "rate_limited_share": {0, 1}, "converge_seconds": {0, 600},
@@ -138,7 +140,8 @@ func TestBenchPostgresSmoke(t *testing.T) {
 }
 
 func TestBenchUsage(t *testing.T) {
-	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}, {"bench", "paced", "--runs", "0"}, {"bench", "upstreams", "--smoke", "--mix", "nope"}} {
+	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}, {"bench", "paced", "--runs", "0"}, {"bench", "upstreams", "--smoke", "--mix", "nope"},
+		{"bench", "upstreams", "--smoke", "--phase", "1s"}, {"bench", "upstreams", "--smoke", "--phase", "-5ms"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, strings.TrimSpace(stderr.String()))
@@ -146,20 +149,27 @@ func TestBenchUsage(t *testing.T) {
 	}
 }
 
-// TestBenchUpstreamsMixVerbose runs one smoke mix with --mix and
-// --verbose: only that mix is scored, and its timeline (counts per
-// destination every 500 ms) goes to stderr.
+// TestBenchUpstreamsMixVerbose runs one smoke mix with --mix, --phase
+// and --verbose: only that mix is scored, it starts at the phase, and its
+// timeline (counts per destination every 500 ms) goes to stderr.
 func TestBenchUpstreamsMixVerbose(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"bench", "upstreams", "--smoke", "--json", "--mix", "sliding", "--verbose"}, &stdout, &stderr); code != 0 {
+	if code := run(context.Background(), []string{"bench", "upstreams", "--smoke", "--json", "--mix", "sliding", "--phase", "250ms", "--verbose"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
 	if !strings.Contains(out, "makespan_ratio_sliding") || strings.Contains(out, "makespan_ratio_issue") {
 		t.Fatalf("--mix sliding: want only the sliding mix scored, got %s", out)
 	}
+	var got map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["start_phase_ms"] != 250.0 {
+		t.Fatalf("--phase 250ms: start_phase_ms = %v, want 250", got["start_phase_ms"])
+	}
 	trace := stderr.String()
-	if !strings.Contains(trace, "mix sliding (started ") || !strings.Contains(trace, "into a second): t  sliding-05 sliding-10 sliding-20 sliding-40") {
+	if !strings.Contains(trace, "mix sliding (started 250 ms into a second)") || !strings.Contains(trace, "into a second): t  sliding-05 sliding-10 sliding-20 sliding-40") {
 		t.Fatalf("--verbose: no timeline header on stderr: %q", trace)
 	}
 	lines := strings.Count(trace, "\n")

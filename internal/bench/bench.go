@@ -44,6 +44,16 @@ type Options struct {
 	// Runs is how many times Run runs the workload (default 1); the result
 	// holds each metric's median and every run's value (see Aggregate).
 	Runs int
+	// Phase is where in the upstream simulator's second the upstreams
+	// workload's senders start (upstream.PhaseStart), in [0, 1s): its
+	// fixed windows and sliding counters count whole clock seconds, so
+	// the phase moves a run's makespan, and a start wherever setup ended
+	// would compare random draws. A single run starts at Phase (default
+	// DefaultPhase); with Runs > 1, run k starts at RunPhase(k, Runs)
+	// unless PhaseFixed, which keeps Phase for every run.
+	Phase time.Duration
+	// PhaseFixed makes every one of Runs start at Phase.
+	PhaseFixed bool
 	// Mixes, when not empty, runs only the upstreams mixes so named.
 	Mixes []string
 	// Trace, when set, receives a timeline of each upstreams mix: every
@@ -238,13 +248,43 @@ func DefaultBound(name string, smoke bool) time.Duration {
 	return 60 * time.Second
 }
 
+// DefaultPhase is the start phase of a single upstreams run (Options.Phase).
+const DefaultPhase = 0
+
+// RunPhase is the start phase of run k (from 0) of n: k/n of a second to
+// the nearest millisecond, so three runs start at 0, 333 and 667 ms and
+// their median is over phases spread across the upstream's second, the
+// same for every sender. k wraps at n; n below 1 gives DefaultPhase.
+func RunPhase(k, n int) time.Duration {
+	if n < 1 {
+		return DefaultPhase
+	}
+	ms := (k%n*1000 + n/2) / n
+	return time.Duration(ms) * time.Millisecond
+}
+
+// PhaseOfRun is run k's (from 0) start phase under o (see Options.Phase):
+// Phase for a single run or with PhaseFixed, otherwise RunPhase(k, Runs).
+// A driver that runs the workload once per call, as bench/peers does,
+// asks it for each of its runs.
+func (o Options) PhaseOfRun(k int) time.Duration {
+	if o.PhaseFixed || o.Runs <= 1 {
+		return o.Phase
+	}
+	return RunPhase(k, o.Runs)
+}
+
 // Run runs one workload, o.Runs times (see Options.Runs).
 func Run(ctx context.Context, name string, o Options) (Result, error) {
+	if err := upstream.CheckPhase(o.Phase); err != nil {
+		return Result{}, err
+	}
 	if o.Runs > 1 {
 		var runs []Result
-		for range o.Runs {
+		for k := range o.Runs {
 			one := o
 			one.Runs = 1
+			one.Phase = o.PhaseOfRun(k)
 			r, err := Run(ctx, name, one)
 			if err != nil {
 				return r, err

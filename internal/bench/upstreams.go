@@ -264,6 +264,11 @@ func ScoreUpstreams(p UpstreamsPlan, outs []MixOutcome) (Result, error) {
 	agg.add("duplicates", float64(dups), "")
 	agg.add("lost", float64(lost), "deliveries")
 	agg.add("goodput_min", minGood, "of ideal (worst destination)")
+	if len(outs) > 0 {
+		// Where in the upstream's second the senders started (the first
+		// mix's; every mix of a run starts at the same phase).
+		agg.add("start_phase_ms", float64(outs[0].Start.Nanosecond())/float64(time.Millisecond), "ms into a second")
+	}
 	r.Metrics = append(agg.Metrics, r.Metrics...)
 	return r, nil
 }

@@ -93,8 +93,12 @@ func runMix(ctx context.Context, e *env, plan UpstreamsPlan, m UpstreamsMix) (Mi
 	if err := g.Wait(); err != nil {
 		return MixOutcome{}, fmt.Errorf("publish: %w", err)
 	}
-	start := time.Now()
-	sim.StartSchedule(start)
+	// Start at the run's phase of the upstream's second, as every peer
+	// does (Options.Phase).
+	start, err := sim.StartScheduleAt(ctx, e.opts.Phase)
+	if err != nil {
+		return MixOutcome{}, err
+	}
 	if err := c.Start(ctx); err != nil {
 		return MixOutcome{}, err
 	}

@@ -53,7 +53,11 @@
 // Every answer carries a Date header on the server's own clock, which may
 // be skewed (RouteConfig.DateSkew). With Config.RecordArrivals the server
 // keeps each accepted request's arrival time ([Server.Arrivals]), from
-// which a benchmark computes goodput and overruns ([MaxInWindow]).
+// which a benchmark computes goodput and overruns ([MaxInWindow]). Since
+// the clock-aligned windows make a run's figures depend on where in a
+// second its senders start, a benchmark starts them at a chosen phase
+// ([Server.StartScheduleAt], or POST /_schedule?phase=250ms from another
+// process), the same for every sender it compares.
 //
 // Randomness (transient failures, latency jitter) comes from one seeded
 // generator, so a run that sends its requests one at a time is reproducible.

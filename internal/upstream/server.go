@@ -240,8 +240,28 @@ func (s *Server) handleGetStats(w http.ResponseWriter, _ *http.Request) {
 
 // handlePostSchedule starts every route's schedule of limit changes now
 // (StartSchedule), for a sender in another process that starts its
-// workers when it is ready; it answers {"epoch": ...}.
-func (s *Server) handlePostSchedule(w http.ResponseWriter, _ *http.Request) {
+// workers when it is ready; it answers {"epoch": ...}. With ?phase=250ms
+// (a Go duration in [0, 1s)) it first waits until that phase of the
+// clock's next second and starts the schedule there (StartScheduleAt), so
+// that the sender, starting when the answer arrives, meets the clock-aligned
+// windows at the same phase as an in-process sender.
+func (s *Server) handlePostSchedule(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Query().Get("phase"); p != "" {
+		phase, err := time.ParseDuration(p)
+		if err == nil {
+			err = CheckPhase(phase)
+		}
+		if err != nil {
+			http.Error(w, fmt.Sprintf("phase: %v", err), http.StatusBadRequest)
+			return
+		}
+		at, err := s.StartScheduleAt(r.Context(), phase)
+		if err != nil {
+			return // the client or the server went away
+		}
+		WriteJSON(w, http.StatusOK, map[string]time.Time{"epoch": at})
+		return
+	}
 	now := s.cfg.Now()
 	s.StartSchedule(now)
 	WriteJSON(w, http.StatusOK, map[string]time.Time{"epoch": now})
