@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -191,4 +192,55 @@ func TestVirtualRisingSilent(t *testing.T) {
 			t.Errorf("seed %d: refused %.2f%% of attempts, want <= 2%%", seed, 100*r.share)
 		}
 	}
+}
+
+// TestVirtualCapOneOracle logs what holds the unforeseen mix's
+// concurrent-1 (a sliding 20/s that takes one request at a time) at
+// 10.3 s where River's sender, at exactly the declared 20/s, reaches
+// 9.95 s (TestVirtualUnforeseenRiver): ratelane's key, the same key with
+// no headroom (its ceiling the declared 20/s), the key whose windows log
+// each start at the upstream's arrival instead of its answer (an oracle:
+// no sender knows when the upstream counted a request), and both. Seeds
+// 1 to 8, lag none and quiet; mean last accepted start and refusals over
+// the eight. Set RATELANE_VIRTUAL_DECOMPOSE=1 to run it
+// (docs/benchmarks.md, session 24, s24h2).
+func TestVirtualCapOneOracle(t *testing.T) {
+	if os.Getenv("RATELANE_VIRTUAL_DECOMPOSE") == "" {
+		t.Skip("set RATELANE_VIRTUAL_DECOMPOSE=1 to log the oracle")
+	}
+	var m UpstreamsMix
+	for _, x := range Upstreams(false).Mixes {
+		if x.Name == "unforeseen" {
+			m = x
+		}
+	}
+	const dest, seeds = "concurrent-1", 8
+	noHeadroom := admission.AdaptiveUpstreamWindow("subscriber:"+dest, 20, time.Second, 20, 0)
+	var table strings.Builder
+	for _, lag := range []virtualLag{{name: "none"}, lagQuiet} {
+		for _, s := range []struct {
+			how     string
+			arrival bool
+			limits  []admission.Config
+		}{
+			{"ratelane's key (19.4/s ceiling, windows log answers)", false, nil},
+			{"no headroom (20/s ceiling)", false, []admission.Config{noHeadroom}},
+			{"windows log arrivals (oracle)", true, nil},
+			{"no headroom and windows log arrivals (oracle)", true, []admission.Config{noHeadroom}},
+		} {
+			virtualLogArrival = s.arrival
+			finish, refused := 0.0, 0
+			for seed := uint64(1); seed <= seeds; seed++ {
+				v := pick(t, runVirtualMixLag(t, m, seed, 60*time.Second, upstream.Latency{}, lag, s.limits...), dest)
+				if v.accepted < v.d.Jobs {
+					t.Errorf("%s, lag %s, seed %d: %d of %d delivered", s.how, lag.name, seed, v.accepted, v.d.Jobs)
+				}
+				finish += v.last.Sub(virtualEpoch).Seconds() / seeds
+				refused += v.refused
+			}
+			fmt.Fprintf(&table, "lag %-5s %-55s finish %6.3fs, %d refused in %d runs\n", lag.name, s.how, finish, refused, seeds)
+		}
+	}
+	virtualLogArrival = false
+	t.Log("\n" + table.String())
 }

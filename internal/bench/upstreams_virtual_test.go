@@ -121,6 +121,12 @@ var virtualObserve func(now time.Time, ds []*virtualDest)
 // out into the pause).
 var virtualAheadDrop bool
 
+// virtualLogArrival, set by an oracle test, has every window log each
+// start at the upstream's arrival instead of at its answer: a sender that
+// knows when the upstream counted it, which no real sender does (see
+// TestVirtualCapOneOracle).
+var virtualLogArrival bool
+
 // aheadKeeps reports whether a start leased at now for the later instant
 // at keeps s's logs in order: never across one of its fixed windows'
 // aligned boundaries. A fixed window's log counts only its latest aligned
@@ -391,7 +397,11 @@ func virtualAnswers(t testing.TB, v *virtualDest, now, epoch time.Time, queued, 
 		if c := v.st.InFlightCap(); c > 0 && v.st.InFlight >= c && virtualUnblockAtCap {
 			v.blocked = time.Time{}
 		}
-		v.st.End(e.answered, 1)
+		if virtualLogArrival {
+			v.st.End(e.started, 1)
+		} else {
+			v.st.End(e.answered, 1)
+		}
 		info := ratelimit.Parse(e.header, e.at)
 		delay, _, hasDelay := info.Delay()
 		switch {
