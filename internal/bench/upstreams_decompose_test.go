@@ -265,6 +265,24 @@ func slidingBurst(now time.Time, starts []time.Time, limit float64) bool {
 	return float64(n) < limit
 }
 
+// counterSend starts whenever a two-window counter of limit per second
+// aligned to the clock (upstream.AlgorithmSlidingCounter) would admit one
+// more, counting every past start: a sender that knows its upstream is
+// such a counter.
+func counterSend(now time.Time, starts []time.Time, limit float64) bool {
+	cur := now.Truncate(time.Second)
+	prevN, curN := 0, 0
+	for i := len(starts) - 1; i >= 0 && !starts[i].Before(cur.Add(-time.Second)); i-- {
+		if starts[i].Before(cur) {
+			prevN++
+		} else {
+			curN++
+		}
+	}
+	f := float64(now.Sub(cur)) / float64(time.Second)
+	return float64(prevN)*(1-f)+float64(curN)+1 <= limit
+}
+
 // even starts one request per 1/limit seconds.
 func even(now time.Time, starts []time.Time, limit float64) bool {
 	return len(starts) == 0 || now.Sub(starts[len(starts)-1]) >= time.Duration(float64(time.Second)/limit)
@@ -363,6 +381,8 @@ func TestVirtualOracleFloors(t *testing.T) {
 		{"counter-20", "sliding bursts of 20, then even 19 (ratelane's reading)", slidingBurst, []float64{20, 19}, even},
 		{"counter-20", "even 19 from the start (a counter's steady rate)", even, []float64{19, 19}, nil},
 		{"counter-20", "even 20 from the start", even, []float64{20, 19}, nil},
+		{"counter-20", "sliding bursts of 20, then as the counter admits (knows it after the refusal)", slidingBurst, []float64{20, 20}, counterSend},
+		{"counter-20", "as the counter admits from the start (knows it)", counterSend, []float64{20, 20}, nil},
 	} {
 		d := dests[o.dest]
 		ideal, err := upstream.IdealSchedule(d.Route, d.Jobs, virtualEpoch)
@@ -380,37 +400,42 @@ func TestVirtualOracleFloors(t *testing.T) {
 	}
 }
 
-// TestVirtualOracleOffsets logs halving-503's oracle floors (see
-// TestVirtualOracleFloors) from the ten start offsets of
+// TestVirtualOracleOffsets logs halving-503's and counter-20's oracle
+// floors (see TestVirtualOracleFloors) from the ten start offsets of
 // TestVirtualOffsets: where in the clock's second a run starts decides
 // how many of the fixed window's openings fall before the drop, and so
 // what an even sender can reach, while a sender of whole windows at once
-// is the same from every offset (docs/benchmarks.md, session 23, s23h2).
-// Set RATELANE_VIRTUAL_DECOMPOSE=1 to run it.
+// is the same from every offset (docs/benchmarks.md, session 23, s23h2);
+// and where in its aligned window counter-20's first refusal falls, and so
+// what its Retry-After pause costs a sender that knows the counter from
+// then on (session 24, s24h2). Set RATELANE_VIRTUAL_DECOMPOSE=1 to run it.
 func TestVirtualOracleOffsets(t *testing.T) {
 	if os.Getenv("RATELANE_VIRTUAL_DECOMPOSE") == "" {
 		t.Skip("set RATELANE_VIRTUAL_DECOMPOSE=1 to log the floors per offset")
 	}
-	var d UpstreamDestination
-	for _, dd := range Upstreams(false).Mixes[0].Destinations {
-		if dd.Name == "halving-503" {
-			d = dd
+	dests := map[string]UpstreamDestination{}
+	for _, m := range Upstreams(false).Mixes {
+		for _, d := range m.Destinations {
+			dests[d.Name] = d
 		}
 	}
 	var table strings.Builder
 	for _, o := range []struct {
-		how    string
-		send   oracleSend
-		limits []float64
+		dest, how  string
+		send, then oracleSend
+		limits     []float64
 	}{
-		{"fixed windows at their limits", alignedBurst, []float64{30, 15}},
-		{"sliding bursts at the true limits", slidingBurst, []float64{30, 15}},
-		{"even at the limits less 3 %", even, []float64{29.1, 14.55}},
+		{"halving-503", "fixed windows at their limits", alignedBurst, alignedBurst, []float64{30, 15}},
+		{"halving-503", "sliding bursts at the true limits", slidingBurst, slidingBurst, []float64{30, 15}},
+		{"halving-503", "even at the limits less 3 %", even, even, []float64{29.1, 14.55}},
+		{"counter-20", "as the counter admits (knows it)", counterSend, counterSend, []float64{20, 20}},
+		{"counter-20", "sliding bursts, then as the counter admits", slidingBurst, counterSend, []float64{20, 20}},
 	} {
-		fmt.Fprintf(&table, "%-34s", o.how)
+		d := dests[o.dest]
+		fmt.Fprintf(&table, "%-11s %-42s", o.dest, o.how)
 		for ms := 0; ms < 1000; ms += 100 {
 			epoch := time.Date(2026, 1, 1, 0, 0, 0, ms*int(time.Millisecond), time.UTC)
-			f, n := oracleRun(t, d.Route, d.Jobs, epoch, 2, o.send, o.send, o.limits...)
+			f, n := oracleRun(t, d.Route, d.Jobs, epoch, 2, o.send, o.then, o.limits...)
 			fmt.Fprintf(&table, " %d:%.3f (%d)", ms, f.Seconds(), n)
 		}
 		fmt.Fprintln(&table, "  [offset ms: last start s since the run's start (refused)]")
