@@ -39,6 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.BatchPieces, "batch-pieces", 0, "batch-isolation only: Config.BatchPieces, the batch budget (0: the default, 1; -1: off)")
 	fs.IntVar(&o.BatchCPUs, "batch-cpus", 0, "batch-isolation only: Config.BatchCPUs, the batch lane's CPU governor (0: the default, half the CPUs and at least one; -1: off; 1 or more: at most that many computing batch pieces at once)")
 	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, off; try 100ms)")
+	fs.StringVar(&o.Sim, "sim", bench.SimInProcess, "batch-isolation only: where the LLM and batch simulators run: in (the bench's process) or child (a child process on loopback, ended with the run)")
 	var mixes string
 	var verbose bool
 	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")
@@ -83,6 +84,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if verbose {
 		o.Trace = stderr
+	}
+	if o.Sim != bench.SimInProcess && o.Sim != bench.SimChild {
+		return usageError{fmt.Sprintf("--sim %q: want %s or %s", o.Sim, bench.SimInProcess, bench.SimChild)}
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}
