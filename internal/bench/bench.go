@@ -72,7 +72,9 @@ type Options struct {
 	// zero leaves the client's default (off).
 	BatchYieldMax time.Duration
 	// Sim is where the batch-isolation workload's simulators run:
-	// SimInProcess ("" too) or SimChild.
+	// SimInProcess ("" too) or SimChild, which needs the executable to
+	// call ServeSimChildIfAsked first (the ratelane command, this
+	// package's tests). `ratelane bench` defaults to SimChild.
 	Sim string
 }
 
