@@ -34,11 +34,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.PostgresURL, "postgres-url", "", "PostgreSQL URL for --store postgres (a schema per workload, dropped afterwards)")
 	fs.DurationVar(&o.Duration, "duration", 0, "upper bound of each run of a workload (default 1m; batch-isolation 10m; upstreams: each mix)")
 	fs.BoolVar(&o.Smoke, "smoke", false, "shrink every workload to a few seconds (CI)")
-	fs.IntVar(&o.Runs, "runs", 1, "run each workload this many times and report each metric's median (JSON adds \"runs\": every run's value; the table shows min–max)")
+	fs.IntVar(&o.Runs, "runs", 1, "run each workload this many times and report each metric's median (JSON adds \"runs\": every run's value; the table shows min–max); batch-isolation adds pooled_* figures over every run's reviews together")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	fs.IntVar(&o.BatchPieces, "batch-pieces", 0, "batch-isolation only: Config.BatchPieces, the batch budget (0: the default, 1; -1: off)")
 	fs.IntVar(&o.BatchCPUs, "batch-cpus", 0, "batch-isolation only: Config.BatchCPUs, the batch lane's CPU governor (0: the default, half the CPUs and at least one; -1: off; 1 or more: at most that many computing batch pieces at once)")
 	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, off; try 100ms)")
+	// A real provider is remote: the simulators' CPU in the bench's process
+	// competed with the interactive reviews inside one Go scheduler
+	// (docs/benchmarks.md, "Session 24 (s24h1)").
+	fs.StringVar(&o.Sim, "sim", bench.SimChild, "batch-isolation only: where the LLM and batch simulators run: child (a child process of this executable on loopback, ended with the run) or in (the bench's own process, as before session 24)")
 	var mixes string
 	var verbose bool
 	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")
@@ -83,6 +87,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if verbose {
 		o.Trace = stderr
+	}
+	if o.Sim != bench.SimInProcess && o.Sim != bench.SimChild {
+		return usageError{fmt.Sprintf("--sim %q: want %s or %s", o.Sim, bench.SimInProcess, bench.SimChild)}
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}
@@ -190,4 +197,6 @@ JSON metrics (one object per workload; under its name with "all"):
               sweep_interactive_write_wait_p99_ms sweep_interactive_write_wait_ms_per_review (SQLite)
               baseline_cpu_seconds sweep_cpu_seconds sweep_cpu_ms_per_file sweep_budget_pieces
               stage_run_sweep_mean_ms stage_aggregate_wait_sweep_p99_ms stage_publish_wait_sweep_p99_ms
+              p95_ratio p90_ratio pooled_runs pooled_baseline_reviews pooled_sweep_reviews
+              pooled_baseline_p99_ms pooled_sweep_p99_ms pooled_p99_ratio pooled_p95_ratio pooled_p90_ratio
 `

@@ -44,6 +44,8 @@ var benchNames = map[string]map[string][2]float64{
 	"batch-isolation": {
 		"sweep_files": {300, 300}, "baseline_reviews": {1, 1000}, "sweep_reviews": {1, 100_000},
 		"baseline_p99_ms": {1e-9, 600_000}, "sweep_p99_ms": {1e-9, 600_000}, "p99_ratio": {1e-9, 1e6},
+		// One run: its own reviews, pooled.
+		"pooled_runs": {1, 1}, "pooled_p99_ratio": {1e-9, 1e6}, "pooled_p90_ratio": {1e-9, 1e6},
 		// The SQLite writer serves interactive writes first: none waits
 		// behind more than one batch-lane write, whatever the load.
 		"sweep_interactive_writes": {1, 1e9}, "sweep_interactive_behind_max": {0, 1}, "sweep_interactive_behind_over_1": {0, 0},

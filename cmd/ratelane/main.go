@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/bench"
 )
 
 // command is one subcommand. Each file of this package registers its own in
@@ -36,6 +37,9 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
+	// `bench batch-isolation --sim child` runs this executable as its
+	// simulators' process; it returns at once otherwise.
+	bench.ServeSimChildIfAsked()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/bench"
 	"go.uber.org/goleak"
 )
 
 // TestMain fails the package's tests when a goroutine outlives them (a
 // serve, demo or bench run that does not stop everything it started).
 func TestMain(m *testing.M) {
+	bench.ServeSimChildIfAsked() // the test binary is also the bench's simulator child
 	goleak.VerifyTestMain(m)
 }
 

@@ -71,6 +71,11 @@ type Options struct {
 	// work) in the batch-isolation and upstreams workloads, for A/B runs;
 	// zero leaves the client's default (off).
 	BatchYieldMax time.Duration
+	// Sim is where the batch-isolation workload's simulators run:
+	// SimInProcess ("" too) or SimChild, which needs the executable to
+	// call ServeSimChildIfAsked first (the ratelane command, this
+	// package's tests). `ratelane bench` defaults to SimChild.
+	Sim string
 }
 
 // Metric is one named figure of a workload.
@@ -88,6 +93,9 @@ type Metric struct {
 type Result struct {
 	Workload string
 	Metrics  []Metric
+	// samples are a run's raw latencies by phase, which Run pools over
+	// its runs (addPooled); nil for workloads that do not pool.
+	samples map[string][]time.Duration
 }
 
 // Get returns a metric's value and whether it is present.
@@ -103,7 +111,9 @@ func (r Result) Get(name string) (float64, bool) {
 // MarshalJSON writes the metrics as one object of name to number, in
 // report order. A result aggregated over several runs adds a "runs" member:
 // an object of name to the array of every run's value, in run order, while
-// the metric names keep the medians.
+// the metric names keep the medians; a metric with no run values (one
+// figure over every run, such as batch-isolation's pooled quantiles) is
+// not in it.
 func (r Result) MarshalJSON() ([]byte, error) {
 	b := []byte{'{'}
 	var err error
@@ -121,10 +131,15 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	}
 	if multi {
 		b = append(b, `,"runs":{`...)
-		for i, m := range r.Metrics {
-			if i > 0 {
+		first := true
+		for _, m := range r.Metrics {
+			if len(m.Runs) == 0 {
+				continue // one figure over every run (pooled), not a median
+			}
+			if !first {
 				b = append(b, ',')
 			}
+			first = false
 			b = strconv.AppendQuote(b, m.Name)
 			b = append(b, ':', '[')
 			for j, v := range m.Runs {
@@ -274,25 +289,31 @@ func (o Options) PhaseOfRun(k int) time.Duration {
 	return RunPhase(k, o.Runs)
 }
 
-// Run runs one workload, o.Runs times (see Options.Runs).
+// Run runs one workload, o.Runs times (see Options.Runs). A workload that
+// keeps its raw samples (batch-isolation) also reports them pooled over
+// every run (addPooled).
 func Run(ctx context.Context, name string, o Options) (Result, error) {
 	if err := upstream.CheckPhase(o.Phase); err != nil {
 		return Result{}, err
 	}
-	if o.Runs > 1 {
-		var runs []Result
-		for k := range o.Runs {
-			one := o
-			one.Runs = 1
-			one.Phase = o.PhaseOfRun(k)
-			r, err := Run(ctx, name, one)
-			if err != nil {
-				return r, err
-			}
-			runs = append(runs, r)
+	var runs []Result
+	for k := range max(1, o.Runs) {
+		one := o
+		one.Runs = 1
+		one.Phase = o.PhaseOfRun(k)
+		r, err := runOnce(ctx, name, one)
+		if err != nil {
+			return r, err
 		}
-		return Aggregate(runs), nil
+		runs = append(runs, r)
 	}
+	agg := Aggregate(runs)
+	addPooled(&agg, runs)
+	return agg, nil
+}
+
+// runOnce runs one workload once.
+func runOnce(ctx context.Context, name string, o Options) (Result, error) {
 	fn, ok := runners[name]
 	if !ok {
 		return Result{}, fmt.Errorf("unknown workload %q (want one of %v or all)", name, Workloads)

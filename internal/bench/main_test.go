@@ -6,7 +6,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the package's tests when a goroutine outlives them.
+// TestMain fails the package's tests when a goroutine outlives them. The
+// test binary is also the batch-isolation simulators' child (SimChild).
 func TestMain(m *testing.M) {
+	ServeSimChildIfAsked()
 	goleak.VerifyTestMain(m)
 }

@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"testing"
+	"time"
+)
+
+// ms makes latencies of whole milliseconds.
+func ms(vs ...int) []time.Duration {
+	out := make([]time.Duration, len(vs))
+	for i, v := range vs {
+		out[i] = time.Duration(v) * time.Millisecond
+	}
+	return out
+}
+
+// TestAddPooledIsOneQuantileOverEveryRun: the pooled figures are the
+// quantiles of all runs' samples together, not a median of per-run
+// figures. Two runs of 100 baseline reviews (10 ms, and two 50 ms
+// outliers in the first) and 100 sweep reviews: the first run's sweep has
+// two slow reviews (200 ms), the second five (100 ms). A p99 of 100 is the
+// 2nd worst: per run the ratio is 200/50 and 100/10 (median 7). Pooled
+// over 200 reviews each, p99 is the 3rd worst: baseline 10 ms, sweep
+// 100 ms (ratio 10); p95 and p90 see only the 10 ms reviews.
+func TestAddPooledIsOneQuantileOverEveryRun(t *testing.T) {
+	t.Parallel()
+	fill := func(n, v int, extra ...int) []time.Duration {
+		out := ms(extra...)
+		for len(out) < n {
+			out = append(out, time.Duration(v)*time.Millisecond)
+		}
+		return out
+	}
+	run := func(base, under []time.Duration) Result {
+		r := Result{Workload: "batch-isolation", samples: map[string][]time.Duration{"baseline": base, "sweep": under}}
+		r.add("p99_ratio", Percentile(under, 0.99)/Percentile(base, 0.99), "")
+		return r
+	}
+	runs := []Result{
+		run(fill(100, 10, 50, 50), fill(100, 10, 200, 200)),
+		run(fill(100, 10), fill(100, 10, 100, 100, 100, 100, 100)),
+	}
+	agg := Aggregate(runs)
+	addPooled(&agg, runs)
+	want := map[string]float64{
+		"pooled_runs": 2, "pooled_baseline_reviews": 200, "pooled_sweep_reviews": 200,
+		"pooled_baseline_p99_ms": 10, "pooled_sweep_p99_ms": 100, "pooled_p99_ratio": 10,
+		"pooled_sweep_p95_ms": 10, "pooled_p95_ratio": 1, "pooled_sweep_p90_ms": 10, "pooled_p90_ratio": 1,
+		// The per-run ratios' median (4 and 10) stays beside the pooled one.
+		"p99_ratio": 7,
+	}
+	for name, v := range want {
+		got, ok := agg.Get(name)
+		if !ok || math.Abs(got-v) > 1e-9 {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
+		}
+	}
+	b, err := json.Marshal(agg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Runs map[string][]float64 `json:"runs"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if r := got.Runs["p99_ratio"]; len(r) != 2 || r[0] != 4 || r[1] != 10 {
+		t.Errorf("runs.p99_ratio = %v, want [4 10]", r)
+	}
+	if _, ok := got.Runs["pooled_p99_ratio"]; ok {
+		t.Errorf("runs lists pooled_p99_ratio, one figure over every run: %s", b)
+	}
+
+	// A workload that keeps no samples gets no pooled figures.
+	plain := []Result{{Workload: "paced"}, {Workload: "paced"}}
+	agg = Aggregate(plain)
+	addPooled(&agg, plain)
+	if len(agg.Metrics) != 0 {
+		t.Errorf("pooled figures for a workload without samples: %+v", agg.Metrics)
+	}
+}
+
+// TestBatchIsolationRunsPoolWithTheSimulatorsInAChild runs the smoke
+// workload twice with the simulators in a child process (this test
+// binary, see TestMain) and checks the pooled counts are the runs' sums
+// and each run's figures are listed.
+func TestBatchIsolationRunsPoolWithTheSimulatorsInAChild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two smoke sweeps (about 15 s)")
+	}
+	r, err := Run(context.Background(), "batch-isolation", Options{Smoke: true, Runs: 2, Sim: SimChild, Duration: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, phase := range []string{"baseline", "sweep"} {
+		var sum float64
+		for _, m := range r.Metrics {
+			if m.Name == phase+"_reviews" {
+				if len(m.Runs) != 2 {
+					t.Fatalf("%s_reviews runs %v, want 2", phase, m.Runs)
+				}
+				sum = m.Runs[0] + m.Runs[1]
+			}
+		}
+		if got, _ := r.Get("pooled_" + phase + "_reviews"); got != sum || sum == 0 {
+			t.Errorf("pooled_%s_reviews = %v, want the runs' sum %v", phase, got, sum)
+		}
+	}
+	// The child's CPU is read from /proc (Linux).
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		if v, ok := r.Get("sweep_sim_cpu_seconds"); !ok || v <= 0 {
+			t.Errorf("sweep_sim_cpu_seconds = %v (present %v), want the child's CPU", v, ok)
+		}
+	}
+	for _, name := range []string{"pooled_p99_ratio", "pooled_p95_ratio", "pooled_p90_ratio", "p95_ratio", "p90_ratio"} {
+		if v, ok := r.Get(name); !ok || !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s = %v (present %v)", name, v, ok)
+		}
+	}
+}
+
+// TestSimChildEndsWithTheRun: the child serves, and is gone once closed.
+func TestSimChildEndsWithTheRun(t *testing.T) {
+	t.Parallel()
+	c, err := startSimChild(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := c.cmd.Process.Pid
+	if _, ok := c.cpuSeconds(); !ok {
+		if _, err := os.Stat("/proc/self/stat"); err == nil {
+			t.Errorf("cannot read the child's CPU")
+		}
+	}
+	if err := c.close(); err != nil {
+		t.Errorf("child exit: %v", err)
+	}
+	if !c.cmd.ProcessState.Exited() {
+		t.Errorf("child %d did not exit by itself: %v", pid, c.cmd.ProcessState)
+	}
+}

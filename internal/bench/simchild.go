@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/upstream"
+	"github.com/ratelane/ratelane/internal/upstream/batchsim"
+)
+
+// Where the batch-isolation workload's simulators run (Options.Sim).
+const (
+	// SimInProcess runs the LLM and batch simulators in the bench's own
+	// process: their CPU competes with the interactive reviews inside one
+	// Go scheduler (and its garbage collector), which a remote provider's
+	// does not.
+	SimInProcess = "in"
+	// SimChild runs them in a child process on loopback, killed when the
+	// workload ends: they still share the machine's cores, but not the
+	// bench's scheduler, heap or CPU figures.
+	SimChild = "child"
+)
+
+// SimChildEnv, set in a process's environment, makes ServeSimChildIfAsked
+// serve the batch-isolation simulators instead of running the program: its
+// value is the batch simulator's ProcessFor (a Go duration). The bench sets
+// it on the child it starts from its own executable, so a test binary and
+// the ratelane binary both work as the child.
+const SimChildEnv = "RATELANE_BENCH_SIMULATORS"
+
+// simURLs is the child's one line on stdout: its LLM simulator's base URL
+// for route "openai" and its batch simulator's.
+type simURLs struct {
+	LLM   string `json:"llm"`
+	Batch string `json:"batch"`
+}
+
+// ServeSimChildIfAsked returns at once unless SimChildEnv is set; then it
+// serves the simulators until its stdin closes (the parent ends it, or
+// died) and exits the process. A main or TestMain calls it first.
+func ServeSimChildIfAsked() {
+	v, ok := os.LookupEnv(SimChildEnv)
+	if !ok {
+		return
+	}
+	if err := serveSimChild(v, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "bench simulators: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// serveSimChild serves the simulators (processFor: the batch simulator's
+// ProcessFor), writes their URLs as one JSON line to out, and serves until
+// in reaches its end.
+func serveSimChild(processFor string, in io.Reader, out io.Writer) error {
+	pf, err := time.ParseDuration(processFor)
+	if err != nil {
+		return fmt.Errorf("%s=%q: %w", SimChildEnv, processFor, err)
+	}
+	llm, bsim, err := newSims(pf)
+	if err != nil {
+		return err
+	}
+	defer llm.Close()
+	defer bsim.Close()
+	line, err := json.Marshal(simURLs{LLM: llm.LLMBaseURL("openai"), Batch: bsim.URL()})
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(out, "%s\n", line); err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, in)
+	return err
+}
+
+// newSims starts the workload's LLM simulator (no routes: every route
+// unlimited) and batch simulator on loopback.
+func newSims(processFor time.Duration) (*upstream.Server, *batchsim.Server, error) {
+	llm, err := upstream.New(upstream.Config{Seed: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	bsim, err := batchsim.New(batchsim.Config{ValidateFor: 100 * time.Millisecond, ProcessFor: processFor,
+		FinalizeFor: 100 * time.Millisecond, CancelFor: 100 * time.Millisecond, Responder: upstream.DefaultResponder})
+	if err != nil {
+		_ = llm.Close()
+		return nil, nil, err
+	}
+	return llm, bsim, nil
+}
+
+// simChild is a running child process serving the simulators.
+type simChild struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	urls  simURLs
+}
+
+// startSimChild starts this executable as the simulators' child (see
+// SimChildEnv) and waits for its URLs.
+func startSimChild(processFor time.Duration) (*simChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("simulator child: %w", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), SimChildEnv+"="+processFor.String())
+	cmd.Stderr = os.Stderr // an *os.File: no copying goroutine
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("simulator child: %w", err)
+	}
+	c := &simChild{cmd: cmd, stdin: stdin}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err == nil {
+		err = json.Unmarshal([]byte(line), &c.urls)
+	}
+	if err == nil && (c.urls.LLM == "" || c.urls.Batch == "") {
+		err = errors.New("no URLs")
+	}
+	if err != nil {
+		_ = c.close()
+		return nil, fmt.Errorf("simulator child: its first line %q: %w", line, err)
+	}
+	return c, nil
+}
+
+// close ends the child: its stdin closes (it exits by itself), and a kill
+// follows in case it does not.
+func (c *simChild) close() error {
+	_ = c.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return <-done
+	}
+}
+
+// cpuSeconds is the child's CPU time (user + system) so far, from
+// /proc/PID/stat; ok false where it cannot be read.
+func (c *simChild) cpuSeconds() (float64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name (which may hold spaces), from field
+	// 3 on: utime and stime are fields 14 and 15, in clock ticks (USER_HZ,
+	// 100 on Linux).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return (u + st) / 100, true
+}
