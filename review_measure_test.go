@@ -118,13 +118,7 @@ func reviewMeasure(b *testing.B, depth string) {
 	rvp := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, MaxPartTokens: 1000,
 		MaxFindings: 1000, SweepEvery: 50 * time.Millisecond})
 	ctx := context.Background()
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
+	c := startClient(b, cfg)
 	var (
 		mu                    sync.Mutex
 		lat                   []time.Duration
