@@ -35,6 +35,17 @@ func insertN(t *testing.T, s *Store, n, tenants int, keys ...string) []*job.Job 
 	return jobs
 }
 
+// leaseN leases n jobs of s at now for a minute and fails the test unless
+// exactly n came back.
+func leaseN(t *testing.T, s *Store, now time.Time, n int) []*job.Job {
+	t.Helper()
+	got, err := s.Lease(context.Background(), store.LeaseParams{Now: now, Max: n, LeaseFor: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("lease at %v: %d jobs, %v; want %d", now, len(got), err, n)
+	}
+	return got
+}
+
 func upsert(t *testing.T, s *Store, c admission.Config) {
 	t.Helper()
 	if _, err := s.UpsertLimit(context.Background(), c, storetest.T0); err != nil {

@@ -40,10 +40,7 @@ func TestLeasePlansWithoutStatistics(t *testing.T) {
 		}
 	}
 	now := t0.Add(time.Second)
-	running, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 64, LeaseFor: time.Minute})
-	if err != nil || len(running) != 64 {
-		t.Fatalf("lease: %d jobs, %v", len(running), err)
-	}
+	running := leaseN(t, s, now, 64)
 	plan := func(sql string, args ...any) string {
 		t.Helper()
 		return explainIn(t, s.pool, sql, args...)
