@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,10 +209,7 @@ func BenchmarkLeaseFinish64(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		if n < 64 {
-			batch := make([]*job.Job, 2048)
-			for i := range batch {
-				batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
-			}
+			batch := keyedJobs(2048)
 			if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
 				b.Fatal(err)
 			}

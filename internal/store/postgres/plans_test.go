@@ -29,16 +29,8 @@ func TestLeasePlansWithoutStatistics(t *testing.T) {
 	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {
 		t.Fatal(err)
 	}
-	const n = 2048
-	batch := make([]*job.Job, n)
-	for i := range batch {
-		batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
-	}
-	for i := 0; i < n; i += 1000 {
-		if _, err := s.Insert(ctx, batch[i:min(n, i+1000)], storetest.Unpaced); err != nil {
-			t.Fatal(err)
-		}
-	}
+	batch := keyedJobs(2048)
+	insertAll(t, s, batch)
 	now := t0.Add(time.Second)
 	running := leaseN(t, s, now, 64)
 	plan := func(sql string, args ...any) string {

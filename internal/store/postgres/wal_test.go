@@ -183,16 +183,9 @@ func BenchmarkWorkPerJob(b *testing.B) {
 	s, rt, m, cpu := workStore(b, 4)
 	for b.Loop() {
 		n := *workJobs
-		batch := make([]*job.Job, n)
-		for i := range batch {
-			batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
-		}
+		batch := keyedJobs(n)
 		from := m.lsn(b)
-		for i := 0; i < n; i += 1000 {
-			if _, err := s.Insert(ctx, batch[i:min(n, i+1000)], storetest.Unpaced); err != nil {
-				b.Fatal(err)
-			}
-		}
+		insertAll(b, s, batch)
 		walReport(b, "bulk insert", "insert-", m.since(b, from), n)
 
 		from = m.lsn(b)
