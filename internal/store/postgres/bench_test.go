@@ -259,33 +259,42 @@ func tableUpdates(b *testing.B, schema string, jobs int) map[string]int64 {
 		b.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	out := map[string]int64{}
+	var out map[string]int64
 	_ = testkit.Until(2*time.Second, func() error {
-		// A fresh snapshot each check: the session may keep the one it
-		// read (stats_fetch_consistency) until it is cleared.
-		if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
-			b.Fatal(err)
-		}
-		rows, err := conn.Query(ctx, `SELECT relname, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1`, schema)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for rows.Next() {
-			var name string
-			var n int64
-			if err := rows.Scan(&name, &n); err != nil {
-				b.Fatal(err)
-			}
-			out[name] = n
-		}
-		if rows.Err() != nil {
-			b.Fatal(rows.Err())
-		}
+		out = statCounts(b, conn, `SELECT relname, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1`, schema)
 		if out["jobs"] < int64(2*jobs) {
 			return fmt.Errorf("%d job updates of %d", out["jobs"], 2*jobs)
 		}
 		return nil
 	})
+	return out
+}
+
+// statCounts reads sql's rows of a name and a count, by name, on a fresh
+// snapshot of the server's statistics: a session may keep the one it read
+// (stats_fetch_consistency) until it is cleared.
+func statCounts(tb testing.TB, conn *pgx.Conn, sql string, args ...any) map[string]int64 {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		tb.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			tb.Fatal(err)
+		}
+		out[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
 	return out
 }
 
