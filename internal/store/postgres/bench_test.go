@@ -23,14 +23,7 @@ import (
 func BenchmarkInsert(b *testing.B) {
 	ctx := context.Background()
 	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: newSchema(b), Region: "us", MaxConns: 4, tracer: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, Config{Region: "us", MaxConns: 4, tracer: rt})
 	tr0 := rt.trips.Load()
 	b.ResetTimer()
 	for b.Loop() {
@@ -196,14 +189,7 @@ func BenchmarkLeaseFinish64(b *testing.B) {
 	ctx := context.Background()
 	rt := &roundTrips{}
 	schema := newSchema(b)
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: 4, tracer: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, Config{Schema: schema, Region: "us", MaxConns: 4, tracer: rt})
 	var n, jobs int
 	var trips, stmts int64
 	for b.Loop() {
@@ -309,14 +295,7 @@ func statCounts(tb testing.TB, conn *pgx.Conn, sql string, args ...any) map[stri
 func BenchmarkInsertGroupKey(b *testing.B) {
 	ctx := context.Background()
 	open := func(withKey bool) (*Store, *backendCPU) {
-		s, err := Open(ctx, Config{URL: testURL(b), Schema: newSchema(b), Region: "us", MaxConns: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = s.Close() })
-		if err := s.Migrate(ctx); err != nil {
-			b.Fatal(err)
-		}
+		s := migratedStore(b, Config{Region: "us", MaxConns: 1})
 		if withKey {
 			if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs ADD CONSTRAINT jobs_group_id_fkey FOREIGN KEY (group_id) REFERENCES job_groups (id)`); err != nil {
 				b.Fatal(err)

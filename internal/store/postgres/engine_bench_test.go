@@ -51,14 +51,7 @@ func BenchmarkEngineDrain(b *testing.B) {
 	schema := newSchema(b)
 	rt := &roundTrips{timed: true}
 	const app = "rl_engine_drain"
-	s, err := Open(ctx, Config{URL: testURL(b) + "&application_name=" + app, Schema: schema, Region: "us", tracer: rt, AsyncLease: os.Getenv("ASYNC") != ""})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, Config{URL: testURL(b) + "&application_name=" + app, Schema: schema, Region: "us", tracer: rt, AsyncLease: os.Getenv("ASYNC") != ""})
 	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {
 		b.Fatal(err)
 	}

@@ -108,11 +108,7 @@ func TestPipeTxDeferredErrorRollsBack(t *testing.T) {
 func TestPipeTxSettingsAreLocal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openConfig(t, Config{Schema: newSchema(t), Region: "us", MaxConns: 1})
 	show := func(async bool, settings *txSettings) (mode, seq, sync string) {
 		if err := s.inPipe(ctx, async, func(p *pipeTx) error {
 			if settings != nil {

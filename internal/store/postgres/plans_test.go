@@ -303,15 +303,7 @@ func explainGeneric(t *testing.T, q querier, sql string, args ...any) string {
 func TestLeaseGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1, tracer: rt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, rt := tracedStore(t)
 	// A backlog of the size at which the plans matter, without statistics
 	// (as a drain right after its insert runs: no ANALYZE yet).
 	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {

@@ -228,16 +228,8 @@ func BenchmarkWorkPerJob(b *testing.B) {
 // workStore opens and migrates a store of maxConns connections on a fresh
 // schema, with a round-trip counter, a WAL meter and a server CPU meter.
 func workStore(b *testing.B, maxConns int32) (*Store, *roundTrips, *walMeter, *backendCPU) {
-	ctx := context.Background()
 	schema := newSchema(b)
 	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: maxConns, tracer: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, Config{Schema: schema, Region: "us", MaxConns: maxConns, tracer: rt})
 	return s, rt, newWALMeter(b, schema), &backendCPU{s: s, used: map[uint32]time.Duration{}}
 }
