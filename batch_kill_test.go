@@ -43,10 +43,7 @@ func batchKillProfile(kind, url string) review.Profile {
 // that stage, says so in a marker file and waits to be killed; without one
 // it runs until the batch is done and its reviews are final, then stops.
 func TestBatchKillChild(t *testing.T) {
-	dir := os.Getenv(batchKillDirEnv)
-	if dir == "" {
-		t.Skip("run by TestBatchKill9 as a subprocess")
-	}
+	dir := childDir(t, batchKillDirEnv, "TestBatchKill9")
 	stage := os.Getenv(batchKillStageEnv)
 	hook := func(name string) {
 		if name == stage {

@@ -21,10 +21,7 @@ const crashChildEnv = "RATELANE_CRASH_CHILD_DIR"
 // TestCrashChild is the worker process of TestKill9Recovery; it does
 // nothing unless started by it.
 func TestCrashChild(t *testing.T) {
-	dir := os.Getenv(crashChildEnv)
-	if dir == "" {
-		t.Skip("run by TestKill9Recovery as a subprocess")
-	}
+	dir := childDir(t, crashChildEnv, "TestKill9Recovery")
 	// LeaseFor 10 s, not 2, for TestWebhookCrashChild's reason: under
 	// `make test`'s parallel -race load a live child's finish can land more
 	// than 2 s after its lease, and a job recovered while it was not held
@@ -160,6 +157,19 @@ func recoveriesOf(t *testing.T, j *ratelane.Job, held map[string]bool) int {
 		t.Fatalf("job %s (%s, running at the kill: %v) has %d lease recoveries, want %d: %v", j.ID, j.Kind, held[j.ID], got, want, j.History)
 	}
 	return got
+}
+
+// childDir opens every child test (the kill -9 tests' worker processes,
+// started by startChild or, for TestBatchKill9, its own command): the
+// directory the parent test set in env, or, when env is unset (a plain
+// `go test` run reaching the child test itself), a skip naming the parent.
+func childDir(t *testing.T, env, parent string) string {
+	t.Helper()
+	dir := os.Getenv(env)
+	if dir == "" {
+		t.Skip("run by " + parent + " as a subprocess")
+	}
+	return dir
 }
 
 // startChild re-runs this test binary as a worker process that runs only

@@ -41,10 +41,7 @@ func TestExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries and runs subprocesses; skipped under -short")
 	}
-	bin := t.TempDir()
-	ratelaneBin, workerBin := filepath.Join(bin, "ratelane"), filepath.Join(bin, "go-worker")
-	goBuild(t, ratelaneBin, "./cmd/ratelane")
-	goBuild(t, workerBin, "./examples/go-worker")
+	bin, ratelaneBin, workerBin := buildGoWorker(t)
 
 	rl := startRatelane(t, ratelaneBin)
 	up := newScriptedUpstream(t)
@@ -166,6 +163,18 @@ func npmCI(t *testing.T, dir string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
 	}
+}
+
+// buildGoWorker builds `ratelane` and examples/go-worker into a fresh
+// directory (returned too: the worker processes run in it), for the tests
+// that run the Go worker as a real process against a real server.
+func buildGoWorker(t *testing.T) (dir, ratelaneBin, workerBin string) {
+	t.Helper()
+	dir = t.TempDir()
+	ratelaneBin, workerBin = filepath.Join(dir, "ratelane"), filepath.Join(dir, "go-worker")
+	goBuild(t, ratelaneBin, "./cmd/ratelane")
+	goBuild(t, workerBin, "./examples/go-worker")
+	return dir, ratelaneBin, workerBin
 }
 
 func goBuild(t *testing.T, out, pkg string) {

@@ -99,10 +99,7 @@ func reviewCrashConfig(t *testing.T, dir string, delay time.Duration) ratelane.C
 // TestReviewCrashChild is the worker process of TestReviewKill9Resumes; it
 // does nothing unless started by it.
 func TestReviewCrashChild(t *testing.T) {
-	dir := os.Getenv(reviewCrashChildEnv)
-	if dir == "" {
-		t.Skip("run by TestReviewKill9Resumes as a subprocess")
-	}
+	dir := childDir(t, reviewCrashChildEnv, "TestReviewKill9Resumes")
 	startClient(t, reviewCrashConfig(t, dir, 200*time.Millisecond))
 	select {} // until killed
 }

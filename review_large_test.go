@@ -27,6 +27,24 @@ func largeDiff(files, lines int) string {
 	return b.String()
 }
 
+// compatUpstream starts an upstream simulator with cfg, closed when tb
+// ends, and returns it with an OpenAI-compatible review provider (key
+// openai-compatible:m) on its openai route.
+func compatUpstream(tb testing.TB, cfg upstream.Config) (*upstream.Server, review.Provider) {
+	tb.Helper()
+	up, err := upstream.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { up.Close() })
+	p, err := review.NewProvider(review.Profile{Name: "compat", Kind: "openai-compatible", Region: "us",
+		Model: "m", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "k"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return up, p
+}
+
 // TestReviewLargeDiffWithinLimits splits a 5,000-line diff into parts,
 // reviews them in parallel against a provider that answers 429 above 5
 // requests/s (burst 6), paced by a 4/s key (burst 2), aggregates and
@@ -45,16 +63,7 @@ func TestReviewLargeDiffWithinLimits(t *testing.T) {
 	const providerRate, keyRate, keyBurst, reviewWorkers = 5, 4, 2, 4
 	const reviewBurst = keyBurst + reviewWorkers
 	ctx := context.Background()
-	up, err := upstream.New(upstream.Config{Routes: map[string]upstream.RouteConfig{"openai": {Rate: providerRate, Burst: reviewBurst}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	p, err := review.NewProvider(review.Profile{Name: "compat", Kind: "openai-compatible", Region: "us",
-		Model: "m", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "k"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	up, p := compatUpstream(t, upstream.Config{Routes: map[string]upstream.RouteConfig{"openai": {Rate: providerRate, Burst: reviewBurst}}})
 	out := t.TempDir()
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: reviewWorkers,
 		Limits: []ratelane.Limit{{Name: "openai-compatible:m", Rate: keyRate, Burst: keyBurst}}}

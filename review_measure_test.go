@@ -111,29 +111,14 @@ func reviewMeasure(b *testing.B, depth string) {
 	const reviews = 30
 	const every = 400 * time.Millisecond
 	text := []byte(findingsDiff(4, 150)) // 600 added lines
-	up, err := upstream.New(upstream.Config{Responder: measureResponder,
+	up, p := compatUpstream(b, upstream.Config{Responder: measureResponder,
 		Routes: map[string]upstream.RouteConfig{"openai": {Rate: 25, Burst: 5, Latency: upstream.Latency{Fixed: 40 * time.Millisecond, Jitter: 80 * time.Millisecond}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer up.Close()
-	p, err := review.NewProvider(review.Profile{Name: "compat", Kind: "openai-compatible", Region: "us",
-		Model: "m", BaseURL: up.LLMBaseURL("openai") + "/v1", APIKey: "k"})
-	if err != nil {
-		b.Fatal(err)
-	}
 	cfg := ratelane.Config{DataDir: b.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 16,
 		Limits: []ratelane.Limit{{Name: "openai-compatible:m", Rate: 20, Burst: 2}}}
 	rvp := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, MaxPartTokens: 1000,
 		MaxFindings: 1000, SweepEvery: 50 * time.Millisecond})
 	ctx := context.Background()
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
+	c := startClient(b, cfg)
 	var (
 		mu                    sync.Mutex
 		lat                   []time.Duration

@@ -39,10 +39,7 @@ func TestStoppedWorkerIsFenced(t *testing.T) {
 		t.Skip("builds binaries and runs subprocesses; skipped under -short")
 	}
 	t.Parallel()
-	bin := t.TempDir()
-	ratelaneBin, workerBin := filepath.Join(bin, "ratelane"), filepath.Join(bin, "go-worker")
-	goBuild(t, ratelaneBin, "./cmd/ratelane")
-	goBuild(t, workerBin, "./examples/go-worker")
+	bin, ratelaneBin, workerBin := buildGoWorker(t)
 	rl := startRatelane(t, ratelaneBin)
 	producerKey := rl.createKey(t, "shop", "producer")
 	workerKey := rl.createKey(t, "shop", "worker")

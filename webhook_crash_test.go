@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -27,10 +26,7 @@ const hookCrashChildEnv = "RATELANE_HOOK_CRASH_CHILD_DIR"
 // TestWebhookCrashChild is the delivering process of
 // TestWebhookKill9Recovery; it does nothing unless started by it.
 func TestWebhookCrashChild(t *testing.T) {
-	dir := os.Getenv(hookCrashChildEnv)
-	if dir == "" {
-		t.Skip("run by TestWebhookKill9Recovery as a subprocess")
-	}
+	dir := childDir(t, hookCrashChildEnv, "TestWebhookKill9Recovery")
 	// LeaseFor 10 s, not 2: under `make test`'s parallel -race load a
 	// live child's finish could land more than 2 s after its lease, and
 	// the reaper then recovered a job that was not held at the kill (the

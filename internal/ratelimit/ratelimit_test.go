@@ -26,98 +26,122 @@ func q(limit, remaining int64, reset time.Duration, src string) Quota {
 	return Quota{Limit: limit, Remaining: remaining, Reset: reset, resetSrc: src}
 }
 
-func TestParseEmpty(t *testing.T) {
+// TestParse reads whole header sets: every field of the Info is compared,
+// so a quota a header set does not name must stay unknown.
+func TestParse(t *testing.T) {
 	t.Parallel()
-	for _, h := range []http.Header{nil, {}} {
-		got := Parse(h, now)
-		want := Info{Requests: unknownQuota, Tokens: unknownQuota, InputTokens: unknownQuota, OutputTokens: unknownQuota}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("Parse(%v) = %+v; want %+v", h, got, want)
-		}
-		if _, _, ok := got.Delay(); ok {
-			t.Errorf("Delay() ok on empty headers")
-		}
+	unknown := Info{Requests: unknownQuota, Tokens: unknownQuota, InputTokens: unknownQuota, OutputTokens: unknownQuota}
+	with := func(f func(*Info)) Info {
+		i := unknown
+		f(&i)
+		return i
+	}
+	tests := []struct {
+		name string
+		h    http.Header
+		want Info
+		// delay says whether Delay has an answer for the headers.
+		delay bool
+	}{
+		{name: "nil", h: nil, want: unknown},
+		{name: "empty", h: http.Header{}, want: unknown},
+		{
+			// The example response headers of OpenAI's "Rate limits" guide;
+			// no quota is exhausted, so no delay.
+			name: "openai",
+			h: hdr(
+				"x-ratelimit-limit-requests", "60",
+				"x-ratelimit-limit-tokens", "150000",
+				"x-ratelimit-remaining-requests", "59",
+				"x-ratelimit-remaining-tokens", "149984",
+				"x-ratelimit-reset-requests", "1s",
+				"x-ratelimit-reset-tokens", "6m0s",
+			),
+			want: with(func(i *Info) {
+				i.Requests = q(60, 59, time.Second, "x-ratelimit-reset-requests")
+				i.Tokens = q(150000, 149984, 6*time.Minute, "x-ratelimit-reset-tokens")
+			}),
+		},
+		{
+			// A 429 from OpenAI / Azure OpenAI: retry-after-ms and
+			// retry-after together, tokens exhausted.
+			name: "openai 429",
+			h: hdr(
+				"retry-after-ms", "2500",
+				"retry-after", "3",
+				"x-ratelimit-remaining-tokens", "0",
+				"x-ratelimit-reset-tokens", "2.5s",
+			),
+			want: with(func(i *Info) {
+				i.RetryAfter, i.HasRetryAfter, i.Source = 2500*time.Millisecond, true, "retry-after-ms"
+				i.Tokens = q(-1, 0, 2500*time.Millisecond, "x-ratelimit-reset-tokens")
+			}),
+			delay: true,
+		},
+		{
+			// The header set of Anthropic's "Rate limits" page ("Response
+			// headers"), values illustrative; resets are RFC 3339
+			// timestamps, as documented there.
+			name: "anthropic",
+			h: hdr(
+				"retry-after", "30",
+				"anthropic-ratelimit-requests-limit", "50",
+				"anthropic-ratelimit-requests-remaining", "0",
+				"anthropic-ratelimit-requests-reset", "2024-05-01T12:00:30Z",
+				"anthropic-ratelimit-tokens-limit", "40000",
+				"anthropic-ratelimit-tokens-remaining", "12000",
+				"anthropic-ratelimit-tokens-reset", "2024-05-01T12:00:05.5Z",
+				"anthropic-ratelimit-input-tokens-limit", "30000",
+				"anthropic-ratelimit-input-tokens-remaining", "12000",
+				"anthropic-ratelimit-input-tokens-reset", "2024-05-01T14:00:05+02:00",
+				"anthropic-ratelimit-output-tokens-limit", "10000",
+				"anthropic-ratelimit-output-tokens-remaining", "9000",
+				"anthropic-ratelimit-output-tokens-reset", "2024-05-01T11:59:00Z", // past
+			),
+			want: Info{
+				RetryAfter: 30 * time.Second, HasRetryAfter: true, Source: "retry-after",
+				Requests:     q(50, 0, 30*time.Second, "anthropic-ratelimit-requests-reset"),
+				Tokens:       q(40000, 12000, 5500*time.Millisecond, "anthropic-ratelimit-tokens-reset"),
+				InputTokens:  q(30000, 12000, 5*time.Second, "anthropic-ratelimit-input-tokens-reset"),
+				OutputTokens: q(10000, 9000, 0, "anthropic-ratelimit-output-tokens-reset"),
+			},
+			delay: true,
+		},
+		{
+			// Malformed values of every header Parse reads are unknown,
+			// not zero.
+			name: "garbage",
+			h: hdr(
+				"retry-after-ms", "-5",
+				"retry-after", "tomorrow",
+				"x-ratelimit-limit-requests", "-1",
+				"x-ratelimit-remaining-requests", "1.5",
+				"x-ratelimit-reset-requests", "-1s",
+				"x-ratelimit-limit-tokens", "99999999999999999999",
+				"x-ratelimit-remaining-tokens", "+3",
+				"x-ratelimit-reset-tokens", "soon",
+				"anthropic-ratelimit-input-tokens-reset", "2024-05-01 12:00:00",
+				"anthropic-ratelimit-output-tokens-reset", "1714564800",
+				"ratelimit-policy", `"default";q=100;w=60,`,
+				"ratelimit", `"default";r=`,
+			),
+			want: unknown,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := Parse(tt.h, now)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Parse =\n%+v\nwant\n%+v", got, tt.want)
+			}
+			if _, _, ok := got.Delay(); ok != tt.delay {
+				t.Errorf("Delay() ok = %v; want %v", ok, tt.delay)
+			}
+		})
 	}
 	if _, _, ok := (Info{}).Delay(); ok {
 		t.Errorf("zero Info: Delay() ok")
-	}
-}
-
-func TestParseOpenAI(t *testing.T) {
-	t.Parallel()
-	// The example response headers of OpenAI's "Rate limits" guide.
-	h := hdr(
-		"x-ratelimit-limit-requests", "60",
-		"x-ratelimit-limit-tokens", "150000",
-		"x-ratelimit-remaining-requests", "59",
-		"x-ratelimit-remaining-tokens", "149984",
-		"x-ratelimit-reset-requests", "1s",
-		"x-ratelimit-reset-tokens", "6m0s",
-	)
-	got := Parse(h, now)
-	if want := q(60, 59, time.Second, "x-ratelimit-reset-requests"); got.Requests != want {
-		t.Errorf("Requests = %+v; want %+v", got.Requests, want)
-	}
-	if want := q(150000, 149984, 6*time.Minute, "x-ratelimit-reset-tokens"); got.Tokens != want {
-		t.Errorf("Tokens = %+v; want %+v", got.Tokens, want)
-	}
-	if got.InputTokens.Known() || got.OutputTokens.Known() || got.HasRetryAfter || got.Policies != nil {
-		t.Errorf("unexpected extra fields: %+v", got)
-	}
-	if _, _, ok := got.Delay(); ok {
-		t.Errorf("Delay() ok with no exhausted quota")
-	}
-}
-
-func TestParseOpenAI429(t *testing.T) {
-	t.Parallel()
-	// A 429 from OpenAI / Azure OpenAI: retry-after-ms and retry-after
-	// together, tokens exhausted.
-	h := hdr(
-		"retry-after-ms", "2500",
-		"retry-after", "3",
-		"x-ratelimit-remaining-tokens", "0",
-		"x-ratelimit-reset-tokens", "2.5s",
-	)
-	got := Parse(h, now)
-	if !got.HasRetryAfter || got.RetryAfter != 2500*time.Millisecond || got.Source != "retry-after-ms" {
-		t.Errorf("RetryAfter = %v, %v, %q", got.RetryAfter, got.HasRetryAfter, got.Source)
-	}
-	if want := q(-1, 0, 2500*time.Millisecond, "x-ratelimit-reset-tokens"); got.Tokens != want {
-		t.Errorf("Tokens = %+v; want %+v", got.Tokens, want)
-	}
-}
-
-func TestParseAnthropic(t *testing.T) {
-	t.Parallel()
-	// The header set of Anthropic's "Rate limits" page ("Response
-	// headers"), values illustrative; resets are RFC 3339 timestamps, as
-	// documented there.
-	h := hdr(
-		"retry-after", "30",
-		"anthropic-ratelimit-requests-limit", "50",
-		"anthropic-ratelimit-requests-remaining", "0",
-		"anthropic-ratelimit-requests-reset", "2024-05-01T12:00:30Z",
-		"anthropic-ratelimit-tokens-limit", "40000",
-		"anthropic-ratelimit-tokens-remaining", "12000",
-		"anthropic-ratelimit-tokens-reset", "2024-05-01T12:00:05.5Z",
-		"anthropic-ratelimit-input-tokens-limit", "30000",
-		"anthropic-ratelimit-input-tokens-remaining", "12000",
-		"anthropic-ratelimit-input-tokens-reset", "2024-05-01T14:00:05+02:00",
-		"anthropic-ratelimit-output-tokens-limit", "10000",
-		"anthropic-ratelimit-output-tokens-remaining", "9000",
-		"anthropic-ratelimit-output-tokens-reset", "2024-05-01T11:59:00Z", // past
-	)
-	got := Parse(h, now)
-	want := Info{
-		RetryAfter: 30 * time.Second, HasRetryAfter: true, Source: "retry-after",
-		Requests:     q(50, 0, 30*time.Second, "anthropic-ratelimit-requests-reset"),
-		Tokens:       q(40000, 12000, 5500*time.Millisecond, "anthropic-ratelimit-tokens-reset"),
-		InputTokens:  q(30000, 12000, 5*time.Second, "anthropic-ratelimit-input-tokens-reset"),
-		OutputTokens: q(10000, 9000, 0, "anthropic-ratelimit-output-tokens-reset"),
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
 	}
 }
 
@@ -181,29 +205,6 @@ func TestParseAnthropicTokensFromInputOutput(t *testing.T) {
 				t.Errorf("Tokens = %+v; want %+v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestParseGarbageIsUnknown(t *testing.T) {
-	t.Parallel()
-	h := hdr(
-		"retry-after-ms", "-5",
-		"retry-after", "tomorrow",
-		"x-ratelimit-limit-requests", "-1",
-		"x-ratelimit-remaining-requests", "1.5",
-		"x-ratelimit-reset-requests", "-1s",
-		"x-ratelimit-limit-tokens", "99999999999999999999",
-		"x-ratelimit-remaining-tokens", "+3",
-		"x-ratelimit-reset-tokens", "soon",
-		"anthropic-ratelimit-input-tokens-reset", "2024-05-01 12:00:00",
-		"anthropic-ratelimit-output-tokens-reset", "1714564800",
-		"ratelimit-policy", `"default";q=100;w=60,`,
-		"ratelimit", `"default";r=`,
-	)
-	got := Parse(h, now)
-	want := Info{Requests: unknownQuota, Tokens: unknownQuota, InputTokens: unknownQuota, OutputTokens: unknownQuota}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
 	}
 }
 

@@ -206,6 +206,17 @@ func recorder(t *testing.T) (*httptest.Server, <-chan captured) {
 	return srv, ch
 }
 
+// noDelivery fails t, saying what, if the recorder got a request the test
+// has not taken.
+func noDelivery(t *testing.T, got <-chan captured, what string) {
+	t.Helper()
+	select {
+	case c := <-got:
+		t.Errorf("%s: %v", what, c.header)
+	default:
+	}
+}
+
 func TestDeliverRequest(t *testing.T) {
 	t.Parallel()
 	srv, got := recorder(t)
@@ -479,11 +490,7 @@ func TestDeliverInvalid(t *testing.T) {
 			t.Errorf("%s: outcome %+v, want permanent %q", tt.name, out, tt.err)
 		}
 	}
-	select {
-	case c := <-got:
-		t.Errorf("an invalid delivery was sent: %v", c.header)
-	default:
-	}
+	noDelivery(t, got, "an invalid delivery was sent")
 }
 
 func TestNewValidates(t *testing.T) {

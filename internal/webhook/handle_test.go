@@ -100,11 +100,7 @@ func TestHandle(t *testing.T) {
 			t.Errorf("%s: webhook-id %q body %q", tt.name, c.header.Get(HeaderID), c.body)
 		}
 	}
-	select {
-	case c := <-got:
-		t.Errorf("unexpected delivery: %v", c.header)
-	default:
-	}
+	noDelivery(t, got, "unexpected delivery")
 }
 
 func TestHandleLookupFailures(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,14 +23,7 @@ import (
 func BenchmarkInsert(b *testing.B) {
 	ctx := context.Background()
 	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: newSchema(b), Region: "us", MaxConns: 4, tracer: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, Config{Region: "us", MaxConns: 4, tracer: rt})
 	tr0 := rt.trips.Load()
 	b.ResetTimer()
 	for b.Loop() {
@@ -197,23 +189,13 @@ func BenchmarkLeaseFinish64(b *testing.B) {
 	ctx := context.Background()
 	rt := &roundTrips{}
 	schema := newSchema(b)
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: 4, tracer: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, Config{Schema: schema, Region: "us", MaxConns: 4, tracer: rt})
 	var n, jobs int
 	var trips, stmts int64
 	for b.Loop() {
 		b.StopTimer()
 		if n < 64 {
-			batch := make([]*job.Job, 2048)
-			for i := range batch {
-				batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
-			}
+			batch := keyedJobs(2048)
 			if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
 				b.Fatal(err)
 			}
@@ -263,33 +245,42 @@ func tableUpdates(b *testing.B, schema string, jobs int) map[string]int64 {
 		b.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	out := map[string]int64{}
+	var out map[string]int64
 	_ = testkit.Until(2*time.Second, func() error {
-		// A fresh snapshot each check: the session may keep the one it
-		// read (stats_fetch_consistency) until it is cleared.
-		if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
-			b.Fatal(err)
-		}
-		rows, err := conn.Query(ctx, `SELECT relname, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1`, schema)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for rows.Next() {
-			var name string
-			var n int64
-			if err := rows.Scan(&name, &n); err != nil {
-				b.Fatal(err)
-			}
-			out[name] = n
-		}
-		if rows.Err() != nil {
-			b.Fatal(rows.Err())
-		}
+		out = statCounts(b, conn, `SELECT relname, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1`, schema)
 		if out["jobs"] < int64(2*jobs) {
 			return fmt.Errorf("%d job updates of %d", out["jobs"], 2*jobs)
 		}
 		return nil
 	})
+	return out
+}
+
+// statCounts reads sql's rows of a name and a count, by name, on a fresh
+// snapshot of the server's statistics: a session may keep the one it read
+// (stats_fetch_consistency) until it is cleared.
+func statCounts(tb testing.TB, conn *pgx.Conn, sql string, args ...any) map[string]int64 {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		tb.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			tb.Fatal(err)
+		}
+		out[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
 	return out
 }
 
@@ -304,14 +295,7 @@ func tableUpdates(b *testing.B, schema string, jobs int) map[string]int64 {
 func BenchmarkInsertGroupKey(b *testing.B) {
 	ctx := context.Background()
 	open := func(withKey bool) (*Store, *backendCPU) {
-		s, err := Open(ctx, Config{URL: testURL(b), Schema: newSchema(b), Region: "us", MaxConns: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = s.Close() })
-		if err := s.Migrate(ctx); err != nil {
-			b.Fatal(err)
-		}
+		s := migratedStore(b, Config{Region: "us", MaxConns: 1})
 		if withKey {
 			if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs ADD CONSTRAINT jobs_group_id_fkey FOREIGN KEY (group_id) REFERENCES job_groups (id)`); err != nil {
 				b.Fatal(err)

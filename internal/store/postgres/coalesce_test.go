@@ -17,15 +17,7 @@ import (
 func tracedStore(t *testing.T) (*Store, *roundTrips) {
 	t.Helper()
 	rt := &roundTrips{}
-	s, err := Open(context.Background(), Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1, tracer: rt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s, rt
+	return migratedStore(t, Config{Region: "us", MaxConns: 1, tracer: rt}), rt
 }
 
 // heldStore is a tracedStore whose connection the test holds: Insert

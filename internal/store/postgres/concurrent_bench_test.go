@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,19 +24,10 @@ import (
 // WAL per job, the transactions per job and the empty leases per job.
 // Run it with -benchtime 1x (-workjobs sets the backlog).
 func BenchmarkWorkPerJobConcurrent(b *testing.B) {
-	ctx := context.Background()
 	s, rt, m, cpu := workStore(b, 8)
 	for b.Loop() {
 		n := *workJobs
-		batch := make([]*job.Job, n)
-		for i := range batch {
-			batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
-		}
-		for i := 0; i < n; i += 1000 {
-			if _, err := s.Insert(ctx, batch[i:min(n, i+1000)], storetest.Unpaced); err != nil {
-				b.Fatal(err)
-			}
-		}
+		insertAll(b, s, keyedJobs(n))
 		from := m.lsn(b)
 		cpu0, _ := cpu.read(b)
 		trips0, stmts0, begins0 := rt.trips.Load(), rt.statements.Load(), rt.begins.Load()

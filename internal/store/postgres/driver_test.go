@@ -44,10 +44,7 @@ func TestFinishKeepsCallerOrder(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	insertN(t, s, 3, 3, "k")
-	got, err := s.Lease(ctx, store.LeaseParams{Now: t0, Max: 3, LeaseFor: time.Minute})
-	if err != nil || len(got) != 3 {
-		t.Fatalf("lease: %d, %v", len(got), err)
-	}
+	got := leaseN(t, s, t0, 3)
 	ts := []store.Transition{published(got[2], t0), published(got[0], t0), published(got[1], t0)}
 	ts[1].LeaseToken = "stale"
 	if ts[0].ID < ts[1].ID {

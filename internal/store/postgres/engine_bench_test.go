@@ -51,14 +51,7 @@ func BenchmarkEngineDrain(b *testing.B) {
 	schema := newSchema(b)
 	rt := &roundTrips{timed: true}
 	const app = "rl_engine_drain"
-	s, err := Open(ctx, Config{URL: testURL(b) + "&application_name=" + app, Schema: schema, Region: "us", tracer: rt, AsyncLease: os.Getenv("ASYNC") != ""})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, Config{URL: testURL(b) + "&application_name=" + app, Schema: schema, Region: "us", tracer: rt, AsyncLease: os.Getenv("ASYNC") != ""})
 	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {
 		b.Fatal(err)
 	}
@@ -418,25 +411,6 @@ func (r *tableReads) read(b *testing.B, s *Store) map[string]int64 {
 		}
 		return nil
 	})
-	if _, err := r.conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
-		b.Fatal(err)
-	}
-	out := map[string]int64{}
-	rows, err := r.conn.Query(ctx, `SELECT relname, coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE schemaname = $1
+	return statCounts(b, r.conn, `SELECT relname, coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE schemaname = $1
 		UNION ALL SELECT 'index ' || indexrelname, idx_tup_read FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'jobs_leases'`, r.schema)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for rows.Next() {
-		var rel string
-		var v int64
-		if err := rows.Scan(&rel, &v); err != nil {
-			b.Fatal(err)
-		}
-		out[rel] = v
-	}
-	if err := rows.Err(); err != nil {
-		b.Fatal(fmt.Errorf("table reads: %w", err))
-	}
-	return out
 }

@@ -32,10 +32,7 @@ func TestFinishStatements(t *testing.T) {
 	ctx := context.Background()
 	s, rt := tracedStore(t)
 	insertN(t, s, 64, 4, "a", "b")
-	leased, err := s.Lease(ctx, store.LeaseParams{Now: t0, Max: 64, LeaseFor: time.Minute})
-	if err != nil || len(leased) != 64 {
-		t.Fatalf("lease: %d jobs, %v", len(leased), err)
-	}
+	leased := leaseN(t, s, t0, 64)
 	stale := successOf(leased[1], t0)
 	stale.LeaseToken = "not-the-token"
 	batches := map[string][]store.Transition{
@@ -66,13 +63,8 @@ func TestFinishLocksEndedJobsKeys(t *testing.T) {
 	s := newStore(t)
 	insertN(t, s, 1, 1, "ended")
 	insertN(t, s, 1, 1, "stale")
-	if _, err := s.UpsertLimit(ctx, admission.Config{Name: "ended", Concurrency: 5}, t0); err != nil {
-		t.Fatal(err)
-	}
-	leased, err := s.Lease(ctx, store.LeaseParams{Now: t0, Max: 2, LeaseFor: time.Minute})
-	if err != nil || len(leased) != 2 {
-		t.Fatalf("lease: %d jobs, %v", len(leased), err)
-	}
+	upsert(t, s, admission.Config{Name: "ended", Concurrency: 5})
+	leased := leaseN(t, s, t0, 2)
 	if leased[0].LimitKeys[0] != "ended" {
 		leased[0], leased[1] = leased[1], leased[0]
 	}
@@ -80,7 +72,7 @@ func TestFinishLocksEndedJobsKeys(t *testing.T) {
 	stale.LeaseToken = "not-the-token"
 	var ended []store.Ended
 	var locked []string
-	err = s.inPipe(ctx, false, func(tx *pipeTx) error {
+	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
 		f := &finishTx{ctx: ctx, tx: tx}
 		var err error
 		ended, err = f.EndAttempts([]store.Transition{successOf(leased[0], t0), stale})
@@ -107,12 +99,9 @@ func TestFinishRestoresPlanModeLazily(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	insertN(t, s, 1, 1, "k")
-	leased, err := s.Lease(ctx, store.LeaseParams{Now: t0, Max: 1, LeaseFor: time.Minute})
-	if err != nil || len(leased) != 1 {
-		t.Fatalf("lease: %d jobs, %v", len(leased), err)
-	}
+	leased := leaseN(t, s, t0, 1)
 	var during, after string
-	err = s.inPipe(ctx, false, func(tx *pipeTx) error {
+	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
 		f := &finishTx{ctx: ctx, tx: tx}
 		if _, err := f.EndAttempts([]store.Transition{successOf(leased[0], t0)}); err != nil {
 			return err
@@ -141,13 +130,8 @@ func TestFinishPacedKeyDoesNotCommitEarly(t *testing.T) {
 	ctx := context.Background()
 	s, rt := tracedStore(t)
 	insertN(t, s, 2, 1, "paced")
-	if _, err := s.UpsertLimit(ctx, admission.Config{Name: "paced", Concurrency: 5}, t0); err != nil {
-		t.Fatal(err)
-	}
-	leased, err := s.Lease(ctx, store.LeaseParams{Now: t0, Max: 2, LeaseFor: time.Minute})
-	if err != nil || len(leased) != 2 {
-		t.Fatalf("lease: %d jobs, %v", len(leased), err)
-	}
+	upsert(t, s, admission.Config{Name: "paced", Concurrency: 5})
+	leased := leaseN(t, s, t0, 2)
 	for i, want := range []struct {
 		inFlight int
 		trips    int64

@@ -22,10 +22,7 @@ func TestUnpacedKeyLocks(t *testing.T) {
 	ctx := context.Background()
 	a, b := twoNodes(t)
 	insertN(t, a, 4, 1, "u")
-	first, err := a.Lease(ctx, store.LeaseParams{Now: t0, Max: 1, LeaseFor: time.Minute})
-	if err != nil || len(first) != 1 {
-		t.Fatalf("lease: %v, %d jobs", err, len(first))
-	}
+	first := leaseN(t, a, t0, 1)
 	// hold runs the key lock of a finish of first[0] (endAttemptsSQL's,
 	// without ending the job, so that two can hold it at once) in a
 	// transaction left open, as node a's finish would hold it while it

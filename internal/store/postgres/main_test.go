@@ -29,26 +29,46 @@ func newSchema(t testing.TB) string {
 	return schema
 }
 
-// openStore opens a store on schema, closed when the test ends. It does not
-// migrate.
-func openStore(t testing.TB, schema, region string) *Store {
+// openConfig opens a store on cfg, closed when the test ends; cfg.URL
+// defaults to the test database. It does not migrate.
+func openConfig(t testing.TB, cfg Config) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), Config{URL: testURL(t), Schema: schema, Region: region, MaxConns: 4})
+	if cfg.URL == "" {
+		cfg.URL = testURL(t)
+	}
+	s, err := Open(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("open %s: %v", schema, err)
+		t.Fatalf("open %s: %v", cfg.Schema, err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// openStore opens a store of four connections on schema, closed when the
+// test ends. It does not migrate.
+func openStore(t testing.TB, schema, region string) *Store {
+	t.Helper()
+	return openConfig(t, Config{Schema: schema, Region: region, MaxConns: 4})
+}
+
+// migratedStore is openConfig on a fresh schema unless cfg names one,
+// migrated.
+func migratedStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	if cfg.Schema == "" {
+		cfg.Schema = newSchema(t)
+	}
+	s := openConfig(t, cfg)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
 	return s
 }
 
 // newStore returns a migrated store of region "us" on a fresh schema.
 func newStore(t testing.TB) *Store {
 	t.Helper()
-	s := openStore(t, newSchema(t), "us")
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return s
+	return migratedStore(t, Config{Region: "us", MaxConns: 4})
 }
 
 // twoNodes returns two stores with separate pools on one migrated schema:

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,6 +34,37 @@ func insertN(t *testing.T, s *Store, n, tenants int, keys ...string) []*job.Job 
 		}
 	}
 	return jobs
+}
+
+// leaseN leases n jobs of s at now for a minute and fails the test unless
+// exactly n came back.
+func leaseN(t *testing.T, s *Store, now time.Time, n int) []*job.Job {
+	t.Helper()
+	got, err := s.Lease(context.Background(), store.LeaseParams{Now: now, Max: n, LeaseFor: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("lease at %v: %d jobs, %v; want %d", now, len(got), err, n)
+	}
+	return got
+}
+
+// keyedJobs returns n interactive jobs of one tenant over the 16 keys k0
+// to k15: the backlog of the plan, WAL and work-per-job measurements.
+func keyedJobs(n int) []*job.Job {
+	jobs := make([]*job.Job, n)
+	for i := range jobs {
+		jobs[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
+	}
+	return jobs
+}
+
+// insertAll inserts jobs in Inserts of at most 1,000 jobs each.
+func insertAll(tb testing.TB, s *Store, jobs []*job.Job) {
+	tb.Helper()
+	for i := 0; i < len(jobs); i += 1000 {
+		if _, err := s.Insert(context.Background(), jobs[i:min(len(jobs), i+1000)], storetest.Unpaced); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 func upsert(t *testing.T, s *Store, c admission.Config) {

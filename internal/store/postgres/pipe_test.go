@@ -108,11 +108,7 @@ func TestPipeTxDeferredErrorRollsBack(t *testing.T) {
 func TestPipeTxSettingsAreLocal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openConfig(t, Config{Schema: newSchema(t), Region: "us", MaxConns: 1})
 	show := func(async bool, settings *txSettings) (mode, seq, sync string) {
 		if err := s.inPipe(ctx, async, func(p *pipeTx) error {
 			if settings != nil {
@@ -147,32 +143,27 @@ func TestPipeTxQueryCommit(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	err := s.inPipe(ctx, false, func(p *pipeTx) error {
-		p.Exec(ctx, putObjectSQL, "pipe", "a")
-		rows, err := p.QueryCommit(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ('pipe', 'b', '\x00', 0) RETURNING id`)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-		}
-		return rows.Err()
-	})
-	if err != nil {
+	// put queues a put of object queued, then inserts object inserted in
+	// the query that carries the COMMIT.
+	put := func(queued, inserted string) error {
+		return s.inPipe(ctx, false, func(p *pipeTx) error {
+			p.Exec(ctx, putObjectSQL, "pipe", queued)
+			rows, err := p.QueryCommit(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ('pipe', $1, '\x00', 0) RETURNING id`, inserted)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			return rows.Err()
+		})
+	}
+	if err := put("a", "b"); err != nil {
 		t.Fatal(err)
 	}
 	if n := countObjects(t, s, "pipe"); n != 2 {
 		t.Fatalf("%d objects after QueryCommit, want 2", n)
 	}
-	err = s.inPipe(ctx, false, func(p *pipeTx) error {
-		p.Exec(ctx, putObjectSQL, "pipe", "c")
-		rows, err := p.QueryCommit(ctx, `INSERT INTO objects (kind, id, body, updated_at) VALUES ('pipe', 'a', '\x00', 0) RETURNING id`)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-		}
-		return rows.Err()
-	})
+	err := put("c", "a")
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "23505" {
 		t.Fatalf("failing QueryCommit: %v, want the unique violation", err)

@@ -29,21 +29,10 @@ func TestLeasePlansWithoutStatistics(t *testing.T) {
 	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {
 		t.Fatal(err)
 	}
-	const n = 2048
-	batch := make([]*job.Job, n)
-	for i := range batch {
-		batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
-	}
-	for i := 0; i < n; i += 1000 {
-		if _, err := s.Insert(ctx, batch[i:min(n, i+1000)], storetest.Unpaced); err != nil {
-			t.Fatal(err)
-		}
-	}
+	batch := keyedJobs(2048)
+	insertAll(t, s, batch)
 	now := t0.Add(time.Second)
-	running, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 64, LeaseFor: time.Minute})
-	if err != nil || len(running) != 64 {
-		t.Fatalf("lease: %d jobs, %v", len(running), err)
-	}
+	running := leaseN(t, s, now, 64)
 	plan := func(sql string, args ...any) string {
 		t.Helper()
 		return explainIn(t, s.pool, sql, args...)
@@ -314,15 +303,7 @@ func explainGeneric(t *testing.T, q querier, sql string, args ...any) string {
 func TestLeaseGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(t), Schema: newSchema(t), Region: "us", MaxConns: 1, tracer: rt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, rt := tracedStore(t)
 	// A backlog of the size at which the plans matter, without statistics
 	// (as a drain right after its insert runs: no ANALYZE yet).
 	if _, err := s.pool.Exec(ctx, `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {

@@ -183,16 +183,9 @@ func BenchmarkWorkPerJob(b *testing.B) {
 	s, rt, m, cpu := workStore(b, 4)
 	for b.Loop() {
 		n := *workJobs
-		batch := make([]*job.Job, n)
-		for i := range batch {
-			batch[i] = storetest.NewJob("t", job.LaneInteractive, "k"+strconv.Itoa(i%16))
-		}
+		batch := keyedJobs(n)
 		from := m.lsn(b)
-		for i := 0; i < n; i += 1000 {
-			if _, err := s.Insert(ctx, batch[i:min(n, i+1000)], storetest.Unpaced); err != nil {
-				b.Fatal(err)
-			}
-		}
+		insertAll(b, s, batch)
 		walReport(b, "bulk insert", "insert-", m.since(b, from), n)
 
 		from = m.lsn(b)
@@ -235,16 +228,8 @@ func BenchmarkWorkPerJob(b *testing.B) {
 // workStore opens and migrates a store of maxConns connections on a fresh
 // schema, with a round-trip counter, a WAL meter and a server CPU meter.
 func workStore(b *testing.B, maxConns int32) (*Store, *roundTrips, *walMeter, *backendCPU) {
-	ctx := context.Background()
 	schema := newSchema(b)
 	rt := &roundTrips{}
-	s, err := Open(ctx, Config{URL: testURL(b), Schema: schema, Region: "us", MaxConns: maxConns, tracer: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, Config{Schema: schema, Region: "us", MaxConns: maxConns, tracer: rt})
 	return s, rt, newWALMeter(b, schema), &backendCPU{s: s, used: map[uint32]time.Duration{}}
 }

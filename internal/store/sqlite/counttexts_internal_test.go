@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -28,13 +27,7 @@ func TestWriterTextsIndependentOfCounts(t *testing.T) {
 	now := storetest.T0
 	cycle := func(inserted int, leases []int) {
 		t.Helper()
-		batch := make([]*job.Job, inserted)
-		for k := range batch {
-			batch[k] = storetest.NewJob("t", job.LaneBatch, "k"+strconv.Itoa(k%5))
-		}
-		if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
-			t.Fatal(err)
-		}
+		insertBatchJobs(t, s, inserted)
 		for _, max := range leases {
 			now = now.Add(time.Millisecond)
 			jobs, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: max, LeaseFor: time.Hour, Kinds: []string{"noop"}})

@@ -11,6 +11,19 @@ import (
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
+// insertBatchJobs inserts n batch-lane jobs over the five keys k0 to k4 in
+// one Insert.
+func insertBatchJobs(t *testing.T, s *Store, n int) {
+	t.Helper()
+	batch := make([]*job.Job, n)
+	for k := range batch {
+		batch[k] = storetest.NewJob("t", job.LaneBatch, "k"+strconv.Itoa(k%5))
+	}
+	if _, err := s.Insert(context.Background(), batch, storetest.Unpaced); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // CycleJobs is how many jobs one ThroughputCycle runs.
 const CycleJobs = 1024
 

@@ -4,10 +4,8 @@ package sqlite
 
 import (
 	"context"
-	"strconv"
 	"testing"
 
-	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
@@ -21,16 +19,6 @@ func TestExpireDeadlinesStepsIndependentOfJobs(t *testing.T) {
 	t.Parallel()
 	s := openTestStore(t)
 	ctx := context.Background()
-	insert := func(n int) {
-		t.Helper()
-		batch := make([]*job.Job, n)
-		for k := range batch {
-			batch[k] = storetest.NewJob("t", job.LaneBatch, "k"+strconv.Itoa(k%5))
-		}
-		if _, err := s.Insert(ctx, batch, storetest.Unpaced); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// steps runs ExpireDeadlines once and returns the bytecode steps its
 	// statement took (read on the writer goroutine, which owns writerStmts).
 	steps := func() int32 {
@@ -58,12 +46,12 @@ func TestExpireDeadlinesStepsIndependentOfJobs(t *testing.T) {
 		}
 		return read() - before
 	}
-	insert(10)
+	insertBatchJobs(t, s, 10)
 	if _, err := s.ExpireDeadlines(ctx, storetest.T0); err != nil { // prepared on the writer after this batch
 		t.Fatal(err)
 	}
 	small := steps()
-	insert(2000)
+	insertBatchJobs(t, s, 2000)
 	large := steps()
 	t.Logf("vm steps per ExpireDeadlines: %d with 10 jobs, %d with 2,010", small, large)
 	if large > small+16 {

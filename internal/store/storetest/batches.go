@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -185,25 +184,7 @@ func testBatchPlanConcurrent(t *testing.T, open Opener) {
 	for i, it := range items {
 		ids[i] = it.CustomID
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for n := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[n] = s.PlanBatchChunk(ctx, chunkOf(b, n), ids)
-		}()
-	}
-	wg.Wait()
-	won := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case !errors.Is(err, store.ErrConflict):
-			t.Fatalf("plan: %v", err)
-		}
-	}
+	won := contend(t, "plan", 4, func(n int) error { return s.PlanBatchChunk(ctx, chunkOf(b, n), ids) })
 	chunks, _ := s.BatchChunks(ctx, b.ID)
 	if won != 1 || len(chunks) != 1 {
 		t.Fatalf("%d plans succeeded and %d chunks exist, want 1 and 1", won, len(chunks))

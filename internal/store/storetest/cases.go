@@ -15,6 +15,28 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
+// contend runs attempt n times at once, as n racers for one guarded write,
+// and returns how many succeeded. A loser must get store.ErrConflict; any
+// other error fails the test, naming what raced.
+func contend(t *testing.T, what string, n int, attempt func(i int) error) (won int) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = attempt(i) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrConflict):
+			t.Fatalf("%s %d of %d: %v, want success or ErrConflict", what, i, n, err)
+		}
+	}
+	return won
+}
+
 func testInsertGet(t *testing.T, open Opener) {
 	s := open(t)
 	j := NewJob("acme", job.LaneInteractive, "a", "b")
@@ -340,25 +362,7 @@ func testPublishOnce(t *testing.T, open Opener) {
 	tr := success(j, T0)
 	tr.To, tr.Result = job.StateValidated, []byte(`{"findings":[]}`)
 	mustOK(t, finish(t, s, tr))
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	wins := 0
-	for range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := s.Publish(context.Background(), j.ID, T0)
-			if err == nil {
-				mu.Lock()
-				wins++
-				mu.Unlock()
-			} else if !errors.Is(err, store.ErrConflict) {
-				t.Errorf("publish: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	if wins != 1 {
+	if wins := contend(t, "publish", 10, func(int) error { return s.Publish(context.Background(), j.ID, T0) }); wins != 1 {
 		t.Fatalf("%d publishes succeeded, want exactly 1", wins)
 	}
 	if got := get(t, s, j.ID); got.State != job.StatePublished || string(got.Result) != `{"findings":[]}` {
@@ -1474,25 +1478,12 @@ func testPartsParent(t *testing.T, open Opener) {
 	if got := lease(t, s, T0, 100); len(got) != 8 {
 		t.Fatalf("leased %d jobs, want the 8 waiting ones (not the accepted parent)", len(got))
 	}
-	const racers = 8
-	errs := make(chan error, racers)
-	for i := range racers {
-		go func() {
-			_, err := s.Advance(ctx, store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateValidated,
-				Result: fmt.Appendf(nil, `{"by":%d}`, i), Now: T0,
-				Record: job.AttemptRecord{At: T0, Outcome: job.ClassSuccess, Why: "aggregated 7 parts (0 failed)"}})
-			errs <- err
-		}()
-	}
-	won := 0
-	for range racers {
-		switch err := <-errs; {
-		case err == nil:
-			won++
-		case !errors.Is(err, store.ErrConflict):
-			t.Fatalf("a losing advance: %v, want ErrConflict", err)
-		}
-	}
+	won := contend(t, "advance", 8, func(i int) error {
+		_, err := s.Advance(ctx, store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateValidated,
+			Result: fmt.Appendf(nil, `{"by":%d}`, i), Now: T0,
+			Record: job.AttemptRecord{At: T0, Outcome: job.ClassSuccess, Why: "aggregated 7 parts (0 failed)"}})
+		return err
+	})
 	got, err := s.Get(ctx, parent.ID)
 	if err != nil {
 		t.Fatal(err)

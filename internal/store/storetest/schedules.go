@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -219,26 +218,10 @@ func testClaimTickConcurrent(t *testing.T, open Opener) {
 	s := open(t)
 	sc := NewSchedule("acme", "contended")
 	createSchedule(t, s, sc)
-	const n = 8
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = claim(s, sc, T0, T0, T0.Add(time.Minute), tickJob(sc, T0))
-		}()
-	}
-	wg.Wait()
-	won := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case !errors.Is(err, store.ErrConflict):
-			t.Fatalf("claimant %d: %v", i, err)
-		}
-	}
+	won := contend(t, "claimant", 8, func(int) error {
+		_, err := claim(s, sc, T0, T0, T0.Add(time.Minute), tickJob(sc, T0))
+		return err
+	})
 	if won != 1 || countJobs(t, s, "acme") != 1 {
 		t.Fatalf("%d claims won and %d jobs, want 1 and 1", won, countJobs(t, s, "acme"))
 	}
