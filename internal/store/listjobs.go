@@ -34,7 +34,17 @@ import (
 // and walks the primary key instead. A parent filter also requires a
 // non-empty parent_id, for the same reason (the partial index jobs_parent).
 func ListQuery(cols string, p ListParams, groupHasKey string) *Query {
-	q := jobFilters(NewQuery(`SELECT `+cols+` FROM jobs`), p)
+	return listQuery(cols, p, groupHasKey, "")
+}
+
+// listQuery is ListQuery with cond, when not empty, a further condition
+// on the jobs.
+func listQuery(cols string, p ListParams, groupHasKey, cond string) *Query {
+	q := NewQuery(`SELECT ` + cols + ` FROM jobs`)
+	if cond != "" {
+		q.Where(cond)
+	}
+	q = jobFilters(q, p)
 	if p.LimitKey != "" {
 		// The group's lane, tenant and kind are the job's: filtered here
 		// too, the list holds only the groups whose jobs can match.
@@ -43,6 +53,18 @@ func ListQuery(cols string, p ListParams, groupHasKey string) *Query {
 		q.Where(`group_id IN (`+g.SQL()+`)`, g.Args()...)
 	}
 	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
+}
+
+// ListSplitQuery is ListQuery over jobs in two parts, the page the newest
+// of both: the jobs where listed holds and those where unlisted does,
+// each ListQuery's page with that condition. SQLite lists a key this way
+// (migration 0033): listed names the predicate of its partial index on
+// group_id, unlisted the short run of newer jobs that have no entry in it
+// yet, read by id. cols must not be qualified.
+func ListSplitQuery(cols string, p ListParams, groupHasKey, listed, unlisted string) *Query {
+	a, b := listQuery(cols, p, groupHasKey, listed), listQuery(cols, p, groupHasKey, unlisted)
+	return NewQuery(`SELECT * FROM (SELECT * FROM (`+a.SQL()+`) UNION ALL SELECT * FROM (`+b.SQL()+`)) page`, append(a.Args(), b.Args()...)...).
+		Then(`ORDER BY page.id DESC LIMIT ?`, PageSize(p.Limit))
 }
 
 // jobFilters adds p's conditions on a job's own columns (tenant, state,

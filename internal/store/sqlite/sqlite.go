@@ -125,6 +125,12 @@ type Store struct {
 	// finish of that lease (see leaseFacts); only the writer goroutine
 	// touches it.
 	leases map[string]leaseFacts
+	// listMark is the writer's copy of jobs_list_mark (listMarkKnown once
+	// read) and sinceListing the jobs inserted since the last
+	// listUnlisted (listed.go); only the writer goroutine touches them.
+	listMark      string
+	listMarkKnown bool
+	sinceListing  int
 	// leasedScan is MarkLeased's buffer for scanLeased (writer goroutine
 	// only): built per row it was one allocation per job leased.
 	leasedScan anyRow

@@ -320,6 +320,8 @@ func (s *Store) checkDataVersion(tx *writeTx) error {
 		// renumber rows: the rowids remembered for the finishes
 		// (leaseFacts.rowid) are no longer to be trusted.
 		clear(s.leases)
+		// It may have moved jobs_list_mark (listed.go).
+		s.listMarkKnown = false
 		s.dataVersion = v
 	}
 	return nil

@@ -1,0 +1,82 @@
+package sqlite
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// TestListByKeyDeferredEntries: a key's listing finds its jobs whether or
+// not they have their jobs_group_id entry yet (migration 0033): the ones
+// listed by a listUnlisted, the newer ones still unlisted above the mark,
+// a large insert's (listed at once) and a job whose id is below the mark
+// (made before the last listing, committed after it: listed at once, or
+// no listing would read it). Paged by After through both parts.
+func TestListByKeyDeferredEntries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTestStore(t)
+	var want []string // key a's job ids
+	insert := func(jobs ...*job.Job) {
+		t.Helper()
+		if _, err := s.Insert(ctx, jobs, storetest.Unpaced); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			if j.LimitKeys[0] == "a" {
+				want = append(want, j.ID)
+			}
+		}
+	}
+	late := storetest.NewJob("t0", job.LaneBatch, "a") // an id older than the mark will be
+	for i := range listEvery + 40 {
+		insert(storetest.NewJob("t0", job.LaneBatch, []string{"a", "b"}[i%2]))
+	}
+	var big []*job.Job
+	for i := range 2 * deferListingBelow {
+		big = append(big, storetest.NewJob("t1", job.LaneBatch, []string{"a", "b"}[i%2]))
+	}
+	insert(big...)
+	insert(late)
+	counts := func(q string) (n int) {
+		t.Helper()
+		if err := s.rdb.QueryRow(q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := counts(`SELECT count(*) FROM jobs WHERE listed = 0`); n != 40 {
+		t.Errorf("%d jobs unlisted, want the 40 single inserts since the listing", n)
+	}
+	if n := counts(`SELECT count(*) FROM jobs WHERE listed = 0 AND id <= (SELECT id FROM jobs_list_mark)`); n != 0 {
+		t.Errorf("%d unlisted jobs at or below the mark", n)
+	}
+	if n := counts(`SELECT count(*) FROM jobs WHERE tenant = 't1' AND listed = 0`) + counts(`SELECT listed - 1 FROM jobs WHERE id = '`+late.ID+`'`); n != 0 {
+		t.Errorf("a large insert's or a late id's job left unlisted (%d)", n)
+	}
+	slices.Sort(want)
+	slices.Reverse(want)
+	for _, p := range []store.ListParams{{LimitKey: "a", Limit: 7}, {LimitKey: "a", State: job.StateWaiting, Limit: 9}} {
+		var got []string
+		for {
+			page, err := s.List(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range page {
+				got = append(got, j.ID)
+			}
+			if len(page) < p.Limit {
+				break
+			}
+			p.After = page[len(page)-1].ID
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("List(%+v) paged: %d jobs, want key a's %d newest first", p, len(got), len(want))
+		}
+	}
+}
