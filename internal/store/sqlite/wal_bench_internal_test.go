@@ -32,7 +32,7 @@ import (
 // touches, the indexes led by an increasing id one in all.
 func BenchmarkWALPerJob(b *testing.B) {
 	for _, c := range []struct {
-		name           string
+		name                  string
 		insert, calls, finish int
 	}{{"single", 1, 1, 32}, {"backlog", 500, 1, 8}, {"intake", 1, 16, 32}} {
 		b.Run(c.name, func(b *testing.B) { walPerJob(b, c.insert, c.calls, c.finish) })
