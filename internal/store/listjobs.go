@@ -17,7 +17,8 @@ import (
 // limit_keys: a job's keys are its group's, and job_groups has a row per
 // lane, tenant, kind and key set, not per job. The groups' jobs are then
 // found through an index on group_id: jobs_group_id on SQLite (migration
-// 0025) in any state, and on both drivers the partial indexes of the
+// 0025) in any state (since 0033 with ListSplitQuery, for the jobs it
+// holds no entry for yet), and on both drivers the partial indexes of the
 // waiting (jobs_group_head) and retry_scheduled (jobs_group_scheduled)
 // states. Tested on the jobs themselves, the filter could only be applied
 // to rows read by walking the primary key, to the end of the table when
