@@ -326,6 +326,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) onWriterConn(fn func(c *sql.Conn) error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	// A migration may rewrite jobs_list_mark (listed.go).
+	s.listMarkKnown = false
 	return fn(s.wconn)
 }
 
