@@ -98,6 +98,11 @@ func migrationKeepsRowsAndRules(t *testing.T, version int, name string, indexes 
 	if _, err := s.Finish(ctx, ts); err != nil {
 		t.Fatal(err)
 	}
+	// Migration 0033 run down and up lists every job (listed = 1, its
+	// column's default): list them first, as the writer would have.
+	if err := s.write(ctx, s.listUnlisted); err != nil {
+		t.Fatal(err)
+	}
 	dump := func() string {
 		rows, err := s.rdb.QueryContext(ctx, `SELECT rowid, * FROM jobs ORDER BY rowid`)
 		if err != nil {
