@@ -18,8 +18,7 @@ import (
 // no listing would read it). Paged by After through both parts.
 func TestListByKeyDeferredEntries(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s := openTestStore(t)
+	ctx, s := context.Background(), openTestStore(t)
 	var want []string // key a's job ids
 	insert := func(jobs ...*job.Job) {
 		t.Helper()
