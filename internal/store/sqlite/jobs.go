@@ -140,19 +140,12 @@ func (s *Store) insertJobs(tx *writeTx, jobs []*job.Job, def admission.Config) (
 		}
 		groups[g] = id
 	}
-	unlisted, err := s.deferListing(tx, jobs, fresh)
-	if err != nil {
-		return nil, err
-	}
 	args := make([]any, 0, min(len(fresh), maxInsertRows)*insertJobCols)
 	done := 0
 	for _, n := range chunkSizes(len(fresh)) {
 		args = args[:0]
 		chunk := fresh[done : done+n]
 		shape := chunkShape(jobs, chunk)
-		if unlisted {
-			shape |= insertUnlisted
-		}
 		if shape&insertShared != 0 {
 			args = appendShared(args, jobs[chunk[0]])
 			if shape&insertSharedCosts != 0 {
@@ -180,6 +173,9 @@ func (s *Store) insertJobs(tx *writeTx, jobs []*job.Job, def admission.Config) (
 			return nil, fmt.Errorf("insert jobs %s to %s: %w", jobs[fresh[done]].ID, jobs[fresh[done+n-1]].ID, err)
 		}
 		done += n
+	}
+	if err := s.listLate(tx, jobs, fresh); err != nil {
+		return nil, err
 	}
 	if err := s.countListing(tx, len(fresh)); err != nil {
 		return nil, err
@@ -295,9 +291,6 @@ const (
 	// jobs do unless their producer sets them one by one. Five binds per
 	// job fewer (docs/benchmarks.md, "Session 19 (s19h4)").
 	insertSharedCosts
-	// insertUnlisted writes listed = 0: the rows take no entry in
-	// jobs_group_id until the writer lists them (listUnlisted).
-	insertUnlisted
 )
 
 // chunkShape returns the leanest insertShape that writes the chunk's
@@ -371,11 +364,7 @@ func insertStatement(n int, shape insertShape) string {
 	if shape&insertPlain != 0 {
 		cols, tail = `id, limit_keys, payload, group_id`, 4
 	}
-	row := "(" + shared + costs + strings.Repeat(", ?", tail)
-	if shape&insertUnlisted != 0 {
-		cols, row = cols+`, listed`, row+", 0"
-	}
-	row += ")"
+	row := "(" + shared + costs + strings.Repeat(", ?", tail) + ")"
 	return `INSERT INTO jobs (kind, region, lane, tenant, state, eligible_at, created_at, updated_at,
 		cost, priority, budget_congestion, budget_transient, budget_schema, ` + cols + `) VALUES ` +
 		strings.TrimSuffix(strings.Repeat(row+",", n), ",")
@@ -383,7 +372,7 @@ func insertStatement(n int, shape insertShape) string {
 
 // insertSQL[shape][k] and heldSQL[k] are the statements of 1<<k rows or
 // keys. insertSharedCosts without insertShared is never asked for.
-var insertSQL, heldSQL = func() (ins [16][]string, held []string) {
+var insertSQL, heldSQL = func() (ins [8][]string, held []string) {
 	for n := 1; n <= maxInsertRows; n *= 2 {
 		for shape := range insertShape(len(ins)) {
 			ins[shape] = append(ins[shape], insertStatement(n, shape))
@@ -474,15 +463,15 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 //
 // A key's jobs in any state but waiting or retry_scheduled (whose own
 // group indexes, jobs_group_head and jobs_group_scheduled, hold every such
-// job) are read in two parts: those with an entry in jobs_group_id
-// (listed = 1) and the newest ones still without (listed = 0, ids above
-// jobs_list_mark: at most a listing's worth, listed.go).
+// job) are read in two parts (store.ListSideQuery): those in
+// job_group_ids, joined to their rows by id, and the newest ones not in it
+// yet (ids above jobs_list_mark: at most a listing's worth, listed.go).
 func listQuery(p store.ListParams) *store.Query {
 	const groupHasKey = `EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`
 	if p.LimitKey == "" || p.State == job.StateWaiting || p.State == job.StateRetryScheduled {
 		return store.ListQuery(jobCols, p, groupHasKey)
 	}
-	return store.ListSplitQuery(jobCols, p, groupHasKey, `listed = 1`, `id > (SELECT id FROM jobs_list_mark) AND listed = 0`)
+	return store.ListSideQuery(jobCols, p, groupHasKey, `job_group_ids`, `id > (SELECT id FROM jobs_list_mark)`)
 }
 
 // Publish is the compare-and-set validated -> published.

@@ -2,46 +2,37 @@ package sqlite
 
 import "github.com/ratelane/ratelane/internal/job"
 
-// Bounds of the deferred jobs_group_id entries (migration 0033).
-const (
-	// deferListingBelow: an insert of fewer fresh jobs than this writes
-	// them with listed = 0. An index led by group_id costs a commit about
-	// a leaf per group it touches: a job or a few per group (the
-	// single-request intake's commits) pay about a page per job, which one
-	// listing of a few hundred jobs at once cuts to a few leaves per group;
-	// a large insert's entries are already that dense.
-	deferListingBelow = 16
-	// listEvery is how many jobs are inserted between two listings
-	// (listUnlisted), which bounds the run of ids above jobs_list_mark that
-	// a key listing reads besides the index.
-	listEvery = 256
-)
+// listEvery is how many jobs are inserted between two listings
+// (listUnlisted): it bounds the run of ids above jobs_list_mark that a key
+// listing reads besides job_group_ids (migration 0033). An index led by
+// group_id costs a commit about a leaf per group it touches; 256 jobs
+// copied at once cost a few leaves per group.
+const listEvery = 256
 
-// deferListing reports whether the fresh jobs (indexes into jobs) are
-// written with listed = 0: a small insert whose every job's id is above
-// the mark. A job whose id is not (an id made before the last listing,
-// committed after it) is listed at once, as the listings read only ids
-// above the mark for the unlisted ones.
-func (s *Store) deferListing(tx *writeTx, jobs []*job.Job, fresh []int) (bool, error) {
-	if len(fresh) == 0 || len(fresh) >= deferListingBelow {
-		return false, nil
+// listLate gives the fresh jobs (indexes into jobs) whose id is not above
+// the mark their job_group_ids pair at once: an id made before the last
+// listing and committed after it, which the listings' run above the mark
+// would not read. The others wait for listUnlisted.
+func (s *Store) listLate(tx *writeTx, jobs []*job.Job, fresh []int) error {
+	if len(fresh) == 0 {
+		return nil
 	}
 	if err := s.loadListMark(tx); err != nil {
-		return false, err
+		return err
 	}
 	for _, i := range fresh {
-		if jobs[i].ID <= s.listMark {
-			return false, nil
+		if id := jobs[i].ID; id <= s.listMark {
+			if _, err := s.exec(tx, `INSERT INTO job_group_ids (gid, jid) SELECT group_id, id FROM jobs WHERE id = ?`, id); err != nil {
+				return err
+			}
 		}
 	}
-	return true, nil
+	return nil
 }
 
-// loadListMark reads jobs_list_mark into s.listMark unless it is known.
-// The copy may be above the stored mark (a listing rolled back after it
-// was read), never below: what keeps it safe, as a job is written
-// unlisted only when its id is above the copy. Another process's commit
-// makes it unknown again (checkDataVersion).
+// loadListMark reads jobs_list_mark into s.listMark unless it is known. A
+// rollback, another process's commit and a migration make it unknown
+// again (forgetListMark), so that it is always the stored mark.
 func (s *Store) loadListMark(tx *writeTx) error {
 	if s.listMarkKnown {
 		return nil
@@ -53,6 +44,11 @@ func (s *Store) loadListMark(tx *writeTx) error {
 	return nil
 }
 
+// forgetListMark makes the writer read jobs_list_mark again before its
+// next use: what it held may have been rolled back or changed by another
+// connection.
+func (s *Store) forgetListMark() { s.listMarkKnown = false }
+
 // countListing adds n inserted jobs to those since the last listing and,
 // once they reach listEvery, lists them (listUnlisted).
 func (s *Store) countListing(tx *writeTx, n int) error {
@@ -63,17 +59,17 @@ func (s *Store) countListing(tx *writeTx, n int) error {
 	return s.listUnlisted(tx)
 }
 
-// listUnlisted gives every job written with listed = 0 its jobs_group_id
-// entry, in one statement: its entries land a few to a leaf per group,
-// where the inserts' own would have taken a leaf per group each commit.
-// The mark then moves to the newest id, so that no job is unlisted below
-// it. It reads the stored mark, not s.listMark, which may be above it.
+// listUnlisted copies the pairs of every job above the mark into
+// job_group_ids, in one statement: they land a few to a leaf per group,
+// where the inserts' own entries took a leaf per group each commit. The
+// mark then moves to the newest id, so that job_group_ids again holds
+// exactly the jobs at or below it.
 func (s *Store) listUnlisted(tx *writeTx) error {
-	if _, err := s.exec(tx, `UPDATE jobs SET listed = 1 WHERE id > (SELECT id FROM jobs_list_mark) AND listed = 0`); err != nil {
+	s.forgetListMark()
+	if _, err := s.exec(tx, `INSERT INTO job_group_ids (gid, jid) SELECT group_id, id FROM jobs WHERE id > (SELECT id FROM jobs_list_mark)`); err != nil {
 		return err
 	}
 	if err := s.queryRow(tx, `UPDATE jobs_list_mark SET id = (SELECT coalesce(max(id), '') FROM jobs) RETURNING id`).Scan(&s.listMark); err != nil {
-		s.listMarkKnown = false
 		return err
 	}
 	s.listMarkKnown = true

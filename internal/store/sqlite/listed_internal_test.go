@@ -11,11 +11,12 @@ import (
 )
 
 // TestListByKeyDeferredEntries: a key's listing finds its jobs whether or
-// not they have their jobs_group_id entry yet (migration 0033): the ones
-// listed by a listUnlisted, the newer ones still unlisted above the mark,
-// a large insert's (listed at once) and a job whose id is below the mark
-// (made before the last listing, committed after it: listed at once, or
-// no listing would read it). Paged by After through both parts.
+// not they are in job_group_ids yet (migration 0033): the ones copied by a
+// listUnlisted, the newer ones above the mark (single inserts and a larger
+// one), and a job whose id is below the mark (made before the last
+// listing, committed after it: copied at once, or no listing would read
+// it). Paged by After through both parts. Prune's deletes take the pairs
+// with them.
 func TestListByKeyDeferredEntries(t *testing.T) {
 	t.Parallel()
 	ctx, s := context.Background(), openTestStore(t)
@@ -36,7 +37,7 @@ func TestListByKeyDeferredEntries(t *testing.T) {
 		insert(storetest.NewJob("t0", job.LaneBatch, []string{"a", "b"}[i%2]))
 	}
 	var big []*job.Job
-	for i := range 2 * deferListingBelow {
+	for i := range 32 {
 		big = append(big, storetest.NewJob("t1", job.LaneBatch, []string{"a", "b"}[i%2]))
 	}
 	insert(big...)
@@ -48,14 +49,14 @@ func TestListByKeyDeferredEntries(t *testing.T) {
 		}
 		return n
 	}
-	if n := counts(`SELECT count(*) FROM jobs WHERE listed = 0`); n != 40 {
-		t.Errorf("%d jobs unlisted, want the 40 single inserts since the listing", n)
+	if n := counts(`SELECT count(*) FROM jobs WHERE id NOT IN (SELECT jid FROM job_group_ids)`); n != 40+32 {
+		t.Errorf("%d jobs not in job_group_ids, want the 72 inserted since the listing", n)
 	}
-	if n := counts(`SELECT count(*) FROM jobs WHERE listed = 0 AND id <= (SELECT id FROM jobs_list_mark)`); n != 0 {
-		t.Errorf("%d unlisted jobs at or below the mark", n)
+	if n := counts(`SELECT count(*) FROM jobs WHERE id NOT IN (SELECT jid FROM job_group_ids) AND id <= (SELECT id FROM jobs_list_mark)`); n != 0 {
+		t.Errorf("%d jobs at or below the mark not in job_group_ids (the late id among them)", n)
 	}
-	if n := counts(`SELECT count(*) FROM jobs WHERE tenant = 't1' AND listed = 0`) + counts(`SELECT listed - 1 FROM jobs WHERE id = '`+late.ID+`'`); n != 0 {
-		t.Errorf("a large insert's or a late id's job left unlisted (%d)", n)
+	if n := counts(`SELECT count(*) FROM job_group_ids WHERE jid > (SELECT id FROM jobs_list_mark)`); n != 0 {
+		t.Errorf("%d pairs above the mark: a listing would read their jobs twice", n)
 	}
 	slices.Sort(want)
 	slices.Reverse(want)
@@ -77,5 +78,14 @@ func TestListByKeyDeferredEntries(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("List(%+v) paged: %d jobs, want key a's %d newest first", p, len(got), len(want))
 		}
+	}
+	if err := s.write(ctx, func(tx *writeTx) error {
+		_, err := s.exec(tx, `DELETE FROM jobs WHERE tenant = 't0'`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := counts(`SELECT count(*) FROM job_group_ids WHERE jid NOT IN (SELECT id FROM jobs)`); n != 0 {
+		t.Errorf("%d pairs left by deleted jobs", n)
 	}
 }

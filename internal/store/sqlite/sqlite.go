@@ -127,7 +127,8 @@ type Store struct {
 	leases map[string]leaseFacts
 	// listMark is the writer's copy of jobs_list_mark (listMarkKnown once
 	// read) and sinceListing the jobs inserted since the last
-	// listUnlisted (listed.go); only the writer goroutine touches them.
+	// listUnlisted (listed.go); only the writer goroutine touches them,
+	// and onWriterConn between its transactions.
 	listMark      string
 	listMarkKnown bool
 	sinceListing  int
@@ -327,7 +328,7 @@ func (s *Store) onWriterConn(fn func(c *sql.Conn) error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	// A migration may rewrite jobs_list_mark (listed.go).
-	s.listMarkKnown = false
+	s.forgetListMark()
 	return fn(s.wconn)
 }
 

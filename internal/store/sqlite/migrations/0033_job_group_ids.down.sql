@@ -1,4 +1,4 @@
-DROP INDEX jobs_group_id;
+DROP TRIGGER jobs_group_ids_delete;
 CREATE INDEX jobs_group_id ON jobs (group_id, id);
 DROP TABLE jobs_list_mark;
-ALTER TABLE jobs DROP COLUMN listed;
+DROP TABLE job_group_ids;
