@@ -140,6 +140,14 @@ func (s *Store) insertJobs(tx *writeTx, jobs []*job.Job, def admission.Config) (
 		}
 		groups[g] = id
 	}
+	direct := len(fresh) >= listDirectFrom
+	if direct {
+		// The run above the mark is listed first, so that this insert's
+		// pairs, written directly below, are the only ones above it.
+		if err := s.listUnlisted(tx); err != nil {
+			return nil, err
+		}
+	}
 	args := make([]any, 0, min(len(fresh), maxInsertRows)*insertJobCols)
 	done := 0
 	for _, n := range chunkSizes(len(fresh)) {
@@ -174,11 +182,21 @@ func (s *Store) insertJobs(tx *writeTx, jobs []*job.Job, def admission.Config) (
 		}
 		done += n
 	}
-	if err := s.listLate(tx, jobs, fresh); err != nil {
-		return nil, err
-	}
-	if err := s.countListing(tx, len(fresh)); err != nil {
-		return nil, err
+	if direct {
+		pairs := make([]groupPair, len(fresh))
+		for k, i := range fresh {
+			pairs[k] = groupPair{groups[jobGroup[i]], jobs[i].ID}
+		}
+		if err := s.listDirect(tx, pairs); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := s.listLate(tx, jobs, fresh); err != nil {
+			return nil, err
+		}
+		if err := s.countListing(tx, len(fresh)); err != nil {
+			return nil, err
+		}
 	}
 	for _, i := range fresh {
 		cp := *jobs[i]

@@ -1,13 +1,62 @@
 package sqlite
 
-import "github.com/ratelane/ratelane/internal/job"
+import (
+	"math/bits"
+	"strings"
 
-// listEvery is how many jobs are inserted between two listings
-// (listUnlisted): it bounds the run of ids above jobs_list_mark that a key
-// listing reads besides job_group_ids (migration 0033). An index led by
-// group_id costs a commit about a leaf per group it touches; 256 jobs
-// copied at once cost a few leaves per group.
-const listEvery = 256
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// Bounds of the job_group_ids pairs' writing (migration 0033).
+const (
+	// listEvery is how many jobs small inserts add between two listings
+	// (listUnlisted): it bounds the run of ids above jobs_list_mark that a
+	// key listing reads besides job_group_ids. An index led by group_id
+	// costs a commit about a leaf per group it touches; 256 jobs copied at
+	// once cost a few leaves per group.
+	listEvery = 256
+	// listDirectFrom: an insert of this many fresh jobs or more writes
+	// their pairs itself (listDirect), already a few to a leaf per group,
+	// rather than have a listing read its rows back.
+	listDirectFrom = 16
+)
+
+// groupPair is a job's row of job_group_ids.
+type groupPair struct {
+	gid int64
+	jid string
+}
+
+// listDirect writes pairs (a large insert's jobs, after listUnlisted) into
+// job_group_ids and raises the mark to the newest of them, so that the
+// table again holds exactly the jobs at or below the mark.
+func (s *Store) listDirect(tx *writeTx, pairs []groupPair) error {
+	top := ""
+	args := make([]any, 0, 2*min(len(pairs), maxInsertRows))
+	for done := 0; done < len(pairs); {
+		n := chunkSizes(len(pairs) - done)[0]
+		args = args[:0]
+		for _, p := range pairs[done : done+n] {
+			args = append(args, p.gid, p.jid)
+			top = max(top, p.jid)
+		}
+		if _, err := s.exec(tx, pairsSQL[bits.TrailingZeros(uint(n))], args...); err != nil {
+			return err
+		}
+		done += n
+	}
+	s.forgetListMark()
+	_, err := s.exec(tx, `UPDATE jobs_list_mark SET id = max(id, ?)`, top)
+	return err
+}
+
+// pairsSQL[k] inserts 1<<k pairs into job_group_ids.
+var pairsSQL = func() (out []string) {
+	for n := 1; n <= maxInsertRows; n *= 2 {
+		out = append(out, `INSERT INTO job_group_ids (gid, jid) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?),", n), ","))
+	}
+	return out
+}()
 
 // listLate gives the fresh jobs (indexes into jobs) whose id is not above
 // the mark their job_group_ids pair at once: an id made before the last
