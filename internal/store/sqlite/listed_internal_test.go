@@ -33,11 +33,11 @@ func TestListByKeyDeferredEntries(t *testing.T) {
 		}
 	}
 	late := storetest.NewJob("t0", job.LaneBatch, "a") // an id older than the mark will be
-	var big []*job.Job
+	insert(storetest.NewJob("t0", job.LaneBatch, "a"))
+	var big []*job.Job // ids above the single job's
 	for i := range 2 * listDirectFrom {
 		big = append(big, storetest.NewJob("t1", job.LaneBatch, []string{"a", "b"}[i%2]))
 	}
-	insert(storetest.NewJob("t0", job.LaneBatch, "a"))
 	insert(big...) // lists the single job before it, then its own directly
 	for i := range listEvery + 40 {
 		insert(storetest.NewJob("t0", job.LaneBatch, []string{"a", "b"}[i%2]))
