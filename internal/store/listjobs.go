@@ -17,7 +17,8 @@ import (
 // limit_keys: a job's keys are its group's, and job_groups has a row per
 // lane, tenant, kind and key set, not per job. The groups' jobs are then
 // found through an index on group_id: jobs_group_id on SQLite (migration
-// 0025) in any state, and on both drivers the partial indexes of the
+// 0025) in any state (since 0033 a table, job_group_ids, and
+// ListSideQuery), and on both drivers the partial indexes of the
 // waiting (jobs_group_head) and retry_scheduled (jobs_group_scheduled)
 // states. Tested on the jobs themselves, the filter could only be applied
 // to rows read by walking the primary key, to the end of the table when
@@ -34,15 +35,50 @@ import (
 // and walks the primary key instead. A parent filter also requires a
 // non-empty parent_id, for the same reason (the partial index jobs_parent).
 func ListQuery(cols string, p ListParams, groupHasKey string) *Query {
-	q := jobFilters(NewQuery(`SELECT `+cols+` FROM jobs`), p)
+	return listQuery(cols, p, groupHasKey, "")
+}
+
+// listQuery is ListQuery with cond, when not empty, a further condition
+// on the jobs.
+func listQuery(cols string, p ListParams, groupHasKey, cond string) *Query {
+	q := NewQuery(`SELECT ` + cols + ` FROM jobs`)
+	if cond != "" {
+		q.Where(cond)
+	}
+	q = jobFilters(q, p)
 	if p.LimitKey != "" {
 		// The group's lane, tenant and kind are the job's: filtered here
 		// too, the list holds only the groups whose jobs can match.
-		g := NewQuery(`SELECT id FROM job_groups`).Where(groupHasKey, p.LimitKey).
-			WhereSet(`lane = ?`, string(p.Lane)).WhereSet(`tenant = ?`, p.Tenant).WhereSet(`kind = ?`, p.Kind)
+		g := keyGroups(p, groupHasKey)
 		q.Where(`group_id IN (`+g.SQL()+`)`, g.Args()...)
 	}
 	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
+}
+
+// ListSideQuery is ListQuery for a limit key on a driver whose entries
+// by group are a table of their own, side, with the columns gid (a job's
+// group_id) and jid (its id), that holds the jobs not matched by tail:
+// SQLite's job_group_ids (migration 0033), which the writer fills a few
+// hundred jobs at a time, tail the run of newer jobs not in it yet. The
+// page is the newest of two parts, each ListQuery's page: the key's
+// groups' entries in side joined to their jobs by id, and the jobs
+// matching tail. cols must not be qualified, and side's columns must not
+// be any of jobs'.
+func ListSideQuery(cols string, p ListParams, groupHasKey, side, tail string) *Query {
+	limit := PageSize(p.Limit)
+	g := keyGroups(p, groupHasKey)
+	a := jobFilters(NewQuery(`SELECT `+cols+` FROM `+side+` CROSS JOIN jobs ON jobs.id = jid`), p).
+		Where(`gid IN (`+g.SQL()+`)`, g.Args()...).WhereSet(`jid < ?`, p.After).Then(`ORDER BY jid DESC LIMIT ?`, limit)
+	b := listQuery(cols, p, groupHasKey, tail)
+	return NewQuery(`SELECT * FROM (SELECT * FROM (`+a.SQL()+`) UNION ALL SELECT * FROM (`+b.SQL()+`)) page`, append(a.Args(), b.Args()...)...).
+		Then(`ORDER BY page.id DESC LIMIT ?`, limit)
+}
+
+// keyGroups is the statement of the ids of p's limit key's groups, with
+// the group's lane, tenant and kind filtered too (ListQuery).
+func keyGroups(p ListParams, groupHasKey string) *Query {
+	return NewQuery(`SELECT id FROM job_groups`).Where(groupHasKey, p.LimitKey).
+		WhereSet(`lane = ?`, string(p.Lane)).WhereSet(`tenant = ?`, p.Tenant).WhereSet(`kind = ?`, p.Kind)
 }
 
 // jobFilters adds p's conditions on a job's own columns (tenant, state,

@@ -140,6 +140,14 @@ func (s *Store) insertJobs(tx *writeTx, jobs []*job.Job, def admission.Config) (
 		}
 		groups[g] = id
 	}
+	direct := len(fresh) >= listDirectFrom
+	if direct {
+		// The run above the mark is listed first, so that this insert's
+		// pairs, written directly below, are the only ones above it.
+		if err := s.listUnlisted(tx); err != nil {
+			return nil, err
+		}
+	}
 	args := make([]any, 0, min(len(fresh), maxInsertRows)*insertJobCols)
 	done := 0
 	for _, n := range chunkSizes(len(fresh)) {
@@ -173,6 +181,22 @@ func (s *Store) insertJobs(tx *writeTx, jobs []*job.Job, def admission.Config) (
 			return nil, fmt.Errorf("insert jobs %s to %s: %w", jobs[fresh[done]].ID, jobs[fresh[done+n-1]].ID, err)
 		}
 		done += n
+	}
+	if direct {
+		pairs := make([]groupPair, len(fresh))
+		for k, i := range fresh {
+			pairs[k] = groupPair{groups[jobGroup[i]], jobs[i].ID}
+		}
+		if err := s.listDirect(tx, pairs); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := s.listLate(tx, jobs, fresh); err != nil {
+			return nil, err
+		}
+		if err := s.countListing(tx, len(fresh)); err != nil {
+			return nil, err
+		}
 	}
 	for _, i := range fresh {
 		cp := *jobs[i]
@@ -454,8 +478,18 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 
 // listQuery is List's statement. A group's keys are a JSON array; the
 // column is qualified because jobs has a column of the same name.
+//
+// A key's jobs in any state but waiting or retry_scheduled (whose own
+// group indexes, jobs_group_head and jobs_group_scheduled, hold every such
+// job) are read in two parts (store.ListSideQuery): those in
+// job_group_ids, joined to their rows by id, and the newest ones not in it
+// yet (ids above jobs_list_mark: at most a listing's worth, listed.go).
 func listQuery(p store.ListParams) *store.Query {
-	return store.ListQuery(jobCols, p, `EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`)
+	const groupHasKey = `EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`
+	if p.LimitKey == "" || p.State == job.StateWaiting || p.State == job.StateRetryScheduled {
+		return store.ListQuery(jobCols, p, groupHasKey)
+	}
+	return store.ListSideQuery(jobCols, p, groupHasKey, `job_group_ids`, `id > (SELECT id FROM jobs_list_mark)`)
 }
 
 // Publish is the compare-and-set validated -> published.

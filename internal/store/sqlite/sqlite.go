@@ -125,6 +125,13 @@ type Store struct {
 	// finish of that lease (see leaseFacts); only the writer goroutine
 	// touches it.
 	leases map[string]leaseFacts
+	// listMark is the writer's copy of jobs_list_mark (listMarkKnown once
+	// read) and sinceListing the jobs inserted since the last
+	// listUnlisted (listed.go); only the writer goroutine touches them,
+	// and onWriterConn between its transactions.
+	listMark      string
+	listMarkKnown bool
+	sinceListing  int
 	// leasedScan is MarkLeased's buffer for scanLeased (writer goroutine
 	// only): built per row it was one allocation per job leased.
 	leasedScan anyRow
@@ -320,6 +327,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) onWriterConn(fn func(c *sql.Conn) error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	// A migration may rewrite jobs_list_mark (listed.go).
+	s.forgetListMark()
 	return fn(s.wconn)
 }
 

@@ -277,6 +277,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		// undo what it wrote before failing (a claimed tick whose job
 		// insert failed, the first jobs of a failed Insert).
 		clear(s.unpaced)
+		s.forgetListMark()
 		if _, err := s.exec(tx, `ROLLBACK`); err != nil {
 			return batch, fmt.Errorf("sqlite: rollback: %w", err)
 		}
@@ -296,6 +297,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		// transaction open: roll it back, so that none of the batch is
 		// committed later by another batch's COMMIT.
 		clear(s.unpaced)
+		s.forgetListMark()
 		s.exec(tx, `ROLLBACK`)
 		return batch, fmt.Errorf("sqlite: commit: %w", err)
 	}
@@ -320,6 +322,8 @@ func (s *Store) checkDataVersion(tx *writeTx) error {
 		// renumber rows: the rowids remembered for the finishes
 		// (leaseFacts.rowid) are no longer to be trusted.
 		clear(s.leases)
+		// It may have moved jobs_list_mark (listed.go).
+		s.forgetListMark()
 		s.dataVersion = v
 	}
 	return nil
@@ -335,6 +339,7 @@ func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			clear(s.unpaced)
+			s.forgetListMark()
 			err = fmt.Errorf("sqlite: write panicked: %v", p)
 			if inSavepoint {
 				// Undo what it wrote before panicking, as for an error:
@@ -357,6 +362,7 @@ func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	inSavepoint = true
 	if ferr := fn(tx); ferr != nil {
 		clear(s.unpaced) // what it read or wrote is undone
+		s.forgetListMark()
 		if _, err := s.exec(tx, `ROLLBACK TO w`); err != nil {
 			return errors.Join(ferr, err)
 		}

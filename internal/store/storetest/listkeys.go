@@ -15,7 +15,8 @@ import (
 // job's waiting_for (a key's retry_scheduled jobs) and GET
 // /v1/jobs?limit_key=. The drivers' plan tests check that they read the
 // key's groups' jobs through an index: on SQLite jobs_group_id (migration
-// 0025), on PostgreSQL a state's partial group index, and in any state
+// 0025; since 0033 the table job_group_ids and the newest run of jobs
+// not in it yet, read by id above jobs_list_mark), on PostgreSQL a state's partial group index, and in any state
 // jobs_final_group (migration 0030) beside the live states' indexes.
 var KeyedLists = []store.ListParams{
 	{Kind: "webhook", LimitKey: "subscriber:s1", Limit: 100},
