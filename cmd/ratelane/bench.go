@@ -199,4 +199,6 @@ JSON metrics (one object per workload; under its name with "all"):
               stage_run_sweep_mean_ms stage_aggregate_wait_sweep_p99_ms stage_publish_wait_sweep_p99_ms
               p95_ratio p90_ratio pooled_runs pooled_baseline_reviews pooled_sweep_reviews
               pooled_baseline_p99_ms pooled_sweep_p99_ms pooled_p99_ratio pooled_p95_ratio pooled_p90_ratio
+              in_sweep_reviews in_sweep_p99_ms in_sweep_p99_ratio in_sweep_p95_ratio pooled_in_sweep_reviews
+              pooled_in_sweep_p99_ratio pooled_in_sweep_p95_ratio pooled_in_sweep_p90_ratio
 `

@@ -118,13 +118,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// costs the process it measures.
 	var reads atomic.Int64
 	// interactive runs reviews at plan.Rate until stop is closed and at
-	// least window has passed, and returns their latencies in ms.
+	// least window has passed, and returns their latencies and, at the
+	// same index, the instants they were submitted.
 	seq := 0
-	interactive := func(window time.Duration, stop <-chan struct{}) ([]time.Duration, error) {
+	interactive := func(window time.Duration, stop <-chan struct{}) ([]time.Duration, []time.Time, error) {
 		var (
 			wg   sync.WaitGroup
 			mu   sync.Mutex
 			lats []time.Duration
+			ats  []time.Time
 			errs []error
 		)
 		tick := time.NewTicker(time.Duration(float64(time.Second) / plan.Rate))
@@ -134,14 +136,14 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			select {
 			case <-ctx.Done():
 				wg.Wait()
-				return nil, ctx.Err()
+				return nil, nil, ctx.Err()
 			case <-tick.C:
 			}
 			if time.Now().After(end) {
 				select {
 				case <-stop:
 					wg.Wait()
-					return lats, joinFailures(errs)
+					return lats, ats, joinFailures(errs)
 				default:
 				}
 			}
@@ -166,6 +168,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					return
 				}
 				lats = append(lats, time.Since(start))
+				ats = append(ats, start)
 			}()
 		}
 	}
@@ -175,7 +178,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w0 := storeWrites(reg)
 	c0, _ := childCPU()
 	baseSched := sampleSched()
-	base, err := interactive(plan.Window, closed)
+	base, _, err := interactive(plan.Window, closed)
 	baseRun := baseSched()
 	baseReads := reads.Load()
 	if err != nil {
@@ -191,6 +194,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	var (
 		sweepErr  error
 		sweepTook time.Duration
+		sweepEnd  time.Time
 		published int
 	)
 	go func() {
@@ -211,11 +215,22 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			ids = append(ids, s.ID)
 		}
 		published, sweepErr = sweepDone(ctx, rv, ids, start)
-		sweepTook = time.Since(start)
+		sweepEnd = time.Now()
+		sweepTook = sweepEnd.Sub(start)
 	}()
 	sweepSched := sampleSched()
-	under, err := interactive(plan.Window, done)
+	under, underAt, err := interactive(plan.Window, done)
 	<-done
+	// The sweep phase lasts at least plan.Window, and a sweep often ends
+	// before it (7-11 s of 20 on a 2-core machine): the reviews submitted
+	// after its batches were done see no sweep, and would dilute the
+	// sweep's figures. inSweep are those submitted while it ran.
+	var inSweep []time.Duration
+	for i, at := range underAt {
+		if at.Before(sweepEnd) {
+			inSweep = append(inSweep, under[i])
+		}
+	}
 	sweepRun := sweepSched()
 	sweepReads := reads.Load() - baseReads
 	if err != nil {
@@ -252,7 +267,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// Run pools every run's samples (addPooled): a p99 of one round's
 	// 100-200 reviews is its 2nd or 3rd worst, and spreads 2.6-8.8 on one
 	// binary (docs/benchmarks.md, "Session 24 (s24h1)").
-	r.samples = map[string][]time.Duration{"baseline": base, "sweep": under}
+	r.samples = map[string][]time.Duration{"baseline": base, "sweep": under, "in_sweep": inSweep}
 	r.add("sweep_files", float64(plan.Files), "files (one batch item each)")
 	r.add("sweep_seconds", sweepTook.Seconds(), "s (first manifest to every batch done)")
 	r.add("interactive_rate", plan.Rate, "reviews/s")
@@ -263,6 +278,13 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.add("sweep_p50_ms", up50, "ms")
 	r.add("sweep_p99_ms", up99, "ms")
 	r.add("p99_ratio", up99/bp99, "sweep ÷ baseline (target < 1.1)")
+	r.add("in_sweep_reviews", float64(len(inSweep)), "reviews submitted before the sweep's batches were done")
+	for _, q := range pooledQuantiles[:2] {
+		u := Percentile(inSweep, q)
+		name := fmt.Sprintf("p%.0f", 100*q)
+		r.add("in_sweep_"+name+"_ms", u, "ms, reviews submitted while the sweep ran")
+		r.add("in_sweep_"+name+"_ratio", u/Percentile(base, q), "in-sweep ÷ baseline")
+	}
 	for _, q := range pooledQuantiles[1:] {
 		b, u := Percentile(base, q), Percentile(under, q)
 		name := fmt.Sprintf("p%.0f", 100*q)
@@ -877,13 +899,14 @@ var pooledQuantiles = []float64{0.99, 0.95, 0.90}
 // rather than the median of each round's ratio. It adds nothing when a
 // run kept no samples (a workload other than batch-isolation).
 func addPooled(agg *Result, runs []Result) {
-	var base, under []time.Duration
+	var base, under, in []time.Duration
 	for _, r := range runs {
 		if r.samples == nil {
 			return
 		}
 		base = append(base, r.samples["baseline"]...)
 		under = append(under, r.samples["sweep"]...)
+		in = append(in, r.samples["in_sweep"]...)
 	}
 	if len(base) == 0 || len(under) == 0 {
 		return
@@ -897,5 +920,15 @@ func addPooled(agg *Result, runs []Result) {
 		agg.add("pooled_baseline_"+name+"_ms", b, "ms, every run's baseline reviews")
 		agg.add("pooled_sweep_"+name+"_ms", u, "ms, every run's sweep-phase reviews")
 		agg.add("pooled_"+name+"_ratio", u/b, "sweep ÷ baseline, pooled over the runs")
+	}
+	if len(in) == 0 {
+		return
+	}
+	agg.add("pooled_in_sweep_reviews", float64(len(in)), "reviews submitted while a sweep ran, every run")
+	for _, q := range pooledQuantiles {
+		u := Percentile(in, q)
+		name := fmt.Sprintf("p%.0f", 100*q)
+		agg.add("pooled_in_sweep_"+name+"_ms", u, "ms, every run's reviews submitted while its sweep ran")
+		agg.add("pooled_in_sweep_"+name+"_ratio", u/Percentile(base, q), "in-sweep ÷ baseline, pooled over the runs")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
 	"testing"
 	"time"
 )
@@ -25,7 +26,11 @@ func ms(vs ...int) []time.Duration {
 // two slow reviews (200 ms), the second five (100 ms). A p99 of 100 is the
 // 2nd worst: per run the ratio is 200/50 and 100/10 (median 7). Pooled
 // over 200 reviews each, p99 is the 3rd worst: baseline 10 ms, sweep
-// 100 ms (ratio 10); p95 and p90 see only the 10 ms reviews.
+// 100 ms (ratio 10); p95 and p90 see only the 10 ms reviews. Each run's
+// first 50 sweep reviews were submitted while its sweep ran (in_sweep):
+// both 200 ms reviews and all five 100 ms ones, so pooled over those 100
+// the p99 is the 2nd worst (200 ms) and p95 the 6th (100 ms), which the
+// whole sweep phase's later reviews no longer dilute.
 func TestAddPooledIsOneQuantileOverEveryRun(t *testing.T) {
 	t.Parallel()
 	fill := func(n, v int, extra ...int) []time.Duration {
@@ -36,7 +41,9 @@ func TestAddPooledIsOneQuantileOverEveryRun(t *testing.T) {
 		return out
 	}
 	run := func(base, under []time.Duration) Result {
-		r := Result{Workload: "batch-isolation", samples: map[string][]time.Duration{"baseline": base, "sweep": under}}
+		// Cloned first: Percentile sorts its argument.
+		in := slices.Clone(under[:50])
+		r := Result{Workload: "batch-isolation", samples: map[string][]time.Duration{"baseline": base, "sweep": under, "in_sweep": in}}
 		r.add("p99_ratio", Percentile(under, 0.99)/Percentile(base, 0.99), "")
 		return r
 	}
@@ -50,6 +57,8 @@ func TestAddPooledIsOneQuantileOverEveryRun(t *testing.T) {
 		"pooled_runs": 2, "pooled_baseline_reviews": 200, "pooled_sweep_reviews": 200,
 		"pooled_baseline_p99_ms": 10, "pooled_sweep_p99_ms": 100, "pooled_p99_ratio": 10,
 		"pooled_sweep_p95_ms": 10, "pooled_p95_ratio": 1, "pooled_sweep_p90_ms": 10, "pooled_p90_ratio": 1,
+		"pooled_in_sweep_reviews": 100, "pooled_in_sweep_p99_ms": 200, "pooled_in_sweep_p99_ratio": 20,
+		"pooled_in_sweep_p95_ms": 100, "pooled_in_sweep_p95_ratio": 10, "pooled_in_sweep_p90_ms": 10, "pooled_in_sweep_p90_ratio": 1,
 		// The per-run ratios' median (4 and 10) stays beside the pooled one.
 		"p99_ratio": 7,
 	}
@@ -117,7 +126,14 @@ func TestBatchIsolationRunsPoolWithTheSimulatorsInAChild(t *testing.T) {
 			t.Errorf("sweep_sim_cpu_seconds = %v (present %v), want the child's CPU", v, ok)
 		}
 	}
-	for _, name := range []string{"pooled_p99_ratio", "pooled_p95_ratio", "pooled_p90_ratio", "p95_ratio", "p90_ratio"} {
+	// Reviews submitted while the sweep ran are some of the sweep phase's.
+	in, _ := r.Get("pooled_in_sweep_reviews")
+	all, _ := r.Get("pooled_sweep_reviews")
+	if !(in > 0 && in <= all) {
+		t.Errorf("pooled_in_sweep_reviews = %v, want 1..%v", in, all)
+	}
+	for _, name := range []string{"pooled_p99_ratio", "pooled_p95_ratio", "pooled_p90_ratio", "p95_ratio", "p90_ratio",
+		"pooled_in_sweep_p99_ratio", "in_sweep_p99_ratio", "in_sweep_p95_ratio"} {
 		if v, ok := r.Get(name); !ok || !(v > 0) || math.IsInf(v, 0) {
 			t.Errorf("%s = %v (present %v)", name, v, ok)
 		}
