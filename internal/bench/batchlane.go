@@ -279,19 +279,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.add("sweep_p99_ms", up99, "ms")
 	r.add("p99_ratio", up99/bp99, "sweep ÷ baseline (target < 1.1)")
 	r.add("in_sweep_reviews", float64(len(inSweep)), "reviews submitted before the sweep's batches were done")
-	for _, q := range pooledQuantiles[:2] {
-		u := Percentile(inSweep, q)
-		name := fmt.Sprintf("p%.0f", 100*q)
-		r.add("in_sweep_"+name+"_ms", u, "ms, reviews submitted while the sweep ran")
-		r.add("in_sweep_"+name+"_ratio", u/Percentile(base, q), "in-sweep ÷ baseline")
-	}
-	for _, q := range pooledQuantiles[1:] {
-		b, u := Percentile(base, q), Percentile(under, q)
-		name := fmt.Sprintf("p%.0f", 100*q)
-		r.add("baseline_"+name+"_ms", b, "ms")
-		r.add("sweep_"+name+"_ms", u, "ms")
-		r.add(name+"_ratio", u/b, "sweep ÷ baseline")
-	}
+	addVsBaseline(&r, []float64{0.99, 0.95}, base, inSweep, "", "in_sweep_", "in_sweep_", "reviews submitted while the sweep ran")
+	addVsBaseline(&r, []float64{0.95, 0.90}, base, under, "baseline_", "sweep_", "", "the sweep phase's reviews")
 	r.add("baseline_bench_reads_per_review", float64(baseReads)/float64(max(1, len(base))), "store reads the bench made waiting for one interactive review, baseline")
 	r.add("sweep_bench_reads_per_review", float64(sweepReads)/float64(max(1, len(under))), "store reads the bench made waiting for one interactive review, under the sweep")
 	// The store's writes and commits (SQLite only: PostgreSQL does not
@@ -914,21 +903,25 @@ func addPooled(agg *Result, runs []Result) {
 	agg.add("pooled_runs", float64(len(runs)), "runs whose samples are pooled")
 	agg.add("pooled_baseline_reviews", float64(len(base)), "reviews, baseline phases of every run")
 	agg.add("pooled_sweep_reviews", float64(len(under)), "reviews, sweep phases of every run")
-	for _, q := range pooledQuantiles {
-		b, u := Percentile(base, q), Percentile(under, q)
-		name := fmt.Sprintf("p%.0f", 100*q)
-		agg.add("pooled_baseline_"+name+"_ms", b, "ms, every run's baseline reviews")
-		agg.add("pooled_sweep_"+name+"_ms", u, "ms, every run's sweep-phase reviews")
-		agg.add("pooled_"+name+"_ratio", u/b, "sweep ÷ baseline, pooled over the runs")
-	}
+	addVsBaseline(agg, pooledQuantiles, base, under, "pooled_baseline_", "pooled_sweep_", "pooled_", "every run's sweep-phase reviews")
 	if len(in) == 0 {
 		return
 	}
 	agg.add("pooled_in_sweep_reviews", float64(len(in)), "reviews submitted while a sweep ran, every run")
-	for _, q := range pooledQuantiles {
-		u := Percentile(in, q)
+	addVsBaseline(agg, pooledQuantiles, base, in, "", "pooled_in_sweep_", "pooled_in_sweep_", "every run's reviews submitted while its sweep ran")
+}
+
+// addVsBaseline adds to r, for each quantile q (as pN), xs's quantile
+// (xsMs+"pN_ms") and its ratio to base's (ratio+"pN_ratio"), and base's
+// own when baseMs is not empty; what says whose reviews xs are.
+func addVsBaseline(r *Result, qs []float64, base, xs []time.Duration, baseMs, xsMs, ratio, what string) {
+	for _, q := range qs {
+		b, x := Percentile(base, q), Percentile(xs, q)
 		name := fmt.Sprintf("p%.0f", 100*q)
-		agg.add("pooled_in_sweep_"+name+"_ms", u, "ms, every run's reviews submitted while its sweep ran")
-		agg.add("pooled_in_sweep_"+name+"_ratio", u/Percentile(base, q), "in-sweep ÷ baseline, pooled over the runs")
+		if baseMs != "" {
+			r.add(baseMs+name+"_ms", b, "ms, baseline reviews")
+		}
+		r.add(xsMs+name+"_ms", x, "ms, "+what)
+		r.add(ratio+name+"_ratio", x/b, "÷ baseline, "+what)
 	}
 }
