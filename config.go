@@ -92,6 +92,15 @@ type Config struct {
 	// turn. Zero: the default, engine.DefaultBatchCPUs(GOMAXPROCS), half
 	// the CPUs and at least one; negative: off (docs/configuration.md).
 	BatchCPUs int
+	// BatchCPUShare, between 0 and 1 exclusive, turns on the batch pacer
+	// in this process: while interactive work is in flight here or was in
+	// the last second (engine.BatchPaceWindow), after a computing piece of
+	// batch-lane work ran for d no such piece starts for
+	// d·(1−share)/share, so a sweep computes about this share of wall time
+	// and takes longer while interactive work is about; with none about it
+	// runs at full speed. Needs BatchCPUs on. Zero: the default, off;
+	// negative or 1 and more: off (docs/configuration.md).
+	BatchCPUShare float64
 	// Retention is how long finished jobs are kept (and idempotency keys
 	// remembered); default 30 days.
 	Retention time.Duration

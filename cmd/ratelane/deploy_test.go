@@ -67,18 +67,23 @@ func TestExampleConfigLoads(t *testing.T) {
 }
 
 // TestBatchLaneCPUs: the config file's batch_lane.cpus sets the library's
-// BatchCPUs (the batch lane's CPU governor), absent keeps it off, and a
-// negative count stops start-up naming the field.
+// BatchCPUs (the batch lane's CPU governor) and batch_lane.cpu_share its
+// BatchCPUShare (the batch pacer); absent keeps each off, and a negative
+// count or a share outside (0, 1) stops start-up naming the field.
 func TestBatchLaneCPUs(t *testing.T) {
 	for _, c := range []struct {
-		body    string
-		want    int
-		wantErr string
+		body      string
+		want      int
+		wantShare float64
+		wantErr   string
 	}{
-		{`{"batch_lane": {"cpus": 1}}`, 1, ""},
-		{`{"batch_lane": {"poll_interval": "1m"}}`, 0, ""},
-		{`{"batch_lane": {"cpus": -1}}`, -1, ""},
-		{`{"batch_lane": {"cpus": -2}}`, 0, "batch_lane.cpus"},
+		{`{"batch_lane": {"cpus": 1}}`, 1, 0, ""},
+		{`{"batch_lane": {"poll_interval": "1m"}}`, 0, 0, ""},
+		{`{"batch_lane": {"cpus": -1}}`, -1, 0, ""},
+		{`{"batch_lane": {"cpus": -2}}`, 0, 0, "batch_lane.cpus"},
+		{`{"batch_lane": {"cpu_share": 0.25}}`, 0, 0.25, ""},
+		{`{"batch_lane": {"cpu_share": 1}}`, 0, 0, "batch_lane.cpu_share"},
+		{`{"batch_lane": {"cpu_share": -0.5}}`, 0, 0, "batch_lane.cpu_share"},
 	} {
 		path := filepath.Join(t.TempDir(), "ratelane.json")
 		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
@@ -96,8 +101,8 @@ func TestBatchLaneCPUs(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("%s: %v", c.body, err)
-		case cfg.BatchCPUs != c.want:
-			t.Errorf("%s: BatchCPUs %d, want %d", c.body, cfg.BatchCPUs, c.want)
+		case cfg.BatchCPUs != c.want || cfg.BatchCPUShare != c.wantShare:
+			t.Errorf("%s: BatchCPUs %d, BatchCPUShare %v; want %d, %v", c.body, cfg.BatchCPUs, cfg.BatchCPUShare, c.want, c.wantShare)
 		}
 	}
 }

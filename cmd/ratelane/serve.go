@@ -114,6 +114,11 @@ type batchLaneConfig struct {
 	// passes) at once; webhook deliveries and other kinds that wait take
 	// no turn. 0: the default, half the CPUs and at least one; -1: off.
 	CPUs int `json:"cpus"`
+	// CPUShare is the batch pacer in every region
+	// (ratelane.Config.BatchCPUShare): while interactive work is about,
+	// the batch lane's computing pieces run about this share of wall
+	// time. 0: the default, off; otherwise more than 0 and less than 1.
+	CPUShare float64 `json:"cpu_share"`
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -176,6 +181,10 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		return fmt.Errorf("config %s: batch_lane.cpus: want 0 (the default), -1 (off) or a positive count, not %d", f.config, fc.BatchLane.CPUs)
 	}
 	cfg.BatchCPUs = fc.BatchLane.CPUs
+	if s := fc.BatchLane.CPUShare; s != 0 && !(s > 0 && s < 1) {
+		return fmt.Errorf("config %s: batch_lane.cpu_share: want 0 (the default, off) or a share between 0 and 1, not %v", f.config, s)
+	}
+	cfg.BatchCPUShare = fc.BatchLane.CPUShare
 	for _, d := range []struct {
 		field, s string
 		dst      *time.Duration

@@ -104,7 +104,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	pubs := newPublications(publishedFallback)
 	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv, pubs}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
-		BatchYieldMax: e.opts.BatchYieldMax}
+		BatchCPUShare: e.opts.BatchCPUShare, BatchYieldMax: e.opts.BatchYieldMax}
 	c, err := e.client(ctx, cfg)
 	if err != nil {
 		return Result{}, err
@@ -323,6 +323,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("sweep_budget_pieces_held", w2.budget["held"]-w1.budget["held"], "of them held for a turn while interactive work was in flight")
 		r.add("sweep_budget_held_seconds", w2.budgetSecs-w1.budgetSecs, "s batch-lane work waited for a turn, summed")
 	}
+	// The batch pacer under the sweep: the wall time it rested the lane.
+	if rest := w2.restSecs - w1.restSecs; rest > 0 {
+		r.add("sweep_pacer_rest_seconds", rest, "s the batch pacer rested the computing batch turns (BatchCPUShare)")
+	}
 	// The governor's leases under the sweep, and the goroutines that wanted
 	// a CPU (the scheduler's own counts, sampled): with the batch lane
 	// bounded, fewer goroutines queue for the cores interactive work needs.
@@ -527,6 +531,8 @@ type writeCounts struct {
 	// held), and budgetSecs their summed wait.
 	budget     map[string]float64
 	budgetSecs float64
+	// restSecs is the time the batch pacer rested the computing turns.
+	restSecs float64
 	// leases are the CPU governor's leases by result (leased, capped).
 	leases map[string]float64
 	// stages are the engine's stage histograms by "lane/stage".
@@ -640,6 +646,8 @@ func storeWrites(reg *prometheus.Registry) writeCounts {
 				addByResult(w.budget, m)
 			case "ratelane_batch_budget_seconds_total":
 				w.budgetSecs += m.GetCounter().GetValue()
+			case "ratelane_batch_pace_rest_seconds_total":
+				w.restSecs += m.GetCounter().GetValue()
 			case "ratelane_batch_budget_leases_total":
 				addByResult(w.leases, m)
 			case "ratelane_engine_stage_seconds":

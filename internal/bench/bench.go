@@ -66,6 +66,9 @@ type Options struct {
 	// BatchCPUs, when not zero, is the batch-isolation workload's
 	// Config.BatchCPUs (negative: the CPU governor off), for A/B runs.
 	BatchCPUs int
+	// BatchCPUShare, when not zero, is the batch-isolation workload's
+	// Config.BatchCPUShare (the batch pacer; negative: off), for A/B runs.
+	BatchCPUShare float64
 	// BatchYieldMax, when positive, turns on the yield gate
 	// (Config.BatchYieldMax: the longest it holds one piece of batch-lane
 	// work) in the batch-isolation and upstreams workloads, for A/B runs;

@@ -90,16 +90,78 @@ type batchBudget struct {
 	// piece ended, or interactive work fell to none.
 	turn chan struct{}
 
+	// pacer, when on (Config.BatchCPUShare), rests the computing turns
+	// after each piece while interactive work is about (pacer.go): no
+	// such turn is taken before restUntil; restTimer wakes the pieces
+	// waiting, and the fetch loop, when it passes.
+	pacer     *batchPacer
+	restUntil time.Time
+	restTimer *time.Timer
+
 	passed, held atomic.Int64
 	heldNanos    atomic.Int64
+	// rests counts the pacer's rests that moved restUntil later,
+	// restNanos the wall time they added (the lane's rest, once
+	// however many pieces waited through it).
+	rests, restNanos atomic.Int64
 	// leasedTurns counts batch jobs leased with a turn; cappedLeases the
 	// leases that asked for fewer batch jobs than worker slots for want of
 	// turns.
 	leasedTurns, cappedLeases atomic.Int64
 }
 
-func newBatchBudget(limit, width int) *batchBudget {
-	return &batchBudget{limit: limit, width: width, turn: make(chan struct{}), notify: func() {}}
+func newBatchBudget(limit, width int, pacer *batchPacer) *batchBudget {
+	return &batchBudget{limit: limit, width: width, pacer: pacer, turn: make(chan struct{}), notify: func() {}}
+}
+
+// restingLocked reports whether the pacer rests the computing turns now.
+func (b *batchBudget) restingLocked() bool {
+	return b.pacer != nil && !b.restUntil.IsZero() && time.Now().Before(b.restUntil)
+}
+
+// paceLocked is the pacer's word on a computing piece that just ran for
+// d: while interactive work is about, no computing turn is taken until
+// its rest has passed (restTimer then wakes the lane: rested).
+func (b *batchBudget) paceLocked(d time.Duration) {
+	if b.pacer == nil {
+		return
+	}
+	now := time.Now()
+	r := b.pacer.rest(d, now)
+	until := now.Add(r)
+	if r <= 0 || !until.After(b.restUntil) {
+		return
+	}
+	from := now
+	if b.restUntil.After(now) {
+		from = b.restUntil
+	}
+	b.rests.Add(1)
+	b.restNanos.Add(int64(until.Sub(from)))
+	b.restUntil = until
+	if b.restTimer == nil {
+		b.restTimer = time.AfterFunc(r, b.rested)
+	} else {
+		b.restTimer.Reset(r)
+	}
+}
+
+// rested ends a rest of the pacer: a turn goes to the next lease if one
+// found none free meanwhile (as when a turn is given back), and the
+// pieces waiting look again.
+func (b *batchBudget) rested() {
+	b.mu.Lock()
+	if d := time.Until(b.restUntil); d > 0 { // moved later meanwhile
+		b.restTimer.Reset(d)
+		b.mu.Unlock()
+		return
+	}
+	notify := b.keepLocked()
+	b.wakeLocked()
+	b.mu.Unlock()
+	if notify {
+		b.notify()
+	}
 }
 
 // wakeLocked releases every piece waiting for a turn to look again.
@@ -136,6 +198,9 @@ func (b *batchBudget) interactiveIdle() {
 func (b *batchBudget) freeLocked(kind pieceKind) int {
 	n := math.MaxInt
 	if b.width > 0 && kind != pieceIO {
+		if b.restingLocked() {
+			return 0
+		}
 		n = b.width - b.running
 	}
 	if b.limit > 0 && b.interactive {
@@ -160,21 +225,34 @@ func (b *batchBudget) giveBackLocked(n int) (notify bool) {
 		return false
 	}
 	b.running -= n
-	if b.capped && b.handlersWaiting == 0 && (b.waiting == 0 || !b.lastKept) && b.freeLocked(pieceCPU) > 0 {
-		b.capped, b.lastKept = false, true
-		b.kept++
-		b.running++
-		notify = true
-	} else if b.capped {
-		b.lastKept = false
-	}
+	notify = b.keepLocked()
 	b.wakeLocked()
 	return notify
 }
 
+// keepLocked keeps a free turn for the next lease when the last one found
+// none (see the type's comment), unless the last such turn was kept and
+// other pieces wait; notify must then be called (unlocked).
+func (b *batchBudget) keepLocked() (notify bool) {
+	if b.capped && b.handlersWaiting == 0 && (b.waiting == 0 || !b.lastKept) && b.freeLocked(pieceCPU) > 0 {
+		b.capped, b.lastKept = false, true
+		b.kept++
+		b.running++
+		return true
+	} else if b.capped {
+		b.lastKept = false
+	}
+	return false
+}
+
 // giveBack ends n turns.
-func (b *batchBudget) giveBack(n int) {
+func (b *batchBudget) giveBack(n int) { b.giveBackAfter(n, 0) }
+
+// giveBackAfter ends n turns of a computing piece that ran for d, which
+// the pacer paces by (paceLocked).
+func (b *batchBudget) giveBackAfter(n int, d time.Duration) {
 	b.mu.Lock()
+	b.paceLocked(d)
 	notify := b.giveBackLocked(n)
 	b.mu.Unlock()
 	if notify {
@@ -278,7 +356,7 @@ func (b *batchBudget) wait(ctx context.Context, kind pieceKind) {
 	var start time.Time
 	for {
 		b.mu.Lock()
-		if kind == pieceCPU && b.handoff > 0 {
+		if kind == pieceCPU && b.handoff > 0 && !b.restingLocked() {
 			b.handoff-- // the passed turn: already counted in running
 			if !start.IsZero() {
 				b.waiting--
@@ -319,10 +397,15 @@ func (b *batchBudget) wait(ctx context.Context, kind pieceKind) {
 	}
 }
 
-// releaser returns the func that gives one held turn back, once.
+// releaser returns the func that gives one held turn back, once, and
+// has the pacer rest the lane after the piece it ended.
 func (b *batchBudget) releaser() func() {
 	var once sync.Once
-	return func() { once.Do(func() { b.giveBack(1) }) }
+	if b.pacer == nil { // no clock read per piece for nothing
+		return func() { once.Do(func() { b.giveBack(1) }) }
+	}
+	start := time.Now()
+	return func() { once.Do(func() { b.giveBackAfter(1, time.Since(start)) }) }
 }
 
 // handlerTurn is a leased batch job's turn: it ends with its handler
@@ -335,6 +418,26 @@ type handlerTurn struct {
 	// passed: the turn is given away at Yield and not yet taken back;
 	// ended: end was called (the handler returned or was abandoned).
 	passed, ended bool
+	// since is when the handler's current piece began (its lease, or its
+	// last Yield): the pacer paces it by the time since (zero, and
+	// unread, while the pacer is off).
+	since time.Time
+}
+
+func newHandlerTurn(b *batchBudget) *handlerTurn {
+	h := &handlerTurn{b: b}
+	if b.pacer != nil {
+		h.since = time.Now()
+	}
+	return h
+}
+
+// ran is how long the handler's current piece has run, for the pacer.
+func (h *handlerTurn) ran() time.Duration {
+	if h.b.pacer == nil {
+		return 0
+	}
+	return time.Since(h.since)
 }
 
 // end gives the handler's turn back, once; a turn passed at Yield and not
@@ -348,8 +451,41 @@ func (h *handlerTurn) end() {
 	}
 	h.ended = true
 	if !h.passed {
-		h.b.giveBack(1)
+		h.b.giveBackAfter(1, h.ran())
 	}
+}
+
+// rest has the pacer (Config.BatchCPUShare) pace a handler's piece that
+// just ended at Yield: while interactive work is about, the handler
+// waits out the lane's rest before its next piece, keeping its turn
+// (no other computing piece may start meanwhile anyway).
+func (h *handlerTurn) rest(ctx context.Context) {
+	b := h.b
+	if b.pacer == nil {
+		return
+	}
+	h.mu.Lock()
+	if h.ended || h.passed {
+		h.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	b.mu.Lock()
+	b.paceLocked(now.Sub(h.since))
+	until := b.restUntil
+	b.mu.Unlock()
+	h.mu.Unlock()
+	if d := until.Sub(now); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	h.mu.Lock()
+	h.since = time.Now()
+	h.mu.Unlock()
 }
 
 // pass lets the pieces waiting for a turn go before the rest of a
@@ -381,6 +517,9 @@ func (h *handlerTurn) pass(ctx context.Context) {
 	b.wait(ctx, pieceHandler)
 	h.mu.Lock()
 	h.passed = false
+	if b.pacer != nil {
+		h.since = time.Now() // its wait for the turn was no computing
+	}
 	b.mu.Lock()
 	b.handlersWaiting--
 	b.mu.Unlock()
@@ -404,6 +543,11 @@ type BudgetCounts struct {
 	// Running and Waiting are the turns held and the pieces waiting for
 	// one, now.
 	Running, Waiting int
+	// Rests counts the pacer's rests of the computing turns
+	// (Config.BatchCPUShare) and RestSeconds the wall time the lane rested
+	// in all (overlapping rests counted once).
+	Rests       int64
+	RestSeconds float64
 }
 
 // BudgetCounts returns the engine's batch-budget totals. It is safe for
@@ -414,7 +558,8 @@ func (e *Engine) BudgetCounts() BudgetCounts {
 	running, waiting := b.running, b.waiting+b.handlersWaiting
 	b.mu.Unlock()
 	return BudgetCounts{Passed: b.passed.Load(), Held: b.held.Load(), HeldSeconds: time.Duration(b.heldNanos.Load()).Seconds(),
-		Leased: b.leasedTurns.Load(), Capped: b.cappedLeases.Load(), Running: running, Waiting: waiting}
+		Leased: b.leasedTurns.Load(), Capped: b.cappedLeases.Load(), Running: running, Waiting: waiting,
+		Rests: b.rests.Load(), RestSeconds: time.Duration(b.restNanos.Load()).Seconds()}
 }
 
 // interactiveWork marks one piece of interactive work in flight until

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,15 @@ type Config struct {
 	// quiet (lead)"). DefaultBatchCPUs is the value measured for a batch
 	// lane of review sweeps.
 	BatchCPUs int
+	// BatchCPUShare, between 0 and 1 exclusive, turns on the batch pacer
+	// (pacer.go): while interactive work is in flight in this engine or
+	// was within BatchPaceWindow, after a computing piece of batch-lane
+	// work (one holding a BatchCPUs turn) ran for d, no such piece starts
+	// for d·(1−share)/share, so the batch lane computes about this share
+	// of wall time per turn; with no interactive work about it runs at
+	// full speed. Needs BatchCPUs on. Zero takes batchCPUShareDefault
+	// (off); negative or 1 and more: off.
+	BatchCPUShare float64
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
 	// Retention is how long finished jobs are kept; default 30 days.
@@ -256,6 +266,7 @@ func (c Config) WithDefaults() Config {
 	c.Publishers = cmp.Or(c.Publishers, DefaultPublishers)
 	c.BatchPieces = cmp.Or(c.BatchPieces, DefaultBatchPieces)
 	c.BatchCPUs = cmp.Or(c.BatchCPUs, DefaultBatchCPUs(runtime.GOMAXPROCS(0)))
+	c.BatchCPUShare = cmp.Or(c.BatchCPUShare, batchCPUShareDefault)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -282,6 +293,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("engine: HeartbeatEvery (%v) must be shorter than LeaseFor (%v)", c.HeartbeatEvery, c.LeaseFor)
 	case c.BatchShare > 1:
 		return fmt.Errorf("engine: BatchShare must be at most 1, got %v", c.BatchShare)
+	case math.IsNaN(c.BatchCPUShare):
+		return errors.New("engine: BatchCPUShare is not a number")
 	case c.InFlight < 1 || c.InFlight > 8:
 		return fmt.Errorf("engine: InFlight must be between 1 and 8, got %d", c.InFlight)
 	case c.Publishers < 1 || c.Publishers > 256:
@@ -397,10 +410,12 @@ type Engine struct {
 	// budget bounds batch-lane work at all times and more while
 	// interactive work runs: the batch lane's CPU governor (budget.go).
 	budget *batchBudget
-	// interactive counts interactive work in flight for both (inflight.go).
+	// interactive counts interactive work in flight for the yield gate,
+	// the budget and the batch pacer (inflight.go).
 	interactive *inFlight
 	// queued counts interactive jobs inserted and not yet leased as
-	// interactive work in flight (queued.go); nil while the gate is off.
+	// interactive work in flight (queued.go); nil while the yield gate
+	// and the batch pacer are off.
 	queued *queuedWork
 	// stages times each lane's jobs through the engine (stages.go).
 	stages stageTimes
@@ -448,7 +463,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("region", cfg.Region),
 		yield:     newYieldGate(cfg.BatchYieldMax),
-		budget:    newBatchBudget(cfg.BatchPieces, cfg.BatchCPUs),
+		budget:    newBatchBudget(cfg.BatchPieces, cfg.BatchCPUs, newBatchPacer(cfg.BatchCPUShare)),
 		wake:      make(chan struct{}, 1),
 		rearm:     make(chan struct{}, 1),
 		results:   make(chan result, cfg.Workers),
@@ -461,7 +476,7 @@ func New(cfg Config) (*Engine, error) {
 
 		claimPrefix: claimPrefix(),
 	}
-	e.interactive = newInFlight(e.yield.listener(), e.budget.listener())
+	e.interactive = newInFlight(e.yield.listener(), e.budget.listener(), e.budget.pacer.listener())
 	e.budget.notify = e.Notify // a turn kept for the fetch loop's next lease
 	e.pub.init()
 	if e.jobs == nil {
@@ -496,7 +511,7 @@ func New(cfg Config) (*Engine, error) {
 		e.jobs.watchParts(e.wakeParent)
 	}
 	e.jobs.Serve(e.kinds...)
-	if e.yield.listener() != nil {
+	if e.yield.listener() != nil || e.budget.pacer != nil { // accepted work is about too
 		e.queued = &queuedWork{enter: e.interactiveWork}
 		e.jobs.watchInserts(func(jobs []*job.Job) { e.queued.inserted(jobs, e.leasesNow) })
 	}
@@ -858,7 +873,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel, leave: func() {}}
 	var ht *handlerTurn
 	if turn {
-		ht = &handlerTurn{b: e.budget}
+		ht = newHandlerTurn(e.budget)
 		r.leave = ht.end
 		hctx = withTurnHeld(hctx) // work it does inline takes no second turn
 	} else if j.Lane != job.LaneBatch {

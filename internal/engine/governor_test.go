@@ -157,39 +157,10 @@ func TestGovernorOff(t *testing.T) {
 func TestGovernorBatchShareUnderContinuousInteractive(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := newStore(t)
 		var batch, inter concurrency
-		h := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
-			c := &inter
-			if j.Lane == job.LaneBatch {
-				c = &batch
-			}
-			c.enter()
-			time.Sleep(10 * time.Millisecond)
-			c.leave()
-			return job.Outcome{Class: job.ClassSuccess}
-		})
-		for range 300 {
-			insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
-		}
-		e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchPieces: 1, Kinds: map[string]engine.Kind{"noop": {Handler: h, Computes: true}}})
-		ctx, cancel := context.WithCancel(context.Background())
-		produced := make(chan struct{})
-		go func() {
-			defer close(produced)
-			for ctx.Err() == nil {
-				j := storetest.NewJob("acme", job.LaneInteractive, "k")
-				j.EligibleAt, j.CreatedAt = time.Now(), time.Now()
-				if _, err := s.Insert(context.Background(), []*job.Job{j}, admission.Config{}); err != nil {
-					return
-				}
-				e.Notify()
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
+		_, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchPieces: 1}, 300, &batch, &inter)
 		time.Sleep(time.Second)
-		cancel()
-		<-produced
+		stop()
 		got, most := batch.done.Load(), batch.most.Load()
 		if most != 1 {
 			t.Errorf("at most %d batch handlers ran at once, want 1", most)

@@ -5,8 +5,9 @@ import "sync"
 // inFlight counts this engine's interactive work in flight: a leased
 // interactive job's handler, an interactive parent's aggregation, an
 // interactive job's publication. It is the one copy of that count for the
-// two policies that hold batch-lane work while there is any, the yield
-// gate (yield.go) and the batch budget (budget.go): each listens for the
+// policies that hold batch-lane work while there is any, the yield gate
+// (yield.go), the batch budget (budget.go) and the batch pacer
+// (pacer.go): each listens for the
 // count leaving zero (busy) and returning to it (idle), and keeps its own
 // view in step under its own lock.
 //

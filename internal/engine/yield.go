@@ -149,6 +149,9 @@ type yieldKey struct{}
 // work waits for one piece, not the whole attempt: the engine itself only
 // holds the attempt before it starts.
 //
+// With the batch pacer on (Config.BatchCPUShare) and interactive work
+// about, Yield rests the handler for its share first (pacer.go).
+//
 // With the CPU governor on (Config.BatchCPUs), Yield is also where the
 // handler's turn goes to the other batch-lane pieces waiting for one (an
 // aggregation, a sweep stretch, a publication) before it goes on: the
@@ -160,6 +163,7 @@ func Yield(ctx context.Context) {
 			y.gate.wait(ctx)
 		}
 		if y.turn != nil {
+			y.turn.rest(ctx)
 			y.turn.pass(ctx)
 		}
 	}

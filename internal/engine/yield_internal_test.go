@@ -13,7 +13,7 @@ import (
 // allocates nothing; with the gate on, the count and the gate's view
 // follow the work in flight.
 func TestYieldGateOffCostsNothing(t *testing.T) {
-	off := newInFlight(newYieldGate(0).listener(), newBatchBudget(-1, -1).listener())
+	off := newInFlight(newYieldGate(0).listener(), newBatchBudget(-1, -1, nil).listener())
 	if n := testing.AllocsPerRun(100, func() { off.enter()() }); n != 0 {
 		t.Errorf("enter and leave with the gate and the budget off: %v allocations, want 0", n)
 	}
@@ -37,7 +37,7 @@ func TestYieldGateOffCostsNothing(t *testing.T) {
 // gate's idle channel and the budget's view change only when interactive
 // work rises from none and falls back to none, together.
 func TestInFlightTellsBothPolicies(t *testing.T) {
-	g, b := newYieldGate(DefaultBatchYieldMax), newBatchBudget(1, 0)
+	g, b := newYieldGate(DefaultBatchYieldMax), newBatchBudget(1, 0, nil)
 	c := newInFlight(g.listener(), b.listener())
 	first := c.enter()
 	second := c.enter()

@@ -37,6 +37,7 @@ type yieldCollector struct {
 	stages          *prometheus.Desc
 	budget, budgetS *prometheus.Desc
 	turns, leases   *prometheus.Desc
+	rest, rests     *prometheus.Desc
 	sources         regionSources[YieldSource]
 }
 
@@ -60,6 +61,12 @@ func newYieldCollector() *yieldCollector {
 		turns: prometheus.NewDesc("ratelane_batch_budget_pieces",
 			"Pieces of batch-lane work at the engine's CPU governor now, by state: running (holding a turn, at most BatchCPUs; a turn kept for the next lease counts), waiting (for a turn).",
 			[]string{"region", "state"}, nil),
+		rest: prometheus.NewDesc("ratelane_batch_pace_rest_seconds_total",
+			"Wall time the batch pacer (BatchCPUShare) rested the engine's computing batch turns while interactive work was about: no computing batch-lane piece started meanwhile. Overlapping rests count once.",
+			[]string{"region"}, nil),
+		rests: prometheus.NewDesc("ratelane_batch_pace_rests_total",
+			"Rests the batch pacer (BatchCPUShare) began or lengthened after a computing batch-lane piece while interactive work was about.",
+			[]string{"region"}, nil),
 		leases: prometheus.NewDesc("ratelane_batch_budget_leases_total",
 			"Batch-lane jobs leased with a turn of the engine's CPU governor (result leased), and leases that asked the store for no batch job because no turn was free (result capped).",
 			[]string{"region", "result"}, nil),
@@ -81,6 +88,8 @@ func (c *yieldCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.budgetS
 	ch <- c.turns
 	ch <- c.leases
+	ch <- c.rest
+	ch <- c.rests
 }
 
 // Collect reports each region's counts.
@@ -100,6 +109,8 @@ func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.turns, prometheus.GaugeValue, float64(bc.Waiting), r, "waiting")
 			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(bc.Leased), r, "leased")
 			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(bc.Capped), r, "capped")
+			ch <- prometheus.MustNewConstMetric(c.rest, prometheus.CounterValue, bc.RestSeconds, r)
+			ch <- prometheus.MustNewConstMetric(c.rests, prometheus.CounterValue, float64(bc.Rests), r)
 		}
 		if s, ok := src.(StageSource); ok {
 			s.Stages(func(lane, stage string, counts []uint64, sum float64) {

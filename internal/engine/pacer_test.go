@@ -1,0 +1,160 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
+)
+
+// tenMsEach is a handler that takes 10 ms, counted in batch or inter by
+// its job's lane.
+func tenMsEach(batch, inter *concurrency) engine.HandlerFunc {
+	return func(_ context.Context, j *job.Job) job.Outcome {
+		c := inter
+		if j.Lane == job.LaneBatch {
+			c = batch
+		}
+		c.enter()
+		time.Sleep(10 * time.Millisecond)
+		c.leave()
+		return job.Outcome{Class: job.ClassSuccess}
+	}
+}
+
+// underInteractive starts an engine with cfg, 8 worker slots and one
+// computing kind whose handler takes 10 ms (tenMsEach), over n ready batch
+// jobs and an interactiveStream; stop ends the stream and waits for it.
+func underInteractive(t *testing.T, cfg engine.Config, n int, batch, inter *concurrency) (e *engine.Engine, stop func()) {
+	t.Helper()
+	s := newStore(t)
+	for range n {
+		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
+	}
+	cfg.Store, cfg.Workers = s, 8
+	cfg.Kinds = map[string]engine.Kind{"noop": {Handler: tenMsEach(batch, inter), Computes: true}}
+	e = start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	produced := interactiveStream(ctx, s, e)
+	return e, func() { cancel(); <-produced }
+}
+
+// interactiveStream inserts an interactive job every 5 ms until ctx ends;
+// the returned channel is closed when it has stopped.
+func interactiveStream(ctx context.Context, s store.Store, e *engine.Engine) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			j := storetest.NewJob("acme", job.LaneInteractive, "k")
+			j.EligibleAt, j.CreatedAt = time.Now(), time.Now()
+			if _, err := s.Insert(context.Background(), []*job.Job{j}, admission.Config{}); err != nil {
+				return
+			}
+			e.Notify()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return done
+}
+
+// TestBatchPacerHoldsItsShareWhileInteractiveIsAbout: with BatchCPUShare
+// 0.25 (BatchCPUs 1), batch jobs of 10 ms each run about a quarter of
+// wall time while interactive work is in flight (one 10-ms interactive
+// job every 5 ms): some 25 in a simulated second, where the governor
+// alone runs them back to back (50 and more:
+// TestGovernorBatchShareUnderContinuousInteractive). Once interactive work
+// has been gone for BatchPaceWindow the lane runs at full speed again and
+// the pacer rests it no more. Without the pacer the first count is twice
+// the bound and the test fails. In simulated time.
+func TestBatchPacerHoldsItsShareWhileInteractiveIsAbout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var batch, inter concurrency
+		e, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchCPUShare: 0.25}, 400, &batch, &inter)
+		time.Sleep(time.Second)
+		paced := batch.done.Load()
+		rested := e.BudgetCounts().RestSeconds
+		stop()
+		if paced < 15 || paced > 35 {
+			t.Errorf("share 0.25: the batch lane completed %d 10-ms jobs in one second of continuous interactive work, want about 25 (15 to 35)", paced)
+		}
+		if rested < 0.6 || rested > 0.9 {
+			t.Errorf("share 0.25: the pacer rested the lane %.3f s of the first second, want about 0.75", rested)
+		}
+		if inter.done.Load() < 150 {
+			t.Errorf("interactive jobs completed: %d, want about 200", inter.done.Load())
+		}
+
+		// Interactive work gone: after the window the lane runs freely.
+		time.Sleep(engine.BatchPaceWindow + 100*time.Millisecond)
+		before, restedBefore := batch.done.Load(), e.BudgetCounts().RestSeconds
+		time.Sleep(time.Second)
+		free, c := batch.done.Load()-before, e.BudgetCounts()
+		if free < 80 {
+			t.Errorf("no interactive work about: the batch lane completed %d 10-ms jobs in a second, want about 100 (at least 80)", free)
+		}
+		if c.RestSeconds != restedBefore {
+			t.Errorf("no interactive work about: the pacer rested the lane %.3f s more, want none", c.RestSeconds-restedBefore)
+		}
+		if m := batch.most.Load(); m != 1 {
+			t.Errorf("at most %d batch handlers ran at once, want 1", m)
+		}
+		t.Logf("paced: %d batch jobs in 1 s, lane rested %.3f s (%d rests); free: %d in 1 s; %d interactive jobs", paced, rested, c.Rests, free, inter.done.Load())
+	})
+}
+
+// TestBatchPacerRestsAtYield: one batch handler doing 40 pieces of 10 ms,
+// with engine.Yield between them, under continuous interactive work and
+// BatchCPUShare 0.5 takes about twice its 0.4 s of work (each piece is
+// followed by a rest as long); alone it takes its 0.4 s. Without the
+// pacer at Yield it takes 0.4 s either way. In simulated time.
+func TestBatchPacerRestsAtYield(t *testing.T) {
+	t.Parallel()
+	for _, withInteractive := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			s := newStore(t)
+			took := make(chan time.Duration, 1)
+			h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+				if j.Lane != job.LaneBatch {
+					time.Sleep(10 * time.Millisecond)
+					return job.Outcome{Class: job.ClassSuccess}
+				}
+				began := time.Now()
+				for range 40 {
+					time.Sleep(10 * time.Millisecond)
+					engine.Yield(ctx)
+				}
+				took <- time.Since(began)
+				return job.Outcome{Class: job.ClassSuccess}
+			})
+			e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchCPUShare: 0.5,
+				Kinds: map[string]engine.Kind{"noop": {Handler: h, Computes: true}}})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			produced := make(<-chan struct{})
+			if withInteractive {
+				produced = interactiveStream(ctx, s, e)
+				time.Sleep(20 * time.Millisecond)
+			}
+			insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
+			e.Notify()
+			d := <-took
+			cancel()
+			if withInteractive {
+				<-produced
+				if d < 750*time.Millisecond || d > 900*time.Millisecond {
+					t.Errorf("share 0.5, interactive work about: 40 pieces of 10 ms took %v, want about 800ms", d)
+				}
+			} else if d != 400*time.Millisecond {
+				t.Errorf("no interactive work: 40 pieces of 10 ms took %v, want 400ms", d)
+			}
+		})
+	}
+}
