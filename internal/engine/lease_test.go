@@ -83,16 +83,6 @@ func getJob(t *testing.T, s store.Store, id string) *job.Job {
 	return j
 }
 
-func outcomes(j *job.Job, c job.Class) int {
-	n := 0
-	for _, h := range j.History {
-		if h.Outcome == c {
-			n++
-		}
-	}
-	return n
-}
-
 // reaperOnly returns an engine, not started, whose kinds match no job of
 // the tests: only its Reap is used, on the clock c.
 func reaperOnly(t *testing.T, s store.Store, c *testkit.Clock, obs engine.Observer) *engine.Engine {
@@ -189,9 +179,9 @@ func TestReaperRaces(t *testing.T) {
 			}
 			got := getJob(t, s, w.ID)
 			if fresh == nil || got.State != job.StateRunning || got.Attempt != 2 || got.LeaseToken != fresh.LeaseToken ||
-				!got.LeaseExpiresAt.Equal(fresh.LeaseExpiresAt) || got.Attempts.Transient != 1 || outcomes(got, job.ClassLeaseExpired) != 1 {
+				!got.LeaseExpiresAt.Equal(fresh.LeaseExpiresAt) || got.Attempts.Transient != 1 || storetest.CountOutcome(got, job.ClassLeaseExpired) != 1 {
 				t.Fatalf("job = %s attempt %d transient %d, %d recoveries; want attempt 2 running, recovered once",
-					got.State, got.Attempt, got.Attempts.Transient, outcomes(got, job.ClassLeaseExpired))
+					got.State, got.Attempt, got.Attempts.Transient, storetest.CountOutcome(got, job.ClassLeaseExpired))
 			}
 			if f.recovered.Load() != 1 {
 				t.Fatalf("recovered counter = %d, want 1", f.recovered.Load())
@@ -274,7 +264,7 @@ func TestHeartbeatKeepsLongHandler(t *testing.T) {
 		if got.State != job.StatePublished || runs.Load() != 1 || got.Attempt != 1 || len(got.History) != 1 {
 			t.Fatalf("job = %s after %d runs, attempt %d, history %+v; want published after one run", got.State, runs.Load(), got.Attempt, got.History)
 		}
-		if f.recovered.Load() != 0 || outcomes(got, job.ClassLeaseExpired) != 0 {
+		if f.recovered.Load() != 0 || storetest.CountOutcome(got, job.ClassLeaseExpired) != 0 {
 			t.Fatalf("the heartbeated lease was recovered %d times", f.recovered.Load())
 		}
 	})
@@ -458,8 +448,8 @@ func TestLostLeaseWritesAreRefusedAndCounted(t *testing.T) {
 		if f.refusedHeartbeat.Load() < 1 {
 			t.Fatalf("refused heartbeats = %d, want at least 1", f.refusedHeartbeat.Load())
 		}
-		if got := getJob(t, s, j.ID); got.State != job.StateTerminal || got.Reason != job.ReasonCancelled || outcomes(got, job.ClassSuccess) != 0 {
-			t.Fatalf("job = %s/%s with %d successes; the late outcome must change nothing", got.State, got.Reason, outcomes(got, job.ClassSuccess))
+		if got := getJob(t, s, j.ID); got.State != job.StateTerminal || got.Reason != job.ReasonCancelled || storetest.CountOutcome(got, job.ClassSuccess) != 0 {
+			t.Fatalf("job = %s/%s with %d successes; the late outcome must change nothing", got.State, got.Reason, storetest.CountOutcome(got, job.ClassSuccess))
 		}
 	})
 }
