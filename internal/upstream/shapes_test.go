@@ -126,16 +126,7 @@ func TestSlidingCounterDefinition(t *testing.T) {
 // Limit in any window of length Window" over every pair of admissions.
 func TestSlidingWindowIsStrict(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(shapes["sliding-window"].WithDefaults(), nil, t0)
-	r := rand.New(rand.NewPCG(9, 10))
-	var got []time.Time
-	now := t0
-	for range 3000 {
-		now = now.Add(time.Duration(r.Int64N(int64(8 * time.Millisecond))))
-		if lim.take(now).allowed {
-			got = append(got, now)
-		}
-	}
+	got := admitRandom(newLimiter(shapes["sliding-window"].WithDefaults(), nil, t0), rand.NewPCG(9, 10), 3000, 8*time.Millisecond)
 	if m := MaxInWindow(got, time.Second); m != 10 {
 		t.Errorf("MaxInWindow = %d, want exactly the limit 10 under excess demand", m)
 	}
