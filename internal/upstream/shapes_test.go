@@ -150,6 +150,7 @@ func TestMaxInWindow(t *testing.T) {
 		{at(0, 999), 2},
 		{at(0, 1000), 1}, // a window is half-open: (t-W, t]
 		{at(0, 1, 2, 999, 1000, 1001), 4},
+		{at(0, 100, 200, 1100, 1150), 3},
 	} {
 		if got := MaxInWindow(tc.ts, time.Second); got != tc.want {
 			t.Errorf("MaxInWindow(%v) = %d, want %d", tc.ts, got, tc.want)
