@@ -203,10 +203,7 @@ func TestPartsSweepRepairs(t *testing.T) {
 		s := newStore(t)
 		ctx := context.Background()
 		// Another process's writer, with no engine watching it.
-		other, err := engine.NewJobs(engine.JobsConfig{Store: s})
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := writerOn(t, s)
 		finishAll := func(parent *job.Job, parts []*job.Job) {
 			t.Helper()
 			if _, err := other.InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
@@ -411,10 +408,7 @@ func TestInsertPartsRefusesStrayParts(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	w, err := engine.NewJobs(engine.JobsConfig{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := writerOn(t, s)
 	parent, parts := newParent(time.Now(), 2)
 	parts[1].ParentID = "someone-else"
 	if _, err := w.InsertParts(ctx, parent, parts, admission.Config{}); err == nil {
