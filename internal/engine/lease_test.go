@@ -15,7 +15,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
-	"github.com/ratelane/ratelane/internal/store/postgres"
+	"github.com/ratelane/ratelane/internal/store/postgres/pgtest"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
@@ -63,15 +63,7 @@ func openDriver(t *testing.T, name string) store.Store {
 		return newStore(t)
 	}
 	url, schema := testkit.PostgresSchema(t, "rl_engine_")
-	s, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return pgtest.Open(t, url, schema, 4)
 }
 
 func getJob(t *testing.T, s store.Store, id string) *job.Job {
