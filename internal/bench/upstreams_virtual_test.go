@@ -624,10 +624,7 @@ const unforeseenBound = 1.12
 // names, comma-separated, when it is set), each in its own subtest, over
 // seeds 1 to 3.
 func eachVirtualMix(t *testing.T, fn func(t *testing.T, m UpstreamsMix, seed uint64)) {
-	for _, m := range Upstreams(false).Mixes {
-		if !virtualMixSelected(m.Name) {
-			continue
-		}
+	for _, m := range selectedVirtualMixes() {
 		t.Run(m.Name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 3; seed++ {
 				fn(t, m, seed)
@@ -641,6 +638,18 @@ func eachVirtualMix(t *testing.T, fn func(t *testing.T, m UpstreamsMix, seed uin
 func virtualMixSelected(name string) bool {
 	want := os.Getenv("RATELANE_VIRTUAL_MIX")
 	return want == "" || strings.Contains(","+want+",", ","+name+",")
+}
+
+// selectedVirtualMixes is the upstreams mixes virtualMixSelected selects,
+// in the workload's order.
+func selectedVirtualMixes() []UpstreamsMix {
+	var ms []UpstreamsMix
+	for _, m := range Upstreams(false).Mixes {
+		if virtualMixSelected(m.Name) {
+			ms = append(ms, m)
+		}
+	}
+	return ms
 }
 
 // runVirtualSeeds runs the one mix m over seeds 1 to 3 with no transit and
