@@ -69,14 +69,7 @@ func pgStore(t *testing.T) (*postgres.Store, func(sql string)) {
 	t.Helper()
 	url, schema := testkit.PostgresSchema(t, "rl_ready_")
 	exec := func(q string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, q); err != nil {
+		if err := testkit.PostgresExec(url, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
