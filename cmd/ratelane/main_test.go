@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"strings"
 	"testing"
 
@@ -56,4 +57,18 @@ func TestTopLevel(t *testing.T) {
 			t.Errorf("ratelane %q: exit %d, want %d and %q in:\n%s", tc.args, code, tc.code, tc.want, out)
 		}
 	}
+}
+
+// freeAddr returns a loopback address with a port free at the time of asking.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

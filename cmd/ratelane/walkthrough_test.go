@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -266,20 +265,6 @@ func runWalkthrough(t *testing.T, bin string, w *walkthrough) {
 			t.Errorf("walkthrough %s#%s: output does not show %s\n--- output\n%s", w.file, w.name, re, out.String())
 		}
 	}
-}
-
-// freeAddr returns a loopback address with a port free at the time of asking.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // waitServing polls the discovery document until the server answers.
