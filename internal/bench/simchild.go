@@ -43,10 +43,18 @@ type simURLs struct {
 	Batch string `json:"batch"`
 }
 
-// ServeSimChildIfAsked returns at once unless SimChildEnv is set; then it
-// serves the simulators until its stdin closes (the parent ends it, or
+// ServeSimChildIfAsked returns at once unless SimChildEnv or BatchNodeEnv
+// is set; then it serves the simulators, or a batch-only node
+// (BatchNodeProcess), until its stdin closes (the parent ends it, or
 // died) and exits the process. A main or TestMain calls it first.
 func ServeSimChildIfAsked() {
+	if v, ok := os.LookupEnv(BatchNodeEnv); ok {
+		if err := serveBatchNode(v, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "bench batch node: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	v, ok := os.LookupEnv(SimChildEnv)
 	if !ok {
 		return
@@ -157,29 +165,37 @@ func (c *simChild) close() error {
 	}
 }
 
-// cpuSeconds is the child's CPU time (user + system) so far, from
+// cpuSeconds is the child's CPU time so far (procCPUSeconds).
+func (c *simChild) cpuSeconds() (float64, bool) { return procCPUSeconds(c.cmd.Process.Pid) }
+
+// procCPUSeconds is a process's CPU time (user + system) so far, from
 // /proc/PID/stat; ok false where it cannot be read.
-func (c *simChild) cpuSeconds() (float64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
-	if err != nil {
+func procCPUSeconds(pid int) (float64, bool) {
+	f, ok := statFields(fmt.Sprintf("/proc/%d/stat", pid))
+	if !ok || len(f) < 13 {
 		return 0, false
 	}
-	// Fields after the command name (which may hold spaces), from field
-	// 3 on: utime and stime are fields 14 and 15, in clock ticks (USER_HZ,
+	// utime and stime are fields 14 and 15, in clock ticks (USER_HZ,
 	// 100 on Linux).
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
 	u, err1 := strconv.ParseFloat(f[11], 64)
 	st, err2 := strconv.ParseFloat(f[12], 64)
 	if err1 != nil || err2 != nil {
 		return 0, false
 	}
 	return (u + st) / 100, true
+}
+
+// statFields are the fields of a /proc stat file after the command name
+// (which may hold spaces): field 3 on, so field k is at index k-3.
+func statFields(path string) ([]string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(s[i+1:]), true
 }

@@ -190,7 +190,7 @@ func (s *Server) kindServed(j *job.Job, now time.Time) kindServed {
 		if ok && !always {
 			ks.WorkerLeasedAt = &at
 		}
-		ks.Handled = ks.Handled || w.Serves(j.Kind, now)
+		ks.Handled = ks.Handled || w.ServesIn(j.Kind, j.Lane, now)
 	}
 	if !ks.Handled {
 		ks.Detail = fmt.Sprintf("nothing handles kind %q in region %s: no handler is registered in this server and no external worker "+
