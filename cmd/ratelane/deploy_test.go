@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,43 @@ func TestBatchLaneCPUs(t *testing.T) {
 			t.Errorf("%s: %v", c.body, err)
 		case cfg.BatchCPUs != c.want:
 			t.Errorf("%s: BatchCPUs %d, want %d", c.body, cfg.BatchCPUs, c.want)
+		}
+	}
+}
+
+// TestServeLanes: --lanes and the config file's lanes set Config.Lanes,
+// the flag overriding the file; an unknown lane stops start-up.
+func TestServeLanes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ratelane.json")
+	if err := os.WriteFile(path, []byte(`{"lanes": ["batch"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args    []string
+		want    []ratelane.Lane
+		wantErr string
+	}{
+		{nil, nil, ""},
+		{[]string{"--lanes", "interactive"}, []ratelane.Lane{ratelane.LaneInteractive}, ""},
+		{[]string{"--lanes", "interactive, batch"}, []ratelane.Lane{ratelane.LaneInteractive, ratelane.LaneBatch}, ""},
+		{[]string{"--config", path}, []ratelane.Lane{ratelane.LaneBatch}, ""},
+		{[]string{"--config", path, "--lanes", "interactive"}, []ratelane.Lane{ratelane.LaneInteractive}, ""},
+		{[]string{"--lanes", "bulk"}, nil, `unknown lane "bulk"`},
+	} {
+		f, err := parseServerFlags("serve", c.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
+		switch {
+		case c.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%v: error %v, want %q", c.args, err, c.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case !slices.Equal(cfg.Lanes, c.want):
+			t.Errorf("%v: Lanes %v, want %v", c.args, cfg.Lanes, c.want)
 		}
 	}
 }
