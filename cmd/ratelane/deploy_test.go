@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -90,14 +91,7 @@ func TestBatchLaneCPUs(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
-		switch {
-		case c.wantErr != "":
-			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("%s: error %v, want one naming %s", c.body, err, c.wantErr)
-			}
-		case err != nil:
-			t.Errorf("%s: %v", c.body, err)
-		case cfg.BatchCPUs != c.want:
+		if configOK(t, c.body, err, c.wantErr) && cfg.BatchCPUs != c.want {
 			t.Errorf("%s: BatchCPUs %d, want %d", c.body, cfg.BatchCPUs, c.want)
 		}
 	}
@@ -127,15 +121,26 @@ func TestServeLanes(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
-		switch {
-		case c.wantErr != "":
-			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("%v: error %v, want %q", c.args, err, c.wantErr)
-			}
-		case err != nil:
-			t.Errorf("%v: %v", c.args, err)
-		case !slices.Equal(cfg.Lanes, c.want):
+		if configOK(t, fmt.Sprint(c.args), err, c.wantErr) && !slices.Equal(cfg.Lanes, c.want) {
 			t.Errorf("%v: Lanes %v, want %v", c.args, cfg.Lanes, c.want)
 		}
 	}
+}
+
+// configOK checks clientConfig's error against wantErr (a substring the
+// error must hold; "" for none) and reports whether the config is worth
+// comparing: no error was wanted and none came.
+func configOK(t *testing.T, what string, err error, wantErr string) bool {
+	t.Helper()
+	switch {
+	case wantErr != "":
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%s: error %v, want one naming %s", what, err, wantErr)
+		}
+		return false
+	case err != nil:
+		t.Errorf("%s: %v", what, err)
+		return false
+	}
+	return true
 }

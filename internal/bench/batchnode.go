@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -85,8 +83,7 @@ func serveBatchNode(cfgJSON string, in io.Reader, out io.Writer) error {
 
 // batchNode is a running batch-only child process.
 type batchNode struct {
-	cmd   *exec.Cmd
-	stdin io.Closer
+	*selfChild
 	// niceNote says how the node's priority was set (or why not).
 	niceNote string
 }
@@ -95,35 +92,20 @@ type batchNode struct {
 // (see BatchNodeEnv) at nice (0: the bench's own priority) and waits for
 // it to have started.
 func startBatchNode(bc batchNodeConfig, nice int) (*batchNode, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("batch node: %w", err)
-	}
 	b, err := json.Marshal(bc)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), BatchNodeEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("batch node: %w", err)
-	}
-	n := &batchNode{cmd: cmd, stdin: stdin}
+	n := &batchNode{}
 	// Niced at once (before it opens the store) and again once it has
 	// started: Linux keeps a nice per thread, and a thread inherits its
 	// creator's, so every thread the Go runtime had made by then is set
 	// and those it makes later inherit the setting.
-	n.niceNote = n.renice(nice)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	sc, line, err := startSelf("batch node", BatchNodeEnv+"="+string(b), func(p *os.Process) { n.niceNote = renice(p.Pid, nice) })
+	if sc == nil {
+		return nil, err
+	}
+	n.selfChild = sc
 	if err == nil && !strings.Contains(line, `"ready":true`) {
 		err = errors.New("not ready")
 	}
@@ -131,20 +113,19 @@ func startBatchNode(bc batchNodeConfig, nice int) (*batchNode, error) {
 		_ = n.close()
 		return nil, fmt.Errorf("batch node: its first line %q: %w", line, err)
 	}
-	n.niceNote = n.renice(nice)
+	n.niceNote = renice(sc.cmd.Process.Pid, nice)
 	return n, nil
 }
 
-// renice sets every thread of the node to nice n (Linux: setpriority on
-// each task of /proc/PID/task), and says what it did.
-func (n *batchNode) renice(nice int) string {
+// renice sets every thread of process pid to nice (Linux: setpriority
+// on each task of /proc/PID/task), and says what it did.
+func renice(pid, nice int) string {
 	if nice == 0 {
 		return "not niced"
 	}
 	if runtime.GOOS != "linux" {
 		return "not niced: setting a child's priority is implemented for Linux only"
 	}
-	pid := n.cmd.Process.Pid
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return "not niced: " + err.Error()
@@ -191,15 +172,4 @@ func (n *batchNode) cpuSeconds() (float64, bool) { return procCPUSeconds(n.cmd.P
 
 // close ends the node: its stdin closes (it stops gracefully and exits),
 // and a kill follows if it has not within 10 s.
-func (n *batchNode) close() error {
-	_ = n.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- n.cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(10 * time.Second):
-		_ = n.cmd.Process.Kill()
-		return <-done
-	}
-}
+func (n *batchNode) close() error { return n.selfChild.close(10 * time.Second) }

@@ -107,36 +107,73 @@ func newSims(processFor time.Duration) (*upstream.Server, *batchsim.Server, erro
 	return llm, bsim, nil
 }
 
-// simChild is a running child process serving the simulators.
-type simChild struct {
+// selfChild is a child process of this executable (the bench's
+// simulators, or a batch node): closing its stdin asks it to end.
+type selfChild struct {
 	cmd   *exec.Cmd
 	stdin io.Closer
-	urls  simURLs
+}
+
+// startSelf starts this executable with env (NAME=value) added, calls
+// started (when not nil) with the running process, and returns the first
+// line the child writes on stdout. On an error the caller closes the child
+// it returned (nil when none started).
+func startSelf(what, env string, started func(*os.Process)) (*selfChild, string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = os.Stderr // an *os.File: no copying goroutine
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	c := &selfChild{cmd: cmd, stdin: stdin}
+	if started != nil {
+		started(cmd.Process)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	return c, line, err
+}
+
+// close ends the child: its stdin closes (it exits by itself), and a kill
+// follows in case it has not within grace.
+func (c *selfChild) close(grace time.Duration) error {
+	_ = c.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(grace):
+		_ = c.cmd.Process.Kill()
+		return <-done
+	}
+}
+
+// simChild is a running child process serving the simulators.
+type simChild struct {
+	*selfChild
+	urls simURLs
 }
 
 // startSimChild starts this executable as the simulators' child (see
 // SimChildEnv) and waits for its URLs.
 func startSimChild(processFor time.Duration) (*simChild, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("simulator child: %w", err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), SimChildEnv+"="+processFor.String())
-	cmd.Stderr = os.Stderr // an *os.File: no copying goroutine
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	sc, line, err := startSelf("simulator child", SimChildEnv+"="+processFor.String(), nil)
+	if sc == nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("simulator child: %w", err)
-	}
-	c := &simChild{cmd: cmd, stdin: stdin}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	c := &simChild{selfChild: sc}
 	if err == nil {
 		err = json.Unmarshal([]byte(line), &c.urls)
 	}
@@ -150,20 +187,9 @@ func startSimChild(processFor time.Duration) (*simChild, error) {
 	return c, nil
 }
 
-// close ends the child: its stdin closes (it exits by itself), and a kill
-// follows in case it does not.
-func (c *simChild) close() error {
-	_ = c.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		_ = c.cmd.Process.Kill()
-		return <-done
-	}
-}
+// close ends the child, killed if it has not exited 5 s after its stdin
+// closed.
+func (c *simChild) close() error { return c.selfChild.close(5 * time.Second) }
 
 // cpuSeconds is the child's CPU time so far (procCPUSeconds).
 func (c *simChild) cpuSeconds() (float64, bool) { return procCPUSeconds(c.cmd.Process.Pid) }
