@@ -32,6 +32,11 @@ func TestLaneNodePredictsTheOtherLaneUnserved(t *testing.T) {
 		t.Fatalf("ServesIn(interactive, batch) = %v, %v; Serves = %v; want true, false, true",
 			w.ServesIn("work", job.LaneInteractive, clock), w.ServesIn("work", job.LaneBatch, clock), w.Serves("work", clock))
 	}
+	// What a job's waiting_for reads: the handler here runs only the
+	// interactive lane's jobs of the kind.
+	if !w.OtherLaneOnly("work", job.LaneBatch) || w.OtherLaneOnly("work", job.LaneInteractive) {
+		t.Fatalf("OtherLaneOnly(batch, interactive) = %v, %v; want true, false", w.OtherLaneOnly("work", job.LaneBatch), w.OtherLaneOnly("work", job.LaneInteractive))
+	}
 	ctx := context.Background()
 	batch, err := w.PredictWait(ctx, engine.PredictParams{Kind: "work", Lane: job.LaneBatch, Keys: []string{"k"}})
 	if err != nil {

@@ -91,6 +91,16 @@ func (w *Jobs) ServesIn(kind string, lane job.Lane, now time.Time) bool {
 	return ok && now.Sub(at) <= serveWindow
 }
 
+// OtherLaneOnly reports whether an engine here runs kind in one lane
+// (Config.Lanes) that is not lane: its handler then does not run lane's
+// jobs.
+func (w *Jobs) OtherLaneOnly(kind string, lane job.Lane) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	only, one := w.servedIn[kind]
+	return one && only != lane
+}
+
 // LastLeased reports when a worker last asked for kind through this writer
 // (ok false: never, or forgotten); always is true when an engine here runs
 // the kind. The dashboard and a waiting job's view show it; Serves is the
