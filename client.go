@@ -150,7 +150,8 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	rt.engine, err = engine.New(engine.Config{
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, BatchYieldMax: c.cfg.BatchYieldMax, BatchPieces: c.cfg.BatchPieces, BatchCPUs: c.cfg.BatchCPUs, BatchCPUShare: c.cfg.BatchCPUShare, Retention: c.cfg.Retention,
-		Now: c.cfg.Now, Logger: c.cfg.Logger, Jobs: rt.jobs, MaxRunTime: c.cfg.MaxRunTime,
+		Lanes: c.cfg.Lanes,
+		Now:   c.cfg.Now, Logger: c.cfg.Logger, Jobs: rt.jobs, MaxRunTime: c.cfg.MaxRunTime,
 		InFlight: inFlight(r),
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,6 +102,16 @@ type Config struct {
 	// runs at full speed. Needs BatchCPUs on. Zero: the default, off;
 	// negative or 1 and more: off (docs/configuration.md).
 	BatchCPUShare float64
+	// Lanes are the lanes this process's engines serve in every region;
+	// empty means both (LaneInteractive, LaneBatch). A node of one lane
+	// leases only that lane's jobs and runs only its background work
+	// (aggregation and publication of its parents, its sweep): run the
+	// batch lane in a process of its own at a lower OS priority (nice)
+	// beside an interactive-only node on the same store, so that a sweep
+	// does not take the interactive lane's CPU (docs/architecture.md,
+	// "Lane-dedicated nodes"). A lane no node serves is not run; its
+	// jobs wait and the intake's prediction sees the kind unserved.
+	Lanes []Lane
 	// Retention is how long finished jobs are kept (and idempotency keys
 	// remembered); default 30 days.
 	Retention time.Duration
@@ -176,6 +187,11 @@ func (c Config) validate() error {
 		seen[r.Name] = true
 		if r.PostgresURL != "" && r.SQLitePath != "" {
 			return fmt.Errorf("ratelane: region %q names both an SQLite path and a PostgreSQL URL; choose one", r.Name)
+		}
+	}
+	for _, l := range c.Lanes {
+		if !slices.Contains(rltype.Lanes, l) {
+			return fmt.Errorf("ratelane: unknown lane %q in Lanes (want %s or %s)", l, LaneInteractive, LaneBatch)
 		}
 	}
 	if c.InteractiveBudget < 0 || c.BatchBudget < 0 || c.Retention < time.Hour {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
@@ -143,12 +144,7 @@ func recoveries(t *testing.T, c *ratelane.Client, id string, held map[string]boo
 
 func recoveriesOf(t *testing.T, j *ratelane.Job, held map[string]bool) int {
 	t.Helper()
-	got := 0
-	for _, h := range j.History {
-		if h.Outcome == job.ClassLeaseExpired {
-			got++
-		}
-	}
+	got := storetest.CountOutcome(j, job.ClassLeaseExpired)
 	want := 0
 	if held[j.ID] {
 		want = 1
@@ -203,13 +199,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
 
 // successes counts the successful attempts recorded in a job's history.
 func successes(j *ratelane.Job) int {
-	n := 0
-	for _, h := range j.History {
-		if h.Outcome == job.ClassSuccess {
-			n++
-		}
-	}
-	return n
+	return storetest.CountOutcome(j, job.ClassSuccess)
 }
 
 func countState(t *testing.T, c *ratelane.Client, state ratelane.State) int {

@@ -114,6 +114,9 @@ const (
 	LaneBatch       = rltype.LaneBatch
 )
 
+// Lanes lists the lane classes, interactive first.
+var Lanes = rltype.Lanes
+
 // Job states.
 const (
 	StateAccepted       = rltype.StateAccepted

@@ -44,6 +44,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// competed with the interactive reviews inside one Go scheduler
 	// (docs/benchmarks.md, "Session 24 (s24h1)").
 	fs.StringVar(&o.Sim, "sim", bench.SimChild, "batch-isolation only: where the LLM and batch simulators run: child (a child process of this executable on loopback, ended with the run) or in (the bench's own process, as before session 24)")
+	fs.StringVar(&o.BatchNode, "batch-node", bench.BatchNodeInProcess, "batch-isolation only: where the batch lane runs: in (the bench's one node serves both lanes) or process (a batch-only node in a child process of this executable on the same store, at --batch-nice; the bench's node serves the interactive lane only)")
+	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
 	var verbose bool
 	fs.StringVar(&mixes, "mix", "", "upstreams only: run just these mixes (comma-separated, e.g. issue,sliding)")
@@ -91,6 +93,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.Sim != bench.SimInProcess && o.Sim != bench.SimChild {
 		return usageError{fmt.Sprintf("--sim %q: want %s or %s", o.Sim, bench.SimInProcess, bench.SimChild)}
+	}
+	if o.BatchNode != bench.BatchNodeInProcess && o.BatchNode != bench.BatchNodeProcess {
+		return usageError{fmt.Sprintf("--batch-node %q: want %s or %s", o.BatchNode, bench.BatchNodeInProcess, bench.BatchNodeProcess)}
+	}
+	if o.BatchNice < 0 || o.BatchNice > 19 {
+		return usageError{fmt.Sprintf("--batch-nice %d: want 0 to 19 (a lower priority than the bench's, or the same)", o.BatchNice)}
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}

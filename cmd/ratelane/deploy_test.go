@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,15 +96,56 @@ func TestBatchLaneCPUs(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
-		switch {
-		case c.wantErr != "":
-			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("%s: error %v, want one naming %s", c.body, err, c.wantErr)
-			}
-		case err != nil:
-			t.Errorf("%s: %v", c.body, err)
-		case cfg.BatchCPUs != c.want || cfg.BatchCPUShare != c.wantShare:
+		if configOK(t, c.body, err, c.wantErr) && (cfg.BatchCPUs != c.want || cfg.BatchCPUShare != c.wantShare) {
 			t.Errorf("%s: BatchCPUs %d, BatchCPUShare %v; want %d, %v", c.body, cfg.BatchCPUs, cfg.BatchCPUShare, c.want, c.wantShare)
 		}
 	}
+}
+
+// TestServeLanes: --lanes and the config file's lanes set Config.Lanes,
+// the flag overriding the file; an unknown lane stops start-up.
+func TestServeLanes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ratelane.json")
+	if err := os.WriteFile(path, []byte(`{"lanes": ["batch"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args    []string
+		want    []ratelane.Lane
+		wantErr string
+	}{
+		{nil, nil, ""},
+		{[]string{"--lanes", "interactive"}, []ratelane.Lane{ratelane.LaneInteractive}, ""},
+		{[]string{"--lanes", "interactive, batch"}, []ratelane.Lane{ratelane.LaneInteractive, ratelane.LaneBatch}, ""},
+		{[]string{"--config", path}, []ratelane.Lane{ratelane.LaneBatch}, ""},
+		{[]string{"--config", path, "--lanes", "interactive"}, []ratelane.Lane{ratelane.LaneInteractive}, ""},
+		{[]string{"--lanes", "bulk"}, nil, `unknown lane "bulk"`},
+	} {
+		f, err := parseServerFlags("serve", c.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
+		if configOK(t, fmt.Sprint(c.args), err, c.wantErr) && !slices.Equal(cfg.Lanes, c.want) {
+			t.Errorf("%v: Lanes %v, want %v", c.args, cfg.Lanes, c.want)
+		}
+	}
+}
+
+// configOK checks clientConfig's error against wantErr (a substring the
+// error must hold; "" for none) and reports whether the config is worth
+// comparing: no error was wanted and none came.
+func configOK(t *testing.T, what string, err error, wantErr string) bool {
+	t.Helper()
+	switch {
+	case wantErr != "":
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%s: error %v, want one naming %s", what, err, wantErr)
+		}
+		return false
+	case err != nil:
+		t.Errorf("%s: %v", what, err)
+		return false
+	}
+	return true
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/bench"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"go.uber.org/goleak"
 )
 
@@ -56,4 +61,39 @@ func TestTopLevel(t *testing.T) {
 			t.Errorf("ratelane %q: exit %d, want %d and %q in:\n%s", tc.args, code, tc.code, tc.want, out)
 		}
 	}
+}
+
+// freeAddr returns a loopback address with a port free at the time of asking.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// waitServing polls the discovery document until the server answers.
+func waitServing(t *testing.T, url string, exited <-chan error, log *testkit.Buffer) {
+	t.Helper()
+	testkit.Eventually(t, 60*time.Second, "ratelane serve to answer at "+url, func() error {
+		select {
+		case err := <-exited:
+			t.Fatalf("ratelane serve exited: %v\n%s", err, log.String())
+		default:
+		}
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return fmt.Errorf("%v; its log:\n%s", err, log.String())
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz answers %d; its log:\n%s", resp.StatusCode, log.String())
+		}
+		return nil
+	})
 }

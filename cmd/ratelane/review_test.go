@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,12 +104,7 @@ func TestReviewInlineStdinFormats(t *testing.T) {
 // gate does not pass an unreviewed diff. --json is --format json.
 func TestReviewAllPartsFailedExitsNonZero(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := freeAddr(t) // nothing listens there
 	path := filepath.Join(t.TempDir(), "d.diff")
 	if err := os.WriteFile(path, []byte("diff --git a/a.go b/a.go\n--- a/a.go\n+++ b/a.go\n@@ -1,1 +1,2 @@\n package a\n+// TODO x\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -110,12 +109,7 @@ func TestNoSecretInErrors(t *testing.T) {
 		t.Errorf("401: exit %d, want 1 and a message naming %s and the server:\n%s", code, envAPIKey, out)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := freeAddr(t) // nothing listens there
 	t.Setenv(envServer, "http://ratelane:canary-url-password@"+closed)
 	code, out = runCLI("jobs", "ls")
 	check("an unreachable server", out)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,7 @@ type serverFlags struct {
 	postgres    multiFlag
 	synchronous string
 	workers     int
+	lanes       string
 	config      string
 	logFormat   string
 	// allowPrivate opens loopback and private webhook targets.
@@ -69,6 +71,8 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	fs.Var(&f.postgres, "postgres-url", "PostgreSQL URL for every region (one schema each), or REGION=URL; repeatable")
 	fs.StringVar(&f.synchronous, "synchronous", "FULL", "SQLite durability: FULL (survives power loss) or NORMAL (survives crashes)")
 	fs.IntVar(&f.workers, "workers", ratelane.DefaultWorkers, "jobs run at once per region")
+	fs.StringVar(&f.lanes, "lanes", "", "comma-separated lanes this node serves: interactive, batch or interactive,batch (the default); "+
+		"run the batch lane in a node of its own at a lower priority (nice) beside an interactive-only one (docs/operations.md)")
 	fs.StringVar(&f.config, "config", "", "JSON config file (see docs/configuration.md); flags override it")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fs.BoolVar(&f.allowPrivate, "allow-private-targets", false,
@@ -82,14 +86,16 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 
 // fileConfig is the JSON config file: everything a flag can say, plus limits.
 type fileConfig struct {
-	Data              string            `json:"data"`
-	Addr              string            `json:"addr"`
-	Regions           []ratelane.Region `json:"regions"`
-	Workers           int               `json:"workers"`
-	Limits            []ratelane.Limit  `json:"limits"`
-	DefaultLimit      ratelane.Limit    `json:"default_limit"`
-	InteractiveBudget string            `json:"interactive_budget"`
-	BatchBudget       string            `json:"batch_budget"`
+	Data    string            `json:"data"`
+	Addr    string            `json:"addr"`
+	Regions []ratelane.Region `json:"regions"`
+	Workers int               `json:"workers"`
+	// Lanes is --lanes: the lanes this node serves (empty: both).
+	Lanes             []string         `json:"lanes"`
+	Limits            []ratelane.Limit `json:"limits"`
+	DefaultLimit      ratelane.Limit   `json:"default_limit"`
+	InteractiveBudget string           `json:"interactive_budget"`
+	BatchBudget       string           `json:"batch_budget"`
 	// AllowPrivateTargets is --allow-private-targets.
 	AllowPrivateTargets bool `json:"allow_private_targets"`
 	// Providers are the review providers of each region (providers.go).
@@ -127,6 +133,19 @@ func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error)
 	if f.config != "" {
 		if err := f.applyFile(&cfg); err != nil {
 			return cfg, err
+		}
+	}
+	if f.lanes != "" {
+		cfg.Lanes = nil // the flag overrides the file
+		for _, l := range strings.Split(f.lanes, ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				cfg.Lanes = append(cfg.Lanes, ratelane.Lane(l))
+			}
+		}
+	}
+	for _, l := range cfg.Lanes {
+		if !slices.Contains(ratelane.Lanes, l) {
+			return cfg, usageError{fmt.Sprintf("--lanes (or the config's lanes): unknown lane %q; want interactive or batch (both: interactive,batch)", l)}
 		}
 	}
 	if len(cfg.Regions) == 0 {
@@ -173,6 +192,9 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 	}
 	if fc.Workers != 0 {
 		cfg.Workers = fc.Workers
+	}
+	for _, l := range fc.Lanes {
+		cfg.Lanes = append(cfg.Lanes, ratelane.Lane(l))
 	}
 	cfg.Regions, cfg.Limits, cfg.DefaultLimit = fc.Regions, fc.Limits, fc.DefaultLimit
 	f.allowPrivate = f.allowPrivate || fc.AllowPrivateTargets

@@ -6,6 +6,19 @@ import (
 	"time"
 )
 
+// refusedAt is a key on cfg, past its first refusal (a first is the
+// rate's), that took inFlight leases at t0 and released the one the
+// upstream refused: the caller reports the refusal.
+func refusedAt(cfg Config, inFlight int) State {
+	s := NewState(cfg)
+	s.LastRefusal = t0.Add(-time.Hour)
+	for range inFlight {
+		s.Take(t0, 1)
+	}
+	s.Release()
+	return s
+}
+
 // TestConcurrencyRefusalLearnsCap checks the reading of one refusal: met
 // while another lease of the key was in flight and at the key's rate, it
 // teaches an in-flight cap of one, keeps the rate and does not pause;
@@ -13,11 +26,7 @@ import (
 // before.
 func TestConcurrencyRefusalLearnsCap(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
-	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
-	s.Take(t0, 1)
-	s.Take(t0, 1)
-	s.Release() // the refused one
+	s := refusedAt(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true}, 2)
 	s.Throttled(t0.Add(30*time.Millisecond), t0.Add(time.Minute), 1)
 	if s.LearnedConcurrency != 1 || s.InFlightCap() != 1 {
 		t.Fatalf("learned cap %d (in force %d) after a refusal with 2 in flight, want 1", s.LearnedConcurrency, s.InFlightCap())
@@ -70,12 +79,7 @@ func TestConcurrencyRefusalLearnsCap(t *testing.T) {
 // is the rate's.
 func TestConcurrencyRefusalRetryAfter(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
-	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
-	for range 4 {
-		s.Take(t0, 1)
-	}
-	s.Release()
+	s := refusedAt(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true}, 4)
 	until := t0.Add(250 * time.Millisecond)
 	s.RateLimited(t0.Add(10*time.Millisecond), until, 1)
 	if s.LearnedConcurrency != 3 || !s.PausedUntil.Equal(until) || s.LearnedRate != 20 {
@@ -108,11 +112,7 @@ func TestConcurrencyRefusalRetryAfter(t *testing.T) {
 // MaxCapHold, and that a cap reaching the configured one is dropped.
 func TestCapProbe(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true, Concurrency: 4})
-	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
-	s.Take(t0, 1)
-	s.Take(t0, 1)
-	s.Release()
+	s := refusedAt(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true, Concurrency: 4}, 2)
 	s.Throttled(t0, time.Time{}, 1)
 	s.Release()
 	now := t0.Add(CapHold + time.Millisecond)
@@ -213,11 +213,7 @@ func TestCapProbe(t *testing.T) {
 // that a key reconfigured as fixed forgets it.
 func TestCapSurvivesStore(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
-	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal: a first is the rate's
-	s.Take(t0, 1)
-	s.Take(t0, 1)
-	s.Release()
+	s := refusedAt(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true}, 2)
 	s.Throttled(t0, time.Time{}, 1)
 	b := s.MarshalShapes(nil)
 	var r State
@@ -393,11 +389,7 @@ func TestFirstRefusalBeforeAnyAnswer(t *testing.T) {
 // refusal from the upstream that taught it.
 func TestCapNotBindingNotProbed(t *testing.T) {
 	t.Parallel()
-	s := NewState(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true})
-	s.LastRefusal = t0.Add(-time.Hour) // not its first refusal
-	s.Take(t0, 1)
-	s.Take(t0, 1)
-	s.Release()
+	s := refusedAt(Config{Name: "k", Rate: 20, Burst: 4, Adaptive: true}, 2)
 	s.Throttled(t0, time.Time{}, 1)
 	s.Release()
 	if s.LearnedConcurrency != 1 {

@@ -51,6 +51,17 @@ func (m *fixedModel) answer(now time.Time) (bool, time.Time) {
 	return true, time.Time{}
 }
 
+// fixedDrop is a fixed-window upstream that admits 30 a second until
+// drop and 15 from then on, dropping silently (no signal but refusals).
+func fixedDrop(drop time.Time) *fixedModel {
+	return &fixedModel{limit: func(now time.Time) int {
+		if now.Before(drop) {
+			return 30
+		}
+		return 15
+	}}
+}
+
 // drive runs s against up from start for d in 1 ms steps, answering every
 // start at once (a refusal with a retry time through RateLimited, one
 // without through Throttled), and returns the refusal times.
@@ -119,12 +130,7 @@ func TestDiscoveryFixedWindowDrop(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
 	drop := t0.Add(4*time.Second + 300*time.Millisecond)
-	up := &fixedModel{limit: func(now time.Time) int {
-		if now.Before(drop) {
-			return 30
-		}
-		return 15
-	}}
+	up := fixedDrop(drop)
 	refused := drive(&s, up, t0, drop.Add(2*time.Second).Sub(t0))
 	if s.LearnedRate > 15 {
 		t.Fatalf("learned %v/s 2 s after a drop to 15 per fixed second (refusals %v), want at most 15: the since-the-pause count is the new limit",
@@ -218,12 +224,7 @@ func TestSilentDropHalves(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
 	drop := t0.Add(4*time.Second + 300*time.Millisecond)
-	up := &fixedModel{limit: func(now time.Time) int {
-		if now.Before(drop) {
-			return 30
-		}
-		return 15
-	}}
+	up := fixedDrop(drop)
 	refused := drive(&s, up, t0, drop.Add(time.Second).Sub(t0))
 	if len(refused) != 1 {
 		t.Fatalf("refusals %v in the second after a drop, want one signal", refused)
@@ -239,12 +240,7 @@ func TestSilentDropHalves(t *testing.T) {
 	// that, not the 6 s of a long-lived one.
 	short := NewState(Config{Name: "k", Rate: 30, Burst: 15, Adaptive: true})
 	early := t0.Add(2*time.Second + 300*time.Millisecond)
-	upShort := &fixedModel{limit: func(now time.Time) int {
-		if now.Before(early) {
-			return 30
-		}
-		return 15
-	}}
+	upShort := fixedDrop(early)
 	if refused := drive(&short, upShort, t0, early.Add(time.Second).Sub(t0)); len(refused) != 1 {
 		t.Fatalf("refusals %v in the second after an early drop, want one signal", refused)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
-	"github.com/ratelane/ratelane/internal/testkit"
+	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 // TestWindowBound is invariant 6 for windows and multi-shape keys, as a
@@ -465,7 +465,7 @@ func TestWindowAnswersOutOfOrder(t *testing.T) {
 			arrivals = append(arrivals, arrive)
 		}
 		slices.SortFunc(arrivals, time.Time.Compare)
-		if n := testkit.MostWithin(arrivals, w.Period); float64(n) > w.Limit {
+		if n := upstream.MaxInWindow(arrivals, w.Period); float64(n) > w.Limit {
 			t.Fatalf("trial %d %+v: %d arrivals within one period, over the limit", trial, w, n)
 		}
 	}

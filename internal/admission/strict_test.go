@@ -210,10 +210,10 @@ func TestStrictEndsAfterItsPeriod(t *testing.T) {
 			after = append(after, now)
 		}
 	}
-	if n := testkit.MostWithin(strictStarts, time.Second); n > 19 {
+	if n := upstream.MaxInWindow(strictStarts, time.Second); n > 19 {
 		t.Fatalf("%d starts within one second while strict, want at most 19", n)
 	}
-	if n := testkit.MostWithin(after, time.Second); n < 20 {
+	if n := upstream.MaxInWindow(after, time.Second); n < 20 {
 		t.Fatalf("at most %d starts within one second after strict counting ended, want the declared 20", n)
 	}
 }
@@ -259,7 +259,7 @@ func TestStrictKeepsItsGridWhenLate(t *testing.T) {
 			t.Fatalf("start %d at %v, before its grid point %v", i, st.Sub(starts[0]), time.Duration(i)*unit)
 		}
 	}
-	if n := testkit.MostWithin(starts, time.Second); n > 20 {
+	if n := upstream.MaxInWindow(starts, time.Second); n > 20 {
 		t.Fatalf("%d strict starts within one second, want at most the declared 20", n)
 	}
 	span := starts[len(starts)-1].Sub(starts[0])

@@ -85,29 +85,41 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("unknown simulator mode %q (want %s or %s)", e.opts.Sim, SimInProcess, SimChild)
 	}
-	const key = "openai:bench-model" // one account: both profiles spend it
-	inter, err := review.NewProvider(review.Profile{Name: "interactive", Kind: "openai-compatible", Region: "us", Model: "bench-model",
-		BaseURL: llmURL + "/v1", APIKey: "sk-bench", RequestsKey: key, RequestsPerMinute: 6000})
+	rv, err := batchLaneReviews(llmURL, batchURL)
 	if err != nil {
 		return Result{}, err
 	}
-	batch, err := review.NewProvider(review.Profile{Name: "batch", Kind: "openai", Region: "us", Model: "bench-model",
-		BaseURL: batchURL + "/v1/", APIKey: "sk-bench", RequestsKey: key})
-	if err != nil {
-		return Result{}, err
-	}
-	rv := review.New(review.Config{Regions: map[string]review.RegionConfig{"us": {Providers: []review.Provider{inter, batch},
-		SweepEvery: 500 * time.Millisecond, Batch: review.BatchConfig{PollInterval: 200 * time.Millisecond}}}})
 	reg := prometheus.NewRegistry()
 	// The process's CPU seconds (process_cpu_seconds_total) for the
 	// phases' CPU figures; absent where the collector cannot read them.
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	pubs := newPublications(publishedFallback)
 	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv, pubs}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
-		BatchCPUShare: e.opts.BatchCPUShare, BatchYieldMax: e.opts.BatchYieldMax}
-	c, err := e.client(ctx, cfg)
+		BatchCPUShare: e.opts.BatchCPUShare, BatchYieldMax: e.opts.BatchYieldMax, Regions: []ratelane.Region{e.region()}}
+	// The batch lane in a node of its own (Options.BatchNode): this
+	// Client serves the interactive lane, a batch-only Client in a child
+	// process at a lower priority serves the batch lane on the same store.
+	var node *batchNode
+	nodeCPU := func() (float64, bool) { return 0, false }
+	switch e.opts.BatchNode {
+	case "", BatchNodeInProcess:
+	case BatchNodeProcess:
+		cfg.Lanes = []ratelane.Lane{ratelane.LaneInteractive}
+	default:
+		return Result{}, fmt.Errorf("unknown batch node mode %q (want %s or %s)", e.opts.BatchNode, BatchNodeInProcess, BatchNodeProcess)
+	}
+	c, err := e.client(ctx, cfg) // migrates the store before the batch node opens it
 	if err != nil {
 		return Result{}, err
+	}
+	if e.opts.BatchNode == BatchNodeProcess {
+		node, err = startBatchNode(batchNodeConfig{Region: cfg.Regions[0], DataDir: e.dir, LLM: llmURL, Batch: batchURL,
+			BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs, BatchYieldMax: e.opts.BatchYieldMax}, e.opts.BatchNice)
+		if err != nil {
+			return Result{}, err
+		}
+		defer node.close()
+		nodeCPU = node.cpuSeconds
 	}
 	if err := c.Start(ctx); err != nil {
 		return Result{}, err
@@ -177,6 +189,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	close(closed)
 	w0 := storeWrites(reg)
 	c0, _ := childCPU()
+	n0, _ := nodeCPU()
 	baseSched := sampleSched()
 	base, _, err := interactive(plan.Window, closed)
 	baseRun := baseSched()
@@ -190,6 +203,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// the sweep is final.
 	w1 := storeWrites(reg)
 	c1, _ := childCPU()
+	n1, _ := nodeCPU()
 	done := make(chan struct{})
 	var (
 		sweepErr  error
@@ -260,6 +274,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}
 	w2 := storeWrites(reg)
 	c2, childOK := childCPU()
+	n2, nodeOK := nodeCPU()
 
 	bp50, bp99 := Percentile(base, 0.50), Percentile(base, 0.99)
 	up50, up99 := Percentile(under, 0.50), Percentile(under, 0.99)
@@ -286,7 +301,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// The store's writes and commits (SQLite only: PostgreSQL does not
 	// count them), load-independent: the sweep phase's, less what its
 	// interactive reviews cost at the baseline's rate, per sweep file.
-	if w2.ok && len(base) > 0 {
+	if w2.ok && len(base) > 0 && node == nil { // a batch node's writes are its own process's
 		perReview := func(a, b float64) float64 { return (b - a) / float64(len(base)) }
 		txReview, wReview := perReview(w0.txs, w1.txs), perReview(w0.writes, w1.writes)
 		r.add("baseline_commits_per_review", txReview, "store transactions per interactive review")
@@ -370,6 +385,17 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("baseline_sim_cpu_seconds", c1-c0, "s CPU of the simulators' child process, baseline")
 		r.add("sweep_sim_cpu_seconds", c2-c1, "s CPU of the simulators' child process, sweep phase")
 	}
+	// The batch node's CPU and priority (BatchNodeProcess): the sweep's
+	// CPU is there, not in the figures above.
+	if nodeOK {
+		r.add("baseline_batch_node_cpu_seconds", n1-n0, "s CPU of the batch node's process, baseline")
+		r.add("sweep_batch_node_cpu_seconds", n2-n1, "s CPU of the batch node's process, sweep phase")
+		r.add("sweep_batch_node_cpu_ms_per_file", 1000*(n2-n1)/float64(plan.Files), "ms CPU of the batch node per sweep file")
+		if lo, hi, ok := node.nices(); ok {
+			r.add("batch_node_nice_min", float64(lo), "least nice of the batch node's threads at the end ("+node.niceNote+")")
+			r.add("batch_node_nice_max", float64(hi), "greatest nice of the batch node's threads at the end")
+		}
+	}
 	// Where an interactive review's time goes, stage by stage (the
 	// engine's histograms; p99 is a bucket bound): baseline and under the
 	// sweep.
@@ -386,6 +412,27 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("stage_"+st+"_sweep_p99_ms", 1000*u.finiteQuantile(0.99), "ms (bucket bound; the last bound means at least that)")
 	}
 	return r, nil
+}
+
+// batchLaneReviews is the workload's review plug-in: one region, two
+// provider profiles of one account (one model, one RequestsKey),
+// "interactive" on the LLM simulator at llmURL and "batch" on the batch
+// simulator at batchURL. The bench's Client and a batch node
+// (BatchNodeProcess) configure it alike.
+func batchLaneReviews(llmURL, batchURL string) (*review.Plugin, error) {
+	const key = "openai:bench-model" // one account: both profiles spend it
+	inter, err := review.NewProvider(review.Profile{Name: "interactive", Kind: "openai-compatible", Region: "us", Model: "bench-model",
+		BaseURL: llmURL + "/v1", APIKey: "sk-bench", RequestsKey: key, RequestsPerMinute: 6000})
+	if err != nil {
+		return nil, err
+	}
+	batch, err := review.NewProvider(review.Profile{Name: "batch", Kind: "openai", Region: "us", Model: "bench-model",
+		BaseURL: batchURL + "/v1/", APIKey: "sk-bench", RequestsKey: key})
+	if err != nil {
+		return nil, err
+	}
+	return review.New(review.Config{Regions: map[string]review.RegionConfig{"us": {Providers: []review.Provider{inter, batch},
+		SweepEvery: 500 * time.Millisecond, Batch: review.BatchConfig{PollInterval: 200 * time.Millisecond}}}}), nil
 }
 
 // unpublishedReviews counts the region's reviews still accepted or

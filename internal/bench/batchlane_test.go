@@ -160,3 +160,33 @@ func TestSimChildEndsWithTheRun(t *testing.T) {
 		t.Errorf("child %d did not exit by itself: %v", pid, c.cmd.ProcessState)
 	}
 }
+
+// TestBatchIsolationWithABatchNode runs the smoke workload with the batch
+// lane in a batch-only child process (BatchNodeProcess, this test binary:
+// see TestMain) at nice 5: the sweep completes (every review published,
+// which only the batch node can do: the bench's node serves the
+// interactive lane only), the node's CPU is read and every one of its
+// threads runs at the nice asked for (Linux).
+func TestBatchIsolationWithABatchNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a smoke sweep (about 8 s)")
+	}
+	r, err := Run(context.Background(), "batch-isolation", Options{Smoke: true, Sim: SimChild, BatchNode: BatchNodeProcess, BatchNice: 5, Duration: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := r.Get("sweep_files"); v != float64(BatchLane(true).Files) {
+		t.Fatalf("sweep_files = %v", v)
+	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		return
+	}
+	if v, ok := r.Get("sweep_batch_node_cpu_seconds"); !ok || v <= 0 {
+		t.Errorf("sweep_batch_node_cpu_seconds = %v (present %v), want the batch node's CPU", v, ok)
+	}
+	lo, _ := r.Get("batch_node_nice_min")
+	hi, _ := r.Get("batch_node_nice_max")
+	if lo != 5 || hi != 5 {
+		t.Errorf("batch node threads' nice %v..%v, want 5", lo, hi)
+	}
+}

@@ -79,6 +79,14 @@ type Options struct {
 	// call ServeSimChildIfAsked first (the ratelane command, this
 	// package's tests). `ratelane bench` defaults to SimChild.
 	Sim string
+	// BatchNode is where the batch-isolation workload's batch lane runs:
+	// BatchNodeInProcess ("" too) or BatchNodeProcess, a batch-only node
+	// in a child process (which needs the executable to call
+	// ServeSimChildIfAsked first, as for SimChild).
+	BatchNode string
+	// BatchNice is the batch node's nice (BatchNodeProcess; Linux): 0
+	// leaves it at the bench's priority. `ratelane bench` defaults to 10.
+	BatchNice int
 }
 
 // Metric is one named figure of a workload.
@@ -408,6 +416,22 @@ func (e *env) close() error {
 // client opens a client on the run's store with cfg's handlers and
 // limits; the region is "us".
 func (e *env) client(ctx context.Context, cfg ratelane.Config) (*ratelane.Client, error) {
+	if len(cfg.Regions) == 0 {
+		cfg.Regions = []ratelane.Region{e.region()}
+	}
+	cfg.DataDir = e.dir
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := ratelane.NewClient(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.clients = append(e.clients, c)
+	return c, nil
+}
+
+// region is a new store for the workload's one region: a PostgreSQL
+// schema of its own, dropped afterwards, or an SQLite file in e.dir.
+func (e *env) region() ratelane.Region {
 	r := ratelane.Region{Name: "us"}
 	if e.opts.Store == "postgres" {
 		// The pid tells whose run a schema is (and lets a test find its own).
@@ -417,15 +441,7 @@ func (e *env) client(ctx context.Context, cfg ratelane.Config) (*ratelane.Client
 	} else {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
 	}
-	cfg.Regions = []ratelane.Region{r}
-	cfg.DataDir = e.dir
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	e.clients = append(e.clients, c)
-	return c, nil
+	return r
 }
 
 func (e *env) sim(routes map[string]upstream.RouteConfig) (*upstream.Server, error) {

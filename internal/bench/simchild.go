@@ -43,10 +43,18 @@ type simURLs struct {
 	Batch string `json:"batch"`
 }
 
-// ServeSimChildIfAsked returns at once unless SimChildEnv is set; then it
-// serves the simulators until its stdin closes (the parent ends it, or
+// ServeSimChildIfAsked returns at once unless SimChildEnv or BatchNodeEnv
+// is set; then it serves the simulators, or a batch-only node
+// (BatchNodeProcess), until its stdin closes (the parent ends it, or
 // died) and exits the process. A main or TestMain calls it first.
 func ServeSimChildIfAsked() {
+	if v, ok := os.LookupEnv(BatchNodeEnv); ok {
+		if err := serveBatchNode(v, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "bench batch node: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	v, ok := os.LookupEnv(SimChildEnv)
 	if !ok {
 		return
@@ -99,36 +107,73 @@ func newSims(processFor time.Duration) (*upstream.Server, *batchsim.Server, erro
 	return llm, bsim, nil
 }
 
-// simChild is a running child process serving the simulators.
-type simChild struct {
+// selfChild is a child process of this executable (the bench's
+// simulators, or a batch node): closing its stdin asks it to end.
+type selfChild struct {
 	cmd   *exec.Cmd
 	stdin io.Closer
-	urls  simURLs
+}
+
+// startSelf starts this executable with env (NAME=value) added, calls
+// started (when not nil) with the running process, and returns the first
+// line the child writes on stdout. On an error the caller closes the child
+// it returned (nil when none started).
+func startSelf(what, env string, started func(*os.Process)) (*selfChild, string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = os.Stderr // an *os.File: no copying goroutine
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	c := &selfChild{cmd: cmd, stdin: stdin}
+	if started != nil {
+		started(cmd.Process)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	return c, line, err
+}
+
+// close ends the child: its stdin closes (it exits by itself), and a kill
+// follows in case it has not within grace.
+func (c *selfChild) close(grace time.Duration) error {
+	_ = c.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(grace):
+		_ = c.cmd.Process.Kill()
+		return <-done
+	}
+}
+
+// simChild is a running child process serving the simulators.
+type simChild struct {
+	*selfChild
+	urls simURLs
 }
 
 // startSimChild starts this executable as the simulators' child (see
 // SimChildEnv) and waits for its URLs.
 func startSimChild(processFor time.Duration) (*simChild, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("simulator child: %w", err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), SimChildEnv+"="+processFor.String())
-	cmd.Stderr = os.Stderr // an *os.File: no copying goroutine
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	sc, line, err := startSelf("simulator child", SimChildEnv+"="+processFor.String(), nil)
+	if sc == nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("simulator child: %w", err)
-	}
-	c := &simChild{cmd: cmd, stdin: stdin}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	c := &simChild{selfChild: sc}
 	if err == nil {
 		err = json.Unmarshal([]byte(line), &c.urls)
 	}
@@ -142,44 +187,41 @@ func startSimChild(processFor time.Duration) (*simChild, error) {
 	return c, nil
 }
 
-// close ends the child: its stdin closes (it exits by itself), and a kill
-// follows in case it does not.
-func (c *simChild) close() error {
-	_ = c.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		_ = c.cmd.Process.Kill()
-		return <-done
-	}
-}
+// close ends the child, killed if it has not exited 5 s after its stdin
+// closed.
+func (c *simChild) close() error { return c.selfChild.close(5 * time.Second) }
 
-// cpuSeconds is the child's CPU time (user + system) so far, from
+// cpuSeconds is the child's CPU time so far (procCPUSeconds).
+func (c *simChild) cpuSeconds() (float64, bool) { return procCPUSeconds(c.cmd.Process.Pid) }
+
+// procCPUSeconds is a process's CPU time (user + system) so far, from
 // /proc/PID/stat; ok false where it cannot be read.
-func (c *simChild) cpuSeconds() (float64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
-	if err != nil {
+func procCPUSeconds(pid int) (float64, bool) {
+	f, ok := statFields(fmt.Sprintf("/proc/%d/stat", pid))
+	if !ok || len(f) < 13 {
 		return 0, false
 	}
-	// Fields after the command name (which may hold spaces), from field
-	// 3 on: utime and stime are fields 14 and 15, in clock ticks (USER_HZ,
+	// utime and stime are fields 14 and 15, in clock ticks (USER_HZ,
 	// 100 on Linux).
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
 	u, err1 := strconv.ParseFloat(f[11], 64)
 	st, err2 := strconv.ParseFloat(f[12], 64)
 	if err1 != nil || err2 != nil {
 		return 0, false
 	}
 	return (u + st) / 100, true
+}
+
+// statFields are the fields of a /proc stat file after the command name
+// (which may hold spaces): field 3 on, so field k is at index k-3.
+func statFields(path string) ([]string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(s[i+1:]), true
 }

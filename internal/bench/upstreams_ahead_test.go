@@ -35,10 +35,7 @@ func TestVirtualLeaseAhead(t *testing.T) {
 	}
 	defer setVirtualAhead(d, os.Getenv("RATELANE_VIRTUAL_AHEAD_DECLARED") != "", os.Getenv("RATELANE_VIRTUAL_AHEAD_DROP") != "")()
 	var b strings.Builder
-	for _, m := range Upstreams(false).Mixes {
-		if !virtualMixSelected(m.Name) {
-			continue
-		}
+	for _, m := range selectedVirtualMixes() {
 		for _, lag := range []virtualLag{{name: "none"}, lagQuiet, lagLoaded, {name: "transit"}} {
 			tr := upstream.Latency{}
 			if lag.name == "transit" {

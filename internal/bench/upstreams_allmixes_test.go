@@ -31,10 +31,7 @@ func TestVirtualAllMixes(t *testing.T) {
 	}
 	seeds := virtualSeeds()
 	var table strings.Builder
-	for _, m := range Upstreams(false).Mixes {
-		if !virtualMixSelected(m.Name) {
-			continue
-		}
+	for _, m := range selectedVirtualMixes() {
 		for _, lag := range []virtualLag{{name: "none"}, lagQuiet} {
 			var sum, share, worst, worstShare float64
 			fmt.Fprintf(&table, "%-12s %-5s", m.Name, lag.name)

@@ -360,12 +360,7 @@ func TestVirtualOracleFloors(t *testing.T) {
 	if os.Getenv("RATELANE_VIRTUAL_DECOMPOSE") == "" {
 		t.Skip("set RATELANE_VIRTUAL_DECOMPOSE=1 to log the floors")
 	}
-	dests := map[string]UpstreamDestination{}
-	for _, m := range Upstreams(false).Mixes {
-		for _, d := range m.Destinations {
-			dests[d.Name] = d
-		}
-	}
+	dests := destinationsByName()
 	type oracle struct {
 		dest, how string
 		send      oracleSend
@@ -413,12 +408,7 @@ func TestVirtualOracleOffsets(t *testing.T) {
 	if os.Getenv("RATELANE_VIRTUAL_DECOMPOSE") == "" {
 		t.Skip("set RATELANE_VIRTUAL_DECOMPOSE=1 to log the floors per offset")
 	}
-	dests := map[string]UpstreamDestination{}
-	for _, m := range Upstreams(false).Mixes {
-		for _, d := range m.Destinations {
-			dests[d.Name] = d
-		}
-	}
+	dests := destinationsByName()
 	var table strings.Builder
 	for _, o := range []struct {
 		dest, how  string
@@ -441,4 +431,16 @@ func TestVirtualOracleOffsets(t *testing.T) {
 		fmt.Fprintln(&table, "  [offset ms: last start s since the run's start (refused)]")
 	}
 	t.Log("\n" + table.String())
+}
+
+// destinationsByName is every destination of the upstreams workload's
+// mixes by its name (the last mix's where mixes share a name).
+func destinationsByName() map[string]UpstreamDestination {
+	dests := map[string]UpstreamDestination{}
+	for _, m := range Upstreams(false).Mixes {
+		for _, d := range m.Destinations {
+			dests[d.Name] = d
+		}
+	}
+	return dests
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -179,7 +178,7 @@ func TestVirtualLag(t *testing.T) {
 				if v.refused > 0 {
 					t.Errorf("lag %s: %s (declared %d, exactly as it counts): %d refusals", lag.name, v.d.Name, v.d.Declared, v.refused)
 				}
-				count, how := testkit.MostWithin(v.arrivals, time.Second), "one second"
+				count, how := upstream.MaxInWindow(v.arrivals, time.Second), "one second"
 				if v.d.Fixed {
 					count, how = maxInAligned(v.arrivals, time.Second), "one aligned second"
 				}

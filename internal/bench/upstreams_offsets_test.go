@@ -32,10 +32,7 @@ func TestVirtualOffsets(t *testing.T) {
 	}
 	seeds := virtualSeeds()
 	var table strings.Builder
-	for _, m := range Upstreams(false).Mixes {
-		if !virtualMixSelected(m.Name) {
-			continue
-		}
+	for _, m := range selectedVirtualMixes() {
 		for _, lag := range []virtualLag{{name: "none"}, lagQuiet} {
 			var all, allShare, worst float64
 			over := 0

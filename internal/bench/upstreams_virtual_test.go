@@ -410,7 +410,7 @@ func virtualAnswers(t testing.TB, v *virtualDest, now, epoch time.Time, queued, 
 			// A finish batch applies its answers in job order, not
 			// in the order the upstream took them: the finish is the
 			// latest accepted arrival, and the arrivals stay in time
-			// order (testkit.MostWithin, startLags read them so).
+			// order (upstream.MaxInWindow, startLags read them so).
 			v.last = maxTime(v.last, e.started)
 			i, _ := slices.BinarySearchFunc(v.arrivals, e.started, time.Time.Compare)
 			v.arrivals = slices.Insert(v.arrivals, i, e.started)
@@ -520,7 +520,7 @@ func checkVirtualMix(t *testing.T, m UpstreamsMix, seed uint64, r virtualMix) {
 func checkDeclared(t *testing.T, label string, r virtualMix) {
 	t.Helper()
 	for _, v := range r.dests {
-		n, within := testkit.MostWithin(v.starts, time.Second), "one second"
+		n, within := upstream.MaxInWindow(v.starts, time.Second), "one second"
 		if v.d.Fixed {
 			n, within = maxInAligned(v.starts, time.Second), "one aligned second"
 		}
@@ -624,10 +624,7 @@ const unforeseenBound = 1.12
 // names, comma-separated, when it is set), each in its own subtest, over
 // seeds 1 to 3.
 func eachVirtualMix(t *testing.T, fn func(t *testing.T, m UpstreamsMix, seed uint64)) {
-	for _, m := range Upstreams(false).Mixes {
-		if !virtualMixSelected(m.Name) {
-			continue
-		}
+	for _, m := range selectedVirtualMixes() {
 		t.Run(m.Name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 3; seed++ {
 				fn(t, m, seed)
@@ -641,6 +638,18 @@ func eachVirtualMix(t *testing.T, fn func(t *testing.T, m UpstreamsMix, seed uin
 func virtualMixSelected(name string) bool {
 	want := os.Getenv("RATELANE_VIRTUAL_MIX")
 	return want == "" || strings.Contains(","+want+",", ","+name+",")
+}
+
+// selectedVirtualMixes is the upstreams mixes virtualMixSelected selects,
+// in the workload's order.
+func selectedVirtualMixes() []UpstreamsMix {
+	var ms []UpstreamsMix
+	for _, m := range Upstreams(false).Mixes {
+		if virtualMixSelected(m.Name) {
+			ms = append(ms, m)
+		}
+	}
+	return ms
 }
 
 // runVirtualSeeds runs the one mix m over seeds 1 to 3 with no transit and
@@ -685,7 +694,7 @@ func TestVirtualTransit(t *testing.T) {
 			if v.refused > 0 {
 				t.Errorf("%s (declared %d, exactly as it counts): %d refusals under transit jitter", v.d.Name, v.d.Declared, v.refused)
 			}
-			count, how := testkit.MostWithin(v.arrivals, time.Second), "one second"
+			count, how := upstream.MaxInWindow(v.arrivals, time.Second), "one second"
 			if v.d.Fixed {
 				count, how = maxInAligned(v.arrivals, time.Second), "one aligned second"
 			}

@@ -24,22 +24,33 @@ type pkg struct {
 // seen (the patterns' and their dependencies) by import path.
 func list(t *testing.T, patterns ...string) map[string]pkg {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-deps", "-json=ImportPath,Standard,Imports,Deps"}, patterns...)...)
+	pkgs := map[string]pkg{}
+	for _, p := range goList[pkg](t, append([]string{"-deps", "-json=ImportPath,Standard,Imports,Deps"}, patterns...)...) {
+		pkgs[p.ImportPath] = p
+	}
+	return pkgs
+}
+
+// goList runs `go list` with args (one of them a -json flag) at the
+// module's root and decodes the packages it prints, in its order.
+func goList[P any](t *testing.T, args ...string) []P {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
 	cmd.Dir = "../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list: %v: %s", err, stderr.String())
+		t.Fatalf("go list %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
-	pkgs := map[string]pkg{}
+	var pkgs []P
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for dec.More() {
-		var p pkg
+		var p P
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
 		}
-		pkgs[p.ImportPath] = p
+		pkgs = append(pkgs, p)
 	}
 	return pkgs
 }

@@ -1,8 +1,6 @@
 package deptest
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/importer"
@@ -11,7 +9,6 @@ import (
 	"go/types"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -199,25 +196,11 @@ func storeContract(t *testing.T) *types.Interface {
 // package's export data file by import path, and the packages listed.
 func exportData(t *testing.T, patterns ...string) (map[string]string, []exported) {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-export", "-deps",
+	pkgs := goList[exported](t, append([]string{"-export", "-deps",
 		"-json=ImportPath,Dir,Export,GoFiles,Module"}, patterns...)...)
-	cmd.Dir = "../.."
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -export: %v: %s", err, stderr.String())
-	}
 	exports := map[string]string{}
-	var pkgs []exported
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for dec.More() {
-		var p exported
-		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range pkgs {
 		exports[p.ImportPath] = p.Export
-		pkgs = append(pkgs, p)
 	}
 	return exports, pkgs
 }

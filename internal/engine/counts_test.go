@@ -16,10 +16,7 @@ import (
 func TestJobsCounts(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	w, err := engine.NewJobs(engine.JobsConfig{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := writerOn(t, s)
 	ctx := context.Background()
 	a := storetest.NewJob("acme", job.LaneInteractive, "smtp:acme", "tenant:acme")
 	a.Cost = 3

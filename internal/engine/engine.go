@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,6 +192,20 @@ type Config struct {
 	BatchCPUShare float64
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
+	// Lanes are the lanes this engine serves; empty means both. A
+	// lane-dedicated engine leases only its lanes' jobs and does only
+	// their background work: its aggregation loops and periodic sweep
+	// take only its lanes' parents (a wake-up of another lane's parent,
+	// such as a cancelled part's, is left to the sweep of a node that
+	// serves it) and it re-publishes only its lanes' validated jobs. The
+	// region's maintenance (expired leases, deadlines, pruning) runs in
+	// every engine whatever its lanes. A job of a lane no engine of the
+	// region serves waits; Jobs.PredictWait then sees its kind unserved in
+	// that lane. The point is isolation by the operating system: the
+	// batch lane in a process of its own at a lower priority (nice), so
+	// that its CPU and its Go scheduler are not the interactive lane's
+	// (docs/architecture.md, "Lane-dedicated nodes").
+	Lanes []job.Lane
 	// Retention is how long finished jobs are kept; default 30 days.
 	Retention time.Duration
 	// Backoff is the retry timing policy.
@@ -304,6 +319,11 @@ func (c Config) validate() error {
 	case c.Jobs != nil && c.Jobs.Store() != c.Store:
 		return fmt.Errorf("engine: Jobs writes the store of region %q, not this engine's", c.Jobs.Region())
 	}
+	for _, l := range c.Lanes {
+		if !slices.Contains(job.Lanes, l) {
+			return fmt.Errorf("engine: unknown lane %q in Lanes (want %s or %s)", l, job.LaneInteractive, job.LaneBatch)
+		}
+	}
 	for kind, k := range c.Kinds {
 		if k.Handler == nil && k.Aggregate == nil {
 			return fmt.Errorf("engine: kind %q has no handler", kind)
@@ -379,6 +399,10 @@ type Engine struct {
 	// sweeps counts the aggregation loop's completed sweep passes
 	// (Sweeps).
 	sweeps atomic.Uint64
+
+	// lane is the only lane the engine serves (Config.Lanes), "" when it
+	// serves both: the store's lease and ready-parents filter.
+	lane job.Lane
 
 	// computing are the kinds that declare Kind.Computes: only their
 	// batch jobs take a turn of the CPU governor (budget.go).
@@ -476,6 +500,11 @@ func New(cfg Config) (*Engine, error) {
 
 		claimPrefix: claimPrefix(),
 	}
+	if ls := cfg.Lanes; len(ls) > 0 && !slices.ContainsFunc(job.Lanes, func(l job.Lane) bool { return !slices.Contains(ls, l) }) {
+		e.lane = "" // every lane named: as with none
+	} else if len(ls) > 0 {
+		e.lane = ls[0]
+	}
 	e.interactive = newInFlight(e.yield.listener(), e.budget.listener(), e.budget.pacer.listener())
 	e.budget.notify = e.Notify // a turn kept for the fetch loop's next lease
 	e.pub.init()
@@ -510,7 +539,7 @@ func New(cfg Config) (*Engine, error) {
 		e.batchParents = make(chan parentWake, 1024)
 		e.jobs.watchParts(e.wakeParent)
 	}
-	e.jobs.Serve(e.kinds...)
+	e.jobs.ServeIn(e.lane, e.kinds...)
 	if e.yield.listener() != nil || e.budget.pacer != nil { // accepted work is about too
 		e.queued = &queuedWork{enter: e.interactiveWork}
 		e.jobs.watchInserts(func(jobs []*job.Job) { e.queued.inserted(jobs, e.leasesNow) })
@@ -522,8 +551,11 @@ func New(cfg Config) (*Engine, error) {
 // now: an interactive job of one of its kinds, not scheduled for later.
 func (e *Engine) leasesNow(j *job.Job) bool {
 	_, runs := e.cfg.Kinds[j.Kind]
-	return runs && j.Lane == job.LaneInteractive && !j.EligibleAt.After(e.cfg.Now())
+	return runs && j.Lane == job.LaneInteractive && e.serves(j.Lane) && !j.EligibleAt.After(e.cfg.Now())
 }
+
+// serves reports whether the engine serves lane l (Config.Lanes).
+func (e *Engine) serves(l job.Lane) bool { return e.lane == "" || e.lane == l }
 
 // Jobs is the writer the engine leases and reports through: hand it to the
 // HTTP API so external workers of the region share it.
@@ -800,7 +832,7 @@ func (e *Engine) lease(n, batchMax int) ([]*job.Job, error) {
 // the earliest time a group it skipped may be admitted.
 func (e *Engine) leaseParams(n, batchMax int, admit *time.Time) LeaseParams {
 	return LeaseParams{
-		Max: n, BatchMax: batchMax, BatchMaxKinds: e.computing, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds,
+		Max: n, BatchMax: batchMax, BatchMaxKinds: e.computing, LeaseFor: e.cfg.LeaseFor, Kinds: e.kinds, Lane: e.lane,
 		NextAdmission: func(at time.Time) { *admit = at },
 	}
 }

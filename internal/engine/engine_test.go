@@ -41,6 +41,17 @@ func newStore(t *testing.T) store.Store {
 	return s
 }
 
+// writerOn is a job writer on s outside any engine: a test's set-up, or
+// another process whose writes no engine here was told of.
+func writerOn(t *testing.T, s store.Store) *engine.Jobs {
+	t.Helper()
+	w, err := engine.NewJobs(engine.JobsConfig{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 func start(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
 	cfg.Region = "us"

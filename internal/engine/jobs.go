@@ -34,7 +34,10 @@ type Jobs struct {
 	credit float64 // batch starts earned (BatchShare per start) and not yet taken
 	rnd    *rand.Rand
 	served map[string]time.Time // kind -> last lease asking for it; zero: an engine runs it
-	stats  *statsCache          // PredictWait's last read of the lanes' ages
+	// servedIn: the one lane an engine here runs the kind in (ServeIn);
+	// absent: both.
+	servedIn map[string]job.Lane
+	stats    *statsCache // PredictWait's last read of the lanes' ages
 
 	// Counts: starts and 429s by lane, and per limit key (counts.go).
 	laneStarts, laneLimited map[job.Lane]int64
@@ -119,6 +122,8 @@ type LeaseParams struct {
 	Kinds []string
 	// Tenant, when set, leases that tenant's jobs only.
 	Tenant string
+	// Lane, when set, leases that lane's jobs only (store.LeaseParams.Lane).
+	Lane job.Lane
 	// BatchMax bounds the batch-lane jobs leased (store.LeaseParams.BatchMax:
 	// negative none, zero no bound).
 	BatchMax int
@@ -150,7 +155,7 @@ func (w *Jobs) leaseParams(p LeaseParams) store.LeaseParams {
 	batchMin := min(int(w.credit), p.Max)
 	w.mu.Unlock()
 	return store.LeaseParams{
-		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant,
+		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant, Lane: p.Lane,
 		BatchMin: batchMin, BatchMax: p.BatchMax, BatchMaxKinds: p.BatchMaxKinds, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
 	}
 }

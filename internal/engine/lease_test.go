@@ -15,7 +15,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
-	"github.com/ratelane/ratelane/internal/store/postgres"
+	"github.com/ratelane/ratelane/internal/store/postgres/pgtest"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
@@ -63,15 +63,7 @@ func openDriver(t *testing.T, name string) store.Store {
 		return newStore(t)
 	}
 	url, schema := testkit.PostgresSchema(t, "rl_engine_")
-	s, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return pgtest.Open(t, url, schema, 4)
 }
 
 func getJob(t *testing.T, s store.Store, id string) *job.Job {
@@ -81,16 +73,6 @@ func getJob(t *testing.T, s store.Store, id string) *job.Job {
 		t.Fatal(err)
 	}
 	return j
-}
-
-func outcomes(j *job.Job, c job.Class) int {
-	n := 0
-	for _, h := range j.History {
-		if h.Outcome == c {
-			n++
-		}
-	}
-	return n
 }
 
 // reaperOnly returns an engine, not started, whose kinds match no job of
@@ -189,9 +171,9 @@ func TestReaperRaces(t *testing.T) {
 			}
 			got := getJob(t, s, w.ID)
 			if fresh == nil || got.State != job.StateRunning || got.Attempt != 2 || got.LeaseToken != fresh.LeaseToken ||
-				!got.LeaseExpiresAt.Equal(fresh.LeaseExpiresAt) || got.Attempts.Transient != 1 || outcomes(got, job.ClassLeaseExpired) != 1 {
+				!got.LeaseExpiresAt.Equal(fresh.LeaseExpiresAt) || got.Attempts.Transient != 1 || storetest.CountOutcome(got, job.ClassLeaseExpired) != 1 {
 				t.Fatalf("job = %s attempt %d transient %d, %d recoveries; want attempt 2 running, recovered once",
-					got.State, got.Attempt, got.Attempts.Transient, outcomes(got, job.ClassLeaseExpired))
+					got.State, got.Attempt, got.Attempts.Transient, storetest.CountOutcome(got, job.ClassLeaseExpired))
 			}
 			if f.recovered.Load() != 1 {
 				t.Fatalf("recovered counter = %d, want 1", f.recovered.Load())
@@ -274,7 +256,7 @@ func TestHeartbeatKeepsLongHandler(t *testing.T) {
 		if got.State != job.StatePublished || runs.Load() != 1 || got.Attempt != 1 || len(got.History) != 1 {
 			t.Fatalf("job = %s after %d runs, attempt %d, history %+v; want published after one run", got.State, runs.Load(), got.Attempt, got.History)
 		}
-		if f.recovered.Load() != 0 || outcomes(got, job.ClassLeaseExpired) != 0 {
+		if f.recovered.Load() != 0 || storetest.CountOutcome(got, job.ClassLeaseExpired) != 0 {
 			t.Fatalf("the heartbeated lease was recovered %d times", f.recovered.Load())
 		}
 	})
@@ -458,8 +440,8 @@ func TestLostLeaseWritesAreRefusedAndCounted(t *testing.T) {
 		if f.refusedHeartbeat.Load() < 1 {
 			t.Fatalf("refused heartbeats = %d, want at least 1", f.refusedHeartbeat.Load())
 		}
-		if got := getJob(t, s, j.ID); got.State != job.StateTerminal || got.Reason != job.ReasonCancelled || outcomes(got, job.ClassSuccess) != 0 {
-			t.Fatalf("job = %s/%s with %d successes; the late outcome must change nothing", got.State, got.Reason, outcomes(got, job.ClassSuccess))
+		if got := getJob(t, s, j.ID); got.State != job.StateTerminal || got.Reason != job.ReasonCancelled || storetest.CountOutcome(got, job.ClassSuccess) != 0 {
+			t.Fatalf("job = %s/%s with %d successes; the late outcome must change nothing", got.State, got.Reason, storetest.CountOutcome(got, job.ClassSuccess))
 		}
 	})
 }

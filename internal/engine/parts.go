@@ -230,6 +230,9 @@ func (e *Engine) aggregates() bool { return len(e.aggKinds) > 0 }
 // wakeParent queues parentID for its lane's aggregation loop; when the
 // queue is full the sweep catches up.
 func (e *Engine) wakeParent(parentID string, lane job.Lane) {
+	if !e.serves(lane) {
+		return // a node serving the lane aggregates it (its sweep, at the latest)
+	}
 	q := e.parents
 	if lane == job.LaneBatch {
 		q = e.batchParents
@@ -513,7 +516,7 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 		k := e.cfg.Kinds[kind]
 		after := ""
 		for {
-			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500})
+			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500, Lane: e.lane})
 			if err != nil {
 				return err
 			}

@@ -118,10 +118,7 @@ func TestPartsSweepDoesNotHoldInteractive(t *testing.T) {
 		ctx := context.Background()
 		// The waiting parents come from another writer (another process),
 		// so only the sweep finds them.
-		other, err := engine.NewJobs(engine.JobsConfig{Store: s})
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := writerOn(t, s)
 		agg := &laneAggregator{entered: make(chan struct{}), release: make(chan struct{}), pending: map[string]bool{}}
 		var waiting []string
 		for range 20 {
@@ -245,10 +242,7 @@ func batchWakeupsShareCommits(t *testing.T, cfg engine.Config) {
 // test, so nothing wakes them until the test does.
 func insertBatchParents(t *testing.T, s store.Store, n int) []string {
 	t.Helper()
-	other, err := engine.NewJobs(engine.JobsConfig{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := writerOn(t, s)
 	var ids []string
 	for range n {
 		p := parentIn(job.LaneBatch)

@@ -18,7 +18,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
-	"github.com/ratelane/ratelane/internal/store/postgres"
+	"github.com/ratelane/ratelane/internal/store/postgres/pgtest"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
@@ -203,10 +203,7 @@ func TestPartsSweepRepairs(t *testing.T) {
 		s := newStore(t)
 		ctx := context.Background()
 		// Another process's writer, with no engine watching it.
-		other, err := engine.NewJobs(engine.JobsConfig{Store: s})
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := writerOn(t, s)
 		finishAll := func(parent *job.Job, parts []*job.Job) {
 			t.Helper()
 			if _, err := other.InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
@@ -411,10 +408,7 @@ func TestInsertPartsRefusesStrayParts(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	w, err := engine.NewJobs(engine.JobsConfig{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := writerOn(t, s)
 	parent, parts := newParent(time.Now(), 2)
 	parts[1].ParentID = "someone-else"
 	if _, err := w.InsertParts(ctx, parent, parts, admission.Config{}); err == nil {
@@ -459,15 +453,7 @@ func TestPartsOnPostgresAcrossNodes(t *testing.T) {
 	url, schema := testkit.PostgresSchema(t, "rl_parts_")
 	var nodes []store.Store
 	for range 2 {
-		s, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		if err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, s)
+		nodes = append(nodes, pgtest.Open(t, url, schema, 4))
 	}
 	var calls atomic.Int64
 	kinds := map[string]engine.Kind{

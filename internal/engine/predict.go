@@ -15,15 +15,34 @@ import (
 // while it runs.
 const serveWindow = time.Minute
 
-// Serve records that kinds are served for good (an engine runs them).
-func (w *Jobs) Serve(kinds ...string) {
+// Serve records that kinds are served for good (an engine runs them) in
+// both lanes.
+func (w *Jobs) Serve(kinds ...string) { w.ServeIn("", kinds...) }
+
+// ServeIn records that kinds are served for good in lane ("": both), by a
+// lane-dedicated engine (Config.Lanes). A kind served in one lane counts
+// as unserved in the other (ServesIn), as a kind only another node's
+// workers serve does.
+func (w *Jobs) ServeIn(lane job.Lane, kinds ...string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.served == nil {
 		w.served = map[string]time.Time{}
 	}
 	for _, k := range kinds {
+		at, was := w.served[k]
+		always := was && at.IsZero()
 		w.served[k] = time.Time{} // zero: always
+		prev, one := w.servedIn[k]
+		switch {
+		case lane == "", always && !one, always && prev != lane:
+			delete(w.servedIn, k) // every lane
+		default:
+			if w.servedIn == nil {
+				w.servedIn = map[string]job.Lane{}
+			}
+			w.servedIn[k] = lane
+		}
 	}
 }
 
@@ -56,11 +75,30 @@ const maxServed = 10000
 // engine that runs it, or a worker that asked for it within serveWindow.
 // Another node's workers are not seen; a kind only they serve counts as
 // unserved, which makes predictions err long only while the lane is old.
-func (w *Jobs) Serves(kind string, now time.Time) bool {
+func (w *Jobs) Serves(kind string, now time.Time) bool { return w.ServesIn(kind, "", now) }
+
+// ServesIn is Serves for a job of lane ("": either): a kind an engine
+// here serves only in the other lane (Config.Lanes) is unserved in this
+// one.
+func (w *Jobs) ServesIn(kind string, lane job.Lane, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	at, ok := w.served[kind]
-	return ok && (at.IsZero() || now.Sub(at) <= serveWindow)
+	if ok && at.IsZero() {
+		only, one := w.servedIn[kind]
+		return !one || lane == "" || lane == only
+	}
+	return ok && now.Sub(at) <= serveWindow
+}
+
+// OtherLaneOnly reports whether an engine here runs kind in one lane
+// (Config.Lanes) that is not lane: its handler then does not run lane's
+// jobs.
+func (w *Jobs) OtherLaneOnly(kind string, lane job.Lane) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	only, one := w.servedIn[kind]
+	return one && only != lane
 }
 
 // LastLeased reports when a worker last asked for kind through this writer
@@ -103,7 +141,7 @@ type PredictParams struct {
 // lane's oldest ready job (a store scan, so only then).
 func (w *Jobs) PredictWait(ctx context.Context, p PredictParams) (admission.Prediction, error) {
 	now := w.cfg.Now()
-	in := admission.WaitInput{Now: now, Cost: p.Cost, Served: w.Serves(p.Kind, now)}
+	in := admission.WaitInput{Now: now, Cost: p.Cost, Served: w.ServesIn(p.Kind, p.Lane, now)}
 	for _, name := range p.Keys {
 		get := w.cfg.Store.GetLimit
 		if p.Limit != nil {

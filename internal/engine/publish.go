@@ -455,7 +455,8 @@ func (e *Engine) publishRetryDue() bool {
 	return at != 0 && e.cfg.Now().UnixNano() >= at && e.publishRetryAt.CompareAndSwap(at, 0)
 }
 
-// publishPending queues every validated job of this engine's kinds for
+// publishPending queues every validated job of this engine's kinds (and
+// lanes: a node serving the other lane publishes that one's) for
 // the pool, e.g. after a crash between validation and publication, or a
 // Publisher that failed. It stops at a full queue (queuePublish then asks
 // for another pass a reap tick later) or when the engine stops.
@@ -472,7 +473,7 @@ func (e *Engine) publishPending() {
 		}
 		after := ""
 		for {
-			jobs, err := e.cfg.Store.List(ctx, store.ListParams{State: job.StateValidated, Kind: kind, After: after, Limit: 500})
+			jobs, err := e.cfg.Store.List(ctx, store.ListParams{State: job.StateValidated, Kind: kind, Lane: e.lane, After: after, Limit: 500})
 			if err != nil || len(jobs) == 0 {
 				break
 			}

@@ -24,10 +24,7 @@ func TestSweepPassSharesOneMemo(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	jobs, err := engine.NewJobs(engine.JobsConfig{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := writerOn(t, s)
 	var ids []string
 	for range 3 {
 		p := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: job.LaneBatch, LimitKeys: []string{"parts:report"}}

@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/postgres"
+	"github.com/ratelane/ratelane/internal/store/postgres/pgtest"
 	"github.com/ratelane/ratelane/internal/store/sqlite/sqlitetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
@@ -64,44 +63,17 @@ func TestReadyzSQLiteBrokenUnderServer(t *testing.T) {
 	wantNotReady(t, waitReady(t, e, 503), "us", "eu")
 }
 
-func testPostgresURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("RATELANE_TEST_POSTGRES_URL")
-	if u == "" {
-		t.Skip("RATELANE_TEST_POSTGRES_URL is not set")
-	}
-	return u
-}
-
 // pgStore returns a migrated store of region us on a fresh schema, and a
 // function that runs SQL on the database as the test's role.
 func pgStore(t *testing.T) (*postgres.Store, func(sql string)) {
 	t.Helper()
-	url := testPostgresURL(t)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "rl_ready_" + hex.EncodeToString(b)
+	url, schema := testkit.PostgresSchema(t, "rl_ready_")
 	exec := func(q string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, q); err != nil {
+		if err := testkit.PostgresExec(url, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	t.Cleanup(func() { exec(`DROP SCHEMA IF EXISTS ` + pgx.Identifier{schema}.Sanitize() + ` CASCADE`) })
-	st, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	st := pgtest.Open(t, url, schema, 2)
 	return st, func(q string) { exec(strings.ReplaceAll(q, "$schema", pgx.Identifier{schema}.Sanitize())) }
 }
 

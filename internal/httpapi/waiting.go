@@ -182,19 +182,22 @@ func (s *Server) pauseSource(ctx context.Context, st store.Store, key string) *p
 // kindServed reports whether anything runs j's kind in its region.
 func (s *Server) kindServed(j *job.Job, now time.Time) kindServed {
 	ks := kindServed{}
-	if s.cfg.Handles != nil && s.cfg.Handles(j.Region, j.Kind) {
+	w := s.jobs[j.Region]
+	// A handler here runs the job only when this node serves its lane
+	// (ratelane.Config.Lanes; the writer knows the engine's lane).
+	if s.cfg.Handles != nil && s.cfg.Handles(j.Region, j.Kind) && (w == nil || !w.OtherLaneOnly(j.Kind, j.Lane)) {
 		ks.InProcess, ks.Handled = true, true
 	}
-	if w := s.jobs[j.Region]; w != nil {
+	if w != nil {
 		at, always, ok := w.LastLeased(j.Kind)
 		if ok && !always {
 			ks.WorkerLeasedAt = &at
 		}
-		ks.Handled = ks.Handled || w.Serves(j.Kind, now)
+		ks.Handled = ks.Handled || w.ServesIn(j.Kind, j.Lane, now)
 	}
 	if !ks.Handled {
-		ks.Detail = fmt.Sprintf("nothing handles kind %q in region %s: no handler is registered in this server and no external worker "+
-			"has leased the kind here in the last %v; start a worker for it (POST /v1/leases with kinds [%q])", j.Kind, j.Region, engine.ServeWindow, j.Kind)
+		ks.Detail = fmt.Sprintf("nothing handles kind %q in region %s: no handler is registered in this server for the %s lane and no external worker "+
+			"has leased the kind here in the last %v; start a worker for it (POST /v1/leases with kinds [%q]), or a node serving the lane (serve --lanes)", j.Kind, j.Region, j.Lane, engine.ServeWindow, j.Kind)
 	}
 	return ks
 }

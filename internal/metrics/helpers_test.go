@@ -49,6 +49,25 @@ func collect(c prometheus.Collector) []prometheus.Metric {
 	return ms
 }
 
+// scrape renders the gathered series of the families names, family by
+// family in that order, one a line.
+func scrape(t *testing.T, reg prometheus.Gatherer, names ...string) string {
+	t.Helper()
+	var lines []string
+	for _, name := range names {
+		lines = append(lines, series(t, reg, name)...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// wantScrape fails t unless scrape(names) is exactly the lines want.
+func wantScrape(t *testing.T, reg prometheus.Gatherer, names []string, want ...string) {
+	t.Helper()
+	if got, want := scrape(t, reg, names...), strings.Join(want, "\n"); got != want {
+		t.Errorf("scrape:\n%s\nwant\n%s", got, want)
+	}
+}
+
 // series renders the gathered series of one family as sorted
 // `name{label="value",...} value` lines.
 func series(t *testing.T, reg prometheus.Gatherer, name string) []string {

@@ -229,9 +229,7 @@ func TestStatsCollector(t *testing.T) {
 		},
 		"ratelane_store_up": {`ratelane_store_up{region="eu"} 0`, `ratelane_store_up{region="us"} 1`},
 	} {
-		if got := series(t, reg, name); strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("%s:\n%s\nwant\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
-		}
+		wantScrape(t, reg, []string{name}, want...)
 	}
 	jobs := 0
 	mfs, _ := reg.Gather()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/store/sqlite"
@@ -24,7 +23,7 @@ func TestStoreWriteCounts(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	m.AddRegion("us", st)
 	scrape := func() string {
-		return strings.Join(append(series(t, reg, "ratelane_store_writes_total"), series(t, reg, "ratelane_store_transactions_total")...), "\n")
+		return scrape(t, reg, "ratelane_store_writes_total", "ratelane_store_transactions_total")
 	}
 	base := st.WriteCounts()
 	for i := range 3 {

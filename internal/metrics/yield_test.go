@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/engine"
@@ -21,8 +20,7 @@ func TestYieldCounts(t *testing.T) {
 	m.AddYield("us", fixedYield{Passed: 5, Held: 2, Bounded: 1, HeldSeconds: 0.25})
 	m.AddYield("eu", fixedYield{Passed: 1})
 	m.AddYield("eu", fixedYield{Passed: 3, Held: 1, HeldSeconds: 0.5})
-	got := strings.Join(append(series(t, reg, "ratelane_batch_yield_total"), series(t, reg, "ratelane_batch_yield_seconds_total")...), "\n")
-	want := strings.Join([]string{
+	wantScrape(t, reg, []string{"ratelane_batch_yield_total", "ratelane_batch_yield_seconds_total"},
 		`ratelane_batch_yield_total{region="eu",result="bounded"} 0`,
 		`ratelane_batch_yield_total{region="eu",result="held"} 1`,
 		`ratelane_batch_yield_total{region="eu",result="passed"} 3`,
@@ -31,10 +29,7 @@ func TestYieldCounts(t *testing.T) {
 		`ratelane_batch_yield_total{region="us",result="passed"} 5`,
 		`ratelane_batch_yield_seconds_total{region="eu"} 0.5`,
 		`ratelane_batch_yield_seconds_total{region="us"} 0.25`,
-	}, "\n")
-	if got != want {
-		t.Errorf("scrape:\n%s\nwant\n%s", got, want)
-	}
+	)
 }
 
 // fixedBudget is a region's engine with batch-budget and governor figures.
@@ -51,14 +46,10 @@ func TestBudgetCounts(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t)
 	m.AddYield("us", fixedBudget{b: engine.BudgetCounts{Passed: 4, Held: 2, HeldSeconds: 1.5, Leased: 7, Capped: 3, Running: 1, Waiting: 5}})
-	got := strings.Join(append(series(t, reg, "ratelane_batch_budget_pieces"), series(t, reg, "ratelane_batch_budget_leases_total")...), "\n")
-	want := strings.Join([]string{
+	wantScrape(t, reg, []string{"ratelane_batch_budget_pieces", "ratelane_batch_budget_leases_total"},
 		`ratelane_batch_budget_pieces{region="us",state="running"} 1`,
 		`ratelane_batch_budget_pieces{region="us",state="waiting"} 5`,
 		`ratelane_batch_budget_leases_total{region="us",result="capped"} 3`,
 		`ratelane_batch_budget_leases_total{region="us",result="leased"} 7`,
-	}, "\n")
-	if got != want {
-		t.Errorf("scrape:\n%s\nwant\n%s", got, want)
-	}
+	)
 }

@@ -81,12 +81,31 @@ func serializeItem(it sfItem) string {
 	return "<invalid>"
 }
 
+// sfCase is a field value and its canonical serialization once parsed,
+// or "FAIL" where parsing fails.
+type sfCase struct {
+	in   string
+	want string
+}
+
+// checkParsed runs parse (named name in a failure) over each case and
+// compares what serialize writes of its answer with the case's want.
+func checkParsed(t *testing.T, name string, parse func(string) ([]sfMember, bool), serialize func([]sfMember) string, tests []sfCase) {
+	t.Helper()
+	for _, tt := range tests {
+		got := "FAIL"
+		if ms, ok := parse(tt.in); ok {
+			got = serialize(ms)
+		}
+		if got != tt.want {
+			t.Errorf("%s(%q) = %s; want %s", name, tt.in, got, tt.want)
+		}
+	}
+}
+
 func TestParseSFList(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		in   string
-		want string // canonical serialization; "FAIL" when parsing fails
-	}{
+	tests := []sfCase{
 		// RFC 8941 §3.1 and §3.1.1 examples.
 		{"sugar, tea, rum", "sugar, tea, rum"},
 		{"sugar,tea,rum", "sugar, tea, rum"},
@@ -144,23 +163,12 @@ func TestParseSFList(t *testing.T) {
 		{"(a)(b)", "FAIL"},
 		{"limit=10", "FAIL"},
 	}
-	for _, tt := range tests {
-		got := "FAIL"
-		if ms, ok := parseSFList(tt.in); ok {
-			got = serializeList(ms)
-		}
-		if got != tt.want {
-			t.Errorf("parseSFList(%q) = %s; want %s", tt.in, got, tt.want)
-		}
-	}
+	checkParsed(t, "parseSFList", parseSFList, serializeList, tests)
 }
 
 func TestParseSFDict(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		in   string
-		want string
-	}{
+	tests := []sfCase{
 		// RFC 8941 §3.2 examples.
 		{`en="Applepie", da=:w4ZibGV0w6ZydGU=:`, `en="Applepie", da=:w4ZibGV0w6ZydGU=:`},
 		{"a=?0, b, c; foo=bar", "a=?0, b, c;foo=bar"},
@@ -177,13 +185,5 @@ func TestParseSFDict(t *testing.T) {
 		{"1=a", "FAIL"},
 		{"a=1 b=2", "FAIL"},
 	}
-	for _, tt := range tests {
-		got := "FAIL"
-		if ms, ok := parseSFDict(tt.in); ok {
-			got = serializeDict(ms)
-		}
-		if got != tt.want {
-			t.Errorf("parseSFDict(%q) = %s; want %s", tt.in, got, tt.want)
-		}
-	}
+	checkParsed(t, "parseSFDict", parseSFDict, serializeDict, tests)
 }

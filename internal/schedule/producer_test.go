@@ -15,7 +15,7 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/schedule"
 	"github.com/ratelane/ratelane/internal/store"
-	"github.com/ratelane/ratelane/internal/store/postgres"
+	"github.com/ratelane/ratelane/internal/store/postgres/pgtest"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
@@ -66,15 +66,7 @@ func twoPostgresNodes(t *testing.T) (node, node) {
 	url, schema := testkit.PostgresSchema(t, "rl_sched_")
 	var nodes []node
 	for range 2 {
-		st, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, Region: "us", MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		if err := st.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, newNode(t, st))
+		nodes = append(nodes, newNode(t, pgtest.Open(t, url, schema, 4)))
 	}
 	return nodes[0], nodes[1]
 }

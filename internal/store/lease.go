@@ -109,6 +109,15 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 	}
 	batchCap := p.BatchLaneCap()
 	batchFirst := min(p.BatchMin, batchCap)
+	switch p.Lane {
+	case job.LaneInteractive:
+		batchCap, batchFirst = 0, 0
+	case job.LaneBatch:
+		// No interactive work to share the slots with: the last step
+		// takes the batch lane's whole bound, and the interactive lane's
+		// age is not read.
+		batchFirst = 0
+	}
 	if batchFirst > 0 && p.InteractiveBudget > 0 {
 		oldest, ok, err := tx.OldestReady(job.LaneInteractive, p.Now)
 		if err != nil {
@@ -129,6 +138,9 @@ func Lease(tx LeaseTx, p LeaseParams, newToken func() string) ([]*job.Job, error
 			// The first step found no ready batch group at this now; a
 			// second look in the same call would only cost a query.
 			break
+		}
+		if p.Lane != "" && s.lane != p.Lane {
+			continue
 		}
 		n := s.n
 		if s.lane == job.LaneBatch {

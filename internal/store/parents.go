@@ -20,6 +20,9 @@ type ReadyParentsParams struct {
 	// Limit is the page size: zero means DefaultListLimit, above
 	// MaxListLimit it is MaxListLimit (PageSize).
 	Limit int
+	// Lane, when set, lists only that lane's parents: a lane-dedicated
+	// node sweeps the parents of the lanes it serves (engine.Config.Lanes).
+	Lane job.Lane
 }
 
 // ReadyParentsQuery is ReadyParents' statement for both SQL drivers: the
@@ -61,6 +64,7 @@ func ReadyParentsQuery(cols string, p ReadyParentsParams) *Query {
 		WHERE bi.job_id = jobs.id AND bh.id = bi.batch_id AND (bi.state = '` + ItemPending + `' OR bi.state = '` + ItemSubmitted + `')
 		AND bh.tenant = jobs.tenant AND bh.region = jobs.region`
 	q := NewQuery(`SELECT `+cols+` FROM jobs`).Where(`state = '`+string(job.StateAccepted)+`'`).Where(`kind = ?`, p.Kind)
+	q.WhereSet(`lane = ?`, string(p.Lane))
 	q.Where(`NOT EXISTS (`+child+`)`, args...).Where(`NOT EXISTS (` + item + `)`)
 	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
 }

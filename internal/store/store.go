@@ -307,6 +307,12 @@ type LeaseParams struct {
 	// Tenant restricts the lease to one tenant's jobs (an external worker
 	// acting for that tenant); empty means every tenant.
 	Tenant string
+	// Lane restricts the lease to one lane's jobs (a lane-dedicated node:
+	// engine.Config.Lanes); empty means both lanes. An interactive-only
+	// lease takes no batch-lane job (BatchMin and BatchMax are then moot);
+	// a batch-only lease takes batch-lane jobs up to its batch bound and
+	// never asks about the interactive lane.
+	Lane job.Lane
 	// BatchMin is how many of the Max slots batch work gets first, its
 	// minimum share; it is ignored while the oldest ready interactive job has
 	// waited longer than InteractiveBudget.

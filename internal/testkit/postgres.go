@@ -36,17 +36,24 @@ func PostgresSchema(t testing.TB, prefix string) (url, schema string) {
 	_, _ = rand.Read(b)
 	schema = prefix + hex.EncodeToString(b)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+		if err := PostgresExec(url, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
 	return url, schema
+}
+
+// PostgresExec runs one statement on the database at url through a
+// connection of its own (the test's role, outside any store's pool),
+// within Timeout.
+func PostgresExec(url, sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
 }

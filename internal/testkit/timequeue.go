@@ -47,17 +47,3 @@ func (h *timeHeap[T]) Pop() any {
 	*h = old[:len(old)-1]
 	return v
 }
-
-// MostWithin returns the most of ts (in time order) that fall within any
-// interval shorter than w: the peak a sliding window of w saw, which a
-// test of pacing compares with the limit it declared.
-func MostWithin(ts []time.Time, w time.Duration) int {
-	most, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= w {
-			lo++
-		}
-		most = max(most, hi-lo+1)
-	}
-	return most
-}

@@ -37,30 +37,3 @@ func TestTimeQueuePopsDueEarliestFirst(t *testing.T) {
 		t.Fatalf("due by 2 s: popped %q with %d left, want \"ab\" with 1", got, q.Len())
 	}
 }
-
-// TestMostWithin: the peak count of a sliding window, an interval of
-// exactly w excluded.
-func TestMostWithin(t *testing.T) {
-	t.Parallel()
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	at := func(ms ...int) (ts []time.Time) {
-		for _, m := range ms {
-			ts = append(ts, t0.Add(time.Duration(m)*time.Millisecond))
-		}
-		return ts
-	}
-	for _, c := range []struct {
-		ts   []time.Time
-		want int
-	}{
-		{nil, 0},
-		{at(0), 1},
-		{at(0, 999), 2},
-		{at(0, 1000), 1},
-		{at(0, 100, 200, 1100, 1150), 3},
-	} {
-		if got := testkit.MostWithin(c.ts, time.Second); got != c.want {
-			t.Errorf("MostWithin(%v, 1s) = %d, want %d", c.ts, got, c.want)
-		}
-	}
-}

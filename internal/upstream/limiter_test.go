@@ -73,16 +73,7 @@ func TestLimiterInvariant(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := rand.New(rand.NewPCG(1, 2))
-			lim := newLimiter(tc.rc.WithDefaults(), nil, t0)
-			var admitted []time.Time
-			now := t0
-			for range 2000 {
-				now = now.Add(time.Duration(r.Int64N(int64(60 * time.Millisecond))))
-				if lim.take(now).allowed {
-					admitted = append(admitted, now)
-				}
-			}
+			admitted := admitRandom(newLimiter(tc.rc.WithDefaults(), nil, t0), rand.NewPCG(1, 2), 2000, 60*time.Millisecond)
 			for i := range admitted {
 				for j := i; j < len(admitted); j++ {
 					if n := float64(j - i + 1); n > tc.bound(admitted[j].Sub(admitted[i]))+1e-9 {
@@ -92,6 +83,22 @@ func TestLimiterInvariant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// admitRandom offers lim n requests from t0, each a random gap below
+// maxGap (drawn from src) after the one before, and returns the times of
+// those it admitted.
+func admitRandom(lim limiter, src rand.Source, n int, maxGap time.Duration) []time.Time {
+	r := rand.New(src)
+	var admitted []time.Time
+	now := t0
+	for range n {
+		now = now.Add(time.Duration(r.Int64N(int64(maxGap))))
+		if lim.take(now).allowed {
+			admitted = append(admitted, now)
+		}
+	}
+	return admitted
 }
 
 func TestNewLimiterCarriesState(t *testing.T) {

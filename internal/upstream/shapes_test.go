@@ -126,16 +126,7 @@ func TestSlidingCounterDefinition(t *testing.T) {
 // Limit in any window of length Window" over every pair of admissions.
 func TestSlidingWindowIsStrict(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(shapes["sliding-window"].WithDefaults(), nil, t0)
-	r := rand.New(rand.NewPCG(9, 10))
-	var got []time.Time
-	now := t0
-	for range 3000 {
-		now = now.Add(time.Duration(r.Int64N(int64(8 * time.Millisecond))))
-		if lim.take(now).allowed {
-			got = append(got, now)
-		}
-	}
+	got := admitRandom(newLimiter(shapes["sliding-window"].WithDefaults(), nil, t0), rand.NewPCG(9, 10), 3000, 8*time.Millisecond)
 	if m := MaxInWindow(got, time.Second); m != 10 {
 		t.Errorf("MaxInWindow = %d, want exactly the limit 10 under excess demand", m)
 	}
@@ -159,6 +150,7 @@ func TestMaxInWindow(t *testing.T) {
 		{at(0, 999), 2},
 		{at(0, 1000), 1}, // a window is half-open: (t-W, t]
 		{at(0, 1, 2, 999, 1000, 1001), 4},
+		{at(0, 100, 200, 1100, 1150), 3},
 	} {
 		if got := MaxInWindow(tc.ts, time.Second); got != tc.want {
 			t.Errorf("MaxInWindow(%v) = %d, want %d", tc.ts, got, tc.want)

@@ -252,13 +252,19 @@ func (r *Registry) existing(ctx context.Context, doc eventDoc) (PublishResult, e
 }
 
 func (r *Registry) event(ctx context.Context, oid string) (eventDoc, error) {
-	o, err := r.st.GetObject(ctx, ObjectEvent, oid)
+	return getDoc[eventDoc](ctx, r.st, ObjectEvent, oid, "event")
+}
+
+// getDoc reads the object kind/id and decodes its JSON body; what names
+// the document in a decode error.
+func getDoc[T any](ctx context.Context, st store.Store, kind, id, what string) (T, error) {
+	var doc, zero T
+	o, err := st.GetObject(ctx, kind, id)
 	if err != nil {
-		return eventDoc{}, err
+		return zero, err
 	}
-	var doc eventDoc
 	if err := json.Unmarshal(o.Body, &doc); err != nil {
-		return eventDoc{}, fmt.Errorf("decode event %s: %w", oid, err)
+		return zero, fmt.Errorf("decode %s %s: %w", what, id, err)
 	}
 	return doc, nil
 }

@@ -163,15 +163,7 @@ func (r *Registry) saveResponse(ctx context.Context, rr ResponseRecord) error {
 // LastFailedResponse returns the last failed answer of a delivery job, or
 // an error wrapping store.ErrNotFound when it has none.
 func (r *Registry) LastFailedResponse(ctx context.Context, jobID string) (ResponseRecord, error) {
-	o, err := r.st.GetObject(ctx, ObjectResponse, jobID)
-	if err != nil {
-		return ResponseRecord{}, err
-	}
-	var rr ResponseRecord
-	if err := json.Unmarshal(o.Body, &rr); err != nil {
-		return ResponseRecord{}, fmt.Errorf("decode response %s: %w", jobID, err)
-	}
-	return rr, nil
+	return getDoc[ResponseRecord](ctx, r.st, ObjectResponse, jobID, "response")
 }
 
 // logged logs a failed write of the registry's own bookkeeping. The

@@ -83,12 +83,7 @@ func TestTwoSweepersRecoverOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			recoveries := 0
-			for _, h := range got.History {
-				if h.Outcome == job.ClassLeaseExpired {
-					recoveries++
-				}
-			}
+			recoveries := storetest.CountOutcome(got, job.ClassLeaseExpired)
 			if got.State != job.StateWaiting || got.Attempts.Transient != 1 || recoveries != 1 {
 				t.Fatalf("round %d: job %s = %s transient %d with %d recoveries", round, j.ID, got.State, got.Attempts.Transient, recoveries)
 			}

@@ -67,7 +67,8 @@ func conflict(t *testing.T, what string, errs []error) {
 	}
 }
 
-func countOutcome(j *job.Job, c job.Class) int {
+// CountOutcome counts the attempts in j's history that ended with c.
+func CountOutcome(j *job.Job, c job.Class) int {
 	n := 0
 	for _, h := range j.History {
 		if h.Outcome == c {
@@ -153,9 +154,9 @@ func testRescueVsRelease(t *testing.T, open Opener) {
 	conflict(t, "stale recovery of a job leased again", finish(t, s, Recovery(slow[0], at)))
 	got := get(t, s, j.ID)
 	if got.State != job.StateRunning || got.Attempt != 2 || got.LeaseToken != again[0].LeaseToken ||
-		got.Attempts.Transient != 1 || countOutcome(got, job.ClassLeaseExpired) != 1 {
+		got.Attempts.Transient != 1 || CountOutcome(got, job.ClassLeaseExpired) != 1 {
 		t.Fatalf("job = %s attempt %d transient %d, %d recoveries; want running attempt 2, recovered once",
-			got.State, got.Attempt, got.Attempts.Transient, countOutcome(got, job.ClassLeaseExpired))
+			got.State, got.Attempt, got.Attempts.Transient, CountOutcome(got, job.ClassLeaseExpired))
 	}
 	if !got.LeaseExpiresAt.Equal(again[0].LeaseExpiresAt) {
 		t.Fatalf("the fresh lease was changed: expires %v, leased until %v", got.LeaseExpiresAt, again[0].LeaseExpiresAt)
@@ -229,9 +230,9 @@ func testRescueOnce(t *testing.T, open Opener) {
 	}
 	conflict(t, "a third recovery", finish(t, s, Recovery(a[0], at)))
 	got := get(t, s, j.ID)
-	if got.State != job.StateWaiting || got.Attempts.Transient != 1 || countOutcome(got, job.ClassLeaseExpired) != 1 {
+	if got.State != job.StateWaiting || got.Attempts.Transient != 1 || CountOutcome(got, job.ClassLeaseExpired) != 1 {
 		t.Fatalf("job = %s transient %d, %d recoveries; want recovered exactly once", got.State, got.Attempts.Transient,
-			countOutcome(got, job.ClassLeaseExpired))
+			CountOutcome(got, job.ClassLeaseExpired))
 	}
 	if n := inFlight(t, s, "k"); n != 1 {
 		t.Fatalf("in flight = %d, want 1 (one lease left): the key was released more than once", n)

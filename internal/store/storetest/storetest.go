@@ -106,6 +106,7 @@ func Run(t *testing.T, open Opener) {
 	maps.Copy(tests, flightCases)
 	maps.Copy(tests, parentCases)
 	maps.Copy(tests, policyCases)
+	maps.Copy(tests, laneCases)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelane/ratelane"
+)
+
+// Where the batch-isolation workload's batch lane runs (Options.BatchNode).
+const (
+	// BatchNodeInProcess serves both lanes in the bench's one Client, as
+	// a single node does (the default).
+	BatchNodeInProcess = "in"
+	// BatchNodeProcess serves the batch lane in a child process of the
+	// bench's own executable (a batch-only Client, Config.Lanes) on the
+	// same store, at a lower OS priority (Options.BatchNice); the bench's
+	// Client serves the interactive lane only.
+	BatchNodeProcess = "process"
+)
+
+// BatchNodeEnv, set in a process's environment, makes ServeSimChildIfAsked
+// serve a batch-only node instead of running the program: its value is
+// the node's batchNodeConfig as JSON.
+const BatchNodeEnv = "RATELANE_BENCH_BATCH_NODE"
+
+// batchNodeConfig is what the batch node needs to join the bench's
+// region: its store and the simulators its review providers call.
+type batchNodeConfig struct {
+	Region        ratelane.Region `json:"region"`
+	DataDir       string          `json:"data_dir"`
+	LLM           string          `json:"llm"`
+	Batch         string          `json:"batch"`
+	BatchPieces   int             `json:"batch_pieces"`
+	BatchCPUs     int             `json:"batch_cpus"`
+	BatchYieldMax time.Duration   `json:"batch_yield_max"`
+}
+
+// serveBatchNode runs a batch-only Client of cfg (JSON) until in reaches
+// its end: one line on out once it has started, then a graceful stop.
+func serveBatchNode(cfgJSON string, in io.Reader, out io.Writer) error {
+	var bc batchNodeConfig
+	if err := json.Unmarshal([]byte(cfgJSON), &bc); err != nil {
+		return fmt.Errorf("%s: %w", BatchNodeEnv, err)
+	}
+	rv, err := batchLaneReviews(bc.LLM, bc.Batch)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c, err := ratelane.NewClient(ctx, ratelane.Config{Regions: []ratelane.Region{bc.Region}, DataDir: bc.DataDir, Workers: 16,
+		Plugins: []ratelane.Plugin{rv}, Registry: prometheus.NewRegistry(), Lanes: []ratelane.Lane{ratelane.LaneBatch},
+		BatchPieces: bc.BatchPieces, BatchCPUs: bc.BatchCPUs, BatchYieldMax: bc.BatchYieldMax,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		_ = c.Close()
+		return err
+	}
+	if _, err := fmt.Fprintf(out, "{\"ready\":true}\n"); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, in)
+	stop, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return errors.Join(c.Stop(stop), c.Close())
+}
+
+// batchNode is a running batch-only child process.
+type batchNode struct {
+	*selfChild
+	// niceNote says how the node's priority was set (or why not).
+	niceNote string
+}
+
+// startBatchNode starts this executable as a batch-only node of region r
+// (see BatchNodeEnv) at nice (0: the bench's own priority) and waits for
+// it to have started.
+func startBatchNode(bc batchNodeConfig, nice int) (*batchNode, error) {
+	b, err := json.Marshal(bc)
+	if err != nil {
+		return nil, err
+	}
+	n := &batchNode{}
+	// Niced at once (before it opens the store) and again once it has
+	// started: Linux keeps a nice per thread, and a thread inherits its
+	// creator's, so every thread the Go runtime had made by then is set
+	// and those it makes later inherit the setting.
+	sc, line, err := startSelf("batch node", BatchNodeEnv+"="+string(b), func(p *os.Process) { n.niceNote = renice(p.Pid, nice) })
+	if sc == nil {
+		return nil, err
+	}
+	n.selfChild = sc
+	if err == nil && !strings.Contains(line, `"ready":true`) {
+		err = errors.New("not ready")
+	}
+	if err != nil {
+		_ = n.close()
+		return nil, fmt.Errorf("batch node: its first line %q: %w", line, err)
+	}
+	n.niceNote = renice(sc.cmd.Process.Pid, nice)
+	return n, nil
+}
+
+// renice sets every thread of process pid to nice (Linux: setpriority
+// on each task of /proc/PID/task), and says what it did.
+func renice(pid, nice int) string {
+	if nice == 0 {
+		return "not niced"
+	}
+	if runtime.GOOS != "linux" {
+		return "not niced: setting a child's priority is implemented for Linux only"
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return "not niced: " + err.Error()
+	}
+	set := 0
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err == nil {
+			set++
+		}
+	}
+	return fmt.Sprintf("nice %d on %d of %d threads", nice, set, len(tasks))
+}
+
+// nices returns the least and the greatest nice of the node's threads
+// now (/proc/PID/task/*/stat, field 19); ok false where unreadable.
+func (n *batchNode) nices() (lo, hi int, ok bool) {
+	paths, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", n.cmd.Process.Pid))
+	for _, p := range paths {
+		f, ok2 := statFields(p)
+		if !ok2 || len(f) < 17 {
+			continue
+		}
+		v, err := strconv.Atoi(f[16])
+		if err != nil {
+			continue
+		}
+		if !ok || v < lo {
+			lo = v
+		}
+		if !ok || v > hi {
+			hi = v
+		}
+		ok = true
+	}
+	return lo, hi, ok
+}
+
+// cpuSeconds is the node's CPU time so far (procCPUSeconds).
+func (n *batchNode) cpuSeconds() (float64, bool) { return procCPUSeconds(n.cmd.Process.Pid) }
+
+// close ends the node: its stdin closes (it stops gracefully and exits),
+// and a kill follows if it has not within 10 s.
+func (n *batchNode) close() error { return n.selfChild.close(10 * time.Second) }
