@@ -468,6 +468,9 @@ func (s *Store) getTx(tx *writeTx, id string) (*job.Job, error) {
 // List returns jobs matching p, newest first (store.ListQuery).
 func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error) {
 	q := listQuery(p)
+	if readsMarkRun(p) {
+		s.keyListed.Store(true)
+	}
 	rows, err := s.readQuery(ctx, q.SQL(), q.Args()...)
 	if err != nil {
 		return nil, err
@@ -486,10 +489,17 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*job.Job, error
 // yet (ids above jobs_list_mark: at most a listing's worth, listed.go).
 func listQuery(p store.ListParams) *store.Query {
 	const groupHasKey = `EXISTS (SELECT 1 FROM json_each(job_groups.keys) WHERE value = ?)`
-	if p.LimitKey == "" || p.State == job.StateWaiting || p.State == job.StateRetryScheduled {
+	if !readsMarkRun(p) {
 		return store.ListQuery(jobCols, p, groupHasKey)
 	}
 	return store.ListSideQuery(jobCols, p, groupHasKey, `job_group_ids`, `id > (SELECT id FROM jobs_list_mark)`)
+}
+
+// readsMarkRun reports whether List(p) reads job_group_ids and the run of
+// ids above jobs_list_mark (listQuery): a key's jobs in any state but
+// waiting or retry_scheduled.
+func readsMarkRun(p store.ListParams) bool {
+	return p.LimitKey != "" && p.State != job.StateWaiting && p.State != job.StateRetryScheduled
 }
 
 // Publish is the compare-and-set validated -> published.

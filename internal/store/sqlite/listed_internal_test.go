@@ -39,6 +39,11 @@ func TestListByKeyDeferredEntries(t *testing.T) {
 		big = append(big, storetest.NewJob("t1", job.LaneBatch, []string{"a", "b"}[i%2]))
 	}
 	insert(big...) // lists the single job before it, then its own directly
+	// A key listing since the last copy: the singles are copied at
+	// listEvery, not listEveryQuiet (TestListingCadenceFollowsKeyListings).
+	if _, err := s.List(ctx, store.ListParams{LimitKey: "a", Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
 	for i := range listEvery + 40 {
 		insert(storetest.NewJob("t0", job.LaneBatch, []string{"a", "b"}[i%2]))
 	}
@@ -88,5 +93,59 @@ func TestListByKeyDeferredEntries(t *testing.T) {
 	}
 	if n := counts(`SELECT count(*) FROM job_group_ids WHERE jid NOT IN (SELECT id FROM jobs)`); n != 0 {
 		t.Errorf("%d pairs left by deleted jobs", n)
+	}
+}
+
+// TestListingCadenceFollowsKeyListings: while no key listing reads the run
+// above jobs_list_mark, small inserts are copied into job_group_ids every
+// listEveryQuiet jobs, not every listEvery; a listing then reads the whole
+// run and still finds every job, and the first insert after it copies the
+// run. Fails with one cadence for both (the copy at listEvery jobs though
+// nobody listed, or none after a listing).
+func TestListingCadenceFollowsKeyListings(t *testing.T) {
+	t.Parallel()
+	ctx, s := context.Background(), openTestStore(t)
+	var want []string // key a's job ids, newest first
+	insert := func(n int) {
+		t.Helper()
+		for i := range n {
+			j := storetest.NewJob("t0", job.LaneBatch, []string{"a", "b"}[i%2])
+			if _, err := s.Insert(ctx, []*job.Job{j}, storetest.Unpaced); err != nil {
+				t.Fatal(err)
+			}
+			if j.LimitKeys[0] == "a" {
+				want = append([]string{j.ID}, want...)
+			}
+		}
+	}
+	above := func() (n int) {
+		t.Helper()
+		if err := s.rdb.QueryRow(`SELECT count(*) FROM jobs WHERE id > (SELECT id FROM jobs_list_mark)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	insert(listEveryQuiet - 1)
+	if n := above(); n != listEveryQuiet-1 {
+		t.Fatalf("%d jobs above the mark after %d single inserts and no key listing, want all of them", n, listEveryQuiet-1)
+	}
+	page, err := s.List(ctx, store.ListParams{LimitKey: "a", Limit: store.MaxListLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range page {
+		got = append(got, j.ID)
+	}
+	if wantPage := want[:min(len(want), store.MaxListLimit)]; !slices.Equal(got, wantPage) {
+		t.Errorf("key a listed over a run of %d above the mark: %d jobs, want its %d newest", listEveryQuiet-1, len(got), len(wantPage))
+	}
+	insert(1)
+	if n := above(); n != 0 {
+		t.Errorf("%d jobs above the mark after a key listing and an insert, want the run copied", n)
+	}
+	insert(listEvery + 1)
+	if n := above(); n != listEvery+1 {
+		t.Errorf("%d jobs above the mark after %d single inserts and no key listing since the copy, want all of them", n, listEvery+1)
 	}
 }

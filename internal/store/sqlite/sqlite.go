@@ -132,6 +132,12 @@ type Store struct {
 	listMark      string
 	listMarkKnown bool
 	sinceListing  int
+	// keyListed is set by every key listing that reads the run above
+	// jobs_list_mark (List through store.ListSideQuery) and cleared by the
+	// writer's listUnlisted: while it is clear the writer lists every
+	// listEveryQuiet jobs, not every listEvery (listed.go). Only its cost
+	// depends on it, never what a listing returns.
+	keyListed atomic.Bool
 	// leasedScan is MarkLeased's buffer for scanLeased (writer goroutine
 	// only): built per row it was one allocation per job leased.
 	leasedScan anyRow
