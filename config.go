@@ -99,9 +99,8 @@ type Config struct {
 	// batch-lane work ran for d no such piece starts for
 	// d·(1−share)/share, so a sweep computes about this share of wall time
 	// and takes longer while interactive work is about; with none about it
-	// runs at full speed. Needs BatchCPUs on. Zero: the default,
-	// engine.DefaultBatchCPUShare (0.25); negative or 1 and more: off
-	// (docs/configuration.md).
+	// runs at full speed. Needs BatchCPUs on. Zero: the default, off;
+	// negative or 1 and more: off (docs/configuration.md).
 	BatchCPUShare float64
 	// Lanes are the lanes this process's engines serve in every region;
 	// empty means both (LaneInteractive, LaneBatch). A node of one lane

@@ -6,16 +6,9 @@ import (
 	"time"
 )
 
-// DefaultBatchCPUShare is Config.BatchCPUShare when it is zero: while
-// interactive work is about, the batch lane computes about a quarter of
-// wall time per turn. Measured quiet on 2 cores (docs/benchmarks.md,
-// "Session 25: the merge (lead)"): a 10,000-file sweep's interactive
-// in-sweep p99 fell 40 % (ratio 4.4 / 3.6 → 2.6 / 2.1) while the sweep took
-// 2.3× as long; with no interactive work about it costs nothing. Batch
-// work is deferred by design, so the default trades the sweep's time for
-// the interactive lane's tail; a node that runs batch work only, or an
-// operator who wants the sweep at full speed, sets a negative share.
-const DefaultBatchCPUShare = 0.25
+// batchCPUShareDefault is Config.BatchCPUShare when it is zero: the pacer
+// is off by default (docs/benchmarks.md, "Session 25 (s25h2)").
+const batchCPUShareDefault = 0
 
 // BatchPaceWindow is how long after interactive work was last in flight
 // in this process the batch pacer (Config.BatchCPUShare) still counts it
