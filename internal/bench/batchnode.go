@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,7 +135,7 @@ func renice(pid, nice int) string {
 		if err != nil {
 			continue
 		}
-		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err == nil {
+		if err := setThreadNice(tid, nice); err == nil {
 			set++
 		}
 	}

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package bench
+
+import "errors"
+
+// setThreadNice is Linux-only (nice_linux.go); renice does not call it
+// elsewhere, and the bench's batch node then runs at its parent's
+// priority.
+func setThreadNice(tid, nice int) error {
+	return errors.New("bench: setting a thread's priority is implemented for Linux only")
+}
