@@ -125,12 +125,7 @@ func TestCrashPoints(t *testing.T) {
 	t.Run(crashpoint.CASBeforeAck, func(t *testing.T) {
 		t.Parallel()
 		dir := filepath.Join(t.TempDir(), "data")
-		var leased struct {
-			Jobs []struct {
-				ID         string `json:"id"`
-				LeaseToken string `json:"lease_token"`
-			} `json:"jobs"`
-		}
+		var leased leaseAnswer
 		crashed(t, bin, dir, crashpoint.CASBeforeAck, func(s *server) {
 			if _, _, err := s.do("POST", "/v1/jobs", createBody("cas-1"), nil); err != nil {
 				t.Fatal(err)

@@ -22,6 +22,15 @@ type problem struct {
 	} `json:"errors"`
 }
 
+// leaseAnswer is what the tests read of POST /v1/leases: each leased job's
+// id and lease token.
+type leaseAnswer struct {
+	Jobs []struct {
+		ID         string `json:"id"`
+		LeaseToken string `json:"lease_token"`
+	} `json:"jobs"`
+}
+
 // waitForJob waits until job id of region us satisfies cond and returns it;
 // a timeout names what and the job's state and history as last read. The
 // root package's tests wait for a job this way rather than polling by hand.

@@ -32,12 +32,7 @@ func TestExternalLeaseRecoveredWithoutHandlers(t *testing.T) {
 		ID string `json:"id"`
 	}
 	a.call("POST", "/v1/jobs", producer, map[string]any{"kind": "ext.work", "region": "us", "limit_keys": []string{"ext"}}, nil, 201, &created)
-	var leased struct {
-		Jobs []struct {
-			ID         string `json:"id"`
-			LeaseToken string `json:"lease_token"`
-		} `json:"jobs"`
-	}
+	var leased leaseAnswer
 	a.call("POST", "/v1/leases", worker, map[string]any{"region": "us", "kinds": []string{"ext.work"}, "lease_seconds": 1, "wait_seconds": 5}, nil, 200, &leased)
 	if len(leased.Jobs) != 1 || leased.Jobs[0].ID != created.ID {
 		t.Fatalf("leased %+v, want job %s", leased.Jobs, created.ID)

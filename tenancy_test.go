@@ -221,12 +221,7 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 	}
 	e.must(e.do("POST", "/v1/jobs", e.keys["acme/producer"], map[string]any{"kind": "email.send", "region": "us", "limit_keys": []string{"smtp:acme"}}), 201, &j)
 	e.job = j.ID
-	var leased struct {
-		Jobs []struct {
-			ID         string `json:"id"`
-			LeaseToken string `json:"lease_token"`
-		} `json:"jobs"`
-	}
+	var leased leaseAnswer
 	e.must(e.do("POST", "/v1/leases", e.keys["acme/worker"], map[string]any{"region": "us", "kinds": []string{"email.send"}, "lease_seconds": 600}), 200, &leased)
 	if len(leased.Jobs) != 1 || leased.Jobs[0].ID != e.job {
 		t.Fatalf("acme's worker leased %+v, want job %s", leased.Jobs, e.job)

@@ -419,7 +419,7 @@ func (p *Plugin) ListBatches(ctx context.Context, region string, lp BatchListPar
 	if err != nil {
 		return nil, err
 	}
-	bs, err := rt.st.ListBatches(ctx, store.BatchListParams{Tenant: lp.Tenant, State: lp.State, Before: lp.Before, Limit: lp.Limit})
+	bs, err := rt.st.ListBatches(ctx, store.BatchListParams(lp))
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,12 @@ import (
 // plug-in's region runtimes. It maps the plug-in's errors onto the
 // routes': a region without reviews wraps reviewapi.ErrNotConfigured (501)
 // and a refused field is a *reviewapi.InputError (400). Neither ever
-// quotes the diff.
+// quotes the diff. The plug-in's Request, Status and ProviderInfo have the
+// fields of reviewapi's Submission, Review and ProviderInfo one for one
+// (their tags and docs differ), as BatchReview and BatchListParams have
+// batchapi's, so both services convert rather than copy field by field: a
+// field added to one side only fails to compile here instead of going
+// missing from the API.
 type service struct{ p *Plugin }
 
 func (s service) SubmitReview(ctx context.Context, sub reviewapi.Submission) (reviewapi.Review, error) {
@@ -42,9 +47,7 @@ func (s service) SubmitReview(ctx context.Context, sub reviewapi.Submission) (re
 	} else if err != nil {
 		return reviewapi.Review{}, err
 	}
-	st, err := s.p.Submit(ctx, Request{Region: sub.Region, Tenant: sub.Tenant, Lane: sub.Lane, Repo: sub.Repo,
-		Change: sub.Change, BaseSHA: sub.BaseSHA, HeadSHA: sub.HeadSHA, Diff: sub.Diff, Depth: sub.Depth,
-		Provider: sub.Provider, Publish: sub.Publish, IdempotencyKey: sub.IdempotencyKey})
+	st, err := s.p.Submit(ctx, Request(sub))
 	var pe *diff.ParseError
 	switch {
 	case errors.As(err, &pe), errors.Is(err, diff.ErrNoFiles):
@@ -52,7 +55,7 @@ func (s service) SubmitReview(ctx context.Context, sub reviewapi.Submission) (re
 	case err != nil:
 		return reviewapi.Review{}, apiError(err)
 	}
-	return apiReview(st), nil
+	return reviewapi.Review(st), nil
 }
 
 func (s service) Review(ctx context.Context, region, id string) (reviewapi.Review, error) {
@@ -60,7 +63,7 @@ func (s service) Review(ctx context.Context, region, id string) (reviewapi.Revie
 	if err != nil {
 		return reviewapi.Review{}, apiError(err)
 	}
-	return apiReview(st), nil
+	return reviewapi.Review(st), nil
 }
 
 func (s service) ReviewSARIF(ctx context.Context, region, id string, w io.Writer) error {
@@ -79,12 +82,6 @@ func (s service) Progress(ctx context.Context, parent *job.Job) (pipeline.Progre
 		return pipeline.Progress{}, err
 	}
 	return pipeline.CountParts(args, parts), nil
-}
-
-func apiReview(s Status) reviewapi.Review {
-	return reviewapi.Review{ID: s.ID, Region: s.Region, Tenant: s.Tenant, State: s.State, Reason: s.Reason, Repo: s.Repo,
-		Change: s.Change, DepthRequested: s.DepthRequested, Depth: s.Depth, Provider: s.Provider, Publish: s.Publish,
-		Parts: s.Parts, Result: s.Result, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
 }
 
 func apiError(err error) error {
@@ -107,9 +104,7 @@ func (s service) Providers(_ context.Context, region string) ([]reviewapi.Provid
 	}
 	out := make([]reviewapi.ProviderInfo, 0, len(ps))
 	for _, pi := range ps {
-		out = append(out, reviewapi.ProviderInfo{Name: pi.Name, Kind: pi.Kind, Model: pi.Model, Region: pi.Region,
-			Default: pi.Default, RequestsKey: pi.RequestsKey, TokensKey: pi.TokensKey, RPM: pi.RPM, TPM: pi.TPM,
-			MaxOutputTokens: pi.MaxOutputTokens})
+		out = append(out, reviewapi.ProviderInfo(pi))
 	}
 	return out, nil
 }
@@ -148,7 +143,7 @@ func (s batchService) BatchItems(ctx context.Context, region, id string, p batch
 }
 
 func (s batchService) ListBatches(ctx context.Context, region string, p batchapi.ListParams) ([]batchapi.Batch, error) {
-	bs, err := s.p.ListBatches(ctx, region, BatchListParams{Tenant: p.Tenant, State: p.State, Before: p.Before, Limit: p.Limit})
+	bs, err := s.p.ListBatches(ctx, region, BatchListParams(p))
 	return bs, batchAPIError(err)
 }
 

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -163,7 +164,7 @@ func (j *Job) Validate(regions []string) error {
 	checkName(ve, "kind", j.Kind, true)
 	checkName(ve, "tenant", j.Tenant, false)
 	checkName(ve, "idempotency_key", j.IdempotencyKey, false)
-	if checkName(ve, "region", j.Region, true) && len(regions) > 0 && !contains(regions, j.Region) {
+	if checkName(ve, "region", j.Region, true) && len(regions) > 0 && !slices.Contains(regions, j.Region) {
 		ve.add("region", "unknown region %q; configured regions are %s", j.Region, strings.Join(regions, ", "))
 	}
 	if !j.Lane.Valid() {
@@ -220,15 +221,6 @@ func checkKeys(ve *ValidationError, keys []string) {
 		seen[k] = true
 		checkName(ve, "limit_keys", k, true)
 	}
-}
-
-func contains(list []string, v string) bool {
-	for _, s := range list {
-		if s == v {
-			return true
-		}
-	}
-	return false
 }
 
 // DefaultTenant is the tenant of jobs inserted without one.

@@ -6,6 +6,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -164,7 +165,7 @@ func validateInfo(k *KeyInfo) error {
 	for _, r := range k.Regions {
 		if msg := checkName("region", r, true); msg != "" {
 			add("regions", msg)
-		} else if !contains(regions, r) {
+		} else if !slices.Contains(regions, r) {
 			regions = append(regions, r)
 		}
 	}
@@ -185,13 +186,4 @@ func checkName(field, v string, required bool) string {
 		return field + " must not contain control characters"
 	}
 	return ""
-}
-
-func contains(list []string, v string) bool {
-	for _, s := range list {
-		if s == v {
-			return true
-		}
-	}
-	return false
 }

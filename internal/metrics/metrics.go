@@ -41,6 +41,7 @@
 package metrics
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -189,7 +190,7 @@ func (m *Metrics) rateLimitScopes(j *job.Job, o job.Outcome) []string {
 	var scopes []string
 	for _, k := range keys {
 		s := m.scopes.label(Scope(k))
-		if !contains(scopes, s) {
+		if !slices.Contains(scopes, s) {
 			scopes = append(scopes, s)
 		}
 	}
@@ -304,13 +305,4 @@ func reasonLabel(r job.Reason) string {
 		}
 	}
 	return OtherLabel
-}
-
-func contains(list []string, v string) bool {
-	for _, s := range list {
-		if s == v {
-			return true
-		}
-	}
-	return false
 }

@@ -466,3 +466,14 @@ func RedriveRecord(at time.Time, attempt int, reason job.Reason) job.AttemptReco
 	return job.AttemptRecord{At: at, Attempt: attempt, Outcome: job.ClassRedriven,
 		Why: "redriven by an operator after " + string(reason) + "; budgets reset"}
 }
+
+// BacklogLanes names the lanes whose waiting jobs count in lane's Backlog:
+// lane and every lane scheduled before it, so the interactive lane alone
+// for an interactive job and both lanes for a batch job. One definition
+// for both drivers' Backlog.
+func BacklogLanes(lane job.Lane) []string {
+	if lane == job.LaneBatch {
+		return []string{string(job.LaneInteractive), string(job.LaneBatch)}
+	}
+	return []string{string(job.LaneInteractive)}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,7 +122,7 @@ func SignAll(secrets []string, msgID string, ts time.Time, body []byte) (string,
 		if err != nil {
 			return "", fmt.Errorf("secret %d: %w", i, err)
 		}
-		if !contains(sigs, sig) {
+		if !slices.Contains(sigs, sig) {
 			sigs = append(sigs, sig)
 		}
 	}
@@ -152,15 +153,6 @@ func Verify(secrets []string, h http.Header, body []byte, now time.Time, toleran
 		tolerance = DefaultTolerance
 	}
 	return signature.Verify(keys, h, body, now, tolerance)
-}
-
-func contains(list []string, v string) bool {
-	for _, s := range list {
-		if s == v {
-			return true
-		}
-	}
-	return false
 }
 
 // DefaultRotationWindow is how long the previous secret keeps signing after

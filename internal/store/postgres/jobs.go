@@ -392,10 +392,7 @@ func statsOldestQuery(lane job.Lane, now time.Time) *store.Query {
 // it (waiting or retry_scheduled) in lane and every lane scheduled before
 // it. Every named key is in the result, with 0 when nothing waits.
 func (s *Store) Backlog(ctx context.Context, lane job.Lane, keys []string) (map[string]int64, error) {
-	lanes := []string{string(job.LaneInteractive)}
-	if lane == job.LaneBatch {
-		lanes = append(lanes, string(job.LaneBatch))
-	}
+	lanes := store.BacklogLanes(lane)
 	out := make(map[string]int64, len(keys))
 	// A per-start key's backlog is its number of waiting jobs: each takes
 	// one unit from it, whatever its cost.

@@ -210,10 +210,7 @@ func (s *Store) ListLimits(ctx context.Context) ([]admission.State, error) {
 
 // Backlog returns the waiting cost per key for the lane and lanes before it.
 func (s *Store) Backlog(ctx context.Context, lane job.Lane, keys []string) (map[string]int64, error) {
-	lanes := []string{string(job.LaneInteractive)}
-	if lane == job.LaneBatch {
-		lanes = append(lanes, string(job.LaneBatch))
-	}
+	lanes := store.BacklogLanes(lane)
 	out := make(map[string]int64, len(keys))
 	for _, k := range keys {
 		var n sql.NullInt64
