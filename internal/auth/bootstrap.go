@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/ratelane/ratelane/internal/atomicfile"
 )
 
 // Bootstrap identity of the first admin key.
@@ -78,35 +81,15 @@ func Bootstrap(ctx context.Context, s Store, envKey string, dataDir string) (pri
 		"It is shown only this once; store it in a secret manager:\n\n    %s\n\n", info.ID, AdminTenant, path, secret), nil
 }
 
-// writeSecretFile writes data to path atomically (temporary file, fsync,
-// rename) with mode 0600 from the start, so the key is never readable by
-// others, not even briefly.
+// writeSecretFile writes data to path atomically and durably
+// (internal/atomicfile) with mode 0600 from the start, so the key is never
+// readable by others, not even briefly.
 func writeSecretFile(path, data string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".admin.key-*")
-	if err != nil {
+	return atomicfile.Write(path, 0o600, func(w io.Writer) error {
+		_, err := io.WriteString(w, data)
 		return err
-	}
-	defer os.Remove(f.Name()) // no-op after the rename
-	// CreateTemp already uses 0600; Chmod makes it explicit and immune to
-	// a future change of that default.
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.WriteString(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	})
 }

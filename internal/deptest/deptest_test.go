@@ -211,9 +211,12 @@ var layers = func() []layer {
 	vocab, job := mod+"/rltype", mod+"/internal/job"
 	admission, st, crash := mod+"/internal/admission", mod+"/internal/store", mod+"/internal/crashpoint"
 	engine, auth := mod+"/internal/engine", mod+"/internal/auth"
+	atomicfile := mod + "/internal/atomicfile"
 	return []layer{
 		// The public vocabulary imports only the standard library.
 		{vocab, nil, false},
+		// Durable file replacement is a standard-library leaf.
+		{atomicfile, nil, false},
 		// internal/job is rltype's alias and nothing more.
 		{job, []string{vocab}, false},
 		// The header parsers sit on the vocabulary only.
@@ -229,8 +232,8 @@ var layers = func() []layer {
 		{mod + "/internal/schedule", []string{vocab, job, admission, crash, st, engine}, true},
 		{mod + "/internal/metrics", []string{vocab, job, admission, crash, st, engine}, true},
 		// API keys and the plug-ins' mount point sit on the vocabulary.
-		{auth, []string{vocab, job}, false},
-		{mod + "/internal/httpapi/mount", []string{vocab, job, auth}, false},
+		{auth, []string{vocab, job, atomicfile}, false},
+		{mod + "/internal/httpapi/mount", []string{vocab, job, auth, atomicfile}, false},
 	}
 }()
 

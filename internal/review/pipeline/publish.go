@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/atomicfile"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/review/report"
@@ -133,8 +135,10 @@ func tenantDir(tenant string) string {
 	return esc
 }
 
-// writeRDJSONL writes the findings atomically (temp file, rename), so a
-// re-run after a crash replaces the file rather than appending to it.
+// writeRDJSONL writes the findings atomically and durably (temp file,
+// sync, rename, directory sync: internal/atomicfile), so a re-run after a
+// crash replaces the file rather than appending to it, and a power loss
+// after the publication is recorded cannot leave an empty file.
 func (p *ReviewPublisher) writeRDJSONL(j *job.Job, target string) error {
 	path, err := p.rdjsonlPath(j.Tenant, target)
 	if err != nil {
@@ -147,19 +151,9 @@ func (p *ReviewPublisher) writeRDJSONL(j *job.Job, target string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".rdjsonl-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := report.WriteRDJSONL(f, res.Findings); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.Write(path, 0o600, func(w io.Writer) error {
+		return report.WriteRDJSONL(w, res.Findings)
+	})
 }
 
 // WebhookBody is the body of a review's webhook delivery.
