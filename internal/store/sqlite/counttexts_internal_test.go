@@ -19,8 +19,10 @@ import (
 // (s15h5)"), and a text per count would also fill the writer's bounded
 // cache (maxStmts), past which texts are parsed once per batch. The first
 // phase meets every insert chunk size (511 = 256+128+...+1, each a power
-// of two, insertJobsSQL) and a few lease and finish sizes; the second,
-// only sizes not seen before, must add no text.
+// of two, insertJobsSQL), both ways a group row is written (the upsert of
+// a group the writer has not met, the update by id of one it has:
+// upsertGroup) and a few lease and finish sizes; the second, only sizes
+// not seen before, must add no text.
 func TestWriterTextsIndependentOfCounts(t *testing.T) {
 	s := openTestStore(t)
 	ctx := context.Background()
@@ -56,6 +58,9 @@ func TestWriterTextsIndependentOfCounts(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
+	// One job first, so that the 511 meet one group the writer has met
+	// (upsertGroup's update by id) and four it has not (its upsert).
+	insertBatchJobs(t, s, 1)
 	cycle(511, []int{1, 2, 48, 64, 100, 296})
 	before := texts()
 	cycle(300, []int{3, 7, 13, 29, 47, 63, 138})

@@ -126,17 +126,12 @@ func (s *Store) insertJobs(tx *writeTx, jobs []*job.Job, def admission.Config) (
 		ready[g] = r
 	}
 	for _, g := range order {
-		// One upsert per group: ready_at becomes the earliest of the stored
-		// value and the batch's, as one upsert per job made it.
-		var id int64
-		err := s.queryRow(tx, `INSERT INTO job_groups (lane, tenant, kind, keys, ready_at) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (lane, tenant, kind, keys) DO UPDATE SET ready_at = CASE
-			WHEN excluded.ready_at IS NULL THEN job_groups.ready_at
-			WHEN job_groups.ready_at IS NULL OR excluded.ready_at < job_groups.ready_at THEN excluded.ready_at
-			ELSE job_groups.ready_at END
-		RETURNING id`, g.lane, g.tenant, g.kind, g.keys, ready[g]).Scan(&id)
+		// One statement per group at most: ready_at becomes the earliest
+		// of the stored value and the batch's, as one upsert per job made
+		// it.
+		id, err := s.upsertGroup(tx, g, ready[g])
 		if err != nil {
-			return nil, fmt.Errorf("insert group of kind %s: %w", g.kind, err)
+			return nil, err
 		}
 		groups[g] = id
 	}

@@ -936,9 +936,7 @@ func (o *txOps) GroupUnblock(group int64) error {
 }
 
 func (s *Store) groupReady(tx *writeTx, group int64, at time.Time) error {
-	_, err := s.exec(tx, `UPDATE job_groups SET ready_at = CASE WHEN ready_at IS NULL OR ready_at > ?1 THEN ?1 ELSE ready_at END
-		WHERE id = ?2`, ns(at), group)
-	return err
+	return s.groupReadyNS(tx, group, ns(at))
 }
 
 func nullBytes(b []byte) any {

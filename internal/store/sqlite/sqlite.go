@@ -152,6 +152,12 @@ type Store struct {
 	// changed behind it.
 	unpaced     map[string]admission.State
 	dataVersion int64
+	// groupIDs are the ids of the job_groups rows the writer has upserted
+	// (upsertGroup), so that an insert into a group it has met writes the
+	// row only when its ready_at moves. Only the writer goroutine touches
+	// it, and onWriterConn between its transactions; forgetRows empties it
+	// whenever an id it holds may no longer name its group.
+	groupIDs map[groupOf]int64
 
 	// writes and txs count the committed writes and their transactions
 	// (WriteCounts).
@@ -214,6 +220,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		batchStmts:  map[string]*sql.Stmt{},
 		leases:      map[string]leaseFacts{},
 		unpaced:     map[string]admission.State{},
+		groupIDs:    map[groupOf]int64{},
 	}
 	s.SQLReads = store.NewSQLReads(s.read, statsOldestQuery)
 	s.Derived = store.NewDerived(store.Writes{PutObjects: s.putObjects, PutObjectIf: s.putObjectIf, DeleteObject: s.deleteObject,
@@ -333,8 +340,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) onWriterConn(fn func(c *sql.Conn) error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	// A migration may rewrite jobs_list_mark (listed.go).
-	s.forgetListMark()
+	// A migration may rewrite jobs_list_mark (listed.go) and rebuild
+	// job_groups, renumbering the groups.
+	s.forgetRows()
 	return fn(s.wconn)
 }
 

@@ -97,30 +97,8 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 				}
 				return failed
 			}
-			// Alone: one write, one transaction. Shared: the writer is held
-			// in a first write while the failing one and another are
-			// queued, so that it then drains both into one transaction.
-			fn := func(*writeTx) error { return s.write(ctx, fail) }
-			if shared {
-				hold, started, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-				go func() {
-					held <- s.write(ctx, func(*writeTx) error { close(started); <-hold; return nil })
-				}()
-				<-started
-				a := &writeReq{fn: fail, done: make(chan error, 1)}
-				b := &writeReq{fn: func(*writeTx) error { return nil }, done: make(chan error, 1)}
-				s.reqs <- a
-				s.reqs <- b
-				close(hold)
-				if err := <-held; err != nil {
-					t.Fatal(err)
-				}
-				if err := <-b.done; err != nil {
-					t.Fatal(err)
-				}
-				fn = func(*writeTx) error { return <-a.done }
-			}
-			if err := fn(nil); tc.panics && (err == nil || !strings.Contains(err.Error(), "panicked")) {
+			err := runFailingWrite(t, s, fail, shared)
+			if tc.panics && (err == nil || !strings.Contains(err.Error(), "panicked")) {
 				t.Fatalf("the panicking write: %v; want a panic reported as an error", err)
 			} else if !tc.panics && !errors.Is(err, failed) {
 				t.Fatalf("the failing write: %v; want %v", err, failed)
@@ -131,4 +109,34 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runFailingWrite runs fail as a write of s and returns its result. Alone
+// (shared false), it is one write in its own transaction, run without a
+// savepoint; shared, the writer is held in a first write while fail and
+// another write are queued, so that it then drains both into one
+// transaction and fail runs inside a savepoint.
+func runFailingWrite(t *testing.T, s *Store, fail func(*writeTx) error, shared bool) error {
+	t.Helper()
+	ctx := context.Background()
+	if !shared {
+		return s.write(ctx, fail)
+	}
+	hold, started, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		held <- s.write(ctx, func(*writeTx) error { close(started); <-hold; return nil })
+	}()
+	<-started
+	a := &writeReq{fn: fail, done: make(chan error, 1)}
+	b := &writeReq{fn: func(*writeTx) error { return nil }, done: make(chan error, 1)}
+	s.reqs <- a
+	s.reqs <- b
+	close(hold)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-b.done; err != nil {
+		t.Fatal(err)
+	}
+	return <-a.done
 }

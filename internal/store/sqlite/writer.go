@@ -276,8 +276,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		// A lone write runs without a savepoint; its failure must still
 		// undo what it wrote before failing (a claimed tick whose job
 		// insert failed, the first jobs of a failed Insert).
-		clear(s.unpaced)
-		s.forgetListMark()
+		s.forgetRows()
 		if _, err := s.exec(tx, `ROLLBACK`); err != nil {
 			return batch, fmt.Errorf("sqlite: rollback: %w", err)
 		}
@@ -296,8 +295,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		// A COMMIT that fails (an I/O error, SQLITE_BUSY) may leave the
 		// transaction open: roll it back, so that none of the batch is
 		// committed later by another batch's COMMIT.
-		clear(s.unpaced)
-		s.forgetListMark()
+		s.forgetRows()
 		s.exec(tx, `ROLLBACK`)
 		return batch, fmt.Errorf("sqlite: commit: %w", err)
 	}
@@ -306,7 +304,8 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	return batch, nil
 }
 
-// checkDataVersion empties s.unpaced when another connection committed
+// checkDataVersion forgets the writer's copies of stored rows
+// (forgetRows, Store.leases) when another connection committed
 // since the writer's last look: PRAGMA data_version changes on this
 // connection exactly then (SQLite's own commits leave it alone). Run first
 // in each transaction, whose BEGIN IMMEDIATE keeps other writers out until
@@ -317,13 +316,14 @@ func (s *Store) checkDataVersion(tx *writeTx) error {
 		return err
 	}
 	if v != s.dataVersion {
-		clear(s.unpaced)
-		// Another connection's commit may have been a VACUUM, which may
-		// renumber rows: the rowids remembered for the finishes
-		// (leaseFacts.rowid) are no longer to be trusted.
+		// It may have changed the unpaced keys, moved jobs_list_mark
+		// (listed.go), or rebuilt job_groups (another process's
+		// MigrateDown and Migrate).
+		s.forgetRows()
+		// It may have been a VACUUM, which may renumber rows: the rowids
+		// remembered for the finishes (leaseFacts.rowid) are no longer to
+		// be trusted.
 		clear(s.leases)
-		// It may have moved jobs_list_mark (listed.go).
-		s.forgetListMark()
 		s.dataVersion = v
 	}
 	return nil
@@ -338,8 +338,7 @@ func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	inSavepoint := false
 	defer func() {
 		if p := recover(); p != nil {
-			clear(s.unpaced)
-			s.forgetListMark()
+			s.forgetRows()
 			err = fmt.Errorf("sqlite: write panicked: %v", p)
 			if inSavepoint {
 				// Undo what it wrote before panicking, as for an error:
@@ -361,8 +360,7 @@ func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	}
 	inSavepoint = true
 	if ferr := fn(tx); ferr != nil {
-		clear(s.unpaced) // what it read or wrote is undone
-		s.forgetListMark()
+		s.forgetRows() // what it read or wrote is undone
 		if _, err := s.exec(tx, `ROLLBACK TO w`); err != nil {
 			return errors.Join(ferr, err)
 		}
