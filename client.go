@@ -81,6 +81,9 @@ type regionRT struct {
 	// starts and stops are the plug-ins' lifecycle hooks (OnStart, OnStop).
 	starts []func(context.Context)
 	stops  []func()
+	// stageTrace is the plug-ins' stage listener (OnStage), nil when none
+	// asked: the engine then records its stages in histograms only.
+	stageTrace func(engine.StageSpan)
 }
 
 // NewClient opens every region's store (creating and migrating it), checks
@@ -152,7 +155,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, BatchYieldMax: c.cfg.BatchYieldMax, BatchPieces: c.cfg.BatchPieces, BatchCPUs: c.cfg.BatchCPUs, BatchCPUShare: c.cfg.BatchCPUShare, Retention: c.cfg.Retention,
 		Lanes: c.cfg.Lanes,
 		Now:   c.cfg.Now, Logger: c.cfg.Logger, Jobs: rt.jobs, MaxRunTime: c.cfg.MaxRunTime,
-		InFlight: inFlight(r),
+		InFlight: inFlight(r), StageTrace: rt.stageTrace,
 	})
 	if err != nil {
 		return err

@@ -135,6 +135,26 @@ func (r *PluginRegion) OnPublished(fn func(id string)) {
 	r.rt.obs.published = append(r.rt.obs.published, fn)
 }
 
+// OnStage calls fn with every stage a job of the region passes in this
+// process's engine (engine.StageNames: queued, start, run, finish, and a
+// parent's aggregation and publication, each with when it began and
+// ended): a per-job timeline, which the batch-isolation benchmark's
+// --trace-tail reads to tell what an interactive review's slowest stage
+// overlapped. fn runs on the engine's goroutines and must return quickly;
+// it may be called only during Bind. Without a listener the engine keeps
+// its stage histograms only.
+func (r *PluginRegion) OnStage(fn func(engine.StageSpan)) error {
+	if r.bound {
+		return fmt.Errorf("ratelane: plug-in %s set a stage listener after Bind returned", r.plugin)
+	}
+	if prev := r.rt.stageTrace; prev != nil {
+		r.rt.stageTrace = func(s engine.StageSpan) { prev(s); fn(s) }
+	} else {
+		r.rt.stageTrace = fn
+	}
+	return nil
+}
+
 // SetSubscribers makes l the region's webhook subscriber lookup, which
 // other plug-ins reach through Subscribers; the webhooks plug-in sets it.
 // It may be called only during Bind, once per region.

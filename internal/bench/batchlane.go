@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"runtime/metrics"
 	"slices"
 	"sync"
@@ -85,7 +86,12 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("unknown simulator mode %q (want %s or %s)", e.opts.Sim, SimInProcess, SimChild)
 	}
-	rv, err := batchLaneReviews(llmURL, batchURL)
+	// --trace-tail: a per-review and per-event timeline (tailtrace.go).
+	var tr *tailTrace
+	if e.opts.TraceTail != "" {
+		tr = newTailTrace(e.opts.TraceTail)
+	}
+	rv, err := batchLaneReviews(llmURL, batchURL, tr)
 	if err != nil {
 		return Result{}, err
 	}
@@ -94,7 +100,11 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// phases' CPU figures; absent where the collector cannot read them.
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	pubs := newPublications(publishedFallback)
-	cfg := ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv, pubs}, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
+	plugins := []ratelane.Plugin{rv, pubs}
+	if tr != nil {
+		plugins = append(plugins, tr)
+	}
+	cfg := ratelane.Config{Workers: 16, Plugins: plugins, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
 		BatchCPUShare: e.opts.BatchCPUShare, BatchYieldMax: e.opts.BatchYieldMax, Regions: []ratelane.Region{e.region()}}
 	// The batch lane in a node of its own (Options.BatchNode): this
 	// Client serves the interactive lane, a batch-only Client in a child
@@ -124,6 +134,11 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if err := c.Start(ctx); err != nil {
 		return Result{}, err
 	}
+	if tr != nil {
+		sctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go tr.sample(sctx, childCPU)
+	}
 
 	// reads counts the bench's own store reads waiting for interactive
 	// reviews (waitPublished), per phase below: what the measurement
@@ -133,7 +148,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// least window has passed, and returns their latencies and, at the
 	// same index, the instants they were submitted.
 	seq := 0
-	interactive := func(window time.Duration, stop <-chan struct{}) ([]time.Duration, []time.Time, error) {
+	interactive := func(phase string, window time.Duration, stop <-chan struct{}) ([]time.Duration, []time.Time, error) {
 		var (
 			wg   sync.WaitGroup
 			mu   sync.Mutex
@@ -171,7 +186,11 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					if err != nil {
 						return err
 					}
-					return pubs.wait(ctx, c, s.ID, &reads)
+					if err := pubs.wait(ctx, c, s.ID, &reads); err != nil {
+						return err
+					}
+					tr.review(s.ID, phase, start, time.Now())
+					return nil
 				}()
 				mu.Lock()
 				defer mu.Unlock()
@@ -191,7 +210,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	c0, _ := childCPU()
 	n0, _ := nodeCPU()
 	baseSched := sampleSched()
-	base, _, err := interactive(plan.Window, closed)
+	base, _, err := interactive("baseline", plan.Window, closed)
 	baseRun := baseSched()
 	baseReads := reads.Load()
 	if err != nil {
@@ -221,7 +240,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 				rs = append(rs, review.BatchReview{Repo: "acme/mono", Change: "sweep", Diff: fileDiff("mono", i),
 					Publish: review.Publish{Kind: "none"}})
 			}
+			at := time.Now()
 			s, err := rv.SubmitBatch(ctx, review.BatchRequest{Region: "us", Provider: "batch", Reviews: rs})
+			tr.event("manifest", at, time.Now())
 			if err != nil {
 				sweepErr = fmt.Errorf("sweep manifest %d: %w", m/plan.PerManifest, err)
 				return
@@ -231,9 +252,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		published, sweepErr = sweepDone(ctx, rv, ids, start)
 		sweepEnd = time.Now()
 		sweepTook = sweepEnd.Sub(start)
+		tr.event("sweep", start, sweepEnd)
 	}()
 	sweepSched := sampleSched()
-	under, underAt, err := interactive(plan.Window, done)
+	under, underAt, err := interactive("sweep", plan.Window, done)
 	<-done
 	// The sweep phase lasts at least plan.Window, and a sweep often ends
 	// before it (7-11 s of 20 on a 2-core machine): the reviews submitted
@@ -411,6 +433,13 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("stage_"+st+"_baseline_p99_ms", 1000*b.finiteQuantile(0.99), "ms (bucket bound; the last bound means at least that)")
 		r.add("stage_"+st+"_sweep_p99_ms", 1000*u.finiteQuantile(0.99), "ms (bucket bound; the last bound means at least that)")
 	}
+	if tr != nil {
+		tr.markInSweep(sweepEnd)
+		tr.summarize(&r)
+		if err := tr.write(); err != nil {
+			return r, fmt.Errorf("--trace-tail: %w", err)
+		}
+	}
 	return r, nil
 }
 
@@ -419,15 +448,19 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 // "interactive" on the LLM simulator at llmURL and "batch" on the batch
 // simulator at batchURL. The bench's Client and a batch node
 // (BatchNodeProcess) configure it alike.
-func batchLaneReviews(llmURL, batchURL string) (*review.Plugin, error) {
+func batchLaneReviews(llmURL, batchURL string, tr *tailTrace) (*review.Plugin, error) {
+	var interHTTP, batchHTTP *http.Client // nil: the provider's default
+	if tr != nil {
+		interHTTP, batchHTTP = tr.client("interactive"), tr.client("batch")
+	}
 	const key = "openai:bench-model" // one account: both profiles spend it
 	inter, err := review.NewProvider(review.Profile{Name: "interactive", Kind: "openai-compatible", Region: "us", Model: "bench-model",
-		BaseURL: llmURL + "/v1", APIKey: "sk-bench", RequestsKey: key, RequestsPerMinute: 6000})
+		BaseURL: llmURL + "/v1", APIKey: "sk-bench", RequestsKey: key, RequestsPerMinute: 6000, HTTPClient: interHTTP})
 	if err != nil {
 		return nil, err
 	}
 	batch, err := review.NewProvider(review.Profile{Name: "batch", Kind: "openai", Region: "us", Model: "bench-model",
-		BaseURL: batchURL + "/v1/", APIKey: "sk-bench", RequestsKey: key})
+		BaseURL: batchURL + "/v1/", APIKey: "sk-bench", RequestsKey: key, HTTPClient: batchHTTP})
 	if err != nil {
 		return nil, err
 	}

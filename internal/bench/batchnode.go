@@ -55,7 +55,7 @@ func serveBatchNode(cfgJSON string, in io.Reader, out io.Writer) error {
 	if err := json.Unmarshal([]byte(cfgJSON), &bc); err != nil {
 		return fmt.Errorf("%s: %w", BatchNodeEnv, err)
 	}
-	rv, err := batchLaneReviews(bc.LLM, bc.Batch)
+	rv, err := batchLaneReviews(bc.LLM, bc.Batch, nil)
 	if err != nil {
 		return err
 	}

@@ -87,6 +87,13 @@ type Options struct {
 	// BatchNice is the batch node's nice (BatchNodeProcess; Linux): 0
 	// leaves it at the bench's priority. `ratelane bench` defaults to 10.
 	BatchNice int
+	// TraceTail, when set, makes the batch-isolation workload record a
+	// per-review and per-event timeline to this file (with Runs > 1, run
+	// k's to TraceTail.k) and add tail_* figures: what the slowest
+	// reviews under the sweep waited for (tailtrace.go). The recording
+	// costs CPU: its runs are for attribution, not for the headline
+	// figures.
+	TraceTail string
 }
 
 // Metric is one named figure of a workload.
@@ -312,6 +319,9 @@ func Run(ctx context.Context, name string, o Options) (Result, error) {
 		one := o
 		one.Runs = 1
 		one.Phase = o.PhaseOfRun(k)
+		if o.TraceTail != "" && o.Runs > 1 {
+			one.TraceTail = fmt.Sprintf("%s.%d", o.TraceTail, k+1)
+		}
 		r, err := runOnce(ctx, name, one)
 		if err != nil {
 			return r, err

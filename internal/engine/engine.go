@@ -249,6 +249,12 @@ type Config struct {
 	// Observer, when set, is told of every lease and finished attempt
 	// (metrics). Ignored when Jobs is set: the writer's Observer counts.
 	Observer Observer
+	// StageTrace, when set, is told of every stage a job passes (the
+	// spans the stage histograms count, with the job's ids): a per-job
+	// timeline for tracing an interactive tail (the batch-isolation
+	// bench's --trace-tail). It is called on the engine's goroutines and
+	// must be fast and safe for concurrent use; nil costs nothing.
+	StageTrace func(StageSpan)
 	// Jobs, when set, is the region's writer the engine leases and reports
 	// through, shared with the HTTP API's external workers so both follow
 	// one batch-share policy and reach one Observer; its BatchShare,
@@ -858,7 +864,7 @@ func (e *Engine) runLeased(jobs []*job.Job, free, turns int) {
 		if j.EligibleAt.After(ready) {
 			ready = j.EligibleAt
 		}
-		e.stages.observe(j.Lane, stQueued, now.Sub(ready))
+		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stQueued, ready, now)
 		if e.takesTurn(j) {
 			batch++
 		}
@@ -923,11 +929,11 @@ func (e *Engine) run(j *job.Job, turn bool) {
 			hctx = e.batchHandlerYield(hctx, j, ht)
 		}
 		began := e.cfg.Now()
-		e.stages.observe(j.Lane, stStart, began.Sub(r.started))
+		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stStart, r.started, began)
 		out := e.handle(hctx, j)
 		r.leave()
 		answered := e.cfg.Now()
-		e.stages.observe(j.Lane, stRun, answered.Sub(began))
+		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stRun, began, answered)
 		stopDeadline()
 		cancel(nil)
 		e.mu.Lock()

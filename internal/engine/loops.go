@@ -80,7 +80,7 @@ func (e *Engine) finish(batch []result) {
 		now := e.cfg.Now()
 		for _, r := range batch {
 			if !r.answered.IsZero() {
-				e.stages.observe(r.job.Lane, stFinish, now.Sub(r.answered))
+				e.observeStage(r.job.ID, r.job.ParentID, r.job.Kind, r.job.Lane, stFinish, r.answered, now)
 			}
 		}
 	}

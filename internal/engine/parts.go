@@ -405,18 +405,18 @@ func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 	ids := make([]string, 0, len(ws)) // writes[i] is parent ids[i]'s
 	for _, w := range ws {
 		start := e.cfg.Now()
-		e.stages.observe(job.LaneBatch, stAggregateWait, start.Sub(w.at))
+		e.observeStage(w.id, "", "", job.LaneBatch, stAggregateWait, w.at, start)
 		write, err := e.prepareParent(ctx, w.id, e.publishInline) // publishInline: see batchPublishInline
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
 		}
 		if write == nil {
-			e.stages.observe(job.LaneBatch, stAggregate, e.cfg.Now().Sub(start))
+			e.observeStage(w.id, "", "", job.LaneBatch, stAggregate, start, e.cfg.Now())
 			continue
 		}
 		ids = append(ids, w.id)
 		writes = append(writes, func() error {
-			defer func() { e.stages.observe(job.LaneBatch, stAggregate, e.cfg.Now().Sub(start)) }()
+			defer func() { e.observeStage(w.id, "", "", job.LaneBatch, stAggregate, start, e.cfg.Now()) }()
 			return write()
 		})
 	}
@@ -451,11 +451,11 @@ func writeTogether(writes []func() error) []error {
 // are inline: aggregateBatchGroup).
 func (e *Engine) aggregateWoken(ctx context.Context, w parentWake, lane job.Lane) {
 	start := e.cfg.Now()
-	e.stages.observe(lane, stAggregateWait, start.Sub(w.at))
+	e.observeStage(w.id, "", "", lane, stAggregateWait, w.at, start)
 	if err := e.aggregateParent(ctx, w.id, e.publishQueued); err != nil && ctx.Err() == nil {
 		e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
 	}
-	e.stages.observe(lane, stAggregate, e.cfg.Now().Sub(start))
+	e.observeStage(w.id, "", "", lane, stAggregate, start, e.cfg.Now())
 }
 
 func (e *Engine) sweepParents(ctx context.Context) {

@@ -211,9 +211,9 @@ func (e *Engine) publishLoop(interactiveOnly bool) {
 		}
 		if e.pub.ctx.Err() == nil {
 			start := e.cfg.Now()
-			e.stages.observe(it.lane, stPublishWait, start.Sub(it.at))
+			e.observeStage(it.id, "", "", it.lane, stPublishWait, it.at, start)
 			e.publish(e.pub.ctx, it.id)
-			e.stages.observe(it.lane, stPublish, e.cfg.Now().Sub(start))
+			e.observeStage(it.id, "", "", it.lane, stPublish, start, e.cfg.Now())
 		}
 		e.pub.mu.Lock()
 		delete(e.pub.pending, it.id)

@@ -111,3 +111,25 @@ func (e *Engine) Stages(visit func(lane, stage string, counts []uint64, sumSecon
 		}
 	}
 }
+
+// StageSpan is one job's pass through one stage (Config.StageTrace): the
+// job (for a parent's aggregation and publication, the parent), its
+// parent when it is a part, its kind (empty for an aggregation or a
+// publication, where the engine has only the id) and lane, the stage's
+// name (StageNames) and when it began and ended. No payload.
+type StageSpan struct {
+	ID, Parent, Kind string
+	Lane             job.Lane
+	Stage            string
+	Start, End       time.Time
+}
+
+// observeStage records that job id (of lane) spent [start, end) in stage s
+// (an index into StageNames): in the histograms, and in Config.StageTrace
+// when one is set.
+func (e *Engine) observeStage(id, parent, kind string, l job.Lane, s int, start, end time.Time) {
+	e.stages.observe(l, s, end.Sub(start))
+	if e.cfg.StageTrace != nil {
+		e.cfg.StageTrace(StageSpan{ID: id, Parent: parent, Kind: kind, Lane: l, Stage: StageNames[s], Start: start, End: end})
+	}
+}

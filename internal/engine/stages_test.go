@@ -2,11 +2,13 @@ package engine_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
@@ -59,5 +61,51 @@ func TestStagesTimeAJob(t *testing.T) {
 	// The run took 3 ms of the clock: the bucket above 2 ms, up to 5 ms.
 	if run := got["interactive/"+engine.StageRun]; run[3] != 1 {
 		t.Errorf("interactive/run buckets %v; want the 3 ms run in the (2 ms, 5 ms] bucket", run)
+	}
+}
+
+// TestStageTraceSpansAJob checks Config.StageTrace: one interactive job
+// leased, run and finished is reported as four spans of its id, in the
+// stages' order, each beginning where the one before ended, and its run
+// span is the 3 ms the handler moved the standing clock by.
+func TestStageTraceSpansAJob(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	clock := testkit.NewClock(time.Now().Add(time.Minute))
+	var mu sync.Mutex
+	var spans []engine.StageSpan
+	done := make(finishedTransitions, 1)
+	e, err := engine.New(engine.Config{Store: s, Region: "us", Now: clock.Now, Observer: done,
+		StageTrace: func(sp engine.StageSpan) { mu.Lock(); spans = append(spans, sp); mu.Unlock() },
+		Kinds: map[string]engine.Kind{"noop": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+			clock.Add(3 * time.Millisecond)
+			return job.Outcome{Class: job.ClassSuccess}
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := storetest.NewJob("acme", job.LaneInteractive, "k")
+	insertNow(t, s, j)
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	testkit.Recv(t, done, testkit.Timeout, "the finish")
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{engine.StageQueued, engine.StageStart, engine.StageRun, engine.StageFinish}
+	if len(spans) != len(want) {
+		t.Fatalf("%d spans %+v; want %v", len(spans), spans, want)
+	}
+	for i, sp := range spans {
+		if sp.Stage != want[i] || sp.ID != j.ID || sp.Kind != "noop" || sp.Lane != job.LaneInteractive {
+			t.Errorf("span %d: %s of %s (%s, %s); want %s of %s (noop, interactive)", i, sp.Stage, sp.ID, sp.Kind, sp.Lane, want[i], j.ID)
+		}
+		if i > 0 && !sp.Start.Equal(spans[i-1].End) {
+			t.Errorf("span %s begins at %v, the one before ended at %v", sp.Stage, sp.Start, spans[i-1].End)
+		}
+	}
+	if d := spans[2].End.Sub(spans[2].Start); d != 3*time.Millisecond {
+		t.Errorf("the run span is %v; want the handler's 3 ms", d)
 	}
 }

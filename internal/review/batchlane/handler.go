@@ -77,6 +77,11 @@ type Config struct {
 	Now func() time.Time
 	// Logger gets ids and counts, never content; default slog.Default().
 	Logger *slog.Logger
+	// Yield is called between the pieces of a pass's CPU work (a
+	// submission's request building, buildPiece items at a time); default
+	// engine.Yield, where the batch pacer rests the handler and the CPU
+	// governor passes its turn. Tests count the pieces with it.
+	Yield func(ctx context.Context)
 	// Stage, when set, is called at each stage named Stage*: a kill -9
 	// test blocks there and kills the process at exactly that point.
 	// Production leaves it nil.
@@ -109,6 +114,9 @@ func NewHandler(cfg Config) *Handler {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Yield == nil {
+		cfg.Yield = engine.Yield
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -310,7 +318,7 @@ func (p *pass) settleGroup(ctx context.Context, group []settlement) error {
 	if len(group) == 0 {
 		return nil
 	}
-	engine.Yield(ctx) // each group is a piece of batch-lane work
+	p.h.cfg.Yield(ctx) // each group is a piece of batch-lane work
 	ps := make([]store.SettleBatchItemParams, len(group))
 	for i, g := range group {
 		ps[i] = g.p
@@ -403,10 +411,19 @@ func (p *pass) plan(ctx context.Context, pending []store.BatchItem, existing int
 			unbuilt = append(unbuilt, it)
 		}
 	}
+	// The items' read was one piece; their objects' read and every
+	// buildPiece requests built are one each: a 1,000-item pass in one
+	// stretch was where the slowest interactive reviews under a sweep
+	// waited (docs/benchmarks.md, "Session 26 (s26h2)"), and the batch
+	// pacer can rest a handler only between pieces.
+	p.h.cfg.Yield(ctx)
 	if err := p.prefetch(ctx, unbuilt); err != nil {
 		return err
 	}
-	for _, it := range pending {
+	for i, it := range pending {
+		if i%buildPiece == 0 {
+			p.h.cfg.Yield(ctx)
+		}
 		r, err := p.request(ctx, it)
 		if err != nil {
 			if errors.Is(err, errBadItem) {
@@ -423,6 +440,7 @@ func (p *pass) plan(ctx context.Context, pending []store.BatchItem, existing int
 	if len(reqs) == 0 {
 		return nil
 	}
+	p.h.cfg.Yield(ctx) // sizing and recording the chunks is a piece of its own
 	parts, rejected, err := llmbatch.Split(reqs, p.e.Batch.Limits(), p.e.Batch.EncodedSize)
 	if err != nil {
 		return err
@@ -450,6 +468,11 @@ func (p *pass) plan(ctx context.Context, pending []store.BatchItem, existing int
 	}
 	return nil
 }
+
+// buildPiece is how many items' provider requests a submission builds
+// between two calls of Config.Yield: ~1 ms of CPU on this project's
+// 2-core machine, a few times an interactive review's own CPU work.
+const buildPiece = 32
 
 // errBadItem marks an item whose part object is gone or does not parse.
 var errBadItem = errors.New("bad part object")
@@ -594,7 +617,7 @@ func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states
 		if !slices.Contains(states, llmbatch.State(sc.State)) {
 			continue
 		}
-		engine.Yield(ctx) // each chunk's step is a piece of batch-lane work
+		p.h.cfg.Yield(ctx) // each chunk's step is a piece of batch-lane work
 		var c llmbatch.Chunk
 		if err := json.Unmarshal(sc.Record, &c); err != nil {
 			return fmt.Errorf("chunk %s: record does not decode: %w", sc.Key, err)

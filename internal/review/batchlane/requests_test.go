@@ -171,3 +171,35 @@ func TestCollectReadsPartsInOneCall(t *testing.T) {
 		t.Fatalf("the collect passes read the %d part objects in %d store calls; want 1", reviews, got)
 	}
 }
+
+// TestSubmitBuildsInPieces runs a submit pass of 100 items with a
+// counting Config.Yield: the pass yields before its objects' read, before
+// every buildPiece requests it builds and before sizing the chunks, so a
+// batch pacer can rest it between pieces (one stretch of a thousand was
+// where the slowest interactive reviews under a sweep waited:
+// docs/benchmarks.md, "Session 26 (s26h2)"), and once more at the chunk's
+// step (upload and create).
+func TestSubmitBuildsInPieces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now()
+	const items = 100
+	plan, h, reads := countedBatch(t, batchsim.Config{ValidateFor: time.Hour, ProcessFor: time.Hour}, "b-pieces", items,
+		func() time.Time { return now })
+	var order []string // "yield", or "read" once the objects were read
+	read := int64(0)
+	h.cfg.Yield = func(context.Context) {
+		if n := reads.calls.Load(); n != read {
+			read = n
+			order = append(order, "read")
+		}
+		order = append(order, "yield")
+	}
+	h.HandleSubmit(ctx, plan.Jobs[0])
+	// One before the objects' read, one per 32 items built (0, 32, 64,
+	// 96), one before the chunks are sized, one at the chunk's step.
+	want := "[yield read yield yield yield yield yield yield]"
+	if got := fmt.Sprint(order); got != want {
+		t.Fatalf("the pass's pieces %s; want %s", got, want)
+	}
+}

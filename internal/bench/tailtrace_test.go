@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/engine"
+)
+
+// TestTailTraceSummary builds a trace by hand: 100 in-sweep reviews of
+// 10 ms, all in their part's queued stage, but two of 100 ms whose
+// queued stage is 90 ms and which overlap a submission's run. The
+// summary must take the two as the tail, give their queued mean against
+// the typical median, and split the reviews by the submission's run.
+func TestTailTraceSummary(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tr := &tailTrace{t0: t0}
+	at := func(us int64) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
+	for i := range 100 {
+		start := int64(i) * 20_000
+		lat := int64(10_000)
+		if i == 50 || i == 51 {
+			lat = 100_000
+		}
+		id := "r" + string(rune('A'+i/26)) + string(rune('a'+i%26))
+		tr.review(id, "sweep", at(start), at(start+lat))
+		// The part: queued takes all but the last 8 stages' 1 ms each.
+		s := start
+		for k, st := range engine.StageNames {
+			d := int64(1_000)
+			if st == engine.StageQueued {
+				d = lat - 8_000
+			}
+			sp := engine.StageSpan{ID: id, Lane: "interactive", Stage: st, Start: at(s), End: at(s + d)}
+			if k < 4 {
+				sp.ID, sp.Parent = "p-"+id, id
+			}
+			tr.span(sp)
+			s += d
+		}
+	}
+	tr.span(engine.StageSpan{ID: "sub", Kind: "review.batch.submit", Lane: "batch", Stage: engine.StageRun,
+		Start: at(50*20_000 + 5_000), End: at(51*20_000 + 5_000)})
+	tr.markInSweep(at(100 * 20_000))
+	var r Result
+	tr.summarize(&r)
+	for name, want := range map[string]float64{
+		"tail_reviews": 2, "tail_latency_ms": 100, "tail_queued_ms": 92, "tail_queued_typical_ms": 2, "tail_run_ms": 1,
+		"tail_submit_ms": 0, "tail_overlap_batch_runs": 1, "tail_overlap_batch_runs_typical": 0.02,
+		"tail_during_submit_reviews": 2, "tail_outside_submit_reviews": 98, "tail_outside_submit_p99_ms": 10,
+	} {
+		if got, ok := r.Get(name); !ok || got != want {
+			t.Errorf("%s = %v (present %v); want %v", name, got, ok, want)
+		}
+	}
+}
