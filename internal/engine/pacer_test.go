@@ -134,6 +134,17 @@ func fortyPieces(took chan<- time.Duration, release <-chan struct{}) engine.Hand
 	}
 }
 
+// fortyPiecesEngine starts an engine on s with workers slots, one
+// governor turn and BatchCPUShare 0.5 whose one computing kind is
+// fortyPieces; took gives its batch job's wall time.
+func fortyPiecesEngine(t *testing.T, s store.Store, workers int, release <-chan struct{}) (e *engine.Engine, took <-chan time.Duration) {
+	t.Helper()
+	c := make(chan time.Duration, 1)
+	e = start(t, engine.Config{Store: s, Workers: workers, BatchCPUs: 1, BatchCPUShare: 0.5,
+		Kinds: map[string]engine.Kind{"noop": {Handler: fortyPieces(c, release), Computes: true}}})
+	return e, c
+}
+
 // TestBatchPacerRestsAtYield: one batch handler doing 40 pieces of 10 ms,
 // with engine.Yield between them, under continuous interactive work and
 // BatchCPUShare 0.5 takes about twice its 0.4 s of work (each piece is
@@ -144,9 +155,7 @@ func TestBatchPacerRestsAtYield(t *testing.T) {
 	for _, withInteractive := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			s := newStore(t)
-			took := make(chan time.Duration, 1)
-			e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchCPUShare: 0.5,
-				Kinds: map[string]engine.Kind{"noop": {Handler: fortyPieces(took, nil), Computes: true}}})
+			e, took := fortyPiecesEngine(t, s, 8, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			produced := make(<-chan struct{})
@@ -180,9 +189,7 @@ func TestBatchPacerPacesBatchWorkAlreadyRunning(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
-		took := make(chan time.Duration, 1)
-		e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchCPUShare: 0.5,
-			Kinds: map[string]engine.Kind{"noop": {Handler: fortyPieces(took, nil), Computes: true}}})
+		e, took := fortyPiecesEngine(t, s, 8, nil)
 		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
 		e.Notify()
 		time.Sleep(100*time.Millisecond + time.Microsecond) // ten pieces done, unpaced
@@ -210,11 +217,9 @@ func TestBatchPacerCountsInteractiveWorkFromBeforeTheBatch(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
-		took := make(chan time.Duration, 1)
 		release := make(chan struct{})
 		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
-		e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchCPUShare: 0.5,
-			Kinds: map[string]engine.Kind{"noop": {Handler: fortyPieces(took, release), Computes: true}}})
+		e, took := fortyPiecesEngine(t, s, 8, release)
 		time.Sleep(2 * engine.BatchPaceWindow) // long past any window: only the count tells
 		if _, _, inter := engine.BudgetState(e); inter != 1 {
 			t.Fatalf("interactive work in flight: %d, want 1", inter)
@@ -238,10 +243,8 @@ func TestBatchPacerCountsAcceptedInteractiveWork(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newStore(t)
-		took := make(chan time.Duration, 1)
 		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
-		e := start(t, engine.Config{Store: s, Workers: 1, BatchCPUs: 1, BatchCPUShare: 0.5,
-			Kinds: map[string]engine.Kind{"noop": {Handler: fortyPieces(took, nil), Computes: true}}})
+		e, took := fortyPiecesEngine(t, s, 1, nil)
 		synctest.Wait() // the batch handler holds the only slot
 		i := storetest.NewJob("acme", job.LaneInteractive, "k2")
 		i.EligibleAt, i.CreatedAt = time.Now(), time.Now()
