@@ -99,7 +99,7 @@ type Config struct {
 	// batch-lane work ran for d no such piece starts for
 	// d·(1−share)/share, so a sweep computes about this share of wall time
 	// and takes longer while interactive work is about; with none about it
-	// runs at full speed. Needs BatchCPUs on. Zero: the default, off;
+	// runs at full speed. Needs BatchCPUs on. Zero: the default, 0.25;
 	// negative or 1 and more: off (docs/configuration.md).
 	BatchCPUShare float64
 	// Lanes are the lanes this process's engines serve in every region;

@@ -70,8 +70,9 @@ func TestExampleConfigLoads(t *testing.T) {
 
 // TestBatchLaneCPUs: the config file's batch_lane.cpus sets the library's
 // BatchCPUs (the batch lane's CPU governor) and batch_lane.cpu_share its
-// BatchCPUShare (the batch pacer); absent keeps each off, and a negative
-// count or a share outside (0, 1) stops start-up naming the field.
+// BatchCPUShare (the batch pacer); absent leaves each 0 (the library's
+// default), -1 turns either off, and a count below -1 or a share outside
+// (0, 1) other than -1 stops start-up naming the field.
 func TestBatchLaneCPUs(t *testing.T) {
 	for _, c := range []struct {
 		body      string
@@ -86,6 +87,7 @@ func TestBatchLaneCPUs(t *testing.T) {
 		{`{"batch_lane": {"cpu_share": 0.25}}`, 0, 0.25, ""},
 		{`{"batch_lane": {"cpu_share": 1}}`, 0, 0, "batch_lane.cpu_share"},
 		{`{"batch_lane": {"cpu_share": -0.5}}`, 0, 0, "batch_lane.cpu_share"},
+		{`{"batch_lane": {"cpu_share": -1}}`, 0, -1, ""},
 	} {
 		path := filepath.Join(t.TempDir(), "ratelane.json")
 		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {

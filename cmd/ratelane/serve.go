@@ -123,7 +123,8 @@ type batchLaneConfig struct {
 	// CPUShare is the batch pacer in every region
 	// (ratelane.Config.BatchCPUShare): while interactive work is about,
 	// the batch lane's computing pieces run about this share of wall
-	// time. 0: the default, off; otherwise more than 0 and less than 1.
+	// time. 0: the default, 0.25; -1: off; otherwise more than 0 and
+	// less than 1.
 	CPUShare float64 `json:"cpu_share"`
 }
 
@@ -203,8 +204,8 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		return fmt.Errorf("config %s: batch_lane.cpus: want 0 (the default), -1 (off) or a positive count, not %d", f.config, fc.BatchLane.CPUs)
 	}
 	cfg.BatchCPUs = fc.BatchLane.CPUs
-	if s := fc.BatchLane.CPUShare; s != 0 && !(s > 0 && s < 1) {
-		return fmt.Errorf("config %s: batch_lane.cpu_share: want 0 (the default, off) or a share between 0 and 1, not %v", f.config, s)
+	if s := fc.BatchLane.CPUShare; s != 0 && s != -1 && !(s > 0 && s < 1) {
+		return fmt.Errorf("config %s: batch_lane.cpu_share: want 0 (the default, 0.25), -1 (off) or a share between 0 and 1, not %v", f.config, s)
 	}
 	cfg.BatchCPUShare = fc.BatchLane.CPUShare
 	for _, d := range []struct {

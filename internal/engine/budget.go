@@ -64,11 +64,17 @@ type batchBudget struct {
 	// notify wakes the fetch loop for a turn kept for its lease.
 	notify func()
 
-	mu sync.Mutex
-	// interactive: interactive work is in flight (the engine's inFlight
-	// tells, as it tells the yield gate).
-	interactive bool
-	running     int // turns held (by pieces, or kept for the next lease)
+	// interactive is the engine's count of interactive work in flight
+	// (inflight.go), read where the limit applies; it wakes the pieces
+	// waiting (interactiveIdle) when it falls to none.
+	interactive *inFlight
+	// sleepers counts pieces in wait, from before they first look at the
+	// count: a fall to none wakes them only when there are any, so an
+	// interactive job takes the budget's lock only when batch work waits.
+	sleepers atomic.Int64
+
+	mu      sync.Mutex
+	running int // turns held (by pieces, or kept for the next lease)
 	// ioRunning counts publications holding a turn: bounded by limit
 	// while interactive work is in flight, never by width (see
 	// acquireIO).
@@ -110,8 +116,14 @@ type batchBudget struct {
 	leasedTurns, cappedLeases atomic.Int64
 }
 
-func newBatchBudget(limit, width int, pacer *batchPacer) *batchBudget {
-	return &batchBudget{limit: limit, width: width, pacer: pacer, turn: make(chan struct{}), notify: func() {}}
+// newBatchBudget returns the budget over the engine's count of
+// interactive work c, which wakes it when the in-flight bound is on.
+func newBatchBudget(limit, width int, pacer *batchPacer, c *inFlight) *batchBudget {
+	b := &batchBudget{limit: limit, width: width, pacer: pacer, interactive: c, turn: make(chan struct{}), notify: func() {}}
+	if limit > 0 {
+		c.budget = b
+	}
+	return b
 }
 
 // restingLocked reports whether the pacer rests the computing turns now.
@@ -170,26 +182,18 @@ func (b *batchBudget) wakeLocked() {
 	b.turn = make(chan struct{})
 }
 
-// listener is the budget as the engine's inFlight counter's listener;
-// nil when the in-flight bound is off.
-func (b *batchBudget) listener() inFlightListener {
-	if b.limit <= 0 {
-		return nil
-	}
-	return b
-}
-
-func (b *batchBudget) interactiveBusy() {
-	b.mu.Lock()
-	b.interactive = true
-	b.mu.Unlock()
-}
-
-// interactiveIdle lets held pieces look again: with no interactive work in
-// flight only the width bounds the batch lane.
+// interactiveIdle lets held pieces look again when interactive work in
+// flight fell to none (inFlight calls it): then only the width bounds the
+// batch lane. With no piece in wait it does nothing. A piece counts
+// itself a sleeper before it looks at the count and the count falls
+// before this looks at the sleepers, so either the piece sees the count
+// at zero or this sees the piece (Go's atomics are sequentially
+// consistent) and wakes it under the lock it waits under.
 func (b *batchBudget) interactiveIdle() {
+	if b.sleepers.Load() == 0 {
+		return
+	}
 	b.mu.Lock()
-	b.interactive = false
 	b.wakeLocked()
 	b.mu.Unlock()
 }
@@ -203,7 +207,7 @@ func (b *batchBudget) freeLocked(kind pieceKind) int {
 		}
 		n = b.width - b.running
 	}
-	if b.limit > 0 && b.interactive {
+	if b.limit > 0 && b.interactive.busy() {
 		n = min(n, b.limit-b.running-b.ioRunning)
 	}
 	return max(0, n)
@@ -314,6 +318,9 @@ func (b *batchBudget) leased(turns, batch, n int) {
 	}
 }
 
+// noLeave is the end of a piece that took no turn (a policy that is off).
+func noLeave() {}
+
 // acquire takes a turn for one piece of batch-lane work, waiting while
 // none is free; the returned func gives it back (call it exactly once,
 // when the piece ends). A ctx that ends while waiting takes the turn
@@ -354,6 +361,8 @@ func (b *batchBudget) acquireIO(ctx context.Context) (release func()) {
 func (b *batchBudget) wait(ctx context.Context, kind pieceKind) {
 	handler := kind == pieceHandler
 	var start time.Time
+	b.sleepers.Add(1) // before the first look at the count (interactiveIdle)
+	defer b.sleepers.Add(-1)
 	for {
 		b.mu.Lock()
 		if kind == pieceCPU && b.handoff > 0 && !b.restingLocked() {
@@ -561,11 +570,6 @@ func (e *Engine) BudgetCounts() BudgetCounts {
 		Leased: b.leasedTurns.Load(), Capped: b.cappedLeases.Load(), Running: running, Waiting: waiting,
 		Rests: b.rests.Load(), RestSeconds: time.Duration(b.restNanos.Load()).Seconds()}
 }
-
-// interactiveWork marks one piece of interactive work in flight until
-// the returned func is called: the one count the yield gate and the batch
-// budget both listen to (inflight.go).
-func (e *Engine) interactiveWork() (leave func()) { return e.interactive.enter() }
 
 // batchPiece starts one piece of batch-lane work: it waits at the yield
 // gate (when on) and takes a turn of the batch budget; the returned func

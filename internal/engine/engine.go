@@ -188,7 +188,7 @@ type Config struct {
 	// for d·(1−share)/share, so the batch lane computes about this share
 	// of wall time per turn; with no interactive work about it runs at
 	// full speed. Needs BatchCPUs on. Zero takes batchCPUShareDefault
-	// (off); negative or 1 and more: off.
+	// (0.25); negative or 1 and more: off.
 	BatchCPUShare float64
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
@@ -441,7 +441,8 @@ type Engine struct {
 	// interactive work runs: the batch lane's CPU governor (budget.go).
 	budget *batchBudget
 	// interactive counts interactive work in flight for the yield gate,
-	// the budget and the batch pacer (inflight.go).
+	// the budget and the batch pacer (inflight.go): an atomic count, so
+	// every interactive job enters and leaves it for nearly nothing.
 	interactive *inFlight
 	// queued counts interactive jobs inserted and not yet leased as
 	// interactive work in flight (queued.go); nil while the yield gate
@@ -464,16 +465,30 @@ type runningJob struct {
 	maxRun  time.Duration
 	cancel  context.CancelCauseFunc
 
-	// leave ends the attempt's interactive work at the yield gate (a no-op
-	// for a batch-lane job): when its handler returns, or when the engine
-	// abandons it, so a stuck handler does not hold the batch lane.
-	leave func()
+	// turn is a batch job's governor turn (nil if it holds none), and
+	// interactive the engine's count an interactive job's attempt is in
+	// flight in (nil for a batch job): leave ends either, once (left).
+	turn        *handlerTurn
+	interactive *inFlight
+	left        atomic.Bool
 
 	overrun   bool // past maxRun: context cancelled, lease no longer renewed
 	returned  bool // the handler returned and its outcome was handed on
 	abandoned bool // the engine gave up on it and recorded a timeout
 	slotFreed bool // the abandoned attempt's worker slot was given back
 	stopping  bool // abandoned because Stop's deadline passed, not its maximum run time
+}
+
+// leave ends the attempt's interactive work (inFlight) or gives its
+// governor turn back: when its handler returns, or when the engine
+// abandons it, so a stuck handler does not hold the batch lane. Only the
+// first call does anything.
+func (r *runningJob) leave() {
+	if r.turn != nil {
+		r.turn.end() // once by itself
+	} else if r.interactive != nil && r.left.CompareAndSwap(false, true) {
+		r.interactive.leave()
+	}
 }
 
 type result struct {
@@ -490,19 +505,22 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	yield := newYieldGate(cfg.BatchYieldMax)
+	interactive := newInFlight(yield.listener())
 	e := &Engine{
 		cfg: cfg, log: cfg.Logger.With("region", cfg.Region),
-		yield:     newYieldGate(cfg.BatchYieldMax),
-		budget:    newBatchBudget(cfg.BatchPieces, cfg.BatchCPUs, newBatchPacer(cfg.BatchCPUShare)),
-		wake:      make(chan struct{}, 1),
-		rearm:     make(chan struct{}, 1),
-		results:   make(chan result, cfg.Workers),
-		gathering: make(chan struct{}, 1),
-		slots:     make(chan struct{}, cfg.Workers),
-		stop:      make(chan struct{}),
-		running:   map[string]*runningJob{},
-		stuck:     map[*runningJob]struct{}{},
-		jobs:      cfg.Jobs,
+		yield:       yield,
+		interactive: interactive,
+		budget:      newBatchBudget(cfg.BatchPieces, cfg.BatchCPUs, nil, interactive),
+		wake:        make(chan struct{}, 1),
+		rearm:       make(chan struct{}, 1),
+		results:     make(chan result, cfg.Workers),
+		gathering:   make(chan struct{}, 1),
+		slots:       make(chan struct{}, cfg.Workers),
+		stop:        make(chan struct{}),
+		running:     map[string]*runningJob{},
+		stuck:       map[*runningJob]struct{}{},
+		jobs:        cfg.Jobs,
 
 		claimPrefix: claimPrefix(),
 	}
@@ -511,7 +529,6 @@ func New(cfg Config) (*Engine, error) {
 	} else if len(ls) > 0 {
 		e.lane = ls[0]
 	}
-	e.interactive = newInFlight(e.yield.listener(), e.budget.listener(), e.budget.pacer.listener())
 	e.budget.notify = e.Notify // a turn kept for the fetch loop's next lease
 	e.pub.init()
 	if e.jobs == nil {
@@ -546,9 +563,15 @@ func New(cfg Config) (*Engine, error) {
 		e.jobs.watchParts(e.wakeParent)
 	}
 	e.jobs.ServeIn(e.lane, e.kinds...)
+	if e.serves(job.LaneBatch) && (len(e.computing) > 0 || e.aggregates()) {
+		// Only computing pieces rest: an engine with none (no computing
+		// kind, no aggregation) has nothing to pace, and its interactive
+		// jobs skip the pacer's bookkeeping altogether.
+		e.budget.pacer = newBatchPacer(cfg.BatchCPUShare, e.interactive)
+	}
 	if e.yield.listener() != nil || e.budget.pacer != nil { // accepted work is about too
-		e.queued = &queuedWork{enter: e.interactiveWork}
-		e.jobs.watchInserts(func(jobs []*job.Job) { e.queued.inserted(jobs, e.leasesNow) })
+		e.queued = &queuedWork{interactive: e.interactive, ready: e.leasesNow}
+		e.jobs.watchInserts(e.queued.inserted)
 	}
 	return e, nil
 }
@@ -557,7 +580,14 @@ func New(cfg Config) (*Engine, error) {
 // now: an interactive job of one of its kinds, not scheduled for later.
 func (e *Engine) leasesNow(j *job.Job) bool {
 	_, runs := e.cfg.Kinds[j.Kind]
-	return runs && j.Lane == job.LaneInteractive && e.serves(j.Lane) && !j.EligibleAt.After(e.cfg.Now())
+	return runs && j.Lane == job.LaneInteractive && e.serves(j.Lane) && !e.later(j)
+}
+
+// later reports whether j, just inserted, is scheduled for later. A job
+// eligible when it was created is not, and needs no clock read (one per
+// insert, a sixth of a microsecond on a VM's clock).
+func (e *Engine) later(j *job.Job) bool {
+	return j.EligibleAt.After(j.CreatedAt) && j.EligibleAt.After(e.cfg.Now())
 }
 
 // serves reports whether the engine serves lane l (Config.Lanes).
@@ -779,14 +809,14 @@ func (e *Engine) leaseAndRun() int {
 		free += e.moreSlots(want-free, time.Millisecond)
 	}
 	turns, batchMax := e.takeTurns(free)
-	seen := e.queued.leasing()
+	gen := e.queued.leasing()
 	jobs, err := e.lease(free, batchMax)
 	if err != nil && !e.stopping() {
 		e.log.Error("lease failed", "err", err)
 	}
 	e.lastFull = len(jobs) > 0 && len(jobs) >= free
 	e.runLeased(jobs, free, turns)
-	seen() // the interactive jobs it took are in flight as handlers now
+	e.queued.seen(gen) // the interactive jobs it took are in flight as handlers now
 	return len(jobs)
 }
 
@@ -908,14 +938,15 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	if !j.Deadline.IsZero() {
 		hctx, stopDeadline = context.WithDeadline(ctx, j.Deadline)
 	}
-	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel, leave: func() {}}
+	r := &runningJob{job: j, started: e.cfg.Now(), maxRun: e.maxRunTime(j.Kind), cancel: cancel}
 	var ht *handlerTurn
 	if turn {
 		ht = newHandlerTurn(e.budget)
-		r.leave = ht.end
+		r.turn = ht
 		hctx = withTurnHeld(hctx) // work it does inline takes no second turn
 	} else if j.Lane != job.LaneBatch {
-		r.leave = e.interactiveWork()
+		r.interactive = e.interactive
+		r.interactive.enter()
 	}
 	e.mu.Lock()
 	e.running[j.ID] = r

@@ -31,7 +31,7 @@ import (
 // internal/testkit's waits: a bubble cannot wait through network I/O.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t *testing.T) store.Store {
+func newStore(t testing.TB) store.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
 	if err != nil {

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/ratelane/ratelane/internal/job"
+import (
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
 
 // SetReapHook makes e call f between selecting expired leases and
 // recovering them: the test signal that lets the reaper-vs-completion race
@@ -22,3 +25,35 @@ func BudgetState(e *Engine) (running, waiting, interactive int) {
 	b.mu.Unlock()
 	return running, waiting, e.interactive.count()
 }
+
+// InteractiveBookkeeping does to e's bookkeeping what one interactive job
+// does beside its store writes and its handler: its insert told to the
+// insert watchers (res), the lease that takes it (its handler counted in
+// flight, the queued piece seen), its publication in flight, the handler
+// and the publication ending.
+func InteractiveBookkeeping(e *Engine, res []store.InsertResult) {
+	e.jobs.mu.Lock()
+	watchers := e.jobs.insertWatchers
+	e.jobs.mu.Unlock()
+	for _, fn := range watchers {
+		fn(res)
+	}
+	gen := e.queued.leasing()
+	e.interactive.enter() // the handler
+	e.queued.seen(gen)
+	e.interactive.enter() // the publication
+	e.interactive.leave()
+	e.interactive.leave()
+}
+
+// BudgetTurn is the channel e's batch budget closes, and replaces, each
+// time it wakes the pieces waiting for a turn.
+func BudgetTurn(e *Engine) chan struct{} {
+	e.budget.mu.Lock()
+	defer e.budget.mu.Unlock()
+	return e.budget.turn
+}
+
+// Pacing reports whether e's batch pacer is on and whether it tracks
+// interactive work accepted and not yet leased (queued.go).
+func Pacing(e *Engine) (pacer, queued bool) { return e.budget.pacer != nil, e.queued != nil }

@@ -86,7 +86,7 @@ func TestGovernorBoundsBatchHandlers(t *testing.T) {
 		for range 10 {
 			insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
 		}
-		e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 2, Kinds: map[string]engine.Kind{"noop": {Handler: h, Computes: true}}})
+		e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 2, BatchCPUShare: pacerOff, Kinds: map[string]engine.Kind{"noop": {Handler: h, Computes: true}}})
 		defer func() {
 			close(release)
 			synctest.Wait()
@@ -158,7 +158,7 @@ func TestGovernorBatchShareUnderContinuousInteractive(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var batch, inter concurrency
-		_, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchPieces: 1}, 300, &batch, &inter)
+		_, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchPieces: 1, BatchCPUShare: pacerOff}, 300, &batch, &inter)
 		time.Sleep(time.Second)
 		stop()
 		got, most := batch.done.Load(), batch.most.Load()
@@ -196,7 +196,7 @@ func TestYieldPassesTheTurn(t *testing.T) {
 			return job.Outcome{Class: job.ClassSuccess}
 		})
 		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
-		e := start(t, engine.Config{Store: s, Workers: 4, BatchCPUs: 1, Kinds: map[string]engine.Kind{
+		e := start(t, engine.Config{Store: s, Workers: 4, BatchCPUs: 1, BatchCPUShare: pacerOff, Kinds: map[string]engine.Kind{
 			"noop": {Handler: h, Computes: true}, "report": {Aggregate: w, SweepEvery: time.Hour}}})
 		<-inHandler
 		synctest.Wait()
@@ -260,7 +260,7 @@ func TestAbandonedHandlerYieldLeaksNoTurn(t *testing.T) {
 		j := storetest.NewJob("acme", job.LaneBatch, "k")
 		j.Budgets.Transient = 5
 		insertNow(t, s, j, storetest.NewJob("acme", job.LaneBatch, "k"))
-		e := start(t, engine.Config{Store: s, Workers: 4, BatchCPUs: 1, LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond,
+		e := start(t, engine.Config{Store: s, Workers: 4, BatchCPUs: 1, BatchCPUShare: pacerOff, LeaseFor: time.Hour, HeartbeatEvery: 20 * time.Millisecond,
 			Kinds: map[string]engine.Kind{"noop": {Handler: h, MaxRunTime: time.Second, Computes: true}, "report": {Aggregate: w, SweepEvery: time.Hour}}})
 		time.Sleep(2 * time.Second) // abandoned; its turn goes to the other job
 		synctest.Wait()
@@ -323,7 +323,7 @@ func TestGovernorLeavesWaitingKindsFree(t *testing.T) {
 			j.Kind = "compute"
 			insertNow(t, s, j)
 		}
-		e := start(t, engine.Config{Store: s, Workers: 16, BatchCPUs: 1, Kinds: map[string]engine.Kind{
+		e := start(t, engine.Config{Store: s, Workers: 16, BatchCPUs: 1, BatchCPUShare: pacerOff, Kinds: map[string]engine.Kind{
 			"deliver": {Handler: handler(&deliveries)},
 			"compute": {Handler: handler(&computing), Computes: true},
 		}})

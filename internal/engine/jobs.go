@@ -47,9 +47,9 @@ type Jobs struct {
 	// partWatchers are told the parent of every part this writer moves
 	// to a final state (parts.go).
 	partWatchers []func(parentID string, lane job.Lane)
-	// insertWatchers are told the jobs every Insert of this writer added
+	// insertWatchers are told the results of every Insert of this writer
 	// (watchInserts).
-	insertWatchers []func(jobs []*job.Job)
+	insertWatchers []func(res []store.InsertResult)
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -345,8 +345,8 @@ func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job,
 	}
 	watchers := w.insertWatchers
 	w.mu.Unlock()
-	if len(watchers) > 0 {
-		w.tellInserted(watchers, res)
+	for _, fn := range watchers {
+		fn(res)
 	}
 	if ro, ok := w.cfg.Observer.(ReplayObserver); ok {
 		for _, r := range res {
@@ -358,30 +358,15 @@ func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job,
 	return res, nil
 }
 
-// watchInserts registers fn to be told the jobs each Insert of this
-// writer added (not those answered from an idempotency key), after they
-// are durable. fn must return quickly: it runs on the inserting caller's
-// goroutine.
-func (w *Jobs) watchInserts(fn func(jobs []*job.Job)) {
+// watchInserts registers fn to be told the results of each Insert of
+// this writer, after they are durable; fn skips those answered from an
+// idempotency key (InsertResult.Existing). fn must return quickly and
+// must not keep res: it runs on the inserting caller's goroutine, and
+// is handed the insert's own results, no copy made per insert.
+func (w *Jobs) watchInserts(fn func(res []store.InsertResult)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.insertWatchers = append(w.insertWatchers, fn)
-}
-
-// tellInserted tells watchers the jobs of res that were added.
-func (w *Jobs) tellInserted(watchers []func([]*job.Job), res []store.InsertResult) {
-	added := make([]*job.Job, 0, len(res))
-	for _, r := range res {
-		if !r.Existing {
-			added = append(added, r.Job)
-		}
-	}
-	if len(added) == 0 {
-		return
-	}
-	for _, fn := range watchers {
-		fn(added)
-	}
 }
 
 // Cancel ends a job that is not final as terminal/cancelled. A running

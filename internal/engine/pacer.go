@@ -2,13 +2,22 @@ package engine
 
 import (
 	"math"
-	"sync"
 	"time"
 )
 
-// batchCPUShareDefault is Config.BatchCPUShare when it is zero: the pacer
-// is off by default (docs/benchmarks.md, "Session 25 (s25h2)").
-const batchCPUShareDefault = 0
+// batchCPUShareDefault is Config.BatchCPUShare when it is zero: while
+// interactive work is about, the batch lane computes about a quarter of
+// wall time per turn. Measured quiet on 2 cores (docs/benchmarks.md,
+// "Session 25: the merge (lead)"): a 10,000-file sweep's pooled in-sweep
+// interactive p99 fell 40 % (ratio 4.4 / 3.6 → 2.6 / 2.1) while the sweep
+// took 2.3× as long; with no interactive work about it costs nothing.
+// Batch work is deferred by design, so the default trades the sweep's
+// time for the interactive lane's tail; a node that runs batch work only,
+// or an operator who wants the sweep at full speed, sets a negative
+// share. It was opt-in until its bookkeeping stopped costing a drain
+// with no batch work (inflight.go; docs/benchmarks.md, "Session 26
+// (s26h1)").
+const batchCPUShareDefault = 0.25
 
 // BatchPaceWindow is how long after interactive work was last in flight
 // in this process the batch pacer (Config.BatchCPUShare) still counts it
@@ -40,43 +49,27 @@ const BatchPaceWindow = time.Second
 // attempt call Yield between their pieces, where the pacer rests them.
 type batchPacer struct {
 	share float64
-
-	mu   sync.Mutex
-	busy bool // interactive work is in flight (inFlight tells)
-	// idleAt is when interactive work in flight last fell to none.
-	idleAt time.Time
+	// interactive is the engine's count of interactive work in flight,
+	// which stamps when it last fell to none for this pacer (inFlight).
+	interactive *inFlight
 }
 
-// newBatchPacer returns the pacer for Config.BatchCPUShare, nil when off
-// (zero after defaults, negative, at least 1, or not a number).
-func newBatchPacer(share float64) *batchPacer {
+// newBatchPacer returns the pacer for Config.BatchCPUShare over the
+// engine's count of interactive work c, nil when off (zero after
+// defaults, negative, at least 1, or not a number). An active pacer has
+// c stamp each fall to none, one clock read.
+func newBatchPacer(share float64, c *inFlight) *batchPacer {
 	if !(share > 0 && share < 1) {
 		return nil
 	}
-	return &batchPacer{share: share}
+	c.stamp = true
+	return &batchPacer{share: share, interactive: c}
 }
 
-// listener is the pacer as the engine's inFlight counter's listener; nil
-// when the pacer is off.
-func (p *batchPacer) listener() inFlightListener {
-	if p == nil {
-		return nil
-	}
-	return p
-}
-
-func (p *batchPacer) interactiveBusy() {
-	p.mu.Lock()
-	p.busy = true
-	p.mu.Unlock()
-}
-
-func (p *batchPacer) interactiveIdle() {
-	now := time.Now()
-	p.mu.Lock()
-	p.busy = false
-	p.idleAt = now
-	p.mu.Unlock()
+// about reports whether interactive work is in flight at now or was
+// within BatchPaceWindow before it.
+func (p *batchPacer) about(now time.Time) bool {
+	return p.interactive.busy() || p.interactive.idleWithin(BatchPaceWindow, now)
 }
 
 // rest is how long the batch lane rests after a computing piece that ran
@@ -86,10 +79,7 @@ func (p *batchPacer) rest(d time.Duration, now time.Time) time.Duration {
 	if p == nil || d <= 0 {
 		return 0
 	}
-	p.mu.Lock()
-	about := p.busy || (!p.idleAt.IsZero() && now.Sub(p.idleAt) < BatchPaceWindow)
-	p.mu.Unlock()
-	if !about {
+	if !p.about(now) {
 		return 0
 	}
 	r := float64(d) * (1 - p.share) / p.share

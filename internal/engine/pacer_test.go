@@ -110,6 +110,41 @@ func TestBatchPacerHoldsItsShareWhileInteractiveIsAbout(t *testing.T) {
 	})
 }
 
+// fortyPieces is a handler whose batch-lane jobs do 40 pieces of 10 ms
+// with engine.Yield between them and send the wall time they took on
+// took; an interactive job takes 10 ms, or until release is closed when
+// release is not nil.
+func fortyPieces(took chan<- time.Duration, release <-chan struct{}) engine.HandlerFunc {
+	return func(ctx context.Context, j *job.Job) job.Outcome {
+		if j.Lane != job.LaneBatch {
+			if release != nil {
+				<-release
+			} else {
+				time.Sleep(10 * time.Millisecond)
+			}
+			return job.Outcome{Class: job.ClassSuccess}
+		}
+		began := time.Now()
+		for range 40 {
+			time.Sleep(10 * time.Millisecond)
+			engine.Yield(ctx)
+		}
+		took <- time.Since(began)
+		return job.Outcome{Class: job.ClassSuccess}
+	}
+}
+
+// fortyPiecesEngine starts an engine on s with workers slots, one
+// governor turn and BatchCPUShare 0.5 whose one computing kind is
+// fortyPieces; took gives its batch job's wall time.
+func fortyPiecesEngine(t *testing.T, s store.Store, workers int, release <-chan struct{}) (e *engine.Engine, took <-chan time.Duration) {
+	t.Helper()
+	c := make(chan time.Duration, 1)
+	e = start(t, engine.Config{Store: s, Workers: workers, BatchCPUs: 1, BatchCPUShare: 0.5,
+		Kinds: map[string]engine.Kind{"noop": {Handler: fortyPieces(c, release), Computes: true}}})
+	return e, c
+}
+
 // TestBatchPacerRestsAtYield: one batch handler doing 40 pieces of 10 ms,
 // with engine.Yield between them, under continuous interactive work and
 // BatchCPUShare 0.5 takes about twice its 0.4 s of work (each piece is
@@ -120,22 +155,7 @@ func TestBatchPacerRestsAtYield(t *testing.T) {
 	for _, withInteractive := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			s := newStore(t)
-			took := make(chan time.Duration, 1)
-			h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
-				if j.Lane != job.LaneBatch {
-					time.Sleep(10 * time.Millisecond)
-					return job.Outcome{Class: job.ClassSuccess}
-				}
-				began := time.Now()
-				for range 40 {
-					time.Sleep(10 * time.Millisecond)
-					engine.Yield(ctx)
-				}
-				took <- time.Since(began)
-				return job.Outcome{Class: job.ClassSuccess}
-			})
-			e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchCPUShare: 0.5,
-				Kinds: map[string]engine.Kind{"noop": {Handler: h, Computes: true}}})
+			e, took := fortyPiecesEngine(t, s, 8, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			produced := make(<-chan struct{})
@@ -156,5 +176,117 @@ func TestBatchPacerRestsAtYield(t *testing.T) {
 				t.Errorf("no interactive work: 40 pieces of 10 ms took %v, want 400ms", d)
 			}
 		})
+	}
+}
+
+// TestBatchPacerPacesBatchWorkAlreadyRunning: the engage race. A batch
+// handler's 40 pieces of 10 ms (share 0.5, Yield between them) start with
+// no interactive work about; 100 ms in, an interactive stream starts, and
+// from then on each piece rests as long as it ran: about 100 ms + 30 ×
+// 20 ms = 700 ms in all, where the pieces unpaced take 400 ms. In
+// simulated time.
+func TestBatchPacerPacesBatchWorkAlreadyRunning(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		e, took := fortyPiecesEngine(t, s, 8, nil)
+		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
+		e.Notify()
+		time.Sleep(100*time.Millisecond + time.Microsecond) // ten pieces done, unpaced
+		if c := e.BudgetCounts(); c.Rests != 0 {
+			t.Fatalf("no interactive work about yet: %d rests, want 0", c.Rests)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		produced := interactiveStream(ctx, s, e)
+		d := <-took
+		cancel()
+		<-produced
+		if d < 650*time.Millisecond || d > 760*time.Millisecond {
+			t.Errorf("interactive work from 100 ms on: 40 pieces of 10 ms took %v, want about 700ms (10 unpaced, 30 paced at 0.5)", d)
+		}
+	})
+}
+
+// TestBatchPacerCountsInteractiveWorkFromBeforeTheBatch: interactive work
+// that entered the engine's count before any batch work existed (one
+// interactive handler that runs throughout, nothing else) still paces the
+// batch lane once it starts: 40 pieces of 10 ms at share 0.5 take about
+// 800 ms. A count engaged only once batch work is about, without the
+// work already in flight, would run them in 400 ms. In simulated time.
+func TestBatchPacerCountsInteractiveWorkFromBeforeTheBatch(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		release := make(chan struct{})
+		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
+		e, took := fortyPiecesEngine(t, s, 8, release)
+		time.Sleep(2 * engine.BatchPaceWindow) // long past any window: only the count tells
+		if _, _, inter := engine.BudgetState(e); inter != 1 {
+			t.Fatalf("interactive work in flight: %d, want 1", inter)
+		}
+		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k2"))
+		e.Notify()
+		d := <-took
+		close(release)
+		if d < 790*time.Millisecond || d > 810*time.Millisecond {
+			t.Errorf("one interactive handler in flight since before the batch job: 40 pieces of 10 ms took %v, want 800ms", d)
+		}
+	})
+}
+
+// TestBatchPacerCountsAcceptedInteractiveWork: an interactive job inserted
+// through the engine's writer that no lease can take yet (the one worker
+// slot is the batch handler's) is interactive work about (queued.go): the
+// batch handler's 40 pieces of 10 ms at share 0.5 take about 800 ms, not
+// the 400 ms they take with nothing about. In simulated time.
+func TestBatchPacerCountsAcceptedInteractiveWork(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
+		e, took := fortyPiecesEngine(t, s, 1, nil)
+		synctest.Wait() // the batch handler holds the only slot
+		i := storetest.NewJob("acme", job.LaneInteractive, "k2")
+		i.EligibleAt, i.CreatedAt = time.Now(), time.Now()
+		if _, err := e.Jobs().Insert(context.Background(), []*job.Job{i}, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		d := <-took
+		if d < 790*time.Millisecond || d > 810*time.Millisecond {
+			t.Errorf("an accepted interactive job waiting for the slot: 40 pieces of 10 ms took %v, want 800ms", d)
+		}
+	})
+}
+
+// TestInteractiveBookkeepingFreeWithoutBatchWork: with the defaults (the
+// pacer on, the budget's in-flight bound and the governor on) and no
+// batch work leased or waiting, what an interactive job does to the
+// engine's bookkeeping (its insert told to the queued tracking, the lease
+// that sees it, its handler and its publication in flight and out)
+// allocates nothing and never takes the batch budget's lock to wake
+// pieces that are not there. Session 25's closures and listeners cost a
+// drain with no batch work 10 % with the pacer on.
+func TestInteractiveBookkeepingFreeWithoutBatchWork(t *testing.T) {
+	// Not started: the engine's own loops would allocate meanwhile.
+	e, err := engine.New(engine.Config{Store: newStore(t), Region: "us",
+		Kinds: map[string]engine.Kind{"noop": noop(), "sweep": {Handler: noop().Handler, Computes: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pacer, queued := engine.Pacing(e); !pacer || !queued {
+		t.Fatalf("defaults: pacer on %v, queued tracking %v; want both on", pacer, queued)
+	}
+	j := storetest.NewJob("acme", job.LaneInteractive, "k")
+	j.EligibleAt = time.Now().Add(-time.Second)
+	res := []store.InsertResult{{Job: j}}
+	turn := engine.BudgetTurn(e)
+	if n := testing.AllocsPerRun(1000, func() { engine.InteractiveBookkeeping(e, res) }); n != 0 {
+		t.Errorf("one interactive job's bookkeeping: %v allocations, want 0", n)
+	}
+	if engine.BudgetTurn(e) != turn {
+		t.Error("the batch budget woke its waiting pieces with none waiting")
+	}
+	if _, _, inter := engine.BudgetState(e); inter != 0 {
+		t.Errorf("after the jobs: %d interactive pieces in flight, want 0", inter)
 	}
 }

@@ -384,7 +384,8 @@ drain:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer e.interactiveWork()()
+			e.interactive.enter()
+			defer e.interactive.leave()
 			e.aggregateWoken(ctx, w, lane)
 		}()
 	}

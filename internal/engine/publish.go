@@ -315,7 +315,8 @@ func (e *Engine) publish(ctx context.Context, id string) {
 	if j.Lane == job.LaneBatch {
 		defer e.batchPublication(ctx)() // and to interactive work in flight
 	} else {
-		defer e.interactiveWork()()
+		e.interactive.enter()
+		defer e.interactive.leave()
 	}
 	if delivers(k.Publisher, j) && !e.deliver(ctx, k.Publisher, j) {
 		return

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
 )
 
 // queuedWork counts interactive jobs inserted through the engine's
@@ -22,23 +24,36 @@ import (
 // should the batch lane wait longer for them. Inserts during a lease keep
 // the piece for the next one, which their Notify brings. The yield gate's
 // bound (Config.BatchYieldMax) still caps every hold.
+//
+// Per insert call of the engine's writer it takes one lock (when a job is
+// ready), per lease one atomic load and one lock, and it allocates
+// nothing: with the batch pacer on by default every interactive insert
+// and every lease goes through it, batch work or not.
 type queuedWork struct {
-	enter func() (leave func())
+	interactive *inFlight
+	// ready says whether the engine will lease an inserted job now
+	// (Engine.leasesNow).
+	ready func(*job.Job) bool
 
-	mu    sync.Mutex
-	gen   uint64 // interactive inserts seen so far
-	leave func() // non-nil while queued interactive work is counted in flight
+	gen atomic.Uint64 // interactive inserts seen so far; written under mu
+
+	mu sync.Mutex
+	// counted: queued interactive work is counted in flight now (one
+	// piece, however many jobs).
+	counted bool
 }
 
-// inserted counts jobs just inserted: any that ready says the engine
-// will lease now marks queued work in flight until a lease sees it.
-func (q *queuedWork) inserted(jobs []*job.Job, ready func(*job.Job) bool) {
-	for _, j := range jobs {
-		if ready(j) {
+// inserted counts the jobs of an insert (Jobs.watchInserts): any added
+// that ready says the engine will lease now marks queued work in flight
+// until a lease sees it.
+func (q *queuedWork) inserted(res []store.InsertResult) {
+	for _, r := range res {
+		if !r.Existing && q.ready(r.Job) {
 			q.mu.Lock()
-			q.gen++
-			if q.leave == nil {
-				q.leave = q.enter()
+			q.gen.Add(1)
+			if !q.counted {
+				q.counted = true
+				q.interactive.enter()
 			}
 			q.mu.Unlock()
 			return
@@ -46,28 +61,26 @@ func (q *queuedWork) inserted(jobs []*job.Job, ready func(*job.Job) bool) {
 	}
 }
 
-// leasing is called as a lease begins; the returned func, called once the
-// jobs it leased are running (each counted in flight by its handler),
-// ends the queued piece unless an interactive insert came after the lease
-// began.
-func (q *queuedWork) leasing() (seen func()) {
-	if q == nil { // the yield gate is off
-		return noLeave
+// leasing is called as a lease begins; seen, given what it returned once
+// the jobs the lease took are running (each counted in flight by its
+// handler), ends the queued piece unless an interactive insert came after
+// the lease began.
+func (q *queuedWork) leasing() (gen uint64) {
+	if q == nil { // the yield gate and the pacer are off
+		return 0
+	}
+	return q.gen.Load()
+}
+
+// seen ends the queued piece for a lease that began at gen (leasing).
+func (q *queuedWork) seen(gen uint64) {
+	if q == nil {
+		return
 	}
 	q.mu.Lock()
-	gen := q.gen
-	q.mu.Unlock()
-	return func() {
-		q.mu.Lock()
-		leave := q.leave
-		if leave != nil && q.gen == gen {
-			q.leave = nil
-		} else {
-			leave = nil
-		}
-		q.mu.Unlock()
-		if leave != nil {
-			leave()
-		}
+	if q.counted && q.gen.Load() == gen {
+		q.counted = false
+		q.interactive.leave()
 	}
+	q.mu.Unlock()
 }

@@ -13,6 +13,13 @@ import (
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
+// pacerOff turns the batch pacer (pacer.go, on by default) off in the
+// yield gate's and the CPU governor's tests: the pacer rests a computing
+// piece for a while after interactive work, on top of the gate's hold and
+// the governor's turns, and these tests time those by themselves (the
+// pacer's own are in pacer_test.go).
+const pacerOff = -1
+
 // TestBatchHandlerYieldsToInteractive: while an interactive handler runs,
 // a batch-lane job leased meanwhile does not start its handler until the
 // interactive one returns, or until the starvation bound
@@ -38,7 +45,7 @@ func TestBatchHandlerYieldsToInteractive(t *testing.T) {
 		})
 		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
 		// A computing kind: only those are held (TestWaitingBatchKindIsNotHeld).
-		e := start(t, engine.Config{Store: s, BatchYieldMax: engine.DefaultBatchYieldMax, Kinds: map[string]engine.Kind{"noop": {Handler: h, Computes: true}}})
+		e := start(t, engine.Config{Store: s, BatchYieldMax: engine.DefaultBatchYieldMax, BatchCPUShare: pacerOff, Kinds: map[string]engine.Kind{"noop": {Handler: h, Computes: true}}})
 		<-entered
 
 		// The interactive handler never returns in time: the bound
@@ -161,7 +168,7 @@ func TestQueuedInteractiveInsertClosesTheGate(t *testing.T) {
 		b := storetest.NewJob("acme", job.LaneBatch, "k")
 		b.Kind = "sweep"
 		insertNow(t, s, b)
-		e := start(t, engine.Config{Store: s, Workers: 1, BatchYieldMax: engine.DefaultBatchYieldMax,
+		e := start(t, engine.Config{Store: s, Workers: 1, BatchYieldMax: engine.DefaultBatchYieldMax, BatchCPUShare: pacerOff,
 			Kinds: map[string]engine.Kind{"noop": {Handler: interactive}, "sweep": {Handler: sweep, Computes: true}}})
 		<-started
 
