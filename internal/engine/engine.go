@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"log/slog"
 	"math"
 	"runtime"
@@ -733,6 +734,7 @@ func (e *Engine) fetchLoop() {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		cpulabel.Set(cpulabel.Fetch) // again each time: the phase may have moved
 		n := e.leaseAndRun()
 		if n > 0 {
 			continue
@@ -956,6 +958,9 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		// A copy: were hctx assigned to inside this goroutine, it would be
 		// moved to the heap, one allocation per job.
 		hctx := hctx
+		if cpulabel.On {
+			cpulabel.Set(handlerLabel(j.Lane, ht != nil))
+		}
 		if j.Lane == job.LaneBatch {
 			hctx = e.batchHandlerYield(hctx, j, ht)
 		}

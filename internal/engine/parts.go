@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -285,6 +286,7 @@ func (e *Engine) sweepEvery() time.Duration {
 func (e *Engine) aggregateLoop() {
 	defer e.wg.Done()
 	for {
+		cpulabel.Set(cpulabel.InteractiveAgg) // again each time: the phase may have moved
 		select {
 		case <-e.ctx.Done():
 			return
@@ -325,10 +327,12 @@ func (e *Engine) batchAggregateLoop() {
 	// Its advances and publication claims are batch-lane writes: a
 	// single-writer store runs them only while no interactive write waits.
 	ctx := store.WithLane(e.ctx, job.LaneBatch)
+	cpulabel.Set(cpulabel.BatchUnpacedAgg)
 	e.sweepParents(ctx)
 	tick := time.NewTicker(e.sweepEvery())
 	defer tick.Stop()
 	for {
+		cpulabel.Set(cpulabel.BatchUnpacedAgg) // again each time: the phase may have moved
 		select {
 		case <-e.ctx.Done():
 			return
@@ -376,6 +380,8 @@ drain:
 		// (docs/benchmarks.md, "Session 20 (s20h5)").
 		end := e.batchPiece(ctx)
 		defer end()
+		cpulabel.Set(cpulabel.BatchPaced)
+		defer cpulabel.Set(cpulabel.BatchUnpacedAgg)
 		e.aggregateBatchGroup(WithGroupMemo(withTurnHeld(ctx)), ws)
 		return
 	}
@@ -517,6 +523,7 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 		k := e.cfg.Kinds[kind]
 		after := ""
 		for {
+			cpulabel.Set(cpulabel.BatchUnpacedAgg) // the reads below take no turn
 			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500, Lane: e.lane})
 			if err != nil {
 				return err
@@ -533,6 +540,7 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 				// 10,000 holds.
 				end()
 				end = e.batchPiece(pieceCtx)
+				cpulabel.Set(cpulabel.BatchPaced)
 				if err := e.aggregateStretch(ctx, k, js[lo:min(len(js), lo+sweepYieldEvery)], parts, publish); err != nil {
 					return err
 				}
