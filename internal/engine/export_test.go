@@ -57,3 +57,10 @@ func BudgetTurn(e *Engine) chan struct{} {
 // Pacing reports whether e's batch pacer is on and whether it tracks
 // interactive work accepted and not yet leased (queued.go).
 func Pacing(e *Engine) (pacer, queued bool) { return e.budget.pacer != nil, e.queued != nil }
+
+// EnterInteractive counts one piece of interactive work in flight in e
+// until the returned func is called, as an interactive handler does.
+func EnterInteractive(e *Engine) (leave func()) {
+	e.interactive.enter()
+	return e.interactive.leave
+}

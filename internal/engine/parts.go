@@ -523,7 +523,16 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 		k := e.cfg.Kinds[kind]
 		after := ""
 		for {
-			cpulabel.Set(cpulabel.BatchUnpacedAgg) // the reads below take no turn
+			// The page's reads are a piece of computing batch-lane work
+			// of their own, which the pacer rests after: ReadyParents
+			// walks every accepted parent of the kind (10,000 batch
+			// reviews waiting on their items under a sweep) in one
+			// statement, and outside a turn those walks were a quarter
+			// of the process's CPU under a sweep that no rest followed
+			// (docs/benchmarks.md, "Session 27 (s27h2)").
+			end()
+			end = e.batchPiece(pieceCtx)
+			cpulabel.Set(cpulabel.BatchPaced)
 			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500, Lane: e.lane})
 			if err != nil {
 				return err
@@ -540,7 +549,6 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 				// 10,000 holds.
 				end()
 				end = e.batchPiece(pieceCtx)
-				cpulabel.Set(cpulabel.BatchPaced)
 				if err := e.aggregateStretch(ctx, k, js[lo:min(len(js), lo+sweepYieldEvery)], parts, publish); err != nil {
 					return err
 				}
