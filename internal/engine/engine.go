@@ -406,6 +406,10 @@ type Engine struct {
 	// sweeps counts the aggregation loop's completed sweep passes
 	// (Sweeps).
 	sweeps atomic.Uint64
+	// sweptAt is the batch budget's pieces (batchWork) when the last
+	// sweep pass ended: a pass whose reads find it moved takes a turn for
+	// them (sweepParentsVia).
+	sweptAt atomic.Int64
 
 	// lane is the only lane the engine serves (Config.Lanes), "" when it
 	// serves both: the store's lease and ready-parents filter.

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -64,3 +66,8 @@ func EnterInteractive(e *Engine) (leave func()) {
 	e.interactive.enter()
 	return e.interactive.leave
 }
+
+// BatchPiece runs one piece of computing batch-lane work in e that does
+// nothing: it waits for a turn of the governor (and out the pacer's
+// rest) and gives it back at once.
+func BatchPiece(e *Engine) { e.batchPiece(context.Background())() }

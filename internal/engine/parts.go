@@ -519,20 +519,30 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 	defer func() { end() }()
 	pieceCtx := ctx
 	ctx = withTurnHeld(ctx) // the pass holds a turn for each stretch
+	batchBusy := e.batchWork() != e.sweptAt.Load()
+	defer func() { e.sweptAt.Store(e.batchWork()) }()
 	for _, kind := range e.aggKinds {
 		k := e.cfg.Kinds[kind]
 		after := ""
 		for {
-			// The page's reads are a piece of computing batch-lane work
-			// of their own, which the pacer rests after: ReadyParents
-			// walks every accepted parent of the kind (10,000 batch
-			// reviews waiting on their items under a sweep) in one
-			// statement, and outside a turn those walks were a quarter
-			// of the process's CPU under a sweep that no rest followed
-			// (docs/benchmarks.md, "Session 27 (s27h2)").
-			end()
-			end = e.batchPiece(pieceCtx)
-			cpulabel.Set(cpulabel.BatchPaced)
+			// While the batch lane works, the page's reads are a piece
+			// of computing batch-lane work of their own, which the pacer
+			// rests after: ReadyParents walks every accepted parent of
+			// the kind (10,000 batch reviews waiting on their items under
+			// a sweep) in one statement, and outside a turn those walks
+			// were a quarter of the process's CPU under a sweep that no
+			// rest followed (docs/benchmarks.md, "Session 27 (s27h2)").
+			// With no batch work since the last pass they take no turn:
+			// a lease would find it held for nothing, and an engine with
+			// no batch work would pay a lease more per collision
+			// (TestIdleGovernorCostsInteractiveNothing).
+			if batchBusy {
+				end()
+				end = e.batchPiece(pieceCtx)
+				cpulabel.Set(cpulabel.BatchPaced)
+			} else {
+				cpulabel.Set(cpulabel.BatchUnpacedAgg)
+			}
 			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500, Lane: e.lane})
 			if err != nil {
 				return err
@@ -745,4 +755,12 @@ func (e *Engine) aggregateHandler(k Kind) Handler {
 		}
 		return k.Aggregate.Aggregate(ctx, j, parts)
 	})
+}
+
+// batchWork counts the batch lane's computing work so far: pieces that
+// took a turn of the governor and batch jobs leased with one. Two equal
+// readings mean no batch work in between, except the reader's own.
+func (e *Engine) batchWork() int64 {
+	b := e.budget
+	return b.passed.Load() + b.held.Load() + b.leasedTurns.Load()
 }

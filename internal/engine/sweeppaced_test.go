@@ -40,19 +40,32 @@ func (s *slowReady) ReadyParents(ctx context.Context, p store.ReadyParentsParams
 	return s.Store.ReadyParents(ctx, p)
 }
 
-// TestSweepReadsArePaced: a sweep pass's read of the ready parents (one
-// statement that walks every accepted parent of the kind: 10,000 batch
-// reviews under a sweep) is a piece of computing batch-lane work. It
-// holds a turn of the CPU governor, and while interactive work is about
-// the batch pacer rests after it (share 0.5: a read of 20 ms is followed
-// by a rest of 20 ms before the next pass's read); with no interactive
-// work about it rests for nothing. Outside a turn those reads were the
-// largest share of batch-lane CPU no rest followed (docs/benchmarks.md,
-// "Session 27 (s27h2)"). In simulated time.
+// TestSweepReadsArePaced: while the batch lane works, a sweep pass's read
+// of the ready parents (one statement that walks every accepted parent of
+// the kind: 10,000 batch reviews under a sweep) is a piece of computing
+// batch-lane work. It holds a turn of the CPU governor, and while
+// interactive work is about the batch pacer rests after it (share 0.5: a
+// read of 20 ms is followed by a rest of 20 ms before the next batch
+// piece and the next pass's read); with no interactive work about it
+// rests for nothing. Outside a turn those reads were the largest share of
+// batch-lane CPU no rest followed (docs/benchmarks.md, "Session 27
+// (s27h2)"). With no batch work since the last pass the read takes no
+// turn, so an engine without batch work leases as before
+// (TestIdleGovernorCostsInteractiveNothing). In simulated time.
 func TestSweepReadsArePaced(t *testing.T) {
 	t.Parallel()
-	for _, withInteractive := range []bool{true, false} {
-		t.Run(map[bool]string{true: "interactive", false: "alone"}[withInteractive], func(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		interactive, batchWork bool
+		turns                  int
+		gap                    time.Duration
+		rests                  int64
+	}{
+		{"interactive", true, true, 1, 20 * time.Millisecond, 2},
+		{"alone", false, true, 1, 0, 0},
+		{"no batch work", true, false, 0, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := &slowReady{Store: newStore(t)}
 				// Not started: only the passes below read.
@@ -62,28 +75,25 @@ func TestSweepReadsArePaced(t *testing.T) {
 					t.Fatal(err)
 				}
 				s.e = e
-				if withInteractive {
+				if c.interactive {
 					defer engine.EnterInteractive(e)()
 				}
 				ctx := store.WithLane(context.Background(), job.LaneBatch)
 				for range 2 {
+					if c.batchWork {
+						engine.BatchPiece(e) // another batch piece since the last pass
+					}
 					if err := e.SweepParents(ctx); err != nil {
 						t.Fatal(err)
 					}
 				}
 				for i, r := range s.running {
-					if r != 1 {
-						t.Errorf("pass %d read the ready parents holding %d batch turns, want 1 (a computing piece)", i, r)
+					if r != c.turns {
+						t.Errorf("pass %d read the ready parents holding %d batch turns, want %d", i, r, c.turns)
 					}
 				}
-				gap := s.began[1].Sub(s.ended[0])
-				c := e.BudgetCounts()
-				if withInteractive {
-					if gap != 20*time.Millisecond || c.Rests != 2 {
-						t.Errorf("interactive work about, share 0.5: the second pass read %v after the first (want 20ms), %d rests (want 2)", gap, c.Rests)
-					}
-				} else if gap != 0 || c.Rests != 0 {
-					t.Errorf("no interactive work: the second pass read %v after the first (want 0), %d rests (want 0)", gap, c.Rests)
+				if gap, rests := s.began[1].Sub(s.ended[0]), e.BudgetCounts().Rests; gap != c.gap || rests != c.rests {
+					t.Errorf("the second pass read %v after the first ended (want %v), %d rests (want %d)", gap, c.gap, rests, c.rests)
 				}
 			})
 		})
