@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/review"
 )
@@ -179,6 +180,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				cpulabel.Set(cpulabel.Interactive)
 				start := time.Now()
 				err := func() error {
 					s, err := rv.Submit(ctx, review.Request{Region: "us", Provider: "interactive", Repo: "acme/app", Change: fmt.Sprint(n),
@@ -186,6 +188,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					if err != nil {
 						return err
 					}
+					cpulabel.Set(cpulabel.BenchWait) // the bench's own reads
 					if err := pubs.wait(ctx, c, s.ID, &reads); err != nil {
 						return err
 					}
@@ -209,6 +212,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w0 := storeWrites(reg)
 	c0, _ := childCPU()
 	n0, _ := nodeCPU()
+	cpulabel.SetPhase("baseline")
 	baseSched := sampleSched()
 	base, _, err := interactive("baseline", plan.Window, closed)
 	baseRun := baseSched()
@@ -230,6 +234,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		sweepEnd  time.Time
 		published int
 	)
+	cpulabel.SetPhase("sweep")
 	go func() {
 		defer close(done)
 		start := time.Now()
@@ -241,6 +246,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					Publish: review.Publish{Kind: "none"}})
 			}
 			at := time.Now()
+			cpulabel.Set(cpulabel.BatchIntake)
 			s, err := rv.SubmitBatch(ctx, review.BatchRequest{Region: "us", Provider: "batch", Reviews: rs})
 			tr.event("manifest", at, time.Now())
 			if err != nil {
@@ -249,6 +255,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			}
 			ids = append(ids, s.ID)
 		}
+		cpulabel.Set(cpulabel.BenchWait)
 		published, sweepErr = sweepDone(ctx, rv, ids, start)
 		sweepEnd = time.Now()
 		sweepTook = sweepEnd.Sub(start)
@@ -267,6 +274,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			inSweep = append(inSweep, under[i])
 		}
 	}
+	cpulabel.SetPhase("after")
 	sweepRun := sweepSched()
 	sweepReads := reads.Load() - baseReads
 	if err != nil {

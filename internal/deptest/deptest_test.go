@@ -211,12 +211,14 @@ var layers = func() []layer {
 	vocab, job := mod+"/rltype", mod+"/internal/job"
 	admission, st, crash := mod+"/internal/admission", mod+"/internal/store", mod+"/internal/crashpoint"
 	engine, auth := mod+"/internal/engine", mod+"/internal/auth"
-	atomicfile := mod + "/internal/atomicfile"
+	atomicfile, cpulabel := mod+"/internal/atomicfile", mod+"/internal/cpulabel"
 	return []layer{
 		// The public vocabulary imports only the standard library.
 		{vocab, nil, false},
 		// Durable file replacement is a standard-library leaf.
 		{atomicfile, nil, false},
+		// CPU-profile labels (a cpulabels build only) are a leaf too.
+		{cpulabel, nil, false},
 		// internal/job is rltype's alias and nothing more.
 		{job, []string{vocab}, false},
 		// The header parsers sit on the vocabulary only.
@@ -226,11 +228,11 @@ var layers = func() []layer {
 		{st, []string{vocab, job, admission}, false},
 		// The engine, the one writer, sits on the store; it never reaches
 		// up to the API, metrics, schedules or the root package.
-		{engine, []string{vocab, job, admission, crash, st}, false},
+		{engine, []string{vocab, job, admission, crash, cpulabel, st}, false},
 		// Periodic producers (cron parsing) and metrics (Prometheus) sit on
 		// the engine.
-		{mod + "/internal/schedule", []string{vocab, job, admission, crash, st, engine}, true},
-		{mod + "/internal/metrics", []string{vocab, job, admission, crash, st, engine}, true},
+		{mod + "/internal/schedule", []string{vocab, job, admission, crash, cpulabel, st, engine}, true},
+		{mod + "/internal/metrics", []string{vocab, job, admission, crash, cpulabel, st, engine}, true},
 		// API keys and the plug-ins' mount point sit on the vocabulary.
 		{auth, []string{vocab, job, atomicfile}, false},
 		{mod + "/internal/httpapi/mount", []string{vocab, job, auth, atomicfile}, false},

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"log/slog"
 	"math"
 	"runtime"
@@ -405,6 +406,10 @@ type Engine struct {
 	// sweeps counts the aggregation loop's completed sweep passes
 	// (Sweeps).
 	sweeps atomic.Uint64
+	// sweptAt is the batch budget's pieces (batchWork) when the last
+	// sweep pass ended: a pass whose reads find it moved takes a turn for
+	// them (sweepParentsVia).
+	sweptAt atomic.Int64
 
 	// lane is the only lane the engine serves (Config.Lanes), "" when it
 	// serves both: the store's lease and ready-parents filter.
@@ -733,6 +738,7 @@ func (e *Engine) fetchLoop() {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		cpulabel.Set(cpulabel.Fetch) // again each time: the phase may have moved
 		n := e.leaseAndRun()
 		if n > 0 {
 			continue
@@ -956,6 +962,9 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		// A copy: were hctx assigned to inside this goroutine, it would be
 		// moved to the heap, one allocation per job.
 		hctx := hctx
+		if cpulabel.On {
+			cpulabel.Set(handlerLabel(j.Lane, ht != nil))
+		}
 		if j.Lane == job.LaneBatch {
 			hctx = e.batchHandlerYield(hctx, j, ht)
 		}

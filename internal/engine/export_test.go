@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -57,3 +59,15 @@ func BudgetTurn(e *Engine) chan struct{} {
 // Pacing reports whether e's batch pacer is on and whether it tracks
 // interactive work accepted and not yet leased (queued.go).
 func Pacing(e *Engine) (pacer, queued bool) { return e.budget.pacer != nil, e.queued != nil }
+
+// EnterInteractive counts one piece of interactive work in flight in e
+// until the returned func is called, as an interactive handler does.
+func EnterInteractive(e *Engine) (leave func()) {
+	e.interactive.enter()
+	return e.interactive.leave
+}
+
+// BatchPiece runs one piece of computing batch-lane work in e that does
+// nothing: it waits for a turn of the governor (and out the pacer's
+// rest) and gives it back at once.
+func BatchPiece(e *Engine) { e.batchPiece(context.Background())() }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"runtime"
 	"time"
 
@@ -18,6 +19,9 @@ func (e *Engine) finishLoop() {
 		batch, ok := e.gather()
 		if !ok {
 			return
+		}
+		if cpulabel.On {
+			cpulabel.Set(finishLabel(batch))
 		}
 		e.finish(batch)
 	}
@@ -178,6 +182,7 @@ func (e *Engine) heartbeatLoop() {
 		case <-e.ctx.Done():
 			return
 		case <-tick.C:
+			cpulabel.Set(cpulabel.Maintain)
 			e.heartbeat()
 		}
 	}
@@ -213,6 +218,7 @@ func (e *Engine) maintainLoop() {
 			return
 		case <-tick.C:
 		}
+		cpulabel.Set(cpulabel.Maintain)
 		if _, err := e.Reap(e.ctx); err != nil && e.ctx.Err() == nil {
 			e.log.Error("reap", "err", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -285,6 +286,7 @@ func (e *Engine) sweepEvery() time.Duration {
 func (e *Engine) aggregateLoop() {
 	defer e.wg.Done()
 	for {
+		cpulabel.Set(cpulabel.InteractiveAgg) // again each time: the phase may have moved
 		select {
 		case <-e.ctx.Done():
 			return
@@ -325,10 +327,12 @@ func (e *Engine) batchAggregateLoop() {
 	// Its advances and publication claims are batch-lane writes: a
 	// single-writer store runs them only while no interactive write waits.
 	ctx := store.WithLane(e.ctx, job.LaneBatch)
+	cpulabel.Set(cpulabel.BatchUnpacedAgg)
 	e.sweepParents(ctx)
 	tick := time.NewTicker(e.sweepEvery())
 	defer tick.Stop()
 	for {
+		cpulabel.Set(cpulabel.BatchUnpacedAgg) // again each time: the phase may have moved
 		select {
 		case <-e.ctx.Done():
 			return
@@ -376,6 +380,8 @@ drain:
 		// (docs/benchmarks.md, "Session 20 (s20h5)").
 		end := e.batchPiece(ctx)
 		defer end()
+		cpulabel.Set(cpulabel.BatchPaced)
+		defer cpulabel.Set(cpulabel.BatchUnpacedAgg)
 		e.aggregateBatchGroup(WithGroupMemo(withTurnHeld(ctx)), ws)
 		return
 	}
@@ -513,10 +519,30 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 	defer func() { end() }()
 	pieceCtx := ctx
 	ctx = withTurnHeld(ctx) // the pass holds a turn for each stretch
+	batchBusy := e.batchWork() != e.sweptAt.Load()
+	defer func() { e.sweptAt.Store(e.batchWork()) }()
 	for _, kind := range e.aggKinds {
 		k := e.cfg.Kinds[kind]
 		after := ""
 		for {
+			// While the batch lane works, the page's reads are a piece
+			// of computing batch-lane work of their own, which the pacer
+			// rests after: ReadyParents walks every accepted parent of
+			// the kind (10,000 batch reviews waiting on their items under
+			// a sweep) in one statement, and outside a turn those walks
+			// were a quarter of the process's CPU under a sweep that no
+			// rest followed (docs/benchmarks.md, "Session 27 (s27h2)").
+			// With no batch work since the last pass they take no turn:
+			// a lease would find it held for nothing, and an engine with
+			// no batch work would pay a lease more per collision
+			// (TestIdleGovernorCostsInteractiveNothing).
+			if batchBusy {
+				end()
+				end = e.batchPiece(pieceCtx)
+				cpulabel.Set(cpulabel.BatchPaced)
+			} else {
+				cpulabel.Set(cpulabel.BatchUnpacedAgg)
+			}
 			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500, Lane: e.lane})
 			if err != nil {
 				return err
@@ -729,4 +755,12 @@ func (e *Engine) aggregateHandler(k Kind) Handler {
 		}
 		return k.Aggregate.Aggregate(ctx, j, parts)
 	})
+}
+
+// batchWork counts the batch lane's computing work so far: pieces that
+// took a turn of the governor and batch jobs leased with one. Two equal
+// readings mean no batch work in between, except the reader's own.
+func (e *Engine) batchWork() int64 {
+	b := e.budget
+	return b.passed.Load() + b.held.Load() + b.leasedTurns.Load()
 }

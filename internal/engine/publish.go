@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"sync"
 	"time"
 
@@ -210,6 +211,9 @@ func (e *Engine) publishLoop(interactiveOnly bool) {
 			continue
 		}
 		if e.pub.ctx.Err() == nil {
+			if cpulabel.On {
+				cpulabel.Set(publishLabel(it.lane))
+			}
 			start := e.cfg.Now()
 			e.observeStage(it.id, "", "", it.lane, stPublishWait, it.at, start)
 			e.publish(e.pub.ctx, it.id)

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"github.com/ratelane/ratelane/internal/job"
 )
 
@@ -132,4 +133,44 @@ func (e *Engine) observeStage(id, parent, kind string, l job.Lane, s int, start,
 	if e.cfg.StageTrace != nil {
 		e.cfg.StageTrace(StageSpan{ID: id, Parent: parent, Kind: kind, Lane: l, Stage: StageNames[s], Start: start, End: end})
 	}
+}
+
+// handlerLabel is the cpulabel of a handler of lane, holding a turn of the
+// CPU governor (paced) or not; only a cpulabels build calls it.
+func handlerLabel(l job.Lane, turn bool) string {
+	switch {
+	case l != job.LaneBatch:
+		return cpulabel.Interactive
+	case turn:
+		return cpulabel.BatchPaced
+	}
+	return cpulabel.BatchUnpacedHand
+}
+
+// publishLabel is the cpulabel of a publication of lane.
+func publishLabel(l job.Lane) string {
+	if l == job.LaneBatch {
+		return cpulabel.BatchUnpacedPub
+	}
+	return cpulabel.InteractivePub
+}
+
+// finishLabel is the cpulabel of a finish batch: the lane of its outcomes,
+// or mixed.
+func finishLabel(batch []result) string {
+	var b, i bool
+	for _, r := range batch {
+		if r.job.Lane == job.LaneBatch {
+			b = true
+		} else {
+			i = true
+		}
+	}
+	switch {
+	case b && i:
+		return cpulabel.FinishMixed
+	case b:
+		return cpulabel.FinishBatch
+	}
+	return cpulabel.FinishInter
 }

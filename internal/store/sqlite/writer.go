@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/cpulabel"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -260,6 +261,9 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	defer s.wmu.Unlock()
 	defer s.closeBatchStmts()
 	tx := &s.wtx
+	if cpulabel.On {
+		cpulabel.Set(writerLabel(first.lane, true))
+	}
 	if _, err := s.exec(tx, `BEGIN IMMEDIATE`); err != nil {
 		// A transaction left open by a COMMIT and ROLLBACK that both
 		// failed would refuse every later BEGIN: end it, so that only
@@ -270,6 +274,9 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	if err := s.checkDataVersion(tx); err != nil {
 		s.exec(tx, `ROLLBACK`)
 		return []ran{{r: first}}, fmt.Errorf("sqlite: data_version: %w", err)
+	}
+	if cpulabel.On {
+		cpulabel.Set(writerLabel(first.lane, false))
 	}
 	batch := []ran{{r: first, err: s.runOne(tx, first, false)}}
 	if batch[0].err != nil {
@@ -289,7 +296,17 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 			break
 		}
 		hasInteractive = hasInteractive || r.lane != job.LaneBatch
+		if cpulabel.On {
+			cpulabel.Set(writerLabel(r.lane, false))
+		}
 		batch = append(batch, ran{r: r, err: s.runOne(tx, r, true)})
+	}
+	if cpulabel.On {
+		l := job.LaneBatch
+		if hasInteractive {
+			l = job.LaneInteractive
+		}
+		cpulabel.Set(writerLabel(l, true))
 	}
 	if _, err := s.exec(tx, `COMMIT`); err != nil {
 		// A COMMIT that fails (an I/O error, SQLITE_BUSY) may leave the
@@ -429,4 +446,20 @@ func (s *Store) queryRow(tx *writeTx, query string, args ...any) *sql.Row {
 		return tx.QueryRow(query, args...) // reports the same prepare error on Scan
 	}
 	return st.QueryRow(args...)
+}
+
+// writerLabel is the cpulabel of the writer running a write of lane, or
+// its transaction's BEGIN or COMMIT (commit): a commit is the batch lane's
+// when its transaction holds only batch-lane writes. Only a cpulabels
+// build calls it.
+func writerLabel(l job.Lane, commit bool) string {
+	switch {
+	case l == job.LaneBatch && commit:
+		return cpulabel.WriterCommitB
+	case commit:
+		return cpulabel.WriterCommitI
+	case l == job.LaneBatch:
+		return cpulabel.WriterBatch
+	}
+	return cpulabel.WriterInter
 }
