@@ -3,9 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/ratelane/ratelane/internal/cpulabel"
 	"runtime"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/cpulabel"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"

@@ -6,12 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ratelane/ratelane/internal/cpulabel"
 	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/cpulabel"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/crashpoint"

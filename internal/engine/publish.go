@@ -6,9 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ratelane/ratelane/internal/cpulabel"
 	"sync"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/cpulabel"
 
 	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/job"
