@@ -257,11 +257,10 @@ func collectGroups(rows pgx.Rows, err error) ([]store.Group, error) {
 // answered from it, without a round trip of its own when it found no
 // group, the usual case of a queue with no batch work (half the ready
 // reads of a bench/peers throughput run, one round trip in every lease).
-// Its arguments are those of that read when the interactive lane took
-// nothing; when it took some and there are batch groups, the batch read
-// queries again, as before. The batch groups it returns stay locked until
-// the commit even when the interactive lane fills the lease, as
-// OldestReady's do.
+// It reads at most one batch group: "none" is all it can answer (a
+// group found makes the batch read query again, with its own limit, as
+// before), and a lease whose interactive lane fills it keeps at most that
+// one batch group locked until its commit, not a batch read's worth.
 func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, limit int) ([]store.Group, error) {
 	if rg := l.pre[lane]; rg != nil && !rg.used && rg.now.Equal(now) &&
 		rg.f.Tenant == f.Tenant && slices.Equal(rg.f.Kinds, f.Kinds) && (len(rg.groups) == 0 || rg.limit == limit) {
@@ -270,9 +269,9 @@ func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time,
 	}
 	first := !l.read
 	l.read = true
-	if batchCap := l.p.BatchLaneCap(); first && l.pre == nil && lane == job.LaneInteractive && l.p.Lane == "" && batchCap > 0 {
+	if first && l.pre == nil && lane == job.LaneInteractive && l.p.Lane == "" && l.p.BatchLaneCap() > 0 {
 		bf := store.GroupFilter{Kinds: l.p.BatchKinds(l.p.BatchCap()), Tenant: l.p.Tenant}
-		bl := 2*min(batchCap, l.p.Max) + 16
+		const bl = 1 // see above: a read of limit 1 answers only "none"
 		groups, err := collectGroups(l.tx.Query(l.ctx, readyBothSQL,
 			append(readyGroupsArgs(job.LaneInteractive, f, now, limit), readyGroupsArgs(job.LaneBatch, bf, now, bl)...)...))
 		if err != nil {

@@ -15,8 +15,8 @@ import (
 // no batch work it is three round trips (BEGIN with the settings, the
 // promotion and both lanes' groups; the keys and heads; the lease with
 // its COMMIT), not four. A batch job is still leased beside interactive
-// ones, whether the interactive lane took some (the batch lane is read
-// again) or none (the batch lane's groups come from the first read).
+// ones, and alone (the first read found a batch group, so the batch
+// lane's own read runs as before).
 func TestLeaseReadsBothLanesAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,7 +44,7 @@ func TestLeaseReadsBothLanesAtOnce(t *testing.T) {
 	if err != nil || len(got) != 3 || got[2].ID != b.ID {
 		t.Fatalf("lease of 2 interactive and 1 batch job: %d jobs, %v; want 3, the batch job last", len(got), err)
 	}
-	// Batch work alone: its groups come from the first read.
+	// Batch work alone.
 	b = storetest.NewJob("t", job.LaneBatch, "a")
 	if _, err := s.Insert(ctx, []*job.Job{b}, storetest.Unpaced); err != nil {
 		t.Fatal(err)
