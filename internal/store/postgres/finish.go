@@ -466,9 +466,30 @@ func (f *finishTx) GroupUnblock(group int64) error {
 	return err
 }
 
-// groupReady lowers the group's ready_at to at (LEAST ignores a NULL).
+// groupReadySQL lowers the group's ready_at to $2: a NULL ready_at (no
+// waiting job) takes it, as LEAST, which ignores a NULL, would. A group
+// already ready by then is locked but not rewritten: the unconditional
+// LEAST gave the row a new version (not HOT: ready_at is in the predicate
+// of job_groups_round, so a new index entry too) for no change, at every
+// retry and every job back to waiting into a group that was ready anyway.
+// SQLite's groupReady has the same condition (session 26, s26h3).
+//
+// The lock comes first, in the CTE, and the condition is read from the
+// row it locked: a lease holding the group (ReadyGroups locks it) may be
+// about to give it a NULL ready_at (TouchGroups of an empty group, from a
+// snapshot without this transaction's job). A plain conditional UPDATE
+// would test the version its snapshot sees, find it ready and skip the
+// row without waiting for that lease; the group would then end with a
+// waiting job and no ready_at. A locking read waits, and then returns
+// the version the lease committed, and the UPDATE re-checks its row
+// against it.
+const groupReadySQL = `WITH l AS (SELECT id, ready_at FROM job_groups WHERE id = $1 FOR NO KEY UPDATE)
+	UPDATE job_groups g SET ready_at = $2 FROM l
+	WHERE g.id = l.id AND (l.ready_at IS NULL OR l.ready_at > $2)`
+
+// groupReady lowers the group's ready_at to at (groupReadySQL).
 func groupReady(ctx context.Context, q querier, group int64, at time.Time) error {
-	_, err := q.Exec(ctx, `UPDATE job_groups SET ready_at = LEAST(ready_at, $2) WHERE id = $1`, group, ns(at))
+	_, err := q.Exec(ctx, groupReadySQL, group, ns(at))
 	return err
 }
 

@@ -45,8 +45,11 @@ type leaseTx struct {
 	tx  *pipeTx // its Execs go out with the next read
 	p   store.LeaseParams
 	// pre holds each lane's first ReadyGroups, fetched by OldestReady in
-	// its round trip (see OldestReady); nil until then.
+	// its round trip (see OldestReady), or the batch lane's fetched with
+	// the interactive lane's (see ReadyGroups); nil until then.
 	pre map[job.Lane]*readyGroups
+	// read is set once a ReadyGroups call queried.
+	read bool
 }
 
 // readyGroups is one ReadyGroups call's arguments and result.
@@ -246,11 +249,45 @@ func collectGroups(rows pgx.Rows, err error) ([]store.Group, error) {
 // A lane's first call is answered by what OldestReady fetched when its
 // arguments match, or by nothing when that found no group of the lane; any
 // other call queries.
+//
+// A lease's first query, when it is for the interactive lane and the batch
+// lane may come after it (store.Lease's steps: no batch share first, then
+// interactive, then batch up to its bound), reads the batch lane's groups
+// too, in the same statement (readyBothSQL): the batch lane's read is then
+// answered from it, without a round trip of its own when it found no
+// group, the usual case of a queue with no batch work (half the ready
+// reads of a bench/peers throughput run, one round trip in every lease).
+// It reads at most one batch group: "none" is all it can answer (a
+// group found makes the batch read query again, with its own limit, as
+// before), and a lease whose interactive lane fills it keeps at most that
+// one batch group locked until its commit, not a batch read's worth.
 func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, limit int) ([]store.Group, error) {
 	if rg := l.pre[lane]; rg != nil && !rg.used && rg.now.Equal(now) &&
 		rg.f.Tenant == f.Tenant && slices.Equal(rg.f.Kinds, f.Kinds) && (len(rg.groups) == 0 || rg.limit == limit) {
 		rg.used = true // once: the shared code may look again after its leases changed the lane
 		return rg.groups, nil
+	}
+	first := !l.read
+	l.read = true
+	if first && l.pre == nil && lane == job.LaneInteractive && l.p.Lane == "" && l.p.BatchLaneCap() > 0 {
+		bf := store.GroupFilter{Kinds: l.p.BatchKinds(l.p.BatchCap()), Tenant: l.p.Tenant}
+		const bl = 1 // see above: a read of limit 1 answers only "none"
+		groups, err := collectGroups(l.tx.Query(l.ctx, readyBothSQL,
+			append(readyGroupsArgs(job.LaneInteractive, f, now, limit), readyGroupsArgs(job.LaneBatch, bf, now, bl)...)...))
+		if err != nil {
+			return nil, err
+		}
+		batch := &readyGroups{f: bf, now: now, limit: bl}
+		var inter []store.Group
+		for _, g := range groups {
+			if g.Lane == job.LaneBatch {
+				batch.groups = append(batch.groups, g)
+			} else {
+				inter = append(inter, g)
+			}
+		}
+		l.pre = map[job.Lane]*readyGroups{job.LaneBatch: batch}
+		return inter, nil
 	}
 	return collectGroups(l.tx.Query(l.ctx, readyGroupsSQL, readyGroupsArgs(lane, f, now, limit)...))
 }

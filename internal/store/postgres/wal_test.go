@@ -177,7 +177,8 @@ var workJobs = flag.Int("workjobs", 2048, "BenchmarkWorkPerJob: jobs inserted an
 // lease + finish cycles, and 256 concurrent single-job inserts. Run it
 // with -benchtime 1x; the per-relation lines are logged (-v). For lease +
 // finish it also reports the statements and round trips per job (a pgx
-// tracer) and the server CPU per job (backendCPU).
+// tracer), and for the bulk insert and lease + finish the server CPU per
+// job (backendCPU).
 func BenchmarkWorkPerJob(b *testing.B) {
 	ctx := context.Background()
 	s, rt, m, cpu := workStore(b, 4)
@@ -185,11 +186,15 @@ func BenchmarkWorkPerJob(b *testing.B) {
 		n := *workJobs
 		batch := keyedJobs(n)
 		from := m.lsn(b)
+		cpu0, _ := cpu.read(b)
 		insertAll(b, s, batch)
 		walReport(b, "bulk insert", "insert-", m.since(b, from), n)
+		if cpu1, ok := cpu.read(b); ok {
+			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "insert-serverCPUus/job")
+		}
 
 		from = m.lsn(b)
-		cpu0, _ := cpu.read(b)
+		cpu0, _ = cpu.read(b)
 		trips0, stmts0 := rt.trips.Load(), rt.statements.Load()
 		now := storetest.T0.Add(time.Second)
 		for done := 0; done < n; {
