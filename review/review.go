@@ -161,6 +161,9 @@ type regionRT struct {
 	publisher *pipeline.ReviewPublisher
 
 	batchProviders map[string]batchlane.Entry
+	// batchYield is where a manifest's intake rests between its pieces:
+	// engine.Yield, or BatchConfig.Yield in tests.
+	batchYield func(context.Context)
 	batches        *batchlane.Handler
 }
 

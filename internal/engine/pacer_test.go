@@ -290,3 +290,55 @@ func TestInteractiveBookkeepingFreeWithoutBatchWork(t *testing.T) {
 		t.Errorf("after the jobs: %d interactive pieces in flight, want 0", inter)
 	}
 }
+
+// TestBatchWorkRestsAtYield: batch-lane work outside a handler (a
+// manifest's intake in an API request's goroutine) made a piece of the
+// lane with Engine.BatchWork is paced at Yield as a handler is: 40 pieces
+// of 10 ms at BatchCPUShare 0.5 take about 800 ms beside interactive work
+// and 400 ms alone. Work nested in it takes no second turn (with one turn
+// that would never come), and the turn is given back at its end.
+// Without BatchWork, Yield in the caller's
+// context returns at once and the pieces take 400 ms either way. In
+// simulated time.
+func TestBatchWorkRestsAtYield(t *testing.T) {
+	t.Parallel()
+	for _, withInteractive := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			s := newStore(t)
+			e, took := fortyPiecesEngine(t, s, 8, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			produced := make(<-chan struct{})
+			if withInteractive {
+				produced = interactiveStream(ctx, s, e)
+				time.Sleep(20 * time.Millisecond)
+			}
+			began := time.Now()
+			wctx, end := e.BatchWork(context.Background())
+			nested, endNested := e.BatchWork(wctx)
+			if nested != wctx {
+				t.Error("work nested in batch work got a context of its own, want the outer one's")
+			}
+			for range 40 {
+				time.Sleep(10 * time.Millisecond)
+				engine.Yield(nested)
+			}
+			endNested()
+			end()
+			d := time.Since(began)
+			cancel()
+			if withInteractive {
+				<-produced
+				if d < 750*time.Millisecond || d > 900*time.Millisecond {
+					t.Errorf("share 0.5, interactive work about: 40 pieces of 10 ms took %v, want about 800ms", d)
+				}
+			} else if d != 400*time.Millisecond {
+				t.Errorf("no interactive work: 40 pieces of 10 ms took %v, want 400ms", d)
+			}
+			// The turn is back: the lane's one turn goes to a batch job.
+			insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
+			e.Notify()
+			<-took
+		})
+	}
+}

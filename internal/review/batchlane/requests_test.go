@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,8 +198,10 @@ func TestSubmitBuildsInPieces(t *testing.T) {
 	}
 	h.HandleSubmit(ctx, plan.Jobs[0])
 	// One before the objects' read, one per 32 items built (0, 32, 64,
-	// 96), one before the chunks are sized, one at the chunk's step.
-	want := "[yield read yield yield yield yield yield yield]"
+	// 96), one per 32 items sized (the same), one before the chunks are
+	// recorded, one at the chunk's step, and three in its upload's
+	// encoding (before lines 32, 64 and 96: llmbatch.WithYield).
+	want := "[yield read" + strings.Repeat(" yield", 4+4+1+1+3) + "]"
 	if got := fmt.Sprint(order); got != want {
 		t.Fatalf("the pass's pieces %s; want %s", got, want)
 	}
