@@ -164,7 +164,7 @@ type regionRT struct {
 	// batchYield is where a manifest's intake rests between its pieces:
 	// engine.Yield, or BatchConfig.Yield in tests.
 	batchYield func(context.Context)
-	batches        *batchlane.Handler
+	batches    *batchlane.Handler
 }
 
 // Bind enables reviews in one region when the Config names it: it checks
