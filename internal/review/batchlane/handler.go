@@ -789,7 +789,12 @@ func (s *sink) Deliver(ctx context.Context, c llmbatch.Chunk, rep llmbatch.Repor
 	if err := p.prefetch(ctx, answered); err != nil {
 		return err
 	}
-	for _, o := range rep.Outcomes {
+	for i, o := range rep.Outcomes {
+		if i > 0 && i%buildPiece == 0 {
+			// Checking a thousand answers against their parts was one
+			// stretch of a collection no pacer could rest.
+			p.h.cfg.Yield(ctx)
+		}
 		it, ok := items[o.CustomID]
 		if !ok {
 			continue // settled by an earlier delivery of this report
