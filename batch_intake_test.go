@@ -1,6 +1,7 @@
 package ratelane_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,5 +191,48 @@ func TestBatchIntakeDegrade(t *testing.T) {
 	if b.Summary.Depth != pipeline.DepthFast || b.Summary.Tokens != fast || in == nil || !in.Degraded || in.Rounds != 1 ||
 		in.PredictedFinish.After(deadline) || !strings.Contains(in.Detail, "depth fast") {
 		t.Fatalf("degraded intake (full %d, fast %d tokens): %s", full, fast, raw)
+	}
+}
+
+// intakeMark marks the context of TestBatchIntakeInPieces's own
+// manifest, so its counting Yield tells the intake's pieces from the batch
+// handlers'.
+type intakeMark struct{}
+
+// TestBatchIntakeInPieces: a manifest's intake goes in pieces with the
+// batch lane's Yield between them (where the batch pacer rests it), each
+// of a bounded size whatever the manifest's: one per 32 reviews planned,
+// one per store write of its objects, one before its jobs' insert and one
+// before the batch's record. 200 one-part reviews (400 objects: a diff
+// and a part each) are 6 + 2 + 1 + 1 yields; in one piece they were none.
+func TestBatchIntakeInPieces(t *testing.T) {
+	t.Parallel()
+	p, err := review.NewProvider(intakeSim(t, "openai"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var yields atomic.Int64
+	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 2,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	rv := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p},
+		Batch: review.BatchConfig{PollInterval: 100 * time.Millisecond, Yield: func(ctx context.Context) {
+			if ctx.Value(intakeMark{}) != nil {
+				yields.Add(1)
+			}
+		}}})
+	startClient(t, cfg)
+	req := review.BatchRequest{Region: "us"}
+	for i := range 200 {
+		req.Reviews = append(req.Reviews, review.BatchReview{Repo: "acme/app", Change: fmt.Sprint(i), Diff: []byte(batchDiff(i))})
+	}
+	st, err := rv.SubmitBatch(context.WithValue(context.Background(), intakeMark{}, true), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Summary.Items != 200 {
+		t.Fatalf("submitted %d items, want 200", st.Summary.Items)
+	}
+	if n := yields.Load(); n != 6+2+1+1 {
+		t.Fatalf("the intake's pieces: %d yields, want 10 (6 planning, 2 object writes, the jobs, the batch)", n)
 	}
 }

@@ -100,6 +100,18 @@ func (r *PluginRegion) Jobs() *engine.Jobs { return r.rt.jobs }
 // Notify wakes the region's engine after an insert.
 func (r *PluginRegion) Notify() { r.c.notify(r.name) }
 
+// BatchWork makes ctx a piece of the region's batch-lane computing work
+// done outside a handler (engine.Engine.BatchWork): a plug-in accepting
+// batch work in an API request's goroutine takes the lane's CPU turn, and
+// engine.Yield in the returned context rests it for the batch pacer
+// between its pieces. Call end exactly once when the work is done.
+func (r *PluginRegion) BatchWork(ctx context.Context) (_ context.Context, end func()) {
+	if r.rt.engine == nil {
+		return ctx, func() {}
+	}
+	return r.rt.engine.BatchWork(ctx)
+}
+
 // Handle registers a built-in kind of the plug-in in this region: a kind
 // with a Handler, or a parent kind with an Aggregate (the engine's parts
 // capability, as reviews use it). A kind another plug-in or Config.Handle

@@ -42,6 +42,11 @@ type BatchConfig struct {
 	// Stage is a test hook called at the batch lane's crash-relevant
 	// stages (batchlane.Stage*); nil in production.
 	Stage func(name string)
+	// Yield is a test hook called between the pieces of the batch lane's
+	// CPU work, the handlers' (batchlane.Config.Yield) and a manifest's
+	// intake (SubmitBatch); nil in production, which calls engine.Yield.
+	// Tests count the pieces with it.
+	Yield func(ctx context.Context)
 }
 
 // BatchReview is one review of a batch manifest. Its fields are
@@ -134,7 +139,11 @@ func (rt *regionRT) bindBatches(r *ratelane.PluginRegion, rc RegionConfig) error
 	rt.batchProviders = batchEntries(rc.Providers)
 	rt.batches = batchlane.NewHandler(batchlane.Config{Region: rt.region, Store: rt.st, Providers: rt.batchProviders,
 		Wake: func(id string) { rt.r.Jobs().PartsChangedIn(id, ratelane.LaneBatch) }, PollInterval: rc.Batch.PollInterval, MinTurnaround: rc.Batch.MinTurnaround, SettleGroup: rc.Batch.SettleGroup, Now: cfg.Now,
-		Logger: cfg.Logger, Stage: rc.Batch.Stage})
+		Logger: cfg.Logger, Stage: rc.Batch.Stage, Yield: rc.Batch.Yield})
+	rt.batchYield = engine.Yield
+	if rc.Batch.Yield != nil {
+		rt.batchYield = rc.Batch.Yield
+	}
 	for kind, fn := range map[string]engine.HandlerFunc{KindBatchSubmit: rt.batches.HandleSubmit, KindBatchCollect: rt.batches.HandleCollect} {
 		// Both compute: they build and parse a provider batch's files and
 		// settle its results, a thousand items an attempt, and return
@@ -196,6 +205,23 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 			return BatchStatus{}, err
 		}
 	}
+	// The intake is batch-lane work being accepted, and paced as such:
+	// it takes the lane's CPU turn (PluginRegion.BatchWork, waiting
+	// behind the lane's running pieces, never behind interactive work)
+	// and goes in pieces with a Yield between them, where the batch pacer
+	// rests it while interactive work is about. Planning a 1,000-review
+	// manifest and storing it in one piece was ~60 ms of CPU in this
+	// goroutine no pacer could rest (docs/benchmarks.md, "Session 27
+	// (s27h1)"). Only the manifest's caller waits longer, and only while
+	// interactive work is about; an interactive review's intake takes no
+	// turn and never waits for one.
+	ctx, end := rt.r.BatchWork(ctx)
+	defer end()
+	yield := rt.batchYield
+	if yield == nil { // no batch provider was bound
+		yield = engine.Yield
+	}
+	m.Yield = func() { yield(ctx) }
 	newID := func() string { return uuid.Must(uuid.NewV7()).String() }
 	plan, err := batchlane.NewPlan(m, newID)
 	var xe *batchlane.ExtractionError
@@ -215,15 +241,18 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 	// A few hundred objects per write: one write each made a 1,000-review
 	// manifest 2,000 serial commits through the region's one writer.
 	for objs := range slices.Chunk(plan.Objects, objectsPerWrite) {
+		m.Yield() // each write a piece
 		if err := rt.st.PutObjects(ctx, objs); err != nil {
 			return BatchStatus{}, fmt.Errorf("review: store batch content: %w", err)
 		}
 	}
+	m.Yield()
 	// The manifest's jobs may go in pieces (store.WithPieces): the drivers
 	// are in the first, and a prefix left by a failure finds no batch.
 	if _, err := rt.r.Jobs().Insert(store.WithPieces(ctx), plan.Jobs, rt.r.Config().DefaultLimit); err != nil {
 		return BatchStatus{}, fmt.Errorf("review: insert batch jobs: %w", err)
 	}
+	m.Yield()
 	if err := rt.st.CreateBatch(ctx, plan.Batch, plan.Items); err != nil {
 		// The drivers find no batch and end; the reviews with it.
 		return BatchStatus{}, fmt.Errorf("review: record batch: %w", err)

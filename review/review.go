@@ -161,7 +161,10 @@ type regionRT struct {
 	publisher *pipeline.ReviewPublisher
 
 	batchProviders map[string]batchlane.Entry
-	batches        *batchlane.Handler
+	// batchYield is where a manifest's intake rests between its pieces:
+	// engine.Yield, or BatchConfig.Yield in tests.
+	batchYield func(context.Context)
+	batches    *batchlane.Handler
 }
 
 // Bind enables reviews in one region when the Config names it: it checks

@@ -152,6 +152,20 @@ func fortyPiecesEngine(t *testing.T, s store.Store, workers int, release <-chan 
 // pacer at Yield it takes 0.4 s either way. In simulated time.
 func TestBatchPacerRestsAtYield(t *testing.T) {
 	t.Parallel()
+	fortyPiecesPaced(t, func(t *testing.T, s store.Store, e *engine.Engine, took <-chan time.Duration) time.Duration {
+		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
+		e.Notify()
+		return <-took
+	})
+}
+
+// fortyPiecesPaced runs forty, which has 40 pieces of 10 ms with Yield
+// between them done on a fortyPiecesEngine (BatchCPUShare 0.5) and
+// returns how long they took, once beside a stream of interactive work
+// and once alone, and checks the pacer's rests: about 800 ms, and 400 ms.
+// In simulated time.
+func fortyPiecesPaced(t *testing.T, forty func(t *testing.T, s store.Store, e *engine.Engine, took <-chan time.Duration) time.Duration) {
+	t.Helper()
 	for _, withInteractive := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			s := newStore(t)
@@ -163,9 +177,7 @@ func TestBatchPacerRestsAtYield(t *testing.T) {
 				produced = interactiveStream(ctx, s, e)
 				time.Sleep(20 * time.Millisecond)
 			}
-			insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
-			e.Notify()
-			d := <-took
+			d := forty(t, s, e, took)
 			cancel()
 			if withInteractive {
 				<-produced
@@ -289,4 +301,37 @@ func TestInteractiveBookkeepingFreeWithoutBatchWork(t *testing.T) {
 	if _, _, inter := engine.BudgetState(e); inter != 0 {
 		t.Errorf("after the jobs: %d interactive pieces in flight, want 0", inter)
 	}
+}
+
+// TestBatchWorkRestsAtYield: batch-lane work outside a handler (a
+// manifest's intake in an API request's goroutine) made a piece of the
+// lane with Engine.BatchWork is paced at Yield as a handler is: 40 pieces
+// of 10 ms at BatchCPUShare 0.5 take about 800 ms beside interactive work
+// and 400 ms alone. Work nested in it takes no second turn (with one turn
+// that would never come), and the turn is given back at its end.
+// Without BatchWork, Yield in the caller's
+// context returns at once and the pieces take 400 ms either way. In
+// simulated time.
+func TestBatchWorkRestsAtYield(t *testing.T) {
+	t.Parallel()
+	fortyPiecesPaced(t, func(t *testing.T, s store.Store, e *engine.Engine, took <-chan time.Duration) time.Duration {
+		began := time.Now()
+		wctx, end := e.BatchWork(context.Background())
+		nested, endNested := e.BatchWork(wctx)
+		if nested != wctx {
+			t.Error("work nested in batch work got a context of its own, want the outer one's")
+		}
+		for range 40 {
+			time.Sleep(10 * time.Millisecond)
+			engine.Yield(nested)
+		}
+		endNested()
+		end()
+		d := time.Since(began)
+		// The turn is back: the lane's one turn goes to a batch job.
+		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
+		e.Notify()
+		<-took
+		return d
+	})
 }

@@ -174,3 +174,28 @@ type handlerYield struct {
 	gate *yieldGate   // nil: the handler's kind waits, never held (batchHandlerYield)
 	turn *handlerTurn // nil: the handler holds no governor turn
 }
+
+// BatchWork makes ctx a piece of the batch lane's computing work done
+// outside a handler, such as a batch manifest's intake in an API
+// request's goroutine: it takes a turn of the CPU governor
+// (Config.BatchCPUs) as a computing batch handler does when leased, and
+// returns a context in which Yield works as in that handler's (the batch
+// pacer rests it there while interactive work is about, and the turn
+// passes to waiting batch pieces). Call end exactly once when the work is
+// done; it gives the turn back.
+//
+// The work's caller waits for the turn like any batch piece: behind the
+// lane's running pieces, never behind interactive work, which takes no
+// turn. A ctx that already holds a turn or is a batch handler's (work
+// nested in batch work) is returned as it is, and so is any ctx when the
+// governor is off or the engine has no computing kind (its handlers take
+// no turn either); Yield then does what it did in ctx.
+func (e *Engine) BatchWork(ctx context.Context) (_ context.Context, end func()) {
+	if ctx.Value(turnHeldKey{}) != nil || ctx.Value(yieldKey{}) != nil || e.budget.width <= 0 || len(e.computing) == 0 {
+		return ctx, noLeave
+	}
+	e.yield.wait(ctx)
+	e.budget.wait(ctx, pieceCPU)
+	ht := newHandlerTurn(e.budget)
+	return context.WithValue(withTurnHeld(ctx), yieldKey{}, handlerYield{gate: e.yield, turn: ht}), ht.end
+}

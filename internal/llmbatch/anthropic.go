@@ -155,6 +155,7 @@ func (a *Anthropic) Collect(ctx context.Context, id string) ([]Result, error) {
 	defer stream.Close()
 	var out []Result
 	for stream.Next() {
+		yieldEvery(ctx, len(out)) // a piece of lines at a time, as OpenAI's
 		out = append(out, anthropicResult(stream.Current()))
 	}
 	if err := stream.Err(); err != nil {

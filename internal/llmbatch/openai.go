@@ -155,7 +155,7 @@ func (o *OpenAI) EncodedSize(it Item) (int64, error) {
 // Upload writes items as JSONL and uploads it with purpose=batch. The
 // lines are encoded once, into the file's one buffer.
 func (o *OpenAI) Upload(ctx context.Context, key string, items []Item) (string, error) {
-	buf, err := o.jsonl(items)
+	buf, err := o.jsonl(ctx, items)
 	if err != nil {
 		return "", fmt.Errorf("openai upload %s: %w", key, err)
 	}
@@ -169,8 +169,11 @@ func (o *OpenAI) Upload(ctx context.Context, key string, items []Item) (string, 
 	return f.ID, nil
 }
 
-// jsonl returns items' batch input file.
-func (o *OpenAI) jsonl(items []Item) (*bytes.Buffer, error) {
+// jsonl returns items' batch input file, calling ctx's yield func
+// (WithYield) every YieldPiece lines: a thousand lines in one piece were
+// ~36 ms of CPU no pacer could rest (docs/benchmarks.md, "Session 26
+// (s26h2)").
+func (o *OpenAI) jsonl(ctx context.Context, items []Item) (*bytes.Buffer, error) {
 	var buf bytes.Buffer
 	// At least the prompts' bytes: the buffer grows in a few steps, not
 	// by doubling from nothing (each step a copy of the file so far).
@@ -180,7 +183,8 @@ func (o *OpenAI) jsonl(items []Item) (*bytes.Buffer, error) {
 	}
 	buf.Grow(n)
 	enc := json.NewEncoder(&buf)
-	for _, it := range items {
+	for i, it := range items {
+		yieldEvery(ctx, i)
 		if err := o.encodeLine(enc, it); err != nil {
 			return nil, fmt.Errorf("encode %s: %w", it.CustomID, err)
 		}
@@ -327,6 +331,7 @@ func (o *OpenAI) download(ctx context.Context, fileID string) ([]Result, error) 
 	var out []Result
 	dec := json.NewDecoder(resp.Body)
 	for {
+		yieldEvery(ctx, len(out)) // a piece of lines at a time, as jsonl
 		var l resultLine
 		if err := dec.Decode(&l); errors.Is(err, io.EOF) {
 			return out, nil

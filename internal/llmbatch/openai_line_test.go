@@ -2,6 +2,7 @@ package llmbatch
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -91,7 +92,7 @@ func TestOpenAILineMatchesTheSDK(t *testing.T) {
 		want.Write(ref)
 		want.WriteByte('\n')
 	}
-	buf, err := o.jsonl(cases)
+	buf, err := o.jsonl(t.Context(), cases)
 	if err != nil || buf.String() != want.String() {
 		t.Fatalf("jsonl = %q, %v; want %q", buf, err, want.String())
 	}
@@ -118,7 +119,7 @@ func TestOpenAIEncodingAllocations(t *testing.T) {
 		its[i] = it
 	}
 	if n := testing.AllocsPerRun(5, func() {
-		if _, err := o.jsonl(its); err != nil {
+		if _, err := o.jsonl(context.Background(), its); err != nil {
 			t.Fatal(err)
 		}
 	}); n > 20*100 {
@@ -154,7 +155,7 @@ func BenchmarkOpenAIEncode(b *testing.B) {
 	b.Run("JSONL100", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := o.jsonl(its); err != nil {
+			if _, err := o.jsonl(context.Background(), its); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -440,8 +440,18 @@ func (p *pass) plan(ctx context.Context, pending []store.BatchItem, existing int
 	if len(reqs) == 0 {
 		return nil
 	}
-	p.h.cfg.Yield(ctx) // sizing and recording the chunks is a piece of its own
-	parts, rejected, err := llmbatch.Split(reqs, p.e.Batch.Limits(), p.e.Batch.EncodedSize)
+	// Sizing the requests (an encoding each) goes in pieces too, and
+	// recording the chunks is a piece of its own.
+	sized := 0
+	size := func(it llmbatch.Item) (int64, error) {
+		if sized%buildPiece == 0 {
+			p.h.cfg.Yield(ctx)
+		}
+		sized++
+		return p.e.Batch.EncodedSize(it)
+	}
+	parts, rejected, err := llmbatch.Split(reqs, p.e.Batch.Limits(), size)
+	p.h.cfg.Yield(ctx)
 	if err != nil {
 		return err
 	}
@@ -633,10 +643,14 @@ func (p *pass) stepChunks(ctx context.Context, chunks []store.BatchChunk, states
 		if err != nil {
 			return err
 		}
+		// An upload encodes the chunk's request file and a collection
+		// decodes its results in pieces, with Config.Yield between them
+		// (llmbatch.WithYield): each was one stretch of tens of ms.
+		stepCtx := llmbatch.WithYield(ctx, p.h.cfg.Yield)
 		for range 8 { // bounded: a pass never spins
 			var a llmbatch.Action
 			refusals := c.Refusals
-			c, a, err = d.Step(ctx, p.now, c, reqs)
+			c, a, err = d.Step(stepCtx, p.now, c, reqs)
 			if err != nil {
 				return fmt.Errorf("chunk %s: %s: %w", c.Key, a, err)
 			}
@@ -775,7 +789,12 @@ func (s *sink) Deliver(ctx context.Context, c llmbatch.Chunk, rep llmbatch.Repor
 	if err := p.prefetch(ctx, answered); err != nil {
 		return err
 	}
-	for _, o := range rep.Outcomes {
+	for i, o := range rep.Outcomes {
+		if i > 0 && i%buildPiece == 0 {
+			// Checking a thousand answers against their parts was one
+			// stretch of a collection no pacer could rest.
+			p.h.cfg.Yield(ctx)
+		}
 		it, ok := items[o.CustomID]
 		if !ok {
 			continue // settled by an earlier delivery of this report

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,6 +173,40 @@ func TestCollectReadsPartsInOneCall(t *testing.T) {
 	}
 }
 
+// TestCollectDeliversInPieces runs a batch of 100 items to its results
+// (OpenAI batch simulator, manual clock) with a counting Config.Yield in
+// the collect passes: the pass that collects decodes the results file and
+// checks the answers against their parts buildPiece at a time, with a
+// Yield between the pieces, so a batch pacer can rest it (each was one
+// stretch of the whole chunk before session 27).
+func TestCollectDeliversInPieces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := batchsim.NewClock(time.Now())
+	plan, h, _ := countedBatch(t, batchsim.Config{ValidateFor: time.Second, ProcessFor: time.Second, FinalizeFor: time.Second,
+		Now: clock.Now}, "b-collect-pieces", 100, clock.Now)
+	h.HandleSubmit(ctx, plan.Jobs[0])
+	yields := 0
+	h.cfg.Yield = func(context.Context) { yields++ }
+	for passes := 0; ; passes++ {
+		if passes == 20 {
+			t.Fatal("the batch did not finish in 20 collect passes")
+		}
+		yields = 0
+		o := h.HandleCollect(ctx, plan.Jobs[1])
+		if o.Class == job.ClassSuccess {
+			break
+		}
+		clock.Advance(max(o.RetryAfter, time.Second))
+	}
+	// The chunk's step, three in the results' decoding (before lines 32,
+	// 64 and 96), three in the answers' check (the same), and one for
+	// the one group of settles (DefaultSettleGroup is 128).
+	if want := 1 + 3 + 3 + 1; yields != want {
+		t.Fatalf("the collecting pass yielded %d times; want %d", yields, want)
+	}
+}
+
 // TestSubmitBuildsInPieces runs a submit pass of 100 items with a
 // counting Config.Yield: the pass yields before its objects' read, before
 // every buildPiece requests it builds and before sizing the chunks, so a
@@ -197,8 +232,10 @@ func TestSubmitBuildsInPieces(t *testing.T) {
 	}
 	h.HandleSubmit(ctx, plan.Jobs[0])
 	// One before the objects' read, one per 32 items built (0, 32, 64,
-	// 96), one before the chunks are sized, one at the chunk's step.
-	want := "[yield read yield yield yield yield yield yield]"
+	// 96), one per 32 items sized (the same), one before the chunks are
+	// recorded, one at the chunk's step, and three in its upload's
+	// encoding (before lines 32, 64 and 96: llmbatch.WithYield).
+	want := "[yield read" + strings.Repeat(" yield", 4+4+1+1+3) + "]"
 	if got := fmt.Sprint(order); got != want {
 		t.Fatalf("the pass's pieces %s; want %s", got, want)
 	}
