@@ -4,6 +4,7 @@ package main
 // the oldest ready job's age against its lane's budget, per region and lane.
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,7 +17,13 @@ import (
 )
 
 func init() {
-	register("stats", "show queue depth by state and oldest ready age per region and lane (admin keys)", helpOK(statsCall().run))
+	// statsCall runs anew on every run, as registerVerbs' verbs do: its
+	// apiCall holds the run's flag values, and runs (tests run many at
+	// once) must not share them.
+	register("stats", "show queue depth by state and oldest ready age per region and lane (admin keys)",
+		helpOK(func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return statsCall().run(ctx, args, stdout, stderr)
+		}))
 }
 
 func statsCall() apiCall {
