@@ -425,10 +425,11 @@ type Engine struct {
 	// loop touches it, under admitMu.
 	admitMu sync.Mutex
 	admits  timeHeap
-	// idle counts the fetch loops waiting after a lease that started
-	// nothing; rearm makes one of them recompute its wait (an admission
-	// time another caller pushed) without leasing. A finish while a fetch
-	// loop is idle leases in the same write (finishLease).
+	// idle counts the fetch loops done with a lease that took fewer jobs
+	// than it asked for (or none), from the moment it returned until a
+	// wake-up or poll; rearm makes one of them recompute its wait (an
+	// admission time another caller pushed) without leasing. A finish
+	// while a fetch loop is idle leases in the same write (finishLease).
 	idle  atomic.Int32
 	rearm chan struct{}
 
@@ -732,30 +733,36 @@ func (e *Engine) stopping() bool {
 }
 
 // fetchLoop leases as many jobs as there are free worker slots and starts
-// them; when nothing was admitted it waits for a wake-up or the poll
-// interval.
+// them. After a lease that took every job it asked for it leases again at
+// once (more may be ready); after one that took fewer, or none, it waits
+// for a wake-up or the poll interval. It saw everything ready then: a
+// lease at once would find only what became ready meanwhile, and each such
+// thing wakes it (an insert's Notify, a finish's, a batch turn given back)
+// or is leased by the finish of the jobs it started (finishLease). Leasing
+// again after any lease that took a job made 42-44 % of all leases in the
+// throughput workload's steady load take nothing (docs/benchmarks.md,
+// "Session 27 (s27h4)").
 func (e *Engine) fetchLoop() {
 	defer e.wg.Done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		cpulabel.Set(cpulabel.Fetch) // again each time: the phase may have moved
-		n := e.leaseAndRun()
-		if n > 0 {
+		if !e.leaseAndRun() {
 			continue
 		}
-		if !e.idleWait(timer) {
+		ok := e.idleWait(timer)
+		e.idle.Add(-1)
+		if !ok {
 			return
 		}
 	}
 }
 
-// idleWait waits, counted as idle, for a wake-up or the next poll, the
-// timer re-armed whenever a finish that leased says an admission time
-// may have moved; it reports false when the engine stops.
+// idleWait waits, counted as idle (by leaseAndRun), for a wake-up or the
+// next poll, the timer re-armed whenever a finish that leased says an
+// admission time may have moved; it reports false when the engine stops.
 func (e *Engine) idleWait(timer *time.Timer) bool {
-	e.idle.Add(1)
-	defer e.idle.Add(-1)
 	for {
 		timer.Reset(e.nextPoll())
 		select {
@@ -788,15 +795,21 @@ func (e *Engine) nextPoll() time.Duration {
 }
 
 // leaseAndRun takes free slots, leases up to that many jobs and runs them.
-// It returns how many it started.
-func (e *Engine) leaseAndRun() int {
+// It reports whether the loop goes idle: the lease took fewer jobs than it
+// asked for, or the engine stops. Then it counts the loop idle before it
+// starts the jobs, so that their finish, however soon, leases in its own
+// write (finishLease) rather than writing alone and waking the loop, whose
+// lease would most likely find nothing.
+func (e *Engine) leaseAndRun() (idle bool) {
 	free := e.takeSlots()
 	if free == 0 {
 		select { // all workers busy: wait for one
 		case e.slots <- struct{}{}:
 			free = 1 + e.takeSlots()
 		case <-e.stop:
-			return 0
+			e.lastFull = false
+			e.idle.Add(1)
+			return true
 		}
 	}
 	if want := min(e.cfg.Workers, e.cfg.MaxBatch); free < want && (free < e.cfg.Workers/8 || e.lastFull) {
@@ -822,9 +835,12 @@ func (e *Engine) leaseAndRun() int {
 		e.log.Error("lease failed", "err", err)
 	}
 	e.lastFull = len(jobs) > 0 && len(jobs) >= free
+	if !e.lastFull {
+		e.idle.Add(1)
+	}
 	e.runLeased(jobs, free, turns)
 	e.queued.seen(gen) // the interactive jobs it took are in flight as handlers now
-	return len(jobs)
+	return !e.lastFull
 }
 
 // moreSlots takes up to n more worker slots as they are released, for at

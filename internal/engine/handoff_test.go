@@ -24,6 +24,10 @@ type slowStore struct {
 	store.Store
 	commit                        time.Duration
 	leases, finishes, finishLease atomic.Int64
+	// emptyLeases and emptyFinishLeases count the calls that took no
+	// job: a lease transaction spent on nothing, and a finish whose
+	// lease part read the ready groups for nothing.
+	emptyLeases, emptyFinishLeases atomic.Int64
 	// writer, when set, is held through each call: one writer at a time,
 	// as SQLite's, so that a lease waits for the finish under way and
 	// the finish for the lease (a channel made in the bubble: a goroutine
@@ -46,7 +50,11 @@ func (s *slowStore) hold() func() {
 func (s *slowStore) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
 	s.leases.Add(1)
 	defer s.hold()()
-	return s.Store.Lease(ctx, p)
+	jobs, err := s.Store.Lease(ctx, p)
+	if err == nil && len(jobs) == 0 {
+		s.emptyLeases.Add(1)
+	}
+	return jobs, err
 }
 
 func (s *slowStore) Finish(ctx context.Context, ts []store.Transition) ([]error, error) {
@@ -58,7 +66,11 @@ func (s *slowStore) Finish(ctx context.Context, ts []store.Transition) ([]error,
 func (s *slowStore) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
 	s.finishLease.Add(1)
 	defer s.hold()()
-	return s.Store.(store.FinishLeaser).FinishLease(ctx, ts, p)
+	errs, jobs, err := s.Store.(store.FinishLeaser).FinishLease(ctx, ts, p)
+	if err == nil && len(jobs) == 0 {
+		s.emptyFinishLeases.Add(1)
+	}
+	return errs, jobs, err
 }
 
 // neighbour is a key whose jobs run beside a capped key's in capOneGaps:

@@ -134,9 +134,9 @@ func (e *Engine) finish(batch []result) {
 
 // finishLease writes rs and, in the same write, leases for the free
 // worker slots (see store.FinishLeaser) when a fetch loop is idle: that
-// loop's last lease found nothing, so what this finish releases (a slot of
-// a key held at its concurrency cap, above all) is what a lease right
-// after it would take, one commit later. withLease is false when it did
+// loop's last lease found fewer jobs than it asked for (perhaps these), so
+// what this finish releases (a slot of a key held at its concurrency cap,
+// above all) is what a lease right after it would take, one commit later. withLease is false when it did
 // not try or the write failed (nothing was written: the caller reports
 // alone); then no slot or batch turn is held.
 func (e *Engine) finishLease(ctx context.Context, rs []Report, written func()) (done []Reported, leased []*job.Job, free, turns int, withLease bool) {
