@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/cpulabel"
-
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )

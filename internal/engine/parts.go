@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/cpulabel"
-
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/job"

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/cpulabel"
-
 	"github.com/ratelane/ratelane/internal/crashpoint"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
