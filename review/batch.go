@@ -140,10 +140,7 @@ func (rt *regionRT) bindBatches(r *ratelane.PluginRegion, rc RegionConfig) error
 	rt.batches = batchlane.NewHandler(batchlane.Config{Region: rt.region, Store: rt.st, Providers: rt.batchProviders,
 		Wake: func(id string) { rt.r.Jobs().PartsChangedIn(id, ratelane.LaneBatch) }, PollInterval: rc.Batch.PollInterval, MinTurnaround: rc.Batch.MinTurnaround, SettleGroup: rc.Batch.SettleGroup, Now: cfg.Now,
 		Logger: cfg.Logger, Stage: rc.Batch.Stage, Yield: rc.Batch.Yield})
-	rt.batchYield = engine.Yield
-	if rc.Batch.Yield != nil {
-		rt.batchYield = rc.Batch.Yield
-	}
+	rt.batchYield = rc.Batch.Yield
 	for kind, fn := range map[string]engine.HandlerFunc{KindBatchSubmit: rt.batches.HandleSubmit, KindBatchCollect: rt.batches.HandleCollect} {
 		// Both compute: they build and parse a provider batch's files and
 		// settle its results, a thousand items an attempt, and return
@@ -218,7 +215,7 @@ func (p *Plugin) SubmitBatch(ctx context.Context, r BatchRequest) (BatchStatus, 
 	ctx, end := rt.r.BatchWork(ctx)
 	defer end()
 	yield := rt.batchYield
-	if yield == nil { // no batch provider was bound
+	if yield == nil { // production, or no batch provider was bound
 		yield = engine.Yield
 	}
 	m.Yield = func() { yield(ctx) }

@@ -162,7 +162,7 @@ type regionRT struct {
 
 	batchProviders map[string]batchlane.Entry
 	// batchYield is where a manifest's intake rests between its pieces:
-	// engine.Yield, or BatchConfig.Yield in tests.
+	// BatchConfig.Yield in tests; nil means engine.Yield.
 	batchYield func(context.Context)
 	batches    *batchlane.Handler
 }

@@ -236,7 +236,7 @@ func extractionObjects(m Manifest, maxOutput int) ([]store.Object, []store.Batch
 	items := make([]store.BatchItem, 0, len(m.Extractions))
 	var tokens int64
 	for i, x := range m.Extractions {
-		if m.Yield != nil && i > 0 && i%buildPiece == 0 {
+		if m.Yield != nil && pieceEnds(i) {
 			m.Yield() // in pieces, as a manifest's reviews (NewPlan)
 		}
 		system := x.Instruction

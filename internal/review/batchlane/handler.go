@@ -479,10 +479,18 @@ func (p *pass) plan(ctx context.Context, pending []store.BatchItem, existing int
 	return nil
 }
 
-// buildPiece is how many items' provider requests a submission builds
-// between two calls of Config.Yield: ~1 ms of CPU on this project's
-// 2-core machine, a few times an interactive review's own CPU work.
-const buildPiece = 32
+// buildPiece is how many items the batch lane handles between two calls
+// of Config.Yield (a submission's requests built or sized, a collection's
+// answers checked, a manifest's reviews planned): ~1 ms of CPU on this
+// project's 2-core machine, a few times an interactive review's own CPU
+// work. It is the providers' piece too (llmbatch.YieldPiece), so one
+// size holds for the whole lane.
+const buildPiece = llmbatch.YieldPiece
+
+// pieceEnds reports whether item i starts a new piece: i is a positive
+// multiple of buildPiece, so a caller yields between pieces, never before
+// the first.
+func pieceEnds(i int) bool { return i > 0 && i%buildPiece == 0 }
 
 // errBadItem marks an item whose part object is gone or does not parse.
 var errBadItem = errors.New("bad part object")
@@ -790,7 +798,7 @@ func (s *sink) Deliver(ctx context.Context, c llmbatch.Chunk, rep llmbatch.Repor
 		return err
 	}
 	for i, o := range rep.Outcomes {
-		if i > 0 && i%buildPiece == 0 {
+		if pieceEnds(i) {
 			// Checking a thousand answers against their parts was one
 			// stretch of a collection no pacer could rest.
 			p.h.cfg.Yield(ctx)

@@ -139,7 +139,7 @@ func NewPlan(m Manifest, newID func() string) (Plan, error) {
 		sum.Extractions, sum.Tokens = len(items), tokens
 	}
 	for i, r := range m.Reviews {
-		if m.Yield != nil && i > 0 && i%buildPiece == 0 {
+		if m.Yield != nil && pieceEnds(i) {
 			m.Yield() // a thousand reviews' diffs split in one piece were ~30 ms of CPU
 		}
 		rp, err := pipeline.NewPlan(pipeline.Submission{ID: newID(), Region: m.Region, Tenant: m.Tenant, Lane: job.LaneBatch,
