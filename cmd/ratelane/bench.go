@@ -46,6 +46,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.Sim, "sim", bench.SimChild, "batch-isolation only: where the LLM and batch simulators run: child (a child process of this executable on loopback, ended with the run) or in (the bench's own process, as before session 24)")
 	fs.StringVar(&o.BatchNode, "batch-node", bench.BatchNodeInProcess, "batch-isolation only: where the batch lane runs: in (the bench's one node serves both lanes) or process (a batch-only node in a child process of this executable on the same store, at --batch-nice; the bench's node serves the interactive lane only)")
 	fs.StringVar(&o.TraceTail, "trace-tail", "", "batch-isolation only: write a per-review and per-event timeline (stage spans, simulator requests, manifests, 10 ms CPU/GC/commit samples) to `FILE` (FILE.k for run k of --runs) and add tail_* figures: what the slowest in-sweep reviews waited for. Costs CPU: for attribution, not headline runs")
+	fs.StringVar(&o.ExecTrace, "exec-trace", "", "batch-isolation only: write a runtime/trace (go tool trace) of the baseline phase and the sweep's first 25 s to `FILE` (FILE.k for run k of --runs), with every interactive review's and stage's ids and times logged on the goroutines that served them. Costs CPU: for attribution, not headline runs")
 	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
 	var verbose bool

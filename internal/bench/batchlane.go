@@ -92,6 +92,12 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if e.opts.TraceTail != "" {
 		tr = newTailTrace(e.opts.TraceTail)
 	}
+	// --exec-trace: a runtime/trace of the sweep's first stretch (exectrace.go).
+	var xt *execTrace
+	if e.opts.ExecTrace != "" {
+		xt = &execTrace{path: e.opts.ExecTrace}
+		defer xt.finish()
+	}
 	rv, err := batchLaneReviews(llmURL, batchURL, tr)
 	if err != nil {
 		return Result{}, err
@@ -104,6 +110,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	plugins := []ratelane.Plugin{rv, pubs}
 	if tr != nil {
 		plugins = append(plugins, tr)
+	}
+	if xt != nil {
+		plugins = append(plugins, xt)
 	}
 	cfg := ratelane.Config{Workers: 16, Plugins: plugins, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
 		BatchCPUShare: e.opts.BatchCPUShare, BatchYieldMax: e.opts.BatchYieldMax, Regions: []ratelane.Region{e.region()}}
@@ -188,11 +197,14 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 					if err != nil {
 						return err
 					}
+					submitted := time.Now()
 					cpulabel.Set(cpulabel.BenchWait) // the bench's own reads
 					if err := pubs.wait(ctx, c, s.ID, &reads); err != nil {
 						return err
 					}
-					tr.review(s.ID, phase, start, time.Now())
+					end := time.Now()
+					tr.review(s.ID, phase, start, end)
+					xt.review(ctx, phase, s.ID, start, submitted, end)
 					return nil
 				}()
 				mu.Lock()
@@ -213,6 +225,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	c0, _ := childCPU()
 	n0, _ := nodeCPU()
 	cpulabel.SetPhase("baseline")
+	if err := xt.start(); err != nil {
+		return Result{}, err
+	}
 	baseSched := sampleSched()
 	base, _, err := interactive("baseline", plan.Window, closed)
 	baseRun := baseSched()
@@ -235,6 +250,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		published int
 	)
 	cpulabel.SetPhase("sweep")
+	xt.phase("sweep")
 	go func() {
 		defer close(done)
 		start := time.Now()
@@ -264,6 +280,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	sweepSched := sampleSched()
 	under, underAt, err := interactive("sweep", plan.Window, done)
 	<-done
+	if err := xt.finish(); err != nil {
+		return Result{}, fmt.Errorf("--exec-trace: %w", err)
+	}
 	// The sweep phase lasts at least plan.Window, and a sweep often ends
 	// before it (7-11 s of 20 on a 2-core machine): the reviews submitted
 	// after its batches were done see no sweep, and would dilute the

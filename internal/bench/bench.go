@@ -94,6 +94,15 @@ type Options struct {
 	// costs CPU: its runs are for attribution, not for the headline
 	// figures.
 	TraceTail string
+	// ExecTrace, when set, makes the batch-isolation workload write a
+	// runtime/trace of its baseline phase and the sweep's first stretch
+	// (ExecTraceMax in all) to this file
+	// (with Runs > 1, run k's to ExecTrace.k), annotated with every
+	// interactive review's and stage span's ids and times (exectrace.go):
+	// what the goroutines serving a slow review were doing. Tracing
+	// costs CPU: its runs are for attribution, not for the headline
+	// figures.
+	ExecTrace string
 }
 
 // Metric is one named figure of a workload.
@@ -321,6 +330,9 @@ func Run(ctx context.Context, name string, o Options) (Result, error) {
 		one.Phase = o.PhaseOfRun(k)
 		if o.TraceTail != "" && o.Runs > 1 {
 			one.TraceTail = fmt.Sprintf("%s.%d", o.TraceTail, k+1)
+		}
+		if o.ExecTrace != "" && o.Runs > 1 {
+			one.ExecTrace = fmt.Sprintf("%s.%d", o.ExecTrace, k+1)
 		}
 		r, err := runOnce(ctx, name, one)
 		if err != nil {

@@ -1,0 +1,558 @@
+// Command exectrace reads a `ratelane bench batch-isolation --exec-trace`
+// capture and attributes the slowest in-sweep interactive reviews' extra
+// latency (against the in-sweep median band, or every baseline review) to
+// what the goroutines serving them were doing: each stage of a review (the
+// engine's spans, logged on the goroutine that ended them) split by that
+// goroutine's state (running, runnable, waiting by reason and call site,
+// in a syscall, not yet created); for its waits, what the goroutine that
+// ended the wait was doing meanwhile; for its runnable time, which
+// goroutines (by their root function) held the Ps; its overlap with
+// stop-the-world pauses and its own GC assists; and the SQLite commit
+// fsyncs of each phase. It is a module of its own so that the parser
+// (golang.org/x/exp/trace) stays out of ratelane's dependencies.
+//
+// Usage: go run . [-tail 0.02] [-vs median|baseline] [-syscalls] FILE
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/exp/trace"
+)
+
+type gstate struct {
+	at     trace.Time
+	state  trace.GoState
+	reason string
+	where  string // top non-runtime frame of a waiting transition
+	waker  trace.GoID
+}
+
+type span struct {
+	stage  string
+	id     string
+	parent string
+	s, e   trace.Time
+	g      trace.GoID
+}
+
+type review struct {
+	phase       string
+	id          string
+	s, sub, e   trace.Time
+	g           trace.GoID
+	segs        []seg
+	cats        map[string]float64 // ns by category
+	runnableWho map[string]float64
+	stageNs     map[string]float64
+	stw, assist float64
+	wakers      map[string]float64
+}
+
+type seg struct {
+	stage string
+	g     trace.GoID
+	s, e  trace.Time
+}
+
+type run struct {
+	g    trace.GoID
+	s, e trace.Time
+}
+
+func main() {
+	tailShare := flag.Float64("tail", 0.02, "the slowest share of the in-sweep reviews taken as the tail (at least 2)")
+	vs := flag.String("vs", "median", "what the tail is compared with: median (the in-sweep reviews from the 45th to the 55th percentile) or baseline (every baseline review)")
+	syscalls := flag.Bool("syscalls", false, "also list the syscalls by call site, longest in total first")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: exectrace [-tail 0.02] [-vs median|baseline] [-syscalls] FILE")
+		os.Exit(2)
+	}
+	f, err := os.Open(flag.Arg(0))
+	if err != nil {
+		panic(err)
+	}
+	rd, err := trace.NewReader(f)
+	if err != nil {
+		panic(err)
+	}
+	states := map[trace.GoID][]gstate{}
+	root := map[trace.GoID]string{}
+	running := map[trace.GoID]trace.Time{}
+	var runs []run
+	var stw [][2]trace.Time
+	stwOpen := map[string]trace.Time{}
+	assists := map[trace.GoID][][2]trace.Time{}
+	assistOpen := map[trace.GoID]trace.Time{}
+	var sweepAt trace.Time
+	var syncWall int64
+	var syncT trace.Time
+	var spansRaw [][]string
+	var spanG []trace.GoID
+	var revRaw [][]string
+	var revG []trace.GoID
+	var first, last trace.Time
+	type sysCall struct {
+		at  trace.Time
+		key string
+	}
+	sysOpen := map[trace.GoID]sysCall{}
+	sysAgg := map[string][4]float64{}
+	var fsyncs [][2]float64 // start, duration (ns)
+	for {
+		ev, err := rd.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			panic(err)
+		}
+		t := ev.Time()
+		if first == 0 {
+			first = t
+		}
+		last = t
+		switch ev.Kind() {
+		case trace.EventStateTransition:
+			st := ev.StateTransition()
+			if st.Resource.Kind != trace.ResourceGoroutine {
+				continue
+			}
+			g := st.Resource.Goroutine()
+			from, to := st.Goroutine()
+			if root[g] == "" {
+				root[g] = rootOf(st.Stack)
+				if root[g] == "" && ev.Goroutine() == g {
+					root[g] = rootOf(ev.Stack())
+				}
+			}
+			w := ""
+			if to == trace.GoWaiting || to == trace.GoSyscall {
+				w = topFrame(st.Stack)
+				if w == "" {
+					w = topFrame(ev.Stack())
+				}
+			}
+			if to == trace.GoSyscall {
+				sysOpen[g] = sysCall{t, stackKey(ev.Stack())}
+			}
+			if from == trace.GoSyscall {
+				if c, ok := sysOpen[g]; ok {
+					d := float64(t - c.at)
+					if strings.HasPrefix(c.key, "modernc.org/sqlite/lib._full_fsync") {
+						fsyncs = append(fsyncs, [2]float64{float64(c.at), d})
+					}
+					a := sysAgg[c.key]
+					a[0]++
+					a[1] += d
+					a[2] = max(a[2], d)
+					if d > 10e6 {
+						a[3]++
+					}
+					sysAgg[c.key] = a
+					delete(sysOpen, g)
+				}
+			}
+			var wk trace.GoID
+			if from == trace.GoWaiting && to == trace.GoRunnable {
+				wk = ev.Goroutine()
+			}
+			states[g] = append(states[g], gstate{at: t, state: to, reason: st.Reason, where: w, waker: wk})
+			if from == trace.GoRunning {
+				if s, ok := running[g]; ok {
+					runs = append(runs, run{g, s, t})
+					delete(running, g)
+				}
+			}
+			if to == trace.GoRunning {
+				running[g] = t
+			}
+		case trace.EventRangeBegin, trace.EventRangeEnd, trace.EventRangeActive:
+			r := ev.Range()
+			if strings.HasPrefix(r.Name, "stop-the-world") {
+				if ev.Kind() == trace.EventRangeEnd {
+					if s, ok := stwOpen[r.Name]; ok {
+						stw = append(stw, [2]trace.Time{s, t})
+						delete(stwOpen, r.Name)
+					}
+				} else {
+					stwOpen[r.Name] = t
+				}
+			}
+			if r.Name == "GC mark assist" {
+				g := ev.Goroutine()
+				if ev.Kind() == trace.EventRangeEnd {
+					if s, ok := assistOpen[g]; ok {
+						assists[g] = append(assists[g], [2]trace.Time{s, t})
+						delete(assistOpen, g)
+					}
+				} else {
+					assistOpen[g] = t
+				}
+			}
+		case trace.EventLog:
+			l := ev.Log()
+			switch l.Category {
+			case "rl.sync":
+				syncWall, _ = strconv.ParseInt(l.Message, 10, 64)
+				syncT = t
+			case "rl.phase":
+				sweepAt = t
+			case "rl.stage":
+				spansRaw = append(spansRaw, strings.Fields(l.Message))
+				spanG = append(spanG, ev.Goroutine())
+			case "rl.review":
+				revRaw = append(revRaw, strings.Fields(l.Message))
+				revG = append(revG, ev.Goroutine())
+			}
+		}
+	}
+	if *syscalls {
+		var ks []string
+		for k := range sysAgg {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(i, j int) bool { return sysAgg[ks[i]][1] > sysAgg[ks[j]][1] })
+		for _, k := range ks[:min(12, len(ks))] {
+			a := sysAgg[k]
+			fmt.Printf("n=%6.0f total=%8.1fms max=%7.1fms over10ms=%3.0f  %s\n", a[0], a[1]/1e6, a[2]/1e6, a[3], k)
+		}
+	}
+	// The fsyncs by phase, once the phase mark is known (without one, a
+	// capture of the sweep alone, they are the whole trace's).
+	byPhase := map[string][]float64{}
+	for _, fs := range fsyncs {
+		ph := "baseline"
+		switch {
+		case sweepAt == 0:
+			ph = "trace"
+		case trace.Time(fs[0]) >= sweepAt:
+			ph = "sweep"
+		}
+		byPhase[ph] = append(byPhase[ph], fs[1])
+	}
+	for _, ph := range []string{"trace", "baseline", "sweep"} {
+		v := byPhase[ph]
+		sort.Float64s(v)
+		if len(v) == 0 {
+			continue
+		}
+		tot := 0.0
+		for _, x := range v {
+			tot += x
+		}
+		span := float64(last - first) // "trace": the whole capture
+		switch {
+		case sweepAt != 0 && ph == "baseline":
+			span = float64(sweepAt - first)
+		case sweepAt != 0:
+			span = float64(last - sweepAt)
+		}
+		q := func(p float64) float64 { return v[min(len(v)-1, int(p*float64(len(v))))] / 1e6 }
+		fmt.Printf("fsync (SQLite WAL/checkpoint) %s: %d in %.1f s (%.0f/s), busy %.1f%%, p50 %.2f ms, p90 %.2f, p99 %.2f, max %.1f\n",
+			ph, len(v), span/1e9, float64(len(v))/(span/1e9), 100*tot/span, q(0.5), q(0.9), q(0.99), v[len(v)-1]/1e6)
+	}
+	for g, s := range running {
+		runs = append(runs, run{g, s, last})
+	}
+	toT := func(s string) trace.Time {
+		w, _ := strconv.ParseInt(s, 10, 64)
+		return syncT + trace.Time(w-syncWall)
+	}
+	byReview := map[string][]span{}
+	for i, m := range spansRaw {
+		if len(m) != 6 {
+			continue
+		}
+		sp := span{stage: m[1], id: m[2], parent: m[3], s: toT(m[4]), e: toT(m[5]), g: spanG[i]}
+		id := sp.id
+		if sp.parent != "-" {
+			id = sp.parent
+		}
+		byReview[id] = append(byReview[id], sp)
+	}
+	var revs []*review
+	for i, m := range revRaw {
+		if len(m) != 5 {
+			continue
+		}
+		r := &review{phase: m[0], id: m[1], s: toT(m[2]), sub: toT(m[3]), e: toT(m[4]), g: revG[i]}
+		if r.s < first || r.e > last {
+			continue
+		}
+		sps := byReview[r.id]
+		if len(sps) < 8 {
+			continue
+		}
+		sort.Slice(sps, func(a, b int) bool { return sps[a].s < sps[b].s })
+		cur := r.s
+		for _, sp := range sps {
+			g := sp.g
+			if sp.s > cur {
+				gg := g
+				name := "gap>" + sp.stage
+				if cur == r.s {
+					gg, name = r.g, "submit"
+				}
+				r.segs = append(r.segs, seg{name, gg, cur, sp.s})
+				cur = sp.s
+			}
+			if sp.e > cur {
+				r.segs = append(r.segs, seg{sp.stage, g, cur, sp.e})
+				cur = sp.e
+			}
+		}
+		if r.e > cur {
+			r.segs = append(r.segs, seg{"notice", r.g, cur, r.e})
+		}
+		revs = append(revs, r)
+	}
+	sort.Slice(runs, func(a, b int) bool { return runs[a].s < runs[b].s })
+	// who ran in [s,e): ns by root function, excluding g
+	whoRan := func(s, e trace.Time, except trace.GoID, into map[string]float64) {
+		for _, rn := range runs {
+			if rn.s >= e {
+				break
+			}
+			if rn.e <= s || rn.g == except {
+				continue
+			}
+			o := min(rn.e, e) - max(rn.s, s)
+			if o > 0 {
+				into[root[rn.g]] += float64(o)
+			}
+		}
+	}
+	for _, r := range revs {
+		r.cats, r.runnableWho, r.stageNs, r.wakers = map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
+		for _, sg := range r.segs {
+			r.stageNs[sg.stage] += float64(sg.e - sg.s)
+			if sg.g == 0 {
+				// queued: the fetch loop's lease; split by whether the Ps were busy
+				r.cats["queued(store wait for a lease)"] += float64(sg.e - sg.s)
+				continue
+			}
+			sts := states[sg.g]
+			// state at sg.s: last transition at or before
+			i := sort.Search(len(sts), func(i int) bool { return sts[i].at > sg.s }) - 1
+			t := sg.s
+			for {
+				var cur gstate
+				if i >= 0 {
+					cur = sts[i]
+				} else {
+					cur = gstate{state: trace.GoNotExist, reason: "before first event"}
+				}
+				next := sg.e
+				if i+1 < len(sts) && sts[i+1].at < sg.e {
+					next = sts[i+1].at
+				}
+				d := float64(next - t)
+				if d > 0 {
+					var k string
+					switch cur.state {
+					case trace.GoRunning:
+						k = "running"
+					case trace.GoRunnable:
+						k = "runnable"
+						whoRan(t, next, sg.g, r.runnableWho)
+					case trace.GoWaiting:
+						k = "waiting: " + cur.reason + " @ " + cur.where
+						if i+1 < len(sts) && sts[i+1].waker != trace.NoGoroutine && sts[i+1].waker != 0 {
+							wk := sts[i+1].waker
+							for st, v := range stateOf(states[wk], t, next) {
+								r.wakers[sg.stage+" | waiting, woken by "+root[wk]+" which was "+st] += v
+							}
+						}
+					case trace.GoSyscall:
+						k = "syscall @ " + cur.where
+					case trace.GoNotExist:
+						k = "not yet created"
+					default:
+						k = cur.state.String()
+					}
+					r.cats[sg.stage+" | "+k] += d
+				}
+				if next >= sg.e {
+					break
+				}
+				t = next
+				i++
+			}
+			for _, a := range assists[sg.g] {
+				if o := min(a[1], sg.e) - max(a[0], sg.s); o > 0 {
+					r.assist += float64(o)
+				}
+			}
+		}
+		for _, w := range stw {
+			if o := min(w[1], r.e) - max(w[0], r.s); o > 0 {
+				r.stw += float64(o)
+			}
+		}
+	}
+	var base []*review
+	{
+		var sw []*review
+		for _, r := range revs {
+			if r.phase == "baseline" {
+				base = append(base, r)
+			} else {
+				sw = append(sw, r)
+			}
+		}
+		revs = sw
+	}
+	sort.Slice(revs, func(a, b int) bool { return revs[a].e-revs[a].s > revs[b].e-revs[b].s })
+	sort.Slice(base, func(a, b int) bool { return base[a].e-base[a].s > base[b].e-base[b].s })
+	n := len(revs)
+	fmt.Printf("trace %.1f s, %d in-sweep reviews inside it, %d STW ranges\n", float64(last-first)/1e9, n, len(stw))
+	if n < 20 {
+		return
+	}
+	ntail := max(2, int(*tailShare*float64(n)))
+	tail := revs[:ntail]
+	mid := revs[n*45/100 : n*55/100]
+	if *vs == "baseline" && len(base) >= 20 {
+		mid = base
+		fmt.Printf("comparing with every baseline review (%d)\n", len(base))
+	}
+	lat := func(rs []*review) float64 {
+		s := 0.0
+		for _, r := range rs {
+			s += float64(r.e - r.s)
+		}
+		return s / float64(len(rs)) / 1e6
+	}
+	fmt.Printf("tail: %d reviews, mean %.2f ms (least %.2f); median band: %d reviews, mean %.2f ms\n", len(tail), lat(tail),
+		float64(tail[len(tail)-1].e-tail[len(tail)-1].s)/1e6, len(mid), lat(mid))
+	mean := func(rs []*review, get func(*review) map[string]float64) map[string]float64 {
+		out := map[string]float64{}
+		for _, r := range rs {
+			for k, v := range get(r) {
+				out[k] += v / float64(len(rs)) / 1e6
+			}
+		}
+		return out
+	}
+	show := func(title string, get func(*review) map[string]float64) {
+		a, b := mean(tail, get), mean(mid, get)
+		keys := map[string]bool{}
+		for k := range a {
+			keys[k] = true
+		}
+		for k := range b {
+			keys[k] = true
+		}
+		var ks []string
+		for k := range keys {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(i, j int) bool { return a[ks[i]]-b[ks[i]] > a[ks[j]]-b[ks[j]] })
+		extra := lat(tail) - lat(mid)
+		fmt.Printf("\n%s (ms: tail mean, median-band mean, tail-minus-median, share of the tail's extra %.2f ms)\n", title, extra)
+		for _, k := range ks {
+			if a[k] < 0.05 && b[k] < 0.05 {
+				continue
+			}
+			fmt.Printf("  %-90s %7.2f %7.2f %7.2f %6.1f%%\n", k, a[k], b[k], a[k]-b[k], 100*(a[k]-b[k])/extra)
+		}
+	}
+	show("by stage", func(r *review) map[string]float64 { return r.stageNs })
+	show("by stage | state of the serving goroutine", func(r *review) map[string]float64 { return r.cats })
+	show("waits: what the goroutine that ended them was doing meanwhile", func(r *review) map[string]float64 { return r.wakers })
+	show("while runnable: who held the Ps (ns of CPU by goroutine root function)", func(r *review) map[string]float64 { return r.runnableWho })
+	show("STW overlap / own GC assist", func(r *review) map[string]float64 {
+		return map[string]float64{"stw": r.stw, "assist": r.assist}
+	})
+	fmt.Println("\nslowest reviews:")
+	for _, r := range revs[:min(10, n)] {
+		fmt.Printf("  %s %.2f ms:", r.id, float64(r.e-r.s)/1e6)
+		for _, sg := range r.segs {
+			if d := float64(sg.e-sg.s) / 1e6; d >= 0.5 {
+				fmt.Printf(" %s=%.1f", sg.stage, d)
+			}
+		}
+		fmt.Println()
+	}
+}
+
+func frames(s trace.Stack) []trace.StackFrame {
+	var out []trace.StackFrame
+	for f := range s.Frames() {
+		out = append(out, f)
+	}
+	return out
+}
+
+func rootOf(s trace.Stack) string {
+	fs := frames(s)
+	if len(fs) == 0 {
+		return ""
+	}
+	return short(fs[len(fs)-1].Func)
+}
+
+func topFrame(s trace.Stack) string {
+	for _, f := range frames(s) {
+		if strings.HasPrefix(f.Func, "runtime.") || strings.HasPrefix(f.Func, "sync.") || strings.HasPrefix(f.Func, "internal/") ||
+			strings.HasPrefix(f.Func, "time.Sleep") {
+			continue
+		}
+		return short(f.Func)
+	}
+	return ""
+}
+
+func short(fn string) string {
+	fn = strings.TrimPrefix(fn, "github.com/ratelane/ratelane/")
+	return fn
+}
+
+// stateOf is ns by state (with the waiting reason) of a goroutine over [s,e).
+func stateOf(sts []gstate, s, e trace.Time) map[string]float64 {
+	out := map[string]float64{}
+	i := sort.Search(len(sts), func(i int) bool { return sts[i].at > s }) - 1
+	t := s
+	for t < e {
+		st := "unknown"
+		if i >= 0 {
+			st = sts[i].state.String()
+			if sts[i].state == trace.GoWaiting {
+				st += " (" + sts[i].reason + " @ " + sts[i].where + ")"
+			}
+			if sts[i].state == trace.GoSyscall {
+				st += " @ " + sts[i].where
+			}
+		}
+		next := e
+		if i+1 < len(sts) && sts[i+1].at < e {
+			next = sts[i+1].at
+		}
+		out[st] += float64(next - t)
+		t = next
+		i++
+	}
+	return out
+}
+
+func stackKey(s trace.Stack) string {
+	var parts []string
+	for f := range s.Frames() {
+		if strings.HasPrefix(f.Func, "runtime.") || strings.HasPrefix(f.Func, "syscall.") || strings.HasPrefix(f.Func, "modernc.org/libc.") && len(parts) == 0 {
+			continue
+		}
+		parts = append(parts, short(f.Func))
+		if len(parts) == 5 {
+			break
+		}
+	}
+	return strings.Join(parts, " < ")
+}
