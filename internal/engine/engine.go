@@ -736,7 +736,8 @@ func (e *Engine) stopping() bool {
 // once (more may be ready); after one that took fewer, or none, it waits
 // for a wake-up or the poll interval. It saw everything ready then: a
 // lease at once would find only what became ready meanwhile, and each such
-// thing wakes it (an insert's Notify, a finish's, a batch turn given back)
+// thing wakes it (an insert's Notify, that of a finish that released
+// something, a batch turn given back)
 // or is leased by the finish of the jobs it started (finishLease). Leasing
 // again after any lease that took a job made 42-44 % of all leases in the
 // throughput workload's steady load take nothing (docs/benchmarks.md,

@@ -26,8 +26,11 @@ type slowStore struct {
 	leases, finishes, finishLease atomic.Int64
 	// emptyLeases and emptyFinishLeases count the calls that took no
 	// job: a lease transaction spent on nothing, and a finish whose
-	// lease part read the ready groups for nothing.
-	emptyLeases, emptyFinishLeases atomic.Int64
+	// lease part read the ready groups for nothing. skippedFinishLeases
+	// counts the finishes asked to lease only if they released something
+	// (store.LeaseParams.Released) that released nothing, so read
+	// nothing. A FinishLease with Max 0 is counted as a finish alone.
+	emptyLeases, emptyFinishLeases, skippedFinishLeases atomic.Int64
 	// writer, when set, is held through each call: one writer at a time,
 	// as SQLite's, so that a lease waits for the finish under way and
 	// the finish for the lease (a channel made in the bubble: a goroutine
@@ -64,10 +67,22 @@ func (s *slowStore) Finish(ctx context.Context, ts []store.Transition) ([]error,
 }
 
 func (s *slowStore) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
-	s.finishLease.Add(1)
+	if p.Max <= 0 {
+		s.finishes.Add(1)
+	} else {
+		s.finishLease.Add(1)
+	}
 	defer s.hold()()
+	released := true
+	if told := p.Released; told != nil {
+		p.Released = func(r bool) { released = r; told(r) }
+	}
 	errs, jobs, err := s.Store.(store.FinishLeaser).FinishLease(ctx, ts, p)
-	if err == nil && len(jobs) == 0 {
+	switch {
+	case err != nil || p.Max <= 0:
+	case !released:
+		s.skippedFinishLeases.Add(1)
+	case len(jobs) == 0:
 		s.emptyFinishLeases.Add(1)
 	}
 	return errs, jobs, err
@@ -210,4 +225,47 @@ func TestCapBoundKeyBesidePacedKey(t *testing.T) {
 		capOneGaps(t, false, nb)
 		capOneGaps(t, true, nb)
 	}
+}
+
+// TestRepairAttemptStartsOneCommitAfterTheAnswer: a finish that sends its
+// job back to waiting, eligible at once (a repair attempt after invalid
+// output), on a key that is unpaced, released something: the job itself.
+// With the fetch loop idle, the finish leases it in the same write, so it
+// starts one commit after the answer. A finish that judged only its keys
+// (unpaced: nothing released) would skip that lease and its Notify, and
+// the job would wait for the poll (50 ms). In a synctest bubble, every
+// lease and finish taking 2 ms of the bubble's time.
+func TestRepairAttemptStartsOneCommitAfterTheAnswer(t *testing.T) {
+	t.Parallel()
+	const commit = 2 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		base := newStore(t)
+		s := &slowStore{Store: base, commit: commit}
+		var mu sync.Mutex
+		var starts, answers []time.Time
+		h := engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
+			mu.Lock()
+			defer mu.Unlock()
+			starts = append(starts, time.Now())
+			answers = append(answers, time.Now())
+			if len(starts) == 1 {
+				return job.Outcome{Class: job.ClassInvalidOutput}
+			}
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{"noop": {Handler: h}}, Workers: 4, PollInterval: 50 * time.Millisecond})
+		insertNow(t, base, storetest.NewJob("acme", job.LaneInteractive, "free"))
+		waitFinal(t, base, time.Minute)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(starts) != 2 {
+			t.Fatalf("%d starts, want 2 (the attempt and its repair)", len(starts))
+		}
+		gap := starts[1].Sub(answers[0])
+		t.Logf("answer to the repair's start: %v (commit %v); %d leases, %d finishes, %d finishes with a lease (%d skipped)",
+			gap, commit, s.leases.Load(), s.finishes.Load(), s.finishLease.Load(), s.skippedFinishLeases.Load())
+		if gap > commit*3/2 {
+			t.Errorf("the repair attempt started %v after the answer, want one commit (%v): the finish that readied it did not lease it", gap, commit)
+		}
+	})
 }

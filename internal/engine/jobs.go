@@ -133,6 +133,10 @@ type LeaseParams struct {
 	// NextAdmission, when set, is told the earliest time a key that
 	// refused this call may admit again.
 	NextAdmission func(at time.Time)
+	// Released, when set, is ReportLease's alone: the call leases only
+	// when the outcomes released something, and Released is told whether
+	// they did (store.LeaseParams.Released).
+	Released func(released bool)
 }
 
 // Lease leases up to p.Max admitted jobs. Batch gets its minimum share of
@@ -157,6 +161,7 @@ func (w *Jobs) leaseParams(p LeaseParams) store.LeaseParams {
 	return store.LeaseParams{
 		Now: now, Max: p.Max, LeaseFor: p.LeaseFor, Kinds: p.Kinds, Tenant: p.Tenant, Lane: p.Lane,
 		BatchMin: batchMin, BatchMax: p.BatchMax, BatchMaxKinds: p.BatchMaxKinds, InteractiveBudget: w.cfg.InteractiveBudget, NextAdmission: p.NextAdmission,
+		Released: p.Released,
 	}
 }
 
@@ -242,8 +247,9 @@ func (w *Jobs) CanReportLease() bool {
 // ReportLease is Report and then Lease in one durable write of the store,
 // which must be a store.FinishLeaser (see CanReportLease): the lease sees
 // what the outcomes released, such as a slot of a key held at its
-// concurrency cap. When it fails nothing was written: the caller may
-// Report alone.
+// concurrency cap. With p.Max 0 it leases nothing (with p.Released, it is
+// a Report that tells whether it released something). When it fails
+// nothing was written: the caller may Report alone.
 func (w *Jobs) ReportLease(ctx context.Context, rs []Report, p LeaseParams) ([]Reported, []*job.Job, error) {
 	return w.reportLease(ctx, rs, p, nil)
 }
@@ -255,13 +261,18 @@ func (w *Jobs) reportLease(ctx context.Context, rs []Report, p LeaseParams, writ
 		return nil, nil, errors.New("engine: the store cannot finish and lease in one write")
 	}
 	now, ts := w.transitions(rs)
-	sp := w.leaseParams(p)
+	sp := store.LeaseParams{Released: p.Released}
+	if p.Max > 0 {
+		sp = w.leaseParams(p)
+	}
 	errs, jobs, err := fl.FinishLease(ctx, ts, sp)
 	if err != nil {
 		return nil, nil, err
 	}
 	out := w.reported(rs, ts, errs, now, written)
-	w.leased(jobs, sp.Now)
+	if p.Max > 0 {
+		w.leased(jobs, sp.Now)
+	}
 	return out, jobs, nil
 }
 

@@ -182,10 +182,27 @@ func splitRepeats(batch []Transition, idx []int) (now []Transition, nowIdx []int
 // A retry that its keys pace is made eligible at once first (see
 // PacedRetry), in ts.
 func Finish(tx FinishTx, ts []Transition) ([]error, error) {
+	errs, _, err := FinishReleased(tx, ts)
+	return errs, err
+}
+
+// FinishReleased is Finish that also reports whether the finish released
+// something: whether a lease after it (or beside it, on a multi-node
+// driver) may take a job that a lease before it could not. That is when a
+// job went back to waiting or to a retry (its group is readied), or an
+// ended attempt held a key that is not unpaced (its in-flight count, a
+// window's flight or its pacing changed, and a multi-node driver locked it
+// exclusively, so a lease beside the finish skipped its groups), or an
+// outcome may have written an unpaced key (KeyEffect.Disturbs: also locked
+// exclusively). A finish of attempts whose keys are all unpaced (or none)
+// and that succeeded or failed for good releases nothing: an unpaced key
+// admits by its pause alone, which such an outcome leaves as it was.
+// Conflicts released nothing either: nothing was written for them.
+func FinishReleased(tx FinishTx, ts []Transition) (errs []error, released bool, err error) {
 	if err := pacedRetries(tx, ts); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	errs := make([]error, len(ts))
+	errs = make([]error, len(ts))
 	type applied struct {
 		t     *Transition
 		keys  []string
@@ -214,7 +231,7 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 		now, nowIdx, later, laterIdx := splitRepeats(batch, idx)
 		ended, err := tx.EndAttempts(now)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		for k, e := range ended {
 			i := nowIdx[k]
@@ -225,8 +242,12 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 			}
 			if t.To == job.StateWaiting || t.To == job.StateRetryScheduled {
 				if err := tx.GroupReady(e.Group, t.EligibleAt); err != nil {
-					return nil, err
+					return nil, false, err
 				}
+				released = true
+			}
+			if len(e.Keys) > 0 && t.Keys.Disturbs() {
+				released = true
 			}
 			done = append(done, applied{t, e.Keys, e.Cost, e.Group})
 			names = append(names, e.Keys...)
@@ -234,13 +255,13 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 		batch, idx = later, laterIdx
 	}
 	if len(done) == 0 {
-		return errs, nil
+		return errs, released, nil
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
 	states, err := tx.LockKeysWait(names)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// An unpaced key is written only when an outcome changed it (a pause);
 	// a plain success or failure leaves it as it was.
@@ -266,7 +287,7 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 	slices.Sort(unblock)
 	for _, g := range slices.Compact(unblock) {
 		if err := tx.GroupUnblock(g); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	save := make([]*admission.State, 0, len(states))
@@ -281,9 +302,12 @@ func Finish(tx FinishTx, ts []Transition) ([]error, error) {
 		save = append(save, st)
 	}
 	if len(save) == 0 {
-		return errs, nil
+		return errs, released, nil
 	}
-	return errs, tx.SaveKeys(save)
+	if err := tx.SaveKeys(save); err != nil {
+		return nil, false, err
+	}
+	return errs, true, nil // every paced key is saved: its start ended
 }
 
 // atCap reports whether one of the keys (those in states) has all the

@@ -291,6 +291,14 @@ type ListParams struct {
 // cap still holds on every node: the slot the lease takes is the one the
 // finish freed, in one transaction. Errors are Finish's; when the call
 // fails, nothing of it was written.
+//
+// With p.Released set, the call leases only when the finish released
+// something (see FinishReleased) and tells p.Released whether it did:
+// a finish that released nothing left every lease's answer as it was,
+// so its lease would take only what the caller's last lease left or what
+// another write announces anyway (most finishes of unpaced keys' jobs
+// leased nothing: docs/benchmarks.md, "Session 28 (s28h4)"). With p.Max 0
+// and p.Released set it is Finish that also tells whether it released.
 type FinishLeaser interface {
 	FinishLease(ctx context.Context, ts []Transition, p LeaseParams) ([]error, []*job.Job, error)
 }
@@ -341,6 +349,11 @@ type LeaseParams struct {
 	// whole poll interval: on a key allowing two starts a second, waking up
 	// to 50 ms late on every token would cost a tenth of its rate.
 	NextAdmission func(at time.Time)
+	// Released, when set, is FinishLease's alone (Lease ignores it): the
+	// call leases only when its finish released something, and Released
+	// is told whether it did (see FinishReleased) once the write is
+	// durable.
+	Released func(released bool)
 }
 
 // BatchCap is the most batch-lane jobs of the kinds BatchMax counts a

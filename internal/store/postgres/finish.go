@@ -45,7 +45,12 @@ func (s *Store) FinishLease(ctx context.Context, ts []store.Transition, p store.
 
 var _ store.FinishLeaser = (*Store)(nil)
 
-// finishLease is Finish, then, when p.Max > 0, Lease, in one transaction.
+// finishLease is Finish, then, when p.Max > 0 (and, with p.Released set,
+// the finish released something), Lease, in one transaction. With
+// p.Released set the finish may go out with its COMMIT as a Finish does
+// (finishCommits): one that may commit so releases nothing (its outcomes
+// ready no group and disturb no key, and the statement's guard fails on a
+// paced key), so it would not lease anyway.
 func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
 	order := make([]int, len(ts))
 	for i := range order {
@@ -56,15 +61,18 @@ func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.
 	for k, i := range order {
 		sorted[k] = ts[i]
 	}
-	commit := p.Max <= 0 && s.finishes.mayCommit(sorted)
-	errs, leased, err := s.finishSorted(ctx, sorted, p, commit)
+	commit := (p.Max <= 0 || p.Released != nil) && s.finishes.mayCommit(sorted)
+	errs, leased, released, err := s.finishSorted(ctx, sorted, p, commit)
 	if commit && needsMore(err) {
 		// Nothing was written: finish again, the usual way.
 		s.finishes.missed()
-		errs, leased, err = s.finishSorted(ctx, sorted, p, false)
+		errs, leased, released, err = s.finishSorted(ctx, sorted, p, false)
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if p.Released != nil {
+		p.Released(released)
 	}
 	out := make([]error, len(ts))
 	for k, i := range order {
@@ -76,21 +84,24 @@ func (s *Store) finishLease(ctx context.Context, ts []store.Transition, p store.
 
 // finishSorted is finishLease on ts in id order; with commit, the finish
 // goes out with its COMMIT (finishCommits).
-func (s *Store) finishSorted(ctx context.Context, ts []store.Transition, p store.LeaseParams, commit bool) ([]error, []*job.Job, error) {
-	var errs []error
-	var leased []*job.Job
-	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
+func (s *Store) finishSorted(ctx context.Context, ts []store.Transition, p store.LeaseParams, commit bool) (errs []error, leased []*job.Job, released bool, err error) {
+	err = s.inPipe(ctx, false, func(tx *pipeTx) error {
 		var err error
 		leased = nil
 		f := &finishTx{ctx: ctx, tx: tx, commit: commit}
-		if errs, err = store.Finish(f, ts); err != nil || p.Max <= 0 {
+		if errs, released, err = store.FinishReleased(f, ts); err != nil || p.Max <= 0 {
 			return err
+		}
+		if f.committed || p.Released != nil && !released {
+			// Committed with its statement, it released nothing
+			// (finishLease); otherwise the finish released nothing.
+			return nil
 		}
 		f.planAsBefore()
 		leased, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
 		return err
 	})
-	return errs, leased, err
+	return errs, leased, released, err
 }
 
 // finishTx implements store.FinishTx on one transaction.

@@ -54,3 +54,38 @@ func TestLeaseReadsBothLanesAtOnce(t *testing.T) {
 		t.Fatalf("lease of 1 batch job: %d jobs, %v; want it", len(got), err)
 	}
 }
+
+// A finish that may lease only if it released something
+// (store.LeaseParams.Released), of successes on unpaced keys, releases
+// nothing: it goes out with its COMMIT, one round trip and no lease read,
+// though a job is waiting (a finish that leases read the ready groups and
+// heads: three round trips). One that released something (a job back to
+// waiting) leases as before.
+func TestFinishLeaseReleasedNothingIsOneTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, rt := tracedStore(t)
+	insertN(t, s, 4, 1, "a")
+	params := store.LeaseParams{Now: t0, Max: 2, LeaseFor: time.Minute}
+	got, err := s.Lease(ctx, params)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("lease: %d jobs, %v; want 2", len(got), err)
+	}
+	var released []bool
+	params.Released = func(r bool) { released = append(released, r) }
+	tr0, st0 := rt.trips.Load(), rt.statements.Load()
+	errs, more, err := s.FinishLease(ctx, []store.Transition{successOf(got[0], t0)}, params)
+	if err != nil || errs[0] != nil || len(more) != 0 {
+		t.Fatalf("finish and lease if released: %d jobs, %v %v; want none", len(more), errs, err)
+	}
+	if trips, stmts := rt.trips.Load()-tr0, rt.statements.Load()-st0; trips != 1 || len(released) != 1 || released[0] {
+		t.Errorf("a finish that released nothing: %d round trips (%d statements), released %v; want 1 and false", trips, stmts, released)
+	}
+	retry := successOf(got[1], t0)
+	retry.To, retry.EligibleAt, retry.Record.Outcome = job.StateRetryScheduled, t0, job.ClassInvalidOutput
+	retry.Keys = store.KeyEffect{Now: t0}
+	errs, more, err = s.FinishLease(ctx, []store.Transition{retry}, params)
+	if err != nil || errs[0] != nil || len(more) != 2 || len(released) != 2 || !released[1] {
+		t.Fatalf("a finish that readied its job: %d jobs, released %v, %v %v; want 2 and true", len(more), released, errs, err)
+	}
+}

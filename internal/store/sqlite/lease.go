@@ -47,15 +47,17 @@ func (s *Store) Finish(ctx context.Context, ts []store.Transition) ([]error, err
 }
 
 // FinishLease finishes ts and then leases with p in one write (see
-// store.FinishLeaser): one commit, one fsync, instead of two.
+// store.FinishLeaser): one commit, one fsync, instead of two. With
+// p.Released set it leases only when the finish released something.
 func (s *Store) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
 	var errs []error
 	var out []*job.Job
+	var released bool
 	err := s.write(ctx, func(tx *writeTx) error {
 		ops := &txOps{s: s, tx: tx}
 		var err error
 		out = nil
-		if errs, err = store.Finish(ops, ts); err != nil || p.Max <= 0 {
+		if errs, released, err = store.FinishReleased(ops, ts); err != nil || p.Max <= 0 || p.Released != nil && !released {
 			return err
 		}
 		out, err = ops.lease(p)
@@ -63,6 +65,9 @@ func (s *Store) FinishLease(ctx context.Context, ts []store.Transition, p store.
 	})
 	if err != nil {
 		return nil, nil, err
+	}
+	if p.Released != nil {
+		p.Released(released)
 	}
 	return errs, out, nil
 }

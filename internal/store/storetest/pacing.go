@@ -7,6 +7,7 @@ package storetest
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -487,4 +488,86 @@ func endAll(t *testing.T, s store.Store, got []*job.Job, o job.Outcome, at time.
 	}
 	mustOK(t, finish(t, s, ts...))
 	return ts
+}
+
+// testFinishLeaseIfReleased checks store.LeaseParams.Released on a
+// store.FinishLeaser: a finish that released nothing (a success on an
+// unpaced key) leases nothing, though a job is waiting, and says so; one
+// that released something leases as FinishLease always did: a job back
+// to waiting (a repair attempt, eligible at once: its group is readied,
+// and the job itself is leased again), a slot of a key at its
+// concurrency cap, a paced key's start. Without Released it leases
+// whatever is ready, as before; with Max 0 it is a Finish that tells.
+func testFinishLeaseIfReleased(t *testing.T, open Opener) {
+	s := open(t)
+	fl, ok := s.(store.FinishLeaser)
+	if !ok {
+		t.Skip("not a store.FinishLeaser")
+	}
+	setLimit(t, s, admission.Config{Name: "cap", Concurrency: 1})
+	setLimit(t, s, admission.Config{Name: "paced", Rate: 1000, Burst: 1000})
+	ms := func(n int) time.Time { return T0.Add(time.Duration(n) * time.Millisecond) }
+	// finishLease finishes tr at ms(n) asking for up to 5 jobs, Released
+	// set when ifReleased; it returns what it leased and what Released
+	// was told (true when not set).
+	finishLease := func(tr store.Transition, n, max int, ifReleased bool) ([]*job.Job, bool) {
+		t.Helper()
+		released, calls := true, 0
+		p := store.LeaseParams{Now: ms(n), Max: max, LeaseFor: 30 * time.Second}
+		if ifReleased {
+			p.Released = func(r bool) { released = r; calls++ }
+		}
+		errs, got, err := fl.FinishLease(context.Background(), []store.Transition{tr}, p)
+		if err != nil {
+			t.Fatalf("finish and lease: %v", err)
+		}
+		mustOK(t, errs)
+		if ifReleased && calls != 1 {
+			t.Fatalf("Released was called %d times, want once", calls)
+		}
+		return got, released
+	}
+	insert(t, s, newJobs(4, "acme", job.LaneInteractive, "free")...)
+	j := lease(t, s, ms(0), 1)[0]
+	if got, released := finishLease(success(j, ms(1)), 1, 5, true); released || len(got) != 0 {
+		t.Fatalf("a success on an unpaced key: released %v, leased %d; want nothing released and nothing leased", released, len(got))
+	}
+	if got := get(t, s, j.ID); got.State != job.StatePublished {
+		t.Fatalf("the finished job is %s, want published", got.State)
+	}
+	j = lease(t, s, ms(2), 1)[0]
+	if got, released := finishLease(success(j, ms(3)), 3, 0, true); released || len(got) != 0 {
+		t.Fatalf("with Max 0: released %v, leased %d; want neither", released, len(got))
+	}
+	j = lease(t, s, ms(4), 1)[0]
+	repair := store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateRetryScheduled, EligibleAt: ms(5),
+		Attempts: job.Attempts{Schema: 1}, Record: job.AttemptRecord{At: ms(5), Attempt: j.Attempt, Outcome: job.ClassInvalidOutput},
+		Keys: store.KeyEffect{Now: ms(5)}}
+	got, released := finishLease(repair, 5, 5, true)
+	if !released || len(got) != 2 || !slices.ContainsFunc(got, func(g *job.Job) bool { return g.ID == j.ID }) {
+		t.Fatalf("a repair attempt eligible at once: released %v, leased %d; want released and both waiting jobs, the repaired one among them", released, len(got))
+	}
+	// Without Released: the lease runs though the finish released nothing.
+	insert(t, s, NewJob("acme", job.LaneInteractive, "free"))
+	if more, _ := finishLease(success(got[0], ms(6)), 6, 5, false); len(more) != 1 {
+		t.Fatalf("without Released, leased %d, want the waiting job", len(more))
+	}
+
+	insert(t, s, newJobs(2, "acme", job.LaneInteractive, "cap")...)
+	c := lease(t, s, ms(10), 5)
+	if len(c) != 1 {
+		t.Fatalf("leased %d with a cap of 1, want 1", len(c))
+	}
+	if more, released := finishLease(success(c[0], ms(11)), 11, 5, true); !released || len(more) != 1 {
+		t.Fatalf("a finish that freed a cap's slot: released %v, leased %d; want released and the next job", released, len(more))
+	}
+
+	insert(t, s, newJobs(2, "acme", job.LaneInteractive, "paced")...)
+	p := lease(t, s, ms(20), 1)
+	if len(p) != 1 {
+		t.Fatalf("leased %d on the paced key, want 1", len(p))
+	}
+	if more, released := finishLease(success(p[0], ms(21)), 21, 5, true); !released || len(more) != 1 {
+		t.Fatalf("a finish on a paced key: released %v, leased %d; want released and the next job", released, len(more))
+	}
 }

@@ -53,6 +53,7 @@ func Run(t *testing.T, open Opener) {
 		"PauseToTheNanosecond":  testPauseToTheNanosecond,
 		"ConcurrencyCap":        testConcurrencyCap,
 		"CapFreedByFinish":      testCapFreedByFinish,
+		"FinishLeaseIfReleased": testFinishLeaseIfReleased,
 		"CapOnUnpacedKey":       testCapOnUnpacedKey,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
