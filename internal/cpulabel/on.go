@@ -38,3 +38,17 @@ func Set(work string) {
 
 // SetPhase names the phase the labels set from now on carry.
 func SetPhase(p string) { phase.Store(&p) }
+
+// Phase is the phase SetPhase last named.
+func Phase() string {
+	if s := phase.Load(); s != nil {
+		return *s
+	}
+	return ""
+}
+
+// SetWrite is Set with a third label, write, naming the kind of store
+// write the goroutine runs (the SQLite writer's).
+func SetWrite(work, write string) {
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("work", work, "phase", Phase(), "write", write)))
+}

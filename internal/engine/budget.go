@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/store"
 )
 
 // DefaultBatchPieces is Config.BatchPieces' default: while interactive
@@ -592,6 +594,30 @@ func (e *Engine) batchPublication(ctx context.Context) (end func()) {
 	}
 	e.yield.wait(ctx)
 	return e.budget.acquireIO(ctx)
+}
+
+// chargeWrites marks ctx's batch-lane writes, made outside any piece that
+// holds a turn, for the pacer (store.WithWriteCharge): a single-writer
+// store reports how long its writer ran each, and the lane rests after it
+// as after a computing piece of that length while interactive work is
+// about. Inside a piece (turnHeldKey) the piece's own wall time already
+// holds its writes, which it waits for, so they are not charged twice.
+// With the pacer off ctx is returned as it is.
+func (e *Engine) chargeWrites(ctx context.Context) context.Context {
+	if e.budget.pacer == nil || ctx.Value(turnHeldKey{}) != nil {
+		return ctx
+	}
+	return store.WithWriteCharge(ctx, e.budget.charge)
+}
+
+// charge has the pacer rest after d of the writer's time on a batch-lane
+// write made outside any piece (chargeWrites), as after a piece that ran
+// for d. It runs on the store's writer goroutine: a lock and, at most, a
+// timer's reset.
+func (b *batchBudget) charge(d time.Duration) {
+	b.mu.Lock()
+	b.paceLocked(d)
+	b.mu.Unlock()
 }
 
 type turnHeldKey struct{}

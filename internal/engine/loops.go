@@ -76,6 +76,9 @@ func (e *Engine) finish(batch []result) {
 	ctx := context.WithoutCancel(e.ctx)
 	if allBatch(batch) {
 		ctx = store.WithLane(ctx, job.LaneBatch) // yields to interactive writes
+		// The handlers gave their turns back when they returned: the
+		// writer's time for their finish is charged to the pacer.
+		ctx = e.chargeWrites(ctx)
 	}
 	// The finish stage is recorded once the outcomes are written and
 	// before the Observer hears of them, so that a listener of the

@@ -318,6 +318,9 @@ func (e *Engine) publish(ctx context.Context, id string) {
 	ctx = store.WithLane(ctx, j.Lane) // a batch job's publication yields to interactive writes
 	if j.Lane == job.LaneBatch {
 		defer e.batchPublication(ctx)() // and to interactive work in flight
+		// A publication's turn is not a computing one the pacer rests
+		// after (it mostly waits on a Publisher): its writes are charged.
+		ctx = e.chargeWrites(ctx)
 	} else {
 		e.interactive.enter()
 		defer e.interactive.leave()

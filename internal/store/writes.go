@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 )
@@ -99,4 +100,26 @@ func WithPieces(ctx context.Context) context.Context {
 func InPieces(ctx context.Context) bool {
 	v, _ := ctx.Value(piecesKey{}).(bool)
 	return v
+}
+
+type chargeKey struct{}
+
+// WithWriteCharge asks a store with a single writer (SQLite) to tell
+// charge how long its writer ran each batch-lane write made with ctx (the
+// write itself, not its wait for the writer nor the commit it shares).
+// The engine marks the batch-lane writes it makes outside a piece of
+// batch work the pacer governs (a batch job's finish, after its handler
+// gave its turn back), so that the pacer rests after the writer's time
+// for them as it rests after a piece's own (docs/benchmarks.md, "Session
+// 28 (s28h1)"). charge runs on the writer's goroutine: it must be quick
+// and must not write. A store whose writes run in the caller's goroutine
+// ignores it.
+func WithWriteCharge(ctx context.Context, charge func(time.Duration)) context.Context {
+	return context.WithValue(ctx, chargeKey{}, charge)
+}
+
+// WriteChargeOf returns the func WithWriteCharge marked ctx with, or nil.
+func WriteChargeOf(ctx context.Context) func(time.Duration) {
+	f, _ := ctx.Value(chargeKey{}).(func(time.Duration))
+	return f
 }

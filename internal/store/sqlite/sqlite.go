@@ -432,6 +432,7 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
+		dumpWriteStats()
 		// The writer has returned: its statements are closed here. A
 		// *sql.Conn's statements are not closed with the pool, and a
 		// connection closed with statements still open is not closed by

@@ -23,6 +23,11 @@ type writeReq struct {
 	// finished writes at that moment (laneStats.ended), for its Behind.
 	at    time.Time
 	ended int64
+	// kind names the write's caller, in a cpulabels build only.
+	kind string
+	// charge, for a batch-lane write, is told how long the writer ran it
+	// (store.WithWriteCharge).
+	charge func(time.Duration)
 }
 
 // write runs fn in the writer's transaction and returns once it is durably
@@ -49,6 +54,12 @@ func (s *Store) enqueue(ctx context.Context, fn func(tx *writeTx) error) (*write
 		q = s.batchReqs
 	}
 	r := &writeReq{fn: fn, done: make(chan error, 1), lane: lane, at: time.Now()}
+	if lane == job.LaneBatch {
+		r.charge = store.WriteChargeOf(ctx)
+	}
+	if cpulabel.On {
+		r.kind = writeCaller()
+	}
 	// The other lane's count is read together with the enqueue, under the
 	// lock the writer counts under: read before it (as until session 10),
 	// a sender delayed between the read and the send (a GC assist, the OS)
@@ -276,7 +287,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		return []ran{{r: first}}, fmt.Errorf("sqlite: data_version: %w", err)
 	}
 	if cpulabel.On {
-		cpulabel.Set(writerLabel(first.lane, false))
+		cpulabel.SetWrite(writerLabel(first.lane, false), first.kind)
 	}
 	batch := []ran{{r: first, err: s.runOne(tx, first, false)}}
 	if batch[0].err != nil {
@@ -297,7 +308,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		}
 		hasInteractive = hasInteractive || r.lane != job.LaneBatch
 		if cpulabel.On {
-			cpulabel.Set(writerLabel(r.lane, false))
+			cpulabel.SetWrite(writerLabel(r.lane, false), r.kind)
 		}
 		batch = append(batch, ran{r: r, err: s.runOne(tx, r, true)})
 	}
@@ -308,7 +319,15 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		}
 		cpulabel.Set(writerLabel(l, true))
 	}
-	if _, err := s.exec(tx, `COMMIT`); err != nil {
+	var c0 time.Time
+	if cpulabel.On {
+		c0 = time.Now()
+	}
+	_, cerr := s.exec(tx, `COMMIT`)
+	if cpulabel.On {
+		noteCommit(batch, hasInteractive, time.Since(c0))
+	}
+	if err := cerr; err != nil {
 		// A COMMIT that fails (an I/O error, SQLITE_BUSY) may leave the
 		// transaction open: roll it back, so that none of the batch is
 		// committed later by another batch's COMMIT.
@@ -351,6 +370,14 @@ func (s *Store) checkDataVersion(tx *writeTx) error {
 func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	s.lanes.started(r)
 	defer s.lanes.ended(r)
+	if r.charge != nil {
+		t0 := time.Now()
+		defer func() { r.charge(time.Since(t0)) }()
+	}
+	if cpulabel.On {
+		t0 := time.Now()
+		defer func() { noteWrite(r, time.Since(t0), len(s.reqs)) }()
+	}
 	fn := r.fn
 	inSavepoint := false
 	defer func() {

@@ -1,0 +1,13 @@
+//go:build !cpulabels
+
+package sqlite
+
+import "time"
+
+// Without the cpulabels tag the writer names and times no write: these
+// are empty, and the calls behind cpulabel.On are dead code.
+
+func writeCaller() string                                          { return "" }
+func noteWrite(r *writeReq, d time.Duration, interQueued int)      {}
+func dumpWriteStats()                                              {}
+func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {}

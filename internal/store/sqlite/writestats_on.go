@@ -1,0 +1,149 @@
+//go:build cpulabels
+
+package sqlite
+
+import (
+	"encoding/json"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/cpulabel"
+	"github.com/ratelane/ratelane/internal/job"
+)
+
+// writeCaller names a write by the Store method that queued it and the
+// first caller outside the store: a kind of write, never an id. Only a
+// cpulabels build walks the stack.
+func writeCaller() string {
+	var pcs [24]uintptr
+	n := runtime.Callers(3, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	method, outer := "", ""
+	for {
+		f, more := frames.Next()
+		fn := f.Function
+		if i := strings.LastIndex(fn, "/"); i >= 0 {
+			fn = fn[i+1:]
+		}
+		switch {
+		case strings.HasPrefix(fn, "sqlite."):
+			name := strings.TrimPrefix(fn, "sqlite.(*Store).")
+			if method == "" && !strings.HasPrefix(name, "write") && !strings.HasPrefix(name, "enqueue") && !strings.Contains(name, "func") && name != fn {
+				method = name
+			}
+		case strings.HasPrefix(fn, "store.") || strings.HasPrefix(fn, "storewrap.") || strings.HasPrefix(fn, "ratelane.(*regionStore"):
+		default:
+			outer = fn
+		}
+		if outer != "" || !more {
+			break
+		}
+	}
+	if i := strings.Index(outer, ".func"); i >= 0 {
+		outer = outer[:i]
+	}
+	return method + "<-" + outer
+}
+
+// writeStat is one kind of write's figures in one phase.
+type writeStat struct {
+	Phase, Lane, Kind string
+	N                 int64
+	HoldMs, MaxMs     float64
+	Holds             []float64 `json:"-"`
+	P50, P99          float64
+	InterBehind       int64   // interactive writes queued when it started
+	InterBehindWaitMs float64 // their summed wait behind it (its hold each)
+}
+
+var writeStats struct {
+	mu sync.Mutex
+	m  map[[3]string]*writeStat
+}
+
+// noteWrite records a write's hold of the writer (d) and how many
+// interactive writes were queued as it started.
+func noteWrite(r *writeReq, d time.Duration, interQueued int) {
+	lane := "interactive"
+	if r.lane == job.LaneBatch {
+		lane = "batch"
+	}
+	k := [3]string{cpulabel.Phase(), lane, r.kind}
+	writeStats.mu.Lock()
+	defer writeStats.mu.Unlock()
+	if writeStats.m == nil {
+		writeStats.m = map[[3]string]*writeStat{}
+	}
+	st := writeStats.m[k]
+	if st == nil {
+		st = &writeStat{Phase: k[0], Lane: k[1], Kind: k[2]}
+		writeStats.m[k] = st
+	}
+	ms := float64(d) / 1e6
+	st.N++
+	st.HoldMs += ms
+	st.MaxMs = max(st.MaxMs, ms)
+	st.Holds = append(st.Holds, ms)
+	st.InterBehind += int64(interQueued)
+	st.InterBehindWaitMs += float64(interQueued) * ms
+}
+
+// dumpWriteStats appends the figures to $RATELANE_WRITESTATS, one JSON
+// line per kind, and forgets them.
+func dumpWriteStats() {
+	path := os.Getenv("RATELANE_WRITESTATS")
+	if path == "" {
+		return
+	}
+	writeStats.mu.Lock()
+	defer writeStats.mu.Unlock()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	for _, st := range writeStats.m {
+		sort.Float64s(st.Holds)
+		st.P50 = st.Holds[len(st.Holds)/2]
+		st.P99 = st.Holds[len(st.Holds)*99/100]
+		enc.Encode(st)
+	}
+	writeStats.m = nil
+}
+
+// noteCommit records a COMMIT's hold by whether its transaction holds an
+// interactive write and how many batch-lane writes it holds.
+func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {
+	nb := 0
+	for _, w := range batch {
+		if w.r.lane == job.LaneBatch {
+			nb++
+		}
+	}
+	b := "0"
+	switch {
+	case nb >= 64:
+		b = "64+"
+	case nb >= 16:
+		b = "16-63"
+	case nb >= 4:
+		b = "4-15"
+	case nb >= 1:
+		b = "1-3"
+	}
+	lane := job.LaneBatch
+	if hasInteractive {
+		lane = job.LaneInteractive
+	}
+	noteWrite(&writeReq{lane: lane, kind: "COMMIT batch-writes=" + b}, d, 0)
+	for _, w := range batch {
+		if w.r.lane != job.LaneBatch {
+			noteWrite(&writeReq{lane: w.r.lane, kind: "LATENCY batch-writes-in-tx=" + b}, time.Since(w.r.at), 0)
+		}
+	}
+}
