@@ -406,6 +406,14 @@ type Engine struct {
 	// sweeps counts the aggregation loop's completed sweep passes
 	// (Sweeps).
 	sweeps atomic.Uint64
+	// missed holds the wake-ups this engine did not serve: dropped from
+	// a full queue, or whose aggregation failed or was transient. The
+	// next sweep pass aggregates them by id (takeMissed); missedAll says
+	// more than maxMissed were dropped, and the next pass walks every
+	// parent instead.
+	missedMu  sync.Mutex
+	missed    map[string]parentWake
+	missedAll bool
 	// sweptAt is the batch budget's pieces (batchWork) when the last
 	// sweep pass ended: a pass whose reads find it moved takes a turn for
 	// them (sweepParentsVia).
