@@ -69,9 +69,10 @@ type Kind struct {
 	// also have children that are not parts (deliveries of its result,
 	// say) names its part kinds.
 	PartKinds []string
-	// SweepEvery is how often the engine re-checks this kind's accepted
-	// parents, repairing a missed wake-up or a crash; default
-	// DefaultSweepEvery.
+	// SweepEvery is how often the engine re-checks this kind's parents
+	// of parts finished since its last check and the wake-ups it missed;
+	// every 15th check (and the first, at start) reads every accepted
+	// parent, repairing a crash (sweepParents). Default DefaultSweepEvery.
 	SweepEvery time.Duration
 	// Computes declares that the kind's handler spends its time computing
 	// in this process (parsing, validating, aggregating) rather than

@@ -33,11 +33,13 @@ import (
 // writes and the others get ErrConflict and change nothing. At least once:
 // the engine is woken when its writer records a part's final transition,
 // and it also sweeps the accepted parents of its aggregating kinds that
-// have no open part (Store.ReadyParents) at start and every
-// Kind.SweepEvery, so a crash (kill -9) between the last
-// part's transition and the parent's advance, a wake-up lost with a full
-// queue, or a part finished by another process is repaired by the next
-// sweep. The aggregator may therefore run more than once for one parent
+// have no open part (Store.ReadyParents) every Kind.SweepEvery: a wake-up
+// lost with a full queue, an aggregation that failed, or a part finished
+// by another process is repaired by the next pass or the one after, and
+// a crash (kill -9) between the last part's transition and the parent's
+// advance by the walk of every parent at start and every 15 passes
+// (sweepParents states exactly what each finds). The aggregator may
+// therefore run more than once for one parent
 // (after a crash, or on two nodes at once); it must be a function of the
 // parent and its parts, with no side effect of its own. Side effects
 // belong to the kind's Publisher, which runs once the advance is written.
@@ -48,11 +50,12 @@ import (
 // the parent validated and then published; ClassPermanent or
 // ClassInvalidOutput make it terminal with the outcome's Reason (default
 // permanent_error) and, when the outcome has one, its Result; any other
-// class decides nothing and leaves the parent accepted, to be asked again
-// at the next sweep or wake-up (Jobs.PartsChanged): a read that failed
-// (ClassTransient, logged as a warning), or a parent that also waits on
-// something that is not a job. It may be called more than once for one
-// parent and must have no side effect.
+// class decides nothing and leaves the parent accepted: a read that
+// failed (ClassTransient, logged as a warning) is asked again at the next
+// sweep pass; a parent that also waits on something that is not a job at
+// its next wake-up (Jobs.PartsChanged), or the next walk of every parent
+// (sweepParents). It may be called more than once for one parent and
+// must have no side effect.
 type Aggregator interface {
 	Aggregate(ctx context.Context, parent *job.Job, parts []*job.Job) job.Outcome
 }
@@ -65,8 +68,9 @@ func (f AggregatorFunc) Aggregate(ctx context.Context, parent *job.Job, parts []
 	return f(ctx, parent, parts)
 }
 
-// DefaultSweepEvery is Kind.SweepEvery's default: how often an engine
-// re-checks the accepted parents of a kind with an Aggregator.
+// DefaultSweepEvery is Kind.SweepEvery's default: how often an engine's
+// sweep pass re-checks the parents of a kind with an Aggregator
+// (sweepParents).
 const DefaultSweepEvery = 2 * time.Second
 
 // ErrPartsNotFinal is the error of a redriven parent leased while some of
