@@ -18,11 +18,14 @@ import (
 // result in Outcome.Result (JSON), makes the parent validated and then
 // published (by the kind's Publisher, when it has one); ClassPermanent
 // makes it terminal with Outcome.Reason (default permanent_error); any
-// other class leaves the parent accepted, to be tried again at the next
-// sweep.
+// other class leaves the parent accepted: a transient one is tried again
+// at the next sweep (Parts.SweepEvery), any other at the next walk of
+// every accepted parent (at start and every 15 sweeps).
 //
-// The engine calls it when the last part finishes and, to repair a crash
-// or a missed wake-up, at start and every Parts.SweepEvery; the parent's
+// The engine calls it when the last part finishes and, to repair a
+// missed wake-up or a part finished by another process, at the next sweep
+// or the one after; to repair a crash, at start and at the walk every 15
+// sweeps; the parent's
 // advance is a compare-and-set, so it happens once even when two nodes
 // aggregate the same parent at once. An Aggregator may thus run more than
 // once for one parent: it must compute, not act. Put side effects (a
@@ -53,9 +56,11 @@ type Parts struct {
 	// goes validated, Publisher runs (again after a crash, so it must be
 	// idempotent) and validated -> published records it once.
 	Publisher Publisher
-	// SweepEvery is how often accepted parents are re-checked, which
-	// repairs a crash between the last part and the parent's advance;
-	// default 2 s.
+	// SweepEvery is how often the engine re-checks the parents of parts
+	// finished since its last check and the wake-ups it missed, default
+	// 2 s; every 15th check (and the first, at start) reads every accepted
+	// parent, which repairs a crash between the last part and the
+	// parent's advance.
 	SweepEvery time.Duration
 }
 

@@ -102,8 +102,10 @@ type RegionConfig struct {
 	GitHubToken   string
 	// HTTPClient is used for GitHub; default a client with a 30 s timeout.
 	HTTPClient *http.Client
-	// SweepEvery is how often the engine re-checks accepted reviews (the
-	// parts capability's sweep, engine.Kind.SweepEvery); default 2 s.
+	// SweepEvery is how often the engine re-checks the reviews of parts
+	// finished since and its missed wake-ups, every 15th time every
+	// accepted review (the parts capability's sweep,
+	// engine.Kind.SweepEvery); default 2 s.
 	SweepEvery time.Duration
 	// Batch tunes the region's batch lane (POST /v1/batches), which sends
 	// reviews to the batch APIs of the region's openai, openai-compatible

@@ -69,9 +69,10 @@ type Kind struct {
 	// also have children that are not parts (deliveries of its result,
 	// say) names its part kinds.
 	PartKinds []string
-	// SweepEvery is how often the engine re-checks this kind's accepted
-	// parents, repairing a missed wake-up or a crash; default
-	// DefaultSweepEvery.
+	// SweepEvery is how often the engine re-checks this kind's parents
+	// of parts finished since its last check and the wake-ups it missed;
+	// every 15th check (and the first, at start) reads every accepted
+	// parent, repairing a crash (sweepParents). Default DefaultSweepEvery.
 	SweepEvery time.Duration
 	// Computes declares that the kind's handler spends its time computing
 	// in this process (parsing, validating, aggregating) rather than
@@ -406,6 +407,14 @@ type Engine struct {
 	// sweeps counts the aggregation loop's completed sweep passes
 	// (Sweeps).
 	sweeps atomic.Uint64
+	// missed holds the wake-ups this engine did not serve: dropped from
+	// a full queue, or whose aggregation failed or was transient. The
+	// next sweep pass aggregates them by id (takeMissed); missedAll says
+	// more than maxMissed were dropped, and the next pass walks every
+	// parent instead.
+	missedMu  sync.Mutex
+	missed    map[string]parentWake
+	missedAll bool
 	// sweptAt is the batch budget's pieces (batchWork) when the last
 	// sweep pass ended: a pass whose reads find it moved takes a turn for
 	// them (sweepParentsVia).

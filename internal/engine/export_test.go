@@ -71,3 +71,9 @@ func EnterInteractive(e *Engine) (leave func()) {
 // nothing: it waits for a turn of the governor (and out the pacer's
 // rest) and gives it back at once.
 func BatchPiece(e *Engine) { e.batchPiece(context.Background())() }
+
+// SetParentQueues bounds each lane's queue of parent wake-ups to n, so a
+// test can fill it. Set it before Start.
+func SetParentQueues(e *Engine, n int) {
+	e.parents, e.batchParents = make(chan parentWake, n), make(chan parentWake, n)
+}

@@ -33,11 +33,13 @@ import (
 // writes and the others get ErrConflict and change nothing. At least once:
 // the engine is woken when its writer records a part's final transition,
 // and it also sweeps the accepted parents of its aggregating kinds that
-// have no open part (Store.ReadyParents) at start and every
-// Kind.SweepEvery, so a crash (kill -9) between the last
-// part's transition and the parent's advance, a wake-up lost with a full
-// queue, or a part finished by another process is repaired by the next
-// sweep. The aggregator may therefore run more than once for one parent
+// have no open part (Store.ReadyParents) every Kind.SweepEvery: a wake-up
+// lost with a full queue, an aggregation that failed, or a part finished
+// by another process is repaired by the next pass or the one after, and
+// a crash (kill -9) between the last part's transition and the parent's
+// advance by the walk of every parent at start and every 15 passes
+// (sweepParents states exactly what each finds). The aggregator may
+// therefore run more than once for one parent
 // (after a crash, or on two nodes at once); it must be a function of the
 // parent and its parts, with no side effect of its own. Side effects
 // belong to the kind's Publisher, which runs once the advance is written.
@@ -48,11 +50,12 @@ import (
 // the parent validated and then published; ClassPermanent or
 // ClassInvalidOutput make it terminal with the outcome's Reason (default
 // permanent_error) and, when the outcome has one, its Result; any other
-// class decides nothing and leaves the parent accepted, to be asked again
-// at the next sweep or wake-up (Jobs.PartsChanged): a read that failed
-// (ClassTransient, logged as a warning), or a parent that also waits on
-// something that is not a job. It may be called more than once for one
-// parent and must have no side effect.
+// class decides nothing and leaves the parent accepted: a read that
+// failed (ClassTransient, logged as a warning) is asked again at the next
+// sweep pass; a parent that also waits on something that is not a job at
+// its next wake-up (Jobs.PartsChanged), or the next walk of every parent
+// (sweepParents). It may be called more than once for one parent and
+// must have no side effect.
 type Aggregator interface {
 	Aggregate(ctx context.Context, parent *job.Job, parts []*job.Job) job.Outcome
 }
@@ -65,8 +68,9 @@ func (f AggregatorFunc) Aggregate(ctx context.Context, parent *job.Job, parts []
 	return f(ctx, parent, parts)
 }
 
-// DefaultSweepEvery is Kind.SweepEvery's default: how often an engine
-// re-checks the accepted parents of a kind with an Aggregator.
+// DefaultSweepEvery is Kind.SweepEvery's default: how often an engine's
+// sweep pass re-checks the parents of a kind with an Aggregator
+// (sweepParents).
 const DefaultSweepEvery = 2 * time.Second
 
 // ErrPartsNotFinal is the error of a redriven parent leased while some of
@@ -238,17 +242,58 @@ func (e *Engine) wakeParent(parentID string, lane job.Lane) {
 	if lane == job.LaneBatch {
 		q = e.batchParents
 	}
+	w := parentWake{id: parentID, at: e.cfg.Now(), lane: lane}
 	select {
-	case q <- parentWake{id: parentID, at: e.cfg.Now()}:
+	case q <- w:
 	default:
+		e.miss(w) // the next sweep pass aggregates it
 	}
 }
 
-// parentWake is a parent's wake-up: its id and when it was queued (for
-// StageAggregateWait).
+// parentWake is a parent's wake-up: its id, when it was queued (for
+// StageAggregateWait) and its lane.
 type parentWake struct {
-	id string
-	at time.Time
+	id   string
+	at   time.Time
+	lane job.Lane
+}
+
+// maxMissed bounds the wake-ups kept for the next sweep pass (miss):
+// past it the pass walks every parent instead, which finds the ready
+// ones among them as well.
+const maxMissed = 1 << 14
+
+// miss keeps w, a wake-up this engine did not serve (its queue was
+// full, or its aggregation failed or decided nothing for a transient
+// reason), for the next sweep pass.
+func (e *Engine) miss(w parentWake) {
+	e.missedMu.Lock()
+	defer e.missedMu.Unlock()
+	if _, ok := e.missed[w.id]; ok || e.missedAll {
+		return
+	}
+	if len(e.missed) >= maxMissed {
+		e.missed, e.missedAll = nil, true
+		return
+	}
+	if e.missed == nil {
+		e.missed = map[string]parentWake{}
+	}
+	e.missed[w.id] = w
+}
+
+// takeMissed returns the missed wake-ups, oldest first, and whether more
+// were dropped than kept, and forgets them.
+func (e *Engine) takeMissed() (ws []parentWake, all bool) {
+	e.missedMu.Lock()
+	m, all := e.missed, e.missedAll
+	e.missed, e.missedAll = nil, false
+	e.missedMu.Unlock()
+	for _, w := range m {
+		ws = append(ws, w)
+	}
+	slices.SortFunc(ws, func(a, b parentWake) int { return a.at.Compare(b.at) })
+	return ws, all
 }
 
 // sweepEvery is the periodic sweep's period: the shortest SweepEvery of
@@ -328,7 +373,8 @@ func (e *Engine) batchAggregateLoop() {
 	// single-writer store runs them only while no interactive write waits.
 	ctx := store.WithLane(e.ctx, job.LaneBatch)
 	cpulabel.Set(cpulabel.BatchUnpacedAgg)
-	e.sweepParents(ctx)
+	var st sweepState
+	e.sweepParents(ctx, &st)
 	tick := time.NewTicker(e.sweepEvery())
 	defer tick.Stop()
 	for {
@@ -341,7 +387,7 @@ func (e *Engine) batchAggregateLoop() {
 		case w := <-e.batchParents:
 			e.aggregateGroup(ctx, w, job.LaneBatch)
 		case <-tick.C:
-			e.sweepParents(ctx)
+			e.sweepParents(ctx, &st)
 		}
 	}
 }
@@ -371,18 +417,7 @@ drain:
 		}
 	}
 	if lane == job.LaneBatch {
-		// The group is one piece of batch-lane work: one turn for all of
-		// it, so that its parents' advances reach the store's writer
-		// together and share its commits. A turn per parent ran them one
-		// at a time under the governor's width of one, each advance its
-		// own transaction and fsync: the single writer busy with the
-		// sweep's commits while interactive writes queued behind them
-		// (docs/benchmarks.md, "Session 20 (s20h5)").
-		end := e.batchPiece(ctx)
-		defer end()
-		cpulabel.Set(cpulabel.BatchPaced)
-		defer cpulabel.Set(cpulabel.BatchUnpacedAgg)
-		e.aggregateBatchGroup(WithGroupMemo(withTurnHeld(ctx)), ws)
+		e.batchGroupPiece(ctx, ws)
 		return
 	}
 	var wg sync.WaitGroup
@@ -398,6 +433,21 @@ drain:
 	wg.Wait()
 }
 
+// batchGroupPiece aggregates ws (aggregateBatchGroup) as one piece of
+// batch-lane work: one turn for all of it, so that its parents' advances
+// reach the store's writer together and share its commits. A turn per
+// parent ran them one at a time under the governor's width of one, each
+// advance its own transaction and fsync: the single writer busy with the
+// sweep's commits while interactive writes queued behind them
+// (docs/benchmarks.md, "Session 20 (s20h5)").
+func (e *Engine) batchGroupPiece(ctx context.Context, ws []parentWake) {
+	end := e.batchPiece(ctx)
+	defer end()
+	cpulabel.Set(cpulabel.BatchPaced)
+	defer cpulabel.Set(cpulabel.BatchUnpacedAgg)
+	e.aggregateBatchGroup(WithGroupMemo(withTurnHeld(ctx)), ws)
+}
+
 // aggregateBatchGroup aggregates a woken batch group under its turn: this
 // goroutine reads and aggregates its parents one after the other (the
 // group's CPU work), and only their writes (advance, publication) run
@@ -409,27 +459,29 @@ drain:
 // Aggregators share ctx's GroupMemo.
 func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 	writes := make([]func() error, 0, len(ws))
-	ids := make([]string, 0, len(ws)) // writes[i] is parent ids[i]'s
+	wakes := make([]parentWake, 0, len(ws)) // writes[i] is wakes[i]'s
 	for _, w := range ws {
 		start := e.cfg.Now()
-		e.observeStage(w.id, "", "", job.LaneBatch, stAggregateWait, w.at, start)
+		e.observeStage(w.id, "", "", w.lane, stAggregateWait, w.at, start)
 		write, err := e.prepareParent(ctx, w.id, e.publishInline) // publishInline: see batchPublishInline
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
+			e.miss(w)
 		}
 		if write == nil {
-			e.observeStage(w.id, "", "", job.LaneBatch, stAggregate, start, e.cfg.Now())
+			e.observeStage(w.id, "", "", w.lane, stAggregate, start, e.cfg.Now())
 			continue
 		}
-		ids = append(ids, w.id)
+		wakes = append(wakes, w)
 		writes = append(writes, func() error {
-			defer func() { e.observeStage(w.id, "", "", job.LaneBatch, stAggregate, start, e.cfg.Now()) }()
+			defer func() { e.observeStage(w.id, "", "", w.lane, stAggregate, start, e.cfg.Now()) }()
 			return write()
 		})
 	}
 	for i, err := range writeTogether(writes) {
 		if err != nil && ctx.Err() == nil {
-			e.log.Warn("aggregation failed; the sweep will retry", "job_id", ids[i], "err", err)
+			e.log.Warn("aggregation failed; the sweep will retry", "job_id", wakes[i].id, "err", err)
+			e.miss(wakes[i])
 		}
 	}
 }
@@ -461,15 +513,78 @@ func (e *Engine) aggregateWoken(ctx context.Context, w parentWake, lane job.Lane
 	e.observeStage(w.id, "", "", lane, stAggregateWait, w.at, start)
 	if err := e.aggregateParent(ctx, w.id, e.publishQueued); err != nil && ctx.Err() == nil {
 		e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
+		e.miss(w)
 	}
 	e.observeStage(w.id, "", "", lane, stAggregate, start, e.cfg.Now())
 }
 
-func (e *Engine) sweepParents(ctx context.Context) {
-	if err := e.sweepParentsVia(ctx, e.publishInline); err != nil && ctx.Err() == nil { // see batchPublishInline
-		e.log.Warn("parts sweep failed", "err", err)
+// fullSweepPasses: the batch aggregation loop's periodic pass walks every
+// accepted parent (a full walk) at start and then once in
+// fullSweepPasses × SweepEvery (30 s by default); the passes between
+// read only the parents of parts finished since shortly before the
+// previous pass and the wake-ups this engine missed (sweepParents).
+const fullSweepPasses = 15
+
+// sweepState is what the batch aggregation loop's passes carry from one
+// to the next (sweepParents).
+type sweepState struct {
+	// fullAt is when the last full walk that succeeded began (zero: none
+	// yet, so the next pass is one).
+	fullAt time.Time
+	// prevAt is when the previous pass began.
+	prevAt time.Time
+	// failed: the previous pass failed, so the next one walks every
+	// parent.
+	failed bool
+}
+
+// sweepParents runs one pass of the batch aggregation loop's sweep.
+//
+// A full walk (sweepParentsVia with no FinishedSince) lists every ready
+// parent: it runs at start, every fullSweepPasses × SweepEvery, after a
+// pass that failed and when more wake-ups were missed than kept. Each
+// other pass reads (1) the ready parents of which a part finished since
+// one SweepEvery before the previous pass began (Store.ReadyParents with
+// FinishedSince: a part finished by any process, this one's writer or
+// another node's, whose finish is visible within SweepEvery of the time
+// it records; so within two passes), and (2) the wake-ups this engine
+// missed since the previous pass (miss: dropped from a full queue, or an
+// aggregation that failed or was transient), by id. Under a sweep of
+// 10,000 batch reviews waiting on their items a full walk probes every
+// one of them (~80 ms of CPU a pass, docs/benchmarks.md, "Session 27
+// (s27h2)"); these passes read only what changed. What only a full walk
+// finds: a batch item settled, or a parent inserted with no parts, by a
+// process that crashed before it woke the aggregation (its engine's
+// start-up walk, or another node's next full walk), a part whose
+// recorded finish time lags its commit by more than SweepEvery, and an
+// aggregator that waits on something else and is never woken
+// (Jobs.PartsChanged).
+func (e *Engine) sweepParents(ctx context.Context, st *sweepState) {
+	defer e.sweeps.Add(1)
+	now := e.cfg.Now()
+	every := e.sweepEvery()
+	missed, all := e.takeMissed()
+	full := all || st.failed || st.fullAt.IsZero() || now.Sub(st.fullAt) >= fullSweepPasses*every
+	since := time.Time{}
+	if !full {
+		since = st.prevAt.Add(-every)
 	}
-	e.sweeps.Add(1)
+	st.prevAt = now
+	err := e.sweepParentsVia(ctx, e.publishInline, since) // see batchPublishInline
+	st.failed = err != nil
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("parts sweep failed", "err", err)
+		}
+		return
+	}
+	if full {
+		st.fullAt = now
+		return // the walk listed every ready parent among the missed
+	}
+	for lo := 0; lo < len(missed) && ctx.Err() == nil; lo += batchAggregateGroup {
+		e.batchGroupPiece(ctx, missed[lo:min(len(missed), lo+batchAggregateGroup)])
+	}
 }
 
 // Sweeps returns how many sweep passes over accepted parents the batch
@@ -488,14 +603,16 @@ func (e *Engine) Sweeps() uint64 { return e.sweeps.Load() }
 // A parent it validates is published before it returns (the aggregation
 // loops hand it to the publication pool instead).
 func (e *Engine) SweepParents(ctx context.Context) error {
-	return e.sweepParentsVia(ctx, e.publishInline)
+	return e.sweepParentsVia(ctx, e.publishInline, time.Time{})
 }
 
 // sweepYieldEvery is how many parents a sweep pass asks between two
 // looks at the yield gate.
 const sweepYieldEvery = 32
 
-// sweepParentsVia is SweepParents handing validated parents to publish.
+// sweepParentsVia is SweepParents handing validated parents to publish,
+// reading only the parents of parts finished since finishedSince when it
+// is not zero (sweepParents).
 //
 // A pass lists only the parents that are ready (Store.ReadyParents: no
 // part that is not final, neither a part job nor a batch item) and reads
@@ -513,7 +630,7 @@ const sweepYieldEvery = 32
 // One pass shares a SweepMemo (SweepMemoFrom) among its parents'
 // Aggregators, and aggregates each listed parent from its listed row
 // rather than reading the row again.
-func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error {
+func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc, finishedSince time.Time) error {
 	ctx = WithSweepMemo(ctx)
 	end := noLeave
 	defer func() { end() }()
@@ -543,7 +660,8 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc) error
 			} else {
 				cpulabel.Set(cpulabel.BatchUnpacedAgg)
 			}
-			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500, Lane: e.lane})
+			js, err := e.cfg.Store.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: k.PartKinds, After: after, Limit: 500, Lane: e.lane,
+				FinishedSince: finishedSince})
 			if err != nil {
 				return err
 			}
@@ -671,6 +789,9 @@ func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts
 		level := slog.LevelDebug
 		if o.Class == job.ClassTransient {
 			level = slog.LevelWarn
+			// Asked again at the next pass, which reads only what
+			// changed: a failed read changed nothing it would see.
+			e.miss(parentWake{id: parent.ID, at: e.cfg.Now(), lane: parent.Lane})
 		}
 		e.log.Log(ctx, level, "aggregation did not decide; the sweep will retry", "job_id", parent.ID, "kind", parent.Kind,
 			"outcome", o.Class, "err", o.Err)

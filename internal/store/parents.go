@@ -2,6 +2,7 @@ package store
 
 import (
 	"strings"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 )
@@ -23,6 +24,12 @@ type ReadyParentsParams struct {
 	// Lane, when set, lists only that lane's parents: a lane-dedicated
 	// node sweeps the parents of the lanes it serves (engine.Config.Lanes).
 	Lane job.Lane
+	// FinishedSince, when not zero, lists only the parents of which a
+	// child (any kind, any tenant) has a finished_at at or after it: the
+	// engine's periodic pass between two full walks, which then reads the
+	// parts finished since shortly before its previous pass (through the
+	// index of finished jobs) rather than every waiting parent.
+	FinishedSince time.Time
 }
 
 // ReadyParentsQuery is ReadyParents' statement for both SQL drivers: the
@@ -46,6 +53,12 @@ type ReadyParentsParams struct {
 // parts per parent (docs/benchmarks.md, "Session 15 (s15h1)"). States are
 // literals, as in ListQuery, so that PostgreSQL's generic plan can use the
 // partial indexes.
+//
+// With p.FinishedSince the parents are not walked: the statement starts
+// from the children finished since then (jobs_finished, by finished_at),
+// their distinct parent ids, and reads each such parent by its key
+// (CROSS JOIN: SQLite keeps that order), so its cost follows the parts
+// finished in the window, not the parents waiting.
 func ReadyParentsQuery(cols string, p ReadyParentsParams) *Query {
 	child := `SELECT 1 FROM jobs pj WHERE pj.parent_id = jobs.id AND pj.parent_id <> ''
 		AND pj.tenant = jobs.tenant AND pj.region = jobs.region
@@ -63,7 +76,16 @@ func ReadyParentsQuery(cols string, p ReadyParentsParams) *Query {
 	item := `SELECT 1 FROM batch_items bi CROSS JOIN batches bh
 		WHERE bi.job_id = jobs.id AND bh.id = bi.batch_id AND (bi.state = '` + ItemPending + `' OR bi.state = '` + ItemSubmitted + `')
 		AND bh.tenant = jobs.tenant AND bh.region = jobs.region`
-	q := NewQuery(`SELECT `+cols+` FROM jobs`).Where(`state = '`+string(job.StateAccepted)+`'`).Where(`kind = ?`, p.Kind)
+	q := NewQuery(`SELECT ` + cols + ` FROM jobs`)
+	if !p.FinishedSince.IsZero() {
+		// No parent_id <> '' here: it would let SQLite scan every part
+		// in jobs_parent for the DISTINCT; a job that is no one's part
+		// yields '', which names no job.
+		q = NewQuery(`SELECT `+cols+` FROM (SELECT DISTINCT parent_id AS pid FROM jobs pf
+			WHERE pf.finished_at IS NOT NULL AND pf.finished_at >= ?) ch
+			CROSS JOIN jobs`, UnixNano(p.FinishedSince)).Where(`jobs.id = ch.pid`)
+	}
+	q.Where(`state = '`+string(job.StateAccepted)+`'`).Where(`kind = ?`, p.Kind)
 	q.WhereSet(`lane = ?`, string(p.Lane))
 	q.Where(`NOT EXISTS (`+child+`)`, args...).Where(`NOT EXISTS (` + item + `)`)
 	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -12,6 +13,7 @@ import (
 var parentCases = map[string]func(*testing.T, Opener){
 	"ReadyParents":      testReadyParents,
 	"ReadyParentsItems": testReadyParentsItems,
+	"ReadyParentsSince": testReadyParentsFinishedSince,
 	"PartsOf":           testPartsOf,
 }
 
@@ -169,6 +171,59 @@ func testReadyParentsItems(t *testing.T, open Opener) {
 	settle(items[2].CustomID)
 	if got, want := readyParents(t, s, kind, nil, 500), []string{foreign[0].ID, waiting[0].ID}; !slices.Equal(got, want) {
 		t.Fatalf("ReadyParents with every item final = %v, want %v", got, want)
+	}
+}
+
+// testReadyParentsFinishedSince: with FinishedSince, ReadyParents lists
+// only the ready parents of which a child finished at or after it (the
+// engine's pass between two full walks): not a ready parent whose parts
+// all finished before, nor one with no parts, nor one with a part
+// finished since and another still open; pagination holds.
+func testReadyParentsFinishedSince(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	const kind, partKind = "agg", "agg.part"
+	since := T0.Add(time.Hour)
+	early, late, late2 := newParent(kind, partKind, 1), newParent(kind, partKind, 2), newParent(kind, partKind, 1)
+	mixed, bare := newParent(kind, partKind, 2), newParent(kind, partKind, 0)
+	insert(t, s, slices.Concat(early, late, late2, mixed, bare)...)
+	cancel := func(id string, at time.Time) {
+		t.Helper()
+		if _, err := s.Cancel(ctx, id, at); err != nil {
+			t.Fatalf("cancel %s: %v", id, err)
+		}
+	}
+	cancel(early[1].ID, since.Add(-time.Nanosecond)) // finished just before
+	cancel(late[1].ID, T0)                           // one part before, the last one since
+	cancel(late[2].ID, since)
+	cancel(late2[1].ID, since.Add(time.Minute))
+	cancel(mixed[1].ID, since.Add(time.Minute)) // mixed[2] stays waiting
+
+	list := func(since time.Time, limit int) []string {
+		t.Helper()
+		var out []string
+		after := ""
+		for {
+			page, err := s.ReadyParents(ctx, store.ReadyParentsParams{Kind: kind, PartKinds: []string{partKind}, After: after, Limit: limit, FinishedSince: since})
+			if err != nil {
+				t.Fatalf("ReadyParents(since %v): %v", since, err)
+			}
+			for _, j := range page {
+				out = append(out, j.ID)
+			}
+			if len(page) < limit {
+				return out
+			}
+			after = page[len(page)-1].ID
+		}
+	}
+	for _, limit := range []int{1, 500} {
+		if got, want := list(since, limit), []string{late2[0].ID, late[0].ID}; !slices.Equal(got, want) {
+			t.Fatalf("ReadyParents(finished since, limit %d) = %v, want %v (early %s, mixed %s, bare %s)", limit, got, want, early[0].ID, mixed[0].ID, bare[0].ID)
+		}
+	}
+	if got, want := list(time.Time{}, 500), []string{bare[0].ID, late2[0].ID, late[0].ID, early[0].ID}; !slices.Equal(got, want) {
+		t.Fatalf("ReadyParents(no FinishedSince) = %v, want %v", got, want)
 	}
 }
 
