@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,7 +33,7 @@ func intakeAPI(t *testing.T, prof review.Profile) string {
 		t.Fatal(err)
 	}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 2,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Logger: quiet()}
 	withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p},
 		Batch: review.BatchConfig{PollInterval: 100 * time.Millisecond}})
 	_, url := serveAPI(t, cfg, intakeAdminKey)
@@ -213,7 +211,7 @@ func TestBatchIntakeInPieces(t *testing.T) {
 	}
 	var yields atomic.Int64
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 2,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Logger: quiet()}
 	rv := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p},
 		Batch: review.BatchConfig{PollInterval: 100 * time.Millisecond, Yield: func(ctx context.Context) {
 			if ctx.Value(intakeMark{}) != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"regexp"
 	"strings"
 	"sync"
@@ -139,7 +137,7 @@ func batchConfig(t *testing.T, dir string, prof review.Profile, stage func(strin
 		t.Fatal(err)
 	}
 	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 4, LeaseFor: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Logger: quiet()}
 	rv := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{p}, SweepEvery: 100 * time.Millisecond,
 		Batch: review.BatchConfig{PollInterval: 100 * time.Millisecond, SettleGroup: batchSettleGroup, Stage: stage}})
 	return cfg, rv

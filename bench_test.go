@@ -3,8 +3,6 @@ package ratelane_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"testing"
@@ -45,7 +43,7 @@ func benchEndToEnd(b *testing.B, region ratelane.Region, workers int) {
 	ctx := context.Background()
 	done := make(chan struct{}, 1024)
 	cfg := ratelane.Config{Regions: []ratelane.Region{region}, Workers: workers,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Logger: quiet()}
 	cfg.Handle("noop", ratelane.WorkFunc(func(context.Context, *ratelane.Job, struct{}) (any, error) {
 		done <- struct{}{}
 		return nil, nil

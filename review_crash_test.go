@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -87,7 +85,7 @@ func reviewCrashConfig(t *testing.T, dir string, delay time.Duration) ratelane.C
 	// caused). Recovery after the kill waits out one lease, so the test
 	// pays up to 10 s for it.
 	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 4, LeaseFor: 10 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: quiet(),
 		// 20 parts a second: a review of ~90 parts takes a few seconds, so
 		// the kill lands in the middle.
 		Limits: []ratelane.Limit{{Name: "rules:local", Rate: 20, Burst: 1}}}

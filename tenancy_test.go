@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -136,7 +135,7 @@ func newTenancyEnv(t *testing.T, postgres bool) *tenancyEnv {
 		}
 	}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: regions,
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:  quiet(),
 		Plugins: []ratelane.Plugin{webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})}}
 	p, err := review.NewProvider(review.Profile{Name: "rules", Kind: "rules", Region: "us"})
 	if err != nil {

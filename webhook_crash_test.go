@@ -3,8 +3,6 @@ package ratelane_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -33,7 +31,7 @@ func TestWebhookCrashChild(t *testing.T) {
 	// check below counts that as a wrong recovery; seen on dea7d91 too,
 	// 4 of 4 runs with four copies of this test at once).
 	cfg := ratelane.Config{DataDir: dir, Regions: []ratelane.Region{{Name: "us"}}, Workers: 32, LeaseFor: 10 * time.Second,
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:  quiet(),
 		Plugins: []ratelane.Plugin{webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: true})}}
 	startClient(t, cfg)
 	select {} // until killed

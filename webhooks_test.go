@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -45,7 +43,7 @@ func newIdleHookEnv(t testing.TB, allowPrivate bool, tweak ...func(*ratelane.Con
 	t.Cleanup(func() { sim.Close() })
 	cfg := ratelane.Config{
 		DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us", Synchronous: "NORMAL"}}, Workers: 32,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: quiet(),
 	}
 	hcfg := webhooks.Config{Deliver: true, AllowPrivateTargets: allowPrivate}
 	for _, f := range tweak {

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +20,6 @@ import (
 // kind openai on the batch simulator, so the batch verbs run end to end.
 func newBatchLiveAPI(t *testing.T) *liveAPI {
 	t.Helper()
-	ctx := context.Background()
 	sim, err := batchsim.New(batchsim.Config{ValidateFor: 20 * time.Millisecond, ProcessFor: 100 * time.Millisecond,
 		FinalizeFor: 20 * time.Millisecond})
 	if err != nil {
@@ -38,25 +35,8 @@ func newBatchLiveAPI(t *testing.T) *liveAPI {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cfg.Plugins = append(cfg.Plugins, review.New(review.Config{Regions: map[string]review.RegionConfig{"eu": {
 		Providers: []review.Provider{p}, SweepEvery: 50 * time.Millisecond, Batch: review.BatchConfig{PollInterval: 50 * time.Millisecond}}}}))
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := c.NewAPI(ctx, ratelane.APIConfig{AdminKey: liveAdminKey, RequestRate: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		c.Stop(context.Background())
-		api.Close()
-		c.Close()
-	})
-	return &liveAPI{url: srv.URL}
+	_, url := serveAPI(t, cfg, liveAdminKey, true)
+	return &liveAPI{url: url}
 }
 
 // TestBatchesVerbs: batches create sends two diff files as one batch, ls

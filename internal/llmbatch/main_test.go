@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratelane/ratelane/internal/llmbatch"
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 )
@@ -59,13 +59,7 @@ func setup(t *testing.T, provider string, o opts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
-	t.Cleanup(func() {
-		hc.CloseIdleConnections()
-		if err := sim.Close(); err != nil {
-			t.Errorf("close simulator: %v", err)
-		}
-	})
+	hc := testkit.ServerClient(t, sim, 30*time.Second)
 	pc := llmbatch.Config{APIKey: "sk-test", HTTPClient: hc, Now: clock.Now, Limits: o.limits}
 	var prov llmbatch.Provider
 	switch provider {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Call sends one HTTP request as the tests of the API do, failing the test
@@ -83,4 +84,26 @@ func CallWant(t testing.TB, c *http.Client, method, url, key string, body any, w
 		}
 	}
 	return raw
+}
+
+// ServerClient returns an HTTP client, with a transport of its own and the
+// given timeout, for a test that talks to the test server srv, and ties
+// the two together at cleanup: the client's idle connections are closed
+// first, then srv, and an error from srv.Close fails the test (Errorf,
+// naming srv's type). Closing the connections first lets a server whose
+// Close waits for its handlers return, and leaves no connection goroutine
+// for goleak to find in TestMain.
+//
+// The simulators' tests (upstream, upstream/batchsim) and llmbatch's each
+// had a copy of this in their setup.
+func ServerClient(t testing.TB, srv io.Closer, timeout time.Duration) *http.Client {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{}, Timeout: timeout}
+	t.Cleanup(func() {
+		c.CloseIdleConnections()
+		if err := srv.Close(); err != nil {
+			t.Errorf("close %T: %v", srv, err)
+		}
+	})
+	return c
 }

@@ -2,11 +2,14 @@ package testkit_test
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/testkit"
 )
@@ -61,5 +64,57 @@ func TestCall(t *testing.T) {
 	msg := failure(t, func(tb testing.TB) { testkit.CallWant(tb, nil, "GET", srv.URL+"/teapot", "", nil, 200, nil) })
 	if !strings.HasPrefix(msg, "GET "+srv.URL+"/teapot: status 418, want 200: ") {
 		t.Fatalf("message = %q", msg)
+	}
+}
+
+// closeRecorder is an io.Closer that notes when it is closed and fails
+// with err.
+type closeRecorder struct {
+	closed bool
+	err    error
+}
+
+func (c *closeRecorder) Close() error {
+	c.closed = true
+	return c.err
+}
+
+// errorRecorder is a testing.TB whose Errorf records the message without
+// failing the real test; Cleanup, Helper and the rest are the real test's.
+type errorRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *errorRecorder) Errorf(format string, args ...any) { r.msg = fmt.Sprintf(format, args...) }
+
+// TestServerClient: the client carries the timeout and a transport of its
+// own (not http.DefaultTransport), and the server is closed at the test's
+// cleanup, not before; a failed Close is reported with the server's type.
+func TestServerClient(t *testing.T) {
+	t.Parallel()
+	srv := &closeRecorder{}
+	var c *http.Client
+	t.Run("uses", func(t *testing.T) {
+		c = testkit.ServerClient(t, srv, 7*time.Second)
+		if srv.closed {
+			t.Fatal("the server was closed before the test's cleanup")
+		}
+	})
+	if !srv.closed {
+		t.Fatal("the server was not closed at the test's cleanup")
+	}
+	if c.Timeout != 7*time.Second || c.Transport == nil || c.Transport == http.DefaultTransport {
+		t.Fatalf("client timeout %v, transport %p: want 7s and a transport of its own", c.Timeout, c.Transport)
+	}
+
+	failing := &closeRecorder{err: errors.New("handlers still running")}
+	var rec *errorRecorder
+	t.Run("fails", func(t *testing.T) {
+		rec = &errorRecorder{TB: t}
+		testkit.ServerClient(rec, failing, time.Second)
+	})
+	if want := "close *testkit_test.closeRecorder: handlers still running"; rec.msg != want {
+		t.Fatalf("a failed Close reported %q, want %q", rec.msg, want)
 	}
 }

@@ -29,14 +29,7 @@ func setup(t *testing.T, cfg Config) *bundle {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
-	t.Cleanup(func() {
-		client.CloseIdleConnections()
-		if err := srv.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return &bundle{srv: srv, client: client}
+	return &bundle{srv: srv, client: testkit.ServerClient(t, srv, 10*time.Second)}
 }
 
 // post sends body to url with hdr and returns the response and its body.

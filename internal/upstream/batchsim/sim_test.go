@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"go.uber.org/goleak"
 
+	"github.com/ratelane/ratelane/internal/testkit"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 )
 
@@ -42,13 +42,7 @@ func setup(t *testing.T, cfg batchsim.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
-	t.Cleanup(func() {
-		hc.CloseIdleConnections()
-		if err := sim.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	hc := testkit.ServerClient(t, sim, 30*time.Second)
 	return &bundle{clock: clock, sim: sim,
 		oai: openai.NewClient(option.WithBaseURL(sim.URL()+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0), option.WithHTTPClient(hc)),
 		ant: anthropic.NewClient(aoption.WithBaseURL(sim.URL()+"/"), aoption.WithAPIKey("sk-test"), aoption.WithMaxRetries(0), aoption.WithHTTPClient(hc)),
