@@ -346,10 +346,14 @@ func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertRes
 		for k, i := range idx {
 			batch[k] = jobs[i]
 		}
-		if err := store.CheckCosts(ctx, c.regions[region].store, batch, c.cfg.DefaultLimit); err != nil {
+		// The store checks the costs inside its write (store.WithCostCheck):
+		// on PostgreSQL a read of the keys before it was a round trip of
+		// its own, ahead of every insert.
+		res, err := c.regions[region].jobs.Insert(store.WithCostCheck(ctx), batch, c.cfg.DefaultLimit)
+		var ve *job.ValidationError
+		if errors.As(err, &ve) {
 			return nil, err
 		}
-		res, err := c.regions[region].jobs.Insert(ctx, batch, c.cfg.DefaultLimit)
 		if err != nil {
 			return nil, fmt.Errorf("ratelane: insert in region %q: %w", region, err)
 		}

@@ -137,10 +137,12 @@ func (c *Client) InsertParts(ctx context.Context, parent InsertParams, parts []I
 		jobs[i] = j
 	}
 	rt := c.regions[pj.Region]
-	if err := store.CheckCosts(ctx, rt.store, append([]*job.Job{pj}, jobs...), c.cfg.DefaultLimit); err != nil {
+	// The store checks the costs inside its write, as InsertMany's.
+	res, err := rt.jobs.InsertParts(store.WithCostCheck(ctx), pj, jobs, c.cfg.DefaultLimit)
+	var ve *job.ValidationError
+	if errors.As(err, &ve) {
 		return PartsResult{}, err
 	}
-	res, err := rt.jobs.InsertParts(ctx, pj, jobs, c.cfg.DefaultLimit)
 	if err != nil {
 		return PartsResult{}, fmt.Errorf("ratelane: insert parts in region %q: %w", pj.Region, err)
 	}

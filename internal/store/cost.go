@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
@@ -52,4 +54,59 @@ func CheckCosts(ctx context.Context, st Store, jobs []*job.Job, def admission.Co
 		}
 	}
 	return nil
+}
+
+type costCheckKey struct{}
+
+// WithCostCheck asks Insert to do CheckCosts' check itself, inside its own
+// write, and to refuse with CheckCosts' error, inserting nothing, what
+// CheckCosts would refuse: the check then costs a PostgreSQL insert no
+// round trip of its own (a LimitConfigs read before the insert was one,
+// and its own transaction; docs/benchmarks.md, "Session 29 (s29h4)").
+// Keys not created yet are checked against Insert's def, as CheckCosts
+// checks them against its def. The configuration checked is the one the
+// insert's write sees: a reconfiguration committed after it is not, as
+// one committed after CheckCosts' read is not.
+func WithCostCheck(ctx context.Context) context.Context {
+	return context.WithValue(ctx, costCheckKey{}, true)
+}
+
+// CostCheck reports whether WithCostCheck marked ctx.
+func CostCheck(ctx context.Context) bool {
+	v, _ := ctx.Value(costCheckKey{}).(bool)
+	return v
+}
+
+// CostBounded reports whether every job that names a limit key has a cost
+// from 1 to admission.MaxCost, the part of CheckCosts that needs no key:
+// with it, a key refuses a job exactly when the job's cost (1 on a
+// per-start key) is above the key's admission.Config.MaxCost, which a
+// driver can check in SQL. When it is false CheckCosts refuses something.
+func CostBounded(jobs []*job.Job) bool {
+	for _, j := range jobs {
+		if len(j.LimitKeys) > 0 && (j.Cost < 1 || j.Cost > admission.MaxCost) {
+			return false
+		}
+	}
+	return true
+}
+
+// MaxCosts returns each key the jobs name with the largest cost of a job
+// naming it, and their names sorted: with CostBounded, what a driver's
+// check in SQL compares with each key's configuration.
+func MaxCosts(jobs []*job.Job) (names []string, costs []int64) {
+	most := map[string]int64{}
+	for _, j := range jobs {
+		for _, name := range j.LimitKeys {
+			if c, ok := most[name]; !ok || j.Cost > c {
+				most[name] = j.Cost
+			}
+		}
+	}
+	names = slices.Sorted(maps.Keys(most))
+	costs = make([]int64, len(names))
+	for i, n := range names {
+		costs[i] = most[n]
+	}
+	return names, costs
 }

@@ -51,6 +51,8 @@ type Store interface {
 	// result carries the existing job and Existing=true. Unknown limit keys
 	// are created with def. It is atomic, unless ctx is marked batch-lane
 	// and WithPieces: a single-writer store may then commit it in pieces.
+	// With ctx marked by WithCostCheck it first refuses, inserting
+	// nothing, what CheckCosts would refuse, with CheckCosts' error.
 	Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]InsertResult, error)
 	// Get returns one job or ErrNotFound.
 	Get(ctx context.Context, id string) (*job.Job, error)

@@ -52,6 +52,10 @@ type insertCall struct {
 	ctx  context.Context
 	jobs []*job.Job
 	def  admission.Config
+	// check: ctx asks for the cost check (store.WithCostCheck); only
+	// calls that agree go together, since the transaction takes the
+	// first call's context values.
+	check bool
 	// Set by the flusher before done is closed.
 	res []store.InsertResult
 	err error
@@ -67,7 +71,7 @@ type insertCall struct {
 // learns whether its jobs were inserted; a call still queued when ctx ends
 // is withdrawn and inserts nothing.
 func (c *inserter) insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
-	call := &insertCall{ctx: ctx, jobs: jobs, def: def, done: make(chan struct{})}
+	call := &insertCall{ctx: ctx, jobs: jobs, def: def, check: store.CostCheck(ctx), done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, call)
 	c.calls++
@@ -119,7 +123,7 @@ func (c *inserter) flush() {
 }
 
 // take removes and returns the oldest waiting call and the calls after it
-// with the same default key configuration, up to coalesceMaxJobs jobs;
+// with the same default key configuration and cost check, up to coalesceMaxJobs jobs;
 // nil (and the flusher ends) when none waits.
 func (c *inserter) take() []*insertCall {
 	c.mu.Lock()
@@ -133,7 +137,7 @@ func (c *inserter) take() []*insertCall {
 	n := len(first.jobs)
 	rest := c.queue[:0]
 	for _, q := range c.queue[1:] {
-		if n+len(q.jobs) <= coalesceMaxJobs && reflect.DeepEqual(q.def, first.def) {
+		if n+len(q.jobs) <= coalesceMaxJobs && q.check == first.check && reflect.DeepEqual(q.def, first.def) {
 			calls = append(calls, q)
 			n += len(q.jobs)
 		} else {

@@ -49,11 +49,58 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 	if err := store.CheckInsert(s.cfg.Region, jobs); err != nil {
 		return nil, err
 	}
+	check := store.CostCheck(ctx)
+	if check && !store.CostBounded(jobs) {
+		// A cost no key admits: CheckCosts names it without a key's help.
+		if err := store.CheckCosts(ctx, s, jobs, def); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		res, err := s.insertOrCoalesce(ctx, jobs, def)
+		if !check || pgCode(err) != costRefusedCode {
+			return res, err
+		}
+		// The check in SQL (costCheckSQL) refused and rolled everything
+		// back; CheckCosts reads the configurations and words the refusal
+		// as callers have always seen it. Should it find none, a
+		// reconfiguration committed in between admitted the cost: insert
+		// again, checked again.
+		if err := store.CheckCosts(ctx, s, jobs, def); err != nil {
+			return nil, err
+		}
+		if attempt == maxTxAttempts {
+			return nil, err
+		}
+	}
+}
+
+// insertOrCoalesce is Insert after its checks: a small call coalesced
+// with others (inserter), a large one alone.
+func (s *Store) insertOrCoalesce(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
 	if len(jobs) <= coalesceMaxCall {
 		return s.inserts.insert(ctx, jobs, def)
 	}
 	return s.insertNow(ctx, jobs, def)
 }
+
+// costRefusedCode is the SQLSTATE of cost_refused (migration 0037).
+const costRefusedCode = "RLC01"
+
+// costCheckSQL fails its transaction (cost_refused) when one of the keys
+// $1, each with the largest cost $2 of a job naming it (store.MaxCosts),
+// can never admit that cost: admission.Config.CheckCost for costs from 1
+// to admission.MaxCost (store.CostBounded), in SQL. A per-start key
+// charges 1; a key's largest start (admission.Config.MaxCost) is the
+// least of its burst (defaulted to max(1, rate)) when it has a rate and
+// its windows' limits, none (NULL, which refuses nothing) for an unpaced
+// key. It runs after the keys' creation, so a key new to this insert is
+// checked against def as CheckCosts checks it; it locks nothing.
+const costCheckSQL = `SELECT cost_refused(k.name)
+	FROM unnest($1::text[], $2::int8[]) AS u(name, cost) JOIN limit_keys k ON k.name = u.name
+	WHERE (CASE WHEN k.per_start THEN 1 ELSE u.cost END)::float8 > LEAST(
+		CASE WHEN k.rate > 0 THEN COALESCE(NULLIF(k.burst, 0), GREATEST(1, k.rate)) END,
+		(SELECT min((w->>'limit')::float8) FROM jsonb_array_elements(k.windows) AS w))`
 
 // insertNow is Insert in a transaction of its own: one round trip (BEGIN,
 // key creation, group upsert, job insert and COMMIT pipelined), plus one
@@ -145,7 +192,8 @@ const insertKeyedSQL = insertJobsSQL + `
 const insertPlainSQL = insertJobsSQL
 
 // sendInsert sends, through send, the statements that insert jobs: the
-// limit keys' creation, the groups' upsert and the jobs' inserts (those
+// limit keys' creation, the cost check when ctx asks for it
+// (store.WithCostCheck), the groups' upsert and the jobs' inserts (those
 // without an idempotency key, then those with one), each one statement for
 // the whole batch. It fills out for the jobs inserted and returns the
 // indexes of those that met an existing idempotency key (fillExisting
@@ -154,6 +202,10 @@ func sendInsert(ctx context.Context, send func(context.Context, *pgx.Batch) pgx.
 	def admission.Config, out []store.InsertResult) ([]int, error) {
 	b := &pgx.Batch{}
 	queueEnsureKeys(b, allKeys(jobs), def)
+	if store.CostCheck(ctx) {
+		names, costs := store.MaxCosts(jobs)
+		b.Queue(costCheckSQL, textArray(names), int8Array(costs))
+	}
 	groups := queueUpsertGroups(b, jobs)
 	var plain, keyed []*job.Job
 	for _, j := range jobs {

@@ -22,6 +22,13 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 	if err := store.CheckInsert(s.cfg.Region, jobs); err != nil {
 		return nil, err
 	}
+	if store.CostCheck(ctx) {
+		// The configurations are an in-process read here, before the
+		// write: no round trip to save (see store.WithCostCheck).
+		if err := store.CheckCosts(ctx, s, jobs, def); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]store.InsertResult, len(jobs))
 	write := func(tx *writeTx, lo, hi int) error {
 		res, err := s.insertJobs(tx, jobs[lo:hi], def)

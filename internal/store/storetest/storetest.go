@@ -103,6 +103,7 @@ func Run(t *testing.T, open Opener) {
 	maps.Copy(tests, scheduleCases)
 	maps.Copy(tests, batchCases)
 	maps.Copy(tests, insertCases)
+	maps.Copy(tests, costCheckCases)
 	maps.Copy(tests, batchSettleCases)
 	maps.Copy(tests, flightCases)
 	maps.Copy(tests, parentCases)
