@@ -404,16 +404,24 @@ func (w *Jobs) Delete(ctx context.Context, id string) error {
 
 // Advance moves a parent job whose parts have all finished (a compare-and-
 // set from p.From). A zero p.Now is the writer's clock. A parent that is
-// itself a part and ends final wakes its own parent's aggregation.
+// itself a part and ends final wakes its own parent's aggregation. An
+// advance that recorded the publication too (p.Publish) is told to a
+// PublishedObserver as Published's is.
 func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
 	if p.Now.IsZero() {
 		p.Now = w.cfg.Now()
 	}
 	j, err := w.cfg.Store.Advance(ctx, p)
-	if err == nil && j.State.Final() && j.ParentID != "" {
+	if err != nil {
+		return j, err
+	}
+	if po, ok := w.cfg.Observer.(PublishedObserver); ok && p.Publish && j.State == job.StatePublished {
+		po.Published(j.ID) // its publication was recorded with it (AdvanceParams.Publish)
+	}
+	if j.State.Final() && j.ParentID != "" {
 		w.partFinal(j.ParentID, j.Lane)
 	}
-	return j, err
+	return j, nil
 }
 
 // Published records that a validated job's result was delivered, with the

@@ -797,6 +797,14 @@ func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts
 			"outcome", o.Class, "err", o.Err)
 		return nil
 	}
+	// A parent with nothing to deliver is published by its advance's own
+	// write (AdvanceParams.Publish): its publication is only the
+	// compare-and-set, which the advance's compare-and-set from accepted
+	// already makes exactly once. Recorded apart, it was one more visit
+	// to a single-writer store per review (and, for an interactive one,
+	// a hop through the publication pool), each a place to queue behind
+	// a batch-lane commit (docs/benchmarks.md, "Session 29 (s29h2)").
+	p.Publish = p.To == job.StateValidated && !delivers(k.Publisher, parent)
 	return func() error {
 		j, err := e.jobs.Advance(ctx, p)
 		if errors.Is(err, store.ErrConflict) {
@@ -805,8 +813,11 @@ func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts
 			return err
 		}
 		e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(parts), "state", j.State)
-		if j.State == job.StateValidated {
+		switch {
+		case j.State == job.StateValidated: // to deliver (or a store that does not publish with an advance)
 			publish(ctx, j.ID, j.Lane)
+		case p.Publish && j.State == job.StatePublished:
+			e.observePublication(j.Kind, PublishPublished)
 		}
 		return nil
 	}

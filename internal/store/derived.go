@@ -146,14 +146,17 @@ type AdvanceTx struct {
 	GroupReady func(group int64, now time.Time) error
 	// AppendRecord appends r to the job's attempt history.
 	AppendRecord func(r job.AttemptRecord) error
+	// Publish moves the job, validated by the UPDATE, to published at
+	// now as Store.Publish does (AdvanceParams.Publish).
+	Publish func(now time.Time) error
 	// Get reads the job back.
 	Get func() (*job.Job, error)
 }
 
 // FinishAdvance is what every driver does after p's guarded UPDATE: a job
 // made waiting makes its group ready again (the lease reads ready groups
-// only), p.Record, if any, joins the history, and the job is read back as
-// Advance returns it.
+// only), p.Record, if any, joins the history, a p.Publish records the
+// publication, and the job is read back as Advance returns it.
 func FinishAdvance(p AdvanceParams, tx AdvanceTx) (*job.Job, error) {
 	if p.To == job.StateWaiting {
 		group, err := tx.Group()
@@ -166,6 +169,11 @@ func FinishAdvance(p AdvanceParams, tx AdvanceTx) (*job.Job, error) {
 	}
 	if p.Record.Outcome != "" {
 		if err := tx.AppendRecord(p.Record); err != nil {
+			return nil, err
+		}
+	}
+	if p.Publish {
+		if err := tx.Publish(p.Now); err != nil {
 			return nil, err
 		}
 	}

@@ -206,12 +206,25 @@ type AdvanceParams struct {
 	Result json.RawMessage // kept unless nil
 	Record job.AttemptRecord
 	Now    time.Time
+	// Publish, with To == validated, also records the job's publication
+	// in the same write: validated -> published as Store.Publish records
+	// it, so the job ends published. It is for a job with nothing to
+	// deliver (an aggregated parent whose kind has no Publisher, or
+	// whose Publisher delivers nothing for it), whose publication is the
+	// compare-and-set alone: one write instead of two, and no moment at
+	// which a crash leaves it validated. A job whose publication has a
+	// side effect is advanced to validated alone and published after
+	// the side effect (Publish, with its claim).
+	Publish bool
 }
 
 // Check reports an advance the state machine does not allow.
 func (p AdvanceParams) Check() error {
 	if p.From == job.StateRunning || !job.CanTransition(p.From, p.To) {
 		return errors.New("advance: " + string(p.From) + " -> " + string(p.To) + " is not allowed here")
+	}
+	if p.Publish && p.To != job.StateValidated {
+		return errors.New("advance: only an advance to validated may record the publication too, not one to " + string(p.To))
 	}
 	if (p.To == job.StateTerminal) != (p.Reason != "") {
 		return errors.New("advance: a terminal job needs a reason, and only a terminal one has one")

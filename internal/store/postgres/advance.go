@@ -37,6 +37,7 @@ func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, e
 			Group:        func() (int64, error) { return group, nil },
 			GroupReady:   func(group int64, now time.Time) error { return groupReady(ctx, tx, group, now) },
 			AppendRecord: func(r job.AttemptRecord) error { return appendRecord(ctx, tx, p.ID, r) },
+			Publish:      func(now time.Time) error { return publishOn(ctx, tx, p.ID, now) },
 			Get:          func() (*job.Job, error) { return getJob(ctx, tx, p.ID, false) },
 		})
 		return err

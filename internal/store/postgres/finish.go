@@ -514,10 +514,16 @@ func appendRecord(ctx context.Context, q querier, id string, r job.AttemptRecord
 // Publish moves a validated job to published: a compare-and-set that
 // succeeds at most once. ErrConflict afterwards, ErrNotFound for no job.
 func (s *Store) Publish(ctx context.Context, id string, now time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET state = 'published', finished_at = $2, updated_at = $2,
+	return publishOn(ctx, s.pool, id, now)
+}
+
+// publishOn is Publish's guarded UPDATE on db (the pool, or an advance's
+// transaction with store.AdvanceParams.Publish).
+func publishOn(ctx context.Context, db querier, id string, now time.Time) error {
+	tag, err := db.Exec(ctx, `UPDATE jobs SET state = 'published', finished_at = $2, updated_at = $2,
 		publish_claim = NULL, publish_claim_until = NULL
 		WHERE id = $1 AND state = 'validated'`, id, ns(now))
-	return guarded(ctx, s.pool, tag, err, id)
+	return guarded(ctx, db, tag, err, id)
 }
 
 // ClaimPublish takes a validated job's publication for token until until

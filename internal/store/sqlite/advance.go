@@ -30,6 +30,7 @@ func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, e
 			},
 			GroupReady:   func(group int64, now time.Time) error { return s.groupReady(tx, group, now) },
 			AppendRecord: func(r job.AttemptRecord) error { return s.appendRecord(tx, p.ID, r) },
+			Publish:      func(now time.Time) error { return s.publishTx(tx, p.ID, now) },
 			Get:          func() (*job.Job, error) { return s.getTx(tx, p.ID) },
 		})
 		return err

@@ -506,12 +506,16 @@ func readsMarkRun(p store.ListParams) bool {
 
 // Publish is the compare-and-set validated -> published.
 func (s *Store) Publish(ctx context.Context, id string, now time.Time) error {
-	return s.write(ctx, func(tx *writeTx) error {
-		res, err := s.exec(tx, `UPDATE jobs SET state = 'published', finished_at = ?, updated_at = ?,
-			publish_claim = NULL, publish_claim_until = NULL
-			WHERE id = ? AND state = 'validated'`, ns(now), ns(now), id)
-		return s.guarded(tx, res, err, id)
-	})
+	return s.write(ctx, func(tx *writeTx) error { return s.publishTx(tx, id, now) })
+}
+
+// publishTx is Publish's guarded UPDATE inside tx (also an advance's with
+// store.AdvanceParams.Publish).
+func (s *Store) publishTx(tx *writeTx, id string, now time.Time) error {
+	res, err := s.exec(tx, `UPDATE jobs SET state = 'published', finished_at = ?, updated_at = ?,
+		publish_claim = NULL, publish_claim_until = NULL
+		WHERE id = ? AND state = 'validated'`, ns(now), ns(now), id)
+	return s.guarded(tx, res, err, id)
 }
 
 // ClaimPublish takes a validated job's publication for token until until

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ var parentCases = map[string]func(*testing.T, Opener){
 	"ReadyParentsItems": testReadyParentsItems,
 	"ReadyParentsSince": testReadyParentsFinishedSince,
 	"PartsOf":           testPartsOf,
+	"AdvancePublish":    testAdvancePublish,
 }
 
 // newParent returns an accepted parent of kind and its waiting parts of
@@ -255,5 +257,74 @@ func testPartsOf(t *testing.T, open Opener) {
 	}
 	if got, err := s.PartsOf(ctx, nil); err != nil || len(got) != 0 {
 		t.Fatalf("PartsOf(none) = %v, %v; want nothing", got, err)
+	}
+}
+
+// testAdvancePublish: an advance to validated with AdvanceParams.Publish
+// records the publication in the same write (the engine's aggregation of
+// a parent with nothing to deliver): the job is published, finished, with
+// its result and the advance's record, its publication's compare-and-set
+// spent (a later Publish or ClaimPublish is ErrConflict). Guarded as any
+// advance: on a job no longer accepted it changes nothing, not even the
+// publication of a job left validated for a Publisher to deliver. Publish
+// with any other target is refused before any write.
+func testAdvancePublish(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	parent := NewJob("acme", job.LaneInteractive, "k")
+	parent.State = job.StateAccepted
+	insert(t, s, parent)
+	adv := store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateValidated, Result: []byte(`{"sum":3}`),
+		Record: job.AttemptRecord{At: T0, Outcome: job.ClassSuccess, Why: "aggregated 2 parts (0 failed)"}, Now: T0, Publish: true}
+	got, err := s.Advance(ctx, adv)
+	if err != nil || got.State != job.StatePublished || string(got.Result) != `{"sum":3}` {
+		t.Fatalf("advance with Publish = %+v, %v; want published with its result", got, err)
+	}
+	if got, err = s.Get(ctx, parent.ID); err != nil || got.State != job.StatePublished || len(got.History) != 1 {
+		t.Fatalf("the advanced job read back: %+v, %v; want published with one record", got, err)
+	}
+	if !got.FinishedAt.Equal(T0) {
+		t.Fatalf("published at %v, want finished at %v", got.FinishedAt, T0)
+	}
+	if _, err := s.Advance(ctx, adv); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second advance with Publish = %v, want ErrConflict", err)
+	}
+	if err := s.Publish(ctx, parent.ID, T0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Publish after an advance that published = %v, want ErrConflict (published once)", err)
+	}
+	if err := s.ClaimPublish(ctx, parent.ID, "tok", T0, T0.Add(time.Minute)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("ClaimPublish after an advance that published = %v, want ErrConflict", err)
+	}
+
+	// A job already validated (to be delivered) is not published by an
+	// advance from accepted: the guard refuses the whole write.
+	other := NewJob("acme", job.LaneInteractive, "k")
+	other.State = job.StateAccepted
+	insert(t, s, other)
+	if _, err := s.Advance(ctx, store.AdvanceParams{ID: other.ID, From: job.StateAccepted, To: job.StateValidated, Now: T0}); err != nil {
+		t.Fatal(err)
+	}
+	adv.ID = other.ID
+	if _, err := s.Advance(ctx, adv); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("advance with Publish of a validated job = %v, want ErrConflict", err)
+	}
+	if j, err := s.Get(ctx, other.ID); err != nil || j.State != job.StateValidated || !j.FinishedAt.IsZero() {
+		t.Fatalf("the validated job after a refused advance: %+v, %v; want it validated, unfinished", j, err)
+	}
+
+	held := NewJob("acme", job.LaneInteractive, "k")
+	held.State = job.StateAccepted
+	insert(t, s, held)
+	for _, to := range []job.State{job.StateWaiting, job.StateTerminal} {
+		p := store.AdvanceParams{ID: held.ID, From: job.StateAccepted, To: to, Now: T0, Publish: true}
+		if to == job.StateTerminal {
+			p.Reason = job.ReasonPermanentError
+		}
+		if _, err := s.Advance(ctx, p); err == nil || errors.Is(err, store.ErrConflict) {
+			t.Fatalf("advance to %s with Publish = %v, want it refused before any write", to, err)
+		}
+	}
+	if j, err := s.Get(ctx, held.ID); err != nil || j.State != job.StateAccepted {
+		t.Fatalf("the accepted job after refused advances: %+v, %v", j, err)
 	}
 }

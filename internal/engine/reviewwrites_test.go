@@ -1,0 +1,240 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/sqlite"
+	"github.com/ratelane/ratelane/internal/testkit"
+)
+
+// nowherePublisher is a Publisher that delivers nothing for any job (as a
+// review published nowhere: engine.Deliverer), and counts the calls that
+// would have delivered.
+type nowherePublisher struct{ countingPublisher }
+
+func (*nowherePublisher) Delivers(*job.Job) bool { return false }
+
+// publishedLog is an engine.Observer that is also a
+// engine.PublishedObserver: it keeps the ids of the publications told.
+type publishedLog struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (*publishedLog) Finished(*job.Job, job.Outcome, store.Transition) {}
+func (*publishedLog) Leased(int)                                       {}
+
+func (l *publishedLog) Published(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ids = append(l.ids, id)
+}
+
+func (l *publishedLog) told() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ids)
+}
+
+// interactiveParent returns an accepted interactive-lane "report" parent
+// and n waiting interactive "fetch" parts, as an interactive review and
+// its parts are inserted.
+func interactiveParent(n int) (*job.Job, []*job.Job) {
+	now := time.Now()
+	parent := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: job.LaneInteractive, LimitKeys: []string{"parts:report"}}
+	parent.Prepare(uuid.Must(uuid.NewV7()).String(), now, 0, true)
+	var parts []*job.Job
+	for i := range n {
+		payload, _ := json.Marshal(fetchArgs{N: i + 1})
+		p := &job.Job{Kind: "fetch", Region: "us", Tenant: "acme", Lane: job.LaneInteractive, LimitKeys: []string{"fetch"},
+			Payload: payload, ParentID: parent.ID}
+		p.Prepare(uuid.Must(uuid.NewV7()).String(), now, 0, false)
+		parts = append(parts, p)
+	}
+	return parent, parts
+}
+
+// reviewWrites runs one interactive parent with one part through an idle
+// engine whose "report" kind publishes through pub (nil: no Publisher)
+// and returns the store writes (writer visits) from its insert to its
+// publication, everything the engine wrote for it included.
+func reviewWrites(t *testing.T, pub engine.Publisher) int64 {
+	t.Helper()
+	var n int64
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		var calls atomic.Int64
+		obs := &publishedLog{}
+		e := start(t, engine.Config{Store: s, PollInterval: time.Hour, Observer: obs, Kinds: map[string]engine.Kind{
+			"fetch":  fetchKind,
+			"report": {Aggregate: sumParts(&calls), PartKinds: []string{"fetch"}, Publisher: pub, SweepEvery: time.Hour},
+		}})
+		synctest.Wait() // past the start sweep and the first, empty, lease
+		wc := s.(store.WriteCounter)
+		before := wc.WriteCounts()
+		parent, parts := interactiveParent(1)
+		if _, err := e.Jobs().InsertParts(context.Background(), parent, parts, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		e.Notify()
+		waitState(t, s, parent.ID, job.StatePublished)
+		synctest.Wait() // every write it caused has returned
+		after := wc.WriteCounts()
+		if got := obs.told(); len(got) != 1 || got[0] != parent.ID {
+			t.Fatalf("publications told to the PublishedObserver: %v, want the parent's once", got)
+		}
+		n = after.Writes - before.Writes
+		t.Logf("one interactive parent and its part: %d writes in %d transactions", n, after.Transactions-before.Transactions)
+	})
+	return n
+}
+
+// TestInteractiveReviewWrites counts the writer visits of one interactive
+// parent with one part, from insert to publication: the insert, the
+// part's lease, the part's finish and the parent's aggregation, whose
+// write also records the publication when the parent has nothing to
+// deliver (no Publisher, or a Deliverer that says so). Before session 29
+// that publication was a fifth write, from the publication pool; a
+// parent whose Publisher delivers still takes it (and its claim).
+func TestInteractiveReviewWrites(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		pub  engine.Publisher
+		want int64
+	}{
+		{"no publisher", nil, 4},
+		{"delivers nothing", &nowherePublisher{}, 4},
+		{"delivers", &countingPublisher{}, 6}, // + the claim and the publication
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if got := reviewWrites(t, c.pub); got != c.want {
+				t.Fatalf("%d store writes for one interactive parent and its part, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// dyingAdvance is a store on which the process dies at its parent's
+// advance: before the write reaches the store (afterCommit false), or
+// after it committed and before the engine heard back (true). Either way
+// the engine learns only that the write failed, as a process that died
+// there would never learn more.
+type dyingAdvance struct {
+	store.Store
+	afterCommit bool
+	died        chan struct{}
+	once        sync.Once
+}
+
+var errDied = errors.New("the process died here")
+
+func (d *dyingAdvance) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
+	defer d.once.Do(func() { close(d.died) })
+	if d.afterCommit {
+		if _, err := d.Store.Advance(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errDied
+}
+
+// TestFoldedPublicationCrash: a process dies at an interactive parent's
+// aggregation, whose one write advances it and records its publication
+// (it has nothing to deliver). Died before the write: the parent is still
+// accepted, and the engine of the restarted process (the store reopened
+// from its file) aggregates and publishes it once. Died after the write
+// committed: the parent is already published, with no moment at which it
+// was left validated, and the restarted engine neither aggregates nor
+// publishes it again. Nothing lost, nothing twice.
+func TestFoldedPublicationCrash(t *testing.T) {
+	t.Parallel()
+	for _, afterCommit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before the write", true: "after the commit"}[afterCommit], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "us.db")
+			open := func() store.Store {
+				s, err := sqlite.Open(ctx, sqlite.Config{Path: path, Region: "us"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			kinds := func(calls *atomic.Int64) map[string]engine.Kind {
+				return map[string]engine.Kind{
+					"fetch":  fetchKind,
+					"report": {Aggregate: sumParts(calls), PartKinds: []string{"fetch"}, Publisher: &nowherePublisher{}, SweepEvery: time.Hour},
+				}
+			}
+			// The first process: its part runs; it dies at the advance.
+			s1 := open()
+			dying := &dyingAdvance{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
+			var calls1 atomic.Int64
+			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: kinds(&calls1), PollInterval: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e1.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			parent, parts := interactiveParent(2)
+			if _, err := e1.Jobs().InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			e1.Notify()
+			select {
+			case <-dying.died:
+			case <-time.After(time.Minute):
+				t.Fatal("the parent was never advanced")
+			}
+			stop, cancel := context.WithTimeout(ctx, 5*time.Second)
+			e1.Stop(stop)
+			cancel()
+			j, err := s1.Get(ctx, parent.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[bool]job.State{false: job.StateAccepted, true: job.StatePublished}[afterCommit]
+			if j.State != want {
+				t.Fatalf("after the death the parent is %s, want %s", j.State, want)
+			}
+			s1.Close()
+
+			// The restarted process: its start sweep walks every parent.
+			s2 := open()
+			t.Cleanup(func() { s2.Close() })
+			var calls2 atomic.Int64
+			e2 := start(t, engine.Config{Store: s2, Kinds: kinds(&calls2)})
+			waitState(t, s2, parent.ID, job.StatePublished)
+			testkit.Eventually(t, time.Minute, "the start sweep", func() error {
+				if e2.Sweeps() < 1 {
+					return errors.New("not yet")
+				}
+				return nil
+			})
+			if recs := aggregations(t, s2, parent.ID); len(recs) != 1 {
+				t.Fatalf("%d aggregation records, want 1", len(recs))
+			}
+			if wantCalls := map[bool]int64{false: 1, true: 0}[afterCommit]; calls2.Load() != wantCalls {
+				t.Fatalf("the restarted engine aggregated the parent %d times, want %d", calls2.Load(), wantCalls)
+			}
+		})
+	}
+}
