@@ -47,6 +47,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.BatchNode, "batch-node", bench.BatchNodeInProcess, "batch-isolation only: where the batch lane runs: in (the bench's one node serves both lanes) or process (a batch-only node in a child process of this executable on the same store, at --batch-nice; the bench's node serves the interactive lane only)")
 	fs.StringVar(&o.TraceTail, "trace-tail", "", "batch-isolation only: write a per-review and per-event timeline (stage spans, simulator requests, manifests, 10 ms CPU/GC/commit samples) to `FILE` (FILE.k for run k of --runs) and add tail_* figures: what the slowest in-sweep reviews waited for. Costs CPU: for attribution, not headline runs")
 	fs.StringVar(&o.ExecTrace, "exec-trace", "", "batch-isolation only: write a runtime/trace (go tool trace) of the baseline phase and the sweep's first 25 s to `FILE` (FILE.k for run k of --runs), with every interactive review's and stage's ids and times logged on the goroutines that served them. Costs CPU: for attribution, not headline runs")
+	// The simulators stand for a remote provider, whose answers do not
+	// wait for this machine's cores (docs/benchmarks.md, "Session 29
+	// (s29h1)").
+	fs.IntVar(&o.SimNice, "sim-nice", -10, "batch-isolation with --sim child: the simulator child's nice, -20 to 0 (Linux, as root or with CAP_SYS_NICE; refused, the run goes on at the bench's priority and says so; 0 leaves it at the bench's priority, as before session 29)")
 	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
 	var verbose bool
@@ -101,6 +105,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.BatchNice < 0 || o.BatchNice > 19 {
 		return usageError{fmt.Sprintf("--batch-nice %d: want 0 to 19 (a lower priority than the bench's, or the same)", o.BatchNice)}
+	}
+	if o.SimNice < -20 || o.SimNice > 0 {
+		return usageError{fmt.Sprintf("--sim-nice %d: want -20 to 0 (a higher priority than the bench's, or the same)", o.SimNice)}
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}
@@ -212,4 +219,5 @@ JSON metrics (one object per workload; under its name with "all"):
               pooled_baseline_p99_ms pooled_sweep_p99_ms pooled_p99_ratio pooled_p95_ratio pooled_p90_ratio
               in_sweep_reviews in_sweep_p99_ms in_sweep_p99_ratio in_sweep_p95_ratio pooled_in_sweep_reviews
               pooled_in_sweep_p99_ratio pooled_in_sweep_p95_ratio pooled_in_sweep_p90_ratio
+              sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)
 `

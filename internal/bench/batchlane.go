@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"runtime/metrics"
 	"slices"
 	"sync"
@@ -67,14 +68,21 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// (Options.Sim) their CPU stays out of the bench's scheduler and
 	// figures, and childCPU reads it per phase.
 	var llmURL, batchURL string
+	var child *simChild
 	childCPU := func() (float64, bool) { return 0, false }
 	switch e.opts.Sim {
 	case SimChild:
-		child, err := startSimChild(plan.ProcessFor)
+		var err error
+		child, err = startSimChild(plan.ProcessFor, e.opts.SimNice)
 		if err != nil {
 			return Result{}, err
 		}
 		defer child.close()
+		if lo, hi, ok := child.nices(); e.opts.SimNice != 0 && (!ok || lo != e.opts.SimNice || hi != e.opts.SimNice) {
+			simNiceRefused.Do(func() {
+				fmt.Fprintf(os.Stderr, "ratelane bench: the simulator child runs at the bench's priority (%s); measuring without it\n", child.niceNote)
+			})
+		}
 		llmURL, batchURL, childCPU = child.urls.LLM, child.urls.Batch, child.cpuSeconds
 	case "", SimInProcess:
 		llm, bsim, err := newSims(plan.ProcessFor)
@@ -433,6 +441,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if childOK {
 		r.add("baseline_sim_cpu_seconds", c1-c0, "s CPU of the simulators' child process, baseline")
 		r.add("sweep_sim_cpu_seconds", c2-c1, "s CPU of the simulators' child process, sweep phase")
+	}
+	// The simulator child's priority (SimChild), read at the end: every
+	// thread its runtime made during the run too.
+	if child != nil {
+		r.add("sim_child_nice_asked", float64(e.opts.SimNice), "nice asked for the simulators' child (0: the bench's priority)")
+		if lo, hi, ok := child.nices(); ok {
+			r.add("sim_child_nice_min", float64(lo), "least nice of the simulator child's threads at the end ("+child.niceNote+")")
+			r.add("sim_child_nice_max", float64(hi), "greatest nice of the simulator child's threads at the end")
+		}
 	}
 	// The batch node's CPU and priority (BatchNodeProcess): the sweep's
 	// CPU is there, not in the figures above.

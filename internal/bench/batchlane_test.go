@@ -3,9 +3,13 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -102,7 +106,7 @@ func TestBatchIsolationRunsPoolWithTheSimulatorsInAChild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two smoke sweeps (about 15 s)")
 	}
-	r, err := Run(context.Background(), "batch-isolation", Options{Smoke: true, Runs: 2, Sim: SimChild, Duration: 5 * time.Minute})
+	r, err := Run(context.Background(), "batch-isolation", Options{Smoke: true, Runs: 2, Sim: SimChild, SimNice: -3, Duration: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +129,20 @@ func TestBatchIsolationRunsPoolWithTheSimulatorsInAChild(t *testing.T) {
 		if v, ok := r.Get("sweep_sim_cpu_seconds"); !ok || v <= 0 {
 			t.Errorf("sweep_sim_cpu_seconds = %v (present %v), want the child's CPU", v, ok)
 		}
+		// Its priority, asked and read at the end of each run (as root:
+		// a negative nice needs CAP_SYS_NICE; otherwise the bench's).
+		want := -3.0
+		if os.Geteuid() != 0 {
+			want = 0
+		}
+		if v, ok := r.Get("sim_child_nice_asked"); !ok || v != -3 {
+			t.Errorf("sim_child_nice_asked = %v (present %v), want -3", v, ok)
+		}
+		for _, name := range []string{"sim_child_nice_min", "sim_child_nice_max"} {
+			if v, ok := r.Get(name); !ok || v != want {
+				t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+			}
+		}
 	}
 	// Reviews submitted while the sweep ran are some of the sweep phase's.
 	in, _ := r.Get("pooled_in_sweep_reviews")
@@ -143,7 +161,7 @@ func TestBatchIsolationRunsPoolWithTheSimulatorsInAChild(t *testing.T) {
 // TestSimChildEndsWithTheRun: the child serves, and is gone once closed.
 func TestSimChildEndsWithTheRun(t *testing.T) {
 	t.Parallel()
-	c, err := startSimChild(time.Second)
+	c, err := startSimChild(time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +176,54 @@ func TestSimChildEndsWithTheRun(t *testing.T) {
 	}
 	if !c.cmd.ProcessState.Exited() {
 		t.Errorf("child %d did not exit by itself: %v", pid, c.cmd.ProcessState)
+	}
+}
+
+// TestSimChildRunsAtTheNiceAsked: every thread of the simulators' child
+// runs at the nice asked for, those its runtime made while it answered
+// a burst of requests too (Linux, as root: a negative nice needs
+// CAP_SYS_NICE). Where the OS refuses, the child still serves, at the
+// bench's priority, and its note says why.
+func TestSimChildRunsAtTheNiceAsked(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("reads the child's threads from /proc (Linux)")
+	}
+	c, err := startSimChild(time.Second, -5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	// A burst of concurrent requests makes the child's runtime start more
+	// threads, which must inherit the nice.
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			resp, err := hc.Get(c.urls.Batch + "/v1/batches/none")
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	lo, hi, ok := c.nices()
+	if !ok {
+		t.Fatal("cannot read the child's threads' nice")
+	}
+	if os.Geteuid() != 0 {
+		if lo != 0 || hi != 0 || !strings.HasPrefix(c.niceNote, "not niced") {
+			t.Errorf("not root: threads' nice %d..%d, note %q; want 0 and a note that says why", lo, hi, c.niceNote)
+		}
+		return
+	}
+	if lo != -5 || hi != -5 {
+		t.Errorf("child threads' nice %d..%d (%s), want -5", lo, hi, c.niceNote)
+	}
+	if n := len(taskNices(c.cmd.Process.Pid)); n < 2 {
+		t.Errorf("%d threads read, want the Go runtime's several", n)
 	}
 }
 

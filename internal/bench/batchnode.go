@@ -8,9 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -114,56 +111,6 @@ func startBatchNode(bc batchNodeConfig, nice int) (*batchNode, error) {
 	}
 	n.niceNote = renice(sc.cmd.Process.Pid, nice)
 	return n, nil
-}
-
-// renice sets every thread of process pid to nice (Linux: setpriority
-// on each task of /proc/PID/task), and says what it did.
-func renice(pid, nice int) string {
-	if nice == 0 {
-		return "not niced"
-	}
-	if runtime.GOOS != "linux" {
-		return "not niced: setting a child's priority is implemented for Linux only"
-	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return "not niced: " + err.Error()
-	}
-	set := 0
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		if err := setThreadNice(tid, nice); err == nil {
-			set++
-		}
-	}
-	return fmt.Sprintf("nice %d on %d of %d threads", nice, set, len(tasks))
-}
-
-// nices returns the least and the greatest nice of the node's threads
-// now (/proc/PID/task/*/stat, field 19); ok false where unreadable.
-func (n *batchNode) nices() (lo, hi int, ok bool) {
-	paths, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", n.cmd.Process.Pid))
-	for _, p := range paths {
-		f, ok2 := statFields(p)
-		if !ok2 || len(f) < 17 {
-			continue
-		}
-		v, err := strconv.Atoi(f[16])
-		if err != nil {
-			continue
-		}
-		if !ok || v < lo {
-			lo = v
-		}
-		if !ok || v > hi {
-			hi = v
-		}
-		ok = true
-	}
-	return lo, hi, ok
 }
 
 // cpuSeconds is the node's CPU time so far (procCPUSeconds).

@@ -79,6 +79,16 @@ type Options struct {
 	// call ServeSimChildIfAsked first (the ratelane command, this
 	// package's tests). `ratelane bench` defaults to SimChild.
 	Sim string
+	// SimNice is the simulators' child's nice (SimChild; Linux), -20 to
+	// 0: 0 leaves it at the bench's priority, a negative nice raises it
+	// above the bench's (which needs root or CAP_SYS_NICE; refused, the
+	// run goes on without it and says so). The simulators stand for a
+	// remote provider, whose answers do not wait for this machine's
+	// cores: at the bench's priority the child waited for a core while
+	// the sweep's threads ran, a third of the in-sweep tail
+	// (docs/benchmarks.md, "Session 28 (s28h3)"). `ratelane bench`
+	// defaults to -10.
+	SimNice int
 	// BatchNode is where the batch-isolation workload's batch lane runs:
 	// BatchNodeInProcess ("" too) or BatchNodeProcess, a batch-only node
 	// in a child process (which needs the executable to call

@@ -164,16 +164,24 @@ func (c *selfChild) close(grace time.Duration) error {
 type simChild struct {
 	*selfChild
 	urls simURLs
+	// niceNote says how the child's priority was set (or why not).
+	niceNote string
 }
 
 // startSimChild starts this executable as the simulators' child (see
-// SimChildEnv) and waits for its URLs.
-func startSimChild(processFor time.Duration) (*simChild, error) {
-	sc, line, err := startSelf("simulator child", SimChildEnv+"="+processFor.String(), nil)
+// SimChildEnv) at nice (0: the bench's own priority; Options.SimNice)
+// and waits for its URLs. A nice the OS refuses leaves the child at the
+// bench's priority and says so in niceNote; it is not an error.
+func startSimChild(processFor time.Duration, nice int) (*simChild, error) {
+	c := &simChild{}
+	// Niced at once and again once it serves, as the batch node is
+	// (startBatchNode): the threads its runtime makes later inherit the
+	// nice of the thread that makes them.
+	sc, line, err := startSelf("simulator child", SimChildEnv+"="+processFor.String(), func(p *os.Process) { c.niceNote = renice(p.Pid, nice) })
 	if sc == nil {
 		return nil, err
 	}
-	c := &simChild{selfChild: sc}
+	c.selfChild = sc
 	if err == nil {
 		err = json.Unmarshal([]byte(line), &c.urls)
 	}
@@ -184,6 +192,7 @@ func startSimChild(processFor time.Duration) (*simChild, error) {
 		_ = c.close()
 		return nil, fmt.Errorf("simulator child: its first line %q: %w", line, err)
 	}
+	c.niceNote = renice(sc.cmd.Process.Pid, nice)
 	return c, nil
 }
 
