@@ -50,7 +50,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// The simulators stand for a remote provider, whose answers do not
 	// wait for this machine's cores (docs/benchmarks.md, "Session 29
 	// (s29h1)").
-	fs.IntVar(&o.SimNice, "sim-nice", -10, "batch-isolation with --sim child: the simulator child's nice, -20 to 0 (Linux, as root or with CAP_SYS_NICE; refused, the run goes on at the bench's priority and says so; 0 leaves it at the bench's priority, as before session 29)")
+	fs.IntVar(&o.SimNice, "sim-nice", 0, "batch-isolation with --sim child: the simulator child's nice, -20 to 0 (Linux, as root or with CAP_SYS_NICE; refused, the run goes on at the bench's priority and says so; 0, the default, leaves it at the bench's priority)")
 	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
 	var verbose bool

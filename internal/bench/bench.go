@@ -87,7 +87,9 @@ type Options struct {
 	// cores: at the bench's priority the child waited for a core while
 	// the sweep's threads ran, a third of the in-sweep tail
 	// (docs/benchmarks.md, "Session 28 (s28h3)"). `ratelane bench`
-	// defaults to -10.
+	// defaults to 0: -10 did not move the in-sweep tail beyond the noise,
+	// and the one child holds the batch simulator too, whose sweep work a
+	// raised priority also puts ahead of ratelane ("Session 29 (s29h1)").
 	SimNice int
 	// BatchNode is where the batch-isolation workload's batch lane runs:
 	// BatchNodeInProcess ("" too) or BatchNodeProcess, a batch-only node
