@@ -751,16 +751,28 @@ func (e *Engine) stopping() bool {
 // again after any lease that took a job made 42-44 % of all leases in the
 // throughput workload's steady load take nothing (docs/benchmarks.md,
 // "Session 27 (s27h4)").
+//
+// A poll (the timer, not a wake-up) first asks the store by a read whether
+// a lease might take anything (Jobs.mayLease) and stays idle when not: on
+// SQLite a lease that finds nothing is still a write transaction through
+// the one writer, and at one interactive review per 100 ms the 50 ms poll
+// was every second lease, empty (docs/benchmarks.md, "Session 29
+// (s29h5)"). Work the poll is for (another node's insert, a retry or a
+// deferred job come due, a key's admission time) is seen by that read.
 func (e *Engine) fetchLoop() {
 	defer e.wg.Done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	polled := false
 	for {
 		cpulabel.Set(cpulabel.Fetch) // again each time: the phase may have moved
-		if !e.leaseAndRun() {
+		if polled && !e.stopping() && !e.jobs.mayLease(e.ctx, e.leaseParams(1, 0, new(time.Time))) {
+			e.idle.Add(1) // nothing to lease: idle again, as after an empty lease
+		} else if !e.leaseAndRun() {
 			continue
 		}
-		ok := e.idleWait(timer)
+		var ok bool
+		polled, ok = e.idleWait(timer)
 		e.idle.Add(-1)
 		if !ok {
 			return
@@ -770,17 +782,18 @@ func (e *Engine) fetchLoop() {
 
 // idleWait waits, counted as idle (by leaseAndRun), for a wake-up or the
 // next poll, the timer re-armed whenever a finish that leased says an
-// admission time may have moved; it reports false when the engine stops.
-func (e *Engine) idleWait(timer *time.Timer) bool {
+// admission time may have moved; it reports whether the timer ended the
+// wait (polled), and false (ok) when the engine stops.
+func (e *Engine) idleWait(timer *time.Timer) (polled, ok bool) {
 	for {
 		timer.Reset(e.nextPoll())
 		select {
 		case <-e.stop:
-			return false
+			return false, false
 		case <-e.wake:
-			return true
+			return false, true
 		case <-timer.C:
-			return true
+			return true, true
 		case <-e.rearm:
 			timer.Stop()
 		}

@@ -150,6 +150,23 @@ func (w *Jobs) Lease(ctx context.Context, p LeaseParams) ([]*job.Job, error) {
 	return jobs, err
 }
 
+// mayLease reports whether a Lease with p might take a job now: false
+// only when the store tells by a read that it would take nothing and
+// write nothing (store.LeaseProber); true on any other store and when
+// the read fails (the lease then decides, as without the read). The kinds
+// count as asked for either way (leasedKinds): a worker polling them
+// serves them whether or not it writes.
+func (w *Jobs) mayLease(ctx context.Context, p LeaseParams) bool {
+	pr, ok := w.cfg.Store.(store.LeaseProber)
+	if !ok {
+		return true
+	}
+	now := w.cfg.Now()
+	w.leasedKinds(p.Kinds, now)
+	may, err := pr.MayLease(ctx, store.LeaseParams{Now: now, Max: p.Max, Kinds: p.Kinds, Tenant: p.Tenant, Lane: p.Lane})
+	return may || err != nil
+}
+
 // leaseParams is the store's lease call for p at the writer's clock, with
 // batch's share of it.
 func (w *Jobs) leaseParams(p LeaseParams) store.LeaseParams {

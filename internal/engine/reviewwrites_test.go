@@ -19,6 +19,7 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
+	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
@@ -237,4 +238,106 @@ func TestFoldedPublicationCrash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leaseCounter counts a store's Lease calls and those that took nothing,
+// and passes MayLease on (store.LeaseProber) when the store has it.
+type leaseCounter struct {
+	store.Store
+	leases, empty atomic.Int64
+}
+
+func (c *leaseCounter) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	jobs, err := c.Store.Lease(ctx, p)
+	c.leases.Add(1)
+	if err == nil && len(jobs) == 0 {
+		c.empty.Add(1)
+	}
+	return jobs, err
+}
+
+func (c *leaseCounter) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
+	return c.Store.(store.FinishLeaser).FinishLease(ctx, ts, p)
+}
+
+func (c *leaseCounter) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
+	return c.Store.(store.LeaseProber).MayLease(ctx, p)
+}
+
+// TestIdleReviewsLeaseOnce: interactive reviews (a parent and one part)
+// arriving one at a time, 100 ms apart, on an engine polling every 50 ms
+// (the default), as batch-isolation's baseline. Each review's part is
+// leased by the one lease its insert's Notify wakes; the polls between
+// reviews find nothing ready and, on SQLite, ask by a read
+// (store.LeaseProber) rather than queue for the writer with an empty
+// lease. Before session 29 every poll leased: 2.0 leases per review in
+// the bench, one of them empty (here 3: two polls per 100 ms). A part
+// still starts as soon as its insert is told (Notify), and a job inserted
+// with no Notify (another node's) is still leased by the next poll.
+func TestIdleReviewsLeaseOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		base := newStore(t)
+		s := &leaseCounter{Store: base}
+		var calls atomic.Int64
+		started := make(chan time.Time, 1)
+		ping := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+			started <- time.Now()
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		e := start(t, engine.Config{Store: s, PollInterval: 50 * time.Millisecond, Kinds: map[string]engine.Kind{
+			"ping":   {Handler: ping},
+			"fetch":  fetchKind,
+			"report": {Aggregate: sumParts(&calls), PartKinds: []string{"fetch"}, SweepEvery: time.Hour},
+		}})
+		synctest.Wait() // past the start sweep and the first, empty, lease
+		wc := base.(store.WriteCounter)
+		before := wc.WriteCounts()
+		l0, e0 := s.leases.Load(), s.empty.Load()
+		const n = 20
+		for range n {
+			parent, parts := interactiveParent(1)
+			inserted := time.Now()
+			if _, err := e.Jobs().InsertParts(context.Background(), parent, parts, admission.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			e.Notify()
+			waitState(t, base, parent.ID, job.StatePublished)
+			if d := time.Since(inserted); d > 5*time.Millisecond {
+				t.Fatalf("a review took %v from insert to publication, want at once (no store delay here)", d)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		after := wc.WriteCounts()
+		leases, empty := s.leases.Load()-l0, s.empty.Load()-e0
+		t.Logf("%d reviews: %d writes, %d leases (%d empty)", n, after.Writes-before.Writes, leases, empty)
+		if leases != n || empty != 0 {
+			t.Errorf("%d leases (%d empty) for %d reviews, want one each, none empty", leases, empty, n)
+		}
+		if w := after.Writes - before.Writes; w != 4*n {
+			t.Errorf("%d store writes for %d reviews, want %d (insert, lease, finish, aggregation)", w, n, 4*n)
+		}
+
+		// Another node's insert, no Notify here: the next poll leases it.
+		other, err := engine.NewJobs(engine.JobsConfig{Store: base})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(7 * time.Millisecond) // off the poll's beat
+		j := storetest.NewJob("acme", job.LaneInteractive, "k")
+		j.Kind = "ping"
+		inserted := time.Now()
+		j.CreatedAt, j.EligibleAt = inserted, inserted
+		if _, err := other.Insert(context.Background(), []*job.Job{j}, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-started:
+			if d := at.Sub(inserted); d > 50*time.Millisecond {
+				t.Errorf("another node's job started %v after its insert, want within the poll interval (50 ms)", d)
+			}
+		case <-time.After(time.Second):
+			t.Fatal("another node's job never started")
+		}
+	})
 }

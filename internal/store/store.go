@@ -318,6 +318,19 @@ type FinishLeaser interface {
 	FinishLease(ctx context.Context, ts []Transition, p LeaseParams) ([]error, []*job.Job, error)
 }
 
+// LeaseProber is a Store that can tell by a read, without a write
+// transaction, that a Lease with p at p.Now would take no job and write
+// nothing: MayLease reports false only then (no group of p's lane and
+// kinds has a waiting job eligible at p.Now, and no retry is due to be
+// promoted). It may report true when a Lease would still take nothing (a
+// key refuses, a group is blocked). An idle engine's poll asks it first:
+// on SQLite a Lease that finds nothing still queues for the one writer
+// and commits, and the poll of an idle engine found nothing about once per
+// interactive review (docs/benchmarks.md, "Session 29 (s29h5)").
+type LeaseProber interface {
+	MayLease(ctx context.Context, p LeaseParams) (bool, error)
+}
+
 // LeaseParams describes one lease call.
 type LeaseParams struct {
 	Now time.Time

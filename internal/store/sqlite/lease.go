@@ -978,3 +978,32 @@ func oldestOrDueSQL(waiting string) string {
 	return `SELECT min(m) FROM (SELECT (` + waiting + `) AS m
 		UNION ALL SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?2 AND lane = ?1)`
 }
+
+// MayLease reports whether a Lease with p at p.Now might take a job or
+// promote a due retry (store.LeaseProber): a read on the read pool, which
+// takes no writer. It looks for what Lease would take or promote: a
+// waiting job eligible at p.Now in a ready group of p's lane and kinds
+// (jobs_group_head, one seek per such group), and a retry due at p.Now
+// (PromoteDue). It does not stop at a group's ready_at: that is only a
+// lower bound, left in place when a lease takes a group's last job until
+// the next lease finds the group empty; that lease took nothing and its
+// only write was the group's new ready time and place in the round, which
+// any later lease that reads the group writes as well. Blocked groups and
+// refusing keys count as leasable: Lease decides those.
+func (s *Store) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
+	args := []any{ns(p.Now)}
+	q := `SELECT EXISTS (SELECT 1 FROM job_groups g WHERE g.ready_at IS NOT NULL AND g.ready_at <= ?1`
+	if p.Lane != "" {
+		args = append(args, p.Lane)
+		q += ` AND g.lane = ?2`
+	}
+	if len(p.Kinds) > 0 {
+		q += ` AND g.kind IN (` + placeholders(len(p.Kinds)) + `)`
+		args = append(args, anys(p.Kinds)...)
+	}
+	q += ` AND EXISTS (SELECT 1 FROM jobs WHERE group_id = g.id AND state = 'waiting' AND eligible_at <= ?1))
+		OR EXISTS (SELECT 1 FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?1)`
+	var may bool
+	err := s.readRow(ctx, q, args...).Scan(&may)
+	return may, err
+}

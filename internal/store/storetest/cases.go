@@ -529,6 +529,67 @@ func testNextAdmission(t *testing.T, open Opener) {
 	}
 }
 
+// testMayLease checks store.LeaseProber where a store has it: MayLease
+// says false only when a Lease at the same now takes nothing and promotes
+// nothing. A job not yet eligible, of another lane or kind, or already
+// leased (its group's ready_at then a stale lower bound, until a lease
+// reads the group empty) is nothing to lease; a waiting job eligible now
+// and a retry come due are.
+func testMayLease(t *testing.T, open Opener) {
+	s := open(t)
+	pr, ok := s.(store.LeaseProber)
+	if !ok {
+		t.Skip("not a store.LeaseProber")
+	}
+	may := func(now time.Time, lane job.Lane, kinds ...string) bool {
+		t.Helper()
+		m, err := pr.MayLease(context.Background(), store.LeaseParams{Now: now, Max: 10, Lane: lane, Kinds: kinds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if may(T0, "") {
+		t.Fatal("an empty store: MayLease true")
+	}
+	later := NewJob("acme", job.LaneInteractive, "k")
+	later.EligibleAt = T0.Add(time.Second)
+	insert(t, s, later)
+	if may(T0, "") {
+		t.Fatal("a job eligible at T0+1s: MayLease true at T0")
+	}
+	at := T0.Add(time.Second)
+	if !may(at, "") || !may(at, job.LaneInteractive) || !may(at, job.LaneInteractive, "noop") {
+		t.Fatal("a job eligible now: MayLease false")
+	}
+	if may(at, job.LaneBatch) || may(at, "", "other") {
+		t.Fatal("MayLease true for another lane or another kind")
+	}
+	js := lease(t, s, at, 10)
+	if len(js) != 1 {
+		t.Fatalf("leased %d, want 1", len(js))
+	}
+	if may(at, "") || may(at.Add(time.Minute), "") {
+		t.Fatal("the group's one job leased: MayLease true")
+	}
+	retry := success(js[0], at)
+	retry.To, retry.EligibleAt = job.StateRetryScheduled, at.Add(time.Second)
+	retry.Record.Outcome = job.ClassTransient
+	retry.Attempts.Transient++
+	if errs := finish(t, s, retry); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if may(at, "") {
+		t.Fatal("a retry due at T0+2s: MayLease true at T0+1s")
+	}
+	if !may(at.Add(time.Second), "") {
+		t.Fatal("a retry due now: MayLease false")
+	}
+	if n := len(lease(t, s, at.Add(time.Second), 10)); n != 1 {
+		t.Fatalf("leased %d when MayLease said true, want the retry", n)
+	}
+}
+
 func testConcurrencyCap(t *testing.T, open Opener) {
 	s := openKeyed(t, open, admission.Config{Name: "k", Concurrency: 3}, 10, job.LaneBatch)
 	first := lease(t, s, T0, 10)

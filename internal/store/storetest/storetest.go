@@ -48,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 		"PublishClaim":          testPublishClaim,
 		"TokenBucketPacing":     testTokenBucketPacing,
 		"NextAdmission":         testNextAdmission,
+		"MayLease":              testMayLease,
 		"ReconfigureRepaysDebt": testReconfigureRepaysDebt,
 		"ShapesBoundStarts":     testShapesBoundStarts,
 		"PauseToTheNanosecond":  testPauseToTheNanosecond,
