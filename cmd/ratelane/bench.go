@@ -214,7 +214,7 @@ JSON metrics (one object per workload; under its name with "all"):
               sweep_interactive_writes sweep_interactive_behind_max sweep_interactive_behind_over_1
               sweep_interactive_write_wait_p99_ms sweep_interactive_write_wait_ms_per_review (SQLite)
               baseline_cpu_seconds sweep_cpu_seconds sweep_cpu_ms_per_file sweep_budget_pieces
-              stage_run_sweep_mean_ms stage_aggregate_wait_sweep_p99_ms stage_publish_wait_sweep_p99_ms
+              stage_run_sweep_mean_ms stage_aggregate_wait_sweep_p99_ms
               p95_ratio p90_ratio pooled_runs pooled_baseline_reviews pooled_sweep_reviews
               pooled_baseline_p99_ms pooled_sweep_p99_ms pooled_p99_ratio pooled_p95_ratio pooled_p90_ratio
               in_sweep_reviews in_sweep_p99_ms in_sweep_p99_ratio in_sweep_p95_ratio pooled_in_sweep_reviews

@@ -109,21 +109,38 @@ func runInteractiveStream(t *testing.T, batchCPUs int) interactiveRun {
 // its lease path's doing.
 func TestIdleGovernorCostsInteractiveNothing(t *testing.T) {
 	t.Parallel()
-	off := runInteractiveStream(t, -1)
-	on := runInteractiveStream(t, 1)
-	t.Logf("off: %+v", off)
-	t.Logf("one turn: %+v", on)
 	// The fetch loop's leases only: how many finishes lease in their
 	// write depends on whether the fetch loop was idle at that moment,
 	// which real SQLite I/O inside the bubble leaves to the scheduler
-	// (99–132 of them in either mode, run to run).
-	if on.leases > off.leases+off.leases/20 {
-		t.Errorf("one turn: %d fetch-loop leases, against %d off", on.leases, off.leases)
+	// (99–132 of them in either mode, run to run). That same scheduling
+	// moves a lease now and then from a finish to the fetch loop: 51–54
+	// fetch-loop leases in either mode, but once 61 at one turn against
+	// 51 off under make test's load (session 29, after the idle poll
+	// stopped leasing for nothing, s29h5, which halved the count the 5 %
+	// is taken of). So each mode runs three times, interleaved, and the
+	// fewest leases of each are compared: a governor that costs leases
+	// costs them in every run.
+	const rounds = 3
+	var fewestOff, fewestOn int64
+	for i := range rounds {
+		off := runInteractiveStream(t, -1)
+		on := runInteractiveStream(t, 1)
+		t.Logf("round %d off: %+v", i+1, off)
+		t.Logf("round %d one turn: %+v", i+1, on)
+		if i == 0 || off.leases < fewestOff {
+			fewestOff = off.leases
+		}
+		if i == 0 || on.leases < fewestOn {
+			fewestOn = on.leases
+		}
+		if on.queued != off.queued || on.queuedSeconds > off.queuedSeconds+0.001 {
+			t.Errorf("one turn: %d jobs queued %.3f s in all, against %d and %.3f s off", on.queued, on.queuedSeconds, off.queued, off.queuedSeconds)
+		}
+		if on.budget.Capped != 0 || on.budget.Running != 0 {
+			t.Errorf("one turn: budget %+v, want no capped lease and no turn held", on.budget)
+		}
 	}
-	if on.queued != off.queued || on.queuedSeconds > off.queuedSeconds+0.001 {
-		t.Errorf("one turn: %d jobs queued %.3f s in all, against %d and %.3f s off", on.queued, on.queuedSeconds, off.queued, off.queuedSeconds)
-	}
-	if on.budget.Capped != 0 || on.budget.Running != 0 {
-		t.Errorf("one turn: budget %+v, want no capped lease and no turn held", on.budget)
+	if fewestOn > fewestOff+fewestOff/20 {
+		t.Errorf("one turn: at fewest %d fetch-loop leases in %d runs, against %d off", fewestOn, rounds, fewestOff)
 	}
 }
