@@ -979,6 +979,17 @@ func oldestOrDueSQL(waiting string) string {
 		UNION ALL SELECT min(eligible_at) FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?2 AND lane = ?1)`
 }
 
+// mayLeaseGroups is how many ready groups MayLease looks into at most:
+// beyond that it answers true and lets the lease decide. A lease that
+// takes a group's last job leaves the group's ready_at in place (a lower
+// bound) until a later lease reads the group empty; a burst over many
+// groups (a fan-out to thousands of subscribers' keys) leaves thousands
+// such, and a read that probed every one on each 50 ms poll cost 1.6 ms
+// at 9,728 of them, for as long as the engine stayed idle, where the
+// polls' leases used to put them right (2*Max+16 groups each) within a
+// few seconds (docs/benchmarks.md, "Session 29: the merge (lead)").
+const mayLeaseGroups = 64
+
 // MayLease reports whether a Lease with p at p.Now might take a job or
 // promote a due retry (store.LeaseProber): a read on the read pool, which
 // takes no writer. It looks for what Lease would take or promote: a
@@ -988,20 +999,24 @@ func oldestOrDueSQL(waiting string) string {
 // lower bound, left in place when a lease takes a group's last job until
 // the next lease finds the group empty; that lease took nothing and its
 // only write was the group's new ready time and place in the round, which
-// any later lease that reads the group writes as well. Blocked groups and
-// refusing keys count as leasable: Lease decides those.
+// any later lease that reads the group writes as well. More than
+// mayLeaseGroups ready groups is a true: the lease that follows reads
+// them, and so clears the stale ones, as the polls' leases always did.
+// Blocked groups and refusing keys count as leasable: Lease decides those.
 func (s *Store) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
 	args := []any{ns(p.Now)}
-	q := `SELECT EXISTS (SELECT 1 FROM job_groups g WHERE g.ready_at IS NOT NULL AND g.ready_at <= ?1`
+	q := `WITH g AS (SELECT id FROM job_groups WHERE ready_at IS NOT NULL AND ready_at <= ?1`
 	if p.Lane != "" {
 		args = append(args, p.Lane)
-		q += ` AND g.lane = ?2`
+		q += ` AND lane = ?2`
 	}
 	if len(p.Kinds) > 0 {
-		q += ` AND g.kind IN (` + placeholders(len(p.Kinds)) + `)`
+		q += ` AND kind IN (` + placeholders(len(p.Kinds)) + `)`
 		args = append(args, anys(p.Kinds)...)
 	}
-	q += ` AND EXISTS (SELECT 1 FROM jobs WHERE group_id = g.id AND state = 'waiting' AND eligible_at <= ?1))
+	q += ` LIMIT ` + strconv.Itoa(mayLeaseGroups+1) + `)
+		SELECT (SELECT count(*) FROM g) > ` + strconv.Itoa(mayLeaseGroups) + `
+		OR EXISTS (SELECT 1 FROM g WHERE EXISTS (SELECT 1 FROM jobs WHERE group_id = g.id AND state = 'waiting' AND eligible_at <= ?1))
 		OR EXISTS (SELECT 1 FROM jobs WHERE state = 'retry_scheduled' AND eligible_at <= ?1)`
 	var may bool
 	err := s.readRow(ctx, q, args...).Scan(&may)
