@@ -288,7 +288,7 @@ func main() {
 			continue
 		}
 		sps := byReview[r.id]
-		if len(sps) < 8 {
+		if !throughAggregate(sps) {
 			continue
 		}
 		sort.Slice(sps, func(a, b int) bool { return sps[a].s < sps[b].s })
@@ -555,4 +555,18 @@ func stackKey(s trace.Stack) string {
 		}
 	}
 	return strings.Join(parts, " < ")
+}
+
+// throughAggregate reports whether a review's spans hold every stage up to
+// its parent's aggregation: its part's queued, start, run and finish, and
+// the parent's aggregate_wait and aggregate. The publication's two stages
+// are not required: since session 29 a review published nowhere is
+// published by its aggregation's own write and has neither (requiring all
+// eight, as before, dropped every such review from the reading).
+func throughAggregate(sps []span) bool {
+	need := map[string]bool{"queued": true, "start": true, "run": true, "finish": true, "aggregate_wait": true, "aggregate": true}
+	for _, sp := range sps {
+		delete(need, sp.stage)
+	}
+	return len(need) == 0
 }
