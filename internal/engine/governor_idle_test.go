@@ -18,10 +18,19 @@ import (
 )
 
 // leaseCounting is a SQLite store that counts its lease calls, alone and
-// with a finish.
+// with a finish, and the idle polls' reads that found nothing to lease
+// (MayLease false: the poll did not lease).
 type leaseCounting struct {
 	*sqlite.Store
-	leases, finishLeases atomic.Int64
+	leases, finishLeases, idleProbes atomic.Int64
+}
+
+func (s *leaseCounting) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
+	may, err := s.Store.MayLease(ctx, p)
+	if err == nil && !may {
+		s.idleProbes.Add(1)
+	}
+	return may, err
 }
 
 func (s *leaseCounting) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
@@ -37,10 +46,10 @@ func (s *leaseCounting) FinishLease(ctx context.Context, ts []store.Transition, 
 // interactiveRun is what an interactive stream cost an engine: lease
 // calls and the interactive lane's queued stage.
 type interactiveRun struct {
-	leases, finishLeases int64
-	queued               uint64
-	queuedSeconds        float64
-	budget               engine.BudgetCounts
+	leases, finishLeases, idleProbes int64
+	queued                           uint64
+	queuedSeconds                    float64
+	budget                           engine.BudgetCounts
 }
 
 // runInteractiveStream runs, in simulated time, an interactive parent of
@@ -85,7 +94,7 @@ func runInteractiveStream(t *testing.T, batchCPUs int) interactiveRun {
 		if n := calls.Load(); n != 50 {
 			t.Fatalf("%d parents aggregated, want 50", n)
 		}
-		out.leases, out.finishLeases = s.leases.Load(), s.finishLeases.Load()
+		out.leases, out.finishLeases, out.idleProbes = s.leases.Load(), s.finishLeases.Load(), s.idleProbes.Load()
 		e.Stages(func(lane, stage string, counts []uint64, sum float64) {
 			if lane == string(job.LaneInteractive) && stage == engine.StageQueued {
 				for _, c := range counts {
@@ -109,17 +118,18 @@ func runInteractiveStream(t *testing.T, batchCPUs int) interactiveRun {
 // its lease path's doing.
 func TestIdleGovernorCostsInteractiveNothing(t *testing.T) {
 	t.Parallel()
-	// The fetch loop's leases only: how many finishes lease in their
-	// write depends on whether the fetch loop was idle at that moment,
-	// which real SQLite I/O inside the bubble leaves to the scheduler
-	// (99–132 of them in either mode, run to run). That same scheduling
-	// moves a lease now and then from a finish to the fetch loop: 51–54
-	// fetch-loop leases in either mode, but once 61 at one turn against
-	// 51 off under make test's load (session 29, after the idle poll
-	// stopped leasing for nothing, s29h5, which halved the count the 5 %
-	// is taken of). So each mode runs three times, interleaved, and the
-	// fewest leases of each are compared: a governor that costs leases
-	// costs them in every run.
+	// The fetch loop's turns only: how many finishes lease in their write
+	// depends on whether the fetch loop was idle at that moment, which
+	// real SQLite I/O inside the bubble leaves to the scheduler (99–132
+	// of them in either mode, run to run). A turn is a lease, or an idle
+	// poll whose read found nothing (s29h5: such a poll used to be an
+	// empty lease; it now reads instead). Counted as leases alone, the
+	// polls' reads hid in one mode what the other spent on wake-ups that
+	// lease unread: under make test's load one turn read 60–65 leases
+	// against 54–57 off, the same turns moved between the two kinds
+	// (docs/benchmarks.md, "Session 29: the merge (lead)"). Each mode
+	// runs three times, interleaved, and the fewest of each are
+	// compared: a governor that costs turns costs them in every run.
 	const rounds = 3
 	var fewestOff, fewestOn int64
 	for i := range rounds {
@@ -127,11 +137,11 @@ func TestIdleGovernorCostsInteractiveNothing(t *testing.T) {
 		on := runInteractiveStream(t, 1)
 		t.Logf("round %d off: %+v", i+1, off)
 		t.Logf("round %d one turn: %+v", i+1, on)
-		if i == 0 || off.leases < fewestOff {
-			fewestOff = off.leases
+		if t := off.leases + off.idleProbes; i == 0 || t < fewestOff {
+			fewestOff = t
 		}
-		if i == 0 || on.leases < fewestOn {
-			fewestOn = on.leases
+		if t := on.leases + on.idleProbes; i == 0 || t < fewestOn {
+			fewestOn = t
 		}
 		if on.queued != off.queued || on.queuedSeconds > off.queuedSeconds+0.001 {
 			t.Errorf("one turn: %d jobs queued %.3f s in all, against %d and %.3f s off", on.queued, on.queuedSeconds, off.queued, off.queuedSeconds)
@@ -141,6 +151,6 @@ func TestIdleGovernorCostsInteractiveNothing(t *testing.T) {
 		}
 	}
 	if fewestOn > fewestOff+fewestOff/20 {
-		t.Errorf("one turn: at fewest %d fetch-loop leases in %d runs, against %d off", fewestOn, rounds, fewestOff)
+		t.Errorf("one turn: at fewest %d fetch-loop turns (leases and idle polls' empty reads) in %d runs, against %d off", fewestOn, rounds, fewestOff)
 	}
 }
