@@ -156,6 +156,13 @@ func TestParseErrors(t *testing.T) {
 		// go-gitdiff cannot read back a quoted name ending in a backslash
 		// (found by FuzzParse), so Render could not round-trip it.
 		{"trailing backslash", "diff --git \nrename to 0\n--- \\", false},
+		// go-gitdiff reads a signed mode and Render wrote it back as an
+		// out-of-range unsigned one (found by FuzzParse), in all three
+		// places a mode can stand.
+		{"negative old mode", "diff --git a/x b/x\nold mode -1\nnew mode 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", false},
+		{"negative new file mode", "diff --git a/x b/x\nnew file mode -1\n--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+a\n", false},
+		{"negative index mode", "diff --git a/x b/x\nindex 1..2 -100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", false},
+		{"oversized mode", "diff --git a/x b/x\nold mode 100644\nnew mode 17777777777\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", false},
 		{"duplicate path", "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/x\n+++ b/x\n@@ -5 +5 @@\n-a\n+b\n", false},
 	}
 	for _, tt := range tests {

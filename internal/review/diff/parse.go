@@ -150,6 +150,9 @@ func convertFile(gf *gitdiff.File) (*File, error) {
 	if f.IsDeleted {
 		f.NewPath = ""
 	}
+	if err := checkModes(gf); err != nil {
+		return nil, err
+	}
 	if err := checkPath(f.OldPath); err != nil {
 		return nil, err
 	}
@@ -178,6 +181,23 @@ func convertFile(gf *gitdiff.File) (*File, error) {
 		f.Hunks = append(f.Hunks, h)
 	}
 	return f, nil
+}
+
+// maxFileMode is the largest mode git writes: the file-type bits and the
+// permission bits of a 16-bit st_mode (regular 100644, executable 100755,
+// symlink 120000, gitlink 160000).
+const maxFileMode = 0o177777
+
+// checkModes rejects file modes no git tree can hold. go-gitdiff reads a
+// mode with a sign ("old mode -1") and keeps it as an unsigned FileMode, so
+// Render would write "37777777777", which go-gitdiff then refuses as out of
+// range: the part re-parse would fail where the whole diff had passed
+// (found by FuzzParse in CI). Refusing here keeps Render's output readable.
+func checkModes(gf *gitdiff.File) error {
+	if gf.OldMode > maxFileMode || gf.NewMode > maxFileMode {
+		return errors.New("file mode out of range")
+	}
+	return nil
 }
 
 // checkPath rejects paths that cannot name a file inside a repository:
