@@ -16,17 +16,6 @@ import (
 	"github.com/ratelane/ratelane/review"
 )
 
-// apiReviewDiff adds an AWS access key id on line 4 of config.go.
-const apiReviewDiff = `diff --git a/config.go b/config.go
---- a/config.go
-+++ b/config.go
-@@ -1,3 +1,4 @@
- package config
- 
- const region = "us-east-1"
-+const awsKeyID = "AKIAQWERTYUIOPASDFGH"
-`
-
 // reviewAPI is a client with reviews in us (rules provider) and none in
 // eu, served over HTTP, with producer keys for two tenants.
 type reviewAPI struct {
@@ -119,7 +108,7 @@ func TestReviewHTTPEndToEnd(t *testing.T) {
 	t.Parallel()
 	a := newReviewAPI(t)
 	body := map[string]any{"region": "us", "repo": "acme/app", "change": "7", "base_sha": "aaa", "head_sha": "bbb",
-		"diff": apiReviewDiff, "depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}
+		"diff": testkit.AWSKeyDiff, "depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}
 	idem := map[string]string{"Idempotency-Key": "acme/app#7@bbb"}
 	var rv apiReview
 	resp := a.call("POST", "/v1/reviews", a.acme, body, idem, 202, &rv)
@@ -217,7 +206,7 @@ func TestReviewHTTPEndToEnd(t *testing.T) {
 
 	// Refusals: a region without reviews, a diff that does not parse, an unknown provider.
 	var p problem
-	eu := map[string]any{"region": "eu", "diff": apiReviewDiff}
+	eu := map[string]any{"region": "eu", "diff": testkit.AWSKeyDiff}
 	a.call("POST", "/v1/reviews", a.acme, eu, nil, 501, &p)
 	if !strings.HasSuffix(p.Type, "/reviews-not-configured") || !strings.Contains(p.Detail, "eu") {
 		t.Fatalf("eu problem %+v", p)
@@ -227,11 +216,11 @@ func TestReviewHTTPEndToEnd(t *testing.T) {
 	if len(p.Errors) != 1 || p.Errors[0].Field != "diff" {
 		t.Fatalf("bad diff problem %+v", p)
 	}
-	a.call("POST", "/v1/reviews", a.acme, map[string]any{"region": "us", "diff": apiReviewDiff, "provider": "gpt-9"}, nil, 400, &p)
+	a.call("POST", "/v1/reviews", a.acme, map[string]any{"region": "us", "diff": testkit.AWSKeyDiff, "provider": "gpt-9"}, nil, 400, &p)
 	if len(p.Errors) != 1 || p.Errors[0].Field != "provider" {
 		t.Fatalf("unknown provider problem %+v", p)
 	}
-	a.call("POST", "/v1/reviews", a.acme, map[string]any{"region": "us", "diff": apiReviewDiff,
+	a.call("POST", "/v1/reviews", a.acme, map[string]any{"region": "us", "diff": testkit.AWSKeyDiff,
 		"publish": map[string]any{"kind": "rdjsonl", "target": "out.jsonl"}}, nil, 400, &p)
 	if len(p.Errors) != 1 || p.Errors[0].Field != "publish" {
 		t.Fatalf("rdjsonl problem %+v", p)
@@ -282,7 +271,7 @@ func TestReviewHTTPList(t *testing.T) {
 	a := newReviewAPI(t)
 	submit := func(key, change string) string {
 		var rv apiReview
-		a.call("POST", "/v1/reviews", key, map[string]any{"region": "us", "repo": "acme/app", "change": change, "diff": apiReviewDiff, "provider": "rules"}, nil, 202, &rv)
+		a.call("POST", "/v1/reviews", key, map[string]any{"region": "us", "repo": "acme/app", "change": change, "diff": testkit.AWSKeyDiff, "provider": "rules"}, nil, 202, &rv)
 		return rv.ID
 	}
 	first, second := submit(a.acme, "1"), submit(a.acme, "2")
@@ -390,7 +379,7 @@ func TestReviewHTTPListRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	sub, err := reviews.Submit(ctx, review.Request{Region: "us", Tenant: "acme", Diff: []byte(apiReviewDiff), Depth: "full"})
+	sub, err := reviews.Submit(ctx, review.Request{Region: "us", Tenant: "acme", Diff: []byte(testkit.AWSKeyDiff), Depth: "full"})
 	if err != nil || sub.Parts.Total < 1 {
 		t.Fatalf("submit: %v, %+v", err, sub)
 	}

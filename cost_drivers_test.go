@@ -5,11 +5,9 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/job"
-	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // TestInsertCostRefusalSameOnBothDrivers: the store checks an insert's
@@ -21,16 +19,9 @@ import (
 // stored; admissible costs go in.
 func TestInsertCostRefusalSameOnBothDrivers(t *testing.T) {
 	msgs := map[string][]string{}
-	for _, driver := range []string{"sqlite", "postgres"} {
-		t.Run(driver, func(t *testing.T) {
-			region := ratelane.Region{Name: "us", SQLitePath: filepath.Join(t.TempDir(), "us.db")}
-			if driver == "postgres" {
-				url, schema := testkit.PostgresSchema(t, "cost_")
-				region = ratelane.Region{Name: "us", PostgresURL: url, PostgresSchema: schema}
-			}
-			msgs[driver] = testInsertCostRefusal(t, region)
-		})
-	}
+	onEachDriver(t, "cost_", func(t *testing.T, region ratelane.Region) {
+		msgs[filepath.Base(t.Name())] = testInsertCostRefusal(t, region) // the subtest is named for its driver
+	})
 	a, b := msgs["sqlite"], msgs["postgres"]
 	if len(a) == 0 || len(b) == 0 {
 		return // a driver was skipped or failed
@@ -44,17 +35,8 @@ func TestInsertCostRefusalSameOnBothDrivers(t *testing.T) {
 
 func testInsertCostRefusal(t *testing.T, region ratelane.Region) []string {
 	ctx := context.Background()
-	cfg := ratelane.Config{Regions: []ratelane.Region{region}, DataDir: t.TempDir(), Logger: quiet(),
-		DefaultLimit: ratelane.Limit{Rate: 1, Burst: 30}}
-	cfg.Limits = []ratelane.Limit{
-		{Name: "tpm", Rate: 1000, Burst: 5000},
-		{Name: "partner", Windows: []ratelane.Window{{Limit: 20, Period: time.Second}}},
-	}
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() }) // never started: Close, not Stop
+	c := costClient(t, ratelane.Config{Regions: []ratelane.Region{region}, DataDir: t.TempDir(), Logger: quiet(),
+		DefaultLimit: ratelane.Limit{Rate: 1, Burst: 30}})
 	p := func(cost int64, keys ...string) ratelane.InsertParams {
 		return ratelane.InsertParams{Kind: "llm", Region: "us", LimitKeys: keys, Cost: cost}
 	}
@@ -67,7 +49,7 @@ func testInsertCostRefusal(t *testing.T, region ratelane.Region) []string {
 		}
 		msgs = append(msgs, err.Error())
 	}
-	_, err = c.InsertMany(ctx, []ratelane.InsertParams{p(20, "tpm"), p(21, "partner", "tpm")})
+	_, err := c.InsertMany(ctx, []ratelane.InsertParams{p(20, "tpm"), p(21, "partner", "tpm")})
 	refused("cost 21 on a window of 20", err)
 	_, err = c.Insert(ctx, p(5001, "tpm"))
 	refused("cost 5001 on a burst of 5000", err)

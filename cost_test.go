@@ -11,6 +11,23 @@ import (
 	"github.com/ratelane/ratelane/internal/job"
 )
 
+// costClient makes a client on cfg with the two keys the cost tests
+// insert on: tpm, a bucket of burst 5000, and partner, a window of 20 a
+// second. It is never started (the tests only insert); t.Cleanup closes it.
+func costClient(t *testing.T, cfg ratelane.Config) *ratelane.Client {
+	t.Helper()
+	cfg.Limits = []ratelane.Limit{
+		{Name: "tpm", Rate: 1000, Burst: 5000},
+		{Name: "partner", Windows: []ratelane.Window{{Limit: 20, Period: time.Second}}},
+	}
+	c, err := ratelane.NewClient(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() }) // never started: Close, not Stop
+	return c
+}
+
 // TestInsertRefusesUnadmittableCost checks issue 10's cost bound on the
 // library path: a cost above a key's burst or window limit is refused by
 // Client.Insert with a validation error naming the field, before anything
@@ -18,16 +35,7 @@ import (
 func TestInsertRefusesUnadmittableCost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := ratelane.Config{DataDir: t.TempDir(), Logger: quiet()}
-	cfg.Limits = []ratelane.Limit{
-		{Name: "tpm", Rate: 1000, Burst: 5000},
-		{Name: "partner", Windows: []ratelane.Window{{Limit: 20, Period: time.Second}}},
-	}
-	c, err := ratelane.NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() }) // never started: Close, not Stop
+	c := costClient(t, ratelane.Config{DataDir: t.TempDir(), Logger: quiet()})
 	for _, tc := range []struct {
 		key  string
 		cost int64

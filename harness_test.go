@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -84,6 +85,24 @@ func startClient(t testing.TB, cfg ratelane.Config) *ratelane.Client {
 	}
 	t.Cleanup(func() { c.Stop(context.Background()) })
 	return c
+}
+
+// onEachDriver runs test once on a SQLite region "us" in a temporary
+// directory and once on a PostgreSQL region "us" in a schema of its own
+// (prefix names it; skipped unless RATELANE_TEST_POSTGRES_URL is set),
+// each in its own subtest named for the driver. The root package's tests
+// that must hold on both drivers run this way.
+func onEachDriver(t *testing.T, prefix string, test func(t *testing.T, region ratelane.Region)) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			region := ratelane.Region{Name: "us", SQLitePath: filepath.Join(t.TempDir(), "us.db")}
+			if driver == "postgres" {
+				url, schema := testkit.PostgresSchema(t, prefix)
+				region = ratelane.Region{Name: "us", PostgresURL: url, PostgresSchema: schema}
+			}
+			test(t, region)
+		})
+	}
 }
 
 // callJSON sends a request to base+path with body as testkit.Call sends it (none when

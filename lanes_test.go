@@ -2,7 +2,6 @@ package ratelane_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -18,16 +17,7 @@ import (
 // interactive node no batch job, the batch node no interactive one. On
 // both drivers (PostgreSQL when RATELANE_TEST_POSTGRES_URL is set).
 func TestLaneDedicatedNodes(t *testing.T) {
-	for _, driver := range []string{"sqlite", "postgres"} {
-		t.Run(driver, func(t *testing.T) {
-			region := ratelane.Region{Name: "us", SQLitePath: filepath.Join(t.TempDir(), "us.db")}
-			if driver == "postgres" {
-				url, schema := testkit.PostgresSchema(t, "lanes_")
-				region = ratelane.Region{Name: "us", PostgresURL: url, PostgresSchema: schema}
-			}
-			testLaneDedicatedNodes(t, region)
-		})
-	}
+	onEachDriver(t, "lanes_", testLaneDedicatedNodes)
 }
 
 func testLaneDedicatedNodes(t *testing.T, region ratelane.Region) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // artifactDir is where the browser test saves its screenshots:
@@ -269,7 +271,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	var rv struct {
 		ID string `json:"id"`
 	}
-	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "7", "diff": reviewDiff,
+	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "7", "diff": testkit.AWSKeyDiff,
 		"depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}, 202, &rv)
 	// It is listed with its parts done and findings counted, a state filter
 	// that excludes it hides it, and its detail opens from its row.
@@ -309,7 +311,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	var rv2 struct {
 		ID string `json:"id"`
 	}
-	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "8", "diff": reviewDiff,
+	s.call("POST", "/v1/reviews", s.acme, map[string]any{"region": "us", "repo": "acme/app", "change": "8", "diff": testkit.AWSKeyDiff,
 		"depth": "full", "lane": "interactive", "provider": "rules", "publish": map[string]any{"kind": "none"}}, 202, &rv2)
 	var firstPage, secondPage int
 	run("page through the reviews",
@@ -356,17 +358,6 @@ func TestDashboardInBrowser(t *testing.T) {
 func setField(name, value string) chromedp.Action {
 	return chromedp.Evaluate(`document.querySelector('#filters [name="`+name+`"]').value = "`+value+`"`, nil)
 }
-
-// reviewDiff adds an AWS access key id on line 4 of config.go.
-const reviewDiff = `diff --git a/config.go b/config.go
---- a/config.go
-+++ b/config.go
-@@ -1,3 +1,4 @@
- package config
- 
- const region = "us-east-1"
-+const awsKeyID = "AKIAQWERTYUIOPASDFGH"
-`
 
 // seconds reads the "12.3 s" of a countdown.
 func seconds(t *testing.T, text string) float64 {

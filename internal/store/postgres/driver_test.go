@@ -45,7 +45,7 @@ func TestFinishKeepsCallerOrder(t *testing.T) {
 	s := newStore(t)
 	insertN(t, s, 3, 3, "k")
 	got := leaseN(t, s, t0, 3)
-	ts := []store.Transition{published(got[2], t0), published(got[0], t0), published(got[1], t0)}
+	ts := []store.Transition{successOf(got[2], t0), successOf(got[0], t0), successOf(got[1], t0)}
 	ts[1].LeaseToken = "stale"
 	if ts[0].ID < ts[1].ID {
 		ts[0], ts[2] = ts[2], ts[0] // make sure the caller's order is not id order

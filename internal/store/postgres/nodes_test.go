@@ -74,21 +74,13 @@ func upsert(t *testing.T, s *Store, c admission.Config) {
 	}
 }
 
-func published(j *job.Job, now time.Time) store.Transition {
-	return store.Transition{
-		ID: j.ID, LeaseToken: j.LeaseToken, To: job.StatePublished, Attempts: j.Attempts,
-		Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess},
-		Keys:   store.KeyEffect{Now: now, Success: true},
-	}
-}
-
 func finishAll(ctx context.Context, s *Store, jobs []*job.Job, now time.Time) error {
 	if len(jobs) == 0 {
 		return nil
 	}
 	ts := make([]store.Transition, len(jobs))
 	for i, j := range jobs {
-		ts[i] = published(j, now)
+		ts[i] = successOf(j, now)
 	}
 	errs, err := s.Finish(ctx, ts)
 	if err != nil {

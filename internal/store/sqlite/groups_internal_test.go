@@ -44,10 +44,7 @@ func jobGroup(t *testing.T, s *Store, j *job.Job) int64 {
 // not land its job in the second one.
 func TestGroupIDsForgetRolledBackGroups(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name           string
-		shared, panics bool
-	}{{"alone", false, false}, {"in a shared transaction", true, false}, {"panicking in a shared transaction", true, true}} {
+	for _, tc := range failingWrites {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := OpenTest(t, Config{})

@@ -71,10 +71,7 @@ func TestUnpacedKeysSeeOtherConnections(t *testing.T) {
 // is as before, and so is what the next lease decides on.
 func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name           string
-		shared, panics bool
-	}{{"alone", false, false}, {"in a shared transaction", true, false}, {"panicking in a shared transaction", true, true}} {
+	for _, tc := range failingWrites {
 		shared := tc.shared
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -110,6 +107,15 @@ func TestUnpacedKeysForgetRolledBackWrites(t *testing.T) {
 		})
 	}
 }
+
+// failingWrites are the ways a test's write fails under runFailingWrite:
+// returning an error alone in its transaction, returning one inside a
+// savepoint of a shared transaction, and panicking there. A test of what
+// a failed write leaves behind runs each.
+var failingWrites = []struct {
+	name           string
+	shared, panics bool
+}{{"alone", false, false}, {"in a shared transaction", true, false}, {"panicking in a shared transaction", true, true}}
 
 // runFailingWrite runs fail as a write of s and returns its result. Alone
 // (shared false), it is one write in its own transaction, run without a

@@ -553,21 +553,23 @@ func testFinishLeaseIfReleased(t *testing.T, open Opener) {
 		t.Fatalf("without Released, leased %d, want the waiting job", len(more))
 	}
 
-	insert(t, s, newJobs(2, "acme", job.LaneInteractive, "cap")...)
-	c := lease(t, s, ms(10), 5)
-	if len(c) != 1 {
-		t.Fatalf("leased %d with a cap of 1, want 1", len(c))
-	}
-	if more, released := finishLease(success(c[0], ms(11)), 11, 5, true); !released || len(more) != 1 {
-		t.Fatalf("a finish that freed a cap's slot: released %v, leased %d; want released and the next job", released, len(more))
-	}
-
-	insert(t, s, newJobs(2, "acme", job.LaneInteractive, "paced")...)
-	p := lease(t, s, ms(20), 1)
-	if len(p) != 1 {
-		t.Fatalf("leased %d on the paced key, want 1", len(p))
-	}
-	if more, released := finishLease(success(p[0], ms(21)), 21, 5, true); !released || len(more) != 1 {
-		t.Fatalf("a finish on a paced key: released %v, leased %d; want released and the next job", released, len(more))
+	// A finish of a job on a capped key frees its slot, and one on a paced
+	// key gives back its token: either released something, and the lease
+	// takes the key's next job. The capped key is leased asking for 5 (the
+	// cap is what holds it to 1), the paced one asking for 1.
+	for _, c := range []struct {
+		key  string
+		at   int
+		max  int
+		what string
+	}{{"cap", 10, 5, "a finish that freed a cap's slot"}, {"paced", 20, 1, "a finish on a paced key"}} {
+		insert(t, s, newJobs(2, "acme", job.LaneInteractive, c.key)...)
+		got := lease(t, s, ms(c.at), c.max)
+		if len(got) != 1 {
+			t.Fatalf("leased %d on %s asking for %d, want 1", len(got), c.key, c.max)
+		}
+		if more, released := finishLease(success(got[0], ms(c.at+1)), c.at+1, 5, true); !released || len(more) != 1 {
+			t.Fatalf("%s: released %v, leased %d; want released and the next job", c.what, released, len(more))
+		}
 	}
 }
