@@ -134,6 +134,43 @@ func TestInteractiveReviewWrites(t *testing.T) {
 	}
 }
 
+// reopenable returns an opener of one SQLite file in t's temporary
+// directory: a process's store, and its restarted process's.
+func reopenable(t *testing.T) func() store.Store {
+	path := filepath.Join(t.TempDir(), "us.db")
+	return func() store.Store {
+		s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
+// nowhereReportKinds are the "fetch" parts and their "report" parent,
+// aggregated by sumParts (counting in calls) and published nowhere.
+func nowhereReportKinds(calls *atomic.Int64) map[string]engine.Kind {
+	return map[string]engine.Kind{
+		"fetch":  fetchKind,
+		"report": {Aggregate: sumParts(calls), PartKinds: []string{"fetch"}, Publisher: &nowherePublisher{}, SweepEvery: time.Hour},
+	}
+}
+
+// afterStartSweep waits for restarted engine e's start sweep and checks
+// that parent id, on s, was aggregated once in all.
+func afterStartSweep(t *testing.T, e *engine.Engine, s store.Store, id string) {
+	t.Helper()
+	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
+		if e.Sweeps() < 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if recs := aggregations(t, s, id); len(recs) != 1 {
+		t.Fatalf("%d aggregation records, want 1", len(recs))
+	}
+}
+
 // dyingAdvance is a store on which the process dies at its parent's
 // advance: before the write reaches the store (afterCommit false), or
 // after it committed and before the engine heard back (true). Either way
@@ -172,25 +209,12 @@ func TestFoldedPublicationCrash(t *testing.T) {
 		t.Run(map[bool]string{false: "before the write", true: "after the commit"}[afterCommit], func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			path := filepath.Join(t.TempDir(), "us.db")
-			open := func() store.Store {
-				s, err := sqlite.Open(ctx, sqlite.Config{Path: path, Region: "us"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			}
-			kinds := func(calls *atomic.Int64) map[string]engine.Kind {
-				return map[string]engine.Kind{
-					"fetch":  fetchKind,
-					"report": {Aggregate: sumParts(calls), PartKinds: []string{"fetch"}, Publisher: &nowherePublisher{}, SweepEvery: time.Hour},
-				}
-			}
+			open := reopenable(t)
 			// The first process: its part runs; it dies at the advance.
 			s1 := open()
 			dying := &dyingAdvance{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
 			var calls1 atomic.Int64
-			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: kinds(&calls1), PollInterval: 5 * time.Millisecond})
+			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: nowhereReportKinds(&calls1), PollInterval: 5 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -224,17 +248,9 @@ func TestFoldedPublicationCrash(t *testing.T) {
 			s2 := open()
 			t.Cleanup(func() { s2.Close() })
 			var calls2 atomic.Int64
-			e2 := start(t, engine.Config{Store: s2, Kinds: kinds(&calls2)})
+			e2 := start(t, engine.Config{Store: s2, Kinds: nowhereReportKinds(&calls2)})
 			waitState(t, s2, parent.ID, job.StatePublished)
-			testkit.Eventually(t, time.Minute, "the start sweep", func() error {
-				if e2.Sweeps() < 1 {
-					return errors.New("not yet")
-				}
-				return nil
-			})
-			if recs := aggregations(t, s2, parent.ID); len(recs) != 1 {
-				t.Fatalf("%d aggregation records, want 1", len(recs))
-			}
+			afterStartSweep(t, e2, s2, parent.ID)
 			if wantCalls := map[bool]int64{false: 1, true: 0}[afterCommit]; calls2.Load() != wantCalls {
 				t.Fatalf("the restarted engine aggregated the parent %d times, want %d", calls2.Load(), wantCalls)
 			}
@@ -387,24 +403,11 @@ func TestFusedFinishCrash(t *testing.T) {
 		t.Run(map[bool]string{false: "before the write", true: "after the commit"}[afterCommit], func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			path := filepath.Join(t.TempDir(), "us.db")
-			open := func() store.Store {
-				s, err := sqlite.Open(ctx, sqlite.Config{Path: path, Region: "us"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			}
-			kinds := func(calls *atomic.Int64) map[string]engine.Kind {
-				return map[string]engine.Kind{
-					"fetch":  fetchKind,
-					"report": {Aggregate: sumParts(calls), PartKinds: []string{"fetch"}, Publisher: &nowherePublisher{}, SweepEvery: time.Hour},
-				}
-			}
+			open := reopenable(t)
 			s1 := open()
 			dying := &dyingFinish{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
 			var calls1 atomic.Int64
-			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: kinds(&calls1), PollInterval: 5 * time.Millisecond,
+			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: nowhereReportKinds(&calls1), PollInterval: 5 * time.Millisecond,
 				LeaseFor: time.Second})
 			if err != nil {
 				t.Fatal(err)
@@ -443,17 +446,9 @@ func TestFusedFinishCrash(t *testing.T) {
 			s2 := open()
 			t.Cleanup(func() { s2.Close() })
 			var calls2 atomic.Int64
-			e2 := start(t, engine.Config{Store: s2, Kinds: kinds(&calls2), LeaseFor: time.Second})
+			e2 := start(t, engine.Config{Store: s2, Kinds: nowhereReportKinds(&calls2), LeaseFor: time.Second})
 			waitState(t, s2, parent.ID, job.StatePublished)
-			testkit.Eventually(t, time.Minute, "the start sweep", func() error {
-				if e2.Sweeps() < 1 {
-					return errors.New("not yet")
-				}
-				return nil
-			})
-			if recs := aggregations(t, s2, parent.ID); len(recs) != 1 {
-				t.Fatalf("%d aggregation records, want 1", len(recs))
-			}
+			afterStartSweep(t, e2, s2, parent.ID)
 			part, err = s2.Get(ctx, parts[0].ID)
 			if err != nil {
 				t.Fatal(err)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -96,20 +95,11 @@ func ParentAdvanceQuery(partID string, p *ParentAdvance) *Query {
 		AND pj.tenant = jobs.tenant AND pj.region = jobs.region
 		AND (pj.state <> '` + string(job.StatePublished) + `' AND pj.state <> '` + string(job.StateTerminal) + `'
 			OR pj.finished_at > ?)`
-	args := []any{partID, UnixNano(p.FinishedBy)}
-	if len(p.PartKinds) > 0 {
-		child += ` AND pj.kind IN (?` + strings.Repeat(`, ?`, len(p.PartKinds)-1) + `)`
-		for _, k := range p.PartKinds {
-			args = append(args, k)
-		}
-	}
-	item := `SELECT 1 FROM batch_items bi CROSS JOIN batches bh
-		WHERE bi.job_id = jobs.id AND bh.id = bi.batch_id AND (bi.state = '` + ItemPending + `' OR bi.state = '` + ItemSubmitted + `')
-		AND bh.tenant = jobs.tenant AND bh.region = jobs.region`
+	child, args := ofPartKinds(child, []any{partID, UnixNano(p.FinishedBy)}, p.PartKinds)
 	q := NewQuery(`UPDATE jobs SET state = ?, reason = ?, result = coalesce(?, result), finished_at = ?, updated_at = ?,
 		publish_claim = NULL, publish_claim_until = NULL`,
 		string(to), string(a.Reason), result, finished, UnixNano(a.Now))
 	q.Where(`id = ?`, a.ID).Where(`state = ?`, string(a.From))
-	q.Where(`NOT EXISTS (`+child+`)`, args...).Where(`NOT EXISTS (` + item + `)`)
+	q.Where(`NOT EXISTS (`+child+`)`, args...).Where(`NOT EXISTS (` + openItemSQL + `)`)
 	return q.Then(`RETURNING id`)
 }
