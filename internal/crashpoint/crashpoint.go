@@ -27,7 +27,9 @@ const (
 	CASBeforeAck = "CAS-before-ack"
 	// PartsBeforeAdvance: every part of a parent job is final and the
 	// engine computed the parent's aggregate; the parent's advance out of
-	// accepted was not written.
+	// accepted was not written. When the advance rides on the last part's
+	// finish (engine: fused.go), that part's outcome is in and its finish
+	// was not written either: its lease runs out and it runs again.
 	PartsBeforeAdvance = "parts-before-advance"
 	// SubscriberBeforeKey: a webhook subscriber's Put saved the
 	// subscriber; its limit key was not written.

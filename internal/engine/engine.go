@@ -512,6 +512,9 @@ type result struct {
 	// answered is when the handler returned; zero for an outcome the
 	// engine made up (an abandoned handler's).
 	answered time.Time
+	// fuse, when set, is the aggregation of the job's parent, of which it
+	// is the last open part, to write with its finish (lastPart).
+	fuse *fusedParent
 }
 
 // New validates cfg and returns an engine ready to Start.
@@ -1035,7 +1038,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 			delete(e.running, j.ID)
 		}
 		e.mu.Unlock()
-		e.results <- result{job: j, out: out, answered: answered}
+		e.results <- result{job: j, out: out, answered: answered, fuse: e.lastPart(e.ctx, j, out)}
 		<-e.slots
 		e.wg.Done()
 	}()

@@ -223,6 +223,10 @@ type Report struct {
 	// known; zero means the time of the report. Windows log the start at
 	// it (store.KeyEffect.Answered), not at the later finish write.
 	Answered time.Time
+	// fuse, when set, aggregates the job's parent, of which it is the
+	// last open part, with the transition Decide chose, for the same
+	// write (see fused.go).
+	fuse *fusedParent
 }
 
 // Reported is what became of one Report.
@@ -246,7 +250,7 @@ func (w *Jobs) Report(ctx context.Context, rs []Report) ([]Reported, error) {
 // finish stage there, so what an Observer's listener reads next (the
 // stage histograms) already counts the finish.
 func (w *Jobs) report(ctx context.Context, rs []Report, written func()) ([]Reported, error) {
-	now, ts := w.transitions(rs)
+	now, ts := w.transitions(ctx, rs)
 	errs, err := w.cfg.Store.Finish(ctx, ts)
 	if err != nil {
 		return nil, err
@@ -277,7 +281,7 @@ func (w *Jobs) reportLease(ctx context.Context, rs []Report, p LeaseParams, writ
 	if !ok {
 		return nil, nil, errors.New("engine: the store cannot finish and lease in one write")
 	}
-	now, ts := w.transitions(rs)
+	now, ts := w.transitions(ctx, rs)
 	sp := store.LeaseParams{Released: p.Released}
 	if p.Max > 0 {
 		sp = w.leaseParams(p)
@@ -293,8 +297,9 @@ func (w *Jobs) reportLease(ctx context.Context, rs []Report, p LeaseParams, writ
 	return out, jobs, nil
 }
 
-// transitions decides each report's transition at the writer's clock.
-func (w *Jobs) transitions(rs []Report) (time.Time, []store.Transition) {
+// transitions decides each report's transition at the writer's clock,
+// and the advance of the parent of a last open part that ends (fuse).
+func (w *Jobs) transitions(ctx context.Context, rs []Report) (time.Time, []store.Transition) {
 	now := w.cfg.Now()
 	ts := make([]store.Transition, len(rs))
 	w.mu.Lock()
@@ -305,6 +310,11 @@ func (w *Jobs) transitions(rs []Report) (time.Time, []store.Transition) {
 		}
 	}
 	w.mu.Unlock()
+	for i, r := range rs {
+		if r.fuse != nil {
+			ts[i].Parent = r.fuse.advance(ctx, ts[i])
+		}
+	}
 	return now, ts
 }
 
@@ -327,6 +337,12 @@ func (w *Jobs) reported(rs []Report, ts []store.Transition, errs []error, now ti
 		out[i] = Reported{Transition: ts[i], Err: errs[i]}
 		if errs[i] == nil && w.cfg.Observer != nil {
 			w.cfg.Observer.Finished(r.Job, r.Outcome, ts[i])
+		}
+		if pa := ts[i].Parent; errs[i] == nil && pa != nil && pa.Job != nil {
+			// Its parent was advanced with it: nothing to wake.
+			w.advanced(pa.Advance, pa.Job)
+			r.fuse.advanced(pa)
+			continue
 		}
 		if errs[i] == nil && ts[i].To.Final() && r.Job.ParentID != "" {
 			w.partFinal(r.Job.ParentID, r.Job.Lane)
@@ -432,13 +448,20 @@ func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, er
 	if err != nil {
 		return j, err
 	}
+	w.advanced(p, j)
+	return j, nil
+}
+
+// advanced tells of parent advance p, written and leaving the job j:
+// the PublishedObserver when p recorded the publication too, and the
+// aggregation of j's own parent when j is a part and ended final.
+func (w *Jobs) advanced(p store.AdvanceParams, j *job.Job) {
 	if po, ok := w.cfg.Observer.(PublishedObserver); ok && p.Publish && j.State == job.StatePublished {
 		po.Published(j.ID) // its publication was recorded with it (AdvanceParams.Publish)
 	}
 	if j.State.Final() && j.ParentID != "" {
 		w.partFinal(j.ParentID, j.Lane)
 	}
-	return j, nil
 }
 
 // Published records that a validated job's result was delivered, with the

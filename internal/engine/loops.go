@@ -69,7 +69,7 @@ func (e *Engine) gather() ([]result, bool) {
 func (e *Engine) finish(batch []result) {
 	rs := make([]Report, len(batch))
 	for i, r := range batch {
-		rs[i] = Report{Job: r.job, Outcome: r.out, Validates: e.cfg.Kinds[r.job.Kind].Publisher != nil, Answered: r.answered}
+		rs[i] = Report{Job: r.job, Outcome: r.out, Validates: e.cfg.Kinds[r.job.Kind].Publisher != nil, Answered: r.answered, fuse: r.fuse}
 	}
 	// Finishing must outlive Stop's cancellation: an outcome we have is
 	// written, or the lease expires and the job is retried.

@@ -107,11 +107,13 @@ func reviewWrites(t *testing.T, pub engine.Publisher) int64 {
 
 // TestInteractiveReviewWrites counts the writer visits of one interactive
 // parent with one part, from insert to publication: the insert, the
-// part's lease, the part's finish and the parent's aggregation, whose
-// write also records the publication when the parent has nothing to
+// part's lease, and the part's finish, whose write also carries the
+// parent's aggregation (its part is its last open one: fused.go), and
+// that also records the publication when the parent has nothing to
 // deliver (no Publisher, or a Deliverer that says so). Before session 29
-// that publication was a fifth write, from the publication pool; a
-// parent whose Publisher delivers still takes it (and its claim).
+// that publication was a fifth write, from the publication pool; before
+// session 30 the aggregation was a fourth. A parent whose Publisher
+// delivers still takes the publication (and its claim).
 func TestInteractiveReviewWrites(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -119,9 +121,9 @@ func TestInteractiveReviewWrites(t *testing.T) {
 		pub  engine.Publisher
 		want int64
 	}{
-		{"no publisher", nil, 4},
-		{"delivers nothing", &nowherePublisher{}, 4},
-		{"delivers", &countingPublisher{}, 6}, // + the claim and the publication
+		{"no publisher", nil, 3},
+		{"delivers nothing", &nowherePublisher{}, 3},
+		{"delivers", &countingPublisher{}, 5}, // + the claim and the publication
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -129,6 +131,43 @@ func TestInteractiveReviewWrites(t *testing.T) {
 				t.Fatalf("%d store writes for one interactive parent and its part, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// reopenable returns an opener of one SQLite file in t's temporary
+// directory: a process's store, and its restarted process's.
+func reopenable(t *testing.T) func() store.Store {
+	path := filepath.Join(t.TempDir(), "us.db")
+	return func() store.Store {
+		s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Region: "us"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
+// nowhereReportKinds are the "fetch" parts and their "report" parent,
+// aggregated by sumParts (counting in calls) and published nowhere.
+func nowhereReportKinds(calls *atomic.Int64) map[string]engine.Kind {
+	return map[string]engine.Kind{
+		"fetch":  fetchKind,
+		"report": {Aggregate: sumParts(calls), PartKinds: []string{"fetch"}, Publisher: &nowherePublisher{}, SweepEvery: time.Hour},
+	}
+}
+
+// afterStartSweep waits for restarted engine e's start sweep and checks
+// that parent id, on s, was aggregated once in all.
+func afterStartSweep(t *testing.T, e *engine.Engine, s store.Store, id string) {
+	t.Helper()
+	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
+		if e.Sweeps() < 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if recs := aggregations(t, s, id); len(recs) != 1 {
+		t.Fatalf("%d aggregation records, want 1", len(recs))
 	}
 }
 
@@ -170,25 +209,12 @@ func TestFoldedPublicationCrash(t *testing.T) {
 		t.Run(map[bool]string{false: "before the write", true: "after the commit"}[afterCommit], func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			path := filepath.Join(t.TempDir(), "us.db")
-			open := func() store.Store {
-				s, err := sqlite.Open(ctx, sqlite.Config{Path: path, Region: "us"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			}
-			kinds := func(calls *atomic.Int64) map[string]engine.Kind {
-				return map[string]engine.Kind{
-					"fetch":  fetchKind,
-					"report": {Aggregate: sumParts(calls), PartKinds: []string{"fetch"}, Publisher: &nowherePublisher{}, SweepEvery: time.Hour},
-				}
-			}
+			open := reopenable(t)
 			// The first process: its part runs; it dies at the advance.
 			s1 := open()
 			dying := &dyingAdvance{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
 			var calls1 atomic.Int64
-			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: kinds(&calls1), PollInterval: 5 * time.Millisecond})
+			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: nowhereReportKinds(&calls1), PollInterval: 5 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,17 +248,9 @@ func TestFoldedPublicationCrash(t *testing.T) {
 			s2 := open()
 			t.Cleanup(func() { s2.Close() })
 			var calls2 atomic.Int64
-			e2 := start(t, engine.Config{Store: s2, Kinds: kinds(&calls2)})
+			e2 := start(t, engine.Config{Store: s2, Kinds: nowhereReportKinds(&calls2)})
 			waitState(t, s2, parent.ID, job.StatePublished)
-			testkit.Eventually(t, time.Minute, "the start sweep", func() error {
-				if e2.Sweeps() < 1 {
-					return errors.New("not yet")
-				}
-				return nil
-			})
-			if recs := aggregations(t, s2, parent.ID); len(recs) != 1 {
-				t.Fatalf("%d aggregation records, want 1", len(recs))
-			}
+			afterStartSweep(t, e2, s2, parent.ID)
 			if wantCalls := map[bool]int64{false: 1, true: 0}[afterCommit]; calls2.Load() != wantCalls {
 				t.Fatalf("the restarted engine aggregated the parent %d times, want %d", calls2.Load(), wantCalls)
 			}
@@ -314,8 +332,8 @@ func TestIdleReviewsLeaseOnce(t *testing.T) {
 		if leases != n || empty != 0 {
 			t.Errorf("%d leases (%d empty) for %d reviews, want one each, none empty", leases, empty, n)
 		}
-		if w := after.Writes - before.Writes; w != 4*n {
-			t.Errorf("%d store writes for %d reviews, want %d (insert, lease, finish, aggregation)", w, n, 4*n)
+		if w := after.Writes - before.Writes; w != 3*n {
+			t.Errorf("%d store writes for %d reviews, want %d (insert, lease, finish with the aggregation)", w, n, 3*n)
 		}
 
 		// Another node's insert, no Notify here: the next poll leases it.
@@ -340,4 +358,107 @@ func TestIdleReviewsLeaseOnce(t *testing.T) {
 			t.Fatal("another node's job never started")
 		}
 	})
+}
+
+// dyingFinish is a store on which the process dies at the finish that
+// carries a parent's advance (store.Transition.Parent): before the write
+// reaches the store (afterCommit false), or after it committed and before
+// the engine heard back. From then on every finish fails, as the dead
+// process writes nothing more.
+type dyingFinish struct {
+	store.Store
+	afterCommit bool
+	died        chan struct{}
+	dead        atomic.Bool
+}
+
+func (d *dyingFinish) Finish(ctx context.Context, ts []store.Transition) ([]error, error) {
+	if d.dead.Load() {
+		return nil, errDied
+	}
+	if !slices.ContainsFunc(ts, func(t store.Transition) bool { return t.Parent != nil }) {
+		return d.Store.Finish(ctx, ts)
+	}
+	d.dead.Store(true)
+	defer close(d.died)
+	if d.afterCommit {
+		if _, err := d.Store.Finish(ctx, ts); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errDied
+}
+
+// TestFusedFinishCrash: a process dies at the write of an interactive
+// parent's last part's finish, which carries the parent's aggregation.
+// Died before the write: the part is still running and the parent
+// accepted; the restarted process recovers the part's lease, runs it
+// again, and its finish aggregates and publishes the parent once. Died
+// after the commit: part and parent are both final (the parent
+// published, with one aggregation record), and the restarted engine runs
+// and aggregates nothing again. Nothing lost, nothing twice.
+func TestFusedFinishCrash(t *testing.T) {
+	t.Parallel()
+	for _, afterCommit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before the write", true: "after the commit"}[afterCommit], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			open := reopenable(t)
+			s1 := open()
+			dying := &dyingFinish{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
+			var calls1 atomic.Int64
+			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: nowhereReportKinds(&calls1), PollInterval: 5 * time.Millisecond,
+				LeaseFor: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e1.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			parent, parts := interactiveParent(1)
+			if _, err := e1.Jobs().InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			e1.Notify()
+			select {
+			case <-dying.died:
+			case <-time.After(time.Minute):
+				t.Fatal("the part's finish never carried its parent's advance")
+			}
+			stop, cancel := context.WithTimeout(ctx, 5*time.Second)
+			e1.Stop(stop)
+			cancel()
+			p, err := s1.Get(ctx, parent.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			part, err := s1.Get(ctx, parts[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantParent := map[bool]job.State{false: job.StateAccepted, true: job.StatePublished}[afterCommit]
+			wantPart := map[bool]job.State{false: job.StateRunning, true: job.StatePublished}[afterCommit]
+			if p.State != wantParent || part.State != wantPart {
+				t.Fatalf("after the death the parent is %s and its part %s, want %s and %s", p.State, part.State, wantParent, wantPart)
+			}
+			s1.Close()
+
+			s2 := open()
+			t.Cleanup(func() { s2.Close() })
+			var calls2 atomic.Int64
+			e2 := start(t, engine.Config{Store: s2, Kinds: nowhereReportKinds(&calls2), LeaseFor: time.Second})
+			waitState(t, s2, parent.ID, job.StatePublished)
+			afterStartSweep(t, e2, s2, parent.ID)
+			part, err = s2.Get(ctx, parts[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wantAttempts := map[bool]int{false: 2, true: 1}[afterCommit]; part.State != job.StatePublished || part.Attempt != wantAttempts {
+				t.Fatalf("the part is %s after %d attempts, want published after %d", part.State, part.Attempt, wantAttempts)
+			}
+			if wantCalls := map[bool]int64{false: 1, true: 0}[afterCommit]; calls2.Load() != wantCalls {
+				t.Fatalf("the restarted engine aggregated the parent %d times, want %d", calls2.Load(), wantCalls)
+			}
+		})
+	}
 }

@@ -30,6 +30,11 @@ type FinishTx interface {
 	// GroupUnblock clears the group's blocked-until (see
 	// LeaseTx.TouchGroups), so that the next lease looks at it again.
 	GroupUnblock(group int64) error
+	// AdvanceParent writes p, the advance of the parent of part partID
+	// whose transition EndAttempts just wrote, under ParentAdvance's
+	// guard (ParentAdvanceQuery), and returns the parent as it left it;
+	// nil, and no error, when the guard failed and it wrote nothing.
+	AdvanceParent(partID string, p *ParentAdvance) (*job.Job, error)
 	// ReadKeys returns the named keys' states without locking them (a key
 	// with no row is missing). Finish reads only their configuration from
 	// them, before EndAttempts (see PacedRetry), so that the job rows are
@@ -202,6 +207,11 @@ func FinishReleased(tx FinishTx, ts []Transition) (errs []error, released bool, 
 	if err := pacedRetries(tx, ts); err != nil {
 		return nil, false, err
 	}
+	for i := range ts {
+		if ts[i].Parent != nil {
+			ts[i].Parent.Job = nil // a driver may run a finish again (a retried transaction)
+		}
+	}
 	errs = make([]error, len(ts))
 	type applied struct {
 		t     *Transition
@@ -248,6 +258,9 @@ func FinishReleased(tx FinishTx, ts []Transition) (errs []error, released bool, 
 			}
 			if len(e.Keys) > 0 && t.Keys.Disturbs() {
 				released = true
+			}
+			if err := advanceParent(tx, t); err != nil {
+				return nil, false, err
 			}
 			done = append(done, applied{t, e.Keys, e.Cost, e.Group})
 			names = append(names, e.Keys...)
@@ -308,6 +321,26 @@ func FinishReleased(tx FinishTx, ts []Transition) (errs []error, released bool, 
 		return nil, false, err
 	}
 	return errs, true, nil // every paced key is saved: its start ended
+}
+
+// advanceParent writes t.Parent, when t has one and ends its job (the
+// part) final, right after t was written: job rows first, as the lock
+// order of Finish wants, and the parent's after its part's. It sets
+// t.Parent.Job to the parent as written, nil when the guard failed.
+func advanceParent(tx FinishTx, t *Transition) error {
+	if t.Parent == nil {
+		return nil
+	}
+	t.Parent.Job = nil
+	if !t.To.Final() {
+		return nil // not the part's end: its parent is not ready
+	}
+	if err := t.Parent.Check(); err != nil {
+		return err
+	}
+	j, err := tx.AdvanceParent(t.ID, t.Parent)
+	t.Parent.Job = j
+	return err
 }
 
 // atCap reports whether one of the keys (those in states) has all the

@@ -63,19 +63,7 @@ func ReadyParentsQuery(cols string, p ReadyParentsParams) *Query {
 	child := `SELECT 1 FROM jobs pj WHERE pj.parent_id = jobs.id AND pj.parent_id <> ''
 		AND pj.tenant = jobs.tenant AND pj.region = jobs.region
 		AND pj.state <> '` + string(job.StatePublished) + `' AND pj.state <> '` + string(job.StateTerminal) + `'`
-	var args []any
-	if len(p.PartKinds) > 0 {
-		child += ` AND pj.kind IN (?` + strings.Repeat(`, ?`, len(p.PartKinds)-1) + `)`
-		for _, k := range p.PartKinds {
-			args = append(args, k)
-		}
-	}
-	// CROSS JOIN: SQLite then reads the parent's items first (by job_id)
-	// and each one's batch by its key, rather than every batch of the
-	// tenant and their items; PostgreSQL plans it as any inner join.
-	item := `SELECT 1 FROM batch_items bi CROSS JOIN batches bh
-		WHERE bi.job_id = jobs.id AND bh.id = bi.batch_id AND (bi.state = '` + ItemPending + `' OR bi.state = '` + ItemSubmitted + `')
-		AND bh.tenant = jobs.tenant AND bh.region = jobs.region`
+	child, args := ofPartKinds(child, nil, p.PartKinds)
 	q := NewQuery(`SELECT ` + cols + ` FROM jobs`)
 	if !p.FinishedSince.IsZero() {
 		// No parent_id <> '' here: it would let SQLite scan every part
@@ -87,8 +75,32 @@ func ReadyParentsQuery(cols string, p ReadyParentsParams) *Query {
 	}
 	q.Where(`state = '`+string(job.StateAccepted)+`'`).Where(`kind = ?`, p.Kind)
 	q.WhereSet(`lane = ?`, string(p.Lane))
-	q.Where(`NOT EXISTS (`+child+`)`, args...).Where(`NOT EXISTS (` + item + `)`)
+	q.Where(`NOT EXISTS (`+child+`)`, args...).Where(`NOT EXISTS (` + openItemSQL + `)`)
 	return q.WhereSet(`id < ?`, p.After).Then(`ORDER BY id DESC LIMIT ?`, PageSize(p.Limit))
+}
+
+// openItemSQL finds a batch item that is not final naming the job of the
+// enclosing statement's jobs row, in a batch of its tenant and region
+// (ReadyParentsQuery, ParentAdvanceQuery). CROSS JOIN: SQLite then reads
+// the parent's items first (by job_id) and each one's batch by its key,
+// rather than every batch of the tenant and their items; PostgreSQL plans
+// it as any inner join.
+const openItemSQL = `SELECT 1 FROM batch_items bi CROSS JOIN batches bh
+		WHERE bi.job_id = jobs.id AND bh.id = bi.batch_id AND (bi.state = '` + ItemPending + `' OR bi.state = '` + ItemSubmitted + `')
+		AND bh.tenant = jobs.tenant AND bh.region = jobs.region`
+
+// ofPartKinds adds to child, a probe of a parent's children pj, the test
+// that a child is of one of kinds (none: any child counts), and its
+// arguments to args.
+func ofPartKinds(child string, args []any, kinds []string) (string, []any) {
+	if len(kinds) == 0 {
+		return child, args
+	}
+	child += ` AND pj.kind IN (?` + strings.Repeat(`, ?`, len(kinds)-1) + `)`
+	for _, k := range kinds {
+		args = append(args, k)
+	}
+	return child, args
 }
 
 // PartsOfQuery is PartsOf's statement for both SQL drivers: the columns

@@ -445,6 +445,10 @@ type Transition struct {
 	// at every lease (with attempt + 1), so a job completed, recovered or
 	// leased again since the reaper's selection conflicts too.
 	LeaseExpiredBy time.Time
+	// Parent, when set, is the advance of the job's parent, written in
+	// the same transaction when this transition is written and ends the
+	// job's last open part (see ParentAdvance); Finish sets its Job.
+	Parent *ParentAdvance
 }
 
 // KeyEffect is what an attempt's outcome does to the job's limit keys. Every

@@ -33,17 +33,43 @@ func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, e
 		if err != nil {
 			return err
 		}
-		out, err = store.FinishAdvance(p, store.AdvanceTx{
-			Group:        func() (int64, error) { return group, nil },
-			GroupReady:   func(group int64, now time.Time) error { return groupReady(ctx, tx, group, now) },
-			AppendRecord: func(r job.AttemptRecord) error { return appendRecord(ctx, tx, p.ID, r) },
-			Publish:      func(now time.Time) error { return publishOn(ctx, tx, p.ID, now) },
-			Get:          func() (*job.Job, error) { return getJob(ctx, tx, p.ID, false) },
-		})
+		out, err = finishAdvance(ctx, tx, p, group)
 		return err
 	})
 	if err != nil {
 		return nil, wrap(err, "advance job %s", p.ID)
 	}
 	return out, nil
+}
+
+// finishAdvance is store.FinishAdvance on q, after p's guarded UPDATE
+// of the job of group group.
+func finishAdvance(ctx context.Context, q querier, p store.AdvanceParams, group int64) (*job.Job, error) {
+	return store.FinishAdvance(p, store.AdvanceTx{
+		Group:        func() (int64, error) { return group, nil },
+		GroupReady:   func(group int64, now time.Time) error { return groupReady(ctx, q, group, now) },
+		AppendRecord: func(r job.AttemptRecord) error { return appendRecord(ctx, q, p.ID, r) },
+		Publish:      func(now time.Time) error { return publishOn(ctx, q, p.ID, now) },
+		Get:          func() (*job.Job, error) { return getJob(ctx, q, p.ID, false) },
+	})
+}
+
+// AdvanceParent is store.FinishTx's: ParentAdvanceQuery's guarded UPDATE
+// (which returns the group, for the rest of the advance), then the rest
+// of an advance when it moved the parent. The finish then needs more
+// than its first statement, so it never commits with it (finishCommits
+// refuses a transition with a Parent).
+func (f *finishTx) AdvanceParent(partID string, p *store.ParentAdvance) (*job.Job, error) {
+	if f.committed {
+		return nil, errCommitted
+	}
+	q := store.ParentAdvanceQuery(partID, p)
+	var id string
+	err := f.tx.QueryRow(f.ctx, q.Numbered(), q.Args()...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // the parent moved, or a part is open: nothing to write
+	} else if err != nil {
+		return nil, err
+	}
+	return finishAdvance(f.ctx, f.tx, p.Rest(), 0)
 }

@@ -205,8 +205,9 @@ func needsMore(err error) bool {
 // two (the second carried only COMMIT: 642 of a 20,000-job drain's
 // ~2,300 round trips). That is known before it runs for the outcomes
 // (no job back to waiting or to a retry, whose group is readied; no
-// refusal, pause or hint, which write their keys; no job twice, which
-// takes a second statement) but only after it for the keys: paced keys
+// refusal, pause or hint, which write their keys; no job twice, nor a
+// parent's advance (store.Transition.Parent), which take a second
+// statement) but only after it for the keys: paced keys
 // are saved. endAttemptsSQL checks them under its lock and fails, and
 // the finish runs again the usual way; a store that met a paced key then
 // finishes the usual way for its next slowAfterMiss finishes, so that a
@@ -227,7 +228,7 @@ func (c *finishCommits) mayCommit(ts []store.Transition) bool {
 		return false
 	}
 	for k, t := range ts {
-		if t.To == job.StateWaiting || t.To == job.StateRetryScheduled || t.Keys.Disturbs() ||
+		if t.To == job.StateWaiting || t.To == job.StateRetryScheduled || t.Keys.Disturbs() || t.Parent != nil ||
 			k > 0 && ts[k-1].ID == t.ID {
 			return false
 		}

@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/job"
@@ -24,16 +26,35 @@ func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, e
 		if err := s.guarded(tx, res, err, p.ID); err != nil {
 			return err
 		}
-		out, err = store.FinishAdvance(p, store.AdvanceTx{
-			Group: func() (group int64, err error) {
-				return group, s.queryRow(tx, `SELECT group_id FROM jobs WHERE id = ?`, p.ID).Scan(&group)
-			},
-			GroupReady:   func(group int64, now time.Time) error { return s.groupReady(tx, group, now) },
-			AppendRecord: func(r job.AttemptRecord) error { return s.appendRecord(tx, p.ID, r) },
-			Publish:      func(now time.Time) error { return s.publishTx(tx, p.ID, now) },
-			Get:          func() (*job.Job, error) { return s.getTx(tx, p.ID) },
-		})
+		out, err = s.finishAdvance(tx, p)
 		return err
 	})
 	return out, err
+}
+
+// finishAdvance is store.FinishAdvance on tx, after p's guarded UPDATE.
+func (s *Store) finishAdvance(tx *writeTx, p store.AdvanceParams) (*job.Job, error) {
+	return store.FinishAdvance(p, store.AdvanceTx{
+		Group: func() (group int64, err error) {
+			return group, s.queryRow(tx, `SELECT group_id FROM jobs WHERE id = ?`, p.ID).Scan(&group)
+		},
+		GroupReady:   func(group int64, now time.Time) error { return s.groupReady(tx, group, now) },
+		AppendRecord: func(r job.AttemptRecord) error { return s.appendRecord(tx, p.ID, r) },
+		Publish:      func(now time.Time) error { return s.publishTx(tx, p.ID, now) },
+		Get:          func() (*job.Job, error) { return s.getTx(tx, p.ID) },
+	})
+}
+
+// AdvanceParent is store.FinishTx's: ParentAdvanceQuery's guarded UPDATE,
+// then the rest of an advance (finishAdvance) when it moved the parent.
+func (o *txOps) AdvanceParent(partID string, p *store.ParentAdvance) (*job.Job, error) {
+	q := store.ParentAdvanceQuery(partID, p)
+	var id string
+	err := o.s.queryRow(o.tx, q.SQL(), q.Args()...).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil // the parent moved, or a part is open: nothing to write
+	} else if err != nil {
+		return nil, err
+	}
+	return o.s.finishAdvance(o.tx, p.Rest())
 }

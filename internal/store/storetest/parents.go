@@ -12,11 +12,12 @@ import (
 )
 
 var parentCases = map[string]func(*testing.T, Opener){
-	"ReadyParents":      testReadyParents,
-	"ReadyParentsItems": testReadyParentsItems,
-	"ReadyParentsSince": testReadyParentsFinishedSince,
-	"PartsOf":           testPartsOf,
-	"AdvancePublish":    testAdvancePublish,
+	"ReadyParents":         testReadyParents,
+	"ReadyParentsItems":    testReadyParentsItems,
+	"ReadyParentsSince":    testReadyParentsFinishedSince,
+	"PartsOf":              testPartsOf,
+	"AdvancePublish":       testAdvancePublish,
+	"FinishAdvancesParent": testFinishAdvancesParent,
 }
 
 // newParent returns an accepted parent of kind and its waiting parts of

@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/crashpoint"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// The last part's finish carries its parent's aggregation. When an
+// interactive part's handler returns an outcome that may end it (a
+// success, or a failure that is not retried) and every other part of its
+// parent is final already, the part is its parent's last open part: the
+// engine reads the parent and its parts (in the handler's goroutine, off
+// the finish loop), and once the finish decides the part's transition it
+// aggregates the parent in memory, the finishing part taken as that
+// transition leaves it, and writes the part's finish and the parent's
+// guarded advance in one store write (store.Transition.Parent). Apart,
+// they were two visits to a single-writer store, the second queued behind
+// whatever the batch lane had in the writer's queue: an interactive
+// review made four writes (insert, lease, finish, aggregation) and now
+// makes three (docs/benchmarks.md, "Session 30 (s30h1)").
+//
+// Every guarantee of the aggregation stands. Exactly once: the advance is
+// the same compare-and-set from accepted, checked in the finish's
+// transaction, which also checks that no other part is open or finished
+// since the engine read them (a redriven part, a part of another node),
+// and writes nothing of the parent when the part's own guard fails (a
+// lost lease). At least once: when the fused advance is not written for
+// any of those reasons, or the fused path does not apply (an outcome
+// that is retried, a part that is not the last, a read that failed), the
+// part's finish wakes its parent as before and the aggregation loop, or
+// the sweep, aggregates it. A crash before the write loses both (the
+// part's lease runs out and it runs again), after it neither.
+//
+// Only interactive-lane parts take this path: a batch-lane review's parts
+// are its batch items, not jobs, and a batch-lane finish is written on
+// the batch lane's terms (store.WithLane, the pacer's charge).
+
+// fusedParent is what the engine read of a part's parent when the part
+// was its last open one: the parent, its parts as read (the finishing
+// one among them, running), the kind that aggregates it, and when the
+// reading began.
+type fusedParent struct {
+	e      *Engine
+	k      Kind
+	parent *job.Job
+	parts  []*job.Job
+	read   time.Time
+	// begun is when the aggregation began, for its stage.
+	begun time.Time
+}
+
+// lastPart returns the fused aggregation of j's parent when j, an
+// interactive part whose handler returned out, is its parent's last open
+// part; nil when it is not, or may not be (then the parent is aggregated
+// the usual way, after the finish).
+func (e *Engine) lastPart(ctx context.Context, j *job.Job, out job.Outcome) *fusedParent {
+	if j.ParentID == "" || j.Lane != job.LaneInteractive || !e.serves(job.LaneInteractive) || !mayEnd(out.Class) ||
+		!e.aggregatesPart(j.Kind) || e.cfg.Kinds[j.Kind].Publisher != nil {
+		return nil // a part with a Publisher ends validated, not final
+	}
+	read := e.cfg.Now()
+	children, err := e.cfg.Store.List(ctx, store.ListParams{Parent: j.ParentID, Limit: store.MaxListLimit})
+	if err != nil || len(children) == store.MaxListLimit || !lastOpen(children, j.ID) {
+		return nil
+	}
+	parent, err := e.cfg.Store.Get(ctx, j.ParentID)
+	if err != nil || parent.State != job.StateAccepted || parent.Lane != job.LaneInteractive {
+		return nil
+	}
+	k, ok := e.cfg.Kinds[parent.Kind]
+	if !ok || k.Aggregate == nil || !isPart(parent, j, k.PartKinds) {
+		return nil
+	}
+	parts := slices.DeleteFunc(children, func(c *job.Job) bool { return !isPart(parent, c, k.PartKinds) })
+	return &fusedParent{e: e, k: k, parent: parent, parts: parts, read: read}
+}
+
+// mayEnd reports whether an outcome of class c may end a job's attempts
+// for good (Decide has the last word: a failure within its budget is
+// retried instead).
+func mayEnd(c job.Class) bool {
+	return c == job.ClassSuccess || c == job.ClassPermanent || c == job.ClassInvalidOutput
+}
+
+// aggregatesPart reports whether kind is a part kind of one of the
+// engine's aggregating kinds.
+func (e *Engine) aggregatesPart(kind string) bool {
+	for _, name := range e.aggKinds {
+		if pk := e.cfg.Kinds[name].PartKinds; len(pk) == 0 || slices.Contains(pk, kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastOpen reports whether every child but id is final.
+func lastOpen(children []*job.Job, id string) bool {
+	found := false
+	for _, c := range children {
+		if c.ID == id {
+			found = true
+		} else if !c.State.Final() {
+			return false
+		}
+	}
+	return found
+}
+
+// advance aggregates the parent with part ended by t (its transition,
+// decided) and returns the parent's advance for t's write; nil when the
+// aggregator decided nothing (the parent then waits for its wake-up, as
+// any other), or t does not end the part.
+func (f *fusedParent) advance(ctx context.Context, t store.Transition) *store.ParentAdvance {
+	if !t.To.Final() {
+		return nil
+	}
+	f.begun = f.e.cfg.Now()
+	parts := make([]*job.Job, len(f.parts))
+	var finishedBy time.Time
+	for i, p := range f.parts {
+		if p.ID != t.ID {
+			parts[i] = p
+			if p.FinishedAt.After(finishedBy) {
+				finishedBy = p.FinishedAt
+			}
+			continue
+		}
+		ended := *p // the part as t leaves it
+		ended.State, ended.Reason, ended.Attempts, ended.FinishedAt = t.To, t.Reason, t.Attempts, t.Keys.Now
+		ended.LeaseToken, ended.LeaseExpiresAt = "", time.Time{}
+		if t.Result != nil {
+			ended.Result = t.Result
+		}
+		parts[i] = &ended
+	}
+	o := f.e.aggregate(ctx, f.k, f.parent, parts)
+	crashpoint.Hit(crashpoint.PartsBeforeAdvance)
+	p, ok := advanceOf(f.parent, o, parts, t.Keys.Now)
+	if !ok {
+		return nil
+	}
+	p.Publish = p.To == job.StateValidated && !delivers(f.k.Publisher, f.parent)
+	return &store.ParentAdvance{Advance: p, PartKinds: f.k.PartKinds, FinishedBy: finishedBy}
+}
+
+// advanced does what follows the parent's advance j, written with its
+// last part's finish: what prepareWith's write does after Jobs.Advance.
+func (f *fusedParent) advanced(pa *store.ParentAdvance) {
+	e, j := f.e, pa.Job
+	e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(f.parts), "state", j.State, "with", "its last part's finish")
+	now := e.cfg.Now()
+	e.observeStage(j.ID, "", "", j.Lane, stAggregateWait, f.begun, f.begun) // woken by nothing: aggregated at once
+	e.observeStage(j.ID, "", "", j.Lane, stAggregate, f.begun, now)
+	switch {
+	case j.State == job.StateValidated:
+		e.queuePublish(j.ID, j.Lane) // as a finished part's: a full queue is retried by the reap tick
+	case pa.Advance.Publish && j.State == job.StatePublished:
+		e.observePublication(j.Kind, PublishPublished)
+	}
+}
