@@ -77,3 +77,7 @@ func BatchPiece(e *Engine) { e.batchPiece(context.Background())() }
 func SetParentQueues(e *Engine, n int) {
 	e.parents, e.batchParents = make(chan parentWake, n), make(chan parentWake, n)
 }
+
+// FusedMaxParts is fusedMaxParts: the most parts a parent may have for
+// its last part's finish to carry its aggregation.
+const FusedMaxParts = fusedMaxParts

@@ -64,8 +64,8 @@ func (e *Engine) lastPart(ctx context.Context, j *job.Job, out job.Outcome) *fus
 		return nil // a part with a Publisher ends validated, not final
 	}
 	read := e.cfg.Now()
-	children, err := e.cfg.Store.List(ctx, store.ListParams{Parent: j.ParentID, Limit: store.MaxListLimit})
-	if err != nil || len(children) == store.MaxListLimit || !lastOpen(children, j.ID) {
+	children, err := e.cfg.Store.List(ctx, store.ListParams{Parent: j.ParentID, Limit: fusedMaxParts + 1})
+	if err != nil || len(children) > fusedMaxParts || !lastOpen(children, j.ID) {
 		return nil
 	}
 	parent, err := e.cfg.Store.Get(ctx, j.ParentID)
@@ -79,6 +79,15 @@ func (e *Engine) lastPart(ctx context.Context, j *job.Job, out job.Outcome) *fus
 	parts := slices.DeleteFunc(children, func(c *job.Job) bool { return !isPart(parent, c, k.PartKinds) })
 	return &fusedParent{e: e, k: k, parent: parent, parts: parts, read: read}
 }
+
+// fusedMaxParts bounds the parents that take the fused path: every part
+// of one that may end reads its siblings to learn whether it is the last
+// open one, so with no bound a parent of n parts made n reads of n rows
+// (TestFusedReadIsBounded), in the handlers' goroutines, and aggregated
+// on the finish loop. A parent with more parts (a large review) is
+// aggregated the usual way after its last finish: one write more, small
+// beside its parts' own.
+const fusedMaxParts = 64
 
 // mayEnd reports whether an outcome of class c may end a job's attempts
 // for good (Decide has the last word: a failure within its budget is

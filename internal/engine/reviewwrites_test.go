@@ -462,3 +462,56 @@ func TestFusedFinishCrash(t *testing.T) {
 		})
 	}
 }
+
+// partsReads is a store whose List records the largest page a caller
+// asked of a parent's parts.
+type partsReads struct {
+	*leaseCounter
+	pages, large atomic.Int64
+}
+
+func (r *partsReads) List(ctx context.Context, p store.ListParams) ([]*job.Job, error) {
+	if p.Parent != "" {
+		r.pages.Add(1)
+		if p.Limit > engine.FusedMaxParts+1 {
+			r.large.Add(1)
+		}
+	}
+	return r.leaseCounter.List(ctx, p)
+}
+
+// TestFusedReadIsBounded: every part of an interactive parent that may
+// end reads its siblings to learn whether it is the last open one, so an
+// unbounded read made a parent of n parts read n² rows. The read asks for
+// one row more than the fused path takes, and a parent with more parts
+// than that is aggregated after its last finish, as before session 30:
+// once, over every part.
+func TestFusedReadIsBounded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &partsReads{leaseCounter: &leaseCounter{Store: newStore(t)}}
+		var calls atomic.Int64
+		e := start(t, engine.Config{Store: s, Kinds: map[string]engine.Kind{
+			"fetch":  fetchKind,
+			"report": {Aggregate: sumParts(&calls), PartKinds: []string{"fetch"}},
+		}})
+		n := engine.FusedMaxParts + 1
+		parent, parts := interactiveParent(n)
+		if _, err := e.Jobs().InsertParts(context.Background(), parent, parts, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		e.Notify()
+		got := waitState(t, s, parent.ID, job.StatePublished)
+		var r report
+		if err := json.Unmarshal(got.Result, &r); err != nil || r.Parts != n || r.Sum != n*(n+1)/2 {
+			t.Fatalf("parent result %s (%v), want %d parts summing to %d", got.Result, err, n, n*(n+1)/2)
+		}
+		t.Logf("%d reads of the parent's parts, %d of them larger than %d rows; %d aggregations", s.pages.Load(), s.large.Load(), engine.FusedMaxParts+1, calls.Load())
+		// The wake-ups of the usual aggregation read every part too, but
+		// once per wake-up, and the finishes' wake-ups of one parent
+		// coalesce; unbounded, each of the n finishes read them all.
+		if s.large.Load() >= int64(n) {
+			t.Fatalf("%d reads of more than %d of the parent's parts for %d parts: each part's finish read them all", s.large.Load(), engine.FusedMaxParts+1, n)
+		}
+	})
+}
