@@ -145,7 +145,9 @@ func FuzzVerifySignature(f *testing.F) {
 		}
 		own := specSign(t, secret, id, now.Unix(), string(body))
 		h = signedHeaders(id, now.Unix(), sigs+" "+own)
-		if err := signature.Verify([][]byte{key}, h, body, now, 5*time.Minute); err != nil && validHeaderValue(sigs) {
+		// Whatever the fuzzed entries hold, the spec signature is a field
+		// of its own after the space, so it must be found.
+		if err := signature.Verify([][]byte{key}, h, body, now, 5*time.Minute); err != nil {
 			t.Fatalf("own signature rejected: %v", err)
 		}
 		// The spec signature alone, so no fuzzed entry can be the match.
