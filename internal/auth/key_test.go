@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"regexp"
 	"strings"
@@ -78,6 +79,11 @@ func FuzzParseKey(f *testing.F) {
 		}
 		if len(id) != IDLen || !allIn(id, isIDChar) || len(hash) != sha256.Size || !strings.HasPrefix(s, KeyPrefix+id+"_") {
 			t.Fatalf("ParseKey(%q) accepted a bad key: id %q", s, id)
+		}
+		// The stored hash is of the whole key as given: a key that
+		// parsed, hashed any other way, would never match its row.
+		if sum := sha256.Sum256([]byte(s)); !bytes.Equal(hash, sum[:]) {
+			t.Fatalf("ParseKey(%q) hash %x, want SHA-256 of the key", s, hash)
 		}
 	})
 }

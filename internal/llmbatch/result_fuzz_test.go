@@ -31,5 +31,14 @@ func FuzzOpenAIResultLine(f *testing.F) {
 		if r.CustomID != l.CustomID {
 			t.Fatalf("custom_id %q, want %q", r.CustomID, l.CustomID)
 		}
+		// A success is final and carries no error; a result is retried
+		// only when it errored; an upstream status is kept for the
+		// operator whenever the line had a response and no error.
+		if r.Kind == KindSucceeded && (r.Retryable || r.ErrorType != "") || r.Retryable && r.Kind != KindErrored {
+			t.Fatalf("result %+v from %q", r, line)
+		}
+		if l.Error == nil && l.Response != nil && l.Response.StatusCode != 200 && r.Status != l.Response.StatusCode {
+			t.Fatalf("status %d, want %d from %q", r.Status, l.Response.StatusCode, line)
+		}
 	})
 }

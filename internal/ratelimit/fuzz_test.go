@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"math"
+	"math/big"
 	"net/http"
 	"strings"
 	"testing"
@@ -38,7 +40,47 @@ func FuzzParseRetryAfter(f *testing.F) {
 		if rd, ok := parseResetDuration(value); rd < 0 || !ok && rd != 0 {
 			t.Fatalf("parseResetDuration(%q) = %v, %v", value, rd, ok)
 		}
+		// Numbers against exact arithmetic: the three readers must agree
+		// with it to the nanosecond, saturating rather than wrapping.
+		if want, isNum := exactDecimal(value, time.Second); isNum {
+			if d, ok := ParseRetryAfter(value, fuzzNow(unix)); !ok || d != want {
+				t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v", value, d, ok, want)
+			}
+			if rd, ok := parseResetDuration(value); !ok || rd != want {
+				t.Fatalf("parseResetDuration(%q) = %v, %v; want %v", value, rd, ok, want)
+			}
+		} else if _, err := http.ParseTime(strings.Trim(value, " \t")); err != nil && ok {
+			t.Fatalf("ParseRetryAfter(%q) = %v, true: neither a number nor an HTTP-date", value, d)
+		}
+		if want, isNum := exactDecimal(value, time.Millisecond); isNum {
+			if md, ok := parseMillis(value); !ok || md != want {
+				t.Fatalf("parseMillis(%q) = %v, %v; want %v", value, md, ok, want)
+			}
+		}
 	})
+}
+
+// exactDecimal reads value as 1*DIGIT [ "." 1*DIGIT ] (after trimming
+// spaces and tabs) counts of unit with exact rational arithmetic, truncated
+// to a whole nanosecond and saturated at the largest Duration: an oracle
+// for parseDecimal that shares none of its overflow checks.
+func exactDecimal(value string, unit time.Duration) (time.Duration, bool) {
+	digits := func(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
+	s := strings.Trim(value, " \t")
+	whole, frac, dot := strings.Cut(s, ".")
+	if !digits(whole) || dot && !digits(frac) {
+		return 0, false
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		return 0, false
+	}
+	r.Mul(r, new(big.Rat).SetInt64(int64(unit)))
+	ns := new(big.Int).Quo(r.Num(), r.Denom())
+	if !ns.IsInt64() {
+		return time.Duration(math.MaxInt64), true
+	}
+	return time.Duration(ns.Int64()), true
 }
 
 // fuzzHeaderNames are the headers Parse reads; FuzzParse picks among

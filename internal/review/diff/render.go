@@ -68,6 +68,19 @@ func (f *File) Render(hunks []Hunk) string {
 	if hdr.IsNew && hdr.NewMode == 0 {
 		hdr.NewMode = defaultFileMode
 	}
+	// A deletion has no new side and a creation no old one (File.NewPath
+	// and File.OldPath are empty), but go-gitdiff keeps a name a "+++" or
+	// "---" line gave before the "deleted file mode" or "new file mode"
+	// line. Written into "diff --git a/old b/new", two different names
+	// leave go-gitdiff no path for the file, so the part would not parse
+	// (found by FuzzParse). With the stray name dropped, go-gitdiff writes
+	// the one path twice and /dev/null for the missing side, as git does.
+	if hdr.IsDelete {
+		hdr.NewName = ""
+	}
+	if hdr.IsNew {
+		hdr.OldName = ""
+	}
 	hdr.TextFragments = make([]*gitdiff.TextFragment, 0, len(hunks))
 	for _, h := range hunks {
 		hdr.TextFragments = append(hdr.TextFragments, h.fragment())

@@ -124,3 +124,37 @@ func TestHunkSlice(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderCreateDeleteNamesOnePath: a deletion whose header also names a
+// new path (or a creation that names an old one) parses, and Render must
+// still write a header that parses back. It wrote both names into the
+// "diff --git" line, and go-gitdiff reads a deletion's path from that line
+// only when its two names agree (found by FuzzParse).
+func TestRenderCreateDeleteNamesOnePath(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, in, path string
+		isNew          bool
+	}{
+		{"deletion naming a new path", "diff --git \n+++ 0\ndeleted file mode 0\n--- 1", "1", false},
+		{"creation naming an old path", "diff --git \n--- 0\nnew file mode 0\n+++ 1", "1", true},
+		{"deletion with a hunk", "diff --git \n+++ 0\ndeleted file mode 100644\n--- 1\n@@ -1 +0,0 @@\n-a\n", "1", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, err := Parse([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := d.Files[0]
+			out := f.Render(f.Hunks)
+			d2, err := Parse([]byte(out))
+			if err != nil {
+				t.Fatalf("re-parse of %q: %v", out, err)
+			}
+			if g := d2.Files[0]; g.Path() != tt.path || g.IsNew != tt.isNew || g.IsDeleted == tt.isNew || !reflect.DeepEqual(d.Entries(), d2.Entries()) {
+				t.Errorf("re-parsed %+v from %q, want %q (new %v)", g, out, tt.path, tt.isNew)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -184,6 +185,17 @@ func FuzzValidateOutput(f *testing.F) {
 			if f.Line < 1 || f.Confidence < 0 || f.Confidence > 1 || f.Severity.Rank() == 0 || f.Evidence == "" {
 				t.Fatalf("accepted invalid finding %+v", f)
 			}
+		}
+		// What was accepted, written back as Go encodes it, must be
+		// accepted again unchanged: the schema and the struct agree on
+		// every field, so nothing is lost or invented between the two.
+		re, err := json.Marshal(Output{Findings: fs})
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", fs, err)
+		}
+		back, err := ValidateOutput(re)
+		if err != nil || !reflect.DeepEqual(back, fs) {
+			t.Fatalf("ValidateOutput(%q) = %+v but its re-encoding %s gives %+v, %v", raw, fs, re, back, err)
 		}
 	})
 }
