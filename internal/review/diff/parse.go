@@ -164,17 +164,6 @@ func convertFile(gf *gitdiff.File) (*File, error) {
 	}
 	hdr := *gf
 	hdr.TextFragments, hdr.BinaryFragment, hdr.ReverseBinaryFragment = nil, nil, nil
-	// The header Render writes back must say what f says: a created file
-	// has no old name and a deleted one no new name. go-gitdiff keeps a
-	// name a malformed header gave anyway ("+++ 1" before "deleted file
-	// mode"), and its formatter then wrote "diff --git a/0 b/1" with
-	// "deleted file mode", which it cannot read back (found by FuzzParse).
-	if f.IsNew {
-		hdr.OldName = ""
-	}
-	if f.IsDeleted {
-		hdr.NewName = ""
-	}
 	f.header = &hdr
 	prevEnd := 0
 	for _, frag := range gf.TextFragments {
