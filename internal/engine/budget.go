@@ -266,6 +266,31 @@ func (b *batchBudget) giveBackAfter(n int, d time.Duration) {
 	}
 }
 
+// turnFree reports whether a lease now would get a turn (take), without
+// taking it. When it would not, a batch job of a computing kind could not
+// be leased (BatchMax -1), and an idle poll that found only such jobs
+// ready calls wanted instead of leasing.
+func (b *batchBudget) turnFree() bool {
+	if b.width <= 0 {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.kept > 0 || b.handlersWaiting == 0 && b.waiting == 0 && b.freeLocked(pieceCPU) > 0
+}
+
+// wanted records what a lease finding no turn free records (take): batch
+// jobs may be ready, so the next turn given back is kept for a lease and
+// wakes the fetch loop. An idle poll calls it when its read found only
+// batch jobs of computing kinds ready and no turn free: the lease it
+// used to make then took nothing, a write through SQLite's one writer
+// (docs/benchmarks.md, "Session 30 (s30h2)").
+func (b *batchBudget) wanted() {
+	b.mu.Lock()
+	b.capped = true
+	b.mu.Unlock()
+}
+
 // take reserves turns for a lease of up to n jobs: it returns the turns
 // taken and the lease's store.LeaseParams.BatchMax (0: no bound, when the
 // width is off; -1: no batch job). Call leased with what the lease

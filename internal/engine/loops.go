@@ -118,6 +118,7 @@ func (e *Engine) finish(batch []result) {
 	}
 	if !withLease {
 		if released {
+			noteWake("finish-released")
 			e.Notify() // keys were released or groups readied
 		}
 		return
@@ -130,6 +131,7 @@ func (e *Engine) finish(batch []result) {
 		return
 	}
 	if len(leased) == free {
+		noteWake("finish-full")
 		e.Notify() // every slot taken: more may be ready
 		return
 	}
@@ -165,6 +167,9 @@ func (e *Engine) finishLease(ctx context.Context, rs []Report, written func()) (
 	p := e.leaseParams(free, batchMax, &admit)
 	p.Released = func(r bool) { released = r }
 	done, leased, err := e.jobs.reportLease(ctx, rs, p, written)
+	if err == nil {
+		noteLease("finish", p, leased)
+	}
 	if err != nil {
 		for range free {
 			<-e.slots
@@ -316,6 +321,7 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 		// under the same token, which the guard just refuted; stop rather
 		// than spin.
 		if len(expired) < e.cfg.MaxBatch || conflicts == len(expired) {
+			noteWake("reap")
 			e.Notify()
 			return total, nil
 		}
