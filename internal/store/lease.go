@@ -96,21 +96,6 @@ type KeysHeadsTx interface {
 	LockKeysManyHeads(names []string, gs []Group, now time.Time, limit int) (map[string]*admission.State, map[int64][]Candidate, error)
 }
 
-// ReadyKeysHeadsTx is an optional extension of KeysHeadsTx for drivers
-// where each call is a network round trip: a lane's ready groups, their
-// keys and the first groups' heads in one, so that a lease which finds its
-// jobs in one lane visit is a read and then its writes.
-type ReadyKeysHeadsTx interface {
-	KeysHeadsTx
-	// ReadyKeysHeads is ReadyGroups(lane, f, now, limit) and then, when it
-	// found groups, LockKeys of every key they name except those in known
-	// (loaded earlier in the transaction), and ManyHeads of the first
-	// min(len(groups), want) groups with a limit of
-	// min(want/len(groups)+1, want): what Lease would ask for next, in the
-	// same order. want is at least 1.
-	ReadyKeysHeads(lane job.Lane, f GroupFilter, now time.Time, limit, want int, known []string) ([]Group, map[string]*admission.State, map[int64][]Candidate, error)
-}
-
 // Lease runs ratelane's scheduling order on a driver's transaction: batch's
 // minimum share first (only while interactive work is within its budget),
 // then interactive, then batch; within a lane, groups round-robin; a job is
@@ -243,20 +228,60 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 			return nil // every kind is counted, and the bound is reached
 		}
 	}
-	f := GroupFilter{Kinds: kinds, Tenant: l.p.Tenant}
-	var cursors []*groupCursor
-	var err error
-	if rk, ok := l.tx.(ReadyKeysHeadsTx); ok {
-		cursors, err = l.readyKeysHeads(rk, lane, f, want)
-	} else {
-		cursors, err = l.ready(lane, f, want)
-	}
+	groups, err := l.tx.ReadyGroups(lane, GroupFilter{Kinds: kinds, Tenant: l.p.Tenant}, l.p.Now, 2*want+16)
 	if err != nil {
 		return err
 	}
-	if len(cursors) == 0 {
+	if len(groups) == 0 {
 		l.batchEmpty = l.batchEmpty || lane == job.LaneBatch
 		return nil
+	}
+	cursors := make([]*groupCursor, len(groups))
+	first := want/len(groups) + 1 // a fair share of the slots, then more on demand
+	var names []string
+	for i, g := range groups {
+		cursors[i] = &groupCursor{g: g, limit: first}
+		names = append(names, g.Keys...)
+	}
+	// The first pass visits at least the first want groups; fetch their
+	// heads together where the driver can, and with the keys where it can.
+	mh, many := l.tx.(ManyHeadsTx)
+	kh, keysHeads := l.tx.(KeysHeadsTx)
+	many = many && len(cursors) > 1
+	if !many || !keysHeads || len(l.missing(names)) == 0 {
+		if _, err := l.lockKeys(names); err != nil { // one round trip for every group's keys
+			return err
+		}
+		keysHeads = false
+	}
+	if many {
+		pre := cursors[:min(len(cursors), want)]
+		gs := make([]Group, len(pre))
+		for i, c := range pre {
+			gs[i] = c.g
+		}
+		limit := min(first, want)
+		var heads map[int64][]Candidate
+		var err error
+		if keysHeads {
+			missing := l.missing(names)
+			var got map[string]*admission.State
+			if got, heads, err = kh.LockKeysManyHeads(missing, gs, l.p.Now, limit); err == nil {
+				for _, n := range missing {
+					l.keys[n] = got[n] // nil records "unavailable", as in lockKeys
+				}
+			}
+		} else {
+			heads, err = mh.ManyHeads(gs, l.p.Now, limit)
+		}
+		if err != nil {
+			return err
+		}
+		for _, c := range pre {
+			c.heads, c.fetched = heads[c.g.ID], true
+			c.more = len(c.heads) == limit
+			c.limit *= 4
+		}
 	}
 	active := cursors
 	for want > 0 && len(active) > 0 {
@@ -305,103 +330,6 @@ func (l *leaser) lane(lane job.Lane, want int) error {
 		return nil
 	}
 	return l.tx.TouchGroups(touches)
-}
-
-// cursors returns a cursor per group, and the heads limit of the first
-// fetch: a fair share of the want slots, then more on demand.
-func cursors(groups []Group, want int) ([]*groupCursor, int) {
-	cs := make([]*groupCursor, len(groups))
-	first := want/len(groups) + 1
-	for i, g := range groups {
-		cs[i] = &groupCursor{g: g, limit: first}
-	}
-	return cs, min(first, want)
-}
-
-// fetched records the heads fetched for the first groups of a lane visit
-// (those its first pass visits at least), each fetched with limit.
-func fetched(pre []*groupCursor, heads map[int64][]Candidate, limit int) {
-	for _, c := range pre {
-		c.heads, c.fetched = heads[c.g.ID], true
-		c.more = len(c.heads) == limit
-		c.limit *= 4
-	}
-}
-
-// ready reads the lane's ready groups and locks their keys, and fetches
-// the first groups' heads together where the driver can, with the keys
-// where it can.
-func (l *leaser) ready(lane job.Lane, f GroupFilter, want int) ([]*groupCursor, error) {
-	groups, err := l.tx.ReadyGroups(lane, f, l.p.Now, 2*want+16)
-	if err != nil || len(groups) == 0 {
-		return nil, err
-	}
-	cs, limit := cursors(groups, want)
-	var names []string
-	for _, g := range groups {
-		names = append(names, g.Keys...)
-	}
-	mh, many := l.tx.(ManyHeadsTx)
-	kh, keysHeads := l.tx.(KeysHeadsTx)
-	many = many && len(cs) > 1
-	if !many || !keysHeads || len(l.missing(names)) == 0 {
-		if _, err := l.lockKeys(names); err != nil { // one round trip for every group's keys
-			return nil, err
-		}
-		keysHeads = false
-	}
-	if !many {
-		return cs, nil // step fetches the one group's heads, with the same limit
-	}
-	pre := cs[:min(len(cs), want)]
-	gs := make([]Group, len(pre))
-	for i, c := range pre {
-		gs[i] = c.g
-	}
-	var heads map[int64][]Candidate
-	if keysHeads {
-		missing := l.missing(names)
-		var got map[string]*admission.State
-		if got, heads, err = kh.LockKeysManyHeads(missing, gs, l.p.Now, limit); err == nil {
-			for _, n := range missing {
-				l.keys[n] = got[n] // nil records "unavailable", as in lockKeys
-			}
-		}
-	} else {
-		heads, err = mh.ManyHeads(gs, l.p.Now, limit)
-	}
-	if err != nil {
-		return nil, err
-	}
-	fetched(pre, heads, limit)
-	return cs, nil
-}
-
-// readyKeysHeads is ready in one call of the driver's: the same groups,
-// keys and heads, fetched for the first groups whether there is one group
-// or many (step would fetch a lone group's with the same limit).
-func (l *leaser) readyKeysHeads(rk ReadyKeysHeadsTx, lane job.Lane, f GroupFilter, want int) ([]*groupCursor, error) {
-	known := make([]string, 0, len(l.keys))
-	for n := range l.keys {
-		known = append(known, n)
-	}
-	groups, keys, heads, err := rk.ReadyKeysHeads(lane, f, l.p.Now, 2*want+16, want, known)
-	if err != nil || len(groups) == 0 {
-		return nil, err
-	}
-	for _, g := range groups {
-		for _, n := range g.Keys {
-			if _, ok := l.keys[n]; !ok {
-				// A key loaded earlier keeps its state, which this
-				// call's starts may have changed; nil records
-				// "unavailable", as in lockKeys.
-				l.keys[n] = keys[n]
-			}
-		}
-	}
-	cs, limit := cursors(groups, want)
-	fetched(cs[:min(len(cs), want)], heads, limit)
-	return cs, nil
 }
 
 // step tries to admit the next head of one group.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,44 +44,27 @@ type leaseTx struct {
 	ctx context.Context
 	tx  *pipeTx // its Execs go out with the next read
 	p   store.LeaseParams
-	// pre holds each lane's first ReadyKeysHeads, fetched by OldestReady
-	// in its round trip (see OldestReady), or the batch lane's fetched with
-	// the interactive lane's (see ReadyKeysHeads); nil until then.
+	// pre holds each lane's first ReadyGroups, fetched by OldestReady in
+	// its round trip (see OldestReady), or the batch lane's fetched with
+	// the interactive lane's (see ReadyGroups); nil until then.
 	pre map[job.Lane]*readyGroups
-	// preKeys are the keys the reads of pre locked.
-	preKeys map[string]*admission.State
-	// read is set once a ReadyKeysHeads call queried.
+	// read is set once a ReadyGroups call queried.
 	read bool
 }
 
-// readyGroups is one lane's part of a ReadyKeysHeads read: its arguments
-// and its groups and heads.
+// readyGroups is one ReadyGroups call's arguments and result.
 type readyGroups struct {
-	f           store.GroupFilter
-	now         time.Time
-	limit, want int
-	groups      []store.Group
-	heads       map[int64][]store.Candidate
-	used        bool
-}
-
-// args are the lane's arguments of readyKeysHeadsSQL.
-func (rg *readyGroups) args(lane job.Lane) []any {
-	return append(readyGroupsArgs(lane, rg.f, rg.now, rg.limit), rg.want)
-}
-
-// answers reports whether rg answers a ReadyKeysHeads call: once, with the
-// same arguments, or with any limit and want when it found no group.
-func (rg *readyGroups) answers(f store.GroupFilter, now time.Time, limit, want int) bool {
-	return rg != nil && !rg.used && rg.now.Equal(now) && rg.f.Tenant == f.Tenant && slices.Equal(rg.f.Kinds, f.Kinds) &&
-		(len(rg.groups) == 0 || rg.limit == limit && rg.want == want)
+	f      store.GroupFilter
+	now    time.Time
+	limit  int
+	groups []store.Group
+	used   bool
 }
 
 var (
-	_ store.LeaseTx          = (*leaseTx)(nil)
-	_ store.ManyHeadsTx      = (*leaseTx)(nil)
-	_ store.KeysHeadsTx      = (*leaseTx)(nil)
-	_ store.ReadyKeysHeadsTx = (*leaseTx)(nil)
+	_ store.LeaseTx     = (*leaseTx)(nil)
+	_ store.ManyHeadsTx = (*leaseTx)(nil)
+	_ store.KeysHeadsTx = (*leaseTx)(nil)
 )
 
 // leaseSettings are the lease transaction's settings (pipeTx.set), for
@@ -171,18 +153,16 @@ func (l *leaseTx) oldestQuery(lane job.Lane, now time.Time) (string, []any) {
 
 // OldestReady of the interactive lane is what store.Lease asks first,
 // before it looks at the batch lane and then the interactive lane, whose
-// first ReadyKeysHeads calls follow with arguments known now: the lease's
-// filter (the batch lane's with BatchKinds), now, a want of
-// min(BatchMin, BatchLaneCap(), Max) and, when the batch lane gives
-// nothing, of Max (limits 2*want+16). Both lanes' groups, their keys and
-// their first heads are read by one statement (readyKeysHeadsSQL), in
-// the round trip of BEGIN, the settings and the promotion, so such a
-// lease is two round trips: this one and its writes with the COMMIT. The
-// groups, keys and heads are locked a little earlier, by the same
-// transaction, which changes nothing for another node; those a call does
-// not use stay locked until the commit, as a ReadyGroups call's unused
-// groups always did (SKIP LOCKED: another node takes other ones
-// meanwhile).
+// first ReadyGroups calls follow with arguments known now: the lease's
+// filter (the batch lane's with BatchKinds), now, and limits of
+// 2*min(BatchMin, BatchLaneCap())+16 and, when the batch
+// lane gives nothing, 2*Max+16. Both lanes' groups are read by one
+// statement (readyBothSQL), in the round trip of BEGIN, the settings and
+// the promotion, so such a lease is three round trips, not five. The
+// groups are locked a little earlier, by the same transaction,
+// which changes nothing for another node; those a call does not use stay
+// locked until the commit, as a ReadyGroups call's unused groups always
+// do (SKIP LOCKED: another node takes other groups meanwhile).
 func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, error) {
 	var at *int64
 	sql, args := l.oldestQuery(lane, now)
@@ -192,81 +172,52 @@ func (l *leaseTx) OldestReady(lane job.Lane, now time.Time) (time.Time, bool, er
 	}
 	f := store.GroupFilter{Kinds: l.p.Kinds, Tenant: l.p.Tenant}
 	bf := store.GroupFilter{Kinds: l.p.BatchKinds(l.p.BatchCap()), Tenant: l.p.Tenant}
-	bw := min(l.p.BatchMin, l.p.BatchLaneCap(), l.p.Max)
 	pre := map[job.Lane]*readyGroups{
-		job.LaneBatch:       {f: bf, now: now, limit: 2*bw + 16, want: bw},
-		job.LaneInteractive: {f: f, now: now, limit: 2*l.p.Max + 16, want: l.p.Max},
+		job.LaneBatch:       {f: bf, now: now, limit: 2*min(l.p.BatchMin, l.p.BatchLaneCap()) + 16},
+		job.LaneInteractive: {f: f, now: now, limit: 2*l.p.Max + 16},
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
-	b.Queue(readyKeysHeadsSQL[2], append(append(pre[job.LaneBatch].args(job.LaneBatch),
-		pre[job.LaneInteractive].args(job.LaneInteractive)...), []string{})...)
+	b.Queue(readyBothSQL, append(readyGroupsArgs(job.LaneBatch, bf, now, pre[job.LaneBatch].limit),
+		readyGroupsArgs(job.LaneInteractive, f, now, pre[job.LaneInteractive].limit)...)...)
 	br := l.tx.SendBatch(l.ctx, b)
 	defer br.Close()
 	if err := br.QueryRow().Scan(&at); err != nil {
 		return time.Time{}, false, err
 	}
-	keys, err := collectReady(br.Query())(pre)
+	groups, err := collectGroups(br.Query())
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	l.pre, l.preKeys = pre, keys
+	for _, g := range groups {
+		// Each lane's groups come in their round order: the statement
+		// takes row locks, so it never runs in parallel, and its Append
+		// returns the batch lane's read and then the interactive lane's.
+		pre[g.Lane].groups = append(pre[g.Lane].groups, g)
+	}
+	l.pre = pre
 	return nullTM(at), at != nil, br.Close()
 }
 
-// readyGroupsWhere is the ready-groups read of one lane after its
-// columns, with its arguments numbered from $n (see readyGroupsArgs).
-func readyGroupsWhere(n int) string {
+// readyGroupsFrom is the ready-groups read of one lane with its arguments
+// numbered from $n (see readyGroupsArgs).
+func readyGroupsFrom(n int) string {
 	p := func(i int) string { return "$" + strconv.Itoa(n+i-1) }
-	return ` FROM job_groups
+	return `SELECT id, lane, tenant, kind, keys FROM job_groups
 		WHERE lane = ` + p(1) + ` AND ready_at <= ` + p(2) + ` AND blocked_until <= ` + p(2) + `
 			AND (cardinality(` + p(3) + `::text[]) = 0 OR kind = ANY(` + p(3) + `))
 			AND (` + p(5) + ` = '' OR tenant = ` + p(5) + `)
 		ORDER BY served_seq LIMIT ` + p(4) + ` FOR NO KEY UPDATE SKIP LOCKED`
 }
 
-// readyGroupsSQL is one lane's ready groups.
-var readyGroupsSQL = `SELECT id, lane, tenant, kind, keys` + readyGroupsWhere(1)
-
-// readyKeysHeadsFor is ReadyKeysHeads' statement for one lane or two
-// (store.ReadyKeysHeadsTx): each lane's ready groups (readyGroupsSQL, its
-// arguments and then its want from $1 and $7), the keys of the groups of
-// a lane whose want is not 0 but those in the last argument, locked as
-// lockKeysSQL(true) locks them, and the heads of the lane's first want
-// groups in round order, each read as Heads reads it with a limit of
-// min(want/groups+1, want) (what store.Lease would ask for next). A
-// locking clause is not allowed on a branch of a UNION; it is on a
-// subquery in FROM.
-//
-// Its rows are keys ('k', the columns from the ninth on), then groups
-// ('g', in round order), then heads ('h', group by group); the columns a
-// kind of row does not use are NULL. One statement, so one round trip
-// for what were two (the groups; then the keys and heads), and every
-// part sees the groups its WITH clause locked.
-func readyKeysHeadsFor(lanes int) string {
-	g := `SELECT * FROM (SELECT id, lane, tenant, kind, keys, served_seq, $6::int AS want` + readyGroupsWhere(1) + `) AS first`
-	if lanes == 2 {
-		g += ` UNION ALL SELECT * FROM (SELECT id, lane, tenant, kind, keys, served_seq, $12::int AS want` + readyGroupsWhere(7) + `) AS second`
-	}
-	names := `name = ANY(ARRAY(SELECT DISTINCT n FROM g, unnest(g.keys) AS n
-		WHERE g.want > 0 AND NOT n = ANY($` + strconv.Itoa(6*lanes+1) + `::text[])))`
-	unused := strings.Repeat(`, NULL`, strings.Count(store.LimitKeyCols, ",")+1)
-	return `WITH g AS MATERIALIZED (` + g + `),
-		w AS (SELECT id, want, row_number() OVER (PARTITION BY lane ORDER BY served_seq) AS rn,
-			count(*) OVER (PARTITION BY lane) AS n FROM g WHERE want > 0)
-	SELECT 'k' AS t, NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text[], NULL::text, NULL::bigint, k.*
-		FROM (` + splitLockSQL(names, `false`, true) + `) AS k
-	UNION ALL
-	(SELECT 'g', id, lane, tenant, kind, keys, NULL, NULL` + unused + ` FROM g ORDER BY served_seq)
-	UNION ALL
-	SELECT 'h', w.id, NULL, NULL, NULL, NULL, h.id, h.cost` + unused + ` FROM w CROSS JOIN LATERAL (
-			SELECT id, cost FROM jobs WHERE group_id = w.id AND state = 'waiting' AND eligible_at <= $2
-			ORDER BY priority DESC, eligible_at, id LIMIT least(w.want / w.n + 1, w.want) FOR NO KEY UPDATE SKIP LOCKED) AS h
-		WHERE w.rn <= w.want`
-}
-
-// readyKeysHeadsSQL is readyKeysHeadsFor(1) and readyKeysHeadsFor(2).
-var readyKeysHeadsSQL = [3]string{1: readyKeysHeadsFor(1), 2: readyKeysHeadsFor(2)}
+var (
+	// readyGroupsSQL is one lane's ready groups.
+	readyGroupsSQL = readyGroupsFrom(1)
+	// readyBothSQL is two lanes' ready groups, the first's and then the
+	// second's, in one statement. (A locking clause is not allowed on a
+	// branch of a UNION; it is on a subquery in FROM.)
+	readyBothSQL = `SELECT * FROM (` + readyGroupsFrom(1) + `) AS first UNION ALL SELECT * FROM (` + readyGroupsFrom(6) + `) AS second`
+)
 
 func readyGroupsArgs(lane job.Lane, f store.GroupFilter, now time.Time, limit int) []any {
 	kinds := f.Kinds
@@ -274,66 +225,6 @@ func readyGroupsArgs(lane job.Lane, f store.GroupFilter, now time.Time, limit in
 		kinds = []string{}
 	}
 	return []any{string(lane), ns(now), kinds, limit, f.Tenant}
-}
-
-// collectReady returns a reader of readyKeysHeadsSQL's rows, which puts
-// each lane's groups and heads into its part of pre and returns the keys.
-func collectReady(rows pgx.Rows, err error) func(pre map[job.Lane]*readyGroups) (map[string]*admission.State, error) {
-	return func(pre map[job.Lane]*readyGroups) (map[string]*admission.State, error) {
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		keys := map[string]*admission.State{}
-		var heads headsOf
-		lanes := map[int64]job.Lane{}
-		gdest := make([]any, len(rows.FieldDescriptions()))
-		var (
-			g    store.Group
-			lane string
-			c    store.Candidate
-		)
-		for rows.Next() {
-			switch rows.RawValues()[0][0] {
-			case 'k':
-				st, err := scanKeyAt(rows, 8)
-				if err != nil {
-					return nil, err
-				}
-				keys[st.Name] = st
-			case 'g':
-				clear(gdest)
-				gdest[1], gdest[2], gdest[3], gdest[4], gdest[5] = &g.ID, &lane, &g.Tenant, &g.Kind, &g.Keys
-				g = store.Group{}
-				if err := rows.Scan(gdest...); err != nil {
-					return nil, err
-				}
-				g.Lane = job.Lane(lane)
-				lanes[g.ID] = g.Lane
-				rg := pre[g.Lane]
-				rg.groups = append(rg.groups, g)
-			default:
-				clear(gdest)
-				var id int64
-				gdest[1], gdest[6], gdest[7] = &id, &c.ID, &c.Cost
-				if err := rows.Scan(gdest...); err != nil {
-					return nil, err
-				}
-				heads.add(id, c)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		for id, hs := range heads.done(len(lanes)) {
-			rg := pre[lanes[id]]
-			if rg.heads == nil {
-				rg.heads = map[int64][]store.Candidate{}
-			}
-			rg.heads[id] = hs
-		}
-		return keys, nil
-	}
 }
 
 func collectGroups(rows pgx.Rows, err error) ([]store.Group, error) {
@@ -353,52 +244,52 @@ func collectGroups(rows pgx.Rows, err error) ([]store.Group, error) {
 // groups. The lock is FOR NO KEY UPDATE, the weakest that excludes other
 // lease transactions. (It was chosen so as not to block the key-share
 // lock a concurrent Insert took on the group through the jobs.group_id
-// foreign key, which migration 0033 dropped.) store.Lease calls
-// ReadyKeysHeads instead, which reads the same groups.
-func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, limit int) ([]store.Group, error) {
-	return collectGroups(l.tx.Query(l.ctx, readyGroupsSQL, readyGroupsArgs(lane, f, now, limit)...))
-}
-
-// ReadyKeysHeads reads the groups ReadyGroups would, their keys and their
-// first heads in one statement (readyKeysHeadsSQL). A lane's first call
-// is answered by what OldestReady fetched when its arguments match, or by
-// nothing when that found no group of the lane; any other call queries.
+// foreign key, which migration 0033 dropped.)
+//
+// A lane's first call is answered by what OldestReady fetched when its
+// arguments match, or by nothing when that found no group of the lane; any
+// other call queries.
 //
 // A lease's first query, when it is for the interactive lane and the batch
 // lane may come after it (store.Lease's steps: no batch share first, then
 // interactive, then batch up to its bound), reads the batch lane's groups
-// too, in the same statement: the batch lane's read is then answered from
-// it, without a round trip of its own when it found no group, the usual
-// case of a queue with no batch work (half the ready reads of a bench/peers
-// throughput run, one round trip in every lease). It reads at most one
-// batch group, with no keys or heads: "none" is all it can answer (a group
-// found makes the batch read query again, with its own limit, as before),
-// and a lease whose interactive lane fills it keeps at most that one batch
-// group locked until its commit, not a batch read's worth.
-func (l *leaseTx) ReadyKeysHeads(lane job.Lane, f store.GroupFilter, now time.Time, limit, want int, known []string) ([]store.Group, map[string]*admission.State, map[int64][]store.Candidate, error) {
-	if rg := l.pre[lane]; rg.answers(f, now, limit, want) {
+// too, in the same statement (readyBothSQL): the batch lane's read is then
+// answered from it, without a round trip of its own when it found no
+// group, the usual case of a queue with no batch work (half the ready
+// reads of a bench/peers throughput run, one round trip in every lease).
+// It reads at most one batch group: "none" is all it can answer (a
+// group found makes the batch read query again, with its own limit, as
+// before), and a lease whose interactive lane fills it keeps at most that
+// one batch group locked until its commit, not a batch read's worth.
+func (l *leaseTx) ReadyGroups(lane job.Lane, f store.GroupFilter, now time.Time, limit int) ([]store.Group, error) {
+	if rg := l.pre[lane]; rg != nil && !rg.used && rg.now.Equal(now) &&
+		rg.f.Tenant == f.Tenant && slices.Equal(rg.f.Kinds, f.Kinds) && (len(rg.groups) == 0 || rg.limit == limit) {
 		rg.used = true // once: the shared code may look again after its leases changed the lane
-		return rg.groups, l.preKeys, rg.heads, nil
-	}
-	if known == nil {
-		known = []string{}
+		return rg.groups, nil
 	}
 	first := !l.read
 	l.read = true
-	this := &readyGroups{f: f, now: now, limit: limit, want: want}
-	pre := map[job.Lane]*readyGroups{lane: this}
-	sql, args := readyKeysHeadsSQL[1], this.args(lane)
 	if first && l.pre == nil && lane == job.LaneInteractive && l.p.Lane == "" && l.p.BatchLaneCap() > 0 {
+		bf := store.GroupFilter{Kinds: l.p.BatchKinds(l.p.BatchCap()), Tenant: l.p.Tenant}
 		const bl = 1 // see above: a read of limit 1 answers only "none"
-		pre[job.LaneBatch] = &readyGroups{f: store.GroupFilter{Kinds: l.p.BatchKinds(l.p.BatchCap()), Tenant: l.p.Tenant}, now: now, limit: bl}
-		sql, args = readyKeysHeadsSQL[2], append(args, pre[job.LaneBatch].args(job.LaneBatch)...)
-		l.pre = map[job.Lane]*readyGroups{job.LaneBatch: pre[job.LaneBatch]}
+		groups, err := collectGroups(l.tx.Query(l.ctx, readyBothSQL,
+			append(readyGroupsArgs(job.LaneInteractive, f, now, limit), readyGroupsArgs(job.LaneBatch, bf, now, bl)...)...))
+		if err != nil {
+			return nil, err
+		}
+		batch := &readyGroups{f: bf, now: now, limit: bl}
+		var inter []store.Group
+		for _, g := range groups {
+			if g.Lane == job.LaneBatch {
+				batch.groups = append(batch.groups, g)
+			} else {
+				inter = append(inter, g)
+			}
+		}
+		l.pre = map[job.Lane]*readyGroups{job.LaneBatch: batch}
+		return inter, nil
 	}
-	keys, err := collectReady(l.tx.Query(l.ctx, sql, append(args, known)...))(pre)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return this.groups, keys, this.heads, nil
+	return collectGroups(l.tx.Query(l.ctx, readyGroupsSQL, readyGroupsArgs(lane, f, now, limit)...))
 }
 
 func (l *leaseTx) Heads(g store.Group, now time.Time, limit int) ([]store.Candidate, error) {
@@ -455,71 +346,47 @@ func groupIDs(gs []store.Group) int8Array {
 }
 
 // collectHeads reads manyHeadsSQL's rows, which come group by group (the
-// lateral join runs once per group, in the order of the ids).
+// lateral join runs once per group, in the order of the ids), into one
+// slice of candidates, and maps each group to its part of it: an append
+// per row to a slice per group grew each one separately (four allocations
+// a job of a 20,000-job drain).
 func collectHeads(rows pgx.Rows, groups int) (map[int64][]store.Candidate, error) {
 	defer rows.Close()
+	out := make(map[int64][]store.Candidate, groups)
 	var (
-		h headsOf
+		all   []store.Candidate
+		start int
 		// Scanned into once per call: a row's own variables escaped to
 		// the heap, two allocations a row.
-		g    int64
-		c    store.Candidate
-		dest = []any{&g, &c.ID, &c.Cost}
+		g, cur int64
+		c      store.Candidate
+		dest   = []any{&g, &c.ID, &c.Cost}
 	)
+	flush := func() {
+		if len(all) == start {
+			return
+		}
+		// The capacity ends at the group's last candidate, so that an
+		// append to one group's slice cannot write the next's.
+		part := all[start:len(all):len(all)]
+		if prev, ok := out[cur]; ok { // the group again (not expected)
+			part = append(slices.Clip(prev), part...)
+		}
+		out[cur] = part
+		start = len(all)
+	}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		h.add(g, c)
+		if g != cur {
+			flush()
+			cur = g
+		}
+		all = append(all, c)
 	}
-	return h.done(groups), rows.Err()
-}
-
-// headsOf gathers heads that come group by group into one slice of
-// candidates, and maps each group to its part of it: an append per row to
-// a slice per group grew each one separately (four allocations a job of a
-// 20,000-job drain).
-type headsOf struct {
-	out   map[int64][]store.Candidate
-	all   []store.Candidate
-	start int
-	cur   int64
-}
-
-// add appends group g's next head.
-func (h *headsOf) add(g int64, c store.Candidate) {
-	if g != h.cur {
-		h.flush()
-		h.cur = g
-	}
-	h.all = append(h.all, c)
-}
-
-// flush maps the current group to its heads.
-func (h *headsOf) flush() {
-	if len(h.all) == h.start {
-		return
-	}
-	if h.out == nil {
-		h.out = map[int64][]store.Candidate{}
-	}
-	// The capacity ends at the group's last candidate, so that an
-	// append to one group's slice cannot write the next's.
-	part := h.all[h.start:len(h.all):len(h.all)]
-	if prev, ok := h.out[h.cur]; ok { // the group again (not expected)
-		part = append(slices.Clip(prev), part...)
-	}
-	h.out[h.cur] = part
-	h.start = len(h.all)
-}
-
-// done returns the heads by group; groups sizes the map.
-func (h *headsOf) done(groups int) map[int64][]store.Candidate {
-	if h.out == nil {
-		h.out = make(map[int64][]store.Candidate, groups)
-	}
-	h.flush()
-	return h.out
+	flush()
+	return out, rows.Err()
 }
 
 // LockKeys leaves out keys another transaction holds; the shared code then

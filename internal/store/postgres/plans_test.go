@@ -292,10 +292,10 @@ func explainGeneric(t *testing.T, q querier, sql string, args ...any) string {
 
 // TestLeaseGenericPlans: a lease runs every statement on its generic
 // plan (leaseSettings: no statement is planned per execution, which cost
-// more than many of them take to run), and in six statements: BEGIN,
+// more than many of them take to run), and in eight statements: BEGIN,
 // the settings, the promotion with the oldest ready job, both lanes'
-// ready groups with their keys and heads, the groups' touch with the
-// jobs' lease, COMMIT. Under the settings, the generic plans read by plain
+// ready groups, the keys, the heads, the groups' touch with the jobs'
+// lease, COMMIT. Under the settings, the generic plans read by plain
 // index scans: the ready groups through job_groups_round in round order,
 // not by a bitmap scan of every entry of the lane (which read every dead
 // entry a lease's touch left behind, again on every lease, and could not
@@ -318,14 +318,16 @@ func TestLeaseGenericPlans(t *testing.T) {
 		if err != nil || len(got) != p.Max {
 			t.Fatalf("lease %d: %d jobs, %v", i, len(got), err)
 		}
-		if n := rt.statements.Load() - s0; n != 6 {
-			t.Errorf("lease %d: %d statements, want 6", i, n)
+		if n := rt.statements.Load() - s0; n != 8 {
+			t.Errorf("lease %d: %d statements, want 8", i, n)
 		}
 	}
 	leaseStatements := map[string]string{
-		"promote and oldest ready":  promoteOldestSQL,
-		"ready groups, keys, heads": readyKeysHeadsSQL[2],
-		"touch and mark leased":     markLeasedTouchSQL,
+		"promote and oldest ready": promoteOldestSQL,
+		"ready groups":             readyBothSQL,
+		"lock keys":                lockKeysSQL(true),
+		"many heads":               manyHeadsSQL,
+		"touch and mark leased":    markLeasedTouchSQL,
 	}
 	for name, sql := range leaseStatements {
 		var generic, custom int64
@@ -342,14 +344,13 @@ func TestLeaseGenericPlans(t *testing.T) {
 
 	tx := planTx(t, s, (&pipeTx{settings: leaseSettings}).setup())
 	f := store.GroupFilter{}
-	both := append(append(readyGroupsArgs(job.LaneBatch, f, now, 32), 8), append(readyGroupsArgs(job.LaneInteractive, f, now, 48), 16, []string{})...)
+	both := append(readyGroupsArgs(job.LaneBatch, f, now, 32), readyGroupsArgs(job.LaneInteractive, f, now, 48)...)
 	ids := []int64{1, 2}
 	plans := []struct {
 		name, plan string
 		want       []string
 	}{
-		{"ready groups, keys, heads", explainGeneric(t, tx, readyKeysHeadsSQL[2], both...),
-			[]string{"Index Scan using job_groups_round", "jobs_group_head", "limit_keys_pkey"}},
+		{"ready groups", explainGeneric(t, tx, readyBothSQL, both...), []string{"Index Scan using job_groups_round"}},
 		{"promote and oldest ready", explainGeneric(t, tx, promoteOldestSQL, string(job.LaneInteractive), ns(now), ns(now), promoteBatch),
 			[]string{"jobs_lane_ready", "jobs_scheduled"}},
 		{"many heads", explainGeneric(t, tx, manyHeadsSQL, ids, ns(now), 4), []string{"jobs_group_head"}},

@@ -165,11 +165,7 @@ type keyScratch struct {
 var keyScratchPool = sync.Pool{New: func() any { return new(keyScratch) }}
 
 // scanKey reads a row of store.LimitKeyCols.
-func scanKey(row pgx.Row) (*admission.State, error) { return scanKeyAt(row, 0) }
-
-// scanKeyAt reads store.LimitKeyCols from the columns after the first
-// skip of a row, ignoring those.
-func scanKeyAt(row pgx.Row, skip int) (*admission.State, error) {
+func scanKey(row pgx.Row) (*admission.State, error) {
 	st := new(admission.State)
 	c := keyScratchPool.Get().(*keyScratch)
 	defer func() {
@@ -177,11 +173,7 @@ func scanKeyAt(row pgx.Row, skip int) (*admission.State, error) {
 		*c = keyScratch{dest: c.dest[:0]}
 		keyScratchPool.Put(c)
 	}()
-	c.dest = c.dest[:0]
-	for range skip {
-		c.dest = append(c.dest, nil)
-	}
-	c.dest = append(c.dest, &st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
+	c.dest = append(c.dest[:0], &st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
 		&st.LearnedRate, &c.tat, &c.paused, &st.InFlight, &c.refused, &c.windows, &c.shapes, &st.PerStart)
 	if err := row.Scan(c.dest...); err != nil {
 		return nil, err
