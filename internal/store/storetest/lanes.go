@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -13,8 +14,47 @@ import (
 // laneCases are the conformance cases of lane-dedicated nodes
 // (engine.Config.Lanes): a lease and a parts sweep of one lane.
 var laneCases = map[string]func(*testing.T, Opener){
-	"LeaseLane":        testLeaseLane,
-	"ReadyParentsLane": testReadyParentsLane,
+	"LeaseLane":          testLeaseLane,
+	"ReadyParentsLane":   testReadyParentsLane,
+	"LeaseLanesShareKey": testLeaseLanesShareKey,
+}
+
+// testLeaseLanesShareKey: a paced key named by batch and interactive jobs
+// admits, over both lanes of one lease, no more starts than it holds: the
+// batch lane's share (visited first) spends the key's burst, and the
+// interactive lane's visit after it sees what is left, not the state the
+// lease read before the batch lane's starts (a driver that read the
+// interactive lane's groups and keys before serving the batch lane, as
+// session 30's reverted two-trip PostgreSQL lease did, must not admit
+// from that older read). Its other groups are served as usual.
+func testLeaseLanesShareKey(t *testing.T, open Opener) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		batchMin, wantBatch, wantShared int
+	}{
+		{batchMin: 2, wantBatch: 2, wantShared: 0}, // the batch lane spends the burst of 2
+		{batchMin: 1, wantBatch: 1, wantShared: 1}, // one start left for the interactive lane
+	} {
+		s := open(t)
+		setLimit(t, s, admission.Config{Name: "shared", Rate: 1, Burst: 2})
+		insert(t, s, NewJob("a", job.LaneBatch, "shared"), NewJob("a", job.LaneBatch, "shared"))
+		insert(t, s, NewJob("b", job.LaneInteractive, "shared"), NewJob("b", job.LaneInteractive, "shared"),
+			NewJob("b", job.LaneInteractive, "shared"), NewJob("c", job.LaneInteractive, "other"))
+		got, err := s.Lease(ctx, store.LeaseParams{Now: T0, Max: 8, LeaseFor: time.Minute, BatchMin: c.batchMin, InteractiveBudget: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared := 0
+		for _, j := range got {
+			if j.Lane == job.LaneInteractive && j.LimitKeys[0] == "shared" {
+				shared++
+			}
+		}
+		if b := countLane(got, job.LaneBatch); b != c.wantBatch || shared != c.wantShared || len(got) != c.wantBatch+c.wantShared+1 {
+			t.Fatalf("BatchMin %d, a burst of 2: leased %d batch and %d interactive jobs on the key (%d in all); want %d and %d, and the other key's",
+				c.batchMin, b, shared, len(got), c.wantBatch, c.wantShared)
+		}
+	}
 }
 
 // testLeaseLane: a lease of one lane (LeaseParams.Lane) takes only that
