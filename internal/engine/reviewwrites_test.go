@@ -195,6 +195,39 @@ func (d *dyingAdvance) Advance(ctx context.Context, p store.AdvanceParams) (*job
 	return nil, errDied
 }
 
+// dieMidway runs a first process's engine on dying, a store wrapping
+// the process's own that dies at one write and then closes died, with an
+// interactive parent of n parts inserted, until the store dies (what
+// names the write in the failure); it stops the engine and returns the
+// parent and its parts.
+func dieMidway(t *testing.T, dying store.Store, died <-chan struct{}, n int, leaseFor time.Duration, what string) (*job.Job, []*job.Job) {
+	t.Helper()
+	ctx := context.Background()
+	var calls atomic.Int64
+	e, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: nowhereReportKinds(&calls), PollInterval: 5 * time.Millisecond,
+		LeaseFor: leaseFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	parent, parts := interactiveParent(n)
+	if _, err := e.Jobs().InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	e.Notify()
+	select {
+	case <-died:
+	case <-time.After(time.Minute):
+		t.Fatal(what)
+	}
+	stop, cancel := context.WithTimeout(ctx, 5*time.Second)
+	e.Stop(stop)
+	cancel()
+	return parent, parts
+}
+
 // TestFoldedPublicationCrash: a process dies at an interactive parent's
 // aggregation, whose one write advances it and records its publication
 // (it has nothing to deliver). Died before the write: the parent is still
@@ -213,27 +246,7 @@ func TestFoldedPublicationCrash(t *testing.T) {
 			// The first process: its part runs; it dies at the advance.
 			s1 := open()
 			dying := &dyingAdvance{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
-			var calls1 atomic.Int64
-			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: nowhereReportKinds(&calls1), PollInterval: 5 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e1.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			parent, parts := interactiveParent(2)
-			if _, err := e1.Jobs().InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
-				t.Fatal(err)
-			}
-			e1.Notify()
-			select {
-			case <-dying.died:
-			case <-time.After(time.Minute):
-				t.Fatal("the parent was never advanced")
-			}
-			stop, cancel := context.WithTimeout(ctx, 5*time.Second)
-			e1.Stop(stop)
-			cancel()
+			parent, _ := dieMidway(t, dying, dying.died, 2, 0, "the parent was never advanced")
 			j, err := s1.Get(ctx, parent.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -406,28 +419,7 @@ func TestFusedFinishCrash(t *testing.T) {
 			open := reopenable(t)
 			s1 := open()
 			dying := &dyingFinish{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
-			var calls1 atomic.Int64
-			e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: nowhereReportKinds(&calls1), PollInterval: 5 * time.Millisecond,
-				LeaseFor: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e1.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			parent, parts := interactiveParent(1)
-			if _, err := e1.Jobs().InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
-				t.Fatal(err)
-			}
-			e1.Notify()
-			select {
-			case <-dying.died:
-			case <-time.After(time.Minute):
-				t.Fatal("the part's finish never carried its parent's advance")
-			}
-			stop, cancel := context.WithTimeout(ctx, 5*time.Second)
-			e1.Stop(stop)
-			cancel()
+			parent, parts := dieMidway(t, dying, dying.died, 1, time.Second, "the part's finish never carried its parent's advance")
 			p, err := s1.Get(ctx, parent.ID)
 			if err != nil {
 				t.Fatal(err)

@@ -54,9 +54,11 @@ func finishAdvance(ctx context.Context, q querier, p store.AdvanceParams, group 
 	})
 }
 
-// AdvanceParent is store.FinishTx's: ParentAdvanceQuery's guarded UPDATE
-// (which returns the group, for the rest of the advance), then the rest
-// of an advance when it moved the parent. The finish then needs more
+// AdvanceParent is store.FinishTx's: ParentAdvanceQuery's guarded UPDATE,
+// then the rest of an advance when it moved the parent. The rest needs no
+// group (group 0): a parent's advance ends validated or terminal
+// (ParentAdvance.Check), never waiting, the only state whose group
+// FinishAdvance marks ready. The finish then needs more
 // than its first statement, so it never commits with it (finishCommits
 // refuses a transition with a Parent).
 func (f *finishTx) AdvanceParent(partID string, p *store.ParentAdvance) (*job.Job, error) {
