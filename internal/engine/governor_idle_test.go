@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -65,13 +66,19 @@ func runInteractiveStream(t *testing.T, batchCPUs int) interactiveRun {
 		defer raw.Close()
 		s := &leaseCounting{Store: raw}
 		var calls atomic.Int64
+		var parents sync.Map // the parents aggregated, each once or more
+		sum := sumParts(&calls)
+		aggregated := engine.AggregatorFunc(func(ctx context.Context, parent *job.Job, parts []*job.Job) job.Outcome {
+			parents.Store(parent.ID, true)
+			return sum(ctx, parent, parts)
+		})
 		part := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
 			time.Sleep(5 * time.Millisecond)
 			return job.Outcome{Class: job.ClassSuccess, Result: []byte(`{"n":1}`)}
 		})
 		e := start(t, engine.Config{Store: s, Workers: 16, BatchCPUs: batchCPUs, PollInterval: 50 * time.Millisecond,
 			Kinds: map[string]engine.Kind{"fetch": {Handler: part, Computes: true},
-				"report": {Aggregate: sumParts(&calls), PartKinds: []string{"fetch"}, SweepEvery: 500 * time.Millisecond}}})
+				"report": {Aggregate: aggregated, PartKinds: []string{"fetch"}, SweepEvery: 500 * time.Millisecond}}})
 		for range 50 {
 			now := time.Now()
 			parent := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: job.LaneInteractive, LimitKeys: []string{"parts:report"}}
@@ -91,8 +98,14 @@ func runInteractiveStream(t *testing.T, batchCPUs int) interactiveRun {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if n := calls.Load(); n != 50 {
-			t.Fatalf("%d parents aggregated, want 50", n)
+		// An aggregator may run more than once for one parent (Aggregator):
+		// the last part's finish aggregates before its write, and when its
+		// guard finds a sibling finished since the read the usual path
+		// aggregates again. Count parents, not calls.
+		n := 0
+		parents.Range(func(any, any) bool { n++; return true })
+		if n != 50 || calls.Load() < 50 {
+			t.Fatalf("%d parents aggregated in %d calls, want 50", n, calls.Load())
 		}
 		out.leases, out.finishLeases, out.idleProbes = s.leases.Load(), s.finishLeases.Load(), s.idleProbes.Load()
 		e.Stages(func(lane, stage string, counts []uint64, sum float64) {
