@@ -110,7 +110,7 @@ func (w *Jobs) InsertPartsWithObjects(ctx context.Context, objs []store.Object, 
 			p.IdempotencyKey = PartIdempotencyKey(parent.IdempotencyKey, i)
 		}
 	}
-	res, err := w.insert(ctx, objs, append([]*job.Job{parent}, parts...), def)
+	res, err := w.insert(ctx, objs, append([]*job.Job{parent}, parts...), def, true)
 	if err != nil {
 		return nil, err
 	}
