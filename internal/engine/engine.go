@@ -598,7 +598,7 @@ func New(cfg Config) (*Engine, error) {
 		e.queued = &queuedWork{interactive: e.interactive, ready: e.leasesNow}
 		e.jobs.watchInserts(e.queued.inserted)
 	}
-	if len(e.kinds) > 0 {
+	if len(e.kinds) > 0 && e.serves(job.LaneInteractive) {
 		e.jobs.leaseInserts(e)
 	}
 	return e, nil
@@ -775,6 +775,9 @@ func (e *Engine) stopping() bool {
 // was every second lease, empty (docs/benchmarks.md, "Session 29
 // (s29h5)"). Work the poll is for (another node's insert, a retry or a
 // deferred job come due, a key's admission time) is seen by that read.
+// The first wake-up after an insert that leased in its own write
+// (endInsertLease) reads first too: most likely it is that insert's
+// Notify, and what the insert could take it took.
 func (e *Engine) fetchLoop() {
 	defer e.wg.Done()
 	timer := time.NewTimer(0)

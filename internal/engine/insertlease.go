@@ -102,7 +102,14 @@ func (e *Engine) endInsertLease(l *insertLease, leased []*job.Job, err error) {
 	e.noteAdmission(l.admit)
 	e.sawInsertLease.Store(true)
 	e.runLeased(leased, l.free, 0)
-	e.queued.seen(l.gen)
+	if len(leased) < l.free {
+		// It saw every interactive job it could take: the queued piece
+		// ends as after a fetch loop's lease. One that took as many as
+		// it asked for (its own jobs' count) may have left another
+		// insert's job ready: the fetch loop's lease that the other
+		// insert's Notify brings ends the piece.
+		e.queued.seen(l.gen)
+	}
 }
 
 // takeSlotsUpTo reserves up to n free worker slots without waiting.
