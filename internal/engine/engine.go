@@ -442,9 +442,9 @@ type Engine struct {
 	rearm chan struct{}
 	// live is set while the engine runs (from Start until Stop): an
 	// insert leases in its own write only then (beginInsertLease).
-	// sawInsertLease is set by an insert whose lease saw every job it
-	// could take (endInsertLease): the next wake-up of an idle fetch loop
-	// first reads whether a lease would take anything, as a poll does.
+	// sawInsertLease is set by every insert that leased in its own write
+	// (endInsertLease): the next wake-up of an idle fetch loop first
+	// reads whether a lease would take anything, as a poll does.
 	live           atomic.Bool
 	sawInsertLease atomic.Bool
 

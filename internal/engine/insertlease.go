@@ -167,9 +167,11 @@ func unleased(res []store.InsertResult, leased []*job.Job) []store.InsertResult 
 	if len(leased) == 0 {
 		return res
 	}
-	taken := func(r store.InsertResult) bool {
-		return !r.Existing && slices.ContainsFunc(leased, func(j *job.Job) bool { return j.ID == r.Job.ID })
+	ids := make(map[string]bool, len(leased))
+	for _, j := range leased {
+		ids[j.ID] = true
 	}
+	taken := func(r store.InsertResult) bool { return !r.Existing && ids[r.Job.ID] }
 	if !slices.ContainsFunc(res, taken) {
 		return res
 	}
