@@ -440,6 +440,13 @@ type Engine struct {
 	// while a fetch loop is idle leases in the same write (finishLease).
 	idle  atomic.Int32
 	rearm chan struct{}
+	// live is set while the engine runs (from Start until Stop): an
+	// insert leases in its own write only then (beginInsertLease).
+	// sawInsertLease is set by every insert that leased in its own write
+	// (endInsertLease): the next wake-up of an idle fetch loop first
+	// reads whether a lease would take anything, as a poll does.
+	live           atomic.Bool
+	sawInsertLease atomic.Bool
 
 	// claimPrefix and claims make each publication claim's token unique
 	// to this engine and call (publish.go); publishRetryAt is when, in
@@ -591,6 +598,9 @@ func New(cfg Config) (*Engine, error) {
 		e.queued = &queuedWork{interactive: e.interactive, ready: e.leasesNow}
 		e.jobs.watchInserts(e.queued.inserted)
 	}
+	if len(e.kinds) > 0 && e.serves(job.LaneInteractive) {
+		e.jobs.leaseInserts(e)
+	}
 	return e, nil
 }
 
@@ -665,6 +675,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		defer e.wg.Done()
 		e.publishPending()
 	}()
+	e.live.Store(true)
 	return nil
 }
 
@@ -693,6 +704,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.life.Lock()
 	e.stopped = true
 	started := e.started
+	e.live.Store(false)
 	e.life.Unlock()
 	if !started {
 		e.stopOnce.Do(func() { close(e.stop) })
@@ -763,6 +775,9 @@ func (e *Engine) stopping() bool {
 // was every second lease, empty (docs/benchmarks.md, "Session 29
 // (s29h5)"). Work the poll is for (another node's insert, a retry or a
 // deferred job come due, a key's admission time) is seen by that read.
+// The first wake-up after an insert that leased in its own write
+// (endInsertLease) reads first too: most likely it is that insert's
+// Notify, and what the insert could take it took.
 func (e *Engine) fetchLoop() {
 	defer e.wg.Done()
 	timer := time.NewTimer(0)
@@ -783,6 +798,12 @@ func (e *Engine) fetchLoop() {
 		trigger = "poll"
 		if !polled {
 			trigger = "wake:" + wakeReason()
+		}
+		if !polled && e.sawInsertLease.Swap(false) {
+			// An insert leased what it could since (endInsertLease):
+			// this wake-up, most likely that insert's Notify, leases
+			// only if a read says a lease might take something.
+			polled = true
 		}
 		e.idle.Add(-1)
 		if !ok {

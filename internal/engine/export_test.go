@@ -81,3 +81,6 @@ func SetParentQueues(e *Engine, n int) {
 // FusedMaxParts is fusedMaxParts: the most parts a parent may have for
 // its last part's finish to carry its aggregation.
 const FusedMaxParts = fusedMaxParts
+
+// FreeSlots is how many of e's worker slots are free now.
+func FreeSlots(e *Engine) int { return cap(e.slots) - len(e.slots) }

@@ -50,6 +50,9 @@ type Jobs struct {
 	// insertWatchers are told the results of every Insert of this writer
 	// (watchInserts).
 	insertWatchers []func(res []store.InsertResult)
+	// inserts, when set, is the engine that leases in the write of an
+	// interactive insert of InsertParts (leaseInserts).
+	inserts insertLeaser
 }
 
 // JobsConfig configures a Jobs. Zero optional fields take the defaults of
@@ -361,14 +364,25 @@ type ReplayObserver interface {
 // Insert durably inserts jobs (prepared and validated by the caller) with
 // def configuring limit keys they name first; an insert answered from an
 // idempotency key (InsertResult.Existing) is told to the Observer when it
-// is a ReplayObserver.
+// is a ReplayObserver. It never leases (see InsertParts): its callers,
+// the HTTP API and the library's Client, answer their own callers once
+// the insert is durable, and a lease in the write would make that wait
+// longer.
 func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
-	return w.insert(ctx, nil, jobs, def)
+	return w.insert(ctx, nil, jobs, def, false)
 }
 
 // insert is Insert with objs, the objects jobs reference, stored in the
 // same write (store.ObjectsBulk.InsertWithObjects) when there are any.
-func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+// With lease, the insert leases in its own write when the writer's
+// engine has free slots for the interactive jobs it brings and the store
+// can (insertLeasing); otherwise it inserts alone.
+func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job, def admission.Config, lease bool) ([]store.InsertResult, error) {
+	if lease {
+		if res, ok, err := w.insertLeasing(ctx, objs, jobs, def); ok {
+			return res, err
+		}
+	}
 	var res []store.InsertResult
 	var err error
 	if len(objs) > 0 {
@@ -379,6 +393,14 @@ func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job,
 	if err != nil {
 		return nil, err
 	}
+	w.inserted(res)
+	w.replays(res)
+	return res, nil
+}
+
+// inserted tells the lanes' statistics and the insert watchers of res,
+// the results of a durable insert.
+func (w *Jobs) inserted(res []store.InsertResult) {
 	w.mu.Lock()
 	if w.stats != nil {
 		for _, r := range res {
@@ -392,6 +414,11 @@ func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job,
 	for _, fn := range watchers {
 		fn(res)
 	}
+}
+
+// replays tells a ReplayObserver of each result of res answered from an
+// idempotency key.
+func (w *Jobs) replays(res []store.InsertResult) {
 	if ro, ok := w.cfg.Observer.(ReplayObserver); ok {
 		for _, r := range res {
 			if r.Existing {
@@ -399,7 +426,17 @@ func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job,
 			}
 		}
 	}
-	return res, nil
+}
+
+// leaseInserts makes e the engine that leases in the writes of this
+// writer's interactive inserts of parts (insertLeasing); the first engine
+// to ask keeps it.
+func (w *Jobs) leaseInserts(e insertLeaser) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inserts == nil {
+		w.inserts = e
+	}
 }
 
 // watchInserts registers fn to be told the results of each Insert of

@@ -92,7 +92,10 @@ func (w *Jobs) InsertParts(ctx context.Context, parent *job.Job, parts []*job.Jo
 // and its parts reference (a review's diff and its parts' texts), stored
 // in the same write first (store.ObjectsBulk.InsertWithObjects): on a
 // single-writer store one commit, where storing them apart made the
-// parts wait for two before they could be leased.
+// parts wait for two before they could be leased. When the writer's
+// engine runs interactive parts of theirs and has free worker slots, that
+// write also leases them (store.InsertLeaser; insertlease.go), and they
+// start as it returns.
 func (w *Jobs) InsertPartsWithObjects(ctx context.Context, objs []store.Object, parent *job.Job, parts []*job.Job, def admission.Config) ([]store.InsertResult, error) {
 	if parent.State != job.StateAccepted {
 		return nil, fmt.Errorf("engine: a parent is inserted accepted, not %s", parent.State)
@@ -110,7 +113,7 @@ func (w *Jobs) InsertPartsWithObjects(ctx context.Context, objs []store.Object, 
 			p.IdempotencyKey = PartIdempotencyKey(parent.IdempotencyKey, i)
 		}
 	}
-	res, err := w.insert(ctx, objs, append([]*job.Job{parent}, parts...), def)
+	res, err := w.insert(ctx, objs, append([]*job.Job{parent}, parts...), def, true)
 	if err != nil {
 		return nil, err
 	}

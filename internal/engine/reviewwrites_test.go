@@ -106,14 +106,16 @@ func reviewWrites(t *testing.T, pub engine.Publisher) int64 {
 }
 
 // TestInteractiveReviewWrites counts the writer visits of one interactive
-// parent with one part, from insert to publication: the insert, the
-// part's lease, and the part's finish, whose write also carries the
-// parent's aggregation (its part is its last open one: fused.go), and
-// that also records the publication when the parent has nothing to
-// deliver (no Publisher, or a Deliverer that says so). Before session 29
-// that publication was a fifth write, from the publication pool; before
-// session 30 the aggregation was a fourth. A parent whose Publisher
-// delivers still takes the publication (and its claim).
+// parent with one part, from insert to publication: the insert, whose
+// write also leases the part (insertlease.go), and the part's finish,
+// whose write also carries the parent's aggregation (its part is its last
+// open one: fused.go), and that also records the publication when the
+// parent has nothing to deliver (no Publisher, or a Deliverer that says
+// so). Before session 29 that publication was a fifth write, from the
+// publication pool; before session 30 the aggregation was a fourth;
+// before session 31 the part's lease was a write of its own, after the
+// insert's Notify. A parent whose Publisher delivers still takes the
+// publication (and its claim).
 func TestInteractiveReviewWrites(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -121,9 +123,9 @@ func TestInteractiveReviewWrites(t *testing.T) {
 		pub  engine.Publisher
 		want int64
 	}{
-		{"no publisher", nil, 3},
-		{"delivers nothing", &nowherePublisher{}, 3},
-		{"delivers", &countingPublisher{}, 5}, // + the claim and the publication
+		{"no publisher", nil, 2},
+		{"delivers nothing", &nowherePublisher{}, 2},
+		{"delivers", &countingPublisher{}, 4}, // + the claim and the publication
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

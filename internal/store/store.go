@@ -318,6 +318,23 @@ type FinishLeaser interface {
 	FinishLease(ctx context.Context, ts []Transition, p LeaseParams) ([]error, []*job.Job, error)
 }
 
+// InsertLeaser is a Store that can insert jobs and lease in one durable
+// write: InsertLease stores os and inserts jobs exactly as
+// InsertWithObjects does (as Insert when os is empty) and then, in the
+// same transaction and so seeing the jobs it inserted, leases as Lease
+// does with p; p.Max 0 leases nothing. An engine that would lease an
+// interactive job right after its insert commits (its insert's Notify
+// wakes the fetch loop) would otherwise queue a second write for it: on
+// a single-writer store a second turn through the writer's queue, which
+// a batch sweep makes long (docs/benchmarks.md, "Session 30 (s30h1)").
+// Admission is the lease's own: a job whose keys refuse it is inserted
+// and left waiting. Results and errors are InsertWithObjects'; when the
+// call fails, no job was inserted and none leased (objects may be
+// stored, as InsertWithObjects may leave them).
+type InsertLeaser interface {
+	InsertLease(ctx context.Context, os []Object, jobs []*job.Job, def admission.Config, p LeaseParams) ([]InsertResult, []*job.Job, error)
+}
+
 // LeaseProber is a Store that can tell by a read, without a write
 // transaction, that a Lease with p at p.Now would take no job and write
 // nothing: MayLease reports false only then (no group of p's lane and

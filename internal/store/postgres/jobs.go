@@ -49,28 +49,39 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 	if err := store.CheckInsert(s.cfg.Region, jobs); err != nil {
 		return nil, err
 	}
+	var res []store.InsertResult
+	err := s.costChecked(ctx, jobs, def, func() (err error) {
+		res, err = s.insertOrCoalesce(ctx, jobs, def)
+		return err
+	})
+	return res, err
+}
+
+// costChecked runs insert, an insert of jobs that checks ctx's costs in
+// SQL (costCheckSQL) when ctx asks for the check (store.WithCostCheck),
+// and words a refusal as CheckCosts does. A cost no key admits is refused
+// before insert runs; after a refusal in SQL, which rolled everything
+// back, CheckCosts reads the configurations and names it. Should it find
+// none, a reconfiguration committed in between admitted the cost: insert
+// runs again, checked again, up to maxTxAttempts times.
+func (s *Store) costChecked(ctx context.Context, jobs []*job.Job, def admission.Config, insert func() error) error {
 	check := store.CostCheck(ctx)
 	if check && !store.CostBounded(jobs) {
 		// A cost no key admits: CheckCosts names it without a key's help.
 		if err := store.CheckCosts(ctx, s, jobs, def); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		res, err := s.insertOrCoalesce(ctx, jobs, def)
+		err := insert()
 		if !check || pgCode(err) != costRefusedCode {
-			return res, err
+			return err
 		}
-		// The check in SQL (costCheckSQL) refused and rolled everything
-		// back; CheckCosts reads the configurations and words the refusal
-		// as callers have always seen it. Should it find none, a
-		// reconfiguration committed in between admitted the cost: insert
-		// again, checked again.
 		if err := store.CheckCosts(ctx, s, jobs, def); err != nil {
-			return nil, err
+			return err
 		}
 		if attempt == maxTxAttempts {
-			return nil, err
+			return err
 		}
 	}
 }
@@ -108,11 +119,31 @@ const costCheckSQL = `SELECT cost_refused(k.name)
 // The statements take whole arrays (unnest), so their number does not grow
 // with the batch: 1,000 jobs were 1,000 INSERT executions on the server.
 func (s *Store) insertNow(ctx context.Context, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	out, _, err := s.insertLeaseNow(ctx, jobs, def, store.LeaseParams{})
+	return out, err
+}
+
+// insertLeaseNow is insertNow and then, when p.Max > 0, Lease with p in
+// the same transaction (store.InsertLeaser): the insert's round trip goes
+// without COMMIT, the lease's follow, and COMMIT with or after its last:
+// one transaction and one commit where an insert and a lease made two.
+// The lease's locks skip rows locked by other transactions, never the
+// insert's own, so it sees the jobs just inserted.
+func (s *Store) insertLeaseNow(ctx context.Context, jobs []*job.Job, def admission.Config, p store.LeaseParams) ([]store.InsertResult, []*job.Job, error) {
 	out := make([]store.InsertResult, len(jobs))
 	var dup []int
+	var leased []*job.Job
 	err := s.inPipe(ctx, false, func(tx *pipeTx) error {
+		leased = nil
+		send := tx.SendBatchCommit
+		if p.Max > 0 {
+			send = tx.SendBatch
+		}
 		var err error
-		dup, err = sendInsert(ctx, tx.SendBatchCommit, jobs, def, out)
+		if dup, err = sendInsert(ctx, send, jobs, def, out); err != nil || p.Max <= 0 {
+			return err
+		}
+		leased, err = store.Lease(&leaseTx{ctx: ctx, tx: tx, p: p}, p, newToken)
 		return err
 	})
 	if err == nil {
@@ -121,9 +152,9 @@ func (s *Store) insertNow(ctx context.Context, jobs []*job.Job, def admission.Co
 		err = fillExisting(ctx, s.pool, jobs, dup, out)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("insert: %w", err)
+		return nil, nil, fmt.Errorf("insert: %w", err)
 	}
-	return out, nil
+	return out, leased, nil
 }
 
 func allKeys(jobs []*job.Job) []string {

@@ -40,6 +40,38 @@ func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs [
 	return s.Insert(ctx, jobs, def)
 }
 
+// InsertLease stores os and then inserts jobs and leases with p in one
+// transaction (see store.InsertLeaser): the objects first, in a
+// transaction of their own, as InsertWithObjects stores them. The insert
+// is never coalesced with other callers' (as Insert's small calls are):
+// its transaction carries this caller's lease.
+func (s *Store) InsertLease(ctx context.Context, os []store.Object, jobs []*job.Job, def admission.Config, p store.LeaseParams) ([]store.InsertResult, []*job.Job, error) {
+	if err := store.CheckObjects(os); err != nil {
+		return nil, nil, err
+	}
+	if err := store.CheckInsert(s.cfg.Region, jobs); err != nil {
+		return nil, nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, nil, s.PutObjects(ctx, os)
+	}
+	if err := s.PutObjects(ctx, os); err != nil {
+		return make([]store.InsertResult, len(jobs)), nil, err
+	}
+	var res []store.InsertResult
+	var leased []*job.Job
+	err := s.costChecked(ctx, jobs, def, func() (err error) {
+		res, leased, err = s.insertLeaseNow(ctx, jobs, def, p)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, leased, nil
+}
+
+var _ store.InsertLeaser = (*Store)(nil)
+
 // upsertObjectSQL stores one document, replacing any previous one.
 const upsertObjectSQL = `INSERT INTO objects (kind, id, body, updated_at) VALUES ($1, $2, $3, $4)
 	ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`

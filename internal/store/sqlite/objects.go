@@ -32,25 +32,53 @@ func (s *Store) putObjectsTx(tx *writeTx, os []store.Object) error {
 // one write whatever ctx's lane (never in pieces): its callers are
 // interactive submissions of a few objects and jobs.
 func (s *Store) InsertWithObjects(ctx context.Context, os []store.Object, jobs []*job.Job, def admission.Config) ([]store.InsertResult, error) {
+	out, _, err := s.insertLease(ctx, os, jobs, def, store.LeaseParams{})
+	return out, err
+}
+
+// InsertLease is InsertWithObjects and then, in the same write of the
+// one writer, Lease with p (see store.InsertLeaser): the jobs an engine
+// would lease right after the insert committed are leased without a
+// second turn through the writer's queue. Unlike Insert it checks costs
+// (store.WithCostCheck) as InsertWithObjects does not, before the write.
+func (s *Store) InsertLease(ctx context.Context, os []store.Object, jobs []*job.Job, def admission.Config, p store.LeaseParams) ([]store.InsertResult, []*job.Job, error) {
+	if store.CostCheck(ctx) {
+		if err := store.CheckCosts(ctx, s, jobs, def); err != nil {
+			return nil, nil, err
+		}
+	}
+	return s.insertLease(ctx, os, jobs, def, p)
+}
+
+var _ store.InsertLeaser = (*Store)(nil)
+
+// insertLease stores os, inserts jobs and, when p.Max > 0, leases with p,
+// in one write.
+func (s *Store) insertLease(ctx context.Context, os []store.Object, jobs []*job.Job, def admission.Config, p store.LeaseParams) ([]store.InsertResult, []*job.Job, error) {
 	if err := store.CheckObjects(os); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := store.CheckInsert(s.cfg.Region, jobs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []store.InsertResult
+	var leased []*job.Job
 	err := s.write(ctx, func(tx *writeTx) error {
+		leased = nil
 		if err := s.putObjectsTx(tx, os); err != nil {
 			return err
 		}
 		var err error
-		out, err = s.insertJobs(tx, jobs, def)
+		if out, err = s.insertJobs(tx, jobs, def); err != nil || p.Max <= 0 {
+			return err
+		}
+		leased, err = (&txOps{s: s, tx: tx}).lease(p)
 		return err
 	})
 	if err != nil {
-		return make([]store.InsertResult, len(jobs)), err
+		return make([]store.InsertResult, len(jobs)), nil, err
 	}
-	return out, nil
+	return out, leased, nil
 }
 
 // putObjectIf is store.Writes.PutObjectIf.
