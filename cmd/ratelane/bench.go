@@ -219,5 +219,7 @@ JSON metrics (one object per workload; under its name with "all"):
               pooled_baseline_p99_ms pooled_sweep_p99_ms pooled_p99_ratio pooled_p95_ratio pooled_p90_ratio
               in_sweep_reviews in_sweep_p99_ms in_sweep_p99_ratio in_sweep_p95_ratio pooled_in_sweep_reviews
               pooled_in_sweep_p99_ratio pooled_in_sweep_p95_ratio pooled_in_sweep_p90_ratio
+              pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (90-percent-bootstrap)
+              pooled_in_sweep_p95_ratio_lo pooled_in_sweep_p95_ratio_hi
               sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)
 `

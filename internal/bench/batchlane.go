@@ -1041,6 +1041,14 @@ func addPooled(agg *Result, runs []Result) {
 	}
 	agg.add("pooled_in_sweep_reviews", float64(len(in)), "reviews submitted while a sweep ran, every run")
 	addVsBaseline(agg, pooledQuantiles, base, in, "", "pooled_in_sweep_", "pooled_in_sweep_", "every run's reviews submitted while its sweep ran")
+	// The target's figure with its spread (ratioInterval): a ratio whose
+	// interval straddles 1.1 is not shown below it.
+	for _, q := range []float64{0.99, 0.95} {
+		lo, hi := ratioInterval(base, in, q, 0.9, bootstrapResamples, uint64(len(base))<<32|uint64(len(in)))
+		name := fmt.Sprintf("pooled_in_sweep_p%.0f_ratio", 100*q)
+		agg.add(name+"_lo", lo, "÷ baseline, 5th percentile of the bootstrap (both phases' reviews resampled)")
+		agg.add(name+"_hi", hi, "÷ baseline, 95th percentile of the bootstrap")
+	}
 }
 
 // addVsBaseline adds to r, for each quantile q (as pN), xs's quantile

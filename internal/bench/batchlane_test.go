@@ -72,6 +72,15 @@ func TestAddPooledIsOneQuantileOverEveryRun(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
 		}
 	}
+	// The target's ratio comes with its bootstrap interval, which holds it.
+	for _, name := range []string{"pooled_in_sweep_p99_ratio", "pooled_in_sweep_p95_ratio"} {
+		point, _ := agg.Get(name)
+		lo, okLo := agg.Get(name + "_lo")
+		hi, okHi := agg.Get(name + "_hi")
+		if !okLo || !okHi || !(lo <= point && point <= hi) || !(lo < hi) {
+			t.Errorf("%s = %v, interval [%v, %v] (present %v %v): want a spread that holds it", name, point, lo, hi, okLo, okHi)
+		}
+	}
 	b, err := json.Marshal(agg)
 	if err != nil {
 		t.Fatal(err)
