@@ -97,3 +97,22 @@ func dumpLeaseStats() {
 	}
 	leaseStats.m = nil
 }
+
+// finishTrigger names a finish's lease for the lease statistics
+// (leasestats_on.go): the lanes of the jobs it finished, and "-none" when
+// the finish released nothing, so that the store ran no lease.
+func finishTrigger(rs []Report, released bool) string {
+	lane := ""
+	for _, r := range rs {
+		switch {
+		case lane == "":
+			lane = string(r.Job.Lane)
+		case lane != string(r.Job.Lane):
+			lane = "mixed"
+		}
+	}
+	if !released {
+		return "finish:" + lane + "-none"
+	}
+	return "finish:" + lane
+}
