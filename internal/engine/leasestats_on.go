@@ -15,7 +15,11 @@ import (
 // leaseStat is one lease trigger's figures in one phase: how many leases
 // it made, how many returned nothing, and what the others took. Only a
 // cpulabels build counts them (a diagnostic, like the SQLite writer's
-// write statistics), into $RATELANE_LEASESTATS at Stop.
+// write statistics), into $RATELANE_LEASESTATS at Stop. Besides the
+// leases' triggers (start, poll, again, wake:<reason>, finish:<lane>,
+// finish:<lane>-none for a finish that released nothing and so ran no
+// lease), two rows count what is not a lease: poll-read-none (a poll
+// whose read found nothing) and read:maylease (every MayLease read).
 type leaseStat struct {
 	Phase, Trigger     string
 	Leases, Empty      int64
