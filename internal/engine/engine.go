@@ -818,45 +818,28 @@ func (e *Engine) fetchLoop() {
 // turn of the CPU governor held a lease may take none of its computing
 // kinds (BatchMax -1) and, with no interactive job ready, took nothing:
 // 25 of 38 polls' leases in TestSweepPollsLeaseOnlyWhatTheyCanTake's
-// stream on main. So when no turn is free it asks a second read for what
-// the lease could take, the interactive lane and the batch lane's kinds
-// that take no turn; when that finds nothing it records that a batch job
-// wants a turn (batchBudget.wanted), as the empty lease did, so that the
-// next turn given back is kept for a lease and wakes the loop.
+// stream on main. So when no turn is free the read asks about what such
+// a lease could take (the store's read honours BatchMax: the interactive
+// lane and the batch lane's kinds that take no turn); when that finds
+// nothing, a second read tells whether the sweep's jobs are ready, and
+// then it records that a batch job wants a turn (batchBudget.wanted), as
+// the empty lease did, so that the next turn given back is kept for a
+// lease and wakes the loop. A poll that leases reads once (it read up to
+// three times before: docs/benchmarks.md, "Session 31 (s31h2)").
 func (e *Engine) pollMayLease() bool {
 	p := e.leaseParams(1, 0, new(time.Time))
-	if !e.jobs.mayLease(e.ctx, p) {
-		return false
-	}
 	if e.lane == job.LaneInteractive || len(e.computing) == 0 || e.budget.turnFree() {
+		return e.jobs.mayLease(e.ctx, p)
+	}
+	p.BatchMax = -1
+	if e.jobs.mayLease(e.ctx, p) {
 		return true
 	}
-	if e.lane == "" {
-		p.Lane = job.LaneInteractive
-		if e.jobs.mayLease(e.ctx, p) {
-			return true
-		}
+	p.BatchMax = 0
+	if e.jobs.mayLease(e.ctx, p) {
+		e.budget.wanted()
 	}
-	if p.Kinds = e.turnless(); len(p.Kinds) > 0 {
-		p.Lane = job.LaneBatch
-		if e.jobs.mayLease(e.ctx, p) {
-			return true
-		}
-	}
-	e.budget.wanted()
 	return false
-}
-
-// turnless are the engine's kinds that take no turn of the CPU governor
-// (not Kind.Computes): their batch jobs are leased with no turn free.
-func (e *Engine) turnless() []string {
-	var out []string
-	for _, k := range e.kinds {
-		if !slices.Contains(e.computing, k) {
-			out = append(out, k)
-		}
-	}
-	return out
 }
 
 // idleWait waits, counted as idle (by leaseAndRun), for a wake-up or the

@@ -166,7 +166,9 @@ func (w *Jobs) mayLease(ctx context.Context, p LeaseParams) bool {
 	}
 	now := w.cfg.Now()
 	w.leasedKinds(p.Kinds, now)
-	may, err := pr.MayLease(ctx, store.LeaseParams{Now: now, Max: p.Max, Kinds: p.Kinds, Tenant: p.Tenant, Lane: p.Lane})
+	noteLease("read:maylease", LeaseParams{}, nil) // counted as a lease call that took nothing
+	may, err := pr.MayLease(ctx, store.LeaseParams{Now: now, Max: p.Max, Kinds: p.Kinds, Tenant: p.Tenant, Lane: p.Lane,
+		BatchMax: p.BatchMax, BatchMaxKinds: p.BatchMaxKinds})
 	return may || err != nil
 }
 

@@ -15,7 +15,11 @@ import (
 // leaseStat is one lease trigger's figures in one phase: how many leases
 // it made, how many returned nothing, and what the others took. Only a
 // cpulabels build counts them (a diagnostic, like the SQLite writer's
-// write statistics), into $RATELANE_LEASESTATS at Stop.
+// write statistics), into $RATELANE_LEASESTATS at Stop. Besides the
+// leases' triggers (start, poll, again, wake:<reason>, finish:<lane>,
+// finish:<lane>-none for a finish that released nothing and so ran no
+// lease), two rows count what is not a lease: poll-read-none (a poll
+// whose read found nothing) and read:maylease (every MayLease read).
 type leaseStat struct {
 	Phase, Trigger     string
 	Leases, Empty      int64
@@ -96,4 +100,23 @@ func dumpLeaseStats() {
 		_ = enc.Encode(st)
 	}
 	leaseStats.m = nil
+}
+
+// finishTrigger names a finish's lease for the lease statistics
+// (leasestats_on.go): the lanes of the jobs it finished, and "-none" when
+// the finish released nothing, so that the store ran no lease.
+func finishTrigger(rs []Report, released bool) string {
+	lane := ""
+	for _, r := range rs {
+		switch {
+		case lane == "":
+			lane = string(r.Job.Lane)
+		case lane != string(r.Job.Lane):
+			lane = "mixed"
+		}
+	}
+	if !released {
+		return "finish:" + lane + "-none"
+	}
+	return "finish:" + lane
 }

@@ -168,7 +168,7 @@ func (e *Engine) finishLease(ctx context.Context, rs []Report, written func()) (
 	p.Released = func(r bool) { released = r }
 	done, leased, err := e.jobs.reportLease(ctx, rs, p, written)
 	if err == nil {
-		noteLease("finish", p, leased)
+		noteLease(finishTrigger(rs, released), p, leased)
 	}
 	if err != nil {
 		for range free {

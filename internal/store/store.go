@@ -314,6 +314,10 @@ type ListParams struct {
 // another write announces anyway (most finishes of unpaced keys' jobs
 // leased nothing: docs/benchmarks.md, "Session 28 (s28h4)"). With p.Max 0
 // and p.Released set it is Finish that also tells whether it released.
+// A driver may skip the lease's statements when it can tell, in the same
+// transaction, that the lease would take nothing (SQLite reads first, as
+// LeaseProber does: beside a sweep with no CPU turn free almost every
+// finish's lease took nothing, docs/benchmarks.md, "Session 31 (s31h2)").
 type FinishLeaser interface {
 	FinishLease(ctx context.Context, ts []Transition, p LeaseParams) ([]error, []*job.Job, error)
 }
@@ -339,8 +343,10 @@ type InsertLeaser interface {
 // transaction, that a Lease with p at p.Now would take no job and write
 // nothing: MayLease reports false only then (no group of p's lane and
 // kinds has a waiting job eligible at p.Now, and no retry is due to be
-// promoted). It may report true when a Lease would still take nothing (a
-// key refuses, a group is blocked). An idle engine's poll asks it first:
+// promoted). It honours p's batch bound: with BatchMax -1 a ready group
+// of a kind BatchMax counts is no reason to say true, since such a lease
+// takes none of its jobs. It may report true when a Lease would still
+// take nothing (a key refuses, a group is blocked). An idle engine's poll asks it first:
 // on SQLite a Lease that finds nothing still queues for the one writer
 // and commits, and the poll of an idle engine found nothing about once per
 // interactive review (docs/benchmarks.md, "Session 29 (s29h5)").

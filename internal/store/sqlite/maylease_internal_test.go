@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/storetest"
@@ -81,4 +82,70 @@ func TestIdlePollsClearStaleGroups(t *testing.T) {
 			polls, bound, after, before, mayLeaseGroups)
 	}
 	t.Logf("%d stale groups cleared by %d polls' leases", before, polls)
+}
+
+// TestFinishLeaseReadsBeforeLeasing: a finish that released a paced key's
+// start beside a sweep whose ready jobs are all of a kind the lease may
+// not take (no CPU turn free) runs no lease in the writer's transaction:
+// its read in the same transaction finds nothing it could take. A
+// finish whose lease may take a job (one of a kind that takes no turn, an
+// interactive one, a retry its own transition readied) runs it. Before
+// the read, every such finish ran the lease: 509 of 512 interactive
+// finishes' leases took nothing in a 10,000-file batch-isolation sweep.
+func TestFinishLeaseReadsBeforeLeasing(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t)
+	ctx := context.Background()
+	if _, err := s.UpsertLimit(ctx, admission.Config{Name: "paced", Rate: 1000, Burst: 1000}, storetest.T0); err != nil {
+		t.Fatal(err)
+	}
+	at := func(ms int) time.Time { return storetest.T0.Add(time.Duration(ms) * time.Millisecond) }
+	insert := func(js ...*job.Job) {
+		t.Helper()
+		if _, err := s.Insert(ctx, js, storetest.Unpaced); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crunch := storetest.NewJob("acme", job.LaneBatch, "sweep")
+	crunch.Kind = "crunch"
+	insert(crunch)
+	// finish leases a paced interactive job, inserts ready, then finishes
+	// the first with the no-turn lease: how many leases the writer ran
+	// for the finish, and what it took.
+	finish := func(ms int, to job.State, ready ...*job.Job) (runs int64, took []*job.Job) {
+		t.Helper()
+		insert(storetest.NewJob("acme", job.LaneInteractive, "paced"))
+		got, err := s.Lease(ctx, store.LeaseParams{Now: at(ms), Max: 1, LeaseFor: time.Minute, Lane: job.LaneInteractive})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("lease the paced job: %d, %v", len(got), err)
+		}
+		insert(ready...)
+		j := got[0]
+		tr := store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: to, Attempts: j.Attempts, EligibleAt: at(ms + 1),
+			Record: job.AttemptRecord{At: at(ms + 1), Attempt: j.Attempt, Outcome: job.ClassSuccess},
+			Keys:   store.KeyEffect{Now: at(ms + 1), Success: to == job.StatePublished}}
+		if to != job.StatePublished {
+			tr.Record.Outcome = job.ClassInvalidOutput
+		}
+		before := s.leaseRuns.Load()
+		_, took, err = s.FinishLease(ctx, []store.Transition{tr}, storetest.FinishLeaseNoTurn(at(ms+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.leaseRuns.Load() - before, took
+	}
+	if runs, took := finish(10, job.StatePublished); runs != 0 || len(took) != 0 {
+		t.Errorf("a finish beside a sweep with no turn free ran %d leases and took %d jobs, want none", runs, len(took))
+	}
+	hook := storetest.NewJob("acme", job.LaneBatch, "subscriber")
+	hook.Kind = "hook"
+	if runs, took := finish(20, job.StatePublished, hook); runs != 1 || len(took) != 1 {
+		t.Errorf("a finish with a turnless batch job ready ran %d leases and took %d jobs, want one and one", runs, len(took))
+	}
+	if runs, took := finish(30, job.StatePublished, storetest.NewJob("acme", job.LaneInteractive, "free")); runs != 1 || len(took) != 1 {
+		t.Errorf("a finish with an interactive job ready ran %d leases and took %d jobs, want one and one", runs, len(took))
+	}
+	if runs, took := finish(40, job.StateRetryScheduled); runs != 1 || len(took) != 1 {
+		t.Errorf("a finish that readied its own retry ran %d leases and took %d jobs, want one and one (the retry)", runs, len(took))
+	}
 }

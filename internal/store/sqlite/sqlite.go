@@ -162,6 +162,10 @@ type Store struct {
 	// writes and txs count the committed writes and their transactions
 	// (WriteCounts).
 	writes, txs atomic.Int64
+	// leaseRuns counts the leases the writer ran (txOps.lease), Lease's
+	// and FinishLease's: a FinishLease whose read found nothing it could
+	// take runs none (its tests count them).
+	leaseRuns atomic.Int64
 	// lanes are the writer's waits per lane (WriteCounts).
 	lanes laneStats
 }

@@ -2,7 +2,11 @@
 
 package sqlite
 
-import "time"
+import (
+	"time"
+
+	"github.com/ratelane/ratelane/internal/job"
+)
 
 // Without the cpulabels tag the writer names and times no write: these
 // are empty, and the calls behind cpulabel.On are dead code.
@@ -11,3 +15,5 @@ func writeCaller() string                                          { return "" }
 func noteWrite(r *writeReq, d time.Duration, interQueued int)      {}
 func dumpWriteStats()                                              {}
 func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {}
+func stepStart() time.Time                                         { return time.Time{} }
+func noteStep(lane job.Lane, step string, t0 time.Time)            {}

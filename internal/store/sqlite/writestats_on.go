@@ -116,6 +116,15 @@ func dumpWriteStats() {
 	writeStats.m = nil
 }
 
+// stepStart is when a step of a write that noteStep times started.
+func stepStart() time.Time { return time.Now() }
+
+// noteStep records a step of a write (kind "STEP "+step) in lane, started
+// at t0: how much of the writer's hold it was.
+func noteStep(lane job.Lane, step string, t0 time.Time) {
+	noteWrite(&writeReq{lane: lane, kind: "STEP " + step}, time.Since(t0), 0)
+}
+
 // noteCommit records a COMMIT's hold by whether its transaction holds an
 // interactive write and how many batch-lane writes it holds.
 func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {

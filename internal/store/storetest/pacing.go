@@ -573,3 +573,62 @@ func testFinishLeaseIfReleased(t *testing.T, open Opener) {
 		}
 	}
 }
+
+// FinishLeaseNoTurn is the lease an engine's finish asks for while its
+// CPU governor has no turn free: up to 5 jobs of kinds noop, hook and
+// crunch, none of crunch, the only kind that takes a turn. Exported for
+// the drivers' own tests of what such a finish runs.
+func FinishLeaseNoTurn(now time.Time) store.LeaseParams {
+	return store.LeaseParams{Now: now, Max: 5, LeaseFor: 30 * time.Second, Kinds: []string{"noop", "hook", "crunch"},
+		BatchMax: -1, BatchMaxKinds: []string{"crunch"}, Released: func(bool) {}}
+}
+
+// testFinishLeaseWithNoTurn checks a FinishLease with no batch turn
+// free (BatchMax -1 for the counted kinds) beside a sweep: a finish that
+// released a paced key's start takes none of the sweep's ready jobs of a
+// counted kind, but takes what it may: a batch job of a kind BatchMax
+// does not count, and an interactive job. A driver may skip the lease's
+// statements when it can tell it would take nothing (SQLite reads first);
+// it must not skip one that would take a job.
+func testFinishLeaseWithNoTurn(t *testing.T, open Opener) {
+	s := open(t)
+	fl, ok := s.(store.FinishLeaser)
+	if !ok {
+		t.Skip("not a store.FinishLeaser")
+	}
+	setLimit(t, s, admission.Config{Name: "paced", Rate: 1000, Burst: 1000})
+	ms := func(n int) time.Time { return T0.Add(time.Duration(n) * time.Millisecond) }
+	kind := func(k string, j *job.Job) *job.Job { j.Kind = k; return j }
+	insert(t, s, kind("crunch", NewJob("acme", job.LaneBatch, "sweep")), kind("crunch", NewJob("acme", job.LaneBatch, "sweep")))
+	// round leases an interactive job of the paced key, inserts ready,
+	// and finishes the first with the no-turn lease: what it took.
+	round := func(n int, ready ...*job.Job) []*job.Job {
+		t.Helper()
+		insert(t, s, NewJob("acme", job.LaneInteractive, "paced"))
+		got, err := s.Lease(context.Background(), store.LeaseParams{Now: ms(n), Max: 1, LeaseFor: 30 * time.Second, Lane: job.LaneInteractive})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("lease the paced job: %d, %v", len(got), err)
+		}
+		insert(t, s, ready...)
+		errs, took, err := fl.FinishLease(context.Background(), []store.Transition{success(got[0], ms(n+1))}, FinishLeaseNoTurn(ms(n+1)))
+		if err != nil {
+			t.Fatalf("finish and lease: %v", err)
+		}
+		mustOK(t, errs)
+		return took
+	}
+	if took := round(10); len(took) != 0 {
+		t.Fatalf("with no turn free, the finish leased %d jobs (%s), want none of the counted kind", len(took), took[0].Kind)
+	}
+	hook := kind("hook", NewJob("acme", job.LaneBatch, "subscriber"))
+	if took := round(20, hook); len(took) != 1 || took[0].ID != hook.ID {
+		t.Fatalf("with no turn free, the finish leased %d jobs, want the batch job of a kind that takes no turn", len(took))
+	}
+	inter := NewJob("acme", job.LaneInteractive, "free")
+	if took := round(30, inter); len(took) != 1 || took[0].ID != inter.ID {
+		t.Fatalf("with no turn free, the finish leased %d jobs, want the interactive job", len(took))
+	}
+	if got := lease(t, s, ms(40), 5); len(got) != 2 {
+		t.Fatalf("a lease with turns free leased %d, want the 2 counted jobs", len(got))
+	}
+}

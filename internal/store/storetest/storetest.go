@@ -55,6 +55,7 @@ func Run(t *testing.T, open Opener) {
 		"ConcurrencyCap":        testConcurrencyCap,
 		"CapFreedByFinish":      testCapFreedByFinish,
 		"FinishLeaseIfReleased": testFinishLeaseIfReleased,
+		"FinishLeaseWithNoTurn": testFinishLeaseWithNoTurn,
 		"CapOnUnpacedKey":       testCapOnUnpacedKey,
 		"AllKeysAdmit":          testAllKeysAdmit,
 		"PauseIsShared":         testPauseIsShared,
