@@ -11,3 +11,5 @@ func writeCaller() string                                          { return "" }
 func noteWrite(r *writeReq, d time.Duration, interQueued int)      {}
 func dumpWriteStats()                                              {}
 func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {}
+func noteArrival(r *writeReq)                                      {}
+func noteHold(r *writeReq, bound bool, d time.Duration)            {}
