@@ -82,8 +82,18 @@ func budgetEngine(t *testing.T, w *budgetWork, pieces int) (*engine.Engine, stri
 	}
 	synctest.Wait()
 	w.batchGo <- struct{}{} // the first ends; the group of five starts
-	synctest.Wait()
+	holdPast()
 	return e, first
+}
+
+// holdPast lets every goroutine that can run do so, then simulated time
+// pass the SQLite writer's hold of batch-lane transactions while the
+// interactive handler runs (sqlite.Config.BatchHold, 10 ms by default),
+// so that the batch-lane writes made so far are committed.
+func holdPast() {
+	synctest.Wait()
+	time.Sleep(20 * time.Millisecond)
+	synctest.Wait()
 }
 
 // TestBatchBudgetWhileInteractiveInFlight: with an interactive handler
@@ -132,7 +142,7 @@ func TestBatchBudgetWhileInteractiveInFlight(t *testing.T) {
 
 		// The last ends: the group writes, publishes and gives its turn back.
 		w.batchGo <- struct{}{}
-		synctest.Wait()
+		holdPast()
 		wantBudget(t, e, "after both groups ended", 0, 6)
 		if m := w.most.Load(); m != 1 {
 			t.Fatalf("%d batch aggregations ran at once; want 1", m)

@@ -524,6 +524,13 @@ type result struct {
 	fuse *fusedParent
 }
 
+// interactiveGrace is how long after this engine's interactive work in
+// flight falls to zero a single-writer store still treats it as in
+// flight (store.InteractiveWatcher): about the time from a handler's
+// return to its finish's write, which the finisher makes after the
+// handler has left the count.
+const interactiveGrace = 2 * time.Millisecond
+
 // New validates cfg and returns an engine ready to Start.
 func New(cfg Config) (*Engine, error) {
 	cfg = cfg.WithDefaults()
@@ -600,6 +607,20 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if len(e.kinds) > 0 && e.serves(job.LaneInteractive) {
 		e.jobs.leaseInserts(e)
+	}
+	if w, ok := cfg.Store.(store.InteractiveWatcher); ok {
+		// A single writer keeps a batch-lane transaction open a little
+		// while this engine's interactive work is in flight, so that its
+		// next write (a lease, a finish, a publication) joins it rather
+		// than queue behind its commit. The finish is written after the
+		// handler has left the count (the finisher's), so the hold lasts
+		// interactiveGrace past the count's fall to zero: ended there, it
+		// put the batch lane's commit right where the finish arrived
+		// (docs/benchmarks.md, "Session 31 (s31h3)").
+		interactive.stamp = true
+		w.WatchInteractive(func() bool {
+			return interactive.n.Load() > 0 || interactive.idleWithin(interactiveGrace, time.Now())
+		})
 	}
 	return e, nil
 }

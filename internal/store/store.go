@@ -354,6 +354,22 @@ type LeaseProber interface {
 	MayLease(ctx context.Context, p LeaseParams) (bool, error)
 }
 
+// InteractiveWatcher is a Store with a single writer (SQLite) that can
+// keep a transaction of batch-lane writes open, for a bounded time, while
+// the process has interactive work in flight, so that an interactive write
+// arriving then joins it instead of waiting for its commit: an interactive
+// write that finds the writer committing batch-lane writes waits for the
+// whole commit (its fsync), then commits alone (docs/benchmarks.md,
+// "Session 31 (s31h3)"). WatchInteractive adds busy, which the writer
+// calls on its goroutine before it commits a transaction holding only
+// batch-lane writes: it must be quick (an atomic load) and must not
+// write. A store with several watchers holds while any reports true. A
+// store whose writes run in parallel has no such commit to avoid and does
+// not implement it.
+type InteractiveWatcher interface {
+	WatchInteractive(busy func() bool)
+}
+
 // LeaseParams describes one lease call.
 type LeaseParams struct {
 	Now time.Time

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -60,12 +61,21 @@ type Config struct {
 	MaxBatch int
 	// Readers is the size of the read connection pool; zero means 4.
 	Readers int
+	// BatchHold is how long the writer keeps a transaction of batch-lane
+	// writes open, counted from its BEGIN, while a watcher
+	// (WatchInteractive) reports interactive work in flight, so that an
+	// interactive write that arrives meanwhile joins it rather than wait
+	// for its commit; batch-lane writes that arrive meanwhile join it too.
+	// Each batch-lane write waits at most this much longer for its
+	// commit. Zero means 10ms; negative turns the hold off.
+	BatchHold time.Duration
 }
 
 func (c Config) withDefaults() Config {
 	c.Synchronous = cmp.Or(c.Synchronous, SyncFull)
 	c.MaxBatch = cmp.Or(c.MaxBatch, 256)
 	c.Readers = cmp.Or(c.Readers, 4)
+	c.BatchHold = cmp.Or(c.BatchHold, defaultBatchHold)
 	return c
 }
 
@@ -168,6 +178,16 @@ type Store struct {
 	leaseRuns atomic.Int64
 	// lanes are the writer's waits per lane (WriteCounts).
 	lanes laneStats
+	// busy holds the watchers' funcs (WatchInteractive): the writer
+	// holds a batch-lane transaction open while any reports true.
+	busy atomic.Pointer[[]func() bool]
+	// holdTimer is the writer's timer for BatchHold (writer goroutine
+	// only), made once.
+	holdTimer *time.Timer
+	// wstate is what the writer is doing (a writerState), kept in a
+	// cpulabels build only: each interactive write notes it as it is
+	// queued, so its wait can be laid on what it arrived behind.
+	wstate atomic.Int32
 }
 
 var _ store.Store = (*Store)(nil)

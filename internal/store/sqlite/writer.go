@@ -28,7 +28,27 @@ type writeReq struct {
 	// charge, for a batch-lane write, is told how long the writer ran it
 	// (store.WithWriteCharge).
 	charge func(time.Duration)
+	// found is the writer's state (writerState) when the write was
+	// queued, in a cpulabels build only.
+	found int32
 }
+
+// writerState is what the writer goroutine is doing, as a cpulabels
+// build records it (Store.wstate).
+const (
+	writerIdle        int32 = iota // waiting for a write
+	writerRunInter                 // running a transaction that holds an interactive write
+	writerCommitInter              // committing one
+	writerRunBatch                 // running a transaction of batch-lane writes only
+	writerCommitBatch              // committing one
+	writerHoldBatch                // holding one open for an interactive write (held)
+)
+
+// defaultBatchHold is Config.BatchHold's default: about an interactive
+// review's own latency on a quiet machine (p50 7-11 ms in
+// batch-isolation), so that most holds end with the interactive work
+// rather than at the bound.
+const defaultBatchHold = 10 * time.Millisecond
 
 // write runs fn in the writer's transaction and returns once it is durably
 // committed (or failed). fn may run together with other writes in one
@@ -59,6 +79,7 @@ func (s *Store) enqueue(ctx context.Context, fn func(tx *writeTx) error) (*write
 	}
 	if cpulabel.On {
 		r.kind = writeCaller()
+		r.found = s.wstate.Load()
 	}
 	// The other lane's count is read together with the enqueue, under the
 	// lock the writer counts under: read before it (as until session 10),
@@ -209,6 +230,94 @@ func (s *Store) next(hasInteractive bool) *writeReq {
 	}
 }
 
+// held waits for the next write of an open transaction that holds only
+// batch-lane writes while a watcher (WatchInteractive) reports
+// interactive work in flight, until Config.BatchHold after the
+// transaction began (begun); nil: commit now. An interactive write that
+// arrives meanwhile joins the transaction, which then commits with it:
+// without the hold it could find the writer committing the batch-lane
+// writes, wait for that commit's fsync, and then commit alone. So the
+// batch lane commits in the gaps between interactive work, not beside
+// it. A batch-lane write that arrives meanwhile joins too, and the wait
+// goes on to the same deadline: each batch-lane write's commit comes at
+// most BatchHold later than without the hold (plus the run of the writes
+// that join). Holding only shifts a commit in time, so it must last
+// until the interactive work ends, not a fixed while: at a fixed 2 ms
+// the interactive writes found the writer committing batch-lane writes
+// as often as without it (docs/benchmarks.md, "Session 31 (s31h3)").
+// The watchers are asked again every holdPoll.
+func (s *Store) held(begun time.Time) (r *writeReq) {
+	bound := false // cpulabels: the hold ended at BatchHold
+	if cpulabel.On {
+		s.wstate.Store(writerHoldBatch)
+		t0 := time.Now()
+		defer func() {
+			s.wstate.Store(writerRunBatch)
+			noteHold(r, bound, time.Since(t0))
+		}()
+	}
+	for {
+		wait := s.cfg.BatchHold - time.Since(begun)
+		if bound = wait <= 0; bound || !s.interactiveBusy() {
+			return nil
+		}
+		wait = min(wait, holdPoll)
+		if s.holdTimer == nil {
+			s.holdTimer = time.NewTimer(wait)
+		} else {
+			s.holdTimer.Reset(wait)
+		}
+		select {
+		case r := <-s.reqs:
+			s.holdTimer.Stop()
+			return r
+		case r := <-s.batchReqs:
+			s.holdTimer.Stop()
+			return r
+		case <-s.holdTimer.C:
+		case <-s.stop:
+			s.holdTimer.Stop()
+			return nil
+		}
+	}
+}
+
+// holdPoll is how often held asks the watchers again: the batch lane's
+// commit waits at most this long after interactive work ends.
+const holdPoll = 250 * time.Microsecond
+
+// interactiveBusy reports whether a watcher reports interactive work in
+// flight.
+func (s *Store) interactiveBusy() bool {
+	fs := s.busy.Load()
+	if fs == nil {
+		return false
+	}
+	for _, f := range *fs {
+		if f() {
+			return true
+		}
+	}
+	return false
+}
+
+// WatchInteractive adds busy to the funcs the writer asks before it
+// commits a transaction of batch-lane writes only (store.InteractiveWatcher;
+// Config.BatchHold). With BatchHold negative it does nothing.
+func (s *Store) WatchInteractive(busy func() bool) {
+	if s.cfg.BatchHold <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var fs []func() bool
+	if old := s.busy.Load(); old != nil {
+		fs = append(fs, *old...)
+	}
+	fs = append(fs, busy)
+	s.busy.Store(&fs)
+}
+
 // commit runs first and the writes that next hands it in one transaction
 // and answers them all after its commit.
 func (s *Store) commit(first *writeReq) {
@@ -220,6 +329,9 @@ func (s *Store) commit(first *writeReq) {
 		}
 		s.lanes.done(w.r)
 		w.r.done <- werr
+	}
+	if cpulabel.On {
+		s.wstate.Store(writerIdle)
 	}
 }
 
@@ -272,8 +384,13 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	defer s.wmu.Unlock()
 	defer s.closeBatchStmts()
 	tx := &s.wtx
+	var begun time.Time // for held: read only while a watcher is set
+	if s.busy.Load() != nil && first.lane == job.LaneBatch {
+		begun = time.Now()
+	}
 	if cpulabel.On {
 		cpulabel.Set(writerLabel(first.lane, true))
+		s.wstate.Store(runState(first.lane != job.LaneBatch))
 	}
 	if _, err := s.exec(tx, `BEGIN IMMEDIATE`); err != nil {
 		// A transaction left open by a COMMIT and ROLLBACK that both
@@ -303,12 +420,16 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	hasInteractive := first.lane != job.LaneBatch
 	for len(batch) < s.cfg.MaxBatch {
 		r := s.next(hasInteractive)
+		if r == nil && !hasInteractive && !begun.IsZero() {
+			r = s.held(begun)
+		}
 		if r == nil {
 			break
 		}
 		hasInteractive = hasInteractive || r.lane != job.LaneBatch
 		if cpulabel.On {
 			cpulabel.SetWrite(writerLabel(r.lane, false), r.kind)
+			s.wstate.Store(runState(hasInteractive))
 		}
 		batch = append(batch, ran{r: r, err: s.runOne(tx, r, true)})
 	}
@@ -318,6 +439,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 			l = job.LaneInteractive
 		}
 		cpulabel.Set(writerLabel(l, true))
+		s.wstate.Store(runState(hasInteractive) + 1) // committing
 	}
 	var c0 time.Time
 	if cpulabel.On {
@@ -369,6 +491,9 @@ func (s *Store) checkDataVersion(tx *writeTx) error {
 // that its failure rolls back only its own changes.
 func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	s.lanes.started(r)
+	if cpulabel.On && r.lane != job.LaneBatch {
+		noteArrival(r)
+	}
 	defer s.lanes.ended(r)
 	if r.charge != nil {
 		t0 := time.Now()
@@ -489,4 +614,13 @@ func writerLabel(l job.Lane, commit bool) string {
 		return cpulabel.WriterBatch
 	}
 	return cpulabel.WriterInter
+}
+
+// runState is the writerState of a transaction running, by whether it
+// holds an interactive write.
+func runState(hasInteractive bool) int32 {
+	if hasInteractive {
+		return writerRunInter
+	}
+	return writerRunBatch
 }

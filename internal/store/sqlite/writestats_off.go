@@ -17,3 +17,5 @@ func dumpWriteStats()                                              {}
 func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {}
 func stepStart() time.Time                                         { return time.Time{} }
 func noteStep(lane job.Lane, step string, t0 time.Time)            {}
+func noteArrival(r *writeReq)                                      {}
+func noteHold(r *writeReq, bound bool, d time.Duration)            {}

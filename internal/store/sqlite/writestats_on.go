@@ -55,7 +55,7 @@ type writeStat struct {
 	N                 int64
 	HoldMs, MaxMs     float64
 	Holds             []float64 `json:"-"`
-	P50, P99          float64
+	P50, P90, P99     float64
 	InterBehind       int64   // interactive writes queued when it started
 	InterBehindWaitMs float64 // their summed wait behind it (its hold each)
 }
@@ -110,6 +110,7 @@ func dumpWriteStats() {
 	for _, st := range writeStats.m {
 		sort.Float64s(st.Holds)
 		st.P50 = st.Holds[len(st.Holds)/2]
+		st.P90 = st.Holds[len(st.Holds)*90/100]
 		st.P99 = st.Holds[len(st.Holds)*99/100]
 		enc.Encode(st)
 	}
@@ -153,6 +154,42 @@ func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {
 	for _, w := range batch {
 		if w.r.lane != job.LaneBatch {
 			noteWrite(&writeReq{lane: w.r.lane, kind: "LATENCY batch-writes-in-tx=" + b}, time.Since(w.r.at), 0)
+			noteWrite(&writeReq{lane: w.r.lane, kind: "ARRIVED writer=" + stateNames[w.r.found] + " LATENCY"}, time.Since(w.r.at), 0)
 		}
 	}
+}
+
+// stateNames name the writerStates.
+var stateNames = [...]string{
+	writerIdle:        "idle",
+	writerRunInter:    "running-interactive-tx",
+	writerCommitInter: "committing-interactive-tx",
+	writerRunBatch:    "running-batch-tx",
+	writerCommitBatch: "committing-batch-tx",
+	writerHoldBatch:   "holding-batch-tx",
+}
+
+// noteArrival records an interactive write's wait for the writer (its
+// call to its start) by what the writer was doing when it was queued.
+func noteArrival(r *writeReq) {
+	noteWrite(&writeReq{lane: r.lane, kind: "ARRIVED writer=" + stateNames[r.found] + " WAIT"}, time.Since(r.at), 0)
+	noteWrite(&writeReq{lane: r.lane, kind: "ARRIVED-BY-KIND writer=" + stateNames[r.found] + " " + r.kind}, time.Since(r.at), 0)
+}
+
+// noteHold records one hold of a batch-lane transaction (held) by how
+// it ended: a write joined it (r), or no write did before the
+// interactive work ended or the bound passed.
+func noteHold(r *writeReq, bound bool, d time.Duration) {
+	how := "HOLD ended-by=interactive-idle"
+	lane := job.LaneBatch
+	switch {
+	case r == nil && bound:
+		how = "HOLD ended-by=bound"
+	case r == nil:
+	case r.lane == job.LaneBatch:
+		how = "HOLD ended-by=batch-write"
+	default:
+		how = "HOLD ended-by=interactive-write"
+	}
+	noteWrite(&writeReq{lane: lane, kind: how}, d, 0)
 }
