@@ -602,7 +602,11 @@ func New(cfg Config) (*Engine, error) {
 		e.budget.pacer = newBatchPacer(cfg.BatchCPUShare, e.interactive)
 	}
 	if e.yield.listener() != nil || e.budget.pacer != nil { // accepted work is about too
-		e.queued = &queuedWork{interactive: e.interactive, ready: e.leasesNow}
+		// Only waiting jobs: an interactive parent is inserted accepted,
+		// and no lease takes it.
+		e.queued = &queuedWork{interactive: e.interactive, ready: func(j *job.Job) bool {
+			return j.State == job.StateWaiting && e.leasesNow(j)
+		}}
 		e.jobs.watchInserts(e.queued.inserted)
 	}
 	if len(e.kinds) > 0 && e.serves(job.LaneInteractive) {
@@ -804,10 +808,11 @@ func (e *Engine) fetchLoop() {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	polled := false
-	trigger := "start" // what made this lease (leasestats_on.go)
+	afterInsert := false // polled stands for an insert's wake-up (below)
+	trigger := "start"   // what made this lease (leasestats_on.go)
 	for {
 		cpulabel.Set(cpulabel.Fetch) // again each time: the phase may have moved
-		if polled && !e.stopping() && !e.pollMayLease() {
+		if polled && !e.stopping() && !e.pollMayLeaseSeen(!afterInsert) {
 			noteLease("poll-read-none", LeaseParams{}, nil)
 			e.idle.Add(1) // nothing to lease: idle again, as after an empty lease
 		} else if !e.leaseAndRun(trigger) {
@@ -820,17 +825,38 @@ func (e *Engine) fetchLoop() {
 		if !polled {
 			trigger = "wake:" + wakeReason()
 		}
+		afterInsert = false
 		if !polled && e.sawInsertLease.Swap(false) {
 			// An insert leased what it could since (endInsertLease):
 			// this wake-up, most likely that insert's Notify, leases
 			// only if a read says a lease might take something.
-			polled = true
+			polled, afterInsert = true, true
 		}
 		e.idle.Add(-1)
 		if !ok {
 			return
 		}
 	}
+}
+
+// pollMayLeaseSeen is pollMayLease that, when the read finds nothing a
+// lease could take, ends the queued interactive piece as an empty lease
+// does (queuedWork.seen): nothing of the interactive lane is waiting, so
+// no batch work should wait for it. An insert that leased in its own
+// write (insertlease.go) leaves the wake-up its Notify brings to this
+// read rather than to a lease; without it the piece of that insert's
+// accepted parent, counted by the insert's watchers, stayed in flight
+// until some later lease, holding the batch lane back for nothing.
+//
+// wants is pollMayLease's: false for an insert's wake-up, whose one read
+// decides (the polls keep the batch lane's want of a turn up to date).
+func (e *Engine) pollMayLeaseSeen(wants bool) bool {
+	gen := e.queued.leasing()
+	if e.pollMayLease(wants) {
+		return true
+	}
+	e.queued.seen(gen)
+	return false
 }
 
 // pollMayLease is an idle poll's read before its lease (Jobs.mayLease):
@@ -846,8 +872,9 @@ func (e *Engine) fetchLoop() {
 // then it records that a batch job wants a turn (batchBudget.wanted), as
 // the empty lease did, so that the next turn given back is kept for a
 // lease and wakes the loop. A poll that leases reads once (it read up to
-// three times before: docs/benchmarks.md, "Session 31 (s31h2)").
-func (e *Engine) pollMayLease() bool {
+// three times before: docs/benchmarks.md, "Session 31 (s31h2)"). With
+// wants false it makes no second read.
+func (e *Engine) pollMayLease(wants bool) bool {
 	p := e.leaseParams(1, 0, new(time.Time))
 	if e.lane == job.LaneInteractive || len(e.computing) == 0 || e.budget.turnFree() {
 		return e.jobs.mayLease(e.ctx, p)
@@ -855,6 +882,9 @@ func (e *Engine) pollMayLease() bool {
 	p.BatchMax = -1
 	if e.jobs.mayLease(e.ctx, p) {
 		return true
+	}
+	if !wants {
+		return false
 	}
 	p.BatchMax = 0
 	if e.jobs.mayLease(e.ctx, p) {

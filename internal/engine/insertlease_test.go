@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/sqlite"
 )
 
 // slowFetchKind is fetchKind whose handler first runs for d of the
@@ -139,6 +142,80 @@ func TestInsertLeaseRuns(t *testing.T) {
 		_, part := review()
 		if got, _ := s.Get(ctx, part.ID); got.State != job.StateWaiting {
 			t.Fatalf("a part inserted after Stop is %s, want waiting", got.State)
+		}
+	})
+}
+
+// inFlightAtInsert is a SQLite store that records, as each insert that
+// leases reaches it, how much interactive work its engine counted in
+// flight: the SQLite writer's hold (store.InteractiveWatcher) keeps a
+// batch-lane transaction open only while that count is up.
+type inFlightAtInsert struct {
+	*sqlite.Store
+	e    atomic.Pointer[engine.Engine]
+	seen []int
+	mu   sync.Mutex
+}
+
+func (s *inFlightAtInsert) InsertLease(ctx context.Context, os []store.Object, jobs []*job.Job, def admission.Config, p store.LeaseParams) ([]store.InsertResult, []*job.Job, error) {
+	if e := s.e.Load(); e != nil {
+		_, _, n := engine.BudgetState(e)
+		s.mu.Lock()
+		s.seen = append(s.seen, n)
+		s.mu.Unlock()
+	}
+	return s.Store.InsertLease(ctx, os, jobs, def, p)
+}
+
+// TestInsertLeaseInFlight: an interactive review's insert that leases in
+// its own write is interactive work in flight while the write is queued
+// (so the writer's hold covers it), and once its part has run and its
+// parent is published nothing of it stays counted in flight. The
+// parent, inserted accepted, is not queued work: counted as such, with
+// the part leased by the insert, and the wake-up of the insert's Notify
+// only reading, its piece stayed in flight and held the batch lane back.
+func TestInsertLeaseInFlight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		raw, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		s := &inFlightAtInsert{Store: raw}
+		var calls atomic.Int64
+		e := start(t, engine.Config{Store: s, Workers: 4, BatchCPUs: 1, PollInterval: time.Hour, Kinds: map[string]engine.Kind{
+			"fetch":  fetchKind,
+			"crunch": {Handler: engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome { return job.Outcome{Class: job.ClassSuccess} }), Computes: true},
+			"report": {Aggregate: sumParts(&calls), PartKinds: []string{"fetch"}, SweepEvery: time.Hour},
+		}})
+		if pacer, queued := engine.Pacing(e); !pacer || !queued {
+			t.Fatalf("pacer %v, queued tracking %v: want both on (the engine serves a computing batch kind)", pacer, queued)
+		}
+		s.e.Store(e)
+		synctest.Wait()
+		ctx := context.Background()
+		for i := range 3 {
+			parent, parts := interactiveParent(1)
+			if _, err := e.Jobs().InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			e.Notify() // as the review plug-in does after its insert
+			waitState(t, s, parent.ID, job.StatePublished)
+			synctest.Wait()
+			if _, _, n := engine.BudgetState(e); n != 0 {
+				t.Fatalf("review %d published, the engine idle: %d pieces of interactive work still in flight, want 0", i, n)
+			}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.seen) != 3 {
+			t.Fatalf("%d inserts leased in their own write, want 3", len(s.seen))
+		}
+		for i, n := range s.seen {
+			if n < 1 {
+				t.Errorf("insert %d reached the store with %d interactive work in flight, want it counted", i, n)
+			}
 		}
 	})
 }

@@ -141,8 +141,14 @@ func TestSweepPollsLeaseOnlyWhatTheyCanTake(t *testing.T) {
 	// (the interactive lane and the turnless hook kind together), and once
 	// more only when that finds nothing: 71-75 reads here, where one read
 	// per lane or kind set made 100-102 (docs/benchmarks.md, "Session 31
-	// (s31h2)").
-	if r.reads > 3*int64(r.reviews) {
-		t.Errorf("%d MayLease reads for %d interactive reviews beside a sweep, want at most 3 per review", r.reads, r.reviews)
+	// (s31h2)"). Each review's insert leases its part in its own write, and
+	// the wake-up its Notify brings reads once instead of leasing (a
+	// write): 30 more reads, 104 in all, against 130 when that wake-up read
+	// as a poll does (twice), and 75 leases when it leased.
+	if r.reads > 4*int64(r.reviews) {
+		t.Errorf("%d MayLease reads for %d interactive reviews beside a sweep, want at most 4 per review", r.reads, r.reviews)
+	}
+	if r.leases*2 > 3*int64(r.reviews) {
+		t.Errorf("%d leases for %d interactive reviews beside a sweep, want at most 1.5 per review (the insert leases its part)", r.leases, r.reviews)
 	}
 }
