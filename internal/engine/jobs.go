@@ -491,6 +491,30 @@ func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, er
 	return j, nil
 }
 
+// advanceMany is Advance for each of ps, in order, on a store that takes
+// them at once (store.ManyAdvancer): one goroutine queues them all and
+// waits for them, and the writer commits them together. ok is false, and
+// nothing is written, on a store that does not: the caller advances them
+// one by one.
+func (w *Jobs) advanceMany(ctx context.Context, ps []store.AdvanceParams) (js []*job.Job, errs []error, ok bool) {
+	m, ok := w.cfg.Store.(store.ManyAdvancer)
+	if !ok {
+		return nil, nil, false
+	}
+	for i := range ps {
+		if ps[i].Now.IsZero() {
+			ps[i].Now = w.cfg.Now()
+		}
+	}
+	js, errs = m.AdvanceMany(ctx, ps)
+	for i, err := range errs {
+		if err == nil {
+			w.advanced(ps[i], js[i])
+		}
+	}
+	return js, errs, true
+}
+
 // advanced tells of parent advance p, written and leaving the job j:
 // the PublishedObserver when p recorded the publication too, and the
 // aggregation of j's own parent when j is a part and ended final.

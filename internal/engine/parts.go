@@ -461,7 +461,7 @@ func (e *Engine) batchGroupPiece(ctx context.Context, ws []parentWake) {
 // goroutines (docs/benchmarks.md, "Session 21 (s21h4)"). Its
 // Aggregators share ctx's GroupMemo.
 func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
-	writes := make([]func() error, 0, len(ws))
+	writes := make([]*parentWrite, 0, len(ws))
 	wakes := make([]parentWake, 0, len(ws)) // writes[i] is wakes[i]'s
 	for _, w := range ws {
 		start := e.cfg.Now()
@@ -476,12 +476,10 @@ func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 			continue
 		}
 		wakes = append(wakes, w)
-		writes = append(writes, func() error {
-			defer func() { e.observeStage(w.id, "", "", w.lane, stAggregate, start, e.cfg.Now()) }()
-			return write()
-		})
+		write.done = func() { e.observeStage(w.id, "", "", w.lane, stAggregate, start, e.cfg.Now()) }
+		writes = append(writes, write)
 	}
-	for i, err := range writeTogether(writes) {
+	for i, err := range e.writeTogether(ctx, writes) {
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("aggregation failed; the sweep will retry", "job_id", wakes[i].id, "err", err)
 			e.miss(wakes[i])
@@ -489,23 +487,107 @@ func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 	}
 }
 
-// writeTogether runs writes concurrently and returns their errors, in
-// order: the writes of a group of parents (advances, publications) reach
-// a single-writer store together and share its commits, where one after
-// the other each was a transaction of its own. Each mostly waits for the
-// store's writer; the group's CPU work is done before, by its caller.
-func writeTogether(writes []func() error) []error {
-	errs := make([]error, len(writes))
+// parentWrite is what is left of a parent's aggregation once its
+// aggregator decided: the parent's advance, then its publication.
+type parentWrite struct {
+	// advance is the parent's advance; nil for a parent found validated,
+	// whose publication alone is left.
+	advance *store.AdvanceParams
+	// written takes the advance's outcome (nil, nil without one) and
+	// returns its error and the publication that follows (nil: none).
+	written func(j *job.Job, err error) (publish func(), _ error)
+	// done, when set, runs once the write and its publication are over.
+	done func()
+}
+
+// writeParent writes w alone: its advance, then its publication.
+func (e *Engine) writeParent(ctx context.Context, w *parentWrite) error {
+	var pub func()
+	var err error
+	if w.advance == nil {
+		pub, err = w.written(nil, nil)
+	} else {
+		pub, err = w.written(e.jobs.Advance(ctx, *w.advance))
+	}
+	if pub != nil {
+		pub()
+	}
+	if w.done != nil {
+		w.done()
+	}
+	return err
+}
+
+// writeTogether writes a group of parents (a sweep stretch's, a woken
+// batch group's) and returns their errors, in order: their advances
+// reach a single-writer store together and share its commits, where one
+// after the other each was a transaction of its own. On a store that
+// takes many advances at once (store.ManyAdvancer) this goroutine queues
+// them all and waits for them: a goroutine per parent for them, 32 a
+// stretch made runnable at once when created and again by the commit that
+// answered them, were 94 % of the goroutines waiting for a CPU whenever
+// more than 20 did under a batch sweep (docs/benchmarks.md, "Session 31
+// (s31h4)"). On another store, and for their publications (a Publisher
+// may wait seconds for an external system), a goroutine each runs them
+// concurrently. The group's CPU work is done before, by its caller.
+func (e *Engine) writeTogether(ctx context.Context, ws []*parentWrite) []error {
+	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
-	for i, w := range writes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w()
-		}()
+	var ps []store.AdvanceParams
+	var at []int // ps[k] is ws[at[k]]'s advance
+	for i, w := range ws {
+		if w.advance != nil {
+			ps = append(ps, *w.advance)
+			at = append(at, i)
+		}
+	}
+	js, aerrs, ok := e.jobs.advanceMany(ctx, ps)
+	if !ok {
+		for i, w := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = e.writeParent(ctx, w)
+			}()
+		}
+		wg.Wait()
+		return errs
+	}
+	written := make([]bool, len(ws))
+	for k, i := range at {
+		written[i] = true
+		var pub func()
+		pub, errs[i] = ws[i].written(js[k], aerrs[k])
+		then(&wg, pub, ws[i].done)
+	}
+	for i, w := range ws {
+		if !written[i] {
+			var pub func()
+			pub, errs[i] = w.written(nil, nil)
+			then(&wg, pub, w.done)
+		}
 	}
 	wg.Wait()
 	return errs
+}
+
+// then runs a written parent's publication pub, if any, in a goroutine of
+// wg's, and done after it (at once without one).
+func then(wg *sync.WaitGroup, pub, done func()) {
+	if pub == nil {
+		if done != nil {
+			done()
+		}
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pub()
+		if done != nil {
+			done()
+		}
+	}()
 }
 
 // aggregateWoken aggregates a woken interactive parent, timing its wait
@@ -701,13 +783,13 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc, finis
 // the stretch's CPU work stays on one goroutine ("Session 21 (s21h4)").
 // It returns their errors joined.
 func (e *Engine) aggregateStretch(ctx context.Context, k Kind, js []*job.Job, parts map[string][]*job.Job, publish publishFunc) error {
-	writes := make([]func() error, 0, len(js))
+	writes := make([]*parentWrite, 0, len(js))
 	for _, j := range js {
 		if w := e.prepareWith(ctx, k, j, parts[j.ID], publish); w != nil {
 			writes = append(writes, w)
 		}
 	}
-	return errors.Join(writeTogether(writes)...)
+	return errors.Join(e.writeTogether(ctx, writes)...)
 }
 
 // AggregateParent aggregates parent id when it is an accepted job of one
@@ -734,14 +816,14 @@ func (e *Engine) aggregateParent(ctx context.Context, id string, publish publish
 	if err != nil || write == nil {
 		return err
 	}
-	return write()
+	return e.writeParent(ctx, write)
 }
 
 // prepareParent is aggregateParent up to its writes: it reads parent id
 // and its parts and aggregates them, and returns what is left to do (the
 // parent's advance and publication, or only the publication of one found
 // validated), nil when nothing is (see prepareJob).
-func (e *Engine) prepareParent(ctx context.Context, id string, publish publishFunc) (write func() error, err error) {
+func (e *Engine) prepareParent(ctx context.Context, id string, publish publishFunc) (write *parentWrite, err error) {
 	parent, err := e.cfg.Store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -754,13 +836,15 @@ func (e *Engine) prepareParent(ctx context.Context, id string, publish publishFu
 // prepareJob is prepareParent for a parent row already read. A row a
 // moment old is safe: the advance is a compare-and-set from accepted, so
 // a parent advanced meanwhile is left alone.
-func (e *Engine) prepareJob(ctx context.Context, parent *job.Job, publish publishFunc) (write func() error, err error) {
+func (e *Engine) prepareJob(ctx context.Context, parent *job.Job, publish publishFunc) (write *parentWrite, err error) {
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil {
 		return nil, nil
 	}
 	if parent.State == job.StateValidated { // a crash came between the advance and the publication
-		return func() error { publish(ctx, parent.ID, parent.Lane); return nil }, nil
+		return &parentWrite{written: func(*job.Job, error) (func(), error) {
+			return func() { publish(ctx, parent.ID, parent.Lane) }, nil
+		}}, nil
 	}
 	if parent.State != job.StateAccepted {
 		return nil, nil
@@ -779,7 +863,7 @@ func (e *Engine) prepareJob(ctx context.Context, parent *job.Job, publish publis
 // read a moment ago are as safe as the row: a parent whose last part
 // finished meanwhile waits for the next pass or its wake-up, and one
 // advanced meanwhile is left alone by the compare-and-set.
-func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts []*job.Job, publish publishFunc) (write func() error) {
+func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts []*job.Job, publish publishFunc) (write *parentWrite) {
 	if !allFinal(parts) {
 		return nil
 	}
@@ -808,22 +892,21 @@ func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts
 	// a hop through the publication pool), each a place to queue behind
 	// a batch-lane commit (docs/benchmarks.md, "Session 29 (s29h2)").
 	p.Publish = p.To == job.StateValidated && !delivers(k.Publisher, parent)
-	return func() error {
-		j, err := e.jobs.Advance(ctx, p)
+	return &parentWrite{advance: &p, written: func(j *job.Job, err error) (func(), error) {
 		if errors.Is(err, store.ErrConflict) {
-			return nil // another engine advanced it, or it was cancelled
+			return nil, nil // another engine advanced it, or it was cancelled
 		} else if err != nil {
-			return err
+			return nil, err
 		}
 		e.log.Info("parent aggregated", "job_id", j.ID, "kind", j.Kind, "parts", len(parts), "state", j.State)
 		switch {
 		case j.State == job.StateValidated: // to deliver (or a store that does not publish with an advance)
-			publish(ctx, j.ID, j.Lane)
+			return func() { publish(ctx, j.ID, j.Lane) }, nil
 		case p.Publish && j.State == job.StatePublished:
 			e.observePublication(j.Kind, PublishPublished)
 		}
-		return nil
-	}
+		return nil, nil
+	}}
 }
 
 // aggregate calls the kind's aggregator, turning a panic into a transient

@@ -354,6 +354,22 @@ type LeaseProber interface {
 	MayLease(ctx context.Context, p LeaseParams) (bool, error)
 }
 
+// ManyAdvancer is a Store with a single writer (SQLite) that takes
+// several advances from one caller at once: AdvanceMany queues them all
+// for its writer before it waits for any, so that they share its commits,
+// and answers them in order, each as Advance would (its job, or its error:
+// ErrConflict for one whose job was not in p.From). They are not atomic
+// together: each commits or fails on its own. Without it a caller that
+// wanted them to share commits ran one goroutine per advance, and the
+// writer's commit made them all runnable at once: under a batch sweep the
+// 32 of a stretch were most of the goroutines queued for a CPU ahead of
+// the interactive lane's (docs/benchmarks.md, "Session 31 (s31h4)"). A
+// store whose writes run in parallel gains nothing over concurrent
+// Advance calls and does not implement it.
+type ManyAdvancer interface {
+	AdvanceMany(ctx context.Context, ps []AdvanceParams) ([]*job.Job, []error)
+}
+
 // InteractiveWatcher is a Store with a single writer (SQLite) that can
 // keep a transaction of batch-lane writes open, for a bounded time, while
 // the process has interactive work in flight, so that an interactive write

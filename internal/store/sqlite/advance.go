@@ -14,7 +14,35 @@ import (
 // store.FinishAdvance in the same write.
 func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
 	var out *job.Job
-	err := s.write(ctx, func(tx *writeTx) error {
+	err := s.write(ctx, s.advanceWrite(p, &out))
+	return out, err
+}
+
+// AdvanceMany is store.ManyAdvancer's: each advance checked as Derived's
+// Advance checks it, all queued for the writer before this waits for the
+// first, so that the writer runs them together (one transaction while
+// nothing else interrupts them) and one goroutine waits for them all.
+func (s *Store) AdvanceMany(ctx context.Context, ps []store.AdvanceParams) ([]*job.Job, []error) {
+	outs := make([]*job.Job, len(ps))
+	errs := make([]error, len(ps))
+	reqs := make([]*writeReq, len(ps))
+	for i, p := range ps {
+		if errs[i] = p.Check(); errs[i] == nil {
+			reqs[i], errs[i] = s.enqueue(ctx, s.advanceWrite(p, &outs[i]))
+		}
+	}
+	for i, r := range reqs {
+		if r != nil {
+			// Once queued, waited for even if ctx ends (as write does).
+			errs[i] = <-r.done
+		}
+	}
+	return outs, errs
+}
+
+// advanceWrite is advance p's write, which sets *out to the job it leaves.
+func (s *Store) advanceWrite(p store.AdvanceParams, out **job.Job) func(tx *writeTx) error {
+	return func(tx *writeTx) error {
 		var finished any
 		if p.To.Final() {
 			finished = ns(p.Now)
@@ -26,10 +54,9 @@ func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, e
 		if err := s.guarded(tx, res, err, p.ID); err != nil {
 			return err
 		}
-		out, err = s.finishAdvance(tx, p)
+		*out, err = s.finishAdvance(tx, p)
 		return err
-	})
-	return out, err
+	}
 }
 
 // finishAdvance is store.FinishAdvance on tx, after p's guarded UPDATE.

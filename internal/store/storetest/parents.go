@@ -18,6 +18,7 @@ var parentCases = map[string]func(*testing.T, Opener){
 	"PartsOf":              testPartsOf,
 	"AdvancePublish":       testAdvancePublish,
 	"FinishAdvancesParent": testFinishAdvancesParent,
+	"AdvanceMany":          testAdvanceMany,
 }
 
 // newParent returns an accepted parent of kind and its waiting parts of
@@ -327,5 +328,58 @@ func testAdvancePublish(t *testing.T, open Opener) {
 	}
 	if j, err := s.Get(ctx, held.ID); err != nil || j.State != job.StateAccepted {
 		t.Fatalf("the accepted job after refused advances: %+v, %v", j, err)
+	}
+}
+
+// testAdvanceMany: a store.ManyAdvancer answers each advance of one call
+// in order as Advance would: one that applies leaves its job (published
+// too with Publish), one whose job is not in From is ErrConflict and
+// leaves it alone, one the state machine refuses is refused before any
+// write; each on its own, the others applied. A store that does not
+// implement it has nothing to test.
+func testAdvanceMany(t *testing.T, open Opener) {
+	s := open(t)
+	m, ok := s.(store.ManyAdvancer)
+	if !ok {
+		t.Skip("the store takes advances one at a time (no store.ManyAdvancer)")
+	}
+	ctx := context.Background()
+	var js []*job.Job
+	for range 4 {
+		j := NewJob("acme", job.LaneBatch, "k")
+		j.State = job.StateAccepted
+		insert(t, s, j)
+		js = append(js, j)
+	}
+	rec := job.AttemptRecord{At: T0, Outcome: job.ClassSuccess, Why: "aggregated"}
+	ps := []store.AdvanceParams{
+		{ID: js[0].ID, From: job.StateAccepted, To: job.StateValidated, Result: []byte(`{"sum":1}`), Record: rec, Now: T0, Publish: true},
+		{ID: js[1].ID, From: job.StateValidated, To: job.StatePublished, Now: T0},             // not validated: refused by its guard
+		{ID: js[2].ID, From: job.StateAccepted, To: job.StateWaiting, Publish: true, Now: T0}, // refused before any write
+		{ID: js[3].ID, From: job.StateAccepted, To: job.StateTerminal, Reason: job.ReasonPermanentError, Record: rec, Now: T0},
+	}
+	got, errs := m.AdvanceMany(ctx, ps)
+	if len(got) != len(ps) || len(errs) != len(ps) {
+		t.Fatalf("AdvanceMany of %d answered %d jobs and %d errors", len(ps), len(got), len(errs))
+	}
+	if errs[0] != nil || got[0] == nil || got[0].ID != js[0].ID || got[0].State != job.StatePublished || string(got[0].Result) != `{"sum":1}` {
+		t.Fatalf("advance 0 = %+v, %v; want it published with its result", got[0], errs[0])
+	}
+	if !errors.Is(errs[1], store.ErrConflict) {
+		t.Fatalf("advance 1 from a state its job is not in = %v, want ErrConflict", errs[1])
+	}
+	if errs[2] == nil || errors.Is(errs[2], store.ErrConflict) {
+		t.Fatalf("advance 2 (to waiting with Publish) = %v, want it refused before any write", errs[2])
+	}
+	if errs[3] != nil || got[3] == nil || got[3].ID != js[3].ID || got[3].State != job.StateTerminal {
+		t.Fatalf("advance 3 = %+v, %v; want it terminal", got[3], errs[3])
+	}
+	for i, want := range []job.State{job.StatePublished, job.StateAccepted, job.StateAccepted, job.StateTerminal} {
+		if j, err := s.Get(ctx, js[i].ID); err != nil || j.State != want {
+			t.Fatalf("job %d read back: %+v, %v; want %s", i, j, err, want)
+		}
+	}
+	if got, errs := m.AdvanceMany(ctx, nil); len(got) != 0 || len(errs) != 0 {
+		t.Fatalf("AdvanceMany of none = %v, %v; want nothing", got, errs)
 	}
 }
