@@ -63,7 +63,7 @@ func runInteractiveStream(t *testing.T, batchCPUs int) interactiveRun {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer raw.Close()
+		t.Cleanup(func() { raw.Close() }) // after the engine stops (its cleanup, registered later, runs first)
 		s := &leaseCounting{Store: raw}
 		var calls atomic.Int64
 		var parents sync.Map // the parents aggregated, each once or more

@@ -181,7 +181,7 @@ func TestInsertLeaseInFlight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer raw.Close()
+		t.Cleanup(func() { raw.Close() }) // after the engine stops (its cleanup, registered later, runs first)
 		s := &inFlightAtInsert{Store: raw}
 		var calls atomic.Int64
 		e := start(t, engine.Config{Store: s, Workers: 4, BatchCPUs: 1, PollInterval: time.Hour, Kinds: map[string]engine.Kind{

@@ -68,7 +68,7 @@ func runBesideSweep(t *testing.T) sweepRun {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer raw.Close()
+		t.Cleanup(func() { raw.Close() }) // after the engine stops (its cleanup, registered later, runs first)
 		s := &emptyCounting{Store: raw}
 		var calls, swept atomic.Int64
 		work := func(d time.Duration) engine.HandlerFunc {

@@ -41,7 +41,7 @@ func TestBatchHandlerYieldsToInteractive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer raw.Close()
+		t.Cleanup(func() { raw.Close() }) // after the engine stops (its cleanup, registered later, runs first)
 		var s store.Store = raw
 		entered, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once

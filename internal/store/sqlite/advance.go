@@ -34,7 +34,7 @@ func (s *Store) AdvanceMany(ctx context.Context, ps []store.AdvanceParams) ([]*j
 	for i, r := range reqs {
 		if r != nil {
 			// Once queued, waited for even if ctx ends (as write does).
-			errs[i] = <-r.done
+			errs[i] = s.await(r)
 		}
 	}
 	return outs, errs

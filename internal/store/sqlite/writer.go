@@ -62,7 +62,28 @@ func (s *Store) write(ctx context.Context, fn func(tx *writeTx) error) error {
 	}
 	// Once queued, the write is waited for even if ctx ends: the caller
 	// must learn whether it happened.
-	return <-r.done
+	return s.await(r)
+}
+
+// await returns queued write r's result once the writer has run it, or
+// errClosed when the writer stopped without running it: a write queued
+// as Close stopped the writer, after its last look at the queues, would
+// otherwise wait forever (an engine's last finish, when a test closed
+// its store before stopping the engine, did). The writer answers every
+// write it runs before it looks at the queues again, so once it has
+// returned an unanswered write was never run.
+func (s *Store) await(r *writeReq) error {
+	select {
+	case err := <-r.done:
+		return err
+	case <-s.done:
+		select {
+		case err := <-r.done:
+			return err
+		default:
+			return errClosed
+		}
+	}
 }
 
 // enqueue queues fn as one write of ctx's lane and returns its request,
@@ -157,7 +178,7 @@ func (s *Store) writePieces(ctx context.Context, n int, fn func(tx *writeTx, lo,
 		reqs = append(reqs, r)
 	}
 	for _, r := range reqs {
-		if werr := <-r.done; err == nil && werr != nil && !errors.Is(werr, errEarlierPiece) {
+		if werr := s.await(r); err == nil && werr != nil && !errors.Is(werr, errEarlierPiece) {
 			err = werr
 		}
 	}
