@@ -31,9 +31,18 @@ import (
 // internal/testkit's waits: a bubble cannot wait through network I/O.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t testing.TB) store.Store {
+func newStore(t testing.TB) store.Store { return newSQLite(t, sqlite.Config{}) }
+
+// newSQLite opens a SQLite store of region us in t's temporary
+// directory, with cfg's other settings, and closes it in t's cleanup:
+// registered before a test's engine starts, that runs after the engine
+// stops. A store closed first (a defer inside a synctest bubble runs
+// before the bubble's cleanups) left the engine's last write to a
+// stopped writer.
+func newSQLite(t testing.TB, cfg sqlite.Config) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
+	cfg.Path, cfg.Region = filepath.Join(t.TempDir(), "us.db"), "us"
+	s, err := sqlite.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

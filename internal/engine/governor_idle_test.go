@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,11 +58,7 @@ type interactiveRun struct {
 func runInteractiveStream(t *testing.T, batchCPUs int) interactiveRun {
 	var out interactiveRun
 	synctest.Test(t, func(t *testing.T) {
-		raw, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { raw.Close() }) // after the engine stops (its cleanup, registered later, runs first)
+		raw := newSQLite(t, sqlite.Config{})
 		s := &leaseCounting{Store: raw}
 		var calls atomic.Int64
 		var parents sync.Map // the parents aggregated, each once or more

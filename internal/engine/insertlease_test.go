@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,11 +176,7 @@ func (s *inFlightAtInsert) InsertLease(ctx context.Context, os []store.Object, j
 func TestInsertLeaseInFlight(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		raw, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { raw.Close() }) // after the engine stops (its cleanup, registered later, runs first)
+		raw := newSQLite(t, sqlite.Config{})
 		s := &inFlightAtInsert{Store: raw}
 		var calls atomic.Int64
 		e := start(t, engine.Config{Store: s, Workers: 4, BatchCPUs: 1, PollInterval: time.Hour, Kinds: map[string]engine.Kind{

@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -64,11 +63,7 @@ type sweepRun struct {
 func runBesideSweep(t *testing.T) sweepRun {
 	var out sweepRun
 	synctest.Test(t, func(t *testing.T) {
-		raw, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { raw.Close() }) // after the engine stops (its cleanup, registered later, runs first)
+		raw := newSQLite(t, sqlite.Config{})
 		s := &emptyCounting{Store: raw}
 		var calls, swept atomic.Int64
 		work := func(d time.Duration) engine.HandlerFunc {

@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -37,11 +36,7 @@ func TestBatchHandlerYieldsToInteractive(t *testing.T) {
 		// interactive handler runs, so the second batch job was leased up
 		// to 10 ms into the 30 ms below and held only 20 (3 of 15 runs).
 		// This test is about the yield gate's hold alone.
-		raw, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", BatchHold: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { raw.Close() }) // after the engine stops (its cleanup, registered later, runs first)
+		raw := newSQLite(t, sqlite.Config{BatchHold: -1})
 		var s store.Store = raw
 		entered, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
