@@ -27,6 +27,16 @@ type Region struct {
 	// Synchronous is "FULL" (default: durable on power loss) or "NORMAL"
 	// (durable on process crash only) for SQLite.
 	Synchronous string
+	// SQLiteBatchHold is how long the SQLite writer may keep a transaction
+	// of batch-lane writes open while interactive work is in flight, so an
+	// interactive write joins it instead of waiting for its commit
+	// (sqlite.Config.BatchHold): each batch-lane write may wait that much
+	// longer for its commit, and another process writing the same file
+	// (a batch node) that much longer for SQLite's lock. The hold lasts
+	// only while this process has interactive work in flight, so a
+	// batch-only node never holds. Zero takes the default (10 ms);
+	// negative turns the hold off.
+	SQLiteBatchHold time.Duration
 	// PostgresURL is the region's PostgreSQL database.
 	PostgresURL string
 	// PostgresSchema is the schema holding the region's tables; default

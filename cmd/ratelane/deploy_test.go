@@ -104,6 +104,48 @@ func TestBatchLaneCPUs(t *testing.T) {
 	}
 }
 
+// TestBatchLaneSQLiteHold: the config file's batch_lane.sqlite_hold sets
+// every served region's SQLiteBatchHold (the SQLite writer's hold of a
+// batch-lane transaction for interactive work); absent leaves the
+// library's default (0), "0s" turns the hold off (negative in the
+// library, whose zero is its default), and a bad or negative duration
+// stops start-up naming the field.
+func TestBatchLaneSQLiteHold(t *testing.T) {
+	for _, c := range []struct {
+		body    string
+		want    time.Duration
+		wantErr string
+	}{
+		{`{"batch_lane": {"sqlite_hold": "5ms"}}`, 5 * time.Millisecond, ""},
+		{`{"batch_lane": {"sqlite_hold": "5ms"}, "regions": [{"Name": "us"}, {"Name": "eu"}]}`, 5 * time.Millisecond, ""},
+		{`{"batch_lane": {"sqlite_hold": "0s"}}`, -1, ""},
+		{`{"batch_lane": {"cpus": 1}}`, 0, ""},
+		{`{"batch_lane": {"sqlite_hold": "-1ms"}}`, 0, "batch_lane.sqlite_hold"},
+		{`{"batch_lane": {"sqlite_hold": "soon"}}`, 0, "batch_lane.sqlite_hold"},
+	} {
+		path := filepath.Join(t.TempDir(), "ratelane.json")
+		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := parseServerFlags("serve", []string{"--config", path, "--regions", "us,eu"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
+		if !configOK(t, c.body, err, c.wantErr) {
+			continue
+		}
+		if len(cfg.Regions) != 2 {
+			t.Fatalf("%s: regions %+v; want us and eu", c.body, cfg.Regions)
+		}
+		for _, r := range cfg.Regions {
+			if r.SQLiteBatchHold != c.want {
+				t.Errorf("%s: region %s SQLiteBatchHold %v; want %v", c.body, r.Name, r.SQLiteBatchHold, c.want)
+			}
+		}
+	}
+}
+
 // TestServeLanes: --lanes and the config file's lanes set Config.Lanes,
 // the flag overriding the file; an unknown lane stops start-up.
 func TestServeLanes(t *testing.T) {

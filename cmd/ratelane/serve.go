@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,6 +55,9 @@ type serverFlags struct {
 	// batch lane settings, for every region.
 	providers map[string][]providerConfig
 	batchLane review.BatchConfig
+	// sqliteHold is the config file's batch_lane.sqlite_hold for every
+	// SQLite region (zero: the library's default).
+	sqliteHold time.Duration
 }
 
 // multiFlag collects a repeatable flag.
@@ -126,6 +130,11 @@ type batchLaneConfig struct {
 	// time. 0: the default, 0.25; -1: off; otherwise more than 0 and
 	// less than 1.
 	CPUShare float64 `json:"cpu_share"`
+	// SQLiteHold is how long each SQLite region's writer may keep a
+	// transaction of batch-lane writes open while interactive work is in
+	// flight (ratelane.Region.SQLiteBatchHold): empty keeps the default
+	// (10ms), "0s" turns the hold off.
+	SQLiteHold string `json:"sqlite_hold"`
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -155,6 +164,9 @@ func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error)
 				cfg.Regions = append(cfg.Regions, ratelane.Region{Name: name, Synchronous: strings.ToUpper(f.synchronous)})
 			}
 		}
+	}
+	for i := range cfg.Regions {
+		cfg.Regions[i].SQLiteBatchHold = cmp.Or(cfg.Regions[i].SQLiteBatchHold, f.sqliteHold)
 	}
 	for _, p := range f.postgres {
 		region, url, scoped := strings.Cut(p, "=")
@@ -208,6 +220,13 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		return fmt.Errorf("config %s: batch_lane.cpu_share: want 0 (the default, 0.25), -1 (off) or a share between 0 and 1, not %v", f.config, s)
 	}
 	cfg.BatchCPUShare = fc.BatchLane.CPUShare
+	if h := fc.BatchLane.SQLiteHold; h != "" {
+		v, err := time.ParseDuration(h)
+		if err != nil || v < 0 {
+			return fmt.Errorf("config %s: batch_lane.sqlite_hold: want a duration such as 10ms, or 0s (off), not %q", f.config, h)
+		}
+		f.sqliteHold = cmp.Or(v, -1) // the library's zero is its default; the file's "0s" is off
+	}
 	for _, d := range []struct {
 		field, s string
 		dst      *time.Duration
