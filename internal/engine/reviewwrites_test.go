@@ -256,37 +256,55 @@ func dieMidway(t *testing.T, dying store.Store, died <-chan struct{}, n int, lea
 // publishes it again. Nothing lost, nothing twice.
 func TestFoldedPublicationCrash(t *testing.T) {
 	t.Parallel()
+	eachCrashSide(t, func(t *testing.T, afterCommit bool) {
+		ctx := context.Background()
+		open := reopenable(t)
+		// The first process: its part runs; it dies at the advance.
+		s1 := open()
+		dying := &dyingAdvance{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
+		parent, _ := dieMidway(t, dying, dying.died, 2, 0, "the parent was never advanced")
+		j, err := s1.Get(ctx, parent.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]job.State{false: job.StateAccepted, true: job.StatePublished}[afterCommit]
+		if j.State != want {
+			t.Fatalf("after the death the parent is %s, want %s", j.State, want)
+		}
+		s1.Close()
+		restartPublishes(t, open, parent.ID, 0, afterCommit)
+	})
+}
+
+// eachCrashSide runs f in two parallel subtests: the process dies just
+// before a write reaches the store (afterCommit false), and just after it
+// committed, before the engine heard back (true).
+func eachCrashSide(t *testing.T, f func(t *testing.T, afterCommit bool)) {
 	for _, afterCommit := range []bool{false, true} {
 		t.Run(map[bool]string{false: "before the write", true: "after the commit"}[afterCommit], func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
-			open := reopenable(t)
-			// The first process: its part runs; it dies at the advance.
-			s1 := open()
-			dying := &dyingAdvance{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
-			parent, _ := dieMidway(t, dying, dying.died, 2, 0, "the parent was never advanced")
-			j, err := s1.Get(ctx, parent.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := map[bool]job.State{false: job.StateAccepted, true: job.StatePublished}[afterCommit]
-			if j.State != want {
-				t.Fatalf("after the death the parent is %s, want %s", j.State, want)
-			}
-			s1.Close()
-
-			// The restarted process: its start sweep walks every parent.
-			s2 := open()
-			t.Cleanup(func() { s2.Close() })
-			var calls2 atomic.Int64
-			e2 := start(t, engine.Config{Store: s2, Kinds: nowhereReportKinds(&calls2)})
-			waitState(t, s2, parent.ID, job.StatePublished)
-			afterStartSweep(t, e2, s2, parent.ID)
-			if wantCalls := map[bool]int64{false: 1, true: 0}[afterCommit]; calls2.Load() != wantCalls {
-				t.Fatalf("the restarted engine aggregated the parent %d times, want %d", calls2.Load(), wantCalls)
-			}
+			f(t, afterCommit)
 		})
 	}
+}
+
+// restartPublishes is the restarted process after a death at a parent's
+// aggregation write: an engine on the reopened store (leaseFor 0: the
+// default), whose start sweep walks every parent, publishes the parent,
+// with one aggregation record in all and aggregating it again only when
+// the write died before its commit. It returns the reopened store.
+func restartPublishes(t *testing.T, open func() store.Store, parentID string, leaseFor time.Duration, afterCommit bool) store.Store {
+	t.Helper()
+	s2 := open()
+	t.Cleanup(func() { s2.Close() })
+	var calls2 atomic.Int64
+	e2 := start(t, engine.Config{Store: s2, Kinds: nowhereReportKinds(&calls2), LeaseFor: leaseFor})
+	waitState(t, s2, parentID, job.StatePublished)
+	afterStartSweep(t, e2, s2, parentID)
+	if wantCalls := map[bool]int64{false: 1, true: 0}[afterCommit]; calls2.Load() != wantCalls {
+		t.Fatalf("the restarted engine aggregated the parent %d times, want %d", calls2.Load(), wantCalls)
+	}
+	return s2
 }
 
 // leaseCounter counts a store's Lease calls and those that took nothing,
@@ -430,47 +448,37 @@ func (d *dyingFinish) Finish(ctx context.Context, ts []store.Transition) ([]erro
 // and aggregates nothing again. Nothing lost, nothing twice.
 func TestFusedFinishCrash(t *testing.T) {
 	t.Parallel()
-	for _, afterCommit := range []bool{false, true} {
-		t.Run(map[bool]string{false: "before the write", true: "after the commit"}[afterCommit], func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			open := reopenable(t)
-			s1 := open()
-			dying := &dyingFinish{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
-			parent, parts := dieMidway(t, dying, dying.died, 1, time.Second, "the part's finish never carried its parent's advance")
-			p, err := s1.Get(ctx, parent.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			part, err := s1.Get(ctx, parts[0].ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantParent := map[bool]job.State{false: job.StateAccepted, true: job.StatePublished}[afterCommit]
-			wantPart := map[bool]job.State{false: job.StateRunning, true: job.StatePublished}[afterCommit]
-			if p.State != wantParent || part.State != wantPart {
-				t.Fatalf("after the death the parent is %s and its part %s, want %s and %s", p.State, part.State, wantParent, wantPart)
-			}
-			s1.Close()
+	eachCrashSide(t, func(t *testing.T, afterCommit bool) {
+		ctx := context.Background()
+		open := reopenable(t)
+		s1 := open()
+		dying := &dyingFinish{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
+		parent, parts := dieMidway(t, dying, dying.died, 1, time.Second, "the part's finish never carried its parent's advance")
+		p, err := s1.Get(ctx, parent.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		part, err := s1.Get(ctx, parts[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantParent := map[bool]job.State{false: job.StateAccepted, true: job.StatePublished}[afterCommit]
+		wantPart := map[bool]job.State{false: job.StateRunning, true: job.StatePublished}[afterCommit]
+		if p.State != wantParent || part.State != wantPart {
+			t.Fatalf("after the death the parent is %s and its part %s, want %s and %s", p.State, part.State, wantParent, wantPart)
+		}
+		s1.Close()
 
-			s2 := open()
-			t.Cleanup(func() { s2.Close() })
-			var calls2 atomic.Int64
-			e2 := start(t, engine.Config{Store: s2, Kinds: nowhereReportKinds(&calls2), LeaseFor: time.Second})
-			waitState(t, s2, parent.ID, job.StatePublished)
-			afterStartSweep(t, e2, s2, parent.ID)
-			part, err = s2.Get(ctx, parts[0].ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if wantAttempts := map[bool]int{false: 2, true: 1}[afterCommit]; part.State != job.StatePublished || part.Attempt != wantAttempts {
-				t.Fatalf("the part is %s after %d attempts, want published after %d", part.State, part.Attempt, wantAttempts)
-			}
-			if wantCalls := map[bool]int64{false: 1, true: 0}[afterCommit]; calls2.Load() != wantCalls {
-				t.Fatalf("the restarted engine aggregated the parent %d times, want %d", calls2.Load(), wantCalls)
-			}
-		})
-	}
+		// The restarted process recovers the part's lease (a second) and runs it again.
+		s2 := restartPublishes(t, open, parent.ID, time.Second, afterCommit)
+		part, err = s2.Get(ctx, parts[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantAttempts := map[bool]int{false: 2, true: 1}[afterCommit]; part.State != job.StatePublished || part.Attempt != wantAttempts {
+			t.Fatalf("the part is %s after %d attempts, want published after %d", part.State, part.Attempt, wantAttempts)
+		}
+	})
 }
 
 // partsReads is a store whose List records the largest page a caller
