@@ -1,65 +1,38 @@
-// Command bursts reads a `ratelane bench batch-isolation --exec-trace`
-// capture and says what the goroutines waiting for a CPU are at the moments
-// many are: every 1 ms of trace time it counts the runnable goroutines
-// (a histogram), and when more than -thr are, tallies each one by where it
-// became runnable (created, and by which stack; or woken from which wait),
-// by the stack of the goroutine that woke it, and by its root function.
-// It also lists wake runs: one goroutine waking several at one stack
-// within 200 µs (a channel close, a commit answering its writes), with the
-// most woken in one run. Load-independent enough to compare trees: what a
-// burst is made of, not how long it lasted (docs/benchmarks.md, "Session
-// 31 (s31h4)").
-//
-// Usage: go run ./bursts [-thr 20] [-depth 3] FILE
 package main
 
+// bursts (the -bursts mode) reads a `ratelane bench batch-isolation
+// --exec-trace` capture and says what the goroutines waiting for a CPU are
+// at the moments many are: every 1 ms of trace time it counts the runnable
+// goroutines (a histogram), and when more than thr are, tallies each one by
+// where it became runnable (created, and by which stack; or woken from which
+// wait), by the stack of the goroutine that woke it, and by its root
+// function. It also lists wake runs: one goroutine waking several at one
+// stack within 200 µs (a channel close, a commit answering its writes),
+// with the most woken in one run. Load-independent enough to compare trees:
+// what a burst is made of, not how long it lasted (docs/benchmarks.md,
+// "Session 31 (s31h4)").
+
 import (
-	"flag"
 	"fmt"
-	"io"
-	"os"
 	"sort"
-	"strings"
 
 	"golang.org/x/exp/trace"
 )
 
-// key is the first n frames of s outside the runtime, sync, internal/
-// and syscall packages.
-func key(s trace.Stack, n int) string {
-	var parts []string
-	for f := range s.Frames() {
-		fn := f.Func
-		if strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "sync.") || strings.HasPrefix(fn, "internal/") || strings.HasPrefix(fn, "syscall.") {
-			continue
-		}
-		parts = append(parts, strings.TrimPrefix(fn, "github.com/ratelane/ratelane/"))
-		if len(parts) == n {
-			break
-		}
-	}
-	return strings.Join(parts, " < ")
+// burstKey is a wait site or waker: the first n frames of s outside the
+// runtime, sync, internal/ and syscall packages.
+func burstKey(s trace.Stack, n int) string {
+	return stackKey(s, n, func(fn string, _ int) bool {
+		return hasAnyPrefix(fn, "runtime.", "sync.", "internal/", "syscall.")
+	})
 }
 
 // info is a runnable goroutine's tally keys.
 type info struct{ where, waker, root string }
 
-func main() {
-	thr := flag.Int("thr", 20, "burst threshold")
-	depth := flag.Int("depth", 3, "frames")
-	flag.Parse()
-	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: bursts [-thr 20] [-depth 3] FILE")
-		os.Exit(2)
-	}
-	f, err := os.Open(flag.Arg(0))
-	if err != nil {
-		panic(err)
-	}
-	rd, err := trace.NewReader(f)
-	if err != nil {
-		panic(err)
-	}
+// bursts prints the -bursts reading of the capture at path: thr is the
+// burst threshold, depth the frames of a wait site or waker stack.
+func bursts(path string, thr, depth int) {
 	waitWhere := map[trace.GoID]string{}
 	root := map[trace.GoID]string{}
 	runnable := map[trace.GoID]info{}
@@ -81,43 +54,31 @@ func main() {
 	samples := 0
 	var lastSample trace.Time
 	hist := map[int]int{}
-	for {
-		ev, err := rd.ReadEvent()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			panic(err)
-		}
+	eachEvent(path, func(ev trace.Event) {
 		if ev.Kind() != trace.EventStateTransition {
-			continue
+			return
 		}
 		st := ev.StateTransition()
 		if st.Resource.Kind != trace.ResourceGoroutine {
-			continue
+			return
 		}
 		g := st.Resource.Goroutine()
 		from, to := st.Goroutine()
 		if root[g] == "" {
-			s := st.Stack
-			var last string
-			for fr := range s.Frames() {
-				last = fr.Func
-			}
-			root[g] = strings.TrimPrefix(last, "github.com/ratelane/ratelane/")
+			root[g] = rootOf(st.Stack)
 		}
 		t := ev.Time()
 		if to == trace.GoWaiting {
-			w := key(st.Stack, *depth)
+			w := burstKey(st.Stack, depth)
 			if w == "" {
-				w = key(ev.Stack(), *depth)
+				w = burstKey(ev.Stack(), depth)
 			}
 			waitWhere[g] = st.Reason + " @ " + w
 		}
 		if to == trace.GoRunnable {
 			wk := ""
 			if from == trace.GoWaiting {
-				wk = key(ev.Stack(), *depth)
+				wk = burstKey(ev.Stack(), depth)
 				wg := ev.Goroutine()
 				if wg != lastWaker || wk != lastWakeKey || t-lastWakeT > 200000 {
 					flush()
@@ -128,7 +89,7 @@ func main() {
 			}
 			where := waitWhere[g]
 			if from == trace.GoNotExist || from == trace.GoUndetermined {
-				where = "created by " + key(ev.Stack(), 7)
+				where = "created by " + burstKey(ev.Stack(), 7)
 			}
 			if from == trace.GoRunning {
 				where = "preempted/yield"
@@ -141,7 +102,7 @@ func main() {
 		if t-lastSample >= 1000000 {
 			lastSample = t
 			hist[len(runnable)/5*5]++
-			if len(runnable) > *thr {
+			if len(runnable) > thr {
 				samples++
 				for _, in := range runnable {
 					whereTally[in.where]++
@@ -150,7 +111,7 @@ func main() {
 				}
 			}
 		}
-	}
+	})
 	flush()
 	pr := func(name string, m map[string]int) {
 		type kv struct {

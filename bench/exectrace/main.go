@@ -11,7 +11,12 @@
 // fsyncs of each phase. It is a module of its own so that the parser
 // (golang.org/x/exp/trace) stays out of ratelane's dependencies.
 //
+// With -bursts it reads the same capture for the moments many goroutines
+// wait for a CPU instead (bursts.go).
+//
 // Usage: go run . [-tail 0.02] [-vs median|baseline] [-syscalls] FILE
+//
+//	go run . -bursts [-thr 20] [-depth 3] FILE
 package main
 
 import (
@@ -70,18 +75,18 @@ func main() {
 	tailShare := flag.Float64("tail", 0.02, "the slowest share of the in-sweep reviews taken as the tail (at least 2)")
 	vs := flag.String("vs", "median", "what the tail is compared with: median (the in-sweep reviews from the 45th to the 55th percentile) or baseline (every baseline review)")
 	syscalls := flag.Bool("syscalls", false, "also list the syscalls by call site, longest in total first")
+	burstMode := flag.Bool("bursts", false, "instead: what the goroutines waiting for a CPU are at the moments many are (bursts.go)")
+	thr := flag.Int("thr", 20, "with -bursts: the burst threshold, runnable goroutines in a 1 ms sample")
+	depth := flag.Int("depth", 3, "with -bursts: the frames of a wait site or waker stack")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: exectrace [-tail 0.02] [-vs median|baseline] [-syscalls] FILE")
+		fmt.Fprintln(os.Stderr, "       exectrace -bursts [-thr 20] [-depth 3] FILE")
 		os.Exit(2)
 	}
-	f, err := os.Open(flag.Arg(0))
-	if err != nil {
-		panic(err)
-	}
-	rd, err := trace.NewReader(f)
-	if err != nil {
-		panic(err)
+	if *burstMode {
+		bursts(flag.Arg(0), *thr, *depth)
+		return
 	}
 	states := map[trace.GoID][]gstate{}
 	root := map[trace.GoID]string{}
@@ -106,14 +111,7 @@ func main() {
 	sysOpen := map[trace.GoID]sysCall{}
 	sysAgg := map[string][4]float64{}
 	var fsyncs [][2]float64 // start, duration (ns)
-	for {
-		ev, err := rd.ReadEvent()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			panic(err)
-		}
+	eachEvent(flag.Arg(0), func(ev trace.Event) {
 		t := ev.Time()
 		if first == 0 {
 			first = t
@@ -123,7 +121,7 @@ func main() {
 		case trace.EventStateTransition:
 			st := ev.StateTransition()
 			if st.Resource.Kind != trace.ResourceGoroutine {
-				continue
+				return
 			}
 			g := st.Resource.Goroutine()
 			from, to := st.Goroutine()
@@ -141,7 +139,7 @@ func main() {
 				}
 			}
 			if to == trace.GoSyscall {
-				sysOpen[g] = sysCall{t, stackKey(ev.Stack())}
+				sysOpen[g] = sysCall{t, syscallKey(ev.Stack())}
 			}
 			if from == trace.GoSyscall {
 				if c, ok := sysOpen[g]; ok {
@@ -213,7 +211,7 @@ func main() {
 				revG = append(revG, ev.Goroutine())
 			}
 		}
-	}
+	})
 	if *syscalls {
 		var ks []string
 		for k := range sysAgg {
@@ -484,31 +482,81 @@ func main() {
 	}
 }
 
-func frames(s trace.Stack) []trace.StackFrame {
-	var out []trace.StackFrame
-	for f := range s.Frames() {
-		out = append(out, f)
+// eachEvent calls fn with every event of the trace in the file at path, in
+// order; both readers panic on a file they cannot read, as a one-off tool.
+func eachEvent(path string, fn func(trace.Event)) {
+	f, err := os.Open(path)
+	if err != nil {
+		panic(err)
 	}
-	return out
+	defer f.Close()
+	rd, err := trace.NewReader(f)
+	if err != nil {
+		panic(err)
+	}
+	for {
+		ev, err := rd.ReadEvent()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			panic(err)
+		}
+		fn(ev)
+	}
 }
 
+// rootOf is the outermost frame of s (a goroutine's root function), "" for
+// an empty stack.
 func rootOf(s trace.Stack) string {
-	fs := frames(s)
-	if len(fs) == 0 {
-		return ""
+	var last string
+	for f := range s.Frames() {
+		last = f.Func
 	}
-	return short(fs[len(fs)-1].Func)
+	return short(last)
 }
 
-func topFrame(s trace.Stack) string {
-	for _, f := range frames(s) {
-		if strings.HasPrefix(f.Func, "runtime.") || strings.HasPrefix(f.Func, "sync.") || strings.HasPrefix(f.Func, "internal/") ||
-			strings.HasPrefix(f.Func, "time.Sleep") {
+// stackKey joins, innermost first with " < ", the first n frames of s that
+// skip does not pass over; skip is also told how many are kept so far.
+func stackKey(s trace.Stack, n int, skip func(fn string, kept int) bool) string {
+	var parts []string
+	for f := range s.Frames() {
+		if skip(f.Func, len(parts)) {
 			continue
 		}
-		return short(f.Func)
+		parts = append(parts, short(f.Func))
+		if len(parts) == n {
+			break
+		}
 	}
-	return ""
+	return strings.Join(parts, " < ")
+}
+
+// hasAnyPrefix reports whether fn starts with one of prefixes.
+func hasAnyPrefix(fn string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// topFrame is a waiting or syscall transition's call site: its innermost
+// frame outside the runtime, sync and internal packages and time.Sleep.
+func topFrame(s trace.Stack) string {
+	return stackKey(s, 1, func(fn string, _ int) bool {
+		return hasAnyPrefix(fn, "runtime.", "sync.", "internal/", "time.Sleep")
+	})
+}
+
+// syscallKey is a syscall's call site, five frames outside the runtime and
+// syscall packages, and past modernc.org/libc's wrappers at the top (so an
+// fsync reads as SQLite's _full_fsync).
+func syscallKey(s trace.Stack) string {
+	return stackKey(s, 5, func(fn string, kept int) bool {
+		return hasAnyPrefix(fn, "runtime.", "syscall.") || kept == 0 && strings.HasPrefix(fn, "modernc.org/libc.")
+	})
 }
 
 func short(fn string) string {
@@ -541,20 +589,6 @@ func stateOf(sts []gstate, s, e trace.Time) map[string]float64 {
 		i++
 	}
 	return out
-}
-
-func stackKey(s trace.Stack) string {
-	var parts []string
-	for f := range s.Frames() {
-		if strings.HasPrefix(f.Func, "runtime.") || strings.HasPrefix(f.Func, "syscall.") || strings.HasPrefix(f.Func, "modernc.org/libc.") && len(parts) == 0 {
-			continue
-		}
-		parts = append(parts, short(f.Func))
-		if len(parts) == 5 {
-			break
-		}
-	}
-	return strings.Join(parts, " < ")
 }
 
 // throughAggregate reports whether a review's spans hold every stage up to
