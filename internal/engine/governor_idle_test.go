@@ -13,35 +13,8 @@ import (
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
-	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 )
-
-// leaseCounting is a SQLite store that counts its lease calls, alone and
-// with a finish, and the idle polls' reads that found nothing to lease
-// (MayLease false: the poll did not lease).
-type leaseCounting struct {
-	*sqlite.Store
-	leases, finishLeases, idleProbes atomic.Int64
-}
-
-func (s *leaseCounting) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
-	may, err := s.Store.MayLease(ctx, p)
-	if err == nil && !may {
-		s.idleProbes.Add(1)
-	}
-	return may, err
-}
-
-func (s *leaseCounting) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
-	s.leases.Add(1)
-	return s.Store.Lease(ctx, p)
-}
-
-func (s *leaseCounting) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
-	s.finishLeases.Add(1)
-	return s.Store.FinishLease(ctx, ts, p)
-}
 
 // interactiveRun is what an interactive stream cost an engine: lease
 // calls and the interactive lane's queued stage.
@@ -102,7 +75,7 @@ func runInteractiveStream(t *testing.T, batchCPUs int) interactiveRun {
 		if n != 50 || calls.Load() < 50 {
 			t.Fatalf("%d parents aggregated in %d calls, want 50", n, calls.Load())
 		}
-		out.leases, out.finishLeases, out.idleProbes = s.leases.Load(), s.finishLeases.Load(), s.idleProbes.Load()
+		out.leases, out.finishLeases, out.idleProbes = s.leases.Load(), s.finishes.Load(), s.idleProbes.Load()
 		e.Stages(func(lane, stage string, counts []uint64, sum float64) {
 			if lane == string(job.LaneInteractive) && stage == engine.StageQueued {
 				for _, c := range counts {

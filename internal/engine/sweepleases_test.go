@@ -16,20 +16,27 @@ import (
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 )
 
-// emptyCounting is a SQLite store that counts its lease calls, alone and
-// with a finish, and those of them that returned no job, and its
-// MayLease reads.
-type emptyCounting struct {
+// leaseCounting is a SQLite store that counts its lease calls: Lease
+// calls and those that returned no job; FinishLease calls (finishes), those
+// that asked for jobs (p.Max > 0) and those of them that returned none;
+// MayLease reads and those that found nothing to lease (the idle poll did
+// not lease). It embeds the *sqlite.Store, so the engine sees every
+// optional interface the store has.
+type leaseCounting struct {
 	*sqlite.Store
-	leases, empty, finishLeases, finishEmpty, reads atomic.Int64
+	leases, empty, finishes, finishLeases, finishEmpty, reads, idleProbes atomic.Int64
 }
 
-func (s *emptyCounting) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
+func (s *leaseCounting) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
 	s.reads.Add(1)
-	return s.Store.MayLease(ctx, p)
+	may, err := s.Store.MayLease(ctx, p)
+	if err == nil && !may {
+		s.idleProbes.Add(1)
+	}
+	return may, err
 }
 
-func (s *emptyCounting) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+func (s *leaseCounting) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
 	jobs, err := s.Store.Lease(ctx, p)
 	s.leases.Add(1)
 	if err == nil && len(jobs) == 0 {
@@ -38,8 +45,9 @@ func (s *emptyCounting) Lease(ctx context.Context, p store.LeaseParams) ([]*job.
 	return jobs, err
 }
 
-func (s *emptyCounting) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
+func (s *leaseCounting) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
 	errs, jobs, err := s.Store.FinishLease(ctx, ts, p)
+	s.finishes.Add(1)
 	if p.Max > 0 {
 		s.finishLeases.Add(1)
 		if err == nil && len(jobs) == 0 {
@@ -64,7 +72,7 @@ func runBesideSweep(t *testing.T) sweepRun {
 	var out sweepRun
 	synctest.Test(t, func(t *testing.T) {
 		raw := newSQLite(t, sqlite.Config{})
-		s := &emptyCounting{Store: raw}
+		s := &leaseCounting{Store: raw}
 		var calls, swept atomic.Int64
 		work := func(d time.Duration) engine.HandlerFunc {
 			return func(_ context.Context, j *job.Job) job.Outcome {
