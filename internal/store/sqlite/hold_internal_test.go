@@ -76,14 +76,7 @@ func TestBatchHoldBounded(t *testing.T) {
 	s.WatchInteractive(busy.Load)
 	for i := range 5 {
 		t0 := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- s.write(batch, insertObject) }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(hold + 5*time.Second):
+		if !writeWithin(t, s, batch, hold+5*time.Second) {
 			t.Fatalf("batch-lane write %d not committed %v after its call: the hold is not bounded", i, hold+5*time.Second)
 		}
 		if d := time.Since(t0); d < hold {
@@ -97,15 +90,25 @@ func TestBatchHoldBounded(t *testing.T) {
 	off := OpenTest(t, Config{Synchronous: SyncNormal, BatchHold: -1})
 	off.WatchInteractive(func() bool { return true })
 	for name, s := range map[string]*Store{"nothing in flight": idle, "BatchHold -1": off} {
-		done := make(chan error, 1)
-		go func() { done <- s.write(batch, insertObject) }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(30 * time.Second):
+		if !writeWithin(t, s, batch, 30*time.Second) {
 			t.Fatalf("%s: the batch-lane write was held", name)
 		}
+	}
+}
+
+// writeWithin makes one write of an object on s with ctx (its lane) and
+// reports whether it committed within d; a write that fails fails t.
+func writeWithin(t *testing.T, s *Store, ctx context.Context, d time.Duration) bool {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.write(ctx, insertObject) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	case <-time.After(d):
+		return false
 	}
 }
