@@ -537,10 +537,7 @@ func testNextAdmission(t *testing.T, open Opener) {
 // and a retry come due are.
 func testMayLease(t *testing.T, open Opener) {
 	s := open(t)
-	pr, ok := s.(store.LeaseProber)
-	if !ok {
-		t.Skip("not a store.LeaseProber")
-	}
+	pr := optional[store.LeaseProber](t, s)
 	may := func(now time.Time, lane job.Lane, kinds ...string) bool {
 		t.Helper()
 		m, err := pr.MayLease(context.Background(), store.LeaseParams{Now: now, Max: 10, Lane: lane, Kinds: kinds})

@@ -55,10 +55,7 @@ func finishAdvancesParent(t *testing.T, open Opener, via string) {
 		if via == "Finish" {
 			return finish(t, s, ts...)
 		}
-		fl, ok := s.(store.FinishLeaser)
-		if !ok {
-			t.Skip("the store does not finish and lease in one write")
-		}
+		fl := optional[store.FinishLeaser](t, s)
 		errs, _, err := fl.FinishLease(ctx, ts, store.LeaseParams{Released: func(bool) {}})
 		if err != nil {
 			t.Fatalf("finish and lease: %v", err)

@@ -21,10 +21,7 @@ var insertLeaseCases = map[string]func(*testing.T, Opener){
 // jobs, skipping t when the driver has no such capability.
 func insertLease(t *testing.T, s store.Store, now time.Time, max int, os []store.Object, jobs ...*job.Job) ([]store.InsertResult, []*job.Job) {
 	t.Helper()
-	il, ok := s.(store.InsertLeaser)
-	if !ok {
-		t.Skip("the driver is no store.InsertLeaser")
-	}
+	il := optional[store.InsertLeaser](t, s)
 	res, leased, err := il.InsertLease(context.Background(), os, jobs, Unpaced, store.LeaseParams{Now: now, Max: max, LeaseFor: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("insert and lease: %v", err)
@@ -114,10 +111,7 @@ func testInsertLeaseTakesReady(t *testing.T, open Opener) {
 	older := NewJob("acme", job.LaneInteractive, "k")
 	batch := NewJob("acme", job.LaneBatch, "k")
 	insert(t, s, older, batch)
-	il, ok := s.(store.InsertLeaser)
-	if !ok {
-		t.Skip("the driver is no store.InsertLeaser")
-	}
+	il := optional[store.InsertLeaser](t, s)
 	fresh := NewJob("acme", job.LaneInteractive, "k")
 	fresh.IdempotencyKey = "once"
 	obj := store.Object{Kind: "doc", ID: "d1", Body: []byte("text"), UpdatedAt: T0}

@@ -500,10 +500,7 @@ func endAll(t *testing.T, s store.Store, got []*job.Job, o job.Outcome, at time.
 // whatever is ready, as before; with Max 0 it is a Finish that tells.
 func testFinishLeaseIfReleased(t *testing.T, open Opener) {
 	s := open(t)
-	fl, ok := s.(store.FinishLeaser)
-	if !ok {
-		t.Skip("not a store.FinishLeaser")
-	}
+	fl := optional[store.FinishLeaser](t, s)
 	setLimit(t, s, admission.Config{Name: "cap", Concurrency: 1})
 	setLimit(t, s, admission.Config{Name: "paced", Rate: 1000, Burst: 1000})
 	ms := func(n int) time.Time { return T0.Add(time.Duration(n) * time.Millisecond) }
@@ -592,10 +589,7 @@ func FinishLeaseNoTurn(now time.Time) store.LeaseParams {
 // it must not skip one that would take a job.
 func testFinishLeaseWithNoTurn(t *testing.T, open Opener) {
 	s := open(t)
-	fl, ok := s.(store.FinishLeaser)
-	if !ok {
-		t.Skip("not a store.FinishLeaser")
-	}
+	fl := optional[store.FinishLeaser](t, s)
 	setLimit(t, s, admission.Config{Name: "paced", Rate: 1000, Burst: 1000})
 	ms := func(n int) time.Time { return T0.Add(time.Duration(n) * time.Millisecond) }
 	kind := func(k string, j *job.Job) *job.Job { j.Kind = k; return j }

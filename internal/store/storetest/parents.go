@@ -339,10 +339,7 @@ func testAdvancePublish(t *testing.T, open Opener) {
 // implement it has nothing to test.
 func testAdvanceMany(t *testing.T, open Opener) {
 	s := open(t)
-	m, ok := s.(store.ManyAdvancer)
-	if !ok {
-		t.Skip("the store takes advances one at a time (no store.ManyAdvancer)")
-	}
+	m := optional[store.ManyAdvancer](t, s)
 	ctx := context.Background()
 	var js []*job.Job
 	for range 4 {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"reflect"
 
 	"testing"
 	"time"
@@ -30,6 +31,18 @@ var T0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // Unpaced is the default configuration the suite gives unknown keys.
 var Unpaced = admission.Config{}
+
+// optional returns s as the optional store interface C (store.LeaseProber,
+// store.FinishLeaser, ...), or skips t when the driver does not implement
+// it: a driver without the capability has nothing to test there.
+func optional[C any](t *testing.T, s store.Store) C {
+	t.Helper()
+	c, ok := s.(C)
+	if !ok {
+		t.Skipf("the driver is no %v", reflect.TypeFor[C]())
+	}
+	return c
+}
 
 // Run runs the whole conformance suite against the driver.
 func Run(t *testing.T, open Opener) {
