@@ -55,14 +55,10 @@ func bursts(path string, thr, depth int) {
 	var lastSample trace.Time
 	hist := map[int]int{}
 	eachEvent(path, func(ev trace.Event) {
-		if ev.Kind() != trace.EventStateTransition {
+		st, g, ok := goTransition(ev)
+		if !ok {
 			return
 		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			return
-		}
-		g := st.Resource.Goroutine()
 		from, to := st.Goroutine()
 		if root[g] == "" {
 			root[g] = rootOf(st.Stack)

@@ -119,11 +119,10 @@ func main() {
 		last = t
 		switch ev.Kind() {
 		case trace.EventStateTransition:
-			st := ev.StateTransition()
-			if st.Resource.Kind != trace.ResourceGoroutine {
+			st, g, ok := goTransition(ev)
+			if !ok {
 				return
 			}
-			g := st.Resource.Goroutine()
 			from, to := st.Goroutine()
 			if root[g] == "" {
 				root[g] = rootOf(st.Stack)
@@ -504,6 +503,19 @@ func eachEvent(path string, fn func(trace.Event)) {
 		}
 		fn(ev)
 	}
+}
+
+// goTransition is ev's goroutine state transition and its goroutine; ok
+// is false for any other event (a proc's, a thread's, or no transition).
+func goTransition(ev trace.Event) (st trace.StateTransition, g trace.GoID, ok bool) {
+	if ev.Kind() != trace.EventStateTransition {
+		return st, 0, false
+	}
+	st = ev.StateTransition()
+	if st.Resource.Kind != trace.ResourceGoroutine {
+		return st, 0, false
+	}
+	return st, st.Resource.Goroutine(), true
 }
 
 // rootOf is the outermost frame of s (a goroutine's root function), "" for
