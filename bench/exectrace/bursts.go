@@ -120,7 +120,9 @@ func bursts(path string, thr, depth int) {
 			kvs = append(kvs, kv{k, v})
 			tot += v
 		}
-		sort.Slice(kvs, func(i, j int) bool { return kvs[i].v > kvs[j].v })
+		// Ties break on the key, so that the top-15 cut is the same on every
+		// read of one trace (map order would otherwise pick among ties).
+		sort.Slice(kvs, func(i, j int) bool { return kvs[i].v > kvs[j].v || kvs[i].v == kvs[j].v && kvs[i].k < kvs[j].k })
 		fmt.Printf("== %s (samples %d, goroutine-samples %d)\n", name, samples, tot)
 		for i, e := range kvs {
 			if i == 15 {
@@ -154,7 +156,7 @@ func bursts(path string, thr, depth int) {
 		}
 		hs = append(hs, hk2{k, len(v), s, mx})
 	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].tot > hs[j].tot })
+	sort.Slice(hs, func(i, j int) bool { return hs[i].tot > hs[j].tot || hs[i].tot == hs[j].tot && hs[i].k < hs[j].k })
 	fmt.Println("== wake runs by one goroutine at one stack (within 200us): runs, woken total, max per run")
 	for i, h := range hs {
 		if i == 20 {

@@ -216,7 +216,9 @@ func main() {
 		for k := range sysAgg {
 			ks = append(ks, k)
 		}
-		sort.Slice(ks, func(i, j int) bool { return sysAgg[ks[i]][1] > sysAgg[ks[j]][1] })
+		sort.Slice(ks, func(i, j int) bool {
+			return sysAgg[ks[i]][1] > sysAgg[ks[j]][1] || sysAgg[ks[i]][1] == sysAgg[ks[j]][1] && ks[i] < ks[j]
+		})
 		for _, k := range ks[:min(12, len(ks))] {
 			a := sysAgg[k]
 			fmt.Printf("n=%6.0f total=%8.1fms max=%7.1fms over10ms=%3.0f  %s\n", a[0], a[1]/1e6, a[2]/1e6, a[3], k)
