@@ -184,6 +184,10 @@ type Store struct {
 	// holdTimer is the writer's timer for BatchHold (writer goroutine
 	// only), made once.
 	holdTimer *time.Timer
+	// txLost is set by runOne when a write's savepoint is gone: SQLite
+	// rolled the writer's transaction back under it (writer goroutine
+	// only; see runBatch).
+	txLost bool
 	// wstate is what the writer is doing (a writerState), kept in a
 	// cpulabels build only: each interactive write notes it as it is
 	// queued, so its wait can be laid on what it arrived behind.

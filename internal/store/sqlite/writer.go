@@ -427,6 +427,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	if cpulabel.On {
 		cpulabel.SetWrite(writerLabel(first.lane, false), first.kind)
 	}
+	s.txLost = false
 	batch := []ran{{r: first, err: s.runOne(tx, first, false)}}
 	if batch[0].err != nil {
 		// A lone write runs without a savepoint; its failure must still
@@ -439,7 +440,13 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		return batch, nil
 	}
 	hasInteractive := first.lane != job.LaneBatch
-	for len(batch) < s.cfg.MaxBatch {
+	// A write whose failure ends the transaction (SQLite rolls it back
+	// itself on a full disk, an I/O error, an OR ROLLBACK conflict) took
+	// the writes before it along: no more join, since outside a
+	// transaction a write's SAVEPOINT begins one of its own that its
+	// RELEASE commits, and the batch's failed COMMIT then answered a
+	// committed write with an error.
+	for len(batch) < s.cfg.MaxBatch && !s.txLost {
 		r := s.next(hasInteractive)
 		if r == nil && !hasInteractive && !begun.IsZero() {
 			r = s.held(begun)
@@ -461,6 +468,11 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		}
 		cpulabel.Set(writerLabel(l, true))
 		s.wstate.Store(runState(hasInteractive) + 1) // committing
+	}
+	if s.txLost {
+		s.forgetRows()
+		s.exec(tx, `ROLLBACK`) // fails harmlessly: there is no transaction
+		return batch, errors.New("sqlite: the transaction was rolled back under one of its writes")
 	}
 	var c0 time.Time
 	if cpulabel.On {
@@ -534,6 +546,7 @@ func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 				// Undo what it wrote before panicking, as for an error:
 				// the other writes of the transaction still commit.
 				if _, rerr := s.exec(tx, `ROLLBACK TO w`); rerr != nil {
+					s.txLost = true
 					err = errors.Join(err, rerr)
 				}
 				s.exec(tx, `RELEASE w`)
@@ -552,12 +565,15 @@ func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	if ferr := fn(tx); ferr != nil {
 		s.forgetRows() // what it read or wrote is undone
 		if _, err := s.exec(tx, `ROLLBACK TO w`); err != nil {
+			s.txLost = true // no savepoint w: no transaction either
 			return errors.Join(ferr, err)
 		}
 		s.exec(tx, `RELEASE w`)
 		return ferr
 	}
-	_, err = s.exec(tx, `RELEASE w`)
+	if _, err = s.exec(tx, `RELEASE w`); err != nil {
+		s.txLost = true
+	}
 	return err
 }
 
