@@ -1,0 +1,236 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/job"
+	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
+)
+
+// Crashes inside the writes that fold several state changes into one
+// (sessions 29-31), as TestFoldedPublicationCrash and TestFusedFinishCrash
+// do for the aggregation's: the process dies at the write, before it
+// reaches the store or after it committed, and a restarted process on
+// the same SQLite file finishes the work, nothing lost, nothing twice.
+
+// dyingInsertLease is a store on which the process dies at an insert
+// that leases in its own write (store.InsertLeaser): before the write
+// (afterCommit false) or after it committed, inserting the jobs and
+// leasing them, before the engine heard back and so before any handler
+// started.
+type dyingInsertLease struct {
+	store.Store
+	afterCommit bool
+	died        chan struct{}
+	once        sync.Once
+	leases      atomic.Int64 // Lease calls returned
+}
+
+func (d *dyingInsertLease) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	defer d.leases.Add(1)
+	return d.Store.Lease(ctx, p)
+}
+
+func (d *dyingInsertLease) InsertLease(ctx context.Context, os []store.Object, jobs []*job.Job, def admission.Config, p store.LeaseParams) ([]store.InsertResult, []*job.Job, error) {
+	defer d.once.Do(func() { close(d.died) })
+	if d.afterCommit {
+		if _, _, err := d.Store.(store.InsertLeaser).InsertLease(ctx, os, jobs, def, p); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, errDied
+}
+
+// TestInsertLeaseCrash: a process dies at the write of an interactive
+// review's insert that also leases its part (insertlease.go). Died before
+// the write: nothing of the review is stored, and the producer's retry
+// in the restarted process inserts it; it runs once. Died after the
+// commit: the part is running under a lease no handler will ever work
+// (the fault: a lease taken by a write whose process never started the
+// handler), and the restarted process recovers it when it expires, runs
+// it and publishes the parent once (I1, I3).
+func TestInsertLeaseCrash(t *testing.T) {
+	t.Parallel()
+	eachCrashSide(t, func(t *testing.T, afterCommit bool) {
+		ctx := context.Background()
+		open := reopenable(t)
+		s1 := open()
+		dying := &dyingInsertLease{Store: s1, afterCommit: afterCommit, died: make(chan struct{})}
+		var calls atomic.Int64
+		const workers = 4
+		e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: nowhereReportKinds(&calls),
+			Workers: workers, PollInterval: time.Hour, LeaseFor: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// An insert leases in its write only when the engine has a free
+		// slot: not while its first lease, at start, holds them all.
+		// After that empty lease the fetch loop idles (PollInterval).
+		testkit.Eventually(t, time.Minute, "the first process's first lease", func() error {
+			if dying.leases.Load() < 1 || engine.FreeSlots(e1) != workers {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		parent, parts := interactiveParent(1)
+		if _, err := e1.Jobs().InsertParts(ctx, parent, parts, admission.Config{}); !errors.Is(err, errDied) {
+			t.Fatalf("the insert answered %v, want the death: it did not lease in its own write, no fault injected", err)
+		}
+		stop, cancel := context.WithTimeout(ctx, 5*time.Second)
+		e1.Stop(stop)
+		cancel()
+		part, err := s1.Get(ctx, parts[0].ID)
+		if !afterCommit {
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("after a death before the write the part reads %+v, %v; want it not stored", part, err)
+			}
+		} else if err != nil || part.State != job.StateRunning || part.LeaseExpiresAt.IsZero() {
+			t.Fatalf("after a death after the commit the part reads %+v, %v; want it running under the insert's lease", part, err)
+		}
+		s1.Close()
+
+		s2 := open()
+		t.Cleanup(func() { s2.Close() })
+		var calls2 atomic.Int64
+		e2 := start(t, engine.Config{Store: s2, Kinds: nowhereReportKinds(&calls2), LeaseFor: time.Second})
+		if !afterCommit {
+			// The producer saw the insert fail and retries it.
+			if _, err := e2.Jobs().InsertParts(ctx, parent, parts, admission.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			e2.Notify()
+		}
+		waitState(t, s2, parent.ID, job.StatePublished)
+		afterStartSweep(t, e2, s2, parent.ID) // one aggregation record
+		if calls2.Load() != 1 {
+			t.Fatalf("the restarted engine aggregated %d times, want the parent once", calls2.Load())
+		}
+		part, err = s2.Get(ctx, parts[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// After the commit the first attempt was the dead process's lease.
+		if want := map[bool]int{false: 1, true: 2}[afterCommit]; part.State != job.StatePublished || part.Attempt != want {
+			t.Fatalf("the part is %s after %d attempts, want published after %d", part.State, part.Attempt, want)
+		}
+	})
+}
+
+// dyingMany is a store on which the process dies inside its first
+// AdvanceMany (store.ManyAdvancer), once the first keep advances
+// committed and before the others reached the store: the writer commits
+// an AdvanceMany's advances in as many transactions as its batches take,
+// so a death leaves any prefix. The engine hears of none of them; every
+// later advance fails, as the dead process writes nothing more.
+type dyingMany struct {
+	store.Store
+	keep int
+	dead atomic.Bool
+}
+
+func (d *dyingMany) AdvanceMany(ctx context.Context, ps []store.AdvanceParams) ([]*job.Job, []error) {
+	js, errs := make([]*job.Job, len(ps)), make([]error, len(ps))
+	for i := range errs {
+		errs[i] = errDied
+	}
+	if d.dead.Swap(true) {
+		return js, errs
+	}
+	n := min(d.keep, len(ps))
+	_, done := d.Store.(store.ManyAdvancer).AdvanceMany(ctx, ps[:n])
+	if err := errors.Join(done...); err != nil {
+		errs[0] = err // the test's fault was not the one meant
+	}
+	return js, errs
+}
+
+func (d *dyingMany) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
+	if d.dead.Load() {
+		return nil, errDied
+	}
+	return d.Store.Advance(ctx, p)
+}
+
+// TestAdvanceManyCrash: a sweep pass's stretch of ready batch-lane
+// parents advances from one goroutine (store.ManyAdvancer), not
+// atomically; the process dies inside it with 10 of the stretch's
+// parents published and the rest still accepted. The restarted process's
+// start sweep aggregates and publishes exactly the others: every parent
+// published, with one aggregation record each (I1, I2).
+func TestAdvanceManyCrash(t *testing.T) {
+	t.Parallel()
+	const parents, keep = 40, 10
+	ctx := context.Background()
+	open := reopenable(t)
+	s1 := open()
+	jobs := writerOn(t, s1)
+	var ids []string
+	for range parents {
+		p := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: job.LaneBatch, LimitKeys: []string{"parts:report"}}
+		p.Prepare(uuid.Must(uuid.NewV7()).String(), time.Now(), 0, true)
+		if _, err := jobs.InsertParts(ctx, p, nil, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.ID)
+	}
+	dying := &dyingMany{Store: s1, keep: keep}
+	var calls atomic.Int64
+	kinds := func(calls *atomic.Int64) map[string]engine.Kind {
+		return map[string]engine.Kind{"report": {Aggregate: sumParts(calls)}}
+	}
+	// Not started: only the pass aggregates, as the start sweep would.
+	e1, err := engine.New(engine.Config{Store: dying, Region: "us", Kinds: kinds(&calls)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1.SweepParents(ctx) // its error is the death's
+	if !dying.dead.Load() {
+		t.Fatal("the pass never called AdvanceMany: no fault injected")
+	}
+	published := 0
+	for _, id := range ids {
+		j, err := s1.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == job.StatePublished {
+			published++
+		} else if j.State != job.StateAccepted {
+			t.Fatalf("after the death parent %s is %s, want published or accepted", id, j.State)
+		}
+	}
+	if published != keep {
+		t.Fatalf("after the death %d parents are published, want the %d the death let through", published, keep)
+	}
+	s1.Close()
+
+	s2 := open()
+	t.Cleanup(func() { s2.Close() })
+	var calls2 atomic.Int64
+	e2 := start(t, engine.Config{Store: s2, Kinds: kinds(&calls2)})
+	for _, id := range ids {
+		waitState(t, s2, id, job.StatePublished)
+	}
+	afterStartSweep(t, e2, s2, ids[0])
+	for _, id := range ids {
+		if recs := aggregations(t, s2, id); len(recs) != 1 {
+			t.Errorf("parent %s has %d aggregation records, want 1", id, len(recs))
+		}
+	}
+	if got := calls2.Load(); got != parents-keep {
+		t.Errorf("the restarted engine aggregated %d parents, want the %d left accepted", got, parents-keep)
+	}
+}
