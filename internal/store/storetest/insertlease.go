@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +143,57 @@ func testInsertLeaseTakesReady(t *testing.T, open Opener) {
 	}
 	if got := get(t, s, batch.ID); got.State != job.StateWaiting {
 		t.Fatalf("the batch-lane job is %s, want waiting", got.State)
+	}
+}
+
+// RunInsertLeaseFault is the fault of an insert whose lease half fails,
+// for one driver with store.InsertLeaser: failLeases(true) makes the
+// database refuse every lease of a job (an update to running), as a
+// trigger can, and failLeases(false) lifts that. InsertLease is then one
+// write whose second half fails after its first succeeded in the same
+// transaction: the call must fail whole (store.InsertLeaser: no job
+// inserted, none leased), not leave the jobs inserted and waiting while
+// its caller was told they were not (a retry without an idempotency key
+// would insert them twice), nor a limit key's slot taken by a lease that
+// never happened. The idempotency key stays free: the retry inserts, and
+// leases as the first call would have.
+func RunInsertLeaseFault(t *testing.T, s store.Store, failLeases func(on bool)) {
+	ctx := context.Background()
+	il := optional[store.InsertLeaser](t, s)
+	setLimit(t, s, admission.Config{Name: "cap", Concurrency: 2})
+	older := NewJob("acme", job.LaneInteractive, "cap")
+	insert(t, s, older)
+	fresh := NewJob("acme", job.LaneInteractive, "cap")
+	fresh.IdempotencyKey = "fault-once"
+	p := store.LeaseParams{Now: T0, Max: 2, LeaseFor: 30 * time.Second, Lane: job.LaneInteractive}
+
+	failLeases(true)
+	res, leased, err := il.InsertLease(ctx, nil, []*job.Job{fresh}, Unpaced, p)
+	failLeases(false)
+	if err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("insert and lease with leases refused answered %d results, leased %v, error %v: no fault injected", len(res), ids(leased), err)
+	}
+	if j, gerr := s.Get(ctx, fresh.ID); !errors.Is(gerr, store.ErrNotFound) {
+		t.Fatalf("after a failed insert and lease (%v) its job reads %+v, %v; want it not stored", err, j, gerr)
+	}
+	if j := get(t, s, older.ID); j.State != job.StateWaiting || j.Attempt != 0 || j.LeaseToken != "" {
+		t.Fatalf("after a failed insert and lease the older job is %s, attempt %d, token %q; want it waiting as before", j.State, j.Attempt, j.LeaseToken)
+	}
+	if k, err := s.GetLimit(ctx, "cap"); err != nil || k.InFlight != 0 {
+		t.Fatalf("after a failed insert and lease the key has %d in flight (%v), want 0", k.InFlight, err)
+	}
+
+	// The retry: the key is free, and the lease takes both jobs.
+	again := NewJob("acme", job.LaneInteractive, "cap")
+	again.IdempotencyKey = "fault-once"
+	res, leased, err = il.InsertLease(ctx, nil, []*job.Job{again}, Unpaced, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Existing || len(leased) != 2 {
+		t.Fatalf("the retry answered existing %v and leased %v, want it inserted and both jobs leased", res[0].Existing, ids(leased))
+	}
+	if k, err := s.GetLimit(ctx, "cap"); err != nil || k.InFlight != 2 {
+		t.Fatalf("after the retry the key has %d in flight (%v), want 2", k.InFlight, err)
 	}
 }
