@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +15,7 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/storetest"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
@@ -233,4 +235,91 @@ func TestAdvanceManyCrash(t *testing.T) {
 	if got := calls2.Load(); got != parents-keep {
 		t.Errorf("the restarted engine aggregated %d parents, want the %d left accepted", got, parents-keep)
 	}
+}
+
+// lostFinishLease is a store whose first FinishLease that leases a job
+// commits and then loses its answer, as a PostgreSQL node whose
+// connection drops between the COMMIT and its reply (RELIABILITY.md T7):
+// the engine learns only that the write failed.
+type lostFinishLease struct {
+	store.Store
+	lost   atomic.Pointer[job.Job] // the job the lost write leased
+	leased atomic.Int64            // jobs leased, by any write
+}
+
+func (l *lostFinishLease) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {
+	errs, jobs, err := l.Store.(store.FinishLeaser).FinishLease(ctx, ts, p)
+	l.leased.Add(int64(len(jobs)))
+	if err == nil && len(jobs) > 0 && l.lost.CompareAndSwap(nil, jobs[0]) {
+		return nil, nil, errDied
+	}
+	return errs, jobs, err
+}
+
+func (l *lostFinishLease) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
+	jobs, err := l.Store.Lease(ctx, p)
+	l.leased.Add(int64(len(jobs)))
+	return jobs, err
+}
+
+// TestFinishLeaseAnswerLost: the write that finishes a job and leases the
+// next one on its key (held at a concurrency of 1) commits, and its
+// answer is lost. The engine finishes alone again (refused: the finish is
+// in), and the job the lost write leased, running under a lease no
+// handler works, is recovered when the lease expires, within one lease
+// period plus a reap, and runs: both jobs published, each handled once,
+// the second on its second attempt (I1, I3).
+func TestFinishLeaseAnswerLost(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		base := newStore(t)
+		s := &lostFinishLease{Store: base}
+		var handled sync.Map // job id -> *atomic.Int64
+		ping := engine.HandlerFunc(func(_ context.Context, j *job.Job) job.Outcome {
+			n, _ := handled.LoadOrStore(j.ID, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		const leaseFor = 10 * time.Second
+		start(t, engine.Config{Store: s, Workers: 2, LeaseFor: leaseFor, PollInterval: time.Hour,
+			Kinds: map[string]engine.Kind{"ping": {Handler: ping}}})
+		synctest.Wait() // past the start sweep and the first, empty, lease
+		var js []*job.Job
+		for range 2 {
+			j := storetest.NewJob("acme", job.LaneInteractive, "cap")
+			j.Kind = "ping"
+			js = append(js, j)
+		}
+		now := time.Now()
+		for _, j := range js {
+			j.EligibleAt, j.CreatedAt = now, now
+		}
+		if _, err := base.Insert(context.Background(), js, admission.Config{Concurrency: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if k, err := base.GetLimit(context.Background(), "cap"); err != nil || k.Concurrency != 1 {
+			t.Fatalf("key cap: %+v, %v; want a concurrency of 1", k, err)
+		}
+		inserted := time.Now()
+		time.Sleep(time.Hour + time.Second) // the poll leases the first job
+		lost := s.lost.Load()
+		if lost == nil {
+			t.Fatal("no finish leased a job: no fault injected")
+		}
+		for _, j := range js {
+			got := waitState(t, base, j.ID, job.StatePublished)
+			n, _ := handled.Load(j.ID)
+			if n == nil || n.(*atomic.Int64).Load() != 1 {
+				t.Fatalf("job %s handled %v times, want once", j.ID, n)
+			}
+			if want := map[bool]int{false: 1, true: 2}[j.ID == lost.ID]; got.Attempt != want {
+				t.Errorf("job %s published after %d attempts, want %d", j.ID, got.Attempt, want)
+			}
+			if j.ID == lost.ID {
+				if d := got.FinishedAt.Sub(inserted) - time.Hour; d > leaseFor+leaseFor/10+time.Second {
+					t.Errorf("the job of the lost lease finished %v after the poll, want within a lease period and a reap", d)
+				}
+			}
+		}
+	})
 }
