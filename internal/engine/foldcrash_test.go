@@ -9,8 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
@@ -120,14 +118,8 @@ func TestInsertLeaseCrash(t *testing.T) {
 		if calls2.Load() != 1 {
 			t.Fatalf("the restarted engine aggregated %d times, want the parent once", calls2.Load())
 		}
-		part, err = s2.Get(ctx, parts[0].ID)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// After the commit the first attempt was the dead process's lease.
-		if want := map[bool]int{false: 1, true: 2}[afterCommit]; part.State != job.StatePublished || part.Attempt != want {
-			t.Fatalf("the part is %s after %d attempts, want published after %d", part.State, part.Attempt, want)
-		}
+		publishedAfter(t, s2, parts[0].ID, map[bool]int{false: 1, true: 2}[afterCommit])
 	})
 }
 
@@ -178,16 +170,7 @@ func TestAdvanceManyCrash(t *testing.T) {
 	ctx := context.Background()
 	open := reopenable(t)
 	s1 := open()
-	jobs := writerOn(t, s1)
-	var ids []string
-	for range parents {
-		p := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: job.LaneBatch, LimitKeys: []string{"parts:report"}}
-		p.Prepare(uuid.Must(uuid.NewV7()).String(), time.Now(), 0, true)
-		if _, err := jobs.InsertParts(ctx, p, nil, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, p.ID)
-	}
+	ids := readyBatchParents(t, s1, parents)
 	dying := &dyingMany{Store: s1, keep: keep}
 	var calls atomic.Int64
 	kinds := func(calls *atomic.Int64) map[string]engine.Kind {

@@ -471,14 +471,21 @@ func TestFusedFinishCrash(t *testing.T) {
 
 		// The restarted process recovers the part's lease (a second) and runs it again.
 		s2 := restartPublishes(t, open, parent.ID, time.Second, afterCommit)
-		part, err = s2.Get(ctx, parts[0].ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if wantAttempts := map[bool]int{false: 2, true: 1}[afterCommit]; part.State != job.StatePublished || part.Attempt != wantAttempts {
-			t.Fatalf("the part is %s after %d attempts, want published after %d", part.State, part.Attempt, wantAttempts)
-		}
+		publishedAfter(t, s2, parts[0].ID, map[bool]int{false: 2, true: 1}[afterCommit])
 	})
+}
+
+// publishedAfter checks that job id, on s, is published after attempts
+// attempts.
+func publishedAfter(t *testing.T, s store.Store, id string, attempts int) {
+	t.Helper()
+	j, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != job.StatePublished || j.Attempt != attempts {
+		t.Fatalf("job %s is %s after %d attempts, want published after %d", id, j.State, j.Attempt, attempts)
+	}
 }
 
 // partsReads is a store whose List records the largest page a caller

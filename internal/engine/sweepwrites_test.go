@@ -35,16 +35,7 @@ func TestSweepStretchAdvancesWithoutAGoroutineEach(t *testing.T) {
 	const parents = 64 // two stretches of sweepYieldEvery
 	s := newStore(t)
 	ctx := context.Background()
-	jobs := writerOn(t, s)
-	var ids []string
-	for range parents {
-		p := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: job.LaneBatch, LimitKeys: []string{"parts:report"}}
-		p.Prepare(uuid.Must(uuid.NewV7()).String(), time.Now(), 0, true)
-		if _, err := jobs.InsertParts(ctx, p, nil, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, p.ID)
-	}
+	ids := readyBatchParents(t, s, parents)
 	var calls atomic.Int64
 	// Not started: only the pass below aggregates.
 	e, err := engine.New(engine.Config{Store: s, Region: "us", Kinds: map[string]engine.Kind{"report": {Aggregate: sumParts(&calls)}}})
@@ -71,4 +62,21 @@ func TestSweepStretchAdvancesWithoutAGoroutineEach(t *testing.T) {
 		t.Errorf("the pass's %d advances took %d transactions, want at most %d: a stretch's advances share commits", parents, txs, parents/4)
 	}
 	t.Logf("%d parents: %d goroutines created, %d transactions", parents, created, txs)
+}
+
+// readyBatchParents inserts n accepted batch-lane "report" parents with
+// no parts on s, each ready to aggregate, and returns their ids.
+func readyBatchParents(t *testing.T, s store.Store, n int) []string {
+	t.Helper()
+	jobs := writerOn(t, s)
+	var ids []string
+	for range n {
+		p := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: job.LaneBatch, LimitKeys: []string{"parts:report"}}
+		p.Prepare(uuid.Must(uuid.NewV7()).String(), time.Now(), 0, true)
+		if _, err := jobs.InsertParts(context.Background(), p, nil, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.ID)
+	}
+	return ids
 }

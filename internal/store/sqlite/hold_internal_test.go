@@ -23,21 +23,9 @@ func insertObject(tx *writeTx) error {
 // wait for a batch-lane commit of its own.
 func TestInteractiveWriteJoinsHeldBatchTx(t *testing.T) {
 	t.Parallel()
-	s := OpenTest(t, Config{Synchronous: SyncNormal, BatchHold: 10 * time.Second})
-	var busy atomic.Bool
-	busy.Store(true)
-	s.WatchInteractive(busy.Load)
+	s, _ := heldStore(t)
 	txs := s.txs.Load()
-
-	ran := make(chan struct{})
-	batchDone := make(chan error, 1)
-	go func() {
-		batchDone <- s.write(store.WithLane(context.Background(), job.LaneBatch), func(tx *writeTx) error {
-			defer close(ran)
-			return insertObject(tx)
-		})
-	}()
-	<-ran
+	batchDone := heldBatchWrite(t, s, insertObject)
 	// Without the hold the writer commits the batch-lane write at once;
 	// give it ample time to, so that the check below cannot pass by a
 	// race.

@@ -38,6 +38,17 @@ func hasObject(t *testing.T, s *Store, id string) bool {
 	return n == 1
 }
 
+// heldStore opens a store whose writer holds a batch-lane transaction
+// open for up to 10 s while busy, true until the test says otherwise,
+// reports interactive work in flight.
+func heldStore(t *testing.T) (*Store, *atomic.Bool) {
+	s := OpenTest(t, Config{Synchronous: SyncNormal, BatchHold: 10 * time.Second})
+	busy := new(atomic.Bool)
+	busy.Store(true)
+	s.WatchInteractive(busy.Load)
+	return s, busy
+}
+
 // heldBatchWrite starts a batch-lane write of fn on s, whose watcher
 // reports interactive work in flight, and returns its answer once it ran
 // (the writer then holds its transaction open).
@@ -83,10 +94,7 @@ func joinHeld(ctx context.Context, s *Store, fn func(tx *writeTx) error) <-chan 
 // writes with it: they were told nothing of it.
 func TestHeldTxRejectedWriteIsItsOwn(t *testing.T) {
 	t.Parallel()
-	s := OpenTest(t, Config{Synchronous: SyncNormal, BatchHold: 10 * time.Second})
-	var busy atomic.Bool
-	busy.Store(true)
-	s.WatchInteractive(busy.Load)
+	s, _ := heldStore(t)
 	txs := s.txs.Load()
 	batch := store.WithLane(context.Background(), job.LaneBatch)
 
@@ -138,10 +146,7 @@ func TestHeldTxRejectedWriteIsItsOwn(t *testing.T) {
 // answered nil.
 func TestHeldTxRolledBackUnderAWrite(t *testing.T) {
 	t.Parallel()
-	s := OpenTest(t, Config{Synchronous: SyncNormal, BatchHold: 10 * time.Second})
-	var busy atomic.Bool
-	busy.Store(true)
-	s.WatchInteractive(busy.Load)
+	s, busy := heldStore(t)
 	batch := store.WithLane(context.Background(), job.LaneBatch)
 
 	first := heldBatchWrite(t, s, putObject("first"))

@@ -1,11 +1,8 @@
 package sqlite_test
 
 import (
-	"database/sql"
-	"path/filepath"
 	"testing"
 
-	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
@@ -14,13 +11,7 @@ import (
 // lease.
 func TestInsertLeaseFault(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "us.db")
-	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	s, db := openBeside(t)
 	storetest.RunInsertLeaseFault(t, s, func(on bool) {
 		q := `DROP TRIGGER fail_leases`
 		if on {
