@@ -146,18 +146,21 @@ func testInsertLeaseTakesReady(t *testing.T, open Opener) {
 	}
 }
 
-// RunInsertLeaseFault is the fault of an insert whose lease half fails,
-// for one driver with store.InsertLeaser: failLeases(true) makes the
-// database refuse every lease of a job (an update to running), as a
-// trigger can, and failLeases(false) lifts that. InsertLease is then one
-// write whose second half fails after its first succeeded in the same
-// transaction: the call must fail whole (store.InsertLeaser: no job
-// inserted, none leased), not leave the jobs inserted and waiting while
-// its caller was told they were not (a retry without an idempotency key
-// would insert them twice), nor a limit key's slot taken by a lease that
-// never happened. The idempotency key stays free: the retry inserts, and
-// leases as the first call would have.
-func RunInsertLeaseFault(t *testing.T, s store.Store, failLeases func(on bool)) {
+// RunLeaseHalfFaults is the fault of a write whose lease half fails,
+// for one driver: failLeases(true) makes the database refuse every lease
+// of a job (an update to running), as a trigger can, and
+// failLeases(false) lifts that. An insert that leases
+// (store.InsertLeaser) and a finish that leases (store.FinishLeaser) are
+// each one write whose lease half then fails after their first half ran
+// in the same transaction: the call must fail whole, as their contracts
+// say. An insert must not leave its jobs stored and waiting while its
+// caller was told they were not (a retry without an idempotency key would
+// insert them twice), nor a limit key's slot taken by a lease that never
+// happened; its idempotency key stays free, and the retry inserts and
+// leases as the first call would have. A finish must leave its job
+// running under its lease, for the engine to finish it alone, and its
+// key's slot held.
+func RunLeaseHalfFaults(t *testing.T, s store.Store, failLeases func(on bool)) {
 	ctx := context.Background()
 	il := optional[store.InsertLeaser](t, s)
 	setLimit(t, s, admission.Config{Name: "cap", Concurrency: 2})
@@ -166,11 +169,18 @@ func RunInsertLeaseFault(t *testing.T, s store.Store, failLeases func(on bool)) 
 	fresh := NewJob("acme", job.LaneInteractive, "cap")
 	fresh.IdempotencyKey = "fault-once"
 	p := store.LeaseParams{Now: T0, Max: 2, LeaseFor: 30 * time.Second, Lane: job.LaneInteractive}
+	injected := func(err error) bool { return err != nil && strings.Contains(err.Error(), "injected") }
+	inFlight := func(want int, when string) {
+		t.Helper()
+		if k, err := s.GetLimit(ctx, "cap"); err != nil || k.InFlight != want {
+			t.Fatalf("%s the key has %d in flight (%v), want %d", when, k.InFlight, err, want)
+		}
+	}
 
 	failLeases(true)
 	res, leased, err := il.InsertLease(ctx, nil, []*job.Job{fresh}, Unpaced, p)
 	failLeases(false)
-	if err == nil || !strings.Contains(err.Error(), "injected") {
+	if !injected(err) {
 		t.Fatalf("insert and lease with leases refused answered %d results, leased %v, error %v: no fault injected", len(res), ids(leased), err)
 	}
 	if j, gerr := s.Get(ctx, fresh.ID); !errors.Is(gerr, store.ErrNotFound) {
@@ -179,9 +189,7 @@ func RunInsertLeaseFault(t *testing.T, s store.Store, failLeases func(on bool)) 
 	if j := get(t, s, older.ID); j.State != job.StateWaiting || j.Attempt != 0 || j.LeaseToken != "" {
 		t.Fatalf("after a failed insert and lease the older job is %s, attempt %d, token %q; want it waiting as before", j.State, j.Attempt, j.LeaseToken)
 	}
-	if k, err := s.GetLimit(ctx, "cap"); err != nil || k.InFlight != 0 {
-		t.Fatalf("after a failed insert and lease the key has %d in flight (%v), want 0", k.InFlight, err)
-	}
+	inFlight(0, "after a failed insert and lease")
 
 	// The retry: the key is free, and the lease takes both jobs.
 	again := NewJob("acme", job.LaneInteractive, "cap")
@@ -193,7 +201,35 @@ func RunInsertLeaseFault(t *testing.T, s store.Store, failLeases func(on bool)) 
 	if res[0].Existing || len(leased) != 2 {
 		t.Fatalf("the retry answered existing %v and leased %v, want it inserted and both jobs leased", res[0].Existing, ids(leased))
 	}
-	if k, err := s.GetLimit(ctx, "cap"); err != nil || k.InFlight != 2 {
-		t.Fatalf("after the retry the key has %d in flight (%v), want 2", k.InFlight, err)
+	inFlight(2, "after the retry")
+
+	// A finish that frees a slot of the key, whose lease of the job
+	// waiting for it is refused.
+	fl := optional[store.FinishLeaser](t, s)
+	next := NewJob("acme", job.LaneInteractive, "cap")
+	insert(t, s, next)
+	done := leased[0]
+	fp := store.LeaseParams{Now: T0.Add(time.Second), Max: 5, LeaseFor: 30 * time.Second, Released: func(bool) {}}
+	failLeases(true)
+	_, took, err := fl.FinishLease(ctx, []store.Transition{success(done, fp.Now)}, fp)
+	failLeases(false)
+	if !injected(err) {
+		t.Fatalf("finish and lease with leases refused leased %v, error %v: no fault injected", ids(took), err)
 	}
+	if j := get(t, s, done.ID); j.State != job.StateRunning || j.LeaseToken != done.LeaseToken {
+		t.Fatalf("after a failed finish and lease its job is %s with token %q, want running under its lease %q", j.State, j.LeaseToken, done.LeaseToken)
+	}
+	if j := get(t, s, next.ID); j.State != job.StateWaiting {
+		t.Fatalf("after a failed finish and lease the next job is %s, want waiting", j.State)
+	}
+	inFlight(2, "after a failed finish and lease")
+	errs, took, err := fl.FinishLease(ctx, []store.Transition{success(done, fp.Now)}, fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, errs)
+	if len(took) != 1 || took[0].ID != next.ID || get(t, s, done.ID).State != job.StatePublished {
+		t.Fatalf("the finish and lease again leased %v, want the next job %s, and its job published", ids(took), next.ID)
+	}
+	inFlight(2, "after the finish and lease again")
 }

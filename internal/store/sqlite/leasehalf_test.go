@@ -6,13 +6,13 @@ import (
 	"github.com/ratelane/ratelane/internal/store/storetest"
 )
 
-// TestInsertLeaseFault is storetest.RunInsertLeaseFault on SQLite: a
+// TestLeaseHalfFaults is storetest.RunLeaseHalfFaults on SQLite: a
 // trigger, created and dropped on a connection of its own, refuses every
 // lease.
-func TestInsertLeaseFault(t *testing.T) {
+func TestLeaseHalfFaults(t *testing.T) {
 	t.Parallel()
 	s, db := openBeside(t)
-	storetest.RunInsertLeaseFault(t, s, func(on bool) {
+	storetest.RunLeaseHalfFaults(t, s, func(on bool) {
 		q := `DROP TRIGGER fail_leases`
 		if on {
 			q = `CREATE TRIGGER fail_leases BEFORE UPDATE OF state ON jobs WHEN NEW.state = 'running'
