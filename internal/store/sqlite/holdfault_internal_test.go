@@ -186,7 +186,18 @@ func TestHeldTxRolledBackUnderAWrite(t *testing.T) {
 func TestCloseDuringHold(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/us.db"
-	s := OpenTest(t, Config{Path: path, BatchHold: time.Hour})
+	// Not OpenTest: its cleanup's Close would wait for this test's Close,
+	// which, should the test fail, never returns.
+	s, err := Open(context.Background(), Config{Path: path, Region: "us", BatchHold: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var closing atomic.Bool
+	t.Cleanup(func() {
+		if !closing.Load() {
+			s.Close()
+		}
+	})
 	s.WatchInteractive(func() bool { return true })
 	held := heldBatchWrite(t, s, putObject("held"))
 	time.Sleep(20 * time.Millisecond) // the writer is in its hold
@@ -197,6 +208,7 @@ func TestCloseDuringHold(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	t0 := time.Now()
+	closing.Store(true)
 	go func() { closed <- s.Close() }()
 	select {
 	case err := <-closed:
