@@ -123,19 +123,23 @@ func TestInsertLeaseCrash(t *testing.T) {
 	})
 }
 
-// dyingMany is a store on which the process dies inside its first
-// AdvanceMany (store.ManyAdvancer), once the first keep advances
-// committed and before the others reached the store: the writer commits
-// an AdvanceMany's advances in as many transactions as its batches take,
-// so a death leaves any prefix. The engine hears of none of them; every
-// later advance fails, as the dead process writes nothing more.
+// dyingMany is a store whose first AdvanceMany (store.ManyAdvancer)
+// fails midway: the first keep advances committed, the others never
+// reached the store, as when the process dies inside it (the writer
+// commits an AdvanceMany's advances in as many transactions as its
+// batches take, so a death leaves any prefix) or its connection breaks.
+// The caller hears of none of them. Every later advance fails until
+// revived, after which the store is itself again.
 type dyingMany struct {
 	store.Store
-	keep int
-	dead atomic.Bool
+	keep          int
+	dead, revived atomic.Bool
 }
 
 func (d *dyingMany) AdvanceMany(ctx context.Context, ps []store.AdvanceParams) ([]*job.Job, []error) {
+	if d.revived.Load() {
+		return d.Store.(store.ManyAdvancer).AdvanceMany(ctx, ps)
+	}
 	js, errs := make([]*job.Job, len(ps)), make([]error, len(ps))
 	for i := range errs {
 		errs[i] = errDied
@@ -152,7 +156,7 @@ func (d *dyingMany) AdvanceMany(ctx context.Context, ps []store.AdvanceParams) (
 }
 
 func (d *dyingMany) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
-	if d.dead.Load() {
+	if d.dead.Load() && !d.revived.Load() {
 		return nil, errDied
 	}
 	return d.Store.Advance(ctx, p)
@@ -160,12 +164,23 @@ func (d *dyingMany) Advance(ctx context.Context, p store.AdvanceParams) (*job.Jo
 
 // TestAdvanceManyCrash: a sweep pass's stretch of ready batch-lane
 // parents advances from one goroutine (store.ManyAdvancer), not
-// atomically; the process dies inside it with 10 of the stretch's
-// parents published and the rest still accepted. The restarted process's
-// start sweep aggregates and publishes exactly the others: every parent
-// published, with one aggregation record each (I1, I2).
+// atomically; the pass fails inside it with 10 of the stretch's parents
+// published and the rest still accepted. The process dies there, and
+// the restarted process's start sweep aggregates and publishes exactly
+// the others; or the store comes back (a dropped connection), and the
+// same engine's next pass does. Every parent published, with one
+// aggregation record each (I1, I2).
 func TestAdvanceManyCrash(t *testing.T) {
 	t.Parallel()
+	for _, restart := range []bool{true, false} {
+		t.Run(map[bool]string{true: "restart", false: "same process"}[restart], func(t *testing.T) {
+			t.Parallel()
+			advanceManyFails(t, restart)
+		})
+	}
+}
+
+func advanceManyFails(t *testing.T, restart bool) {
 	const parents, keep = 40, 10
 	ctx := context.Background()
 	open := reopenable(t)
@@ -181,7 +196,7 @@ func TestAdvanceManyCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e1.SweepParents(ctx) // its error is the death's
+	e1.SweepParents(ctx) // its error is the fault's
 	if !dying.dead.Load() {
 		t.Fatal("the pass never called AdvanceMany: no fault injected")
 	}
@@ -194,29 +209,42 @@ func TestAdvanceManyCrash(t *testing.T) {
 		if j.State == job.StatePublished {
 			published++
 		} else if j.State != job.StateAccepted {
-			t.Fatalf("after the death parent %s is %s, want published or accepted", id, j.State)
+			t.Fatalf("after the fault parent %s is %s, want published or accepted", id, j.State)
 		}
 	}
 	if published != keep {
-		t.Fatalf("after the death %d parents are published, want the %d the death let through", published, keep)
+		t.Fatalf("after the fault %d parents are published, want the %d it let through", published, keep)
 	}
-	s1.Close()
 
-	s2 := open()
-	t.Cleanup(func() { s2.Close() })
-	var calls2 atomic.Int64
-	e2 := start(t, engine.Config{Store: s2, Kinds: kinds(&calls2)})
-	for _, id := range ids {
-		waitState(t, s2, id, job.StatePublished)
+	s2, again := store.Store(s1), &calls
+	if restart {
+		s1.Close()
+		s2 = open()
+		t.Cleanup(func() { s2.Close() })
+		again = new(atomic.Int64)
+		e2 := start(t, engine.Config{Store: s2, Kinds: kinds(again)})
+		for _, id := range ids {
+			waitState(t, s2, id, job.StatePublished)
+		}
+		afterStartSweep(t, e2, s2, ids[0])
+	} else {
+		t.Cleanup(func() { s1.Close() })
+		dying.revived.Store(true)
+		calls.Store(0)
+		if err := e1.SweepParents(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	afterStartSweep(t, e2, s2, ids[0])
 	for _, id := range ids {
+		if j, err := s2.Get(ctx, id); err != nil || j.State != job.StatePublished {
+			t.Fatalf("parent %s: %+v, %v; want it published", id, j, err)
+		}
 		if recs := aggregations(t, s2, id); len(recs) != 1 {
 			t.Errorf("parent %s has %d aggregation records, want 1", id, len(recs))
 		}
 	}
-	if got := calls2.Load(); got != parents-keep {
-		t.Errorf("the restarted engine aggregated %d parents, want the %d left accepted", got, parents-keep)
+	if got := again.Load(); got != parents-keep {
+		t.Errorf("the pass after the fault aggregated %d parents, want the %d left accepted", got, parents-keep)
 	}
 }
 
