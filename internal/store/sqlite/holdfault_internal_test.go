@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,47 +136,74 @@ func TestHeldTxRejectedWriteIsItsOwn(t *testing.T) {
 }
 
 // TestHeldTxRolledBackUnderAWrite: a write whose failure ends the whole
-// transaction (SQLite rolls a transaction back itself on a full disk or
-// an I/O error; here an INSERT OR ROLLBACK, which does the same
-// deterministically) takes the writes before it in the transaction with
-// it, and they must all be answered with an error. A write queued after
-// it must not run outside the writer's transaction: its SAVEPOINT then
-// begins a transaction of its own, which its RELEASE commits at once,
-// and the batch's COMMIT, failing for want of a transaction, answered a
+// transaction (SQLite rolls a transaction back itself on some errors: a
+// full disk, here PRAGMA max_page_count, and an INSERT OR ROLLBACK
+// conflict) takes the writes before it in the transaction with it, and
+// they must all be answered with an error. A write queued after it must
+// not run outside the writer's transaction: its SAVEPOINT then began a
+// transaction of its own, which its RELEASE committed at once, and the
+// batch's COMMIT, failing for want of a transaction, answered a
 // committed write with an error. It runs in the next transaction and is
 // answered nil.
 func TestHeldTxRolledBackUnderAWrite(t *testing.T) {
 	t.Parallel()
-	s, busy := heldStore(t)
-	batch := store.WithLane(context.Background(), job.LaneBatch)
-
-	first := heldBatchWrite(t, s, putObject("first"))
-	ended := joinHeld(batch, s, func(tx *writeTx) error {
-		_, err := tx.Exec(`INSERT OR ROLLBACK INTO objects (kind, id, body, updated_at) VALUES ('test', 'first', x'00', 0)`)
-		return err
-	})
-	after := s.write(context.Background(), putObject("after"))
-	if err := <-ended; err == nil {
-		t.Fatal("the INSERT OR ROLLBACK of a duplicate key succeeded: no fault was injected")
-	}
-	firstErr := <-first
-	if firstErr == nil {
-		t.Errorf("the write whose transaction was rolled back under it answered nil")
-	}
-	if hasObject(t, s, "first") {
-		t.Errorf("object first is committed although its transaction was rolled back")
-	}
-	if got := hasObject(t, s, "after"); (after == nil) != got {
-		t.Errorf("the write after the rollback answered %v and is committed = %v: its answer must say what happened", after, got)
-	}
-	if after != nil {
-		t.Errorf("the write after the rollback answered %v, want it run in a transaction of its own and committed", after)
-	}
-	// The writer goes on: a later write commits as ever (nothing in
-	// flight: no hold).
-	busy.Store(false)
-	if err := s.write(batch, putObject("later")); err != nil || !hasObject(t, s, "later") {
-		t.Fatalf("a write after the rolled-back transaction: %v", err)
+	for name, c := range map[string]struct {
+		first func(tx *writeTx) error // the write that begins the held transaction
+		ends  func(tx *writeTx) error // the write whose failure ends it
+	}{
+		"full disk": {
+			first: func(tx *writeTx) error {
+				var pages int
+				if err := tx.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+2)); err != nil {
+					return err
+				}
+				return putObject("first")(tx)
+			},
+			ends: func(tx *writeTx) error {
+				_, err := tx.Exec(`INSERT INTO objects (kind, id, body, updated_at) VALUES ('test', 'big', ?, 0)`, make([]byte, 1<<20))
+				return err
+			},
+		},
+		"INSERT OR ROLLBACK": {
+			first: putObject("first"),
+			ends: func(tx *writeTx) error {
+				_, err := tx.Exec(`INSERT OR ROLLBACK INTO objects (kind, id, body, updated_at) VALUES ('test', 'first', x'00', 0)`)
+				return err
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, busy := heldStore(t)
+			batch := store.WithLane(context.Background(), job.LaneBatch)
+			first := heldBatchWrite(t, s, c.first)
+			ended := joinHeld(batch, s, c.ends)
+			after := s.write(context.Background(), putObject("after"))
+			if err := <-ended; err == nil {
+				t.Fatal("the write meant to end the transaction succeeded: no fault was injected")
+			}
+			if err := <-first; err == nil {
+				t.Errorf("the write whose transaction was rolled back under it answered nil")
+			}
+			if hasObject(t, s, "first") {
+				t.Errorf("object first is committed although its transaction was rolled back")
+			}
+			if got := hasObject(t, s, "after"); (after == nil) != got {
+				t.Errorf("the write after the rollback answered %v and is committed = %v: its answer must say what happened", after, got)
+			}
+			if after != nil {
+				t.Errorf("the write after the rollback answered %v, want it run in a transaction of its own and committed", after)
+			}
+			// The writer goes on: a later write commits as ever (nothing in
+			// flight: no hold).
+			busy.Store(false)
+			if err := s.write(batch, putObject("later")); err != nil || !hasObject(t, s, "later") {
+				t.Fatalf("a write after the rolled-back transaction: %v", err)
+			}
+		})
 	}
 }
 
