@@ -17,14 +17,14 @@ import (
 )
 
 func init() {
-	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, http-enqueue, http-batch, http-workers, all)", helpOK(runBench))
+	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, http-enqueue, http-batch, http-workers, batch-isolation, batch-floor, all)", helpOK(runBench))
 }
 
 // runBench runs `ratelane bench <workload> [flags]`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := commandFlags("bench", stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|upstreams|http-enqueue|http-batch|http-workers|all> [flags]")
+		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|upstreams|http-enqueue|http-batch|http-workers|batch-isolation|batch-floor|all> [flags]")
 		fs.PrintDefaults()
 		fmt.Fprint(stderr, benchMetricsHelp)
 	}
@@ -32,7 +32,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var asJSON bool
 	fs.StringVar(&o.Store, "store", "sqlite", "store: sqlite (a temporary file) or postgres")
 	fs.StringVar(&o.PostgresURL, "postgres-url", "", "PostgreSQL URL for --store postgres (a schema per workload, dropped afterwards)")
-	fs.DurationVar(&o.Duration, "duration", 0, "upper bound of each run of a workload (default 1m; batch-isolation 10m; upstreams: each mix)")
+	fs.DurationVar(&o.Duration, "duration", 0, "upper bound of each run of a workload (default 1m; batch-isolation 10m; batch-floor 2m; upstreams: each mix)")
 	fs.BoolVar(&o.Smoke, "smoke", false, "shrink every workload to a few seconds (CI)")
 	fs.IntVar(&o.Runs, "runs", 1, "run each workload this many times and report each metric's median (JSON adds \"runs\": every run's value; the table shows min–max); batch-isolation adds pooled_* figures over every run's reviews together")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
@@ -43,7 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// A real provider is remote: the simulators' CPU in the bench's process
 	// competed with the interactive reviews inside one Go scheduler
 	// (docs/benchmarks.md, "Session 24 (s24h1)").
-	fs.StringVar(&o.Sim, "sim", bench.SimChild, "batch-isolation only: where the LLM and batch simulators run: child (a child process of this executable on loopback, ended with the run) or in (the bench's own process, as before session 24)")
+	fs.StringVar(&o.Sim, "sim", bench.SimChild, "batch-isolation and batch-floor only: where the LLM and batch simulators run: child (a child process of this executable on loopback, ended with the run) or in (the bench's own process, as before session 24)")
 	fs.StringVar(&o.BatchNode, "batch-node", bench.BatchNodeInProcess, "batch-isolation only: where the batch lane runs: in (the bench's one node serves both lanes) or process (a batch-only node in a child process of this executable on the same store, at --batch-nice; the bench's node serves the interactive lane only)")
 	fs.StringVar(&o.TraceTail, "trace-tail", "", "batch-isolation only: write a per-review and per-event timeline (stage spans, simulator requests, manifests, 10 ms CPU/GC/commit samples) to `FILE` (FILE.k for run k of --runs) and add tail_* figures: what the slowest in-sweep reviews waited for. Costs CPU: for attribution, not headline runs")
 	fs.StringVar(&o.ExecTrace, "exec-trace", "", "batch-isolation only: write a runtime/trace (go tool trace) of the baseline phase and the sweep's first 25 s to `FILE` (FILE.k for run k of --runs), with every interactive review's and stage's ids and times logged on the goroutines that served them. Costs CPU: for attribution, not headline runs")
@@ -51,6 +51,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// wait for this machine's cores (docs/benchmarks.md, "Session 29
 	// (s29h1)").
 	fs.IntVar(&o.SimNice, "sim-nice", 0, "batch-isolation with --sim child: the simulator child's nice, -20 to 0 (Linux, as root or with CAP_SYS_NICE; refused, the run goes on at the bench's priority and says so; 0, the default, leaves it at the bench's priority)")
+	// The floor under batch-isolation's ratio: CPU that is not ratelane's
+	// at the sweep phase's rate (docs/benchmarks.md, "Session 32 (s32h2)").
+	fs.Float64Var(&o.BurnChild, "burn-child", 0.3, "batch-floor only: CPU seconds per second a burner child process burns in every other window (a stand-in for the simulator child's CPU under a sweep; 0: none)")
+	fs.Float64Var(&o.BurnBench, "burn-bench", 0, "batch-floor only: CPU seconds per second burner goroutines in the bench's own process burn in the same windows (a stand-in for the sweep's CPU in ratelane's process; 0: none)")
 	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
 	var verbose bool
@@ -108,6 +112,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.SimNice < -20 || o.SimNice > 0 {
 		return usageError{fmt.Sprintf("--sim-nice %d: want -20 to 0 (a higher priority than the bench's, or the same)", o.SimNice)}
+	}
+	if o.BurnChild < 0 || o.BurnBench < 0 {
+		return usageError{fmt.Sprintf("--burn-child %g --burn-bench %g: want 0 or more CPU seconds per second", o.BurnChild, o.BurnBench)}
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}
@@ -222,4 +229,9 @@ JSON metrics (one object per workload; under its name with "all"):
               pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (90-percent-bootstrap)
               pooled_in_sweep_p95_ratio_lo pooled_in_sweep_p95_ratio_hi
               sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)
+  batch-floor burn_child_asked burn_bench_asked baseline_reviews burn_reviews baseline_p99_ms burn_p99_ms
+              burn_p99_ratio burn_p95_ratio burn_p90_ratio burn_p50_ratio baseline_burn_child_cpu_per_second
+              burn_burn_child_cpu_per_second baseline_bench_cpu_per_second burn_bench_cpu_per_second
+              baseline_sim_cpu_per_second burn_sim_cpu_per_second pooled_in_sweep_p99_ratio
+              pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (burner-on-as-sweep)
 `

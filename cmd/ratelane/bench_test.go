@@ -50,6 +50,12 @@ var benchNames = map[string]map[string][2]float64{
 		// behind more than one batch-lane write, whatever the load.
 		"sweep_interactive_writes": {1, 1e9}, "sweep_interactive_behind_max": {0, 1}, "sweep_interactive_behind_over_1": {0, 0},
 	},
+	"batch-floor": {
+		// Reviews in both kinds of window; the burner's figures are
+		// measured, not asserted (a loaded machine gives it less).
+		"baseline_reviews": {1, 1000}, "burn_reviews": {1, 1000}, "burn_p99_ratio": {1e-9, 1e6},
+		"burn_child_asked": {0, 64}, "baseline_burn_child_cpu_per_second": {0, 64},
+	},
 }
 
 // smokeBound bounds each workload of TestBenchAllSmoke: only a hang

@@ -115,6 +115,12 @@ type Options struct {
 	// costs CPU: its runs are for attribution, not for the headline
 	// figures.
 	ExecTrace string
+	// BurnChild and BurnBench are the batch-floor workload's burner: CPU
+	// seconds per second burnt in a child process (standing for the
+	// simulator child's share of a sweep phase) and in goroutines of the
+	// bench's own process (standing for the bench's share), in every
+	// other window beside the interactive reviews (floor.go).
+	BurnChild, BurnBench float64
 }
 
 // Metric is one named figure of a workload.
@@ -273,7 +279,7 @@ func (r *Result) add(name string, v float64, unit string) {
 }
 
 // Workloads lists the workloads in the order `all` runs them.
-var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams", "http-enqueue", "http-batch", "http-workers", "batch-isolation"}
+var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams", "http-enqueue", "http-batch", "http-workers", "batch-isolation", "batch-floor"}
 
 var runners = map[string]func(context.Context, *env) (Result, error){
 	"throughput": runThroughput,
@@ -288,6 +294,8 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 	"http-workers": httpWorkload(func(p HTTPPlan) int { return p.Workers }, runHTTPWorkers),
 	// The batch lane beside interactive reviews (batchlane.go).
 	"batch-isolation": runBatchLane,
+	// Its interactive reviews beside a plain CPU burner (floor.go).
+	"batch-floor": runBatchFloor,
 }
 
 // DefaultBound is the upper bound of one run of a workload when
@@ -298,6 +306,9 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 func DefaultBound(name string, smoke bool) time.Duration {
 	if name == "batch-isolation" && !smoke {
 		return 10 * time.Minute
+	}
+	if name == "batch-floor" && !smoke {
+		return 2 * time.Minute // two 20 s windows, and the simulators' start
 	}
 	return 60 * time.Second
 }

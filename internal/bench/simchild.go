@@ -43,14 +43,21 @@ type simURLs struct {
 	Batch string `json:"batch"`
 }
 
-// ServeSimChildIfAsked returns at once unless SimChildEnv or BatchNodeEnv
-// is set; then it serves the simulators, or a batch-only node
-// (BatchNodeProcess), until its stdin closes (the parent ends it, or
+// ServeSimChildIfAsked returns at once unless SimChildEnv, BatchNodeEnv or
+// BurnChildEnv is set; then it serves the simulators, a batch-only node
+// (BatchNodeProcess) or a CPU burner (batch-floor), until its stdin closes (the parent ends it, or
 // died) and exits the process. A main or TestMain calls it first.
 func ServeSimChildIfAsked() {
 	if v, ok := os.LookupEnv(BatchNodeEnv); ok {
 		if err := serveBatchNode(v, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "bench batch node: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if _, ok := os.LookupEnv(BurnChildEnv); ok {
+		if err := serveBurner(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "bench burner: %v\n", err)
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -111,7 +118,7 @@ func newSims(processFor time.Duration) (*upstream.Server, *batchsim.Server, erro
 // simulators, or a batch node): closing its stdin asks it to end.
 type selfChild struct {
 	cmd   *exec.Cmd
-	stdin io.Closer
+	stdin io.WriteCloser // a burner child (batch-floor) reads its rates here
 }
 
 // startSelf starts this executable with env (NAME=value) added, calls

@@ -1,0 +1,367 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/review"
+)
+
+// The batch-floor workload (issue 15 item 3): the batch-isolation
+// workload's interactive reviews beside a plain CPU burner instead of a
+// sweep. What the burner moves the review p99 by is the floor under the
+// batch-isolation ratio on this machine: CPU that is not ratelane's, at
+// the rate the sweep phase used. BurnChild stands for the simulator
+// child's CPU (a remote provider's, on the same cores here), BurnBench
+// for the bench process's own.
+
+// BurnChildEnv, set in a process's environment, makes ServeSimChildIfAsked
+// run a CPU burner instead of the program (batch-floor): it reads rates
+// (CPU seconds per second, one per line) on stdin and burns at the last
+// one until stdin ends.
+const BurnChildEnv = "RATELANE_BENCH_BURNER"
+
+// burnPeriod is the burner's duty cycle: each of its workers spins for
+// its share of every period and sleeps the rest. Short, as the sweep's
+// CPU comes in pieces of a few milliseconds, not in whole time slices.
+const burnPeriod = 2 * time.Millisecond
+
+// floorSlices is how many windows of each kind (burner off, on) the
+// workload alternates, in the order off on on off: the two kinds see the
+// machine over the same stretch of time, which one baseline phase before
+// one sweep phase did not (docs/benchmarks.md, "Session 31: the merge").
+const floorSlices = 4
+
+// burner spins the CPU at a settable rate from GOMAXPROCS workers.
+type burner struct {
+	mu   sync.Mutex
+	rate float64       // CPU seconds per second, all workers together
+	set0 time.Time     // when rate was set: each worker's debt runs from it
+	wake chan struct{} // closed and replaced by set: idle workers sleep on it
+}
+
+// set makes the burner burn rate CPU seconds per second (0: idle, its
+// workers asleep until the next set, so that an idle burner does not
+// wake up 500 times a second beside the reviews it should leave alone).
+func (b *burner) set(rate float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rate, b.set0 = max(0, rate), time.Now()
+	if b.wake != nil {
+		close(b.wake)
+	}
+	b.wake = make(chan struct{})
+}
+
+// now is the rate, when it was set, and what wakes an idle worker.
+func (b *burner) now() (float64, time.Time, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.wake == nil {
+		b.wake = make(chan struct{})
+	}
+	return b.rate, b.set0, b.wake
+}
+
+// run burns until ctx ends, from n workers. Each owes rate/n of the wall
+// time since the rate was set (at most all of it) and spins off its debt
+// in pieces of at most burnPeriod, sleeping a period whenever it is
+// even: a sleep that overshoots is made up by the next spin, so the rate
+// is what was asked even where timers are coarse. A spin is timed by the
+// wall clock, so a machine with no CPU to spare gives the burner less
+// than it asks (the workload reports what it got).
+func (b *burner) run(ctx context.Context, n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var (
+				from time.Time
+				spun time.Duration
+			)
+			for ctx.Err() == nil {
+				rate, at, wake := b.now()
+				if rate == 0 {
+					select {
+					case <-ctx.Done():
+					case <-wake:
+					}
+					continue
+				}
+				if !at.Equal(from) {
+					from, spun = at, 0
+				}
+				share := min(1, rate/float64(n))
+				debt := time.Duration(share*float64(time.Since(from))) - spun
+				if debt <= 0 {
+					time.Sleep(burnPeriod)
+					continue
+				}
+				t0 := time.Now()
+				for time.Since(t0) < min(debt, burnPeriod) {
+					// spin: the CPU is the point
+				}
+				spun += time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// serveBurner is the burner child (BurnChildEnv): it says it is ready on
+// out, then burns at the rate of the last line read from in until in ends.
+func serveBurner(in io.Reader, out io.Writer) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var b burner
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.run(ctx, runtime.GOMAXPROCS(0))
+	}()
+	if _, err := fmt.Fprintln(out, "burning"); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		r, err := strconv.ParseFloat(strings.TrimSpace(sc.Text()), 64)
+		if err != nil {
+			return fmt.Errorf("burner rate %q: %w", sc.Text(), err)
+		}
+		b.set(r)
+	}
+	cancel()
+	<-done
+	return sc.Err()
+}
+
+// burnerChild is a running burner child.
+type burnerChild struct{ *selfChild }
+
+// startBurnerChild starts this executable as a burner child, idle.
+func startBurnerChild() (*burnerChild, error) {
+	sc, line, err := startSelf("burner child", BurnChildEnv+"=1", nil)
+	if sc == nil {
+		return nil, err
+	}
+	if err == nil && strings.TrimSpace(line) != "burning" {
+		err = fmt.Errorf("its first line %q", line)
+	}
+	if err != nil {
+		_ = sc.close(time.Second)
+		return nil, fmt.Errorf("burner child: %w", err)
+	}
+	return &burnerChild{selfChild: sc}, nil
+}
+
+// set asks the child to burn rate CPU seconds per second.
+func (c *burnerChild) set(rate float64) error {
+	_, err := fmt.Fprintf(c.stdin, "%g\n", rate)
+	return err
+}
+
+// cpuSeconds is the child's CPU time so far (procCPUSeconds).
+func (c *burnerChild) cpuSeconds() (float64, bool) { return procCPUSeconds(c.cmd.Process.Pid) }
+
+// floorSims starts the batch-isolation workload's simulators where
+// e.opts.Sim says, and returns their URLs, a reading of the child's CPU
+// (ok false in process) and what ends them.
+func floorSims(e *env, processFor time.Duration) (llm, batch string, cpu func() (float64, bool), end func(), err error) {
+	switch e.opts.Sim {
+	case SimChild:
+		child, err := startSimChild(processFor, e.opts.SimNice)
+		if err != nil {
+			return "", "", nil, nil, err
+		}
+		return child.urls.LLM, child.urls.Batch, child.cpuSeconds, func() { _ = child.close() }, nil
+	case "", SimInProcess:
+		l, b, err := newSims(processFor)
+		if err != nil {
+			return "", "", nil, nil, err
+		}
+		e.sims = append(e.sims, l)
+		return l.LLMBaseURL("openai"), b.URL(), func() (float64, bool) { return 0, false }, func() { _ = b.Close() }, nil
+	default:
+		return "", "", nil, nil, fmt.Errorf("unknown simulator mode %q (want %s or %s)", e.opts.Sim, SimInProcess, SimChild)
+	}
+}
+
+// floorSample is one interactive review of batch-floor: its latency and
+// whether the burner was on when it was submitted.
+type floorSample struct {
+	lat time.Duration
+	on  bool
+}
+
+// runBatchFloor runs batch-floor: batch-isolation's region, providers and
+// interactive reviews (at its rate), no sweep; instead a burner is on in
+// every other window (floorSlices of each, off on on off, each a quarter
+// of the batch-isolation baseline's window): BurnChild CPU seconds per
+// second in a child process, BurnBench in goroutines of the bench's own
+// process. A review counts for the window it was submitted in.
+func runBatchFloor(ctx context.Context, e *env) (Result, error) {
+	plan := BatchLane(e.opts.Smoke)
+	llmURL, batchURL, simCPU, endSims, err := floorSims(e, plan.ProcessFor)
+	if err != nil {
+		return Result{}, err
+	}
+	defer endSims()
+	rv, err := batchLaneReviews(llmURL, batchURL, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	pubs := newPublications(publishedFallback)
+	c, err := e.client(ctx, ratelane.Config{Workers: 16, Plugins: []ratelane.Plugin{rv, pubs}, Regions: []ratelane.Region{e.region()}})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	var child *burnerChild
+	if e.opts.BurnChild > 0 {
+		if child, err = startBurnerChild(); err != nil {
+			return Result{}, err
+		}
+		defer child.close(5 * time.Second)
+	}
+	bctx, stopBurn := context.WithCancel(ctx)
+	defer stopBurn()
+	var inBench burner
+	if e.opts.BurnBench > 0 {
+		go inBench.run(bctx, runtime.GOMAXPROCS(0))
+	}
+	setBurn := func(on bool) error {
+		k := 0.0
+		if on {
+			k = 1
+		}
+		inBench.set(k * e.opts.BurnBench)
+		if child != nil {
+			return child.set(k * e.opts.BurnChild)
+		}
+		return nil
+	}
+	childCPU := func() float64 {
+		if child == nil {
+			return 0
+		}
+		v, _ := child.cpuSeconds()
+		return v
+	}
+	benchCPU := func() float64 { v, _ := procCPUSeconds(os.Getpid()); return v }
+	simCPUNow := func() float64 { v, _ := simCPU(); return v }
+
+	var (
+		mu      sync.Mutex
+		samples []floorSample
+		errs    []error
+		wg      sync.WaitGroup
+		reads   atomic.Int64
+		on      atomic.Bool
+		seq     int
+	)
+	// cpu sums each kind of window's CPU readings: [on] of the burner
+	// child, the bench process and the simulator child, and wall time.
+	type cpuSums struct{ child, bench, sim, wall float64 }
+	var sums [2]cpuSums
+	slice := plan.Window / floorSlices
+	tick := time.NewTicker(time.Duration(float64(time.Second) / plan.Rate))
+	defer tick.Stop()
+	for i := range 2 * floorSlices {
+		kind := i%4 == 1 || i%4 == 2 // off on on off
+		if err := setBurn(kind); err != nil {
+			return Result{}, fmt.Errorf("burner: %w", err)
+		}
+		on.Store(kind)
+		at, ch, be, si := time.Now(), childCPU(), benchCPU(), simCPUNow()
+		end := at.Add(slice)
+		for time.Now().Before(end) {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return Result{}, ctx.Err()
+			case <-tick.C:
+			}
+			seq++
+			n, burning := seq, on.Load()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				err := func() error {
+					s, err := rv.Submit(ctx, review.Request{Region: "us", Provider: "interactive", Repo: "acme/app", Change: fmt.Sprint(n),
+						Diff: fileDiff("app", n), Depth: "full", Publish: review.Publish{Kind: "none"}})
+					if err != nil {
+						return err
+					}
+					return pubs.wait(ctx, c, s.ID, &reads)
+				}()
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				samples = append(samples, floorSample{lat: time.Since(start), on: burning})
+			}()
+		}
+		k := 0
+		if kind {
+			k = 1
+		}
+		sums[k].child += childCPU() - ch
+		sums[k].bench += benchCPU() - be
+		sums[k].sim += simCPUNow() - si
+		sums[k].wall += time.Since(at).Seconds()
+	}
+	_ = setBurn(false)
+	stopBurn()
+	wg.Wait()
+	if err := joinFailures(errs); err != nil {
+		return Result{}, err
+	}
+	var off, burn []time.Duration
+	for _, s := range samples {
+		if s.on {
+			burn = append(burn, s.lat)
+		} else {
+			off = append(off, s.lat)
+		}
+	}
+	var r Result
+	// The burner's windows stand for the sweep in the pooled figures
+	// (addPooled): pooled_in_sweep_* are the burner's, with their
+	// bootstrap intervals.
+	r.samples = map[string][]time.Duration{"baseline": off, "sweep": burn, "in_sweep": burn}
+	r.add("burn_child_asked", e.opts.BurnChild, "CPU s/s asked of the burner child")
+	r.add("burn_bench_asked", e.opts.BurnBench, "CPU s/s asked of the burner in the bench process")
+	r.add("baseline_reviews", float64(len(off)), "reviews submitted with the burner off")
+	r.add("burn_reviews", float64(len(burn)), "reviews submitted with the burner on")
+	for _, q := range []float64{0.50, 0.90, 0.95, 0.99} {
+		name := fmt.Sprintf("p%.0f", 100*q)
+		b, x := Percentile(off, q), Percentile(burn, q)
+		r.add("baseline_"+name+"_ms", b, "ms (submit to published), burner off")
+		r.add("burn_"+name+"_ms", x, "ms, burner on")
+		r.add("burn_"+name+"_ratio", x/b, "burner on ÷ off")
+	}
+	perSec := func(v, wall float64) float64 { return v / max(wall, 1e-9) }
+	for k, kind := range []string{"baseline", "burn"} {
+		s := sums[k]
+		r.add(kind+"_burn_child_cpu_per_second", perSec(s.child, s.wall), "CPU s/s of the burner child (its own /proc figure)")
+		r.add(kind+"_bench_cpu_per_second", perSec(s.bench, s.wall), "CPU s/s of the bench process (burner goroutines included)")
+		r.add(kind+"_sim_cpu_per_second", perSec(s.sim, s.wall), "CPU s/s of the simulator child")
+	}
+	return r, nil
+}
