@@ -53,7 +53,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.SimNice, "sim-nice", 0, "batch-isolation with --sim child: the simulator child's nice, -20 to 0 (Linux, as root or with CAP_SYS_NICE; refused, the run goes on at the bench's priority and says so; 0, the default, leaves it at the bench's priority)")
 	// The floor under batch-isolation's ratio: CPU that is not ratelane's
 	// at the sweep phase's rate (docs/benchmarks.md, "Session 32 (s32h2)").
-	fs.Float64Var(&o.BurnChild, "burn-child", 0.3, "batch-floor only: CPU seconds per second a burner child process burns in every other window (a stand-in for the simulator child's CPU under a sweep; 0: none)")
+	fs.Float64Var(&o.BurnChild, "burn-child", 0.04, "batch-floor only: CPU seconds per second a burner child process burns in every other window, CPU that is not ratelane's on the same cores (the default: the simulator child's share of the 10,000-file sweep phase, session 32; the whole phase's CPU beyond the interactive reviews was 0.23; 0: none)")
 	fs.Float64Var(&o.BurnBench, "burn-bench", 0, "batch-floor only: CPU seconds per second burner goroutines in the bench's own process burn in the same windows (a stand-in for the sweep's CPU in ratelane's process; 0: none)")
 	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
