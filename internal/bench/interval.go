@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -28,28 +29,91 @@ const bootstrapResamples = 2000
 // ratioInterval returns the central level (0.9: the 5th and 95th
 // percentiles) bootstrap interval of Percentile(xs, q) ÷ Percentile(base,
 // q) from n resamples drawn with seed: the same inputs give the same
-// interval. Both slices are left as they were. It returns NaNs when
-// either is empty.
+// interval. Each review is resampled on its own, as if every review were
+// independent of its neighbours (blockRatioInterval is the interval for
+// reviews that are not). Both slices are left as they were. It returns
+// NaNs when either is empty.
 func ratioInterval(base, xs []time.Duration, q, level float64, n int, seed uint64) (lo, hi float64) {
-	if len(base) == 0 || len(xs) == 0 || n <= 0 {
+	return blockRatioInterval(singletons(base), singletons(xs), q, level, n, seed)
+}
+
+// singletons puts each of xs in a block of its own.
+func singletons(xs []time.Duration) [][]time.Duration {
+	out := make([][]time.Duration, len(xs))
+	for i := range xs {
+		out[i] = xs[i : i+1]
+	}
+	return out
+}
+
+// blockRatioInterval is ratioInterval over blocks of reviews: each
+// resample draws as many whole blocks as each phase has, with
+// replacement, and takes the ratio of the quantiles of the reviews they
+// hold. Slow reviews come in bursts (a host stall, the phase's first
+// second: docs/benchmarks.md, "Session 32 (s32h1)"), and a bootstrap of
+// single reviews keeps a burst's share of the tail nearly constant in
+// every resample, so its interval is too narrow; a block bootstrap of
+// blocks at least a burst long resamples the bursts themselves. The
+// blocks are left as they were; NaNs when either phase has no review.
+func blockRatioInterval(base, xs [][]time.Duration, q, level float64, n int, seed uint64) (lo, hi float64) {
+	if countIn(base) == 0 || countIn(xs) == 0 || n <= 0 {
 		return math.NaN(), math.NaN()
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	bs := make([]time.Duration, len(base))
-	xb := make([]time.Duration, len(xs))
-	ratios := make([]float64, n)
-	for i := range ratios {
-		for k := range bs {
-			bs[k] = base[rng.IntN(len(base))]
+	var bs, xb []time.Duration
+	draw := func(buf []time.Duration, blocks [][]time.Duration) []time.Duration {
+		buf = buf[:0]
+		for range blocks {
+			buf = append(buf, blocks[rng.IntN(len(blocks))]...)
 		}
-		for k := range xb {
-			xb[k] = xs[rng.IntN(len(xs))]
+		return buf
+	}
+	ratios := make([]float64, 0, n)
+	for len(ratios) < n {
+		bs, xb = draw(bs, base), draw(xb, xs)
+		if len(bs) == 0 || len(xb) == 0 {
+			continue // only empty blocks drawn: no ratio to take
 		}
-		ratios[i] = Percentile(xb, q) / Percentile(bs, q)
+		ratios = append(ratios, Percentile(xb, q)/Percentile(bs, q))
 	}
 	slices.Sort(ratios)
 	tail := (1 - level) / 2
 	return quantileOf(ratios, tail), quantileOf(ratios, 1-tail)
+}
+
+// countIn is how many reviews blocks hold.
+func countIn(blocks [][]time.Duration) int {
+	n := 0
+	for _, b := range blocks {
+		n += len(b)
+	}
+	return n
+}
+
+// reviewBlock is how long a block of blockRatioInterval lasts: reviews
+// submitted in one 2 s stretch of a phase (20 at 10/s) are one block.
+// The baseline's slow reviews of session 32 came one to three within a
+// second or two of each other, and a 20 s phase still gives ten blocks.
+const reviewBlock = 2 * time.Second
+
+// blocksOf groups lats by when they were submitted (ats, at the same
+// index) into blocks of span, counted from the earliest; empty stretches
+// give no block. lats is left as it was (the blocks are copies).
+func blocksOf(lats []time.Duration, ats []time.Time, span time.Duration) [][]time.Duration {
+	if len(lats) == 0 {
+		return nil
+	}
+	first := slices.MinFunc(ats, func(a, b time.Time) int { return a.Compare(b) })
+	byBlock := map[int][]time.Duration{}
+	for i, lat := range lats {
+		k := int(ats[i].Sub(first) / span)
+		byBlock[k] = append(byBlock[k], lat)
+	}
+	out := make([][]time.Duration, 0, len(byBlock))
+	for _, k := range slices.Sorted(maps.Keys(byBlock)) {
+		out = append(out, byBlock[k])
+	}
+	return out
 }
 
 // quantileOf is the q quantile of sorted vs, nearest rank as Percentile.
