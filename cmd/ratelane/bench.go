@@ -217,6 +217,8 @@ JSON metrics (one object per workload; under its name with "all"):
   http-workers jobs_per_second lease_p99_ms complete_p99_ms
   batch-isolation sweep_files sweep_seconds interactive_rate baseline_reviews baseline_p50_ms
               baseline_p99_ms sweep_reviews sweep_p50_ms sweep_p99_ms p99_ratio
+              warmup_seconds (a_warm-up_in_no_figure) baseline_before_reviews baseline_after_reviews
+              baseline_before_p99_ms baseline_after_p99_ms baseline_drift_p99_ratio (baseline=before+after)
               baseline_commits_per_review sweep_commits_per_file sweep_writes_per_file
               sweep_interactive_writes sweep_interactive_behind_max sweep_interactive_behind_over_1
               sweep_interactive_write_wait_p99_ms sweep_interactive_write_wait_ms_per_review (SQLite)
@@ -226,8 +228,11 @@ JSON metrics (one object per workload; under its name with "all"):
               pooled_baseline_p99_ms pooled_sweep_p99_ms pooled_p99_ratio pooled_p95_ratio pooled_p90_ratio
               in_sweep_reviews in_sweep_p99_ms in_sweep_p99_ratio in_sweep_p95_ratio pooled_in_sweep_reviews
               pooled_in_sweep_p99_ratio pooled_in_sweep_p95_ratio pooled_in_sweep_p90_ratio
-              pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (90-percent-bootstrap)
+              pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (90-percent-block-bootstrap,2s-blocks)
               pooled_in_sweep_p95_ratio_lo pooled_in_sweep_p95_ratio_hi
+              pooled_in_sweep_p99_ratio_iid_lo pooled_in_sweep_p99_ratio_iid_hi (single-review-bootstrap)
+              baseline_host_steal_seconds sweep_host_steal_seconds after_host_steal_seconds
+              baseline_host_iowait_seconds sweep_host_iowait_seconds after_host_iowait_seconds (Linux)
               sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)
   batch-floor burn_child_asked burn_bench_asked baseline_reviews burn_reviews baseline_p99_ms burn_p99_ms
               burn_p99_ratio burn_p95_ratio burn_p90_ratio burn_p50_ratio baseline_burn_child_cpu_per_second

@@ -31,6 +31,17 @@ type BatchLanePlan struct {
 	// how long the baseline phase runs, and the least the sweep phase runs.
 	Rate   float64
 	Window time.Duration
+	// Warmup is how long interactive reviews run at Rate before the
+	// baseline, measured by no figure: the phase's first second held
+	// the slowest baseline reviews of a run (the first statements, the
+	// connections, the heap's growth; docs/benchmarks.md, "Session 32
+	// (s32h1)"), which no later phase pays.
+	Warmup time.Duration
+	// After is how long the second baseline window runs, once every
+	// review of the sweep is published: the baseline figures pool both
+	// windows, so a run's baseline and sweep phases see the machine of
+	// the same stretch of time.
+	After time.Duration
 	// ProcessFor is how long the simulator takes to process one provider
 	// batch (its items finish evenly over it).
 	ProcessFor time.Duration
@@ -40,9 +51,11 @@ type BatchLanePlan struct {
 // 10,000 files (smoke: 300) while interactive reviews arrive at 10/s.
 func BatchLane(smoke bool) BatchLanePlan {
 	if smoke {
-		return BatchLanePlan{Files: 300, PerManifest: 100, Rate: 10, Window: 3 * time.Second, ProcessFor: time.Second}
+		return BatchLanePlan{Files: 300, PerManifest: 100, Rate: 10, Window: 3 * time.Second, Warmup: 500 * time.Millisecond,
+			After: time.Second, ProcessFor: time.Second}
 	}
-	return BatchLanePlan{Files: 10_000, PerManifest: 1_000, Rate: 10, Window: 20 * time.Second, ProcessFor: 5 * time.Second}
+	return BatchLanePlan{Files: 10_000, PerManifest: 1_000, Rate: 10, Window: 20 * time.Second, Warmup: 2 * time.Second,
+		After: 20 * time.Second, ProcessFor: 5 * time.Second}
 }
 
 // fileDiff is a one-file unified diff, file n of a sweep or an
@@ -60,7 +73,8 @@ func fileDiff(prefix string, n int) []byte {
 // and each one's latency (Submit to published) is measured; first alone
 // (baseline), then while a sweep goes through the batch lane, from its
 // first manifest until every review of the sweep is published (and at
-// least the baseline's window). The review plug-in, the engine and the
+// least the baseline's window), and alone again once it is (after). A
+// warm-up before the baseline is left out of every figure. The review plug-in, the engine and the
 // store are the real ones; only the providers are simulated.
 func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	plan := BatchLane(e.opts.Smoke)
@@ -229,6 +243,12 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 
 	closed := make(chan struct{})
 	close(closed)
+	cpulabel.SetPhase("warmup")
+	if _, _, err := interactive("warmup", plan.Warmup, closed); err != nil {
+		return Result{}, fmt.Errorf("warm-up: %w", err)
+	}
+	reads.Store(0)
+	host0 := readHost()
 	w0 := storeWrites(reg)
 	c0, _ := childCPU()
 	n0, _ := nodeCPU()
@@ -237,9 +257,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		return Result{}, err
 	}
 	baseSched := sampleSched()
-	base, _, err := interactive("baseline", plan.Window, closed)
+	base, baseAt, err := interactive("baseline", plan.Window, closed)
 	baseRun := baseSched()
 	baseReads := reads.Load()
+	host1 := readHost()
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
 	}
@@ -295,10 +316,13 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// before it (7-11 s of 20 on a 2-core machine): the reviews submitted
 	// after its batches were done see no sweep, and would dilute the
 	// sweep's figures. inSweep are those submitted while it ran.
-	var inSweep []time.Duration
+	var (
+		inSweep   []time.Duration
+		inSweepAt []time.Time
+	)
 	for i, at := range underAt {
 		if at.Before(sweepEnd) {
-			inSweep = append(inSweep, under[i])
+			inSweep, inSweepAt = append(inSweep, under[i]), append(inSweepAt, at)
 		}
 	}
 	cpulabel.SetPhase("after")
@@ -332,20 +356,50 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w2 := storeWrites(reg)
 	c2, childOK := childCPU()
 	n2, nodeOK := nodeCPU()
+	host2 := readHost()
+	// The second baseline window: the machine after the sweep, for the
+	// pooled baseline, and beside the first, the drift within the run.
+	after, afterAt, err := interactive("after", plan.After, closed)
+	host3 := readHost()
+	if err != nil {
+		return Result{}, fmt.Errorf("after the sweep: %w", err)
+	}
+	// Blocks for the block bootstrap (blockRatioInterval), taken before
+	// Percentile sorts the latencies away from their submit times.
+	blocks := map[string][][]time.Duration{
+		"baseline": append(blocksOf(base, baseAt, reviewBlock), blocksOf(after, afterAt, reviewBlock)...),
+		"in_sweep": blocksOf(inSweep, inSweepAt, reviewBlock),
+	}
+	// before is the first baseline window alone, the one every
+	// per-review figure below divides by (the counters were read around
+	// it); base is both windows, for the latencies.
+	before := base
+	base = append(slices.Clone(before), after...)
 
 	bp50, bp99 := Percentile(base, 0.50), Percentile(base, 0.99)
 	up50, up99 := Percentile(under, 0.50), Percentile(under, 0.99)
+	b1p99, a1p99 := Percentile(before, 0.99), Percentile(after, 0.99)
 	var r Result
 	// Run pools every run's samples (addPooled): a p99 of one round's
 	// 100-200 reviews is its 2nd or 3rd worst, and spreads 2.6-8.8 on one
 	// binary (docs/benchmarks.md, "Session 24 (s24h1)").
 	r.samples = map[string][]time.Duration{"baseline": base, "sweep": under, "in_sweep": inSweep}
+	r.blocks = blocks
 	r.add("sweep_files", float64(plan.Files), "files (one batch item each)")
 	r.add("sweep_seconds", sweepTook.Seconds(), "s (first manifest to every batch done)")
 	r.add("interactive_rate", plan.Rate, "reviews/s")
-	r.add("baseline_reviews", float64(len(base)), "reviews")
-	r.add("baseline_p50_ms", bp50, "ms (submit to published)")
-	r.add("baseline_p99_ms", bp99, "ms")
+	r.add("warmup_seconds", plan.Warmup.Seconds(), "s of interactive reviews before the baseline, in no figure")
+	r.add("baseline_reviews", float64(len(base)), "reviews, both baseline windows (before the sweep and after it)")
+	r.add("baseline_p50_ms", bp50, "ms (submit to published), both baseline windows")
+	r.add("baseline_p99_ms", bp99, "ms, both baseline windows")
+	r.add("baseline_before_reviews", float64(len(before)), "reviews, the baseline window before the sweep")
+	r.add("baseline_after_reviews", float64(len(after)), "reviews, the baseline window after every sweep review was published")
+	r.add("baseline_before_p99_ms", b1p99, "ms, the window before the sweep")
+	r.add("baseline_after_p99_ms", a1p99, "ms, the window after it")
+	r.add("baseline_drift_p99_ratio", a1p99/b1p99, "after ÷ before: how far the machine moved within the run")
+	addHost(&r, "baseline", host0, host1)
+	addHost(&r, "sweep", host1, host2)
+	addHost(&r, "after", host2, host3)
 	r.add("sweep_reviews", float64(len(under)), "reviews (during the sweep)")
 	r.add("sweep_p50_ms", up50, "ms")
 	r.add("sweep_p99_ms", up99, "ms")
@@ -353,13 +407,13 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.add("in_sweep_reviews", float64(len(inSweep)), "reviews submitted before the sweep's batches were done")
 	addVsBaseline(&r, []float64{0.99, 0.95}, base, inSweep, "", "in_sweep_", "in_sweep_", "reviews submitted while the sweep ran")
 	addVsBaseline(&r, []float64{0.95, 0.90}, base, under, "baseline_", "sweep_", "", "the sweep phase's reviews")
-	r.add("baseline_bench_reads_per_review", float64(baseReads)/float64(max(1, len(base))), "store reads the bench made waiting for one interactive review, baseline")
+	r.add("baseline_bench_reads_per_review", float64(baseReads)/float64(max(1, len(before))), "store reads the bench made waiting for one interactive review, baseline")
 	r.add("sweep_bench_reads_per_review", float64(sweepReads)/float64(max(1, len(under))), "store reads the bench made waiting for one interactive review, under the sweep")
 	// The store's writes and commits (SQLite only: PostgreSQL does not
 	// count them), load-independent: the sweep phase's, less what its
 	// interactive reviews cost at the baseline's rate, per sweep file.
-	if w2.ok && len(base) > 0 && node == nil { // a batch node's writes are its own process's
-		perReview := func(a, b float64) float64 { return (b - a) / float64(len(base)) }
+	if w2.ok && len(before) > 0 && node == nil { // a batch node's writes are its own process's
+		perReview := func(a, b float64) float64 { return (b - a) / float64(len(before)) }
 		txReview, wReview := perReview(w0.txs, w1.txs), perReview(w0.writes, w1.writes)
 		r.add("baseline_commits_per_review", txReview, "store transactions per interactive review")
 		r.add("sweep_commits_per_file", (w2.txs-w1.txs-txReview*float64(len(under)))/float64(plan.Files),
@@ -408,19 +462,19 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}
 	baseRun.add(&r, "baseline")
 	sweepRun.add(&r, "sweep")
-	if len(base) > 0 && sweepRun.created > 0 {
+	if len(before) > 0 && sweepRun.created > 0 {
 		// Load-independent: each goroutine created waits in a run queue
 		// at least once, beside the interactive reviews' (a sweep's
 		// per-statement watchers were most of its runnable spikes:
 		// docs/benchmarks.md, "Session 21 (s21h4)").
-		perReview := float64(baseRun.created) / float64(len(base))
+		perReview := float64(baseRun.created) / float64(len(before))
 		r.add("sweep_goroutines_created_per_file", (float64(sweepRun.created)-perReview*float64(len(under)))/float64(plan.Files),
 			"goroutines created per sweep file (the interactive reviews' share at the baseline's rate removed)")
 		r.add("baseline_goroutines_created_per_review", perReview, "goroutines created per interactive review, baseline")
 		// The sweep's allocations and collections per file, the interactive
 		// reviews' share at the baseline's rate removed: load-independent.
 		per := func(b, u float64) float64 {
-			return (u - b/float64(len(base))*float64(len(under))) / float64(plan.Files)
+			return (u - b/float64(len(before))*float64(len(under))) / float64(plan.Files)
 		}
 		r.add("sweep_alloc_kb_per_file", per(float64(baseRun.gc.allocBytes), float64(sweepRun.gc.allocBytes))/1024, "KiB allocated per sweep file (interactive share removed)")
 		r.add("sweep_allocs_per_file", per(float64(baseRun.gc.allocObjects), float64(sweepRun.gc.allocObjects)), "objects allocated per sweep file (interactive share removed)")
@@ -430,10 +484,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// CPU: the process's user + system seconds in each phase (much less
 	// sensitive to the machine's load than latency), and the sweep's share
 	// beyond the interactive reviews' at the baseline's rate.
-	if len(base) > 0 {
+	if len(before) > 0 {
 		r.add("baseline_cpu_seconds", w1.cpu-w0.cpu, "s CPU (user + system) of the baseline phase")
 		r.add("sweep_cpu_seconds", w2.cpu-w1.cpu, "s CPU of the sweep phase, to every sweep review published")
-		r.add("sweep_cpu_ms_per_file", 1000*(w2.cpu-w1.cpu-(w1.cpu-w0.cpu)/float64(len(base))*float64(len(under)))/float64(plan.Files),
+		r.add("sweep_cpu_ms_per_file", 1000*(w2.cpu-w1.cpu-(w1.cpu-w0.cpu)/float64(len(before))*float64(len(under)))/float64(plan.Files),
 			"ms CPU per sweep file (the interactive reviews' share at the baseline's rate removed)")
 	}
 	// The simulators' CPU when they run in a child process: what the
@@ -1041,14 +1095,36 @@ func addPooled(agg *Result, runs []Result) {
 	}
 	agg.add("pooled_in_sweep_reviews", float64(len(in)), "reviews submitted while a sweep ran, every run")
 	addVsBaseline(agg, pooledQuantiles, base, in, "", "pooled_in_sweep_", "pooled_in_sweep_", "every run's reviews submitted while its sweep ran")
-	// The target's figure with its spread (ratioInterval): a ratio whose
-	// interval straddles 1.1 is not shown below it.
+	// The target's figure with its spread: a ratio whose interval
+	// straddles 1.1 is not shown below it. Whole blocks of reviews are
+	// resampled (blockRatioInterval): slow reviews come in bursts, and a
+	// bootstrap of single reviews, reported beside it (_iid), was too
+	// narrow for them (docs/benchmarks.md, "Session 32 (s32h1)").
+	baseBlocks, inBlocks := pooledBlocks(runs, "baseline"), pooledBlocks(runs, "in_sweep")
+	seed := uint64(len(base))<<32 | uint64(len(in))
 	for _, q := range []float64{0.99, 0.95} {
-		lo, hi := ratioInterval(base, in, q, 0.9, bootstrapResamples, uint64(len(base))<<32|uint64(len(in)))
+		lo, hi := blockRatioInterval(baseBlocks, inBlocks, q, 0.9, bootstrapResamples, seed)
 		name := fmt.Sprintf("pooled_in_sweep_p%.0f_ratio", 100*q)
-		agg.add(name+"_lo", lo, "÷ baseline, 5th percentile of the bootstrap (both phases' reviews resampled)")
-		agg.add(name+"_hi", hi, "÷ baseline, 95th percentile of the bootstrap")
+		agg.add(name+"_lo", lo, "÷ baseline, 5th percentile of a block bootstrap (2 s blocks of reviews resampled whole)")
+		agg.add(name+"_hi", hi, "÷ baseline, 95th percentile of the block bootstrap")
+		lo, hi = ratioInterval(base, in, q, 0.9, bootstrapResamples, seed)
+		agg.add(name+"_iid_lo", lo, "÷ baseline, 5th percentile of a bootstrap of single reviews (too narrow for bursts)")
+		agg.add(name+"_iid_hi", hi, "÷ baseline, 95th percentile of the bootstrap of single reviews")
 	}
+}
+
+// pooledBlocks is every run's blocks of phase (Result.blocks), one
+// block per review for a run that kept none.
+func pooledBlocks(runs []Result, phase string) [][]time.Duration {
+	var out [][]time.Duration
+	for _, r := range runs {
+		if bs, ok := r.blocks[phase]; ok {
+			out = append(out, bs...)
+		} else {
+			out = append(out, singletons(r.samples[phase])...)
+		}
+	}
+	return out
 }
 
 // addVsBaseline adds to r, for each quantile q (as pN), xs's quantile

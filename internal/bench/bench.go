@@ -141,6 +141,10 @@ type Result struct {
 	// samples are a run's raw latencies by phase, which Run pools over
 	// its runs (addPooled); nil for workloads that do not pool.
 	samples map[string][]time.Duration
+	// blocks are samples' reviews grouped by when they were submitted
+	// (blocksOf), for addPooled's block bootstrap; by phase, nil where
+	// the workload keeps none.
+	blocks map[string][][]time.Duration
 }
 
 // Get returns a metric's value and whether it is present.
