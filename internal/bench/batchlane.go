@@ -214,8 +214,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 				cpulabel.Set(cpulabel.Interactive)
 				start := time.Now()
 				err := func() error {
-					s, err := rv.Submit(ctx, review.Request{Region: "us", Provider: "interactive", Repo: "acme/app", Change: fmt.Sprint(n),
-						Diff: fileDiff("app", n), Depth: "full", Publish: review.Publish{Kind: "none"}})
+					s, err := rv.Submit(ctx, interactiveRequest(n))
 					if err != nil {
 						return err
 					}
