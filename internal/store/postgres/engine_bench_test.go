@@ -37,7 +37,9 @@ import (
 // server's postmaster on this machine, of the server (tableReads.cpu:
 // CPU time, which a loaded machine moves far less than wall time); for
 // the steady phase:
-// the key reads of store.CheckCosts (one statement and round trip each)
+// the key reads of store.CheckCosts (one statement and round trip each),
+// the round trips, statements and transactions per job (each kind of
+// round trip logged with its count and wall time, as for the drain),
 // and the rows the whole phase read (pg_stat_user_tables of the schema: tuples returned by
 // sequential scans plus heap tuples fetched by index scans; jobs_leases'
 // index entries apart). Autovacuum is off for the schema's jobs table so
@@ -104,6 +106,10 @@ func BenchmarkEngineDrain(b *testing.B) {
 		before = after
 		reads0 := cs.keyReads.Load()
 		e = startEngine(b, cs, &done)
+		strips0, sstmts0, sbegins0 := rt.trips.Load(), rt.statements.Load(), rt.begins.Load()
+		rt.mu.Lock()
+		rt.times = nil
+		rt.mu.Unlock()
 		for i := 0; i < steady; i += 10 {
 			jobs := make([]*job.Job, 10)
 			for k := range jobs {
@@ -121,6 +127,10 @@ func BenchmarkEngineDrain(b *testing.B) {
 		if err := e.Stop(ctx); err != nil {
 			b.Fatal(err)
 		}
+		b.ReportMetric(float64(rt.trips.Load()-strips0)/float64(steady), "steady-roundtrips/job")
+		b.ReportMetric(float64(rt.statements.Load()-sstmts0)/float64(steady), "steady-statements/job")
+		b.ReportMetric(float64(rt.begins.Load()-sbegins0)/float64(steady), "steady-transactions/job")
+		logTrips(b, "steady", rt)
 		after = stats.read(b, s)
 		// Each key read is one statement and one round trip.
 		b.ReportMetric(float64(cs.keyReads.Load()-reads0)/float64(steady), "steady-checkreads/job")
@@ -231,6 +241,12 @@ func reportLatency(b *testing.B, cs *countingStore, rt *roundTrips, drain time.D
 	if len(lt) > 0 {
 		b.ReportMetric(total.Seconds()/drain.Seconds(), "drain-inlease-share")
 	}
+	logTrips(b, "drain", rt)
+}
+
+// logTrips logs each kind of round trip rt timed since its times were
+// last cleared: how many, their total and their quantiles.
+func logTrips(b *testing.B, phase string, rt *roundTrips) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	names := slices.Sorted(maps.Keys(rt.times))
@@ -240,7 +256,7 @@ func reportLatency(b *testing.B, cs *countingStore, rt *roundTrips, drain time.D
 		for _, d := range ds {
 			sum += d
 		}
-		b.Logf("trip %s: %d, total %v, %s", name, len(ds), sum.Round(time.Millisecond), quantiles(ds))
+		b.Logf("%s: trip %s: %d, total %v, %s", phase, name, len(ds), sum.Round(time.Millisecond), quantiles(ds))
 	}
 }
 
