@@ -55,6 +55,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// at the sweep phase's rate (docs/benchmarks.md, "Session 32 (s32h2)").
 	fs.Float64Var(&o.BurnChild, "burn-child", 0.04, "batch-floor only: CPU seconds per second a burner child process burns in every other window, CPU that is not ratelane's on the same cores (the default: the simulator child's share of the 10,000-file sweep phase, session 32; the whole phase's CPU beyond the interactive reviews was 0.23; 0: none)")
 	fs.Float64Var(&o.BurnBench, "burn-bench", 0, "batch-floor only: CPU seconds per second burner goroutines in the bench's own process burn in the same windows (a stand-in for the sweep's CPU in ratelane's process; 0: none)")
+	fs.DurationVar(&o.BurnPiece, "burn-piece", 0, "batch-floor only: the longest spin of the --burn-bench burner's goroutines before they yield their P (runtime.Gosched); the same CPU per second in shorter run slices (0: the default, 2ms pieces, yielding only by sleeping)")
 	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
 	var verbose bool
@@ -115,6 +116,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.BurnChild < 0 || o.BurnBench < 0 {
 		return usageError{fmt.Sprintf("--burn-child %g --burn-bench %g: want 0 or more CPU seconds per second", o.BurnChild, o.BurnBench)}
+	}
+	if o.BurnPiece < 0 {
+		return usageError{fmt.Sprintf("--burn-piece %v: want 0 or more", o.BurnPiece)}
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}
@@ -234,8 +238,8 @@ JSON metrics (one object per workload; under its name with "all"):
               baseline_host_steal_seconds sweep_host_steal_seconds after_host_steal_seconds
               baseline_host_iowait_seconds sweep_host_iowait_seconds after_host_iowait_seconds (Linux)
               sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)
-  batch-floor burn_child_asked burn_bench_asked baseline_reviews burn_reviews baseline_p99_ms burn_p99_ms
-              burn_p99_ratio burn_p95_ratio burn_p90_ratio burn_p50_ratio baseline_burn_child_cpu_per_second
+  batch-floor burn_child_asked burn_bench_asked burn_piece_ms baseline_reviews burn_reviews baseline_p99_ms
+              burn_p99_ms burn_p99_ratio burn_p95_ratio burn_p90_ratio burn_p50_ratio baseline_burn_child_cpu_per_second
               burn_burn_child_cpu_per_second baseline_bench_cpu_per_second burn_bench_cpu_per_second
               baseline_sim_cpu_per_second burn_sim_cpu_per_second pooled_in_sweep_p99_ratio
               pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (burner-on-as-sweep)

@@ -121,6 +121,13 @@ type Options struct {
 	// bench's own process (standing for the bench's share), in every
 	// other window beside the interactive reviews (floor.go).
 	BurnChild, BurnBench float64
+	// BurnPiece is the longest spin of one of the bench-process burner's
+	// goroutines before it gives its P up (runtime.Gosched): 0, the
+	// default, spins in pieces of burnPeriod (2 ms) and yields only by
+	// sleeping. A shorter piece burns the same CPU per second in shorter
+	// run slices: whether an interactive goroutine waits behind the
+	// burner's slices (docs/benchmarks.md, "Session 32 (s32h6)").
+	BurnPiece time.Duration
 }
 
 // Metric is one named figure of a workload.

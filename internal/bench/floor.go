@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -48,6 +49,10 @@ type burner struct {
 	rate float64       // CPU seconds per second, all workers together
 	set0 time.Time     // when rate was set: each worker's debt runs from it
 	wake chan struct{} // closed and replaced by set: idle workers sleep on it
+	// piece, when above 0 and below burnPeriod, is the longest spin
+	// before the worker yields its P (runtime.Gosched) and spins on:
+	// the same CPU per second in shorter run slices.
+	piece time.Duration
 }
 
 // set makes the burner burn rate CPU seconds per second (0: idle, its
@@ -75,8 +80,8 @@ func (b *burner) now() (float64, time.Time, <-chan struct{}) {
 
 // run burns until ctx ends, from n workers. Each owes rate/n of the wall
 // time since the rate was set (at most all of it) and spins off its debt
-// in pieces of at most burnPeriod, sleeping a period whenever it is
-// even: a sleep that overshoots is made up by the next spin, so the rate
+// in pieces of at most burnPeriod (or b.piece, yielding between them),
+// sleeping a period whenever it is even: a sleep that overshoots is made up by the next spin, so the rate
 // is what was asked even where timers are coarse. A spin is timed by the
 // wall clock, so a machine with no CPU to spare gives the burner less
 // than it asks (the workload reports what it got).
@@ -108,11 +113,20 @@ func (b *burner) run(ctx context.Context, n int) {
 					time.Sleep(burnPeriod)
 					continue
 				}
+				piece := burnPeriod
+				if b.piece > 0 && b.piece < burnPeriod {
+					piece = b.piece
+				}
 				t0 := time.Now()
-				for time.Since(t0) < min(debt, burnPeriod) {
+				for time.Since(t0) < min(debt, piece) {
 					// spin: the CPU is the point
 				}
 				spun += time.Since(t0)
+				if piece < burnPeriod {
+					// A goroutine woken meanwhile gets this P now, not
+					// when the spin would have ended.
+					runtime.Gosched()
+				}
 			}
 		}()
 	}
@@ -239,7 +253,7 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	}
 	bctx, stopBurn := context.WithCancel(ctx)
 	defer stopBurn()
-	var inBench burner
+	inBench := burner{piece: e.opts.BurnPiece}
 	if e.opts.BurnBench > 0 {
 		go inBench.run(bctx, runtime.GOMAXPROCS(0))
 	}
@@ -355,6 +369,7 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	r.samples = map[string][]time.Duration{"baseline": off, "sweep": burn, "in_sweep": burn}
 	r.add("burn_child_asked", e.opts.BurnChild, "CPU s/s asked of the burner child")
 	r.add("burn_bench_asked", e.opts.BurnBench, "CPU s/s asked of the burner in the bench process")
+	r.add("burn_piece_ms", float64(min(burnPeriod, cmp.Or(e.opts.BurnPiece, burnPeriod)))/1e6, "ms, the bench burner's longest spin between yields")
 	r.add("baseline_reviews", float64(len(off)), "reviews submitted with the burner off")
 	r.add("burn_reviews", float64(len(burn)), "reviews submitted with the burner on")
 	for _, q := range []float64{0.50, 0.90, 0.95, 0.99} {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -73,5 +75,39 @@ func TestBurnerChildSetsItsRateAndEnds(t *testing.T) {
 	}
 	if err := serveBurner(strings.NewReader("0.1\nlots\n"), io.Discard); err == nil {
 		t.Error("a rate of \"lots\" was taken")
+	}
+}
+
+// TestBurnerPieceLetsWokenGoroutinesIn: with one P, a goroutine woken by
+// a timer while the burner spins waits for the spin to end; in pieces of
+// 100 µs with a yield between them (burner.piece) it waits about a piece,
+// not the default spin of up to burnPeriod (2 ms). The burner asks half
+// the P; the sleeper's overshoot past a 300 µs sleep is read at its 75th
+// percentile, which with 2 ms spins lands inside a spin.
+func TestBurnerPieceLetsWokenGoroutinesIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spins a CPU for about a second")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := burner{piece: 100 * time.Microsecond}
+	b.set(0.5)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.run(ctx, 1)
+	}()
+	var over []time.Duration
+	for range 400 {
+		t0 := time.Now()
+		time.Sleep(300 * time.Microsecond)
+		over = append(over, time.Since(t0)-300*time.Microsecond)
+	}
+	cancel()
+	<-done
+	sort.Slice(over, func(i, j int) bool { return over[i] < over[j] })
+	if p75 := over[len(over)*3/4]; p75 > 600*time.Microsecond {
+		t.Errorf("a woken goroutine's overshoot p75 = %v beside a burner of 100 µs pieces, want ≤ 600µs (median %v)", p75, over[len(over)/2])
 	}
 }
