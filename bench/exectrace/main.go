@@ -12,11 +12,14 @@
 // (golang.org/x/exp/trace) stays out of ratelane's dependencies.
 //
 // With -bursts it reads the same capture for the moments many goroutines
-// wait for a CPU instead (bursts.go).
+// wait for a CPU instead (bursts.go); with -slices, for how long
+// goroutines run between scheduling points and what held the Ps while
+// interactive ones waited (slices.go).
 //
 // Usage: go run . [-tail 0.02] [-vs median|baseline] [-syscalls] FILE
 //
 //	go run . -bursts [-thr 20] [-depth 3] FILE
+//	go run . -slices [-depth 3] [-top 15] [-wait-min 500us] FILE
 package main
 
 import (
@@ -27,6 +30,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/exp/trace"
 )
@@ -77,15 +81,23 @@ func main() {
 	syscalls := flag.Bool("syscalls", false, "also list the syscalls by call site, longest in total first")
 	burstMode := flag.Bool("bursts", false, "instead: what the goroutines waiting for a CPU are at the moments many are (bursts.go)")
 	thr := flag.Int("thr", 20, "with -bursts: the burst threshold, runnable goroutines in a 1 ms sample")
-	depth := flag.Int("depth", 3, "with -bursts: the frames of a wait site or waker stack")
+	depth := flag.Int("depth", 3, "with -bursts: the frames of a wait site or waker stack; with -slices: the ratelane frames of a slice's key")
+	sliceMode := flag.Bool("slices", false, "instead: how long goroutines run between scheduling points, by what they ran, and what held the Ps while interactive ones waited for one (slices.go)")
+	top := flag.Int("top", 15, "with -slices: the keys each table lists")
+	waitMin := flag.Duration("wait-min", 500*time.Microsecond, "with -slices: the shortest runnable wait whose P holders are tallied")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: exectrace [-tail 0.02] [-vs median|baseline] [-syscalls] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -bursts [-thr 20] [-depth 3] FILE")
+		fmt.Fprintln(os.Stderr, "       exectrace -slices [-depth 3] [-top 15] [-wait-min 500us] FILE")
 		os.Exit(2)
 	}
 	if *burstMode {
 		bursts(flag.Arg(0), *thr, *depth)
+		return
+	}
+	if *sliceMode {
+		slices(flag.Arg(0), *depth, *top, float64(*waitMin))
 		return
 	}
 	states := map[trace.GoID][]gstate{}
