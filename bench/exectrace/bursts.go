@@ -60,9 +60,7 @@ func bursts(path string, thr, depth int) {
 			return
 		}
 		from, to := st.Goroutine()
-		if root[g] == "" {
-			root[g] = rootOf(st.Stack)
-		}
+		noteRoot(root, g, st.Stack)
 		t := ev.Time()
 		if to == trace.GoWaiting {
 			w := burstKey(st.Stack, depth)

@@ -108,9 +108,7 @@ func main() {
 	stwOpen := map[string]trace.Time{}
 	assists := map[trace.GoID][][2]trace.Time{}
 	assistOpen := map[trace.GoID]trace.Time{}
-	var sweepAt trace.Time
-	var syncWall int64
-	var syncT trace.Time
+	var mk marks
 	var spansRaw [][]string
 	var spanG []trace.GoID
 	var revRaw [][]string
@@ -208,12 +206,10 @@ func main() {
 			}
 		case trace.EventLog:
 			l := ev.Log()
+			if mk.read(l, t) {
+				return
+			}
 			switch l.Category {
-			case "rl.sync":
-				syncWall, _ = strconv.ParseInt(l.Message, 10, 64)
-				syncT = t
-			case "rl.phase":
-				sweepAt = t
 			case "rl.stage":
 				spansRaw = append(spansRaw, strings.Fields(l.Message))
 				spanG = append(spanG, ev.Goroutine())
@@ -242,9 +238,9 @@ func main() {
 	for _, fs := range fsyncs {
 		ph := "baseline"
 		switch {
-		case sweepAt == 0:
+		case mk.sweepAt == 0:
 			ph = "trace"
-		case trace.Time(fs[0]) >= sweepAt:
+		case trace.Time(fs[0]) >= mk.sweepAt:
 			ph = "sweep"
 		}
 		byPhase[ph] = append(byPhase[ph], fs[1])
@@ -261,10 +257,10 @@ func main() {
 		}
 		span := float64(last - first) // "trace": the whole capture
 		switch {
-		case sweepAt != 0 && ph == "baseline":
-			span = float64(sweepAt - first)
-		case sweepAt != 0:
-			span = float64(last - sweepAt)
+		case mk.sweepAt != 0 && ph == "baseline":
+			span = float64(mk.sweepAt - first)
+		case mk.sweepAt != 0:
+			span = float64(last - mk.sweepAt)
 		}
 		q := func(p float64) float64 { return v[min(len(v)-1, int(p*float64(len(v))))] / 1e6 }
 		fmt.Printf("fsync (SQLite WAL/checkpoint) %s: %d in %.1f s (%.0f/s), busy %.1f%%, p50 %.2f ms, p90 %.2f, p99 %.2f, max %.1f\n",
@@ -275,7 +271,7 @@ func main() {
 	}
 	toT := func(s string) trace.Time {
 		w, _ := strconv.ParseInt(s, 10, 64)
-		return syncT + trace.Time(w-syncWall)
+		return mk.toT(w)
 	}
 	byReview := map[string][]span{}
 	for i, m := range spansRaw {
@@ -495,6 +491,38 @@ func main() {
 	}
 }
 
+// marks are the capture's clock and phase marks (execTrace's rl.sync and
+// rl.phase logs).
+type marks struct {
+	syncWall       int64      // the wall clock at the capture's start, Unix ns
+	syncT, sweepAt trace.Time // the trace time of that start, and of the sweep's (0: none)
+}
+
+// read takes l (logged at t) when it is a mark, and says whether it was.
+func (m *marks) read(l trace.Log, t trace.Time) bool {
+	switch l.Category {
+	case "rl.sync":
+		m.syncWall, _ = strconv.ParseInt(l.Message, 10, 64)
+		m.syncT = t
+	case "rl.phase":
+		m.sweepAt = t
+	default:
+		return false
+	}
+	return true
+}
+
+// toT is the trace time of wall, a Unix ns time logged by the bench.
+func (m *marks) toT(wall int64) trace.Time { return m.syncT + trace.Time(wall-m.syncWall) }
+
+// phase is "sweep" from the sweep's mark on, else "baseline".
+func (m *marks) phase(t trace.Time) string {
+	if m.sweepAt != 0 && t >= m.sweepAt {
+		return "sweep"
+	}
+	return "baseline"
+}
+
 // eachEvent calls fn with every event of the trace in the file at path, in
 // order; both readers panic on a file they cannot read, as a one-off tool.
 func eachEvent(path string, fn func(trace.Event)) {
@@ -540,6 +568,13 @@ func rootOf(s trace.Stack) string {
 		last = f.Func
 	}
 	return short(last)
+}
+
+// noteRoot records g's root function from s (rootOf) when root has none.
+func noteRoot(root map[trace.GoID]string, g trace.GoID, s trace.Stack) {
+	if root[g] == "" {
+		root[g] = rootOf(s)
+	}
 }
 
 // stackKey joins, innermost first with " < ", the first n frames of s that

@@ -92,9 +92,7 @@ func slices(path string, depth, top int, waitMin float64) {
 		root       = map[trace.GoID]string{}
 		runnableAt = map[trace.GoID]trace.Time{}
 		waits      []slice // runnable [s, e) of g; key unused
-		sweepAt    trace.Time
-		syncWall   int64
-		syncT      trace.Time
+		mk         marks
 		spans      []slice // interactive stage spans: g, [s, e)
 		spanWall   [][2]int64
 	)
@@ -102,13 +100,10 @@ func slices(path string, depth, top int, waitMin float64) {
 		t := ev.Time()
 		if ev.Kind() == trace.EventLog {
 			l := ev.Log()
-			switch l.Category {
-			case "rl.sync":
-				syncWall, _ = strconv.ParseInt(l.Message, 10, 64)
-				syncT = t
-			case "rl.phase":
-				sweepAt = t
-			case "rl.stage":
+			if mk.read(l, t) {
+				return
+			}
+			if l.Category == "rl.stage" {
 				if m := strings.Fields(l.Message); len(m) == 6 && m[0] == "interactive" {
 					s, _ := strconv.ParseInt(m[4], 10, 64)
 					e, _ := strconv.ParseInt(m[5], 10, 64)
@@ -123,9 +118,7 @@ func slices(path string, depth, top int, waitMin float64) {
 			return
 		}
 		from, to := st.Goroutine()
-		if root[g] == "" {
-			root[g] = rootOf(st.Stack)
-		}
+		noteRoot(root, g, st.Stack)
 		if from == trace.GoRunning {
 			if s, ok := running[g]; ok {
 				stk := st.Stack
@@ -158,12 +151,7 @@ func slices(path string, depth, top int, waitMin float64) {
 			delete(runnableAt, g)
 		}
 	})
-	phase := func(t trace.Time) string {
-		if sweepAt != 0 && t >= sweepAt {
-			return "sweep"
-		}
-		return "baseline"
-	}
+	phase := mk.phase
 	// Slices by phase, then the sweep's by key.
 	fmt.Println("running slices by phase (a slice: a goroutine's run between scheduling points):")
 	byPhase := map[string][]float64{}
@@ -218,8 +206,7 @@ func slices(path string, depth, top int, waitMin float64) {
 	}
 	// Interactive serving goroutines' runnable waits, and who held the Ps.
 	for i, w := range spanWall {
-		spans[i].s = syncT + trace.Time(w[0]-syncWall)
-		spans[i].e = syncT + trace.Time(w[1]-syncWall)
+		spans[i].s, spans[i].e = mk.toT(w[0]), mk.toT(w[1])
 	}
 	spansOf := map[trace.GoID][]slice{}
 	for _, sp := range spans {
