@@ -11,8 +11,11 @@ package main
 // running goroutine only after 10 ms: a woken interactive goroutine waits
 // for a P until one of the running ones blocks or yields, so long batch
 // slices would show here as long runnable waits behind them
-// (docs/benchmarks.md, "Session 32 (s32h6)"). Load-independent enough to
-// compare trees: a slice's length is CPU work between scheduling points.
+// (docs/benchmarks.md, "Session 32 (s32h6)"). A slice is a goroutine's
+// time on a P, which includes any time the OS took its thread away: on a
+// quiet machine it is CPU work between scheduling points, under load some
+// long slices are the OS's. Keys come from stacks, not pprof labels,
+// which an execution trace does not carry.
 
 import (
 	"cmp"
