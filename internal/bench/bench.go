@@ -74,6 +74,11 @@ type Options struct {
 	// work) in the batch-isolation and upstreams workloads, for A/B runs;
 	// zero leaves the client's default (off).
 	BatchYieldMax time.Duration
+	// SQLiteBatchHold is every SQLite region's Region.SQLiteBatchHold
+	// (how long the writer may hold a batch-lane transaction open while
+	// interactive work is in flight), for A/B runs: zero leaves the
+	// default (10 ms), negative turns the hold off.
+	SQLiteBatchHold time.Duration
 	// Sim is where the batch-isolation workload's simulators run:
 	// SimInProcess ("" too) or SimChild, which needs the executable to
 	// call ServeSimChildIfAsked first (the ratelane command, this
@@ -497,6 +502,7 @@ func (e *env) region() ratelane.Region {
 		r.PostgresURL, r.PostgresSchema = e.opts.PostgresURL, schema
 	} else {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
+		r.SQLiteBatchHold = e.opts.SQLiteBatchHold
 	}
 	return r
 }
