@@ -78,36 +78,18 @@ func fileDiff(prefix string, n int) []byte {
 // store are the real ones; only the providers are simulated.
 func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	plan := BatchLane(e.opts.Smoke)
-	// The simulators stand for remote providers; in a child process
-	// (Options.Sim) their CPU stays out of the bench's scheduler and
-	// figures, and childCPU reads it per phase.
-	var llmURL, batchURL string
-	var child *simChild
-	childCPU := func() (float64, bool) { return 0, false }
-	switch e.opts.Sim {
-	case SimChild:
-		var err error
-		child, err = startSimChild(plan.ProcessFor, e.opts.SimNice)
-		if err != nil {
-			return Result{}, err
-		}
-		defer child.close()
+	// The simulators (startSims); childCPU reads the child's CPU per phase.
+	llmURL, batchURL, child, childCPU, endSims, err := startSims(e, plan.ProcessFor)
+	if err != nil {
+		return Result{}, err
+	}
+	defer endSims()
+	if child != nil {
 		if lo, hi, ok := child.nices(); e.opts.SimNice != 0 && (!ok || lo != e.opts.SimNice || hi != e.opts.SimNice) {
 			simNiceRefused.Do(func() {
 				fmt.Fprintf(os.Stderr, "ratelane bench: the simulator child runs at the bench's priority (%s); measuring without it\n", child.niceNote)
 			})
 		}
-		llmURL, batchURL, childCPU = child.urls.LLM, child.urls.Batch, child.cpuSeconds
-	case "", SimInProcess:
-		llm, bsim, err := newSims(plan.ProcessFor)
-		if err != nil {
-			return Result{}, err
-		}
-		e.sims = append(e.sims, llm)
-		defer bsim.Close()
-		llmURL, batchURL = llm.LLMBaseURL("openai"), bsim.URL()
-	default:
-		return Result{}, fmt.Errorf("unknown simulator mode %q (want %s or %s)", e.opts.Sim, SimInProcess, SimChild)
 	}
 	// --trace-tail: a per-review and per-event timeline (tailtrace.go).
 	var tr *tailTrace

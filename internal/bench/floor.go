@@ -188,26 +188,28 @@ func (c *burnerChild) set(rate float64) error {
 // cpuSeconds is the child's CPU time so far (procCPUSeconds).
 func (c *burnerChild) cpuSeconds() (float64, bool) { return procCPUSeconds(c.cmd.Process.Pid) }
 
-// floorSims starts the batch-isolation workload's simulators where
-// e.opts.Sim says, and returns their URLs, a reading of the child's CPU
-// (ok false in process) and what ends them.
-func floorSims(e *env, processFor time.Duration) (llm, batch string, cpu func() (float64, bool), end func(), err error) {
+// startSims starts the batch-isolation workloads' simulators where
+// e.opts.Sim says, and returns their URLs, the child process (nil in
+// process), a reading of its CPU (ok false in process) and what ends them.
+// The simulators stand for remote providers; in a child process their CPU
+// stays out of the bench's scheduler and figures.
+func startSims(e *env, processFor time.Duration) (llm, batch string, child *simChild, cpu func() (float64, bool), end func(), err error) {
 	switch e.opts.Sim {
 	case SimChild:
 		child, err := startSimChild(processFor, e.opts.SimNice)
 		if err != nil {
-			return "", "", nil, nil, err
+			return "", "", nil, nil, nil, err
 		}
-		return child.urls.LLM, child.urls.Batch, child.cpuSeconds, func() { _ = child.close() }, nil
+		return child.urls.LLM, child.urls.Batch, child, child.cpuSeconds, func() { _ = child.close() }, nil
 	case "", SimInProcess:
 		l, b, err := newSims(processFor)
 		if err != nil {
-			return "", "", nil, nil, err
+			return "", "", nil, nil, nil, err
 		}
 		e.sims = append(e.sims, l)
-		return l.LLMBaseURL("openai"), b.URL(), func() (float64, bool) { return 0, false }, func() { _ = b.Close() }, nil
+		return l.LLMBaseURL("openai"), b.URL(), nil, func() (float64, bool) { return 0, false }, func() { _ = b.Close() }, nil
 	default:
-		return "", "", nil, nil, fmt.Errorf("unknown simulator mode %q (want %s or %s)", e.opts.Sim, SimInProcess, SimChild)
+		return "", "", nil, nil, nil, fmt.Errorf("unknown simulator mode %q (want %s or %s)", e.opts.Sim, SimInProcess, SimChild)
 	}
 }
 
@@ -227,7 +229,7 @@ type floorSample struct {
 // counts for the window it was submitted in.
 func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	plan := BatchLane(e.opts.Smoke)
-	llmURL, batchURL, simCPU, endSims, err := floorSims(e, plan.ProcessFor)
+	llmURL, batchURL, _, simCPU, endSims, err := startSims(e, plan.ProcessFor)
 	if err != nil {
 		return Result{}, err
 	}
