@@ -79,6 +79,11 @@ type Options struct {
 	// interactive work is in flight), for A/B runs: zero leaves the
 	// default (10 ms), negative turns the hold off.
 	SQLiteBatchHold time.Duration
+	// SQLiteBatchSyncDefer is every SQLite region's
+	// Region.SQLiteBatchSyncDefer (deferrable batch-lane writes committed
+	// without an fsync, answered at a later sync within this bound), for
+	// A/B runs: zero or negative leaves it off.
+	SQLiteBatchSyncDefer time.Duration
 	// Sim is where the batch-isolation workload's simulators run:
 	// SimInProcess ("" too) or SimChild, which needs the executable to
 	// call ServeSimChildIfAsked first (the ratelane command, this
@@ -503,6 +508,7 @@ func (e *env) region() ratelane.Region {
 	} else {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
 		r.SQLiteBatchHold = e.opts.SQLiteBatchHold
+		r.SQLiteBatchSyncDefer = e.opts.SQLiteBatchSyncDefer
 	}
 	return r
 }

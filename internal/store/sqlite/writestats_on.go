@@ -127,8 +127,9 @@ func noteStep(lane job.Lane, step string, t0 time.Time) {
 }
 
 // noteCommit records a COMMIT's hold by whether its transaction holds an
-// interactive write and how many batch-lane writes it holds.
-func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {
+// interactive write, how many batch-lane writes it holds, and whether it
+// was committed without an fsync (deferred: "COMMIT-NOSYNC").
+func noteCommit(batch []ran, hasInteractive, deferred bool, d time.Duration) {
 	nb := 0
 	for _, w := range batch {
 		if w.r.lane == job.LaneBatch {
@@ -150,7 +151,11 @@ func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {
 	if hasInteractive {
 		lane = job.LaneInteractive
 	}
-	noteWrite(&writeReq{lane: lane, kind: "COMMIT batch-writes=" + b}, d, 0)
+	commit := "COMMIT"
+	if deferred {
+		commit = "COMMIT-NOSYNC"
+	}
+	noteWrite(&writeReq{lane: lane, kind: commit + " batch-writes=" + b}, d, 0)
 	for _, w := range batch {
 		if w.r.lane != job.LaneBatch {
 			noteWrite(&writeReq{lane: w.r.lane, kind: "LATENCY batch-writes-in-tx=" + b}, time.Since(w.r.at), 0)
@@ -192,4 +197,19 @@ func noteHold(r *writeReq, bound bool, d time.Duration) {
 		how = "HOLD ended-by=interactive-write"
 	}
 	noteWrite(&writeReq{lane: lane, kind: how}, d, 0)
+}
+
+// noteSync records one of the writer's own fsyncs of the WAL (syncPending)
+// by how many deferred writes it answered.
+func noteSync(n int, d time.Duration) {
+	b := "1-3"
+	switch {
+	case n >= 64:
+		b = "64+"
+	case n >= 16:
+		b = "16-63"
+	case n >= 4:
+		b = "4-15"
+	}
+	noteWrite(&writeReq{lane: job.LaneBatch, kind: "WALSYNC answered=" + b}, d, 0)
 }
