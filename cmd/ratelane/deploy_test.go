@@ -193,3 +193,43 @@ func configOK(t *testing.T, what string, err error, wantErr string) bool {
 	}
 	return true
 }
+
+// TestBatchLaneSQLiteSyncDefer: the config file's
+// batch_lane.sqlite_sync_defer sets every served region's
+// SQLiteBatchSyncDefer (deferrable batch-lane writes committed without an
+// fsync, answered at a later sync within it); absent or "0s" leaves it
+// off, and a bad or negative duration stops start-up naming the field.
+func TestBatchLaneSQLiteSyncDefer(t *testing.T) {
+	for _, c := range []struct {
+		body    string
+		want    time.Duration
+		wantErr string
+	}{
+		{`{"batch_lane": {"sqlite_sync_defer": "5ms"}}`, 5 * time.Millisecond, ""},
+		{`{"batch_lane": {"sqlite_sync_defer": "0s"}}`, 0, ""},
+		{`{"batch_lane": {"cpus": 1}}`, 0, ""},
+		{`{"batch_lane": {"sqlite_sync_defer": "-1ms"}}`, 0, "batch_lane.sqlite_sync_defer"},
+		{`{"batch_lane": {"sqlite_sync_defer": "soon"}}`, 0, "batch_lane.sqlite_sync_defer"},
+	} {
+		path := filepath.Join(t.TempDir(), "ratelane.json")
+		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := parseServerFlags("serve", []string{"--config", path, "--regions", "us,eu"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
+		if !configOK(t, c.body, err, c.wantErr) {
+			continue
+		}
+		if len(cfg.Regions) != 2 {
+			t.Fatalf("%s: regions %+v; want us and eu", c.body, cfg.Regions)
+		}
+		for _, r := range cfg.Regions {
+			if r.SQLiteBatchSyncDefer != c.want {
+				t.Errorf("%s: region %s SQLiteBatchSyncDefer %v; want %v", c.body, r.Name, r.SQLiteBatchSyncDefer, c.want)
+			}
+		}
+	}
+}

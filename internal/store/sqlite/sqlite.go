@@ -8,6 +8,9 @@
 // own savepoint, so one failing write does not fail its neighbours) and
 // answers them all after a single fsync. synchronous=NORMAL is a documented
 // opt-in that survives kill -9 but may lose the last commits on power loss.
+// Config.BatchSyncDefer (opt-in) commits some batch-lane writes without an
+// fsync but answers them only after a later one (unsynced.go): answered
+// still means durable.
 //
 // The SQLite underneath is chosen when building: modernc.org/sqlite (pure
 // Go) by default, github.com/mattn/go-sqlite3 (cgo) with the build tag
