@@ -136,17 +136,7 @@ func noteCommit(batch []ran, hasInteractive, deferred bool, d time.Duration) {
 			nb++
 		}
 	}
-	b := "0"
-	switch {
-	case nb >= 64:
-		b = "64+"
-	case nb >= 16:
-		b = "16-63"
-	case nb >= 4:
-		b = "4-15"
-	case nb >= 1:
-		b = "1-3"
-	}
+	b := countRange(nb)
 	lane := job.LaneBatch
 	if hasInteractive {
 		lane = job.LaneInteractive
@@ -202,14 +192,20 @@ func noteHold(r *writeReq, bound bool, d time.Duration) {
 // noteSync records one of the writer's own fsyncs of the WAL (syncPending)
 // by how many deferred writes it answered.
 func noteSync(n int, d time.Duration) {
-	b := "1-3"
+	noteWrite(&writeReq{lane: job.LaneBatch, kind: "WALSYNC answered=" + countRange(n)}, d, 0)
+}
+
+// countRange names the range of write counts n falls in.
+func countRange(n int) string {
 	switch {
 	case n >= 64:
-		b = "64+"
+		return "64+"
 	case n >= 16:
-		b = "16-63"
+		return "16-63"
 	case n >= 4:
-		b = "4-15"
+		return "4-15"
+	case n >= 1:
+		return "1-3"
 	}
-	noteWrite(&writeReq{lane: job.LaneBatch, kind: "WALSYNC answered=" + b}, d, 0)
+	return "0"
 }
