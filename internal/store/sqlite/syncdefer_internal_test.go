@@ -176,9 +176,10 @@ func TestBatchSyncDeferInteractiveCommitAnswers(t *testing.T) {
 
 // TestBatchSyncDeferSyncFailure: a failed WAL sync answers the deferred
 // writes with its error, and every later write fails with it (the frames
-// the OS could not write may be gone). Seen failing with syncPending
+// the OS could not write may be gone). Seen failing with the syncer
 // answering nil (the write answered as durable), and with syncErr not
-// kept (the next write committed).
+// kept (the next write committed), and with the syncer syncing again
+// after a failure (the waiting write answered nil).
 func TestBatchSyncDeferSyncFailure(t *testing.T) {
 	t.Parallel()
 	s := openDeferStore(t, 20*time.Millisecond, false)
@@ -190,6 +191,17 @@ func TestBatchSyncDeferSyncFailure(t *testing.T) {
 	}
 	if err := s.write(context.Background(), insertObject); !errors.Is(err, boom) {
 		t.Errorf("a write after the failed sync: %v, want the sync's error", err)
+	}
+	// A deferred write already waiting when the sync failed is not
+	// answered by a later sync that succeeds.
+	s2 := openDeferStore(t, time.Hour, true)
+	waiting := deferredWrite(s2.Store, "a")
+	unanswered(t, waiting, 100*time.Millisecond, "before any sync, interactive work in flight")
+	s2.syncErr.Store(&boom) // as a failed sync of an earlier hand-off left it
+	close(s2.gate)
+	go s2.Close()
+	if err := answered(t, waiting, "by Close"); !errors.Is(err, boom) {
+		t.Errorf("a deferred write waiting when a sync failed was answered %v, want the failed sync's error", err)
 	}
 }
 

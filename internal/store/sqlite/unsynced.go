@@ -161,6 +161,12 @@ func (s *Store) syncer() {
 				break more
 			}
 		}
+		if e := s.syncErr.Load(); e != nil {
+			// A sync failed before: a later one may succeed without
+			// having written what the failed one lost.
+			answer(batch, *e)
+			continue
+		}
 		t0 := time.Now()
 		err := s.syncWAL()
 		s.walSyncs.Add(1)
@@ -176,9 +182,14 @@ func (s *Store) syncer() {
 }
 
 // answerUnsynced answers the deferred writes not yet handed to the
-// syncer: a commit with its fsync made them durable.
+// syncer: a commit with its fsync made them durable, unless a sync of the
+// syncer's failed meanwhile.
 func (s *Store) answerUnsynced() {
-	answer(s.unsynced, nil)
+	var err error
+	if e := s.syncErr.Load(); e != nil {
+		err = *e
+	}
+	answer(s.unsynced, err)
 	clear(s.unsynced)
 	s.unsynced = s.unsynced[:0]
 }
