@@ -450,7 +450,7 @@ func (tx *writeTx) QueryRow(query string, args ...any) *sql.Row {
 // first may be (deferTx): synchronous=NORMAL is set before its BEGIN
 // (SQLite refuses to change it inside a transaction) and FULL again after
 // its end.
-func (s *Store) runBatch(first *writeReq) (_ []ran, c committed, _ error) {
+func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 	// The connection is the writer's for the batch: Migrate (and tests)
 	// run on it between batches, as they waited for the pool's one
 	// connection while a *sql.Tx held it.
