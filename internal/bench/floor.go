@@ -11,11 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelane/ratelane"
-	"github.com/ratelane/ratelane/review"
 )
 
 // The batch-floor workload (issue 15 item 3): the batch-isolation
@@ -280,22 +278,13 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	benchCPU := func() float64 { v, _ := procCPUSeconds(os.Getpid()); return v }
 	simCPUNow := func() float64 { v, _ := simCPU(); return v }
 
-	var (
-		mu      sync.Mutex
-		samples []floorSample
-		errs    []error
-		wg      sync.WaitGroup
-		reads   atomic.Int64
-		on      atomic.Bool
-		seq     int
-	)
+	ir := &interactiveReviews{ctx: ctx, rv: rv, c: c, pubs: pubs, rate: plan.Rate}
+	var samples []floorSample
 	// cpu sums each kind of window's CPU readings: [on] of the burner
 	// child, the bench process and the simulator child, and wall time.
 	type cpuSums struct{ child, bench, sim, wall float64 }
 	var sums [2]cpuSums
 	slice := plan.Window / floorSlices
-	tick := time.NewTicker(time.Duration(float64(time.Second) / plan.Rate))
-	defer tick.Stop()
 	// Window -1 warms up and counts for neither kind: the process's first
 	// reviews are slower (connections, caches, the store's first pages),
 	// and with nothing burning the off windows read a p99 ratio of 0.68
@@ -307,36 +296,16 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 		if err := setBurn(kind); err != nil {
 			return Result{}, fmt.Errorf("burner: %w", err)
 		}
-		on.Store(kind)
 		at, ch, be, si := time.Now(), childCPU(), benchCPU(), simCPUNow()
 		end := at.Add(slice)
-		for time.Now().Before(end) {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return Result{}, ctx.Err()
-			case <-tick.C:
+		// A review counts for the window it was submitted in; the window's
+		// last ones end in the next (run does not wait for them).
+		if err := ir.run("floor", func() bool { return time.Now().Before(end) }, func(_ time.Time, lat time.Duration) {
+			if !warm {
+				samples = append(samples, floorSample{lat: lat, on: kind})
 			}
-			seq++
-			n, burning := seq, on.Load()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				start := time.Now()
-				s, err := rv.Submit(ctx, interactiveRequest(n))
-				if err == nil {
-					err = pubs.wait(ctx, c, s.ID, &reads)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
-				if !warm {
-					samples = append(samples, floorSample{lat: time.Since(start), on: burning})
-				}
-			}()
+		}); err != nil {
+			return Result{}, err
 		}
 		k := 0
 		if kind {
@@ -352,8 +321,8 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	}
 	_ = setBurn(false)
 	stopBurn()
-	wg.Wait()
-	if err := joinFailures(errs); err != nil {
+	ir.wait()
+	if err := ir.failures(); err != nil {
 		return Result{}, err
 	}
 	var off, burn []time.Duration
@@ -389,13 +358,4 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 		r.add(kind+"_sim_cpu_per_second", perSec(s.sim, s.wall), "CPU s/s of the simulator child")
 	}
 	return r, nil
-}
-
-// interactiveRequest is interactive review n of the batch-isolation
-// workloads: one file, on the "interactive" provider, published nowhere.
-// (batchlane.go's interactive reviews spell the same request out; session
-// 32's h1 rewrites that loop, which can take this.)
-func interactiveRequest(n int) review.Request {
-	return review.Request{Region: "us", Provider: "interactive", Repo: "acme/app", Change: fmt.Sprint(n),
-		Diff: fileDiff("app", n), Depth: "full", Publish: review.Publish{Kind: "none"}}
 }
