@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -163,16 +164,14 @@ type burnerChild struct{ *selfChild }
 
 // startBurnerChild starts this executable as a burner child, idle.
 func startBurnerChild() (*burnerChild, error) {
-	sc, line, err := startSelf("burner child", BurnChildEnv+"=1", nil)
-	if sc == nil {
-		return nil, err
-	}
-	if err == nil && strings.TrimSpace(line) != "burning" {
-		err = fmt.Errorf("its first line %q", line)
-	}
+	sc, err := startSelf("burner child", BurnChildEnv+"=1", 0, time.Second, func(line string) error {
+		if strings.TrimSpace(line) != "burning" {
+			return errors.New("not burning")
+		}
+		return nil
+	})
 	if err != nil {
-		_ = sc.close(time.Second)
-		return nil, fmt.Errorf("burner child: %w", err)
+		return nil, err
 	}
 	return &burnerChild{selfChild: sc}, nil
 }
