@@ -156,7 +156,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 
 	// ir submits and times the interactive reviews; its reads count the
 	// bench's own store reads waiting for them, per phase below.
-	ir := &interactiveReviews{ctx: ctx, rv: rv, c: c, pubs: pubs, rate: plan.Rate, tr: tr, xt: xt}
+	ir := &interactiveReviews{ctx: ctx, rv: rv, c: c, pubs: pubs, tr: tr, xt: xt}
 	// interactive runs reviews at plan.Rate until stop is closed and at
 	// least window has passed, and returns their latencies and, at the
 	// same index, the instants they were submitted.
@@ -165,25 +165,26 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			lats []time.Duration
 			ats  []time.Time
 		)
+		tick := time.NewTicker(time.Duration(float64(time.Second) / plan.Rate))
+		defer tick.Stop()
 		end := time.Now().Add(window)
-		more := func() bool {
+		for {
+			if err := ir.next(tick.C); err != nil {
+				return nil, nil, err
+			}
 			if time.Now().After(end) {
 				select {
 				case <-stop:
-					return false
+					ir.wait()
+					return lats, ats, ir.failures()
 				default:
 				}
 			}
-			return true
+			ir.submit(phase, func(start time.Time, lat time.Duration) {
+				lats = append(lats, lat)
+				ats = append(ats, start)
+			})
 		}
-		if err := ir.run(phase, more, func(start time.Time, lat time.Duration) {
-			lats = append(lats, lat)
-			ats = append(ats, start)
-		}); err != nil {
-			return nil, nil, err
-		}
-		ir.wait()
-		return lats, ats, ir.failures()
 	}
 
 	closed := make(chan struct{})

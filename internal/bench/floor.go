@@ -277,13 +277,15 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	benchCPU := func() float64 { v, _ := procCPUSeconds(os.Getpid()); return v }
 	simCPUNow := func() float64 { v, _ := simCPU(); return v }
 
-	ir := &interactiveReviews{ctx: ctx, rv: rv, c: c, pubs: pubs, rate: plan.Rate}
+	ir := &interactiveReviews{ctx: ctx, rv: rv, c: c, pubs: pubs}
 	var samples []floorSample
 	// cpu sums each kind of window's CPU readings: [on] of the burner
 	// child, the bench process and the simulator child, and wall time.
 	type cpuSums struct{ child, bench, sim, wall float64 }
 	var sums [2]cpuSums
 	slice := plan.Window / floorSlices
+	tick := time.NewTicker(time.Duration(float64(time.Second) / plan.Rate))
+	defer tick.Stop()
 	// Window -1 warms up and counts for neither kind: the process's first
 	// reviews are slower (connections, caches, the store's first pages),
 	// and with nothing burning the off windows read a p99 ratio of 0.68
@@ -297,14 +299,16 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 		}
 		at, ch, be, si := time.Now(), childCPU(), benchCPU(), simCPUNow()
 		end := at.Add(slice)
-		// A review counts for the window it was submitted in; the window's
-		// last ones end in the next (run does not wait for them).
-		if err := ir.run("floor", func() bool { return time.Now().Before(end) }, func(_ time.Time, lat time.Duration) {
-			if !warm {
-				samples = append(samples, floorSample{lat: lat, on: kind})
+		for time.Now().Before(end) {
+			if err := ir.next(tick.C); err != nil {
+				return Result{}, err
 			}
-		}); err != nil {
-			return Result{}, err
+			// A review counts for the window it was submitted in.
+			ir.submit("floor", func(_ time.Time, lat time.Duration) {
+				if !warm {
+					samples = append(samples, floorSample{lat: lat, on: kind})
+				}
+			})
 		}
 		k := 0
 		if kind {

@@ -12,18 +12,18 @@ import (
 	"github.com/ratelane/ratelane/review"
 )
 
-// interactiveReviews is the stream of interactive reviews the
-// batch-isolation workloads measure: one review (interactiveRequest) at
-// every tick of rate, each timed from its Submit until the bench sees it
-// published. batch-isolation's phases and batch-floor's windows are
-// stretches of it (run), so that both workloads submit, wait and time a
-// review the same way and their figures stay comparable.
+// interactiveReviews submits the batch-isolation workloads' interactive
+// reviews (interactiveRequest) and times each from its Submit until the
+// bench sees it published: batch-isolation's phases and batch-floor's
+// windows pace them each their own way (a tick of the workload's rate,
+// next) and submit each through submit, so that both workloads submit,
+// wait for and time a review the same way and their figures stay
+// comparable.
 type interactiveReviews struct {
 	ctx  context.Context
 	rv   *review.Plugin
 	c    *ratelane.Client
 	pubs *publications
-	rate float64 // reviews per second
 	// reads counts the bench's own store reads waiting for the reviews
 	// (publications.wait): what the measurement costs the process it
 	// measures.
@@ -31,48 +31,44 @@ type interactiveReviews struct {
 	tr    *tailTrace // nil: no --trace-tail
 	xt    *execTrace // nil: no --exec-trace
 
-	seq  int // the last review's number; run's loop alone touches it
+	seq  int // the last review's number; the pacing loop alone touches it
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	errs []error // failed reviews since the last failures
 }
 
-// run submits one review at every tick, at ir.rate, from now until more,
-// asked after each tick, says no (a review's figures are record's business:
-// it is called, under a lock, with each review's submit instant and
-// latency as it is published). phase names the reviews in the traces.
-// run does not wait for the reviews still in flight when it returns
-// (wait does), except when ctx ends: then it waits for them and returns
-// ctx's error.
-func (ir *interactiveReviews) run(phase string, more func() bool, record func(start time.Time, lat time.Duration)) error {
-	tick := time.NewTicker(time.Duration(float64(time.Second) / ir.rate))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ir.ctx.Done():
-			ir.wg.Wait()
-			return ir.ctx.Err()
-		case <-tick.C:
-		}
-		if !more() {
-			return nil
-		}
-		ir.seq++
-		n := ir.seq
-		ir.wg.Add(1)
-		go func() {
-			defer ir.wg.Done()
-			start, err := ir.one(phase, n)
-			lat := time.Since(start)
-			ir.mu.Lock()
-			defer ir.mu.Unlock()
-			if err != nil {
-				ir.errs = append(ir.errs, err)
-				return
-			}
-			record(start, lat)
-		}()
+// next waits for tick. When ctx ends first it waits for the reviews in
+// flight and returns ctx's error.
+func (ir *interactiveReviews) next(tick <-chan time.Time) error {
+	select {
+	case <-ir.ctx.Done():
+		ir.wg.Wait()
+		return ir.ctx.Err()
+	case <-tick:
+		return nil
 	}
+}
+
+// submit starts the next review in a goroutine; phase names it in the
+// traces. Once it is published, record gets its submit instant and
+// latency, under a lock (one record at a time); a review that fails is
+// kept for failures instead.
+func (ir *interactiveReviews) submit(phase string, record func(start time.Time, lat time.Duration)) {
+	ir.seq++
+	n := ir.seq
+	ir.wg.Add(1)
+	go func() {
+		defer ir.wg.Done()
+		start, err := ir.one(phase, n)
+		lat := time.Since(start)
+		ir.mu.Lock()
+		defer ir.mu.Unlock()
+		if err != nil {
+			ir.errs = append(ir.errs, err)
+			return
+		}
+		record(start, lat)
+	}()
 }
 
 // one submits review n and waits until it is published; it returns when
