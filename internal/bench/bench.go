@@ -79,6 +79,11 @@ type Options struct {
 	// interactive work is in flight), for A/B runs: zero leaves the
 	// default (10 ms), negative turns the hold off.
 	SQLiteBatchHold time.Duration
+	// SQLiteGapCheckpoint is every SQLite region's
+	// Region.SQLiteGapCheckpoint (WAL checkpoints between interactive
+	// work, at this many frames), for A/B runs: zero leaves checkpoints to
+	// SQLite.
+	SQLiteGapCheckpoint int
 	// Sim is where the batch-isolation workload's simulators run:
 	// SimInProcess ("" too) or SimChild, which needs the executable to
 	// call ServeSimChildIfAsked first (the ratelane command, this
@@ -503,6 +508,7 @@ func (e *env) region() ratelane.Region {
 	} else {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
 		r.SQLiteBatchHold = e.opts.SQLiteBatchHold
+		r.SQLiteGapCheckpoint = e.opts.SQLiteGapCheckpoint
 	}
 	return r
 }
