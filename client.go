@@ -216,7 +216,8 @@ func openStore(ctx context.Context, r Region, log *slog.Logger) (store.Store, er
 		return st, nil
 	}
 	warnLooseModes(log, r.Name, r.SQLitePath)
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: r.SQLitePath, Region: r.Name, Synchronous: r.Synchronous, BatchHold: r.SQLiteBatchHold, BatchSyncDefer: r.SQLiteBatchSyncDefer})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: r.SQLitePath, Region: r.Name, Synchronous: r.Synchronous, BatchHold: r.SQLiteBatchHold,
+		GapCheckpoint: r.SQLiteGapCheckpoint, BatchSyncDefer: r.SQLiteBatchSyncDefer})
 	if err != nil {
 		return nil, err
 	}

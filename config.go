@@ -47,6 +47,13 @@ type Region struct {
 	// other connections may read such a write before it is. Zero (the
 	// default) or negative: off. Ignored at Synchronous NORMAL.
 	SQLiteBatchSyncDefer time.Duration
+	// SQLiteGapCheckpoint, when positive, has the SQLite writer run WAL
+	// checkpoints between transactions while no interactive work is in
+	// flight, once the WAL holds this many frames not yet checkpointed,
+	// instead of inside whichever commit crosses SQLite's 1,000-frame
+	// autocheckpoint (sqlite.Config.GapCheckpoint; 4× it stays as the
+	// safety net). Zero (the default) leaves checkpoints to SQLite.
+	SQLiteGapCheckpoint int
 	// PostgresURL is the region's PostgreSQL database.
 	PostgresURL string
 	// PostgresSchema is the schema holding the region's tables; default

@@ -154,71 +154,36 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		go tr.sample(sctx, childCPU)
 	}
 
-	// reads counts the bench's own store reads waiting for interactive
-	// reviews (waitPublished), per phase below: what the measurement
-	// costs the process it measures.
-	var reads atomic.Int64
+	// ir submits and times the interactive reviews; its reads count the
+	// bench's own store reads waiting for them, per phase below.
+	ir := &interactiveReviews{ctx: ctx, rv: rv, c: c, pubs: pubs, tr: tr, xt: xt}
 	// interactive runs reviews at plan.Rate until stop is closed and at
 	// least window has passed, and returns their latencies and, at the
 	// same index, the instants they were submitted.
-	seq := 0
 	interactive := func(phase string, window time.Duration, stop <-chan struct{}) ([]time.Duration, []time.Time, error) {
 		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
 			lats []time.Duration
 			ats  []time.Time
-			errs []error
 		)
 		tick := time.NewTicker(time.Duration(float64(time.Second) / plan.Rate))
 		defer tick.Stop()
 		end := time.Now().Add(window)
 		for {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return nil, nil, ctx.Err()
-			case <-tick.C:
+			if err := ir.next(tick.C); err != nil {
+				return nil, nil, err
 			}
 			if time.Now().After(end) {
 				select {
 				case <-stop:
-					wg.Wait()
-					return lats, ats, joinFailures(errs)
+					ir.wait()
+					return lats, ats, ir.failures()
 				default:
 				}
 			}
-			seq++
-			n := seq
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cpulabel.Set(cpulabel.Interactive)
-				start := time.Now()
-				err := func() error {
-					s, err := rv.Submit(ctx, interactiveRequest(n))
-					if err != nil {
-						return err
-					}
-					submitted := time.Now()
-					cpulabel.Set(cpulabel.BenchWait) // the bench's own reads
-					if err := pubs.wait(ctx, c, s.ID, &reads); err != nil {
-						return err
-					}
-					end := time.Now()
-					tr.review(s.ID, phase, start, end)
-					xt.review(ctx, phase, s.ID, start, submitted, end)
-					return nil
-				}()
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
-				lats = append(lats, time.Since(start))
+			ir.submit(phase, func(start time.Time, lat time.Duration) {
+				lats = append(lats, lat)
 				ats = append(ats, start)
-			}()
+			})
 		}
 	}
 
@@ -228,7 +193,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if _, _, err := interactive("warmup", plan.Warmup, closed); err != nil {
 		return Result{}, fmt.Errorf("warm-up: %w", err)
 	}
-	reads.Store(0)
+	ir.reads.Store(0)
 	host0 := readHost()
 	w0 := storeWrites(reg)
 	c0, _ := childCPU()
@@ -240,7 +205,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	baseSched := sampleSched()
 	base, baseAt, err := interactive("baseline", plan.Window, closed)
 	baseRun := baseSched()
-	baseReads := reads.Load()
+	baseReads := ir.reads.Load()
 	host1 := readHost()
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
@@ -308,7 +273,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}
 	cpulabel.SetPhase("after")
 	sweepRun := sweepSched()
-	sweepReads := reads.Load() - baseReads
+	sweepReads := ir.reads.Load() - baseReads
 	if err != nil {
 		return Result{}, fmt.Errorf("under the sweep: %w", err)
 	}
@@ -843,14 +808,6 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 		}
 	}
 	return false
-}
-
-// joinFailures joins a phase's failed reviews into one error (nil for none).
-func joinFailures(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%d interactive reviews failed, the first: %w", len(errs), errs[0])
 }
 
 // schedSample is the scheduler's goroutine counts over a phase, sampled

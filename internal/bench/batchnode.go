@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -80,8 +79,6 @@ func serveBatchNode(cfgJSON string, in io.Reader, out io.Writer) error {
 // batchNode is a running batch-only child process.
 type batchNode struct {
 	*selfChild
-	// niceNote says how the node's priority was set (or why not).
-	niceNote string
 }
 
 // startBatchNode starts this executable as a batch-only node of region r
@@ -92,30 +89,29 @@ func startBatchNode(bc batchNodeConfig, nice int) (*batchNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &batchNode{}
 	// Niced at once (before it opens the store) and again once it has
-	// started: Linux keeps a nice per thread, and a thread inherits its
-	// creator's, so every thread the Go runtime had made by then is set
-	// and those it makes later inherit the setting.
-	sc, line, err := startSelf("batch node", BatchNodeEnv+"="+string(b), func(p *os.Process) { n.niceNote = renice(p.Pid, nice) })
-	if sc == nil {
+	// started (startSelf): Linux keeps a nice per thread, and a thread
+	// inherits its creator's, so every thread the Go runtime had made by
+	// then is set and those it makes later inherit the setting.
+	sc, err := startSelf("batch node", BatchNodeEnv+"="+string(b), nice, batchNodeGrace, func(line string) error {
+		if !strings.Contains(line, `"ready":true`) {
+			return errors.New("not ready")
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	n.selfChild = sc
-	if err == nil && !strings.Contains(line, `"ready":true`) {
-		err = errors.New("not ready")
-	}
-	if err != nil {
-		_ = n.close()
-		return nil, fmt.Errorf("batch node: its first line %q: %w", line, err)
-	}
-	n.niceNote = renice(sc.cmd.Process.Pid, nice)
-	return n, nil
+	return &batchNode{selfChild: sc}, nil
 }
 
 // cpuSeconds is the node's CPU time so far (procCPUSeconds).
 func (n *batchNode) cpuSeconds() (float64, bool) { return procCPUSeconds(n.cmd.Process.Pid) }
 
+// batchNodeGrace is how long a closed batch node has to stop gracefully
+// and exit before it is killed.
+const batchNodeGrace = 10 * time.Second
+
 // close ends the node: its stdin closes (it stops gracefully and exits),
-// and a kill follows if it has not within 10 s.
-func (n *batchNode) close() error { return n.selfChild.close(10 * time.Second) }
+// and a kill follows if it has not within batchNodeGrace.
+func (n *batchNode) close() error { return n.selfChild.close(batchNodeGrace) }

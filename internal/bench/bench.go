@@ -84,6 +84,11 @@ type Options struct {
 	// without an fsync, answered at a later sync within this bound), for
 	// A/B runs: zero or negative leaves it off.
 	SQLiteBatchSyncDefer time.Duration
+	// SQLiteGapCheckpoint is every SQLite region's
+	// Region.SQLiteGapCheckpoint (WAL checkpoints between interactive
+	// work, at this many frames), for A/B runs: zero leaves checkpoints to
+	// SQLite.
+	SQLiteGapCheckpoint int
 	// Sim is where the batch-isolation workload's simulators run:
 	// SimInProcess ("" too) or SimChild, which needs the executable to
 	// call ServeSimChildIfAsked first (the ratelane command, this
@@ -509,6 +514,7 @@ func (e *env) region() ratelane.Region {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
 		r.SQLiteBatchHold = e.opts.SQLiteBatchHold
 		r.SQLiteBatchSyncDefer = e.opts.SQLiteBatchSyncDefer
+		r.SQLiteGapCheckpoint = e.opts.SQLiteGapCheckpoint
 	}
 	return r
 }

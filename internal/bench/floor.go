@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,11 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelane/ratelane"
-	"github.com/ratelane/ratelane/review"
 )
 
 // The batch-floor workload (issue 15 item 3): the batch-isolation
@@ -165,16 +164,14 @@ type burnerChild struct{ *selfChild }
 
 // startBurnerChild starts this executable as a burner child, idle.
 func startBurnerChild() (*burnerChild, error) {
-	sc, line, err := startSelf("burner child", BurnChildEnv+"=1", nil)
-	if sc == nil {
-		return nil, err
-	}
-	if err == nil && strings.TrimSpace(line) != "burning" {
-		err = fmt.Errorf("its first line %q", line)
-	}
+	sc, err := startSelf("burner child", BurnChildEnv+"=1", 0, time.Second, func(line string) error {
+		if strings.TrimSpace(line) != "burning" {
+			return errors.New("not burning")
+		}
+		return nil
+	})
 	if err != nil {
-		_ = sc.close(time.Second)
-		return nil, fmt.Errorf("burner child: %w", err)
+		return nil, err
 	}
 	return &burnerChild{selfChild: sc}, nil
 }
@@ -280,15 +277,8 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	benchCPU := func() float64 { v, _ := procCPUSeconds(os.Getpid()); return v }
 	simCPUNow := func() float64 { v, _ := simCPU(); return v }
 
-	var (
-		mu      sync.Mutex
-		samples []floorSample
-		errs    []error
-		wg      sync.WaitGroup
-		reads   atomic.Int64
-		on      atomic.Bool
-		seq     int
-	)
+	ir := &interactiveReviews{ctx: ctx, rv: rv, c: c, pubs: pubs}
+	var samples []floorSample
 	// cpu sums each kind of window's CPU readings: [on] of the burner
 	// child, the bench process and the simulator child, and wall time.
 	type cpuSums struct{ child, bench, sim, wall float64 }
@@ -307,36 +297,18 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 		if err := setBurn(kind); err != nil {
 			return Result{}, fmt.Errorf("burner: %w", err)
 		}
-		on.Store(kind)
 		at, ch, be, si := time.Now(), childCPU(), benchCPU(), simCPUNow()
 		end := at.Add(slice)
 		for time.Now().Before(end) {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return Result{}, ctx.Err()
-			case <-tick.C:
+			if err := ir.next(tick.C); err != nil {
+				return Result{}, err
 			}
-			seq++
-			n, burning := seq, on.Load()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				start := time.Now()
-				s, err := rv.Submit(ctx, interactiveRequest(n))
-				if err == nil {
-					err = pubs.wait(ctx, c, s.ID, &reads)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
+			// A review counts for the window it was submitted in.
+			ir.submit("floor", func(_ time.Time, lat time.Duration) {
 				if !warm {
-					samples = append(samples, floorSample{lat: time.Since(start), on: burning})
+					samples = append(samples, floorSample{lat: lat, on: kind})
 				}
-			}()
+			})
 		}
 		k := 0
 		if kind {
@@ -352,8 +324,8 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	}
 	_ = setBurn(false)
 	stopBurn()
-	wg.Wait()
-	if err := joinFailures(errs); err != nil {
+	ir.wait()
+	if err := ir.failures(); err != nil {
 		return Result{}, err
 	}
 	var off, burn []time.Duration
@@ -389,13 +361,4 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 		r.add(kind+"_sim_cpu_per_second", perSec(s.sim, s.wall), "CPU s/s of the simulator child")
 	}
 	return r, nil
-}
-
-// interactiveRequest is interactive review n of the batch-isolation
-// workloads: one file, on the "interactive" provider, published nowhere.
-// (batchlane.go's interactive reviews spell the same request out; session
-// 32's h1 rewrites that loop, which can take this.)
-func interactiveRequest(n int) review.Request {
-	return review.Request{Region: "us", Provider: "interactive", Repo: "acme/app", Change: fmt.Sprint(n),
-		Diff: fileDiff("app", n), Depth: "full", Publish: review.Publish{Kind: "none"}}
 }

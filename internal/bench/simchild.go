@@ -119,37 +119,48 @@ func newSims(processFor time.Duration) (*upstream.Server, *batchsim.Server, erro
 type selfChild struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser // a burner child (batch-floor) reads its rates here
+	// niceNote says how the child's priority was set (or why not).
+	niceNote string
 }
 
-// startSelf starts this executable with env (NAME=value) added, calls
-// started (when not nil) with the running process, and returns the first
-// line the child writes on stdout. On an error the caller closes the child
-// it returned (nil when none started).
-func startSelf(what, env string, started func(*os.Process)) (*selfChild, string, error) {
+// startSelf starts this executable with env (NAME=value) added at nice
+// (0: the bench's own priority), and hands the first line the child
+// writes on stdout to ready, which says whether the child is serving. It
+// renices the child at once and again once it serves: the threads its
+// runtime makes later inherit the nice of the thread that makes them (a
+// refused nice is not an error; niceNote says so). A child that does not
+// get that far is closed (killed grace after its stdin closed) and the
+// error names what and the line.
+func startSelf(what, env string, nice int, grace time.Duration, ready func(line string) error) (*selfChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), env)
 	cmd.Stderr = os.Stderr // an *os.File: no copying goroutine
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	c := &selfChild{cmd: cmd, stdin: stdin}
-	if started != nil {
-		started(cmd.Process)
-	}
+	c := &selfChild{cmd: cmd, stdin: stdin, niceNote: renice(cmd.Process.Pid, nice)}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	return c, line, err
+	if err == nil {
+		err = ready(line)
+	}
+	if err != nil {
+		_ = c.close(grace)
+		return nil, fmt.Errorf("%s: its first line %q: %w", what, line, err)
+	}
+	c.niceNote = renice(cmd.Process.Pid, nice)
+	return c, nil
 }
 
 // close ends the child: its stdin closes (it exits by itself), and a kill
@@ -171,8 +182,6 @@ func (c *selfChild) close(grace time.Duration) error {
 type simChild struct {
 	*selfChild
 	urls simURLs
-	// niceNote says how the child's priority was set (or why not).
-	niceNote string
 }
 
 // startSimChild starts this executable as the simulators' child (see
@@ -181,31 +190,29 @@ type simChild struct {
 // bench's priority and says so in niceNote; it is not an error.
 func startSimChild(processFor time.Duration, nice int) (*simChild, error) {
 	c := &simChild{}
-	// Niced at once and again once it serves, as the batch node is
-	// (startBatchNode): the threads its runtime makes later inherit the
-	// nice of the thread that makes them.
-	sc, line, err := startSelf("simulator child", SimChildEnv+"="+processFor.String(), func(p *os.Process) { c.niceNote = renice(p.Pid, nice) })
-	if sc == nil {
+	sc, err := startSelf("simulator child", SimChildEnv+"="+processFor.String(), nice, simChildGrace, func(line string) error {
+		if err := json.Unmarshal([]byte(line), &c.urls); err != nil {
+			return err
+		}
+		if c.urls.LLM == "" || c.urls.Batch == "" {
+			return errors.New("no URLs")
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	c.selfChild = sc
-	if err == nil {
-		err = json.Unmarshal([]byte(line), &c.urls)
-	}
-	if err == nil && (c.urls.LLM == "" || c.urls.Batch == "") {
-		err = errors.New("no URLs")
-	}
-	if err != nil {
-		_ = c.close()
-		return nil, fmt.Errorf("simulator child: its first line %q: %w", line, err)
-	}
-	c.niceNote = renice(sc.cmd.Process.Pid, nice)
 	return c, nil
 }
 
-// close ends the child, killed if it has not exited 5 s after its stdin
-// closed.
-func (c *simChild) close() error { return c.selfChild.close(5 * time.Second) }
+// simChildGrace is how long a closed simulator child has to exit before
+// it is killed.
+const simChildGrace = 5 * time.Second
+
+// close ends the child, killed if it has not exited simChildGrace after
+// its stdin closed.
+func (c *simChild) close() error { return c.selfChild.close(simChildGrace) }
 
 // cpuSeconds is the child's CPU time so far (procCPUSeconds).
 func (c *simChild) cpuSeconds() (float64, bool) { return procCPUSeconds(c.cmd.Process.Pid) }

@@ -185,7 +185,7 @@ func advanceManyFails(t *testing.T, restart bool) {
 	ctx := context.Background()
 	open := reopenable(t)
 	s1 := open()
-	ids := readyBatchParents(t, s1, parents)
+	ids := insertBatchParents(t, s1, parents)
 	dying := &dyingMany{Store: s1, keep: keep}
 	var calls atomic.Int64
 	kinds := func(calls *atomic.Int64) map[string]engine.Kind {

@@ -311,16 +311,11 @@ func restartPublishes(t *testing.T, open func() store.Store, parentID string, le
 // and passes MayLease on (store.LeaseProber) when the store has it.
 type leaseCounter struct {
 	store.Store
-	leases, empty atomic.Int64
+	leaseTally
 }
 
 func (c *leaseCounter) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
-	jobs, err := c.Store.Lease(ctx, p)
-	c.leases.Add(1)
-	if err == nil && len(jobs) == 0 {
-		c.empty.Add(1)
-	}
-	return jobs, err
+	return c.count(c.Store.Lease(ctx, p))
 }
 
 func (c *leaseCounter) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {

@@ -24,7 +24,21 @@ import (
 // optional interface the store has.
 type leaseCounting struct {
 	*sqlite.Store
-	leases, empty, finishes, finishLeases, finishEmpty, reads, idleProbes atomic.Int64
+	leaseTally
+	finishes, finishLeases, finishEmpty, reads, idleProbes atomic.Int64
+}
+
+// leaseTally counts a store's Lease calls (leases) and those that took
+// nothing (empty): leaseCounting's and leaseCounter's Lease count through it.
+type leaseTally struct{ leases, empty atomic.Int64 }
+
+// count tallies one Lease call's answer and passes it on.
+func (t *leaseTally) count(jobs []*job.Job, err error) ([]*job.Job, error) {
+	t.leases.Add(1)
+	if err == nil && len(jobs) == 0 {
+		t.empty.Add(1)
+	}
+	return jobs, err
 }
 
 func (s *leaseCounting) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
@@ -37,12 +51,7 @@ func (s *leaseCounting) MayLease(ctx context.Context, p store.LeaseParams) (bool
 }
 
 func (s *leaseCounting) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
-	jobs, err := s.Store.Lease(ctx, p)
-	s.leases.Add(1)
-	if err == nil && len(jobs) == 0 {
-		s.empty.Add(1)
-	}
-	return jobs, err
+	return s.count(s.Store.Lease(ctx, p))
 }
 
 func (s *leaseCounting) FinishLease(ctx context.Context, ts []store.Transition, p store.LeaseParams) ([]error, []*job.Job, error) {

@@ -5,11 +5,7 @@ import (
 	"runtime/metrics"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
@@ -35,7 +31,7 @@ func TestSweepStretchAdvancesWithoutAGoroutineEach(t *testing.T) {
 	const parents = 64 // two stretches of sweepYieldEvery
 	s := newStore(t)
 	ctx := context.Background()
-	ids := readyBatchParents(t, s, parents)
+	ids := insertBatchParents(t, s, parents)
 	var calls atomic.Int64
 	// Not started: only the pass below aggregates.
 	e, err := engine.New(engine.Config{Store: s, Region: "us", Kinds: map[string]engine.Kind{"report": {Aggregate: sumParts(&calls)}}})
@@ -62,21 +58,4 @@ func TestSweepStretchAdvancesWithoutAGoroutineEach(t *testing.T) {
 		t.Errorf("the pass's %d advances took %d transactions, want at most %d: a stretch's advances share commits", parents, txs, parents/4)
 	}
 	t.Logf("%d parents: %d goroutines created, %d transactions", parents, created, txs)
-}
-
-// readyBatchParents inserts n accepted batch-lane "report" parents with
-// no parts on s, each ready to aggregate, and returns their ids.
-func readyBatchParents(t *testing.T, s store.Store, n int) []string {
-	t.Helper()
-	jobs := writerOn(t, s)
-	var ids []string
-	for range n {
-		p := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: job.LaneBatch, LimitKeys: []string{"parts:report"}}
-		p.Prepare(uuid.Must(uuid.NewV7()).String(), time.Now(), 0, true)
-		if _, err := jobs.InsertParts(context.Background(), p, nil, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, p.ID)
-	}
-	return ids
 }

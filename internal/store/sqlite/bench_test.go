@@ -100,12 +100,7 @@ func BenchmarkLeaseFinishCycle(b *testing.B) {
 				b.Fatalf("lease: %d jobs, %v", len(jobs), err)
 			}
 			left -= len(jobs)
-			ts := make([]store.Transition, len(jobs))
-			for i, j := range jobs {
-				ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateValidated,
-					Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess}, Keys: store.KeyEffect{Now: now}}
-			}
-			if _, err := s.Finish(ctx, ts); err != nil {
+			if _, err := s.Finish(ctx, storetest.Validated(jobs, now)); err != nil {
 				b.Fatal(err)
 			}
 		}

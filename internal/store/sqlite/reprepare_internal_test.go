@@ -50,12 +50,7 @@ func TestLeaseScansNotReprepared(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts := make([]store.Transition, len(jobs))
-		for i, j := range jobs {
-			ts[i] = store.Transition{ID: j.ID, LeaseToken: j.LeaseToken, To: job.StateValidated,
-				Record: job.AttemptRecord{At: now, Attempt: j.Attempt, Outcome: job.ClassSuccess}, Keys: store.KeyEffect{Now: now}}
-		}
-		if _, err := s.Finish(ctx, ts); err != nil {
+		if _, err := s.Finish(ctx, storetest.Validated(jobs, now)); err != nil {
 			t.Fatal(err)
 		}
 	}

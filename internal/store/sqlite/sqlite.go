@@ -86,6 +86,16 @@ type Config struct {
 	// lane's commits leave the disk to the interactive ones. Zero or
 	// negative: off (every commit fsyncs itself), the default.
 	BatchSyncDefer time.Duration
+	// GapCheckpoint, when positive, has the writer run WAL checkpoints in
+	// the gaps between interactive work rather than inside whichever
+	// COMMIT crosses SQLite's wal_autocheckpoint: between transactions,
+	// while no watcher (WatchInteractive) reports interactive work in
+	// flight and no interactive write is queued, once the WAL holds at
+	// least this many frames not yet checkpointed. The writer connection's
+	// wal_autocheckpoint is raised to 4× it as the safety net that bounds
+	// the WAL when interactive work leaves no gap. Zero (the default) or
+	// negative leaves checkpoints to SQLite (1,000 frames).
+	GapCheckpoint int
 }
 
 func (c Config) withDefaults() Config {
@@ -201,6 +211,11 @@ type Store struct {
 	// holdTimer is the writer's timer for BatchHold (writer goroutine
 	// only), made once.
 	holdTimer *time.Timer
+	// shm is the WAL's -shm file, opened by the writer goroutine for
+	// walBacklog (GapCheckpoint) and closed when it returns; gapCkpts
+	// counts the checkpoints it ran (gapCheckpoint).
+	shm      *os.File
+	gapCkpts atomic.Int64
 	// txLost is set by runOne when a write's savepoint is gone: SQLite
 	// rolled the writer's transaction back under it (writer goroutine
 	// only; see runBatch).
@@ -320,6 +335,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.syncq = make(chan []ran, 4*cfg.MaxBatch)
 		s.syncDone = make(chan struct{})
 		go s.syncer()
+	}
+	if n := s.cfg.GapCheckpoint; n > 0 {
+		if _, err := s.wconn.ExecContext(ctx, fmt.Sprintf(`PRAGMA wal_autocheckpoint = %d`, gapSafety*n)); err != nil {
+			s.wconn.Close()
+			wdb.Close()
+			rdb.Close()
+			probe.Close()
+			return nil, err
+		}
 	}
 	go s.writer()
 	return s, nil

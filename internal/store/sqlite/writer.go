@@ -199,7 +199,13 @@ func (s *Store) writePieces(ctx context.Context, n int, fn func(tx *writeTx, lo,
 // when it arrived, however large the batch lane's writes are.
 func (s *Store) writer() {
 	defer close(s.done)
+	defer func() {
+		if s.shm != nil {
+			s.shm.Close()
+		}
+	}()
 	for {
+		s.gapCheckpoint()
 		select {
 		case r := <-s.reqs:
 			s.commit(r)
@@ -300,6 +306,7 @@ func (s *Store) held(begun time.Time) (r *writeReq) {
 		defer func() {
 			s.wstate.Store(writerRunBatch)
 			noteHold(r, bound, time.Since(t0))
+			noteSeg(s, "hold", nil, t0)
 		}()
 	}
 	for {
@@ -472,9 +479,11 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 	if s.busy.Load() != nil && first.lane == job.LaneBatch && !deferred {
 		begun = time.Now()
 	}
+	var tb time.Time
 	if cpulabel.On {
 		cpulabel.Set(writerLabel(first.lane, true))
 		s.wstate.Store(runState(first.lane != job.LaneBatch))
+		tb = time.Now()
 	}
 	if _, err := s.exec(tx, `BEGIN IMMEDIATE`); err != nil {
 		// A transaction left open by a COMMIT and ROLLBACK that both
@@ -488,6 +497,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 		return []ran{{r: first}}, notCommitted, fmt.Errorf("sqlite: data_version: %w", err)
 	}
 	if cpulabel.On {
+		noteSeg(s, "begin", nil, tb)
 		cpulabel.SetWrite(writerLabel(first.lane, false), first.kind)
 	}
 	s.txLost = false
@@ -544,6 +554,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 	_, cerr := s.exec(tx, `COMMIT`)
 	if cpulabel.On {
 		noteCommit(batch, hasInteractive, deferred, time.Since(c0))
+		noteTxCommit(s, batch, hasInteractive, c0)
 	}
 	if err := cerr; err != nil {
 		// A COMMIT that fails (an I/O error, SQLITE_BUSY) may leave the
@@ -601,7 +612,10 @@ func (s *Store) runOne(tx *writeTx, r *writeReq, shared bool) (err error) {
 	}
 	if cpulabel.On {
 		t0 := time.Now()
-		defer func() { noteWrite(r, time.Since(t0), len(s.reqs)) }()
+		defer func() {
+			noteWrite(r, time.Since(t0), len(s.reqs))
+			noteRun(s, r, t0)
+		}()
 	}
 	fn := r.fn
 	inSavepoint := false

@@ -20,3 +20,7 @@ func stepStart() time.Time                                                   { r
 func noteStep(lane job.Lane, step string, t0 time.Time)                      {}
 func noteArrival(r *writeReq)                                                {}
 func noteHold(r *writeReq, bound bool, d time.Duration)                      {}
+func noteSeg(s *Store, what string, r *writeReq, t0 time.Time)               {}
+func noteRun(s *Store, r *writeReq, t0 time.Time)                            {}
+func noteGapCheckpoint(s *Store, t0 time.Time)                               {}
+func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time)  {}

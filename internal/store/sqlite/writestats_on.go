@@ -115,6 +115,7 @@ func dumpWriteStats() {
 		enc.Encode(st)
 	}
 	writeStats.m = nil
+	dumpDecomps(enc)
 }
 
 // stepStart is when a step of a write that noteStep times started.
@@ -208,4 +209,204 @@ func countRange(n int) string {
 		return "1-3"
 	}
 	return "0"
+}
+
+// wseg is one stretch of the writer's time, as a cpulabels build records
+// it (noteSeg): a write's run, a BEGIN, a COMMIT, a hold.
+type wseg struct {
+	t0, t1 time.Time
+	what   string
+	r      *writeReq // the write run, or nil
+	tx     int64     // the transaction it belongs to
+}
+
+// segRing is the writer's last segRingSize stretches of time, per store.
+type segRing struct {
+	ring [segRingSize]wseg
+	n    int64
+	tx   int64 // the transaction running (counted at each BEGIN)
+	// dbMod and dbSize are the main database file's at the last COMMIT:
+	// in WAL mode only a checkpoint writes that file.
+	dbMod  time.Time
+	dbSize int64
+}
+
+const segRingSize = 1 << 15
+
+// decomp is one interactive write's latency (its call to its commit's
+// end) split by what the writer did meanwhile.
+type decomp struct {
+	phase string
+	lat   float64
+	parts map[string]float64
+}
+
+var segs struct {
+	mu      sync.Mutex
+	rings   map[*Store]*segRing
+	decomps []decomp
+}
+
+func ringOf(s *Store) *segRing {
+	if segs.rings == nil {
+		segs.rings = map[*Store]*segRing{}
+	}
+	g := segs.rings[s]
+	if g == nil {
+		g = &segRing{}
+		if fi, err := os.Stat(s.cfg.Path); err == nil {
+			g.dbMod, g.dbSize = fi.ModTime(), fi.Size()
+		}
+		segs.rings[s] = g
+	}
+	return g
+}
+
+// noteSeg records a stretch of the writer's time from t0 to now.
+func noteSeg(s *Store, what string, r *writeReq, t0 time.Time) {
+	now := time.Now()
+	segs.mu.Lock()
+	defer segs.mu.Unlock()
+	g := ringOf(s)
+	if what == "begin" {
+		g.tx++
+	}
+	g.ring[g.n%segRingSize] = wseg{t0: t0, t1: now, what: what, r: r, tx: g.tx}
+	g.n++
+}
+
+// noteRun records a write's run as a stretch of the writer's time.
+func noteRun(s *Store, r *writeReq, t0 time.Time) {
+	lane := "interactive"
+	if r.lane == job.LaneBatch {
+		lane = "batch"
+	}
+	noteSeg(s, lane+" write "+r.kind, r, t0)
+}
+
+// noteTxCommit records a COMMIT that began at c0, whether it checkpointed
+// (the main file changed since the last COMMIT), and splits the latency of
+// each interactive write it answers by what the writer did from the
+// write's call to now.
+func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time) {
+	now := time.Now()
+	d := now.Sub(c0)
+	segs.mu.Lock()
+	g := ringOf(s)
+	ckpt := "plain"
+	if fi, err := os.Stat(s.cfg.Path); err == nil {
+		if !fi.ModTime().Equal(g.dbMod) || fi.Size() != g.dbSize {
+			ckpt = "ckpt"
+		}
+		g.dbMod, g.dbSize = fi.ModTime(), fi.Size()
+	}
+	what := "commit batch-only " + ckpt
+	if hasInteractive {
+		what = "commit with-interactive " + ckpt
+	}
+	g.ring[g.n%segRingSize] = wseg{t0: c0, t1: now, what: what, tx: g.tx}
+	g.n++
+	phase := cpulabel.Phase()
+	for _, w := range batch {
+		if w.r.lane == job.LaneBatch {
+			continue
+		}
+		dc := decomp{phase: phase, lat: float64(now.Sub(w.r.at)) / 1e6, parts: map[string]float64{}}
+		covered := 0.0
+		for i := g.n - 1; i >= 0 && i > g.n-segRingSize; i-- {
+			sg := g.ring[i%segRingSize]
+			if sg.t1.Before(w.r.at) {
+				break
+			}
+			lo := sg.t0
+			if lo.Before(w.r.at) {
+				lo = w.r.at
+			}
+			ms := float64(sg.t1.Sub(lo)) / 1e6
+			if ms <= 0 {
+				continue
+			}
+			label := sg.what
+			switch {
+			case sg.r == w.r:
+				label = "own run"
+			case sg.tx == g.tx && strings.HasPrefix(sg.what, "commit"):
+				label = "own " + sg.what
+			case sg.tx == g.tx && sg.what == "begin":
+				label = "own begin"
+			case sg.tx == g.tx:
+				label = "same tx: " + sg.what
+			}
+			dc.parts[label] += ms
+			covered += ms
+		}
+		dc.parts["uncovered"] += dc.lat - covered
+		segs.decomps = append(segs.decomps, dc)
+	}
+	segs.mu.Unlock()
+	lane := job.LaneBatch
+	if hasInteractive {
+		lane = job.LaneInteractive
+	}
+	noteWrite(&writeReq{lane: lane, kind: "CKPT " + what}, d, 0)
+}
+
+// decompStat is one line of the decomposition's dump: in phase, over the
+// interactive writes of set ("all", or "slowest 5%" by latency), the
+// time spent beside label.
+type decompStat struct {
+	Decomp, Set, Label string
+	Writes             int     // writes in the set
+	With               int     // of them, how many had any of label
+	Ms                 float64 // summed
+	PerWriteMs         float64
+	LatP50, LatP99     float64
+}
+
+// dumpDecomps appends the decompositions to f's encoder and forgets them.
+func dumpDecomps(enc *json.Encoder) {
+	segs.mu.Lock()
+	defer segs.mu.Unlock()
+	by := map[string][]decomp{}
+	for _, d := range segs.decomps {
+		by[d.phase] = append(by[d.phase], d)
+	}
+	for phase, ds := range by {
+		sort.Slice(ds, func(i, j int) bool { return ds[i].lat < ds[j].lat })
+		p50, p99 := ds[len(ds)/2].lat, ds[len(ds)*99/100].lat
+		for _, set := range []struct {
+			name string
+			ds   []decomp
+		}{{"all", ds}, {"slowest 5%", ds[len(ds)*95/100:]}, {"slowest 1%", ds[len(ds)*99/100:]}} {
+			sum := map[string]float64{}
+			with := map[string]int{}
+			for _, d := range set.ds {
+				for l, ms := range d.parts {
+					sum[l] += ms
+					if ms > 0 {
+						with[l]++
+					}
+				}
+			}
+			for l, ms := range sum {
+				enc.Encode(decompStat{Decomp: phase, Set: set.name, Label: l, Writes: len(set.ds), With: with[l],
+					Ms: ms, PerWriteMs: ms / float64(len(set.ds)), LatP50: p50, LatP99: p99})
+			}
+		}
+	}
+	segs.decomps = nil
+}
+
+// noteGapCheckpoint records a gap checkpoint (Store.gapCheckpoint) begun
+// at t0, and takes the main file's new mtime and size as the last
+// COMMIT's, so that the next COMMIT is not counted as checkpointing.
+func noteGapCheckpoint(s *Store, t0 time.Time) {
+	noteSeg(s, "gap checkpoint", nil, t0)
+	segs.mu.Lock()
+	g := ringOf(s)
+	if fi, err := os.Stat(s.cfg.Path); err == nil {
+		g.dbMod, g.dbSize = fi.ModTime(), fi.Size()
+	}
+	segs.mu.Unlock()
+	noteWrite(&writeReq{lane: job.LaneBatch, kind: "CKPT gap checkpoint"}, time.Since(t0), 0)
 }
