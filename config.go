@@ -37,6 +37,16 @@ type Region struct {
 	// batch-only node never holds. Zero takes the default (10 ms);
 	// negative turns the hold off.
 	SQLiteBatchHold time.Duration
+	// SQLiteBatchSyncDefer, when positive, lets the SQLite writer commit
+	// a transaction of deferrable batch-lane writes (leases, heartbeats,
+	// aggregations, settles, a batch submission's pieces) without an
+	// fsync and answer them once the WAL is durable: at the next commit
+	// that fsyncs, or at its own fsync of the WAL when no interactive work
+	// is in flight or the oldest answer has waited this long
+	// (sqlite.Config.BatchSyncDefer). Acknowledged still means durable;
+	// other connections may read such a write before it is. Zero (the
+	// default) or negative: off. Ignored at Synchronous NORMAL.
+	SQLiteBatchSyncDefer time.Duration
 	// SQLiteGapCheckpoint, when positive, has the SQLite writer run WAL
 	// checkpoints between transactions while no interactive work is in
 	// flight, once the WAL holds this many frames not yet checkpointed,

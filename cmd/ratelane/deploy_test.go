@@ -111,18 +111,30 @@ func TestBatchLaneCPUs(t *testing.T) {
 // library, whose zero is its default), and a bad or negative duration
 // stops start-up naming the field.
 func TestBatchLaneSQLiteHold(t *testing.T) {
-	for _, c := range []struct {
-		body    string
-		want    time.Duration
-		wantErr string
-	}{
+	checkRegionDurations(t, "SQLiteBatchHold", func(r ratelane.Region) time.Duration { return r.SQLiteBatchHold }, []regionDuration{
 		{`{"batch_lane": {"sqlite_hold": "5ms"}}`, 5 * time.Millisecond, ""},
 		{`{"batch_lane": {"sqlite_hold": "5ms"}, "regions": [{"Name": "us"}, {"Name": "eu"}]}`, 5 * time.Millisecond, ""},
 		{`{"batch_lane": {"sqlite_hold": "0s"}}`, -1, ""},
 		{`{"batch_lane": {"cpus": 1}}`, 0, ""},
 		{`{"batch_lane": {"sqlite_hold": "-1ms"}}`, 0, "batch_lane.sqlite_hold"},
 		{`{"batch_lane": {"sqlite_hold": "soon"}}`, 0, "batch_lane.sqlite_hold"},
-	} {
+	})
+}
+
+// regionDuration is a config file's body and the duration every served
+// region should take from it, or the error naming the field.
+type regionDuration struct {
+	body    string
+	want    time.Duration
+	wantErr string
+}
+
+// checkRegionDurations serves each case's config for regions us and eu
+// and checks that both take its duration (get reads the Region's field,
+// named field).
+func checkRegionDurations(t *testing.T, field string, get func(ratelane.Region) time.Duration, cases []regionDuration) {
+	t.Helper()
+	for _, c := range cases {
 		path := filepath.Join(t.TempDir(), "ratelane.json")
 		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
 			t.Fatal(err)
@@ -139,8 +151,8 @@ func TestBatchLaneSQLiteHold(t *testing.T) {
 			t.Fatalf("%s: regions %+v; want us and eu", c.body, cfg.Regions)
 		}
 		for _, r := range cfg.Regions {
-			if r.SQLiteBatchHold != c.want {
-				t.Errorf("%s: region %s SQLiteBatchHold %v; want %v", c.body, r.Name, r.SQLiteBatchHold, c.want)
+			if got := get(r); got != c.want {
+				t.Errorf("%s: region %s %s %v; want %v", c.body, r.Name, field, got, c.want)
 			}
 		}
 	}
@@ -192,4 +204,19 @@ func configOK(t *testing.T, what string, err error, wantErr string) bool {
 		return false
 	}
 	return true
+}
+
+// TestBatchLaneSQLiteSyncDefer: the config file's
+// batch_lane.sqlite_sync_defer sets every served region's
+// SQLiteBatchSyncDefer (deferrable batch-lane writes committed without an
+// fsync, answered at a later sync within it); absent or "0s" leaves it
+// off, and a bad or negative duration stops start-up naming the field.
+func TestBatchLaneSQLiteSyncDefer(t *testing.T) {
+	checkRegionDurations(t, "SQLiteBatchSyncDefer", func(r ratelane.Region) time.Duration { return r.SQLiteBatchSyncDefer }, []regionDuration{
+		{`{"batch_lane": {"sqlite_sync_defer": "5ms"}}`, 5 * time.Millisecond, ""},
+		{`{"batch_lane": {"sqlite_sync_defer": "0s"}}`, 0, ""},
+		{`{"batch_lane": {"cpus": 1}}`, 0, ""},
+		{`{"batch_lane": {"sqlite_sync_defer": "-1ms"}}`, 0, "batch_lane.sqlite_sync_defer"},
+		{`{"batch_lane": {"sqlite_sync_defer": "soon"}}`, 0, "batch_lane.sqlite_sync_defer"},
+	})
 }

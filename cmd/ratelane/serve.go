@@ -58,6 +58,9 @@ type serverFlags struct {
 	// sqliteHold is the config file's batch_lane.sqlite_hold for every
 	// SQLite region (zero: the library's default).
 	sqliteHold time.Duration
+	// sqliteSyncDefer is the config file's batch_lane.sqlite_sync_defer
+	// for every SQLite region (zero: off).
+	sqliteSyncDefer time.Duration
 }
 
 // multiFlag collects a repeatable flag.
@@ -135,6 +138,11 @@ type batchLaneConfig struct {
 	// flight (ratelane.Region.SQLiteBatchHold): empty keeps the default
 	// (10ms), "0s" turns the hold off.
 	SQLiteHold string `json:"sqlite_hold"`
+	// SQLiteSyncDefer is each SQLite region's
+	// ratelane.Region.SQLiteBatchSyncDefer: deferrable batch-lane writes
+	// are committed without an fsync and answered once the WAL is durable,
+	// within this bound. Empty or "0s": off (the default).
+	SQLiteSyncDefer string `json:"sqlite_sync_defer"`
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -167,6 +175,7 @@ func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error)
 	}
 	for i := range cfg.Regions {
 		cfg.Regions[i].SQLiteBatchHold = cmp.Or(cfg.Regions[i].SQLiteBatchHold, f.sqliteHold)
+		cfg.Regions[i].SQLiteBatchSyncDefer = cmp.Or(cfg.Regions[i].SQLiteBatchSyncDefer, f.sqliteSyncDefer)
 	}
 	for _, p := range f.postgres {
 		region, url, scoped := strings.Cut(p, "=")
@@ -226,6 +235,13 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 			return fmt.Errorf("config %s: batch_lane.sqlite_hold: want a duration such as 10ms, or 0s (off), not %q", f.config, h)
 		}
 		f.sqliteHold = cmp.Or(v, -1) // the library's zero is its default; the file's "0s" is off
+	}
+	if d := fc.BatchLane.SQLiteSyncDefer; d != "" {
+		v, err := time.ParseDuration(d)
+		if err != nil || v < 0 {
+			return fmt.Errorf("config %s: batch_lane.sqlite_sync_defer: want a duration such as 5ms, or 0s (off), not %q", f.config, d)
+		}
+		f.sqliteSyncDefer = v
 	}
 	for _, d := range []struct {
 		field, s string

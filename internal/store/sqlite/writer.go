@@ -31,6 +31,9 @@ type writeReq struct {
 	// found is the writer's state (writerState) when the write was
 	// queued, in a cpulabels build only.
 	found int32
+	// mayDefer marks a batch-lane write that may be committed without an
+	// fsync and answered at a later sync (mayDefer; Config.BatchSyncDefer).
+	mayDefer bool
 }
 
 // writerState is what the writer goroutine is doing, as a cpulabels
@@ -97,6 +100,7 @@ func (s *Store) enqueue(ctx context.Context, fn func(tx *writeTx) error) (*write
 	r := &writeReq{fn: fn, done: make(chan error, 1), lane: lane, at: time.Now()}
 	if lane == job.LaneBatch {
 		r.charge = store.WriteChargeOf(ctx)
+		r.mayDefer = deferrable(ctx)
 	}
 	if cpulabel.On {
 		r.kind = writeCaller()
@@ -208,9 +212,12 @@ func (s *Store) writer() {
 			continue
 		default:
 		}
+		s.syncIdle()
 		select {
 		case r := <-s.reqs:
 			s.commit(r)
+		case <-s.syncDue():
+			s.syncPending()
 		case r := <-s.batchReqs:
 			// An interactive write queued between the look above and this
 			// select may have been ready too (select picks at random): it
@@ -229,6 +236,13 @@ func (s *Store) writer() {
 				case r := <-s.batchReqs:
 					s.commit(r)
 				default:
+					// Close answers every deferred write: the syncer
+					// syncs what it was handed and stops.
+					s.syncPending()
+					if s.syncq != nil {
+						close(s.syncq)
+						<-s.syncDone
+					}
 					return
 				}
 			}
@@ -240,11 +254,22 @@ func (s *Store) writer() {
 // should commit: an interactive write when one is queued, else a
 // batch-lane write unless the transaction already holds an interactive
 // one.
-func (s *Store) next(hasInteractive bool) *writeReq {
-	select {
-	case r := <-s.reqs:
-		return r
-	default:
+//
+// A transaction committed without an fsync (deferred) takes no
+// interactive write: it commits at once when one is queued, and the
+// interactive write's transaction, committed as every interactive one
+// is, by SQLite with its fsync, makes the deferred writes durable too.
+func (s *Store) next(hasInteractive, deferred bool) *writeReq {
+	if deferred {
+		if len(s.reqs) > 0 {
+			return nil
+		}
+	} else {
+		select {
+		case r := <-s.reqs:
+			return r
+		default:
+		}
 	}
 	if hasInteractive {
 		return nil
@@ -347,9 +372,32 @@ func (s *Store) WatchInteractive(busy func() bool) {
 }
 
 // commit runs first and the writes that next hands it in one transaction
-// and answers them all after its commit.
+// and answers them all once its commit is durable: at once after a commit
+// that fsynced (which makes the deferred writes before it durable too),
+// later for one committed without (syncPending).
 func (s *Store) commit(first *writeReq) {
-	batch, err := s.runBatch(first)
+	batch, c, err := s.runBatch(first)
+	if err == nil && c == committedSynced && len(s.unsynced) > 0 {
+		s.answerUnsynced()
+	}
+	if err == nil && c == committedNoSync {
+		if len(s.unsynced) == 0 {
+			s.unsyncedSince = time.Now()
+		}
+		for _, w := range batch {
+			s.lanes.done(w.r)
+		}
+		s.unsynced = append(s.unsynced, batch...)
+		if !allDeferrable(batch) {
+			// A write that may not wait joined: sync now, as its own
+			// commit would have.
+			s.syncPending()
+		}
+		if cpulabel.On {
+			s.wstate.Store(writerIdle)
+		}
+		return
+	}
 	for _, w := range batch {
 		werr := w.err
 		if err != nil {
@@ -404,7 +452,12 @@ func (tx *writeTx) QueryRow(query string, args ...any) *sql.Row {
 // writes next hands it (up to MaxBatch in all), each in its own savepoint,
 // and commits. A first write that fails is rolled back alone: the writes
 // still queued go into the next transaction.
-func (s *Store) runBatch(first *writeReq) ([]ran, error) {
+//
+// The transaction is committed without an fsync (committedNoSync) when
+// first may be (deferTx): synchronous=NORMAL is set before its BEGIN
+// (SQLite refuses to change it inside a transaction) and FULL again after
+// its end.
+func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 	// The connection is the writer's for the batch: Migrate (and tests)
 	// run on it between batches, as they waited for the pool's one
 	// connection while a *sql.Tx held it.
@@ -412,8 +465,18 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	defer s.wmu.Unlock()
 	defer s.closeBatchStmts()
 	tx := &s.wtx
+	if err := s.syncErr.Load(); err != nil {
+		return []ran{{r: first}}, notCommitted, *err
+	}
+	deferred := s.deferTx(first)
+	if deferred {
+		if _, err := s.exec(tx, `PRAGMA synchronous = NORMAL`); err != nil {
+			return []ran{{r: first}}, notCommitted, fmt.Errorf("sqlite: synchronous: %w", err)
+		}
+		defer s.restoreSync(tx)
+	}
 	var begun time.Time // for held: read only while a watcher is set
-	if s.busy.Load() != nil && first.lane == job.LaneBatch {
+	if s.busy.Load() != nil && first.lane == job.LaneBatch && !deferred {
 		begun = time.Now()
 	}
 	var tb time.Time
@@ -427,11 +490,11 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		// failed would refuse every later BEGIN: end it, so that only
 		// this batch fails. (Without one, ROLLBACK fails harmlessly.)
 		s.exec(tx, `ROLLBACK`)
-		return []ran{{r: first}}, fmt.Errorf("sqlite: begin: %w", err)
+		return []ran{{r: first}}, notCommitted, fmt.Errorf("sqlite: begin: %w", err)
 	}
 	if err := s.checkDataVersion(tx); err != nil {
 		s.exec(tx, `ROLLBACK`)
-		return []ran{{r: first}}, fmt.Errorf("sqlite: data_version: %w", err)
+		return []ran{{r: first}}, notCommitted, fmt.Errorf("sqlite: data_version: %w", err)
 	}
 	if cpulabel.On {
 		noteSeg(s, "begin", nil, tb)
@@ -445,9 +508,9 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		// insert failed, the first jobs of a failed Insert).
 		s.forgetRows()
 		if _, err := s.exec(tx, `ROLLBACK`); err != nil {
-			return batch, fmt.Errorf("sqlite: rollback: %w", err)
+			return batch, notCommitted, fmt.Errorf("sqlite: rollback: %w", err)
 		}
-		return batch, nil
+		return batch, notCommitted, nil
 	}
 	hasInteractive := first.lane != job.LaneBatch
 	// A write whose failure ends the transaction (SQLite rolls it back
@@ -457,7 +520,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	// RELEASE commits, and the batch's failed COMMIT then answered a
 	// committed write with an error.
 	for len(batch) < s.cfg.MaxBatch && !s.txLost {
-		r := s.next(hasInteractive)
+		r := s.next(hasInteractive, deferred)
 		if r == nil && !hasInteractive && !begun.IsZero() {
 			r = s.held(begun)
 		}
@@ -482,7 +545,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	if s.txLost {
 		s.forgetRows()
 		s.exec(tx, `ROLLBACK`) // fails harmlessly: there is no transaction
-		return batch, errors.New("sqlite: the transaction was rolled back under one of its writes")
+		return batch, notCommitted, errors.New("sqlite: the transaction was rolled back under one of its writes")
 	}
 	var c0 time.Time
 	if cpulabel.On {
@@ -490,7 +553,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	}
 	_, cerr := s.exec(tx, `COMMIT`)
 	if cpulabel.On {
-		noteCommit(batch, hasInteractive, time.Since(c0))
+		noteCommit(batch, hasInteractive, deferred, time.Since(c0))
 		noteTxCommit(s, batch, hasInteractive, c0)
 	}
 	if err := cerr; err != nil {
@@ -499,11 +562,15 @@ func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 		// committed later by another batch's COMMIT.
 		s.forgetRows()
 		s.exec(tx, `ROLLBACK`)
-		return batch, fmt.Errorf("sqlite: commit: %w", err)
+		return batch, notCommitted, fmt.Errorf("sqlite: commit: %w", err)
 	}
 	s.txs.Add(1)
 	s.writes.Add(int64(len(batch)))
-	return batch, nil
+	if deferred {
+		s.deferredTxs.Add(1)
+		return batch, committedNoSync, nil
+	}
+	return batch, committedSynced, nil
 }
 
 // checkDataVersion forgets the writer's copies of stored rows

@@ -128,30 +128,25 @@ func noteStep(lane job.Lane, step string, t0 time.Time) {
 }
 
 // noteCommit records a COMMIT's hold by whether its transaction holds an
-// interactive write and how many batch-lane writes it holds.
-func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {
+// interactive write, how many batch-lane writes it holds, and whether it
+// was committed without an fsync (deferred: "COMMIT-NOSYNC").
+func noteCommit(batch []ran, hasInteractive, deferred bool, d time.Duration) {
 	nb := 0
 	for _, w := range batch {
 		if w.r.lane == job.LaneBatch {
 			nb++
 		}
 	}
-	b := "0"
-	switch {
-	case nb >= 64:
-		b = "64+"
-	case nb >= 16:
-		b = "16-63"
-	case nb >= 4:
-		b = "4-15"
-	case nb >= 1:
-		b = "1-3"
-	}
+	b := countRange(nb)
 	lane := job.LaneBatch
 	if hasInteractive {
 		lane = job.LaneInteractive
 	}
-	noteWrite(&writeReq{lane: lane, kind: "COMMIT batch-writes=" + b}, d, 0)
+	commit := "COMMIT"
+	if deferred {
+		commit = "COMMIT-NOSYNC"
+	}
+	noteWrite(&writeReq{lane: lane, kind: commit + " batch-writes=" + b}, d, 0)
 	for _, w := range batch {
 		if w.r.lane != job.LaneBatch {
 			noteWrite(&writeReq{lane: w.r.lane, kind: "LATENCY batch-writes-in-tx=" + b}, time.Since(w.r.at), 0)
@@ -193,6 +188,27 @@ func noteHold(r *writeReq, bound bool, d time.Duration) {
 		how = "HOLD ended-by=interactive-write"
 	}
 	noteWrite(&writeReq{lane: lane, kind: how}, d, 0)
+}
+
+// noteSync records one of the writer's own fsyncs of the WAL (syncPending)
+// by how many deferred writes it answered.
+func noteSync(n int, d time.Duration) {
+	noteWrite(&writeReq{lane: job.LaneBatch, kind: "WALSYNC answered=" + countRange(n)}, d, 0)
+}
+
+// countRange names the range of write counts n falls in.
+func countRange(n int) string {
+	switch {
+	case n >= 64:
+		return "64+"
+	case n >= 16:
+		return "16-63"
+	case n >= 4:
+		return "4-15"
+	case n >= 1:
+		return "1-3"
+	}
+	return "0"
 }
 
 // wseg is one stretch of the writer's time, as a cpulabels build records
