@@ -201,8 +201,9 @@ type intakeMark struct{}
 // batch lane's Yield between them (where the batch pacer rests it), each
 // of a bounded size whatever the manifest's: one per 32 reviews planned,
 // one per store write of its objects, one before its jobs' insert and one
-// before the batch's record. 200 one-part reviews (400 objects: a diff
-// and a part each) are 6 + 2 + 1 + 1 yields; in one piece they were none.
+// before the batch's record. 300 one-part reviews (300 objects: a diff
+// each, which is also its part's text: pipeline.PartArgs.WholeDiff) are
+// 9 + 2 + 1 + 1 yields; in one piece they were none.
 func TestBatchIntakeInPieces(t *testing.T) {
 	t.Parallel()
 	p, err := review.NewProvider(intakeSim(t, "openai"))
@@ -220,17 +221,17 @@ func TestBatchIntakeInPieces(t *testing.T) {
 		}}})
 	startClient(t, cfg)
 	req := review.BatchRequest{Region: "us"}
-	for i := range 200 {
+	for i := range 300 {
 		req.Reviews = append(req.Reviews, review.BatchReview{Repo: "acme/app", Change: fmt.Sprint(i), Diff: []byte(batchDiff(i))})
 	}
 	st, err := rv.SubmitBatch(context.WithValue(context.Background(), intakeMark{}, true), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Summary.Items != 200 {
-		t.Fatalf("submitted %d items, want 200", st.Summary.Items)
+	if st.Summary.Items != 300 {
+		t.Fatalf("submitted %d items, want 300", st.Summary.Items)
 	}
-	if n := yields.Load(); n != 6+2+1+1 {
-		t.Fatalf("the intake's pieces: %d yields, want 10 (6 planning, 2 object writes, the jobs, the batch)", n)
+	if n := yields.Load(); n != 9+2+1+1 {
+		t.Fatalf("the intake's pieces: %d yields, want 13 (9 planning, 2 object writes, the jobs, the batch)", n)
 	}
 }

@@ -165,9 +165,9 @@ type pass struct {
 	// rather than reading each part object and building its prompt again
 	// (docs/benchmarks.md, "Session 15 (s15h2)").
 	built map[string]llmbatch.Item
-	// inputs are input objects read ahead (prefetch), by object id, until
+	// inputs are input objects read ahead (prefetch), by kind and id, until
 	// an item's part or extraction takes its own; a nil value: none stored.
-	inputs map[string]*store.Object
+	inputs map[inputKey]*store.Object
 }
 
 func (h *Handler) handle(ctx context.Context, j *job.Job, submit bool) job.Outcome {
@@ -497,7 +497,7 @@ var errBadItem = errors.New("bad part object")
 
 // part loads and parses an item's part text.
 func (p *pass) part(ctx context.Context, it store.BatchItem) (*diff.Diff, error) {
-	obj, err := p.input(ctx, pipeline.ObjectPart, it.ObjectID)
+	obj, err := p.input(ctx, itemObject(it), it.ObjectID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errBadItem
 	} else if err != nil {
@@ -508,6 +508,16 @@ func (p *pass) part(ctx context.Context, it store.BatchItem) (*diff.Diff, error)
 		return nil, errBadItem
 	}
 	return d, nil
+}
+
+// itemObject is the kind of a review item's part text: the review's diff
+// object when the item names its review (ObjectID = JobID: a part that is
+// the whole diff, pipeline.PartArgs.WholeDiff), else its part object.
+func itemObject(it store.BatchItem) string {
+	if it.ObjectID == it.JobID {
+		return pipeline.ObjectDiff
+	}
+	return pipeline.ObjectPart
 }
 
 // inputKind is the kind of the pass's items' input objects.
@@ -527,38 +537,47 @@ func (p *pass) inputKind() string {
 // (s21h4)"). An extraction item naming another batch's object is left
 // out: extraction refuses it unread.
 func (p *pass) prefetch(ctx context.Context, items []store.BatchItem) error {
-	ids := make([]string, 0, len(items))
+	// By kind: a review pass's items read part objects or (whole-diff
+	// parts) diff objects.
+	byKind := map[string][]string{}
 	for _, it := range items {
-		if p.sum.Extracting() && it.ObjectID != p.b.ID+"/"+it.CustomID {
-			continue
-		}
-		ids = append(ids, it.ObjectID)
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	got, err := p.h.cfg.Store.GetObjects(ctx, p.inputKind(), ids)
-	if err != nil {
-		return err
-	}
-	if p.inputs == nil {
-		p.inputs = make(map[string]*store.Object, len(ids))
-	}
-	for _, id := range ids {
-		if o, ok := got[id]; ok {
-			p.inputs[id] = &o
+		kind := p.inputKind()
+		if p.sum.Extracting() {
+			if it.ObjectID != p.b.ID+"/"+it.CustomID {
+				continue
+			}
 		} else {
-			p.inputs[id] = nil
+			kind = itemObject(it)
+		}
+		byKind[kind] = append(byKind[kind], it.ObjectID)
+	}
+	for kind, ids := range byKind {
+		got, err := p.h.cfg.Store.GetObjects(ctx, kind, ids)
+		if err != nil {
+			return err
+		}
+		if p.inputs == nil {
+			p.inputs = make(map[inputKey]*store.Object, len(items))
+		}
+		for _, id := range ids {
+			if o, ok := got[id]; ok {
+				p.inputs[inputKey{kind, id}] = &o
+			} else {
+				p.inputs[inputKey{kind, id}] = nil
+			}
 		}
 	}
 	return nil
 }
 
+// inputKey names a prefetched input object.
+type inputKey struct{ kind, id string }
+
 // input returns an item's input object of kind: the one prefetch read
 // (once: it is then forgotten), or one read of its own.
 func (p *pass) input(ctx context.Context, kind, id string) (store.Object, error) {
-	if o, ok := p.inputs[id]; ok && kind == p.inputKind() {
-		delete(p.inputs, id)
+	if o, ok := p.inputs[inputKey{kind, id}]; ok {
+		delete(p.inputs, inputKey{kind, id})
 		if o == nil {
 			return store.Object{}, store.ErrNotFound
 		}

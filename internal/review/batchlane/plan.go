@@ -163,8 +163,14 @@ func NewPlan(m Manifest, newID func() string) (Plan, error) {
 			}
 			// The custom_id joins a provider's result line to its item:
 			// review and part index, within ^[a-zA-Z0-9_-]{1,64}$.
+			// A whole-diff part's item names the review's diff object: its
+			// ObjectID is the review's id, its JobID (itemObject).
+			obj := pa.Object
+			if pa.WholeDiff {
+				obj = rp.Parent.ID
+			}
 			p.Items = append(p.Items, store.BatchItem{CustomID: fmt.Sprintf("r%d-p%d", i, pa.Index), JobID: rp.Parent.ID,
-				ObjectID: pa.Object, Index: pa.Index})
+				ObjectID: obj, Index: pa.Index})
 			sum.Tokens += int64(pa.EstTokens + prof.MaxOutputTokens)
 		}
 	}

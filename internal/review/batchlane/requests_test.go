@@ -93,6 +93,8 @@ func countedBatch(t *testing.T, cfg batchsim.Config, id string, n int, now func(
 // prompt built) once: the upload reuses the request plan built to size
 // the chunk. Before, the pass read every part object twice. And the
 // pass reads them in one store call (Store.GetObjects), not one each.
+// One-file reviews' parts are their whole diffs: the items name the
+// diff objects, and no part object is stored (pipeline.PartArgs.WholeDiff).
 func TestSubmitReadsEachPartOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -103,6 +105,16 @@ func TestSubmitReadsEachPartOnce(t *testing.T) {
 	submit := plan.Jobs[0]
 	if submit.Kind != KindSubmit {
 		t.Fatalf("plan's first job is %s, want the submit driver", submit.Kind)
+	}
+	// One-file reviews store each diff once (pipeline.PartArgs.WholeDiff):
+	// their items name the review's diff object, which the pass reads.
+	if len(plan.Objects) != len(plan.Items) {
+		t.Fatalf("%d objects for %d one-part reviews; want the diffs alone", len(plan.Objects), len(plan.Items))
+	}
+	for _, it := range plan.Items {
+		if it.ObjectID != it.JobID || itemObject(it) != pipeline.ObjectDiff {
+			t.Fatalf("item %s names object %s (review %s); want its review's diff", it.CustomID, it.ObjectID, it.JobID)
+		}
 	}
 	h.HandleSubmit(ctx, submit)
 	chunks, err := st.BatchChunks(ctx, plan.Batch.ID)

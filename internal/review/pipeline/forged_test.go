@@ -226,3 +226,46 @@ func TestAggregatorRefusesForeignDiff(t *testing.T) {
 		t.Fatalf("forged review is %s/%s with result %s; want terminal permanent_error", got.State, got.Reason, got.Result)
 	}
 }
+
+// A review whose diff is one part stores the diff once: its part names the
+// review's diff object (PartArgs.WholeDiff), and the part handler reviews
+// that object's text.
+func TestWholeDiffPartStoresTheDiffOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := openEU(t)
+	const one = "diff --git a/x.go b/x.go\n--- a/x.go\n+++ b/x.go\n@@ -0,0 +1,2 @@\n+package x\n+// CANARY AKIA0000000000000000\n"
+	s := Submission{ID: uuid.NewString(), Region: "eu", Tenant: "acme", Lane: job.LaneInteractive, Diff: []byte(one),
+		Args:    Args{Repo: "acme/app", DepthRequested: DepthFull, Depth: DepthFull, Publish: Publish{Kind: PublishNone}},
+		Profile: testProfile(""), Now: time.Now()}
+	p, err := NewPlan(s, uuid.NewString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Parts) != 1 || len(p.Objects) != 1 || p.Objects[0].Kind != ObjectDiff {
+		t.Fatalf("%d parts, %d objects (want 1 part and the diff alone)", len(p.Parts), len(p.Objects))
+	}
+	pa, _ := decode[PartArgs](p.Parts[0].Payload)
+	if kind, id := pa.PartObject(); !pa.WholeDiff || kind != ObjectDiff || id != s.ID || pa.Object != s.ID+"/0" {
+		t.Fatalf("part args %+v name %s/%s", pa, kind, id)
+	}
+	for _, o := range p.Objects {
+		if err := st.PutObject(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Insert(ctx, append([]*job.Job{p.Parent}, p.Parts...), admission.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := provider.New(testProfile(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := NewPartHandler("eu", st, []provider.Provider{rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := parts.Handle(ctx, p.Parts[0]); o.Class != job.ClassSuccess || !strings.Contains(string(o.Result), "CANARY") {
+		t.Fatalf("whole-diff part: %+v", o)
+	}
+}

@@ -132,7 +132,8 @@ func (h *PartHandler) Handle(ctx context.Context, j *job.Job) job.Outcome {
 	if !ok {
 		return job.Outcome{Class: job.ClassPermanent, Err: fmt.Sprintf("no provider %q in region %s", args.Provider, h.region)}
 	}
-	obj, err := h.objects.GetObject(ctx, ObjectPart, args.Object)
+	kind, id := args.PartObject()
+	obj, err := h.objects.GetObject(ctx, kind, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return job.Outcome{Class: job.ClassPermanent, Err: "part object is missing"}
 	} else if err != nil {

@@ -108,6 +108,22 @@ type PartArgs struct {
 	Depth     string `json:"depth"`
 	Provider  string `json:"provider"`
 	EstTokens int    `json:"est_tokens"`
+	// WholeDiff says the part is the review's whole diff, byte for byte
+	// (a diff that fits one part): its text is the review's diff object
+	// (ObjectDiff, id Review) and no part object was stored. A second
+	// copy of every small review's diff was ~16 % of a 10,000-file
+	// sweep's batch-only WAL frames and ~2 of an interactive review's
+	// ~17 frames a commit (docs/benchmarks.md, "Session 33 (s33h6)").
+	// Object still names the part's id, for the checks and the items.
+	WholeDiff bool `json:"whole_diff,omitempty"`
+}
+
+// PartObject is the kind and id of the object holding a part's text.
+func (a PartArgs) PartObject() (kind, id string) {
+	if a.WholeDiff {
+		return ObjectDiff, a.Review
+	}
+	return ObjectPart, a.Object
 }
 
 // Quarantined is a finding that failed verification, with its reason.

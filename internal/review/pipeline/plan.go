@@ -72,13 +72,19 @@ func NewPlan(s Submission, newID func() string) (Plan, error) {
 	p.Parent.IdempotencyKey = s.IdempotencyKey
 	for _, part := range parts {
 		objID := s.ID + "/" + strconv.Itoa(part.Index)
-		p.Objects = append(p.Objects, store.Object{Kind: ObjectPart, ID: objID, Body: []byte(part.Text), UpdatedAt: s.Now})
+		// A lone part that is the whole diff reads the diff object
+		// (PartArgs.WholeDiff) rather than a copy of it.
+		whole := len(parts) == 1 && part.Text == string(s.Diff)
+		if !whole {
+			p.Objects = append(p.Objects, store.Object{Kind: ObjectPart, ID: objID, Body: []byte(part.Text), UpdatedAt: s.Now})
+		}
 		est := part.Tokens + PromptOverheadTokens
 		cost := int64(1)
 		if s.Profile.TokensKey != "" {
 			cost = int64(est + s.Profile.MaxOutputTokens)
 		}
-		pa := PartArgs{Review: s.ID, Index: part.Index, Object: objID, Depth: s.Args.Depth, Provider: s.Profile.Name, EstTokens: est}
+		pa := PartArgs{Review: s.ID, Index: part.Index, Object: objID, Depth: s.Args.Depth, Provider: s.Profile.Name, EstTokens: est,
+			WholeDiff: whole}
 		pj, err := s.job(KindPart, newID(), pa, cost, false)
 		if err != nil {
 			return Plan{}, err

@@ -3,6 +3,7 @@
 package sqlite
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"runtime"
@@ -116,6 +117,7 @@ func dumpWriteStats() {
 	}
 	writeStats.m = nil
 	dumpDecomps(enc)
+	dumpWALVolumes(enc)
 }
 
 // stepStart is when a step of a write that noteStep times started.
@@ -229,6 +231,168 @@ type segRing struct {
 	// in WAL mode only a checkpoint writes that file.
 	dbMod  time.Time
 	dbSize int64
+	// wal is the wal-index header read at the running transaction's
+	// BEGIN: the frames its COMMIT appends are read against it.
+	wal walHdr
+}
+
+// walHdr is the part of the wal-index header the WAL volume figures
+// need: frames in the WAL, how many a checkpoint copied, and the salt
+// that changes when a write restarts the WAL from its beginning.
+type walHdr struct {
+	mx, backfilled int64
+	salt           uint64
+	ok             bool
+}
+
+// readWALHdr reads s's wal-index header (the writer goroutine only).
+func readWALHdr(s *Store) walHdr {
+	if _, ok := s.walBacklog(); !ok || s.shm == nil {
+		return walHdr{}
+	}
+	var b [100]byte
+	if _, err := s.shm.ReadAt(b[:], 0); err != nil {
+		return walHdr{}
+	}
+	mx, bf, ok := readWALIndex(s.shm)
+	return walHdr{mx: mx, backfilled: bf, salt: binary.NativeEndian.Uint64(b[32:]), ok: ok}
+}
+
+// walVol is the WAL volume of one kind of transaction in one phase.
+type walVol struct {
+	Phase, Class string
+	Txs, Writes  int64
+	Frames       int64 // appended to the WAL by their COMMITs
+	Ckpt         int64 // frames a checkpoint in their COMMITs copied
+}
+
+var walVols struct {
+	mu sync.Mutex
+	m  map[[2]string]*walVol
+	// pages counts the frames by page number, per phase and class, for
+	// a map of the WAL's volume onto tables and indexes (dbstat, on the
+	// copy of the database dumpWALVolumes leaves beside the stats).
+	pages map[[2]string]map[uint32]int64
+	wal   map[*Store]*os.File
+	path  string // the database of the last store seen
+}
+
+// walFramePages returns the page numbers of frames [from, to) of s's WAL
+// (each frame's header begins with its page number, big-endian, after
+// the WAL's 32-byte header). Called under walVols.mu.
+func walFramePages(s *Store, from, to int64) []uint32 {
+	f := walVols.wal[s]
+	if f == nil {
+		var err error
+		if f, err = os.Open(s.cfg.Path + "-wal"); err != nil {
+			return nil
+		}
+		if walVols.wal == nil {
+			walVols.wal = map[*Store]*os.File{}
+		}
+		walVols.wal[s] = f
+	}
+	var out []uint32
+	var b [4]byte
+	for i := from; i < to; i++ {
+		if _, err := f.ReadAt(b[:], 32+i*(24+4096)); err != nil {
+			return out
+		}
+		out = append(out, binary.BigEndian.Uint32(b[:]))
+	}
+	return out
+}
+
+// noteWALVolume records the frames a COMMIT appended (from g.wal, read at
+// BEGIN, to now) by phase and transaction class (batch-only or with an
+// interactive write), and, for a transaction of one write, by its kind;
+// a transaction of several writes gives each batch write kind its share.
+func noteWALVolume(s *Store, g *segRing, batch []ran, hasInteractive bool) {
+	a, b := g.wal, readWALHdr(s)
+	if !a.ok || !b.ok {
+		return
+	}
+	frames, ck := b.mx-a.mx, b.backfilled-a.backfilled
+	if b.salt != a.salt { // the WAL restarted: its frames are all this tx's
+		frames, ck = b.mx, b.backfilled
+	}
+	if ck < 0 {
+		ck = 0
+	}
+	phase := cpulabel.Phase()
+	class := "tx batch-only"
+	if hasInteractive {
+		class = "tx with-interactive"
+	}
+	walVols.mu.Lock()
+	defer walVols.mu.Unlock()
+	if walVols.m == nil {
+		walVols.m = map[[2]string]*walVol{}
+	}
+	add := func(class string, txs, writes, frames, ck int64) {
+		k := [2]string{phase, class}
+		v := walVols.m[k]
+		if v == nil {
+			v = &walVol{Phase: phase, Class: class}
+			walVols.m[k] = v
+		}
+		v.Txs += txs
+		v.Writes += writes
+		v.Frames += frames
+		v.Ckpt += ck
+	}
+	add(class, 1, int64(len(batch)), frames, ck)
+	walVols.path = s.cfg.Path
+	if walVols.pages == nil {
+		walVols.pages = map[[2]string]map[uint32]int64{}
+	}
+	pk := [2]string{phase, class}
+	if len(batch) == 1 {
+		pk[1] = "solo " + batch[0].r.kind
+	}
+	if walVols.pages[pk] == nil {
+		walVols.pages[pk] = map[uint32]int64{}
+	}
+	for _, pg := range walFramePages(s, b.mx-frames, b.mx) {
+		walVols.pages[pk][pg]++
+	}
+	if len(batch) == 1 {
+		add("solo "+batch[0].r.kind, 1, 1, frames, ck)
+		return
+	}
+	// Shares of a shared transaction: equal per write (a rough split).
+	for _, w := range batch {
+		add("shared "+w.r.kind, 0, 1, frames/int64(len(batch)), 0)
+	}
+}
+
+// dumpWALVolumes appends the WAL volume figures and forgets them.
+func dumpWALVolumes(enc *json.Encoder) {
+	walVols.mu.Lock()
+	defer walVols.mu.Unlock()
+	for _, v := range walVols.m {
+		enc.Encode(struct {
+			WAL bool
+			*walVol
+		}{true, v})
+	}
+	walVols.m = nil
+	for k, m := range walVols.pages {
+		enc.Encode(struct {
+			WALPages     bool
+			Phase, Class string
+			Pages        map[uint32]int64
+		}{true, k[0], k[1], m})
+	}
+	walVols.pages = nil
+	// A copy of the database for dbstat's page-to-table map.
+	if out := os.Getenv("RATELANE_WRITESTATS"); out != "" && walVols.path != "" {
+		for _, suf := range []string{"", "-wal", "-shm"} {
+			if b, err := os.ReadFile(walVols.path + suf); err == nil {
+				os.WriteFile(out+".db"+suf, b, 0o600)
+			}
+		}
+	}
 }
 
 const segRingSize = 1 << 15
@@ -270,6 +434,7 @@ func noteSeg(s *Store, what string, r *writeReq, t0 time.Time) {
 	g := ringOf(s)
 	if what == "begin" {
 		g.tx++
+		g.wal = readWALHdr(s)
 	}
 	g.ring[g.n%segRingSize] = wseg{t0: t0, t1: now, what: what, r: r, tx: g.tx}
 	g.n++
@@ -306,6 +471,7 @@ func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time) {
 	}
 	g.ring[g.n%segRingSize] = wseg{t0: c0, t1: now, what: what, tx: g.tx}
 	g.n++
+	noteWALVolume(s, g, batch, hasInteractive)
 	phase := cpulabel.Phase()
 	for _, w := range batch {
 		if w.r.lane == job.LaneBatch {
