@@ -112,16 +112,13 @@ func (b *burner) run(ctx context.Context, n int) {
 					time.Sleep(burnPeriod)
 					continue
 				}
-				piece := burnPeriod
-				if b.piece > 0 && b.piece < burnPeriod {
-					piece = b.piece
-				}
+				d, yield := b.spin(debt)
 				t0 := time.Now()
-				for time.Since(t0) < min(debt, piece) {
+				for time.Since(t0) < d {
 					// spin: the CPU is the point
 				}
 				spun += time.Since(t0)
-				if piece < burnPeriod {
+				if yield {
 					// A goroutine woken meanwhile gets this P now, not
 					// when the spin would have ended.
 					runtime.Gosched()
@@ -130,6 +127,18 @@ func (b *burner) run(ctx context.Context, n int) {
 		}()
 	}
 	wg.Wait()
+}
+
+// spin is how long a worker owing debt spins next, and whether it yields
+// its P after: at most burnPeriod, or b.piece when that is shorter, with
+// a yield (runtime.Gosched) after each such piece, so that a goroutine
+// woken during the spin waits at most about a piece for this P.
+func (b *burner) spin(debt time.Duration) (d time.Duration, yield bool) {
+	piece := burnPeriod
+	if b.piece > 0 && b.piece < burnPeriod {
+		piece = b.piece
+	}
+	return min(debt, piece), piece < burnPeriod
 }
 
 // serveBurner is the burner child (BurnChildEnv): it says it is ready on
