@@ -237,6 +237,9 @@ type Store struct {
 	// tests replace it to count or to fail). walFile is fsyncWAL's handle
 	// on the WAL file, opened at its first use, closed by Close.
 	syncWAL func() error
+	// walPath is the -wal file's real path, resolved by the first
+	// fsyncWAL (the syncer goroutine alone uses it).
+	walPath string
 	walFile *os.File
 	// syncq hands the unsynced writes to the syncer goroutine, which
 	// syncs the WAL and answers them, and closes syncDone as it returns

@@ -218,11 +218,16 @@ func answer(batch []ran, err error) {
 // Close, which closes this handle first). Should it be another file all
 // the same, it is opened again.
 func (s *Store) fsyncWAL() error {
-	path, err := filepath.EvalSymlinks(s.cfg.Path)
-	if err != nil {
-		return err
+	if s.walPath == "" {
+		// Resolved once: the database's path does not change while it
+		// is open, and a sync should not walk the directories each time.
+		path, err := filepath.EvalSymlinks(s.cfg.Path)
+		if err != nil {
+			return err
+		}
+		s.walPath = path + "-wal"
 	}
-	path += "-wal"
+	path := s.walPath
 	if s.walFile != nil {
 		held, err1 := s.walFile.Stat()
 		now, err2 := os.Stat(path)

@@ -399,13 +399,9 @@ func (s *Store) commit(first *writeReq) {
 		return
 	}
 	for _, w := range batch {
-		werr := w.err
-		if err != nil {
-			werr = err
-		}
 		s.lanes.done(w.r)
-		w.r.done <- werr
 	}
+	answer(batch, err)
 	if cpulabel.On {
 		s.wstate.Store(writerIdle)
 	}
