@@ -230,6 +230,11 @@ type Store struct {
 	// committed. Writer goroutine only.
 	unsynced      []ran
 	unsyncedSince time.Time
+	// interSeen is when the writer last saw interactive work: committed
+	// a transaction holding an interactive write, or found a watcher
+	// reporting it while deferred answers waited (syncIdle). Writer
+	// goroutine only.
+	interSeen time.Time
 	// syncTimer wakes the writer when the oldest unsynced answer has
 	// waited BatchSyncDefer (writer goroutine only, made once).
 	syncTimer *time.Timer

@@ -1,0 +1,11 @@
+//go:build !cpulabels
+
+package sqlite
+
+// Without the cpulabels tag the deferred answers' figures are not kept:
+// these are empty, and the calls behind cpulabel.On are dead code.
+
+func noteSyncHandoff(why string, n int)       {}
+func noteRide(hasInteractive bool, n int)     {}
+func noteSyncMet(met bool)                    {}
+func (s *Store) interactiveCommitAbout() bool { return false }
