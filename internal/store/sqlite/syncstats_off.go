@@ -5,7 +5,7 @@ package sqlite
 // Without the cpulabels tag the deferred answers' figures are not kept:
 // these are empty, and the calls behind cpulabel.On are dead code.
 
-func noteSyncHandoff(why string, n int)       {}
-func noteRide(hasInteractive bool, n int)     {}
-func noteSyncMet(met bool)                    {}
-func (s *Store) interactiveCommitAbout() bool { return false }
+func noteSyncHandoff(why string, n int)     {}
+func noteRide(hasInteractive bool, n int)   {}
+func noteSyncMet(s *Store, mark interMark)  {}
+func (s *Store) markInteractive() interMark { return interMark{} }

@@ -222,15 +222,15 @@ func (s *Store) syncer() {
 			continue
 		}
 		t0 := time.Now()
-		var metAtStart bool
+		var mark interMark
 		if cpulabel.On {
-			metAtStart = s.interactiveCommitAbout()
+			mark = s.markInteractive()
 		}
 		err := s.syncWAL()
 		s.walSyncs.Add(1)
 		if cpulabel.On {
 			noteSync(len(batch), time.Since(t0))
-			noteSyncMet(metAtStart || s.interactiveCommitAbout())
+			noteSyncMet(s, mark)
 		}
 		if err != nil {
 			err = fmt.Errorf("sqlite: sync the WAL: %w", err)
@@ -238,6 +238,14 @@ func (s *Store) syncer() {
 		}
 		answer(batch, err)
 	}
+}
+
+// interMark is the interactive lane's state as a syncer fsync began, for
+// a cpulabels build's count of the fsyncs that met interactive work
+// (noteSyncMet).
+type interMark struct {
+	about bool  // an interactive transaction running or committing, or a write queued
+	ended int64 // interactive writes the writer had run
 }
 
 // answerUnsynced answers the deferred writes not yet handed to the
