@@ -235,6 +235,10 @@ type Store struct {
 	// reporting it while deferred answers waited (syncIdle). Writer
 	// goroutine only.
 	interSeen time.Time
+	// quietMax bounds the quiet window after interactive work
+	// (quietWindow): syncQuietMax, set at Open (tests widen it before
+	// their first write).
+	quietMax time.Duration
 	// syncTimer wakes the writer when the oldest unsynced answer has
 	// waited BatchSyncDefer (writer goroutine only, made once).
 	syncTimer *time.Timer
@@ -339,6 +343,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.wtx = writeTx{c: s.wconn}
+	s.quietMax = syncQuietMax
 	if cfg.BatchSyncDefer > 0 && cfg.Synchronous == SyncFull {
 		s.syncq = make(chan []ran, 4*cfg.MaxBatch)
 		s.syncDone = make(chan struct{})

@@ -131,8 +131,23 @@ func (s *Store) syncIdle() {
 // writer, or reported by a watcher while answers waited) for
 // BatchSyncDefer.
 func (s *Store) quiet() bool {
-	return time.Since(s.interSeen) >= s.cfg.BatchSyncDefer
+	return time.Since(s.interSeen) >= s.quietWindow()
 }
+
+// quietWindow is how long after interactive work was last seen the
+// deferred answers still wait for an interactive commit: BatchSyncDefer,
+// at most Store.quietMax (syncQuietMax).
+func (s *Store) quietWindow() time.Duration {
+	return min(s.cfg.BatchSyncDefer, s.quietMax)
+}
+
+// syncQuietMax bounds the quiet window (quietWindow). It need only span
+// the gaps between one interactive job's commits (its insert, its lease,
+// its finish: a review's handler runs ~5 ms at the median), inside which
+// the next interactive commit is near and an fsync beside it likely;
+// past them the next job's arrival is not foretold by the last one's, and
+// a longer window only delays the batch lane's answers.
+const syncQuietMax = 20 * time.Millisecond
 
 // syncDue returns a channel that fires when the deferred answers are
 // due another look: when the oldest reaches BatchSyncDefer (the bound)
@@ -144,7 +159,7 @@ func (s *Store) syncDue() <-chan time.Time {
 	}
 	now := time.Now()
 	due := s.unsyncedSince.Add(s.cfg.BatchSyncDefer)
-	if end := s.interSeen.Add(s.cfg.BatchSyncDefer); end.Before(due) && end.After(now) {
+	if end := s.interSeen.Add(s.quietWindow()); end.Before(due) && end.After(now) {
 		// A window already ended was judged by syncIdle: only queued
 		// writes kept it from syncing, and they wake the writer.
 		due = end
