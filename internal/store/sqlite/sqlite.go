@@ -80,8 +80,9 @@ type Config struct {
 	// disk, and the commit takes no fsync. Its writes are answered only
 	// once the WAL is durable: by the next commit that fsyncs (any other
 	// transaction's), or by the writer's own fsync of the WAL file when
-	// no watcher (WatchInteractive) reports interactive work, or once the
-	// oldest answer waiting has waited BatchSyncDefer. So acknowledged
+	// no watcher (WatchInteractive) reports interactive work and none was
+	// seen for BatchSyncDefer (at most syncQuietMax), or once the oldest
+	// answer waiting has waited BatchSyncDefer. So acknowledged
 	// still means durable; while interactive work is about, the batch
 	// lane's commits leave the disk to the interactive ones. Zero or
 	// negative: off (every commit fsyncs itself), the default.

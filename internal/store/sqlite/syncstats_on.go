@@ -36,6 +36,13 @@ func noteRide(hasInteractive bool, n int) {
 	}
 }
 
+// interMark is the interactive lane's state as a syncer fsync began, for
+// the count of the fsyncs that met interactive work (noteSyncMet).
+type interMark struct {
+	about bool  // an interactive transaction running or committing, or a write queued
+	ended int64 // interactive writes the writer had run
+}
+
 // noteSyncMet records whether one syncer fsync, begun at mark, met
 // interactive work: an interactive transaction running or committing, or
 // an interactive write queued, as it began or as it ended, or an

@@ -255,14 +255,6 @@ func (s *Store) syncer() {
 	}
 }
 
-// interMark is the interactive lane's state as a syncer fsync began, for
-// a cpulabels build's count of the fsyncs that met interactive work
-// (noteSyncMet).
-type interMark struct {
-	about bool  // an interactive transaction running or committing, or a write queued
-	ended int64 // interactive writes the writer had run
-}
-
 // answerUnsynced answers the deferred writes not yet handed to the
 // syncer: a commit with its fsync (an interactive one's when
 // hasInteractive) made them durable, unless a sync of the syncer's failed
