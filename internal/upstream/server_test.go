@@ -104,9 +104,13 @@ func TestOverLimitStyles(t *testing.T) {
 	} {
 		t.Run(string(tc.style), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, Config{Routes: map[string]RouteConfig{"sub": {Rate: 0.5, Burst: 1, OverLimit: tc.style}}})
+			// A fake clock: on the real one a stall of 2 s between the
+			// two requests (a loaded machine under -race) refills the
+			// bucket and the second is accepted.
+			clock := newFakeClock()
+			b := setup(t, Config{Now: clock.Now, Routes: map[string]RouteConfig{"sub": {Rate: 0.5, Burst: 1, OverLimit: tc.style}}})
 			b.hook(t, "sub", "")
-			sent := time.Now()
+			sent := clock.Now()
 			resp := b.hook(t, "sub", "")
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status = %d, want %d", resp.StatusCode, tc.status)
@@ -296,7 +300,8 @@ func TestUnknownRoute(t *testing.T) {
 
 func TestAddRoute(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
+	clock := newFakeClock() // the second request is refused however long the first took
+	b := setup(t, Config{Now: clock.Now})
 	if err := b.srv.AddRoute("store_17", RouteConfig{Rate: 1, Burst: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +335,8 @@ func TestTransientDeterministic(t *testing.T) {
 
 func TestStatsAndHealthEndpoints(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Routes: map[string]RouteConfig{"sub": {Rate: 1, Burst: 1}}})
+	clock := newFakeClock() // the second request is refused however long the first took
+	b := setup(t, Config{Now: clock.Now, Routes: map[string]RouteConfig{"sub": {Rate: 1, Burst: 1}}})
 	b.statuses(t, "sub", 2)
 	resp, err := b.client.Get(b.srv.URL() + "/_stats")
 	if err != nil {
