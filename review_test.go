@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,20 +39,25 @@ const reviewDiff = `diff --git a/app.go b/app.go
  }
 `
 
-// timedProvider records how long each provider call took, to prove that
-// no worker slept on a 429.
-type timedProvider struct {
+// requestsPerCall records how many requests the upstream route saw during
+// each provider call, to prove that no worker waited out a 429 and tried
+// again inside its call (an SDK's own retries, which honour Retry-After):
+// each call is one request, whatever the machine's load. Calls are made
+// one at a time (mu is held across each), so that each count is its own.
+type requestsPerCall struct {
 	provider.Provider
+	up    *upstream.Server
+	route string
 	mu    sync.Mutex
-	calls []time.Duration
+	calls []int64
 }
 
-func (p *timedProvider) Review(ctx context.Context, req provider.Request) (provider.Response, error) {
-	start := time.Now()
-	r, err := p.Provider.Review(ctx, req)
+func (p *requestsPerCall) Review(ctx context.Context, req provider.Request) (provider.Response, error) {
 	p.mu.Lock()
-	p.calls = append(p.calls, time.Since(start))
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	before := p.up.Stats().Routes[p.route].Attempts
+	r, err := p.Provider.Review(ctx, req)
+	p.calls = append(p.calls, p.up.Stats().Routes[p.route].Attempts-before)
 	return r, err
 }
 
@@ -157,7 +163,7 @@ func TestReviewScriptedProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timed := &timedProvider{Provider: p}
+	timed := &requestsPerCall{Provider: p, up: up, route: "openai"}
 	cfg := ratelane.Config{DataDir: t.TempDir(), Regions: []ratelane.Region{{Name: "us"}}, Workers: 4}
 	reviews := withReviews(&cfg, "us", review.RegionConfig{Providers: []review.Provider{timed}, GitHubBaseURL: ghs.URL, SweepEvery: 100 * time.Millisecond})
 	c := startClient(t, cfg)
@@ -184,11 +190,11 @@ func TestReviewScriptedProvider(t *testing.T) {
 	if part.Attempts.Congestion != 1 || part.Attempts.Schema != 1 || part.Attempts.Transient != 0 {
 		t.Errorf("attempts = %+v, want one congestion and one schema attempt", part.Attempts)
 	}
-	for _, d := range timed.calls {
-		if d > 500*time.Millisecond {
-			t.Errorf("a provider call took %v: a worker waited out the 1 s retry-after", d)
-		}
+	timed.mu.Lock()
+	if len(timed.calls) != 3 || slices.ContainsFunc(timed.calls, func(n int64) bool { return n != 1 }) {
+		t.Errorf("upstream requests per provider call %v, want 3 calls of 1: a call waited out the 1 s retry-after and tried again", timed.calls)
 	}
+	timed.mu.Unlock()
 	waitGitHub(t, gh, 1)
 
 	// A second review of the same change posts nothing new.

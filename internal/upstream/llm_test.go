@@ -90,7 +90,9 @@ func TestLLMRateLimitErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rc := RouteConfig{Rate: 0.5, Burst: 1, OverLimit: tc.over}
-			b := setup(t, Config{Routes: map[string]RouteConfig{"openai": rc, "anthropic": rc}})
+			// A fake clock: a stall of 2 s between the requests would
+			// refill the bucket on the real one.
+			b := setup(t, Config{Now: newFakeClock().Now, Routes: map[string]RouteConfig{"openai": rc, "anthropic": rc}})
 			b.post(t, b.srv.URL()+tc.path, tc.body, nil)
 			resp, body := b.post(t, b.srv.URL()+tc.path, tc.body, nil)
 			if resp.StatusCode != tc.status {

@@ -104,9 +104,13 @@ func TestOverLimitStyles(t *testing.T) {
 	} {
 		t.Run(string(tc.style), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, Config{Routes: map[string]RouteConfig{"sub": {Rate: 0.5, Burst: 1, OverLimit: tc.style}}})
+			// A fake clock: on the real one a stall of 2 s between the
+			// two requests (a loaded machine under -race) refills the
+			// bucket and the second is accepted.
+			clock := newFakeClock()
+			b := setup(t, Config{Now: clock.Now, Routes: map[string]RouteConfig{"sub": {Rate: 0.5, Burst: 1, OverLimit: tc.style}}})
 			b.hook(t, "sub", "")
-			sent := time.Now()
+			sent := clock.Now()
 			resp := b.hook(t, "sub", "")
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status = %d, want %d", resp.StatusCode, tc.status)
@@ -296,7 +300,8 @@ func TestUnknownRoute(t *testing.T) {
 
 func TestAddRoute(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
+	clock := newFakeClock() // the second request is refused however long the first took
+	b := setup(t, Config{Now: clock.Now})
 	if err := b.srv.AddRoute("store_17", RouteConfig{Rate: 1, Burst: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +335,8 @@ func TestTransientDeterministic(t *testing.T) {
 
 func TestStatsAndHealthEndpoints(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Routes: map[string]RouteConfig{"sub": {Rate: 1, Burst: 1}}})
+	clock := newFakeClock() // the second request is refused however long the first took
+	b := setup(t, Config{Now: clock.Now, Routes: map[string]RouteConfig{"sub": {Rate: 1, Burst: 1}}})
 	b.statuses(t, "sub", 2)
 	resp, err := b.client.Get(b.srv.URL() + "/_stats")
 	if err != nil {
@@ -362,37 +368,48 @@ func TestStatsAndHealthEndpoints(t *testing.T) {
 // that no goroutine outlives it.
 func TestCloseStopsEverything(t *testing.T) {
 	t.Parallel()
-	srv, err := New(Config{Routes: map[string]RouteConfig{"slow": {Latency: Latency{Fixed: time.Minute}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
-	defer client.CloseIdleConnections()
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := client.Post(srv.RouteURL("slow"), "application/json", strings.NewReader("{}"))
-		if err == nil {
-			resp.Body.Close()
+	// In a testing/synctest bubble, over in-memory pipes: the time Close
+	// takes is the fake clock's, 0 when it does not wait for the
+	// in-flight request and its minute of latency when it does, however
+	// loaded the machine (on the real clock this bounded a step of
+	// microseconds at 2 s of wall time).
+	synctest.Test(t, func(t *testing.T) {
+		pipes := testkit.NewPipes()
+		client, transport := pipes.Client()
+		defer transport.CloseIdleConnections()
+		srv, err := New(Config{Listener: pipes, Routes: map[string]RouteConfig{"slow": {Latency: Latency{Fixed: time.Minute}}}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		errc <- err
-	}()
-	testkit.WaitFor(t, testkit.Timeout, "the request to reach the server", func() bool { return srv.Stats().Routes["slow"].Attempts > 0 })
-	start := time.Now()
-	if err := srv.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Close took %v with a request in flight", d)
-	}
-	if err := <-errc; err == nil {
-		t.Error("the in-flight request succeeded after Close")
-	}
-	if err := srv.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	if _, err := client.Post(srv.RouteURL("slow"), "application/json", strings.NewReader("{}")); err == nil {
-		t.Error("a request after Close succeeded")
-	}
+		errc := make(chan error, 1)
+		go func() {
+			resp, err := client.Post(srv.RouteURL("slow"), "application/json", strings.NewReader("{}"))
+			if err == nil {
+				resp.Body.Close()
+			}
+			errc <- err
+		}()
+		synctest.Wait() // the request is in its latency
+		if srv.Stats().Routes["slow"].Attempts != 1 {
+			t.Fatal("the request did not reach the server")
+		}
+		start := time.Now()
+		if err := srv.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("Close took %v with a request in flight", d)
+		}
+		if err := <-errc; err == nil {
+			t.Error("the in-flight request succeeded after Close")
+		}
+		if err := srv.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+		if _, err := client.Post(srv.RouteURL("slow"), "application/json", strings.NewReader("{}")); err == nil {
+			t.Error("a request after Close succeeded")
+		}
+	})
 }
 
 func TestLatencyDelaysAnswer(t *testing.T) {

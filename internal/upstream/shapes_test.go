@@ -203,7 +203,9 @@ func TestDateSkewAndRetryAfterDate(t *testing.T) {
 
 func TestOverLimit503None(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Routes: map[string]RouteConfig{"sub": {Rate: 0.5, Burst: 1, OverLimit: OverLimit503None}}})
+	// A fake clock: a stall of 2 s between the requests would refill the
+	// bucket on the real one.
+	b := setup(t, Config{Now: newFakeClock().Now, Routes: map[string]RouteConfig{"sub": {Rate: 0.5, Burst: 1, OverLimit: OverLimit503None}}})
 	b.hook(t, "sub", "")
 	resp := b.hook(t, "sub", "")
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "" {

@@ -155,9 +155,16 @@ func (s *Store) SetBatchState(ctx context.Context, id string, from []string, to 
 }
 
 // PlanBatchChunk records a chunk and moves its pending items into it; see
-// store.Batches.
+// store.Batches. A batch-lane chunk of more than batchPiece items is the
+// batch lane's one long write that cannot go in pieces (the chunk and its
+// items' move are one fact): it is written in a gap in the interactive
+// work (writeInGap), not in pieces.
 func (s *Store) PlanBatchChunk(ctx context.Context, c store.BatchChunk, customIDs []string) error {
-	return s.write(ctx, func(tx *writeTx) error {
+	write := s.write
+	if len(customIDs) > batchPiece {
+		write = s.writeInGap
+	}
+	return write(ctx, func(tx *writeTx) error {
 		if _, err := s.exec(tx, `INSERT INTO batch_chunks (`+store.BatchChunkCols+`) VALUES (?,?,?,?,?)`,
 			c.Key, c.BatchID, c.State, []byte(c.Record), ns(c.UpdatedAt)); err != nil {
 			if strings.Contains(err.Error(), "UNIQUE constraint failed") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,12 +145,16 @@ func TestHeldTxRejectedWriteIsItsOwn(t *testing.T) {
 // transaction of its own, which its RELEASE committed at once, and the
 // batch's COMMIT, failing for want of a transaction, answered a
 // committed write with an error. It runs in the next transaction and is
-// answered nil.
+// answered nil. The write that ended the transaction is answered its own
+// error, and the others one that says their transaction failed and why
+// (session 34: both were answered the transaction's bare "rolled back
+// under one of its writes").
 func TestHeldTxRolledBackUnderAWrite(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
 		first func(tx *writeTx) error // the write that begins the held transaction
 		ends  func(tx *writeTx) error // the write whose failure ends it
+		cause string                  // in the error of the write that ends it
 	}{
 		"full disk": {
 			first: func(tx *writeTx) error {
@@ -166,6 +171,7 @@ func TestHeldTxRolledBackUnderAWrite(t *testing.T) {
 				_, err := tx.Exec(`INSERT INTO objects (kind, id, body, updated_at) VALUES ('test', 'big', ?, 0)`, make([]byte, 1<<20))
 				return err
 			},
+			cause: "full",
 		},
 		"INSERT OR ROLLBACK": {
 			first: putObject("first"),
@@ -173,6 +179,7 @@ func TestHeldTxRolledBackUnderAWrite(t *testing.T) {
 				_, err := tx.Exec(`INSERT OR ROLLBACK INTO objects (kind, id, body, updated_at) VALUES ('test', 'first', x'00', 0)`)
 				return err
 			},
+			cause: "UNIQUE",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -182,11 +189,17 @@ func TestHeldTxRolledBackUnderAWrite(t *testing.T) {
 			first := heldBatchWrite(t, s, c.first)
 			ended := joinHeld(batch, s, c.ends)
 			after := s.write(context.Background(), putObject("after"))
-			if err := <-ended; err == nil {
+			endErr := <-ended
+			if endErr == nil {
 				t.Fatal("the write meant to end the transaction succeeded: no fault was injected")
+			}
+			if !strings.Contains(endErr.Error(), c.cause) || strings.Contains(endErr.Error(), "transaction failed") {
+				t.Errorf("the write that ended the transaction answered %q, want its own error (%s)", endErr, c.cause)
 			}
 			if err := <-first; err == nil {
 				t.Errorf("the write whose transaction was rolled back under it answered nil")
+			} else if !strings.Contains(err.Error(), "transaction failed") || !strings.Contains(err.Error(), c.cause) {
+				t.Errorf("the write whose transaction was rolled back under it answered %q, want \"transaction failed\" and the cause (%s)", err, c.cause)
 			}
 			if hasObject(t, s, "first") {
 				t.Errorf("object first is committed although its transaction was rolled back")

@@ -217,6 +217,10 @@ type Store struct {
 	// counts the checkpoints it ran (gapCheckpoint).
 	shm      *os.File
 	gapCkpts atomic.Int64
+	// gapPutOff counts the long batch-lane writes the writer came to
+	// while interactive work was about and put off (writeInGap), and
+	// gapLate those run anyway once they had waited gapWait.
+	gapPutOff, gapLate atomic.Int64
 	// txLost is set by runOne when a write's savepoint is gone: SQLite
 	// rolled the writer's transaction back under it (writer goroutine
 	// only; see runBatch).

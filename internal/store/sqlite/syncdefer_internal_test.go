@@ -13,19 +13,22 @@ import (
 
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // deferStore opens a store on a real file that defers its deferrable
 // batch-lane writes' sync up to bound, with a watcher that reports
 // interactive work in flight while busy is set (set at first), and its
-// WAL sync wrapped: each call is counted, waits for gate (when not nil)
-// and returns fail's error when set, or the real fsync's.
+// WAL sync wrapped: each call is counted (and the first's start kept),
+// waits for gate (when not nil) and returns fail's error when set, or the
+// real fsync's.
 type deferStore struct {
 	*Store
-	busy  atomic.Bool
-	syncs atomic.Int64
-	gate  chan struct{}
-	fail  atomic.Pointer[error]
+	busy      atomic.Bool
+	syncs     atomic.Int64
+	firstSync atomic.Int64 // UnixNano of the first sync's start
+	gate      chan struct{}
+	fail      atomic.Pointer[error]
 }
 
 func openDeferStore(t *testing.T, bound time.Duration, gated bool) *deferStore {
@@ -37,6 +40,7 @@ func openDeferStore(t *testing.T, bound time.Duration, gated bool) *deferStore {
 	d.busy.Store(true)
 	d.WatchInteractive(d.busy.Load)
 	d.syncWAL = func() error {
+		d.firstSync.CompareAndSwap(0, time.Now().UnixNano())
 		d.syncs.Add(1)
 		if d.gate != nil {
 			<-d.gate
@@ -63,7 +67,20 @@ func deferredWrite(s *Store, id string) <-chan error {
 	return done
 }
 
-// unanswered fails the test when done has an answer within d.
+// committedDeferred waits until s has committed n deferred transactions
+// in all (its writer ran the write), failing the test after 10 s. The
+// checks after it start from that state, not from a sleep: a write still
+// on its way to the writer after a stall of the loaded machine would
+// otherwise meet them uncommitted (and be answered errClosed by a Close,
+// or be overtaken by the interactive write meant to follow it).
+func committedDeferred(t *testing.T, s *deferStore, n int64) {
+	t.Helper()
+	testkit.WaitFor(t, 10*time.Second, "the deferred write to commit", func() bool { return s.deferredTxs.Load() >= n })
+}
+
+// unanswered fails the test when done has an answer within d: a window
+// for a wrong early answer to show, which a loaded machine can only
+// shorten (a missed failure, never a false one).
 func unanswered(t *testing.T, done <-chan error, d time.Duration, why string) {
 	t.Helper()
 	select {
@@ -101,13 +118,20 @@ func objectVisible(t *testing.T, s *Store, id string) bool {
 // durable has returned; with interactive work in flight that sync waits
 // for the bound. Seen failing with commit answering a deferred
 // transaction at once (answered before the sync), and with restoreSync
-// not called (synchronous left at NORMAL, 1).
+// not called (synchronous left at NORMAL, 1); and, in session 34, with
+// the sync begun at once rather than at the bound (the wait below was a
+// 150 ms sleep, which a stalled writer outlasted: the write not yet
+// committed, no sync begun).
 func TestBatchSyncDeferAnswersAfterSync(t *testing.T) {
 	t.Parallel()
 	const bound = 50 * time.Millisecond
 	s := openDeferStore(t, bound, true)
 	t0 := time.Now()
 	done := deferredWrite(s.Store, "a")
+	testkit.WaitFor(t, 10*time.Second, "the deferred write's sync to begin", func() bool { return s.syncs.Load() >= 1 })
+	if began := time.Unix(0, s.firstSync.Load()).Sub(t0); began < bound {
+		t.Errorf("the WAL sync began %v after the write, before the bound %v, with interactive work in flight", began, bound)
+	}
 	unanswered(t, done, 3*bound, "while its sync had not returned")
 	if !objectVisible(t, s.Store, "a") {
 		t.Error("the deferred write's row is not visible to the read pool: not committed")
@@ -161,6 +185,7 @@ func TestBatchSyncDeferInteractiveCommitAnswers(t *testing.T) {
 	for _, lane := range []job.Lane{job.LaneInteractive, job.LaneBatch} {
 		s := openDeferStore(t, time.Hour, false)
 		done := deferredWrite(s.Store, "a")
+		committedDeferred(t, s, 1)
 		unanswered(t, done, 100*time.Millisecond, "before any sync, interactive work in flight")
 		if err := s.write(store.WithLane(context.Background(), lane), insertObject); err != nil {
 			t.Fatal(err)
@@ -257,6 +282,7 @@ func TestBatchSyncDeferSyncFailure(t *testing.T) {
 	// answered by a later sync that succeeds.
 	s2 := openDeferStore(t, time.Hour, true)
 	waiting := deferredWrite(s2.Store, "a")
+	committedDeferred(t, s2, 1)
 	unanswered(t, waiting, 100*time.Millisecond, "before any sync, interactive work in flight")
 	s2.syncErr.Store(&boom) // as a failed sync of an earlier hand-off left it
 	close(s2.gate)
@@ -273,6 +299,7 @@ func TestBatchSyncDeferCloseAnswers(t *testing.T) {
 	t.Parallel()
 	s := openDeferStore(t, time.Hour, false)
 	done := deferredWrite(s.Store, "a")
+	committedDeferred(t, s, 1)
 	unanswered(t, done, 100*time.Millisecond, "before Close, interactive work in flight")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

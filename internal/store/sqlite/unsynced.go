@@ -273,13 +273,15 @@ func (s *Store) answerUnsynced(hasInteractive bool) {
 }
 
 // answer answers batch's writes, committed and durable, each with its
-// own result or err when set. Their lane statistics were taken at their
+// own result; with err set (the transaction or its sync failed) a write
+// that succeeded is answered err, and one that failed still its own
+// error, which says more. Their lane statistics were taken at their
 // commit (Store.commit).
 func answer(batch []ran, err error) {
 	for _, w := range batch {
 		werr := w.err
-		if err != nil {
-			werr = err
+		if err != nil && werr == nil {
+			werr = err // a write that failed keeps its own error
 		}
 		w.r.done <- werr
 	}

@@ -551,7 +551,9 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 	if s.txLost {
 		s.forgetRows()
 		s.exec(tx, `ROLLBACK`) // fails harmlessly: there is no transaction
-		return batch, notCommitted, errors.New("sqlite: the transaction was rolled back under one of its writes")
+		// The write that lost it is the last (no more join): its own
+		// error answers it, and names the cause for the others.
+		return batch, notCommitted, fmt.Errorf("sqlite: transaction failed: rolled back under one of its writes: %v", batch[len(batch)-1].err)
 	}
 	var c0 time.Time
 	if cpulabel.On {

@@ -59,7 +59,16 @@ type writeStat struct {
 	P50, P90, P99     float64
 	InterBehind       int64   // interactive writes queued when it started
 	InterBehindWaitMs float64 // their summed wait behind it (its hold each)
+	// Long counts its writes that held the writer longer than longHold,
+	// and InterBehindLong the interactive writes queued when one of
+	// those ended: the interactive writes a long write kept waiting.
+	Long, InterBehindLong int64
 }
+
+// longHold is the hold past which a write counts as long (writeStat.Long):
+// about an interactive write's own BEGIN, run and COMMIT under a sweep
+// (docs/benchmarks.md, "Session 33 (s33h2)").
+const longHold = 2 * time.Millisecond
 
 var writeStats struct {
 	mu sync.Mutex
@@ -91,6 +100,10 @@ func noteWrite(r *writeReq, d time.Duration, interQueued int) {
 	st.Holds = append(st.Holds, ms)
 	st.InterBehind += int64(interQueued)
 	st.InterBehindWaitMs += float64(interQueued) * ms
+	if d > longHold {
+		st.Long++
+		st.InterBehindLong += int64(interQueued)
+	}
 }
 
 // dumpWriteStats appends the figures to $RATELANE_WRITESTATS, one JSON
