@@ -217,6 +217,7 @@ func TestBatchSyncDeferRidesRecentInteractive(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := deferredWrite(s.Store, "a")
+	committedDeferred(t, s, 1)
 	unanswered(t, done, 100*time.Millisecond, "with an interactive commit seen just before")
 	if got := s.syncs.Load(); got != 0 {
 		t.Errorf("the writer synced the WAL %d times before the next interactive commit, want 0", got)

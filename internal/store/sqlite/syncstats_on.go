@@ -48,20 +48,20 @@ type interMark struct {
 // an interactive write queued, as it began or as it ended, or an
 // interactive write run while it lasted.
 func noteSyncMet(s *Store, mark interMark) {
-	met := mark.about || s.interactiveAbout() || s.lanes.interactive.ended.Load() != mark.ended
+	met := mark.about || s.interactiveCommitAbout() || s.lanes.interactive.ended.Load() != mark.ended
 	noteWrite(&writeReq{lane: job.LaneBatch, kind: "WALSYNC met-interactive=" + strconv.FormatBool(met)}, 0, 0)
 }
 
 // markInteractive is the interactive lane's state as a syncer fsync
 // begins (noteSyncMet).
 func (s *Store) markInteractive() interMark {
-	return interMark{about: s.interactiveAbout(), ended: s.lanes.interactive.ended.Load()}
+	return interMark{about: s.interactiveCommitAbout(), ended: s.lanes.interactive.ended.Load()}
 }
 
-// interactiveAbout reports whether the writer is running or committing
+// interactiveCommitAbout reports whether the writer is running or committing
 // a transaction that holds an interactive write, or one is queued: an
 // fsync of the syncer's now shares the disk with its commit.
-func (s *Store) interactiveAbout() bool {
+func (s *Store) interactiveCommitAbout() bool {
 	st := s.wstate.Load()
 	return st == writerRunInter || st == writerCommitInter || len(s.reqs) > 0
 }
