@@ -73,6 +73,25 @@ func (s *Store) walBacklog() (n int64, ok bool) {
 	return max(mx-backfilled, 0), ok
 }
 
+// walFrameSize is a WAL frame's size: its 24-byte header and a page of
+// the store's 4 KiB.
+const walFrameSize = 24 + 4096
+
+// readWALPages returns the page numbers of frames [from, to) of the WAL
+// file wal, as many as it could read: each frame's header begins with its
+// page number, big-endian, after the WAL's own 32-byte header.
+func readWALPages(wal *os.File, from, to int64) []uint32 {
+	var out []uint32
+	var b [4]byte
+	for i := from; i < to; i++ {
+		if _, err := wal.ReadAt(b[:], 32+i*walFrameSize); err != nil {
+			return out
+		}
+		out = append(out, binary.BigEndian.Uint32(b[:]))
+	}
+	return out
+}
+
 // readWALIndex reads the WAL's frame count (mxFrame) and how many of them
 // a checkpoint has copied (nBackfill) from the wal-index header in shm.
 func readWALIndex(shm *os.File) (mx, backfilled int64, ok bool) {

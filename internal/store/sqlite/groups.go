@@ -58,14 +58,16 @@ func (s *Store) groupReadyNS(tx *writeTx, group, at int64) error {
 }
 
 // forgetRows forgets what the writer remembers of stored rows (the
-// unpaced keys' states, jobs_list_mark, the group ids), so that it reads
-// them again: a rollback may have undone what it remembers (a group row
-// created by the write rolled back, whose id another connection may then
-// give another group), another connection's commit may have changed it,
-// and a migration may have rewritten the tables. Only the writer goroutine
-// calls it, or onWriterConn between the writer's transactions.
+// unpaced keys' states, the stored shapes lengths, jobs_list_mark, the
+// group ids), so that it reads them again: a rollback may have undone
+// what it remembers (a group row created by the write rolled back, whose
+// id another connection may then give another group), another
+// connection's commit may have changed it, and a migration may have
+// rewritten the tables. Only the writer goroutine calls it, or
+// onWriterConn between the writer's transactions.
 func (s *Store) forgetRows() {
 	clear(s.unpaced)
+	clear(s.shapesLen)
 	clear(s.groupIDs)
 	s.forgetListMark()
 }

@@ -26,13 +26,15 @@ func (s *Store) loadKeys(tx *writeTx, names []string) (map[string]*admission.Sta
 			out[n] = &st
 			continue
 		}
-		st, err := scanKey(s.queryRow(tx, `SELECT `+store.LimitKeyCols+` FROM limit_keys WHERE name = ?`, n))
+		var stored int
+		st, err := scanKey(s.queryRow(tx, `SELECT `+store.LimitKeyCols+`, coalesce(length(shapes), 0) FROM limit_keys WHERE name = ?`, n), &stored)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
+		s.shapesLen[n] = stored
 		if st.Unpaced() {
 			s.unpaced[n] = *st
 		}
@@ -64,13 +66,50 @@ func (s *Store) saveKeys(tx *writeTx, keys []*admission.State) error {
 	return nil
 }
 
+// saveShapes writes st's start logs and discovery state (the shapes
+// column), a long log padded to shapesRoom of the stored length.
 func (s *Store) saveShapes(tx *writeTx, st *admission.State) error {
 	var blob any
 	if b := st.MarshalShapes(nil); len(b) > 0 {
+		if room := shapesRoom(len(b), s.shapesLen[st.Name]); room > len(b) {
+			b = append(b, make([]byte, room-len(b))...)
+		}
+		s.shapesLen[st.Name] = len(b)
 		blob = b
+	} else {
+		s.shapesLen[st.Name] = 0
 	}
 	_, err := s.exec(tx, `UPDATE limit_keys SET shapes = ? WHERE name = ?`, blob, st.Name)
 	return err
+}
+
+// shapesPadFrom is the length of a shapes blob from which saveShapes pads
+// it: a shorter one stays inline in its limit_keys row (a WITHOUT ROWID
+// leaf keeps ~1,000 bytes of a row inline), where a change of size
+// rewrites only the leaf.
+const shapesPadFrom = 1024
+
+// shapesRoom is the length to store a shapes blob of n bytes in when the
+// row holds have bytes now. A row longer than its leaf keeps inline puts
+// the rest on overflow pages, and SQLite rewrites such a row in place only
+// at the same size: at another size it frees the overflow pages and takes
+// new ones, which writes page 1 (the freelist's head and count, the
+// file's size) and a freelist trunk page besides. A sliding window's start
+// log changes length with almost every lease and finish (a start in, old
+// ones out), so each such write of a key with a minute of starts (~2.7 KiB
+// in bench batch-isolation) wrote three pages more than the row's own
+// (docs/benchmarks.md, "Session 34 (s34h1)"). The log is padded with
+// zero bytes, which decoding ignores past the encoded logs, to the stored
+// length while it fits and fills at least half of it, or else to a
+// quarter more than it needs in steps of 256 bytes.
+func shapesRoom(n, have int) int {
+	switch {
+	case n < shapesPadFrom:
+		return n
+	case n <= have && n >= have/2:
+		return have
+	}
+	return (n + n/4 + 255) &^ 255
 }
 
 // upsertLimit is store.Writes.UpsertLimit: the key created if missing,

@@ -293,16 +293,17 @@ func scanJob(r scanner) (*job.Job, error) {
 	return j, nil
 }
 
-// scanKey reads a row of store.LimitKeyCols.
-func scanKey(r scanner) (*admission.State, error) {
+// scanKey reads a row of store.LimitKeyCols, then any extra columns into
+// extra.
+func scanKey(r scanner, extra ...any) (*admission.State, error) {
 	var (
 		st                      admission.State
 		tat, paused, lastRefuse sql.NullInt64
 		windows                 string
 		shapes                  []byte
 	)
-	err := r.Scan(&st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
-		&st.LearnedRate, &tat, &paused, &st.InFlight, &lastRefuse, &windows, &shapes, &st.PerStart)
+	err := r.Scan(append([]any{&st.Name, &st.Rate, &st.Burst, &st.Concurrency, &st.Adaptive, &st.MinRate,
+		&st.LearnedRate, &tat, &paused, &st.InFlight, &lastRefuse, &windows, &shapes, &st.PerStart}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -190,6 +190,10 @@ type Store struct {
 	// changed behind it.
 	unpaced     map[string]admission.State
 	dataVersion int64
+	// shapesLen is each key's stored shapes length as loadKeys last read
+	// it in the writer's transaction (writer goroutine only): saveShapes
+	// pads a long start log to it while the log fits (shapesRoom).
+	shapesLen map[string]int
 	// groupIDs are the ids of the job_groups rows the writer has upserted
 	// (upsertGroup), so that an insert into a group it has met writes the
 	// row only when its ready_at moves. Only the writer goroutine touches
@@ -323,6 +327,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		batchStmts:  map[string]*sql.Stmt{},
 		leases:      map[string]leaseFacts{},
 		unpaced:     map[string]admission.State{},
+		shapesLen:   map[string]int{},
 		groupIDs:    map[groupOf]int64{},
 	}
 	s.syncWAL = s.fsyncWAL

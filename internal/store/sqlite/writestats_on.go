@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -254,6 +255,7 @@ type segRing struct {
 // that changes when a write restarts the WAL from its beginning.
 type walHdr struct {
 	mx, backfilled int64
+	nPage          int64 // the database's size in pages after the last commit
 	salt           uint64
 	ok             bool
 }
@@ -268,7 +270,7 @@ func readWALHdr(s *Store) walHdr {
 		return walHdr{}
 	}
 	mx, bf, ok := readWALIndex(s.shm)
-	return walHdr{mx: mx, backfilled: bf, salt: binary.NativeEndian.Uint64(b[32:]), ok: ok}
+	return walHdr{mx: mx, backfilled: bf, nPage: int64(binary.NativeEndian.Uint32(b[20:])), salt: binary.NativeEndian.Uint64(b[32:]), ok: ok}
 }
 
 // walVol is the WAL volume of one kind of transaction in one phase.
@@ -288,6 +290,97 @@ var walVols struct {
 	pages map[[2]string]map[uint32]int64
 	wal   map[*Store]*os.File
 	path  string // the database of the last store seen
+	// txs lists each transaction's pages in commit order, with the
+	// database's size in pages before and after it: a page past NPage0
+	// is new to the file (it grew it).
+	txs []walTx
+}
+
+// walTx is one transaction's pages as its COMMIT appended them.
+type walTx struct {
+	WALTx          bool
+	Phase          string
+	Kinds          []string
+	NPage0, NPage1 int64
+	Pages          []uint32
+	// Leaves describes each frame that is a table leaf as the COMMIT
+	// wrote it ("" for any other page): its cells, its first and last
+	// rowid and its free bytes, "cells:first:last:free"; any other page
+	// as "t" and its first byte (its b-tree page type when it is one);
+	// page 1 as "p1:pages:trunk:free" (its file header's fields).
+	Leaves []string `json:",omitempty"`
+}
+
+// walFrameLeaves describes frames [from, to) of s's WAL that hold table
+// b-tree leaves (type 13): cells, first and last rowid, free bytes; of
+// any other frame, its first byte.
+// Called under walVols.mu, after walFramePages opened the WAL.
+func walFrameLeaves(s *Store, from, to int64) []string {
+	f := walVols.wal[s]
+	if f == nil {
+		return nil
+	}
+	out := make([]string, 0, to-from)
+	pg := make([]byte, 4096)
+	var hdr [4]byte
+	for i := from; i < to; i++ {
+		off := 32 + i*walFrameSize
+		if _, err := f.ReadAt(hdr[:], off); err != nil {
+			return out
+		}
+		if _, err := f.ReadAt(pg, off+24); err != nil {
+			return out
+		}
+		h := 0
+		if binary.BigEndian.Uint32(hdr[:]) == 1 {
+			// Page 1: the file header's size in pages, first freelist
+			// trunk page and free pages.
+			out = append(out, "p1:"+strconv.Itoa(int(binary.BigEndian.Uint32(pg[28:])))+":"+
+				strconv.Itoa(int(binary.BigEndian.Uint32(pg[32:])))+":"+strconv.Itoa(int(binary.BigEndian.Uint32(pg[36:]))))
+			continue
+		}
+		if pg[h] != 13 {
+			out = append(out, "t"+strconv.Itoa(int(pg[h])))
+			continue
+		}
+		n := int(binary.BigEndian.Uint16(pg[h+3:]))
+		content := int(binary.BigEndian.Uint16(pg[h+5:]))
+		if content == 0 {
+			content = 65536
+		}
+		free := content - (h + 8 + 2*n) + int(pg[h+7])
+		for fb := int(binary.BigEndian.Uint16(pg[h+1:])); fb != 0 && fb+4 <= len(pg); {
+			free += int(binary.BigEndian.Uint16(pg[fb+2:]))
+			fb = int(binary.BigEndian.Uint16(pg[fb:]))
+		}
+		rowid := func(k int) uint64 {
+			cp := int(binary.BigEndian.Uint16(pg[h+8+2*k:]))
+			j := cp
+			for pg[j]&0x80 != 0 { // the payload size varint
+				j++
+			}
+			j++
+			var v uint64
+			for k := 0; k < 9; k++ {
+				x := pg[j+k]
+				if k == 8 {
+					v = v<<8 | uint64(x)
+					break
+				}
+				v = v<<7 | uint64(x&0x7f)
+				if x < 0x80 {
+					break
+				}
+			}
+			return v
+		}
+		var first, last uint64
+		if n > 0 {
+			first, last = rowid(0), rowid(n-1)
+		}
+		out = append(out, strconv.Itoa(n)+":"+strconv.FormatUint(first, 10)+":"+strconv.FormatUint(last, 10)+":"+strconv.Itoa(free))
+	}
+	return out
 }
 
 // walFramePages returns the page numbers of frames [from, to) of s's WAL
@@ -305,15 +398,7 @@ func walFramePages(s *Store, from, to int64) []uint32 {
 		}
 		walVols.wal[s] = f
 	}
-	var out []uint32
-	var b [4]byte
-	for i := from; i < to; i++ {
-		if _, err := f.ReadAt(b[:], 32+i*(24+4096)); err != nil {
-			return out
-		}
-		out = append(out, binary.BigEndian.Uint32(b[:]))
-	}
-	return out
+	return readWALPages(f, from, to)
 }
 
 // noteWALVolume records the frames a COMMIT appended (from g.wal, read at
@@ -366,9 +451,15 @@ func noteWALVolume(s *Store, g *segRing, batch []ran, hasInteractive bool) {
 	if walVols.pages[pk] == nil {
 		walVols.pages[pk] = map[uint32]int64{}
 	}
-	for _, pg := range walFramePages(s, b.mx-frames, b.mx) {
+	pages := walFramePages(s, b.mx-frames, b.mx)
+	for _, pg := range pages {
 		walVols.pages[pk][pg]++
 	}
+	kinds := make([]string, len(batch))
+	for i, w := range batch {
+		kinds[i] = w.r.kind
+	}
+	walVols.txs = append(walVols.txs, walTx{Phase: phase, Kinds: kinds, NPage0: a.nPage, NPage1: b.nPage, Pages: pages, Leaves: walFrameLeaves(s, b.mx-frames, b.mx)})
 	if len(batch) == 1 {
 		add("solo "+batch[0].r.kind, 1, 1, frames, ck)
 		return
@@ -398,6 +489,11 @@ func dumpWALVolumes(enc *json.Encoder) {
 		}{true, k[0], k[1], m})
 	}
 	walVols.pages = nil
+	for i := range walVols.txs {
+		walVols.txs[i].WALTx = true
+		enc.Encode(&walVols.txs[i])
+	}
+	walVols.txs = nil
 	// A copy of the database for dbstat's page-to-table map.
 	if out := os.Getenv("RATELANE_WRITESTATS"); out != "" && walVols.path != "" {
 		for _, suf := range []string{"", "-wal", "-shm"} {
