@@ -111,7 +111,7 @@ func TestBatchLaneCPUs(t *testing.T) {
 // library, whose zero is its default), and a bad or negative duration
 // stops start-up naming the field.
 func TestBatchLaneSQLiteHold(t *testing.T) {
-	checkRegionDurations(t, "SQLiteBatchHold", func(r ratelane.Region) time.Duration { return r.SQLiteBatchHold }, []regionDuration{
+	checkRegionValues(t, "SQLiteBatchHold", func(r ratelane.Region) time.Duration { return r.SQLiteBatchHold }, []regionDuration{
 		{`{"batch_lane": {"sqlite_hold": "5ms"}}`, 5 * time.Millisecond, ""},
 		{`{"batch_lane": {"sqlite_hold": "5ms"}, "regions": [{"Name": "us"}, {"Name": "eu"}]}`, 5 * time.Millisecond, ""},
 		{`{"batch_lane": {"sqlite_hold": "0s"}}`, -1, ""},
@@ -121,18 +121,21 @@ func TestBatchLaneSQLiteHold(t *testing.T) {
 	})
 }
 
-// regionDuration is a config file's body and the duration every served
-// region should take from it, or the error naming the field.
-type regionDuration struct {
+// regionValue is a config file's body and the value every served region
+// should take from it, or the error naming the field.
+type regionValue[T comparable] struct {
 	body    string
-	want    time.Duration
+	want    T
 	wantErr string
 }
 
-// checkRegionDurations serves each case's config for regions us and eu
-// and checks that both take its duration (get reads the Region's field,
-// named field).
-func checkRegionDurations(t *testing.T, field string, get func(ratelane.Region) time.Duration, cases []regionDuration) {
+// regionDuration is a regionValue of a duration field.
+type regionDuration = regionValue[time.Duration]
+
+// checkRegionValues serves each case's config for regions us and eu and
+// checks that both take its value (get reads the Region's field, named
+// field).
+func checkRegionValues[T comparable](t *testing.T, field string, get func(ratelane.Region) T, cases []regionValue[T]) {
 	t.Helper()
 	for _, c := range cases {
 		path := filepath.Join(t.TempDir(), "ratelane.json")
@@ -212,11 +215,28 @@ func configOK(t *testing.T, what string, err error, wantErr string) bool {
 // fsync, answered at a later sync within it); absent or "0s" leaves it
 // off, and a bad or negative duration stops start-up naming the field.
 func TestBatchLaneSQLiteSyncDefer(t *testing.T) {
-	checkRegionDurations(t, "SQLiteBatchSyncDefer", func(r ratelane.Region) time.Duration { return r.SQLiteBatchSyncDefer }, []regionDuration{
+	checkRegionValues(t, "SQLiteBatchSyncDefer", func(r ratelane.Region) time.Duration { return r.SQLiteBatchSyncDefer }, []regionDuration{
 		{`{"batch_lane": {"sqlite_sync_defer": "5ms"}}`, 5 * time.Millisecond, ""},
 		{`{"batch_lane": {"sqlite_sync_defer": "0s"}}`, 0, ""},
 		{`{"batch_lane": {"cpus": 1}}`, 0, ""},
 		{`{"batch_lane": {"sqlite_sync_defer": "-1ms"}}`, 0, "batch_lane.sqlite_sync_defer"},
 		{`{"batch_lane": {"sqlite_sync_defer": "soon"}}`, 0, "batch_lane.sqlite_sync_defer"},
+	})
+}
+
+// TestBatchLaneSQLiteGapCheckpoint: the config file's
+// batch_lane.sqlite_gap_checkpoint sets every served region's
+// SQLiteGapCheckpoint (WAL checkpoints between transactions once the WAL
+// holds that many frames); absent or 0 leaves it off, and a negative
+// count or a value that is not a whole number stops start-up naming the
+// field.
+func TestBatchLaneSQLiteGapCheckpoint(t *testing.T) {
+	checkRegionValues(t, "SQLiteGapCheckpoint", func(r ratelane.Region) int { return r.SQLiteGapCheckpoint }, []regionValue[int]{
+		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000}}`, 1000, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000}, "regions": [{"Name": "us"}, {"Name": "eu", "SQLiteGapCheckpoint": 1000}]}`, 1000, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint": 0}}`, 0, ""},
+		{`{"batch_lane": {"cpus": 1}}`, 0, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint": -1}}`, 0, "batch_lane.sqlite_gap_checkpoint"},
+		{`{"batch_lane": {"sqlite_gap_checkpoint": "1000"}}`, 0, "batch_lane.sqlite_gap_checkpoint"},
 	})
 }

@@ -61,6 +61,10 @@ type serverFlags struct {
 	// sqliteSyncDefer is the config file's batch_lane.sqlite_sync_defer
 	// for every SQLite region (zero: off).
 	sqliteSyncDefer time.Duration
+	// sqliteGapCheckpoint is the config file's
+	// batch_lane.sqlite_gap_checkpoint for every SQLite region (zero:
+	// off).
+	sqliteGapCheckpoint int
 }
 
 // multiFlag collects a repeatable flag.
@@ -143,6 +147,12 @@ type batchLaneConfig struct {
 	// are committed without an fsync and answered once the WAL is durable,
 	// within this bound. Empty or "0s": off (the default).
 	SQLiteSyncDefer string `json:"sqlite_sync_defer"`
+	// SQLiteGapCheckpoint is each SQLite region's
+	// ratelane.Region.SQLiteGapCheckpoint: the WAL frames at which the
+	// writer checkpoints between transactions while no interactive work
+	// is in flight, instead of inside whichever commit crosses SQLite's
+	// autocheckpoint. 0: off (the default).
+	SQLiteGapCheckpoint int `json:"sqlite_gap_checkpoint"`
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -176,6 +186,7 @@ func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error)
 	for i := range cfg.Regions {
 		cfg.Regions[i].SQLiteBatchHold = cmp.Or(cfg.Regions[i].SQLiteBatchHold, f.sqliteHold)
 		cfg.Regions[i].SQLiteBatchSyncDefer = cmp.Or(cfg.Regions[i].SQLiteBatchSyncDefer, f.sqliteSyncDefer)
+		cfg.Regions[i].SQLiteGapCheckpoint = cmp.Or(cfg.Regions[i].SQLiteGapCheckpoint, f.sqliteGapCheckpoint)
 	}
 	for _, p := range f.postgres {
 		region, url, scoped := strings.Cut(p, "=")
@@ -243,6 +254,10 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		}
 		f.sqliteSyncDefer = v
 	}
+	if n := fc.BatchLane.SQLiteGapCheckpoint; n < 0 {
+		return fmt.Errorf("config %s: batch_lane.sqlite_gap_checkpoint: want a count of WAL frames such as 1000, or 0 (off), not %d", f.config, n)
+	}
+	f.sqliteGapCheckpoint = fc.BatchLane.SQLiteGapCheckpoint
 	for _, d := range []struct {
 		field, s string
 		dst      *time.Duration

@@ -80,8 +80,9 @@ type Config struct {
 	// disk, and the commit takes no fsync. Its writes are answered only
 	// once the WAL is durable: by the next commit that fsyncs (any other
 	// transaction's), or by the writer's own fsync of the WAL file when
-	// no watcher (WatchInteractive) reports interactive work, or once the
-	// oldest answer waiting has waited BatchSyncDefer. So acknowledged
+	// no watcher (WatchInteractive) reports interactive work and none was
+	// seen for BatchSyncDefer (at most syncQuietMax), or once the oldest
+	// answer waiting has waited BatchSyncDefer. So acknowledged
 	// still means durable; while interactive work is about, the batch
 	// lane's commits leave the disk to the interactive ones. Zero or
 	// negative: off (every commit fsyncs itself), the default.
@@ -238,6 +239,15 @@ type Store struct {
 	// committed. Writer goroutine only.
 	unsynced      []ran
 	unsyncedSince time.Time
+	// interSeen is when the writer last saw interactive work: committed
+	// a transaction holding an interactive write, or found a watcher
+	// reporting it while deferred answers waited (syncIdle). Writer
+	// goroutine only.
+	interSeen time.Time
+	// quietMax bounds the quiet window after interactive work
+	// (quietWindow): syncQuietMax, set at Open (tests widen it before
+	// their first write).
+	quietMax time.Duration
 	// syncTimer wakes the writer when the oldest unsynced answer has
 	// waited BatchSyncDefer (writer goroutine only, made once).
 	syncTimer *time.Timer
@@ -343,6 +353,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.wtx = writeTx{c: s.wconn}
+	s.quietMax = syncQuietMax
 	if cfg.BatchSyncDefer > 0 && cfg.Synchronous == SyncFull {
 		s.syncq = make(chan []ran, 4*cfg.MaxBatch)
 		s.syncDone = make(chan struct{})

@@ -199,6 +199,68 @@ func TestBatchSyncDeferInteractiveCommitAnswers(t *testing.T) {
 	}
 }
 
+// TestBatchSyncDeferRidesRecentInteractive: with interactive work seen
+// within the bound (an interactive commit just before), a deferred write
+// is not synced by the syncer even though nothing is in flight or
+// queued: it waits for the interactive lane's next commit, whose own
+// fsync answers it, and the writer syncs nothing of its own. Both
+// commits count: the ride costs no fsync. Seen failing with syncIdle
+// not asking quiet (the write answered at once by a sync of its own,
+// as at first).
+func TestBatchSyncDeferRidesRecentInteractive(t *testing.T) {
+	t.Parallel()
+	s := openDeferStore(t, time.Hour, false)
+	s.quietMax = time.Hour // set before the first write: the writer reads it after
+	s.busy.Store(false)    // no watcher reports work in flight
+	inter := store.WithLane(context.Background(), job.LaneInteractive)
+	if err := s.write(inter, insertObject); err != nil {
+		t.Fatal(err)
+	}
+	done := deferredWrite(s.Store, "a")
+	committedDeferred(t, s, 1)
+	unanswered(t, done, 100*time.Millisecond, "with an interactive commit seen just before")
+	if got := s.syncs.Load(); got != 0 {
+		t.Errorf("the writer synced the WAL %d times before the next interactive commit, want 0", got)
+	}
+	txs := s.txs.Load()
+	if err := s.write(inter, insertObject); err != nil {
+		t.Fatal(err)
+	}
+	if err := answered(t, done, "after the next interactive commit"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.syncs.Load(); got != 0 {
+		t.Errorf("the writer synced the WAL %d times, want 0: the interactive commit's fsync answers the deferred write", got)
+	}
+	if got := s.txs.Load() - txs; got != 1 {
+		t.Errorf("%d transactions for the second interactive write, want 1", got)
+	}
+	if got := s.deferredTxs.Load(); got != 1 {
+		t.Errorf("deferred transactions %d, want 1", got)
+	}
+}
+
+// TestBatchSyncDeferQuietWindowEnds: the wait for an interactive commit
+// after interactive work was seen ends with the quiet window
+// (syncQuietMax), not at the bound: the writer wakes at the window's end
+// and the syncer answers the deferred write with one fsync. Seen failing
+// (not answered in 10 s, the bound being an hour) with quietWindow not
+// capped, and with syncDue waking only at the bound.
+func TestBatchSyncDeferQuietWindowEnds(t *testing.T) {
+	t.Parallel()
+	s := openDeferStore(t, time.Hour, false)
+	s.busy.Store(false)
+	if err := s.write(store.WithLane(context.Background(), job.LaneInteractive), insertObject); err != nil {
+		t.Fatal(err)
+	}
+	if err := answered(t, deferredWrite(s.Store, "a"), "after the quiet window"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.syncs.Load(); got != 1 {
+		t.Errorf("the writer synced the WAL %d times, want 1", got)
+	}
+}
+
 // TestBatchSyncDeferSyncFailure: a failed WAL sync answers the deferred
 // writes with its error, and every later write fails with it (the frames
 // the OS could not write may be gone). Seen failing with the syncer

@@ -102,23 +102,69 @@ func allDeferrable(batch []ran) bool {
 	return true
 }
 
-// syncIdle syncs the deferred answers when the writer has nothing queued
-// and no watcher reports interactive work: no commit with an fsync is to
-// be expected soon. While interactive work is in flight the answers wait
-// for its commit or for the bound (syncDue).
+// syncIdle hands the deferred answers to the syncer when no commit with
+// an fsync is to be expected soon: the writer has nothing queued, no
+// watcher reports interactive work, and none was seen for BatchSyncDefer
+// (quiet). While interactive work is about, the answers ride its commits'
+// fsyncs (commit, answerUnsynced) or wait for the bound (syncDue), so
+// that the syncer's fsync does not meet an interactive commit's on the
+// disk, which serializes them. Handing them over whenever nothing was in
+// flight at that instant, as at first, gave 90 % of the deferred commits
+// a syncer fsync of their own under a sweep and cut no fsync
+// (docs/benchmarks.md, "Session 33 (s33h1)"): interactive work is in
+// flight only a small part of the time, but seen within tens of
+// milliseconds most of it.
 func (s *Store) syncIdle() {
-	if len(s.unsynced) > 0 && len(s.batchReqs) == 0 && len(s.reqs) == 0 && !s.interactiveBusy() {
-		s.syncPending()
+	if len(s.unsynced) == 0 {
+		return
+	}
+	if s.interactiveBusy() {
+		s.interSeen = time.Now()
+		return
+	}
+	if len(s.batchReqs) == 0 && len(s.reqs) == 0 && s.quiet() {
+		s.syncPending(syncQuiet)
 	}
 }
 
-// syncDue returns a channel that fires when the oldest deferred answer
-// reaches BatchSyncDefer, or nil (never) with none waiting.
+// quiet reports whether no interactive work was seen (committed by the
+// writer, or reported by a watcher while answers waited) for
+// BatchSyncDefer.
+func (s *Store) quiet() bool {
+	return time.Since(s.interSeen) >= s.quietWindow()
+}
+
+// quietWindow is how long after interactive work was last seen the
+// deferred answers still wait for an interactive commit: BatchSyncDefer,
+// at most Store.quietMax (syncQuietMax).
+func (s *Store) quietWindow() time.Duration {
+	return min(s.cfg.BatchSyncDefer, s.quietMax)
+}
+
+// syncQuietMax bounds the quiet window (quietWindow). It need only span
+// the gaps between one interactive job's commits (its insert, its lease,
+// its finish: a review's handler runs ~5 ms at the median), inside which
+// the next interactive commit is near and an fsync beside it likely;
+// past them the next job's arrival is not foretold by the last one's, and
+// a longer window only delays the batch lane's answers.
+const syncQuietMax = 20 * time.Millisecond
+
+// syncDue returns a channel that fires when the deferred answers are
+// due another look: when the oldest reaches BatchSyncDefer (the bound)
+// or when the quiet window since the last interactive work seen ends,
+// whichever comes first; nil (never) with none waiting.
 func (s *Store) syncDue() <-chan time.Time {
 	if len(s.unsynced) == 0 {
 		return nil
 	}
-	wait := max(0, s.cfg.BatchSyncDefer-time.Since(s.unsyncedSince))
+	now := time.Now()
+	due := s.unsyncedSince.Add(s.cfg.BatchSyncDefer)
+	if end := s.interSeen.Add(s.quietWindow()); end.Before(due) && end.After(now) {
+		// A window already ended was judged by syncIdle: only queued
+		// writes kept it from syncing, and they wake the writer.
+		due = end
+	}
+	wait := max(0, due.Sub(now))
 	if s.syncTimer == nil {
 		s.syncTimer = time.NewTimer(wait)
 	} else {
@@ -127,13 +173,36 @@ func (s *Store) syncDue() <-chan time.Time {
 	return s.syncTimer.C
 }
 
+// syncLate hands the deferred answers to the syncer once the oldest has
+// waited BatchSyncDefer, whatever interactive work is about: the batch
+// lane is never starved. Before that, syncDue's wake-up was the quiet
+// window's end, which syncIdle judges on the writer's next look.
+func (s *Store) syncLate() {
+	if len(s.unsynced) > 0 && time.Since(s.unsyncedSince) >= s.cfg.BatchSyncDefer {
+		s.syncPending(syncBound)
+	}
+}
+
+// Why the writer hands deferred answers to the syncer (syncPending), as
+// a cpulabels build counts them.
+const (
+	syncQuiet  = "quiet"          // no interactive work seen for BatchSyncDefer
+	syncBound  = "bound"          // the oldest answer waited BatchSyncDefer
+	syncJoined = "non-deferrable" // a write that may not wait joined a deferred transaction
+	syncClose  = "close"          // Close
+)
+
 // syncPending hands the deferred writes to the syncer, which syncs the
 // WAL and answers them. It syncs off the writer goroutine: the writer
 // goes on with the next transaction (an interactive one first) while the
-// fsync runs, which covers every frame written before it began.
-func (s *Store) syncPending() {
+// fsync runs, which covers every frame written before it began. why
+// (syncQuiet, ...) is counted by a cpulabels build.
+func (s *Store) syncPending(why string) {
 	if len(s.unsynced) == 0 {
 		return
+	}
+	if cpulabel.On {
+		noteSyncHandoff(why, len(s.unsynced))
 	}
 	s.syncq <- s.unsynced
 	s.unsynced = nil
@@ -168,10 +237,15 @@ func (s *Store) syncer() {
 			continue
 		}
 		t0 := time.Now()
+		var mark interMark
+		if cpulabel.On {
+			mark = s.markInteractive()
+		}
 		err := s.syncWAL()
 		s.walSyncs.Add(1)
 		if cpulabel.On {
 			noteSync(len(batch), time.Since(t0))
+			noteSyncMet(s, mark)
 		}
 		if err != nil {
 			err = fmt.Errorf("sqlite: sync the WAL: %w", err)
@@ -182,9 +256,13 @@ func (s *Store) syncer() {
 }
 
 // answerUnsynced answers the deferred writes not yet handed to the
-// syncer: a commit with its fsync made them durable, unless a sync of the
-// syncer's failed meanwhile.
-func (s *Store) answerUnsynced() {
+// syncer: a commit with its fsync (an interactive one's when
+// hasInteractive) made them durable, unless a sync of the syncer's failed
+// meanwhile.
+func (s *Store) answerUnsynced(hasInteractive bool) {
+	if cpulabel.On {
+		noteRide(hasInteractive, len(s.unsynced))
+	}
 	var err error
 	if e := s.syncErr.Load(); e != nil {
 		err = *e

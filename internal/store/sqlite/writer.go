@@ -217,7 +217,7 @@ func (s *Store) writer() {
 		case r := <-s.reqs:
 			s.commit(r)
 		case <-s.syncDue():
-			s.syncPending()
+			s.syncLate()
 		case r := <-s.batchReqs:
 			// An interactive write queued between the look above and this
 			// select may have been ready too (select picks at random): it
@@ -238,7 +238,7 @@ func (s *Store) writer() {
 				default:
 					// Close answers every deferred write: the syncer
 					// syncs what it was handed and stops.
-					s.syncPending()
+					s.syncPending(syncClose)
 					if s.syncq != nil {
 						close(s.syncq)
 						<-s.syncDone
@@ -377,8 +377,18 @@ func (s *Store) WatchInteractive(busy func() bool) {
 // later for one committed without (syncPending).
 func (s *Store) commit(first *writeReq) {
 	batch, c, err := s.runBatch(first)
+	hasInteractive := false
+	for _, w := range batch {
+		hasInteractive = hasInteractive || w.r.lane != job.LaneBatch
+	}
+	if hasInteractive {
+		// Seen: the deferred answers of the next BatchSyncDefer wait for
+		// the interactive lane's next commit rather than sync beside it
+		// (syncIdle).
+		s.interSeen = time.Now()
+	}
 	if err == nil && c == committedSynced && len(s.unsynced) > 0 {
-		s.answerUnsynced()
+		s.answerUnsynced(hasInteractive)
 	}
 	if err == nil && c == committedNoSync {
 		if len(s.unsynced) == 0 {
@@ -391,7 +401,7 @@ func (s *Store) commit(first *writeReq) {
 		if !allDeferrable(batch) {
 			// A write that may not wait joined: sync now, as its own
 			// commit would have.
-			s.syncPending()
+			s.syncPending(syncJoined)
 		}
 		if cpulabel.On {
 			s.wstate.Store(writerIdle)
