@@ -33,7 +33,7 @@ const walIndexVersion = 3007000
 // another connection could not (a busy writer appends meanwhile:
 // "Session 23 (s23h5)"). Only the writer goroutine calls it.
 func (s *Store) gapCheckpoint() {
-	if s.cfg.GapCheckpoint <= 0 || len(s.reqs) > 0 || s.interactiveBusy() {
+	if s.cfg.GapCheckpoint <= 0 || s.interactiveAbout() {
 		return
 	}
 	if n, ok := s.walBacklog(); !ok || n < int64(s.cfg.GapCheckpoint) {

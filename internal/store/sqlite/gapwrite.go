@@ -61,12 +61,6 @@ func (s *Store) writeInGap(ctx context.Context, fn func(tx *writeTx) error) erro
 	}
 }
 
-// interactiveAbout reports whether an interactive write is queued or a
-// watcher reports interactive work in flight.
-func (s *Store) interactiveAbout() bool {
-	return len(s.reqs) > 0 || s.interactiveBusy()
-}
-
 // waitGap returns once no interactive work is about (interactiveAbout),
 // or at deadline, asking every holdPoll as the writer's hold does; ctx's
 // end ends the wait with its error.

@@ -339,6 +339,13 @@ func (s *Store) held(begun time.Time) (r *writeReq) {
 // commit waits at most this long after interactive work ends.
 const holdPoll = 250 * time.Microsecond
 
+// interactiveAbout reports whether an interactive write is queued or a
+// watcher reports interactive work in flight: what the writer's gap work
+// (gapCheckpoint, writeInGap) waits out.
+func (s *Store) interactiveAbout() bool {
+	return len(s.reqs) > 0 || s.interactiveBusy()
+}
+
 // interactiveBusy reports whether a watcher reports interactive work in
 // flight.
 func (s *Store) interactiveBusy() bool {
