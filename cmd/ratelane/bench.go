@@ -11,20 +11,21 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/bench"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
 func init() {
-	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, http-enqueue, http-batch, http-workers, batch-isolation, batch-floor, all)", helpOK(runBench))
+	register("bench", "run an end-to-end benchmark workload (throughput, paced, fairness, flood, adapt, upstreams, http-enqueue, http-batch, http-workers, batch-isolation, batch-floor, io-floor, all)", helpOK(runBench))
 }
 
 // runBench runs `ratelane bench <workload> [flags]`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := commandFlags("bench", stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|upstreams|http-enqueue|http-batch|http-workers|batch-isolation|batch-floor|all> [flags]")
+		fmt.Fprintln(stderr, "Usage: ratelane bench <throughput|paced|fairness|flood|adapt|upstreams|http-enqueue|http-batch|http-workers|batch-isolation|batch-floor|io-floor|all> [flags]")
 		fs.PrintDefaults()
 		fmt.Fprint(stderr, benchMetricsHelp)
 	}
@@ -59,6 +60,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.BurnChild, "burn-child", 0.04, "batch-floor only: CPU seconds per second a burner child process burns in every other window, CPU that is not ratelane's on the same cores (the default: the simulator child's share of the 10,000-file sweep phase, session 32; the whole phase's CPU beyond the interactive reviews was 0.23; 0: none)")
 	fs.Float64Var(&o.BurnBench, "burn-bench", 0, "batch-floor only: CPU seconds per second burner goroutines in the bench's own process burn in the same windows (a stand-in for the sweep's CPU in ratelane's process; 0: none)")
 	fs.DurationVar(&o.BurnPiece, "burn-piece", 0, "batch-floor only: the longest spin of the --burn-bench burner's goroutines before they yield their P (runtime.Gosched); the same CPU per second in shorter run slices (0: the default, 2ms pieces, yielding only by sleeping)")
+	// The device's floor under the interactive commit, without SQLite or
+	// ratelane's CPU (docs/benchmarks.md, "Session 34: the merge (lead)").
+	fs.Float64Var(&o.IOFloorRate, "io-rate", 0, "io-floor only: the interactive writer's mean commits per second, Poisson arrivals (0: the default, 23, the batch-isolation bench's interactive commit rate under the sweep)")
+	fs.IntVar(&o.IOFloorPages, "io-pages", 0, "io-floor only: pages (4 KiB) each interactive commit appends before its fdatasync (0: the default, 10)")
+	fs.Float64Var(&o.IOFloorBatchPages, "io-batch-pages", 0, "io-floor only: pages per second the synthetic batch writer appends (0: the default, 720)")
+	fs.Float64Var(&o.IOFloorBatchSyncs, "io-batch-syncs", 0, "io-floor only: fdatasyncs per second of the synthetic batch writer (0: the default, 60)")
+	fs.StringVar(&o.IOFloorReplay, "io-replay", "", "io-floor only: a writer timeline to replay as I/O in an arm of its own: the `FILE` RATELANE_WRITESTATS names in a -tags cpulabels build's batch-isolation run (its WALTx lines)")
+	fs.StringVar(&o.IOFloorReplayPhase, "io-replay-phase", "", "io-floor with --io-replay: the recorded phase to replay (default sweep; all for every phase)")
+	fs.Float64Var(&o.IOFloorBurnShare, "io-burn-share", 0, "io-floor only: the share of each core the CPU burst arms spin, one goroutine per GOMAXPROCS (0: the default, 0.25)")
+	var ioBurnPieces string
+	fs.StringVar(&ioBurnPieces, "io-burn-pieces", "", "io-floor only: comma-separated burst lengths, one CPU burst arm each (default 5ms,500us; none: no burst arm)")
 	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
 	var verbose bool
@@ -122,6 +134,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.BurnPiece < 0 {
 		return usageError{fmt.Sprintf("--burn-piece %v: want 0 or more", o.BurnPiece)}
+	}
+	if o.IOFloorReplayPhase == "all" {
+		o.IOFloorReplayPhase = "" // every phase: readIOTimeline's ""
+	} else if o.IOFloorReplayPhase == "" {
+		o.IOFloorReplayPhase = "sweep"
+	}
+	if o.IOFloorRate < 0 || o.IOFloorPages < 0 || o.IOFloorBatchPages < 0 || o.IOFloorBatchSyncs < 0 || o.IOFloorBurnShare < 0 || o.IOFloorBurnShare > 1 {
+		return usageError{"--io-rate, --io-pages, --io-batch-pages, --io-batch-syncs: want 0 or more; --io-burn-share: want 0 to 1"}
+	}
+	switch ioBurnPieces {
+	case "":
+	case "none":
+		o.IOFloorBurnPieces = []time.Duration{}
+	default:
+		for _, p := range strings.Split(ioBurnPieces, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(p))
+			if err != nil || d <= 0 {
+				return usageError{fmt.Sprintf("--io-burn-pieces %q: want positive durations such as 5ms,500us", ioBurnPieces)}
+			}
+			o.IOFloorBurnPieces = append(o.IOFloorBurnPieces, d)
+		}
 	}
 	if o.Runs < 1 {
 		return usageError{fmt.Sprintf("--runs %d: want 1 or more", o.Runs)}
@@ -246,4 +279,18 @@ JSON metrics (one object per workload; under its name with "all"):
               burn_burn_child_cpu_per_second baseline_bench_cpu_per_second burn_bench_cpu_per_second
               baseline_sim_cpu_per_second burn_sim_cpu_per_second pooled_in_sweep_p99_ratio
               pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (burner-on-as-sweep)
+  io-floor    interactive_rate_asked interactive_pages window_seconds synthetic_pages_asked synthetic_syncs_asked
+              burn_share_asked alone_windows alone_commits alone_commits_per_second alone_p50_ms alone_p99_ms
+              alone_p999_ms alone_late_p99_ms synthetic_windows synthetic_commits synthetic_commits_per_second
+              synthetic_p50_ms synthetic_p99_ms synthetic_p999_ms synthetic_late_p99_ms synthetic_p50_ratio
+              synthetic_p99_ratio synthetic_p999_ratio synthetic_p99_ratio_lo synthetic_p99_ratio_hi
+              synthetic_batch_pages_per_second synthetic_batch_syncs_per_second burn5000us_windows
+              burn5000us_commits burn5000us_commits_per_second burn5000us_p50_ms burn5000us_p99_ms
+              burn5000us_p999_ms burn5000us_late_p99_ms burn5000us_p50_ratio burn5000us_p99_ratio
+              burn5000us_p999_ratio burn5000us_p99_ratio_lo burn5000us_p99_ratio_hi burn5000us_burn_cpu_per_second
+              burn500us_windows burn500us_commits burn500us_commits_per_second burn500us_p50_ms burn500us_p99_ms
+              burn500us_p999_ms burn500us_late_p99_ms burn500us_p50_ratio burn500us_p99_ratio burn500us_p999_ratio
+              burn500us_p99_ratio_lo burn500us_p99_ratio_hi burn500us_burn_cpu_per_second
+              (burnNus:one-arm-per---io-burn-pieces)
+              (replay_*:the-same-figures-with---io-replay,+replay_checkpoints,replay_checkpoint_pages,replay_recorded_seconds,replay_recorded_pages_per_second,replay_recorded_syncs_per_second,replay_recorded_checkpoints)
 `

@@ -56,6 +56,13 @@ var benchNames = map[string]map[string][2]float64{
 		"baseline_reviews": {1, 1000}, "burn_reviews": {1, 1000}, "burn_p99_ratio": {1e-9, 1e6},
 		"burn_child_asked": {0, 64}, "baseline_burn_child_cpu_per_second": {0, 64},
 	},
+	"io-floor": {
+		// Commits in every arm's windows and its load's achieved rate;
+		// no latency is asserted (the device and the load decide).
+		"alone_commits": {1, 1e6}, "synthetic_commits": {1, 1e6}, "burn5000us_commits": {1, 1e6},
+		"alone_p99_ms": {1e-9, 600_000}, "synthetic_p99_ratio": {1e-9, 1e6}, "burn500us_p99_ratio": {1e-9, 1e6},
+		"synthetic_batch_pages_per_second": {1e-9, 1e9}, "burn5000us_burn_cpu_per_second": {1e-9, 64},
+	},
 }
 
 // smokeBound bounds each workload of TestBenchAllSmoke: only a hang

@@ -106,6 +106,12 @@ func TestDefaultBound(t *testing.T) {
 			}
 			continue
 		}
+		if n == "io-floor" { // 2 minutes of windows with a replay
+			if got := DefaultBound(n, false); got != 4*time.Minute {
+				t.Errorf("%s bound %v, want 4m", n, got)
+			}
+			continue
+		}
 		if n == "batch-floor" { // 40 s of windows: a minute left little for a loaded machine
 			if got := DefaultBound(n, false); got != 2*time.Minute {
 				t.Errorf("%s bound %v, want 2m", n, got)

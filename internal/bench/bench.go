@@ -143,6 +143,20 @@ type Options struct {
 	// run slices: whether an interactive goroutine waits behind the
 	// burner's slices (docs/benchmarks.md, "Session 32 (s32h6)").
 	BurnPiece time.Duration
+	// IOFloorRate and IOFloorPages are the io-floor workload's interactive
+	// commits per second and pages per commit; IOFloorBatchPages and
+	// IOFloorBatchSyncs its synthetic batch writer's pages and fdatasyncs
+	// per second; IOFloorBurnShare its CPU burst arms' share of each core
+	// and IOFloorBurnPieces their bursts' lengths, one arm each (nil: the
+	// defaults, 5 ms and 0.5 ms; empty and not nil: no burst arm). Zero
+	// leaves IOFloor's default (iofloor.go).
+	IOFloorRate, IOFloorBatchPages, IOFloorBatchSyncs, IOFloorBurnShare float64
+	IOFloorPages                                                        int
+	IOFloorBurnPieces                                                   []time.Duration
+	// IOFloorReplay, when set, is a cpulabels build's RATELANE_WRITESTATS
+	// file whose writer timeline in phase IOFloorReplayPhase (default
+	// "sweep") io-floor replays as I/O in an arm of its own.
+	IOFloorReplay, IOFloorReplayPhase string
 }
 
 // Metric is one named figure of a workload.
@@ -305,7 +319,7 @@ func (r *Result) add(name string, v float64, unit string) {
 }
 
 // Workloads lists the workloads in the order `all` runs them.
-var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams", "http-enqueue", "http-batch", "http-workers", "batch-isolation", "batch-floor"}
+var Workloads = []string{"throughput", "paced", "fairness", "flood", "adapt", "upstreams", "http-enqueue", "http-batch", "http-workers", "batch-isolation", "batch-floor", "io-floor"}
 
 var runners = map[string]func(context.Context, *env) (Result, error){
 	"throughput": runThroughput,
@@ -322,6 +336,8 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 	"batch-isolation": runBatchLane,
 	// Its interactive reviews beside a plain CPU burner (floor.go).
 	"batch-floor": runBatchFloor,
+	// The device's floor under the interactive commit (iofloor.go).
+	"io-floor": runIOFloor,
 }
 
 // DefaultBound is the upper bound of one run of a workload when
@@ -329,13 +345,17 @@ var runners = map[string]func(context.Context, *env) (Result, error){
 // batch-isolation sweep (10,000 files through the batch lane take longer
 // than a minute on this project's 2-core machine, and a bound that cuts
 // the run short measures nothing), and 2 minutes for the full-size
-// batch-floor (45 s of windows, which a loaded machine stretches).
+// batch-floor (45 s of windows, which a loaded machine stretches) and
+// 4 minutes for io-floor (two minutes of windows with six arms).
 func DefaultBound(name string, smoke bool) time.Duration {
 	if name == "batch-isolation" && !smoke {
 		return 10 * time.Minute
 	}
 	if name == "batch-floor" && !smoke {
 		return 2 * time.Minute
+	}
+	if name == "io-floor" && !smoke {
+		return 4 * time.Minute
 	}
 	return 60 * time.Second
 }

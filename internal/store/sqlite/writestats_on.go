@@ -309,6 +309,19 @@ type walTx struct {
 	// as "t" and its first byte (its b-tree page type when it is one);
 	// page 1 as "p1:pages:trunk:free" (its file header's fields).
 	Leaves []string `json:",omitempty"`
+	// IO is what a replay of the transaction's I/O needs beside its
+	// pages (`ratelane bench io-floor --replay`): when its COMMIT ended,
+	// whether it held an interactive write, the frames a checkpoint in
+	// it copied and whether it restarted the WAL from its beginning.
+	IO walTxIO
+}
+
+// walTxIO is a walTx's timing and checkpoint figures (walTx.IO).
+type walTxIO struct {
+	EndNs       int64 // the COMMIT's end, Unix nanoseconds
+	Interactive bool  // the transaction held an interactive write
+	Ckpt        int64 // frames backfilled into the database by it
+	Restart     bool  // its first frame went to the WAL's beginning
 }
 
 // walFrameLeaves describes frames [from, to) of s's WAL that hold table
@@ -459,7 +472,8 @@ func noteWALVolume(s *Store, g *segRing, batch []ran, hasInteractive bool) {
 	for i, w := range batch {
 		kinds[i] = w.r.kind
 	}
-	walVols.txs = append(walVols.txs, walTx{Phase: phase, Kinds: kinds, NPage0: a.nPage, NPage1: b.nPage, Pages: pages, Leaves: walFrameLeaves(s, b.mx-frames, b.mx)})
+	walVols.txs = append(walVols.txs, walTx{Phase: phase, Kinds: kinds, NPage0: a.nPage, NPage1: b.nPage, Pages: pages, Leaves: walFrameLeaves(s, b.mx-frames, b.mx),
+		IO: walTxIO{EndNs: time.Now().UnixNano(), Interactive: hasInteractive, Ckpt: ck, Restart: b.salt != a.salt}})
 	if len(batch) == 1 {
 		add("solo "+batch[0].r.kind, 1, 1, frames, ck)
 		return
