@@ -292,5 +292,6 @@ JSON metrics (one object per workload; under its name with "all"):
               burn500us_p999_ms burn500us_late_p99_ms burn500us_p50_ratio burn500us_p99_ratio burn500us_p999_ratio
               burn500us_p99_ratio_lo burn500us_p99_ratio_hi burn500us_burn_cpu_per_second
               (burnNus:one-arm-per---io-burn-pieces)
+              (Linux,/proc/diskstats-of-the-files'-device:ARM_device_writes_per_second,ARM_device_ms_per_write,ARM_device_flushes_per_second,ARM_device_ms_per_flush)
               (replay_*:the-same-figures-with---io-replay,+replay_checkpoints,replay_checkpoint_pages,replay_recorded_seconds,replay_recorded_pages_per_second,replay_recorded_syncs_per_second,replay_recorded_checkpoints)
 `

@@ -239,6 +239,15 @@ func (f *ioFiles) appendFrames(off int64, n int) error {
 	return err
 }
 
+// diskReading is the device's counts (diskReader): writes completed and
+// the milliseconds spent on them, flushes completed and theirs.
+type diskReading struct{ writes, writeMs, flushes, flushMs int64 }
+
+// sub is r less an earlier reading a.
+func (r diskReading) sub(a diskReading) diskReading {
+	return diskReading{r.writes - a.writes, r.writeMs - a.writeMs, r.flushes - a.flushes, r.flushMs - a.flushMs}
+}
+
 // ioSample is one interactive commit: its write+sync time, how late it
 // started against its Poisson arrival, its window's arm and its start.
 type ioSample struct {
@@ -404,11 +413,20 @@ func runIOFloor(ctx context.Context, e *env) (Result, error) {
 	var samples []ioSample
 	walls := map[string]time.Duration{}
 	windows := map[string]int{}
+	disks := map[string]diskReading{}
+	readDisk := diskReader(dir)
+	diskNow := func() (diskReading, bool) {
+		if readDisk == nil {
+			return diskReading{}, false
+		}
+		return readDisk()
+	}
 	schedule := append([]string{""}, ioSchedule(arms, plan.Rounds)...) // "": warm-up
 	next := time.Now()
 	for _, arm := range schedule {
 		setArm(arm)
 		start := time.Now()
+		d0, diskOK := diskNow()
 		end := start.Add(plan.Window)
 		for {
 			next = next.Add(time.Duration(rng.ExpFloat64() / plan.Rate * float64(time.Second)))
@@ -435,6 +453,11 @@ func runIOFloor(ctx context.Context, e *env) (Result, error) {
 		if arm != "" {
 			walls[arm] += time.Since(start)
 			windows[arm]++
+			if d1, ok := diskNow(); ok && diskOK {
+				d := d1.sub(d0)
+				t := disks[arm]
+				disks[arm] = diskReading{t.writes + d.writes, t.writeMs + d.writeMs, t.flushes + d.flushes, t.flushMs + d.flushMs}
+			}
 		}
 	}
 	setArm("")
@@ -443,11 +466,11 @@ func runIOFloor(ctx context.Context, e *env) (Result, error) {
 	if runErr != nil {
 		return Result{}, runErr
 	}
-	return ioFloorResult(plan, arms, samples, walls, windows, loads, tl), nil
+	return ioFloorResult(plan, arms, samples, walls, windows, disks, loads, tl), nil
 }
 
 // ioFloorResult turns io-floor's samples and loads into its figures.
-func ioFloorResult(plan IOFloorPlan, arms []string, samples []ioSample, walls map[string]time.Duration, windows map[string]int, loads map[string]*ioLoad, tl ioTimeline) Result {
+func ioFloorResult(plan IOFloorPlan, arms []string, samples []ioSample, walls map[string]time.Duration, windows map[string]int, disks map[string]diskReading, loads map[string]*ioLoad, tl ioTimeline) Result {
 	lats := map[string][]time.Duration{}
 	lates := map[string][]time.Duration{}
 	ats := map[string][]time.Time{}
@@ -507,6 +530,14 @@ func ioFloorResult(plan IOFloorPlan, arms []string, samples []ioSample, walls ma
 			lo, hi := blockRatioInterval(blocks[ioArmAlone], blocks[arm], 0.99, 0.9, bootstrapResamples, uint64(35+k))
 			r.add(arm+"_p99_ratio_lo", lo, "90 % block bootstrap (2 s blocks)")
 			r.add(arm+"_p99_ratio_hi", hi, "90 % block bootstrap (2 s blocks)")
+		}
+		if d, ok := disks[arm]; ok {
+			// The kernel's view of the device (Linux): what the arm's
+			// windows asked of it, whoever else wrote meanwhile.
+			r.add(arm+"_device_writes_per_second", float64(d.writes)/wall, "writes/s the device completed (/proc/diskstats, every process's)")
+			r.add(arm+"_device_ms_per_write", float64(d.writeMs)/float64(max(1, d.writes)), "ms the device spent per write completed")
+			r.add(arm+"_device_flushes_per_second", float64(d.flushes)/wall, "flushes/s the device completed")
+			r.add(arm+"_device_ms_per_flush", float64(d.flushMs)/float64(max(1, d.flushes)), "ms the device spent per flush")
 		}
 		l := loads[arm]
 		switch {

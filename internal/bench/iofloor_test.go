@@ -122,6 +122,15 @@ func TestIOFloorSmokeGivesEveryFigure(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want an achieved rate > 0", m, v, ok)
 		}
 	}
+	if _, err := os.Stat("/proc/diskstats"); err == nil {
+		for _, arm := range arms {
+			for _, m := range []string{"_device_writes_per_second", "_device_ms_per_write", "_device_flushes_per_second", "_device_ms_per_flush"} {
+				if v, ok := r.Get(arm + m); !ok || v < 0 {
+					t.Errorf("%s%s = %v (present %v), want the device's figure", arm, m, v, ok)
+				}
+			}
+		}
+	}
 	for _, m := range []string{"replay_checkpoints", "replay_checkpoint_pages"} {
 		if _, ok := r.Get(m); !ok {
 			t.Errorf("%s missing", m)
