@@ -555,20 +555,35 @@ func ioFloorResult(plan IOFloorPlan, arms []string, samples []ioSample, walls ma
 	return r
 }
 
+// awaitArm blocks until arm is the current one, and returns the channel
+// the next switch closes; false when ctx ended first. A switch to the
+// same arm (two windows of one arm in a row) closes it too: a loop
+// running in the arm takes switched() afresh on every turn, or a closed
+// channel would cut every one of its waits short.
+func awaitArm(ctx context.Context, arm string, current func() string, switched func() <-chan struct{}) (<-chan struct{}, bool) {
+	for {
+		sw := switched()
+		if current() == arm {
+			return sw, true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-sw:
+		}
+	}
+}
+
 // paceInArm calls fn every period while arm is the current one, and
 // sleeps until the next switch otherwise, until ctx ends.
 func paceInArm(ctx context.Context, arm string, current func() string, switched func() <-chan struct{}, period time.Duration, fn func() error) error {
-	for ctx.Err() == nil {
-		sw := switched()
-		if current() != arm {
-			select {
-			case <-ctx.Done():
-			case <-sw:
-			}
-			continue
+	for {
+		sw, ok := awaitArm(ctx, arm, current, switched)
+		if !ok {
+			return nil
 		}
 		next := time.Now()
-		for ctx.Err() == nil && current() == arm {
+		for ; ctx.Err() == nil && current() == arm; sw = switched() {
 			if err := fn(); err != nil {
 				return err
 			}
@@ -580,7 +595,6 @@ func paceInArm(ctx context.Context, arm string, current func() string, switched 
 			}
 		}
 	}
-	return nil
 }
 
 // burstInArm spins for piece, then sleeps so that it spins share of the
@@ -588,36 +602,29 @@ func paceInArm(ctx context.Context, arm string, current func() string, switched 
 // goroutine of the process, as a sweep's long run slices would.
 func burstInArm(ctx context.Context, arm string, current func() string, switched func() <-chan struct{}, piece time.Duration, share float64, spun *atomic.Int64) {
 	rest := time.Duration(float64(piece) * (1 - share) / share)
-	// Start at a random point of the cycle, so the goroutines' bursts do
-	// not all begin together.
-	first := true
-	for ctx.Err() == nil {
-		sw := switched()
-		if current() != arm {
-			first = true
-			select {
-			case <-ctx.Done():
-			case <-sw:
-			}
-			continue
+	for {
+		sw, ok := awaitArm(ctx, arm, current, switched)
+		if !ok {
+			return
 		}
-		if first {
-			first = false
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Duration(rand.Int64N(int64(piece + rest)))):
-			}
-			continue
-		}
-		t0 := time.Now()
-		for time.Since(t0) < piece {
-			// spin: the CPU is the point
-		}
-		spun.Add(int64(time.Since(t0)))
+		// Start at a random point of the cycle, so the goroutines'
+		// bursts do not all begin together.
 		select {
 		case <-ctx.Done():
 		case <-sw:
-		case <-time.After(rest):
+		case <-time.After(time.Duration(rand.Int64N(int64(piece + rest)))):
+		}
+		for ; ctx.Err() == nil && current() == arm; sw = switched() {
+			t0 := time.Now()
+			for time.Since(t0) < piece {
+				// spin: the CPU is the point
+			}
+			spun.Add(int64(time.Since(t0)))
+			select {
+			case <-ctx.Done():
+			case <-sw:
+			case <-time.After(rest):
+			}
 		}
 	}
 }
@@ -641,17 +648,13 @@ func replayIO(ctx context.Context, f *ioFiles, tl ioTimeline, current func() str
 	for i := range pagebuf {
 		pagebuf[i] = byte(rand.Uint32())
 	}
-	for ctx.Err() == nil {
-		sw := switched()
-		if current() != ioArmReplay {
-			select {
-			case <-ctx.Done():
-			case <-sw:
-			}
-			continue
+	for {
+		sw, ok := awaitArm(ctx, ioArmReplay, current, switched)
+		if !ok {
+			return nil
 		}
 		from := time.Now().Add(-clock) // wall time of the timeline's clock 0
-		for ctx.Err() == nil && current() == ioArmReplay {
+		for ; ctx.Err() == nil && current() == ioArmReplay; sw = switched() {
 			if i == len(tl.txs) { // wrap: the timeline again, the WAL from its start
 				i, clock, from = 0, 0, time.Now()
 				inWAL = inWAL[:0]
@@ -695,7 +698,6 @@ func replayIO(ctx context.Context, f *ioFiles, tl ioTimeline, current func() str
 			}
 		}
 	}
-	return nil
 }
 
 // checkpointIO does a checkpoint's I/O: the WAL synced, each distinct
