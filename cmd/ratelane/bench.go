@@ -135,11 +135,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.BurnPiece < 0 {
 		return usageError{fmt.Sprintf("--burn-piece %v: want 0 or more", o.BurnPiece)}
 	}
-	if o.IOFloorReplayPhase == "all" {
-		o.IOFloorReplayPhase = "" // every phase: readIOTimeline's ""
-	} else if o.IOFloorReplayPhase == "" {
-		o.IOFloorReplayPhase = "sweep"
-	}
 	if o.IOFloorRate < 0 || o.IOFloorPages < 0 || o.IOFloorBatchPages < 0 || o.IOFloorBatchSyncs < 0 || o.IOFloorBurnShare < 0 || o.IOFloorBurnShare > 1 {
 		return usageError{"--io-rate, --io-pages, --io-batch-pages, --io-batch-syncs: want 0 or more; --io-burn-share: want 0 to 1"}
 	}

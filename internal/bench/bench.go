@@ -155,7 +155,8 @@ type Options struct {
 	IOFloorBurnPieces                                                   []time.Duration
 	// IOFloorReplay, when set, is a cpulabels build's RATELANE_WRITESTATS
 	// file whose writer timeline in phase IOFloorReplayPhase (default
-	// "sweep") io-floor replays as I/O in an arm of its own.
+	// "sweep"; "all": every phase) io-floor replays as I/O in an arm of
+	// its own.
 	IOFloorReplay, IOFloorReplayPhase string
 }
 

@@ -288,8 +288,12 @@ func runIOFloor(ctx context.Context, e *env) (Result, error) {
 	arms := []string{ioArmAlone, ioArmSynthetic}
 	var tl ioTimeline
 	if e.opts.IOFloorReplay != "" {
+		phase := cmp.Or(e.opts.IOFloorReplayPhase, "sweep")
+		if phase == "all" {
+			phase = "" // readIOTimeline's every phase
+		}
 		var err error
-		if tl, err = readIOTimeline(e.opts.IOFloorReplay, cmp.Or(e.opts.IOFloorReplayPhase, "sweep")); err != nil {
+		if tl, err = readIOTimeline(e.opts.IOFloorReplay, phase); err != nil {
 			return Result{}, fmt.Errorf("replay: %w", err)
 		}
 		arms = append(arms, ioArmReplay)

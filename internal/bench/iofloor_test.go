@@ -58,6 +58,9 @@ func TestReadIOTimelineParsesARecording(t *testing.T) {
 	if tl.dbPages < 100 {
 		t.Errorf("database %d pages, want the recording's largest NPage1", tl.dbPages)
 	}
+	if all, err := readIOTimeline(ioFloorRecording, ""); err != nil || len(all.txs) != len(tl.txs) {
+		t.Errorf("every phase: %d transactions, %v; want the sweep's %d (the recording holds no other)", len(all.txs), err, len(tl.txs))
+	}
 	if _, err := readIOTimeline(ioFloorRecording, "baseline"); err == nil {
 		t.Error("phase baseline: no error, want none in the recording")
 	}
