@@ -560,12 +560,14 @@ func ioFloorResult(plan IOFloorPlan, arms []string, samples []ioSample, walls ma
 }
 
 // awaitArm blocks until arm is the current one, and returns the channel
-// the next switch closes; false when ctx ended first. A switch to the
+// the next switch closes; false once ctx has ended (checked first: an
+// arm still current when its load is cancelled must not be re-entered
+// for ever). A switch to the
 // same arm (two windows of one arm in a row) closes it too: a loop
 // running in the arm takes switched() afresh on every turn, or a closed
 // channel would cut every one of its waits short.
 func awaitArm(ctx context.Context, arm string, current func() string, switched func() <-chan struct{}) (<-chan struct{}, bool) {
-	for {
+	for ctx.Err() == nil {
 		sw := switched()
 		if current() == arm {
 			return sw, true
@@ -576,6 +578,7 @@ func awaitArm(ctx context.Context, arm string, current func() string, switched f
 		case <-sw:
 		}
 	}
+	return nil, false
 }
 
 // paceInArm calls fn every period while arm is the current one, and
