@@ -6,7 +6,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store/storetest"
@@ -47,19 +46,7 @@ func overlapUnderSparseInteractive(t *testing.T, yieldMax time.Duration) (engine
 	e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchYieldMax: yieldMax,
 		Kinds: map[string]engine.Kind{"noop": {Handler: shortPieces(&batch), Computes: true}}})
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			j := storetest.NewJob("acme", job.LaneInteractive, "k")
-			j.EligibleAt, j.CreatedAt = time.Now(), time.Now()
-			if _, err := s.Insert(context.Background(), []*job.Job{j}, admission.Config{}); err != nil {
-				return
-			}
-			e.Notify()
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	done := interactiveEvery(ctx, s, e, 50*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // the first batch piece has run
 	before := e.OverlapCounts()
 	time.Sleep(2 * time.Second)

@@ -48,6 +48,11 @@ func underInteractive(t *testing.T, cfg engine.Config, n int, batch, inter *conc
 // interactiveStream inserts an interactive job every 5 ms until ctx ends;
 // the returned channel is closed when it has stopped.
 func interactiveStream(ctx context.Context, s store.Store, e *engine.Engine) <-chan struct{} {
+	return interactiveEvery(ctx, s, e, 5*time.Millisecond)
+}
+
+// interactiveEvery is interactiveStream with a job every every.
+func interactiveEvery(ctx context.Context, s store.Store, e *engine.Engine, every time.Duration) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -58,7 +63,7 @@ func interactiveStream(ctx context.Context, s store.Store, e *engine.Engine) <-c
 				return
 			}
 			e.Notify()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(every)
 		}
 	}()
 	return done
