@@ -98,9 +98,9 @@ type Config struct {
 	// BatchYieldMax, when positive, makes batch-lane work in this process
 	// that computes (review and extraction sweeps, not webhook
 	// deliveries) wait while interactive work is accepted or in flight,
-	// at most this long per piece (engine.Config.BatchYieldMax; try
-	// 100 ms). Zero takes the engine's default, which leaves the yield
-	// gate off for now; negative turns it off.
+	// at most this long per piece (engine.Config.BatchYieldMax). Zero
+	// takes the engine's default, 100 ms (the yield gate is on by default
+	// since session 35); negative turns it off.
 	BatchYieldMax time.Duration
 	// BatchPieces is the batch lane's CPU budget in this process: while
 	// interactive work is in flight here, at most this many pieces of

@@ -43,7 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.SQLiteBatchHold, "sqlite-batch-hold", 0, "SQLite only: Region.SQLiteBatchHold, how long the writer may hold a batch-lane transaction open while interactive work is in flight (0: the default, 10ms; negative: off)")
 	fs.DurationVar(&o.SQLiteBatchSyncDefer, "sqlite-batch-sync-defer", 0, "SQLite only: Region.SQLiteBatchSyncDefer, how long a deferrable batch-lane write committed without an fsync may wait for the WAL's sync before its answer (0: the default, off; try 5ms)")
 	fs.IntVar(&o.SQLiteGapCheckpoint, "sqlite-gap-checkpoint", 0, "SQLite only: Region.SQLiteGapCheckpoint, the WAL frames at which the writer checkpoints between transactions while no interactive work is in flight (0: off, SQLite checkpoints inside a commit at 1,000)")
-	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, off; try 100ms)")
+	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, 100ms; negative, e.g. -1ms: off)")
 	// A real provider is remote: the simulators' CPU in the bench's process
 	// competed with the interactive reviews inside one Go scheduler
 	// (docs/benchmarks.md, "Session 24 (s24h1)").

@@ -399,6 +399,17 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if rest := w2.restSecs - w1.restSecs; rest > 0 {
 		r.add("sweep_pacer_rest_seconds", rest, "s the batch pacer rested the computing batch turns (BatchCPUShare)")
 	}
+	// What an interactive review met of batch computing under the sweep,
+	// load-independently: the share of the time interactive work was in
+	// flight that a computing batch piece ran too (the pacer spreads the
+	// lane's CPU over wall time; a piece that overlaps a review slows it).
+	if inter := w2.overlap["interactive"] - w1.overlap["interactive"]; inter > 0 {
+		both := w2.overlap["both"] - w1.overlap["both"]
+		r.add("sweep_interactive_inflight_seconds", inter, "s interactive work was in flight in the engine during the sweep")
+		r.add("sweep_batch_computing_seconds", w2.overlap["batch"]-w1.overlap["batch"], "s computing batch-lane pieces ran during the sweep")
+		r.add("sweep_overlap_seconds", both, "s both ran at once")
+		r.add("sweep_overlap_share", both/inter, "share of interactive in-flight time overlapped by batch computing")
+	}
 	// The governor's leases under the sweep, and the goroutines that wanted
 	// a CPU (the scheduler's own counts, sampled): with the batch lane
 	// bounded, fewer goroutines queue for the cores interactive work needs.
@@ -657,6 +668,9 @@ type writeCounts struct {
 	budgetSecs float64
 	// restSecs is the time the batch pacer rested the computing turns.
 	restSecs float64
+	// overlap is the engine's overlap totals by what ran (interactive,
+	// batch, both), in seconds.
+	overlap map[string]float64
 	// leases are the CPU governor's leases by result (leased, capped).
 	leases map[string]float64
 	// stages are the engine's stage histograms by "lane/stage".
@@ -747,7 +761,7 @@ func addByResult(sums map[string]float64, m *dto.Metric) {
 // does not count them), with the engine's yield-gate, batch-budget and
 // stage figures and the process's CPU seconds.
 func storeWrites(reg *prometheus.Registry) writeCounts {
-	w := writeCounts{yield: map[string]float64{}, budget: map[string]float64{}, leases: map[string]float64{}, stages: map[string]histReading{}}
+	w := writeCounts{overlap: map[string]float64{}, yield: map[string]float64{}, budget: map[string]float64{}, leases: map[string]float64{}, stages: map[string]histReading{}}
 	mfs, err := reg.Gather()
 	if err != nil {
 		return w
@@ -774,6 +788,12 @@ func storeWrites(reg *prometheus.Registry) writeCounts {
 				w.restSecs += m.GetCounter().GetValue()
 			case "ratelane_batch_budget_leases_total":
 				addByResult(w.leases, m)
+			case "ratelane_batch_overlap_seconds_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "running" {
+						w.overlap[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
 			case "ratelane_engine_stage_seconds":
 				var lane, stage string
 				for _, l := range m.GetLabel() {

@@ -165,6 +165,14 @@ func TestBatchIsolationRunsPoolWithTheSimulatorsInAChild(t *testing.T) {
 			t.Errorf("%s = %v (present %v)", name, v, ok)
 		}
 	}
+	// The engine's overlap measure under the sweep: interactive work was
+	// in flight beside a computing batch lane, and the share is a share.
+	if v, ok := r.Get("sweep_interactive_inflight_seconds"); !ok || !(v > 0) {
+		t.Errorf("sweep_interactive_inflight_seconds = %v (present %v), want the reviews' time in flight", v, ok)
+	}
+	if v, ok := r.Get("sweep_overlap_share"); !ok || v < 0 || v > 1 {
+		t.Errorf("sweep_overlap_share = %v (present %v), want 0..1", v, ok)
+	}
 }
 
 // TestSimChildEndsWithTheRun: the child serves, and is gone once closed.

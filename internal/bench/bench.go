@@ -72,7 +72,7 @@ type Options struct {
 	// BatchYieldMax, when positive, turns on the yield gate
 	// (Config.BatchYieldMax: the longest it holds one piece of batch-lane
 	// work) in the batch-isolation and upstreams workloads, for A/B runs;
-	// zero leaves the client's default (off).
+	// zero leaves the client's default (on, 100 ms); negative turns it off.
 	BatchYieldMax time.Duration
 	// SQLiteBatchHold is every SQLite region's Region.SQLiteBatchHold
 	// (how long the writer may hold a batch-lane transaction open while

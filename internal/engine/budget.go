@@ -105,6 +105,16 @@ type batchBudget struct {
 	pacer     *batchPacer
 	restUntil time.Time
 	restTimer *time.Timer
+	// heldCredit is time a computing piece holding a turn was held at the
+	// yield gate since the pacer's last rest (credit): the lane computed
+	// nothing meanwhile, so the next rest is that much shorter, and the
+	// lane still computes about its share of wall time while interactive
+	// work is about, in the gaps between the reviews in flight.
+	heldCredit time.Duration
+
+	// overlap, when set, times the computing pieces against interactive
+	// work in flight (overlap.go).
+	overlap *overlap
 
 	passed, held atomic.Int64
 	heldNanos    atomic.Int64
@@ -141,7 +151,8 @@ func (b *batchBudget) paceLocked(d time.Duration) {
 		return
 	}
 	now := time.Now()
-	r := b.pacer.rest(d, now)
+	r := b.pacer.rest(d, now) - b.heldCredit
+	b.heldCredit = 0
 	until := now.Add(r)
 	if r <= 0 || !until.After(b.restUntil) {
 		return
@@ -158,6 +169,17 @@ func (b *batchBudget) paceLocked(d time.Duration) {
 	} else {
 		b.restTimer.Reset(r)
 	}
+}
+
+// credit counts d held at the yield gate toward the pacer's next rest
+// (heldCredit); nothing while the pacer is off or for no hold.
+func (b *batchBudget) credit(d time.Duration) {
+	if b.pacer == nil || d <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.heldCredit += d
+	b.mu.Unlock()
 }
 
 // rested ends a rest of the pacer: a turn goes to the next lease if one
@@ -349,14 +371,17 @@ func (b *batchBudget) leased(turns, batch, n int) {
 func noLeave() {}
 
 // acquire takes a turn for one piece of batch-lane work, waiting while
-// none is free; the returned func gives it back (call it exactly once,
-// when the piece ends). A ctx that ends while waiting takes the turn
-// anyway: the piece is about to find its context done and return.
-func (b *batchBudget) acquire(ctx context.Context) (release func()) {
+// none is free, and then waits at gate with the turn held (batchPiece);
+// the returned func gives it back (call it exactly once, when the piece
+// ends). A ctx that ends while waiting takes the turn anyway: the piece
+// is about to find its context done and return.
+func (b *batchBudget) acquire(ctx context.Context, gate *yieldGate) (release func()) {
 	if b.limit <= 0 && b.width <= 0 {
+		gate.wait(ctx)
 		return noLeave
 	}
 	b.wait(ctx, pieceCPU)
+	b.credit(gate.wait(ctx))
 	return b.releaser()
 }
 
@@ -437,11 +462,17 @@ func (b *batchBudget) wait(ctx context.Context, kind pieceKind) {
 // has the pacer rest the lane after the piece it ended.
 func (b *batchBudget) releaser() func() {
 	var once sync.Once
-	if b.pacer == nil { // no clock read per piece for nothing
+	if b.pacer == nil && b.overlap == nil { // no clock read per piece for nothing
 		return func() { once.Do(func() { b.giveBack(1) }) }
 	}
 	start := time.Now()
-	return func() { once.Do(func() { b.giveBackAfter(1, time.Since(start)) }) }
+	b.overlap.batchStart()
+	return func() {
+		once.Do(func() {
+			b.overlap.batchEnd()
+			b.giveBackAfter(1, time.Since(start))
+		})
+	}
 }
 
 // handlerTurn is a leased batch job's turn: it ends with its handler
@@ -458,6 +489,10 @@ type handlerTurn struct {
 	// last Yield): the pacer paces it by the time since (zero, and
 	// unread, while the pacer is off).
 	since time.Time
+	// computing: the handler is computing now, for the overlap measure
+	// (begin; between pause and resume, in Yield, it is not); paused: it
+	// was when Yield began.
+	computing, paused bool
 }
 
 func newHandlerTurn(b *batchBudget) *handlerTurn {
@@ -466,6 +501,45 @@ func newHandlerTurn(b *batchBudget) *handlerTurn {
 		h.since = time.Now()
 	}
 	return h
+}
+
+// begin marks the handler computing from now on, for the overlap measure
+// (Engine.OverlapCounts): a computing kind's handler once it passed the
+// yield gate, or BatchWork's caller.
+func (h *handlerTurn) begin() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended && !h.computing {
+		h.computing = true
+		h.b.overlap.batchStart()
+	}
+	if h.b.pacer != nil {
+		h.since = time.Now() // a hold at the gate before it was no computing
+	}
+}
+
+// pause marks the computing handler (begin) not computing while it is in
+// Yield: waiting at the gate, resting for the pacer or for its turn back.
+func (h *handlerTurn) pause() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.computing {
+		h.computing, h.paused = false, true
+		h.b.overlap.batchEnd()
+	}
+}
+
+// resume undoes pause when the handler goes on after Yield.
+func (h *handlerTurn) resume() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.paused && !h.ended {
+		h.computing, h.paused = true, false
+		h.b.overlap.batchStart()
+	}
+	if h.b.pacer != nil && !h.ended {
+		h.since = time.Now() // nor was a hold at the gate at the end of Yield
+	}
 }
 
 // ran is how long the handler's current piece has run, for the pacer.
@@ -486,6 +560,10 @@ func (h *handlerTurn) end() {
 		return
 	}
 	h.ended = true
+	if h.computing {
+		h.computing = false
+		h.b.overlap.batchEnd()
+	}
 	if !h.passed {
 		h.b.giveBackAfter(1, h.ran())
 	}
@@ -598,17 +676,23 @@ func (e *Engine) BudgetCounts() BudgetCounts {
 		Rests: b.rests.Load(), RestSeconds: time.Duration(b.restNanos.Load()).Seconds()}
 }
 
-// batchPiece starts one piece of batch-lane work: it waits at the yield
-// gate (when on) and takes a turn of the batch budget; the returned func
-// ends the piece. Work nested in a piece that holds a turn (a publication
-// inline in a sweep pass) is part of that piece: it takes no second turn,
-// which with a budget of one would never come.
+// batchPiece starts one piece of batch-lane work: it takes a turn of the
+// batch budget and then waits at the yield gate (when on); the returned
+// func ends the piece. Work nested in a piece that holds a turn (a
+// publication inline in a sweep pass) is part of that piece: it takes no
+// second turn, which with a budget of one would never come.
+//
+// The gate comes after the turn, not before: a turn is taken only once
+// the pacer's rest has passed (pacer.go), which may end while a review is
+// in flight, so a gate passed before it would let the piece compute
+// beside the review anyway; and with the governor's one turn only the
+// piece holding it waits at the gate, so the gate releases one piece, not
+// the herd of session 18 (docs/benchmarks.md, "Session 35 (s35h4)").
 func (e *Engine) batchPiece(ctx context.Context) (end func()) {
 	if ctx.Value(turnHeldKey{}) != nil {
 		return noLeave
 	}
-	e.yield.wait(ctx)
-	return e.budget.acquire(ctx)
+	return e.budget.acquire(ctx, e.yield)
 }
 
 // batchPublication is batchPiece for a batch job's publication: a turn

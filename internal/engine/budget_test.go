@@ -60,13 +60,14 @@ func (b *budgetWork) Aggregate(_ context.Context, _ *job.Job, _ []*job.Job) job.
 // (blocked in w.Handle) and wakes five batch-lane parents with no parts,
 // which the batch aggregation loop aggregates as one group: they are
 // woken while a first parent's aggregation holds the loop, and that one
-// is then released (w.started counts it).
+// is then released (w.started counts it). The yield gate (on by default) is
+// off: these tests measure the budget alone.
 func budgetEngine(t *testing.T, w *budgetWork, pieces int) (*engine.Engine, string) {
 	t.Helper()
 	var first string
 	s := newStore(t)
 	insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
-	e := start(t, engine.Config{Store: s, Workers: 8, BatchPieces: pieces, BatchCPUs: -1, Kinds: map[string]engine.Kind{
+	e := start(t, engine.Config{Store: s, Workers: 8, BatchPieces: pieces, BatchCPUs: -1, BatchYieldMax: -1, Kinds: map[string]engine.Kind{
 		"noop": {Handler: w}, "report": {Aggregate: w, SweepEvery: time.Hour}}})
 	<-w.interactiveIn
 	synctest.Wait() // past the start sweep

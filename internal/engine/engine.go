@@ -151,11 +151,11 @@ type Config struct {
 	// engine, which counts from an interactive job's insert through this
 	// engine's writer (queued.go) to its publication. A batch handler of
 	// a kind that waits (a webhook delivery) is never held. Zero takes
-	// batchYieldMaxDefault, which is zero for now: the gate is off by
-	// default. Negative turns it off. Its one loaded measurement
-	// (docs/benchmarks.md, "Session 10 (s10h1)") showed the sweep slowed
-	// by the bound and no gain yet; DefaultBatchYieldMax is the value to
-	// try first.
+	// batchYieldMaxDefault, DefaultBatchYieldMax since session 35: the
+	// gate is on by default, and a computing piece waits at it with its
+	// governor turn held, after the pacer's rest, so a review in flight
+	// meets no batch piece started beside it (docs/benchmarks.md,
+	// "Session 35 (s35h4)"). Negative turns it off.
 	BatchYieldMax time.Duration
 	// BatchPieces is the batch budget (budget.go): the most pieces of
 	// batch-lane work (a batch parent's aggregation, a stretch of the
@@ -459,6 +459,9 @@ type Engine struct {
 	pub pubPool
 	// yield holds batch-lane work while interactive work runs (yield.go).
 	yield *yieldGate
+	// overlap times batch computing against interactive work in flight
+	// (overlap.go); nil in an engine with no computing batch work.
+	overlap *overlap
 	// budget bounds batch-lane work at all times and more while
 	// interactive work runs: the batch lane's CPU governor (budget.go).
 	budget *batchBudget
@@ -600,6 +603,10 @@ func New(cfg Config) (*Engine, error) {
 		// kind, no aggregation) has nothing to pace, and its interactive
 		// jobs skip the pacer's bookkeeping altogether.
 		e.budget.pacer = newBatchPacer(cfg.BatchCPUShare, e.interactive)
+		// The same engines time their computing pieces against
+		// interactive work in flight (Engine.OverlapCounts).
+		e.overlap = newOverlap(e.interactive)
+		e.budget.overlap = e.overlap
 	}
 	if e.yield.listener() != nil || e.budget.pacer != nil { // accepted work is about too
 		// Only waiting jobs: an interactive parent is inserted accepted,
@@ -1171,8 +1178,12 @@ func (e *Engine) run(j *job.Job, turn bool) {
 func (e *Engine) batchHandlerYield(ctx context.Context, j *job.Job, ht *handlerTurn) context.Context {
 	y := handlerYield{turn: ht}
 	if e.cfg.Kinds[j.Kind].Computes {
-		e.yield.wait(ctx)
+		held := e.yield.wait(ctx)
 		y.gate = e.yield
+		if ht != nil {
+			e.budget.credit(held)
+			ht.begin()
+		}
 	}
 	return context.WithValue(ctx, yieldKey{}, y) // for Yield
 }

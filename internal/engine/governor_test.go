@@ -153,12 +153,14 @@ func TestGovernorOff(t *testing.T) {
 // batch jobs of 10 ms each wait: the batch lane still runs one piece at a
 // time (BatchCPUs 1, BatchPieces 1), back to back, and never two. Over
 // one simulated second it completes at least half of what it would alone
-// (100): its minimum share. In simulated time.
+// (100): its minimum share. The pacer and the yield gate are off: the
+// governor alone (with the gate, TestBatchLaneProgressesUnderContinuousInteractiveWithTheGate).
+// In simulated time.
 func TestGovernorBatchShareUnderContinuousInteractive(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var batch, inter concurrency
-		_, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchPieces: 1, BatchCPUShare: pacerOff}, 300, &batch, &inter)
+		_, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchPieces: 1, BatchCPUShare: pacerOff, BatchYieldMax: -1}, 300, &batch, &inter)
 		time.Sleep(time.Second)
 		stop()
 		got, most := batch.done.Load(), batch.most.Load()

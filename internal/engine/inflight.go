@@ -55,6 +55,12 @@ type inFlight struct {
 	listeners []inFlightListener
 	mu        sync.Mutex
 	told      bool
+
+	// overlap, when set, times interactive work in flight against batch
+	// computing (overlap.go): stepped at each rise and fall once batch
+	// work was seen, one clock read on a rise (the fall's is shared with
+	// stamp).
+	overlap *overlap
 }
 
 // inFlightListener is told, under inFlight's lock and in order, when
@@ -79,8 +85,13 @@ func newInFlight(ls ...inFlightListener) *inFlight {
 // enter marks one piece of interactive work in flight until leave is
 // called for it, exactly once.
 func (c *inFlight) enter() {
-	if c.n.Add(1) == 1 && len(c.listeners) > 0 {
-		c.tell()
+	if c.n.Add(1) == 1 {
+		if c.overlap != nil && c.overlap.active.Load() {
+			c.overlap.interactiveChanged(int64(time.Since(c.epoch)))
+		}
+		if len(c.listeners) > 0 {
+			c.tell()
+		}
 	}
 }
 
@@ -95,10 +106,14 @@ func (c *inFlight) leave() {
 	if n < 0 {
 		panic("engine: interactive work left more often than it entered")
 	}
-	if c.stamp {
+	if c.stamp || c.overlap != nil && c.overlap.active.Load() {
 		// time.Since reads the monotonic clock only: a third of
 		// time.Now's cost on a VM's clock.
-		c.stampIdle(int64(time.Since(c.epoch)) + 1)
+		now := int64(time.Since(c.epoch))
+		if c.stamp {
+			c.stampIdle(now + 1)
+		}
+		c.overlap.interactiveChanged(now)
 	}
 	if c.budget != nil {
 		c.budget.interactiveIdle()

@@ -48,6 +48,11 @@ func underInteractive(t *testing.T, cfg engine.Config, n int, batch, inter *conc
 // interactiveStream inserts an interactive job every 5 ms until ctx ends;
 // the returned channel is closed when it has stopped.
 func interactiveStream(ctx context.Context, s store.Store, e *engine.Engine) <-chan struct{} {
+	return interactiveEvery(ctx, s, e, 5*time.Millisecond)
+}
+
+// interactiveEvery is interactiveStream with a job every every.
+func interactiveEvery(ctx context.Context, s store.Store, e *engine.Engine, every time.Duration) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -58,7 +63,7 @@ func interactiveStream(ctx context.Context, s store.Store, e *engine.Engine) <-c
 				return
 			}
 			e.Notify()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(every)
 		}
 	}()
 	return done
@@ -72,12 +77,13 @@ func interactiveStream(ctx context.Context, s store.Store, e *engine.Engine) <-c
 // TestGovernorBatchShareUnderContinuousInteractive). Once interactive work
 // has been gone for BatchPaceWindow the lane runs at full speed again and
 // the pacer rests it no more. Without the pacer the first count is twice
-// the bound and the test fails. In simulated time.
+// the bound and the test fails. The yield gate is off: the pacer alone.
+// In simulated time.
 func TestBatchPacerHoldsItsShareWhileInteractiveIsAbout(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var batch, inter concurrency
-		e, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchCPUShare: 0.25}, 400, &batch, &inter)
+		e, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchCPUShare: 0.25, BatchYieldMax: -1}, 400, &batch, &inter)
 		time.Sleep(time.Second)
 		paced := batch.done.Load()
 		rested := e.BudgetCounts().RestSeconds
@@ -136,11 +142,13 @@ func fortyPieces(took chan<- time.Duration, release <-chan struct{}) engine.Hand
 
 // fortyPiecesEngine starts an engine on s with workers slots, one
 // governor turn and BatchCPUShare 0.5 whose one computing kind is
-// fortyPieces; took gives its batch job's wall time.
+// fortyPieces; took gives its batch job's wall time. The yield gate is
+// off: these tests measure the pacer alone (with the gate, on by default,
+// see TestBatchComputingOverlapsInteractiveLessWithTheGate).
 func fortyPiecesEngine(t *testing.T, s store.Store, workers int, release <-chan struct{}) (e *engine.Engine, took <-chan time.Duration) {
 	t.Helper()
 	c := make(chan time.Duration, 1)
-	e = start(t, engine.Config{Store: s, Workers: workers, BatchCPUs: 1, BatchCPUShare: 0.5,
+	e = start(t, engine.Config{Store: s, Workers: workers, BatchCPUs: 1, BatchCPUShare: 0.5, BatchYieldMax: -1,
 		Kinds: map[string]engine.Kind{"noop": {Handler: fortyPieces(c, release), Computes: true}}})
 	return e, c
 }

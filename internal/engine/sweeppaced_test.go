@@ -69,7 +69,7 @@ func TestSweepReadsArePaced(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := &slowReady{Store: newStore(t)}
 				// Not started: only the passes below read.
-				e, err := engine.New(engine.Config{Store: s, Region: "us", BatchCPUs: 1, BatchCPUShare: 0.5,
+				e, err := engine.New(engine.Config{Store: s, Region: "us", BatchCPUs: 1, BatchCPUShare: 0.5, BatchYieldMax: -1, // the pacer alone
 					Kinds: map[string]engine.Kind{"report": {Aggregate: sumParts(new(atomic.Int64))}}})
 				if err != nil {
 					t.Fatal(err)

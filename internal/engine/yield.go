@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// DefaultBatchYieldMax is the bound to try first for the yield gate
-// (Config.BatchYieldMax; the gate is off unless that is set). It is a few times an interactive
+// DefaultBatchYieldMax is the yield gate's bound by default
+// (Config.BatchYieldMax zero; negative turns the gate off). It is a few times an interactive
 // review's own work on an idle machine (about 15 ms from submit to
 // published), so a hold normally ends when the interactive work does, and
 // small beside what batch work may take anyway (a provider batch runs for
@@ -16,11 +16,17 @@ import (
 // continuous interactive stream.
 const DefaultBatchYieldMax = 100 * time.Millisecond
 
-// batchYieldMaxDefault is Config.BatchYieldMax when it is zero. Zero keeps
-// the gate off by default; turning it on by default is this one line
-// (DefaultBatchYieldMax), once a quiet A/B of `bench batch-isolation
-// --batch-yield-max` decides (docs/benchmarks.md, "Session 18 (s18h6)").
-const batchYieldMaxDefault time.Duration = 0
+// batchYieldMaxDefault is Config.BatchYieldMax when it is zero: the gate
+// is on by default since session 35. The pacer alone spread the batch
+// lane's computing uniformly over wall time, so a review in flight met it
+// about as often as at random (37 % of the reviews' in-flight time in
+// `bench batch-isolation`'s sweep); with the gate, held after the turn
+// and credited to the pacer's rest, a computing piece no longer starts
+// while a review is in flight and the lane keeps its share in the gaps
+// (docs/benchmarks.md, "Session 35 (s35h4)"). Session 18's objection, the
+// herd of held pieces released at once, is gone with the governor's one
+// turn: only the piece holding it waits at the gate.
+const batchYieldMaxDefault = DefaultBatchYieldMax
 
 // yieldGate is the engine's promise that batch work yields to interactive
 // work within one process: interactive work (an interactive job inserted
@@ -50,8 +56,10 @@ type yieldGate struct {
 
 	mu   sync.Mutex
 	busy bool // interactive work is in flight (inFlight tells)
-	// idle is closed when interactive work falls to none, and replaced
-	// when it rises from none.
+	// idle, made by the first piece to wait while busy (idleChan), is
+	// closed when interactive work falls to none; nil while no piece
+	// waits, so an interactive rise and fall with no batch work held
+	// allocate nothing (the gate is on by default).
 	idle chan struct{}
 
 	// Counts for YieldCounts.
@@ -60,9 +68,7 @@ type yieldGate struct {
 }
 
 func newYieldGate(maxHold time.Duration) *yieldGate {
-	idle := make(chan struct{})
-	close(idle)
-	return &yieldGate{maxHold: maxHold, idle: idle}
+	return &yieldGate{maxHold: maxHold}
 }
 
 // listener is the gate as the engine's inFlight counter's listener; nil
@@ -77,30 +83,53 @@ func (g *yieldGate) listener() inFlightListener {
 func (g *yieldGate) interactiveBusy() {
 	g.mu.Lock()
 	g.busy = true
-	g.idle = make(chan struct{})
 	g.mu.Unlock()
 }
 
 func (g *yieldGate) interactiveIdle() {
 	g.mu.Lock()
 	g.busy = false
-	close(g.idle)
+	if g.idle != nil {
+		close(g.idle)
+		g.idle = nil
+	}
 	g.mu.Unlock()
+}
+
+// idleChanLocked is the channel closed when interactive work next falls
+// to none, made on first use while busy; g.mu must be held.
+func (g *yieldGate) idleChanLocked() chan struct{} {
+	if g.idle == nil {
+		g.idle = make(chan struct{})
+	}
+	return g.idle
+}
+
+// idleChan is idleChanLocked under g.mu (tests).
+func (g *yieldGate) idleChan() chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.idleChanLocked()
 }
 
 // wait holds a piece of batch-lane work while interactive work is in
 // flight: it returns when none is, when maxHold has passed, or when ctx
-// ends. A maxHold of zero or less means the gate is off.
-func (g *yieldGate) wait(ctx context.Context) {
+// ends, with how long it held the piece. A maxHold of zero or less means
+// the gate is off.
+func (g *yieldGate) wait(ctx context.Context) (held time.Duration) {
 	if g.maxHold <= 0 {
-		return
+		return 0
 	}
 	g.mu.Lock()
-	idle, busy := g.idle, g.busy
+	busy := g.busy
+	var idle chan struct{}
+	if busy {
+		idle = g.idleChanLocked()
+	}
 	g.mu.Unlock()
 	if !busy {
 		g.passed.Add(1)
-		return
+		return 0
 	}
 	start := time.Now()
 	t := time.NewTimer(g.maxHold)
@@ -113,7 +142,9 @@ func (g *yieldGate) wait(ctx context.Context) {
 	case <-ctx.Done():
 		g.held.Add(1)
 	}
-	g.heldNanos.Add(int64(time.Since(start)))
+	held = time.Since(start)
+	g.heldNanos.Add(int64(held))
+	return held
 }
 
 // YieldCounts are an engine's yield-gate totals since it was made.
@@ -159,12 +190,22 @@ type yieldKey struct{}
 // (heartbeats go on), so a long attempt does not hold the lane's turns.
 func Yield(ctx context.Context) {
 	if y, ok := ctx.Value(yieldKey{}).(handlerYield); ok {
-		if y.gate != nil {
-			y.gate.wait(ctx)
+		if y.turn != nil {
+			y.turn.pause()
+			defer y.turn.resume()
 		}
 		if y.turn != nil {
 			y.turn.rest(ctx)
 			y.turn.pass(ctx)
+		}
+		// Last, with the turn back: the pacer's rest and the other
+		// pieces' turns may end while a review is in flight, and the
+		// handler's next piece should not start beside it either.
+		if y.gate != nil {
+			held := y.gate.wait(ctx)
+			if y.turn != nil {
+				y.turn.b.credit(held)
+			}
 		}
 	}
 }
@@ -194,8 +235,9 @@ func (e *Engine) BatchWork(ctx context.Context) (_ context.Context, end func()) 
 	if ctx.Value(turnHeldKey{}) != nil || ctx.Value(yieldKey{}) != nil || e.budget.width <= 0 || len(e.computing) == 0 {
 		return ctx, noLeave
 	}
-	e.yield.wait(ctx)
 	e.budget.wait(ctx, pieceCPU)
+	e.budget.credit(e.yield.wait(ctx)) // with the turn held, as batchPiece
 	ht := newHandlerTurn(e.budget)
+	ht.begin()
 	return context.WithValue(withTurnHeld(ctx), yieldKey{}, handlerYield{gate: e.yield, turn: ht}), ht.end
 }

@@ -66,7 +66,7 @@ func TestInFlightTellsEveryPolicy(t *testing.T) {
 		b := newBatchBudget(1, 0, p, c)
 		c.enter()
 		c.enter()
-		idle := g.idle
+		idle := g.idleChan() // as a piece held now would wait on
 		c.leave()
 		select {
 		case <-idle:

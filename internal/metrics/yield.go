@@ -30,6 +30,14 @@ type BudgetSource interface {
 	BudgetCounts() engine.BudgetCounts
 }
 
+// OverlapSource is a region's engine as the overlap collector reads it:
+// how long interactive work was in flight, how long computing batch-lane
+// pieces ran, and how long both at once (engine.Engine.OverlapCounts). A
+// YieldSource that also implements it is read for both.
+type OverlapSource interface {
+	OverlapCounts() engine.OverlapCounts
+}
+
 // yieldCollector reports each region's yield-gate counts, stage times and
 // batch budget at scrape time (atomic loads).
 type yieldCollector struct {
@@ -38,6 +46,7 @@ type yieldCollector struct {
 	budget, budgetS *prometheus.Desc
 	turns, leases   *prometheus.Desc
 	rest, rests     *prometheus.Desc
+	overlap         *prometheus.Desc
 	sources         regionSources[YieldSource]
 }
 
@@ -67,6 +76,9 @@ func newYieldCollector() *yieldCollector {
 		rests: prometheus.NewDesc("ratelane_batch_pace_rests_total",
 			"Rests the batch pacer (BatchCPUShare) began or lengthened after a computing batch-lane piece while interactive work was about.",
 			[]string{"region"}, nil),
+		overlap: prometheus.NewDesc("ratelane_batch_overlap_seconds_total",
+			"Time, since the engine's first computing batch-lane piece, that interactive work was in flight in the engine (running=interactive), that computing batch-lane pieces ran (running=batch: a sweep stretch, an aggregation, a computing batch handler between its Yields), and that both did at once (running=both). both over interactive is the share of interactive flight that batch computing overlapped.",
+			[]string{"region", "running"}, nil),
 		leases: prometheus.NewDesc("ratelane_batch_budget_leases_total",
 			"Batch-lane jobs leased with a turn of the engine's CPU governor (result leased), and leases that asked the store for no batch job because no turn was free (result capped).",
 			[]string{"region", "result"}, nil),
@@ -90,6 +102,7 @@ func (c *yieldCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.leases
 	ch <- c.rest
 	ch <- c.rests
+	ch <- c.overlap
 }
 
 // Collect reports each region's counts.
@@ -111,6 +124,12 @@ func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(bc.Capped), r, "capped")
 			ch <- prometheus.MustNewConstMetric(c.rest, prometheus.CounterValue, bc.RestSeconds, r)
 			ch <- prometheus.MustNewConstMetric(c.rests, prometheus.CounterValue, float64(bc.Rests), r)
+		}
+		if o, ok := src.(OverlapSource); ok {
+			oc := o.OverlapCounts()
+			ch <- prometheus.MustNewConstMetric(c.overlap, prometheus.CounterValue, oc.InteractiveSeconds, r, "interactive")
+			ch <- prometheus.MustNewConstMetric(c.overlap, prometheus.CounterValue, oc.BatchSeconds, r, "batch")
+			ch <- prometheus.MustNewConstMetric(c.overlap, prometheus.CounterValue, oc.BothSeconds, r, "both")
 		}
 		if s, ok := src.(StageSource); ok {
 			s.Stages(func(lane, stage string, counts []uint64, sum float64) {

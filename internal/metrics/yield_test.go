@@ -53,3 +53,24 @@ func TestBudgetCounts(t *testing.T) {
 		`ratelane_batch_budget_leases_total{region="us",result="leased"} 7`,
 	)
 }
+
+// fixedOverlap is a region's engine with overlap totals.
+type fixedOverlap struct {
+	fixedYield
+	o engine.OverlapCounts
+}
+
+func (f fixedOverlap) OverlapCounts() engine.OverlapCounts { return f.o }
+
+// TestOverlapCounts: the engine's interactive, batch-computing and
+// overlapped times are counters by what ran, per region.
+func TestOverlapCounts(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t)
+	m.AddYield("us", fixedOverlap{o: engine.OverlapCounts{InteractiveSeconds: 3, BatchSeconds: 8, BothSeconds: 1.25}})
+	wantScrape(t, reg, []string{"ratelane_batch_overlap_seconds_total"},
+		`ratelane_batch_overlap_seconds_total{region="us",running="batch"} 8`,
+		`ratelane_batch_overlap_seconds_total{region="us",running="both"} 1.25`,
+		`ratelane_batch_overlap_seconds_total{region="us",running="interactive"} 3`,
+	)
+}
