@@ -50,6 +50,7 @@ type rec struct {
 	// st is the thread's time by scheduler state, out of and in a sync
 	// (states), when the trace has its switches.
 	st     [nStates][2]int64
+	behind map[string]int64 // runnable ns by the task that had the CPU before it
 	traced bool
 }
 
@@ -59,8 +60,8 @@ func (r *rec) restNs() int64 { return r.WallNs - r.CPUNs - r.RunQNs - r.syncNs }
 type span struct{ t0, t1 int64 }
 
 var (
-	traceLine = regexp.MustCompile(`-(\d+)\s+\[\d+\]\s+\S+\s+(\d+)\.(\d+): sys_(fsync|fdatasync)(\(| -> )`)
-	stampLine = regexp.MustCompile(`\s(\d+)\.(\d+): sched_(switch|wakeup): (.*)$`)
+	traceLine = regexp.MustCompile(`-(\d+)\s+(?:\(\s*(?:\d+|-+)\)\s+)?\[\d+\]\s+\S+\s+(\d+)\.(\d+): sys_(fsync|fdatasync)(\(| -> )`)
+	stampLine = regexp.MustCompile(`-(\d+)\s+(?:\(\s*(\d+|-+)\)\s+)?\[\d+\]\s+\S+\s+(\d+)\.(\d+): sched_(switch|wakeup): (.*)$`)
 	fieldRe   = regexp.MustCompile(`(\w+)=(\S+)`)
 )
 
@@ -78,6 +79,10 @@ const (
 type ev struct {
 	t  int64
 	st int
+	// who, for a switch onto a CPU, is the task it followed there: its
+	// command and, when the trace records tgids (ftrace.sh does), its
+	// process id.
+	who string
 }
 
 // stamp parses ftrace's "sec.usec" into ns.
@@ -89,6 +94,9 @@ func stamp(sec, frac string) int64 {
 	ns, _ := strconv.ParseInt(frac[:9], 10, 64)
 	return s*1e9 + ns
 }
+
+// tgidOf is each traced task's process id, from the trace's tgid column.
+var tgidOf = map[int]int{}
 
 // readSched returns each traced thread's state changes, in time order.
 func readSched(path string) (map[int][]ev, error) {
@@ -105,16 +113,21 @@ func readSched(path string) (map[int][]ev, error) {
 		if m == nil {
 			continue
 		}
-		t := stamp(m[1], m[2])
+		t := stamp(m[3], m[4])
+		if tid, err := strconv.Atoi(m[1]); err == nil {
+			if g, err := strconv.Atoi(m[2]); err == nil {
+				tgidOf[tid] = g
+			}
+		}
 		kv := map[string]string{}
-		for _, f := range fieldRe.FindAllStringSubmatch(m[4], -1) {
+		for _, f := range fieldRe.FindAllStringSubmatch(m[6], -1) {
 			if _, dup := kv[f[1]]; !dup {
 				kv[f[1]] = f[2]
 			}
 		}
-		if m[3] == "wakeup" {
+		if m[5] == "wakeup" {
 			pid, _ := strconv.Atoi(kv["pid"])
-			out[pid] = append(out[pid], ev{t, stRunQ})
+			out[pid] = append(out[pid], ev{t: t, st: stRunQ})
 			continue
 		}
 		prev, _ := strconv.Atoi(kv["prev_pid"])
@@ -126,8 +139,8 @@ func readSched(path string) (map[int][]ev, error) {
 		case strings.HasPrefix(ps, "D"):
 			st = stSleepD
 		}
-		out[prev] = append(out[prev], ev{t, st})
-		out[next] = append(out[next], ev{t, stRun})
+		out[prev] = append(out[prev], ev{t: t, st: st})
+		out[next] = append(out[next], ev{t, stRun, kv["prev_comm"] + "/" + m[2]})
 	}
 	for _, e := range out {
 		sort.SliceStable(e, func(i, j int) bool { return e[i].t < e[j].t })
@@ -137,7 +150,8 @@ func readSched(path string) (map[int][]ev, error) {
 
 // states integrates r's thread's states over r's span, split by whether
 // the thread was inside a sync: [state][0 out, 1 in].
-func states(r *rec, sched map[int][]ev, syncs map[int][]span) (d [nStates][2]int64) {
+func states(r *rec, sched map[int][]ev, syncs map[int][]span) (d [nStates][2]int64, behind map[string]int64) {
+	behind = map[string]int64{}
 	es := sched[r.Tid]
 	ss := syncs[r.Tid]
 	i := sort.Search(len(es), func(i int) bool { return es[i].t > r.Mono0 })
@@ -160,10 +174,13 @@ func states(r *rec, sched map[int][]ev, syncs map[int][]span) (d [nStates][2]int
 	at := r.Mono0
 	for ; i < len(es) && es[i].t < r.Mono1; i++ {
 		add(at, es[i].t, st)
+		if st == stRunQ && es[i].st == stRun {
+			behind[es[i].who] += es[i].t - at
+		}
 		at, st = es[i].t, es[i].st
 	}
 	add(at, r.Mono1, st)
-	return d
+	return d, behind
 }
 
 // readTrace returns each thread's sync calls from an ftrace text dump.
@@ -351,7 +368,7 @@ func main() {
 		for _, r := range recs {
 			if len(sched[r.Tid]) > 0 {
 				r.traced = true
-				r.st = states(r, sched, tr)
+				r.st, r.behind = states(r, sched, tr)
 			}
 		}
 	}
@@ -421,6 +438,49 @@ func main() {
 				fmt.Printf("| %s, %s | %.0f | %s | %s | %s / %s | %s | %s / %s | %s | %s |\n", ph, set.name, n, m(wall),
 					m(sum[stRun][0]+sum[stRun][1]), m(sum[stRunQ][0]), m(sum[stRunQ][1]), m(sum[stSleepS][1]+sum[stSleepD][1]),
 					m(sum[stSleepS][0]), ms(pct(sOut, .99)), m(sum[stSleepD][0]), m(sum[stUnknown][0]+sum[stUnknown][1]))
+			}
+		}
+	}
+	if *ft != "" {
+		fmt.Println()
+		fmt.Println("Whose CPU the writer waited for: the runnable time of those commits by the task that ran on the CPU just before the writer got it (command/process id; the writer's process is marked *). Top 6 by time, ms per commit.")
+		fmt.Println()
+		for _, ph := range phases {
+			for _, set := range []struct {
+				name string
+				rs   []*rec
+			}{{"all", inter[ph]}, {"slowest", tails[ph]}} {
+				tot := map[string]int64{}
+				n := 0
+				for _, r := range set.rs {
+					if !r.traced {
+						continue
+					}
+					n++
+					for k, v := range r.behind {
+						tot[k] += v
+					}
+				}
+				if n == 0 {
+					continue
+				}
+				var ks []string
+				for k := range tot {
+					ks = append(ks, k)
+				}
+				sort.Slice(ks, func(i, j int) bool { return tot[ks[i]] > tot[ks[j]] })
+				fmt.Printf("- %s, %s (%d):", ph, set.name, n)
+				for i, k := range ks {
+					if i == 6 {
+						break
+					}
+					mark := ""
+					if pid := k[strings.LastIndex(k, "/")+1:]; pid != "" && pid == strconv.Itoa(tgidOf[set.rs[0].Tid]) {
+						mark = "*"
+					}
+					fmt.Printf(" %s%s %s;", k, mark, ms(float64(tot[k])/float64(n)))
+				}
+				fmt.Println()
 			}
 		}
 	}
