@@ -95,24 +95,31 @@ func stamp(sec, frac string) int64 {
 	return s*1e9 + ns
 }
 
+// matches calls fn with the submatches of every line of path that re
+// matches.
+func matches(path string, re *regexp.Regexp, fn func(m []string)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			fn(m)
+		}
+	}
+	return sc.Err()
+}
+
 // tgidOf is each traced task's process id, from the trace's tgid column.
 var tgidOf = map[int]int{}
 
 // readSched returns each traced thread's state changes, in time order.
 func readSched(path string) (map[int][]ev, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	out := map[int][]ev{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		m := stampLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
+	err := matches(path, stampLine, func(m []string) {
 		t := stamp(m[3], m[4])
 		if tid, err := strconv.Atoi(m[1]); err == nil {
 			if g, err := strconv.Atoi(m[2]); err == nil {
@@ -128,7 +135,7 @@ func readSched(path string) (map[int][]ev, error) {
 		if m[5] == "wakeup" {
 			pid, _ := strconv.Atoi(kv["pid"])
 			out[pid] = append(out[pid], ev{t: t, st: stRunQ})
-			continue
+			return
 		}
 		prev, _ := strconv.Atoi(kv["prev_pid"])
 		next, _ := strconv.Atoi(kv["next_pid"])
@@ -141,11 +148,11 @@ func readSched(path string) (map[int][]ev, error) {
 		}
 		out[prev] = append(out[prev], ev{t: t, st: st})
 		out[next] = append(out[next], ev{t, stRun, kv["prev_comm"] + "/" + m[2]})
-	}
+	})
 	for _, e := range out {
 		sort.SliceStable(e, func(i, j int) bool { return e[i].t < e[j].t })
 	}
-	return out, sc.Err()
+	return out, err
 }
 
 // states integrates r's thread's states over r's span, split by whether
@@ -185,20 +192,9 @@ func states(r *rec, sched map[int][]ev, syncs map[int][]span) (d [nStates][2]int
 
 // readTrace returns each thread's sync calls from an ftrace text dump.
 func readTrace(path string) (map[int][]span, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	open := map[int]int64{}
 	out := map[int][]span{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		m := traceLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
+	err := matches(path, traceLine, func(m []string) {
 		tid, _ := strconv.Atoi(m[1])
 		t := stamp(m[2], m[3])
 		if m[5] == "(" {
@@ -207,11 +203,11 @@ func readTrace(path string) (map[int][]span, error) {
 			out[tid] = append(out[tid], span{t0, t})
 			delete(open, tid)
 		}
-	}
+	})
 	for _, s := range out {
 		sort.Slice(s, func(i, j int) bool { return s[i].t0 < s[j].t0 })
 	}
-	return out, sc.Err()
+	return out, err
 }
 
 // join adds to each record the time its thread spent in syncs within it.
@@ -328,6 +324,16 @@ func window(all []*rec, r *rec, w int64) before {
 	return b
 }
 
+// set is a named set of commits.
+type set struct {
+	name string
+	rs   []*rec
+}
+
+// sets are a phase's commits holding an interactive write: all, and the
+// slow tail.
+func sets(all, tail []*rec) []set { return []set{{"all", all}, {"slowest", tail}} }
+
 func main() {
 	ws := flag.String("writestats", "", "a cpulabels build's RATELANE_WRITESTATS file")
 	ft := flag.String("ftrace", "", "ftrace.sh's trace of the same run (optional: without it sync is 0 and in rest)")
@@ -412,10 +418,7 @@ func main() {
 		fmt.Println("| phase, set | n traced | wall mean | on CPU | runnable out / in sync | asleep in sync | asleep S out of sync (mean / p99) | asleep D out of sync | unknown |")
 		fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 		for _, ph := range phases {
-			for _, set := range []struct {
-				name string
-				rs   []*rec
-			}{{"all", inter[ph]}, {"slowest", tails[ph]}} {
+			for _, set := range sets(inter[ph], tails[ph]) {
 				var n, wall float64
 				var sum [nStates][2]float64
 				var sOut []float64
@@ -446,10 +449,7 @@ func main() {
 		fmt.Println("Whose CPU the writer waited for: the runnable time of those commits by the task that ran on the CPU just before the writer got it (command/process id; the writer's process is marked *). Top 6 by time, ms per commit.")
 		fmt.Println()
 		for _, ph := range phases {
-			for _, set := range []struct {
-				name string
-				rs   []*rec
-			}{{"all", inter[ph]}, {"slowest", tails[ph]}} {
+			for _, set := range sets(inter[ph], tails[ph]) {
 				tot := map[string]int64{}
 				n := 0
 				for _, r := range set.rs {
@@ -489,10 +489,7 @@ func main() {
 	fmt.Println("| phase, set | n | batch commits | frames committed | checkpoints | ms in syncs | ms committing |")
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
 	for _, ph := range phases {
-		for _, set := range []struct {
-			name string
-			rs   []*rec
-		}{{"all", inter[ph]}, {"slowest", tails[ph]}} {
+		for _, set := range sets(inter[ph], tails[ph]) {
 			var t before
 			for _, r := range set.rs {
 				b := window(recs, r, int64(*win))
