@@ -11,15 +11,11 @@ import (
 	"github.com/ratelane/ratelane/internal/store"
 )
 
-// TestCommitAnatomy checks the cpulabels instrument of a COMMIT's parts
-// (anatomy_on.go): every commit and gap checkpoint of a store is recorded,
-// on the writer's one OS thread (locked to it, not the caller's), classed
-// by its writes' lanes, with the WAL frames it appended, the frames a
-// checkpoint copied, and thread clocks that nest (its CPU time and its
-// run-queue wait each within its wall time).
-func TestCommitAnatomy(t *testing.T) {
-	s := OpenTest(t, Config{GapCheckpoint: 20})
-	// A first write: the writer has locked its thread once it ran one.
+// openWriterThread opens a store with c and returns it and its writer's
+// thread, once the writer ran a write (it locks its thread before).
+func openWriterThread(t *testing.T, c Config) (*Store, *threadSched) {
+	t.Helper()
+	s := OpenTest(t, c)
 	if err := s.write(context.Background(), bigObject); err != nil {
 		t.Fatal(err)
 	}
@@ -29,6 +25,17 @@ func TestCommitAnatomy(t *testing.T) {
 	if ts == nil {
 		t.Fatal("the writer did not open its thread's schedstat")
 	}
+	return s, ts
+}
+
+// TestCommitAnatomy checks the cpulabels instrument of a COMMIT's parts
+// (anatomy_on.go): every commit and gap checkpoint of a store is recorded,
+// on the writer's one OS thread (locked to it, not the caller's), classed
+// by its writes' lanes, with the WAL frames it appended, the frames a
+// checkpoint copied, and thread clocks that nest (its CPU time and its
+// run-queue wait each within its wall time).
+func TestCommitAnatomy(t *testing.T) {
+	s, ts := openWriterThread(t, Config{GapCheckpoint: 20})
 	if ts.tid == syscall.Gettid() {
 		t.Fatal("the writer's thread is the test's")
 	}
@@ -84,16 +91,7 @@ func TestCommitAnatomy(t *testing.T) {
 // writer's thread, and only it, runs at that nice.
 func TestWriterNice(t *testing.T) {
 	t.Setenv("RATELANE_WRITER_NICE", "7")
-	s := OpenTest(t, Config{})
-	if err := s.write(context.Background(), bigObject); err != nil {
-		t.Fatal(err)
-	}
-	anatomy.mu.Lock()
-	ts := anatomy.threads[s]
-	anatomy.mu.Unlock()
-	if ts == nil {
-		t.Fatal("the writer did not open its thread's schedstat")
-	}
+	_, ts := openWriterThread(t, Config{})
 	// getpriority's raw system call returns 20 - nice.
 	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, ts.tid)
 	if err != nil {
