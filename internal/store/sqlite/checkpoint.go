@@ -45,10 +45,15 @@ func (s *Store) gapCheckpoint() {
 	// A checkpoint that fails (SQLITE_BUSY from another process's
 	// checkpoint) leaves the WAL to the safety net: nothing is lost.
 	var busy, log, done int64
+	var cm commitMark
+	if cpulabel.On {
+		cm = anatomyBegin(s)
+	}
 	if err := s.wconn.QueryRowContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done); err == nil {
 		s.gapCkpts.Add(1)
 	}
 	if cpulabel.On {
+		noteAnatomy(s, cm, "gap-checkpoint", nil, false)
 		noteGapCheckpoint(s, t0)
 	}
 }

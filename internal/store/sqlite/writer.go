@@ -199,6 +199,9 @@ func (s *Store) writePieces(ctx context.Context, n int, fn func(tx *writeTx, lo,
 // when it arrived, however large the batch lane's writes are.
 func (s *Store) writer() {
 	defer close(s.done)
+	if cpulabel.On {
+		defer lockWriterThread(s)()
+	}
 	defer func() {
 		if s.shm != nil {
 			s.shm.Close()
@@ -563,11 +566,14 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 		return batch, notCommitted, fmt.Errorf("sqlite: transaction failed: rolled back under one of its writes: %v", batch[len(batch)-1].err)
 	}
 	var c0 time.Time
+	var cm commitMark
 	if cpulabel.On {
 		c0 = time.Now()
+		cm = anatomyBegin(s)
 	}
 	_, cerr := s.exec(tx, `COMMIT`)
 	if cpulabel.On {
+		noteAnatomy(s, cm, "commit", batch, deferred)
 		noteCommit(batch, hasInteractive, deferred, time.Since(c0))
 		noteTxCommit(s, batch, hasInteractive, c0)
 	}

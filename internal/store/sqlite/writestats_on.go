@@ -131,6 +131,7 @@ func dumpWriteStats() {
 	}
 	writeStats.m = nil
 	dumpDecomps(enc)
+	dumpAnatomy(enc)
 	dumpWALVolumes(enc)
 }
 
