@@ -166,6 +166,7 @@ func (f *serverFlags) warnRetired(logger *slog.Logger, regions []ratelane.Region
 			"key", "batch_lane.sqlite_sync_defer", "config", f.config)
 	}
 	for _, r := range regions {
+		//lint:ignore SA1019 the retired field is read only to warn that it has no effect
 		if r.SQLiteBatchSyncDefer != 0 {
 			logger.Warn("config: a region's SQLiteBatchSyncDefer has no effect and is ignored: the batch lane's deferred fsyncs were retired (they did not reduce fsyncs); remove the field",
 				"key", "regions[].SQLiteBatchSyncDefer", "region", r.Name, "config", f.config)

@@ -19,4 +19,3 @@ func open(t *testing.T) store.Store {
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, open) }
-
