@@ -258,8 +258,8 @@ func (s *Store) next(hasInteractive bool) *writeReq {
 }
 
 // held waits for the next write of an open transaction that holds only
-// batch-lane writes while a watcher (WatchInteractive) reports
-// interactive work in flight, until Config.BatchHold after the
+// batch-lane writes while interactive work is about (interactiveAbout),
+// until Config.BatchHold after the
 // transaction began (begun); nil: commit now. An interactive write that
 // arrives meanwhile joins the transaction, which then commits with it:
 // without the hold it could find the writer committing the batch-lane
@@ -286,7 +286,7 @@ func (s *Store) held(begun time.Time) (r *writeReq) {
 	}
 	for {
 		wait := s.cfg.BatchHold - time.Since(begun)
-		if bound = wait <= 0; bound || !s.interactiveBusy() {
+		if bound = wait <= 0; bound || !s.interactiveAbout() {
 			return nil
 		}
 		wait = min(wait, holdPoll)
@@ -314,16 +314,31 @@ func (s *Store) held(begun time.Time) (r *writeReq) {
 // commit waits at most this long after interactive work ends.
 const holdPoll = 250 * time.Microsecond
 
-// interactiveAbout reports whether an interactive write is queued or a
-// watcher reports interactive work in flight: what the writer's gap work
-// (gapCheckpoint, writeInGap) waits out.
+// interactiveAbout is the writer's one answer to "is interactive work
+// about?", which the batch lane's three waits ask: the hold of a batch-lane
+// transaction (held), the gap checkpoint (gapCheckpoint) and the long
+// batch-lane write that waits for a gap (writeInGap, waitGap). It is true
+// while an interactive write is queued for the writer, or a watcher
+// (WatchInteractive) reports interactive work in flight.
+//
+// What it sees: this store's queued interactive writes, and, through the
+// watchers, each engine's count of its interactive work in flight
+// (internal/engine inflight.go): a review arriving from the start of its
+// request until its insert is committed (PluginRegion.InteractiveWork), an
+// inserted interactive job until a lease has seen it, a leased job's
+// handler, an interactive parent's aggregation and publication, and 2 ms
+// after the count falls to zero (the finish written after its handler
+// left the count). What it cannot see: interactive work of another process
+// writing the same database file, a store caller outside an engine (its
+// writes count only once queued), a request still reading its body, and
+// interactive jobs inserted for later (scheduled, or waiting on a key's
+// admission the engine does not lease now). One answer for the three
+// waits, read per wait rather than per write: the writer's loop asks
+// nothing per transaction beyond the hold's own check.
 func (s *Store) interactiveAbout() bool {
-	return len(s.reqs) > 0 || s.interactiveBusy()
-}
-
-// interactiveBusy reports whether a watcher reports interactive work in
-// flight.
-func (s *Store) interactiveBusy() bool {
+	if len(s.reqs) > 0 {
+		return true
+	}
 	fs := s.busy.Load()
 	if fs == nil {
 		return false
