@@ -136,17 +136,25 @@ type regionDuration = regionValue[time.Duration]
 // checkRegionValues serves each case's config for regions us and eu and
 // checks that both take its value (get reads the Region's field, named
 // field).
+// usEUFlags parses serve's flags for regions us and eu with a config
+// file holding body.
+func usEUFlags(t *testing.T, body string) *serverFlags {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ratelane.json")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseServerFlags("serve", []string{"--config", path, "--regions", "us,eu"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func checkRegionValues[T comparable](t *testing.T, field string, get func(ratelane.Region) T, cases []regionValue[T]) {
 	t.Helper()
 	for _, c := range cases {
-		path := filepath.Join(t.TempDir(), "ratelane.json")
-		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := parseServerFlags("serve", []string{"--config", path, "--regions", "us,eu"}, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := usEUFlags(t, c.body)
 		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
 		if !configOK(t, c.body, err, c.wantErr) {
 			continue
@@ -226,14 +234,7 @@ func TestBatchLaneSQLiteSyncDeferRetired(t *testing.T) {
 		{`{"batch_lane": {"sqlite_sync_defer": "5ms"}, "regions": [{"Name": "us"}, {"Name": "eu", "SQLiteBatchSyncDefer": 5000000}]}`, 2},
 		{`{"batch_lane": {"cpus": 1}}`, 0},
 	} {
-		path := filepath.Join(t.TempDir(), "ratelane.json")
-		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := parseServerFlags("serve", []string{"--config", path, "--regions", "us,eu"}, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := usEUFlags(t, c.body)
 		var log bytes.Buffer
 		cfg, err := f.clientConfig(slog.New(slog.NewTextHandler(&log, nil)))
 		if err != nil {
