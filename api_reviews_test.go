@@ -100,6 +100,44 @@ type apiReview struct {
 	} `json:"result"`
 }
 
+// TestReviewHTTPArrivingReleased: POST /v1/reviews counts an interactive
+// review as interactive work in flight from the route's start
+// (PluginRegion.InteractiveArriving) and never leaks the count: a request
+// refused for its diff or for its provider leaves nothing in flight when
+// it is answered, and an accepted one nothing once it is published and
+// the engine is idle.
+func TestReviewHTTPArrivingReleased(t *testing.T) {
+	t.Parallel()
+	a := newReviewAPI(t)
+	inFlight := func() int { return ratelane.InteractiveInFlight(a.c, "us") }
+	idle := func(what string) {
+		t.Helper()
+		testkit.Eventually(t, testkit.Timeout, what+": nothing in flight", func() error {
+			if n := inFlight(); n != 0 {
+				return fmt.Errorf("%d in flight", n)
+			}
+			return nil
+		})
+	}
+	idle("started")
+	body := func(diff, provider string) map[string]any {
+		return map[string]any{"region": "us", "repo": "acme/app", "change": "8", "diff": diff, "depth": "full",
+			"lane": "interactive", "provider": provider, "publish": map[string]any{"kind": "none"}}
+	}
+	a.call("POST", "/v1/reviews", a.acme, body("not a diff at all", "rules"), nil, 400, nil)
+	if n := inFlight(); n != 0 {
+		t.Fatalf("after a review refused for its diff: %d in flight, want 0: its arrival leaked", n)
+	}
+	a.call("POST", "/v1/reviews", a.acme, body(testkit.AWSKeyDiff, "nope"), nil, 400, nil)
+	if n := inFlight(); n != 0 {
+		t.Fatalf("after a review refused for its provider: %d in flight, want 0: its arrival leaked", n)
+	}
+	var rv apiReview
+	a.call("POST", "/v1/reviews", a.acme, body(testkit.AWSKeyDiff, "rules"), nil, 202, &rv)
+	a.waitPublished(t, &rv)
+	idle("an accepted review published")
+}
+
 // TestReviewHTTPEndToEnd submits a real diff over HTTP, polls the review
 // until it is published, and reads its finding and SARIF export; another
 // tenant cannot see it, a replay with the same Idempotency-Key creates

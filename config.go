@@ -37,15 +37,14 @@ type Region struct {
 	// batch-only node never holds. Zero takes the default (10 ms);
 	// negative turns the hold off.
 	SQLiteBatchHold time.Duration
-	// SQLiteBatchSyncDefer, when positive, lets the SQLite writer commit
-	// a transaction of deferrable batch-lane writes (leases, heartbeats,
-	// aggregations, settles, a batch submission's pieces) without an
-	// fsync and answer them once the WAL is durable: at the next commit
-	// that fsyncs, or at its own fsync of the WAL when no interactive work
-	// is in flight or the oldest answer has waited this long
-	// (sqlite.Config.BatchSyncDefer). Acknowledged still means durable;
-	// other connections may read such a write before it is. Zero (the
-	// default) or negative: off. Ignored at Synchronous NORMAL.
+	// SQLiteBatchSyncDefer has no effect.
+	//
+	// Deprecated: has no effect since session 35: every SQLite commit
+	// fsyncs itself. Committing batch-lane writes without an fsync moved
+	// the fsyncs off the writer but did not reduce them, and a longer
+	// window doubled a sweep (docs/configuration.md, docs/benchmarks.md
+	// "Session 34 (s34h2)"). `ratelane serve` warns when a config file
+	// sets it.
 	SQLiteBatchSyncDefer time.Duration
 	// SQLiteGapCheckpoint, when positive, has the SQLite writer run WAL
 	// checkpoints between transactions while no interactive work is in

@@ -10,3 +10,13 @@ func Sweeps(c *Client, region string) uint64 {
 	}
 	return 0
 }
+
+// InteractiveInFlight is the count of interactive work in flight of the
+// engine of c's region (engine.Engine.InteractiveInFlight; 0 without an
+// engine), for the external tests that show a request leaks none.
+func InteractiveInFlight(c *Client, region string) int {
+	if e := c.regions[region].engine; e != nil {
+		return e.InteractiveInFlight()
+	}
+	return 0
+}

@@ -112,6 +112,21 @@ func (r *PluginRegion) BatchWork(ctx context.Context) (_ context.Context, end fu
 	return r.rt.engine.BatchWork(ctx)
 }
 
+// InteractiveArriving counts a plug-in's request that will end in an
+// interactive insert as the region's interactive work in flight from now
+// (engine.Engine.Arriving): the batch lane (its pacer, its yield gate, a
+// SQLite writer's gap work) then sees an arriving review while its
+// request is still validated and planned, not only once its insert is
+// written. The insert ends the count when it is durable; call end exactly
+// once on every path (defer it) so that a request that fails first ends it
+// too. A region without an engine here counts nothing.
+func (r *PluginRegion) InteractiveArriving(ctx context.Context) (_ context.Context, end func()) {
+	if r.rt.engine == nil {
+		return ctx, func() {}
+	}
+	return r.rt.engine.Arriving(ctx)
+}
+
 // Handle registers a built-in kind of the plug-in in this region: a kind
 // with a Handler, or a parent kind with an Aggregate (the engine's parts
 // capability, as reviews use it). A kind another plug-in or Config.Handle

@@ -1,6 +1,7 @@
 package review
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,14 @@ func (s service) SubmitReview(ctx context.Context, sub reviewapi.Submission) (re
 	rt, err := s.p.runtime(sub.Region)
 	if err != nil {
 		return reviewapi.Review{}, apiError(err)
+	}
+	if cmp.Or(sub.Lane, ratelane.LaneInteractive) == ratelane.LaneInteractive {
+		// An interactive review is in flight from the route's first look
+		// at it (PluginRegion.InteractiveArriving); Submit's own raise
+		// nests in this one, and its insert ends it.
+		var end func()
+		ctx, end = rt.r.InteractiveArriving(ctx)
+		defer end()
 	}
 	// Checked here too so that the caller's mistakes answer 400 with the
 	// field to fix rather than 500.

@@ -76,6 +76,13 @@ func (p *Plugin) Submit(ctx context.Context, r Request) (Status, error) {
 		return Status{}, err
 	}
 	r.Lane = cmp.Or(r.Lane, ratelane.LaneInteractive)
+	if r.Lane == ratelane.LaneInteractive {
+		// In flight from here, not only once the insert is written: see
+		// PluginRegion.InteractiveArriving. The insert ends it.
+		var end func()
+		ctx, end = rt.r.InteractiveArriving(ctx)
+		defer end()
+	}
 	sub, err := rt.submission(ctx, pr, r)
 	if err != nil {
 		return Status{}, err

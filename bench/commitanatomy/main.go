@@ -37,7 +37,6 @@ import (
 type rec struct {
 	Anatomy            bool
 	Phase, What, Class string
-	Deferred           bool
 	Writes, Tid        int
 	Unix, Mono0, Mono1 int64
 	WallNs, CPUNs      int64
@@ -387,7 +386,7 @@ func main() {
 		for _, cl := range []string{"interactive", "mixed", "batch", "gap-checkpoint"} {
 			var rs []*rec
 			for _, r := range recs {
-				if r.Phase == ph && (r.Class == cl || r.What == cl) && !r.Deferred {
+				if r.Phase == ph && (r.Class == cl || r.What == cl) {
 					rs = append(rs, r)
 				}
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -135,17 +136,25 @@ type regionDuration = regionValue[time.Duration]
 // checkRegionValues serves each case's config for regions us and eu and
 // checks that both take its value (get reads the Region's field, named
 // field).
+// usEUFlags parses serve's flags for regions us and eu with a config
+// file holding body.
+func usEUFlags(t *testing.T, body string) *serverFlags {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ratelane.json")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseServerFlags("serve", []string{"--config", path, "--regions", "us,eu"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func checkRegionValues[T comparable](t *testing.T, field string, get func(ratelane.Region) T, cases []regionValue[T]) {
 	t.Helper()
 	for _, c := range cases {
-		path := filepath.Join(t.TempDir(), "ratelane.json")
-		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := parseServerFlags("serve", []string{"--config", path, "--regions", "us,eu"}, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := usEUFlags(t, c.body)
 		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
 		if !configOK(t, c.body, err, c.wantErr) {
 			continue
@@ -209,19 +218,42 @@ func configOK(t *testing.T, what string, err error, wantErr string) bool {
 	return true
 }
 
-// TestBatchLaneSQLiteSyncDefer: the config file's
-// batch_lane.sqlite_sync_defer sets every served region's
-// SQLiteBatchSyncDefer (deferrable batch-lane writes committed without an
-// fsync, answered at a later sync within it); absent or "0s" leaves it
-// off, and a bad or negative duration stops start-up naming the field.
-func TestBatchLaneSQLiteSyncDefer(t *testing.T) {
-	checkRegionValues(t, "SQLiteBatchSyncDefer", func(r ratelane.Region) time.Duration { return r.SQLiteBatchSyncDefer }, []regionDuration{
-		{`{"batch_lane": {"sqlite_sync_defer": "5ms"}}`, 5 * time.Millisecond, ""},
-		{`{"batch_lane": {"sqlite_sync_defer": "0s"}}`, 0, ""},
-		{`{"batch_lane": {"cpus": 1}}`, 0, ""},
-		{`{"batch_lane": {"sqlite_sync_defer": "-1ms"}}`, 0, "batch_lane.sqlite_sync_defer"},
-		{`{"batch_lane": {"sqlite_sync_defer": "soon"}}`, 0, "batch_lane.sqlite_sync_defer"},
-	})
+// TestBatchLaneSQLiteSyncDeferRetired: the config file's retired
+// batch_lane.sqlite_sync_defer (and a region's SQLiteBatchSyncDefer) still
+// start, whatever they hold, with one warning each naming the key at
+// start-up, and set nothing: every region's SQLiteBatchSyncDefer stays
+// zero unless the file set the region's own field, which the library
+// ignores.
+func TestBatchLaneSQLiteSyncDeferRetired(t *testing.T) {
+	for _, c := range []struct {
+		body     string
+		warnings int
+	}{
+		{`{"batch_lane": {"sqlite_sync_defer": "5ms"}}`, 1},
+		{`{"batch_lane": {"sqlite_sync_defer": "soon"}}`, 1},
+		{`{"batch_lane": {"sqlite_sync_defer": "5ms"}, "regions": [{"Name": "us"}, {"Name": "eu", "SQLiteBatchSyncDefer": 5000000}]}`, 2},
+		{`{"batch_lane": {"cpus": 1}}`, 0},
+	} {
+		f := usEUFlags(t, c.body)
+		var log bytes.Buffer
+		cfg, err := f.clientConfig(slog.New(slog.NewTextHandler(&log, nil)))
+		if err != nil {
+			t.Errorf("%s: %v; want the retired key accepted", c.body, err)
+			continue
+		}
+		if got := strings.Count(log.String(), "level=WARN"); got != c.warnings {
+			t.Errorf("%s: %d warnings, want %d:\n%s", c.body, got, c.warnings, log.String())
+		}
+		if c.warnings > 0 && !strings.Contains(log.String(), "sqlite_sync_defer") {
+			t.Errorf("%s: the warning does not name the key:\n%s", c.body, log.String())
+		}
+		for _, r := range cfg.Regions {
+			//lint:ignore SA1019 the retired field must stay unset by the retired key
+			if d := r.SQLiteBatchSyncDefer; r.Name == "us" && d != 0 {
+				t.Errorf("%s: region us SQLiteBatchSyncDefer %v; want 0: the key sets nothing", c.body, d)
+			}
+		}
+	}
 }
 
 // TestBatchLaneSQLiteGapCheckpoint: the config file's

@@ -58,9 +58,10 @@ type serverFlags struct {
 	// sqliteHold is the config file's batch_lane.sqlite_hold for every
 	// SQLite region (zero: the library's default).
 	sqliteHold time.Duration
-	// sqliteSyncDefer is the config file's batch_lane.sqlite_sync_defer
-	// for every SQLite region (zero: off).
-	sqliteSyncDefer time.Duration
+	// sqliteSyncDefer is the config file's batch_lane.sqlite_sync_defer,
+	// as written: a retired key, accepted with a warning at start-up and
+	// otherwise ignored (warnRetired).
+	sqliteSyncDefer string
 	// sqliteGapCheckpoint is the config file's
 	// batch_lane.sqlite_gap_checkpoint for every SQLite region (zero:
 	// off).
@@ -142,10 +143,10 @@ type batchLaneConfig struct {
 	// flight (ratelane.Region.SQLiteBatchHold): empty keeps the default
 	// (10ms), "0s" turns the hold off.
 	SQLiteHold string `json:"sqlite_hold"`
-	// SQLiteSyncDefer is each SQLite region's
-	// ratelane.Region.SQLiteBatchSyncDefer: deferrable batch-lane writes
-	// are committed without an fsync and answered once the WAL is durable,
-	// within this bound. Empty or "0s": off (the default).
+	// SQLiteSyncDefer is retired: it has no effect, and start-up warns
+	// when it is set (ratelane.Region.SQLiteBatchSyncDefer is deprecated;
+	// docs/configuration.md). It is still read so that a config file
+	// that sets it starts.
 	SQLiteSyncDefer string `json:"sqlite_sync_defer"`
 	// SQLiteGapCheckpoint is each SQLite region's
 	// ratelane.Region.SQLiteGapCheckpoint: the WAL frames at which the
@@ -153,6 +154,24 @@ type batchLaneConfig struct {
 	// is in flight, instead of inside whichever commit crosses SQLite's
 	// autocheckpoint. 0: off (the default).
 	SQLiteGapCheckpoint int `json:"sqlite_gap_checkpoint"`
+}
+
+// warnRetired logs one warning for each retired setting the config file
+// sets, naming it: batch_lane.sqlite_sync_defer (and a region's
+// SQLiteBatchSyncDefer) have no effect since session 35, and an existing
+// config that sets them must still start.
+func (f *serverFlags) warnRetired(logger *slog.Logger, regions []ratelane.Region) {
+	if f.sqliteSyncDefer != "" {
+		logger.Warn("config: batch_lane.sqlite_sync_defer has no effect and is ignored: the batch lane's deferred fsyncs were retired (they did not reduce fsyncs); remove the key",
+			"key", "batch_lane.sqlite_sync_defer", "config", f.config)
+	}
+	for _, r := range regions {
+		//lint:ignore SA1019 the retired field is read only to warn that it has no effect
+		if r.SQLiteBatchSyncDefer != 0 {
+			logger.Warn("config: a region's SQLiteBatchSyncDefer has no effect and is ignored: the batch lane's deferred fsyncs were retired (they did not reduce fsyncs); remove the field",
+				"key", "regions[].SQLiteBatchSyncDefer", "region", r.Name, "config", f.config)
+		}
+	}
 }
 
 // clientConfig turns flags (and the config file) into the library's Config.
@@ -183,9 +202,9 @@ func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error)
 			}
 		}
 	}
+	f.warnRetired(logger, cfg.Regions)
 	for i := range cfg.Regions {
 		cfg.Regions[i].SQLiteBatchHold = cmp.Or(cfg.Regions[i].SQLiteBatchHold, f.sqliteHold)
-		cfg.Regions[i].SQLiteBatchSyncDefer = cmp.Or(cfg.Regions[i].SQLiteBatchSyncDefer, f.sqliteSyncDefer)
 		cfg.Regions[i].SQLiteGapCheckpoint = cmp.Or(cfg.Regions[i].SQLiteGapCheckpoint, f.sqliteGapCheckpoint)
 	}
 	for _, p := range f.postgres {
@@ -247,13 +266,7 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		}
 		f.sqliteHold = cmp.Or(v, -1) // the library's zero is its default; the file's "0s" is off
 	}
-	if d := fc.BatchLane.SQLiteSyncDefer; d != "" {
-		v, err := time.ParseDuration(d)
-		if err != nil || v < 0 {
-			return fmt.Errorf("config %s: batch_lane.sqlite_sync_defer: want a duration such as 5ms, or 0s (off), not %q", f.config, d)
-		}
-		f.sqliteSyncDefer = v
-	}
+	f.sqliteSyncDefer = fc.BatchLane.SQLiteSyncDefer
 	if n := fc.BatchLane.SQLiteGapCheckpoint; n < 0 {
 		return fmt.Errorf("config %s: batch_lane.sqlite_gap_checkpoint: want a count of WAL frames such as 1000, or 0 (off), not %d", f.config, n)
 	}

@@ -79,11 +79,6 @@ type Options struct {
 	// interactive work is in flight), for A/B runs: zero leaves the
 	// default (10 ms), negative turns the hold off.
 	SQLiteBatchHold time.Duration
-	// SQLiteBatchSyncDefer is every SQLite region's
-	// Region.SQLiteBatchSyncDefer (deferrable batch-lane writes committed
-	// without an fsync, answered at a later sync within this bound), for
-	// A/B runs: zero or negative leaves it off.
-	SQLiteBatchSyncDefer time.Duration
 	// SQLiteGapCheckpoint is every SQLite region's
 	// Region.SQLiteGapCheckpoint (WAL checkpoints between interactive
 	// work, at this many frames), for A/B runs: zero leaves checkpoints to
@@ -534,7 +529,6 @@ func (e *env) region() ratelane.Region {
 	} else {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
 		r.SQLiteBatchHold = e.opts.SQLiteBatchHold
-		r.SQLiteBatchSyncDefer = e.opts.SQLiteBatchSyncDefer
 		r.SQLiteGapCheckpoint = e.opts.SQLiteGapCheckpoint
 	}
 	return r

@@ -380,6 +380,10 @@ func (w *Jobs) Insert(ctx context.Context, jobs []*job.Job, def admission.Config
 // engine has free slots for the interactive jobs it brings and the store
 // can (insertLeasing); otherwise it inserts alone.
 func (w *Jobs) insert(ctx context.Context, objs []store.Object, jobs []*job.Job, def admission.Config, lease bool) ([]store.InsertResult, error) {
+	// An arriving request (Engine.Arriving) is in flight until its insert
+	// is answered: deferred, so after the watchers counted what it
+	// inserted, and on a failed insert too.
+	defer arrived(ctx)
 	if lease {
 		if res, ok, err := w.insertLeasing(ctx, objs, jobs, def); ok {
 			return res, err

@@ -11,14 +11,10 @@ import (
 )
 
 // advance is store.Writes.Advance: the guarded UPDATE, then
-// store.FinishAdvance in the same write. A batch-lane advance may be
-// deferred (mayDefer): an advance is a parent's aggregation, computed
-// from what its parts (or batch items) hold, which a loss leaves accepted
-// for the sweep to aggregate again from the same inputs; its publication,
-// when it has a side effect, runs only after the write is answered.
+// store.FinishAdvance in the same write.
 func (s *Store) advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
 	var out *job.Job
-	err := s.write(mayDefer(ctx), s.advanceWrite(p, &out))
+	err := s.write(ctx, s.advanceWrite(p, &out))
 	return out, err
 }
 
@@ -30,7 +26,6 @@ func (s *Store) AdvanceMany(ctx context.Context, ps []store.AdvanceParams) ([]*j
 	outs := make([]*job.Job, len(ps))
 	errs := make([]error, len(ps))
 	reqs := make([]*writeReq, len(ps))
-	ctx = mayDefer(ctx)
 	for i, p := range ps {
 		if errs[i] = p.Check(); errs[i] == nil {
 			reqs[i], errs[i] = s.enqueue(ctx, s.advanceWrite(p, &outs[i]))

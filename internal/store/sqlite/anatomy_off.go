@@ -8,6 +8,6 @@ package sqlite
 // commitMark is nothing without the cpulabels tag.
 type commitMark struct{}
 
-func lockWriterThread(s *Store) func()                                            { return func() {} }
-func anatomyBegin(s *Store) commitMark                                            { return commitMark{} }
-func noteAnatomy(s *Store, m commitMark, what string, batch []ran, deferred bool) {}
+func lockWriterThread(s *Store) func()                             { return func() {} }
+func anatomyBegin(s *Store) commitMark                             { return commitMark{} }
+func noteAnatomy(s *Store, m commitMark, what string, batch []ran) {}

@@ -48,7 +48,6 @@ type anatomyRec struct {
 	// What is "commit" or "gap-checkpoint"; Class, for a commit, is
 	// "interactive" (interactive writes only), "batch" or "mixed".
 	What, Class string
-	Deferred    bool // committed without an fsync (BatchSyncDefer)
 	Writes      int
 	Tid         int
 	// Unix is the wall clock at the start (ns since 1970); Mono0 and
@@ -125,11 +124,11 @@ func anatomyBegin(s *Store) commitMark {
 
 // noteAnatomy records the COMMIT (what "commit", of batch) or checkpoint
 // marked by m, ending now.
-func noteAnatomy(s *Store, m commitMark, what string, batch []ran, deferred bool) {
+func noteAnatomy(s *Store, m commitMark, what string, batch []ran) {
 	cpu, mono := threadClocks()
 	wall := time.Since(m.at)
 	wait, slices := m.ts.read()
-	r := anatomyRec{Anatomy: true, Phase: cpulabel.Phase(), What: what, Deferred: deferred, Writes: len(batch),
+	r := anatomyRec{Anatomy: true, Phase: cpulabel.Phase(), What: what, Writes: len(batch),
 		Unix: m.at.UnixNano(), Mono0: m.mono, Mono1: mono, WallNs: int64(wall), CPUNs: cpu - m.cpu,
 		RunQNs: wait - m.wait, Slices: slices - m.slices}
 	r.Tid = gettid() // the thread it ended on: the writer's while locked

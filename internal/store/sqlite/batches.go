@@ -33,9 +33,7 @@ func (s *Store) CreateBatch(ctx context.Context, b *store.Batch, items []store.B
 		seen[it.CustomID] = true
 	}
 	n := len(items)
-	// A batch-lane creation may be deferred (mayDefer): it is not yet
-	// answered to its submitter, who submits it again after a loss.
-	err := s.writePieces(mayDefer(ctx), n, func(tx *writeTx, lo, hi int) error {
+	err := s.writePieces(ctx, n, func(tx *writeTx, lo, hi int) error {
 		if err := s.createBatchPiece(tx, b, lo == 0, hi < n); err != nil {
 			return err
 		}
@@ -204,12 +202,8 @@ const planItemsSQL = `UPDATE batch_items SET state = 'submitted', chunk_key = ?,
 
 // SaveBatchChunk replaces a chunk record, guarded on its state; see
 // store.Batches.
-//
-// A batch-lane save may be deferred (mayDefer): a chunk's record is the
-// batch lane's own journal of its progress, which it redoes from the
-// record a loss leaves.
 func (s *Store) SaveBatchChunk(ctx context.Context, c store.BatchChunk, from string) error {
-	return s.write(mayDefer(ctx), func(tx *writeTx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `UPDATE batch_chunks SET state = ?, record = ?, updated_at = ? WHERE chunk_key = ? AND state = ?`,
 			c.State, []byte(c.Record), ns(c.UpdatedAt), c.Key, from)
 		if err != nil {

@@ -13,10 +13,7 @@ func (s *Store) settleBatchItems(ctx context.Context, ps []store.SettleBatchItem
 	applied := make([]bool, len(ps))
 	// Each settle is guarded on the item's state: a batch lane's group of
 	// settles goes in pieces (writePieces), and one repeated applies nothing.
-	// A batch-lane settle may be deferred (mayDefer): it copies an item's
-	// outcome from the provider's stored output, which the batch lane
-	// reads and settles again after a loss.
-	err := s.writePieces(mayDefer(ctx), len(ps), func(tx *writeTx, lo, hi int) error {
+	err := s.writePieces(ctx, len(ps), func(tx *writeTx, lo, hi int) error {
 		for i := lo; i < hi; i++ {
 			p := ps[i]
 			var result any

@@ -53,7 +53,7 @@ func (s *Store) gapCheckpoint() {
 		s.gapCkpts.Add(1)
 	}
 	if cpulabel.On {
-		noteAnatomy(s, cm, "gap-checkpoint", nil, false)
+		noteAnatomy(s, cm, "gap-checkpoint", nil)
 		noteGapCheckpoint(s, t0)
 	}
 }

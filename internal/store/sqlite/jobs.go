@@ -39,10 +39,7 @@ func (s *Store) Insert(ctx context.Context, jobs []*job.Job, def admission.Confi
 	if store.InPieces(ctx) {
 		// A batch-lane manifest's jobs, marked divisible by its caller:
 		// a piece at a time, interactive writes between (writePieces).
-		// They may be deferred (mayDefer): the manifest is inserted
-		// again, idempotently, by its caller after a loss, and a job is
-		// acted on only through a lease, a write of its own.
-		err = s.writePieces(mayDefer(ctx), len(jobs), write)
+		err = s.writePieces(ctx, len(jobs), write)
 	} else {
 		err = s.write(ctx, func(tx *writeTx) error { return write(tx, 0, len(jobs)) })
 	}
@@ -553,10 +550,8 @@ func (s *Store) guarded(tx *writeTx, res sql.Result, err error, id string) error
 }
 
 // Heartbeat extends a running job's lease if the token still holds it.
-// A batch-lane heartbeat may be deferred (mayDefer): a lost one leaves
-// the lease shorter, as a missed one does.
 func (s *Store) Heartbeat(ctx context.Context, id, token string, until time.Time) error {
-	return s.write(mayDefer(ctx), func(tx *writeTx) error {
+	return s.write(ctx, func(tx *writeTx) error {
 		res, err := s.exec(tx, `UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND state = 'running' AND lease_token = ?`,
 			ns(until), id, token)
 		return s.guarded(tx, res, err, id)

@@ -17,13 +17,9 @@ import (
 )
 
 // Lease admits and leases jobs in one write; see store.Lease for the order.
-//
-// A batch-lane lease may be deferred (mayDefer): its caller runs the jobs
-// only after the answer, and a lost lease leaves them waiting, as an
-// expired one does.
 func (s *Store) Lease(ctx context.Context, p store.LeaseParams) ([]*job.Job, error) {
 	var out []*job.Job
-	err := s.write(mayDefer(ctx), func(tx *writeTx) error {
+	err := s.write(ctx, func(tx *writeTx) error {
 		var err error
 		out, err = (&txOps{s: s, tx: tx}).lease(p)
 		return err

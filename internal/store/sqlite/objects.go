@@ -10,11 +10,9 @@ import (
 )
 
 // putObjects is store.Writes.PutObjects. A batch-lane caller's many
-// objects go in pieces (writePieces): each is an idempotent upsert, and
-// may be deferred (mayDefer): a batch submission's documents, written
-// before it is answered, and written again when it is submitted again.
+// objects go in pieces (writePieces): each is an idempotent upsert.
 func (s *Store) putObjects(ctx context.Context, os []store.Object) error {
-	return s.writePieces(mayDefer(ctx), len(os), func(tx *writeTx, lo, hi int) error { return s.putObjectsTx(tx, os[lo:hi]) })
+	return s.writePieces(ctx, len(os), func(tx *writeTx, lo, hi int) error { return s.putObjectsTx(tx, os[lo:hi]) })
 }
 
 // putObjectsTx upserts os inside tx.

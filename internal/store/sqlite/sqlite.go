@@ -8,9 +8,6 @@
 // own savepoint, so one failing write does not fail its neighbours) and
 // answers them all after a single fsync. synchronous=NORMAL is a documented
 // opt-in that survives kill -9 but may lose the last commits on power loss.
-// Config.BatchSyncDefer (opt-in) commits some batch-lane writes without an
-// fsync but answers them only after a later one (unsynced.go): answered
-// still means durable.
 //
 // The SQLite underneath is chosen when building: modernc.org/sqlite (pure
 // Go) by default, github.com/mattn/go-sqlite3 (cgo) with the build tag
@@ -73,19 +70,16 @@ type Config struct {
 	// Each batch-lane write waits at most this much longer for its
 	// commit. Zero means 10ms; negative turns the hold off.
 	BatchHold time.Duration
-	// BatchSyncDefer, when positive (and Synchronous is SyncFull), lets
-	// the writer commit a transaction that holds only batch-lane writes
-	// which may wait for durability (the lease and heartbeat writes,
-	// mayDefer) with synchronous=NORMAL: its frames reach the OS, not the
-	// disk, and the commit takes no fsync. Its writes are answered only
-	// once the WAL is durable: by the next commit that fsyncs (any other
-	// transaction's), or by the writer's own fsync of the WAL file when
-	// no watcher (WatchInteractive) reports interactive work and none was
-	// seen for BatchSyncDefer (at most syncQuietMax), or once the oldest
-	// answer waiting has waited BatchSyncDefer. So acknowledged
-	// still means durable; while interactive work is about, the batch
-	// lane's commits leave the disk to the interactive ones. Zero or
-	// negative: off (every commit fsyncs itself), the default.
+	// BatchSyncDefer has no effect.
+	//
+	// Deprecated: has no effect since session 35 (every commit fsyncs
+	// itself, as at the default). Committing batch-lane writes without an
+	// fsync and answering them at a later sync moved fsyncs off the writer
+	// but did not reduce them (0.146 per sweep file with it, 0.133-0.147
+	// without), and a longer quiet window doubled the sweep (66-69 s
+	// against 26-34 s): docs/benchmarks.md, "Session 34 (s34h2)" and
+	// "Session 35 (s35h3)". The field stays so that code setting it still
+	// compiles.
 	BatchSyncDefer time.Duration
 	// GapCheckpoint, when positive, has the writer run WAL checkpoints in
 	// the gaps between interactive work rather than inside whichever
@@ -233,44 +227,6 @@ type Store struct {
 	// cpulabels build only: each interactive write notes it as it is
 	// queued, so its wait can be laid on what it arrived behind.
 	wstate atomic.Int32
-	// unsynced holds the writes of transactions committed without an
-	// fsync (Config.BatchSyncDefer), oldest first, unanswered until the
-	// WAL is durable (syncPending); unsyncedSince is when the oldest was
-	// committed. Writer goroutine only.
-	unsynced      []ran
-	unsyncedSince time.Time
-	// interSeen is when the writer last saw interactive work: committed
-	// a transaction holding an interactive write, or found a watcher
-	// reporting it while deferred answers waited (syncIdle). Writer
-	// goroutine only.
-	interSeen time.Time
-	// quietMax bounds the quiet window after interactive work
-	// (quietWindow): syncQuietMax, set at Open (tests widen it before
-	// their first write).
-	quietMax time.Duration
-	// syncTimer wakes the writer when the oldest unsynced answer has
-	// waited BatchSyncDefer (writer goroutine only, made once).
-	syncTimer *time.Timer
-	// syncWAL makes every frame written to the WAL durable (fsyncWAL;
-	// tests replace it to count or to fail). walFile is fsyncWAL's handle
-	// on the WAL file, opened at its first use, closed by Close.
-	syncWAL func() error
-	// walPath is the -wal file's real path, resolved by the first
-	// fsyncWAL (the syncer goroutine alone uses it).
-	walPath string
-	walFile *os.File
-	// syncq hands the unsynced writes to the syncer goroutine, which
-	// syncs the WAL and answers them, and closes syncDone as it returns
-	// (both nil without BatchSyncDefer).
-	syncq    chan []ran
-	syncDone chan struct{}
-	// syncErr is the error of a failed syncWAL (or of setting the writer
-	// connection back to FULL): after it every write fails with it (see
-	// syncer).
-	syncErr atomic.Pointer[error]
-	// deferredTxs counts the transactions committed without an fsync and
-	// walSyncs the writer's own fsyncs of the WAL (tests, write stats).
-	deferredTxs, walSyncs atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -330,7 +286,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		shapesLen:   map[string]int{},
 		groupIDs:    map[groupOf]int64{},
 	}
-	s.syncWAL = s.fsyncWAL
 	s.SQLReads = store.NewSQLReads(s.read, statsOldestQuery)
 	s.Derived = store.NewDerived(store.Writes{PutObjects: s.putObjects, PutObjectIf: s.putObjectIf, DeleteObject: s.deleteObject,
 		UpsertLimit: s.upsertLimit, SettleBatchItems: s.settleBatchItems, Advance: s.advance})
@@ -353,12 +308,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.wtx = writeTx{c: s.wconn}
-	s.quietMax = syncQuietMax
-	if cfg.BatchSyncDefer > 0 && cfg.Synchronous == SyncFull {
-		s.syncq = make(chan []ran, 4*cfg.MaxBatch)
-		s.syncDone = make(chan struct{})
-		go s.syncer()
-	}
 	if n := s.cfg.GapCheckpoint; n > 0 {
 		if _, err := s.wconn.ExecContext(ctx, fmt.Sprintf(`PRAGMA wal_autocheckpoint = %d`, gapSafety*n)); err != nil {
 			s.wconn.Close()
@@ -561,14 +510,7 @@ func (s *Store) Close() error {
 		// *sql.Conn's statements are not closed with the pool, and a
 		// connection closed with statements still open is not closed by
 		// SQLite (nor its WAL checkpointed and removed) until they are.
-		// The writer synced and answered every deferred write before it
-		// returned; its handle on the WAL goes before the connections, so
-		// that SQLite can remove the file as the last one closes.
-		var werr error
-		if s.walFile != nil {
-			werr = s.walFile.Close()
-		}
-		err = errors.Join(werr, s.onWriterConn(func(c *sql.Conn) error {
+		err = errors.Join(s.onWriterConn(func(c *sql.Conn) error {
 			var errs []error
 			for _, st := range s.writerStmts {
 				errs = append(errs, st.Close())

@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -20,14 +19,3 @@ func open(t *testing.T) store.Store {
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, open) }
-
-// TestConformanceBatchSyncDefer runs the conformance suite with the
-// batch lane's deferred syncs on (sqlite.Config.BatchSyncDefer): its
-// batch-lane writes are committed without an fsync and answered after a
-// later one, and must keep every promise of the contract.
-func TestConformanceBatchSyncDefer(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		t.Helper()
-		return sqlite.OpenTest(t, sqlite.Config{BatchSyncDefer: 5 * time.Millisecond})
-	})
-}

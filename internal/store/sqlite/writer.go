@@ -31,9 +31,6 @@ type writeReq struct {
 	// found is the writer's state (writerState) when the write was
 	// queued, in a cpulabels build only.
 	found int32
-	// mayDefer marks a batch-lane write that may be committed without an
-	// fsync and answered at a later sync (mayDefer; Config.BatchSyncDefer).
-	mayDefer bool
 }
 
 // writerState is what the writer goroutine is doing, as a cpulabels
@@ -100,7 +97,6 @@ func (s *Store) enqueue(ctx context.Context, fn func(tx *writeTx) error) (*write
 	r := &writeReq{fn: fn, done: make(chan error, 1), lane: lane, at: time.Now()}
 	if lane == job.LaneBatch {
 		r.charge = store.WriteChargeOf(ctx)
-		r.mayDefer = deferrable(ctx)
 	}
 	if cpulabel.On {
 		r.kind = writeCaller()
@@ -215,12 +211,9 @@ func (s *Store) writer() {
 			continue
 		default:
 		}
-		s.syncIdle()
 		select {
 		case r := <-s.reqs:
 			s.commit(r)
-		case <-s.syncDue():
-			s.syncLate()
 		case r := <-s.batchReqs:
 			// An interactive write queued between the look above and this
 			// select may have been ready too (select picks at random): it
@@ -239,13 +232,6 @@ func (s *Store) writer() {
 				case r := <-s.batchReqs:
 					s.commit(r)
 				default:
-					// Close answers every deferred write: the syncer
-					// syncs what it was handed and stops.
-					s.syncPending(syncClose)
-					if s.syncq != nil {
-						close(s.syncq)
-						<-s.syncDone
-					}
 					return
 				}
 			}
@@ -257,22 +243,11 @@ func (s *Store) writer() {
 // should commit: an interactive write when one is queued, else a
 // batch-lane write unless the transaction already holds an interactive
 // one.
-//
-// A transaction committed without an fsync (deferred) takes no
-// interactive write: it commits at once when one is queued, and the
-// interactive write's transaction, committed as every interactive one
-// is, by SQLite with its fsync, makes the deferred writes durable too.
-func (s *Store) next(hasInteractive, deferred bool) *writeReq {
-	if deferred {
-		if len(s.reqs) > 0 {
-			return nil
-		}
-	} else {
-		select {
-		case r := <-s.reqs:
-			return r
-		default:
-		}
+func (s *Store) next(hasInteractive bool) *writeReq {
+	select {
+	case r := <-s.reqs:
+		return r
+	default:
 	}
 	if hasInteractive {
 		return nil
@@ -286,8 +261,8 @@ func (s *Store) next(hasInteractive, deferred bool) *writeReq {
 }
 
 // held waits for the next write of an open transaction that holds only
-// batch-lane writes while a watcher (WatchInteractive) reports
-// interactive work in flight, until Config.BatchHold after the
+// batch-lane writes while interactive work is about (interactiveAbout),
+// until Config.BatchHold after the
 // transaction began (begun); nil: commit now. An interactive write that
 // arrives meanwhile joins the transaction, which then commits with it:
 // without the hold it could find the writer committing the batch-lane
@@ -314,7 +289,7 @@ func (s *Store) held(begun time.Time) (r *writeReq) {
 	}
 	for {
 		wait := s.cfg.BatchHold - time.Since(begun)
-		if bound = wait <= 0; bound || !s.interactiveBusy() {
+		if bound = wait <= 0; bound || !s.interactiveAbout() {
 			return nil
 		}
 		wait = min(wait, holdPoll)
@@ -342,16 +317,31 @@ func (s *Store) held(begun time.Time) (r *writeReq) {
 // commit waits at most this long after interactive work ends.
 const holdPoll = 250 * time.Microsecond
 
-// interactiveAbout reports whether an interactive write is queued or a
-// watcher reports interactive work in flight: what the writer's gap work
-// (gapCheckpoint, writeInGap) waits out.
+// interactiveAbout is the writer's one answer to "is interactive work
+// about?", which the batch lane's three waits ask: the hold of a batch-lane
+// transaction (held), the gap checkpoint (gapCheckpoint) and the long
+// batch-lane write that waits for a gap (writeInGap, waitGap). It is true
+// while an interactive write is queued for the writer, or a watcher
+// (WatchInteractive) reports interactive work in flight.
+//
+// What it sees: this store's queued interactive writes, and, through the
+// watchers, each engine's count of its interactive work in flight
+// (internal/engine inflight.go): a review arriving from the start of its
+// request until its insert is committed (PluginRegion.InteractiveWork), an
+// inserted interactive job until a lease has seen it, a leased job's
+// handler, an interactive parent's aggregation and publication, and 2 ms
+// after the count falls to zero (the finish written after its handler
+// left the count). What it cannot see: interactive work of another process
+// writing the same database file, a store caller outside an engine (its
+// writes count only once queued), a request still reading its body, and
+// interactive jobs inserted for later (scheduled, or waiting on a key's
+// admission the engine does not lease now). One answer for the three
+// waits, read per wait rather than per write: the writer's loop asks
+// nothing per transaction beyond the hold's own check.
 func (s *Store) interactiveAbout() bool {
-	return len(s.reqs) > 0 || s.interactiveBusy()
-}
-
-// interactiveBusy reports whether a watcher reports interactive work in
-// flight.
-func (s *Store) interactiveBusy() bool {
+	if len(s.reqs) > 0 {
+		return true
+	}
 	fs := s.busy.Load()
 	if fs == nil {
 		return false
@@ -382,48 +372,31 @@ func (s *Store) WatchInteractive(busy func() bool) {
 }
 
 // commit runs first and the writes that next hands it in one transaction
-// and answers them all once its commit is durable: at once after a commit
-// that fsynced (which makes the deferred writes before it durable too),
-// later for one committed without (syncPending).
+// and answers them all once its commit is durable (every commit fsyncs,
+// at synchronous=FULL).
 func (s *Store) commit(first *writeReq) {
-	batch, c, err := s.runBatch(first)
-	hasInteractive := false
-	for _, w := range batch {
-		hasInteractive = hasInteractive || w.r.lane != job.LaneBatch
-	}
-	if hasInteractive {
-		// Seen: the deferred answers of the next BatchSyncDefer wait for
-		// the interactive lane's next commit rather than sync beside it
-		// (syncIdle).
-		s.interSeen = time.Now()
-	}
-	if err == nil && c == committedSynced && len(s.unsynced) > 0 {
-		s.answerUnsynced(hasInteractive)
-	}
-	if err == nil && c == committedNoSync {
-		if len(s.unsynced) == 0 {
-			s.unsyncedSince = time.Now()
-		}
-		for _, w := range batch {
-			s.lanes.done(w.r)
-		}
-		s.unsynced = append(s.unsynced, batch...)
-		if !allDeferrable(batch) {
-			// A write that may not wait joined: sync now, as its own
-			// commit would have.
-			s.syncPending(syncJoined)
-		}
-		if cpulabel.On {
-			s.wstate.Store(writerIdle)
-		}
-		return
-	}
+	batch, err := s.runBatch(first)
 	for _, w := range batch {
 		s.lanes.done(w.r)
 	}
 	answer(batch, err)
 	if cpulabel.On {
 		s.wstate.Store(writerIdle)
+	}
+}
+
+// answer answers batch's writes, committed and durable, each with its
+// own result; with err set (the transaction failed) a write that
+// succeeded is answered err, and one that failed still its own error,
+// which says more. Their lane statistics were taken at their commit
+// (Store.commit).
+func answer(batch []ran, err error) {
+	for _, w := range batch {
+		werr := w.err
+		if err != nil && werr == nil {
+			werr = err // a write that failed keeps its own error
+		}
+		w.r.done <- werr
 	}
 }
 
@@ -468,12 +441,7 @@ func (tx *writeTx) QueryRow(query string, args ...any) *sql.Row {
 // writes next hands it (up to MaxBatch in all), each in its own savepoint,
 // and commits. A first write that fails is rolled back alone: the writes
 // still queued go into the next transaction.
-//
-// The transaction is committed without an fsync (committedNoSync) when
-// first may be (deferTx): synchronous=NORMAL is set before its BEGIN
-// (SQLite refuses to change it inside a transaction) and FULL again after
-// its end.
-func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
+func (s *Store) runBatch(first *writeReq) ([]ran, error) {
 	// The connection is the writer's for the batch: Migrate (and tests)
 	// run on it between batches, as they waited for the pool's one
 	// connection while a *sql.Tx held it.
@@ -481,18 +449,8 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 	defer s.wmu.Unlock()
 	defer s.closeBatchStmts()
 	tx := &s.wtx
-	if err := s.syncErr.Load(); err != nil {
-		return []ran{{r: first}}, notCommitted, *err
-	}
-	deferred := s.deferTx(first)
-	if deferred {
-		if _, err := s.exec(tx, `PRAGMA synchronous = NORMAL`); err != nil {
-			return []ran{{r: first}}, notCommitted, fmt.Errorf("sqlite: synchronous: %w", err)
-		}
-		defer s.restoreSync(tx)
-	}
 	var begun time.Time // for held: read only while a watcher is set
-	if s.busy.Load() != nil && first.lane == job.LaneBatch && !deferred {
+	if s.busy.Load() != nil && first.lane == job.LaneBatch {
 		begun = time.Now()
 	}
 	var tb time.Time
@@ -506,11 +464,11 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 		// failed would refuse every later BEGIN: end it, so that only
 		// this batch fails. (Without one, ROLLBACK fails harmlessly.)
 		s.exec(tx, `ROLLBACK`)
-		return []ran{{r: first}}, notCommitted, fmt.Errorf("sqlite: begin: %w", err)
+		return []ran{{r: first}}, fmt.Errorf("sqlite: begin: %w", err)
 	}
 	if err := s.checkDataVersion(tx); err != nil {
 		s.exec(tx, `ROLLBACK`)
-		return []ran{{r: first}}, notCommitted, fmt.Errorf("sqlite: data_version: %w", err)
+		return []ran{{r: first}}, fmt.Errorf("sqlite: data_version: %w", err)
 	}
 	if cpulabel.On {
 		noteSeg(s, "begin", nil, tb)
@@ -524,9 +482,9 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 		// insert failed, the first jobs of a failed Insert).
 		s.forgetRows()
 		if _, err := s.exec(tx, `ROLLBACK`); err != nil {
-			return batch, notCommitted, fmt.Errorf("sqlite: rollback: %w", err)
+			return batch, fmt.Errorf("sqlite: rollback: %w", err)
 		}
-		return batch, notCommitted, nil
+		return batch, nil
 	}
 	hasInteractive := first.lane != job.LaneBatch
 	// A write whose failure ends the transaction (SQLite rolls it back
@@ -536,7 +494,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 	// RELEASE commits, and the batch's failed COMMIT then answered a
 	// committed write with an error.
 	for len(batch) < s.cfg.MaxBatch && !s.txLost {
-		r := s.next(hasInteractive, deferred)
+		r := s.next(hasInteractive)
 		if r == nil && !hasInteractive && !begun.IsZero() {
 			r = s.held(begun)
 		}
@@ -563,7 +521,7 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 		s.exec(tx, `ROLLBACK`) // fails harmlessly: there is no transaction
 		// The write that lost it is the last (no more join): its own
 		// error answers it, and names the cause for the others.
-		return batch, notCommitted, fmt.Errorf("sqlite: transaction failed: rolled back under one of its writes: %v", batch[len(batch)-1].err)
+		return batch, fmt.Errorf("sqlite: transaction failed: rolled back under one of its writes: %v", batch[len(batch)-1].err)
 	}
 	var c0 time.Time
 	var cm commitMark
@@ -573,8 +531,8 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 	}
 	_, cerr := s.exec(tx, `COMMIT`)
 	if cpulabel.On {
-		noteAnatomy(s, cm, "commit", batch, deferred)
-		noteCommit(batch, hasInteractive, deferred, time.Since(c0))
+		noteAnatomy(s, cm, "commit", batch)
+		noteCommit(batch, hasInteractive, time.Since(c0))
 		noteTxCommit(s, batch, hasInteractive, c0)
 	}
 	if err := cerr; err != nil {
@@ -583,15 +541,11 @@ func (s *Store) runBatch(first *writeReq) ([]ran, committed, error) {
 		// committed later by another batch's COMMIT.
 		s.forgetRows()
 		s.exec(tx, `ROLLBACK`)
-		return batch, notCommitted, fmt.Errorf("sqlite: commit: %w", err)
+		return batch, fmt.Errorf("sqlite: commit: %w", err)
 	}
 	s.txs.Add(1)
 	s.writes.Add(int64(len(batch)))
-	if deferred {
-		s.deferredTxs.Add(1)
-		return batch, committedNoSync, nil
-	}
-	return batch, committedSynced, nil
+	return batch, nil
 }
 
 // checkDataVersion forgets the writer's copies of stored rows

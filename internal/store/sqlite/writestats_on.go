@@ -145,9 +145,8 @@ func noteStep(lane job.Lane, step string, t0 time.Time) {
 }
 
 // noteCommit records a COMMIT's hold by whether its transaction holds an
-// interactive write, how many batch-lane writes it holds, and whether it
-// was committed without an fsync (deferred: "COMMIT-NOSYNC").
-func noteCommit(batch []ran, hasInteractive, deferred bool, d time.Duration) {
+// interactive write and how many batch-lane writes it holds.
+func noteCommit(batch []ran, hasInteractive bool, d time.Duration) {
 	nb := 0
 	for _, w := range batch {
 		if w.r.lane == job.LaneBatch {
@@ -159,11 +158,7 @@ func noteCommit(batch []ran, hasInteractive, deferred bool, d time.Duration) {
 	if hasInteractive {
 		lane = job.LaneInteractive
 	}
-	commit := "COMMIT"
-	if deferred {
-		commit = "COMMIT-NOSYNC"
-	}
-	noteWrite(&writeReq{lane: lane, kind: commit + " batch-writes=" + b}, d, 0)
+	noteWrite(&writeReq{lane: lane, kind: "COMMIT batch-writes=" + b}, d, 0)
 	for _, w := range batch {
 		if w.r.lane != job.LaneBatch {
 			noteWrite(&writeReq{lane: w.r.lane, kind: "LATENCY batch-writes-in-tx=" + b}, time.Since(w.r.at), 0)
@@ -205,12 +200,6 @@ func noteHold(r *writeReq, bound bool, d time.Duration) {
 		how = "HOLD ended-by=interactive-write"
 	}
 	noteWrite(&writeReq{lane: lane, kind: how}, d, 0)
-}
-
-// noteSync records one of the writer's own fsyncs of the WAL (syncPending)
-// by how many deferred writes it answered.
-func noteSync(n int, d time.Duration) {
-	noteWrite(&writeReq{lane: job.LaneBatch, kind: "WALSYNC answered=" + countRange(n)}, d, 0)
 }
 
 // countRange names the range of write counts n falls in.
