@@ -97,9 +97,12 @@ type Config struct {
 	// BatchYieldMax, when positive, makes batch-lane work in this process
 	// that computes (review and extraction sweeps, not webhook
 	// deliveries) wait while interactive work is accepted or in flight,
-	// at most this long per piece (engine.Config.BatchYieldMax). Zero
-	// takes the engine's default, 100 ms (the yield gate is on by default
-	// since session 35); negative turns it off.
+	// at most this long per piece (engine.Config.BatchYieldMax; 100 ms,
+	// engine.DefaultBatchYieldMax, is the value to try). Zero takes the
+	// engine's default, off: in session 35's quiet A/B the gate cut the
+	// reviews' overlap with batch computing but not their p99
+	// (docs/benchmarks.md, "Session 35: the merge (lead)"); negative
+	// turns it off too.
 	BatchYieldMax time.Duration
 	// BatchPieces is the batch lane's CPU budget in this process: while
 	// interactive work is in flight here, at most this many pieces of

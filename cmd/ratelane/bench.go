@@ -42,7 +42,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.BatchCPUShare, "batch-cpu-share", 0, "batch-isolation only: Config.BatchCPUShare, the batch pacer's share of wall time for computing batch pieces while interactive work is about (0: the default, 0.25; -1, or any other value outside 0 to 1: off)")
 	fs.DurationVar(&o.SQLiteBatchHold, "sqlite-batch-hold", 0, "SQLite only: Region.SQLiteBatchHold, how long the writer may hold a batch-lane transaction open while interactive work is in flight (0: the default, 10ms; negative: off)")
 	fs.IntVar(&o.SQLiteGapCheckpoint, "sqlite-gap-checkpoint", 0, "SQLite only: Region.SQLiteGapCheckpoint, the WAL frames at which the writer checkpoints between transactions while no interactive work is in flight (0: off, SQLite checkpoints inside a commit at 1,000)")
-	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, 100ms; negative, e.g. -1ms: off)")
+	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, off; negative: off; try 100ms)")
 	// A real provider is remote: the simulators' CPU in the bench's process
 	// competed with the interactive reviews inside one Go scheduler
 	// (docs/benchmarks.md, "Session 24 (s24h1)").

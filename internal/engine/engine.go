@@ -151,11 +151,12 @@ type Config struct {
 	// engine, which counts from an interactive job's insert through this
 	// engine's writer (queued.go) to its publication. A batch handler of
 	// a kind that waits (a webhook delivery) is never held. Zero takes
-	// batchYieldMaxDefault, DefaultBatchYieldMax since session 35: the
-	// gate is on by default, and a computing piece waits at it with its
-	// governor turn held, after the pacer's rest, so a review in flight
-	// meets no batch piece started beside it (docs/benchmarks.md,
-	// "Session 35 (s35h4)"). Negative turns it off.
+	// batchYieldMaxDefault, zero: the gate is off by default (its quiet
+	// A/B in session 35 did not move the interactive p99; yield.go).
+	// When on, a computing piece waits at it with its governor turn held,
+	// after the pacer's rest, so a review in flight meets no batch piece
+	// started beside it (docs/benchmarks.md, "Session 35 (s35h4)").
+	// Negative turns it off.
 	BatchYieldMax time.Duration
 	// BatchPieces is the batch budget (budget.go): the most pieces of
 	// batch-lane work (a batch parent's aggregation, a stretch of the

@@ -60,35 +60,35 @@ func overlapUnderSparseInteractive(t *testing.T, yieldMax time.Duration) (engine
 // TestBatchComputingOverlapsInteractiveLessWithTheGate: with the pacer
 // alone (yield gate off) a quarter of the lane's computing is spread
 // uniformly over wall time, and a review in flight meets it about a
-// quarter of the time; with the gate at its default, a computing piece
-// does not start while interactive work is in flight, and only the rest
-// of a piece that was running when a review arrived overlaps it. Fails
-// with the gate off by default (both shares near a quarter). In
-// simulated time.
+// quarter of the time; with the gate on (DefaultBatchYieldMax), a
+// computing piece does not start while interactive work is in flight,
+// and only the rest of a piece that was running when a review arrived
+// overlaps it. Fails with the gate placed before the turn, or without
+// the held time credited to the pacer's rest. In simulated time.
 func TestBatchComputingOverlapsInteractiveLessWithTheGate(t *testing.T) {
 	t.Parallel()
 	var off, on engine.OverlapCounts
 	var offDone, onDone int64
 	synctest.Test(t, func(t *testing.T) { off, offDone = overlapUnderSparseInteractive(t, -1) })
-	synctest.Test(t, func(t *testing.T) { on, onDone = overlapUnderSparseInteractive(t, 0) })
+	synctest.Test(t, func(t *testing.T) { on, onDone = overlapUnderSparseInteractive(t, engine.DefaultBatchYieldMax) })
 	share := func(c engine.OverlapCounts) float64 { return c.BothSeconds / c.InteractiveSeconds }
-	t.Logf("gate off: %+v share %.3f, %d batch jobs; default: %+v share %.3f, %d batch jobs", off, share(off), offDone, on, share(on), onDone)
+	t.Logf("gate off: %+v share %.3f, %d batch jobs; gate on: %+v share %.3f, %d batch jobs", off, share(off), offDone, on, share(on), onDone)
 	if off.InteractiveSeconds < 0.3 || on.InteractiveSeconds < 0.3 {
-		t.Fatalf("interactive in flight %.3f s (gate off) and %.3f s (default) of 2 s, want about 0.4", off.InteractiveSeconds, on.InteractiveSeconds)
+		t.Fatalf("interactive in flight %.3f s (gate off) and %.3f s (gate on) of 2 s, want about 0.4", off.InteractiveSeconds, on.InteractiveSeconds)
 	}
 	if s := share(off); s < 0.12 {
 		t.Errorf("gate off: batch computing overlapped %.3f of interactive flight, want about a quarter (the pacer's share)", s)
 	}
 	if s := share(on); s > 0.08 {
-		t.Errorf("default: batch computing overlapped %.3f of interactive flight, want under 0.08 (pieces held while a review is in flight)", s)
+		t.Errorf("gate on: batch computing overlapped %.3f of interactive flight, want under 0.08 (pieces held while a review is in flight)", s)
 	}
 	if onDone < offDone/2 {
-		t.Errorf("default: %d batch jobs done in 2 s against %d with the gate off, want at least half", onDone, offDone)
+		t.Errorf("gate on: %d batch jobs done in 2 s against %d with the gate off, want at least half", onDone, offDone)
 	}
 }
 
 // TestBatchLaneProgressesUnderContinuousInteractiveWithTheGate: with the
-// yield gate at its default and interactive work in flight all the time
+// yield gate on (DefaultBatchYieldMax) and interactive work in flight all the time
 // (a 10-ms job every 5 ms), each computing batch piece is held at most
 // DefaultBatchYieldMax, so the batch lane still completes 10-ms jobs
 // (about one per bound, rest and piece: 7 a second), and the holds end
@@ -98,7 +98,7 @@ func TestBatchLaneProgressesUnderContinuousInteractiveWithTheGate(t *testing.T) 
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var batch, inter concurrency
-		e, stop := underInteractive(t, engine.Config{BatchCPUs: 1}, 100, &batch, &inter)
+		e, stop := underInteractive(t, engine.Config{BatchCPUs: 1, BatchYieldMax: engine.DefaultBatchYieldMax}, 100, &batch, &inter)
 		time.Sleep(2 * time.Second)
 		done, y := batch.done.Load(), e.YieldCounts()
 		stop()

@@ -16,17 +16,19 @@ import (
 // continuous interactive stream.
 const DefaultBatchYieldMax = 100 * time.Millisecond
 
-// batchYieldMaxDefault is Config.BatchYieldMax when it is zero: the gate
-// is on by default since session 35. The pacer alone spread the batch
-// lane's computing uniformly over wall time, so a review in flight met it
-// about as often as at random (37 % of the reviews' in-flight time in
-// `bench batch-isolation`'s sweep); with the gate, held after the turn
-// and credited to the pacer's rest, a computing piece no longer starts
-// while a review is in flight and the lane keeps its share in the gaps
-// (docs/benchmarks.md, "Session 35 (s35h4)"). Session 18's objection, the
-// herd of held pieces released at once, is gone with the governor's one
-// turn: only the piece holding it waits at the gate.
-const batchYieldMaxDefault = DefaultBatchYieldMax
+// batchYieldMaxDefault is Config.BatchYieldMax when it is zero: off. The
+// pacer alone spreads the batch lane's computing uniformly over wall time,
+// so a review in flight meets it about as often as at random (30–37 % of
+// the reviews' in-flight time in `bench batch-isolation`'s sweep); with
+// the gate, held after the turn and credited to the pacer's rest, a
+// computing piece no longer starts while a review is in flight and the
+// lane keeps its share in the gaps (25 %: docs/benchmarks.md, "Session 35
+// (s35h4)"). But the quiet A/B of the merged tree read the same in-sweep
+// p99 with and without it (13.1 / 14.3 ms against 13.1 / 10.7;
+// "Session 35: the merge (lead)"), and under a continuous interactive
+// stream it slows the lane to one piece per bound, so it stays opt-in:
+// turning it on by default is this one line (DefaultBatchYieldMax).
+const batchYieldMaxDefault time.Duration = 0
 
 // yieldGate is the engine's promise that batch work yields to interactive
 // work within one process: interactive work (an interactive job inserted
