@@ -86,7 +86,7 @@ func newInFlight(ls ...inFlightListener) *inFlight {
 // called for it, exactly once.
 func (c *inFlight) enter() {
 	if c.n.Add(1) == 1 {
-		if c.overlap != nil && c.overlap.active.Load() {
+		if c.overlap.on() {
 			c.overlap.interactiveChanged(int64(time.Since(c.epoch)))
 		}
 		if len(c.listeners) > 0 {
@@ -106,14 +106,16 @@ func (c *inFlight) leave() {
 	if n < 0 {
 		panic("engine: interactive work left more often than it entered")
 	}
-	if c.stamp || c.overlap != nil && c.overlap.active.Load() {
+	if stamp, measure := c.stamp, c.overlap.on(); stamp || measure {
 		// time.Since reads the monotonic clock only: a third of
 		// time.Now's cost on a VM's clock.
 		now := int64(time.Since(c.epoch))
-		if c.stamp {
+		if stamp {
 			c.stampIdle(now + 1)
 		}
-		c.overlap.interactiveChanged(now)
+		if measure {
+			c.overlap.interactiveChanged(now)
+		}
 	}
 	if c.budget != nil {
 		c.budget.interactiveIdle()

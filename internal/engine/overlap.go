@@ -91,14 +91,13 @@ func (o *overlap) batchEnd() {
 	o.step(o.now(), -1)
 }
 
+// on reports whether the measure runs: o exists and batch work was seen
+// (active). inFlight asks it before it reads the clock for a step.
+func (o *overlap) on() bool { return o != nil && o.active.Load() }
+
 // interactiveChanged steps at a rise or fall of interactive work in
-// flight at now, once batch work was seen (active).
-func (o *overlap) interactiveChanged(now int64) {
-	if o == nil || !o.active.Load() {
-		return
-	}
-	o.step(now, 0)
-}
+// flight at now; call it only when on.
+func (o *overlap) interactiveChanged(now int64) { o.step(now, 0) }
 
 // OverlapCounts are an engine's totals of interactive work in flight and
 // of batch computing beside it, since the first computing batch piece.
