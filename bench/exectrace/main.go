@@ -16,10 +16,15 @@
 // goroutines run between scheduling points and what held the Ps while
 // interactive ones waited (slices.go).
 //
+// With -roles it splits the slowest in-sweep reviews' wall time, and the
+// slowest baseline reviews' at the same share, by the role of the
+// goroutine serving each stretch and its state (roles.go).
+//
 // Usage: go run . [-tail 0.02] [-vs median|baseline] [-syscalls] FILE
 //
 //	go run . -bursts [-thr 20] [-depth 3] FILE
 //	go run . -slices [-depth 3] [-top 15] [-wait-min 500us] FILE
+//	go run . -roles [-tail 0.02] FILE
 package main
 
 import (
@@ -85,11 +90,13 @@ func main() {
 	sliceMode := flag.Bool("slices", false, "instead: how long goroutines run between scheduling points, by what they ran, and what held the Ps while interactive ones waited for one (slices.go)")
 	top := flag.Int("top", 15, "with -slices: the keys each table lists")
 	waitMin := flag.Duration("wait-min", 500*time.Microsecond, "with -slices: the shortest runnable wait whose P holders are tallied")
+	roleMode := flag.Bool("roles", false, "instead: the slowest in-sweep reviews' wall time and the slowest baseline reviews' at the same -tail share, split by the role of the goroutine serving each stretch and its state (roles.go)")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: exectrace [-tail 0.02] [-vs median|baseline] [-syscalls] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -bursts [-thr 20] [-depth 3] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -slices [-depth 3] [-top 15] [-wait-min 500us] FILE")
+		fmt.Fprintln(os.Stderr, "       exectrace -roles [-tail 0.02] FILE")
 		os.Exit(2)
 	}
 	if *burstMode {
@@ -416,6 +423,10 @@ func main() {
 			}
 		}
 		revs = sw
+	}
+	if *roleMode {
+		printRoles(revs, base, *tailShare, states, assists, root)
+		return
 	}
 	sort.Slice(revs, func(a, b int) bool { return revs[a].e-revs[a].s > revs[b].e-revs[b].s })
 	sort.Slice(base, func(a, b int) bool { return base[a].e-base[a].s > base[b].e-base[b].s })

@@ -198,6 +198,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w0 := storeWrites(reg)
 	c0, _ := childCPU()
 	n0, _ := nodeCPU()
+	// The OS scheduler's view of both processes per phase (procsched.go):
+	// their threads' run-queue wait, which Go's scheduler latencies miss.
+	ps0, ks0, t0 := readProcSched(os.Getpid()), childSched(child), time.Now()
 	cpulabel.SetPhase("baseline")
 	if err := xt.start(); err != nil {
 		return Result{}, err
@@ -217,6 +220,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w1 := storeWrites(reg)
 	c1, _ := childCPU()
 	n1, _ := nodeCPU()
+	ps1, ks1, t1 := readProcSched(os.Getpid()), childSched(child), time.Now()
 	done := make(chan struct{})
 	var (
 		sweepErr  error
@@ -302,6 +306,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w2 := storeWrites(reg)
 	c2, childOK := childCPU()
 	n2, nodeOK := nodeCPU()
+	ps2, ks2, t2 := readProcSched(os.Getpid()), childSched(child), time.Now()
 	host2 := readHost()
 	// The second baseline window: the machine after the sweep, for the
 	// pooled baseline, and beside the first, the drift within the run.
@@ -453,6 +458,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("baseline_sim_cpu_seconds", c1-c0, "s CPU of the simulators' child process, baseline")
 		r.add("sweep_sim_cpu_seconds", c2-c1, "s CPU of the simulators' child process, sweep phase")
 	}
+	addProcSched(&r, "baseline", "bench", ps0, ps1, t1.Sub(t0).Seconds())
+	addProcSched(&r, "sweep", "bench", ps1, ps2, t2.Sub(t1).Seconds())
+	addProcSched(&r, "baseline", "sim", ks0, ks1, t1.Sub(t0).Seconds())
+	addProcSched(&r, "sweep", "sim", ks1, ks2, t2.Sub(t1).Seconds())
 	// The simulator child's priority (SimChild), read at the end: every
 	// thread its runtime made during the run too.
 	if child != nil {
@@ -1017,7 +1026,10 @@ func (s schedSample) add(r *Result, phase string) {
 	r.add(phase+"_gc_cpu_seconds", s.gc.gcCPU, "s CPU the garbage collector took in the phase (runtime/metrics estimate)")
 	r.add(phase+"_gc_assist_cpu_seconds", s.gc.assistCPU, "s of it in assists, charged to the goroutines that allocated")
 	r.add(phase+"_alloc_mb", float64(s.gc.allocBytes)/(1<<20), "MiB allocated in the phase")
+	r.add(phase+"_sched_latency_p50_ms", 1000*s.gc.schedQuantile(0.50), "ms a goroutine waited runnable before it ran, p50 (bucket bound, every goroutine)")
+	r.add(phase+"_sched_latency_p90_ms", 1000*s.gc.schedQuantile(0.90), "ms a goroutine waited runnable before it ran, p90 (bucket bound)")
 	r.add(phase+"_sched_latency_p99_ms", 1000*s.gc.schedQuantile(0.99), "ms a goroutine waited runnable before it ran, p99 (bucket bound, every goroutine)")
+	r.add(phase+"_sched_latency_p999_ms", 1000*s.gc.schedQuantile(0.999), "ms a goroutine waited runnable before it ran, p99.9 (bucket bound)")
 	r.add(phase+"_sched_latency_over_1ms", float64(s.gc.schedOver(0.001)), "goroutine runs that waited ≥ 1 ms runnable")
 	r.add(phase+"_sched_latency_over_10ms", float64(s.gc.schedOver(0.01)), "goroutine runs that waited ≥ 10 ms runnable")
 }
