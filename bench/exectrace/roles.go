@@ -23,7 +23,10 @@ func roleOf(stage string) string {
 	case stage == "submit":
 		return "submit (bench goroutine: Submit, the request path)"
 	case stage == "queued":
-		return "queued (fetch loop: the lease)"
+		// Since session 31 an interactive review's insert leases its
+		// part in its own write: the bench's Submit goroutine serves
+		// most of these, the fetch loop the rest.
+		return "queued (the lease: Submit's own insert or the fetch loop)"
 	case stage == "start" || stage == "run":
 		return "worker: handler (start, run: provider call, validation)"
 	case stage == "finish":
@@ -52,8 +55,8 @@ const (
 
 // stateClass is the class of a goroutine's state st (with its waiting
 // reason); waits other than the network's are named by the root function
-// of the goroutine that ended them (wakerRoot, "" when unknown): whom the
-// goroutine waited for.
+// of the goroutine that ended them (wakerRoot; "" when no goroutine did:
+// a timer, the netpoller or the runtime): whom the goroutine waited for.
 func stateClass(st gstate, wakerRoot string) string {
 	switch st.state {
 	case trace.GoRunning:
@@ -69,7 +72,7 @@ func stateClass(st gstate, wakerRoot string) string {
 			return stNetwork
 		}
 		if wakerRoot == "" {
-			wakerRoot = "?"
+			wakerRoot = "no goroutine (a timer, the netpoller, the runtime)"
 		}
 		return "waiting: " + st.reason + ", for " + wakerRoot
 	}
@@ -106,6 +109,9 @@ func splitReview(segs []seg, states map[trace.GoID][]gstate, assists map[trace.G
 			if i+1 < len(sts) {
 				if wk := sts[i+1].waker; wk != trace.NoGoroutine && wk != 0 {
 					waker = root[wk]
+					if waker == "" {
+						waker = "a goroutine of unknown root"
+					}
 				}
 			}
 			cls := stateClass(cur, waker)
