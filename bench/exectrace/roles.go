@@ -79,15 +79,17 @@ func stateClass(st gstate, wakerRoot string) string {
 	return st.state.String()
 }
 
-// splitReview is ns of a review's wall time by "role | state class": each
+// splitReview is ns of a review's wall time by "role | state class" (and
+// of its waits for a goroutine by "role | whom | what that one was doing
+// meanwhile", wakers, stateOf's states): each
 // segment's stretch laid on the states of the goroutine that served it
 // (states, each goroutine's transitions in time order), its running time
 // less the GC assists inside it (assists, each goroutine's assist
 // ranges), its waits named by whom they waited for (root, each
 // goroutine's root function). A segment without a goroutine (g 0) is
 // "unknown goroutine".
-func splitReview(segs []seg, states map[trace.GoID][]gstate, assists map[trace.GoID][][2]trace.Time, root map[trace.GoID]string) map[string]float64 {
-	out := map[string]float64{}
+func splitReview(segs []seg, states map[trace.GoID][]gstate, assists map[trace.GoID][][2]trace.Time, root map[trace.GoID]string) (out, wakers map[string]float64) {
+	out, wakers = map[string]float64{}, map[string]float64{}
 	for _, sg := range segs {
 		role := roleOf(sg.stage)
 		if sg.g == 0 {
@@ -106,11 +108,14 @@ func splitReview(segs []seg, states map[trace.GoID][]gstate, assists map[trace.G
 				next = sts[i+1].at
 			}
 			waker := ""
-			if i+1 < len(sts) {
+			if i+1 < len(sts) && cur.state == trace.GoWaiting {
 				if wk := sts[i+1].waker; wk != trace.NoGoroutine && wk != 0 {
 					waker = root[wk]
 					if waker == "" {
 						waker = "a goroutine of unknown root"
+					}
+					for st, v := range stateOf(states[wk], t, next) {
+						wakers[role+" | "+waker+" | "+st] += v
 					}
 				}
 			}
@@ -128,18 +133,39 @@ func splitReview(segs []seg, states map[trace.GoID][]gstate, assists map[trace.G
 			t = next
 		}
 	}
-	return out
+	return out, wakers
 }
 
-// byState folds a split's "role | state" keys into state classes alone
-// (the waits for a goroutine folded into one "waiting: channel, mutex,
-// select" class).
+// The classes byState folds the waits for a goroutine into.
+const (
+	stWriter = "waiting: for the SQLite writer (a commit)"
+	stTimer  = "waiting: woken by no goroutine (a timer, the netpoller, the runtime)"
+	stHTTP   = "waiting: for the provider's HTTP answer (net/http's connection loops)"
+	stOther  = "waiting: for another goroutine (chan, select, mutex)"
+)
+
+// byState folds a split's "role | state" keys into state classes alone,
+// the waits for a goroutine into three: for the SQLite writer (what
+// sessions 31-35 measured; this split is about the rest), for no
+// goroutine, for any other.
 func byState(split map[string]float64) map[string]float64 {
 	out := map[string]float64{}
 	for k, v := range split {
 		_, st, _ := strings.Cut(k, " | ")
 		if strings.HasPrefix(st, "waiting: ") && st != stNetwork {
-			st = "waiting: for another goroutine (chan, select, mutex, sleep)"
+			switch {
+			case strings.HasSuffix(st, "store/sqlite.(*Store).writer"):
+				st = stWriter
+			case strings.Contains(st, ", for net/http.(*persistConn)."):
+				// The provider call: the handler waits on its
+				// connection's read or write loop, which waits on
+				// the socket (the simulator's answer).
+				st = stHTTP
+			case strings.Contains(st, ", for no goroutine"):
+				st = stTimer
+			default:
+				st = stOther
+			}
 		}
 		out[st] += v
 	}
@@ -180,10 +206,10 @@ func meanSplit(rs []*review, get func(*review) map[string]float64) map[string]fl
 // both phases' every review, by role | state, by state alone and by role
 // alone; then which goroutines (root functions) served each role.
 func printRoles(sweep, base []*review, share float64, states map[trace.GoID][]gstate, assists map[trace.GoID][][2]trace.Time, root map[trace.GoID]string) {
-	split := map[*review]map[string]float64{}
+	split, wakers := map[*review]map[string]float64{}, map[*review]map[string]float64{}
 	served := map[string]map[string]int{}
 	for _, r := range append(append([]*review(nil), sweep...), base...) {
-		split[r] = splitReview(r.segs, states, assists, root)
+		split[r], wakers[r] = splitReview(r.segs, states, assists, root)
 		for _, sg := range r.segs {
 			role := roleOf(sg.stage)
 			if served[role] == nil {
@@ -215,8 +241,12 @@ func printRoles(sweep, base []*review, share float64, states map[trace.GoID][]gs
 		{"by state", byState},
 		{"by role", byRole},
 		{"by role | state", func(m map[string]float64) map[string]float64 { return m }},
+		{"waits for a goroutine: by role | whom | what that goroutine was doing meanwhile", nil},
 	} {
 		get := func(r *review) map[string]float64 { return tab.fold(split[r]) }
+		if tab.fold == nil {
+			get = func(r *review) map[string]float64 { return wakers[r] }
+		}
 		cols := []map[string]float64{meanSplit(st, get), meanSplit(bt, get), meanSplit(sweep, get), meanSplit(base, get)}
 		keys := map[string]bool{}
 		for _, c := range cols {

@@ -16,9 +16,12 @@ import (
 func TestSplitReview(t *testing.T) {
 	const ms = trace.Time(1e6)
 	const submitG, writerG, workerG, finishG trace.GoID = 1, 2, 3, 4
-	root := map[trace.GoID]string{submitG: "bench.submit", writerG: "sqlite.writer", workerG: "engine.worker", finishG: "engine.finishLoop"}
+	root := map[trace.GoID]string{submitG: "bench.submit", writerG: "internal/store/sqlite.(*Store).writer", workerG: "engine.worker", finishG: "engine.finishLoop"}
 	states := map[trace.GoID][]gstate{
 		// submit: running 0-2, waiting for the writer 2-5, running 5-20.
+		// the writer: running 2-3, in a syscall 3-4.5, runnable 4.5-5.
+		writerG: {{at: 2 * ms, state: trace.GoRunning}, {at: 3 * ms, state: trace.GoSyscall},
+			{at: 4500 * ms / 1000, state: trace.GoRunnable}, {at: 5 * ms, state: trace.GoRunning}},
 		submitG: {{at: 0, state: trace.GoRunning}, {at: 2 * ms, state: trace.GoWaiting, reason: "select"},
 			{at: 5 * ms, state: trace.GoRunnable, waker: writerG}, {at: 5 * ms, state: trace.GoRunning}},
 		// worker: created at 7, runnable to 9, running to 12 (an assist
@@ -41,23 +44,23 @@ func TestSplitReview(t *testing.T) {
 		{stage: "finish", g: finishG, s: 20 * ms, e: 24 * ms},
 		{stage: "notice", g: 0, s: 24 * ms, e: 25 * ms},
 	}
-	got := splitReview(segs, states, assists, root)
+	got, wakers := splitReview(segs, states, assists, root)
 	const sub, q, gap, run, fin, note = "submit (bench goroutine: Submit, the request path)",
 		"queued (the lease: Submit's own insert or the fetch loop)", "hand-off before start",
 		"worker: handler (start, run: provider call, validation)", "finish (outcome written)",
 		"notice (bench goroutine: sees it published)"
 	want := map[string]float64{
-		sub + " | " + stRunning:                     1,
-		q + " | " + stRunning:                       2,
-		q + " | waiting: select, for sqlite.writer": 3,
-		gap + " | " + stNotYet:                      1,
-		gap + " | " + stRunnable:                    1,
-		run + " | " + stRunnable:                    1 + 1,
-		run + " | " + stRunning:                     2 + 1 + 1,
-		run + " | " + stAssist:                      1,
-		run + " | " + stNetwork:                     4,
+		sub + " | " + stRunning: 1,
+		q + " | " + stRunning:   2,
+		q + " | waiting: select, for internal/store/sqlite.(*Store).writer": 3,
+		gap + " | " + stNotYet:   1,
+		gap + " | " + stRunnable: 1,
+		run + " | " + stRunnable: 1 + 1,
+		run + " | " + stRunning:  2 + 1 + 1,
+		run + " | " + stAssist:   1,
+		run + " | " + stNetwork:  4,
 		run + " | waiting: sleep, for no goroutine (a timer, the netpoller, the runtime)": 1,
-		fin + " | waiting: select, for sqlite.writer":                                     2,
+		fin + " | waiting: select, for internal/store/sqlite.(*Store).writer":             2,
 		fin + " | " + stRunnable:      1,
 		fin + " | " + stRunning:       1,
 		note + " | unknown goroutine": 1,
@@ -79,8 +82,22 @@ func TestSplitReview(t *testing.T) {
 	}
 	// The folds keep the total and name the classes.
 	st := byState(got)
-	if st["waiting: for another goroutine (chan, select, mutex, sleep)"] != float64(6*ms) || st[stNetwork] != float64(4*ms) {
+	if st[stWriter] != float64(5*ms) || st[stTimer] != float64(1*ms) || st[stNetwork] != float64(4*ms) || st[stRunnable] != float64(4*ms) {
 		t.Errorf("byState: %v", st)
+	}
+	// Whom the waits waited for, and what it did meanwhile: the writer
+	// over the submit's wait 2-5 (its part inside the queued stage) and
+	// the finisher's 20-22.
+	wantW := map[string]float64{q + " | internal/store/sqlite.(*Store).writer | Running": 1,
+		q + " | internal/store/sqlite.(*Store).writer | Syscall @ ": 1.5, q + " | internal/store/sqlite.(*Store).writer | Runnable": 0.5,
+		fin + " | internal/store/sqlite.(*Store).writer | Running": 2}
+	for k, w := range wantW {
+		if v := wakers[k]; math.Abs(v-w*float64(ms)) > 0.5 {
+			t.Errorf("waker %s: %.3f ms, want %.3f", k, v/float64(ms), w)
+		}
+	}
+	if len(wakers) != len(wantW) {
+		t.Errorf("wakers: %v", wakers)
 	}
 	if r := byRole(got); r[run] != float64(12*ms) || r[q] != float64(5*ms) {
 		t.Errorf("byRole: %v", r)
