@@ -161,3 +161,37 @@ func testHistoryFoldAllBounds(t *testing.T, open Opener) {
 		t.Fatalf("history holds %d records, want %d: the bound, the transient failure, the pass after it", len(got), store.HistoryFoldAll+2)
 	}
 }
+
+// PollPasses is a day of a provider batch's polls at one a minute, the
+// drivers' BenchmarkPendingPasses' length.
+const PollPasses = 1440
+
+// PendingPasses inserts one batch job in s and drives it through n
+// pending passes a minute apart, each a lease and a pending finish back to
+// retry_scheduled (a provider batch's polls, as engine.Decide writes
+// them); after, when not nil, runs after each pass with the job's id. It
+// returns the id. The drivers' benchmarks of a day of polls (BenchmarkPendingPasses)
+// share it.
+func PendingPasses(tb testing.TB, s store.Store, n int, after func(id string)) string {
+	tb.Helper()
+	ctx := context.Background()
+	j := NewJob("acme", job.LaneBatch, "k")
+	if _, err := s.Insert(ctx, []*job.Job{j}, Unpaced); err != nil {
+		tb.Fatal(err)
+	}
+	for i := range n {
+		now := T0.Add(time.Duration(i) * time.Minute)
+		got, err := s.Lease(ctx, store.LeaseParams{Now: now, Max: 1, LeaseFor: time.Minute})
+		if err != nil || len(got) != 1 {
+			tb.Fatalf("lease %d: %d jobs, %v", i, len(got), err)
+		}
+		errs, err := s.Finish(ctx, []store.Transition{pendingPass(got[0], now, time.Minute, "")})
+		if err != nil || errs[0] != nil {
+			tb.Fatalf("finish %d: %v %v", i, err, errs)
+		}
+		if after != nil {
+			after(j.ID)
+		}
+	}
+	return j.ID
+}
