@@ -142,7 +142,7 @@ func testHistoryFoldAllBounds(t *testing.T, open Opener) {
 		l := leaseAt(t, s, now)
 		errText := ""
 		if i%2 == 1 {
-			errText = fmt.Sprintf("poll %d failed", i)
+			errText = fmt.Sprintf("poll %d failed: <500> \"x\" é", i) // escapes survive a fold
 		}
 		tr := pendingPass(l, now, 0, errText)
 		if i == passes-2 {
