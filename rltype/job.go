@@ -92,6 +92,16 @@ type AttemptRecord struct {
 	Delay   time.Duration `json:"delay_ns,omitempty"`
 	Why     string        `json:"why,omitempty"`
 	Error   string        `json:"error,omitempty"`
+	// Count is how many attempts this record stands for: consecutive
+	// pending passes (ClassPending) are folded into one record, which
+	// then holds the newest pass's fields (At, Attempt, Delay, Why,
+	// Error) and how many there were. Zero (left out of the JSON) means
+	// one, as in every record that is not a fold. See the store's
+	// FoldsRecord for the rule.
+	Count int `json:"count,omitempty"`
+	// FirstAt is when the first of the folded passes ended; zero (left
+	// out) unless Count is 2 or more. At is when the newest ended.
+	FirstAt time.Time `json:"first_at,omitzero"`
 }
 
 // Job is one immutable unit of work and its progress. The fields above

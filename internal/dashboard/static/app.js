@@ -321,7 +321,9 @@ async function jobDetail(all) {
       el("p", {}, "predicted start: ", w.predicted_start_at ? countdown(w.predicted_start_at) : "never, until something handles the kind")));
   }
   parts.push(el("h2", {}, "Attempts"), table(["at", "attempt", "outcome", "status", "delay", "why", "error"], (j.history || []).map((h) =>
-    el("tr", {}, el("td", {}, h.at), el("td", { class: "num" }, h.attempt), el("td", {}, h.outcome), el("td", {}, h.status || ""),
+    // A folded record (count > 1) stands for that many pending passes, from first_at to at.
+    el("tr", {}, el("td", {}, h.count > 1 ? h.first_at + " … " + h.at : h.at), el("td", { class: "num" }, h.attempt),
+      el("td", {}, h.count > 1 ? h.outcome + " ×" + h.count : h.outcome), el("td", {}, h.status || ""),
       el("td", {}, h.delay_ns ? (h.delay_ns / 1e9).toFixed(2) + " s" : ""), el("td", {}, h.why || ""), el("td", {}, h.error || "")))));
   if (j.payload !== undefined) parts.push(el("h2", {}, "Payload"), el("pre", {}, JSON.stringify(j.payload, null, 2)));
   if (j.result !== undefined) parts.push(el("h2", {}, "Result"), el("pre", {}, JSON.stringify(j.result, null, 2)));

@@ -169,8 +169,7 @@ var endAttemptsSQL = `WITH u AS (
 		attempts_congestion = u.congestion, attempts_transient = u.transient, attempts_schema = u.schema_,
 		result = coalesce(u.result, jobs.result), lease_token = NULL, lease_expires_at = NULL,
 		finished_at = u.finished, updated_at = u.now,
-		history = CASE WHEN jobs.history IS NULL THEN '[' || u.record || ']'
-			ELSE left(jobs.history, -1) || ',' || u.record || ']' END
+		history = ` + foldHistory("jobs.history", "u.record") + `
 	FROM u
 	WHERE jobs.id = u.id AND ` + stateIs("running") + ` AND jobs.lease_token = u.token
 		AND (u.expired_by IS NULL OR jobs.lease_expires_at <= u.expired_by) AND (u.attempt = 0 OR jobs.attempt = u.attempt)
@@ -505,10 +504,15 @@ func groupReady(ctx context.Context, q querier, group int64, at time.Time) error
 	return err
 }
 
-// appendRecord adds one line to a job's history. The caller holds the
+// appendRecordSQL appends the record $2 to the history of job $1, or
+// folds it into the last record (foldHistory).
+var appendRecordSQL = `UPDATE jobs SET history = ` + foldHistory("history", "$2::text") + ` WHERE id = $1`
+
+// appendRecord adds one line to a job's history, or folds a pending
+// pass into the last line (store.FoldsRecord). The caller holds the
 // job's row lock.
 func appendRecord(ctx context.Context, q querier, id string, r job.AttemptRecord) error {
-	_, err := q.Exec(ctx, `UPDATE jobs SET history = `+appendHistory(2)+` WHERE id = $1`, id, recordJSON(r))
+	_, err := q.Exec(ctx, appendRecordSQL, id, recordJSON(r))
 	return err
 }
 

@@ -68,11 +68,31 @@ const jobCols = `id, kind, region, lane, tenant, limit_keys, cost, priority, pay
 // JSON array kept in the job's row (NULL before the first record).
 const historyCol = `history`
 
-// appendHistory is the new value of the history column with the record
-// $n appended, without parsing the array.
-func appendHistory(n int) string {
-	p := "$" + strconv.Itoa(n) + "::text"
-	return `CASE WHEN history IS NULL THEN '[' || ` + p + ` || ']' ELSE left(history, -1) || ',' || ` + p + ` || ']' END`
+// foldHistory is the new value of the history column hist with the record
+// rec (an SQL expression of its JSON text, as recordJSON writes it)
+// appended, or folded into the last record as store.AppendFolded does
+// when rec is a pending pass (store.FoldsRecord). A record of any other
+// outcome is told by its text (json.Marshal writes "outcome":"pending"
+// with no space, and a quote inside a string is escaped, so no other
+// record contains it) and appended without parsing the array, as before;
+// only a pending pass parses the history (::jsonb), which folding keeps
+// short (store.HistoryFoldAll). The records are compared as jsonb, every
+// field but the ones a pass changes; jsonb's text of the folded array
+// differs from json.Marshal's in spacing and key order only, and the next
+// plain append extends it as text all the same.
+func foldHistory(hist, rec string) string {
+	appended := `left(` + hist + `, -1) || ',' || ` + rec + ` || ']'`
+	return `CASE WHEN ` + hist + ` IS NULL THEN '[' || ` + rec + ` || ']'
+		WHEN strpos(` + rec + `, '"outcome":"pending"') = 0 THEN ` + appended + `
+		ELSE (SELECT CASE WHEN f.h -> -1 ->> 'outcome' = 'pending'
+				AND (jsonb_array_length(f.h) >= ` + strconv.Itoa(store.HistoryFoldAll) + `
+					OR (f.h -> -1) - '{at,attempt,delay_ns,count,first_at}'::text[] = f.r - '{at,attempt,delay_ns}'::text[])
+			THEN jsonb_set(f.h, '{-1}', f.r || jsonb_build_object(
+				'count', coalesce((f.h -> -1 ->> 'count')::bigint, 1) + 1,
+				'first_at', coalesce(f.h -> -1 -> 'first_at', f.h -> -1 -> 'at')))::text
+			ELSE ` + appended + ` END
+			FROM (SELECT ` + hist + `::jsonb AS h, ` + rec + `::jsonb AS r) f)
+	END`
 }
 
 func scanJob(row pgx.Row) (*job.Job, error) {

@@ -612,7 +612,11 @@ func (s *Store) releaseKeys(tx *writeTx, names []string, now time.Time, cost int
 // first success (impliedRecord) is not appended to as NULL, which would
 // read back as r alone: it gets that record written out before r.
 func (s *Store) appendRecord(tx *writeTx, id string, r job.AttemptRecord) error {
-	res, err := s.exec(tx, `UPDATE jobs SET history = `+appendHistory+` WHERE id = ?2 AND NOT `+impliedRow, recordJSON(r), id)
+	q := appendRecordSQL
+	if store.FoldsRecord(r) {
+		q = appendFoldSQL // a pending pass may fold into the last record
+	}
+	res, err := s.exec(tx, q, recordJSON(r), id)
 	if err != nil {
 		return err
 	}
@@ -630,6 +634,14 @@ func (s *Store) appendRecord(tx *writeTx, id string, r job.AttemptRecord) error 
 		recordJSON(impliedHistoryOf(j)[0]), recordJSON(r), id)
 	return err
 }
+
+// appendRecordSQL appends the record ?1 to the history of job ?2, unless
+// the row's NULL history stands for its first success (impliedRow).
+const appendRecordSQL = `UPDATE jobs SET history = ` + appendHistory + ` WHERE id = ?2 AND NOT ` + impliedRow
+
+// appendFoldSQL is appendRecordSQL for a record that may fold into the
+// history's last one (foldHistory), with the same parameters in order.
+var appendFoldSQL = `UPDATE jobs SET history = ` + foldHistory + ` WHERE id = ? AND NOT ` + impliedRow
 
 // appendHistory is the new value of the history column with the record ?1
 // appended: the array is kept as text and extended without parsing it.

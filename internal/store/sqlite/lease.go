@@ -661,7 +661,7 @@ func (o *txOps) endRuns(ts []store.Transition, out []store.Ended) ([]bool, error
 // endAttemptPlainSQL writes.
 func plainEnd(t store.Transition, f leaseFacts) bool {
 	return t.EligibleAt.IsZero() && len(t.Result) == 0 && t.LeaseExpiredBy.IsZero() && t.Record.Attempt != 0 &&
-		t.Reason == "" && t.Attempts == f.attempts
+		t.Reason == "" && t.Attempts == f.attempts && !store.FoldsRecord(t.Record)
 }
 
 // endRun ends the run's jobs (indexes into ts) in one UPDATE inside a
@@ -772,10 +772,13 @@ func (s *Store) rememberLease(j *job.Job, group, rowid int64) {
 
 // endAttemptSet is the finish's UPDATE without its WHERE clause: the new
 // state and the attempt record appended to the history.
-const endAttemptSet = `UPDATE jobs SET state = ?, reason = ?, eligible_at = coalesce(?, eligible_at),
+const endAttemptSet = endAttemptSetHead + finishHistory
+
+// endAttemptSetHead is endAttemptSet up to the history's new value.
+const endAttemptSetHead = `UPDATE jobs SET state = ?, reason = ?, eligible_at = coalesce(?, eligible_at),
 		attempts_congestion = ?, attempts_transient = ?, attempts_schema = ?, result = coalesce(?, result),
 		lease_token = NULL, lease_expires_at = NULL, finished_at = ?, updated_at = ?,
-		history = ` + finishHistory
+		history = `
 
 // finishHistory is the history with the record (one plain parameter)
 // appended, as appendHistory does but with the record bound once. The
@@ -783,6 +786,26 @@ const endAttemptSet = `UPDATE jobs SET state = ?, reason = ?, eligible_at = coal
 // coalesce(substr(history, ...) || ',', '[') called length and substr on
 // the NULL every time, two SQL function calls per finish.
 const finishHistory = `CASE WHEN history IS NULL THEN '[' ELSE substr(history, 1, length(history) - 1) || ',' END || ? || ']'`
+
+// foldHistory is finishHistory for a record that may fold into the
+// history's last record (store.FoldsRecord): the rule of
+// store.AppendFolded in SQL, the record still one plain parameter (bound
+// once, as r of the subquery). It parses the history (json_extract), which
+// the plain append never does; a history that folds stays short
+// (store.HistoryFoldAll), so the parse and the rewrite of the row cost
+// about the same on every pass instead of growing with the job's age. The
+// comparison of the two records goes through json_remove on both sides,
+// so that both are rendered alike; a fold's own fields (count, first_at)
+// are set last by json_set, after the fields the record came with.
+var foldHistory = `(SELECT CASE WHEN history IS NOT NULL AND json_extract(history, '$[#-1].outcome') = 'pending'
+		AND (json_array_length(history) >= ` + strconv.Itoa(store.HistoryFoldAll) + `
+			OR json_remove(json_extract(history, '$[#-1]'), '$.at', '$.attempt', '$.delay_ns', '$.count', '$.first_at')
+				= json_remove(r, '$.at', '$.attempt', '$.delay_ns'))
+	THEN json_set(history, '$[#-1]', json_set(r,
+		'$.count', coalesce(json_extract(history, '$[#-1].count'), 1) + 1,
+		'$.first_at', coalesce(json_extract(history, '$[#-1].first_at'), json_extract(history, '$[#-1].at'))))
+	ELSE CASE WHEN history IS NULL THEN '[' ELSE substr(history, 1, length(history) - 1) || ',' END || r || ']' END
+	FROM (SELECT ? AS r))`
 
 // impliedHistory is finishHistory for an implied record (impliedRecord):
 // a NULL history, the job's first record, is left NULL, which Get reads
@@ -830,6 +853,16 @@ const endAttemptGuard = ` AND state = 'running' AND lease_token = ? AND attempt 
 // endAttemptSQL ends a remembered lease, with no RETURNING.
 const endAttemptSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard
 
+// endAttemptFoldSQL is endAttemptSQL for a record that may fold into the
+// history's last one (store.FoldsRecord: a pending pass), with the same
+// parameters: only such finishes pay for foldHistory's parse of the
+// history.
+var endAttemptFoldSQL = endAttemptSetHead + foldHistory + ` WHERE id = ?` + endAttemptGuard
+
+// endAttemptFoldReturningSQL is endAttemptReturningSQL for a record that
+// may fold (endAttemptFoldSQL).
+var endAttemptFoldReturningSQL = endAttemptSetHead + foldHistory + ` WHERE id = ?` + endAttemptGuard + endAttemptReturning
+
 // endAttemptPlainSQL is endAttemptSQL for a transition that keeps
 // eligible_at, result, the failure counters and the empty reason of a
 // running job, names its attempt and does not ask for an expired lease (a
@@ -872,7 +905,11 @@ var endAttemptImpliedSQL = endAttemptPlainSQL(job.StatePublished, impliedHistory
 
 // endAttemptReturningSQL ends a lease not remembered, reading back what
 // the finish needs of the job.
-const endAttemptReturningSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard + `
+const endAttemptReturningSQL = endAttemptSet + ` WHERE id = ?` + endAttemptGuard + endAttemptReturning
+
+// endAttemptReturning is what a finish of a lease not remembered reads
+// back.
+const endAttemptReturning = `
 		RETURNING limit_keys, group_id, cost`
 
 func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
@@ -897,8 +934,9 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	remembered = remembered && f.token == t.LeaseToken
 	result, expired := nullBytes(t.Result), nullNS(t.LeaseExpiredBy)
 	plainSQL, plain := endAttemptPlainSQLs[t.To]
+	fold := store.FoldsRecord(t.Record)
 	plain = plain && remembered && eligible == nil && result == nil && expired == nil && attempt != nil &&
-		t.Reason == "" && t.Attempts == f.attempts
+		t.Reason == "" && t.Attempts == f.attempts && !fold
 	var args []any
 	record := recordJSON(t.Record)
 	general := func() []any {
@@ -917,6 +955,9 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 		// the lease or finds it ended already.
 		delete(o.s.leases, t.ID)
 		q := endAttemptSQL
+		if fold {
+			q = endAttemptFoldSQL
+		}
 		if plain {
 			q = plainSQL
 			if impliedRecord(t) {
@@ -948,7 +989,11 @@ func (o *txOps) endAttempt(t store.Transition) ([]string, int64, int64, error) {
 	}
 	var keys string
 	var group, cost int64
-	err := o.s.queryRow(o.tx, endAttemptReturningSQL, args...).Scan(&keys, &group, &cost)
+	q := endAttemptReturningSQL
+	if fold {
+		q = endAttemptFoldReturningSQL
+	}
+	err := o.s.queryRow(o.tx, q, args...).Scan(&keys, &group, &cost)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, 0, store.ErrConflict
 	}

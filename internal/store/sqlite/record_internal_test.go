@@ -23,6 +23,7 @@ func TestRecordJSON(t *testing.T) {
 		{At: t0, Attempt: 2, Outcome: "é"},
 		{At: t0, Attempt: 2, Outcome: job.ClassSuccess, Why: "slow <down>", Error: "boom\n\"x\""},
 		{At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Outcome: job.ClassSuccess},
+		{At: t0, Attempt: 9, Outcome: job.ClassPending, Delay: time.Minute, Count: 7, FirstAt: t0.Add(-time.Hour)},
 	} {
 		want, _ := json.Marshal(r)
 		if got := recordJSON(r); got != string(want) {

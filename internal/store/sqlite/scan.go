@@ -321,7 +321,7 @@ func scanKey(r scanner, extra ...any) (*admission.State, error) {
 // the Go side of a finish (docs/benchmarks.md, "Session 8 (s8h3)").
 // TestRecordJSON checks both paths against json.Marshal.
 func recordJSON(r job.AttemptRecord) string {
-	if y := r.At.Year(); r.Why != "" || r.Error != "" || !plainJSON(string(r.Outcome)) || y < 0 || y > 9999 {
+	if y := r.At.Year(); r.Why != "" || r.Error != "" || r.Count != 0 || !r.FirstAt.IsZero() || !plainJSON(string(r.Outcome)) || y < 0 || y > 9999 {
 		b, _ := json.Marshal(r)
 		return string(b)
 	}

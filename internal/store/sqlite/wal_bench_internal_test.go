@@ -46,23 +46,7 @@ func walPerJob(b *testing.B, insertBatch, calls, finishBatch int) {
 	ctx := context.Background()
 	path := b.TempDir() + "/us.db"
 	s := OpenTest(b, Config{Path: path})
-	if err := s.write(ctx, func(tx *writeTx) error {
-		_, err := s.exec(tx, `PRAGMA wal_autocheckpoint = 0`)
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	var pageSize int64
-	if err := s.rdb.QueryRow(`PRAGMA page_size`).Scan(&pageSize); err != nil {
-		b.Fatal(err)
-	}
-	walPages := func() float64 {
-		fi, err := os.Stat(path + "-wal")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return float64(fi.Size()-32) / float64(pageSize+24) // header, then frames of a header and a page
-	}
+	walPages := walPageCount(b, s, path)
 	start := walPages()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += insertBatch * calls {
@@ -119,4 +103,28 @@ func walPerJob(b *testing.B, insertBatch, calls, finishBatch int) {
 	b.ReportMetric((inserted-start)/float64(b.N), "wal-pages/insert")
 	b.ReportMetric((drained-start)/float64(b.N), "wal-pages/job")
 	b.ReportMetric((walPages()-drained)/float64(b.N), "wal-pages/prune")
+}
+
+// walPageCount turns checkpoints off on s (the store at path), so that
+// its -wal file only grows, and returns a count of the pages (frames) in
+// that file.
+func walPageCount(b *testing.B, s *Store, path string) func() float64 {
+	b.Helper()
+	if err := s.write(context.Background(), func(tx *writeTx) error {
+		_, err := s.exec(tx, `PRAGMA wal_autocheckpoint = 0`)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	var pageSize int64
+	if err := s.rdb.QueryRow(`PRAGMA page_size`).Scan(&pageSize); err != nil {
+		b.Fatal(err)
+	}
+	return func() float64 {
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(fi.Size()-32) / float64(pageSize+24) // header, then frames of a header and a page
+	}
 }

@@ -350,7 +350,7 @@ func testSuccessHistory(t *testing.T, open Opener) {
 // compared as instants.
 func sameRecords(a, b []job.AttemptRecord) bool {
 	return slices.EqualFunc(a, b, func(x, y job.AttemptRecord) bool {
-		x.At, y.At = x.At.UTC(), y.At.UTC()
+		x.At, y.At, x.FirstAt, y.FirstAt = x.At.UTC(), y.At.UTC(), x.FirstAt.UTC(), y.FirstAt.UTC()
 		return x == y
 	})
 }

@@ -118,6 +118,7 @@ func Run(t *testing.T, open Opener) {
 	maps.Copy(tests, scheduleCases)
 	maps.Copy(tests, batchCases)
 	maps.Copy(tests, insertCases)
+	maps.Copy(tests, historyCases)
 	maps.Copy(tests, insertLeaseCases)
 	maps.Copy(tests, costCheckCases)
 	maps.Copy(tests, batchSettleCases)
