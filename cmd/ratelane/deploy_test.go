@@ -92,15 +92,7 @@ func TestBatchLaneCPUs(t *testing.T) {
 		{`{"batch_lane": {"cpu_share": -0.5}}`, 0, 0, "batch_lane.cpu_share"},
 		{`{"batch_lane": {"cpu_share": -1}}`, 0, -1, ""},
 	} {
-		path := filepath.Join(t.TempDir(), "ratelane.json")
-		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := parseServerFlags("serve", []string{"--config", path}, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
+		cfg, err := configFromFile(t, c.body)
 		if configOK(t, c.body, err, c.wantErr) && (cfg.BatchCPUs != c.want || cfg.BatchCPUShare != c.wantShare) {
 			t.Errorf("%s: BatchCPUs %d, BatchCPUShare %v; want %d, %v", c.body, cfg.BatchCPUs, cfg.BatchCPUShare, c.want, c.wantShare)
 		}
@@ -129,15 +121,7 @@ func TestBatchLaneThreadPolicy(t *testing.T) {
 		{`{"batch_lane": {"thread_policy": "realtime"}}`, 0, procs, "batch_lane.thread_policy"},
 	} {
 		runtime.GOMAXPROCS(procs)
-		path := filepath.Join(t.TempDir(), "ratelane.json")
-		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := parseServerFlags("serve", []string{"--config", path}, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
+		cfg, err := configFromFile(t, c.body)
 		if !configOK(t, c.body, err, c.wantErr) {
 			continue
 		}
@@ -149,6 +133,21 @@ func TestBatchLaneThreadPolicy(t *testing.T) {
 			t.Errorf("%s: BatchCPUs %d, GOMAXPROCS %d, BatchThreadPolicy %q; want %d, %d, %q", c.body, cfg.BatchCPUs, runtime.GOMAXPROCS(0), cfg.BatchThreadPolicy, c.wantCPUs, c.wantProcs, wantPolicy)
 		}
 	}
+}
+
+// configFromFile is the library config `serve --config` makes of a config
+// file holding body, or the error that stops start-up.
+func configFromFile(t *testing.T, body string) (ratelane.Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ratelane.json")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseServerFlags("serve", []string{"--config", path}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.clientConfig(slog.New(slog.DiscardHandler))
 }
 
 // TestBatchLaneSQLiteHold: the config file's batch_lane.sqlite_hold sets
