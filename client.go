@@ -152,7 +152,7 @@ func (c *Client) openRegion(ctx context.Context, r Region) error {
 	// reaps, so that leases its external workers abandon are recovered.
 	rt.engine, err = engine.New(engine.Config{
 		Store: st, Region: r.Name, Kinds: kinds, Workers: c.cfg.Workers, LeaseFor: c.cfg.LeaseFor,
-		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, BatchYieldMax: c.cfg.BatchYieldMax, BatchPieces: c.cfg.BatchPieces, BatchCPUs: c.cfg.BatchCPUs, BatchCPUShare: c.cfg.BatchCPUShare, Retention: c.cfg.Retention,
+		InteractiveBudget: c.cfg.InteractiveBudget, BatchShare: c.cfg.BatchShare, BatchYieldMax: c.cfg.BatchYieldMax, BatchPieces: c.cfg.BatchPieces, BatchCPUs: c.cfg.BatchCPUs, BatchCPUShare: c.cfg.BatchCPUShare, BatchThreadPolicy: c.cfg.BatchThreadPolicy, Retention: c.cfg.Retention,
 		Lanes: c.cfg.Lanes,
 		Now:   c.cfg.Now, Logger: c.cfg.Logger, Jobs: rt.jobs, MaxRunTime: c.cfg.MaxRunTime,
 		InFlight: inFlight(r), StageTrace: rt.stageTrace,

@@ -131,6 +131,18 @@ type Config struct {
 	// runs at full speed. Needs BatchCPUs on. Zero: the default, 0.25;
 	// negative or 1 and more: off (docs/configuration.md).
 	BatchCPUShare float64
+	// BatchThreadPolicy is how this process's batch lane uses OS threads:
+	// "" (the default) as any goroutine; "idle" (Linux) runs its computing
+	// pieces (the handlers of ComputeBound kinds, aggregations, sweep
+	// stretches) on SCHED_IDLE threads, which the kernel gives a core only
+	// when no normal thread wants one. Each such piece keeps its P while
+	// starved, so give the process spare Ps: GOMAXPROCS raised by
+	// BatchCPUs (per region), BatchCPUs set explicitly so it does not
+	// follow (engine.IdleThreadProcs; `ratelane serve` does both for
+	// batch_lane.thread_policy). Unprivileged, only the handlers move
+	// (one thread each, ended with the job); elsewhere it is logged and
+	// off (docs/configuration.md).
+	BatchThreadPolicy string
 	// Lanes are the lanes this process's engines serve in every region;
 	// empty means both (LaneInteractive, LaneBatch). A node of one lane
 	// leases only that lane's jobs and runs only its background work

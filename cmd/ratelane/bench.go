@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/bench"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/upstream"
 )
 
@@ -40,6 +41,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.BatchPieces, "batch-pieces", 0, "batch-isolation only: Config.BatchPieces, the batch budget (0: the default, 1; -1: off)")
 	fs.IntVar(&o.BatchCPUs, "batch-cpus", 0, "batch-isolation only: Config.BatchCPUs, the batch lane's CPU governor (0: the default, half the CPUs and at least one; -1: off; 1 or more: at most that many computing batch pieces at once)")
 	fs.Float64Var(&o.BatchCPUShare, "batch-cpu-share", 0, "batch-isolation only: Config.BatchCPUShare, the batch pacer's share of wall time for computing batch pieces while interactive work is about (0: the default, 0.25; -1, or any other value outside 0 to 1: off)")
+	fs.StringVar(&o.BatchThreads, "batch-threads", "", "batch-isolation only: Config.BatchThreadPolicy; idle (Linux) runs the batch lane's computing pieces on SCHED_IDLE threads, and raises GOMAXPROCS by the governor's width (--batch-cpus, pinned at its default for the Ps before when 0) for them to sit on (empty: the default, normal threads)")
 	fs.DurationVar(&o.SQLiteBatchHold, "sqlite-batch-hold", 0, "SQLite only: Region.SQLiteBatchHold, how long the writer may hold a batch-lane transaction open while interactive work is in flight (0: the default, 10ms; negative: off)")
 	fs.IntVar(&o.SQLiteGapCheckpoint, "sqlite-gap-checkpoint", 0, "SQLite only: Region.SQLiteGapCheckpoint, the WAL frames at which the writer checkpoints between transactions while no interactive work is in flight (0: off, SQLite checkpoints inside a commit at 1,000)")
 	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, off; negative: off; try 100ms)")
@@ -59,6 +61,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.BurnChild, "burn-child", 0.04, "batch-floor only: CPU seconds per second a burner child process burns in every other window, CPU that is not ratelane's on the same cores (the default: the simulator child's share of the 10,000-file sweep phase, session 32; the whole phase's CPU beyond the interactive reviews was 0.23; 0: none)")
 	fs.Float64Var(&o.BurnBench, "burn-bench", 0, "batch-floor only: CPU seconds per second burner goroutines in the bench's own process burn in the same windows (a stand-in for the sweep's CPU in ratelane's process; 0: none)")
 	fs.DurationVar(&o.BurnPiece, "burn-piece", 0, "batch-floor only: the longest spin of the --burn-bench burner's goroutines before they yield their P (runtime.Gosched); the same CPU per second in shorter run slices (0: the default, 2ms pieces, yielding only by sleeping)")
+	// The batch lane on idle threads, piloted on the floor
+	// (docs/benchmarks.md, "Session 36 (s36h1)").
+	fs.IntVar(&o.BurnWorkers, "burn-workers", 0, "batch-floor only: goroutines the --burn-bench burner spreads its rate over (0: GOMAXPROCS)")
+	fs.BoolVar(&o.BurnIdle, "burn-idle", false, "batch-floor only: run the --burn-bench burner's goroutines locked to SCHED_IDLE threads (Linux): the kernel gives them a core only when no normal thread wants one; give the process spare Ps (GOMAXPROCS = cores + --burn-workers), as each keeps its P while starved")
 	// The device's floor under the interactive commit, without SQLite or
 	// ratelane's CPU (docs/benchmarks.md, "Session 34: the merge (lead)").
 	fs.Float64Var(&o.IOFloorRate, "io-rate", 0, "io-floor only: the interactive writer's mean commits per second, Poisson arrivals (0: the default, 23, the batch-isolation bench's interactive commit rate under the sweep)")
@@ -130,6 +136,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.BurnChild < 0 || o.BurnBench < 0 {
 		return usageError{fmt.Sprintf("--burn-child %g --burn-bench %g: want 0 or more CPU seconds per second", o.BurnChild, o.BurnBench)}
+	}
+	switch o.BatchThreads {
+	case "":
+	case engine.BatchThreadsIdle:
+		if o.BatchNode != bench.BatchNodeInProcess {
+			return usageError{"--batch-threads idle: only with --batch-node in"}
+		}
+		procs, width, ok := engine.IdleThreadProcs(runtime.GOMAXPROCS(0), o.BatchCPUs, 1)
+		if !ok {
+			return usageError{"--batch-threads idle needs the CPU governor on (--batch-cpus 0 or more)"}
+		}
+		// Spare Ps for the idle threads' pieces, the governor's width
+		// pinned so that it does not follow them.
+		o.BatchCPUs = width
+		runtime.GOMAXPROCS(procs)
+	default:
+		return usageError{fmt.Sprintf("--batch-threads %q: want idle or nothing", o.BatchThreads)}
+	}
+	if o.BurnWorkers < 0 {
+		return usageError{fmt.Sprintf("--burn-workers %d: want 0 or more", o.BurnWorkers)}
 	}
 	if o.BurnPiece < 0 {
 		return usageError{fmt.Sprintf("--burn-piece %v: want 0 or more", o.BurnPiece)}
@@ -256,7 +282,7 @@ JSON metrics (one object per workload; under its name with "all"):
               baseline_commits_per_review sweep_commits_per_file sweep_writes_per_file
               sweep_interactive_writes sweep_interactive_behind_max sweep_interactive_behind_over_1
               sweep_interactive_write_wait_p99_ms sweep_interactive_write_wait_ms_per_review (SQLite)
-              baseline_cpu_seconds sweep_cpu_seconds sweep_cpu_ms_per_file sweep_budget_pieces
+              baseline_cpu_seconds sweep_cpu_seconds sweep_cpu_ms_per_file gomaxprocs sweep_budget_pieces
               stage_run_sweep_mean_ms stage_aggregate_wait_sweep_p99_ms
               p95_ratio p90_ratio pooled_runs pooled_baseline_reviews pooled_sweep_reviews
               pooled_baseline_p99_ms pooled_sweep_p99_ms pooled_p99_ratio pooled_p95_ratio pooled_p90_ratio
@@ -270,7 +296,7 @@ JSON metrics (one object per workload; under its name with "all"):
               sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)
   batch-floor burn_child_asked burn_bench_asked burn_piece_ms baseline_reviews burn_reviews baseline_p99_ms
               burn_p99_ms burn_p99_ratio burn_p95_ratio burn_p90_ratio burn_p50_ratio baseline_burn_child_cpu_per_second
-              burn_burn_child_cpu_per_second baseline_bench_cpu_per_second burn_bench_cpu_per_second
+              burn_burn_child_cpu_per_second baseline_bench_cpu_per_second burn_bench_cpu_per_second burn_workers burn_idle gomaxprocs
               baseline_sim_cpu_per_second burn_sim_cpu_per_second pooled_in_sweep_p99_ratio
               pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (burner-on-as-sweep)
   io-floor    interactive_rate_asked interactive_pages window_seconds synthetic_pages_asked synthetic_syncs_asked

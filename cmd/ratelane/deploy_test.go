@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/engine"
 )
 
 // TestExampleConfigLoads loads deploy/ratelane.example.json through the
@@ -90,19 +92,62 @@ func TestBatchLaneCPUs(t *testing.T) {
 		{`{"batch_lane": {"cpu_share": -0.5}}`, 0, 0, "batch_lane.cpu_share"},
 		{`{"batch_lane": {"cpu_share": -1}}`, 0, -1, ""},
 	} {
-		path := filepath.Join(t.TempDir(), "ratelane.json")
-		if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := parseServerFlags("serve", []string{"--config", path}, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := f.clientConfig(slog.New(slog.DiscardHandler))
+		cfg, err := configFromFile(t, c.body)
 		if configOK(t, c.body, err, c.wantErr) && (cfg.BatchCPUs != c.want || cfg.BatchCPUShare != c.wantShare) {
 			t.Errorf("%s: BatchCPUs %d, BatchCPUShare %v; want %d, %v", c.body, cfg.BatchCPUs, cfg.BatchCPUShare, c.want, c.wantShare)
 		}
 	}
+}
+
+// TestBatchLaneThreadPolicy: batch_lane.thread_policy "idle" sets the
+// library's BatchThreadPolicy, pins BatchCPUs (cpus, or its default for
+// the Ps the process started with) and raises GOMAXPROCS by it for each
+// region; idle with the governor off, or another policy, stops start-up
+// naming the field. Absent leaves both alone.
+func TestBatchLaneThreadPolicy(t *testing.T) {
+	procs := startProcs()
+	t.Cleanup(func() { runtime.GOMAXPROCS(procs) })
+	for _, c := range []struct {
+		body      string
+		wantCPUs  int
+		wantProcs int
+		wantErr   string
+	}{
+		{`{"batch_lane": {"thread_policy": "idle", "cpus": 1}}`, 1, procs + 1, ""},
+		{`{"batch_lane": {"thread_policy": "idle"}}`, engine.DefaultBatchCPUs(procs), procs + engine.DefaultBatchCPUs(procs), ""},
+		{`{"batch_lane": {"thread_policy": "idle", "cpus": 1}, "regions": [{"Name": "us"}, {"Name": "eu"}]}`, 1, procs + 2, ""},
+		{`{"batch_lane": {"cpus": 1}}`, 1, procs, ""},
+		{`{"batch_lane": {"thread_policy": "idle", "cpus": -1}}`, 0, procs, "batch_lane.thread_policy"},
+		{`{"batch_lane": {"thread_policy": "realtime"}}`, 0, procs, "batch_lane.thread_policy"},
+	} {
+		runtime.GOMAXPROCS(procs)
+		cfg, err := configFromFile(t, c.body)
+		if !configOK(t, c.body, err, c.wantErr) {
+			continue
+		}
+		wantPolicy := ""
+		if c.wantProcs != procs {
+			wantPolicy = engine.BatchThreadsIdle
+		}
+		if cfg.BatchCPUs != c.wantCPUs || runtime.GOMAXPROCS(0) != c.wantProcs || cfg.BatchThreadPolicy != wantPolicy {
+			t.Errorf("%s: BatchCPUs %d, GOMAXPROCS %d, BatchThreadPolicy %q; want %d, %d, %q", c.body, cfg.BatchCPUs, runtime.GOMAXPROCS(0), cfg.BatchThreadPolicy, c.wantCPUs, c.wantProcs, wantPolicy)
+		}
+	}
+}
+
+// configFromFile is the library config `serve --config` makes of a config
+// file holding body, or the error that stops start-up.
+func configFromFile(t *testing.T, body string) (ratelane.Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ratelane.json")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseServerFlags("serve", []string{"--config", path}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.clientConfig(slog.New(slog.DiscardHandler))
 }
 
 // TestBatchLaneSQLiteHold: the config file's batch_lane.sqlite_hold sets

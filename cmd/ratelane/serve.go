@@ -14,9 +14,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/review"
 	"github.com/ratelane/ratelane/webhooks"
 )
@@ -138,6 +140,13 @@ type batchLaneConfig struct {
 	// time. 0: the default, 0.25; -1: off; otherwise more than 0 and
 	// less than 1.
 	CPUShare float64 `json:"cpu_share"`
+	// ThreadPolicy is the batch lane's use of OS threads in every region
+	// (ratelane.Config.BatchThreadPolicy): empty, the default, normal
+	// threads; "idle" (Linux) its computing pieces on SCHED_IDLE threads,
+	// with GOMAXPROCS raised by cpus (pinned at its default when 0) for
+	// each region, so that the interactive lane keeps every core's P.
+	// Needs cpus on.
+	ThreadPolicy string `json:"thread_policy"`
 	// SQLiteHold is how long each SQLite region's writer may keep a
 	// transaction of batch-lane writes open while interactive work is in
 	// flight (ratelane.Region.SQLiteBatchHold): empty keeps the default
@@ -259,6 +268,20 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		return fmt.Errorf("config %s: batch_lane.cpu_share: want 0 (the default, 0.25), -1 (off) or a share between 0 and 1, not %v", f.config, s)
 	}
 	cfg.BatchCPUShare = fc.BatchLane.CPUShare
+	switch fc.BatchLane.ThreadPolicy {
+	case "":
+	case engine.BatchThreadsIdle:
+		procs, width, ok := engine.IdleThreadProcs(startProcs(), cfg.BatchCPUs, len(cfg.Regions))
+		if !ok {
+			return fmt.Errorf("config %s: batch_lane.thread_policy idle needs batch_lane.cpus on (0 or a positive count)", f.config)
+		}
+		// Spare Ps for the batch lane's idle threads, its governor's
+		// width pinned so that it does not follow them.
+		cfg.BatchCPUs, cfg.BatchThreadPolicy = width, engine.BatchThreadsIdle
+		runtime.GOMAXPROCS(procs)
+	default:
+		return fmt.Errorf("config %s: batch_lane.thread_policy: want empty (normal threads) or %q, not %q", f.config, engine.BatchThreadsIdle, fc.BatchLane.ThreadPolicy)
+	}
 	if h := fc.BatchLane.SQLiteHold; h != "" {
 		v, err := time.ParseDuration(h)
 		if err != nil || v < 0 {
@@ -394,3 +417,8 @@ func registerBuiltins(cfg *ratelane.Config, f *serverFlags) error {
 	cfg.Plugins = append(cfg.Plugins, webhooks.New(webhooks.Config{Deliver: true, AllowPrivateTargets: f.allowPrivate}))
 	return registerReviews(cfg, f.providers, f.batchLane, osKeys, f.config)
 }
+
+// startProcs is GOMAXPROCS as the process started: a config read again
+// raises it from there, not from what an earlier read set
+// (batch_lane.thread_policy).
+var startProcs = sync.OnceValue(func() int { return runtime.GOMAXPROCS(0) })

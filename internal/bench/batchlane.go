@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/metrics"
 	"slices"
 	"sync"
@@ -119,7 +120,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		plugins = append(plugins, xt)
 	}
 	cfg := ratelane.Config{Workers: 16, Plugins: plugins, Registry: reg, BatchPieces: e.opts.BatchPieces, BatchCPUs: e.opts.BatchCPUs,
-		BatchCPUShare: e.opts.BatchCPUShare, BatchYieldMax: e.opts.BatchYieldMax, Regions: []ratelane.Region{e.region()}}
+		BatchCPUShare: e.opts.BatchCPUShare, BatchYieldMax: e.opts.BatchYieldMax, BatchThreadPolicy: e.opts.BatchThreads, Regions: []ratelane.Region{e.region()}}
 	// The batch lane in a node of its own (Options.BatchNode): this
 	// Client serves the interactive lane, a batch-only Client in a child
 	// process at a lower priority serves the batch lane on the same store.
@@ -452,6 +453,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		r.add("sweep_cpu_ms_per_file", 1000*(w2.cpu-w1.cpu-(w1.cpu-w0.cpu)/float64(len(before))*float64(len(under)))/float64(plan.Files),
 			"ms CPU per sweep file (the interactive reviews' share at the baseline's rate removed)")
 	}
+	// The Ps the run had: --batch-threads idle raises them.
+	r.add("gomaxprocs", float64(runtime.GOMAXPROCS(0)), "the bench process's GOMAXPROCS")
 	// The simulators' CPU when they run in a child process: what the
 	// in-process mode adds to the figures above.
 	if childOK {

@@ -69,6 +69,11 @@ type Options struct {
 	// BatchCPUShare, when not zero, is the batch-isolation workload's
 	// Config.BatchCPUShare (the batch pacer; negative: off), for A/B runs.
 	BatchCPUShare float64
+	// BatchThreads, when not empty, is the batch-isolation workload's
+	// Config.BatchThreadPolicy ("idle": the batch lane computes on
+	// SCHED_IDLE threads); the command raises GOMAXPROCS for it
+	// (engine.IdleThreadProcs) and pins BatchCPUs.
+	BatchThreads string
 	// BatchYieldMax, when positive, turns on the yield gate
 	// (Config.BatchYieldMax: the longest it holds one piece of batch-lane
 	// work) in the batch-isolation and upstreams workloads, for A/B runs;
@@ -138,6 +143,14 @@ type Options struct {
 	// run slices: whether an interactive goroutine waits behind the
 	// burner's slices (docs/benchmarks.md, "Session 32 (s32h6)").
 	BurnPiece time.Duration
+	// BurnWorkers is how many goroutines the bench-process burner spreads
+	// BurnBench over (0: GOMAXPROCS). BurnIdle runs each of them locked
+	// to a SCHED_IDLE thread (internal/idlethread, Linux): the kernel
+	// gives the burner a core only when no normal thread wants one. With
+	// spare Ps (GOMAXPROCS above the cores) it is the pilot of the batch
+	// lane on idle threads (docs/benchmarks.md, "Session 36 (s36h1)").
+	BurnWorkers int
+	BurnIdle    bool
 	// IOFloorRate and IOFloorPages are the io-floor workload's interactive
 	// commits per second and pages per commit; IOFloorBatchPages and
 	// IOFloorBatchSyncs its synthetic batch writer's pages and fdatasyncs

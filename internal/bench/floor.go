@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane"
+	"github.com/ratelane/ratelane/internal/idlethread"
 )
 
 // The batch-floor workload (issue 15 item 3): the batch-isolation
@@ -52,6 +53,9 @@ type burner struct {
 	// before the worker yields its P (runtime.Gosched) and spins on:
 	// the same CPU per second in shorter run slices.
 	piece time.Duration
+	// idle runs each worker locked to a SCHED_IDLE thread (idlethread).
+	idle bool
+	err  error // the first worker's failure to enter its thread policy
 }
 
 // set makes the burner burn rate CPU seconds per second (0: idle, its
@@ -90,6 +94,14 @@ func (b *burner) run(ctx context.Context, n int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if b.idle {
+				t, err := idlethread.Enter()
+				if err != nil {
+					b.fail(err)
+					return
+				}
+				defer t.Leave()
+			}
 			var (
 				from time.Time
 				spun time.Duration
@@ -127,6 +139,15 @@ func (b *burner) run(ctx context.Context, n int) {
 		}()
 	}
 	wg.Wait()
+}
+
+// fail records a worker's failure to start (the first one); err reads it.
+func (b *burner) fail(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = err
+	}
 }
 
 // spin is how long a worker owing debt spins next, and whether it yields
@@ -261,9 +282,10 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	}
 	bctx, stopBurn := context.WithCancel(ctx)
 	defer stopBurn()
-	inBench := burner{piece: e.opts.BurnPiece}
+	inBench := burner{piece: e.opts.BurnPiece, idle: e.opts.BurnIdle}
+	workers := cmp.Or(e.opts.BurnWorkers, runtime.GOMAXPROCS(0))
 	if e.opts.BurnBench > 0 {
-		go inBench.run(bctx, runtime.GOMAXPROCS(0))
+		go inBench.run(bctx, workers)
 	}
 	setBurn := func(on bool) error {
 		k := 0.0
@@ -333,6 +355,12 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	}
 	_ = setBurn(false)
 	stopBurn()
+	inBench.mu.Lock()
+	burnErr := inBench.err
+	inBench.mu.Unlock()
+	if burnErr != nil {
+		return Result{}, fmt.Errorf("bench burner on an idle thread: %w", burnErr)
+	}
 	ir.wait()
 	if err := ir.failures(); err != nil {
 		return Result{}, err
@@ -353,6 +381,13 @@ func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	r.add("burn_child_asked", e.opts.BurnChild, "CPU s/s asked of the burner child")
 	r.add("burn_bench_asked", e.opts.BurnBench, "CPU s/s asked of the burner in the bench process")
 	r.add("burn_piece_ms", float64(min(burnPeriod, cmp.Or(e.opts.BurnPiece, burnPeriod)))/1e6, "ms, the bench burner's longest spin between yields")
+	r.add("burn_workers", float64(workers), "goroutines of the bench-process burner")
+	idle := 0.0
+	if e.opts.BurnIdle {
+		idle = 1
+	}
+	r.add("burn_idle", idle, "1: the bench-process burner's goroutines on SCHED_IDLE threads")
+	r.add("gomaxprocs", float64(runtime.GOMAXPROCS(0)), "the bench process's GOMAXPROCS")
 	r.add("baseline_reviews", float64(len(off)), "reviews submitted with the burner off")
 	r.add("burn_reviews", float64(len(burn)), "reviews submitted with the burner on")
 	for _, q := range []float64{0.50, 0.90, 0.95, 0.99} {

@@ -692,7 +692,14 @@ func (e *Engine) batchPiece(ctx context.Context) (end func()) {
 	if ctx.Value(turnHeldKey{}) != nil {
 		return noLeave
 	}
-	return e.budget.acquire(ctx, e.yield)
+	release := e.budget.acquire(ctx, e.yield)
+	if !e.threads.pieces {
+		return release
+	}
+	// On an idle thread while the turn is held (threads.go): these
+	// goroutines live on, so only where their thread can be restored.
+	leave := e.threads.enter(true)
+	return func() { leave(); release() }
 }
 
 // batchPublication is batchPiece for a batch job's publication: a turn

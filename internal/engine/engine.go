@@ -193,6 +193,15 @@ type Config struct {
 	// full speed. Needs BatchCPUs on. Zero takes batchCPUShareDefault
 	// (0.25); negative or 1 and more: off.
 	BatchCPUShare float64
+	// BatchThreadPolicy is how the batch lane's computing pieces use
+	// operating-system threads (threads.go): "" (the default) as every
+	// goroutine does; BatchThreadsIdle ("idle", Linux) on SCHED_IDLE
+	// threads, which the kernel runs only on a core no normal thread
+	// wants. Give the process spare Ps for it (GOMAXPROCS above the
+	// cores, BatchCPUs set explicitly): each such piece keeps its P while
+	// the kernel starves its thread. Elsewhere, or where the kernel
+	// refuses, it is logged and off.
+	BatchThreadPolicy string
 	// InteractiveBudget is the interactive lane's latency budget; default 30 s.
 	InteractiveBudget time.Duration
 	// Lanes are the lanes this engine serves; empty means both. A
@@ -351,6 +360,8 @@ type Engine struct {
 	log   *slog.Logger
 
 	jobs *Jobs // the region's one writer of job state
+	// threads is the batch lane's thread policy (Config.BatchThreadPolicy).
+	threads *threadPolicy
 
 	wake    chan struct{}
 	results chan result
@@ -541,6 +552,10 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	threads, err := newThreadPolicy(cfg.BatchThreadPolicy, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	yield := newYieldGate(cfg.BatchYieldMax)
 	interactive := newInFlight(yield.listener())
 	e := &Engine{
@@ -548,6 +563,7 @@ func New(cfg Config) (*Engine, error) {
 		yield:       yield,
 		interactive: interactive,
 		budget:      newBatchBudget(cfg.BatchPieces, cfg.BatchCPUs, nil, interactive),
+		threads:     threads,
 		wake:        make(chan struct{}, 1),
 		rearm:       make(chan struct{}, 1),
 		results:     make(chan result, cfg.Workers),
@@ -1127,12 +1143,18 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		if cpulabel.On {
 			cpulabel.Set(handlerLabel(j.Lane, ht != nil))
 		}
+		leaveThread := noLeave
 		if j.Lane == job.LaneBatch {
 			hctx = e.batchHandlerYield(hctx, j, ht)
+			// After the gate: a computing handler on an idle thread from
+			// here to its return; this goroutine ends with the job, and
+			// its thread with it where it cannot be restored.
+			leaveThread = e.threads.enter(e.threads.handlers && e.cfg.Kinds[j.Kind].Computes)
 		}
 		began := e.cfg.Now()
 		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stStart, r.started, began)
 		out := e.handle(hctx, j)
+		leaveThread()
 		r.leave()
 		answered := e.cfg.Now()
 		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stRun, began, answered)

@@ -84,3 +84,8 @@ const FusedMaxParts = fusedMaxParts
 
 // FreeSlots is how many of e's worker slots are free now.
 func FreeSlots(e *Engine) int { return cap(e.slots) - len(e.slots) }
+
+// StartBatchPiece starts one computing piece of batch-lane work on e as a
+// sweep stretch or a batch group's aggregation does (batchPiece); the
+// returned func ends it.
+func StartBatchPiece(e *Engine) (end func()) { return e.batchPiece(context.Background()) }
