@@ -212,6 +212,7 @@ var layers = func() []layer {
 	admission, st, crash := mod+"/internal/admission", mod+"/internal/store", mod+"/internal/crashpoint"
 	engine, auth := mod+"/internal/engine", mod+"/internal/auth"
 	atomicfile, cpulabel := mod+"/internal/atomicfile", mod+"/internal/cpulabel"
+	idle := mod + "/internal/idlethread"
 	return []layer{
 		// The public vocabulary imports only the standard library.
 		{vocab, nil, false},
@@ -219,6 +220,9 @@ var layers = func() []layer {
 		{atomicfile, nil, false},
 		// CPU-profile labels (a cpulabels build only) are a leaf too.
 		{cpulabel, nil, false},
+		// SCHED_IDLE threads for the batch lane: raw system calls of the
+		// standard library, a leaf.
+		{idle, nil, false},
 		// internal/job is rltype's alias and nothing more.
 		{job, []string{vocab}, false},
 		// The header parsers sit on the vocabulary only.
@@ -228,11 +232,11 @@ var layers = func() []layer {
 		{st, []string{vocab, job, admission}, false},
 		// The engine, the one writer, sits on the store; it never reaches
 		// up to the API, metrics, schedules or the root package.
-		{engine, []string{vocab, job, admission, crash, cpulabel, st}, false},
+		{engine, []string{vocab, job, admission, crash, cpulabel, idle, st}, false},
 		// Periodic producers (cron parsing) and metrics (Prometheus) sit on
 		// the engine.
-		{mod + "/internal/schedule", []string{vocab, job, admission, crash, cpulabel, st, engine}, true},
-		{mod + "/internal/metrics", []string{vocab, job, admission, crash, cpulabel, st, engine}, true},
+		{mod + "/internal/schedule", []string{vocab, job, admission, crash, cpulabel, idle, st, engine}, true},
+		{mod + "/internal/metrics", []string{vocab, job, admission, crash, cpulabel, idle, st, engine}, true},
 		// API keys and the plug-ins' mount point sit on the vocabulary.
 		{auth, []string{vocab, job, atomicfile}, false},
 		{mod + "/internal/httpapi/mount", []string{vocab, job, auth, atomicfile}, false},

@@ -4,29 +4,54 @@ package idlethread
 
 import (
 	"runtime"
-
-	"golang.org/x/sys/unix"
+	"syscall"
+	"unsafe"
 )
+
+// schedIdle is SCHED_IDLE (linux/sched.h); the syscall package does not
+// name it. The calls below are the standard library's raw
+// sched_getscheduler / sched_setscheduler (pid 0: the calling thread), so
+// that the engine, which imports this package, stays on the standard
+// library (internal/deptest's layering).
+const schedIdle = 5
+
+// schedParam is struct sched_param: the static priority, 0 for every
+// policy but the real-time ones.
+type schedParam struct{ priority int32 }
+
+func getScheduler() (policy int, p schedParam, err error) {
+	r, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETSCHEDULER, 0, 0, 0)
+	if e != 0 {
+		return 0, p, e
+	}
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETPARAM, 0, uintptr(unsafe.Pointer(&p)), 0); e != 0 {
+		return 0, p, e
+	}
+	return int(r), p, nil
+}
+
+func setScheduler(policy int, p schedParam) error {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETSCHEDULER, 0, uintptr(policy), uintptr(unsafe.Pointer(&p))); e != 0 {
+		return e
+	}
+	return nil
+}
 
 func enter() (*Thread, error) {
 	runtime.LockOSThread()
-	old, err := unix.SchedGetAttr(0, 0)
+	policy, param, err := getScheduler()
 	if err != nil {
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	attr := *old
-	attr.Size = unix.SizeofSchedAttr
-	attr.Policy = unix.SCHED_IDLE
-	attr.Priority = 0
-	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+	if err := setScheduler(schedIdle, schedParam{}); err != nil {
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	back := *old
-	back.Size = unix.SizeofSchedAttr
 	return &Thread{restore: func() bool {
-		if unix.SchedSetAttr(0, &back, 0) != nil {
+		// Back to the policy (and, for a real-time one, the priority)
+		// the thread had; unprivileged, the kernel refuses (RLIMIT_NICE).
+		if setScheduler(policy, param) != nil {
 			// Still SCHED_IDLE: stay locked, so that this thread runs no
 			// other goroutine and ends with this one.
 			return false
@@ -37,9 +62,10 @@ func enter() (*Thread, error) {
 }
 
 func idle() (bool, error) {
-	a, err := unix.SchedGetAttr(0, 0)
+	policy, _, err := getScheduler()
 	if err != nil {
 		return false, err
 	}
-	return a.Policy == unix.SCHED_IDLE, nil
+	// The policy may carry SCHED_RESET_ON_FORK (0x40000000).
+	return policy&^0x40000000 == schedIdle, nil
 }
