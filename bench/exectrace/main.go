@@ -91,12 +91,14 @@ func main() {
 	top := flag.Int("top", 15, "with -slices: the keys each table lists")
 	waitMin := flag.Duration("wait-min", 500*time.Microsecond, "with -slices: the shortest runnable wait whose P holders are tallied")
 	roleMode := flag.Bool("roles", false, "instead: the slowest in-sweep reviews' wall time and the slowest baseline reviews' at the same -tail share, split by the role of the goroutine serving each stretch and its state (roles.go)")
+	handoffMode := flag.Bool("handoff", false, "instead: the hand-off gap of each review's worker goroutine, from its handler's return to its outcome handed to the finisher, by phase and by the worker's state (handoff.go)")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: exectrace [-tail 0.02] [-vs median|baseline] [-syscalls] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -bursts [-thr 20] [-depth 3] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -slices [-depth 3] [-top 15] [-wait-min 500us] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -roles [-tail 0.02] FILE")
+		fmt.Fprintln(os.Stderr, "       exectrace -handoff [-tail 0.02] FILE")
 		os.Exit(2)
 	}
 	if *burstMode {
@@ -426,6 +428,10 @@ func main() {
 	}
 	if *roleMode {
 		printRoles(revs, base, *tailShare, states, assists, root)
+		return
+	}
+	if *handoffMode {
+		printHandoff(revs, base, *tailShare, states, assists, root)
 		return
 	}
 	sort.Slice(revs, func(a, b int) bool { return revs[a].e-revs[a].s > revs[b].e-revs[b].s })
