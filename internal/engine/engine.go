@@ -535,7 +535,7 @@ type result struct {
 	// engine made up (an abandoned handler's).
 	answered time.Time
 	// fuse, when set, is the aggregation of the job's parent, of which it
-	// is the last open part, to write with its finish (lastPart).
+	// is the last open part, to write with its finish (fusedPart).
 	fuse *fusedParent
 }
 
@@ -1135,6 +1135,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	e.mu.Lock()
 	e.running[j.ID] = r
 	e.mu.Unlock()
+	early := e.readPartsEarly(j) // its parent's parts, beside the handler (fused.go)
 	e.wg.Add(1)
 	go func() {
 		// A copy: were hctx assigned to inside this goroutine, it would be
@@ -1180,7 +1181,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 			delete(e.running, j.ID)
 		}
 		e.mu.Unlock()
-		e.results <- result{job: j, out: out, answered: answered, fuse: e.lastPart(e.ctx, j, out)}
+		e.results <- result{job: j, out: out, answered: answered, fuse: e.fusedPart(j, out, early)}
 		<-e.slots
 		e.wg.Done()
 	}()

@@ -14,8 +14,10 @@ import (
 // interactive part's handler returns an outcome that may end it (a
 // success, or a failure that is not retried) and every other part of its
 // parent is final already, the part is its parent's last open part: the
-// engine reads the parent and its parts (in the handler's goroutine, off
-// the finish loop), and once the finish decides the part's transition it
+// engine reads the parent and its parts (off the finish loop, and off the
+// hand-off to it: on a goroutine of its own started beside the part's
+// handler, readPartsEarly; again after the handler returns only when
+// another part was open then), and once the finish decides the part's transition it
 // aggregates the parent in memory, the finishing part taken as that
 // transition leaves it, and writes the part's finish and the parent's
 // guarded advance in one store write (store.Transition.Parent). Apart,
@@ -54,30 +56,86 @@ type fusedParent struct {
 	begun time.Time
 }
 
-// lastPart returns the fused aggregation of j's parent when j, an
-// interactive part whose handler returned out, is its parent's last open
-// part; nil when it is not, or may not be (then the parent is aggregated
-// the usual way, after the finish).
-func (e *Engine) lastPart(ctx context.Context, j *job.Job, out job.Outcome) *fusedParent {
-	if j.ParentID == "" || j.Lane != job.LaneInteractive || !e.serves(job.LaneInteractive) || !mayEnd(out.Class) ||
-		!e.aggregatesPart(j.Kind) || e.cfg.Kinds[j.Kind].Publisher != nil {
-		return nil // a part with a Publisher ends validated, not final
+// partRead is what a part's early read of its parent found (readParts):
+// the fused aggregation when the part was the last open one, or again
+// when another part was still open then, and may not be by the time the
+// part's handler returns.
+type partRead struct {
+	f     *fusedParent
+	again bool
+}
+
+// fusesPart reports whether j may take the fused path: an interactive
+// part of one of the engine's aggregating kinds that ends final (a part
+// with a Publisher ends validated, not final). Its outcome decides the
+// rest (mayEnd).
+func (e *Engine) fusesPart(j *job.Job) bool {
+	return j.ParentID != "" && j.Lane == job.LaneInteractive && e.serves(job.LaneInteractive) &&
+		e.aggregatesPart(j.Kind) && e.cfg.Kinds[j.Kind].Publisher == nil
+}
+
+// readPartsEarly starts reading j's parent and parts, for fusedPart, on a
+// goroutine of its own beside j's handler (run): the reads were made
+// after the handler returned, in the worker goroutine, before it handed
+// the outcome to the finisher, on every interactive review's critical
+// path, and under a sweep the read pool and the CPU made them wait
+// (docs/benchmarks.md, "Session 37 (s37h1)"). Read early, the parts are
+// as they were when the handler began; the finish's write checks they
+// are still so (store.ParentAdvance), and nothing else of them is used.
+// nil when j does not take the fused path.
+func (e *Engine) readPartsEarly(j *job.Job) <-chan partRead {
+	if !e.fusesPart(j) {
+		return nil
 	}
+	c := make(chan partRead, 1) // never blocks: no one receives from an abandoned handler's
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f, again := e.readParts(e.ctx, j)
+		c <- partRead{f: f, again: again}
+	}()
+	return c
+}
+
+// fusedPart returns the fused aggregation of j's parent when j, whose
+// handler returned out, is its parent's last open part; nil when it is
+// not, or may not be (then the parent is aggregated the usual way, after
+// the finish). early is readPartsEarly's read: it reads again only when
+// another part was open when the early read was made (a parent of more
+// than one part).
+func (e *Engine) fusedPart(j *job.Job, out job.Outcome, early <-chan partRead) *fusedParent {
+	if early == nil || !mayEnd(out.Class) {
+		return nil
+	}
+	r := <-early
+	if r.again {
+		r.f, _ = e.readParts(e.ctx, j)
+	}
+	return r.f
+}
+
+// readParts reads j's parent and parts and returns their fused
+// aggregation when j is the parent's last open part; again when it is
+// not because another part is open (and may not be later).
+func (e *Engine) readParts(ctx context.Context, j *job.Job) (f *fusedParent, again bool) {
 	read := e.cfg.Now()
 	children, err := e.cfg.Store.List(ctx, store.ListParams{Parent: j.ParentID, Limit: fusedMaxParts + 1})
-	if err != nil || len(children) > fusedMaxParts || !lastOpen(children, j.ID) {
-		return nil
+	if err != nil || len(children) > fusedMaxParts {
+		return nil, false
+	}
+	if !lastOpen(children, j.ID) {
+		return nil, slices.ContainsFunc(children, func(c *job.Job) bool { return c.ID == j.ID })
 	}
 	parent, err := e.cfg.Store.Get(ctx, j.ParentID)
 	if err != nil || parent.State != job.StateAccepted || parent.Lane != job.LaneInteractive {
-		return nil
+		return nil, false
 	}
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil || !isPart(parent, j, k.PartKinds) {
-		return nil
+		return nil, false
 	}
 	parts := slices.DeleteFunc(children, func(c *job.Job) bool { return !isPart(parent, c, k.PartKinds) })
-	return &fusedParent{e: e, k: k, parent: parent, parts: parts, read: read}
+	return &fusedParent{e: e, k: k, parent: parent, parts: parts, read: read}, false
 }
 
 // fusedMaxParts bounds the parents that take the fused path: every part
