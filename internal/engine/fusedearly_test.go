@@ -145,9 +145,10 @@ func orTimeout(c <-chan struct{}) {
 	}
 }
 
-// fusedEngine starts an engine on r whose "fetch" parts run handle and
-// whose "report" parents sum their parts (calls counts the aggregations).
-func fusedEngine(t *testing.T, r *parentReads, obs engine.Observer, calls *atomic.Int64, handle func(*job.Job)) *engine.Engine {
+// runFused starts an engine on r whose "fetch" parts run handle and
+// whose "report" parents sum their parts (calls counts the
+// aggregations), and inserts parent and its parts into it.
+func runFused(t *testing.T, r *parentReads, obs engine.Observer, calls *atomic.Int64, parent *job.Job, parts []*job.Job, handle func(*job.Job)) {
 	t.Helper()
 	fetch := engine.Kind{Handler: engine.HandlerFunc(func(ctx context.Context, j *job.Job) job.Outcome {
 		handle(j)
@@ -155,10 +156,15 @@ func fusedEngine(t *testing.T, r *parentReads, obs engine.Observer, calls *atomi
 		r.returned.Store(true)
 		return out
 	})}
-	return start(t, engine.Config{Store: r, PollInterval: time.Hour, Observer: obs, Kinds: map[string]engine.Kind{
+	e := start(t, engine.Config{Store: r, PollInterval: time.Hour, Observer: obs, Kinds: map[string]engine.Kind{
 		"fetch":  fetch,
 		"report": {Aggregate: sumParts(calls), PartKinds: []string{"fetch"}, SweepEvery: time.Hour},
 	}})
+	synctest.Wait()
+	if _, err := e.Jobs().InsertParts(context.Background(), parent, parts, admission.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	e.Notify()
 }
 
 // TestFusedReadsBesideHandler: an interactive part's reads of its parent
@@ -177,12 +183,7 @@ func TestFusedReadsBesideHandler(t *testing.T) {
 		parent, parts := interactiveParent(1)
 		r := newParentReads(s, parent.ID)
 		var calls atomic.Int64
-		e := fusedEngine(t, r, nil, &calls, func(*job.Job) { orTimeout(r.got) })
-		synctest.Wait()
-		if _, err := e.Jobs().InsertParts(context.Background(), parent, parts, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		e.Notify()
+		runFused(t, r, nil, &calls, parent, parts, func(*job.Job) { orTimeout(r.got) })
 		waitState(t, s, parent.ID, job.StatePublished)
 		synctest.Wait()
 		t.Logf("%d reads of the parent and its parts, %d after the handler returned; %d fused advances, %d by the aggregation loop",
@@ -213,17 +214,12 @@ func TestFusedEarlyReadOfOpenSibling(t *testing.T) {
 		r := newParentReads(s, parent.ID)
 		obs := &finishedLog{id: parts[1].ID, done: make(chan struct{})}
 		var calls atomic.Int64
-		e := fusedEngine(t, r, obs, &calls, func(j *job.Job) {
+		runFused(t, r, obs, &calls, parent, parts, func(j *job.Job) {
 			orTimeout(r.listedN(2)) // both parts' early reads, each seeing the other running
 			if j.ID == parts[0].ID {
 				orTimeout(obs.done)
 			}
 		})
-		synctest.Wait()
-		if _, err := e.Jobs().InsertParts(context.Background(), parent, parts, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		e.Notify()
 		waitState(t, s, parent.ID, job.StatePublished)
 		synctest.Wait()
 		t.Logf("%d lists of the parts, %d reads in all; %d fused advances, %d by the aggregation loop", r.listed.Load(), r.reads.Load(), r.fused.Load(), r.advances.Load())
@@ -245,18 +241,13 @@ func TestFusedEarlyReadStaleParent(t *testing.T) {
 		parent, parts := interactiveParent(1)
 		r := newParentReads(s, parent.ID)
 		var calls atomic.Int64
-		e := fusedEngine(t, r, nil, &calls, func(*job.Job) {
+		runFused(t, r, nil, &calls, parent, parts, func(*job.Job) {
 			orTimeout(r.got)
 			if _, err := s.Advance(context.Background(), store.AdvanceParams{ID: parent.ID, From: job.StateAccepted, To: job.StateTerminal,
 				Reason: job.ReasonPermanentError, Now: time.Now()}); err != nil {
 				t.Error(err)
 			}
 		})
-		synctest.Wait()
-		if _, err := e.Jobs().InsertParts(context.Background(), parent, parts, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		e.Notify()
 		waitState(t, s, parts[0].ID, job.StatePublished)
 		synctest.Wait()
 		got, err := s.Get(context.Background(), parent.ID)
