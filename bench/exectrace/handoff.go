@@ -20,8 +20,9 @@ import (
 // its split by the worker's state (splitReview's classes).
 
 // handoff is the hand-off gap of a review (ns) and its split by the
-// worker goroutine's state ("handoff | class"); ok is false when the
-// review has no run stage or its worker's end is not in the trace.
+// worker goroutine's state ("handoff | class"), from when the worker
+// logged its run stage to the worker's end; ok is false when the review
+// has no run stage or its worker's end is not in the trace.
 func handoff(segs []seg, states map[trace.GoID][]gstate, assists map[trace.GoID][][2]trace.Time, root map[trace.GoID]string) (d float64, split map[string]float64, ok bool) {
 	i := len(segs) - 1
 	for i >= 0 && segs[i].stage != "run" {
@@ -30,7 +31,13 @@ func handoff(segs []seg, states map[trace.GoID][]gstate, assists map[trace.GoID]
 	if i < 0 || segs[i].g == 0 {
 		return 0, nil, false
 	}
-	g, from := segs[i].g, segs[i].e
+	// From the run span's log, on the worker right after the handler's
+	// return, rather than its end, a wall time mapped onto the trace's
+	// clock: that drifts by microseconds, as long as the gap now is.
+	g, from := segs[i].g, segs[i].logged
+	if from == 0 {
+		from = segs[i].e
+	}
 	sts := states[g]
 	k := sort.Search(len(sts), func(k int) bool { return sts[k].at >= from })
 	for ; k < len(sts) && sts[k].state != trace.GoNotExist; k++ {

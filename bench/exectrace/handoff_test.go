@@ -8,8 +8,8 @@ import (
 )
 
 // TestHandoff lays a review's run stage on a synthetic worker goroutine
-// and checks the hand-off gap runs from the run's end to the worker's
-// end and splits by its state there: running, waiting for a store read
+// and checks the hand-off gap runs from the run's log (not its end, a
+// wall time mapped onto the trace's clock) to the worker's end and splits by its state there: running, waiting for a store read
 // (woken by a database/sql goroutine), runnable, running; and that a
 // worker whose end is not in the trace gives no gap.
 func TestHandoff(t *testing.T) {
@@ -23,7 +23,9 @@ func TestHandoff(t *testing.T) {
 		readerG: {{at: 0, state: trace.GoRunning}},
 	}
 	segs := []seg{
-		{stage: "run", g: workerG, s: 1 * ms, e: 10 * ms},
+		// Its end a mapped wall time 0.2 ms off the trace's clock; its
+		// log's trace time exact.
+		{stage: "run", g: workerG, s: 1 * ms, e: 10*ms + ms/5, logged: 10 * ms},
 		{stage: "finish", g: finishG, s: 10 * ms, e: 20 * ms},
 	}
 	d, split, ok := handoff(segs, states, nil, root)

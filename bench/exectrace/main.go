@@ -54,6 +54,10 @@ type span struct {
 	parent string
 	s, e   trace.Time
 	g      trace.GoID
+	// logged is when g logged the span (a trace time, exact, where s
+	// and e are wall times mapped onto the trace's clock at one sync
+	// point, which drift from it by microseconds over a run).
+	logged trace.Time
 }
 
 type review struct {
@@ -70,9 +74,10 @@ type review struct {
 }
 
 type seg struct {
-	stage string
-	g     trace.GoID
-	s, e  trace.Time
+	stage  string
+	g      trace.GoID
+	s, e   trace.Time
+	logged trace.Time // the span's (zero for a gap between spans)
 }
 
 type run struct {
@@ -120,6 +125,7 @@ func main() {
 	var mk marks
 	var spansRaw [][]string
 	var spanG []trace.GoID
+	var spanT []trace.Time
 	var revRaw [][]string
 	var revG []trace.GoID
 	var first, last trace.Time
@@ -222,6 +228,7 @@ func main() {
 			case "rl.stage":
 				spansRaw = append(spansRaw, strings.Fields(l.Message))
 				spanG = append(spanG, ev.Goroutine())
+				spanT = append(spanT, t)
 			case "rl.review":
 				revRaw = append(revRaw, strings.Fields(l.Message))
 				revG = append(revG, ev.Goroutine())
@@ -287,7 +294,7 @@ func main() {
 		if len(m) != 6 {
 			continue
 		}
-		sp := span{stage: m[1], id: m[2], parent: m[3], s: toT(m[4]), e: toT(m[5]), g: spanG[i]}
+		sp := span{stage: m[1], id: m[2], parent: m[3], s: toT(m[4]), e: toT(m[5]), g: spanG[i], logged: spanT[i]}
 		id := sp.id
 		if sp.parent != "-" {
 			id = sp.parent
@@ -317,16 +324,16 @@ func main() {
 				if cur == r.s {
 					gg, name = r.g, "submit"
 				}
-				r.segs = append(r.segs, seg{name, gg, cur, sp.s})
+				r.segs = append(r.segs, seg{stage: name, g: gg, s: cur, e: sp.s})
 				cur = sp.s
 			}
 			if sp.e > cur {
-				r.segs = append(r.segs, seg{sp.stage, g, cur, sp.e})
+				r.segs = append(r.segs, seg{stage: sp.stage, g: g, s: cur, e: sp.e, logged: sp.logged})
 				cur = sp.e
 			}
 		}
 		if r.e > cur {
-			r.segs = append(r.segs, seg{"notice", r.g, cur, r.e})
+			r.segs = append(r.segs, seg{stage: "notice", g: r.g, s: cur, e: r.e})
 		}
 		revs = append(revs, r)
 	}
