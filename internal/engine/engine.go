@@ -1135,7 +1135,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	e.mu.Lock()
 	e.running[j.ID] = r
 	e.mu.Unlock()
-	early := e.readPartsEarly(j) // its parent's parts, beside the handler (fused.go)
+	early := e.earlyReadOf(j)
 	e.wg.Add(1)
 	go func() {
 		// A copy: were hctx assigned to inside this goroutine, it would be
@@ -1154,6 +1154,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		}
 		began := e.cfg.Now()
 		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stStart, r.started, began)
+		e.readPartsEarly(j, early) // its parent's parts, beside the handler (fused.go)
 		out := e.handle(hctx, j)
 		leaveThread()
 		r.leave()

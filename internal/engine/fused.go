@@ -74,27 +74,40 @@ func (e *Engine) fusesPart(j *job.Job) bool {
 		e.aggregatesPart(j.Kind) && e.cfg.Kinds[j.Kind].Publisher == nil
 }
 
-// readPartsEarly starts reading j's parent and parts, for fusedPart, on a
-// goroutine of its own beside j's handler (run): the reads were made
-// after the handler returned, in the worker goroutine, before it handed
-// the outcome to the finisher, on every interactive review's critical
-// path, and under a sweep the read pool and the CPU made them wait
-// (docs/benchmarks.md, "Session 37 (s37h1)"). Read early, the parts are
-// as they were when the handler began; the finish's write checks they
-// are still so (store.ParentAdvance), and nothing else of them is used.
-// nil when j does not take the fused path.
-func (e *Engine) readPartsEarly(j *job.Job) <-chan partRead {
+// earlyReadOf returns the channel of j's early read (readPartsEarly),
+// holding the engine's wait group for it, or nil when j does not take the
+// fused path. run calls it: the worker goroutine that starts the read
+// may be abandoned by then (Config.MaxRunTime), and Stop waits for the
+// read all the same.
+func (e *Engine) earlyReadOf(j *job.Job) chan partRead {
 	if !e.fusesPart(j) {
 		return nil
 	}
-	c := make(chan partRead, 1) // never blocks: no one receives from an abandoned handler's
-	e.wg.Add(1)
+	e.wg.Add(1) // done by readPartsEarly's goroutine
+	return make(chan partRead, 1) // never blocks: no one receives from an abandoned handler's
+}
+
+// readPartsEarly reads j's parent and parts into c (from earlyReadOf;
+// nothing when nil), for fusedPart, on a goroutine of its own beside j's
+// handler: the reads were made after the handler returned, in the worker
+// goroutine, before it handed the outcome to the finisher, on every
+// interactive review's critical path (docs/benchmarks.md, "Session 37
+// (s37h1)"). The worker starts it right before the handler: the read is
+// its P's next goroutine, run when the handler first blocks (its provider
+// call) unless an idle P takes it, so that it does not take a P from the
+// handler's first run, as it did started before the worker. Read early,
+// the parts are as they were when the handler began; the finish's write
+// checks they are still so (store.ParentAdvance), and nothing else of
+// them is used.
+func (e *Engine) readPartsEarly(j *job.Job, c chan<- partRead) {
+	if c == nil {
+		return
+	}
 	go func() {
 		defer e.wg.Done()
 		f, again := e.readParts(e.ctx, j)
 		c <- partRead{f: f, again: again}
 	}()
-	return c
 }
 
 // fusedPart returns the fused aggregation of j's parent when j, whose
