@@ -83,7 +83,7 @@ func (e *Engine) earlyReadOf(j *job.Job) chan partRead {
 	if !e.fusesPart(j) {
 		return nil
 	}
-	e.wg.Add(1) // done by readPartsEarly's goroutine
+	e.wg.Add(1)                   // done by readPartsEarly's goroutine
 	return make(chan partRead, 1) // never blocks: no one receives from an abandoned handler's
 }
 
