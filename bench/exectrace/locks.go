@@ -28,6 +28,15 @@ const (
 // is a SQLite-level mutex.
 func isLockWait(where string) bool { return where == libcLock }
 
+// isSQLWait reports whether a park at where (topFrame) for reason is a
+// wait in database/sql itself: on its own mutexes (a connection's, a
+// Rows' close lock, the pool's) or for a free connection of a pool
+// (DB.conn); not a preemption or GC park that happened in its frames, nor
+// a Rows' watcher goroutine idle in its select.
+func isSQLWait(where, reason string) bool {
+	return strings.HasPrefix(where, "database/sql.") && (reason == "sync" || where == "database/sql.(*DB).conn")
+}
+
 // lockSite is the SQLite function that took (entry libcLock) or released
 // (libcUnlock) the mutex in s: the two frames past entry that are not a
 // mutex wrapper (sqlite3_mutex_enter, pthreadMutexEnter, ...), innermost
@@ -61,7 +70,12 @@ func lockSiteOf(fns []string, entry string) string {
 	return strings.Join(parts, " < ")
 }
 
-// lockWait is one park on a SQLite-level mutex.
+// poolSite prefixes the site of a wait in database/sql (its own mutexes
+// or a pool's connection), which lockWaits reads beside the SQLite-level
+// mutexes: store contention above SQLite.
+const poolSite = "database/sql: "
+
+// lockWait is one park on a SQLite-level mutex, or in database/sql.
 type lockWait struct {
 	phase        string
 	d            float64 // ns
@@ -163,8 +177,11 @@ func lockWaits(path string) (ws []lockWait, spans map[string]float64) {
 			if topFrame(s) == "" {
 				s = ev.Stack()
 			}
-			if isLockWait(topFrame(s)) {
+			switch w := topFrame(s); {
+			case isLockWait(w):
 				opened[g] = open{at: t, site: lockSite(s, libcLock), waiter: g}
+			case isSQLWait(w, st.Reason):
+				opened[g] = open{at: t, site: poolSite + w + " (" + st.Reason + ")", waiter: g}
 			}
 			return
 		}
@@ -196,16 +213,24 @@ func lockWaits(path string) (ws []lockWait, spans map[string]float64) {
 func printLocks(path string, top int) {
 	ws, spans := lockWaits(path)
 	for _, ph := range []string{"baseline", "sweep"} {
-		var in []lockWait
+		var in, pool []lockWait
 		for _, w := range ws {
-			if w.phase == ph {
+			switch {
+			case w.phase != ph:
+			case strings.HasPrefix(w.site, poolSite):
+				pool = append(pool, w)
+			default:
 				in = append(in, w)
 			}
 		}
 		if spans[ph] == 0 {
 			continue
 		}
-		fmt.Printf("\n%s (%.1f s): SQLite-level mutex waits (parked on modernc libc's pthread mutex): %s\n", ph, spans[ph]/1e9, lockStats(in, spans[ph]))
+		fmt.Printf("\n%s (%.1f s): waits in database/sql (its mutexes, a pool's connection): %s\n", ph, spans[ph]/1e9, lockStats(pool, spans[ph]))
+		for _, l := range lockTable(pool, func(w lockWait) string { return w.waiter + " | " + w.site + " | ended by " + w.holder }, top) {
+			fmt.Println("   ", l)
+		}
+		fmt.Printf("%s: SQLite-level mutex waits (parked on modernc libc's pthread mutex): %s\n", ph, lockStats(in, spans[ph]))
 		fmt.Println("  by waiter (root function) | SQLite function that took the lock")
 		for _, l := range lockTable(in, func(w lockWait) string { return w.waiter + " | " + w.site }, top) {
 			fmt.Println("   ", l)

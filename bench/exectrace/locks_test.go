@@ -21,6 +21,28 @@ func TestLockSiteOf(t *testing.T) {
 	}
 }
 
+// TestIsSQLWait: database/sql's mutexes and its pool's wait for a
+// connection count; a preemption or GC park in its frames and a Rows'
+// watcher idle in its select do not, nor a mutex elsewhere.
+func TestIsSQLWait(t *testing.T) {
+	for _, c := range []struct {
+		where, reason string
+		want          bool
+	}{
+		{"database/sql.(*DB).addDep", "sync", true},
+		{"database/sql.(*Rows).close", "sync", true},
+		{"database/sql.(*DB).conn", "select", true},
+		{"database/sql.driverArgsConnLocked", "preempted", false},
+		{"database/sql.(*Rows).nextLocked", "GC assist wait", false},
+		{"database/sql.(*Rows).awaitDone", "select", false},
+		{"internal/engine.(*Engine).fetchLoop", "sync", false},
+	} {
+		if got := isSQLWait(c.where, c.reason); got != c.want {
+			t.Errorf("isSQLWait(%q, %q) = %v, want %v", c.where, c.reason, got, c.want)
+		}
+	}
+}
+
 // TestLockShare lays two waits on SQLite-level mutexes on a review: the
 // handler parked on one (held by the fetch loop) 2-5 ms, a direct wait;
 // the finisher waiting 10-14 ms for the writer, which was itself parked on

