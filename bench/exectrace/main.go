@@ -18,13 +18,17 @@
 //
 // With -roles it splits the slowest in-sweep reviews' wall time, and the
 // slowest baseline reviews' at the same share, by the role of the
-// goroutine serving each stretch and its state (roles.go).
+// goroutine serving each stretch and its state (roles.go); the roles'
+// waits on a SQLite-level mutex (modernc libc's pthread mutex) are a class
+// of their own. With -locks it lists every such wait per phase, by who
+// waited at which SQLite function and who held the lock (locks.go).
 //
 // Usage: go run . [-tail 0.02] [-vs median|baseline] [-syscalls] FILE
 //
 //	go run . -bursts [-thr 20] [-depth 3] FILE
 //	go run . -slices [-depth 3] [-top 15] [-wait-min 500us] FILE
 //	go run . -roles [-tail 0.02] FILE
+//	go run . -locks [-top 15] FILE
 package main
 
 import (
@@ -93,8 +97,9 @@ func main() {
 	thr := flag.Int("thr", 20, "with -bursts: the burst threshold, runnable goroutines in a 1 ms sample")
 	depth := flag.Int("depth", 3, "with -bursts: the frames of a wait site or waker stack; with -slices: the ratelane frames of a slice's key")
 	sliceMode := flag.Bool("slices", false, "instead: how long goroutines run between scheduling points, by what they ran, and what held the Ps while interactive ones waited for one (slices.go)")
-	top := flag.Int("top", 15, "with -slices: the keys each table lists")
+	top := flag.Int("top", 15, "with -slices and -locks: the keys each table lists")
 	waitMin := flag.Duration("wait-min", 500*time.Microsecond, "with -slices: the shortest runnable wait whose P holders are tallied")
+	lockMode := flag.Bool("locks", false, "instead: every park on a SQLite-level mutex (modernc libc's pthread mutex) per phase, by waiter and SQLite function, and by holder (locks.go)")
 	roleMode := flag.Bool("roles", false, "instead: the slowest in-sweep reviews' wall time and the slowest baseline reviews' at the same -tail share, split by the role of the goroutine serving each stretch and its state (roles.go)")
 	handoffMode := flag.Bool("handoff", false, "instead: the hand-off gap of each review's worker goroutine, from its handler's return to its outcome handed to the finisher, by phase and by the worker's state (handoff.go)")
 	flag.Parse()
@@ -104,10 +109,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "       exectrace -slices [-depth 3] [-top 15] [-wait-min 500us] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -roles [-tail 0.02] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -handoff [-tail 0.02] FILE")
+		fmt.Fprintln(os.Stderr, "       exectrace -locks [-top 15] FILE")
 		os.Exit(2)
 	}
 	if *burstMode {
 		bursts(flag.Arg(0), *thr, *depth)
+		return
+	}
+	if *lockMode {
+		printLocks(flag.Arg(0), *top)
 		return
 	}
 	if *sliceMode {

@@ -74,6 +74,9 @@ func stateClass(st gstate, wakerRoot string) string {
 		if wakerRoot == "" {
 			wakerRoot = "no goroutine (a timer, the netpoller, the runtime)"
 		}
+		if isLockWait(st.where) {
+			return stLockPrefix + wakerRoot
+		}
 		return "waiting: " + st.reason + ", for " + wakerRoot
 	}
 	return st.state.String()
@@ -138,10 +141,12 @@ func splitReview(segs []seg, states map[trace.GoID][]gstate, assists map[trace.G
 
 // The classes byState folds the waits for a goroutine into.
 const (
-	stWriter = "waiting: for the SQLite writer (a commit)"
-	stTimer  = "waiting: woken by no goroutine (a timer, the netpoller, the runtime)"
-	stHTTP   = "waiting: for the provider's HTTP answer (net/http's connection loops)"
-	stOther  = "waiting: for another goroutine (chan, select, mutex)"
+	stLockPrefix = "waiting: on a SQLite-level mutex, held by "
+	stLock       = "waiting: on a SQLite-level mutex (modernc libc's pthread mutex)"
+	stWriter     = "waiting: for the SQLite writer (a commit)"
+	stTimer      = "waiting: woken by no goroutine (a timer, the netpoller, the runtime)"
+	stHTTP       = "waiting: for the provider's HTTP answer (net/http's connection loops)"
+	stOther      = "waiting: for another goroutine (chan, select, mutex)"
 )
 
 // byState folds a split's "role | state" keys into state classes alone,
@@ -154,6 +159,8 @@ func byState(split map[string]float64) map[string]float64 {
 		_, st, _ := strings.Cut(k, " | ")
 		if strings.HasPrefix(st, "waiting: ") && st != stNetwork {
 			switch {
+			case strings.HasPrefix(st, stLockPrefix):
+				st = stLock
 			case strings.HasSuffix(st, "store/sqlite.(*Store).writer"):
 				st = stWriter
 			case strings.Contains(st, ", for net/http.(*persistConn)."):
@@ -168,6 +175,32 @@ func byState(split map[string]float64) map[string]float64 {
 			}
 		}
 		out[st] += v
+	}
+	return out
+}
+
+// The classes of lockShare.
+const (
+	lockDirect   = "the serving goroutine parked on a SQLite-level mutex"
+	lockIndirect = "waiting for a goroutine that was itself parked on a SQLite-level mutex"
+)
+
+// lockShare is the part of a review's split (splitReview's out and
+// wakers) spent on SQLite-level mutexes: directly (the goroutine serving
+// the review parked on one) and indirectly (it waited for a goroutine that
+// was parked on one meanwhile, as the handler behind the fetch loop in
+// session 36's r4).
+func lockShare(split, wakers map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range split {
+		if _, st, _ := strings.Cut(k, " | "); strings.HasPrefix(st, stLockPrefix) {
+			out[lockDirect] += v
+		}
+	}
+	for k, v := range wakers {
+		if strings.HasSuffix(k, "@ "+libcLock+")") {
+			out[lockIndirect] += v
+		}
 	}
 	return out
 }
@@ -236,17 +269,18 @@ func printRoles(sweep, base []*review, share float64, states map[trace.GoID][]gs
 	extra := lat(st) - lat(bt)
 	for _, tab := range []struct {
 		title string
-		fold  func(map[string]float64) map[string]float64
+		get   func(*review) map[string]float64
+		// always are the rows printed however small, in this order
+		// (nil: every row of at least 0.05 ms, largest extra first).
+		always []string
 	}{
-		{"by state", byState},
-		{"by role", byRole},
-		{"by role | state", func(m map[string]float64) map[string]float64 { return m }},
-		{"waits for a goroutine: by role | whom | what that goroutine was doing meanwhile", nil},
+		{"by state", func(r *review) map[string]float64 { return byState(split[r]) }, nil},
+		{"by role", func(r *review) map[string]float64 { return byRole(split[r]) }, nil},
+		{"by role | state", func(r *review) map[string]float64 { return split[r] }, nil},
+		{"waits for a goroutine: by role | whom | what that goroutine was doing meanwhile", func(r *review) map[string]float64 { return wakers[r] }, nil},
+		{"SQLite-level mutexes, directly and behind another goroutine", func(r *review) map[string]float64 { return lockShare(split[r], wakers[r]) }, []string{lockDirect, lockIndirect}},
 	} {
-		get := func(r *review) map[string]float64 { return tab.fold(split[r]) }
-		if tab.fold == nil {
-			get = func(r *review) map[string]float64 { return wakers[r] }
-		}
+		get := tab.get
 		cols := []map[string]float64{meanSplit(st, get), meanSplit(bt, get), meanSplit(sweep, get), meanSplit(base, get)}
 		keys := map[string]bool{}
 		for _, c := range cols {
@@ -263,12 +297,16 @@ func printRoles(sweep, base []*review, share float64, states map[trace.GoID][]gs
 			return di > dj || di == dj && ks[i] < ks[j]
 		})
 		fmt.Printf("\n%s (ms per review: in-sweep tail, baseline tail, tail extra, share of the extra %.2f ms; in-sweep all, baseline all)\n", tab.title, extra)
+		prec := 2
+		if tab.always != nil {
+			ks, prec = tab.always, 3
+		}
 		for _, k := range ks {
-			if max(cols[0][k], cols[1][k], cols[2][k], cols[3][k]) < 0.05 {
+			if tab.always == nil && max(cols[0][k], cols[1][k], cols[2][k], cols[3][k]) < 0.05 {
 				continue
 			}
 			d := cols[0][k] - cols[1][k]
-			fmt.Printf("  %-100s %7.2f %7.2f %7.2f %6.1f%% %7.2f %7.2f\n", k, cols[0][k], cols[1][k], d, 100*d/extra, cols[2][k], cols[3][k])
+			fmt.Printf("  %-100s %7.*f %7.*f %7.*f %6.1f%% %7.*f %7.*f\n", k, prec, cols[0][k], prec, cols[1][k], prec, d, 100*d/extra, prec, cols[2][k], prec, cols[3][k])
 		}
 	}
 	fmt.Println("\nthe goroutines serving each role (root function: segments)")

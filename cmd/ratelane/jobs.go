@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func init() {
@@ -43,6 +45,8 @@ type jobView struct {
 	CreatedAt  string          `json:"created_at"`
 	UpdatedAt  string          `json:"updated_at"`
 	FinishedAt string          `json:"finished_at"`
+	// History is the job's attempt history, oldest first.
+	History []historyView `json:"history"`
 	// WaitingFor is the server's account of what a waiting job waits for.
 	WaitingFor *struct {
 		Summary          string `json:"summary"`
@@ -156,7 +160,67 @@ func printJob(w io.Writer, j jobView) error {
 	for _, r := range rows {
 		tw = append(tw, []string{r[0] + ":", r[1]})
 	}
-	return table(w, nil, tw)
+	if err := table(w, nil, tw); err != nil {
+		return err
+	}
+	return printHistory(w, j.History)
+}
+
+// historyView is one record of a job's attempt history as the API shows
+// it (rltype.AttemptRecord), decoded loosely like jobView.
+type historyView struct {
+	At      string `json:"at"`
+	Attempt int    `json:"attempt"`
+	Outcome string `json:"outcome"`
+	Status  int    `json:"status"`
+	DelayNS int64  `json:"delay_ns"`
+	Why     string `json:"why"`
+	Error   string `json:"error"`
+	// Count and FirstAt describe a record that stands for several
+	// consecutive pending passes (a polled job's): how many, and when the
+	// first of them ended.
+	Count   int    `json:"count"`
+	FirstAt string `json:"first_at"`
+}
+
+// historyDetail bounds a record's why and error text in the table: the
+// server keeps them short, but one line per record keeps the table
+// readable whatever they hold (--json has them whole).
+const historyDetail = 120
+
+// printHistory shows a job's attempt history as a table, one line per
+// record, after the job's fields; nothing when it is empty. A folded
+// record (consecutive pending passes) shows how many passes it stands for
+// and the span they cover, so that a job polled for a day reads as one
+// line, not as 1,440.
+func printHistory(w io.Writer, hist []historyView) error {
+	if len(hist) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w, "history:"); err != nil {
+		return err
+	}
+	rows := make([][]string, 0, len(hist))
+	for _, h := range hist {
+		attempt, outcome, ended := strconv.Itoa(h.Attempt), h.Outcome, when(h.At)
+		if h.Count > 1 {
+			outcome = fmt.Sprintf("%s ×%d", h.Outcome, h.Count)
+			ended = when(h.FirstAt) + " .. " + ended
+		}
+		status, delay := "-", "-"
+		if h.Status != 0 {
+			status = strconv.Itoa(h.Status)
+		}
+		if h.DelayNS > 0 {
+			delay = time.Duration(h.DelayNS).String()
+		}
+		detail := strings.Join(slices.DeleteFunc([]string{h.Why, h.Error}, func(s string) bool { return s == "" }), ": ")
+		if r := []rune(detail); len(r) > historyDetail {
+			detail = string(r[:historyDetail]) + "..."
+		}
+		rows = append(rows, []string{"  " + attempt, ended, outcome, status, delay, cell(detail)})
+	}
+	return table(w, []string{"  ATTEMPT", "ENDED", "OUTCOME", "STATUS", "NEXT IN", "WHY / ERROR"}, rows)
 }
 
 // compact renders a small JSON value on one line.

@@ -114,3 +114,41 @@ func TestJobsGetWaitingFor(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsGetHistory shows the attempt history one line per record: a
+// folded record (a polled job's consecutive pending passes) as one line
+// with its count and span, a long error cut to one line, and the
+// history's fields as the API names them (rltype.AttemptRecord).
+func TestJobsGetHistory(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 300)
+	body := `{"id":"j1","kind":"poll","region":"us","lane":"batch","state":"waiting","attempt":1442,"history":[
+		{"at":"2026-03-01T12:00:01Z","attempt":1,"outcome":"congestion","status":429,"delay_ns":12000000000,"why":"retry-after","error":"slow down"},
+		{"at":"2026-03-02T12:00:00Z","attempt":1441,"outcome":"pending","delay_ns":60000000000,"count":1440,"first_at":"2026-03-01T12:01:00Z"},
+		{"at":"2026-03-02T12:01:00Z","attempt":1442,"outcome":"transient","status":503,"error":"` + long + `"}]}`
+	api := newFakeAPI(t, map[string]canned{"GET /v1/jobs/j1": {body: body}})
+	out, _ := api.ok(t, "jobs", "get", "j1")
+	_, hist, ok := strings.Cut(out, "history:\n")
+	if !ok {
+		t.Fatalf("no history section:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimRight(hist, "\n"), "\n")
+	if len(lines) != 4 { // the header and one line per record
+		t.Fatalf("history has %d lines, want 4:\n%s", len(lines), hist)
+	}
+	for i, want := range [][]string{
+		{"ATTEMPT", "ENDED", "OUTCOME", "STATUS", "NEXT IN", "WHY / ERROR"},
+		{"1", "2026-03-01 12:00:01Z", "congestion", "429", "12s", "retry-after: slow down"},
+		{"1441", "2026-03-01 12:01:00Z .. 2026-03-02 12:00:00Z", "pending ×1440", "1m0s"},
+		{"1442", "transient", "503", strings.Repeat("x", 120) + "..."},
+	} {
+		for _, s := range want {
+			if !strings.Contains(lines[i], s) {
+				t.Errorf("history line %d lacks %q: %q", i, s, lines[i])
+			}
+		}
+	}
+	if strings.Contains(hist, strings.Repeat("x", 121)) {
+		t.Error("a long error is not cut to one short line")
+	}
+}

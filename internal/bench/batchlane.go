@@ -103,6 +103,12 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		xt = &execTrace{path: e.opts.ExecTrace}
 		defer xt.finish()
 	}
+	// --lock-profile: block and mutex profiles per phase (lockprofile.go).
+	var lp *lockProfile
+	if e.opts.LockProfile != "" {
+		lp = &lockProfile{dir: e.opts.LockProfile}
+		defer lp.stop()
+	}
 	rv, err := batchLaneReviews(llmURL, batchURL, tr)
 	if err != nil {
 		return Result{}, err
@@ -206,6 +212,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if err := xt.start(); err != nil {
 		return Result{}, err
 	}
+	if err := lp.start(); err != nil {
+		return Result{}, err
+	}
 	baseSched := sampleSched()
 	base, baseAt, err := interactive("baseline", plan.Window, closed)
 	baseRun := baseSched()
@@ -213,6 +222,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	host1 := readHost()
 	if err != nil {
 		return Result{}, fmt.Errorf("baseline: %w", err)
+	}
+	if err := lp.write("baseline"); err != nil {
+		return Result{}, err
 	}
 
 	// The sweep: its manifests go in from one goroutine while the
@@ -278,6 +290,10 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}
 	cpulabel.SetPhase("after")
 	sweepRun := sweepSched()
+	if err := lp.write("sweep-end"); err != nil {
+		return Result{}, err
+	}
+	lp.stop()
 	sweepReads := ir.reads.Load() - baseReads
 	if err != nil {
 		return Result{}, fmt.Errorf("under the sweep: %w", err)

@@ -130,6 +130,15 @@ type Options struct {
 	// costs CPU: its runs are for attribution, not for the headline
 	// figures.
 	ExecTrace string
+	// LockProfile, when set, makes the batch-isolation workload record
+	// Go's block and mutex profiles from the baseline phase's start
+	// (lockprofile.go) and write them to this directory at the end of the
+	// baseline and of the sweep phase (with Runs > 1, run k's to
+	// LockProfile/k): the sweep's own is the difference of the two
+	// (go tool pprof -base). The default SQLite driver's locks are Go
+	// mutexes (modernc.org/libc), so their waits are there, by call site.
+	// Recording every wait costs CPU: for attribution, not headline runs.
+	LockProfile string
 	// BurnChild and BurnBench are the batch-floor workload's burner: CPU
 	// seconds per second burnt in a child process (standing for the
 	// simulator child's share of a sweep phase) and in goroutines of the
@@ -412,6 +421,9 @@ func Run(ctx context.Context, name string, o Options) (Result, error) {
 		}
 		if o.ExecTrace != "" && o.Runs > 1 {
 			one.ExecTrace = fmt.Sprintf("%s.%d", o.ExecTrace, k+1)
+		}
+		if o.LockProfile != "" && o.Runs > 1 {
+			one.LockProfile = filepath.Join(o.LockProfile, fmt.Sprint(k+1))
 		}
 		r, err := runOnce(ctx, name, one)
 		if err != nil {
