@@ -231,6 +231,8 @@ type segRing struct {
 	ring [segRingSize]wseg
 	n    int64
 	tx   int64 // the transaction running (counted at each BEGIN)
+	// batchEnd is when the last batch-only COMMIT ended.
+	batchEnd time.Time
 	// dbMod and dbSize are the main database file's at the last COMMIT:
 	// in WAL mode only a checkpoint writes that file.
 	dbMod  time.Time
@@ -408,10 +410,11 @@ func walFramePages(s *Store, from, to int64) []uint32 {
 // BEGIN, to now) by phase and transaction class (batch-only or with an
 // interactive write), and, for a transaction of one write, by its kind;
 // a transaction of several writes gives each batch write kind its share.
-func noteWALVolume(s *Store, g *segRing, batch []ran, hasInteractive bool) {
+// It returns the frames (-1 when the wal-index could not be read).
+func noteWALVolume(s *Store, g *segRing, batch []ran, hasInteractive bool) (frames int64) {
 	a, b := g.wal, readWALHdr(s)
 	if !a.ok || !b.ok {
-		return
+		return -1
 	}
 	frames, ck := b.mx-a.mx, b.backfilled-a.backfilled
 	if b.salt != a.salt { // the WAL restarted: its frames are all this tx's
@@ -466,12 +469,13 @@ func noteWALVolume(s *Store, g *segRing, batch []ran, hasInteractive bool) {
 		IO: walTxIO{EndNs: time.Now().UnixNano(), Interactive: hasInteractive, Ckpt: ck, Restart: b.salt != a.salt}})
 	if len(batch) == 1 {
 		add("solo "+batch[0].r.kind, 1, 1, frames, ck)
-		return
+		return frames
 	}
 	// Shares of a shared transaction: equal per write (a rough split).
 	for _, w := range batch {
 		add("shared "+w.r.kind, 0, 1, frames/int64(len(batch)), 0)
 	}
+	return frames
 }
 
 // dumpWALVolumes appends the WAL volume figures and forgets them.
@@ -522,6 +526,7 @@ var segs struct {
 	mu      sync.Mutex
 	rings   map[*Store]*segRing
 	decomps []decomp
+	classed []classed
 }
 
 func ringOf(s *Store) *segRing {
@@ -584,16 +589,35 @@ func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time) {
 	}
 	g.ring[g.n%segRingSize] = wseg{t0: c0, t1: now, what: what, tx: g.tx}
 	g.n++
-	noteWALVolume(s, g, batch, hasInteractive)
+	frames := noteWALVolume(s, g, batch, hasInteractive)
 	phase := cpulabel.Phase()
+	nb := 0
+	for _, w := range batch {
+		if w.r.lane == job.LaneBatch {
+			nb++
+		}
+	}
+	var recent []wseg // the ring's stretches, newest first, back to the oldest write's call
+	oldest := now
+	for _, w := range batch {
+		if w.r.lane != job.LaneBatch && w.r.at.Before(oldest) {
+			oldest = w.r.at
+		}
+	}
+	for i := g.n - 1; i >= 0 && i > g.n-segRingSize; i-- {
+		sg := g.ring[i%segRingSize]
+		if sg.t1.Before(oldest) {
+			break
+		}
+		recent = append(recent, sg)
+	}
 	for _, w := range batch {
 		if w.r.lane == job.LaneBatch {
 			continue
 		}
 		dc := decomp{phase: phase, lat: float64(now.Sub(w.r.at)) / 1e6, parts: map[string]float64{}}
 		covered := 0.0
-		for i := g.n - 1; i >= 0 && i > g.n-segRingSize; i-- {
-			sg := g.ring[i%segRingSize]
+		for _, sg := range recent {
 			if sg.t1.Before(w.r.at) {
 				break
 			}
@@ -621,6 +645,17 @@ func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time) {
 		}
 		dc.parts["uncovered"] += dc.lat - covered
 		segs.decomps = append(segs.decomps, dc)
+		wc := waitClasses(recent, w.r, g.tx, nb)
+		wc.phase, wc.lat, wc.frames = phase, dc.lat, frames
+		wc.commitMs = float64(d) / 1e6
+		wc.sinceBatch = -1
+		if !g.batchEnd.IsZero() {
+			wc.sinceBatch = c0.Sub(g.batchEnd)
+		}
+		segs.classed = append(segs.classed, wc)
+	}
+	if !hasInteractive {
+		g.batchEnd = now
 	}
 	segs.mu.Unlock()
 	lane := job.LaneBatch
@@ -674,6 +709,8 @@ func dumpDecomps(enc *json.Encoder) {
 		}
 	}
 	segs.decomps = nil
+	dumpWaitClasses(enc, segs.classed)
+	segs.classed = nil
 }
 
 // noteGapCheckpoint records a gap checkpoint (Store.gapCheckpoint) begun
