@@ -23,8 +23,10 @@ import (
 func TestWaitClasses(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
-	inter := func(ms float64) *writeReq { return &writeReq{lane: job.LaneInteractive, at: at(ms)} }
-	w1, w2, w3, w4 := inter(0), inter(3.8), inter(13), inter(4.5)
+	inter := func(ms float64, found int32) *writeReq {
+		return &writeReq{lane: job.LaneInteractive, at: at(ms), found: found}
+	}
+	w1, w2, w3, w4 := inter(0, writerCommitBatch), inter(3.8, writerRunInter), inter(13, writerHoldBatch), inter(4.5, writerRunInter)
 	b := &writeReq{lane: job.LaneBatch, at: at(-6)}
 	b3 := &writeReq{lane: job.LaneBatch, at: at(9)}
 	seg := func(from, to float64, what string, r *writeReq, tx int64) wseg {
@@ -55,6 +57,13 @@ func TestWaitClasses(t *testing.T) {
 		slices.Reverse(r)
 		return r
 	}
+	// w5 found the writer idle 0.5 ms before the writer began its
+	// transaction.
+	w5 := &writeReq{lane: job.LaneInteractive, at: at(29.5), found: writerIdle}
+	timeline = append(timeline,
+		seg(30, 30.5, "begin", nil, 6),
+		seg(30.5, 31.5, "interactive write Insert", w5, 6),
+		seg(31.5, 32.5, "commit with-interactive plain", nil, 6))
 	for _, c := range []struct {
 		name string
 		w    *writeReq
@@ -74,6 +83,8 @@ func TestWaitClasses(t *testing.T) {
 			map[string]float64{wcInteractive: 0.2, wcOwnRun: 1, wcCheckpoint: 4}},
 		{"uncovered", w2, 8, 2, 0, 2,
 			map[string]float64{wcOwnRun: 1, wcCheckpoint: 4, wcUncovered: 0.2}},
+		{"found the writer idle", w5, 20, 6, 0, 0,
+			map[string]float64{wcWake: 0.5, wcOwnCommit: 0.5 + 1, wcOwnRun: 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			recent := upTo(c.n)

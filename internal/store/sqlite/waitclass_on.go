@@ -36,12 +36,17 @@ const (
 	wcInteractive = "f other interactive"
 	// wcOwnRun: its own run (not a wait).
 	wcOwnRun = "own run"
-	// wcUncovered: the writer between stretches (its loop, a queue's hand-off).
+	// wcWake: the writer was idle when the write was queued, and had not
+	// begun its next stretch yet: the writer goroutine's wake-up (the Go
+	// and OS schedulers).
+	wcWake = "uncovered: idle writer's wake-up"
+	// wcUncovered: the writer between other stretches (its loop, a
+	// queue's hand-off).
 	wcUncovered = "uncovered"
 )
 
 // waitClassOrder lists the classes as the dump writes them.
-var waitClassOrder = []string{wcBatchRun, wcBatchCommit, wcJoined, wcOwnCommit, wcCheckpoint, wcInteractive, wcOwnRun, wcUncovered}
+var waitClassOrder = []string{wcBatchRun, wcBatchCommit, wcJoined, wcOwnCommit, wcCheckpoint, wcInteractive, wcOwnRun, wcWake, wcUncovered}
 
 // classed is one interactive write's latency split by class.
 type classed struct {
@@ -74,9 +79,13 @@ func waitClasses(recent []wseg, w *writeReq, tx int64, nb int) classed {
 		lat = float64(recent[0].t1.Sub(w.at)) / 1e6
 	}
 	covered := 0.0
+	var first time.Time // the first stretch's start after w's call
 	for _, sg := range recent {
 		if sg.t1.Before(w.at) {
 			break
+		}
+		if !sg.t0.Before(w.at) {
+			first = sg.t0
 		}
 		lo := sg.t0
 		if lo.Before(w.at) {
@@ -99,7 +108,14 @@ func waitClasses(recent []wseg, w *writeReq, tx int64, nb int) classed {
 		}
 		c.ms[waitClass(sg, w, tx, nb, in)] += ms
 	}
-	c.ms[wcUncovered] += lat - covered
+	un := lat - covered
+	if w.found == writerIdle && !first.IsZero() {
+		// Nothing ran from its call to the first stretch after it.
+		wake := min(un, float64(first.Sub(w.at))/1e6)
+		c.ms[wcWake] += wake
+		un -= wake
+	}
+	c.ms[wcUncovered] += un
 	return c
 }
 
