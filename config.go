@@ -53,6 +53,14 @@ type Region struct {
 	// autocheckpoint (sqlite.Config.GapCheckpoint; 4× it stays as the
 	// safety net). Zero (the default) leaves checkpoints to SQLite.
 	SQLiteGapCheckpoint int
+	// SQLiteReadMmapSize, when positive, is the bytes of the database file
+	// each of the SQLite store's read connections memory-maps (PRAGMA
+	// mmap_size; sqlite.Config.ReadMmapSize). Zero (the default) leaves
+	// the readers on pread: under commits a reader unmaps and maps again
+	// at each read, which costs what the pread saves (docs/benchmarks.md,
+	// "Session 37 (s37h5)"), and an I/O error on a mapped page ends the
+	// process with a signal rather than an error.
+	SQLiteReadMmapSize int64
 	// PostgresURL is the region's PostgreSQL database.
 	PostgresURL string
 	// PostgresSchema is the schema holding the region's tables; default

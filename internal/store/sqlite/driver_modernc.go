@@ -3,8 +3,10 @@
 package sqlite
 
 import (
+	"database/sql"
 	"errors"
 	"net/url"
+	"strconv"
 
 	sqlite3 "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 )
@@ -25,6 +27,16 @@ func pragma(q url.Values, name, value string) { q.Add("_pragma", name+"("+value+
 
 // connParams adds this driver's own connection options: none.
 func connParams(url.Values) {}
+
+// openPool opens a database/sql pool over dsn; mmapSize, when positive, is
+// PRAGMA mmap_size on each of its connections, set in the DSN as the
+// driver's other pragmas are.
+func openPool(dsn string, mmapSize int64) (*sql.DB, error) {
+	if mmapSize > 0 {
+		dsn += "&" + url.Values{"_pragma": {"mmap_size(" + strconv.FormatInt(mmapSize, 10) + ")"}}.Encode()
+	}
+	return sql.Open(driverName, dsn)
+}
 
 // resultCode returns SQLite's primary result code carried by err, if any.
 func resultCode(err error) (int, bool) {

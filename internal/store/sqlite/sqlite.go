@@ -91,6 +91,21 @@ type Config struct {
 	// the WAL when interactive work leaves no gap. Zero (the default) or
 	// negative leaves checkpoints to SQLite (1,000 frames).
 	GapCheckpoint int
+	// ReadMmapSize, when positive, is each read-pool connection's PRAGMA
+	// mmap_size in bytes: the readers fetch the database file's pages
+	// from a memory map rather than pread them into their page caches
+	// (pages a reader finds in the WAL are still read from it). SQLite
+	// caps it at its SQLITE_MAX_MMAP_SIZE (2 GiB on 64-bit Linux and
+	// macOS). Zero (the default) or negative leaves the readers on pread.
+	// The writer connection never maps the file.
+	//
+	// A reader re-maps the file at every read transaction that follows a
+	// commit (SQLite unmaps it when it finds the WAL changed), and an I/O
+	// error on a mapped page, or another process truncating the file
+	// under the map, ends the process with a signal rather than an error
+	// (https://sqlite.org/mmap.html): docs/architecture.md, "The SQLite
+	// driver", and docs/benchmarks.md, "Session 37 (s37h5)".
+	ReadMmapSize int64
 }
 
 func (c Config) withDefaults() Config {
@@ -255,7 +270,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
-	rdb, err := sql.Open(driverName, dsn(cfg.Path, cfg.Synchronous, true))
+	rdb, err := openPool(dsn(cfg.Path, cfg.Synchronous, true), cfg.ReadMmapSize)
 	if err != nil {
 		wdb.Close()
 		return nil, err

@@ -19,3 +19,12 @@ func open(t *testing.T) store.Store {
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, open) }
+
+// TestConformanceReadMmap runs the suite with the read pool memory-mapped
+// (Config.ReadMmapSize), off by default.
+func TestConformanceReadMmap(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		t.Helper()
+		return sqlite.OpenTest(t, sqlite.Config{ReadMmapSize: 64 << 20})
+	})
+}
