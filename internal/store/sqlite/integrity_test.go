@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -208,31 +207,6 @@ func TestDurabilityReadBack(t *testing.T) {
 			t.Errorf("configured %s, store reports %+v", sync, d)
 		}
 		s.Close()
-	}
-}
-
-// TestFileModes opens a new store with the umask cleared (the worst case:
-// nothing removes group and other bits) and checks the directory is 0700
-// and the database, -wal and -shm files 0600. It changes the process
-// umask, so it is not parallel (parallel tests start after it ends).
-func TestFileModes(t *testing.T) {
-	old := syscall.Umask(0)
-	defer syscall.Umask(old)
-	dir := filepath.Join(t.TempDir(), "data")
-	path := filepath.Join(dir, "us.db")
-	s := sqlite.OpenTest(t, sqlite.Config{Path: path})
-	if _, err := s.Insert(context.Background(), []*job.Job{storetest.NewJob("t", job.LaneBatch, "k")}, storetest.Unpaced); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]os.FileMode{dir: 0o700, path: 0o600, path + "-wal": 0o600, path + "-shm": 0o600}
-	for p, mode := range want {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fi.Mode().Perm(); got != mode {
-			t.Errorf("%s: mode %o, want %o", p, got, mode)
-		}
 	}
 }
 
