@@ -53,6 +53,12 @@ type Region struct {
 	// autocheckpoint (sqlite.Config.GapCheckpoint; 4× it stays as the
 	// safety net). Zero (the default) leaves checkpoints to SQLite.
 	SQLiteGapCheckpoint int
+	// SQLiteGapCheckpointBeside, with SQLiteGapCheckpoint, runs those
+	// checkpoints on a connection and goroutine of their own beside the
+	// writer, so that an interactive write arriving during one is not
+	// held up behind it (sqlite.Config.GapCheckpointBeside). False (the
+	// default) runs them on the writer's connection.
+	SQLiteGapCheckpointBeside bool
 	// PostgresURL is the region's PostgreSQL database.
 	PostgresURL string
 	// PostgresSchema is the schema holding the region's tables; default

@@ -89,6 +89,10 @@ type Options struct {
 	// work, at this many frames), for A/B runs: zero leaves checkpoints to
 	// SQLite.
 	SQLiteGapCheckpoint int
+	// SQLiteGapCheckpointBeside is every SQLite region's
+	// Region.SQLiteGapCheckpointBeside (the gap checkpoints on their own
+	// connection beside the writer), for A/B runs.
+	SQLiteGapCheckpointBeside bool
 	// Sim is where the batch-isolation workload's simulators run:
 	// SimInProcess ("" too) or SimChild, which needs the executable to
 	// call ServeSimChildIfAsked first (the ratelane command, this
@@ -555,6 +559,7 @@ func (e *env) region() ratelane.Region {
 		r.SQLitePath = filepath.Join(e.dir, e.name+".db")
 		r.SQLiteBatchHold = e.opts.SQLiteBatchHold
 		r.SQLiteGapCheckpoint = e.opts.SQLiteGapCheckpoint
+		r.SQLiteGapCheckpointBeside = e.opts.SQLiteGapCheckpointBeside
 	}
 	return r
 }
