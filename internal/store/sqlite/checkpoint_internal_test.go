@@ -182,6 +182,10 @@ func TestGapCheckpointBesideDoesNotBlockWriter(t *testing.T) {
 	t.Parallel()
 	const gap = 40
 	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointBeside: true})
+	// Past the checkpoint of Open's migrations (which may run before the
+	// hook is set) and a write.
+	waitGapCheckpoints(t, s, 0)
+	steadyWrites(t, s, 1)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once atomic.Bool
 	hook := func() {
