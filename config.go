@@ -61,6 +61,12 @@ type Region struct {
 	// "Session 37 (s37h5)"), and an I/O error on a mapped page ends the
 	// process with a signal rather than an error.
 	SQLiteReadMmapSize int64
+	// SQLiteGapCheckpointBeside, with SQLiteGapCheckpoint, runs those
+	// checkpoints on a connection and goroutine of their own beside the
+	// writer, so that an interactive write arriving during one is not
+	// held up behind it (sqlite.Config.GapCheckpointBeside). False (the
+	// default) runs them on the writer's connection.
+	SQLiteGapCheckpointBeside bool
 	// PostgresURL is the region's PostgreSQL database.
 	PostgresURL string
 	// PostgresSchema is the schema holding the region's tables; default

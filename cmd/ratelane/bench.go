@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.SQLiteBatchHold, "sqlite-batch-hold", 0, "SQLite only: Region.SQLiteBatchHold, how long the writer may hold a batch-lane transaction open while interactive work is in flight (0: the default, 10ms; negative: off)")
 	fs.IntVar(&o.SQLiteGapCheckpoint, "sqlite-gap-checkpoint", 0, "SQLite only: Region.SQLiteGapCheckpoint, the WAL frames at which the writer checkpoints between transactions while no interactive work is in flight (0: off, SQLite checkpoints inside a commit at 1,000)")
 	fs.Int64Var(&o.SQLiteReadMmapSize, "sqlite-read-mmap", 0, "SQLite only: Region.SQLiteReadMmapSize, the bytes of the database file each read connection memory-maps (PRAGMA mmap_size; 0: off, the readers pread)")
+	fs.BoolVar(&o.SQLiteGapCheckpointBeside, "sqlite-gap-checkpoint-beside", false, "SQLite only: Region.SQLiteGapCheckpointBeside, run the gap checkpoints (--sqlite-gap-checkpoint) on a connection and goroutine of their own beside the writer (false: on the writer's connection)")
 	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, off; negative: off; try 100ms)")
 	// A real provider is remote: the simulators' CPU in the bench's process
 	// competed with the interactive reviews inside one Go scheduler

@@ -317,3 +317,15 @@ func TestBatchLaneSQLiteGapCheckpoint(t *testing.T) {
 		{`{"batch_lane": {"sqlite_gap_checkpoint": "1000"}}`, 0, "batch_lane.sqlite_gap_checkpoint"},
 	})
 }
+
+// TestBatchLaneSQLiteGapCheckpointBeside: the config file's
+// batch_lane.sqlite_gap_checkpoint_beside sets every served region's
+// SQLiteGapCheckpointBeside; absent leaves it off, and a value that is not
+// a boolean stops start-up naming the field.
+func TestBatchLaneSQLiteGapCheckpointBeside(t *testing.T) {
+	checkRegionValues(t, "SQLiteGapCheckpointBeside", func(r ratelane.Region) bool { return r.SQLiteGapCheckpointBeside }, []regionValue[bool]{
+		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000, "sqlite_gap_checkpoint_beside": true}}`, true, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000}}`, false, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint_beside": "yes"}}`, false, "batch_lane.sqlite_gap_checkpoint_beside"},
+	})
+}

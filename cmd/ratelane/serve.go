@@ -68,6 +68,9 @@ type serverFlags struct {
 	// batch_lane.sqlite_gap_checkpoint for every SQLite region (zero:
 	// off).
 	sqliteGapCheckpoint int
+	// sqliteGapCheckpointBeside is the config file's
+	// batch_lane.sqlite_gap_checkpoint_beside for every SQLite region.
+	sqliteGapCheckpointBeside bool
 }
 
 // multiFlag collects a repeatable flag.
@@ -163,6 +166,11 @@ type batchLaneConfig struct {
 	// is in flight, instead of inside whichever commit crosses SQLite's
 	// autocheckpoint. 0: off (the default).
 	SQLiteGapCheckpoint int `json:"sqlite_gap_checkpoint"`
+	// SQLiteGapCheckpointBeside is each SQLite region's
+	// ratelane.Region.SQLiteGapCheckpointBeside: run the gap checkpoints
+	// on a connection of their own beside the writer. false: on the
+	// writer's (the default).
+	SQLiteGapCheckpointBeside bool `json:"sqlite_gap_checkpoint_beside"`
 }
 
 // warnRetired logs one warning for each retired setting the config file
@@ -215,6 +223,7 @@ func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error)
 	for i := range cfg.Regions {
 		cfg.Regions[i].SQLiteBatchHold = cmp.Or(cfg.Regions[i].SQLiteBatchHold, f.sqliteHold)
 		cfg.Regions[i].SQLiteGapCheckpoint = cmp.Or(cfg.Regions[i].SQLiteGapCheckpoint, f.sqliteGapCheckpoint)
+		cfg.Regions[i].SQLiteGapCheckpointBeside = cfg.Regions[i].SQLiteGapCheckpointBeside || f.sqliteGapCheckpointBeside
 	}
 	for _, p := range f.postgres {
 		region, url, scoped := strings.Cut(p, "=")
@@ -294,6 +303,7 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		return fmt.Errorf("config %s: batch_lane.sqlite_gap_checkpoint: want a count of WAL frames such as 1000, or 0 (off), not %d", f.config, n)
 	}
 	f.sqliteGapCheckpoint = fc.BatchLane.SQLiteGapCheckpoint
+	f.sqliteGapCheckpointBeside = fc.BatchLane.SQLiteGapCheckpointBeside
 	for _, d := range []struct {
 		field, s string
 		dst      *time.Duration

@@ -93,6 +93,10 @@ type Options struct {
 	// Region.SQLiteReadMmapSize (the readers' PRAGMA mmap_size, bytes),
 	// for A/B runs: zero leaves the readers on pread.
 	SQLiteReadMmapSize int64
+	// SQLiteGapCheckpointBeside is every SQLite region's
+	// Region.SQLiteGapCheckpointBeside (the gap checkpoints on their own
+	// connection beside the writer), for A/B runs.
+	SQLiteGapCheckpointBeside bool
 	// Sim is where the batch-isolation workload's simulators run:
 	// SimInProcess ("" too) or SimChild, which needs the executable to
 	// call ServeSimChildIfAsked first (the ratelane command, this
@@ -560,6 +564,7 @@ func (e *env) region() ratelane.Region {
 		r.SQLiteBatchHold = e.opts.SQLiteBatchHold
 		r.SQLiteGapCheckpoint = e.opts.SQLiteGapCheckpoint
 		r.SQLiteReadMmapSize = e.opts.SQLiteReadMmapSize
+		r.SQLiteGapCheckpointBeside = e.opts.SQLiteGapCheckpointBeside
 	}
 	return r
 }

@@ -2,8 +2,11 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/binary"
+	"errors"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/cpulabel"
@@ -27,12 +30,30 @@ const walIndexVersion = 3007000
 // write that is: under a 10,000-file sweep a checkpointing COMMIT took
 // ~10 ms at the median and up to 48 ms against ~1 ms for a plain one, and
 // 3 of the 9 slowest interactive writes were answered by one
-// (docs/benchmarks.md, "Session 33 (s33h2)"). Run by the writer itself,
-// with nothing written during it, the checkpoint copies every frame, so
-// the next write can restart the WAL from its beginning; a checkpoint on
-// another connection could not (a busy writer appends meanwhile:
-// "Session 23 (s23h5)"). Only the writer goroutine calls it.
+// (docs/benchmarks.md, "Session 33 (s33h2)"). Only the writer goroutine
+// calls it.
+//
+// With Config.GapCheckpointBeside it runs nothing itself: it wakes the
+// checkpointer (checkpointBeside), which checks the same conditions and
+// runs the checkpoint on its own connection, so that an interactive write
+// arriving during it is not held up behind its copy and fsync.
+//
+// Either way the checkpoint restarts the WAL only once it has copied
+// every frame: the next write then starts the WAL again from its
+// beginning. Run by the writer, nothing is written during it, so it
+// always does. Run beside, the frames the writer appends during it are
+// left for the next one: under a steady writer none ever catches up and
+// the WAL grows to the safety net ("Session 23 (s23h5)"), but in the gaps
+// of interactive work the writer is idle most of the time, and a
+// checkpoint with nothing appended during it restarts the WAL too.
 func (s *Store) gapCheckpoint() {
+	if s.beside != nil {
+		select {
+		case s.beside.kick <- struct{}{}:
+		default: // already woken
+		}
+		return
+	}
 	if s.cfg.GapCheckpoint <= 0 || s.interactiveAbout() {
 		return
 	}
@@ -67,15 +88,160 @@ func (s *Store) gapCheckpoint() {
 // writer connection keeps the header current between transactions, and
 // only the writer (or another process's checkpoint) changes it.
 func (s *Store) walBacklog() (n int64, ok bool) {
-	if s.shm == nil {
-		f, err := os.Open(s.cfg.Path + "-shm")
+	return walBacklogOf(s.cfg.Path, &s.shm)
+}
+
+// walBacklogOf is walBacklog on the -shm file of the database at path,
+// opened into *shm the first time.
+func walBacklogOf(path string, shm **os.File) (n int64, ok bool) {
+	if *shm == nil {
+		f, err := os.Open(path + "-shm")
 		if err != nil {
 			return 0, false
 		}
-		s.shm = f
+		*shm = f
 	}
-	mx, backfilled, ok := readWALIndex(s.shm)
+	mx, backfilled, ok := readWALIndex(*shm)
 	return max(mx-backfilled, 0), ok
+}
+
+// besidePoll is how often the checkpointer asks the watchers again while
+// the WAL's backlog waits for a gap in interactive work.
+const besidePoll = time.Millisecond
+
+// checkpointer runs gap checkpoints beside the writer
+// (Config.GapCheckpointBeside) on a connection of its own, in the
+// goroutine checkpointBeside; Open starts it and Close stops it (s.stop)
+// and closes its connection.
+type checkpointer struct {
+	db   *sql.DB // exactly one connection, conn
+	conn *sql.Conn
+	// shm is the checkpointer's own handle on the -shm file
+	// (walBacklogOf), closed as checkpointBeside returns.
+	shm *os.File
+	// kick wakes the checkpointer: the writer sends on it, never
+	// blocking, after each transaction (gapCheckpoint).
+	kick chan struct{}
+	done chan struct{} // closed as checkpointBeside returns
+	// hook, set by tests, is called by the checkpointer just before
+	// each checkpoint it runs.
+	hook atomic.Pointer[func()]
+}
+
+// openCheckpointer opens the checkpointer's connection to cfg's database.
+func openCheckpointer(ctx context.Context, cfg Config) (*checkpointer, error) {
+	db, err := sql.Open(driverName, dsn(cfg.Path, cfg.Synchronous, false))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &checkpointer{db: db, conn: conn, kick: make(chan struct{}, 1), done: make(chan struct{})}, nil
+}
+
+// close closes the checkpointer's connection, once checkpointBeside has
+// returned.
+func (c *checkpointer) close() error {
+	return errors.Join(c.conn.Close(), c.db.Close())
+}
+
+// checkpointBeside is the checkpointer's goroutine: woken by the writer
+// (gapCheckpoint), it runs PASSIVE checkpoints on its own connection
+// while one is due (besideDue) and no interactive work is about
+// (interactiveAbout, which
+// reads only the interactive queue's length and the watchers, so it is
+// safe beside the writer). While the backlog waits for a gap it asks
+// again every besidePoll, so a gap that opens while the writer is idle is
+// taken too; after a checkpoint that copied frames it looks again at
+// once, so that frames appended during one are copied by the next. The
+// writer never waits for it: a write arriving meanwhile
+// appends to the WAL beside the checkpoint (and its COMMIT's own
+// autocheckpoint, the safety net, finds the checkpoint lock held and
+// skips).
+func (s *Store) checkpointBeside() {
+	c := s.beside
+	defer close(c.done)
+	defer func() {
+		if c.shm != nil {
+			c.shm.Close()
+		}
+	}()
+	poll := time.NewTimer(besidePoll)
+	poll.Stop()
+	for {
+		select {
+		case <-c.kick:
+		case <-s.stop:
+			return
+		}
+		for {
+			if !s.besideDue() {
+				break
+			}
+			if !s.interactiveAbout() {
+				if !s.checkpointOnce() {
+					break // no progress (a reader's snapshot, the lock held): wait for the next write
+				}
+				continue
+			}
+			poll.Reset(besidePoll)
+			select {
+			case <-poll.C:
+			case <-s.stop:
+				poll.Stop()
+				return
+			}
+		}
+	}
+}
+
+// besideDue reports whether the checkpointer has a checkpoint to run: the
+// WAL holds at least Config.GapCheckpoint frames not yet checkpointed, or
+// it holds at least that many frames and an earlier checkpoint copied some
+// of them but not all (the writer appended during it). The second finishes
+// the WAL, so that the next write can restart it: without it the frames
+// appended during a checkpoint waited for GapCheckpoint more, and the WAL
+// restarted at ~2,000 frames instead of ~1,000 (docs/benchmarks.md,
+// "Session 37 (s37h4)").
+func (s *Store) besideDue() bool {
+	c := s.beside
+	if _, ok := walBacklogOf(s.cfg.Path, &c.shm); !ok {
+		return false
+	}
+	mx, bf, ok := readWALIndex(c.shm)
+	n := int64(s.cfg.GapCheckpoint)
+	return ok && (mx-bf >= n || mx >= n && bf > 0 && mx > bf)
+}
+
+// checkpointOnce runs one PASSIVE checkpoint on the checkpointer's
+// connection and reports whether it copied any frame. One that finds the
+// checkpoint lock held (the writer's autocheckpoint, another process) does
+// nothing and is not counted, nor is one that copied nothing.
+func (s *Store) checkpointOnce() (progress bool) {
+	c := s.beside
+	_, bf0, _ := readWALIndex(c.shm)
+	if h := c.hook.Load(); h != nil {
+		(*h)()
+	}
+	t0 := time.Now()
+	if cpulabel.On {
+		noteBesideBegin(s)
+	}
+	var busy, log, done int64
+	if err := c.conn.QueryRowContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done); err == nil && busy == 0 && done > bf0 {
+		s.gapCkpts.Add(1)
+		progress = true
+	}
+	if cpulabel.On {
+		noteBesideEnd(s, t0)
+	}
+	return progress
 }
 
 // walFrameSize is a WAL frame's size: its 24-byte header and a page of

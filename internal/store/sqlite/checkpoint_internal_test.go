@@ -110,3 +110,140 @@ func TestGapCheckpointWaitsForGap(t *testing.T) {
 		t.Errorf("after the gap checkpoint %d of %d frames are checkpointed, want all", done, mx)
 	}
 }
+
+// waitGapCheckpoints waits until more than n gap checkpoints have run, or
+// fails t after 10 s (the failure's bound, not a timing assertion).
+func waitGapCheckpoints(t *testing.T, s *Store, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.gapCkpts.Load() <= n {
+		if time.Now().After(deadline) {
+			t.Fatalf("no gap checkpoint past the %dth 10 s after the writes", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestGapCheckpointBesideRestartsWAL checks that with
+// Config.GapCheckpointBeside, under writes in bursts with gaps between
+// them, the checkpointer (on its own connection) checkpoints the WAL
+// after each burst, so that it stays bounded and the first write of the
+// next burst restarts it from its beginning; and that no checkpoint runs
+// while interactive work is reported.
+func TestGapCheckpointBesideRestartsWAL(t *testing.T) {
+	t.Parallel()
+	const gap, bursts = 40, 12
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointBeside: true})
+	var busy atomic.Bool
+	s.WatchInteractive(busy.Load)
+	// Past a checkpoint of Open's migrations: the checkpointer may run
+	// one once woken (by the writer's first look, or this write).
+	waitGapCheckpoints(t, s, 0)
+	steadyWrites(t, s, 1)
+	var most int64
+	for b := range bursts {
+		ran0 := s.gapCkpts.Load()
+		// In the first burst interactive work is reported: no
+		// checkpoint runs until it ends.
+		busy.Store(b == 0)
+		for mx, done := walFrames(t, s); mx-done < gap; mx, done = walFrames(t, s) {
+			most = max(most, steadyWrites(t, s, 1))
+		}
+		if b == 0 {
+			time.Sleep(20 * time.Millisecond)
+			if n := s.gapCkpts.Load() - ran0; n != 0 {
+				t.Fatalf("%d gap checkpoints ran beside the writer while interactive work was reported", n)
+			}
+			busy.Store(false)
+		}
+		waitGapCheckpoints(t, s, ran0)
+		deadline := time.Now().Add(10 * time.Second)
+		for mx, done := walFrames(t, s); mx != done; mx, done = walFrames(t, s) {
+			if time.Now().After(deadline) {
+				t.Fatalf("burst %d: 10 s after the writes %d of %d frames are checkpointed, want all", b, done, mx)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		before, _ := walFrames(t, s)
+		steadyWrites(t, s, 1)
+		if after, _ := walFrames(t, s); after >= before || after > 10 {
+			t.Fatalf("burst %d: the WAL held %d frames after the next write, %d before it: it did not restart", b, after, before)
+		}
+	}
+	if most > 3*gap {
+		t.Errorf("the WAL reached %d frames, want ≤ %d", most, 3*gap)
+	}
+}
+
+// TestGapCheckpointBesideDoesNotBlockWriter checks that a write commits
+// while a checkpoint beside the writer is held in progress (by the test
+// hook), and that the held checkpoint then runs.
+func TestGapCheckpointBesideDoesNotBlockWriter(t *testing.T) {
+	t.Parallel()
+	const gap = 40
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointBeside: true})
+	// Past the checkpoint of Open's migrations (which may run before the
+	// hook is set) and a write.
+	waitGapCheckpoints(t, s, 0)
+	steadyWrites(t, s, 1)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	hook := func() {
+		if once.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+	}
+	s.beside.hook.Store(&hook)
+	ran0 := s.gapCkpts.Load()
+	go func() { // the writes that wake the checkpointer
+		for mx, done := walFrames(t, s); mx-done < gap; mx, done = walFrames(t, s) {
+			if err := s.write(context.Background(), bigObject); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no checkpoint began beside the writer 10 s after the WAL passed GapCheckpoint")
+	}
+	wrote := make(chan error, 1)
+	go func() { wrote <- s.write(context.Background(), bigObject) }()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("a write did not commit in 10 s while a checkpoint beside the writer was held")
+	}
+	close(release)
+	waitGapCheckpoints(t, s, ran0)
+}
+
+// TestGapCheckpointBesideClose checks that Close stops the checkpointer's
+// goroutine and closes its connection: the writer's connection is then
+// the last to close, which checkpoints the WAL and removes it.
+func TestGapCheckpointBesideClose(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: 40, GapCheckpointBeside: true})
+	steadyWrites(t, s, 30)
+	c := s.beside
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.done:
+	default:
+		t.Fatal("the checkpointer's goroutine is still running after Close")
+	}
+	if err := c.conn.PingContext(context.Background()); err == nil {
+		t.Error("the checkpointer's connection is still open after Close")
+	}
+	if _, err := os.Stat(s.cfg.Path + "-wal"); !os.IsNotExist(err) {
+		t.Errorf("the WAL is still there after Close (%v): a connection stayed open", err)
+	}
+}

@@ -106,6 +106,19 @@ type Config struct {
 	// (https://sqlite.org/mmap.html): docs/architecture.md, "The SQLite
 	// driver", and docs/benchmarks.md, "Session 37 (s37h5)".
 	ReadMmapSize int64
+	// GapCheckpointBeside, with GapCheckpoint positive, runs the gap
+	// checkpoints on a connection of their own, in a goroutine of their
+	// own that the store starts at Open and stops at Close, rather than
+	// on the writer's connection between its transactions: under the
+	// same conditions (GapCheckpoint frames not yet checkpointed, no
+	// interactive write queued, no watcher reporting interactive work),
+	// but an interactive write that arrives during one is run and
+	// committed meanwhile instead of waiting for the checkpoint's copy and
+	// fsync. Frames the writer appends meanwhile are left for the next
+	// checkpoint, and the WAL restarts once one copies them all; the
+	// writer's raised wal_autocheckpoint stays the safety net. Without
+	// GapCheckpoint it has no effect.
+	GapCheckpointBeside bool
 }
 
 func (c Config) withDefaults() Config {
@@ -230,6 +243,9 @@ type Store struct {
 	// counts the checkpoints it ran (gapCheckpoint).
 	shm      *os.File
 	gapCkpts atomic.Int64
+	// beside runs the gap checkpoints on a connection of its own with
+	// Config.GapCheckpointBeside (checkpoint.go); nil otherwise.
+	beside *checkpointer
 	// gapPutOff counts the long batch-lane writes the writer came to
 	// while interactive work was about and put off (writeInGap), and
 	// gapLate those run anyway once they had waited gapWait.
@@ -331,6 +347,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			probe.Close()
 			return nil, err
 		}
+	}
+	if s.cfg.GapCheckpoint > 0 && s.cfg.GapCheckpointBeside {
+		if s.beside, err = openCheckpointer(ctx, cfg); err != nil {
+			s.wconn.Close()
+			wdb.Close()
+			rdb.Close()
+			probe.Close()
+			return nil, err
+		}
+		go s.checkpointBeside()
 	}
 	go s.writer()
 	return s, nil
@@ -520,6 +546,13 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
+		// The checkpointer's connection closes before the writer's: the
+		// last connection to close checkpoints the WAL and removes it.
+		var cerr error
+		if s.beside != nil {
+			<-s.beside.done
+			cerr = s.beside.close()
+		}
 		dumpWriteStats()
 		// The writer has returned: its statements are closed here. A
 		// *sql.Conn's statements are not closed with the pool, and a
@@ -531,7 +564,7 @@ func (s *Store) Close() error {
 				errs = append(errs, st.Close())
 			}
 			return errors.Join(append(errs, c.Close())...)
-		}), s.wdb.Close(), s.rdb.Close(), s.probe.Close())
+		}), cerr, s.wdb.Close(), s.rdb.Close(), s.probe.Close())
 	})
 	return err
 }

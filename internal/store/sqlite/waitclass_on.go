@@ -60,6 +60,9 @@ type classed struct {
 	// (-1: none yet).
 	commitMs   float64
 	sinceBatch time.Duration
+	// overBeside: its COMMIT overlapped a checkpoint beside the writer
+	// (Config.GapCheckpointBeside).
+	overBeside bool
 }
 
 // waitClasses splits interactive write w's latency, up to the COMMIT of
@@ -247,6 +250,11 @@ type ownCommitStat struct {
 	FramesMean                       float64
 }
 
+// besideBucket is the ownCommitStat.SinceBatchCommit of the own COMMITs
+// that overlapped a checkpoint beside the writer, whatever the time since
+// the last batch-only COMMIT (they are in no other bucket).
+const besideBucket = "overlapping a beside checkpoint"
+
 // sinceBucket names the range of the time since the last batch-only
 // COMMIT (ownCommitStat.SinceBatchCommit); negative: none.
 func sinceBucket(d time.Duration) string {
@@ -266,12 +274,12 @@ func sinceBucket(d time.Duration) string {
 // COMMIT began.
 func ownCommitStats(cs []classed) []ownCommitStat {
 	var out []ownCommitStat
-	for _, b := range []string{"<1ms", "1-10ms", "10-100ms", ">=100ms or none"} {
+	for _, b := range []string{"<1ms", "1-10ms", "10-100ms", ">=100ms or none", besideBucket} {
 		st := ownCommitStat{SinceBatchCommit: b}
 		var v []float64
 		frames := 0.0
 		for _, c := range cs {
-			if c.nb > 0 || sinceBucket(c.sinceBatch) != b {
+			if c.nb > 0 || (c.overBeside && b != besideBucket) || (!c.overBeside && (b == besideBucket || sinceBucket(c.sinceBatch) != b)) {
 				continue
 			}
 			v = append(v, c.commitMs)

@@ -23,3 +23,5 @@ func noteSeg(s *Store, what string, r *writeReq, t0 time.Time)              {}
 func noteRun(s *Store, r *writeReq, t0 time.Time)                           {}
 func noteGapCheckpoint(s *Store, t0 time.Time)                              {}
 func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time) {}
+func noteBesideBegin(s *Store)                                              {}
+func noteBesideEnd(s *Store, t0 time.Time)                                  {}

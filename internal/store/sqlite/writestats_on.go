@@ -237,6 +237,12 @@ type segRing struct {
 	// in WAL mode only a checkpoint writes that file.
 	dbMod  time.Time
 	dbSize int64
+	// besideOn is set while a checkpoint beside the writer
+	// (Config.GapCheckpointBeside) runs, and besideEnd is when the last
+	// one ended: a COMMIT that overlaps one is not counted as
+	// checkpointing (the main file changed under it) but as overlapping.
+	besideOn  bool
+	besideEnd time.Time
 	// wal is the wal-index header read at the running transaction's
 	// BEGIN: the frames its COMMIT appends are read against it.
 	wal walHdr
@@ -314,6 +320,7 @@ type walTxIO struct {
 	Interactive bool  // the transaction held an interactive write
 	Ckpt        int64 // frames backfilled into the database by it
 	Restart     bool  // its first frame went to the WAL's beginning
+	Mx          int64 // the WAL's frames after it
 }
 
 // walFrameLeaves describes frames [from, to) of s's WAL that hold table
@@ -466,7 +473,7 @@ func noteWALVolume(s *Store, g *segRing, batch []ran, hasInteractive bool) (fram
 		kinds[i] = w.r.kind
 	}
 	walVols.txs = append(walVols.txs, walTx{Phase: phase, Kinds: kinds, NPage0: a.nPage, NPage1: b.nPage, Pages: pages, Leaves: walFrameLeaves(s, b.mx-frames, b.mx),
-		IO: walTxIO{EndNs: time.Now().UnixNano(), Interactive: hasInteractive, Ckpt: ck, Restart: b.salt != a.salt}})
+		IO: walTxIO{EndNs: time.Now().UnixNano(), Interactive: hasInteractive, Ckpt: ck, Restart: b.salt != a.salt, Mx: b.mx}})
 	if len(batch) == 1 {
 		add("solo "+batch[0].r.kind, 1, 1, frames, ck)
 		return frames
@@ -577,11 +584,15 @@ func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time) {
 	segs.mu.Lock()
 	g := ringOf(s)
 	ckpt := "plain"
+	overBeside := g.besideOn || g.besideEnd.After(c0)
 	if fi, err := os.Stat(s.cfg.Path); err == nil {
 		if !fi.ModTime().Equal(g.dbMod) || fi.Size() != g.dbSize {
 			ckpt = "ckpt"
 		}
 		g.dbMod, g.dbSize = fi.ModTime(), fi.Size()
+	}
+	if overBeside {
+		ckpt = "beside-overlap"
 	}
 	what := "commit batch-only " + ckpt
 	if hasInteractive {
@@ -648,6 +659,7 @@ func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time) {
 		wc := waitClasses(recent, w.r, g.tx, nb)
 		wc.phase, wc.lat, wc.frames = phase, dc.lat, frames
 		wc.commitMs = float64(d) / 1e6
+		wc.overBeside = overBeside
 		wc.sinceBatch = -1
 		if !g.batchEnd.IsZero() {
 			wc.sinceBatch = c0.Sub(g.batchEnd)
@@ -725,4 +737,27 @@ func noteGapCheckpoint(s *Store, t0 time.Time) {
 	}
 	segs.mu.Unlock()
 	noteWrite(&writeReq{lane: job.LaneBatch, kind: "CKPT gap checkpoint"}, time.Since(t0), 0)
+}
+
+// noteBesideBegin records that a checkpoint beside the writer
+// (Store.checkpointOnce) began.
+func noteBesideBegin(s *Store) {
+	segs.mu.Lock()
+	ringOf(s).besideOn = true
+	segs.mu.Unlock()
+}
+
+// noteBesideEnd records a checkpoint beside the writer begun at t0: not a
+// stretch of the writer's time (no write waits for it), but the main
+// file's new mtime and size are taken as the last COMMIT's, and the
+// COMMITs that overlapped it are marked so (noteTxCommit).
+func noteBesideEnd(s *Store, t0 time.Time) {
+	segs.mu.Lock()
+	g := ringOf(s)
+	g.besideOn, g.besideEnd = false, time.Now()
+	if fi, err := os.Stat(s.cfg.Path); err == nil {
+		g.dbMod, g.dbSize = fi.ModTime(), fi.Size()
+	}
+	segs.mu.Unlock()
+	noteWrite(&writeReq{lane: job.LaneBatch, kind: "CKPT beside checkpoint"}, time.Since(t0), 0)
 }
