@@ -196,7 +196,9 @@ func TestGapCheckpointBesideDoesNotBlockWriter(t *testing.T) {
 	}
 	s.beside.hook.Store(&hook)
 	ran0 := s.gapCkpts.Load()
+	fed := make(chan struct{})
 	go func() { // the writes that wake the checkpointer
+		defer close(fed)
 		for mx, done := walFrames(t, s); mx-done < gap; mx, done = walFrames(t, s) {
 			if err := s.write(context.Background(), bigObject); err != nil {
 				t.Error(err)
@@ -220,6 +222,11 @@ func TestGapCheckpointBesideDoesNotBlockWriter(t *testing.T) {
 		close(release)
 		t.Fatal("a write did not commit in 10 s while a checkpoint beside the writer was held")
 	}
+	// The feeder ends while the checkpoint is held (the backlog cannot
+	// fall): joined before the release, it cannot still be writing when
+	// the test's cleanup closes the store (it was, and failed with
+	// errClosed, when a released checkpoint let the backlog fall first).
+	<-fed
 	close(release)
 	waitGapCheckpoints(t, s, ran0)
 }
