@@ -94,15 +94,24 @@ func (s *Store) walBacklog() (n int64, ok bool) {
 // walBacklogOf is walBacklog on the -shm file of the database at path,
 // opened into *shm the first time.
 func walBacklogOf(path string, shm **os.File) (n int64, ok bool) {
-	if *shm == nil {
-		f, err := os.Open(path + "-shm")
-		if err != nil {
-			return 0, false
-		}
-		*shm = f
+	if !openShm(path, shm) {
+		return 0, false
 	}
 	mx, backfilled, ok := readWALIndex(*shm)
 	return max(mx-backfilled, 0), ok
+}
+
+// openShm opens the -shm file of the database at path into *shm unless it
+// is open already, and reports whether it is.
+func openShm(path string, shm **os.File) bool {
+	if *shm == nil {
+		f, err := os.Open(path + "-shm")
+		if err != nil {
+			return false
+		}
+		*shm = f
+	}
+	return true
 }
 
 // besidePoll is how often the checkpointer asks the watchers again while
@@ -211,10 +220,10 @@ func (s *Store) checkpointBeside() {
 // "Session 37 (s37h4)").
 func (s *Store) besideDue() bool {
 	c := s.beside
-	if _, ok := walBacklogOf(s.cfg.Path, &c.shm); !ok {
+	if !openShm(s.cfg.Path, &c.shm) {
 		return false
 	}
-	mx, bf, ok := readWALIndex(c.shm)
+	mx, bf, ok := readWALIndex(c.shm) // one read of the header, not two
 	n := int64(s.cfg.GapCheckpoint)
 	return ok && (mx-bf >= n || mx >= n && bf > 0 && mx > bf)
 }
