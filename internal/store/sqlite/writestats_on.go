@@ -5,6 +5,7 @@ package sqlite
 import (
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"os"
 	"runtime"
 	"sort"
@@ -108,20 +109,20 @@ func noteWrite(r *writeReq, d time.Duration, interQueued int) {
 }
 
 // dumpWriteStats appends the figures to $RATELANE_WRITESTATS, one JSON
-// line per kind, and forgets them.
+// line per kind, and forgets them. With the variable unset (or its file
+// not writable) it forgets them all the same: a store closed without it
+// must not leave its figures to the next store's dump in the process.
 func dumpWriteStats() {
-	path := os.Getenv("RATELANE_WRITESTATS")
-	if path == "" {
-		return
-	}
 	writeStats.mu.Lock()
 	defer writeStats.mu.Unlock()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return
+	var w io.Writer = io.Discard
+	if path := os.Getenv("RATELANE_WRITESTATS"); path != "" {
+		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			defer f.Close()
+			w = f
+		}
 	}
-	defer f.Close()
-	enc := json.NewEncoder(f)
+	enc := json.NewEncoder(w)
 	for _, st := range writeStats.m {
 		sort.Float64s(st.Holds)
 		st.P50 = st.Holds[len(st.Holds)/2]
