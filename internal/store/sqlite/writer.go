@@ -201,7 +201,7 @@ func (s *Store) writePieces(ctx context.Context, n int, fn func(tx *writeTx, lo,
 func (s *Store) writer(niced chan<- error) {
 	defer close(s.done)
 	if niced != nil {
-		err := niceThread(s.cfg.WriterNice)
+		err := writerNiceHook(s.cfg.WriterNice)
 		niced <- err
 		if err != nil {
 			return

@@ -26,11 +26,11 @@ func threadNice(t *testing.T, tid int) int {
 	return 20 - p
 }
 
-// TestWriterNice: with WriterNice every write runs on one OS thread, that
+// TestWriterNiceThread: with WriterNice every write runs on one OS thread, that
 // thread has the nice and no other thread of the process does, and the
 // thread ends with the store (its priority never reaches another
 // goroutine).
-func TestWriterNice(t *testing.T) {
+func TestWriterNiceThread(t *testing.T) {
 	s := OpenTest(t, Config{WriterNice: 7})
 	ctx := context.Background()
 	// Churn Go's threads meanwhile: goroutines that block in system calls
@@ -113,8 +113,8 @@ func TestWriterNice(t *testing.T) {
 func TestWriterNiceRefused(t *testing.T) {
 	// A nice below the process's needs CAP_SYS_NICE, which the tests may
 	// well have (root): the refusal is made instead.
-	defer func(f func(int) error) { niceThread = f }(niceThread)
-	niceThread = func(n int) error {
+	defer func(f func(int) error) { writerNiceHook = f }(writerNiceHook)
+	writerNiceHook = func(n int) error {
 		runtime.LockOSThread()
 		return syscall.EPERM
 	}

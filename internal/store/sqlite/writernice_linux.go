@@ -18,9 +18,9 @@ func niceWriterThread(n int) error {
 	return syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), n)
 }
 
-// niceThread is niceWriterThread, a variable so that a test can have the
+// writerNiceHook is niceWriterThread, a variable so that a test can have the
 // OS refuse.
-var niceThread = niceWriterThread
+var writerNiceHook = niceWriterThread
 
 // writerNiceSupported reports whether WriterNice can be set here.
 const writerNiceSupported = true

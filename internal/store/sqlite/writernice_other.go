@@ -10,8 +10,8 @@ func niceWriterThread(n int) error {
 	return errors.New("sqlite: WriterNice is supported on Linux only")
 }
 
-// niceThread is niceWriterThread, as on Linux.
-var niceThread = niceWriterThread
+// writerNiceHook is niceWriterThread, as on Linux.
+var writerNiceHook = niceWriterThread
 
 // writerNiceSupported reports whether WriterNice can be set here.
 const writerNiceSupported = false
