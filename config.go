@@ -67,6 +67,14 @@ type Region struct {
 	// held up behind it (sqlite.Config.GapCheckpointBeside). False (the
 	// default) runs them on the writer's connection.
 	SQLiteGapCheckpointBeside bool
+	// SQLiteWriterNice, when not zero, locks the SQLite store's writer
+	// goroutine to one OS thread and sets that thread's nice to it (-20 to
+	// 19, lower runs first; sqlite.Config.WriterNice): a slow interactive
+	// COMMIT on a busy machine is mostly its thread waiting in the OS run
+	// queue after the fdatasync's I/O completed (docs/benchmarks.md,
+	// "Session 38 (s38h2)"). Negative values need CAP_SYS_NICE; Linux
+	// only. Zero (the default) leaves the writer's thread to Go.
+	SQLiteWriterNice int
 	// PostgresURL is the region's PostgreSQL database.
 	PostgresURL string
 	// PostgresSchema is the schema holding the region's tables; default

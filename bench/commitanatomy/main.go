@@ -12,7 +12,7 @@
 //
 //	flock /tmp/bench.lock bench/commitanatomy/ftrace.sh /tmp/ft.txt \
 //	    env RATELANE_WRITESTATS=/tmp/ws.jsonl ratelane-cpulabels bench batch-isolation --json --runs 2
-//	go run ./bench/commitanatomy -writestats /tmp/ws.jsonl -ftrace /tmp/ft.txt
+//	go run ./bench/commitanatomy -writestats /tmp/ws.jsonl -ftrace /tmp/ft.txt [-own]
 //
 // A sync's time is its entry to its exit as the kernel traced them: it
 // includes the thread's own CPU and run-queue wait inside the call, which
@@ -339,6 +339,7 @@ func main() {
 	slow := flag.Float64("slow", 0.02, "the slow tail's share of each set, by wall time")
 	phs := flag.String("phases", "baseline,sweep,after", "the phases to show, comma-separated (a test's records have the phase \"\")")
 	win := flag.Duration("before", 50e6, "the window before each interactive commit to describe")
+	own := flag.Bool("own", false, "restrict the commits holding an interactive write to those with no batch-lane write (class \"interactive\": session 37's class d, the write's own COMMIT)")
 	flag.Parse()
 	f, err := os.Open(*ws)
 	if err != nil {
@@ -394,11 +395,15 @@ func main() {
 		}
 	}
 	fmt.Println()
-	fmt.Printf("Commits holding an interactive write (interactive and mixed): all, and the slowest %.0f %% by wall.\n\n", *slow*100)
+	which := "interactive and mixed"
+	if *own {
+		which = "interactive only: -own"
+	}
+	fmt.Printf("Commits holding an interactive write (%s): all, and the slowest %.0f %% by wall.\n\n", which, *slow*100)
 	header("phase, set")
 	inter := map[string][]*rec{}
 	for _, r := range recs {
-		if r.What == "commit" && r.Class != "batch" {
+		if r.What == "commit" && r.Class != "batch" && (!*own || r.Class == "interactive") {
 			inter[r.Phase] = append(inter[r.Phase], r)
 		}
 	}

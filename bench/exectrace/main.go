@@ -146,6 +146,11 @@ func main() {
 	sysOpen := map[trace.GoID]sysCall{}
 	sysAgg := map[string][4]float64{}
 	var fsyncs [][2]float64 // start, duration (ns)
+	// pwait is, per fsync (the index in fsyncs), the time from the
+	// syscall's return to its goroutine running again when it returned
+	// without a P (Syscall -> Runnable): Go's P-wait after the sync.
+	pwait := map[int]float64{}
+	pwaitOpen := map[trace.GoID][2]float64{} // fsync index, exit time
 	eachEvent(flag.Arg(0), func(ev trace.Event) {
 		t := ev.Time()
 		if first == 0 {
@@ -180,6 +185,9 @@ func main() {
 					d := float64(t - c.at)
 					if strings.HasPrefix(c.key, "modernc.org/sqlite/lib._full_fsync") {
 						fsyncs = append(fsyncs, [2]float64{float64(c.at), d})
+						if to == trace.GoRunnable {
+							pwaitOpen[g] = [2]float64{float64(len(fsyncs) - 1), float64(t)}
+						}
 					}
 					a := sysAgg[c.key]
 					a[0]++
@@ -205,6 +213,10 @@ func main() {
 			}
 			if to == trace.GoRunning {
 				running[g] = t
+				if o, ok := pwaitOpen[g]; ok {
+					pwait[int(o[0])] = float64(t) - o[1]
+					delete(pwaitOpen, g)
+				}
 			}
 		case trace.EventRangeBegin, trace.EventRangeEnd, trace.EventRangeActive:
 			r := ev.Range()
@@ -261,7 +273,8 @@ func main() {
 	// The fsyncs by phase, once the phase mark is known (without one, a
 	// capture of the sweep alone, they are the whole trace's).
 	byPhase := map[string][]float64{}
-	for _, fs := range fsyncs {
+	pwBy := map[string][]float64{} // P-wait per fsync, 0 for one that kept or got a P at once
+	for i, fs := range fsyncs {
 		ph := "baseline"
 		switch {
 		case mk.sweepAt == 0:
@@ -270,6 +283,7 @@ func main() {
 			ph = "sweep"
 		}
 		byPhase[ph] = append(byPhase[ph], fs[1])
+		pwBy[ph] = append(pwBy[ph], pwait[i])
 	}
 	for _, ph := range []string{"trace", "baseline", "sweep"} {
 		v := byPhase[ph]
@@ -291,6 +305,18 @@ func main() {
 		q := func(p float64) float64 { return v[min(len(v)-1, int(p*float64(len(v))))] / 1e6 }
 		fmt.Printf("fsync (SQLite WAL/checkpoint) %s: %d in %.1f s (%.0f/s), busy %.1f%%, p50 %.2f ms, p90 %.2f, p99 %.2f, max %.1f\n",
 			ph, len(v), span/1e9, float64(len(v))/(span/1e9), 100*tot/span, q(0.5), q(0.9), q(0.99), v[len(v)-1]/1e6)
+		w := pwBy[ph]
+		sort.Float64s(w)
+		n, wt := 0, 0.0
+		for _, x := range w {
+			if x > 0 {
+				n++
+			}
+			wt += x
+		}
+		qw := func(p float64) float64 { return w[min(len(w)-1, int(p*float64(len(w))))] / 1e6 }
+		fmt.Printf("  after it, Go's P-wait (syscall return without a P -> running) %s: %d of %d fsyncs (%.1f%%), mean %.3f ms per fsync, p90 %.2f, p99 %.2f, max %.1f; %.1f%% of the fsyncs' time\n",
+			ph, n, len(w), 100*float64(n)/float64(len(w)), wt/float64(len(w))/1e6, qw(0.9), qw(0.99), w[len(w)-1]/1e6, 100*wt/tot)
 	}
 	for g, s := range running {
 		runs = append(runs, run{g, s, last})

@@ -318,6 +318,20 @@ func TestBatchLaneSQLiteGapCheckpoint(t *testing.T) {
 	})
 }
 
+// TestBatchLaneSQLiteWriterNice: the config file's
+// batch_lane.sqlite_writer_nice sets every served region's
+// SQLiteWriterNice; absent leaves it off, and a value out of range or not
+// a whole number stops start-up naming the field.
+func TestBatchLaneSQLiteWriterNice(t *testing.T) {
+	checkRegionValues(t, "SQLiteWriterNice", func(r ratelane.Region) int { return r.SQLiteWriterNice }, []regionValue[int]{
+		{`{"batch_lane": {"sqlite_writer_nice": 5}}`, 5, ""},
+		{`{"batch_lane": {}}`, 0, ""},
+		{`{"batch_lane": {"sqlite_writer_nice": -21}}`, 0, "batch_lane.sqlite_writer_nice"},
+		{`{"batch_lane": {"sqlite_writer_nice": 20}}`, 0, "batch_lane.sqlite_writer_nice"},
+		{`{"batch_lane": {"sqlite_writer_nice": "-10"}}`, 0, "batch_lane.sqlite_writer_nice"},
+	})
+}
+
 // TestBatchLaneSQLiteGapCheckpointBeside: the config file's
 // batch_lane.sqlite_gap_checkpoint_beside sets every served region's
 // SQLiteGapCheckpointBeside; absent leaves it off, and a value that is not

@@ -71,6 +71,9 @@ type serverFlags struct {
 	// sqliteGapCheckpointBeside is the config file's
 	// batch_lane.sqlite_gap_checkpoint_beside for every SQLite region.
 	sqliteGapCheckpointBeside bool
+	// sqliteWriterNice is the config file's batch_lane.sqlite_writer_nice
+	// for every SQLite region (zero: off).
+	sqliteWriterNice int
 }
 
 // multiFlag collects a repeatable flag.
@@ -171,6 +174,11 @@ type batchLaneConfig struct {
 	// on a connection of their own beside the writer. false: on the
 	// writer's (the default).
 	SQLiteGapCheckpointBeside bool `json:"sqlite_gap_checkpoint_beside"`
+	// SQLiteWriterNice is each SQLite region's
+	// ratelane.Region.SQLiteWriterNice: the writer locked to one OS thread
+	// of this nice, -20 to 19 (negative needs CAP_SYS_NICE; Linux). 0:
+	// off (the default).
+	SQLiteWriterNice int `json:"sqlite_writer_nice"`
 }
 
 // warnRetired logs one warning for each retired setting the config file
@@ -224,6 +232,7 @@ func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error)
 		cfg.Regions[i].SQLiteBatchHold = cmp.Or(cfg.Regions[i].SQLiteBatchHold, f.sqliteHold)
 		cfg.Regions[i].SQLiteGapCheckpoint = cmp.Or(cfg.Regions[i].SQLiteGapCheckpoint, f.sqliteGapCheckpoint)
 		cfg.Regions[i].SQLiteGapCheckpointBeside = cfg.Regions[i].SQLiteGapCheckpointBeside || f.sqliteGapCheckpointBeside
+		cfg.Regions[i].SQLiteWriterNice = cmp.Or(cfg.Regions[i].SQLiteWriterNice, f.sqliteWriterNice)
 	}
 	for _, p := range f.postgres {
 		region, url, scoped := strings.Cut(p, "=")
@@ -304,6 +313,10 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 	}
 	f.sqliteGapCheckpoint = fc.BatchLane.SQLiteGapCheckpoint
 	f.sqliteGapCheckpointBeside = fc.BatchLane.SQLiteGapCheckpointBeside
+	if n := fc.BatchLane.SQLiteWriterNice; n < -20 || n > 19 {
+		return fmt.Errorf("config %s: batch_lane.sqlite_writer_nice: want a nice from -20 to 19 (try -10; negative needs CAP_SYS_NICE), or 0 (off), not %d", f.config, n)
+	}
+	f.sqliteWriterNice = fc.BatchLane.SQLiteWriterNice
 	for _, d := range []struct {
 		field, s string
 		dst      *time.Duration

@@ -97,6 +97,10 @@ type Options struct {
 	// Region.SQLiteGapCheckpointBeside (the gap checkpoints on their own
 	// connection beside the writer), for A/B runs.
 	SQLiteGapCheckpointBeside bool
+	// SQLiteWriterNice is every SQLite region's Region.SQLiteWriterNice
+	// (the writer locked to a thread of this nice), for A/B runs: zero
+	// leaves the writer's thread to Go.
+	SQLiteWriterNice int
 	// Sim is where the batch-isolation workload's simulators run:
 	// SimInProcess ("" too) or SimChild, which needs the executable to
 	// call ServeSimChildIfAsked first (the ratelane command, this
@@ -565,6 +569,7 @@ func (e *env) region() ratelane.Region {
 		r.SQLiteGapCheckpoint = e.opts.SQLiteGapCheckpoint
 		r.SQLiteReadMmapSize = e.opts.SQLiteReadMmapSize
 		r.SQLiteGapCheckpointBeside = e.opts.SQLiteGapCheckpointBeside
+		r.SQLiteWriterNice = e.opts.SQLiteWriterNice
 	}
 	return r
 }

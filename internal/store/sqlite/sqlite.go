@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -119,6 +120,21 @@ type Config struct {
 	// writer's raised wal_autocheckpoint stays the safety net. Without
 	// GapCheckpoint it has no effect.
 	GapCheckpointBeside bool
+	// WriterNice, when not zero, locks the writer goroutine to one OS
+	// thread for the store's life and sets that thread's nice (Linux's
+	// per-thread priority, -20 to 19; lower runs first) to it. An
+	// interactive COMMIT is one fdatasync, and on a busy machine most of a
+	// slow one is not the device but its thread, woken when the sync's I/O
+	// completed, waiting in the OS run queue for a CPU (docs/benchmarks.md,
+	// "Session 35 (s35h1)" and "Session 38 (s38h2)"); a negative nice puts
+	// the writer ahead of the process's other threads and other processes
+	// there. Negative values need CAP_SYS_NICE (or RLIMIT_NICE): Open fails
+	// when the OS refuses, naming the field. Zero (the default) leaves the
+	// writer on whatever thread Go's scheduler gives it, as before. Linux
+	// only: elsewhere a non-zero value fails validation. A locked writer
+	// costs a thread switch each time it wakes from idle, which is why it
+	// is opt-in.
+	WriterNice int
 }
 
 func (c Config) withDefaults() Config {
@@ -139,6 +155,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("sqlite: Synchronous must be %s or %s, got %q", SyncFull, SyncNormal, c.Synchronous)
 	case c.MaxBatch < 1:
 		return fmt.Errorf("sqlite: MaxBatch must be at least 1, got %d", c.MaxBatch)
+	case c.WriterNice < -20 || c.WriterNice > 19:
+		return fmt.Errorf("sqlite: WriterNice must be from -20 to 19 (0: off), got %d", c.WriterNice)
+	case c.WriterNice != 0 && !writerNiceSupported:
+		return fmt.Errorf("sqlite: WriterNice must be 0 on %s: a thread's own priority is Linux's", runtime.GOOS)
 	}
 	return nil
 }
@@ -358,7 +378,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		go s.checkpointBeside()
 	}
-	go s.writer()
+	if n := s.cfg.WriterNice; n != 0 {
+		// The nice is the writer thread's: the writer sets it as it
+		// starts, and Open waits to learn whether the OS allowed it.
+		niced := make(chan error, 1)
+		go s.writer(niced)
+		if err := <-niced; err != nil {
+			s.Close()
+			return nil, fmt.Errorf("sqlite: WriterNice %d: set the writer thread's nice: %w (a negative value needs CAP_SYS_NICE)", n, err)
+		}
+		return s, nil
+	}
+	go s.writer(nil)
 	return s, nil
 }
 

@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"runtime"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -26,5 +27,18 @@ func TestConformanceReadMmap(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		t.Helper()
 		return sqlite.OpenTest(t, sqlite.Config{ReadMmapSize: 64 << 20})
+	})
+}
+
+// TestConformanceWriterNice runs the suite with the writer locked to a
+// thread of its own nice (Config.WriterNice), off by default. A positive
+// nice needs no privilege.
+func TestConformanceWriterNice(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("WriterNice is Linux's")
+	}
+	storetest.Run(t, func(t *testing.T) store.Store {
+		t.Helper()
+		return sqlite.OpenTest(t, sqlite.Config{WriterNice: 5})
 	})
 }

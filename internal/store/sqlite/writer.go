@@ -193,8 +193,20 @@ func (s *Store) writePieces(ctx context.Context, n int, fn func(tx *writeTx, lo,
 // holds an interactive write takes no more batch-lane writes. So an
 // interactive write waits behind at most the one batch-lane write running
 // when it arrived, however large the batch lane's writes are.
-func (s *Store) writer() {
+//
+// With WriterNice set, niced is not nil: the writer first locks itself to
+// its thread and sets the thread's nice, and sends the result there; on an
+// error it returns at once (Open closes the store). It never unlocks, so
+// that Go ends the thread with it.
+func (s *Store) writer(niced chan<- error) {
 	defer close(s.done)
+	if niced != nil {
+		err := writerNiceHook(s.cfg.WriterNice)
+		niced <- err
+		if err != nil {
+			return
+		}
+	}
 	if cpulabel.On {
 		defer lockWriterThread(s)()
 	}
