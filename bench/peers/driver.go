@@ -92,6 +92,13 @@ type env struct {
 	// upstreams senders start (bench.Options.Phase), the same for every
 	// system in the run.
 	phase time.Duration
+	// sqliteGapCheckpoint and sqliteGapCheckpointBeside are ratelane-sqlite's
+	// bench.Options.SQLiteGapCheckpoint and SQLiteGapCheckpointBeside
+	// (--sqlite-gap-checkpoint, --sqlite-gap-checkpoint-beside), so that
+	// the throughput of a load with no batch lane can be compared with the
+	// gap checkpoints on and off.
+	sqliteGapCheckpoint       int
+	sqliteGapCheckpointBeside bool
 }
 
 // post delivers a job to a simulator route with id as webhook-id and maps

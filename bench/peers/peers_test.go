@@ -232,6 +232,13 @@ func TestParse(t *testing.T) {
 	if c, err := parse([]string{"--phase", "250ms"}, &bytes.Buffer{}); err != nil || c.phase != 250*time.Millisecond || !c.phaseFixed {
 		t.Errorf("--phase 250ms: phase %v, fixed %v (%v)", c.phase, c.phaseFixed, err)
 	}
+	if c.env.sqliteGapCheckpoint != 0 || c.env.sqliteGapCheckpointBeside {
+		t.Errorf("no --sqlite-gap-checkpoint: %d, beside %v; want 0 (ratelane's default), false", c.env.sqliteGapCheckpoint, c.env.sqliteGapCheckpointBeside)
+	}
+	if c, err := parse([]string{"--sqlite-gap-checkpoint", "1000", "--sqlite-gap-checkpoint-beside"}, &bytes.Buffer{}); err != nil ||
+		c.env.sqliteGapCheckpoint != 1000 || !c.env.sqliteGapCheckpointBeside {
+		t.Errorf("--sqlite-gap-checkpoint 1000 --sqlite-gap-checkpoint-beside: %d, beside %v (%v)", c.env.sqliteGapCheckpoint, c.env.sqliteGapCheckpointBeside, err)
+	}
 	for _, args := range [][]string{
 		{"--peers", "sidekiq"}, {"--workloads", "fairness"}, {"--runs", "0"},
 		{"--peers", "asynq", "--baseline", "ratelane-sqlite"}, {"extra"},

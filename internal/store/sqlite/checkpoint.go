@@ -132,6 +132,10 @@ type checkpointer struct {
 	// blocking, after each transaction (gapCheckpoint).
 	kick chan struct{}
 	done chan struct{} // closed as checkpointBeside returns
+	// finishes counts the finishing checkpoints run since the last one
+	// the backlog called for (besideDue; checkpointBeside's goroutine
+	// only).
+	finishes int
 	// hook, set by tests, is called by the checkpointer just before
 	// each checkpoint it runs.
 	hook atomic.Pointer[func()]
@@ -168,7 +172,9 @@ func (c *checkpointer) close() error {
 // safe beside the writer). While the backlog waits for a gap it asks
 // again every besidePoll, so a gap that opens while the writer is idle is
 // taken too; after a checkpoint that copied frames it looks again at
-// once, so that frames appended during one are copied by the next. The
+// once, so that frames appended during one are copied by the next (at
+// most besideFinishes times, so as not to chase a writer that never
+// pauses). The
 // writer never waits for it: a write arriving meanwhile
 // appends to the WAL beside the checkpoint (and its COMMIT's own
 // autocheckpoint, the safety net, finds the checkpoint lock held and
@@ -190,10 +196,16 @@ func (s *Store) checkpointBeside() {
 			return
 		}
 		for {
-			if !s.besideDue() {
+			due, finish := s.besideDue()
+			if !due {
 				break
 			}
 			if !s.interactiveAbout() {
+				if finish {
+					c.finishes++
+				} else {
+					c.finishes = 0
+				}
 				if !s.checkpointOnce() {
 					break // no progress (a reader's snapshot, the lock held): wait for the next write
 				}
@@ -210,22 +222,40 @@ func (s *Store) checkpointBeside() {
 	}
 }
 
+// besideFinishes is how many finishing checkpoints (besideDue's second
+// rule) the checkpointer runs after each one the backlog called for: one
+// usually copies what the writer appended during the first, so that the
+// WAL restarts; more only chase a writer that never pauses, one
+// checkpoint (and one sync of the database file) after every write
+// (docs/benchmarks.md, "Session 38 (s38h1)").
+const besideFinishes = 2
+
 // besideDue reports whether the checkpointer has a checkpoint to run: the
 // WAL holds at least Config.GapCheckpoint frames not yet checkpointed, or
 // it holds at least that many frames and an earlier checkpoint copied some
-// of them but not all (the writer appended during it). The second finishes
-// the WAL, so that the next write can restart it: without it the frames
-// appended during a checkpoint waited for GapCheckpoint more, and the WAL
-// restarted at ~2,000 frames instead of ~1,000 (docs/benchmarks.md,
-// "Session 37 (s37h4)").
-func (s *Store) besideDue() bool {
+// of them but not all (the writer appended during it), and fewer than
+// besideFinishes such finishing checkpoints ran since the last of the
+// first kind. The second finishes the WAL, so that the next write can
+// restart it: without it the frames appended during a checkpoint waited
+// for GapCheckpoint more, and the WAL restarted at ~2,000 frames instead
+// of ~1,000 (docs/benchmarks.md, "Session 37 (s37h4)"). finish reports
+// that it is of the second kind.
+func (s *Store) besideDue() (due, finish bool) {
 	c := s.beside
 	if !openShm(s.cfg.Path, &c.shm) {
-		return false
+		return false, false
 	}
 	mx, bf, ok := readWALIndex(c.shm) // one read of the header, not two
 	n := int64(s.cfg.GapCheckpoint)
-	return ok && (mx-bf >= n || mx >= n && bf > 0 && mx > bf)
+	switch {
+	case !ok:
+		return false, false
+	case mx-bf >= n:
+		return true, false
+	case mx >= n && bf > 0 && mx > bf && c.finishes < besideFinishes:
+		return true, true
+	}
+	return false, false
 }
 
 // checkpointOnce runs one PASSIVE checkpoint on the checkpointer's

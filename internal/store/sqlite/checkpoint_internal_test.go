@@ -175,6 +175,39 @@ func TestGapCheckpointBesideRestartsWAL(t *testing.T) {
 	}
 }
 
+// TestGapCheckpointBesideSteadyWriter checks that under a writer that
+// never pauses, with no interactive work reported, the checkpointer beside
+// it runs about one checkpoint per GapCheckpoint frames (with at most
+// besideFinishes finishing ones after each), not one after every write:
+// chasing the frames appended during each checkpoint ran 413-595
+// checkpoints in a throughput run against 31-39 without gap checkpoints,
+// and the run's throughput fell (docs/benchmarks.md, "Session 38
+// (s38h1)").
+func TestGapCheckpointBesideSteadyWriter(t *testing.T) {
+	t.Parallel()
+	const gap, writes = 100, 400
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointBeside: true})
+	s.WatchInteractive(func() bool { return false })
+	steadyWrites(t, s, 1)
+	mx0, _ := walFrames(t, s)
+	ran0 := s.gapCkpts.Load()
+	var frames int64
+	for range writes {
+		before, _ := walFrames(t, s)
+		steadyWrites(t, s, 1)
+		after, _ := walFrames(t, s)
+		if after > before {
+			frames += after - before
+		} else {
+			frames += after // the WAL restarted
+		}
+	}
+	ran := s.gapCkpts.Load() - ran0
+	if most := (frames/gap + 2) * (1 + besideFinishes); ran > most {
+		t.Errorf("%d checkpoints beside a steady writer over %d frames (from %d), want ≤ %d", ran, frames, mx0, most)
+	}
+}
+
 // TestGapCheckpointBesideDoesNotBlockWriter checks that a write commits
 // while a checkpoint beside the writer is held in progress (by the test
 // hook), and that the held checkpoint then runs.
