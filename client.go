@@ -218,7 +218,7 @@ func openStore(ctx context.Context, r Region, log *slog.Logger) (store.Store, er
 	warnLooseModes(log, r.Name, r.SQLitePath)
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: r.SQLitePath, Region: r.Name, Synchronous: r.Synchronous, BatchHold: r.SQLiteBatchHold,
 		GapCheckpoint: r.SQLiteGapCheckpoint, ReadMmapSize: r.SQLiteReadMmapSize,
-		GapCheckpointBeside: r.SQLiteGapCheckpointBeside, WriterNice: r.SQLiteWriterNice})
+		GapCheckpointOnWriter: r.SQLiteGapCheckpointOnWriter, WriterNice: r.SQLiteWriterNice})
 	if err != nil {
 		return nil, err
 	}

@@ -46,12 +46,16 @@ type Region struct {
 	// "Session 34 (s34h2)"). `ratelane serve` warns when a config file
 	// sets it.
 	SQLiteBatchSyncDefer time.Duration
-	// SQLiteGapCheckpoint, when positive, has the SQLite writer run WAL
-	// checkpoints between transactions while no interactive work is in
-	// flight, once the WAL holds this many frames not yet checkpointed,
-	// instead of inside whichever commit crosses SQLite's 1,000-frame
-	// autocheckpoint (sqlite.Config.GapCheckpoint; 4× it stays as the
-	// safety net). Zero (the default) leaves checkpoints to SQLite.
+	// SQLiteGapCheckpoint is the WAL frames not yet checkpointed at which
+	// the SQLite store runs WAL checkpoints in the gaps between
+	// interactive work, on a connection of its own beside the writer
+	// (unless SQLiteGapCheckpointOnWriter), instead of inside whichever
+	// commit crosses SQLite's 1,000-frame autocheckpoint
+	// (sqlite.Config.GapCheckpoint; 4× it stays as the safety net). Zero
+	// means the default, 1,000 frames; negative turns gap checkpoints off
+	// and leaves checkpoints to SQLite. Beside the writer they lowered the
+	// interactive tail under a batch sweep and without one
+	// (docs/configuration.md).
 	SQLiteGapCheckpoint int
 	// SQLiteReadMmapSize, when positive, is the bytes of the database file
 	// each of the SQLite store's read connections memory-maps (PRAGMA
@@ -61,11 +65,18 @@ type Region struct {
 	// "Session 37 (s37h5)"), and an I/O error on a mapped page ends the
 	// process with a signal rather than an error.
 	SQLiteReadMmapSize int64
-	// SQLiteGapCheckpointBeside, with SQLiteGapCheckpoint, runs those
-	// checkpoints on a connection and goroutine of their own beside the
-	// writer, so that an interactive write arriving during one is not
-	// held up behind it (sqlite.Config.GapCheckpointBeside). False (the
-	// default) runs them on the writer's connection.
+	// SQLiteGapCheckpointOnWriter runs the gap checkpoints
+	// (SQLiteGapCheckpoint) on the SQLite writer's connection between its
+	// transactions rather than beside it (the default), where an
+	// interactive write arriving during one waits for it
+	// (sqlite.Config.GapCheckpointOnWriter).
+	SQLiteGapCheckpointOnWriter bool
+	// SQLiteGapCheckpointBeside has no effect.
+	//
+	// Deprecated: gap checkpoints run beside the writer by default since
+	// session 38; SQLiteGapCheckpointOnWriter runs them on the writer's
+	// connection instead, and a negative SQLiteGapCheckpoint turns them
+	// off. The field stays so that code setting it still compiles.
 	SQLiteGapCheckpointBeside bool
 	// SQLiteWriterNice, when not zero, locks the SQLite store's writer
 	// goroutine to one OS thread and sets that thread's nice to it (-20 to

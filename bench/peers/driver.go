@@ -92,8 +92,9 @@ type env struct {
 	// upstreams senders start (bench.Options.Phase), the same for every
 	// system in the run.
 	phase time.Duration
-	// sqliteGapCheckpoint and sqliteGapCheckpointBeside are ratelane-sqlite's
-	// bench.Options.SQLiteGapCheckpoint and SQLiteGapCheckpointBeside
+	// sqliteGapCheckpoint is ratelane-sqlite's
+	// bench.Options.SQLiteGapCheckpoint and sqliteGapCheckpointBeside the
+	// negation of its SQLiteGapCheckpointOnWriter
 	// (--sqlite-gap-checkpoint, --sqlite-gap-checkpoint-beside), so that
 	// the throughput of a load with no batch lane can be compared with the
 	// gap checkpoints on and off.

@@ -73,7 +73,7 @@ func ratelaneStore(store string) system {
 			d /= time.Duration(len(bench.Upstreams(e.smoke).Mixes))
 		}
 		return bench.Run(ctx, w, bench.Options{Store: store, PostgresURL: e.postgresURL, Smoke: e.smoke, Duration: d, Phase: e.phase,
-			SQLiteGapCheckpoint: e.sqliteGapCheckpoint, SQLiteGapCheckpointBeside: e.sqliteGapCheckpointBeside})
+			SQLiteGapCheckpoint: e.sqliteGapCheckpoint, SQLiteGapCheckpointOnWriter: !e.sqliteGapCheckpointBeside})
 	}}
 }
 
@@ -174,8 +174,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.env.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis for asynq and bullmq")
 	fs.IntVar(&c.env.redisDB, "redis-db", 9, "Redis database for asynq and bullmq: flushed before and after every run, so dedicate it")
 	fs.StringVar(&c.env.bullmqDir, "bullmq-dir", "bullmq", "directory of the BullMQ runner (bench.mjs)")
-	fs.IntVar(&c.env.sqliteGapCheckpoint, "sqlite-gap-checkpoint", 0, "ratelane-sqlite only: Region.SQLiteGapCheckpoint, the WAL frames at which the writer checkpoints between transactions while no interactive work is in flight (0: ratelane's default)")
-	fs.BoolVar(&c.env.sqliteGapCheckpointBeside, "sqlite-gap-checkpoint-beside", false, "ratelane-sqlite only: Region.SQLiteGapCheckpointBeside, run those checkpoints on a connection of their own beside the writer")
+	fs.IntVar(&c.env.sqliteGapCheckpoint, "sqlite-gap-checkpoint", 0, "ratelane-sqlite only: Region.SQLiteGapCheckpoint, the WAL frames at which the store checkpoints between transactions while no interactive work is in flight (0: ratelane's default, 1,000; negative: off)")
+	fs.BoolVar(&c.env.sqliteGapCheckpointBeside, "sqlite-gap-checkpoint-beside", true, "ratelane-sqlite only: run those checkpoints on a connection of their own beside the writer (the default); false runs them on the writer's (Region.SQLiteGapCheckpointOnWriter)")
 	fs.BoolVar(&c.npmCI, "npm-ci", false, "run `npm ci` in --bullmq-dir when its node_modules is missing")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -232,12 +232,21 @@ func TestParse(t *testing.T) {
 	if c, err := parse([]string{"--phase", "250ms"}, &bytes.Buffer{}); err != nil || c.phase != 250*time.Millisecond || !c.phaseFixed {
 		t.Errorf("--phase 250ms: phase %v, fixed %v (%v)", c.phase, c.phaseFixed, err)
 	}
-	if c.env.sqliteGapCheckpoint != 0 || c.env.sqliteGapCheckpointBeside {
-		t.Errorf("no --sqlite-gap-checkpoint: %d, beside %v; want 0 (ratelane's default), false", c.env.sqliteGapCheckpoint, c.env.sqliteGapCheckpointBeside)
+	if c.env.sqliteGapCheckpoint != 0 || !c.env.sqliteGapCheckpointBeside {
+		t.Errorf("no --sqlite-gap-checkpoint: %d, beside %v; want 0 (ratelane's default), true", c.env.sqliteGapCheckpoint, c.env.sqliteGapCheckpointBeside)
 	}
-	if c, err := parse([]string{"--sqlite-gap-checkpoint", "1000", "--sqlite-gap-checkpoint-beside"}, &bytes.Buffer{}); err != nil ||
-		c.env.sqliteGapCheckpoint != 1000 || !c.env.sqliteGapCheckpointBeside {
-		t.Errorf("--sqlite-gap-checkpoint 1000 --sqlite-gap-checkpoint-beside: %d, beside %v (%v)", c.env.sqliteGapCheckpoint, c.env.sqliteGapCheckpointBeside, err)
+	for _, tc := range []struct {
+		args   []string
+		gap    int
+		beside bool
+	}{
+		{[]string{"--sqlite-gap-checkpoint", "1000", "--sqlite-gap-checkpoint-beside"}, 1000, true},
+		{[]string{"--sqlite-gap-checkpoint", "-1"}, -1, true},
+		{[]string{"--sqlite-gap-checkpoint", "500", "--sqlite-gap-checkpoint-beside=false"}, 500, false},
+	} {
+		if c, err := parse(tc.args, &bytes.Buffer{}); err != nil || c.env.sqliteGapCheckpoint != tc.gap || c.env.sqliteGapCheckpointBeside != tc.beside {
+			t.Errorf("%q: %d, beside %v (%v); want %d, %v", tc.args, c.env.sqliteGapCheckpoint, c.env.sqliteGapCheckpointBeside, err, tc.gap, tc.beside)
+		}
 	}
 	for _, args := range [][]string{
 		{"--peers", "sidekiq"}, {"--workloads", "fairness"}, {"--runs", "0"},

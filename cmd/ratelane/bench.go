@@ -43,10 +43,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.BatchCPUShare, "batch-cpu-share", 0, "batch-isolation only: Config.BatchCPUShare, the batch pacer's share of wall time for computing batch pieces while interactive work is about (0: the default, 0.25; -1, or any other value outside 0 to 1: off)")
 	fs.StringVar(&o.BatchThreads, "batch-threads", "", "batch-isolation only: Config.BatchThreadPolicy; idle (Linux) runs the batch lane's computing pieces on SCHED_IDLE threads, and raises GOMAXPROCS by the governor's width (--batch-cpus, pinned at its default for the Ps before when 0) for them to sit on (empty: the default, normal threads)")
 	fs.DurationVar(&o.SQLiteBatchHold, "sqlite-batch-hold", 0, "SQLite only: Region.SQLiteBatchHold, how long the writer may hold a batch-lane transaction open while interactive work is in flight (0: the default, 10ms; negative: off)")
-	fs.IntVar(&o.SQLiteGapCheckpoint, "sqlite-gap-checkpoint", 0, "SQLite only: Region.SQLiteGapCheckpoint, the WAL frames at which the writer checkpoints between transactions while no interactive work is in flight (0: off, SQLite checkpoints inside a commit at 1,000)")
+	fs.IntVar(&o.SQLiteGapCheckpoint, "sqlite-gap-checkpoint", 0, "SQLite only: Region.SQLiteGapCheckpoint, the WAL frames at which the store checkpoints between transactions while no interactive work is in flight (0: the default, 1,000; negative: off, SQLite checkpoints inside a commit at 1,000)")
 	fs.Int64Var(&o.SQLiteReadMmapSize, "sqlite-read-mmap", 0, "SQLite only: Region.SQLiteReadMmapSize, the bytes of the database file each read connection memory-maps (PRAGMA mmap_size; 0: off, the readers pread)")
 	fs.IntVar(&o.SQLiteWriterNice, "sqlite-writer-nice", 0, "SQLite only: Region.SQLiteWriterNice, lock the writer to one OS thread of this nice (-20 to 19; negative needs CAP_SYS_NICE; Linux; 0: off)")
-	fs.BoolVar(&o.SQLiteGapCheckpointBeside, "sqlite-gap-checkpoint-beside", false, "SQLite only: Region.SQLiteGapCheckpointBeside, run the gap checkpoints (--sqlite-gap-checkpoint) on a connection and goroutine of their own beside the writer (false: on the writer's connection)")
+	gapBeside := fs.Bool("sqlite-gap-checkpoint-beside", true, "SQLite only: run the gap checkpoints (--sqlite-gap-checkpoint) on a connection and goroutine of their own beside the writer (the default); false runs them on the writer's connection (Region.SQLiteGapCheckpointOnWriter)")
 	fs.DurationVar(&o.BatchYieldMax, "batch-yield-max", 0, "batch-isolation and upstreams only: Config.BatchYieldMax, the yield gate's longest hold of one piece of computing batch work (0: the default, off; negative: off; try 100ms)")
 	// A real provider is remote: the simulators' CPU in the bench's process
 	// competed with the interactive reviews inside one Go scheduler
@@ -102,6 +102,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return usageError{err.Error()}
 	}
+	o.SQLiteGapCheckpointOnWriter = !*gapBeside
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
 	} else if fs.NArg() > 0 {

@@ -304,16 +304,18 @@ func TestBatchLaneSQLiteSyncDeferRetired(t *testing.T) {
 // TestBatchLaneSQLiteGapCheckpoint: the config file's
 // batch_lane.sqlite_gap_checkpoint sets every served region's
 // SQLiteGapCheckpoint (WAL checkpoints between transactions once the WAL
-// holds that many frames); absent or 0 leaves it off, and a negative
-// count or a value that is not a whole number stops start-up naming the
-// field.
+// holds that many frames); absent leaves the library's default (0, which
+// it reads as 1,000), 0 or a negative count turns them off (-1), a
+// region's own value wins, and a value that is not a whole number stops
+// start-up naming the field.
 func TestBatchLaneSQLiteGapCheckpoint(t *testing.T) {
 	checkRegionValues(t, "SQLiteGapCheckpoint", func(r ratelane.Region) int { return r.SQLiteGapCheckpoint }, []regionValue[int]{
 		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000}}`, 1000, ""},
-		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000}, "regions": [{"Name": "us"}, {"Name": "eu", "SQLiteGapCheckpoint": 1000}]}`, 1000, ""},
-		{`{"batch_lane": {"sqlite_gap_checkpoint": 0}}`, 0, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint": 500}, "regions": [{"Name": "us", "SQLiteGapCheckpoint": 500}, {"Name": "eu"}]}`, 500, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint": 0}}`, -1, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint": -5}}`, -1, ""},
 		{`{"batch_lane": {"cpus": 1}}`, 0, ""},
-		{`{"batch_lane": {"sqlite_gap_checkpoint": -1}}`, 0, "batch_lane.sqlite_gap_checkpoint"},
+		{`{"regions": [{"Name": "us", "SQLiteGapCheckpoint": -1}, {"Name": "eu", "SQLiteGapCheckpoint": -1}]}`, -1, ""},
 		{`{"batch_lane": {"sqlite_gap_checkpoint": "1000"}}`, 0, "batch_lane.sqlite_gap_checkpoint"},
 	})
 }
@@ -333,13 +335,15 @@ func TestBatchLaneSQLiteWriterNice(t *testing.T) {
 }
 
 // TestBatchLaneSQLiteGapCheckpointBeside: the config file's
-// batch_lane.sqlite_gap_checkpoint_beside sets every served region's
-// SQLiteGapCheckpointBeside; absent leaves it off, and a value that is not
-// a boolean stops start-up naming the field.
+// batch_lane.sqlite_gap_checkpoint_beside false sets every served
+// region's SQLiteGapCheckpointOnWriter; true or absent leaves the gap
+// checkpoints beside the writer (the default), and a value that is not a
+// boolean stops start-up naming the field.
 func TestBatchLaneSQLiteGapCheckpointBeside(t *testing.T) {
-	checkRegionValues(t, "SQLiteGapCheckpointBeside", func(r ratelane.Region) bool { return r.SQLiteGapCheckpointBeside }, []regionValue[bool]{
-		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000, "sqlite_gap_checkpoint_beside": true}}`, true, ""},
+	checkRegionValues(t, "SQLiteGapCheckpointOnWriter", func(r ratelane.Region) bool { return r.SQLiteGapCheckpointOnWriter }, []regionValue[bool]{
+		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000, "sqlite_gap_checkpoint_beside": true}}`, false, ""},
 		{`{"batch_lane": {"sqlite_gap_checkpoint": 1000}}`, false, ""},
+		{`{"batch_lane": {"sqlite_gap_checkpoint_beside": false}}`, true, ""},
 		{`{"batch_lane": {"sqlite_gap_checkpoint_beside": "yes"}}`, false, "batch_lane.sqlite_gap_checkpoint_beside"},
 	})
 }

@@ -65,12 +65,13 @@ type serverFlags struct {
 	// otherwise ignored (warnRetired).
 	sqliteSyncDefer string
 	// sqliteGapCheckpoint is the config file's
-	// batch_lane.sqlite_gap_checkpoint for every SQLite region (zero:
-	// off).
+	// batch_lane.sqlite_gap_checkpoint for every SQLite region, as the
+	// library reads it (zero: the default, 1,000 frames; negative: off).
 	sqliteGapCheckpoint int
-	// sqliteGapCheckpointBeside is the config file's
-	// batch_lane.sqlite_gap_checkpoint_beside for every SQLite region.
-	sqliteGapCheckpointBeside bool
+	// sqliteGapCheckpointOnWriter is set when the config file's
+	// batch_lane.sqlite_gap_checkpoint_beside is false: every SQLite
+	// region's gap checkpoints run on the writer's connection.
+	sqliteGapCheckpointOnWriter bool
 	// sqliteWriterNice is the config file's batch_lane.sqlite_writer_nice
 	// for every SQLite region (zero: off).
 	sqliteWriterNice int
@@ -165,15 +166,15 @@ type batchLaneConfig struct {
 	SQLiteSyncDefer string `json:"sqlite_sync_defer"`
 	// SQLiteGapCheckpoint is each SQLite region's
 	// ratelane.Region.SQLiteGapCheckpoint: the WAL frames at which the
-	// writer checkpoints between transactions while no interactive work
+	// store checkpoints between transactions while no interactive work
 	// is in flight, instead of inside whichever commit crosses SQLite's
-	// autocheckpoint. 0: off (the default).
-	SQLiteGapCheckpoint int `json:"sqlite_gap_checkpoint"`
-	// SQLiteGapCheckpointBeside is each SQLite region's
-	// ratelane.Region.SQLiteGapCheckpointBeside: run the gap checkpoints
-	// on a connection of their own beside the writer. false: on the
-	// writer's (the default).
-	SQLiteGapCheckpointBeside bool `json:"sqlite_gap_checkpoint_beside"`
+	// autocheckpoint. Absent: the default (1,000); 0 or negative: off.
+	SQLiteGapCheckpoint *int `json:"sqlite_gap_checkpoint"`
+	// SQLiteGapCheckpointBeside says where each SQLite region's gap
+	// checkpoints run: true or absent beside the writer, on a connection
+	// of their own (the default); false on the writer's connection
+	// (ratelane.Region.SQLiteGapCheckpointOnWriter).
+	SQLiteGapCheckpointBeside *bool `json:"sqlite_gap_checkpoint_beside"`
 	// SQLiteWriterNice is each SQLite region's
 	// ratelane.Region.SQLiteWriterNice: the writer locked to one OS thread
 	// of this nice, -20 to 19 (negative needs CAP_SYS_NICE; Linux). 0:
@@ -231,7 +232,7 @@ func (f *serverFlags) clientConfig(logger *slog.Logger) (ratelane.Config, error)
 	for i := range cfg.Regions {
 		cfg.Regions[i].SQLiteBatchHold = cmp.Or(cfg.Regions[i].SQLiteBatchHold, f.sqliteHold)
 		cfg.Regions[i].SQLiteGapCheckpoint = cmp.Or(cfg.Regions[i].SQLiteGapCheckpoint, f.sqliteGapCheckpoint)
-		cfg.Regions[i].SQLiteGapCheckpointBeside = cfg.Regions[i].SQLiteGapCheckpointBeside || f.sqliteGapCheckpointBeside
+		cfg.Regions[i].SQLiteGapCheckpointOnWriter = cfg.Regions[i].SQLiteGapCheckpointOnWriter || f.sqliteGapCheckpointOnWriter
 		cfg.Regions[i].SQLiteWriterNice = cmp.Or(cfg.Regions[i].SQLiteWriterNice, f.sqliteWriterNice)
 	}
 	for _, p := range f.postgres {
@@ -308,11 +309,17 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 		f.sqliteHold = cmp.Or(v, -1) // the library's zero is its default; the file's "0s" is off
 	}
 	f.sqliteSyncDefer = fc.BatchLane.SQLiteSyncDefer
-	if n := fc.BatchLane.SQLiteGapCheckpoint; n < 0 {
-		return fmt.Errorf("config %s: batch_lane.sqlite_gap_checkpoint: want a count of WAL frames such as 1000, or 0 (off), not %d", f.config, n)
+	if n := fc.BatchLane.SQLiteGapCheckpoint; n != nil {
+		// The library's zero is its default; the file's 0 stays off, as it
+		// was before gap checkpoints were on by default.
+		f.sqliteGapCheckpoint = *n
+		if *n <= 0 {
+			f.sqliteGapCheckpoint = -1
+		}
 	}
-	f.sqliteGapCheckpoint = fc.BatchLane.SQLiteGapCheckpoint
-	f.sqliteGapCheckpointBeside = fc.BatchLane.SQLiteGapCheckpointBeside
+	if b := fc.BatchLane.SQLiteGapCheckpointBeside; b != nil {
+		f.sqliteGapCheckpointOnWriter = !*b
+	}
 	if n := fc.BatchLane.SQLiteWriterNice; n < -20 || n > 19 {
 		return fmt.Errorf("config %s: batch_lane.sqlite_writer_nice: want a nice from -20 to 19 (try -10; negative needs CAP_SYS_NICE), or 0 (off), not %d", f.config, n)
 	}

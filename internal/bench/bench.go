@@ -86,17 +86,17 @@ type Options struct {
 	SQLiteBatchHold time.Duration
 	// SQLiteGapCheckpoint is every SQLite region's
 	// Region.SQLiteGapCheckpoint (WAL checkpoints between interactive
-	// work, at this many frames), for A/B runs: zero leaves checkpoints to
-	// SQLite.
+	// work, at this many frames), for A/B runs: zero leaves the default
+	// (1,000), negative leaves checkpoints to SQLite.
 	SQLiteGapCheckpoint int
 	// SQLiteReadMmapSize is every SQLite region's
 	// Region.SQLiteReadMmapSize (the readers' PRAGMA mmap_size, bytes),
 	// for A/B runs: zero leaves the readers on pread.
 	SQLiteReadMmapSize int64
-	// SQLiteGapCheckpointBeside is every SQLite region's
-	// Region.SQLiteGapCheckpointBeside (the gap checkpoints on their own
-	// connection beside the writer), for A/B runs.
-	SQLiteGapCheckpointBeside bool
+	// SQLiteGapCheckpointOnWriter is every SQLite region's
+	// Region.SQLiteGapCheckpointOnWriter (the gap checkpoints on the
+	// writer's connection rather than beside it), for A/B runs.
+	SQLiteGapCheckpointOnWriter bool
 	// SQLiteWriterNice is every SQLite region's Region.SQLiteWriterNice
 	// (the writer locked to a thread of this nice), for A/B runs: zero
 	// leaves the writer's thread to Go.
@@ -568,7 +568,7 @@ func (e *env) region() ratelane.Region {
 		r.SQLiteBatchHold = e.opts.SQLiteBatchHold
 		r.SQLiteGapCheckpoint = e.opts.SQLiteGapCheckpoint
 		r.SQLiteReadMmapSize = e.opts.SQLiteReadMmapSize
-		r.SQLiteGapCheckpointBeside = e.opts.SQLiteGapCheckpointBeside
+		r.SQLiteGapCheckpointOnWriter = e.opts.SQLiteGapCheckpointOnWriter
 		r.SQLiteWriterNice = e.opts.SQLiteWriterNice
 	}
 	return r

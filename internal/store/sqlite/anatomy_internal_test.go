@@ -35,7 +35,7 @@ func openWriterThread(t *testing.T, c Config) (*Store, *threadSched) {
 // checkpoint copied, and thread clocks that nest (its CPU time and its
 // run-queue wait each within its wall time).
 func TestCommitAnatomy(t *testing.T) {
-	s, ts := openWriterThread(t, Config{GapCheckpoint: 20})
+	s, ts := openWriterThread(t, Config{GapCheckpoint: 20, GapCheckpointOnWriter: true})
 	if ts.tid == syscall.Gettid() {
 		t.Fatal("the writer's thread is the test's")
 	}

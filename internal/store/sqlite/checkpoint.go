@@ -33,8 +33,9 @@ const walIndexVersion = 3007000
 // (docs/benchmarks.md, "Session 33 (s33h2)"). Only the writer goroutine
 // calls it.
 //
-// With Config.GapCheckpointBeside it runs nothing itself: it wakes the
-// checkpointer (checkpointBeside), which checks the same conditions and
+// Beside the writer (the default; not Config.GapCheckpointOnWriter) it
+// runs nothing itself: it wakes the checkpointer (checkpointBeside), which
+// checks the same conditions and
 // runs the checkpoint on its own connection, so that an interactive write
 // arriving during it is not held up behind its copy and fsync.
 //
@@ -119,7 +120,8 @@ func openShm(path string, shm **os.File) bool {
 const besidePoll = time.Millisecond
 
 // checkpointer runs gap checkpoints beside the writer
-// (Config.GapCheckpointBeside) on a connection of its own, in the
+// (Config.GapCheckpoint, unless GapCheckpointOnWriter) on a connection of
+// its own, in the
 // goroutine checkpointBeside; Open starts it and Close stops it (s.stop)
 // and closes its connection.
 type checkpointer struct {

@@ -45,8 +45,8 @@ func steadyWrites(t *testing.T, s *Store, n int) (most int64) {
 	return most
 }
 
-// TestGapCheckpointBoundsWAL checks that with Config.GapCheckpoint the
-// writer keeps the WAL near GapCheckpoint frames under a steady writer by
+// TestGapCheckpointBoundsWAL checks that with Config.GapCheckpoint on the
+// writer (GapCheckpointOnWriter) it keeps the WAL near GapCheckpoint frames under a steady writer by
 // checkpointing between transactions while no interactive work is
 // reported, that it runs no checkpoint of its own while interactive work
 // is reported, and that the raised wal_autocheckpoint (4× GapCheckpoint)
@@ -56,7 +56,7 @@ func TestGapCheckpointBoundsWAL(t *testing.T) {
 	t.Parallel()
 	const gap, writes = 50, 600 // ≥ 2 frames a write: > 1,000 frames in all
 	for _, busy := range []bool{false, true} {
-		s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap})
+		s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointOnWriter: true})
 		s.WatchInteractive(func() bool { return busy })
 		// The writer may have checkpointed Open's migrations before the
 		// watcher was added; by the end of a first write it has.
@@ -81,7 +81,7 @@ func TestGapCheckpointBoundsWAL(t *testing.T) {
 func TestGapCheckpointWaitsForGap(t *testing.T) {
 	t.Parallel()
 	const gap = 40
-	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap})
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointOnWriter: true})
 	var busy atomic.Bool
 	busy.Store(true)
 	s.WatchInteractive(busy.Load)
@@ -125,7 +125,7 @@ func waitGapCheckpoints(t *testing.T, s *Store, n int64) {
 }
 
 // TestGapCheckpointBesideRestartsWAL checks that with
-// Config.GapCheckpointBeside, under writes in bursts with gaps between
+// gap checkpoints beside the writer (the default), under writes in bursts with gaps between
 // them, the checkpointer (on its own connection) checkpoints the WAL
 // after each burst, so that it stays bounded and the first write of the
 // next burst restarts it from its beginning; and that no checkpoint runs
@@ -133,7 +133,7 @@ func waitGapCheckpoints(t *testing.T, s *Store, n int64) {
 func TestGapCheckpointBesideRestartsWAL(t *testing.T) {
 	t.Parallel()
 	const gap, bursts = 40, 12
-	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointBeside: true})
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap})
 	var busy atomic.Bool
 	s.WatchInteractive(busy.Load)
 	// Past a checkpoint of Open's migrations: the checkpointer may run
@@ -186,7 +186,7 @@ func TestGapCheckpointBesideRestartsWAL(t *testing.T) {
 func TestGapCheckpointBesideSteadyWriter(t *testing.T) {
 	t.Parallel()
 	const gap, writes = 100, 400
-	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointBeside: true})
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap})
 	s.WatchInteractive(func() bool { return false })
 	steadyWrites(t, s, 1)
 	mx0, _ := walFrames(t, s)
@@ -214,7 +214,7 @@ func TestGapCheckpointBesideSteadyWriter(t *testing.T) {
 func TestGapCheckpointBesideDoesNotBlockWriter(t *testing.T) {
 	t.Parallel()
 	const gap = 40
-	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap, GapCheckpointBeside: true})
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap})
 	// Past the checkpoint of Open's migrations (which may run before the
 	// hook is set) and a write.
 	waitGapCheckpoints(t, s, 0)
@@ -269,7 +269,7 @@ func TestGapCheckpointBesideDoesNotBlockWriter(t *testing.T) {
 // the last to close, which checkpoints the WAL and removes it.
 func TestGapCheckpointBesideClose(t *testing.T) {
 	t.Parallel()
-	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: 40, GapCheckpointBeside: true})
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: 40})
 	steadyWrites(t, s, 30)
 	c := s.beside
 	if err := s.Close(); err != nil {
@@ -285,5 +285,49 @@ func TestGapCheckpointBesideClose(t *testing.T) {
 	}
 	if _, err := os.Stat(s.cfg.Path + "-wal"); !os.IsNotExist(err) {
 		t.Errorf("the WAL is still there after Close (%v): a connection stayed open", err)
+	}
+}
+
+// TestGapCheckpointDefault checks Config.GapCheckpoint's values: zero is
+// DefaultGapCheckpoint beside the writer, negative is off (SQLite's own
+// autocheckpoint at 1,000 frames, no checkpointer), and a positive value
+// is used as given, beside the writer or on it (GapCheckpointOnWriter);
+// the writer's wal_autocheckpoint is the safety net, gapSafety× it.
+func TestGapCheckpointDefault(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		gap      int
+		beside   bool
+		autoCkpt int
+	}{
+		{"default", Config{}, DefaultGapCheckpoint, true, gapSafety * DefaultGapCheckpoint},
+		{"default on the writer", Config{GapCheckpointOnWriter: true}, DefaultGapCheckpoint, false, gapSafety * DefaultGapCheckpoint},
+		{"off", Config{GapCheckpoint: -1}, -1, false, 1000},
+		{"off, on the writer", Config{GapCheckpoint: -1, GapCheckpointOnWriter: true}, -1, false, 1000},
+		{"explicit beside", Config{GapCheckpoint: 50}, 50, true, gapSafety * 50},
+		{"explicit on the writer", Config{GapCheckpoint: 50, GapCheckpointOnWriter: true}, 50, false, gapSafety * 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := OpenTest(t, tc.cfg)
+			if s.cfg.GapCheckpoint != tc.gap {
+				t.Errorf("GapCheckpoint %d, want %d", s.cfg.GapCheckpoint, tc.gap)
+			}
+			if got := s.beside != nil; got != tc.beside {
+				t.Errorf("checkpointer beside the writer: %v, want %v", got, tc.beside)
+			}
+			s.wmu.Lock()
+			var n int
+			err := s.wconn.QueryRowContext(context.Background(), `PRAGMA wal_autocheckpoint`).Scan(&n)
+			s.wmu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != tc.autoCkpt {
+				t.Errorf("the writer's wal_autocheckpoint is %d, want %d", n, tc.autoCkpt)
+			}
+		})
 	}
 }

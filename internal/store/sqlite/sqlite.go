@@ -82,15 +82,21 @@ type Config struct {
 	// "Session 35 (s35h3)". The field stays so that code setting it still
 	// compiles.
 	BatchSyncDefer time.Duration
-	// GapCheckpoint, when positive, has the writer run WAL checkpoints in
-	// the gaps between interactive work rather than inside whichever
-	// COMMIT crosses SQLite's wal_autocheckpoint: between transactions,
-	// while no watcher (WatchInteractive) reports interactive work in
-	// flight and no interactive write is queued, once the WAL holds at
-	// least this many frames not yet checkpointed. The writer connection's
-	// wal_autocheckpoint is raised to 4× it as the safety net that bounds
-	// the WAL when interactive work leaves no gap. Zero (the default) or
-	// negative leaves checkpoints to SQLite (1,000 frames).
+	// GapCheckpoint is the WAL frames not yet checkpointed at which WAL
+	// checkpoints run in the gaps between interactive work rather than
+	// inside whichever COMMIT crosses SQLite's wal_autocheckpoint: after a
+	// transaction, while no watcher (WatchInteractive) reports interactive
+	// work in flight and no interactive write is queued, once the WAL
+	// holds at least this many frames not yet checkpointed. They run
+	// beside the writer, on a connection of their own, unless
+	// GapCheckpointOnWriter. The writer connection's wal_autocheckpoint is
+	// raised to 4× it as the safety net that bounds the WAL when
+	// interactive work leaves no gap. Zero means DefaultGapCheckpoint
+	// (1,000 frames); negative turns gap checkpoints off and leaves
+	// checkpoints to SQLite (inside the COMMIT that crosses 1,000 frames).
+	// Beside the writer they lowered the interactive tail of a 10,000-file
+	// sweep and of its baseline (docs/benchmarks.md, "Session 37: the
+	// merge (lead)", "Session 38 (s38h1)").
 	GapCheckpoint int
 	// ReadMmapSize, when positive, is each read-pool connection's PRAGMA
 	// mmap_size in bytes: the readers fetch the database file's pages
@@ -107,18 +113,22 @@ type Config struct {
 	// (https://sqlite.org/mmap.html): docs/architecture.md, "The SQLite
 	// driver", and docs/benchmarks.md, "Session 37 (s37h5)".
 	ReadMmapSize int64
-	// GapCheckpointBeside, with GapCheckpoint positive, runs the gap
-	// checkpoints on a connection of their own, in a goroutine of their
-	// own that the store starts at Open and stops at Close, rather than
-	// on the writer's connection between its transactions: under the
-	// same conditions (GapCheckpoint frames not yet checkpointed, no
-	// interactive write queued, no watcher reporting interactive work),
-	// but an interactive write that arrives during one is run and
-	// committed meanwhile instead of waiting for the checkpoint's copy and
-	// fsync. Frames the writer appends meanwhile are left for the next
-	// checkpoint, and the WAL restarts once one copies them all; the
-	// writer's raised wal_autocheckpoint stays the safety net. Without
-	// GapCheckpoint it has no effect.
+	// GapCheckpointOnWriter runs the gap checkpoints (GapCheckpoint) on
+	// the writer's connection between its transactions rather than on a
+	// connection and goroutine of their own beside it (the default). On
+	// the writer nothing is appended during a checkpoint, so each one
+	// restarts the WAL, but an interactive write that arrives during one
+	// waits for its copy and fsync; beside, that write is run and
+	// committed meanwhile, the frames it appends are left for the next
+	// checkpoint, and the WAL restarts once one copies them all. Without
+	// gap checkpoints (GapCheckpoint negative) it has no effect.
+	GapCheckpointOnWriter bool
+	// GapCheckpointBeside has no effect.
+	//
+	// Deprecated: gap checkpoints run beside the writer by default since
+	// session 38; GapCheckpointOnWriter runs them on the writer's
+	// connection instead. The field stays so that code setting it still
+	// compiles.
 	GapCheckpointBeside bool
 	// WriterNice, when not zero, locks the writer goroutine to one OS
 	// thread for the store's life and sets that thread's nice (Linux's
@@ -137,11 +147,17 @@ type Config struct {
 	WriterNice int
 }
 
+// DefaultGapCheckpoint is Config.GapCheckpoint's default: SQLite's own
+// wal_autocheckpoint, so that a WAL restarts about as often as without
+// gap checkpoints, only at other moments.
+const DefaultGapCheckpoint = 1000
+
 func (c Config) withDefaults() Config {
 	c.Synchronous = cmp.Or(c.Synchronous, SyncFull)
 	c.MaxBatch = cmp.Or(c.MaxBatch, 256)
 	c.Readers = cmp.Or(c.Readers, 4)
 	c.BatchHold = cmp.Or(c.BatchHold, defaultBatchHold)
+	c.GapCheckpoint = cmp.Or(c.GapCheckpoint, DefaultGapCheckpoint)
 	return c
 }
 
@@ -264,7 +280,8 @@ type Store struct {
 	shm      *os.File
 	gapCkpts atomic.Int64
 	// beside runs the gap checkpoints on a connection of its own with
-	// Config.GapCheckpointBeside (checkpoint.go); nil otherwise.
+	// Config.GapCheckpoint, unless GapCheckpointOnWriter (checkpoint.go);
+	// nil otherwise.
 	beside *checkpointer
 	// gapPutOff counts the long batch-lane writes the writer came to
 	// while interactive work was about and put off (writeInGap), and
@@ -368,7 +385,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	if s.cfg.GapCheckpoint > 0 && s.cfg.GapCheckpointBeside {
+	if s.cfg.GapCheckpoint > 0 && !s.cfg.GapCheckpointOnWriter {
 		if s.beside, err = openCheckpointer(ctx, cfg); err != nil {
 			s.wconn.Close()
 			wdb.Close()

@@ -61,7 +61,7 @@ type classed struct {
 	commitMs   float64
 	sinceBatch time.Duration
 	// overBeside: its COMMIT overlapped a checkpoint beside the writer
-	// (Config.GapCheckpointBeside).
+	// (Config.GapCheckpoint, not GapCheckpointOnWriter).
 	overBeside bool
 }
 

@@ -239,7 +239,7 @@ type segRing struct {
 	dbMod  time.Time
 	dbSize int64
 	// besideOn is set while a checkpoint beside the writer
-	// (Config.GapCheckpointBeside) runs, and besideEnd is when the last
+	// (Config.GapCheckpoint, not GapCheckpointOnWriter) runs, and besideEnd is when the last
 	// one ended: a COMMIT that overlaps one is not counted as
 	// checkpointing (the main file changed under it) but as overlapping.
 	besideOn  bool
