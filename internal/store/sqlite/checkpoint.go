@@ -168,7 +168,8 @@ func (c *checkpointer) close() error {
 
 // checkpointBeside is the checkpointer's goroutine: woken by the writer
 // (gapCheckpoint), it runs PASSIVE checkpoints on its own connection
-// while one is due (besideDue) and no interactive work is about
+// while one is due (besideDue) and no interactive work is about, or the
+// backlog is overdue (besideOverdue) whatever is about
 // (interactiveAbout, which
 // reads only the interactive queue's length and the watchers, so it is
 // safe beside the writer). While the backlog waits for a gap it asks
@@ -198,11 +199,11 @@ func (s *Store) checkpointBeside() {
 			return
 		}
 		for {
-			due, finish := s.besideDue()
+			due, finish, overdue := s.besideDue()
 			if !due {
 				break
 			}
-			if !s.interactiveAbout() {
+			if overdue || !s.interactiveAbout() {
 				if finish {
 					c.finishes++
 				} else {
@@ -232,6 +233,18 @@ func (s *Store) checkpointBeside() {
 // (docs/benchmarks.md, "Session 38 (s38h1)").
 const besideFinishes = 2
 
+// besideOverdue is the backlog, in multiples of Config.GapCheckpoint, at
+// which the checkpointer stops waiting for a gap in interactive work. Under
+// a load that never leaves one (a steady stream of interactive jobs) the
+// WAL would otherwise grow to the writer's safety net (gapSafety× the
+// value) and be checkpointed whole inside the COMMIT that crosses it: a
+// stall gapSafety× as long, holding every interactive write queued behind
+// it. Beside the writer a checkpoint does not hold a write up (a COMMIT
+// overlapping one took 0.3–1.8 ms more at the mean, against 7.5–21 ms more
+// for a checkpointing COMMIT: docs/benchmarks.md, "Session 38 (s38h1)"),
+// so an overdue one runs whatever interactive work is about.
+const besideOverdue = 2
+
 // besideDue reports whether the checkpointer has a checkpoint to run: the
 // WAL holds at least Config.GapCheckpoint frames not yet checkpointed, or
 // it holds at least that many frames and an earlier checkpoint copied some
@@ -241,23 +254,25 @@ const besideFinishes = 2
 // restart it: without it the frames appended during a checkpoint waited
 // for GapCheckpoint more, and the WAL restarted at ~2,000 frames instead
 // of ~1,000 (docs/benchmarks.md, "Session 37 (s37h4)"). finish reports
-// that it is of the second kind.
-func (s *Store) besideDue() (due, finish bool) {
+// that it is of the second kind; overdue that the backlog reached
+// besideOverdue× GapCheckpoint, and the checkpoint should not wait for a
+// gap.
+func (s *Store) besideDue() (due, finish, overdue bool) {
 	c := s.beside
 	if !openShm(s.cfg.Path, &c.shm) {
-		return false, false
+		return false, false, false
 	}
 	mx, bf, ok := readWALIndex(c.shm) // one read of the header, not two
 	n := int64(s.cfg.GapCheckpoint)
 	switch {
 	case !ok:
-		return false, false
+		return false, false, false
 	case mx-bf >= n:
-		return true, false
+		return true, false, mx-bf >= besideOverdue*n
 	case mx >= n && bf > 0 && mx > bf && c.finishes < besideFinishes:
-		return true, true
+		return true, true, false
 	}
-	return false, false
+	return false, false, false
 }
 
 // checkpointOnce runs one PASSIVE checkpoint on the checkpointer's

@@ -331,3 +331,62 @@ func TestGapCheckpointDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestGapCheckpointBesideOverdue checks that beside the writer a backlog
+// of besideOverdue× GapCheckpoint frames is checkpointed although
+// interactive work is reported in flight throughout (a load that leaves no
+// gap), and that no checkpoint runs while interactive work is about before
+// the backlog is overdue. Without the overdue rule the WAL grows to the
+// writer's safety net (gapSafety× GapCheckpoint) and is checkpointed whole
+// inside a COMMIT.
+func TestGapCheckpointBesideOverdue(t *testing.T) {
+	t.Parallel()
+	const gap, writes = 50, 600 // ≥ 2 frames a write: > 1,000 frames in all
+	s := OpenTest(t, Config{Synchronous: SyncNormal, GapCheckpoint: gap})
+	s.WatchInteractive(func() bool { return true })
+	// Past a checkpoint of Open's migrations, which may run before the
+	// watcher was added.
+	steadyWrites(t, s, 1)
+	waitBesideIdle(t, s)
+	shm, err := os.Open(s.cfg.Path + "-shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shm.Close()
+	var early atomic.Int64 // checkpoints begun before the backlog was overdue
+	hook := func() {
+		if mx, bf, ok := readWALIndex(shm); ok && mx-bf < besideOverdue*gap {
+			early.Add(1)
+		}
+	}
+	s.beside.hook.Store(&hook)
+	ran0 := s.gapCkpts.Load()
+	steadyWrites(t, s, writes)
+	waitBesideIdle(t, s)
+	ran := s.gapCkpts.Load() - ran0
+	if ran == 0 {
+		t.Errorf("no checkpoint beside the writer over %d writes with interactive work reported throughout, want the overdue backlogs checkpointed", writes)
+	}
+	if n := early.Load(); n != 0 {
+		t.Errorf("%d of %d checkpoints began with interactive work about and a backlog under %d frames, want 0", n, ran, besideOverdue*gap)
+	}
+}
+
+// waitBesideIdle waits (at most 10 s, the failure's bound) until the
+// checkpointer has nothing more to do for the writes so far: two looks a
+// besidePoll apart find the same count of checkpoints run.
+func waitBesideIdle(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for last := int64(-1); ; {
+		n := s.gapCkpts.Load()
+		if n == last {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the checkpointer beside the writer still ran checkpoints 10 s after the writes")
+		}
+		last = n
+		time.Sleep(20 * besidePoll)
+	}
+}
