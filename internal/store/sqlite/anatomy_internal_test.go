@@ -86,22 +86,3 @@ func TestCommitAnatomy(t *testing.T) {
 		t.Errorf("%d gap checkpoints copying %d frames recorded, want some (WAL frames appended: %d)", ckpts, copied, frames)
 	}
 }
-
-// TestWriterNice checks the cpulabels experiment RATELANE_WRITER_NICE: the
-// writer's thread, and only it, runs at that nice.
-func TestWriterNice(t *testing.T) {
-	t.Setenv("RATELANE_WRITER_NICE", "7")
-	_, ts := openWriterThread(t, Config{})
-	// getpriority's raw system call returns 20 - nice.
-	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, ts.tid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if nice := 20 - prio; nice != 7 {
-		t.Errorf("the writer's thread runs at nice %d, want 7", nice)
-	}
-	prio, _ = syscall.Getpriority(syscall.PRIO_PROCESS, syscall.Gettid())
-	if nice := 20 - prio; nice == 7 {
-		t.Errorf("the test's own thread runs at nice 7 too")
-	}
-}

@@ -41,22 +41,7 @@ func openThreadSched() *threadSched {
 	}
 	t := &threadSched{f: f, tid: syscall.Gettid()}
 	traceThread(t.tid)
-	niceThread(t.tid)
 	return t
-}
-
-// niceThread sets thread tid's nice to $RATELANE_WRITER_NICE when set: an
-// experiment of the cpulabels build only (docs/benchmarks.md, "Session 35
-// (s35h1)"), asking whether the writer's wait for a CPU after its sync
-// shrinks when the OS favours its thread (negative values need root).
-func niceThread(tid int) {
-	v := os.Getenv("RATELANE_WRITER_NICE")
-	if v == "" {
-		return
-	}
-	if n, err := strconv.Atoi(v); err == nil {
-		syscall.Setpriority(syscall.PRIO_PROCESS, tid, n)
-	}
 }
 
 // traceThread points the scheduler events of the trace instance named by

@@ -370,6 +370,9 @@ func TestGapCheckpointBesideOverdue(t *testing.T) {
 	if n := early.Load(); n != 0 {
 		t.Errorf("%d of %d checkpoints began with interactive work about and a backlog under %d frames, want 0", n, ran, besideOverdue*gap)
 	}
+	if mx, bf := walFrames(t, s); mx-bf >= besideOverdue*gap {
+		t.Errorf("with the checkpointer idle %d frames are not checkpointed, want fewer than %d", mx-bf, besideOverdue*gap)
+	}
 }
 
 // waitBesideIdle waits (at most 10 s, the failure's bound) until the

@@ -50,7 +50,7 @@ func niceThreads(t *testing.T, n int) map[int]bool {
 func TestWriterNiceThread(t *testing.T) {
 	// Threads already at nice 7 are not the store's: an earlier store's
 	// writer that ran on the main thread, which Go parks for good with its
-	// nice (below), or the cpulabels build's RATELANE_WRITER_NICE test.
+	// nice (below).
 	before := niceThreads(t, 7)
 	s := OpenTest(t, Config{WriterNice: 7})
 	ctx := context.Background()
