@@ -29,6 +29,10 @@
 //	go run . -slices [-depth 3] [-top 15] [-wait-min 500us] FILE
 //	go run . -roles [-tail 0.02] FILE
 //	go run . -locks [-top 15] FILE
+//	go run . -hops [-top 15] FILE
+//
+// With -hops it counts, per baseline interactive review, the goroutines
+// created, the wake-ups between goroutines and the yields (hops.go).
 package main
 
 import (
@@ -101,6 +105,7 @@ func main() {
 	waitMin := flag.Duration("wait-min", 500*time.Microsecond, "with -slices: the shortest runnable wait whose P holders are tallied")
 	lockMode := flag.Bool("locks", false, "instead: every park on a SQLite-level mutex (modernc libc's pthread mutex) per phase, by waiter and SQLite function, and by holder (locks.go)")
 	roleMode := flag.Bool("roles", false, "instead: the slowest in-sweep reviews' wall time and the slowest baseline reviews' at the same -tail share, split by the role of the goroutine serving each stretch and its state (roles.go)")
+	hopMode := flag.Bool("hops", false, "instead: per baseline interactive review, the goroutines created, the wake-ups of waiting goroutines (waker → woken) and the yields, by root function (hops.go)")
 	handoffMode := flag.Bool("handoff", false, "instead: the hand-off gap of each review's worker goroutine, from its handler's return to its outcome handed to the finisher, by phase and by the worker's state (handoff.go)")
 	flag.Parse()
 	if flag.NArg() != 1 {
@@ -110,10 +115,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "       exectrace -roles [-tail 0.02] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -handoff [-tail 0.02] FILE")
 		fmt.Fprintln(os.Stderr, "       exectrace -locks [-top 15] FILE")
+		fmt.Fprintln(os.Stderr, "       exectrace -hops [-top 15] FILE")
 		os.Exit(2)
 	}
 	if *burstMode {
 		bursts(flag.Arg(0), *thr, *depth)
+		return
+	}
+	if *hopMode {
+		hops(flag.Arg(0), *top)
 		return
 	}
 	if *lockMode {
