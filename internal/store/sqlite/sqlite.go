@@ -34,7 +34,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ratelane/ratelane/internal/admission"
-	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
 
@@ -652,18 +651,23 @@ func (s *Store) readStmt(query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// readContext is the context a read runs with. A batch-lane read (the
-// lane store.WithLane marks) runs without ctx's cancellation, once ctx is
-// seen not to be done: database/sql and modernc.org/sqlite each start a
-// goroutine per statement run with a context that can end, to watch it,
-// and a batch pass's thousands of short reads in a row put those watchers
-// in the run queues by the hundred, ahead of the interactive lane's
-// goroutines (docs/benchmarks.md, "Session 21 (s21h4)"). What it gives up
-// is interrupting a read already running, or waiting for a reader, when
-// ctx ends: a read of the pool is a bounded page or a lookup by key, over
-// in milliseconds. Interactive reads keep their cancellation.
+// readContext is the context a read runs with: ctx without its
+// cancellation, once ctx is seen not to be done, whatever its lane.
+// database/sql and modernc.org/sqlite each start a goroutine per statement
+// run with a context that can end, to watch it. A batch pass's thousands
+// of short reads in a row put those watchers in the run queues by the
+// hundred, ahead of the interactive lane's goroutines (docs/benchmarks.md,
+// "Session 21 (s21h4)"), so batch-lane reads lost their cancellation
+// first; an interactive review's own reads (its status, its part's text,
+// the fused parent's reads, the fetch loop's read before a lease) made 18
+// of the 22 goroutines created per review, each a wake-up more and a
+// goroutine put in its P's next slot ahead of the review's worker
+// (docs/benchmarks.md, "Session 39 (s39h2)"). What it gives up is
+// interrupting a read already running, or waiting for a reader, when ctx
+// ends: a read of the pool is a bounded page or a lookup by key, over in
+// milliseconds, and a ctx already done still fails the read at once.
 func readContext(ctx context.Context) context.Context {
-	if store.LaneOf(ctx) == job.LaneBatch && ctx.Err() == nil {
+	if ctx.Err() == nil {
 		return context.WithoutCancel(ctx)
 	}
 	return ctx
