@@ -487,6 +487,13 @@ type Engine struct {
 	queued *queuedWork
 	// stages times each lane's jobs through the engine (stages.go).
 	stages stageTimes
+	// handling counts, per lane (laneIndex: interactive, batch), the
+	// handlers started whose outcome is not yet handed to the finisher:
+	// gather yields for another outcome only while one of the first's
+	// lane may come. gatherYield is that yield (runtime.Gosched; a
+	// test's counter).
+	handling    [2]atomic.Int32
+	gatherYield func()
 }
 
 // maxAdmits bounds the admission times remembered; past it the poll
@@ -573,6 +580,7 @@ func New(cfg Config) (*Engine, error) {
 		running:     map[string]*runningJob{},
 		stuck:       map[*runningJob]struct{}{},
 		jobs:        cfg.Jobs,
+		gatherYield: runtime.Gosched,
 
 		claimPrefix: claimPrefix(),
 	}
@@ -1135,6 +1143,8 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	e.mu.Lock()
 	e.running[j.ID] = r
 	e.mu.Unlock()
+	handling := &e.handling[laneIndex(j.Lane)]
+	handling.Add(1) // until its outcome is handed on, here or by abandon
 	early := e.earlyReadOf(j)
 	e.wg.Add(1)
 	go func() {
@@ -1182,7 +1192,9 @@ func (e *Engine) run(j *job.Job, turn bool) {
 			delete(e.running, j.ID)
 		}
 		e.mu.Unlock()
-		e.results <- result{job: j, out: out, answered: answered, fuse: e.fusedPart(j, out, early)}
+		res := result{job: j, out: out, answered: answered, fuse: e.fusedPart(j, out, early)}
+		handling.Add(-1)
+		e.results <- res
 		<-e.slots
 		e.wg.Done()
 	}()

@@ -63,6 +63,13 @@ func writerOn(t *testing.T, s store.Store) *engine.Jobs {
 
 func start(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
+	return startWith(t, cfg, nil)
+}
+
+// startWith is start with before called on the engine between New and
+// Start (nil: nothing), for what must be set before Start.
+func startWith(t *testing.T, cfg engine.Config, before func(*engine.Engine)) *engine.Engine {
+	t.Helper()
 	cfg.Region = "us"
 	if cfg.Backoff.Base == 0 {
 		cfg.Backoff.Base = 10 * time.Millisecond
@@ -73,6 +80,9 @@ func start(t *testing.T, cfg engine.Config) *engine.Engine {
 	e, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(e)
 	}
 	if err := e.Start(context.Background()); err != nil {
 		t.Fatal(err)

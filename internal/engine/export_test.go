@@ -89,3 +89,7 @@ func FreeSlots(e *Engine) int { return cap(e.slots) - len(e.slots) }
 // sweep stretch or a batch group's aggregation does (batchPiece); the
 // returned func ends it.
 func StartBatchPiece(e *Engine) (end func()) { return e.batchPiece(context.Background()) }
+
+// SetGatherYield makes e's finish loop call f where it yields the
+// processor for more outcomes (runtime.Gosched). Set it before Start.
+func SetGatherYield(e *Engine, f func()) { e.gatherYield = f }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"runtime"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/cpulabel"
@@ -29,8 +28,14 @@ func (e *Engine) finishLoop() {
 
 // gather takes the next finish batch from results: the first outcome
 // (waiting for it) and every one queued behind it, up to MaxBatch; false
-// once results is closed and empty. Finding results empty, it yields the
-// processor once and looks again before it returns the batch. One finish
+// once results is closed and empty. Finding results empty while a handler
+// of the first outcome's lane is still to hand its outcome on (handling),
+// it yields the processor once and looks again before it returns the
+// batch. With none (an interactive review's one part, beside nothing or
+// only the batch lane's handlers) the yield waited for nobody: it only put
+// the finish loop at the back of the run queue, behind the batch lane's
+// runnable goroutines under a sweep, on every interactive review's
+// critical path (docs/benchmarks.md, "Session 39 (s39h2)"). One finish
 // loop gathers at a time while the others' finishes are in flight: when
 // two loops waited on results together, a burst of outcomes (the jobs of
 // one lease, done at once) was split between them, two finish
@@ -53,13 +58,13 @@ func (e *Engine) gather() ([]result, bool) {
 			}
 			batch = append(batch, r)
 		default:
-			if yielded {
+			if yielded || e.handling[laneIndex(first.job.Lane)].Load() == 0 {
 				return batch, true
 			}
 			// Once, let the handlers that are about to send their
 			// outcomes run first: a burst's senders are runnable but
 			// not all have run when the first outcome arrives.
-			runtime.Gosched()
+			e.gatherYield()
 			yielded = true
 		}
 	}

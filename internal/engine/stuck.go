@@ -99,6 +99,8 @@ func (e *Engine) abandon(r *runningJob, now time.Time) {
 		out = job.Outcome{Class: job.ClassTransient, Err: "engine stopped; the handler ignored its cancelled context"}
 	}
 	r.leave() // its interactive work no longer holds the batch lane
+	// Its outcome is this one: none comes from its goroutine (gather).
+	e.handling[laneIndex(r.job.Lane)].Add(-1)
 	e.results <- result{job: r.job, out: out}
 	if r.slotFreed {
 		<-e.slots
