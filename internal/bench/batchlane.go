@@ -421,6 +421,14 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if rest := w2.restSecs - w1.restSecs; rest > 0 {
 		r.add("sweep_pacer_rest_seconds", rest, "s the batch pacer rested the computing batch turns (BatchCPUShare)")
 	}
+	// What the pacer was charged under the sweep, by clock: wall time, or
+	// (BatchThreadPolicy idle) the idle threads' CPU time, beside the wall
+	// time those pieces spanned.
+	if wall, cpu := w2.charged["wall"]-w1.charged["wall"], w2.charged["thread_cpu"]-w1.charged["thread_cpu"]; wall+cpu > 0 {
+		r.add("sweep_pacer_charged_wall_seconds", wall, "s the pacer charged by wall time (pieces on normal threads, the writer's time of charged writes)")
+		r.add("sweep_pacer_charged_thread_cpu_seconds", cpu, "s the pacer charged pieces on idle threads by their thread's CPU time")
+		r.add("sweep_pacer_thread_wall_seconds", w2.threadWall-w1.threadWall, "s of wall time those idle-thread pieces spanned")
+	}
 	// What an interactive review met of batch computing under the sweep,
 	// load-independently: the share of the time interactive work was in
 	// flight that a computing batch piece ran too (the pacer spreads the
@@ -694,8 +702,12 @@ type writeCounts struct {
 	// held), and budgetSecs their summed wait.
 	budget     map[string]float64
 	budgetSecs float64
-	// restSecs is the time the batch pacer rested the computing turns.
-	restSecs float64
+	// restSecs is the time the batch pacer rested the computing turns;
+	// charged what it was charged by clock (wall, thread_cpu), threadWall
+	// the wall time of the pieces charged by their thread's CPU.
+	restSecs   float64
+	charged    map[string]float64
+	threadWall float64
 	// overlap is the engine's overlap totals by what ran (interactive,
 	// batch, both), in seconds.
 	overlap map[string]float64
@@ -789,7 +801,7 @@ func addByResult(sums map[string]float64, m *dto.Metric) {
 // does not count them), with the engine's yield-gate, batch-budget and
 // stage figures and the process's CPU seconds.
 func storeWrites(reg *prometheus.Registry) writeCounts {
-	w := writeCounts{overlap: map[string]float64{}, yield: map[string]float64{}, budget: map[string]float64{}, leases: map[string]float64{}, stages: map[string]histReading{}}
+	w := writeCounts{charged: map[string]float64{}, overlap: map[string]float64{}, yield: map[string]float64{}, budget: map[string]float64{}, leases: map[string]float64{}, stages: map[string]histReading{}}
 	mfs, err := reg.Gather()
 	if err != nil {
 		return w
@@ -814,6 +826,14 @@ func storeWrites(reg *prometheus.Registry) writeCounts {
 				w.budgetSecs += m.GetCounter().GetValue()
 			case "ratelane_batch_pace_rest_seconds_total":
 				w.restSecs += m.GetCounter().GetValue()
+			case "ratelane_batch_pace_charged_seconds_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "clock" {
+						w.charged[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			case "ratelane_batch_pace_thread_wall_seconds_total":
+				w.threadWall += m.GetCounter().GetValue()
 			case "ratelane_batch_budget_leases_total":
 				addByResult(w.leases, m)
 			case "ratelane_batch_overlap_seconds_total":

@@ -122,6 +122,12 @@ type batchBudget struct {
 	// restNanos the wall time they added (the lane's rest, once
 	// however many pieces waited through it).
 	rests, restNanos atomic.Int64
+	// chargedNanos is what the pacer was charged (paceLocked): computing
+	// pieces by their pieceClock, writes by the writer's time;
+	// threadCPUNanos what of it pieces on idle threads were charged by
+	// their thread's CPU clock, threadWallNanos the wall time those
+	// pieces spanned (what wall time would have charged them).
+	chargedNanos, threadCPUNanos, threadWallNanos atomic.Int64
 	// leasedTurns counts batch jobs leased with a turn; cappedLeases the
 	// leases that asked for fewer batch jobs than worker slots for want of
 	// turns.
@@ -149,6 +155,9 @@ func (b *batchBudget) restingLocked() bool {
 func (b *batchBudget) paceLocked(d time.Duration) {
 	if b.pacer == nil {
 		return
+	}
+	if d > 0 {
+		b.chargedNanos.Add(int64(d))
 	}
 	now := time.Now()
 	r := b.pacer.rest(d, now) - b.heldCredit
@@ -376,13 +385,22 @@ func noLeave() {}
 // ends). A ctx that ends while waiting takes the turn anyway: the piece
 // is about to find its context done and return.
 func (b *batchBudget) acquire(ctx context.Context, gate *yieldGate) (release func()) {
+	if !b.takeTurn(ctx, gate) {
+		return noLeave
+	}
+	return b.releaser(nil)
+}
+
+// takeTurn is acquire's wait: false when the budget is off (the piece
+// only waited at gate) and there is no turn to give back.
+func (b *batchBudget) takeTurn(ctx context.Context, gate *yieldGate) bool {
 	if b.limit <= 0 && b.width <= 0 {
 		gate.wait(ctx)
-		return noLeave
+		return false
 	}
 	b.wait(ctx, pieceCPU)
 	b.credit(gate.wait(ctx))
-	return b.releaser()
+	return true
 }
 
 // acquireIO is acquire for a batch job's publication: bounded by limit
@@ -459,20 +477,38 @@ func (b *batchBudget) wait(ctx context.Context, kind pieceKind) {
 }
 
 // releaser returns the func that gives one held turn back, once, and
-// has the pacer rest the lane after the piece it ended.
-func (b *batchBudget) releaser() func() {
+// has the pacer rest the lane after the piece it ended. th, when not nil,
+// is the idle thread the piece runs on (threads.go): the func leaves it
+// first, and the pacer charges the piece its CPU time (pieceClock).
+func (b *batchBudget) releaser(th *idleThread) func() {
 	var once sync.Once
 	if b.pacer == nil && b.overlap == nil { // no clock read per piece for nothing
-		return func() { once.Do(func() { b.giveBack(1) }) }
+		return func() { once.Do(func() { th.leave(); b.giveBack(1) }) }
 	}
-	start := time.Now()
+	c := pieceClock{th: th}
+	c.start(time.Now())
 	b.overlap.batchStart()
 	return func() {
 		once.Do(func() {
+			th.leave() // reads the thread's clock a last time
 			b.overlap.batchEnd()
-			b.giveBackAfter(1, time.Since(start))
+			b.giveBackAfter(1, b.charged(&c, time.Now()))
 		})
 	}
+}
+
+// charged is what the pacer charges the piece c timed, ended at now
+// (pieceClock), counted for BudgetCounts; zero while the pacer is off.
+func (b *batchBudget) charged(c *pieceClock, now time.Time) time.Duration {
+	if b.pacer == nil {
+		return 0
+	}
+	d, wall, thread := c.ran(now)
+	if thread {
+		b.threadCPUNanos.Add(int64(d))
+		b.threadWallNanos.Add(int64(wall))
+	}
+	return d
 }
 
 // handlerTurn is a leased batch job's turn: it ends with its handler
@@ -485,10 +521,10 @@ type handlerTurn struct {
 	// passed: the turn is given away at Yield and not yet taken back;
 	// ended: end was called (the handler returned or was abandoned).
 	passed, ended bool
-	// since is when the handler's current piece began (its lease, or its
-	// last Yield): the pacer paces it by the time since (zero, and
-	// unread, while the pacer is off).
-	since time.Time
+	// clock times the handler's current piece from its start (its lease,
+	// or its last Yield): the pacer paces it by its wall time, or its
+	// idle thread's CPU time (onThread); unread while the pacer is off.
+	clock pieceClock
 	// computing: the handler is computing now, for the overlap measure
 	// (begin; between pause and resume, in Yield, it is not); paused: it
 	// was when Yield began.
@@ -498,7 +534,7 @@ type handlerTurn struct {
 func newHandlerTurn(b *batchBudget) *handlerTurn {
 	h := &handlerTurn{b: b}
 	if b.pacer != nil {
-		h.since = time.Now()
+		h.clock.start(time.Now())
 	}
 	return h
 }
@@ -514,7 +550,7 @@ func (h *handlerTurn) begin() {
 		h.b.overlap.batchStart()
 	}
 	if h.b.pacer != nil {
-		h.since = time.Now() // a hold at the gate before it was no computing
+		h.clock.start(time.Now()) // a hold at the gate before it was no computing
 	}
 }
 
@@ -538,16 +574,27 @@ func (h *handlerTurn) resume() {
 		h.b.overlap.batchStart()
 	}
 	if h.b.pacer != nil && !h.ended {
-		h.since = time.Now() // nor was a hold at the gate at the end of Yield
+		h.clock.start(time.Now()) // nor was a hold at the gate at the end of Yield
 	}
 }
 
-// ran is how long the handler's current piece has run, for the pacer.
-func (h *handlerTurn) ran() time.Duration {
-	if h.b.pacer == nil {
-		return 0
+// onThread has the pacer charge the handler's pieces from now on by the
+// CPU time of th, the idle thread it computes on until it returns
+// (threads.go; pieceClock). Call it on the handler's goroutine, after
+// begin.
+func (h *handlerTurn) onThread(th *idleThread) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clock.th = th
+	if h.b.pacer != nil && !h.ended {
+		h.clock.start(time.Now())
 	}
-	return time.Since(h.since)
+}
+
+// ran is what the pacer charges the handler's current piece so far
+// (pieceClock); h.mu held.
+func (h *handlerTurn) ran() time.Duration {
+	return h.b.charged(&h.clock, time.Now())
 }
 
 // end gives the handler's turn back, once; a turn passed at Yield and not
@@ -584,8 +631,9 @@ func (h *handlerTurn) rest(ctx context.Context) {
 		return
 	}
 	now := time.Now()
+	d := b.charged(&h.clock, now)
 	b.mu.Lock()
-	b.paceLocked(now.Sub(h.since))
+	b.paceLocked(d)
 	until := b.restUntil
 	b.mu.Unlock()
 	h.mu.Unlock()
@@ -598,7 +646,7 @@ func (h *handlerTurn) rest(ctx context.Context) {
 		t.Stop()
 	}
 	h.mu.Lock()
-	h.since = time.Now()
+	h.clock.start(time.Now())
 	h.mu.Unlock()
 }
 
@@ -632,7 +680,7 @@ func (h *handlerTurn) pass(ctx context.Context) {
 	h.mu.Lock()
 	h.passed = false
 	if b.pacer != nil {
-		h.since = time.Now() // its wait for the turn was no computing
+		h.clock.start(time.Now()) // its wait for the turn was no computing
 	}
 	b.mu.Lock()
 	b.handlersWaiting--
@@ -662,6 +710,13 @@ type BudgetCounts struct {
 	// in all (overlapping rests counted once).
 	Rests       int64
 	RestSeconds float64
+	// ChargedSeconds is what the pacer was charged in all: each computing
+	// piece's wall time, or its idle thread's CPU time (below), and the
+	// writer's time of the batch-lane writes charged to it.
+	// ThreadCPUSeconds is the part charged by idle threads' CPU clocks
+	// (Config.BatchThreadPolicy "idle", Linux), ThreadWallSeconds the
+	// wall time those pieces spanned: what wall time would have charged.
+	ChargedSeconds, ThreadCPUSeconds, ThreadWallSeconds float64
 }
 
 // BudgetCounts returns the engine's batch-budget totals. It is safe for
@@ -673,7 +728,9 @@ func (e *Engine) BudgetCounts() BudgetCounts {
 	b.mu.Unlock()
 	return BudgetCounts{Passed: b.passed.Load(), Held: b.held.Load(), HeldSeconds: time.Duration(b.heldNanos.Load()).Seconds(),
 		Leased: b.leasedTurns.Load(), Capped: b.cappedLeases.Load(), Running: running, Waiting: waiting,
-		Rests: b.rests.Load(), RestSeconds: time.Duration(b.restNanos.Load()).Seconds()}
+		Rests: b.rests.Load(), RestSeconds: time.Duration(b.restNanos.Load()).Seconds(),
+		ChargedSeconds: time.Duration(b.chargedNanos.Load()).Seconds(), ThreadCPUSeconds: time.Duration(b.threadCPUNanos.Load()).Seconds(),
+		ThreadWallSeconds: time.Duration(b.threadWallNanos.Load()).Seconds()}
 }
 
 // batchPiece starts one piece of batch-lane work: it takes a turn of the
@@ -692,14 +749,17 @@ func (e *Engine) batchPiece(ctx context.Context) (end func()) {
 	if ctx.Value(turnHeldKey{}) != nil {
 		return noLeave
 	}
-	release := e.budget.acquire(ctx, e.yield)
 	if !e.threads.pieces {
-		return release
+		return e.budget.acquire(ctx, e.yield)
 	}
 	// On an idle thread while the turn is held (threads.go): these
 	// goroutines live on, so only where their thread can be restored.
-	leave := e.threads.enter(true)
-	return func() { leave(); release() }
+	// The pacer charges the piece its thread's CPU time (pieceClock).
+	if !e.budget.takeTurn(ctx, e.yield) {
+		th := e.threads.enter(true)
+		return func() { th.leave() }
+	}
+	return e.budget.releaser(e.threads.enter(true))
 }
 
 // batchPublication is batchPiece for a batch job's publication: a turn
@@ -721,6 +781,20 @@ func (e *Engine) batchPublication(ctx context.Context) (end func()) {
 // With the pacer off ctx is returned as it is.
 func (e *Engine) chargeWrites(ctx context.Context) context.Context {
 	if e.budget.pacer == nil || ctx.Value(turnHeldKey{}) != nil {
+		return ctx
+	}
+	return store.WithWriteCharge(ctx, e.budget.charge)
+}
+
+// chargeThreadWrites is chargeWrites for the batch-lane writes of a piece
+// that computes on an idle thread (on): the pacer charges that piece its
+// thread's CPU time (pieceClock), which holds none of the writer's work
+// for it, so each write is charged the writer's time as it is made. A
+// piece that could not enter its thread after all (an Enter that failed
+// where the probe at New had passed) is charged its wall time and its
+// writes too: its waits for them twice.
+func (e *Engine) chargeThreadWrites(ctx context.Context, on bool) context.Context {
+	if !on || e.budget.pacer == nil {
 		return ctx
 	}
 	return store.WithWriteCharge(ctx, e.budget.charge)

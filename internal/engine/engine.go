@@ -1154,19 +1154,25 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		if cpulabel.On {
 			cpulabel.Set(handlerLabel(j.Lane, ht != nil))
 		}
-		leaveThread := noLeave
+		var th *idleThread
 		if j.Lane == job.LaneBatch {
 			hctx = e.batchHandlerYield(hctx, j, ht)
 			// After the gate: a computing handler on an idle thread from
 			// here to its return; this goroutine ends with the job, and
-			// its thread with it where it cannot be restored.
-			leaveThread = e.threads.enter(e.threads.handlers && e.cfg.Kinds[j.Kind].Computes)
+			// its thread with it where it cannot be restored. The pacer
+			// charges its pieces their CPU time, and its writes the
+			// writer's (pieceClock).
+			th = e.threads.enter(e.threads.handlers && e.cfg.Kinds[j.Kind].Computes)
+			if th != nil && ht != nil {
+				ht.onThread(th)
+				hctx = e.chargeThreadWrites(hctx, true)
+			}
 		}
 		began := e.cfg.Now()
 		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stStart, r.started, began)
 		e.readPartsEarly(j, early) // its parent's parts, beside the handler (fused.go)
 		out := e.handle(hctx, j)
-		leaveThread()
+		th.leave() // reads its clock a last time, for r.leave's charge
 		r.leave()
 		answered := e.cfg.Now()
 		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stRun, began, answered)

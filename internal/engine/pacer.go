@@ -85,3 +85,46 @@ func (p *batchPacer) rest(d time.Duration, now time.Time) time.Duration {
 	r := float64(d) * (1 - p.share) / p.share
 	return time.Duration(math.Min(r, float64(BatchPaceWindow)))
 }
+
+// pieceClock times a computing piece for the pacer: what it charges the
+// piece, d in rest's d·(1−share)/share.
+//
+// On a normal thread that is the piece's wall time. The goroutine is not
+// locked to its thread: it migrates between threads, and a thread's clock
+// counts whatever else ran there, so a thread's CPU clock says nothing
+// about the piece, and wall time (which holds its waits for its writes)
+// is the measure. On an idle thread (Config.BatchThreadPolicy "idle",
+// Linux: threads.go) the goroutine is locked to the thread, which runs
+// nothing else until the piece leaves it: the thread's CPU time is what
+// the piece computed. Its wall time there is mostly the time the kernel
+// kept it off the CPU for normal threads; charged, it rested the lane
+// again for what the idle policy had already withheld, and a sweep beside
+// a busy host took 3× as long (docs/benchmarks.md, "Session 36 (s36h1)").
+// What the thread's clock leaves out, the writer's work for the piece's
+// writes, is charged as each write is made (chargeThreadWrites).
+type pieceClock struct {
+	th    *idleThread // nil: wall time
+	since time.Time
+	cpu   time.Duration // th's clock at since
+	cpuOK bool          // cpu was read
+}
+
+// start begins a piece at now, on th's clock when it can be read.
+func (c *pieceClock) start(now time.Time) {
+	c.since = now
+	if c.th != nil {
+		c.cpu, c.cpuOK = c.th.cpu() // unreadable: ran falls back to wall time
+	}
+}
+
+// ran is the charge of the piece begun at start and ended at now: its
+// thread's CPU time (thread true) or its wall time, with the wall time.
+func (c *pieceClock) ran(now time.Time) (d, wall time.Duration, thread bool) {
+	wall = now.Sub(c.since)
+	if c.th != nil {
+		if v, ok := c.th.cpu(); ok && c.cpuOK {
+			return v - c.cpu, wall, true
+		}
+	}
+	return wall, wall, false
+}

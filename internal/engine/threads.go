@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/ratelane/ratelane/internal/idlethread"
 )
@@ -84,26 +85,55 @@ func probeIdle() (in, back bool, err error) {
 }
 
 // enter moves the calling goroutine to an idle thread when on is true and
-// returns what ends that (a no-op otherwise). A failure leaves the piece
-// on its thread as it was: it still runs, at normal priority.
-func (p *threadPolicy) enter(on bool) (leave func()) {
+// returns its hold on it, nil otherwise (nil's methods do nothing). A
+// failure leaves the piece on its thread as it was: it still runs, at
+// normal priority, and is paced by its wall time.
+func (p *threadPolicy) enter(on bool) *idleThread {
 	if !on {
-		return noLeave
+		return nil
 	}
 	t, err := idlethread.Enter()
 	if err != nil {
-		return noLeave
+		return nil
 	}
 	p.entered.Add(1)
-	left := false
-	return func() {
-		if left { // once: a second UnlockOSThread would undo a caller's lock
-			return
-		}
-		left = true
-		if !t.Leave() {
-			p.ended.Add(1)
-		}
+	return &idleThread{p: p, t: t}
+}
+
+// idleThread is a computing piece's hold on its idle thread (enter), and
+// the thread's CPU clock for the pacer (pieceClock).
+type idleThread struct {
+	p *threadPolicy
+	t *idlethread.Thread
+	// left is set once leave read the clock a last time (final, ok):
+	// after Leave the thread runs other goroutines, or has ended.
+	left    atomic.Bool
+	final   time.Duration
+	finalOK bool
+}
+
+// cpu is the thread's CPU time so far (frozen at leave), and whether it
+// could be read; false for nil.
+func (th *idleThread) cpu() (time.Duration, bool) {
+	if th == nil {
+		return 0, false
+	}
+	if th.left.Load() {
+		return th.final, th.finalOK
+	}
+	return th.t.CPU()
+}
+
+// leave ends the hold, once (a second UnlockOSThread would undo a
+// caller's lock); only the goroutine that entered calls it.
+func (th *idleThread) leave() {
+	if th == nil || th.left.Load() {
+		return
+	}
+	th.final, th.finalOK = th.t.CPU()
+	th.left.Store(true)
+	if !th.t.Leave() {
+		th.p.ended.Add(1)
 	}
 }
 

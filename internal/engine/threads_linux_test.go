@@ -100,3 +100,36 @@ func TestBatchThreadPolicyIdlePiece(t *testing.T) {
 		t.Fatalf("in the piece idle %v, after it idle %v: want true, false", got[0], got[1])
 	}
 }
+
+// TestBatchThreadPolicyIdleChargesCPU: a computing batch handler on an
+// idle thread is charged by the pacer its thread's CPU time, not the wall
+// time it spent off the CPU: three handlers that each wait 100 ms are
+// charged next to nothing by their threads' clocks, which spanned at least
+// 300 ms of wall time. Without the policy they are charged their wall time.
+func TestBatchThreadPolicyIdleChargesCPU(t *testing.T) {
+	wait := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+		time.Sleep(100 * time.Millisecond)
+		return job.Outcome{Class: job.ClassSuccess}
+	})
+	for _, policy := range []string{"", engine.BatchThreadsIdle} {
+		t.Run("policy="+policy, func(t *testing.T) {
+			s := newStore(t)
+			for range 3 {
+				insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
+			}
+			e := start(t, engine.Config{Store: s, Workers: 2, BatchCPUs: 1, BatchThreadPolicy: policy,
+				Kinds: map[string]engine.Kind{"noop": {Handler: wait, Computes: true}}})
+			waitFinal(t, s, time.Minute)
+			c := e.BudgetCounts()
+			if policy == "" {
+				if c.ThreadCPUSeconds != 0 || c.ChargedSeconds < 0.3 {
+					t.Fatalf("normal threads: %+v, want ≥ 0.3 s charged by wall time", c)
+				}
+				return
+			}
+			if c.ThreadWallSeconds < 0.3 || c.ThreadCPUSeconds > 0.03 || c.ChargedSeconds > 0.1 {
+				t.Fatalf("idle threads: %+v, want ≥ 0.3 s of wall time charged as < 0.03 s of CPU (and < 0.1 s in all)", c)
+			}
+		})
+	}
+}

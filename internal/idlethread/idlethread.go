@@ -18,7 +18,10 @@
 // (GOMAXPROCS above the cores) for the idle threads to sit on.
 package idlethread
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // ErrUnsupported is what Enter returns where the operating system has no
 // idle scheduling class (every system but Linux).
@@ -27,6 +30,7 @@ var ErrUnsupported = errors.New("idlethread: SCHED_IDLE needs Linux")
 // Thread is the calling goroutine's hold on an idle thread, from Enter.
 type Thread struct {
 	restore func() bool // puts the thread's policy back; false: not permitted
+	tid     int         // the thread's id, for its CPU clock
 }
 
 // Enter locks the calling goroutine to its thread and moves the thread to
@@ -45,6 +49,23 @@ func (t *Thread) Leave() bool {
 		return true
 	}
 	return t.restore()
+}
+
+// CPU returns the CPU time (user and system) t's thread has used since it
+// was made, from the kernel's clock of that thread (the clock the thread
+// itself reads as CLOCK_THREAD_CPUTIME_ID), and whether it could read it.
+// Between Enter and Leave the goroutine that entered is locked to the
+// thread and the thread runs nothing else, so the difference of two
+// readings is that goroutine's CPU time: not the time it waited for a
+// core, which on an idle thread may be most of its wall time. Any
+// goroutine may call it meanwhile (the clock is the thread's, not the
+// caller's). After Leave the thread may run other goroutines or have
+// ended: read it last before Leave.
+func (t *Thread) CPU() (time.Duration, bool) {
+	if t == nil {
+		return 0, false
+	}
+	return threadCPU(t.tid)
 }
 
 // Idle reports whether the calling goroutine's thread is SCHED_IDLE at

@@ -5,6 +5,7 @@ package idlethread
 import (
 	"runtime"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -48,7 +49,7 @@ func enter() (*Thread, error) {
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	return &Thread{restore: func() bool {
+	return &Thread{tid: syscall.Gettid(), restore: func() bool {
 		// Back to the policy (and, for a real-time one, the priority)
 		// the thread had; unprivileged, the kernel refuses (RLIMIT_NICE).
 		if setScheduler(policy, param) != nil {
@@ -68,4 +69,19 @@ func idle() (bool, error) {
 	}
 	// The policy may carry SCHED_RESET_ON_FORK (0x40000000).
 	return policy&^0x40000000 == schedIdle, nil
+}
+
+// threadCPU reads thread tid's CPU clock: the clock id the kernel makes
+// for a thread's scheduler time (make_thread_cpuclock(tid, CPUCLOCK_SCHED)
+// in linux/posix-timers.h, what glibc's pthread_getcpuclockid returns),
+// so that a goroutine other than the locked one (an engine's abandoning
+// of a handler) reads the same clock. The standard library's raw call,
+// as above: the engine stays off golang.org/x/sys.
+func threadCPU(tid int) (time.Duration, bool) {
+	clock := int32(^uint32(tid)<<3 | 6) // CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED
+	var ts syscall.Timespec
+	if _, _, e := syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, uintptr(clock), uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+		return 0, false // the thread has ended
+	}
+	return time.Duration(ts.Nano()), true
 }

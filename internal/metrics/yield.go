@@ -46,6 +46,7 @@ type yieldCollector struct {
 	budget, budgetS *prometheus.Desc
 	turns, leases   *prometheus.Desc
 	rest, rests     *prometheus.Desc
+	charged, tWall  *prometheus.Desc
 	overlap         *prometheus.Desc
 	sources         regionSources[YieldSource]
 }
@@ -76,6 +77,12 @@ func newYieldCollector() *yieldCollector {
 		rests: prometheus.NewDesc("ratelane_batch_pace_rests_total",
 			"Rests the batch pacer (BatchCPUShare) began or lengthened after a computing batch-lane piece while interactive work was about.",
 			[]string{"region"}, nil),
+		charged: prometheus.NewDesc("ratelane_batch_pace_charged_seconds_total",
+			"Time the batch pacer (BatchCPUShare) was charged, by clock: wall (computing batch-lane pieces by their wall time, and batch-lane writes by the store writer's time), thread_cpu (pieces on idle threads, BatchThreadPolicy idle, by their thread's CPU time). It rests the lane share's complement of each charge while interactive work is about.",
+			[]string{"region", "clock"}, nil),
+		tWall: prometheus.NewDesc("ratelane_batch_pace_thread_wall_seconds_total",
+			"Wall time the batch-lane pieces the pacer charged by their idle thread's CPU time spanned (what wall time would have charged them).",
+			[]string{"region"}, nil),
 		overlap: prometheus.NewDesc("ratelane_batch_overlap_seconds_total",
 			"Time, since the engine's first computing batch-lane piece, that interactive work was in flight in the engine (running=interactive), that computing batch-lane pieces ran (running=batch: a sweep stretch, an aggregation, a computing batch handler between its Yields), and that both did at once (running=both). both over interactive is the share of interactive flight that batch computing overlapped.",
 			[]string{"region", "running"}, nil),
@@ -102,6 +109,8 @@ func (c *yieldCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.leases
 	ch <- c.rest
 	ch <- c.rests
+	ch <- c.charged
+	ch <- c.tWall
 	ch <- c.overlap
 }
 
@@ -124,6 +133,9 @@ func (c *yieldCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(bc.Capped), r, "capped")
 			ch <- prometheus.MustNewConstMetric(c.rest, prometheus.CounterValue, bc.RestSeconds, r)
 			ch <- prometheus.MustNewConstMetric(c.rests, prometheus.CounterValue, float64(bc.Rests), r)
+			ch <- prometheus.MustNewConstMetric(c.charged, prometheus.CounterValue, bc.ChargedSeconds-bc.ThreadCPUSeconds, r, "wall")
+			ch <- prometheus.MustNewConstMetric(c.charged, prometheus.CounterValue, bc.ThreadCPUSeconds, r, "thread_cpu")
+			ch <- prometheus.MustNewConstMetric(c.tWall, prometheus.CounterValue, bc.ThreadWallSeconds, r)
 		}
 		if o, ok := src.(OverlapSource); ok {
 			oc := o.OverlapCounts()
