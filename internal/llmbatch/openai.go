@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -153,43 +154,163 @@ func (o *OpenAI) EncodedSize(it Item) (int64, error) {
 }
 
 // Upload writes items as JSONL and uploads it with purpose=batch. The
-// lines are encoded once, into the file's one buffer.
+// lines are encoded once, straight into the multipart body's one buffer
+// (uploadBody): handed a file to read, the SDK copied it into a body
+// buffer of its own that grew by doubling, and the lines' buffer before
+// it did too (docs/benchmarks.md, "Session 39 (s39h1)").
 func (o *OpenAI) Upload(ctx context.Context, key string, items []Item) (string, error) {
-	buf, err := o.jsonl(ctx, items)
+	body, contentType, err := o.uploadBody(ctx, key, items)
 	if err != nil {
 		return "", fmt.Errorf("openai upload %s: %w", key, err)
 	}
-	f, err := o.client.Files.New(ctx, openai.FileNewParams{
-		File:    openai.File(buf, key+".jsonl", "application/jsonl"),
-		Purpose: openai.FilePurposeBatch,
-	})
+	// The params name the request for the SDK; the body option replaces
+	// what it would encode from them (a file-less form, a few bytes).
+	f, err := o.client.Files.New(ctx, openai.FileNewParams{Purpose: openai.FilePurposeBatch},
+		option.WithRequestBody(contentType, body))
 	if err != nil {
 		return "", o.wrap("upload "+key, err)
 	}
 	return f.ID, nil
 }
 
-// jsonl returns items' batch input file, calling ctx's yield func
-// (WithYield) every YieldPiece lines: a thousand lines in one piece were
-// ~36 ms of CPU no pacer could rest (docs/benchmarks.md, "Session 26
-// (s26h2)").
+// uploadBody returns the multipart/form-data body of items' file upload
+// and its content type. The form is the SDK's own (FileNewParams'
+// MarshalMultipartTo: the file part, then purpose); only the file's
+// bytes come from linesFile, which encodes the lines into the part.
+func (o *OpenAI) uploadBody(ctx context.Context, key string, items []Item) (*bytes.Buffer, string, error) {
+	body := new(bytes.Buffer)
+	body.Grow(o.sizeHint(items) + 1024) // + the form's headers and boundaries
+	w := multipart.NewWriter(body)
+	file := &linesFile{ctx: ctx, o: o, items: items, name: key + ".jsonl"}
+	if err := (openai.FileNewParams{File: file, Purpose: openai.FilePurposeBatch}).MarshalMultipartTo(w); err != nil {
+		return nil, "", err
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", err
+	}
+	return body, w.FormDataContentType(), nil
+}
+
+// linesFile is items' JSONL file as the SDK's form encoder reads it: a
+// named reader whose WriteTo (which io.Copy prefers) encodes the lines
+// into the destination, so the file is never held apart from the body.
+// Read, for a reader that does not use WriteTo, encodes the file once
+// into a buffer of its own and reads from that.
+type linesFile struct {
+	ctx   context.Context
+	o     *OpenAI
+	items []Item
+	name  string
+	read  *bytes.Buffer // Read's copy; nil until the first Read
+	err   error
+}
+
+// Filename is the form part's file name.
+func (f *linesFile) Filename() string { return f.name }
+
+// ContentType is the form part's content type.
+func (*linesFile) ContentType() string { return "application/jsonl" }
+
+// WriteTo writes the file's lines to w.
+func (f *linesFile) WriteTo(w io.Writer) (int64, error) {
+	cw := &countWriter{w: w}
+	err := f.o.writeLines(f.ctx, cw, f.items)
+	return cw.n, err
+}
+
+// Read reads the file from an encoding of its own.
+func (f *linesFile) Read(p []byte) (int, error) {
+	if f.read == nil && f.err == nil {
+		f.read, f.err = f.o.jsonl(f.ctx, f.items)
+	}
+	if f.err != nil {
+		return 0, f.err
+	}
+	return f.read.Read(p)
+}
+
+// countWriter counts what it writes through to w.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// jsonl returns items' batch input file in a buffer of its own.
 func (o *OpenAI) jsonl(ctx context.Context, items []Item) (*bytes.Buffer, error) {
 	var buf bytes.Buffer
-	// At least the prompts' bytes: the buffer grows in a few steps, not
-	// by doubling from nothing (each step a copy of the file so far).
+	buf.Grow(o.sizeHint(items))
+	if err := o.writeLines(ctx, &buf, items); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+// sizeHint is about the encoded length of items' lines, at least their
+// prompts' and schemas' bytes: a buffer of that size grows in a step or
+// two, not by doubling from nothing (each step a copy of the file so
+// far). The schema, sent on every line, is most of a review item's line.
+func (o *OpenAI) sizeHint(items []Item) int {
 	n := 0
 	for _, it := range items {
 		n += len(it.Request.System) + len(it.Request.Prompt) + len(it.CustomID) + len(it.Request.Model) + 160
+		n += escapeExtra(it.Request.System) + escapeExtra(it.Request.Prompt)
+		if f := it.Request.Format; f != nil {
+			if raw, err := o.schemaJSON(f); err == nil { // an error is encodeLine's to report
+				n += len(raw) + len(f.Name) + 128 // response_format's own keys
+			}
+		}
 	}
-	buf.Grow(n)
-	enc := json.NewEncoder(&buf)
+	return n + n/32 // what the counts leave out (invalid UTF-8, U+2028): rather spare room than a doubling
+}
+
+// escapeExtra is what encoding/json's escaping adds to s's length, as
+// encodeLine's encoder escapes (HTML too): a diff's newlines, quotes and
+// angle brackets made a review's line a third longer than its prompt. A
+// byte loop, far cheaper than the encoding it sizes for; invalid UTF-8
+// and U+2028/9 (a few bytes more each) are left to the buffer's growth.
+func escapeExtra(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		n += int(escapeWidth[s[i]])
+	}
+	return n
+}
+
+// escapeWidth is the bytes encoding/json adds for each ASCII byte:
+// \uXXXX (5 more) for control bytes other than the short escapes, and for
+// <, > and &; \n, \r, \t, \", \\ one more.
+var escapeWidth = func() (w [256]uint8) {
+	for c := 0; c < 0x20; c++ {
+		w[c] = 5
+	}
+	for _, c := range "<>&" {
+		w[c] = 5
+	}
+	for _, c := range "\n\r\t\"\\" {
+		w[c] = 1
+	}
+	return w
+}()
+
+// writeLines encodes items' lines to w, calling ctx's yield func
+// (WithYield) every YieldPiece lines: a thousand lines in one piece were
+// ~36 ms of CPU no pacer could rest (docs/benchmarks.md, "Session 26
+// (s26h2)").
+func (o *OpenAI) writeLines(ctx context.Context, w io.Writer, items []Item) error {
+	enc := json.NewEncoder(w)
 	for i, it := range items {
 		yieldEvery(ctx, i)
 		if err := o.encodeLine(enc, it); err != nil {
-			return nil, fmt.Errorf("encode %s: %w", it.CustomID, err)
+			return fmt.Errorf("encode %s: %w", it.CustomID, err)
 		}
 	}
-	return &buf, nil
+	return nil
 }
 
 // Create starts a batch over the uploaded fileID, naming the chunk in its
