@@ -488,7 +488,7 @@ type Engine struct {
 	// stages times each lane's jobs through the engine (stages.go).
 	stages stageTimes
 	// handling counts, per lane (laneIndex: interactive, batch), the
-	// handlers started whose outcome is not yet handed to the finisher:
+	// jobs leased whose outcome is not yet handed to the finisher:
 	// gather yields for another outcome only while one of the first's
 	// lane may come. gatherYield is that yield (runtime.Gosched; a
 	// test's counter).
@@ -1095,6 +1095,14 @@ func (e *Engine) runLeased(jobs []*job.Job, free, turns int) {
 		<-e.slots // give back the slots not used
 	}
 	e.budget.leased(turns, batch, free)
+	// Every job of the lease counts as handling before the first runs:
+	// counted in run, a lease's second job was not yet counted when the
+	// first's outcome, returned at once, reached gather, which then did
+	// not yield for the burst (TestGatherYieldsOnlyForAnOutcomeThatMayCome
+	// failed so in CI).
+	for _, j := range jobs {
+		e.handling[laneIndex(j.Lane)].Add(1)
+	}
 	for _, j := range jobs {
 		e.run(j, turns > 0 && e.takesTurn(j))
 	}
@@ -1143,8 +1151,9 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	e.mu.Lock()
 	e.running[j.ID] = r
 	e.mu.Unlock()
+	// Counted as handling since its lease (runLeased) until its outcome
+	// is handed on, here or by abandon.
 	handling := &e.handling[laneIndex(j.Lane)]
-	handling.Add(1) // until its outcome is handed on, here or by abandon
 	early := e.earlyReadOf(j)
 	e.wg.Add(1)
 	go func() {
