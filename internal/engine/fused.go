@@ -147,8 +147,7 @@ func (e *Engine) readParts(ctx context.Context, j *job.Job) (f *fusedParent, aga
 	if !ok || k.Aggregate == nil || !isPart(parent, j, k.PartKinds) {
 		return nil, false
 	}
-	parts := slices.DeleteFunc(children, func(c *job.Job) bool { return !isPart(parent, c, k.PartKinds) })
-	return &fusedParent{e: e, k: k, parent: parent, parts: parts, read: read}, false
+	return &fusedParent{e: e, k: k, parent: parent, parts: partsAmong(parent, children, k.PartKinds), read: read}, false
 }
 
 // fusedMaxParts bounds the parents that take the fused path: every part

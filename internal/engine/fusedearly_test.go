@@ -32,6 +32,9 @@ type parentReads struct {
 	wait   map[int64]chan struct{}
 	got    chan struct{}
 	gotOne sync.Once
+	// holdFirst, when set, holds the first Get of the parent, once done,
+	// until it is closed.
+	holdFirst <-chan struct{}
 }
 
 func newParentReads(s store.Store, parent string) *parentReads {
@@ -89,7 +92,11 @@ func (r *parentReads) Get(ctx context.Context, id string) (*job.Job, error) {
 	}
 	r.read()
 	j, err := r.leaseCounter.Get(ctx, id)
-	r.gotOne.Do(func() { close(r.got) })
+	first := false
+	r.gotOne.Do(func() { close(r.got); first = true })
+	if first && r.holdFirst != nil {
+		orTimeout(r.holdFirst)
+	}
 	return j, err
 }
 
@@ -223,6 +230,40 @@ func TestFusedEarlyReadOfOpenSibling(t *testing.T) {
 		waitState(t, s, parent.ID, job.StatePublished)
 		synctest.Wait()
 		t.Logf("%d lists of the parts, %d reads in all; %d fused advances, %d by the aggregation loop", r.listed.Load(), r.reads.Load(), r.fused.Load(), r.advances.Load())
+		if r.fused.Load() != 1 || r.advances.Load() != 0 || calls.Load() != 1 {
+			t.Errorf("parent advanced %d times with a part's finish and %d times by the aggregation loop (%d aggregations), want once with its last part's finish", r.fused.Load(), r.advances.Load(), calls.Load())
+		}
+	})
+}
+
+// TestWokenAggregationReadsPartsFirst: a parent woken by a part's finish
+// while its other part is running, whose last part then advances it with
+// its own finish (fused.go) while the woken aggregation reads, is
+// aggregated once. Here the woken aggregation's read of the parent is
+// done first and held until the last part's finish (with the parent's
+// advance) is written: an aggregation that read the parent (accepted)
+// before its parts found them all final and aggregated it a second time,
+// to lose the compare-and-set; one that reads the parts first finds the
+// last one running and leaves the parent to its finish.
+func TestWokenAggregationReadsPartsFirst(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t)
+		parent, parts := interactiveParent(2)
+		r := newParentReads(s, parent.ID)
+		obs := &finishedLog{id: parts[0].ID, done: make(chan struct{})}
+		r.holdFirst = obs.done // the woken aggregation's read, held until the last part's finish
+		var calls atomic.Int64
+		runFused(t, r, obs, &calls, parent, parts, func(j *job.Job) {
+			orTimeout(r.listedN(2)) // both parts' early reads, each seeing the other running
+			if j.ID == parts[0].ID {
+				orTimeout(r.got) // the second part finished and woke the parent, whose aggregation read it
+			}
+		})
+		waitState(t, s, parent.ID, job.StatePublished)
+		synctest.Wait()
+		t.Logf("%d lists of the parts, %d reads in all; %d fused advances, %d by the aggregation loop, %d aggregations",
+			r.listed.Load(), r.reads.Load(), r.fused.Load(), r.advances.Load(), calls.Load())
 		if r.fused.Load() != 1 || r.advances.Load() != 0 || calls.Load() != 1 {
 			t.Errorf("parent advanced %d times with a part's finish and %d times by the aggregation loop (%d aggregations), want once with its last part's finish", r.fused.Load(), r.advances.Load(), calls.Load())
 		}

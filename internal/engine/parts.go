@@ -136,24 +136,35 @@ func PartIdempotencyKey(parentKey string, index int) string {
 // a forged or buggy row must not change someone else's aggregate) and is
 // left out.
 func (w *Jobs) Parts(ctx context.Context, parent *job.Job, kinds []string) ([]*job.Job, error) {
+	children, err := w.children(ctx, parent.ID)
+	if err != nil {
+		return nil, err
+	}
+	return partsAmong(parent, children, kinds), nil
+}
+
+// children returns every job naming parentID as its parent, newest first
+// as List orders them, page by page.
+func (w *Jobs) children(ctx context.Context, parentID string) ([]*job.Job, error) {
 	var all []*job.Job
 	after := ""
 	for {
-		js, err := w.cfg.Store.List(ctx, store.ListParams{Parent: parent.ID, After: after, Limit: store.MaxListLimit})
+		js, err := w.cfg.Store.List(ctx, store.ListParams{Parent: parentID, After: after, Limit: store.MaxListLimit})
 		if err != nil {
 			return nil, err
 		}
-		for _, pj := range js {
-			if isPart(parent, pj, kinds) {
-				all = append(all, pj)
-			}
-		}
+		all = append(all, js...)
 		if len(js) < store.MaxListLimit {
-			break
+			return all, nil
 		}
 		after = js[len(js)-1].ID
 	}
-	return all, nil
+}
+
+// partsAmong returns those of children that are parent's parts of the
+// given kinds (isPart), in their order; it reuses children's array.
+func partsAmong(parent *job.Job, children []*job.Job, kinds []string) []*job.Job {
+	return slices.DeleteFunc(children, func(c *job.Job) bool { return !isPart(parent, c, kinds) })
 }
 
 // isPart reports whether child, a job naming parent as its ParentID, is
@@ -826,37 +837,48 @@ func (e *Engine) aggregateParent(ctx context.Context, id string, publish publish
 // and its parts and aggregates them, and returns what is left to do (the
 // parent's advance and publication, or only the publication of one found
 // validated), nil when nothing is (see prepareJob).
+//
+// It reads the parent's children before the parent. An interactive
+// parent's last part may advance it in its own finish's write (fused.go):
+// children read after that write see the part final, and the parent read
+// next sees it advanced, so it is left alone. Read the other way round, a
+// parent read accepted just before that write with its parts read all
+// final just after it was aggregated a second time, only for its advance
+// to lose the compare-and-set: an aggregation and a write to the
+// single-writer store for nothing (TestFusedEarlyReadOfOpenSibling caught
+// it in CI, stop 49).
 func (e *Engine) prepareParent(ctx context.Context, id string, publish publishFunc) (write *parentWrite, err error) {
+	children, err := e.jobs.children(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	parent, err := e.cfg.Store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	} else if err != nil {
 		return nil, err
 	}
-	return e.prepareJob(ctx, parent, publish)
+	return e.prepareJob(ctx, parent, children, publish), nil
 }
 
-// prepareJob is prepareParent for a parent row already read. A row a
-// moment old is safe: the advance is a compare-and-set from accepted, so
-// a parent advanced meanwhile is left alone.
-func (e *Engine) prepareJob(ctx context.Context, parent *job.Job, publish publishFunc) (write *parentWrite, err error) {
+// prepareJob is prepareParent for a parent row and its children already
+// read (before it, by prepareParent). A row a moment old is safe: the
+// advance is a compare-and-set from accepted, so a parent advanced
+// meanwhile is left alone.
+func (e *Engine) prepareJob(ctx context.Context, parent *job.Job, children []*job.Job, publish publishFunc) (write *parentWrite) {
 	k, ok := e.cfg.Kinds[parent.Kind]
 	if !ok || k.Aggregate == nil {
-		return nil, nil
+		return nil
 	}
 	if parent.State == job.StateValidated { // a crash came between the advance and the publication
 		return &parentWrite{written: func(*job.Job, error) (func(), error) {
 			return func() { publish(ctx, parent.ID, parent.Lane) }, nil
-		}}, nil
+		}}
 	}
 	if parent.State != job.StateAccepted {
-		return nil, nil
+		return nil
 	}
-	parts, err := e.jobs.Parts(ctx, parent, k.PartKinds)
-	if err != nil {
-		return nil, err
-	}
-	return e.prepareWith(ctx, k, parent, parts, publish), nil
+	return e.prepareWith(ctx, k, parent, partsAmong(parent, children, k.PartKinds), publish)
 }
 
 // prepareWith is prepareJob for an accepted parent of kind k whose parts
