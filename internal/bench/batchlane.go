@@ -365,6 +365,16 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.add("baseline_before_p99_ms", b1p99, "ms, the window before the sweep")
 	r.add("baseline_after_p99_ms", a1p99, "ms, the window after it")
 	r.add("baseline_drift_p99_ratio", a1p99/b1p99, "after ÷ before: how far the machine moved within the run")
+	// Episode-robust figures beside the p99s, never instead of them: a
+	// baseline window's p99 is its 2nd or 3rd slowest review, which one
+	// stall episode of the machine sets (docs/benchmarks.md, "Session 40
+	// (s40h1)").
+	r.add("baseline_before_over_2x_median_reviews", float64(overMedian(before, 2)), "reviews over twice the window's median, the window before the sweep")
+	r.add("baseline_after_over_2x_median_reviews", float64(overMedian(after, 2)), "reviews over twice the window's median, the window after it")
+	bt, it := blockTrimmedQuantile(blocks["baseline"], 0.99, trimBlockShare), blockTrimmedQuantile(blocks["in_sweep"], 0.99, trimBlockShare)
+	r.add("baseline_p99_trimmed_ms", bt, "ms, both baseline windows without their slowest 2 s blocks (one in ten): a figure one stall episode does not set")
+	r.add("in_sweep_p99_trimmed_ms", it, "ms, the in-sweep reviews without their slowest 2 s blocks (one in ten)")
+	r.add("in_sweep_p99_trimmed_ratio", it/bt, "in-sweep ÷ baseline, both block-trimmed (beside in_sweep_p99_ratio, not instead)")
 	addHost(&r, "baseline", host0, host1)
 	addHost(&r, "sweep", host1, host2)
 	addHost(&r, "after", host2, host3)
@@ -1110,6 +1120,10 @@ func addPooled(agg *Result, runs []Result) {
 	// bootstrap of single reviews, reported beside it (_iid), was too
 	// narrow for them (docs/benchmarks.md, "Session 32 (s32h1)").
 	baseBlocks, inBlocks := pooledBlocks(runs, "baseline"), pooledBlocks(runs, "in_sweep")
+	bt, it := blockTrimmedQuantile(baseBlocks, 0.99, trimBlockShare), blockTrimmedQuantile(inBlocks, 0.99, trimBlockShare)
+	agg.add("pooled_baseline_p99_trimmed_ms", bt, "ms, every run's baseline reviews without the slowest 2 s blocks (one in ten)")
+	agg.add("pooled_in_sweep_p99_trimmed_ms", it, "ms, every run's in-sweep reviews without the slowest 2 s blocks (one in ten)")
+	agg.add("pooled_in_sweep_p99_trimmed_ratio", it/bt, "in-sweep ÷ baseline, both block-trimmed: a figure a few stall episodes do not set (beside pooled_in_sweep_p99_ratio, not instead)")
 	seed := uint64(len(base))<<32 | uint64(len(in))
 	for _, q := range []float64{0.99, 0.95} {
 		lo, hi := blockRatioInterval(baseBlocks, inBlocks, q, 0.9, bootstrapResamples, seed)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -120,4 +121,50 @@ func blocksOf(lats []time.Duration, ats []time.Time, span time.Duration) [][]tim
 func quantileOf(vs []float64, q float64) float64 {
 	i := int(math.Ceil(q*float64(len(vs)))) - 1
 	return vs[max(0, min(len(vs)-1, i))]
+}
+
+// trimBlockShare is the share of a phase's blocks of reviews (reviewBlock)
+// blockTrimmedQuantile leaves out, the slowest first: one 2 s block in
+// ten, so one stall episode in a 20 s window, which on a shared machine
+// comes from outside the process (docs/benchmarks.md, "Session 40
+// (s40h1)"), does not set the figure.
+const trimBlockShare = 0.1
+
+// blockTrimmedQuantile is the q quantile (nearest rank, as Percentile) of
+// the reviews of blocks left once the ceil(share × len(blocks)) blocks
+// with the slowest review are dropped: a figure a single stall episode,
+// which hits a few consecutive reviews, does not set, where a slowdown
+// spread over the phase still shows. 0 for no blocks; every block is
+// kept when dropping would leave none.
+func blockTrimmedQuantile(blocks [][]time.Duration, q, share float64) float64 {
+	drop := int(math.Ceil(share * float64(len(blocks))))
+	if drop >= len(blocks) {
+		drop = 0
+	}
+	byMax := slices.Clone(blocks)
+	slices.SortStableFunc(byMax, func(a, b []time.Duration) int { return cmp.Compare(slices.Max(b), slices.Max(a)) })
+	var kept []time.Duration
+	for _, b := range byMax[drop:] {
+		kept = append(kept, b...)
+	}
+	if len(kept) == 0 {
+		return 0
+	}
+	return Percentile(kept, q)
+}
+
+// overMedian counts the latencies above k times their median: the
+// reviews a stall episode hit.
+func overMedian(lats []time.Duration, k float64) int {
+	if len(lats) == 0 {
+		return 0
+	}
+	med := Percentile(slices.Clone(lats), 0.5)
+	n := 0
+	for _, l := range lats {
+		if float64(l) > k*med*float64(time.Millisecond) {
+			n++
+		}
+	}
+	return n
 }

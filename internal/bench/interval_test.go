@@ -141,3 +141,85 @@ func TestBlocksOf(t *testing.T) {
 		t.Error("no reviews: want no blocks")
 	}
 }
+
+// TestBlockTrimmedQuantile: one stall episode (a few consecutive slow
+// reviews in one block) sets a window's p99 but not the block-trimmed
+// one, while a slowdown spread over every block still moves it.
+func TestBlockTrimmedQuantile(t *testing.T) {
+	t.Parallel()
+	ms := func(n int, d float64) []time.Duration {
+		b := make([]time.Duration, n)
+		for i := range b {
+			b[i] = time.Duration(d * float64(time.Millisecond))
+		}
+		return b
+	}
+	window := func(slow float64) [][]time.Duration {
+		var bs [][]time.Duration
+		for i := range 10 {
+			b := ms(20, 6)
+			b[i] = time.Duration(8 * float64(time.Millisecond)) // one a little slower in every block
+			bs = append(bs, b)
+		}
+		if slow > 0 {
+			copy(bs[4][5:9], ms(4, slow)) // the episode: four in a row
+		}
+		return bs
+	}
+	pooled := func(bs [][]time.Duration) []time.Duration {
+		var all []time.Duration
+		for _, b := range bs {
+			all = append(all, b...)
+		}
+		return all
+	}
+	for _, tc := range []struct {
+		name        string
+		blocks      [][]time.Duration
+		p99, trimmd float64
+	}{
+		{"quiet", window(0), 8, 8},
+		{"one episode", window(45), 45, 8},
+		{"slower everywhere", func() [][]time.Duration {
+			bs := window(0)
+			for _, b := range bs {
+				b[(len(b)-1)/2] = 12 * time.Millisecond
+				b[len(b)-1] = 12 * time.Millisecond
+			}
+			return bs
+		}(), 12, 12},
+	} {
+		if got := Percentile(pooled(tc.blocks), 0.99); got != tc.p99 {
+			t.Errorf("%s: p99 %v ms, want %v", tc.name, got, tc.p99)
+		}
+		if got := blockTrimmedQuantile(tc.blocks, 0.99, trimBlockShare); got != tc.trimmd {
+			t.Errorf("%s: block-trimmed p99 %v ms, want %v", tc.name, got, tc.trimmd)
+		}
+	}
+	if got := blockTrimmedQuantile(nil, 0.99, trimBlockShare); got != 0 {
+		t.Errorf("no blocks: %v, want 0", got)
+	}
+	if got := blockTrimmedQuantile([][]time.Duration{ms(3, 5)}, 0.99, trimBlockShare); got != 5 {
+		t.Errorf("one block is kept: %v, want 5", got)
+	}
+}
+
+// TestOverMedian counts the reviews over twice the median, and leaves
+// its input in submit order.
+func TestOverMedian(t *testing.T) {
+	t.Parallel()
+	lats := []time.Duration{30, 6, 6, 13, 6, 12, 6, 7}
+	for i := range lats {
+		lats[i] *= time.Millisecond
+	}
+	in := slices.Clone(lats)
+	if got := overMedian(lats, 2); got != 2 { // 30 and 13; 12 is exactly twice the median
+		t.Errorf("over 2x median: %d, want 2", got)
+	}
+	if !slices.Equal(lats, in) {
+		t.Errorf("overMedian reordered its input: %v", lats)
+	}
+	if got := overMedian(nil, 2); got != 0 {
+		t.Errorf("none: %d, want 0", got)
+	}
+}

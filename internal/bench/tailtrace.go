@@ -88,15 +88,23 @@ type traceReview struct {
 
 // traceSample is one 10 ms reading: the process's and the simulator
 // child's CPU seconds so far, garbage collections so far, the runnable
-// goroutines, and the store's transactions and writes so far.
+// goroutines, and the store's transactions and writes so far; and, to
+// tell a stall of the whole process from one of its parts, what the OS
+// scheduler did so far (Linux; 0 elsewhere): the ms the process's threads
+// waited in the run queue for a core (RunQueueMs, procSched), and the ms
+// some task of the machine did (HostCPUSomeMs, /proc/pressure/cpu). A
+// review whose excess latency the process's run-queue wait over its
+// span matches was kept off the CPU by the machine, not held by ratelane.
 type traceSample struct {
-	At       int64   `json:"t"`
-	CPU      float64 `json:"cpu"`
-	ChildCPU float64 `json:"child_cpu"`
-	GCCycles uint64  `json:"gc"`
-	Runnable uint64  `json:"runnable"`
-	Txs      int64   `json:"txs"`
-	Writes   int64   `json:"writes"`
+	At            int64   `json:"t"`
+	CPU           float64 `json:"cpu"`
+	ChildCPU      float64 `json:"child_cpu"`
+	GCCycles      uint64  `json:"gc"`
+	Runnable      uint64  `json:"runnable"`
+	Txs           int64   `json:"txs"`
+	Writes        int64   `json:"writes"`
+	RunQueueMs    float64 `json:"runq_ms"`
+	HostCPUSomeMs float64 `json:"host_cpu_some_ms"`
 }
 
 func newTailTrace(path string) *tailTrace { return &tailTrace{t0: time.Now(), path: path} }
@@ -225,6 +233,12 @@ func (t *tailTrace) sample(ctx context.Context, childCPU func() (float64, bool))
 		if wc != nil {
 			c := wc.WriteCounts()
 			s.Txs, s.Writes = c.Transactions, c.Writes
+		}
+		if ps := readProcSched(self); ps.ok {
+			s.RunQueueMs = ps.waitNs / 1e6
+		}
+		if h := readHost(); h.pressureOK {
+			s.HostCPUSomeMs = h.cpuSomeMicrosec / 1000
 		}
 		t.mu.Lock()
 		t.samples = append(t.samples, s)
