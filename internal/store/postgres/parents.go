@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
 )
@@ -22,3 +24,39 @@ func (s *Store) PartsOf(ctx context.Context, ids []string) ([]*job.Job, error) {
 	q := store.PartsOfQuery(jobCols, `parent_id = ANY(?)`, ids)
 	return collectJobs(s.pool.Query(ctx, q.Numbered(), q.Args()...))
 }
+
+// ParentsWithChildren is store.ParentsReader's: one statement
+// (store.ParentsWithChildrenQuery), so one snapshot of the parents and
+// their children.
+func (s *Store) ParentsWithChildren(ctx context.Context, ids []string) (parents, children []*job.Job, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	q := store.ParentsWithChildrenQuery(jobCols, `id = ANY(?)`, `parent_id = ANY(?)`, ids)
+	rows, err := s.pool.Query(ctx, q.Numbered(), q.Args()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var child int32
+		j, err := scanJob(withRole{rows, &child})
+		if err != nil {
+			return nil, nil, err
+		}
+		if child == 1 {
+			children = append(children, j)
+		} else {
+			parents = append(parents, j)
+		}
+	}
+	return parents, children, rows.Err()
+}
+
+// withRole scans a first column into role and the rest as r's.
+type withRole struct {
+	r    pgx.Row
+	role *int32
+}
+
+func (w withRole) Scan(dest ...any) error { return w.r.Scan(append([]any{w.role}, dest...)...) }

@@ -42,3 +42,44 @@ func (s *Store) readJobs(ctx context.Context, q *store.Query) ([]*job.Job, error
 	defer rows.Close()
 	return store.CollectRows(rows, func() (*job.Job, error) { return scanJob(rows) })
 }
+
+// ParentsWithChildren is store.ParentsReader's: one statement on the read
+// pool (store.ParentsWithChildrenQuery), so one snapshot of the parents
+// and their children.
+func (s *Store) ParentsWithChildren(ctx context.Context, ids []string) (parents, children []*job.Job, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	arg, err := json.Marshal(ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	const in = ` IN (SELECT value FROM json_each(?))`
+	q := store.ParentsWithChildrenQuery(jobCols, `id`+in, `parent_id`+in, string(arg))
+	rows, err := s.readQuery(ctx, q.SQL(), q.Args()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var child int
+		j, err := scanJob(withRole{rows, &child})
+		if err != nil {
+			return nil, nil, err
+		}
+		if child == 1 {
+			children = append(children, j)
+		} else {
+			parents = append(parents, j)
+		}
+	}
+	return parents, children, rows.Err()
+}
+
+// withRole scans a first column into role and the rest as r's.
+type withRole struct {
+	r    scanner
+	role *int
+}
+
+func (w withRole) Scan(dest ...any) error { return w.r.Scan(append([]any{w.role}, dest...)...) }
