@@ -61,25 +61,5 @@ func (s *Store) ParentsWithChildren(ctx context.Context, ids []string) (parents,
 		return nil, nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var child int
-		j, err := scanJob(withRole{rows, &child})
-		if err != nil {
-			return nil, nil, err
-		}
-		if child == 1 {
-			children = append(children, j)
-		} else {
-			parents = append(parents, j)
-		}
-	}
-	return parents, children, rows.Err()
+	return store.CollectParents(rows, func(r interface{ Scan(dest ...any) error }) (*job.Job, error) { return scanJob(r) })
 }
-
-// withRole scans a first column into role and the rest as r's.
-type withRole struct {
-	r    scanner
-	role *int
-}
-
-func (w withRole) Scan(dest ...any) error { return w.r.Scan(append([]any{w.role}, dest...)...) }
