@@ -241,13 +241,7 @@ func testReadyParentsFinishedSince(t *testing.T, open Opener) {
 func testPartsOf(t *testing.T, open Opener) {
 	s := open(t)
 	ctx := context.Background()
-	a, b, none := newParent("agg", "agg.part", 3), newParent("agg", "other", 2), newParent("agg", "", 0)
-	b[2].Tenant = "mallory"
-	loose := NewJob("acme", job.LaneBatch, "k")
-	insert(t, s, append(append(append(a, b...), none...), loose)...)
-	if _, err := s.Cancel(ctx, a[1].ID, T0); err != nil {
-		t.Fatal(err)
-	}
+	a, b, none := partsFixture(t, s)
 	got, err := s.PartsOf(ctx, []string{b[0].ID, a[0].ID, none[0].ID, "no-such-job"})
 	if err != nil {
 		t.Fatal(err)
@@ -384,6 +378,21 @@ func testAdvanceMany(t *testing.T, open Opener) {
 	}
 }
 
+// partsFixture inserts three parents: a with 3 parts of agg.part (its
+// first cancelled), b with 2 of kind other (the second of another
+// tenant), none with none; and a job that is no one's part.
+func partsFixture(t *testing.T, s store.Store) (a, b, none []*job.Job) {
+	t.Helper()
+	a, b, none = newParent("agg", "agg.part", 3), newParent("agg", "other", 2), newParent("agg", "", 0)
+	b[2].Tenant = "mallory"
+	loose := NewJob("acme", job.LaneBatch, "k")
+	insert(t, s, append(append(append(a, b...), none...), loose)...)
+	if _, err := s.Cancel(context.Background(), a[1].ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, none
+}
+
 // testParentsWithChildren: a store.ParentsReader reads the parents that
 // exist among ids, each row as Get returns it but for its History, and
 // their children exactly as PartsOf reads them; a job that is one of the
@@ -392,13 +401,7 @@ func testParentsWithChildren(t *testing.T, open Opener) {
 	s := open(t)
 	r := optional[store.ParentsReader](t, s)
 	ctx := context.Background()
-	a, b, none := newParent("agg", "agg.part", 3), newParent("agg", "other", 2), newParent("agg", "", 0)
-	b[2].Tenant = "mallory"
-	loose := NewJob("acme", job.LaneBatch, "k")
-	insert(t, s, append(append(append(a, b...), none...), loose)...)
-	if _, err := s.Cancel(ctx, a[1].ID, T0); err != nil {
-		t.Fatal(err)
-	}
+	a, b, none := partsFixture(t, s)
 	ids := []string{b[0].ID, a[0].ID, none[0].ID, "no-such-job", a[1].ID}
 	parents, children, err := r.ParentsWithChildren(ctx, ids)
 	if err != nil {
