@@ -484,23 +484,47 @@ func (w *Jobs) Delete(ctx context.Context, id string) error {
 // advance that recorded the publication too (p.Publish) is told to a
 // PublishedObserver as Published's is.
 func (w *Jobs) Advance(ctx context.Context, p store.AdvanceParams) (*job.Job, error) {
+	return w.advance(ctx, p, nil)
+}
+
+// advance is Advance of the job whose row its caller read as row: with
+// p.Brief the store answers only the job's id and new state, and the
+// rest is row's (briefed). With no row it asks for the whole job.
+func (w *Jobs) advance(ctx context.Context, p store.AdvanceParams, row *job.Job) (*job.Job, error) {
 	if p.Now.IsZero() {
 		p.Now = w.cfg.Now()
+	}
+	if row == nil {
+		p.Brief = false
 	}
 	j, err := w.cfg.Store.Advance(ctx, p)
 	if err != nil {
 		return j, err
 	}
+	j = briefed(p, j, row)
 	w.advanced(p, j)
 	return j, nil
+}
+
+// briefed is the job a brief advance p of row left (j, the store's
+// answer, has its id and state), with row's identity: its kind, tenant,
+// region, lane and parent, what the advance's callers read of it. Its
+// other fields are unset. Without p.Brief it is j.
+func briefed(p store.AdvanceParams, j, row *job.Job) *job.Job {
+	if !p.Brief || j == nil || row == nil {
+		return j
+	}
+	return &job.Job{ID: j.ID, State: j.State, Reason: p.Reason, Kind: row.Kind, Tenant: row.Tenant, Region: row.Region,
+		Lane: row.Lane, ParentID: row.ParentID}
 }
 
 // advanceMany is Advance for each of ps, in order, on a store that takes
 // them at once (store.ManyAdvancer): one goroutine queues them all and
 // waits for them, and the writer commits them together. ok is false, and
 // nothing is written, on a store that does not: the caller advances them
-// one by one.
-func (w *Jobs) advanceMany(ctx context.Context, ps []store.AdvanceParams) (js []*job.Job, errs []error, ok bool) {
+// one by one. rows[i], when not nil, is ps[i]'s job as its caller read
+// it (advance's row).
+func (w *Jobs) advanceMany(ctx context.Context, ps []store.AdvanceParams, rows []*job.Job) (js []*job.Job, errs []error, ok bool) {
 	m, ok := w.cfg.Store.(store.ManyAdvancer)
 	if !ok {
 		return nil, nil, false
@@ -509,10 +533,14 @@ func (w *Jobs) advanceMany(ctx context.Context, ps []store.AdvanceParams) (js []
 		if ps[i].Now.IsZero() {
 			ps[i].Now = w.cfg.Now()
 		}
+		if rows[i] == nil {
+			ps[i].Brief = false
+		}
 	}
 	js, errs = m.AdvanceMany(ctx, ps)
 	for i, err := range errs {
 		if err == nil {
+			js[i] = briefed(ps[i], js[i], rows[i])
 			w.advanced(ps[i], js[i])
 		}
 	}

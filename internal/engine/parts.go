@@ -471,13 +471,23 @@ func (e *Engine) batchGroupPiece(ctx context.Context, ws []parentWake) {
 // under the governor's one turn, ahead of the interactive lane's
 // goroutines (docs/benchmarks.md, "Session 21 (s21h4)"). Its
 // Aggregators share ctx's GroupMemo.
+//
+// On a store.ParentsReader it reads the group's parents and their
+// children in one statement (readGroup) rather than two per parent.
 func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 	writes := make([]*parentWrite, 0, len(ws))
 	wakes := make([]parentWake, 0, len(ws)) // writes[i] is wakes[i]'s
+	g := e.readGroup(ctx, ws)
 	for _, w := range ws {
 		start := e.cfg.Now()
 		e.observeStage(w.id, "", "", w.lane, stAggregateWait, w.at, start)
-		write, err := e.prepareParent(ctx, w.id, e.publishInline) // publishInline: see batchPublishInline
+		var write *parentWrite
+		var err error
+		if g != nil {
+			write, err = g.prepare(ctx, e, w.id, e.publishInline)
+		} else {
+			write, err = e.prepareParent(ctx, w.id, e.publishInline) // publishInline: see batchPublishInline
+		}
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("aggregation failed; the sweep will retry", "job_id", w.id, "err", err)
 			e.miss(w)
@@ -498,12 +508,65 @@ func (e *Engine) aggregateBatchGroup(ctx context.Context, ws []parentWake) {
 	}
 }
 
+// groupRows is a woken batch group's parents and their children as one
+// store read returned them (readGroup).
+type groupRows struct {
+	parents  map[string]*job.Job
+	children map[string][]*job.Job
+	err      error // the read's: every parent of the group fails with it
+}
+
+// readGroup reads the parents of ws and their children in one statement
+// when the store can (store.ParentsReader), and returns nil when it
+// cannot: each parent is then read on its own (prepareParent), its
+// children and then its row, two statements. One statement is one
+// snapshot, so prepareParent's ordering holds here too, and more: a
+// part's finish that advanced its parent in the same write
+// (fused.go) is seen whole, the part final and the parent advanced, or
+// not at all. Read one parent at a time, a 10,000-file sweep's group
+// reads were ~11 % of its CPU, mostly SQLite's own execution
+// (docs/benchmarks.md, "Session 39 (s39h1)", "Session 40 (s40h2)").
+func (e *Engine) readGroup(ctx context.Context, ws []parentWake) *groupRows {
+	r, ok := e.cfg.Store.(store.ParentsReader)
+	if !ok {
+		return nil
+	}
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		ids[i] = w.id
+	}
+	parents, children, err := r.ParentsWithChildren(ctx, ids)
+	g := &groupRows{parents: make(map[string]*job.Job, len(parents)), children: map[string][]*job.Job{}, err: err}
+	for _, p := range parents {
+		g.parents[p.ID] = p
+	}
+	for _, c := range children {
+		g.children[c.ParentID] = append(g.children[c.ParentID], c)
+	}
+	return g
+}
+
+// prepare is prepareParent for parent id of the group g read.
+func (g *groupRows) prepare(ctx context.Context, e *Engine, id string, publish publishFunc) (*parentWrite, error) {
+	if g.err != nil {
+		return nil, g.err
+	}
+	parent := g.parents[id]
+	if parent == nil {
+		return nil, nil // as prepareParent's ErrNotFound
+	}
+	return e.prepareJob(ctx, parent, g.children[id], publish), nil
+}
+
 // parentWrite is what is left of a parent's aggregation once its
 // aggregator decided: the parent's advance, then its publication.
 type parentWrite struct {
 	// advance is the parent's advance; nil for a parent found validated,
 	// whose publication alone is left.
 	advance *store.AdvanceParams
+	// parent is the parent's row as the aggregation read it: a brief
+	// advance's answer (AdvanceParams.Brief) is completed from it.
+	parent *job.Job
 	// written takes the advance's outcome (nil, nil without one) and
 	// returns its error and the publication that follows (nil: none).
 	written func(j *job.Job, err error) (publish func(), _ error)
@@ -518,7 +581,7 @@ func (e *Engine) writeParent(ctx context.Context, w *parentWrite) error {
 	if w.advance == nil {
 		pub, err = w.written(nil, nil)
 	} else {
-		pub, err = w.written(e.jobs.Advance(ctx, *w.advance))
+		pub, err = w.written(e.jobs.advance(ctx, *w.advance, w.parent))
 	}
 	if pub != nil {
 		pub()
@@ -545,14 +608,16 @@ func (e *Engine) writeTogether(ctx context.Context, ws []*parentWrite) []error {
 	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
 	var ps []store.AdvanceParams
-	var at []int // ps[k] is ws[at[k]]'s advance
+	var rows []*job.Job // rows[k] is ps[k]'s parent
+	var at []int        // ps[k] is ws[at[k]]'s advance
 	for i, w := range ws {
 		if w.advance != nil {
 			ps = append(ps, *w.advance)
+			rows = append(rows, w.parent)
 			at = append(at, i)
 		}
 	}
-	js, aerrs, ok := e.jobs.advanceMany(ctx, ps)
+	js, aerrs, ok := e.jobs.advanceMany(ctx, ps, rows)
 	if !ok {
 		for i, w := range ws {
 			wg.Add(1)
@@ -917,7 +982,12 @@ func (e *Engine) prepareWith(ctx context.Context, k Kind, parent *job.Job, parts
 	// a hop through the publication pool), each a place to queue behind
 	// a batch-lane commit (docs/benchmarks.md, "Session 29 (s29h2)").
 	p.Publish = p.To == job.StateValidated && !delivers(k.Publisher, parent)
-	return &parentWrite{advance: &p, written: func(j *job.Job, err error) (func(), error) {
+	// What the advance leaves that its answer is used for (written,
+	// Jobs.advanced: the id, kind, lane, parent and new state) is
+	// parent's or known without a read: the store need not read the row
+	// back (docs/benchmarks.md, "Session 40 (s40h2)").
+	p.Brief = true
+	return &parentWrite{advance: &p, parent: parent, written: func(j *job.Job, err error) (func(), error) {
 		if errors.Is(err, store.ErrConflict) {
 			return nil, nil // another engine advanced it, or it was cancelled
 		} else if err != nil {

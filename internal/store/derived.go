@@ -156,7 +156,8 @@ type AdvanceTx struct {
 // FinishAdvance is what every driver does after p's guarded UPDATE: a job
 // made waiting makes its group ready again (the lease reads ready groups
 // only), p.Record, if any, joins the history, a p.Publish records the
-// publication, and the job is read back as Advance returns it.
+// publication, and the job is read back as Advance returns it (not with
+// p.Brief: BriefJob).
 func FinishAdvance(p AdvanceParams, tx AdvanceTx) (*job.Job, error) {
 	if p.To == job.StateWaiting {
 		group, err := tx.Group()
@@ -177,5 +178,18 @@ func FinishAdvance(p AdvanceParams, tx AdvanceTx) (*job.Job, error) {
 			return nil, err
 		}
 	}
+	if p.Brief {
+		return p.BriefJob(), nil
+	}
 	return tx.Get()
+}
+
+// BriefJob is what Advance returns for p when p.Brief is set: its ID and
+// the state its write leaves, nothing else.
+func (p AdvanceParams) BriefJob() *job.Job {
+	st := p.To
+	if p.Publish {
+		st = job.StatePublished
+	}
+	return &job.Job{ID: p.ID, State: st}
 }

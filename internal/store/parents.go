@@ -116,3 +116,16 @@ func PartsOfQuery(cols, in string, ids any) *Query {
 		Where(in+` AND parent_id <> ''`, ids).
 		Then(`ORDER BY parent_id, id DESC`)
 }
+
+// ParentsWithChildrenQuery is ParentsReader's statement for both SQL
+// drivers: one statement, so one snapshot, of the columns cols after a
+// first column that is 0 for a parent's row and 1 for a child's; the
+// parents (idIn, the driver's test of id against the set as one bound
+// value, as PartsOfQuery's in) first, then their children (parentIn)
+// together and newest first, as PartsOf returns them. A job that is one
+// of the parents and a child of another is read twice, once as each.
+func ParentsWithChildrenQuery(cols, idIn, parentIn string, ids any) *Query {
+	return NewQuery(`SELECT 0 AS child, `+cols+` FROM jobs WHERE `+idIn+`
+		UNION ALL SELECT 1, `+cols+` FROM jobs WHERE `+parentIn+` AND parent_id <> ''
+		ORDER BY child, parent_id, id DESC`, ids, ids)
+}

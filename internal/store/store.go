@@ -216,6 +216,14 @@ type AdvanceParams struct {
 	// side effect is advanced to validated alone and published after
 	// the side effect (Publish, with its claim).
 	Publish bool
+	// Brief: the caller needs of the job Advance returns only its ID and
+	// the State the write left (To, or published with Publish), which it
+	// knows without a read; Advance then returns a job with only those
+	// set and does not read the row back, a statement per advance that
+	// the batch aggregation's callers threw away but for those two
+	// fields (it knows the rest from the row it aggregated;
+	// docs/benchmarks.md, "Session 40 (s40h2)").
+	Brief bool
 }
 
 // Check reports an advance the state machine does not allow.
@@ -368,6 +376,22 @@ type LeaseProber interface {
 // Advance calls and does not implement it.
 type ManyAdvancer interface {
 	AdvanceMany(ctx context.Context, ps []AdvanceParams) ([]*job.Job, []error)
+}
+
+// ParentsReader is a Store that reads a group of parents and their
+// children in one snapshot: ParentsWithChildren returns those of the jobs
+// ids that exist (in no particular order, without their History, as
+// ReadyParents lists them) and every child (ParentID) of them, as
+// PartsOf returns them, all as of one moment, so that no child is seen
+// in a state its parent's row does not yet reflect, nor the other way
+// round (a part's finish that advances its parent in the same write is
+// seen whole or not at all). No ids, nothing. The batch aggregation
+// reads a woken group of up to 32 parents with it: a read of its
+// children and one of its row per parent were ~11 % of a 10,000-file
+// sweep's CPU, mostly SQLite's own (docs/benchmarks.md, "Session 39
+// (s39h1)", "Session 40 (s40h2)").
+type ParentsReader interface {
+	ParentsWithChildren(ctx context.Context, ids []string) (parents, children []*job.Job, err error)
 }
 
 // InteractiveWatcher is a Store with a single writer (SQLite) that can

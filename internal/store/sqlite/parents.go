@@ -42,3 +42,24 @@ func (s *Store) readJobs(ctx context.Context, q *store.Query) ([]*job.Job, error
 	defer rows.Close()
 	return store.CollectRows(rows, func() (*job.Job, error) { return scanJob(rows) })
 }
+
+// ParentsWithChildren is store.ParentsReader's: one statement on the read
+// pool (store.ParentsWithChildrenQuery), so one snapshot of the parents
+// and their children.
+func (s *Store) ParentsWithChildren(ctx context.Context, ids []string) (parents, children []*job.Job, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	arg, err := json.Marshal(ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	const in = ` IN (SELECT value FROM json_each(?))`
+	q := store.ParentsWithChildrenQuery(jobCols, `id`+in, `parent_id`+in, string(arg))
+	rows, err := s.readQuery(ctx, q.SQL(), q.Args()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	return store.CollectParents(rows, func(r interface{ Scan(dest ...any) error }) (*job.Job, error) { return scanJob(r) })
+}

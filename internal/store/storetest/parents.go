@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ var parentCases = map[string]func(*testing.T, Opener){
 	"AdvancePublish":       testAdvancePublish,
 	"FinishAdvancesParent": testFinishAdvancesParent,
 	"AdvanceMany":          testAdvanceMany,
+	"ParentsWithChildren":  testParentsWithChildren,
+	"AdvanceBrief":         testAdvanceBrief,
 }
 
 // newParent returns an accepted parent of kind and its waiting parts of
@@ -238,13 +241,7 @@ func testReadyParentsFinishedSince(t *testing.T, open Opener) {
 func testPartsOf(t *testing.T, open Opener) {
 	s := open(t)
 	ctx := context.Background()
-	a, b, none := newParent("agg", "agg.part", 3), newParent("agg", "other", 2), newParent("agg", "", 0)
-	b[2].Tenant = "mallory"
-	loose := NewJob("acme", job.LaneBatch, "k")
-	insert(t, s, append(append(append(a, b...), none...), loose)...)
-	if _, err := s.Cancel(ctx, a[1].ID, T0); err != nil {
-		t.Fatal(err)
-	}
+	a, b, none := partsFixture(t, s)
 	got, err := s.PartsOf(ctx, []string{b[0].ID, a[0].ID, none[0].ID, "no-such-job"})
 	if err != nil {
 		t.Fatal(err)
@@ -378,5 +375,121 @@ func testAdvanceMany(t *testing.T, open Opener) {
 	}
 	if got, errs := m.AdvanceMany(ctx, nil); len(got) != 0 || len(errs) != 0 {
 		t.Fatalf("AdvanceMany of none = %v, %v; want nothing", got, errs)
+	}
+}
+
+// partsFixture inserts three parents: a with 3 parts of agg.part (its
+// first cancelled), b with 2 of kind other (the second of another
+// tenant), none with none; and a job that is no one's part.
+func partsFixture(t *testing.T, s store.Store) (a, b, none []*job.Job) {
+	t.Helper()
+	a, b, none = newParent("agg", "agg.part", 3), newParent("agg", "other", 2), newParent("agg", "", 0)
+	b[2].Tenant = "mallory"
+	loose := NewJob("acme", job.LaneBatch, "k")
+	insert(t, s, append(append(append(a, b...), none...), loose)...)
+	if _, err := s.Cancel(context.Background(), a[1].ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, none
+}
+
+// testParentsWithChildren: a store.ParentsReader reads the parents that
+// exist among ids, each row as Get returns it but for its History, and
+// their children exactly as PartsOf reads them; a job that is one of the
+// parents and a child of another is returned as each. No ids, nothing.
+func testParentsWithChildren(t *testing.T, open Opener) {
+	s := open(t)
+	r := optional[store.ParentsReader](t, s)
+	ctx := context.Background()
+	a, b, none := partsFixture(t, s)
+	ids := []string{b[0].ID, a[0].ID, none[0].ID, "no-such-job", a[1].ID}
+	parents, children, err := r.ParentsWithChildren(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*job.Job{}
+	for _, p := range parents {
+		got[p.ID] = p
+	}
+	if len(parents) != 4 || len(got) != 4 {
+		t.Fatalf("%d parents (%d distinct); want the 4 of %v that exist", len(parents), len(got), ids)
+	}
+	for _, id := range []string{b[0].ID, a[0].ID, none[0].ID, a[1].ID} {
+		want, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.History = nil
+		if !reflect.DeepEqual(got[id], want) {
+			t.Fatalf("parent %s read as\n%+v\nwant it as Get reads it (no history)\n%+v", id, got[id], want)
+		}
+	}
+	want, err := s.PartsOf(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(children, want) {
+		t.Fatalf("children %v; want them as PartsOf reads them, %v", jobIDs(children), jobIDs(want))
+	}
+	if len(children) != 5 {
+		t.Fatalf("%d children, want 5 (3 of a's, 2 of b's)", len(children))
+	}
+	if p, c, err := r.ParentsWithChildren(ctx, nil); err != nil || len(p)+len(c) != 0 {
+		t.Fatalf("ParentsWithChildren(none) = %v, %v, %v; want nothing", p, c, err)
+	}
+}
+
+// jobIDs returns the ids of js, in order.
+func jobIDs(js []*job.Job) []string {
+	out := make([]string, len(js))
+	for i, j := range js {
+		out[i] = j.ID
+	}
+	return out
+}
+
+// testAdvanceBrief: an advance with AdvanceParams.Brief writes exactly
+// what one without it writes, and returns only the job's ID and the state
+// it left (published with Publish); guarded as any advance.
+func testAdvanceBrief(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		to      job.State
+		reason  job.Reason
+		publish bool
+		want    job.State
+	}{
+		{"validated", job.StateValidated, "", false, job.StateValidated},
+		{"published", job.StateValidated, "", true, job.StatePublished},
+		{"terminal", job.StateTerminal, job.ReasonPermanentError, false, job.StateTerminal},
+	} {
+		var rows [2]*job.Job
+		for i, brief := range []bool{false, true} {
+			j := NewJob("acme", job.LaneBatch, "k")
+			j.State = job.StateAccepted
+			insert(t, s, j)
+			adv := store.AdvanceParams{ID: j.ID, From: job.StateAccepted, To: tc.to, Reason: tc.reason, Result: []byte(`{"n":1}`),
+				Record: job.AttemptRecord{At: T0, Outcome: job.ClassSuccess, Why: "aggregated"}, Now: T0, Publish: tc.publish, Brief: brief}
+			got, err := s.Advance(ctx, adv)
+			if err != nil {
+				t.Fatalf("%s: advance (Brief %v): %v", tc.name, brief, err)
+			}
+			if brief && !reflect.DeepEqual(got, &job.Job{ID: j.ID, State: tc.want}) {
+				t.Fatalf("%s: a brief advance returned %+v; want only ID %s and state %s", tc.name, got, j.ID, tc.want)
+			}
+			if _, err := s.Advance(ctx, adv); !errors.Is(err, store.ErrConflict) {
+				t.Fatalf("%s: the advance again (Brief %v) = %v, want ErrConflict", tc.name, brief, err)
+			}
+			if rows[i], err = s.Get(ctx, j.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		full, brief := *rows[0], *rows[1]
+		full.ID, full.IdempotencyKey, full.CreatedAt = brief.ID, brief.IdempotencyKey, brief.CreatedAt
+		if full.State != tc.want || !reflect.DeepEqual(full, brief) {
+			t.Fatalf("%s: a brief advance left\n%+v\na full one\n%+v", tc.name, brief, full)
+		}
 	}
 }
