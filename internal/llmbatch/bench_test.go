@@ -34,7 +34,7 @@ func BenchmarkReconcile100k(b *testing.B) {
 }
 
 // BenchmarkEncodedSizeOpenAI is the cost of sizing one item for Split
-// (it encodes the JSONL line with the SDK's types).
+// (since session 40 counted from its fields, not encoded).
 func BenchmarkEncodedSizeOpenAI(b *testing.B) {
 	p := llmbatch.NewOpenAI(llmbatch.Config{APIKey: "unused"})
 	it := items("bench", 1)[0]

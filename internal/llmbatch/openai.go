@@ -9,8 +9,10 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -135,23 +137,90 @@ func (o *OpenAI) encodeLine(enc *json.Encoder, it Item) error {
 	return enc.Encode(openAILine{CustomID: it.CustomID, Method: http.MethodPost, URL: "/v1/chat/completions", Body: body})
 }
 
-// byteCounter is an io.Writer that counts what it is given and keeps none.
-type byteCounter int64
-
-func (c *byteCounter) Write(p []byte) (int, error) {
-	*c += byteCounter(len(p))
-	return len(p), nil
-}
-
-// EncodedSize is the length of item's JSONL line without its newline. It
-// counts the encoding without keeping it.
+// EncodedSize is the length of item's JSONL line without its newline,
+// counted from its fields as encodeLine's encoder writes them (lineSize),
+// not by encoding it: the line was encoded twice, once here for Split and
+// once for the upload (docs/benchmarks.md, "Session 40 (s40h3)").
 func (o *OpenAI) EncodedSize(it Item) (int64, error) {
-	var n byteCounter
-	if err := o.encodeLine(json.NewEncoder(&n), it); err != nil {
-		return 0, err
-	}
-	return int64(n) - 1, nil
+	n, err := o.lineSize(it)
+	return int64(n), err
 }
+
+// Fixed parts of a line, around its fields (encodeLine's order).
+const (
+	lineFixed   = `{"custom_id":,"method":"POST","url":"/v1/chat/completions","body":{"messages":[],"max_completion_tokens":}}`
+	systemFixed = `{"content":,"role":"system"},`
+	userFixed   = `{"content":,"role":"user"}`
+	modelFixed  = `,"model":`
+	formatFixed = `,"response_format":{"json_schema":{"name":,"strict":true,"schema":},"type":"json_schema"}`
+)
+
+// lineSize is the length of the line encodeLine writes for item, without
+// its newline (TestOpenAILineMatchesTheSDK and FuzzOpenAILineSize hold
+// the two together). The schema is counted as schemaJSON's bytes: the
+// encoder compacts a json.RawMessage, and json.Marshal's output is
+// already compact and HTML-escaped, so it goes in unchanged.
+func (o *OpenAI) lineSize(it Item) (int, error) {
+	r := it.Request
+	var digits [20]byte
+	n := len(lineFixed) + jsonStringLen(it.CustomID) + len(strconv.AppendInt(digits[:0], r.MaxTokens, 10)) +
+		len(userFixed) + jsonStringLen(r.Prompt)
+	if r.System != "" {
+		n += len(systemFixed) + jsonStringLen(r.System)
+	}
+	if r.Model != "" {
+		n += len(modelFixed) + jsonStringLen(r.Model)
+	}
+	if f := r.Format; f != nil {
+		schema, err := o.schemaJSON(f)
+		if err != nil {
+			return 0, err
+		}
+		n += len(formatFixed) + jsonStringLen(f.Name) + len(schema)
+	}
+	return n, nil
+}
+
+// jsonStringLen is the length of s as encoding/json encodes a string with
+// HTML escaping (json.Encoder's default): quoted; \, \", \b, \f, \n, \r
+// and \t as two bytes; other control bytes and <, >, & as \u00XX; each
+// invalid UTF-8 byte as \ufffd; U+2028 and U+2029 as \u202X.
+func jsonStringLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			n += int(asciiWidth[c])
+			i++
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1, c == '\u2028', c == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// asciiWidth is the encoded length of each ASCII byte in a JSON string.
+var asciiWidth = func() (w [utf8.RuneSelf]uint8) {
+	for c := range w {
+		w[c] = 1
+	}
+	for c := 0; c < 0x20; c++ {
+		w[c] = 6
+	}
+	for _, c := range "<>&" {
+		w[c] = 6
+	}
+	for _, c := range "\\\"\b\f\n\r\t" {
+		w[c] = 2
+	}
+	return w
+}()
 
 // Upload writes items as JSONL and uploads it with purpose=batch. The
 // lines are encoded once, straight into the multipart body's one buffer
@@ -179,7 +248,7 @@ func (o *OpenAI) Upload(ctx context.Context, key string, items []Item) (string, 
 // bytes come from linesFile, which encodes the lines into the part.
 func (o *OpenAI) uploadBody(ctx context.Context, key string, items []Item) (*bytes.Buffer, string, error) {
 	body := new(bytes.Buffer)
-	body.Grow(o.sizeHint(items) + 1024) // + the form's headers and boundaries
+	body.Grow(o.fileSize(items) + 1024) // + the form's headers and boundaries
 	w := multipart.NewWriter(body)
 	file := &linesFile{ctx: ctx, o: o, items: items, name: key + ".jsonl"}
 	if err := (openai.FileNewParams{File: file, Purpose: openai.FilePurposeBatch}).MarshalMultipartTo(w); err != nil {
@@ -244,59 +313,25 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // jsonl returns items' batch input file in a buffer of its own.
 func (o *OpenAI) jsonl(ctx context.Context, items []Item) (*bytes.Buffer, error) {
 	var buf bytes.Buffer
-	buf.Grow(o.sizeHint(items))
+	buf.Grow(o.fileSize(items))
 	if err := o.writeLines(ctx, &buf, items); err != nil {
 		return nil, err
 	}
 	return &buf, nil
 }
 
-// sizeHint is about the encoded length of items' lines, at least their
-// prompts' and schemas' bytes: a buffer of that size grows in a step or
-// two, not by doubling from nothing (each step a copy of the file so
-// far). The schema, sent on every line, is most of a review item's line.
-func (o *OpenAI) sizeHint(items []Item) int {
+// fileSize is the exact length of items' JSONL file: their lines and
+// newlines. An item lineSize cannot size (its schema does not encode) is
+// left out; encodeLine reports it.
+func (o *OpenAI) fileSize(items []Item) int {
 	n := 0
 	for _, it := range items {
-		n += len(it.Request.System) + len(it.Request.Prompt) + len(it.CustomID) + len(it.Request.Model) + 160
-		n += escapeExtra(it.Request.System) + escapeExtra(it.Request.Prompt)
-		if f := it.Request.Format; f != nil {
-			if raw, err := o.schemaJSON(f); err == nil { // an error is encodeLine's to report
-				n += len(raw) + len(f.Name) + 128 // response_format's own keys
-			}
+		if l, err := o.lineSize(it); err == nil {
+			n += l + 1
 		}
-	}
-	return n + n/32 // what the counts leave out (invalid UTF-8, U+2028): rather spare room than a doubling
-}
-
-// escapeExtra is what encoding/json's escaping adds to s's length, as
-// encodeLine's encoder escapes (HTML too): a diff's newlines, quotes and
-// angle brackets made a review's line a third longer than its prompt. A
-// byte loop, far cheaper than the encoding it sizes for; invalid UTF-8
-// and U+2028/9 (a few bytes more each) are left to the buffer's growth.
-func escapeExtra(s string) int {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		n += int(escapeWidth[s[i]])
 	}
 	return n
 }
-
-// escapeWidth is the bytes encoding/json adds for each ASCII byte:
-// \uXXXX (5 more) for control bytes other than the short escapes, and for
-// <, > and &; \n, \r, \t, \", \\ one more.
-var escapeWidth = func() (w [256]uint8) {
-	for c := 0; c < 0x20; c++ {
-		w[c] = 5
-	}
-	for _, c := range "<>&" {
-		w[c] = 5
-	}
-	for _, c := range "\n\r\t\"\\" {
-		w[c] = 1
-	}
-	return w
-}()
 
 // writeLines encodes items' lines to w, calling ctx's yield func
 // (WithYield) every YieldPiece lines: a thousand lines in one piece were
@@ -449,20 +484,70 @@ func (o *OpenAI) download(ctx context.Context, fileID string) ([]Result, error) 
 		return nil, o.wrap("download "+fileID, err)
 	}
 	defer resp.Body.Close()
+	out, err := decodeResults(ctx, resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("file %s: %w", fileID, err)
+	}
+	return out, nil
+}
+
+// decodeResults reads the lines of an output or error file.
+func decodeResults(ctx context.Context, r io.Reader) ([]Result, error) {
 	var out []Result
-	dec := json.NewDecoder(resp.Body)
+	dec := json.NewDecoder(r)
 	for {
 		yieldEvery(ctx, len(out)) // a piece of lines at a time, as jsonl
 		var l resultLine
 		if err := dec.Decode(&l); errors.Is(err, io.EOF) {
 			return out, nil
 		} else if err != nil {
-			return nil, fmt.Errorf("file %s: line %d: %w", fileID, len(out)+1, err)
+			return nil, fmt.Errorf("line %d: %w", len(out)+1, err)
 		}
 		out = append(out, openAIResult(l))
 	}
 }
 
+// openAICompletion is a 200 line's body: the fields of the SDK's
+// openai.ChatCompletion that openAIResult reads, and no others
+// (TestOpenAIResultMatchesTheSDK decodes the same lines both ways). Not
+// the SDK's type: its decoder (apijson, over gjson) kept every field of
+// the completion with its raw JSON and metadata, 84 MB of a 10,000-file
+// sweep's run and 0.24 s of its CPU (docs/benchmarks.md, "Session 39
+// (s39h1)"), for three fields.
+//
+// On well-typed bodies the two agree. On mistyped ones they differ: the
+// SDK coerced (a numeric content became its digits), encoding/json
+// refuses, so a choice whose message or content is not an object or a
+// string is "unreadable_response" here. A mistyped usage only loses the
+// counts (openAIUsage), never the answer.
+type openAICompletion struct {
+	Choices []struct {
+		Message struct {
+			Content string `json:"content"`
+		} `json:"message"`
+	} `json:"choices"`
+	Usage openAIUsage `json:"usage"`
+}
+
+// openAIUsage is a completion's token usage.
+type openAIUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// UnmarshalJSON decodes the usage, or leaves it zero when it is not the
+// object it should be: the counts are a report, and a malformed one must
+// not turn an answer into an error.
+func (u *openAIUsage) UnmarshalJSON(b []byte) error {
+	type plain openAIUsage // without this method
+	var v plain
+	if json.Unmarshal(b, &v) == nil {
+		*u = openAIUsage(v)
+	}
+	return nil
+}
+
+// openAIResult is the result of one line of an output or error file.
 func openAIResult(l resultLine) Result {
 	r := Result{CustomID: l.CustomID}
 	switch {
@@ -475,7 +560,7 @@ func openAIResult(l resultLine) Result {
 	case l.Response == nil:
 		r.Kind, r.ErrorType, r.Retryable = KindErrored, "no_response", true
 	case l.Response.StatusCode == http.StatusOK:
-		var c openai.ChatCompletion
+		var c openAICompletion
 		if err := json.Unmarshal(l.Response.Body, &c); err != nil || len(c.Choices) == 0 {
 			r.Kind, r.ErrorType, r.Retryable = KindErrored, "unreadable_response", true
 			return r
