@@ -216,23 +216,7 @@ func TestFusedReadsBesideHandler(t *testing.T) {
 func TestFusedEarlyReadOfOpenSibling(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := newStore(t)
-		parent, parts := interactiveParent(2)
-		r := newParentReads(s, parent.ID)
-		obs := &finishedLog{id: parts[1].ID, done: make(chan struct{})}
-		var calls atomic.Int64
-		runFused(t, r, obs, &calls, parent, parts, func(j *job.Job) {
-			orTimeout(r.listedN(2)) // both parts' early reads, each seeing the other running
-			if j.ID == parts[0].ID {
-				orTimeout(obs.done)
-			}
-		})
-		waitState(t, s, parent.ID, job.StatePublished)
-		synctest.Wait()
-		t.Logf("%d lists of the parts, %d reads in all; %d fused advances, %d by the aggregation loop", r.listed.Load(), r.reads.Load(), r.fused.Load(), r.advances.Load())
-		if r.fused.Load() != 1 || r.advances.Load() != 0 || calls.Load() != 1 {
-			t.Errorf("parent advanced %d times with a part's finish and %d times by the aggregation loop (%d aggregations), want once with its last part's finish", r.fused.Load(), r.advances.Load(), calls.Load())
-		}
+		runTwoParts(t, 1, false, func(_ *parentReads, obs *finishedLog) <-chan struct{} { return obs.done })
 	})
 }
 
@@ -248,26 +232,41 @@ func TestFusedEarlyReadOfOpenSibling(t *testing.T) {
 func TestWokenAggregationReadsPartsFirst(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := newStore(t)
-		parent, parts := interactiveParent(2)
-		r := newParentReads(s, parent.ID)
-		obs := &finishedLog{id: parts[0].ID, done: make(chan struct{})}
-		r.holdFirst = obs.done // the woken aggregation's read, held until the last part's finish
-		var calls atomic.Int64
-		runFused(t, r, obs, &calls, parent, parts, func(j *job.Job) {
-			orTimeout(r.listedN(2)) // both parts' early reads, each seeing the other running
-			if j.ID == parts[0].ID {
-				orTimeout(r.got) // the second part finished and woke the parent, whose aggregation read it
-			}
-		})
-		waitState(t, s, parent.ID, job.StatePublished)
-		synctest.Wait()
-		t.Logf("%d lists of the parts, %d reads in all; %d fused advances, %d by the aggregation loop, %d aggregations",
-			r.listed.Load(), r.reads.Load(), r.fused.Load(), r.advances.Load(), calls.Load())
-		if r.fused.Load() != 1 || r.advances.Load() != 0 || calls.Load() != 1 {
-			t.Errorf("parent advanced %d times with a part's finish and %d times by the aggregation loop (%d aggregations), want once with its last part's finish", r.fused.Load(), r.advances.Load(), calls.Load())
+		// The first part returns once the second finished and woke the
+		// parent, whose aggregation read it (the parent's first Get).
+		runTwoParts(t, 0, true, func(r *parentReads, _ *finishedLog) <-chan struct{} { return r.got })
+	})
+}
+
+// runTwoParts runs a parent of two interactive parts whose handlers each
+// wait for both parts' early reads (each then sees the other running); the
+// first part's handler then waits for what firstWaits returns too. obs
+// tells when parts[finished]'s finish is written; with hold, the parent's
+// first Get is held until then. It fails t unless the parent, once
+// published, was aggregated exactly once, with its last part's finish.
+func runTwoParts(t *testing.T, finished int, hold bool, firstWaits func(*parentReads, *finishedLog) <-chan struct{}) {
+	t.Helper()
+	s := newStore(t)
+	parent, parts := interactiveParent(2)
+	r := newParentReads(s, parent.ID)
+	obs := &finishedLog{id: parts[finished].ID, done: make(chan struct{})}
+	if hold {
+		r.holdFirst = obs.done
+	}
+	var calls atomic.Int64
+	runFused(t, r, obs, &calls, parent, parts, func(j *job.Job) {
+		orTimeout(r.listedN(2))
+		if j.ID == parts[0].ID {
+			orTimeout(firstWaits(r, obs))
 		}
 	})
+	waitState(t, s, parent.ID, job.StatePublished)
+	synctest.Wait()
+	t.Logf("%d lists of the parts, %d reads in all; %d fused advances, %d by the aggregation loop, %d aggregations",
+		r.listed.Load(), r.reads.Load(), r.fused.Load(), r.advances.Load(), calls.Load())
+	if r.fused.Load() != 1 || r.advances.Load() != 0 || calls.Load() != 1 {
+		t.Errorf("parent advanced %d times with a part's finish and %d times by the aggregation loop (%d aggregations), want once with its last part's finish", r.fused.Load(), r.advances.Load(), calls.Load())
+	}
 }
 
 // TestFusedEarlyReadStaleParent: the parent changes between its part's
