@@ -41,8 +41,13 @@ func (e *Engine) finishLoop() {
 // stream and its pieces no longer spread over the interactive flight
 // (TestBatchComputingOverlapsInteractiveLessWithTheGate, simulated time:
 // 42–46 batch jobs in 2 s against 52–53, overlap share 0.01–0.10 against
-// 0.23–0.25; why, not yet found: docs/benchmarks.md, "Session 40: the
-// merge (lead)"), and a batch finish is on no review's path. One finish
+// 0.23–0.25: docs/benchmarks.md, "Session 40: the merge (lead)"), and a
+// batch finish is on no review's path. With the SQLite writer's hold off
+// (sqlite.Config.BatchHold) the skip cost nothing there: a batch-only
+// finish written while interactive work is in flight waits in the
+// writer's held transaction for up to the hold, and the yield most likely
+// let an interactive outcome of the same instant share the finish, which
+// the writer does not hold. One finish
 // loop gathers at a time while the others' finishes are in flight: when
 // two loops waited on results together, a burst of outcomes (the jobs of
 // one lease, done at once) was split between them, two finish
