@@ -487,12 +487,12 @@ type Engine struct {
 	queued *queuedWork
 	// stages times each lane's jobs through the engine (stages.go).
 	stages stageTimes
-	// handling counts, per lane (laneIndex: interactive, batch), the
-	// jobs leased whose outcome is not yet handed to the finisher:
-	// gather yields for another outcome only while one of the first's
-	// lane may come. gatherYield is that yield (runtime.Gosched; a
-	// test's counter).
-	handling    [2]atomic.Int32
+	// handling counts the interactive jobs leased whose outcome is not
+	// yet handed to the finisher: gather yields for another outcome after
+	// an interactive one only while one may come (a batch outcome yields
+	// once, always). gatherYield is that yield (runtime.Gosched; a test's
+	// counter).
+	handling    atomic.Int32
 	gatherYield func()
 }
 
@@ -1095,13 +1095,16 @@ func (e *Engine) runLeased(jobs []*job.Job, free, turns int) {
 		<-e.slots // give back the slots not used
 	}
 	e.budget.leased(turns, batch, free)
-	// Every job of the lease counts as handling before the first runs:
+	// Every interactive job of the lease counts as handling before the
+	// first runs:
 	// counted in run, a lease's second job was not yet counted when the
 	// first's outcome, returned at once, reached gather, which then did
 	// not yield for the burst (TestGatherYieldsOnlyForAnOutcomeThatMayCome
 	// failed so in CI).
 	for _, j := range jobs {
-		e.handling[laneIndex(j.Lane)].Add(1)
+		if j.Lane == job.LaneInteractive {
+			e.handling.Add(1)
+		}
 	}
 	for _, j := range jobs {
 		e.run(j, turns > 0 && e.takesTurn(j))
@@ -1151,9 +1154,6 @@ func (e *Engine) run(j *job.Job, turn bool) {
 	e.mu.Lock()
 	e.running[j.ID] = r
 	e.mu.Unlock()
-	// Counted as handling since its lease (runLeased) until its outcome
-	// is handed on, here or by abandon.
-	handling := &e.handling[laneIndex(j.Lane)]
 	early := e.earlyReadOf(j)
 	e.wg.Add(1)
 	go func() {
@@ -1208,7 +1208,7 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		}
 		e.mu.Unlock()
 		res := result{job: j, out: out, answered: answered, fuse: e.fusedPart(j, out, early)}
-		handling.Add(-1)
+		e.handed(j) // counted as handling since its lease (runLeased)
 		e.results <- res
 		<-e.slots
 		e.wg.Done()
@@ -1294,4 +1294,12 @@ func (h *timeHeap) Pop() any {
 	t := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return t
+}
+
+// handed ends j's count in handling (runLeased) as its outcome is handed
+// to the finisher, by its handler's goroutine or by abandon.
+func (e *Engine) handed(j *job.Job) {
+	if j.Lane == job.LaneInteractive {
+		e.handling.Add(-1)
+	}
 }

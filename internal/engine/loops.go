@@ -28,10 +28,10 @@ func (e *Engine) finishLoop() {
 
 // gather takes the next finish batch from results: the first outcome
 // (waiting for it) and every one queued behind it, up to MaxBatch; false
-// once results is closed and empty. Finding results empty while a handler
-// of the first outcome's lane is still to hand its outcome on (handling),
-// it yields the processor once and looks again before it returns the
-// batch. With none (an interactive review's one part, beside nothing or
+// once results is closed and empty. Finding results empty after an
+// interactive outcome while another interactive job is still to hand its
+// outcome on (handling), it yields the processor once and looks again
+// before it returns the batch. With none (an interactive review's one part, beside nothing or
 // only the batch lane's handlers) the yield waited for nobody: it only put
 // the finish loop at the back of the run queue, behind the batch lane's
 // runnable goroutines under a sweep, on every interactive review's
@@ -70,7 +70,7 @@ func (e *Engine) gather() ([]result, bool) {
 			}
 			batch = append(batch, r)
 		default:
-			if yielded || first.job.Lane == job.LaneInteractive && e.handling[laneIndex(job.LaneInteractive)].Load() == 0 {
+			if yielded || first.job.Lane == job.LaneInteractive && e.handling.Load() == 0 {
 				return batch, true
 			}
 			// Once, let the handlers that are about to send their

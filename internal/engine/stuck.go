@@ -100,7 +100,7 @@ func (e *Engine) abandon(r *runningJob, now time.Time) {
 	}
 	r.leave() // its interactive work no longer holds the batch lane
 	// Its outcome is this one: none comes from its goroutine (gather).
-	e.handling[laneIndex(r.job.Lane)].Add(-1)
+	e.handed(r.job)
 	e.results <- result{job: r.job, out: out}
 	if r.slotFreed {
 		<-e.slots
