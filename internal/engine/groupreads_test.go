@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
-	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // groupReads is a store (a SQLite one, with its ManyAdvancer and
@@ -91,15 +89,7 @@ func TestBatchGroupReadsOncePerGroup(t *testing.T) {
 		r.watch[id], agg.pending[id] = true, true // the start sweep leaves them waiting
 	}
 	e := start(t, engine.Config{Store: r, Kinds: map[string]engine.Kind{"report": {Aggregate: agg, PartKinds: []string{"part"}, SweepEvery: time.Hour}}})
-	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
-		if got := len(agg.log()); got < n {
-			return fmt.Errorf("%d of %d parents swept", got, n)
-		}
-		return nil
-	})
-	agg.mu.Lock()
-	agg.pending = nil // their items are final now
-	agg.mu.Unlock()
+	agg.pendingSwept(t, n)
 	before := r.gets.Load() + r.lists.Load() + r.groups.Load()
 	e.Jobs().PartsChangedIn(open.ID, job.LaneBatch)
 	for _, id := range ids {

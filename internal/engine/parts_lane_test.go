@@ -57,6 +57,22 @@ func (a *laneAggregator) log() []string {
 	return slices.Clone(a.calls)
 }
 
+// pendingSwept waits for the engine's start sweep to have asked a about n
+// parents (each left waiting, pending), then makes every parent's items
+// final: a wake-up from then on aggregates it.
+func (a *laneAggregator) pendingSwept(t *testing.T, n int) {
+	t.Helper()
+	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
+		if got := len(a.log()); got < n {
+			return fmt.Errorf("%d of %d parents swept", got, n)
+		}
+		return nil
+	})
+	a.mu.Lock()
+	a.pending = nil // their items are final now
+	a.mu.Unlock()
+}
+
 func parentIn(lane job.Lane) *job.Job {
 	p := &job.Job{Kind: "report", Region: "us", Tenant: "acme", Lane: lane, LimitKeys: []string{"parts:report"}}
 	p.Prepare(uuid.Must(uuid.NewV7()).String(), time.Now(), 0, true)
@@ -198,15 +214,7 @@ func batchWakeupsShareCommits(t *testing.T, cfg engine.Config) {
 	cfg.Store = s
 	cfg.Kinds = map[string]engine.Kind{"report": {Aggregate: agg, SweepEvery: time.Hour}}
 	e := start(t, cfg)
-	testkit.Eventually(t, time.Minute, "the start sweep", func() error {
-		if got := len(agg.log()); got < n {
-			return fmt.Errorf("%d of %d parents swept", got, n)
-		}
-		return nil
-	})
-	agg.mu.Lock()
-	agg.pending = nil // their items are final now
-	agg.mu.Unlock()
+	agg.pendingSwept(t, n)
 	wc := s.(store.WriteCounter)
 	before := wc.WriteCounts()
 	for _, id := range ids {
