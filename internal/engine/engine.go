@@ -363,8 +363,16 @@ type Engine struct {
 	// threads is the batch lane's thread policy (Config.BatchThreadPolicy).
 	threads *threadPolicy
 
-	wake    chan struct{}
-	results chan result
+	wake chan struct{}
+	// notifies counts Notify calls, each before its send on wake; the
+	// fetch loop's seenNotifies is its value as the loop's last read
+	// (pollMayLease) or lease began, noSeen after a lease that failed. A
+	// wake-up with notifies still at seenNotifies is stale: every Notify
+	// it carries came before that read or lease, which saw what they
+	// announced, so the loop waits on instead of leasing (fetchLoop).
+	notifies     atomic.Uint64
+	seenNotifies uint64 // the fetch loop's only
+	results      chan result
 	// gathering (one token) is held by the finish loop that is taking
 	// outcomes from results into its batch (loops.go gather), so that
 	// with InFlight > 1 the loops do not split one burst of outcomes
@@ -739,6 +747,7 @@ func (e *Engine) Start(ctx context.Context) error {
 // Notify tells the engine that new work may be ready (e.g. after an insert),
 // so it leases at once instead of at its next poll.
 func (e *Engine) Notify() {
+	e.notifies.Add(1) // before the send: see Engine.notifies
 	select {
 	case e.wake <- struct{}{}:
 	default:
@@ -852,7 +861,20 @@ func (e *Engine) fetchLoop() {
 			continue
 		}
 		var ok bool
-		polled, ok = e.idleWait(timer)
+		for {
+			polled, ok = e.idleWait(timer)
+			if polled || !ok || e.notifies.Load() != e.seenNotifies {
+				break
+			}
+			// A stale wake-up: its Notify came before the last read or
+			// lease began, which saw its work (that lease took fewer
+			// jobs than it asked for, or the read found nothing). A
+			// poll that leased an insert's job between the insert and
+			// its Notify, and the lease that Notify then woke, leased
+			// that review twice, once empty (TestStaleWakeLeasesNothing;
+			// docs/benchmarks.md, "Session 41 (s41h1)").
+			noteLease("wake-stale", LeaseParams{}, nil)
+		}
 		trigger = "poll"
 		if !polled {
 			trigger = "wake:" + wakeReason()
@@ -883,6 +905,7 @@ func (e *Engine) fetchLoop() {
 // wants is pollMayLease's: false for an insert's wake-up, whose one read
 // decides (the polls keep the batch lane's want of a turn up to date).
 func (e *Engine) pollMayLeaseSeen(wants bool) bool {
+	e.seenNotifies = e.notifies.Load() // before the read: see Engine.notifies
 	gen := e.queued.leasing()
 	if e.pollMayLease(wants) {
 		return true
@@ -968,6 +991,10 @@ func (e *Engine) nextPoll() time.Duration {
 // write (finishLease) rather than writing alone and waking the loop, whose
 // lease would most likely find nothing.
 func (e *Engine) leaseAndRun(trigger string) (idle bool) {
+	// Before the slots and turns the lease asks by (see Engine.notifies):
+	// a Notify that came while they were taken may be a turn given back
+	// too late for this lease, and is not stale.
+	seen := e.notifies.Load()
 	free := e.takeSlots()
 	if free == 0 {
 		select { // all workers busy: wait for one
@@ -998,8 +1025,12 @@ func (e *Engine) leaseAndRun(trigger string) (idle bool) {
 	turns, batchMax := e.takeTurns(free)
 	gen := e.queued.leasing()
 	jobs, err := e.lease(free, batchMax, trigger)
-	if err != nil && !e.stopping() {
-		e.log.Error("lease failed", "err", err)
+	e.seenNotifies = seen
+	if err != nil {
+		e.seenNotifies = noSeen // it saw nothing: any wake-up leases
+		if !e.stopping() {
+			e.log.Error("lease failed", "err", err)
+		}
 	}
 	e.lastFull = len(jobs) > 0 && len(jobs) >= free
 	if !e.lastFull {
@@ -1054,6 +1085,10 @@ func (e *Engine) lease(n, batchMax int, trigger string) ([]*job.Job, error) {
 	e.noteAdmission(admit)
 	return jobs, err
 }
+
+// noSeen is Engine.seenNotifies after a lease that failed: no count of
+// Notify calls reaches it, so no wake-up is stale.
+const noSeen = ^uint64(0)
 
 // leaseParams asks for n jobs of the engine's kinds, at most batchMax of
 // the batch lane (store.LeaseParams.BatchMax); the store sets *admit to

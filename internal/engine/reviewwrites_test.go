@@ -404,6 +404,77 @@ func TestIdleReviewsLeaseOnce(t *testing.T) {
 	})
 }
 
+// readHook is a leaseCounter whose next MayLease read, once armed, first
+// runs the armed func on the fetch loop's goroutine: a test's insert and
+// its Notify then land for certain between a poll's read and its lease,
+// a tie that goroutine order otherwise decides.
+type readHook struct {
+	*leaseCounter
+	hook atomic.Pointer[func()]
+}
+
+func (s *readHook) MayLease(ctx context.Context, p store.LeaseParams) (bool, error) {
+	if h := s.hook.Swap(nil); h != nil {
+		(*h)()
+	}
+	return s.leaseCounter.MayLease(ctx, p)
+}
+
+// TestStaleWakeLeasesNothing: an insert committed and its Notify sent
+// just as a poll reads (the tie of TestIdleReviewsLeaseOnce's flake,
+// "21 leases (1 empty) for 20 reviews", forced here): the poll's read
+// finds the job and its lease takes it, and the wake-up that Notify
+// brings finds the loop past everything it announced. It leased again
+// and took nothing, a write for nothing; it now waits on. A Notify after
+// that lease still leases at once.
+func TestStaleWakeLeasesNothing(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		base := newStore(t) // SQLite: a poll reads first (store.LeaseProber)
+		s := &readHook{leaseCounter: &leaseCounter{Store: base}}
+		started := make(chan time.Time, 2)
+		ping := engine.HandlerFunc(func(context.Context, *job.Job) job.Outcome {
+			started <- time.Now()
+			return job.Outcome{Class: job.ClassSuccess}
+		})
+		e := start(t, engine.Config{Store: s, PollInterval: 50 * time.Millisecond, Kinds: map[string]engine.Kind{"ping": {Handler: ping}}})
+		synctest.Wait() // past the start sweep and the first, empty, lease
+		l0, e0 := s.leases.Load(), s.empty.Load()
+		insert := func(key string) time.Time {
+			j := storetest.NewJob("acme", job.LaneInteractive, key)
+			j.Kind = "ping"
+			now := time.Now()
+			j.CreatedAt, j.EligibleAt = now, now
+			if _, err := e.Jobs().Insert(context.Background(), []*job.Job{j}, admission.Config{}); err != nil {
+				t.Error(err)
+			}
+			e.Notify()
+			return now
+		}
+		var tied time.Time
+		hook := func() { tied = insert("tie") }
+		s.hook.Store(&hook)
+		<-started // leased by the poll, 50 ms in
+		synctest.Wait()
+		if tied.IsZero() {
+			t.Fatal("no poll read")
+		}
+		if leases, empty := s.leases.Load()-l0, s.empty.Load()-e0; leases != 1 || empty != 0 {
+			t.Errorf("%d leases (%d empty) for one job inserted and told at a poll's read, want one, none empty", leases, empty)
+		}
+
+		time.Sleep(13 * time.Millisecond) // between polls
+		inserted := insert("later")
+		if at := <-started; at.Sub(inserted) != 0 {
+			t.Errorf("a job told by Notify after the poll's lease started %v after its insert, want at once", at.Sub(inserted))
+		}
+		synctest.Wait()
+		if leases, empty := s.leases.Load()-l0, s.empty.Load()-e0; leases != 2 || empty != 0 {
+			t.Errorf("%d leases (%d empty) for two jobs, want two, none empty", leases, empty)
+		}
+	})
+}
+
 // dyingFinish is a store on which the process dies at the finish that
 // carries a parent's advance (store.Transition.Parent): before the write
 // reaches the store (afterCommit false), or after it committed and before
