@@ -327,7 +327,7 @@ func (c *leaseCounter) MayLease(ctx context.Context, p store.LeaseParams) (bool,
 }
 
 // TestIdleReviewsLeaseOnce: interactive reviews (a parent and one part)
-// arriving one at a time, 100 ms apart, on an engine polling every 50 ms
+// arriving one at a time, about 100 ms apart, on an engine polling every 50 ms
 // (the default), as batch-isolation's baseline. Each review's part is
 // leased by the one lease its insert's Notify wakes; the polls between
 // reviews find nothing ready and, on SQLite, ask by a read
@@ -368,7 +368,19 @@ func TestIdleReviewsLeaseOnce(t *testing.T) {
 			if d := time.Since(inserted); d > 5*time.Millisecond {
 				t.Fatalf("a review took %v from insert to publication, want at once (no store delay here)", d)
 			}
-			time.Sleep(100 * time.Millisecond)
+			// 100 ms as batch-isolation's baseline, plus 3.7 ms off the
+			// 50-ms poll's grid: the polls count from the last lease, at
+			// this insert, so a round 100 ms put the next insert on a poll
+			// (a tie in simulated time). Goroutine order then decided
+			// whether that poll's read found the part: if it did, the
+			// poll leased it and the insert's Notify woke a second
+			// lease, empty ("21 leases (1 empty) for 20 reviews",
+			// session 40). The engine now waits on at such a stale
+			// wake-up (TestStaleWakeLeasesNothing forces the tie), but a
+			// Notify sent as the poll's lease is starting still counts
+			// as new; off the grid this measures one lease per review,
+			// not goroutine order.
+			time.Sleep(103700 * time.Microsecond)
 		}
 		after := wc.WriteCounts()
 		leases, empty := s.leases.Load()-l0, s.empty.Load()-e0
