@@ -873,7 +873,7 @@ func (e *Engine) fetchLoop() {
 			// its Notify, and the lease that Notify then woke, leased
 			// that review twice, once empty (TestStaleWakeLeasesNothing;
 			// docs/benchmarks.md, "Session 41 (s41h1)").
-			noteLease("wake-stale", LeaseParams{}, nil)
+			noteLease("wake-stale:"+wakeReason(), LeaseParams{}, nil)
 		}
 		trigger = "poll"
 		if !polled {

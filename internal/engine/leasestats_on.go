@@ -18,8 +18,10 @@ import (
 // write statistics), into $RATELANE_LEASESTATS at Stop. Besides the
 // leases' triggers (start, poll, again, wake:<reason>, finish:<lane>,
 // finish:<lane>-none for a finish that released nothing and so ran no
-// lease), two rows count what is not a lease: poll-read-none (a poll
-// whose read found nothing) and read:maylease (every MayLease read).
+// lease), three kinds of row count what is not a lease: poll-read-none
+// (a poll whose read found nothing), read:maylease (every MayLease read)
+// and wake-stale:<reason> (a wake-up the fetch loop took as stale and
+// waited on, neither reading nor leasing).
 type leaseStat struct {
 	Phase, Trigger     string
 	Leases, Empty      int64
