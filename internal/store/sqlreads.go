@@ -292,8 +292,27 @@ func (r SQLReads) BatchItems(ctx context.Context, p BatchItemParams) ([]BatchIte
 		limit = BatchItemPage
 	}
 	q := NewQuery(`SELECT `+BatchItemCols+` FROM batch_items`).Where(`batch_id = ? AND custom_id > ?`, p.BatchID, p.After).
-		WhereSet(`job_id = ?`, p.JobID).WhereSet(`state = ?`, p.State).Then(`ORDER BY custom_id LIMIT ?`, limit)
-	return readAll(ctx, r, q, scanBatchItem)
+		WhereSet(`job_id = ?`, p.JobID).WhereSet(`state = ?`, p.State)
+	if len(p.JobIDs) > 0 {
+		args := padIDs(p.JobIDs)
+		q.Where(`job_id IN (?`+strings.Repeat(`, ?`, len(args)-1)+`)`, args...)
+	}
+	return readAll(ctx, r, q.Then(`ORDER BY custom_id LIMIT ?`, limit), scanBatchItem)
+}
+
+// padIDs returns ids as statement arguments, the last one repeated up to
+// a power of two, so that the texts of an IN list a driver prepares are a
+// few shapes, not one per count (GetObjects, BatchItemParams.JobIDs).
+func padIDs(ids []string) []any {
+	n := 1
+	for n < len(ids) {
+		n *= 2
+	}
+	args := make([]any, n)
+	for i := range n {
+		args[i] = ids[min(i, len(ids)-1)]
+	}
+	return args
 }
 
 // BatchChunks returns a batch's chunks in key order; see Batches.
@@ -332,16 +351,9 @@ func (r SQLReads) GetObjects(ctx context.Context, kind string, ids []string) (ma
 	for len(ids) > 0 {
 		page := ids[:min(len(ids), getObjectsPage)]
 		ids = ids[len(page):]
-		n := 1
-		for n < len(page) {
-			n *= 2
-		}
-		args := make([]any, 0, n+1)
-		args = append(args, kind)
-		for i := range n {
-			args = append(args, page[min(i, len(page)-1)])
-		}
-		q := NewQuery(`SELECT id, body, updated_at FROM objects WHERE kind = ? AND id IN (?`+strings.Repeat(`, ?`, n-1)+`)`, args...)
+		ps := padIDs(page)
+		q := NewQuery(`SELECT id, body, updated_at FROM objects WHERE kind = ? AND id IN (?`+strings.Repeat(`, ?`, len(ps)-1)+`)`,
+			append([]any{kind}, ps...)...)
 		os, err := readAll(ctx, r, q, scanObject(kind))
 		if err != nil {
 			return nil, err
