@@ -71,7 +71,9 @@ func (r *groupReads) AdvanceMany(ctx context.Context, ps []store.AdvanceParams) 
 // advances do not read the row back (AdvanceParams.Brief). One parent of
 // the group has a part still open and is left accepted, unaggregated:
 // its children came with the group's read. The parents are then published
-// as before, each woken parent of a lane that is not its own part's.
+// as before, each woken parent of a lane that is not its own part's. Each
+// woken aggregation's GroupMemo names its parent among the group's
+// (GroupMemo.Parents: the review aggregator reads their items at once).
 func TestBatchGroupReadsOncePerGroup(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
@@ -106,6 +108,13 @@ func TestBatchGroupReadsOncePerGroup(t *testing.T) {
 	}
 	if w := r.whole.Load(); w != 0 {
 		t.Fatalf("%d advances of the woken parents read their rows back; want none (AdvanceParams.Brief)", w)
+	}
+	agg.mu.Lock()
+	grouped, unnamed := agg.grouped, agg.unnamed
+	agg.mu.Unlock()
+	if grouped < n || len(unnamed) != 0 {
+		t.Fatalf("%d aggregations in a woken group, of which %d of parents their group's memo does not name (%v); want %d or more, none",
+			grouped, len(unnamed), unnamed, n)
 	}
 	for _, id := range agg.log() {
 		if id == open.ID {

@@ -459,7 +459,16 @@ func (e *Engine) batchGroupPiece(ctx context.Context, ws []parentWake) {
 	defer end()
 	cpulabel.Set(cpulabel.BatchPaced)
 	defer cpulabel.Set(cpulabel.BatchUnpacedAgg)
-	e.aggregateBatchGroup(WithGroupMemo(e.chargeThreadWrites(withTurnHeld(ctx), e.threads.pieces)), ws)
+	e.aggregateBatchGroup(WithGroupMemo(e.chargeThreadWrites(withTurnHeld(ctx), e.threads.pieces), wakeIDs(ws)...), ws)
+}
+
+// wakeIDs returns the parent ids of ws, in order.
+func wakeIDs(ws []parentWake) []string {
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		ids[i] = w.id
+	}
+	return ids
 }
 
 // aggregateBatchGroup aggregates a woken batch group under its turn: this
@@ -531,11 +540,7 @@ func (e *Engine) readGroup(ctx context.Context, ws []parentWake) *groupRows {
 	if !ok {
 		return nil
 	}
-	ids := make([]string, len(ws))
-	for i, w := range ws {
-		ids[i] = w.id
-	}
-	parents, children, err := r.ParentsWithChildren(ctx, ids)
+	parents, children, err := r.ParentsWithChildren(ctx, wakeIDs(ws))
 	g := &groupRows{parents: make(map[string]*job.Job, len(parents)), children: map[string][]*job.Job{}, err: err}
 	for _, p := range parents {
 		g.parents[p.ID] = p

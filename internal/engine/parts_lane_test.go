@@ -31,11 +31,22 @@ type laneAggregator struct {
 	entered chan struct{}
 	release chan struct{}
 	pending map[string]bool
+	// grouped counts the aggregations in a woken batch group
+	// (engine.GroupMemoFrom); unnamed lists those of them whose parent
+	// the group's memo does not name (GroupMemo.Parents).
+	grouped int
+	unnamed []string
 }
 
-func (a *laneAggregator) Aggregate(_ context.Context, parent *job.Job, _ []*job.Job) job.Outcome {
+func (a *laneAggregator) Aggregate(ctx context.Context, parent *job.Job, _ []*job.Job) job.Outcome {
 	a.mu.Lock()
 	a.calls = append(a.calls, parent.ID)
+	if m := engine.GroupMemoFrom(ctx); m != nil {
+		a.grouped++
+		if !slices.Contains(m.Parents(), parent.ID) {
+			a.unnamed = append(a.unnamed, parent.ID)
+		}
+	}
 	hold, pending := a.hold == parent.ID || a.hold == "first", a.pending[parent.ID]
 	if hold {
 		a.hold = ""

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/ratelane/ratelane/internal/engine"
@@ -34,7 +35,8 @@ func (f *fakeBatches) BatchItems(_ context.Context, p store.BatchItemParams) ([]
 	f.pages++
 	var out []store.BatchItem
 	for _, it := range f.items {
-		if it.BatchID == p.BatchID && it.CustomID > p.After && (p.JobID == "" || it.JobID == p.JobID) && len(out) < p.Limit {
+		if it.BatchID == p.BatchID && it.CustomID > p.After && (p.JobID == "" || it.JobID == p.JobID) &&
+			(len(p.JobIDs) == 0 || slices.Contains(p.JobIDs, it.JobID)) && len(out) < p.Limit {
 			out = append(out, it)
 		}
 	}
@@ -154,5 +156,58 @@ func TestPartStatesReadAHeadOncePerWokenGroup(t *testing.T) {
 	}
 	if f.heads != 2 {
 		t.Fatalf("two reviews of an unrecorded batch in a group read its head %d times, want 2 (a miss is not remembered)", f.heads)
+	}
+}
+
+// TestPartStatesReadItemsOncePerWokenGroup: in a woken batch group whose
+// memo names its parents (engine.WithGroupMemo(ctx, ids...), as the
+// engine makes it) the reviews of one batch share one read of their items
+// — one statement for 32 reviews' 96 items, not one per review — and each
+// gets exactly the states it gets without the memo. The read names the
+// group's parents only (a review outside the group reads its own), and a
+// later group reads afresh: a review woken by an item settled after an
+// earlier group's read sees the item settled.
+func TestPartStatesReadItemsOncePerWokenGroup(t *testing.T) {
+	t.Parallel()
+	const reviews, perReview = 40, 3
+	f, fresh := newFakeBatch(t, reviews, perReview, 5, store.ItemFailed)
+	var ids []string
+	for n := range 32 {
+		ids = append(ids, parent(n).ID)
+	}
+	group := engine.WithGroupMemo(context.Background(), ids...)
+	f.checkStates(group, t, fresh[:32], perReview, "in a group naming its parents")
+	if f.heads != 1 || f.pages != 1 {
+		t.Fatalf("in a group of 32: %d head reads and %d item pages, want 1 and 1", f.heads, f.pages)
+	}
+	f.pages = 0
+	ps, err := PartStates(group, f, parent(35), Args{Batch: "b1"})
+	if err != nil || !reflect.DeepEqual(ps, fresh[35]) || f.pages != 1 {
+		t.Fatalf("a review outside the group: %+v, %v after %d item pages; want %+v from a read of its own", ps, err, f.pages, fresh[35])
+	}
+
+	// Settle review 1's pending items, as the batch lane does before it
+	// wakes the review: the next group, formed after that wake-up, sees
+	// them settled, where the earlier group's read did not.
+	for i := range f.items {
+		if f.items[i].JobID == parent(1).ID && f.items[i].State == store.ItemPending {
+			f.items[i].State = store.ItemSucceeded
+		}
+	}
+	if fresh[1][0].outcome() != partPending {
+		t.Fatalf("review 1's items before they settle: %+v, want pending", fresh[1])
+	}
+	before, err := PartStates(group, f, parent(1), Args{Batch: "b1"})
+	if err != nil || !reflect.DeepEqual(before, fresh[1]) {
+		t.Fatalf("review 1 in the group read before its items settled: %+v, %v; want %+v", before, err, fresh[1])
+	}
+	after, err := PartStates(engine.WithGroupMemo(context.Background(), ids...), f, parent(1), Args{Batch: "b1"})
+	if err != nil || len(after) != perReview {
+		t.Fatalf("review 1 in the next group: %+v, %v", after, err)
+	}
+	for _, p := range after {
+		if p.outcome() == partPending {
+			t.Fatalf("review 1 in a group formed after its items settled sees %+v pending: %+v", p, after)
+		}
 	}
 }
