@@ -125,3 +125,59 @@ func TestBatchGroupReadsOncePerGroup(t *testing.T) {
 		t.Fatalf("parent with an open part: %+v, %v; want it accepted", j, err)
 	}
 }
+
+// TestWokenInteractiveParentReadOnce: a woken interactive parent is read
+// with its children in one statement (store.ParentsReader), not a List of
+// its children and then a Get of its row. One parent has a part still
+// open and is left accepted, unaggregated: its children came with the
+// read.
+func TestWokenInteractiveParentReadOnce(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	const n = 5
+	other := writerOn(t, s)
+	var ids []string
+	for range n {
+		p := parentIn(job.LaneInteractive)
+		if _, err := other.InsertParts(context.Background(), p, nil, admission.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.ID)
+	}
+	open := parentIn(job.LaneInteractive)
+	part := &job.Job{Kind: "part", Region: "us", Tenant: "acme", Lane: job.LaneInteractive, LimitKeys: []string{"parts:report"}, ParentID: open.ID}
+	part.Prepare(open.ID+"-part", time.Now(), 0, false)
+	if _, err := other.InsertParts(context.Background(), open, []*job.Job{part}, admission.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	r := &groupReads{Store: s, watch: map[string]bool{open.ID: true}}
+	agg := &laneAggregator{entered: make(chan struct{}), release: make(chan struct{}), pending: map[string]bool{}}
+	for _, id := range ids {
+		r.watch[id], agg.pending[id] = true, true // the start sweep leaves them waiting
+	}
+	// No handler for "part": the open part stays open.
+	e := start(t, engine.Config{Store: r, Kinds: map[string]engine.Kind{"report": {Aggregate: agg, PartKinds: []string{"part"}, SweepEvery: time.Hour}}})
+	agg.pendingSwept(t, n)
+	before := r.gets.Load() + r.lists.Load() + r.groups.Load()
+	e.Jobs().PartsChangedIn(open.ID, job.LaneInteractive)
+	for _, id := range ids {
+		e.Jobs().PartsChangedIn(id, job.LaneInteractive)
+	}
+	for _, id := range ids {
+		waitState(t, s, id, job.StatePublished)
+	}
+	gets, lists, groups := r.gets.Load(), r.lists.Load(), r.groups.Load()
+	t.Logf("%d woken interactive parents: %d Gets, %d Lists, %d one-snapshot reads (%d before the wake-ups)", n+1, gets, lists, groups, before)
+	if gets+lists != 0 || groups-before < n || groups-before > n+1 {
+		t.Fatalf("%d Gets and %d Lists of the woken parents, %d one-snapshot reads; want one one-snapshot read per woken parent, nothing else",
+			gets, lists, groups-before)
+	}
+	if j, err := s.Get(context.Background(), open.ID); err != nil || j.State != job.StateAccepted {
+		t.Fatalf("parent with an open part: %+v, %v; want it accepted", j, err)
+	}
+	for _, id := range agg.log() {
+		if id == open.ID {
+			t.Fatalf("parent %s, with a part still open, was aggregated", open.ID)
+		}
+	}
+}
