@@ -528,8 +528,9 @@ type groupRows struct {
 // readGroup reads the parents of ws and their children in one statement
 // when the store can (store.ParentsReader), and returns nil when it
 // cannot: each parent is then read on its own (prepareParent without a
-// ParentsReader), its children and then its row, two statements. One statement is one
-// snapshot, so prepareParent's ordering holds here too, and more: a
+// ParentsReader), its children and then its row, two statements. One
+// statement is one snapshot, so prepareParent's ordering holds here too,
+// and more: a
 // part's finish that advanced its parent in the same write
 // (fused.go) is seen whole, the part final and the parent advanced, or
 // not at all. Read one parent at a time, a 10,000-file sweep's group
