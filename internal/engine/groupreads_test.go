@@ -76,30 +76,8 @@ func (r *groupReads) AdvanceMany(ctx context.Context, ps []store.AdvanceParams) 
 // (GroupMemo.Parents: the review aggregator reads their items at once).
 func TestBatchGroupReadsOncePerGroup(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
 	const n = 64
-	ids := insertBatchParents(t, s, n)
-	open := parentIn(job.LaneBatch)
-	part := &job.Job{Kind: "part", Region: "us", Tenant: "acme", Lane: job.LaneBatch, LimitKeys: []string{"parts:report"}, ParentID: open.ID}
-	part.Prepare(open.ID+"-part", time.Now(), 0, false)
-	if _, err := writerOn(t, s).InsertParts(context.Background(), open, []*job.Job{part}, admission.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	r := &groupReads{Store: s, watch: map[string]bool{open.ID: true}}
-	agg := &laneAggregator{entered: make(chan struct{}), release: make(chan struct{}), pending: map[string]bool{}}
-	for _, id := range ids {
-		r.watch[id], agg.pending[id] = true, true // the start sweep leaves them waiting
-	}
-	e := start(t, engine.Config{Store: r, Kinds: map[string]engine.Kind{"report": {Aggregate: agg, PartKinds: []string{"part"}, SweepEvery: time.Hour}}})
-	agg.pendingSwept(t, n)
-	before := r.gets.Load() + r.lists.Load() + r.groups.Load()
-	e.Jobs().PartsChangedIn(open.ID, job.LaneBatch)
-	for _, id := range ids {
-		e.Jobs().PartsChangedIn(id, job.LaneBatch)
-	}
-	for _, id := range ids {
-		waitState(t, s, id, job.StatePublished)
-	}
+	r, agg, before := wakeParents(t, job.LaneBatch, n)
 	gets, lists, groups := r.gets.Load(), r.lists.Load(), r.groups.Load()
 	t.Logf("%d woken batch parents: %d Gets, %d Lists, %d group reads (%d before the wake-ups), %d advances read back",
 		n+1, gets, lists, groups, before, r.whole.Load())
@@ -116,14 +94,6 @@ func TestBatchGroupReadsOncePerGroup(t *testing.T) {
 		t.Fatalf("%d aggregations in a woken group, of which %d of parents their group's memo does not name (%v); want %d or more, none",
 			grouped, len(unnamed), unnamed, n)
 	}
-	for _, id := range agg.log() {
-		if id == open.ID {
-			t.Fatalf("parent %s, with a part still open, was aggregated", open.ID)
-		}
-	}
-	if j, err := s.Get(context.Background(), open.ID); err != nil || j.State != job.StateAccepted {
-		t.Fatalf("parent with an open part: %+v, %v; want it accepted", j, err)
-	}
 }
 
 // TestWokenInteractiveParentReadOnce: a woken interactive parent is read
@@ -133,21 +103,30 @@ func TestBatchGroupReadsOncePerGroup(t *testing.T) {
 // read.
 func TestWokenInteractiveParentReadOnce(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
 	const n = 5
-	other := writerOn(t, s)
-	var ids []string
-	for range n {
-		p := parentIn(job.LaneInteractive)
-		if _, err := other.InsertParts(context.Background(), p, nil, admission.Config{}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, p.ID)
+	r, _, before := wakeParents(t, job.LaneInteractive, n)
+	gets, lists, groups := r.gets.Load(), r.lists.Load(), r.groups.Load()
+	t.Logf("%d woken interactive parents: %d Gets, %d Lists, %d one-snapshot reads (%d before the wake-ups)", n+1, gets, lists, groups, before)
+	if gets+lists != 0 || groups-before != n+1 {
+		t.Fatalf("%d Gets and %d Lists of the woken parents, %d one-snapshot reads; want one one-snapshot read per woken parent (%d), nothing else",
+			gets, lists, groups-before, n+1)
 	}
-	open := parentIn(job.LaneInteractive)
-	part := &job.Job{Kind: "part", Region: "us", Tenant: "acme", Lane: job.LaneInteractive, LimitKeys: []string{"parts:report"}, ParentID: open.ID}
+}
+
+// wakeParents runs an engine on a groupReads store over n parents of lane
+// with no parts and one with a part left open (no handler runs it), all
+// left waiting by the start sweep; it then wakes every one, waits for the
+// n to be published, and fails t unless the open one is still accepted and
+// was not aggregated. It returns the store, the aggregator and the reads
+// of the parents counted before the wake-ups.
+func wakeParents(t *testing.T, lane job.Lane, n int) (*groupReads, *laneAggregator, int64) {
+	t.Helper()
+	s := newStore(t)
+	ids := insertParentsIn(t, s, lane, n)
+	open := parentIn(lane)
+	part := &job.Job{Kind: "part", Region: "us", Tenant: "acme", Lane: lane, LimitKeys: []string{"parts:report"}, ParentID: open.ID}
 	part.Prepare(open.ID+"-part", time.Now(), 0, false)
-	if _, err := other.InsertParts(context.Background(), open, []*job.Job{part}, admission.Config{}); err != nil {
+	if _, err := writerOn(t, s).InsertParts(context.Background(), open, []*job.Job{part}, admission.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	r := &groupReads{Store: s, watch: map[string]bool{open.ID: true}}
@@ -155,29 +134,23 @@ func TestWokenInteractiveParentReadOnce(t *testing.T) {
 	for _, id := range ids {
 		r.watch[id], agg.pending[id] = true, true // the start sweep leaves them waiting
 	}
-	// No handler for "part": the open part stays open.
 	e := start(t, engine.Config{Store: r, Kinds: map[string]engine.Kind{"report": {Aggregate: agg, PartKinds: []string{"part"}, SweepEvery: time.Hour}}})
 	agg.pendingSwept(t, n)
 	before := r.gets.Load() + r.lists.Load() + r.groups.Load()
-	e.Jobs().PartsChangedIn(open.ID, job.LaneInteractive)
+	e.Jobs().PartsChangedIn(open.ID, lane)
 	for _, id := range ids {
-		e.Jobs().PartsChangedIn(id, job.LaneInteractive)
+		e.Jobs().PartsChangedIn(id, lane)
 	}
 	for _, id := range ids {
 		waitState(t, s, id, job.StatePublished)
-	}
-	gets, lists, groups := r.gets.Load(), r.lists.Load(), r.groups.Load()
-	t.Logf("%d woken interactive parents: %d Gets, %d Lists, %d one-snapshot reads (%d before the wake-ups)", n+1, gets, lists, groups, before)
-	if gets+lists != 0 || groups-before < n || groups-before > n+1 {
-		t.Fatalf("%d Gets and %d Lists of the woken parents, %d one-snapshot reads; want one one-snapshot read per woken parent, nothing else",
-			gets, lists, groups-before)
-	}
-	if j, err := s.Get(context.Background(), open.ID); err != nil || j.State != job.StateAccepted {
-		t.Fatalf("parent with an open part: %+v, %v; want it accepted", j, err)
 	}
 	for _, id := range agg.log() {
 		if id == open.ID {
 			t.Fatalf("parent %s, with a part still open, was aggregated", open.ID)
 		}
 	}
+	if j, err := s.Get(context.Background(), open.ID); err != nil || j.State != job.StateAccepted {
+		t.Fatalf("parent with an open part: %+v, %v; want it accepted", j, err)
+	}
+	return r, agg, before
 }

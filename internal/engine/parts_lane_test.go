@@ -262,10 +262,16 @@ func batchWakeupsShareCommits(t *testing.T, cfg engine.Config) {
 // test, so nothing wakes them until the test does.
 func insertBatchParents(t *testing.T, s store.Store, n int) []string {
 	t.Helper()
+	return insertParentsIn(t, s, job.LaneBatch, n)
+}
+
+// insertParentsIn is insertBatchParents for parents of lane.
+func insertParentsIn(t *testing.T, s store.Store, lane job.Lane, n int) []string {
+	t.Helper()
 	other := writerOn(t, s)
 	var ids []string
 	for range n {
-		p := parentIn(job.LaneBatch)
+		p := parentIn(lane)
 		if _, err := other.InsertParts(context.Background(), p, nil, admission.Config{}); err != nil {
 			t.Fatal(err)
 		}
