@@ -172,3 +172,28 @@ func TestPlanItemsUsesKey(t *testing.T) {
 		t.Errorf("plan %q, want a search of batch_items by its key", got)
 	}
 }
+
+// TestBatchItemsOfJobsUsesJobIndex: a woken group's read of its reviews'
+// items (BatchItemParams.JobIDs) searches batch_items_job for each review,
+// as EXPLAIN QUERY PLAN reports it on a store without statistics, not the
+// primary key, which reads every item of the batch in custom_id order
+// (what SQLite chose before batch_id was kept off the index); a review's
+// own read and a whole batch's keep their plans.
+func TestBatchItemsOfJobsUsesJobIndex(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t)
+	for _, tc := range []struct {
+		p    store.BatchItemParams
+		want string
+	}{
+		{store.BatchItemParams{BatchID: "b", JobIDs: []string{"j1", "j2", "j3"}}, "SEARCH batch_items USING INDEX batch_items_job (job_id=?)"},
+		{store.BatchItemParams{BatchID: "b", JobIDs: []string{"j1", "j2"}, After: "r-1"}, "SEARCH batch_items USING INDEX batch_items_job (job_id=?)"},
+		{store.BatchItemParams{BatchID: "b", JobID: "j1"}, "SEARCH batch_items USING INDEX batch_items_job (job_id=? AND batch_id=? AND custom_id>?)"},
+		{store.BatchItemParams{BatchID: "b"}, "SEARCH batch_items USING PRIMARY KEY (batch_id=? AND custom_id>?)"},
+	} {
+		q := store.BatchItemsQuery(tc.p)
+		if got := queryPlan(t, s, q.SQL(), q.Args()...); !strings.Contains(got, tc.want) {
+			t.Errorf("BatchItems(job %q, jobs %v) plan %q, want %q", tc.p.JobID, tc.p.JobIDs, got, tc.want)
+		}
+	}
+}
