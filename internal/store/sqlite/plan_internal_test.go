@@ -182,18 +182,20 @@ func TestPlanItemsUsesKey(t *testing.T) {
 func TestBatchItemsOfJobsUsesJobIndex(t *testing.T) {
 	t.Parallel()
 	s := openTestStore(t)
-	for _, tc := range []struct {
-		p    store.BatchItemParams
-		want string
-	}{
-		{store.BatchItemParams{BatchID: "b", JobIDs: []string{"j1", "j2", "j3"}}, "SEARCH batch_items USING INDEX batch_items_job (job_id=?)"},
-		{store.BatchItemParams{BatchID: "b", JobIDs: []string{"j1", "j2"}, After: "r-1"}, "SEARCH batch_items USING INDEX batch_items_job (job_id=?)"},
-		{store.BatchItemParams{BatchID: "b", JobID: "j1"}, "SEARCH batch_items USING INDEX batch_items_job (job_id=? AND batch_id=? AND custom_id>?)"},
-		{store.BatchItemParams{BatchID: "b"}, "SEARCH batch_items USING PRIMARY KEY (batch_id=? AND custom_id>?)"},
-	} {
-		q := store.BatchItemsQuery(tc.p)
-		if got := queryPlan(t, s, q.SQL(), q.Args()...); !strings.Contains(got, tc.want) {
-			t.Errorf("BatchItems(job %q, jobs %v) plan %q, want %q", tc.p.JobID, tc.p.JobIDs, got, tc.want)
+	plans := map[string][]store.BatchItemParams{
+		"SEARCH batch_items USING INDEX batch_items_job (job_id=?)": {
+			{BatchID: "b", JobIDs: []string{"j1", "j2", "j3"}},
+			{BatchID: "b", JobIDs: []string{"j1", "j2"}, After: "r-1"},
+		},
+		"SEARCH batch_items USING INDEX batch_items_job (job_id=? AND batch_id=? AND custom_id>?)": {{BatchID: "b", JobID: "j1"}},
+		"SEARCH batch_items USING PRIMARY KEY (batch_id=? AND custom_id>?)":                        {{BatchID: "b"}},
+	}
+	for want, ps := range plans {
+		for _, p := range ps {
+			q := store.BatchItemsQuery(p)
+			if got := queryPlan(t, s, q.SQL(), q.Args()...); !strings.Contains(got, want) {
+				t.Errorf("BatchItems(job %q, jobs %v) plan %q, want %q", p.JobID, p.JobIDs, got, want)
+			}
 		}
 	}
 }
