@@ -228,7 +228,10 @@ func TestFusedEarlyReadOfOpenSibling(t *testing.T) {
 // advance) is written: an aggregation that read the parent (accepted)
 // before its parts found them all final and aggregated it a second time,
 // to lose the compare-and-set; one that reads the parts first finds the
-// last one running and leaves the parent to its finish.
+// last one running and leaves the parent to its finish. parentReads is
+// no store.ParentsReader, so this is the two-statement read of a store
+// without one; on one, the parent and its parts are one snapshot
+// (TestWokenInteractiveParentReadOnce).
 func TestWokenAggregationReadsPartsFirst(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

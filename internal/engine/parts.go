@@ -459,7 +459,16 @@ func (e *Engine) batchGroupPiece(ctx context.Context, ws []parentWake) {
 	defer end()
 	cpulabel.Set(cpulabel.BatchPaced)
 	defer cpulabel.Set(cpulabel.BatchUnpacedAgg)
-	e.aggregateBatchGroup(WithGroupMemo(e.chargeThreadWrites(withTurnHeld(ctx), e.threads.pieces)), ws)
+	e.aggregateBatchGroup(WithGroupMemo(e.chargeThreadWrites(withTurnHeld(ctx), e.threads.pieces), wakeIDs(ws)...), ws)
+}
+
+// wakeIDs returns the parent ids of ws, in order.
+func wakeIDs(ws []parentWake) []string {
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		ids[i] = w.id
+	}
+	return ids
 }
 
 // aggregateBatchGroup aggregates a woken batch group under its turn: this
@@ -518,9 +527,10 @@ type groupRows struct {
 
 // readGroup reads the parents of ws and their children in one statement
 // when the store can (store.ParentsReader), and returns nil when it
-// cannot: each parent is then read on its own (prepareParent), its
-// children and then its row, two statements. One statement is one
-// snapshot, so prepareParent's ordering holds here too, and more: a
+// cannot: each parent is then read on its own (prepareParent without a
+// ParentsReader), its children and then its row, two statements. One
+// statement is one snapshot, so prepareParent's ordering holds here too,
+// and more: a
 // part's finish that advanced its parent in the same write
 // (fused.go) is seen whole, the part final and the parent advanced, or
 // not at all. Read one parent at a time, a 10,000-file sweep's group
@@ -531,11 +541,7 @@ func (e *Engine) readGroup(ctx context.Context, ws []parentWake) *groupRows {
 	if !ok {
 		return nil
 	}
-	ids := make([]string, len(ws))
-	for i, w := range ws {
-		ids[i] = w.id
-	}
-	parents, children, err := r.ParentsWithChildren(ctx, ids)
+	parents, children, err := r.ParentsWithChildren(ctx, wakeIDs(ws))
 	g := &groupRows{parents: make(map[string]*job.Job, len(parents)), children: map[string][]*job.Job{}, err: err}
 	for _, p := range parents {
 		g.parents[p.ID] = p
@@ -912,7 +918,16 @@ func (e *Engine) aggregateParent(ctx context.Context, id string, publish publish
 // to lose the compare-and-set: an aggregation and a write to the
 // single-writer store for nothing (TestFusedEarlyReadOfOpenSibling caught
 // it in CI, stop 49).
+//
+// On a store.ParentsReader it reads both in one statement, as a woken
+// batch group does (readGroup): one snapshot, in which that finish is
+// seen whole (the part final and the parent advanced) or not at all, so
+// what the ordering guards holds and more, and one statement where a
+// woken interactive parent made two.
 func (e *Engine) prepareParent(ctx context.Context, id string, publish publishFunc) (write *parentWrite, err error) {
+	if g := e.readGroup(ctx, []parentWake{{id: id}}); g != nil {
+		return g.prepare(ctx, e, id, publish)
+	}
 	children, err := e.jobs.children(ctx, id)
 	if err != nil {
 		return nil, err

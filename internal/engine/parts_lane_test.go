@@ -31,11 +31,22 @@ type laneAggregator struct {
 	entered chan struct{}
 	release chan struct{}
 	pending map[string]bool
+	// grouped counts the aggregations in a woken batch group
+	// (engine.GroupMemoFrom); unnamed lists those of them whose parent
+	// the group's memo does not name (GroupMemo.Parents).
+	grouped int
+	unnamed []string
 }
 
-func (a *laneAggregator) Aggregate(_ context.Context, parent *job.Job, _ []*job.Job) job.Outcome {
+func (a *laneAggregator) Aggregate(ctx context.Context, parent *job.Job, _ []*job.Job) job.Outcome {
 	a.mu.Lock()
 	a.calls = append(a.calls, parent.ID)
+	if m := engine.GroupMemoFrom(ctx); m != nil {
+		a.grouped++
+		if !slices.Contains(m.Parents(), parent.ID) {
+			a.unnamed = append(a.unnamed, parent.ID)
+		}
+	}
 	hold, pending := a.hold == parent.ID || a.hold == "first", a.pending[parent.ID]
 	if hold {
 		a.hold = ""
@@ -251,10 +262,16 @@ func batchWakeupsShareCommits(t *testing.T, cfg engine.Config) {
 // test, so nothing wakes them until the test does.
 func insertBatchParents(t *testing.T, s store.Store, n int) []string {
 	t.Helper()
+	return insertParentsIn(t, s, job.LaneBatch, n)
+}
+
+// insertParentsIn is insertBatchParents for parents of lane.
+func insertParentsIn(t *testing.T, s store.Store, lane job.Lane, n int) []string {
+	t.Helper()
 	other := writerOn(t, s)
 	var ids []string
 	for range n {
-		p := parentIn(job.LaneBatch)
+		p := parentIn(lane)
 		if _, err := other.InsertParts(context.Background(), p, nil, admission.Config{}); err != nil {
 			t.Fatal(err)
 		}

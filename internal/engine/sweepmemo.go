@@ -66,10 +66,10 @@ func (m *SweepMemo) Load(key any, load func() (any, error)) (any, error) {
 
 // GroupMemo holds reads that the Aggregators of one woken batch group
 // share (the parents the batch lane's aggregation loop takes together,
-// up to 32, aggregated one after the other under one turn). Unlike a
-// SweepMemo it is for records that do not change while a group is
-// aggregated — a batch's tenant and region, not its items' states, which
-// each woken parent must read afresh (a wake-up says they changed). The
+// up to 32, aggregated one after the other under one turn). It lives
+// for one group only: a woken parent must see its
+// parts at least as fresh as its wake-up (which says they changed), so
+// nothing read before the group was formed may serve it. The
 // parents of a group usually share one batch, so a read of its head per
 // parent was most of what a group allocated (docs/benchmarks.md,
 // "Session 22 (s22h4)": 14.6 % of the 10,000-file sweep's bytes).
@@ -79,19 +79,33 @@ func (m *SweepMemo) Load(key any, load func() (any, error)) (any, error) {
 //
 // A GroupMemo is safe for concurrent use. The zero value is not usable;
 // the engine makes one per group.
+//
+// A memo also names the group's parents (Parents), so that an
+// Aggregator may read what changes — a batch's items — once for all of
+// them at the group's start rather than once per parent: every parent
+// of a group was woken before the group was formed, so such a read is at
+// least as fresh as each one's wake-up, and a change after it wakes its
+// parent again, into a later group (docs/benchmarks.md, "Session 41
+// (s41h2)").
 type GroupMemo struct {
-	mu sync.Mutex
-	m  map[any]any
+	mu      sync.Mutex
+	m       map[any]any
+	parents []string
 }
 
 type groupMemoKey struct{}
 
 // WithGroupMemo returns ctx carrying a new memo for one woken batch
-// group. The engine calls it for each group; a plug-in's tests call it
-// to run their Aggregator as a group does.
-func WithGroupMemo(ctx context.Context) context.Context {
-	return context.WithValue(ctx, groupMemoKey{}, &GroupMemo{m: map[any]any{}})
+// group of parents (their ids, in the group's order). The engine calls it
+// for each group, once every wake-up that formed it was taken; a plug-in's
+// tests call it to run their Aggregator as a group does.
+func WithGroupMemo(ctx context.Context, parents ...string) context.Context {
+	return context.WithValue(ctx, groupMemoKey{}, &GroupMemo{m: map[any]any{}, parents: parents})
 }
+
+// Parents returns the ids of the group's parents, all woken before the
+// group began (see GroupMemo); the caller must not modify it.
+func (m *GroupMemo) Parents() []string { return m.parents }
 
 // GroupMemoFrom returns the memo of the woken batch group ctx belongs to,
 // or nil when ctx is not a group's (a sweep pass, which has a SweepMemo;

@@ -243,6 +243,12 @@ type BatchItemParams struct {
 	BatchID string
 	// JobID, when set, keeps that job's items only.
 	JobID string
+	// JobIDs, when not empty, keeps the items of those jobs only (with
+	// JobID too, of both): a woken batch group reads the items of its
+	// parents, up to 32 reviews, in one statement rather than one per
+	// review (docs/benchmarks.md, "Session 41 (s41h2)"). Meant for a few
+	// tens of ids: each is a placeholder of the statement.
+	JobIDs []string
 	// State, when set, keeps items in that state only.
 	State string
 	// After is a cursor: only custom_ids greater than it.

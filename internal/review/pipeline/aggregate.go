@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ratelane/ratelane/internal/engine"
@@ -139,7 +140,19 @@ func batchStates(ctx context.Context, cfg AggregateConfig, parent *job.Job, args
 // (sweepBatch): a pass over 10,000 waiting reviews of 10 batches makes 20
 // reads of this kind instead of 20,000. Inside a woken batch group
 // (engine.GroupMemoFrom) the group's reviews share one read of a batch's
-// head, and each reads its own items.
+// head and one of the items of all the group's parents in that batch
+// (groupItems), where each read its own: up to 32 statements a group.
+//
+// That shared read of items is as fresh for each review as its own was.
+// A review's items change, and its wake-up says they did; but every
+// parent of a group was woken — its items' change written — before the
+// engine formed the group (engine.WithGroupMemo), and the read is made
+// after, by the group's first review of the batch. So each review sees
+// its items as of a moment after its wake-up, as a read of its own made
+// later in the group did. What one made later could see and this one
+// cannot, an item settled while the group runs, wakes its review again
+// after its write, into a later group (or the sweep, if that wake-up is
+// missed), as it did when the review's own read had just gone by.
 func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args) ([]PartState, error) {
 	if m := engine.SweepMemoFrom(ctx); m != nil {
 		v, err := m.Load(sweepBatchKey(args.Batch), func() (any, error) { return readSweepBatch(ctx, st, args.Batch) })
@@ -164,20 +177,41 @@ func PartStates(ctx context.Context, st BatchReader, parent *job.Job, args Args)
 	if b.Tenant != parent.Tenant || b.Region != parent.Region {
 		return nil, fmt.Errorf("review %s: %w", parent.ID, ErrForeignBatch)
 	}
-	var out []PartState
-	after := ""
+	if m := engine.GroupMemoFrom(ctx); m != nil && slices.Contains(m.Parents(), parent.ID) {
+		v, err := m.Load(groupItemsKey(b.ID), func() (any, error) {
+			return itemsByJob(ctx, st, store.BatchItemParams{BatchID: b.ID, JobIDs: m.Parents()})
+		})
+		if err != nil {
+			return nil, err
+		}
+		return v.(map[string][]PartState)[parent.ID], nil
+	}
+	byJob, err := itemsByJob(ctx, st, store.BatchItemParams{BatchID: b.ID, JobID: parent.ID})
+	return byJob[parent.ID], err
+}
+
+// groupItemsKey keys, in a woken group's memo, the states of the items of
+// a batch that belong to the group's parents, by review (PartStates).
+type groupItemsKey string
+
+// itemsByJob reads the items p selects, a page (store.BatchItemPage) at a
+// time, and returns their states by review, each review's in custom_id
+// order.
+func itemsByJob(ctx context.Context, st BatchReader, p store.BatchItemParams) (map[string][]PartState, error) {
+	byJob := map[string][]PartState{}
+	p.Limit = store.BatchItemPage
 	for {
-		items, err := st.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID, JobID: parent.ID, After: after, Limit: 1000})
+		items, err := st.BatchItems(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		for _, it := range items {
-			out = append(out, ItemState(it))
+			byJob[it.JobID] = append(byJob[it.JobID], ItemState(it))
 		}
-		if len(items) < 1000 {
-			return out, nil
+		if len(items) < store.BatchItemPage {
+			return byJob, nil
 		}
-		after = items[len(items)-1].CustomID
+		p.After = items[len(items)-1].CustomID
 	}
 }
 
@@ -219,21 +253,11 @@ func readSweepBatch(ctx context.Context, st BatchReader, id string) (*sweepBatch
 	} else if err != nil {
 		return nil, err
 	}
-	sb := &sweepBatch{head: b, byJob: map[string][]PartState{}}
-	after := ""
-	for {
-		items, err := st.BatchItems(ctx, store.BatchItemParams{BatchID: id, After: after, Limit: store.BatchItemPage})
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range items {
-			sb.byJob[it.JobID] = append(sb.byJob[it.JobID], ItemState(it))
-		}
-		if len(items) < store.BatchItemPage {
-			return sb, nil
-		}
-		after = items[len(items)-1].CustomID
+	byJob, err := itemsByJob(ctx, st, store.BatchItemParams{BatchID: id})
+	if err != nil {
+		return nil, err
 	}
+	return &sweepBatch{head: b, byJob: byJob}, nil
 }
 
 // ErrBatchNotFound is a batch-lane review whose batch is not recorded:

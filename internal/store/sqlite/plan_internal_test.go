@@ -172,3 +172,30 @@ func TestPlanItemsUsesKey(t *testing.T) {
 		t.Errorf("plan %q, want a search of batch_items by its key", got)
 	}
 }
+
+// TestBatchItemsOfJobsUsesJobIndex: a woken group's read of its reviews'
+// items (BatchItemParams.JobIDs) searches batch_items_job for each review,
+// as EXPLAIN QUERY PLAN reports it on a store without statistics, not the
+// primary key, which reads every item of the batch in custom_id order
+// (what SQLite chose before batch_id was kept off the index); a review's
+// own read and a whole batch's keep their plans.
+func TestBatchItemsOfJobsUsesJobIndex(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t)
+	plans := map[string][]store.BatchItemParams{
+		"SEARCH batch_items USING INDEX batch_items_job (job_id=?)": {
+			{BatchID: "b", JobIDs: []string{"j1", "j2", "j3"}},
+			{BatchID: "b", JobIDs: []string{"j1", "j2"}, After: "r-1"},
+		},
+		"SEARCH batch_items USING INDEX batch_items_job (job_id=? AND batch_id=? AND custom_id>?)": {{BatchID: "b", JobID: "j1"}},
+		"SEARCH batch_items USING PRIMARY KEY (batch_id=? AND custom_id>?)":                        {{BatchID: "b"}},
+	}
+	for want, ps := range plans {
+		for _, p := range ps {
+			q := store.BatchItemsQuery(p)
+			if got := queryPlan(t, s, q.SQL(), q.Args()...); !strings.Contains(got, want) {
+				t.Errorf("BatchItems(job %q, jobs %v) plan %q, want %q", p.JobID, p.JobIDs, got, want)
+			}
+		}
+	}
+}

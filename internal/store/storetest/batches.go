@@ -25,6 +25,7 @@ var batchCases = map[string]func(*testing.T, Opener){
 	"BatchSaveChunk":      testBatchSaveChunk,
 	"BatchSettleOnce":     testBatchSettleOnce,
 	"BatchItemsPaged":     testBatchItemsPaged,
+	"BatchItemsOfJobs":    testBatchItemsOfJobs,
 	"BatchListFilters":    testBatchListFilters,
 	"BatchCreateLarge":    testBatchCreateLarge,
 }
@@ -295,6 +296,74 @@ func testBatchItemsPaged(t *testing.T, open Opener) {
 	}
 	if got, _ := s.BatchItems(ctx, store.BatchItemParams{BatchID: b.ID, JobID: "other"}); len(got) != 1 || got[0].CustomID != "r-004" || got[0].ObjectID != b.ID+"/4" || got[0].Index != 4 {
 		t.Fatalf("by job: %v", got)
+	}
+}
+
+// testBatchItemsOfJobs: BatchItemParams.JobIDs keeps the items of those
+// jobs only, paged in custom_id order across the 1000-item default page
+// (a woken batch group's read of its reviews' items), ANDed with JobID
+// and State; three ids (a statement padded to four) and one.
+func testBatchItemsOfJobs(t *testing.T, open Opener) {
+	s, ctx := open(t), context.Background()
+	b, items := NewBatch("acme", 2600)
+	jobs := []string{"job-a", "job-b", "job-c", "job-d", "job-e"}
+	for i := range items {
+		items[i].CustomID = fmt.Sprintf("r-%05d", i)
+		items[i].JobID = jobs[i%len(jobs)]
+	}
+	createBatch(t, s, b, items)
+	other, oitems := NewBatch("acme", 3)
+	for i := range oitems {
+		oitems[i].JobID = "job-a"
+	}
+	createBatch(t, s, other, oitems)
+	if err := s.PlanBatchChunk(ctx, chunkOf(b, 0), []string{"r-00000", "r-00001", "r-00003"}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(keep func(i int) bool) []string {
+		var out []string
+		for i := range items {
+			if keep(i) {
+				out = append(out, items[i].CustomID)
+			}
+		}
+		return out
+	}
+	all := func(p store.BatchItemParams) []string {
+		t.Helper()
+		var out []string
+		for pages := 0; ; pages++ {
+			page, err := s.BatchItems(ctx, p)
+			if err != nil || pages > 5 {
+				t.Fatalf("BatchItems(%+v): %d items, %v", p, len(page), err)
+			}
+			for _, it := range page {
+				out = append(out, it.CustomID)
+			}
+			if len(page) < store.BatchItemPage {
+				return out
+			}
+			p.After = page[len(page)-1].CustomID
+		}
+	}
+	for _, c := range []struct {
+		p    store.BatchItemParams
+		want []string
+	}{
+		{store.BatchItemParams{BatchID: b.ID, JobIDs: []string{"job-a", "job-c", "job-d"}},
+			want(func(i int) bool { return i%5 == 0 || i%5 == 2 || i%5 == 3 })},
+		{store.BatchItemParams{BatchID: b.ID, JobIDs: []string{"job-e"}}, want(func(i int) bool { return i%5 == 4 })},
+		{store.BatchItemParams{BatchID: b.ID, JobIDs: []string{"job-a", "job-b", "nobody"}, State: store.ItemSubmitted},
+			[]string{"r-00000", "r-00001"}},
+		{store.BatchItemParams{BatchID: b.ID, JobIDs: []string{"job-a", "job-b"}, JobID: "job-b", After: "r-02590"},
+			[]string{"r-02591", "r-02596"}},
+		{store.BatchItemParams{BatchID: b.ID, JobIDs: []string{"job-a"}, JobID: "job-b"}, nil},
+		{store.BatchItemParams{BatchID: other.ID, JobIDs: []string{"job-a", "job-b"}}, []string{"r-000", "r-001", "r-002"}},
+	} {
+		if got := all(c.p); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("BatchItems(JobIDs %v, JobID %q, State %q, After %q): %d items %.80s; want %d %.80s",
+				c.p.JobIDs, c.p.JobID, c.p.State, c.p.After, len(got), fmt.Sprint(got), len(c.want), fmt.Sprint(c.want))
+		}
 	}
 }
 
