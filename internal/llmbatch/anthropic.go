@@ -69,7 +69,7 @@ func anthropicRequest(it Item) anthropic.MessageBatchNewParamsRequest {
 // EncodedSize is the length of item's element of requests[], counted
 // from its fields as the SDK encodes anthropicRequest (requestSize), not
 // by encoding it: the SDK's encoding of one review item made ~140
-// allocations and ~70 KB (docs/benchmarks.md, "Session 41 (s41h3)").
+// allocations and ~64 KB (docs/benchmarks.md, "Session 41 (s41h3)").
 func (a *Anthropic) EncodedSize(it Item) (int64, error) {
 	n, err := a.requestSize(it)
 	return int64(n), err
@@ -273,10 +273,7 @@ type anthropicUsage struct {
 // not turn an answer into an error.
 func (u *anthropicUsage) UnmarshalJSON(b []byte) error {
 	type plain anthropicUsage // without this method
-	var v plain
-	if json.Unmarshal(b, &v) == nil {
-		*u = anthropicUsage(v)
-	}
+	decodeOrZero(b, (*plain)(u))
 	return nil
 }
 

@@ -16,12 +16,7 @@ import (
 // every field a real result has. Divide by 100 for a file's share.
 func BenchmarkAnthropicSweepFile(b *testing.B) {
 	a := NewAnthropic(Config{APIKey: "unused"})
-	it := reviewItem(b)
-	its := make([]Item, 100)
-	for i := range its {
-		its[i] = it
-		its[i].CustomID = fmt.Sprintf("rev-%04d-p0", i)
-	}
+	its := sweepItems(b)
 	b.Run("submit", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -546,11 +546,18 @@ type openAIUsage struct {
 // not turn an answer into an error.
 func (u *openAIUsage) UnmarshalJSON(b []byte) error {
 	type plain openAIUsage // without this method
-	var v plain
-	if json.Unmarshal(b, &v) == nil {
-		*u = openAIUsage(v)
-	}
+	decodeOrZero(b, (*plain)(u))
 	return nil
+}
+
+// decodeOrZero decodes b into *dst, or leaves *dst as it was when b is
+// not of dst's type: a usage report's decode, whose failure must not
+// fail the answer beside it.
+func decodeOrZero[T any](b []byte, dst *T) {
+	var v T
+	if json.Unmarshal(b, &v) == nil {
+		*dst = v
+	}
 }
 
 // openAIResult is the result of one line of an output or error file.
