@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -20,6 +23,7 @@ import (
 type Anthropic struct {
 	cfg    Config
 	client anthropic.Client
+	schema schemaCache // the last Format's, for EncodedSize
 }
 
 // NewAnthropic returns an Anthropic provider; the SDK's retries are off.
@@ -62,10 +66,48 @@ func anthropicRequest(it Item) anthropic.MessageBatchNewParamsRequest {
 	return anthropic.MessageBatchNewParamsRequest{CustomID: it.CustomID, Params: p}
 }
 
-// EncodedSize is the length of item's element of requests[].
-func (*Anthropic) EncodedSize(it Item) (int64, error) {
-	b, err := json.Marshal(anthropicRequest(it))
-	return int64(len(b)), err
+// EncodedSize is the length of item's element of requests[], counted
+// from its fields as the SDK encodes anthropicRequest (requestSize), not
+// by encoding it: the SDK's encoding of one review item made ~140
+// allocations and ~64 KB (docs/benchmarks.md, "Session 41 (s41h3)").
+func (a *Anthropic) EncodedSize(it Item) (int64, error) {
+	n, err := a.requestSize(it)
+	return int64(n), err
+}
+
+// Fixed parts of a request, around its fields (the SDK's order: keys
+// sorted, empty optional fields omitted).
+const (
+	requestFixed      = `{"custom_id":,"params":{"max_tokens":,"messages":[{"content":[{"text":,"type":"text"}],"role":"user"}]}}`
+	requestModel      = `,"model":`
+	requestFormat     = `,"output_config":{"format":{"schema":,"type":"json_schema"}}`
+	requestSystemText = `,"system":[{"text":,"type":"text"}]`
+)
+
+// requestSize is the length of anthropicRequest(it) as the SDK encodes it
+// (TestAnthropicRequestSize and FuzzAnthropicRequestSize hold the two
+// together): its strings escaped as encoding/json does (jsonStringLen),
+// the schema as json.Marshal writes it. The SDK omits the output config
+// of a Format without a schema.
+func (a *Anthropic) requestSize(it Item) (int, error) {
+	r := it.Request
+	var digits [20]byte
+	n := len(requestFixed) + jsonStringLen(it.CustomID) + len(strconv.AppendInt(digits[:0], r.MaxTokens, 10)) +
+		jsonStringLen(r.Prompt)
+	if r.Model != "" {
+		n += len(requestModel) + jsonStringLen(r.Model)
+	}
+	if f := r.Format; f != nil && f.Schema != nil {
+		schema, err := a.schema.encode(f)
+		if err != nil {
+			return 0, err
+		}
+		n += len(requestFormat) + len(schema)
+	}
+	if r.System != "" {
+		n += len(requestSystemText) + jsonStringLen(r.System)
+	}
+	return n, nil
 }
 
 // Create submits items as one Message Batch. Anthropic batches carry no
@@ -148,42 +190,124 @@ func anthropicStatus(b *anthropic.MessageBatch) Status {
 	return st
 }
 
-// Collect streams the results of an ended batch.
+// Collect reads the results of an ended batch: the SDK's request, its
+// stream of lines decoded here (decodeAnthropicResults), not into the
+// SDK's MessageBatchIndividualResponse (anthropicLine says why).
 func (a *Anthropic) Collect(ctx context.Context, id string) ([]Result, error) {
-	stream := a.client.Messages.Batches.ResultsStreaming(ctx, id, anthropic.MessageBatchResultsParams{},
-		option.WithRequestTimeout(10*a.cfg.Timeout))
-	defer stream.Close()
-	var out []Result
-	for stream.Next() {
-		yieldEvery(ctx, len(out)) // a piece of lines at a time, as OpenAI's
-		out = append(out, anthropicResult(stream.Current()))
+	var resp *http.Response
+	err := a.client.Get(ctx, "v1/messages/batches/"+url.PathEscape(id)+"/results", nil, &resp,
+		option.WithHeader("Accept", "application/x-jsonl"), option.WithRequestTimeout(10*a.cfg.Timeout))
+	if err != nil {
+		return nil, a.wrap("collect "+id, err)
 	}
-	if err := stream.Err(); err != nil {
+	defer resp.Body.Close()
+	out, err := decodeAnthropicResults(ctx, resp.Body)
+	if err != nil {
 		return nil, a.wrap("collect "+id, err)
 	}
 	return out, nil
 }
 
-func anthropicResult(l anthropic.MessageBatchIndividualResponse) Result {
+// decodeAnthropicResults reads a results stream's lines. A line that is
+// not JSON ends the read with an error, as the SDK's stream did; a line
+// that is JSON of the wrong shape is its own unreadable result
+// (anthropicLine.result).
+func decodeAnthropicResults(ctx context.Context, r io.Reader) ([]Result, error) {
+	var out []Result
+	dec := json.NewDecoder(r)
+	for {
+		yieldEvery(ctx, len(out)) // a piece of lines at a time, as OpenAI's
+		var l anthropicLine
+		err := dec.Decode(&l)
+		var typeErr *json.UnmarshalTypeError
+		switch {
+		case errors.Is(err, io.EOF):
+			return out, nil
+		case err != nil && !errors.As(err, &typeErr):
+			return nil, fmt.Errorf("line %d: %w", len(out)+1, err)
+		}
+		out = append(out, l.result(err == nil))
+	}
+}
+
+// anthropicLine is a line of a batch's results: the fields of the SDK's
+// MessageBatchIndividualResponse that ratelane reads, and no others
+// (TestAnthropicResultMatchesTheSDK decodes the same lines both ways).
+// Not the SDK's type: its decoder (apijson, over gjson) kept every field
+// of the message with its raw JSON and metadata, for five fields
+// (docs/benchmarks.md, "Session 41 (s41h3)").
+//
+// On well-typed lines the two agree. On mistyped ones they differ: the
+// SDK coerced or zeroed (a numeric text became its digits, a message
+// that is not an object an empty answer), encoding/json refuses, so any
+// field of the wrong type, and a succeeded result without a message, is
+// "unreadable_response" here: retried, never a coerced success. A
+// mistyped usage only loses the counts (anthropicUsage), never the answer.
+type anthropicLine struct {
+	CustomID string `json:"custom_id"`
+	Result   struct {
+		Type    string `json:"type"`
+		Message *struct {
+			Content []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			} `json:"content"`
+			Usage anthropicUsage `json:"usage"`
+		} `json:"message"`
+		Error struct {
+			Error struct {
+				Type string `json:"type"`
+			} `json:"error"`
+		} `json:"error"`
+	} `json:"result"`
+}
+
+// anthropicUsage is a message's token usage.
+type anthropicUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// UnmarshalJSON decodes the usage, or leaves it zero when it is not the
+// object it should be: the counts are a report, and a malformed one must
+// not turn an answer into an error.
+func (u *anthropicUsage) UnmarshalJSON(b []byte) error {
+	type plain anthropicUsage // without this method
+	decodeOrZero(b, (*plain)(u))
+	return nil
+}
+
+// result is the line's Result; wellTyped is false when a field had the
+// wrong type (the decode's UnmarshalTypeError).
+func (l *anthropicLine) result(wellTyped bool) Result {
 	r := Result{CustomID: l.CustomID}
-	switch v := l.Result.AsAny().(type) {
-	case anthropic.MessageBatchSucceededResult:
-		var text strings.Builder
-		for _, b := range v.Message.Content {
+	res := &l.Result
+	switch {
+	case !wellTyped, res.Type == "succeeded" && res.Message == nil:
+		r.Kind, r.ErrorType, r.Retryable = KindErrored, "unreadable_response", true
+	case res.Type == "succeeded":
+		n := 0
+		for _, b := range res.Message.Content {
 			if b.Type == "text" {
-				text.WriteString(b.Text)
+				n += len(b.Text)
 			}
 		}
-		r.Kind, r.Body = KindSucceeded, []byte(text.String())
-		r.InputTokens, r.OutputTokens = v.Message.Usage.InputTokens, v.Message.Usage.OutputTokens
-	case anthropic.MessageBatchErroredResult:
-		typ := v.Error.Error.Type
+		body := make([]byte, 0, n)
+		for _, b := range res.Message.Content {
+			if b.Type == "text" {
+				body = append(body, b.Text...)
+			}
+		}
+		r.Kind, r.Body = KindSucceeded, body
+		r.InputTokens, r.OutputTokens = res.Message.Usage.InputTokens, res.Message.Usage.OutputTokens
+	case res.Type == "errored":
+		typ := res.Error.Error.Type
 		r.Kind, r.ErrorType = KindErrored, typ
 		// Only a request the API judged malformed is permanent.
 		r.Retryable = typ != "invalid_request_error" && typ != "permission_error" && typ != "authentication_error"
-	case anthropic.MessageBatchCanceledResult:
+	case res.Type == "canceled":
 		r.Kind = KindCanceled
-	case anthropic.MessageBatchExpiredResult:
+	case res.Type == "expired":
 		r.Kind = KindExpired
 	default:
 		r.Kind, r.ErrorType, r.Retryable = KindErrored, "unknown_result_type", true

@@ -32,7 +32,7 @@ const metadataKey = "ratelane_chunk"
 type OpenAI struct {
 	cfg    Config
 	client openai.Client
-	schema atomic.Pointer[encodedSchema] // the last Format's: schemaJSON
+	schema schemaCache // the last Format's: schemaJSON
 }
 
 // NewOpenAI returns an OpenAI provider; the SDK's retries are off (the
@@ -102,20 +102,26 @@ type encodedSchema struct {
 	raw json.RawMessage
 }
 
-// schemaJSON returns f's schema encoded. The last Format's encoding is
-// kept: a batch's review items share one Format, and encoding its map
-// (keys sorted, level by level) was most of a line's allocations.
-func (o *OpenAI) schemaJSON(f *Format) (json.RawMessage, error) {
-	if c := o.schema.Load(); c != nil && c.f == f {
-		return c.raw, nil
+// schemaCache keeps the last Format's schema encoded: a batch's review
+// items share one Format, and encoding its map (keys sorted, level by
+// level) was most of a line's allocations.
+type schemaCache struct{ last atomic.Pointer[encodedSchema] }
+
+// encode returns f's schema as json.Marshal encodes it.
+func (c *schemaCache) encode(f *Format) (json.RawMessage, error) {
+	if e := c.last.Load(); e != nil && e.f == f {
+		return e.raw, nil
 	}
 	raw, err := json.Marshal(f.Schema)
 	if err != nil {
 		return nil, err
 	}
-	o.schema.Store(&encodedSchema{f: f, raw: raw})
+	c.last.Store(&encodedSchema{f: f, raw: raw})
 	return raw, nil
 }
+
+// schemaJSON returns f's schema encoded (schemaCache).
+func (o *OpenAI) schemaJSON(f *Format) (json.RawMessage, error) { return o.schema.encode(f) }
 
 // encodeLine writes item's JSONL line and its newline to enc.
 func (o *OpenAI) encodeLine(enc *json.Encoder, it Item) error {
@@ -540,11 +546,18 @@ type openAIUsage struct {
 // not turn an answer into an error.
 func (u *openAIUsage) UnmarshalJSON(b []byte) error {
 	type plain openAIUsage // without this method
-	var v plain
-	if json.Unmarshal(b, &v) == nil {
-		*u = openAIUsage(v)
-	}
+	decodeOrZero(b, (*plain)(u))
 	return nil
+}
+
+// decodeOrZero decodes b into *dst, or leaves *dst as it was when b is
+// not of dst's type: a usage report's decode, whose failure must not
+// fail the answer beside it.
+func decodeOrZero[T any](b []byte, dst *T) {
+	var v T
+	if json.Unmarshal(b, &v) == nil {
+		*dst = v
+	}
 }
 
 // openAIResult is the result of one line of an output or error file.

@@ -16,12 +16,7 @@ import (
 // file's share.
 func BenchmarkOpenAISweepFile(b *testing.B) {
 	o := NewOpenAI(Config{APIKey: "unused"})
-	it := reviewItem(b)
-	its := make([]Item, 100)
-	for i := range its {
-		its[i] = it
-		its[i].CustomID = fmt.Sprintf("rev-%04d-p0", i)
-	}
+	its := sweepItems(b)
 	b.Run("submit", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -67,4 +62,16 @@ func BenchmarkOpenAISweepFile(b *testing.B) {
 			}
 		}
 	})
+}
+
+// sweepItems are 100 review items, a sweep file each, custom_ids as the
+// batch lane makes them.
+func sweepItems(tb testing.TB) []Item {
+	it := reviewItem(tb)
+	its := make([]Item, 100)
+	for i := range its {
+		its[i] = it
+		its[i].CustomID = fmt.Sprintf("rev-%04d-p0", i)
+	}
+	return its
 }
