@@ -161,8 +161,9 @@ type Config struct {
 	// batch-lane work ran for d no such piece starts for
 	// d·(1−share)/share, so a sweep computes about this share of wall time
 	// and takes longer while interactive work is about; with none about it
-	// runs at full speed. Needs BatchCPUs on. Zero: the default, 0.25;
-	// negative or 1 and more: off (docs/configuration.md).
+	// runs at full speed. Needs BatchCPUs on. Zero: the default, 0.1
+	// (engine.DefaultBatchCPUShare); negative or 1 and more: off
+	// (docs/configuration.md).
 	BatchCPUShare float64
 	// BatchThreadPolicy is how this process's batch lane uses OS threads:
 	// "" (the default) as any goroutine; "idle" (Linux) runs its computing

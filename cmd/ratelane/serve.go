@@ -144,7 +144,7 @@ type batchLaneConfig struct {
 	// CPUShare is the batch pacer in every region
 	// (ratelane.Config.BatchCPUShare): while interactive work is about,
 	// the batch lane's computing pieces run about this share of wall
-	// time. 0: the default, 0.25; -1: off; otherwise more than 0 and
+	// time. 0: the default, 0.1; -1: off; otherwise more than 0 and
 	// less than 1.
 	CPUShare float64 `json:"cpu_share"`
 	// ThreadPolicy is the batch lane's use of OS threads in every region
@@ -284,7 +284,7 @@ func (f *serverFlags) applyFile(cfg *ratelane.Config) error {
 	}
 	cfg.BatchCPUs = fc.BatchLane.CPUs
 	if s := fc.BatchLane.CPUShare; s != 0 && s != -1 && !(s > 0 && s < 1) {
-		return fmt.Errorf("config %s: batch_lane.cpu_share: want 0 (the default, 0.25), -1 (off) or a share between 0 and 1, not %v", f.config, s)
+		return fmt.Errorf("config %s: batch_lane.cpu_share: want 0 (the default, 0.1), -1 (off) or a share between 0 and 1, not %v", f.config, s)
 	}
 	cfg.BatchCPUShare = fc.BatchLane.CPUShare
 	switch fc.BatchLane.ThreadPolicy {

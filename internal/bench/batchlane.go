@@ -489,6 +489,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}
 	// The Ps the run had: --batch-threads idle raises them.
 	r.add("gomaxprocs", float64(runtime.GOMAXPROCS(0)), "the bench process's GOMAXPROCS")
+	r.add("batch_cpu_share", cpuShare(e.opts.BatchCPUShare), "the batch pacer's share in effect (Config.BatchCPUShare after its default; 0: off)")
 	// The simulators' CPU when they run in a child process: what the
 	// in-process mode adds to the figures above.
 	if childOK {
@@ -1163,4 +1164,17 @@ func addVsBaseline(r *Result, qs []float64, base, xs []time.Duration, baseMs, xs
 		r.add(xsMs+name+"_ms", x, "ms, "+what)
 		r.add(ratio+name+"_ratio", x/b, "÷ baseline, "+what)
 	}
+}
+
+// cpuShare is the batch pacer's share a Config.BatchCPUShare of asked
+// runs at: the engine's default for zero, 0 for off (outside 0 to 1), so
+// a result says which share paced its sweep whatever the flag was.
+func cpuShare(asked float64) float64 {
+	if asked == 0 {
+		return engine.DefaultBatchCPUShare
+	}
+	if !(asked > 0 && asked < 1) {
+		return 0
+	}
+	return asked
 }

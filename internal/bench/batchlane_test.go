@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelane/ratelane/internal/engine"
 )
 
 // ms makes latencies of whole milliseconds.
@@ -271,5 +273,17 @@ func TestBatchIsolationWithABatchNode(t *testing.T) {
 	hi, _ := r.Get("batch_node_nice_max")
 	if lo != 5 || hi != 5 {
 		t.Errorf("batch node threads' nice %v..%v, want 5", lo, hi)
+	}
+}
+
+// TestCPUShareInEffect: a result's batch_cpu_share is the share that
+// paced its sweep: the engine's default for an unset flag, off as 0.
+func TestCPUShareInEffect(t *testing.T) {
+	for _, tc := range []struct{ asked, want float64 }{
+		{0, engine.DefaultBatchCPUShare}, {0.25, 0.25}, {0.1, 0.1}, {-1, 0}, {1, 0}, {1.5, 0},
+	} {
+		if got := cpuShare(tc.asked); got != tc.want {
+			t.Errorf("cpuShare(%v) = %v, want %v", tc.asked, got, tc.want)
+		}
 	}
 }

@@ -190,8 +190,8 @@ type Config struct {
 	// work (one holding a BatchCPUs turn) ran for d, no such piece starts
 	// for d·(1−share)/share, so the batch lane computes about this share
 	// of wall time per turn; with no interactive work about it runs at
-	// full speed. Needs BatchCPUs on. Zero takes batchCPUShareDefault
-	// (0.25); negative or 1 and more: off.
+	// full speed. Needs BatchCPUs on. Zero takes DefaultBatchCPUShare
+	// (0.1); negative or 1 and more: off.
 	BatchCPUShare float64
 	// BatchThreadPolicy is how the batch lane's computing pieces use
 	// operating-system threads (threads.go): "" (the default) as every
@@ -299,7 +299,7 @@ func (c Config) WithDefaults() Config {
 	c.Publishers = cmp.Or(c.Publishers, DefaultPublishers)
 	c.BatchPieces = cmp.Or(c.BatchPieces, DefaultBatchPieces)
 	c.BatchCPUs = cmp.Or(c.BatchCPUs, DefaultBatchCPUs(runtime.GOMAXPROCS(0)))
-	c.BatchCPUShare = cmp.Or(c.BatchCPUShare, batchCPUShareDefault)
+	c.BatchCPUShare = cmp.Or(c.BatchCPUShare, DefaultBatchCPUShare)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -33,8 +33,8 @@ func shortPieces(batch *concurrency) engine.HandlerFunc {
 // overlapUnderSparseInteractive runs 400 batch jobs of shortPieces beside
 // one 10-ms interactive job every 50.7 ms (in flight a fifth of the time,
 // as the bench's reviews are a few per cent of it) for two simulated
-// seconds with yieldMax as Config.BatchYieldMax (the pacer at its
-// default), and returns the engine's overlap totals over them and the
+// seconds with yieldMax as Config.BatchYieldMax (the pacer at a quarter,
+// set: the measure below is of that share, not of the default), and returns the engine's overlap totals over them and the
 // batch jobs done. The period is no multiple of the batch lane's 8-ms
 // cycle (a 2-ms piece, a 6-ms rest), so that the arrivals meet every phase
 // of it: on a 50-ms grid they met only a few, which ones set by the order
@@ -47,7 +47,7 @@ func overlapUnderSparseInteractive(t *testing.T, yieldMax time.Duration) (engine
 	for range 400 {
 		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
 	}
-	e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchYieldMax: yieldMax,
+	e := start(t, engine.Config{Store: s, Workers: 8, BatchCPUs: 1, BatchCPUShare: 0.25, BatchYieldMax: yieldMax,
 		Kinds: map[string]engine.Kind{"noop": {Handler: shortPieces(&batch), Computes: true}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := interactiveEvery(ctx, s, e, 50*time.Millisecond+700*time.Microsecond)

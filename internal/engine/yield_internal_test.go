@@ -177,12 +177,12 @@ func TestBatchYieldMaxDefault(t *testing.T) {
 	}
 }
 
-// TestBatchCPUShareDefault: zero takes the default, 0.25 (the pacer on);
+// TestBatchCPUShareDefault: zero takes the default, 0.1 (the pacer on);
 // -1, or any other share outside (0, 1), turns the pacer off and leaves
 // the engine's count unstamped.
 func TestBatchCPUShareDefault(t *testing.T) {
-	if got := (Config{}).WithDefaults().BatchCPUShare; got != 0.25 {
-		t.Errorf("BatchCPUShare 0: %v after WithDefaults, want 0.25", got)
+	if got := (Config{}).WithDefaults().BatchCPUShare; got != 0.1 {
+		t.Errorf("BatchCPUShare 0: %v after WithDefaults, want 0.1", got)
 	}
 	for _, share := range []float64{-1, -0.5, 1, 1.5} {
 		c := newInFlight()
