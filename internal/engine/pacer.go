@@ -15,9 +15,9 @@ import (
 // burner at the sweep's rate moves the interactive p99 as much
 // (`bench batch-floor`). What the interactive lane feels is how much of
 // the time batch work computes beside it, so the share is the lever:
-// quiet, every run at a tenth moved the in-sweep p90 and p95 less than
-// every run at a quarter (p90 ratio 0.98–1.28 against 1.40–1.51), the
-// sweep 2.2–2.7× as long; the p99 ratio did not resolve between the two
+// quiet, every run at a tenth moved the in-sweep p90 less than every
+// run at a quarter (p90 ratio 0.98–1.28 against 1.40–1.51), the
+// sweep 2.2–2.8× as long; the p99 ratio did not resolve between the two
 // (docs/benchmarks.md, "Session 41: the merge (lead)"). Batch work is
 // deferred by design (a provider batch's window is a day), so the
 // default trades the sweep's local time for the interactive lane's tail;
