@@ -31,7 +31,8 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # fuzz runs every Fuzz target for FUZZTIME each (default 10s; the webhook
-# signature verifiers FUZZTIME_SIGNATURE, default 30s); see .ci/fuzz.
+# signature verifiers FUZZTIME_SIGNATURE, default 30s), one instrumented
+# test binary per package (go test -c -fuzz) for all its targets; see .ci/fuzz.
 fuzz:
 	.ci/fuzz
 
