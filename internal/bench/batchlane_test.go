@@ -216,19 +216,7 @@ func TestSimChildRunsAtTheNiceAsked(t *testing.T) {
 	defer c.close()
 	// A burst of concurrent requests makes the child's runtime start more
 	// threads, which must inherit the nice.
-	hc := &http.Client{Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			resp, err := hc.Get(c.urls.Batch + "/v1/batches/none")
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-			}
-		})
-	}
-	wg.Wait()
+	burstBatchSim(c.urls.Batch)
 	lo, hi, ok := c.nices()
 	if !ok {
 		t.Fatal("cannot read the child's threads' nice")
@@ -327,4 +315,23 @@ func TestReadGCAssistIsPartOfGC(t *testing.T) {
 	if d.sched == nil {
 		t.Error("no scheduler latency histogram")
 	}
+}
+
+// burstBatchSim sends 64 concurrent requests to the batch simulator at
+// url, so that the child serving it starts more threads (each test then
+// checks they inherited its priority).
+func burstBatchSim(url string) {
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			resp, err := hc.Get(url + "/v1/batches/none")
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -3,9 +3,6 @@
 package bench
 
 import (
-	"io"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 )
@@ -26,19 +23,7 @@ func TestBatchSimChildThreadsAllIdle(t *testing.T) {
 	if c.urls.Batch == "" || c.urls.LLM != "" {
 		t.Fatalf("urls %+v: want the batch simulator's alone", c.urls)
 	}
-	hc := &http.Client{Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			resp, err := hc.Get(c.urls.Batch + "/v1/batches/none")
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-			}
-		})
-	}
-	wg.Wait()
+	burstBatchSim(c.urls.Batch)
 	ps := taskPolicies(c.cmd.Process.Pid)
 	if len(ps) < 2 {
 		t.Fatalf("%d threads read, want the Go runtime's several", len(ps))
