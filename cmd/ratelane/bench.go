@@ -60,6 +60,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// wait for this machine's cores (docs/benchmarks.md, "Session 29
 	// (s29h1)").
 	fs.IntVar(&o.SimNice, "sim-nice", 0, "batch-isolation with --sim child: the simulator child's nice, -20 to 0 (Linux, as root or with CAP_SYS_NICE; refused, the run goes on at the bench's priority and says so; 0, the default, leaves it at the bench's priority)")
+	// The batch simulator stands for a remote provider's batch API: in the
+	// one simulator child its sweep work took this machine's cores from
+	// the interactive reviews (docs/benchmarks.md, "Session 42 (s42h2)").
+	fs.StringVar(&o.BatchSim, "batch-sim", bench.BatchSimShared, "batch-isolation and batch-floor with --sim child: where the batch simulator runs: shared (the default: the one simulator child, beside the LLM simulator, at --sim-nice) or idle (a child process of its own whose every thread is on SCHED_IDLE, Linux: it gets a core only when nothing else wants one; the LLM simulator stays in the normal child; refused or elsewhere, the run goes on with it at the bench's priority and says so)")
 	// The floor under batch-isolation's ratio: CPU that is not ratelane's
 	// at the sweep phase's rate (docs/benchmarks.md, "Session 32 (s32h2)").
 	fs.Float64Var(&o.BurnChild, "burn-child", 0.04, "batch-floor only: CPU seconds per second a burner child process burns in every other window, CPU that is not ratelane's on the same cores (the default: the simulator child's share of the 10,000-file sweep phase, session 32; the whole phase's CPU beyond the interactive reviews was 0.23; 0: none)")
@@ -129,6 +133,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.Sim != bench.SimInProcess && o.Sim != bench.SimChild {
 		return usageError{fmt.Sprintf("--sim %q: want %s or %s", o.Sim, bench.SimInProcess, bench.SimChild)}
+	}
+	if o.BatchSim != bench.BatchSimShared && o.BatchSim != bench.BatchSimIdle {
+		return usageError{fmt.Sprintf("--batch-sim %q: want %s or %s", o.BatchSim, bench.BatchSimShared, bench.BatchSimIdle)}
+	}
+	if o.BatchSim == bench.BatchSimIdle && o.Sim != bench.SimChild {
+		return usageError{fmt.Sprintf("--batch-sim %s: only with --sim %s (the simulators in child processes)", bench.BatchSimIdle, bench.SimChild)}
 	}
 	if o.BatchNode != bench.BatchNodeInProcess && o.BatchNode != bench.BatchNodeProcess {
 		return usageError{fmt.Sprintf("--batch-node %q: want %s or %s", o.BatchNode, bench.BatchNodeInProcess, bench.BatchNodeProcess)}
@@ -299,6 +309,13 @@ JSON metrics (one object per workload; under its name with "all"):
               baseline_host_steal_seconds sweep_host_steal_seconds after_host_steal_seconds
               baseline_host_iowait_seconds sweep_host_iowait_seconds after_host_iowait_seconds (Linux)
               sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)
+              baseline_sim_cpu_seconds sweep_sim_cpu_seconds (the-simulator-child,the-LLM-simulator's-alone-with---batch-sim-idle)
+              (--batch-sim-idle,Linux:baseline_batch_sim_cpu_seconds,sweep_batch_sim_cpu_seconds,batch_sim_threads,batch_sim_idle_threads,sweep_batch_sim_runqueue_wait_ms)
+              baseline_gc_cycles_per_second sweep_gc_cycles_per_second after_gc_cycles_per_second
+              baseline_gc_cpu_per_second sweep_gc_cpu_per_second baseline_gc_assist_cpu_per_second
+              sweep_gc_assist_cpu_per_second after_gc_assist_cpu_per_second baseline_sched_latency_p99_ms
+              sweep_sched_latency_p99_ms after_sched_latency_p99_ms
+              (sweep_÷_baseline,where-the-baseline's-is-above-0:sweep_gc_cycles_per_second_ratio,sweep_gc_assist_cpu_per_second_ratio,sweep_sched_latency_p99_ms_ratio)
   batch-floor burn_child_asked burn_bench_asked burn_piece_ms baseline_reviews burn_reviews baseline_p99_ms
               burn_p99_ms burn_p99_ratio burn_p95_ratio burn_p90_ratio burn_p50_ratio baseline_burn_child_cpu_per_second
               burn_burn_child_cpu_per_second baseline_bench_cpu_per_second burn_bench_cpu_per_second burn_workers burn_idle gomaxprocs

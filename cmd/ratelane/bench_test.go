@@ -156,11 +156,62 @@ func TestBenchPostgresSmoke(t *testing.T) {
 
 func TestBenchUsage(t *testing.T) {
 	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}, {"bench", "paced", "--runs", "0"}, {"bench", "upstreams", "--smoke", "--mix", "nope"},
-		{"bench", "upstreams", "--smoke", "--phase", "1s"}, {"bench", "upstreams", "--smoke", "--phase", "-5ms"}} {
+		{"bench", "upstreams", "--smoke", "--phase", "1s"}, {"bench", "upstreams", "--smoke", "--phase", "-5ms"},
+		{"bench", "batch-isolation", "--smoke", "--batch-sim", "nope"}, {"bench", "batch-isolation", "--smoke", "--batch-sim", "idle", "--sim", "in"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, strings.TrimSpace(stderr.String()))
 		}
+	}
+}
+
+// TestBenchBatchIsolationBatchSimIdle runs `ratelane bench
+// batch-isolation --smoke --batch-sim idle`: the sweep completes with the
+// batch simulator in a child of its own, both children's CPU is reported
+// per phase, every thread of the batch simulator's child is on SCHED_IDLE
+// at the end (Linux), and each window's collector figures are sane.
+func TestBenchBatchIsolationBatchSimIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a smoke sweep (about 10 s)")
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "batch-isolation", "--smoke", "--json", "--batch-sim", "idle", "--duration", smokeBound.String()}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var got map[string]float64
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, stdout.String())
+	}
+	if got["sweep_files"] != 300 {
+		t.Errorf("sweep_files = %v, want 300", got["sweep_files"])
+	}
+	if _, err := os.Stat("/proc/self/task"); err == nil {
+		for _, name := range []string{"sweep_sim_cpu_seconds", "sweep_batch_sim_cpu_seconds"} {
+			if v, ok := got[name]; !ok || !(v > 0) {
+				t.Errorf("%s = %v (present %v), want the child's CPU", name, v, ok)
+			}
+		}
+		if n, idle := got["batch_sim_threads"], got["batch_sim_idle_threads"]; n < 2 || idle != n {
+			t.Errorf("batch simulator child: %v of %v threads on SCHED_IDLE, want all of at least 2 (%s)", idle, n, stderr.String())
+		}
+	}
+	for _, w := range []string{"baseline", "sweep", "after"} {
+		for _, f := range []string{"_gc_cycles_per_second", "_gc_cpu_per_second", "_gc_assist_cpu_per_second"} {
+			if _, ok := got[w+f]; !ok {
+				t.Errorf("no %s%s", w, f)
+			}
+		}
+		cycles, gc, assist := got[w+"_gc_cycles_per_second"], got[w+"_gc_cpu_per_second"], got[w+"_gc_assist_cpu_per_second"]
+		if cycles < 0 || gc < 0 || assist < 0 || assist > gc || (cycles > 0 && !(gc > 0)) {
+			t.Errorf("%s: %v GC cycles/s, GC CPU %v s/s, assist %v s/s: want assist within GC CPU, GC CPU with cycles", w, cycles, gc, assist)
+		}
+		if v, ok := got[w+"_sched_latency_p99_ms"]; !ok || !(v > 0) {
+			t.Errorf("%s_sched_latency_p99_ms = %v (present %v)", w, v, ok)
+		}
+	}
+	if got["sweep_gc_cycles_per_second"] == 0 {
+		t.Errorf("no GC cycle in the sweep window: %v", stdout.String())
 	}
 }
 

@@ -79,12 +79,21 @@ func fileDiff(prefix string, n int) []byte {
 // store are the real ones; only the providers are simulated.
 func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	plan := BatchLane(e.opts.Smoke)
-	// The simulators (startSims); childCPU reads the child's CPU per phase.
-	llmURL, batchURL, child, childCPU, endSims, err := startSims(e, plan.ProcessFor)
+	// The simulators (startSims); childCPU reads the child's CPU per phase,
+	// batchSimCPU the batch simulator's own child's (BatchSimIdle).
+	sm, err := startSims(e, plan.ProcessFor)
 	if err != nil {
 		return Result{}, err
 	}
-	defer endSims()
+	defer sm.end()
+	llmURL, batchURL, child, childCPU, batchSimCPU := sm.llm, sm.batch, sm.child, sm.cpu, sm.batchCPU
+	if bc := sm.batchChild; bc != nil {
+		if idle, all, ok := bc.idleThreads(); !ok || idle != all {
+			batchSimIdleRefused.Do(func() {
+				fmt.Fprintf(os.Stderr, "ratelane bench: the batch simulator's child is not on SCHED_IDLE (%s; %d of %d threads idle); measuring without it\n", bc.idleNote, idle, all)
+			})
+		}
+	}
 	if child != nil {
 		if lo, hi, ok := child.nices(); e.opts.SimNice != 0 && (!ok || lo != e.opts.SimNice || hi != e.opts.SimNice) {
 			simNiceRefused.Do(func() {
@@ -205,9 +214,11 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w0 := storeWrites(reg)
 	c0, _ := childCPU()
 	n0, _ := nodeCPU()
+	bs0, _ := batchSimCPU()
 	// The OS scheduler's view of both processes per phase (procsched.go):
 	// their threads' run-queue wait, which Go's scheduler latencies miss.
 	ps0, ks0, t0 := readProcSched(os.Getpid()), childSched(child), time.Now()
+	bks0 := childSched(sm.batchChild)
 	cpulabel.SetPhase("baseline")
 	if err := xt.start(); err != nil {
 		return Result{}, err
@@ -233,7 +244,9 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w1 := storeWrites(reg)
 	c1, _ := childCPU()
 	n1, _ := nodeCPU()
+	bs1, _ := batchSimCPU()
 	ps1, ks1, t1 := readProcSched(os.Getpid()), childSched(child), time.Now()
+	bks1 := childSched(sm.batchChild)
 	done := make(chan struct{})
 	var (
 		sweepErr  error
@@ -323,11 +336,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	w2 := storeWrites(reg)
 	c2, childOK := childCPU()
 	n2, nodeOK := nodeCPU()
+	bs2, batchSimOK := batchSimCPU()
 	ps2, ks2, t2 := readProcSched(os.Getpid()), childSched(child), time.Now()
+	bks2 := childSched(sm.batchChild)
 	host2 := readHost()
 	// The second baseline window: the machine after the sweep, for the
 	// pooled baseline, and beside the first, the drift within the run.
+	afterSched := sampleSched()
 	after, afterAt, err := interactive("after", plan.After, closed)
+	afterRun := afterSched()
 	host3 := readHost()
 	if err != nil {
 		return Result{}, fmt.Errorf("after the sweep: %w", err)
@@ -459,6 +476,17 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	}
 	baseRun.add(&r, "baseline")
 	sweepRun.add(&r, "sweep")
+	afterRun.add(&r, "after")
+	// The collector's pace per second of each window beside the baseline's
+	// (the sweep's allocations start cycles whose assists tax whoever
+	// allocates, interactive reviews included).
+	for _, f := range []string{"gc_cycles_per_second", "gc_assist_cpu_per_second", "sched_latency_p99_ms"} {
+		b, okB := r.Get("baseline_" + f)
+		u, okU := r.Get("sweep_" + f)
+		if okB && okU && b > 0 {
+			r.add("sweep_"+f+"_ratio", u/b, "sweep ÷ baseline (first baseline window)")
+		}
+	}
 	if len(before) > 0 && sweepRun.created > 0 {
 		// Load-independent: each goroutine created waits in a run queue
 		// at least once, beside the interactive reviews' (a sweep's
@@ -493,8 +521,23 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// The simulators' CPU when they run in a child process: what the
 	// in-process mode adds to the figures above.
 	if childOK {
-		r.add("baseline_sim_cpu_seconds", c1-c0, "s CPU of the simulators' child process, baseline")
-		r.add("sweep_sim_cpu_seconds", c2-c1, "s CPU of the simulators' child process, sweep phase")
+		r.add("baseline_sim_cpu_seconds", c1-c0, "s CPU of the simulators' child process (the LLM simulator's alone with --batch-sim idle), baseline")
+		r.add("sweep_sim_cpu_seconds", c2-c1, "s CPU of the simulators' child process (the LLM simulator's alone with --batch-sim idle), sweep phase")
+	}
+	// The batch simulator's own child (BatchSimIdle): its CPU per phase,
+	// the OS scheduler's view of it, and its threads' policy at the end,
+	// every thread its runtime made during the run too.
+	if batchSimOK {
+		r.add("baseline_batch_sim_cpu_seconds", bs1-bs0, "s CPU of the batch simulator's own child process, baseline")
+		r.add("sweep_batch_sim_cpu_seconds", bs2-bs1, "s CPU of the batch simulator's own child process, sweep phase")
+	}
+	addProcSched(&r, "baseline", "batch_sim", bks0, bks1, t1.Sub(t0).Seconds())
+	addProcSched(&r, "sweep", "batch_sim", bks1, bks2, t2.Sub(t1).Seconds())
+	if bc := sm.batchChild; bc != nil {
+		if idle, all, ok := bc.idleThreads(); ok {
+			r.add("batch_sim_threads", float64(all), "threads of the batch simulator's child at the end")
+			r.add("batch_sim_idle_threads", float64(idle), "of them on SCHED_IDLE ("+bc.idleNote+")")
+		}
 	}
 	addProcSched(&r, "baseline", "bench", ps0, ps1, t1.Sub(t0).Seconds())
 	addProcSched(&r, "sweep", "bench", ps1, ps2, t2.Sub(t1).Seconds())
@@ -906,6 +949,10 @@ type schedSample struct {
 	// phase: what the phase's allocations cost every goroutine (the mark
 	// workers take a CPU, the assists tax whoever allocates).
 	gc gcSample
+	// secs is the phase's wall time, for the per-second figures: phases
+	// differ in length (the sweep's lasts until its last review is
+	// published), so totals alone do not compare.
+	secs float64
 }
 
 // gcSample is a phase's garbage-collector figures (runtime/metrics): cycles,
@@ -1020,6 +1067,7 @@ func sampleSched() (stop func() schedSample) {
 	}
 	created0 := created()
 	gc0 := readGC()
+	t0 := time.Now()
 	go func() {
 		ms := []metrics.Sample{{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -1030,6 +1078,7 @@ func sampleSched() (stop func() schedSample) {
 			case <-done:
 				s.created = created() - created0
 				s.gc = readGC().sub(gc0)
+				s.secs = time.Since(t0).Seconds()
 				out <- s
 				return
 			case <-tick.C:
@@ -1076,6 +1125,11 @@ func (s schedSample) add(r *Result, phase string) {
 	r.add(phase+"_gc_cpu_seconds", s.gc.gcCPU, "s CPU the garbage collector took in the phase (runtime/metrics estimate)")
 	r.add(phase+"_gc_assist_cpu_seconds", s.gc.assistCPU, "s of it in assists, charged to the goroutines that allocated")
 	r.add(phase+"_alloc_mb", float64(s.gc.allocBytes)/(1<<20), "MiB allocated in the phase")
+	if s.secs > 0 {
+		r.add(phase+"_gc_cycles_per_second", float64(s.gc.cycles)/s.secs, "garbage collections per second of the phase")
+		r.add(phase+"_gc_cpu_per_second", s.gc.gcCPU/s.secs, "s of GC CPU per second of the phase (runtime/metrics estimate, every class)")
+		r.add(phase+"_gc_assist_cpu_per_second", s.gc.assistCPU/s.secs, "s of GC assist CPU per second of the phase: the collector's work charged to goroutines that allocated, interactive ones included")
+	}
 	r.add(phase+"_sched_latency_p50_ms", 1000*s.gc.schedQuantile(0.50), "ms a goroutine waited runnable before it ran, p50 (bucket bound, every goroutine)")
 	r.add(phase+"_sched_latency_p90_ms", 1000*s.gc.schedQuantile(0.90), "ms a goroutine waited runnable before it ran, p90 (bucket bound)")
 	r.add(phase+"_sched_latency_p99_ms", 1000*s.gc.schedQuantile(0.99), "ms a goroutine waited runnable before it ran, p99 (bucket bound, every goroutine)")

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -215,19 +216,7 @@ func TestSimChildRunsAtTheNiceAsked(t *testing.T) {
 	defer c.close()
 	// A burst of concurrent requests makes the child's runtime start more
 	// threads, which must inherit the nice.
-	hc := &http.Client{Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			resp, err := hc.Get(c.urls.Batch + "/v1/batches/none")
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-			}
-		})
-	}
-	wg.Wait()
+	burstBatchSim(c.urls.Batch)
 	lo, hi, ok := c.nices()
 	if !ok {
 		t.Fatal("cannot read the child's threads' nice")
@@ -286,4 +275,63 @@ func TestCPUShareInEffect(t *testing.T) {
 			t.Errorf("cpuShare(%v) = %v, want %v", tc.asked, got, tc.want)
 		}
 	}
+}
+
+// TestSchedSamplePerSecond: a window's collector figures per second are
+// its totals over its wall time, and GC assist is a part of GC CPU.
+func TestSchedSamplePerSecond(t *testing.T) {
+	t.Parallel()
+	var r Result
+	schedSample{n: 1, secs: 2, gc: gcSample{cycles: 6, gcCPU: 0.5, assistCPU: 0.1}}.add(&r, "w")
+	for name, want := range map[string]float64{"w_gc_cycles": 6, "w_gc_cycles_per_second": 3, "w_gc_cpu_per_second": 0.25, "w_gc_assist_cpu_per_second": 0.05} {
+		if got, ok := r.Get(name); !ok || math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+}
+
+// TestReadGCAssistIsPartOfGC: the runtime's readings readGC takes are the
+// ones named: after forced collections with allocating goroutines, cycles
+// were counted, and the assist CPU is at most the collector's whole CPU
+// (a reading of another class in its place, or the two swapped, breaks it).
+func TestReadGCAssistIsPartOfGC(t *testing.T) {
+	a := readGC()
+	var sink [][]byte
+	for i := range 2000 {
+		sink = append(sink, make([]byte, 64<<10))
+		if i%200 == 0 {
+			runtime.GC()
+			sink = sink[:0]
+		}
+	}
+	runtime.KeepAlive(sink)
+	d := readGC().sub(a)
+	if d.cycles < 10 {
+		t.Errorf("%d cycles, want at least the 10 forced", d.cycles)
+	}
+	if !(d.gcCPU > 0) || d.assistCPU < 0 || d.assistCPU >= d.gcCPU {
+		t.Errorf("GC CPU %v s, assist %v s: want 0 <= assist < GC CPU > 0", d.gcCPU, d.assistCPU)
+	}
+	if d.sched == nil {
+		t.Error("no scheduler latency histogram")
+	}
+}
+
+// burstBatchSim sends 64 concurrent requests to the batch simulator at
+// url, so that the child serving it starts more threads (each test then
+// checks they inherited its priority).
+func burstBatchSim(url string) {
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			resp, err := hc.Get(url + "/v1/batches/none")
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -118,6 +118,16 @@ type Options struct {
 	// and the one child holds the batch simulator too, whose sweep work a
 	// raised priority also puts ahead of ratelane ("Session 29 (s29h1)").
 	SimNice int
+	// BatchSim is where the batch simulator runs with SimChild:
+	// BatchSimShared ("" too) in the one simulator child beside the LLM
+	// simulator, or BatchSimIdle in a child of its own whose every thread
+	// is on SCHED_IDLE (Linux; refused or elsewhere, the run goes on with
+	// it at the bench's priority and says so). The simulators stand for a
+	// remote provider: in the shared child the batch simulator's sweep
+	// work (1.2-1.6 s of CPU per 10,000-file sweep, session 41) competes
+	// with the interactive reviews for this machine's cores, which a
+	// remote provider's does not. SimInProcess refuses BatchSimIdle.
+	BatchSim string
 	// BatchNode is where the batch-isolation workload's batch lane runs:
 	// BatchNodeInProcess ("" too) or BatchNodeProcess, a batch-only node
 	// in a child process (which needs the executable to call

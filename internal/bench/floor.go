@@ -215,28 +215,78 @@ func (c *burnerChild) set(rate float64) error {
 // cpuSeconds is the child's CPU time so far (procCPUSeconds).
 func (c *burnerChild) cpuSeconds() (float64, bool) { return procCPUSeconds(c.cmd.Process.Pid) }
 
+// sims are the batch-isolation workloads' simulators (startSims).
+type sims struct {
+	// llm and batch are their base URLs.
+	llm, batch string
+	// child is the simulators' child process (SimChild; nil in process):
+	// both simulators', or the LLM simulator's alone where batchChild is
+	// set (BatchSimIdle), the batch simulator's child on SCHED_IDLE.
+	child, batchChild *simChild
+	end               func()
+}
+
+// cpu reads the child's CPU (procCPUSeconds); ok false in process.
+func (s *sims) cpu() (float64, bool) {
+	if s.child == nil {
+		return 0, false
+	}
+	return s.child.cpuSeconds()
+}
+
+// batchCPU reads the batch simulator's own child's CPU; ok false without
+// one.
+func (s *sims) batchCPU() (float64, bool) {
+	if s.batchChild == nil {
+		return 0, false
+	}
+	return s.batchChild.cpuSeconds()
+}
+
 // startSims starts the batch-isolation workloads' simulators where
-// e.opts.Sim says, and returns their URLs, the child process (nil in
-// process), a reading of its CPU (ok false in process) and what ends them.
-// The simulators stand for remote providers; in a child process their CPU
-// stays out of the bench's scheduler and figures.
-func startSims(e *env, processFor time.Duration) (llm, batch string, child *simChild, cpu func() (float64, bool), end func(), err error) {
+// e.opts.Sim and e.opts.BatchSim say. The simulators stand for remote
+// providers; in a child process their CPU stays out of the bench's
+// scheduler and figures, and on SCHED_IDLE (BatchSimIdle) the batch
+// simulator's off the cores the interactive reviews want.
+func startSims(e *env, processFor time.Duration) (*sims, error) {
+	switch e.opts.BatchSim {
+	case "", BatchSimShared, BatchSimIdle:
+	default:
+		return nil, fmt.Errorf("unknown batch simulator mode %q (want %s or %s)", e.opts.BatchSim, BatchSimShared, BatchSimIdle)
+	}
+	idle := e.opts.BatchSim == BatchSimIdle
 	switch e.opts.Sim {
 	case SimChild:
-		child, err := startSimChild(processFor, e.opts.SimNice)
-		if err != nil {
-			return "", "", nil, nil, nil, err
+		if !idle {
+			child, err := startSimChild(processFor, e.opts.SimNice)
+			if err != nil {
+				return nil, err
+			}
+			return &sims{llm: child.urls.LLM, batch: child.urls.Batch, child: child, end: func() { _ = child.close() }}, nil
 		}
-		return child.urls.LLM, child.urls.Batch, child, child.cpuSeconds, func() { _ = child.close() }, nil
+		child, err := startSimChildOf(processFor, simServesLLM, e.opts.SimNice, false)
+		if err != nil {
+			return nil, err
+		}
+		bchild, err := startSimChildOf(processFor, simServesBatch, 0, true)
+		if err != nil {
+			_ = child.close()
+			return nil, err
+		}
+		return &sims{llm: child.urls.LLM, batch: bchild.urls.Batch, child: child, batchChild: bchild,
+			end: func() { _ = bchild.close(); _ = child.close() }}, nil
 	case "", SimInProcess:
+		if idle {
+			return nil, fmt.Errorf("batch simulator mode %s needs the simulators in a child process (%s)", BatchSimIdle, SimChild)
+		}
 		l, b, err := newSims(processFor)
 		if err != nil {
-			return "", "", nil, nil, nil, err
+			return nil, err
 		}
 		e.sims = append(e.sims, l)
-		return l.LLMBaseURL("openai"), b.URL(), nil, func() (float64, bool) { return 0, false }, func() { _ = b.Close() }, nil
+		return &sims{llm: l.LLMBaseURL("openai"), batch: b.URL(), end: func() { _ = b.Close() }}, nil
 	default:
-		return "", "", nil, nil, nil, fmt.Errorf("unknown simulator mode %q (want %s or %s)", e.opts.Sim, SimInProcess, SimChild)
+		return nil, fmt.Errorf("unknown simulator mode %q (want %s or %s)", e.opts.Sim, SimInProcess, SimChild)
 	}
 }
 
@@ -256,12 +306,18 @@ type floorSample struct {
 // counts for the window it was submitted in.
 func runBatchFloor(ctx context.Context, e *env) (Result, error) {
 	plan := BatchLane(e.opts.Smoke)
-	llmURL, batchURL, _, simCPU, endSims, err := startSims(e, plan.ProcessFor)
+	sm, err := startSims(e, plan.ProcessFor)
 	if err != nil {
 		return Result{}, err
 	}
-	defer endSims()
-	rv, err := batchLaneReviews(llmURL, batchURL, nil)
+	defer sm.end()
+	// Both simulators' CPU, where the batch simulator has a child of its own.
+	simCPU := func() (float64, bool) {
+		a, ok := sm.cpu()
+		b, _ := sm.batchCPU()
+		return a + b, ok
+	}
+	rv, err := batchLaneReviews(sm.llm, sm.batch, nil)
 	if err != nil {
 		return Result{}, err
 	}

@@ -54,7 +54,20 @@ func renice(pid, nice int) string {
 
 // taskNices returns the nice of each thread of process pid by thread id
 // (/proc/PID/task/*/stat, field 19); empty where unreadable.
-func taskNices(pid int) map[int]int {
+func taskNices(pid int) map[int]int { return taskStatField(pid, 19) }
+
+// taskPolicies returns the scheduling policy of each thread of process
+// pid by thread id (/proc/PID/task/*/stat, field 41: SCHED_OTHER 0,
+// SCHED_IDLE 5, sched(7)); empty where unreadable.
+func taskPolicies(pid int) map[int]int { return taskStatField(pid, 41) }
+
+// schedIdlePolicy is SCHED_IDLE's number in a stat file's policy field.
+const schedIdlePolicy = 5
+
+// taskStatField returns field k (numbered from 1, as proc(5) does) of
+// each thread's stat file of process pid, by thread id; empty where
+// unreadable.
+func taskStatField(pid, k int) map[int]int {
 	paths, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
 	ns := make(map[int]int, len(paths))
 	for _, p := range paths {
@@ -63,16 +76,28 @@ func taskNices(pid int) map[int]int {
 			continue
 		}
 		f, ok := statFields(p)
-		if !ok || len(f) < 17 {
+		if !ok || len(f) < k-2 {
 			continue
 		}
-		v, err := strconv.Atoi(f[16])
+		v, err := strconv.Atoi(f[k-3])
 		if err != nil {
 			continue
 		}
 		ns[tid] = v
 	}
 	return ns
+}
+
+// idleThreads counts the child's threads now and those of them on
+// SCHED_IDLE (taskPolicies); ok false where unreadable.
+func (c *selfChild) idleThreads() (idle, all int, ok bool) {
+	ps := taskPolicies(c.cmd.Process.Pid)
+	for _, p := range ps {
+		if p == schedIdlePolicy {
+			idle++
+		}
+	}
+	return idle, len(ps), len(ps) > 0
 }
 
 // nices returns the least and the greatest nice of the child's threads
@@ -89,6 +114,11 @@ func (c *selfChild) nices() (lo, hi int, ok bool) {
 	}
 	return lo, hi, ok
 }
+
+// batchSimIdleRefused prints, once per process, that the batch
+// simulator's child is not on SCHED_IDLE (Options.BatchSim): the run goes
+// on without it, and its figures (batch_sim_idle_threads) say so too.
+var batchSimIdleRefused sync.Once
 
 // simNiceRefused prints, once per process, that the simulator child's
 // priority could not be raised: the run goes on without it, and its

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelane/ratelane/internal/idlethread"
 	"github.com/ratelane/ratelane/internal/upstream"
 	"github.com/ratelane/ratelane/internal/upstream/batchsim"
 )
@@ -29,6 +30,21 @@ const (
 	SimChild = "child"
 )
 
+// Where the batch simulator runs when the simulators run in a child
+// process (Options.BatchSim, SimChild only).
+const (
+	// BatchSimShared serves the batch simulator from the one simulator
+	// child, beside the LLM simulator, at the child's priority (--sim-nice).
+	BatchSimShared = "shared"
+	// BatchSimIdle serves it from a child process of its own whose every
+	// thread is on SCHED_IDLE (Linux, sched(7)): the kernel gives it a core
+	// only when no normal thread wants one, so the provider's batch CPU
+	// (remote in reality) does not compete with the interactive reviews on
+	// the bench's cores; the LLM simulator, which answers those reviews,
+	// stays in the normal-priority child.
+	BatchSimIdle = "idle"
+)
+
 // SimChildEnv, set in a process's environment, makes ServeSimChildIfAsked
 // serve the batch-isolation simulators instead of running the program: its
 // value is the batch simulator's ProcessFor (a Go duration). The bench sets
@@ -36,8 +52,20 @@ const (
 // the ratelane binary both work as the child.
 const SimChildEnv = "RATELANE_BENCH_SIMULATORS"
 
+// SimServesEnv, set beside SimChildEnv, names the one simulator the child
+// serves: "llm" or "batch" (BatchSimIdle's two children); unset, it
+// serves both.
+const SimServesEnv = "RATELANE_BENCH_SIM_SERVES"
+
+// The values of SimServesEnv.
+const (
+	simServesLLM   = "llm"
+	simServesBatch = "batch"
+)
+
 // simURLs is the child's one line on stdout: its LLM simulator's base URL
-// for route "openai" and its batch simulator's.
+// for route "openai" and its batch simulator's (empty for one it does not
+// serve, SimServesEnv).
 type simURLs struct {
 	LLM   string `json:"llm"`
 	Batch string `json:"batch"`
@@ -66,7 +94,7 @@ func ServeSimChildIfAsked() {
 	if !ok {
 		return
 	}
-	if err := serveSimChild(v, os.Stdin, os.Stdout); err != nil {
+	if err := serveSimChild(v, os.Getenv(SimServesEnv), os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "bench simulators: %v\n", err)
 		os.Exit(1)
 	}
@@ -74,20 +102,41 @@ func ServeSimChildIfAsked() {
 }
 
 // serveSimChild serves the simulators (processFor: the batch simulator's
-// ProcessFor), writes their URLs as one JSON line to out, and serves until
-// in reaches its end.
-func serveSimChild(processFor string, in io.Reader, out io.Writer) error {
+// ProcessFor; serves: SimServesEnv's value, "" for both), writes their
+// URLs as one JSON line to out, and serves until in reaches its end.
+func serveSimChild(processFor, serves string, in io.Reader, out io.Writer) error {
 	pf, err := time.ParseDuration(processFor)
 	if err != nil {
 		return fmt.Errorf("%s=%q: %w", SimChildEnv, processFor, err)
 	}
-	llm, bsim, err := newSims(pf)
-	if err != nil {
-		return err
+	var urls simURLs
+	switch serves {
+	case "":
+		llm, bsim, err := newSims(pf)
+		if err != nil {
+			return err
+		}
+		defer llm.Close()
+		defer bsim.Close()
+		urls = simURLs{LLM: llm.LLMBaseURL("openai"), Batch: bsim.URL()}
+	case simServesLLM:
+		llm, err := newLLMSim()
+		if err != nil {
+			return err
+		}
+		defer llm.Close()
+		urls.LLM = llm.LLMBaseURL("openai")
+	case simServesBatch:
+		bsim, err := newBatchSim(pf)
+		if err != nil {
+			return err
+		}
+		defer bsim.Close()
+		urls.Batch = bsim.URL()
+	default:
+		return fmt.Errorf("%s=%q: want %s, %s or nothing", SimServesEnv, serves, simServesLLM, simServesBatch)
 	}
-	defer llm.Close()
-	defer bsim.Close()
-	line, err := json.Marshal(simURLs{LLM: llm.LLMBaseURL("openai"), Batch: bsim.URL()})
+	line, err := json.Marshal(urls)
 	if err != nil {
 		return err
 	}
@@ -101,17 +150,27 @@ func serveSimChild(processFor string, in io.Reader, out io.Writer) error {
 // newSims starts the workload's LLM simulator (no routes: every route
 // unlimited) and batch simulator on loopback.
 func newSims(processFor time.Duration) (*upstream.Server, *batchsim.Server, error) {
-	llm, err := upstream.New(upstream.Config{Seed: 1})
+	llm, err := newLLMSim()
 	if err != nil {
 		return nil, nil, err
 	}
-	bsim, err := batchsim.New(batchsim.Config{ValidateFor: 100 * time.Millisecond, ProcessFor: processFor,
-		FinalizeFor: 100 * time.Millisecond, CancelFor: 100 * time.Millisecond, Responder: upstream.DefaultResponder})
+	bsim, err := newBatchSim(processFor)
 	if err != nil {
 		_ = llm.Close()
 		return nil, nil, err
 	}
 	return llm, bsim, nil
+}
+
+// newLLMSim starts the workload's LLM simulator (no routes: every route
+// unlimited) on loopback.
+func newLLMSim() (*upstream.Server, error) { return upstream.New(upstream.Config{Seed: 1}) }
+
+// newBatchSim starts the workload's batch simulator on loopback, each
+// provider batch processed over processFor.
+func newBatchSim(processFor time.Duration) (*batchsim.Server, error) {
+	return batchsim.New(batchsim.Config{ValidateFor: 100 * time.Millisecond, ProcessFor: processFor,
+		FinalizeFor: 100 * time.Millisecond, CancelFor: 100 * time.Millisecond, Responder: upstream.DefaultResponder})
 }
 
 // selfChild is a child process of this executable (the bench's
@@ -121,23 +180,44 @@ type selfChild struct {
 	stdin io.WriteCloser // a burner child (batch-floor) reads its rates here
 	// niceNote says how the child's priority was set (or why not).
 	niceNote string
+	// idleNote says how the child was put on SCHED_IDLE (childSpec.idle),
+	// or why not; empty for a child not asked to be.
+	idleNote string
+}
+
+// childSpec says what startChild starts: what names the child in errors,
+// env are the NAME=value pairs added to the bench's environment, nice its
+// nice (0: the bench's priority), idle whether its every thread runs on
+// SCHED_IDLE (startIdle), grace how long it has to exit once its stdin
+// closed before it is killed.
+type childSpec struct {
+	what  string
+	env   []string
+	nice  int
+	idle  bool
+	grace time.Duration
 }
 
 // startSelf starts this executable with env (NAME=value) added at nice
-// (0: the bench's own priority), and hands the first line the child
-// writes on stdout to ready, which says whether the child is serving. It
-// renices the child at once and again once it serves: the threads its
-// runtime makes later inherit the nice of the thread that makes them (a
-// refused nice is not an error; niceNote says so). A child that does not
-// get that far is closed (killed grace after its stdin closed) and the
-// error names what and the line.
+// (startChild).
 func startSelf(what, env string, nice int, grace time.Duration, ready func(line string) error) (*selfChild, error) {
+	return startChild(childSpec{what: what, env: []string{env}, nice: nice, grace: grace}, ready)
+}
+
+// startChild starts this executable as sp says, and hands the first line
+// the child writes on stdout to ready, which says whether the child is
+// serving. It renices the child at once and again once it serves: the
+// threads its runtime makes later inherit the nice of the thread that
+// makes them (a refused nice is not an error; niceNote says so). A child
+// that does not get that far is closed (killed sp.grace after its stdin
+// closed) and the error names what and the line.
+func startChild(sp childSpec, ready func(line string) error) (*selfChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", sp.what, err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), env)
+	cmd.Env = append(os.Environ(), sp.env...)
 	cmd.Stderr = os.Stderr // an *os.File: no copying goroutine
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -147,20 +227,59 @@ func startSelf(what, env string, nice int, grace time.Duration, ready func(line 
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+	start, idleNote := cmd.Start, ""
+	if sp.idle {
+		start = func() error {
+			var err error
+			idleNote, err = startIdle(cmd)
+			return err
+		}
 	}
-	c := &selfChild{cmd: cmd, stdin: stdin, niceNote: renice(cmd.Process.Pid, nice)}
+	if err := start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", sp.what, err)
+	}
+	c := &selfChild{cmd: cmd, stdin: stdin, niceNote: renice(cmd.Process.Pid, sp.nice), idleNote: idleNote}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err == nil {
 		err = ready(line)
 	}
 	if err != nil {
-		_ = c.close(grace)
-		return nil, fmt.Errorf("%s: its first line %q: %w", what, line, err)
+		_ = c.close(sp.grace)
+		return nil, fmt.Errorf("%s: its first line %q: %w", sp.what, line, err)
 	}
-	c.niceNote = renice(cmd.Process.Pid, nice)
+	c.niceNote = renice(cmd.Process.Pid, sp.nice)
 	return c, nil
+}
+
+// startIdle starts cmd from a thread on SCHED_IDLE (idlethread.Enter), and
+// says how. A forked process inherits the policy of the thread that forked
+// it, exec keeps it, and every thread the child's runtime makes later
+// inherits it from the thread that makes it, all of which descend from
+// the first: so the child's every thread is idle from its first
+// instruction, with no pass over its tasks to race the threads it makes
+// meanwhile (renice's problem). The goroutine that entered ends after the
+// start; where the kernel does not let its thread leave SCHED_IDLE (not
+// root), the thread ends with it (idlethread.Leave). Where SCHED_IDLE is
+// not to be had (not Linux, or refused) the child starts at the bench's
+// priority and the note says why.
+func startIdle(cmd *exec.Cmd) (note string, err error) {
+	type started struct {
+		note string
+		err  error
+	}
+	done := make(chan started, 1)
+	go func() {
+		t, err := idlethread.Enter()
+		if err != nil {
+			done <- started{note: fmt.Sprintf("not idle: %v", err), err: cmd.Start()}
+			return
+		}
+		err = cmd.Start()
+		t.Leave()
+		done <- started{note: "started from a SCHED_IDLE thread", err: err}
+	}()
+	s := <-done
+	return s.note, s.err
 }
 
 // close ends the child: its stdin closes (it exits by itself), and a kill
@@ -185,16 +304,32 @@ type simChild struct {
 }
 
 // startSimChild starts this executable as the simulators' child (see
-// SimChildEnv) at nice (0: the bench's own priority; Options.SimNice)
-// and waits for its URLs. A nice the OS refuses leaves the child at the
-// bench's priority and says so in niceNote; it is not an error.
+// SimChildEnv), serving both simulators, at nice (0: the bench's
+// priority; Options.SimNice) and waits for its URLs. A nice the OS
+// refuses leaves the child at the bench's priority and says so in
+// niceNote; it is not an error.
 func startSimChild(processFor time.Duration, nice int) (*simChild, error) {
+	return startSimChildOf(processFor, "", nice, false)
+}
+
+// startSimChildOf starts a simulator child serving serves (SimServesEnv:
+// simServesLLM, simServesBatch, or "" for both) at nice, its every thread
+// on SCHED_IDLE when idle (startIdle; where refused it runs at the
+// bench's priority and idleNote says why), and waits for the URLs of what
+// it serves.
+func startSimChildOf(processFor time.Duration, serves string, nice int, idle bool) (*simChild, error) {
 	c := &simChild{}
-	sc, err := startSelf("simulator child", SimChildEnv+"="+processFor.String(), nice, simChildGrace, func(line string) error {
+	env := []string{SimChildEnv + "=" + processFor.String()}
+	what := "simulator child"
+	if serves != "" {
+		env = append(env, SimServesEnv+"="+serves)
+		what = serves + " " + what
+	}
+	sc, err := startChild(childSpec{what: what, env: env, nice: nice, idle: idle, grace: simChildGrace}, func(line string) error {
 		if err := json.Unmarshal([]byte(line), &c.urls); err != nil {
 			return err
 		}
-		if c.urls.LLM == "" || c.urls.Batch == "" {
+		if (serves != simServesBatch && c.urls.LLM == "") || (serves != simServesLLM && c.urls.Batch == "") {
 			return errors.New("no URLs")
 		}
 		return nil
