@@ -3,9 +3,6 @@ package llmbatch
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"runtime/debug"
 	"testing"
@@ -119,18 +116,7 @@ func sdkCreateBody(items []Item) ([]byte, error) {
 // one buffer, sized exactly (no growth).
 func TestAnthropicCreateBodyMatchesTheSDK(t *testing.T) {
 	t.Parallel()
-	type sent struct {
-		path, contentType string
-		body              []byte
-	}
-	got := make(chan sent, 2)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		got <- sent{r.Method + " " + r.URL.Path, r.Header.Get("Content-Type"), body}
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"msgbatch_1","type":"message_batch","processing_status":"in_progress"}`)
-	}))
-	defer srv.Close()
+	srv, got := captureServer(t, `{"id":"msgbatch_1","type":"message_batch","processing_status":"in_progress"}`)
 	a := NewAnthropic(Config{APIKey: "k", BaseURL: srv.URL + "/"})
 	cases := anthropicSizeCases(t)
 	for _, items := range [][]Item{cases, cases[:1], cases[2:3]} {
