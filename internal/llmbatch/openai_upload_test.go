@@ -58,18 +58,7 @@ func uploadItems(t *testing.T, o *OpenAI) ([]Item, string) {
 // in the same order, the file's bytes the lines jsonl encodes, the
 // content type on the request.
 func TestOpenAIUploadSendsTheSDKsForm(t *testing.T) {
-	type request struct {
-		path, contentType string
-		body              []byte
-	}
-	got := make(chan request, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		got <- request{r.URL.Path, r.Header.Get("Content-Type"), b}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"file-1","object":"file","bytes":1,"created_at":1,"filename":"k.jsonl","purpose":"batch","status":"processed"}`)
-	}))
-	defer srv.Close()
+	srv, got := captureServer(t, `{"id":"file-1","object":"file","bytes":1,"created_at":1,"filename":"k.jsonl","purpose":"batch","status":"processed"}`)
 	o := NewOpenAI(Config{APIKey: "unused", BaseURL: srv.URL, HTTPClient: srv.Client()})
 	its, lines := uploadItems(t, o)
 	id, err := o.Upload(t.Context(), "chunk-7", its)
@@ -77,8 +66,8 @@ func TestOpenAIUploadSendsTheSDKsForm(t *testing.T) {
 		t.Fatalf("Upload = %q, %v", id, err)
 	}
 	req := <-got
-	if req.path != "/files" {
-		t.Fatalf("path %q, want /files", req.path)
+	if req.path != "POST /files" {
+		t.Fatalf("request %q, want POST /files", req.path)
 	}
 	ref, refType, err := openai.FileNewParams{File: openai.File(bytes.NewBufferString(lines), "chunk-7.jsonl", "application/jsonl"),
 		Purpose: openai.FilePurposeBatch}.MarshalMultipart()
@@ -145,4 +134,27 @@ func TestLinesFileReadMatchesWriteTo(t *testing.T) {
 	if err != nil || w.String() != lines || n != int64(len(lines)) {
 		t.Fatalf("WriteTo = %d, %v; want %d bytes equal to jsonl's", n, err, len(lines))
 	}
+}
+
+// captured is a request a captureServer received.
+type captured struct {
+	path        string // method and path: "POST /files"
+	contentType string
+	body        []byte
+}
+
+// captureServer returns a server that answers every request with the
+// JSON response and hands the request to the channel (capacity 2), and
+// closes it when the test ends.
+func captureServer(t *testing.T, response string) (*httptest.Server, <-chan captured) {
+	t.Helper()
+	got := make(chan captured, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- captured{r.Method + " " + r.URL.Path, r.Header.Get("Content-Type"), b}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, response)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, got
 }

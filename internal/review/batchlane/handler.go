@@ -151,7 +151,9 @@ type pass struct {
 	now    time.Time
 	submit bool
 	// wait is the earliest time anything can happen next.
-	wait  time.Time
+	wait time.Time
+	// woken are the reviews woken by the settle group being applied
+	// (settleGroup clears it for each group, keeping its storage).
 	woken map[string]bool
 	// schemas are the extraction schemas compiled in this pass.
 	schemas schemaCache
@@ -314,10 +316,20 @@ func (p *pass) settle(ctx context.Context, it store.BatchItem, to, disposition, 
 // and then wakes, once each, the reviews of the items that became final:
 // after the write, so an aggregation never looks before the items it was
 // woken for are durable.
+//
+// Once per group, not once per pass: a review whose items straddle two
+// groups may be aggregated between them (the first group's wake-up),
+// seeing its later items still open, and decide nothing; only a wake-up
+// after the group that made its last item final finds it ready. Woken
+// once per pass, such a review waited for the engine's next full sweep
+// walk (every 15th sweep pass, ~30 s by default), since the passes in
+// between look only at parts that are jobs. So a review is woken at most
+// once more per group boundary it straddles.
 func (p *pass) settleGroup(ctx context.Context, group []settlement) error {
 	if len(group) == 0 {
 		return nil
 	}
+	clear(p.woken)
 	p.h.cfg.Yield(ctx) // each group is a piece of batch-lane work
 	ps := make([]store.SettleBatchItemParams, len(group))
 	for i, g := range group {

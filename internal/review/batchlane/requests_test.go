@@ -50,6 +50,19 @@ func (s *objectReads) GetObjects(ctx context.Context, kind string, ids []string)
 // store counts the part objects read (reads), on clock now.
 func countedBatch(t *testing.T, cfg batchsim.Config, id string, n int, now func() time.Time) (Plan, *Handler, *objectReads) {
 	t.Helper()
+	var rs []Review
+	for i := range n {
+		rs = append(rs, Review{Repo: "acme/app", Change: "c", Diff: fmt.Appendf(nil,
+			"diff --git a/f%[1]d.go b/f%[1]d.go\nnew file mode 100644\n--- /dev/null\n+++ b/f%[1]d.go\n@@ -0,0 +1,1 @@\n+package f%[1]d\n", i),
+			Publish: pipeline.Publish{Kind: "none"}})
+	}
+	return reviewsBatch(t, cfg, Manifest{ID: id, Reviews: rs}, now)
+}
+
+// reviewsBatch is countedBatch for the reviews (and part budget) of m,
+// whose id, region, tenant, profile and time it sets.
+func reviewsBatch(t *testing.T, cfg batchsim.Config, m Manifest, now func() time.Time) (Plan, *Handler, *objectReads) {
+	t.Helper()
 	ctx := context.Background()
 	sim, err := batchsim.New(cfg)
 	if err != nil {
@@ -63,15 +76,9 @@ func countedBatch(t *testing.T, cfg batchsim.Config, id string, n int, now func(
 		t.Fatal(err)
 	}
 	st, _, _ := storeWithBatch(t, 1)
-	var rs []Review
-	for i := range n {
-		rs = append(rs, Review{Repo: "acme/app", Change: "c", Diff: fmt.Appendf(nil,
-			"diff --git a/f%[1]d.go b/f%[1]d.go\nnew file mode 100644\n--- /dev/null\n+++ b/f%[1]d.go\n@@ -0,0 +1,1 @@\n+package f%[1]d\n", i),
-			Publish: pipeline.Publish{Kind: "none"}})
-	}
 	seq := 0
-	plan, err := NewPlan(Manifest{ID: id, Region: "us", Tenant: "acme", Profile: prof, Reviews: rs, Now: now()},
-		func() string { seq++; return fmt.Sprintf("id-%d", seq) })
+	m.Region, m.Tenant, m.Profile, m.Now = "us", "acme", prof, now()
+	plan, err := NewPlan(m, func() string { seq++; return fmt.Sprintf("id-%d", seq) })
 	if err != nil {
 		t.Fatal(err)
 	}
