@@ -169,7 +169,7 @@ func TestConcurrentPutsSettleTheKey(t *testing.T) {
 		t.Fatalf("key rate %v windows %+v; the stored subscriber (version %d, limit %d) wants rate %v windows %+v",
 			key.Rate, key.Windows, rec.Version, rec.Rate.Limit, want.Rate, want.Windows)
 	}
-	// The key's declaration is the stored subscriber's too (see upsertKey:
+	// The key's declaration is the stored subscriber's too (see settleKey:
 	// a declaration landing between another Put's two key calls is
 	// settled): an operator's change of the key now survives a start.
 	op := key.Config

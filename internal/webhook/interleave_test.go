@@ -1,0 +1,207 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelane/ratelane/internal/admission"
+	"github.com/ratelane/ratelane/internal/store"
+)
+
+// steppedStore pauses a node before each of its store calls that a Put's
+// outcome depends on (the subscriber's read and guarded write, the key's
+// declaration, write and read) until the test lets that one call run: the
+// test, not the scheduler, decides how two nodes' Puts interleave.
+type steppedStore struct {
+	store.Store
+	at   chan struct{} // the node is paused before a call
+	next chan struct{} // the call may run
+}
+
+func newSteppedStore(st store.Store) *steppedStore {
+	return &steppedStore{Store: st, at: make(chan struct{}), next: make(chan struct{})}
+}
+
+func (s *steppedStore) pause() { s.at <- struct{}{}; <-s.next }
+
+func (s *steppedStore) GetObject(ctx context.Context, kind, id string) (store.Object, error) {
+	if kind == ObjectSubscriber {
+		s.pause()
+	}
+	return s.Store.GetObject(ctx, kind, id)
+}
+
+func (s *steppedStore) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
+	if o.Kind == ObjectSubscriber {
+		s.pause()
+	}
+	return s.Store.PutObjectIf(ctx, o, prev)
+}
+
+func (s *steppedStore) DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error) {
+	s.pause()
+	return s.Store.DeclareLimit(ctx, c, now)
+}
+
+func (s *steppedStore) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
+	s.pause()
+	return s.Store.UpsertLimit(ctx, c, now)
+}
+
+func (s *steppedStore) GetLimit(ctx context.Context, name string) (admission.State, error) {
+	s.pause()
+	return s.Store.GetLimit(ctx, name)
+}
+
+// stepped is one node's Put run call by call.
+type stepped struct {
+	st     *steppedStore
+	done   chan error
+	paused bool // at a call, not yet let run
+	err    error
+	ended  bool
+}
+
+func startPut(ctx context.Context, t *testing.T, st store.Store, now func() time.Time, spec SubscriberSpec) *stepped {
+	s := &stepped{st: newSteppedStore(st), done: make(chan error, 1)}
+	r := node(t, s.st, now)
+	go func() {
+		_, _, _, err := r.Put(ctx, spec)
+		s.done <- err
+	}()
+	return s
+}
+
+// wait returns once the node is paused at a call or its Put has returned.
+func (s *stepped) wait() {
+	if s.paused || s.ended {
+		return
+	}
+	select {
+	case <-s.st.at:
+		s.paused = true
+	case s.err = <-s.done:
+		s.ended = true
+	}
+}
+
+// step lets n calls run, one at a time, each complete before the next
+// (or fewer, when the Put returns first); n < 0 runs the Put to its end.
+func (s *stepped) step(n int) {
+	for i := 0; n < 0 || i < n; i++ {
+		s.wait()
+		if s.ended {
+			return
+		}
+		s.paused = false
+		s.st.next <- struct{}{}
+		s.wait()
+	}
+}
+
+// Three nodes' Puts of one subscriber, each of one of three rates,
+// interleaved call by call in schedules drawn from a seeded generator
+// (the same schedules every run): whatever succeeds or conflicts, the key
+// ends as the stored subscriber's LimitConfig, and so does its
+// declaration (a stale one would undo an operator's PUT /v1/limits at the
+// next start, SettleKeys). This is the deterministic form of
+// TestConcurrentPutsSettleTheKey, which needs the scheduler's luck:
+// settleKey used to compare the stored subscriber with the configuration
+// its node believed it wrote, and another node's write landing between a
+// Put's two key calls then stayed (this test fails on that code).
+func TestInterleavedPutsSettleTheKey(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, st, c := newRegistry(t)
+	rng := rand.New(rand.NewPCG(15, 42))
+	rates := []int{5, 10, 20}
+	const schedules = 400
+	steps, failed := 0, 0
+	for n := range schedules {
+		id := fmt.Sprintf("s%d", n)
+		spec := func(rate int) SubscriberSpec {
+			s := perSecond(rate)
+			s.ID = id
+			return s
+		}
+		if n%2 == 0 { // half the schedules update, half create
+			if _, _, _, err := node(t, st, c.Now).Put(ctx, spec(rates[rng.IntN(3)])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var puts []*stepped
+		var order []int
+		for range 3 {
+			puts = append(puts, startPut(ctx, t, st, c.Now, spec(rates[rng.IntN(3)])))
+		}
+		for {
+			var open []*stepped
+			for _, p := range puts {
+				if p.wait(); !p.ended {
+					open = append(open, p)
+				}
+			}
+			if len(open) == 0 {
+				break
+			}
+			k := rng.IntN(len(open))
+			open[k].step(1)
+			order = append(order, k)
+			steps++
+		}
+		if err := checkPuts(ctx, st, c.Now(), id, puts); err != nil {
+			failed++
+			t.Errorf("schedule %d (the open Put stepped, by index: %v): %v", n, order, err)
+			if failed == 3 {
+				return
+			}
+		}
+	}
+	// Each Put makes at least three paused calls (read, save, and the
+	// key's): fewer means the stepping no longer sees them.
+	if steps < schedules*3*3 {
+		t.Fatalf("%d calls stepped in %d schedules of three Puts: the stepping missed the Puts' store calls", steps, schedules)
+	}
+}
+
+// checkPuts checks where one schedule's Puts of subscriber id ended.
+func checkPuts(ctx context.Context, st store.Store, now time.Time, id string, puts []*stepped) error {
+	ok := 0
+	for _, p := range puts {
+		switch {
+		case p.err == nil:
+			ok++
+		case !errors.Is(p.err, store.ErrConflict):
+			return fmt.Errorf("put: %w", p.err)
+		}
+	}
+	if ok == 0 {
+		return errors.New("every Put conflicted: one save always wins")
+	}
+	o, err := st.GetObject(ctx, ObjectSubscriber, id)
+	if err != nil {
+		return err
+	}
+	rec, err := decodeRecord(o.Body)
+	if err != nil {
+		return err
+	}
+	want := rec.LimitConfig(DefaultHeadroom)
+	key, err := st.GetLimit(ctx, LimitKey(id))
+	if err != nil {
+		return err
+	}
+	if store.LimitFingerprint(key.Config) != store.LimitFingerprint(want) {
+		return fmt.Errorf("key rate %v; the stored subscriber (limit %d) wants rate %v", key.Rate, rec.Rate.Limit, want.Rate)
+	}
+	// A declaration that is the stored subscriber's applies nothing.
+	if _, applied, err := st.DeclareLimit(ctx, want, now); err != nil || applied {
+		return fmt.Errorf("the key's declaration is not the stored subscriber's (limit %d): applied %v, %v", rec.Rate.Limit, applied, err)
+	}
+	return nil
+}
