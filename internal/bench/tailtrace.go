@@ -277,7 +277,11 @@ var tailParts = []string{"submit", engine.StageQueued, engine.StageStart, engine
 
 // partsOf splits each review's latency into tailParts (ms), from the spans
 // of its part (Parent == the review) and of the review itself; a review
-// with a stage missing is left out.
+// with a stage missing is left out. The publication's two stages are
+// optional: a review whose aggregation publishes it in place (the
+// built-in review kind does) has none, and counts them as 0 at the
+// aggregation's end. Until session 43 they were required, so every
+// review was left out and every tail_* part read 0.
 func (t *tailTrace) partsOf(rs []traceReview) [][]float64 {
 	type key struct{ id, stage string }
 	at := map[key]traceSpan{}
@@ -299,10 +303,15 @@ func (t *tailTrace) partsOf(rs []traceReview) [][]float64 {
 		for i, st := range engine.StageNames {
 			var found bool
 			ss[i], found = get(st)
-			ok = ok && found
+			ok = ok && (found || st == engine.StagePublishWait || st == engine.StagePublish)
 		}
 		if !ok {
 			continue
+		}
+		for i := 6; i < 8; i++ {
+			if ss[i] == (traceSpan{}) {
+				ss[i].Start, ss[i].End = ss[i-1].End, ss[i-1].End
+			}
 		}
 		ms := func(a, b int64) float64 { return float64(b-a) / 1000 }
 		p := []float64{ms(r.Start, ss[0].Start)}
@@ -409,6 +418,7 @@ func (t *tailTrace) summarize(r *Result) {
 	tp, ip, bp := t.partsOf(worst), t.partsOf(in), t.partsOf(base)
 	r.add("tail_reviews", float64(len(worst)), "the slowest 2 % of the reviews submitted while the sweep ran (--trace-tail)")
 	r.add("tail_latency_ms", float64(worst[len(worst)-1].End-worst[len(worst)-1].Start)/1000, "ms, the least latency among them")
+	r.add("tail_parts_reviews", float64(len(tp)), "of them, how many have every stage's span (the tail_* parts are theirs; 0: the parts below are not measured)")
 	col := func(rows [][]float64, k int) []float64 {
 		var v []float64
 		for _, row := range rows {
