@@ -205,3 +205,77 @@ func checkPuts(ctx context.Context, st store.Store, now time.Time, id string, pu
 	}
 	return nil
 }
+
+// keyRacer runs a whole Put of another node (other, with the next of its
+// rates) before each key write (DeclareLimit or UpsertLimit) of the node
+// on it, while any of those Puts is left: a node slowed at every one of
+// its key writes, as a goroutine descheduled under load is.
+type keyRacer struct {
+	store.Store
+	other func(rate int) error
+	left  []int
+}
+
+func (s *keyRacer) race() error {
+	if len(s.left) == 0 {
+		return nil
+	}
+	rate := s.left[0]
+	s.left = s.left[1:]
+	return s.other(rate)
+}
+
+func (s *keyRacer) DeclareLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, bool, error) {
+	if err := s.race(); err != nil {
+		return admission.State{}, false, err
+	}
+	return s.Store.DeclareLimit(ctx, c, now)
+}
+
+func (s *keyRacer) UpsertLimit(ctx context.Context, c admission.Config, now time.Time) (admission.State, error) {
+	if err := s.race(); err != nil {
+		return admission.State{}, err
+	}
+	return s.Store.UpsertLimit(ctx, c, now)
+}
+
+// A Put whose settle sees a newer save in every round, more rounds than
+// updateTries, still ends with the key and its declaration the stored
+// subscriber's, and answers its own save's success. The schedule: before
+// each of this Put's key writes another node's whole Put of a new rate
+// (save and settle) lands, updateTries+1 times. settleKey used to give up
+// after updateTries rounds with ErrConflict, right after its last write of
+// the configuration it had read, which by then was an older save's; every
+// other Put had settled before that write, so the key stayed stale (and
+// TestConcurrentPutsSettleTheKey, which takes ErrConflict as a lost save,
+// failed when its scheduler made this schedule: 5 of 580 runs under load).
+// Three Puts of three rates (TestInterleavedPutsSettleTheKey) cannot make
+// it: a round that writes needs a save after the previous round's read.
+func TestSettleOutlastsNewerSaves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := twoNodes(t)
+	rates := make([]int, updateTries+1)
+	for i := range rates {
+		rates[i] = 100 + i
+	}
+	var others []*stepped // B's Puts, for checkPuts: each must succeed
+	racer := &keyRacer{Store: a.st, left: rates, other: func(rate int) error {
+		_, _, _, err := b.Put(ctx, perSecond(rate))
+		others = append(others, &stepped{err: err, ended: true})
+		return err
+	}}
+	slow := node(t, racer, a.cfg.Now)
+	_, _, _, err := slow.Put(ctx, perSecond(10))
+	if err != nil {
+		t.Errorf("the slow Put, whose save won: %v", err)
+	}
+	if err := checkPuts(ctx, a.st, a.cfg.Now(), "s", append(others, &stepped{err: err, ended: true})); err != nil {
+		t.Fatal(err)
+	}
+	// A settle that read what it wrote at once would pass without the
+	// schedule above: each of the other Puts must have landed.
+	if len(racer.left) != 0 {
+		t.Fatalf("%d of the other node's Puts never ran", len(racer.left))
+	}
+}
