@@ -165,25 +165,13 @@ func npmCI(t *testing.T, dir string) {
 	}
 }
 
-// buildGoWorker builds `ratelane` and examples/go-worker into a fresh
-// directory (returned too: the worker processes run in it), for the tests
-// that run the Go worker as a real process against a real server.
+// buildGoWorker returns a fresh directory (the worker processes run in it)
+// and the paths of `ratelane` and examples/go-worker, each built once per
+// test binary (buildOnce), for the tests that run the Go worker as a real
+// process against a real server.
 func buildGoWorker(t *testing.T) (dir, ratelaneBin, workerBin string) {
 	t.Helper()
-	dir = t.TempDir()
-	ratelaneBin, workerBin = filepath.Join(dir, "ratelane"), filepath.Join(dir, "go-worker")
-	goBuild(t, ratelaneBin, "./cmd/ratelane")
-	goBuild(t, workerBin, "./examples/go-worker")
-	return dir, ratelaneBin, workerBin
-}
-
-func goBuild(t *testing.T, out, pkg string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
+	return t.TempDir(), buildRatelane(t, ""), buildOnce(t, "./examples/go-worker", "")
 }
 
 // ratelaneServer is a `ratelane serve` process.

@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,21 +22,87 @@ import (
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
-// buildRatelane builds cmd/ratelane with the given build tags into a
-// temporary directory and returns the binary's path. The go build cache
-// makes every build after the first a link step.
+// buildRatelane returns the path of cmd/ratelane built with the given
+// build tags, built once per test binary (buildOnce).
 func buildRatelane(t *testing.T, tags string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ratelane")
-	args := []string{"build", "-o", bin}
+	return buildOnce(t, "./cmd/ratelane", tags)
+}
+
+// built is one binary the package's tests run, built at most once.
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var (
+	// builds holds the binaries built so far, keyed by package and tags.
+	builds sync.Map // string -> *built
+	// buildDir is where they go; TestMain removes it after the tests.
+	buildDir struct {
+		sync.Mutex
+		path string
+	}
+)
+
+// buildOnce builds pkg (a path from the module root) with the given build
+// tags the first time any test asks for it and returns the binary's path;
+// later callers, and callers racing the first, wait for that one build.
+// Every `go build` after the first is still a full link of the binary
+// (the go build cache keeps compiled packages, not linked programs): on a
+// loaded 2-core machine each cmd/ratelane link cost tens of seconds, and
+// five tests linked the same one. The tests run the binaries and never
+// change them, so one copy serves them all; each test still gets its own
+// data and working directories.
+func buildOnce(t *testing.T, pkg, tags string) string {
+	t.Helper()
+	v, _ := builds.LoadOrStore(pkg+"|"+tags, &built{})
+	b := v.(*built)
+	b.once.Do(func() { b.path, b.err = goBuild(pkg, tags) })
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// goBuild builds pkg with tags into a fresh file under buildDir.
+func goBuild(pkg, tags string) (string, error) {
+	buildDir.Lock()
+	if buildDir.path == "" {
+		dir, err := os.MkdirTemp("", "ratelane-test-bin-")
+		if err != nil {
+			buildDir.Unlock()
+			return "", err
+		}
+		buildDir.path = dir
+	}
+	dir := buildDir.path
+	buildDir.Unlock()
+	out, err := os.MkdirTemp(dir, "")
+	if err != nil {
+		return "", err
+	}
+	out = filepath.Join(out, path.Base(pkg))
+	args := []string{"build", "-o", out}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	out, err := exec.Command("go", append(args, "./cmd/ratelane")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build %s: %v\n%s", tags, err, out)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if b, err := exec.CommandContext(ctx, "go", append(args, pkg)...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s (tags %q): %v\n%s", pkg, tags, err, b)
 	}
-	return bin
+	return out, nil
+}
+
+// removeBuilds deletes what goBuild made; TestMain calls it after the tests.
+func removeBuilds() {
+	buildDir.Lock()
+	defer buildDir.Unlock()
+	if buildDir.path != "" {
+		os.RemoveAll(buildDir.path)
+	}
 }
 
 // server is one `ratelane serve` child process.
