@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func (s *steppedStore) GetLimit(ctx context.Context, name string) (admission.Sta
 
 // stepped is one node's Put run call by call.
 type stepped struct {
+	limit  int // the spec's rate.limit
 	st     *steppedStore
 	done   chan error
 	paused bool // at a call, not yet let run
@@ -67,7 +69,7 @@ type stepped struct {
 }
 
 func startPut(ctx context.Context, t *testing.T, st store.Store, now func() time.Time, spec SubscriberSpec) *stepped {
-	s := &stepped{st: newSteppedStore(st), done: make(chan error, 1)}
+	s := &stepped{limit: spec.Rate.Limit, st: newSteppedStore(st), done: make(chan error, 1)}
 	r := node(t, s.st, now)
 	go func() {
 		_, _, _, err := r.Put(ctx, spec)
@@ -191,6 +193,13 @@ func checkPuts(ctx context.Context, st store.Store, now time.Time, id string, pu
 	if err != nil {
 		return err
 	}
+	// The stored subscriber is the last winning save, whose Put answers
+	// nil: a conflict there is its settle giving up, not a lost save.
+	// (It cannot catch an earlier winner's give-up, as settleKey's
+	// exhausted rounds were; the key's check above does.)
+	if !slices.ContainsFunc(puts, func(p *stepped) bool { return p.err == nil && p.limit == rec.Rate.Limit }) {
+		return fmt.Errorf("the stored subscriber (limit %d) is no successful Put's", rec.Rate.Limit)
+	}
 	want := rec.LimitConfig(DefaultHeadroom)
 	key, err := st.GetLimit(ctx, LimitKey(id))
 	if err != nil {
@@ -262,7 +271,7 @@ func TestSettleOutlastsNewerSaves(t *testing.T) {
 	var others []*stepped // B's Puts, for checkPuts: each must succeed
 	racer := &keyRacer{Store: a.st, left: rates, other: func(rate int) error {
 		_, _, _, err := b.Put(ctx, perSecond(rate))
-		others = append(others, &stepped{err: err, ended: true})
+		others = append(others, &stepped{limit: rate, err: err, ended: true})
 		return err
 	}}
 	slow := node(t, racer, a.cfg.Now)
@@ -270,7 +279,7 @@ func TestSettleOutlastsNewerSaves(t *testing.T) {
 	if err != nil {
 		t.Errorf("the slow Put, whose save won: %v", err)
 	}
-	if err := checkPuts(ctx, a.st, a.cfg.Now(), "s", append(others, &stepped{err: err, ended: true})); err != nil {
+	if err := checkPuts(ctx, a.st, a.cfg.Now(), "s", append(others, &stepped{limit: 10, err: err, ended: true})); err != nil {
 		t.Fatal(err)
 	}
 	// A settle that read what it wrote at once would pass without the

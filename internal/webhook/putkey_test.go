@@ -141,7 +141,11 @@ func TestConcurrentPutsSettleTheKey(t *testing.T) {
 	t.Parallel()
 	a, b := twoNodes(t)
 	ctx := context.Background()
-	var wg sync.WaitGroup
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		won = map[int]bool{} // rate.limit of each Put that answered nil
+	)
 	for i := range 16 {
 		r := a
 		if i%2 == 1 {
@@ -153,6 +157,11 @@ func TestConcurrentPutsSettleTheKey(t *testing.T) {
 				if err != nil && !errors.Is(err, store.ErrConflict) {
 					t.Errorf("put: %v", err)
 				}
+				if err == nil {
+					mu.Lock()
+					won[1+i*4+k] = true
+					mu.Unlock()
+				}
 			}
 		})
 	}
@@ -160,6 +169,11 @@ func TestConcurrentPutsSettleTheKey(t *testing.T) {
 	rec, err := a.Get(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The last winning save's Put answers nil: a conflict from it is its
+	// settle giving up, which this test used to take for a lost save.
+	if !won[rec.Rate.Limit] {
+		t.Fatalf("the stored subscriber (limit %d) is no successful Put's", rec.Rate.Limit)
 	}
 	key, err := a.st.GetLimit(ctx, LimitKey("s"))
 	if err != nil {
