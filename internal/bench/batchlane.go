@@ -453,8 +453,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// time those pieces spanned.
 	if wall, cpu := w2.charged["wall"]-w1.charged["wall"], w2.charged["thread_cpu"]-w1.charged["thread_cpu"]; wall+cpu > 0 {
 		r.add("sweep_pacer_charged_wall_seconds", wall, "s the pacer charged by wall time (pieces on normal threads, the writer's time of charged writes)")
-		r.add("sweep_pacer_charged_thread_cpu_seconds", cpu, "s the pacer charged pieces by their thread's CPU time (idle threads, or locked normal ones on Linux with SQLite)")
-		r.add("sweep_pacer_thread_wall_seconds", w2.threadWall-w1.threadWall, "s of wall time those thread-clocked pieces spanned")
+		r.add("sweep_pacer_charged_thread_cpu_seconds", cpu, "s the pacer charged pieces on idle threads by their thread's CPU time")
+		r.add("sweep_pacer_thread_wall_seconds", w2.threadWall-w1.threadWall, "s of wall time those idle-thread pieces spanned")
 	}
 	// What an interactive review met of batch computing under the sweep,
 	// load-independently: the share of the time interactive work was in

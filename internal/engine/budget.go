@@ -124,9 +124,9 @@ type batchBudget struct {
 	rests, restNanos atomic.Int64
 	// chargedNanos is what the pacer was charged (paceLocked): computing
 	// pieces by their pieceClock, writes by the writer's time;
-	// threadCPUNanos what of it pieces were charged by their thread's CPU
-	// clock (idle or locked normal threads), threadWallNanos the wall
-	// time those pieces spanned (what wall time would have charged them).
+	// threadCPUNanos what of it pieces on idle threads were charged by
+	// their thread's CPU clock, threadWallNanos the wall time those
+	// pieces spanned (what wall time would have charged them).
 	chargedNanos, threadCPUNanos, threadWallNanos atomic.Int64
 	// leasedTurns counts batch jobs leased with a turn; cappedLeases the
 	// leases that asked for fewer batch jobs than worker slots for want of
@@ -379,12 +379,20 @@ func (b *batchBudget) leased(turns, batch, n int) {
 // noLeave is the end of a piece that took no turn (a policy that is off).
 func noLeave() {}
 
-// takeTurn takes a turn for one piece of batch-lane work, waiting while
-// none is free, and then waits at gate with the turn held (batchPiece;
-// releaser gives it back). A ctx that ends while waiting takes the turn
-// anyway: the piece is about to find its context done and return. It
-// returns false when the budget is off (the piece only waited at gate)
-// and there is no turn to give back.
+// acquire takes a turn for one piece of batch-lane work, waiting while
+// none is free, and then waits at gate with the turn held (batchPiece);
+// the returned func gives it back (call it exactly once, when the piece
+// ends). A ctx that ends while waiting takes the turn anyway: the piece
+// is about to find its context done and return.
+func (b *batchBudget) acquire(ctx context.Context, gate *yieldGate) (release func()) {
+	if !b.takeTurn(ctx, gate) {
+		return noLeave
+	}
+	return b.releaser(nil)
+}
+
+// takeTurn is acquire's wait: false when the budget is off (the piece
+// only waited at gate) and there is no turn to give back.
 func (b *batchBudget) takeTurn(ctx context.Context, gate *yieldGate) bool {
 	if b.limit <= 0 && b.width <= 0 {
 		gate.wait(ctx)
@@ -470,10 +478,9 @@ func (b *batchBudget) wait(ctx context.Context, kind pieceKind) {
 
 // releaser returns the func that gives one held turn back, once, and
 // has the pacer rest the lane after the piece it ended. th, when not nil,
-// is the thread the piece runs on, idle or locked (threads.go): the func
-// leaves it first, and the pacer charges the piece its CPU time
-// (pieceClock). Call the func on the goroutine that entered th.
-func (b *batchBudget) releaser(th *pieceThread) func() {
+// is the idle thread the piece runs on (threads.go): the func leaves it
+// first, and the pacer charges the piece its CPU time (pieceClock).
+func (b *batchBudget) releaser(th *idleThread) func() {
 	var once sync.Once
 	if b.pacer == nil && b.overlap == nil { // no clock read per piece for nothing
 		return func() { once.Do(func() { th.leave(); b.giveBack(1) }) }
@@ -516,7 +523,7 @@ type handlerTurn struct {
 	passed, ended bool
 	// clock times the handler's current piece from its start (its lease,
 	// or its last Yield): the pacer paces it by its wall time, or its
-	// thread's CPU time (onThread); unread while the pacer is off.
+	// idle thread's CPU time (onThread); unread while the pacer is off.
 	clock pieceClock
 	// computing: the handler is computing now, for the overlap measure
 	// (begin; between pause and resume, in Yield, it is not); paused: it
@@ -572,10 +579,10 @@ func (h *handlerTurn) resume() {
 }
 
 // onThread has the pacer charge the handler's pieces from now on by the
-// CPU time of th, the thread (idle, or normal and locked) it computes on
-// until it returns (threads.go; pieceClock). Call it on the handler's
-// goroutine, after begin.
-func (h *handlerTurn) onThread(th *pieceThread) {
+// CPU time of th, the idle thread it computes on until it returns
+// (threads.go; pieceClock). Call it on the handler's goroutine, after
+// begin.
+func (h *handlerTurn) onThread(th *idleThread) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.clock.th = th
@@ -704,13 +711,11 @@ type BudgetCounts struct {
 	Rests       int64
 	RestSeconds float64
 	// ChargedSeconds is what the pacer was charged in all: each computing
-	// piece's thread's CPU time (below) or, where that clock cannot be
-	// read (not Linux), its wall time, and the writer's time of the
-	// batch-lane writes charged to it. ThreadCPUSeconds is the part
-	// charged by threads' CPU clocks (idle threads under
-	// Config.BatchThreadPolicy "idle", locked normal threads otherwise;
-	// Linux), ThreadWallSeconds the wall time those pieces spanned: what
-	// wall time would have charged.
+	// piece's wall time, or its idle thread's CPU time (below), and the
+	// writer's time of the batch-lane writes charged to it.
+	// ThreadCPUSeconds is the part charged by idle threads' CPU clocks
+	// (Config.BatchThreadPolicy "idle", Linux), ThreadWallSeconds the
+	// wall time those pieces spanned: what wall time would have charged.
 	ChargedSeconds, ThreadCPUSeconds, ThreadWallSeconds float64
 }
 
@@ -744,19 +749,17 @@ func (e *Engine) batchPiece(ctx context.Context) (end func()) {
 	if ctx.Value(turnHeldKey{}) != nil {
 		return noLeave
 	}
+	if !e.threads.pieces {
+		return e.budget.acquire(ctx, e.yield)
+	}
 	// On an idle thread while the turn is held (threads.go): these
 	// goroutines live on, so only where their thread can be restored.
-	// Otherwise, while the pacer times the piece, locked to its normal
-	// thread where its clock can be read. The pacer charges the piece its
-	// thread's CPU time (pieceClock).
+	// The pacer charges the piece its thread's CPU time (pieceClock).
 	if !e.budget.takeTurn(ctx, e.yield) {
-		if !e.threads.pieces {
-			return noLeave
-		}
-		th := e.threads.enter(true, false)
+		th := e.threads.enter(true)
 		return func() { th.leave() }
 	}
-	return e.budget.releaser(e.threads.enter(e.threads.pieces, e.budget.pacer != nil))
+	return e.budget.releaser(e.threads.enter(true))
 }
 
 // batchPublication is batchPiece for a batch job's publication: a turn
@@ -773,9 +776,8 @@ func (e *Engine) batchPublication(ctx context.Context) (end func()) {
 // holds a turn, for the pacer (store.WithWriteCharge): a single-writer
 // store reports how long its writer ran each, and the lane rests after it
 // as after a computing piece of that length while interactive work is
-// about. Inside a piece (turnHeldKey) they are the piece's: charged as
-// they are made where its thread's CPU time is its charge
-// (chargeThreadWrites), or held in its wall time, which waits for them.
+// about. Inside a piece (turnHeldKey) the piece's own wall time already
+// holds its writes, which it waits for, so they are not charged twice.
 // With the pacer off ctx is returned as it is.
 func (e *Engine) chargeWrites(ctx context.Context) context.Context {
 	if e.budget.pacer == nil || ctx.Value(turnHeldKey{}) != nil {
@@ -785,12 +787,12 @@ func (e *Engine) chargeWrites(ctx context.Context) context.Context {
 }
 
 // chargeThreadWrites is chargeWrites for the batch-lane writes of a piece
-// that computes on a thread whose CPU clock the pacer charges it (on: an
-// idle thread, or a locked normal one, threads.go; pieceClock), which
-// holds none of the writer's work for it, so each write is charged the
-// writer's time as it is made. A piece whose thread's clock could not be
-// read after all (where the probe at New had passed) is charged its wall
-// time and its writes too: its waits for them twice.
+// that computes on an idle thread (on): the pacer charges that piece its
+// thread's CPU time (pieceClock), which holds none of the writer's work
+// for it, so each write is charged the writer's time as it is made. A
+// piece that could not enter its thread after all (an Enter that failed
+// where the probe at New had passed) is charged its wall time and its
+// writes too: its waits for them twice.
 func (e *Engine) chargeThreadWrites(ctx context.Context, on bool) context.Context {
 	if !on || e.budget.pacer == nil {
 		return ctx

@@ -567,7 +567,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	threads, err := newThreadPolicy(cfg.BatchThreadPolicy, cfg.Store, cfg.Logger)
+	threads, err := newThreadPolicy(cfg.BatchThreadPolicy, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -1198,17 +1198,15 @@ func (e *Engine) run(j *job.Job, turn bool) {
 		if cpulabel.On {
 			cpulabel.Set(handlerLabel(j.Lane, ht != nil))
 		}
-		var th *pieceThread
+		var th *idleThread
 		if j.Lane == job.LaneBatch {
 			hctx = e.batchHandlerYield(hctx, j, ht)
 			// After the gate: a computing handler on an idle thread from
 			// here to its return; this goroutine ends with the job, and
-			// its thread with it where it cannot be restored. Otherwise,
-			// while the pacer times its turn, locked to its normal
-			// thread. The pacer charges its pieces their thread's CPU
-			// time, and its writes the writer's (pieceClock).
-			computes := e.cfg.Kinds[j.Kind].Computes
-			th = e.threads.enter(e.threads.handlers && computes, computes && ht != nil && e.budget.pacer != nil)
+			// its thread with it where it cannot be restored. The pacer
+			// charges its pieces their CPU time, and its writes the
+			// writer's (pieceClock).
+			th = e.threads.enter(e.threads.handlers && e.cfg.Kinds[j.Kind].Computes)
 			if th != nil && ht != nil {
 				ht.onThread(th)
 				hctx = e.chargeThreadWrites(hctx, true)

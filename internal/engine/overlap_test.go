@@ -43,7 +43,7 @@ func shortPieces(batch *concurrency) engine.HandlerFunc {
 func overlapUnderSparseInteractive(t *testing.T, yieldMax time.Duration) (engine.OverlapCounts, int64) {
 	t.Helper()
 	var batch concurrency
-	s := wallTimed(newStore(t))
+	s := newStore(t)
 	for range 400 {
 		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
 	}

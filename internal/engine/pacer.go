@@ -98,25 +98,21 @@ func (p *batchPacer) rest(d time.Duration, now time.Time) time.Duration {
 // pieceClock times a computing piece for the pacer: what it charges the
 // piece, d in rest's d·(1−share)/share.
 //
-// That is the CPU time of the piece's thread (th): the piece's goroutine
-// is locked to it, on an idle thread (Config.BatchThreadPolicy "idle",
-// Linux: threads.go) or, under the default policy on Linux, its normal
-// thread (threadPolicy.clock), which runs nothing else until the piece
-// leaves it, so the thread's clock is what the piece computed. Its wall
-// time also holds the time it was runnable but kept off the CPU (by the
-// kernel for normal threads on an idle thread, by interactive goroutines
-// on a normal one) and its waits: charged, it rested the lane again for
-// what it had not computed. On an idle thread a sweep beside a busy host
-// took 3× as long (docs/benchmarks.md, "Session 36 (s36h1)"); on normal
-// threads the default policy's sweep rested 38 s to the idle policy's
-// 20–23 s for the same interactive tail ("Session 42: the merge (lead)",
-// "Session 43 (s43h3)"). What the thread's clock leaves out, the
-// writer's work for the piece's writes, is charged as each write is made
-// (chargeThreadWrites). Where no thread clock can be read (not Linux) a
-// piece is not locked and is charged its wall time, which holds its
-// waits for its writes.
+// On a normal thread that is the piece's wall time. The goroutine is not
+// locked to its thread: it migrates between threads, and a thread's clock
+// counts whatever else ran there, so a thread's CPU clock says nothing
+// about the piece, and wall time (which holds its waits for its writes)
+// is the measure. On an idle thread (Config.BatchThreadPolicy "idle",
+// Linux: threads.go) the goroutine is locked to the thread, which runs
+// nothing else until the piece leaves it: the thread's CPU time is what
+// the piece computed. Its wall time there is mostly the time the kernel
+// kept it off the CPU for normal threads; charged, it rested the lane
+// again for what the idle policy had already withheld, and a sweep beside
+// a busy host took 3× as long (docs/benchmarks.md, "Session 36 (s36h1)").
+// What the thread's clock leaves out, the writer's work for the piece's
+// writes, is charged as each write is made (chargeThreadWrites).
 type pieceClock struct {
-	th    *pieceThread // nil: wall time
+	th    *idleThread // nil: wall time
 	since time.Time
 	cpu   time.Duration // th's clock at since
 	cpuOK bool          // cpu was read

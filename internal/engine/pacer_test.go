@@ -33,7 +33,7 @@ func tenMsEach(batch, inter *concurrency) engine.HandlerFunc {
 // jobs and an interactiveStream; stop ends the stream and waits for it.
 func underInteractive(t *testing.T, cfg engine.Config, n int, batch, inter *concurrency) (e *engine.Engine, stop func()) {
 	t.Helper()
-	s := wallTimed(newStore(t))
+	s := newStore(t)
 	for range n {
 		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
 	}
@@ -176,7 +176,7 @@ func fortyPiecesPaced(t *testing.T, forty func(t *testing.T, s store.Store, e *e
 	t.Helper()
 	for _, withInteractive := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
-			s := wallTimed(newStore(t))
+			s := newStore(t)
 			e, took := fortyPiecesEngine(t, s, 8, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -208,7 +208,7 @@ func fortyPiecesPaced(t *testing.T, forty func(t *testing.T, s store.Store, e *e
 func TestBatchPacerPacesBatchWorkAlreadyRunning(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := wallTimed(newStore(t))
+		s := newStore(t)
 		e, took := fortyPiecesEngine(t, s, 8, nil)
 		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
 		e.Notify()
@@ -236,7 +236,7 @@ func TestBatchPacerPacesBatchWorkAlreadyRunning(t *testing.T) {
 func TestBatchPacerCountsInteractiveWorkFromBeforeTheBatch(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := wallTimed(newStore(t))
+		s := newStore(t)
 		release := make(chan struct{})
 		insertNow(t, s, storetest.NewJob("acme", job.LaneInteractive, "k"))
 		e, took := fortyPiecesEngine(t, s, 8, release)
@@ -262,7 +262,7 @@ func TestBatchPacerCountsInteractiveWorkFromBeforeTheBatch(t *testing.T) {
 func TestBatchPacerCountsAcceptedInteractiveWork(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := wallTimed(newStore(t))
+		s := newStore(t)
 		insertNow(t, s, storetest.NewJob("acme", job.LaneBatch, "k"))
 		e, took := fortyPiecesEngine(t, s, 1, nil)
 		synctest.Wait() // the batch handler holds the only slot
@@ -343,13 +343,3 @@ func TestBatchWorkRestsAtYield(t *testing.T) {
 		return d
 	})
 }
-
-// wallTimed hides s's optional interfaces from the engine, its write
-// counts among them: under testing/synctest these tests' pieces compute
-// by sleeping in simulated time, which no thread's CPU clock sees, so
-// they run on a store whose writer reports no time for a piece's writes,
-// where the engine charges a piece its wall time (threads.go,
-// chargesWrites): the simulated clock's. On a real SQLite store a piece
-// on Linux is charged its thread's CPU time (TestPacerChargesNormalThreadCPU,
-// TestSweepPiecesChargedCPUAndWrites).
-func wallTimed(s store.Store) store.Store { return struct{ store.Store }{s} }

@@ -5,7 +5,6 @@ package engine
 import (
 	"context"
 	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,17 +21,16 @@ func ownThreadCPU() time.Duration {
 }
 
 // pacedPiece runs work as one computing piece of a budget of one turn
-// with the pacer on (interactive work about), on an idle thread (idle),
-// on its normal thread locked to it (clock, the default policy on Linux),
-// or on a goroutine that is not locked to its thread, and returns the
+// with the pacer on (interactive work about), on an idle thread (idle) or
+// on a goroutine that is not locked to its thread, and returns the
 // pacer's counts and the piece's CPU and wall time measured by the test.
-func pacedPiece(t *testing.T, idle, clock bool, work func()) (c BudgetCounts, cpu, wall time.Duration) {
+func pacedPiece(t *testing.T, idle bool, work func()) (c BudgetCounts, cpu, wall time.Duration) {
 	t.Helper()
 	in := newInFlight()
 	b := newBatchBudget(0, 1, newBatchPacer(0.5, in), in)
 	in.enter() // interactive work in flight: the pacer rests the lane
 	defer in.leave()
-	p := &threadPolicy{clock: clock}
+	p := &threadPolicy{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -40,9 +38,9 @@ func pacedPiece(t *testing.T, idle, clock bool, work func()) (c BudgetCounts, cp
 			t.Error("the budget of one turn gave none")
 			return
 		}
-		th := p.enter(idle, clock)
-		if (idle || clock) && th == nil {
-			t.Errorf("could not enter a thread (idle %v, clock %v)", idle, clock)
+		th := p.enter(idle)
+		if idle && th == nil {
+			t.Error("could not enter an idle thread")
 		}
 		release := b.releaser(th)
 		runtime.LockOSThread() // for the test's own clock; nested in the idle thread's lock
@@ -66,14 +64,13 @@ func spin(d time.Duration) {
 // thread's CPU time, not its wall time: one that waits 60 ms (a piece the
 // kernel keeps off the CPU waits as much) is charged next to nothing, one
 // that computes 30 ms is charged about that. A piece on a goroutine not
-// locked to its thread (no clock: not Linux, or PostgreSQL) is charged
-// its wall time, waiting or not.
+// locked to its thread is charged its wall time, waiting or not.
 func TestPacerChargesIdleThreadCPU(t *testing.T) {
 	sleep := func() { time.Sleep(60 * time.Millisecond) }
 	compute := func() { spin(30 * time.Millisecond) }
 	ms := func(d float64) time.Duration { return time.Duration(d * float64(time.Second)) }
 
-	c, cpu, wall := pacedPiece(t, true, false, sleep)
+	c, cpu, wall := pacedPiece(t, true, sleep)
 	if got := ms(c.ChargedSeconds); got > 10*time.Millisecond || got > cpu+5*time.Millisecond {
 		t.Errorf("idle thread, a piece that waited %v (CPU %v): charged %v, want its CPU time (counts %+v)", wall, cpu, got, c)
 	}
@@ -81,70 +78,17 @@ func TestPacerChargesIdleThreadCPU(t *testing.T) {
 		t.Errorf("idle thread, waiting piece: counts %+v, want the thread's wall ≥ 60 ms and all charged by its CPU", c)
 	}
 
-	c, cpu, wall = pacedPiece(t, true, false, compute)
+	c, cpu, wall = pacedPiece(t, true, compute)
 	if got := ms(c.ChargedSeconds); got < cpu-2*time.Millisecond || got > cpu+5*time.Millisecond || got > wall+time.Millisecond {
 		t.Errorf("idle thread, a piece that computed %v in %v: charged %v, want its CPU time (counts %+v)", cpu, wall, got, c)
 	}
 
-	c, _, wall = pacedPiece(t, false, false, sleep)
+	c, _, wall = pacedPiece(t, false, sleep)
 	if got := ms(c.ChargedSeconds); got < wall || c.ThreadCPUSeconds != 0 || c.ThreadWallSeconds != 0 {
 		t.Errorf("normal thread, a piece that waited %v: charged %v, want its wall time (counts %+v)", wall, got, c)
 	}
-	c, _, wall = pacedPiece(t, false, false, compute)
+	c, _, wall = pacedPiece(t, false, compute)
 	if got := ms(c.ChargedSeconds); got < wall || c.ThreadCPUSeconds != 0 {
 		t.Errorf("normal thread, a piece that computed for %v: charged %v, want its wall time (counts %+v)", wall, got, c)
 	}
-}
-
-// TestPacerChargesNormalThreadCPU: under the default thread policy on
-// Linux a computing piece is locked to its normal thread and charged the
-// thread's CPU time, not its wall time: one that waits 60 ms is charged
-// next to nothing; one that computes 30 ms of CPU while twice as many
-// goroutines as CPUs, locked to threads of their own, compete for the
-// cores (an interactive burst preempting it) spans far more wall time and
-// is charged about its 30 ms. Before session 43 both were charged their
-// wall time.
-func TestPacerChargesNormalThreadCPU(t *testing.T) {
-	if !probeClock() {
-		t.Fatal("a locked normal thread's CPU clock cannot be read")
-	}
-	ms := func(d float64) time.Duration { return time.Duration(d * float64(time.Second)) }
-
-	c, cpu, wall := pacedPiece(t, false, true, func() { time.Sleep(60 * time.Millisecond) })
-	if got := ms(c.ChargedSeconds); got > 10*time.Millisecond || got > cpu+5*time.Millisecond {
-		t.Errorf("normal thread, a piece that waited %v (CPU %v): charged %v, want its CPU time (counts %+v)", wall, cpu, got, c)
-	}
-	if ms(c.ThreadWallSeconds) < 60*time.Millisecond || c.ThreadCPUSeconds != c.ChargedSeconds {
-		t.Errorf("normal thread, waiting piece: counts %+v, want the thread's wall ≥ 60 ms and all charged by its CPU", c)
-	}
-
-	stop := make(chan struct{})
-	var burners sync.WaitGroup
-	for range 2 * runtime.NumCPU() {
-		burners.Add(1)
-		go func() {
-			defer burners.Done()
-			runtime.LockOSThread() // a thread of its own for the kernel to run
-			defer runtime.UnlockOSThread()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					spin(time.Millisecond)
-				}
-			}
-		}()
-	}
-	c, cpu, wall = pacedPiece(t, false, true, func() { spin(30 * time.Millisecond) })
-	close(stop)
-	burners.Wait()
-	if got := ms(c.ChargedSeconds); got < cpu-2*time.Millisecond || got > cpu+5*time.Millisecond {
-		t.Errorf("normal thread, a piece that computed %v in %v beside burners: charged %v, want its CPU time (counts %+v)", cpu, wall, got, c)
-	}
-	if wall < cpu+cpu/2 {
-		t.Logf("the burners preempted the piece little: %v of CPU in %v", cpu, wall)
-	}
-	t.Logf("preempted piece: %v of CPU in %v of wall, charged %v", cpu, wall, ms(c.ChargedSeconds))
-
 }

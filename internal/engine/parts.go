@@ -459,7 +459,7 @@ func (e *Engine) batchGroupPiece(ctx context.Context, ws []parentWake) {
 	defer end()
 	cpulabel.Set(cpulabel.BatchPaced)
 	defer cpulabel.Set(cpulabel.BatchUnpacedAgg)
-	e.aggregateBatchGroup(WithGroupMemo(e.chargeThreadWrites(withTurnHeld(ctx), e.threads.clocked()), wakeIDs(ws)...), ws)
+	e.aggregateBatchGroup(WithGroupMemo(e.chargeThreadWrites(withTurnHeld(ctx), e.threads.pieces), wakeIDs(ws)...), ws)
 }
 
 // wakeIDs returns the parent ids of ws, in order.
@@ -804,10 +804,9 @@ func (e *Engine) sweepParentsVia(ctx context.Context, publish publishFunc, finis
 	pieceCtx := ctx
 	ctx = withTurnHeld(ctx) // the pass holds a turn for each stretch
 	batchBusy := e.batchWork() != e.sweptAt.Load()
-	// Its stretches are charged their threads' CPU time (threads.go) only
-	// when they take a turn: their writes are then charged as they are
-	// made.
-	ctx = e.chargeThreadWrites(ctx, batchBusy && e.threads.clocked())
+	// Its stretches compute on idle threads (threads.go) only when they
+	// take a turn: their writes are then charged as they are made.
+	ctx = e.chargeThreadWrites(ctx, batchBusy && e.threads.pieces)
 	defer func() { e.sweptAt.Store(e.batchWork()) }()
 	for _, kind := range e.aggKinds {
 		k := e.cfg.Kinds[kind]

@@ -28,12 +28,6 @@ type leaseCounting struct {
 	finishes, finishLeases, finishEmpty, reads, idleProbes atomic.Int64
 }
 
-// WriteCounts shadows the SQLite store's, so that leaseCounting is no
-// store.WriteCounter: its handlers compute by sleeping in simulated time,
-// which no thread's CPU clock sees, and the engine then charges a piece
-// its wall time, the simulated clock's (see wallTimed).
-func (*leaseCounting) WriteCounts() (none struct{}) { return none }
-
 // leaseTally counts a store's Lease calls (leases) and those that took
 // nothing (empty): leaseCounting's and leaseCounter's Lease count through it.
 type leaseTally struct{ leases, empty atomic.Int64 }

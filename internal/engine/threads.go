@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratelane/ratelane/internal/idlethread"
-	"github.com/ratelane/ratelane/internal/store"
 )
 
 // BatchThreadsIdle is Config.BatchThreadPolicy's one value besides the
@@ -39,13 +38,6 @@ type threadPolicy struct {
 	// where the kernel lets a thread leave SCHED_IDLE (root, CAP_SYS_NICE,
 	// RLIMIT_NICE), as the goroutine goes on with other work after.
 	pieces bool
-	// clock: a computing piece that the pacer times and that is not on
-	// an idle thread is locked to its normal thread for the piece and
-	// charged that thread's CPU clock (Linux; probed at New), so that the
-	// time interactive goroutines preempted it, or it waited, is not
-	// charged as batch computing (pieceClock). Only on a store whose
-	// writer reports its time for the piece's writes (chargesWrites).
-	clock bool
 
 	// entered counts pieces that ran on an idle thread; ended the threads
 	// that could not be restored and ended with their goroutine (threads
@@ -53,15 +45,13 @@ type threadPolicy struct {
 	entered, ended atomic.Int64
 }
 
-// newThreadPolicy sets the policy named up for this process, over store
-// s: it tries entering SCHED_IDLE and leaving it on a thread of its own,
-// and logs what it could not do. An unknown name is an error; "" is off
-// (normal threads, clocked where chargesWrites(s)).
-func newThreadPolicy(name string, s store.Store, log *slog.Logger) (*threadPolicy, error) {
-	clock := chargesWrites(s) && probeClock()
+// newThreadPolicy sets the policy named up for this process: it tries
+// entering SCHED_IDLE and leaving it on a thread of its own, and logs
+// what it could not do. An unknown name is an error; "" is off.
+func newThreadPolicy(name string, log *slog.Logger) (*threadPolicy, error) {
 	switch name {
 	case "":
-		return &threadPolicy{clock: clock}, nil
+		return &threadPolicy{}, nil
 	case BatchThreadsIdle:
 	default:
 		return nil, fmt.Errorf("engine: BatchThreadPolicy %q: want \"\" or %q", name, BatchThreadsIdle)
@@ -70,41 +60,12 @@ func newThreadPolicy(name string, s store.Store, log *slog.Logger) (*threadPolic
 	switch {
 	case !in:
 		log.Warn("batch thread policy idle: SCHED_IDLE not available, batch work runs on normal threads", "err", err)
-		return &threadPolicy{clock: clock}, nil
+		return &threadPolicy{}, nil
 	case !back:
 		log.Info("batch thread policy idle: threads cannot leave SCHED_IDLE here (no CAP_SYS_NICE): computing batch handlers only, one thread each")
 	}
-	return &threadPolicy{handlers: true, pieces: back, clock: clock}, nil
+	return &threadPolicy{handlers: true, pieces: back}, nil
 }
-
-// chargesWrites reports whether s runs its writes on a writer of its own
-// that tells the pacer its time for a piece's batch-lane writes
-// (store.WithWriteCharge: the SQLite driver, a store.WriteCounter). On
-// any other (PostgreSQL) the server's work for a piece's writes and reads
-// is on no thread of this process, and a piece on a normal thread is
-// charged its wall time, which waits for it.
-func chargesWrites(s store.Store) bool {
-	_, ok := s.(store.WriteCounter)
-	return ok
-}
-
-// probeClock reports whether a goroutine locked to its normal thread can
-// read the thread's CPU clock here (idlethread.Lock): Linux.
-func probeClock() bool {
-	t, err := idlethread.Lock()
-	if err != nil {
-		return false
-	}
-	_, ok := t.CPU()
-	t.Leave()
-	return ok
-}
-
-// clocked reports whether the computing pieces outside handlers (a batch
-// group's aggregation, a sweep stretch) are charged their thread's CPU
-// time, on an idle thread or a locked normal one, and so their writes the
-// writer's time as they are made (chargeThreadWrites).
-func (p *threadPolicy) clocked() bool { return p.pieces || p.clock }
 
 // probeIdle tries idlethread.Enter and Leave on a goroutine of its own,
 // whose thread ends with it should it stay idle.
@@ -123,32 +84,25 @@ func probeIdle() (in, back bool, err error) {
 	return in, back, err
 }
 
-// enter returns the calling goroutine's hold on the thread a computing
-// piece runs on, nil for none (nil's methods do nothing): an idle thread
-// when idle is true, otherwise, when clock is true (the pacer times the
-// piece) and the policy's clock is on, its normal thread locked to it. A
-// failure to enter an idle thread leaves the piece at normal priority,
-// locked as for clock; a piece with no hold is paced by its wall time.
-func (p *threadPolicy) enter(idle, clock bool) *pieceThread {
-	if idle {
-		if t, err := idlethread.Enter(); err == nil {
-			p.entered.Add(1)
-			return &pieceThread{p: p, t: t}
-		}
-	}
-	if !clock || !p.clock {
+// enter moves the calling goroutine to an idle thread when on is true and
+// returns its hold on it, nil otherwise (nil's methods do nothing). A
+// failure leaves the piece on its thread as it was: it still runs, at
+// normal priority, and is paced by its wall time.
+func (p *threadPolicy) enter(on bool) *idleThread {
+	if !on {
 		return nil
 	}
-	t, err := idlethread.Lock()
+	t, err := idlethread.Enter()
 	if err != nil {
 		return nil
 	}
-	return &pieceThread{p: p, t: t}
+	p.entered.Add(1)
+	return &idleThread{p: p, t: t}
 }
 
-// pieceThread is a computing piece's hold on its thread (enter), idle or
-// normal, and the thread's CPU clock for the pacer (pieceClock).
-type pieceThread struct {
+// idleThread is a computing piece's hold on its idle thread (enter), and
+// the thread's CPU clock for the pacer (pieceClock).
+type idleThread struct {
 	p *threadPolicy
 	t *idlethread.Thread
 	// left is set once leave read the clock a last time (final, ok):
@@ -160,7 +114,7 @@ type pieceThread struct {
 
 // cpu is the thread's CPU time so far (frozen at leave), and whether it
 // could be read; false for nil.
-func (th *pieceThread) cpu() (time.Duration, bool) {
+func (th *idleThread) cpu() (time.Duration, bool) {
 	if th == nil {
 		return 0, false
 	}
@@ -172,7 +126,7 @@ func (th *pieceThread) cpu() (time.Duration, bool) {
 
 // leave ends the hold, once (a second UnlockOSThread would undo a
 // caller's lock); only the goroutine that entered calls it.
-func (th *pieceThread) leave() {
+func (th *idleThread) leave() {
 	if th == nil || th.left.Load() {
 		return
 	}

@@ -68,17 +68,6 @@ func (t *Thread) CPU() (time.Duration, bool) {
 	return threadCPU(t.tid)
 }
 
-// Lock locks the calling goroutine to its thread without changing the
-// thread's scheduling, for the thread's CPU clock (CPU): between Lock and
-// Leave the thread runs nothing else, so the clock's difference is the
-// goroutine's CPU time, not the time it was runnable but preempted or
-// blocked. The engine charges its batch pacer by it on normal threads
-// too. Leave unlocks it and reports true. It fails (ErrUnsupported),
-// leaving the goroutine as it was, where a thread's clock cannot be read
-// by its id (every system but Linux); where CPU then reports false, the
-// caller falls back on wall time.
-func Lock() (*Thread, error) { return lock() }
-
 // Idle reports whether the calling goroutine's thread is SCHED_IDLE at
 // this moment (false, with an error, where it cannot say). Tests ask it
 // from inside a handler; a goroutine that is not locked may be on another

@@ -62,17 +62,6 @@ func enter() (*Thread, error) {
 	}}, nil
 }
 
-func lock() (*Thread, error) {
-	runtime.LockOSThread()
-	return &Thread{tid: syscall.Gettid(), restore: unlock}, nil
-}
-
-// unlock is a locked (not idle) thread's Leave: nothing to put back.
-func unlock() bool {
-	runtime.UnlockOSThread()
-	return true
-}
-
 func idle() (bool, error) {
 	policy, _, err := getScheduler()
 	if err != nil {
