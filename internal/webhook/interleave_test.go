@@ -110,11 +110,11 @@ func (s *stepped) step(n int) {
 // (the same schedules every run): whatever succeeds or conflicts, the key
 // ends as the stored subscriber's LimitConfig, and so does its
 // declaration (a stale one would undo an operator's PUT /v1/limits at the
-// next start, SettleKeys). This is the deterministic form of
-// TestConcurrentPutsSettleTheKey, which needs the scheduler's luck:
-// settleKey used to compare the stored subscriber with the configuration
-// its node believed it wrote, and another node's write landing between a
-// Put's two key calls then stayed (this test fails on that code).
+// next start, SettleKeys). It fails when settleKey leaves the
+// declaration unchecked. It does not make the schedule that
+// TestConcurrentPutsSettleTheKey once hit by the scheduler's luck (a
+// settle out of rounds needs six later saves of other rates:
+// TestSettleOutlastsNewerSaves), and passes on the settle before c48463c.
 func TestInterleavedPutsSettleTheKey(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
