@@ -200,7 +200,8 @@ func TestConcurrentPutsSettleTheKey(t *testing.T) {
 // fails, as a crash there would leave it) leaves the old key; the next
 // start's SettleKeys makes it the stored subscriber's, once. An operator's
 // change of the key after a complete Put is not a cut-off write: a start
-// keeps it, and a steady start changes nothing.
+// keeps it, and a steady start changes nothing; the subscriber's next Put
+// rewrites it.
 func TestSettleKeysFinishesACutOffPut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -249,5 +250,15 @@ func TestSettleKeysFinishesACutOffPut(t *testing.T) {
 	settle(0)
 	if got := keyOf(); got.Rate != 2 || got.Burst != 1 {
 		t.Fatalf("key after a start %+v; want the operator's rate 2, burst 1 kept", got)
+	}
+	// The subscriber's next Put rewrites the key (docs/webhooks.md), even
+	// one that changes nothing: its declaration is already the
+	// subscriber's, so only settleKey's read of the key sees the
+	// operator's change.
+	if _, _, _, err := a.Put(ctx, perSecond(10)); err != nil {
+		t.Fatal(err)
+	}
+	if want := rec.LimitConfig(DefaultHeadroom); store.LimitFingerprint(keyOf()) != store.LimitFingerprint(want) {
+		t.Fatalf("key after the subscriber's next Put %+v; want the subscriber's %+v, not the operator's", keyOf(), want)
 	}
 }

@@ -844,7 +844,8 @@ func (r *Registry) invalidate(id string) {
 }
 
 // updateTries bounds how often update re-reads a record that another node
-// changed between its read and its write.
+// changed between its read and its write, and how many rounds in a row on
+// one stored record settleKey makes before it answers a conflict.
 const updateTries = 5
 
 // update applies fn to the stored record and saves it when fn reports a
