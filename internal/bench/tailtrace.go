@@ -298,20 +298,22 @@ func (t *tailTrace) partsOf(rs []traceReview) [][]float64 {
 	var out [][]float64
 	for _, r := range rs {
 		get := func(st string) (traceSpan, bool) { s, ok := at[key{r.ID, st}]; return s, ok }
-		var ss [8]traceSpan
+		var ss [len(engine.StageNames)]traceSpan
 		ok := true
 		for i, st := range engine.StageNames {
 			var found bool
-			ss[i], found = get(st)
-			ok = ok && (found || st == engine.StagePublishWait || st == engine.StagePublish)
+			if ss[i], found = get(st); found {
+				continue
+			}
+			if st != engine.StagePublishWait && st != engine.StagePublish {
+				ok = false
+				break
+			}
+			// Published in place: no time at the stage before's end.
+			ss[i].Start, ss[i].End = ss[i-1].End, ss[i-1].End
 		}
 		if !ok {
 			continue
-		}
-		for i := 6; i < 8; i++ {
-			if ss[i] == (traceSpan{}) {
-				ss[i].Start, ss[i].End = ss[i-1].End, ss[i-1].End
-			}
 		}
 		ms := func(a, b int64) float64 { return float64(b-a) / 1000 }
 		p := []float64{ms(r.Start, ss[0].Start)}
