@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -17,17 +18,52 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/postgres/pgtest"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 func newRegistry(t *testing.T, tweak ...func(*RegistryConfig)) (*Registry, store.Store, *testkit.Clock) {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: sqlite.SyncNormal})
-	if err != nil {
-		t.Fatal(err)
+	return newRegistryOn(t, "sqlite", tweak...)
+}
+
+// drivers are the stores that the tests of a subscriber's key run on
+// (registryOn): SQLite always, PostgreSQL when testkit.PostgresURLEnv
+// names one. A Put's save and its key are two transactions on either.
+func drivers() []string {
+	if os.Getenv(testkit.PostgresURLEnv) != "" {
+		return []string{"sqlite", "postgres"}
 	}
-	t.Cleanup(func() { st.Close() })
+	return []string{"sqlite"}
+}
+
+// eachDriver runs test as a parallel subtest per store of drivers().
+func eachDriver(t *testing.T, test func(t *testing.T, driver string)) {
+	for _, driver := range drivers() {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			test(t, driver)
+		})
+	}
+}
+
+// newRegistryOn is newRegistry on a store of driver ("sqlite", or
+// "postgres" on a schema of its own, dropped when the test ends).
+func newRegistryOn(t *testing.T, driver string, tweak ...func(*RegistryConfig)) (*Registry, store.Store, *testkit.Clock) {
+	t.Helper()
+	var st store.Store
+	if driver == "postgres" {
+		url, schema := testkit.PostgresSchema(t, "rl_webhook_")
+		st = pgtest.Open(t, url, schema, 8)
+	} else {
+		sq, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: sqlite.SyncNormal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sq.Close() })
+		st = sq
+	}
 	c := testkit.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	cfg := RegistryConfig{Store: st, Now: c.Now, CacheFor: -1}
 	for _, f := range tweak {
