@@ -12,14 +12,16 @@ import (
 )
 
 // hookedStore runs a hook once, at the first key write (UpsertLimit or
-// DeclareLimit) or subscriber PutObjectIf through it, before the call reaches the store: another
-// node's write landing at that point of this node's Put. A hook's error
-// fails the call, as a store error would.
+// DeclareLimit), subscriber PutObjectIf or event document write through
+// it, before the call reaches the store: another node's write landing at
+// that point of this node's Put or Publish. A hook's error fails the
+// call, as a store error would.
 type hookedStore struct {
 	store.Store
 	mu       sync.Mutex
 	onUpsert func() error
 	onSave   func() error
+	onEvent  func() error
 }
 
 // fire takes the hook *h, once.
@@ -49,12 +51,28 @@ func (s *hookedStore) DeclareLimit(ctx context.Context, c admission.Config, now 
 }
 
 func (s *hookedStore) PutObjectIf(ctx context.Context, o store.Object, prev []byte) error {
-	if o.Kind == ObjectSubscriber {
-		if err := s.fire(&s.onSave); err != nil {
-			return err
-		}
+	if err := s.fireFor(o.Kind); err != nil {
+		return err
 	}
 	return s.Store.PutObjectIf(ctx, o, prev)
+}
+
+func (s *hookedStore) PutObject(ctx context.Context, o store.Object) error {
+	if err := s.fireFor(o.Kind); err != nil {
+		return err
+	}
+	return s.Store.PutObject(ctx, o)
+}
+
+// fireFor takes the hook of a document write of kind, if any.
+func (s *hookedStore) fireFor(kind string) error {
+	switch kind {
+	case ObjectSubscriber:
+		return s.fire(&s.onSave)
+	case ObjectEvent:
+		return s.fire(&s.onEvent)
+	}
+	return nil
 }
 
 // perSecond is a spec of subscriber "s" at n deliveries per second.

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -289,6 +290,59 @@ func TestPublishFansOut(t *testing.T) {
 	if _, err := r.Publish(ctx, Event{Topic: "*", ID: "a/b", Payload: json.RawMessage(`null`)}); err == nil {
 		t.Fatal("an invalid event was published")
 	}
+}
+
+// Two nodes' Publishes of one event version, the second landing between
+// the first's insert and its document write with a subscriber the first
+// did not see: the event's document lists both deliveries, and a repeat
+// Publish answers both. The document used to be written from the
+// writer's own insert, unconditionally, so the first node's late write
+// replaced the other's and the second subscriber's delivery (which runs)
+// vanished from GET /v1/events/{id}/deliveries and from repeats.
+func TestConcurrentPublishesKeepEveryDelivery(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		_, st, c := newRegistryOn(t, driver)
+		hs := &hookedStore{Store: st}
+		a, b := node(t, hs, c.Now), node(t, st, c.Now)
+		ev := Event{Topic: "t", ID: "e1", Version: 1, Payload: json.RawMessage(`{}`)}
+		if _, _, _, err := b.Put(ctx, SubscriberSpec{ID: "x", URL: "https://x.example/h", Topics: []string{"t"}}); err != nil {
+			t.Fatal(err)
+		}
+		var second PublishResult
+		hs.onEvent = func() error { // before a's document write
+			if _, _, _, err := b.Put(ctx, SubscriberSpec{ID: "z", URL: "https://z.example/h", Topics: []string{"t"}}); err != nil {
+				return err
+			}
+			var err error
+			second, err = b.Publish(ctx, ev)
+			return err
+		}
+		first, err := a.Publish(ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hs.onEvent != nil || len(first.Deliveries) != 1 || len(second.Deliveries) != 2 || second.Existing {
+			t.Fatalf("first %+v, second %+v: want the second Publish inside the first, with one more subscriber", first, second)
+		}
+		subs := func(ds []DeliveryInfo) []string {
+			var ids []string
+			for _, d := range ds {
+				ids = append(ids, d.SubscriberID)
+			}
+			slices.Sort(ids)
+			return ids
+		}
+		ds, err := a.EventDeliveries(ctx, "", "e1", "", 0)
+		if err != nil || !slices.Equal(subs(ds), []string{"x", "z"}) {
+			t.Fatalf("event deliveries to %v, %v; want x and z", subs(ds), err)
+		}
+		again, err := a.Publish(ctx, ev)
+		if err != nil || !again.Existing || !slices.Equal(subs(again.Deliveries), []string{"x", "z"}) {
+			t.Fatalf("a repeat Publish answered %+v, %v; want the existing deliveries to x and z", again, err)
+		}
+	})
 }
 
 // TestHandlerRecordsResponses: a success keeps the status and timing as
