@@ -301,3 +301,45 @@ func TestSettleKeysFinishesACutOffPut(t *testing.T) {
 		}
 	})
 }
+
+// A start's SettleKeys that reads a subscriber, and then declares its key
+// after another node's whole Put of a new rate, leaves the key and its
+// declaration the stored subscriber's: it reads the subscriber again
+// after its write. It used to declare what it had read and stop, so the
+// key stayed at the older save's rate (the other Put had settled before)
+// until the next start.
+func TestSettleKeysRacesAPut(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		_, st, c := newRegistryOn(t, driver)
+		cut := &hookedStore{Store: st}
+		b := node(t, st, c.Now)
+		if _, _, _, err := b.Put(ctx, perSecond(5)); err != nil {
+			t.Fatal(err)
+		}
+		errCrash := errors.New("the process died here")
+		cut.onUpsert = func() error { return errCrash }
+		if _, _, _, err := node(t, cut, c.Now).Put(ctx, perSecond(7)); !errors.Is(err, errCrash) {
+			t.Fatalf("put cut off before its key: %v", err)
+		}
+		// The start: it reads the subscriber at rate 7 and its key at 5;
+		// before its declaration lands, another node's Put of rate 10
+		// saves and settles.
+		starting := &hookedStore{Store: st}
+		var putErr error
+		starting.onUpsert = func() error {
+			_, _, _, putErr = b.Put(ctx, perSecond(10))
+			return putErr
+		}
+		if _, err := node(t, starting, c.Now).SettleKeys(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if starting.onUpsert != nil {
+			t.Fatal("the other node's Put never ran")
+		}
+		if err := checkPuts(ctx, st, c.Now(), "s", []putResult{{10, putErr}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -533,8 +533,10 @@ func (r *Registry) upsertKey(ctx context.Context, id string, c admission.Config,
 // registry's last write of it declared something else: a Put cut off
 // after its save, or a key written before keys were declared. A key whose
 // difference is an operator's PUT /v1/limits after the subscriber's Put
-// is left as it is. It returns how many keys changed; a steady start
-// reads the subscribers and their keys and writes nothing.
+// is left as it is. A key it changes is then settled as a Put's is
+// (settleKey): the subscriber is read again after the write, so a Put
+// saved in between is not undone. It returns how many keys changed; a
+// steady start reads the subscribers and their keys and writes nothing.
 func (r *Registry) SettleKeys(ctx context.Context) (int, error) {
 	recs, err := r.subscribers(ctx)
 	if err != nil {
@@ -558,10 +560,18 @@ func (r *Registry) SettleKeys(ctx context.Context) (int, error) {
 		if err != nil {
 			return settled, fmt.Errorf("subscriber %s: limit key: %w", rec.ID, err)
 		}
-		if applied {
-			settled++
-			r.cfg.Logger.Info("webhook: a subscriber's limit key settled to the stored subscriber at start", "subscriber", rec.ID)
+		if !applied {
+			continue
 		}
+		settled++
+		// Read again after the write, as a Put does: another node's
+		// Put may have saved and settled between this read of the
+		// subscriber and this declaration, which then left its key at
+		// the older save's (TestSettleKeysRacesAPut).
+		if err := r.settleKey(ctx, rec.ID, now); err != nil {
+			return settled, err
+		}
+		r.cfg.Logger.Info("webhook: a subscriber's limit key settled to the stored subscriber at start", "subscriber", rec.ID)
 	}
 	return settled, nil
 }
