@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelane/ratelane/internal/admission"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 // hookedStore runs a hook once, at the first key write (UpsertLimit or
@@ -75,6 +76,14 @@ func (s *hookedStore) fireFor(kind string) error {
 	return nil
 }
 
+// hooked opens a store of driver (newRegistryOn) and a hookedStore over
+// it, through which one node of a test runs.
+func hooked(t *testing.T, driver string) (store.Store, *hookedStore, *testkit.Clock) {
+	t.Helper()
+	_, st, c := newRegistryOn(t, driver)
+	return st, &hookedStore{Store: st}, c
+}
+
 // perSecond is a spec of subscriber "s" at n deliveries per second.
 func perSecond(n int) SubscriberSpec {
 	return SubscriberSpec{ID: "s", URL: "https://example.com/hook", Topics: []string{"t"}, Rate: &Rate{Limit: n}}
@@ -133,8 +142,7 @@ func TestPutKeyMatchesStoredSubscriber(t *testing.T) {
 // run runs the case on a store of driver.
 func (tc putRace) run(t *testing.T, driver string) {
 	ctx := context.Background()
-	_, st, c := newRegistryOn(t, driver)
-	hs := &hookedStore{Store: st}
+	st, hs, c := hooked(t, driver)
 	a, b := node(t, hs, c.Now), node(t, st, c.Now)
 	if tc.exists {
 		if _, _, _, err := b.Put(ctx, perSecond(5)); err != nil {
@@ -243,8 +251,7 @@ func TestSettleKeysFinishesACutOffPut(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, driver string) {
 		ctx := context.Background()
-		_, st, c := newRegistryOn(t, driver)
-		hs := &hookedStore{Store: st}
+		st, hs, c := hooked(t, driver)
 		a := node(t, hs, c.Now)
 		keyOf := func() admission.Config {
 			t.Helper()
@@ -312,8 +319,7 @@ func TestSettleKeysRacesAPut(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, driver string) {
 		ctx := context.Background()
-		_, st, c := newRegistryOn(t, driver)
-		cut := &hookedStore{Store: st}
+		st, cut, c := hooked(t, driver)
 		b := node(t, st, c.Now)
 		if _, _, _, err := b.Put(ctx, perSecond(5)); err != nil {
 			t.Fatal(err)

@@ -303,8 +303,7 @@ func TestConcurrentPublishesKeepEveryDelivery(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, driver string) {
 		ctx := context.Background()
-		_, st, c := newRegistryOn(t, driver)
-		hs := &hookedStore{Store: st}
+		st, hs, c := hooked(t, driver)
 		a, b := node(t, hs, c.Now), node(t, st, c.Now)
 		ev := Event{Topic: "t", ID: "e1", Version: 1, Payload: json.RawMessage(`{}`)}
 		if _, _, _, err := b.Put(ctx, SubscriberSpec{ID: "x", URL: "https://x.example/h", Topics: []string{"t"}}); err != nil {
