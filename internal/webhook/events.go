@@ -269,15 +269,64 @@ func getDoc[T any](ctx context.Context, st store.Store, kind, id, what string) (
 	return doc, nil
 }
 
+// putEvent records doc, the deliveries this Publish inserted, in the
+// event's document, merged with what is stored. Two Publishes of one
+// version that both found no document both insert (the idempotency keys
+// deduplicate), each with the subscribers it read, and the document must
+// list every delivery either made: an unconditional write of this one's
+// own list let a late writer drop the other's deliveries from the listing
+// and from repeats (TestConcurrentPublishesKeepEveryDelivery). So the
+// write is guarded (store.PutObjectIf) on the body last read, nil first,
+// since Publish found no document; a conflict is another Publish's
+// write, read and merged again. Each conflict is such a write that
+// landed, so the loop ends when the concurrent Publishes of the version
+// do; ctx ends it too.
 func (r *Registry) putEvent(ctx context.Context, oid string, doc eventDoc) error {
 	if doc.Deliveries == nil {
 		doc.Deliveries = []eventDelivery{}
 	}
-	body, err := json.Marshal(doc)
-	if err != nil {
-		return err
+	var prev []byte // the stored body the write replaces; nil: none
+	for {
+		body, err := json.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		err = r.st.PutObjectIf(ctx, store.Object{Kind: ObjectEvent, ID: oid, Body: body, UpdatedAt: r.cfg.Now().UTC()}, prev)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		o, err := r.st.GetObject(ctx, ObjectEvent, oid)
+		if err != nil {
+			return err
+		}
+		var stored eventDoc
+		if err := json.Unmarshal(o.Body, &stored); err != nil {
+			return fmt.Errorf("decode event %s: %w", oid, err)
+		}
+		var added bool
+		if doc, added = mergeEvent(stored, doc); !added {
+			return nil // the stored document lists every delivery of this one
+		}
+		prev = o.Body
 	}
-	return r.st.PutObject(ctx, store.Object{Kind: ObjectEvent, ID: oid, Body: body, UpdatedAt: r.cfg.Now().UTC()})
+}
+
+// mergeEvent returns the stored document with the deliveries of doc that
+// it lacks (by job id) appended, and whether there were any. The stored
+// one's other fields stand: the first Publish of a version wins.
+func mergeEvent(stored, doc eventDoc) (eventDoc, bool) {
+	have := make(map[string]bool, len(stored.Deliveries))
+	for _, d := range stored.Deliveries {
+		have[d.JobID] = true
+	}
+	added := false
+	for _, d := range doc.Deliveries {
+		if !have[d.JobID] {
+			stored.Deliveries = append(stored.Deliveries, d)
+			added = true
+		}
+	}
+	return stored, added
 }
 
 func (r *Registry) notify() {

@@ -16,7 +16,13 @@ import (
 // subscriber "s" through the first.
 func twoNodes(t *testing.T) (*Registry, *Registry) {
 	t.Helper()
-	a, st, c := newRegistry(t)
+	return twoNodesOn(t, "sqlite")
+}
+
+// twoNodesOn is twoNodes on a store of driver (newRegistryOn).
+func twoNodesOn(t *testing.T, driver string) (*Registry, *Registry) {
+	t.Helper()
+	a, st, c := newRegistryOn(t, driver)
 	b := node(t, st, c.Now)
 	if _, _, _, err := a.Put(context.Background(), SubscriberSpec{ID: "s", URL: "https://example.com/hook", Topics: []string{"t"}}); err != nil {
 		t.Fatal(err)

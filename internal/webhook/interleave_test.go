@@ -1,11 +1,14 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,18 +61,24 @@ func (s *steppedStore) GetLimit(ctx context.Context, name string) (admission.Sta
 	return s.Store.GetLimit(ctx, name)
 }
 
+// putResult is what one Put of subscriber "s"-like specs answered:
+// the rate.limit it asked for and its error. checkPuts reads only these.
+type putResult struct {
+	limit int // the spec's rate.limit
+	err   error
+}
+
 // stepped is one node's Put run call by call.
 type stepped struct {
-	limit  int // the spec's rate.limit
-	st     *steppedStore
-	done   chan error
-	paused bool // at a call, not yet let run
-	err    error
-	ended  bool
+	putResult // err is set once ended
+	st        *steppedStore
+	done      chan error
+	paused    bool // at a call, not yet let run
+	ended     bool
 }
 
 func startPut(ctx context.Context, t *testing.T, st store.Store, now func() time.Time, spec SubscriberSpec) *stepped {
-	s := &stepped{limit: spec.Rate.Limit, st: newSteppedStore(st), done: make(chan error, 1)}
+	s := &stepped{putResult: putResult{limit: spec.Rate.Limit}, st: newSteppedStore(st), done: make(chan error, 1)}
 	r := node(t, s.st, now)
 	go func() {
 		_, _, _, err := r.Put(ctx, spec)
@@ -117,62 +126,68 @@ func (s *stepped) step(n int) {
 // TestSettleOutlastsNewerSaves), and passes on the settle before c48463c.
 func TestInterleavedPutsSettleTheKey(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	_, st, c := newRegistry(t)
-	rng := rand.New(rand.NewPCG(15, 42))
-	rates := []int{5, 10, 20}
-	const schedules = 400
-	steps, failed := 0, 0
-	for n := range schedules {
-		id := fmt.Sprintf("s%d", n)
-		spec := func(rate int) SubscriberSpec {
-			s := perSecond(rate)
-			s.ID = id
-			return s
-		}
-		if n%2 == 0 { // half the schedules update, half create
-			if _, _, _, err := node(t, st, c.Now).Put(ctx, spec(rates[rng.IntN(3)])); err != nil {
-				t.Fatal(err)
+	eachDriver(t, func(t *testing.T, driver string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, st, c := newRegistryOn(t, driver)
+		rng := rand.New(rand.NewPCG(15, 42))
+		rates := []int{5, 10, 20}
+		const schedules = 400
+		steps, failed := 0, 0
+		for n := range schedules {
+			id := fmt.Sprintf("s%d", n)
+			spec := func(rate int) SubscriberSpec {
+				s := perSecond(rate)
+				s.ID = id
+				return s
 			}
-		}
-		var puts []*stepped
-		var order []int
-		for range 3 {
-			puts = append(puts, startPut(ctx, t, st, c.Now, spec(rates[rng.IntN(3)])))
-		}
-		for {
-			var open []*stepped
-			for _, p := range puts {
-				if p.wait(); !p.ended {
-					open = append(open, p)
+			if n%2 == 0 { // half the schedules update, half create
+				if _, _, _, err := node(t, st, c.Now).Put(ctx, spec(rates[rng.IntN(3)])); err != nil {
+					t.Fatal(err)
 				}
 			}
-			if len(open) == 0 {
-				break
+			var puts []*stepped
+			var order []int
+			for range 3 {
+				puts = append(puts, startPut(ctx, t, st, c.Now, spec(rates[rng.IntN(3)])))
 			}
-			k := rng.IntN(len(open))
-			open[k].step(1)
-			order = append(order, k)
-			steps++
-		}
-		if err := checkPuts(ctx, st, c.Now(), id, puts); err != nil {
-			failed++
-			t.Errorf("schedule %d (the open Put stepped, by index: %v): %v", n, order, err)
-			if failed == 3 {
-				return
+			for {
+				var open []*stepped
+				for _, p := range puts {
+					if p.wait(); !p.ended {
+						open = append(open, p)
+					}
+				}
+				if len(open) == 0 {
+					break
+				}
+				k := rng.IntN(len(open))
+				open[k].step(1)
+				order = append(order, k)
+				steps++
+			}
+			results := make([]putResult, len(puts))
+			for i, p := range puts {
+				results[i] = p.putResult
+			}
+			if err := checkPuts(ctx, st, c.Now(), id, results); err != nil {
+				failed++
+				t.Errorf("schedule %d (the open Put stepped, by index: %v): %v", n, order, err)
+				if failed == 3 {
+					return
+				}
 			}
 		}
-	}
-	// Each Put makes at least three paused calls (read, save, and the
-	// key's): fewer means the stepping no longer sees them.
-	if steps < schedules*3*3 {
-		t.Fatalf("%d calls stepped in %d schedules of three Puts: the stepping missed the Puts' store calls", steps, schedules)
-	}
+		// Each Put makes at least three paused calls (read, save, and the
+		// key's): fewer means the stepping no longer sees them.
+		if steps < schedules*3*3 {
+			t.Fatalf("%d calls stepped in %d schedules of three Puts: the stepping missed the Puts' store calls", steps, schedules)
+		}
+	})
 }
 
 // checkPuts checks where one schedule's Puts of subscriber id ended.
-func checkPuts(ctx context.Context, st store.Store, now time.Time, id string, puts []*stepped) error {
+func checkPuts(ctx context.Context, st store.Store, now time.Time, id string, puts []putResult) error {
 	ok := 0
 	for _, p := range puts {
 		switch {
@@ -197,7 +212,7 @@ func checkPuts(ctx context.Context, st store.Store, now time.Time, id string, pu
 	// nil: a conflict there is its settle giving up, not a lost save.
 	// (It cannot catch an earlier winner's give-up, as settleKey's
 	// exhausted rounds were; the key's check above does.)
-	if !slices.ContainsFunc(puts, func(p *stepped) bool { return p.err == nil && p.limit == rec.Rate.Limit }) {
+	if !slices.ContainsFunc(puts, func(p putResult) bool { return p.err == nil && p.limit == rec.Rate.Limit }) {
 		return fmt.Errorf("the stored subscriber (limit %d) is no successful Put's", rec.Rate.Limit)
 	}
 	want := rec.LimitConfig(DefaultHeadroom)
@@ -262,29 +277,82 @@ func (s *keyRacer) UpsertLimit(ctx context.Context, c admission.Config, now time
 // it: a round that writes needs a save after the previous round's read.
 func TestSettleOutlastsNewerSaves(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	a, b := twoNodes(t)
-	rates := make([]int, updateTries+1)
-	for i := range rates {
-		rates[i] = 100 + i
-	}
-	var others []*stepped // B's Puts, for checkPuts: each must succeed
-	racer := &keyRacer{Store: a.st, left: rates, other: func(rate int) error {
-		_, _, _, err := b.Put(ctx, perSecond(rate))
-		others = append(others, &stepped{limit: rate, err: err, ended: true})
-		return err
-	}}
-	slow := node(t, racer, a.cfg.Now)
-	_, _, _, err := slow.Put(ctx, perSecond(10))
-	if err != nil {
-		t.Errorf("the slow Put, whose save won: %v", err)
-	}
-	if err := checkPuts(ctx, a.st, a.cfg.Now(), "s", append(others, &stepped{limit: 10, err: err, ended: true})); err != nil {
-		t.Fatal(err)
-	}
-	// A settle that read what it wrote at once would pass without the
-	// schedule above: each of the other Puts must have landed.
-	if len(racer.left) != 0 {
-		t.Fatalf("%d of the other node's Puts never ran", len(racer.left))
-	}
+	eachDriver(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		a, b := twoNodesOn(t, driver)
+		rates := make([]int, updateTries+1)
+		for i := range rates {
+			rates[i] = 100 + i
+		}
+		var puts []putResult // B's Puts, for checkPuts: each must succeed
+		racer := &keyRacer{Store: a.st, left: rates, other: func(rate int) error {
+			_, _, _, err := b.Put(ctx, perSecond(rate))
+			puts = append(puts, putResult{rate, err})
+			return err
+		}}
+		slow := node(t, racer, a.cfg.Now)
+		_, _, _, err := slow.Put(ctx, perSecond(10))
+		if err != nil {
+			t.Errorf("the slow Put, whose save won: %v", err)
+		}
+		if err := checkPuts(ctx, a.st, a.cfg.Now(), "s", append(puts, putResult{10, err})); err != nil {
+			t.Fatal(err)
+		}
+		// A settle that read what it wrote at once would pass without the
+		// schedule above: each of the other Puts must have landed.
+		if len(racer.left) != 0 {
+			t.Fatalf("%d of the other node's Puts never ran", len(racer.left))
+		}
+	})
+}
+
+// A Put whose save won answers success when an operator's PUT /v1/limits
+// rewrites the key in every round of its settle: the subscriber is saved
+// (and a created one's secret is shown, as it is only once), the key and
+// its declaration end as the stored subscriber's (the settle's last write),
+// and a log line names the subscriber and its key, never its secret. It
+// used to answer store.ErrConflict after updateTries rounds on the save:
+// a 409 that said "read it and send it again" for a save that stood, which
+// lost a created subscriber's secret, since the retry is an update.
+func TestSettleUnderOperatorAnswersTheSave(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		_, st, c := newRegistryOn(t, driver)
+		operator := make([]int, 4*updateTries) // more rewrites than the settle waits for
+		for i := range operator {
+			operator[i] = 200 + i
+		}
+		racer := &keyRacer{Store: st, left: operator, other: func(rate int) error {
+			_, err := st.UpsertLimit(ctx, admission.Config{Name: LimitKey("s"), Rate: float64(rate), Burst: 1}, c.Now())
+			return err
+		}}
+		var logs bytes.Buffer
+		slow, err := NewRegistry(RegistryConfig{Store: racer, Jobs: newWriter(t, racer, c.Now), Now: c.Now, CacheFor: -1,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, secret, created, err := slow.Put(ctx, perSecond(10))
+		if err != nil {
+			t.Fatalf("the Put, whose save won: %v", err)
+		}
+		if !created || secret == "" || rec.Version != 1 {
+			t.Fatalf("put answered created %v, secret %t, version %d; want the create's record and secret", created, secret != "", rec.Version)
+		}
+		if err := checkPuts(ctx, st, c.Now(), "s", []putResult{{10, nil}}); err != nil {
+			t.Fatal(err)
+		}
+		// The settle stopped on its bound, not because the operator stopped.
+		if len(racer.left) == 0 {
+			t.Fatal("the operator's rewrites ran out before the settle's bound: the test checks nothing")
+		}
+		out := logs.String()
+		if !strings.Contains(out, "subscriber=s ") || !strings.Contains(out, "limit_key="+LimitKey("s")) {
+			t.Fatalf("no log line naming the subscriber and its key; logged:\n%s", out)
+		}
+		if strings.Contains(out, secret) {
+			t.Fatal("the log holds the subscriber's secret")
+		}
+	})
 }

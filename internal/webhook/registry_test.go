@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,17 +19,52 @@ import (
 	"github.com/ratelane/ratelane/internal/engine"
 	"github.com/ratelane/ratelane/internal/job"
 	"github.com/ratelane/ratelane/internal/store"
+	"github.com/ratelane/ratelane/internal/store/postgres/pgtest"
 	"github.com/ratelane/ratelane/internal/store/sqlite"
 	"github.com/ratelane/ratelane/internal/testkit"
 )
 
 func newRegistry(t *testing.T, tweak ...func(*RegistryConfig)) (*Registry, store.Store, *testkit.Clock) {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: sqlite.SyncNormal})
-	if err != nil {
-		t.Fatal(err)
+	return newRegistryOn(t, "sqlite", tweak...)
+}
+
+// drivers are the stores that the tests of a subscriber's key run on
+// (registryOn): SQLite always, PostgreSQL when testkit.PostgresURLEnv
+// names one. A Put's save and its key are two transactions on either.
+func drivers() []string {
+	if os.Getenv(testkit.PostgresURLEnv) != "" {
+		return []string{"sqlite", "postgres"}
 	}
-	t.Cleanup(func() { st.Close() })
+	return []string{"sqlite"}
+}
+
+// eachDriver runs test as a parallel subtest per store of drivers().
+func eachDriver(t *testing.T, test func(t *testing.T, driver string)) {
+	for _, driver := range drivers() {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			test(t, driver)
+		})
+	}
+}
+
+// newRegistryOn is newRegistry on a store of driver ("sqlite", or
+// "postgres" on a schema of its own, dropped when the test ends).
+func newRegistryOn(t *testing.T, driver string, tweak ...func(*RegistryConfig)) (*Registry, store.Store, *testkit.Clock) {
+	t.Helper()
+	var st store.Store
+	if driver == "postgres" {
+		url, schema := testkit.PostgresSchema(t, "rl_webhook_")
+		st = pgtest.Open(t, url, schema, 8)
+	} else {
+		sq, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "us.db"), Region: "us", Synchronous: sqlite.SyncNormal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sq.Close() })
+		st = sq
+	}
 	c := testkit.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	cfg := RegistryConfig{Store: st, Now: c.Now, CacheFor: -1}
 	for _, f := range tweak {
@@ -253,6 +290,58 @@ func TestPublishFansOut(t *testing.T) {
 	if _, err := r.Publish(ctx, Event{Topic: "*", ID: "a/b", Payload: json.RawMessage(`null`)}); err == nil {
 		t.Fatal("an invalid event was published")
 	}
+}
+
+// Two nodes' Publishes of one event version, the second landing between
+// the first's insert and its document write with a subscriber the first
+// did not see: the event's document lists both deliveries, and a repeat
+// Publish answers both. The document used to be written from the
+// writer's own insert, unconditionally, so the first node's late write
+// replaced the other's and the second subscriber's delivery (which runs)
+// vanished from GET /v1/events/{id}/deliveries and from repeats.
+func TestConcurrentPublishesKeepEveryDelivery(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		st, hs, c := hooked(t, driver)
+		a, b := node(t, hs, c.Now), node(t, st, c.Now)
+		ev := Event{Topic: "t", ID: "e1", Version: 1, Payload: json.RawMessage(`{}`)}
+		if _, _, _, err := b.Put(ctx, SubscriberSpec{ID: "x", URL: "https://x.example/h", Topics: []string{"t"}}); err != nil {
+			t.Fatal(err)
+		}
+		var second PublishResult
+		hs.onEvent = func() error { // before a's document write
+			if _, _, _, err := b.Put(ctx, SubscriberSpec{ID: "z", URL: "https://z.example/h", Topics: []string{"t"}}); err != nil {
+				return err
+			}
+			var err error
+			second, err = b.Publish(ctx, ev)
+			return err
+		}
+		first, err := a.Publish(ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hs.onEvent != nil || len(first.Deliveries) != 1 || len(second.Deliveries) != 2 || second.Existing {
+			t.Fatalf("first %+v, second %+v: want the second Publish inside the first, with one more subscriber", first, second)
+		}
+		subs := func(ds []DeliveryInfo) []string {
+			var ids []string
+			for _, d := range ds {
+				ids = append(ids, d.SubscriberID)
+			}
+			slices.Sort(ids)
+			return ids
+		}
+		ds, err := a.EventDeliveries(ctx, "", "e1", "", 0)
+		if err != nil || !slices.Equal(subs(ds), []string{"x", "z"}) {
+			t.Fatalf("event deliveries to %v, %v; want x and z", subs(ds), err)
+		}
+		again, err := a.Publish(ctx, ev)
+		if err != nil || !again.Existing || !slices.Equal(subs(again.Deliveries), []string{"x", "z"}) {
+			t.Fatalf("a repeat Publish answered %+v, %v; want the existing deliveries to x and z", again, err)
+		}
+	})
 }
 
 // TestHandlerRecordsResponses: a success keeps the status and timing as
