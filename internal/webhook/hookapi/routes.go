@@ -79,7 +79,7 @@ func (s *server) routes() []mount.Route {
 	region := s.h.Regions()[0]
 	return []mount.Route{
 		{Method: "PUT", Path: "/v1/subscribers/{id}", Name: "putSubscriber", Role: auth.RoleAdmin,
-			Summary: "Create or replace a webhook subscriber and its limit key subscriber:<id>; a generated secret is shown once",
+			Summary: "Create or replace a webhook subscriber and its limit key subscriber:<id>; a generated secret is shown once; 409 when another request changed it meanwhile (nothing saved)",
 			Handle:  s.handlePutSubscriber, Request: subscriberRequest{}, Response: putSubscriberResponse{}, Status: 200,
 			Params: []mount.Param{mount.RegionOne}, Vars: subscriberVars,
 			Example: `{"url":"https://hooks.example.com/ratelane","topics":["shipment.updated"],"rate":{"limit":20,"period":"1s","burst":5}}`},
@@ -273,7 +273,7 @@ func (s *server) handlePutSubscriber(w http.ResponseWriter, r *http.Request, p a
 	}
 	rec, secret, created, err := reg.Put(context.WithoutCancel(r.Context()), spec)
 	if err != nil {
-		return err
+		return putSubscriberError(err, spec.ID)
 	}
 	return mount.WriteJSON(w, http.StatusOK, putSubscriberResponse{Subscriber: viewSubscriber(rec), Created: created, Secret: secret})
 }
@@ -313,6 +313,18 @@ func (s *server) subscriberRegistry(r *http.Request, p auth.Principal) (Registry
 }
 
 // subscriberError names the subscriber in a 404.
+// putSubscriberError names a PUT's lost save. Registry.Put answers
+// store.ErrConflict only when another request changed the subscriber
+// between this one's read and its save, and keeps nothing of this one;
+// the API's generic conflict speaks of a job's state, which misleads here.
+func putSubscriberError(err error, id string) error {
+	if errors.Is(err, store.ErrConflict) {
+		return mount.Problemf(http.StatusConflict, "conflict",
+			"subscriber %s was changed by another request while this PUT saved it; nothing of this PUT was saved: GET the subscriber and PUT again", id)
+	}
+	return err
+}
+
 func subscriberError(err error, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return mount.NotFound("subscriber " + id)
