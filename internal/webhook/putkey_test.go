@@ -349,3 +349,52 @@ func TestSettleKeysRacesAPut(t *testing.T) {
 		}
 	})
 }
+
+// A create whose save stood answers its record and generated secret even
+// when the settle of its key fails after the save: the secret is shown
+// only in that answer, and a retry is an update that never shows it, so
+// an error there lost the secret for good. An update still answers the
+// error (its retry settles the key). Either way the key stays the stored
+// subscriber's, written before the create's save.
+func TestCreateAnswersItsSecretWhenTheSettleFails(t *testing.T) {
+	t.Parallel()
+	errDisk := errors.New("disk full")
+	eachDriver(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		st, hs, c := hooked(t, driver)
+		a := node(t, hs, c.Now)
+		failSettle := func() error { // after the save: the settle's key write fails
+			hs.mu.Lock()
+			hs.onUpsert = func() error { return errDisk }
+			hs.mu.Unlock()
+			return nil
+		}
+		hs.onSave = failSettle
+		rec, secret, created, err := a.Put(ctx, perSecond(10))
+		if err != nil || !created || secret == "" {
+			t.Fatalf("create: created %v, secret shown %v, err %v; want the create and its secret", created, secret != "", err)
+		}
+		if hs.onUpsert != nil {
+			t.Fatal("the settle never wrote the key, so its failure was not tried")
+		}
+		stored, err := a.Get(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Version != rec.Version || stored.Secrets.Current != secret {
+			t.Fatalf("stored version %d (answered %d); stored secret is the answered one: %v", stored.Version, rec.Version, stored.Secrets.Current == secret)
+		}
+		key, err := st.GetLimit(ctx, LimitKey("s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if store.LimitFingerprint(key.Config) != store.LimitFingerprint(stored.LimitConfig(DefaultHeadroom)) {
+			t.Fatalf("key rate %v is not the stored subscriber's %v", key.Rate, stored.LimitConfig(DefaultHeadroom).Rate)
+		}
+
+		hs.onSave = failSettle
+		if _, _, created, err := a.Put(ctx, perSecond(20)); !errors.Is(err, errDisk) || created {
+			t.Fatalf("update whose settle failed: created %v, err %v; want %v", created, err, errDisk)
+		}
+	})
+}

@@ -447,7 +447,8 @@ func validateRate(rt Rate, add func(field, format string, args ...any)) {
 // The key follows the stored subscriber, not the spec: the store has no
 // transaction over a document and a key, so Put saves the subscriber
 // first (a guarded write) and then writes the key from what is stored
-// (settleKey). A save that loses writes no key; an update's key written
+// (settleKey). A create whose save stood answers its record and secret
+// even when that settle fails (logged): the secret is shown only once. A save that loses writes no key; an update's key written
 // late, after another node's Put, is rewritten from what is stored. A
 // create also writes the key before its save, so that no delivery
 // published in between runs on an unpaced key (Publish creates unknown
@@ -491,7 +492,18 @@ func (r *Registry) Put(ctx context.Context, spec SubscriberSpec) (Record, string
 	// rewrites the key if it still differs, an operator's change
 	// included. A separate write first would repeat that round's work.
 	if err := r.settleKey(ctx, spec.ID, now); err != nil {
-		return Record{}, "", false, err
+		if !created {
+			// An update is safe to retry: the retry settles the key.
+			return Record{}, "", false, err
+		}
+		// A create's save stood, and its key was written before it
+		// (upsertKey). Its generated secret is shown only in this
+		// answer, and a retry would be an update that never shows it,
+		// so an error here would lose the secret for good. The key is
+		// the create's own unless another node's Put raced it, and then
+		// that Put's settle, the next Put or the next start settles it.
+		r.cfg.Logger.Warn("webhook: subscriber created; settling its limit key failed, left to the next Put or start",
+			"subscriber", spec.ID, "version", rec.Version, "error", err)
 	}
 	return rec, generated, created, nil
 }
