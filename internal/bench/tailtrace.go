@@ -11,6 +11,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +52,12 @@ type traceSpan struct {
 	Stage  string `json:"stage"`
 	Start  int64  `json:"s"`
 	End    int64  `json:"e"`
+	// Via, Asked and Woke are a queued stage's lease: its trigger, when
+	// its write was called and when the fetch loop's wait ended (µs; 0:
+	// none). See engine.StageSpan.
+	Via   string `json:"via,omitempty"`
+	Asked int64  `json:"asked,omitempty"`
+	Woke  int64  `json:"woke,omitempty"`
 }
 
 // traceRequest is one HTTP request to a simulator: the provider profile,
@@ -112,6 +119,14 @@ func newTailTrace(path string) *tailTrace { return &tailTrace{t0: time.Now(), pa
 // us is t in µs from the trace's start.
 func (t *tailTrace) us(at time.Time) int64 { return at.Sub(t.t0).Microseconds() }
 
+// usOrZero is us(at), 0 for the zero time (none).
+func (t *tailTrace) usOrZero(at time.Time) int64 {
+	if at.IsZero() {
+		return 0
+	}
+	return t.us(at)
+}
+
 // Name names the recorder's plug-in.
 func (t *tailTrace) Name() string { return "bench-tail-trace" }
 
@@ -123,7 +138,8 @@ func (t *tailTrace) Bind(_ context.Context, r *ratelane.PluginRegion) error {
 }
 
 func (t *tailTrace) span(s engine.StageSpan) {
-	sp := traceSpan{ID: s.ID, Parent: s.Parent, Kind: s.Kind, Lane: string(s.Lane), Stage: s.Stage, Start: t.us(s.Start), End: t.us(s.End)}
+	sp := traceSpan{ID: s.ID, Parent: s.Parent, Kind: s.Kind, Lane: string(s.Lane), Stage: s.Stage, Start: t.us(s.Start), End: t.us(s.End),
+		Via: s.Via, Asked: t.usOrZero(s.Asked), Woke: t.usOrZero(s.Woke)}
 	t.mu.Lock()
 	t.spans = append(t.spans, sp)
 	t.mu.Unlock()
@@ -250,8 +266,10 @@ func (t *tailTrace) sample(ctx context.Context, childCPU func() (float64, bool))
 func (t *tailTrace) write() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// t0_unix_ns joins the trace's µs to wall-clock records of the same
+	// run (a cpulabels build's COMMIT anatomy in $RATELANE_WRITESTATS).
 	b, err := json.Marshal(map[string]any{"spans": t.spans, "requests": t.requests, "events": t.events,
-		"reviews": t.reviews, "samples": t.samples})
+		"reviews": t.reviews, "samples": t.samples, "t0_unix_ns": t.t0.UnixNano()})
 	if err != nil {
 		return err
 	}
@@ -452,6 +470,74 @@ func (t *tailTrace) summarize(r *Result) {
 		r.add("tail_overlap_"+name+"_typical", mean(col(all, k)), "mean over every in-sweep review's window")
 	}
 	t.splitByRuns(r, in)
+	t.queuedCauses(r, base, "baseline")
+	t.queuedCauses(r, in, "sweep")
+}
+
+// queuedSlow is the queued stage past which queuedCauses attributes a
+// review: twice an idle review's whole latency, and past every stage's
+// typical time.
+const queuedSlow = 10 * time.Millisecond
+
+// queuedCauseNames are queuedCauses' causes: the lease that ended a slow
+// queued stage (engine.StageSpan.Via) and, for the insert's own lease,
+// whether its write or the time before it took longer.
+var queuedCauseNames = []string{"insert_write", "insert_before_write", "wake", "poll", "finish", "other"}
+
+// queuedCause names what ended queued stage q: the insert's write
+// (insert_write: most of the stage from the insert's call of its write,
+// which leased the job, to its answer: the writer's queue and the
+// commit), the insert before its write (Submit's CPU), a wake-up of the
+// fetch loop (the insert did not lease it), the poll timer (no wake-up
+// leased it), a finish's write, or anything else.
+func queuedCause(q traceSpan) string {
+	switch {
+	case q.Via == "insert" && q.Asked != 0 && q.End-q.Asked >= q.Asked-q.Start:
+		return "insert_write"
+	case q.Via == "insert":
+		return "insert_before_write"
+	case strings.HasPrefix(q.Via, "wake:"):
+		return "wake"
+	case q.Via == "poll":
+		return "poll"
+	case strings.HasPrefix(q.Via, "finish:"):
+		return "finish"
+	}
+	return "other"
+}
+
+// queuedCauses adds, for the reviews rs of phase, how many had a queued
+// stage over queuedSlow, how many of them each cause ended
+// (queuedCause), and the share of their queued time spent in the write
+// of the lease that ended it (its call to its answer).
+func (t *tailTrace) queuedCauses(r *Result, rs []traceReview, phase string) {
+	queued := map[string]traceSpan{}
+	for _, s := range t.spans {
+		if s.Lane == "interactive" && s.Stage == engine.StageQueued && s.Parent != "" {
+			queued[s.Parent] = s
+		}
+	}
+	n := map[string]int{}
+	slow := 0
+	var inWrite, total int64
+	for _, rv := range rs {
+		q, ok := queued[rv.ID]
+		if !ok || time.Duration(q.End-q.Start)*time.Microsecond <= queuedSlow {
+			continue
+		}
+		slow++
+		n[queuedCause(q)]++
+		total += q.End - q.Start
+		if q.Asked != 0 {
+			inWrite += q.End - max(q.Asked, q.Start)
+		}
+	}
+	pre := "tail_queued_over_10ms_" + phase
+	r.add(pre+"_reviews", float64(slow), phase+" reviews whose part's queued stage took over 10 ms (--trace-tail)")
+	for _, c := range queuedCauseNames {
+		r.add(pre+"_"+c, float64(n[c]), "of them, those whose queued stage ended so (tailtrace.go queuedCause)")
+	}
+	r.add(pre+"_write_share", float64(inWrite)/float64(max(1, total)), "share of their queued time in the write of the lease that ended it")
 }
 
 // splitByRuns adds, for each batch driver kind (a submission, a

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -63,6 +65,56 @@ func tailTraceSummary(t *testing.T, publishSpans bool) {
 	} {
 		if got, ok := r.Get(name); !ok || got != want {
 			t.Errorf("publication spans %v: %s = %v (present %v); want %v", publishSpans, name, got, ok, want)
+		}
+	}
+}
+
+// TestTailTraceQueuedCauses builds reviews whose part's queued stage ends
+// each way a lease can end it (engine.StageSpan.Via) and checks that the
+// summary counts, per phase, only those over 10 ms, by cause: an insert
+// whose write took most of the stage, one whose time before its write
+// did, a wake-up, a poll, a finish; and the share of their queued time
+// in the lease's write. A stage of exactly 10 ms is not over it.
+func TestTailTraceQueuedCauses(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tr := &tailTrace{t0: t0}
+	at := func(us int64) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
+	type part struct {
+		phase       string
+		via         string
+		queued      int64 // µs
+		beforeLease int64 // µs from ready to the lease's call
+	}
+	parts := []part{
+		{"baseline", "insert", 20_000, 100},      // insert_write, 19.9 ms in the write
+		{"baseline", "insert", 10_000, 100},      // exactly 10 ms: not counted
+		{"baseline", "insert", 12_000, 11_000},   // insert_before_write, 1 ms in the write
+		{"sweep", "insert", 40_000, 0},           // insert_write, all 40 ms
+		{"sweep", "wake:notify", 20_000, 18_000}, // wake, 2 ms in the write
+		{"sweep", "poll", 50_000, 49_000},        // poll, 1 ms
+		{"sweep", "finish:interactive", 30_000, 29_000},
+		{"sweep", "insert", 3_000, 100}, // fast: not counted
+	}
+	for i, p := range parts {
+		id := fmt.Sprintf("r%d", i)
+		start := int64(i) * 100_000
+		tr.review(id, p.phase, at(start), at(start+p.queued+1_000))
+		tr.span(engine.StageSpan{ID: "p-" + id, Parent: id, Lane: "interactive", Stage: engine.StageQueued,
+			Start: at(start), End: at(start + p.queued), Via: p.via, Asked: at(start + p.beforeLease)})
+	}
+	tr.markInSweep(at(int64(len(parts)) * 100_000))
+	var r Result
+	tr.summarize(&r)
+	for name, want := range map[string]float64{
+		"tail_queued_over_10ms_baseline_reviews": 2, "tail_queued_over_10ms_baseline_insert_write": 1,
+		"tail_queued_over_10ms_baseline_insert_before_write": 1, "tail_queued_over_10ms_baseline_wake": 0,
+		"tail_queued_over_10ms_baseline_write_share": (19_900 + 1_000) / 32_000.0,
+		"tail_queued_over_10ms_sweep_reviews":        4, "tail_queued_over_10ms_sweep_insert_write": 1,
+		"tail_queued_over_10ms_sweep_wake": 1, "tail_queued_over_10ms_sweep_poll": 1, "tail_queued_over_10ms_sweep_finish": 1,
+		"tail_queued_over_10ms_sweep_other": 0, "tail_queued_over_10ms_sweep_write_share": (40_000 + 2_000 + 1_000 + 1_000) / 140_000.0,
+	} {
+		if got, ok := r.Get(name); !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s = %v (present %v); want %v", name, got, ok, want)
 		}
 	}
 }

@@ -372,7 +372,10 @@ type Engine struct {
 	// announced, so the loop waits on instead of leasing (fetchLoop).
 	notifies     atomic.Uint64
 	seenNotifies uint64 // the fetch loop's only
-	results      chan result
+	// woke is when the fetch loop's last wait ended, for a traced
+	// queued stage (leaseNote); zero for a lease that followed another.
+	woke    time.Time // the fetch loop's only
+	results chan result
 	// gathering (one token) is held by the finish loop that is taking
 	// outcomes from results into its batch (loops.go gather), so that
 	// with InFlight > 1 the loops do not split one burst of outcomes
@@ -467,6 +470,9 @@ type Engine struct {
 	// reads whether a lease would take anything, as a poll does.
 	live           atomic.Bool
 	sawInsertLease atomic.Bool
+	// wakeWhy is why the engine's own code last woke the fetch loop
+	// (noteWake): a wake reason, wakeNotify when none.
+	wakeWhy atomic.Uint32
 
 	// claimPrefix and claims make each publication claim's token unique
 	// to this engine and call (publish.go); publishRetryAt is when, in
@@ -597,7 +603,7 @@ func New(cfg Config) (*Engine, error) {
 	} else if len(ls) > 0 {
 		e.lane = ls[0]
 	}
-	e.budget.notify = func() { noteWake("turn"); e.Notify() } // a turn kept for the fetch loop's next lease
+	e.budget.notify = func() { e.noteWake(wakeTurn); e.Notify() } // a turn kept for the fetch loop's next lease
 	e.pub.init()
 	if e.jobs == nil {
 		var err error
@@ -857,7 +863,7 @@ func (e *Engine) fetchLoop() {
 			noteLease("poll-read-none", LeaseParams{}, nil)
 			e.idle.Add(1) // nothing to lease: idle again, as after an empty lease
 		} else if !e.leaseAndRun(trigger) {
-			trigger = "again"
+			trigger, e.woke = "again", time.Time{}
 			continue
 		}
 		var ok bool
@@ -873,11 +879,12 @@ func (e *Engine) fetchLoop() {
 			// its Notify, and the lease that Notify then woke, leased
 			// that review twice, once empty (TestStaleWakeLeasesNothing;
 			// docs/benchmarks.md, "Session 41 (s41h1)").
-			noteLease("wake-stale:"+wakeReason(), LeaseParams{}, nil)
+			noteLease("wake-stale:"+e.wakeReason(), LeaseParams{}, nil)
 		}
+		e.woke = e.noteNow()
 		trigger = "poll"
 		if !polled {
-			trigger = "wake:" + wakeReason()
+			trigger = "wake:" + e.wakeReason()
 		}
 		afterInsert = false
 		if !polled && e.sawInsertLease.Swap(false) {
@@ -1024,6 +1031,7 @@ func (e *Engine) leaseAndRun(trigger string) (idle bool) {
 	}
 	turns, batchMax := e.takeTurns(free)
 	gen := e.queued.leasing()
+	note := leaseNote{via: trigger, asked: e.noteNow(), woke: e.woke}
 	jobs, err := e.lease(free, batchMax, trigger)
 	e.seenNotifies = seen
 	if err != nil {
@@ -1036,7 +1044,7 @@ func (e *Engine) leaseAndRun(trigger string) (idle bool) {
 	if !e.lastFull {
 		e.idle.Add(1)
 	}
-	e.runLeased(jobs, free, turns)
+	e.runLeased(jobs, free, turns, note)
 	e.queued.seen(gen) // the interactive jobs it took are in flight as handlers now
 	return !e.lastFull
 }
@@ -1112,16 +1120,13 @@ func (e *Engine) noteAdmission(admit time.Time) {
 
 // runLeased runs jobs that a lease at now returned on the worker slots
 // taken for them (free) and the batch turns (turns, budget.take), and
-// gives the slots and turns not used back.
-func (e *Engine) runLeased(jobs []*job.Job, free, turns int) {
+// gives the slots and turns not used back; note is how the lease came
+// about, for their queued stage.
+func (e *Engine) runLeased(jobs []*job.Job, free, turns int, note leaseNote) {
 	now := e.cfg.Now()
 	batch := 0
 	for _, j := range jobs {
-		ready := j.CreatedAt
-		if j.EligibleAt.After(ready) {
-			ready = j.EligibleAt
-		}
-		e.observeStage(j.ID, j.ParentID, j.Kind, j.Lane, stQueued, ready, now)
+		e.observeQueued(j, now, note)
 		if e.takesTurn(j) {
 			batch++
 		}

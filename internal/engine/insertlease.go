@@ -27,6 +27,7 @@ type insertLease struct {
 	free  int       // worker slots reserved for it
 	gen   uint64    // queuedWork's generation as the lease began
 	admit time.Time // set by the store: a skipped group's next admission
+	asked time.Time // when the insert's write was called (traced only: leaseNote)
 }
 
 // insertLeaser is what an engine lends its writer (Jobs.leaseInserts) so
@@ -89,6 +90,7 @@ func (e *Engine) beginInsertLease(jobs []*job.Job) (*insertLease, bool) {
 	l := &insertLease{free: free, gen: e.queued.leasing()}
 	l.p = e.leaseParams(free, 0, &l.admit)
 	l.p.Lane = job.LaneInteractive
+	l.asked = e.noteNow() // the insert's write is called next
 	return l, true
 }
 
@@ -111,7 +113,7 @@ func (e *Engine) endInsertLease(l *insertLease, leased []*job.Job, err error) {
 	noteLease("insert", l.p, leased)
 	e.noteAdmission(l.admit)
 	e.sawInsertLease.Store(true)
-	e.runLeased(leased, l.free, 0)
+	e.runLeased(leased, l.free, 0, leaseNote{via: "insert", asked: l.asked})
 	if len(leased) < l.free {
 		// It saw every interactive job it could take: the queued piece
 		// ends as after a fetch loop's lease. One that took as many as

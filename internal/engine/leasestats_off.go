@@ -4,10 +4,10 @@ package engine
 
 import "github.com/ratelane/ratelane/internal/job"
 
-// noteWake, wakeReason, noteLease, dumpLeaseStats and finishTrigger count leases by
-// trigger in a cpulabels build only (leasestats_on.go).
-func noteWake(string)                           {}
-func wakeReason() string                        { return "" }
+// noteLease, dumpLeaseStats and finishTrigger count leases by trigger in
+// a cpulabels build only (leasestats_on.go).
 func noteLease(string, LeaseParams, []*job.Job) {}
 func dumpLeaseStats()                           {}
-func finishTrigger([]Report, bool) string       { return "" }
+
+// leaseStatsOn: this build does not count leases by trigger.
+const leaseStatsOn = false

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/ratelane/ratelane/internal/cpulabel"
 	"github.com/ratelane/ratelane/internal/job"
@@ -34,21 +33,6 @@ type leaseStat struct {
 var leaseStats struct {
 	mu sync.Mutex
 	m  map[[2]string]*leaseStat
-}
-
-// wakeWhy names the last reason the fetch loop was woken (noteWake).
-var wakeWhy atomic.Pointer[string]
-
-// noteWake records why the fetch loop is about to be woken.
-func noteWake(why string) { wakeWhy.Store(&why) }
-
-// wakeReason is the reason noteWake last recorded, "notify" when none
-// (a Notify from outside the engine: an insert, a submit).
-func wakeReason() string {
-	if p := wakeWhy.Swap(nil); p != nil {
-		return *p
-	}
-	return "notify"
 }
 
 // noteLease counts one lease by trigger and what it took.
@@ -85,6 +69,9 @@ func noteLease(trigger string, p LeaseParams, jobs []*job.Job) {
 
 // dumpLeaseStats appends the figures to $RATELANE_LEASESTATS, one JSON
 // line per (phase, trigger), and forgets them.
+// leaseStatsOn: this build counts leases by trigger (noteLease).
+const leaseStatsOn = true
+
 func dumpLeaseStats() {
 	path := os.Getenv("RATELANE_LEASESTATS")
 	if path == "" {
@@ -102,23 +89,4 @@ func dumpLeaseStats() {
 		_ = enc.Encode(st)
 	}
 	leaseStats.m = nil
-}
-
-// finishTrigger names a finish's lease for the lease statistics
-// (leasestats_on.go): the lanes of the jobs it finished, and "-none" when
-// the finish released nothing, so that the store ran no lease.
-func finishTrigger(rs []Report, released bool) string {
-	lane := ""
-	for _, r := range rs {
-		switch {
-		case lane == "":
-			lane = string(r.Job.Lane)
-		case lane != string(r.Job.Lane):
-			lane = "mixed"
-		}
-	}
-	if !released {
-		return "finish:" + lane + "-none"
-	}
-	return "finish:" + lane
 }

@@ -108,7 +108,8 @@ func (e *Engine) finish(batch []result) {
 			}
 		}
 	}
-	done, leased, free, turns, withLease, released := e.finishLease(ctx, rs, written)
+	var note leaseNote
+	done, leased, free, turns, withLease, released := e.finishLease(ctx, rs, written, &note)
 	var err error
 	for attempt := 0; !withLease && attempt < 5; attempt++ {
 		if done, released, err = e.report(ctx, rs, written); err == nil {
@@ -135,12 +136,12 @@ func (e *Engine) finish(batch []result) {
 	}
 	if !withLease {
 		if released {
-			noteWake("finish-released")
+			e.noteWake(wakeFinishReleased)
 			e.Notify() // keys were released or groups readied
 		}
 		return
 	}
-	e.runLeased(leased, free, turns)
+	e.runLeased(leased, free, turns, note)
 	if !released {
 		// Nothing leased, nothing new to lease: a lease now or beside
 		// this finish finds what it would have found without it, so the
@@ -148,7 +149,7 @@ func (e *Engine) finish(batch []result) {
 		return
 	}
 	if len(leased) == free {
-		noteWake("finish-full")
+		e.noteWake(wakeFinishFull)
 		e.Notify() // every slot taken: more may be ready
 		return
 	}
@@ -171,8 +172,9 @@ func (e *Engine) finish(batch []result) {
 // and its lease read found nothing in most cases (331 of 400 on
 // PostgreSQL: docs/benchmarks.md, "Session 27 (s27h4)"). withLease is
 // false when it did not try or the write failed (nothing was written: the
-// caller reports alone); then no slot or batch turn is held.
-func (e *Engine) finishLease(ctx context.Context, rs []Report, written func()) (done []Reported, leased []*job.Job, free, turns int, withLease, released bool) {
+// caller reports alone); then no slot or batch turn is held. It fills
+// note, for the queued stage of the jobs it leased.
+func (e *Engine) finishLease(ctx context.Context, rs []Report, written func(), note *leaseNote) (done []Reported, leased []*job.Job, free, turns int, withLease, released bool) {
 	if e.idle.Load() == 0 || len(e.kinds) == 0 || e.stopping() || !e.jobs.CanReportLease() {
 		return nil, nil, 0, 0, false, false
 	}
@@ -183,9 +185,11 @@ func (e *Engine) finishLease(ctx context.Context, rs []Report, written func()) (
 	var admit time.Time
 	p := e.leaseParams(free, batchMax, &admit)
 	p.Released = func(r bool) { released = r }
+	note.asked = e.noteNow()
 	done, leased, err := e.jobs.reportLease(ctx, rs, p, written)
-	if err == nil {
-		noteLease(finishTrigger(rs, released), p, leased)
+	if err == nil && (leaseStatsOn || e.traced()) {
+		note.via = finishTrigger(rs, released)
+		noteLease(note.via, p, leased)
 	}
 	if err != nil {
 		for range free {
@@ -338,7 +342,7 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 		// under the same token, which the guard just refuted; stop rather
 		// than spin.
 		if len(expired) < e.cfg.MaxBatch || conflicts == len(expired) {
-			noteWake("reap")
+			e.noteWake(wakeReap)
 			e.Notify()
 			return total, nil
 		}

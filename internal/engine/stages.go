@@ -123,6 +123,19 @@ type StageSpan struct {
 	Lane             job.Lane
 	Stage            string
 	Start, End       time.Time
+	// Via, Asked and Woke say, for a queued stage only, how the lease
+	// that ended it came about: Via is its trigger ("insert": leased in
+	// the write that inserted it; "wake:<reason>": the fetch loop woken
+	// by a Notify, "notify" when from outside the engine, such as an
+	// insert; "poll": the loop's poll timer; "again": the loop's lease
+	// right after one that took all it asked for; "start";
+	// "finish:<lane>": a finish's write), Asked when that lease's
+	// write (or the insert's) was called, and Woke when the fetch
+	// loop's wait ended before it (zero for a lease that did not follow
+	// a wait). They tell a job that waited for a wake-up or the poll
+	// from one whose lease waited at the store's writer.
+	Via         string
+	Asked, Woke time.Time
 }
 
 // observeStage records that job id (of lane) spent [start, end) in stage s

@@ -51,6 +51,7 @@ var waitClassOrder = []string{wcBatchRun, wcBatchCommit, wcJoined, wcOwnCommit, 
 // classed is one interactive write's latency split by class.
 type classed struct {
 	phase  string
+	kind   string  // the write's caller (writeCaller)
 	lat    float64 // its call to its answer, ms
 	ms     map[string]float64
 	nb     int   // batch-lane writes its transaction committed with it
@@ -178,7 +179,8 @@ func dumpWaitClasses(enc *json.Encoder, cs []classed) {
 		for _, set := range []struct {
 			name string
 			cs   []classed
-		}{{"all", all}, {"slowest 5%", all[len(all)*95/100:]}} {
+		}{{"all", all}, {"slowest 5%", all[len(all)*95/100:]}, {"over 10 ms", over10(all, "")},
+			{"insert over 10 ms", over10(all, "insertLease")}} {
 			for _, l := range waitClassStats(set.cs) {
 				l.WaitClass, l.Set = phase, set.name
 				enc.Encode(l)
@@ -189,6 +191,22 @@ func dumpWaitClasses(enc *json.Encoder, cs []classed) {
 			}
 		}
 	}
+}
+
+// over10 is the writes of cs (sorted by latency) that took over 10 ms
+// from call to answer, and whose caller names kind (any: ""): the
+// interactive writes that make a review's queued stage over 10 ms when
+// the write is the insert that leased it (StageSpan.Via "insert";
+// docs/benchmarks.md, "Session 44 (s44h1)").
+func over10(cs []classed, kind string) []classed {
+	i := sort.Search(len(cs), func(i int) bool { return cs[i].lat > 10 })
+	var out []classed
+	for _, c := range cs[i:] {
+		if strings.Contains(c.kind, kind) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // waitClassStats sums cs by class, in waitClassOrder.

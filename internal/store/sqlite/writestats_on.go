@@ -658,7 +658,7 @@ func noteTxCommit(s *Store, batch []ran, hasInteractive bool, c0 time.Time) {
 		dc.parts["uncovered"] += dc.lat - covered
 		segs.decomps = append(segs.decomps, dc)
 		wc := waitClasses(recent, w.r, g.tx, nb)
-		wc.phase, wc.lat, wc.frames = phase, dc.lat, frames
+		wc.phase, wc.kind, wc.lat, wc.frames = phase, w.r.kind, dc.lat, frames
 		wc.commitMs = float64(d) / 1e6
 		wc.overBeside = overBeside
 		wc.sinceBatch = -1
