@@ -448,8 +448,9 @@ func validateRate(rt Rate, add func(field, format string, args ...any)) {
 // transaction over a document and a key, so Put saves the subscriber
 // first (a guarded write) and then writes the key from what is stored
 // (settleKey). A create whose save stood answers its record and secret
-// even when that settle fails (logged): the secret is shown only once. A save that loses writes no key; an update's key written
-// late, after another node's Put, is rewritten from what is stored. A
+// even when that settle fails (logged): the secret is shown only once.
+// A save that loses writes no key; an update's key written late, after
+// another node's Put, is rewritten from what is stored. A
 // create also writes the key before its save, so that no delivery
 // published in between runs on an unpaced key (Publish creates unknown
 // keys unpaced); settleKey repairs it when that save loses. A crash (or a
