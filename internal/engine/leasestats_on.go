@@ -67,11 +67,11 @@ func noteLease(trigger string, p LeaseParams, jobs []*job.Job) {
 	}
 }
 
-// dumpLeaseStats appends the figures to $RATELANE_LEASESTATS, one JSON
-// line per (phase, trigger), and forgets them.
 // leaseStatsOn: this build counts leases by trigger (noteLease).
 const leaseStatsOn = true
 
+// dumpLeaseStats appends the figures to $RATELANE_LEASESTATS, one JSON
+// line per (phase, trigger), and forgets them.
 func dumpLeaseStats() {
 	path := os.Getenv("RATELANE_LEASESTATS")
 	if path == "" {
