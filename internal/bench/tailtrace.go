@@ -470,8 +470,21 @@ func (t *tailTrace) summarize(r *Result) {
 		r.add("tail_overlap_"+name+"_typical", mean(col(all, k)), "mean over every in-sweep review's window")
 	}
 	t.splitByRuns(r, in)
-	t.queuedCauses(r, base, "baseline")
-	t.queuedCauses(r, in, "sweep")
+	queued := t.queuedSpans()
+	queuedCauses(r, queued, base, "baseline")
+	queuedCauses(r, queued, in, "sweep")
+}
+
+// queuedSpans maps each interactive review's id to its part's queued
+// stage span (one map for both phases' queuedCauses).
+func (t *tailTrace) queuedSpans() map[string]traceSpan {
+	queued := map[string]traceSpan{}
+	for _, s := range t.spans {
+		if s.Lane == "interactive" && s.Stage == engine.StageQueued && s.Parent != "" {
+			queued[s.Parent] = s
+		}
+	}
+	return queued
 }
 
 // queuedSlow is the queued stage past which queuedCauses attributes a
@@ -507,16 +520,11 @@ func queuedCause(q traceSpan) string {
 }
 
 // queuedCauses adds, for the reviews rs of phase, how many had a queued
-// stage over queuedSlow, how many of them each cause ended
-// (queuedCause), and the share of their queued time spent in the write
-// of the lease that ended it (its call to its answer).
-func (t *tailTrace) queuedCauses(r *Result, rs []traceReview, phase string) {
-	queued := map[string]traceSpan{}
-	for _, s := range t.spans {
-		if s.Lane == "interactive" && s.Stage == engine.StageQueued && s.Parent != "" {
-			queued[s.Parent] = s
-		}
-	}
+// stage over queuedSlow (their spans in queued, tailTrace.queuedSpans),
+// how many of them each cause ended (queuedCause), and the share of their
+// queued time spent in the write of the lease that ended it (its call to
+// its answer).
+func queuedCauses(r *Result, queued map[string]traceSpan, rs []traceReview, phase string) {
 	n := map[string]int{}
 	slow := 0
 	var inWrite, total int64
