@@ -61,6 +61,7 @@ var (
 	// wording for the core's and the plug-ins' documents.
 	regionJob    = fromMount(mount.RegionJob)
 	regionList   = fromMount(mount.RegionList)
+	regionEvery  = fromMount(mount.RegionEvery)
 	regionOne    = fromMount(mount.RegionOne)
 	pageAfter    = fromMount(mount.PageAfter)
 	pageLimit    = fromMount(mount.PageLimit)
@@ -126,14 +127,14 @@ func (s *Server) routes() []route {
 			handle:  s.handlePutLimit, request: limitRequest{}, response: limitView{}, status: 200, params: []param{regionOne},
 			example: `{"per_second":8,"burst":16,"concurrency":32,"adaptive":true,"windows":[{"limit":400,"period":"1m"}]}`},
 		{method: "GET", path: "/v1/limits", name: "listLimits", role: auth.RoleAdmin, summary: "List limit keys with their live state (as GET /v1/limits/{key}, including strict counting)",
-			handle: s.handleListLimits, response: limitList{}, status: 200, params: []param{regionList}},
+			handle: s.handleListLimits, response: limitList{}, status: 200, params: []param{regionEvery}},
 		{method: "GET", path: "/v1/limits/{key}", name: "getLimit", role: auth.RoleAdmin,
 			summary: "Get a limit key: configuration, tokens, learned rate, pause, in flight, waiting cost, and strict counting: strict is true, and strict_until says until when, while a fixed key with a sliding window paces one under its limit with no burst after an upstream refused it",
 			handle:  s.handleGetLimit, response: limitView{}, status: 200, params: []param{regionOne}},
 
 		{method: "GET", path: "/v1/stats", name: "getStats", role: auth.RoleAdmin,
 			summary: "Queue depth by state, oldest ready age against the lane budget per region and lane, and this node's start and 429 counters",
-			handle:  s.handleGetStats, response: statsResponse{}, status: 200, params: []param{regionList}},
+			handle:  s.handleGetStats, response: statsResponse{}, status: 200, params: []param{regionEvery}},
 
 		{method: "GET", path: "/v1/dead-letters", name: "listDeadLetters", role: auth.RoleProducer, summary: "List terminal jobs",
 			handle: s.handleListDeadLetters, response: jobList{}, status: 200,
