@@ -382,10 +382,13 @@ func (s *Server) handleDeleteSchedule(w http.ResponseWriter, r *http.Request, p 
 
 func viewSchedule(sc *store.Schedule) scheduleView {
 	tmpl, _ := schedule.DecodeTemplate(sc.Template) // written by buildSchedule
+	// A tick computed on create or edit is in the schedule's zone, one read
+	// back from the store in UTC: answer in UTC always, so one instant has
+	// one spelling whichever route answers.
 	return scheduleView{
 		ID: sc.ID, Name: sc.Name, Tenant: sc.Tenant, Region: sc.Region, Cron: sc.Cron, EverySeconds: sc.Every.Seconds(),
 		Timezone: sc.TimeZone, Missed: sc.Missed, CatchUpMax: sc.CatchUpMax, MaxLateSeconds: sc.MaxLate.Seconds(), Paused: sc.Paused,
-		Job: tmpl, NextTickAt: sc.NextAt, LastTickAt: sc.LastTickAt, LastJobID: sc.LastJobID, Produced: sc.Produced,
+		Job: tmpl, NextTickAt: sc.NextAt.UTC(), LastTickAt: sc.LastTickAt.UTC(), LastJobID: sc.LastJobID, Produced: sc.Produced,
 		Skipped: sc.Skipped, CreatedAt: sc.CreatedAt, UpdatedAt: sc.UpdatedAt,
 	}
 }
