@@ -91,7 +91,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: "/v1/jobs", name: "createJob", role: auth.RoleProducer,
 			summary: "Enqueue a job. A cost one of its keys can never admit (above a burst or a window's limit) is refused (400, field cost). Past the lane's latency budget, on_overload decides: reject (429 + Retry-After), degrade or queue",
 			handle:  s.handleCreateJob, request: createJobRequest{}, response: jobView{}, status: 201,
-			params:  []param{{in: "header", name: "Idempotency-Key", doc: "a retry with the same key and body returns the first job (Idempotent-Replayed: true)"}},
+			params:  []param{{in: "header", name: "Idempotency-Key", doc: "a retry with the same key and body returns the first job (Idempotent-Replayed: true); the overload check comes first, so a retry while the lane is past its budget is refused 429 unless it sends on_overload queue"}},
 			example: `{"kind":"email.send","region":"` + region + `","lane":"interactive","limit_keys":["smtp:default"],"payload":{"to":"ada@example.com"},"idempotency_key":"signup-42"}`},
 		{method: "GET", path: "/v1/jobs", name: "listJobs", role: auth.RoleProducer, summary: "List jobs, newest first, without payloads",
 			handle: s.handleListJobs, response: jobList{}, status: 200,
