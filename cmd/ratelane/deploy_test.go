@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -346,4 +347,29 @@ func TestBatchLaneSQLiteGapCheckpointBeside(t *testing.T) {
 		{`{"batch_lane": {"sqlite_gap_checkpoint_beside": false}}`, true, ""},
 		{`{"batch_lane": {"sqlite_gap_checkpoint_beside": "yes"}}`, false, "batch_lane.sqlite_gap_checkpoint_beside"},
 	})
+}
+
+// TestServeLogFormat: --log-format takes json or text; anything else is a
+// usage error naming the flag, not a silent fall-back to JSON logs.
+func TestServeLogFormat(t *testing.T) {
+	for _, c := range []struct {
+		format  string
+		wantErr string
+	}{
+		{"json", ""},
+		{"text", ""},
+		{"xml", `--log-format "xml": want json or text`},
+		{"TEXT", `--log-format "TEXT": want json or text`},
+	} {
+		for _, cmd := range []string{"serve", "migrate"} {
+			_, err := parseServerFlags(cmd, []string{"--log-format", c.format}, io.Discard)
+			var ue usageError
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Errorf("%s --log-format %s: %v", cmd, c.format, err)
+			case c.wantErr != "" && (!errors.As(err, &ue) || !strings.Contains(err.Error(), c.wantErr)):
+				t.Errorf("%s --log-format %s: error %v, want a usage error naming %s", cmd, c.format, err, c.wantErr)
+			}
+		}
+	}
 }

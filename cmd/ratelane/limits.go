@@ -25,6 +25,7 @@ func init() {
 // limitView is the part of the API's limit-key representation the CLI
 // shows. Live-state fields the server may omit are pointers, shown as "-".
 type limitView struct {
+	Region        string      `json:"region"`
 	Name          string      `json:"name"`
 	Rate          float64     `json:"rate"`
 	Burst         float64     `json:"burst"`
@@ -62,7 +63,7 @@ func windowsCell(ws []windowArg) string {
 func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("limits ls", "[flags]", "List limit keys: configuration and live state.", stderr)
 	cf := addClientFlags(fs)
-	region := fs.String("region", "", "region whose keys to list (server default if empty)")
+	region := fs.String("region", "", "region whose keys to list (default every region the key may use)")
 	wf := addWatchFlags(fs)
 	_, c, err := cf.parse(fs, args, stderr)
 	if err != nil {
@@ -77,7 +78,7 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return cf.print(stdout, resp.body)
 		}
 		return listTable[limitView]{keys: []string{"limits", "keys"}, noun: "limit",
-			header: []string{"KEY", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL", "STRICT UNTIL"},
+			header: []string{"KEY", "REGION", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN FLIGHT", "WAITING", "PAUSED UNTIL", "STRICT UNTIL"},
 			row: func(l limitView) []string {
 				conc := "-"
 				if l.Concurrency > 0 {
@@ -86,7 +87,7 @@ func runLimitsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 				if l.LearnedCap > 0 && (l.Concurrency == 0 || l.LearnedCap < l.Concurrency) {
 					conc = strconv.Itoa(l.LearnedCap) + " learned" // discovered from the upstream's refusals
 				}
-				return []string{l.Name, num(l.Rate), num(l.Burst), windowsCell(l.Windows), conc, strconv.FormatBool(l.Adaptive),
+				return []string{l.Name, l.Region, num(l.Rate), num(l.Burst), windowsCell(l.Windows), conc, strconv.FormatBool(l.Adaptive),
 					optNum(l.LearnedRate), optInt(l.InFlight), optInt(l.Waiting), when(l.PausedUntil), when(l.StrictUntil)}
 			}}.print(stdout, stderr, resp.body)
 	})

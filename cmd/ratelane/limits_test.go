@@ -8,16 +8,24 @@ import (
 func TestLimitsList(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"GET /v1/limits": {body: `{"limits":[
-		{"name":"openai:gpt-4o-mini","rate":8.3333,"burst":20,"concurrency":0,"adaptive":true,"min_rate":0.1,"learned_rate":5.5,
+		{"region":"eu","name":"openai:gpt-4o-mini","rate":8.3333,"burst":20,"concurrency":0,"adaptive":true,"min_rate":0.1,"learned_rate":5.5,
 		 "paused_until":"2026-03-01T12:00:02Z","in_flight":3,"waiting_cost":120},
-		{"name":"subscriber:store_17","rate":10,"burst":10,"concurrency":3,"adaptive":false,"learned_rate":10,"in_flight":0,
+		{"region":"us","name":"subscriber:store_17","rate":10,"burst":10,"concurrency":3,"adaptive":false,"learned_rate":10,"in_flight":0,
 		 "strict":true,"strict_until":"2026-03-01T12:00:30Z",
 		 "windows":[{"limit":10,"period":"1s","fixed":true,"guard":"30ms"},{"limit":200,"period":"1m0s"}]}]}`}})
 	out, _ := api.ok(t, "limits", "ls", "--region", "eu")
 	if r := api.only(t, "GET", "/v1/limits"); r.query.Get("region") != "eu" {
 		t.Errorf("query = %v", r.query)
 	}
-	wantColumns(t, out, 2, "KEY", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN", "FLIGHT", "WAITING", "PAUSED", "UNTIL", "STRICT", "UNTIL")
+	// Without --region the server lists every region's keys, and a key
+	// name may be declared in several: each row says its region.
+	wantColumns(t, out, 2, "KEY", "REGION", "RATE/S", "BURST", "WINDOWS", "CONCURRENCY", "ADAPTIVE", "LEARNED/S", "IN", "FLIGHT", "WAITING", "PAUSED", "UNTIL", "STRICT", "UNTIL")
+	lines := strings.Split(out, "\n")
+	for i, want := range []string{"openai:gpt-4o-mini eu", "subscriber:store_17 us"} {
+		if f := strings.Fields(lines[i+1]); len(f) < 2 || f[0]+" "+f[1] != want {
+			t.Errorf("row %d starts %q, want %q:\n%s", i+1, f, want, out)
+		}
+	}
 	for _, s := range []string{"openai:gpt-4o-mini", "8.3333", "5.5", "120", "2026-03-01 12:00:02Z", "10/1s fixed guard 30ms, 200/1m0s",
 		"2026-03-01 12:00:30Z"} {
 		if !strings.Contains(out, s) {

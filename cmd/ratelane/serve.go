@@ -102,6 +102,11 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	if err := parseNoArgs(fs, args); err != nil {
 		return nil, err
 	}
+	// newLogger would read any other value as json: a typo must not pass
+	// for a choice.
+	if f.logFormat != "json" && f.logFormat != "text" {
+		return nil, usageError{fmt.Sprintf("--log-format %q: want json or text", f.logFormat)}
+	}
 	return f, nil
 }
 

@@ -71,8 +71,8 @@ func (s *Server) batchRoutes() []route {
 				"(kind, cost, tenant, region, overload) and answered on its own: a refused item is reported with its index and costs only itself; " +
 				"the accepted items are committed together, all or none (a 5xx means none was). More than 1000 jobs or an 8 MiB body is refused with 413",
 			handle: s.handleCreateJobs, request: createJobsRequest{}, response: createJobsResponse{}, status: 200,
-			example: `{"jobs":[{"kind":"email.send","region":"` + region + `","limit_keys":["smtp:default"],"payload":{"to":"ada@example.com"},"idempotency_key":"signup-42"},` +
-				`{"kind":"email.send","region":"` + region + `","limit_keys":["smtp:default"],"payload":{"to":"grace@example.com"},"idempotency_key":"signup-43"}]}`},
+			example: `{"jobs":[{"kind":"email.send","region":"` + region + `","limit_keys":["smtp:default"],"payload":{"to":"ada@example.com"},"idempotency_key":"welcome-1"},` +
+				`{"kind":"email.send","region":"` + region + `","limit_keys":["smtp:default"],"payload":{"to":"grace@example.com"},"idempotency_key":"welcome-2"}]}`},
 		{method: "POST", path: "/v1/leases/complete", name: "completeLeases", role: auth.RoleWorker,
 			summary: "Report the outcomes of up to 1000 leased jobs of one region in one request and one guarded write: each item is a success, a fail " +
 				"(retryable, invalid output or permanent) or rate_limited, with the fields of POST /v1/jobs/{id}/complete, /fail or /rate-limited, and is checked as that route checks it. " +

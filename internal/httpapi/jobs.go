@@ -34,7 +34,7 @@ type createJobRequest struct {
 	Tenant         string          `json:"tenant,omitempty" doc:"admin keys only; other keys always use their own tenant"`
 	LimitKeys      []string        `json:"limit_keys" required:"true" doc:"1 to 4 limit keys that must all admit the job"`
 	Payload        json.RawMessage `json:"payload,omitempty" doc:"any JSON value, at most 256 KiB; pass a reference to larger content"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty" doc:"or the Idempotency-Key header: a retry with the same key and body returns the first job"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty" doc:"or the Idempotency-Key header: a retry with the same key and body returns the first job; the overload check comes first, so a retry while the lane is past its budget is refused 429 unless it sends on_overload queue"`
 	RunAt          *time.Time      `json:"run_at,omitempty" doc:"when the job becomes eligible (at most 7 days ahead)"`
 	DelaySeconds   *float64        `json:"delay_seconds,omitempty" doc:"or: seconds from now until the job becomes eligible"`
 	Deadline       *time.Time      `json:"deadline,omitempty" doc:"the job ends as deadline_exceeded if not done by then"`

@@ -61,6 +61,7 @@ var (
 	// wording for the core's and the plug-ins' documents.
 	regionJob    = fromMount(mount.RegionJob)
 	regionList   = fromMount(mount.RegionList)
+	regionEvery  = fromMount(mount.RegionEvery)
 	regionOne    = fromMount(mount.RegionOne)
 	pageAfter    = fromMount(mount.PageAfter)
 	pageLimit    = fromMount(mount.PageLimit)
@@ -90,7 +91,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: "/v1/jobs", name: "createJob", role: auth.RoleProducer,
 			summary: "Enqueue a job. A cost one of its keys can never admit (above a burst or a window's limit) is refused (400, field cost). Past the lane's latency budget, on_overload decides: reject (429 + Retry-After), degrade or queue",
 			handle:  s.handleCreateJob, request: createJobRequest{}, response: jobView{}, status: 201,
-			params:  []param{{in: "header", name: "Idempotency-Key", doc: "a retry with the same key and body returns the first job (Idempotent-Replayed: true)"}},
+			params:  []param{{in: "header", name: "Idempotency-Key", doc: "a retry with the same key and body returns the first job (Idempotent-Replayed: true); the overload check comes first, so a retry while the lane is past its budget is refused 429 unless it sends on_overload queue"}},
 			example: `{"kind":"email.send","region":"` + region + `","lane":"interactive","limit_keys":["smtp:default"],"payload":{"to":"ada@example.com"},"idempotency_key":"signup-42"}`},
 		{method: "GET", path: "/v1/jobs", name: "listJobs", role: auth.RoleProducer, summary: "List jobs, newest first, without payloads",
 			handle: s.handleListJobs, response: jobList{}, status: 200,
@@ -126,14 +127,14 @@ func (s *Server) routes() []route {
 			handle:  s.handlePutLimit, request: limitRequest{}, response: limitView{}, status: 200, params: []param{regionOne},
 			example: `{"per_second":8,"burst":16,"concurrency":32,"adaptive":true,"windows":[{"limit":400,"period":"1m"}]}`},
 		{method: "GET", path: "/v1/limits", name: "listLimits", role: auth.RoleAdmin, summary: "List limit keys with their live state (as GET /v1/limits/{key}, including strict counting)",
-			handle: s.handleListLimits, response: limitList{}, status: 200, params: []param{regionList}},
+			handle: s.handleListLimits, response: limitList{}, status: 200, params: []param{regionEvery}},
 		{method: "GET", path: "/v1/limits/{key}", name: "getLimit", role: auth.RoleAdmin,
 			summary: "Get a limit key: configuration, tokens, learned rate, pause, in flight, waiting cost, and strict counting: strict is true, and strict_until says until when, while a fixed key with a sliding window paces one under its limit with no burst after an upstream refused it",
 			handle:  s.handleGetLimit, response: limitView{}, status: 200, params: []param{regionOne}},
 
 		{method: "GET", path: "/v1/stats", name: "getStats", role: auth.RoleAdmin,
 			summary: "Queue depth by state, oldest ready age against the lane budget per region and lane, and this node's start and 429 counters",
-			handle:  s.handleGetStats, response: statsResponse{}, status: 200, params: []param{regionList}},
+			handle:  s.handleGetStats, response: statsResponse{}, status: 200, params: []param{regionEvery}},
 
 		{method: "GET", path: "/v1/dead-letters", name: "listDeadLetters", role: auth.RoleProducer, summary: "List terminal jobs",
 			handle: s.handleListDeadLetters, response: jobList{}, status: 200,

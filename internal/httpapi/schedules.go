@@ -81,14 +81,14 @@ var scheduleVars = map[string]string{"id": "SCHEDULE_ID"}
 
 func (s *Server) scheduleRoutes() []route {
 	region := s.regions[0]
-	one := []param{regionJob}
+	one := []param{query("region", "the schedule's region; without it every region the key may use is searched")}
 	return []route{
 		{method: "POST", path: "/v1/schedules", name: "createSchedule", role: auth.RoleProducer,
 			summary: "Create a schedule: a job enqueued once per tick of a cron expression (in an IANA time zone) or a fixed interval, exactly once across nodes. A bad cron, interval, zone or policy is 422 naming the field",
 			handle:  s.handleCreateSchedule, request: scheduleRequest{}, response: scheduleView{}, status: 201,
 			example: `{"name":"nightly-report","region":"` + region + `","cron":"30 2 * * *","timezone":"Europe/Berlin","missed":"catch_up","catch_up_max":3,"job":{"kind":"report.build","limit_keys":["reports"],"payload":{"report":"daily"}}}`},
 		{method: "GET", path: "/v1/schedules", name: "listSchedules", role: auth.RoleProducer, summary: "List schedules in id order",
-			handle: s.handleListSchedules, response: scheduleList{}, status: 200, params: []param{regionList, filterTenant, pageAfter, pageLimit}},
+			handle: s.handleListSchedules, response: scheduleList{}, status: 200, params: []param{regionEvery, query("tenant", "admin keys only: only this tenant's schedules"), pageAfter, pageLimit}},
 		{method: "GET", path: "/v1/schedules/{id}", name: "getSchedule", role: auth.RoleProducer,
 			summary: "Get a schedule: its next tick, counters and the last ticks enqueued",
 			handle:  s.handleGetSchedule, response: scheduleView{}, status: 200, params: one, vars: scheduleVars},
@@ -382,10 +382,13 @@ func (s *Server) handleDeleteSchedule(w http.ResponseWriter, r *http.Request, p 
 
 func viewSchedule(sc *store.Schedule) scheduleView {
 	tmpl, _ := schedule.DecodeTemplate(sc.Template) // written by buildSchedule
+	// A tick computed on create or edit is in the schedule's zone, one read
+	// back from the store in UTC: answer in UTC always, so one instant has
+	// one spelling whichever route answers.
 	return scheduleView{
 		ID: sc.ID, Name: sc.Name, Tenant: sc.Tenant, Region: sc.Region, Cron: sc.Cron, EverySeconds: sc.Every.Seconds(),
 		Timezone: sc.TimeZone, Missed: sc.Missed, CatchUpMax: sc.CatchUpMax, MaxLateSeconds: sc.MaxLate.Seconds(), Paused: sc.Paused,
-		Job: tmpl, NextTickAt: sc.NextAt, LastTickAt: sc.LastTickAt, LastJobID: sc.LastJobID, Produced: sc.Produced,
+		Job: tmpl, NextTickAt: sc.NextAt.UTC(), LastTickAt: sc.LastTickAt.UTC(), LastJobID: sc.LastJobID, Produced: sc.Produced,
 		Skipped: sc.Skipped, CreatedAt: sc.CreatedAt, UpdatedAt: sc.UpdatedAt,
 	}
 }

@@ -26,10 +26,21 @@ func TestScheduleCRUD(t *testing.T) {
 	e := newEnv(t)
 	region := e.srv.regions[0]
 	var v scheduleView
-	e.do("POST", "/v1/schedules", acmeKey, map[string]any{
+	created := e.do("POST", "/v1/schedules", acmeKey, map[string]any{
 		"name": "nightly", "region": region, "cron": "30 2 * * *", "timezone": "Europe/Berlin", "missed": "catch_up", "catch_up_max": 3,
 		"job": map[string]any{"kind": "report.build", "limit_keys": []string{"reports"}, "payload": map[string]any{"r": 1}},
-	}).want(t, 201).json(t, &v)
+	}).want(t, 201)
+	created.json(t, &v)
+	// The answer to the create spells next_tick_at as every later read
+	// does (UTC), not in the schedule's zone: one instant, one spelling.
+	var made, read struct {
+		NextTickAt string `json:"next_tick_at"`
+	}
+	created.json(t, &made)
+	e.do("GET", "/v1/schedules/"+v.ID, acmeKey, nil).want(t, 200).json(t, &read)
+	if made.NextTickAt != read.NextTickAt || !strings.HasSuffix(made.NextTickAt, "Z") {
+		t.Fatalf("next_tick_at created %q, read back %q: want one UTC spelling", made.NextTickAt, read.NextTickAt)
+	}
 	if v.Tenant != "acme" || v.Timezone != "Europe/Berlin" || v.Missed != "catch_up" || v.CatchUpMax != 3 || v.Job.Kind != "report.build" ||
 		string(v.Job.Payload) != `{"r":1}` || v.NextTickAt.IsZero() || v.Paused {
 		t.Fatalf("created: %+v", v)

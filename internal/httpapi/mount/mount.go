@@ -135,6 +135,10 @@ var (
 	RegionJob = Query("region", "the job's region; without it every region the key may use is searched")
 	// RegionList is the region parameter of SearchRegions on a list route.
 	RegionList = Query("region", "list one region; without it every region the key may use, merged newest first")
+	// RegionEvery is the region parameter of a list that is not ordered
+	// by age (limit keys, stats, schedules and subscribers, in name or id
+	// order within each region's answer).
+	RegionEvery = Query("region", "list one region; without it every region the key may use")
 	// PageAfter and PageLimit are Page's parameters.
 	PageAfter = Query("after", "next_cursor of the previous page")
 	PageLimit = Query("limit", "page size, 1 to 500; default 100")

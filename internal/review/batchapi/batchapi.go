@@ -181,8 +181,9 @@ func Routes(svc Service) mount.Mount {
 		region := h.Regions()[0]
 		return []mount.Route{
 			{Method: "POST", Path: "/v1/batches", Name: "createBatch", Role: auth.RoleProducer,
-				Summary: "Send a manifest of reviews, or of generic extraction items (input, instruction or template, JSON Schema), to the batch lane (a provider's batch API, about half the price, answers within 24 h): returns the batch id",
-				Handle:  s.handleCreate, Request: batchRequest{}, Response: Batch{}, Status: 202,
+				Summary: "Send a manifest of reviews, or of generic extraction items (input, instruction or template, JSON Schema), to the batch lane (a provider's batch API, about half the price, answers within 24 h): returns the batch id. " +
+					"provider names a profile of kind openai, openai-compatible or anthropic in the region (the config file's providers; the example's is called openai): the built-in rules provider has no batch API (400 on provider)",
+				Handle: s.handleCreate, Request: batchRequest{}, Response: Batch{}, Status: 202,
 				Example: `{"region":"` + region + `","provider":"openai","reviews":[{"repo":"acme/app","change":"42","diff":"diff --git a/a.go b/a.go\n--- a/a.go\n+++ b/a.go\n@@ -1 +1,2 @@\n package a\n+// TODO: x\n"}]}`},
 			{Method: "GET", Path: "/v1/batches", Name: "listBatches", Role: auth.RoleProducer,
 				Summary: "List batches, newest first, with their item counts",

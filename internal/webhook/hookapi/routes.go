@@ -84,7 +84,7 @@ func (s *server) routes() []mount.Route {
 			Params: []mount.Param{mount.RegionOne}, Vars: subscriberVars,
 			Example: `{"url":"https://hooks.example.com/ratelane","topics":["shipment.updated"],"rate":{"limit":20,"period":"1s","burst":5}}`},
 		{Method: "GET", Path: "/v1/subscribers", Name: "listSubscribers", Role: auth.RoleAdmin, Summary: "List webhook subscribers in id order",
-			Handle: s.handleListSubscribers, Response: subscriberList{}, Status: 200, Params: []mount.Param{mount.RegionList, mount.PageAfter, mount.PageLimit}},
+			Handle: s.handleListSubscribers, Response: subscriberList{}, Status: 200, Params: []mount.Param{mount.RegionEvery, mount.PageAfter, mount.PageLimit}},
 		{Method: "GET", Path: "/v1/subscribers/{id}", Name: "getSubscriber", Role: auth.RoleAdmin,
 			Summary: "Get a webhook subscriber: URL, topics, rate, health, disabled reason (never its secret)",
 			Handle:  s.handleGetSubscriber, Response: SubscriberView{}, Status: 200, Params: []mount.Param{mount.RegionOne}, Vars: subscriberVars},
