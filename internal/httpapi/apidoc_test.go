@@ -84,6 +84,21 @@ func renderAPIDoc(d discovery) string {
 		"whatever `--allow-private-targets` says: those addresses hold the host's cloud credentials. Other internal addresses are "+
 		"refused when a delivery connects (the delivery ends `permanent_error`).\n"+
 		"- `GET /readyz` answers 503 naming the region when a store cannot be read; `ratelane serve` refuses to start on a damaged store.\n")
+	fmt.Fprintf(&b, "\n## Not found and conflict\n\n"+
+		"A 404 `not-found` names what is missing and its id (\"schedule 0193... does not exist, or this API key's tenant or regions "+
+		"cannot see it\"): an unknown id, another tenant's (read exactly alike), one outside the key's regions, or one deleted while "+
+		"the request ran. Do not retry it unchanged; check the id and the `region` parameter. "+
+		"A 409 `conflict` names the resource too and says why: its state does not allow the request (a final job cancelled, a live "+
+		"job redriven, a review without findings yet, a delivery in progress, a schedule name taken), or it changed between the "+
+		"request's read and its guarded write (another request, a worker or the scheduler wrote it first). Nothing of the request "+
+		"was saved: GET the resource to see its state, and send the request again if it still applies. "+
+		"The worker outcome routes answer a lost lease with 409 `lease-lost` instead. "+
+		"Routes that act on one resource:\n\n| route | 404 and 409 name |\n| --- | --- |\n")
+	for _, c := range d.Capabilities {
+		if c.Resource != "" {
+			fmt.Fprintf(&b, "| %s `%s` | %s |\n", c.Method, c.Path, c.Resource)
+		}
+	}
 	fmt.Fprintf(&b, "\n## Endpoints\n\n| method | path | role | summary |\n| --- | --- | --- | --- |\n")
 	for _, c := range d.Capabilities {
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", c.Method, c.Path, c.Role, strings.ReplaceAll(c.Summary, "|", "\\|"))

@@ -401,7 +401,7 @@ func (s *Server) handleCompleteLeases(w http.ResponseWriter, r *http.Request, p 
 				if errors.Is(d.Err, store.ErrConflict) {
 					fail(i, leaseLost(req.Jobs[i].ID, "the lease was lost before the outcome arrived"))
 				} else {
-					fail(i, d.Err)
+					fail(i, storeError(d.Err, "job "+req.Jobs[i].ID))
 				}
 				continue
 			}

@@ -23,6 +23,9 @@ type capability struct {
 	RequestSchema map[string]any `json:"request_schema,omitempty"`
 	Example       string         `json:"example" doc:"a runnable curl command"`
 	ExampleNeeds  []string       `json:"example_needs" doc:"shell variables the example uses; see variables"`
+	// Resource is what a 404 or 409 of the capability names, with the
+	// path's id (route.resource).
+	Resource string `json:"resource,omitempty" doc:"what the capability acts on; its not-found and conflict problems name it and the path's id"`
 }
 
 type paramDoc struct {
@@ -56,7 +59,8 @@ func (s *Server) discoveryDoc() discovery {
 		Name: "ratelane", Version: s.cfg.Version, OpenAPI: "/v1/openapi.json",
 		Authentication: "send Authorization: Bearer <API key> on every /v1 endpoint except GET /v1 and GET /v1/openapi.json; " +
 			"roles: producer (enqueue, read, cancel and redrive its tenant's jobs), worker (lease, heartbeat, report outcomes), admin (everything, every tenant)",
-		Errors:    "errors are RFC 9457 application/problem+json with type " + problemBase + "<slug>, a detail to act on and per-field errors",
+		Errors: "errors are RFC 9457 application/problem+json with type " + problemBase + "<slug>, a detail to act on and per-field errors; " +
+			"a not-found (404) or conflict (409) names the capability's resource and the path's id",
 		Regions:   s.regions,
 		Variables: s.vars,
 		// The packages that own built-in kinds reserve them (job.ReserveKind);
@@ -67,6 +71,7 @@ func (s *Server) discoveryDoc() discovery {
 		c := capability{
 			Name: rt.name, Method: rt.method, Path: rt.path, Role: string(rt.role), Summary: rt.summary,
 			RequestSchema: schemaOf(rt.request, true), Example: rt.curl(s.regions[0]), ExampleNeeds: []string{"RATELANE_URL"},
+			Resource: rt.resource,
 		}
 		c.Role = cmp.Or(c.Role, "public")
 		for _, m := range varRef.FindAllStringSubmatch(c.Example, -1) {

@@ -29,7 +29,7 @@ func (s *Server) mountRoutes(core []route) ([]route, error) {
 		for _, mr := range m(h) {
 			rt := route{method: mr.Method, path: mr.Path, name: mr.Name, summary: mr.Summary, role: mr.Role,
 				handle: handlerFunc(mr.Handle), request: mr.Request, response: mr.Response, media: mr.Media,
-				status: mr.Status, example: mr.Example, vars: mr.Vars}
+				status: mr.Status, example: mr.Example, vars: mr.Vars, resource: mr.Resource}
 			for _, p := range mr.Params {
 				rt.params = append(rt.params, fromMount(p))
 			}

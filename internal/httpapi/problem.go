@@ -121,6 +121,39 @@ func notFound(what string) *apiError {
 	return problemf(http.StatusNotFound, "not-found", "%s does not exist, or this API key's tenant or regions cannot see it", what)
 }
 
+// changedMeanwhile is the 409 of a guarded write that lost: what changed
+// between the request's read and its write, and the store kept nothing
+// of the request.
+func changedMeanwhile(what string) *apiError {
+	return problemf(http.StatusConflict, "conflict",
+		"%s changed while this request ran (another request, a worker or the scheduler wrote it first); nothing was changed: GET it to see its current state and retry if the request still applies", what)
+}
+
+// storeError names what (a route's resource and id: "schedule 0193...")
+// in a store.ErrNotFound or store.ErrConflict that reached the HTTP edge
+// untranslated, typically a row deleted or changed between a handler's
+// read and its write. Errors already translated into a problem, any
+// other error and an empty what are returned as they are; toProblem
+// answers those.
+func storeError(err error, what string) error {
+	var ae *apiError
+	var mp *mount.Problem
+	if what == "" || errors.As(err, &ae) || errors.As(err, &mp) {
+		return err
+	}
+	var e *apiError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		e = notFound(what)
+	case errors.Is(err, store.ErrConflict):
+		e = changedMeanwhile(what)
+	default:
+		return err
+	}
+	e.cause = err
+	return e
+}
+
 func leaseLost(id, why string) *apiError {
 	return problemf(http.StatusConflict, "lease-lost",
 		"job %s: %s; the outcome was not recorded. Another worker may be running the job: drop your result and lease again", id, why)
@@ -151,7 +184,9 @@ func toProblem(err error) *apiError {
 	case errors.Is(err, store.ErrNotFound):
 		return notFound("the resource")
 	case errors.Is(err, store.ErrConflict):
-		return problemf(http.StatusConflict, "conflict", "the job is not in a state that allows this operation; GET it to see its state")
+		// Routes name their resource (storeError); this is the answer
+		// of a route without one.
+		return changedMeanwhile("what this request changes")
 	case errors.Is(err, context.Canceled):
 		return clientClosed(err)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -32,6 +32,25 @@ type route struct {
 	example string
 	// vars maps path wildcards to the shell variables the example uses.
 	vars map[string]string
+	// resource names what the route acts on ("schedule"): a 404 or 409 a
+	// handler left untranslated names it and the path's {id} or {key}
+	// (storeError). Empty for routes that act on no one resource.
+	resource string
+}
+
+// what names the route's resource in a request: its kind and the path's
+// id ("schedule 0193..."), "the <kind>" on a route without one (a
+// create), "" when the route names none.
+func (rt route) what(r *http.Request) string {
+	if rt.resource == "" {
+		return ""
+	}
+	for _, name := range []string{"id", "key"} {
+		if id := r.PathValue(name); id != "" {
+			return rt.resource + " " + id
+		}
+	}
+	return "the " + rt.resource
 }
 
 // pattern is the route's ServeMux pattern ("POST /v1/jobs").
@@ -97,9 +116,9 @@ func (s *Server) routes() []route {
 			handle: s.handleListJobs, response: jobList{}, status: 200,
 			params: []param{regionList, query("state", "only jobs in this state", states()...), filterKind,
 				query("lane", "only jobs of this lane", "interactive", "batch"), query("limit_key", "only jobs naming this limit key"), filterTenant, pageAfter, pageLimit}},
-		{method: "GET", path: "/v1/jobs/{id}", name: "getJob", role: auth.RoleProducer, summary: "Get a job: state, attempts, history, result",
+		{method: "GET", path: "/v1/jobs/{id}", name: "getJob", resource: "job", role: auth.RoleProducer, summary: "Get a job: state, attempts, history, result",
 			handle: s.handleGetJob, response: jobView{}, status: 200, params: []param{regionJob}, vars: jobVars},
-		{method: "POST", path: "/v1/jobs/{id}/cancel", name: "cancelJob", role: auth.RoleProducer,
+		{method: "POST", path: "/v1/jobs/{id}/cancel", name: "cancelJob", resource: "job", role: auth.RoleProducer,
 			summary: "Cancel a job that is not finished (terminal: cancelled)",
 			handle:  s.handleCancelJob, response: jobView{}, status: 200, params: []param{regionJob}, vars: jobVars},
 
@@ -107,28 +126,28 @@ func (s *Server) routes() []route {
 			summary: "Lease admitted jobs for an external worker; long-polls up to wait_seconds",
 			handle:  s.handleCreateLease, request: leaseRequest{}, response: leaseResponse{}, status: 200,
 			example: `{"region":"` + region + `","kinds":["email.send"],"max":10,"lease_seconds":60,"wait_seconds":5}`},
-		{method: "POST", path: "/v1/jobs/{id}/heartbeat", name: "heartbeatJob", role: auth.RoleWorker, summary: "Extend a lease",
+		{method: "POST", path: "/v1/jobs/{id}/heartbeat", name: "heartbeatJob", resource: "job", role: auth.RoleWorker, summary: "Extend a lease",
 			handle: s.handleHeartbeatJob, request: heartbeatRequest{}, response: heartbeatResponse{}, status: 200,
 			params: []param{regionJob}, vars: jobVars, example: lease + `,"lease_seconds":60}`},
-		{method: "POST", path: "/v1/jobs/{id}/complete", name: "completeJob", role: auth.RoleWorker, summary: "Report success; the job is published",
+		{method: "POST", path: "/v1/jobs/{id}/complete", name: "completeJob", resource: "job", role: auth.RoleWorker, summary: "Report success; the job is published",
 			handle: s.handleCompleteJob, request: completeRequest{}, response: outcomeResponse{}, status: 200,
 			params: []param{regionJob}, vars: jobVars, example: lease + `,"result":{"message_id":"m-1"}}`},
-		{method: "POST", path: "/v1/jobs/{id}/fail", name: "failJob", role: auth.RoleWorker,
+		{method: "POST", path: "/v1/jobs/{id}/fail", name: "failJob", resource: "job", role: auth.RoleWorker,
 			summary: "Report a failure: retryable (transient budget), invalid output (schema budget) or permanent",
 			handle:  s.handleFailJob, request: failRequest{}, response: outcomeResponse{}, status: 200,
 			params: []param{regionJob}, vars: jobVars, example: lease + `,"retryable":true,"error":"upstream 503","status":503}`},
-		{method: "POST", path: "/v1/jobs/{id}/rate-limited", name: "rateLimitedJob", role: auth.RoleWorker,
+		{method: "POST", path: "/v1/jobs/{id}/rate-limited", name: "rateLimitedJob", resource: "job", role: auth.RoleWorker,
 			summary: "Report an upstream 429: the key pauses for every worker and the job is rescheduled",
 			handle:  s.handleReportRateLimited, request: rateLimitedRequest{}, response: outcomeResponse{}, status: 200,
 			params: []param{regionJob}, vars: jobVars, example: lease + `,"headers":{"Retry-After":"2"},"scope":"smtp:default"}`},
 
-		{method: "PUT", path: "/v1/limits/{key}", name: "putLimit", role: auth.RoleAdmin,
+		{method: "PUT", path: "/v1/limits/{key}", name: "putLimit", resource: "limit key", role: auth.RoleAdmin,
 			summary: "Create or reconfigure a limit key, keeping its live state. shape bucket (default) or window says how rate per period is counted, window sliding (default) or fixed (aligned to the clock) how a window counts; windows add further windows; every shape must admit a start. A change to a key the server's configuration declares (limits, a provider's rpm or tpm) lasts across restarts until that declaration changes",
 			handle:  s.handlePutLimit, request: limitRequest{}, response: limitView{}, status: 200, params: []param{regionOne},
 			example: `{"per_second":8,"burst":16,"concurrency":32,"adaptive":true,"windows":[{"limit":400,"period":"1m"}]}`},
 		{method: "GET", path: "/v1/limits", name: "listLimits", role: auth.RoleAdmin, summary: "List limit keys with their live state (as GET /v1/limits/{key}, including strict counting)",
 			handle: s.handleListLimits, response: limitList{}, status: 200, params: []param{regionEvery}},
-		{method: "GET", path: "/v1/limits/{key}", name: "getLimit", role: auth.RoleAdmin,
+		{method: "GET", path: "/v1/limits/{key}", name: "getLimit", resource: "limit key", role: auth.RoleAdmin,
 			summary: "Get a limit key: configuration, tokens, learned rate, pause, in flight, waiting cost, and strict counting: strict is true, and strict_until says until when, while a fixed key with a sliding window paces one under its limit with no burst after an upstream refused it",
 			handle:  s.handleGetLimit, response: limitView{}, status: 200, params: []param{regionOne}},
 
@@ -139,10 +158,10 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/dead-letters", name: "listDeadLetters", role: auth.RoleProducer, summary: "List terminal jobs",
 			handle: s.handleListDeadLetters, response: jobList{}, status: 200,
 			params: []param{regionList, query("reason", "only this terminal reason", reasons()...), filterKind, filterTenant, pageAfter, pageLimit}},
-		{method: "POST", path: "/v1/dead-letters/{id}/redrive", name: "redriveDeadLetter", role: auth.RoleProducer,
+		{method: "POST", path: "/v1/dead-letters/{id}/redrive", name: "redriveDeadLetter", resource: "job", role: auth.RoleProducer,
 			summary: "Return a terminal job to waiting with fresh budgets",
 			handle:  s.handleRedriveDeadLetter, response: jobView{}, status: 200, params: []param{regionJob}, vars: map[string]string{"id": "DEAD_JOB_ID"}},
-		{method: "DELETE", path: "/v1/dead-letters/{id}", name: "deleteDeadLetter", role: auth.RoleProducer, summary: "Delete a terminal job",
+		{method: "DELETE", path: "/v1/dead-letters/{id}", name: "deleteDeadLetter", resource: "job", role: auth.RoleProducer, summary: "Delete a terminal job",
 			handle: s.handleDeleteDeadLetter, status: 204, params: []param{regionJob}, vars: map[string]string{"id": "DEAD_JOB_ID"}},
 	}
 	rts = append(rts, s.batchRoutes()...)
@@ -153,7 +172,7 @@ func (s *Server) routes() []route {
 				example: `{"tenant":"acme","role":"producer","regions":["` + region + `"],"name":"billing-service"}`},
 			route{method: "GET", path: "/v1/keys", name: "listKeys", role: auth.RoleAdmin, summary: "List API keys (never their secrets)",
 				handle: s.handleListKeys, response: keyList{}, status: 200},
-			route{method: "DELETE", path: "/v1/keys/{id}", name: "revokeKey", role: auth.RoleAdmin, summary: "Revoke an API key",
+			route{method: "DELETE", path: "/v1/keys/{id}", name: "revokeKey", resource: "API key", role: auth.RoleAdmin, summary: "Revoke an API key",
 				handle: s.handleRevokeKey, status: 204, vars: map[string]string{"id": "KEY_ID"}},
 		)
 	}

@@ -144,7 +144,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			}
 		}
 		if err := rt.handle(w, r, p); err != nil {
-			s.fail(w, r, err)
+			s.fail(w, r, storeError(err, rt.what(r)))
 		}
 	})
 }

@@ -18,7 +18,11 @@ import (
 
 // withWebhooks mounts the webhooks plug-in's routes (hookapi) over each
 // region's store, as the plug-in does in a client.
-func withWebhooks(t *testing.T) func(*Config) {
+func withWebhooks(t *testing.T) func(*Config) { return withWebhooksVia(t, nil) }
+
+// withWebhooksVia is withWebhooks with each region's registry passed
+// through wrap (nil for none) before it is mounted.
+func withWebhooksVia(t *testing.T, wrap func(hookapi.Registry) hookapi.Registry) func(*Config) {
 	return func(c *Config) {
 		regs := map[string]hookapi.Registry{}
 		if c.Jobs == nil {
@@ -40,6 +44,9 @@ func withWebhooks(t *testing.T) func(*Config) {
 				t.Fatal(err)
 			}
 			regs[name] = reg
+			if wrap != nil {
+				regs[name] = wrap(reg)
+			}
 		}
 		c.Mounts = append(c.Mounts, hookapi.Routes(regs))
 	}

@@ -396,5 +396,29 @@ func TestCreateAnswersItsSecretWhenTheSettleFails(t *testing.T) {
 		if _, _, created, err := a.Put(ctx, perSecond(20)); !errors.Is(err, errDisk) || created {
 			t.Fatalf("update whose settle failed: created %v, err %v; want %v", created, err, errDisk)
 		}
+		// Why the update answers its error rather than its saved record:
+		// the save stood but the key still paces the old rate, and only a
+		// retry (or the next start) settles it. The retry is safe: the
+		// same PUT again changes nothing of the subscriber, shows no new
+		// secret, and settles the key.
+		saved, err := a.Get(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key, err := st.GetLimit(ctx, LimitKey("s")); err != nil || saved.Rate.Limit != 20 ||
+			store.LimitFingerprint(key.Config) != store.LimitFingerprint(stored.LimitConfig(DefaultHeadroom)) {
+			t.Fatalf("after the failed settle: saved limit %d, key rate %v (err %v); want the update saved and the create's key", saved.Rate.Limit, key.Config.Rate, err)
+		}
+		again, secret, created, err := a.Put(ctx, perSecond(20))
+		if err != nil || created || secret != "" {
+			t.Fatalf("retried update: created %v, new secret %v, err %v; want a plain update", created, secret != "", err)
+		}
+		if again.URL != saved.URL || again.Secrets.Current != saved.Secrets.Current || again.Rate.Limit != saved.Rate.Limit {
+			t.Fatalf("the retry changed the subscriber: %+v, was %+v", again, saved)
+		}
+		key, err = st.GetLimit(ctx, LimitKey("s"))
+		if err != nil || store.LimitFingerprint(key.Config) != store.LimitFingerprint(again.LimitConfig(DefaultHeadroom)) {
+			t.Fatalf("the retry left the key at %v (err %v), want the stored subscriber's", key.Config.Rate, err)
+		}
 	})
 }

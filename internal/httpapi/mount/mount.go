@@ -24,9 +24,9 @@ import (
 
 // Handler is an endpoint: it writes a success response or returns an
 // error, which the server answers as problem+json (a *Problem as built,
-// store.ErrNotFound as 404, a job validation error as 400, anything else
-// as a logged 500). p is the
-// authenticated key's principal.
+// store.ErrNotFound as 404 and store.ErrConflict as 409, both naming
+// Route.Resource, a job validation error as 400, anything else as a
+// logged 500). p is the authenticated key's principal.
 type Handler func(w http.ResponseWriter, r *http.Request, p auth.Principal) error
 
 // Route is one endpoint a plug-in mounts. Method and Path form a Go 1.22
@@ -65,6 +65,13 @@ type Route struct {
 	Vars map[string]string
 	// VarDocs says where each shell variable of Vars comes from.
 	VarDocs map[string]string
+	// Resource names what the route acts on ("subscriber"). A
+	// store.ErrNotFound or store.ErrConflict the handler returns
+	// untranslated is answered naming it and the path's {id} or {key}:
+	// "subscriber acme_sub does not exist, or ...", "subscriber acme_sub
+	// changed while this request ran ...". Empty leaves the server's
+	// generic wording.
+	Resource string
 }
 
 // Param is a query or header parameter of a route.

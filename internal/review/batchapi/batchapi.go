@@ -180,7 +180,7 @@ func Routes(svc Service) mount.Mount {
 		s := &server{h: h, svc: svc}
 		region := h.Regions()[0]
 		return []mount.Route{
-			{Method: "POST", Path: "/v1/batches", Name: "createBatch", Role: auth.RoleProducer,
+			{Method: "POST", Path: "/v1/batches", Name: "createBatch", Resource: "batch", Role: auth.RoleProducer,
 				Summary: "Send a manifest of reviews, or of generic extraction items (input, instruction or template, JSON Schema), to the batch lane (a provider's batch API, about half the price, answers within 24 h): returns the batch id. " +
 					"provider names a profile of kind openai, openai-compatible or anthropic in the region (the config file's providers; the example's is called openai): the built-in rules provider has no batch API (400 on provider)",
 				Handle: s.handleCreate, Request: batchRequest{}, Response: Batch{}, Status: 202,
@@ -192,13 +192,13 @@ func Routes(svc Service) mount.Mount {
 					mount.Query("state", "only batches in this state", "running", "canceling", "done"),
 					mount.Query("tenant", "admin keys only: only this tenant's batches"),
 					mount.Query("after", "next_cursor of the previous page"), mount.Query("limit", "page size, 1 to 500; default 100")}},
-			{Method: "GET", Path: "/v1/batches/{id}", Name: "getBatch", Role: auth.RoleProducer,
+			{Method: "GET", Path: "/v1/batches/{id}", Name: "getBatch", Resource: "batch", Role: auth.RoleProducer,
 				Summary: "Get a batch: progress, its provider batches and a page of its items with their state, disposition and reason, and each succeeded extraction item's result (its schema-valid output)",
 				Handle:  s.handleGet, Response: Batch{}, Status: 200, Vars: batchVars,
 				Params: []mount.Param{batchRegion, mount.Query("items_state", "only items in this state", "pending", "submitted", "succeeded", "failed", "canceled"),
 					mount.Query("items_after", "next_items of the previous page"), mount.Query("items_limit", "items per page, 1 to 500; default 100")},
 				VarDocs: map[string]string{"BATCH_ID": "a batch id, from POST /v1/batches"}},
-			{Method: "POST", Path: "/v1/batches/{id}/cancel", Name: "cancelBatch", Role: auth.RoleProducer,
+			{Method: "POST", Path: "/v1/batches/{id}/cancel", Name: "cancelBatch", Resource: "batch", Role: auth.RoleProducer,
 				Summary: "Cancel a batch: pending items end canceled, running provider batches are cancelled (what already finished is still published); 409 once done",
 				Handle:  s.handleCancel, Response: Batch{}, Status: 200, Params: []mount.Param{batchRegion}, Vars: batchVars},
 		}
@@ -437,10 +437,10 @@ func batchError(err error, region string) error {
 		return e
 	case errors.As(err, &in):
 		return mount.FieldError(in.Field, "%s", in.Err.Error())
-	case errors.Is(err, store.ErrNotFound):
-		return mount.NotFound("the batch")
 	case errors.Is(err, ErrConflict):
 		return mount.Problemf(http.StatusConflict, "conflict", "%s", err.Error())
 	}
+	// store.ErrNotFound (a batch gone between its lookup and this call)
+	// is left to the server, which names the route's batch and id.
 	return err
 }

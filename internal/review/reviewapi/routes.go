@@ -151,7 +151,7 @@ func Routes(svc Service) mount.Mount {
 		s := &server{h: h, svc: svc}
 		region := h.Regions()[0]
 		return []mount.Route{
-			{Method: "POST", Path: "/v1/reviews", Name: "createReview", Role: auth.RoleProducer,
+			{Method: "POST", Path: "/v1/reviews", Name: "createReview", Resource: "review", Role: auth.RoleProducer,
 				Summary: "Review a unified diff (at most 8 MiB): it is stored in the region, split into parts reviewed as jobs, validated against the diff and published once",
 				Handle:  s.handleCreateReview, Request: reviewRequest{}, Response: Review{}, Status: 202,
 				Params: []mount.Param{{In: "header", Name: "Idempotency-Key", Doc: "a retry with the same key returns the first review"}},
@@ -169,11 +169,11 @@ func Routes(svc Service) mount.Mount {
 				Summary: "List the review providers of each region: name, kind, model, region, limit keys and declared limits (never a key or an endpoint)",
 				Handle:  s.handleListProviders, Response: providerList{}, Status: 200,
 				Params: []mount.Param{mount.Query("region", "list one region; without it every region the key may use")}},
-			{Method: "GET", Path: "/v1/reviews/{id}", Name: "getReview", Role: auth.RoleProducer,
+			{Method: "GET", Path: "/v1/reviews/{id}", Name: "getReview", Resource: "review", Role: auth.RoleProducer,
 				Summary: "Get a review: state, depth used, parts progress and, once aggregated, findings, quarantined findings with reasons and provider usage",
 				Handle:  s.handleGetReview, Response: Review{}, Status: 200, Params: []mount.Param{reviewRegion}, Vars: reviewVars,
 				VarDocs: map[string]string{"REVIEW_ID": "a review id, from POST /v1/reviews"}},
-			{Method: "GET", Path: "/v1/reviews/{id}/sarif", Name: "getReviewSARIF", Role: auth.RoleProducer,
+			{Method: "GET", Path: "/v1/reviews/{id}/sarif", Name: "getReviewSARIF", Resource: "review", Role: auth.RoleProducer,
 				Summary: "Export an aggregated review's findings as SARIF 2.1.0 (409 until the review is validated)",
 				Handle:  s.handleGetReviewSARIF, Response: sarifLog{}, Media: "application/sarif+json", Status: 200,
 				Params: []mount.Param{reviewRegion}, Vars: reviewVars},
@@ -348,9 +348,9 @@ func reviewError(err error, region string) error {
 		return notConfigured(region)
 	case errors.As(err, &in):
 		return mount.FieldError(in.Field, "%s", in.Err.Error())
-	case errors.Is(err, store.ErrNotFound):
-		return mount.NotFound("the review")
 	}
+	// store.ErrNotFound (a review gone between its lookup and this call)
+	// is left to the server, which names the route's review and id.
 	return err
 }
 
