@@ -321,6 +321,7 @@ JSON metrics (one object per workload; under its name with "all"):
               in_sweep_p99_delta_ms pooled_in_sweep_p99_delta_ms pooled_in_sweep_p99_delta_ms_lo
               pooled_in_sweep_p99_delta_ms_hi (in-sweep_p99_less_baseline_p99) sweep_work_intake
               sweep_intake_seconds sweep_items_pending_at_end sweep_items_succeeded_at_end
+              in_sweep_after_intake_reviews in_sweep_after_intake_p99_ms
               baseline_host_steal_seconds sweep_host_steal_seconds after_host_steal_seconds
               baseline_host_iowait_seconds sweep_host_iowait_seconds after_host_iowait_seconds (Linux)
               sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)

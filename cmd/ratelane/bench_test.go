@@ -267,6 +267,9 @@ func TestBenchBatchIsolationSweepIntake(t *testing.T) {
 	if n := in["in_sweep_reviews"]; n < 1 || n != in["sweep_reviews"] {
 		t.Errorf("intake: %v in-sweep reviews of %v in the phase, want every one (at least 1)", n, in["sweep_reviews"])
 	}
+	if n := in["in_sweep_after_intake_reviews"]; n < 1 || n > in["in_sweep_reviews"] {
+		t.Errorf("intake: %v in-sweep reviews after the last manifest, want 1 to %v (the phase lasts a window after it)", n, in["in_sweep_reviews"])
+	}
 	full := benchRun("full")
 	if full["sweep_work_intake"] != 0 {
 		t.Errorf("full: sweep_work_intake %v, want 0", full["sweep_work_intake"])

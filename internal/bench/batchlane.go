@@ -294,6 +294,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		sweepErr    error
 		sweepTook   time.Duration
 		sweepIntake time.Duration // first manifest to the last accepted
+		intakeEnd   time.Time     // the last manifest accepted
 		sweepEnd    time.Time
 		published   int
 		ids         []string
@@ -319,7 +320,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			}
 			ids = append(ids, s.ID)
 		}
-		sweepIntake = time.Since(start)
+		intakeEnd = time.Now()
+		sweepIntake = intakeEnd.Sub(start)
 		cpulabel.Set(cpulabel.BenchWait)
 		if intake {
 			// Nothing will work the sweep: its presence lasts a window.
@@ -348,6 +350,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	for i, at := range underAt {
 		if at.Before(sweepEnd) {
 			inSweep, inSweepAt = append(inSweep, under[i]), append(inSweepAt, at)
+		}
+	}
+	// Of them, those submitted once every manifest was in: the sweep's
+	// rows without its intake's writes (with SweepWorkIntake, its
+	// presence alone; with the default, its work too).
+	var afterIntake []time.Duration
+	for i, at := range inSweepAt {
+		if !at.Before(intakeEnd) {
+			afterIntake = append(afterIntake, inSweep[i])
 		}
 	}
 	cpulabel.SetPhase("after")
@@ -469,6 +480,8 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// baseline, and the sweep's cost reads as ms (docs/benchmarks.md,
 	// "Session 44: the merge (lead)").
 	r.add("in_sweep_p99_delta_ms", Percentile(inSweep, 0.99)-bp99, "ms, in-sweep p99 less the baseline's")
+	r.add("in_sweep_after_intake_reviews", float64(len(afterIntake)), "in-sweep reviews submitted after the last manifest was accepted")
+	r.add("in_sweep_after_intake_p99_ms", Percentile(afterIntake, 0.99), "ms, of those (0: none)")
 	addVsBaseline(&r, []float64{0.95, 0.90}, base, under, "baseline_", "sweep_", "", "the sweep phase's reviews")
 	r.add("baseline_bench_reads_per_review", float64(baseReads)/float64(max(1, len(before))), "store reads the bench made waiting for one interactive review, baseline")
 	r.add("sweep_bench_reads_per_review", float64(sweepReads)/float64(max(1, len(under))), "store reads the bench made waiting for one interactive review, under the sweep")
