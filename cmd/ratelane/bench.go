@@ -84,6 +84,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.IOFloorBurnShare, "io-burn-share", 0, "io-floor only: the share of each core the CPU burst arms spin, one goroutine per GOMAXPROCS (0: the default, 0.25)")
 	var ioBurnPieces string
 	fs.StringVar(&ioBurnPieces, "io-burn-pieces", "", "io-floor only: comma-separated burst lengths, one CPU burst arm each (default 5ms,500us; none: no burst arm)")
+	// The sweep's presence apart from its work (docs/benchmarks.md,
+	// "Session 45 (s45h2)").
+	fs.StringVar(&o.SweepWork, "sweep-work", bench.SweepWorkFull, "batch-isolation only: what the batch lane does with the sweep: full (works it to the end: sent to the batch simulator, aggregated, published) or intake (its manifests go in as with full, but the bench's node serves the interactive lane alone and no batch-lane work happens: the 10,000 items stay queued, the sweep phase lasts the baseline's window from the last manifest accepted, sweep_work_intake is 1; not with --batch-node process)")
 	fs.IntVar(&o.BatchNice, "batch-nice", 10, "batch-isolation with --batch-node process: the batch node's nice, 0 to 19 (Linux; 0 leaves it at the bench's priority)")
 	var mixes string
 	var verbose bool
@@ -142,6 +145,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if o.BatchNode != bench.BatchNodeInProcess && o.BatchNode != bench.BatchNodeProcess {
 		return usageError{fmt.Sprintf("--batch-node %q: want %s or %s", o.BatchNode, bench.BatchNodeInProcess, bench.BatchNodeProcess)}
+	}
+	switch o.SweepWork {
+	case bench.SweepWorkFull:
+	case bench.SweepWorkIntake:
+		if o.BatchNode == bench.BatchNodeProcess {
+			return usageError{fmt.Sprintf("--sweep-work %s: not with --batch-node %s (its batch node would work the sweep)", bench.SweepWorkIntake, bench.BatchNodeProcess)}
+		}
+	default:
+		return usageError{fmt.Sprintf("--sweep-work %q: want %s or %s", o.SweepWork, bench.SweepWorkFull, bench.SweepWorkIntake)}
 	}
 	if o.BatchNice < 0 || o.BatchNice > 19 {
 		return usageError{fmt.Sprintf("--batch-nice %d: want 0 to 19 (a lower priority than the bench's, or the same)", o.BatchNice)}
@@ -306,6 +318,10 @@ JSON metrics (one object per workload; under its name with "all"):
               pooled_in_sweep_p99_ratio_lo pooled_in_sweep_p99_ratio_hi (90-percent-block-bootstrap,2s-blocks)
               pooled_in_sweep_p95_ratio_lo pooled_in_sweep_p95_ratio_hi
               pooled_in_sweep_p99_ratio_iid_lo pooled_in_sweep_p99_ratio_iid_hi (single-review-bootstrap)
+              in_sweep_p99_delta_ms pooled_in_sweep_p99_delta_ms pooled_in_sweep_p99_delta_ms_lo
+              pooled_in_sweep_p99_delta_ms_hi (in-sweep_p99_less_baseline_p99) sweep_work_intake
+              sweep_intake_seconds sweep_items_pending_at_end sweep_items_succeeded_at_end
+              in_sweep_after_intake_reviews in_sweep_after_intake_p99_ms
               baseline_host_steal_seconds sweep_host_steal_seconds after_host_steal_seconds
               baseline_host_iowait_seconds sweep_host_iowait_seconds after_host_iowait_seconds (Linux)
               sim_child_nice_asked sim_child_nice_min sim_child_nice_max (Linux)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -157,7 +158,8 @@ func TestBenchPostgresSmoke(t *testing.T) {
 func TestBenchUsage(t *testing.T) {
 	for _, args := range [][]string{{"bench"}, {"bench", "nope", "--smoke"}, {"bench", "paced", "--store", "mysql"}, {"bench", "paced", "--runs", "0"}, {"bench", "upstreams", "--smoke", "--mix", "nope"},
 		{"bench", "upstreams", "--smoke", "--phase", "1s"}, {"bench", "upstreams", "--smoke", "--phase", "-5ms"},
-		{"bench", "batch-isolation", "--smoke", "--batch-sim", "nope"}, {"bench", "batch-isolation", "--smoke", "--batch-sim", "idle", "--sim", "in"}} {
+		{"bench", "batch-isolation", "--smoke", "--batch-sim", "nope"}, {"bench", "batch-isolation", "--smoke", "--batch-sim", "idle", "--sim", "in"},
+		{"bench", "batch-isolation", "--smoke", "--sweep-work", "nope"}, {"bench", "batch-isolation", "--smoke", "--sweep-work", "intake", "--batch-node", "process"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, strings.TrimSpace(stderr.String()))
@@ -217,6 +219,115 @@ func TestBenchBatchIsolationBatchSimIdle(t *testing.T) {
 	if got["sweep_gc_cycles_per_second"] == 0 {
 		t.Errorf("no GC cycle in the sweep window: %v", stdout.String())
 	}
+}
+
+// TestBenchBatchIsolationSweepIntake runs `ratelane bench batch-isolation
+// --smoke` with --sweep-work intake and then with the default (full),
+// the batch pacer off in both (--batch-cpu-share -1, as
+// TestBenchBatchIsolationBatchSimIdle). Intake: the sweep's 300 items are
+// all still pending at the run's end (read from the store: none was sent
+// to the provider or settled), yet the in-sweep, pooled and interval
+// figures are there. Full: every item succeeded (and the run itself
+// waits until every sweep review is published). Every figure of the full
+// run that intake must keep (the latencies, pooled figures and
+// intervals) is in both, so the two compare key by key. Both runs leave
+// no child process and no temporary store behind.
+func TestBenchBatchIsolationSweepIntake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two smoke sweeps (about 20 s)")
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // the run's store goes here, and must be gone after
+	benchRun := func(mode string) map[string]float64 {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		args := []string{"bench", "batch-isolation", "--smoke", "--json", "--sweep-work", mode, "--batch-cpu-share", "-1", "--duration", smokeBound.String()}
+		if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%s: exit %d: %s", mode, code, stderr.String())
+		}
+		var got map[string]float64
+		if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+			t.Fatalf("%s: not one JSON object: %v\n%s", mode, err, stdout.String())
+		}
+		if left, _ := os.ReadDir(tmp); len(left) > 0 {
+			t.Errorf("%s: %d entries left in the temporary directory (%s...)", mode, len(left), left[0].Name())
+		}
+		if kids := childProcesses(t); len(kids) > 0 {
+			t.Errorf("%s: child processes left: %v", mode, kids)
+		}
+		return got
+	}
+	in := benchRun("intake")
+	if in["sweep_work_intake"] != 1 || in["sweep_files"] != 300 {
+		t.Errorf("intake: sweep_work_intake %v, sweep_files %v; want 1, 300", in["sweep_work_intake"], in["sweep_files"])
+	}
+	if p, s := in["sweep_items_pending_at_end"], in["sweep_items_succeeded_at_end"]; p != 300 || s != 0 {
+		t.Errorf("intake: %v items pending and %v succeeded at the end, want 300 and 0 (no sweep item worked)", p, s)
+	}
+	if n := in["in_sweep_reviews"]; n < 1 || n != in["sweep_reviews"] {
+		t.Errorf("intake: %v in-sweep reviews of %v in the phase, want every one (at least 1)", n, in["sweep_reviews"])
+	}
+	if n := in["in_sweep_after_intake_reviews"]; n < 1 || n > in["in_sweep_reviews"] {
+		t.Errorf("intake: %v in-sweep reviews after the last manifest, want 1 to %v (the phase lasts a window after it)", n, in["in_sweep_reviews"])
+	}
+	full := benchRun("full")
+	if full["sweep_work_intake"] != 0 {
+		t.Errorf("full: sweep_work_intake %v, want 0", full["sweep_work_intake"])
+	}
+	if p, s := full["sweep_items_pending_at_end"], full["sweep_items_succeeded_at_end"]; p != 0 || s != 300 {
+		t.Errorf("full: %v items pending and %v succeeded at the end, want 0 and 300", p, s)
+	}
+	// Key by key: every latency, pooled figure and interval of the
+	// default mode is in intake's JSON too, finite.
+	latency := func(name string) bool {
+		for _, not := range []string{"stage_", "sched_latency", "runqueue", "write_wait", "gc_"} {
+			if strings.Contains(name, not) {
+				return false // the engine's, the runtime's and the OS's figures, not the reviews'
+			}
+		}
+		for _, q := range []string{"p50_", "p90_", "p95_", "p99_"} {
+			if strings.Contains(name, q) {
+				return true
+			}
+		}
+		return strings.HasPrefix(name, "pooled_") || strings.HasSuffix(name, "_reviews")
+	}
+	for name := range full {
+		if !latency(name) {
+			continue
+		}
+		v, ok := in[name]
+		if !ok {
+			t.Errorf("intake has no %s (full: %v)", name, full[name])
+		} else if math.IsNaN(v) || math.IsInf(v, 0) {
+			t.Errorf("intake: %s = %v", name, v)
+		}
+	}
+	for _, got := range []map[string]float64{in, full} {
+		lo, d, hi := got["pooled_in_sweep_p99_delta_ms_lo"], got["pooled_in_sweep_p99_delta_ms"], got["pooled_in_sweep_p99_delta_ms_hi"]
+		if !(lo <= hi) || math.Abs(d-(got["pooled_in_sweep_p99_ms"]-got["pooled_baseline_p99_ms"])) > 0.2 { // the JSON rounds (to 0.1 from 100 on)
+			t.Errorf("pooled delta %v [%v, %v], want in-sweep p99 %v less baseline p99 %v with lo ≤ hi", d, lo, hi, got["pooled_in_sweep_p99_ms"], got["pooled_baseline_p99_ms"])
+		}
+	}
+}
+
+// childProcesses lists this process's child processes (Linux; nil
+// elsewhere).
+func childProcesses(t *testing.T) []string {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", os.Getpid()))
+	if err != nil || len(tasks) == 0 {
+		return nil
+	}
+	var kids []string
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that ended
+		}
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	return kids
 }
 
 // TestBenchUpstreamsMixVerbose runs one smoke mix with --mix, --phase

@@ -20,6 +20,7 @@ import (
 	"github.com/ratelane/ratelane"
 	"github.com/ratelane/ratelane/internal/cpulabel"
 	"github.com/ratelane/ratelane/internal/engine"
+	"github.com/ratelane/ratelane/internal/store"
 	"github.com/ratelane/ratelane/review"
 )
 
@@ -59,6 +60,33 @@ func BatchLane(smoke bool) BatchLanePlan {
 		After: 20 * time.Second, ProcessFor: 5 * time.Second}
 }
 
+// The batch-isolation workload's sweep modes (Options.SweepWork).
+const (
+	// SweepWorkFull works the sweep to the end: every item sent to the
+	// batch simulator, every review aggregated and published (the default).
+	SweepWorkFull = "full"
+	// SweepWorkIntake takes the sweep's manifests in and does no batch-lane
+	// work: its 10,000 reviews and items stay queued in the store through
+	// the sweep phase and the window after it.
+	SweepWorkIntake = "intake"
+)
+
+// sweepIntakeOnly reports whether o asks for SweepWorkIntake, and refuses
+// what it cannot run with: an unknown mode, and a batch node in a process
+// of its own (BatchNodeProcess), which would work the sweep.
+func sweepIntakeOnly(o Options) (bool, error) {
+	switch o.SweepWork {
+	case "", SweepWorkFull:
+		return false, nil
+	case SweepWorkIntake:
+		if o.BatchNode == BatchNodeProcess {
+			return false, fmt.Errorf("sweep work %s: not with batch node %s (its node would work the sweep)", SweepWorkIntake, BatchNodeProcess)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("unknown sweep work mode %q (want %s or %s)", o.SweepWork, SweepWorkFull, SweepWorkIntake)
+}
+
 // fileDiff is a one-file unified diff, file n of a sweep or an
 // interactive review.
 func fileDiff(prefix string, n int) []byte {
@@ -77,8 +105,17 @@ func fileDiff(prefix string, n int) []byte {
 // least the baseline's window), and alone again once it is (after). A
 // warm-up before the baseline is left out of every figure. The review plug-in, the engine and the
 // store are the real ones; only the providers are simulated.
+//
+// With SweepWorkIntake the sweep's manifests go in as always but the
+// Client serves the interactive lane alone, so no batch-lane work
+// happens: the sweep phase lasts plan.Window from the last manifest
+// accepted, and every review of that phase is in-sweep.
 func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	plan := BatchLane(e.opts.Smoke)
+	intake, err := sweepIntakeOnly(e.opts)
+	if err != nil {
+		return Result{}, err
+	}
 	// The simulators (startSims); childCPU reads the child's CPU per phase,
 	// batchSimCPU the batch simulator's own child's (BatchSimIdle).
 	sm, err := startSims(e, plan.ProcessFor)
@@ -147,6 +184,11 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		cfg.Lanes = []ratelane.Lane{ratelane.LaneInteractive}
 	default:
 		return Result{}, fmt.Errorf("unknown batch node mode %q (want %s or %s)", e.opts.BatchNode, BatchNodeInProcess, BatchNodeProcess)
+	}
+	if intake {
+		// No node serves the batch lane: the sweep's jobs and items wait
+		// in the store, as a backlog nobody works would.
+		cfg.Lanes = []ratelane.Lane{ratelane.LaneInteractive}
 	}
 	c, err := e.client(ctx, cfg) // migrates the store before the batch node opens it
 	if err != nil {
@@ -249,17 +291,19 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	bks1 := childSched(sm.batchChild)
 	done := make(chan struct{})
 	var (
-		sweepErr  error
-		sweepTook time.Duration
-		sweepEnd  time.Time
-		published int
+		sweepErr    error
+		sweepTook   time.Duration
+		sweepIntake time.Duration // first manifest to the last accepted
+		intakeEnd   time.Time     // the last manifest accepted
+		sweepEnd    time.Time
+		published   int
+		ids         []string
 	)
 	cpulabel.SetPhase("sweep")
 	xt.phase("sweep")
 	go func() {
 		defer close(done)
 		start := time.Now()
-		var ids []string
 		for m := 0; m < plan.Files; m += plan.PerManifest {
 			var rs []review.BatchReview
 			for i := m; i < min(plan.Files, m+plan.PerManifest); i++ {
@@ -276,8 +320,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			}
 			ids = append(ids, s.ID)
 		}
+		intakeEnd = time.Now()
+		sweepIntake = intakeEnd.Sub(start)
 		cpulabel.Set(cpulabel.BenchWait)
-		published, sweepErr = sweepDone(ctx, rv, ids, start)
+		if intake {
+			// Nothing will work the sweep: its presence lasts a window.
+			sweepErr = Sleep(ctx, plan.Window)
+		} else {
+			published, sweepErr = sweepDone(ctx, rv, ids, start)
+		}
 		sweepEnd = time.Now()
 		sweepTook = sweepEnd.Sub(start)
 		tr.event("sweep", start, sweepEnd)
@@ -301,6 +352,15 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 			inSweep, inSweepAt = append(inSweep, under[i]), append(inSweepAt, at)
 		}
 	}
+	// Of them, those submitted once every manifest was in: the sweep's
+	// rows without its intake's writes (with SweepWorkIntake, its
+	// presence alone; with the default, its work too).
+	var afterIntake []time.Duration
+	for i, at := range inSweepAt {
+		if !at.Before(intakeEnd) {
+			afterIntake = append(afterIntake, inSweep[i])
+		}
+	}
 	cpulabel.SetPhase("after")
 	sweepRun := sweepSched()
 	if err := lp.write("sweep-end"); err != nil {
@@ -314,7 +374,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if sweepErr != nil {
 		return Result{}, sweepErr
 	}
-	if published != plan.Files {
+	if published != plan.Files && !intake {
 		return Result{}, fmt.Errorf("the sweep's batches ended with %d of %d items succeeded", published, plan.Files)
 	}
 	// Every sweep review must be published too (the batch is done when its
@@ -325,7 +385,7 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	// sweep work still queued for the writer (until session 20 the wait
 	// ended with thousands of them left for the publication pool, which
 	// a build that aggregates faster than it publishes hid).
-	for {
+	for !intake {
 		if unpublishedReviews(ctx, c) == 0 {
 			break
 		}
@@ -349,6 +409,12 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("after the sweep: %w", err)
 	}
+	// What became of the sweep's items, read from the store at the end:
+	// in intake mode, proof that none was worked.
+	left, err := sweepItems(ctx, rv, ids)
+	if err != nil {
+		return Result{}, fmt.Errorf("the sweep's items at the end: %w", err)
+	}
 	// Blocks for the block bootstrap (blockRatioInterval), taken before
 	// Percentile sorts the latencies away from their submit times.
 	blocks := map[string][][]time.Duration{
@@ -371,7 +437,16 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.samples = map[string][]time.Duration{"baseline": base, "sweep": under, "in_sweep": inSweep}
 	r.blocks = blocks
 	r.add("sweep_files", float64(plan.Files), "files (one batch item each)")
-	r.add("sweep_seconds", sweepTook.Seconds(), "s (first manifest to every batch done)")
+	if intake {
+		r.add("sweep_work_intake", 1, "the sweep was taken in and not worked (--sweep-work intake): no sweep-done check, no publication")
+		r.add("sweep_seconds", sweepTook.Seconds(), "s (first manifest to the phase's end, a window after the last manifest)")
+	} else {
+		r.add("sweep_work_intake", 0, "the sweep was worked to the end (--sweep-work full)")
+		r.add("sweep_seconds", sweepTook.Seconds(), "s (first manifest to every batch done)")
+	}
+	r.add("sweep_intake_seconds", sweepIntake.Seconds(), "s (first manifest to the last accepted)")
+	r.add("sweep_items_pending_at_end", float64(left.Pending), "sweep items never sent to the provider, read from the store at the run's end")
+	r.add("sweep_items_succeeded_at_end", float64(left.Succeeded), "sweep items whose result was recorded, read from the store at the run's end")
 	r.add("interactive_rate", plan.Rate, "reviews/s")
 	r.add("warmup_seconds", plan.Warmup.Seconds(), "s of interactive reviews before the baseline, in no figure")
 	r.add("baseline_reviews", float64(len(base)), "reviews, both baseline windows (before the sweep and after it)")
@@ -399,8 +474,14 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 	r.add("sweep_p50_ms", up50, "ms")
 	r.add("sweep_p99_ms", up99, "ms")
 	r.add("p99_ratio", up99/bp99, "sweep ÷ baseline (target < 1.1)")
-	r.add("in_sweep_reviews", float64(len(inSweep)), "reviews submitted before the sweep's batches were done")
+	r.add("in_sweep_reviews", float64(len(inSweep)), "reviews submitted before the sweep's batches were done (intake: before the phase's end)")
 	addVsBaseline(&r, []float64{0.99, 0.95}, base, inSweep, "", "in_sweep_", "in_sweep_", "reviews submitted while the sweep ran")
+	// The additive shift beside the ratio: a ratio punishes a fast
+	// baseline, and the sweep's cost reads as ms (docs/benchmarks.md,
+	// "Session 44: the merge (lead)").
+	r.add("in_sweep_p99_delta_ms", Percentile(inSweep, 0.99)-bp99, "ms, in-sweep p99 less the baseline's")
+	r.add("in_sweep_after_intake_reviews", float64(len(afterIntake)), "in-sweep reviews submitted after the last manifest was accepted")
+	r.add("in_sweep_after_intake_p99_ms", Percentile(afterIntake, 0.99), "ms, of those (0: none)")
 	addVsBaseline(&r, []float64{0.95, 0.90}, base, under, "baseline_", "sweep_", "", "the sweep phase's reviews")
 	r.add("baseline_bench_reads_per_review", float64(baseReads)/float64(max(1, len(before))), "store reads the bench made waiting for one interactive review, baseline")
 	r.add("sweep_bench_reads_per_review", float64(sweepReads)/float64(max(1, len(under))), "store reads the bench made waiting for one interactive review, under the sweep")
@@ -586,6 +667,41 @@ func runBatchLane(ctx context.Context, e *env) (Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// sweepItems sums the items of the sweep's batches (ids) by state, read
+// from the store: every batch of the region is one of the sweep's, so one
+// listing of them holds them all.
+func sweepItems(ctx context.Context, rv *review.Plugin, ids []string) (store.BatchCounts, error) {
+	var sum store.BatchCounts
+	if len(ids) == 0 {
+		return sum, nil
+	}
+	bs, err := rv.ListBatches(ctx, "us", review.BatchListParams{Limit: len(ids)})
+	if err != nil {
+		return sum, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	seen := 0
+	for _, b := range bs {
+		if !want[b.ID] {
+			continue
+		}
+		seen++
+		sum.Total += b.Counts.Total
+		sum.Pending += b.Counts.Pending
+		sum.Submitted += b.Counts.Submitted
+		sum.Succeeded += b.Counts.Succeeded
+		sum.Failed += b.Counts.Failed
+		sum.Canceled += b.Counts.Canceled
+	}
+	if seen != len(ids) {
+		return sum, fmt.Errorf("%d of the sweep's %d batches listed", seen, len(ids))
+	}
+	return sum, nil
 }
 
 // batchLaneReviews is the workload's review plug-in: one region, two
@@ -1180,6 +1296,13 @@ func addPooled(agg *Result, runs []Result) {
 	agg.add("pooled_in_sweep_p99_trimmed_ms", it, "ms, every run's in-sweep reviews without the slowest 2 s blocks (one in ten)")
 	agg.add("pooled_in_sweep_p99_trimmed_ratio", it/bt, "in-sweep ÷ baseline, both block-trimmed: a figure a few stall episodes do not set (beside pooled_in_sweep_p99_ratio, not instead)")
 	seed := uint64(len(base))<<32 | uint64(len(in))
+	// The additive shift beside the ratio (the ratio punishes a fast
+	// baseline): the same blocks, the same resamples.
+	b99, i99 := Percentile(base, 0.99), Percentile(in, 0.99)
+	agg.add("pooled_in_sweep_p99_delta_ms", i99-b99, "ms, every run's in-sweep p99 less the pooled baseline's")
+	lo, hi := blockDeltaInterval(baseBlocks, inBlocks, 0.99, 0.9, bootstrapResamples, seed)
+	agg.add("pooled_in_sweep_p99_delta_ms_lo", lo, "ms, 5th percentile of the block bootstrap of the difference")
+	agg.add("pooled_in_sweep_p99_delta_ms_hi", hi, "ms, 95th percentile of the block bootstrap of the difference")
 	for _, q := range []float64{0.99, 0.95} {
 		lo, hi := blockRatioInterval(baseBlocks, inBlocks, q, 0.9, bootstrapResamples, seed)
 		name := fmt.Sprintf("pooled_in_sweep_p%.0f_ratio", 100*q)

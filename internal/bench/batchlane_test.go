@@ -66,6 +66,8 @@ func TestAddPooledIsOneQuantileOverEveryRun(t *testing.T) {
 		"pooled_sweep_p95_ms": 10, "pooled_p95_ratio": 1, "pooled_sweep_p90_ms": 10, "pooled_p90_ratio": 1,
 		"pooled_in_sweep_reviews": 100, "pooled_in_sweep_p99_ms": 200, "pooled_in_sweep_p99_ratio": 20,
 		"pooled_in_sweep_p95_ms": 100, "pooled_in_sweep_p95_ratio": 10, "pooled_in_sweep_p90_ms": 10, "pooled_in_sweep_p90_ratio": 1,
+		// The additive shift beside the ratio: 200 ms less 10.
+		"pooled_in_sweep_p99_delta_ms": 190,
 		// The per-run ratios' median (4 and 10) stays beside the pooled one.
 		"p99_ratio": 7,
 	}
@@ -75,8 +77,9 @@ func TestAddPooledIsOneQuantileOverEveryRun(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
 		}
 	}
-	// The target's ratio comes with its bootstrap interval, which holds it.
-	for _, name := range []string{"pooled_in_sweep_p99_ratio", "pooled_in_sweep_p95_ratio"} {
+	// The target's ratio and the shift come with their bootstrap
+	// intervals, which hold them.
+	for _, name := range []string{"pooled_in_sweep_p99_ratio", "pooled_in_sweep_p95_ratio", "pooled_in_sweep_p99_delta_ms"} {
 		point, _ := agg.Get(name)
 		lo, okLo := agg.Get(name + "_lo")
 		hi, okHi := agg.Get(name + "_hi")
@@ -270,6 +273,24 @@ func TestBatchIsolationWithABatchNode(t *testing.T) {
 	hi, _ := r.Get("batch_node_nice_max")
 	if lo != 5 || hi != 5 {
 		t.Errorf("batch node threads' nice %v..%v, want 5", lo, hi)
+	}
+}
+
+// TestSweepIntakeOnly: the sweep modes, and the combination refused (a
+// batch node of its own would work the sweep intake leaves queued).
+func TestSweepIntakeOnly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		work, node   string
+		intake, fail bool
+	}{
+		{"", "", false, false}, {SweepWorkFull, BatchNodeProcess, false, false}, {SweepWorkIntake, "", true, false},
+		{SweepWorkIntake, BatchNodeInProcess, true, false}, {SweepWorkIntake, BatchNodeProcess, false, true}, {"none", "", false, true},
+	} {
+		intake, err := sweepIntakeOnly(Options{SweepWork: tc.work, BatchNode: tc.node})
+		if intake != tc.intake || (err != nil) != tc.fail {
+			t.Errorf("sweep work %q, batch node %q: intake %v, error %v; want %v, an error %v", tc.work, tc.node, intake, err, tc.intake, tc.fail)
+		}
 	}
 }
 

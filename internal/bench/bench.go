@@ -136,6 +136,14 @@ type Options struct {
 	// BatchNice is the batch node's nice (BatchNodeProcess; Linux): 0
 	// leaves it at the bench's priority. `ratelane bench` defaults to 10.
 	BatchNice int
+	// SweepWork is what the batch-isolation workload's batch lane does
+	// with the sweep: SweepWorkFull ("" too) works it to the end, as a
+	// real sweep; SweepWorkIntake only takes its manifests in (the same
+	// SubmitBatch calls) and leaves its items queued, the bench's Client
+	// serving the interactive lane alone: the sweep's presence in the
+	// store without the batch lane's work, to tell the two apart.
+	// SweepWorkIntake refuses BatchNodeProcess.
+	SweepWork string
 	// TraceTail, when set, makes the batch-isolation workload record a
 	// per-review and per-event timeline to this file (with Runs > 1, run
 	// k's to TraceTail.k) and add tail_* figures: what the slowest

@@ -57,6 +57,21 @@ func singletons(xs []time.Duration) [][]time.Duration {
 // blocks at least a burst long resamples the bursts themselves. The
 // blocks are left as they were; NaNs when either phase has no review.
 func blockRatioInterval(base, xs [][]time.Duration, q, level float64, n int, seed uint64) (lo, hi float64) {
+	return blockInterval(base, xs, q, level, n, seed, func(x, b float64) float64 { return x / b })
+}
+
+// blockDeltaInterval is blockRatioInterval for the difference of the
+// quantiles, xs's less base's, in ms: the additive shift, which a fast
+// baseline does not inflate as it does a ratio. The same seed draws the
+// same resamples as blockRatioInterval.
+func blockDeltaInterval(base, xs [][]time.Duration, q, level float64, n int, seed uint64) (lo, hi float64) {
+	return blockInterval(base, xs, q, level, n, seed, func(x, b float64) float64 { return x - b })
+}
+
+// blockInterval is the block bootstrap under blockRatioInterval and
+// blockDeltaInterval: of compares a resample's xs quantile (ms) with its
+// base quantile.
+func blockInterval(base, xs [][]time.Duration, q, level float64, n int, seed uint64, of func(x, b float64) float64) (lo, hi float64) {
 	if countIn(base) == 0 || countIn(xs) == 0 || n <= 0 {
 		return math.NaN(), math.NaN()
 	}
@@ -69,17 +84,17 @@ func blockRatioInterval(base, xs [][]time.Duration, q, level float64, n int, see
 		}
 		return buf
 	}
-	ratios := make([]float64, 0, n)
-	for len(ratios) < n {
+	stats := make([]float64, 0, n)
+	for len(stats) < n {
 		bs, xb = draw(bs, base), draw(xb, xs)
 		if len(bs) == 0 || len(xb) == 0 {
-			continue // only empty blocks drawn: no ratio to take
+			continue // only empty blocks drawn: nothing to compare
 		}
-		ratios = append(ratios, Percentile(xb, q)/Percentile(bs, q))
+		stats = append(stats, of(Percentile(xb, q), Percentile(bs, q)))
 	}
-	slices.Sort(ratios)
+	slices.Sort(stats)
 	tail := (1 - level) / 2
-	return quantileOf(ratios, tail), quantileOf(ratios, 1-tail)
+	return quantileOf(stats, tail), quantileOf(stats, 1-tail)
 }
 
 // countIn is how many reviews blocks hold.

@@ -121,6 +121,37 @@ func TestBlockIntervalCoversBursts(t *testing.T) {
 	}
 }
 
+// TestBlockDeltaInterval: the difference's interval is in ms, exact when
+// every review of a phase took one time, NaNs without a baseline, and
+// holds the point difference of spread phases.
+func TestBlockDeltaInterval(t *testing.T) {
+	t.Parallel()
+	flat := func(n int, d time.Duration) [][]time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = d
+		}
+		return singletons(out)
+	}
+	if lo, hi := blockDeltaInterval(flat(200, 8*time.Millisecond), flat(300, 11*time.Millisecond), 0.99, 0.9, 300, 1); lo != 3 || hi != 3 {
+		t.Errorf("flat phases: [%v, %v], want [3, 3] ms", lo, hi)
+	}
+	if lo, hi := blockDeltaInterval(nil, flat(3, time.Millisecond), 0.99, 0.9, 300, 1); !math.IsNaN(lo) || !math.IsNaN(hi) {
+		t.Errorf("no baseline: [%v, %v], want NaNs", lo, hi)
+	}
+	base, xs := spread(500, 1), spread(500, 1.2)
+	point := Percentile(slices.Clone(xs), 0.99) - Percentile(slices.Clone(base), 0.99)
+	lo, hi := blockDeltaInterval(singletons(base), singletons(xs), 0.99, 0.9, 400, 7)
+	if !(lo <= point && point <= hi) || !(lo < hi) {
+		t.Errorf("point %v ms outside [%v, %v] or a zero-width interval", point, lo, hi)
+	}
+	// xs is base × 1.2 (p99s 495 and 594 ms): the difference is near
+	// 99 ms, not a ratio near 1.2.
+	if lo < 50 || hi > 150 {
+		t.Errorf("delta interval [%v, %v] ms, want around 0.2 × 495 ms ≈ 99 ms ± its spread", lo, hi)
+	}
+}
+
 // TestBlocksOf: reviews group by the 2 s stretch they were submitted in,
 // counted from the earliest, in time order, as copies.
 func TestBlocksOf(t *testing.T) {
