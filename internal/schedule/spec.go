@@ -70,7 +70,7 @@ func Parse(expr string, every time.Duration, anchor time.Time, tz string) (Spec,
 	trimmed := strings.TrimSpace(expr)
 	switch {
 	case strings.HasPrefix(trimmed, "@every"):
-		return Spec{}, fieldErr("cron", "@every is not a cron expression here; use the every field for a fixed interval")
+		return Spec{}, fieldErr("cron", "@every is not a cron expression here; give the schedule a fixed interval instead of a cron expression (every_seconds over HTTP, --every in the CLI)")
 	case strings.HasPrefix(trimmed, "CRON_TZ=") || strings.HasPrefix(trimmed, "TZ="):
 		return Spec{}, fieldErr("cron", "name the time zone in the timezone field, not in the cron expression")
 	}

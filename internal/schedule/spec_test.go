@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,6 +138,13 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		var ve *job.ValidationError
 		if !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != c.field {
 			t.Errorf("Parse(%q, %s, %q) = %v; want a validation error naming %s", c.expr, c.every, c.tz, err, c.field)
+			continue
+		}
+		// The interval's field is every_seconds over HTTP and --every in
+		// the CLI: a detail must not send the user to an "every field"
+		// that neither has.
+		if d := ve.Fields[0].Detail; strings.Contains(d, "every field") {
+			t.Errorf("Parse(%q, %s, %q): detail %q names an every field no surface has", c.expr, c.every, c.tz, d)
 		}
 	}
 }
