@@ -351,6 +351,32 @@ func TestBatchLaneSQLiteGapCheckpointBeside(t *testing.T) {
 
 // TestServeLogFormat: --log-format takes json or text; anything else is a
 // usage error naming the flag, not a silent fall-back to JSON logs.
+// TestServeSynchronous checks that --synchronous takes FULL or NORMAL in
+// any case and refuses anything else as a usage error (exit 2), on both
+// commands that open a store.
+func TestServeSynchronous(t *testing.T) {
+	for _, c := range []struct {
+		level   string
+		wantErr string
+	}{
+		{"FULL", ""},
+		{"normal", ""},
+		{"bogus", `--synchronous "bogus": want FULL or NORMAL`},
+		{"OFF", `--synchronous "OFF": want FULL or NORMAL`},
+	} {
+		for _, cmd := range []string{"serve", "migrate"} {
+			_, err := parseServerFlags(cmd, []string{"--synchronous", c.level}, io.Discard)
+			var ue usageError
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Errorf("%s --synchronous %s: %v", cmd, c.level, err)
+			case c.wantErr != "" && (!errors.As(err, &ue) || !strings.Contains(err.Error(), c.wantErr)):
+				t.Errorf("%s --synchronous %s: error %v, want a usage error naming %s", cmd, c.level, err, c.wantErr)
+			}
+		}
+	}
+}
+
 func TestServeLogFormat(t *testing.T) {
 	for _, c := range []struct {
 		format  string

@@ -107,6 +107,11 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverFlag
 	if f.logFormat != "json" && f.logFormat != "text" {
 		return nil, usageError{fmt.Sprintf("--log-format %q: want json or text", f.logFormat)}
 	}
+	// A bad level is the user's typo, as --log-format's: a usage error
+	// (exit 2) here rather than the store's refusal at open (exit 1).
+	if s := strings.ToUpper(f.synchronous); s != "FULL" && s != "NORMAL" {
+		return nil, usageError{fmt.Sprintf("--synchronous %q: want FULL or NORMAL", f.synchronous)}
+	}
 	return f, nil
 }
 
