@@ -30,8 +30,9 @@ type apiCall struct {
 	// done is the line printed after success when show is nil.
 	done func(pos []string) string
 	// page, when set, prints a list answer in place of show: the table on
-	// w, the next-page hint on hint (standard error).
-	page func(w, hint io.Writer, body []byte) error
+	// w, the next-page hint on hint (standard error); again is what the
+	// verb was run with, less its cursor (nextPageArgs), for the hint.
+	page func(w, hint io.Writer, again []string, body []byte) error
 }
 
 // run executes the verb.
@@ -65,7 +66,7 @@ func (a apiCall) run(ctx context.Context, args []string, stdout, stderr io.Write
 		return cf.print(stdout, resp.body)
 	}
 	if a.page != nil {
-		return a.page(stdout, stderr, resp.body)
+		return a.page(stdout, stderr, nextPageArgs(fs, rest), resp.body)
 	}
 	if a.show != nil {
 		return a.show(stdout, rest, resp.body)
@@ -121,6 +122,10 @@ type listTable[T any] struct {
 	// more is the verb the next-page hint names; "" prints no hint (the
 	// list has no pages).
 	more string
+	// again is what the verb was run with, less its cursor
+	// (nextPageArgs): the hint repeats it, so that the next page keeps
+	// the filters, --limit and --region of this one.
+	again []string
 }
 
 // print writes the page's table to w and the next-page hint to hint.
@@ -141,9 +146,15 @@ func (l listTable[T]) print(w, hint io.Writer, body []byte) error {
 		return err
 	}
 	if l.more != "" {
-		moreHint(hint, l.more, next)
+		moreHint(hint, l.more, l.again, next)
 	}
 	return nil
+}
+
+// page is print as an apiCall's page, the hint repeating again.
+func (l listTable[T]) page(w, hint io.Writer, again []string, body []byte) error {
+	l.again = again
+	return l.print(w, hint, body)
 }
 
 // show is print as an apiCall's show, the hint on the same writer.
@@ -188,5 +199,46 @@ func listCall[T any](name, summary, path string, filters []listFilter, table lis
 			}
 			return pg.get(path, q)
 		},
-		page: table.print}
+		page: table.page}
+}
+
+// nextPageArgs is what a list verb was run with, for its next-page hint:
+// the positional arguments, then every flag set on fs but --after (the
+// hint gives the next cursor) and --api-key (a secret is never printed;
+// the key comes from the environment or the flag again), as --name value,
+// quoted for a POSIX shell where needed.
+func nextPageArgs(fs *flag.FlagSet, pos []string) []string {
+	out := make([]string, 0, len(pos)+4)
+	for _, p := range pos {
+		out = append(out, shellQuote(p))
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "after", "api-key":
+			return
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			out = append(out, "--"+f.Name+"="+f.Value.String())
+			return
+		}
+		v := f.Value.String()
+		if g, ok := f.Value.(flag.Getter); ok {
+			if sv, ok := g.Get().(string); ok {
+				v = sv // a value whose String is not what was set (setString)
+			}
+		}
+		out = append(out, "--"+f.Name, shellQuote(v))
+	})
+	return out
+}
+
+// shellQuote returns s as one POSIX shell word: as it is when it holds
+// only characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,@%+", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

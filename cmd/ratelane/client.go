@@ -60,6 +60,10 @@ type setString struct {
 
 func (s *setString) String() string { return "" } // never a default in usage text
 
+// Get returns the value set, for flag.Getter: what a next-page hint
+// repeats (nextPageArgs), where String must stay empty for usage text.
+func (s *setString) Get() any { return s.v }
+
 func (s *setString) Set(v string) error {
 	s.v, s.set = v, true
 	return nil

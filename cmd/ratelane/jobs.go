@@ -80,7 +80,8 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&tenant, "tenant", "", "only jobs of this tenant (admin keys)")
 	pg.flags(fs)
 	wf := addWatchFlags(fs)
-	if _, err := parseArgs(fs, args); err != nil {
+	rest, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
 	if err := pg.check(); err != nil {
@@ -99,7 +100,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if cf.json {
 			return cf.print(stdout, resp.body)
 		}
-		return listTable[jobView]{keys: []string{"jobs"}, noun: "job", more: "jobs ls",
+		return listTable[jobView]{keys: []string{"jobs"}, noun: "job", more: "jobs ls", again: nextPageArgs(fs, rest),
 			header: []string{"ID", "KIND", "REGION", "LANE", "STATE", "REASON", "ATTEMPT", "LIMIT KEYS", "CREATED"},
 			row: func(j jobView) []string {
 				return []string{j.ID, j.Kind, j.Region, j.Lane, j.State, cell(j.Reason), strconv.Itoa(j.Attempt),

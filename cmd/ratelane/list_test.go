@@ -1,6 +1,8 @@
 package main
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -50,7 +52,19 @@ func TestListVerbsPage(t *testing.T) {
 			if !strings.Contains(out, "b1") || strings.Contains(out, "more:") {
 				t.Errorf("stdout = %q, want the table and no hint", out)
 			}
-			if want := "more: ratelane " + tc.verb + " --after C2\n"; errOut != want {
+			// The hint runs the verb again with every flag given but the
+			// cursor and the key (flag.Visit's order: by name), so that the
+			// next page keeps this page's filters, --limit and --server.
+			given := map[string]string{"limit": "7", "server": api.srv.URL}
+			for _, f := range tc.filters {
+				given[f] = f + "-value"
+			}
+			names := slices.Sorted(maps.Keys(given))
+			want := "more: ratelane " + tc.verb
+			for _, n := range names {
+				want += " --" + n + " " + given[n]
+			}
+			if want += " --after C2\n"; errOut != want {
 				t.Errorf("stderr = %q, want %q", errOut, want)
 			}
 			for _, limit := range []string{"-1", "501"} {
@@ -64,5 +78,39 @@ func TestListVerbsPage(t *testing.T) {
 			}
 			api.only(t, "GET", tc.path) // neither the refused --limit nor -h asked the server
 		})
+	}
+}
+
+// TestNextPageHintKeepsTheCommand checks the hint of a list verb with a
+// positional argument (subscribers deliveries ID): it keeps the ID and
+// the flags, quotes what a shell would split, and never prints the API
+// key given as a flag.
+func TestNextPageHintKeepsTheCommand(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]canned{"GET /v1/subscribers/sub%201/deliveries": {body: `{"deliveries":[{"id":"d1","subscriber_id":"sub 1","event_id":"e1","version":1,"state":"waiting"}],"next":"C 2"}`}})
+	out, errOut := api.ok(t, "subscribers", "deliveries", "sub 1", "--region", "eu", "--limit", "5", "--after", "C1")
+	if !strings.Contains(out, "d1") || strings.Contains(out, "more:") {
+		t.Errorf("stdout = %q, want the table and no hint", out)
+	}
+	want := "more: ratelane subscribers deliveries 'sub 1' --limit 5 --region eu --server " + api.srv.URL + " --after 'C 2'\n"
+	if errOut != want {
+		t.Errorf("stderr = %q, want %q", errOut, want)
+	}
+	if strings.Contains(errOut, testKey) {
+		t.Errorf("the hint prints the API key: %q", errOut)
+	}
+}
+
+// TestShellQuote pins shellQuote: plain words as they are, anything else
+// in single quotes with an embedded quote closed, escaped and reopened.
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"eu": "eu", "http://127.0.0.1:8080": "http://127.0.0.1:8080", "a,b": "a,b",
+		"": "''", "a b": "'a b'", "it's": `'it'\''s'`, "$HOME": "'$HOME'", "x;rm": "'x;rm'",
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
 	}
 }

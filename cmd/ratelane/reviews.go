@@ -344,7 +344,7 @@ func reviewsProviders() apiCall {
 					def = "yes"
 				}
 				return []string{p.Region, p.Name, p.Kind, cell(p.Model), cell(def), p.RequestsKey, perMinute(p.RPM), cell(p.TokensKey), perMinute(p.TPM)}
-			}}.print}
+			}}.page}
 }
 
 // perMinute prints a declared per-minute limit, - when none is declared.

@@ -225,7 +225,7 @@ func subscriberVerbs() []subcommand {
 		request: func(pos []string) (string, string, url.Values, any, error) {
 			return pg.get("/v1/subscribers/"+esc(pos[0])+"/deliveries", map[string]string{"region": region})
 		},
-		show: showDeliveries("subscribers deliveries")}
+		page: pageDeliveries("subscribers deliveries")}
 	return []subcommand{
 		{"create", "create a subscriber (its generated secret is shown once)", subscriberPut("create", "replaced").run},
 		{"ls", "list subscribers", list.run},
@@ -238,10 +238,12 @@ func subscriberVerbs() []subcommand {
 	}
 }
 
-// moreHint tells how to fetch the next page.
-func moreHint(w io.Writer, verb, next string) {
+// moreHint tells how to fetch the next page: verb run again with again
+// (nextPageArgs) and the next cursor.
+func moreHint(w io.Writer, verb string, again []string, next string) {
 	if next != "" {
-		fmt.Fprintf(w, "more: ratelane %s --after %s\n", verb, next)
+		cmd := append(append([]string{"ratelane", verb}, again...), "--after", shellQuote(next))
+		fmt.Fprintf(w, "more: %s\n", strings.Join(cmd, " "))
 	}
 }
 
@@ -260,7 +262,20 @@ type deliveryView struct {
 	CreatedAt     string `json:"created_at"`
 }
 
+// pageDeliveries prints a page of deliveries as a list verb's page, the
+// next-page hint repeating what verb was run with.
+func pageDeliveries(verb string) func(w, hint io.Writer, again []string, body []byte) error {
+	return deliveriesTable(verb).page
+}
+
+// showDeliveries prints the deliveries in an answer (events publish's),
+// the next-page hint, if any, on the same writer.
 func showDeliveries(verb string) func(io.Writer, []string, []byte) error {
+	return deliveriesTable(verb).show
+}
+
+// deliveriesTable is the table of a page of deliveries.
+func deliveriesTable(verb string) listTable[deliveryView] {
 	return listTable[deliveryView]{keys: []string{"deliveries"}, noun: "delivery", more: verb,
 		header: []string{"ID", "SUBSCRIBER", "EVENT", "VERSION", "STATE", "REASON", "ATTEMPTS", "LAST STATUS", "NEXT ATTEMPT", "CREATED"},
 		row: func(d deliveryView) []string {
@@ -270,7 +285,7 @@ func showDeliveries(verb string) func(io.Writer, []string, []byte) error {
 			}
 			return []string{d.ID, d.SubscriberID, d.EventID, strconv.FormatInt(d.Version, 10), d.State, cell(d.Reason),
 				strconv.Itoa(d.Attempts), status, when(d.NextAttemptAt), when(d.CreatedAt)}
-		}}.show
+		}}
 }
 
 func eventPublish() apiCall {
@@ -342,7 +357,7 @@ func eventDeliveries() apiCall {
 		request: func(pos []string) (string, string, url.Values, any, error) {
 			return pg.get("/v1/events/"+esc(pos[0])+"/deliveries", map[string]string{"region": region, "tenant": tenant})
 		},
-		show: showDeliveries("events deliveries")}
+		page: pageDeliveries("events deliveries")}
 }
 
 func deliveriesList() apiCall {
@@ -372,7 +387,7 @@ func deliveriesList() apiCall {
 			}
 			return http.MethodGet, "/v1/events/" + esc(event) + "/deliveries", q, nil, nil
 		},
-		show: showDeliveries("deliveries ls")}
+		page: pageDeliveries("deliveries ls")}
 }
 
 // deliveryRegion documents the --region flag of the verbs on one delivery.
