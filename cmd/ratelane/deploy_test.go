@@ -349,52 +349,33 @@ func TestBatchLaneSQLiteGapCheckpointBeside(t *testing.T) {
 	})
 }
 
-// TestServeLogFormat: --log-format takes json or text; anything else is a
-// usage error naming the flag, not a silent fall-back to JSON logs.
-// TestServeSynchronous checks that --synchronous takes FULL or NORMAL in
-// any case and refuses anything else as a usage error (exit 2), on both
-// commands that open a store.
-func TestServeSynchronous(t *testing.T) {
+// TestServeFlagValues checks that serve and migrate take --log-format
+// json or text and --synchronous FULL or NORMAL (any case), and refuse
+// anything else as a usage error (exit 2) naming the flag: newLogger would
+// read any other format as json, and the store would refuse the level only
+// at open (exit 1).
+func TestServeFlagValues(t *testing.T) {
 	for _, c := range []struct {
-		level   string
-		wantErr string
+		flag, value string
+		wantErr     string
 	}{
-		{"FULL", ""},
-		{"normal", ""},
-		{"bogus", `--synchronous "bogus": want FULL or NORMAL`},
-		{"OFF", `--synchronous "OFF": want FULL or NORMAL`},
+		{"--log-format", "json", ""},
+		{"--log-format", "text", ""},
+		{"--log-format", "xml", `--log-format "xml": want json or text`},
+		{"--log-format", "TEXT", `--log-format "TEXT": want json or text`},
+		{"--synchronous", "FULL", ""},
+		{"--synchronous", "normal", ""},
+		{"--synchronous", "bogus", `--synchronous "bogus": want FULL or NORMAL`},
+		{"--synchronous", "OFF", `--synchronous "OFF": want FULL or NORMAL`},
 	} {
 		for _, cmd := range []string{"serve", "migrate"} {
-			_, err := parseServerFlags(cmd, []string{"--synchronous", c.level}, io.Discard)
+			_, err := parseServerFlags(cmd, []string{c.flag, c.value}, io.Discard)
 			var ue usageError
 			switch {
 			case c.wantErr == "" && err != nil:
-				t.Errorf("%s --synchronous %s: %v", cmd, c.level, err)
+				t.Errorf("%s %s %s: %v", cmd, c.flag, c.value, err)
 			case c.wantErr != "" && (!errors.As(err, &ue) || !strings.Contains(err.Error(), c.wantErr)):
-				t.Errorf("%s --synchronous %s: error %v, want a usage error naming %s", cmd, c.level, err, c.wantErr)
-			}
-		}
-	}
-}
-
-func TestServeLogFormat(t *testing.T) {
-	for _, c := range []struct {
-		format  string
-		wantErr string
-	}{
-		{"json", ""},
-		{"text", ""},
-		{"xml", `--log-format "xml": want json or text`},
-		{"TEXT", `--log-format "TEXT": want json or text`},
-	} {
-		for _, cmd := range []string{"serve", "migrate"} {
-			_, err := parseServerFlags(cmd, []string{"--log-format", c.format}, io.Discard)
-			var ue usageError
-			switch {
-			case c.wantErr == "" && err != nil:
-				t.Errorf("%s --log-format %s: %v", cmd, c.format, err)
-			case c.wantErr != "" && (!errors.As(err, &ue) || !strings.Contains(err.Error(), c.wantErr)):
-				t.Errorf("%s --log-format %s: error %v, want a usage error naming %s", cmd, c.format, err, c.wantErr)
+				t.Errorf("%s %s %s: error %v, want a usage error naming %s", cmd, c.flag, c.value, err, c.wantErr)
 			}
 		}
 	}
