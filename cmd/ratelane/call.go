@@ -204,8 +204,9 @@ func listCall[T any](name, summary, path string, filters []listFilter, table lis
 
 // nextPageArgs is what a list verb was run with, for its next-page hint:
 // the positional arguments, then every flag set on fs but --after (the
-// hint gives the next cursor) and --api-key (a secret is never printed;
-// the key comes from the environment or the flag again), as --name value,
+// hint gives the next cursor), --api-key (a secret is never printed;
+// the key comes from the environment or the flag again) and the output
+// format (only a table prints a hint), as --name value,
 // quoted for a POSIX shell where needed.
 func nextPageArgs(fs *flag.FlagSet, pos []string) []string {
 	out := make([]string, 0, len(pos)+4)
@@ -215,6 +216,10 @@ func nextPageArgs(fs *flag.FlagSet, pos []string) []string {
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "after", "api-key":
+			return
+		case "o", "json":
+			// Only a table prints the hint, and it is the default; -o's
+			// value cannot be read back (flag.Func).
 			return
 		}
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {

@@ -88,7 +88,7 @@ func TestListVerbsPage(t *testing.T) {
 func TestNextPageHintKeepsTheCommand(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]canned{"GET /v1/subscribers/sub%201/deliveries": {body: `{"deliveries":[{"id":"d1","subscriber_id":"sub 1","event_id":"e1","version":1,"state":"waiting"}],"next":"C 2"}`}})
-	out, errOut := api.ok(t, "subscribers", "deliveries", "sub 1", "--region", "eu", "--limit", "5", "--after", "C1")
+	out, errOut := api.ok(t, "subscribers", "deliveries", "sub 1", "--region", "eu", "--limit", "5", "--after", "C1", "-o", "table")
 	if !strings.Contains(out, "d1") || strings.Contains(out, "more:") {
 		t.Errorf("stdout = %q, want the table and no hint", out)
 	}
